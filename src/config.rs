@@ -1,0 +1,324 @@
+//! `GPUSHIM_CONF`: the pooling policy and the trace settings, in the syntax of
+//! `PYTORCH_CUDA_ALLOC_CONF` (`key:value,key:value`).
+//!
+//! Parsing allocates nothing: the shim runs it inside the first intercepted CUDA call. An error
+//! borrows the offending text from the input and carries static text naming what is accepted.
+
+use core::fmt;
+
+/// How device allocations are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pool {
+    /// Every call goes to CUDA unchanged; the shim only records.
+    Off,
+    /// The caching allocator (best fit, splitting, per-stream pools).
+    Caching,
+    /// Segments that grow in place through the VMM functions.
+    Expandable,
+}
+
+impl Pool {
+    pub const fn name(self) -> &'static str {
+        match self {
+            Pool::Off => "off",
+            Pool::Caching => "caching",
+            Pool::Expandable => "expandable",
+        }
+    }
+}
+
+/// What the trace writer does when the trace reached `trace_max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Drop the record and count it in the header.
+    Drop,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Conf {
+    pub pool: Pool,
+    /// Round requests up within each power-of-two interval split into this many steps (0: 512 B).
+    pub round_divisions: u32,
+    /// Blocks larger than this are never split.
+    pub max_split: u64,
+    /// Idle cached memory above this goes back to the device.
+    pub release: u64,
+    /// Cap on the device memory of this process, 0 for none.
+    pub limit: u64,
+    /// Largest trace file, in bytes; records past it are counted as lost.
+    pub trace_max: u64,
+    pub when_full: WhenFull,
+}
+
+pub const GIB: u64 = 1 << 30;
+pub const MIB: u64 = 1 << 20;
+
+impl Default for Conf {
+    fn default() -> Self {
+        Conf {
+            pool: Pool::Off,
+            round_divisions: 0,
+            max_split: u64::MAX,
+            release: u64::MAX,
+            limit: 0,
+            trace_max: 16 * GIB,
+            when_full: WhenFull::Drop,
+        }
+    }
+}
+
+/// One key of `GPUSHIM_CONF`, as `gpushim config` documents it.
+pub struct KeyDoc {
+    pub key: &'static str,
+    pub accepted: &'static str,
+    pub default: &'static str,
+    pub meaning: &'static str,
+}
+
+pub const KEYS: &[KeyDoc] = &[
+    KeyDoc {
+        key: "pool",
+        accepted: "off, caching, expandable",
+        default: "off",
+        meaning: "off passes every call to CUDA and records it; caching and expandable are not built yet and fall back to off",
+    },
+    KeyDoc {
+        key: "round",
+        accepted: "off, pow2, pow2_N (N = 1..64, a power of two)",
+        default: "off",
+        meaning: "round requests up within each power-of-two interval split into N steps",
+    },
+    KeyDoc {
+        key: "max_split",
+        accepted: "a size (512MiB) or off",
+        default: "off",
+        meaning: "cached blocks larger than this are never split",
+    },
+    KeyDoc {
+        key: "release",
+        accepted: "a size (2GiB) or off",
+        default: "off",
+        meaning: "idle cached memory above this goes back to the device",
+    },
+    KeyDoc {
+        key: "limit",
+        accepted: "a size (24GiB) or off",
+        default: "off",
+        meaning: "cap this process's device memory; allocations past it fail with out-of-memory",
+    },
+    KeyDoc {
+        key: "trace_max",
+        accepted: "a size (16GiB)",
+        default: "16GiB",
+        meaning: "largest trace file; records past it are dropped and counted as lost",
+    },
+];
+
+/// Why `GPUSHIM_CONF` was rejected. Borrowed from the input, so building it allocates nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfError<'a> {
+    UnknownKey(&'a str),
+    MissingValue(&'a str),
+    BadValue {
+        key: &'static str,
+        value: &'a str,
+        accepted: &'static str,
+    },
+}
+
+impl fmt::Display for ConfError<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfError::UnknownKey(k) => {
+                write!(f, "unknown key '{k}' (keys: ")?;
+                for (i, d) in KEYS.iter().enumerate() {
+                    write!(f, "{}{}", if i > 0 { ", " } else { "" }, d.key)?;
+                }
+                write!(f, ")")
+            }
+            ConfError::MissingValue(k) => write!(f, "'{k}' needs a value, written '{k}:VALUE'"),
+            ConfError::BadValue {
+                key,
+                value,
+                accepted,
+            } => write!(f, "'{key}:{value}' is not valid ({key} takes {accepted})"),
+        }
+    }
+}
+
+/// Parses a size with an optional unit: `512`, `64KiB`, `512MiB`, `2GiB`, `1TiB`, `24GB`.
+/// Binary units (`K`, `KiB`, `M`, `MiB`, ...) are powers of 1024; `KB`, `MB`, `GB`, `TB` are
+/// powers of 1000.
+pub fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" | "b" => 1,
+        "K" | "k" | "KiB" | "kib" | "KIB" => 1 << 10,
+        "M" | "m" | "MiB" | "mib" | "MIB" => 1 << 20,
+        "G" | "g" | "GiB" | "gib" | "GIB" => 1 << 30,
+        "T" | "t" | "TiB" | "tib" | "TIB" => 1 << 40,
+        "KB" | "kB" | "kb" => 1_000,
+        "MB" | "mb" => 1_000_000,
+        "GB" | "gb" => 1_000_000_000,
+        "TB" | "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+fn parse_size_or_off(s: &str, off: u64) -> Option<u64> {
+    if s == "off" || s == "none" {
+        Some(off)
+    } else {
+        parse_size(s)
+    }
+}
+
+fn parse_round(s: &str) -> Option<u32> {
+    match s {
+        "off" => Some(0),
+        "pow2" => Some(1),
+        _ => {
+            let n: u32 = s.strip_prefix("pow2_")?.parse().ok()?;
+            (n.is_power_of_two() && n <= 64).then_some(n)
+        }
+    }
+}
+
+fn accepted(key: &str) -> &'static str {
+    KEYS.iter()
+        .find(|d| d.key == key)
+        .map(|d| d.accepted)
+        .unwrap_or("")
+}
+
+fn static_key(key: &str) -> &'static str {
+    KEYS.iter()
+        .find(|d| d.key == key)
+        .map(|d| d.key)
+        .unwrap_or("")
+}
+
+/// Parses `GPUSHIM_CONF`. On any error the whole configuration falls back to the defaults, and
+/// the first error is returned to be reported: a half-applied policy would be harder to explain
+/// than none.
+pub fn parse(text: &str) -> (Conf, Option<ConfError<'_>>) {
+    match parse_strict(text) {
+        Ok(c) => (c, None),
+        Err(e) => (Conf::default(), Some(e)),
+    }
+}
+
+pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
+    let mut conf = Conf::default();
+    for item in text.split(',') {
+        let item = item.trim();
+        if item.is_empty() {
+            continue;
+        }
+        let (key, value) = match item.split_once(':') {
+            Some((k, v)) => (k.trim(), v.trim()),
+            None => {
+                if KEYS.iter().any(|d| d.key == item) {
+                    return Err(ConfError::MissingValue(item));
+                }
+                return Err(ConfError::UnknownKey(item));
+            }
+        };
+        let bad = || ConfError::BadValue {
+            key: static_key(key),
+            value,
+            accepted: accepted(key),
+        };
+        match key {
+            "pool" => {
+                conf.pool = match value {
+                    "off" => Pool::Off,
+                    "caching" => Pool::Caching,
+                    "expandable" => Pool::Expandable,
+                    _ => return Err(bad()),
+                }
+            }
+            "round" => conf.round_divisions = parse_round(value).ok_or_else(bad)?,
+            "max_split" => conf.max_split = parse_size_or_off(value, u64::MAX).ok_or_else(bad)?,
+            "release" => conf.release = parse_size_or_off(value, u64::MAX).ok_or_else(bad)?,
+            "limit" => conf.limit = parse_size_or_off(value, 0).ok_or_else(bad)?,
+            "trace_max" => {
+                conf.trace_max = parse_size(value)
+                    .filter(|&n| n >= crate::recorder::MIN_TRACE_BYTES)
+                    .ok_or_else(bad)?
+            }
+            _ => return Err(ConfError::UnknownKey(key)),
+        }
+    }
+    Ok(conf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_take_binary_and_decimal_units() {
+        assert_eq!(parse_size("512"), Some(512));
+        assert_eq!(parse_size("512MiB"), Some(512 << 20));
+        assert_eq!(parse_size("2GiB"), Some(2 << 30));
+        assert_eq!(parse_size("2G"), Some(2 << 30));
+        assert_eq!(parse_size("24GB"), Some(24_000_000_000));
+        assert_eq!(parse_size("1TiB"), Some(1 << 40));
+        assert_eq!(parse_size("GiB"), None);
+        assert_eq!(parse_size("12 parsecs"), None);
+        assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+
+    #[test]
+    fn a_full_policy_parses() {
+        let c = parse_strict(
+            "pool:caching, round:pow2_4,max_split:512MiB,release:2GiB,limit:24GiB,trace_max:1GiB",
+        )
+        .unwrap();
+        assert_eq!(c.pool, Pool::Caching);
+        assert_eq!(c.round_divisions, 4);
+        assert_eq!(c.max_split, 512 * MIB);
+        assert_eq!(c.release, 2 * GIB);
+        assert_eq!(c.limit, 24 * GIB);
+        assert_eq!(c.trace_max, GIB);
+    }
+
+    #[test]
+    fn an_unknown_key_names_itself_and_every_known_key_and_falls_back_to_defaults() {
+        let (c, e) = parse("limit:1GiB,pol:off");
+        assert_eq!(c, Conf::default());
+        let msg = e.unwrap().to_string();
+        assert!(msg.contains("'pol'"), "{msg}");
+        for d in KEYS {
+            assert!(msg.contains(d.key), "{msg} should list {}", d.key);
+        }
+    }
+
+    #[test]
+    fn a_bad_value_names_the_key_the_value_and_what_is_accepted() {
+        let e = parse_strict("pool:cachng").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "'pool:cachng' is not valid (pool takes off, caching, expandable)"
+        );
+        let e = parse_strict("round:pow2_3").unwrap_err();
+        assert!(e.to_string().contains("pow2_N"), "{e}");
+        assert_eq!(
+            parse_strict("limit").unwrap_err(),
+            ConfError::MissingValue("limit")
+        );
+    }
+
+    #[test]
+    fn empty_items_are_ignored() {
+        assert_eq!(parse_strict(" , ,").unwrap(), Conf::default());
+    }
+}

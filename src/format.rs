@@ -1,0 +1,317 @@
+//! The trace file format, shared by the writer (the shim) and the reader (the command).
+//!
+//! A trace is one file: a 4 KiB header followed by fixed-size 32-byte records, all little-endian.
+//! Record `i` lives at `HEADER_SIZE + i * RECORD_SIZE`. Writers claim an index with one atomic
+//! add on the header's `claimed` counter, fill the record, and store the commit word last with
+//! release ordering. A record whose commit word does not match its index was claimed but never
+//! finished (the process died in between): the reader counts it as torn and decodes nothing from
+//! it.
+
+/// First eight bytes of every trace.
+pub const MAGIC: [u8; 8] = *b"GPUSHIM\0";
+/// Bumped whenever the layout of the header or of a record changes.
+pub const VERSION: u32 = 1;
+pub const HEADER_SIZE: usize = 4096;
+pub const RECORD_SIZE: usize = 32;
+
+/// Byte offsets of the header fields.
+pub mod header {
+    pub const MAGIC: usize = 0;
+    pub const VERSION: usize = 8;
+    pub const RECORD_SIZE: usize = 12;
+    pub const HEADER_SIZE: usize = 16;
+    pub const PID: usize = 20;
+    pub const RANK: usize = 24;
+    pub const FLAGS: usize = 28;
+    /// `CLOCK_REALTIME` at the moment the clock origin was taken, in ns since the Unix epoch.
+    pub const START_REALTIME_NS: usize = 32;
+    /// `CLOCK_MONOTONIC` origin: record timestamps are ns since this instant.
+    pub const START_MONOTONIC_NS: usize = 40;
+    /// Atomic: records claimed so far (the next free index).
+    pub const CLAIMED: usize = 64;
+    /// Atomic: records lost because the trace reached its size cap.
+    pub const LOST: usize = 72;
+    /// Atomic: the largest number of records the file may hold.
+    pub const CAPACITY: usize = 80;
+    pub const HOST: usize = 128;
+    pub const HOST_LEN: usize = 64;
+    pub const PROGRAM: usize = 192;
+    pub const PROGRAM_LEN: usize = 64;
+    /// NUL-separated command line, truncated to fit.
+    pub const CMDLINE: usize = 256;
+    pub const CMDLINE_LEN: usize = 2048;
+}
+
+/// Header flag: the process reached `exit` and closed the trace cleanly.
+pub const FLAG_CLEAN_EXIT: u32 = 1;
+
+/// Byte offsets inside a record.
+pub mod record {
+    /// u16 commit word, written last. Equals [`super::commit_tag`] of the record's index.
+    pub const COMMIT: usize = 0;
+    pub const KIND: usize = 2;
+    pub const API: usize = 3;
+    pub const DEVICE: usize = 4;
+    pub const STATUS: usize = 5;
+    pub const THREAD: usize = 6;
+    pub const TIME_NS: usize = 8;
+    pub const PTR: usize = 16;
+    /// Low 48 bits: size in bytes. High 16 bits: interned stream index (0 when no stream).
+    pub const SIZE_STREAM: usize = 24;
+}
+
+/// The largest size a record holds exactly (256 TiB); larger sizes are clamped to it.
+pub const SIZE_MAX: u64 = (1 << 48) - 1;
+
+/// The commit word for record `index`: never zero, and different for neighbouring records, so a
+/// record copied to the wrong place or left over from garbage is caught.
+pub const fn commit_tag(index: u64) -> u16 {
+    (index as u16 & 0x7fff) | 0x8000
+}
+
+/// Device number used when the device is not known.
+pub const DEVICE_UNKNOWN: u8 = 0xff;
+
+/// Status stored for a result code that does not fit in a byte.
+pub const STATUS_OTHER: u8 = 0xff;
+
+pub const fn status_byte(code: i32) -> u8 {
+    if code >= 0 && code < STATUS_OTHER as i32 {
+        code as u8
+    } else {
+        STATUS_OTHER
+    }
+}
+
+macro_rules! byte_enum {
+    ($(#[$m:meta])* pub enum $name:ident { $($(#[$vm:meta])* $var:ident = $val:literal => $text:literal,)* }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[repr(u8)]
+        pub enum $name { $($(#[$vm])* $var = $val,)* }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$var,)*];
+
+            pub const fn from_u8(v: u8) -> Option<$name> {
+                match v { $($val => Some($name::$var),)* _ => None }
+            }
+
+            pub const fn name(self) -> &'static str {
+                match self { $($name::$var => $text,)* }
+            }
+        }
+    };
+}
+
+byte_enum! {
+    /// What happened. The meaning of `ptr` and `size` depends on the kind.
+    pub enum RecordKind {
+        /// Device memory obtained synchronously: `ptr`, `size`.
+        Alloc = 1 => "alloc",
+        /// Device memory released synchronously: `ptr`.
+        Free = 2 => "free",
+        /// Stream-ordered allocation: `ptr`, `size`, stream.
+        AllocAsync = 3 => "alloc_async",
+        /// Stream-ordered free: `ptr`, stream.
+        FreeAsync = 4 => "free_async",
+        /// Pinned host memory: `ptr`, `size`.
+        HostAlloc = 5 => "host_alloc",
+        HostFree = 6 => "host_free",
+        /// Managed (unified) memory: `ptr`, `size`.
+        ManagedAlloc = 7 => "managed_alloc",
+        /// VMM physical allocation: `ptr` is the handle, `size`.
+        PhysCreate = 8 => "phys_create",
+        /// VMM physical release: `ptr` is the handle.
+        PhysRelease = 9 => "phys_release",
+        /// VMM map of physical memory at `ptr`, `size` bytes.
+        Map = 10 => "map",
+        Unmap = 11 => "unmap",
+        /// VMM virtual address range reserved at `ptr`, `size` bytes.
+        AddressReserve = 12 => "address_reserve",
+        AddressFree = 13 => "address_free",
+        SetAccess = 14 => "set_access",
+        /// `cudaMemGetInfo`/`cuMemGetInfo`: `ptr` holds the free bytes, `size` the total.
+        MemInfo = 15 => "mem_info",
+        /// A thread's first record: `ptr` is its kernel thread id, `size` its index.
+        ThreadStart = 16 => "thread_start",
+        /// A stream's first use: `ptr` is the stream handle, `size` its interned index.
+        StreamName = 17 => "stream_name",
+    }
+}
+
+byte_enum! {
+    /// Which entry point produced the record.
+    pub enum Api {
+        CudaMalloc = 1 => "cudaMalloc",
+        CudaFree = 2 => "cudaFree",
+        CudaMallocAsync = 3 => "cudaMallocAsync",
+        CudaMallocAsyncPtsz = 4 => "cudaMallocAsync_ptsz",
+        CudaFreeAsync = 5 => "cudaFreeAsync",
+        CudaFreeAsyncPtsz = 6 => "cudaFreeAsync_ptsz",
+        CudaMallocFromPoolAsync = 7 => "cudaMallocFromPoolAsync",
+        CudaMallocFromPoolAsyncPtsz = 8 => "cudaMallocFromPoolAsync_ptsz",
+        CudaMallocManaged = 9 => "cudaMallocManaged",
+        CudaMallocHost = 10 => "cudaMallocHost",
+        CudaHostAlloc = 11 => "cudaHostAlloc",
+        CudaFreeHost = 12 => "cudaFreeHost",
+        CudaMallocPitch = 13 => "cudaMallocPitch",
+        CudaMalloc3D = 14 => "cudaMalloc3D",
+        CudaMemGetInfo = 15 => "cudaMemGetInfo",
+        CuMemAlloc = 32 => "cuMemAlloc_v2",
+        CuMemFree = 33 => "cuMemFree_v2",
+        CuMemAllocAsync = 34 => "cuMemAllocAsync",
+        CuMemAllocAsyncPtsz = 35 => "cuMemAllocAsync_ptsz",
+        CuMemFreeAsync = 36 => "cuMemFreeAsync",
+        CuMemFreeAsyncPtsz = 37 => "cuMemFreeAsync_ptsz",
+        CuMemAllocFromPoolAsync = 38 => "cuMemAllocFromPoolAsync",
+        CuMemAllocFromPoolAsyncPtsz = 39 => "cuMemAllocFromPoolAsync_ptsz",
+        CuMemAllocPitch = 40 => "cuMemAllocPitch_v2",
+        CuMemAllocManaged = 41 => "cuMemAllocManaged",
+        CuMemHostAlloc = 42 => "cuMemHostAlloc",
+        CuMemFreeHost = 43 => "cuMemFreeHost",
+        CuMemCreate = 44 => "cuMemCreate",
+        CuMemRelease = 45 => "cuMemRelease",
+        CuMemMap = 46 => "cuMemMap",
+        CuMemUnmap = 47 => "cuMemUnmap",
+        CuMemAddressReserve = 48 => "cuMemAddressReserve",
+        CuMemAddressFree = 49 => "cuMemAddressFree",
+        CuMemSetAccess = 50 => "cuMemSetAccess",
+        CuMemGetInfo = 51 => "cuMemGetInfo_v2",
+        /// Records the shim writes about itself (threads, streams).
+        Shim = 100 => "gpushim",
+    }
+}
+
+/// One decoded record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub kind: RecordKind,
+    pub api: Api,
+    pub device: u8,
+    /// The CUDA result code, as [`status_byte`] stored it.
+    pub status: u8,
+    pub thread: u16,
+    pub time_ns: u64,
+    pub ptr: u64,
+    pub size: u64,
+    pub stream: u16,
+}
+
+impl Record {
+    /// Encodes everything but the commit word, which the writer stores last.
+    pub fn encode_body(&self, out: &mut [u8; RECORD_SIZE]) {
+        out[record::KIND] = self.kind as u8;
+        out[record::API] = self.api as u8;
+        out[record::DEVICE] = self.device;
+        out[record::STATUS] = self.status;
+        out[record::THREAD..record::THREAD + 2].copy_from_slice(&self.thread.to_le_bytes());
+        out[record::TIME_NS..record::TIME_NS + 8].copy_from_slice(&self.time_ns.to_le_bytes());
+        out[record::PTR..record::PTR + 8].copy_from_slice(&self.ptr.to_le_bytes());
+        let size_stream = self.size.min(SIZE_MAX) | (u64::from(self.stream) << 48);
+        out[record::SIZE_STREAM..record::SIZE_STREAM + 8]
+            .copy_from_slice(&size_stream.to_le_bytes());
+    }
+
+    /// Decodes a committed record body; `None` when the kind or API byte is not one we know.
+    pub fn decode(bytes: &[u8; RECORD_SIZE]) -> Option<Record> {
+        let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
+        let u64_at = |o: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[o..o + 8]);
+            u64::from_le_bytes(b)
+        };
+        let size_stream = u64_at(record::SIZE_STREAM);
+        Some(Record {
+            kind: RecordKind::from_u8(bytes[record::KIND])?,
+            api: Api::from_u8(bytes[record::API])?,
+            device: bytes[record::DEVICE],
+            status: bytes[record::STATUS],
+            thread: u16_at(record::THREAD),
+            time_ns: u64_at(record::TIME_NS),
+            ptr: u64_at(record::PTR),
+            size: size_stream & SIZE_MAX,
+            stream: (size_stream >> 48) as u16,
+        })
+    }
+
+    pub fn commit_of(bytes: &[u8; RECORD_SIZE]) -> u16 {
+        u16::from_le_bytes([bytes[record::COMMIT], bytes[record::COMMIT + 1]])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_round_trips_through_its_bytes() {
+        let r = Record {
+            kind: RecordKind::AllocAsync,
+            api: Api::CudaMallocAsyncPtsz,
+            device: 3,
+            status: 2,
+            thread: 513,
+            time_ns: 0x0102_0304_0506_0708,
+            ptr: 0x7f00_dead_beef_0000,
+            size: (1 << 40) + 17,
+            stream: 4242,
+        };
+        let mut b = [0u8; RECORD_SIZE];
+        r.encode_body(&mut b);
+        assert_eq!(Record::decode(&b), Some(r));
+        assert_eq!(
+            Record::commit_of(&b),
+            0,
+            "the body encoder must leave the commit word alone"
+        );
+    }
+
+    #[test]
+    fn sizes_beyond_48_bits_are_clamped_not_mixed_into_the_stream() {
+        let r = Record {
+            kind: RecordKind::AddressReserve,
+            api: Api::CuMemAddressReserve,
+            device: 0,
+            status: 0,
+            thread: 0,
+            time_ns: 0,
+            ptr: 0,
+            size: u64::MAX,
+            stream: 7,
+        };
+        let mut b = [0u8; RECORD_SIZE];
+        r.encode_body(&mut b);
+        let d = Record::decode(&b).unwrap();
+        assert_eq!(d.size, SIZE_MAX);
+        assert_eq!(d.stream, 7);
+    }
+
+    #[test]
+    fn commit_tags_are_never_zero_and_differ_between_neighbours() {
+        for i in 0..100_000u64 {
+            assert_ne!(commit_tag(i), 0);
+            assert_ne!(commit_tag(i), commit_tag(i + 1));
+        }
+    }
+
+    #[test]
+    fn status_byte_keeps_small_codes_and_folds_large_ones() {
+        assert_eq!(status_byte(0), 0);
+        assert_eq!(status_byte(35), 35);
+        assert_eq!(status_byte(500), STATUS_OTHER);
+        assert_eq!(status_byte(-1), STATUS_OTHER);
+    }
+
+    #[test]
+    fn every_enum_value_decodes_to_itself() {
+        for k in RecordKind::ALL {
+            assert_eq!(RecordKind::from_u8(*k as u8), Some(*k));
+        }
+        for a in Api::ALL {
+            assert_eq!(Api::from_u8(*a as u8), Some(*a));
+        }
+        assert_eq!(RecordKind::from_u8(0), None);
+        assert_eq!(Api::from_u8(0), None);
+    }
+}

@@ -1,0 +1,13 @@
+//! gpushim's core: the trace format, the trace writer and reader, the configuration, and the
+//! reports. Nothing here calls CUDA; the shim (`shim/`) is the only code that does.
+
+pub mod config;
+pub mod format;
+pub mod reader;
+pub mod recorder;
+pub mod stackfmt;
+
+#[cfg(feature = "cli")]
+pub mod run;
+#[cfg(feature = "cli")]
+pub mod summary;

@@ -1,0 +1,279 @@
+//! Decoding a trace file, streaming: memory stays constant whatever the trace length.
+//!
+//! A trace from a process that crashed is normal input. The reader decodes every committed
+//! record, counts torn records (claimed, never committed), and stops at the first record that is
+//! neither, saying where. A file cut short (copied while written, a full disk) decodes up to its
+//! end, and the records it is missing are counted.
+
+use crate::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::{Path, PathBuf};
+
+/// What the header says about the traced process.
+#[derive(Clone, Debug)]
+pub struct TraceInfo {
+    pub path: PathBuf,
+    pub version: u32,
+    pub pid: u32,
+    pub rank: i32,
+    pub host: String,
+    pub program: String,
+    pub cmdline: Vec<String>,
+    pub start_realtime_ns: u64,
+    pub clean_exit: bool,
+    /// Records claimed by writers (committed, torn, or beyond the file's end).
+    pub claimed: u64,
+    /// Records dropped because the trace reached its size cap or the disk filled up.
+    pub lost: u64,
+    pub capacity: u64,
+    pub file_len: u64,
+}
+
+/// Why a file could not be read at all.
+#[derive(Debug)]
+pub enum ReadError {
+    Io(PathBuf, io::Error),
+    TooShort {
+        path: PathBuf,
+        len: u64,
+    },
+    BadMagic {
+        path: PathBuf,
+    },
+    Version {
+        path: PathBuf,
+        version: u32,
+    },
+    Layout {
+        path: PathBuf,
+        record: u32,
+        header: u32,
+    },
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            ReadError::TooShort { path, len } => write!(
+                f,
+                "{}: {len} bytes, shorter than the {HEADER_SIZE}-byte trace header (offset {len}); \
+                 the file was cut short or is not a gpushim trace",
+                path.display()
+            ),
+            ReadError::BadMagic { path } => write!(
+                f,
+                "{}: not a gpushim trace (offset 0: expected the magic bytes \"GPUSHIM\")",
+                path.display()
+            ),
+            ReadError::Version { path, version } => write!(
+                f,
+                "{}: trace format version {version} at offset {}, this gpushim reads version {}; \
+                 decode it with the gpushim that wrote it",
+                path.display(),
+                header::VERSION,
+                format::VERSION
+            ),
+            ReadError::Layout {
+                path,
+                record,
+                header: h,
+            } => write!(
+                f,
+                "{}: header at offset {} says {record}-byte records and a {h}-byte header, \
+                 expected {RECORD_SIZE} and {HEADER_SIZE}: the header is damaged",
+                path.display(),
+                header::RECORD_SIZE
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Where decoding stopped early, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Damage {
+    pub offset: u64,
+    pub index: u64,
+    pub reason: String,
+    /// Claimed records after the damage that were not decoded.
+    pub skipped: u64,
+}
+
+/// Counts kept while decoding.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DecodeStats {
+    pub committed: u64,
+    pub torn: u64,
+    pub lost: u64,
+    /// Claimed records that lie beyond the end of the file.
+    pub truncated: u64,
+    pub damage: Option<Damage>,
+}
+
+pub struct TraceReader {
+    info: TraceInfo,
+    input: BufReader<File>,
+    next: u64,
+    end: u64,
+    stats: DecodeStats,
+}
+
+fn le_u32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+fn le_u64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+fn c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+impl TraceReader {
+    pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, ReadError> {
+        let path = path.as_ref().to_path_buf();
+        let io_err = |e| ReadError::Io(path.clone(), e);
+        let mut file = File::open(&path).map_err(io_err)?;
+        let file_len = file.metadata().map_err(io_err)?.len();
+        if file_len < HEADER_SIZE as u64 {
+            return Err(ReadError::TooShort {
+                path,
+                len: file_len,
+            });
+        }
+        let mut h = vec![0u8; HEADER_SIZE];
+        file.read_exact(&mut h).map_err(io_err)?;
+        if h[..8] != format::MAGIC {
+            return Err(ReadError::BadMagic { path });
+        }
+        let version = le_u32(&h, header::VERSION);
+        if version != format::VERSION {
+            return Err(ReadError::Version { path, version });
+        }
+        let record = le_u32(&h, header::RECORD_SIZE);
+        let hsize = le_u32(&h, header::HEADER_SIZE);
+        if record as usize != RECORD_SIZE || hsize as usize != HEADER_SIZE {
+            return Err(ReadError::Layout {
+                path,
+                record,
+                header: hsize,
+            });
+        }
+        let cmd = &h[header::CMDLINE..header::CMDLINE + header::CMDLINE_LEN];
+        let cmd_end = cmd
+            .windows(2)
+            .position(|w| w == [0, 0])
+            .unwrap_or(cmd.len());
+        let cmdline = cmd[..cmd_end]
+            .split(|&c| c == 0)
+            .filter(|a| !a.is_empty())
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let info = TraceInfo {
+            version,
+            pid: le_u32(&h, header::PID),
+            rank: le_u32(&h, header::RANK) as i32,
+            host: c_string(&h[header::HOST..header::HOST + header::HOST_LEN]),
+            program: c_string(&h[header::PROGRAM..header::PROGRAM + header::PROGRAM_LEN]),
+            cmdline,
+            start_realtime_ns: le_u64(&h, header::START_REALTIME_NS),
+            clean_exit: le_u32(&h, header::FLAGS) & format::FLAG_CLEAN_EXIT != 0,
+            claimed: le_u64(&h, header::CLAIMED),
+            lost: le_u64(&h, header::LOST),
+            capacity: le_u64(&h, header::CAPACITY),
+            file_len,
+            path,
+        };
+        let in_file = (file_len - HEADER_SIZE as u64) / RECORD_SIZE as u64;
+        let written = info.claimed.min(info.capacity);
+        let end = written.min(in_file);
+        let stats = DecodeStats {
+            lost: info.lost,
+            truncated: written - end,
+            ..DecodeStats::default()
+        };
+        Ok(TraceReader {
+            info,
+            input: BufReader::with_capacity(1 << 20, file),
+            next: 0,
+            end,
+            stats,
+        })
+    }
+
+    pub fn info(&self) -> &TraceInfo {
+        &self.info
+    }
+
+    /// Counts so far; final once the iterator returned `None`.
+    pub fn stats(&self) -> &DecodeStats {
+        &self.stats
+    }
+
+    /// Records examined so far and in all, for progress display.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.next, self.end)
+    }
+
+    fn stop(&mut self, reason: String) {
+        let index = self.next - 1;
+        self.stats.damage = Some(Damage {
+            offset: HEADER_SIZE as u64 + index * RECORD_SIZE as u64,
+            index,
+            reason,
+            skipped: self.end - self.next,
+        });
+        self.next = self.end;
+    }
+}
+
+impl Iterator for TraceReader {
+    type Item = Record;
+
+    fn next(&mut self) -> Option<Record> {
+        let mut buf = [0u8; RECORD_SIZE];
+        while self.next < self.end {
+            let index = self.next;
+            self.next += 1;
+            if let Err(e) = self.input.read_exact(&mut buf) {
+                self.stop(format!("read failed: {e}"));
+                return None;
+            }
+            let commit = Record::commit_of(&buf);
+            if commit == 0 {
+                self.stats.torn += 1;
+                continue;
+            }
+            if commit != format::commit_tag(index) {
+                self.stop(format!(
+                    "commit word {commit:#06x} does not belong to record {index} \
+                     (expected {:#06x}): the file is damaged here",
+                    format::commit_tag(index)
+                ));
+                return None;
+            }
+            match Record::decode(&buf) {
+                Some(r) => {
+                    self.stats.committed += 1;
+                    return Some(r);
+                }
+                None => {
+                    self.stop(format!(
+                        "record {index} has an unknown kind ({}) or API ({}): the file is damaged \
+                         here or was written by a newer gpushim",
+                        buf[format::record::KIND],
+                        buf[format::record::API]
+                    ));
+                    return None;
+                }
+            }
+        }
+        None
+    }
+}

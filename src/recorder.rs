@@ -1,0 +1,639 @@
+//! The trace writer: a lock-free multi-producer log in a `MAP_SHARED` file.
+//!
+//! The file is the buffer. A producer claims record index `i` with one relaxed `fetch_add` on the
+//! header's `claimed` counter (which lives in the mapped file, so a crash leaves it behind too),
+//! writes the record body with plain stores, then stores the commit word with `Release`. A reader
+//! that loads the commit word with `Acquire` and finds the tag of `i` sees the whole body. Pages
+//! of a `MAP_SHARED` file belong to the page cache, so every committed record survives SIGKILL,
+//! a segfault or the OOM killer; only a kernel crash loses what was not yet written back.
+//!
+//! The file grows in chunks of [`CHUNK_BYTES`]. The producer that first touches a chunk maps it
+//! (one `fallocate` and one `mmap`, once per 131,072 records) while holding a spin flag that only
+//! this slow path takes; the common path makes no system call and takes no lock. Space is
+//! reserved with `fallocate` before it is mapped, so a full disk ends recording (counted as lost)
+//! instead of raising SIGBUS in the traced program. Records past `trace_max` are dropped and
+//! counted in the header's `lost` counter.
+//!
+//! Nothing here allocates: the shim opens the trace inside the first intercepted CUDA call.
+
+use crate::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
+use core::cell::UnsafeCell;
+use core::ptr;
+use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering,
+};
+
+/// Bytes mapped at once. A multiple of every page size Linux uses (4 KiB to 64 KiB).
+pub const CHUNK_BYTES: u64 = 4 << 20;
+/// Chunks a trace may have: 16 GiB.
+pub const MAX_CHUNKS: usize = 4096;
+/// The smallest `trace_max` accepted: the header and one record.
+pub const MIN_TRACE_BYTES: u64 = (HEADER_SIZE + RECORD_SIZE) as u64;
+/// Longest trace path, including the terminating NUL.
+pub const PATH_CAP: usize = 4096;
+/// Streams the interning table can name; later streams are recorded as [`STREAM_OVERFLOW`].
+pub const STREAM_SLOTS: usize = 4096;
+pub const STREAM_OVERFLOW: u16 = u16::MAX;
+
+const CLOSED: u8 = 0;
+const OPENING: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+/// What a trace is opened with. Everything is borrowed; nothing is copied to the heap.
+pub struct OpenOptions<'a> {
+    /// NUL-free path of the file to create.
+    pub path: &'a [u8],
+    pub pid: u32,
+    pub rank: i32,
+    pub host: &'a [u8],
+    pub program: &'a [u8],
+    /// NUL-separated arguments, as in `/proc/self/cmdline`.
+    pub cmdline: &'a [u8],
+    pub trace_max: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpenError {
+    /// The trace is already open, or another thread is opening it.
+    Busy,
+    PathTooLong,
+    /// `open` failed with this errno (`EEXIST` when the file exists: traces are never reused).
+    Create(i32),
+    /// The first chunk could not be reserved or mapped.
+    Map(i32),
+}
+
+impl core::fmt::Display for OpenError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            OpenError::Busy => write!(f, "the trace is already open"),
+            OpenError::PathTooLong => write!(f, "the trace path is longer than {PATH_CAP} bytes"),
+            OpenError::Create(e) => write!(f, "cannot create the file: {}", errno_text(*e)),
+            OpenError::Map(e) => write!(f, "cannot reserve or map the file: {}", errno_text(*e)),
+        }
+    }
+}
+
+/// A short, static description of an errno value (no allocation, unlike `strerror_r` paths).
+pub fn errno_text(e: i32) -> &'static str {
+    match e {
+        libc::EEXIST => {
+            "it already exists (traces are never overwritten; remove it or pick another GPUSHIM_TRACE)"
+        }
+        libc::EACCES | libc::EPERM => "permission denied",
+        libc::ENOENT => "a directory in the path does not exist",
+        libc::ENOSPC => "no space left on the device",
+        libc::ELOOP => "the path is a symbolic link (refused)",
+        libc::EROFS => "read-only file system",
+        libc::ENOMEM => "out of memory",
+        libc::EDQUOT => "disk quota exceeded",
+        _ => "system error",
+    }
+}
+
+/// The trace writer. One static instance lives in the shim; tests make their own.
+pub struct Recorder {
+    state: AtomicU8,
+    fd: AtomicI32,
+    /// Chunk base addresses; chunk 0 holds the header.
+    chunks: [AtomicPtr<u8>; MAX_CHUNKS],
+    /// Records the file may hold (from `trace_max`, lowered when the disk fills up).
+    capacity: AtomicU64,
+    /// Bytes of the file reserved so far; only read and written under `growing`.
+    file_len: AtomicU64,
+    /// Taken by the one producer that maps a new chunk.
+    growing: AtomicBool,
+    /// Streams seen so far: slot `k` holds a stream handle, its index is `k + 1`.
+    streams: [AtomicU64; STREAM_SLOTS],
+    /// Next per-trace thread index.
+    threads: AtomicU32,
+    /// Bumped at every open, so threads know to announce themselves in a new file.
+    generation: AtomicU32,
+    path: UnsafeCell<[u8; PATH_CAP]>,
+    path_len: AtomicU32,
+    /// `CLOCK_MONOTONIC` at open; record times are ns since then.
+    origin_ns: AtomicU64,
+}
+
+// SAFETY: every field but `path` is atomic. `path` is written only by the thread that moved
+// `state` from CLOSED to OPENING, and read only after `state` was seen READY with Acquire, which
+// pairs with the Release store that published it.
+unsafe impl Sync for Recorder {}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Recorder {
+    pub const fn new() -> Recorder {
+        Recorder {
+            state: AtomicU8::new(CLOSED),
+            fd: AtomicI32::new(-1),
+            chunks: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS],
+            capacity: AtomicU64::new(0),
+            file_len: AtomicU64::new(0),
+            growing: AtomicBool::new(false),
+            streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
+            threads: AtomicU32::new(0),
+            generation: AtomicU32::new(0),
+            path: UnsafeCell::new([0; PATH_CAP]),
+            path_len: AtomicU32::new(0),
+            origin_ns: AtomicU64::new(0),
+        }
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.state.load(Ordering::Acquire) == READY
+    }
+
+    pub fn has_failed(&self) -> bool {
+        self.state.load(Ordering::Acquire) == FAILED
+    }
+
+    /// Nanoseconds since the trace's clock origin.
+    pub fn now_ns(&self) -> u64 {
+        clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(self.origin_ns.load(Ordering::Relaxed))
+    }
+
+    pub fn generation(&self) -> u32 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Marks the trace as unusable, so callers stop trying to open it.
+    pub fn fail(&self) {
+        self.state.store(FAILED, Ordering::Release);
+    }
+
+    /// Claims the right to open the trace. Exactly one caller gets `true`; it must then call
+    /// [`Recorder::open`] (which publishes READY or FAILED).
+    pub fn begin_open(&self) -> bool {
+        self.state
+            .compare_exchange(CLOSED, OPENING, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Creates the file (0600, `O_EXCL | O_NOFOLLOW`), writes the header and maps the first chunk.
+    /// The caller must have won [`Recorder::begin_open`].
+    pub fn open(&self, o: &OpenOptions<'_>) -> Result<(), OpenError> {
+        if self.state.load(Ordering::Relaxed) != OPENING {
+            return Err(OpenError::Busy);
+        }
+        let r = self.open_inner(o);
+        self.state
+            .store(if r.is_ok() { READY } else { FAILED }, Ordering::Release);
+        r
+    }
+
+    fn open_inner(&self, o: &OpenOptions<'_>) -> Result<(), OpenError> {
+        if o.path.len() >= PATH_CAP || o.path.contains(&0) {
+            return Err(OpenError::PathTooLong);
+        }
+        // SAFETY: we hold the OPENING state, so no other thread reads or writes `path` now.
+        let path = unsafe { &mut *self.path.get() };
+        path[..o.path.len()].copy_from_slice(o.path);
+        path[o.path.len()] = 0;
+        self.path_len.store(o.path.len() as u32, Ordering::Relaxed);
+
+        // SAFETY: `path` is NUL-terminated above; the flags create a new file or fail.
+        let fd = unsafe {
+            libc::open(
+                path.as_ptr().cast(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(OpenError::Create(last_errno()));
+        }
+        self.fd.store(fd, Ordering::Relaxed);
+        for c in &self.chunks {
+            c.store(ptr::null_mut(), Ordering::Relaxed);
+        }
+        for s in &self.streams {
+            s.store(0, Ordering::Relaxed);
+        }
+        self.threads.store(0, Ordering::Relaxed);
+        self.file_len.store(0, Ordering::Relaxed);
+        let max_records = (o.trace_max.saturating_sub(HEADER_SIZE as u64)) / RECORD_SIZE as u64;
+        let chunk_cap = (MAX_CHUNKS as u64 * CHUNK_BYTES - HEADER_SIZE as u64) / RECORD_SIZE as u64;
+        let capacity = max_records.min(chunk_cap);
+        self.capacity.store(capacity, Ordering::Relaxed);
+
+        let base = match self.map_chunk(0) {
+            Ok(b) => b,
+            Err(e) => {
+                // SAFETY: `fd` is ours and open; `path` is the file we just created.
+                unsafe {
+                    libc::close(fd);
+                    libc::unlink(path.as_ptr().cast());
+                }
+                return Err(OpenError::Map(e));
+            }
+        };
+        // SAFETY: chunk 0 is mapped read-write and at least HEADER_SIZE bytes long; no producer
+        // writes to the header before READY is published.
+        let origin = unsafe { write_header(base, o, capacity) };
+        self.origin_ns.store(origin, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// The path of the open trace (empty before it was opened).
+    pub fn path(&self) -> &[u8] {
+        if self.state.load(Ordering::Acquire) == CLOSED {
+            return &[];
+        }
+        let len = self.path_len.load(Ordering::Relaxed) as usize;
+        // SAFETY: the path was written before the state left OPENING (Release/Acquire above)
+        // and is never written again until a reset, which only happens in a forked child that
+        // has a single thread.
+        unsafe { &(&*self.path.get())[..len] }
+    }
+
+    fn header_word(&self, offset: usize) -> Option<&AtomicU64> {
+        let base = self.chunks[0].load(Ordering::Acquire);
+        if base.is_null() {
+            return None;
+        }
+        // SAFETY: chunk 0 stays mapped for the life of the trace; `offset` is one of the 8-byte
+        // aligned header fields, and the header is only accessed atomically after open.
+        Some(unsafe { AtomicU64::from_ptr(base.add(offset).cast()) })
+    }
+
+    /// Appends one record. Returns `false` when it was not written (not open, or lost: then it
+    /// is counted in the header). Lock-free; no system call except when a new chunk is mapped.
+    pub fn append(&self, rec: &Record) -> bool {
+        if self.state.load(Ordering::Acquire) != READY {
+            return false;
+        }
+        let Some(claimed) = self.header_word(header::CLAIMED) else {
+            return false;
+        };
+        let index = claimed.fetch_add(1, Ordering::Relaxed);
+        if index >= self.capacity.load(Ordering::Relaxed) {
+            self.count_lost(1);
+            return false;
+        }
+        let offset = HEADER_SIZE as u64 + index * RECORD_SIZE as u64;
+        let chunk = (offset / CHUNK_BYTES) as usize;
+        let mut base = self.chunks[chunk].load(Ordering::Acquire);
+        if base.is_null() {
+            base = match self.map_chunk(chunk) {
+                Ok(b) => b,
+                Err(_) => {
+                    self.count_lost(1);
+                    return false;
+                }
+            };
+        }
+        let mut body = [0u8; RECORD_SIZE];
+        rec.encode_body(&mut body);
+        let within = (offset % CHUNK_BYTES) as usize;
+        // SAFETY: `base` maps CHUNK_BYTES bytes of the file read-write, `within + RECORD_SIZE`
+        // fits in it (records are 32-byte aligned and chunks a multiple of 32), and index
+        // `index` was claimed by this call alone, so no other producer writes these bytes.
+        unsafe {
+            let dst = base.add(within);
+            ptr::copy_nonoverlapping(body.as_ptr().add(2), dst.add(2), RECORD_SIZE - 2);
+            // Release: a reader that sees the tag with Acquire also sees the body above.
+            AtomicU16::from_ptr(dst.cast()).store(format::commit_tag(index), Ordering::Release);
+        }
+        true
+    }
+
+    /// Counts records that could not be written.
+    pub fn count_lost(&self, n: u64) {
+        if let Some(lost) = self.header_word(header::LOST) {
+            lost.fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    pub fn claimed(&self) -> u64 {
+        self.header_word(header::CLAIMED)
+            .map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
+    pub fn lost(&self) -> u64 {
+        self.header_word(header::LOST)
+            .map_or(0, |w| w.load(Ordering::Relaxed))
+    }
+
+    /// Maps chunk `c`, growing the file first. Slow path: one producer at a time.
+    fn map_chunk(&self, c: usize) -> Result<*mut u8, i32> {
+        while self
+            .growing
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        let r = self.map_chunk_locked(c);
+        self.growing.store(false, Ordering::Release);
+        r
+    }
+
+    fn map_chunk_locked(&self, c: usize) -> Result<*mut u8, i32> {
+        let existing = self.chunks[c].load(Ordering::Acquire);
+        if !existing.is_null() {
+            return Ok(existing);
+        }
+        let fd = self.fd.load(Ordering::Relaxed);
+        let start = c as u64 * CHUNK_BYTES;
+        let end = start + CHUNK_BYTES;
+        if self.file_len.load(Ordering::Relaxed) < end {
+            // SAFETY: `fd` is the open trace; fallocate with mode 0 only ever grows the file.
+            let rc =
+                unsafe { libc::fallocate(fd, 0, start as libc::off_t, CHUNK_BYTES as libc::off_t) };
+            if rc != 0 {
+                let e = last_errno();
+                if e != libc::EOPNOTSUPP && e != libc::ENOSYS && e != libc::EINVAL {
+                    return Err(self.stop_growing_at(c, e));
+                }
+                // File systems without fallocate: a sparse extension. We hold `growing`, so the
+                // length only ever grows.
+                // SAFETY: as above; `end` is larger than the current length.
+                if unsafe { libc::ftruncate(fd, end as libc::off_t) } != 0 {
+                    return Err(self.stop_growing_at(c, last_errno()));
+                }
+            }
+            self.file_len.store(end, Ordering::Relaxed);
+        }
+        // SAFETY: maps CHUNK_BYTES of our own file at a page-aligned offset; the result is
+        // checked against MAP_FAILED.
+        let p = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                CHUNK_BYTES as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                start as libc::off_t,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(self.stop_growing_at(c, last_errno()));
+        }
+        let p = p.cast::<u8>();
+        self.chunks[c].store(p, Ordering::Release);
+        Ok(p)
+    }
+
+    /// The file cannot grow past chunk `c`: lower the capacity so later producers count their
+    /// records as lost without trying again.
+    fn stop_growing_at(&self, c: usize, errno: i32) -> i32 {
+        let cap =
+            ((c as u64 * CHUNK_BYTES).saturating_sub(HEADER_SIZE as u64)) / RECORD_SIZE as u64;
+        self.capacity.fetch_min(cap, Ordering::Relaxed);
+        if let Some(w) = self.header_word(header::CAPACITY) {
+            w.fetch_min(cap, Ordering::Relaxed);
+        }
+        errno
+    }
+
+    /// The interned index of a stream handle (0 for the null stream), and whether this call
+    /// interned it first (the caller then records the handle). Lock-free.
+    pub fn intern_stream(&self, handle: u64) -> (u16, bool) {
+        if handle == 0 {
+            return (0, false);
+        }
+        let start = (handle.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % STREAM_SLOTS;
+        for probe in 0..STREAM_SLOTS {
+            let k = (start + probe) % STREAM_SLOTS;
+            let slot = &self.streams[k];
+            match slot.compare_exchange(0, handle, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => return ((k + 1) as u16, true),
+                Err(h) if h == handle => return ((k + 1) as u16, false),
+                Err(_) => {}
+            }
+        }
+        (STREAM_OVERFLOW, false)
+    }
+
+    /// A fresh per-trace thread index.
+    pub fn next_thread_index(&self) -> u16 {
+        let n = self.threads.fetch_add(1, Ordering::Relaxed);
+        n.min(u16::MAX as u32) as u16
+    }
+
+    /// Marks the trace as cleanly closed. Producers may still append afterwards (atexit
+    /// handlers of other libraries can free memory): those records are still committed.
+    pub fn mark_clean_exit(&self) {
+        let base = self.chunks[0].load(Ordering::Acquire);
+        if base.is_null() {
+            return;
+        }
+        // SAFETY: the flags word is a 4-byte aligned header field of the mapped chunk 0.
+        let flags = unsafe { AtomicU32::from_ptr(base.add(header::FLAGS).cast()) };
+        flags.fetch_or(format::FLAG_CLEAN_EXIT, Ordering::Release);
+    }
+
+    /// In a forked child: forget the parent's trace without touching it, so the child writes
+    /// nothing into the parent's file and opens its own on its first event. Async-signal-safe:
+    /// only atomic stores and `close`.
+    pub fn forget_after_fork(&self) {
+        for c in &self.chunks {
+            c.store(ptr::null_mut(), Ordering::Relaxed);
+        }
+        let fd = self.fd.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: the descriptor was inherited from the parent and is ours to close; the
+            // parent's copy stays open.
+            unsafe { libc::close(fd) };
+        }
+        self.growing.store(false, Ordering::Relaxed);
+        self.state.store(CLOSED, Ordering::Release);
+    }
+}
+
+/// Writes the header; returns the monotonic clock origin it recorded.
+///
+/// # Safety
+/// `base` must point to at least HEADER_SIZE writable bytes that no other thread touches.
+unsafe fn write_header(base: *mut u8, o: &OpenOptions<'_>, capacity: u64) -> u64 {
+    // SAFETY: the caller guarantees HEADER_SIZE writable bytes at `base`.
+    let h = unsafe { core::slice::from_raw_parts_mut(base, HEADER_SIZE) };
+    let put =
+        |h: &mut [u8], off: usize, bytes: &[u8]| h[off..off + bytes.len()].copy_from_slice(bytes);
+    put(h, header::MAGIC, &format::MAGIC);
+    put(h, header::VERSION, &format::VERSION.to_le_bytes());
+    put(h, header::RECORD_SIZE, &(RECORD_SIZE as u32).to_le_bytes());
+    put(h, header::HEADER_SIZE, &(HEADER_SIZE as u32).to_le_bytes());
+    put(h, header::PID, &o.pid.to_le_bytes());
+    put(h, header::RANK, &o.rank.to_le_bytes());
+    put(
+        h,
+        header::START_REALTIME_NS,
+        &clock_ns(libc::CLOCK_REALTIME).to_le_bytes(),
+    );
+    let origin = clock_ns(libc::CLOCK_MONOTONIC);
+    put(h, header::START_MONOTONIC_NS, &origin.to_le_bytes());
+    put(h, header::CAPACITY, &capacity.to_le_bytes());
+    let clip = |b: &[u8], n: usize| b.len().min(n - 1);
+    let n = clip(o.host, header::HOST_LEN);
+    put(h, header::HOST, &o.host[..n]);
+    let n = clip(o.program, header::PROGRAM_LEN);
+    put(h, header::PROGRAM, &o.program[..n]);
+    let n = clip(o.cmdline, header::CMDLINE_LEN);
+    put(h, header::CMDLINE, &o.cmdline[..n]);
+    origin
+}
+
+/// Nanoseconds on `clock` (through the vDSO: no system call).
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+fn last_errno() -> i32 {
+    // SAFETY: __errno_location always returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// Expands a `GPUSHIM_TRACE` pattern into `out`: `%p` pid, `%h` host, `%r` rank, `%%` a percent
+/// sign. Returns the length written.
+pub fn expand_pattern(
+    pattern: &[u8],
+    pid: u32,
+    host: &[u8],
+    rank: i32,
+    out: &mut [u8],
+) -> Result<usize, PatternError> {
+    let mut w = 0usize;
+    let mut push = |w: &mut usize, b: &[u8]| -> Result<(), PatternError> {
+        if *w + b.len() >= out.len() {
+            return Err(PatternError::TooLong);
+        }
+        out[*w..*w + b.len()].copy_from_slice(b);
+        *w += b.len();
+        Ok(())
+    };
+    let mut num = [0u8; 24];
+    let mut i = 0;
+    while i < pattern.len() {
+        let b = pattern[i];
+        if b != b'%' {
+            push(&mut w, &[b])?;
+            i += 1;
+            continue;
+        }
+        match pattern.get(i + 1) {
+            Some(b'p') => push(&mut w, format_int(pid as i64, &mut num))?,
+            Some(b'h') => push(&mut w, host)?,
+            Some(b'r') => push(&mut w, format_int(rank.max(0) as i64, &mut num))?,
+            Some(b'%') => push(&mut w, b"%")?,
+            Some(&c) => return Err(PatternError::UnknownEscape(c)),
+            None => return Err(PatternError::TrailingPercent),
+        }
+        i += 2;
+    }
+    if w == 0 {
+        return Err(PatternError::Empty);
+    }
+    Ok(w)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PatternError {
+    UnknownEscape(u8),
+    TrailingPercent,
+    TooLong,
+    Empty,
+}
+
+impl core::fmt::Display for PatternError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            PatternError::UnknownEscape(c) => write!(
+                f,
+                "'%{}' is not a known escape (use %p pid, %h host, %r rank, %% percent)",
+                *c as char
+            ),
+            PatternError::TrailingPercent => {
+                write!(
+                    f,
+                    "the pattern ends in a lone '%' (write %% for a percent sign)"
+                )
+            }
+            PatternError::TooLong => write!(f, "the expanded path is longer than {PATH_CAP} bytes"),
+            PatternError::Empty => write!(f, "the pattern is empty"),
+        }
+    }
+}
+
+/// Formats `v` in decimal into `buf`, returning the digits.
+pub fn format_int(v: i64, buf: &mut [u8; 24]) -> &[u8] {
+    let neg = v < 0;
+    let mut u = v.unsigned_abs();
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (u % 10) as u8;
+        u /= 10;
+        if u == 0 {
+            break;
+        }
+    }
+    if neg {
+        i -= 1;
+        buf[i] = b'-';
+    }
+    &buf[i..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_expand_pid_host_rank_and_percent() {
+        let mut out = [0u8; 128];
+        let n = expand_pattern(b"/tmp/t.%h.%r.%p.%%", 4242, b"node7", 3, &mut out).unwrap();
+        assert_eq!(&out[..n], b"/tmp/t.node7.3.4242.%");
+    }
+
+    #[test]
+    fn bad_patterns_are_refused_with_a_reason() {
+        let mut out = [0u8; 16];
+        assert_eq!(
+            expand_pattern(b"t.%x", 1, b"h", 0, &mut out),
+            Err(PatternError::UnknownEscape(b'x'))
+        );
+        assert_eq!(
+            expand_pattern(b"t.%", 1, b"h", 0, &mut out),
+            Err(PatternError::TrailingPercent)
+        );
+        assert_eq!(
+            expand_pattern(b"a-very-long-file-name", 1, b"h", 0, &mut out),
+            Err(PatternError::TooLong)
+        );
+    }
+
+    #[test]
+    fn streams_intern_to_stable_distinct_indices() {
+        let r = Recorder::new();
+        assert_eq!(r.intern_stream(0), (0, false));
+        let (a, new_a) = r.intern_stream(0xdead_0000);
+        let (b, new_b) = r.intern_stream(0xbeef_0000);
+        assert!(new_a && new_b);
+        assert_ne!(a, b);
+        assert_eq!(r.intern_stream(0xdead_0000), (a, false));
+    }
+
+    #[test]
+    fn ints_format_in_decimal() {
+        let mut b = [0u8; 24];
+        assert_eq!(format_int(0, &mut b), b"0");
+        assert_eq!(format_int(-12, &mut b), b"-12");
+        assert_eq!(format_int(i64::MAX, &mut b), b"9223372036854775807");
+    }
+}

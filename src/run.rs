@@ -1,0 +1,149 @@
+//! `gpushim run -- CMD`: runs a command under the shim and reports where its traces are.
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const LIB_NAME: &str = "libgpushim.so";
+
+/// Finds `libgpushim.so`: the explicit path, `GPUSHIM_LIB`, then next to this executable and in
+/// `../lib` from it.
+pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(p) = explicit {
+        return if p.is_file() {
+            Ok(p.to_path_buf())
+        } else {
+            Err(format!("--lib {}: no such file", p.display()))
+        };
+    }
+    if let Some(p) = std::env::var_os("GPUSHIM_LIB") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("GPUSHIM_LIB={}: no such file", p.display()))
+        };
+    }
+    let exe = std::env::current_exe().map_err(|e| format!("cannot locate gpushim itself: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for cand in [dir.join(LIB_NAME), dir.join("../lib").join(LIB_NAME)] {
+        if cand.is_file() {
+            return Ok(cand.canonicalize().unwrap_or(cand));
+        }
+    }
+    Err(format!(
+        "cannot find {LIB_NAME} next to {} or in ../lib; build it with \
+         `cargo build --release -p gpushim-shim`, or pass --lib PATH",
+        dir.display()
+    ))
+}
+
+/// `LD_PRELOAD` with the shim first and whatever was preloaded before kept after it.
+pub fn preload_value(shim: &Path, existing: Option<OsString>) -> OsString {
+    let mut v = OsString::from(shim.as_os_str());
+    if let Some(e) = existing.filter(|e| !e.is_empty()) {
+        v.push(":");
+        v.push(e);
+    }
+    v
+}
+
+pub struct RunOutcome {
+    pub exit_code: i32,
+    pub traces: Vec<PathBuf>,
+}
+
+/// The directory a trace pattern writes into.
+fn trace_dir(pattern: Option<&str>) -> PathBuf {
+    match pattern.map(Path::new).and_then(Path::parent) {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+fn trace_files(dir: &Path) -> HashSet<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path())
+                .filter(|p| p.extension().is_some_and(|x| x == "trace") || is_gpushim_name(p))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn is_gpushim_name(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("gpushim-"))
+}
+
+pub fn run(
+    shim: &Path,
+    conf: Option<&str>,
+    trace: Option<&str>,
+    cmd: &[OsString],
+) -> Result<RunOutcome, String> {
+    let (prog, args) = cmd
+        .split_first()
+        .ok_or("nothing to run: give a command after --, as in `gpushim run -- python train.py`")?;
+    let dir = trace_dir(trace);
+    let before = trace_files(&dir);
+    let mut c = Command::new(prog);
+    c.args(args);
+    c.env(
+        "LD_PRELOAD",
+        preload_value(shim, std::env::var_os("LD_PRELOAD")),
+    );
+    if let Some(conf) = conf {
+        c.env("GPUSHIM_CONF", conf);
+    }
+    if let Some(t) = trace {
+        c.env("GPUSHIM_TRACE", t);
+    }
+    let status = c
+        .status()
+        .map_err(|e| format!("cannot run {}: {e}", Path::new(prog).display()))?;
+    let exit_code = match status.code() {
+        Some(c) => c,
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            128 + status.signal().unwrap_or(0)
+        }
+    };
+    let mut traces: Vec<PathBuf> = trace_files(&dir)
+        .difference(&before)
+        .filter(|p| {
+            std::fs::read(p)
+                .ok()
+                .is_some_and(|b| b.starts_with(&crate::format::MAGIC))
+        })
+        .cloned()
+        .collect();
+    traces.sort();
+    Ok(RunOutcome { exit_code, traces })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_existing_preload_is_kept_after_the_shim() {
+        let v = preload_value(Path::new("/x/libgpushim.so"), Some("/y/libfoo.so".into()));
+        assert_eq!(v, OsString::from("/x/libgpushim.so:/y/libfoo.so"));
+        let v = preload_value(Path::new("/x/libgpushim.so"), Some("".into()));
+        assert_eq!(v, OsString::from("/x/libgpushim.so"));
+    }
+
+    #[test]
+    fn traces_go_where_the_pattern_points() {
+        assert_eq!(
+            trace_dir(Some("/tmp/t/x.%p.trace")),
+            PathBuf::from("/tmp/t")
+        );
+        assert_eq!(trace_dir(Some("x.%p.trace")), PathBuf::from("."));
+        assert_eq!(trace_dir(None), PathBuf::from("."));
+    }
+}

@@ -1,0 +1,62 @@
+//! Formatting into a fixed stack buffer, for messages written where allocating is not allowed
+//! (inside `dlsym`, hooks, fork handlers).
+
+use core::fmt;
+
+/// A `fmt::Write` sink over a fixed array; text past its capacity is cut, never allocated.
+pub struct StackBuf<const N: usize> {
+    buf: [u8; N],
+    len: usize,
+}
+
+impl<const N: usize> Default for StackBuf<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<const N: usize> StackBuf<N> {
+    pub const fn new() -> Self {
+        StackBuf {
+            buf: [0; N],
+            len: 0,
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    pub fn push_bytes(&mut self, b: &[u8]) {
+        let n = b.len().min(N - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&b[..n]);
+        self.len += n;
+    }
+
+    /// Writes the buffer to standard error in one `write` call, so lines from several threads
+    /// do not interleave.
+    pub fn write_stderr(&self) {
+        // SAFETY: the pointer and length describe initialized bytes of `buf`.
+        unsafe { libc::write(2, self.buf.as_ptr().cast(), self.len) };
+    }
+}
+
+impl<const N: usize> fmt::Write for StackBuf<N> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push_bytes(s.as_bytes());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::fmt::Write;
+
+    #[test]
+    fn text_past_the_capacity_is_cut() {
+        let mut b = StackBuf::<8>::new();
+        write!(b, "{}-{}", 1234, 56789).unwrap();
+        assert_eq!(b.as_bytes(), b"1234-567");
+    }
+}

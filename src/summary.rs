@@ -1,0 +1,329 @@
+//! `gpushim summary`: calls, bytes and failures per API, peak live memory per device, and the
+//! health of the trace itself (torn, lost, truncated, damaged).
+
+use crate::format::{Record, RecordKind};
+use crate::reader::{DecodeStats, ReadError, TraceInfo, TraceReader};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ApiStats {
+    pub api: String,
+    pub calls: u64,
+    pub failed: u64,
+    /// Bytes obtained by the successful allocating calls.
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// CUDA device ordinal, or null when the shim could not tell.
+    pub device: Option<u8>,
+    pub peak_live_bytes: u64,
+    pub peak_time_ns: u64,
+    pub live_bytes_at_end: u64,
+    pub live_allocations_at_end: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceHealth {
+    pub committed: u64,
+    pub torn: u64,
+    pub lost: u64,
+    pub truncated: u64,
+    pub damage: Option<String>,
+    pub clean_exit: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub path: String,
+    pub program: String,
+    pub pid: u32,
+    pub host: String,
+    pub rank: Option<i32>,
+    pub duration_ns: u64,
+    pub events: u64,
+    pub apis: Vec<ApiStats>,
+    pub devices: Vec<DeviceStats>,
+    pub pinned_host_peak_bytes: u64,
+    /// Frees of pointers this trace never saw allocated (allocated before tracing, or by a
+    /// route the trace missed).
+    pub unmatched_frees: u64,
+    pub health: TraceHealth,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Space {
+    /// Device virtual addresses: cudaMalloc, async, managed, pitch.
+    Device,
+    Host,
+    /// VMM physical allocation handles.
+    Physical,
+}
+
+#[derive(Clone, Copy)]
+struct Live {
+    size: u64,
+    device: u8,
+}
+
+/// Replays allocations and frees to know what is live; shared by the reports.
+#[derive(Default)]
+pub struct LiveSet {
+    live: HashMap<(Space, u64), Live>,
+    device_live: BTreeMap<u8, (u64, u64, u64)>, // live, peak, peak time
+    host_live: u64,
+    host_peak: u64,
+    unmatched_frees: u64,
+}
+
+impl LiveSet {
+    pub fn apply(&mut self, r: &Record) {
+        if r.status != 0 {
+            return;
+        }
+        use RecordKind::*;
+        match r.kind {
+            Alloc | AllocAsync | ManagedAlloc if r.ptr != 0 => {
+                self.add(Space::Device, r.ptr, r.size, r.device, r.time_ns)
+            }
+            PhysCreate => self.add(Space::Physical, r.ptr, r.size, r.device, r.time_ns),
+            HostAlloc if r.ptr != 0 => self.add(Space::Host, r.ptr, r.size, r.device, r.time_ns),
+            Free | FreeAsync if r.ptr != 0 => self.remove(Space::Device, r.ptr),
+            PhysRelease => self.remove(Space::Physical, r.ptr),
+            HostFree if r.ptr != 0 => self.remove(Space::Host, r.ptr),
+            _ => {}
+        }
+    }
+
+    fn add(&mut self, space: Space, ptr: u64, size: u64, device: u8, t: u64) {
+        if let Some(old) = self.live.insert((space, ptr), Live { size, device }) {
+            // The previous owner of this address was freed by a route we did not see.
+            self.account(space, old.device, old.size, false, t);
+        }
+        self.account(space, device, size, true, t);
+    }
+
+    fn remove(&mut self, space: Space, ptr: u64) {
+        match self.live.remove(&(space, ptr)) {
+            Some(l) => self.account(space, l.device, l.size, false, 0),
+            None => self.unmatched_frees += 1,
+        }
+    }
+
+    fn account(&mut self, space: Space, device: u8, size: u64, add: bool, t: u64) {
+        if space == Space::Host {
+            if add {
+                self.host_live += size;
+                self.host_peak = self.host_peak.max(self.host_live);
+            } else {
+                self.host_live -= size;
+            }
+            return;
+        }
+        let d = self.device_live.entry(device).or_default();
+        if add {
+            d.0 += size;
+            if d.0 > d.1 {
+                d.1 = d.0;
+                d.2 = t;
+            }
+        } else {
+            d.0 -= size;
+        }
+    }
+}
+
+pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
+    let mut reader = TraceReader::open(path)?;
+    let info: TraceInfo = reader.info().clone();
+    let mut apis: BTreeMap<u8, ApiStats> = BTreeMap::new();
+    let mut live = LiveSet::default();
+    let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
+    let (mut first, mut last) = (u64::MAX, 0u64);
+    let mut events = 0u64;
+    for r in reader.by_ref() {
+        if r.kind == RecordKind::ThreadStart || r.kind == RecordKind::StreamName {
+            continue;
+        }
+        events += 1;
+        first = first.min(r.time_ns);
+        last = last.max(r.time_ns);
+        let a = apis.entry(r.api as u8).or_insert_with(|| ApiStats {
+            api: r.api.name().to_string(),
+            ..ApiStats::default()
+        });
+        a.calls += 1;
+        if r.status != 0 {
+            a.failed += 1;
+        } else if is_allocating(r.kind) {
+            a.bytes += r.size;
+        }
+        live.apply(&r);
+    }
+    for ((space, _), l) in &live.live {
+        if *space != Space::Host {
+            *allocs_at_end.entry(l.device).or_default() += 1;
+        }
+    }
+    let stats: DecodeStats = reader.stats().clone();
+    let devices = live
+        .device_live
+        .iter()
+        .map(|(&d, &(now, peak, t))| DeviceStats {
+            device: (d != crate::format::DEVICE_UNKNOWN).then_some(d),
+            peak_live_bytes: peak,
+            peak_time_ns: t,
+            live_bytes_at_end: now,
+            live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
+        })
+        .collect();
+    Ok(Summary {
+        path: info.path.display().to_string(),
+        program: info.program.clone(),
+        pid: info.pid,
+        host: info.host.clone(),
+        rank: (info.rank >= 0).then_some(info.rank),
+        duration_ns: if events > 0 { last - first } else { 0 },
+        events,
+        apis: apis.into_values().collect(),
+        devices,
+        pinned_host_peak_bytes: live.host_peak,
+        unmatched_frees: live.unmatched_frees,
+        health: TraceHealth {
+            committed: stats.committed,
+            torn: stats.torn,
+            lost: stats.lost,
+            truncated: stats.truncated,
+            damage: stats.damage.map(|d| {
+                format!(
+                    "offset {} (record {}): {}; {} later records not decoded",
+                    d.offset, d.index, d.reason, d.skipped
+                )
+            }),
+            clean_exit: info.clean_exit,
+        },
+    })
+}
+
+fn is_allocating(k: RecordKind) -> bool {
+    use RecordKind::*;
+    matches!(
+        k,
+        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve
+    )
+}
+
+/// `1.50 GiB`, `512 B`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+pub fn human_duration(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.2} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    }
+}
+
+impl Summary {
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let rank = self.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "{}: {} (pid {} on {}{rank})",
+            self.path, self.program, self.pid, self.host
+        );
+        let _ = writeln!(
+            o,
+            "{} events over {}",
+            self.events,
+            human_duration(self.duration_ns)
+        );
+        let _ = writeln!(o);
+        let _ = writeln!(
+            o,
+            "{:<30} {:>10} {:>8} {:>14}",
+            "API", "calls", "failed", "bytes"
+        );
+        for a in &self.apis {
+            let _ = writeln!(
+                o,
+                "{:<30} {:>10} {:>8} {:>14}",
+                a.api,
+                a.calls,
+                a.failed,
+                if a.bytes > 0 {
+                    human_bytes(a.bytes)
+                } else {
+                    "-".into()
+                }
+            );
+        }
+        let _ = writeln!(o);
+        for d in &self.devices {
+            let name = d
+                .device
+                .map(|d| format!("device {d}"))
+                .unwrap_or_else(|| "device ?".into());
+            let _ = writeln!(
+                o,
+                "{name}: peak live {} at {}, live at end {} in {} allocations",
+                human_bytes(d.peak_live_bytes),
+                human_duration(d.peak_time_ns),
+                human_bytes(d.live_bytes_at_end),
+                d.live_allocations_at_end
+            );
+        }
+        if self.pinned_host_peak_bytes > 0 {
+            let _ = writeln!(
+                o,
+                "pinned host memory: peak {}",
+                human_bytes(self.pinned_host_peak_bytes)
+            );
+        }
+        if self.unmatched_frees > 0 {
+            let _ = writeln!(
+                o,
+                "{} frees of pointers not allocated in this trace",
+                self.unmatched_frees
+            );
+        }
+        let h = &self.health;
+        let _ = writeln!(
+            o,
+            "trace: {} records, {} torn, {} lost, {} missing past the end of the file{}",
+            h.committed,
+            h.torn,
+            h.lost,
+            h.truncated,
+            if h.clean_exit {
+                ""
+            } else {
+                "; the process did not exit cleanly"
+            }
+        );
+        if let Some(d) = &h.damage {
+            let _ = writeln!(o, "damage: {d}");
+        }
+        o
+    }
+}
