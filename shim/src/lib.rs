@@ -1,1 +1,19 @@
-//! placeholder
+//! libgpushim.so: preloaded into a program, it intercepts every CUDA memory call by every route
+//! (exported symbols, `dlsym`, `cuGetProcAddress`, `cudaGetDriverEntryPoint`) and records it.
+//!
+//! The only code of gpushim that calls CUDA. Built with `panic = "abort"`; nothing on the hook
+//! paths can panic, and nothing reachable from `dlsym` or the constructor allocates or locks.
+
+mod driver;
+mod entry;
+mod ffi;
+mod guard;
+mod hook;
+mod real;
+mod runtime;
+mod state;
+mod symbols;
+mod trace;
+mod wrappers;
+
+mod dlsym;

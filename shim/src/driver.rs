@@ -1,0 +1,451 @@
+//! Hooks for the CUDA driver API (`libcuda`), each in two shells (see `hook::driver_hook`): the
+//! exported symbol and the wrapper that entry-point lookups hand out.
+
+use crate::ffi::{
+    CU_ERROR_NOT_INITIALIZED as MISSING, CU_MEM_LOCATION_TYPE_DEVICE, CuMemAllocationPropHead,
+};
+use crate::hook::{driver_hook, forward, out_ptr, out_u64, out_usize};
+use crate::symbols::Sym;
+use crate::trace::{self, driver_device};
+use core::ffi::c_void;
+use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
+
+type Stream = *mut c_void;
+
+driver_hook!(cuMemAlloc_v2 / proc_cuMemAlloc_v2 = CuMemAllocV2, CuMemAlloc
+    => mem_alloc(p: *mut u64, size: usize));
+driver_hook!(cuMemFree_v2 / proc_cuMemFree_v2 = CuMemFreeV2, CuMemFree => mem_free(p: u64));
+driver_hook!(cuMemAllocAsync / proc_cuMemAllocAsync = CuMemAllocAsync, CuMemAllocAsync
+    => mem_alloc_async(p: *mut u64, size: usize, s: Stream));
+driver_hook!(cuMemAllocAsync_ptsz / proc_cuMemAllocAsync_ptsz = CuMemAllocAsyncPtsz,
+    CuMemAllocAsyncPtsz => mem_alloc_async(p: *mut u64, size: usize, s: Stream));
+driver_hook!(cuMemFreeAsync / proc_cuMemFreeAsync = CuMemFreeAsync, CuMemFreeAsync
+    => mem_free_async(p: u64, s: Stream));
+driver_hook!(cuMemFreeAsync_ptsz / proc_cuMemFreeAsync_ptsz = CuMemFreeAsyncPtsz,
+    CuMemFreeAsyncPtsz => mem_free_async(p: u64, s: Stream));
+driver_hook!(cuMemAllocFromPoolAsync / proc_cuMemAllocFromPoolAsync = CuMemAllocFromPoolAsync,
+    CuMemAllocFromPoolAsync
+    => mem_alloc_from_pool(p: *mut u64, size: usize, pool: *mut c_void, s: Stream));
+driver_hook!(cuMemAllocFromPoolAsync_ptsz / proc_cuMemAllocFromPoolAsync_ptsz
+    = CuMemAllocFromPoolAsyncPtsz, CuMemAllocFromPoolAsyncPtsz
+    => mem_alloc_from_pool(p: *mut u64, size: usize, pool: *mut c_void, s: Stream));
+driver_hook!(cuMemAllocPitch_v2 / proc_cuMemAllocPitch_v2 = CuMemAllocPitchV2, CuMemAllocPitch
+    => mem_alloc_pitch(p: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32));
+driver_hook!(cuMemAllocManaged / proc_cuMemAllocManaged = CuMemAllocManaged, CuMemAllocManaged
+    => mem_alloc_managed(p: *mut u64, size: usize, flags: u32));
+driver_hook!(cuMemHostAlloc / proc_cuMemHostAlloc = CuMemHostAlloc, CuMemHostAlloc
+    => mem_host_alloc(p: *mut *mut c_void, size: usize, flags: u32));
+driver_hook!(cuMemFreeHost / proc_cuMemFreeHost = CuMemFreeHost, CuMemFreeHost
+    => mem_free_host(p: *mut c_void));
+driver_hook!(cuMemCreate / proc_cuMemCreate = CuMemCreate, CuMemCreate
+    => mem_create(h: *mut u64, size: usize, prop: *const CuMemAllocationPropHead, flags: u64));
+driver_hook!(cuMemRelease / proc_cuMemRelease = CuMemRelease, CuMemRelease
+    => mem_release(h: u64));
+driver_hook!(cuMemMap / proc_cuMemMap = CuMemMap, CuMemMap
+    => mem_map(p: u64, size: usize, offset: usize, h: u64, flags: u64));
+driver_hook!(cuMemUnmap / proc_cuMemUnmap = CuMemUnmap, CuMemUnmap
+    => mem_unmap(p: u64, size: usize));
+driver_hook!(cuMemAddressReserve / proc_cuMemAddressReserve = CuMemAddressReserve,
+    CuMemAddressReserve
+    => mem_address_reserve(p: *mut u64, size: usize, align: usize, addr: u64, flags: u64));
+driver_hook!(cuMemAddressFree / proc_cuMemAddressFree = CuMemAddressFree, CuMemAddressFree
+    => mem_address_free(p: u64, size: usize));
+driver_hook!(cuMemSetAccess / proc_cuMemSetAccess = CuMemSetAccess, CuMemSetAccess
+    => mem_set_access(p: u64, size: usize, desc: *const c_void, count: usize));
+driver_hook!(cuMemGetInfo_v2 / proc_cuMemGetInfo_v2 = CuMemGetInfoV2, CuMemGetInfo
+    => mem_get_info(free: *mut usize, total: *mut usize));
+
+unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_u64(p, rc) };
+            trace::record(
+                RecordKind::Alloc,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                driver_device(),
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
+    type F = unsafe extern "C" fn(u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p) };
+        if rec {
+            trace::record(RecordKind::Free, api, rc, p, 0, DEVICE_UNKNOWN, 0);
+        }
+        rc
+    })
+}
+
+unsafe fn mem_alloc_async(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut u64,
+    size: usize,
+    s: Stream,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, usize, Stream) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, s) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_u64(p, rc) };
+            let d = driver_device();
+            trace::record(
+                RecordKind::AllocAsync,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                d,
+                s as u64,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> i32 {
+    type F = unsafe extern "C" fn(u64, Stream) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, s) };
+        if rec {
+            trace::record(
+                RecordKind::FreeAsync,
+                api,
+                rc,
+                p,
+                0,
+                DEVICE_UNKNOWN,
+                s as u64,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn mem_alloc_from_pool(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut u64,
+    size: usize,
+    pool: *mut c_void,
+    s: Stream,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, usize, *mut c_void, Stream) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, pool, s) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_u64(p, rc) };
+            let d = driver_device();
+            trace::record(
+                RecordKind::AllocAsync,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                d,
+                s as u64,
+            );
+        }
+        rc
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn mem_alloc_pitch(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut u64,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+    elem: u32,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, u32) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, pitch, width, height, elem) };
+        if rec {
+            // SAFETY: both out-pointers were written by the successful call.
+            let (ptr, pitch) = unsafe { (out_u64(p, rc), out_usize(pitch, rc)) };
+            let size = pitch.saturating_mul(height as u64);
+            trace::record(RecordKind::Alloc, api, rc, ptr, size, driver_device(), 0);
+        }
+        rc
+    })
+}
+
+unsafe fn mem_alloc_managed(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut u64,
+    size: usize,
+    flags: u32,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, usize, u32) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, flags) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_u64(p, rc) };
+            let d = driver_device();
+            trace::record(RecordKind::ManagedAlloc, api, rc, ptr, size as u64, d, 0);
+        }
+        rc
+    })
+}
+
+unsafe fn mem_host_alloc(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    size: usize,
+    flags: u32,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, flags) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_ptr(p, rc) };
+            trace::record(
+                RecordKind::HostAlloc,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                DEVICE_UNKNOWN,
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn mem_free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
+    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p) };
+        if rec {
+            trace::record(
+                RecordKind::HostFree,
+                api,
+                rc,
+                p as u64,
+                0,
+                DEVICE_UNKNOWN,
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn mem_create(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    h: *mut u64,
+    size: usize,
+    prop: *const CuMemAllocationPropHead,
+    flags: u64,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, usize, *const CuMemAllocationPropHead, u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(h, size, prop, flags) };
+        if rec {
+            // SAFETY: `h` was written by the successful call; `prop` was read by it.
+            let handle = unsafe { out_u64(h, rc) };
+            let device = if rc == 0 && !prop.is_null() {
+                // SAFETY: the real call accepted `prop`, so it points to a valid struct.
+                let pr = unsafe { &*prop };
+                if pr.location_type == CU_MEM_LOCATION_TYPE_DEVICE
+                    && (0..255).contains(&pr.location_id)
+                {
+                    pr.location_id as u8
+                } else {
+                    DEVICE_UNKNOWN
+                }
+            } else {
+                DEVICE_UNKNOWN
+            };
+            trace::record(
+                RecordKind::PhysCreate,
+                api,
+                rc,
+                handle,
+                size as u64,
+                device,
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn mem_release(sym: Sym, real: usize, api: Api, h: u64) -> i32 {
+    type F = unsafe extern "C" fn(u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(h) };
+        if rec {
+            trace::record(RecordKind::PhysRelease, api, rc, h, 0, DEVICE_UNKNOWN, 0);
+        }
+        rc
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn mem_map(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: u64,
+    size: usize,
+    offset: usize,
+    h: u64,
+    flags: u64,
+) -> i32 {
+    type F = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, offset, h, flags) };
+        if rec {
+            trace::record(RecordKind::Map, api, rc, p, size as u64, DEVICE_UNKNOWN, 0);
+        }
+        rc
+    })
+}
+
+unsafe fn mem_unmap(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
+    type F = unsafe extern "C" fn(u64, usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size) };
+        if rec {
+            trace::record(
+                RecordKind::Unmap,
+                api,
+                rc,
+                p,
+                size as u64,
+                DEVICE_UNKNOWN,
+                0,
+            );
+        }
+        rc
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn mem_address_reserve(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut u64,
+    size: usize,
+    align: usize,
+    addr: u64,
+    flags: u64,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, align, addr, flags) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_u64(p, rc) };
+            let k = RecordKind::AddressReserve;
+            trace::record(k, api, rc, ptr, size as u64, DEVICE_UNKNOWN, 0);
+        }
+        rc
+    })
+}
+
+unsafe fn mem_address_free(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
+    type F = unsafe extern "C" fn(u64, usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size) };
+        if rec {
+            let k = RecordKind::AddressFree;
+            trace::record(k, api, rc, p, size as u64, DEVICE_UNKNOWN, 0);
+        }
+        rc
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn mem_set_access(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: u64,
+    size: usize,
+    desc: *const c_void,
+    count: usize,
+) -> i32 {
+    type F = unsafe extern "C" fn(u64, usize, *const c_void, usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, desc, count) };
+        if rec {
+            trace::record(
+                RecordKind::SetAccess,
+                api,
+                rc,
+                p,
+                size as u64,
+                DEVICE_UNKNOWN,
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn mem_get_info(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    free: *mut usize,
+    total: *mut usize,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(free, total) };
+        if rec {
+            // SAFETY: both out-pointers were written by the successful call.
+            let (fr, to) = unsafe { (out_usize(free, rc), out_usize(total, rc)) };
+            trace::record(RecordKind::MemInfo, api, rc, fr, to, driver_device(), 0);
+        }
+        rc
+    })
+}

@@ -1,0 +1,176 @@
+//! The driver entry-point lookups: `cuGetProcAddress{,_v2}` and
+//! `cudaGetDriverEntryPoint{,ByVersion}{,_ptsz}`. After the real lookup succeeded, a memory
+//! function whose ABI we know for the version and stream flavour asked for is handed out as our
+//! wrapper; anything else (unknown names, older or newer ABIs) is returned untouched.
+
+use crate::ffi::{
+    CU_ERROR_NOT_INITIALIZED, CUDA_ERROR_INSUFFICIENT_DRIVER, PROC_LEGACY_STREAM,
+    PROC_PER_THREAD_STREAM,
+};
+use crate::hook::driver_hook;
+use crate::symbols::{self, Sym};
+use crate::{real, state, wrappers};
+use core::ffi::{CStr, c_char, c_int, c_void};
+
+/// Replaces `*pfn` with our wrapper when the looked-up function is one we hook in exactly this
+/// ABI. Allocates nothing.
+///
+/// # Safety
+/// `symbol` must be null or NUL-terminated; `pfn` null or valid for reads and writes.
+unsafe fn wrap(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, per_thread: bool) {
+    if !state::enabled() || symbol.is_null() || pfn.is_null() {
+        return;
+    }
+    // SAFETY: the caller vouches for `pfn`.
+    let got = unsafe { *pfn } as usize;
+    if got == 0 || wrappers::is_ours(got) {
+        return;
+    }
+    // SAFETY: the caller vouches that `symbol` is NUL-terminated.
+    let name = unsafe { CStr::from_ptr(symbol) };
+    let Some(abi) = symbols::driver_entry(name).and_then(|e| e.abi(version, per_thread)) else {
+        return;
+    };
+    let Some(w) = wrappers::proc_wrapper(abi) else {
+        return;
+    };
+    if real::offer_proc(abi, got) {
+        // SAFETY: as above.
+        unsafe { *pfn = w as *mut c_void };
+    }
+}
+
+driver_hook!(cuGetProcAddress / proc_cuGetProcAddress = CuGetProcAddress, Shim
+    => get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64));
+driver_hook!(cuGetProcAddress_v2 / proc_cuGetProcAddress_v2 = CuGetProcAddressV2, Shim
+    => get_proc_address_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,
+        flags: u64, status: *mut c_int));
+
+unsafe fn get_proc_address(
+    sym: Sym,
+    real: usize,
+    _: gpushim_core::format::Api,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> i32 {
+    type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> i32;
+    // SAFETY: resolved for this symbol, whose ABI is F.
+    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
+        return state::missing(sym, CU_ERROR_NOT_INITIALIZED);
+    };
+    // SAFETY: the caller's arguments, unchanged.
+    let rc = unsafe { f(symbol, pfn, version, flags) };
+    if rc == 0 {
+        // SAFETY: the real lookup accepted these pointers.
+        unsafe { wrap(symbol, pfn, version, flags & PROC_PER_THREAD_STREAM != 0) };
+    }
+    rc
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn get_proc_address_v2(
+    sym: Sym,
+    real: usize,
+    _: gpushim_core::format::Api,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> i32 {
+    type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> i32;
+    // SAFETY: resolved for this symbol, whose ABI is F.
+    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
+        return state::missing(sym, CU_ERROR_NOT_INITIALIZED);
+    };
+    // SAFETY: the caller's arguments, unchanged.
+    let rc = unsafe { f(symbol, pfn, version, flags, status) };
+    if rc == 0 {
+        // SAFETY: the real lookup accepted these pointers.
+        unsafe { wrap(symbol, pfn, version, flags & PROC_PER_THREAD_STREAM != 0) };
+    }
+    rc
+}
+
+/// The runtime's stream flavour for a lookup: per-thread when asked for, or by default from the
+/// `_ptsz` entry point (what `--default-stream per-thread` code calls).
+fn runtime_per_thread(flags: u64, ptsz_entry: bool) -> bool {
+    flags & PROC_PER_THREAD_STREAM != 0 || (ptsz_entry && flags & PROC_LEGACY_STREAM == 0)
+}
+
+/// The CUDA version `cudaGetDriverEntryPoint` looks symbols up for: the runtime's own.
+fn runtime_version() -> i32 {
+    type F = unsafe extern "C" fn(*mut c_int) -> i32;
+    // SAFETY: resolved for cudaRuntimeGetVersion, whose ABI is F.
+    let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::CudaRuntimeGetVersion)) }) else {
+        return 0;
+    };
+    let mut v: c_int = 0;
+    // SAFETY: `v` is a valid out-pointer.
+    if unsafe { f(&mut v) } == 0 { v } else { 0 }
+}
+
+macro_rules! entry_point {
+    ($export:ident = $sym:ident, ptsz: $ptsz:literal) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $export(
+            symbol: *const c_char,
+            func: *mut *mut c_void,
+            flags: u64,
+            status: *mut c_int,
+        ) -> i32 {
+            type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, u64, *mut c_int) -> i32;
+            // SAFETY: resolved for this symbol, whose ABI is F.
+            let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::$sym)) }) else {
+                return state::missing(Sym::$sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
+            };
+            // SAFETY: the caller's arguments, unchanged.
+            let rc = unsafe { f(symbol, func, flags, status) };
+            if rc == 0 {
+                let per_thread = runtime_per_thread(flags, $ptsz);
+                // SAFETY: the real lookup accepted these pointers.
+                unsafe { wrap(symbol, func, runtime_version(), per_thread) };
+            }
+            rc
+        }
+    };
+}
+
+macro_rules! entry_point_by_version {
+    ($export:ident = $sym:ident, ptsz: $ptsz:literal) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $export(
+            symbol: *const c_char,
+            func: *mut *mut c_void,
+            version: u32,
+            flags: u64,
+            status: *mut c_int,
+        ) -> i32 {
+            type F =
+                unsafe extern "C" fn(*const c_char, *mut *mut c_void, u32, u64, *mut c_int) -> i32;
+            // SAFETY: resolved for this symbol, whose ABI is F.
+            let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::$sym)) }) else {
+                return state::missing(Sym::$sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
+            };
+            // SAFETY: the caller's arguments, unchanged.
+            let rc = unsafe { f(symbol, func, version, flags, status) };
+            if rc == 0 {
+                let per_thread = runtime_per_thread(flags, $ptsz);
+                let version = i32::try_from(version).unwrap_or(i32::MAX);
+                // SAFETY: the real lookup accepted these pointers.
+                unsafe { wrap(symbol, func, version, per_thread) };
+            }
+            rc
+        }
+    };
+}
+
+entry_point!(cudaGetDriverEntryPoint = CudaGetDriverEntryPoint, ptsz: false);
+entry_point!(cudaGetDriverEntryPoint_ptsz = CudaGetDriverEntryPointPtsz, ptsz: true);
+entry_point_by_version!(cudaGetDriverEntryPointByVersion = CudaGetDriverEntryPointByVersion, ptsz: false);
+entry_point_by_version!(
+    cudaGetDriverEntryPointByVersion_ptsz = CudaGetDriverEntryPointByVersionPtsz,
+    ptsz: true
+);

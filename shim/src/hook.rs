@@ -1,0 +1,110 @@
+//! What every hook shares: find the real function, enter the re-entrancy guard, call, record.
+
+use core::ffi::c_void;
+
+/// Forwards to the real function at address `$real`, resolved for `$sym` whose ABI is `$fty`.
+/// Inside `$body`, `$f` is the function and `$rec` says whether to record this call. When the
+/// real function cannot be found, says so once and returns `$missing`.
+macro_rules! forward {
+    ($sym:expr, $real:expr, $missing:expr, $fty:ty, |$f:ident, $rec:ident| $body:block) => {{
+        // SAFETY: `$real` was resolved for `$sym`, whose ABI is `$fty`.
+        match unsafe { $crate::real::as_fn::<$fty>($real) } {
+            None => $crate::state::missing($sym, $missing),
+            Some($f) => {
+                let guard = $crate::guard::Guard::enter();
+                let $rec = guard.records();
+                $body
+            }
+        }
+    }};
+}
+pub(crate) use forward;
+
+/// An exported runtime hook: `$export` forwards to `$imp` with the real function it resolved.
+macro_rules! runtime_hook {
+    ($export:ident = $sym:ident, $api:ident => $imp:ident($($a:ident: $t:ty),*)) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $export($($a: $t),*) -> i32 {
+            // SAFETY: the caller's arguments go unchanged to the real function of this ABI.
+            unsafe {
+                $imp(
+                    Sym::$sym,
+                    $crate::real::exported(Sym::$sym),
+                    gpushim_core::format::Api::$api,
+                    $($a),*
+                )
+            }
+        }
+    };
+}
+pub(crate) use runtime_hook;
+
+/// A driver hook in two shells: `$export`, the exported symbol (and `dlsym` answer), and
+/// `$proc`, the wrapper handed out by entry-point lookups, which forwards to the pointer that
+/// lookup returned.
+macro_rules! driver_hook {
+    ($export:ident / $proc:ident = $sym:ident, $api:ident => $imp:ident($($a:ident: $t:ty),*)) => {
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $export($($a: $t),*) -> i32 {
+            // SAFETY: the caller's arguments go unchanged to the real function of this ABI.
+            unsafe {
+                $imp(
+                    Sym::$sym,
+                    $crate::real::exported(Sym::$sym),
+                    gpushim_core::format::Api::$api,
+                    $($a),*
+                )
+            }
+        }
+
+        #[allow(non_snake_case)]
+        pub unsafe extern "C" fn $proc($($a: $t),*) -> i32 {
+            // SAFETY: as above, with the function the entry-point lookup returned.
+            unsafe {
+                $imp(
+                    Sym::$sym,
+                    $crate::real::proc(Sym::$sym),
+                    gpushim_core::format::Api::$api,
+                    $($a),*
+                )
+            }
+        }
+    };
+}
+pub(crate) use driver_hook;
+
+/// The pointer a successful call stored through `out`, or 0.
+///
+/// # Safety
+/// `out` must be null or valid for reads when `rc` is 0.
+pub unsafe fn out_ptr(out: *mut *mut c_void, rc: i32) -> u64 {
+    if rc != 0 || out.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller guarantees `out` is readable after a successful call.
+    unsafe { *out as u64 }
+}
+
+/// The device pointer a successful driver call stored through `out`, or 0.
+///
+/// # Safety
+/// `out` must be null or valid for reads when `rc` is 0.
+pub unsafe fn out_u64(out: *mut u64, rc: i32) -> u64 {
+    if rc != 0 || out.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller guarantees `out` is readable after a successful call.
+    unsafe { *out }
+}
+
+/// The `usize` a successful call stored through `out`, or 0.
+///
+/// # Safety
+/// `out` must be null or valid for reads when `rc` is 0.
+pub unsafe fn out_usize(out: *mut usize, rc: i32) -> u64 {
+    if rc != 0 || out.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller guarantees `out` is readable after a successful call.
+    unsafe { *out as u64 }
+}

@@ -1,0 +1,132 @@
+//! Finding the real CUDA functions behind our hooks.
+//!
+//! Two tables of addresses, filled lazily and never cleared:
+//! - `EXPORTED[sym]`: what our exported symbol and our `dlsym` answers forward to. Found with
+//!   `dlsym(RTLD_NEXT, name)`, else through `dlopen(soname, RTLD_NOLOAD)` of the already loaded
+//!   library (it was loaded `RTLD_LOCAL`, as Python extension modules are), else taken from the
+//!   handle a `dlsym` caller used.
+//! - `PROC[sym]`: what the wrappers handed out by `cuGetProcAddress` and
+//!   `cudaGetDriverEntryPoint` forward to: exactly the pointer the real lookup returned.
+//!
+//! Nothing here allocates or locks: every entry is one atomic word set with compare-and-swap.
+
+use crate::symbols::{SYM_COUNT, Sym};
+use core::ffi::{CStr, c_char, c_void};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+pub type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// glibc's `dlsym`, found with `dlvsym` so that our own `dlsym` is never called by mistake.
+/// Read by the `dlsym` trampoline in assembly.
+pub static REAL_DLSYM: AtomicUsize = AtomicUsize::new(0);
+
+static EXPORTED: [AtomicUsize; SYM_COUNT] = [const { AtomicUsize::new(0) }; SYM_COUNT];
+static PROC: [AtomicUsize; SYM_COUNT] = [const { AtomicUsize::new(0) }; SYM_COUNT];
+
+#[cfg(target_arch = "x86_64")]
+const DLSYM_VERSIONS: &[&CStr] = &[c"GLIBC_2.2.5", c"GLIBC_2.34"];
+#[cfg(target_arch = "aarch64")]
+const DLSYM_VERSIONS: &[&CStr] = &[c"GLIBC_2.17", c"GLIBC_2.34"];
+
+/// glibc's `dlsym`. Resolved once; safe to call from a constructor or from inside `dlsym`.
+pub fn real_dlsym() -> Option<DlsymFn> {
+    let mut p = REAL_DLSYM.load(Ordering::Acquire);
+    if p == 0 {
+        for v in DLSYM_VERSIONS {
+            // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated names; it does not allocate on
+            // success, and the oldest version (tried first) exists in every glibc.
+            let q = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
+            if !q.is_null() {
+                p = q as usize;
+                break;
+            }
+        }
+        if p == 0 {
+            return None;
+        }
+        REAL_DLSYM.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is glibc's dlsym, whose ABI is DlsymFn.
+    Some(unsafe { core::mem::transmute::<usize, DlsymFn>(p) })
+}
+
+/// The real function behind an exported hook, or 0 when it cannot be found.
+pub fn exported(sym: Sym) -> usize {
+    let p = EXPORTED[sym as usize].load(Ordering::Acquire);
+    if p != 0 {
+        return p;
+    }
+    resolve_exported(sym)
+}
+
+#[cold]
+fn resolve_exported(sym: Sym) -> usize {
+    let Some(dlsym) = real_dlsym() else {
+        return 0;
+    };
+    let name = sym.c_name().as_ptr();
+    // SAFETY: glibc's dlsym called from this library, so RTLD_NEXT means "after gpushim".
+    let mut p = unsafe { dlsym(libc::RTLD_NEXT, name) } as usize;
+    if p == 0 || crate::wrappers::is_ours(p) {
+        p = 0;
+        for soname in sym.lib().sonames() {
+            // SAFETY: RTLD_NOLOAD only returns a library that is already loaded; dlclose drops
+            // the reference this call added, and the library stays loaded for its other users.
+            unsafe {
+                let h = libc::dlopen(soname.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
+                if h.is_null() {
+                    continue;
+                }
+                let q = dlsym(h, name) as usize;
+                libc::dlclose(h);
+                if q != 0 && !crate::wrappers::is_ours(q) {
+                    p = q;
+                    break;
+                }
+            }
+        }
+    }
+    if p == 0 {
+        return 0;
+    }
+    offer_exported(sym, p)
+}
+
+/// Records `p` as the real function of `sym` unless one is known already; returns the one in
+/// use.
+pub fn offer_exported(sym: Sym, p: usize) -> usize {
+    match EXPORTED[sym as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => p,
+        Err(existing) => existing,
+    }
+}
+
+/// The real function behind a wrapper handed out by a driver entry-point lookup.
+pub fn proc(sym: Sym) -> usize {
+    PROC[sym as usize].load(Ordering::Acquire)
+}
+
+/// Takes `p`, just returned by a real entry-point lookup for `sym`, as the function our wrapper
+/// will call. Refused (`false`) when the wrapper already forwards to a different function: the
+/// caller then gets the real pointer untouched, never a wrapper that calls something else.
+pub fn offer_proc(sym: Sym, p: usize) -> bool {
+    match PROC[sym as usize].compare_exchange(0, p, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => true,
+        Err(existing) => existing == p,
+    }
+}
+
+/// Casts a resolved address to the function type of the symbol it was resolved for.
+///
+/// # Safety
+/// `addr` must be 0 or the address of a function whose ABI is `F`, and `F` must be a function
+/// pointer type.
+pub unsafe fn as_fn<F: Copy>(addr: usize) -> Option<F> {
+    const { assert!(core::mem::size_of::<F>() == core::mem::size_of::<usize>()) };
+    if addr == 0 {
+        None
+    } else {
+        // SAFETY: sizes match (checked at compile time); the caller vouches for the ABI.
+        Some(unsafe { core::mem::transmute_copy::<usize, F>(&addr) })
+    }
+}

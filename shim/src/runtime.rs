@@ -1,0 +1,317 @@
+//! Hooks for the CUDA runtime API (`libcudart`). Each forwards to the real function and records
+//! one event; results and out-pointers are exactly the real function's.
+
+use crate::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
+use crate::hook::{forward, out_ptr, out_usize, runtime_hook};
+use crate::symbols::Sym;
+use crate::trace::{self, runtime_device};
+use core::ffi::c_void;
+use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
+
+type Stream = *mut c_void;
+
+runtime_hook!(cudaMalloc = CudaMalloc, CudaMalloc => malloc(p: *mut *mut c_void, size: usize));
+runtime_hook!(cudaFree = CudaFree, CudaFree => free(p: *mut c_void));
+runtime_hook!(cudaMallocAsync = CudaMallocAsync, CudaMallocAsync
+    => malloc_async(p: *mut *mut c_void, size: usize, s: Stream));
+runtime_hook!(cudaMallocAsync_ptsz = CudaMallocAsyncPtsz, CudaMallocAsyncPtsz
+    => malloc_async(p: *mut *mut c_void, size: usize, s: Stream));
+runtime_hook!(cudaFreeAsync = CudaFreeAsync, CudaFreeAsync => free_async(p: *mut c_void, s: Stream));
+runtime_hook!(cudaFreeAsync_ptsz = CudaFreeAsyncPtsz, CudaFreeAsyncPtsz
+    => free_async(p: *mut c_void, s: Stream));
+runtime_hook!(cudaMallocFromPoolAsync = CudaMallocFromPoolAsync, CudaMallocFromPoolAsync
+    => malloc_from_pool(p: *mut *mut c_void, size: usize, pool: *mut c_void, s: Stream));
+runtime_hook!(cudaMallocFromPoolAsync_ptsz = CudaMallocFromPoolAsyncPtsz, CudaMallocFromPoolAsyncPtsz
+    => malloc_from_pool(p: *mut *mut c_void, size: usize, pool: *mut c_void, s: Stream));
+runtime_hook!(cudaMallocManaged = CudaMallocManaged, CudaMallocManaged
+    => malloc_managed(p: *mut *mut c_void, size: usize, flags: u32));
+runtime_hook!(cudaMallocHost = CudaMallocHost, CudaMallocHost
+    => malloc_host(p: *mut *mut c_void, size: usize));
+runtime_hook!(cudaHostAlloc = CudaHostAlloc, CudaHostAlloc
+    => host_alloc(p: *mut *mut c_void, size: usize, flags: u32));
+runtime_hook!(cudaFreeHost = CudaFreeHost, CudaFreeHost => free_host(p: *mut c_void));
+runtime_hook!(cudaMallocPitch = CudaMallocPitch, CudaMallocPitch
+    => malloc_pitch(p: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize));
+runtime_hook!(cudaMalloc3D = CudaMalloc3D, CudaMalloc3D
+    => malloc_3d(p: *mut CudaPitchedPtr, extent: CudaExtent));
+runtime_hook!(cudaMemGetInfo = CudaMemGetInfo, CudaMemGetInfo
+    => mem_get_info(free: *mut usize, total: *mut usize));
+
+unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usize) -> i32 {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_ptr(p, rc) };
+            trace::record(
+                RecordKind::Alloc,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                runtime_device(),
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn free(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
+    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p) };
+        if rec {
+            trace::record(RecordKind::Free, api, rc, p as u64, 0, DEVICE_UNKNOWN, 0);
+        }
+        rc
+    })
+}
+
+unsafe fn malloc_async(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    size: usize,
+    s: Stream,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, s) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_ptr(p, rc) };
+            let d = runtime_device();
+            trace::record(
+                RecordKind::AllocAsync,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                d,
+                s as u64,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream) -> i32 {
+    type F = unsafe extern "C" fn(*mut c_void, Stream) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, s) };
+        if rec {
+            trace::record(
+                RecordKind::FreeAsync,
+                api,
+                rc,
+                p as u64,
+                0,
+                DEVICE_UNKNOWN,
+                s as u64,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn malloc_from_pool(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    size: usize,
+    pool: *mut c_void,
+    s: Stream,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize, *mut c_void, Stream) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, pool, s) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_ptr(p, rc) };
+            let d = runtime_device();
+            trace::record(
+                RecordKind::AllocAsync,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                d,
+                s as u64,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn malloc_managed(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    size: usize,
+    flags: u32,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, flags) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_ptr(p, rc) };
+            let d = runtime_device();
+            trace::record(RecordKind::ManagedAlloc, api, rc, ptr, size as u64, d, 0);
+        }
+        rc
+    })
+}
+
+unsafe fn malloc_host(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usize) -> i32 {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_ptr(p, rc) };
+            trace::record(
+                RecordKind::HostAlloc,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                DEVICE_UNKNOWN,
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn host_alloc(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    size: usize,
+    flags: u32,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, size, flags) };
+        if rec {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_ptr(p, rc) };
+            trace::record(
+                RecordKind::HostAlloc,
+                api,
+                rc,
+                ptr,
+                size as u64,
+                DEVICE_UNKNOWN,
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
+    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p) };
+        if rec {
+            trace::record(
+                RecordKind::HostFree,
+                api,
+                rc,
+                p as u64,
+                0,
+                DEVICE_UNKNOWN,
+                0,
+            );
+        }
+        rc
+    })
+}
+
+unsafe fn malloc_pitch(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    pitch: *mut usize,
+    width: usize,
+    height: usize,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut *mut c_void, *mut usize, usize, usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, pitch, width, height) };
+        if rec {
+            // SAFETY: both out-pointers were written by the successful call.
+            let (ptr, pitch) = unsafe { (out_ptr(p, rc), out_usize(pitch, rc)) };
+            let size = pitch.saturating_mul(height as u64);
+            trace::record(RecordKind::Alloc, api, rc, ptr, size, runtime_device(), 0);
+        }
+        rc
+    })
+}
+
+unsafe fn malloc_3d(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut CudaPitchedPtr,
+    extent: CudaExtent,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut CudaPitchedPtr, CudaExtent) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(p, extent) };
+        if rec {
+            let (ptr, size) = if rc == 0 && !p.is_null() {
+                // SAFETY: the successful call filled `*p`.
+                let pp = unsafe { &*p };
+                let size = (pp.pitch as u64)
+                    .saturating_mul(extent.height as u64)
+                    .saturating_mul(extent.depth as u64);
+                (pp.ptr as u64, size)
+            } else {
+                (0, 0)
+            };
+            trace::record(RecordKind::Alloc, api, rc, ptr, size, runtime_device(), 0);
+        }
+        rc
+    })
+}
+
+unsafe fn mem_get_info(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    free: *mut usize,
+    total: *mut usize,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(free, total) };
+        if rec {
+            // SAFETY: both out-pointers were written by the successful call.
+            let (fr, to) = unsafe { (out_usize(free, rc), out_usize(total, rc)) };
+            trace::record(RecordKind::MemInfo, api, rc, fr, to, runtime_device(), 0);
+        }
+        rc
+    })
+}

@@ -1,0 +1,142 @@
+//! Process-wide settings, read once: the off switch and the configuration.
+
+use crate::symbols::Sym;
+use core::cell::UnsafeCell;
+use core::ffi::{CStr, c_char};
+use core::fmt::Write as _;
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use gpushim_core::config::{self, Conf, Pool};
+use gpushim_core::stackfmt::StackBuf;
+
+const UNKNOWN: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+
+static ENABLED: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Reads an environment variable without allocating.
+pub fn env(name: &CStr) -> Option<&'static CStr> {
+    // SAFETY: getenv with a NUL-terminated name; the result points into the environment, which
+    // lives for the process (we never call setenv).
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: getenv returns a NUL-terminated string.
+        Some(unsafe { CStr::from_ptr(p as *const c_char) })
+    }
+}
+
+/// `false` when `GPUSHIM_DISABLE` is set to anything but `0` or empty: then every hook only
+/// forwards, `dlsym` and the entry-point lookups hand out the real functions, and nothing is
+/// written. Safe inside `dlsym` and constructors: no allocation, no lock.
+pub fn enabled() -> bool {
+    match ENABLED.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let off = env(c"GPUSHIM_DISABLE").is_some_and(|v| {
+                let v = v.to_bytes();
+                !v.is_empty() && v != b"0"
+            });
+            ENABLED.store(if off { OFF } else { ON }, Ordering::Relaxed);
+            !off
+        }
+    }
+}
+
+struct ConfCell(UnsafeCell<Conf>);
+// SAFETY: written once by the thread that moves CONF_STATE from 0 to 1, read only after
+// CONF_STATE is 2 (Release/Acquire).
+unsafe impl Sync for ConfCell {}
+
+static CONF: ConfCell = ConfCell(UnsafeCell::new(Conf {
+    pool: Pool::Off,
+    round_divisions: 0,
+    max_split: u64::MAX,
+    release: u64::MAX,
+    limit: 0,
+    trace_max: 16 * config::GIB,
+    when_full: config::WhenFull::Drop,
+}));
+static CONF_STATE: AtomicU8 = AtomicU8::new(0);
+
+/// The configuration from `GPUSHIM_CONF`, parsed on first use. A bad value prints one line
+/// naming the key and what it accepts, and the defaults apply.
+pub fn conf() -> Conf {
+    loop {
+        match CONF_STATE.compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire) {
+            Ok(_) => {
+                let c = read_conf();
+                // SAFETY: we won the 0 -> 1 transition; nobody reads CONF before state 2.
+                unsafe { *CONF.0.get() = c };
+                CONF_STATE.store(2, Ordering::Release);
+                return c;
+            }
+            Err(2) => {
+                // SAFETY: state 2 was published with Release after the write.
+                return unsafe { *CONF.0.get() };
+            }
+            Err(_) => core::hint::spin_loop(),
+        }
+    }
+}
+
+fn read_conf() -> Conf {
+    let Some(text) = env(c"GPUSHIM_CONF") else {
+        return Conf::default();
+    };
+    let Ok(text) = text.to_str() else {
+        say(format_args!(
+            "GPUSHIM_CONF is not valid UTF-8; using the defaults"
+        ));
+        return Conf::default();
+    };
+    let (mut c, err) = config::parse(text);
+    if let Some(e) = err {
+        say(format_args!("GPUSHIM_CONF: {e}; using the defaults"));
+    }
+    if c.pool != Pool::Off {
+        say(format_args!(
+            "pool:{} is not built yet; running pool:off (every call passes through and is recorded)",
+            c.pool.name()
+        ));
+        c.pool = Pool::Off;
+    }
+    c
+}
+
+/// One line on stderr, prefixed `gpushim: `, written in one call, without allocating.
+pub fn say(args: core::fmt::Arguments<'_>) {
+    let mut b = StackBuf::<1024>::new();
+    let _ = b.write_str("gpushim: ");
+    let _ = b.write_fmt(args);
+    b.push_bytes(b"\n");
+    b.write_stderr();
+}
+
+static MISSING_SAID: AtomicBool = AtomicBool::new(false);
+
+/// A hook whose real function cannot be found: say so once, and fail the call with `code`.
+#[cold]
+pub fn missing(sym: Sym, code: i32) -> i32 {
+    if !MISSING_SAID.swap(true, Ordering::Relaxed) {
+        say(format_args!(
+            "cannot find the real {} (is the CUDA library loaded?); returning error {code}",
+            sym.c_name().to_str().unwrap_or("function")
+        ));
+    }
+    code
+}
+
+/// Runs when the library is loaded, before `main`: resolve glibc's `dlsym` (so the `dlsym`
+/// trampoline can forward `RTLD_NEXT` with the caller's address intact) and read the off
+/// switch. Allocates nothing.
+extern "C" fn constructor() {
+    let _ = crate::real::real_dlsym();
+    let _ = enabled();
+}
+
+#[used]
+#[unsafe(link_section = ".init_array")]
+static CONSTRUCTOR: extern "C" fn() = constructor;

@@ -1,0 +1,224 @@
+//! Every CUDA function the shim resolves, hooks or hands out, named once.
+
+use core::ffi::CStr;
+
+/// Which library a real function lives in, to find it when `RTLD_NEXT` cannot (the library was
+/// loaded `RTLD_LOCAL`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Lib {
+    Runtime,
+    Driver,
+}
+
+impl Lib {
+    pub const fn sonames(self) -> &'static [&'static CStr] {
+        match self {
+            Lib::Runtime => &[
+                c"libcudart.so.13",
+                c"libcudart.so.12",
+                c"libcudart.so.11.0",
+                c"libcudart.so",
+            ],
+            Lib::Driver => &[c"libcuda.so.1", c"libcuda.so"],
+        }
+    }
+}
+
+macro_rules! symbols {
+    ($($var:ident = $name:literal in $lib:ident,)*) => {
+        /// A real CUDA function, by its exported (ABI-exact) name.
+        #[derive(Clone, Copy, PartialEq, Eq, Debug)]
+        #[repr(usize)]
+        pub enum Sym { $($var,)* }
+
+        pub const SYM_COUNT: usize = [$(Sym::$var,)*].len();
+
+        impl Sym {
+            pub const fn c_name(self) -> &'static CStr {
+                match self { $(Sym::$var => $name,)* }
+            }
+
+            pub const fn lib(self) -> Lib {
+                match self { $(Sym::$var => Lib::$lib,)* }
+            }
+        }
+    };
+}
+
+symbols! {
+    CudaMalloc = c"cudaMalloc" in Runtime,
+    CudaFree = c"cudaFree" in Runtime,
+    CudaMallocAsync = c"cudaMallocAsync" in Runtime,
+    CudaMallocAsyncPtsz = c"cudaMallocAsync_ptsz" in Runtime,
+    CudaFreeAsync = c"cudaFreeAsync" in Runtime,
+    CudaFreeAsyncPtsz = c"cudaFreeAsync_ptsz" in Runtime,
+    CudaMallocFromPoolAsync = c"cudaMallocFromPoolAsync" in Runtime,
+    CudaMallocFromPoolAsyncPtsz = c"cudaMallocFromPoolAsync_ptsz" in Runtime,
+    CudaMallocManaged = c"cudaMallocManaged" in Runtime,
+    CudaMallocHost = c"cudaMallocHost" in Runtime,
+    CudaHostAlloc = c"cudaHostAlloc" in Runtime,
+    CudaFreeHost = c"cudaFreeHost" in Runtime,
+    CudaMallocPitch = c"cudaMallocPitch" in Runtime,
+    CudaMalloc3D = c"cudaMalloc3D" in Runtime,
+    CudaMemGetInfo = c"cudaMemGetInfo" in Runtime,
+    CudaGetDriverEntryPoint = c"cudaGetDriverEntryPoint" in Runtime,
+    CudaGetDriverEntryPointPtsz = c"cudaGetDriverEntryPoint_ptsz" in Runtime,
+    CudaGetDriverEntryPointByVersion = c"cudaGetDriverEntryPointByVersion" in Runtime,
+    CudaGetDriverEntryPointByVersionPtsz = c"cudaGetDriverEntryPointByVersion_ptsz" in Runtime,
+    // Resolved, not hooked.
+    CudaGetDevice = c"cudaGetDevice" in Runtime,
+    CudaRuntimeGetVersion = c"cudaRuntimeGetVersion" in Runtime,
+
+    CuMemAllocV2 = c"cuMemAlloc_v2" in Driver,
+    CuMemFreeV2 = c"cuMemFree_v2" in Driver,
+    CuMemAllocAsync = c"cuMemAllocAsync" in Driver,
+    CuMemAllocAsyncPtsz = c"cuMemAllocAsync_ptsz" in Driver,
+    CuMemFreeAsync = c"cuMemFreeAsync" in Driver,
+    CuMemFreeAsyncPtsz = c"cuMemFreeAsync_ptsz" in Driver,
+    CuMemAllocFromPoolAsync = c"cuMemAllocFromPoolAsync" in Driver,
+    CuMemAllocFromPoolAsyncPtsz = c"cuMemAllocFromPoolAsync_ptsz" in Driver,
+    CuMemAllocPitchV2 = c"cuMemAllocPitch_v2" in Driver,
+    CuMemAllocManaged = c"cuMemAllocManaged" in Driver,
+    CuMemHostAlloc = c"cuMemHostAlloc" in Driver,
+    CuMemFreeHost = c"cuMemFreeHost" in Driver,
+    CuMemCreate = c"cuMemCreate" in Driver,
+    CuMemRelease = c"cuMemRelease" in Driver,
+    CuMemMap = c"cuMemMap" in Driver,
+    CuMemUnmap = c"cuMemUnmap" in Driver,
+    CuMemAddressReserve = c"cuMemAddressReserve" in Driver,
+    CuMemAddressFree = c"cuMemAddressFree" in Driver,
+    CuMemSetAccess = c"cuMemSetAccess" in Driver,
+    CuMemGetInfoV2 = c"cuMemGetInfo_v2" in Driver,
+    CuGetProcAddress = c"cuGetProcAddress" in Driver,
+    CuGetProcAddressV2 = c"cuGetProcAddress_v2" in Driver,
+    // Resolved, not hooked.
+    CuCtxGetDevice = c"cuCtxGetDevice" in Driver,
+}
+
+/// How `cuGetProcAddress` names a driver function (its base name), from which CUDA version the
+/// ABI we wrap is the one returned, and which of our symbols is that ABI (legacy and
+/// per-thread-default-stream variants).
+pub struct DriverEntry {
+    pub base: &'static CStr,
+    pub since: i32,
+    pub legacy: Sym,
+    pub per_thread: Sym,
+}
+
+/// Versions at or past this one may return an ABI we have not seen; those pass through.
+pub const FIRST_UNKNOWN_VERSION: i32 = 14000;
+
+const fn entry(base: &'static CStr, since: i32, legacy: Sym, per_thread: Sym) -> DriverEntry {
+    DriverEntry {
+        base,
+        since,
+        legacy,
+        per_thread,
+    }
+}
+
+pub const DRIVER_ENTRIES: &[DriverEntry] = &[
+    entry(c"cuMemAlloc", 3020, Sym::CuMemAllocV2, Sym::CuMemAllocV2),
+    entry(c"cuMemFree", 3020, Sym::CuMemFreeV2, Sym::CuMemFreeV2),
+    entry(
+        c"cuMemAllocPitch",
+        3020,
+        Sym::CuMemAllocPitchV2,
+        Sym::CuMemAllocPitchV2,
+    ),
+    entry(
+        c"cuMemGetInfo",
+        3020,
+        Sym::CuMemGetInfoV2,
+        Sym::CuMemGetInfoV2,
+    ),
+    entry(
+        c"cuMemAllocManaged",
+        6000,
+        Sym::CuMemAllocManaged,
+        Sym::CuMemAllocManaged,
+    ),
+    entry(
+        c"cuMemHostAlloc",
+        2020,
+        Sym::CuMemHostAlloc,
+        Sym::CuMemHostAlloc,
+    ),
+    entry(
+        c"cuMemFreeHost",
+        2000,
+        Sym::CuMemFreeHost,
+        Sym::CuMemFreeHost,
+    ),
+    entry(
+        c"cuMemAllocAsync",
+        11020,
+        Sym::CuMemAllocAsync,
+        Sym::CuMemAllocAsyncPtsz,
+    ),
+    entry(
+        c"cuMemFreeAsync",
+        11020,
+        Sym::CuMemFreeAsync,
+        Sym::CuMemFreeAsyncPtsz,
+    ),
+    entry(
+        c"cuMemAllocFromPoolAsync",
+        11020,
+        Sym::CuMemAllocFromPoolAsync,
+        Sym::CuMemAllocFromPoolAsyncPtsz,
+    ),
+    entry(c"cuMemCreate", 10020, Sym::CuMemCreate, Sym::CuMemCreate),
+    entry(c"cuMemRelease", 10020, Sym::CuMemRelease, Sym::CuMemRelease),
+    entry(c"cuMemMap", 10020, Sym::CuMemMap, Sym::CuMemMap),
+    entry(c"cuMemUnmap", 10020, Sym::CuMemUnmap, Sym::CuMemUnmap),
+    entry(
+        c"cuMemAddressReserve",
+        10020,
+        Sym::CuMemAddressReserve,
+        Sym::CuMemAddressReserve,
+    ),
+    entry(
+        c"cuMemAddressFree",
+        10020,
+        Sym::CuMemAddressFree,
+        Sym::CuMemAddressFree,
+    ),
+    entry(
+        c"cuMemSetAccess",
+        10020,
+        Sym::CuMemSetAccess,
+        Sym::CuMemSetAccess,
+    ),
+    // cuGetProcAddress: the v1 ABI below 12.0, the v2 ABI (with symbolStatus) from 12.0.
+    entry(
+        c"cuGetProcAddress",
+        11030,
+        Sym::CuGetProcAddress,
+        Sym::CuGetProcAddress,
+    ),
+];
+
+impl DriverEntry {
+    /// The ABI a lookup of this entry returns for `version` and the stream flavour asked for,
+    /// or `None` when it is one we do not wrap.
+    pub fn abi(&self, version: i32, per_thread: bool) -> Option<Sym> {
+        if version < self.since || version >= FIRST_UNKNOWN_VERSION {
+            return None;
+        }
+        if self.legacy == Sym::CuGetProcAddress && version >= 12000 {
+            return Some(Sym::CuGetProcAddressV2);
+        }
+        Some(if per_thread {
+            self.per_thread
+        } else {
+            self.legacy
+        })
+    }
+}
+
+/// Finds a driver entry by the name given to `cuGetProcAddress`. No allocation.
+pub fn driver_entry(name: &CStr) -> Option<&'static DriverEntry> {
+    let name = name.to_bytes();
+    DRIVER_ENTRIES.iter().find(|e| e.base.to_bytes() == name)
+}

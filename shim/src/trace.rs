@@ -1,0 +1,293 @@
+//! Recording from the hooks: the process's trace, opened on its first CUDA memory call.
+
+use crate::real;
+use crate::state::{self, env, say};
+use crate::symbols::Sym;
+use core::cell::Cell;
+use core::ffi::c_int;
+use core::sync::atomic::{AtomicBool, Ordering};
+use gpushim_core::format::{self, Api, Record, RecordKind};
+use gpushim_core::recorder::{self, OpenOptions, PATH_CAP, Recorder};
+
+pub static RECORDER: Recorder = Recorder::new();
+
+thread_local! {
+    /// (trace generation, thread index in that trace). No destructor, const-initialized.
+    static THREAD: Cell<(u32, u16)> = const { Cell::new((0, 0)) };
+}
+
+/// Appends one record, opening the trace first if this is the process's first event.
+pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: u8, stream: u64) {
+    if !ensure_open() {
+        return;
+    }
+    let thread = thread_index();
+    let mut stream_index = 0;
+    if stream != 0 {
+        let (i, new) = RECORDER.intern_stream(stream);
+        if new {
+            append(
+                RecordKind::StreamName,
+                Api::Shim,
+                0,
+                stream,
+                u64::from(i),
+                0,
+                thread,
+                0,
+            );
+        }
+        stream_index = i;
+    }
+    append(kind, api, rc, ptr, size, device, thread, stream_index);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn append(
+    kind: RecordKind,
+    api: Api,
+    rc: i32,
+    ptr: u64,
+    size: u64,
+    device: u8,
+    thread: u16,
+    stream: u16,
+) {
+    RECORDER.append(&Record {
+        kind,
+        api,
+        device,
+        status: format::status_byte(rc),
+        thread,
+        time_ns: RECORDER.now_ns(),
+        ptr,
+        size,
+        stream,
+    });
+}
+
+fn thread_index() -> u16 {
+    let generation = RECORDER.generation();
+    let (g, i) = THREAD.try_with(|t| t.get()).unwrap_or((0, u16::MAX));
+    if g == generation {
+        return i;
+    }
+    let i = RECORDER.next_thread_index();
+    let _ = THREAD.try_with(|t| t.set((generation, i)));
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() } as u64;
+    append(
+        RecordKind::ThreadStart,
+        Api::Shim,
+        0,
+        tid,
+        u64::from(i),
+        0,
+        i,
+        0,
+    );
+    i
+}
+
+/// The device the calling thread's runtime is on, or `DEVICE_UNKNOWN`.
+pub fn runtime_device() -> u8 {
+    type F = unsafe extern "C" fn(*mut c_int) -> i32;
+    // SAFETY: resolved for cudaGetDevice, whose ABI is F.
+    let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::CudaGetDevice)) }) else {
+        return format::DEVICE_UNKNOWN;
+    };
+    let mut d: c_int = 0;
+    // SAFETY: `d` is a valid out-pointer.
+    if unsafe { f(&mut d) } == 0 && (0..255).contains(&d) {
+        d as u8
+    } else {
+        format::DEVICE_UNKNOWN
+    }
+}
+
+/// The device of the calling thread's current driver context, or `DEVICE_UNKNOWN`.
+pub fn driver_device() -> u8 {
+    type F = unsafe extern "C" fn(*mut c_int) -> i32;
+    // SAFETY: resolved for cuCtxGetDevice, whose ABI is F.
+    let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::CuCtxGetDevice)) }) else {
+        return format::DEVICE_UNKNOWN;
+    };
+    let mut d: c_int = 0;
+    // SAFETY: `d` is a valid out-pointer.
+    if unsafe { f(&mut d) } == 0 && (0..255).contains(&d) {
+        d as u8
+    } else {
+        format::DEVICE_UNKNOWN
+    }
+}
+
+/// Whether the trace is open, opening it if nobody has yet.
+fn ensure_open() -> bool {
+    if RECORDER.is_ready() {
+        return true;
+    }
+    if RECORDER.has_failed() {
+        return false;
+    }
+    if RECORDER.begin_open() {
+        open_trace();
+        return RECORDER.is_ready();
+    }
+    // Another thread is opening it: wait, briefly (opening is a few system calls).
+    for _ in 0..100_000 {
+        if RECORDER.is_ready() {
+            return true;
+        }
+        if RECORDER.has_failed() {
+            return false;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+    false
+}
+
+static REGISTERED: AtomicBool = AtomicBool::new(false);
+
+#[cold]
+fn open_trace() {
+    let pattern = env(c"GPUSHIM_TRACE").map(|p| p.to_bytes());
+    if pattern == Some(b"off") {
+        RECORDER.fail();
+        return;
+    }
+    let conf = state::conf();
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() } as u32;
+    let mut host = [0u8; 64];
+    // SAFETY: the buffer is 64 bytes and we pass one less, so it stays NUL-terminated.
+    unsafe { libc::gethostname(host.as_mut_ptr().cast(), host.len() - 1) };
+    let host_len = host.iter().position(|&b| b == 0).unwrap_or(0);
+    let host = &host[..host_len];
+    let rank = rank();
+    let mut cmdline = [0u8; 2048];
+    let cmd_len = read_cmdline(&mut cmdline);
+    let cmdline = &cmdline[..cmd_len];
+    let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or(b"");
+    let program = argv0.rsplit(|&b| b == b'/').next().unwrap_or(b"");
+    let program = if program.is_empty() {
+        b"process"
+    } else {
+        program
+    };
+
+    let mut path = [0u8; PATH_CAP];
+    let mut len = 0;
+    if let Some(p) = pattern.filter(|p| !p.is_empty()) {
+        match recorder::expand_pattern(p, pid, host, rank, &mut path) {
+            Ok(n) => len = n,
+            Err(e) => say(format_args!(
+                "GPUSHIM_TRACE: {e}; writing to the default gpushim-PROGRAM.PID.trace"
+            )),
+        }
+    }
+    if len == 0 {
+        len = default_path(program, pid, &mut path);
+    }
+    let opts = OpenOptions {
+        path: &path[..len],
+        pid,
+        rank,
+        host,
+        program,
+        cmdline,
+        trace_max: conf.trace_max,
+    };
+    if let Err(e) = RECORDER.open(&opts) {
+        say(format_args!(
+            "cannot write the trace {}: {e}; recording is off for this process",
+            core::str::from_utf8(&path[..len]).unwrap_or("(path)")
+        ));
+        return;
+    }
+    if !REGISTERED.swap(true, Ordering::Relaxed) {
+        // SAFETY: both handlers are plain functions that live as long as the process (the
+        // library is linked with -z nodelete).
+        unsafe {
+            libc::atexit(at_exit);
+            libc::pthread_atfork(None, None, Some(in_child));
+        }
+    }
+}
+
+fn default_path(program: &[u8], pid: u32, out: &mut [u8; PATH_CAP]) -> usize {
+    let mut num = [0u8; 24];
+    let parts: [&[u8]; 5] = [
+        b"gpushim-",
+        program,
+        b".",
+        recorder::format_int(i64::from(pid), &mut num),
+        b".trace",
+    ];
+    let mut n = 0;
+    for p in parts {
+        let k = p.len().min(out.len() - 1 - n);
+        out[n..n + k].copy_from_slice(&p[..k]);
+        n += k;
+    }
+    n
+}
+
+/// `RANK`, else `LOCAL_RANK`, else -1.
+fn rank() -> i32 {
+    for var in [c"RANK", c"LOCAL_RANK"] {
+        if let Some(v) = env(var)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+        {
+            return v;
+        }
+    }
+    -1
+}
+
+fn read_cmdline(buf: &mut [u8]) -> usize {
+    // SAFETY: plain open/read/close on a NUL-terminated path into our own buffer.
+    unsafe {
+        let fd = libc::open(
+            c"/proc/self/cmdline".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return 0;
+        }
+        let mut n = 0usize;
+        while n < buf.len() {
+            let r = libc::read(fd, buf.as_mut_ptr().add(n).cast(), buf.len() - n);
+            if r <= 0 {
+                break;
+            }
+            n += r as usize;
+        }
+        libc::close(fd);
+        n
+    }
+}
+
+extern "C" fn at_exit() {
+    if !RECORDER.is_ready() {
+        return;
+    }
+    RECORDER.mark_clean_exit();
+    let path = core::str::from_utf8(RECORDER.path()).unwrap_or("(path)");
+    let lost = RECORDER.lost();
+    if lost > 0 {
+        say(format_args!(
+            "trace written to {path} ({} records claimed, {lost} lost: raise trace_max)",
+            RECORDER.claimed()
+        ));
+    } else {
+        say(format_args!("trace written to {path}"));
+    }
+}
+
+/// In a forked child: never write into the parent's file. A child that makes a CUDA memory
+/// call opens a trace of its own (its own pid); one that does not leaves no file.
+extern "C" fn in_child() {
+    RECORDER.forget_after_fork();
+}

@@ -1,0 +1,225 @@
+//! Shared by the integration tests: builds the CUDA simulator and the C clients (once per test
+//! binary), finds libgpushim.so, runs clients with or without the shim, decodes traces.
+
+#![allow(dead_code)]
+
+use gpushim::format::{Record, RecordKind};
+use gpushim::reader::{DecodeStats, TraceReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// `target/debug` (or wherever this test binary's profile directory is).
+fn profile_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("test binary lives in <profile>/deps")
+        .to_path_buf()
+}
+
+/// The shim under test: `$GPUSHIM_LIB`, else `libgpushim.so` of this build profile.
+pub fn shim() -> PathBuf {
+    if let Some(p) = std::env::var_os("GPUSHIM_LIB") {
+        return PathBuf::from(p);
+    }
+    let p = profile_dir().join("libgpushim.so");
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first with `cargo build -p gpushim-shim` \
+         (scripts/test.sh does), or set GPUSHIM_LIB",
+        p.display()
+    );
+    p
+}
+
+/// The `gpushim` command of this build.
+pub fn gpushim_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_gpushim"))
+}
+
+/// A fresh directory for one test.
+pub fn tempdir(name: &str) -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{}-{}-{}",
+        name,
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn cc(args: &[&str]) {
+    let out = Command::new("cc")
+        .args(args)
+        .output()
+        .expect("a C compiler (cc) is needed to build the CUDA simulator");
+    assert!(
+        out.status.success(),
+        "cc {}\n{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+pub struct Sim {
+    /// Holds libcuda.so.1, libcudart.so.13 and the client programs.
+    pub dir: PathBuf,
+}
+
+impl Sim {
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+}
+
+/// Builds the simulator and the clients once per test binary.
+pub fn sim() -> &'static Sim {
+    static SIM: OnceLock<Sim> = OnceLock::new();
+    SIM.get_or_init(|| {
+        let dir = tempdir("sim");
+        let d = dir.to_str().unwrap().to_string();
+        let src = repo().join("tests");
+        let s = |p: &str| src.join(p).to_str().unwrap().to_string();
+        let inc = format!("-I{}", s("sim"));
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-o",
+            &format!("{d}/libcuda.so.1"),
+            "-Wl,-soname,libcuda.so.1",
+            "-Wl,-Bsymbolic",
+            &s("sim/cuda_sim.c"),
+            "-lpthread",
+        ]);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-Wall",
+            "-Werror",
+            "-o",
+            &format!("{d}/libcudart.so.13"),
+            "-Wl,-soname,libcudart.so.13",
+            "-Wl,-Bsymbolic",
+            &format!("-Wl,--version-script={}", s("sim/cudart.map")),
+            &s("sim/cudart_sim.c"),
+            "-ldl",
+            "-lpthread",
+        ]);
+        std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
+        std::os::unix::fs::symlink("libcudart.so.13", dir.join("libcudart.so")).unwrap();
+        let link = ["-L", &d, "-lcudart", "-lcuda", "-ldl"];
+        for client in ["coverage", "conformance", "entry_points", "runtime_route"] {
+            let mut args = vec!["-O1", "-Wall", &inc, "-o"];
+            let out = format!("{d}/{client}");
+            let file = s(&format!("clients/{client}.c"));
+            args.push(&out);
+            args.push(&file);
+            args.extend_from_slice(&link);
+            cc(&args);
+        }
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            &inc,
+            "-o",
+            &format!("{d}/liblocal.so"),
+            &s("clients/local_lib.c"),
+            "-L",
+            &d,
+            "-lcudart",
+        ]);
+        cc(&[
+            "-O1",
+            "-o",
+            &format!("{d}/load_local"),
+            &s("clients/load_local.c"),
+            "-ldl",
+        ]);
+        Sim { dir }
+    })
+}
+
+/// How to run a client.
+#[derive(Default)]
+pub struct Run<'a> {
+    pub preload: bool,
+    /// Trace path (sets GPUSHIM_TRACE).
+    pub trace: Option<&'a Path>,
+    pub env: Vec<(&'a str, String)>,
+    pub args: Vec<String>,
+}
+
+pub fn run(program: &Path, opts: Run<'_>) -> Output {
+    let sim = sim();
+    let mut c = Command::new(program);
+    c.args(&opts.args)
+        .env("LD_LIBRARY_PATH", &sim.dir)
+        .env_remove("GPUSHIM_CONF")
+        .env_remove("GPUSHIM_DISABLE")
+        .env_remove("GPUSHIM_TRACE")
+        .env_remove("LD_PRELOAD");
+    if opts.preload {
+        c.env("LD_PRELOAD", shim());
+    }
+    if let Some(t) = opts.trace {
+        c.env("GPUSHIM_TRACE", t);
+    }
+    for (k, v) in &opts.env {
+        c.env(k, v);
+    }
+    c.output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[track_caller]
+pub fn assert_ok(o: &Output) {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+}
+
+pub fn decode(path: &Path) -> (Vec<Record>, DecodeStats) {
+    let mut r = TraceReader::open(path)
+        .unwrap_or_else(|e| panic!("cannot open trace {}: {e}", path.display()));
+    let records: Vec<Record> = r.by_ref().collect();
+    (records, r.stats().clone())
+}
+
+/// The records that stand for application calls (not thread or stream announcements).
+pub fn calls(records: &[Record]) -> Vec<Record> {
+    records
+        .iter()
+        .filter(|r| !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName))
+        .copied()
+        .collect()
+}
+
+pub fn api_names(records: &[Record]) -> Vec<&'static str> {
+    calls(records).iter().map(|r| r.api.name()).collect()
+}

@@ -1,0 +1,456 @@
+/* libcuda.so.1 for machines without a GPU: "device" memory lives on the host.
+ *
+ * Return codes follow ../../../shared/CUDA-FACTS.md. Memory is limited by GPUSHIM_SIM_MEMORY
+ * (bytes, default 16 GiB: past it allocations fail with CUDA_ERROR_OUT_OF_MEMORY), each
+ * allocating or freeing call sleeps GPUSHIM_SIM_LATENCY_US microseconds (default 0), and
+ * GPUSHIM_SIM_DEVICES sets the device count (default 1). VMM physical memory is a memfd, so a
+ * mapping really aliases the memory it maps.
+ *
+ * Test-only entry points: simCallCount(name) counts calls per function, simRealAddress(name)
+ * gives this library's own address of a function whatever any interposer answers. */
+#define _GNU_SOURCE
+#include "cuda_sim.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXPORT __attribute__((visibility("default")))
+
+enum {
+    CUDA_SUCCESS = 0,
+    CUDA_ERROR_INVALID_VALUE = 1,
+    CUDA_ERROR_OUT_OF_MEMORY = 2,
+    CUDA_ERROR_INVALID_DEVICE = 101,
+    CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_NOT_FOUND = 500,
+};
+
+enum { KIND_DEVICE = 1, KIND_HOST = 2, KIND_MANAGED = 3 };
+
+struct block { uint64_t base, size; int kind; int device; int mmapped; };
+struct phys { int fd; size_t size; int device; };
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct block *blocks;
+static size_t nblocks, cap_blocks;
+static uint64_t used_bytes;
+static uint64_t limit_bytes;
+static unsigned latency_us;
+static int ndevices = 1;
+static __thread int current_device = 0;
+static int configured;
+
+static void configure_locked(void) {
+    if (configured) return;
+    configured = 1;
+    const char *m = getenv("GPUSHIM_SIM_MEMORY");
+    limit_bytes = m ? strtoull(m, NULL, 0) : (16ull << 30);
+    const char *l = getenv("GPUSHIM_SIM_LATENCY_US");
+    latency_us = l ? (unsigned)strtoul(l, NULL, 0) : 0;
+    const char *d = getenv("GPUSHIM_SIM_DEVICES");
+    ndevices = d ? atoi(d) : 1;
+    if (ndevices < 1) ndevices = 1;
+}
+
+static void configure(void) {
+    pthread_mutex_lock(&mu);
+    configure_locked();
+    pthread_mutex_unlock(&mu);
+}
+
+static void delay(void) {
+    if (latency_us) {
+        struct timespec ts = { latency_us / 1000000, (long)(latency_us % 1000000) * 1000 };
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- call counting ---- */
+#define MAX_COUNTED 64
+static struct { const char *name; atomic_long n; } counts[MAX_COUNTED];
+static atomic_int ncounts;
+
+static void count_call(const char *name) {
+    int n = atomic_load(&ncounts);
+    for (int i = 0; i < n; i++)
+        if (counts[i].name == name) { atomic_fetch_add(&counts[i].n, 1); return; }
+    pthread_mutex_lock(&mu);
+    n = atomic_load(&ncounts);
+    for (int i = 0; i < n; i++)
+        if (counts[i].name == name) { pthread_mutex_unlock(&mu); atomic_fetch_add(&counts[i].n, 1); return; }
+    if (n < MAX_COUNTED) {
+        counts[n].name = name;
+        atomic_store(&counts[n].n, 1);
+        atomic_store(&ncounts, n + 1);
+    }
+    pthread_mutex_unlock(&mu);
+}
+#define COUNT() count_call(__func__)
+
+EXPORT long simCallCount(const char *name) {
+    int n = atomic_load(&ncounts);
+    for (int i = 0; i < n; i++)
+        if (strcmp(counts[i].name, name) == 0) return atomic_load(&counts[i].n);
+    return 0;
+}
+
+/* ---- the block table ---- */
+static struct block *find_exact(uint64_t p) {
+    for (size_t i = 0; i < nblocks; i++)
+        if (blocks[i].base == p) return &blocks[i];
+    return NULL;
+}
+
+static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
+    configure();
+    delay();
+    pthread_mutex_lock(&mu);
+    if (size > limit_bytes || used_bytes + size > limit_bytes) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    size_t rounded = (size + 255) & ~(size_t)255;
+    void *p = NULL;
+    int mmapped = rounded >= (1u << 20);
+    if (mmapped) {
+        p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) p = NULL;
+    } else if (posix_memalign(&p, 256, rounded) != 0) {
+        p = NULL;
+    }
+    if (!p) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    if (nblocks == cap_blocks) {
+        cap_blocks = cap_blocks ? cap_blocks * 2 : 256;
+        blocks = realloc(blocks, cap_blocks * sizeof *blocks);
+    }
+    blocks[nblocks++] = (struct block){ (uint64_t)(uintptr_t)p, rounded, kind, current_device, mmapped };
+    used_bytes += kind == KIND_HOST ? 0 : rounded;
+    pthread_mutex_unlock(&mu);
+    *out = (uint64_t)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+/* Frees a block of one of the accepted kinds; anything else (null handled by callers, unknown,
+ * interior, already freed, wrong kind) is CUDA_ERROR_INVALID_VALUE. */
+static CUresult free_block(uint64_t p, int kind_a, int kind_b) {
+    delay();
+    pthread_mutex_lock(&mu);
+    struct block *b = find_exact(p);
+    if (!b || (b->kind != kind_a && b->kind != kind_b)) {
+        pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    struct block copy = *b;
+    *b = blocks[--nblocks];
+    used_bytes -= copy.kind == KIND_HOST ? 0 : copy.size;
+    pthread_mutex_unlock(&mu);
+    if (copy.mmapped) munmap((void *)(uintptr_t)copy.base, copy.size);
+    else free((void *)(uintptr_t)copy.base);
+    return CUDA_SUCCESS;
+}
+
+/* ---- context, device, stream ---- */
+EXPORT CUresult cuInit(unsigned int flags) { (void)flags; configure(); return CUDA_SUCCESS; }
+EXPORT CUresult cuDriverGetVersion(int *v) { if (!v) return CUDA_ERROR_INVALID_VALUE; *v = 13000; return CUDA_SUCCESS; }
+EXPORT CUresult cuDeviceGetCount(int *n) { configure(); if (!n) return CUDA_ERROR_INVALID_VALUE; *n = ndevices; return CUDA_SUCCESS; }
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+    configure();
+    if (!d) return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal < 0 || ordinal >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
+    configure();
+    if (!ctx) return CUDA_ERROR_INVALID_VALUE;
+    if (d < 0 || d >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *ctx = (CUcontext)(uintptr_t)(d + 1);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+    current_device = ctx ? (int)(uintptr_t)ctx - 1 : 0;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!d) return CUDA_ERROR_INVALID_VALUE; *d = current_device; return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
+    (void)flags;
+    if (!s) return CUDA_ERROR_INVALID_VALUE;
+    *s = malloc(64);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
+EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+static int default_pool;
+EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
+    (void)d;
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    *pool = &default_pool;
+    return CUDA_SUCCESS;
+}
+
+/* ---- memory ---- */
+/* The CUDA 3.1 ABI: 32-bit sizes and pointers. Only handed out for versions before 3.2. */
+EXPORT CUresult cuMemAlloc(unsigned int *p, unsigned int size) {
+    COUNT();
+    (void)p; (void)size;
+    return CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
+    COUNT();
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    *p = 0;
+    if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_block(p, size, KIND_DEVICE);
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
+    COUNT();
+    if (p == 0) return CUDA_SUCCESS;
+    return free_block(p, KIND_DEVICE, KIND_MANAGED);
+}
+
+static CUresult alloc_async(CUdeviceptr *p, size_t size) {
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    *p = 0;
+    if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_block(p, size, KIND_DEVICE);
+}
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); (void)s; return alloc_async(p, size); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); (void)s; return alloc_async(p, size); }
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
+    COUNT(); (void)s;
+    return p == 0 ? CUDA_ERROR_INVALID_VALUE : free_block(p, KIND_DEVICE, KIND_MANAGED);
+}
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
+    COUNT(); (void)s;
+    return p == 0 ? CUDA_ERROR_INVALID_VALUE : free_block(p, KIND_DEVICE, KIND_MANAGED);
+}
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
+    COUNT(); (void)s;
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(p, size);
+}
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
+    COUNT(); (void)s;
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_async(p, size);
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int elem) {
+    COUNT();
+    if (!p || !pitch || width == 0 || height == 0 || (elem != 4 && elem != 8 && elem != 16))
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t pt = (width + 511) & ~(size_t)511;
+    CUresult rc = alloc_block(p, pt * height, KIND_DEVICE);
+    if (rc == CUDA_SUCCESS) *pitch = pt;
+    return rc;
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags) {
+    COUNT(); (void)flags;
+    if (!p || size == 0) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_block(p, size, KIND_MANAGED);
+}
+
+EXPORT CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags) {
+    COUNT(); (void)flags;
+    if (!p) return CUDA_ERROR_INVALID_VALUE;
+    CUdeviceptr out = 0;
+    CUresult rc = alloc_block(&out, size ? size : 1, KIND_HOST);
+    *p = rc == CUDA_SUCCESS ? (void *)(uintptr_t)out : NULL;
+    return rc;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p) {
+    COUNT();
+    return free_block((uint64_t)(uintptr_t)p, KIND_HOST, KIND_HOST);
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
+    COUNT();
+    configure();
+    if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    *total_bytes = limit_bytes;
+    *free_bytes = limit_bytes - used_bytes;
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy((void *)(uintptr_t)dst, src, n); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, (void *)(uintptr_t)src, n); return CUDA_SUCCESS; }
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void *)(uintptr_t)p, v, n); return CUDA_SUCCESS; }
+
+/* ---- virtual memory management ---- */
+#define GRANULARITY (2u << 20)
+
+EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option) {
+    (void)option;
+    if (!g || !prop) return CUDA_ERROR_INVALID_VALUE;
+    *g = GRANULARITY;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags) {
+    COUNT(); (void)flags;
+    configure();
+    if (!h || !prop || size == 0 || size % GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    delay();
+    pthread_mutex_lock(&mu);
+    if (used_bytes + size > limit_bytes) { pthread_mutex_unlock(&mu); return CUDA_ERROR_OUT_OF_MEMORY; }
+    used_bytes += size;
+    pthread_mutex_unlock(&mu);
+    int fd = memfd_create("gpushim-sim-phys", MFD_CLOEXEC);
+    if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+        if (fd >= 0) close(fd);
+        pthread_mutex_lock(&mu); used_bytes -= size; pthread_mutex_unlock(&mu);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    struct phys *ph = malloc(sizeof *ph);
+    *ph = (struct phys){ fd, size, prop->location.id };
+    *h = (CUmemGenericAllocationHandle)(uintptr_t)ph;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) {
+    COUNT();
+    if (!h) return CUDA_ERROR_INVALID_VALUE;
+    struct phys *ph = (struct phys *)(uintptr_t)h;
+    pthread_mutex_lock(&mu); used_bytes -= ph->size; pthread_mutex_unlock(&mu);
+    close(ph->fd); /* existing mappings keep the memory alive, as in CUDA */
+    free(ph);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                                    unsigned long long flags) {
+    COUNT(); (void)align; (void)addr; (void)flags;
+    if (!p || size == 0 || size % GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    void *v = mmap(NULL, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (v == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    *p = (CUdeviceptr)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size) {
+    COUNT();
+    if (!p || !size) return CUDA_ERROR_INVALID_VALUE;
+    return munmap((void *)(uintptr_t)p, size) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                         unsigned long long flags) {
+    COUNT(); (void)flags;
+    if (!p || !h || size % GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    struct phys *ph = (struct phys *)(uintptr_t)h;
+    if (offset + size > ph->size) return CUDA_ERROR_INVALID_VALUE;
+    void *v = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset);
+    return v == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
+    COUNT();
+    if (!p || size % GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
+    void *v = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    return v == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count) {
+    COUNT();
+    if (!p || !desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
+    return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* ---- entry points ---- */
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags);
+
+struct entry { const char *name; int since; void *legacy; void *per_thread; };
+
+#define PTDS 2u
+static const struct entry entries[] = {
+    /* For each name, newest ABI first. */
+    { "cuMemAlloc", 3020, (void *)cuMemAlloc_v2, NULL },
+    { "cuMemAlloc", 2000, (void *)cuMemAlloc, NULL },
+    { "cuMemFree", 3020, (void *)cuMemFree_v2, NULL },
+    { "cuMemAllocPitch", 3020, (void *)cuMemAllocPitch_v2, NULL },
+    { "cuMemGetInfo", 3020, (void *)cuMemGetInfo_v2, NULL },
+    { "cuMemAllocManaged", 6000, (void *)cuMemAllocManaged, NULL },
+    { "cuMemHostAlloc", 2020, (void *)cuMemHostAlloc, NULL },
+    { "cuMemFreeHost", 2000, (void *)cuMemFreeHost, NULL },
+    { "cuMemAllocAsync", 11020, (void *)cuMemAllocAsync, (void *)cuMemAllocAsync_ptsz },
+    { "cuMemFreeAsync", 11020, (void *)cuMemFreeAsync, (void *)cuMemFreeAsync_ptsz },
+    { "cuMemAllocFromPoolAsync", 11020, (void *)cuMemAllocFromPoolAsync, (void *)cuMemAllocFromPoolAsync_ptsz },
+    { "cuMemCreate", 10020, (void *)cuMemCreate, NULL },
+    { "cuMemRelease", 10020, (void *)cuMemRelease, NULL },
+    { "cuMemMap", 10020, (void *)cuMemMap, NULL },
+    { "cuMemUnmap", 10020, (void *)cuMemUnmap, NULL },
+    { "cuMemAddressReserve", 10020, (void *)cuMemAddressReserve, NULL },
+    { "cuMemAddressFree", 10020, (void *)cuMemAddressFree, NULL },
+    { "cuMemSetAccess", 10020, (void *)cuMemSetAccess, NULL },
+    { "cuMemGetAllocationGranularity", 10020, (void *)cuMemGetAllocationGranularity, NULL },
+    { "cuGetProcAddress", 12000, (void *)cuGetProcAddress_v2, NULL },
+    { "cuGetProcAddress", 11030, (void *)cuGetProcAddress, NULL },
+    { "cuInit", 2000, (void *)cuInit, NULL },
+    { "cuDriverGetVersion", 2020, (void *)cuDriverGetVersion, NULL },
+    { "cuDeviceGet", 2000, (void *)cuDeviceGet, NULL },
+    { "cuDeviceGetCount", 2000, (void *)cuDeviceGetCount, NULL },
+    { "cuDevicePrimaryCtxRetain", 7000, (void *)cuDevicePrimaryCtxRetain, NULL },
+    { "cuDeviceGetDefaultMemPool", 11020, (void *)cuDeviceGetDefaultMemPool, NULL },
+    { "cuCtxSetCurrent", 4000, (void *)cuCtxSetCurrent, NULL },
+    { "cuCtxGetDevice", 2000, (void *)cuCtxGetDevice, NULL },
+    { "cuCtxSynchronize", 2000, (void *)cuCtxSynchronize, NULL },
+    { "cuStreamCreate", 2000, (void *)cuStreamCreate, NULL },
+    { "cuStreamDestroy", 4000, (void *)cuStreamDestroy_v2, NULL },
+    { "cuStreamSynchronize", 2000, (void *)cuStreamSynchronize, NULL },
+    { "cuMemcpyHtoD", 3020, (void *)cuMemcpyHtoD_v2, NULL },
+    { "cuMemcpyDtoH", 3020, (void *)cuMemcpyDtoH_v2, NULL },
+    { "cuMemsetD8", 3020, (void *)cuMemsetD8_v2, NULL },
+};
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status) {
+    COUNT();
+    if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+    *pfn = NULL;
+    int known = 0;
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; i++) {
+        const struct entry *e = &entries[i];
+        if (strcmp(e->name, symbol) != 0) continue;
+        known = 1;
+        if (version < e->since) continue;
+        *pfn = (flags & PTDS) && e->per_thread ? e->per_thread : e->legacy;
+        if (status) *status = 0;
+        return CUDA_SUCCESS;
+    }
+    if (status) *status = known ? 2 : 1;
+    return CUDA_ERROR_NOT_FOUND;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, uint64_t flags) {
+    return cuGetProcAddress_v2(symbol, pfn, version, flags, NULL);
+}
+
+EXPORT void *simRealAddress(const char *name) {
+    static const struct { const char *name; void *fn; } own[] = {
+        { "cuMemAlloc_v2", (void *)cuMemAlloc_v2 },
+        { "cuMemAlloc", (void *)cuMemAlloc },
+        { "cuMemFree_v2", (void *)cuMemFree_v2 },
+        { "cuMemCreate", (void *)cuMemCreate },
+        { "cuMemMap", (void *)cuMemMap },
+        { "cuMemAllocAsync", (void *)cuMemAllocAsync },
+        { "cuMemAllocAsync_ptsz", (void *)cuMemAllocAsync_ptsz },
+        { "cuDriverGetVersion", (void *)cuDriverGetVersion },
+        { "cuGetProcAddress_v2", (void *)cuGetProcAddress_v2 },
+    };
+    for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+        if (strcmp(own[i].name, name) == 0) return own[i].fn;
+    return NULL;
+}

@@ -1,0 +1,115 @@
+/* The CUDA API subset that gpushim's simulator implements and its test clients call.
+ * Declarations match the real CUDA 13 headers' ABI, so the clients also build against the real
+ * libcudart/libcuda on the GPU machine. */
+#ifndef GPUSHIM_CUDA_SIM_H
+#define GPUSHIM_CUDA_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int cudaError_t;
+typedef void *cudaStream_t;
+typedef void *cudaMemPool_t;
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUstream;
+typedef void *CUmemoryPool;
+typedef int CUdevice;
+typedef void *CUcontext;
+typedef unsigned long long CUmemGenericAllocationHandle;
+
+struct cudaExtent { size_t width, height, depth; };
+struct cudaPitchedPtr { void *ptr; size_t pitch, xsize, ysize; };
+
+typedef struct {
+    int type;                 /* CU_MEM_ALLOCATION_TYPE_PINNED = 1 */
+    int requestedHandleTypes;
+    struct { int type; int id; } location; /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
+    void *win32HandleMetaData;
+    struct { unsigned char compressionType, gpuDirectRDMACapable; unsigned short usage; unsigned char reserved[4]; } allocFlags;
+} CUmemAllocationProp;
+
+typedef struct {
+    struct { int type; int id; } location;
+    int flags; /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 */
+} CUmemAccessDesc;
+
+/* Runtime. */
+cudaError_t cudaMalloc(void **p, size_t size);
+cudaError_t cudaFree(void *p);
+cudaError_t cudaMallocAsync(void **p, size_t size, cudaStream_t s);
+cudaError_t cudaMallocAsync_ptsz(void **p, size_t size, cudaStream_t s);
+cudaError_t cudaFreeAsync(void *p, cudaStream_t s);
+cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s);
+cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
+cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device);
+cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags);
+cudaError_t cudaMallocHost(void **p, size_t size);
+cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags);
+cudaError_t cudaFreeHost(void *p);
+cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height);
+cudaError_t cudaMalloc3D(struct cudaPitchedPtr *p, struct cudaExtent extent);
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes);
+cudaError_t cudaGetLastError(void);
+cudaError_t cudaPeekAtLastError(void);
+cudaError_t cudaGetDevice(int *device);
+cudaError_t cudaSetDevice(int device);
+cudaError_t cudaGetDeviceCount(int *count);
+cudaError_t cudaDeviceSynchronize(void);
+cudaError_t cudaStreamCreate(cudaStream_t *s);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind);
+cudaError_t cudaMemset(void *p, int value, size_t n);
+cudaError_t cudaRuntimeGetVersion(int *v);
+cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **fn, unsigned long long flags, int *status);
+cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsigned int version,
+                                             unsigned long long flags, int *status);
+
+/* Driver. */
+CUresult cuInit(unsigned int flags);
+CUresult cuDriverGetVersion(int *v);
+CUresult cuDeviceGet(CUdevice *d, int ordinal);
+CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d);
+CUresult cuCtxSetCurrent(CUcontext ctx);
+CUresult cuCtxGetDevice(CUdevice *d);
+CUresult cuCtxSynchronize(void);
+CUresult cuStreamCreate(CUstream *s, unsigned int flags);
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size);
+CUresult cuMemFree_v2(CUdeviceptr p);
+CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s);
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s);
+CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s);
+CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s);
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s);
+CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s);
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d);
+CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int elem);
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags);
+CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags);
+CUresult cuMemFreeHost(void *p);
+CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                     unsigned long long flags);
+CUresult cuMemRelease(CUmemGenericAllocationHandle h);
+CUresult cuMemMap(CUdeviceptr p, size_t size, size_t offset, CUmemGenericAllocationHandle h,
+                  unsigned long long flags);
+CUresult cuMemUnmap(CUdeviceptr p, size_t size);
+CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                             unsigned long long flags);
+CUresult cuMemAddressFree(CUdeviceptr p, size_t size);
+CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count);
+CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
+CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option);
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
