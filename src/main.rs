@@ -55,6 +55,18 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Every record of a trace, one per line: CSV (default) or JSON lines.
+    #[command(
+        after_help = "Columns: time_ns (since the trace started), thread (index in the trace), \
+        kind, api, device (empty when unknown), status (CUDA result code; 255 = a code above 254), \
+        ptr, size, stream (interned index; 0 = the null stream)."
+    )]
+    Events {
+        trace: PathBuf,
+        /// JSON lines instead of CSV.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the effective configuration from GPUSHIM_CONF and what each key does.
     Config {
         /// Configuration to check instead of $GPUSHIM_CONF.
@@ -72,6 +84,7 @@ fn main() -> ExitCode {
             cmd,
         } => cmd_run(conf, trace, lib, cmd),
         Cmd::Summary { traces, json } => cmd_summary(&traces, json),
+        Cmd::Events { trace, json } => cmd_events(&trace, json),
         Cmd::Config { conf } => cmd_config(conf),
     }
 }
@@ -150,6 +163,62 @@ fn cmd_summary(traces: &[PathBuf], json: bool) -> ExitCode {
             }
             print!("{}", s.render());
         }
+    }
+    ExitCode::SUCCESS
+}
+
+fn cmd_events(trace: &std::path::Path, json: bool) -> ExitCode {
+    use std::io::Write;
+    let mut reader = match gpushim::reader::TraceReader::open(trace) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if !json {
+        let _ = writeln!(out, "time_ns,thread,kind,api,device,status,ptr,size,stream");
+    }
+    for r in reader.by_ref() {
+        let device = if r.device == gpushim::format::DEVICE_UNKNOWN {
+            String::new()
+        } else {
+            r.device.to_string()
+        };
+        let line = if json {
+            serde_json::json!({
+                "time_ns": r.time_ns, "thread": r.thread, "kind": r.kind.name(),
+                "api": r.api.name(), "device": (r.device != gpushim::format::DEVICE_UNKNOWN).then_some(r.device),
+                "status": r.status, "ptr": format!("{:#x}", r.ptr), "size": r.size, "stream": r.stream,
+            })
+            .to_string()
+        } else {
+            format!(
+                "{},{},{},{},{device},{},{:#x},{},{}",
+                r.time_ns,
+                r.thread,
+                r.kind.name(),
+                r.api.name(),
+                r.status,
+                r.ptr,
+                r.size,
+                r.stream
+            )
+        };
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::SUCCESS; // a closed pipe (| head) is not an error
+        }
+    }
+    let _ = out.flush();
+    if let Some(d) = &reader.stats().damage {
+        eprintln!(
+            "gpushim: {}: stopped at offset {} (record {}): {}; {} later records not decoded",
+            trace.display(),
+            d.offset,
+            d.index,
+            d.reason,
+            d.skipped
+        );
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
 }

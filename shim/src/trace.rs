@@ -6,7 +6,7 @@ use crate::symbols::Sym;
 use core::cell::Cell;
 use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, Ordering};
-use gpushim_core::format::{self, Api, Record, RecordKind};
+use gpushim_core::format::{self, Api, DEVICE_UNKNOWN, Record, RecordKind};
 use gpushim_core::recorder::{self, OpenOptions, PATH_CAP, Recorder};
 
 pub static RECORDER: Recorder = Recorder::new();
@@ -32,7 +32,7 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
                 0,
                 stream,
                 u64::from(i),
-                0,
+                DEVICE_UNKNOWN,
                 thread,
                 0,
             );
@@ -82,7 +82,7 @@ fn thread_index() -> u16 {
         0,
         tid,
         u64::from(i),
-        0,
+        DEVICE_UNKNOWN,
         i,
         0,
     );

@@ -86,69 +86,16 @@ pub fn sim() -> &'static Sim {
     static SIM: OnceLock<Sim> = OnceLock::new();
     SIM.get_or_init(|| {
         let dir = tempdir("sim");
-        let d = dir.to_str().unwrap().to_string();
-        let src = repo().join("tests");
-        let s = |p: &str| src.join(p).to_str().unwrap().to_string();
-        let inc = format!("-I{}", s("sim"));
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            "-o",
-            &format!("{d}/libcuda.so.1"),
-            "-Wl,-soname,libcuda.so.1",
-            "-Wl,-Bsymbolic",
-            &s("sim/cuda_sim.c"),
-            "-lpthread",
-        ]);
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            "-Wall",
-            "-Werror",
-            "-o",
-            &format!("{d}/libcudart.so.13"),
-            "-Wl,-soname,libcudart.so.13",
-            "-Wl,-Bsymbolic",
-            &format!("-Wl,--version-script={}", s("sim/cudart.map")),
-            &s("sim/cudart_sim.c"),
-            "-ldl",
-            "-lpthread",
-        ]);
-        std::os::unix::fs::symlink("libcuda.so.1", dir.join("libcuda.so")).unwrap();
-        std::os::unix::fs::symlink("libcudart.so.13", dir.join("libcudart.so")).unwrap();
-        let link = ["-L", &d, "-lcudart", "-lcuda", "-ldl"];
-        for client in ["coverage", "conformance", "entry_points", "runtime_route"] {
-            let mut args = vec!["-O1", "-Wall", &inc, "-o"];
-            let out = format!("{d}/{client}");
-            let file = s(&format!("clients/{client}.c"));
-            args.push(&out);
-            args.push(&file);
-            args.extend_from_slice(&link);
-            cc(&args);
-        }
-        cc(&[
-            "-shared",
-            "-fPIC",
-            "-O1",
-            &inc,
-            "-o",
-            &format!("{d}/liblocal.so"),
-            &s("clients/local_lib.c"),
-            "-L",
-            &d,
-            "-lcudart",
-        ]);
-        cc(&[
-            "-O1",
-            "-o",
-            &format!("{d}/load_local"),
-            &s("clients/load_local.c"),
-            "-ldl",
-        ]);
+        let out = Command::new("bash")
+            .arg(repo().join("scripts/build-sim.sh"))
+            .arg(&dir)
+            .output()
+            .expect("bash runs scripts/build-sim.sh");
+        assert!(
+            out.status.success(),
+            "scripts/build-sim.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Sim { dir }
     })
 }

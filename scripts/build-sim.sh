@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Builds the GPU-less CUDA simulator (libcuda.so.1, libcudart.so.13) and the C test clients.
+#   scripts/build-sim.sh OUTDIR            # simulator + clients linked against it
+#   scripts/build-sim.sh OUTDIR --real DIR # clients only, linked against the real CUDA in DIR
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:?usage: build-sim.sh OUTDIR [--real CUDA_LIB_DIR]}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+CC=${CC:-cc}
+inc="-I$here/tests/sim"
+if [ "${2:-}" = "--real" ]; then
+  libdir=${3:?--real needs the directory holding libcudart.so.13}
+  link=(-L "$libdir" -l:libcudart.so.13 -lcuda -ldl -Wl,-rpath,"$libdir")
+else
+  $CC -shared -fPIC -O1 -Wall -Werror -o "$out/libcuda.so.1" -Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic \
+    "$here/tests/sim/cuda_sim.c" -lpthread
+  $CC -shared -fPIC -O1 -Wall -Werror -o "$out/libcudart.so.13" -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic \
+    -Wl,--version-script="$here/tests/sim/cudart.map" "$here/tests/sim/cudart_sim.c" -ldl -lpthread
+  ln -sf libcuda.so.1 "$out/libcuda.so"
+  ln -sf libcudart.so.13 "$out/libcudart.so"
+  link=(-L "$out" -lcudart -lcuda -ldl)
+fi
+for client in coverage conformance entry_points runtime_route bench_calls; do
+  $CC -O1 -Wall $inc -o "$out/$client" "$here/tests/clients/$client.c" "${link[@]}"
+done
+$CC -O1 -Wall $inc -o "$out/train_loop" "$here/examples/train_loop.c" "${link[@]}" -lpthread
+if [ "${2:-}" != "--real" ]; then
+  $CC -shared -fPIC -O1 $inc -o "$out/liblocal.so" "$here/tests/clients/local_lib.c" -L "$out" -lcudart
+  $CC -O1 -o "$out/load_local" "$here/tests/clients/load_local.c" -ldl
+fi

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The main job: builds gpushim, runs the bundled training-loop example under the shim (on the
+# real GPU when one is present, on the CUDA simulator otherwise), and prints `gpushim summary`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+steps=${1:-20}
+cargo build --release --quiet -p gpushim -p gpushim-shim
+bin=target/release/gpushim
+work=target/demo
+rm -rf "$work" && mkdir -p "$work"
+cudart=""
+if nvidia-smi -L >/dev/null 2>&1; then
+  cudart=$(python3 - <<'PY' 2>/dev/null || true
+import glob, os, sys
+for base in sys.path + ["/usr/local/cuda/lib64"]:
+    for p in glob.glob(os.path.join(base, "nvidia", "cu13", "lib", "libcudart.so.13")) + glob.glob(os.path.join(base, "libcudart.so.13")):
+        print(os.path.dirname(p)); sys.exit(0)
+PY
+)
+fi
+if [ -n "$cudart" ]; then
+  echo "== real GPU: $(nvidia-smi -L | head -1); libcudart from $cudart"
+  scripts/build-sim.sh "$work" --real "$cudart" >/dev/null
+  export LD_LIBRARY_PATH="$cudart${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+else
+  echo "== no GPU: running on the CUDA simulator (tests/sim)"
+  scripts/build-sim.sh "$work" >/dev/null
+  export LD_LIBRARY_PATH="$PWD/$work${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+"$bin" run --lib target/release/libgpushim.so --trace "$work/train_loop.%p.trace" -- "$work/train_loop" "$steps"
+echo
+"$bin" summary "$work"/train_loop.*.trace
