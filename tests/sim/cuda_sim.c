@@ -46,9 +46,18 @@ static int ndevices = 1;
 static __thread int current_device = 0;
 static int configured;
 
+/* CUDA cannot be used in a child forked after the parent initialized it: every call there fails
+ * with CUDA_ERROR_NOT_INITIALIZED. The lock may have been held by another parent thread. */
+static int forked_child;
+static void in_child(void) {
+    pthread_mutex_init(&mu, NULL);
+    forked_child = 1;
+}
+
 static void configure_locked(void) {
     if (configured) return;
     configured = 1;
+    pthread_atfork(NULL, NULL, in_child);
     const char *m = getenv("GPUSHIM_SIM_MEMORY");
     limit_bytes = m ? strtoull(m, NULL, 0) : (16ull << 30);
     const char *l = getenv("GPUSHIM_SIM_LATENCY_US");
@@ -109,6 +118,7 @@ static struct block *find_exact(uint64_t p) {
 
 static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
     configure();
+    if (forked_child) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
     delay();
     pthread_mutex_lock(&mu);
     if (size > limit_bytes || used_bytes + size > limit_bytes) {
@@ -139,6 +149,7 @@ static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
 /* Frees a block of one of the accepted kinds; anything else (null handled by callers, unknown,
  * interior, already freed, wrong kind) is CUDA_ERROR_INVALID_VALUE. */
 static CUresult free_block(uint64_t p, int kind_a, int kind_b) {
+    if (forked_child) return 3;
     delay();
     pthread_mutex_lock(&mu);
     struct block *b = find_exact(p);

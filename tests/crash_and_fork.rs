@@ -1,0 +1,112 @@
+//! Contract 4 and 5 with the shim in a real process: a trace survives SIGKILL mid-storm, and a
+//! process that forks while recording neither hangs nor lets its children into its trace.
+
+mod common;
+use common::*;
+use gpushim::format::{Api, RecordKind};
+use gpushim::reader::TraceReader;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[test]
+fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_record() {
+    let dir = tempdir("storm");
+    let t = dir.join("storm.trace");
+    let threads = 4;
+    let mut child = Command::new(sim().bin("storm"))
+        .arg(threads.to_string())
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env("LD_PRELOAD", shim())
+        .env("GPUSHIM_TRACE", &t)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "storming\n");
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let mut reader = TraceReader::open(&t).unwrap();
+    assert!(!reader.info().clean_exit);
+    let mut calls = 0u64;
+    let mut threads_seen = 0;
+    for r in reader.by_ref() {
+        match r.kind {
+            RecordKind::ThreadStart => threads_seen += 1,
+            RecordKind::Alloc => {
+                assert_eq!((r.api, r.status), (Api::CudaMalloc, 0), "{r:?}");
+                assert!([256, 512, 768, 1024].contains(&r.size), "garbage size: {r:?}");
+                assert!(r.ptr != 0 && r.ptr % 256 == 0, "garbage pointer: {r:?}");
+                calls += 1;
+            }
+            RecordKind::Free => {
+                assert_eq!((r.api, r.status), (Api::CudaFree, 0), "{r:?}");
+                calls += 1;
+            }
+            other => panic!("unexpected record kind {other:?}: {r:?}"),
+        }
+    }
+    let s = reader.stats();
+    assert_eq!(s.damage, None);
+    assert!(calls > 1000, "only {calls} calls recorded in 300 ms");
+    assert_eq!(threads_seen, threads);
+    // Each thread can have at most one record claimed and not yet committed when it dies.
+    assert!(s.torn <= threads as u64, "{} torn records from {threads} threads", s.torn);
+    assert_eq!(s.committed, calls + threads_seen as u64);
+}
+
+#[test]
+fn two_hundred_forks_while_recording_never_hang_and_never_touch_the_parents_trace() {
+    let dir = tempdir("forks");
+    let pattern = dir.join("t.%p.trace");
+    let mut child = Command::new(sim().bin("forker"))
+        .arg("200")
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env("LD_PRELOAD", shim())
+        .env("GPUSHIM_TRACE", &pattern)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let parent_pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("the forking process hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    assert!(status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out), "forked 200\n");
+
+    let mut children = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let (records, stats) = decode(&path);
+        assert_eq!((stats.damage.clone(), stats.torn), (None, 0), "{}", path.display());
+        let info = TraceReader::open(&path).unwrap().info().clone();
+        let c = calls(&records);
+        if info.pid == parent_pid {
+            // The parent's loop thread ran throughout; no child's failed call is in here.
+            assert!(c.len() > 2);
+            assert!(c.iter().all(|r| r.status == 0), "a child's record leaked into the parent's trace");
+            assert!(info.clean_exit);
+        } else {
+            children += 1;
+            assert_eq!(c.len(), 1, "{}", path.display());
+            assert_eq!((c[0].api, c[0].status), (Api::CudaMalloc, 3));
+        }
+    }
+    // Only the 100 children that made a CUDA call have a trace.
+    assert_eq!(children, 100);
+}
