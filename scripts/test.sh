@@ -6,15 +6,19 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build -p gpushim-shim --quiet
-# tests/real_runtime.rs loads the real libcudart.so.13 (PyPI: nvidia-cuda-runtime), no driver.
-if [ ! -f .wheels/libcudart.so.13 ]; then
+# Two wheels from PyPI, no GPU needed: the real libcudart.so.13 (tests/real_runtime.rs loads it
+# with no driver) and the NVTX v3 headers (tests/nvtx.rs builds a client with them).
+fetch() { # PACKAGE SPEC DEST: unpack the wheel of SPEC into .wheels/DEST
+  [ -d ".wheels/$3" ] && return 0
+  local tmp
   tmp=$(mktemp -d)
-  python3 -m pip download --no-deps --quiet --disable-pip-version-check -d "$tmp" "nvidia-cuda-runtime==13.0.*"
-  python3 -m zipfile -e "$tmp"/nvidia_cuda_runtime-*.whl "$tmp/x"
-  mkdir -p .wheels
-  cp "$tmp"/x/nvidia/cu13/lib/libcudart.so.13 .wheels/
+  python3 -m pip download --no-deps --quiet --disable-pip-version-check -d "$tmp" "$2"
+  python3 -m zipfile -e "$tmp"/"$1"-*.whl ".wheels/$3"
   rm -rf "$tmp"
-fi
-export GPUSHIM_CUDART_DIR="$PWD/.wheels"
-if [ -n "${CI:-}" ]; then export GPUSHIM_REQUIRE_CUDART=1; fi
+}
+fetch nvidia_cuda_runtime "nvidia-cuda-runtime==13.0.*" cudart
+fetch nvidia_nvtx "nvidia-nvtx==13.*" nvtx
+export GPUSHIM_CUDART_DIR="$PWD/.wheels/cudart/nvidia/cu13/lib"
+export GPUSHIM_NVTX_INCLUDE="$PWD/.wheels/nvtx/nvidia/cu13/include"
+if [ -n "${CI:-}" ]; then export GPUSHIM_REQUIRE_WHEELS=1; fi
 cargo test --workspace

@@ -69,6 +69,11 @@ pub const fn commit_tag(index: u64) -> u16 {
     (index as u16 & 0x7fff) | 0x8000
 }
 
+/// Bytes of string text one `StringData` record carries.
+pub const STRING_BYTES_PER_RECORD: usize = 16;
+/// Longest string stored; longer ones are cut.
+pub const STRING_MAX: usize = 256;
+
 /// Device number used when the device is not known.
 pub const DEVICE_UNKNOWN: u8 = 0xff;
 
@@ -137,6 +142,21 @@ byte_enum! {
         ThreadStart = 16 => "thread_start",
         /// A stream's first use: `ptr` is the stream handle, `size` its interned index.
         StreamName = 17 => "stream_name",
+        /// NVTX `nvtxRangePush*`: `ptr` is the message's string id, `size` the new depth.
+        RangePush = 18 => "range_push",
+        /// NVTX `nvtxRangePop`: `size` is the depth of the range that ended.
+        RangePop = 19 => "range_pop",
+        /// NVTX `nvtxMark*`: `ptr` is the message's string id.
+        Mark = 20 => "mark",
+        /// NVTX `nvtxRangeStart*`: `ptr` is the message's string id, `size` the range id.
+        RangeStart = 21 => "range_start",
+        /// NVTX `nvtxRangeEnd`: `size` is the range id.
+        RangeEnd = 22 => "range_end",
+        /// A string's definition: `ptr` is its id, `size` its length in bytes. The text follows
+        /// in the next `ceil(size / 16)` records, claimed together with this one.
+        String = 23 => "string",
+        /// 16 bytes of a string's text, in `time_ns` and `ptr` (little-endian).
+        StringData = 24 => "string_data",
     }
 }
 
@@ -178,8 +198,10 @@ byte_enum! {
         CuMemAddressFree = 49 => "cuMemAddressFree",
         CuMemSetAccess = 50 => "cuMemSetAccess",
         CuMemGetInfo = 51 => "cuMemGetInfo_v2",
-        /// Records the shim writes about itself (threads, streams).
+        /// Records the shim writes about itself (threads, streams, strings).
         Shim = 100 => "gpushim",
+        /// NVTX ranges and marks, through NVTX injection.
+        Nvtx = 101 => "nvtx",
     }
 }
 

@@ -2,6 +2,7 @@
 
 use clap::{Parser, Subcommand};
 use gpushim::config;
+use gpushim::format::RecordKind;
 use gpushim::summary::{self, human_bytes};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -176,9 +177,21 @@ fn cmd_events(trace: &std::path::Path, json: bool) -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     if !json {
-        let _ = writeln!(out, "time_ns,thread,kind,api,device,status,ptr,size,stream");
+        let _ = writeln!(
+            out,
+            "time_ns,thread,kind,api,device,status,ptr,size,stream,text"
+        );
     }
-    for r in reader.by_ref() {
+    while let Some(r) = reader.next() {
+        if r.kind == gpushim::format::RecordKind::String {
+            continue;
+        }
+        let text = match r.kind {
+            RecordKind::RangePush | RecordKind::Mark | RecordKind::RangeStart => {
+                reader.string(r.ptr).unwrap_or("").to_string()
+            }
+            _ => String::new(),
+        };
         let device = if r.device == gpushim::format::DEVICE_UNKNOWN {
             String::new()
         } else {
@@ -189,11 +202,12 @@ fn cmd_events(trace: &std::path::Path, json: bool) -> ExitCode {
                 "time_ns": r.time_ns, "thread": r.thread, "kind": r.kind.name(),
                 "api": r.api.name(), "device": (r.device != gpushim::format::DEVICE_UNKNOWN).then_some(r.device),
                 "status": r.status, "ptr": format!("{:#x}", r.ptr), "size": r.size, "stream": r.stream,
+                "text": text,
             })
             .to_string()
         } else {
             format!(
-                "{},{},{},{},{device},{},{:#x},{},{}",
+                "{},{},{},{},{device},{},{:#x},{},{},{}",
                 r.time_ns,
                 r.thread,
                 r.kind.name(),
@@ -201,7 +215,8 @@ fn cmd_events(trace: &std::path::Path, json: bool) -> ExitCode {
                 r.status,
                 r.ptr,
                 r.size,
-                r.stream
+                r.stream,
+                csv_field(&text)
             )
         };
         if writeln!(out, "{line}").is_err() {
@@ -221,6 +236,15 @@ fn cmd_events(trace: &std::path::Path, json: bool) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
 }
 
 fn cmd_config(conf: Option<String>) -> ExitCode {

@@ -5,7 +5,8 @@
 //! neither, saying where. A file cut short (copied while written, a full disk) decodes up to its
 //! end, and the records it is missing are counted.
 
-use crate::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
+use crate::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, header};
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, Read};
@@ -120,6 +121,10 @@ pub struct TraceReader {
     next: u64,
     end: u64,
     stats: DecodeStats,
+    /// Strings defined so far (NVTX messages), by id.
+    strings: HashMap<u64, String>,
+    /// A string whose text records are still being read: id, length, bytes so far.
+    pending: Option<(u64, usize, Vec<u8>)>,
 }
 
 fn le_u32(b: &[u8], o: usize) -> u32 {
@@ -204,6 +209,8 @@ impl TraceReader {
             next: 0,
             end,
             stats,
+            strings: HashMap::new(),
+            pending: None,
         })
     }
 
@@ -214,6 +221,11 @@ impl TraceReader {
     /// Counts so far; final once the iterator returned `None`.
     pub fn stats(&self) -> &DecodeStats {
         &self.stats
+    }
+
+    /// The text of a string id from a `String` record seen so far (NVTX messages).
+    pub fn string(&self, id: u64) -> Option<&str> {
+        self.strings.get(&id).map(String::as_str)
     }
 
     /// Records examined so far and in all, for progress display.
@@ -259,8 +271,30 @@ impl Iterator for TraceReader {
                 return None;
             }
             match Record::decode(&buf) {
+                Some(r) if r.kind == RecordKind::StringData => {
+                    self.stats.committed += 1;
+                    if let Some((id, len, mut text)) = self.pending.take() {
+                        let at = format::record::TIME_NS;
+                        text.extend_from_slice(&buf[at..at + format::STRING_BYTES_PER_RECORD]);
+                        if text.len() >= len {
+                            text.truncate(len);
+                            self.strings
+                                .insert(id, String::from_utf8_lossy(&text).into_owned());
+                        } else {
+                            self.pending = Some((id, len, text));
+                        }
+                    }
+                }
                 Some(r) => {
                     self.stats.committed += 1;
+                    if r.kind == RecordKind::String {
+                        let len = (r.size as usize).min(format::STRING_MAX);
+                        if len == 0 {
+                            self.strings.insert(r.ptr, String::new());
+                        } else {
+                            self.pending = Some((r.ptr, len, Vec::with_capacity(len)));
+                        }
+                    }
                     return Some(r);
                 }
                 None => {

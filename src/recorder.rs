@@ -31,6 +31,8 @@ pub const MAX_CHUNKS: usize = 4096;
 pub const MIN_TRACE_BYTES: u64 = (HEADER_SIZE + RECORD_SIZE) as u64;
 /// Longest trace path, including the terminating NUL.
 pub const PATH_CAP: usize = 4096;
+/// Distinct strings (NVTX messages) the interning table holds; later ones get id 0.
+pub const STRING_SLOTS: usize = 4096;
 /// Streams the interning table can name; later streams are recorded as [`STREAM_OVERFLOW`].
 pub const STREAM_SLOTS: usize = 4096;
 pub const STREAM_OVERFLOW: u16 = u16::MAX;
@@ -106,6 +108,10 @@ pub struct Recorder {
     growing: AtomicBool,
     /// Streams seen so far: slot `k` holds a stream handle, its index is `k + 1`.
     streams: [AtomicU64; STREAM_SLOTS],
+    /// Strings seen so far, by hash (FNV-1a, low bit set); their id is the slot index + 1.
+    strings: [AtomicU64; STRING_SLOTS],
+    /// Whether a slot's definition has been committed to the file.
+    string_ready: [AtomicBool; STRING_SLOTS],
     /// Next per-trace thread index.
     threads: AtomicU32,
     /// Bumped at every open, so threads know to announce themselves in a new file.
@@ -137,6 +143,8 @@ impl Recorder {
             file_len: AtomicU64::new(0),
             growing: AtomicBool::new(false),
             streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
+            strings: [const { AtomicU64::new(0) }; STRING_SLOTS],
+            string_ready: [const { AtomicBool::new(false) }; STRING_SLOTS],
             threads: AtomicU32::new(0),
             generation: AtomicU32::new(0),
             path: UnsafeCell::new([0; PATH_CAP]),
@@ -215,6 +223,10 @@ impl Recorder {
         for s in &self.streams {
             s.store(0, Ordering::Relaxed);
         }
+        for (s, r) in self.strings.iter().zip(&self.string_ready) {
+            s.store(0, Ordering::Relaxed);
+            r.store(false, Ordering::Relaxed);
+        }
         self.threads.store(0, Ordering::Relaxed);
         self.file_len.store(0, Ordering::Relaxed);
         let max_records = (o.trace_max.saturating_sub(HEADER_SIZE as u64)) / RECORD_SIZE as u64;
@@ -266,17 +278,30 @@ impl Recorder {
     /// Appends one record. Returns `false` when it was not written (not open, or lost: then it
     /// is counted in the header). Lock-free; no system call except when a new chunk is mapped.
     pub fn append(&self, rec: &Record) -> bool {
-        if self.state.load(Ordering::Acquire) != READY {
-            return false;
-        }
-        let Some(claimed) = self.header_word(header::CLAIMED) else {
+        let Some(index) = self.claim(1) else {
             return false;
         };
-        let index = claimed.fetch_add(1, Ordering::Relaxed);
-        if index >= self.capacity.load(Ordering::Relaxed) {
-            self.count_lost(1);
-            return false;
+        let mut body = [0u8; RECORD_SIZE];
+        rec.encode_body(&mut body);
+        self.write_slot(index, &body)
+    }
+
+    /// Claims `n` consecutive record indices, or counts them lost.
+    fn claim(&self, n: u64) -> Option<u64> {
+        if self.state.load(Ordering::Acquire) != READY {
+            return None;
         }
+        let claimed = self.header_word(header::CLAIMED)?;
+        let index = claimed.fetch_add(n, Ordering::Relaxed);
+        if index + n > self.capacity.load(Ordering::Relaxed) {
+            self.count_lost(n);
+            return None;
+        }
+        Some(index)
+    }
+
+    /// Writes a claimed record: the body, then the commit word with Release.
+    fn write_slot(&self, index: u64, body: &[u8; RECORD_SIZE]) -> bool {
         let offset = HEADER_SIZE as u64 + index * RECORD_SIZE as u64;
         let chunk = (offset / CHUNK_BYTES) as usize;
         let mut base = self.chunks[chunk].load(Ordering::Acquire);
@@ -289,12 +314,10 @@ impl Recorder {
                 }
             };
         }
-        let mut body = [0u8; RECORD_SIZE];
-        rec.encode_body(&mut body);
         let within = (offset % CHUNK_BYTES) as usize;
         // SAFETY: `base` maps CHUNK_BYTES bytes of the file read-write, `within + RECORD_SIZE`
-        // fits in it (records are 32-byte aligned and chunks a multiple of 32), and index
-        // `index` was claimed by this call alone, so no other producer writes these bytes.
+        // fits in it (records are 32-byte aligned and chunks a multiple of 32), and `index` was
+        // claimed by this caller alone, so no other producer writes these bytes.
         unsafe {
             let dst = base.add(within);
             ptr::copy_nonoverlapping(body.as_ptr().add(2), dst.add(2), RECORD_SIZE - 2);
@@ -302,6 +325,68 @@ impl Recorder {
             AtomicU16::from_ptr(dst.cast()).store(format::commit_tag(index), Ordering::Release);
         }
         true
+    }
+
+    /// The id of a string, writing its definition the first time it is seen. The definition is
+    /// committed to the file before any other thread can learn the id, so it always precedes
+    /// the records that refer to it. Lock-free; 0 when the table is full or recording is off.
+    pub fn intern_string(&self, text: &[u8]) -> u64 {
+        let text = &text[..text.len().min(format::STRING_MAX)];
+        let hash = fnv1a(text) | 1;
+        let start = (hash >> 20) as usize % STRING_SLOTS;
+        for probe in 0..STRING_SLOTS {
+            let k = (start + probe) % STRING_SLOTS;
+            let id = (k + 1) as u64;
+            match self.strings[k].compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {
+                    self.write_string(id, text);
+                    self.string_ready[k].store(true, Ordering::Release);
+                    return id;
+                }
+                Err(h) if h == hash => {
+                    // Another thread is writing the definition: wait for it (a few hundred ns).
+                    for _ in 0..1_000_000 {
+                        if self.string_ready[k].load(Ordering::Acquire) {
+                            break;
+                        }
+                        core::hint::spin_loop();
+                    }
+                    return id;
+                }
+                Err(_) => {}
+            }
+        }
+        0
+    }
+
+    fn write_string(&self, id: u64, text: &[u8]) {
+        let per = format::STRING_BYTES_PER_RECORD;
+        let pieces = text.len().div_ceil(per) as u64;
+        let Some(first) = self.claim(1 + pieces) else {
+            return;
+        };
+        let mut body = [0u8; RECORD_SIZE];
+        Record {
+            kind: format::RecordKind::String,
+            api: format::Api::Shim,
+            device: format::DEVICE_UNKNOWN,
+            status: 0,
+            thread: 0,
+            time_ns: self.now_ns(),
+            ptr: id,
+            size: text.len() as u64,
+            stream: 0,
+        }
+        .encode_body(&mut body);
+        self.write_slot(first, &body);
+        for (i, piece) in text.chunks(per).enumerate() {
+            let mut body = [0u8; RECORD_SIZE];
+            body[format::record::KIND] = format::RecordKind::StringData as u8;
+            body[format::record::API] = format::Api::Shim as u8;
+            let at = format::record::TIME_NS;
+            body[at..at + piece.len()].copy_from_slice(piece);
+            self.write_slot(first + 1 + i as u64, &body);
+        }
     }
 
     /// Counts records that could not be written.
@@ -481,6 +566,15 @@ unsafe fn write_header(base: *mut u8, o: &OpenOptions<'_>, capacity: u64) -> u64
     let n = clip(o.cmdline, header::CMDLINE_LEN);
     put(h, header::CMDLINE, &o.cmdline[..n]);
     origin
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// Nanoseconds on `clock` (through the vDSO: no system call).

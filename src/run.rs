@@ -96,6 +96,12 @@ pub fn run(
         "LD_PRELOAD",
         preload_value(shim, std::env::var_os("LD_PRELOAD")),
     );
+    // NVTX ranges (torch.cuda.nvtx, ...) become trace records; another tool's injection wins.
+    if std::env::var_os("NVTX_INJECTION64_PATH").is_none() {
+        c.env("NVTX_INJECTION64_PATH", shim);
+    } else {
+        eprintln!("gpushim: NVTX_INJECTION64_PATH is already set; NVTX ranges will not be traced");
+    }
     if let Some(conf) = conf {
         c.env("GPUSHIM_CONF", conf);
     }

@@ -146,7 +146,10 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
     let (mut first, mut last) = (u64::MAX, 0u64);
     let mut events = 0u64;
     for r in reader.by_ref() {
-        if r.kind == RecordKind::ThreadStart || r.kind == RecordKind::StreamName {
+        if matches!(
+            r.kind,
+            RecordKind::ThreadStart | RecordKind::StreamName | RecordKind::String
+        ) {
             continue;
         }
         events += 1;

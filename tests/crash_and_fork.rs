@@ -40,7 +40,10 @@ fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_
             RecordKind::ThreadStart => threads_seen += 1,
             RecordKind::Alloc => {
                 assert_eq!((r.api, r.status), (Api::CudaMalloc, 0), "{r:?}");
-                assert!([256, 512, 768, 1024].contains(&r.size), "garbage size: {r:?}");
+                assert!(
+                    [256, 512, 768, 1024].contains(&r.size),
+                    "garbage size: {r:?}"
+                );
                 assert!(r.ptr != 0 && r.ptr % 256 == 0, "garbage pointer: {r:?}");
                 calls += 1;
             }
@@ -56,7 +59,11 @@ fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_
     assert!(calls > 1000, "only {calls} calls recorded in 300 ms");
     assert_eq!(threads_seen, threads);
     // Each thread can have at most one record claimed and not yet committed when it dies.
-    assert!(s.torn <= threads as u64, "{} torn records from {threads} threads", s.torn);
+    assert!(
+        s.torn <= threads as u64,
+        "{} torn records from {threads} threads",
+        s.torn
+    );
     assert_eq!(s.committed, calls + threads_seen as u64);
 }
 
@@ -93,13 +100,21 @@ fn two_hundred_forks_while_recording_never_hang_and_never_touch_the_parents_trac
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         let (records, stats) = decode(&path);
-        assert_eq!((stats.damage.clone(), stats.torn), (None, 0), "{}", path.display());
+        assert_eq!(
+            (stats.damage.clone(), stats.torn),
+            (None, 0),
+            "{}",
+            path.display()
+        );
         let info = TraceReader::open(&path).unwrap().info().clone();
         let c = calls(&records);
         if info.pid == parent_pid {
             // The parent's loop thread ran throughout; no child's failed call is in here.
             assert!(c.len() > 2);
-            assert!(c.iter().all(|r| r.status == 0), "a child's record leaked into the parent's trace");
+            assert!(
+                c.iter().all(|r| r.status == 0),
+                "a child's record leaked into the parent's trace"
+            );
             assert!(info.clean_exit);
         } else {
             children += 1;

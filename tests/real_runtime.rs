@@ -1,7 +1,7 @@
 //! The real CUDA 13 runtime from PyPI (`nvidia-cuda-runtime`), loaded with no driver: through
 //! the shim it returns exactly what it returns alone, and its versioned symbols bind to the shim.
 //! `.ci/run` downloads the wheel and sets GPUSHIM_CUDART_DIR; without it this test says so and
-//! passes, unless GPUSHIM_REQUIRE_CUDART=1 (set in CI) makes the missing wheel a failure.
+//! passes, unless GPUSHIM_REQUIRE_WHEELS=1 (set in CI) makes the missing wheel a failure.
 
 mod common;
 use common::*;
@@ -13,8 +13,8 @@ fn cudart_dir() -> Option<PathBuf> {
         Some(d) => Some(PathBuf::from(d)),
         None => {
             assert!(
-                std::env::var_os("GPUSHIM_REQUIRE_CUDART").is_none(),
-                "GPUSHIM_REQUIRE_CUDART is set but GPUSHIM_CUDART_DIR is not"
+                std::env::var_os("GPUSHIM_REQUIRE_WHEELS").is_none(),
+                "GPUSHIM_REQUIRE_WHEELS is set but GPUSHIM_CUDART_DIR is not"
             );
             eprintln!(
                 "skipped: set GPUSHIM_CUDART_DIR to the wheel's lib directory (scripts/test.sh does)"

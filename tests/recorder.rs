@@ -53,7 +53,11 @@ fn produce(r: &Recorder, threads: u16, per_thread: u64) {
 }
 
 /// Decodes a trace, checks every record is one that was produced and appears once.
-fn decode_tagged(path: &Path, threads: u16, per_thread: u64) -> (u64, gpushim::reader::DecodeStats) {
+fn decode_tagged(
+    path: &Path,
+    threads: u16,
+    per_thread: u64,
+) -> (u64, gpushim::reader::DecodeStats) {
     let mut reader = TraceReader::open(path).unwrap();
     let mut seen = HashSet::new();
     let mut last_seq = vec![None::<u64>; threads as usize];
@@ -61,7 +65,11 @@ fn decode_tagged(path: &Path, threads: u16, per_thread: u64) -> (u64, gpushim::r
         let t = (rec.ptr >> 32) as u16;
         let seq = rec.ptr & 0xffff_ffff;
         assert!(t < threads && seq < per_thread, "garbage decoded: {rec:?}");
-        assert_eq!((rec.thread, rec.size, rec.time_ns), (t, seq + 1, seq), "mixed fields: {rec:?}");
+        assert_eq!(
+            (rec.thread, rec.size, rec.time_ns),
+            (t, seq + 1, seq),
+            "mixed fields: {rec:?}"
+        );
         assert!(seen.insert(rec.ptr), "record decoded twice: {rec:?}");
         // One producer's records are claimed in its program order.
         if let Some(prev) = last_seq[t as usize] {
@@ -82,7 +90,11 @@ fn eight_threads_into_a_too_small_trace_lose_exactly_what_they_do_not_write() {
     let (decoded, stats) = decode_tagged(&path, 8, 100_000);
     assert_eq!(decoded, capacity);
     assert_eq!(stats.lost, 800_000 - capacity);
-    assert_eq!(decoded + stats.lost, 800_000, "decoded plus counted-lost equals produced");
+    assert_eq!(
+        decoded + stats.lost,
+        800_000,
+        "decoded plus counted-lost equals produced"
+    );
     assert_eq!((stats.torn, stats.truncated, stats.damage), (0, 0, None));
 }
 
@@ -96,7 +108,10 @@ fn every_record_arrives_across_many_chunks_when_the_trace_is_large_enough() {
     assert_eq!(decoded, 800_000);
     assert_eq!((stats.lost, stats.torn, stats.damage), (0, 0, None));
     let info = TraceReader::open(&path).unwrap().info().clone();
-    assert_eq!((info.pid, info.rank, info.host.as_str()), (4242, 3, "testhost"));
+    assert_eq!(
+        (info.pid, info.rank, info.host.as_str()),
+        (4242, 3, "testhost")
+    );
     assert_eq!(info.cmdline, ["recorder-test", "--flag"]);
     assert!(!info.clean_exit);
     r.mark_clean_exit();
@@ -135,7 +150,11 @@ fn a_claimed_record_never_committed_is_counted_torn_and_decoding_goes_on() {
 #[test]
 fn a_wrong_commit_word_stops_decoding_and_says_where() {
     let (path, _r) = small_trace(10);
-    patch(&path, record_offset(7), &format::commit_tag(3).to_le_bytes());
+    patch(
+        &path,
+        record_offset(7),
+        &format::commit_tag(3).to_le_bytes(),
+    );
     let mut reader = TraceReader::open(&path).unwrap();
     assert_eq!(reader.by_ref().count(), 7);
     let d = reader.stats().damage.clone().expect("damage reported");
@@ -147,7 +166,12 @@ fn a_wrong_commit_word_stops_decoding_and_says_where() {
 fn a_file_cut_short_decodes_to_its_end_and_counts_what_is_missing() {
     let (path, _r) = small_trace(10);
     let len = record_offset(6) + 17; // in the middle of record 6
-    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
     let (decoded, stats) = decode_tagged(&path, 1, 10);
     assert_eq!((decoded, stats.truncated, stats.damage), (6, 4, None));
 }
@@ -166,7 +190,10 @@ fn files_that_are_not_traces_get_errors_that_name_the_offset() {
     assert!(matches!(e, ReadError::BadMagic { .. }));
     assert!(e.to_string().contains("offset 0"), "{e}");
     let missing = dir.join("missing");
-    assert!(matches!(TraceReader::open(&missing), Err(ReadError::Io(..))));
+    assert!(matches!(
+        TraceReader::open(&missing),
+        Err(ReadError::Io(..))
+    ));
 }
 
 /// A small deterministic generator, so failures reproduce.
@@ -217,7 +244,10 @@ fn random_and_mutated_files_never_make_the_reader_panic_or_loop() {
                 let max = (bytes.len().saturating_sub(HEADER_SIZE) / RECORD_SIZE) as u64;
                 let n = r.by_ref().count() as u64;
                 let s = r.stats();
-                assert!(n <= max, "round {round}: decoded {n} records from {max} slots");
+                assert!(
+                    n <= max,
+                    "round {round}: decoded {n} records from {max} slots"
+                );
                 assert_eq!(n, s.committed);
             }
         }

@@ -9,6 +9,7 @@ mod entry;
 mod ffi;
 mod guard;
 mod hook;
+mod nvtx;
 mod real;
 mod runtime;
 mod state;

@@ -291,3 +291,16 @@ extern "C" fn at_exit() {
 extern "C" fn in_child() {
     RECORDER.forget_after_fork();
 }
+
+/// Records an NVTX event; `text` (if not empty) is interned and its id stored in `ptr`.
+pub fn record_nvtx(kind: RecordKind, text: &[u8], size: u64) {
+    if !state::enabled() || !ensure_open() {
+        return;
+    }
+    let id = if text.is_empty() {
+        0
+    } else {
+        RECORDER.intern_string(text)
+    };
+    record(kind, Api::Nvtx, 0, id, size, DEVICE_UNKNOWN, 0);
+}
