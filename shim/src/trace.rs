@@ -148,6 +148,7 @@ fn ensure_open() -> bool {
 }
 
 static REGISTERED: AtomicBool = AtomicBool::new(false);
+static NEVER_STOP: AtomicBool = AtomicBool::new(false);
 
 #[cold]
 fn open_trace() {
@@ -205,6 +206,11 @@ fn open_trace() {
         ));
         return;
     }
+    // The grower keeps the next chunks of the file mapped and populated, so producers take no
+    // page faults. Without it (spawn failed) producers map chunks themselves: slower, correct.
+    let _ = std::thread::Builder::new()
+        .name("gpushim-grow".into())
+        .spawn(|| RECORDER.run_grower(&NEVER_STOP));
     if !REGISTERED.swap(true, Ordering::Relaxed) {
         // SAFETY: both handlers are plain functions that live as long as the process (the
         // library is linked with -z nodelete).
