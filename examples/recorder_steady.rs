@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(50_000_000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(50_000_000);
     let path = std::env::temp_dir().join(format!("gpushim-steady-{}.trace", std::process::id()));
     let r = Box::new(Recorder::new());
     assert!(r.begin_open());
@@ -46,7 +49,11 @@ fn main() {
         }
         let rec = t.elapsed().as_nanos() as f64 / n as f64;
         stop.store(true, Ordering::Relaxed);
-        println!("clock read: {clock:.1} ns; one record (clock included): {rec:.1} ns; lost {} (sink {})", r.lost(), sink % 2);
+        println!(
+            "clock read: {clock:.1} ns; one record (clock included): {rec:.1} ns; lost {} (sink {})",
+            r.lost(),
+            sink % 2
+        );
     });
     let _ = std::fs::remove_file(&path);
 }

@@ -100,7 +100,7 @@ pub struct Damage {
     pub offset: u64,
     pub index: u64,
     pub reason: String,
-    /// Claimed records after the damage that were not decoded.
+    /// Claimed slots after the damage that were not decoded.
     pub skipped: u64,
 }
 
@@ -108,9 +108,13 @@ pub struct Damage {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DecodeStats {
     pub committed: u64,
+    /// Records a writer began and never committed (the process died in between).
     pub torn: u64,
+    /// Slots claimed and never written: the rest of a thread's block when it stopped or the
+    /// process died. Not records; nothing was lost in them.
+    pub unused: u64,
     pub lost: u64,
-    /// Claimed records that lie beyond the end of the file.
+    /// Claimed slots that lie beyond the end of the file (records, or unused block tails).
     pub truncated: u64,
     pub damage: Option<Damage>,
 }
@@ -125,6 +129,12 @@ pub struct TraceReader {
     strings: HashMap<u64, String>,
     /// A string whose text records are still being read: id, length, bytes so far.
     pending: Option<(u64, usize, Vec<u8>)>,
+    /// The reorder window (see [`REORDER_WINDOW_NS`]).
+    window: std::collections::BinaryHeap<Waiting>,
+    /// The latest record time read from the file so far.
+    latest_ns: u64,
+    /// Whether the file has been read to its end.
+    drained: bool,
 }
 
 fn le_u32(b: &[u8], o: usize) -> u32 {
@@ -211,6 +221,9 @@ impl TraceReader {
             stats,
             strings: HashMap::new(),
             pending: None,
+            window: std::collections::BinaryHeap::new(),
+            latest_ns: 0,
+            drained: false,
         })
     }
 
@@ -245,10 +258,64 @@ impl TraceReader {
     }
 }
 
+/// Records wait this long (in trace time) in the reorder window before they are returned.
+/// Writers keep a block of slots for at most `MAX_BLOCK_AGE_NS` (1 ms), so file order and time
+/// order differ by little more; the rest is room for a writer preempted between its clock read
+/// and its claim.
+pub const REORDER_WINDOW_NS: u64 = 20_000_000;
+/// The reorder window never holds more records than this, whatever their times.
+pub const REORDER_MAX: usize = 1 << 20;
+
+/// A record waiting in the reorder window, ordered by (time, position in the file).
+struct Waiting(u64, u64, Record);
+
+impl PartialEq for Waiting {
+    fn eq(&self, o: &Self) -> bool {
+        (self.0, self.1) == (o.0, o.1)
+    }
+}
+impl Eq for Waiting {}
+impl PartialOrd for Waiting {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Waiting {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        (o.0, o.1).cmp(&(self.0, self.1)) // reversed: BinaryHeap is a max-heap
+    }
+}
+
 impl Iterator for TraceReader {
     type Item = Record;
 
+    /// The next record in time order (ties in file order). Strings are resolved as they are
+    /// read, before any record that refers to them is returned.
     fn next(&mut self) -> Option<Record> {
+        loop {
+            if let Some(top) = self.window.peek() {
+                let ready = self.window.len() >= REORDER_MAX
+                    || top.0.saturating_add(REORDER_WINDOW_NS) < self.latest_ns
+                    || self.drained;
+                if ready {
+                    return self.window.pop().map(|w| w.2);
+                }
+            } else if self.drained {
+                return None;
+            }
+            match self.next_in_file() {
+                Some(r) => {
+                    self.latest_ns = self.latest_ns.max(r.time_ns);
+                    self.window.push(Waiting(r.time_ns, self.next, r));
+                }
+                None => self.drained = true,
+            }
+        }
+    }
+}
+
+impl TraceReader {
+    fn next_in_file(&mut self) -> Option<Record> {
         let mut buf = [0u8; RECORD_SIZE];
         while self.next < self.end {
             let index = self.next;
@@ -259,7 +326,11 @@ impl Iterator for TraceReader {
             }
             let commit = Record::commit_of(&buf);
             if commit == 0 {
-                self.stats.torn += 1;
+                if buf.iter().all(|&b| b == 0) {
+                    self.stats.unused += 1;
+                } else {
+                    self.stats.torn += 1;
+                }
                 continue;
             }
             if commit != format::commit_tag(index) {

@@ -17,7 +17,7 @@
 //! Nothing here allocates: the shim opens the trace inside the first intercepted CUDA call.
 
 use crate::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
-use core::cell::UnsafeCell;
+use core::cell::{Cell, UnsafeCell};
 use core::ptr;
 use core::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering,
@@ -25,6 +25,40 @@ use core::sync::atomic::{
 
 /// Bytes mapped at once. A multiple of every page size Linux uses (4 KiB to 64 KiB).
 pub const CHUNK_BYTES: u64 = 4 << 20;
+/// The most record slots one thread claims at once.
+pub const MAX_BLOCK: u64 = 64;
+/// A thread's block of slots is abandoned once this old, so that a record's place in the file
+/// and its place in time are never further apart than this (plus preemption).
+pub const MAX_BLOCK_AGE_NS: u64 = 1_000_000;
+
+/// A thread's claimed slots in one open trace.
+#[derive(Clone, Copy)]
+struct Block {
+    /// Which open trace (see `Recorder::serial`): a block from another is never used.
+    serial: u64,
+    next: u64,
+    end: u64,
+    started_ns: u64,
+    size: u64,
+}
+
+impl Block {
+    const NONE: Block = Block {
+        serial: 0,
+        next: 0,
+        end: 0,
+        started_ns: 0,
+        size: 0,
+    };
+}
+
+std::thread_local! {
+    static BLOCK: Cell<Block> = const { Cell::new(Block::NONE) };
+}
+
+/// Every open of every recorder in the process gets a new serial.
+static OPEN_SERIAL: AtomicU64 = AtomicU64::new(1);
+
 /// Chunks kept mapped and populated ahead of the writers by [`Recorder::grow_ahead`].
 pub const LOOKAHEAD_CHUNKS: usize = 2;
 /// Chunks a trace may have: 16 GiB.
@@ -124,6 +158,8 @@ pub struct Recorder {
     path_len: AtomicU32,
     /// `CLOCK_MONOTONIC` at open; record times are ns since then.
     origin_ns: AtomicU64,
+    /// This open's serial, never 0 once open (see [`OPEN_SERIAL`]).
+    serial: AtomicU64,
 }
 
 // SAFETY: every field but `path` is atomic. `path` is written only by the thread that moved
@@ -155,6 +191,7 @@ impl Recorder {
             path: UnsafeCell::new([0; PATH_CAP]),
             path_len: AtomicU32::new(0),
             origin_ns: AtomicU64::new(0),
+            serial: AtomicU64::new(0),
         }
     }
 
@@ -255,6 +292,10 @@ impl Recorder {
         // writes to the header before READY is published.
         let origin = unsafe { write_header(base, o, capacity) };
         self.origin_ns.store(origin, Ordering::Relaxed);
+        self.serial.store(
+            OPEN_SERIAL.fetch_add(1, Ordering::Relaxed),
+            Ordering::Relaxed,
+        );
         self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
@@ -284,12 +325,64 @@ impl Recorder {
     /// Appends one record. Returns `false` when it was not written (not open, or lost: then it
     /// is counted in the header). Lock-free; no system call except when a new chunk is mapped.
     pub fn append(&self, rec: &Record) -> bool {
-        let Some(index) = self.claim(1) else {
+        let Some(index) = self.next_index(rec.time_ns) else {
             return false;
         };
         let mut body = [0u8; RECORD_SIZE];
         rec.encode_body(&mut body);
         self.write_slot(index, &body)
+    }
+
+    /// The index for one record of this thread: the next slot of the thread's block, or the
+    /// first of a new block. A thread claims 1 slot at a time while its records are sparse and
+    /// up to [`MAX_BLOCK`] at once while they come fast (each block used up within
+    /// [`MAX_BLOCK_AGE_NS`] doubles the next one), so 16 busy threads do not all contend on the
+    /// one counter, and a slow thread wastes no space. A block older than `MAX_BLOCK_AGE_NS` is
+    /// abandoned (its unused slots stay zero and the reader skips them), which bounds how far a
+    /// record's position in the file can be from its place in time.
+    fn next_index(&self, now_ns: u64) -> Option<u64> {
+        if self.state.load(Ordering::Acquire) != READY {
+            return None;
+        }
+        let serial = self.serial.load(Ordering::Relaxed);
+        let b = BLOCK.try_with(Cell::get).unwrap_or(Block::NONE);
+        let mine = b.serial == serial;
+        let fresh = now_ns.wrapping_sub(b.started_ns) <= MAX_BLOCK_AGE_NS;
+        if mine && b.next < b.end && fresh {
+            let _ = BLOCK.try_with(|c| {
+                c.set(Block {
+                    next: b.next + 1,
+                    ..b
+                })
+            });
+            return Some(b.next);
+        }
+        let size = if mine && b.next >= b.end && fresh {
+            (b.size * 2).min(MAX_BLOCK)
+        } else {
+            1
+        };
+        let claimed = self.header_word(header::CLAIMED)?;
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        // Full: count without touching the shared counter again.
+        if claimed.load(Ordering::Relaxed) >= capacity {
+            self.count_lost(1);
+            return None;
+        }
+        let start = claimed.fetch_add(size, Ordering::Relaxed);
+        if start >= capacity {
+            self.count_lost(1);
+            return None;
+        }
+        let block = Block {
+            serial,
+            next: start + 1,
+            end: (start + size).min(capacity),
+            started_ns: now_ns,
+            size,
+        };
+        let _ = BLOCK.try_with(|c| c.set(block));
+        Some(start)
     }
 
     /// Claims `n` consecutive record indices, or counts them lost.

@@ -31,6 +31,8 @@ pub struct DeviceStats {
 pub struct TraceHealth {
     pub committed: u64,
     pub torn: u64,
+    /// Claimed slots never written (block tails); not lost records.
+    pub unused: u64,
     pub lost: u64,
     pub truncated: u64,
     pub damage: Option<String>,
@@ -199,6 +201,7 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
         health: TraceHealth {
             committed: stats.committed,
             torn: stats.torn,
+            unused: stats.unused,
             lost: stats.lost,
             truncated: stats.truncated,
             damage: stats.damage.map(|d| {
