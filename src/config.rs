@@ -48,6 +48,8 @@ pub struct Conf {
     /// Largest trace file, in bytes; records past it are counted as lost.
     pub trace_max: u64,
     pub when_full: WhenFull,
+    /// Record the call stack of one memory call in this many (per thread); 0 for none.
+    pub stack_every: u32,
 }
 
 pub const GIB: u64 = 1 << 30;
@@ -63,6 +65,7 @@ impl Default for Conf {
             limit: 0,
             trace_max: 16 * GIB,
             when_full: WhenFull::Drop,
+            stack_every: 0,
         }
     }
 }
@@ -105,6 +108,12 @@ pub const KEYS: &[KeyDoc] = &[
         accepted: "a size (24GiB) or off",
         default: "off",
         meaning: "cap this process's device memory; allocations past it fail with out-of-memory",
+    },
+    KeyDoc {
+        key: "stacks",
+        accepted: "off, on, or N (one call in N per thread)",
+        default: "off",
+        meaning: "record the call stack of memory calls (raw addresses, symbolized offline)",
     },
     KeyDoc {
         key: "trace_max",
@@ -254,6 +263,13 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
                     .filter(|&n| n >= crate::recorder::MIN_TRACE_BYTES)
                     .ok_or_else(bad)?
             }
+            "stacks" => {
+                conf.stack_every = match value {
+                    "off" => 0,
+                    "on" => 1,
+                    n => n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?,
+                }
+            }
             _ => return Err(ConfError::UnknownKey(key)),
         }
     }
@@ -289,6 +305,9 @@ mod tests {
         assert_eq!(c.release, 2 * GIB);
         assert_eq!(c.limit, 24 * GIB);
         assert_eq!(c.trace_max, GIB);
+        assert_eq!(parse_strict("stacks:on").unwrap().stack_every, 1);
+        assert_eq!(parse_strict("stacks:100").unwrap().stack_every, 100);
+        assert!(parse_strict("stacks:0").is_err());
     }
 
     #[test]

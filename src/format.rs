@@ -157,6 +157,16 @@ byte_enum! {
         String = 23 => "string",
         /// 16 bytes of a string's text, in `time_ns` and `ptr` (little-endian).
         StringData = 24 => "string_data",
+        /// A call stack's definition: `ptr` is its id, `size` its number of frames. The return
+        /// addresses follow, two per `StackData` record, claimed together with this one.
+        Stack = 25 => "stack",
+        /// Two return addresses of a stack, in `time_ns` and `ptr`.
+        StackData = 26 => "stack_data",
+        /// The call stack of the thread's previous record: `ptr` is the stack id.
+        StackRef = 27 => "stack_ref",
+        /// A loaded module, for offline symbolization: `ptr` is its load base, `size` the string
+        /// id of its path.
+        Module = 28 => "module",
     }
 }
 

@@ -5,6 +5,7 @@ pub mod config;
 pub mod format;
 pub mod reader;
 pub mod recorder;
+pub mod stack;
 pub mod stackfmt;
 
 #[cfg(feature = "cli")]

@@ -186,10 +186,20 @@ fn cmd_events(trace: &std::path::Path, json: bool) -> ExitCode {
         if r.kind == gpushim::format::RecordKind::String {
             continue;
         }
+        if matches!(r.kind, RecordKind::Stack | RecordKind::Module) {
+            continue;
+        }
         let text = match r.kind {
             RecordKind::RangePush | RecordKind::Mark | RecordKind::RangeStart => {
                 reader.string(r.ptr).unwrap_or("").to_string()
             }
+            RecordKind::StackRef => reader
+                .stack(r.ptr)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&ip| reader.describe_address(ip))
+                .collect::<Vec<_>>()
+                .join(" < "),
             _ => String::new(),
         };
         let device = if r.device == gpushim::format::DEVICE_UNKNOWN {

@@ -125,10 +125,14 @@ pub struct TraceReader {
     next: u64,
     end: u64,
     stats: DecodeStats,
-    /// Strings defined so far (NVTX messages), by id.
+    /// Strings defined so far (NVTX messages, module paths), by id.
     strings: HashMap<u64, String>,
-    /// A string whose text records are still being read: id, length, bytes so far.
-    pending: Option<(u64, usize, Vec<u8>)>,
+    /// Call stacks defined so far, by id: return addresses, innermost first.
+    stacks: HashMap<u64, Vec<u64>>,
+    /// Loaded modules seen so far: load base and the string id of the path.
+    modules: Vec<(u64, u64)>,
+    /// A definition whose data records are still being read: kind, id, byte length, bytes.
+    pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
     /// The reorder window (see [`REORDER_WINDOW_NS`]).
     window: std::collections::BinaryHeap<Waiting>,
     /// The latest record time read from the file so far.
@@ -220,6 +224,8 @@ impl TraceReader {
             end,
             stats,
             strings: HashMap::new(),
+            stacks: HashMap::new(),
+            modules: Vec::new(),
             pending: None,
             window: std::collections::BinaryHeap::new(),
             latest_ns: 0,
@@ -241,9 +247,44 @@ impl TraceReader {
         self.strings.get(&id).map(String::as_str)
     }
 
+    /// The return addresses of a stack id from a `Stack` record seen so far, innermost first.
+    pub fn stack(&self, id: u64) -> Option<&[u64]> {
+        self.stacks.get(&id).map(Vec::as_slice)
+    }
+
+    /// An address as `module+0xoffset` (the module with the nearest load base below it), or
+    /// the bare address when no module is known.
+    pub fn describe_address(&self, ip: u64) -> String {
+        let best = self
+            .modules
+            .iter()
+            .filter(|(base, _)| *base <= ip)
+            .max_by_key(|(base, _)| *base);
+        match best.and_then(|(base, name)| Some((base, self.strings.get(name)?))) {
+            Some((base, path)) => {
+                let file = path.rsplit('/').next().unwrap_or(path);
+                format!("{file}+{:#x}", ip - base)
+            }
+            None => format!("{ip:#x}"),
+        }
+    }
+
     /// Records examined so far and in all, for progress display.
     pub fn progress(&self) -> (u64, u64) {
         (self.next, self.end)
+    }
+
+    fn define(&mut self, kind: RecordKind, id: u64, bytes: Vec<u8>) {
+        if kind == RecordKind::Stack {
+            let frames = bytes
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect();
+            self.stacks.insert(id, frames);
+        } else {
+            self.strings
+                .insert(id, String::from_utf8_lossy(&bytes).into_owned());
+        }
     }
 
     fn stop(&mut self, reason: String) {
@@ -342,28 +383,35 @@ impl TraceReader {
                 return None;
             }
             match Record::decode(&buf) {
-                Some(r) if r.kind == RecordKind::StringData => {
+                Some(r) if matches!(r.kind, RecordKind::StringData | RecordKind::StackData) => {
                     self.stats.committed += 1;
-                    if let Some((id, len, mut text)) = self.pending.take() {
+                    if let Some((kind, id, len, mut bytes)) = self.pending.take() {
                         let at = format::record::TIME_NS;
-                        text.extend_from_slice(&buf[at..at + format::STRING_BYTES_PER_RECORD]);
-                        if text.len() >= len {
-                            text.truncate(len);
-                            self.strings
-                                .insert(id, String::from_utf8_lossy(&text).into_owned());
+                        bytes.extend_from_slice(&buf[at..at + format::STRING_BYTES_PER_RECORD]);
+                        if bytes.len() < len {
+                            self.pending = Some((kind, id, len, bytes));
                         } else {
-                            self.pending = Some((id, len, text));
+                            bytes.truncate(len);
+                            self.define(kind, id, bytes);
                         }
                     }
                 }
                 Some(r) => {
                     self.stats.committed += 1;
-                    if r.kind == RecordKind::String {
-                        let len = (r.size as usize).min(format::STRING_MAX);
+                    let len = match r.kind {
+                        RecordKind::String => (r.size as usize).min(format::STRING_MAX),
+                        RecordKind::Stack => (r.size as usize).min(crate::stack::MAX_FRAMES) * 8,
+                        RecordKind::Module => {
+                            self.modules.push((r.ptr, r.size));
+                            0
+                        }
+                        _ => 0,
+                    };
+                    if matches!(r.kind, RecordKind::String | RecordKind::Stack) {
                         if len == 0 {
-                            self.strings.insert(r.ptr, String::new());
+                            self.define(r.kind, r.ptr, Vec::new());
                         } else {
-                            self.pending = Some((r.ptr, len, Vec::with_capacity(len)));
+                            self.pending = Some((r.kind, r.ptr, len, Vec::with_capacity(len)));
                         }
                     }
                     return Some(r);

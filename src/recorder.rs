@@ -67,8 +67,11 @@ pub const MAX_CHUNKS: usize = 4096;
 pub const MIN_TRACE_BYTES: u64 = (HEADER_SIZE + RECORD_SIZE) as u64;
 /// Longest trace path, including the terminating NUL.
 pub const PATH_CAP: usize = 4096;
-/// Distinct strings (NVTX messages) the interning table holds; later ones get id 0.
+/// Distinct strings (NVTX messages, module paths) the interning table holds; later ones get
+/// id 0.
 pub const STRING_SLOTS: usize = 4096;
+/// Distinct call stacks the interning table holds; later ones get id 0.
+pub const STACK_SLOTS: usize = 16384;
 /// Streams the interning table can name; later streams are recorded as [`STREAM_OVERFLOW`].
 pub const STREAM_SLOTS: usize = 4096;
 pub const STREAM_OVERFLOW: u16 = u16::MAX;
@@ -150,6 +153,9 @@ pub struct Recorder {
     strings: [AtomicU64; STRING_SLOTS],
     /// Whether a slot's definition has been committed to the file.
     string_ready: [AtomicBool; STRING_SLOTS],
+    /// Call stacks seen so far, by hash; their id is the slot index + 1.
+    stacks: [AtomicU64; STACK_SLOTS],
+    stack_ready: [AtomicBool; STACK_SLOTS],
     /// Next per-trace thread index.
     threads: AtomicU32,
     /// Bumped at every open, so threads know to announce themselves in a new file.
@@ -186,6 +192,8 @@ impl Recorder {
             streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
             strings: [const { AtomicU64::new(0) }; STRING_SLOTS],
             string_ready: [const { AtomicBool::new(false) }; STRING_SLOTS],
+            stacks: [const { AtomicU64::new(0) }; STACK_SLOTS],
+            stack_ready: [const { AtomicBool::new(false) }; STACK_SLOTS],
             threads: AtomicU32::new(0),
             generation: AtomicU32::new(0),
             path: UnsafeCell::new([0; PATH_CAP]),
@@ -267,6 +275,10 @@ impl Recorder {
             s.store(0, Ordering::Relaxed);
         }
         for (s, r) in self.strings.iter().zip(&self.string_ready) {
+            s.store(0, Ordering::Relaxed);
+            r.store(false, Ordering::Relaxed);
+        }
+        for (s, r) in self.stacks.iter().zip(&self.stack_ready) {
             s.store(0, Ordering::Relaxed);
             r.store(false, Ordering::Relaxed);
         }
@@ -426,61 +438,121 @@ impl Recorder {
         true
     }
 
-    /// The id of a string, writing its definition the first time it is seen. The definition is
-    /// committed to the file before any other thread can learn the id, so it always precedes
-    /// the records that refer to it. Lock-free; 0 when the table is full or recording is off.
+    /// The id of a string, writing its definition the first time it is seen. Lock-free; 0
+    /// when the table is full or recording is off.
     pub fn intern_string(&self, text: &[u8]) -> u64 {
         let text = &text[..text.len().min(format::STRING_MAX)];
-        let hash = fnv1a(text) | 1;
-        let start = (hash >> 20) as usize % STRING_SLOTS;
-        for probe in 0..STRING_SLOTS {
-            let k = (start + probe) % STRING_SLOTS;
+        let (id, _) = self.intern(
+            &self.strings,
+            &self.string_ready,
+            fnv1a(text) | 1,
+            |r: &Self, id| {
+                r.write_blob(
+                    format::RecordKind::String,
+                    format::RecordKind::StringData,
+                    id,
+                    text.len() as u64,
+                    text,
+                )
+            },
+        );
+        id
+    }
+
+    /// The id of a call stack, writing its frames the first time it is seen; the flag says
+    /// whether this call wrote it. Lock-free; 0 when the table is full or recording is off.
+    pub fn intern_stack(&self, frames: &[u64]) -> (u64, bool) {
+        let mut bytes = [0u8; 8 * crate::stack::MAX_FRAMES];
+        let frames = &frames[..frames.len().min(crate::stack::MAX_FRAMES)];
+        for (i, f) in frames.iter().enumerate() {
+            bytes[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
+        }
+        let bytes = &bytes[..frames.len() * 8];
+        self.intern(
+            &self.stacks,
+            &self.stack_ready,
+            crate::stack::hash(frames),
+            |r: &Self, id| {
+                r.write_blob(
+                    format::RecordKind::Stack,
+                    format::RecordKind::StackData,
+                    id,
+                    frames.len() as u64,
+                    bytes,
+                )
+            },
+        )
+    }
+
+    /// Interning shared by strings and stacks: the first thread to insert `hash` writes the
+    /// definition and then marks it ready; others that find the hash wait for ready, so the
+    /// definition is always committed before any record that refers to it. Keys are 64-bit
+    /// hashes: two different values colliding would share an id (odds about 2^-40 at 4096).
+    fn intern(
+        &self,
+        keys: &[AtomicU64],
+        ready: &[AtomicBool],
+        hash: u64,
+        write: impl FnOnce(&Self, u64),
+    ) -> (u64, bool) {
+        let start = (hash >> 20) as usize % keys.len();
+        for probe in 0..keys.len() {
+            let k = (start + probe) % keys.len();
             let id = (k + 1) as u64;
-            match self.strings[k].compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire) {
+            match keys[k].compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => {
-                    self.write_string(id, text);
-                    self.string_ready[k].store(true, Ordering::Release);
-                    return id;
+                    write(self, id);
+                    ready[k].store(true, Ordering::Release);
+                    return (id, true);
                 }
                 Err(h) if h == hash => {
                     // Another thread is writing the definition: wait for it (a few hundred ns).
                     for _ in 0..1_000_000 {
-                        if self.string_ready[k].load(Ordering::Acquire) {
+                        if ready[k].load(Ordering::Acquire) {
                             break;
                         }
                         core::hint::spin_loop();
                     }
-                    return id;
+                    return (id, false);
                 }
                 Err(_) => {}
             }
         }
-        0
+        (0, false)
     }
 
-    fn write_string(&self, id: u64, text: &[u8]) {
+    /// Writes a definition record (`head`, with `id` and `size`) and the `data` records that
+    /// carry `bytes`, 16 per record, all claimed together so they are contiguous in the file.
+    fn write_blob(
+        &self,
+        head: format::RecordKind,
+        data: format::RecordKind,
+        id: u64,
+        size: u64,
+        bytes: &[u8],
+    ) {
         let per = format::STRING_BYTES_PER_RECORD;
-        let pieces = text.len().div_ceil(per) as u64;
+        let pieces = bytes.len().div_ceil(per) as u64;
         let Some(first) = self.claim(1 + pieces) else {
             return;
         };
         let mut body = [0u8; RECORD_SIZE];
         Record {
-            kind: format::RecordKind::String,
+            kind: head,
             api: format::Api::Shim,
             device: format::DEVICE_UNKNOWN,
             status: 0,
             thread: 0,
             time_ns: self.now_ns(),
             ptr: id,
-            size: text.len() as u64,
+            size,
             stream: 0,
         }
         .encode_body(&mut body);
         self.write_slot(first, &body);
-        for (i, piece) in text.chunks(per).enumerate() {
+        for (i, piece) in bytes.chunks(per).enumerate() {
             let mut body = [0u8; RECORD_SIZE];
-            body[format::record::KIND] = format::RecordKind::StringData as u8;
+            body[format::record::KIND] = data as u8;
             body[format::record::API] = format::Api::Shim as u8;
             let at = format::record::TIME_NS;
             body[at..at + piece.len()].copy_from_slice(piece);

@@ -12,6 +12,7 @@ mod hook;
 mod nvtx;
 mod real;
 mod runtime;
+mod stacks;
 mod state;
 mod symbols;
 mod trace;

@@ -58,6 +58,7 @@ static CONF: ConfCell = ConfCell(UnsafeCell::new(Conf {
     limit: 0,
     trace_max: 16 * config::GIB,
     when_full: config::WhenFull::Drop,
+    stack_every: 0,
 }));
 static CONF_STATE: AtomicU8 = AtomicU8::new(0);
 

@@ -40,6 +40,7 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
         stream_index = i;
     }
     append(kind, api, rc, ptr, size, device, thread, stream_index);
+    crate::stacks::maybe_record(thread);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -206,6 +207,7 @@ fn open_trace() {
         ));
         return;
     }
+    crate::stacks::on_open(conf.stack_every);
     // The grower keeps the next chunks of the file mapped and populated, so producers take no
     // page faults. Without it (spawn failed) producers map chunks themselves: slower, correct.
     let _ = std::thread::Builder::new()

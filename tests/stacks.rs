@@ -1,0 +1,119 @@
+//! Call stacks (GPUSHIM_CONF=stacks:...): each sampled call gets its stack, stacks are written
+//! once however often they recur, the shim's own frames are dropped, and the module map lets
+//! the command name the frames.
+
+mod common;
+use common::*;
+use gpushim::format::RecordKind;
+use gpushim::reader::TraceReader;
+
+fn run_loop(conf: &str) -> std::path::PathBuf {
+    let dir = tempdir("stacks");
+    let t = dir.join("loop.trace");
+    let out = run(
+        &sim().bin("train_loop"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![("GPUSHIM_CONF", conf.into())],
+            args: vec!["20".into()],
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    t
+}
+
+#[test]
+fn every_call_gets_its_stack_and_each_distinct_stack_is_written_once() {
+    let t = run_loop("stacks:on");
+    let mut reader = TraceReader::open(&t).unwrap();
+    let (mut calls, mut refs, mut defs) = (0, 0, 0);
+    let mut last_was_call = false;
+    let mut frames_of = Vec::new();
+    while let Some(r) = reader.next() {
+        match r.kind {
+            RecordKind::Alloc
+            | RecordKind::Free
+            | RecordKind::AllocAsync
+            | RecordKind::FreeAsync => {
+                calls += 1;
+                last_was_call = true;
+            }
+            RecordKind::StackRef => {
+                assert!(last_was_call, "a stack must follow its call");
+                last_was_call = false;
+                refs += 1;
+                frames_of.push(r.ptr);
+            }
+            RecordKind::Stack => defs += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(
+        calls,
+        1 + 20 * 15 + 1,
+        "weights + 15 calls a step + final free"
+    );
+    assert_eq!(refs, calls);
+    // train_loop.c makes its calls from 7 call sites.
+    assert!(defs <= 8, "{defs} stack definitions for 7 call sites");
+    for id in frames_of {
+        let frames = reader.stack(id).expect("every referenced stack is defined");
+        let first = reader.describe_address(frames[0]);
+        assert!(
+            first.starts_with("train_loop+"),
+            "innermost frame {first} is not the program's"
+        );
+        assert!(frames.len() >= 2, "main's caller is missing");
+    }
+}
+
+#[test]
+fn stacks_can_be_sampled_and_are_off_by_default() {
+    let t = run_loop("stacks:10");
+    let (records, _) = decode(&t);
+    let calls = records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.kind,
+                RecordKind::Alloc
+                    | RecordKind::Free
+                    | RecordKind::AllocAsync
+                    | RecordKind::FreeAsync
+            )
+        })
+        .count();
+    let refs = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::StackRef)
+        .count();
+    assert_eq!(refs, calls / 10);
+    let t = run_loop("pool:off");
+    let (records, _) = decode(&t);
+    assert!(!records.iter().any(|r| matches!(
+        r.kind,
+        RecordKind::StackRef | RecordKind::Stack | RecordKind::Module
+    )));
+}
+
+#[test]
+fn the_events_command_prints_the_frames_of_a_stack() {
+    let t = run_loop("stacks:on");
+    let out = std::process::Command::new(gpushim_bin())
+        .arg("events")
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let s = stdout(&out);
+    let line = s
+        .lines()
+        .find(|l| l.contains(",stack_ref,"))
+        .expect("a stack_ref row");
+    assert!(
+        line.contains("train_loop+0x") && line.contains(" < "),
+        "{line}"
+    );
+}
