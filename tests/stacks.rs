@@ -17,7 +17,6 @@ fn run_loop(conf: &str) -> std::path::PathBuf {
             trace: Some(&t),
             env: vec![("GPUSHIM_CONF", conf.into())],
             args: vec!["20".into()],
-            ..Run::default()
         },
     );
     assert_ok(&out);
@@ -31,7 +30,7 @@ fn every_call_gets_its_stack_and_each_distinct_stack_is_written_once() {
     let (mut calls, mut refs, mut defs) = (0, 0, 0);
     let mut last_was_call = false;
     let mut frames_of = Vec::new();
-    while let Some(r) = reader.next() {
+    for r in reader.by_ref() {
         match r.kind {
             RecordKind::Alloc
             | RecordKind::Free
