@@ -74,6 +74,52 @@ fn one_record(c: &mut Criterion) {
     });
 }
 
+/// Records an event and its stack from `depth` frames further down.
+#[inline(never)]
+fn at_depth(depth: u32, r: &Recorder, i: u64) -> u64 {
+    if depth > 0 {
+        return std::hint::black_box(at_depth(depth - 1, r, i)) + 1;
+    }
+    let mut rec = record(i, 0);
+    rec.time_ns = r.now_ns();
+    r.append(&rec);
+    let mut frames = [0u64; gpushim::stack::MAX_FRAMES];
+    let n = gpushim::stack::capture(0, &mut frames);
+    let (id, _) = r.intern_stack(&frames[..n]);
+    r.append(&Record {
+        kind: RecordKind::StackRef,
+        ptr: id,
+        size: n as u64,
+        ..rec
+    });
+    id
+}
+
+fn with_stack(c: &mut Criterion) {
+    let path = trace_path("stack");
+    c.bench_function("record with a stack seen before (24 frames deep, 32 kept)", |b| {
+        b.iter_custom(|iters| {
+            let r = open(&path);
+            r.grow_ahead();
+            at_depth(24, &r, 0); // the stack is written once, before timing
+            let stop = AtomicBool::new(false);
+            let t = std::thread::scope(|s| {
+                s.spawn(|| r.run_grower(&stop));
+                let start = Instant::now();
+                for i in 0..iters {
+                    at_depth(24, &r, i);
+                }
+                let t = start.elapsed();
+                stop.store(true, Ordering::Relaxed);
+                t
+            });
+            drop(r);
+            let _ = std::fs::remove_file(&path);
+            t
+        })
+    });
+}
+
 fn many_threads(c: &mut Criterion) {
     let threads: u16 = std::env::var("GPUSHIM_BENCH_THREADS")
         .ok()
@@ -122,5 +168,5 @@ fn many_threads(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, one_record, many_threads);
+criterion_group!(benches, one_record, with_stack, many_threads);
 criterion_main!(benches);
