@@ -97,27 +97,30 @@ fn at_depth(depth: u32, r: &Recorder, i: u64) -> u64 {
 
 fn with_stack(c: &mut Criterion) {
     let path = trace_path("stack");
-    c.bench_function("record with a stack seen before (24 frames deep, 32 kept)", |b| {
-        b.iter_custom(|iters| {
-            let r = open(&path);
-            r.grow_ahead();
-            at_depth(24, &r, 0); // the stack is written once, before timing
-            let stop = AtomicBool::new(false);
-            let t = std::thread::scope(|s| {
-                s.spawn(|| r.run_grower(&stop));
-                let start = Instant::now();
-                for i in 0..iters {
-                    at_depth(24, &r, i);
-                }
-                let t = start.elapsed();
-                stop.store(true, Ordering::Relaxed);
+    c.bench_function(
+        "record with a stack seen before (24 frames deep, 32 kept)",
+        |b| {
+            b.iter_custom(|iters| {
+                let r = open(&path);
+                r.grow_ahead();
+                at_depth(24, &r, 0); // the stack is written once, before timing
+                let stop = AtomicBool::new(false);
+                let t = std::thread::scope(|s| {
+                    s.spawn(|| r.run_grower(&stop));
+                    let start = Instant::now();
+                    for i in 0..iters {
+                        at_depth(24, &r, i);
+                    }
+                    let t = start.elapsed();
+                    stop.store(true, Ordering::Relaxed);
+                    t
+                });
+                drop(r);
+                let _ = std::fs::remove_file(&path);
                 t
-            });
-            drop(r);
-            let _ = std::fs::remove_file(&path);
-            t
-        })
-    });
+            })
+        },
+    );
 }
 
 fn many_threads(c: &mut Criterion) {

@@ -31,6 +31,15 @@ pub const MAX_BLOCK: u64 = 64;
 /// and its place in time are never further apart than this (plus preemption).
 pub const MAX_BLOCK_AGE_NS: u64 = 1_000_000;
 
+/// The state only the chunk-mapping slow path writes, on a cache line of its own.
+#[repr(align(128))]
+struct SlowPath {
+    /// Bytes of the file reserved so far; only read and written under `growing`.
+    file_len: AtomicU64,
+    /// Taken by the one thread that maps a new chunk.
+    growing: AtomicBool,
+}
+
 /// A thread's claimed slots in one open trace.
 #[derive(Clone, Copy)]
 struct Block {
@@ -60,7 +69,7 @@ std::thread_local! {
 static OPEN_SERIAL: AtomicU64 = AtomicU64::new(1);
 
 /// Chunks kept mapped and populated ahead of the writers by [`Recorder::grow_ahead`].
-pub const LOOKAHEAD_CHUNKS: usize = 2;
+pub const LOOKAHEAD_CHUNKS: usize = 4;
 /// Chunks a trace may have: 16 GiB.
 pub const MAX_CHUNKS: usize = 4096;
 /// The smallest `trace_max` accepted: the header and one record.
@@ -143,10 +152,8 @@ pub struct Recorder {
     populated: [AtomicBool; MAX_CHUNKS],
     /// Records the file may hold (from `trace_max`, lowered when the disk fills up).
     capacity: AtomicU64,
-    /// Bytes of the file reserved so far; only read and written under `growing`.
-    file_len: AtomicU64,
-    /// Taken by the one producer that maps a new chunk.
-    growing: AtomicBool,
+    /// Written only on the slow path, kept off the cache lines every producer reads.
+    slow: SlowPath,
     /// Streams seen so far: slot `k` holds a stream handle, its index is `k + 1`.
     streams: [AtomicU64; STREAM_SLOTS],
     /// Strings seen so far, by hash (FNV-1a, low bit set); their id is the slot index + 1.
@@ -187,8 +194,10 @@ impl Recorder {
             chunks: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS],
             populated: [const { AtomicBool::new(false) }; MAX_CHUNKS],
             capacity: AtomicU64::new(0),
-            file_len: AtomicU64::new(0),
-            growing: AtomicBool::new(false),
+            slow: SlowPath {
+                file_len: AtomicU64::new(0),
+                growing: AtomicBool::new(false),
+            },
             streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
             strings: [const { AtomicU64::new(0) }; STRING_SLOTS],
             string_ready: [const { AtomicBool::new(false) }; STRING_SLOTS],
@@ -283,7 +292,7 @@ impl Recorder {
             r.store(false, Ordering::Relaxed);
         }
         self.threads.store(0, Ordering::Relaxed);
-        self.file_len.store(0, Ordering::Relaxed);
+        self.slow.file_len.store(0, Ordering::Relaxed);
         let max_records = (o.trace_max.saturating_sub(HEADER_SIZE as u64)) / RECORD_SIZE as u64;
         let chunk_cap = (MAX_CHUNKS as u64 * CHUNK_BYTES - HEADER_SIZE as u64) / RECORD_SIZE as u64;
         let capacity = max_records.min(chunk_cap);
@@ -597,7 +606,9 @@ impl Recorder {
         let mut idle_ms = 1u64;
         while !stop.load(Ordering::Relaxed) {
             let before = self.claimed();
-            self.grow_ahead();
+            if self.grow_ahead() {
+                continue; // writers are fast: keep ahead of them before sleeping
+            }
             std::thread::sleep(std::time::Duration::from_millis(idle_ms));
             idle_ms = if self.claimed() == before {
                 (idle_ms * 2).min(64)
@@ -627,6 +638,7 @@ impl Recorder {
     /// Maps chunk `c`, growing the file first. Slow path: one producer at a time.
     fn map_chunk(&self, c: usize) -> Result<*mut u8, i32> {
         while self
+            .slow
             .growing
             .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
@@ -636,7 +648,7 @@ impl Recorder {
             unsafe { libc::sched_yield() };
         }
         let r = self.map_chunk_locked(c);
-        self.growing.store(false, Ordering::Release);
+        self.slow.growing.store(false, Ordering::Release);
         r
     }
 
@@ -648,7 +660,7 @@ impl Recorder {
         let fd = self.fd.load(Ordering::Relaxed);
         let start = c as u64 * CHUNK_BYTES;
         let end = start + CHUNK_BYTES;
-        if self.file_len.load(Ordering::Relaxed) < end {
+        if self.slow.file_len.load(Ordering::Relaxed) < end {
             // SAFETY: `fd` is the open trace; fallocate with mode 0 only ever grows the file.
             let rc =
                 unsafe { libc::fallocate(fd, 0, start as libc::off_t, CHUNK_BYTES as libc::off_t) };
@@ -664,7 +676,7 @@ impl Recorder {
                     return Err(self.stop_growing_at(c, last_errno()));
                 }
             }
-            self.file_len.store(end, Ordering::Relaxed);
+            self.slow.file_len.store(end, Ordering::Relaxed);
         }
         // SAFETY: maps CHUNK_BYTES of our own file at a page-aligned offset; the result is
         // checked against MAP_FAILED.
@@ -748,7 +760,7 @@ impl Recorder {
             // parent's copy stays open.
             unsafe { libc::close(fd) };
         }
-        self.growing.store(false, Ordering::Relaxed);
+        self.slow.growing.store(false, Ordering::Relaxed);
         self.state.store(CLOSED, Ordering::Release);
     }
 }
