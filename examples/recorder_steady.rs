@@ -1,5 +1,6 @@
 //! Steady-state cost of one record over a long run (the grower thread running), and the cost of
-//! the clock read alone. Usage: cargo run --release --example recorder_steady [RECORDS]
+//! the clock read alone; with THREADS, also the aggregate rate of that many producer threads.
+//! Usage: cargo run --release --example recorder_steady [RECORDS [THREADS]]
 use gpushim::format::{Api, Record, RecordKind};
 use gpushim::recorder::{OpenOptions, Recorder};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -48,6 +49,39 @@ fn main() {
             });
         }
         let rec = t.elapsed().as_nanos() as f64 / n as f64;
+        let threads: u64 = std::env::args()
+            .nth(2)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(0);
+        if threads > 0 {
+            let per = n / threads;
+            let t = Instant::now();
+            std::thread::scope(|s2| {
+                for th in 0..threads {
+                    let r = &r;
+                    s2.spawn(move || {
+                        for i in 0..per {
+                            r.append(&Record {
+                                kind: RecordKind::Alloc,
+                                api: Api::CudaMalloc,
+                                device: 0,
+                                status: 0,
+                                thread: th as u16,
+                                time_ns: r.now_ns(),
+                                ptr: i,
+                                size: 1 << 20,
+                                stream: 0,
+                            });
+                        }
+                    });
+                }
+            });
+            let secs = t.elapsed().as_secs_f64();
+            println!(
+                "{threads} threads: {:.1} M records/s in aggregate",
+                (per * threads) as f64 / secs / 1e6
+            );
+        }
         stop.store(true, Ordering::Relaxed);
         println!(
             "clock read: {clock:.1} ns; one record (clock included): {rec:.1} ns; lost {} (sink {})",

@@ -765,6 +765,26 @@ impl Recorder {
     }
 }
 
+impl Drop for Recorder {
+    /// Unmaps the trace and closes it (tests and benchmarks; the shim's recorder is static and
+    /// lives as long as the process).
+    fn drop(&mut self) {
+        for c in &self.chunks {
+            let p = c.swap(ptr::null_mut(), Ordering::Relaxed);
+            if !p.is_null() {
+                // SAFETY: each non-null entry is a CHUNK_BYTES mapping we made; `&mut self`
+                // means no producer can be using it.
+                unsafe { libc::munmap(p.cast(), CHUNK_BYTES as usize) };
+            }
+        }
+        let fd = self.fd.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            // SAFETY: our own descriptor.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
 /// Writes the header; returns the monotonic clock origin it recorded.
 ///
 /// # Safety
