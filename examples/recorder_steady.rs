@@ -53,8 +53,7 @@ fn main() {
             .nth(2)
             .and_then(|a| a.parse().ok())
             .unwrap_or(0);
-        if threads > 0 {
-            let per = n / threads;
+        if let Some(per) = n.checked_div(threads) {
             let t = Instant::now();
             std::thread::scope(|s2| {
                 for th in 0..threads {
