@@ -92,33 +92,27 @@ fn thread_index() -> u16 {
 
 /// The device the calling thread's runtime is on, or `DEVICE_UNKNOWN`.
 pub fn runtime_device() -> u8 {
-    type F = unsafe extern "C" fn(*mut c_int) -> i32;
-    // SAFETY: resolved for cudaGetDevice, whose ABI is F.
-    let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::CudaGetDevice)) }) else {
-        return format::DEVICE_UNKNOWN;
-    };
-    let mut d: c_int = 0;
-    // SAFETY: `d` is a valid out-pointer.
-    if unsafe { f(&mut d) } == 0 && (0..255).contains(&d) {
-        d as u8
-    } else {
-        format::DEVICE_UNKNOWN
-    }
+    device_from(Sym::CudaGetDevice)
 }
 
 /// The device of the calling thread's current driver context, or `DEVICE_UNKNOWN`.
 pub fn driver_device() -> u8 {
+    device_from(Sym::CuCtxGetDevice)
+}
+
+/// Asks `cudaGetDevice` or `cuCtxGetDevice` (same signature) for the current device.
+fn device_from(sym: Sym) -> u8 {
     type F = unsafe extern "C" fn(*mut c_int) -> i32;
-    // SAFETY: resolved for cuCtxGetDevice, whose ABI is F.
-    let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::CuCtxGetDevice)) }) else {
-        return format::DEVICE_UNKNOWN;
+    // SAFETY: both symbols have the ABI F: `int f(int *device)`.
+    let Some(f) = (unsafe { real::as_fn::<F>(real::exported(sym)) }) else {
+        return DEVICE_UNKNOWN;
     };
     let mut d: c_int = 0;
     // SAFETY: `d` is a valid out-pointer.
     if unsafe { f(&mut d) } == 0 && (0..255).contains(&d) {
         d as u8
     } else {
-        format::DEVICE_UNKNOWN
+        DEVICE_UNKNOWN
     }
 }
 
