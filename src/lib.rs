@@ -2,6 +2,7 @@
 //! reports. Nothing here calls CUDA; the shim (`shim/`) is the only code that does.
 
 pub mod config;
+pub mod engine;
 pub mod format;
 pub mod reader;
 pub mod recorder;

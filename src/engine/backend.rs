@@ -1,0 +1,123 @@
+//! What the engine needs from a device, and nothing more (the `prim` layer of mimalloc's
+//! design): reserve and release device memory, and know when earlier GPU work is done.
+//! The shim implements it over real CUDA; tests and `gpushim simulate` over memory.
+
+/// The device said no.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfMemory;
+
+/// A point in the GPU's work queues: once it is done, nothing enqueued before it can still
+/// touch memory. Fences are cheap to make and to query.
+pub trait Backend {
+    type Fence: Clone;
+
+    /// Reserves `size` bytes of device memory (a segment), 256-byte aligned at least.
+    fn reserve(&mut self, device: u8, size: u64) -> Result<u64, OutOfMemory>;
+    /// Returns a segment obtained from `reserve`.
+    fn release(&mut self, device: u8, ptr: u64, size: u64);
+    /// A fence after all work enqueued so far on every stream of `device` (for `cudaFree`).
+    fn fence_device(&mut self, device: u8) -> Self::Fence;
+    /// A fence after all work enqueued so far on `stream` (for `cudaFreeAsync`).
+    fn fence_stream(&mut self, device: u8, stream: u64) -> Self::Fence;
+    /// Whether the fence has passed. Must not block.
+    fn passed(&mut self, fence: &Self::Fence) -> bool;
+    /// Waits until every fence made so far on `device` has passed.
+    fn synchronize(&mut self, device: u8);
+}
+
+/// A backend over ordinary memory: addresses are handed out from a large virtual range and
+/// never touched, and fences pass when the test says so (`complete_all`) or at `synchronize`.
+/// Used by the property tests and by `gpushim simulate`.
+#[derive(Debug)]
+pub struct MemoryBackend {
+    next_address: u64,
+    /// Device memory per device; reservations past it fail.
+    pub capacity: u64,
+    reserved: [u64; 256],
+    /// Fences made so far and the count that has passed.
+    fences_made: u64,
+    fences_passed: u64,
+    /// Calls to `reserve` and `release`, like cudaMalloc and cudaFree calls.
+    pub reserve_calls: u64,
+    /// Calls to `reserve` that failed.
+    pub failed_reserves: u64,
+    pub release_calls: u64,
+    pub synchronize_calls: u64,
+}
+
+impl MemoryBackend {
+    pub fn new(capacity: u64) -> MemoryBackend {
+        MemoryBackend {
+            next_address: 0x7f00_0000_0000,
+            capacity,
+            reserved: [0; 256],
+            fences_made: 0,
+            fences_passed: 0,
+            reserve_calls: 0,
+            failed_reserves: 0,
+            release_calls: 0,
+            synchronize_calls: 0,
+        }
+    }
+
+    /// Lets every fence made so far pass, as if the GPU caught up.
+    pub fn complete_all(&mut self) {
+        self.fences_passed = self.fences_made;
+    }
+
+    pub fn reserved(&self, device: u8) -> u64 {
+        self.reserved[device as usize]
+    }
+
+    /// Fences made so far; they are numbered from 1 in order.
+    pub fn fences_made(&self) -> u64 {
+        self.fences_made
+    }
+
+    /// Every fence up to this number has passed.
+    pub fn fences_passed(&self) -> u64 {
+        self.fences_passed
+    }
+}
+
+impl Backend for MemoryBackend {
+    type Fence = u64;
+
+    fn reserve(&mut self, device: u8, size: u64) -> Result<u64, OutOfMemory> {
+        self.reserve_calls += 1;
+        let d = &mut self.reserved[device as usize];
+        if size > self.capacity || *d + size > self.capacity {
+            self.failed_reserves += 1;
+            return Err(OutOfMemory);
+        }
+        *d += size;
+        let p = self.next_address;
+        // Leave a gap so neighbouring segments are never contiguous by accident.
+        self.next_address += size.div_ceil(1 << 21) * (1 << 21) + (1 << 21);
+        Ok(p)
+    }
+
+    fn release(&mut self, device: u8, _ptr: u64, size: u64) {
+        self.release_calls += 1;
+        self.reserved[device as usize] -= size;
+    }
+
+    fn fence_device(&mut self, _device: u8) -> u64 {
+        self.fences_made += 1;
+        self.fences_made
+    }
+
+    fn fence_stream(&mut self, _device: u8, _stream: u64) -> u64 {
+        self.fences_made += 1;
+        self.fences_made
+    }
+
+    fn passed(&mut self, fence: &u64) -> bool {
+        *fence <= self.fences_passed
+    }
+
+    fn synchronize(&mut self, _device: u8) {
+        self.synchronize_calls += 1;
+        self.fences_passed = self.fences_made;
+    }
+}

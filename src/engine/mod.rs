@@ -1,0 +1,808 @@
+//! The caching allocator: plain Rust over a [`Backend`] (no CUDA in here).
+//!
+//! Device memory is reserved from the backend in segments and handed out in blocks. Requests
+//! up to 1 MiB come from 2 MiB "small" segments split down to 512-byte granules; larger ones from
+//! segments rounded up to 2 MiB, split only while the block is at most `max_split` and the rest
+//! is more than 1 MiB. Free blocks live in pools, one per (device, stream, small or large), and
+//! a request takes the smallest block that fits (best fit). Neighbouring free blocks of one
+//! segment and pool coalesce.
+//!
+//! Safe reuse (contract 3 of DESIGN.md): a block freed stream-ordered on stream S carries a
+//! fence on S; it is reusable at once on S (stream order protects it) and on another stream
+//! only once the fence passed. A block freed synchronously (`cudaFree`) carries a fence on the
+//! whole device and is reusable on no stream before it passed: real `cudaFree` waits for the
+//! device, and programs rely on it. When nothing else fits, the engine waits for the device
+//! once (`synchronize`), which passes every fence, before reserving more memory.
+//!
+//! Out of memory: the engine returns idle cached segments to the device and tries once more
+//! before failing. `limit` caps the memory reserved per device; `release` caps idle cached
+//! memory (the excess goes back to the device at each free).
+
+pub mod backend;
+
+use crate::config::Conf;
+pub use backend::{Backend, MemoryBackend, OutOfMemory};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The smallest block; every size is a multiple of it.
+pub const GRANULE: u64 = 512;
+/// Requests up to this size are "small" and come from small segments.
+pub const SMALL_REQUEST: u64 = 1 << 20;
+/// The size of a small segment.
+pub const SMALL_SEGMENT: u64 = 2 << 20;
+/// Large segments are multiples of this.
+pub const LARGE_SEGMENT_ROUND: u64 = 2 << 20;
+
+/// The knobs of `GPUSHIM_CONF` that shape the engine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Policy {
+    pub round_divisions: u32,
+    pub max_split: u64,
+    pub release: u64,
+    /// Per device, 0 for none.
+    pub limit: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy::from(&Conf::default())
+    }
+}
+
+impl From<&Conf> for Policy {
+    fn from(c: &Conf) -> Self {
+        Policy {
+            round_divisions: c.round_divisions,
+            max_split: c.max_split,
+            release: c.release,
+            limit: c.limit,
+        }
+    }
+}
+
+/// The size a request is served with: a multiple of [`GRANULE`], and with `divisions` > 0
+/// rounded up to one of `divisions` steps of its power-of-two interval (PyTorch's
+/// `roundup_power2_divisions`), which makes sizes that vary a little share blocks.
+pub fn round_size(size: u64, divisions: u32) -> u64 {
+    let size = size.max(1);
+    let base = size.div_ceil(GRANULE) * GRANULE;
+    if divisions <= 1 || size <= GRANULE * u64::from(divisions) {
+        return if divisions == 1 {
+            base.next_power_of_two()
+        } else {
+            base
+        };
+    }
+    let floor = 1u64 << (63 - size.leading_zeros());
+    let step = (floor / u64::from(divisions)).max(GRANULE);
+    size.div_ceil(step) * step
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct PoolKey {
+    device: u8,
+    small: bool,
+    stream: u64,
+}
+
+#[derive(Clone, Debug)]
+enum State<F> {
+    Allocated {
+        stream: u64,
+        requested: u64,
+    },
+    /// `fence`: work that may still use the block; `owner`: the stream whose own later work is
+    /// ordered after that fence anyway (stream-ordered frees), if any.
+    Free {
+        fence: Option<F>,
+        owner: Option<u64>,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Block<F> {
+    size: u64,
+    segment: u64,
+    pool: PoolKey,
+    state: State<F>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    size: u64,
+    device: u8,
+    allocated_blocks: u32,
+}
+
+/// What the engine counts. Bytes are block sizes (after rounding) unless named `requested`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub live_bytes: u64,
+    pub requested_bytes: u64,
+    pub reserved_bytes: u64,
+    pub peak_live_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub live_blocks: u64,
+    /// Segments obtained from the device (cudaMalloc-like calls) and given back.
+    pub segment_reserves: u64,
+    pub segment_releases: u64,
+    /// Requests served from cached memory.
+    pub cache_hits: u64,
+    pub splits: u64,
+    /// Waits for the device to make fenced blocks reusable.
+    pub synchronizations: u64,
+    /// Out-of-memory answers that a retry after releasing the cache turned into success.
+    pub oom_retries: u64,
+    pub ooms: u64,
+    pub limit_hits: u64,
+}
+
+/// Why an allocation failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AllocError {
+    /// The device has no room, even after the cache was released.
+    OutOfMemory,
+    /// The request would take the device past `limit`.
+    LimitReached,
+}
+
+/// A live allocation, as pointer queries need it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockInfo {
+    pub ptr: u64,
+    pub size: u64,
+    pub requested: u64,
+    pub device: u8,
+    pub stream: u64,
+    pub segment: u64,
+    pub segment_size: u64,
+}
+
+/// How a block is given back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeKind {
+    /// `cudaFree`, `cuMemFree`: reusable only once all earlier work on the device is done.
+    Sync,
+    /// `cudaFreeAsync` on this stream: reusable at once on it, elsewhere once it caught up.
+    OnStream(u64),
+}
+
+pub struct Engine<B: Backend> {
+    backend: B,
+    policy: Policy,
+    blocks: BTreeMap<u64, Block<B::Fence>>,
+    segments: BTreeMap<u64, Segment>,
+    /// Free blocks per pool, by (size, address).
+    free: BTreeMap<PoolKey, BTreeSet<(u64, u64)>>,
+    stats: Stats,
+    reserved_per_device: BTreeMap<u8, u64>,
+}
+
+impl<B: Backend> Engine<B> {
+    pub fn new(backend: B, policy: Policy) -> Engine<B> {
+        Engine {
+            backend,
+            policy,
+            blocks: BTreeMap::new(),
+            segments: BTreeMap::new(),
+            free: BTreeMap::new(),
+            stats: Stats::default(),
+            reserved_per_device: BTreeMap::new(),
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+
+    pub fn backend(&self) -> &B {
+        &self.backend
+    }
+
+    pub fn backend_mut(&mut self) -> &mut B {
+        &mut self.backend
+    }
+
+    pub fn policy(&self) -> Policy {
+        self.policy
+    }
+
+    /// Bytes reserved on one device.
+    pub fn reserved(&self, device: u8) -> u64 {
+        self.reserved_per_device.get(&device).copied().unwrap_or(0)
+    }
+
+    /// Cached bytes on `device` that are free (fenced or not).
+    pub fn idle(&self, device: u8) -> u64 {
+        self.free
+            .iter()
+            .filter(|(k, _)| k.device == device)
+            .flat_map(|(_, set)| set.iter())
+            .map(|&(size, _)| size)
+            .sum()
+    }
+
+    /// Allocates `size` bytes on `device` for use on `stream`.
+    pub fn alloc(&mut self, device: u8, size: u64, stream: u64) -> Result<BlockInfo, AllocError> {
+        let small = size <= SMALL_REQUEST;
+        let need = if small {
+            size.max(1).div_ceil(GRANULE) * GRANULE
+        } else {
+            round_size(size, self.policy.round_divisions)
+        };
+        let key = PoolKey {
+            device,
+            small,
+            stream,
+        };
+        if let Some(ptr) = self.take_cached(key, need) {
+            self.stats.cache_hits += 1;
+            return Ok(self.hand_out(ptr, need, size, stream));
+        }
+        let segment_size = if small {
+            SMALL_SEGMENT
+        } else {
+            need.div_ceil(LARGE_SEGMENT_ROUND) * LARGE_SEGMENT_ROUND
+        };
+        let ptr = self.new_segment(key, segment_size)?;
+        Ok(self.hand_out(ptr, need, size, stream))
+    }
+
+    /// Returns a block. `Err(())` when `ptr` is not a live block of ours (never allocated here,
+    /// interior, or already freed): the caller passes it to the real function.
+    #[allow(clippy::result_unit_err)]
+    pub fn free(&mut self, ptr: u64, kind: FreeKind) -> Result<u64, ()> {
+        let (size, device, segment) = match self.blocks.get(&ptr) {
+            Some(b) if matches!(b.state, State::Allocated { .. }) => {
+                (b.size, b.pool.device, b.segment)
+            }
+            _ => return Err(()),
+        };
+        let requested = match self.blocks[&ptr].state {
+            State::Allocated { requested, .. } => requested,
+            State::Free { .. } => 0,
+        };
+        let (fence, owner) = match kind {
+            FreeKind::Sync => (self.backend.fence_device(device), None),
+            FreeKind::OnStream(s) => (self.backend.fence_stream(device, s), Some(s)),
+        };
+        if let Some(b) = self.blocks.get_mut(&ptr) {
+            b.state = State::Free {
+                fence: Some(fence),
+                owner,
+            };
+        }
+        if let Some(seg) = self.segments.get_mut(&segment) {
+            seg.allocated_blocks -= 1;
+        }
+        self.stats.live_bytes -= size;
+        self.stats.requested_bytes -= requested;
+        self.stats.live_blocks -= 1;
+        let merged = self.coalesce(ptr);
+        self.insert_free(merged);
+        if self.idle(device) > self.policy.release {
+            self.release_idle(device, self.policy.release);
+        }
+        Ok(size)
+    }
+
+    /// The live block that contains `ptr`, if any (pointer queries, IPC).
+    pub fn lookup(&self, ptr: u64) -> Option<BlockInfo> {
+        let (&base, b) = self.blocks.range(..=ptr).next_back()?;
+        if ptr >= base + b.size {
+            return None;
+        }
+        let State::Allocated { stream, requested } = b.state else {
+            return None;
+        };
+        let seg = self.segments.get(&b.segment)?;
+        Some(BlockInfo {
+            ptr: base,
+            size: b.size,
+            requested,
+            device: b.pool.device,
+            stream,
+            segment: b.segment,
+            segment_size: seg.size,
+        })
+    }
+
+    /// Waits for the device and returns every idle segment to it (`torch.cuda.empty_cache()`).
+    pub fn empty_cache(&mut self, device: u8) {
+        self.backend.synchronize(device);
+        self.stats.synchronizations += 1;
+        self.release_idle(device, 0);
+    }
+
+    fn hand_out(&mut self, ptr: u64, need: u64, requested: u64, stream: u64) -> BlockInfo {
+        let policy = self.policy;
+        let b = self
+            .blocks
+            .get(&ptr)
+            .expect("a block taken from a pool exists")
+            .clone();
+        let remainder = b.size - need;
+        let split = if b.pool.small {
+            remainder >= GRANULE
+        } else {
+            remainder > SMALL_REQUEST && b.size <= policy.max_split
+        };
+        let size = if split { need } else { b.size };
+        if split {
+            self.stats.splits += 1;
+            // The rest keeps the block's fence: a block reusable here only because its owner
+            // stream asked must not become reusable by every stream by being split.
+            let rest = Block {
+                size: remainder,
+                segment: b.segment,
+                pool: b.pool,
+                state: b.state.clone(),
+            };
+            self.blocks.insert(ptr + need, rest);
+            self.insert_free(ptr + need);
+        }
+        let pool = PoolKey { stream, ..b.pool };
+        self.blocks.insert(
+            ptr,
+            Block {
+                size,
+                segment: b.segment,
+                pool,
+                state: State::Allocated { stream, requested },
+            },
+        );
+        let seg = self
+            .segments
+            .get_mut(&b.segment)
+            .expect("its segment exists");
+        seg.allocated_blocks += 1;
+        let segment_size = seg.size;
+        self.stats.live_bytes += size;
+        self.stats.requested_bytes += requested;
+        self.stats.live_blocks += 1;
+        self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
+        BlockInfo {
+            ptr,
+            size,
+            requested,
+            device: pool.device,
+            stream,
+            segment: b.segment,
+            segment_size,
+        }
+    }
+
+    /// Finds a cached block for `key` of at least `need` bytes and removes it from its pool.
+    fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<u64> {
+        if let Some(p) = self.search(key, need, true) {
+            return Some(p);
+        }
+        // Fenced blocks could fit once the device caught up: wait for it once, if that would
+        // spare reserving new memory.
+        if self.has_fenced(key.device, key.small) {
+            self.backend.synchronize(key.device);
+            self.stats.synchronizations += 1;
+            return self.search(key, need, true);
+        }
+        None
+    }
+
+    fn has_fenced(&self, device: u8, small: bool) -> bool {
+        self.free
+            .iter()
+            .filter(|(k, _)| k.device == device && k.small == small)
+            .flat_map(|(_, set)| set.iter())
+            .any(|&(_, p)| matches!(self.blocks[&p].state, State::Free { fence: Some(_), .. }))
+    }
+
+    /// Best fit: the stream's own pool first (where its own stream-ordered frees are reusable
+    /// at once), then the other streams' pools of the device, whose blocks must have passed
+    /// their fences.
+    fn search(&mut self, key: PoolKey, need: u64, any_stream: bool) -> Option<u64> {
+        let mut keys: Vec<PoolKey> = vec![key];
+        if any_stream {
+            keys.extend(
+                self.free
+                    .keys()
+                    .filter(|k| {
+                        k.device == key.device && k.small == key.small && k.stream != key.stream
+                    })
+                    .copied(),
+            );
+        }
+        let mut best: Option<(u64, u64, PoolKey)> = None;
+        for k in keys {
+            let Some(set) = self.free.get(&k) else {
+                continue;
+            };
+            let candidates: Vec<(u64, u64)> = set.range((need, 0)..).copied().collect();
+            for (size, p) in candidates {
+                if best.is_some_and(|(bs, _, _)| bs <= size) {
+                    break;
+                }
+                if self.usable(p, key.stream) {
+                    best = Some((size, p, k));
+                    break;
+                }
+            }
+        }
+        let (size, p, k) = best?;
+        if let Some(set) = self.free.get_mut(&k) {
+            set.remove(&(size, p));
+        }
+        Some(p)
+    }
+
+    /// Whether free block `p` may be handed to `stream` now; clears fences that passed.
+    fn usable(&mut self, p: u64, stream: u64) -> bool {
+        let Some(b) = self.blocks.get_mut(&p) else {
+            return false;
+        };
+        let State::Free { fence, owner } = &mut b.state else {
+            return false;
+        };
+        let Some(f) = fence.as_ref() else {
+            return true;
+        };
+        if *owner == Some(stream) {
+            return true;
+        }
+        if self.backend.passed(f) {
+            *fence = None;
+            *owner = None;
+            return true;
+        }
+        false
+    }
+
+    fn new_segment(&mut self, key: PoolKey, size: u64) -> Result<u64, AllocError> {
+        let limit = self.policy.limit;
+        if limit > 0 && self.reserved(key.device) + size > limit {
+            // Room may be made by giving idle cache back.
+            self.empty_cache(key.device);
+            if self.reserved(key.device) + size > limit {
+                self.stats.limit_hits += 1;
+                return Err(AllocError::LimitReached);
+            }
+        }
+        let ptr = match self.backend.reserve(key.device, size) {
+            Ok(p) => p,
+            Err(OutOfMemory) => {
+                // Free every idle cached segment and retry once.
+                self.empty_cache(key.device);
+                match self.backend.reserve(key.device, size) {
+                    Ok(p) => {
+                        self.stats.oom_retries += 1;
+                        p
+                    }
+                    Err(OutOfMemory) => {
+                        self.stats.ooms += 1;
+                        return Err(AllocError::OutOfMemory);
+                    }
+                }
+            }
+        };
+        self.stats.segment_reserves += 1;
+        self.stats.reserved_bytes += size;
+        self.stats.peak_reserved_bytes = self
+            .stats
+            .peak_reserved_bytes
+            .max(self.stats.reserved_bytes);
+        *self.reserved_per_device.entry(key.device).or_default() += size;
+        self.segments.insert(
+            ptr,
+            Segment {
+                size,
+                device: key.device,
+                allocated_blocks: 0,
+            },
+        );
+        self.blocks.insert(
+            ptr,
+            Block {
+                size,
+                segment: ptr,
+                pool: key,
+                state: State::Free {
+                    fence: None,
+                    owner: None,
+                },
+            },
+        );
+        Ok(ptr)
+    }
+
+    fn insert_free(&mut self, p: u64) {
+        let b = &self.blocks[&p];
+        self.free.entry(b.pool).or_default().insert((b.size, p));
+    }
+
+    fn remove_free(&mut self, p: u64) {
+        let b = &self.blocks[&p];
+        let key = (b.size, p);
+        if let Some(set) = self.free.get_mut(&b.pool) {
+            set.remove(&key);
+        }
+    }
+
+    /// Merges the just-freed block at `p` with free neighbours of its segment and pool whose
+    /// fences passed or are implied by its own (an older fence of the same owner: a later fence
+    /// on a stream, or a later device-wide fence, covers everything an earlier one did). The
+    /// merged block keeps the new block's fence. Returns its address (not yet in a pool).
+    fn coalesce(&mut self, mut p: u64) -> u64 {
+        let (segment, pool, owner) = {
+            let b = &self.blocks[&p];
+            let owner = match b.state {
+                State::Free { owner, .. } => owner,
+                State::Allocated { .. } => None,
+            };
+            (b.segment, b.pool, owner)
+        };
+        // The block before.
+        if let Some((&q, prev)) = self.blocks.range(..p).next_back()
+            && prev.segment == segment
+            && prev.pool == pool
+            && q + prev.size == p
+            && matches!(prev.state, State::Free { .. })
+            && self.mergeable(q, owner)
+        {
+            self.remove_free(q);
+            let b = self.blocks.remove(&p).expect("the freed block");
+            if let Some(prev) = self.blocks.get_mut(&q) {
+                prev.size += b.size;
+                prev.state = b.state;
+            }
+            p = q;
+        }
+        // The block after.
+        let end = p + self.blocks[&p].size;
+        if let Some(next) = self.blocks.get(&end)
+            && next.segment == segment
+            && next.pool == pool
+            && matches!(next.state, State::Free { .. })
+            && self.mergeable(end, owner)
+        {
+            self.remove_free(end);
+            let n = self.blocks.remove(&end).expect("the next block");
+            if let Some(b) = self.blocks.get_mut(&p) {
+                b.size += n.size;
+            }
+        }
+        p
+    }
+
+    /// Whether free block `p` may merge into a block freed by `owner` (see `coalesce`).
+    fn mergeable(&mut self, p: u64, owner: Option<u64>) -> bool {
+        let same_owner = matches!(
+            self.blocks.get(&p),
+            Some(Block { state: State::Free { fence: Some(_), owner: o }, .. }) if *o == owner
+        );
+        same_owner || self.fence_clear(p)
+    }
+
+    /// Whether a free block has no fence left (clearing one that passed).
+    fn fence_clear(&mut self, p: u64) -> bool {
+        let Some(b) = self.blocks.get_mut(&p) else {
+            return false;
+        };
+        match &mut b.state {
+            State::Free { fence: None, .. } => true,
+            State::Free { fence, owner } => {
+                let passed = fence.as_ref().is_some_and(|f| self.backend.passed(f));
+                if passed {
+                    *fence = None;
+                    *owner = None;
+                }
+                passed
+            }
+            State::Allocated { .. } => false,
+        }
+    }
+
+    /// Gives idle segments of `device` back until at most `keep` idle bytes remain, largest
+    /// first. A segment is idle when none of its blocks is allocated and every fence passed.
+    fn release_idle(&mut self, device: u8, keep: u64) {
+        let mut idle: Vec<(u64, u64)> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.device == device && s.allocated_blocks == 0)
+            .map(|(&p, s)| (s.size, p))
+            .collect();
+        idle.sort_unstable_by(|a, b| b.cmp(a));
+        for (size, seg) in idle {
+            if self.idle(device) <= keep {
+                break;
+            }
+            let blocks: Vec<u64> = self
+                .blocks
+                .range(seg..seg + size)
+                .map(|(&p, _)| p)
+                .collect();
+            if !blocks.iter().all(|&p| self.fence_clear(p)) {
+                continue;
+            }
+            for p in blocks {
+                self.remove_free(p);
+                self.blocks.remove(&p);
+            }
+            self.segments.remove(&seg);
+            self.backend.release(device, seg, size);
+            self.stats.segment_releases += 1;
+            self.stats.reserved_bytes -= size;
+            if let Some(r) = self.reserved_per_device.get_mut(&device) {
+                *r -= size;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine(capacity: u64) -> Engine<MemoryBackend> {
+        Engine::new(MemoryBackend::new(capacity), Policy::default())
+    }
+
+    #[test]
+    fn sizes_round_to_granules_and_to_power_of_two_divisions() {
+        assert_eq!(round_size(1, 0), 512);
+        assert_eq!(round_size(1000, 0), 1024);
+        assert_eq!(round_size(1 << 20, 0), 1 << 20);
+        // 4 divisions of [1 GiB, 2 GiB): steps of 256 MiB.
+        assert_eq!(round_size((1 << 30) + 1, 4), (1 << 30) + (256 << 20));
+        assert_eq!(round_size(1200 << 20, 4), 1280 << 20);
+        assert_eq!(round_size(1200 << 20, 1), 2048 << 20);
+    }
+
+    #[test]
+    fn a_block_freed_on_a_stream_is_reused_at_once_on_that_stream() {
+        let mut e = engine(1 << 30);
+        let a = e.alloc(0, 4096, 7).unwrap();
+        e.free(a.ptr, FreeKind::OnStream(7)).unwrap();
+        let b = e.alloc(0, 4096, 7).unwrap();
+        assert_eq!(b.ptr, a.ptr);
+        assert_eq!(e.stats().segment_reserves, 1);
+        assert_eq!(e.backend().synchronize_calls, 0);
+    }
+
+    #[test]
+    fn a_block_freed_on_a_stream_waits_for_its_fence_before_another_stream_gets_it() {
+        let mut e = engine(1 << 30);
+        let a = e.alloc(0, 4096, 7).unwrap();
+        // Keep the segment busy so the only free memory is a's block plus the rest.
+        let _keep = e.alloc(0, SMALL_SEGMENT - 4096, 7).unwrap();
+        e.free(a.ptr, FreeKind::OnStream(7)).unwrap();
+        // Stream 8 may not take it before stream 7 caught up: the engine waits for the device.
+        let b = e.alloc(0, 4096, 8).unwrap();
+        assert_eq!(b.ptr, a.ptr);
+        assert_eq!(
+            e.backend().synchronize_calls,
+            1,
+            "reuse across streams waited"
+        );
+    }
+
+    #[test]
+    fn a_synchronously_freed_block_is_not_reused_before_the_device_caught_up() {
+        let mut e = engine(1 << 30);
+        let a = e.alloc(0, 8 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        // Same stream, same size: still not before the fence passed, so the engine waits once.
+        let b = e.alloc(0, 8 << 20, 0).unwrap();
+        assert_eq!(b.ptr, a.ptr);
+        assert_eq!(e.backend().synchronize_calls, 1);
+        // When the GPU already caught up, no wait.
+        e.free(b.ptr, FreeKind::Sync).unwrap();
+        e.backend_mut().complete_all();
+        e.alloc(0, 8 << 20, 0).unwrap();
+        assert_eq!(e.backend().synchronize_calls, 1);
+    }
+
+    #[test]
+    fn large_blocks_split_and_coalesce_back_into_one() {
+        let mut e = engine(1 << 30);
+        let a = e.alloc(0, 64 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+        let b = e.alloc(0, 16 << 20, 0).unwrap();
+        let c = e.alloc(0, 16 << 20, 0).unwrap();
+        assert_eq!(
+            (b.ptr, c.ptr),
+            (a.ptr, a.ptr + (16 << 20)),
+            "split from the same segment"
+        );
+        assert_eq!(e.stats().segment_reserves, 1);
+        e.free(b.ptr, FreeKind::OnStream(0)).unwrap();
+        e.free(c.ptr, FreeKind::OnStream(0)).unwrap();
+        e.backend_mut().complete_all();
+        let d = e.alloc(0, 64 << 20, 0).unwrap();
+        assert_eq!(d.ptr, a.ptr, "coalesced back into the whole segment");
+        assert_eq!(e.stats().segment_reserves, 1);
+    }
+
+    #[test]
+    fn blocks_above_max_split_are_handed_out_whole() {
+        let mut e = Engine::new(
+            MemoryBackend::new(1 << 30),
+            Policy {
+                max_split: 32 << 20,
+                ..Policy::default()
+            },
+        );
+        let a = e.alloc(0, 64 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+        let b = e.alloc(0, 16 << 20, 0).unwrap();
+        assert_eq!((b.ptr, b.size), (a.ptr, 64 << 20));
+    }
+
+    #[test]
+    fn out_of_memory_releases_the_cache_and_retries_once() {
+        let mut e = engine(100 << 20);
+        let a = e.alloc(0, 60 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        // 60 MiB cached and idle; 80 MiB more does not fit beside it.
+        let b = e.alloc(0, 80 << 20, 0).unwrap();
+        assert_eq!(e.stats().oom_retries, 1);
+        assert_eq!(e.stats().reserved_bytes, 80 << 20);
+        assert!(e.alloc(0, 80 << 20, 0).is_err());
+        assert_eq!(e.stats().ooms, 1);
+        e.free(b.ptr, FreeKind::Sync).unwrap();
+    }
+
+    #[test]
+    fn the_limit_caps_reserved_memory_per_device() {
+        let mut e = Engine::new(
+            MemoryBackend::new(1 << 40),
+            Policy {
+                limit: 100 << 20,
+                ..Policy::default()
+            },
+        );
+        let a = e.alloc(0, 60 << 20, 0).unwrap();
+        assert_eq!(e.alloc(0, 60 << 20, 0), Err(AllocError::LimitReached));
+        assert_eq!(e.stats().limit_hits, 1);
+        // The other device has its own limit.
+        e.alloc(1, 60 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        e.alloc(0, 90 << 20, 0).unwrap();
+    }
+
+    #[test]
+    fn idle_memory_above_the_release_threshold_goes_back_to_the_device() {
+        let mut e = Engine::new(
+            MemoryBackend::new(1 << 40),
+            Policy {
+                release: 32 << 20,
+                ..Policy::default()
+            },
+        );
+        let a = e.alloc(0, 64 << 20, 0).unwrap();
+        let b = e.alloc(0, 16 << 20, 0).unwrap();
+        e.backend_mut().complete_all();
+        e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+        e.backend_mut().complete_all();
+        e.free(b.ptr, FreeKind::OnStream(0)).unwrap();
+        assert!(e.idle(0) <= 32 << 20, "idle {} MiB", e.idle(0) >> 20);
+        assert_eq!(e.stats().segment_releases, 1);
+    }
+
+    #[test]
+    fn pointer_lookups_find_the_block_containing_an_address() {
+        let mut e = engine(1 << 30);
+        let a = e.alloc(0, 1000, 3).unwrap();
+        let info = e.lookup(a.ptr + 999).unwrap();
+        assert_eq!((info.ptr, info.requested, info.stream), (a.ptr, 1000, 3));
+        assert_eq!(e.lookup(a.ptr + info.size), None);
+        assert_eq!(
+            e.free(a.ptr + 16, FreeKind::Sync),
+            Err(()),
+            "interior pointers are not ours"
+        );
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        assert_eq!(
+            e.free(a.ptr, FreeKind::Sync),
+            Err(()),
+            "double free is not ours either"
+        );
+    }
+}
