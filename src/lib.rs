@@ -12,4 +12,6 @@ pub mod stackfmt;
 #[cfg(feature = "cli")]
 pub mod run;
 #[cfg(feature = "cli")]
+pub mod simulate;
+#[cfg(feature = "cli")]
 pub mod summary;

@@ -56,6 +56,21 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Replay a trace's allocations under other pooling policies: peak reserved, fragmentation
+    /// and device allocation calls for each, beside what the run had.
+    #[command(
+        after_help = "Example:\n  gpushim simulate run.trace --conf pool:caching \\\n    --conf pool:caching,round:pow2_4 --conf pool:caching,max_split:64MiB\n\n\
+        The replay assumes the GPU keeps up with the program, so it shows the memory a policy \
+        needs, not the waits it would cost."
+    )]
+    Simulate {
+        trace: PathBuf,
+        /// A policy in GPUSHIM_CONF syntax; repeat to compare several (default: the defaults).
+        #[arg(long = "conf", value_name = "POLICY")]
+        conf: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Every record of a trace, one per line: CSV (default) or JSON lines.
     #[command(
         after_help = "Columns: time_ns (since the trace started), thread (index in the trace), \
@@ -86,6 +101,7 @@ fn main() -> ExitCode {
         } => cmd_run(conf, trace, lib, cmd),
         Cmd::Summary { traces, json } => cmd_summary(&traces, json),
         Cmd::Events { trace, json } => cmd_events(&trace, json),
+        Cmd::Simulate { trace, conf, json } => cmd_simulate(&trace, conf, json),
         Cmd::Config { conf } => cmd_config(conf),
     }
 }
@@ -244,6 +260,39 @@ fn cmd_events(trace: &std::path::Path, json: bool) -> ExitCode {
             d.skipped
         );
         return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+fn cmd_simulate(trace: &std::path::Path, mut conf: Vec<String>, json: bool) -> ExitCode {
+    if conf.is_empty() {
+        conf.push(String::new());
+    }
+    let out = match gpushim::simulate::simulate(trace, &conf) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&out).expect("outcomes serialize")
+        );
+        return ExitCode::SUCCESS;
+    }
+    println!(
+        "{:<40} {:>14} {:>14} {:>14} {:>12} {:>8}",
+        "policy", "peak reserved", "peak live", "fragmentation", "device allocs", "failed"
+    );
+    for o in &out {
+        println!(
+            "{:<40} {:>14} {:>14} {:>13.1}% {:>12} {:>8}",
+            o.policy,
+            human_bytes(o.peak_reserved_bytes),
+            human_bytes(o.peak_live_bytes),
+            o.fragmentation_at_peak * 100.0,
+            o.device_allocations,
+            o.failed_allocations
+        );
     }
     ExitCode::SUCCESS
 }

@@ -1,0 +1,139 @@
+//! `gpushim simulate`: the allocations and frees of a trace replayed through the caching
+//! engine (over memory, no GPU) under other policies, beside what the run itself had.
+//!
+//! The replay assumes the GPU keeps up (every fence passes at once): it shows the memory a
+//! policy needs, not the waits it would cost.
+
+use crate::config;
+use crate::engine::{Engine, FreeKind, MemoryBackend, Policy};
+use crate::format::RecordKind;
+use crate::reader::{ReadError, TraceReader};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::path::Path;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// "recorded" for the run itself, else the policy as given.
+    pub policy: String,
+    pub peak_reserved_bytes: u64,
+    pub peak_live_bytes: u64,
+    /// 1 - live/reserved at the moment reserved peaked.
+    pub fragmentation_at_peak: f64,
+    /// Device allocation calls (cudaMalloc-like) the policy makes.
+    pub device_allocations: u64,
+    pub failed_allocations: u64,
+}
+
+/// Replays `trace` under each policy text (GPUSHIM_CONF syntax).
+pub fn simulate(trace: &Path, policies: &[String]) -> Result<Vec<Outcome>, String> {
+    let parsed: Vec<(String, Policy)> = policies
+        .iter()
+        .map(|p| {
+            config::parse_strict(p)
+                .map(|c| (p.clone(), Policy::from(&c)))
+                .map_err(|e| format!("--conf {p}: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut out = vec![recorded(trace).map_err(|e| e.to_string())?];
+    for (text, policy) in parsed {
+        out.push(replay(trace, &text, policy).map_err(|e| e.to_string())?);
+    }
+    Ok(out)
+}
+
+/// What the traced run had: every allocation was a device allocation (pass-through).
+fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
+    let reader = TraceReader::open(trace)?;
+    let (mut live, mut peak, mut calls, mut failed) = (0u64, 0u64, 0u64, 0u64);
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    for r in reader {
+        match r.kind {
+            RecordKind::Alloc | RecordKind::AllocAsync if r.ptr != 0 || r.status != 0 => {
+                if r.status != 0 {
+                    failed += 1;
+                    continue;
+                }
+                calls += 1;
+                sizes.insert(r.ptr, r.size);
+                live += r.size;
+                peak = peak.max(live);
+            }
+            RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
+                live -= sizes.remove(&r.ptr).unwrap_or(0);
+            }
+            _ => {}
+        }
+    }
+    Ok(Outcome {
+        policy: "recorded".into(),
+        peak_reserved_bytes: peak,
+        peak_live_bytes: peak,
+        fragmentation_at_peak: 0.0,
+        device_allocations: calls,
+        failed_allocations: failed,
+    })
+}
+
+fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError> {
+    let reader = TraceReader::open(trace)?;
+    let mut engine = Engine::new(MemoryBackend::new(u64::MAX / 4), policy);
+    // Recorded pointer -> replayed pointer.
+    let mut map: HashMap<u64, u64> = HashMap::new();
+    let (mut peak_reserved, mut live_at_peak, mut failed) = (0u64, 0u64, 0u64);
+    let mut streams: HashMap<u16, u64> = HashMap::new();
+    for r in reader {
+        match r.kind {
+            RecordKind::Alloc | RecordKind::AllocAsync if r.status == 0 && r.ptr != 0 => {
+                let device = if r.device == crate::format::DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                };
+                let next = streams.len() as u64 + 1;
+                let stream = *streams.entry(r.stream).or_insert(next);
+                match engine.alloc(device, r.size, stream) {
+                    Ok(b) => {
+                        map.insert(r.ptr, b.ptr);
+                    }
+                    Err(_) => failed += 1,
+                }
+            }
+            RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
+                if let Some(p) = map.remove(&r.ptr) {
+                    let kind = if r.kind == RecordKind::Free {
+                        FreeKind::Sync
+                    } else {
+                        let next = streams.len() as u64 + 1;
+                        FreeKind::OnStream(*streams.entry(r.stream).or_insert(next))
+                    };
+                    let _ = engine.free(p, kind);
+                    engine.backend_mut().complete_all();
+                }
+            }
+            _ => {}
+        }
+        let s = engine.stats();
+        if s.reserved_bytes > peak_reserved {
+            peak_reserved = s.reserved_bytes;
+            live_at_peak = s.live_bytes;
+        }
+    }
+    let s = engine.stats();
+    Ok(Outcome {
+        policy: if text.is_empty() {
+            "default".into()
+        } else {
+            text.into()
+        },
+        peak_reserved_bytes: peak_reserved,
+        peak_live_bytes: s.peak_live_bytes,
+        fragmentation_at_peak: if peak_reserved > 0 {
+            1.0 - live_at_peak as f64 / peak_reserved as f64
+        } else {
+            0.0
+        },
+        device_allocations: s.segment_reserves,
+        failed_allocations: failed,
+    })
+}

@@ -1,0 +1,71 @@
+//! `gpushim simulate`: a recorded pass-through run replayed through the caching engine.
+
+mod common;
+use common::*;
+
+fn trace_of_train_loop() -> std::path::PathBuf {
+    let dir = tempdir("simulate");
+    let t = dir.join("loop.trace");
+    let out = run(
+        &sim().bin("train_loop"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec!["30".into()],
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    t
+}
+
+#[test]
+fn caching_needs_fewer_device_allocations_and_reserves_at_least_what_is_live() {
+    let t = trace_of_train_loop();
+    let out = gpushim::simulate::simulate(
+        &t,
+        &["pool:caching".into(), "pool:caching,max_split:4MiB".into()],
+    )
+    .unwrap();
+    let (rec, caching) = (&out[0], &out[1]);
+    assert_eq!(rec.policy, "recorded");
+    assert_eq!(
+        rec.device_allocations,
+        1 + 30 * 8,
+        "weights + 6 activations, scratch and history per step"
+    );
+    assert!(
+        caching.device_allocations * 4 < rec.device_allocations,
+        "{caching:?}"
+    );
+    assert!(caching.peak_reserved_bytes >= caching.peak_live_bytes);
+    assert!(
+        caching.peak_live_bytes >= rec.peak_live_bytes,
+        "blocks are at least the requested size"
+    );
+    assert_eq!(caching.failed_allocations, 0);
+    assert!((0.0..1.0).contains(&caching.fragmentation_at_peak));
+}
+
+#[test]
+fn a_bad_policy_is_refused_with_the_key_named() {
+    let t = trace_of_train_loop();
+    let out = std::process::Command::new(gpushim_bin())
+        .args([
+            "simulate",
+            t.to_str().unwrap(),
+            "--conf",
+            "pool:caching,max_splt:1GiB",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("'max_splt'"), "{}", stderr(&out));
+    let out = std::process::Command::new(gpushim_bin())
+        .args(["simulate", t.to_str().unwrap(), "--json"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.as_array().map(Vec::len), Some(2));
+}
