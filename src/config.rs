@@ -27,13 +27,6 @@ impl Pool {
     }
 }
 
-/// What the trace writer does when the trace reached `trace_max`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WhenFull {
-    /// Drop the record and count it in the header.
-    Drop,
-}
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conf {
     pub pool: Pool,
@@ -45,9 +38,8 @@ pub struct Conf {
     pub release: u64,
     /// Cap on the device memory of this process, 0 for none.
     pub limit: u64,
-    /// Largest trace file, in bytes; records past it are counted as lost.
+    /// Largest trace file, in bytes; records past it are dropped and counted as lost.
     pub trace_max: u64,
-    pub when_full: WhenFull,
     /// Record the call stack of one memory call in this many (per thread); 0 for none.
     pub stack_every: u32,
 }
@@ -55,18 +47,22 @@ pub struct Conf {
 pub const GIB: u64 = 1 << 30;
 pub const MIB: u64 = 1 << 20;
 
+impl Conf {
+    /// The defaults, usable in a `static` (the shim's).
+    pub const DEFAULT: Conf = Conf {
+        pool: Pool::Off,
+        round_divisions: 0,
+        max_split: u64::MAX,
+        release: u64::MAX,
+        limit: 0,
+        trace_max: 16 * GIB,
+        stack_every: 0,
+    };
+}
+
 impl Default for Conf {
     fn default() -> Self {
-        Conf {
-            pool: Pool::Off,
-            round_divisions: 0,
-            max_split: u64::MAX,
-            release: u64::MAX,
-            limit: 0,
-            trace_max: 16 * GIB,
-            when_full: WhenFull::Drop,
-            stack_every: 0,
-        }
+        Conf::DEFAULT
     }
 }
 

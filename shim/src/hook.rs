@@ -20,8 +20,8 @@ macro_rules! forward {
 }
 pub(crate) use forward;
 
-/// An exported runtime hook: `$export` forwards to `$imp` with the real function it resolved.
-macro_rules! runtime_hook {
+/// An exported hook: `$export` forwards to `$imp` with the real function it resolved.
+macro_rules! exported_hook {
     ($export:ident = $sym:ident, $api:ident => $imp:ident($($a:ident: $t:ty),*)) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $export($($a: $t),*) -> i32 {
@@ -37,29 +37,18 @@ macro_rules! runtime_hook {
         }
     };
 }
-pub(crate) use runtime_hook;
+pub(crate) use exported_hook;
 
-/// A driver hook in two shells: `$export`, the exported symbol (and `dlsym` answer), and
-/// `$proc`, the wrapper handed out by entry-point lookups, which forwards to the pointer that
-/// lookup returned.
+/// A driver hook in two shells: the exported symbol (and `dlsym` answer), and `$proc`, the
+/// wrapper handed out by entry-point lookups, which forwards to the pointer that lookup
+/// returned.
 macro_rules! driver_hook {
     ($export:ident / $proc:ident = $sym:ident, $api:ident => $imp:ident($($a:ident: $t:ty),*)) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $export($($a: $t),*) -> i32 {
-            // SAFETY: the caller's arguments go unchanged to the real function of this ABI.
-            unsafe {
-                $imp(
-                    Sym::$sym,
-                    $crate::real::exported(Sym::$sym),
-                    gpushim_core::format::Api::$api,
-                    $($a),*
-                )
-            }
-        }
+        $crate::hook::exported_hook!($export = $sym, $api => $imp($($a: $t),*));
 
         #[allow(non_snake_case)]
         pub unsafe extern "C" fn $proc($($a: $t),*) -> i32 {
-            // SAFETY: as above, with the function the entry-point lookup returned.
+            // SAFETY: the caller's arguments go unchanged to the function the lookup returned.
             unsafe {
                 $imp(
                     Sym::$sym,

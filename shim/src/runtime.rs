@@ -2,7 +2,7 @@
 //! one event; results and out-pointers are exactly the real function's.
 
 use crate::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
-use crate::hook::{forward, out_ptr, out_usize, runtime_hook};
+use crate::hook::{exported_hook, forward, out_ptr, out_usize};
 use crate::symbols::Sym;
 use crate::trace::{self, runtime_device};
 use core::ffi::c_void;
@@ -10,31 +10,31 @@ use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
 type Stream = *mut c_void;
 
-runtime_hook!(cudaMalloc = CudaMalloc, CudaMalloc => malloc(p: *mut *mut c_void, size: usize));
-runtime_hook!(cudaFree = CudaFree, CudaFree => free(p: *mut c_void));
-runtime_hook!(cudaMallocAsync = CudaMallocAsync, CudaMallocAsync
+exported_hook!(cudaMalloc = CudaMalloc, CudaMalloc => malloc(p: *mut *mut c_void, size: usize));
+exported_hook!(cudaFree = CudaFree, CudaFree => free(p: *mut c_void));
+exported_hook!(cudaMallocAsync = CudaMallocAsync, CudaMallocAsync
     => malloc_async(p: *mut *mut c_void, size: usize, s: Stream));
-runtime_hook!(cudaMallocAsync_ptsz = CudaMallocAsyncPtsz, CudaMallocAsyncPtsz
+exported_hook!(cudaMallocAsync_ptsz = CudaMallocAsyncPtsz, CudaMallocAsyncPtsz
     => malloc_async(p: *mut *mut c_void, size: usize, s: Stream));
-runtime_hook!(cudaFreeAsync = CudaFreeAsync, CudaFreeAsync => free_async(p: *mut c_void, s: Stream));
-runtime_hook!(cudaFreeAsync_ptsz = CudaFreeAsyncPtsz, CudaFreeAsyncPtsz
+exported_hook!(cudaFreeAsync = CudaFreeAsync, CudaFreeAsync => free_async(p: *mut c_void, s: Stream));
+exported_hook!(cudaFreeAsync_ptsz = CudaFreeAsyncPtsz, CudaFreeAsyncPtsz
     => free_async(p: *mut c_void, s: Stream));
-runtime_hook!(cudaMallocFromPoolAsync = CudaMallocFromPoolAsync, CudaMallocFromPoolAsync
+exported_hook!(cudaMallocFromPoolAsync = CudaMallocFromPoolAsync, CudaMallocFromPoolAsync
     => malloc_from_pool(p: *mut *mut c_void, size: usize, pool: *mut c_void, s: Stream));
-runtime_hook!(cudaMallocFromPoolAsync_ptsz = CudaMallocFromPoolAsyncPtsz, CudaMallocFromPoolAsyncPtsz
+exported_hook!(cudaMallocFromPoolAsync_ptsz = CudaMallocFromPoolAsyncPtsz, CudaMallocFromPoolAsyncPtsz
     => malloc_from_pool(p: *mut *mut c_void, size: usize, pool: *mut c_void, s: Stream));
-runtime_hook!(cudaMallocManaged = CudaMallocManaged, CudaMallocManaged
+exported_hook!(cudaMallocManaged = CudaMallocManaged, CudaMallocManaged
     => malloc_managed(p: *mut *mut c_void, size: usize, flags: u32));
-runtime_hook!(cudaMallocHost = CudaMallocHost, CudaMallocHost
+exported_hook!(cudaMallocHost = CudaMallocHost, CudaMallocHost
     => malloc_host(p: *mut *mut c_void, size: usize));
-runtime_hook!(cudaHostAlloc = CudaHostAlloc, CudaHostAlloc
+exported_hook!(cudaHostAlloc = CudaHostAlloc, CudaHostAlloc
     => host_alloc(p: *mut *mut c_void, size: usize, flags: u32));
-runtime_hook!(cudaFreeHost = CudaFreeHost, CudaFreeHost => free_host(p: *mut c_void));
-runtime_hook!(cudaMallocPitch = CudaMallocPitch, CudaMallocPitch
+exported_hook!(cudaFreeHost = CudaFreeHost, CudaFreeHost => free_host(p: *mut c_void));
+exported_hook!(cudaMallocPitch = CudaMallocPitch, CudaMallocPitch
     => malloc_pitch(p: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize));
-runtime_hook!(cudaMalloc3D = CudaMalloc3D, CudaMalloc3D
+exported_hook!(cudaMalloc3D = CudaMalloc3D, CudaMalloc3D
     => malloc_3d(p: *mut CudaPitchedPtr, extent: CudaExtent));
-runtime_hook!(cudaMemGetInfo = CudaMemGetInfo, CudaMemGetInfo
+exported_hook!(cudaMemGetInfo = CudaMemGetInfo, CudaMemGetInfo
     => mem_get_info(free: *mut usize, total: *mut usize));
 
 unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usize) -> i32 {

@@ -50,16 +50,7 @@ struct ConfCell(UnsafeCell<Conf>);
 // CONF_STATE is 2 (Release/Acquire).
 unsafe impl Sync for ConfCell {}
 
-static CONF: ConfCell = ConfCell(UnsafeCell::new(Conf {
-    pool: Pool::Off,
-    round_divisions: 0,
-    max_split: u64::MAX,
-    release: u64::MAX,
-    limit: 0,
-    trace_max: 16 * config::GIB,
-    when_full: config::WhenFull::Drop,
-    stack_every: 0,
-}));
+static CONF: ConfCell = ConfCell(UnsafeCell::new(Conf::DEFAULT));
 static CONF_STATE: AtomicU8 = AtomicU8::new(0);
 
 /// The configuration from `GPUSHIM_CONF`, parsed on first use. A bad value prints one line
