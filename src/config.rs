@@ -50,7 +50,7 @@ pub const MIB: u64 = 1 << 20;
 impl Conf {
     /// The defaults, usable in a `static` (the shim's).
     pub const DEFAULT: Conf = Conf {
-        pool: Pool::Off,
+        pool: Pool::Caching,
         round_divisions: 0,
         max_split: u64::MAX,
         release: u64::MAX,
@@ -78,8 +78,8 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "pool",
         accepted: "off, caching, expandable",
-        default: "off",
-        meaning: "off passes every call to CUDA and records it; caching and expandable are not built yet and fall back to off",
+        default: "caching",
+        meaning: "caching serves cudaMalloc/cuMemAlloc and the stream-ordered calls from a pool (best fit, split, coalesce, safe reuse); off passes every call to CUDA and records it; expandable is not built yet and runs caching",
     },
     KeyDoc {
         key: "round",

@@ -167,6 +167,24 @@ byte_enum! {
         /// A loaded module, for offline symbolization: `ptr` is its load base, `size` the string
         /// id of its path.
         Module = 28 => "module",
+        /// The pool obtained a segment from the device: `ptr`, `size`.
+        SegmentReserve = 29 => "segment_reserve",
+        /// The pool gave a segment back to the device.
+        SegmentRelease = 30 => "segment_release",
+        /// The pool split a cached block; the rest (`ptr`, `size`) stays cached.
+        Split = 31 => "split",
+        /// The device was out of memory for a segment of `size`; the pool released its idle
+        /// cache and the retry succeeded.
+        OomRetry = 32 => "oom_retry",
+        /// The device had no room for a segment of `size`, even after releasing the cache.
+        OutOfMemory = 33 => "oom",
+        /// A segment of `size` would have taken the process past `limit`.
+        LimitHit = 34 => "limit_hit",
+        /// The pool waited for the device so that freed blocks could be reused.
+        PoolSync = 35 => "pool_sync",
+        /// Free and total device memory as the process saw them (`cudaMemGetInfo` after
+        /// `limit` and idle cache): `ptr` free, `size` total. Follows the real `MemInfo`.
+        MemInfoShown = 36 => "mem_info_shown",
     }
 }
 
@@ -212,6 +230,8 @@ byte_enum! {
         Shim = 100 => "gpushim",
         /// NVTX ranges and marks, through NVTX injection.
         Nvtx = 101 => "nvtx",
+        /// PyTorch's pluggable-allocator entry points (`gpushim_alloc`, `gpushim_free`).
+        Pluggable = 102 => "torch_pluggable",
     }
 }
 

@@ -51,6 +51,14 @@ fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_
                 assert_eq!((r.api, r.status), (Api::CudaFree, 0), "{r:?}");
                 calls += 1;
             }
+            // The pool's own decisions (pool:caching is the default).
+            RecordKind::SegmentReserve
+            | RecordKind::SegmentRelease
+            | RecordKind::Split
+            | RecordKind::PoolSync => {
+                assert_eq!(r.api, Api::Shim, "{r:?}");
+                calls += 1;
+            }
             other => panic!("unexpected record kind {other:?}: {r:?}"),
         }
     }

@@ -1,13 +1,16 @@
 //! Hooks for the CUDA driver API (`libcuda`), each in two shells (see `hook::driver_hook`): the
 //! exported symbol and the wrapper that entry-point lookups hand out.
 
+use crate::ffi::ERROR_INVALID_VALUE;
 use crate::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_MEM_LOCATION_TYPE_DEVICE, CuMemAllocationPropHead,
 };
 use crate::hook::{driver_hook, forward, out_ptr, out_u64, out_usize};
+use crate::pool::{self, Freed, Served};
 use crate::symbols::Sym;
 use crate::trace::{self, driver_device};
 use core::ffi::c_void;
+use gpushim_core::engine::FreeKind;
 use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
 type Stream = *mut c_void;
@@ -58,6 +61,12 @@ driver_hook!(cuMemGetInfo_v2 / proc_cuMemGetInfo_v2 = CuMemGetInfoV2, CuMemGetIn
 unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -> i32 {
     type F = unsafe extern "C" fn(*mut u64, usize) -> i32;
     forward!(sym, real, MISSING, F, |f, rec| {
+        if rec && !p.is_null() && size > 0 && pool::active() {
+            // SAFETY: `p` is the caller's out-pointer.
+            if let Some(rc) = unsafe { pooled_alloc(api, p, size, pool::SYNC_KEY, 0) } {
+                return rc;
+            }
+        }
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size) };
         if rec {
@@ -80,6 +89,11 @@ unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -
 unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
     type F = unsafe extern "C" fn(u64) -> i32;
     forward!(sym, real, MISSING, F, |f, rec| {
+        if rec && pool::pooling() && p != 0 {
+            if let Some(rc) = pooled_free(RecordKind::Free, api, p, FreeKind::Sync, 0) {
+                return rc;
+            }
+        }
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p) };
         if rec {
@@ -87,6 +101,41 @@ unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
         }
         rc
     })
+}
+
+/// Gives a block back to the pool; `None` when `p` is not pooled memory (the real function
+/// answers). An interior or already freed pooled pointer fails with
+/// `CUDA_ERROR_INVALID_VALUE`, as CUDA does.
+fn pooled_free(kind: RecordKind, api: Api, p: u64, how: FreeKind, stream: u64) -> Option<i32> {
+    let (rc, d) = match pool::free(p, how) {
+        Freed::Done(d) => (0, d),
+        Freed::Invalid => (ERROR_INVALID_VALUE, DEVICE_UNKNOWN),
+        Freed::NotOurs => return None,
+    };
+    trace::record(kind, api, rc, p, 0, d, stream);
+    Some(rc)
+}
+
+/// Serves a driver allocation from the pool; `None` when the pool passes it to the real
+/// function. Out of memory leaves `*p` at 0, as the real call does.
+///
+/// # Safety
+/// `p` must be valid for writes.
+unsafe fn pooled_alloc(api: Api, p: *mut u64, size: usize, key: u64, stream: u64) -> Option<i32> {
+    let kind = if key == pool::SYNC_KEY {
+        RecordKind::Alloc
+    } else {
+        RecordKind::AllocAsync
+    };
+    let (rc, ptr, d) = match pool::alloc(size as u64, key) {
+        Served::Granted(ptr, d) => (0, ptr, d),
+        Served::Failed(code, d) => (code, 0, d),
+        Served::Pass => return None,
+    };
+    // SAFETY: the caller vouches for `p`.
+    unsafe { *p = ptr };
+    trace::record(kind, api, rc, ptr, size as u64, d, stream);
+    Some(rc)
 }
 
 unsafe fn mem_alloc_async(
@@ -99,6 +148,13 @@ unsafe fn mem_alloc_async(
 ) -> i32 {
     type F = unsafe extern "C" fn(*mut u64, usize, Stream) -> i32;
     forward!(sym, real, MISSING, F, |f, rec| {
+        if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s) {
+            let key = pool::stream_key(s, sym == Sym::CuMemAllocAsyncPtsz);
+            // SAFETY: `p` is the caller's out-pointer.
+            if let Some(rc) = unsafe { pooled_alloc(api, p, size, key, s as u64) } {
+                return rc;
+            }
+        }
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, s) };
         if rec {
@@ -122,6 +178,13 @@ unsafe fn mem_alloc_async(
 unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> i32 {
     type F = unsafe extern "C" fn(u64, Stream) -> i32;
     forward!(sym, real, MISSING, F, |f, rec| {
+        if rec && pool::pooling() && p != 0 && !pool::capturing(s) {
+            let key = pool::stream_key(s, sym == Sym::CuMemFreeAsyncPtsz);
+            let kind = FreeKind::OnStream(key);
+            if let Some(rc) = pooled_free(RecordKind::FreeAsync, api, p, kind, s as u64) {
+                return rc;
+            }
+        }
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, s) };
         if rec {
@@ -443,8 +506,7 @@ unsafe fn mem_get_info(
         let rc = unsafe { f(free, total) };
         if rec {
             // SAFETY: both out-pointers were written by the successful call.
-            let (fr, to) = unsafe { (out_usize(free, rc), out_usize(total, rc)) };
-            trace::record(RecordKind::MemInfo, api, rc, fr, to, driver_device(), 0);
+            unsafe { pool::show_mem_info(api, rc, free, total, driver_device()) };
         }
         rc
     })

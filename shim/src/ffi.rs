@@ -42,3 +42,19 @@ pub struct CuMemAllocationPropHead {
 
 /// `CU_MEM_LOCATION_TYPE_DEVICE`.
 pub const CU_MEM_LOCATION_TYPE_DEVICE: i32 = 1;
+
+/// `CUDA_ERROR_INVALID_VALUE` / `cudaErrorInvalidValue`.
+pub const ERROR_INVALID_VALUE: i32 = 1;
+/// `CUDA_ERROR_OUT_OF_MEMORY` / `cudaErrorMemoryAllocation`: the same code in both APIs.
+pub const ERROR_OUT_OF_MEMORY: i32 = 2;
+/// `CU_STREAM_NON_BLOCKING`: a stream that does not synchronize with the legacy stream.
+pub const CU_STREAM_NON_BLOCKING: u32 = 1;
+/// `CU_EVENT_DISABLE_TIMING`.
+pub const CU_EVENT_DISABLE_TIMING: u32 = 2;
+/// `CU_POINTER_ATTRIBUTE_RANGE_START_ADDR` and `CU_POINTER_ATTRIBUTE_RANGE_SIZE`.
+pub const CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: i32 = 11;
+pub const CU_POINTER_ATTRIBUTE_RANGE_SIZE: i32 = 12;
+/// The stream handles with a meaning of their own: `CU_STREAM_LEGACY` and
+/// `CU_STREAM_PER_THREAD` (the same values as `cudaStreamLegacy` and `cudaStreamPerThread`).
+pub const STREAM_LEGACY: u64 = 1;
+pub const STREAM_PER_THREAD: u64 = 2;

@@ -10,6 +10,8 @@ mod ffi;
 mod guard;
 mod hook;
 mod nvtx;
+mod pool;
+mod pool_hooks;
 mod real;
 mod runtime;
 mod stacks;

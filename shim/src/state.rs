@@ -88,12 +88,11 @@ fn read_conf() -> Conf {
     if let Some(e) = err {
         say(format_args!("GPUSHIM_CONF: {e}; using the defaults"));
     }
-    if c.pool != Pool::Off {
+    if c.pool == Pool::Expandable {
         say(format_args!(
-            "pool:{} is not built yet; running pool:off (every call passes through and is recorded)",
-            c.pool.name()
+            "pool:expandable is not built yet; running pool:caching"
         ));
-        c.pool = Pool::Off;
+        c.pool = Pool::Caching;
     }
     c
 }

@@ -91,8 +91,26 @@ symbols! {
     CuMemGetInfoV2 = c"cuMemGetInfo_v2" in Driver,
     CuGetProcAddress = c"cuGetProcAddress" in Driver,
     CuGetProcAddressV2 = c"cuGetProcAddress_v2" in Driver,
+    // Hooked for the pool: stream lifetimes, synchronization points, pointer queries, IPC.
+    CuStreamCreate = c"cuStreamCreate" in Driver,
+    CuStreamCreateWithPriority = c"cuStreamCreateWithPriority" in Driver,
+    CuStreamDestroyV2 = c"cuStreamDestroy_v2" in Driver,
+    CuCtxSynchronize = c"cuCtxSynchronize" in Driver,
+    CuMemGetAddressRangeV2 = c"cuMemGetAddressRange_v2" in Driver,
+    CuPointerGetAttribute = c"cuPointerGetAttribute" in Driver,
+    CuPointerGetAttributes = c"cuPointerGetAttributes" in Driver,
+    CuIpcGetMemHandle = c"cuIpcGetMemHandle" in Driver,
     // Resolved, not hooked.
     CuCtxGetDevice = c"cuCtxGetDevice" in Driver,
+    CuCtxGetCurrent = c"cuCtxGetCurrent" in Driver,
+    CuCtxPushCurrentV2 = c"cuCtxPushCurrent_v2" in Driver,
+    CuCtxPopCurrentV2 = c"cuCtxPopCurrent_v2" in Driver,
+    CuEventCreate = c"cuEventCreate" in Driver,
+    CuEventRecord = c"cuEventRecord" in Driver,
+    CuEventQuery = c"cuEventQuery" in Driver,
+    CuEventSynchronize = c"cuEventSynchronize" in Driver,
+    CuEventDestroyV2 = c"cuEventDestroy_v2" in Driver,
+    CuStreamIsCapturing = c"cuStreamIsCapturing" in Driver,
 }
 
 /// How `cuGetProcAddress` names a driver function (its base name), from which CUDA version the
@@ -189,6 +207,54 @@ pub const DRIVER_ENTRIES: &[DriverEntry] = &[
         10020,
         Sym::CuMemSetAccess,
         Sym::CuMemSetAccess,
+    ),
+    entry(
+        c"cuStreamCreate",
+        2000,
+        Sym::CuStreamCreate,
+        Sym::CuStreamCreate,
+    ),
+    entry(
+        c"cuStreamCreateWithPriority",
+        5050,
+        Sym::CuStreamCreateWithPriority,
+        Sym::CuStreamCreateWithPriority,
+    ),
+    entry(
+        c"cuStreamDestroy",
+        4000,
+        Sym::CuStreamDestroyV2,
+        Sym::CuStreamDestroyV2,
+    ),
+    entry(
+        c"cuCtxSynchronize",
+        2000,
+        Sym::CuCtxSynchronize,
+        Sym::CuCtxSynchronize,
+    ),
+    entry(
+        c"cuMemGetAddressRange",
+        3020,
+        Sym::CuMemGetAddressRangeV2,
+        Sym::CuMemGetAddressRangeV2,
+    ),
+    entry(
+        c"cuPointerGetAttribute",
+        4000,
+        Sym::CuPointerGetAttribute,
+        Sym::CuPointerGetAttribute,
+    ),
+    entry(
+        c"cuPointerGetAttributes",
+        7000,
+        Sym::CuPointerGetAttributes,
+        Sym::CuPointerGetAttributes,
+    ),
+    entry(
+        c"cuIpcGetMemHandle",
+        4010,
+        Sym::CuIpcGetMemHandle,
+        Sym::CuIpcGetMemHandle,
     ),
     // cuGetProcAddress: the v1 ABI below 12.0, the v2 ABI (with symbolStatus) from 12.0.
     entry(

@@ -40,7 +40,10 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
         stream_index = i;
     }
     append(kind, api, rc, ptr, size, device, thread, stream_index);
-    crate::stacks::maybe_record(thread);
+    // The pool's own decisions follow the call that caused them, which has the stack.
+    if api != Api::Shim {
+        crate::stacks::maybe_record(thread);
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -3,7 +3,7 @@
 //! lookup that already went through us is never wrapped twice).
 
 use crate::symbols::Sym;
-use crate::{driver, entry, runtime};
+use crate::{driver, entry, pool_hooks, runtime};
 use core::ffi::{CStr, c_void};
 
 /// A function address in a static table.
@@ -90,6 +90,29 @@ static EXPORTED: &[(Sym, Addr)] = &[
     (Sym::CuMemAddressFree, addr!(driver::cuMemAddressFree)),
     (Sym::CuMemSetAccess, addr!(driver::cuMemSetAccess)),
     (Sym::CuMemGetInfoV2, addr!(driver::cuMemGetInfo_v2)),
+    (Sym::CuStreamCreate, addr!(pool_hooks::cuStreamCreate)),
+    (
+        Sym::CuStreamCreateWithPriority,
+        addr!(pool_hooks::cuStreamCreateWithPriority),
+    ),
+    (
+        Sym::CuStreamDestroyV2,
+        addr!(pool_hooks::cuStreamDestroy_v2),
+    ),
+    (Sym::CuCtxSynchronize, addr!(pool_hooks::cuCtxSynchronize)),
+    (
+        Sym::CuMemGetAddressRangeV2,
+        addr!(pool_hooks::cuMemGetAddressRange_v2),
+    ),
+    (
+        Sym::CuPointerGetAttribute,
+        addr!(pool_hooks::cuPointerGetAttribute),
+    ),
+    (
+        Sym::CuPointerGetAttributes,
+        addr!(pool_hooks::cuPointerGetAttributes),
+    ),
+    (Sym::CuIpcGetMemHandle, addr!(pool_hooks::cuIpcGetMemHandle)),
     (Sym::CuGetProcAddress, addr!(entry::cuGetProcAddress)),
     (Sym::CuGetProcAddressV2, addr!(entry::cuGetProcAddress_v2)),
 ];
@@ -137,6 +160,35 @@ static PROC: &[(Sym, Addr)] = &[
     (Sym::CuMemAddressFree, addr!(driver::proc_cuMemAddressFree)),
     (Sym::CuMemSetAccess, addr!(driver::proc_cuMemSetAccess)),
     (Sym::CuMemGetInfoV2, addr!(driver::proc_cuMemGetInfo_v2)),
+    (Sym::CuStreamCreate, addr!(pool_hooks::proc_cuStreamCreate)),
+    (
+        Sym::CuStreamCreateWithPriority,
+        addr!(pool_hooks::proc_cuStreamCreateWithPriority),
+    ),
+    (
+        Sym::CuStreamDestroyV2,
+        addr!(pool_hooks::proc_cuStreamDestroy_v2),
+    ),
+    (
+        Sym::CuCtxSynchronize,
+        addr!(pool_hooks::proc_cuCtxSynchronize),
+    ),
+    (
+        Sym::CuMemGetAddressRangeV2,
+        addr!(pool_hooks::proc_cuMemGetAddressRange_v2),
+    ),
+    (
+        Sym::CuPointerGetAttribute,
+        addr!(pool_hooks::proc_cuPointerGetAttribute),
+    ),
+    (
+        Sym::CuPointerGetAttributes,
+        addr!(pool_hooks::proc_cuPointerGetAttributes),
+    ),
+    (
+        Sym::CuIpcGetMemHandle,
+        addr!(pool_hooks::proc_cuIpcGetMemHandle),
+    ),
     (Sym::CuGetProcAddress, addr!(entry::proc_cuGetProcAddress)),
     (
         Sym::CuGetProcAddressV2,

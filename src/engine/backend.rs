@@ -23,6 +23,33 @@ pub trait Backend {
     fn passed(&mut self, fence: &Self::Fence) -> bool;
     /// Waits until every fence made so far on `device` has passed.
     fn synchronize(&mut self, device: u8);
+    /// Makes progress on fences without blocking (the CUDA backend records the events of
+    /// pending fences and queries earlier ones). Returns whether any fence may have passed.
+    fn poll(&mut self, _device: u8) -> bool {
+        false
+    }
+    /// Hears of a decision of the engine, for the trace.
+    fn note(&mut self, _event: Event) {}
+}
+
+/// The engine's decisions that explain memory: written to the trace by the shim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A segment was obtained from the device.
+    SegmentReserve { device: u8, ptr: u64, size: u64 },
+    /// A segment went back to the device.
+    SegmentRelease { device: u8, ptr: u64, size: u64 },
+    /// A cached block was split; the rest (`ptr`, `size`) stays cached.
+    Split { device: u8, ptr: u64, size: u64 },
+    /// The device had no room for a segment of `size`; the cache was released and the retry
+    /// succeeded.
+    OomRetry { device: u8, size: u64 },
+    /// The device had no room for `size` even after the cache was released.
+    OutOfMemory { device: u8, size: u64 },
+    /// A segment of `size` would have taken the device past `limit`.
+    LimitHit { device: u8, size: u64 },
+    /// The engine waited for the device so that fenced blocks could be reused.
+    Synchronize { device: u8 },
 }
 
 /// A backend over ordinary memory: addresses are handed out from a large virtual range and

@@ -21,7 +21,7 @@
 pub mod backend;
 
 use crate::config::Conf;
-pub use backend::{Backend, MemoryBackend, OutOfMemory};
+pub use backend::{Backend, Event, MemoryBackend, OutOfMemory};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The smallest block; every size is a multiple of it.
@@ -175,8 +175,19 @@ pub struct Engine<B: Backend> {
     /// Free blocks per pool, by (size, address).
     free: BTreeMap<PoolKey, BTreeSet<(u64, u64)>>,
     stats: Stats,
-    reserved_per_device: BTreeMap<u8, u64>,
+    reserved_per_device: [u64; 256],
+    idle_per_device: [u64; 256],
 }
+
+/// Whether a free block may be handed to a stream now.
+enum Fit {
+    Usable,
+    Fenced,
+}
+
+/// At most this many fenced blocks are looked at per pool and request, so a backlog of frees
+/// the GPU has not caught up with never makes a request slow.
+const FENCED_SCAN: usize = 16;
 
 impl<B: Backend> Engine<B> {
     pub fn new(backend: B, policy: Policy) -> Engine<B> {
@@ -187,7 +198,8 @@ impl<B: Backend> Engine<B> {
             segments: BTreeMap::new(),
             free: BTreeMap::new(),
             stats: Stats::default(),
-            reserved_per_device: BTreeMap::new(),
+            reserved_per_device: [0; 256],
+            idle_per_device: [0; 256],
         }
     }
 
@@ -209,17 +221,24 @@ impl<B: Backend> Engine<B> {
 
     /// Bytes reserved on one device.
     pub fn reserved(&self, device: u8) -> u64 {
-        self.reserved_per_device.get(&device).copied().unwrap_or(0)
+        self.reserved_per_device[device as usize]
     }
 
     /// Cached bytes on `device` that are free (fenced or not).
     pub fn idle(&self, device: u8) -> u64 {
-        self.free
-            .iter()
-            .filter(|(k, _)| k.device == device)
-            .flat_map(|(_, set)| set.iter())
-            .map(|&(size, _)| size)
-            .sum()
+        self.idle_per_device[device as usize]
+    }
+
+    /// Stream `stream` is gone: its handle may come back for a new stream, which must not
+    /// inherit the right to reuse its blocks at once. They keep their fences.
+    pub fn retire_stream(&mut self, stream: u64) {
+        for b in self.blocks.values_mut() {
+            if let State::Free { owner, .. } = &mut b.state
+                && *owner == Some(stream)
+            {
+                *owner = None;
+            }
+        }
     }
 
     /// Allocates `size` bytes on `device` for use on `stream`.
@@ -307,6 +326,14 @@ impl<B: Backend> Engine<B> {
         })
     }
 
+    /// Whether `ptr` lies in a segment of the pool (allocated or not).
+    pub fn in_segment(&self, ptr: u64) -> bool {
+        self.segments
+            .range(..=ptr)
+            .next_back()
+            .is_some_and(|(&base, s)| ptr < base + s.size)
+    }
+
     /// Waits for the device and returns every idle segment to it (`torch.cuda.empty_cache()`).
     pub fn empty_cache(&mut self, device: u8) {
         self.backend.synchronize(device);
@@ -330,6 +357,11 @@ impl<B: Backend> Engine<B> {
         let size = if split { need } else { b.size };
         if split {
             self.stats.splits += 1;
+            self.backend.note(Event::Split {
+                device: b.pool.device,
+                ptr: ptr + need,
+                size: remainder,
+            });
             // The rest keeps the block's fence: a block reusable here only because its owner
             // stream asked must not become reusable by every stream by being split.
             let rest = Block {
@@ -374,85 +406,93 @@ impl<B: Backend> Engine<B> {
 
     /// Finds a cached block for `key` of at least `need` bytes and removes it from its pool.
     fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<u64> {
-        if let Some(p) = self.search(key, need, true) {
-            return Some(p);
+        let (mut best, mut fenced_fits) = self.search(key, need);
+        // A better fit waits behind a fence: let the backend catch up on fences (no waiting).
+        if fenced_fits && self.backend.poll(key.device) {
+            (best, fenced_fits) = self.search(key, need);
         }
-        // Fenced blocks could fit once the device caught up: wait for it once, if that would
-        // spare reserving new memory.
-        if self.has_fenced(key.device, key.small) {
+        // Nothing usable, but fenced blocks would fit once the device caught up: wait for it
+        // once, which spares reserving new memory.
+        if best.is_none() && fenced_fits {
             self.backend.synchronize(key.device);
+            self.backend.note(Event::Synchronize { device: key.device });
             self.stats.synchronizations += 1;
-            return self.search(key, need, true);
-        }
-        None
-    }
-
-    fn has_fenced(&self, device: u8, small: bool) -> bool {
-        self.free
-            .iter()
-            .filter(|(k, _)| k.device == device && k.small == small)
-            .flat_map(|(_, set)| set.iter())
-            .any(|&(_, p)| matches!(self.blocks[&p].state, State::Free { fence: Some(_), .. }))
-    }
-
-    /// Best fit: the stream's own pool first (where its own stream-ordered frees are reusable
-    /// at once), then the other streams' pools of the device, whose blocks must have passed
-    /// their fences.
-    fn search(&mut self, key: PoolKey, need: u64, any_stream: bool) -> Option<u64> {
-        let mut keys: Vec<PoolKey> = vec![key];
-        if any_stream {
-            keys.extend(
-                self.free
-                    .keys()
-                    .filter(|k| {
-                        k.device == key.device && k.small == key.small && k.stream != key.stream
-                    })
-                    .copied(),
-            );
-        }
-        let mut best: Option<(u64, u64, PoolKey)> = None;
-        for k in keys {
-            let Some(set) = self.free.get(&k) else {
-                continue;
-            };
-            let candidates: Vec<(u64, u64)> = set.range((need, 0)..).copied().collect();
-            for (size, p) in candidates {
-                if best.is_some_and(|(bs, _, _)| bs <= size) {
-                    break;
-                }
-                if self.usable(p, key.stream) {
-                    best = Some((size, p, k));
-                    break;
-                }
-            }
+            (best, _) = self.search(key, need);
         }
         let (size, p, k) = best?;
-        if let Some(set) = self.free.get_mut(&k) {
-            set.remove(&(size, p));
-        }
+        self.remove_free_entry(k, size, p);
         Some(p)
     }
 
-    /// Whether free block `p` may be handed to `stream` now; clears fences that passed.
-    fn usable(&mut self, p: u64, stream: u64) -> bool {
-        let Some(b) = self.blocks.get_mut(&p) else {
-            return false;
+    /// Best fit over the device's pools of this size class: the smallest free block of at
+    /// least `need` bytes that `key.stream` may use now (its own stream-ordered frees at once,
+    /// others once their fences passed). Also says whether a fenced block would fit better.
+    /// Allocates nothing.
+    fn search(&mut self, key: PoolKey, need: u64) -> (Option<(u64, u64, PoolKey)>, bool) {
+        let Engine {
+            free,
+            blocks,
+            backend,
+            ..
+        } = self;
+        let lo = PoolKey {
+            device: key.device,
+            small: key.small,
+            stream: 0,
         };
-        let State::Free { fence, owner } = &mut b.state else {
-            return false;
+        let hi = PoolKey {
+            stream: u64::MAX,
+            ..lo
+        };
+        let mut best: Option<(u64, u64, PoolKey)> = None;
+        let mut best_fenced = u64::MAX;
+        for (k, set) in free.range(lo..=hi) {
+            let mut fenced_seen = 0;
+            for &(size, p) in set.range((need, 0)..) {
+                if best.is_some_and(|(bs, _, _)| bs <= size) {
+                    break;
+                }
+                match Self::fit(blocks, backend, p, key.stream) {
+                    Fit::Usable => {
+                        best = Some((size, p, *k));
+                        break;
+                    }
+                    Fit::Fenced => {
+                        best_fenced = best_fenced.min(size);
+                        fenced_seen += 1;
+                        if fenced_seen == FENCED_SCAN {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let fenced_fits = best_fenced < best.map_or(u64::MAX, |(s, _, _)| s);
+        (best, fenced_fits)
+    }
+
+    /// Whether free block `p` may be handed to `stream` now; clears fences that passed.
+    fn fit(
+        blocks: &mut BTreeMap<u64, Block<B::Fence>>,
+        backend: &mut B,
+        p: u64,
+        stream: u64,
+    ) -> Fit {
+        let Some(State::Free { fence, owner }) = blocks.get_mut(&p).map(|b| &mut b.state) else {
+            return Fit::Fenced;
         };
         let Some(f) = fence.as_ref() else {
-            return true;
+            return Fit::Usable;
         };
         if *owner == Some(stream) {
-            return true;
+            return Fit::Usable;
         }
-        if self.backend.passed(f) {
+        if backend.passed(f) {
             *fence = None;
             *owner = None;
-            return true;
+            return Fit::Usable;
         }
-        false
+        Fit::Fenced
     }
 
     fn new_segment(&mut self, key: PoolKey, size: u64) -> Result<u64, AllocError> {
@@ -462,6 +502,10 @@ impl<B: Backend> Engine<B> {
             self.empty_cache(key.device);
             if self.reserved(key.device) + size > limit {
                 self.stats.limit_hits += 1;
+                self.backend.note(Event::LimitHit {
+                    device: key.device,
+                    size,
+                });
                 return Err(AllocError::LimitReached);
             }
         }
@@ -473,22 +517,35 @@ impl<B: Backend> Engine<B> {
                 match self.backend.reserve(key.device, size) {
                     Ok(p) => {
                         self.stats.oom_retries += 1;
+                        self.backend.note(Event::OomRetry {
+                            device: key.device,
+                            size,
+                        });
                         p
                     }
                     Err(OutOfMemory) => {
                         self.stats.ooms += 1;
+                        self.backend.note(Event::OutOfMemory {
+                            device: key.device,
+                            size,
+                        });
                         return Err(AllocError::OutOfMemory);
                     }
                 }
             }
         };
+        self.backend.note(Event::SegmentReserve {
+            device: key.device,
+            ptr,
+            size,
+        });
         self.stats.segment_reserves += 1;
         self.stats.reserved_bytes += size;
         self.stats.peak_reserved_bytes = self
             .stats
             .peak_reserved_bytes
             .max(self.stats.reserved_bytes);
-        *self.reserved_per_device.entry(key.device).or_default() += size;
+        self.reserved_per_device[key.device as usize] += size;
         self.segments.insert(
             ptr,
             Segment {
@@ -514,14 +571,25 @@ impl<B: Backend> Engine<B> {
 
     fn insert_free(&mut self, p: u64) {
         let b = &self.blocks[&p];
-        self.free.entry(b.pool).or_default().insert((b.size, p));
+        if self.free.entry(b.pool).or_default().insert((b.size, p)) {
+            self.idle_per_device[b.pool.device as usize] += b.size;
+        }
     }
 
     fn remove_free(&mut self, p: u64) {
         let b = &self.blocks[&p];
-        let key = (b.size, p);
-        if let Some(set) = self.free.get_mut(&b.pool) {
-            set.remove(&key);
+        let (pool, size) = (b.pool, b.size);
+        self.remove_free_entry(pool, size, p);
+    }
+
+    fn remove_free_entry(&mut self, pool: PoolKey, size: u64, p: u64) {
+        if let Some(set) = self.free.get_mut(&pool)
+            && set.remove(&(size, p))
+        {
+            self.idle_per_device[pool.device as usize] -= size;
+            if set.is_empty() {
+                self.free.remove(&pool);
+            }
         }
     }
 
@@ -627,11 +695,14 @@ impl<B: Backend> Engine<B> {
             }
             self.segments.remove(&seg);
             self.backend.release(device, seg, size);
+            self.backend.note(Event::SegmentRelease {
+                device,
+                ptr: seg,
+                size,
+            });
             self.stats.segment_releases += 1;
             self.stats.reserved_bytes -= size;
-            if let Some(r) = self.reserved_per_device.get_mut(&device) {
-                *r -= size;
-            }
+            self.reserved_per_device[device as usize] -= size;
         }
     }
 }

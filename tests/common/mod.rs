@@ -158,11 +158,17 @@ pub fn decode(path: &Path) -> (Vec<Record>, DecodeStats) {
     (records, r.stats().clone())
 }
 
-/// The records that stand for application calls (not thread or stream announcements).
+/// The records that stand for application calls (not thread or stream announcements, nor
+/// the pool's own decisions, nor the memory figures it showed the caller).
 pub fn calls(records: &[Record]) -> Vec<Record> {
     records
         .iter()
-        .filter(|r| !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName))
+        .filter(|r| {
+            !matches!(
+                r.kind,
+                RecordKind::ThreadStart | RecordKind::StreamName | RecordKind::MemInfoShown
+            ) && r.api != gpushim::format::Api::Shim
+        })
         .copied()
         .collect()
 }

@@ -7,7 +7,14 @@
  * mapping really aliases the memory it maps.
  *
  * Test-only entry points: simCallCount(name) counts calls per function, simRealAddress(name)
- * gives this library's own address of a function whatever any interposer answers. */
+ * gives this library's own address of a function whatever any interposer answers.
+ *
+ * GPU work is modelled in time: simLaunch(stream, ptr, size, usec) enqueues a "kernel" that
+ * uses [ptr, ptr+size) for usec microseconds after the earlier work it is ordered behind
+ * (its stream; the legacy stream orders with every blocking stream, non-blocking streams with
+ * nothing else). Events complete when the work before them did; synchronizations sleep until
+ * then. simInUse(ptr, size) says whether unfinished work still uses a range: the check a
+ * caching allocator must never fail when it hands memory out. */
 #define _GNU_SOURCE
 #include "cuda_sim.h"
 
@@ -184,20 +191,166 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
     *ctx = (CUcontext)(uintptr_t)(d + 1);
     return CUDA_SUCCESS;
 }
+static __thread CUcontext current_ctx;
+static __thread CUcontext ctx_stack[8];
+static __thread int ctx_depth;
 EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+    current_ctx = ctx;
     current_device = ctx ? (int)(uintptr_t)ctx - 1 : 0;
     return CUDA_SUCCESS;
 }
+EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx) { if (!ctx) return CUDA_ERROR_INVALID_VALUE; *ctx = current_ctx; return CUDA_SUCCESS; }
+EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx) {
+    if (!ctx || ctx_depth == 8) return CUDA_ERROR_INVALID_VALUE;
+    ctx_stack[ctx_depth++] = current_ctx;
+    return cuCtxSetCurrent(ctx);
+}
+EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *out) {
+    if (ctx_depth == 0) return CUDA_ERROR_INVALID_CONTEXT;
+    if (out) *out = current_ctx;
+    return cuCtxSetCurrent(ctx_stack[--ctx_depth]);
+}
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!d) return CUDA_ERROR_INVALID_VALUE; *d = current_device; return CUDA_SUCCESS; }
-EXPORT CUresult cuCtxSynchronize(void) { return CUDA_SUCCESS; }
-EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) {
-    (void)flags;
-    if (!s) return CUDA_ERROR_INVALID_VALUE;
-    *s = malloc(64);
+
+/* ---- GPU work in time ---- */
+struct sim_stream { unsigned flags; uint64_t busy_until; };
+static struct sim_stream legacy_stream, per_thread_stream;
+#define MAX_STREAMS 1024
+static struct sim_stream *streams[MAX_STREAMS];
+static size_t nstreams;
+#define MAX_WORK 8192
+static struct { uint64_t ptr, size, end; } work[MAX_WORK];
+static size_t nwork;
+static pthread_mutex_t work_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static void sleep_until(uint64_t t) {
+    for (uint64_t n = now_ns(); n < t; n = now_ns()) {
+        struct timespec ts = { (time_t)((t - n) / 1000000000ull), (long)((t - n) % 1000000000ull) };
+        nanosleep(&ts, NULL);
+    }
+}
+static struct sim_stream *sim_stream(CUstream s) {
+    if (s == NULL || s == (CUstream)1) return &legacy_stream;
+    if (s == (CUstream)2) return &per_thread_stream;
+    return (struct sim_stream *)s;
+}
+/* When all work that new work on `st` is ordered behind has finished. Lock held. */
+static uint64_t horizon(struct sim_stream *st) {
+    uint64_t t = st->busy_until;
+    if (st == &legacy_stream) {
+        if (per_thread_stream.busy_until > t) t = per_thread_stream.busy_until;
+        for (size_t i = 0; i < nstreams; i++)
+            if (!(streams[i]->flags & 1) && streams[i]->busy_until > t) t = streams[i]->busy_until;
+    } else if (!(st->flags & 1) && legacy_stream.busy_until > t) {
+        t = legacy_stream.busy_until;
+    }
+    return t;
+}
+static uint64_t device_horizon(void) {
+    pthread_mutex_lock(&work_mu);
+    uint64_t t = horizon(&legacy_stream);
+    for (size_t i = 0; i < nstreams; i++)
+        if (streams[i]->busy_until > t) t = streams[i]->busy_until;
+    pthread_mutex_unlock(&work_mu);
+    return t;
+}
+EXPORT CUresult simLaunch(CUstream s, CUdeviceptr p, size_t size, unsigned usec) {
+    pthread_mutex_lock(&work_mu);
+    struct sim_stream *st = sim_stream(s);
+    uint64_t now = now_ns(), start = horizon(st);
+    if (start < now) start = now;
+    st->busy_until = start + (uint64_t)usec * 1000;
+    size_t j = 0;
+    for (size_t i = 0; i < nwork; i++)
+        if (work[i].end > now) work[j++] = work[i];
+    nwork = j;
+    if (nwork < MAX_WORK) {
+        work[nwork].ptr = p; work[nwork].size = size; work[nwork].end = st->busy_until;
+        nwork++;
+    }
+    pthread_mutex_unlock(&work_mu);
     return CUDA_SUCCESS;
 }
-EXPORT CUresult cuStreamDestroy_v2(CUstream s) { free(s); return CUDA_SUCCESS; }
-EXPORT CUresult cuStreamSynchronize(CUstream s) { (void)s; return CUDA_SUCCESS; }
+EXPORT int simInUse(CUdeviceptr p, size_t size) {
+    pthread_mutex_lock(&work_mu);
+    uint64_t now = now_ns();
+    int busy = 0;
+    for (size_t i = 0; i < nwork; i++)
+        if (work[i].end > now && work[i].ptr < p + size && p < work[i].ptr + work[i].size) busy = 1;
+    pthread_mutex_unlock(&work_mu);
+    return busy;
+}
+EXPORT CUresult cuCtxSynchronize(void) { COUNT(); sleep_until(device_horizon()); return CUDA_SUCCESS; }
+static CUresult stream_create(CUstream *s, unsigned int flags) {
+    if (!s) return CUDA_ERROR_INVALID_VALUE;
+    struct sim_stream *st = calloc(1, sizeof *st);
+    st->flags = flags;
+    pthread_mutex_lock(&work_mu);
+    if (nstreams < MAX_STREAMS) streams[nstreams++] = st;
+    pthread_mutex_unlock(&work_mu);
+    *s = st;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned int flags) { COUNT(); return stream_create(s, flags); }
+EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority) {
+    COUNT(); (void)priority;
+    return stream_create(s, flags);
+}
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) {
+    COUNT();
+    pthread_mutex_lock(&work_mu);
+    for (size_t i = 0; i < nstreams; i++)
+        if (streams[i] == (struct sim_stream *)s) { streams[i] = streams[--nstreams]; break; }
+    pthread_mutex_unlock(&work_mu);
+    /* Work already enqueued still runs to its end; the handle (and the memory) may be reused. */
+    free(s);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamSynchronize(CUstream s) {
+    pthread_mutex_lock(&work_mu);
+    uint64_t t = horizon(sim_stream(s));
+    pthread_mutex_unlock(&work_mu);
+    sleep_until(t);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
+    (void)s;
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    *status = 0;
+    return CUDA_SUCCESS;
+}
+struct sim_event { uint64_t done; };
+EXPORT CUresult cuEventCreate(void **ev, unsigned int flags) {
+    COUNT(); (void)flags;
+    if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    *ev = calloc(1, sizeof(struct sim_event));
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventRecord(void *ev, CUstream s) {
+    COUNT();
+    if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&work_mu);
+    ((struct sim_event *)ev)->done = horizon(sim_stream(s));
+    pthread_mutex_unlock(&work_mu);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventQuery(void *ev) {
+    COUNT();
+    if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    return now_ns() >= ((struct sim_event *)ev)->done ? CUDA_SUCCESS : 600 /* CUDA_ERROR_NOT_READY */;
+}
+EXPORT CUresult cuEventSynchronize(void *ev) {
+    COUNT();
+    if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    sleep_until(((struct sim_event *)ev)->done);
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuEventDestroy_v2(void *ev) { free(ev); return CUDA_SUCCESS; }
 static int default_pool;
 EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
     (void)d;
@@ -225,6 +378,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     COUNT();
     if (p == 0) return CUDA_SUCCESS;
+    sleep_until(device_horizon()); /* like the real one, it waits for the device */
     return free_block(p, KIND_DEVICE, KIND_MANAGED);
 }
 
@@ -293,6 +447,66 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
     *total_bytes = limit_bytes;
     *free_bytes = limit_bytes - used_bytes;
     pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
+}
+
+static struct block *find_containing(uint64_t p) {
+    for (size_t i = 0; i < nblocks; i++)
+        if (blocks[i].base <= p && p < blocks[i].base + blocks[i].size) return &blocks[i];
+    return NULL;
+}
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p) {
+    COUNT();
+    pthread_mutex_lock(&mu);
+    struct block *b = find_containing(p);
+    CUresult rc = b && b->kind != KIND_HOST ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    if (b && base) *base = b->base;
+    if (b && size) *size = b->size;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+enum { ATTR_CONTEXT = 1, ATTR_MEMORY_TYPE = 2, ATTR_DEVICE_POINTER = 3, ATTR_RANGE_START = 11, ATTR_RANGE_SIZE = 12,
+       ATTR_DEVICE_ORDINAL = 16 };
+static CUresult attribute(void *data, int attr, CUdeviceptr p) {
+    struct block *b = find_containing(p);
+    if (!b) return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case ATTR_CONTEXT: *(CUcontext *)data = (CUcontext)(uintptr_t)(b->device + 1); return CUDA_SUCCESS;
+    case ATTR_MEMORY_TYPE: *(unsigned *)data = b->kind == KIND_HOST ? 1 : 2; return CUDA_SUCCESS;
+    case ATTR_DEVICE_POINTER: *(CUdeviceptr *)data = p; return CUDA_SUCCESS;
+    case ATTR_RANGE_START: *(CUdeviceptr *)data = b->base; return CUDA_SUCCESS;
+    case ATTR_RANGE_SIZE: *(size_t *)data = b->size; return CUDA_SUCCESS;
+    case ATTR_DEVICE_ORDINAL: *(int *)data = b->device; return CUDA_SUCCESS;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+EXPORT CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p) {
+    COUNT();
+    if (!data) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    CUresult rc = attribute(data, attr, p);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+EXPORT CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUdeviceptr p) {
+    COUNT();
+    if (!attrs || !data) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    CUresult rc = CUDA_SUCCESS;
+    for (unsigned i = 0; i < n && rc == CUDA_SUCCESS; i++) rc = attribute(data[i], attrs[i], p);
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+/* An IPC handle names the allocation (its base), as the real one does. */
+EXPORT CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p) {
+    COUNT();
+    if (!handle) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    struct block *b = find_exact(p);
+    pthread_mutex_unlock(&mu);
+    if (!b) return CUDA_ERROR_INVALID_VALUE;
+    memset(handle, 0, 64);
+    memcpy(handle, &b->base, sizeof b->base);
     return CUDA_SUCCESS;
 }
 
@@ -420,6 +634,20 @@ static const struct entry entries[] = {
     { "cuCtxGetDevice", 2000, (void *)cuCtxGetDevice, NULL },
     { "cuCtxSynchronize", 2000, (void *)cuCtxSynchronize, NULL },
     { "cuStreamCreate", 2000, (void *)cuStreamCreate, NULL },
+    { "cuStreamCreateWithPriority", 5050, (void *)cuStreamCreateWithPriority, NULL },
+    { "cuStreamIsCapturing", 10000, (void *)cuStreamIsCapturing, NULL },
+    { "cuCtxGetCurrent", 4000, (void *)cuCtxGetCurrent, NULL },
+    { "cuCtxPushCurrent", 4000, (void *)cuCtxPushCurrent_v2, NULL },
+    { "cuCtxPopCurrent", 4000, (void *)cuCtxPopCurrent_v2, NULL },
+    { "cuEventCreate", 2000, (void *)cuEventCreate, NULL },
+    { "cuEventRecord", 2000, (void *)cuEventRecord, NULL },
+    { "cuEventQuery", 2000, (void *)cuEventQuery, NULL },
+    { "cuEventSynchronize", 2000, (void *)cuEventSynchronize, NULL },
+    { "cuEventDestroy", 4000, (void *)cuEventDestroy_v2, NULL },
+    { "cuMemGetAddressRange", 3020, (void *)cuMemGetAddressRange_v2, NULL },
+    { "cuPointerGetAttribute", 4000, (void *)cuPointerGetAttribute, NULL },
+    { "cuPointerGetAttributes", 7000, (void *)cuPointerGetAttributes, NULL },
+    { "cuIpcGetMemHandle", 4010, (void *)cuIpcGetMemHandle, NULL },
     { "cuStreamDestroy", 4000, (void *)cuStreamDestroy_v2, NULL },
     { "cuStreamSynchronize", 2000, (void *)cuStreamSynchronize, NULL },
     { "cuMemcpyHtoD", 3020, (void *)cuMemcpyHtoD_v2, NULL },

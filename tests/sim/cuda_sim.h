@@ -107,6 +107,19 @@ CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes);
 CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationProp *prop, int option);
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
 CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n);
+CUresult cuCtxGetCurrent(CUcontext *ctx);
+CUresult cuStreamCreateWithPriority(CUstream *s, unsigned int flags, int priority);
+CUresult cuStreamDestroy_v2(CUstream s);
+CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p);
+CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p);
+CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
+
+/* Simulator only (tests/sim): GPU work in time, and call counts. */
+CUresult simLaunch(CUstream s, CUdeviceptr p, size_t size, unsigned usec);
+int simInUse(CUdeviceptr p, size_t size);
+long simCallCount(const char *name);
+
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status);
 
 #ifdef __cplusplus

@@ -147,6 +147,10 @@ EXPORT cudaError_t cudaSetDevice(int d) {
 }
 EXPORT cudaError_t cudaDeviceSynchronize(void) { READY(); return from_driver(drv.ctx_sync()); }
 EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s) { READY(); return from_driver(drv.stream_create(s, 0)); }
+EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {
+    READY();
+    return from_driver(drv.stream_create(s, flags));
+}
 EXPORT cudaError_t cudaStreamDestroy(cudaStream_t s) { READY(); return from_driver(drv.stream_destroy(s)); }
 EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t s) { READY(); return from_driver(drv.stream_sync(s)); }
 EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) {

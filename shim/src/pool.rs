@@ -1,0 +1,693 @@
+//! The caching allocator in the shim: the engine of `gpushim_core::engine` over real CUDA.
+//!
+//! Pools are kept per CUDA context (the runtime works in the device's primary context, a driver
+//! program in whatever context it made current), so a block is only ever handed to code running
+//! in the context that owns its memory. Segments come from the real `cuMemAlloc_v2` in that
+//! context and go back with `cuMemFree_v2`.
+//!
+//! Safe reuse (contract 3) costs nothing on a free. A free takes a fence that names the next
+//! *checkpoint* of its context; the checkpoint is only made when the engine wants a fenced block
+//! back: events recorded on the legacy stream (which waits for all work on every blocking stream,
+//! the per-thread default streams included) and on each non-blocking stream the process created
+//! (tracked through the stream hooks). A checkpoint whose events completed lets every block
+//! freed before it be reused. A program's own `cudaDeviceSynchronize`/`cuCtxSynchronize` passes
+//! every fence made before it at no cost. When nothing else fits, the engine waits for the
+//! newest checkpoint, never for work enqueued after it.
+//!
+//! One lock guards the engine. It is never held while calling into the CUDA runtime (only the
+//! driver), so a runtime call holding the runtime's own lock that reaches our driver hooks can
+//! never wait for a thread that waits for the runtime. In a forked child the pool is off.
+
+use crate::ffi::{
+    CU_EVENT_DISABLE_TIMING, CU_STREAM_NON_BLOCKING, ERROR_OUT_OF_MEMORY, STREAM_LEGACY,
+    STREAM_PER_THREAD,
+};
+use crate::real;
+use crate::state;
+use crate::symbols::Sym;
+use crate::trace;
+use core::cell::{Cell, UnsafeCell};
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use gpushim_core::config::Pool;
+use gpushim_core::engine::{
+    AllocError, Backend, BlockInfo, Engine, Event, FreeKind, OutOfMemory, Policy,
+};
+use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use std::collections::VecDeque;
+
+/// Contexts the pool serves; allocations in further contexts pass through.
+pub const MAX_CONTEXTS: usize = 64;
+/// Non-blocking streams tracked per context; past this, fences wait for the whole context.
+const MAX_STREAMS: usize = 4096;
+/// The pool key of `cudaMalloc`-like (not stream-ordered) allocations: no stream has it, so no
+/// stream may reuse a block freed into it before its fence passed.
+pub const SYNC_KEY: u64 = u64::MAX;
+
+static CONTEXTS: [AtomicUsize; MAX_CONTEXTS] = [const { AtomicUsize::new(0) }; MAX_CONTEXTS];
+static DEVICES: [AtomicU8; MAX_CONTEXTS] = [const { AtomicU8::new(DEVICE_UNKNOWN) }; MAX_CONTEXTS];
+static REGISTERING: SpinLock = SpinLock::new();
+
+/// A lock that spins briefly, then yields. Never held across a call into the CUDA runtime.
+struct SpinLock(AtomicBool);
+
+impl SpinLock {
+    const fn new() -> SpinLock {
+        SpinLock(AtomicBool::new(false))
+    }
+
+    fn lock(&self) {
+        let mut spins = 0u32;
+        while self
+            .0
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.0.load(Ordering::Relaxed) {
+                spins += 1;
+                if spins < 64 {
+                    core::hint::spin_loop();
+                } else {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+            }
+        }
+    }
+
+    fn unlock(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The current context of the calling thread, if any.
+pub fn current_context() -> Option<usize> {
+    type F = unsafe extern "C" fn(*mut usize) -> i32;
+    // SAFETY: cuCtxGetCurrent has the ABI F: `CUresult f(CUcontext *)`.
+    let f = unsafe { real::as_fn::<F>(real::exported(Sym::CuCtxGetCurrent)) }?;
+    let mut c = 0usize;
+    // SAFETY: `c` is a valid out-pointer.
+    if unsafe { f(&mut c) } == 0 && c != 0 {
+        Some(c)
+    } else {
+        None
+    }
+}
+
+/// The pool slot of the calling thread's current context, registering it on first sight.
+pub fn current_slot() -> Option<u8> {
+    slot_of(current_context()?)
+}
+
+fn slot_of(ctx: usize) -> Option<u8> {
+    for (i, c) in CONTEXTS.iter().enumerate() {
+        match c.load(Ordering::Acquire) {
+            x if x == ctx => return Some(i as u8),
+            0 => return register(ctx),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cold]
+fn register(ctx: usize) -> Option<u8> {
+    // The context is current on this thread, so it names its device.
+    let device = trace::driver_device();
+    REGISTERING.lock();
+    let mut found = None;
+    for (i, c) in CONTEXTS.iter().enumerate() {
+        let x = c.load(Ordering::Acquire);
+        if x == ctx {
+            found = Some(i as u8);
+            break;
+        }
+        if x == 0 {
+            DEVICES[i].store(device, Ordering::Relaxed);
+            c.store(ctx, Ordering::Release);
+            found = Some(i as u8);
+            break;
+        }
+    }
+    REGISTERING.unlock();
+    found
+}
+
+/// The device ordinal of a slot, for the trace.
+pub fn device_of(slot: u8) -> u8 {
+    DEVICES[slot as usize].load(Ordering::Relaxed)
+}
+
+thread_local! {
+    static PER_THREAD_KEY: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The pool key of a stream handle: the legacy stream is one stream per context; a
+/// per-thread default stream is one per thread. `per_thread_default` says how the caller's
+/// stream 0 is meant (the `_ptsz` entry points).
+pub fn stream_key(stream: *mut c_void, per_thread_default: bool) -> u64 {
+    match stream as u64 {
+        0 if per_thread_default => per_thread_key(),
+        0 | STREAM_LEGACY => 0,
+        STREAM_PER_THREAD => per_thread_key(),
+        s => s,
+    }
+}
+
+fn per_thread_key() -> u64 {
+    PER_THREAD_KEY
+        .try_with(|k| {
+            if k.get() == 0 {
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() } as u64;
+                k.set((1 << 63) | tid);
+            }
+            k.get()
+        })
+        .unwrap_or(1 << 63)
+}
+
+const UNKNOWN: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Whether `GPUSHIM_CONF` asked for a pool (and the shim is on, and this is not a forked child).
+pub fn active() -> bool {
+    match STATE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let on = state::enabled() && state::conf().pool != Pool::Off;
+            let _ = STATE.compare_exchange(
+                UNKNOWN,
+                if on { ON } else { OFF },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            STATE.load(Ordering::Relaxed) == ON
+        }
+    }
+}
+
+struct EngineCell(UnsafeCell<Option<Engine<CudaBackend>>>);
+// SAFETY: only touched with LOCK held.
+unsafe impl Sync for EngineCell {}
+
+static LOCK: SpinLock = SpinLock::new();
+static ENGINE: EngineCell = EngineCell(UnsafeCell::new(None));
+
+static ATFORK: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn in_child() {
+    forget_after_fork();
+}
+
+/// Runs `f` on the engine, creating it on first use, with the lock held.
+fn with<R>(f: impl FnOnce(&mut Engine<CudaBackend>) -> R) -> R {
+    if !ATFORK.swap(true, Ordering::Relaxed) {
+        // SAFETY: a plain function that lives as long as the process (-z nodelete).
+        unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+    }
+    LOCK.lock();
+    // SAFETY: LOCK is held, so this is the only reference.
+    let slot = unsafe { &mut *ENGINE.0.get() };
+    let e =
+        slot.get_or_insert_with(|| Engine::new(CudaBackend::new(), Policy::from(&state::conf())));
+    let r = f(e);
+    LOCK.unlock();
+    r
+}
+
+/// In a forked child: the parent's pool belongs to the parent's CUDA contexts, which the child
+/// cannot use. Every call passes through from now on.
+pub fn forget_after_fork() {
+    STATE.store(OFF, Ordering::Relaxed);
+    LOCK.unlock();
+    REGISTERING.unlock();
+}
+
+/// What the pool did with a request.
+pub enum Served {
+    /// The block's address and the device it is on.
+    Granted(u64, u8),
+    /// The request failed with this CUDA code (out of memory, or the device's own error) on
+    /// this device.
+    Failed(i32, u8),
+    /// Not for the pool (no current context, or too many contexts): call the real function.
+    Pass,
+}
+
+/// Serves `size` bytes (more than 0) in the current context for use on stream `key`.
+pub fn alloc(size: u64, key: u64) -> Served {
+    let Some(slot) = current_slot() else {
+        return Served::Pass;
+    };
+    let device = device_of(slot);
+    with(|e| match e.alloc(slot, size, key) {
+        Ok(b) => Served::Granted(b.ptr, device),
+        Err(AllocError::LimitReached) => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+        Err(AllocError::OutOfMemory) => {
+            let code = e.backend().last_error;
+            let code = if code == 0 { ERROR_OUT_OF_MEMORY } else { code };
+            Served::Failed(code, device)
+        }
+    })
+}
+
+/// What the pool did with a free.
+pub enum Freed {
+    /// The block went back to the pool; its device.
+    Done(u8),
+    /// `ptr` lies in pooled memory but is not a live block (interior, or freed already): the
+    /// real function must not see it (it would free our segment), so the caller fails the
+    /// call with `cudaErrorInvalidValue`, as CUDA does.
+    Invalid,
+    /// Not pooled memory: the caller passes it to the real function.
+    NotOurs,
+}
+
+/// Returns a block to the pool.
+pub fn free(ptr: u64, kind: FreeKind) -> Freed {
+    if ptr == 0 {
+        return Freed::NotOurs;
+    }
+    with(|e| {
+        if let Some(b) = e.lookup(ptr).filter(|b| b.ptr == ptr) {
+            return match e.free(ptr, kind) {
+                Ok(_) => Freed::Done(device_of(b.device)),
+                Err(()) => Freed::Invalid,
+            };
+        }
+        if e.in_segment(ptr) {
+            Freed::Invalid
+        } else {
+            Freed::NotOurs
+        }
+    })
+}
+
+/// The live pooled block containing `ptr`, if any.
+pub fn lookup(ptr: u64) -> Option<BlockInfo> {
+    if !active() && !PLUGGED.load(Ordering::Relaxed) {
+        return None;
+    }
+    with(|e| e.lookup(ptr))
+}
+
+/// Whether the pool holds any memory (so pointer queries need to look).
+static PLUGGED: AtomicBool = AtomicBool::new(false);
+
+/// Marks that the PyTorch pluggable-allocator route is in use (the pool serves it even when
+/// `GPUSHIM_CONF` has no pool).
+pub fn plug() {
+    PLUGGED.store(true, Ordering::Relaxed);
+}
+
+pub fn is_plugged() -> bool {
+    PLUGGED.load(Ordering::Relaxed)
+}
+
+/// What `cudaMemGetInfo` shows the process: idle cached memory counts as free (the process can
+/// allocate it), and with `limit` the total is capped and the free figure kept under it.
+pub fn mem_info(real_free: u64, real_total: u64) -> (u64, u64) {
+    let Some(slot) = current_slot() else {
+        return (real_free, real_total);
+    };
+    let (reserved, idle, limit) = with(|e| (e.reserved(slot), e.idle(slot), e.policy().limit));
+    let mut total = real_total;
+    let mut free = real_free.saturating_add(idle);
+    if limit > 0 {
+        total = total.min(limit);
+        free = free.min(limit.saturating_sub(reserved - idle));
+    }
+    (free.min(total), total)
+}
+
+/// A stream was created in the current context; non-blocking ones get checkpoint events.
+pub fn stream_created(stream: u64, flags: u32) {
+    if flags & CU_STREAM_NON_BLOCKING == 0 || stream == 0 {
+        return;
+    }
+    let Some(slot) = current_slot() else {
+        return;
+    };
+    with(|e| {
+        let s = &mut e.backend_mut().slots[slot as usize];
+        if s.streams.len() < MAX_STREAMS {
+            s.streams.push(stream);
+        } else {
+            s.untracked = true;
+        }
+    });
+}
+
+/// A stream is about to be destroyed: work already on it stays covered by the pending
+/// checkpoint (made now if any fence waits for it), and its handle loses its blocks' right to
+/// immediate reuse (a new stream may get the same handle).
+pub fn stream_destroying(stream: u64) {
+    with(|e| {
+        let b = e.backend_mut();
+        for slot in 0..MAX_CONTEXTS {
+            let Some(i) = b.slots[slot].streams.iter().position(|&s| s == stream) else {
+                continue;
+            };
+            if b.slots[slot].pending_used {
+                b.seal(slot as u8);
+            }
+            b.slots[slot].streams.swap_remove(i);
+        }
+        e.retire_stream(stream);
+    });
+}
+
+/// Before a context-wide synchronization: the fences made so far are the ones it will pass.
+/// Returns the token for `synchronized`.
+pub fn synchronizing() -> Option<(u8, u64)> {
+    let slot = current_slot()?;
+    Some(with(|e| {
+        let s = &mut e.backend_mut().slots[slot as usize];
+        let id = s.next_id;
+        if s.pending_used {
+            s.next_id += 1;
+            s.pending_used = false;
+        }
+        (slot, id)
+    }))
+}
+
+/// After the synchronization succeeded: every fence made before it has passed.
+pub fn synchronized((slot, id): (u8, u64)) {
+    with(|e| e.backend_mut().passed_up_to(slot, id));
+}
+
+/// Empties the cache of the current context (`torch.cuda.empty_cache()` through the
+/// pluggable allocator, or `gpushim_empty_cache()`).
+pub fn empty_cache() {
+    if let Some(slot) = current_slot() {
+        with(|e| e.empty_cache(slot));
+    }
+}
+
+/// One checkpoint: events recorded after every fence it covers.
+struct Checkpoint {
+    id: u64,
+    events: Vec<usize>,
+    /// Some event could not be made or recorded, or streams went untracked: only a
+    /// synchronization of the whole context passes it.
+    broken: bool,
+}
+
+/// Fences of one context.
+struct SlotFences {
+    /// Fences made now name this checkpoint.
+    next_id: u64,
+    /// Whether any fence names `next_id`.
+    pending_used: bool,
+    /// Every checkpoint up to this one has passed.
+    passed_id: u64,
+    sealed: VecDeque<Checkpoint>,
+    spare: Vec<usize>,
+    /// Non-blocking streams of this context.
+    streams: Vec<u64>,
+    untracked: bool,
+}
+
+pub struct CudaBackend {
+    slots: Vec<SlotFences>,
+    /// The code of the last failed `cuMemAlloc_v2`.
+    last_error: i32,
+}
+
+type CuFn1 = unsafe extern "C" fn(usize) -> i32;
+type CuFn2 = unsafe extern "C" fn(usize, usize) -> i32;
+
+/// The real driver function `sym` with ABI `F`.
+fn drv<F: Copy>(sym: Sym) -> Option<F> {
+    // SAFETY: callers name the ABI of `sym` as F.
+    unsafe { real::as_fn::<F>(real::exported(sym)) }
+}
+
+/// Runs `f` with `slot`'s context current.
+fn in_context<R>(slot: u8, f: impl FnOnce() -> R) -> R {
+    let target = CONTEXTS[slot as usize].load(Ordering::Acquire);
+    if current_context() == Some(target) {
+        return f();
+    }
+    let push = drv::<CuFn1>(Sym::CuCtxPushCurrentV2);
+    let pop = drv::<unsafe extern "C" fn(*mut usize) -> i32>(Sym::CuCtxPopCurrentV2);
+    // SAFETY: pushing a context this process made; popped below.
+    let pushed = push.is_some_and(|p| unsafe { p(target) } == 0);
+    let r = f();
+    if pushed && let Some(pop) = pop {
+        let mut old = 0usize;
+        // SAFETY: pops the context pushed above; `old` is a valid out-pointer.
+        unsafe { pop(&mut old) };
+    }
+    r
+}
+
+impl CudaBackend {
+    fn new() -> CudaBackend {
+        CudaBackend {
+            slots: (0..MAX_CONTEXTS)
+                .map(|_| SlotFences {
+                    next_id: 1,
+                    pending_used: false,
+                    passed_id: 0,
+                    sealed: VecDeque::new(),
+                    spare: Vec::new(),
+                    streams: Vec::new(),
+                    untracked: false,
+                })
+                .collect(),
+            last_error: 0,
+        }
+    }
+
+    /// Makes the pending checkpoint of `slot`: an event on the legacy stream and on each
+    /// non-blocking stream.
+    fn seal(&mut self, slot: u8) {
+        let s = &mut self.slots[slot as usize];
+        let create = drv::<unsafe extern "C" fn(*mut usize, u32) -> i32>(Sym::CuEventCreate);
+        let record = drv::<CuFn2>(Sym::CuEventRecord);
+        let mut events = Vec::with_capacity(1 + s.streams.len());
+        let mut broken = s.untracked;
+        in_context(slot, || {
+            for &stream in core::iter::once(&0u64).chain(s.streams.iter()) {
+                let ev = match s.spare.pop() {
+                    Some(ev) => ev,
+                    None => {
+                        let mut ev = 0usize;
+                        // SAFETY: `ev` is a valid out-pointer.
+                        let ok = create
+                            .is_some_and(|c| unsafe { c(&mut ev, CU_EVENT_DISABLE_TIMING) } == 0);
+                        if !ok {
+                            broken = true;
+                            continue;
+                        }
+                        ev
+                    }
+                };
+                // SAFETY: an event of this context recorded on a stream of this context.
+                if record.is_some_and(|r| unsafe { r(ev, stream as usize) } == 0) {
+                    events.push(ev);
+                } else {
+                    s.spare.push(ev);
+                    broken = true;
+                }
+            }
+        });
+        s.sealed.push_back(Checkpoint {
+            id: s.next_id,
+            events,
+            broken,
+        });
+        s.next_id += 1;
+        s.pending_used = false;
+    }
+
+    /// Passes the checkpoints whose events all completed, oldest first.
+    fn query(&mut self, slot: u8) {
+        let query = drv::<CuFn1>(Sym::CuEventQuery);
+        let s = &mut self.slots[slot as usize];
+        in_context(slot, || {
+            while let Some(cp) = s.sealed.front() {
+                if cp.broken {
+                    break;
+                }
+                // Not ready, or an error: not passed (a synchronization settles it).
+                let done = cp.events.iter().all(|&ev| {
+                    query.is_some_and(|q| {
+                        // SAFETY: an event this backend recorded.
+                        let rc = unsafe { q(ev) };
+                        rc == 0
+                    })
+                });
+                if !done {
+                    break;
+                }
+                let cp = s.sealed.pop_front().expect("front exists");
+                s.passed_id = s.passed_id.max(cp.id);
+                s.spare.extend(cp.events);
+            }
+        });
+    }
+
+    fn passed_up_to(&mut self, slot: u8, id: u64) {
+        let s = &mut self.slots[slot as usize];
+        s.passed_id = s.passed_id.max(id);
+        while s.sealed.front().is_some_and(|cp| cp.id <= id) {
+            if let Some(cp) = s.sealed.pop_front() {
+                s.spare.extend(cp.events);
+            }
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    type Fence = (u8, u64);
+
+    fn reserve(&mut self, slot: u8, size: u64) -> Result<u64, OutOfMemory> {
+        let Some(alloc) = drv::<unsafe extern "C" fn(*mut u64, usize) -> i32>(Sym::CuMemAllocV2)
+        else {
+            self.last_error = crate::ffi::CU_ERROR_NOT_INITIALIZED;
+            return Err(OutOfMemory);
+        };
+        let mut p = 0u64;
+        // SAFETY: a valid out-pointer, in the slot's context.
+        let rc = in_context(slot, || unsafe { alloc(&mut p, size as usize) });
+        if rc == 0 {
+            self.last_error = 0;
+            Ok(p)
+        } else {
+            self.last_error = rc;
+            Err(OutOfMemory)
+        }
+    }
+
+    fn release(&mut self, slot: u8, ptr: u64, _size: u64) {
+        if let Some(free) = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemFreeV2) {
+            // SAFETY: a segment this backend reserved, freed once.
+            in_context(slot, || unsafe { free(ptr) });
+        }
+    }
+
+    fn fence_device(&mut self, slot: u8) -> (u8, u64) {
+        let s = &mut self.slots[slot as usize];
+        s.pending_used = true;
+        (slot, s.next_id)
+    }
+
+    fn fence_stream(&mut self, slot: u8, _stream: u64) -> (u8, u64) {
+        // The checkpoint covers every stream; the engine lets the freeing stream itself reuse
+        // the block at once.
+        self.fence_device(slot)
+    }
+
+    fn passed(&mut self, &(slot, id): &(u8, u64)) -> bool {
+        id <= self.slots[slot as usize].passed_id
+    }
+
+    fn poll(&mut self, slot: u8) -> bool {
+        let before = self.slots[slot as usize].passed_id;
+        if self.slots[slot as usize].pending_used {
+            self.seal(slot);
+        }
+        self.query(slot);
+        self.slots[slot as usize].passed_id > before
+    }
+
+    fn synchronize(&mut self, slot: u8) {
+        if self.slots[slot as usize].pending_used {
+            self.seal(slot);
+        }
+        let s = &mut self.slots[slot as usize];
+        let Some(last) = s.sealed.back().map(|cp| cp.id) else {
+            return;
+        };
+        let broken = s.sealed.iter().any(|cp| cp.broken);
+        let wait = drv::<CuFn1>(Sym::CuEventSynchronize);
+        let ctx_sync = drv::<unsafe extern "C" fn() -> i32>(Sym::CuCtxSynchronize);
+        in_context(slot, || {
+            if broken {
+                // SAFETY: no arguments.
+                if let Some(f) = ctx_sync {
+                    unsafe { f() };
+                }
+            } else if let Some(wait) = wait {
+                for cp in &s.sealed {
+                    for &ev in &cp.events {
+                        // SAFETY: an event this backend recorded.
+                        unsafe { wait(ev) };
+                    }
+                }
+            }
+        });
+        self.passed_up_to(slot, last);
+    }
+
+    fn note(&mut self, event: Event) {
+        let (kind, slot, ptr, size) = match event {
+            Event::SegmentReserve { device, ptr, size } => {
+                (RecordKind::SegmentReserve, device, ptr, size)
+            }
+            Event::SegmentRelease { device, ptr, size } => {
+                (RecordKind::SegmentRelease, device, ptr, size)
+            }
+            Event::Split { device, ptr, size } => (RecordKind::Split, device, ptr, size),
+            Event::OomRetry { device, size } => (RecordKind::OomRetry, device, 0, size),
+            Event::OutOfMemory { device, size } => (RecordKind::OutOfMemory, device, 0, size),
+            Event::LimitHit { device, size } => (RecordKind::LimitHit, device, 0, size),
+            Event::Synchronize { device } => (RecordKind::PoolSync, device, 0, 0),
+        };
+        trace::record(kind, Api::Shim, 0, ptr, size, device_of(slot), 0);
+    }
+}
+
+/// Whether pooled blocks may exist (a pool from `GPUSHIM_CONF`, or the pluggable route).
+pub fn pooling() -> bool {
+    active() || is_plugged()
+}
+
+/// Whether `stream` is being captured into a CUDA graph: stream-ordered calls on it become
+/// graph nodes and must reach CUDA. The special handles (legacy, per-thread) are not checked.
+pub fn capturing(stream: *mut c_void) -> bool {
+    let s = stream as u64;
+    if s <= STREAM_PER_THREAD {
+        return false;
+    }
+    type F = unsafe extern "C" fn(usize, *mut i32) -> i32;
+    let Some(f) = drv::<F>(Sym::CuStreamIsCapturing) else {
+        return false;
+    };
+    let mut status = 0i32;
+    // SAFETY: a stream handle the caller passed to a stream-ordered call; a valid out-pointer.
+    unsafe { f(s as usize, &mut status) == 0 && status != 0 }
+}
+
+/// Records what `cudaMemGetInfo`/`cuMemGetInfo_v2` returned and, with a pool, replaces it
+/// with what the process can use (see `mem_info`), recorded as well.
+///
+/// # Safety
+/// `free` and `total` must be what the caller passed to the call that returned `rc`.
+pub unsafe fn show_mem_info(api: Api, rc: i32, free: *mut usize, total: *mut usize, device: u8) {
+    // SAFETY: the caller vouches for the out-pointers.
+    let (fr, to) = unsafe {
+        (
+            crate::hook::out_usize(free, rc),
+            crate::hook::out_usize(total, rc),
+        )
+    };
+    trace::record(RecordKind::MemInfo, api, rc, fr, to, device, 0);
+    if rc != 0 || free.is_null() || total.is_null() || !pooling() {
+        return;
+    }
+    let (f2, t2) = mem_info(fr, to);
+    // SAFETY: both out-pointers were written by the successful call.
+    unsafe {
+        *free = f2 as usize;
+        *total = t2 as usize;
+    }
+    trace::record(RecordKind::MemInfoShown, api, 0, f2, t2, device, 0);
+}

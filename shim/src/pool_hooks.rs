@@ -1,0 +1,335 @@
+//! Hooks the pool needs besides the allocation calls: stream lifetimes (which streams a
+//! checkpoint must cover), context synchronizations (which pass fences for free), pointer
+//! queries and IPC on pooled blocks (contract 2), and PyTorch's pluggable-allocator entry
+//! points.
+
+use crate::ffi::{
+    CU_ERROR_NOT_INITIALIZED as MISSING, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ERROR_INVALID_VALUE,
+};
+use crate::guard::Guard;
+use crate::hook::{driver_hook, forward};
+use crate::pool::{self, Served};
+use crate::state::{self, say};
+use crate::symbols::Sym;
+use crate::trace;
+use core::ffi::{c_int, c_void};
+use core::sync::atomic::{AtomicBool, Ordering};
+use gpushim_core::engine::FreeKind;
+use gpushim_core::format::{Api, RecordKind};
+
+type Stream = *mut c_void;
+
+driver_hook!(cuStreamCreate / proc_cuStreamCreate = CuStreamCreate, Shim
+    => stream_create(s: *mut Stream, flags: u32));
+driver_hook!(cuStreamCreateWithPriority / proc_cuStreamCreateWithPriority
+    = CuStreamCreateWithPriority, Shim
+    => stream_create_with_priority(s: *mut Stream, flags: u32, priority: c_int));
+driver_hook!(cuStreamDestroy_v2 / proc_cuStreamDestroy_v2 = CuStreamDestroyV2, Shim
+    => stream_destroy(s: Stream));
+driver_hook!(cuCtxSynchronize / proc_cuCtxSynchronize = CuCtxSynchronize, Shim
+    => ctx_synchronize());
+driver_hook!(cuMemGetAddressRange_v2 / proc_cuMemGetAddressRange_v2 = CuMemGetAddressRangeV2,
+    Shim => get_address_range(base: *mut u64, size: *mut usize, p: u64));
+driver_hook!(cuPointerGetAttribute / proc_cuPointerGetAttribute = CuPointerGetAttribute, Shim
+    => pointer_get_attribute(data: *mut c_void, attr: c_int, p: u64));
+driver_hook!(cuPointerGetAttributes / proc_cuPointerGetAttributes = CuPointerGetAttributes, Shim
+    => pointer_get_attributes(n: u32, attrs: *const c_int, data: *mut *mut c_void, p: u64));
+driver_hook!(cuIpcGetMemHandle / proc_cuIpcGetMemHandle = CuIpcGetMemHandle, Shim
+    => ipc_get_mem_handle(handle: *mut c_void, p: u64));
+
+/// Whether the pool may hold memory, so that queries must look at it.
+fn pooling() -> bool {
+    pool::active() || pool::is_plugged()
+}
+
+unsafe fn stream_create(sym: Sym, real: usize, _: Api, s: *mut Stream, flags: u32) -> i32 {
+    type F = unsafe extern "C" fn(*mut Stream, u32) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(s, flags) };
+        if rc == 0 && !s.is_null() && pooling() {
+            // SAFETY: written by the successful call.
+            pool::stream_created(unsafe { *s } as u64, flags);
+        }
+        rc
+    })
+}
+
+unsafe fn stream_create_with_priority(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    s: *mut Stream,
+    flags: u32,
+    priority: c_int,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut Stream, u32, c_int) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(s, flags, priority) };
+        if rc == 0 && !s.is_null() && pooling() {
+            // SAFETY: written by the successful call.
+            pool::stream_created(unsafe { *s } as u64, flags);
+        }
+        rc
+    })
+}
+
+unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
+    type F = unsafe extern "C" fn(Stream) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        if pooling() && !s.is_null() {
+            pool::stream_destroying(s as u64);
+        }
+        // SAFETY: the caller's arguments, unchanged.
+        unsafe { f(s) }
+    })
+}
+
+unsafe fn ctx_synchronize(sym: Sym, real: usize, _: Api) -> i32 {
+    type F = unsafe extern "C" fn() -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        let token = if pooling() {
+            pool::synchronizing()
+        } else {
+            None
+        };
+        // SAFETY: no arguments.
+        let rc = unsafe { f() };
+        if rc == 0
+            && let Some(t) = token
+        {
+            pool::synchronized(t);
+        }
+        rc
+    })
+}
+
+unsafe fn get_address_range(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    base: *mut u64,
+    size: *mut usize,
+    p: u64,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(base, size, p) };
+        if rc == 0
+            && pooling()
+            && let Some(b) = pool::lookup(p)
+        {
+            // The block, not the segment it was cut from, is the caller's allocation.
+            // SAFETY: the real call accepted these out-pointers (either may be null).
+            unsafe {
+                if !base.is_null() {
+                    *base = b.ptr;
+                }
+                if !size.is_null() {
+                    *size = b.requested as usize;
+                }
+            }
+        }
+        rc
+    })
+}
+
+unsafe fn pointer_get_attribute(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    data: *mut c_void,
+    attr: c_int,
+    p: u64,
+) -> i32 {
+    type F = unsafe extern "C" fn(*mut c_void, c_int, u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(data, attr, p) };
+        if rc == 0 && !data.is_null() && pooling() {
+            // SAFETY: the real call wrote this attribute's value through `data`.
+            unsafe { fix_attribute(attr, data, p) };
+        }
+        rc
+    })
+}
+
+unsafe fn pointer_get_attributes(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    n: u32,
+    attrs: *const c_int,
+    data: *mut *mut c_void,
+    p: u64,
+) -> i32 {
+    type F = unsafe extern "C" fn(u32, *const c_int, *mut *mut c_void, u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(n, attrs, data, p) };
+        if rc == 0 && !attrs.is_null() && !data.is_null() && pooling() {
+            for i in 0..n as usize {
+                // SAFETY: the real call read `n` attributes and wrote `n` values.
+                unsafe {
+                    let d = *data.add(i);
+                    if !d.is_null() {
+                        fix_attribute(*attrs.add(i), d, p);
+                    }
+                }
+            }
+        }
+        rc
+    })
+}
+
+/// Replaces the segment's range with the block's in a pointer attribute the real call wrote.
+///
+/// # Safety
+/// `data` must hold the value of `attr` as the real call wrote it.
+unsafe fn fix_attribute(attr: c_int, data: *mut c_void, p: u64) {
+    if attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE {
+        return;
+    }
+    let Some(b) = pool::lookup(p) else {
+        return;
+    };
+    // SAFETY: both attributes are written as 64-bit values (CUdeviceptr, size_t).
+    unsafe {
+        *(data as *mut u64) = if attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR {
+            b.ptr
+        } else {
+            b.requested
+        };
+    }
+}
+
+static IPC_SAID: AtomicBool = AtomicBool::new(false);
+
+unsafe fn ipc_get_mem_handle(sym: Sym, real: usize, _: Api, handle: *mut c_void, p: u64) -> i32 {
+    type F = unsafe extern "C" fn(*mut c_void, u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        if pooling()
+            && let Some(b) = pool::lookup(p)
+            && b.ptr != b.segment
+        {
+            // The handle would name the segment: the peer would map its start, not this
+            // block. Refuse rather than share the wrong memory.
+            if !IPC_SAID.swap(true, Ordering::Relaxed) {
+                say(format_args!(
+                    "IPC export of a pooled block that does not start its segment is refused \
+                     (error 1); run with GPUSHIM_CONF=pool:off to share such memory"
+                ));
+            }
+            return ERROR_INVALID_VALUE;
+        }
+        // SAFETY: the caller's arguments, unchanged.
+        unsafe { f(handle, p) }
+    })
+}
+
+/// Makes sure the runtime has made its context current on this thread (PyTorch sets the
+/// device before it calls the allocator; the runtime creates the context lazily).
+fn runtime_context_ready() -> bool {
+    if pool::current_context().is_some() {
+        return true;
+    }
+    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    // SAFETY: cudaFree has the ABI F; cudaFree(NULL) only initializes the runtime.
+    if let Some(f) = unsafe { crate::real::as_fn::<F>(crate::real::exported(Sym::CudaFree)) } {
+        // SAFETY: a null pointer is valid for cudaFree.
+        unsafe { f(core::ptr::null_mut()) };
+    }
+    pool::current_context().is_some()
+}
+
+/// PyTorch's pluggable allocator, allocation side:
+/// `torch.cuda.memory.CUDAPluggableAllocator("libgpushim.so", "gpushim_alloc", "gpushim_free")`.
+/// Serves `size` bytes on the current device for use on `stream`; null on failure (PyTorch
+/// then reports out of memory).
+///
+/// # Safety
+/// Called by PyTorch with the device current.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Stream) -> *mut c_void {
+    let _ = device;
+    if size <= 0 {
+        return core::ptr::null_mut();
+    }
+    pool::plug();
+    let guard = Guard::enter();
+    if !runtime_context_ready() {
+        return core::ptr::null_mut();
+    }
+    let key = pool::stream_key(stream, false);
+    let (rc, ptr, dev) = match pool::alloc(size as u64, key) {
+        Served::Granted(p, d) => (0, p, d),
+        Served::Failed(code, d) => (code, 0, d),
+        Served::Pass => (crate::ffi::ERROR_OUT_OF_MEMORY, 0, 255),
+    };
+    if guard.records() {
+        trace::record(
+            RecordKind::AllocAsync,
+            Api::Pluggable,
+            rc,
+            ptr,
+            size as u64,
+            dev,
+            stream as u64,
+        );
+    }
+    ptr as *mut c_void
+}
+
+/// PyTorch's pluggable allocator, free side (the four-argument C++ signature): the block is
+/// reusable at once on `stream` and elsewhere once `stream` caught up.
+///
+/// # Safety
+/// `ptr` must come from `gpushim_alloc`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpushim_free(
+    ptr: *mut c_void,
+    size: isize,
+    device: c_int,
+    stream: Stream,
+) {
+    let _ = (size, device);
+    if ptr.is_null() {
+        return;
+    }
+    let guard = Guard::enter();
+    let key = pool::stream_key(stream, false);
+    let found = match pool::free(ptr as u64, FreeKind::OnStream(key)) {
+        pool::Freed::Done(d) => Some(d),
+        _ => None,
+    };
+    if guard.records() {
+        trace::record(
+            RecordKind::FreeAsync,
+            Api::Pluggable,
+            if found.is_some() {
+                0
+            } else {
+                ERROR_INVALID_VALUE
+            },
+            ptr as u64,
+            0,
+            found.unwrap_or(255),
+            stream as u64,
+        );
+    }
+    if found.is_none() && state::enabled() {
+        say(format_args!(
+            "gpushim_free: {ptr:p} is not a live block of the pool; ignored"
+        ));
+    }
+}
+
+/// Gives every idle cached segment of the current device back (what `empty_cache` does).
+#[unsafe(no_mangle)]
+pub extern "C" fn gpushim_empty_cache() {
+    let _guard = Guard::enter();
+    pool::empty_cache();
+}
