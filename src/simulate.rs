@@ -5,7 +5,7 @@
 //! policy needs, not the waits it would cost.
 
 use crate::config;
-use crate::engine::{Engine, FreeKind, MemoryBackend, Policy};
+use crate::engine::{Engine, FreeKind, MemoryBackend, Policy, SYNC_KEY};
 use crate::format::RecordKind;
 use crate::reader::{ReadError, TraceReader};
 use serde::Serialize;
@@ -42,13 +42,26 @@ pub fn simulate(trace: &Path, policies: &[String]) -> Result<Vec<Outcome>, Strin
     Ok(out)
 }
 
-/// What the traced run had: every allocation was a device allocation (pass-through).
+/// What the traced run had. A run with the shim's pool has segment records: its device
+/// allocations are the segments. A pass-through run's allocations were each a device
+/// allocation.
 fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
     let reader = TraceReader::open(trace)?;
     let (mut live, mut peak, mut calls, mut failed) = (0u64, 0u64, 0u64, 0u64);
+    let (mut reserved, mut peak_reserved, mut live_at_peak, mut segments) =
+        (0u64, 0u64, 0u64, 0u64);
     let mut sizes: HashMap<u64, u64> = HashMap::new();
     for r in reader {
         match r.kind {
+            RecordKind::SegmentReserve => {
+                segments += 1;
+                reserved += r.size;
+                if reserved > peak_reserved {
+                    peak_reserved = reserved;
+                    live_at_peak = live;
+                }
+            }
+            RecordKind::SegmentRelease => reserved = reserved.saturating_sub(r.size),
             RecordKind::Alloc | RecordKind::AllocAsync if r.ptr != 0 || r.status != 0 => {
                 if r.status != 0 {
                     failed += 1;
@@ -64,6 +77,20 @@ fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
             }
             _ => {}
         }
+    }
+    if segments > 0 {
+        return Ok(Outcome {
+            policy: "recorded".into(),
+            peak_reserved_bytes: peak_reserved,
+            peak_live_bytes: peak,
+            fragmentation_at_peak: if peak_reserved > 0 {
+                1.0 - live_at_peak as f64 / peak_reserved as f64
+            } else {
+                0.0
+            },
+            device_allocations: segments,
+            failed_allocations: failed,
+        });
     }
     Ok(Outcome {
         policy: "recorded".into(),
@@ -81,7 +108,6 @@ fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError
     // Recorded pointer -> replayed pointer.
     let mut map: HashMap<u64, u64> = HashMap::new();
     let (mut peak_reserved, mut live_at_peak, mut failed) = (0u64, 0u64, 0u64);
-    let mut streams: HashMap<u16, u64> = HashMap::new();
     for r in reader {
         match r.kind {
             RecordKind::Alloc | RecordKind::AllocAsync if r.status == 0 && r.ptr != 0 => {
@@ -90,8 +116,13 @@ fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError
                 } else {
                     r.device
                 };
-                let next = streams.len() as u64 + 1;
-                let stream = *streams.entry(r.stream).or_insert(next);
+                // The shim's keys: cudaMalloc-like allocations in a pool no stream owns,
+                // stream-ordered ones by stream (0: the legacy stream).
+                let stream = if r.kind == RecordKind::Alloc {
+                    SYNC_KEY
+                } else {
+                    u64::from(r.stream)
+                };
                 match engine.alloc(device, r.size, stream) {
                     Ok(b) => {
                         map.insert(r.ptr, b.ptr);
@@ -104,8 +135,7 @@ fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError
                     let kind = if r.kind == RecordKind::Free {
                         FreeKind::Sync
                     } else {
-                        let next = streams.len() as u64 + 1;
-                        FreeKind::OnStream(*streams.entry(r.stream).or_insert(next))
+                        FreeKind::OnStream(u64::from(r.stream))
                     };
                     let _ = engine.free(p, kind);
                     engine.backend_mut().complete_all();

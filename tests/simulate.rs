@@ -1,9 +1,10 @@
-//! `gpushim simulate`: a recorded pass-through run replayed through the caching engine.
+//! `gpushim simulate`: a recorded pass-through run replayed through the caching engine, and
+//! the replay agreeing with what the shim's pool really did.
 
 mod common;
 use common::*;
 
-fn trace_of_train_loop() -> std::path::PathBuf {
+fn trace_of_train_loop_with(conf: &str) -> std::path::PathBuf {
     let dir = tempdir("simulate");
     let t = dir.join("loop.trace");
     let out = run(
@@ -12,11 +13,30 @@ fn trace_of_train_loop() -> std::path::PathBuf {
             preload: true,
             trace: Some(&t),
             args: vec!["30".into()],
-            ..Run::default()
+            env: vec![("GPUSHIM_CONF", conf.into())],
         },
     );
     assert_ok(&out);
     t
+}
+
+fn trace_of_train_loop() -> std::path::PathBuf {
+    trace_of_train_loop_with("pool:off")
+}
+
+#[test]
+fn replaying_a_pass_through_run_under_a_policy_predicts_what_the_pool_did_under_it() {
+    for policy in ["pool:caching", "pool:caching,max_split:4MiB,round:pow2_4"] {
+        let off = trace_of_train_loop();
+        let predicted = &gpushim::simulate::simulate(&off, &[policy.into()]).unwrap()[1];
+        let pooled = trace_of_train_loop_with(policy);
+        let actual = &gpushim::simulate::simulate(&pooled, &[]).unwrap()[0];
+        assert_eq!(
+            (predicted.peak_reserved_bytes, predicted.device_allocations),
+            (actual.peak_reserved_bytes, actual.device_allocations),
+            "{policy}: predicted {predicted:?}, recorded {actual:?}"
+        );
+    }
 }
 
 #[test]

@@ -127,7 +127,7 @@ unsafe fn pooled_alloc(api: Api, p: *mut u64, size: usize, key: u64, stream: u64
     } else {
         RecordKind::AllocAsync
     };
-    let (rc, ptr, d) = match pool::alloc(size as u64, key) {
+    let (rc, ptr, d) = match pool::alloc(size as u64, key, false) {
         Served::Granted(ptr, d) => (0, ptr, d),
         Served::Failed(code, d) => (code, 0, d),
         Served::Pass => return None,

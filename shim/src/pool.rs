@@ -40,9 +40,7 @@ use std::collections::VecDeque;
 pub const MAX_CONTEXTS: usize = 64;
 /// Non-blocking streams tracked per context; past this, fences wait for the whole context.
 const MAX_STREAMS: usize = 4096;
-/// The pool key of `cudaMalloc`-like (not stream-ordered) allocations: no stream has it, so no
-/// stream may reuse a block freed into it before its fence passed.
-pub const SYNC_KEY: u64 = u64::MAX;
+pub use gpushim_core::engine::SYNC_KEY;
 
 static CONTEXTS: [AtomicUsize; MAX_CONTEXTS] = [const { AtomicUsize::new(0) }; MAX_CONTEXTS];
 static DEVICES: [AtomicU8; MAX_CONTEXTS] = [const { AtomicU8::new(DEVICE_UNKNOWN) }; MAX_CONTEXTS];
@@ -239,7 +237,12 @@ pub enum Served {
 }
 
 /// Serves `size` bytes (more than 0) in the current context for use on stream `key`.
-pub fn alloc(size: u64, key: u64) -> Served {
+/// `runtime`: the caller is a runtime function, which would create the device's context on
+/// first use; the pool has it do so.
+pub fn alloc(size: u64, key: u64, runtime: bool) -> Served {
+    if runtime {
+        runtime_context_ready();
+    }
     let Some(slot) = current_slot() else {
         return Served::Pass;
     };
@@ -690,4 +693,19 @@ pub unsafe fn show_mem_info(api: Api, rc: i32, free: *mut usize, total: *mut usi
         *total = t2 as usize;
     }
     trace::record(RecordKind::MemInfoShown, api, 0, f2, t2, device, 0);
+}
+
+/// Makes sure the runtime has made its context current on this thread, as its own allocation
+/// functions do on first use (the runtime creates contexts lazily). The guard must be held.
+pub fn runtime_context_ready() -> bool {
+    if current_context().is_some() {
+        return true;
+    }
+    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    // SAFETY: cudaFree has the ABI F; cudaFree(NULL) only initializes the runtime.
+    if let Some(f) = unsafe { real::as_fn::<F>(real::exported(Sym::CudaFree)) } {
+        // SAFETY: a null pointer is valid for cudaFree.
+        unsafe { f(core::ptr::null_mut()) };
+    }
+    current_context().is_some()
 }

@@ -230,21 +230,6 @@ unsafe fn ipc_get_mem_handle(sym: Sym, real: usize, _: Api, handle: *mut c_void,
     })
 }
 
-/// Makes sure the runtime has made its context current on this thread (PyTorch sets the
-/// device before it calls the allocator; the runtime creates the context lazily).
-fn runtime_context_ready() -> bool {
-    if pool::current_context().is_some() {
-        return true;
-    }
-    type F = unsafe extern "C" fn(*mut c_void) -> i32;
-    // SAFETY: cudaFree has the ABI F; cudaFree(NULL) only initializes the runtime.
-    if let Some(f) = unsafe { crate::real::as_fn::<F>(crate::real::exported(Sym::CudaFree)) } {
-        // SAFETY: a null pointer is valid for cudaFree.
-        unsafe { f(core::ptr::null_mut()) };
-    }
-    pool::current_context().is_some()
-}
-
 /// PyTorch's pluggable allocator, allocation side:
 /// `torch.cuda.memory.CUDAPluggableAllocator("libgpushim.so", "gpushim_alloc", "gpushim_free")`.
 /// Serves `size` bytes on the current device for use on `stream`; null on failure (PyTorch
@@ -260,11 +245,11 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
     }
     pool::plug();
     let guard = Guard::enter();
-    if !runtime_context_ready() {
+    if !pool::runtime_context_ready() {
         return core::ptr::null_mut();
     }
     let key = pool::stream_key(stream, false);
-    let (rc, ptr, dev) = match pool::alloc(size as u64, key) {
+    let (rc, ptr, dev) = match pool::alloc(size as u64, key, true) {
         Served::Granted(p, d) => (0, p, d),
         Served::Failed(code, d) => (code, 0, d),
         Served::Pass => (crate::ffi::ERROR_OUT_OF_MEMORY, 0, 255),

@@ -104,7 +104,7 @@ unsafe fn pooled_alloc(
     } else {
         RecordKind::AllocAsync
     };
-    match pool::alloc(size as u64, key) {
+    match pool::alloc(size as u64, key, true) {
         Served::Granted(ptr, d) => {
             // SAFETY: the caller vouches for `p`.
             unsafe { *p = ptr as *mut c_void };

@@ -24,6 +24,10 @@ use crate::config::Conf;
 pub use backend::{Backend, Event, MemoryBackend, OutOfMemory};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The pool key of allocations that are not stream-ordered (`cudaMalloc`, `cuMemAlloc`): no
+/// stream has it, so no stream may reuse a block freed into it before its fence passed.
+pub const SYNC_KEY: u64 = u64::MAX;
+
 /// The smallest block; every size is a multiple of it.
 pub const GRANULE: u64 = 512;
 /// Requests up to this size are "small" and come from small segments.

@@ -40,7 +40,9 @@ enum {
 
 enum { KIND_DEVICE = 1, KIND_HOST = 2, KIND_MANAGED = 3 };
 
-struct block { uint64_t base, size; int kind; int device; int mmapped; };
+/* free_at: a stream-ordered free waits for the work before it; the memory stays taken until
+ * then (as CUDA's own pool behaves), and is released at the next allocation after. */
+struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; };
 struct phys { int fd; size_t size; int device; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -123,10 +125,29 @@ static struct block *find_exact(uint64_t p) {
     return NULL;
 }
 
+static uint64_t now_ns(void);
+static uint64_t stream_horizon(CUstream s);
+static CUresult free_block(uint64_t p, int kind_a, int kind_b);
+
+/* Releases the blocks whose stream-ordered frees have come due. */
+static void reap(void) {
+    uint64_t now = now_ns();
+    for (;;) {
+        uint64_t p = 0;
+        pthread_mutex_lock(&mu);
+        for (size_t i = 0; i < nblocks && !p; i++)
+            if (blocks[i].free_at && blocks[i].free_at <= now) { p = blocks[i].base; blocks[i].free_at = 0; }
+        pthread_mutex_unlock(&mu);
+        if (!p) return;
+        free_block(p, KIND_DEVICE, KIND_MANAGED);
+    }
+}
+
 static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
     configure();
     if (forked_child) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
     delay();
+    reap();
     pthread_mutex_lock(&mu);
     if (size > limit_bytes || used_bytes + size > limit_bytes) {
         pthread_mutex_unlock(&mu);
@@ -146,7 +167,7 @@ static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
         cap_blocks = cap_blocks ? cap_blocks * 2 : 256;
         blocks = realloc(blocks, cap_blocks * sizeof *blocks);
     }
-    blocks[nblocks++] = (struct block){ (uint64_t)(uintptr_t)p, rounded, kind, current_device, mmapped };
+    blocks[nblocks++] = (struct block){ (uint64_t)(uintptr_t)p, rounded, kind, current_device, mmapped, 0 };
     used_bytes += kind == KIND_HOST ? 0 : rounded;
     pthread_mutex_unlock(&mu);
     *out = (uint64_t)(uintptr_t)p;
@@ -160,7 +181,7 @@ static CUresult free_block(uint64_t p, int kind_a, int kind_b) {
     delay();
     pthread_mutex_lock(&mu);
     struct block *b = find_exact(p);
-    if (!b || (b->kind != kind_a && b->kind != kind_b)) {
+    if (!b || b->free_at || (b->kind != kind_a && b->kind != kind_b)) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_INVALID_VALUE;
     }
@@ -249,6 +270,12 @@ static uint64_t horizon(struct sim_stream *st) {
     } else if (!(st->flags & 1) && legacy_stream.busy_until > t) {
         t = legacy_stream.busy_until;
     }
+    return t;
+}
+static uint64_t stream_horizon(CUstream s) {
+    pthread_mutex_lock(&work_mu);
+    uint64_t t = horizon(sim_stream(s));
+    pthread_mutex_unlock(&work_mu);
     return t;
 }
 static uint64_t device_horizon(void) {
@@ -390,14 +417,20 @@ static CUresult alloc_async(CUdeviceptr *p, size_t size) {
 }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); (void)s; return alloc_async(p, size); }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); (void)s; return alloc_async(p, size); }
-EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) {
-    COUNT(); (void)s;
-    return p == 0 ? CUDA_ERROR_INVALID_VALUE : free_block(p, KIND_DEVICE, KIND_MANAGED);
+static CUresult free_async(CUdeviceptr p, CUstream s) {
+    if (p == 0) return CUDA_ERROR_INVALID_VALUE;
+    uint64_t t = stream_horizon(s);
+    if (t <= now_ns()) return free_block(p, KIND_DEVICE, KIND_MANAGED);
+    pthread_mutex_lock(&mu);
+    struct block *b = find_exact(p);
+    CUresult rc = !b || b->free_at || (b->kind != KIND_DEVICE && b->kind != KIND_MANAGED) ? CUDA_ERROR_INVALID_VALUE
+                                                                                         : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS) b->free_at = t;
+    pthread_mutex_unlock(&mu);
+    return rc;
 }
-EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) {
-    COUNT(); (void)s;
-    return p == 0 ? CUDA_ERROR_INVALID_VALUE : free_block(p, KIND_DEVICE, KIND_MANAGED);
-}
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { COUNT(); return free_async(p, s); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { COUNT(); return free_async(p, s); }
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
     COUNT(); (void)s;
     if (!pool) return CUDA_ERROR_INVALID_VALUE;

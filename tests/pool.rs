@@ -1,0 +1,153 @@
+//! The pool in the shim, on the simulator: safe reuse while simulated kernels still use freed
+//! memory (contract 3), out-of-memory retry and failure with the runtime's last error, `limit`
+//! and `cudaMemGetInfo` virtualization, pointer queries and IPC on pooled blocks (contract 2),
+//! pass-through when the pool is off, and the PyTorch pluggable-allocator entry points.
+
+mod common;
+use common::*;
+use gpushim::format::RecordKind;
+use std::collections::HashMap;
+
+fn values(out: &std::process::Output) -> HashMap<String, i64> {
+    stdout(out)
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.parse().unwrap_or(i64::MIN)))
+        .collect()
+}
+
+fn pool_run(
+    args: &[&str],
+    env: Vec<(&'static str, String)>,
+    trace: Option<&std::path::Path>,
+) -> std::process::Output {
+    let out = run(
+        &sim().bin("pool"),
+        Run {
+            preload: true,
+            trace,
+            env,
+            args: args.iter().map(|s| s.to_string()).collect(),
+        },
+    );
+    assert_ok(&out);
+    out
+}
+
+#[test]
+fn freed_memory_is_never_handed_out_while_a_kernel_may_still_use_it() {
+    let out = pool_run(&["reuse", "200"], vec![], None);
+    let v = values(&out);
+    assert_eq!(v["violations"], 0, "{}", stdout(&out));
+    // Stream-ordered frees are reused at once on their own stream...
+    assert!(v["same_stream_reuse"] > 150, "{}", stdout(&out));
+    // ...and the whole run needed only a few device allocations.
+    assert!(v["device_allocs"] <= 8, "{}", stdout(&out));
+}
+
+#[test]
+fn without_the_shim_the_same_program_allocates_on_the_device_every_time() {
+    // The reuse check can fail: without a pool every cudaMalloc goes to the device (and real
+    // cudaFree waits for the device, so nothing is in use either).
+    let out = run(
+        &sim().bin("pool"),
+        Run {
+            args: vec!["reuse".into(), "50".into()],
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    let v = values(&out);
+    assert_eq!(v["violations"], 0);
+    // Two cudaMalloc a round reach cuMemAlloc_v2 (the three stream-ordered ones go to the
+    // simulator's own stream-ordered pool).
+    assert_eq!(v["device_allocs"], 50 * 2, "{}", stdout(&out));
+}
+
+#[test]
+fn out_of_memory_releases_the_cache_retries_and_then_fails_like_cuda() {
+    let dir = tempdir("pool-oom");
+    let t = dir.join("oom.trace");
+    let out = pool_run(
+        &["oom"],
+        vec![("GPUSHIM_SIM_MEMORY", (64u64 << 20).to_string())],
+        Some(&t),
+    );
+    let v = values(&out);
+    assert_eq!(v["first"], 0);
+    assert_eq!(v["retry"], 0, "the cached 30 MiB went back and 50 MiB fit");
+    assert_eq!((v["oom"], v["null"], v["last"], v["then"]), (2, 1, 2, 0));
+    assert_eq!((v["driver_oom"], v["zero"]), (2, 1));
+    let (records, _) = decode(&t);
+    let kinds: Vec<RecordKind> = records.iter().map(|r| r.kind).collect();
+    assert!(kinds.contains(&RecordKind::OomRetry), "{kinds:?}");
+    assert_eq!(
+        kinds
+            .iter()
+            .filter(|k| **k == RecordKind::OutOfMemory)
+            .count(),
+        2
+    );
+    // The failed calls are recorded with their code.
+    let failed = calls(&records).iter().filter(|r| r.status == 2).count();
+    assert_eq!(failed, 2);
+}
+
+#[test]
+fn the_limit_caps_memory_and_mem_get_info_shows_the_capped_device() {
+    let dir = tempdir("pool-limit");
+    let t = dir.join("limit.trace");
+    let out = pool_run(
+        &["limit"],
+        vec![("GPUSHIM_CONF", "pool:caching,limit:100MiB".into())],
+        Some(&t),
+    );
+    let v = values(&out);
+    assert_eq!((v["start_free_mib"], v["start_total_mib"]), (100, 100));
+    assert_eq!(v["live60_free_mib"], 40);
+    // Idle cached memory counts as free; the driver's figure agrees with the runtime's.
+    assert_eq!(v["freed_free_mib"], 100);
+    assert_eq!((v["driver_free_mib"], v["driver_total_mib"]), (100, 100));
+    assert_eq!(v["second60"], 0);
+    assert_eq!((v["third60"], v["last"], v["null"]), (2, 2, 1));
+    let (records, _) = decode(&t);
+    assert!(records.iter().any(|r| r.kind == RecordKind::LimitHit));
+    // The real figures are recorded beside the ones shown.
+    assert!(records.iter().any(|r| r.kind == RecordKind::MemInfo));
+    assert!(records.iter().any(|r| r.kind == RecordKind::MemInfoShown));
+}
+
+#[test]
+fn pointer_queries_answer_for_the_block_and_ipc_never_shares_the_wrong_memory() {
+    let out = pool_run(&["query"], vec![], None);
+    let v = values(&out);
+    assert_eq!((v["range"], v["base_is_block"], v["size"]), (0, 1, 3000));
+    assert_eq!((v["attr"], v["start_is_block"]), (0, 1));
+    // A block that starts its segment exports as itself; one inside a segment is refused.
+    assert_eq!((v["ipc_sub_block"], v["ipc_segment_start"]), (1, 0));
+    assert!(stderr(&out).contains("IPC export of a pooled block"));
+}
+
+#[test]
+fn the_pool_serves_repeated_allocations_and_pool_off_passes_every_call_through() {
+    let pooled = values(&pool_run(&["count", "500"], vec![], None));
+    assert!(pooled["device_allocs"] <= 2, "{pooled:?}");
+    let off = values(&pool_run(
+        &["count", "500"],
+        vec![("GPUSHIM_CONF", "pool:off".into())],
+        None,
+    ));
+    assert_eq!(off["device_allocs"], 500);
+}
+
+#[test]
+fn the_pytorch_pluggable_allocator_entry_points_pool_even_with_pool_off() {
+    let out = pool_run(
+        &["pluggable"],
+        vec![("GPUSHIM_CONF", "pool:off".into())],
+        None,
+    );
+    let v = values(&out);
+    assert_eq!((v["alloc_ok"], v["reused_on_stream"]), (1, 1));
+    assert_eq!(v["device_allocs"], 1);
+}
