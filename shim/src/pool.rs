@@ -29,7 +29,7 @@ use crate::trace;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use gpushim_core::config::Pool;
+use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::{
     AllocError, Backend, BlockInfo, Engine, Event, FreeKind, OutOfMemory, Policy,
 };
@@ -176,7 +176,7 @@ pub fn active() -> bool {
         ON => true,
         OFF => false,
         _ => {
-            let on = state::enabled() && state::conf().pool != Pool::Off;
+            let on = state::enabled() && state::conf().pool != PoolMode::Off;
             let _ = STATE.compare_exchange(
                 UNKNOWN,
                 if on { ON } else { OFF },
@@ -188,12 +188,107 @@ pub fn active() -> bool {
     }
 }
 
-struct EngineCell(UnsafeCell<Option<Engine<CudaBackend>>>);
+/// Blocks freed stream-ordered, kept out of the engine for reuse at once by the next request of
+/// the same size on the same stream: the common case of a training loop, served without the
+/// engine's maps. The engine counts them as allocated; the pool counts them as idle.
+const HOT: usize = 32;
+
+#[derive(Clone, Copy, Default)]
+struct Hot {
+    ptr: u64,
+    requested: u64,
+    size: u64,
+    slot: u8,
+    /// The stream it was freed on (cached) or allocated for (live).
+    key: u64,
+    used: bool,
+    /// Freed by the program and waiting in this list; otherwise handed out again.
+    cached: bool,
+    stamp: u64,
+}
+
+struct Pool {
+    e: Engine<CudaBackend>,
+    hot: [Hot; HOT],
+    hot_bytes: [u64; MAX_CONTEXTS],
+    clock: u64,
+}
+
+impl Pool {
+    fn hot_index(&self, ptr: u64) -> Option<usize> {
+        self.hot.iter().position(|h| h.used && h.ptr == ptr)
+    }
+
+    /// Hands a cached block of exactly `requested` bytes freed on `key` back out.
+    fn take_hot(&mut self, slot: u8, requested: u64, key: u64) -> Option<u64> {
+        let h = self.hot.iter_mut().find(|h| {
+            h.used && h.cached && h.slot == slot && h.key == key && h.requested == requested
+        })?;
+        h.cached = false;
+        self.hot_bytes[slot as usize] -= h.size;
+        Some(h.ptr)
+    }
+
+    /// Keeps a block just freed on `key` (live in the engine) for reuse; when the list is
+    /// full, the least recently used cached block goes back to the engine.
+    fn keep_hot(&mut self, b: &BlockInfo, key: u64) {
+        self.clock += 1;
+        let i = match self.hot.iter().position(|h| !h.used) {
+            Some(i) => i,
+            None => {
+                let Some(i) = (0..HOT)
+                    .filter(|&i| self.hot[i].cached)
+                    .min_by_key(|&i| self.hot[i].stamp)
+                else {
+                    // Every entry is live: this block goes to the engine.
+                    let _ = self.e.free(b.ptr, FreeKind::OnStream(key));
+                    return;
+                };
+                self.evict(i);
+                i
+            }
+        };
+        self.hot[i] = Hot {
+            ptr: b.ptr,
+            requested: b.requested,
+            size: b.size,
+            slot: b.device,
+            key,
+            used: true,
+            cached: true,
+            stamp: self.clock,
+        };
+        self.hot_bytes[b.device as usize] += b.size;
+    }
+
+    /// Gives cached entry `i` to the engine, as the free on its stream it stands for.
+    fn evict(&mut self, i: usize) {
+        let h = self.hot[i];
+        self.hot[i].used = false;
+        if h.cached {
+            self.hot_bytes[h.slot as usize] -= h.size;
+            let _ = self.e.free(h.ptr, FreeKind::OnStream(h.key));
+        }
+    }
+
+    /// Gives every cached entry of `slot` (all slots with `None`) to the engine, before it
+    /// releases memory.
+    fn flush(&mut self, slot: Option<u8>) {
+        for i in 0..HOT {
+            if self.hot[i].used && self.hot[i].cached && slot.is_none_or(|s| self.hot[i].slot == s)
+            {
+                self.evict(i);
+            }
+        }
+    }
+}
+
+struct PoolCell(UnsafeCell<Option<Pool>>);
 // SAFETY: only touched with LOCK held.
-unsafe impl Sync for EngineCell {}
+unsafe impl Sync for PoolCell {}
 
 static LOCK: SpinLock = SpinLock::new();
-static ENGINE: EngineCell = EngineCell(UnsafeCell::new(None));
+static POOL: PoolCell = PoolCell(UnsafeCell::new(None));
 
 static ATFORK: AtomicBool = AtomicBool::new(false);
 
@@ -201,18 +296,22 @@ extern "C" fn in_child() {
     forget_after_fork();
 }
 
-/// Runs `f` on the engine, creating it on first use, with the lock held.
-fn with<R>(f: impl FnOnce(&mut Engine<CudaBackend>) -> R) -> R {
+/// Runs `f` on the pool, creating it on first use, with the lock held.
+fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     if !ATFORK.swap(true, Ordering::Relaxed) {
         // SAFETY: a plain function that lives as long as the process (-z nodelete).
         unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
     }
     LOCK.lock();
     // SAFETY: LOCK is held, so this is the only reference.
-    let slot = unsafe { &mut *ENGINE.0.get() };
-    let e =
-        slot.get_or_insert_with(|| Engine::new(CudaBackend::new(), Policy::from(&state::conf())));
-    let r = f(e);
+    let cell = unsafe { &mut *POOL.0.get() };
+    let p = cell.get_or_insert_with(|| Pool {
+        e: Engine::new(CudaBackend::new(), Policy::from(&state::conf())),
+        hot: [Hot::default(); HOT],
+        hot_bytes: [0; MAX_CONTEXTS],
+        clock: 0,
+    });
+    let r = f(p);
     LOCK.unlock();
     r
 }
@@ -240,20 +339,33 @@ pub enum Served {
 /// `runtime`: the caller is a runtime function, which would create the device's context on
 /// first use; the pool has it do so.
 pub fn alloc(size: u64, key: u64, runtime: bool) -> Served {
-    if runtime {
-        runtime_context_ready();
-    }
-    let Some(slot) = current_slot() else {
+    let ctx = match current_context() {
+        Some(c) => Some(c),
+        None if runtime && runtime_context_ready() => current_context(),
+        None => None,
+    };
+    let Some(slot) = ctx.and_then(slot_of) else {
         return Served::Pass;
     };
     let device = device_of(slot);
-    with(|e| match e.alloc(slot, size, key) {
-        Ok(b) => Served::Granted(b.ptr, device),
-        Err(AllocError::LimitReached) => Served::Failed(ERROR_OUT_OF_MEMORY, device),
-        Err(AllocError::OutOfMemory) => {
-            let code = e.backend().last_error;
-            let code = if code == 0 { ERROR_OUT_OF_MEMORY } else { code };
-            Served::Failed(code, device)
+    with(|p| {
+        if let Some(ptr) = p.take_hot(slot, size, key) {
+            return Served::Granted(ptr, device);
+        }
+        let mut r = p.e.alloc(slot, size, key);
+        if r.is_err() && p.hot_bytes[slot as usize] > 0 {
+            // Blocks waiting for reuse count too: give them to the engine and try again.
+            p.flush(Some(slot));
+            r = p.e.alloc(slot, size, key);
+        }
+        match r {
+            Ok(b) => Served::Granted(b.ptr, device),
+            Err(AllocError::LimitReached) => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+            Err(AllocError::OutOfMemory) => match p.e.backend().last_error {
+                0 | ERROR_OUT_OF_MEMORY => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+                // Not a matter of room (a broken context, say): the real function answers.
+                _ => Served::Pass,
+            },
         }
     })
 }
@@ -275,27 +387,54 @@ pub fn free(ptr: u64, kind: FreeKind) -> Freed {
     if ptr == 0 {
         return Freed::NotOurs;
     }
-    with(|e| {
-        if let Some(b) = e.lookup(ptr).filter(|b| b.ptr == ptr) {
-            return match e.free(ptr, kind) {
-                Ok(_) => Freed::Done(device_of(b.device)),
-                Err(()) => Freed::Invalid,
+    with(|p| {
+        if let Some(i) = p.hot_index(ptr) {
+            let h = p.hot[i];
+            if h.cached {
+                return Freed::Invalid;
+            }
+            if let FreeKind::OnStream(k) = kind {
+                p.clock += 1;
+                let stamp = p.clock;
+                let e = &mut p.hot[i];
+                e.cached = true;
+                e.key = k;
+                e.stamp = stamp;
+                p.hot_bytes[h.slot as usize] += h.size;
+                return Freed::Done(device_of(h.slot));
+            }
+            // A synchronous free needs the engine's fence.
+            p.hot[i].used = false;
+        }
+        let Some(b) = p.e.lookup(ptr).filter(|b| b.ptr == ptr) else {
+            return if p.e.in_segment(ptr) {
+                Freed::Invalid
+            } else {
+                Freed::NotOurs
             };
+        };
+        match kind {
+            FreeKind::OnStream(k) => p.keep_hot(&b, k),
+            FreeKind::Sync => {
+                let _ = p.e.free(ptr, kind);
+            }
         }
-        if e.in_segment(ptr) {
-            Freed::Invalid
-        } else {
-            Freed::NotOurs
-        }
+        Freed::Done(device_of(b.device))
     })
 }
 
 /// The live pooled block containing `ptr`, if any.
 pub fn lookup(ptr: u64) -> Option<BlockInfo> {
-    if !active() && !PLUGGED.load(Ordering::Relaxed) {
+    if !pooling() {
         return None;
     }
-    with(|e| e.lookup(ptr))
+    with(|p| {
+        let b = p.e.lookup(ptr)?;
+        match p.hot_index(b.ptr) {
+            Some(i) if p.hot[i].cached => None,
+            _ => Some(b),
+        }
+    })
 }
 
 /// Whether the pool holds any memory (so pointer queries need to look).
@@ -317,7 +456,13 @@ pub fn mem_info(real_free: u64, real_total: u64) -> (u64, u64) {
     let Some(slot) = current_slot() else {
         return (real_free, real_total);
     };
-    let (reserved, idle, limit) = with(|e| (e.reserved(slot), e.idle(slot), e.policy().limit));
+    let (reserved, idle, limit) = with(|p| {
+        (
+            p.e.reserved(slot),
+            p.e.idle(slot) + p.hot_bytes[slot as usize],
+            p.e.policy().limit,
+        )
+    });
     let mut total = real_total;
     let mut free = real_free.saturating_add(idle);
     if limit > 0 {
@@ -335,8 +480,8 @@ pub fn stream_created(stream: u64, flags: u32) {
     let Some(slot) = current_slot() else {
         return;
     };
-    with(|e| {
-        let s = &mut e.backend_mut().slots[slot as usize];
+    with(|p| {
+        let s = &mut p.e.backend_mut().slots[slot as usize];
         if s.streams.len() < MAX_STREAMS {
             s.streams.push(stream);
         } else {
@@ -349,8 +494,17 @@ pub fn stream_created(stream: u64, flags: u32) {
 /// checkpoint (made now if any fence waits for it), and its handle loses its blocks' right to
 /// immediate reuse (a new stream may get the same handle).
 pub fn stream_destroying(stream: u64) {
-    with(|e| {
-        let b = e.backend_mut();
+    with(|p| {
+        for i in 0..HOT {
+            if p.hot[i].used && p.hot[i].key == stream {
+                if p.hot[i].cached {
+                    p.evict(i);
+                } else {
+                    p.hot[i].used = false;
+                }
+            }
+        }
+        let b = p.e.backend_mut();
         for slot in 0..MAX_CONTEXTS {
             let Some(i) = b.slots[slot].streams.iter().position(|&s| s == stream) else {
                 continue;
@@ -360,7 +514,7 @@ pub fn stream_destroying(stream: u64) {
             }
             b.slots[slot].streams.swap_remove(i);
         }
-        e.retire_stream(stream);
+        p.e.retire_stream(stream);
     });
 }
 
@@ -368,8 +522,8 @@ pub fn stream_destroying(stream: u64) {
 /// Returns the token for `synchronized`.
 pub fn synchronizing() -> Option<(u8, u64)> {
     let slot = current_slot()?;
-    Some(with(|e| {
-        let s = &mut e.backend_mut().slots[slot as usize];
+    Some(with(|p| {
+        let s = &mut p.e.backend_mut().slots[slot as usize];
         let id = s.next_id;
         if s.pending_used {
             s.next_id += 1;
@@ -381,14 +535,17 @@ pub fn synchronizing() -> Option<(u8, u64)> {
 
 /// After the synchronization succeeded: every fence made before it has passed.
 pub fn synchronized((slot, id): (u8, u64)) {
-    with(|e| e.backend_mut().passed_up_to(slot, id));
+    with(|p| p.e.backend_mut().passed_up_to(slot, id));
 }
 
 /// Empties the cache of the current context (`torch.cuda.empty_cache()` through the
 /// pluggable allocator, or `gpushim_empty_cache()`).
 pub fn empty_cache() {
     if let Some(slot) = current_slot() {
-        with(|e| e.empty_cache(slot));
+        with(|p| {
+            p.flush(Some(slot));
+            p.e.empty_cache(slot)
+        });
     }
 }
 

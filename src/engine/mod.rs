@@ -591,9 +591,6 @@ impl<B: Backend> Engine<B> {
             && set.remove(&(size, p))
         {
             self.idle_per_device[pool.device as usize] -= size;
-            if set.is_empty() {
-                self.free.remove(&pool);
-            }
         }
     }
 
