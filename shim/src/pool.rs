@@ -190,8 +190,10 @@ pub fn active() -> bool {
 
 /// Blocks freed stream-ordered, kept out of the engine for reuse at once by the next request of
 /// the same size on the same stream: the common case of a training loop, served without the
-/// engine's maps. The engine counts them as allocated; the pool counts them as idle.
+/// engine's maps. The engine counts them as allocated; the pool counts them as idle. Only
+/// small blocks, so that memory kept here for a size that does not come back stays small.
 const HOT: usize = 32;
+const HOT_MAX_BLOCK: u64 = gpushim_core::engine::SMALL_REQUEST;
 
 #[derive(Clone, Copy, Default)]
 struct Hot {
@@ -232,6 +234,10 @@ impl Pool {
     /// Keeps a block just freed on `key` (live in the engine) for reuse; when the list is
     /// full, the least recently used cached block goes back to the engine.
     fn keep_hot(&mut self, b: &BlockInfo, key: u64) {
+        if b.size > HOT_MAX_BLOCK {
+            let _ = self.e.free(b.ptr, FreeKind::OnStream(key));
+            return;
+        }
         self.clock += 1;
         let i = match self.hot.iter().position(|h| !h.used) {
             Some(i) => i,
