@@ -43,6 +43,14 @@ done
 echo "control (program reuses without waiting): $("$work/reuse" unsafe 3000 || true)"
 
 echo
+echo "== 2b. the same under pool:expandable"
+for m in sync async; do
+  echo "shim pool:expandable: $(shim reuse-exp-$m pool:expandable "$work/reuse" $m 3000 2>/dev/null)"
+done
+expa=$(shim bench-exp pool:expandable "$work/pool_bench" 2>/dev/null)
+echo "pair, pool:expandable: sync $(get "$expa" sync_pair_us) µs, async $(get "$expa" async_pair_us) µs"
+
+echo
 echo "== 3. PyTorch transformer, varying sequence length, 40 steps (median of 35)"
 run_torch() {  # label, env..., -- , mode
   local label=$1; shift
@@ -59,6 +67,8 @@ run_torch torch-nocache python3 scripts/gpu/train_bench.py nocache
 run_torch shim-nocache env LD_PRELOAD="$lib" GPUSHIM_TRACE="$work/shim-nocache.trace" python3 scripts/gpu/train_bench.py nocache
 run_torch shim-async env LD_PRELOAD="$lib" GPUSHIM_TRACE="$work/shim-async.trace" python3 scripts/gpu/train_bench.py async
 run_torch shim-pluggable env LD_PRELOAD="$lib" GPUSHIM_LIB="$lib" GPUSHIM_TRACE="$work/shim-pluggable.trace" python3 scripts/gpu/train_bench.py pluggable
+run_torch shim-nocache-expandable env LD_PRELOAD="$lib" GPUSHIM_CONF=pool:expandable GPUSHIM_TRACE="$work/shim-nocache-expandable.trace" python3 scripts/gpu/train_bench.py nocache
+run_torch shim-pluggable-expandable env LD_PRELOAD="$lib" GPUSHIM_LIB="$lib" GPUSHIM_CONF=pool:expandable GPUSHIM_TRACE="$work/shim-pluggable-expandable.trace" python3 scripts/gpu/train_bench.py pluggable
 python3 - "$work" "$cmd" <<'PY'
 import json, subprocess, sys
 work, cmd = sys.argv[1], sys.argv[2]

@@ -79,7 +79,7 @@ pub const KEYS: &[KeyDoc] = &[
         key: "pool",
         accepted: "off, caching, expandable",
         default: "caching",
-        meaning: "caching serves cudaMalloc/cuMemAlloc and the stream-ordered calls from a pool (best fit, split, coalesce, safe reuse); off passes every call to CUDA and records it; expandable is not built yet and runs caching",
+        meaning: "caching serves cudaMalloc/cuMemAlloc and the stream-ordered calls from a pool (best fit, split, coalesce, safe reuse); expandable is caching with one segment per device and stream that grows in place through the VMM functions (cuMemCreate/cuMemMap, 2 MiB pages), which fragments less; off passes every call to CUDA and records it",
     },
     KeyDoc {
         key: "round",

@@ -323,9 +323,6 @@ fn cmd_config(conf: Option<String>) -> ExitCode {
     };
     println!("effective configuration (GPUSHIM_CONF=\"{text}\"):");
     println!("  pool       {}", c.pool.name());
-    if c.pool == config::Pool::Expandable {
-        println!("             (not built yet: the shim runs pool:caching and says so on stderr)");
-    }
     if c.pool == config::Pool::Off && c.limit > 0 {
         println!("             (limit needs a pool: with pool:off it is not enforced)");
     }

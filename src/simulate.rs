@@ -5,7 +5,8 @@
 //! policy needs, not the waits it would cost.
 
 use crate::config;
-use crate::engine::{Engine, FreeKind, MemoryBackend, Policy, SYNC_KEY};
+use crate::engine::front::Front;
+use crate::engine::{FreeKind, MemoryBackend, Policy, SYNC_KEY};
 use crate::format::RecordKind;
 use crate::reader::{ReadError, TraceReader};
 use serde::Serialize;
@@ -104,7 +105,9 @@ fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
 
 fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError> {
     let reader = TraceReader::open(trace)?;
-    let mut engine = Engine::new(MemoryBackend::new(u64::MAX / 4), policy);
+    // The shim's own front (the engine plus its list of small stream-ordered blocks), so the
+    // replay makes the decisions the shim would.
+    let mut pool = Front::new(MemoryBackend::new(u64::MAX / 4), policy);
     // Recorded pointer -> replayed pointer.
     let mut map: HashMap<u64, u64> = HashMap::new();
     let (mut peak_reserved, mut live_at_peak, mut failed) = (0u64, 0u64, 0u64);
@@ -123,7 +126,7 @@ fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError
                 } else {
                     u64::from(r.stream)
                 };
-                match engine.alloc(device, r.size, stream) {
+                match pool.alloc(device, r.size, stream) {
                     Ok(b) => {
                         map.insert(r.ptr, b.ptr);
                     }
@@ -137,19 +140,19 @@ fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError
                     } else {
                         FreeKind::OnStream(u64::from(r.stream))
                     };
-                    let _ = engine.free(p, kind);
-                    engine.backend_mut().complete_all();
+                    let _ = pool.free(p, kind);
+                    pool.engine.backend_mut().complete_all();
                 }
             }
             _ => {}
         }
-        let s = engine.stats();
+        let s = pool.engine.stats();
         if s.reserved_bytes > peak_reserved {
             peak_reserved = s.reserved_bytes;
             live_at_peak = s.live_bytes;
         }
     }
-    let s = engine.stats();
+    let s = pool.engine.stats();
     Ok(Outcome {
         policy: if text.is_empty() {
             "default".into()

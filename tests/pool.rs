@@ -151,3 +151,42 @@ fn the_pytorch_pluggable_allocator_entry_points_pool_even_with_pool_off() {
     assert_eq!((v["alloc_ok"], v["reused_on_stream"]), (1, 1));
     assert_eq!(v["device_allocs"], 1);
 }
+
+#[test]
+fn the_expandable_pool_keeps_the_same_promises_and_grows_one_mapping() {
+    let exp = || vec![("GPUSHIM_CONF", "pool:expandable".to_string())];
+    let v = values(&pool_run(&["reuse", "200"], exp(), None));
+    assert_eq!(v["violations"], 0);
+    assert!(v["same_stream_reuse"] > 150);
+    // Large blocks come from mapped pages, not cuMemAlloc: only the small segments are left.
+    assert!(v["device_allocs"] <= 2, "{v:?}");
+    let mut env = exp();
+    env.push(("GPUSHIM_SIM_MEMORY", (64u64 << 20).to_string()));
+    let v = values(&pool_run(&["oom"], env, None));
+    assert_eq!((v["first"], v["retry"]), (0, 0));
+    assert_eq!((v["oom"], v["null"], v["last"], v["then"]), (2, 1, 2, 0));
+    let dir = tempdir("pool-exp");
+    let t = dir.join("exp.trace");
+    let v = values(&pool_run(
+        &["limit"],
+        vec![("GPUSHIM_CONF", "pool:expandable,limit:100MiB".into())],
+        Some(&t),
+    ));
+    assert_eq!(
+        (
+            v["start_total_mib"],
+            v["live60_free_mib"],
+            v["freed_free_mib"]
+        ),
+        (100, 40, 100)
+    );
+    assert_eq!((v["second60"], v["third60"]), (0, 2));
+    // The growth went through the VMM functions, and the trace says how much was mapped.
+    let (records, _) = decode(&t);
+    let mapped: u64 = records
+        .iter()
+        .filter(|r| r.kind == RecordKind::SegmentReserve)
+        .map(|r| r.size)
+        .sum();
+    assert_eq!(mapped, 60 << 20);
+}

@@ -26,7 +26,11 @@ fn trace_of_train_loop() -> std::path::PathBuf {
 
 #[test]
 fn replaying_a_pass_through_run_under_a_policy_predicts_what_the_pool_did_under_it() {
-    for policy in ["pool:caching", "pool:caching,max_split:4MiB,round:pow2_4"] {
+    for policy in [
+        "pool:caching",
+        "pool:caching,max_split:4MiB,round:pow2_4",
+        "pool:expandable",
+    ] {
         let off = trace_of_train_loop();
         let predicted = &gpushim::simulate::simulate(&off, &[policy.into()]).unwrap()[1];
         let pooled = trace_of_train_loop_with(policy);

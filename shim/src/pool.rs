@@ -30,9 +30,8 @@ use core::cell::{Cell, UnsafeCell};
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use gpushim_core::config::Pool as PoolMode;
-use gpushim_core::engine::{
-    AllocError, Backend, BlockInfo, Engine, Event, FreeKind, OutOfMemory, Policy,
-};
+use gpushim_core::engine::front::Front;
+use gpushim_core::engine::{AllocError, Backend, BlockInfo, Event, FreeKind, OutOfMemory, Policy};
 use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
 use std::collections::VecDeque;
 
@@ -188,106 +187,7 @@ pub fn active() -> bool {
     }
 }
 
-/// Blocks freed stream-ordered, kept out of the engine for reuse at once by the next request of
-/// the same size on the same stream: the common case of a training loop, served without the
-/// engine's maps. The engine counts them as allocated; the pool counts them as idle. Only
-/// small blocks, so that memory kept here for a size that does not come back stays small.
-const HOT: usize = 32;
-const HOT_MAX_BLOCK: u64 = gpushim_core::engine::SMALL_REQUEST;
-
-#[derive(Clone, Copy, Default)]
-struct Hot {
-    ptr: u64,
-    requested: u64,
-    size: u64,
-    slot: u8,
-    /// The stream it was freed on (cached) or allocated for (live).
-    key: u64,
-    used: bool,
-    /// Freed by the program and waiting in this list; otherwise handed out again.
-    cached: bool,
-    stamp: u64,
-}
-
-struct Pool {
-    e: Engine<CudaBackend>,
-    hot: [Hot; HOT],
-    hot_bytes: [u64; MAX_CONTEXTS],
-    clock: u64,
-}
-
-impl Pool {
-    fn hot_index(&self, ptr: u64) -> Option<usize> {
-        self.hot.iter().position(|h| h.used && h.ptr == ptr)
-    }
-
-    /// Hands a cached block of exactly `requested` bytes freed on `key` back out.
-    fn take_hot(&mut self, slot: u8, requested: u64, key: u64) -> Option<u64> {
-        let h = self.hot.iter_mut().find(|h| {
-            h.used && h.cached && h.slot == slot && h.key == key && h.requested == requested
-        })?;
-        h.cached = false;
-        self.hot_bytes[slot as usize] -= h.size;
-        Some(h.ptr)
-    }
-
-    /// Keeps a block just freed on `key` (live in the engine) for reuse; when the list is
-    /// full, the least recently used cached block goes back to the engine.
-    fn keep_hot(&mut self, b: &BlockInfo, key: u64) {
-        if b.size > HOT_MAX_BLOCK {
-            let _ = self.e.free(b.ptr, FreeKind::OnStream(key));
-            return;
-        }
-        self.clock += 1;
-        let i = match self.hot.iter().position(|h| !h.used) {
-            Some(i) => i,
-            None => {
-                let Some(i) = (0..HOT)
-                    .filter(|&i| self.hot[i].cached)
-                    .min_by_key(|&i| self.hot[i].stamp)
-                else {
-                    // Every entry is live: this block goes to the engine.
-                    let _ = self.e.free(b.ptr, FreeKind::OnStream(key));
-                    return;
-                };
-                self.evict(i);
-                i
-            }
-        };
-        self.hot[i] = Hot {
-            ptr: b.ptr,
-            requested: b.requested,
-            size: b.size,
-            slot: b.device,
-            key,
-            used: true,
-            cached: true,
-            stamp: self.clock,
-        };
-        self.hot_bytes[b.device as usize] += b.size;
-    }
-
-    /// Gives cached entry `i` to the engine, as the free on its stream it stands for.
-    fn evict(&mut self, i: usize) {
-        let h = self.hot[i];
-        self.hot[i].used = false;
-        if h.cached {
-            self.hot_bytes[h.slot as usize] -= h.size;
-            let _ = self.e.free(h.ptr, FreeKind::OnStream(h.key));
-        }
-    }
-
-    /// Gives every cached entry of `slot` (all slots with `None`) to the engine, before it
-    /// releases memory.
-    fn flush(&mut self, slot: Option<u8>) {
-        for i in 0..HOT {
-            if self.hot[i].used && self.hot[i].cached && slot.is_none_or(|s| self.hot[i].slot == s)
-            {
-                self.evict(i);
-            }
-        }
-    }
-}
+type Pool = Front<CudaBackend>;
 
 struct PoolCell(UnsafeCell<Option<Pool>>);
 // SAFETY: only touched with LOCK held.
@@ -311,12 +211,8 @@ fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     LOCK.lock();
     // SAFETY: LOCK is held, so this is the only reference.
     let cell = unsafe { &mut *POOL.0.get() };
-    let p = cell.get_or_insert_with(|| Pool {
-        e: Engine::new(CudaBackend::new(), Policy::from(&state::conf())),
-        hot: [Hot::default(); HOT],
-        hot_bytes: [0; MAX_CONTEXTS],
-        clock: 0,
-    });
+    let p =
+        cell.get_or_insert_with(|| Front::new(CudaBackend::new(), Policy::from(&state::conf())));
     let r = f(p);
     LOCK.unlock();
     r
@@ -354,79 +250,30 @@ pub fn alloc(size: u64, key: u64, runtime: bool) -> Served {
         return Served::Pass;
     };
     let device = device_of(slot);
-    with(|p| {
-        if let Some(ptr) = p.take_hot(slot, size, key) {
-            return Served::Granted(ptr, device);
-        }
-        let mut r = p.e.alloc(slot, size, key);
-        if r.is_err() && p.hot_bytes[slot as usize] > 0 {
-            // Blocks waiting for reuse count too: give them to the engine and try again.
-            p.flush(Some(slot));
-            r = p.e.alloc(slot, size, key);
-        }
-        match r {
-            Ok(b) => Served::Granted(b.ptr, device),
-            Err(AllocError::LimitReached) => Served::Failed(ERROR_OUT_OF_MEMORY, device),
-            Err(AllocError::OutOfMemory) => match p.e.backend().last_error {
-                0 | ERROR_OUT_OF_MEMORY => Served::Failed(ERROR_OUT_OF_MEMORY, device),
-                // Not a matter of room (a broken context, say): the real function answers.
-                _ => Served::Pass,
-            },
-        }
+    with(|p| match p.alloc(slot, size, key) {
+        Ok(b) => Served::Granted(b.ptr, device),
+        Err(AllocError::LimitReached) => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+        Err(AllocError::OutOfMemory) => match p.engine.backend().last_error {
+            0 | ERROR_OUT_OF_MEMORY => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+            // Not a matter of room (a broken context, say): the real function answers.
+            _ => Served::Pass,
+        },
     })
 }
 
-/// What the pool did with a free.
-pub enum Freed {
-    /// The block went back to the pool; its device.
-    Done(u8),
-    /// `ptr` lies in pooled memory but is not a live block (interior, or freed already): the
-    /// real function must not see it (it would free our segment), so the caller fails the
-    /// call with `cudaErrorInvalidValue`, as CUDA does.
-    Invalid,
-    /// Not pooled memory: the caller passes it to the real function.
-    NotOurs,
-}
+pub use gpushim_core::engine::front::Freed;
 
-/// Returns a block to the pool.
+/// Returns a block to the pool. An interior or already freed pooled pointer is `Invalid`: the
+/// real function must not see it (it would free our segment), and the caller fails the call
+/// with `cudaErrorInvalidValue`, as CUDA does. `Done` carries the block's device ordinal.
 pub fn free(ptr: u64, kind: FreeKind) -> Freed {
     if ptr == 0 {
         return Freed::NotOurs;
     }
-    with(|p| {
-        if let Some(i) = p.hot_index(ptr) {
-            let h = p.hot[i];
-            if h.cached {
-                return Freed::Invalid;
-            }
-            if let FreeKind::OnStream(k) = kind {
-                p.clock += 1;
-                let stamp = p.clock;
-                let e = &mut p.hot[i];
-                e.cached = true;
-                e.key = k;
-                e.stamp = stamp;
-                p.hot_bytes[h.slot as usize] += h.size;
-                return Freed::Done(device_of(h.slot));
-            }
-            // A synchronous free needs the engine's fence.
-            p.hot[i].used = false;
-        }
-        let Some(b) = p.e.lookup(ptr).filter(|b| b.ptr == ptr) else {
-            return if p.e.in_segment(ptr) {
-                Freed::Invalid
-            } else {
-                Freed::NotOurs
-            };
-        };
-        match kind {
-            FreeKind::OnStream(k) => p.keep_hot(&b, k),
-            FreeKind::Sync => {
-                let _ = p.e.free(ptr, kind);
-            }
-        }
-        Freed::Done(device_of(b.device))
-    })
+    match with(|p| p.free(ptr, kind)) {
+        Freed::Done(slot) => Freed::Done(device_of(slot)),
+        other => other,
+    }
 }
 
 /// The live pooled block containing `ptr`, if any.
@@ -434,13 +281,7 @@ pub fn lookup(ptr: u64) -> Option<BlockInfo> {
     if !pooling() {
         return None;
     }
-    with(|p| {
-        let b = p.e.lookup(ptr)?;
-        match p.hot_index(b.ptr) {
-            Some(i) if p.hot[i].cached => None,
-            _ => Some(b),
-        }
-    })
+    with(|p| p.lookup(ptr))
 }
 
 /// Whether the pool holds any memory (so pointer queries need to look).
@@ -464,9 +305,9 @@ pub fn mem_info(real_free: u64, real_total: u64) -> (u64, u64) {
     };
     let (reserved, idle, limit) = with(|p| {
         (
-            p.e.reserved(slot),
-            p.e.idle(slot) + p.hot_bytes[slot as usize],
-            p.e.policy().limit,
+            p.engine.reserved(slot),
+            p.idle(slot),
+            p.engine.policy().limit,
         )
     });
     let mut total = real_total;
@@ -487,7 +328,7 @@ pub fn stream_created(stream: u64, flags: u32) {
         return;
     };
     with(|p| {
-        let s = &mut p.e.backend_mut().slots[slot as usize];
+        let s = &mut p.engine.backend_mut().slots[slot as usize];
         if s.streams.len() < MAX_STREAMS {
             s.streams.push(stream);
         } else {
@@ -501,16 +342,7 @@ pub fn stream_created(stream: u64, flags: u32) {
 /// immediate reuse (a new stream may get the same handle).
 pub fn stream_destroying(stream: u64) {
     with(|p| {
-        for i in 0..HOT {
-            if p.hot[i].used && p.hot[i].key == stream {
-                if p.hot[i].cached {
-                    p.evict(i);
-                } else {
-                    p.hot[i].used = false;
-                }
-            }
-        }
-        let b = p.e.backend_mut();
+        let b = p.engine.backend_mut();
         for slot in 0..MAX_CONTEXTS {
             let Some(i) = b.slots[slot].streams.iter().position(|&s| s == stream) else {
                 continue;
@@ -520,7 +352,7 @@ pub fn stream_destroying(stream: u64) {
             }
             b.slots[slot].streams.swap_remove(i);
         }
-        p.e.retire_stream(stream);
+        p.retire_stream(stream);
     });
 }
 
@@ -529,7 +361,7 @@ pub fn stream_destroying(stream: u64) {
 pub fn synchronizing() -> Option<(u8, u64)> {
     let slot = current_slot()?;
     Some(with(|p| {
-        let s = &mut p.e.backend_mut().slots[slot as usize];
+        let s = &mut p.engine.backend_mut().slots[slot as usize];
         let id = s.next_id;
         if s.pending_used {
             s.next_id += 1;
@@ -541,17 +373,14 @@ pub fn synchronizing() -> Option<(u8, u64)> {
 
 /// After the synchronization succeeded: every fence made before it has passed.
 pub fn synchronized((slot, id): (u8, u64)) {
-    with(|p| p.e.backend_mut().passed_up_to(slot, id));
+    with(|p| p.engine.backend_mut().passed_up_to(slot, id));
 }
 
 /// Empties the cache of the current context (`torch.cuda.empty_cache()` through the
 /// pluggable allocator, or `gpushim_empty_cache()`).
 pub fn empty_cache() {
     if let Some(slot) = current_slot() {
-        with(|p| {
-            p.flush(Some(slot));
-            p.e.empty_cache(slot)
-        });
+        with(|p| p.empty_cache(slot));
     }
 }
 
@@ -581,9 +410,32 @@ struct SlotFences {
 
 pub struct CudaBackend {
     slots: Vec<SlotFences>,
-    /// The code of the last failed `cuMemAlloc_v2`.
+    /// The code of the last failed `cuMemAlloc_v2` or `cuMemCreate`.
     last_error: i32,
+    /// The physical allocation behind each mapped page of the expandable segments.
+    pages: std::collections::BTreeMap<u64, u64>,
 }
+
+/// `CUmemAllocationProp` (32 bytes): pinned device memory on one device.
+#[repr(C)]
+struct AllocationProp {
+    type_: i32,
+    requested_handle_types: i32,
+    location_type: i32,
+    location_id: i32,
+    win32_metadata: *mut c_void,
+    alloc_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc`: read-write access for one device.
+#[repr(C)]
+struct AccessDesc {
+    location_type: i32,
+    location_id: i32,
+    flags: i32,
+}
+
+const PAGE: u64 = gpushim_core::engine::PAGE;
 
 type CuFn1 = unsafe extern "C" fn(usize) -> i32;
 type CuFn2 = unsafe extern "C" fn(usize, usize) -> i32;
@@ -628,6 +480,28 @@ impl CudaBackend {
                 })
                 .collect(),
             last_error: 0,
+            pages: std::collections::BTreeMap::new(),
+        }
+    }
+
+    /// Unmaps and releases the pages of `[ptr, ptr + size)` that this backend mapped.
+    fn unmap_pages(&mut self, ptr: u64, size: u64) {
+        let unmap = drv::<unsafe extern "C" fn(u64, usize) -> i32>(Sym::CuMemUnmap);
+        let release = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemRelease);
+        let mut page = ptr;
+        while page < ptr + size {
+            if let Some(h) = self.pages.remove(&page) {
+                // SAFETY: a page this backend mapped, and its physical allocation.
+                unsafe {
+                    if let Some(f) = unmap {
+                        f(page, PAGE as usize);
+                    }
+                    if let Some(f) = release {
+                        f(h);
+                    }
+                }
+            }
+            page += PAGE;
         }
     }
 
@@ -791,6 +665,84 @@ impl Backend for CudaBackend {
             }
         });
         self.passed_up_to(slot, last);
+    }
+
+    fn reserve_address(&mut self, slot: u8, size: u64) -> Result<u64, OutOfMemory> {
+        type F = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> i32;
+        let f = drv::<F>(Sym::CuMemAddressReserve).ok_or(OutOfMemory)?;
+        let mut p = 0u64;
+        // SAFETY: a valid out-pointer; no fixed address asked for.
+        let rc = in_context(slot, || unsafe {
+            f(&mut p, size as usize, PAGE as usize, 0, 0)
+        });
+        if rc == 0 { Ok(p) } else { Err(OutOfMemory) }
+    }
+
+    fn map(&mut self, slot: u8, ptr: u64, size: u64) -> Result<(), OutOfMemory> {
+        type Create = unsafe extern "C" fn(*mut u64, usize, *const AllocationProp, u64) -> i32;
+        type Map = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> i32;
+        type Access = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> i32;
+        let device = device_of(slot);
+        let (Some(create), Some(map), Some(access), Some(release)) = (
+            drv::<Create>(Sym::CuMemCreate),
+            drv::<Map>(Sym::CuMemMap),
+            drv::<Access>(Sym::CuMemSetAccess),
+            drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemRelease),
+        ) else {
+            return Err(OutOfMemory);
+        };
+        if device == DEVICE_UNKNOWN {
+            return Err(OutOfMemory);
+        }
+        let prop = AllocationProp {
+            type_: 1, // CU_MEM_ALLOCATION_TYPE_PINNED
+            requested_handle_types: 0,
+            location_type: 1, // CU_MEM_LOCATION_TYPE_DEVICE
+            location_id: i32::from(device),
+            win32_metadata: core::ptr::null_mut(),
+            alloc_flags: [0; 8],
+        };
+        let desc = AccessDesc {
+            location_type: 1,
+            location_id: i32::from(device),
+            flags: 3, // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        };
+        let mut rc = 0;
+        let mut done = 0u64;
+        in_context(slot, || {
+            while done < size {
+                let mut h = 0u64;
+                // SAFETY: valid out-pointer and property struct of the CUDA layout.
+                rc = unsafe { create(&mut h, PAGE as usize, &prop, 0) };
+                if rc != 0 {
+                    break;
+                }
+                // SAFETY: a page of our reserved range, not mapped yet, and a fresh handle.
+                rc = unsafe { map(ptr + done, PAGE as usize, 0, h, 0) };
+                if rc != 0 {
+                    // SAFETY: the handle just created, never mapped.
+                    unsafe { release(h) };
+                    break;
+                }
+                self.pages.insert(ptr + done, h);
+                done += PAGE;
+            }
+            if rc == 0 {
+                // SAFETY: the range just mapped; one access descriptor.
+                rc = unsafe { access(ptr, size as usize, &desc, 1) };
+            }
+        });
+        if rc == 0 {
+            self.last_error = 0;
+            return Ok(());
+        }
+        self.last_error = rc;
+        in_context(slot, || self.unmap_pages(ptr, done));
+        Err(OutOfMemory)
+    }
+
+    fn unmap(&mut self, slot: u8, ptr: u64, size: u64) {
+        in_context(slot, || self.unmap_pages(ptr, size));
     }
 
     fn note(&mut self, event: Event) {

@@ -116,14 +116,12 @@ unsafe fn get_address_range(
 ) -> i32 {
     type F = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> i32;
     forward!(sym, real, MISSING, F, |f, _rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(base, size, p) };
-        if rc == 0
-            && pooling()
+        if pooling()
             && let Some(b) = pool::lookup(p)
         {
-            // The block, not the segment it was cut from, is the caller's allocation.
-            // SAFETY: the real call accepted these out-pointers (either may be null).
+            // The block, not the segment (or mapped page) it was cut from, is the caller's
+            // allocation.
+            // SAFETY: the caller's out-pointers (either may be null, as CUDA allows).
             unsafe {
                 if !base.is_null() {
                     *base = b.ptr;
@@ -132,8 +130,10 @@ unsafe fn get_address_range(
                     *size = b.requested as usize;
                 }
             }
+            return 0;
         }
-        rc
+        // SAFETY: the caller's arguments, unchanged.
+        unsafe { f(base, size, p) }
     })
 }
 

@@ -5,7 +5,7 @@ use core::cell::UnsafeCell;
 use core::ffi::{CStr, c_char};
 use core::fmt::Write as _;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use gpushim_core::config::{self, Conf, Pool};
+use gpushim_core::config::{self, Conf};
 use gpushim_core::stackfmt::StackBuf;
 
 const UNKNOWN: u8 = 0;
@@ -84,15 +84,9 @@ fn read_conf() -> Conf {
         ));
         return Conf::default();
     };
-    let (mut c, err) = config::parse(text);
+    let (c, err) = config::parse(text);
     if let Some(e) = err {
         say(format_args!("GPUSHIM_CONF: {e}; using the defaults"));
-    }
-    if c.pool == Pool::Expandable {
-        say(format_args!(
-            "pool:expandable is not built yet; running pool:caching"
-        ));
-        c.pool = Pool::Caching;
     }
     c
 }

@@ -30,14 +30,28 @@ pub trait Backend {
     }
     /// Hears of a decision of the engine, for the trace.
     fn note(&mut self, _event: Event) {}
+    /// Reserves `size` bytes of address space with nothing behind it, for an expandable segment
+    /// (`cuMemAddressReserve`). A backend without it answers `Err` and the engine makes plain
+    /// segments.
+    fn reserve_address(&mut self, _device: u8, _size: u64) -> Result<u64, OutOfMemory> {
+        Err(OutOfMemory)
+    }
+    /// Backs `[ptr, ptr + size)` of a reserved range with device memory (`cuMemCreate` +
+    /// `cuMemMap` + `cuMemSetAccess`); both are multiples of the 2 MiB granularity.
+    fn map(&mut self, _device: u8, _ptr: u64, _size: u64) -> Result<(), OutOfMemory> {
+        Err(OutOfMemory)
+    }
+    /// Gives the memory behind `[ptr, ptr + size)` back (`cuMemUnmap` + `cuMemRelease`).
+    fn unmap(&mut self, _device: u8, _ptr: u64, _size: u64) {}
 }
 
 /// The engine's decisions that explain memory: written to the trace by the shim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// A segment was obtained from the device.
+    /// A segment was obtained from the device, or an expandable segment grew by `size` at
+    /// `ptr`.
     SegmentReserve { device: u8, ptr: u64, size: u64 },
-    /// A segment went back to the device.
+    /// A segment went back to the device, or an expandable segment shrank by `size` at `ptr`.
     SegmentRelease { device: u8, ptr: u64, size: u64 },
     /// A cached block was split; the rest (`ptr`, `size`) stays cached.
     Split { device: u8, ptr: u64, size: u64 },
@@ -146,5 +160,19 @@ impl Backend for MemoryBackend {
     fn synchronize(&mut self, _device: u8) {
         self.synchronize_calls += 1;
         self.fences_passed = self.fences_made;
+    }
+
+    fn reserve_address(&mut self, _device: u8, size: u64) -> Result<u64, OutOfMemory> {
+        let p = self.next_address;
+        self.next_address += size.div_ceil(1 << 21) * (1 << 21) + (1 << 21);
+        Ok(p)
+    }
+
+    fn map(&mut self, device: u8, _ptr: u64, size: u64) -> Result<(), OutOfMemory> {
+        self.reserve(device, size).map(|_| ())
+    }
+
+    fn unmap(&mut self, device: u8, ptr: u64, size: u64) {
+        self.release(device, ptr, size);
     }
 }

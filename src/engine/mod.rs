@@ -19,6 +19,7 @@
 //! memory (the excess goes back to the device at each free).
 
 pub mod backend;
+pub mod front;
 
 use crate::config::Conf;
 pub use backend::{Backend, Event, MemoryBackend, OutOfMemory};
@@ -45,6 +46,9 @@ pub struct Policy {
     pub release: u64,
     /// Per device, 0 for none.
     pub limit: u64,
+    /// Large blocks come from one segment per device and stream that grows in place (mapped
+    /// page by page behind a reserved address range) instead of new segments.
+    pub expandable: bool,
 }
 
 impl Default for Policy {
@@ -60,6 +64,7 @@ impl From<&Conf> for Policy {
             max_split: c.max_split,
             release: c.release,
             limit: c.limit,
+            expandable: c.pool == crate::config::Pool::Expandable,
         }
     }
 }
@@ -113,10 +118,18 @@ struct Block<F> {
 
 #[derive(Clone, Copy, Debug)]
 struct Segment {
+    /// Bytes backed by memory (for an expandable segment, the mapped prefix of its range).
     size: u64,
     device: u8,
     allocated_blocks: u32,
+    /// The reserved address range of an expandable segment; 0 for a plain one.
+    range: u64,
 }
+
+/// The address range reserved for one expandable segment; past it, plain segments serve.
+pub const EXPANDABLE_RANGE: u64 = 256 << 30;
+/// Expandable segments are mapped in pages of this size.
+pub const PAGE: u64 = 2 << 20;
 
 /// What the engine counts. Bytes are block sizes (after rounding) unless named `requested`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -181,6 +194,8 @@ pub struct Engine<B: Backend> {
     stats: Stats,
     reserved_per_device: [u64; 256],
     idle_per_device: [u64; 256],
+    /// The expandable segment of each large pool, by its base.
+    expandable: BTreeMap<PoolKey, u64>,
 }
 
 /// Whether a free block may be handed to a stream now.
@@ -204,6 +219,7 @@ impl<B: Backend> Engine<B> {
             stats: Stats::default(),
             reserved_per_device: [0; 256],
             idle_per_device: [0; 256],
+            expandable: BTreeMap::new(),
         }
     }
 
@@ -261,6 +277,14 @@ impl<B: Backend> Engine<B> {
         if let Some(ptr) = self.take_cached(key, need) {
             self.stats.cache_hits += 1;
             return Ok(self.hand_out(ptr, need, size, stream));
+        }
+        if !small && self.policy.expandable && need <= EXPANDABLE_RANGE / 2 {
+            match self.grow(key, need) {
+                Ok(ptr) => return Ok(self.hand_out(ptr, need, size, stream)),
+                // The backend cannot reserve address ranges: plain segments.
+                Err(None) => {}
+                Err(Some(e)) => return Err(e),
+            }
         }
         let segment_size = if small {
             SMALL_SEGMENT
@@ -353,7 +377,9 @@ impl<B: Backend> Engine<B> {
             .expect("a block taken from a pool exists")
             .clone();
         let remainder = b.size - need;
-        let split = if b.pool.small {
+        let expandable = self.segments.get(&b.segment).is_some_and(|s| s.range > 0);
+        let split = if b.pool.small || expandable {
+            // An expandable segment's rest stays at hand: the next growth merges into it.
             remainder >= GRANULE
         } else {
             remainder > SMALL_REQUEST && b.size <= policy.max_split
@@ -556,6 +582,7 @@ impl<B: Backend> Engine<B> {
                 size,
                 device: key.device,
                 allocated_blocks: 0,
+                range: 0,
             },
         );
         self.blocks.insert(
@@ -571,6 +598,196 @@ impl<B: Backend> Engine<B> {
             },
         );
         Ok(ptr)
+    }
+
+    /// Grows the expandable segment of `key` until a free block at its end holds `need` bytes,
+    /// and returns that block (taken out of its pool). `Err(None)`: the backend has no address
+    /// ranges to offer.
+    fn grow(&mut self, key: PoolKey, need: u64) -> Result<u64, Option<AllocError>> {
+        let base = match self.expandable.get(&key) {
+            Some(&b) => b,
+            None => {
+                let b = self
+                    .backend
+                    .reserve_address(key.device, EXPANDABLE_RANGE)
+                    .map_err(|_| None)?;
+                self.segments.insert(
+                    b,
+                    Segment {
+                        size: 0,
+                        device: key.device,
+                        allocated_blocks: 0,
+                        range: EXPANDABLE_RANGE,
+                    },
+                );
+                self.expandable.insert(key, b);
+                b
+            }
+        };
+        for attempt in 0..2 {
+            let seg = self.segments[&base];
+            let end = base + seg.size;
+            // A free block at the end that this stream may use grows instead of a new one.
+            let tail = self
+                .blocks
+                .range(base..end)
+                .next_back()
+                .filter(|&(&p, b)| p + b.size == end && matches!(b.state, State::Free { .. }))
+                .map(|(&p, b)| (p, b.size));
+            let tail = tail.filter(|&(p, _)| {
+                matches!(
+                    Self::fit(&mut self.blocks, &mut self.backend, p, key.stream),
+                    Fit::Usable
+                )
+            });
+            let have = tail.map_or(0, |(_, s)| s);
+            let add = (need - have).div_ceil(PAGE) * PAGE;
+            if end + add > base + seg.range {
+                return Err(None);
+            }
+            let limit = self.policy.limit;
+            if limit > 0 && self.reserved(key.device) + add > limit {
+                if attempt == 0 {
+                    self.empty_cache(key.device);
+                    continue;
+                }
+                self.stats.limit_hits += 1;
+                self.backend.note(Event::LimitHit {
+                    device: key.device,
+                    size: add,
+                });
+                return Err(Some(AllocError::LimitReached));
+            }
+            if self.backend.map(key.device, end, add).is_err() {
+                if attempt == 0 {
+                    // Give the idle cache back (this may shrink this very segment) and retry.
+                    self.empty_cache(key.device);
+                    continue;
+                }
+                self.stats.ooms += 1;
+                self.backend.note(Event::OutOfMemory {
+                    device: key.device,
+                    size: add,
+                });
+                return Err(Some(AllocError::OutOfMemory));
+            }
+            if attempt == 1 {
+                self.stats.oom_retries += 1;
+                self.backend.note(Event::OomRetry {
+                    device: key.device,
+                    size: add,
+                });
+            }
+            self.backend.note(Event::SegmentReserve {
+                device: key.device,
+                ptr: end,
+                size: add,
+            });
+            self.stats.segment_reserves += 1;
+            self.stats.reserved_bytes += add;
+            self.stats.peak_reserved_bytes = self
+                .stats
+                .peak_reserved_bytes
+                .max(self.stats.reserved_bytes);
+            self.reserved_per_device[key.device as usize] += add;
+            if let Some(s) = self.segments.get_mut(&base) {
+                s.size += add;
+            }
+            return Ok(match tail {
+                Some((p, size)) => {
+                    self.remove_free_entry(self.blocks[&p].pool, size, p);
+                    if let Some(b) = self.blocks.get_mut(&p) {
+                        b.size += add;
+                    }
+                    p
+                }
+                None => {
+                    self.blocks.insert(
+                        end,
+                        Block {
+                            size: add,
+                            segment: base,
+                            pool: key,
+                            state: State::Free {
+                                fence: None,
+                                owner: None,
+                            },
+                        },
+                    );
+                    end
+                }
+            });
+        }
+        Err(Some(AllocError::OutOfMemory))
+    }
+
+    /// Unmaps the whole pages of a free block at the end of expandable segment `base`, once
+    /// its fence passed, until at most `keep` idle bytes remain on the device.
+    fn shrink(&mut self, base: u64, keep: u64) {
+        let seg = self.segments[&base];
+        let end = base + seg.size;
+        if seg.allocated_blocks == 0 && seg.size > 0 && keep == 0 {
+            // Nothing live in it: all of it goes back (its free blocks may sit in the pools of
+            // several streams, which never coalesce).
+            let blocks: Vec<u64> = self.blocks.range(base..end).map(|(&p, _)| p).collect();
+            if blocks.iter().all(|&p| self.fence_clear(p)) {
+                for p in blocks {
+                    self.remove_free(p);
+                    self.blocks.remove(&p);
+                }
+                self.backend.unmap(seg.device, base, seg.size);
+                self.backend.note(Event::SegmentRelease {
+                    device: seg.device,
+                    ptr: base,
+                    size: seg.size,
+                });
+                self.stats.segment_releases += 1;
+                self.stats.reserved_bytes -= seg.size;
+                self.reserved_per_device[seg.device as usize] -= seg.size;
+                if let Some(s) = self.segments.get_mut(&base) {
+                    s.size = 0;
+                }
+                return;
+            }
+        }
+        let Some((&p, b)) = self.blocks.range(base..end).next_back() else {
+            return;
+        };
+        if p + b.size != end || !matches!(b.state, State::Free { .. }) || !self.fence_clear(p) {
+            return;
+        }
+        let excess = self.idle(seg.device).saturating_sub(keep);
+        let first_page = p.div_ceil(PAGE) * PAGE;
+        let mut cut = end - first_page;
+        // Keep the pages that the idle budget allows.
+        if excess < cut {
+            cut = excess / PAGE * PAGE;
+        }
+        if cut == 0 {
+            return;
+        }
+        let new_end = end - cut;
+        self.remove_free(p);
+        if new_end > p {
+            if let Some(b) = self.blocks.get_mut(&p) {
+                b.size = new_end - p;
+            }
+            self.insert_free(p);
+        } else {
+            self.blocks.remove(&p);
+        }
+        self.backend.unmap(seg.device, new_end, cut);
+        self.backend.note(Event::SegmentRelease {
+            device: seg.device,
+            ptr: new_end,
+            size: cut,
+        });
+        self.stats.segment_releases += 1;
+        self.stats.reserved_bytes -= cut;
+        self.reserved_per_device[seg.device as usize] -= cut;
+        if let Some(s) = self.segments.get_mut(&base) {
+            s.size -= cut;
+        }
     }
 
     fn insert_free(&mut self, p: u64) {
@@ -671,10 +888,22 @@ impl<B: Backend> Engine<B> {
     /// Gives idle segments of `device` back until at most `keep` idle bytes remain, largest
     /// first. A segment is idle when none of its blocks is allocated and every fence passed.
     fn release_idle(&mut self, device: u8, keep: u64) {
+        let growing: Vec<u64> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.device == device && s.range > 0)
+            .map(|(&p, _)| p)
+            .collect();
+        for base in growing {
+            if self.idle(device) <= keep {
+                return;
+            }
+            self.shrink(base, keep);
+        }
         let mut idle: Vec<(u64, u64)> = self
             .segments
             .iter()
-            .filter(|(_, s)| s.device == device && s.allocated_blocks == 0)
+            .filter(|(_, s)| s.device == device && s.allocated_blocks == 0 && s.range == 0)
             .map(|(&p, s)| (s.size, p))
             .collect();
         idle.sort_unstable_by(|a, b| b.cmp(a));
