@@ -190,3 +190,17 @@ fn the_expandable_pool_keeps_the_same_promises_and_grows_one_mapping() {
         .sum();
     assert_eq!(mapped, 60 << 20);
 }
+
+#[test]
+fn stream_ordered_calls_on_a_capturing_stream_reach_cuda() {
+    let v = values(&pool_run(&["capture"], vec![], None));
+    assert_eq!(v["capture_rc"], 0);
+    assert_eq!(
+        v["reached_cuda_during"], 1,
+        "served by CUDA while capturing"
+    );
+    assert_eq!(
+        v["reached_cuda_after"], 0,
+        "pooled again after the capture ended"
+    );
+}

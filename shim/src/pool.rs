@@ -768,11 +768,21 @@ pub fn pooling() -> bool {
     active() || is_plugged()
 }
 
+static CAPTURES: AtomicBool = AtomicBool::new(false);
+
+/// A stream capture began (the hooks on `cuStreamBeginCapture_v2` and
+/// `cuStreamBeginCaptureToGraph`, which the runtime's capture functions reach too): from now on
+/// stream-ordered calls ask whether their stream is being captured.
+pub fn captures_begun() {
+    CAPTURES.store(true, Ordering::Relaxed);
+}
+
 /// Whether `stream` is being captured into a CUDA graph: stream-ordered calls on it become
-/// graph nodes and must reach CUDA. The special handles (legacy, per-thread) are not checked.
+/// graph nodes and must reach CUDA. Free until the process begins a capture. The special
+/// handles (legacy, per-thread) are not checked.
 pub fn capturing(stream: *mut c_void) -> bool {
     let s = stream as u64;
-    if s <= STREAM_PER_THREAD {
+    if s <= STREAM_PER_THREAD || !CAPTURES.load(Ordering::Relaxed) {
         return false;
     }
     type F = unsafe extern "C" fn(usize, *mut i32) -> i32;

@@ -38,6 +38,53 @@ driver_hook!(cuPointerGetAttributes / proc_cuPointerGetAttributes = CuPointerGet
 driver_hook!(cuIpcGetMemHandle / proc_cuIpcGetMemHandle = CuIpcGetMemHandle, Shim
     => ipc_get_mem_handle(handle: *mut c_void, p: u64));
 
+driver_hook!(cuStreamBeginCapture_v2 / proc_cuStreamBeginCapture_v2 = CuStreamBeginCaptureV2,
+    Shim => begin_capture(s: Stream, mode: c_int));
+driver_hook!(cuStreamBeginCapture_v2_ptsz / proc_cuStreamBeginCapture_v2_ptsz
+    = CuStreamBeginCaptureV2Ptsz, Shim => begin_capture(s: Stream, mode: c_int));
+driver_hook!(cuStreamBeginCaptureToGraph / proc_cuStreamBeginCaptureToGraph
+    = CuStreamBeginCaptureToGraph, Shim => begin_capture_to_graph(s: Stream, graph: *mut c_void,
+        deps: *const c_void, edges: *const c_void, n: usize, mode: c_int));
+driver_hook!(cuStreamBeginCaptureToGraph_ptsz / proc_cuStreamBeginCaptureToGraph_ptsz
+    = CuStreamBeginCaptureToGraphPtsz, Shim => begin_capture_to_graph(s: Stream,
+        graph: *mut c_void, deps: *const c_void, edges: *const c_void, n: usize, mode: c_int));
+
+unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -> i32 {
+    type F = unsafe extern "C" fn(Stream, c_int) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        pool::captures_begun();
+        // SAFETY: the caller's arguments, unchanged.
+        unsafe { f(s, mode) }
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn begin_capture_to_graph(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    s: Stream,
+    graph: *mut c_void,
+    deps: *const c_void,
+    edges: *const c_void,
+    n: usize,
+    mode: c_int,
+) -> i32 {
+    type F = unsafe extern "C" fn(
+        Stream,
+        *mut c_void,
+        *const c_void,
+        *const c_void,
+        usize,
+        c_int,
+    ) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        pool::captures_begun();
+        // SAFETY: the caller's arguments, unchanged.
+        unsafe { f(s, graph, deps, edges, n, mode) }
+    })
+}
+
 /// Whether the pool may hold memory, so that queries must look at it.
 fn pooling() -> bool {
     pool::active() || pool::is_plugged()

@@ -100,6 +100,10 @@ symbols! {
     CuPointerGetAttribute = c"cuPointerGetAttribute" in Driver,
     CuPointerGetAttributes = c"cuPointerGetAttributes" in Driver,
     CuIpcGetMemHandle = c"cuIpcGetMemHandle" in Driver,
+    CuStreamBeginCaptureV2 = c"cuStreamBeginCapture_v2" in Driver,
+    CuStreamBeginCaptureV2Ptsz = c"cuStreamBeginCapture_v2_ptsz" in Driver,
+    CuStreamBeginCaptureToGraph = c"cuStreamBeginCaptureToGraph" in Driver,
+    CuStreamBeginCaptureToGraphPtsz = c"cuStreamBeginCaptureToGraph_ptsz" in Driver,
     // Resolved, not hooked.
     CuCtxGetDevice = c"cuCtxGetDevice" in Driver,
     CuCtxGetCurrent = c"cuCtxGetCurrent" in Driver,
@@ -255,6 +259,18 @@ pub const DRIVER_ENTRIES: &[DriverEntry] = &[
         4010,
         Sym::CuIpcGetMemHandle,
         Sym::CuIpcGetMemHandle,
+    ),
+    entry(
+        c"cuStreamBeginCapture",
+        10010,
+        Sym::CuStreamBeginCaptureV2,
+        Sym::CuStreamBeginCaptureV2Ptsz,
+    ),
+    entry(
+        c"cuStreamBeginCaptureToGraph",
+        12030,
+        Sym::CuStreamBeginCaptureToGraph,
+        Sym::CuStreamBeginCaptureToGraphPtsz,
     ),
     // cuGetProcAddress: the v1 ABI below 12.0, the v2 ABI (with symbolStatus) from 12.0.
     entry(

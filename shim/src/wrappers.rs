@@ -113,6 +113,22 @@ static EXPORTED: &[(Sym, Addr)] = &[
         addr!(pool_hooks::cuPointerGetAttributes),
     ),
     (Sym::CuIpcGetMemHandle, addr!(pool_hooks::cuIpcGetMemHandle)),
+    (
+        Sym::CuStreamBeginCaptureV2,
+        addr!(pool_hooks::cuStreamBeginCapture_v2),
+    ),
+    (
+        Sym::CuStreamBeginCaptureV2Ptsz,
+        addr!(pool_hooks::cuStreamBeginCapture_v2_ptsz),
+    ),
+    (
+        Sym::CuStreamBeginCaptureToGraph,
+        addr!(pool_hooks::cuStreamBeginCaptureToGraph),
+    ),
+    (
+        Sym::CuStreamBeginCaptureToGraphPtsz,
+        addr!(pool_hooks::cuStreamBeginCaptureToGraph_ptsz),
+    ),
     (Sym::CuGetProcAddress, addr!(entry::cuGetProcAddress)),
     (Sym::CuGetProcAddressV2, addr!(entry::cuGetProcAddress_v2)),
 ];
@@ -188,6 +204,22 @@ static PROC: &[(Sym, Addr)] = &[
     (
         Sym::CuIpcGetMemHandle,
         addr!(pool_hooks::proc_cuIpcGetMemHandle),
+    ),
+    (
+        Sym::CuStreamBeginCaptureV2,
+        addr!(pool_hooks::proc_cuStreamBeginCapture_v2),
+    ),
+    (
+        Sym::CuStreamBeginCaptureV2Ptsz,
+        addr!(pool_hooks::proc_cuStreamBeginCapture_v2_ptsz),
+    ),
+    (
+        Sym::CuStreamBeginCaptureToGraph,
+        addr!(pool_hooks::proc_cuStreamBeginCaptureToGraph),
+    ),
+    (
+        Sym::CuStreamBeginCaptureToGraphPtsz,
+        addr!(pool_hooks::proc_cuStreamBeginCaptureToGraph_ptsz),
     ),
     (Sym::CuGetProcAddress, addr!(entry::proc_cuGetProcAddress)),
     (

@@ -138,6 +138,25 @@ static int pluggable(void) {
     return 0;
 }
 
+/* Stream-ordered calls on a stream being captured must reach CUDA (they become graph nodes). */
+static int capture(void) {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, 1);
+    void *p = NULL, *q = NULL;
+    cudaMallocAsync(&p, 4096, s);
+    cudaFreeAsync(p, s);
+    long before = simCallCount("cuMemAllocAsync");
+    cuStreamBeginCapture_v2(s, 0);
+    int rc = cudaMallocAsync(&q, 4096, s);
+    long during = simCallCount("cuMemAllocAsync") - before;
+    cudaFreeAsync(q, s);
+    cuStreamEndCapture(s, NULL);
+    cudaMallocAsync(&p, 4096, s);
+    long after = simCallCount("cuMemAllocAsync") - before - during;
+    printf("capture_rc=%d reached_cuda_during=%ld reached_cuda_after=%ld\n", rc, during, after);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     int n = argc > 2 ? atoi(argv[2]) : 100;
@@ -147,6 +166,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "query")) return query();
     if (!strcmp(what, "count")) return count(n);
     if (!strcmp(what, "pluggable")) return pluggable();
+    if (!strcmp(what, "capture")) return capture();
     fprintf(stderr, "usage: pool reuse|oom|limit|query|count|pluggable [N]\n");
     return 2;
 }

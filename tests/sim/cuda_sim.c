@@ -234,7 +234,7 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *out) {
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!d) return CUDA_ERROR_INVALID_VALUE; *d = current_device; return CUDA_SUCCESS; }
 
 /* ---- GPU work in time ---- */
-struct sim_stream { unsigned flags; uint64_t busy_until; };
+struct sim_stream { unsigned flags; uint64_t busy_until; int capturing; };
 static struct sim_stream legacy_stream, per_thread_stream;
 #define MAX_STREAMS 1024
 static struct sim_stream *streams[MAX_STREAMS];
@@ -346,9 +346,22 @@ EXPORT CUresult cuStreamSynchronize(CUstream s) {
     return CUDA_SUCCESS;
 }
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
-    (void)s;
     if (!status) return CUDA_ERROR_INVALID_VALUE;
-    *status = 0;
+    *status = sim_stream(s)->capturing; /* CU_STREAM_CAPTURE_STATUS_ACTIVE = 1 */
+    return CUDA_SUCCESS;
+}
+/* Capture is modelled only as a state: stream-ordered calls see it through
+ * cuStreamIsCapturing. */
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    COUNT(); (void)mode;
+    if (!s || s == (CUstream)1 || s == (CUstream)2) return CUDA_ERROR_INVALID_VALUE;
+    sim_stream(s)->capturing = 1;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) {
+    if (!s || s == (CUstream)1 || s == (CUstream)2) return CUDA_ERROR_INVALID_VALUE;
+    sim_stream(s)->capturing = 0;
+    if (graph) *graph = NULL;
     return CUDA_SUCCESS;
 }
 struct sim_event { uint64_t done; };
@@ -669,6 +682,8 @@ static const struct entry entries[] = {
     { "cuStreamCreate", 2000, (void *)cuStreamCreate, NULL },
     { "cuStreamCreateWithPriority", 5050, (void *)cuStreamCreateWithPriority, NULL },
     { "cuStreamIsCapturing", 10000, (void *)cuStreamIsCapturing, NULL },
+    { "cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2, NULL },
+    { "cuStreamEndCapture", 10000, (void *)cuStreamEndCapture, NULL },
     { "cuCtxGetCurrent", 4000, (void *)cuCtxGetCurrent, NULL },
     { "cuCtxPushCurrent", 4000, (void *)cuCtxPushCurrent_v2, NULL },
     { "cuCtxPopCurrent", 4000, (void *)cuCtxPopCurrent_v2, NULL },

@@ -115,6 +115,9 @@ CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p);
 CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
 
+CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
+CUresult cuStreamEndCapture(CUstream s, void **graph);
+
 /* Simulator only (tests/sim): GPU work in time, and call counts. */
 CUresult simLaunch(CUstream s, CUdeviceptr p, size_t size, unsigned usec);
 int simInUse(CUdeviceptr p, size_t size);
