@@ -10,6 +10,10 @@ pub mod stack;
 pub mod stackfmt;
 
 #[cfg(feature = "cli")]
+pub mod analysis;
+#[cfg(feature = "cli")]
+pub mod export;
+#[cfg(feature = "cli")]
 pub mod run;
 #[cfg(feature = "cli")]
 pub mod simulate;

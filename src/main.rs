@@ -83,6 +83,78 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// What was live at exit, by call site; and the call sites whose memory grows every
+    /// iteration (iterations from a repeating NVTX range or mark, else a detected period).
+    #[command(
+        after_help = "Example:\n  gpushim run --conf stacks:on -- python train.py\n  gpushim leaks gpushim-python.1234.trace\n\n\
+        Call sites are the first frames of the allocating stack (record them with \
+        GPUSHIM_CONF=stacks:on); torch.cuda.nvtx.range_push(\"step\") marks iterations with no \
+        other change under `gpushim run`."
+    )]
+    Leaks {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// The NVTX range or mark name that starts an iteration (default: the one that repeats most).
+        #[arg(long, value_name = "NAME")]
+        boundary: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The moment of peak live memory on each device, and what was live then, by call site and
+    /// by NVTX range.
+    Peak {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// Rows per table.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Each failed allocation: the request, live and cached memory then, the largest free block
+    /// in the pool, and the call sites holding the most.
+    Oom {
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Live and reserved memory per device over time, as an SVG chart.
+    Plot {
+        trace: PathBuf,
+        /// Output file (.svg).
+        #[arg(short, long, default_value = "gpushim-timeline.svg")]
+        output: PathBuf,
+    },
+    /// A flame graph (SVG) of the memory live at the peak, by stack.
+    Flamegraph {
+        trace: PathBuf,
+        #[arg(short, long, default_value = "gpushim-flamegraph.svg")]
+        output: PathBuf,
+    },
+    /// Convert a trace for other viewers: Perfetto/Chrome JSON, PyTorch memory_viz pickle,
+    /// RMM replay CSV.
+    #[command(
+        after_help = "Formats:\n  perfetto     Chrome trace JSON: open in https://ui.perfetto.dev (a counter track per device, NVTX ranges as slices)\n  memory-viz   PyTorch snapshot pickle: open in https://pytorch.org/memory_viz\n  rmm          RMM replay log: Thread,Time,Action,Pointer,Size,Stream\n\n\
+        For every record as CSV or JSON lines, see `gpushim events`."
+    )]
+    Export {
+        trace: PathBuf,
+        #[arg(long, value_parser = ["perfetto", "memory-viz", "rmm"])]
+        format: String,
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Pickle protocol for memory-viz (2 or 3).
+        #[arg(long, default_value_t = 3)]
+        protocol: u8,
+    },
+    /// Two traces side by side: peak, live at exit, and live bytes per call site.
+    Diff {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the effective configuration from GPUSHIM_CONF and what each key does.
     Config {
         /// Configuration to check instead of $GPUSHIM_CONF.
@@ -103,6 +175,41 @@ fn main() -> ExitCode {
         Cmd::Events { trace, json } => cmd_events(&trace, json),
         Cmd::Simulate { trace, conf, json } => cmd_simulate(&trace, conf, json),
         Cmd::Config { conf } => cmd_config(conf),
+        Cmd::Leaks {
+            traces,
+            boundary,
+            json,
+        } => cmd_leaks(&traces, boundary.as_deref(), json),
+        Cmd::Peak { traces, top, json } => cmd_peak(&traces, top, json),
+        Cmd::Oom { traces, json } => cmd_oom(&traces, json),
+        Cmd::Plot { trace, output } => match gpushim::export::plot_svg(&trace) {
+            Ok(svg) => write_file(&output, &svg),
+            Err(e) => fail(e),
+        },
+        Cmd::Flamegraph { trace, output } => match gpushim::analysis::peak(&trace) {
+            Ok(peaks) => match peaks.first() {
+                Some(p) => write_file(
+                    &output,
+                    &gpushim::export::flamegraph_svg(
+                        p,
+                        &format!(
+                            "{}: live at the peak ({})",
+                            trace.display(),
+                            human_bytes(p.live_bytes)
+                        ),
+                    ),
+                ),
+                None => fail("the trace holds no allocation"),
+            },
+            Err(e) => fail(e),
+        },
+        Cmd::Export {
+            trace,
+            format,
+            output,
+            protocol,
+        } => cmd_export(&trace, &format, &output, protocol),
+        Cmd::Diff { a, b, json } => cmd_diff(&a, &b, json),
     }
 }
 
@@ -156,6 +263,282 @@ fn cmd_run(
         }
     }
     ExitCode::from(out.exit_code.clamp(0, 255) as u8)
+}
+
+fn print_json<T: serde::Serialize>(v: &T) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).expect("reports serialize")
+    );
+}
+
+fn cmd_leaks(traces: &[PathBuf], boundary: Option<&str>, json: bool) -> ExitCode {
+    for (i, t) in traces.iter().enumerate() {
+        let l = match gpushim::analysis::leaks(t, boundary) {
+            Ok(l) => l,
+            Err(e) => return fail(e),
+        };
+        if json {
+            print_json(&l);
+            continue;
+        }
+        if i > 0 {
+            println!();
+        }
+        println!("{}", t.display());
+        println!(
+            "live at exit: {}{}",
+            human_bytes(l.live_at_exit_bytes),
+            if l.clean_exit {
+                ""
+            } else {
+                " (the process did not exit cleanly: this is what was live when the trace ends)"
+            }
+        );
+        for h in l.live_at_exit.iter().take(10) {
+            println!(
+                "  {:>12} in {:>6} allocations  {}",
+                human_bytes(h.bytes),
+                h.allocations,
+                h.label
+            );
+        }
+        match &l.iterations {
+            None => println!(
+                "iterations: none found (no repeating NVTX range or mark, no regular allocation)"
+            ),
+            Some(it) => {
+                println!("iterations: {} boundaries, by {}", it.count, it.boundary);
+                if let (Some(a), Some(b)) =
+                    (it.live_at_boundaries.first(), it.live_at_boundaries.last())
+                {
+                    println!(
+                        "  live at the first boundary {}, at the last {}",
+                        human_bytes(*a),
+                        human_bytes(*b)
+                    );
+                }
+                if it.growing.is_empty() {
+                    println!("  no call site grows steadily from one iteration to the next");
+                }
+                for g in &it.growing {
+                    println!(
+                        "  grows {} per iteration ({} -> {})  {}",
+                        human_bytes(g.bytes_per_iteration),
+                        human_bytes(g.live_at_first_boundary),
+                        human_bytes(g.live_at_last_boundary),
+                        g.call_site
+                    );
+                }
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn cmd_peak(traces: &[PathBuf], top: usize, json: bool) -> ExitCode {
+    for t in traces {
+        let peaks = match gpushim::analysis::peak(t) {
+            Ok(p) => p,
+            Err(e) => return fail(e),
+        };
+        if json {
+            print_json(&peaks);
+            continue;
+        }
+        println!("{}", t.display());
+        for p in &peaks {
+            println!(
+                "device {}: peak live {} at {} (reserved {})",
+                p.device,
+                human_bytes(p.live_bytes),
+                summary::human_duration(p.time_ns),
+                human_bytes(p.reserved_bytes)
+            );
+            println!("  by call site:");
+            for h in p.by_call_site.iter().take(top) {
+                println!(
+                    "    {:>12} in {:>6}  {}",
+                    human_bytes(h.bytes),
+                    h.allocations,
+                    h.label
+                );
+            }
+            println!("  by NVTX range:");
+            for h in p.by_range.iter().take(top) {
+                println!(
+                    "    {:>12} in {:>6}  {}",
+                    human_bytes(h.bytes),
+                    h.allocations,
+                    h.label
+                );
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn cmd_oom(traces: &[PathBuf], json: bool) -> ExitCode {
+    for t in traces {
+        let ooms = match gpushim::analysis::oom(t) {
+            Ok(o) => o,
+            Err(e) => return fail(e),
+        };
+        if json {
+            print_json(&ooms);
+            continue;
+        }
+        println!("{}: {} failed allocation(s)", t.display(), ooms.len());
+        for o in &ooms {
+            println!(
+                "at {}: {} of {} failed with {} on device {}{}",
+                summary::human_duration(o.time_ns),
+                o.api,
+                human_bytes(o.requested_bytes),
+                o.status,
+                o.device,
+                if o.limit_hit {
+                    " (the pool's limit, not the device)"
+                } else {
+                    ""
+                }
+            );
+            println!(
+                "  live {}, reserved {}, cached (reserved, not live) {}, largest free block in the pool {}",
+                human_bytes(o.live_bytes),
+                human_bytes(o.reserved_bytes),
+                human_bytes(o.cached_bytes),
+                human_bytes(o.largest_free_block)
+            );
+            if let Some(f) = o.device_free_bytes {
+                println!(
+                    "  the device said {} free at the last cudaMemGetInfo before",
+                    human_bytes(f)
+                );
+            }
+            println!("  holding the most:");
+            for h in o.holders.iter().take(5) {
+                println!(
+                    "    {:>12} in {:>6}  {}",
+                    human_bytes(h.bytes),
+                    h.allocations,
+                    h.label
+                );
+            }
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+fn write_file(path: &std::path::Path, text: &str) -> ExitCode {
+    match std::fs::write(path, text) {
+        Ok(()) => {
+            eprintln!("gpushim: wrote {}", path.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(format!("cannot write {}: {e}", path.display())),
+    }
+}
+
+fn cmd_export(
+    trace: &std::path::Path,
+    format: &str,
+    output: &std::path::Path,
+    protocol: u8,
+) -> ExitCode {
+    let file = match std::fs::File::create(output) {
+        Ok(f) => f,
+        Err(e) => return fail(format!("cannot write {}: {e}", output.display())),
+    };
+    let mut w = std::io::BufWriter::new(file);
+    let r = match format {
+        "perfetto" => gpushim::export::perfetto(trace, &mut w).map_err(|e| e.to_string()),
+        "rmm" => gpushim::export::rmm_csv(trace, &mut w).map_err(|e| e.to_string()),
+        _ => gpushim::export::memory_viz(trace, &mut w, protocol),
+    };
+    match r {
+        Ok(n) => {
+            use std::io::Write;
+            if let Err(e) = w.flush() {
+                return fail(format!("cannot write {}: {e}", output.display()));
+            }
+            eprintln!(
+                "gpushim: wrote {} ({n} {})",
+                output.display(),
+                match format {
+                    "perfetto" => "events",
+                    "rmm" => "rows",
+                    _ => "segments",
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn cmd_diff(a: &std::path::Path, b: &std::path::Path, json: bool) -> ExitCode {
+    let (la, sa) = match gpushim::export::live_by_site(a) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let (lb, sb) = match gpushim::export::live_by_site(b) {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    let peak = |t: &std::path::Path| {
+        gpushim::analysis::peak(t).map(|p| p.iter().map(|x| x.live_bytes).sum::<u64>())
+    };
+    let (pa, pb) = match (peak(a), peak(b)) {
+        (Ok(x), Ok(y)) => (x, y),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    let mut sites: Vec<(String, i128, u64, u64)> = sa
+        .keys()
+        .chain(sb.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|k| {
+            let (x, y) = (
+                sa.get(k).copied().unwrap_or(0),
+                sb.get(k).copied().unwrap_or(0),
+            );
+            (k.clone(), y as i128 - x as i128, x, y)
+        })
+        .filter(|s| s.1 != 0)
+        .collect();
+    sites.sort_by(|x, y| y.1.abs().cmp(&x.1.abs()));
+    if json {
+        print_json(&serde_json::json!({
+            "a": a.display().to_string(), "b": b.display().to_string(),
+            "peak_live_bytes": [pa, pb], "live_at_exit_bytes": [la, lb],
+            "call_sites": sites.iter().map(|s| serde_json::json!({"call_site": s.0, "a": s.2, "b": s.3})).collect::<Vec<_>>(),
+        }));
+        return ExitCode::SUCCESS;
+    }
+    println!("{:<24} {:>14} {:>14}", "", "A", "B");
+    println!(
+        "{:<24} {:>14} {:>14}",
+        "peak live",
+        human_bytes(pa),
+        human_bytes(pb)
+    );
+    println!(
+        "{:<24} {:>14} {:>14}",
+        "live at exit",
+        human_bytes(la),
+        human_bytes(lb)
+    );
+    println!("live at exit by call site, largest changes first:");
+    for s in sites.iter().take(20) {
+        let sign = if s.1 > 0 { "+" } else { "-" };
+        println!(
+            "  {sign}{:>12}  {}",
+            human_bytes(s.1.unsigned_abs() as u64),
+            s.0
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 fn cmd_summary(traces: &[PathBuf], json: bool) -> ExitCode {

@@ -1,0 +1,571 @@
+//! The reports that replay a trace's allocations: `peak`, `leaks` (with growth per iteration),
+//! `oom`. Decoding streams: memory grows with the live allocations and the distinct call sites,
+//! never with the length of the trace. Reports that need a moment found by a first pass (the
+//! peak) read the trace twice.
+
+use crate::format::{DEVICE_UNKNOWN, Record, RecordKind};
+use crate::reader::{ReadError, TraceReader};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// A live allocation as the replay knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Live {
+    pub size: u64,
+    pub device: u8,
+    /// Stack id (0: none recorded).
+    pub stack: u64,
+    /// String id of the innermost NVTX range of the allocating thread (0: none).
+    pub range: u64,
+    pub time_ns: u64,
+    pub thread: u16,
+    pub stream: u16,
+}
+
+/// The allocation state of a trace at one moment, updated record by record.
+#[derive(Default)]
+pub struct Replay {
+    /// By address, so the blocks of a segment can be walked in order.
+    pub live: BTreeMap<u64, Live>,
+    pub live_bytes: BTreeMap<u8, u64>,
+    /// The pool's segments (runs with the shim's pool): base -> (size, device).
+    pub segments: BTreeMap<u64, (u64, u8)>,
+    pub reserved: BTreeMap<u8, u64>,
+    /// The latest real free/total memory per device (`MemInfo` records).
+    pub mem_info: BTreeMap<u8, (u64, u64)>,
+    last_alloc: HashMap<u16, u64>,
+    ranges: HashMap<u16, Vec<u64>>,
+    /// Records applied.
+    pub index: u64,
+    pub time_ns: u64,
+}
+
+/// What a record changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Alloc { ptr: u64, device: u8 },
+    Free { ptr: u64, live: Live },
+    Other,
+}
+
+impl Replay {
+    pub fn apply(&mut self, r: &Record) -> Change {
+        self.index += 1;
+        self.time_ns = self.time_ns.max(r.time_ns);
+        use RecordKind::*;
+        match r.kind {
+            Alloc | AllocAsync | ManagedAlloc if r.status == 0 && r.ptr != 0 => {
+                let device = if r.device == DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                };
+                let range = self
+                    .ranges
+                    .get(&r.thread)
+                    .and_then(|s| s.last().copied())
+                    .unwrap_or(0);
+                let l = Live {
+                    size: r.size,
+                    device,
+                    stack: 0,
+                    range,
+                    time_ns: r.time_ns,
+                    thread: r.thread,
+                    stream: r.stream,
+                };
+                if let Some(old) = self.live.insert(r.ptr, l) {
+                    // Freed by a route the trace did not see.
+                    *self.live_bytes.entry(old.device).or_default() -= old.size;
+                }
+                *self.live_bytes.entry(device).or_default() += r.size;
+                self.last_alloc.insert(r.thread, r.ptr);
+                Change::Alloc { ptr: r.ptr, device }
+            }
+            Free | FreeAsync if r.status == 0 && r.ptr != 0 => {
+                self.last_alloc.remove(&r.thread);
+                match self.live.remove(&r.ptr) {
+                    Some(l) => {
+                        *self.live_bytes.entry(l.device).or_default() -= l.size;
+                        Change::Free {
+                            ptr: r.ptr,
+                            live: l,
+                        }
+                    }
+                    None => Change::Other,
+                }
+            }
+            StackRef => {
+                if let Some(p) = self.last_alloc.remove(&r.thread)
+                    && let Some(l) = self.live.get_mut(&p)
+                {
+                    l.stack = r.ptr;
+                }
+                Change::Other
+            }
+            RangePush => {
+                self.ranges.entry(r.thread).or_default().push(r.ptr);
+                Change::Other
+            }
+            RangePop => {
+                if let Some(s) = self.ranges.get_mut(&r.thread) {
+                    s.pop();
+                }
+                Change::Other
+            }
+            SegmentReserve => {
+                self.segments.insert(r.ptr, (r.size, r.device));
+                *self.reserved.entry(r.device).or_default() += r.size;
+                Change::Other
+            }
+            SegmentRelease => {
+                self.segments.remove(&r.ptr);
+                let v = self.reserved.entry(r.device).or_default();
+                *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            MemInfo if r.status == 0 => {
+                let d = if r.device == DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                };
+                self.mem_info.insert(d, (r.ptr, r.size));
+                Change::Other
+            }
+            _ => {
+                // Any other record of the thread ends the window in which a StackRef belongs
+                // to its allocation.
+                if !matches!(r.kind, Stack | StackData | String | StringData | Module) {
+                    self.last_alloc.remove(&r.thread);
+                }
+                Change::Other
+            }
+        }
+    }
+
+    pub fn live_on(&self, device: u8) -> u64 {
+        self.live_bytes.get(&device).copied().unwrap_or(0)
+    }
+
+    /// Reserved memory on a device: the pool's segments, or (pass-through) what is live.
+    pub fn reserved_on(&self, device: u8) -> u64 {
+        if self.segments.is_empty() && self.reserved.is_empty() {
+            self.live_on(device)
+        } else {
+            self.reserved.get(&device).copied().unwrap_or(0)
+        }
+    }
+
+    /// The largest free range inside the pool's segments of `device` (0 without a pool).
+    pub fn largest_free_block(&self, device: u8) -> u64 {
+        let mut best = 0;
+        for (&base, &(size, d)) in &self.segments {
+            if d != device {
+                continue;
+            }
+            let mut at = base;
+            for (&p, l) in self.live.range(base..base + size) {
+                best = best.max(p.saturating_sub(at));
+                at = at.max(p + l.size);
+            }
+            best = best.max((base + size).saturating_sub(at));
+        }
+        best
+    }
+}
+
+/// Opens a trace, says where its damage is if any, and replays it through `f`.
+pub fn replay_each(
+    path: &Path,
+    mut f: impl FnMut(&TraceReader, &mut Replay, &Record, Change),
+) -> Result<(TraceReader, Replay), ReadError> {
+    let mut reader = TraceReader::open(path)?;
+    let mut replay = Replay::default();
+    while let Some(r) = reader.next() {
+        let c = replay.apply(&r);
+        f(&reader, &mut replay, &r, c);
+    }
+    Ok((reader, replay))
+}
+
+/// A call site as people read it: the first frames of its stack, innermost first.
+pub fn site_label(reader: &TraceReader, stack: u64) -> String {
+    match reader.stack(stack) {
+        Some(frames) if stack != 0 && !frames.is_empty() => frames
+            .iter()
+            .take(4)
+            .map(|&ip| reader.describe_address(ip))
+            .collect::<Vec<_>>()
+            .join(" < "),
+        _ => "(no stack: record with GPUSHIM_CONF=stacks:on)".into(),
+    }
+}
+
+pub fn range_label(reader: &TraceReader, range: u64) -> String {
+    if range == 0 {
+        "(no NVTX range)".into()
+    } else {
+        reader
+            .string(range)
+            .unwrap_or("(unnamed range)")
+            .to_string()
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    pub label: String,
+    pub bytes: u64,
+    pub allocations: u64,
+}
+
+fn holders(
+    live: &BTreeMap<u64, Live>,
+    device: Option<u8>,
+    key: impl Fn(&Live) -> u64,
+    label: impl Fn(u64) -> String,
+) -> Vec<Holder> {
+    let mut by: HashMap<u64, (u64, u64)> = HashMap::new();
+    for l in live
+        .values()
+        .filter(|l| device.is_none_or(|d| l.device == d))
+    {
+        let e = by.entry(key(l)).or_default();
+        e.0 += l.size;
+        e.1 += 1;
+    }
+    let mut v: Vec<Holder> = by
+        .into_iter()
+        .map(|(k, (bytes, allocations))| Holder {
+            label: label(k),
+            bytes,
+            allocations,
+        })
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.label.cmp(&b.label)));
+    v
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Peak {
+    pub device: u8,
+    pub live_bytes: u64,
+    pub reserved_bytes: u64,
+    pub time_ns: u64,
+    pub by_call_site: Vec<Holder>,
+    pub by_range: Vec<Holder>,
+    /// Live allocations at the peak, with their stacks (for flame graphs).
+    #[serde(skip)]
+    pub stacks: Vec<(Vec<String>, u64)>,
+}
+
+/// Replays the first `at` records, then the stack references that follow within a short window
+/// (a stack is recorded just after its allocation; other threads may come in between).
+fn replay_until(reader: &mut TraceReader, at: u64) -> Replay {
+    let mut rp = Replay::default();
+    while rp.index < at {
+        let Some(r) = reader.next() else {
+            return rp;
+        };
+        rp.apply(&r);
+    }
+    for _ in 0..64 {
+        let Some(r) = reader.next() else {
+            break;
+        };
+        if r.kind == RecordKind::StackRef {
+            let index = rp.index;
+            rp.apply(&r);
+            rp.index = index;
+        }
+    }
+    rp
+}
+
+/// The moment of peak live memory on each device, and what was live then.
+pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
+    // Pass 1: when each device peaked (the first record reaching its maximum).
+    let mut best: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
+    replay_each(path, |_, rp, _, c| {
+        if let Change::Alloc { device, .. } = c {
+            let live = rp.live_on(device);
+            let e = best.entry(device).or_insert((0, 0));
+            if live > e.0 {
+                *e = (live, rp.index);
+            }
+        }
+    })?;
+    let mut out = Vec::new();
+    for (&device, &(_, at)) in &best {
+        let mut reader = TraceReader::open(path)?;
+        let rp = replay_until(&mut reader, at);
+        let stacks = rp
+            .live
+            .values()
+            .filter(|l| l.device == device)
+            .map(|l| {
+                let frames = reader
+                    .stack(l.stack)
+                    .map(|f| f.iter().map(|&ip| reader.describe_address(ip)).collect())
+                    .unwrap_or_else(|| vec!["(no stack)".to_string()]);
+                (frames, l.size)
+            })
+            .collect();
+        out.push(Peak {
+            device,
+            live_bytes: rp.live_on(device),
+            reserved_bytes: rp.reserved_on(device),
+            time_ns: rp.time_ns,
+            by_call_site: holders(
+                &rp.live,
+                Some(device),
+                |l| l.stack,
+                |k| site_label(&reader, k),
+            ),
+            by_range: holders(
+                &rp.live,
+                Some(device),
+                |l| l.range,
+                |k| range_label(&reader, k),
+            ),
+            stacks,
+        });
+    }
+    Ok(out)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Growth {
+    pub call_site: String,
+    /// Median growth between consecutive iteration boundaries.
+    pub bytes_per_iteration: u64,
+    pub live_at_first_boundary: u64,
+    pub live_at_last_boundary: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Iterations {
+    /// What marks an iteration: an NVTX range or mark name, or a detected period.
+    pub boundary: String,
+    pub count: u64,
+    /// Live bytes (all devices) at each boundary.
+    pub live_at_boundaries: Vec<u64>,
+    pub growing: Vec<Growth>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Leaks {
+    pub live_at_exit_bytes: u64,
+    pub live_at_exit: Vec<Holder>,
+    pub iterations: Option<Iterations>,
+    pub clean_exit: bool,
+}
+
+/// Keeps at most this many boundaries (evenly thinned past it).
+const MAX_BOUNDARIES: usize = 1000;
+
+/// What was live at exit, by call site; and, with iteration boundaries (an NVTX range or mark
+/// that repeats, `boundary` if given, else a detected period), the call sites whose live bytes
+/// grow steadily from one iteration to the next.
+pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
+    // Pass 1: candidate boundaries (NVTX names) and allocation sites for period detection.
+    let mut names: HashMap<u64, (u64, bool)> = HashMap::new();
+    let mut sites: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    let (reader, _) = replay_each(path, |_, _, r, c| match r.kind {
+        RecordKind::RangePush | RecordKind::Mark => {
+            let e = names
+                .entry(r.ptr)
+                .or_insert((0, r.kind == RecordKind::RangePush));
+            e.0 += 1;
+        }
+        _ => {
+            if let Change::Alloc { .. } = c {
+                let v = sites.entry((r.api as u64, r.size)).or_default();
+                if v.len() < 100_000 {
+                    v.push(r.time_ns);
+                }
+            }
+        }
+    })?;
+    // Choose the boundary.
+    // (description, NVTX string id, or the (API, size) of a detected period)
+    type Boundary = (String, Option<u64>, Option<(u64, u64)>);
+    let chosen: Option<Boundary> = match boundary {
+        Some(name) => names
+            .keys()
+            .find(|&&id| reader.string(id) == Some(name))
+            .map(|&id| (format!("NVTX '{name}'"), Some(id), None)),
+        None => names
+            .iter()
+            .filter(|(_, (n, _))| *n >= 3)
+            .max_by_key(|(id, (n, push))| (*push, *n, std::cmp::Reverse(**id)))
+            .map(|(&id, _)| {
+                (
+                    format!("NVTX '{}'", reader.string(id).unwrap_or("?")),
+                    Some(id),
+                    None,
+                )
+            })
+            .or_else(|| {
+                detect_period(&sites).map(|key| {
+                    (
+                        format!(
+                            "detected period: each allocation of {} B (no NVTX ranges in the trace)",
+                            key.1
+                        ),
+                        None,
+                        Some(key),
+                    )
+                })
+            }),
+    };
+    // Pass 2: live bytes per call site at each boundary, from the live set (the stacks of
+    // earlier allocations are all in by then).
+    let mut series: Vec<HashMap<u64, u64>> = Vec::new();
+    let mut totals: Vec<u64> = Vec::new();
+    let mut seen = 0u64;
+    let (reader, rp) = replay_each(path, |_, rp, r, c| {
+        let is_boundary = match &chosen {
+            Some((_, Some(id), _)) => {
+                matches!(r.kind, RecordKind::RangePush | RecordKind::Mark) && r.ptr == *id
+            }
+            Some((_, None, Some(key))) => {
+                matches!(c, Change::Alloc { .. }) && (r.api as u64, r.size) == *key
+            }
+            _ => false,
+        };
+        if is_boundary {
+            seen += 1;
+            if series.len() < MAX_BOUNDARIES {
+                let mut by: HashMap<u64, u64> = HashMap::new();
+                for l in rp.live.values() {
+                    *by.entry(l.stack).or_default() += l.size;
+                }
+                series.push(by);
+                totals.push(rp.live_bytes.values().sum());
+            }
+        }
+    })?;
+    let iterations = chosen.map(|(boundary, _, _)| {
+        let mut growing = Vec::new();
+        if series.len() >= 3 {
+            let keys: std::collections::HashSet<u64> =
+                series.iter().flat_map(|m| m.keys().copied()).collect();
+            for k in keys {
+                let s: Vec<u64> = series
+                    .iter()
+                    .map(|m| m.get(&k).copied().unwrap_or(0))
+                    .collect();
+                let mut diffs: Vec<i128> =
+                    s.windows(2).map(|w| w[1] as i128 - w[0] as i128).collect();
+                let rising = diffs.iter().filter(|&&d| d >= 0).count();
+                diffs.sort_unstable();
+                let median = diffs[diffs.len() / 2];
+                if median > 0 && rising * 4 >= diffs.len() * 3 && s[s.len() - 1] > s[0] {
+                    growing.push(Growth {
+                        call_site: site_label(&reader, k),
+                        bytes_per_iteration: median as u64,
+                        live_at_first_boundary: s[0],
+                        live_at_last_boundary: s[s.len() - 1],
+                    });
+                }
+            }
+            growing.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_iteration));
+        }
+        Iterations {
+            boundary,
+            count: seen,
+            live_at_boundaries: totals.clone(),
+            growing,
+        }
+    });
+    Ok(Leaks {
+        live_at_exit_bytes: rp.live_bytes.values().sum(),
+        live_at_exit: holders(&rp.live, None, |l| l.stack, |k| site_label(&reader, k)),
+        iterations,
+        clean_exit: reader.info().clean_exit,
+    })
+}
+
+/// The allocation (API, size) that recurs most often at regular intervals (at least 3 times):
+/// once per iteration, in a loop. Allocations made several times per iteration come in bursts,
+/// not at regular intervals.
+fn detect_period(sites: &HashMap<(u64, u64), Vec<u64>>) -> Option<(u64, u64)> {
+    sites
+        .iter()
+        .filter(|(_, t)| t.len() >= 3)
+        .filter(|(_, t)| {
+            let d: Vec<f64> = t.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
+            let mean = d.iter().sum::<f64>() / d.len() as f64;
+            let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / d.len() as f64;
+            mean > 0.0 && var.sqrt() / mean < 0.25
+        })
+        .max_by_key(|(k, t)| (t.len(), k.1))
+        .map(|(k, _)| *k)
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Oom {
+    pub time_ns: u64,
+    pub api: String,
+    pub status: u8,
+    pub device: u8,
+    pub requested_bytes: u64,
+    pub live_bytes: u64,
+    pub reserved_bytes: u64,
+    /// Reserved by the pool and not live: cached.
+    pub cached_bytes: u64,
+    pub largest_free_block: u64,
+    /// The pool refused because of `limit`, not the device.
+    pub limit_hit: bool,
+    /// The device's own free memory at the last `cudaMemGetInfo` before, if any.
+    pub device_free_bytes: Option<u64>,
+    pub holders: Vec<Holder>,
+}
+
+/// Every failed allocation, with what held memory at that moment.
+pub fn oom(path: &Path) -> Result<Vec<Oom>, ReadError> {
+    let mut out = Vec::new();
+    let mut limit_pending: HashMap<u16, bool> = HashMap::new();
+    replay_each(path, |reader, rp, r, _| match r.kind {
+        RecordKind::LimitHit => {
+            limit_pending.insert(r.thread, true);
+        }
+        RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
+            if r.status != 0 && r.size > 0 =>
+        {
+            let device = if r.device == DEVICE_UNKNOWN {
+                0
+            } else {
+                r.device
+            };
+            let live = rp.live_on(device);
+            let reserved = rp.reserved_on(device);
+            let mut h = holders(
+                &rp.live,
+                Some(device),
+                |l| l.stack,
+                |k| site_label(reader, k),
+            );
+            h.truncate(10);
+            out.push(Oom {
+                time_ns: r.time_ns,
+                api: r.api.name().to_string(),
+                status: r.status,
+                device,
+                requested_bytes: r.size,
+                live_bytes: live,
+                reserved_bytes: reserved,
+                cached_bytes: reserved.saturating_sub(live),
+                largest_free_block: rp.largest_free_block(device),
+                limit_hit: limit_pending.remove(&r.thread).unwrap_or(false),
+                device_free_bytes: rp.mem_info.get(&device).map(|m| m.0),
+                holders: h,
+            });
+        }
+        _ => {}
+    })?;
+    Ok(out)
+}

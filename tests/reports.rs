@@ -1,0 +1,305 @@
+//! The reports on a trace made by running a client under the shim on the simulator
+//! (`tests/clients/leaky.c`: NVTX "step" iterations, 512 KiB leaked per step from leak(), a
+//! 200 MiB spike from spike() in step 6, one allocation on device 1, one failed 64 GiB request).
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+struct Leaky {
+    trace: PathBuf,
+    leak_fn: u64,
+    spike_fn: u64,
+}
+
+fn leaky() -> Leaky {
+    let dir = tempdir("reports");
+    let t = dir.join("leaky.trace");
+    let out = run(
+        &sim().bin("leaky"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![
+                ("GPUSHIM_CONF", "stacks:on".into()),
+                ("GPUSHIM_SIM_DEVICES", "2".into()),
+                ("GPUSHIM_SIM_MEMORY", (1u64 << 30).to_string()),
+                ("NVTX_INJECTION64_PATH", shim().display().to_string()),
+            ],
+            args: vec!["12".into()],
+        },
+    );
+    assert_ok(&out);
+    let s = stdout(&out);
+    let get = |k: &str| -> u64 {
+        s.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{k} missing from {s}"))
+    };
+    assert!(s.contains("huge 2"), "{s}");
+    Leaky {
+        trace: t,
+        leak_fn: get("leak_fn "),
+        spike_fn: get("spike_fn "),
+    }
+}
+
+fn report(args: &[&str], trace: &Path) -> serde_json::Value {
+    let out = Command::new(gpushim_bin())
+        .args(args)
+        .arg(trace)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Whether a call site's innermost frame (`leaky+0x123b < ...`) lies in the function that
+/// starts at `start` (the client's functions are a few dozen bytes long).
+fn in_function(label: &str, start: u64) -> bool {
+    let first = label.split(" < ").next().unwrap_or("");
+    let Some(off) = first.strip_prefix("leaky+0x") else {
+        return false;
+    };
+    let off = u64::from_str_radix(off, 16).unwrap_or(0);
+    (start..start + 0x60).contains(&off)
+}
+
+#[test]
+fn leaks_names_the_call_site_that_grows_every_iteration_and_by_how_much() {
+    let l = leaky();
+    let v = report(&["leaks"], &l.trace);
+    let it = &v["iterations"];
+    assert_eq!(it["boundary"], "NVTX 'step'");
+    assert_eq!(it["count"], 12);
+    let growing = it["growing"].as_array().unwrap();
+    assert_eq!(growing.len(), 1, "{growing:?}");
+    assert_eq!(growing[0]["bytes_per_iteration"], 512 * 1024);
+    let site = growing[0]["call_site"].as_str().unwrap();
+    assert!(in_function(site, l.leak_fn), "{site} is not in leak()");
+    // At exit: the 12 leaked blocks and the device-1 allocation.
+    assert_eq!(v["live_at_exit_bytes"], 12 * 512 * 1024 + (8 << 20));
+}
+
+#[test]
+fn peak_attributes_the_peak_to_the_spike_and_its_nvtx_range() {
+    let l = leaky();
+    let v = report(&["peak"], &l.trace);
+    let peaks = v.as_array().unwrap();
+    assert_eq!(peaks.len(), 2, "one peak per device");
+    let d0 = &peaks[0];
+    assert_eq!(d0["device"], 0);
+    // Step 6: activations of 1+2+3+4 MiB, 7 leaked blocks, and the spike.
+    assert_eq!(
+        d0["live_bytes"],
+        (10u64 << 20) + 7 * 512 * 1024 + (200 << 20)
+    );
+    let top = &d0["by_call_site"][0];
+    assert_eq!(top["bytes"], 200u64 << 20);
+    assert!(
+        in_function(top["label"].as_str().unwrap(), l.spike_fn),
+        "{top}"
+    );
+    assert_eq!(d0["by_range"][0]["label"], "step");
+    assert_eq!(peaks[1]["live_bytes"], 8u64 << 20);
+}
+
+#[test]
+fn oom_explains_the_failed_request() {
+    let l = leaky();
+    let v = report(&["oom"], &l.trace);
+    let ooms = v.as_array().unwrap();
+    assert_eq!(ooms.len(), 1);
+    let o = &ooms[0];
+    assert_eq!(o["requested_bytes"], 64u64 << 30);
+    assert_eq!(o["status"], 2);
+    assert_eq!(o["live_bytes"], 12 * 512 * 1024);
+    assert!(in_function(
+        o["holders"][0]["label"].as_str().unwrap(),
+        l.leak_fn
+    ));
+}
+
+#[test]
+fn perfetto_export_parses_with_one_counter_track_per_device_and_the_nvtx_slices() {
+    let l = leaky();
+    let out = l.trace.with_extension("json");
+    let o = Command::new(gpushim_bin())
+        .args(["export", "--format", "perfetto", "-o"])
+        .arg(&out)
+        .arg(&l.trace)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    let mut tracks: Vec<&str> = ev
+        .iter()
+        .filter(|e| e["ph"] == "C")
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    tracks.sort();
+    tracks.dedup();
+    assert_eq!(tracks, ["device 0 memory", "device 1 memory"]);
+    let begins = ev
+        .iter()
+        .filter(|e| e["ph"] == "B" && e["name"] == "step")
+        .count();
+    let ends = ev.iter().filter(|e| e["ph"] == "E").count();
+    assert_eq!((begins, ends), (12, 12));
+}
+
+#[test]
+fn memory_viz_pickle_loads_in_python_with_consistent_segments() {
+    let l = leaky();
+    for protocol in ["2", "3"] {
+        let out = l.trace.with_extension(format!("p{protocol}.pickle"));
+        let o = Command::new(gpushim_bin())
+            .args([
+                "export",
+                "--format",
+                "memory-viz",
+                "--protocol",
+                protocol,
+                "-o",
+            ])
+            .arg(&out)
+            .arg(&l.trace)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        let check = r#"
+import pickle, sys
+s = pickle.load(open(sys.argv[1], "rb"))
+assert set(s) >= {"segments", "device_traces"}, s.keys()
+live = 0
+for seg in s["segments"]:
+    for k in ("device", "address", "total_size", "allocated_size", "stream", "segment_type", "blocks"):
+        assert k in seg, k
+    at = seg["address"]
+    for b in seg["blocks"]:
+        assert b["address"] == at, (seg["address"], b)
+        assert b["state"] in ("active_allocated", "inactive")
+        at += b["size"]
+        live += b["size"] if b["state"] == "active_allocated" else 0
+    assert at == seg["address"] + seg["total_size"]
+    assert seg["allocated_size"] == sum(b["size"] for b in seg["blocks"] if b["state"] == "active_allocated")
+assert len(s["device_traces"]) == 2
+actions = {t["action"] for t in s["device_traces"][0]}
+assert {"alloc", "free_completed", "segment_alloc", "oom"} <= actions, actions
+print(live)
+"#;
+        let py = Command::new("python3")
+            .args(["-c", check])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_ok(&py);
+        assert_eq!(
+            stdout(&py).trim(),
+            (12 * 512 * 1024 + (8u64 << 20)).to_string()
+        );
+    }
+}
+
+#[test]
+fn plot_and_flamegraph_write_svg_with_labelled_axes() {
+    let l = leaky();
+    for (cmd, must) in [
+        (
+            "plot",
+            vec![
+                "memory (MiB)",
+                "time since the trace started",
+                "device 0 live",
+                "device 1 reserved",
+                "NVTX range 'step'",
+            ],
+        ),
+        ("flamegraph", vec!["live at the peak", "leaky+0x"]),
+    ] {
+        let out = l.trace.with_extension(format!("{cmd}.svg"));
+        let o = Command::new(gpushim_bin())
+            .arg(cmd)
+            .arg(&l.trace)
+            .arg("-o")
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert_ok(&o);
+        let svg = std::fs::read_to_string(&out).unwrap();
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        for m in must {
+            assert!(svg.contains(m), "{cmd}: no '{m}'");
+        }
+    }
+}
+
+#[test]
+fn reports_refuse_files_that_are_not_traces_and_name_the_problem() {
+    let dir = tempdir("reports-bad");
+    let bad = dir.join("bad.trace");
+    std::fs::write(&bad, vec![7u8; 10_000]).unwrap();
+    let short = dir.join("short.trace");
+    std::fs::write(&short, b"GPUSHIM").unwrap();
+    for cmd in ["leaks", "peak", "oom", "plot", "flamegraph"] {
+        for (f, says) in [(&bad, "not a gpushim trace"), (&short, "shorter than")] {
+            let o = Command::new(gpushim_bin())
+                .arg(cmd)
+                .arg(f)
+                .output()
+                .unwrap();
+            assert_eq!(o.status.code(), Some(2), "{cmd}");
+            assert!(stderr(&o).contains(says), "{cmd}: {}", stderr(&o));
+        }
+    }
+}
+
+#[test]
+fn a_trace_cut_short_still_reports_what_it_holds() {
+    let l = leaky();
+    let bytes = std::fs::read(&l.trace).unwrap();
+    let cut = l.trace.with_extension("cut.trace");
+    // The header and the first 2,000 records.
+    std::fs::write(&cut, &bytes[..4096 + 2000 * 32]).unwrap();
+    let v = report(&["leaks"], &cut);
+    assert!(v["live_at_exit_bytes"].as_u64().is_some());
+    assert_eq!(v["clean_exit"], true, "the header says the process exited");
+}
+
+#[test]
+fn diff_shows_the_growth_between_two_runs() {
+    let a = leaky();
+    let dir = tempdir("reports-diff");
+    let t = dir.join("short.trace");
+    let out = run(
+        &sim().bin("leaky"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![
+                ("GPUSHIM_CONF", "stacks:on".into()),
+                ("GPUSHIM_SIM_DEVICES", "2".into()),
+                ("GPUSHIM_SIM_MEMORY", (1u64 << 30).to_string()),
+                ("NVTX_INJECTION64_PATH", shim().display().to_string()),
+            ],
+            args: vec!["4".into()],
+        },
+    );
+    assert_ok(&out);
+    let o = Command::new(gpushim_bin())
+        .args(["diff", "--json"])
+        .arg(&t)
+        .arg(&a.trace)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sites = v["call_sites"].as_array().unwrap();
+    assert_eq!(sites.len(), 1, "only the leak differs: {sites:?}");
+    assert_eq!(sites[0]["a"], 4 * 512 * 1024);
+    assert_eq!(sites[0]["b"], 12 * 512 * 1024);
+}
