@@ -507,7 +507,7 @@ fn cmd_diff(a: &std::path::Path, b: &std::path::Path, json: bool) -> ExitCode {
         })
         .filter(|s| s.1 != 0)
         .collect();
-    sites.sort_by(|x, y| y.1.abs().cmp(&x.1.abs()));
+    sites.sort_by_key(|s| std::cmp::Reverse(s.1.abs()));
     if json {
         print_json(&serde_json::json!({
             "a": a.display().to_string(), "b": b.display().to_string(),
