@@ -27,6 +27,8 @@ else
   scripts/build-sim.sh "$work" >/dev/null
   export LD_LIBRARY_PATH="$PWD/$work${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-"$bin" run --lib target/release/libgpushim.so --trace "$work/train_loop.%p.trace" -- "$work/train_loop" "$steps"
+"$bin" run --conf stacks:on --lib target/release/libgpushim.so --trace "$work/train_loop.%p.trace" -- "$work/train_loop" "$steps"
 echo
 "$bin" summary "$work"/train_loop.*.trace
+echo
+"$bin" leaks "$work"/train_loop.*.trace

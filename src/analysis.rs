@@ -21,6 +21,17 @@ pub struct Live {
     pub time_ns: u64,
     pub thread: u16,
     pub stream: u16,
+    pub api: u8,
+}
+
+/// The call-site key of an allocation: its stack id, or without a stack its API and size
+/// (flagged in the top bit).
+pub fn site_key(l: &Live) -> u64 {
+    if l.stack != 0 {
+        l.stack
+    } else {
+        (1 << 63) | (u64::from(l.api) << 48) | (l.size & ((1 << 48) - 1))
+    }
 }
 
 /// The allocation state of a trace at one moment, updated record by record.
@@ -74,6 +85,7 @@ impl Replay {
                     time_ns: r.time_ns,
                     thread: r.thread,
                     stream: r.stream,
+                    api: r.api as u8,
                 };
                 if let Some(old) = self.live.insert(r.ptr, l) {
                     // Freed by a route the trace did not see.
@@ -192,6 +204,13 @@ pub fn replay_each(
 
 /// A call site as people read it: the first frames of its stack, innermost first.
 pub fn site_label(reader: &TraceReader, stack: u64) -> String {
+    if stack >> 63 == 1 {
+        let api = crate::format::Api::from_u8((stack >> 48) as u8 & 0x7f).map_or("?", |a| a.name());
+        return format!(
+            "{api} of {} B (no stack: record with GPUSHIM_CONF=stacks:on)",
+            stack & ((1 << 48) - 1)
+        );
+    }
     match reader.stack(stack) {
         Some(frames) if stack != 0 && !frames.is_empty() => frames
             .iter()
@@ -372,7 +391,10 @@ const MAX_BOUNDARIES: usize = 1000;
 pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
     // Pass 1: candidate boundaries (NVTX names) and allocation sites for period detection.
     let mut names: HashMap<u64, (u64, bool)> = HashMap::new();
-    let mut sites: HashMap<(u64, u64), Vec<u64>> = HashMap::new();
+    // Allocation times by site: by stack where stacks were recorded, else by API and size.
+    let mut by_stack: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut by_size: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut pending: HashMap<u16, u64> = HashMap::new();
     let (reader, _) = replay_each(path, |_, _, r, c| match r.kind {
         RecordKind::RangePush | RecordKind::Mark => {
             let e = names
@@ -380,18 +402,34 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
                 .or_insert((0, r.kind == RecordKind::RangePush));
             e.0 += 1;
         }
+        RecordKind::StackRef => {
+            if let Some(t) = pending.remove(&r.thread) {
+                let v = by_stack.entry(r.ptr).or_default();
+                if v.len() < 100_000 {
+                    v.push(t);
+                }
+            }
+        }
         _ => {
+            pending.remove(&r.thread);
             if let Change::Alloc { .. } = c {
-                let v = sites.entry((r.api as u64, r.size)).or_default();
+                pending.insert(r.thread, r.time_ns);
+                let key = (1 << 63) | ((r.api as u64) << 48) | (r.size & ((1 << 48) - 1));
+                let v = by_size.entry(key).or_default();
                 if v.len() < 100_000 {
                     v.push(r.time_ns);
                 }
             }
         }
     })?;
+    let sites = if by_stack.is_empty() {
+        &by_size
+    } else {
+        &by_stack
+    };
     // Choose the boundary.
-    // (description, NVTX string id, or the (API, size) of a detected period)
-    type Boundary = (String, Option<u64>, Option<(u64, u64)>);
+    // (description, NVTX string id, or the site key of a detected period)
+    type Boundary = (String, Option<u64>, Option<u64>);
     let chosen: Option<Boundary> = match boundary {
         Some(name) => names
             .keys()
@@ -409,11 +447,11 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
                 )
             })
             .or_else(|| {
-                detect_period(&sites).map(|key| {
+                detect_period(sites).map(|key| {
                     (
                         format!(
-                            "detected period: each allocation of {} B (no NVTX ranges in the trace)",
-                            key.1
+                            "detected period: each allocation from {} (no NVTX ranges in the trace)",
+                            site_label(&reader, key)
                         ),
                         None,
                         Some(key),
@@ -431,9 +469,11 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
             Some((_, Some(id), _)) => {
                 matches!(r.kind, RecordKind::RangePush | RecordKind::Mark) && r.ptr == *id
             }
-            Some((_, None, Some(key))) => {
-                matches!(c, Change::Alloc { .. }) && (r.api as u64, r.size) == *key
+            Some((_, None, Some(key))) if key >> 63 == 1 => {
+                matches!(c, Change::Alloc { .. })
+                    && ((1 << 63) | ((r.api as u64) << 48) | (r.size & ((1 << 48) - 1))) == *key
             }
+            Some((_, None, Some(key))) => r.kind == RecordKind::StackRef && r.ptr == *key,
             _ => false,
         };
         if is_boundary {
@@ -441,7 +481,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
             if series.len() < MAX_BOUNDARIES {
                 let mut by: HashMap<u64, u64> = HashMap::new();
                 for l in rp.live.values() {
-                    *by.entry(l.stack).or_default() += l.size;
+                    *by.entry(site_key(l)).or_default() += l.size;
                 }
                 series.push(by);
                 totals.push(rp.live_bytes.values().sum());
@@ -483,7 +523,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
     });
     Ok(Leaks {
         live_at_exit_bytes: rp.live_bytes.values().sum(),
-        live_at_exit: holders(&rp.live, None, |l| l.stack, |k| site_label(&reader, k)),
+        live_at_exit: holders(&rp.live, None, |l| site_key(l), |k| site_label(&reader, k)),
         iterations,
         clean_exit: reader.info().clean_exit,
     })
@@ -492,7 +532,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
 /// The allocation (API, size) that recurs most often at regular intervals (at least 3 times):
 /// once per iteration, in a loop. Allocations made several times per iteration come in bursts,
 /// not at regular intervals.
-fn detect_period(sites: &HashMap<(u64, u64), Vec<u64>>) -> Option<(u64, u64)> {
+fn detect_period(sites: &HashMap<u64, Vec<u64>>) -> Option<u64> {
     sites
         .iter()
         .filter(|(_, t)| t.len() >= 3)
@@ -502,7 +542,7 @@ fn detect_period(sites: &HashMap<(u64, u64), Vec<u64>>) -> Option<(u64, u64)> {
             let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / d.len() as f64;
             mean > 0.0 && var.sqrt() / mean < 0.25
         })
-        .max_by_key(|(k, t)| (t.len(), k.1))
+        .max_by_key(|(k, t)| (t.len(), std::cmp::Reverse(**k)))
         .map(|(k, _)| *k)
 }
 

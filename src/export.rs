@@ -677,7 +677,8 @@ pub fn live_by_site(path: &Path) -> Result<(u64, HashMap<String, u64>), ReadErro
     let (reader, rp) = replay_each(path, |_, _, _, _| {})?;
     let mut by: HashMap<String, u64> = HashMap::new();
     for l in rp.live.values() {
-        *by.entry(site_label(&reader, l.stack)).or_default() += l.size;
+        *by.entry(site_label(&reader, crate::analysis::site_key(l)))
+            .or_default() += l.size;
     }
     Ok((rp.live_bytes.values().sum(), by))
 }

@@ -17,7 +17,7 @@ pub struct ApiStats {
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct DeviceStats {
     /// CUDA device ordinal, or null when the shim could not tell.
     pub device: Option<u8>,
@@ -25,6 +25,12 @@ pub struct DeviceStats {
     pub peak_time_ns: u64,
     pub live_bytes_at_end: u64,
     pub live_allocations_at_end: u64,
+    /// The shim pool's segments at their high-water mark (equal to live without a pool).
+    pub peak_reserved_bytes: u64,
+    /// 1 - live/reserved at the moment reserved peaked.
+    pub fragmentation_at_peak: f64,
+    /// Allocations that failed for lack of memory on this device.
+    pub ooms: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -147,7 +153,38 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
     let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
     let (mut first, mut last) = (u64::MAX, 0u64);
     let mut events = 0u64;
+    // Pool segments per device: (reserved now, peak, live at the peak); failed allocations.
+    let mut pool: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
+    let mut ooms: BTreeMap<u8, u64> = BTreeMap::new();
     for r in reader.by_ref() {
+        match r.kind {
+            RecordKind::SegmentReserve => {
+                let live_now = live.device_live.get(&r.device).map_or(0, |d| d.0);
+                let p = pool.entry(r.device).or_default();
+                p.0 += r.size;
+                if p.0 > p.1 {
+                    p.1 = p.0;
+                    p.2 = live_now;
+                }
+            }
+            RecordKind::SegmentRelease => {
+                let p = pool.entry(r.device).or_default();
+                p.0 = p.0.saturating_sub(r.size);
+            }
+            RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
+                if r.status == 2 =>
+            {
+                *ooms.entry(r.device).or_default() += 1;
+            }
+            _ => {}
+        }
+        if r.api == crate::format::Api::Shim
+            && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
+        {
+            // The pool's own decisions: not calls of the program.
+            live.apply(&r);
+            continue;
+        }
         if matches!(
             r.kind,
             RecordKind::ThreadStart | RecordKind::StreamName | RecordKind::String
@@ -178,12 +215,25 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
     let devices = live
         .device_live
         .iter()
-        .map(|(&d, &(now, peak, t))| DeviceStats {
-            device: (d != crate::format::DEVICE_UNKNOWN).then_some(d),
-            peak_live_bytes: peak,
-            peak_time_ns: t,
-            live_bytes_at_end: now,
-            live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
+        .map(|(&d, &(now, peak, t))| {
+            let (peak_reserved, live_then) = match pool.get(&d) {
+                Some(&(_, p, l)) => (p, l),
+                None => (peak, peak),
+            };
+            DeviceStats {
+                device: (d != crate::format::DEVICE_UNKNOWN).then_some(d),
+                peak_live_bytes: peak,
+                peak_time_ns: t,
+                live_bytes_at_end: now,
+                live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
+                peak_reserved_bytes: peak_reserved,
+                fragmentation_at_peak: if peak_reserved > 0 {
+                    1.0 - live_then as f64 / peak_reserved as f64
+                } else {
+                    0.0
+                },
+                ooms: ooms.get(&d).copied().unwrap_or(0),
+            }
         })
         .collect();
     Ok(Summary {
@@ -192,7 +242,8 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
         pid: info.pid,
         host: info.host.clone(),
         rank: (info.rank >= 0).then_some(info.rank),
-        duration_ns: if events > 0 { last - first } else { 0 },
+        // Since the trace started (times are relative to its start).
+        duration_ns: if events > 0 { last.max(first) } else { 0 },
         events,
         apis: apis.into_values().collect(),
         devices,
@@ -297,6 +348,15 @@ impl Summary {
                 human_duration(d.peak_time_ns),
                 human_bytes(d.live_bytes_at_end),
                 d.live_allocations_at_end
+            );
+            let _ = writeln!(
+                o,
+                "{:width$}  peak reserved {}, fragmentation at that peak {:.1}%, {} failed for lack of memory",
+                "",
+                human_bytes(d.peak_reserved_bytes),
+                d.fragmentation_at_peak * 100.0,
+                d.ooms,
+                width = name.len()
             );
         }
         if self.pinned_host_peak_bytes > 0 {
