@@ -523,7 +523,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
     });
     Ok(Leaks {
         live_at_exit_bytes: rp.live_bytes.values().sum(),
-        live_at_exit: holders(&rp.live, None, |l| site_key(l), |k| site_label(&reader, k)),
+        live_at_exit: holders(&rp.live, None, site_key, |k| site_label(&reader, k)),
         iterations,
         clean_exit: reader.info().clean_exit,
     })
