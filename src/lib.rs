@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod engine;
+pub mod fasthash;
 pub mod format;
 pub mod reader;
 pub mod recorder;

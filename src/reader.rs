@@ -134,7 +134,10 @@ pub struct TraceReader {
     /// A definition whose data records are still being read: kind, id, byte length, bytes.
     pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
     /// The reorder window (see [`REORDER_WINDOW_NS`]).
-    window: std::collections::BinaryHeap<Waiting>,
+    window: Vec<Waiting>,
+    /// `window[..ready]` is out of the window, in time order: returned next, from `taken`.
+    ready: usize,
+    taken: usize,
     /// The latest record time read from the file so far.
     latest_ns: u64,
     /// Whether the file has been read to its end.
@@ -227,7 +230,9 @@ impl TraceReader {
             stacks: HashMap::new(),
             modules: Vec::new(),
             pending: None,
-            window: std::collections::BinaryHeap::new(),
+            window: Vec::new(),
+            ready: 0,
+            taken: 0,
             latest_ns: 0,
             drained: false,
         })
@@ -310,47 +315,52 @@ pub const REORDER_MAX: usize = 1 << 20;
 /// A record waiting in the reorder window, ordered by (time, position in the file).
 struct Waiting(u64, u64, Record);
 
-impl PartialEq for Waiting {
-    fn eq(&self, o: &Self) -> bool {
-        (self.0, self.1) == (o.0, o.1)
-    }
-}
-impl Eq for Waiting {}
-impl PartialOrd for Waiting {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for Waiting {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        (o.0, o.1).cmp(&(self.0, self.1)) // reversed: BinaryHeap is a max-heap
-    }
-}
+/// Records read from the file per refill of the window, at least.
+const BATCH: usize = 1 << 16;
 
 impl Iterator for TraceReader {
     type Item = Record;
 
     /// The next record in time order (ties in file order). Strings are resolved as they are
     /// read, before any record that refers to them is returned.
+    ///
+    /// The window is a vector kept sorted: each refill reads a batch from the file (as many
+    /// records as wait already, so each record is merged a bounded number of times), sorts
+    /// (a stable sort merges the sorted rest and the nearly sorted batch in linear time), and
+    /// releases the records older than the window.
     fn next(&mut self) -> Option<Record> {
         loop {
-            if let Some(top) = self.window.peek() {
-                let ready = self.window.len() >= REORDER_MAX
-                    || top.0.saturating_add(REORDER_WINDOW_NS) < self.latest_ns
-                    || self.drained;
-                if ready {
-                    return self.window.pop().map(|w| w.2);
-                }
-            } else if self.drained {
+            if self.taken < self.ready {
+                self.taken += 1;
+                return Some(self.window[self.taken - 1].2);
+            }
+            self.window.drain(..self.ready);
+            (self.ready, self.taken) = (0, 0);
+            if self.drained && self.window.is_empty() {
                 return None;
             }
-            match self.next_in_file() {
-                Some(r) => {
-                    self.latest_ns = self.latest_ns.max(r.time_ns);
-                    self.window.push(Waiting(r.time_ns, self.next, r));
+            let want = BATCH.max(self.window.len());
+            for _ in 0..want {
+                match self.next_in_file() {
+                    Some(r) => {
+                        self.latest_ns = self.latest_ns.max(r.time_ns);
+                        self.window.push(Waiting(r.time_ns, self.next, r));
+                    }
+                    None => {
+                        self.drained = true;
+                        break;
+                    }
                 }
-                None => self.drained = true,
             }
+            self.window.sort_by_key(|w| (w.0, w.1));
+            let old = if self.drained {
+                self.window.len()
+            } else {
+                let cut = self.latest_ns.saturating_sub(REORDER_WINDOW_NS);
+                let by_time = self.window.partition_point(|w| w.0 < cut);
+                by_time.max(self.window.len().saturating_sub(REORDER_MAX))
+            };
+            self.ready = old;
         }
     }
 }

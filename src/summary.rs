@@ -4,7 +4,7 @@
 use crate::format::{Record, RecordKind};
 use crate::reader::{DecodeStats, ReadError, TraceInfo, TraceReader};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -81,7 +81,7 @@ struct Live {
 /// Replays allocations and frees to know what is live; shared by the reports.
 #[derive(Default)]
 pub struct LiveSet {
-    live: HashMap<(Space, u64), Live>,
+    live: crate::fasthash::FastMap<(Space, u64), Live>,
     device_live: BTreeMap<u8, (u64, u64, u64)>, // live, peak, peak time
     host_live: u64,
     host_peak: u64,
@@ -148,7 +148,8 @@ impl LiveSet {
 pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
     let mut reader = TraceReader::open(path)?;
     let info: TraceInfo = reader.info().clone();
-    let mut apis: BTreeMap<u8, ApiStats> = BTreeMap::new();
+    // Indexed by the API byte: no lookup on the per-record path.
+    let mut apis: Vec<Option<ApiStats>> = vec![None; 256];
     let mut live = LiveSet::default();
     let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
     let (mut first, mut last) = (u64::MAX, 0u64);
@@ -194,7 +195,7 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
         events += 1;
         first = first.min(r.time_ns);
         last = last.max(r.time_ns);
-        let a = apis.entry(r.api as u8).or_insert_with(|| ApiStats {
+        let a = apis[r.api as usize].get_or_insert_with(|| ApiStats {
             api: r.api.name().to_string(),
             ..ApiStats::default()
         });
@@ -245,7 +246,7 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
         // Since the trace started (times are relative to its start).
         duration_ns: if events > 0 { last.max(first) } else { 0 },
         events,
-        apis: apis.into_values().collect(),
+        apis: apis.into_iter().flatten().collect(),
         devices,
         pinned_host_peak_bytes: live.host_peak,
         unmatched_frees: live.unmatched_frees,
