@@ -9,7 +9,7 @@ use crate::ffi::{
 };
 use crate::guard::Guard;
 use crate::hook::{driver_hook, forward};
-use crate::pool::{self, Served};
+use crate::pool::{self, Served, pooling};
 use crate::state::{self, say};
 use crate::symbols::Sym;
 use crate::trace;
@@ -85,10 +85,6 @@ unsafe fn begin_capture_to_graph(
     })
 }
 
-/// Whether the pool may hold memory, so that queries must look at it.
-fn pooling() -> bool {
-    pool::active() || pool::is_plugged()
-}
 
 unsafe fn stream_create(sym: Sym, real: usize, _: Api, s: *mut Stream, flags: u32) -> i32 {
     type F = unsafe extern "C" fn(*mut Stream, u32) -> i32;
