@@ -85,7 +85,6 @@ unsafe fn begin_capture_to_graph(
     })
 }
 
-
 unsafe fn stream_create(sym: Sym, real: usize, _: Api, s: *mut Stream, flags: u32) -> i32 {
     type F = unsafe extern "C" fn(*mut Stream, u32) -> i32;
     forward!(sym, real, MISSING, F, |f, _rec| {
