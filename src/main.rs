@@ -550,18 +550,21 @@ fn cmd_summary(traces: &[PathBuf], json: bool) -> ExitCode {
         }
     }
     if json {
-        let v = if all.len() == 1 {
-            serde_json::to_string_pretty(&all[0])
+        if all.len() == 1 {
+            print_json(&all[0]);
         } else {
-            serde_json::to_string_pretty(&all)
-        };
-        println!("{}", v.expect("summaries serialize"));
+            print_json(&serde_json::json!({"traces": all, "combined": summary::combine(&all)}));
+        }
     } else {
         for (i, s) in all.iter().enumerate() {
             if i > 0 {
                 println!();
             }
             print!("{}", s.render());
+        }
+        if all.len() > 1 {
+            println!();
+            print!("{}", summary::combine(&all).render());
         }
     }
     ExitCode::SUCCESS

@@ -394,3 +394,85 @@ impl Summary {
         o
     }
 }
+
+/// Several traces of one job (one per rank or process), taken together.
+#[derive(Clone, Debug, Serialize)]
+pub struct Combined {
+    pub traces: usize,
+    pub events: u64,
+    /// Each trace's largest per-device peak, summed: what the job needs if every rank peaks at
+    /// once (ranks of a data-parallel job peak together).
+    pub sum_of_peaks_bytes: u64,
+    /// The trace, rank and device with the largest peak.
+    pub largest_peak: Option<(String, Option<i32>, Option<u8>, u64)>,
+    pub failed_for_memory: u64,
+    pub lost: u64,
+    pub torn: u64,
+    pub unclean_exits: usize,
+}
+
+pub fn combine(all: &[Summary]) -> Combined {
+    let mut c = Combined {
+        traces: all.len(),
+        events: 0,
+        sum_of_peaks_bytes: 0,
+        largest_peak: None,
+        failed_for_memory: 0,
+        lost: 0,
+        torn: 0,
+        unclean_exits: 0,
+    };
+    for s in all {
+        c.events += s.events;
+        c.lost += s.health.lost;
+        c.torn += s.health.torn;
+        c.unclean_exits += usize::from(!s.health.clean_exit);
+        c.sum_of_peaks_bytes += s
+            .devices
+            .iter()
+            .map(|d| d.peak_live_bytes)
+            .max()
+            .unwrap_or(0);
+        for d in &s.devices {
+            c.failed_for_memory += d.ooms;
+            if c.largest_peak
+                .as_ref()
+                .is_none_or(|l| d.peak_live_bytes > l.3)
+            {
+                c.largest_peak = Some((s.path.clone(), s.rank, d.device, d.peak_live_bytes));
+            }
+        }
+    }
+    c
+}
+
+impl Combined {
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "combined, {} traces: {} events",
+            self.traces, self.events
+        );
+        let _ = writeln!(
+            o,
+            "  sum of each trace's peak live: {}",
+            human_bytes(self.sum_of_peaks_bytes)
+        );
+        if let Some((path, rank, device, bytes)) = &self.largest_peak {
+            let rank = rank.map(|r| format!(" (rank {r})")).unwrap_or_default();
+            let device = device.map(|d| d.to_string()).unwrap_or_else(|| "?".into());
+            let _ = writeln!(
+                o,
+                "  largest peak: {} on device {device} in {path}{rank}",
+                human_bytes(*bytes)
+            );
+        }
+        let _ = writeln!(
+            o,
+            "  {} allocations failed for lack of memory; {} records lost, {} torn; {} processes did not exit cleanly",
+            self.failed_for_memory, self.lost, self.torn, self.unclean_exits
+        );
+        o
+    }
+}

@@ -303,3 +303,42 @@ fn diff_shows_the_growth_between_two_runs() {
     assert_eq!(sites[0]["a"], 4 * 512 * 1024);
     assert_eq!(sites[0]["b"], 12 * 512 * 1024);
 }
+
+#[test]
+fn summary_reports_each_trace_and_the_set_combined() {
+    let a = leaky();
+    let b = leaky();
+    let v = report(&["summary"], &a.trace);
+    let d0 = &v["devices"][0];
+    assert_eq!(
+        d0["peak_live_bytes"],
+        (10u64 << 20) + 7 * 512 * 1024 + (200 << 20)
+    );
+    assert_eq!(d0["ooms"], 1);
+    assert!(d0["peak_reserved_bytes"].as_u64().unwrap() >= d0["peak_live_bytes"].as_u64().unwrap());
+    // The pool's own records are not counted as calls of the program.
+    assert!(
+        v["apis"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["api"] != "gpushim")
+    );
+    let o = Command::new(gpushim_bin())
+        .arg("summary")
+        .arg(&a.trace)
+        .arg(&b.trace)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["traces"].as_array().unwrap().len(), 2);
+    let c = &v["combined"];
+    assert_eq!(c["traces"], 2);
+    assert_eq!(
+        c["sum_of_peaks_bytes"],
+        2 * ((10u64 << 20) + 7 * 512 * 1024 + (200 << 20))
+    );
+    assert_eq!(c["failed_for_memory"], 2);
+}
