@@ -272,6 +272,18 @@ fn print_json<T: serde::Serialize>(v: &T) {
     );
 }
 
+/// One line per holder of memory: bytes, allocations, call site or range.
+fn print_holders(holders: &[gpushim::analysis::Holder], n: usize, indent: &str) {
+    for h in holders.iter().take(n) {
+        println!(
+            "{indent}{:>12} in {:>6}  {}",
+            human_bytes(h.bytes),
+            h.allocations,
+            h.label
+        );
+    }
+}
+
 fn cmd_leaks(traces: &[PathBuf], boundary: Option<&str>, json: bool) -> ExitCode {
     for (i, t) in traces.iter().enumerate() {
         let l = match gpushim::analysis::leaks(t, boundary) {
@@ -295,14 +307,7 @@ fn cmd_leaks(traces: &[PathBuf], boundary: Option<&str>, json: bool) -> ExitCode
                 " (the process did not exit cleanly: this is what was live when the trace ends)"
             }
         );
-        for h in l.live_at_exit.iter().take(10) {
-            println!(
-                "  {:>12} in {:>6} allocations  {}",
-                human_bytes(h.bytes),
-                h.allocations,
-                h.label
-            );
-        }
+        print_holders(&l.live_at_exit, 10, "  ");
         match &l.iterations {
             None => println!(
                 "iterations: none found (no repeating NVTX range or mark, no regular allocation)"
@@ -356,23 +361,9 @@ fn cmd_peak(traces: &[PathBuf], top: usize, json: bool) -> ExitCode {
                 human_bytes(p.reserved_bytes)
             );
             println!("  by call site:");
-            for h in p.by_call_site.iter().take(top) {
-                println!(
-                    "    {:>12} in {:>6}  {}",
-                    human_bytes(h.bytes),
-                    h.allocations,
-                    h.label
-                );
-            }
+            print_holders(&p.by_call_site, top, "    ");
             println!("  by NVTX range:");
-            for h in p.by_range.iter().take(top) {
-                println!(
-                    "    {:>12} in {:>6}  {}",
-                    human_bytes(h.bytes),
-                    h.allocations,
-                    h.label
-                );
-            }
+            print_holders(&p.by_range, top, "    ");
         }
     }
     ExitCode::SUCCESS
@@ -417,14 +408,7 @@ fn cmd_oom(traces: &[PathBuf], json: bool) -> ExitCode {
                 );
             }
             println!("  holding the most:");
-            for h in o.holders.iter().take(5) {
-                println!(
-                    "    {:>12} in {:>6}  {}",
-                    human_bytes(h.bytes),
-                    h.allocations,
-                    h.label
-                );
-            }
+            print_holders(&o.holders, 5, "    ");
         }
     }
     ExitCode::SUCCESS

@@ -14,7 +14,12 @@ struct Leaky {
 }
 
 fn leaky() -> Leaky {
-    let dir = tempdir("reports");
+    leaky_steps("reports", 12)
+}
+
+/// Runs the client under the shim for `steps` iterations and reads what it printed.
+fn leaky_steps(dir: &str, steps: u32) -> Leaky {
+    let dir = tempdir(dir);
     let t = dir.join("leaky.trace");
     let out = run(
         &sim().bin("leaky"),
@@ -27,7 +32,7 @@ fn leaky() -> Leaky {
                 ("GPUSHIM_SIM_MEMORY", (1u64 << 30).to_string()),
                 ("NVTX_INJECTION64_PATH", shim().display().to_string()),
             ],
-            args: vec!["12".into()],
+            args: vec![steps.to_string()],
         },
     );
     assert_ok(&out);
@@ -273,26 +278,10 @@ fn a_trace_cut_short_still_reports_what_it_holds() {
 #[test]
 fn diff_shows_the_growth_between_two_runs() {
     let a = leaky();
-    let dir = tempdir("reports-diff");
-    let t = dir.join("short.trace");
-    let out = run(
-        &sim().bin("leaky"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            env: vec![
-                ("GPUSHIM_CONF", "stacks:on".into()),
-                ("GPUSHIM_SIM_DEVICES", "2".into()),
-                ("GPUSHIM_SIM_MEMORY", (1u64 << 30).to_string()),
-                ("NVTX_INJECTION64_PATH", shim().display().to_string()),
-            ],
-            args: vec!["4".into()],
-        },
-    );
-    assert_ok(&out);
+    let short = leaky_steps("reports-diff", 4);
     let o = Command::new(gpushim_bin())
         .args(["diff", "--json"])
-        .arg(&t)
+        .arg(&short.trace)
         .arg(&a.trace)
         .output()
         .unwrap();
