@@ -31,4 +31,5 @@ if [ "${2:-}" != "--real" ]; then
   # Uses the simulator's GPU-work model (simLaunch, simInUse).
   $CC -O1 -Wall $inc -o "$out/pool" "$here/tests/clients/pool.c" "${link[@]}" -lpthread
   $CC -O1 -Wall $inc -o "$out/leaky" "$here/tests/clients/leaky.c" "${link[@]}" -ldl
+  $CC -O1 -Wall $inc -o "$out/ipc" "$here/tests/clients/ipc.c" "${link[@]}"
 fi

@@ -185,6 +185,12 @@ byte_enum! {
         /// Free and total device memory as the process saw them (`cudaMemGetInfo` after
         /// `limit` and idle cache): `ptr` free, `size` total. Follows the real `MemInfo`.
         MemInfoShown = 36 => "mem_info_shown",
+        /// A pooled block was exported through legacy IPC: `ptr`, its `size`.
+        IpcExport = 37 => "ipc_export",
+        /// Another process's memory was mapped here through legacy IPC at `ptr`.
+        IpcOpen = 38 => "ipc_open",
+        /// A pointer from an IPC open was closed.
+        IpcClose = 39 => "ipc_close",
     }
 }
 

@@ -118,14 +118,93 @@ fn the_limit_caps_memory_and_mem_get_info_shows_the_capped_device() {
 }
 
 #[test]
-fn pointer_queries_answer_for_the_block_and_ipc_never_shares_the_wrong_memory() {
+fn pointer_queries_answer_for_the_block() {
     let out = pool_run(&["query"], vec![], None);
     let v = values(&out);
     assert_eq!((v["range"], v["base_is_block"], v["size"]), (0, 1, 3000));
     assert_eq!((v["attr"], v["start_is_block"]), (0, 1));
-    // A block that starts its segment exports as itself; one inside a segment is refused.
-    assert_eq!((v["ipc_sub_block"], v["ipc_segment_start"]), (1, 0));
-    assert!(stderr(&out).contains("IPC export of a pooled block"));
+    assert_eq!((v["ipc_sub_block"], v["ipc_segment_start"]), (0, 0));
+}
+
+fn ipc_run(args: &[&str], conf: &str, trace: Option<&std::path::Path>) -> HashMap<String, i64> {
+    let out = run(
+        &sim().bin("ipc"),
+        Run {
+            preload: true,
+            trace,
+            env: vec![("GPUSHIM_CONF", conf.to_string())],
+            args: args.iter().map(|s| s.to_string()).collect(),
+        },
+    );
+    assert_ok(&out);
+    let v = values(&out);
+    assert!(
+        v.contains_key("peer_ok"),
+        "{}\n{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    v
+}
+
+#[test]
+fn pooled_blocks_shared_through_ipc_reach_the_peer_as_the_same_memory() {
+    let dir = tempdir("ipc");
+    let trace = dir.join("ipc-%p.trace");
+    let v = ipc_run(&[], "pool:caching", Some(&trace));
+    // Three blocks of one segment: the first exports as the segment, the others as tickets.
+    assert_eq!(
+        (v["ticket0"], v["ticket1"], v["ticket2"]),
+        (0, 1, 1),
+        "{v:?}"
+    );
+    // The peer (under the shim) sees each block's own contents, writes into the second, and
+    // the exporter sees the write in that block only. The simulator refuses a second open of
+    // one allocation in a process, so the three opens shared one mapping.
+    assert_eq!((v["open0"], v["open1"], v["open2"]), (0, 0, 0), "{v:?}");
+    assert_eq!((v["close0"], v["close1"], v["close2"]), (0, 0, 0), "{v:?}");
+    assert_eq!(
+        (v["peer_ok"], v["peer_wrote"], v["others_intact"]),
+        (1, 1, 1),
+        "{v:?}"
+    );
+    // Both processes traced: the export in one, the opens and closes in the other.
+    let mut kinds = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        kinds.extend(decode(&entry.unwrap().path()).0.iter().map(|r| r.kind));
+    }
+    let count = |k| kinds.iter().filter(|&&x| x == k).count();
+    assert_eq!(count(RecordKind::IpcExport), 3);
+    assert_eq!(count(RecordKind::IpcOpen), 3);
+    assert_eq!(count(RecordKind::IpcClose), 3);
+}
+
+#[test]
+fn a_peer_without_the_shim_cannot_open_a_ticket_and_never_gets_the_wrong_memory() {
+    let v = ipc_run(&["--plain-peer"], "pool:caching", None);
+    // The block that starts its segment is a real handle and works; the tickets are refused
+    // by CUDA itself.
+    assert_eq!(v["open0"], 0, "{v:?}");
+    assert_ne!(v["open1"], 0, "{v:?}");
+    assert_ne!(v["open2"], 0, "{v:?}");
+    assert_eq!((v["peer_ok"], v["peer_wrote"]), (0, 0), "{v:?}");
+}
+
+#[test]
+fn without_a_pool_ipc_passes_through_unchanged() {
+    let v = ipc_run(&[], "pool:off", None);
+    assert_eq!(
+        (v["ticket0"], v["ticket1"], v["ticket2"]),
+        (0, 0, 0),
+        "{v:?}"
+    );
+    assert_eq!(
+        (v["peer_ok"], v["peer_wrote"], v["others_intact"]),
+        (1, 1, 1),
+        "{v:?}"
+    );
+    let plain = ipc_run(&["--plain-peer"], "pool:off", None);
+    assert_eq!((plain["peer_ok"], plain["peer_wrote"]), (1, 1), "{plain:?}");
 }
 
 #[test]

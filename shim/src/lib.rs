@@ -9,6 +9,7 @@ mod entry;
 mod ffi;
 mod guard;
 mod hook;
+mod ipc;
 mod nvtx;
 mod pool;
 mod pool_hooks;

@@ -46,14 +46,14 @@ static DEVICES: [AtomicU8; MAX_CONTEXTS] = [const { AtomicU8::new(DEVICE_UNKNOWN
 static REGISTERING: SpinLock = SpinLock::new();
 
 /// A lock that spins briefly, then yields. Never held across a call into the CUDA runtime.
-struct SpinLock(AtomicBool);
+pub(crate) struct SpinLock(AtomicBool);
 
 impl SpinLock {
-    const fn new() -> SpinLock {
+    pub(crate) const fn new() -> SpinLock {
         SpinLock(AtomicBool::new(false))
     }
 
-    fn lock(&self) {
+    pub(crate) fn lock(&self) {
         let mut spins = 0u32;
         while self
             .0
@@ -72,7 +72,7 @@ impl SpinLock {
         }
     }
 
-    fn unlock(&self) {
+    pub(crate) fn unlock(&self) {
         self.0.store(false, Ordering::Release);
     }
 }

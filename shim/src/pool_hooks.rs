@@ -9,12 +9,14 @@ use crate::ffi::{
 };
 use crate::guard::Guard;
 use crate::hook::{driver_hook, forward};
+use crate::ipc;
 use crate::pool::{self, Served, pooling};
 use crate::state::{self, say};
 use crate::symbols::Sym;
 use crate::trace;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
+use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::FreeKind;
 use gpushim_core::format::{Api, RecordKind};
 
@@ -250,26 +252,136 @@ unsafe fn fix_attribute(attr: c_int, data: *mut c_void, p: u64) {
 
 static IPC_SAID: AtomicBool = AtomicBool::new(false);
 
+fn ipc_refused(why: core::fmt::Arguments<'_>) -> i32 {
+    if !IPC_SAID.swap(true, Ordering::Relaxed) {
+        say(why);
+    }
+    ERROR_INVALID_VALUE
+}
+
+/// IPC export. A block that starts its segment gets the segment's real handle (the peer maps
+/// the segment at the block's address); any other pooled block gets a ticket (see `ipc`).
 unsafe fn ipc_get_mem_handle(sym: Sym, real: usize, _: Api, handle: *mut c_void, p: u64) -> i32 {
     type F = unsafe extern "C" fn(*mut c_void, u64) -> i32;
-    forward!(sym, real, MISSING, F, |f, _rec| {
-        if pooling()
-            && let Some(b) = pool::lookup(p)
-            && b.ptr != b.segment
-        {
-            // The handle would name the segment: the peer would map its start, not this
-            // block. Refuse rather than share the wrong memory.
-            if !IPC_SAID.swap(true, Ordering::Relaxed) {
-                say(format_args!(
-                    "IPC export of a pooled block that does not start its segment is refused \
-                     (error 1); run with GPUSHIM_CONF=pool:off to share such memory"
-                ));
-            }
+    forward!(sym, real, MISSING, F, |f, rec| {
+        let Some(b) = (if pooling() { pool::lookup(p) } else { None }) else {
+            // SAFETY: the caller's arguments, unchanged.
+            return unsafe { f(handle, p) };
+        };
+        if handle.is_null() {
             return ERROR_INVALID_VALUE;
         }
-        // SAFETY: the caller's arguments, unchanged.
-        unsafe { f(handle, p) }
+        let mut segment = [0u8; ipc::HANDLE];
+        // SAFETY: `segment` has room for a handle; the segment is live memory of this context.
+        let rc = unsafe { f(segment.as_mut_ptr().cast(), b.segment) };
+        if rc != 0 {
+            return if state::conf().pool == PoolMode::Expandable {
+                ipc_refused(format_args!(
+                    "IPC export of pooled memory is not possible with pool:expandable (CUDA \
+                     cannot export its mappings through cuIpcGetMemHandle, error {rc}); use \
+                     pool:caching"
+                ))
+            } else {
+                rc
+            };
+        }
+        let out = if b.ptr == b.segment {
+            segment
+        } else {
+            match ipc::ticket(&segment, b.ptr - b.segment, b.requested) {
+                Some(t) => t,
+                None => {
+                    return ipc_refused(format_args!(
+                        "IPC export of a pooled block inside a segment needs the table \
+                         /dev/shm/gpushim-ipc-<uid>, which cannot be used; refused (error 1). \
+                         Run with GPUSHIM_CONF=pool:off to share such memory"
+                    ));
+                }
+            }
+        };
+        // SAFETY: the caller's handle buffer holds CU_IPC_HANDLE_SIZE bytes.
+        unsafe { core::ptr::copy_nonoverlapping(out.as_ptr(), handle.cast::<u8>(), ipc::HANDLE) };
+        if rec {
+            trace::record(
+                RecordKind::IpcExport,
+                Api::Shim,
+                0,
+                p,
+                b.requested,
+                pool_device(),
+                0,
+            );
+        }
+        0
     })
+}
+
+/// A `CUipcMemHandle`, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct IpcHandle([u8; ipc::HANDLE]);
+
+driver_hook!(cuIpcOpenMemHandle_v2 / proc_cuIpcOpenMemHandle_v2 = CuIpcOpenMemHandleV2, Shim
+    => ipc_open(out: *mut u64, handle: IpcHandle, flags: u32));
+driver_hook!(cuIpcCloseMemHandle / proc_cuIpcCloseMemHandle = CuIpcCloseMemHandle, Shim
+    => ipc_close(p: u64));
+
+/// IPC import: tickets become the real handle plus an offset; every open goes through the
+/// table so a segment is mapped once per context however many blocks of it are opened.
+unsafe fn ipc_open(sym: Sym, real: usize, _: Api, out: *mut u64, h: IpcHandle, flags: u32) -> i32 {
+    type F = unsafe extern "C" fn(*mut u64, IpcHandle, u32) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        if out.is_null() {
+            return ERROR_INVALID_VALUE;
+        }
+        let (real_handle, offset) = match ipc::read(&h.0) {
+            ipc::Named::Real => (h.0, 0),
+            ipc::Named::Ticket(r, o) => (r, o),
+            ipc::Named::Stale => {
+                say(format_args!(
+                    "cuIpcOpenMemHandle: the handle is a gpushim ticket this machine no longer \
+                     holds (the exporter made 65536 more since); error 1"
+                ));
+                return ERROR_INVALID_VALUE;
+            }
+        };
+        let opened = ipc::open(&real_handle, offset, |base| {
+            // SAFETY: a valid out-pointer and a real handle, with the caller's flags.
+            unsafe { f(base, IpcHandle(real_handle), flags) }
+        });
+        match opened {
+            Ok(p) => {
+                // SAFETY: checked non-null above.
+                unsafe { *out = p };
+                if rec {
+                    trace::record(RecordKind::IpcOpen, Api::Shim, 0, p, 0, pool_device(), 0);
+                }
+                0
+            }
+            Err(rc) => rc,
+        }
+    })
+}
+
+unsafe fn ipc_close(sym: Sym, real: usize, _: Api, p: u64) -> i32 {
+    type F = unsafe extern "C" fn(u64) -> i32;
+    forward!(sym, real, MISSING, F, |f, rec| {
+        let rc = match ipc::close(p) {
+            // SAFETY: the caller's argument, unchanged.
+            ipc::Close::PassThrough => unsafe { f(p) },
+            ipc::Close::Kept => 0,
+            // SAFETY: the base this process opened and no returned pointer still uses.
+            ipc::Close::Base(base) => unsafe { f(base) },
+        };
+        if rec && rc == 0 {
+            trace::record(RecordKind::IpcClose, Api::Shim, 0, p, 0, pool_device(), 0);
+        }
+        rc
+    })
+}
+
+fn pool_device() -> u8 {
+    trace::driver_device()
 }
 
 /// PyTorch's pluggable allocator, allocation side:

@@ -100,6 +100,8 @@ symbols! {
     CuPointerGetAttribute = c"cuPointerGetAttribute" in Driver,
     CuPointerGetAttributes = c"cuPointerGetAttributes" in Driver,
     CuIpcGetMemHandle = c"cuIpcGetMemHandle" in Driver,
+    CuIpcOpenMemHandleV2 = c"cuIpcOpenMemHandle_v2" in Driver,
+    CuIpcCloseMemHandle = c"cuIpcCloseMemHandle" in Driver,
     CuStreamBeginCaptureV2 = c"cuStreamBeginCapture_v2" in Driver,
     CuStreamBeginCaptureV2Ptsz = c"cuStreamBeginCapture_v2_ptsz" in Driver,
     CuStreamBeginCaptureToGraph = c"cuStreamBeginCaptureToGraph" in Driver,
@@ -259,6 +261,18 @@ pub const DRIVER_ENTRIES: &[DriverEntry] = &[
         4010,
         Sym::CuIpcGetMemHandle,
         Sym::CuIpcGetMemHandle,
+    ),
+    entry(
+        c"cuIpcOpenMemHandle",
+        11000,
+        Sym::CuIpcOpenMemHandleV2,
+        Sym::CuIpcOpenMemHandleV2,
+    ),
+    entry(
+        c"cuIpcCloseMemHandle",
+        4010,
+        Sym::CuIpcCloseMemHandle,
+        Sym::CuIpcCloseMemHandle,
     ),
     entry(
         c"cuStreamBeginCapture",

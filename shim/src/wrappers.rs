@@ -114,6 +114,14 @@ static EXPORTED: &[(Sym, Addr)] = &[
     ),
     (Sym::CuIpcGetMemHandle, addr!(pool_hooks::cuIpcGetMemHandle)),
     (
+        Sym::CuIpcOpenMemHandleV2,
+        addr!(pool_hooks::cuIpcOpenMemHandle_v2),
+    ),
+    (
+        Sym::CuIpcCloseMemHandle,
+        addr!(pool_hooks::cuIpcCloseMemHandle),
+    ),
+    (
         Sym::CuStreamBeginCaptureV2,
         addr!(pool_hooks::cuStreamBeginCapture_v2),
     ),
@@ -204,6 +212,14 @@ static PROC: &[(Sym, Addr)] = &[
     (
         Sym::CuIpcGetMemHandle,
         addr!(pool_hooks::proc_cuIpcGetMemHandle),
+    ),
+    (
+        Sym::CuIpcOpenMemHandleV2,
+        addr!(pool_hooks::proc_cuIpcOpenMemHandle_v2),
+    ),
+    (
+        Sym::CuIpcCloseMemHandle,
+        addr!(pool_hooks::proc_cuIpcCloseMemHandle),
     ),
     (
         Sym::CuStreamBeginCaptureV2,

@@ -18,6 +18,7 @@
 #define _GNU_SOURCE
 #include "cuda_sim.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,14 +36,15 @@ enum {
     CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
+    CUDA_ERROR_ALREADY_MAPPED = 208,
     CUDA_ERROR_NOT_FOUND = 500,
 };
 
-enum { KIND_DEVICE = 1, KIND_HOST = 2, KIND_MANAGED = 3 };
+enum { KIND_DEVICE = 1, KIND_HOST = 2, KIND_MANAGED = 3, KIND_IPC = 4 };
 
 /* free_at: a stream-ordered free waits for the work before it; the memory stays taken until
  * then (as CUDA's own pool behaves), and is released at the next allocation after. */
-struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; };
+struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; int shared; int64_t origin_pid; uint64_t origin_base; };
 struct phys { int fd; size_t size; int device; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -143,6 +145,11 @@ static void reap(void) {
     }
 }
 
+/* The shared-memory object an exported allocation lives in, so a peer process can map it. */
+static void ipc_name(char *name, size_t n, long pid, uint64_t base) {
+    snprintf(name, n, "/cudasim-%ld-%llx", pid, (unsigned long long)base);
+}
+
 static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
     configure();
     if (forked_child) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
@@ -189,6 +196,11 @@ static CUresult free_block(uint64_t p, int kind_a, int kind_b) {
     *b = blocks[--nblocks];
     used_bytes -= copy.kind == KIND_HOST ? 0 : copy.size;
     pthread_mutex_unlock(&mu);
+    if (copy.shared) {
+        char name[64];
+        ipc_name(name, sizeof name, getpid(), copy.base);
+        shm_unlink(name);
+    }
     if (copy.mmapped) munmap((void *)(uintptr_t)copy.base, copy.size);
     else free((void *)(uintptr_t)copy.base);
     return CUDA_SUCCESS;
@@ -543,16 +555,88 @@ EXPORT CUresult cuPointerGetAttributes(unsigned n, int *attrs, void **data, CUde
     pthread_mutex_unlock(&mu);
     return rc;
 }
-/* An IPC handle names the allocation (its base), as the real one does. */
+/* Legacy IPC across processes. A handle names the allocation (its base), whatever address
+ * inside it was given, as the real one does. Exporting moves the allocation's pages into a
+ * shared-memory object (same address, same contents) that the peer maps. Only allocations of
+ * 1 MiB and more (the mmapped ones) can be exported. Handles that are not the simulator's are
+ * rejected with CUDA_ERROR_INVALID_VALUE, and a handle already open in the process with
+ * CUDA_ERROR_ALREADY_MAPPED (strict: callers must open each allocation once). */
+#define IPC_MAGIC 0x6d69736164756325ull /* "%cudasim" */
+struct ipc_handle { uint64_t magic; int64_t pid; uint64_t base, size; uint8_t pad[32]; };
+
+static int share(struct block *b) {
+    if (b->shared) return 0;
+    char name[64];
+    ipc_name(name, sizeof name, getpid(), b->base);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return -1;
+    void *tmp = MAP_FAILED;
+    if (ftruncate(fd, (off_t)b->size) == 0)
+        tmp = mmap(NULL, b->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (tmp == MAP_FAILED) { close(fd); shm_unlink(name); return -1; }
+    memcpy(tmp, (void *)(uintptr_t)b->base, b->size);
+    munmap(tmp, b->size);
+    void *v = mmap((void *)(uintptr_t)b->base, b->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+    close(fd);
+    if (v == MAP_FAILED) { shm_unlink(name); return -1; }
+    b->shared = 1;
+    return 0;
+}
+
 EXPORT CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p) {
     COUNT();
     if (!handle) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    struct block *b = find_exact(p);
+    struct block *b = find_containing(p);
+    CUresult rc = b && b->kind == KIND_DEVICE && b->mmapped && share(b) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    struct ipc_handle h = { IPC_MAGIC, getpid(), b ? b->base : 0, b ? b->size : 0, {0} };
     pthread_mutex_unlock(&mu);
-    if (!b) return CUDA_ERROR_INVALID_VALUE;
-    memset(handle, 0, 64);
-    memcpy(handle, &b->base, sizeof b->base);
+    if (rc == CUDA_SUCCESS) memcpy(handle, &h, sizeof h);
+    return rc;
+}
+
+EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *out, cudaIpcMemHandle_t handle, unsigned flags) {
+    COUNT();
+    (void)flags;
+    struct ipc_handle h;
+    memcpy(&h, handle.reserved, sizeof h);
+    if (!out || h.magic != IPC_MAGIC) return CUDA_ERROR_INVALID_VALUE;
+    if (h.pid == getpid()) return CUDA_ERROR_INVALID_CONTEXT;
+    char name[64];
+    ipc_name(name, sizeof name, (long)h.pid, h.base);
+    pthread_mutex_lock(&mu);
+    for (size_t i = 0; i < nblocks; i++)
+        if (blocks[i].kind == KIND_IPC && blocks[i].origin_pid == h.pid && blocks[i].origin_base == h.base) {
+            pthread_mutex_unlock(&mu);
+            return CUDA_ERROR_ALREADY_MAPPED;
+        }
+    pthread_mutex_unlock(&mu);
+    int fd = shm_open(name, O_RDWR, 0);
+    if (fd < 0) return CUDA_ERROR_INVALID_VALUE;
+    void *v = mmap(NULL, h.size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (v == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    pthread_mutex_lock(&mu);
+    if (nblocks == cap_blocks) {
+        cap_blocks = cap_blocks ? cap_blocks * 2 : 256;
+        blocks = realloc(blocks, cap_blocks * sizeof *blocks);
+    }
+    blocks[nblocks++] = (struct block){ (uint64_t)(uintptr_t)v, h.size, KIND_IPC, current_device, 1, 0, 0,
+                                        h.pid, h.base };
+    pthread_mutex_unlock(&mu);
+    *out = (CUdeviceptr)(uintptr_t)v;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
+    COUNT();
+    pthread_mutex_lock(&mu);
+    struct block *b = find_exact(p);
+    if (!b || b->kind != KIND_IPC) { pthread_mutex_unlock(&mu); return CUDA_ERROR_INVALID_VALUE; }
+    struct block copy = *b;
+    *b = blocks[--nblocks];
+    pthread_mutex_unlock(&mu);
+    munmap((void *)(uintptr_t)copy.base, copy.size);
     return CUDA_SUCCESS;
 }
 
@@ -696,6 +780,8 @@ static const struct entry entries[] = {
     { "cuPointerGetAttribute", 4000, (void *)cuPointerGetAttribute, NULL },
     { "cuPointerGetAttributes", 7000, (void *)cuPointerGetAttributes, NULL },
     { "cuIpcGetMemHandle", 4010, (void *)cuIpcGetMemHandle, NULL },
+    { "cuIpcOpenMemHandle", 11000, (void *)cuIpcOpenMemHandle_v2, NULL },
+    { "cuIpcCloseMemHandle", 4010, (void *)cuIpcCloseMemHandle, NULL },
     { "cuStreamDestroy", 4000, (void *)cuStreamDestroy_v2, NULL },
     { "cuStreamSynchronize", 2000, (void *)cuStreamSynchronize, NULL },
     { "cuMemcpyHtoD", 3020, (void *)cuMemcpyHtoD_v2, NULL },

@@ -21,6 +21,7 @@ typedef void *CUmemoryPool;
 typedef int CUdevice;
 typedef void *CUcontext;
 typedef unsigned long long CUmemGenericAllocationHandle;
+typedef struct { char reserved[64]; } cudaIpcMemHandle_t;
 
 struct cudaExtent { size_t width, height, depth; };
 struct cudaPitchedPtr { void *ptr; size_t pitch, xsize, ysize; };
@@ -113,6 +114,11 @@ CUresult cuStreamDestroy_v2(CUstream s);
 CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdeviceptr p);
 CUresult cuPointerGetAttribute(void *data, int attr, CUdeviceptr p);
 CUresult cuIpcGetMemHandle(void *handle, CUdeviceptr p);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *out, cudaIpcMemHandle_t handle, unsigned flags);
+CUresult cuIpcCloseMemHandle(CUdeviceptr p);
+cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p);
+cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned flags);
+cudaError_t cudaIpcCloseMemHandle(void *p);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
 
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);

@@ -50,6 +50,9 @@ static struct {
     CUresult (*memcpy_htod)(CUdeviceptr, const void *, size_t);
     CUresult (*memcpy_dtoh)(void *, CUdeviceptr, size_t);
     CUresult (*memset_d8)(CUdeviceptr, unsigned char, size_t);
+    CUresult (*ipc_get)(void *, CUdeviceptr);
+    CUresult (*ipc_open)(CUdeviceptr *, cudaIpcMemHandle_t, unsigned);
+    CUresult (*ipc_close)(CUdeviceptr);
 } drv;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -92,6 +95,9 @@ static void load_driver(void) {
     GET(memcpy_htod, "cuMemcpyHtoD");
     GET(memcpy_dtoh, "cuMemcpyDtoH");
     GET(memset_d8, "cuMemsetD8");
+    GET(ipc_get, "cuIpcGetMemHandle");
+    GET(ipc_open, "cuIpcOpenMemHandle");
+    GET(ipc_close, "cuIpcCloseMemHandle");
     if (!drv.init || drv.init(0) != 0 || drv.device_get_count(&device_count) != 0)
         init_error = cudaErrorInsufficientDriver;
 }
@@ -167,6 +173,24 @@ EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
 EXPORT cudaError_t cudaMemset(void *p, int value, size_t n) {
     READY();
     return from_driver(drv.memset_d8((CUdeviceptr)(uintptr_t)p, (unsigned char)value, n));
+}
+
+EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *h, void *p) {
+    READY();
+    if (!h) return fail(cudaErrorInvalidValue);
+    return from_driver(drv.ipc_get(h, (CUdeviceptr)(uintptr_t)p));
+}
+EXPORT cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t h, unsigned flags) {
+    READY();
+    if (!p) return fail(cudaErrorInvalidValue);
+    CUdeviceptr d = 0;
+    CUresult r = drv.ipc_open(&d, h, flags);
+    if (r == 0) *p = (void *)(uintptr_t)d;
+    return from_driver(r);
+}
+EXPORT cudaError_t cudaIpcCloseMemHandle(void *p) {
+    READY();
+    return from_driver(drv.ipc_close((CUdeviceptr)(uintptr_t)p));
 }
 
 EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
