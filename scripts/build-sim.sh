@@ -21,7 +21,7 @@ else
   ln -sf libcudart.so.13 "$out/libcudart.so"
   link=(-L "$out" -lcudart -lcuda -ldl)
 fi
-for client in coverage conformance entry_points runtime_route bench_calls storm forker nvtx_loader; do
+for client in coverage conformance entry_points runtime_route bench_calls storm forker nvtx_loader ipc; do
   $CC -O1 -Wall $inc -o "$out/$client" "$here/tests/clients/$client.c" "${link[@]}" -lpthread
 done
 $CC -O1 -Wall $inc -o "$out/train_loop" "$here/examples/train_loop.c" "${link[@]}" -lpthread
@@ -31,5 +31,4 @@ if [ "${2:-}" != "--real" ]; then
   # Uses the simulator's GPU-work model (simLaunch, simInUse).
   $CC -O1 -Wall $inc -o "$out/pool" "$here/tests/clients/pool.c" "${link[@]}" -lpthread
   $CC -O1 -Wall $inc -o "$out/leaky" "$here/tests/clients/leaky.c" "${link[@]}" -ldl
-  $CC -O1 -Wall $inc -o "$out/ipc" "$here/tests/clients/ipc.c" "${link[@]}"
 fi

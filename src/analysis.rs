@@ -39,6 +39,10 @@ pub fn site_key(l: &Live) -> u64 {
 pub struct Replay {
     /// By address, so the blocks of a segment can be walked in order.
     pub live: BTreeMap<u64, Live>,
+    /// VMM physical allocations (`cuMemCreate`: NCCL's buffers, say) by handle: device memory
+    /// held, though not at an address of its own.
+    pub physical: HashMap<u64, Live>,
+    /// Live bytes per device, physical allocations included.
     pub live_bytes: BTreeMap<u8, u64>,
     /// The pool's segments (runs with the shim's pool): base -> (size, device).
     pub segments: BTreeMap<u64, (u64, u8)>,
@@ -56,11 +60,25 @@ pub struct Replay {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
     Alloc { ptr: u64, device: u8 },
+    /// A VMM physical allocation on `device` was created or released.
+    Physical { device: u8 },
     Free { ptr: u64, live: Live },
     Other,
 }
 
 impl Replay {
+    fn current_range(&self, thread: u16) -> u64 {
+        self.ranges
+            .get(&thread)
+            .and_then(|s| s.last().copied())
+            .unwrap_or(0)
+    }
+
+    /// Everything live: allocations by address, then physical allocations.
+    pub fn all_live(&self) -> impl Iterator<Item = &Live> {
+        self.live.values().chain(self.physical.values())
+    }
+
     pub fn apply(&mut self, r: &Record) -> Change {
         self.index += 1;
         self.time_ns = self.time_ns.max(r.time_ns);
@@ -72,16 +90,11 @@ impl Replay {
                 } else {
                     r.device
                 };
-                let range = self
-                    .ranges
-                    .get(&r.thread)
-                    .and_then(|s| s.last().copied())
-                    .unwrap_or(0);
                 let l = Live {
                     size: r.size,
                     device,
                     stack: 0,
-                    range,
+                    range: self.current_range(r.thread),
                     time_ns: r.time_ns,
                     thread: r.thread,
                     stream: r.stream,
@@ -94,6 +107,37 @@ impl Replay {
                 *self.live_bytes.entry(device).or_default() += r.size;
                 self.last_alloc.insert(r.thread, r.ptr);
                 Change::Alloc { ptr: r.ptr, device }
+            }
+            PhysCreate if r.status == 0 => {
+                let device = if r.device == DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                };
+                let l = Live {
+                    size: r.size,
+                    device,
+                    stack: 0,
+                    range: self.current_range(r.thread),
+                    time_ns: r.time_ns,
+                    thread: r.thread,
+                    stream: 0,
+                    api: r.api as u8,
+                };
+                if let Some(old) = self.physical.insert(r.ptr, l) {
+                    *self.live_bytes.entry(old.device).or_default() -= old.size;
+                }
+                *self.live_bytes.entry(device).or_default() += r.size;
+                Change::Physical { device }
+            }
+            PhysRelease if r.status == 0 => {
+                match self.physical.remove(&r.ptr) {
+                    Some(l) => {
+                        *self.live_bytes.entry(l.device).or_default() -= l.size;
+                        Change::Physical { device: l.device }
+                    }
+                    None => Change::Other,
+                }
             }
             Free | FreeAsync if r.status == 0 && r.ptr != 0 => {
                 self.last_alloc.remove(&r.thread);
@@ -161,12 +205,19 @@ impl Replay {
         self.live_bytes.get(&device).copied().unwrap_or(0)
     }
 
-    /// Reserved memory on a device: the pool's segments, or (pass-through) what is live.
+    /// Reserved memory on a device: the pool's segments plus VMM physical memory (which the
+    /// pool does not serve), or (pass-through) what is live.
     pub fn reserved_on(&self, device: u8) -> u64 {
         if self.segments.is_empty() && self.reserved.is_empty() {
             self.live_on(device)
         } else {
-            self.reserved.get(&device).copied().unwrap_or(0)
+            let physical: u64 = self
+                .physical
+                .values()
+                .filter(|l| l.device == device)
+                .map(|l| l.size)
+                .sum();
+            self.reserved.get(&device).copied().unwrap_or(0) + physical
         }
     }
 
@@ -240,16 +291,14 @@ pub struct Holder {
     pub allocations: u64,
 }
 
-fn holders(
-    live: &BTreeMap<u64, Live>,
+fn holders<'a>(
+    live: impl Iterator<Item = &'a Live>,
     device: Option<u8>,
     key: impl Fn(&Live) -> u64,
     label: impl Fn(u64) -> String,
 ) -> Vec<Holder> {
     let mut by: HashMap<u64, (u64, u64)> = HashMap::new();
-    for l in live
-        .values()
-        .filter(|l| device.is_none_or(|d| l.device == d))
+    for l in live.filter(|l| device.is_none_or(|d| l.device == d))
     {
         let e = by.entry(key(l)).or_default();
         e.0 += l.size;
@@ -308,7 +357,7 @@ pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
     // Pass 1: when each device peaked (the first record reaching its maximum).
     let mut best: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
     replay_each(path, |_, rp, _, c| {
-        if let Change::Alloc { device, .. } = c {
+        if let Change::Alloc { device, .. } | Change::Physical { device } = c {
             let live = rp.live_on(device);
             let e = best.entry(device).or_insert((0, 0));
             if live > e.0 {
@@ -321,8 +370,7 @@ pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
         let mut reader = TraceReader::open(path)?;
         let rp = replay_until(&mut reader, at);
         let stacks = rp
-            .live
-            .values()
+            .all_live()
             .filter(|l| l.device == device)
             .map(|l| {
                 let frames = reader
@@ -338,13 +386,13 @@ pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
             reserved_bytes: rp.reserved_on(device),
             time_ns: rp.time_ns,
             by_call_site: holders(
-                &rp.live,
+                rp.all_live(),
                 Some(device),
                 |l| l.stack,
                 |k| site_label(&reader, k),
             ),
             by_range: holders(
-                &rp.live,
+                rp.all_live(),
                 Some(device),
                 |l| l.range,
                 |k| range_label(&reader, k),
@@ -480,7 +528,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
             seen += 1;
             if series.len() < MAX_BOUNDARIES {
                 let mut by: HashMap<u64, u64> = HashMap::new();
-                for l in rp.live.values() {
+                for l in rp.all_live() {
                     *by.entry(site_key(l)).or_default() += l.size;
                 }
                 series.push(by);
@@ -523,7 +571,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
     });
     Ok(Leaks {
         live_at_exit_bytes: rp.live_bytes.values().sum(),
-        live_at_exit: holders(&rp.live, None, site_key, |k| site_label(&reader, k)),
+        live_at_exit: holders(rp.all_live(), None, site_key, |k| site_label(&reader, k)),
         iterations,
         clean_exit: reader.info().clean_exit,
     })
@@ -584,7 +632,7 @@ pub fn oom(path: &Path) -> Result<Vec<Oom>, ReadError> {
             let live = rp.live_on(device);
             let reserved = rp.reserved_on(device);
             let mut h = holders(
-                &rp.live,
+                rp.all_live(),
                 Some(device),
                 |l| l.stack,
                 |k| site_label(reader, k),
@@ -608,4 +656,107 @@ pub fn oom(path: &Path) -> Result<Vec<Oom>, ReadError> {
         _ => {}
     })?;
     Ok(out)
+}
+
+/// Holders of several traces added up by label (a call site is labelled by module and offset,
+/// so the same code in every rank has the same label).
+pub fn merge_holders<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<Holder> {
+    let mut by: HashMap<&str, (u64, u64)> = HashMap::new();
+    for h in holders {
+        let e = by.entry(h.label.as_str()).or_default();
+        e.0 += h.bytes;
+        e.1 += h.allocations;
+    }
+    let mut out: Vec<Holder> = by
+        .into_iter()
+        .map(|(label, (bytes, allocations))| Holder {
+            label: label.to_string(),
+            bytes,
+            allocations,
+        })
+        .collect();
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.label.cmp(&b.label)));
+    out
+}
+
+/// The peaks of a job's traces (one per rank) together.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobPeak {
+    pub traces: usize,
+    /// Every device's peak added up: what the job needs if the peaks coincide.
+    pub sum_of_peaks: u64,
+    pub largest_trace: String,
+    pub largest_device: u8,
+    pub largest_bytes: u64,
+    /// What was live at each device's peak, added up over the job.
+    pub by_call_site: Vec<Holder>,
+    pub by_range: Vec<Holder>,
+}
+
+pub fn combine_peaks(all: &[(String, Vec<Peak>)]) -> JobPeak {
+    let peaks = || all.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t, p)));
+    let largest = peaks().max_by_key(|(_, p)| p.live_bytes);
+    JobPeak {
+        traces: all.len(),
+        sum_of_peaks: peaks().map(|(_, p)| p.live_bytes).sum(),
+        largest_trace: largest.map_or(String::new(), |(t, _)| t.clone()),
+        largest_device: largest.map_or(0, |(_, p)| p.device),
+        largest_bytes: largest.map_or(0, |(_, p)| p.live_bytes),
+        by_call_site: merge_holders(peaks().flat_map(|(_, p)| &p.by_call_site)),
+        by_range: merge_holders(peaks().flat_map(|(_, p)| &p.by_range)),
+    }
+}
+
+/// A call site growing in one or more ranks of a job.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobGrowth {
+    pub call_site: String,
+    /// How many traces it grows in.
+    pub traces: usize,
+    /// Its growth per iteration, added up over those traces.
+    pub bytes_per_iteration: u64,
+}
+
+/// The leaks of a job's traces together.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobLeaks {
+    pub traces: usize,
+    pub live_at_exit_bytes: u64,
+    pub live_at_exit: Vec<Holder>,
+    /// Traces that did not exit cleanly.
+    pub unclean: Vec<String>,
+    pub growing: Vec<JobGrowth>,
+}
+
+pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
+    let mut growing: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    for g in all
+        .iter()
+        .filter_map(|(_, l)| l.iterations.as_ref())
+        .flat_map(|it| &it.growing)
+    {
+        let e = growing.entry(g.call_site.as_str()).or_default();
+        e.0 += 1;
+        e.1 += g.bytes_per_iteration;
+    }
+    let mut growing: Vec<JobGrowth> = growing
+        .into_iter()
+        .map(|(call_site, (traces, bytes))| JobGrowth {
+            call_site: call_site.to_string(),
+            traces,
+            bytes_per_iteration: bytes,
+        })
+        .collect();
+    growing.sort_by(|a, b| b.bytes_per_iteration.cmp(&a.bytes_per_iteration));
+    JobLeaks {
+        traces: all.len(),
+        live_at_exit_bytes: all.iter().map(|(_, l)| l.live_at_exit_bytes).sum(),
+        live_at_exit: merge_holders(all.iter().flat_map(|(_, l)| &l.live_at_exit)),
+        unclean: all
+            .iter()
+            .filter(|(_, l)| !l.clean_exit)
+            .map(|(t, _)| t.clone())
+            .collect(),
+        growing,
+    }
 }

@@ -52,7 +52,7 @@ pub fn perfetto(path: &Path, out: &mut dyn Write) -> Result<u64, ReadError> {
             _ => {}
         }
         let device = match c {
-            Change::Alloc { device, .. } => Some(device),
+            Change::Alloc { device, .. } | Change::Physical { device } => Some(device),
             Change::Free { live, .. } => Some(live.device),
             Change::Other
                 if matches!(
@@ -93,7 +93,7 @@ pub fn rmm_csv(path: &Path, out: &mut dyn Write) -> Result<u64, ReadError> {
         let (action, ptr, size) = match c {
             Change::Alloc { ptr, .. } => ("allocate", ptr, r.size),
             Change::Free { ptr, live } => ("free", ptr, live.size),
-            Change::Other => return,
+            Change::Other | Change::Physical { .. } => return,
         };
         rows += 1;
         let _ = writeln!(
@@ -199,6 +199,8 @@ pub fn memory_viz(path: &Path, out: &mut dyn Write, protocol: u8) -> Result<u64,
                     frames: frames(reader, live.stack),
                 },
             ),
+            // memory_viz has no place for memory outside an address range.
+            Change::Physical { .. } => return,
             Change::Other => match r.kind {
                 RecordKind::SegmentReserve | RecordKind::SegmentRelease => (
                     if r.device == crate::format::DEVICE_UNKNOWN {
@@ -381,7 +383,7 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
         let d = match c {
             Change::Alloc { device, .. } => device,
             Change::Free { live, .. } => live.device,
-            Change::Other => return,
+            Change::Other | Change::Physical { .. } => return,
         };
         points
             .entry(d)
@@ -676,7 +678,7 @@ pub fn flamegraph_svg(peak: &Peak, title: &str) -> String {
 pub fn live_by_site(path: &Path) -> Result<(u64, HashMap<String, u64>), ReadError> {
     let (reader, rp) = replay_each(path, |_, _, _, _| {})?;
     let mut by: HashMap<String, u64> = HashMap::new();
-    for l in rp.live.values() {
+    for l in rp.all_live() {
         *by.entry(site_label(&reader, crate::analysis::site_key(l)))
             .or_default() += l.size;
     }

@@ -262,6 +262,14 @@ fn cmd_run(
             Err(e) => eprintln!("gpushim: {e}"),
         }
     }
+    if out.traces.len() > 1 {
+        let all: Vec<String> = out.traces.iter().map(|t| t.display().to_string()).collect();
+        eprintln!(
+            "gpushim: {} traces (one per process); together: gpushim summary {}",
+            all.len(),
+            all.join(" ")
+        );
+    }
     ExitCode::from(out.exit_code.clamp(0, 255) as u8)
 }
 
@@ -284,20 +292,38 @@ fn print_holders(holders: &[gpushim::analysis::Holder], n: usize, indent: &str) 
     }
 }
 
+/// One report per trace; with several (one per rank), JSON becomes
+/// `{"traces": [{"trace": path, ...}], "combined": ...}`.
+fn print_json_set<T: serde::Serialize, C: serde::Serialize>(all: &[(String, T)], combined: C) {
+    if let [(_, one)] = all {
+        print_json(one);
+        return;
+    }
+    let traces: Vec<_> = all
+        .iter()
+        .map(|(t, r)| serde_json::json!({"trace": t, "report": r}))
+        .collect();
+    print_json(&serde_json::json!({"traces": traces, "combined": combined}));
+}
+
 fn cmd_leaks(traces: &[PathBuf], boundary: Option<&str>, json: bool) -> ExitCode {
-    for (i, t) in traces.iter().enumerate() {
-        let l = match gpushim::analysis::leaks(t, boundary) {
-            Ok(l) => l,
+    let mut all = Vec::new();
+    for t in traces {
+        match gpushim::analysis::leaks(t, boundary) {
+            Ok(l) => all.push((t.display().to_string(), l)),
             Err(e) => return fail(e),
-        };
-        if json {
-            print_json(&l);
-            continue;
         }
+    }
+    let combined = gpushim::analysis::combine_leaks(&all);
+    if json {
+        print_json_set(&all, &combined);
+        return ExitCode::SUCCESS;
+    }
+    for (i, (t, l)) in all.iter().enumerate() {
         if i > 0 {
             println!();
         }
-        println!("{}", t.display());
+        println!("{t}");
         println!(
             "live at exit: {}{}",
             human_bytes(l.live_at_exit_bytes),
@@ -338,21 +364,50 @@ fn cmd_leaks(traces: &[PathBuf], boundary: Option<&str>, json: bool) -> ExitCode
             }
         }
     }
+    if all.len() > 1 {
+        let c = &combined;
+        println!();
+        println!("all {} traces together", c.traces);
+        println!("live at exit: {}", human_bytes(c.live_at_exit_bytes));
+        print_holders(&c.live_at_exit, 10, "  ");
+        if !c.unclean.is_empty() {
+            println!("did not exit cleanly: {}", c.unclean.join(", "));
+        }
+        if c.growing.is_empty() {
+            println!("no call site grows steadily in any trace");
+        }
+        for g in &c.growing {
+            println!(
+                "  grows {} per iteration in {} of {} traces  {}",
+                human_bytes(g.bytes_per_iteration),
+                g.traces,
+                c.traces,
+                g.call_site
+            );
+        }
+    }
     ExitCode::SUCCESS
 }
 
 fn cmd_peak(traces: &[PathBuf], top: usize, json: bool) -> ExitCode {
+    let mut all = Vec::new();
     for t in traces {
-        let peaks = match gpushim::analysis::peak(t) {
-            Ok(p) => p,
+        match gpushim::analysis::peak(t) {
+            Ok(p) => all.push((t.display().to_string(), p)),
             Err(e) => return fail(e),
-        };
-        if json {
-            print_json(&peaks);
-            continue;
         }
-        println!("{}", t.display());
-        for p in &peaks {
+    }
+    let combined = gpushim::analysis::combine_peaks(&all);
+    if json {
+        print_json_set(&all, &combined);
+        return ExitCode::SUCCESS;
+    }
+    for (i, (t, peaks)) in all.iter().enumerate() {
+        if i > 0 {
+            println!();
+        }
+        println!("{t}");
+        for p in peaks {
             println!(
                 "device {}: peak live {} at {} (reserved {})",
                 p.device,
@@ -365,6 +420,22 @@ fn cmd_peak(traces: &[PathBuf], top: usize, json: bool) -> ExitCode {
             println!("  by NVTX range:");
             print_holders(&p.by_range, top, "    ");
         }
+    }
+    if all.len() > 1 {
+        let c = &combined;
+        println!();
+        println!("all {} traces together", c.traces);
+        println!(
+            "sum of the peaks {}; the largest {} (device {} of {})",
+            human_bytes(c.sum_of_peaks),
+            human_bytes(c.largest_bytes),
+            c.largest_device,
+            c.largest_trace
+        );
+        println!("  live at the peaks, by call site:");
+        print_holders(&c.by_call_site, top, "    ");
+        println!("  by NVTX range:");
+        print_holders(&c.by_range, top, "    ");
     }
     ExitCode::SUCCESS
 }

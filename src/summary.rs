@@ -86,6 +86,8 @@ pub struct LiveSet {
     host_live: u64,
     host_peak: u64,
     unmatched_frees: u64,
+    /// VMM physical memory live per device (device memory the pool does not serve).
+    physical: BTreeMap<u8, u64>,
 }
 
 impl LiveSet {
@@ -132,6 +134,10 @@ impl LiveSet {
             }
             return;
         }
+        if space == Space::Physical {
+            let p = self.physical.entry(device).or_default();
+            *p = if add { *p + size } else { p.saturating_sub(size) };
+        }
         let d = self.device_live.entry(device).or_default();
         if add {
             d.0 += size;
@@ -154,19 +160,26 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
     let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
     let (mut first, mut last) = (u64::MAX, 0u64);
     let mut events = 0u64;
-    // Pool segments per device: (reserved now, peak, live at the peak); failed allocations.
+    // Per device with a pool: (its segments now, peak reserved, live at that peak), where
+    // reserved is the pool's segments plus VMM physical memory (NCCL's buffers, say), which
+    // the pool does not serve but which is held on the device all the same.
     let mut pool: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
+    let note_reserved = |pool: &mut BTreeMap<u8, (u64, u64, u64)>, live: &LiveSet, d: u8| {
+        let physical = live.physical.get(&d).copied().unwrap_or(0);
+        let live_now = live.device_live.get(&d).map_or(0, |x| x.0);
+        if let Some(p) = pool.get_mut(&d)
+            && p.0 + physical > p.1
+        {
+            p.1 = p.0 + physical;
+            p.2 = live_now;
+        }
+    };
     let mut ooms: BTreeMap<u8, u64> = BTreeMap::new();
     for r in reader.by_ref() {
         match r.kind {
             RecordKind::SegmentReserve => {
-                let live_now = live.device_live.get(&r.device).map_or(0, |d| d.0);
-                let p = pool.entry(r.device).or_default();
-                p.0 += r.size;
-                if p.0 > p.1 {
-                    p.1 = p.0;
-                    p.2 = live_now;
-                }
+                pool.entry(r.device).or_default().0 += r.size;
+                note_reserved(&mut pool, &live, r.device);
             }
             RecordKind::SegmentRelease => {
                 let p = pool.entry(r.device).or_default();
@@ -193,6 +206,12 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
             continue;
         }
         events += 1;
+        if r.kind == RecordKind::PhysCreate {
+            live.apply(&r);
+            note_reserved(&mut pool, &live, r.device);
+        } else {
+            live.apply(&r);
+        }
         first = first.min(r.time_ns);
         last = last.max(r.time_ns);
         let a = apis[r.api as usize].get_or_insert_with(|| ApiStats {
@@ -205,7 +224,6 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
         } else if is_allocating(r.kind) {
             a.bytes += r.size;
         }
-        live.apply(&r);
     }
     for ((space, _), l) in &live.live {
         if *space != Space::Host {

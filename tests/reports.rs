@@ -331,3 +331,49 @@ fn summary_reports_each_trace_and_the_set_combined() {
     );
     assert_eq!(c["failed_for_memory"], 2);
 }
+
+fn report_many(args: &[&str], traces: &[&Path]) -> serde_json::Value {
+    let out = Command::new(gpushim_bin())
+        .args(args)
+        .args(traces)
+        .arg("--json")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn peak_and_leaks_over_several_ranks_answer_per_rank_and_for_the_job() {
+    // Two "ranks" of the same program, one running longer.
+    let a = leaky_steps("rank0", 12);
+    let b = leaky_steps("rank1", 8);
+    let v = report_many(&["peak"], &[&a.trace, &b.trace]);
+    let ranks = v["traces"].as_array().unwrap();
+    assert_eq!(ranks.len(), 2);
+    // Each rank has a peak per device (the client touches devices 0 and 1).
+    let peaks = |r: &serde_json::Value| -> Vec<u64> {
+        let devices = r["report"].as_array().unwrap();
+        devices.iter().map(|d| d["live_bytes"].as_u64().unwrap()).collect()
+    };
+    let all: Vec<u64> = ranks.iter().flat_map(peaks).collect();
+    assert_eq!(all.len(), 4);
+    let c = &v["combined"];
+    assert_eq!(c["sum_of_peaks"], all.iter().sum::<u64>());
+    assert_eq!(c["largest_bytes"], *all.iter().max().unwrap());
+    // The 200 MiB spike is live at both peaks: 400 MiB from that one call site in the job.
+    let top = &c["by_call_site"][0];
+    assert!(in_function(top["label"].as_str().unwrap(), a.spike_fn), "{top}");
+    assert_eq!((top["bytes"].as_u64(), top["allocations"].as_u64()), (Some(400 << 20), Some(2)));
+
+    let v = report_many(&["leaks"], &[&a.trace, &b.trace]);
+    assert_eq!(v["traces"].as_array().unwrap().len(), 2);
+    let growing = v["combined"]["growing"].as_array().unwrap();
+    let leak = growing
+        .iter()
+        .find(|g| in_function(g["call_site"].as_str().unwrap(), a.leak_fn))
+        .unwrap_or_else(|| panic!("the leak is not named: {growing:?}"));
+    // It grows in both ranks, 512 KiB per iteration each.
+    assert_eq!(leak["traces"], 2);
+    assert_eq!(leak["bytes_per_iteration"], 2 * 512 * 1024);
+}
