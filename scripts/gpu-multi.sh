@@ -9,7 +9,8 @@
 #   limit  limit:6GiB per process: two ranks filling their GPUs at once, then two processes
 #          filling one GPU at once; what cudaMemGetInfo showed each;
 #   share  two training processes on one GPU: neither, both, or one of them under the shim.
-# Usage: bash scripts/gpu-multi.sh [ipc] [ddp] [limit] [share]      (no argument: all four)
+#   ab     DDP step time without the shim, with pool:off and with pool:caching, alternated.
+# Usage: bash scripts/gpu-multi.sh [ipc] [ddp] [ab] [limit] [share]      (no argument: all)
 # Build first (no Rust toolchain on the GPU machine):
 #   cargo build --release -p gpushim -p gpushim-shim && mkdir -p .gpu && cp target/release/{gpushim,libgpushim.so} .gpu/
 set -uo pipefail
@@ -18,7 +19,7 @@ bin=${GPUSHIM_BIN_DIR:-.gpu}
 [ -f "$bin/libgpushim.so" ] || { echo "no $bin/libgpushim.so: see the top of this script" >&2; exit 2; }
 lib="$PWD/$bin/libgpushim.so" cmd="$PWD/$bin/gpushim"
 work=${GPUSHIM_WORK:-/tmp/gpushim-multi}
-sections=${*:-ipc ddp limit share}
+sections=${*:-ipc ddp ab limit share}
 want() { [[ " $sections " == *" $1 "* ]]; }
 mkdir -p "$work"
 cudart=$(python3 -c "import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], 'lib'))" 2>/dev/null || true)
@@ -92,6 +93,22 @@ if want ddp; then
   echo
   echo "-- gpushim leaks over the two ranks of 'leak' (4 MiB kept per step per rank):"
   "$cmd" leaks "$work"/ddp/leak-*.trace | awk '/^iterations|grows|^all .* traces together/' | head -12
+fi
+
+if want ab; then
+  echo
+  # AB_TRACE=1: the shim records (one trace per rank); otherwise GPUSHIM_TRACE=off.
+  trace=off; [ "${AB_TRACE:-0}" = 1 ] && trace="$work/ab/%r-%p.trace"
+  echo "== ab: DDP step time, the three set-ups alternated over 3 rounds (torchrun ... ddp_train.py default 40; GPUSHIM_TRACE=$trace)"
+  rm -rf "$work/ab" && mkdir -p "$work/ab"
+  for round in 1 2 3; do
+    for conf in none pool:off pool:caching; do
+      launch=(torchrun --standalone --nproc_per_node=2 scripts/gpu/ddp_train.py default 40 0)
+      if [ "$conf" = none ]; then "${launch[@]}"; else LD_PRELOAD="$lib" GPUSHIM_CONF=$conf GPUSHIM_TRACE="$trace" "${launch[@]}"; fi \
+        >"$work/ab/${conf#pool:}-$round.out" 2>/dev/null
+    done
+  done
+  python3 scripts/gpu/multi_report.py ab "$work/ab"
 fi
 
 if want limit; then

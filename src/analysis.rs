@@ -59,10 +59,18 @@ pub struct Replay {
 /// What a record changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
-    Alloc { ptr: u64, device: u8 },
+    Alloc {
+        ptr: u64,
+        device: u8,
+    },
     /// A VMM physical allocation on `device` was created or released.
-    Physical { device: u8 },
-    Free { ptr: u64, live: Live },
+    Physical {
+        device: u8,
+    },
+    Free {
+        ptr: u64,
+        live: Live,
+    },
     Other,
 }
 
@@ -130,15 +138,13 @@ impl Replay {
                 *self.live_bytes.entry(device).or_default() += r.size;
                 Change::Physical { device }
             }
-            PhysRelease if r.status == 0 => {
-                match self.physical.remove(&r.ptr) {
-                    Some(l) => {
-                        *self.live_bytes.entry(l.device).or_default() -= l.size;
-                        Change::Physical { device: l.device }
-                    }
-                    None => Change::Other,
+            PhysRelease if r.status == 0 => match self.physical.remove(&r.ptr) {
+                Some(l) => {
+                    *self.live_bytes.entry(l.device).or_default() -= l.size;
+                    Change::Physical { device: l.device }
                 }
-            }
+                None => Change::Other,
+            },
             Free | FreeAsync if r.status == 0 && r.ptr != 0 => {
                 self.last_alloc.remove(&r.thread);
                 match self.live.remove(&r.ptr) {
@@ -298,8 +304,7 @@ fn holders<'a>(
     label: impl Fn(u64) -> String,
 ) -> Vec<Holder> {
     let mut by: HashMap<u64, (u64, u64)> = HashMap::new();
-    for l in live.filter(|l| device.is_none_or(|d| l.device == d))
-    {
+    for l in live.filter(|l| device.is_none_or(|d| l.device == d)) {
         let e = by.entry(key(l)).or_default();
         e.0 += l.size;
         e.1 += 1;
@@ -694,7 +699,10 @@ pub struct JobPeak {
 }
 
 pub fn combine_peaks(all: &[(String, Vec<Peak>)]) -> JobPeak {
-    let peaks = || all.iter().flat_map(|(t, ps)| ps.iter().map(move |p| (t, p)));
+    let peaks = || {
+        all.iter()
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (t, p)))
+    };
     let largest = peaks().max_by_key(|(_, p)| p.live_bytes);
     JobPeak {
         traces: all.len(),
@@ -747,7 +755,7 @@ pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
             bytes_per_iteration: bytes,
         })
         .collect();
-    growing.sort_by(|a, b| b.bytes_per_iteration.cmp(&a.bytes_per_iteration));
+    growing.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_iteration));
     JobLeaks {
         traces: all.len(),
         live_at_exit_bytes: all.iter().map(|(_, l)| l.live_at_exit_bytes).sum(),

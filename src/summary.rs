@@ -136,7 +136,11 @@ impl LiveSet {
         }
         if space == Space::Physical {
             let p = self.physical.entry(device).or_default();
-            *p = if add { *p + size } else { p.saturating_sub(size) };
+            *p = if add {
+                *p + size
+            } else {
+                p.saturating_sub(size)
+            };
         }
         let d = self.device_live.entry(device).or_default();
         if add {

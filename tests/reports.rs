@@ -354,7 +354,10 @@ fn peak_and_leaks_over_several_ranks_answer_per_rank_and_for_the_job() {
     // Each rank has a peak per device (the client touches devices 0 and 1).
     let peaks = |r: &serde_json::Value| -> Vec<u64> {
         let devices = r["report"].as_array().unwrap();
-        devices.iter().map(|d| d["live_bytes"].as_u64().unwrap()).collect()
+        devices
+            .iter()
+            .map(|d| d["live_bytes"].as_u64().unwrap())
+            .collect()
     };
     let all: Vec<u64> = ranks.iter().flat_map(peaks).collect();
     assert_eq!(all.len(), 4);
@@ -363,8 +366,14 @@ fn peak_and_leaks_over_several_ranks_answer_per_rank_and_for_the_job() {
     assert_eq!(c["largest_bytes"], *all.iter().max().unwrap());
     // The 200 MiB spike is live at both peaks: 400 MiB from that one call site in the job.
     let top = &c["by_call_site"][0];
-    assert!(in_function(top["label"].as_str().unwrap(), a.spike_fn), "{top}");
-    assert_eq!((top["bytes"].as_u64(), top["allocations"].as_u64()), (Some(400 << 20), Some(2)));
+    assert!(
+        in_function(top["label"].as_str().unwrap(), a.spike_fn),
+        "{top}"
+    );
+    assert_eq!(
+        (top["bytes"].as_u64(), top["allocations"].as_u64()),
+        (Some(400 << 20), Some(2))
+    );
 
     let v = report_many(&["leaks"], &[&a.trace, &b.trace]);
     assert_eq!(v["traces"].as_array().unwrap().len(), 2);

@@ -42,6 +42,23 @@ def ddp(d):
             print("  stderr tail:", "".join(err))
 
 
+def ab(d):
+    import statistics
+    runs = {}
+    for f in sorted(os.listdir(d)):
+        if not f.endswith(".out"):
+            continue
+        conf, _, rnd = f[:-4].rpartition("-")
+        for r in results(os.path.join(d, f)):
+            runs.setdefault(conf, []).append(r["step_ms"])
+    base = statistics.median(runs.get("none", [float("nan")]))
+    print(f"{'set-up':<14} {'ms/step (each rank, each round)':<60} {'median':>7} {'vs none':>8}")
+    for conf in ("none", "off", "caching"):
+        v = runs.get(conf, [])
+        m = statistics.median(v) if v else float("nan")
+        print(f"{conf:<14} {' '.join(f'{x:.2f}' for x in v):<60} {m:>7.2f} {m / base:>7.3f}x")
+
+
 def apis():
     s = json.load(sys.stdin)
     for a in s["apis"]:
@@ -57,4 +74,5 @@ def step(path):
 
 
 if __name__ == "__main__":
-    {"ddp": lambda: ddp(sys.argv[2]), "apis": apis, "step": lambda: step(sys.argv[2])}[sys.argv[1]]()
+    {"ddp": lambda: ddp(sys.argv[2]), "ab": lambda: ab(sys.argv[2]), "apis": apis,
+     "step": lambda: step(sys.argv[2])}[sys.argv[1]]()
