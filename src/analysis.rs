@@ -272,7 +272,7 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
         Some(frames) if stack != 0 && !frames.is_empty() => frames
             .iter()
             .take(4)
-            .map(|&ip| reader.describe_address(ip))
+            .map(|&ip| crate::symbolize::describe(reader, ip))
             .collect::<Vec<_>>()
             .join(" < "),
         _ => "(no stack: record with GPUSHIM_CONF=stacks:on)".into(),
@@ -380,7 +380,11 @@ pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
             .map(|l| {
                 let frames = reader
                     .stack(l.stack)
-                    .map(|f| f.iter().map(|&ip| reader.describe_address(ip)).collect())
+                    .map(|f| {
+                        f.iter()
+                            .map(|&ip| crate::symbolize::describe(&reader, ip))
+                            .collect()
+                    })
                     .unwrap_or_else(|| vec!["(no stack)".to_string()]);
                 (frames, l.size)
             })

@@ -160,10 +160,17 @@ fn frames(reader: &TraceReader, stack: u64) -> Vec<Frame> {
         .stack(stack)
         .unwrap_or(&[])
         .iter()
-        .map(|&ip| Frame {
-            filename: reader.describe_address(ip),
-            line: 0,
-            name: format!("{ip:#x}"),
+        .map(|&ip| {
+            let f = crate::symbolize::frame(reader, ip);
+            Frame {
+                filename: f
+                    .file
+                    .clone()
+                    .or_else(|| f.module.clone())
+                    .unwrap_or_default(),
+                line: u64::from(f.line.unwrap_or(0)),
+                name: f.function.clone().unwrap_or_else(|| f.label()),
+            }
         })
         .collect()
 }

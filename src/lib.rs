@@ -4,6 +4,7 @@
 pub mod config;
 pub mod engine;
 pub mod fasthash;
+pub mod filter;
 pub mod format;
 pub mod reader;
 pub mod recorder;
@@ -20,3 +21,5 @@ pub mod run;
 pub mod simulate;
 #[cfg(feature = "cli")]
 pub mod summary;
+#[cfg(feature = "cli")]
+pub mod symbolize;

@@ -23,6 +23,92 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
+    #[command(flatten)]
+    reading: Reading,
+}
+
+/// Options every report takes. The filters keep the allocations that match (all of the given
+/// conditions) and the frees of those allocations; everything else is left out of the report.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Reading traces (every report)")]
+struct Reading {
+    /// Only allocations on device N (repeat for several).
+    #[arg(long = "device", global = true, value_name = "N")]
+    devices: Vec<u8>,
+    /// Only allocations by thread T, numbered as in `gpushim events` (repeat for several).
+    #[arg(long = "thread", global = true, value_name = "T")]
+    threads: Vec<u16>,
+    /// Only allocations on stream S, numbered as in `gpushim events` (repeat for several).
+    #[arg(long = "stream", global = true, value_name = "S")]
+    streams: Vec<u16>,
+    /// Only allocations made at or after TIME since the trace began: 1.5s, 200ms, 300us.
+    #[arg(long, global = true, value_name = "TIME")]
+    from: Option<String>,
+    /// Only allocations made before TIME since the trace began.
+    #[arg(long, global = true, value_name = "TIME")]
+    to: Option<String>,
+    /// Only allocations made inside NVTX ranges named NAME (at any depth, on their thread).
+    #[arg(long, global = true, value_name = "NAME")]
+    range: Option<String>,
+    /// Name frames module+offset; do not read the binaries for function names and lines.
+    #[arg(long, global = true)]
+    no_symbols: bool,
+    /// No progress bar on long reads.
+    #[arg(long, global = true)]
+    quiet: bool,
+}
+
+impl Reading {
+    fn apply(&self) -> Result<(), String> {
+        let time = |flag: &str, t: &Option<String>| {
+            t.as_deref()
+                .map(gpushim::filter::parse_time)
+                .transpose()
+                .map_err(|e| format!("--{flag}: {e}"))
+        };
+        let filter = gpushim::filter::Filter {
+            devices: self.devices.clone(),
+            threads: self.threads.clone(),
+            streams: self.streams.clone(),
+            from_ns: time("from", &self.from)?,
+            to_ns: time("to", &self.to)?,
+            range: self.range.clone(),
+        };
+        if let (Some(a), Some(b)) = (filter.from_ns, filter.to_ns)
+            && a >= b
+        {
+            return Err(format!(
+                "--from {} is not before --to {}: the window is empty",
+                self.from.as_deref().unwrap_or(""),
+                self.to.as_deref().unwrap_or("")
+            ));
+        }
+        gpushim::reader::set_filter(filter);
+        gpushim::symbolize::set_enabled(!self.no_symbols);
+        if !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            gpushim::reader::set_progress(show_progress);
+        }
+        Ok(())
+    }
+}
+
+static PROGRESS_BAR: std::sync::OnceLock<indicatif::ProgressBar> = std::sync::OnceLock::new();
+
+/// The reader's progress hook: a bar on stderr once a trace has millions of records.
+fn show_progress(done: u64, total: u64) {
+    let bar = PROGRESS_BAR.get_or_init(|| {
+        let bar = indicatif::ProgressBar::new(total);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{spinner} reading {human_pos}/{human_len} records [{bar:30}] {percent}% ({eta} left)",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar
+    });
+    bar.set_length(total);
+    bar.set_position(done);
 }
 
 #[derive(Subcommand)]
@@ -164,7 +250,18 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    if let Err(e) = cli.reading.apply() {
+        return fail(e);
+    }
+    let code = dispatch(cli.command);
+    if let Some(bar) = PROGRESS_BAR.get() {
+        bar.finish_and_clear();
+    }
+    code
+}
+
+fn dispatch(command: Cmd) -> ExitCode {
+    match command {
         Cmd::Run {
             conf,
             trace,
@@ -654,7 +751,7 @@ fn cmd_events(trace: &std::path::Path, json: bool) -> ExitCode {
                 .stack(r.ptr)
                 .unwrap_or(&[])
                 .iter()
-                .map(|&ip| reader.describe_address(ip))
+                .map(|&ip| gpushim::symbolize::describe(&reader, ip))
                 .collect::<Vec<_>>()
                 .join(" < "),
             _ => String::new(),

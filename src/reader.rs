@@ -142,6 +142,27 @@ pub struct TraceReader {
     latest_ns: u64,
     /// Whether the file has been read to its end.
     drained: bool,
+    /// The process-wide filter (see [`set_filter`]), if any.
+    filtering: Option<crate::filter::Filtering>,
+    /// Records returned since the progress hook was last called.
+    since_progress: u32,
+}
+
+static FILTER: std::sync::OnceLock<crate::filter::Filter> = std::sync::OnceLock::new();
+static PROGRESS: std::sync::OnceLock<fn(u64, u64)> = std::sync::OnceLock::new();
+
+/// Applies `filter` to every trace opened from now on in this process (the command's
+/// `--device`, `--from`, ... options, which every report honours). Set once.
+pub fn set_filter(filter: crate::filter::Filter) {
+    if !filter.is_empty() {
+        let _ = FILTER.set(filter);
+    }
+}
+
+/// Calls `hook(records read, records in the file)` every million records of every trace read
+/// from now on (the command's progress bar). Set once.
+pub fn set_progress(hook: fn(u64, u64)) {
+    let _ = PROGRESS.set(hook);
 }
 
 fn le_u32(b: &[u8], o: usize) -> u32 {
@@ -235,6 +256,8 @@ impl TraceReader {
             taken: 0,
             latest_ns: 0,
             drained: false,
+            filtering: FILTER.get().cloned().map(crate::filter::Filtering::new),
+            since_progress: 0,
         })
     }
 
@@ -257,15 +280,20 @@ impl TraceReader {
         self.stacks.get(&id).map(Vec::as_slice)
     }
 
-    /// An address as `module+0xoffset` (the module with the nearest load base below it), or
-    /// the bare address when no module is known.
-    pub fn describe_address(&self, ip: u64) -> String {
-        let best = self
+    /// The module an address lies in (the one with the nearest load base below it): its load
+    /// base and path.
+    pub fn module_of(&self, ip: u64) -> Option<(u64, &str)> {
+        let (base, name) = self
             .modules
             .iter()
             .filter(|(base, _)| *base <= ip)
-            .max_by_key(|(base, _)| *base);
-        match best.and_then(|(base, name)| Some((base, self.strings.get(name)?))) {
+            .max_by_key(|(base, _)| *base)?;
+        Some((*base, self.strings.get(name)?.as_str()))
+    }
+
+    /// An address as `module+0xoffset`, or the bare address when no module is known.
+    pub fn describe_address(&self, ip: u64) -> String {
+        match self.module_of(ip) {
             Some((base, path)) => {
                 let file = path.rsplit('/').next().unwrap_or(path);
                 format!("{file}+{:#x}", ip - base)
@@ -321,14 +349,37 @@ const BATCH: usize = 1 << 16;
 impl Iterator for TraceReader {
     type Item = Record;
 
-    /// The next record in time order (ties in file order). Strings are resolved as they are
-    /// read, before any record that refers to them is returned.
+    /// The next record in time order (ties in file order) that the filter keeps. Strings are
+    /// resolved as they are read, before any record that refers to them is returned.
+    fn next(&mut self) -> Option<Record> {
+        loop {
+            let r = self.next_sorted()?;
+            self.since_progress += 1;
+            if self.since_progress == 1 << 20 {
+                self.since_progress = 0;
+                if let Some(hook) = PROGRESS.get() {
+                    hook(self.next, self.end);
+                }
+            }
+            let keep = match &mut self.filtering {
+                None => true,
+                Some(f) => f.keep(&r, &self.strings),
+            };
+            if keep {
+                return Some(r);
+            }
+        }
+    }
+}
+
+impl TraceReader {
+    /// The next record in time order, unfiltered.
     ///
     /// The window is a vector kept sorted: each refill reads a batch from the file (as many
     /// records as wait already, so each record is merged a bounded number of times), sorts
     /// (a stable sort merges the sorted rest and the nearly sorted batch in linear time), and
     /// releases the records older than the window.
-    fn next(&mut self) -> Option<Record> {
+    fn next_sorted(&mut self) -> Option<Record> {
         loop {
             if self.taken < self.ready {
                 self.taken += 1;

@@ -164,18 +164,23 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
     let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
     let (mut first, mut last) = (u64::MAX, 0u64);
     let mut events = 0u64;
-    // Per device with a pool: (its segments now, peak reserved, live at that peak), where
+    // Per device with a pool: (its segments now, peak reserved, most live while reserved was
+    // at that peak), where
     // reserved is the pool's segments plus VMM physical memory (NCCL's buffers, say), which
     // the pool does not serve but which is held on the device all the same.
     let mut pool: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
     let note_reserved = |pool: &mut BTreeMap<u8, (u64, u64, u64)>, live: &LiveSet, d: u8| {
+        let Some(p) = pool.get_mut(&d) else {
+            return;
+        };
         let physical = live.physical.get(&d).copied().unwrap_or(0);
         let live_now = live.device_live.get(&d).map_or(0, |x| x.0);
-        if let Some(p) = pool.get_mut(&d)
-            && p.0 + physical > p.1
-        {
+        if p.0 + physical > p.1 {
             p.1 = p.0 + physical;
             p.2 = live_now;
+        } else if p.0 + physical == p.1 {
+            // Still at the peak: the allocation a segment was reserved for lands just after it.
+            p.2 = p.2.max(live_now);
         }
     };
     let mut ooms: BTreeMap<u8, u64> = BTreeMap::new();
@@ -210,12 +215,8 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
             continue;
         }
         events += 1;
-        if r.kind == RecordKind::PhysCreate {
-            live.apply(&r);
-            note_reserved(&mut pool, &live, r.device);
-        } else {
-            live.apply(&r);
-        }
+        live.apply(&r);
+        note_reserved(&mut pool, &live, r.device);
         first = first.min(r.time_ns);
         last = last.max(r.time_ns);
         let a = apis[r.api as usize].get_or_insert_with(|| ApiStats {

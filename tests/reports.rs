@@ -9,8 +9,14 @@ use std::process::Command;
 
 struct Leaky {
     trace: PathBuf,
-    leak_fn: u64,
-    spike_fn: u64,
+    leak_fn: Func,
+    spike_fn: Func,
+}
+
+/// A function of the client: its name and where it starts in the executable.
+struct Func {
+    name: &'static str,
+    start: u64,
 }
 
 fn leaky() -> Leaky {
@@ -46,8 +52,14 @@ fn leaky_steps(dir: &str, steps: u32) -> Leaky {
     assert!(s.contains("huge 2"), "{s}");
     Leaky {
         trace: t,
-        leak_fn: get("leak_fn "),
-        spike_fn: get("spike_fn "),
+        leak_fn: Func {
+            name: "leak",
+            start: get("leak_fn "),
+        },
+        spike_fn: Func {
+            name: "spike",
+            start: get("spike_fn "),
+        },
     }
 }
 
@@ -62,15 +74,19 @@ fn report(args: &[&str], trace: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Whether a call site's innermost frame (`leaky+0x123b < ...`) lies in the function that
-/// starts at `start` (the client's functions are a few dozen bytes long).
-fn in_function(label: &str, start: u64) -> bool {
+/// Whether a call site's innermost frame is in `f`: named from the executable's symbol table
+/// (`leak (leaky) < ...`), or, with `--no-symbols`, `leaky+0x123b` inside the function (the
+/// client's functions are a few dozen bytes long).
+fn in_function(label: &str, f: &Func) -> bool {
     let first = label.split(" < ").next().unwrap_or("");
+    if first == format!("{} (leaky)", f.name) {
+        return true;
+    }
     let Some(off) = first.strip_prefix("leaky+0x") else {
         return false;
     };
     let off = u64::from_str_radix(off, 16).unwrap_or(0);
-    (start..start + 0x60).contains(&off)
+    (f.start..f.start + 0x60).contains(&off)
 }
 
 #[test]
@@ -84,7 +100,7 @@ fn leaks_names_the_call_site_that_grows_every_iteration_and_by_how_much() {
     assert_eq!(growing.len(), 1, "{growing:?}");
     assert_eq!(growing[0]["bytes_per_iteration"], 512 * 1024);
     let site = growing[0]["call_site"].as_str().unwrap();
-    assert!(in_function(site, l.leak_fn), "{site} is not in leak()");
+    assert!(in_function(site, &l.leak_fn), "{site} is not in leak()");
     // At exit: the 12 leaked blocks and the device-1 allocation.
     assert_eq!(v["live_at_exit_bytes"], 12 * 512 * 1024 + (8 << 20));
 }
@@ -105,7 +121,7 @@ fn peak_attributes_the_peak_to_the_spike_and_its_nvtx_range() {
     let top = &d0["by_call_site"][0];
     assert_eq!(top["bytes"], 200u64 << 20);
     assert!(
-        in_function(top["label"].as_str().unwrap(), l.spike_fn),
+        in_function(top["label"].as_str().unwrap(), &l.spike_fn),
         "{top}"
     );
     assert_eq!(d0["by_range"][0]["label"], "step");
@@ -124,7 +140,7 @@ fn oom_explains_the_failed_request() {
     assert_eq!(o["live_bytes"], 12 * 512 * 1024);
     assert!(in_function(
         o["holders"][0]["label"].as_str().unwrap(),
-        l.leak_fn
+        &l.leak_fn
     ));
 }
 
@@ -224,7 +240,7 @@ fn plot_and_flamegraph_write_svg_with_labelled_axes() {
                 "NVTX range 'step'",
             ],
         ),
-        ("flamegraph", vec!["live at the peak", "leaky+0x"]),
+        ("flamegraph", vec!["live at the peak", "spike (leaky)"]),
     ] {
         let out = l.trace.with_extension(format!("{cmd}.svg"));
         let o = Command::new(gpushim_bin())
@@ -367,7 +383,7 @@ fn peak_and_leaks_over_several_ranks_answer_per_rank_and_for_the_job() {
     // The 200 MiB spike is live at both peaks: 400 MiB from that one call site in the job.
     let top = &c["by_call_site"][0];
     assert!(
-        in_function(top["label"].as_str().unwrap(), a.spike_fn),
+        in_function(top["label"].as_str().unwrap(), &a.spike_fn),
         "{top}"
     );
     assert_eq!(
@@ -380,9 +396,71 @@ fn peak_and_leaks_over_several_ranks_answer_per_rank_and_for_the_job() {
     let growing = v["combined"]["growing"].as_array().unwrap();
     let leak = growing
         .iter()
-        .find(|g| in_function(g["call_site"].as_str().unwrap(), a.leak_fn))
+        .find(|g| in_function(g["call_site"].as_str().unwrap(), &a.leak_fn))
         .unwrap_or_else(|| panic!("the leak is not named: {growing:?}"));
     // It grows in both ranks, 512 KiB per iteration each.
     assert_eq!(leak["traces"], 2);
     assert_eq!(leak["bytes_per_iteration"], 2 * 512 * 1024);
+}
+
+#[test]
+fn call_sites_are_named_by_function_and_without_symbols_by_module_offset() {
+    let l = leaky();
+    let named = report(&["peak"], &l.trace);
+    let label = named[0]["by_call_site"][0]["label"].as_str().unwrap();
+    // The innermost frames: spike() called from main(), named from the symbol table.
+    assert!(label.starts_with("spike (leaky) < main (leaky)"), "{label}");
+    let out = Command::new(gpushim_bin())
+        .args(["peak", "--no-symbols", "--json"])
+        .arg(&l.trace)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let raw: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let label = raw[0]["by_call_site"][0]["label"].as_str().unwrap();
+    assert!(label.starts_with("leaky+0x"), "{label}");
+    assert!(in_function(label, &l.spike_fn), "{label}");
+}
+
+#[test]
+fn every_report_takes_the_filters_and_bad_ones_are_named() {
+    let l = leaky();
+    let json = |args: &[&str]| -> serde_json::Value { report(args, &l.trace) };
+    // Device 1 holds one 8 MiB allocation.
+    let s = json(&["summary", "--device", "1"]);
+    let devices = s["devices"].as_array().unwrap();
+    assert_eq!(devices.len(), 1, "{devices:?}");
+    assert_eq!(devices[0]["device"], 1);
+    assert_eq!(devices[0]["peak_live_bytes"], 8 << 20);
+    // Inside the "step" range only: nothing outside it is live at the peak.
+    let p = json(&["peak", "--range", "step"]);
+    let ranges = p[0]["by_range"].as_array().unwrap();
+    assert!(ranges.iter().all(|h| h["label"] == "step"), "{ranges:?}");
+    assert!(!ranges.is_empty());
+    // Nothing was allocated in the first nanosecond.
+    let v = json(&["leaks", "--to", "1ns"]);
+    assert_eq!(v["live_at_exit_bytes"], 0);
+    // The leak goes on to the end: a window from the middle of the run keeps some of its
+    // blocks, not all.
+    let all = json(&["leaks"])["live_at_exit_bytes"].as_u64().unwrap();
+    let middle = json(&["summary"])["duration_ns"].as_u64().unwrap() / 2;
+    let late = json(&["leaks", "--from", &format!("{middle}ns")])["live_at_exit_bytes"]
+        .as_u64()
+        .unwrap();
+    assert!(late > 0 && late < all, "{late} of {all}");
+    for (args, says) in [
+        (vec!["summary", "--from", "12"], "no unit"),
+        (
+            vec!["summary", "--from", "2ms", "--to", "1ms"],
+            "window is empty",
+        ),
+    ] {
+        let out = Command::new(gpushim_bin())
+            .args(&args)
+            .arg(&l.trace)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(says), "{}", stderr(&out));
+    }
 }

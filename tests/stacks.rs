@@ -100,19 +100,29 @@ fn stacks_can_be_sampled_and_are_off_by_default() {
 #[test]
 fn the_events_command_prints_the_frames_of_a_stack() {
     let t = run_loop("stacks:on");
-    let out = std::process::Command::new(gpushim_bin())
-        .arg("events")
-        .arg(&t)
-        .output()
-        .unwrap();
-    assert_ok(&out);
-    let s = stdout(&out);
-    let line = s
-        .lines()
-        .find(|l| l.contains(",stack_ref,"))
-        .expect("a stack_ref row");
+    let frames = |extra: &[&str]| {
+        let out = std::process::Command::new(gpushim_bin())
+            .arg("events")
+            .args(extra)
+            .arg(&t)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        stdout(&out)
+            .lines()
+            .find(|l| l.contains(",stack_ref,"))
+            .expect("a stack_ref row")
+            .to_string()
+    };
+    // Named from the executable's symbol table: `main (train_loop)`, ...
+    let named = frames(&[]);
     assert!(
-        line.contains("train_loop+0x") && line.contains(" < "),
-        "{line}"
+        named.contains("main (train_loop)") && named.contains(" < "),
+        "{named}"
+    );
+    let raw = frames(&["--no-symbols"]);
+    assert!(
+        raw.contains("train_loop+0x") && raw.contains(" < "),
+        "{raw}"
     );
 }

@@ -1,0 +1,204 @@
+//! Narrowing every report to part of a trace: by device, thread, stream, time window and NVTX
+//! range.
+//!
+//! A filter keeps the *allocations* that match, and the frees of those allocations, so every
+//! report stays consistent: what a kept allocation's free was is never lost, and an allocation
+//! that was left out never shows as leaked because its free was kept. Everything else (NVTX,
+//! strings, stacks, modules) is kept; the pool's segment records and memory figures are kept
+//! for the devices kept, at any time, since they are state the window starts with.
+
+use crate::fasthash::FastMap;
+use crate::format::{Record, RecordKind};
+use std::collections::HashMap;
+
+/// What to keep. Empty lists keep everything of that kind.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Filter {
+    pub devices: Vec<u8>,
+    /// Thread indexes as the trace numbers them (the `thread` column of `gpushim events`).
+    pub threads: Vec<u16>,
+    /// Stream indexes as the trace numbers them (the `stream` column of `gpushim events`).
+    pub streams: Vec<u16>,
+    /// Allocations made at or after this time since the trace began.
+    pub from_ns: Option<u64>,
+    /// Allocations made before this time since the trace began.
+    pub to_ns: Option<u64>,
+    /// Allocations made inside an NVTX push/pop range of this name, at any depth, on the
+    /// allocating thread.
+    pub range: Option<String>,
+}
+
+impl Filter {
+    pub fn is_empty(&self) -> bool {
+        *self == Filter::default()
+    }
+
+    fn allocation_matches(&self, r: &Record, in_range: bool) -> bool {
+        (self.devices.is_empty() || self.devices.contains(&r.device))
+            && (self.threads.is_empty() || self.threads.contains(&r.thread))
+            && (self.streams.is_empty() || self.streams.contains(&r.stream))
+            && self.from_ns.is_none_or(|t| r.time_ns >= t)
+            && self.to_ns.is_none_or(|t| r.time_ns < t)
+            && (self.range.is_none() || in_range)
+    }
+}
+
+/// A filter applied to one pass over a trace.
+pub struct Filtering {
+    filter: Filter,
+    /// Kept allocations by (whether a VMM handle, address or handle).
+    kept: FastMap<(bool, u64), ()>,
+    /// Per thread: the NVTX ranges open (string ids), and whether the thread's last allocation
+    /// was left out (so is the stack that follows it).
+    ranges: HashMap<u16, Vec<u64>>,
+    dropped_last: HashMap<u16, bool>,
+}
+
+impl Filtering {
+    pub fn new(filter: Filter) -> Filtering {
+        Filtering {
+            filter,
+            kept: FastMap::default(),
+            ranges: HashMap::new(),
+            dropped_last: HashMap::new(),
+        }
+    }
+
+    fn in_range(&self, thread: u16, strings: &HashMap<u64, String>) -> bool {
+        let Some(name) = &self.filter.range else {
+            return true;
+        };
+        self.ranges.get(&thread).is_some_and(|open| {
+            open.iter()
+                .any(|id| strings.get(id).is_some_and(|s| s == name))
+        })
+    }
+
+    /// Whether `r` stays; `strings` resolves NVTX messages.
+    pub fn keep(&mut self, r: &Record, strings: &HashMap<u64, String>) -> bool {
+        use RecordKind::*;
+        let device_kept = self.filter.devices.is_empty() || self.filter.devices.contains(&r.device);
+        match r.kind {
+            Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate => {
+                let keep = self
+                    .filter
+                    .allocation_matches(r, self.in_range(r.thread, strings));
+                if keep && r.status == 0 {
+                    self.kept.insert((r.kind == PhysCreate, r.ptr), ());
+                }
+                self.dropped_last.insert(r.thread, !keep);
+                keep
+            }
+            Free | FreeAsync | HostFree | PhysRelease => {
+                self.dropped_last.insert(r.thread, false);
+                self.kept.remove(&(r.kind == PhysRelease, r.ptr)).is_some()
+            }
+            StackRef => !self.dropped_last.remove(&r.thread).unwrap_or(false),
+            RangePush => {
+                self.ranges.entry(r.thread).or_default().push(r.ptr);
+                true
+            }
+            RangePop => {
+                if let Some(open) = self.ranges.get_mut(&r.thread) {
+                    open.pop();
+                }
+                true
+            }
+            SegmentReserve | SegmentRelease | Split | OomRetry | OutOfMemory | LimitHit
+            | PoolSync | MemInfo | MemInfoShown | Map | Unmap | AddressReserve | AddressFree
+            | SetAccess | IpcExport | IpcOpen | IpcClose => device_kept,
+            _ => true,
+        }
+    }
+}
+
+/// Parses a time since the trace began: a number with a unit, `s`, `ms`, `us` (or `µs`) or
+/// `ns`, as in `1.5s` or `200ms`.
+pub fn parse_time(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .ok_or_else(|| format!("'{text}' has no unit: write it as 1.5s, 200ms, 300us or 5000ns"))?;
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num
+        .parse()
+        .map_err(|_| format!("'{text}' does not start with a number (as in 1.5s or 200ms)"))?;
+    let scale = match unit.trim() {
+        "s" => 1e9,
+        "ms" => 1e6,
+        "us" | "µs" => 1e3,
+        "ns" => 1.0,
+        u => {
+            return Err(format!(
+                "'{u}' in '{text}' is not a unit: use s, ms, us or ns"
+            ));
+        }
+    };
+    Ok((n * scale).round() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(kind: RecordKind, thread: u16, time_ns: u64, ptr: u64) -> Record {
+        Record {
+            kind,
+            api: crate::format::Api::CudaMalloc,
+            device: 0,
+            status: 0,
+            thread,
+            time_ns,
+            ptr,
+            size: 16,
+            stream: 0,
+        }
+    }
+
+    #[test]
+    fn times_take_units_and_refuse_bare_numbers() {
+        assert_eq!(parse_time("1.5s"), Ok(1_500_000_000));
+        assert_eq!(parse_time("200ms"), Ok(200_000_000));
+        assert_eq!(parse_time("3us"), Ok(3_000));
+        assert_eq!(parse_time("7ns"), Ok(7));
+        assert!(parse_time("12").unwrap_err().contains("no unit"));
+        assert!(parse_time("2h").unwrap_err().contains("not a unit"));
+    }
+
+    #[test]
+    fn a_window_keeps_its_allocations_their_frees_and_their_stacks_only() {
+        let mut f = Filtering::new(Filter {
+            from_ns: Some(100),
+            to_ns: Some(200),
+            ..Filter::default()
+        });
+        let s = HashMap::new();
+        use RecordKind::*;
+        assert!(!f.keep(&rec(Alloc, 1, 50, 0xa), &s)); // before the window
+        assert!(!f.keep(&rec(StackRef, 1, 50, 7), &s)); // its stack goes with it
+        assert!(f.keep(&rec(Alloc, 1, 150, 0xb), &s));
+        assert!(f.keep(&rec(StackRef, 1, 150, 8), &s));
+        assert!(!f.keep(&rec(Free, 2, 160, 0xa), &s)); // free of a dropped allocation
+        assert!(f.keep(&rec(Free, 2, 300, 0xb), &s)); // a kept one's free, even after
+        assert!(!f.keep(&rec(Free, 2, 310, 0xb), &s)); // already freed
+    }
+
+    #[test]
+    fn a_range_keeps_allocations_made_inside_it_at_any_depth() {
+        let mut f = Filtering::new(Filter {
+            range: Some("step".into()),
+            ..Filter::default()
+        });
+        let s: HashMap<u64, std::string::String> =
+            [(1, "step".to_string()), (2, "fwd".to_string())].into();
+        use RecordKind::*;
+        assert!(!f.keep(&rec(Alloc, 1, 1, 0xa), &s));
+        assert!(f.keep(&rec(RangePush, 1, 2, 1), &s));
+        assert!(f.keep(&rec(RangePush, 1, 3, 2), &s));
+        assert!(f.keep(&rec(Alloc, 1, 4, 0xb), &s)); // inside fwd inside step
+        assert!(!f.keep(&rec(Alloc, 2, 4, 0xc), &s)); // another thread is not in it
+        assert!(f.keep(&rec(RangePop, 1, 5, 0), &s));
+        assert!(f.keep(&rec(RangePop, 1, 6, 0), &s));
+        assert!(!f.keep(&rec(Alloc, 1, 7, 0xd), &s));
+    }
+}

@@ -1,0 +1,208 @@
+//! Names stack frames offline, after the run: function, file and line from a module's DWARF
+//! (addr2line), else the nearest symbol of its symbol table, else `module+0xoffset`. A module
+//! that cannot be read (moved, deleted, another machine) is named once on stderr and its frames
+//! stay `module+0xoffset`. The binaries must be the ones that ran: a rebuilt library gives
+//! wrong names.
+
+use crate::reader::TraceReader;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Turns naming off (`--no-symbols`): frames are `module+0xoffset`.
+pub fn set_enabled(on: bool) {
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// What is known of one frame.
+#[derive(Clone, Debug, Default)]
+pub struct FrameInfo {
+    /// The module's file name (no directory), when known.
+    pub module: Option<String>,
+    pub offset: u64,
+    pub function: Option<String>,
+    pub file: Option<String>,
+    pub line: Option<u32>,
+}
+
+impl FrameInfo {
+    /// `function (file:line)`, `function (module)`, `module+0xoffset` or the bare address.
+    pub fn label(&self) -> String {
+        match (&self.function, &self.file, self.line, &self.module) {
+            (Some(f), Some(file), Some(line), _) => format!("{f} ({file}:{line})"),
+            (Some(f), _, _, Some(m)) => format!("{f} ({m})"),
+            (Some(f), _, _, None) => f.clone(),
+            (None, _, _, Some(m)) => format!("{m}+{:#x}", self.offset),
+            (None, _, _, None) => format!("{:#x}", self.offset),
+        }
+    }
+}
+
+/// A module's function symbols with their sizes, sorted by address: a name is given only to an
+/// address inside the symbol (the nearest exported symbol below a local function is not it).
+struct Symbols(Vec<(u64, u64, String)>);
+
+impl Symbols {
+    fn read(path: &str) -> Symbols {
+        use object::{Object, ObjectSymbol, SymbolKind};
+        let mut v = Vec::new();
+        if let Ok(data) = std::fs::read(path)
+            && let Ok(file) = object::File::parse(&*data)
+        {
+            for s in file.symbols().chain(file.dynamic_symbols()) {
+                if s.kind() == SymbolKind::Text
+                    && s.size() > 0
+                    && let Ok(name) = s.name()
+                {
+                    v.push((s.address(), s.size(), name.to_string()));
+                }
+            }
+        }
+        v.sort();
+        v.dedup_by_key(|e| e.0);
+        Symbols(v)
+    }
+
+    fn find(&self, probe: u64) -> Option<&str> {
+        let i = self.0.partition_point(|e| e.0 <= probe).checked_sub(1)?;
+        let (addr, size, name) = &self.0[i];
+        (probe < addr + size).then_some(name.as_str())
+    }
+}
+
+/// A frame's function, source file and line, as far as known.
+type Named = (Option<String>, Option<String>, Option<u32>);
+
+#[derive(Default)]
+struct Cache {
+    loaders: HashMap<String, Option<(addr2line::Loader, Symbols)>>,
+    frames: HashMap<(String, u64), Named>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Cache> = RefCell::new(Cache::default());
+}
+
+/// The frame at return address `ip`.
+pub fn frame(reader: &TraceReader, ip: u64) -> FrameInfo {
+    let Some((base, path)) = reader.module_of(ip) else {
+        return FrameInfo {
+            offset: ip,
+            ..FrameInfo::default()
+        };
+    };
+    let offset = ip - base;
+    let mut info = FrameInfo {
+        module: Some(path.rsplit('/').next().unwrap_or(path).to_string()),
+        offset,
+        ..FrameInfo::default()
+    };
+    if ENABLED.load(Ordering::Relaxed) && !path.is_empty() && !path.starts_with('[') {
+        // A return address: the call is the instruction before it.
+        let (function, file, line) = lookup(path, offset.saturating_sub(1));
+        (info.function, info.file, info.line) = (function, file, line);
+    }
+    info
+}
+
+/// `frame(reader, ip).label()`.
+pub fn describe(reader: &TraceReader, ip: u64) -> String {
+    frame(reader, ip).label()
+}
+
+fn lookup(path: &str, probe: u64) -> Named {
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        let key = (path.to_string(), probe);
+        if let Some(hit) = c.frames.get(&key) {
+            return hit.clone();
+        }
+        let loader = c.loaders.entry(path.to_string()).or_insert_with(|| {
+            match addr2line::Loader::new(path) {
+                Ok(l) => Some((l, Symbols::read(path))),
+                Err(e) => {
+                    eprintln!(
+                        "gpushim: cannot read {path} to name its frames ({e}); they stay \
+                         module+offset (pass --no-symbols to skip naming)"
+                    );
+                    None
+                }
+            }
+        });
+        let found = loader
+            .as_ref()
+            .map_or((None, None, None), |(l, s)| name(l, s, probe));
+        c.frames.insert(key, found.clone());
+        found
+    })
+}
+
+fn name(l: &addr2line::Loader, symbols: &Symbols, probe: u64) -> Named {
+    // The innermost frame (an inlined function, if any) is the most precise.
+    if let Ok(mut frames) = l.find_frames(probe)
+        && let Ok(Some(f)) = frames.next()
+        && let Some(func) = f.function.as_ref().and_then(|n| n.demangle().ok())
+    {
+        let (file, line) = f.location.map_or((None, None), |loc| {
+            let file = loc
+                .file
+                .map(|p| p.rsplit('/').next().unwrap_or(p).to_string());
+            (file, loc.line)
+        });
+        return (Some(without_parameters(&func).to_string()), file, line);
+    }
+    let symbol = symbols
+        .find(probe)
+        .map(|s| addr2line::demangle_auto(s.into(), None).into_owned());
+    (
+        symbol.map(|s| without_parameters(&s).to_string()),
+        None,
+        None,
+    )
+}
+
+/// `ns::f(int, char*) const` -> `ns::f`: the parameter list says little in a call-site label.
+pub fn without_parameters(name: &str) -> &str {
+    let trimmed = name.trim_end_matches(" const").trim_end();
+    if !trimmed.ends_with(')') {
+        return name;
+    }
+    let mut depth = 0i32;
+    for (i, c) in trimmed.char_indices().rev() {
+        match c {
+            ')' => depth += 1,
+            '(' => {
+                depth -= 1;
+                if depth == 0 {
+                    return if i == 0 { name } else { &trimmed[..i] };
+                }
+            }
+            _ => {}
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::without_parameters;
+
+    #[test]
+    fn parameter_lists_are_dropped_from_names() {
+        assert_eq!(without_parameters("leak"), "leak");
+        assert_eq!(
+            without_parameters("c10::Alloc::malloc(signed char, unsigned long, CUstream_st*)"),
+            "c10::Alloc::malloc"
+        );
+        assert_eq!(
+            without_parameters("f(std::function<void (int)>) const"),
+            "f"
+        );
+        assert_eq!(
+            without_parameters("(anonymous namespace)"),
+            "(anonymous namespace)"
+        );
+    }
+}
