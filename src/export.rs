@@ -278,16 +278,63 @@ pub fn memory_viz(path: &Path, out: &mut dyn Write, protocol: u8) -> Result<u64,
     };
     let opts = match protocol {
         2 => serde_pickle::SerOptions::new().proto_v2(),
-        3 => serde_pickle::SerOptions::new(),
+        3 | 4 => serde_pickle::SerOptions::new(),
         _ => {
             return Err(format!(
-                "pickle protocol {protocol} is not offered (2 or 3)"
+                "pickle protocol {protocol} is not offered (2, 3 or 4)"
             ));
         }
     };
     let n = snap.segments.len() as u64;
-    serde_pickle::to_writer(&mut { out }, &snap, opts).map_err(|e| e.to_string())?;
+    let mut bytes = serde_pickle::to_vec(&snap, opts).map_err(|e| e.to_string())?;
+    if protocol == 4 {
+        // Protocol 4 adds opcodes and optional framing; a stream of protocol-3 opcodes under a
+        // protocol-4 header is a valid protocol-4 pickle.
+        if bytes.starts_with(&[0x80, 3]) {
+            bytes[1] = 4;
+        }
+    }
+    out.write_all(&bytes).map_err(|e| e.to_string())?;
     Ok(n)
+}
+
+/// The memory_viz snapshot inside a page that opens PyTorch's viewer on it: PyTorch's
+/// `MemoryViz.js`, loaded from its CDN (the page needs the network), given the pickle inline,
+/// as `torch.cuda._memory_viz` writes its own pages. `view` is the viewer's first tab:
+/// "Active Memory Timeline", "Active Cached Segment Timeline" or "Allocator State History".
+pub fn memory_viz_html(path: &Path, out: &mut dyn Write, view: &str) -> Result<u64, String> {
+    use base64::Engine;
+    let mut pickle = Vec::new();
+    let n = memory_viz(path, &mut pickle, 3)?;
+    // The viewer decodes in 3-byte groups; trailing zero bytes follow the pickle's STOP.
+    pickle.resize(pickle.len().div_ceil(3) * 3, 0);
+    let data = base64::engine::general_purpose::STANDARD.encode(&pickle);
+    let files = serde_json::json!([{"name": "gpushim.pickle", "base64": data}]);
+    let view = serde_json::Value::String(view.to_string());
+    write!(
+        out,
+        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>gpushim: {title}</title>\n</head>\n<body>\n\
+         <script type=\"module\">\n\
+         import {{add_local_files}} from \"{MEMORY_VIZ_JS}\"\n\
+         const local_files = {files}\n\
+         add_local_files(local_files, {view})\n\
+         </script>\n</body>\n</html>\n",
+        title = html_escape(&path.display().to_string()),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+/// PyTorch's memory viewer, as `torch.cuda._memory_viz` loads it.
+pub const MEMORY_VIZ_JS: &str =
+    "https://cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js";
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
@@ -412,11 +459,20 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
     } else {
         ("KiB", 1024.0)
     };
-    let (tunit, tdiv) = if end >= 10_000_000_000 {
+    let (tunit, tdiv) = if end >= 2_000_000_000 {
         ("s", 1e9)
-    } else {
+    } else if end >= 2_000_000 {
         ("ms", 1e6)
+    } else {
+        ("µs", 1e3)
     };
+    // Round ticks (1, 2, 2.5 or 5 times a power of ten); the axes end on a tick.
+    let ystep = nice_step(ymax as f64 / div / 5.0);
+    let yticks = (ymax as f64 / div / ystep).ceil().max(1.0) as u32;
+    let ymax = (f64::from(yticks) * ystep * div).ceil() as u64;
+    let tstep = nice_step(end as f64 / tdiv / 6.0);
+    let tticks = (end as f64 / tdiv / tstep).ceil().max(1.0) as u32;
+    let end = (f64::from(tticks) * tstep * tdiv).ceil() as u64;
     let x = |t: u64| L + (W - L - R) * t as f64 / end as f64;
     let y = |b: u64| H - B - (H - T - B) * b as f64 / ymax as f64;
     let mut s = String::new();
@@ -458,24 +514,28 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
         );
     }
     // Axes and grid.
-    for i in 0..=5 {
-        let v = ymax as f64 * i as f64 / 5.0;
-        let yy = y(v as u64);
+    for i in 0..=yticks {
+        let v = f64::from(i) * ystep;
+        let yy = y((v * div) as u64);
         let _ = writeln!(
             s,
-            r##"<line x1="{L}" y1="{yy:.1}" x2="{}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{:.1}</text>"##,
+            r##"<line x1="{L}" y1="{yy:.1}" x2="{}" y2="{yy:.1}" stroke="#ddd"/><text x="{}" y="{:.1}" text-anchor="end">{}</text>"##,
             W - R,
             L - 6.0,
             yy + 4.0,
-            v / div
+            tick_label(v, ystep)
         );
-        let t = end as f64 * i as f64 / 5.0;
-        let xx = x(t as u64);
+    }
+    for i in 0..=tticks {
+        let t = f64::from(i) * tstep;
+        let xx = x((t * tdiv) as u64);
         let _ = writeln!(
             s,
-            r#"<text x="{xx:.1}" y="{}" text-anchor="middle">{:.2}</text>"#,
+            r#"<line x1="{xx:.1}" y1="{}" x2="{xx:.1}" y2="{}" stroke="black"/><text x="{xx:.1}" y="{}" text-anchor="middle">{}</text>"#,
+            H - B,
+            H - B + 4.0,
             H - B + 18.0,
-            t / tdiv
+            tick_label(t, tstep)
         );
     }
     let _ = writeln!(
@@ -690,4 +750,115 @@ pub fn live_by_site(path: &Path) -> Result<(u64, HashMap<String, u64>), ReadErro
             .or_default() += l.size;
     }
     Ok((rp.live_bytes.values().sum(), by))
+}
+
+/// A round tick spacing near `raw`: 1, 2, 2.5 or 5 times a power of ten.
+fn nice_step(raw: f64) -> f64 {
+    if !(raw > 0.0 && raw.is_finite()) {
+        return 1.0;
+    }
+    let p = 10f64.powf(raw.log10().floor());
+    let m = raw / p;
+    let nice = if m <= 1.0 {
+        1.0
+    } else if m <= 2.0 {
+        2.0
+    } else if m <= 2.5 {
+        2.5
+    } else if m <= 5.0 {
+        5.0
+    } else {
+        10.0
+    };
+    nice * p
+}
+
+/// A tick value with as many decimals as its step needs (2.5 -> one, 0.25 -> two).
+fn tick_label(v: f64, step: f64) -> String {
+    let decimals = (0..6)
+        .find(|&d| {
+            let scaled = step * 10f64.powi(d);
+            (scaled - scaled.round()).abs() < 1e-6 * scaled.max(1.0)
+        })
+        .unwrap_or(6) as usize;
+    format!("{v:.decimals$}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{nice_step, tick_label};
+
+    #[test]
+    fn ticks_are_round_numbers() {
+        assert_eq!(nice_step(0.87), 1.0);
+        assert_eq!(nice_step(1.3), 2.0);
+        assert_eq!(nice_step(0.22), 0.25);
+        assert_eq!(nice_step(870.0), 1000.0);
+        assert_eq!(nice_step(3.1), 5.0);
+        assert_eq!(tick_label(7.5, 2.5), "7.5");
+        assert_eq!(tick_label(0.75, 0.25), "0.75");
+        assert_eq!(tick_label(400.0, 200.0), "400");
+    }
+}
+
+/// Renders one of our SVGs to PNG (twice the SVG's size, on white), with the system's fonts.
+/// Returns the PNG and whether any font was found (without one, the text is left out).
+pub fn svg_to_png(svg: &str) -> Result<(Vec<u8>, bool), String> {
+    use resvg::{tiny_skia, usvg};
+    let mut opt = usvg::Options::default();
+    let db = opt.fontdb_mut();
+    db.load_system_fonts();
+    let fonts = !db.is_empty();
+    // The SVGs ask for the generic families; point them at fonts this machine has.
+    let families: Vec<String> = db
+        .faces()
+        .flat_map(|f| f.families.iter().map(|(name, _)| name.clone()))
+        .collect();
+    let pick = |wanted: &[&str]| {
+        wanted
+            .iter()
+            .find(|w| families.iter().any(|f| f == *w))
+            .map(|w| w.to_string())
+            .or_else(|| families.first().cloned())
+    };
+    let sans = pick(&[
+        "DejaVu Sans",
+        "Liberation Sans",
+        "Noto Sans",
+        "Arial",
+        "Helvetica",
+    ]);
+    let mono = pick(&[
+        "DejaVu Sans Mono",
+        "Liberation Mono",
+        "Noto Sans Mono",
+        "Courier New",
+    ]);
+    if let Some(s) = &sans {
+        db.set_sans_serif_family(s.clone());
+        db.set_serif_family(s.clone());
+    }
+    if let Some(m) = mono {
+        db.set_monospace_family(m);
+    }
+    if let Some(s) = sans {
+        opt.font_family = s;
+    }
+    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| format!("cannot read the SVG: {e}"))?;
+    let scale = 2.0;
+    let size = tree.size().to_int_size();
+    let (w, h) = (
+        (size.width() as f32 * scale).ceil() as u32,
+        (size.height() as f32 * scale).ceil() as u32,
+    );
+    let mut pixmap =
+        tiny_skia::Pixmap::new(w, h).ok_or_else(|| format!("cannot make a {w}x{h} image"))?;
+    pixmap.fill(tiny_skia::Color::WHITE);
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(scale, scale),
+        &mut pixmap.as_mut(),
+    );
+    let png = pixmap.encode_png().map_err(|e| e.to_string())?;
+    Ok((png, fonts))
 }

@@ -208,7 +208,7 @@ enum Cmd {
     /// Live and reserved memory per device over time, as an SVG chart.
     Plot {
         trace: PathBuf,
-        /// Output file (.svg).
+        /// Output file: .svg, or .png for a picture (rendered with the system fonts).
         #[arg(short, long, default_value = "gpushim-timeline.svg")]
         output: PathBuf,
     },
@@ -226,13 +226,20 @@ enum Cmd {
     )]
     Export {
         trace: PathBuf,
-        #[arg(long, value_parser = ["perfetto", "memory-viz", "rmm"])]
+        /// perfetto: Chrome/Perfetto JSON (ui.perfetto.dev); memory-viz: PyTorch's snapshot
+        /// pickle (pytorch.org/memory_viz); memory-viz-html: a page that opens that viewer on
+        /// the snapshot (needs the network to load the viewer); rmm: RMM's replay CSV.
+        #[arg(long, value_parser = ["perfetto", "memory-viz", "memory-viz-html", "rmm"])]
         format: String,
         #[arg(short, long)]
         output: PathBuf,
-        /// Pickle protocol for memory-viz (2 or 3).
-        #[arg(long, default_value_t = 3)]
+        /// Pickle protocol for memory-viz (2, 3 or 4).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=4))]
         protocol: u8,
+        /// The first view of memory-viz-html.
+        #[arg(long, default_value = "Active Memory Timeline", value_parser = [
+            "Active Memory Timeline", "Active Cached Segment Timeline", "Allocator State History"])]
+        view: String,
     },
     /// Two traces side by side: peak, live at exit, and live bytes per call site.
     Diff {
@@ -280,12 +287,12 @@ fn dispatch(command: Cmd) -> ExitCode {
         Cmd::Peak { traces, top, json } => cmd_peak(&traces, top, json),
         Cmd::Oom { traces, json } => cmd_oom(&traces, json),
         Cmd::Plot { trace, output } => match gpushim::export::plot_svg(&trace) {
-            Ok(svg) => write_file(&output, &svg),
+            Ok(svg) => write_picture(&output, &svg),
             Err(e) => fail(e),
         },
         Cmd::Flamegraph { trace, output } => match gpushim::analysis::peak(&trace) {
             Ok(peaks) => match peaks.first() {
-                Some(p) => write_file(
+                Some(p) => write_picture(
                     &output,
                     &gpushim::export::flamegraph_svg(
                         p,
@@ -305,7 +312,8 @@ fn dispatch(command: Cmd) -> ExitCode {
             format,
             output,
             protocol,
-        } => cmd_export(&trace, &format, &output, protocol),
+            view,
+        } => cmd_export(&trace, &format, &output, protocol, &view),
         Cmd::Diff { a, b, json } => cmd_diff(&a, &b, json),
     }
 }
@@ -582,6 +590,34 @@ fn cmd_oom(traces: &[PathBuf], json: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// Writes an SVG as it is, or rendered to PNG when the path ends in `.png`.
+fn write_picture(path: &std::path::Path, svg: &str) -> ExitCode {
+    let png = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("png"));
+    if !png {
+        return write_file(path, svg);
+    }
+    match gpushim::export::svg_to_png(svg) {
+        Ok((bytes, fonts)) => {
+            if !fonts {
+                eprintln!(
+                    "gpushim: no font found on this machine, so the PNG has no text; \
+                     install one (fonts-dejavu) or write .svg"
+                );
+            }
+            match std::fs::write(path, bytes) {
+                Ok(()) => {
+                    eprintln!("gpushim: wrote {}", path.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(format!("cannot write {}: {e}", path.display())),
+            }
+        }
+        Err(e) => fail(e),
+    }
+}
+
 fn write_file(path: &std::path::Path, text: &str) -> ExitCode {
     match std::fs::write(path, text) {
         Ok(()) => {
@@ -597,6 +633,7 @@ fn cmd_export(
     format: &str,
     output: &std::path::Path,
     protocol: u8,
+    view: &str,
 ) -> ExitCode {
     let file = match std::fs::File::create(output) {
         Ok(f) => f,
@@ -606,6 +643,7 @@ fn cmd_export(
     let r = match format {
         "perfetto" => gpushim::export::perfetto(trace, &mut w).map_err(|e| e.to_string()),
         "rmm" => gpushim::export::rmm_csv(trace, &mut w).map_err(|e| e.to_string()),
+        "memory-viz-html" => gpushim::export::memory_viz_html(trace, &mut w, view),
         _ => gpushim::export::memory_viz(trace, &mut w, protocol),
     };
     match r {

@@ -176,7 +176,7 @@ fn perfetto_export_parses_with_one_counter_track_per_device_and_the_nvtx_slices(
 #[test]
 fn memory_viz_pickle_loads_in_python_with_consistent_segments() {
     let l = leaky();
-    for protocol in ["2", "3"] {
+    for protocol in ["2", "3", "4"] {
         let out = l.trace.with_extension(format!("p{protocol}.pickle"));
         let o = Command::new(gpushim_bin())
             .args([
@@ -194,8 +194,12 @@ fn memory_viz_pickle_loads_in_python_with_consistent_segments() {
         assert_ok(&o);
         let check = r#"
 import pickle, sys
-s = pickle.load(open(sys.argv[1], "rb"))
+raw = open(sys.argv[1], "rb").read()
+assert raw[:2] == bytes([0x80, int(sys.argv[2])]), raw[:2]
+s = pickle.loads(raw)
 assert set(s) >= {"segments", "device_traces"}, s.keys()
+names = {f["name"] for seg in s["segments"] for b in seg["blocks"] for f in b["frames"]}
+assert "leak" in names, names
 live = 0
 for seg in s["segments"]:
     for k in ("device", "address", "total_size", "allocated_size", "stream", "segment_type", "blocks"):
@@ -216,6 +220,7 @@ print(live)
         let py = Command::new("python3")
             .args(["-c", check])
             .arg(&out)
+            .arg(protocol)
             .output()
             .unwrap();
         assert_ok(&py);
@@ -224,6 +229,46 @@ print(live)
             (12 * 512 * 1024 + (8u64 << 20)).to_string()
         );
     }
+}
+
+#[test]
+fn the_memory_viz_page_carries_the_snapshot_for_pytorchs_viewer() {
+    let l = leaky();
+    let out = l.trace.with_extension("html");
+    let o = Command::new(gpushim_bin())
+        .args([
+            "export",
+            "--format",
+            "memory-viz-html",
+            "--view",
+            "Allocator State History",
+            "-o",
+        ])
+        .arg(&out)
+        .arg(&l.trace)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let check = r#"
+import base64, json, pickle, re, sys
+page = open(sys.argv[1]).read()
+assert 'import {add_local_files} from "https://cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js"' in page
+files = json.loads(re.search(r"const local_files = (.*)$", page, re.M).group(1))
+assert re.search(r'add_local_files\(local_files, "Allocator State History"\)', page)
+s = pickle.loads(base64.b64decode(files[0]["base64"]))
+print(len(s["segments"]), len(s["device_traces"]))
+"#;
+    let py = Command::new("python3")
+        .args(["-c", check])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert_ok(&py);
+    let counts: Vec<u64> = stdout(&py)
+        .split_whitespace()
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert!(counts[0] > 0 && counts[1] == 2, "{counts:?}");
 }
 
 #[test]
@@ -462,5 +507,36 @@ fn every_report_takes_the_filters_and_bad_ones_are_named() {
             .unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(says), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn plot_and_flamegraph_write_png_when_asked() {
+    let l = leaky();
+    for cmd in ["plot", "flamegraph"] {
+        let svg = l.trace.with_extension(format!("{cmd}.svg"));
+        let png = l.trace.with_extension(format!("{cmd}.png"));
+        for out in [&svg, &png] {
+            let o = Command::new(gpushim_bin())
+                .arg(cmd)
+                .arg(&l.trace)
+                .arg("-o")
+                .arg(out)
+                .output()
+                .unwrap();
+            assert_ok(&o);
+        }
+        let bytes = std::fs::read(&png).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{cmd}: not a PNG");
+        // IHDR: the width is twice the SVG's.
+        let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+        let text = std::fs::read_to_string(&svg).unwrap();
+        let svg_width: u32 = text
+            .split("width=\"")
+            .nth(1)
+            .and_then(|w| w.split('"').next())
+            .and_then(|w| w.parse().ok())
+            .unwrap();
+        assert_eq!(width, 2 * svg_width, "{cmd}");
     }
 }
