@@ -784,23 +784,6 @@ fn tick_label(v: f64, step: f64) -> String {
     format!("{v:.decimals$}")
 }
 
-#[cfg(test)]
-mod tests {
-    use super::{nice_step, tick_label};
-
-    #[test]
-    fn ticks_are_round_numbers() {
-        assert_eq!(nice_step(0.87), 1.0);
-        assert_eq!(nice_step(1.3), 2.0);
-        assert_eq!(nice_step(0.22), 0.25);
-        assert_eq!(nice_step(870.0), 1000.0);
-        assert_eq!(nice_step(3.1), 5.0);
-        assert_eq!(tick_label(7.5, 2.5), "7.5");
-        assert_eq!(tick_label(0.75, 0.25), "0.75");
-        assert_eq!(tick_label(400.0, 200.0), "400");
-    }
-}
-
 /// Renders one of our SVGs to PNG (twice the SVG's size, on white), with the system's fonts.
 /// Returns the PNG and whether any font was found (without one, the text is left out).
 pub fn svg_to_png(svg: &str) -> Result<(Vec<u8>, bool), String> {
@@ -861,4 +844,21 @@ pub fn svg_to_png(svg: &str) -> Result<(Vec<u8>, bool), String> {
     );
     let png = pixmap.encode_png().map_err(|e| e.to_string())?;
     Ok((png, fonts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{nice_step, tick_label};
+
+    #[test]
+    fn ticks_are_round_numbers() {
+        assert_eq!(nice_step(0.87), 1.0);
+        assert_eq!(nice_step(1.3), 2.0);
+        assert_eq!(nice_step(0.22), 0.25);
+        assert_eq!(nice_step(870.0), 1000.0);
+        assert_eq!(nice_step(3.1), 5.0);
+        assert_eq!(tick_label(7.5, 2.5), "7.5");
+        assert_eq!(tick_label(0.75, 0.25), "0.75");
+        assert_eq!(tick_label(400.0, 200.0), "400");
+    }
 }
