@@ -16,8 +16,13 @@ use std::path::Path;
 /// counter track per device (live and reserved bytes), NVTX ranges as slices on their thread,
 /// marks as instants.
 pub fn perfetto(path: &Path, out: &mut dyn Write) -> Result<u64, ReadError> {
-    let pid = TraceReader::open(path)?.info().pid;
-    let program = TraceReader::open(path)?.info().program.clone();
+    perfetto_many(&[path.to_path_buf()], out)
+}
+
+/// Several traces (the ranks of a job) in one Perfetto file: a process each, named by rank,
+/// on one time axis aligned by their wall-clock starts.
+pub fn perfetto_many(paths: &[std::path::PathBuf], out: &mut dyn Write) -> Result<u64, ReadError> {
+    let traces = aligned(paths)?;
     let mut events = 0u64;
     let mut first = true;
     let mut emit = |out: &mut dyn Write, v: serde_json::Value| {
@@ -27,59 +32,73 @@ pub fn perfetto(path: &Path, out: &mut dyn Write) -> Result<u64, ReadError> {
         events += 1;
     };
     let _ = writeln!(out, "{{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
-    emit(
-        out,
-        serde_json::json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": program}}),
-    );
-    let mut last: HashMap<u8, (u64, u64)> = HashMap::new();
-    replay_each(path, |reader, rp, r, c| {
-        let ts = r.time_ns as f64 / 1000.0;
-        match r.kind {
-            RecordKind::RangePush => emit(
-                out,
-                serde_json::json!({"ph": "B", "name": reader.string(r.ptr).unwrap_or("range"),
-                    "cat": "nvtx", "pid": pid, "tid": r.thread, "ts": ts}),
-            ),
-            RecordKind::RangePop => emit(
-                out,
-                serde_json::json!({"ph": "E", "pid": pid, "tid": r.thread, "ts": ts}),
-            ),
-            RecordKind::Mark => emit(
-                out,
-                serde_json::json!({"ph": "i", "s": "t", "name": reader.string(r.ptr).unwrap_or("mark"),
-                    "cat": "nvtx", "pid": pid, "tid": r.thread, "ts": ts}),
-            ),
-            _ => {}
-        }
-        let device = match c {
-            Change::Alloc { device, .. } | Change::Physical { device } => Some(device),
-            Change::Free { live, .. } => Some(live.device),
-            Change::Other
-                if matches!(
-                    r.kind,
-                    RecordKind::SegmentReserve | RecordKind::SegmentRelease
-                ) =>
-            {
-                Some(if r.device == crate::format::DEVICE_UNKNOWN {
-                    0
-                } else {
-                    r.device
-                })
-            }
-            Change::Other => None,
+    for (n, (path, (offset, who, info))) in paths.iter().zip(&traces).enumerate() {
+        // Process ids of different hosts may repeat: number the processes when there are many.
+        let pid = if traces.len() == 1 {
+            u64::from(info.pid)
+        } else {
+            n as u64 + 1
         };
-        if let Some(d) = device {
-            let now = (rp.live_on(d), rp.reserved_on(d));
-            if last.get(&d) != Some(&now) {
-                last.insert(d, now);
-                emit(
+        let name = format!("{who}{} (pid {} on {})", info.program, info.pid, info.host);
+        emit(
+            out,
+            serde_json::json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name.trim()}}),
+        );
+        emit(
+            out,
+            serde_json::json!({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": n}}),
+        );
+        let offset = *offset;
+        let mut last: HashMap<u8, (u64, u64)> = HashMap::new();
+        replay_each(path, |reader, rp, r, c| {
+            let ts = (r.time_ns + offset) as f64 / 1000.0;
+            match r.kind {
+                RecordKind::RangePush => emit(
                     out,
-                    serde_json::json!({"ph": "C", "name": format!("device {d} memory"), "pid": pid,
-                        "ts": ts, "args": {"live_bytes": now.0, "reserved_bytes": now.1}}),
-                );
+                    serde_json::json!({"ph": "B", "name": reader.string(r.ptr).unwrap_or("range"),
+                        "cat": "nvtx", "pid": pid, "tid": r.thread, "ts": ts}),
+                ),
+                RecordKind::RangePop => emit(
+                    out,
+                    serde_json::json!({"ph": "E", "pid": pid, "tid": r.thread, "ts": ts}),
+                ),
+                RecordKind::Mark => emit(
+                    out,
+                    serde_json::json!({"ph": "i", "s": "t", "name": reader.string(r.ptr).unwrap_or("mark"),
+                        "cat": "nvtx", "pid": pid, "tid": r.thread, "ts": ts}),
+                ),
+                _ => {}
             }
-        }
-    })?;
+            let device = match c {
+                Change::Alloc { device, .. } | Change::Physical { device } => Some(device),
+                Change::Free { live, .. } => Some(live.device),
+                Change::Other
+                    if matches!(
+                        r.kind,
+                        RecordKind::SegmentReserve | RecordKind::SegmentRelease
+                    ) =>
+                {
+                    Some(if r.device == crate::format::DEVICE_UNKNOWN {
+                        0
+                    } else {
+                        r.device
+                    })
+                }
+                Change::Other => None,
+            };
+            if let Some(d) = device {
+                let now = (rp.live_on(d), rp.reserved_on(d));
+                if last.get(&d) != Some(&now) {
+                    last.insert(d, now);
+                    emit(
+                        out,
+                        serde_json::json!({"ph": "C", "name": format!("device {d} memory"), "pid": pid,
+                            "ts": ts, "args": {"live_bytes": now.0, "reserved_bytes": now.1}}),
+                    );
+                }
+            }
+        })?;
+    }
     let _ = writeln!(out, "\n]}}");
     Ok(events)
 }
@@ -413,6 +432,42 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
 /// Live and reserved memory per device over time, with the NVTX ranges of the most frequent
 /// name shaded, as an SVG line chart with labelled axes.
 pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
+    plot_svg_many(&[path.to_path_buf()])
+}
+
+/// Where each trace starts on a shared clock: its offset from the earliest start (wall clock at
+/// `CLOCK_REALTIME`), and the name of its series ("device 0", or "rank 1 device 0" with
+/// several traces).
+fn aligned(
+    paths: &[std::path::PathBuf],
+) -> Result<Vec<(u64, String, crate::reader::TraceInfo)>, ReadError> {
+    let infos = paths
+        .iter()
+        .map(|p| Ok(TraceReader::open(p)?.info().clone()))
+        .collect::<Result<Vec<_>, ReadError>>()?;
+    let t0 = infos.iter().map(|i| i.start_realtime_ns).min().unwrap_or(0);
+    Ok(infos
+        .into_iter()
+        .enumerate()
+        .map(|(n, i)| {
+            let who = if paths.len() == 1 {
+                String::new()
+            } else if i.rank >= 0 {
+                format!("rank {} ", i.rank)
+            } else {
+                format!("trace {} ", n + 1)
+            };
+            (i.start_realtime_ns - t0, who, i)
+        })
+        .collect())
+}
+
+/// (time, live, reserved) at one change.
+type Point = (u64, u64, u64);
+
+/// Live and reserved memory over time, per device of each trace; several traces (the ranks
+/// of a job) share one time axis, aligned by their wall-clock start.
+pub fn plot_svg_many(paths: &[std::path::PathBuf]) -> Result<String, ReadError> {
     // (time, live, reserved) per device, thinned to at most 2 points per pixel column by
     // keeping each column's maximum.
     const W: f64 = 1000.0;
@@ -421,30 +476,46 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
     const R: f64 = 20.0;
     const T: f64 = 40.0;
     const B: f64 = 60.0;
-    let mut points: BTreeMap<u8, Vec<(u64, u64, u64)>> = BTreeMap::new();
+    // Series by (trace, device); NVTX ranges of the first trace.
+    let mut points: BTreeMap<(usize, u8), Vec<Point>> = BTreeMap::new();
     let mut ranges: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
     let mut open: HashMap<u16, Vec<(u64, u64)>> = HashMap::new();
-    let (reader, rp) = replay_each(path, |_, rp, r, c| {
-        match r.kind {
-            RecordKind::RangePush => open.entry(r.thread).or_default().push((r.ptr, r.time_ns)),
-            RecordKind::RangePop => {
-                if let Some((id, t0)) = open.get_mut(&r.thread).and_then(Vec::pop) {
-                    ranges.entry(id).or_default().push((t0, r.time_ns));
+    let traces = aligned(paths)?;
+    let mut end = 1u64;
+    let mut first_reader = None;
+    for (n, (path, (offset, _, _))) in paths.iter().zip(&traces).enumerate() {
+        let offset = *offset;
+        let (reader, rp) = replay_each(path, |_, rp, r, c| {
+            let t = r.time_ns + offset;
+            match r.kind {
+                RecordKind::RangePush if n == 0 => {
+                    open.entry(r.thread).or_default().push((r.ptr, t))
                 }
+                RecordKind::RangePop if n == 0 => {
+                    if let Some((id, t0)) = open.get_mut(&r.thread).and_then(Vec::pop) {
+                        ranges.entry(id).or_default().push((t0, t));
+                    }
+                }
+                _ => {}
             }
-            _ => {}
+            let d = match c {
+                Change::Alloc { device, .. } | Change::Physical { device } => device,
+                Change::Free { live, .. } => live.device,
+                Change::Other => return,
+            };
+            points
+                .entry((n, d))
+                .or_default()
+                .push((t, rp.live_on(d), rp.reserved_on(d)));
+        })?;
+        end = end.max(rp.time_ns + offset);
+        if n == 0 {
+            first_reader = Some(reader);
         }
-        let d = match c {
-            Change::Alloc { device, .. } => device,
-            Change::Free { live, .. } => live.device,
-            Change::Other | Change::Physical { .. } => return,
-        };
-        points
-            .entry(d)
-            .or_default()
-            .push((r.time_ns, rp.live_on(d), rp.reserved_on(d)));
-    })?;
-    let end = rp.time_ns.max(1);
+    }
+    let Some(reader) = first_reader else {
+        return Ok(String::new());
+    };
     let ymax = points
         .values()
         .flatten()
@@ -481,11 +552,18 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let title = format!(
-        "{} (pid {}): device memory over time",
-        reader.info().program,
-        reader.info().pid
-    );
+    let title = if traces.len() == 1 {
+        format!(
+            "{} (pid {}): device memory over time",
+            reader.info().program,
+            reader.info().pid
+        )
+    } else {
+        format!(
+            "{} traces on one wall clock: device memory over time",
+            traces.len()
+        )
+    };
     let _ = writeln!(
         s,
         r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
@@ -507,10 +585,15 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
         }
         let _ = writeln!(
             s,
-            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end">shaded: every other NVTX range '{}'</text>"##,
+            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end">shaded: every other NVTX range '{}'{}</text>"##,
             W - R,
             T - 4.0,
-            xml(reader.string(*id).unwrap_or("?"))
+            xml(reader.string(*id).unwrap_or("?")),
+            if traces.len() > 1 {
+                format!(" of {}", traces[0].1.trim_end())
+            } else {
+                String::new()
+            }
         );
     }
     // Axes and grid.
@@ -548,9 +631,14 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
     );
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="{}" text-anchor="middle">time since the trace started ({tunit})</text>"#,
+        r#"<text x="{}" y="{}" text-anchor="middle">{} ({tunit})</text>"#,
         (L + W - R) / 2.0,
-        H - 20.0
+        H - 20.0,
+        if traces.len() == 1 {
+            "time since the trace started"
+        } else {
+            "time since the first trace started"
+        }
     );
     let _ = writeln!(
         s,
@@ -562,7 +650,8 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
         "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
     ];
     let mut legend_y = T + 14.0;
-    for (i, (d, pts)) in points.iter().enumerate() {
+    for (i, ((n, d), pts)) in points.iter().enumerate() {
+        let who = &traces[*n].1;
         let c = colors[i % colors.len()];
         let thin = thin(pts, (W - L - R) as usize, end);
         for (series, dash, name) in [(1usize, "", "live"), (2, "6 4", "reserved")] {
@@ -585,7 +674,7 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
             );
             let _ = writeln!(
                 s,
-                r#"<line x1="{}" y1="{legend_y:.1}" x2="{}" y2="{legend_y:.1}" stroke="{c}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{}" y="{:.1}">device {d} {name}</text>"#,
+                r#"<line x1="{}" y1="{legend_y:.1}" x2="{}" y2="{legend_y:.1}" stroke="{c}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{}" y="{:.1}">{who}device {d} {name}</text>"#,
                 L + 10.0,
                 L + 40.0,
                 L + 46.0,
@@ -596,7 +685,7 @@ pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
         let peak = pts.iter().map(|p| p.1).max().unwrap_or(0);
         let _ = writeln!(
             s,
-            r#"<text x="{}" y="{:.1}">device {d}: peak live {}</text>"#,
+            r#"<text x="{}" y="{:.1}">{who}device {d}: peak live {}</text>"#,
             L + 10.0,
             legend_y + 4.0,
             human_bytes(peak)

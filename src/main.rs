@@ -205,9 +205,11 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Live and reserved memory per device over time, as an SVG chart.
+    /// Live and reserved memory per device over time, as an SVG or PNG chart. Several traces
+    /// (the ranks of a job) share one time axis, aligned by their wall-clock starts.
     Plot {
-        trace: PathBuf,
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
         /// Output file: .svg, or .png for a picture (rendered with the system fonts).
         #[arg(short, long, default_value = "gpushim-timeline.svg")]
         output: PathBuf,
@@ -221,11 +223,13 @@ enum Cmd {
     /// Convert a trace for other viewers: Perfetto/Chrome JSON, PyTorch memory_viz pickle,
     /// RMM replay CSV.
     #[command(
-        after_help = "Formats:\n  perfetto     Chrome trace JSON: open in https://ui.perfetto.dev (a counter track per device, NVTX ranges as slices)\n  memory-viz   PyTorch snapshot pickle: open in https://pytorch.org/memory_viz\n  rmm          RMM replay log: Thread,Time,Action,Pointer,Size,Stream\n\n\
+        after_help = "Formats:\n  perfetto         Chrome trace JSON: open in https://ui.perfetto.dev (a counter track per device, NVTX ranges as slices;\n                   several traces become one timeline, a process per rank, aligned by wall clock)\n  memory-viz       PyTorch snapshot pickle: open in https://pytorch.org/memory_viz\n  memory-viz-html  that snapshot inside a page that opens PyTorch's viewer on it\n  rmm          RMM replay log: Thread,Time,Action,Pointer,Size,Stream\n\n\
         For every record as CSV or JSON lines, see `gpushim events`."
     )]
     Export {
-        trace: PathBuf,
+        /// One trace; for perfetto, several (one per rank) make one timeline.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
         /// perfetto: Chrome/Perfetto JSON (ui.perfetto.dev); memory-viz: PyTorch's snapshot
         /// pickle (pytorch.org/memory_viz); memory-viz-html: a page that opens that viewer on
         /// the snapshot (needs the network to load the viewer); rmm: RMM's replay CSV.
@@ -286,7 +290,7 @@ fn dispatch(command: Cmd) -> ExitCode {
         } => cmd_leaks(&traces, boundary.as_deref(), json),
         Cmd::Peak { traces, top, json } => cmd_peak(&traces, top, json),
         Cmd::Oom { traces, json } => cmd_oom(&traces, json),
-        Cmd::Plot { trace, output } => match gpushim::export::plot_svg(&trace) {
+        Cmd::Plot { traces, output } => match gpushim::export::plot_svg_many(&traces) {
             Ok(svg) => write_picture(&output, &svg),
             Err(e) => fail(e),
         },
@@ -308,12 +312,12 @@ fn dispatch(command: Cmd) -> ExitCode {
             Err(e) => fail(e),
         },
         Cmd::Export {
-            trace,
+            traces,
             format,
             output,
             protocol,
             view,
-        } => cmd_export(&trace, &format, &output, protocol, &view),
+        } => cmd_export(&traces, &format, &output, protocol, &view),
         Cmd::Diff { a, b, json } => cmd_diff(&a, &b, json),
     }
 }
@@ -629,19 +633,29 @@ fn write_file(path: &std::path::Path, text: &str) -> ExitCode {
 }
 
 fn cmd_export(
-    trace: &std::path::Path,
+    traces: &[PathBuf],
     format: &str,
     output: &std::path::Path,
     protocol: u8,
     view: &str,
 ) -> ExitCode {
+    let trace = match (format, traces) {
+        ("perfetto", _) | (_, [_]) => &traces[0],
+        _ => {
+            return fail(format!(
+                "{format} takes one trace ({} given): export each rank on its own, or use \
+                 --format perfetto for one timeline of them all",
+                traces.len()
+            ));
+        }
+    };
     let file = match std::fs::File::create(output) {
         Ok(f) => f,
         Err(e) => return fail(format!("cannot write {}: {e}", output.display())),
     };
     let mut w = std::io::BufWriter::new(file);
     let r = match format {
-        "perfetto" => gpushim::export::perfetto(trace, &mut w).map_err(|e| e.to_string()),
+        "perfetto" => gpushim::export::perfetto_many(traces, &mut w).map_err(|e| e.to_string()),
         "rmm" => gpushim::export::rmm_csv(trace, &mut w).map_err(|e| e.to_string()),
         "memory-viz-html" => gpushim::export::memory_viz_html(trace, &mut w, view),
         _ => gpushim::export::memory_viz(trace, &mut w, protocol),

@@ -540,3 +540,70 @@ fn plot_and_flamegraph_write_png_when_asked() {
         assert_eq!(width, 2 * svg_width, "{cmd}");
     }
 }
+
+#[test]
+fn several_traces_make_one_timeline_aligned_by_wall_clock() {
+    // Run one after the other: on a shared clock, all of the second comes after the first.
+    let a = leaky_steps("wall-a", 4);
+    let b = leaky_steps("wall-b", 4);
+    let out = a.trace.with_extension("both.json");
+    let o = Command::new(gpushim_bin())
+        .args(["export", "--format", "perfetto", "-o"])
+        .arg(&out)
+        .arg(&a.trace)
+        .arg(&b.trace)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let names: Vec<&str> = events
+        .iter()
+        .filter(|e| e["name"] == "process_name")
+        .map(|e| e["args"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(names[0].starts_with("trace 1 leaky") && names[1].starts_with("trace 2 leaky"));
+    let times = |pid: u64| -> Vec<f64> {
+        events
+            .iter()
+            .filter(|e| e["ph"] == "C" && e["pid"] == pid)
+            .map(|e| e["ts"].as_f64().unwrap())
+            .collect()
+    };
+    let (first, second) = (times(1), times(2));
+    assert!(!first.is_empty() && !second.is_empty());
+    let end_first = first.iter().cloned().fold(f64::MIN, f64::max);
+    let start_second = second.iter().cloned().fold(f64::MAX, f64::min);
+    assert!(start_second > end_first, "{start_second} <= {end_first}");
+
+    let svg = a.trace.with_extension("both.svg");
+    let o = Command::new(gpushim_bin())
+        .arg("plot")
+        .arg(&a.trace)
+        .arg(&b.trace)
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert_ok(&o);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    for m in [
+        "trace 1 device 0 live",
+        "trace 2 device 0 live",
+        "time since the first trace started",
+    ] {
+        assert!(text.contains(m), "no '{m}'");
+    }
+    // Formats that hold one process refuse several, saying what to do.
+    let o = Command::new(gpushim_bin())
+        .args(["export", "--format", "rmm", "-o"])
+        .arg(a.trace.with_extension("x.csv"))
+        .arg(&a.trace)
+        .arg(&b.trace)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("takes one trace"), "{}", stderr(&o));
+}
