@@ -245,6 +245,24 @@ enum Cmd {
             "Active Memory Timeline", "Active Cached Segment Timeline", "Allocator State History"])]
         view: String,
     },
+    /// Watch a running process through its trace: live and peak memory per device and the
+    /// call sites holding the most, refreshed until the process exits.
+    #[command(
+        after_help = "Example:\n  gpushim run --trace job.trace -- python train.py &\n  gpushim top job.trace\n\n\
+        Each refresh reads the trace again; the trace is written as the program runs."
+    )]
+    Top {
+        trace: PathBuf,
+        /// Time between refreshes: 2s, 500ms.
+        #[arg(long, default_value = "2s")]
+        interval: String,
+        /// Stop after this many refreshes (default: when the process exits).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Call sites to show.
+        #[arg(long, default_value_t = 8)]
+        top: usize,
+    },
     /// Two traces side by side: peak, live at exit, and live bytes per call site.
     Diff {
         a: PathBuf,
@@ -319,6 +337,12 @@ fn dispatch(command: Cmd) -> ExitCode {
             view,
         } => cmd_export(&traces, &format, &output, protocol, &view),
         Cmd::Diff { a, b, json } => cmd_diff(&a, &b, json),
+        Cmd::Top {
+            trace,
+            interval,
+            count,
+            top,
+        } => cmd_top(&trace, &interval, count, top),
     }
 }
 
@@ -547,6 +571,72 @@ fn cmd_peak(traces: &[PathBuf], top: usize, json: bool) -> ExitCode {
         print_holders(&c.by_range, top, "    ");
     }
     ExitCode::SUCCESS
+}
+
+/// Whether the process that writes `info`'s trace still runs (on this host), so `top` goes on.
+fn still_running(info: &gpushim::reader::TraceInfo) -> bool {
+    if info.clean_exit {
+        return false;
+    }
+    let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    if here.trim() != info.host {
+        return true; // Another host's process: only --count or Ctrl-C ends the watch.
+    }
+    // SAFETY: signal 0 checks that the process exists and sends nothing.
+    unsafe { libc::kill(info.pid as libc::pid_t, 0) == 0 }
+}
+
+fn cmd_top(trace: &std::path::Path, interval: &str, count: Option<u64>, top: usize) -> ExitCode {
+    let every = match gpushim::filter::parse_time(interval) {
+        Ok(ns) if ns > 0 => std::time::Duration::from_nanos(ns),
+        Ok(_) => return fail("--interval must be more than 0"),
+        Err(e) => return fail(format!("--interval: {e}")),
+    };
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut shown = 0u64;
+    loop {
+        let s = match summary::summarize(trace) {
+            Ok(s) => s,
+            Err(e) => return fail(e),
+        };
+        let l = match gpushim::analysis::leaks(trace, None) {
+            Ok(l) => l,
+            Err(e) => return fail(e),
+        };
+        let running = gpushim::reader::TraceReader::open(trace)
+            .map(|r| still_running(r.info()))
+            .unwrap_or(false);
+        if tty {
+            print!("\x1b[H\x1b[2J");
+        } else if shown > 0 {
+            println!();
+        }
+        println!(
+            "{} (pid {}): {} after {}, {} events",
+            s.program,
+            s.pid,
+            if running { "running" } else { "exited" },
+            summary::human_duration(s.duration_ns),
+            s.events
+        );
+        for d in &s.devices {
+            println!(
+                "  device {}: live {} in {} allocations, peak {} at {}",
+                d.device.map_or("?".to_string(), |d| d.to_string()),
+                human_bytes(d.live_bytes_at_end),
+                d.live_allocations_at_end,
+                human_bytes(d.peak_live_bytes),
+                summary::human_duration(d.peak_time_ns)
+            );
+        }
+        println!("  live now, by call site:");
+        print_holders(&l.live_at_exit, top, "    ");
+        shown += 1;
+        if !running || count.is_some_and(|c| shown >= c) {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(every);
+    }
 }
 
 fn cmd_oom(traces: &[PathBuf], json: bool) -> ExitCode {

@@ -621,3 +621,44 @@ fn several_traces_make_one_timeline_aligned_by_wall_clock() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("takes one trace"), "{}", stderr(&o));
 }
+
+#[test]
+fn top_watches_a_running_process_until_it_exits() {
+    let dir = tempdir("top");
+    let t = dir.join("slow.trace");
+    // Every allocation and free takes 15 ms on the simulator: the run lasts about a second.
+    let mut child = command(
+        &sim().bin("leaky"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![
+                ("GPUSHIM_SIM_LATENCY_US", "15000".into()),
+                ("NVTX_INJECTION64_PATH", shim().display().to_string()),
+            ],
+            args: vec!["12".into()],
+        },
+    )
+    .stdout(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let start = std::time::Instant::now();
+    while !t.exists() && start.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(t.exists(), "the client wrote no trace");
+    let out = Command::new(gpushim_bin())
+        .args(["top", "--interval", "100ms"])
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert!(child.wait().unwrap().success());
+    let s = stdout(&out);
+    let headers: Vec<&str> = s.lines().filter(|l| l.starts_with("leaky (pid")).collect();
+    // Several refreshes while it ran, and a last one once it had exited.
+    assert!(headers.len() >= 3, "{s}");
+    assert!(headers[0].contains("running"), "{s}");
+    assert!(headers.last().unwrap().contains("exited"), "{s}");
+    assert!(s.contains("live now, by call site:"));
+}

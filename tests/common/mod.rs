@@ -111,6 +111,14 @@ pub struct Run<'a> {
 }
 
 pub fn run(program: &Path, opts: Run<'_>) -> Output {
+    command(program, opts)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
+}
+
+/// The command `run` would run, to start it without waiting.
+#[allow(dead_code)]
+pub fn command(program: &Path, opts: Run<'_>) -> Command {
     let sim = sim();
     let mut c = Command::new(program);
     c.args(&opts.args)
@@ -128,8 +136,7 @@ pub fn run(program: &Path, opts: Run<'_>) -> Output {
     for (k, v) in &opts.env {
         c.env(k, v);
     }
-    c.output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
+    c
 }
 
 pub fn stdout(o: &Output) -> String {
