@@ -261,6 +261,11 @@ static OPENED: Shared = Shared(UnsafeCell::new(Opened {
 /// Set once the process opened anything through the table: closes look only then.
 static ANY: AtomicU8 = AtomicU8::new(0);
 
+/// In a forked child: a parent thread may have held the lock at the fork.
+pub fn forget_after_fork() {
+    LOCK.unlock();
+}
+
 fn locked<R>(f: impl FnOnce(&mut Opened) -> R) -> R {
     LOCK.lock();
     // SAFETY: LOCK is held, so this is the only reference.

@@ -224,6 +224,7 @@ pub fn forget_after_fork() {
     STATE.store(OFF, Ordering::Relaxed);
     LOCK.unlock();
     REGISTERING.unlock();
+    crate::ipc::forget_after_fork();
 }
 
 /// What the pool did with a request.

@@ -331,8 +331,9 @@ driver_hook!(cuIpcCloseMemHandle / proc_cuIpcCloseMemHandle = CuIpcCloseMemHandl
 unsafe fn ipc_open(sym: Sym, real: usize, _: Api, out: *mut u64, h: IpcHandle, flags: u32) -> i32 {
     type F = unsafe extern "C" fn(*mut u64, IpcHandle, u32) -> i32;
     forward!(sym, real, MISSING, F, |f, rec| {
-        if out.is_null() {
-            return ERROR_INVALID_VALUE;
+        if out.is_null() || !state::enabled() {
+            // SAFETY: the caller's arguments, unchanged (GPUSHIM_DISABLE=1: a pure forward).
+            return unsafe { f(out, h, flags) };
         }
         let (real_handle, offset) = match ipc::read(&h.0) {
             ipc::Named::Real => (h.0, 0),
