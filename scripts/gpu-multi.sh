@@ -93,6 +93,10 @@ if want ddp; then
   echo
   echo "-- gpushim leaks over the two ranks of 'leak' (4 MiB kept per step per rank):"
   "$cmd" leaks "$work"/ddp/leak-*.trace | awk '/^iterations|grows|^all .* traces together/' | head -12
+  echo
+  echo "-- one timeline of the two ranks of 'leak': gpushim plot ... -o ddp-leak.png; export --format perfetto"
+  "$cmd" plot "$work"/ddp/leak-*.trace -o "$work/ddp/ddp-leak.png"
+  "$cmd" export --format perfetto "$work"/ddp/leak-*.trace -o "$work/ddp/ddp-leak.json"
 fi
 
 if want ab; then
