@@ -12,7 +12,7 @@
 #   ab     DDP step time without the shim, with pool:off and with pool:caching, alternated.
 # Usage: bash scripts/gpu-multi.sh [ipc] [ddp] [ab] [limit] [share]      (no argument: all)
 # Build first (no Rust toolchain on the GPU machine):
-#   cargo build --release -p gpushim -p gpushim-shim && mkdir -p .gpu && cp target/release/{gpushim,libgpushim.so} .gpu/
+#   cargo build --release -p gpushim -p gpushim-shim && mkdir -p .gpu && cp target/release/{gpushim,libgpushim.so} .gpu/ && strip --strip-debug .gpu/*
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bin=${GPUSHIM_BIN_DIR:-.gpu}

@@ -7,7 +7,7 @@
 #  3. a PyTorch transformer with varying sequence lengths in 7 allocator modes: step time and
 #     peak memory.
 # Build first (no Rust toolchain on the GPU machine):
-#   cargo build --release -p gpushim -p gpushim-shim && mkdir -p .gpu && cp target/release/{gpushim,libgpushim.so} .gpu/
+#   cargo build --release -p gpushim -p gpushim-shim && mkdir -p .gpu && cp target/release/{gpushim,libgpushim.so} .gpu/ && strip --strip-debug .gpu/*
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${GPUSHIM_BIN_DIR:-.gpu}
