@@ -75,11 +75,26 @@ pub enum Change {
 }
 
 impl Replay {
-    fn current_range(&self, thread: u16) -> u64 {
-        self.ranges
-            .get(&thread)
-            .and_then(|s| s.last().copied())
-            .unwrap_or(0)
+    /// What an allocation record makes live (an unknown device counts as device 0).
+    fn live_of(&self, r: &Record) -> Live {
+        Live {
+            size: r.size,
+            device: if r.device == DEVICE_UNKNOWN {
+                0
+            } else {
+                r.device
+            },
+            stack: 0,
+            range: self
+                .ranges
+                .get(&r.thread)
+                .and_then(|s| s.last().copied())
+                .unwrap_or(0),
+            time_ns: r.time_ns,
+            thread: r.thread,
+            stream: r.stream,
+            api: r.api as u8,
+        }
     }
 
     /// Everything live: allocations by address, then physical allocations.
@@ -93,21 +108,8 @@ impl Replay {
         use RecordKind::*;
         match r.kind {
             Alloc | AllocAsync | ManagedAlloc if r.status == 0 && r.ptr != 0 => {
-                let device = if r.device == DEVICE_UNKNOWN {
-                    0
-                } else {
-                    r.device
-                };
-                let l = Live {
-                    size: r.size,
-                    device,
-                    stack: 0,
-                    range: self.current_range(r.thread),
-                    time_ns: r.time_ns,
-                    thread: r.thread,
-                    stream: r.stream,
-                    api: r.api as u8,
-                };
+                let l = self.live_of(r);
+                let device = l.device;
                 if let Some(old) = self.live.insert(r.ptr, l) {
                     // Freed by a route the trace did not see.
                     *self.live_bytes.entry(old.device).or_default() -= old.size;
@@ -117,21 +119,11 @@ impl Replay {
                 Change::Alloc { ptr: r.ptr, device }
             }
             PhysCreate if r.status == 0 => {
-                let device = if r.device == DEVICE_UNKNOWN {
-                    0
-                } else {
-                    r.device
-                };
                 let l = Live {
-                    size: r.size,
-                    device,
-                    stack: 0,
-                    range: self.current_range(r.thread),
-                    time_ns: r.time_ns,
-                    thread: r.thread,
                     stream: 0,
-                    api: r.api as u8,
+                    ..self.live_of(r)
                 };
+                let device = l.device;
                 if let Some(old) = self.physical.insert(r.ptr, l) {
                     *self.live_bytes.entry(old.device).or_default() -= old.size;
                 }
