@@ -586,6 +586,17 @@ fn still_running(info: &gpushim::reader::TraceInfo) -> bool {
     unsafe { libc::kill(info.pid as libc::pid_t, 0) == 0 }
 }
 
+/// Whether `path` looks like a trace whose header is still being written: missing, shorter
+/// than the magic, or with the magic still zero.
+fn header_pending(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    match std::fs::File::open(path) {
+        Err(_) => true,
+        Ok(mut f) => f.read_exact(&mut magic).is_err() || magic == [0; 8],
+    }
+}
+
 fn cmd_top(trace: &std::path::Path, interval: &str, count: Option<u64>, top: usize) -> ExitCode {
     let every = match gpushim::filter::parse_time(interval) {
         Ok(ns) if ns > 0 => std::time::Duration::from_nanos(ns),
@@ -594,9 +605,20 @@ fn cmd_top(trace: &std::path::Path, interval: &str, count: Option<u64>, top: usi
     };
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut shown = 0u64;
+    let started = std::time::Instant::now();
     loop {
         let s = match summary::summarize(trace) {
             Ok(s) => s,
+            // A process that just started may not have written the header yet (the file is
+            // created, then filled in).
+            Err(_)
+                if shown == 0
+                    && started.elapsed() < std::time::Duration::from_secs(10)
+                    && header_pending(trace) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
             Err(e) => return fail(e),
         };
         let l = match gpushim::analysis::leaks(trace, None) {
