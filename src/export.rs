@@ -873,49 +873,18 @@ fn tick_label(v: f64, step: f64) -> String {
     format!("{v:.decimals$}")
 }
 
-/// Renders one of our SVGs to PNG (twice the SVG's size, on white), with the system's fonts.
-/// Returns the PNG and whether any font was found (without one, the text is left out).
-pub fn svg_to_png(svg: &str) -> Result<(Vec<u8>, bool), String> {
+/// Renders one of our SVGs to PNG (twice the SVG's size, on white) with the DejaVu fonts
+/// built into the command, so the picture reads the same on a machine without fonts.
+pub fn svg_to_png(svg: &str) -> Result<Vec<u8>, String> {
     use resvg::{tiny_skia, usvg};
     let mut opt = usvg::Options::default();
     let db = opt.fontdb_mut();
-    db.load_system_fonts();
-    let fonts = !db.is_empty();
-    // The SVGs ask for the generic families; point them at fonts this machine has.
-    let families: Vec<String> = db
-        .faces()
-        .flat_map(|f| f.families.iter().map(|(name, _)| name.clone()))
-        .collect();
-    let pick = |wanted: &[&str]| {
-        wanted
-            .iter()
-            .find(|w| families.iter().any(|f| f == *w))
-            .map(|w| w.to_string())
-            .or_else(|| families.first().cloned())
-    };
-    let sans = pick(&[
-        "DejaVu Sans",
-        "Liberation Sans",
-        "Noto Sans",
-        "Arial",
-        "Helvetica",
-    ]);
-    let mono = pick(&[
-        "DejaVu Sans Mono",
-        "Liberation Mono",
-        "Noto Sans Mono",
-        "Courier New",
-    ]);
-    if let Some(s) = &sans {
-        db.set_sans_serif_family(s.clone());
-        db.set_serif_family(s.clone());
-    }
-    if let Some(m) = mono {
-        db.set_monospace_family(m);
-    }
-    if let Some(s) = sans {
-        opt.font_family = s;
-    }
+    db.load_font_data(dejavu::sans::regular().to_vec());
+    db.load_font_data(dejavu::sans_mono::regular().to_vec());
+    db.set_sans_serif_family("DejaVu Sans");
+    db.set_serif_family("DejaVu Sans");
+    db.set_monospace_family("DejaVu Sans Mono");
+    opt.font_family = "DejaVu Sans".to_string();
     let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| format!("cannot read the SVG: {e}"))?;
     let scale = 2.0;
     let size = tree.size().to_int_size();
@@ -931,13 +900,23 @@ pub fn svg_to_png(svg: &str) -> Result<(Vec<u8>, bool), String> {
         tiny_skia::Transform::from_scale(scale, scale),
         &mut pixmap.as_mut(),
     );
-    let png = pixmap.encode_png().map_err(|e| e.to_string())?;
-    Ok((png, fonts))
+    pixmap.encode_png().map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::{nice_step, tick_label};
+
+    #[test]
+    fn png_text_is_drawn_with_the_built_in_fonts() {
+        // The same picture with and without its text must differ, whatever fonts the machine
+        // has (the GPU machine has none).
+        let with = r#"<svg xmlns="http://www.w3.org/2000/svg" width="80" height="20" font-family="sans-serif"><rect width="80" height="20" fill="white"/><text x="4" y="14">memory</text></svg>"#;
+        let without = with.replace("memory", "");
+        let a = super::svg_to_png(with).unwrap();
+        let b = super::svg_to_png(&without).unwrap();
+        assert_ne!(a, b);
+    }
 
     #[test]
     fn ticks_are_round_numbers() {

@@ -210,7 +210,7 @@ enum Cmd {
     Plot {
         #[arg(required = true)]
         traces: Vec<PathBuf>,
-        /// Output file: .svg, or .png for a picture (rendered with the system fonts).
+        /// Output file: .svg, or .png for a picture.
         #[arg(short, long, default_value = "gpushim-timeline.svg")]
         output: PathBuf,
     },
@@ -715,21 +715,13 @@ fn write_picture(path: &std::path::Path, svg: &str) -> ExitCode {
         return write_file(path, svg);
     }
     match gpushim::export::svg_to_png(svg) {
-        Ok((bytes, fonts)) => {
-            if !fonts {
-                eprintln!(
-                    "gpushim: no font found on this machine, so the PNG has no text; \
-                     install one (fonts-dejavu) or write .svg"
-                );
+        Ok(bytes) => match std::fs::write(path, bytes) {
+            Ok(()) => {
+                eprintln!("gpushim: wrote {}", path.display());
+                ExitCode::SUCCESS
             }
-            match std::fs::write(path, bytes) {
-                Ok(()) => {
-                    eprintln!("gpushim: wrote {}", path.display());
-                    ExitCode::SUCCESS
-                }
-                Err(e) => fail(format!("cannot write {}: {e}", path.display())),
-            }
-        }
+            Err(e) => fail(format!("cannot write {}: {e}", path.display())),
+        },
         Err(e) => fail(e),
     }
 }
