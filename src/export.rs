@@ -14,14 +14,9 @@ use std::path::Path;
 
 /// Chrome trace event JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open: one
 /// counter track per device (live and reserved bytes), NVTX ranges as slices on their thread,
-/// marks as instants.
-pub fn perfetto(path: &Path, out: &mut dyn Write) -> Result<u64, ReadError> {
-    perfetto_many(&[path.to_path_buf()], out)
-}
-
-/// Several traces (the ranks of a job) in one Perfetto file: a process each, named by rank,
-/// on one time axis aligned by their wall-clock starts.
-pub fn perfetto_many(paths: &[std::path::PathBuf], out: &mut dyn Write) -> Result<u64, ReadError> {
+/// marks as instants. Several traces (the ranks of a job) go in one file: a process each,
+/// named by rank, on one time axis aligned by their wall-clock starts.
+pub fn perfetto(paths: &[std::path::PathBuf], out: &mut dyn Write) -> Result<u64, ReadError> {
     let traces = aligned(paths)?;
     let mut events = 0u64;
     let mut first = true;
@@ -431,10 +426,6 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
 
 /// Live and reserved memory per device over time, with the NVTX ranges of the most frequent
 /// name shaded, as an SVG line chart with labelled axes.
-pub fn plot_svg(path: &Path) -> Result<String, ReadError> {
-    plot_svg_many(&[path.to_path_buf()])
-}
-
 /// Where each trace starts on a shared clock: its offset from the earliest start (wall clock at
 /// `CLOCK_REALTIME`), and the name of its series ("device 0", or "rank 1 device 0" with
 /// several traces).
@@ -467,7 +458,7 @@ type Point = (u64, u64, u64);
 
 /// Live and reserved memory over time, per device of each trace; several traces (the ranks
 /// of a job) share one time axis, aligned by their wall-clock start.
-pub fn plot_svg_many(paths: &[std::path::PathBuf]) -> Result<String, ReadError> {
+pub fn plot_svg(paths: &[std::path::PathBuf]) -> Result<String, ReadError> {
     // (time, live, reserved) per device, thinned to at most 2 points per pixel column by
     // keeping each column's maximum.
     const W: f64 = 1000.0;

@@ -308,7 +308,7 @@ fn dispatch(command: Cmd) -> ExitCode {
         } => cmd_leaks(&traces, boundary.as_deref(), json),
         Cmd::Peak { traces, top, json } => cmd_peak(&traces, top, json),
         Cmd::Oom { traces, json } => cmd_oom(&traces, json),
-        Cmd::Plot { traces, output } => match gpushim::export::plot_svg_many(&traces) {
+        Cmd::Plot { traces, output } => match gpushim::export::plot_svg(&traces) {
             Ok(svg) => write_picture(&output, &svg),
             Err(e) => fail(e),
         },
@@ -759,7 +759,7 @@ fn cmd_export(
     };
     let mut w = std::io::BufWriter::new(file);
     let r = match format {
-        "perfetto" => gpushim::export::perfetto_many(traces, &mut w).map_err(|e| e.to_string()),
+        "perfetto" => gpushim::export::perfetto(traces, &mut w).map_err(|e| e.to_string()),
         "rmm" => gpushim::export::rmm_csv(trace, &mut w).map_err(|e| e.to_string()),
         "memory-viz-html" => gpushim::export::memory_viz_html(trace, &mut w, view),
         _ => gpushim::export::memory_viz(trace, &mut w, protocol),

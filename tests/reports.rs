@@ -63,15 +63,16 @@ fn leaky_steps(dir: &str, steps: u32) -> Leaky {
     }
 }
 
-fn report(args: &[&str], trace: &Path) -> serde_json::Value {
-    let out = Command::new(gpushim_bin())
-        .args(args)
-        .arg(trace)
-        .arg("--json")
+/// Runs the command with `args` (text and paths alike).
+fn gpushim(args: &[&dyn AsRef<std::ffi::OsStr>]) -> std::process::Output {
+    Command::new(gpushim_bin())
+        .args(args.iter().map(|a| a.as_ref()))
         .output()
-        .unwrap();
-    assert_ok(&out);
-    serde_json::from_slice(&out.stdout).unwrap()
+        .unwrap()
+}
+
+fn report(args: &[&str], trace: &Path) -> serde_json::Value {
+    report_many(args, &[trace])
 }
 
 /// Whether a call site's innermost frame is in `f`: named from the executable's symbol table
@@ -148,12 +149,7 @@ fn oom_explains_the_failed_request() {
 fn perfetto_export_parses_with_one_counter_track_per_device_and_the_nvtx_slices() {
     let l = leaky();
     let out = l.trace.with_extension("json");
-    let o = Command::new(gpushim_bin())
-        .args(["export", "--format", "perfetto", "-o"])
-        .arg(&out)
-        .arg(&l.trace)
-        .output()
-        .unwrap();
+    let o = gpushim(&[&"export", &"--format", &"perfetto", &"-o", &out, &l.trace]);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
     let ev = v["traceEvents"].as_array().unwrap();
@@ -178,19 +174,16 @@ fn memory_viz_pickle_loads_in_python_with_consistent_segments() {
     let l = leaky();
     for protocol in ["2", "3", "4"] {
         let out = l.trace.with_extension(format!("p{protocol}.pickle"));
-        let o = Command::new(gpushim_bin())
-            .args([
-                "export",
-                "--format",
-                "memory-viz",
-                "--protocol",
-                protocol,
-                "-o",
-            ])
-            .arg(&out)
-            .arg(&l.trace)
-            .output()
-            .unwrap();
+        let o = gpushim(&[
+            &"export",
+            &"--format",
+            &"memory-viz",
+            &"--protocol",
+            &protocol,
+            &"-o",
+            &out,
+            &l.trace,
+        ]);
         assert_ok(&o);
         let check = r#"
 import pickle, sys
@@ -235,19 +228,16 @@ print(live)
 fn the_memory_viz_page_carries_the_snapshot_for_pytorchs_viewer() {
     let l = leaky();
     let out = l.trace.with_extension("html");
-    let o = Command::new(gpushim_bin())
-        .args([
-            "export",
-            "--format",
-            "memory-viz-html",
-            "--view",
-            "Allocator State History",
-            "-o",
-        ])
-        .arg(&out)
-        .arg(&l.trace)
-        .output()
-        .unwrap();
+    let o = gpushim(&[
+        &"export",
+        &"--format",
+        &"memory-viz-html",
+        &"--view",
+        &"Allocator State History",
+        &"-o",
+        &out,
+        &l.trace,
+    ]);
     assert_ok(&o);
     let check = r#"
 import base64, json, pickle, re, sys
@@ -288,13 +278,7 @@ fn plot_and_flamegraph_write_svg_with_labelled_axes() {
         ("flamegraph", vec!["live at the peak", "spike (leaky)"]),
     ] {
         let out = l.trace.with_extension(format!("{cmd}.svg"));
-        let o = Command::new(gpushim_bin())
-            .arg(cmd)
-            .arg(&l.trace)
-            .arg("-o")
-            .arg(&out)
-            .output()
-            .unwrap();
+        let o = gpushim(&[&cmd, &l.trace, &"-o", &out]);
         assert_ok(&o);
         let svg = std::fs::read_to_string(&out).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -313,11 +297,7 @@ fn reports_refuse_files_that_are_not_traces_and_name_the_problem() {
     std::fs::write(&short, b"GPUSHIM").unwrap();
     for cmd in ["leaks", "peak", "oom", "plot", "flamegraph"] {
         for (f, says) in [(&bad, "not a gpushim trace"), (&short, "shorter than")] {
-            let o = Command::new(gpushim_bin())
-                .arg(cmd)
-                .arg(f)
-                .output()
-                .unwrap();
+            let o = gpushim(&[&cmd, &f]);
             assert_eq!(o.status.code(), Some(2), "{cmd}");
             assert!(stderr(&o).contains(says), "{cmd}: {}", stderr(&o));
         }
@@ -340,12 +320,7 @@ fn a_trace_cut_short_still_reports_what_it_holds() {
 fn diff_shows_the_growth_between_two_runs() {
     let a = leaky();
     let short = leaky_steps("reports-diff", 4);
-    let o = Command::new(gpushim_bin())
-        .args(["diff", "--json"])
-        .arg(&short.trace)
-        .arg(&a.trace)
-        .output()
-        .unwrap();
+    let o = gpushim(&[&"diff", &"--json", &short.trace, &a.trace]);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let sites = v["call_sites"].as_array().unwrap();
@@ -374,13 +349,7 @@ fn summary_reports_each_trace_and_the_set_combined() {
             .iter()
             .all(|a| a["api"] != "gpushim")
     );
-    let o = Command::new(gpushim_bin())
-        .arg("summary")
-        .arg(&a.trace)
-        .arg(&b.trace)
-        .arg("--json")
-        .output()
-        .unwrap();
+    let o = gpushim(&[&"summary", &a.trace, &b.trace, &"--json"]);
     assert_ok(&o);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["traces"].as_array().unwrap().len(), 2);
@@ -394,12 +363,11 @@ fn summary_reports_each_trace_and_the_set_combined() {
 }
 
 fn report_many(args: &[&str], traces: &[&Path]) -> serde_json::Value {
-    let out = Command::new(gpushim_bin())
-        .args(args)
-        .args(traces)
-        .arg("--json")
-        .output()
-        .unwrap();
+    let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = Vec::new();
+    all.extend(args.iter().map(|a| a as &dyn AsRef<std::ffi::OsStr>));
+    all.extend(traces.iter().map(|t| t as &dyn AsRef<std::ffi::OsStr>));
+    all.push(&"--json");
+    let out = gpushim(&all);
     assert_ok(&out);
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -455,11 +423,7 @@ fn call_sites_are_named_by_function_and_without_symbols_by_module_offset() {
     let label = named[0]["by_call_site"][0]["label"].as_str().unwrap();
     // The innermost frames: spike() called from main(), named from the symbol table.
     assert!(label.starts_with("spike (leaky) < main (leaky)"), "{label}");
-    let out = Command::new(gpushim_bin())
-        .args(["peak", "--no-symbols", "--json"])
-        .arg(&l.trace)
-        .output()
-        .unwrap();
+    let out = gpushim(&[&"peak", &"--no-symbols", &"--json", &l.trace]);
     assert_ok(&out);
     let raw: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let label = raw[0]["by_call_site"][0]["label"].as_str().unwrap();
@@ -488,11 +452,7 @@ fn every_report_takes_the_filters_and_bad_ones_are_named() {
     // The leak goes on to the end: a window from the middle of the run keeps some of its
     // blocks, not all.
     let all = json(&["leaks"])["live_at_exit_bytes"].as_u64().unwrap();
-    let events = Command::new(gpushim_bin())
-        .args(["events", "--json"])
-        .arg(&l.trace)
-        .output()
-        .unwrap();
+    let events = gpushim(&[&"events", &"--json", &l.trace]);
     assert_ok(&events);
     // The time of the seventh of the twelve leaked blocks.
     let middle = stdout(&events)
@@ -514,11 +474,10 @@ fn every_report_takes_the_filters_and_bad_ones_are_named() {
             "window is empty",
         ),
     ] {
-        let out = Command::new(gpushim_bin())
-            .args(&args)
-            .arg(&l.trace)
-            .output()
-            .unwrap();
+        let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = Vec::new();
+        all.extend(args.iter().map(|a| a as &dyn AsRef<std::ffi::OsStr>));
+        all.push(&l.trace);
+        let out = gpushim(&all);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         assert!(stderr(&out).contains(says), "{}", stderr(&out));
     }
@@ -531,13 +490,7 @@ fn plot_and_flamegraph_write_png_when_asked() {
         let svg = l.trace.with_extension(format!("{cmd}.svg"));
         let png = l.trace.with_extension(format!("{cmd}.png"));
         for out in [&svg, &png] {
-            let o = Command::new(gpushim_bin())
-                .arg(cmd)
-                .arg(&l.trace)
-                .arg("-o")
-                .arg(out)
-                .output()
-                .unwrap();
+            let o = gpushim(&[&cmd, &l.trace, &"-o", &out]);
             assert_ok(&o);
         }
         let bytes = std::fs::read(&png).unwrap();
@@ -561,13 +514,15 @@ fn several_traces_make_one_timeline_aligned_by_wall_clock() {
     let a = leaky_steps("wall-a", 4);
     let b = leaky_steps("wall-b", 4);
     let out = a.trace.with_extension("both.json");
-    let o = Command::new(gpushim_bin())
-        .args(["export", "--format", "perfetto", "-o"])
-        .arg(&out)
-        .arg(&a.trace)
-        .arg(&b.trace)
-        .output()
-        .unwrap();
+    let o = gpushim(&[
+        &"export",
+        &"--format",
+        &"perfetto",
+        &"-o",
+        &out,
+        &a.trace,
+        &b.trace,
+    ]);
     assert_ok(&o);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
@@ -593,14 +548,7 @@ fn several_traces_make_one_timeline_aligned_by_wall_clock() {
     assert!(start_second > end_first, "{start_second} <= {end_first}");
 
     let svg = a.trace.with_extension("both.svg");
-    let o = Command::new(gpushim_bin())
-        .arg("plot")
-        .arg(&a.trace)
-        .arg(&b.trace)
-        .arg("-o")
-        .arg(&svg)
-        .output()
-        .unwrap();
+    let o = gpushim(&[&"plot", &a.trace, &b.trace, &"-o", &svg]);
     assert_ok(&o);
     let text = std::fs::read_to_string(&svg).unwrap();
     for m in [
@@ -611,13 +559,15 @@ fn several_traces_make_one_timeline_aligned_by_wall_clock() {
         assert!(text.contains(m), "no '{m}'");
     }
     // Formats that hold one process refuse several, saying what to do.
-    let o = Command::new(gpushim_bin())
-        .args(["export", "--format", "rmm", "-o"])
-        .arg(a.trace.with_extension("x.csv"))
-        .arg(&a.trace)
-        .arg(&b.trace)
-        .output()
-        .unwrap();
+    let o = gpushim(&[
+        &"export",
+        &"--format",
+        &"rmm",
+        &"-o",
+        &a.trace.with_extension("x.csv"),
+        &a.trace,
+        &b.trace,
+    ]);
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("takes one trace"), "{}", stderr(&o));
 }
@@ -647,11 +597,7 @@ fn top_watches_a_running_process_until_it_exits() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert!(t.exists(), "the client wrote no trace");
-    let out = Command::new(gpushim_bin())
-        .args(["top", "--interval", "100ms"])
-        .arg(&t)
-        .output()
-        .unwrap();
+    let out = gpushim(&[&"top", &"--interval", &"100ms", &t]);
     assert_ok(&out);
     assert!(child.wait().unwrap().success());
     let s = stdout(&out);
