@@ -42,6 +42,9 @@ pub struct Conf {
     pub trace_max: u64,
     /// Record the call stack of one memory call in this many (per thread); 0 for none.
     pub stack_every: u32,
+    /// Cached memory with nothing allocated in it for this long (ns) goes back to the device;
+    /// `u64::MAX` keeps it.
+    pub trim_ns: u64,
 }
 
 pub const GIB: u64 = 1 << 30;
@@ -57,6 +60,7 @@ impl Conf {
         limit: 0,
         trace_max: 16 * GIB,
         stack_every: 0,
+        trim_ns: 1_000_000_000,
     };
 }
 
@@ -101,9 +105,15 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "limit",
-        accepted: "a size (24GiB) or off",
+        accepted: "a size above 0 (24GiB) or off",
         default: "off",
         meaning: "cap this process's device memory; allocations past it fail with out-of-memory",
+    },
+    KeyDoc {
+        key: "trim",
+        accepted: "a duration (500ms, 2s) or off",
+        default: "1s",
+        meaning: "cached segments with nothing allocated in them for this long go back to the device (a background thread checks every 100 ms), so memory a program freed becomes usable by other processes; off keeps it until empty_cache or out-of-memory",
     },
     KeyDoc {
         key: "stacks",
@@ -185,6 +195,26 @@ fn parse_size_or_off(s: &str, off: u64) -> Option<u64> {
     }
 }
 
+/// Parses a duration: `250ms`, `2s`, `1m`, `500us`; a bare number is seconds.
+pub fn parse_duration_ns(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (digits, unit) = s.split_at(split);
+    if digits.is_empty() {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "s" => 1_000_000_000,
+        "ms" => 1_000_000,
+        "us" | "µs" => 1_000,
+        "ns" => 1,
+        "m" | "min" => 60_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
 fn parse_round(s: &str) -> Option<u32> {
     match s {
         "off" => Some(0),
@@ -253,7 +283,20 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
             "round" => conf.round_divisions = parse_round(value).ok_or_else(bad)?,
             "max_split" => conf.max_split = parse_size_or_off(value, u64::MAX).ok_or_else(bad)?,
             "release" => conf.release = parse_size_or_off(value, u64::MAX).ok_or_else(bad)?,
-            "limit" => conf.limit = parse_size_or_off(value, 0).ok_or_else(bad)?,
+            // `limit:0` would read as "no memory" but has always meant "no limit": refused, so
+            // neither reading is silently taken.
+            "limit" => {
+                conf.limit = parse_size_or_off(value, 0)
+                    .filter(|&n| n > 0 || value == "off" || value == "none")
+                    .ok_or_else(bad)?
+            }
+            "trim" => {
+                conf.trim_ns = if value == "off" {
+                    u64::MAX
+                } else {
+                    parse_duration_ns(value).ok_or_else(bad)?
+                }
+            }
             "trace_max" => {
                 conf.trace_max = parse_size(value)
                     .filter(|&n| n >= crate::recorder::MIN_TRACE_BYTES)
@@ -330,6 +373,18 @@ mod tests {
             parse_strict("limit").unwrap_err(),
             ConfError::MissingValue("limit")
         );
+    }
+
+    #[test]
+    fn limit_zero_is_refused_and_trim_takes_durations() {
+        assert!(parse_strict("limit:0").is_err());
+        assert!(parse_strict("limit:0GiB").is_err());
+        assert_eq!(parse_strict("limit:off").unwrap().limit, 0);
+        assert_eq!(parse_strict("trim:250ms").unwrap().trim_ns, 250_000_000);
+        assert_eq!(parse_strict("trim:2s").unwrap().trim_ns, 2_000_000_000);
+        assert_eq!(parse_strict("trim:off").unwrap().trim_ns, u64::MAX);
+        assert!(parse_strict("trim:soon").is_err());
+        assert_eq!(Conf::default().trim_ns, 1_000_000_000);
     }
 
     #[test]

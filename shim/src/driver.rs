@@ -107,6 +107,12 @@ unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
 /// answers). An interior or already freed pooled pointer fails with
 /// `CUDA_ERROR_INVALID_VALUE`, as CUDA does.
 fn pooled_free(kind: RecordKind, api: Api, p: u64, how: FreeKind, stream: u64) -> Option<i32> {
+    if how == FreeKind::Sync
+        && let Some(rc) = pool::capture_forbids(false)
+    {
+        trace::record(kind, api, rc, p, 0, DEVICE_UNKNOWN, stream);
+        return Some(rc);
+    }
     let (rc, d) = match pool::free(p, how) {
         Freed::Done(d) => (0, d),
         Freed::Invalid => (ERROR_INVALID_VALUE, DEVICE_UNKNOWN),
@@ -127,6 +133,14 @@ unsafe fn pooled_alloc(api: Api, p: *mut u64, size: usize, key: u64, stream: u64
     } else {
         RecordKind::AllocAsync
     };
+    if key == pool::SYNC_KEY
+        && let Some(rc) = pool::capture_forbids(false)
+    {
+        // CUDA refused it for a capture under way (and invalidated that capture), as it
+        // would have refused the program's own call.
+        trace::record(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN, stream);
+        return Some(rc);
+    }
     let (rc, ptr, d) = match pool::alloc(size as u64, key, false) {
         Served::Granted(ptr, d) => (0, ptr, d),
         Served::Failed(code, d) => (code, 0, d),

@@ -28,7 +28,7 @@ use crate::symbols::Sym;
 use crate::trace;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::front::Front;
 use gpushim_core::engine::{AllocError, Backend, BlockInfo, Event, FreeKind, OutOfMemory, Policy};
@@ -202,11 +202,14 @@ extern "C" fn in_child() {
     forget_after_fork();
 }
 
-/// Runs `f` on the pool, creating it on first use, with the lock held.
+/// Runs `f` on the pool, creating it on first use, with the lock held. Segments the engine
+/// gave back meanwhile are freed after the lock is released: `cuMemFree` waits for the whole
+/// device, and no other thread's allocation should wait behind it.
 fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     if !ATFORK.swap(true, Ordering::Relaxed) {
         // SAFETY: a plain function that lives as long as the process (-z nodelete).
         unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+        start_trimmer();
     }
     LOCK.lock();
     // SAFETY: LOCK is held, so this is the only reference.
@@ -214,14 +217,70 @@ fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     let p =
         cell.get_or_insert_with(|| Front::new(CudaBackend::new(), Policy::from(&state::conf())));
     let r = f(p);
+    let released = core::mem::take(&mut p.engine.backend_mut().released);
     LOCK.unlock();
+    free_segments(&released);
     r
+}
+
+/// Frees segments the engine gave back (outside the pool's lock).
+fn free_segments(segments: &[(u8, u64)]) {
+    let Some(free) = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemFreeV2) else {
+        return;
+    };
+    for &(slot, ptr) in segments {
+        // SAFETY: a segment the pool reserved with cuMemAlloc_v2 and no longer hands out;
+        // freed once, in its context.
+        in_context(slot, || unsafe { free(ptr) });
+    }
+}
+
+/// How often the trimmer looks for memory to give back.
+const TRIM_TICK_MS: u64 = 100;
+
+/// Starts the thread that gives idle memory back to the device once it has been idle for the
+/// configured `trim` age (contract 8), so memory a program returned is usable by other
+/// processes without the program calling CUDA again. Its own CUDA calls run in relaxed capture
+/// mode, so they can never invalidate another thread's capture.
+fn start_trimmer() {
+    let age = state::conf().trim_ns;
+    if age == u64::MAX {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("gpushim-trim".into())
+        .spawn(move || {
+            let _guard = crate::guard::Guard::enter();
+            let mut relaxed = false;
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(TRIM_TICK_MS));
+                if STATE.load(Ordering::Relaxed) == OFF {
+                    return;
+                }
+                if !relaxed {
+                    relaxed = set_relaxed_capture_mode().is_some();
+                }
+                with(|p| {
+                    for slot in 0..MAX_CONTEXTS {
+                        if CONTEXTS[slot].load(Ordering::Acquire) == 0 {
+                            break;
+                        }
+                        p.trim(slot as u8, age);
+                    }
+                });
+                forget_finished_captures();
+            }
+        });
 }
 
 /// In a forked child: the parent's pool belongs to the parent's CUDA contexts, which the child
 /// cannot use. Every call passes through from now on.
 pub fn forget_after_fork() {
     STATE.store(OFF, Ordering::Relaxed);
+    for c in &CAPTURING {
+        c.store(0, Ordering::Relaxed);
+    }
+    CAPTURE_COUNT.store(0, Ordering::Relaxed);
     LOCK.unlock();
     REGISTERING.unlock();
     crate::ipc::forget_after_fork();
@@ -349,7 +408,13 @@ pub fn stream_destroying(stream: u64) {
                 continue;
             };
             if b.slots[slot].pending_used {
-                b.seal(slot as u8);
+                if capture_active() {
+                    // No event may be recorded now: only a synchronization passes the
+                    // pending fences.
+                    b.slots[slot].untracked = true;
+                } else {
+                    b.seal(slot as u8);
+                }
             }
             b.slots[slot].streams.swap_remove(i);
         }
@@ -415,6 +480,8 @@ pub struct CudaBackend {
     last_error: i32,
     /// The physical allocation behind each mapped page of the expandable segments.
     pages: std::collections::BTreeMap<u64, u64>,
+    /// Segments given back by the engine, freed once the pool's lock is released.
+    released: Vec<(u8, u64)>,
 }
 
 /// `CUmemAllocationProp` (32 bytes): pinned device memory on one device.
@@ -482,6 +549,7 @@ impl CudaBackend {
                 .collect(),
             last_error: 0,
             pages: std::collections::BTreeMap::new(),
+            released: Vec::new(),
         }
     }
 
@@ -590,6 +658,10 @@ impl Backend for CudaBackend {
     type Fence = (u8, u64);
 
     fn reserve(&mut self, slot: u8, size: u64) -> Result<u64, OutOfMemory> {
+        if !self.released.is_empty() {
+            // Out of memory and retrying: what was given back must really be free first.
+            free_segments(&core::mem::take(&mut self.released));
+        }
         let Some(alloc) = drv::<unsafe extern "C" fn(*mut u64, usize) -> i32>(Sym::CuMemAllocV2)
         else {
             self.last_error = crate::ffi::CU_ERROR_NOT_INITIALIZED;
@@ -597,7 +669,8 @@ impl Backend for CudaBackend {
         };
         let mut p = 0u64;
         // SAFETY: a valid out-pointer, in the slot's context.
-        let rc = in_context(slot, || unsafe { alloc(&mut p, size as usize) });
+        let rc =
+            relaxed_if_capturing(|| in_context(slot, || unsafe { alloc(&mut p, size as usize) }));
         if rc == 0 {
             self.last_error = 0;
             Ok(p)
@@ -608,10 +681,23 @@ impl Backend for CudaBackend {
     }
 
     fn release(&mut self, slot: u8, ptr: u64, _size: u64) {
-        if let Some(free) = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemFreeV2) {
-            // SAFETY: a segment this backend reserved, freed once.
-            in_context(slot, || unsafe { free(ptr) });
-        }
+        self.released.push((slot, ptr));
+    }
+
+    fn quiet(&mut self) -> bool {
+        capture_active()
+    }
+
+    fn now(&mut self) -> u64 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+        (t.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(t.tv_nsec as u64)
     }
 
     fn fence_device(&mut self, slot: u8) -> (u8, u64) {
@@ -710,28 +796,30 @@ impl Backend for CudaBackend {
         };
         let mut rc = 0;
         let mut done = 0u64;
-        in_context(slot, || {
-            while done < size {
-                let mut h = 0u64;
-                // SAFETY: valid out-pointer and property struct of the CUDA layout.
-                rc = unsafe { create(&mut h, PAGE as usize, &prop, 0) };
-                if rc != 0 {
-                    break;
+        relaxed_if_capturing(|| {
+            in_context(slot, || {
+                while done < size {
+                    let mut h = 0u64;
+                    // SAFETY: valid out-pointer and property struct of the CUDA layout.
+                    rc = unsafe { create(&mut h, PAGE as usize, &prop, 0) };
+                    if rc != 0 {
+                        break;
+                    }
+                    // SAFETY: a page of our reserved range, not mapped yet, and a fresh handle.
+                    rc = unsafe { map(ptr + done, PAGE as usize, 0, h, 0) };
+                    if rc != 0 {
+                        // SAFETY: the handle just created, never mapped.
+                        unsafe { release(h) };
+                        break;
+                    }
+                    self.pages.insert(ptr + done, h);
+                    done += PAGE;
                 }
-                // SAFETY: a page of our reserved range, not mapped yet, and a fresh handle.
-                rc = unsafe { map(ptr + done, PAGE as usize, 0, h, 0) };
-                if rc != 0 {
-                    // SAFETY: the handle just created, never mapped.
-                    unsafe { release(h) };
-                    break;
+                if rc == 0 {
+                    // SAFETY: the range just mapped; one access descriptor.
+                    rc = unsafe { access(ptr, size as usize, &desc, 1) };
                 }
-                self.pages.insert(ptr + done, h);
-                done += PAGE;
-            }
-            if rc == 0 {
-                // SAFETY: the range just mapped; one access descriptor.
-                rc = unsafe { access(ptr, size as usize, &desc, 1) };
-            }
+            })
         });
         if rc == 0 {
             self.last_error = 0;
@@ -771,11 +859,142 @@ pub fn pooling() -> bool {
 
 static CAPTURES: AtomicBool = AtomicBool::new(false);
 
-/// A stream capture began (the hooks on `cuStreamBeginCapture_v2` and
+/// A stream capture is about to begin (the hooks on `cuStreamBeginCapture_v2` and
 /// `cuStreamBeginCaptureToGraph`, which the runtime's capture functions reach too): from now on
 /// stream-ordered calls ask whether their stream is being captured.
 pub fn captures_begun() {
     CAPTURES.store(true, Ordering::Relaxed);
+}
+
+/// Captures can be under way on this many streams at once and be told apart; past it the pool
+/// stays quiet until the trimmer sees them end.
+const MAX_CAPTURES: usize = 64;
+/// The streams being captured, by pool key (a per-thread default stream names its thread).
+static CAPTURING: [AtomicU64; MAX_CAPTURES] = [const { AtomicU64::new(0) }; MAX_CAPTURES];
+/// Captures under way, counted apart from the table so none is ever missed.
+static CAPTURE_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The raw handles of the captured streams, for `cuStreamIsCapturing`.
+static CAPTURED_HANDLE: [AtomicU64; MAX_CAPTURES] = [const { AtomicU64::new(0) }; MAX_CAPTURES];
+
+/// Whether a stream capture is under way anywhere in the process (contract 7). While one is,
+/// the pool records no event, queries or waits for none, frees no device memory and
+/// synchronizes nothing; its own allocations run in relaxed capture mode.
+pub fn capture_active() -> bool {
+    CAPTURE_COUNT.load(Ordering::Acquire) > 0
+}
+
+/// A capture began on `stream`.
+pub fn capture_started(stream: *mut c_void, per_thread_default: bool) {
+    let key = stream_key(stream, per_thread_default);
+    CAPTURE_COUNT.fetch_add(1, Ordering::AcqRel);
+    for (c, h) in CAPTURING.iter().zip(&CAPTURED_HANDLE) {
+        if c.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            h.store(stream as u64, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// The capture on `stream` ended (successfully or invalidated).
+pub fn capture_ended(stream: *mut c_void, per_thread_default: bool) {
+    let key = stream_key(stream, per_thread_default);
+    for c in &CAPTURING {
+        if c.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            let _ = CAPTURE_COUNT
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            return;
+        }
+    }
+}
+
+/// Drops captures that CUDA no longer reports (a capturing stream destroyed, say), so the pool
+/// is never left quiet for good. Only tracked streams are asked; an untracked capture keeps the
+/// pool quiet.
+fn forget_finished_captures() {
+    if !capture_active() {
+        return;
+    }
+    type F = unsafe extern "C" fn(usize, *mut i32) -> i32;
+    let Some(f) = drv::<F>(Sym::CuStreamIsCapturing) else {
+        return;
+    };
+    for (c, h) in CAPTURING.iter().zip(&CAPTURED_HANDLE) {
+        let key = c.load(Ordering::Acquire);
+        let handle = h.load(Ordering::Acquire);
+        // Special handles name another thread's stream here: not asked.
+        if key == 0 || handle <= STREAM_PER_THREAD {
+            continue;
+        }
+        let mut status = 0i32;
+        // SAFETY: a valid out-pointer; a destroyed stream's handle makes CUDA answer an
+        // error, which counts as not capturing.
+        let rc = unsafe { f(handle as usize, &mut status) };
+        if (rc != 0 || status == 0)
+            && c.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            let _ = CAPTURE_COUNT
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
+    }
+}
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: i32 = 2;
+
+/// Puts the calling thread in relaxed capture mode; returns the mode it had.
+fn set_relaxed_capture_mode() -> Option<i32> {
+    type F = unsafe extern "C" fn(*mut i32) -> i32;
+    let f = drv::<F>(Sym::CuThreadExchangeStreamCaptureMode)?;
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: a valid in/out pointer; the exchange is legal at any time (checked on the GPU).
+    (unsafe { f(&mut mode) } == 0).then_some(mode)
+}
+
+/// Runs `f` (the pool's own allocation calls) in relaxed capture mode while a capture is under
+/// way, so CUDA never takes them for the program's and invalidates its graph.
+fn relaxed_if_capturing<R>(f: impl FnOnce() -> R) -> R {
+    if !capture_active() {
+        return f();
+    }
+    let old = set_relaxed_capture_mode();
+    let r = f();
+    if let Some(mut m) = old {
+        type F = unsafe extern "C" fn(*mut i32) -> i32;
+        if let Some(x) = drv::<F>(Sym::CuThreadExchangeStreamCaptureMode) {
+            // SAFETY: restores the mode taken above.
+            unsafe { x(&mut m) };
+        }
+    }
+    r
+}
+
+/// While a capture is under way, asks CUDA whether this thread may make a synchronous
+/// allocation or free now, with the one call that is refused exactly when those are and does
+/// nothing else: `cudaFree(NULL)` (`runtime`) or `cuMemFree(0)` (measured on the GPU: refused
+/// with 900 in global mode from any thread and in thread-local mode from the capturing
+/// thread, 0 otherwise). A refusal invalidates the capture, exactly as the program's own call
+/// would have: `Some(900)` is then the answer to give. `None`: go on.
+pub fn capture_forbids(runtime: bool) -> Option<i32> {
+    if !capture_active() {
+        return None;
+    }
+    let rc = if runtime {
+        type F = unsafe extern "C" fn(*mut c_void) -> i32;
+        // SAFETY: cudaFree has the ABI F; a null pointer frees nothing.
+        let f = unsafe { real::as_fn::<F>(real::exported(Sym::CudaFree)) }?;
+        // SAFETY: as above.
+        unsafe { f(core::ptr::null_mut()) }
+    } else {
+        let f = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemFreeV2)?;
+        // SAFETY: freeing address 0 frees nothing.
+        unsafe { f(0) }
+    };
+    (rc == crate::ffi::ERROR_STREAM_CAPTURE_UNSUPPORTED).then_some(rc)
 }
 
 /// Whether `stream` is being captured into a CUDA graph: stream-ordered calls on it become

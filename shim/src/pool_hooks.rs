@@ -51,12 +51,34 @@ driver_hook!(cuStreamBeginCaptureToGraph_ptsz / proc_cuStreamBeginCaptureToGraph
     = CuStreamBeginCaptureToGraphPtsz, Shim => begin_capture_to_graph(s: Stream,
         graph: *mut c_void, deps: *const c_void, edges: *const c_void, n: usize, mode: c_int));
 
+driver_hook!(cuStreamEndCapture / proc_cuStreamEndCapture = CuStreamEndCapture, Shim
+    => end_capture(s: Stream, graph: *mut *mut c_void));
+driver_hook!(cuStreamEndCapture_ptsz / proc_cuStreamEndCapture_ptsz = CuStreamEndCapturePtsz,
+    Shim => end_capture(s: Stream, graph: *mut *mut c_void));
+
 unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -> i32 {
     type F = unsafe extern "C" fn(Stream, c_int) -> i32;
     forward!(sym, real, MISSING, F, |f, _rec| {
         pool::captures_begun();
         // SAFETY: the caller's arguments, unchanged.
-        unsafe { f(s, mode) }
+        let rc = unsafe { f(s, mode) };
+        if rc == 0 {
+            pool::capture_started(s, sym == Sym::CuStreamBeginCaptureV2Ptsz);
+        }
+        rc
+    })
+}
+
+unsafe fn end_capture(sym: Sym, real: usize, _: Api, s: Stream, graph: *mut *mut c_void) -> i32 {
+    type F = unsafe extern "C" fn(Stream, *mut *mut c_void) -> i32;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(s, graph) };
+        // The capture is over whatever the result (an invalidated capture ends with 901),
+        // unless the stream was not capturing at all, which this call cannot tell apart; the
+        // trimmer checks the streams it still counts.
+        pool::capture_ended(s, sym == Sym::CuStreamEndCapturePtsz);
+        rc
     })
 }
 
@@ -83,7 +105,11 @@ unsafe fn begin_capture_to_graph(
     forward!(sym, real, MISSING, F, |f, _rec| {
         pool::captures_begun();
         // SAFETY: the caller's arguments, unchanged.
-        unsafe { f(s, graph, deps, edges, n, mode) }
+        let rc = unsafe { f(s, graph, deps, edges, n, mode) };
+        if rc == 0 {
+            pool::capture_started(s, sym == Sym::CuStreamBeginCaptureToGraphPtsz);
+        }
+        rc
     })
 }
 

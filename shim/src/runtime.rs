@@ -104,6 +104,14 @@ unsafe fn pooled_alloc(
     } else {
         RecordKind::AllocAsync
     };
+    if key == pool::SYNC_KEY
+        && let Some(rc) = pool::capture_forbids(true)
+    {
+        // CUDA refused it for a capture under way (and invalidated that capture), as it
+        // would have refused the program's own call.
+        trace::record(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN, stream);
+        return Some(rc);
+    }
     match pool::alloc(size as u64, key, true) {
         Served::Granted(ptr, d) => {
             // SAFETY: the caller vouches for `p`.
@@ -135,6 +143,12 @@ unsafe fn pooled_free(
     how: FreeKind,
     stream: u64,
 ) -> Option<i32> {
+    if how == FreeKind::Sync
+        && let Some(rc) = pool::capture_forbids(true)
+    {
+        trace::record(kind, api, rc, p as u64, 0, DEVICE_UNKNOWN, stream);
+        return Some(rc);
+    }
     let rc = match pool::free(p as u64, how) {
         Freed::Done(d) => {
             trace::record(kind, api, 0, p as u64, 0, d, stream);

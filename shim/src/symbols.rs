@@ -106,7 +106,10 @@ symbols! {
     CuStreamBeginCaptureV2Ptsz = c"cuStreamBeginCapture_v2_ptsz" in Driver,
     CuStreamBeginCaptureToGraph = c"cuStreamBeginCaptureToGraph" in Driver,
     CuStreamBeginCaptureToGraphPtsz = c"cuStreamBeginCaptureToGraph_ptsz" in Driver,
+    CuStreamEndCapture = c"cuStreamEndCapture" in Driver,
+    CuStreamEndCapturePtsz = c"cuStreamEndCapture_ptsz" in Driver,
     // Resolved, not hooked.
+    CuThreadExchangeStreamCaptureMode = c"cuThreadExchangeStreamCaptureMode" in Driver,
     CuCtxGetDevice = c"cuCtxGetDevice" in Driver,
     CuCtxGetCurrent = c"cuCtxGetCurrent" in Driver,
     CuCtxPushCurrentV2 = c"cuCtxPushCurrent_v2" in Driver,
@@ -285,6 +288,12 @@ pub const DRIVER_ENTRIES: &[DriverEntry] = &[
         12030,
         Sym::CuStreamBeginCaptureToGraph,
         Sym::CuStreamBeginCaptureToGraphPtsz,
+    ),
+    entry(
+        c"cuStreamEndCapture",
+        10000,
+        Sym::CuStreamEndCapture,
+        Sym::CuStreamEndCapturePtsz,
     ),
     // cuGetProcAddress: the v1 ABI below 12.0, the v2 ABI (with symbolStatus) from 12.0.
     entry(

@@ -137,6 +137,14 @@ static EXPORTED: &[(Sym, Addr)] = &[
         Sym::CuStreamBeginCaptureToGraphPtsz,
         addr!(pool_hooks::cuStreamBeginCaptureToGraph_ptsz),
     ),
+    (
+        Sym::CuStreamEndCapture,
+        addr!(pool_hooks::cuStreamEndCapture),
+    ),
+    (
+        Sym::CuStreamEndCapturePtsz,
+        addr!(pool_hooks::cuStreamEndCapture_ptsz),
+    ),
     (Sym::CuGetProcAddress, addr!(entry::cuGetProcAddress)),
     (Sym::CuGetProcAddressV2, addr!(entry::cuGetProcAddress_v2)),
 ];
@@ -236,6 +244,14 @@ static PROC: &[(Sym, Addr)] = &[
     (
         Sym::CuStreamBeginCaptureToGraphPtsz,
         addr!(pool_hooks::proc_cuStreamBeginCaptureToGraph_ptsz),
+    ),
+    (
+        Sym::CuStreamEndCapture,
+        addr!(pool_hooks::proc_cuStreamEndCapture),
+    ),
+    (
+        Sym::CuStreamEndCapturePtsz,
+        addr!(pool_hooks::proc_cuStreamEndCapture_ptsz),
     ),
     (Sym::CuGetProcAddress, addr!(entry::proc_cuGetProcAddress)),
     (

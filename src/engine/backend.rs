@@ -43,6 +43,17 @@ pub trait Backend {
     }
     /// Gives the memory behind `[ptr, ptr + size)` back (`cuMemUnmap` + `cuMemRelease`).
     fn unmap(&mut self, _device: u8, _ptr: u64, _size: u64) {}
+    /// Whether the device must be left alone now: no fence polled or waited for, no memory
+    /// given back (the shim: while a stream capture is under way anywhere in the process,
+    /// where CUDA would refuse such calls or fold them into the graph). Reserving stays
+    /// allowed.
+    fn quiet(&mut self) -> bool {
+        false
+    }
+    /// A monotonic clock in nanoseconds, for the age of idle memory (`Engine::trim`).
+    fn now(&mut self) -> u64 {
+        0
+    }
 }
 
 /// The engine's decisions that explain memory: written to the trace by the shim.
@@ -84,6 +95,10 @@ pub struct MemoryBackend {
     pub failed_reserves: u64,
     pub release_calls: u64,
     pub synchronize_calls: u64,
+    /// What `quiet` answers (a capture under way).
+    pub quiet: bool,
+    /// What `now` answers.
+    pub clock: u64,
 }
 
 impl MemoryBackend {
@@ -98,6 +113,8 @@ impl MemoryBackend {
             failed_reserves: 0,
             release_calls: 0,
             synchronize_calls: 0,
+            quiet: false,
+            clock: 0,
         }
     }
 
@@ -139,6 +156,10 @@ impl Backend for MemoryBackend {
     }
 
     fn release(&mut self, device: u8, _ptr: u64, size: u64) {
+        assert!(
+            !self.quiet,
+            "the engine freed device memory while it had to stay quiet"
+        );
         self.release_calls += 1;
         self.reserved[device as usize] -= size;
     }
@@ -158,6 +179,10 @@ impl Backend for MemoryBackend {
     }
 
     fn synchronize(&mut self, _device: u8) {
+        assert!(
+            !self.quiet,
+            "the engine waited for the device while it had to stay quiet"
+        );
         self.synchronize_calls += 1;
         self.fences_passed = self.fences_made;
     }
@@ -174,5 +199,13 @@ impl Backend for MemoryBackend {
 
     fn unmap(&mut self, device: u8, ptr: u64, size: u64) {
         self.release(device, ptr, size);
+    }
+
+    fn quiet(&mut self) -> bool {
+        self.quiet
+    }
+
+    fn now(&mut self) -> u64 {
+        self.clock
     }
 }

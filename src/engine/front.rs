@@ -44,6 +44,8 @@ pub struct Front<B: Backend> {
     hot: [Hot; HOT],
     hot_bytes: [u64; 256],
     clock: u64,
+    /// `clock` at the previous `trim`.
+    trimmed_at: u64,
 }
 
 impl<B: Backend> Front<B> {
@@ -71,6 +73,7 @@ impl<B: Backend> Front<B> {
             }; HOT],
             hot_bytes: [0; 256],
             clock: 0,
+            trimmed_at: 0,
         }
     }
 
@@ -204,6 +207,20 @@ impl<B: Backend> Front<B> {
             }
         }
         self.engine.retire_stream(stream);
+    }
+
+    /// Gives back memory of `device` idle for at least `age` (see `Engine::trim`). Blocks that
+    /// waited in the list since the previous call go to the engine first.
+    pub fn trim(&mut self, device: u8, age: u64) {
+        let before = self.trimmed_at;
+        self.trimmed_at = self.clock;
+        for i in 0..HOT {
+            let h = self.hot[i];
+            if h.used && h.cached && h.device == device && h.stamp <= before {
+                self.evict(i);
+            }
+        }
+        self.engine.trim(device, age);
     }
 
     /// Releases every idle segment of `device`.

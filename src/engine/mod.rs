@@ -69,22 +69,28 @@ impl From<&Conf> for Policy {
     }
 }
 
+/// The largest request the engine serves (64 PiB, far past any device). Larger ones fail as
+/// out of memory, as CUDA answers them, before any rounding could wrap around 2^64.
+pub const MAX_REQUEST: u64 = 1 << 56;
+
 /// The size a request is served with: a multiple of [`GRANULE`], and with `divisions` > 0
 /// rounded up to one of `divisions` steps of its power-of-two interval (PyTorch's
-/// `roundup_power2_divisions`), which makes sizes that vary a little share blocks.
-pub fn round_size(size: u64, divisions: u32) -> u64 {
+/// `roundup_power2_divisions`), which makes sizes that vary a little share blocks. `None` when
+/// the rounded size does not fit in 64 bits (every size above [`MAX_REQUEST`] is refused
+/// before this is asked).
+pub fn round_size(size: u64, divisions: u32) -> Option<u64> {
     let size = size.max(1);
-    let base = size.div_ceil(GRANULE) * GRANULE;
+    let base = size.checked_next_multiple_of(GRANULE)?;
     if divisions <= 1 || size <= GRANULE * u64::from(divisions) {
         return if divisions == 1 {
-            base.next_power_of_two()
+            base.checked_next_power_of_two()
         } else {
-            base
+            Some(base)
         };
     }
     let floor = 1u64 << (63 - size.leading_zeros());
     let step = (floor / u64::from(divisions)).max(GRANULE);
-    size.div_ceil(step) * step
+    size.checked_next_multiple_of(step)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -124,6 +130,11 @@ struct Segment {
     allocated_blocks: u32,
     /// The reserved address range of an expandable segment; 0 for a plain one.
     range: u64,
+    /// When its last allocated block was freed (the backend's clock), for `trim`.
+    idle_since: u64,
+    /// Hands out no more blocks (its memory was exported through IPC): it goes back to the
+    /// device once nothing in it is allocated, so a stale handle never reaches a new block.
+    sealed: bool,
 }
 
 /// The address range reserved for one expandable segment; past it, plain segments serve.
@@ -267,7 +278,17 @@ impl<B: Backend> Engine<B> {
         let need = if small {
             size.max(1).div_ceil(GRANULE) * GRANULE
         } else {
-            round_size(size, self.policy.round_divisions)
+            match round_size(size.min(MAX_REQUEST + 1), self.policy.round_divisions)
+                .filter(|_| size <= MAX_REQUEST)
+            {
+                Some(n) => n,
+                None => {
+                    // No device has this much: CUDA's answer, without touching the cache.
+                    self.stats.ooms += 1;
+                    self.backend.note(Event::OutOfMemory { device, size });
+                    return Err(AllocError::OutOfMemory);
+                }
+            }
         };
         let key = PoolKey {
             device,
@@ -319,18 +340,135 @@ impl<B: Backend> Engine<B> {
                 owner,
             };
         }
+        let now = self.backend.now();
+        let mut sealed_empty = false;
         if let Some(seg) = self.segments.get_mut(&segment) {
             seg.allocated_blocks -= 1;
+            if seg.allocated_blocks == 0 {
+                seg.idle_since = now;
+                sealed_empty = seg.sealed;
+            }
         }
         self.stats.live_bytes -= size;
         self.stats.requested_bytes -= requested;
         self.stats.live_blocks -= 1;
         let merged = self.coalesce(ptr);
         self.insert_free(merged);
+        if sealed_empty {
+            self.release_segment(segment);
+        }
         if self.idle(device) > self.policy.release {
             self.release_idle(device, self.policy.release);
         }
         Ok(size)
+    }
+
+    /// Seals the segment holding live block `ptr` (its memory was exported): it hands out no
+    /// more blocks, and goes back to the device once nothing in it is allocated, so an IPC
+    /// handle of a freed block can never open memory given to someone else. Its free blocks
+    /// leave the pools now. Returns whether `ptr` is a live block.
+    pub fn seal_segment(&mut self, ptr: u64) -> bool {
+        let Some(info) = self.lookup(ptr) else {
+            return false;
+        };
+        let Some(seg) = self.segments.get_mut(&info.segment) else {
+            return false;
+        };
+        if seg.sealed {
+            return true;
+        }
+        seg.sealed = true;
+        let end = info.segment + seg.size;
+        let free: Vec<u64> = self
+            .blocks
+            .range(info.segment..end)
+            .filter(|(_, b)| matches!(b.state, State::Free { .. }))
+            .map(|(&p, _)| p)
+            .collect();
+        for p in free {
+            self.remove_free(p);
+        }
+        self.expandable.retain(|_, &mut base| base != info.segment);
+        true
+    }
+
+    /// Gives a sealed segment with nothing allocated back, whatever its fences (the device's
+    /// own free waits for the device). Deferred while the backend is quiet.
+    fn release_segment(&mut self, base: u64) {
+        if self.backend.quiet() {
+            return;
+        }
+        let Some(seg) = self.segments.get(&base).copied() else {
+            return;
+        };
+        let blocks: Vec<u64> = self
+            .blocks
+            .range(base..base + seg.size.max(1))
+            .map(|(&p, _)| p)
+            .collect();
+        for p in blocks {
+            self.remove_free(p);
+            self.blocks.remove(&p);
+        }
+        self.segments.remove(&base);
+        if seg.range > 0 {
+            if seg.size > 0 {
+                self.backend.unmap(seg.device, base, seg.size);
+            }
+        } else {
+            self.backend.release(seg.device, base, seg.size);
+        }
+        self.backend.note(Event::SegmentRelease {
+            device: seg.device,
+            ptr: base,
+            size: seg.size,
+        });
+        self.stats.segment_releases += 1;
+        self.stats.reserved_bytes -= seg.size;
+        self.reserved_per_device[seg.device as usize] -= seg.size;
+    }
+
+    /// Gives back every segment of `device` with nothing allocated for at least `age` (the
+    /// backend's clock) whose fences passed, and sealed segments left empty while the backend
+    /// was quiet: memory a program returned to CUDA goes back to the device in bounded time
+    /// (contract 8), without waiting for the GPU. Nothing while the backend is quiet.
+    pub fn trim(&mut self, device: u8, age: u64) {
+        if self.backend.quiet() {
+            return;
+        }
+        self.backend.poll(device);
+        let now = self.backend.now();
+        let old: Vec<(u64, bool)> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| {
+                s.device == device
+                    && s.allocated_blocks == 0
+                    && s.size > 0
+                    && (s.sealed || now.saturating_sub(s.idle_since) >= age)
+            })
+            .map(|(&p, s)| (p, s.sealed))
+            .collect();
+        for (base, sealed) in old {
+            if sealed {
+                self.release_segment(base);
+                continue;
+            }
+            let seg = self.segments[&base];
+            let blocks: Vec<u64> = self
+                .blocks
+                .range(base..base + seg.size)
+                .map(|(&p, _)| p)
+                .collect();
+            if !blocks.iter().all(|&p| self.fence_clear(p)) {
+                continue;
+            }
+            if seg.range > 0 {
+                self.shrink(base, 0);
+            } else {
+                self.release_segment(base);
+            }
+        }
     }
 
     /// The live block that contains `ptr`, if any (pointer queries, IPC).
@@ -363,7 +501,11 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Waits for the device and returns every idle segment to it (`torch.cuda.empty_cache()`).
+    /// Nothing while the backend is quiet (a stream capture is under way: no wait, no free).
     pub fn empty_cache(&mut self, device: u8) {
+        if self.backend.quiet() {
+            return;
+        }
         self.backend.synchronize(device);
         self.stats.synchronizations += 1;
         self.release_idle(device, 0);
@@ -437,13 +579,16 @@ impl<B: Backend> Engine<B> {
     /// Finds a cached block for `key` of at least `need` bytes and removes it from its pool.
     fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<u64> {
         let (mut best, mut fenced_fits) = self.search(key, need);
+        // While the backend is quiet (a stream capture), fences can be neither polled nor
+        // waited for: a fenced block stays where it is and the request takes fresh memory.
+        let quiet = self.backend.quiet();
         // A better fit waits behind a fence: let the backend catch up on fences (no waiting).
-        if fenced_fits && self.backend.poll(key.device) {
+        if fenced_fits && !quiet && self.backend.poll(key.device) {
             (best, fenced_fits) = self.search(key, need);
         }
         // Nothing usable, but fenced blocks would fit once the device caught up: wait for it
         // once, which spares reserving new memory.
-        if best.is_none() && fenced_fits {
+        if best.is_none() && fenced_fits && !quiet {
             self.backend.synchronize(key.device);
             self.backend.note(Event::Synchronize { device: key.device });
             self.stats.synchronizations += 1;
@@ -527,10 +672,11 @@ impl<B: Backend> Engine<B> {
 
     fn new_segment(&mut self, key: PoolKey, size: u64) -> Result<u64, AllocError> {
         let limit = self.policy.limit;
-        if limit > 0 && self.reserved(key.device) + size > limit {
+        let over = |e: &Self| e.reserved(key.device).saturating_add(size) > limit;
+        if limit > 0 && over(self) {
             // Room may be made by giving idle cache back.
             self.empty_cache(key.device);
-            if self.reserved(key.device) + size > limit {
+            if over(self) {
                 self.stats.limit_hits += 1;
                 self.backend.note(Event::LimitHit {
                     device: key.device,
@@ -583,6 +729,8 @@ impl<B: Backend> Engine<B> {
                 device: key.device,
                 allocated_blocks: 0,
                 range: 0,
+                idle_since: 0,
+                sealed: false,
             },
         );
         self.blocks.insert(
@@ -618,6 +766,8 @@ impl<B: Backend> Engine<B> {
                         device: key.device,
                         allocated_blocks: 0,
                         range: EXPANDABLE_RANGE,
+                        idle_since: 0,
+                        sealed: false,
                     },
                 );
                 self.expandable.insert(key, b);
@@ -646,7 +796,7 @@ impl<B: Backend> Engine<B> {
                 return Err(None);
             }
             let limit = self.policy.limit;
-            if limit > 0 && self.reserved(key.device) + add > limit {
+            if limit > 0 && self.reserved(key.device).saturating_add(add) > limit {
                 if attempt == 0 {
                     self.empty_cache(key.device);
                     continue;
@@ -792,6 +942,10 @@ impl<B: Backend> Engine<B> {
 
     fn insert_free(&mut self, p: u64) {
         let b = &self.blocks[&p];
+        if self.segments.get(&b.segment).is_some_and(|s| s.sealed) {
+            // A sealed segment hands nothing out again.
+            return;
+        }
         if self.free.entry(b.pool).or_default().insert((b.size, p)) {
             self.idle_per_device[b.pool.device as usize] += b.size;
         }
@@ -888,10 +1042,13 @@ impl<B: Backend> Engine<B> {
     /// Gives idle segments of `device` back until at most `keep` idle bytes remain, largest
     /// first. A segment is idle when none of its blocks is allocated and every fence passed.
     fn release_idle(&mut self, device: u8, keep: u64) {
+        if self.backend.quiet() {
+            return;
+        }
         let growing: Vec<u64> = self
             .segments
             .iter()
-            .filter(|(_, s)| s.device == device && s.range > 0)
+            .filter(|(_, s)| s.device == device && s.range > 0 && !s.sealed)
             .map(|(&p, _)| p)
             .collect();
         for base in growing {
@@ -903,7 +1060,9 @@ impl<B: Backend> Engine<B> {
         let mut idle: Vec<(u64, u64)> = self
             .segments
             .iter()
-            .filter(|(_, s)| s.device == device && s.allocated_blocks == 0 && s.range == 0)
+            .filter(|(_, s)| {
+                s.device == device && s.allocated_blocks == 0 && s.range == 0 && !s.sealed
+            })
             .map(|(&p, s)| (s.size, p))
             .collect();
         idle.sort_unstable_by(|a, b| b.cmp(a));
@@ -947,13 +1106,118 @@ mod tests {
 
     #[test]
     fn sizes_round_to_granules_and_to_power_of_two_divisions() {
-        assert_eq!(round_size(1, 0), 512);
-        assert_eq!(round_size(1000, 0), 1024);
-        assert_eq!(round_size(1 << 20, 0), 1 << 20);
+        assert_eq!(round_size(1, 0), Some(512));
+        assert_eq!(round_size(1000, 0), Some(1024));
+        assert_eq!(round_size(1 << 20, 0), Some(1 << 20));
         // 4 divisions of [1 GiB, 2 GiB): steps of 256 MiB.
-        assert_eq!(round_size((1 << 30) + 1, 4), (1 << 30) + (256 << 20));
-        assert_eq!(round_size(1200 << 20, 4), 1280 << 20);
-        assert_eq!(round_size(1200 << 20, 1), 2048 << 20);
+        assert_eq!(round_size((1 << 30) + 1, 4), Some((1 << 30) + (256 << 20)));
+        assert_eq!(round_size(1200 << 20, 4), Some(1280 << 20));
+        assert_eq!(round_size(1200 << 20, 1), Some(2048 << 20));
+        // Near 2^64 nothing wraps.
+        assert_eq!(round_size(u64::MAX - 100, 0), None);
+        assert_eq!(round_size((1 << 63) + 1, 1), None);
+        assert_eq!(round_size(u64::MAX - (1 << 59), 4), None);
+    }
+
+    #[test]
+    fn sizes_near_two_to_the_64_are_out_of_memory_and_never_a_cached_block() {
+        for round in [0, 1, 4] {
+            let mut e = Engine::new(
+                MemoryBackend::new(1 << 40),
+                Policy {
+                    round_divisions: round,
+                    ..Policy::default()
+                },
+            );
+            // An 8 MiB block in the cache, which a wrapped size would fit.
+            let a = e.alloc(0, 8 << 20, 0).unwrap();
+            e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+            for size in [u64::MAX, u64::MAX - 511, (1 << 63) + 1, MAX_REQUEST + 1] {
+                assert_eq!(
+                    e.alloc(0, size, 0),
+                    Err(AllocError::OutOfMemory),
+                    "size {size:#x}, round {round}"
+                );
+            }
+            assert_eq!(e.stats().live_blocks, 0);
+            assert_eq!(e.idle(0), 8 << 20, "the cached block is still there");
+        }
+    }
+
+    #[test]
+    fn a_quiet_backend_is_neither_waited_for_nor_given_memory_back() {
+        let mut e = engine(1 << 30);
+        let a = e.alloc(0, 8 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        e.backend_mut().quiet = true;
+        // The only cached block is fenced: a fresh segment instead of a wait (the backend
+        // panics on synchronize or release while quiet).
+        let b = e.alloc(0, 8 << 20, 0).unwrap();
+        assert_ne!(b.ptr, a.ptr);
+        assert_eq!(e.stats().segment_reserves, 2);
+        e.empty_cache(0);
+        e.trim(0, 0);
+        assert_eq!(e.backend().release_calls, 0);
+        // Past the capture, the idle segment goes back.
+        e.backend_mut().quiet = false;
+        e.empty_cache(0);
+        assert_eq!(e.backend().release_calls, 1);
+        assert_eq!(e.reserved(0), 8 << 20);
+    }
+
+    #[test]
+    fn trim_gives_back_segments_idle_for_the_age_asked_and_keeps_younger_ones() {
+        let mut e = engine(1 << 30);
+        let a = e.alloc(0, 8 << 20, 0).unwrap();
+        let b = e.alloc(0, 16 << 20, 0).unwrap();
+        e.backend_mut().clock = 1_000;
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        e.backend_mut().clock = 5_000;
+        e.free(b.ptr, FreeKind::Sync).unwrap();
+        e.backend_mut().complete_all();
+        e.backend_mut().clock = 6_000;
+        e.trim(0, 3_000);
+        assert_eq!(
+            e.reserved(0),
+            16 << 20,
+            "only the segment idle since 1000 went back"
+        );
+        e.backend_mut().clock = 9_000;
+        e.trim(0, 3_000);
+        assert_eq!(e.reserved(0), 0);
+        assert_eq!(e.backend().synchronize_calls, 0, "trimming never waits");
+    }
+
+    #[test]
+    fn trim_leaves_segments_whose_fences_have_not_passed() {
+        let mut e = engine(1 << 30);
+        let a = e.alloc(0, 8 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        e.backend_mut().clock = 10_000;
+        e.trim(0, 0);
+        assert_eq!(e.reserved(0), 8 << 20, "GPU work may still use it");
+        e.backend_mut().complete_all();
+        e.trim(0, 0);
+        assert_eq!(e.reserved(0), 0);
+    }
+
+    #[test]
+    fn a_sealed_segment_hands_out_nothing_and_goes_back_once_empty() {
+        let mut e = engine(1 << 30);
+        // 32 MiB segment, then two 4 MiB blocks cut from it: the second is exported.
+        let big = e.alloc(0, 32 << 20, 0).unwrap();
+        e.free(big.ptr, FreeKind::OnStream(0)).unwrap();
+        let x = e.alloc(0, 4 << 20, 0).unwrap();
+        let y = e.alloc(0, 4 << 20, 0).unwrap();
+        assert_eq!(y.segment, x.segment);
+        assert!(e.seal_segment(y.ptr));
+        e.free(y.ptr, FreeKind::OnStream(0)).unwrap();
+        let z = e.alloc(0, 4 << 20, 0).unwrap();
+        assert_ne!(z.segment, y.segment, "nothing more from the sealed segment");
+        let releases = e.backend().release_calls;
+        e.free(x.ptr, FreeKind::OnStream(0)).unwrap();
+        assert_eq!(e.backend().release_calls, releases + 1, "empty: given back");
+        assert!(e.lookup(y.ptr).is_none() && !e.in_segment(y.ptr));
     }
 
     #[test]

@@ -38,6 +38,11 @@ enum {
     CUDA_ERROR_INVALID_CONTEXT = 201,
     CUDA_ERROR_ALREADY_MAPPED = 208,
     CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_ILLEGAL_STATE = 401,
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900,
+    CUDA_ERROR_STREAM_CAPTURE_INVALIDATED = 901,
+    CUDA_ERROR_STREAM_CAPTURE_ISOLATION = 905,
+    CUDA_ERROR_CAPTURED_EVENT = 907,
 };
 
 enum { KIND_DEVICE = 1, KIND_HOST = 2, KIND_MANAGED = 3, KIND_IPC = 4 };
@@ -246,7 +251,16 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *out) {
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!d) return CUDA_ERROR_INVALID_VALUE; *d = current_device; return CUDA_SUCCESS; }
 
 /* ---- GPU work in time ---- */
-struct sim_stream { unsigned flags; uint64_t busy_until; int capturing; };
+struct sim_stream {
+    unsigned flags;
+    uint64_t busy_until;
+    /* Stream capture (CUDA-FACTS "During a stream capture", docs/cuda-facts.md): whether one is
+     * under way, its mode (0 global, 1 thread-local, 2 relaxed), the thread that began it, and
+     * whether a refused call invalidated it. */
+    int capturing, cap_mode, invalidated;
+    pthread_t cap_owner;
+    unsigned long long cap_id;
+};
 static struct sim_stream legacy_stream, per_thread_stream;
 #define MAX_STREAMS 1024
 static struct sim_stream *streams[MAX_STREAMS];
@@ -324,7 +338,64 @@ EXPORT int simInUse(CUdeviceptr p, size_t size) {
     pthread_mutex_unlock(&work_mu);
     return busy;
 }
-EXPORT CUresult cuCtxSynchronize(void) { COUNT(); sleep_until(device_horizon()); return CUDA_SUCCESS; }
+/* ---- stream capture ---- */
+/* The calling thread's capture interaction mode (cuThreadExchangeStreamCaptureMode): global
+ * unless the thread changed it. */
+static __thread int thread_capture_mode;
+static unsigned long long next_capture_id = 1;
+
+#define FOR_EACH_STREAM(st) \
+    for (size_t i_ = 0, n_ = nstreams + 2; i_ < n_; i_++) \
+        for (struct sim_stream *st = i_ == 0 ? &legacy_stream : i_ == 1 ? &per_thread_stream : streams[i_ - 2]; st; st = NULL)
+
+/* A "potentially unsafe" call (an allocation or free, an event query or wait): refused with
+ * 900 when the calling thread is not in relaxed mode and either has a non-relaxed capture of
+ * its own or, in global mode, another thread captures in global mode; the captures that made
+ * it refused are invalidated. Measured on the GPU (scripts/gpu/capture_probe.cu). */
+static CUresult unsafe_call(void) {
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&work_mu);
+    if (thread_capture_mode != 2) {
+        FOR_EACH_STREAM(st) {
+            if (!st->capturing) continue;
+            int mine = pthread_equal(st->cap_owner, pthread_self());
+            if ((mine && st->cap_mode != 2) || (!mine && thread_capture_mode == 0 && st->cap_mode == 0)) {
+                st->invalidated = 1;
+                rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+            }
+        }
+    }
+    pthread_mutex_unlock(&work_mu);
+    return rc;
+}
+
+/* A device synchronization is refused during any capture, in every mode. */
+static CUresult device_sync_call(void) {
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&work_mu);
+    FOR_EACH_STREAM(st) {
+        if (st->capturing) { st->invalidated = 1; rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; }
+    }
+    pthread_mutex_unlock(&work_mu);
+    return rc;
+}
+
+EXPORT CUresult cuThreadExchangeStreamCaptureMode(int *mode) {
+    COUNT();
+    if (!mode || *mode < 0 || *mode > 2) return CUDA_ERROR_INVALID_VALUE;
+    int old = thread_capture_mode;
+    thread_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSynchronize(void) {
+    COUNT();
+    CUresult rc = device_sync_call();
+    if (rc) return rc;
+    sleep_until(device_horizon());
+    return CUDA_SUCCESS;
+}
 static CUresult stream_create(CUstream *s, unsigned int flags) {
     if (!s) return CUDA_ERROR_INVALID_VALUE;
     struct sim_stream *st = calloc(1, sizeof *st);
@@ -357,26 +428,73 @@ EXPORT CUresult cuStreamSynchronize(CUstream s) {
     sleep_until(t);
     return CUDA_SUCCESS;
 }
+/* CU_STREAM_CAPTURE_STATUS_NONE = 0, _ACTIVE = 1, _INVALIDATED = 2. */
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
+    COUNT();
     if (!status) return CUDA_ERROR_INVALID_VALUE;
-    *status = sim_stream(s)->capturing; /* CU_STREAM_CAPTURE_STATUS_ACTIVE = 1 */
+    pthread_mutex_lock(&work_mu);
+    struct sim_stream *st = sim_stream(s);
+    *status = st->capturing ? (st->invalidated ? 2 : 1) : 0;
+    pthread_mutex_unlock(&work_mu);
     return CUDA_SUCCESS;
 }
-/* Capture is modelled only as a state: stream-ordered calls see it through
- * cuStreamIsCapturing. */
-EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
-    COUNT(); (void)mode;
-    if (!s || s == (CUstream)1 || s == (CUstream)2) return CUDA_ERROR_INVALID_VALUE;
-    sim_stream(s)->capturing = 1;
-    return CUDA_SUCCESS;
-}
-EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) {
-    if (!s || s == (CUstream)1 || s == (CUstream)2) return CUDA_ERROR_INVALID_VALUE;
-    sim_stream(s)->capturing = 0;
+EXPORT CUresult cuStreamGetCaptureInfo_v3(CUstream s, int *status, unsigned long long *id, void **graph,
+                                          const void **deps, const void **edges, size_t *ndeps) {
+    COUNT();
+    if (!status) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&work_mu);
+    struct sim_stream *st = sim_stream(s);
+    *status = st->capturing ? (st->invalidated ? 2 : 1) : 0;
+    if (id) *id = st->capturing ? st->cap_id : 0;
+    pthread_mutex_unlock(&work_mu);
     if (graph) *graph = NULL;
+    if (deps) *deps = NULL;
+    if (edges) *edges = NULL;
+    if (ndeps) *ndeps = 0;
     return CUDA_SUCCESS;
 }
-struct sim_event { uint64_t done; };
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
+    COUNT();
+    /* The legacy stream cannot be captured. */
+    if (!s || s == (CUstream)1) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (mode < 0 || mode > 2) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&work_mu);
+    struct sim_stream *st = sim_stream(s);
+    CUresult rc = CUDA_SUCCESS;
+    if (st->capturing) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    } else {
+        st->capturing = 1;
+        st->cap_mode = mode;
+        st->invalidated = 0;
+        st->cap_owner = pthread_self();
+        st->cap_id = next_capture_id++;
+    }
+    pthread_mutex_unlock(&work_mu);
+    return rc;
+}
+static char sim_graph_token;
+EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) {
+    COUNT();
+    if (!graph) return CUDA_ERROR_INVALID_VALUE;
+    *graph = NULL;
+    pthread_mutex_lock(&work_mu);
+    struct sim_stream *st = sim_stream(s);
+    CUresult rc;
+    if (!s || s == (CUstream)1 || !st->capturing) {
+        rc = CUDA_ERROR_ILLEGAL_STATE;
+    } else {
+        rc = st->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED : CUDA_SUCCESS;
+        st->capturing = 0;
+        st->invalidated = 0;
+        if (rc == CUDA_SUCCESS) *graph = &sim_graph_token;
+    }
+    pthread_mutex_unlock(&work_mu);
+    return rc;
+}
+/* An event: when the work before its record finishes, or the capture it was recorded into
+ * (then it is a node of that graph, and querying it is CUDA_ERROR_CAPTURED_EVENT). */
+struct sim_event { uint64_t done; struct sim_stream *captured; unsigned long long capture_id; };
 EXPORT CUresult cuEventCreate(void **ev, unsigned int flags) {
     COUNT(); (void)flags;
     if (!ev) return CUDA_ERROR_INVALID_VALUE;
@@ -386,21 +504,67 @@ EXPORT CUresult cuEventCreate(void **ev, unsigned int flags) {
 EXPORT CUresult cuEventRecord(void *ev, CUstream s) {
     COUNT();
     if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    struct sim_event *e = ev;
     pthread_mutex_lock(&work_mu);
-    ((struct sim_event *)ev)->done = horizon(sim_stream(s));
+    struct sim_stream *st = sim_stream(s);
+    if (st->capturing) {
+        e->captured = st;
+        e->capture_id = st->cap_id;
+    } else {
+        e->captured = NULL;
+        e->done = horizon(st);
+    }
     pthread_mutex_unlock(&work_mu);
     return CUDA_SUCCESS;
+}
+/* Querying or waiting for an event recorded into a capture still under way: 907, and the
+ * capture is invalidated (every mode, any thread). */
+static CUresult captured_event(struct sim_event *e) {
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&work_mu);
+    if (e->captured && e->captured->capturing && e->captured->cap_id == e->capture_id) {
+        e->captured->invalidated = 1;
+        rc = CUDA_ERROR_CAPTURED_EVENT;
+    }
+    pthread_mutex_unlock(&work_mu);
+    return rc;
 }
 EXPORT CUresult cuEventQuery(void *ev) {
     COUNT();
     if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = captured_event(ev);
+    if (!rc) rc = unsafe_call();
+    if (rc) return rc;
     return now_ns() >= ((struct sim_event *)ev)->done ? CUDA_SUCCESS : 600 /* CUDA_ERROR_NOT_READY */;
 }
 EXPORT CUresult cuEventSynchronize(void *ev) {
     COUNT();
     if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = captured_event(ev);
+    if (!rc) rc = unsafe_call();
+    if (rc) return rc;
     sleep_until(((struct sim_event *)ev)->done);
     return CUDA_SUCCESS;
+}
+/* A capturing stream may wait only for events recorded into the same capture: 905 and the
+ * capture invalidated otherwise. */
+EXPORT CUresult cuStreamWaitEvent(CUstream s, void *ev, unsigned flags) {
+    COUNT(); (void)flags;
+    if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    struct sim_event *e = ev;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&work_mu);
+    struct sim_stream *st = sim_stream(s);
+    if (st->capturing) {
+        if (!(e->captured == st && e->capture_id == st->cap_id)) {
+            st->invalidated = 1;
+            rc = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+        }
+    } else if (!e->captured && e->done > st->busy_until) {
+        st->busy_until = e->done;
+    }
+    pthread_mutex_unlock(&work_mu);
+    return rc;
 }
 EXPORT CUresult cuEventDestroy_v2(void *ev) { free(ev); return CUDA_SUCCESS; }
 static int default_pool;
@@ -421,6 +585,8 @@ EXPORT CUresult cuMemAlloc(unsigned int *p, unsigned int size) {
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
     COUNT();
+    CUresult cap = unsafe_call();
+    if (cap) return cap;
     if (!p) return CUDA_ERROR_INVALID_VALUE;
     *p = 0;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -429,6 +595,8 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     COUNT();
+    CUresult cap = unsafe_call();
+    if (cap) return cap;
     if (p == 0) return CUDA_SUCCESS;
     sleep_until(device_horizon()); /* like the real one, it waits for the device */
     return free_block(p, KIND_DEVICE, KIND_MANAGED);
@@ -485,7 +653,10 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flag
 
 EXPORT CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags) {
     COUNT(); (void)flags;
+    CUresult cap = unsafe_call();
+    if (cap) return cap;
     if (!p) return CUDA_ERROR_INVALID_VALUE;
+    sleep_until(device_horizon()); /* pinning waits for the device, as measured */
     CUdeviceptr out = 0;
     CUresult rc = alloc_block(&out, size ? size : 1, KIND_HOST);
     *p = rc == CUDA_SUCCESS ? (void *)(uintptr_t)out : NULL;
@@ -494,6 +665,9 @@ EXPORT CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags) {
 
 EXPORT CUresult cuMemFreeHost(void *p) {
     COUNT();
+    CUresult cap = unsafe_call();
+    if (cap) return cap;
+    sleep_until(device_horizon());
     return free_block((uint64_t)(uintptr_t)p, KIND_HOST, KIND_HOST);
 }
 
@@ -506,6 +680,15 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
     *free_bytes = limit_bytes - used_bytes;
     pthread_mutex_unlock(&mu);
     return CUDA_SUCCESS;
+}
+
+/* Simulator only: device memory in use, as NVML would show it (the shim never sees this call). */
+EXPORT size_t simUsedBytes(void) {
+    configure();
+    pthread_mutex_lock(&mu);
+    size_t u = used_bytes;
+    pthread_mutex_unlock(&mu);
+    return u;
 }
 
 static struct block *find_containing(uint64_t p) {
@@ -768,6 +951,9 @@ static const struct entry entries[] = {
     { "cuStreamIsCapturing", 10000, (void *)cuStreamIsCapturing, NULL },
     { "cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2, NULL },
     { "cuStreamEndCapture", 10000, (void *)cuStreamEndCapture, NULL },
+    { "cuStreamGetCaptureInfo", 12030, (void *)cuStreamGetCaptureInfo_v3, NULL },
+    { "cuThreadExchangeStreamCaptureMode", 10010, (void *)cuThreadExchangeStreamCaptureMode, NULL },
+    { "cuStreamWaitEvent", 3020, (void *)cuStreamWaitEvent, NULL },
     { "cuCtxGetCurrent", 4000, (void *)cuCtxGetCurrent, NULL },
     { "cuCtxPushCurrent", 4000, (void *)cuCtxPushCurrent_v2, NULL },
     { "cuCtxPopCurrent", 4000, (void *)cuCtxPopCurrent_v2, NULL },

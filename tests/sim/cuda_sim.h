@@ -123,11 +123,35 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
 
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
 CUresult cuStreamEndCapture(CUstream s, void **graph);
+CUresult cuStreamIsCapturing(CUstream s, int *status);
+CUresult cuThreadExchangeStreamCaptureMode(int *mode);
+CUresult cuEventCreate(void **ev, unsigned int flags);
+CUresult cuEventRecord(void *ev, CUstream s);
+CUresult cuEventQuery(void *ev);
+CUresult cuEventSynchronize(void *ev);
+CUresult cuStreamWaitEvent(CUstream s, void *ev, unsigned int flags);
+
+/* Runtime stream capture and events (void * stands for cudaEvent_t and cudaGraph_t; modes and
+ * statuses are the enums' int values). */
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, void **graph);
+cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status);
+cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, int *status, unsigned long long *id, void **graph,
+                                     const void **deps, const void **edges, size_t *ndeps);
+cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode);
+cudaError_t cudaEventCreate(void **ev);
+cudaError_t cudaEventRecord(void *ev, cudaStream_t s);
+cudaError_t cudaEventQuery(void *ev);
+cudaError_t cudaEventSynchronize(void *ev);
+cudaError_t cudaEventDestroy(void *ev);
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, void *ev, unsigned int flags);
+cudaError_t cudaGraphDestroy(void *graph);
 
 /* Simulator only (tests/sim): GPU work in time, and call counts. */
 CUresult simLaunch(CUstream s, CUdeviceptr p, size_t size, unsigned usec);
 int simInUse(CUdeviceptr p, size_t size);
 long simCallCount(const char *name);
+size_t simUsedBytes(void);
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status);
 

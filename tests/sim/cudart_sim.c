@@ -53,6 +53,17 @@ static struct {
     CUresult (*ipc_get)(void *, CUdeviceptr);
     CUresult (*ipc_open)(CUdeviceptr *, cudaIpcMemHandle_t, unsigned);
     CUresult (*ipc_close)(CUdeviceptr);
+    CUresult (*begin_capture)(CUstream, int);
+    CUresult (*end_capture)(CUstream, void **);
+    CUresult (*is_capturing)(CUstream, int *);
+    CUresult (*capture_info)(CUstream, int *, unsigned long long *, void **, const void **, const void **, size_t *);
+    CUresult (*exchange_mode)(int *);
+    CUresult (*event_create)(void **, unsigned);
+    CUresult (*event_record)(void *, CUstream);
+    CUresult (*event_query)(void *);
+    CUresult (*event_sync)(void *);
+    CUresult (*event_destroy)(void *);
+    CUresult (*stream_wait_event)(CUstream, void *, unsigned);
 } drv;
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -98,6 +109,17 @@ static void load_driver(void) {
     GET(ipc_get, "cuIpcGetMemHandle");
     GET(ipc_open, "cuIpcOpenMemHandle");
     GET(ipc_close, "cuIpcCloseMemHandle");
+    GET(begin_capture, "cuStreamBeginCapture");
+    GET(end_capture, "cuStreamEndCapture");
+    GET(is_capturing, "cuStreamIsCapturing");
+    GET(capture_info, "cuStreamGetCaptureInfo");
+    GET(exchange_mode, "cuThreadExchangeStreamCaptureMode");
+    GET(event_create, "cuEventCreate");
+    GET(event_record, "cuEventRecord");
+    GET(event_query, "cuEventQuery");
+    GET(event_sync, "cuEventSynchronize");
+    GET(event_destroy, "cuEventDestroy");
+    GET(stream_wait_event, "cuStreamWaitEvent");
     if (!drv.init || drv.init(0) != 0 || drv.device_get_count(&device_count) != 0)
         init_error = cudaErrorInsufficientDriver;
 }
@@ -203,12 +225,31 @@ EXPORT cudaError_t cudaMalloc(void **p, size_t size) {
     return from_driver(r);
 }
 
+/* cuMemFree waits for the whole device, as the real cudaFree does; cudaFree(NULL) still asks
+ * the driver, because during a capture it is refused exactly as a real free is. */
 EXPORT cudaError_t cudaFree(void *p) {
     READY();
-    if (!p) return cudaSuccess;
-    drv.ctx_sync(); /* the real cudaFree waits for the whole device */
     return from_driver(drv.mem_free((CUdeviceptr)(uintptr_t)p));
 }
+
+/* Stream capture and events, through the driver as the real runtime does. */
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t s, int mode) { READY(); return from_driver(drv.begin_capture(s, mode)); }
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t s, void **graph) { READY(); return from_driver(drv.end_capture(s, graph)); }
+EXPORT cudaError_t cudaStreamIsCapturing(cudaStream_t s, int *status) { READY(); return from_driver(drv.is_capturing(s, status)); }
+EXPORT cudaError_t cudaStreamGetCaptureInfo(cudaStream_t s, int *status, unsigned long long *id, void **graph,
+                                            const void **deps, const void **edges, size_t *ndeps) {
+    READY();
+    return from_driver(drv.capture_info(s, status, id, graph, deps, edges, ndeps));
+}
+EXPORT cudaError_t cudaThreadExchangeStreamCaptureMode(int *mode) { READY(); return from_driver(drv.exchange_mode(mode)); }
+EXPORT cudaError_t cudaEventCreateWithFlags(void **ev, unsigned flags) { READY(); return from_driver(drv.event_create(ev, flags)); }
+EXPORT cudaError_t cudaEventCreate(void **ev) { return cudaEventCreateWithFlags(ev, 0); }
+EXPORT cudaError_t cudaEventRecord(void *ev, cudaStream_t s) { READY(); return from_driver(drv.event_record(ev, s)); }
+EXPORT cudaError_t cudaEventQuery(void *ev) { READY(); return from_driver(drv.event_query(ev)); }
+EXPORT cudaError_t cudaEventSynchronize(void *ev) { READY(); return from_driver(drv.event_sync(ev)); }
+EXPORT cudaError_t cudaEventDestroy(void *ev) { READY(); return from_driver(drv.event_destroy(ev)); }
+EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, void *ev, unsigned flags) { READY(); return from_driver(drv.stream_wait_event(s, ev, flags)); }
+EXPORT cudaError_t cudaGraphDestroy(void *graph) { (void)graph; return cudaSuccess; }
 
 static cudaError_t malloc_async(CUresult (*f)(CUdeviceptr *, size_t, CUstream), void **p, size_t size, cudaStream_t s) {
     READY();
@@ -259,15 +300,14 @@ EXPORT cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags) 
 EXPORT cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags) {
     READY();
     if (!p) return fail(cudaErrorInvalidValue);
-    drv.ctx_sync(); /* pinning waits for the device, as measured on the real runtime */
+    /* cuMemHostAlloc waits for the device, as the real pinning does. */
     return from_driver(drv.mem_host_alloc(p, size, flags));
 }
 EXPORT cudaError_t cudaMallocHost(void **p, size_t size) { return cudaHostAlloc(p, size, 0); }
 EXPORT cudaError_t cudaFreeHost(void *p) {
     READY();
     if (!p) return cudaSuccess;
-    drv.ctx_sync();
-    return from_driver(drv.mem_free_host(p));
+    return from_driver(drv.mem_free_host(p)); /* waits for the device, as the real one does */
 }
 
 EXPORT cudaError_t cudaMallocPitch(void **p, size_t *pitch, size_t width, size_t height) {

@@ -1,0 +1,142 @@
+//! Stream capture (contract 7) and memory given back (contract 8), on the simulator.
+//!
+//! `tests/clients/capture.c` makes one call during a capture in each mode, from the capturing
+//! thread and from another one, and prints what the call, `cudaStreamEndCapture` and
+//! `cudaGetLastError` returned. The expected lines are the rules measured on the GPU
+//! (docs/cuda-facts.md, "During a stream capture"); the simulator must give them, and so must
+//! the shim in every pool mode, since a pool that makes its own calls during a capture breaks
+//! graphs the program built correctly. `scripts/gpu-capture.sh` runs the same client on real
+//! CUDA.
+
+mod common;
+use common::*;
+
+const MODES: [&str; 3] = ["global", "thread_local", "relaxed"];
+
+/// What CUDA answers to scenario `name` in capture mode `mode`, from the capturing thread or
+/// another: (call, end of capture, last error).
+fn expected(name: &str, mode: &str, same_thread: bool) -> (i32, i32, i32) {
+    const REFUSED: (i32, i32, i32) = (900, 901, 901);
+    const FINE: (i32, i32, i32) = (0, 0, 0);
+    match name {
+        // Refused in global mode from any thread and in thread-local mode from the capturing
+        // thread; allowed in relaxed mode.
+        "cudaMalloc"
+        | "cudaFree"
+        | "cudaFree(NULL)"
+        | "cudaMallocHost"
+        | "cudaEventRecord(other)+Query"
+        | "cudaEventQuery(earlier)"
+        | "cudaEventSynchronize(earlier)" => match (mode, same_thread) {
+            ("global", _) | ("thread_local", true) => REFUSED,
+            _ => FINE,
+        },
+        "cudaMallocAsync+FreeAsync(capturing)"
+        | "cudaEventRecord(legacy)"
+        | "cudaMemGetInfo"
+        | "cudaStreamCreate+Destroy" => FINE,
+        "cudaDeviceSynchronize" => REFUSED,
+        "cudaEventRecord(capturing)+Query" => (907, 901, 901),
+        "cudaStreamWaitEvent(capturing,earlier)" => (905, 901, 901),
+        other => panic!("no rule for scenario {other}"),
+    }
+}
+
+fn capture(args: &[&str], preload: bool, conf: &str) -> String {
+    let out = run(
+        &sim().bin("capture"),
+        Run {
+            preload,
+            env: vec![
+                ("GPUSHIM_TRACE", "off".into()),
+                ("GPUSHIM_CONF", conf.into()),
+            ],
+            args: args.iter().map(|s| s.to_string()).collect(),
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    stdout(&out)
+}
+
+fn check_table(text: &str, who: &str) {
+    let mut seen = 0;
+    for line in text.lines() {
+        if line.starts_with("after:") {
+            assert_eq!(line, "after: malloc=0 free=0 sync=0", "{who}");
+            continue;
+        }
+        let (head, tail) = line
+            .split_once(": ")
+            .unwrap_or_else(|| panic!("{who}: {line}"));
+        let mut words = head.rsplitn(3, ' ');
+        let thread = words.next().unwrap();
+        let mode = words.next().unwrap();
+        let name = words.next().unwrap();
+        assert!(MODES.contains(&mode), "{who}: {line}");
+        let (rc, end, last) = expected(name, mode, thread == "same");
+        assert_eq!(
+            tail,
+            format!("rc={rc} end={end} last={last}"),
+            "{who}: {name} in {mode} capture from the {thread} thread"
+        );
+        seen += 1;
+    }
+    assert_eq!(seen, 14 * 3 * 2, "{who}: every scenario ran\n{text}");
+}
+
+#[test]
+fn the_simulator_follows_the_capture_rules_measured_on_the_gpu() {
+    check_table(&capture(&[], false, ""), "simulator");
+}
+
+#[test]
+fn under_the_shim_every_pool_mode_gives_exactly_the_answers_of_cuda() {
+    for conf in ["pool:off", "pool:caching", "pool:expandable"] {
+        check_table(&capture(&[], true, conf), conf);
+    }
+}
+
+#[test]
+fn an_out_of_memory_inside_a_relaxed_window_leaves_the_capture_intact() {
+    // PyTorch's test_graph_capture_oom: CUDA answers 2 and the capture still ends with a graph.
+    let want = "oom: malloc=2 last=2 p_null=1 small_malloc=0 small_free=0 end=0 graph=1\n";
+    assert_eq!(capture(&["oom"], false, ""), want, "simulator");
+    for conf in ["pool:off", "pool:caching", "pool:expandable"] {
+        assert_eq!(capture(&["oom"], true, conf), want, "{conf}");
+    }
+}
+
+#[test]
+fn the_pool_never_breaks_a_graph_with_fenced_blocks_in_its_cache() {
+    // Blocks freed just before the capture are fenced; serving the capture's allocations must
+    // not record events on the capturing stream, query them or wait for the device.
+    let want = "graph: failed_calls=0 end=0 last=0 graph=1 after_sync=0\n";
+    assert_eq!(capture(&["graph"], false, ""), want, "simulator");
+    for conf in ["pool:off", "pool:caching", "pool:expandable"] {
+        assert_eq!(capture(&["graph"], true, conf), want, "{conf}");
+    }
+}
+
+fn giveback(conf: &str, preload: bool) -> (u64, u64, u64) {
+    let out = capture(&["giveback"], preload, conf);
+    let v: Vec<u64> = out
+        .trim()
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('=').and_then(|(_, v)| v.parse().ok()))
+        .collect();
+    assert_eq!(v.len(), 3, "{out}");
+    (v[0], v[1], v[2])
+}
+
+#[test]
+fn memory_a_program_frees_goes_back_to_the_device_in_bounded_time_unless_kept() {
+    assert_eq!(giveback("", false), (512, 0, 0), "without the shim");
+    assert_eq!(giveback("pool:off", true), (512, 0, 0));
+    for conf in ["pool:caching", "pool:expandable", "pool:caching,trim:500ms"] {
+        let (held, _, later) = giveback(conf, true);
+        assert_eq!((held, later), (512, 0), "{conf}: back within 2 s");
+    }
+    // Asked to keep it: the pool keeps it.
+    assert_eq!(giveback("pool:caching,trim:off", true), (512, 512, 512));
+}

@@ -1,0 +1,198 @@
+/* Stream-capture conformance: each scenario begins a capture on a non-blocking stream in one
+ * mode, makes one call (from the capturing thread or from another one), ends the capture and
+ * prints
+ *     scenario mode thread: rc=R end=E last=L
+ * R the call's result, E cudaStreamEndCapture's, L cudaGetLastError's right after. The same
+ * program runs on the simulator (tests/capture.rs) and on the real GPU
+ * (scripts/gpu-capture.sh), with and without the shim, and every run must print the same
+ * lines: docs/cuda-facts.md, "During a stream capture".
+ *
+ * usage: capture            all scenarios
+ *        capture oom        a 1 PiB cudaMalloc inside a global capture with the thread switched
+ *                           to relaxed (what PyTorch's test_graph_capture_oom does)
+ *        capture graph      what PyTorch's graph capture does to an allocator: blocks freed with
+ *                           cudaFree just before (still fenced in a pool), then a global capture
+ *                           whose thread allocates and frees in relaxed mode, then empty-cache
+ *                           style frees during the capture; the capture must end with a graph
+ *        capture giveback   (simulator only) 8 x 64 MiB allocated and freed with cudaFree: the
+ *                           device's used bytes right after and 2 s later */
+#include "cuda_sim.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+enum { GLOBAL = 0, THREAD_LOCAL = 1, RELAXED = 2 };
+static const char *mode_name[] = {"global", "thread_local", "relaxed"};
+
+static cudaStream_t s;     /* the capturing stream */
+static cudaStream_t other; /* another non-blocking stream */
+static void *before_ptr;   /* allocated before the capture */
+static void *before_event; /* recorded before the capture */
+static int scenario;
+static int result;
+
+static int call(int id) {
+    void *p = NULL, *ev = NULL;
+    size_t f = 0, t = 0;
+    int r;
+    switch (id) {
+    case 0: /* cudaMalloc, freed again outside the capture when it worked */
+        r = cudaMalloc(&p, 1 << 20);
+        if (r == 0) before_ptr = p;
+        return r;
+    case 1: /* cudaFree of memory allocated before the capture */
+        r = cudaFree(before_ptr);
+        if (r == 0) before_ptr = NULL;
+        return r;
+    case 2: return cudaFree(NULL);
+    case 3: return cudaMallocHost(&p, 4096);
+    case 4: /* stream-ordered pair on the capturing stream: graph memory nodes */
+        r = cudaMallocAsync(&p, 1 << 20, s);
+        if (r == 0) r = cudaFreeAsync(p, s);
+        return r;
+    case 5: /* an event on the legacy stream */
+        cudaEventCreate(&ev);
+        return cudaEventRecord(ev, NULL);
+    case 6: /* an event on another stream, then its query */
+        cudaEventCreate(&ev);
+        r = cudaEventRecord(ev, other);
+        return r ? r : cudaEventQuery(ev);
+    case 7: return cudaEventQuery(before_event);
+    case 8: return cudaEventSynchronize(before_event);
+    case 9: return cudaDeviceSynchronize();
+    case 10: return cudaMemGetInfo(&f, &t);
+    case 11: { /* stream create and destroy */
+        cudaStream_t x;
+        r = cudaStreamCreateWithFlags(&x, 1);
+        return r ? r : cudaStreamDestroy(x);
+    }
+    case 12: /* an event recorded on the capturing stream, then queried */
+        cudaEventCreate(&ev);
+        r = cudaEventRecord(ev, s);
+        return r ? r : cudaEventQuery(ev);
+    case 13: return cudaStreamWaitEvent(s, before_event, 0);
+    }
+    return -1;
+}
+
+static const char *names[] = {
+    "cudaMalloc", "cudaFree", "cudaFree(NULL)", "cudaMallocHost", "cudaMallocAsync+FreeAsync(capturing)",
+    "cudaEventRecord(legacy)", "cudaEventRecord(other)+Query", "cudaEventQuery(earlier)",
+    "cudaEventSynchronize(earlier)", "cudaDeviceSynchronize", "cudaMemGetInfo", "cudaStreamCreate+Destroy",
+    "cudaEventRecord(capturing)+Query", "cudaStreamWaitEvent(capturing,earlier)",
+};
+#define SCENARIOS ((int)(sizeof names / sizeof names[0]))
+
+static void *on_other_thread(void *arg) {
+    (void)arg;
+    cudaSetDevice(0);
+    result = call(scenario);
+    return NULL;
+}
+
+static void setup(void) {
+    if (!before_ptr) cudaMalloc(&before_ptr, 1 << 20);
+    if (!before_event) {
+        cudaEventCreate(&before_event);
+        cudaEventRecord(before_event, other);
+    }
+}
+
+static int oom(void) {
+    void *p = NULL, *q = NULL, *g = NULL;
+    cudaStreamBeginCapture(s, GLOBAL);
+    int m = RELAXED;
+    cudaThreadExchangeStreamCaptureMode(&m);
+    int r1 = cudaMalloc(&p, (size_t)1 << 50);
+    int last1 = cudaGetLastError();
+    int r2 = cudaMalloc(&q, 1 << 20);
+    int r3 = cudaFree(q);
+    cudaThreadExchangeStreamCaptureMode(&m);
+    int end = cudaStreamEndCapture(s, &g);
+    printf("oom: malloc=%d last=%d p_null=%d small_malloc=%d small_free=%d end=%d graph=%d\n", r1, last1,
+           p == NULL, r2, r3, end, g != NULL);
+    return 0;
+}
+
+static int graph(void) {
+    void *p[8] = {0}, *q[8] = {0}, *g = NULL;
+    for (int i = 0; i < 8; i++) cudaMalloc(&p[i], (size_t)(i + 1) << 20);
+    for (int i = 0; i < 8; i++) cudaFree(p[i]);
+    int bad = 0;
+    cudaStreamBeginCapture(s, GLOBAL);
+    int m = RELAXED;
+    cudaThreadExchangeStreamCaptureMode(&m);
+    for (int i = 0; i < 8; i++) bad += cudaMalloc(&q[i], (size_t)(i + 1) << 20) != 0;
+    void *big = NULL;
+    bad += cudaMalloc(&big, 256 << 20) != 0;
+    bad += cudaFree(big) != 0;
+    for (int i = 0; i < 8; i += 2) bad += cudaFree(q[i]) != 0;
+    cudaThreadExchangeStreamCaptureMode(&m);
+    int end = cudaStreamEndCapture(s, &g);
+    int last = cudaGetLastError();
+    for (int i = 1; i < 8; i += 2) bad += cudaFree(q[i]) != 0;
+    printf("graph: failed_calls=%d end=%d last=%d graph=%d after_sync=%d\n", bad, end, last, g != NULL,
+           cudaDeviceSynchronize());
+    return 0;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+static int giveback(void) {
+    void *p[8];
+    size_t base = simUsedBytes();
+    for (int i = 0; i < 8; i++) cudaMalloc(&p[i], 64 << 20);
+    size_t held = simUsedBytes() - base;
+    for (int i = 0; i < 8; i++) cudaFree(p[i]);
+    size_t freed = simUsedBytes() - base;
+    sleep_ms(2000);
+    size_t later = simUsedBytes() - base;
+    printf("giveback: held_mib=%zu after_free_mib=%zu after_2s_mib=%zu\n", held >> 20, freed >> 20, later >> 20);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    cudaSetDevice(0);
+    cudaStreamCreateWithFlags(&s, 1);
+    cudaStreamCreateWithFlags(&other, 1);
+    if (argc > 1 && strcmp(argv[1], "oom") == 0) return oom();
+    if (argc > 1 && strcmp(argv[1], "graph") == 0) return graph();
+    if (argc > 1 && strcmp(argv[1], "giveback") == 0) return giveback();
+    for (int id = 0; id < SCENARIOS; id++)
+        for (int mode = 0; mode < 3; mode++)
+            for (int th = 0; th < 2; th++) {
+                setup();
+                cudaGetLastError();
+                scenario = id;
+                if (cudaStreamBeginCapture(s, mode) != 0) {
+                    printf("%s %s %s: begin failed\n", names[id], mode_name[mode], th ? "other" : "same");
+                    continue;
+                }
+                if (th) {
+                    pthread_t t;
+                    pthread_create(&t, NULL, on_other_thread, NULL);
+                    pthread_join(t, NULL);
+                } else {
+                    result = call(id);
+                }
+                void *g = NULL;
+                int end = cudaStreamEndCapture(s, &g);
+                int last = cudaGetLastError();
+                if (g) cudaGraphDestroy(g);
+                printf("%s %s %s: rc=%d end=%d last=%d\n", names[id], mode_name[mode], th ? "other" : "same",
+                       result, end, last);
+                cudaDeviceSynchronize();
+                cudaGetLastError();
+            }
+    /* The device works normally afterwards. */
+    void *p = NULL;
+    int r = cudaMalloc(&p, 1 << 20);
+    int f = cudaFree(p);
+    printf("after: malloc=%d free=%d sync=%d\n", r, f, cudaDeviceSynchronize());
+    return 0;
+}
