@@ -121,7 +121,6 @@ fn the_pool_never_breaks_a_graph_with_fenced_blocks_in_its_cache() {
 fn giveback(conf: &str, preload: bool) -> (u64, u64, u64) {
     let out = capture(&["giveback"], preload, conf);
     let v: Vec<u64> = out
-        .trim()
         .split_whitespace()
         .filter_map(|kv| kv.split_once('=').and_then(|(_, v)| v.parse().ok()))
         .collect();

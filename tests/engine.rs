@@ -130,6 +130,7 @@ fn run(seed: u64, steps: usize, policy: Policy, capacity: u64) {
                             2 << 20
                         } else {
                             gpushim::engine::round_size(size, policy.round_divisions)
+                                .unwrap()
                                 .div_ceil(2 << 20)
                                 * (2 << 20)
                         };

@@ -261,8 +261,8 @@ fn start_trimmer() {
                     relaxed = set_relaxed_capture_mode().is_some();
                 }
                 with(|p| {
-                    for slot in 0..MAX_CONTEXTS {
-                        if CONTEXTS[slot].load(Ordering::Acquire) == 0 {
+                    for (slot, ctx) in CONTEXTS.iter().enumerate() {
+                        if ctx.load(Ordering::Acquire) == 0 {
                             break;
                         }
                         p.trim(slot as u8, age);
