@@ -22,7 +22,7 @@ else
   link=(-L "$out" -lcudart -lcuda -ldl)
 fi
 for client in coverage conformance entry_points runtime_route bench_calls storm forker nvtx_loader ipc capture; do
-  $CC -O1 -Wall $inc -o "$out/$client" "$here/tests/clients/$client.c" "${link[@]}" -lpthread
+  $CC -O1 -Wall $inc -o "$out/$client" "$here/tests/clients/$client.c" "${link[@]}" -lpthread -ldl
 done
 $CC -O1 -Wall $inc -o "$out/train_loop" "$here/examples/train_loop.c" "${link[@]}" -lpthread
 if [ "${2:-}" != "--real" ]; then

@@ -27,7 +27,8 @@ else
   scripts/build-sim.sh "$work" >/dev/null
   export LD_LIBRARY_PATH="$PWD/$work${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
-"$bin" run --conf stacks:on --lib target/release/libgpushim.so --trace "$work/train_loop.%p.trace" -- "$work/train_loop" "$steps"
+# A plain CUDA program has no cache of its own: the pool serves it.
+"$bin" run --conf pool:caching,stacks:on --lib target/release/libgpushim.so --trace "$work/train_loop.%p.trace" -- "$work/train_loop" "$steps"
 echo
 "$bin" summary "$work"/train_loop.*.trace
 echo

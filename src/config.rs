@@ -43,8 +43,11 @@ pub struct Conf {
     /// Record the call stack of one memory call in this many (per thread); 0 for none.
     pub stack_every: u32,
     /// Cached memory with nothing allocated in it for this long (ns) goes back to the device;
-    /// `u64::MAX` keeps it.
+    /// `u64::MAX` keeps it; 0 gives a segment back at the synchronous free that empties it.
     pub trim_ns: u64,
+    /// `trim:auto` (the default): 0 when the process has a caching allocator of its own (the
+    /// shim decides at the first pooled allocation), else `trim_ns`.
+    pub trim_auto: bool,
 }
 
 pub const GIB: u64 = 1 << 30;
@@ -53,7 +56,7 @@ pub const MIB: u64 = 1 << 20;
 impl Conf {
     /// The defaults, usable in a `static` (the shim's).
     pub const DEFAULT: Conf = Conf {
-        pool: Pool::Caching,
+        pool: Pool::Off,
         round_divisions: 0,
         max_split: u64::MAX,
         release: u64::MAX,
@@ -61,6 +64,7 @@ impl Conf {
         trace_max: 16 * GIB,
         stack_every: 0,
         trim_ns: 1_000_000_000,
+        trim_auto: true,
     };
 }
 
@@ -82,7 +86,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "pool",
         accepted: "off, caching, expandable",
-        default: "caching",
+        default: "off",
         meaning: "caching serves cudaMalloc/cuMemAlloc and the stream-ordered calls from a pool (best fit, split, coalesce, safe reuse); expandable is caching with one segment per device and stream that grows in place through the VMM functions (cuMemCreate/cuMemMap, 2 MiB pages), which fragments less; off passes every call to CUDA and records it",
     },
     KeyDoc {
@@ -111,9 +115,9 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "trim",
-        accepted: "a duration (500ms, 2s) or off",
-        default: "1s",
-        meaning: "cached segments with nothing allocated in them for this long go back to the device (a background thread checks every 100 ms), so memory a program freed becomes usable by other processes; off keeps it until empty_cache or out-of-memory",
+        accepted: "auto, a duration (500ms, 2s), 0, or off",
+        default: "auto",
+        meaning: "cached segments with nothing allocated in them for this long go back to the device (a background thread checks every 100 ms), so memory a program freed becomes usable by other processes; 0 gives a segment back at the cudaFree that empties it, as CUDA does; auto is 0 when the process has a caching allocator of its own (PyTorch's with caching on, RMM, CuPy, JAX's BFC: its cudaFree means give it back) and 1s otherwise; off keeps memory until empty_cache or out-of-memory",
     },
     KeyDoc {
         key: "stacks",
@@ -291,10 +295,13 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
                     .ok_or_else(bad)?
             }
             "trim" => {
-                conf.trim_ns = if value == "off" {
-                    u64::MAX
-                } else {
-                    parse_duration_ns(value).ok_or_else(bad)?
+                conf.trim_auto = value == "auto";
+                if !conf.trim_auto {
+                    conf.trim_ns = if value == "off" {
+                        u64::MAX
+                    } else {
+                        parse_duration_ns(value).ok_or_else(bad)?
+                    }
                 }
             }
             "trace_max" => {
@@ -384,7 +391,9 @@ mod tests {
         assert_eq!(parse_strict("trim:2s").unwrap().trim_ns, 2_000_000_000);
         assert_eq!(parse_strict("trim:off").unwrap().trim_ns, u64::MAX);
         assert!(parse_strict("trim:soon").is_err());
-        assert_eq!(Conf::default().trim_ns, 1_000_000_000);
+        assert!(Conf::default().trim_auto);
+        assert!(!parse_strict("trim:2s").unwrap().trim_auto);
+        assert!(parse_strict("trim:auto").unwrap().trim_auto);
     }
 
     #[test]

@@ -119,7 +119,23 @@ fn the_pool_never_breaks_a_graph_with_fenced_blocks_in_its_cache() {
 }
 
 fn giveback(conf: &str, preload: bool) -> (u64, u64, u64) {
-    let out = capture(&["giveback"], preload, conf);
+    giveback_with(conf, preload, vec![])
+}
+
+fn giveback_with(conf: &str, preload: bool, env: Vec<(&str, String)>) -> (u64, u64, u64) {
+    let mut opts = Run {
+        preload,
+        env: vec![
+            ("GPUSHIM_TRACE", "off".into()),
+            ("GPUSHIM_CONF", conf.into()),
+        ],
+        args: vec!["giveback".into()],
+        ..Run::default()
+    };
+    opts.env.extend(env);
+    let out = run(&sim().bin("capture"), opts);
+    assert_ok(&out);
+    let out = stdout(&out);
     let v: Vec<u64> = out
         .split_whitespace()
         .filter_map(|kv| kv.split_once('=').and_then(|(_, v)| v.parse().ok()))
@@ -138,4 +154,38 @@ fn memory_a_program_frees_goes_back_to_the_device_in_bounded_time_unless_kept() 
     }
     // Asked to keep it: the pool keeps it.
     assert_eq!(giveback("pool:caching,trim:off", true), (512, 512, 512));
+}
+
+#[test]
+fn with_a_framework_cache_loaded_trim_auto_gives_memory_back_at_the_free_itself() {
+    // A library named like PyTorch's CUDA allocator in the process: its cudaFree means "give it
+    // back", so the pool does so at once (what PyTorch's test_device_memory_used reads).
+    let dir = tempdir("c10");
+    let src = dir.join("empty.c");
+    std::fs::write(&src, "int c10_placeholder;\n").unwrap();
+    let lib = dir.join("libc10_cuda.so");
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        lib.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    let preload = format!("{}:{}", shim().display(), lib.display());
+    for conf in ["", "pool:caching", "pool:expandable"] {
+        let env = vec![("LD_PRELOAD", preload.clone())];
+        assert_eq!(giveback_with(conf, true, env), (512, 0, 0), "'{conf}'");
+    }
+    // The same library with PyTorch's caching turned off: the pool caches for 1 s.
+    let env = vec![
+        ("LD_PRELOAD", preload.clone()),
+        ("PYTORCH_NO_CUDA_MEMORY_CACHING", "1".to_string()),
+    ];
+    assert_eq!(giveback_with("pool:caching", true, env), (512, 512, 0));
+    // An explicit trim wins over the detection.
+    let env = vec![("LD_PRELOAD", preload)];
+    assert_eq!(
+        giveback_with("pool:caching,trim:off", true, env),
+        (512, 512, 512)
+    );
 }

@@ -263,6 +263,7 @@ fn random_sequences_keep_every_invariant_with_every_knob_set() {
         release: 256 << 20,
         limit: 768 << 20,
         expandable: false,
+        release_on_free: false,
     };
     for seed in 1..=20 {
         run(seed * 0x2545_f491, 3000, policy, 64 << 30);

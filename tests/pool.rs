@@ -16,11 +16,16 @@ fn values(out: &std::process::Output) -> HashMap<String, i64> {
         .collect()
 }
 
+/// Runs the pool client under the shim; `pool:caching` unless `env` sets `GPUSHIM_CONF` (the
+/// default configuration passes every call through).
 fn pool_run(
     args: &[&str],
-    env: Vec<(&'static str, String)>,
+    mut env: Vec<(&'static str, String)>,
     trace: Option<&std::path::Path>,
 ) -> std::process::Output {
+    if !env.iter().any(|(k, _)| *k == "GPUSHIM_CONF") {
+        env.push(("GPUSHIM_CONF", "pool:caching".into()));
+    }
     let out = run(
         &sim().bin("pool"),
         Run {

@@ -33,7 +33,7 @@ fn leaky_steps(dir: &str, steps: u32) -> Leaky {
             preload: true,
             trace: Some(&t),
             env: vec![
-                ("GPUSHIM_CONF", "stacks:on".into()),
+                ("GPUSHIM_CONF", "pool:caching,stacks:on".into()),
                 ("GPUSHIM_SIM_DEVICES", "2".into()),
                 ("GPUSHIM_SIM_MEMORY", (1u64 << 30).to_string()),
                 ("NVTX_INJECTION64_PATH", shim().display().to_string()),

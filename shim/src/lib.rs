@@ -7,6 +7,7 @@
 mod driver;
 mod entry;
 mod ffi;
+mod frameworks;
 mod guard;
 mod hook;
 mod ipc;

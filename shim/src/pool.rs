@@ -214,8 +214,14 @@ fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     LOCK.lock();
     // SAFETY: LOCK is held, so this is the only reference.
     let cell = unsafe { &mut *POOL.0.get() };
-    let p =
-        cell.get_or_insert_with(|| Front::new(CudaBackend::new(), Policy::from(&state::conf())));
+    let p = cell.get_or_insert_with(|| {
+        let conf = state::conf();
+        let mut front = Front::new(CudaBackend::new(), Policy::from(&conf));
+        if conf.trim_auto {
+            front.set_release_on_free(crate::frameworks::caching_allocator_loaded());
+        }
+        front
+    });
     let r = f(p);
     let released = core::mem::take(&mut p.engine.backend_mut().released);
     LOCK.unlock();

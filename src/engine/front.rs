@@ -223,6 +223,12 @@ impl<B: Backend> Front<B> {
         self.engine.trim(device, age);
     }
 
+    /// Sets whether a synchronous free that empties a segment gives it back at once (decided by
+    /// the shim at the first allocation, for `trim:auto`).
+    pub fn set_release_on_free(&mut self, on: bool) {
+        self.engine.set_release_on_free(on);
+    }
+
     /// Releases every idle segment of `device`.
     pub fn empty_cache(&mut self, device: u8) {
         self.flush(Some(device));

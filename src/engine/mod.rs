@@ -49,6 +49,9 @@ pub struct Policy {
     /// Large blocks come from one segment per device and stream that grows in place (mapped
     /// page by page behind a reserved address range) instead of new segments.
     pub expandable: bool,
+    /// A synchronous free (`cudaFree`) that leaves a segment with nothing allocated gives it
+    /// back at once, as CUDA would (`trim:0`).
+    pub release_on_free: bool,
 }
 
 impl Default for Policy {
@@ -65,6 +68,7 @@ impl From<&Conf> for Policy {
             release: c.release,
             limit: c.limit,
             expandable: c.pool == crate::config::Pool::Expandable,
+            release_on_free: c.trim_ns == 0 && !c.trim_auto,
         }
     }
 }
@@ -250,6 +254,11 @@ impl<B: Backend> Engine<B> {
         self.policy
     }
 
+    /// See [`Policy::release_on_free`].
+    pub fn set_release_on_free(&mut self, on: bool) {
+        self.policy.release_on_free = on;
+    }
+
     /// Bytes reserved on one device.
     pub fn reserved(&self, device: u8) -> u64 {
         self.reserved_per_device[device as usize]
@@ -341,12 +350,13 @@ impl<B: Backend> Engine<B> {
             };
         }
         let now = self.backend.now();
+        let release_now = self.policy.release_on_free && kind == FreeKind::Sync;
         let mut sealed_empty = false;
         if let Some(seg) = self.segments.get_mut(&segment) {
             seg.allocated_blocks -= 1;
             if seg.allocated_blocks == 0 {
                 seg.idle_since = now;
-                sealed_empty = seg.sealed;
+                sealed_empty = seg.sealed || (release_now && seg.range == 0);
             }
         }
         self.stats.live_bytes -= size;
@@ -356,6 +366,15 @@ impl<B: Backend> Engine<B> {
         self.insert_free(merged);
         if sealed_empty {
             self.release_segment(segment);
+        } else if release_now
+            && !self.backend.quiet()
+            && self.segments.get(&segment).is_some_and(|s| s.range > 0)
+        {
+            // An expandable segment: its free pages go back as CUDA's free would, after the
+            // device caught up (CUDA's own free waits for it too).
+            self.backend.synchronize(device);
+            self.stats.synchronizations += 1;
+            self.shrink(segment, 0);
         }
         if self.idle(device) > self.policy.release {
             self.release_idle(device, self.policy.release);
@@ -392,8 +411,8 @@ impl<B: Backend> Engine<B> {
         true
     }
 
-    /// Gives a sealed segment with nothing allocated back, whatever its fences (the device's
-    /// own free waits for the device). Deferred while the backend is quiet.
+    /// Gives a segment with nothing allocated back, whatever its fences (the device's own free
+    /// waits for the device). Deferred while the backend is quiet.
     fn release_segment(&mut self, base: u64) {
         if self.backend.quiet() {
             return;
@@ -445,7 +464,9 @@ impl<B: Backend> Engine<B> {
                 s.device == device
                     && s.allocated_blocks == 0
                     && s.size > 0
-                    && (s.sealed || now.saturating_sub(s.idle_since) >= age)
+                    && (s.sealed
+                        || now.saturating_sub(s.idle_since) >= age
+                        || (self.policy.release_on_free && s.range == 0))
             })
             .map(|(&p, s)| (p, s.sealed))
             .collect();
@@ -1199,6 +1220,31 @@ mod tests {
         e.backend_mut().complete_all();
         e.trim(0, 0);
         assert_eq!(e.reserved(0), 0);
+    }
+
+    #[test]
+    fn with_release_on_free_a_cuda_free_that_empties_a_segment_gives_it_back_at_once() {
+        let mut e = Engine::new(
+            MemoryBackend::new(1 << 30),
+            Policy {
+                release_on_free: true,
+                ..Policy::default()
+            },
+        );
+        let a = e.alloc(0, 512 << 20, 0).unwrap();
+        let b = e.alloc(0, 1000, 0).unwrap();
+        let c = e.alloc(0, 1000, 0).unwrap();
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        assert_eq!(e.reserved(0), 2 << 20, "the 512 MiB segment went back");
+        e.free(b.ptr, FreeKind::Sync).unwrap();
+        assert_eq!(e.reserved(0), 2 << 20, "c still lives in the small segment");
+        e.free(c.ptr, FreeKind::OnStream(0)).unwrap();
+        assert_eq!(
+            e.reserved(0),
+            2 << 20,
+            "a stream-ordered free keeps it cached"
+        );
+        assert_eq!(e.backend().synchronize_calls, 0);
     }
 
     #[test]

@@ -150,7 +150,8 @@ static int capture(void) {
     int rc = cudaMallocAsync(&q, 4096, s);
     long during = simCallCount("cuMemAllocAsync") - before;
     cudaFreeAsync(q, s);
-    cuStreamEndCapture(s, NULL);
+    void *graph = NULL;
+    cuStreamEndCapture(s, &graph);
     cudaMallocAsync(&p, 4096, s);
     long after = simCallCount("cuMemAllocAsync") - before - during;
     printf("capture_rc=%d reached_cuda_during=%ld reached_cuda_after=%ld\n", rc, during, after);

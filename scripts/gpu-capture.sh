@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The GPU machine's checks for issue 11 (the pool never breaks a program): the capture client
+# (tests/clients/capture.c) on real CUDA without the shim and under it in every pool mode, each
+# run's lines compared with the run without the shim; then the NVML check that memory given
+# back reaches another process (scripts/gpu/giveback.py). Prints tables. Build and carry .gpu as
+# for scripts/gpu-check.sh. PyTorch's own tests are run separately (see the README).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=.gpu
+[ -f $bin/libgpushim.so ] || { echo "carry .gpu (see scripts/gpu-check.sh)" >&2; exit 2; }
+export GPUSHIM_LIB="$PWD/$bin/libgpushim.so"
+cudart=$(python3 -c "import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], 'lib'))")
+driver=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
+work=/tmp/gpushim-capture && rm -rf $work && mkdir -p $work
+ln -sf "$driver" $work/libcuda.so
+LIBRARY_PATH=$work scripts/build-sim.sh $work --real "$cudart" >/dev/null
+export LD_LIBRARY_PATH="$cudart"
+echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%F)"
+$work/capture > $work/plain.txt
+$work/capture oom > $work/plain-oom.txt
+$work/capture graph > $work/plain-graph.txt
+printf '%-18s %-10s %-10s %-10s\n' mode table oom graph
+for conf in pool:off pool:caching pool:expandable; do
+  row=("$conf")
+  for what in "" oom graph; do
+    GPUSHIM_TRACE=off GPUSHIM_CONF=$conf LD_PRELOAD=$GPUSHIM_LIB $work/capture $what > $work/shim.txt
+    if cmp -s $work/shim.txt $work/plain${what:+-$what}.txt; then row+=(same); else row+=(DIFFERENT); diff $work/plain${what:+-$what}.txt $work/shim.txt | head -5 >&2 || true; fi
+  done
+  printf '%-18s %-10s %-10s %-10s\n' "${row[@]}"
+done
+echo "without the shim: $(grep -c . $work/plain.txt) lines; $(cat $work/plain-oom.txt); $(cat $work/plain-graph.txt)"
+# The simulator's answers (tests/capture.rs checks them against the same rules), carried in
+# .gpu/capture-sim.txt by whoever built .gpu: real CUDA must print the same lines.
+if [ -f $bin/capture-sim.txt ]; then
+  if cmp -s $bin/capture-sim.txt $work/plain.txt; then echo "simulator vs real CUDA: same $(grep -c . $work/plain.txt) lines"
+  else echo "simulator vs real CUDA: DIFFERENT"; diff $bin/capture-sim.txt $work/plain.txt || true; fi
+fi
+mkdir -p "${OUT:-/tmp}/capture" && cp $work/*.txt "${OUT:-/tmp}/capture/"
+python3 scripts/gpu/giveback.py run
