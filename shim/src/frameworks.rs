@@ -10,9 +10,11 @@
 
 use core::ffi::{CStr, c_int, c_void};
 
-/// Loaded-library names that carry a caching allocator, with the environment variable and
-/// value that turn that allocator off.
-const CACHING: &[(&[u8], Option<(&CStr, &[u8])>)] = &[
+/// An environment variable and the value that turns a framework's cache off.
+type Off = Option<(&'static CStr, &'static [u8])>;
+
+/// Loaded-library names that carry a caching allocator, with the setting that turns it off.
+const CACHING: &[(&[u8], Off)] = &[
     (
         b"libc10_cuda.so",
         Some((c"PYTORCH_NO_CUDA_MEMORY_CACHING", b"1")),
