@@ -65,8 +65,10 @@ static int configured;
 /* CUDA cannot be used in a child forked after the parent initialized it: every call there fails
  * with CUDA_ERROR_NOT_INITIALIZED. The lock may have been held by another parent thread. */
 static int forked_child;
+static pthread_mutex_t work_mu; /* defined with the GPU-work model below */
 static void in_child(void) {
     pthread_mutex_init(&mu, NULL);
+    pthread_mutex_init(&work_mu, NULL);
     forked_child = 1;
 }
 
