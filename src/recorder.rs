@@ -119,15 +119,28 @@ impl core::fmt::Display for OpenError {
         match self {
             OpenError::Busy => write!(f, "the trace is already open"),
             OpenError::PathTooLong => write!(f, "the trace path is longer than {PATH_CAP} bytes"),
-            OpenError::Create(e) => write!(f, "cannot create the file: {}", errno_text(*e)),
-            OpenError::Map(e) => write!(f, "cannot reserve or map the file: {}", errno_text(*e)),
+            OpenError::Create(e) => write!(f, "cannot create the file: {}", ErrnoText(*e)),
+            OpenError::Map(e) => write!(f, "cannot reserve or map the file: {}", ErrnoText(*e)),
         }
     }
 }
 
-/// A short, static description of an errno value (no allocation, unlike `strerror_r` paths).
-pub fn errno_text(e: i32) -> &'static str {
-    match e {
+/// An errno value in words, or its number where it has none here (no allocation, unlike
+/// `strerror_r` paths).
+pub struct ErrnoText(pub i32);
+
+impl core::fmt::Display for ErrnoText {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match errno_text(self.0) {
+            Some(t) => f.write_str(t),
+            None => write!(f, "system error (errno {})", self.0),
+        }
+    }
+}
+
+/// A short, static description of an errno value, if it has one here.
+pub fn errno_text(e: i32) -> Option<&'static str> {
+    Some(match e {
         libc::EEXIST => {
             "it already exists (traces are never overwritten; remove it or pick another GPUSHIM_TRACE)"
         }
@@ -138,8 +151,16 @@ pub fn errno_text(e: i32) -> &'static str {
         libc::EROFS => "read-only file system",
         libc::ENOMEM => "out of memory",
         libc::EDQUOT => "disk quota exceeded",
-        _ => "system error",
-    }
+        libc::ENAMETOOLONG => "a name in the path is too long",
+        libc::ENOTDIR => "a component of the path is not a directory",
+        libc::EISDIR => "the path is a directory",
+        libc::EMFILE | libc::ENFILE => "too many open files",
+        libc::ENXIO => "the path is a special file with nothing behind it",
+        libc::ETXTBSY => "the file is busy",
+        libc::EFBIG => "the file would be too large",
+        libc::EINVAL => "the file system does not support this file",
+        _ => return None,
+    })
 }
 
 /// The trace writer. One static instance lives in the shim; tests make their own.
@@ -152,6 +173,8 @@ pub struct Recorder {
     populated: [AtomicBool; MAX_CHUNKS],
     /// Records the file may hold (from `trace_max`, lowered when the disk fills up).
     capacity: AtomicU64,
+    /// Why the file stopped growing before `trace_max` (an errno), 0 if it did not.
+    grow_error: AtomicI32,
     /// Written only on the slow path, kept off the cache lines every producer reads.
     slow: SlowPath,
     /// Streams seen so far: slot `k` holds a stream handle, its index is `k + 1`.
@@ -194,6 +217,7 @@ impl Recorder {
             chunks: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS],
             populated: [const { AtomicBool::new(false) }; MAX_CHUNKS],
             capacity: AtomicU64::new(0),
+            grow_error: AtomicI32::new(0),
             slow: SlowPath {
                 file_len: AtomicU64::new(0),
                 growing: AtomicBool::new(false),
@@ -630,6 +654,14 @@ impl Recorder {
             .map_or(0, |w| w.load(Ordering::Relaxed))
     }
 
+    /// Why the file stopped growing before `trace_max` (an errno: a full disk, say), if it did.
+    pub fn grow_error(&self) -> Option<i32> {
+        match self.grow_error.load(Ordering::Relaxed) {
+            0 => None,
+            e => Some(e),
+        }
+    }
+
     pub fn lost(&self) -> u64 {
         self.header_word(header::LOST)
             .map_or(0, |w| w.load(Ordering::Relaxed))
@@ -701,6 +733,7 @@ impl Recorder {
     /// The file cannot grow past chunk `c`: lower the capacity so later producers count their
     /// records as lost without trying again.
     fn stop_growing_at(&self, c: usize, errno: i32) -> i32 {
+        self.grow_error.store(errno, Ordering::Relaxed);
         let cap =
             ((c as u64 * CHUNK_BYTES).saturating_sub(HEADER_SIZE as u64)) / RECORD_SIZE as u64;
         self.capacity.fetch_min(cap, Ordering::Relaxed);

@@ -60,3 +60,41 @@ mod tests {
         assert_eq!(b.as_bytes(), b"1234-567");
     }
 }
+
+/// Bytes (a path, a program name) shown on one line: printable ASCII and valid UTF-8 as they
+/// are, control characters, backslashes and invalid bytes as `\xNN`, so a newline in a file
+/// name cannot split a message. Allocates nothing.
+pub struct Escaped<'a>(pub &'a [u8]);
+
+impl core::fmt::Display for Escaped<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        for chunk in self.0.utf8_chunks() {
+            for c in chunk.valid().chars() {
+                if c.is_control() || c == '\\' {
+                    let mut buf = [0u8; 4];
+                    for b in c.encode_utf8(&mut buf).bytes() {
+                        write!(f, "\\x{b:02x}")?;
+                    }
+                } else {
+                    write!(f, "{c}")?;
+                }
+            }
+            for b in chunk.invalid() {
+                write!(f, "\\x{b:02x}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod escaped_tests {
+    use super::Escaped;
+
+    #[test]
+    fn control_characters_and_bad_bytes_are_escaped_and_the_rest_kept() {
+        let s = format!("{}", Escaped(b"/tmp/a\nb\\c/\xffd\xc3\xa9.trace"));
+        assert_eq!(s, "/tmp/a\\x0ab\\x5cc/\\xffd\u{e9}.trace");
+        assert!(!s.contains('\n'));
+    }
+}

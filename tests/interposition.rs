@@ -363,16 +363,18 @@ fn a_bad_trace_pattern_says_why_and_falls_back_to_the_default_name() {
 
 #[test]
 fn trace_off_records_nothing() {
-    let dir = tempdir("traceoff");
-    let out = std::process::Command::new(sim().bin("coverage"))
-        .current_dir(&dir)
-        .env("LD_LIBRARY_PATH", &sim().dir)
-        .env("LD_PRELOAD", shim())
-        .env("GPUSHIM_TRACE", "off")
-        .output()
-        .unwrap();
-    assert_ok(&out);
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    for off in ["off", "OFF", "Off"] {
+        let dir = tempdir("traceoff");
+        let out = std::process::Command::new(sim().bin("coverage"))
+            .current_dir(&dir)
+            .env("LD_LIBRARY_PATH", &sim().dir)
+            .env("LD_PRELOAD", shim())
+            .env("GPUSHIM_TRACE", off)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "{off}");
+    }
 }
 
 #[test]

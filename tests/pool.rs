@@ -237,6 +237,45 @@ fn the_pytorch_pluggable_allocator_entry_points_pool_even_with_pool_off() {
 }
 
 #[test]
+fn sizes_near_two_to_the_64_are_out_of_memory_and_never_a_cached_block() {
+    // Without the shim: the simulator's own answer.
+    let plain = run(
+        &sim().bin("pool"),
+        Run {
+            args: vec!["huge".into()],
+            ..Run::default()
+        },
+    );
+    assert_eq!(values(&plain)["wrong"], 0, "{}", stdout(&plain));
+    for conf in [
+        "pool:caching",
+        "pool:caching,round:pow2",
+        "pool:caching,round:pow2_4",
+        "pool:expandable",
+        "pool:expandable,round:pow2",
+    ] {
+        let out = pool_run(&["huge"], vec![("GPUSHIM_CONF", conf.into())], None);
+        assert_eq!(values(&out)["wrong"], 0, "{conf}: {}", stdout(&out));
+    }
+}
+
+#[test]
+fn the_off_switch_also_turns_the_pluggable_allocator_into_plain_cuda_calls_and_writes_nothing() {
+    let dir = tempdir("pluggable-off");
+    let t = dir.join("t.trace");
+    let out = pool_run(
+        &["pluggable"],
+        vec![("GPUSHIM_DISABLE", "1".into())],
+        Some(&t),
+    );
+    let v = values(&out);
+    assert_eq!(v["alloc_ok"], 1);
+    assert_eq!(v["device_allocs"], 2, "no pooling: CUDA served both");
+    assert!(!t.exists(), "no trace");
+    assert_eq!(stderr(&out), "", "and nothing said");
+}
+
+#[test]
 fn the_expandable_pool_keeps_the_same_promises_and_grows_one_mapping() {
     let exp = || vec![("GPUSHIM_CONF", "pool:expandable".to_string())];
     let v = values(&pool_run(&["reuse", "200"], exp(), None));

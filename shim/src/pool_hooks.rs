@@ -424,6 +424,10 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
     if size <= 0 {
         return core::ptr::null_mut();
     }
+    if !state::enabled() {
+        // The off switch: CUDA's own allocation, nothing pooled or written.
+        return plain_alloc(size as usize);
+    }
     pool::plug();
     let guard = Guard::enter();
     if !pool::runtime_context_ready() {
@@ -465,6 +469,10 @@ pub unsafe extern "C" fn gpushim_free(
     if ptr.is_null() {
         return;
     }
+    if !state::enabled() {
+        plain_free(ptr);
+        return;
+    }
     let guard = Guard::enter();
     let key = pool::stream_key(stream, false);
     let found = match pool::free(ptr as u64, FreeKind::OnStream(key)) {
@@ -490,6 +498,35 @@ pub unsafe extern "C" fn gpushim_free(
         say(format_args!(
             "gpushim_free: {ptr:p} is not a live block of the pool; ignored"
         ));
+    }
+}
+
+/// `cudaMalloc` itself, for the pluggable route under `GPUSHIM_DISABLE=1`; null on failure.
+fn plain_alloc(size: usize) -> *mut c_void {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+    let _guard = Guard::enter();
+    // SAFETY: cudaMalloc has the ABI F.
+    let Some(f) = (unsafe { crate::real::as_fn::<F>(crate::real::exported(Sym::CudaMalloc)) })
+    else {
+        return core::ptr::null_mut();
+    };
+    let mut p = core::ptr::null_mut();
+    // SAFETY: a valid out-pointer.
+    if unsafe { f(&mut p, size) } == 0 {
+        p
+    } else {
+        core::ptr::null_mut()
+    }
+}
+
+/// `cudaFree` itself, for the pluggable route under `GPUSHIM_DISABLE=1`.
+fn plain_free(p: *mut c_void) {
+    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    let _guard = Guard::enter();
+    // SAFETY: cudaFree has the ABI F; `p` came from `plain_alloc`.
+    if let Some(f) = unsafe { crate::real::as_fn::<F>(crate::real::exported(Sym::CudaFree)) } {
+        // SAFETY: as above.
+        unsafe { f(p) };
     }
 }
 

@@ -14,11 +14,18 @@ const OFF: u8 = 2;
 
 static ENABLED: AtomicU8 = AtomicU8::new(UNKNOWN);
 
-/// Reads an environment variable without allocating.
+unsafe extern "C" {
+    /// glibc 2.17 and later; the `libc` crate does not declare it.
+    fn secure_getenv(name: *const c_char) -> *mut c_char;
+}
+
+/// Reads an environment variable without allocating. `secure_getenv`: in a setuid or setgid
+/// program (or one with file capabilities) every variable reads as unset, so an unprivileged
+/// user can never make a privileged process create a trace file where they chose.
 pub fn env(name: &CStr) -> Option<&'static CStr> {
-    // SAFETY: getenv with a NUL-terminated name; the result points into the environment, which
-    // lives for the process (we never call setenv).
-    let p = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: secure_getenv with a NUL-terminated name; the result points into the
+    // environment, which lives for the process (we never call setenv).
+    let p = unsafe { secure_getenv(name.as_ptr()) };
     if p.is_null() {
         None
     } else {

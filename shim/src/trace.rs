@@ -8,6 +8,7 @@ use core::ffi::c_int;
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::format::{self, Api, DEVICE_UNKNOWN, Record, RecordKind};
 use gpushim_core::recorder::{self, OpenOptions, PATH_CAP, Recorder};
+use gpushim_core::stackfmt::Escaped;
 
 pub static RECORDER: Recorder = Recorder::new();
 
@@ -18,7 +19,9 @@ thread_local! {
 
 /// Appends one record, opening the trace first if this is the process's first event.
 pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: u8, stream: u64) {
-    if !ensure_open() {
+    // GPUSHIM_DISABLE=1 writes nothing, whichever route (the pool's own notes, the pluggable
+    // allocator) asks.
+    if !state::enabled() || !ensure_open() {
         return;
     }
     let thread = thread_index();
@@ -151,7 +154,7 @@ static NEVER_STOP: AtomicBool = AtomicBool::new(false);
 #[cold]
 fn open_trace() {
     let pattern = env(c"GPUSHIM_TRACE").map(|p| p.to_bytes());
-    if pattern == Some(b"off") {
+    if pattern.is_some_and(|p| p.eq_ignore_ascii_case(b"off")) {
         RECORDER.fail();
         return;
     }
@@ -200,7 +203,7 @@ fn open_trace() {
     if let Err(e) = RECORDER.open(&opts) {
         say(format_args!(
             "cannot write the trace {}: {e}; recording is off for this process",
-            core::str::from_utf8(&path[..len]).unwrap_or("(path)")
+            Escaped(&path[..len])
         ));
         return;
     }
@@ -279,13 +282,22 @@ extern "C" fn at_exit() {
         return;
     }
     RECORDER.mark_clean_exit();
-    let path = core::str::from_utf8(RECORDER.path()).unwrap_or("(path)");
+    let path = Escaped(RECORDER.path());
     let lost = RECORDER.lost();
     if lost > 0 {
-        say(format_args!(
-            "trace written to {path} ({} records claimed, {lost} lost: raise trace_max)",
-            RECORDER.claimed()
-        ));
+        match RECORDER.grow_error() {
+            Some(e) => say(format_args!(
+                "trace written to {path} ({} records claimed, {lost} lost: the file could not \
+                 grow: {})",
+                RECORDER.claimed(),
+                gpushim_core::recorder::ErrnoText(e)
+            )),
+            None => say(format_args!(
+                "trace written to {path} ({} records claimed, {lost} lost: the trace reached \
+                 trace_max; raise it in GPUSHIM_CONF)",
+                RECORDER.claimed()
+            )),
+        }
     } else {
         say(format_args!("trace written to {path}"));
     }

@@ -158,6 +158,34 @@ static int capture(void) {
     return 0;
 }
 
+/* Sizes near 2^64 with a block in the cache that a wrapped size would fit: CUDA answers out of
+ * memory (2) and leaves the pointer null. */
+static int huge(void) {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, 1);
+    void *p = NULL;
+    cudaMalloc(&p, 8 << 20);
+    cudaFree(p);
+    cudaMallocAsync(&p, 8 << 20, s);
+    cudaFreeAsync(p, s);
+    const size_t sizes[] = {(size_t)-1, (size_t)-1 - 511, ((size_t)1 << 63) + 1};
+    int bad = 0;
+    for (int i = 0; i < 3; i++) {
+        void *q = (void *)1;
+        CUdeviceptr d = 1;
+        int a = cudaMalloc(&q, sizes[i]);
+        bad += a != 2 || q != NULL;
+        int b = cuMemAlloc_v2(&d, sizes[i]);
+        bad += b != 2 || d != 0;
+        q = (void *)1;
+        int c = cudaMallocAsync(&q, sizes[i], s);
+        bad += c != 2 || q != NULL;
+        printf("size=%zx malloc=%d driver=%d async=%d\n", sizes[i], a, b, c);
+    }
+    printf("wrong=%d\n", bad);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     int n = argc > 2 ? atoi(argv[2]) : 100;
@@ -168,6 +196,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "count")) return count(n);
     if (!strcmp(what, "pluggable")) return pluggable();
     if (!strcmp(what, "capture")) return capture();
+    if (!strcmp(what, "huge")) return huge();
     fprintf(stderr, "usage: pool reuse|oom|limit|query|count|pluggable [N]\n");
     return 2;
 }
