@@ -112,9 +112,15 @@ impl Replay {
                 let device = l.device;
                 if let Some(old) = self.live.insert(r.ptr, l) {
                     // Freed by a route the trace did not see.
-                    *self.live_bytes.entry(old.device).or_default() -= old.size;
+                    {
+                        let v = self.live_bytes.entry(old.device).or_default();
+                        *v = v.saturating_sub(old.size);
+                    }
                 }
-                *self.live_bytes.entry(device).or_default() += r.size;
+                {
+                    let v = self.live_bytes.entry(device).or_default();
+                    *v = v.saturating_add(r.size);
+                }
                 self.last_alloc.insert(r.thread, r.ptr);
                 Change::Alloc { ptr: r.ptr, device }
             }
@@ -125,14 +131,23 @@ impl Replay {
                 };
                 let device = l.device;
                 if let Some(old) = self.physical.insert(r.ptr, l) {
-                    *self.live_bytes.entry(old.device).or_default() -= old.size;
+                    {
+                        let v = self.live_bytes.entry(old.device).or_default();
+                        *v = v.saturating_sub(old.size);
+                    }
                 }
-                *self.live_bytes.entry(device).or_default() += r.size;
+                {
+                    let v = self.live_bytes.entry(device).or_default();
+                    *v = v.saturating_add(r.size);
+                }
                 Change::Physical { device }
             }
             PhysRelease if r.status == 0 => match self.physical.remove(&r.ptr) {
                 Some(l) => {
-                    *self.live_bytes.entry(l.device).or_default() -= l.size;
+                    {
+                        let v = self.live_bytes.entry(l.device).or_default();
+                        *v = v.saturating_sub(l.size);
+                    }
                     Change::Physical { device: l.device }
                 }
                 None => Change::Other,
@@ -141,7 +156,10 @@ impl Replay {
                 self.last_alloc.remove(&r.thread);
                 match self.live.remove(&r.ptr) {
                     Some(l) => {
-                        *self.live_bytes.entry(l.device).or_default() -= l.size;
+                        {
+                            let v = self.live_bytes.entry(l.device).or_default();
+                            *v = v.saturating_sub(l.size);
+                        }
                         Change::Free {
                             ptr: r.ptr,
                             live: l,
@@ -170,7 +188,10 @@ impl Replay {
             }
             SegmentReserve => {
                 self.segments.insert(r.ptr, (r.size, r.device));
-                *self.reserved.entry(r.device).or_default() += r.size;
+                {
+                    let v = self.reserved.entry(r.device).or_default();
+                    *v = v.saturating_add(r.size);
+                }
                 Change::Other
             }
             SegmentRelease => {
@@ -226,12 +247,14 @@ impl Replay {
             if d != device {
                 continue;
             }
+            // A hostile trace may name a segment that runs past 2^64: saturate.
+            let end = base.saturating_add(size);
             let mut at = base;
-            for (&p, l) in self.live.range(base..base + size) {
+            for (&p, l) in self.live.range(base..end) {
                 best = best.max(p.saturating_sub(at));
-                at = at.max(p + l.size);
+                at = at.max(p.saturating_add(l.size));
             }
-            best = best.max((base + size).saturating_sub(at));
+            best = best.max(end.saturating_sub(at));
         }
         best
     }
@@ -298,7 +321,7 @@ fn holders<'a>(
     let mut by: HashMap<u64, (u64, u64)> = HashMap::new();
     for l in live.filter(|l| device.is_none_or(|d| l.device == d)) {
         let e = by.entry(key(l)).or_default();
-        e.0 += l.size;
+        e.0 = e.0.saturating_add(l.size);
         e.1 += 1;
     }
     let mut v: Vec<Holder> = by
@@ -530,7 +553,10 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
             if series.len() < MAX_BOUNDARIES {
                 let mut by: HashMap<u64, u64> = HashMap::new();
                 for l in rp.all_live() {
-                    *by.entry(site_key(l)).or_default() += l.size;
+                    {
+                        let v = by.entry(site_key(l)).or_default();
+                        *v = v.saturating_add(l.size);
+                    }
                 }
                 series.push(by);
                 totals.push(rp.live_bytes.values().sum());
@@ -665,7 +691,7 @@ pub fn merge_holders<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<H
     let mut by: HashMap<&str, (u64, u64)> = HashMap::new();
     for h in holders {
         let e = by.entry(h.label.as_str()).or_default();
-        e.0 += h.bytes;
+        e.0 = e.0.saturating_add(h.bytes);
         e.1 += h.allocations;
     }
     let mut out: Vec<Holder> = by
@@ -741,7 +767,7 @@ pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
     {
         let e = growing.entry(g.call_site.as_str()).or_default();
         e.0 += 1;
-        e.1 += g.bytes_per_iteration;
+        e.1 = e.1.saturating_add(g.bytes_per_iteration);
     }
     let mut growing: Vec<JobGrowth> = growing
         .into_iter()

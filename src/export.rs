@@ -381,9 +381,11 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
     }
     for (&base, &(size, device)) in &rp.segments {
         let mut blocks = Vec::new();
+        // A hostile trace may name a segment that runs past 2^64: saturate.
+        let end = base.saturating_add(size);
         let mut at = base;
-        let mut allocated = 0;
-        for (&p, l) in rp.live.range(base..base + size) {
+        let mut allocated = 0u64;
+        for (&p, l) in rp.live.range(base..end) {
             if p > at {
                 blocks.push(VizBlock {
                     address: at,
@@ -394,13 +396,13 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
                 });
             }
             blocks.push(block(p, l));
-            allocated += l.size;
-            at = p + l.size;
+            allocated = allocated.saturating_add(l.size);
+            at = at.max(p.saturating_add(l.size));
         }
-        if at < base + size {
+        if at < end {
             blocks.push(VizBlock {
                 address: at,
-                size: base + size - at,
+                size: end - at,
                 requested_size: 0,
                 state: "inactive",
                 frames: Vec::new(),

@@ -56,7 +56,7 @@ fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
         match r.kind {
             RecordKind::SegmentReserve => {
                 segments += 1;
-                reserved += r.size;
+                reserved = reserved.saturating_add(r.size);
                 if reserved > peak_reserved {
                     peak_reserved = reserved;
                     live_at_peak = live;
@@ -70,11 +70,11 @@ fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
                 }
                 calls += 1;
                 sizes.insert(r.ptr, r.size);
-                live += r.size;
+                live = live.saturating_add(r.size);
                 peak = peak.max(live);
             }
             RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
-                live -= sizes.remove(&r.ptr).unwrap_or(0);
+                live = live.saturating_sub(sizes.remove(&r.ptr).unwrap_or(0));
             }
             _ => {}
         }

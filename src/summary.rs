@@ -127,10 +127,10 @@ impl LiveSet {
     fn account(&mut self, space: Space, device: u8, size: u64, add: bool, t: u64) {
         if space == Space::Host {
             if add {
-                self.host_live += size;
+                self.host_live = self.host_live.saturating_add(size);
                 self.host_peak = self.host_peak.max(self.host_live);
             } else {
-                self.host_live -= size;
+                self.host_live = self.host_live.saturating_sub(size);
             }
             return;
         }
@@ -144,13 +144,13 @@ impl LiveSet {
         }
         let d = self.device_live.entry(device).or_default();
         if add {
-            d.0 += size;
+            d.0 = d.0.saturating_add(size);
             if d.0 > d.1 {
                 d.1 = d.0;
                 d.2 = t;
             }
         } else {
-            d.0 -= size;
+            d.0 = d.0.saturating_sub(size);
         }
     }
 }
@@ -187,7 +187,8 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
     for r in reader.by_ref() {
         match r.kind {
             RecordKind::SegmentReserve => {
-                pool.entry(r.device).or_default().0 += r.size;
+                pool.entry(r.device).or_default().0 =
+                    pool.entry(r.device).or_default().0.saturating_add(r.size);
                 note_reserved(&mut pool, &live, r.device);
             }
             RecordKind::SegmentRelease => {
@@ -227,7 +228,7 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
         if r.status != 0 {
             a.failed += 1;
         } else if is_allocating(r.kind) {
-            a.bytes += r.size;
+            a.bytes = a.bytes.saturating_add(r.size);
         }
     }
     for ((space, _), l) in &live.live {
@@ -449,13 +450,16 @@ pub fn combine(all: &[Summary]) -> Combined {
         c.events += s.events;
         c.lost += s.health.lost;
         c.torn += s.health.torn;
-        c.unclean_exits += usize::from(!s.health.clean_exit);
-        c.sum_of_peaks_bytes += s
-            .devices
-            .iter()
-            .map(|d| d.peak_live_bytes)
-            .max()
-            .unwrap_or(0);
+        c.unclean_exits = c
+            .unclean_exits
+            .saturating_add(usize::from(!s.health.clean_exit));
+        c.sum_of_peaks_bytes = c.sum_of_peaks_bytes.saturating_add(
+            s.devices
+                .iter()
+                .map(|d| d.peak_live_bytes)
+                .max()
+                .unwrap_or(0),
+        );
         for d in &s.devices {
             c.failed_for_memory += d.ooms;
             if c.largest_peak

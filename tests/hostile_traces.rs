@@ -1,0 +1,186 @@
+//! Trace files made by an adversary (contract 9): every report reads them without a panic, a
+//! hang or a wrapped figure. A segment that runs past 2^64, byte totals past 2^64, and a
+//! property test that mutates a real trace (bit flips, overwritten bytes, truncation) and runs
+//! every report over it in-process, where debug builds also catch arithmetic overflow.
+//! `GPUSHIM_FUZZ_CASES` sets how many mutated traces the property test reads (CI: the default).
+
+mod common;
+use common::*;
+use gpushim::format::{Api, Record, RecordKind};
+use gpushim::recorder::{OpenOptions, Recorder};
+use proptest::prelude::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Writes a trace of `records` (time stamps filled in) and returns its path.
+fn write_trace(name: &str, records: &[(RecordKind, Api, u64, u64)]) -> PathBuf {
+    let path = tempdir(name).join(format!("{name}.trace"));
+    let r = Box::new(Recorder::new());
+    assert!(r.begin_open());
+    r.open(&OpenOptions {
+        path: path.to_str().unwrap().as_bytes(),
+        pid: 1,
+        rank: 0,
+        host: b"test",
+        program: b"hostile",
+        cmdline: b"hostile\0",
+        trace_max: 64 << 20,
+    })
+    .unwrap();
+    for (i, &(kind, api, ptr, size)) in records.iter().enumerate() {
+        r.append(&Record {
+            kind,
+            api,
+            device: 0,
+            status: 0,
+            thread: 0,
+            time_ns: 1000 * (i as u64 + 1),
+            ptr,
+            size,
+            stream: 0,
+        });
+    }
+    path
+}
+
+fn gpushim(args: &[&str], trace: &Path) -> std::process::Output {
+    let out = Command::new(gpushim_bin())
+        .args(args)
+        .arg(trace)
+        .arg("--no-symbols")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    out
+}
+
+#[test]
+fn a_segment_that_runs_past_two_to_the_64_is_read_by_every_report() {
+    const MAX48: u64 = (1 << 48) - 1;
+    let top = u64::MAX - (1 << 20);
+    let t = write_trace(
+        "wrap",
+        &[
+            (RecordKind::SegmentReserve, Api::Shim, top, MAX48),
+            (RecordKind::Alloc, Api::CudaMalloc, top + 4096, 1 << 16),
+            (RecordKind::OutOfMemory, Api::Shim, 0, 1 << 30),
+            (RecordKind::Alloc, Api::CudaMalloc, 0, 1 << 30),
+        ],
+    );
+    for args in [
+        vec!["summary"],
+        vec!["oom"],
+        vec!["peak"],
+        vec!["leaks"],
+        vec!["export", "--format", "rmm", "-o", "/dev/null"],
+        vec!["export", "--format", "memory-viz", "-o", "/dev/null"],
+        vec!["export", "--format", "memory-viz-html", "-o", "/dev/null"],
+        vec!["export", "--format", "perfetto", "-o", "/dev/null"],
+    ] {
+        gpushim(&args, &t);
+    }
+}
+
+#[test]
+fn byte_totals_past_two_to_the_64_saturate_and_never_wrap() {
+    const MAX48: u64 = (1 << 48) - 1;
+    let records: Vec<_> = (0..70_000u64)
+        .map(|i| (RecordKind::Alloc, Api::CudaMalloc, (i + 1) << 12, MAX48))
+        .collect();
+    let t = write_trace("totals", &records);
+    let out = gpushim(&["summary", "--json"], &t);
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let d = &s["devices"][0];
+    let peak = d["peak_live_bytes"].as_u64().unwrap();
+    let end = d["live_bytes_at_end"].as_u64().unwrap();
+    assert_eq!(peak, u64::MAX, "saturated");
+    assert_eq!(end, peak, "everything is still live: never below the peak");
+}
+
+/// A real trace: pool segments, blocks split from them, frees, stream-ordered calls, VMM, OOM,
+/// NVTX strings.
+fn base_trace() -> Vec<u8> {
+    let mut recs = Vec::new();
+    for i in 0..64u64 {
+        let seg = 0x7f00_0000_0000 + i * (64 << 20);
+        recs.push((RecordKind::SegmentReserve, Api::Shim, seg, 32 << 20));
+        recs.push((RecordKind::Alloc, Api::CudaMalloc, seg, 1 << 20));
+        recs.push((RecordKind::Split, Api::Shim, seg + (1 << 20), 31 << 20));
+        recs.push((
+            RecordKind::AllocAsync,
+            Api::CudaMallocAsync,
+            seg + (1 << 20),
+            4096,
+        ));
+        recs.push((
+            RecordKind::FreeAsync,
+            Api::CudaFreeAsync,
+            seg + (1 << 20),
+            0,
+        ));
+        if i % 3 == 0 {
+            recs.push((RecordKind::Free, Api::CudaFree, seg, 0));
+            recs.push((RecordKind::SegmentRelease, Api::Shim, seg, 32 << 20));
+        }
+        if i % 7 == 0 {
+            recs.push((RecordKind::PhysCreate, Api::CuMemCreate, 0x100 + i, 2 << 20));
+            recs.push((RecordKind::OutOfMemory, Api::Shim, 0, 1 << 40));
+        }
+    }
+    std::fs::read(write_trace("base", &recs)).unwrap()
+}
+
+/// Every report, in-process.
+fn read_everything(path: &Path) {
+    let _ = gpushim::summary::summarize(path);
+    let _ = gpushim::analysis::leaks(path, None);
+    let _ = gpushim::analysis::leaks(path, Some("step"));
+    if let Ok(peaks) = gpushim::analysis::peak(path) {
+        for p in &peaks {
+            let _ = gpushim::export::flamegraph_svg(p, "t");
+        }
+    }
+    let _ = gpushim::analysis::oom(path);
+    let mut sink = Vec::new();
+    let _ = gpushim::export::rmm_csv(path, &mut sink);
+    let _ = gpushim::export::memory_viz(path, &mut sink, 4);
+    let _ = gpushim::export::perfetto(&[path.to_path_buf()], &mut sink);
+    let _ = gpushim::export::plot_svg(&[path.to_path_buf()]);
+    let _ = gpushim::export::live_by_site(path);
+    let _ = gpushim::simulate::simulate(path, &["pool:caching".to_string()]);
+}
+
+fn cases() -> u32 {
+    std::env::var("GPUSHIM_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn mutated_real_traces_never_panic_any_report(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), any::<bool>()), 1..48),
+        cut in prop::option::of(any::<prop::sample::Index>()),
+    ) {
+        gpushim::symbolize::set_enabled(false);
+        static BASE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        let base = BASE.get_or_init(base_trace);
+        let mut bytes = base.clone();
+        // Records live after the 4 KiB header; most edits land there, some in the header.
+        for (at, value, flip) in edits {
+            let i = at.index(bytes.len());
+            if flip { bytes[i] ^= 1 << (value % 8) } else { bytes[i] = value }
+        }
+        if let Some(c) = cut {
+            bytes.truncate(c.index(bytes.len()));
+        }
+        let dir = tempdir("fuzz-case");
+        let path = dir.join("m.trace");
+        std::fs::write(&path, &bytes).unwrap();
+        read_everything(&path);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
