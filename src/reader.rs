@@ -129,8 +129,9 @@ pub struct TraceReader {
     strings: HashMap<u64, String>,
     /// Call stacks defined so far, by id: return addresses, innermost first.
     stacks: HashMap<u64, Vec<u64>>,
-    /// Loaded modules seen so far: load base and the string id of the path.
-    modules: Vec<(u64, u64)>,
+    /// Loaded modules seen so far: the string id of the path by load base (ordered, so naming a
+    /// frame is a logarithmic lookup however many modules a trace holds).
+    modules: std::collections::BTreeMap<u64, u64>,
     /// A definition whose data records are still being read: kind, id, byte length, bytes.
     pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
     /// The reorder window (see [`REORDER_WINDOW_NS`]).
@@ -249,7 +250,7 @@ impl TraceReader {
             stats,
             strings: HashMap::new(),
             stacks: HashMap::new(),
-            modules: Vec::new(),
+            modules: std::collections::BTreeMap::new(),
             pending: None,
             window: Vec::new(),
             ready: 0,
@@ -283,11 +284,7 @@ impl TraceReader {
     /// The module an address lies in (the one with the nearest load base below it): its load
     /// base and path.
     pub fn module_of(&self, ip: u64) -> Option<(u64, &str)> {
-        let (base, name) = self
-            .modules
-            .iter()
-            .filter(|(base, _)| *base <= ip)
-            .max_by_key(|(base, _)| *base)?;
+        let (base, name) = self.modules.range(..=ip).next_back()?;
         Some((*base, self.strings.get(name)?.as_str()))
     }
 
@@ -463,7 +460,7 @@ impl TraceReader {
                         RecordKind::String => (r.size as usize).min(format::STRING_MAX),
                         RecordKind::Stack => (r.size as usize).min(crate::stack::MAX_FRAMES) * 8,
                         RecordKind::Module => {
-                            self.modules.push((r.ptr, r.size));
+                            self.modules.insert(r.ptr, r.size);
                             0
                         }
                         _ => 0,

@@ -7,7 +7,30 @@
 use crate::reader::TraceReader;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether an unreadable module was reported: one line in all, not one per module.
+static UNREADABLE_SAID: AtomicBool = AtomicBool::new(false);
+
+/// Opens a module named by a trace, which anyone may have written: only a regular file, opened
+/// without blocking (a FIFO or a device never stalls the report). The path to read it by is the
+/// open descriptor's, so the file checked is the file read.
+fn open_module(path: &str) -> Result<(File, String), String> {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| e.to_string())?;
+    let meta = f.metadata().map_err(|e| e.to_string())?;
+    if !meta.is_file() {
+        return Err("not a regular file".into());
+    }
+    use std::os::fd::AsRawFd;
+    let by_fd = format!("/proc/self/fd/{}", f.as_raw_fd());
+    Ok((f, by_fd))
+}
 
 static ENABLED: AtomicBool = AtomicBool::new(true);
 
@@ -120,13 +143,23 @@ fn lookup(path: &str, probe: u64) -> Named {
             return hit.clone();
         }
         let loader = c.loaders.entry(path.to_string()).or_insert_with(|| {
-            match addr2line::Loader::new(path) {
-                Ok(l) => Some((l, Symbols::read(path))),
+            let opened = open_module(path).and_then(|(file, by_fd)| {
+                let l = addr2line::Loader::new(&by_fd).map_err(|e| e.to_string())?;
+                let symbols = Symbols::read(&by_fd);
+                drop(file);
+                Ok((l, symbols))
+            });
+            match opened {
+                Ok(x) => Some(x),
                 Err(e) => {
-                    eprintln!(
-                        "gpushim: cannot read {path} to name its frames ({e}); they stay \
-                         module+offset (pass --no-symbols to skip naming)"
-                    );
+                    if !UNREADABLE_SAID.swap(true, Ordering::Relaxed) {
+                        eprintln!(
+                            "gpushim: cannot read {} to name its frames ({e}); its frames, \
+                             and those of any other module that cannot be read, stay \
+                             module+offset (--no-symbols skips naming)",
+                            crate::stackfmt::Escaped(path.as_bytes())
+                        );
+                    }
                     None
                 }
             }

@@ -82,6 +82,90 @@ fn a_segment_that_runs_past_two_to_the_64_is_read_by_every_report() {
 }
 
 #[test]
+fn modules_that_are_fifos_or_directories_never_block_a_report_and_are_named_once() {
+    let dir = tempdir("fifo");
+    let fifo = dir.join("libfifo.so");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let path = dir.join("fifo.trace");
+    let r = Box::new(Recorder::new());
+    assert!(r.begin_open());
+    r.open(&OpenOptions {
+        path: path.to_str().unwrap().as_bytes(),
+        pid: 1,
+        rank: 0,
+        host: b"test",
+        program: b"hostile",
+        cmdline: b"hostile\0",
+        trace_max: 64 << 20,
+    })
+    .unwrap();
+    let mut t = 0;
+    let mut rec = |kind, api, ptr, size| {
+        t += 1000;
+        r.append(&Record {
+            kind,
+            api,
+            device: 0,
+            status: 0,
+            thread: 0,
+            time_ns: t,
+            ptr,
+            size,
+            stream: 0,
+        });
+    };
+    // Two modules that cannot be read: a FIFO (opening it for reading would wait for a writer
+    // forever) and a directory; a stack in each; an allocation under each stack.
+    let names = [
+        fifo.to_str().unwrap().to_string(),
+        dir.to_str().unwrap().to_string(),
+    ];
+    for (i, name) in names.iter().enumerate() {
+        let base = 0x40_0000 * (i as u64 + 1);
+        let id = r.intern_string(name.as_bytes());
+        rec(RecordKind::Module, Api::Shim, base, id);
+        let (stack, _) = r.intern_stack(&[base + 0x10, base + 0x20]);
+        rec(RecordKind::StackRef, Api::Shim, stack, 2);
+        rec(
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            0x1000 * (i as u64 + 1),
+            1 << 20,
+        );
+    }
+    drop(r);
+    for cmd in ["leaks", "peak", "events"] {
+        let mut child = Command::new(gpushim_bin())
+            .args([cmd])
+            .arg(&path)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                child.kill().unwrap();
+                panic!("{cmd} blocked on a module that is a FIFO");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert_ok(&out);
+        let err = stderr(&out);
+        if cmd != "events" {
+            assert_eq!(
+                err.lines().count(),
+                1,
+                "{cmd}: one line for both modules:\n{err}"
+            );
+            assert!(err.contains("not a regular file"), "{err}");
+        }
+    }
+}
+
+#[test]
 fn byte_totals_past_two_to_the_64_saturate_and_never_wrap() {
     const MAX48: u64 = (1 << 48) - 1;
     let records: Vec<_> = (0..70_000u64)
