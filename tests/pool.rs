@@ -327,3 +327,83 @@ fn stream_ordered_calls_on_a_capturing_stream_reach_cuda() {
         "pooled again after the capture ended"
     );
 }
+
+fn ipc_attack(args: &[&str], conf: &str) -> (HashMap<String, i64>, String) {
+    let out = run(
+        &sim().bin("ipc"),
+        Run {
+            preload: true,
+            env: vec![
+                ("GPUSHIM_CONF", conf.to_string()),
+                ("GPUSHIM_TRACE", "off".to_string()),
+            ],
+            args: args.iter().map(|s| s.to_string()).collect(),
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    (values(&out), stderr(&out))
+}
+
+#[test]
+fn handles_of_freed_blocks_never_open_the_next_allocation() {
+    // The adversary's reproduction: export a segment's first block (a real handle) and a block
+    // inside it (a ticket), free both, allocate again (filled with 0x77), open the old handles.
+    // (Under pool:expandable such blocks cannot be exported at all: CUDA's own error.)
+    for conf in ["pool:caching", "pool:off"] {
+        let (v, err) = ipc_attack(&["stale"], conf);
+        assert_eq!((v["export_real"], v["export_ticket"]), (0, 0), "{conf}");
+        assert_eq!(
+            (v["stale0"], v["stale1"]),
+            (1, 1),
+            "{conf}: CUDA's answer\n{err}"
+        );
+        assert_eq!((v["byte0"], v["byte1"]), (0, 0), "{conf}: nothing read");
+    }
+}
+
+#[test]
+fn altered_tickets_are_refused_and_the_genuine_one_opens() {
+    let (v, err) = ipc_attack(&["forge"], "pool:caching");
+    for k in [
+        "forged_secret",
+        "forged_slot",
+        "forged_generation",
+        "forged_nonce",
+    ] {
+        assert_eq!(v[k], 1, "{k}: {v:?}\n{err}");
+    }
+    assert_eq!((v["genuine"], v["genuine_byte"]), (0, 0x42), "{v:?}");
+    assert_eq!(
+        err.lines().count(),
+        1,
+        "one line for all refusals, naming why:\n{err}"
+    );
+    assert!(err.contains("forged"), "{err}");
+}
+
+#[test]
+fn a_ticket_table_open_to_others_or_hard_linked_is_refused() {
+    let (v, err) = ipc_attack(&["perms"], "pool:caching");
+    assert_eq!((v["table_found"], v["table_mode"]), (1, 600), "{v:?}");
+    assert_eq!(v["world_readable0"], 1, "{v:?}\n{err}");
+    assert_eq!(v["hardlinked0"], 1, "{v:?}");
+    assert_eq!((v["private0"], v["byte0"]), (0, 0x42), "{v:?}");
+}
+
+#[test]
+fn more_than_a_thousand_ipc_opens_in_one_process_all_succeed() {
+    for conf in ["pool:off", "pool:caching"] {
+        let (v, err) = ipc_attack(&["many", "1100"], conf);
+        assert_eq!(
+            (v["exported"], v["failed_exports"]),
+            (1100, 0),
+            "{conf}: {err}"
+        );
+        assert_eq!(
+            (v["opened"], v["failed_opens"], v["failed_closes"]),
+            (1100, 0, 0),
+            "{conf}: {v:?}\n{err}"
+        );
+    }
+}

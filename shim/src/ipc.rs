@@ -1,188 +1,346 @@
-//! Legacy CUDA IPC of pooled memory (contract 2).
+//! Legacy CUDA IPC of pooled memory (contracts 2 and 9).
 //!
 //! CUDA's `cuIpcGetMemHandle` names an allocation, not a pointer: a handle taken for any address
 //! inside an allocation is the handle of its base, and `cuIpcOpenMemHandle` in the peer maps
 //! that base. A pooled block is a piece of a segment, so its real handle would give the peer the
 //! segment's start. Blocks that start their segment are exported with the real handle (the peer
 //! maps the segment and gets exactly the block's address). Any other block is exported as a
-//! *ticket*: a handle-sized record that names a slot of a table in shared memory
-//! (`/dev/shm/gpushim-ipc-<uid>`) holding the segment's real handle and the block's offset. A
-//! peer under the shim opens the real handle and returns base + offset; a peer without the shim
-//! hands the ticket to CUDA, which rejects it (`scripts/gpu-multi.sh` checks this on a GPU):
-//! never the wrong memory.
+//! *ticket*: a handle-sized record naming a slot of this process's ticket table, which holds the
+//! segment's real handle and the block's offset. A peer under the shim reads the slot and opens
+//! the real handle plus the offset; a peer without the shim hands the ticket to CUDA, which
+//! refuses it (checked on the GPU): never the wrong memory.
+//!
+//! What an adversary cannot do (docs/design.md, contract 9):
+//! - **Open a freed block.** Exporting seals the block's segment in the pool: it hands out no
+//!   more blocks and goes back to CUDA once nothing in it is allocated, so a stale real handle
+//!   meets CUDA's own refusal, never a later allocation. Freeing an exported block revokes its
+//!   tickets at once.
+//! - **Forge a ticket.** Each ticket carries a 128-bit secret from the kernel's random source,
+//!   checked against its slot; the table's name carries 64 more random bits.
+//! - **Plant or read the table.** Each exporting process creates its own table file,
+//!   `/dev/shm/gpushim-ipc-<uid>-<pid>-<random>`, with `O_CREAT | O_EXCL | O_NOFOLLOW` and mode
+//!   0600: a name nobody can guess cannot be pre-created. A peer opens it only as a regular file
+//!   owned by its own user, mode 0600, with one link. The file is written and read with
+//!   `pwrite`/`pread`, never mapped, so truncating it can never raise SIGBUS in either process;
+//!   it is removed when the exporter exits.
 //!
 //! The opening side keeps a table of what it opened, one real mapping per (handle, context),
 //! shared by every pointer returned for it: CUDA maps a handle once per context, and the
-//! mapping is closed when the last pointer into it is closed.
-//!
-//! No heap: the table file is mapped once, the tables are fixed arrays behind a spin lock that
-//! is held across the real open (IPC opens are rare and slow) but never across a runtime call.
+//! mapping is closed when the last pointer into it is closed. It grows as needed (IPC hooks are
+//! never reached from `dlsym` or a constructor, so they may allocate).
 
 use crate::pool::{self, SpinLock};
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering, fence};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
 pub const HANDLE: usize = 64;
 pub type Handle = [u8; HANDLE];
 
 /// First bytes of a ticket. CUDA's own handles never start with these (checked on a GPU).
-const TICKET_MAGIC: [u8; 8] = *b"gpushim\x01";
-/// First word of the shared table file.
-const TABLE_MAGIC: u64 = u64::from_le_bytes(*b"gsipc\x00\x00\x01");
-const SLOTS: u64 = 1 << 16;
+const TICKET_MAGIC: [u8; 8] = *b"gpushim\x02";
+/// Slots of one process's table: live exports at once.
+const SLOTS: u32 = 1 << 16;
+const SLOT_BYTES: usize = 128;
 
-#[repr(C)]
-struct Header {
-    magic: AtomicU64,
-    next: AtomicU64,
-}
+const FREE: u64 = 0;
+const LIVE: u64 = 1;
+const REVOKED: u64 = 2;
 
-/// One exported block. `seq` is a sequence lock: odd while being written, then the ticket's
-/// sequence number.
-#[repr(C)]
+/// One slot as stored in the table file (little-endian).
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct Slot {
-    seq: AtomicU64,
-    offset: AtomicU64,
-    size: AtomicU64,
-    pid: AtomicU64,
-    handle: [AtomicU64; HANDLE / 8],
+    state: u64,
+    generation: u64,
+    secret: [u8; 16],
+    offset: u64,
+    size: u64,
+    /// The exporter's block address (for revocation; meaningless to the peer).
+    block: u64,
+    handle: Handle,
 }
 
-const TABLE_BYTES: usize =
-    core::mem::size_of::<Header>() + SLOTS as usize * core::mem::size_of::<Slot>();
-
-/// 0: not tried; 1: being mapped; 2: unavailable; else the mapping's address.
-static TABLE: AtomicUsize = AtomicUsize::new(0);
-
-fn table() -> Option<(&'static Header, &'static [Slot])> {
-    let mut t = TABLE.load(Ordering::Acquire);
-    if t == 0
-        && TABLE
-            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-    {
-        t = map_table().unwrap_or(2);
-        TABLE.store(t, Ordering::Release);
+impl Slot {
+    fn encode(&self) -> [u8; SLOT_BYTES] {
+        let mut b = [0u8; SLOT_BYTES];
+        b[0..8].copy_from_slice(&self.state.to_le_bytes());
+        b[8..16].copy_from_slice(&self.generation.to_le_bytes());
+        b[16..32].copy_from_slice(&self.secret);
+        b[32..40].copy_from_slice(&self.offset.to_le_bytes());
+        b[40..48].copy_from_slice(&self.size.to_le_bytes());
+        b[48..56].copy_from_slice(&self.block.to_le_bytes());
+        b[56..120].copy_from_slice(&self.handle);
+        b
     }
-    while t == 1 {
-        core::hint::spin_loop();
-        t = TABLE.load(Ordering::Acquire);
+
+    fn decode(b: &[u8; SLOT_BYTES]) -> Slot {
+        let word = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or([0; 8]));
+        let mut secret = [0u8; 16];
+        secret.copy_from_slice(&b[16..32]);
+        let mut handle = [0u8; HANDLE];
+        handle.copy_from_slice(&b[56..120]);
+        Slot {
+            state: word(0),
+            generation: word(8),
+            secret,
+            offset: word(32),
+            size: word(40),
+            block: word(48),
+            handle,
+        }
     }
-    if t == 2 {
+}
+
+/// A ticket as handed to the program.
+#[derive(Clone, Copy)]
+struct Ticket {
+    pid: u32,
+    slot: u32,
+    nonce: u64,
+    generation: u64,
+    secret: [u8; 16],
+    offset: u64,
+}
+
+impl Ticket {
+    fn encode(&self) -> Handle {
+        let mut t = [0u8; HANDLE];
+        t[..8].copy_from_slice(&TICKET_MAGIC);
+        t[8..12].copy_from_slice(&self.pid.to_le_bytes());
+        t[12..16].copy_from_slice(&self.slot.to_le_bytes());
+        t[16..24].copy_from_slice(&self.nonce.to_le_bytes());
+        t[24..32].copy_from_slice(&self.generation.to_le_bytes());
+        t[32..48].copy_from_slice(&self.secret);
+        t[48..56].copy_from_slice(&self.offset.to_le_bytes());
+        t
+    }
+
+    fn decode(h: &Handle) -> Option<Ticket> {
+        if h[..8] != TICKET_MAGIC {
+            return None;
+        }
+        let u32_at = |i: usize| u32::from_le_bytes(h[i..i + 4].try_into().unwrap_or([0; 4]));
+        let u64_at = |i: usize| u64::from_le_bytes(h[i..i + 8].try_into().unwrap_or([0; 8]));
+        let mut secret = [0u8; 16];
+        secret.copy_from_slice(&h[32..48]);
+        Some(Ticket {
+            pid: u32_at(8),
+            slot: u32_at(12),
+            nonce: u64_at(16),
+            generation: u64_at(24),
+            secret,
+            offset: u64_at(48),
+        })
+    }
+}
+
+/// Fills `buf` from the kernel's random source.
+fn random(buf: &mut [u8]) -> bool {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: writes at most the rest of `buf`.
+        let n = unsafe { libc::getrandom(buf[done..].as_mut_ptr().cast(), buf.len() - done, 0) };
+        if n <= 0 {
+            return false;
+        }
+        done += n as usize;
+    }
+    true
+}
+
+/// The table file's path for (uid, pid, nonce), NUL-terminated.
+fn table_path(uid: u32, pid: u32, nonce: u64, out: &mut [u8; 96]) {
+    let mut w = gpushim_core::stackfmt::StackBuf::<96>::new();
+    let _ = core::fmt::Write::write_fmt(
+        &mut w,
+        format_args!("/dev/shm/gpushim-ipc-{uid}-{pid}-{nonce:016x}"),
+    );
+    let bytes = w.as_bytes();
+    let n = bytes.len().min(out.len() - 1);
+    out.fill(0);
+    out[..n].copy_from_slice(&bytes[..n]);
+}
+
+/// This process's ticket table: its file, name and what it exported.
+struct Exports {
+    fd: i32,
+    nonce: u64,
+    path: [u8; 96],
+    /// Next slot never used; then `free_slots`.
+    next: u32,
+    free_slots: Vec<u32>,
+    /// Live slots: (block address, slot, generation).
+    live: Vec<(u64, u32, u64)>,
+    generation: u64,
+}
+
+struct ExportCell(UnsafeCell<Option<Exports>>);
+// SAFETY: only touched under EXPORT_LOCK.
+unsafe impl Sync for ExportCell {}
+static EXPORT_LOCK: SpinLock = SpinLock::new();
+static EXPORTS: ExportCell = ExportCell(UnsafeCell::new(None));
+/// Set once this process made a ticket: frees look for tickets to revoke only then.
+static ANY_EXPORT: AtomicBool = AtomicBool::new(false);
+/// The table could not be made (no /dev/shm, no randomness): tickets are refused.
+static EXPORT_BROKEN: AtomicBool = AtomicBool::new(false);
+static UNLINK_REGISTERED: AtomicBool = AtomicBool::new(false);
+/// The table's descriptor, for the exit handler.
+static TABLE_FD: AtomicI32 = AtomicI32::new(-1);
+
+fn exports<R>(f: impl FnOnce(&mut Option<Exports>) -> R) -> R {
+    EXPORT_LOCK.lock();
+    // SAFETY: EXPORT_LOCK is held, so this is the only reference.
+    let r = f(unsafe { &mut *EXPORTS.0.get() });
+    EXPORT_LOCK.unlock();
+    r
+}
+
+extern "C" fn remove_table() {
+    exports(|e| {
+        if let Some(x) = e.take() {
+            // SAFETY: the path is NUL-terminated; the descriptor is ours.
+            unsafe {
+                libc::unlink(x.path.as_ptr().cast());
+                libc::close(x.fd);
+            }
+            TABLE_FD.store(-1, Ordering::Relaxed);
+        }
+    });
+}
+
+fn create_table() -> Option<Exports> {
+    let mut n = [0u8; 8];
+    if !random(&mut n) {
         return None;
     }
-    let header = t as *const Header;
-    // SAFETY: `t` is a live shared mapping of TABLE_BYTES: a header, then SLOTS slots, all
-    // atomics (any bit pattern is valid), never unmapped.
-    unsafe {
-        let slots = header.add(1) as *const Slot;
-        Some((&*header, core::slice::from_raw_parts(slots, SLOTS as usize)))
-    }
-}
-
-/// Maps the per-user table file, creating it on first use.
-fn map_table() -> Option<usize> {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let mut path = [0u8; 64];
-    let mut w = gpushim_core::stackfmt::StackBuf::<64>::new();
-    let _ = core::fmt::Write::write_fmt(&mut w, format_args!("/dev/shm/gpushim-ipc-{uid}"));
-    let bytes = w.as_bytes();
-    path[..bytes.len()].copy_from_slice(bytes);
-    // SAFETY: `path` is NUL-terminated (zeroed past the text, which is under 64 bytes).
+    let nonce = u64::from_le_bytes(n);
+    // SAFETY: getuid and getpid have no preconditions.
+    let (uid, pid) = unsafe { (libc::getuid(), libc::getpid() as u32) };
+    let mut path = [0u8; 96];
+    table_path(uid, pid, nonce, &mut path);
+    // SAFETY: a NUL-terminated path; a new file only (O_EXCL), never through a link.
     let fd = unsafe {
         libc::open(
             path.as_ptr().cast(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             0o600,
         )
     };
     if fd < 0 {
         return None;
     }
-    let mapped = map_fd(fd, uid);
-    // SAFETY: `fd` is ours; the mapping (if any) does not need it open.
-    unsafe { libc::close(fd) };
-    mapped
+    TABLE_FD.store(fd, Ordering::Relaxed);
+    if !UNLINK_REGISTERED.swap(true, Ordering::Relaxed) {
+        // SAFETY: a plain function that lives as long as the process (-z nodelete).
+        unsafe { libc::atexit(remove_table) };
+    }
+    Some(Exports {
+        fd,
+        nonce,
+        path,
+        next: 0,
+        free_slots: Vec::new(),
+        live: Vec::new(),
+        generation: 0,
+    })
 }
 
-fn map_fd(fd: i32, uid: u32) -> Option<usize> {
-    // SAFETY: an all-zero stat is a valid out-buffer; `fd` is open.
-    let mut st: libc::stat = unsafe { core::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_uid != uid {
-        return None;
+fn write_slot(fd: i32, slot: u32, s: &Slot) -> bool {
+    let bytes = s.encode();
+    let at = u64::from(slot) * SLOT_BYTES as u64;
+    // SAFETY: writes SLOT_BYTES from a local buffer at a slot's offset of our own file.
+    let n = unsafe { libc::pwrite(fd, bytes.as_ptr().cast(), SLOT_BYTES, at as libc::off_t) };
+    n == SLOT_BYTES as isize
+}
+
+/// Why a ticket could not be made.
+pub enum TicketError {
+    /// The table file cannot be made (no usable /dev/shm, no randomness).
+    NoTable,
+    /// Every slot holds a live export.
+    Full,
+}
+
+/// A ticket naming `offset` bytes into the allocation whose real handle is `real`, for the
+/// block at `block` of `size` bytes.
+pub fn ticket(real: &Handle, block: u64, offset: u64, size: u64) -> Result<Handle, TicketError> {
+    if EXPORT_BROKEN.load(Ordering::Relaxed) {
+        return Err(TicketError::NoTable);
     }
-    // Two processes may both grow a new file; both grow it to the same length.
-    // SAFETY: `fd` is open for writing.
-    if (st.st_size as usize) < TABLE_BYTES
-        && unsafe { libc::ftruncate(fd, TABLE_BYTES as libc::off_t) } != 0
-    {
-        return None;
+    let mut secret = [0u8; 16];
+    if !random(&mut secret) {
+        return Err(TicketError::NoTable);
     }
-    // SAFETY: a fresh shared mapping of the file's first TABLE_BYTES.
-    let p = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            TABLE_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return None;
-    }
-    // SAFETY: the mapping starts with a Header of atomics.
-    let header = unsafe { &*(p as *const Header) };
-    let ok =
-        match header
-            .magic
-            .compare_exchange(0, TABLE_MAGIC, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => true,
-            Err(m) => m == TABLE_MAGIC,
+    exports(|e| {
+        if e.is_none() {
+            *e = create_table();
+            if e.is_none() {
+                EXPORT_BROKEN.store(true, Ordering::Relaxed);
+                return Err(TicketError::NoTable);
+            }
+        }
+        let x = e.as_mut().ok_or(TicketError::NoTable)?;
+        let slot = match x.free_slots.pop() {
+            Some(s) => s,
+            None if x.next < SLOTS => {
+                x.next += 1;
+                x.next - 1
+            }
+            None => return Err(TicketError::Full),
         };
-    if !ok {
-        // SAFETY: unmapping what was just mapped.
-        unsafe { libc::munmap(p, TABLE_BYTES) };
-        return None;
-    }
-    Some(p as usize)
+        x.generation += 1;
+        let s = Slot {
+            state: LIVE,
+            generation: x.generation,
+            secret,
+            offset,
+            size,
+            block,
+            handle: *real,
+        };
+        if !write_slot(x.fd, slot, &s) {
+            x.free_slots.push(slot);
+            return Err(TicketError::NoTable);
+        }
+        x.live.push((block, slot, x.generation));
+        ANY_EXPORT.store(true, Ordering::Release);
+        // SAFETY: getpid has no preconditions.
+        let pid = unsafe { libc::getpid() } as u32;
+        Ok(Ticket {
+            pid,
+            slot,
+            nonce: x.nonce,
+            generation: x.generation,
+            secret,
+            offset,
+        }
+        .encode())
+    })
 }
 
-fn word(h: &Handle, i: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&h[i * 8..i * 8 + 8]);
-    u64::from_le_bytes(b)
-}
-
-/// The ticket naming `offset` bytes into the allocation whose real handle is `real`, for a
-/// block of `size` bytes; None when the shared table cannot be used.
-pub fn ticket(real: &Handle, offset: u64, size: u64) -> Option<Handle> {
-    let (header, slots) = table()?;
-    let n = header.next.fetch_add(1, Ordering::Relaxed);
-    let slot = &slots[(n % SLOTS) as usize];
-    let seq = (n + 1) * 2;
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() } as u64;
-    slot.seq.store(seq - 1, Ordering::Relaxed);
-    fence(Ordering::Release);
-    slot.offset.store(offset, Ordering::Relaxed);
-    slot.size.store(size, Ordering::Relaxed);
-    slot.pid.store(pid, Ordering::Relaxed);
-    for (i, w) in slot.handle.iter().enumerate() {
-        w.store(word(real, i), Ordering::Relaxed);
+/// The block at `block` was freed: its tickets stop opening at once.
+pub fn revoke(block: u64) {
+    if !ANY_EXPORT.load(Ordering::Acquire) {
+        return;
     }
-    slot.seq.store(seq, Ordering::Release);
-    let mut t = [0u8; HANDLE];
-    t[..8].copy_from_slice(&TICKET_MAGIC);
-    t[8..16].copy_from_slice(&seq.to_le_bytes());
-    t[16..24].copy_from_slice(&offset.to_le_bytes());
-    t[24..32].copy_from_slice(&size.to_le_bytes());
-    t[32..40].copy_from_slice(&pid.to_le_bytes());
-    Some(t)
+    exports(|e| {
+        let Some(x) = e.as_mut() else {
+            return;
+        };
+        let mut i = 0;
+        while i < x.live.len() {
+            let (b, slot, _) = x.live[i];
+            if b != block {
+                i += 1;
+                continue;
+            }
+            let state = REVOKED.to_le_bytes();
+            let at = u64::from(slot) * SLOT_BYTES as u64;
+            // SAFETY: writes the state word of one slot of our own file.
+            unsafe { libc::pwrite(x.fd, state.as_ptr().cast(), 8, at as libc::off_t) };
+            x.free_slots.push(slot);
+            x.live.swap_remove(i);
+        }
+    });
 }
 
 /// What a handle handed to `cuIpcOpenMemHandle` names.
@@ -191,37 +349,91 @@ pub enum Named {
     Real,
     /// A ticket: open this real handle and add the offset.
     Ticket(Handle, u64),
-    /// A ticket whose slot was reused or that this machine's table never held.
-    Stale,
+    /// A ticket that cannot be opened, and why (for the one line on stderr).
+    Refused(&'static str),
+}
+
+/// Reads one slot of the table named by `t`, checking the file first.
+fn read_slot(t: &Ticket) -> Result<Slot, &'static str> {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let mut path = [0u8; 96];
+    table_path(uid, t.pid, t.nonce, &mut path);
+    // SAFETY: a NUL-terminated path; never a link, never blocking.
+    let fd = unsafe {
+        libc::open(
+            path.as_ptr().cast(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err("its table is gone: the exporting process has exited, or the ticket is forged");
+    }
+    let r = read_checked(fd, t);
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    r
+}
+
+fn read_checked(fd: i32, t: &Ticket) -> Result<Slot, &'static str> {
+    // SAFETY: an all-zero stat is a valid out-buffer; `fd` is open.
+    let mut st: libc::stat = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err("its table cannot be examined");
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG
+        || st.st_uid != uid
+        || st.st_mode & 0o077 != 0
+        || st.st_nlink != 1
+    {
+        return Err(
+            "its table is not a private file of this user (not regular, another owner, open to \
+             others, or hard-linked): refused",
+        );
+    }
+    if t.slot >= SLOTS {
+        return Err("the ticket names no slot: forged or damaged");
+    }
+    let at = (u64::from(t.slot) * SLOT_BYTES as u64) as libc::off_t;
+    let mut a = [0u8; SLOT_BYTES];
+    let mut b = [0u8; SLOT_BYTES];
+    // Read twice: a slot being rewritten reads differently, and is refused.
+    // SAFETY: reads SLOT_BYTES into local buffers.
+    let (na, nb) = unsafe {
+        (
+            libc::pread(fd, a.as_mut_ptr().cast(), SLOT_BYTES, at),
+            libc::pread(fd, b.as_mut_ptr().cast(), SLOT_BYTES, at),
+        )
+    };
+    if na != SLOT_BYTES as isize || nb != SLOT_BYTES as isize || a != b {
+        return Err("the ticket's slot is unreadable or changing");
+    }
+    let s = Slot::decode(&a);
+    let mut diff = 0u8;
+    for (x, y) in s.secret.iter().zip(&t.secret) {
+        diff |= x ^ y;
+    }
+    if diff != 0 || s.generation != t.generation || s.offset != t.offset {
+        return Err("the ticket does not match its slot: forged, or its slot was reused");
+    }
+    match s.state {
+        LIVE => Ok(s),
+        REVOKED | FREE => Err("the exporter freed the block it names"),
+        _ => Err("the ticket's slot is damaged"),
+    }
 }
 
 pub fn read(h: &Handle) -> Named {
-    if h[..8] != TICKET_MAGIC {
+    let Some(t) = Ticket::decode(h) else {
         return Named::Real;
-    }
-    let seq = word(h, 1);
-    let (offset, pid) = (word(h, 2), word(h, 4));
-    let Some((_, slots)) = table() else {
-        return Named::Stale;
     };
-    if seq < 2 {
-        return Named::Stale;
+    match read_slot(&t) {
+        Ok(s) => Named::Ticket(s.handle, s.offset),
+        Err(why) => Named::Refused(why),
     }
-    let slot = &slots[((seq / 2 - 1) % SLOTS) as usize];
-    if slot.seq.load(Ordering::Acquire) != seq {
-        return Named::Stale;
-    }
-    let mut real = [0u8; HANDLE];
-    for (i, w) in slot.handle.iter().enumerate() {
-        real[i * 8..i * 8 + 8].copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
-    }
-    let same =
-        slot.offset.load(Ordering::Relaxed) == offset && slot.pid.load(Ordering::Relaxed) == pid;
-    fence(Ordering::Acquire);
-    if !same || slot.seq.load(Ordering::Relaxed) != seq {
-        return Named::Stale;
-    }
-    Named::Ticket(real, offset)
 }
 
 /// A real mapping this process opened: its handle, context, base and how many returned
@@ -238,15 +450,12 @@ struct Mapping {
 #[derive(Clone, Copy)]
 struct Given {
     ptr: u64,
-    mapping: u16,
+    mapping: usize,
 }
 
-const MAPPINGS: usize = 1024;
-const GIVEN: usize = 4096;
-
 struct Opened {
-    mappings: [Option<Mapping>; MAPPINGS],
-    given: [Option<Given>; GIVEN],
+    mappings: Vec<Option<Mapping>>,
+    given: Vec<Given>,
 }
 
 struct Shared(UnsafeCell<Opened>);
@@ -255,15 +464,26 @@ unsafe impl Sync for Shared {}
 
 static LOCK: SpinLock = SpinLock::new();
 static OPENED: Shared = Shared(UnsafeCell::new(Opened {
-    mappings: [None; MAPPINGS],
-    given: [None; GIVEN],
+    mappings: Vec::new(),
+    given: Vec::new(),
 }));
 /// Set once the process opened anything through the table: closes look only then.
 static ANY: AtomicU8 = AtomicU8::new(0);
 
-/// In a forked child: a parent thread may have held the lock at the fork.
+/// In a forked child: a parent thread may have held a lock at the fork, and the parent's
+/// table is the parent's.
 pub fn forget_after_fork() {
     LOCK.unlock();
+    EXPORT_LOCK.unlock();
+    // SAFETY: the child is single-threaded here; the parent's file stays the parent's (the
+    // descriptor is closed in the child, never unlinked).
+    unsafe {
+        if let Some(x) = (*EXPORTS.0.get()).take() {
+            libc::close(x.fd);
+        }
+    }
+    ANY_EXPORT.store(false, Ordering::Relaxed);
+    EXPORT_BROKEN.store(false, Ordering::Relaxed);
 }
 
 fn locked<R>(f: impl FnOnce(&mut Opened) -> R) -> R {
@@ -280,9 +500,6 @@ pub fn open(real: &Handle, offset: u64, open: impl FnOnce(&mut u64) -> i32) -> R
     let ctx = pool::current_context().unwrap_or(0);
     ANY.store(1, Ordering::Release);
     locked(|o| {
-        let Some(g) = o.given.iter().position(Option::is_none) else {
-            return Err(crate::ffi::ERROR_OUT_OF_MEMORY);
-        };
         let found = o
             .mappings
             .iter()
@@ -290,32 +507,35 @@ pub fn open(real: &Handle, offset: u64, open: impl FnOnce(&mut u64) -> i32) -> R
         let m = match found {
             Some(m) => m,
             None => {
-                let Some(m) = o.mappings.iter().position(Option::is_none) else {
-                    return Err(crate::ffi::ERROR_OUT_OF_MEMORY);
-                };
                 let mut base = 0u64;
                 let rc = open(&mut base);
                 if rc != 0 {
                     return Err(rc);
                 }
-                o.mappings[m] = Some(Mapping {
+                let mapping = Some(Mapping {
                     handle: *real,
                     ctx,
                     base,
                     refs: 0,
                 });
-                m
+                match o.mappings.iter().position(Option::is_none) {
+                    Some(i) => {
+                        o.mappings[i] = mapping;
+                        i
+                    }
+                    None => {
+                        o.mappings.push(mapping);
+                        o.mappings.len() - 1
+                    }
+                }
             }
         };
-        let mapping = o.mappings[m].as_mut().map(|x| {
+        let base = o.mappings[m].as_mut().map_or(0, |x| {
             x.refs += 1;
             x.base
         });
-        let ptr = mapping.unwrap_or(0) + offset;
-        o.given[g] = Some(Given {
-            ptr,
-            mapping: m as u16,
-        });
+        let ptr = base.saturating_add(offset);
+        o.given.push(Given { ptr, mapping: m });
         Ok(ptr)
     })
 }
@@ -335,12 +555,11 @@ pub fn close(ptr: u64) -> Close {
         return Close::PassThrough;
     }
     locked(|o| {
-        let Some(g) = o.given.iter().position(|g| g.is_some_and(|g| g.ptr == ptr)) else {
+        let Some(g) = o.given.iter().position(|g| g.ptr == ptr) else {
             return Close::PassThrough;
         };
-        let m = o.given[g].map_or(0, |g| g.mapping as usize);
-        o.given[g] = None;
-        let Some(mapping) = o.mappings[m].as_mut() else {
+        let m = o.given.swap_remove(g).mapping;
+        let Some(mapping) = o.mappings.get_mut(m).and_then(Option::as_mut) else {
             return Close::PassThrough;
         };
         mapping.refs -= 1;

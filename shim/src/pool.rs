@@ -337,9 +337,20 @@ pub fn free(ptr: u64, kind: FreeKind) -> Freed {
         return Freed::NotOurs;
     }
     match with(|p| p.free(ptr, kind)) {
-        Freed::Done(slot) => Freed::Done(device_of(slot)),
+        Freed::Done(slot) => {
+            // Its IPC tickets stop opening now.
+            crate::ipc::revoke(ptr);
+            Freed::Done(device_of(slot))
+        }
         other => other,
     }
+}
+
+/// Seals the segment of live pooled block `ptr` before its memory leaves the process through
+/// IPC: the pool hands nothing more out of it and gives it back to CUDA once it is empty, so
+/// a handle kept after a free never reaches memory given to someone else.
+pub fn seal(ptr: u64) -> bool {
+    pooling() && with(|p| p.seal(ptr))
 }
 
 /// The live pooled block containing `ptr`, if any.

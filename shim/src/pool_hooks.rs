@@ -314,17 +314,25 @@ unsafe fn ipc_get_mem_handle(sym: Sym, real: usize, _: Api, handle: *mut c_void,
         let out = if b.ptr == b.segment {
             segment
         } else {
-            match ipc::ticket(&segment, b.ptr - b.segment, b.requested) {
-                Some(t) => t,
-                None => {
+            match ipc::ticket(&segment, b.ptr, b.ptr - b.segment, b.requested) {
+                Ok(t) => t,
+                Err(ipc::TicketError::NoTable) => {
                     return ipc_refused(format_args!(
-                        "IPC export of a pooled block inside a segment needs the table \
-                         /dev/shm/gpushim-ipc-<uid>, which cannot be used; refused (error 1). \
-                         Run with GPUSHIM_CONF=pool:off to share such memory"
+                        "IPC export of a pooled block inside a segment needs a ticket table in \
+                         /dev/shm, which cannot be made here; refused (error 1). Run with \
+                         GPUSHIM_CONF=pool:off to share such memory"
+                    ));
+                }
+                Err(ipc::TicketError::Full) => {
+                    return ipc_refused(format_args!(
+                        "IPC export refused (error 1): this process has 65536 pooled blocks \
+                         exported and not freed"
                     ));
                 }
             }
         };
+        // The segment is sealed before the handle leaves: freed, it goes back to CUDA.
+        pool::seal(b.ptr);
         // SAFETY: the caller's handle buffer holds CU_IPC_HANDLE_SIZE bytes.
         unsafe { core::ptr::copy_nonoverlapping(out.as_ptr(), handle.cast::<u8>(), ipc::HANDLE) };
         if rec {
@@ -364,11 +372,14 @@ unsafe fn ipc_open(sym: Sym, real: usize, _: Api, out: *mut u64, h: IpcHandle, f
         let (real_handle, offset) = match ipc::read(&h.0) {
             ipc::Named::Real => (h.0, 0),
             ipc::Named::Ticket(r, o) => (r, o),
-            ipc::Named::Stale => {
-                say(format_args!(
-                    "cuIpcOpenMemHandle: the handle is a gpushim ticket this machine no longer \
-                     holds (the exporter made 65536 more since); error 1"
-                ));
+            ipc::Named::Refused(why) => {
+                static SAID: AtomicBool = AtomicBool::new(false);
+                if !SAID.swap(true, Ordering::Relaxed) {
+                    say(format_args!(
+                        "cuIpcOpenMemHandle: a gpushim ticket that cannot be opened: {why}; \
+                         error 1 (said once)"
+                    ));
+                }
                 return ERROR_INVALID_VALUE;
             }
         };

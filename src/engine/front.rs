@@ -128,7 +128,10 @@ impl<B: Backend> Front<B> {
             };
         };
         match kind {
-            FreeKind::OnStream(k) if b.size <= HOT_MAX_BLOCK => self.keep(&b, k),
+            // A block of a sealed segment (exported through IPC) is never kept for reuse.
+            FreeKind::OnStream(k) if b.size <= HOT_MAX_BLOCK && !self.engine.sealed(ptr) => {
+                self.keep(&b, k)
+            }
             _ => {
                 let _ = self.engine.free(ptr, kind);
             }
@@ -221,6 +224,12 @@ impl<B: Backend> Front<B> {
             }
         }
         self.engine.trim(device, age);
+    }
+
+    /// Seals the segment of live block `ptr` (see `Engine::seal_segment`); a block waiting in
+    /// the list is not live.
+    pub fn seal(&mut self, ptr: u64) -> bool {
+        self.lookup(ptr).is_some() && self.engine.seal_segment(ptr)
     }
 
     /// Sets whether a synchronous free that empties a segment gives it back at once (decided by

@@ -411,6 +411,13 @@ impl<B: Backend> Engine<B> {
         true
     }
 
+    /// Whether the segment holding live block `ptr` is sealed (see `seal_segment`).
+    pub fn sealed(&self, ptr: u64) -> bool {
+        self.lookup(ptr)
+            .and_then(|b| self.segments.get(&b.segment))
+            .is_some_and(|s| s.sealed)
+    }
+
     /// Gives a segment with nothing allocated back, whatever its fences (the device's own free
     /// waits for the device). Deferred while the backend is quiet.
     fn release_segment(&mut self, base: u64) {

@@ -169,7 +169,7 @@ static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
     }
     size_t rounded = (size + 255) & ~(size_t)255;
     void *p = NULL;
-    int mmapped = rounded >= (1u << 20);
+    int mmapped = rounded >= (64u << 10); /* page-aligned: IPC can share it */
     if (mmapped) {
         p = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED) p = NULL;
