@@ -394,3 +394,28 @@ fn an_existing_trace_file_is_never_overwritten() {
     assert_eq!(std::fs::read(&t).unwrap(), b"precious");
     assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
 }
+
+#[test]
+fn a_runtime_closed_and_loaded_again_elsewhere_is_called_where_it_now_is() {
+    // The adversary's row 6: dlclose of libcudart, its old range made inaccessible, dlopen at
+    // another address, calls through the hooks. Before, the hook jumped to the old address.
+    for conf in ["pool:off", "pool:caching"] {
+        let out = run(
+            &sim().bin("reload"),
+            Run {
+                preload: true,
+                env: vec![
+                    ("GPUSHIM_CONF", conf.into()),
+                    ("GPUSHIM_TRACE", "off".into()),
+                ],
+                ..Run::default()
+            },
+        );
+        assert_ok(&out);
+        assert_eq!(
+            stdout(&out).trim(),
+            "first=0 closed=0 unloaded=1 blocked=1 moved=1 again=0 freed=0 meminfo=0",
+            "{conf}"
+        );
+    }
+}

@@ -72,3 +72,22 @@ unsafe extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char) -> *mu
         None => p,
     }
 }
+
+/// Our `dlclose`: glibc's, then the real functions that lay in an unloaded library are
+/// forgotten (see `real::forget_unloaded`), so a library closed and opened again at another
+/// address is called where it now is.
+///
+/// # Safety
+/// As glibc's `dlclose`: `handle` from `dlopen`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlclose(handle: *mut c_void) -> core::ffi::c_int {
+    let Some(close) = real::real_dlclose() else {
+        return -1;
+    };
+    // SAFETY: the caller's handle, unchanged.
+    let rc = unsafe { close(handle) };
+    if rc == 0 {
+        real::forget_unloaded();
+    }
+    rc
+}

@@ -50,6 +50,53 @@ pub fn real_dlsym() -> Option<DlsymFn> {
     Some(unsafe { core::mem::transmute::<usize, DlsymFn>(p) })
 }
 
+pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> core::ffi::c_int;
+static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
+
+/// glibc's `dlclose`, found with `dlvsym` so that our own is never called by mistake.
+pub fn real_dlclose() -> Option<DlcloseFn> {
+    let mut p = REAL_DLCLOSE.load(Ordering::Acquire);
+    if p == 0 {
+        for v in DLSYM_VERSIONS {
+            // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated names.
+            let q = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlclose".as_ptr(), v.as_ptr()) };
+            if !q.is_null() {
+                p = q as usize;
+                break;
+            }
+        }
+        if p == 0 {
+            return None;
+        }
+        REAL_DLCLOSE.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is glibc's dlclose, whose ABI is DlcloseFn.
+    Some(unsafe { core::mem::transmute::<usize, DlcloseFn>(p) })
+}
+
+/// Whether `p` lies in a loaded object.
+fn mapped(p: usize) -> bool {
+    // SAFETY: an all-zero Dl_info is a valid out-buffer; dladdr only reads the loader's tables.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::dladdr(p as *const c_void, &mut info) != 0 }
+}
+
+/// A library was unloaded (`dlclose`): every real function that no longer lies in a loaded
+/// object is forgotten, so the next call finds it again (in the library loaded anew, perhaps
+/// at another address) instead of jumping into unmapped memory. A wrapper whose function is
+/// gone answers "not found" until a new entry-point lookup offers the new one.
+pub fn forget_unloaded() {
+    for table in [&EXPORTED, &PROC] {
+        for e in table.iter() {
+            let p = e.load(Ordering::Acquire);
+            if p != 0 && !mapped(p) {
+                let _ = e.compare_exchange(p, 0, Ordering::AcqRel, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
 /// The real function behind an exported hook, or 0 when it cannot be found.
 pub fn exported(sym: Sym) -> usize {
     let p = EXPORTED[sym as usize].load(Ordering::Acquire);
@@ -78,7 +125,9 @@ fn resolve_exported(sym: Sym) -> usize {
                     continue;
                 }
                 let q = dlsym(h, name) as usize;
-                libc::dlclose(h);
+                if let Some(close) = real_dlclose() {
+                    close(h);
+                }
                 if q != 0 && !crate::wrappers::is_ours(q) {
                     p = q;
                     break;
