@@ -253,6 +253,44 @@ impl Recorder {
         self.generation.load(Ordering::Acquire)
     }
 
+    /// Whether `addr` lies in a chunk of the trace this recorder mapped. Lock-free and
+    /// allocation-free: callable from a signal handler.
+    pub fn maps(&self, addr: usize) -> bool {
+        self.chunks.iter().any(|c| {
+            let base = c.load(Ordering::Acquire) as usize;
+            base != 0 && addr >= base && addr < base + CHUNK_BYTES as usize
+        })
+    }
+
+    /// The file under the mapping was cut short (another process truncated it): every mapped
+    /// chunk is replaced in place by anonymous memory, so writes already under way land
+    /// harmlessly, and recording stops. Only system calls and atomics: callable from a SIGBUS
+    /// handler. Returns whether any chunk was replaced.
+    pub fn abandon_mappings(&self) -> bool {
+        self.state.store(FAILED, Ordering::Release);
+        let mut any = false;
+        for c in &self.chunks {
+            let base = c.load(Ordering::Acquire);
+            if base.is_null() {
+                continue;
+            }
+            // SAFETY: replaces our own mapping of CHUNK_BYTES at `base` with private anonymous
+            // memory of the same size (MAP_FIXED over a range we own).
+            let p = unsafe {
+                libc::mmap(
+                    base.cast(),
+                    CHUNK_BYTES as usize,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            any |= p != libc::MAP_FAILED;
+        }
+        any
+    }
+
     /// Marks the trace as unusable, so callers stop trying to open it.
     pub fn fail(&self) {
         self.state.store(FAILED, Ordering::Release);

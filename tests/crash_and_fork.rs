@@ -133,3 +133,47 @@ fn two_hundred_forks_while_recording_never_hang_and_never_touch_the_parents_trac
     // Only the 100 children that made a CUDA call have a trace.
     assert_eq!(children, 100);
 }
+
+#[test]
+fn a_trace_file_cut_short_by_another_process_never_kills_the_program() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempdir("truncate");
+    let t = dir.join("storm.trace");
+    let mut child = Command::new(sim().bin("storm"))
+        .arg("4")
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env("LD_PRELOAD", shim())
+        .env("GPUSHIM_TRACE", &t)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line, "storming\n");
+    std::thread::sleep(Duration::from_millis(200));
+    // Another process of the same user cuts the file to nothing while four threads write it.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&t)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the program died: {:?}",
+        child.try_wait()
+    );
+    // SAFETY: a plain kill of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGTERM), "not SIGBUS");
+    assert!(
+        stderr(&out).contains("cut short"),
+        "said once: {}",
+        stderr(&out)
+    );
+}

@@ -3,8 +3,8 @@
 use crate::real;
 use crate::state::{self, env, say};
 use crate::symbols::Sym;
-use core::cell::Cell;
-use core::ffi::c_int;
+use core::cell::{Cell, UnsafeCell};
+use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::format::{self, Api, DEVICE_UNKNOWN, Record, RecordKind};
 use gpushim_core::recorder::{self, OpenOptions, PATH_CAP, Recorder};
@@ -208,6 +208,7 @@ fn open_trace() {
         return;
     }
     crate::stacks::on_open(conf.stack_every);
+    install_sigbus_handler();
     // The grower keeps the next chunks of the file mapped and populated, so producers take no
     // page faults. Without it (spawn failed) producers map chunks themselves: slower, correct.
     let _ = std::thread::Builder::new()
@@ -220,6 +221,67 @@ fn open_trace() {
             libc::atexit(at_exit);
             libc::pthread_atfork(None, None, Some(in_child));
         }
+    }
+}
+
+/// The SIGBUS action in place before ours, to hand faults that are not ours to.
+struct OldAction(UnsafeCell<libc::sigaction>);
+// SAFETY: written once before the handler is installed, then only read.
+unsafe impl Sync for OldAction {}
+// SAFETY: an all-zero sigaction is a valid value (SIG_DFL, no flags).
+static OLD_SIGBUS: OldAction = OldAction(UnsafeCell::new(unsafe { core::mem::zeroed() }));
+static SIGBUS_INSTALLED: AtomicBool = AtomicBool::new(false);
+static TRUNCATED_SAID: AtomicBool = AtomicBool::new(false);
+
+/// A trace file truncated by another process while mapped would kill the program with SIGBUS
+/// at its next record. The handler recognizes faults inside the trace's mappings, replaces them
+/// with anonymous memory (recording stops; the program goes on) and hands every other fault to
+/// the action that was there before.
+fn install_sigbus_handler() {
+    if SIGBUS_INSTALLED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    // SAFETY: an all-zero sigaction is valid; we fill handler, mask and flags.
+    let mut act: libc::sigaction = unsafe { core::mem::zeroed() };
+    act.sa_sigaction = on_sigbus as *const () as usize;
+    act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+    // SAFETY: a valid mask; the old action is stored where the handler reads it, before the
+    // handler can run.
+    unsafe {
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(libc::SIGBUS, &act, OLD_SIGBUS.0.get());
+    }
+}
+
+extern "C" fn on_sigbus(sig: i32, info: *mut libc::siginfo_t, ctx: *mut c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    if RECORDER.maps(addr) && RECORDER.abandon_mappings() {
+        if !TRUNCATED_SAID.swap(true, Ordering::Relaxed) {
+            say(format_args!(
+                "the trace file was cut short by another process while this one wrote it; \
+                 recording stopped, the program goes on"
+            ));
+        }
+        // Returning retries the write, now into anonymous memory.
+        return;
+    }
+    // Not ours: the previous action decides.
+    // SAFETY: written before our handler was installed.
+    let old = unsafe { &*OLD_SIGBUS.0.get() };
+    if old.sa_flags & libc::SA_SIGINFO != 0 && old.sa_sigaction > 1 {
+        // SAFETY: the previous handler, with the arguments the kernel gave us.
+        let f: extern "C" fn(i32, *mut libc::siginfo_t, *mut c_void) =
+            unsafe { core::mem::transmute(old.sa_sigaction) };
+        f(sig, info, ctx);
+    } else if old.sa_sigaction > 1 {
+        // SAFETY: a plain handler of the previous action.
+        let f: extern "C" fn(i32) = unsafe { core::mem::transmute(old.sa_sigaction) };
+        f(sig);
+    } else {
+        // SIG_DFL or SIG_IGN: put it back; returning re-raises the fault under it.
+        // SAFETY: restores the previous action.
+        unsafe { libc::sigaction(libc::SIGBUS, old, core::ptr::null_mut()) };
     }
 }
 
