@@ -362,6 +362,30 @@ fn a_bad_trace_pattern_says_why_and_falls_back_to_the_default_name() {
 }
 
 #[test]
+fn an_unwritable_trace_path_is_named_on_one_line_with_its_cause() {
+    let dir = tempdir("badpath");
+    let long = format!("{}/{}.trace", dir.display(), "n".repeat(300));
+    let newline = format!("{}/no\nsuch/t.trace", dir.display());
+    for (path, cause) in [
+        (long.as_str(), "a name in the path is too long"),
+        (newline.as_str(), "a directory in the path does not exist"),
+    ] {
+        let out = std::process::Command::new(sim().bin("runtime_route"))
+            .current_dir(&dir)
+            .env("LD_LIBRARY_PATH", &sim().dir)
+            .env("LD_PRELOAD", shim())
+            .env("GPUSHIM_TRACE", path)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "one line:\n{err}");
+        assert!(err.contains(cause), "{err}");
+        assert!(!err.contains("system error"), "{err}");
+    }
+}
+
+#[test]
 fn trace_off_records_nothing() {
     for off in ["off", "OFF", "Off"] {
         let dir = tempdir("traceoff");

@@ -1,10 +1,10 @@
-//! The simulator itself returns what real CUDA returns (../shared/CUDA-FACTS.md), without the
+//! The simulator itself returns what real CUDA returns (docs/cuda-facts.md), without the
 //! shim. The same scenarios run on the GPU machine (scripts/gpu-check.sh).
 
 mod common;
 use common::*;
 
-/// What real CUDA printed for `tests/clients/conformance.c`, per CUDA-FACTS.md.
+/// What real CUDA printed for `tests/clients/conformance.c`, per docs/cuda-facts.md.
 pub const CUDA_FACTS: &str = "\
 cudaMalloc(&p, 0): 0 null=1
 cudaMalloc(NULL, 16): 1 last=1

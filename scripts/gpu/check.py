@@ -99,7 +99,7 @@ row("conformance: identical with and without the shim", alone == shimmed and rc 
     f"{len(alone.splitlines())} scenario lines")
 expected = facts()
 diff = [f"real: {a!r} / table: {b!r}" for a, b in zip(alone.splitlines(), expected.splitlines()) if a != b]
-row("conformance: real CUDA matches CUDA-FACTS.md (and the simulator)", not diff, "; ".join(diff) or "all lines equal")
+row("conformance: real CUDA matches docs/cuda-facts.md (and the simulator)", not diff, "; ".join(diff) or "all lines equal")
 
 # 2. Every hooked function called directly: one record each, in order.
 out, err, rc, _ = run([os.path.join(W, "coverage")], trace=t("coverage"))

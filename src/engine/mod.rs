@@ -7,7 +7,7 @@
 //! a request takes the smallest block that fits (best fit). Neighbouring free blocks of one
 //! segment and pool coalesce.
 //!
-//! Safe reuse (contract 3 of DESIGN.md): a block freed stream-ordered on stream S carries a
+//! Safe reuse (contract 3 of docs/design.md): a block freed stream-ordered on stream S carries a
 //! fence on S; it is reusable at once on S (stream order protects it) and on another stream
 //! only once the fence passed. A block freed synchronously (`cudaFree`) carries a fence on the
 //! whole device and is reusable on no stream before it passed: real `cudaFree` waits for the

@@ -1,4 +1,4 @@
-/* The return codes of CUDA-FACTS.md as scenarios. Prints one line per scenario, with codes and
+/* The return codes of docs/cuda-facts.md as scenarios. Prints one line per scenario, with codes and
  * booleans only (never addresses), so the output with and without the shim, and on the
  * simulator and on a real GPU, can be compared line by line. */
 #include "cuda_sim.h"

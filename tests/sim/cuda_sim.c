@@ -1,6 +1,6 @@
 /* libcuda.so.1 for machines without a GPU: "device" memory lives on the host.
  *
- * Return codes follow ../../../shared/CUDA-FACTS.md. Memory is limited by GPUSHIM_SIM_MEMORY
+ * Return codes follow docs/cuda-facts.md. Memory is limited by GPUSHIM_SIM_MEMORY
  * (bytes, default 16 GiB: past it allocations fail with CUDA_ERROR_OUT_OF_MEMORY), each
  * allocating or freeing call sleeps GPUSHIM_SIM_LATENCY_US microseconds (default 0), and
  * GPUSHIM_SIM_DEVICES sets the device count (default 1). VMM physical memory is a memfd, so a
@@ -256,7 +256,7 @@ EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!d) return CUDA_ERROR_INVALID_
 struct sim_stream {
     unsigned flags;
     uint64_t busy_until;
-    /* Stream capture (CUDA-FACTS "During a stream capture", docs/cuda-facts.md): whether one is
+    /* Stream capture (docs/cuda-facts.md, "During a stream capture"): whether one is
      * under way, its mode (0 global, 1 thread-local, 2 relaxed), the thread that began it, and
      * whether a refused call invalidated it. */
     int capturing, cap_mode, invalidated;
