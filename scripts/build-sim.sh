@@ -25,10 +25,10 @@ for client in coverage conformance entry_points runtime_route bench_calls storm 
   $CC -O1 -Wall $inc -o "$out/$client" "$here/tests/clients/$client.c" "${link[@]}" -lpthread -ldl
 done
 $CC -O1 -Wall $inc -o "$out/train_loop" "$here/examples/train_loop.c" "${link[@]}" -lpthread
+$CC -O1 -Wall -o "$out/reload" "$here/tests/clients/reload.c" -ldl
 if [ "${2:-}" != "--real" ]; then
   $CC -shared -fPIC -O1 $inc -o "$out/liblocal.so" "$here/tests/clients/local_lib.c" -L "$out" -lcudart
   $CC -O1 -o "$out/load_local" "$here/tests/clients/load_local.c" -ldl
-  $CC -O1 -Wall -o "$out/reload" "$here/tests/clients/reload.c" -ldl
   # Uses the simulator's GPU-work model (simLaunch, simInUse).
   $CC -O1 -Wall $inc -o "$out/pool" "$here/tests/clients/pool.c" "${link[@]}" -lpthread
   $CC -O1 -Wall $inc -o "$out/leaky" "$here/tests/clients/leaky.c" "${link[@]}" -ldl
