@@ -353,9 +353,10 @@ fn handles_of_freed_blocks_never_open_the_next_allocation() {
     for conf in ["pool:caching", "pool:off"] {
         let (v, err) = ipc_attack(&["stale"], conf);
         assert_eq!((v["export_real"], v["export_ticket"]), (0, 0), "{conf}");
+        // CUDA answers 800 (not permitted) for a handle of freed memory (seen on the H100).
         assert_eq!(
             (v["stale0"], v["stale1"]),
-            (1, 1),
+            (800, 800),
             "{conf}: CUDA's answer\n{err}"
         );
         assert_eq!((v["byte0"], v["byte1"]), (0, 0), "{conf}: nothing read");

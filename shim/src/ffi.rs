@@ -47,6 +47,9 @@ pub const CU_MEM_LOCATION_TYPE_DEVICE: i32 = 1;
 pub const ERROR_INVALID_VALUE: i32 = 1;
 /// `CUDA_ERROR_OUT_OF_MEMORY` / `cudaErrorMemoryAllocation`: the same code in both APIs.
 pub const ERROR_OUT_OF_MEMORY: i32 = 2;
+/// `CUDA_ERROR_NOT_PERMITTED` / `cudaErrorNotPermitted`: what `cuIpcOpenMemHandle` answers for a
+/// handle of memory its exporter freed.
+pub const ERROR_NOT_PERMITTED: i32 = 800;
 /// `cudaErrorStreamCaptureUnsupported` / `CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` (the same
 /// number): a call not allowed while a stream is being captured.
 pub const ERROR_STREAM_CAPTURE_UNSUPPORTED: i32 = 900;

@@ -349,9 +349,12 @@ pub enum Named {
     Real,
     /// A ticket: open this real handle and add the offset.
     Ticket(Handle, u64),
-    /// A ticket that cannot be opened, and why (for the one line on stderr).
-    Refused(&'static str),
+    /// A ticket that cannot be opened: the code CUDA gives such a handle, and why (for the one
+    /// line on stderr).
+    Refused(i32, &'static str),
 }
+
+const FREED: &str = "the exporter freed the block it names";
 
 /// Reads one slot of the table named by `t`, checking the file first.
 fn read_slot(t: &Ticket) -> Result<Slot, &'static str> {
@@ -421,7 +424,7 @@ fn read_checked(fd: i32, t: &Ticket) -> Result<Slot, &'static str> {
     }
     match s.state {
         LIVE => Ok(s),
-        REVOKED | FREE => Err("the exporter freed the block it names"),
+        REVOKED | FREE => Err(FREED),
         _ => Err("the ticket's slot is damaged"),
     }
 }
@@ -432,7 +435,16 @@ pub fn read(h: &Handle) -> Named {
     };
     match read_slot(&t) {
         Ok(s) => Named::Ticket(s.handle, s.offset),
-        Err(why) => Named::Refused(why),
+        Err(why) => Named::Refused(
+            // A handle of memory its exporter freed: CUDA answers 800 (measured); a handle CUDA
+            // never made: 1.
+            if why == FREED {
+                crate::ffi::ERROR_NOT_PERMITTED
+            } else {
+                crate::ffi::ERROR_INVALID_VALUE
+            },
+            why,
+        ),
     }
 }
 

@@ -372,15 +372,15 @@ unsafe fn ipc_open(sym: Sym, real: usize, _: Api, out: *mut u64, h: IpcHandle, f
         let (real_handle, offset) = match ipc::read(&h.0) {
             ipc::Named::Real => (h.0, 0),
             ipc::Named::Ticket(r, o) => (r, o),
-            ipc::Named::Refused(why) => {
+            ipc::Named::Refused(code, why) => {
                 static SAID: AtomicBool = AtomicBool::new(false);
                 if !SAID.swap(true, Ordering::Relaxed) {
                     say(format_args!(
                         "cuIpcOpenMemHandle: a gpushim ticket that cannot be opened: {why}; \
-                         error 1 (said once)"
+                         error {code} (said once)"
                     ));
                 }
-                return ERROR_INVALID_VALUE;
+                return code;
             }
         };
         let opened = ipc::open(&real_handle, offset, |base| {
