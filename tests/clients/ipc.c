@@ -190,7 +190,7 @@ static int perms(void) {
     chmod(table, 0600);
     char link_path[600];
     snprintf(link_path, sizeof link_path, "%s.lnk", table);
-    link(table, link_path);
+    if (link(table, link_path) != 0) perror("link");
     args[2] = "hardlinked";
     spawn_peer(args);
     unlink(link_path);
