@@ -169,6 +169,47 @@ impl fmt::Display for ConfError<'_> {
 /// Binary units (`K`, `KiB`, `M`, `MiB`, ...) are powers of 1024; `KB`, `MB`, `GB`, `TB` are
 /// powers of 1000.
 pub fn parse_size(s: &str) -> Option<u64> {
+    parse_with_unit(
+        s,
+        &[
+            ("", 1),
+            ("B", 1),
+            ("b", 1),
+            ("K", 1 << 10),
+            ("k", 1 << 10),
+            ("KiB", 1 << 10),
+            ("kib", 1 << 10),
+            ("KIB", 1 << 10),
+            ("M", 1 << 20),
+            ("m", 1 << 20),
+            ("MiB", 1 << 20),
+            ("mib", 1 << 20),
+            ("MIB", 1 << 20),
+            ("G", 1 << 30),
+            ("g", 1 << 30),
+            ("GiB", 1 << 30),
+            ("gib", 1 << 30),
+            ("GIB", 1 << 30),
+            ("T", 1 << 40),
+            ("t", 1 << 40),
+            ("TiB", 1 << 40),
+            ("tib", 1 << 40),
+            ("TIB", 1 << 40),
+            ("KB", 1_000),
+            ("kB", 1_000),
+            ("kb", 1_000),
+            ("MB", 1_000_000),
+            ("mb", 1_000_000),
+            ("GB", 1_000_000_000),
+            ("gb", 1_000_000_000),
+            ("TB", 1_000_000_000_000),
+            ("tb", 1_000_000_000_000),
+        ],
+    )
+}
+
+/// A whole number followed by one of `units` (name, multiplier), checked against overflow.
+fn parse_with_unit(s: &str, units: &[(&str, u64)]) -> Option<u64> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
     let (digits, unit) = s.split_at(split);
@@ -176,18 +217,8 @@ pub fn parse_size(s: &str) -> Option<u64> {
         return None;
     }
     let n: u64 = digits.parse().ok()?;
-    let mult: u64 = match unit.trim() {
-        "" | "B" | "b" => 1,
-        "K" | "k" | "KiB" | "kib" | "KIB" => 1 << 10,
-        "M" | "m" | "MiB" | "mib" | "MIB" => 1 << 20,
-        "G" | "g" | "GiB" | "gib" | "GIB" => 1 << 30,
-        "T" | "t" | "TiB" | "tib" | "TIB" => 1 << 40,
-        "KB" | "kB" | "kb" => 1_000,
-        "MB" | "mb" => 1_000_000,
-        "GB" | "gb" => 1_000_000_000,
-        "TB" | "tb" => 1_000_000_000_000,
-        _ => return None,
-    };
+    let unit = unit.trim();
+    let &(_, mult) = units.iter().find(|(u, _)| *u == unit)?;
     n.checked_mul(mult)
 }
 
@@ -201,22 +232,19 @@ fn parse_size_or_off(s: &str, off: u64) -> Option<u64> {
 
 /// Parses a duration: `250ms`, `2s`, `1m`, `500us`; a bare number is seconds.
 pub fn parse_duration_ns(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (digits, unit) = s.split_at(split);
-    if digits.is_empty() {
-        return None;
-    }
-    let n: u64 = digits.parse().ok()?;
-    let mult: u64 = match unit.trim() {
-        "" | "s" => 1_000_000_000,
-        "ms" => 1_000_000,
-        "us" | "µs" => 1_000,
-        "ns" => 1,
-        "m" | "min" => 60_000_000_000,
-        _ => return None,
-    };
-    n.checked_mul(mult)
+    parse_with_unit(
+        s,
+        &[
+            ("", 1_000_000_000),
+            ("s", 1_000_000_000),
+            ("ms", 1_000_000),
+            ("us", 1_000),
+            ("µs", 1_000),
+            ("ns", 1),
+            ("m", 60_000_000_000),
+            ("min", 60_000_000_000),
+        ],
+    )
 }
 
 fn parse_round(s: &str) -> Option<u32> {

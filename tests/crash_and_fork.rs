@@ -9,17 +9,15 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-#[test]
-fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_record() {
-    let dir = tempdir("storm");
-    let t = dir.join("storm.trace");
-    let threads = 4;
+/// Starts the allocation storm under the shim, recording into `trace`, once every thread runs.
+fn storm(trace: &std::path::Path, threads: usize) -> std::process::Child {
     let mut child = Command::new(sim().bin("storm"))
         .arg(threads.to_string())
         .env("LD_LIBRARY_PATH", &sim().dir)
         .env("LD_PRELOAD", shim())
-        .env("GPUSHIM_TRACE", &t)
+        .env("GPUSHIM_TRACE", trace)
         .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut line = String::new();
@@ -27,6 +25,15 @@ fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line, "storming\n");
+    child
+}
+
+#[test]
+fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_record() {
+    let dir = tempdir("storm");
+    let t = dir.join("storm.trace");
+    let threads = 4;
+    let mut child = storm(&t, threads);
     std::thread::sleep(Duration::from_millis(300));
     child.kill().unwrap(); // SIGKILL
     child.wait().unwrap();
@@ -139,20 +146,7 @@ fn a_trace_file_cut_short_by_another_process_never_kills_the_program() {
     use std::os::unix::process::ExitStatusExt;
     let dir = tempdir("truncate");
     let t = dir.join("storm.trace");
-    let mut child = Command::new(sim().bin("storm"))
-        .arg("4")
-        .env("LD_LIBRARY_PATH", &sim().dir)
-        .env("LD_PRELOAD", shim())
-        .env("GPUSHIM_TRACE", &t)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    assert_eq!(line, "storming\n");
+    let mut child = storm(&t, 4);
     std::thread::sleep(Duration::from_millis(200));
     // Another process of the same user cuts the file to nothing while four threads write it.
     std::fs::OpenOptions::new()

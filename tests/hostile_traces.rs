@@ -6,39 +6,17 @@
 
 mod common;
 use common::*;
-use gpushim::format::{Api, Record, RecordKind};
-use gpushim::recorder::{OpenOptions, Recorder};
+use gpushim::format::{Api, RecordKind};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Writes a trace of `records` (time stamps filled in) and returns its path.
+/// Writes a trace of `records` and returns its path.
 fn write_trace(name: &str, records: &[(RecordKind, Api, u64, u64)]) -> PathBuf {
     let path = tempdir(name).join(format!("{name}.trace"));
-    let r = Box::new(Recorder::new());
-    assert!(r.begin_open());
-    r.open(&OpenOptions {
-        path: path.to_str().unwrap().as_bytes(),
-        pid: 1,
-        rank: 0,
-        host: b"test",
-        program: b"hostile",
-        cmdline: b"hostile\0",
-        trace_max: 64 << 20,
-    })
-    .unwrap();
-    for (i, &(kind, api, ptr, size)) in records.iter().enumerate() {
-        r.append(&Record {
-            kind,
-            api,
-            device: 0,
-            status: 0,
-            thread: 0,
-            time_ns: 1000 * (i as u64 + 1),
-            ptr,
-            size,
-            stream: 0,
-        });
+    let mut t = HandTrace::create(&path);
+    for &(kind, api, ptr, size) in records {
+        t.rec(kind, api, ptr, size);
     }
     path
 }
@@ -88,33 +66,7 @@ fn modules_that_are_fifos_or_directories_never_block_a_report_and_are_named_once
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success());
     let path = dir.join("fifo.trace");
-    let r = Box::new(Recorder::new());
-    assert!(r.begin_open());
-    r.open(&OpenOptions {
-        path: path.to_str().unwrap().as_bytes(),
-        pid: 1,
-        rank: 0,
-        host: b"test",
-        program: b"hostile",
-        cmdline: b"hostile\0",
-        trace_max: 64 << 20,
-    })
-    .unwrap();
-    let mut t = 0;
-    let mut rec = |kind, api, ptr, size| {
-        t += 1000;
-        r.append(&Record {
-            kind,
-            api,
-            device: 0,
-            status: 0,
-            thread: 0,
-            time_ns: t,
-            ptr,
-            size,
-            stream: 0,
-        });
-    };
+    let mut t = HandTrace::create(&path);
     // Two modules that cannot be read: a FIFO (opening it for reading would wait for a writer
     // forever) and a directory; a stack in each; an allocation under each stack.
     let names = [
@@ -123,18 +75,14 @@ fn modules_that_are_fifos_or_directories_never_block_a_report_and_are_named_once
     ];
     for (i, name) in names.iter().enumerate() {
         let base = 0x40_0000 * (i as u64 + 1);
-        let id = r.intern_string(name.as_bytes());
-        rec(RecordKind::Module, Api::Shim, base, id);
-        let (stack, _) = r.intern_stack(&[base + 0x10, base + 0x20]);
-        rec(RecordKind::StackRef, Api::Shim, stack, 2);
-        rec(
-            RecordKind::Alloc,
-            Api::CudaMalloc,
-            0x1000 * (i as u64 + 1),
-            1 << 20,
-        );
+        let id = t.recorder.intern_string(name.as_bytes());
+        t.rec(RecordKind::Module, Api::Shim, base, id);
+        let (stack, _) = t.recorder.intern_stack(&[base + 0x10, base + 0x20]);
+        t.rec(RecordKind::StackRef, Api::Shim, stack, 2);
+        let ptr = 0x1000 * (i as u64 + 1);
+        t.rec(RecordKind::Alloc, Api::CudaMalloc, ptr, 1 << 20);
     }
-    drop(r);
+    drop(t);
     for cmd in ["leaks", "peak", "events"] {
         let mut child = Command::new(gpushim_bin())
             .args([cmd])

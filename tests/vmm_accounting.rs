@@ -3,41 +3,15 @@
 
 mod common;
 use common::*;
-use gpushim::format::{Api, Record, RecordKind};
-use gpushim::recorder::{OpenOptions, Recorder};
+use gpushim::format::{Api, RecordKind};
 use std::process::Command;
 
 #[test]
 fn vmm_memory_counts_as_live_and_reserved_in_summary_and_peak() {
     let path = tempdir("vmm").join("vmm.trace");
-    let r = Box::new(Recorder::new());
-    assert!(r.begin_open());
-    r.open(&OpenOptions {
-        path: path.to_str().unwrap().as_bytes(),
-        pid: 1,
-        rank: 0,
-        host: b"test",
-        program: b"vmm",
-        cmdline: b"vmm\0",
-        trace_max: 1 << 20,
-    })
-    .unwrap();
+    let mut t = HandTrace::create(&path);
+    let mut rec = |kind, api, ptr, size| t.rec(kind, api, ptr, size);
     const MIB: u64 = 1 << 20;
-    let mut t = 0;
-    let mut rec = |kind, api, ptr, size| {
-        t += 1000;
-        r.append(&Record {
-            kind,
-            api,
-            device: 0,
-            status: 0,
-            thread: 0,
-            time_ns: t,
-            ptr,
-            size,
-            stream: 0,
-        });
-    };
     // The pool takes a 20 MiB segment and serves 16 MiB of it; NCCL creates 8 MiB of VMM
     // memory, then the program frees its block and NCCL releases its memory.
     rec(RecordKind::SegmentReserve, Api::Shim, 0x1000_0000, 20 * MIB);
@@ -45,7 +19,7 @@ fn vmm_memory_counts_as_live_and_reserved_in_summary_and_peak() {
     rec(RecordKind::PhysCreate, Api::CuMemCreate, 0x77, 8 * MIB);
     rec(RecordKind::PhysRelease, Api::CuMemRelease, 0x77, 0);
     rec(RecordKind::Free, Api::CudaFree, 0x1000_0000, 0);
-    drop(r);
+    drop(t);
 
     let out = Command::new(gpushim_bin())
         .args(["summary", "--json"])

@@ -28,50 +28,41 @@ const DLSYM_VERSIONS: &[&CStr] = &[c"GLIBC_2.2.5", c"GLIBC_2.34"];
 #[cfg(target_arch = "aarch64")]
 const DLSYM_VERSIONS: &[&CStr] = &[c"GLIBC_2.17", c"GLIBC_2.34"];
 
+/// glibc's `name`, found with `dlvsym` (oldest version first, which every glibc has) so that
+/// our own override is never called by mistake; cached in `slot`. Allocates nothing: safe from
+/// a constructor or from inside `dlsym`.
+fn glibc_function(slot: &AtomicUsize, name: &CStr) -> usize {
+    let p = slot.load(Ordering::Acquire);
+    if p != 0 {
+        return p;
+    }
+    for v in DLSYM_VERSIONS {
+        // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated names; it does not allocate on
+        // success.
+        let q = unsafe { libc::dlvsym(libc::RTLD_NEXT, name.as_ptr(), v.as_ptr()) };
+        if !q.is_null() {
+            slot.store(q as usize, Ordering::Release);
+            return q as usize;
+        }
+    }
+    0
+}
+
 /// glibc's `dlsym`. Resolved once; safe to call from a constructor or from inside `dlsym`.
 pub fn real_dlsym() -> Option<DlsymFn> {
-    let mut p = REAL_DLSYM.load(Ordering::Acquire);
-    if p == 0 {
-        for v in DLSYM_VERSIONS {
-            // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated names; it does not allocate on
-            // success, and the oldest version (tried first) exists in every glibc.
-            let q = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), v.as_ptr()) };
-            if !q.is_null() {
-                p = q as usize;
-                break;
-            }
-        }
-        if p == 0 {
-            return None;
-        }
-        REAL_DLSYM.store(p, Ordering::Release);
-    }
-    // SAFETY: `p` is glibc's dlsym, whose ABI is DlsymFn.
-    Some(unsafe { core::mem::transmute::<usize, DlsymFn>(p) })
+    let p = glibc_function(&REAL_DLSYM, c"dlsym");
+    // SAFETY: `p` is 0 or glibc's dlsym, whose ABI is DlsymFn.
+    unsafe { as_fn::<DlsymFn>(p) }
 }
 
 pub type DlcloseFn = unsafe extern "C" fn(*mut c_void) -> core::ffi::c_int;
 static REAL_DLCLOSE: AtomicUsize = AtomicUsize::new(0);
 
-/// glibc's `dlclose`, found with `dlvsym` so that our own is never called by mistake.
+/// glibc's `dlclose`.
 pub fn real_dlclose() -> Option<DlcloseFn> {
-    let mut p = REAL_DLCLOSE.load(Ordering::Acquire);
-    if p == 0 {
-        for v in DLSYM_VERSIONS {
-            // SAFETY: dlvsym with RTLD_NEXT and NUL-terminated names.
-            let q = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlclose".as_ptr(), v.as_ptr()) };
-            if !q.is_null() {
-                p = q as usize;
-                break;
-            }
-        }
-        if p == 0 {
-            return None;
-        }
-        REAL_DLCLOSE.store(p, Ordering::Release);
-    }
-    // SAFETY: `p` is glibc's dlclose, whose ABI is DlcloseFn.
-    Some(unsafe { core::mem::transmute::<usize, DlcloseFn>(p) })
+    let p = glibc_function(&REAL_DLCLOSE, c"dlclose");
+    // SAFETY: `p` is 0 or glibc's dlclose, whose ABI is DlcloseFn.
+    unsafe { as_fn::<DlcloseFn>(p) }
 }
 
 /// Whether `p` lies in a loaded object.

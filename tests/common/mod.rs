@@ -183,3 +183,46 @@ pub fn calls(records: &[Record]) -> Vec<Record> {
 pub fn api_names(records: &[Record]) -> Vec<&'static str> {
     calls(records).iter().map(|r| r.api.name()).collect()
 }
+
+/// A trace written by hand: a recorder opened on `path`, and one record at a time with
+/// increasing time stamps (1 µs apart), on device 0, thread 0.
+#[allow(dead_code)]
+pub struct HandTrace {
+    pub recorder: Box<gpushim::recorder::Recorder>,
+    t: u64,
+}
+
+#[allow(dead_code)]
+impl HandTrace {
+    pub fn create(path: &Path) -> HandTrace {
+        let recorder = Box::new(gpushim::recorder::Recorder::new());
+        assert!(recorder.begin_open());
+        recorder
+            .open(&gpushim::recorder::OpenOptions {
+                path: path.to_str().unwrap().as_bytes(),
+                pid: 1,
+                rank: 0,
+                host: b"test",
+                program: b"hand",
+                cmdline: b"hand\0",
+                trace_max: 64 << 20,
+            })
+            .unwrap();
+        HandTrace { recorder, t: 0 }
+    }
+
+    pub fn rec(&mut self, kind: RecordKind, api: gpushim::format::Api, ptr: u64, size: u64) {
+        self.t += 1000;
+        self.recorder.append(&Record {
+            kind,
+            api,
+            device: 0,
+            status: 0,
+            thread: 0,
+            time_ns: self.t,
+            ptr,
+            size,
+            stream: 0,
+        });
+    }
+}
