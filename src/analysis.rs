@@ -324,10 +324,17 @@ fn holders<'a>(
         e.0 = e.0.saturating_add(l.size);
         e.1 += 1;
     }
-    let mut v: Vec<Holder> = by
+    // Two stacks that read the same (frames beyond the first four differ) are one row.
+    let mut merged: HashMap<String, (u64, u64)> = HashMap::new();
+    for (k, (bytes, allocations)) in by {
+        let e = merged.entry(label(k)).or_default();
+        e.0 = e.0.saturating_add(bytes);
+        e.1 += allocations;
+    }
+    let mut v: Vec<Holder> = merged
         .into_iter()
-        .map(|(k, (bytes, allocations))| Holder {
-            label: label(k),
+        .map(|(label, (bytes, allocations))| Holder {
+            label,
             bytes,
             allocations,
         })
@@ -375,18 +382,19 @@ fn replay_until(reader: &mut TraceReader, at: u64) -> Replay {
 /// The moment of peak live memory on each device, and what was live then.
 pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
     // Pass 1: when each device peaked (the first record reaching its maximum).
-    let mut best: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
-    replay_each(path, |_, rp, _, c| {
+    // (live bytes, record index, time of the record that made the peak)
+    let mut best: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
+    replay_each(path, |_, rp, r, c| {
         if let Change::Alloc { device, .. } | Change::Physical { device } = c {
             let live = rp.live_on(device);
-            let e = best.entry(device).or_insert((0, 0));
+            let e = best.entry(device).or_insert((0, 0, 0));
             if live > e.0 {
-                *e = (live, rp.index);
+                *e = (live, rp.index, r.time_ns);
             }
         }
     })?;
     let mut out = Vec::new();
-    for (&device, &(_, at)) in &best {
+    for (&device, &(_, at, peak_time)) in &best {
         let mut reader = TraceReader::open(path)?;
         let rp = replay_until(&mut reader, at);
         let stacks = rp
@@ -408,7 +416,8 @@ pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
             device,
             live_bytes: rp.live_on(device),
             reserved_bytes: rp.reserved_on(device),
-            time_ns: rp.time_ns,
+            // The allocation that made the peak, not the stack records read after it.
+            time_ns: peak_time,
             by_call_site: holders(
                 rp.all_live(),
                 Some(device),
@@ -464,9 +473,12 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
     // Pass 1: candidate boundaries (NVTX names) and allocation sites for period detection.
     let mut names: HashMap<u64, (u64, bool)> = HashMap::new();
     // Allocation times by site: by stack where stacks were recorded, else by API and size.
+    // Positions in the sequence of allocations, not times: an iteration's allocations come in
+    // the same order every time, while their timing varies with the machine.
     let mut by_stack: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut by_size: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut pending: HashMap<u16, u64> = HashMap::new();
+    let mut allocations = 0u64;
     let (reader, _) = replay_each(path, |_, _, r, c| match r.kind {
         RecordKind::RangePush | RecordKind::Mark => {
             let e = names
@@ -485,11 +497,12 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
         _ => {
             pending.remove(&r.thread);
             if let Change::Alloc { .. } = c {
-                pending.insert(r.thread, r.time_ns);
+                allocations += 1;
+                pending.insert(r.thread, allocations);
                 let key = (1 << 63) | ((r.api as u64) << 48) | (r.size & ((1 << 48) - 1));
                 let v = by_size.entry(key).or_default();
                 if v.len() < 100_000 {
-                    v.push(r.time_ns);
+                    v.push(allocations);
                 }
             }
         }
@@ -604,20 +617,24 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
     })
 }
 
-/// The allocation (API, size) that recurs most often at regular intervals (at least 3 times):
-/// once per iteration, in a loop. Allocations made several times per iteration come in bursts,
-/// not at regular intervals.
+/// The call site that recurs most often at a regular place in the sequence of allocations (at
+/// least 3 times): once per iteration, in a loop. `sites` holds each site's positions in that
+/// sequence. Regular means the gaps between its occurrences stay within 1.5x of each other (the
+/// 10th and 90th percentiles, so a first or last iteration that differs does not count): a
+/// site allocated several times per iteration comes in bursts and fails. Ties go to the site
+/// seen first, so the same trace always gives the same answer.
 fn detect_period(sites: &HashMap<u64, Vec<u64>>) -> Option<u64> {
     sites
         .iter()
         .filter(|(_, t)| t.len() >= 3)
         .filter(|(_, t)| {
-            let d: Vec<f64> = t.windows(2).map(|w| (w[1] - w[0]) as f64).collect();
-            let mean = d.iter().sum::<f64>() / d.len() as f64;
-            let var = d.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / d.len() as f64;
-            mean > 0.0 && var.sqrt() / mean < 0.25
+            let mut gaps: Vec<u64> = t.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+            gaps.sort_unstable();
+            let lo = gaps[gaps.len() / 10];
+            let hi = gaps[(gaps.len() * 9 / 10).min(gaps.len() - 1)];
+            lo > 0 && hi.saturating_mul(2) <= lo.saturating_mul(3)
         })
-        .max_by_key(|(k, t)| (t.len(), std::cmp::Reverse(**k)))
+        .max_by_key(|(k, t)| (t.len(), std::cmp::Reverse(t[0]), std::cmp::Reverse(**k)))
         .map(|(k, _)| *k)
 }
 

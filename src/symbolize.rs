@@ -51,11 +51,12 @@ pub struct FrameInfo {
 }
 
 impl FrameInfo {
-    /// `function (file:line)`, `function (module)`, `module+0xoffset` or the bare address.
+    /// `function (file:line)`, `function (module+0xoffset)`, `module+0xoffset` or the bare
+    /// address. Without a line the offset stays, so two call sites in one function read apart.
     pub fn label(&self) -> String {
         match (&self.function, &self.file, self.line, &self.module) {
             (Some(f), Some(file), Some(line), _) => format!("{f} ({file}:{line})"),
-            (Some(f), _, _, Some(m)) => format!("{f} ({m})"),
+            (Some(f), _, _, Some(m)) => format!("{f} ({m}+{:#x})", self.offset),
             (Some(f), _, _, None) => f.clone(),
             (None, _, _, Some(m)) => format!("{m}+{:#x}", self.offset),
             (None, _, _, None) => format!("{:#x}", self.offset),

@@ -211,6 +211,11 @@ impl HandTrace {
         HandTrace { recorder, t: 0 }
     }
 
+    /// Lets `ns` pass before the next record.
+    pub fn wait(&mut self, ns: u64) {
+        self.t += ns;
+    }
+
     pub fn rec(&mut self, kind: RecordKind, api: gpushim::format::Api, ptr: u64, size: u64) {
         self.t += 1000;
         self.recorder.append(&Record {
