@@ -357,10 +357,27 @@ fn cmd_run(
     lib: Option<PathBuf>,
     cmd: Vec<OsString>,
 ) -> ExitCode {
-    if let Some(c) = &conf
+    // One rule for the configuration, wherever it comes from: an error anywhere in it means
+    // none of it applies, so the program is not started (the shim itself, without
+    // `gpushim run`, says so in one line and runs on the defaults).
+    let (conf_text, source) = match &conf {
+        Some(c) => (Some(c.clone()), "--conf"),
+        None => (std::env::var("GPUSHIM_CONF").ok(), "GPUSHIM_CONF"),
+    };
+    if let Some(c) = &conf_text
         && let Err(e) = config::parse_strict(c)
     {
-        return fail(format!("--conf: {e}"));
+        return fail(format!("{source}: {e}; nothing was started"));
+    }
+    let pattern = trace
+        .clone()
+        .or_else(|| std::env::var("GPUSHIM_TRACE").ok());
+    let recording = match gpushim::run::check_trace(pattern.as_deref()) {
+        Ok(r) => r,
+        Err(e) => return fail(format!("{e}; nothing was started")),
+    };
+    if !recording {
+        eprintln!("gpushim: recording is off (GPUSHIM_TRACE=off): the command runs unrecorded");
     }
     let shim = match gpushim::run::find_shim(lib.as_deref()) {
         Ok(p) => p,
@@ -370,7 +387,7 @@ fn cmd_run(
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    if out.traces.is_empty() {
+    if out.traces.is_empty() && recording {
         eprintln!("gpushim: the command made no CUDA memory call, so no trace was written");
     }
     for t in &out.traces {
@@ -1001,12 +1018,17 @@ fn csv_field(s: &str) -> String {
 }
 
 fn cmd_config(conf: Option<String>) -> ExitCode {
+    let source = if conf.is_some() {
+        "the configuration given"
+    } else {
+        "GPUSHIM_CONF"
+    };
     let text = conf
         .or_else(|| std::env::var("GPUSHIM_CONF").ok())
         .unwrap_or_default();
     let c = match config::parse_strict(&text) {
         Ok(c) => c,
-        Err(e) => return fail(format!("GPUSHIM_CONF: {e}")),
+        Err(e) => return fail(format!("{source}: {e}")),
     };
     let size = |n: u64, off: u64| {
         if n == off {

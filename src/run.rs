@@ -49,6 +49,58 @@ pub fn preload_value(shim: &Path, existing: Option<OsString>) -> OsString {
     v
 }
 
+/// Whether a trace will be written where `pattern` (`--trace` or `GPUSHIM_TRACE`, the default
+/// when `None`) points, checked before the program starts, so a long job never runs
+/// unrecorded by mistake. `Ok(false)`: recording was turned off on purpose (`off`).
+pub fn check_trace(pattern: Option<&str>) -> Result<bool, String> {
+    let Some(pattern) = pattern.filter(|p| !p.is_empty()) else {
+        return writable_dir(Path::new("."), "the working directory").map(|_| true);
+    };
+    if pattern.eq_ignore_ascii_case("off") {
+        return Ok(false);
+    }
+    let mut buf = [0u8; crate::recorder::PATH_CAP];
+    let n = crate::recorder::expand_pattern(
+        pattern.as_bytes(),
+        std::process::id(),
+        b"host",
+        0,
+        &mut buf,
+    )
+    .map_err(|e| format!("trace pattern '{pattern}': {e}"))?;
+    let path = PathBuf::from(String::from_utf8_lossy(&buf[..n]).into_owned());
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    writable_dir(&dir, &format!("the folder {}", dir.display()))?;
+    if !pattern.contains("%p") && path.symlink_metadata().is_ok() {
+        return Err(format!(
+            "{} exists, and traces are never overwritten: remove it, or put %p (the process id) \
+             in the pattern",
+            path.display()
+        ));
+    }
+    Ok(true)
+}
+
+fn writable_dir(dir: &Path, what: &str) -> Result<(), String> {
+    if !dir.is_dir() {
+        return Err(format!(
+            "{what} does not exist: create it, or pick another --trace"
+        ));
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("{what}: the path holds a NUL byte"))?;
+    // SAFETY: a NUL-terminated path; access only reads it.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(format!(
+            "{what} cannot be written by this user: pick another --trace"
+        ));
+    }
+    Ok(())
+}
+
 pub struct RunOutcome {
     pub exit_code: i32,
     pub traces: Vec<PathBuf>,

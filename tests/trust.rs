@@ -116,3 +116,85 @@ fn distinct_call_sites_get_distinct_names_and_peak_time_agrees_with_summary() {
         "the peak's moment is the same in both reports"
     );
 }
+
+/// `gpushim run` with a command that leaves a marker file when it starts.
+fn run_marked(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (std::process::Output, bool) {
+    let marker = dir.join("started");
+    let _ = std::fs::remove_file(&marker);
+    let mut c = Command::new(gpushim_bin());
+    c.arg("run")
+        .arg("--lib")
+        .arg(shim())
+        .args(args)
+        .arg("--")
+        .arg("sh")
+        .arg("-c")
+        .arg(format!("touch '{}'", marker.display()))
+        .current_dir(dir)
+        .env_remove("GPUSHIM_CONF")
+        .env_remove("GPUSHIM_TRACE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (out, marker.exists())
+}
+
+#[test]
+fn run_refuses_a_trace_it_cannot_write_before_starting_the_program() {
+    let dir = tempdir("run-trace");
+    let missing = format!("{}/no/such/t.%p.trace", dir.display());
+    let existing = dir.join("taken.trace");
+    std::fs::write(&existing, b"x").unwrap();
+    for (args, why) in [
+        (vec!["--trace", missing.as_str()], "does not exist"),
+        (
+            vec!["--trace", existing.to_str().unwrap()],
+            "never overwritten",
+        ),
+    ] {
+        let (out, started) = run_marked(&dir, &args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(!started, "the program must not start: {args:?}");
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+    }
+    let (out, started) = run_marked(&dir, &[], &[("GPUSHIM_TRACE", missing.as_str())]);
+    assert!(
+        !started && out.status.code() == Some(2),
+        "GPUSHIM_TRACE too"
+    );
+    // Turned off on purpose: it runs, and says so once, not "made no CUDA memory call".
+    let (out, started) = run_marked(&dir, &["--trace", "off"], &[]);
+    assert!(started && out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("recording is off"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("made no CUDA"), "{}", stderr(&out));
+}
+
+#[test]
+fn run_refuses_a_bad_configuration_from_either_source_before_starting() {
+    let dir = tempdir("run-conf");
+    for (args, env) in [
+        (vec!["--conf", "garbage,limit:1GiB"], vec![]),
+        (vec![], vec![("GPUSHIM_CONF", "pool:bogus")]),
+        (vec![], vec![("GPUSHIM_CONF", "garbage,limit:1GiB")]),
+    ] {
+        let (out, started) = run_marked(&dir, &args, &env);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}");
+        assert!(!started, "{args:?} {env:?}");
+        let err = stderr(&out);
+        assert!(err.contains("nothing was started"), "{err}");
+        assert!(err.contains("garbage") || err.contains("bogus"), "{err}");
+    }
+    // `config` names what it was given, not GPUSHIM_CONF.
+    let out = Command::new(gpushim_bin())
+        .args(["config", "pool:bogus"])
+        .env_remove("GPUSHIM_CONF")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!stderr(&out).contains("GPUSHIM_CONF"), "{}", stderr(&out));
+}

@@ -93,7 +93,9 @@ fn read_conf() -> Conf {
     };
     let (c, err) = config::parse(text);
     if let Some(e) = err {
-        say(format_args!("GPUSHIM_CONF: {e}; using the defaults"));
+        say(format_args!(
+            "GPUSHIM_CONF: {e}; none of it applies: every key takes its default"
+        ));
     }
     c
 }
