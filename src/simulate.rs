@@ -18,8 +18,11 @@ pub struct Outcome {
     /// "recorded" for the run itself, else the policy as given.
     pub policy: String,
     pub peak_reserved_bytes: u64,
+    /// Bytes the program asked for (not the blocks that served them), at their peak: the same
+    /// for every policy, since the program is the same.
     pub peak_live_bytes: u64,
-    /// 1 - live/reserved at the moment reserved peaked.
+    /// 1 - live/reserved at the moment reserved peaked, the allocation a segment was reserved
+    /// for included (as `gpushim summary` counts it).
     pub fragmentation_at_peak: f64,
     /// Device allocation calls (cudaMalloc-like) the policy makes.
     pub device_allocations: u64,
@@ -38,9 +41,59 @@ pub fn simulate(trace: &Path, policies: &[String]) -> Result<Vec<Outcome>, Strin
         .collect::<Result<_, _>>()?;
     let mut out = vec![recorded(trace).map_err(|e| e.to_string())?];
     for (text, policy) in parsed {
-        out.push(replay(trace, &text, policy).map_err(|e| e.to_string())?);
+        let pass_through = config::parse_strict(&text).is_ok_and(|c| c.pool == config::Pool::Off);
+        let o = if pass_through {
+            // pool:off: every allocation is a device allocation of its own.
+            let live = live_only(trace).map_err(|e| e.to_string())?;
+            Outcome {
+                policy: text,
+                peak_reserved_bytes: live.peak,
+                peak_live_bytes: live.peak,
+                fragmentation_at_peak: 0.0,
+                device_allocations: live.calls,
+                failed_allocations: live.failed,
+            }
+        } else {
+            replay(trace, &text, policy).map_err(|e| e.to_string())?
+        };
+        out.push(o);
     }
     Ok(out)
+}
+
+/// The program's allocations alone: peak live bytes, successful and failed calls.
+struct LiveOnly {
+    peak: u64,
+    calls: u64,
+    failed: u64,
+}
+
+fn live_only(trace: &Path) -> Result<LiveOnly, ReadError> {
+    let (mut live, mut o) = (
+        0u64,
+        LiveOnly {
+            peak: 0,
+            calls: 0,
+            failed: 0,
+        },
+    );
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    for r in TraceReader::open(trace)? {
+        match r.kind {
+            RecordKind::Alloc | RecordKind::AllocAsync if r.status != 0 => o.failed += 1,
+            RecordKind::Alloc | RecordKind::AllocAsync if r.ptr != 0 => {
+                o.calls += 1;
+                sizes.insert(r.ptr, r.size);
+                live = live.saturating_add(r.size);
+                o.peak = o.peak.max(live);
+            }
+            RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
+                live = live.saturating_sub(sizes.remove(&r.ptr).unwrap_or(0));
+            }
+            _ => {}
+        }
+    }
+    Ok(o)
 }
 
 /// What the traced run had. A run with the shim's pool has segment records: its device
@@ -72,6 +125,11 @@ fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
                 sizes.insert(r.ptr, r.size);
                 live = live.saturating_add(r.size);
                 peak = peak.max(live);
+                if reserved == peak_reserved {
+                    // Still at the peak: the allocation a segment was reserved for comes
+                    // just after it.
+                    live_at_peak = live_at_peak.max(live);
+                }
             }
             RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
                 live = live.saturating_sub(sizes.remove(&r.ptr).unwrap_or(0));
@@ -111,6 +169,7 @@ fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError
     // Recorded pointer -> replayed pointer.
     let mut map: HashMap<u64, u64> = HashMap::new();
     let (mut peak_reserved, mut live_at_peak, mut failed) = (0u64, 0u64, 0u64);
+    let mut peak_requested = 0u64;
     for r in reader {
         match r.kind {
             RecordKind::Alloc | RecordKind::AllocAsync if r.status == 0 && r.ptr != 0 => {
@@ -146,10 +205,15 @@ fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError
             }
             _ => {}
         }
+        // Live as the program counts it: requested bytes, as in the recorded row.
         let s = pool.engine.stats();
+        let live = pool.requested_live();
+        peak_requested = peak_requested.max(live);
         if s.reserved_bytes > peak_reserved {
             peak_reserved = s.reserved_bytes;
-            live_at_peak = s.live_bytes;
+            live_at_peak = live;
+        } else if s.reserved_bytes == peak_reserved {
+            live_at_peak = live_at_peak.max(live);
         }
     }
     let s = pool.engine.stats();
@@ -160,7 +224,7 @@ fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError
             text.into()
         },
         peak_reserved_bytes: peak_reserved,
-        peak_live_bytes: s.peak_live_bytes,
+        peak_live_bytes: peak_requested,
         fragmentation_at_peak: if peak_reserved > 0 {
             1.0 - live_at_peak as f64 / peak_reserved as f64
         } else {

@@ -187,8 +187,8 @@ pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
     for r in reader.by_ref() {
         match r.kind {
             RecordKind::SegmentReserve => {
-                pool.entry(r.device).or_default().0 =
-                    pool.entry(r.device).or_default().0.saturating_add(r.size);
+                let e = pool.entry(r.device).or_default();
+                e.0 = e.0.saturating_add(r.size);
                 note_reserved(&mut pool, &live, r.device);
             }
             RecordKind::SegmentRelease => {

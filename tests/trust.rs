@@ -198,3 +198,54 @@ fn run_refuses_a_bad_configuration_from_either_source_before_starting() {
     assert_eq!(out.status.code(), Some(2));
     assert!(!stderr(&out).contains("GPUSHIM_CONF"), "{}", stderr(&out));
 }
+
+#[test]
+fn simulate_agrees_with_the_run_and_with_summary_and_pool_off_passes_through() {
+    let t = train_loop_trace("simulate");
+    let out = Command::new(gpushim_bin())
+        .args([
+            "simulate",
+            "--json",
+            "--conf",
+            "pool:caching",
+            "--conf",
+            "pool:off",
+        ])
+        .arg(&t)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    let (recorded, caching, off) = (&rows[0], &rows[1], &rows[2]);
+    let summary = json(&["summary"], &t);
+    let d = &summary["devices"][0];
+    // The run was made under pool:caching: the replay under it is the run, figure for figure.
+    for k in [
+        "peak_reserved_bytes",
+        "peak_live_bytes",
+        "device_allocations",
+    ] {
+        assert_eq!(caching[k], recorded[k], "{k}");
+    }
+    assert_eq!(recorded["peak_live_bytes"], d["peak_live_bytes"]);
+    assert_eq!(recorded["peak_reserved_bytes"], d["peak_reserved_bytes"]);
+    let frag = |x: &serde_json::Value| x.as_f64().unwrap();
+    assert!(
+        (frag(&recorded["fragmentation_at_peak"]) - frag(&d["fragmentation_at_peak"])).abs() < 1e-9
+    );
+    assert!(
+        (frag(&caching["fragmentation_at_peak"]) - frag(&d["fragmentation_at_peak"])).abs() < 1e-9
+    );
+    // pool:off: one device allocation per call, nothing reserved beyond what is live.
+    let calls: u64 = summary["apis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["bytes"].as_u64().unwrap_or(0) > 0)
+        .map(|a| a["calls"].as_u64().unwrap() - a["failed"].as_u64().unwrap_or(0))
+        .sum();
+    assert_eq!(off["device_allocations"], calls);
+    assert_eq!(off["peak_reserved_bytes"], off["peak_live_bytes"]);
+    assert_eq!(off["peak_live_bytes"], d["peak_live_bytes"]);
+}

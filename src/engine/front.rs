@@ -43,6 +43,8 @@ pub struct Front<B: Backend> {
     pub engine: Engine<B>,
     hot: [Hot; HOT],
     hot_bytes: [u64; 256],
+    /// Bytes requested for the blocks waiting in the list (all devices).
+    hot_requested: u64,
     clock: u64,
     /// `clock` at the previous `trim`.
     trimmed_at: u64,
@@ -72,9 +74,15 @@ impl<B: Backend> Front<B> {
                 stamp: 0,
             }; HOT],
             hot_bytes: [0; 256],
+            hot_requested: 0,
             clock: 0,
             trimmed_at: 0,
         }
+    }
+
+    /// Bytes the program asked for and holds now (blocks waiting in the list are not held).
+    pub fn requested_live(&self) -> u64 {
+        self.engine.stats().requested_bytes - self.hot_requested
     }
 
     /// Idle bytes on `device`: the engine's cache and the list's.
@@ -90,6 +98,7 @@ impl<B: Backend> Front<B> {
             let h = &mut self.hot[i];
             h.cached = false;
             self.hot_bytes[device as usize] -= h.size;
+            self.hot_requested -= h.requested;
             return Ok(h.info);
         }
         let r = self.engine.alloc(device, size, key);
@@ -115,6 +124,7 @@ impl<B: Backend> Front<B> {
                 e.key = k;
                 e.stamp = self.clock;
                 self.hot_bytes[h.device as usize] += h.size;
+                self.hot_requested += h.requested;
                 return Freed::Done(h.device);
             }
             // A synchronous free needs the engine's fence.
@@ -179,6 +189,7 @@ impl<B: Backend> Front<B> {
             stamp: self.clock,
         };
         self.hot_bytes[b.device as usize] += b.size;
+        self.hot_requested += b.requested;
     }
 
     /// Gives entry `i` up: a cached block goes to the engine, as the free on its stream it
@@ -188,6 +199,7 @@ impl<B: Backend> Front<B> {
         self.hot[i].used = false;
         if h.cached {
             self.hot_bytes[h.device as usize] -= h.size;
+            self.hot_requested -= h.requested;
             let _ = self.engine.free(h.ptr, FreeKind::OnStream(h.key));
         }
     }
