@@ -278,10 +278,12 @@ pub fn replay_each(
 pub fn site_label(reader: &TraceReader, stack: u64) -> String {
     if stack >> 63 == 1 {
         let api = crate::format::Api::from_u8((stack >> 48) as u8 & 0x7f).map_or("?", |a| a.name());
-        return format!(
-            "{api} of {} B (no stack: record with GPUSHIM_CONF=stacks:on)",
-            stack & ((1 << 48) - 1)
-        );
+        let why = if reader.has_stacks() {
+            "no stack recorded for these allocations"
+        } else {
+            "no stack: record with GPUSHIM_CONF=stacks:on"
+        };
+        return format!("{api} of {} B ({why})", stack & ((1 << 48) - 1));
     }
     match reader.stack(stack) {
         Some(frames) if stack != 0 && !frames.is_empty() => frames
@@ -290,6 +292,8 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
             .map(|&ip| crate::symbolize::describe(reader, ip))
             .collect::<Vec<_>>()
             .join(" < "),
+        // Stacks were on (sampled, or this one not written yet): nothing to suggest.
+        _ if reader.has_stacks() => "(no stack recorded for these allocations)".into(),
         _ => "(no stack: record with GPUSHIM_CONF=stacks:on)".into(),
     }
 }
@@ -457,6 +461,9 @@ pub struct Iterations {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Leaks {
+    /// `--boundary NAME` named no NVTX range or mark of the trace: the names it holds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boundary_not_found: Option<Vec<String>>,
     pub live_at_exit_bytes: u64,
     pub live_at_exit: Vec<Holder>,
     pub iterations: Option<Iterations>,
@@ -507,11 +514,9 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
             }
         }
     })?;
-    let sites = if by_stack.is_empty() {
-        &by_size
-    } else {
-        &by_stack
-    };
+    // By stack where stacks were recorded; by API and size where they were not, or sampled
+    // too sparsely to show a period.
+    let period = || detect_period(&by_stack).or_else(|| detect_period(&by_size));
     // Choose the boundary.
     // (description, NVTX string id, or the site key of a detected period)
     type Boundary = (String, Option<u64>, Option<u64>);
@@ -532,7 +537,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
                 )
             })
             .or_else(|| {
-                detect_period(sites).map(|key| {
+                period().map(|key| {
                     (
                         format!(
                             "detected period: each allocation from {} (no NVTX ranges in the trace)",
@@ -544,6 +549,8 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
                 })
             }),
     };
+    let chosen_missing = chosen.is_none();
+    let name_ids: Vec<u64> = names.keys().copied().collect();
     // Pass 2: live bytes per call site at each boundary, from the live set (the stacks of
     // earlier allocations are all in by then).
     let mut series: Vec<HashMap<u64, u64>> = Vec::new();
@@ -609,7 +616,17 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
             growing,
         }
     });
+    let boundary_not_found = boundary.filter(|_| chosen_missing).map(|_| {
+        let mut seen: Vec<String> = name_ids
+            .iter()
+            .filter_map(|&id| reader.string(id).map(str::to_string))
+            .collect();
+        seen.sort();
+        seen.dedup();
+        seen
+    });
     Ok(Leaks {
+        boundary_not_found,
         live_at_exit_bytes: rp.live_bytes.values().sum(),
         live_at_exit: holders(rp.all_live(), None, site_key, |k| site_label(&reader, k)),
         iterations,

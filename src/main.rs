@@ -23,8 +23,6 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Cmd,
-    #[command(flatten)]
-    reading: Reading,
 }
 
 /// Options every report takes. The filters keep the allocations that match (all of the given
@@ -33,28 +31,28 @@ struct Cli {
 #[command(next_help_heading = "Reading traces (every report)")]
 struct Reading {
     /// Only allocations on device N (repeat for several).
-    #[arg(long = "device", global = true, value_name = "N")]
+    #[arg(long = "device", value_name = "N")]
     devices: Vec<u8>,
     /// Only allocations by thread T, numbered as in `gpushim events` (repeat for several).
-    #[arg(long = "thread", global = true, value_name = "T")]
+    #[arg(long = "thread", value_name = "T")]
     threads: Vec<u16>,
     /// Only allocations on stream S, numbered as in `gpushim events` (repeat for several).
-    #[arg(long = "stream", global = true, value_name = "S")]
+    #[arg(long = "stream", value_name = "S")]
     streams: Vec<u16>,
     /// Only allocations made at or after TIME since the trace began: 1.5s, 200ms, 300us.
-    #[arg(long, global = true, value_name = "TIME")]
+    #[arg(long, value_name = "TIME")]
     from: Option<String>,
     /// Only allocations made before TIME since the trace began.
-    #[arg(long, global = true, value_name = "TIME")]
+    #[arg(long, value_name = "TIME")]
     to: Option<String>,
     /// Only allocations made inside NVTX ranges named NAME (at any depth, on their thread).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, value_name = "NAME")]
     range: Option<String>,
     /// Name frames module+offset; do not read the binaries for function names and lines.
-    #[arg(long, global = true)]
+    #[arg(long)]
     no_symbols: bool,
     /// No progress bar on long reads.
-    #[arg(long, global = true)]
+    #[arg(long)]
     quiet: bool,
 }
 
@@ -83,6 +81,13 @@ impl Reading {
                 self.to.as_deref().unwrap_or("")
             ));
         }
+        let any = !filter.devices.is_empty()
+            || !filter.threads.is_empty()
+            || !filter.streams.is_empty()
+            || filter.from_ns.is_some()
+            || filter.to_ns.is_some()
+            || filter.range.is_some();
+        FILTERING.store(any, std::sync::atomic::Ordering::Relaxed);
         gpushim::reader::set_filter(filter);
         gpushim::symbolize::set_enabled(!self.no_symbols);
         if !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
@@ -129,8 +134,13 @@ enum Cmd {
         /// The shim library; default: libgpushim.so next to this executable, or $GPUSHIM_LIB.
         #[arg(long, value_name = "PATH")]
         lib: Option<PathBuf>,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true, value_name = "CMD")]
+        /// The command and its arguments (after `--` when they start with a dash).
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
         cmd: Vec<OsString>,
     },
     /// Calls, bytes and failures per API; peak and final live memory per device; trace health.
@@ -138,9 +148,13 @@ enum Cmd {
         /// Trace files (one per process or rank).
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+
+        /// Print JSON instead of text.
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// Replay a trace's allocations under other pooling policies: peak reserved, fragmentation
     /// and device allocation calls for each, beside what the run had.
@@ -150,12 +164,17 @@ enum Cmd {
         needs, not the waits it would cost."
     )]
     Simulate {
+        /// The trace to replay.
         trace: PathBuf,
+
         /// A policy in GPUSHIM_CONF syntax; repeat to compare several (default: the defaults).
         #[arg(long = "conf", value_name = "POLICY")]
         conf: Vec<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// Every record of a trace, one per line: CSV (default) or JSON lines.
     #[command(
@@ -164,10 +183,15 @@ enum Cmd {
         ptr, size, stream (interned index; 0 = the null stream)."
     )]
     Events {
+        /// The trace to print.
         trace: PathBuf,
+
         /// JSON lines instead of CSV.
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// What was live at exit, by call site; and the call sites whose memory grows every
     /// iteration (iterations from a repeating NVTX range or mark, else a detected period).
@@ -178,47 +202,71 @@ enum Cmd {
         other change under `gpushim run`."
     )]
     Leaks {
+        /// Trace files (one per process or rank).
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+
         /// The NVTX range or mark name that starts an iteration (default: the one that repeats most).
         #[arg(long, value_name = "NAME")]
         boundary: Option<String>,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// The moment of peak live memory on each device, and what was live then, by call site and
     /// by NVTX range.
     Peak {
+        /// Trace files (one per process or rank).
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+
         /// Rows per table.
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// Each failed allocation: the request, live and cached memory then, the largest free block
     /// in the pool, and the call sites holding the most.
     Oom {
+        /// Trace files.
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// Live and reserved memory per device over time, as an SVG or PNG chart. Several traces
     /// (the ranks of a job) share one time axis, aligned by their wall-clock starts.
     Plot {
+        /// Trace files (the ranks of a job share one time axis).
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+
         /// Output file: .svg, or .png for a picture.
         #[arg(short, long, default_value = "gpushim-timeline.svg")]
         output: PathBuf,
+        #[command(flatten)]
+        reading: Reading,
     },
-    /// A flame graph (SVG) of the memory live at the peak, by stack.
+    /// A flame graph of the memory live at the peak, by stack: SVG, or PNG when the output
+    /// ends in .png.
     Flamegraph {
+        /// The trace (record stacks with GPUSHIM_CONF=stacks:on).
         trace: PathBuf,
+        /// Output file: .svg, or .png for a picture.
         #[arg(short, long, default_value = "gpushim-flamegraph.svg")]
         output: PathBuf,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// Convert a trace for other viewers: Perfetto/Chrome JSON, PyTorch memory_viz pickle,
     /// RMM replay CSV.
@@ -235,6 +283,7 @@ enum Cmd {
         /// the snapshot (needs the network to load the viewer); rmm: RMM's replay CSV.
         #[arg(long, value_parser = ["perfetto", "memory-viz", "memory-viz-html", "rmm"])]
         format: String,
+        /// Output file.
         #[arg(short, long)]
         output: PathBuf,
         /// Pickle protocol for memory-viz (2, 3 or 4).
@@ -244,6 +293,8 @@ enum Cmd {
         #[arg(long, default_value = "Active Memory Timeline", value_parser = [
             "Active Memory Timeline", "Active Cached Segment Timeline", "Allocator State History"])]
         view: String,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// Watch a running process through its trace: live and peak memory per device and the
     /// call sites holding the most, refreshed until the process exits.
@@ -252,7 +303,9 @@ enum Cmd {
         Each refresh reads the trace again; the trace is written as the program runs."
     )]
     Top {
+        /// The trace of the running process.
         trace: PathBuf,
+
         /// Time between refreshes: 2s, 500ms.
         #[arg(long, default_value = "2s")]
         interval: String,
@@ -262,13 +315,21 @@ enum Cmd {
         /// Call sites to show.
         #[arg(long, default_value_t = 8)]
         top: usize,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// Two traces side by side: peak, live at exit, and live bytes per call site.
     Diff {
+        /// The first trace (the baseline).
         a: PathBuf,
+        /// The second trace.
         b: PathBuf,
+
+        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        reading: Reading,
     },
     /// Print the effective configuration from GPUSHIM_CONF and what each key does.
     Config {
@@ -277,9 +338,31 @@ enum Cmd {
     },
 }
 
+impl Cmd {
+    /// The reading options of a report command.
+    fn reading(&self) -> Option<&Reading> {
+        match self {
+            Cmd::Summary { reading, .. }
+            | Cmd::Simulate { reading, .. }
+            | Cmd::Events { reading, .. }
+            | Cmd::Leaks { reading, .. }
+            | Cmd::Peak { reading, .. }
+            | Cmd::Oom { reading, .. }
+            | Cmd::Plot { reading, .. }
+            | Cmd::Flamegraph { reading, .. }
+            | Cmd::Export { reading, .. }
+            | Cmd::Top { reading, .. }
+            | Cmd::Diff { reading, .. } => Some(reading),
+            Cmd::Run { .. } | Cmd::Config { .. } => None,
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(e) = cli.reading.apply() {
+    if let Some(r) = cli.command.reading()
+        && let Err(e) = r.apply()
+    {
         return fail(e);
     }
     let code = dispatch(cli.command);
@@ -297,37 +380,51 @@ fn dispatch(command: Cmd) -> ExitCode {
             lib,
             cmd,
         } => cmd_run(conf, trace, lib, cmd),
-        Cmd::Summary { traces, json } => cmd_summary(&traces, json),
-        Cmd::Events { trace, json } => cmd_events(&trace, json),
-        Cmd::Simulate { trace, conf, json } => cmd_simulate(&trace, conf, json),
+        Cmd::Summary { traces, json, .. } => cmd_summary(&traces, json),
+        Cmd::Events { trace, json, .. } => cmd_events(&trace, json),
+        Cmd::Simulate {
+            trace, conf, json, ..
+        } => cmd_simulate(&trace, conf, json),
         Cmd::Config { conf } => cmd_config(conf),
         Cmd::Leaks {
             traces,
             boundary,
             json,
+            ..
         } => cmd_leaks(&traces, boundary.as_deref(), json),
-        Cmd::Peak { traces, top, json } => cmd_peak(&traces, top, json),
-        Cmd::Oom { traces, json } => cmd_oom(&traces, json),
-        Cmd::Plot { traces, output } => match gpushim::export::plot_svg(&traces) {
-            Ok(svg) => write_picture(&output, &svg),
+        Cmd::Peak {
+            traces, top, json, ..
+        } => cmd_peak(&traces, top, json),
+        Cmd::Oom { traces, json, .. } => cmd_oom(&traces, json),
+        Cmd::Plot { traces, output, .. } => match picture_kind(&output) {
             Err(e) => fail(e),
+            Ok(()) => match gpushim::export::plot_svg(&traces) {
+                Ok(svg) => write_picture(&output, &svg),
+                Err(e) => fail(e),
+            },
         },
-        Cmd::Flamegraph { trace, output } => match gpushim::analysis::peak(&trace) {
-            Ok(peaks) => match peaks.first() {
-                Some(p) => write_picture(
-                    &output,
-                    &gpushim::export::flamegraph_svg(
-                        p,
-                        &format!(
-                            "{}: live at the peak ({})",
-                            trace.display(),
-                            human_bytes(p.live_bytes)
+        Cmd::Flamegraph { trace, output, .. } => match picture_kind(&output) {
+            Err(e) => fail(e),
+            Ok(()) => match gpushim::analysis::peak(&trace) {
+                Ok(peaks) => match peaks.first() {
+                    Some(p) => write_picture(
+                        &output,
+                        &gpushim::export::flamegraph_svg(
+                            p,
+                            &format!(
+                                "{}: live at the peak ({})",
+                                trace.display(),
+                                human_bytes(p.live_bytes)
+                            ),
                         ),
                     ),
-                ),
-                None => fail("the trace holds no allocation"),
+                    None => fail(
+                        "the trace holds no allocation (or none that the filters keep): no \
+                         flame graph to draw",
+                    ),
+                },
+                Err(e) => fail(e),
             },
-            Err(e) => fail(e),
         },
         Cmd::Export {
             traces,
@@ -335,16 +432,37 @@ fn dispatch(command: Cmd) -> ExitCode {
             output,
             protocol,
             view,
+            ..
         } => cmd_export(&traces, &format, &output, protocol, &view),
-        Cmd::Diff { a, b, json } => cmd_diff(&a, &b, json),
+        Cmd::Diff { a, b, json, .. } => cmd_diff(&a, &b, json),
         Cmd::Top {
             trace,
             interval,
             count,
             top,
+            ..
         } => cmd_top(&trace, &interval, count, top),
     }
 }
+
+/// Pictures are written as SVG or PNG, chosen by the output's extension; anything else is
+/// refused rather than written as SVG under a misleading name.
+fn picture_kind(output: &std::path::Path) -> Result<(), String> {
+    match output.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("svg") || e.eq_ignore_ascii_case("png") => Ok(()),
+        _ => Err(format!(
+            "--output {}: pictures are written as .svg or .png; name the file so",
+            output.display()
+        )),
+    }
+}
+
+/// Whether a report filter is in force (set from the reading options).
+fn filtering() -> bool {
+    FILTERING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+static FILTERING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("gpushim: {msg}");
@@ -484,6 +602,18 @@ fn cmd_leaks(traces: &[PathBuf], boundary: Option<&str>, json: bool) -> ExitCode
             }
         );
         print_holders(&l.live_at_exit, 10, "  ");
+        if let Some(seen) = &l.boundary_not_found {
+            println!(
+                "iterations: --boundary {} names no NVTX range or mark of this trace; it holds {}",
+                boundary.unwrap_or(""),
+                if seen.is_empty() {
+                    "none".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            );
+            continue;
+        }
         match &l.iterations {
             None => println!(
                 "iterations: none found (no repeating NVTX range or mark, no regular allocation)"
@@ -557,6 +687,16 @@ fn cmd_peak(traces: &[PathBuf], top: usize, json: bool) -> ExitCode {
             println!();
         }
         println!("{t}");
+        if peaks.is_empty() {
+            println!(
+                "no allocation{}: nothing was live on any device",
+                if filtering() {
+                    " that the filters keep"
+                } else {
+                    " in this trace"
+                }
+            );
+        }
         for p in peaks {
             println!(
                 "device {}: peak live {} at {} (reserved {})",

@@ -281,6 +281,11 @@ impl TraceReader {
         self.stacks.get(&id).map(Vec::as_slice)
     }
 
+    /// Whether the trace holds any call stack so far (stacks were recorded).
+    pub fn has_stacks(&self) -> bool {
+        !self.stacks.is_empty()
+    }
+
     /// The module an address lies in (the one with the nearest load base below it): its load
     /// base and path.
     pub fn module_of(&self, ip: u64) -> Option<(u64, &str)> {

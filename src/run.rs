@@ -157,6 +157,8 @@ pub fn run(
     if let Some(conf) = conf {
         c.env("GPUSHIM_CONF", conf);
     }
+    // `gpushim run` names the traces itself when the command ends: the shim need not.
+    c.env("GPUSHIM_UNDER_RUN", "1");
     if let Some(t) = trace {
         c.env("GPUSHIM_TRACE", t);
     }

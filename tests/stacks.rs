@@ -114,10 +114,10 @@ fn the_events_command_prints_the_frames_of_a_stack() {
             .expect("a stack_ref row")
             .to_string()
     };
-    // Named from the executable's symbol table: `main (train_loop+0x1258)`, ...
+    // Named from the executable's debug information: `main (train_loop.c:20)`, ...
     let named = frames(&[]);
     assert!(
-        named.contains("main (train_loop+0x") && named.contains(" < "),
+        named.contains("main (train_loop.c:") && named.contains(" < "),
         "{named}"
     );
     let raw = frames(&["--no-symbols"]);

@@ -249,3 +249,119 @@ fn simulate_agrees_with_the_run_and_with_summary_and_pool_off_passes_through() {
     assert_eq!(off["peak_reserved_bytes"], off["peak_live_bytes"]);
     assert_eq!(off["peak_live_bytes"], d["peak_live_bytes"]);
 }
+
+fn text(args: &[&str]) -> std::process::Output {
+    Command::new(gpushim_bin())
+        .args(args)
+        .env_remove("GPUSHIM_CONF")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn empty_answers_say_why() {
+    let t = train_loop_trace("empty");
+    let t = t.to_str().unwrap();
+    let out = text(&["peak", "--range", "nosuch", t]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("no allocation that the filters keep"),
+        "{}",
+        stdout(&out)
+    );
+    let out = text(&["leaks", "--boundary", "nosuch", t]);
+    assert_ok(&out);
+    let s = stdout(&out);
+    assert!(
+        s.contains("--boundary nosuch names no NVTX range or mark"),
+        "{s}"
+    );
+    assert!(!s.contains("no repeating NVTX range"), "{s}");
+    // A trace cut inside its records: what is left still answers, and says when it is empty.
+    let dir = tempdir("cut");
+    let cut = dir.join("cut.trace");
+    let bytes = std::fs::read(t).unwrap();
+    std::fs::write(&cut, &bytes[..4096 + 32]).unwrap();
+    let out = text(&["peak", cut.to_str().unwrap()]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("no allocation in this trace"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn run_names_each_trace_once_and_reports_with_stacks_never_suggest_turning_them_on() {
+    let dir = tempdir("once");
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env_remove("GPUSHIM_CONF")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .args(["--conf", "stacks:3", "--trace", "t.trace"])
+        .arg(sim().bin("train_loop"))
+        .arg("5")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("t.trace").count(),
+        2,
+        "the trace line and the next step:\n{err}"
+    );
+    assert!(!err.contains("trace written to"), "{err}");
+    // stacks:3 records one call in three: the rest have no stack, and that is no reason to
+    // suggest stacks:on.
+    let out = text(&["leaks", dir.join("t.trace").to_str().unwrap()]);
+    assert_ok(&out);
+    assert!(!stdout(&out).contains("stacks:on"), "{}", stdout(&out));
+}
+
+#[test]
+fn help_lists_report_options_only_for_reports_and_describes_every_argument() {
+    for cmd in ["run", "config"] {
+        let out = text(&[cmd, "--help"]);
+        assert!(
+            !stdout(&out).contains("--device"),
+            "{cmd}: {}",
+            stdout(&out)
+        );
+    }
+    for cmd in [
+        "summary", "leaks", "peak", "oom", "events", "diff", "export", "plot",
+    ] {
+        let help = stdout(&text(&[cmd, "--help"]));
+        assert!(help.contains("--device"), "{cmd}");
+        for line in help.lines() {
+            let l = line.trim_start();
+            if l.starts_with("--json") || l.starts_with('<') {
+                assert!(l.split_whitespace().count() > 1, "{cmd}: undescribed `{l}`");
+            }
+        }
+    }
+    assert!(stdout(&text(&["flamegraph", "--help"])).contains("PNG"));
+    // A picture named for another format is refused, not written as SVG.
+    let t = train_loop_trace("jpg");
+    let jpg = t.with_extension("jpg");
+    let out = text(&["plot", "-o", jpg.to_str().unwrap(), t.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!jpg.exists());
+    assert!(stderr(&out).contains(".svg or .png"), "{}", stderr(&out));
+}
+
+#[test]
+fn run_takes_the_command_without_a_double_dash() {
+    let dir = tempdir("nodash");
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .env_remove("GPUSHIM_CONF")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .args(["--trace", "off", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+}

@@ -360,7 +360,8 @@ extern "C" fn at_exit() {
                 RECORDER.claimed()
             )),
         }
-    } else {
+    } else if env(c"GPUSHIM_UNDER_RUN").is_none() {
+        // Under `gpushim run`, which names every trace when the command ends.
         say(format_args!("trace written to {path}"));
     }
 }
