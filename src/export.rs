@@ -448,7 +448,12 @@ fn aligned(
             } else if i.rank >= 0 {
                 format!("rank {} ", i.rank)
             } else {
-                format!("trace {} ", n + 1)
+                // The file's name says which run it is; its position in the list does not.
+                let file = paths[n]
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| format!("trace {}", n + 1));
+                format!("{file} ")
             };
             (i.start_realtime_ns - t0, who, i)
         })
@@ -501,7 +506,17 @@ pub fn plot_svg(paths: &[std::path::PathBuf]) -> Result<String, ReadError> {
                 .or_default()
                 .push((t, rp.live_on(d), rp.reserved_on(d)));
         })?;
-        end = end.max(rp.time_ns + offset);
+        let trace_end = rp.time_ns + offset;
+        end = end.max(trace_end);
+        // Memory holds its last value until the trace ends, not until the last allocation.
+        for ((m, _), pts) in points.range_mut((n, 0)..=(n, u8::MAX)) {
+            debug_assert_eq!(*m, n);
+            if let Some(&(t, live, reserved)) = pts.last()
+                && t < trace_end
+            {
+                pts.push((trace_end, live, reserved));
+            }
+        }
         if n == 0 {
             first_reader = Some(reader);
         }
@@ -539,12 +554,15 @@ pub fn plot_svg(paths: &[std::path::PathBuf]) -> Result<String, ReadError> {
     let end = (f64::from(tticks) * tstep * tdiv).ceil() as u64;
     let x = |t: u64| L + (W - L - R) * t as f64 / end as f64;
     let y = |b: u64| H - B - (H - T - B) * b as f64 / ymax as f64;
+    // The legend goes under the chart, where no line can run through it: three rows a series.
+    let legend_rows = points.len() * 3;
+    let height = H + 8.0 + 16.0 * legend_rows as f64;
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">"#
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" font-family="sans-serif" font-size="12">"#
     );
-    let _ = writeln!(s, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
+    let _ = writeln!(s, r#"<rect width="{W}" height="{height}" fill="white"/>"#);
     let title = if traces.len() == 1 {
         format!(
             "{} (pid {}): device memory over time",
@@ -642,7 +660,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf]) -> Result<String, ReadError> {
     let colors = [
         "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
     ];
-    let mut legend_y = T + 14.0;
+    let mut legend_y = H + 4.0;
     for (i, ((n, d), pts)) in points.iter().enumerate() {
         let who = &traces[*n].1;
         let c = colors[i % colors.len()];

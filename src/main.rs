@@ -981,20 +981,29 @@ fn cmd_diff(a: &std::path::Path, b: &std::path::Path, json: bool) -> ExitCode {
         }));
         return ExitCode::SUCCESS;
     }
-    println!("{:<24} {:>14} {:>14}", "", "A", "B");
+    // Columns named by the files (their names alone; the full paths head the table).
+    let name = |p: &std::path::Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| p.display().to_string())
+    };
+    let (na, nb) = (name(a), name(b));
+    let w = na.len().max(nb.len()).max(14);
+    println!("A = {}\nB = {}", a.display(), b.display());
+    println!("{:<24} {:>w$} {:>w$}", "", na, nb);
     println!(
-        "{:<24} {:>14} {:>14}",
+        "{:<24} {:>w$} {:>w$}",
         "peak live",
         human_bytes(pa),
         human_bytes(pb)
     );
     println!(
-        "{:<24} {:>14} {:>14}",
+        "{:<24} {:>w$} {:>w$}",
         "live at exit",
         human_bytes(la),
         human_bytes(lb)
     );
-    println!("live at exit by call site, largest changes first:");
+    println!("live at exit by call site, largest changes first ({nb} against {na}):");
     for s in sites.iter().take(20) {
         let sign = if s.1 > 0 { "+" } else { "-" };
         println!(

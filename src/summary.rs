@@ -428,11 +428,20 @@ pub struct Combined {
     /// once (ranks of a data-parallel job peak together).
     pub sum_of_peaks_bytes: u64,
     /// The trace, rank and device with the largest peak.
-    pub largest_peak: Option<(String, Option<i32>, Option<u8>, u64)>,
+    pub largest_peak: Option<LargestPeak>,
     pub failed_for_memory: u64,
     pub lost: u64,
     pub torn: u64,
     pub unclean_exits: usize,
+}
+
+/// Where the largest per-device peak of a set of traces was.
+#[derive(Clone, Debug, Serialize)]
+pub struct LargestPeak {
+    pub trace: String,
+    pub rank: Option<i32>,
+    pub device: Option<u8>,
+    pub peak_live_bytes: u64,
 }
 
 pub fn combine(all: &[Summary]) -> Combined {
@@ -464,9 +473,14 @@ pub fn combine(all: &[Summary]) -> Combined {
             c.failed_for_memory += d.ooms;
             if c.largest_peak
                 .as_ref()
-                .is_none_or(|l| d.peak_live_bytes > l.3)
+                .is_none_or(|l| d.peak_live_bytes > l.peak_live_bytes)
             {
-                c.largest_peak = Some((s.path.clone(), s.rank, d.device, d.peak_live_bytes));
+                c.largest_peak = Some(LargestPeak {
+                    trace: s.path.clone(),
+                    rank: s.rank,
+                    device: d.device,
+                    peak_live_bytes: d.peak_live_bytes,
+                });
             }
         }
     }
@@ -486,13 +500,17 @@ impl Combined {
             "  sum of each trace's peak live: {}",
             human_bytes(self.sum_of_peaks_bytes)
         );
-        if let Some((path, rank, device, bytes)) = &self.largest_peak {
-            let rank = rank.map(|r| format!(" (rank {r})")).unwrap_or_default();
-            let device = device.map(|d| d.to_string()).unwrap_or_else(|| "?".into());
+        if let Some(l) = &self.largest_peak {
+            let rank = l.rank.map(|r| format!(" (rank {r})")).unwrap_or_default();
+            let device = l
+                .device
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "?".into());
             let _ = writeln!(
                 o,
-                "  largest peak: {} on device {device} in {path}{rank}",
-                human_bytes(*bytes)
+                "  largest peak: {} on device {device} in {}{rank}",
+                human_bytes(l.peak_live_bytes),
+                l.trace
             );
         }
         let _ = writeln!(

@@ -536,7 +536,13 @@ fn several_traces_make_one_timeline_aligned_by_wall_clock() {
         .map(|e| e["args"]["name"].as_str().unwrap())
         .collect();
     assert_eq!(names.len(), 2);
-    assert!(names[0].starts_with("trace 1 leaky") && names[1].starts_with("trace 2 leaky"));
+    // Named by their files (which differ), not by their position in the list.
+    let file = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        names[0].starts_with(&format!("{} leaky", file(&a.trace)))
+            && names[1].starts_with(&format!("{} leaky", file(&b.trace))),
+        "{names:?}"
+    );
     let times = |pid: u64| -> Vec<f64> {
         events
             .iter()
@@ -555,11 +561,11 @@ fn several_traces_make_one_timeline_aligned_by_wall_clock() {
     assert_ok(&o);
     let text = std::fs::read_to_string(&svg).unwrap();
     for m in [
-        "trace 1 device 0 live",
-        "trace 2 device 0 live",
-        "time since the first trace started",
+        format!("{} device 0 live", file(&a.trace)),
+        format!("{} device 0 live", file(&b.trace)),
+        "time since the first trace started".to_string(),
     ] {
-        assert!(text.contains(m), "no '{m}'");
+        assert!(text.contains(&m), "no '{m}'");
     }
     // Formats that hold one process refuse several, saying what to do.
     let o = gpushim(&[

@@ -365,3 +365,81 @@ fn run_takes_the_command_without_a_double_dash() {
         .unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
 }
+
+#[test]
+fn two_runs_are_named_by_their_files_in_diff_plot_and_summary() {
+    let a = train_loop_trace("diff-a");
+    let b = train_loop_trace("diff-b");
+    let (sa, sb) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = text(&["diff", sa, sb]);
+    assert_ok(&out);
+    let d = stdout(&out);
+    assert!(
+        d.contains(&format!("A = {sa}")) && d.contains(&format!("B = {sb}")),
+        "{d}"
+    );
+    assert!(d.lines().nth(2).unwrap().contains("train.trace"), "{d}");
+    // Two traces without ranks: the plot names them by file.
+    let svg = a.with_file_name("two.svg");
+    let out = text(&["plot", "-o", svg.to_str().unwrap(), sa, sb]);
+    assert_ok(&out);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("train.trace device 0 live"), "{svg}");
+    assert!(!svg.contains("trace 1 "), "positions are no names");
+    // summary --json of two traces: the largest peak is an object with named fields.
+    let v = {
+        let out = text(&["summary", "--json", sa, sb]);
+        assert_ok(&out);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let l = &v["combined"]["largest_peak"];
+    assert!(
+        l["trace"].is_string() && l["peak_live_bytes"].is_u64(),
+        "{l}"
+    );
+}
+
+#[test]
+fn the_plot_runs_to_the_end_of_the_trace_and_its_legend_stays_off_the_lines() {
+    // One allocation, then a second of nothing but an NVTX mark: memory is held throughout.
+    let path = tempdir("plot-end").join("end.trace");
+    let mut t = HandTrace::create(&path);
+    t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x1000_0000, 64 << 20);
+    t.wait(1_000_000_000);
+    t.rec(RecordKind::Mark, Api::Nvtx, 0, 0);
+    drop(t);
+    let svg_path = path.with_extension("svg");
+    let out = text(&[
+        "plot",
+        "-o",
+        svg_path.to_str().unwrap(),
+        path.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    // The live line runs to the trace's end (1.002 s, x = 831 on an axis that ends at the
+    // round 1.2 s), not to the allocation at 1 µs (x = 80).
+    let live = svg
+        .lines()
+        .find(|l| l.starts_with("<path") && !l.contains("dasharray=\"6 4\""))
+        .unwrap();
+    let xs: Vec<f64> = live
+        .split(['M', 'L', ','])
+        .filter_map(|w| w.trim().parse::<f64>().ok())
+        .collect();
+    let max_x = xs.iter().step_by(2).cloned().fold(0.0, f64::max);
+    assert!(max_x > 800.0, "the line stops at x={max_x}: {live}");
+    // Legend rows sit below the chart's x axis (at y = 360 of the 420-pixel chart).
+    for l in svg.lines().filter(|l| l.contains("device 0 live</text>")) {
+        let y: f64 = l
+            .split("y1=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(y > 420.0, "legend at y={y}: {l}");
+    }
+}
