@@ -4,7 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-20}
-cargo build --release --quiet -p gpushim -p gpushim-shim
+echo "== building gpushim (the first build takes a few minutes)"
+cargo build --release -p gpushim -p gpushim-shim 2>&1 | grep -E "^(error|warning|   Compiling gpushim)" || true
+[ -x target/release/gpushim ] && [ -f target/release/libgpushim.so ] || { echo "the build failed: run cargo build --release -p gpushim -p gpushim-shim to see why" >&2; exit 1; }
 bin=target/release/gpushim
 work=target/demo
 rm -rf "$work" && mkdir -p "$work"

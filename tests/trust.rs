@@ -443,3 +443,40 @@ fn the_plot_runs_to_the_end_of_the_trace_and_its_legend_stays_off_the_lines() {
         assert!(y > 420.0, "legend at y={y}: {l}");
     }
 }
+
+#[test]
+fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    // The leaks example: the demo's own lines (the time and pid parts aside).
+    let v = json(&["leaks"], &train_loop_trace("readme"));
+    let g = &v["iterations"]["growing"][0];
+    let line = format!(
+        "grows 1.00 MiB per iteration ({} -> {})",
+        gpushim::summary::human_bytes(g["live_at_first_boundary"].as_u64().unwrap()),
+        gpushim::summary::human_bytes(g["live_at_last_boundary"].as_u64().unwrap())
+    );
+    assert!(readme.contains(&line), "the README should show `{line}`");
+    // The layout names every top-level folder and every script.
+    let layout = readme.split("## Layout").nth(1).unwrap();
+    for entry in std::fs::read_dir(repo()).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        // Hidden and generated things (build output, traces left by runs) are no part of it.
+        let generated = name.ends_with(".trace") || name == "target";
+        if name.starts_with('.') && name != ".ci"
+            || generated
+            || ["Cargo.lock", "README.md"].contains(&name.as_str())
+        {
+            continue;
+        }
+        assert!(layout.contains(&name), "the layout leaves out {name}");
+    }
+    for entry in std::fs::read_dir(repo().join("scripts")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".sh") {
+            assert!(
+                layout.contains(&name),
+                "the layout leaves out scripts/{name}"
+            );
+        }
+    }
+}
