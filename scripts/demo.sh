@@ -4,10 +4,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 steps=${1:-20}
-echo "== building gpushim (the first build takes a few minutes)"
-cargo build --release -p gpushim -p gpushim-shim 2>&1 | grep -E "^(error|warning|   Compiling gpushim)" || true
-[ -x target/release/gpushim ] && [ -f target/release/libgpushim.so ] || { echo "the build failed: run cargo build --release -p gpushim -p gpushim-shim to see why" >&2; exit 1; }
-bin=target/release/gpushim
+if command -v gpushim >/dev/null 2>&1 && [ -z "${GPUSHIM_DEMO_BUILD:-}" ]; then
+  # Installed with pip: the command carries the shim (GPUSHIM_DEMO_BUILD=1 builds instead).
+  bin=$(command -v gpushim)
+  lib=$("$bin" lib)
+  echo "== the installed gpushim: $bin"
+else
+  echo "== building gpushim (the first build takes a few minutes)"
+  cargo build --release -p gpushim -p gpushim-shim 2>&1 | grep -E "^(error|warning|   Compiling gpushim)" || true
+  [ -x target/release/gpushim ] && [ -f target/release/libgpushim.so ] || { echo "the build failed: run cargo build --release -p gpushim -p gpushim-shim to see why" >&2; exit 1; }
+  bin=target/release/gpushim
+  lib=target/release/libgpushim.so
+fi
 work=target/demo
 rm -rf "$work" && mkdir -p "$work"
 cudart=""
@@ -30,7 +38,7 @@ else
   export LD_LIBRARY_PATH="$PWD/$work${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 # A plain CUDA program has no cache of its own: the pool serves it.
-"$bin" run --conf pool:caching,stacks:on --lib target/release/libgpushim.so --trace "$work/train_loop.%p.trace" -- "$work/train_loop" "$steps"
+"$bin" run --conf pool:caching,stacks:on --lib "$lib" --trace "$work/train_loop.%p.trace" -- "$work/train_loop" "$steps"
 echo
 "$bin" summary "$work"/train_loop.*.trace
 echo

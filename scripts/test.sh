@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints, the shim, the real CUDA runtime wheel
-# for the no-driver test, then every test.
+# for the no-driver test, every test, then the Python package installed with pip and checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
@@ -22,3 +22,12 @@ export GPUSHIM_CUDART_DIR="$PWD/.wheels/cudart/nvidia/cu13/lib"
 export GPUSHIM_NVTX_INCLUDE="$PWD/.wheels/nvtx/nvidia/cu13/include"
 if [ -n "${CI:-}" ]; then export GPUSHIM_REQUIRE_WHEELS=1; fi
 cargo test --workspace
+# The Python package as a user installs it: pip install . into a fresh environment (maturin
+# builds the command with the shim inside), then the command and the module from there, on the
+# simulator (tests/python/check_package.py prints its own closing line).
+rm -rf .venv && python3 -m venv .venv
+.venv/bin/pip install -q --disable-pip-version-check .
+pkg=$(mktemp -d)
+scripts/build-sim.sh "$pkg/sim" >/dev/null
+.venv/bin/python tests/python/check_package.py "$pkg/sim" "$pkg"
+rm -rf "$pkg"

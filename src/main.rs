@@ -331,6 +331,13 @@ enum Cmd {
         #[command(flatten)]
         reading: Reading,
     },
+    /// Print the path of the shim library that `gpushim run` preloads (for LD_PRELOAD by hand,
+    /// or PyTorch's pluggable allocator). An installed wheel writes its bundled copy out first.
+    Lib {
+        /// The shim library to check instead of the one found.
+        #[arg(long, value_name = "PATH")]
+        lib: Option<PathBuf>,
+    },
     /// Print the effective configuration from GPUSHIM_CONF and what each key does.
     Config {
         /// Configuration to check instead of $GPUSHIM_CONF.
@@ -353,7 +360,7 @@ impl Cmd {
             | Cmd::Export { reading, .. }
             | Cmd::Top { reading, .. }
             | Cmd::Diff { reading, .. } => Some(reading),
-            Cmd::Run { .. } | Cmd::Config { .. } => None,
+            Cmd::Run { .. } | Cmd::Config { .. } | Cmd::Lib { .. } => None,
         }
     }
 }
@@ -386,6 +393,13 @@ fn dispatch(command: Cmd) -> ExitCode {
             trace, conf, json, ..
         } => cmd_simulate(&trace, conf, json),
         Cmd::Config { conf } => cmd_config(conf),
+        Cmd::Lib { lib } => match gpushim::run::find_shim(lib.as_deref()) {
+            Ok(p) => {
+                println!("{}", p.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
         Cmd::Leaks {
             traces,
             boundary,

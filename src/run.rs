@@ -32,11 +32,81 @@ pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, String> {
             return Ok(cand.canonicalize().unwrap_or(cand));
         }
     }
+    #[cfg(feature = "bundle-shim")]
+    {
+        bundled::write_out()
+    }
+    #[cfg(not(feature = "bundle-shim"))]
     Err(format!(
         "cannot find {LIB_NAME} next to {} or in ../lib; build it with \
          `cargo build --release -p gpushim-shim`, or pass --lib PATH",
         dir.display()
     ))
+}
+
+/// The shim carried inside this command (the Python wheel's build), written out once to a
+/// private folder and checked byte for byte before each use, so a file planted there by anyone
+/// else is never preloaded.
+#[cfg(feature = "bundle-shim")]
+mod bundled {
+    use std::io::Write;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+    use std::path::PathBuf;
+
+    static SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libgpushim.so"));
+
+    /// `$XDG_CACHE_HOME/gpushim`, `~/.cache/gpushim`, else `/tmp/gpushim-UID`: a folder of
+    /// this user's, mode 0700.
+    fn folder() -> Result<PathBuf, String> {
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .filter(|p| p.is_absolute())
+            .map(|p| p.join("gpushim"))
+            .unwrap_or_else(|| PathBuf::from(format!("/tmp/gpushim-{uid}")));
+        let _ = std::fs::create_dir_all(&base);
+        let _ = std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700));
+        let meta = std::fs::symlink_metadata(&base)
+            .map_err(|e| format!("cannot use {}: {e}", base.display()))?;
+        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+            return Err(format!(
+                "{} is not a private folder of this user: not writing the shim there; pass \
+                 --lib or set GPUSHIM_LIB",
+                base.display()
+            ));
+        }
+        Ok(base)
+    }
+
+    pub fn write_out() -> Result<PathBuf, String> {
+        let dir = folder()?;
+        let name = format!("libgpushim-{}-{:016x}.so", env!("CARGO_PKG_VERSION"), {
+            use std::hash::Hasher;
+            let mut h = crate::fasthash::FastHasher::default();
+            h.write(SHIM);
+            h.finish()
+        });
+        let path = dir.join(&name);
+        if std::fs::read(&path).is_ok_and(|b| b == SHIM) {
+            return Ok(path);
+        }
+        let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o755)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        f.write_all(SHIM)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+        std::fs::rename(&tmp, &path)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        Ok(path)
+    }
 }
 
 /// `LD_PRELOAD` with the shim first and whatever was preloaded before kept after it.

@@ -456,16 +456,19 @@ fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
         gpushim::summary::human_bytes(g["live_at_last_boundary"].as_u64().unwrap())
     );
     assert!(readme.contains(&line), "the README should show `{line}`");
-    // The layout names every top-level folder and every script.
+    // The layout names every top-level folder and file the repository holds, and every script.
+    let files = Command::new("git")
+        .args(["ls-files", "--cached", "--others", "--exclude-standard"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
     let layout = readme.split("## Layout").nth(1).unwrap();
-    for entry in std::fs::read_dir(repo()).unwrap() {
-        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
-        // Hidden and generated things (build output, traces left by runs) are no part of it.
-        let generated = name.ends_with(".trace") || name == "target";
-        if name.starts_with('.') && name != ".ci"
-            || generated
-            || ["Cargo.lock", "README.md"].contains(&name.as_str())
-        {
+    let top: std::collections::BTreeSet<String> = String::from_utf8_lossy(&files.stdout)
+        .lines()
+        .filter_map(|l| l.split('/').next().map(str::to_string))
+        .collect();
+    for name in top {
+        if ["Cargo.lock", "README.md", ".gitignore"].contains(&name.as_str()) {
             continue;
         }
         assert!(layout.contains(&name), "the layout leaves out {name}");

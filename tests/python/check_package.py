@@ -1,0 +1,66 @@
+"""The Python package as a user gets it (pip install . into a fresh environment), checked from
+that environment on the CUDA simulator. Run by scripts/test.sh:
+
+    .venv/bin/python tests/python/check_package.py SIM_DIR WORK_DIR
+
+Prints one line per check and a closing "package: N passed, M failed"; exits 1 on a failure.
+"""
+
+import os
+import subprocess
+import sys
+
+import gpushim
+
+sim, work = sys.argv[1], sys.argv[2]
+env = dict(os.environ, LD_LIBRARY_PATH=sim, HOME=os.path.join(work, "home"))
+os.environ["HOME"] = env["HOME"]
+results = []
+
+
+def check(name, ok, detail=""):
+    results.append(ok)
+    print(("ok    " if ok else "FAILED ") + name + ("" if ok else f": {detail}"))
+
+
+cmd = gpushim.command()
+check("the command is installed beside this Python", os.path.dirname(cmd) == os.path.dirname(sys.executable), cmd)
+
+lib = gpushim.library_path()
+check("the shim comes out of the installed command", os.path.isfile(lib) and lib.endswith(".so"), lib)
+
+trace = os.path.join(work, "pkg.%p.trace")
+out = subprocess.run(
+    [sys.executable, "-m", "gpushim", "run", "--conf", "pool:caching,stacks:on", "--trace", trace,
+     os.path.join(sim, "train_loop"), "5"],
+    env=env, capture_output=True, text=True,
+)
+check("python -m gpushim run records the example", out.returncode == 0 and "trace" in out.stderr, out.stderr)
+
+traces = [os.path.join(work, f) for f in os.listdir(work) if f.startswith("pkg.") and f.endswith(".trace")]
+check("one trace written", len(traces) == 1, traces)
+
+recs = list(gpushim.records(traces[0])) if traces else []
+allocs = [r for r in recs if r["kind"] == "alloc" and r["api"] == "cudaMalloc"]
+# 1 weights + 5 steps of (6 activations + 1 leak)
+check("records() gives every allocation", len(allocs) == 36, len(allocs))
+check("records carry their fields", all({"time_ns", "ptr", "size", "device"} <= set(r) for r in recs[:50]))
+
+try:
+    import pandas  # noqa: F401
+    df = gpushim.dataframe(traces[0])
+    check("dataframe() with pandas", len(df) == len(recs), len(df))
+except ImportError:
+    try:
+        gpushim.dataframe(traces[0])
+        check("dataframe() without pandas says what to install", False, "no error")
+    except ImportError as e:
+        check("dataframe() without pandas says what to install", "pip install pandas" in str(e), e)
+
+bad = subprocess.run([sys.executable, "-m", "gpushim", "summary", os.path.join(work, "nosuch.trace")],
+                     capture_output=True, text=True)
+check("python -m gpushim passes the exit code through", bad.returncode == 2, bad.returncode)
+
+passed = sum(results)
+print(f"package: {passed} passed, {len(results) - passed} failed")
+sys.exit(0 if passed == len(results) else 1)
