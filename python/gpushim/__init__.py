@@ -59,16 +59,21 @@ def torch_allocator():
     the program under ``gpushim run`` so the calls are recorded. Returns the allocator."""
     import torch
 
+    too_late = (
+        "gpushim.torch_allocator() must come before the first CUDA allocation: PyTorch "
+        "cannot change its allocator once it has allocated. Call it at the top of the "
+        "program, before any tensor is moved to the GPU."
+    )
     if torch.cuda.is_initialized() and torch.cuda.memory_allocated() > 0:
-        raise RuntimeError(
-            "gpushim.torch_allocator() must come before the first CUDA allocation: PyTorch "
-            "cannot change its allocator once it has allocated. Call it at the top of the "
-            "program, before any tensor is moved to the GPU."
-        )
+        raise RuntimeError(too_late)
     allocator = torch.cuda.memory.CUDAPluggableAllocator(
         library_path(), "gpushim_alloc", "gpushim_free"
     )
-    torch.cuda.memory.change_current_allocator(allocator)
+    try:
+        torch.cuda.memory.change_current_allocator(allocator)
+    except RuntimeError as e:
+        # PyTorch's own refusal ("Can't swap an already initialized allocator").
+        raise RuntimeError(f"{too_late} (PyTorch: {e})") from e
     return allocator
 
 
