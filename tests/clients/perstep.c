@@ -1,0 +1,59 @@
+/* A training loop with no caching allocator of its own, as PyTorch runs with
+ * PYTORCH_NO_CUDA_MEMORY_CACHING=1: every step allocates its tensors with cudaMalloc, runs its
+ * "kernels" on the legacy stream (simulated GPU time), frees the tensors with cudaFree, and
+ * synchronizes once at the end of the step. The host's work (the simulator's latency per call)
+ * overlaps the GPU's unless something makes the host wait.
+ *
+ * usage: perstep STEPS TENSORS GPU_US_PER_STEP
+ * Prints: steps=.. wall_us=.. gpu_us=.. live_peak=.. used_peak=.. (device bytes in use, as
+ * NVML would see them, from the simulator) */
+#define _GNU_SOURCE
+#include "cuda_sim.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static long long now_us(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000000LL + t.tv_nsec / 1000;
+}
+
+int main(int argc, char **argv) {
+    int steps = argc > 1 ? atoi(argv[1]) : 40;
+    int n = argc > 2 ? atoi(argv[2]) : 16;
+    unsigned gpu_us = argc > 3 ? (unsigned)atoi(argv[3]) : 4000;
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    size_t (*used)(void) = drv ? (size_t (*)(void))dlsym(drv, "simUsedBytes") : NULL;
+    if (!used) { fprintf(stderr, "perstep needs the simulator\n"); return 2; }
+    void **t = calloc((size_t)n, sizeof *t);
+    size_t live = 0, live_peak = 0, used_peak = 0, base = 0;
+    cudaFree(0);
+    base = used();
+    long long t0 = now_us();
+    for (int s = 0; s < steps; s++) {
+        /* Shapes that change a little every step, as with varying sequence lengths. */
+        for (int i = 0; i < n; i++) {
+            size_t size = ((size_t)(i % 4) + 1) * ((1u << 20) + (size_t)((s * 37 + i) % 7) * 65536);
+            if (cudaMalloc(&t[i], size)) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
+            live += size;
+            simLaunch(NULL, (CUdeviceptr)(uintptr_t)t[i], size, gpu_us / (unsigned)n);
+        }
+        if (live > live_peak) live_peak = live;
+        for (int i = n - 1; i >= 0; i--) {
+            size_t size = ((size_t)(i % 4) + 1) * ((1u << 20) + (size_t)((s * 37 + i) % 7) * 65536);
+            cudaFree(t[i]);
+            live -= size;
+        }
+        size_t u = used() - base;
+        if (u > used_peak) used_peak = u;
+        cudaDeviceSynchronize();
+    }
+    long long wall = now_us() - t0;
+    printf("steps=%d wall_us=%lld gpu_us=%lld live_peak=%zu used_peak=%zu\n", steps, wall,
+           (long long)steps * gpu_us, live_peak, used_peak);
+    free(t);
+    return 0;
+}
