@@ -31,5 +31,6 @@ if [ "${2:-}" != "--real" ]; then
   $CC -O1 -o "$out/load_local" "$here/tests/clients/load_local.c" -ldl
   # Uses the simulator's GPU-work model (simLaunch, simInUse).
   $CC -O1 -Wall $inc -o "$out/pool" "$here/tests/clients/pool.c" "${link[@]}" -lpthread
+  $CC -O1 -Wall $inc -o "$out/perstep" "$here/tests/clients/perstep.c" "${link[@]}" -ldl
   $CC -O1 -Wall $inc -o "$out/leaky" "$here/tests/clients/leaky.c" "${link[@]}" -ldl
 fi

@@ -134,6 +134,11 @@ enum Cmd {
         /// The shim library; default: libgpushim.so next to this executable, or $GPUSHIM_LIB.
         #[arg(long, value_name = "PATH")]
         lib: Option<PathBuf>,
+        /// One record per PyTorch tensor: PyTorch's cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+        /// and the shim's pool on (pool:caching unless --conf names a pool). PyTorch's own
+        /// counters (memory_allocated, memory_reserved) then read 0; the trace has the figures.
+        #[arg(long)]
+        per_tensor: bool,
         /// The command and its arguments (after `--` when they start with a dash).
         #[arg(
             required = true,
@@ -385,8 +390,9 @@ fn dispatch(command: Cmd) -> ExitCode {
             conf,
             trace,
             lib,
+            per_tensor,
             cmd,
-        } => cmd_run(conf, trace, lib, cmd),
+        } => cmd_run(conf, trace, lib, per_tensor, cmd),
         Cmd::Summary { traces, json, .. } => cmd_summary(&traces, json),
         Cmd::Events { trace, json, .. } => cmd_events(&trace, json),
         Cmd::Simulate {
@@ -487,8 +493,15 @@ fn cmd_run(
     conf: Option<String>,
     trace: Option<String>,
     lib: Option<PathBuf>,
+    per_tensor: bool,
     cmd: Vec<OsString>,
 ) -> ExitCode {
+    let conf = if per_tensor {
+        let given = conf.or_else(|| std::env::var("GPUSHIM_CONF").ok());
+        Some(gpushim::run::per_tensor_conf(given.as_deref()))
+    } else {
+        conf
+    };
     // One rule for the configuration, wherever it comes from: an error anywhere in it means
     // none of it applies, so the program is not started (the shim itself, without
     // `gpushim run`, says so in one line and runs on the defaults).
@@ -515,7 +528,7 @@ fn cmd_run(
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    let out = match gpushim::run::run(&shim, conf.as_deref(), trace.as_deref(), &cmd) {
+    let out = match gpushim::run::run(&shim, conf.as_deref(), trace.as_deref(), per_tensor, &cmd) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };

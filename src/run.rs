@@ -201,10 +201,21 @@ fn is_gpushim_name(p: &Path) -> bool {
         .is_some_and(|n| n.starts_with("gpushim-"))
 }
 
+/// The configuration for `--per-tensor`: the given one with `pool:caching` first unless it
+/// names a pool itself.
+pub fn per_tensor_conf(given: Option<&str>) -> String {
+    match given.map(str::trim).filter(|g| !g.is_empty()) {
+        None => "pool:caching".to_string(),
+        Some(g) if g.split(',').any(|kv| kv.trim().starts_with("pool:")) => g.to_string(),
+        Some(g) => format!("pool:caching,{g}"),
+    }
+}
+
 pub fn run(
     shim: &Path,
     conf: Option<&str>,
     trace: Option<&str>,
+    per_tensor: bool,
     cmd: &[OsString],
 ) -> Result<RunOutcome, String> {
     let (prog, args) = cmd
@@ -229,6 +240,10 @@ pub fn run(
     }
     // `gpushim run` names the traces itself when the command ends: the shim need not.
     c.env("GPUSHIM_UNDER_RUN", "1");
+    if per_tensor {
+        // PyTorch allocates every tensor with cudaMalloc and frees it with cudaFree.
+        c.env("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
+    }
     if let Some(t) = trace {
         c.env("GPUSHIM_TRACE", t);
     }
@@ -265,6 +280,13 @@ mod tests {
         assert_eq!(v, OsString::from("/x/libgpushim.so:/y/libfoo.so"));
         let v = preload_value(Path::new("/x/libgpushim.so"), Some("".into()));
         assert_eq!(v, OsString::from("/x/libgpushim.so"));
+    }
+
+    #[test]
+    fn per_tensor_adds_the_pool_unless_one_is_named() {
+        assert_eq!(per_tensor_conf(None), "pool:caching");
+        assert_eq!(per_tensor_conf(Some("stacks:on")), "pool:caching,stacks:on");
+        assert_eq!(per_tensor_conf(Some("pool:expandable")), "pool:expandable");
     }
 
     #[test]

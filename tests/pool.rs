@@ -46,8 +46,20 @@ fn freed_memory_is_never_handed_out_while_a_kernel_may_still_use_it() {
     assert_eq!(v["violations"], 0, "{}", stdout(&out));
     // Stream-ordered frees are reused at once on their own stream...
     assert!(v["same_stream_reuse"] > 150, "{}", stdout(&out));
-    // ...and the whole run needed only a few device allocations.
-    assert!(v["device_allocs"] <= 8, "{}", stdout(&out));
+    // ...and the host never waited for the GPU while the device had room: the loop never
+    // synchronizes and its kernels outlast an iteration, so blocks freed with cudaFree are still
+    // fenced when asked for again, and fresh memory serves (fewer device allocations than the
+    // 400 of the same run without a pool all the same).
+    assert!(v["device_allocs"] < 200, "{}", stdout(&out));
+    // Under a limit the pool waits for fences and gives idle memory back instead, and still
+    // never hands out a block in use.
+    let out = pool_run(
+        &["reuse", "200"],
+        vec![("GPUSHIM_CONF", "pool:caching,limit:32MiB".into())],
+        None,
+    );
+    let v = values(&out);
+    assert_eq!(v["violations"], 0, "{}", stdout(&out));
 }
 
 #[test]
@@ -282,7 +294,7 @@ fn the_expandable_pool_keeps_the_same_promises_and_grows_one_mapping() {
     assert_eq!(v["violations"], 0);
     assert!(v["same_stream_reuse"] > 150);
     // Large blocks come from mapped pages, not cuMemAlloc: only the small segments are left.
-    assert!(v["device_allocs"] <= 2, "{v:?}");
+    assert!(v["device_allocs"] <= 4, "{v:?}");
     let mut env = exp();
     env.push(("GPUSHIM_SIM_MEMORY", (64u64 << 20).to_string()));
     let v = values(&pool_run(&["oom"], env, None));

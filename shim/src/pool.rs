@@ -143,11 +143,42 @@ thread_local! {
 /// per-thread default stream is one per thread. `per_thread_default` says how the caller's
 /// stream 0 is meant (the `_ptsz` entry points).
 pub fn stream_key(stream: *mut c_void, per_thread_default: bool) -> u64 {
+    let key = stream_identity(stream, per_thread_default);
+    if key != 0 && pooling() {
+        note_other_streams();
+    }
+    key
+}
+
+/// The pool key of a stream handle, with no side effect (for the capture bookkeeping, which
+/// runs while a capture begins and must call nothing).
+fn stream_identity(stream: *mut c_void, per_thread_default: bool) -> u64 {
     match stream as u64 {
         0 if per_thread_default => per_thread_key(),
         0 | STREAM_LEGACY => 0,
         STREAM_PER_THREAD => per_thread_key(),
         s => s,
+    }
+}
+
+/// Whether the process has run work anywhere but the legacy stream (a stream created, a
+/// per-thread default stream used). Until it has, every piece of GPU work runs in the order it
+/// was issued, so a block freed with `cudaFree` may serve the next request at once: the new
+/// owner's work comes after the old owner's on the same stream (issue 12).
+static OTHER_STREAMS: AtomicBool = AtomicBool::new(false);
+
+/// The process uses a stream other than the legacy one. The first time, the device catches up
+/// once (outside any capture: a capture needs such a stream, so it cannot be under way yet),
+/// so blocks reused under the single-stream rule are truly free before other streams run.
+fn note_other_streams() {
+    if OTHER_STREAMS.load(Ordering::Relaxed) || OTHER_STREAMS.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if !capture_active()
+        && let Some(sync) = drv::<unsafe extern "C" fn() -> i32>(Sym::CuCtxSynchronize)
+    {
+        // SAFETY: no arguments; waits for the current context's work.
+        unsafe { sync() };
     }
 }
 
@@ -398,6 +429,9 @@ pub fn mem_info(real_free: u64, real_total: u64) -> (u64, u64) {
 
 /// A stream was created in the current context; non-blocking ones get checkpoint events.
 pub fn stream_created(stream: u64, flags: u32) {
+    if stream != 0 {
+        note_other_streams();
+    }
     if flags & CU_STREAM_NON_BLOCKING == 0 || stream == 0 {
         return;
     }
@@ -730,7 +764,8 @@ impl Backend for CudaBackend {
     }
 
     fn passed(&mut self, &(slot, id): &(u8, u64)) -> bool {
-        id <= self.slots[slot as usize].passed_id
+        // All work on the legacy stream: issue order protects the block (see OTHER_STREAMS).
+        !OTHER_STREAMS.load(Ordering::Acquire) || id <= self.slots[slot as usize].passed_id
     }
 
     fn poll(&mut self, slot: u8) -> bool {
@@ -902,7 +937,7 @@ pub fn capture_active() -> bool {
 
 /// A capture began on `stream`.
 pub fn capture_started(stream: *mut c_void, per_thread_default: bool) {
-    let key = stream_key(stream, per_thread_default);
+    let key = stream_identity(stream, per_thread_default);
     CAPTURE_COUNT.fetch_add(1, Ordering::AcqRel);
     for (c, h) in CAPTURING.iter().zip(&CAPTURED_HANDLE) {
         if c.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed)
@@ -916,7 +951,7 @@ pub fn capture_started(stream: *mut c_void, per_thread_default: bool) {
 
 /// The capture on `stream` ended (successfully or invalidated).
 pub fn capture_ended(stream: *mut c_void, per_thread_default: bool) {
-    let key = stream_key(stream, per_thread_default);
+    let key = stream_identity(stream, per_thread_default);
     for c in &CAPTURING {
         if c.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()

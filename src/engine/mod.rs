@@ -308,9 +308,49 @@ impl<B: Backend> Engine<B> {
             self.stats.cache_hits += 1;
             return Ok(self.hand_out(ptr, need, size, stream));
         }
+        // Nothing usable now. While the device has room, fresh memory: waiting for the GPU to
+        // release a fenced block would stall the host for nothing (contract 6). Only when the
+        // device (or `limit`) says no has the engine waited for the device (inside
+        // `empty_cache`), and a block whose fence has passed since serves the request.
+        let segment = if small {
+            SMALL_SEGMENT
+        } else {
+            need.div_ceil(LARGE_SEGMENT_ROUND) * LARGE_SEGMENT_ROUND
+        };
+        let limit = self.policy.limit;
+        if limit > 0
+            && self.reserved(device).saturating_add(segment) > limit
+            && !self.backend.quiet()
+        {
+            // At the limit: wait for the device once, so fenced blocks serve before anything
+            // is given back and taken again.
+            self.backend.synchronize(device);
+            self.backend.note(Event::Synchronize { device });
+            self.stats.synchronizations += 1;
+            if let Some(ptr) = self.take_cached(key, need) {
+                self.stats.cache_hits += 1;
+                return Ok(self.hand_out(ptr, need, size, stream));
+            }
+        }
+        let fresh = self.fresh(key, need, small);
+        match fresh {
+            Ok(ptr) => Ok(self.hand_out(ptr, need, size, stream)),
+            Err(e) => match self.take_cached(key, need) {
+                Some(ptr) => {
+                    self.stats.cache_hits += 1;
+                    Ok(self.hand_out(ptr, need, size, stream))
+                }
+                None => Err(e),
+            },
+        }
+    }
+
+    /// A block of at least `need` bytes from new device memory: the expandable segment grown,
+    /// or a new segment.
+    fn fresh(&mut self, key: PoolKey, need: u64, small: bool) -> Result<u64, AllocError> {
         if !small && self.policy.expandable && need <= EXPANDABLE_RANGE / 2 {
             match self.grow(key, need) {
-                Ok(ptr) => return Ok(self.hand_out(ptr, need, size, stream)),
+                Ok(ptr) => return Ok(ptr),
                 // The backend cannot reserve address ranges: plain segments.
                 Err(None) => {}
                 Err(Some(e)) => return Err(e),
@@ -321,8 +361,7 @@ impl<B: Backend> Engine<B> {
         } else {
             need.div_ceil(LARGE_SEGMENT_ROUND) * LARGE_SEGMENT_ROUND
         };
-        let ptr = self.new_segment(key, segment_size)?;
-        Ok(self.hand_out(ptr, need, size, stream))
+        self.new_segment(key, segment_size)
     }
 
     /// Returns a block. `Err(())` when `ptr` is not a live block of ours (never allocated here,
@@ -605,22 +644,13 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Finds a cached block for `key` of at least `need` bytes and removes it from its pool.
+    /// Never waits for the device: a better block behind a fence is polled for (no waiting),
+    /// and otherwise left for later.
     fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<u64> {
-        let (mut best, mut fenced_fits) = self.search(key, need);
-        // While the backend is quiet (a stream capture), fences can be neither polled nor
-        // waited for: a fenced block stays where it is and the request takes fresh memory.
-        let quiet = self.backend.quiet();
-        // A better fit waits behind a fence: let the backend catch up on fences (no waiting).
-        if fenced_fits && !quiet && self.backend.poll(key.device) {
-            (best, fenced_fits) = self.search(key, need);
-        }
-        // Nothing usable, but fenced blocks would fit once the device caught up: wait for it
-        // once, which spares reserving new memory.
-        if best.is_none() && fenced_fits && !quiet {
-            self.backend.synchronize(key.device);
-            self.backend.note(Event::Synchronize { device: key.device });
-            self.stats.synchronizations += 1;
-            (best, _) = self.search(key, need);
+        let (mut best, fenced_fits) = self.search(key, need);
+        // While the backend is quiet (a stream capture), fences cannot even be polled.
+        if fenced_fits && !self.backend.quiet() && self.backend.poll(key.device) {
+            best = self.search(key, need).0;
         }
         let (size, p, k) = best?;
         self.remove_free_entry(k, size, p);
@@ -1285,19 +1315,20 @@ mod tests {
     }
 
     #[test]
-    fn a_block_freed_on_a_stream_waits_for_its_fence_before_another_stream_gets_it() {
+    fn a_block_freed_on_a_stream_is_not_given_to_another_stream_before_its_fence_passed() {
         let mut e = engine(1 << 30);
         let a = e.alloc(0, 4096, 7).unwrap();
         // Keep the segment busy so the only free memory is a's block plus the rest.
         let _keep = e.alloc(0, SMALL_SEGMENT - 4096, 7).unwrap();
         e.free(a.ptr, FreeKind::OnStream(7)).unwrap();
-        // Stream 8 may not take it before stream 7 caught up: the engine waits for the device.
+        // Stream 8 may not take it before stream 7 caught up; the device has room, so it gets
+        // fresh memory and nobody waits.
         let b = e.alloc(0, 4096, 8).unwrap();
-        assert_eq!(b.ptr, a.ptr);
+        assert_ne!(b.ptr, a.ptr);
         assert_eq!(
             e.backend().synchronize_calls,
-            1,
-            "reuse across streams waited"
+            0,
+            "no wait while there is room"
         );
     }
 
@@ -1306,14 +1337,42 @@ mod tests {
         let mut e = engine(1 << 30);
         let a = e.alloc(0, 8 << 20, 0).unwrap();
         e.free(a.ptr, FreeKind::Sync).unwrap();
-        // Same stream, same size: still not before the fence passed, so the engine waits once.
+        // Same stream, same size: not before the fence passed. With room: fresh memory.
         let b = e.alloc(0, 8 << 20, 0).unwrap();
-        assert_eq!(b.ptr, a.ptr);
-        assert_eq!(e.backend().synchronize_calls, 1);
-        // When the GPU already caught up, no wait.
-        e.free(b.ptr, FreeKind::Sync).unwrap();
+        assert_ne!(b.ptr, a.ptr);
+        assert_eq!(e.backend().synchronize_calls, 0);
+        // Once the GPU caught up, the cached block serves, still without a wait.
         e.backend_mut().complete_all();
+        let c = e.alloc(0, 8 << 20, 0).unwrap();
+        assert_eq!(c.ptr, a.ptr);
+        assert_eq!(e.backend().synchronize_calls, 0);
+    }
+
+    #[test]
+    fn under_memory_pressure_the_engine_waits_once_and_reuses_the_fenced_block() {
+        // Room for one 32 MiB segment, cut in two 16 MiB blocks; one is freed and its fence
+        // has not passed; another 16 MiB must come from it.
+        let mut e = engine(32 << 20);
+        let big = e.alloc(0, 32 << 20, 0).unwrap();
+        e.free(big.ptr, FreeKind::OnStream(0)).unwrap();
+        let x = e.alloc(0, 16 << 20, 0).unwrap();
+        let _y = e.alloc(0, 16 << 20, 0).unwrap();
+        e.free(x.ptr, FreeKind::Sync).unwrap();
+        let c = e.alloc(0, 16 << 20, 0).unwrap();
+        assert_eq!(c.ptr, x.ptr, "the fenced block, once the device caught up");
+        assert_eq!(
+            e.backend().synchronize_calls,
+            1,
+            "one wait, under pressure only"
+        );
+        assert_eq!(e.reserved(0), 32 << 20);
+        // An idle segment under pressure goes back and its memory comes again.
+        let mut e = engine(16 << 20);
+        let a = e.alloc(0, 8 << 20, 0).unwrap();
+        let _b = e.alloc(0, 8 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::Sync).unwrap();
         e.alloc(0, 8 << 20, 0).unwrap();
+        assert_eq!(e.reserved(0), 16 << 20);
         assert_eq!(e.backend().synchronize_calls, 1);
     }
 

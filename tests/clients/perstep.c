@@ -21,6 +21,15 @@ static long long now_us(void) {
     return t.tv_sec * 1000000LL + t.tv_nsec / 1000;
 }
 
+/* Shapes that change a little every step, as with varying sequence lengths. */
+#define SIZE(s, i) (((size_t)((i) % 4) + 1) * ((1u << 20) + (size_t)(((s) * 37 + (i)) % 7) * 65536))
+
+/* The host's own work (Python, kernel launches): busy for `us` microseconds. */
+static void host_work(unsigned us) {
+    long long end = now_us() + us;
+    while (now_us() < end) {}
+}
+
 int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 40;
     int n = argc > 2 ? atoi(argv[2]) : 16;
@@ -33,27 +42,40 @@ int main(int argc, char **argv) {
     cudaFree(0);
     base = used();
     long long t0 = now_us();
+    void **g = calloc((size_t)n, sizeof *g);
+    unsigned op_us = gpu_us / (2u * (unsigned)n);
     for (int s = 0; s < steps; s++) {
-        /* Shapes that change a little every step, as with varying sequence lengths. */
+        /* Forward: each layer's activation, then its kernel. The host's own work per op takes
+         * half as long as the GPU's: it runs ahead, and the two overlap unless it waits. */
         for (int i = 0; i < n; i++) {
-            size_t size = ((size_t)(i % 4) + 1) * ((1u << 20) + (size_t)((s * 37 + i) % 7) * 65536);
+            size_t size = SIZE(s, i);
             if (cudaMalloc(&t[i], size)) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
             live += size;
-            simLaunch(NULL, (CUdeviceptr)(uintptr_t)t[i], size, gpu_us / (unsigned)n);
+            simLaunch(NULL, (CUdeviceptr)(uintptr_t)t[i], size, op_us);
+            host_work(op_us / 2);
         }
         if (live > live_peak) live_peak = live;
+        /* Backward: each activation is freed and a gradient of its size takes its place while
+         * earlier kernels still run (a pool that waits for them stalls the host here). */
         for (int i = n - 1; i >= 0; i--) {
-            size_t size = ((size_t)(i % 4) + 1) * ((1u << 20) + (size_t)((s * 37 + i) % 7) * 65536);
+            size_t size = SIZE(s, i);
             cudaFree(t[i]);
-            live -= size;
+            if (cudaMalloc(&g[i], size)) { fprintf(stderr, "cudaMalloc failed\n"); return 1; }
+            simLaunch(NULL, (CUdeviceptr)(uintptr_t)g[i], size, op_us);
+            host_work(op_us / 2);
+        }
+        for (int i = 0; i < n; i++) {
+            cudaFree(g[i]);
+            live -= SIZE(s, i);
         }
         size_t u = used() - base;
         if (u > used_peak) used_peak = u;
-        cudaDeviceSynchronize();
+        cudaDeviceSynchronize(); /* loss.item() */
     }
     long long wall = now_us() - t0;
     printf("steps=%d wall_us=%lld gpu_us=%lld live_peak=%zu used_peak=%zu\n", steps, wall,
            (long long)steps * gpu_us, live_peak, used_peak);
     free(t);
+    free(g);
     return 0;
 }

@@ -1,0 +1,100 @@
+"""Real training workloads whose shapes change every step, timed per step, in one allocator
+mode. Prints one 'RESULT {json}' line. Used by scripts/gpu-perf.sh, which alternates modes.
+
+usage: workloads.py WORKLOAD MODE [STEPS]
+  WORKLOAD  transformer (8 layers, width 1024, sequences 64..320)
+            gpt2 (GPT2LMHeadModel from GPT2Config(), bf16 autocast, AdamW, sequences 64..512)
+            resnet50 (torchvision, channels-last, bf16, batch 16..48, resolution 160..256)
+  MODE      default | expandable (PyTorch's expandable segments) | pertensor (caching off, run
+            under the shim's pool) | pluggable (the shim's gpushim_alloc/free through
+            CUDAPluggableAllocator; GPUSHIM_LIB names the library)
+Device memory is NVML's (the shim does not intercept it), sampled after every step."""
+import json
+import os
+import statistics
+import sys
+import time
+
+workload, mode = sys.argv[1], sys.argv[2]
+steps = int(sys.argv[3]) if len(sys.argv) > 3 else 15
+if mode == "expandable":
+    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
+elif mode == "pertensor":
+    os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
+
+import pynvml  # noqa: E402
+import torch  # noqa: E402
+
+if mode == "pluggable":
+    alloc = torch.cuda.memory.CUDAPluggableAllocator(
+        os.environ["GPUSHIM_LIB"], "gpushim_alloc", "gpushim_free")
+    torch.cuda.memory.change_current_allocator(alloc)
+
+pynvml.nvmlInit()
+nvml = pynvml.nvmlDeviceGetHandleByIndex(0)
+torch.manual_seed(0)
+dev = "cuda"
+
+if workload == "transformer":
+    import torch.nn as nn
+    layer = nn.TransformerEncoderLayer(1024, 16, 4096, batch_first=True, norm_first=True)
+    model = nn.Sequential(nn.Embedding(32000, 1024),
+                          nn.TransformerEncoder(layer, 8, enable_nested_tensor=False),
+                          nn.Linear(1024, 32000)).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def batch(i):
+        seq = 64 + (i * 37) % 257
+        x = torch.randint(0, 32000, (8, seq), device=dev)
+        return x, x
+
+    def loss_of(x, y):
+        out = model(x)
+        return torch.nn.functional.cross_entropy(out.view(-1, out.size(-1)), y.view(-1))
+elif workload == "gpt2":
+    from transformers import GPT2Config, GPT2LMHeadModel
+    model = GPT2LMHeadModel(GPT2Config()).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def batch(i):
+        seq = 64 + (i * 53) % 449
+        x = torch.randint(0, 50257, (8, seq), device=dev)
+        return x, x
+
+    def loss_of(x, y):
+        return model(input_ids=x, labels=y).loss
+elif workload == "resnet50":
+    import torchvision
+    model = torchvision.models.resnet50().to(dev).to(memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def batch(i):
+        b = 16 + (i * 7) % 33
+        r = 160 + ((i * 13) % 4) * 32
+        x = torch.randn(b, 3, r, r, device=dev).to(memory_format=torch.channels_last)
+        y = torch.randint(0, 1000, (b,), device=dev)
+        return x, y
+
+    def loss_of(x, y):
+        return torch.nn.functional.cross_entropy(model(x), y)
+else:
+    sys.exit(f"unknown workload {workload}")
+
+times, peak = [], 0
+for i in range(steps + 3):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    x, y = batch(i)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = loss_of(x, y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+    value = loss.item()
+    torch.cuda.synchronize()
+    if i >= 3:
+        times.append((time.perf_counter() - t0) * 1000)
+    peak = max(peak, pynvml.nvmlDeviceGetMemoryInfo(nvml).used)
+print("RESULT " + json.dumps({"workload": workload, "mode": mode,
+                              "step_ms": statistics.median(times), "nvml_peak": peak,
+                              "loss": value}), flush=True)
