@@ -304,9 +304,14 @@ impl<B: Backend> Engine<B> {
             small,
             stream,
         };
-        if let Some(ptr) = self.take_cached(key, need) {
-            self.stats.cache_hits += 1;
-            return Ok(self.hand_out(ptr, need, size, stream));
+        // A cached block usable now, as the block handed out.
+        let cached = |e: &mut Self| {
+            let ptr = e.take_cached(key, need)?;
+            e.stats.cache_hits += 1;
+            Some(e.hand_out(ptr, need, size, stream))
+        };
+        if let Some(b) = cached(self) {
+            return Ok(b);
         }
         // Nothing usable now. While the device has room, fresh memory: waiting for the GPU to
         // release a fenced block would stall the host for nothing (contract 6). Only when the
@@ -327,28 +332,20 @@ impl<B: Backend> Engine<B> {
             self.backend.synchronize(device);
             self.backend.note(Event::Synchronize { device });
             self.stats.synchronizations += 1;
-            if let Some(ptr) = self.take_cached(key, need) {
-                self.stats.cache_hits += 1;
-                return Ok(self.hand_out(ptr, need, size, stream));
+            if let Some(b) = cached(self) {
+                return Ok(b);
             }
         }
-        let fresh = self.fresh(key, need, small);
-        match fresh {
+        match self.fresh(key, need, segment) {
             Ok(ptr) => Ok(self.hand_out(ptr, need, size, stream)),
-            Err(e) => match self.take_cached(key, need) {
-                Some(ptr) => {
-                    self.stats.cache_hits += 1;
-                    Ok(self.hand_out(ptr, need, size, stream))
-                }
-                None => Err(e),
-            },
+            Err(e) => cached(self).ok_or(e),
         }
     }
 
     /// A block of at least `need` bytes from new device memory: the expandable segment grown,
-    /// or a new segment.
-    fn fresh(&mut self, key: PoolKey, need: u64, small: bool) -> Result<u64, AllocError> {
-        if !small && self.policy.expandable && need <= EXPANDABLE_RANGE / 2 {
+    /// or a new segment of `segment` bytes.
+    fn fresh(&mut self, key: PoolKey, need: u64, segment: u64) -> Result<u64, AllocError> {
+        if !key.small && self.policy.expandable && need <= EXPANDABLE_RANGE / 2 {
             match self.grow(key, need) {
                 Ok(ptr) => return Ok(ptr),
                 // The backend cannot reserve address ranges: plain segments.
@@ -356,12 +353,7 @@ impl<B: Backend> Engine<B> {
                 Err(Some(e)) => return Err(e),
             }
         }
-        let segment_size = if small {
-            SMALL_SEGMENT
-        } else {
-            need.div_ceil(LARGE_SEGMENT_ROUND) * LARGE_SEGMENT_ROUND
-        };
-        self.new_segment(key, segment_size)
+        self.new_segment(key, segment)
     }
 
     /// Returns a block. `Err(())` when `ptr` is not a live block of ours (never allocated here,
