@@ -272,6 +272,19 @@ fn sizes_near_two_to_the_64_are_out_of_memory_and_never_a_cached_block() {
 }
 
 #[test]
+fn a_legacy_stream_only_process_reuses_freed_blocks_at_once_and_streams_end_that_safely() {
+    for conf in ["pool:caching", "pool:expandable"] {
+        let out = pool_run(&["legacy"], vec![("GPUSHIM_CONF", conf.into())], None);
+        let v = values(&out);
+        // The block freed while its 100 ms kernel runs comes back at once, with no wait.
+        assert_eq!(v["reused_legacy"], 1, "{conf}: {}", stdout(&out));
+        assert!(v["waited_ms"] < 50, "{conf}: {}", stdout(&out));
+        // Once another stream exists, nothing still in use reaches it.
+        assert_eq!(v["in_use_on_new_stream"], 0, "{conf}: {}", stdout(&out));
+    }
+}
+
+#[test]
 fn the_off_switch_also_turns_the_pluggable_allocator_into_plain_cuda_calls_and_writes_nothing() {
     let dir = tempdir("pluggable-off");
     let t = dir.join("t.trace");

@@ -211,6 +211,8 @@ pub struct Engine<B: Backend> {
     idle_per_device: [u64; 256],
     /// The expandable segment of each large pool, by its base.
     expandable: BTreeMap<PoolKey, u64>,
+    /// Segments ever sealed (IPC exports); 0 spares every free a lookup.
+    sealed_segments: u64,
 }
 
 /// Whether a free block may be handed to a stream now.
@@ -235,6 +237,7 @@ impl<B: Backend> Engine<B> {
             reserved_per_device: [0; 256],
             idle_per_device: [0; 256],
             expandable: BTreeMap::new(),
+            sealed_segments: 0,
         }
     }
 
@@ -380,14 +383,21 @@ impl<B: Backend> Engine<B> {
                 owner,
             };
         }
-        let now = self.backend.now();
         let release_now = self.policy.release_on_free && kind == FreeKind::Sync;
         let mut sealed_empty = false;
+        let mut emptied = false;
         if let Some(seg) = self.segments.get_mut(&segment) {
             seg.allocated_blocks -= 1;
             if seg.allocated_blocks == 0 {
-                seg.idle_since = now;
+                emptied = true;
                 sealed_empty = seg.sealed || (release_now && seg.range == 0);
+            }
+        }
+        if emptied {
+            // The clock is read only when a segment empties, not on every free.
+            let now = self.backend.now();
+            if let Some(seg) = self.segments.get_mut(&segment) {
+                seg.idle_since = now;
             }
         }
         self.stats.live_bytes -= size;
@@ -428,6 +438,7 @@ impl<B: Backend> Engine<B> {
             return true;
         }
         seg.sealed = true;
+        self.sealed_segments += 1;
         let end = info.segment + seg.size;
         let free: Vec<u64> = self
             .blocks
@@ -442,11 +453,14 @@ impl<B: Backend> Engine<B> {
         true
     }
 
-    /// Whether the segment holding live block `ptr` is sealed (see `seal_segment`).
+    /// Whether the segment holding live block `ptr` is sealed (see `seal_segment`). Free of any
+    /// lookup until some segment was sealed (the common case: no IPC).
     pub fn sealed(&self, ptr: u64) -> bool {
-        self.lookup(ptr)
-            .and_then(|b| self.segments.get(&b.segment))
-            .is_some_and(|s| s.sealed)
+        self.sealed_segments > 0
+            && self
+                .lookup(ptr)
+                .and_then(|b| self.segments.get(&b.segment))
+                .is_some_and(|s| s.sealed)
     }
 
     /// Gives a segment with nothing allocated back, whatever its fences (the device's own free

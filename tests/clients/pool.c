@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MiB (1024ull * 1024ull)
 
@@ -158,6 +159,38 @@ static int capture(void) {
     return 0;
 }
 
+/* All work on the legacy stream: a block freed with cudaFree while its kernel still runs comes
+ * back at once (the next owner's work is ordered after it on that one stream). Then a stream is
+ * created while a legacy kernel still uses a freed block: from then on, no block is handed to
+ * the new stream while that kernel runs. */
+static long long now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1000LL + t.tv_nsec / 1000000;
+}
+
+static int legacy(void) {
+    const size_t sz = 8 * MiB;
+    void *a = NULL, *b = NULL, *c = NULL;
+    cudaMalloc(&a, sz);
+    simLaunch(NULL, (CUdeviceptr)(uintptr_t)a, sz, 100000); /* 100 ms over all of a */
+    cudaFree(a);
+    long long t0 = now_ms();
+    cudaMalloc(&b, 2 * MiB); /* cut from a's block; the other 6 MiB stay cached */
+    long long waited = now_ms() - t0;
+    int reused = a == b;
+    /* A second stream appears while the legacy kernel still uses a's memory. */
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, 1);
+    cudaMallocAsync(&c, 6 * MiB, s);
+    int in_use = simInUse((CUdeviceptr)(uintptr_t)c, 6 * MiB);
+    printf("reused_legacy=%d waited_ms=%lld in_use_on_new_stream=%d\n", reused, waited, in_use);
+    cudaFreeAsync(c, s);
+    cudaFree(b);
+    cudaDeviceSynchronize();
+    return 0;
+}
+
 /* Sizes near 2^64 with a block in the cache that a wrapped size would fit: CUDA answers out of
  * memory (2) and leaves the pointer null. */
 static int huge(void) {
@@ -197,6 +230,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "pluggable")) return pluggable();
     if (!strcmp(what, "capture")) return capture();
     if (!strcmp(what, "huge")) return huge();
+    if (!strcmp(what, "legacy")) return legacy();
     fprintf(stderr, "usage: pool reuse|oom|limit|query|count|pluggable [N]\n");
     return 2;
 }
