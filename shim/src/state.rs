@@ -1,38 +1,17 @@
 //! Process-wide settings, read once: the off switch and the configuration.
 
-use crate::symbols::Sym;
+use crate::cuda::symbols::Sym;
+use crate::os::{env, say};
 use core::cell::UnsafeCell;
-use core::ffi::{CStr, c_char};
-use core::fmt::Write as _;
+
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use gpushim_core::config::{self, Conf};
-use gpushim_core::stackfmt::StackBuf;
 
 const UNKNOWN: u8 = 0;
 const ON: u8 = 1;
 const OFF: u8 = 2;
 
 static ENABLED: AtomicU8 = AtomicU8::new(UNKNOWN);
-
-unsafe extern "C" {
-    /// glibc 2.17 and later; the `libc` crate does not declare it.
-    fn secure_getenv(name: *const c_char) -> *mut c_char;
-}
-
-/// Reads an environment variable without allocating. `secure_getenv`: in a setuid or setgid
-/// program (or one with file capabilities) every variable reads as unset, so an unprivileged
-/// user can never make a privileged process create a trace file where they chose.
-pub fn env(name: &CStr) -> Option<&'static CStr> {
-    // SAFETY: secure_getenv with a NUL-terminated name; the result points into the
-    // environment, which lives for the process (we never call setenv).
-    let p = unsafe { secure_getenv(name.as_ptr()) };
-    if p.is_null() {
-        None
-    } else {
-        // SAFETY: getenv returns a NUL-terminated string.
-        Some(unsafe { CStr::from_ptr(p as *const c_char) })
-    }
-}
 
 /// `false` when `GPUSHIM_DISABLE` is set to anything but `0` or empty: then every hook only
 /// forwards, `dlsym` and the entry-point lookups hand out the real functions, and nothing is
@@ -100,15 +79,6 @@ fn read_conf() -> Conf {
     c
 }
 
-/// One line on stderr, prefixed `gpushim: `, written in one call, without allocating.
-pub fn say(args: core::fmt::Arguments<'_>) {
-    let mut b = StackBuf::<1024>::new();
-    let _ = b.write_str("gpushim: ");
-    let _ = b.write_fmt(args);
-    b.push_bytes(b"\n");
-    b.write_stderr();
-}
-
 static MISSING_SAID: AtomicBool = AtomicBool::new(false);
 
 /// A hook whose real function cannot be found: say so once, and fail the call with `code`.
@@ -122,15 +92,3 @@ pub fn missing(sym: Sym, code: i32) -> i32 {
     }
     code
 }
-
-/// Runs when the library is loaded, before `main`: resolve glibc's `dlsym` (so the `dlsym`
-/// trampoline can forward `RTLD_NEXT` with the caller's address intact) and read the off
-/// switch. Allocates nothing.
-extern "C" fn constructor() {
-    let _ = crate::real::real_dlsym();
-    let _ = enabled();
-}
-
-#[used]
-#[unsafe(link_section = ".init_array")]
-static CONSTRUCTOR: extern "C" fn() = constructor;

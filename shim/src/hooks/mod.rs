@@ -1,6 +1,17 @@
-//! What every hook shares: find the real function, enter the re-entrancy guard, call, record.
+//! The hooks: one body per hooked CUDA function, in [`runtime`] (libcudart), [`driver`]
+//! (libcuda), [`pooled`] (the pool's side of both) and [`nvtx`]; and what every hook shares:
+//! find the real function, enter the re-entrancy guard, call, record.
 
+pub mod driver;
+pub mod nvtx;
+pub mod pooled;
+pub mod runtime;
+pub mod serve;
+
+use crate::pool;
+use crate::trace;
 use core::ffi::c_void;
+use gpushim_core::format::{Api, RecordKind};
 
 /// Forwards to the real function at address `$real`, resolved for `$sym` whose ABI is `$fty`.
 /// Inside `$body`, `$f` is the function and `$rec` says whether to record this call. When the
@@ -8,7 +19,7 @@ use core::ffi::c_void;
 macro_rules! forward {
     ($sym:expr, $real:expr, $missing:expr, $fty:ty, |$f:ident, $rec:ident| $body:block) => {{
         // SAFETY: `$real` was resolved for `$sym`, whose ABI is `$fty`.
-        match unsafe { $crate::real::as_fn::<$fty>($real) } {
+        match unsafe { $crate::cuda::real::as_fn::<$fty>($real) } {
             None => $crate::state::missing($sym, $missing),
             Some($f) => {
                 let guard = $crate::guard::Guard::enter();
@@ -29,7 +40,7 @@ macro_rules! exported_hook {
             unsafe {
                 $imp(
                     Sym::$sym,
-                    $crate::real::exported(Sym::$sym),
+                    $crate::cuda::real::exported(Sym::$sym),
                     gpushim_core::format::Api::$api,
                     $($a),*
                 )
@@ -44,7 +55,7 @@ pub(crate) use exported_hook;
 /// returned.
 macro_rules! driver_hook {
     ($export:ident / $proc:ident = $sym:ident, $api:ident => $imp:ident($($a:ident: $t:ty),*)) => {
-        $crate::hook::exported_hook!($export = $sym, $api => $imp($($a: $t),*));
+        $crate::hooks::exported_hook!($export = $sym, $api => $imp($($a: $t),*));
 
         #[allow(non_snake_case)]
         pub unsafe extern "C" fn $proc($($a: $t),*) -> i32 {
@@ -52,7 +63,7 @@ macro_rules! driver_hook {
             unsafe {
                 $imp(
                     Sym::$sym,
-                    $crate::real::proc(Sym::$sym),
+                    $crate::cuda::real::proc(Sym::$sym),
                     gpushim_core::format::Api::$api,
                     $($a),*
                 )
@@ -96,4 +107,31 @@ pub unsafe fn out_usize(out: *mut usize, rc: i32) -> u64 {
     }
     // SAFETY: the caller guarantees `out` is readable after a successful call.
     unsafe { *out as u64 }
+}
+
+/// Records what `cudaMemGetInfo`/`cuMemGetInfo_v2` returned and, with a pool, replaces it
+/// with what the process can use (see `mem_info`), recorded as well.
+///
+/// # Safety
+/// `free` and `total` must be what the caller passed to the call that returned `rc`.
+pub(crate) unsafe fn show_mem_info(
+    api: Api,
+    rc: i32,
+    free: *mut usize,
+    total: *mut usize,
+    device: u8,
+) {
+    // SAFETY: the caller vouches for the out-pointers.
+    let (fr, to) = unsafe { (out_usize(free, rc), out_usize(total, rc)) };
+    trace::record(RecordKind::MemInfo, api, rc, fr, to, device, 0);
+    if rc != 0 || free.is_null() || total.is_null() || !pool::pooling() {
+        return;
+    }
+    let (f2, t2) = pool::mem_info(fr, to);
+    // SAFETY: both out-pointers were written by the successful call.
+    unsafe {
+        *free = f2 as usize;
+        *total = t2 as usize;
+    }
+    trace::record(RecordKind::MemInfoShown, api, 0, f2, t2, device, 0);
 }

@@ -1,8 +1,11 @@
 //! Recording from the hooks: the process's trace, opened on its first CUDA memory call.
 
-use crate::real;
-use crate::state::{self, env, say};
-use crate::symbols::Sym;
+pub mod stacks;
+
+use crate::cuda::real;
+use crate::cuda::symbols::Sym;
+use crate::os::{env, say};
+use crate::state;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -45,7 +48,7 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
     append(kind, api, rc, ptr, size, device, thread, stream_index);
     // The pool's own decisions follow the call that caused them, which has the stack.
     if api != Api::Shim {
-        crate::stacks::maybe_record(thread);
+        crate::trace::stacks::maybe_record(thread);
     }
 }
 
@@ -148,7 +151,6 @@ fn ensure_open() -> bool {
     false
 }
 
-static REGISTERED: AtomicBool = AtomicBool::new(false);
 static NEVER_STOP: AtomicBool = AtomicBool::new(false);
 
 #[cold]
@@ -207,21 +209,15 @@ fn open_trace() {
         ));
         return;
     }
-    crate::stacks::on_open(conf.stack_every);
+    crate::trace::stacks::on_open(conf.stack_every);
     install_sigbus_handler();
     // The grower keeps the next chunks of the file mapped and populated, so producers take no
     // page faults. Without it (spawn failed) producers map chunks themselves: slower, correct.
     let _ = std::thread::Builder::new()
         .name("gpushim-grow".into())
         .spawn(|| RECORDER.run_grower(&NEVER_STOP));
-    if !REGISTERED.swap(true, Ordering::Relaxed) {
-        // SAFETY: both handlers are plain functions that live as long as the process (the
-        // library is linked with -z nodelete).
-        unsafe {
-            libc::atexit(at_exit);
-            libc::pthread_atfork(None, None, Some(in_child));
-        }
-    }
+    crate::lifecycle::on_exit(at_exit);
+    crate::lifecycle::in_forked_child(forget_after_fork);
 }
 
 /// The SIGBUS action in place before ours, to hand faults that are not ours to.
@@ -339,7 +335,8 @@ fn read_cmdline(buf: &mut [u8]) -> usize {
     }
 }
 
-extern "C" fn at_exit() {
+/// At exit: marks the trace complete and says where it is and what was lost.
+pub fn at_exit() {
     if !RECORDER.is_ready() {
         return;
     }
@@ -368,7 +365,8 @@ extern "C" fn at_exit() {
 
 /// In a forked child: never write into the parent's file. A child that makes a CUDA memory
 /// call opens a trace of its own (its own pid); one that does not leaves no file.
-extern "C" fn in_child() {
+/// In a forked child: the parent's trace is not ours.
+pub fn forget_after_fork() {
     RECORDER.forget_after_fork();
 }
 

@@ -3,16 +3,17 @@
 //! queries and IPC on pooled blocks (contract 2), and PyTorch's pluggable-allocator entry
 //! points.
 
-use crate::ffi::{
+use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ERROR_INVALID_VALUE,
 };
+use crate::cuda::symbols::Sym;
 use crate::guard::Guard;
-use crate::hook::{driver_hook, forward};
-use crate::ipc;
+use crate::hooks::{driver_hook, forward};
+use crate::os::say;
+use crate::pool::ipc;
 use crate::pool::{self, Served, pooling};
-use crate::state::{self, say};
-use crate::symbols::Sym;
+use crate::state;
 use crate::trace;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
@@ -448,7 +449,7 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
     let (rc, ptr, dev) = match pool::alloc(size as u64, key, true) {
         Served::Granted(p, d) => (0, p, d),
         Served::Failed(code, d) => (code, 0, d),
-        Served::Pass => (crate::ffi::ERROR_OUT_OF_MEMORY, 0, 255),
+        Served::Pass => (crate::cuda::ffi::ERROR_OUT_OF_MEMORY, 0, 255),
     };
     if guard.records() {
         trace::record(
@@ -517,7 +518,8 @@ fn plain_alloc(size: usize) -> *mut c_void {
     type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
     let _guard = Guard::enter();
     // SAFETY: cudaMalloc has the ABI F.
-    let Some(f) = (unsafe { crate::real::as_fn::<F>(crate::real::exported(Sym::CudaMalloc)) })
+    let Some(f) =
+        (unsafe { crate::cuda::real::as_fn::<F>(crate::cuda::real::exported(Sym::CudaMalloc)) })
     else {
         return core::ptr::null_mut();
     };
@@ -535,7 +537,9 @@ fn plain_free(p: *mut c_void) {
     type F = unsafe extern "C" fn(*mut c_void) -> i32;
     let _guard = Guard::enter();
     // SAFETY: cudaFree has the ABI F; `p` came from `plain_alloc`.
-    if let Some(f) = unsafe { crate::real::as_fn::<F>(crate::real::exported(Sym::CudaFree)) } {
+    if let Some(f) =
+        unsafe { crate::cuda::real::as_fn::<F>(crate::cuda::real::exported(Sym::CudaFree)) }
+    {
         // SAFETY: as above.
         unsafe { f(p) };
     }

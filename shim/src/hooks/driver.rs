@@ -1,13 +1,13 @@
 //! Hooks for the CUDA driver API (`libcuda`), each in two shells (see `hook::driver_hook`): the
 //! exported symbol and the wrapper that entry-point lookups hand out.
 
-use crate::ffi::ERROR_INVALID_VALUE;
-use crate::ffi::{
+use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_MEM_LOCATION_TYPE_DEVICE, CuMemAllocationPropHead,
 };
-use crate::hook::{driver_hook, forward, out_ptr, out_u64, out_usize};
-use crate::pool::{self, Freed, Served};
-use crate::symbols::Sym;
+use crate::cuda::symbols::Sym;
+use crate::hooks::serve::{self, Family::Driver as DRIVER};
+use crate::hooks::{driver_hook, forward, out_ptr, out_u64, out_usize};
+use crate::pool;
 use crate::trace::{self, driver_device};
 use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
@@ -63,7 +63,9 @@ unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() {
             // SAFETY: `p` is the caller's out-pointer.
-            if let Some(rc) = unsafe { pooled_alloc(api, p, size, pool::SYNC_KEY, 0) } {
+            if let Some((rc, ptr)) = serve::alloc(DRIVER, api, size, pool::SYNC_KEY, 0) {
+                // SAFETY: `p` is the caller's out-pointer, checked non-null.
+                unsafe { *p = ptr };
                 return rc;
             }
         }
@@ -90,7 +92,7 @@ unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
     type F = unsafe extern "C" fn(u64) -> i32;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && p != 0 {
-            if let Some(rc) = pooled_free(RecordKind::Free, api, p, FreeKind::Sync, 0) {
+            if let Some(rc) = serve::free(DRIVER, RecordKind::Free, api, p, FreeKind::Sync, 0) {
                 return rc;
             }
         }
@@ -101,55 +103,6 @@ unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
         }
         rc
     })
-}
-
-/// Gives a block back to the pool; `None` when `p` is not pooled memory (the real function
-/// answers). An interior or already freed pooled pointer fails with
-/// `CUDA_ERROR_INVALID_VALUE`, as CUDA does.
-fn pooled_free(kind: RecordKind, api: Api, p: u64, how: FreeKind, stream: u64) -> Option<i32> {
-    if how == FreeKind::Sync
-        && let Some(rc) = pool::capture_forbids(false)
-    {
-        trace::record(kind, api, rc, p, 0, DEVICE_UNKNOWN, stream);
-        return Some(rc);
-    }
-    let (rc, d) = match pool::free(p, how) {
-        Freed::Done(d) => (0, d),
-        Freed::Invalid => (ERROR_INVALID_VALUE, DEVICE_UNKNOWN),
-        Freed::NotOurs => return None,
-    };
-    trace::record(kind, api, rc, p, 0, d, stream);
-    Some(rc)
-}
-
-/// Serves a driver allocation from the pool; `None` when the pool passes it to the real
-/// function. Out of memory leaves `*p` at 0, as the real call does.
-///
-/// # Safety
-/// `p` must be valid for writes.
-unsafe fn pooled_alloc(api: Api, p: *mut u64, size: usize, key: u64, stream: u64) -> Option<i32> {
-    let kind = if key == pool::SYNC_KEY {
-        RecordKind::Alloc
-    } else {
-        RecordKind::AllocAsync
-    };
-    if key == pool::SYNC_KEY
-        && let Some(rc) = pool::capture_forbids(false)
-    {
-        // CUDA refused it for a capture under way (and invalidated that capture), as it
-        // would have refused the program's own call.
-        trace::record(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN, stream);
-        return Some(rc);
-    }
-    let (rc, ptr, d) = match pool::alloc(size as u64, key, false) {
-        Served::Granted(ptr, d) => (0, ptr, d),
-        Served::Failed(code, d) => (code, 0, d),
-        Served::Pass => return None,
-    };
-    // SAFETY: the caller vouches for `p`.
-    unsafe { *p = ptr };
-    trace::record(kind, api, rc, ptr, size as u64, d, stream);
-    Some(rc)
 }
 
 unsafe fn mem_alloc_async(
@@ -165,7 +118,9 @@ unsafe fn mem_alloc_async(
         if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CuMemAllocAsyncPtsz);
             // SAFETY: `p` is the caller's out-pointer.
-            if let Some(rc) = unsafe { pooled_alloc(api, p, size, key, s as u64) } {
+            if let Some((rc, ptr)) = serve::alloc(DRIVER, api, size, key, s as u64) {
+                // SAFETY: `p` is the caller's out-pointer, checked non-null.
+                unsafe { *p = ptr };
                 return rc;
             }
         }
@@ -195,7 +150,7 @@ unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> 
         if rec && pool::pooling() && p != 0 && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CuMemFreeAsyncPtsz);
             let kind = FreeKind::OnStream(key);
-            if let Some(rc) = pooled_free(RecordKind::FreeAsync, api, p, kind, s as u64) {
+            if let Some(rc) = serve::free(DRIVER, RecordKind::FreeAsync, api, p, kind, s as u64) {
                 return rc;
             }
         }
@@ -520,7 +475,7 @@ unsafe fn mem_get_info(
         let rc = unsafe { f(free, total) };
         if rec {
             // SAFETY: both out-pointers were written by the successful call.
-            unsafe { pool::show_mem_info(api, rc, free, total, driver_device()) };
+            unsafe { crate::hooks::show_mem_info(api, rc, free, total, driver_device()) };
         }
         rc
     })

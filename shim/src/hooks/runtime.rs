@@ -1,11 +1,11 @@
 //! Hooks for the CUDA runtime API (`libcudart`). Each forwards to the real function and records
 //! one event; results and out-pointers are exactly the real function's.
 
-use crate::ffi::ERROR_INVALID_VALUE;
-use crate::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
-use crate::hook::{exported_hook, forward, out_ptr, out_usize};
-use crate::pool::{self, Freed, Served};
-use crate::symbols::Sym;
+use crate::cuda::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
+use crate::cuda::symbols::Sym;
+use crate::hooks::serve::{self, Family::Runtime as RUNTIME};
+use crate::hooks::{exported_hook, forward, out_ptr, out_usize};
+use crate::pool;
 use crate::trace::{self, runtime_device};
 use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
@@ -45,7 +45,9 @@ unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usi
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() {
             // SAFETY: `p` is the caller's out-pointer.
-            if let Some(rc) = unsafe { pooled_alloc(api, p, size, pool::SYNC_KEY, 0) } {
+            if let Some((rc, ptr)) = serve::alloc(RUNTIME, api, size, pool::SYNC_KEY, 0) {
+                // SAFETY: `p` is the caller's out-pointer, checked non-null.
+                unsafe { *p = ptr as *mut c_void };
                 return rc;
             }
         }
@@ -73,7 +75,9 @@ unsafe fn free(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && !p.is_null() {
             // SAFETY: only reached with the guard held.
-            if let Some(rc) = unsafe { pooled_free(RecordKind::Free, api, p, FreeKind::Sync, 0) } {
+            if let Some(rc) =
+                serve::free(RUNTIME, RecordKind::Free, api, p as u64, FreeKind::Sync, 0)
+            {
                 return rc;
             }
         }
@@ -84,116 +88,6 @@ unsafe fn free(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
         }
         rc
     })
-}
-
-/// Serves a runtime allocation from the pool; `None` when the pool passes it to the real
-/// function. An out-of-memory answer leaves `*p` null and the runtime's last error set, as
-/// the real call would.
-///
-/// # Safety
-/// `p` must be valid for writes.
-unsafe fn pooled_alloc(
-    api: Api,
-    p: *mut *mut c_void,
-    size: usize,
-    key: u64,
-    stream: u64,
-) -> Option<i32> {
-    let kind = if key == pool::SYNC_KEY {
-        RecordKind::Alloc
-    } else {
-        RecordKind::AllocAsync
-    };
-    if key == pool::SYNC_KEY
-        && let Some(rc) = pool::capture_forbids(true)
-    {
-        // CUDA refused it for a capture under way (and invalidated that capture), as it
-        // would have refused the program's own call.
-        trace::record(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN, stream);
-        return Some(rc);
-    }
-    match pool::alloc(size as u64, key, true) {
-        Served::Granted(ptr, d) => {
-            // SAFETY: the caller vouches for `p`.
-            unsafe { *p = ptr as *mut c_void };
-            trace::record(kind, api, 0, ptr, size as u64, d, stream);
-            Some(0)
-        }
-        Served::Failed(code, d) => {
-            // SAFETY: the caller vouches for `p`.
-            unsafe { *p = core::ptr::null_mut() };
-            set_last_error_out_of_memory();
-            trace::record(kind, api, code, 0, size as u64, d, stream);
-            Some(code)
-        }
-        Served::Pass => None,
-    }
-}
-
-/// Gives a block back to the pool; `None` when `p` is not pooled memory (the real function
-/// answers). An interior or already freed pooled pointer fails with `cudaErrorInvalidValue`
-/// and sets the last error, as CUDA does.
-///
-/// # Safety
-/// The re-entrancy guard must be held (the last error is set through the real runtime).
-unsafe fn pooled_free(
-    kind: RecordKind,
-    api: Api,
-    p: *mut c_void,
-    how: FreeKind,
-    stream: u64,
-) -> Option<i32> {
-    if how == FreeKind::Sync
-        && let Some(rc) = pool::capture_forbids(true)
-    {
-        trace::record(kind, api, rc, p as u64, 0, DEVICE_UNKNOWN, stream);
-        return Some(rc);
-    }
-    let rc = match pool::free(p as u64, how) {
-        Freed::Done(d) => {
-            trace::record(kind, api, 0, p as u64, 0, d, stream);
-            return Some(0);
-        }
-        Freed::Invalid => ERROR_INVALID_VALUE,
-        Freed::NotOurs => return None,
-    };
-    set_last_error_invalid_value();
-    trace::record(kind, api, rc, p as u64, 0, DEVICE_UNKNOWN, stream);
-    Some(rc)
-}
-
-/// Makes `cudaGetLastError` report `cudaErrorInvalidValue` once, as after a real `cudaFree`
-/// of a pointer CUDA does not know: by making one, with a host address.
-fn set_last_error_invalid_value() {
-    type G = unsafe extern "C" fn(*mut c_void) -> i32;
-    // SAFETY: cudaFree has the ABI G.
-    if let Some(g) = unsafe { crate::real::as_fn::<G>(crate::real::exported(Sym::CudaFree)) } {
-        let mut host = 0u64;
-        // SAFETY: a host address is never device memory; CUDA answers 1 and frees nothing.
-        unsafe { g((&raw mut host).cast()) };
-    }
-}
-
-/// Makes `cudaGetLastError` report `cudaErrorMemoryAllocation` once, exactly as after a real
-/// failed `cudaMalloc`: by making one (1 PiB, which no device has). The re-entrancy guard is
-/// held, so the call is neither pooled nor recorded.
-fn set_last_error_out_of_memory() {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
-    // SAFETY: cudaMalloc has the ABI F.
-    if let Some(f) = unsafe { crate::real::as_fn::<F>(crate::real::exported(Sym::CudaMalloc)) } {
-        let mut q = core::ptr::null_mut();
-        // SAFETY: a valid out-pointer; the call fails and allocates nothing.
-        let rc = unsafe { f(&mut q, 1 << 50) };
-        if rc == 0 && !q.is_null() {
-            type G = unsafe extern "C" fn(*mut c_void) -> i32;
-            // SAFETY: cudaFree has the ABI G; frees what the unexpected success returned.
-            if let Some(g) =
-                unsafe { crate::real::as_fn::<G>(crate::real::exported(Sym::CudaFree)) }
-            {
-                unsafe { g(q) };
-            }
-        }
-    }
 }
 
 unsafe fn malloc_async(
@@ -209,7 +103,9 @@ unsafe fn malloc_async(
         if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CudaMallocAsyncPtsz);
             // SAFETY: `p` is the caller's out-pointer.
-            if let Some(rc) = unsafe { pooled_alloc(api, p, size, key, s as u64) } {
+            if let Some((rc, ptr)) = serve::alloc(RUNTIME, api, size, key, s as u64) {
+                // SAFETY: `p` is the caller's out-pointer, checked non-null.
+                unsafe { *p = ptr as *mut c_void };
                 return rc;
             }
         }
@@ -240,8 +136,14 @@ unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream)
             let key = pool::stream_key(s, sym == Sym::CudaFreeAsyncPtsz);
             let kind = FreeKind::OnStream(key);
             // SAFETY: only reached with the guard held.
-            if let Some(rc) = unsafe { pooled_free(RecordKind::FreeAsync, api, p, kind, s as u64) }
-            {
+            if let Some(rc) = serve::free(
+                RUNTIME,
+                RecordKind::FreeAsync,
+                api,
+                p as u64,
+                kind,
+                s as u64,
+            ) {
                 return rc;
             }
         }
@@ -450,7 +352,7 @@ unsafe fn mem_get_info(
         let rc = unsafe { f(free, total) };
         if rec {
             // SAFETY: both out-pointers were written by the successful call.
-            unsafe { pool::show_mem_info(api, rc, free, total, runtime_device()) };
+            unsafe { crate::hooks::show_mem_info(api, rc, free, total, runtime_device()) };
         }
         rc
     })

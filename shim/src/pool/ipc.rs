@@ -29,7 +29,8 @@
 //! mapping is closed when the last pointer into it is closed. It grows as needed (IPC hooks are
 //! never reached from `dlsym` or a constructor, so they may allocate).
 
-use crate::pool::{self, SpinLock};
+use super::context::current_context;
+use crate::os::SpinLock;
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 
@@ -182,7 +183,6 @@ static EXPORTS: ExportCell = ExportCell(UnsafeCell::new(None));
 static ANY_EXPORT: AtomicBool = AtomicBool::new(false);
 /// The table could not be made (no /dev/shm, no randomness): tickets are refused.
 static EXPORT_BROKEN: AtomicBool = AtomicBool::new(false);
-static UNLINK_REGISTERED: AtomicBool = AtomicBool::new(false);
 /// The table's descriptor, for the exit handler.
 static TABLE_FD: AtomicI32 = AtomicI32::new(-1);
 
@@ -194,7 +194,8 @@ fn exports<R>(f: impl FnOnce(&mut Option<Exports>) -> R) -> R {
     r
 }
 
-extern "C" fn remove_table() {
+/// Removes this process's ticket table (at exit).
+pub fn remove_table() {
     exports(|e| {
         if let Some(x) = e.take() {
             // SAFETY: the path is NUL-terminated; the descriptor is ours.
@@ -229,10 +230,7 @@ fn create_table() -> Option<Exports> {
         return None;
     }
     TABLE_FD.store(fd, Ordering::Relaxed);
-    if !UNLINK_REGISTERED.swap(true, Ordering::Relaxed) {
-        // SAFETY: a plain function that lives as long as the process (-z nodelete).
-        unsafe { libc::atexit(remove_table) };
-    }
+    crate::lifecycle::on_exit(remove_table);
     Some(Exports {
         fd,
         nonce,
@@ -439,9 +437,9 @@ pub fn read(h: &Handle) -> Named {
             // A handle of memory its exporter freed: CUDA answers 800 (measured); a handle CUDA
             // never made: 1.
             if why == FREED {
-                crate::ffi::ERROR_NOT_PERMITTED
+                crate::cuda::ffi::ERROR_NOT_PERMITTED
             } else {
-                crate::ffi::ERROR_INVALID_VALUE
+                crate::cuda::ffi::ERROR_INVALID_VALUE
             },
             why,
         ),
@@ -509,7 +507,7 @@ fn locked<R>(f: impl FnOnce(&mut Opened) -> R) -> R {
 /// Opens `real` (in the current context) through the table and returns `offset` past its
 /// base. `open` is the real `cuIpcOpenMemHandle` (writes the base, returns a CUresult).
 pub fn open(real: &Handle, offset: u64, open: impl FnOnce(&mut u64) -> i32) -> Result<u64, i32> {
-    let ctx = pool::current_context().unwrap_or(0);
+    let ctx = current_context().unwrap_or(0);
     ANY.store(1, Ordering::Release);
     locked(|o| {
         let found = o

@@ -2,8 +2,9 @@
 //! entry-point lookup hands out for which ABI, and whether an address is one of ours (so a
 //! lookup that already went through us is never wrapped twice).
 
-use crate::symbols::Sym;
-use crate::{driver, entry, pool_hooks, runtime};
+use crate::cuda::symbols::Sym;
+use crate::hooks::{driver, pooled as pool_hooks, runtime};
+use crate::route::entry;
 use core::ffi::{CStr, c_void};
 
 /// A function address in a static table.
@@ -274,9 +275,4 @@ pub fn proc_wrapper(sym: Sym) -> Option<usize> {
     PROC.iter()
         .find(|(s, _)| *s == sym)
         .map(|(_, a)| a.0 as usize)
-}
-
-/// Whether `p` is one of our hooks or wrappers.
-pub fn is_ours(p: usize) -> bool {
-    EXPORTED.iter().chain(PROC).any(|(_, a)| a.0 as usize == p)
 }

@@ -3,13 +3,15 @@
 //! function whose ABI we know for the version and stream flavour asked for is handed out as our
 //! wrapper; anything else (unknown names, older or newer ABIs) is returned untouched.
 
-use crate::ffi::{
+use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED, CUDA_ERROR_INSUFFICIENT_DRIVER, PROC_LEGACY_STREAM,
     PROC_PER_THREAD_STREAM,
 };
-use crate::hook::driver_hook;
-use crate::symbols::{self, Sym};
-use crate::{real, state, wrappers};
+use crate::cuda::real;
+use crate::cuda::symbols::{self, Sym};
+use crate::hooks::driver_hook;
+use crate::route::wrappers;
+use crate::state;
 use core::ffi::{CStr, c_char, c_int, c_void};
 
 /// Replaces `*pfn` with our wrapper when the looked-up function is one we hook in exactly this
@@ -23,7 +25,7 @@ unsafe fn wrap(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, per_t
     }
     // SAFETY: the caller vouches for `pfn`.
     let got = unsafe { *pfn } as usize;
-    if got == 0 || wrappers::is_ours(got) {
+    if got == 0 || real::in_this_library(got) {
         return;
     }
     // SAFETY: the caller vouches that `symbol` is NUL-terminated.

@@ -49,8 +49,8 @@ extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, found: *mut c_v
         if !contains(name, lib) {
             continue;
         }
-        let disabled = off
-            .is_some_and(|(var, val)| crate::state::env(var).is_some_and(|v| v.to_bytes() == val));
+        let disabled =
+            off.is_some_and(|(var, val)| crate::os::env(var).is_some_and(|v| v.to_bytes() == val));
         if !disabled {
             *found = true;
             return 1;

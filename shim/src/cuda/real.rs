@@ -10,7 +10,7 @@
 //!
 //! Nothing here allocates or locks: every entry is one atomic word set with compare-and-swap.
 
-use crate::symbols::{SYM_COUNT, Sym};
+use crate::cuda::symbols::{SYM_COUNT, Sym};
 use core::ffi::{CStr, c_char, c_void};
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -73,6 +73,22 @@ fn mapped(p: usize) -> bool {
     unsafe { libc::dladdr(p as *const c_void, &mut info) != 0 }
 }
 
+/// Whether `p` lies in libgpushim.so itself (one of our hooks or wrappers): a lookup that finds
+/// it has found us, not the real function.
+pub fn in_this_library(p: usize) -> bool {
+    // SAFETY: all-zero Dl_info values are valid out-buffers; dladdr only reads the loader's
+    // tables.
+    let (mut ours, mut theirs): (libc::Dl_info, libc::Dl_info) =
+        unsafe { (core::mem::zeroed(), core::mem::zeroed()) };
+    let me = in_this_library as fn(usize) -> bool as *const c_void;
+    // SAFETY: as above.
+    unsafe {
+        libc::dladdr(me, &mut ours) != 0
+            && libc::dladdr(p as *const c_void, &mut theirs) != 0
+            && ours.dli_fbase == theirs.dli_fbase
+    }
+}
+
 /// A library was unloaded (`dlclose`): every real function that no longer lies in a loaded
 /// object is forgotten, so the next call finds it again (in the library loaded anew, perhaps
 /// at another address) instead of jumping into unmapped memory. A wrapper whose function is
@@ -105,7 +121,7 @@ fn resolve_exported(sym: Sym) -> usize {
     let name = sym.c_name().as_ptr();
     // SAFETY: glibc's dlsym called from this library, so RTLD_NEXT means "after gpushim".
     let mut p = unsafe { dlsym(libc::RTLD_NEXT, name) } as usize;
-    if p == 0 || crate::wrappers::is_ours(p) {
+    if p == 0 || in_this_library(p) {
         p = 0;
         for soname in sym.lib().sonames() {
             // SAFETY: RTLD_NOLOAD only returns a library that is already loaded; dlclose drops
@@ -119,7 +135,7 @@ fn resolve_exported(sym: Sym) -> usize {
                 if let Some(close) = real_dlclose() {
                     close(h);
                 }
-                if q != 0 && !crate::wrappers::is_ours(q) {
+                if q != 0 && !in_this_library(q) {
                     p = q;
                     break;
                 }

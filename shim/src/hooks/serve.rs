@@ -1,0 +1,115 @@
+//! The pool's side of the allocation and free hooks, shared by the runtime and the driver: a
+//! request the pool serves is answered and recorded here; one it passes goes to the real
+//! function in the hook.
+
+use crate::cuda::ffi::ERROR_INVALID_VALUE;
+use crate::cuda::real;
+use crate::cuda::symbols::Sym;
+use crate::pool::{self, Freed, Served};
+use crate::trace;
+use core::ffi::c_void;
+use gpushim_core::engine::FreeKind;
+use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
+
+/// Which API asks. The runtime keeps a last error that a failed call sets (and
+/// `cudaGetLastError` reports); the driver keeps none.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Family {
+    Runtime,
+    Driver,
+}
+
+/// Serves an allocation from the pool: `Some((code, address))` when the pool answered (the
+/// address is 0 unless the code is 0), `None` when the pool passes it to the real function.
+/// A synchronous request (`key` is [`pool::SYNC_KEY`]) that CUDA would refuse during a capture
+/// under way is refused the same way. For the runtime, a failure sets the last error as the
+/// real call would. The re-entrancy guard must be held.
+pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Option<(i32, u64)> {
+    let runtime = family == Family::Runtime;
+    let kind = if key == pool::SYNC_KEY {
+        RecordKind::Alloc
+    } else {
+        RecordKind::AllocAsync
+    };
+    if key == pool::SYNC_KEY
+        && let Some(rc) = pool::capture_forbids(runtime)
+    {
+        // CUDA refused it for a capture under way (and invalidated that capture), as it
+        // would have refused the program's own call.
+        trace::record(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN, stream);
+        return Some((rc, 0));
+    }
+    let (rc, ptr, d) = match pool::alloc(size as u64, key, runtime) {
+        Served::Granted(ptr, d) => (0, ptr, d),
+        Served::Failed(code, d) => (code, 0, d),
+        Served::Pass => return None,
+    };
+    if rc != 0 && runtime {
+        set_last_error_out_of_memory();
+    }
+    trace::record(kind, api, rc, ptr, size as u64, d, stream);
+    Some((rc, ptr))
+}
+
+/// Gives a block back to the pool; `None` when `p` is not pooled memory (the real function
+/// answers). An interior or already freed pooled pointer fails with the invalid-value code
+/// (and, for the runtime, sets the last error), as CUDA does. The re-entrancy guard must be
+/// held.
+pub fn free(
+    family: Family,
+    kind: RecordKind,
+    api: Api,
+    p: u64,
+    how: FreeKind,
+    stream: u64,
+) -> Option<i32> {
+    let runtime = family == Family::Runtime;
+    if how == FreeKind::Sync
+        && let Some(rc) = pool::capture_forbids(runtime)
+    {
+        trace::record(kind, api, rc, p, 0, DEVICE_UNKNOWN, stream);
+        return Some(rc);
+    }
+    let (rc, d) = match pool::free(p, how) {
+        Freed::Done(d) => (0, d),
+        Freed::Invalid => (ERROR_INVALID_VALUE, DEVICE_UNKNOWN),
+        Freed::NotOurs => return None,
+    };
+    if rc != 0 && runtime {
+        set_last_error_invalid_value();
+    }
+    trace::record(kind, api, rc, p, 0, d, stream);
+    Some(rc)
+}
+
+/// Makes `cudaGetLastError` report `cudaErrorInvalidValue` once, as after a real `cudaFree`
+/// of a pointer CUDA does not know: by making one, with a host address.
+fn set_last_error_invalid_value() {
+    type G = unsafe extern "C" fn(*mut c_void) -> i32;
+    // SAFETY: cudaFree has the ABI G.
+    if let Some(g) = unsafe { real::as_fn::<G>(real::exported(Sym::CudaFree)) } {
+        let mut host = 0u64;
+        // SAFETY: a host address is never device memory; CUDA answers 1 and frees nothing.
+        unsafe { g((&raw mut host).cast()) };
+    }
+}
+
+/// Makes `cudaGetLastError` report `cudaErrorMemoryAllocation` once, exactly as after a real
+/// failed `cudaMalloc`: by making one (1 PiB, which no device has). The re-entrancy guard is
+/// held, so the call is neither pooled nor recorded.
+fn set_last_error_out_of_memory() {
+    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+    // SAFETY: cudaMalloc has the ABI F.
+    if let Some(f) = unsafe { real::as_fn::<F>(real::exported(Sym::CudaMalloc)) } {
+        let mut q = core::ptr::null_mut();
+        // SAFETY: a valid out-pointer; the call fails and allocates nothing.
+        let rc = unsafe { f(&mut q, 1 << 50) };
+        if rc == 0 && !q.is_null() {
+            type G = unsafe extern "C" fn(*mut c_void) -> i32;
+            // SAFETY: cudaFree has the ABI G; frees what the unexpected success returned.
+            if let Some(g) = unsafe { real::as_fn::<G>(real::exported(Sym::CudaFree)) } {
+                unsafe { g(q) };
+            }
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The operating-system helpers every layer shares, none of which allocates: reading the
+//! environment, one line on stderr, and a spin lock.
+
+use core::ffi::{CStr, c_char};
+use core::fmt::Write as _;
+use core::sync::atomic::{AtomicBool, Ordering};
+use gpushim_core::stackfmt::StackBuf;
+
+unsafe extern "C" {
+    /// glibc 2.17 and later; the `libc` crate does not declare it.
+    fn secure_getenv(name: *const c_char) -> *mut c_char;
+}
+
+/// Reads an environment variable without allocating. `secure_getenv`: in a setuid or setgid
+/// program (or one with file capabilities) every variable reads as unset, so an unprivileged
+/// user can never make a privileged process create a trace file where they chose.
+pub fn env(name: &CStr) -> Option<&'static CStr> {
+    // SAFETY: secure_getenv with a NUL-terminated name; the result points into the
+    // environment, which lives for the process (we never call setenv).
+    let p = unsafe { secure_getenv(name.as_ptr()) };
+    if p.is_null() {
+        None
+    } else {
+        // SAFETY: getenv returns a NUL-terminated string.
+        Some(unsafe { CStr::from_ptr(p as *const c_char) })
+    }
+}
+
+/// One line on stderr, prefixed `gpushim: `, written in one call, without allocating.
+pub fn say(args: core::fmt::Arguments<'_>) {
+    let mut b = StackBuf::<1024>::new();
+    let _ = b.write_str("gpushim: ");
+    let _ = b.write_fmt(args);
+    b.push_bytes(b"\n");
+    b.write_stderr();
+}
+
+/// A lock that spins briefly, then yields. Never held across a call into the CUDA runtime.
+pub struct SpinLock(AtomicBool);
+
+impl SpinLock {
+    pub const fn new() -> SpinLock {
+        SpinLock(AtomicBool::new(false))
+    }
+
+    pub fn lock(&self) {
+        let mut spins = 0u32;
+        while self
+            .0
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while self.0.load(Ordering::Relaxed) {
+                spins += 1;
+                if spins < 64 {
+                    core::hint::spin_loop();
+                } else {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+            }
+        }
+    }
+
+    pub fn unlock(&self) {
+        self.0.store(false, Ordering::Release);
+    }
+}

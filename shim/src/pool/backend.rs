@@ -1,0 +1,394 @@
+//! `CudaBackend`: what the engine needs from the device, over the real driver: segments from
+//! `cuMemAlloc_v2` or mapped pages (`cuMemCreate`/`cuMemMap`), fences as events recorded at
+//! checkpoints, and the pool's notes in the trace.
+
+use super::capture::{capture_active, relaxed_if_capturing};
+use super::context::CuFn1;
+use super::context::free_segments;
+use super::context::{MAX_CONTEXTS, device_of, drv, in_context};
+use super::streams::OTHER_STREAMS;
+use crate::cuda::ffi::CU_EVENT_DISABLE_TIMING;
+use crate::cuda::symbols::Sym;
+use crate::trace;
+use core::ffi::c_void;
+use core::sync::atomic::Ordering;
+use gpushim_core::engine::{Backend, Event, OutOfMemory};
+use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use std::collections::VecDeque;
+
+/// One checkpoint: events recorded after every fence it covers.
+pub(super) struct Checkpoint {
+    pub(super) id: u64,
+    pub(super) events: Vec<usize>,
+    /// Some event could not be made or recorded, or streams went untracked: only a
+    /// synchronization of the whole context passes it.
+    pub(super) broken: bool,
+}
+
+/// Fences of one context.
+pub(super) struct SlotFences {
+    /// Fences made now name this checkpoint.
+    pub(super) next_id: u64,
+    /// Whether any fence names `next_id`.
+    pub(super) pending_used: bool,
+    /// Every checkpoint up to this one has passed.
+    pub(super) passed_id: u64,
+    pub(super) sealed: VecDeque<Checkpoint>,
+    pub(super) spare: Vec<usize>,
+    /// Non-blocking streams of this context.
+    pub(super) streams: Vec<u64>,
+    pub(super) untracked: bool,
+}
+
+pub struct CudaBackend {
+    pub(super) slots: Vec<SlotFences>,
+    /// The code of the last failed `cuMemAlloc_v2` or `cuMemCreate`.
+    pub(super) last_error: i32,
+    /// The physical allocation behind each mapped page of the expandable segments.
+    pub(super) pages: std::collections::BTreeMap<u64, u64>,
+    /// Segments given back by the engine, freed once the pool's lock is released.
+    pub(super) released: Vec<(u8, u64)>,
+}
+
+/// `CUmemAllocationProp` (32 bytes): pinned device memory on one device.
+#[repr(C)]
+struct AllocationProp {
+    type_: i32,
+    requested_handle_types: i32,
+    location_type: i32,
+    location_id: i32,
+    win32_metadata: *mut c_void,
+    alloc_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc`: read-write access for one device.
+#[repr(C)]
+struct AccessDesc {
+    location_type: i32,
+    location_id: i32,
+    flags: i32,
+}
+
+const PAGE: u64 = gpushim_core::engine::PAGE;
+
+type CuFn2 = unsafe extern "C" fn(usize, usize) -> i32;
+
+impl CudaBackend {
+    pub(super) fn new() -> CudaBackend {
+        CudaBackend {
+            slots: (0..MAX_CONTEXTS)
+                .map(|_| SlotFences {
+                    next_id: 1,
+                    pending_used: false,
+                    passed_id: 0,
+                    sealed: VecDeque::new(),
+                    spare: Vec::new(),
+                    streams: Vec::new(),
+                    untracked: false,
+                })
+                .collect(),
+            last_error: 0,
+            pages: std::collections::BTreeMap::new(),
+            released: Vec::new(),
+        }
+    }
+
+    /// Unmaps and releases the pages of `[ptr, ptr + size)` that this backend mapped.
+    fn unmap_pages(&mut self, ptr: u64, size: u64) {
+        let unmap = drv::<unsafe extern "C" fn(u64, usize) -> i32>(Sym::CuMemUnmap);
+        let release = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemRelease);
+        let mut page = ptr;
+        while page < ptr + size {
+            if let Some(h) = self.pages.remove(&page) {
+                // SAFETY: a page this backend mapped, and its physical allocation.
+                unsafe {
+                    if let Some(f) = unmap {
+                        f(page, PAGE as usize);
+                    }
+                    if let Some(f) = release {
+                        f(h);
+                    }
+                }
+            }
+            page += PAGE;
+        }
+    }
+
+    /// Makes the pending checkpoint of `slot`: an event on the legacy stream and on each
+    /// non-blocking stream.
+    pub(super) fn seal(&mut self, slot: u8) {
+        let s = &mut self.slots[slot as usize];
+        let create = drv::<unsafe extern "C" fn(*mut usize, u32) -> i32>(Sym::CuEventCreate);
+        let record = drv::<CuFn2>(Sym::CuEventRecord);
+        let mut events = Vec::with_capacity(1 + s.streams.len());
+        let mut broken = s.untracked;
+        in_context(slot, || {
+            for &stream in core::iter::once(&0u64).chain(s.streams.iter()) {
+                let ev = match s.spare.pop() {
+                    Some(ev) => ev,
+                    None => {
+                        let mut ev = 0usize;
+                        // SAFETY: `ev` is a valid out-pointer.
+                        let ok = create
+                            .is_some_and(|c| unsafe { c(&mut ev, CU_EVENT_DISABLE_TIMING) } == 0);
+                        if !ok {
+                            broken = true;
+                            continue;
+                        }
+                        ev
+                    }
+                };
+                // SAFETY: an event of this context recorded on a stream of this context.
+                if record.is_some_and(|r| unsafe { r(ev, stream as usize) } == 0) {
+                    events.push(ev);
+                } else {
+                    s.spare.push(ev);
+                    broken = true;
+                }
+            }
+        });
+        s.sealed.push_back(Checkpoint {
+            id: s.next_id,
+            events,
+            broken,
+        });
+        s.next_id += 1;
+        s.pending_used = false;
+    }
+
+    /// Passes the checkpoints whose events all completed, oldest first.
+    fn query(&mut self, slot: u8) {
+        let query = drv::<CuFn1>(Sym::CuEventQuery);
+        let s = &mut self.slots[slot as usize];
+        in_context(slot, || {
+            while let Some(cp) = s.sealed.front() {
+                if cp.broken {
+                    break;
+                }
+                // Not ready, or an error: not passed (a synchronization settles it).
+                let done = cp.events.iter().all(|&ev| {
+                    query.is_some_and(|q| {
+                        // SAFETY: an event this backend recorded.
+                        let rc = unsafe { q(ev) };
+                        rc == 0
+                    })
+                });
+                if !done {
+                    break;
+                }
+                let cp = s.sealed.pop_front().expect("front exists");
+                s.passed_id = s.passed_id.max(cp.id);
+                s.spare.extend(cp.events);
+            }
+        });
+    }
+
+    pub(super) fn passed_up_to(&mut self, slot: u8, id: u64) {
+        let s = &mut self.slots[slot as usize];
+        s.passed_id = s.passed_id.max(id);
+        while s.sealed.front().is_some_and(|cp| cp.id <= id) {
+            if let Some(cp) = s.sealed.pop_front() {
+                s.spare.extend(cp.events);
+            }
+        }
+    }
+}
+
+impl Backend for CudaBackend {
+    type Fence = (u8, u64);
+
+    fn reserve(&mut self, slot: u8, size: u64) -> Result<u64, OutOfMemory> {
+        if !self.released.is_empty() {
+            // Out of memory and retrying: what was given back must really be free first.
+            free_segments(&core::mem::take(&mut self.released));
+        }
+        let Some(alloc) = drv::<unsafe extern "C" fn(*mut u64, usize) -> i32>(Sym::CuMemAllocV2)
+        else {
+            self.last_error = crate::cuda::ffi::CU_ERROR_NOT_INITIALIZED;
+            return Err(OutOfMemory);
+        };
+        let mut p = 0u64;
+        // SAFETY: a valid out-pointer, in the slot's context.
+        let rc =
+            relaxed_if_capturing(|| in_context(slot, || unsafe { alloc(&mut p, size as usize) }));
+        if rc == 0 {
+            self.last_error = 0;
+            Ok(p)
+        } else {
+            self.last_error = rc;
+            Err(OutOfMemory)
+        }
+    }
+
+    fn release(&mut self, slot: u8, ptr: u64, _size: u64) {
+        self.released.push((slot, ptr));
+    }
+
+    fn quiet(&mut self) -> bool {
+        capture_active()
+    }
+
+    fn now(&mut self) -> u64 {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+        (t.tv_sec as u64)
+            .saturating_mul(1_000_000_000)
+            .saturating_add(t.tv_nsec as u64)
+    }
+
+    fn fence_device(&mut self, slot: u8) -> (u8, u64) {
+        let s = &mut self.slots[slot as usize];
+        s.pending_used = true;
+        (slot, s.next_id)
+    }
+
+    fn fence_stream(&mut self, slot: u8, _stream: u64) -> (u8, u64) {
+        // The checkpoint covers every stream; the engine lets the freeing stream itself reuse
+        // the block at once.
+        self.fence_device(slot)
+    }
+
+    fn passed(&mut self, &(slot, id): &(u8, u64)) -> bool {
+        // All work on the legacy stream: issue order protects the block (see OTHER_STREAMS).
+        !OTHER_STREAMS.load(Ordering::Acquire) || id <= self.slots[slot as usize].passed_id
+    }
+
+    fn poll(&mut self, slot: u8) -> bool {
+        let before = self.slots[slot as usize].passed_id;
+        if self.slots[slot as usize].pending_used {
+            self.seal(slot);
+        }
+        self.query(slot);
+        self.slots[slot as usize].passed_id > before
+    }
+
+    fn synchronize(&mut self, slot: u8) {
+        if self.slots[slot as usize].pending_used {
+            self.seal(slot);
+        }
+        let s = &mut self.slots[slot as usize];
+        let Some(last) = s.sealed.back().map(|cp| cp.id) else {
+            return;
+        };
+        let broken = s.sealed.iter().any(|cp| cp.broken);
+        let wait = drv::<CuFn1>(Sym::CuEventSynchronize);
+        let ctx_sync = drv::<unsafe extern "C" fn() -> i32>(Sym::CuCtxSynchronize);
+        in_context(slot, || {
+            if broken {
+                // SAFETY: no arguments.
+                if let Some(f) = ctx_sync {
+                    unsafe { f() };
+                }
+            } else if let Some(wait) = wait {
+                for cp in &s.sealed {
+                    for &ev in &cp.events {
+                        // SAFETY: an event this backend recorded.
+                        unsafe { wait(ev) };
+                    }
+                }
+            }
+        });
+        self.passed_up_to(slot, last);
+    }
+
+    fn reserve_address(&mut self, slot: u8, size: u64) -> Result<u64, OutOfMemory> {
+        type F = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> i32;
+        let f = drv::<F>(Sym::CuMemAddressReserve).ok_or(OutOfMemory)?;
+        let mut p = 0u64;
+        // SAFETY: a valid out-pointer; no fixed address asked for.
+        let rc = in_context(slot, || unsafe {
+            f(&mut p, size as usize, PAGE as usize, 0, 0)
+        });
+        if rc == 0 { Ok(p) } else { Err(OutOfMemory) }
+    }
+
+    fn map(&mut self, slot: u8, ptr: u64, size: u64) -> Result<(), OutOfMemory> {
+        type Create = unsafe extern "C" fn(*mut u64, usize, *const AllocationProp, u64) -> i32;
+        type Map = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> i32;
+        type Access = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> i32;
+        let device = device_of(slot);
+        let (Some(create), Some(map), Some(access), Some(release)) = (
+            drv::<Create>(Sym::CuMemCreate),
+            drv::<Map>(Sym::CuMemMap),
+            drv::<Access>(Sym::CuMemSetAccess),
+            drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemRelease),
+        ) else {
+            return Err(OutOfMemory);
+        };
+        if device == DEVICE_UNKNOWN {
+            return Err(OutOfMemory);
+        }
+        let prop = AllocationProp {
+            type_: 1, // CU_MEM_ALLOCATION_TYPE_PINNED
+            requested_handle_types: 0,
+            location_type: 1, // CU_MEM_LOCATION_TYPE_DEVICE
+            location_id: i32::from(device),
+            win32_metadata: core::ptr::null_mut(),
+            alloc_flags: [0; 8],
+        };
+        let desc = AccessDesc {
+            location_type: 1,
+            location_id: i32::from(device),
+            flags: 3, // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        };
+        let mut rc = 0;
+        let mut done = 0u64;
+        relaxed_if_capturing(|| {
+            in_context(slot, || {
+                while done < size {
+                    let mut h = 0u64;
+                    // SAFETY: valid out-pointer and property struct of the CUDA layout.
+                    rc = unsafe { create(&mut h, PAGE as usize, &prop, 0) };
+                    if rc != 0 {
+                        break;
+                    }
+                    // SAFETY: a page of our reserved range, not mapped yet, and a fresh handle.
+                    rc = unsafe { map(ptr + done, PAGE as usize, 0, h, 0) };
+                    if rc != 0 {
+                        // SAFETY: the handle just created, never mapped.
+                        unsafe { release(h) };
+                        break;
+                    }
+                    self.pages.insert(ptr + done, h);
+                    done += PAGE;
+                }
+                if rc == 0 {
+                    // SAFETY: the range just mapped; one access descriptor.
+                    rc = unsafe { access(ptr, size as usize, &desc, 1) };
+                }
+            })
+        });
+        if rc == 0 {
+            self.last_error = 0;
+            return Ok(());
+        }
+        self.last_error = rc;
+        in_context(slot, || self.unmap_pages(ptr, done));
+        Err(OutOfMemory)
+    }
+
+    fn unmap(&mut self, slot: u8, ptr: u64, size: u64) {
+        in_context(slot, || self.unmap_pages(ptr, size));
+    }
+
+    fn note(&mut self, event: Event) {
+        let (kind, slot, ptr, size) = match event {
+            Event::SegmentReserve { device, ptr, size } => {
+                (RecordKind::SegmentReserve, device, ptr, size)
+            }
+            Event::SegmentRelease { device, ptr, size } => {
+                (RecordKind::SegmentRelease, device, ptr, size)
+            }
+            Event::Split { device, ptr, size } => (RecordKind::Split, device, ptr, size),
+            Event::OomRetry { device, size } => (RecordKind::OomRetry, device, 0, size),
+            Event::OutOfMemory { device, size } => (RecordKind::OutOfMemory, device, 0, size),
+            Event::LimitHit { device, size } => (RecordKind::LimitHit, device, 0, size),
+            Event::Synchronize { device } => (RecordKind::PoolSync, device, 0, 0),
+        };
+        trace::record(kind, Api::Shim, 0, ptr, size, device_of(slot), 0);
+    }
+}

@@ -1,0 +1,175 @@
+//! Stream captures under way in the process (contract 7): counted from the capture hooks, asked
+//! of CUDA where the pool must know, and the relaxed interaction mode for the pool's own calls.
+
+use super::context::drv;
+use super::streams::stream_identity;
+use crate::cuda::ffi::STREAM_PER_THREAD;
+use crate::cuda::real;
+use crate::cuda::symbols::Sym;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+static CAPTURES: AtomicBool = AtomicBool::new(false);
+
+/// A stream capture is about to begin (the hooks on `cuStreamBeginCapture_v2` and
+/// `cuStreamBeginCaptureToGraph`, which the runtime's capture functions reach too): from now on
+/// stream-ordered calls ask whether their stream is being captured.
+pub fn captures_begun() {
+    CAPTURES.store(true, Ordering::Relaxed);
+}
+
+/// Captures can be under way on this many streams at once and be told apart; past it the pool
+/// stays quiet until the trimmer sees them end.
+const MAX_CAPTURES: usize = 64;
+/// The streams being captured, by pool key (a per-thread default stream names its thread).
+static CAPTURING: [AtomicU64; MAX_CAPTURES] = [const { AtomicU64::new(0) }; MAX_CAPTURES];
+/// Captures under way, counted apart from the table so none is ever missed.
+static CAPTURE_COUNT: AtomicUsize = AtomicUsize::new(0);
+/// The raw handles of the captured streams, for `cuStreamIsCapturing`.
+static CAPTURED_HANDLE: [AtomicU64; MAX_CAPTURES] = [const { AtomicU64::new(0) }; MAX_CAPTURES];
+
+/// Whether a stream capture is under way anywhere in the process (contract 7). While one is,
+/// the pool records no event, queries or waits for none, frees no device memory and
+/// synchronizes nothing; its own allocations run in relaxed capture mode.
+pub fn capture_active() -> bool {
+    CAPTURE_COUNT.load(Ordering::Acquire) > 0
+}
+
+/// A capture began on `stream`.
+pub fn capture_started(stream: *mut c_void, per_thread_default: bool) {
+    let key = stream_identity(stream, per_thread_default);
+    CAPTURE_COUNT.fetch_add(1, Ordering::AcqRel);
+    for (c, h) in CAPTURING.iter().zip(&CAPTURED_HANDLE) {
+        if c.compare_exchange(0, key, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            h.store(stream as u64, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// The capture on `stream` ended (successfully or invalidated).
+pub fn capture_ended(stream: *mut c_void, per_thread_default: bool) {
+    let key = stream_identity(stream, per_thread_default);
+    for c in &CAPTURING {
+        if c.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            let _ = CAPTURE_COUNT
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+            return;
+        }
+    }
+}
+
+/// Drops captures that CUDA no longer reports (a capturing stream destroyed, say), so the pool
+/// is never left quiet for good. Only tracked streams are asked; an untracked capture keeps the
+/// pool quiet.
+pub(super) fn forget_finished_captures() {
+    if !capture_active() {
+        return;
+    }
+    type F = unsafe extern "C" fn(usize, *mut i32) -> i32;
+    let Some(f) = drv::<F>(Sym::CuStreamIsCapturing) else {
+        return;
+    };
+    for (c, h) in CAPTURING.iter().zip(&CAPTURED_HANDLE) {
+        let key = c.load(Ordering::Acquire);
+        let handle = h.load(Ordering::Acquire);
+        // Special handles name another thread's stream here: not asked.
+        if key == 0 || handle <= STREAM_PER_THREAD {
+            continue;
+        }
+        let mut status = 0i32;
+        // SAFETY: a valid out-pointer; a destroyed stream's handle makes CUDA answer an
+        // error, which counts as not capturing.
+        let rc = unsafe { f(handle as usize, &mut status) };
+        if (rc != 0 || status == 0)
+            && c.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        {
+            let _ = CAPTURE_COUNT
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        }
+    }
+}
+
+/// `CU_STREAM_CAPTURE_MODE_RELAXED`.
+const CAPTURE_MODE_RELAXED: i32 = 2;
+
+/// Puts the calling thread in relaxed capture mode; returns the mode it had.
+pub(super) fn set_relaxed_capture_mode() -> Option<i32> {
+    type F = unsafe extern "C" fn(*mut i32) -> i32;
+    let f = drv::<F>(Sym::CuThreadExchangeStreamCaptureMode)?;
+    let mut mode = CAPTURE_MODE_RELAXED;
+    // SAFETY: a valid in/out pointer; the exchange is legal at any time (checked on the GPU).
+    (unsafe { f(&mut mode) } == 0).then_some(mode)
+}
+
+/// Runs `f` (the pool's own allocation calls) in relaxed capture mode while a capture is under
+/// way, so CUDA never takes them for the program's and invalidates its graph.
+pub(super) fn relaxed_if_capturing<R>(f: impl FnOnce() -> R) -> R {
+    if !capture_active() {
+        return f();
+    }
+    let old = set_relaxed_capture_mode();
+    let r = f();
+    if let Some(mut m) = old {
+        type F = unsafe extern "C" fn(*mut i32) -> i32;
+        if let Some(x) = drv::<F>(Sym::CuThreadExchangeStreamCaptureMode) {
+            // SAFETY: restores the mode taken above.
+            unsafe { x(&mut m) };
+        }
+    }
+    r
+}
+
+/// While a capture is under way, asks CUDA whether this thread may make a synchronous
+/// allocation or free now, with the one call that is refused exactly when those are and does
+/// nothing else: `cudaFree(NULL)` (`runtime`) or `cuMemFree(0)` (measured on the GPU: refused
+/// with 900 in global mode from any thread and in thread-local mode from the capturing
+/// thread, 0 otherwise). A refusal invalidates the capture, exactly as the program's own call
+/// would have: `Some(900)` is then the answer to give. `None`: go on.
+pub fn capture_forbids(runtime: bool) -> Option<i32> {
+    if !capture_active() {
+        return None;
+    }
+    let rc = if runtime {
+        type F = unsafe extern "C" fn(*mut c_void) -> i32;
+        // SAFETY: cudaFree has the ABI F; a null pointer frees nothing.
+        let f = unsafe { real::as_fn::<F>(real::exported(Sym::CudaFree)) }?;
+        // SAFETY: as above.
+        unsafe { f(core::ptr::null_mut()) }
+    } else {
+        let f = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemFreeV2)?;
+        // SAFETY: freeing address 0 frees nothing.
+        unsafe { f(0) }
+    };
+    (rc == crate::cuda::ffi::ERROR_STREAM_CAPTURE_UNSUPPORTED).then_some(rc)
+}
+
+/// Whether `stream` is being captured into a CUDA graph: stream-ordered calls on it become
+/// graph nodes and must reach CUDA. Free until the process begins a capture. The special
+/// handles (legacy, per-thread) are not checked.
+pub fn capturing(stream: *mut c_void) -> bool {
+    let s = stream as u64;
+    if s <= STREAM_PER_THREAD || !CAPTURES.load(Ordering::Relaxed) {
+        return false;
+    }
+    type F = unsafe extern "C" fn(usize, *mut i32) -> i32;
+    let Some(f) = drv::<F>(Sym::CuStreamIsCapturing) else {
+        return false;
+    };
+    let mut status = 0i32;
+    // SAFETY: a stream handle the caller passed to a stream-ordered call; a valid out-pointer.
+    unsafe { f(s as usize, &mut status) == 0 && status != 0 }
+}
+
+/// In a forked child: no capture of the parent's is under way here.
+pub(super) fn forget_after_fork() {
+    for c in &CAPTURING {
+        c.store(0, Ordering::Relaxed);
+    }
+    CAPTURE_COUNT.store(0, Ordering::Relaxed);
+}

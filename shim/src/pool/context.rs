@@ -1,0 +1,120 @@
+//! The CUDA contexts the pool serves: each gets a slot on first sight, named by the device it
+//! is on; and how the pool calls the driver in a slot's context.
+
+use crate::cuda::real;
+use crate::cuda::symbols::Sym;
+use crate::os::SpinLock;
+use crate::trace;
+use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use gpushim_core::format::DEVICE_UNKNOWN;
+
+/// Contexts the pool serves; allocations in further contexts pass through.
+pub const MAX_CONTEXTS: usize = 64;
+
+pub(super) static CONTEXTS: [AtomicUsize; MAX_CONTEXTS] =
+    [const { AtomicUsize::new(0) }; MAX_CONTEXTS];
+static DEVICES: [AtomicU8; MAX_CONTEXTS] = [const { AtomicU8::new(DEVICE_UNKNOWN) }; MAX_CONTEXTS];
+static REGISTERING: SpinLock = SpinLock::new();
+
+/// A driver function of one context argument.
+pub(super) type CuFn1 = unsafe extern "C" fn(usize) -> i32;
+
+/// The current context of the calling thread, if any.
+pub fn current_context() -> Option<usize> {
+    type F = unsafe extern "C" fn(*mut usize) -> i32;
+    // SAFETY: cuCtxGetCurrent has the ABI F: `CUresult f(CUcontext *)`.
+    let f = unsafe { real::as_fn::<F>(real::exported(Sym::CuCtxGetCurrent)) }?;
+    let mut c = 0usize;
+    // SAFETY: `c` is a valid out-pointer.
+    if unsafe { f(&mut c) } == 0 && c != 0 {
+        Some(c)
+    } else {
+        None
+    }
+}
+
+/// The pool slot of the calling thread's current context, registering it on first sight.
+pub fn current_slot() -> Option<u8> {
+    slot_of(current_context()?)
+}
+
+pub(super) fn slot_of(ctx: usize) -> Option<u8> {
+    for (i, c) in CONTEXTS.iter().enumerate() {
+        match c.load(Ordering::Acquire) {
+            x if x == ctx => return Some(i as u8),
+            0 => return register(ctx),
+            _ => {}
+        }
+    }
+    None
+}
+
+#[cold]
+fn register(ctx: usize) -> Option<u8> {
+    // The context is current on this thread, so it names its device.
+    let device = trace::driver_device();
+    REGISTERING.lock();
+    let mut found = None;
+    for (i, c) in CONTEXTS.iter().enumerate() {
+        let x = c.load(Ordering::Acquire);
+        if x == ctx {
+            found = Some(i as u8);
+            break;
+        }
+        if x == 0 {
+            DEVICES[i].store(device, Ordering::Relaxed);
+            c.store(ctx, Ordering::Release);
+            found = Some(i as u8);
+            break;
+        }
+    }
+    REGISTERING.unlock();
+    found
+}
+
+/// The device ordinal of a slot, for the trace.
+pub fn device_of(slot: u8) -> u8 {
+    DEVICES[slot as usize].load(Ordering::Relaxed)
+}
+
+/// The real driver function `sym` with ABI `F`.
+pub(super) fn drv<F: Copy>(sym: Sym) -> Option<F> {
+    // SAFETY: callers name the ABI of `sym` as F.
+    unsafe { real::as_fn::<F>(real::exported(sym)) }
+}
+
+/// Runs `f` with `slot`'s context current.
+pub(super) fn in_context<R>(slot: u8, f: impl FnOnce() -> R) -> R {
+    let target = CONTEXTS[slot as usize].load(Ordering::Acquire);
+    if current_context() == Some(target) {
+        return f();
+    }
+    let push = drv::<CuFn1>(Sym::CuCtxPushCurrentV2);
+    let pop = drv::<unsafe extern "C" fn(*mut usize) -> i32>(Sym::CuCtxPopCurrentV2);
+    // SAFETY: pushing a context this process made; popped below.
+    let pushed = push.is_some_and(|p| unsafe { p(target) } == 0);
+    let r = f();
+    if pushed && let Some(pop) = pop {
+        let mut old = 0usize;
+        // SAFETY: pops the context pushed above; `old` is a valid out-pointer.
+        unsafe { pop(&mut old) };
+    }
+    r
+}
+
+/// In a forked child: a registration the fork interrupted is over.
+pub(super) fn forget_after_fork() {
+    REGISTERING.unlock();
+}
+
+/// Frees segments the engine gave back (outside the pool's lock).
+pub fn free_segments(segments: &[(u8, u64)]) {
+    let Some(free) = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemFreeV2) else {
+        return;
+    };
+    for &(slot, ptr) in segments {
+        // SAFETY: a segment the pool reserved with cuMemAlloc_v2 and no longer hands out;
+        // freed once, in its context.
+        in_context(slot, || unsafe { free(ptr) });
+    }
+}

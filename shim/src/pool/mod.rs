@@ -1,0 +1,382 @@
+//! The caching allocator in the shim: the engine of `gpushim_core::engine` over real CUDA.
+//!
+//! Pools are kept per CUDA context (the runtime works in the device's primary context, a driver
+//! program in whatever context it made current), so a block is only ever handed to code running
+//! in the context that owns its memory. Segments come from the real `cuMemAlloc_v2` in that
+//! context and go back with `cuMemFree_v2`.
+//!
+//! Safe reuse (contract 3) costs nothing on a free. A free takes a fence that names the next
+//! *checkpoint* of its context; the checkpoint is only made when the engine wants a fenced block
+//! back: events recorded on the legacy stream (which waits for all work on every blocking stream,
+//! the per-thread default streams included) and on each non-blocking stream the process created
+//! (tracked through the stream hooks). A checkpoint whose events completed lets every block
+//! freed before it be reused. A program's own `cudaDeviceSynchronize`/`cuCtxSynchronize` passes
+//! every fence made before it at no cost. When nothing else fits, the engine waits for the
+//! newest checkpoint, never for work enqueued after it.
+//!
+//! One lock guards the engine. It is never held while calling into the CUDA runtime (only the
+//! driver), so a runtime call holding the runtime's own lock that reaches our driver hooks can
+//! never wait for a thread that waits for the runtime. In a forked child the pool is off.
+
+mod backend;
+mod capture;
+mod context;
+pub mod frameworks;
+pub mod ipc;
+mod streams;
+
+use backend::CudaBackend;
+pub use capture::{
+    capture_active, capture_ended, capture_forbids, capture_started, captures_begun, capturing,
+};
+use capture::{forget_finished_captures, set_relaxed_capture_mode};
+use context::{CONTEXTS, MAX_CONTEXTS, drv, free_segments, slot_of};
+pub use context::{current_context, current_slot, device_of};
+use streams::{OTHER_STREAMS, stream_identity};
+
+use crate::cuda::ffi::{CU_STREAM_NON_BLOCKING, ERROR_OUT_OF_MEMORY};
+use crate::cuda::real;
+use crate::cuda::symbols::Sym;
+use crate::os::SpinLock;
+use crate::state;
+use core::cell::UnsafeCell;
+use core::ffi::c_void;
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use gpushim_core::config::Pool as PoolMode;
+use gpushim_core::engine::front::Front;
+use gpushim_core::engine::{AllocError, BlockInfo, FreeKind, Policy};
+/// Non-blocking streams tracked per context; past this, fences wait for the whole context.
+const MAX_STREAMS: usize = 4096;
+pub use gpushim_core::engine::SYNC_KEY;
+
+/// The pool key of a stream handle: the legacy stream is one stream per context; a
+/// per-thread default stream is one per thread. `per_thread_default` says how the caller's
+/// stream 0 is meant (the `_ptsz` entry points).
+pub fn stream_key(stream: *mut c_void, per_thread_default: bool) -> u64 {
+    let key = stream_identity(stream, per_thread_default);
+    if key != 0 && pooling() {
+        note_other_streams();
+    }
+    key
+}
+
+/// The process uses a stream other than the legacy one. The first time, the device catches up
+/// once (outside any capture: a capture needs such a stream, so it cannot be under way yet),
+/// so blocks reused under the single-stream rule are truly free before other streams run.
+fn note_other_streams() {
+    if OTHER_STREAMS.load(Ordering::Relaxed) || OTHER_STREAMS.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if !capture_active()
+        && let Some(sync) = drv::<unsafe extern "C" fn() -> i32>(Sym::CuCtxSynchronize)
+    {
+        // SAFETY: no arguments; waits for the current context's work.
+        unsafe { sync() };
+    }
+}
+
+const UNKNOWN: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Whether `GPUSHIM_CONF` asked for a pool (and the shim is on, and this is not a forked child).
+pub fn active() -> bool {
+    match STATE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let on = state::enabled() && state::conf().pool != PoolMode::Off;
+            let _ = STATE.compare_exchange(
+                UNKNOWN,
+                if on { ON } else { OFF },
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+            STATE.load(Ordering::Relaxed) == ON
+        }
+    }
+}
+
+type Pool = Front<CudaBackend>;
+
+struct PoolCell(UnsafeCell<Option<Pool>>);
+// SAFETY: only touched with LOCK held.
+unsafe impl Sync for PoolCell {}
+
+static LOCK: SpinLock = SpinLock::new();
+static POOL: PoolCell = PoolCell(UnsafeCell::new(None));
+
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// Runs `f` on the pool, creating it on first use, with the lock held. Segments the engine
+/// gave back meanwhile are freed after the lock is released: `cuMemFree` waits for the whole
+/// device, and no other thread's allocation should wait behind it.
+pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
+    if !STARTED.swap(true, Ordering::Relaxed) {
+        crate::lifecycle::in_forked_child(forget_after_fork);
+        start_trimmer();
+    }
+    LOCK.lock();
+    // SAFETY: LOCK is held, so this is the only reference.
+    let cell = unsafe { &mut *POOL.0.get() };
+    let p = cell.get_or_insert_with(|| {
+        let conf = state::conf();
+        let mut front = Front::new(CudaBackend::new(), Policy::from(&conf));
+        if conf.trim_auto {
+            front.set_release_on_free(crate::pool::frameworks::caching_allocator_loaded());
+        }
+        front
+    });
+    let r = f(p);
+    let released = core::mem::take(&mut p.engine.backend_mut().released);
+    LOCK.unlock();
+    free_segments(&released);
+    r
+}
+
+/// How often the trimmer looks for memory to give back.
+const TRIM_TICK_MS: u64 = 100;
+
+/// Starts the thread that gives idle memory back to the device once it has been idle for the
+/// configured `trim` age (contract 8), so memory a program returned is usable by other
+/// processes without the program calling CUDA again. Its own CUDA calls run in relaxed capture
+/// mode, so they can never invalidate another thread's capture.
+fn start_trimmer() {
+    let age = state::conf().trim_ns;
+    if age == u64::MAX {
+        return;
+    }
+    let _ = std::thread::Builder::new()
+        .name("gpushim-trim".into())
+        .spawn(move || {
+            let _guard = crate::guard::Guard::enter();
+            let mut relaxed = false;
+            loop {
+                std::thread::sleep(std::time::Duration::from_millis(TRIM_TICK_MS));
+                if STATE.load(Ordering::Relaxed) == OFF {
+                    return;
+                }
+                if !relaxed {
+                    relaxed = set_relaxed_capture_mode().is_some();
+                }
+                with(|p| {
+                    for (slot, ctx) in CONTEXTS.iter().enumerate() {
+                        if ctx.load(Ordering::Acquire) == 0 {
+                            break;
+                        }
+                        p.trim(slot as u8, age);
+                    }
+                });
+                forget_finished_captures();
+            }
+        });
+}
+
+/// In a forked child: the parent's pool belongs to the parent's CUDA contexts, which the child
+/// cannot use. Every call passes through from now on.
+pub fn forget_after_fork() {
+    STATE.store(OFF, Ordering::Relaxed);
+    capture::forget_after_fork();
+    LOCK.unlock();
+    context::forget_after_fork();
+    ipc::forget_after_fork();
+}
+
+/// What the pool did with a request.
+pub enum Served {
+    /// The block's address and the device it is on.
+    Granted(u64, u8),
+    /// The request failed with this CUDA code (out of memory, or the device's own error) on
+    /// this device.
+    Failed(i32, u8),
+    /// Not for the pool (no current context, or too many contexts): call the real function.
+    Pass,
+}
+
+/// Serves `size` bytes (more than 0) in the current context for use on stream `key`.
+/// `runtime`: the caller is a runtime function, which would create the device's context on
+/// first use; the pool has it do so.
+pub fn alloc(size: u64, key: u64, runtime: bool) -> Served {
+    let ctx = match current_context() {
+        Some(c) => Some(c),
+        None if runtime && runtime_context_ready() => current_context(),
+        None => None,
+    };
+    let Some(slot) = ctx.and_then(slot_of) else {
+        return Served::Pass;
+    };
+    let device = device_of(slot);
+    with(|p| match p.alloc(slot, size, key) {
+        Ok(b) => Served::Granted(b.ptr, device),
+        Err(AllocError::LimitReached) => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+        Err(AllocError::OutOfMemory) => match p.engine.backend().last_error {
+            0 | ERROR_OUT_OF_MEMORY => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+            // Not a matter of room (a broken context, say): the real function answers.
+            _ => Served::Pass,
+        },
+    })
+}
+
+pub use gpushim_core::engine::front::Freed;
+
+/// Returns a block to the pool. An interior or already freed pooled pointer is `Invalid`: the
+/// real function must not see it (it would free our segment), and the caller fails the call
+/// with `cudaErrorInvalidValue`, as CUDA does. `Done` carries the block's device ordinal.
+pub fn free(ptr: u64, kind: FreeKind) -> Freed {
+    if ptr == 0 {
+        return Freed::NotOurs;
+    }
+    match with(|p| p.free(ptr, kind)) {
+        Freed::Done(slot) => {
+            // Its IPC tickets stop opening now.
+            crate::pool::ipc::revoke(ptr);
+            Freed::Done(device_of(slot))
+        }
+        other => other,
+    }
+}
+
+/// Seals the segment of live pooled block `ptr` before its memory leaves the process through
+/// IPC: the pool hands nothing more out of it and gives it back to CUDA once it is empty, so
+/// a handle kept after a free never reaches memory given to someone else.
+pub fn seal(ptr: u64) -> bool {
+    pooling() && with(|p| p.seal(ptr))
+}
+
+/// The live pooled block containing `ptr`, if any.
+pub fn lookup(ptr: u64) -> Option<BlockInfo> {
+    if !pooling() {
+        return None;
+    }
+    with(|p| p.lookup(ptr))
+}
+
+/// Whether the pool holds any memory (so pointer queries need to look).
+static PLUGGED: AtomicBool = AtomicBool::new(false);
+
+/// Marks that the PyTorch pluggable-allocator route is in use (the pool serves it even when
+/// `GPUSHIM_CONF` has no pool).
+pub fn plug() {
+    PLUGGED.store(true, Ordering::Relaxed);
+}
+
+pub fn is_plugged() -> bool {
+    PLUGGED.load(Ordering::Relaxed)
+}
+
+/// What `cudaMemGetInfo` shows the process: idle cached memory counts as free (the process can
+/// allocate it), and with `limit` the total is capped and the free figure kept under it.
+pub fn mem_info(real_free: u64, real_total: u64) -> (u64, u64) {
+    let Some(slot) = current_slot() else {
+        return (real_free, real_total);
+    };
+    let (reserved, idle, limit) = with(|p| {
+        (
+            p.engine.reserved(slot),
+            p.idle(slot),
+            p.engine.policy().limit,
+        )
+    });
+    let mut total = real_total;
+    let mut free = real_free.saturating_add(idle);
+    if limit > 0 {
+        total = total.min(limit);
+        free = free.min(limit.saturating_sub(reserved - idle));
+    }
+    (free.min(total), total)
+}
+
+/// A stream was created in the current context; non-blocking ones get checkpoint events.
+pub fn stream_created(stream: u64, flags: u32) {
+    if stream != 0 {
+        note_other_streams();
+    }
+    if flags & CU_STREAM_NON_BLOCKING == 0 || stream == 0 {
+        return;
+    }
+    let Some(slot) = current_slot() else {
+        return;
+    };
+    with(|p| {
+        let s = &mut p.engine.backend_mut().slots[slot as usize];
+        if s.streams.len() < MAX_STREAMS {
+            s.streams.push(stream);
+        } else {
+            s.untracked = true;
+        }
+    });
+}
+
+/// A stream is about to be destroyed: work already on it stays covered by the pending
+/// checkpoint (made now if any fence waits for it), and its handle loses its blocks' right to
+/// immediate reuse (a new stream may get the same handle).
+pub fn stream_destroying(stream: u64) {
+    with(|p| {
+        let b = p.engine.backend_mut();
+        for slot in 0..MAX_CONTEXTS {
+            let Some(i) = b.slots[slot].streams.iter().position(|&s| s == stream) else {
+                continue;
+            };
+            if b.slots[slot].pending_used {
+                if capture_active() {
+                    // No event may be recorded now: only a synchronization passes the
+                    // pending fences.
+                    b.slots[slot].untracked = true;
+                } else {
+                    b.seal(slot as u8);
+                }
+            }
+            b.slots[slot].streams.swap_remove(i);
+        }
+        p.retire_stream(stream);
+    });
+}
+
+/// Before a context-wide synchronization: the fences made so far are the ones it will pass.
+/// Returns the token for `synchronized`.
+pub fn synchronizing() -> Option<(u8, u64)> {
+    let slot = current_slot()?;
+    Some(with(|p| {
+        let s = &mut p.engine.backend_mut().slots[slot as usize];
+        let id = s.next_id;
+        if s.pending_used {
+            s.next_id += 1;
+            s.pending_used = false;
+        }
+        (slot, id)
+    }))
+}
+
+/// After the synchronization succeeded: every fence made before it has passed.
+pub fn synchronized((slot, id): (u8, u64)) {
+    with(|p| p.engine.backend_mut().passed_up_to(slot, id));
+}
+
+/// Empties the cache of the current context (`torch.cuda.empty_cache()` through the
+/// pluggable allocator, or `gpushim_empty_cache()`).
+pub fn empty_cache() {
+    if let Some(slot) = current_slot() {
+        with(|p| p.empty_cache(slot));
+    }
+}
+
+/// Whether pooled blocks may exist (a pool from `GPUSHIM_CONF`, or the pluggable route).
+pub fn pooling() -> bool {
+    active() || is_plugged()
+}
+
+/// Makes sure the runtime has made its context current on this thread, as its own allocation
+/// functions do on first use (the runtime creates contexts lazily). The guard must be held.
+pub fn runtime_context_ready() -> bool {
+    if current_context().is_some() {
+        return true;
+    }
+    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    // SAFETY: cudaFree has the ABI F; cudaFree(NULL) only initializes the runtime.
+    if let Some(f) = unsafe { real::as_fn::<F>(real::exported(Sym::CudaFree)) } {
+        // SAFETY: a null pointer is valid for cudaFree.
+        unsafe { f(core::ptr::null_mut()) };
+    }
+    current_context().is_some()
+}
