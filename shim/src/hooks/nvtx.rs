@@ -75,47 +75,44 @@ pub unsafe extern "C" fn InitializeInjectionNvtx2(
     if unsafe { get_table(NVTX_CB_MODULE_CORE, &mut table, &mut size) } == 0 || table.is_null() {
         return 0;
     }
-    let slots: [(usize, unsafe extern "C" fn()); 8] = [
-        // SAFETY (all): each is transmuted to NVTX's generic slot type, and NVTX casts it back to
-        // the signature of that callback id, which is the signature defined below.
-        (CBID_MARK_EX, unsafe {
-            core::mem::transmute::<unsafe extern "C" fn(*const u8), unsafe extern "C" fn()>(mark_ex)
-        }),
-        (CBID_MARK_A, unsafe {
-            core::mem::transmute::<unsafe extern "C" fn(*const c_char), unsafe extern "C" fn()>(
-                mark_a,
-            )
-        }),
-        (CBID_RANGE_START_EX, unsafe {
-            core::mem::transmute::<unsafe extern "C" fn(*const u8) -> u64, unsafe extern "C" fn()>(
-                range_start_ex,
-            )
-        }),
-        (CBID_RANGE_START_A, unsafe {
-            core::mem::transmute::<unsafe extern "C" fn(*const c_char) -> u64, unsafe extern "C" fn()>(
-                range_start_a,
-            )
-        }),
-        (CBID_RANGE_END, unsafe {
-            core::mem::transmute::<unsafe extern "C" fn(u64), unsafe extern "C" fn()>(range_end)
-        }),
-        (CBID_RANGE_PUSH_EX, unsafe {
-            core::mem::transmute::<unsafe extern "C" fn(*const u8) -> c_int, unsafe extern "C" fn()>(
-                range_push_ex,
-            )
-        }),
-        (CBID_RANGE_PUSH_A, unsafe {
-            core::mem::transmute::<
-                unsafe extern "C" fn(*const c_char) -> c_int,
-                unsafe extern "C" fn(),
-            >(range_push_a)
-        }),
-        (CBID_RANGE_POP, unsafe {
-            core::mem::transmute::<unsafe extern "C" fn() -> c_int, unsafe extern "C" fn()>(
-                range_pop,
-            )
-        }),
-    ];
+    // SAFETY: each function has exactly the signature NVTX gives its callback id (all eight),
+    // and NVTX casts the generic slot back to that signature before calling.
+    let slots: [(usize, unsafe extern "C" fn()); 8] = unsafe {
+        [
+            (
+                CBID_MARK_EX,
+                erase(mark_ex as unsafe extern "C" fn(*const u8)),
+            ),
+            (
+                CBID_MARK_A,
+                erase(mark_a as unsafe extern "C" fn(*const c_char)),
+            ),
+            (
+                CBID_RANGE_START_EX,
+                erase(range_start_ex as unsafe extern "C" fn(*const u8) -> u64),
+            ),
+            (
+                CBID_RANGE_START_A,
+                erase(range_start_a as unsafe extern "C" fn(*const c_char) -> u64),
+            ),
+            (
+                CBID_RANGE_END,
+                erase(range_end as unsafe extern "C" fn(u64)),
+            ),
+            (
+                CBID_RANGE_PUSH_EX,
+                erase(range_push_ex as unsafe extern "C" fn(*const u8) -> c_int),
+            ),
+            (
+                CBID_RANGE_PUSH_A,
+                erase(range_push_a as unsafe extern "C" fn(*const c_char) -> c_int),
+            ),
+            (
+                CBID_RANGE_POP,
+                erase(range_pop as unsafe extern "C" fn() -> c_int),
+            ),
+        ]
+    };
     for (id, f) in slots {
         if id < size as usize {
             // SAFETY: `table` has `size` entries, each null or a pointer to a function slot.
@@ -230,4 +227,16 @@ unsafe extern "C" fn range_start_ex(attr: *const u8) -> u64 {
 
 unsafe extern "C" fn range_end(id: u64) {
     trace::record_nvtx(RecordKind::RangeEnd, b"", id);
+}
+
+/// A callback as NVTX's generic slot type (`void (*)(void)`).
+///
+/// # Safety
+/// `F` must be an `extern "C"` function pointer type, and whoever calls the result must cast it
+/// back to `F` first.
+unsafe fn erase<F: Copy>(f: F) -> unsafe extern "C" fn() {
+    const { assert!(core::mem::size_of::<F>() == core::mem::size_of::<unsafe extern "C" fn()>()) };
+    // SAFETY: same size (checked at compile time); both are function pointers (the caller's
+    // promise), so the bits are a valid function pointer of the generic type.
+    unsafe { core::mem::transmute_copy::<F, unsafe extern "C" fn()>(&f) }
 }

@@ -536,8 +536,8 @@ fn plain_alloc(size: usize) -> *mut c_void {
 fn plain_free(p: *mut c_void) {
     type F = unsafe extern "C" fn(*mut c_void) -> i32;
     let _guard = Guard::enter();
-    // SAFETY: cudaFree has the ABI F; `p` came from `plain_alloc`.
     if let Some(f) =
+        // SAFETY: cudaFree has the ABI F; `p` came from `plain_alloc`.
         unsafe { crate::cuda::real::as_fn::<F>(crate::cuda::real::exported(Sym::CudaFree)) }
     {
         // SAFETY: as above.

@@ -108,6 +108,7 @@ fn set_last_error_out_of_memory() {
             type G = unsafe extern "C" fn(*mut c_void) -> i32;
             // SAFETY: cudaFree has the ABI G; frees what the unexpected success returned.
             if let Some(g) = unsafe { real::as_fn::<G>(real::exported(Sym::CudaFree)) } {
+                // SAFETY: `q` is the block the call above returned.
                 unsafe { g(q) };
             }
         }

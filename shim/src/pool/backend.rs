@@ -279,8 +279,8 @@ impl Backend for CudaBackend {
         let ctx_sync = drv::<unsafe extern "C" fn() -> i32>(Sym::CuCtxSynchronize);
         in_context(slot, || {
             if broken {
-                // SAFETY: no arguments.
                 if let Some(f) = ctx_sync {
+                    // SAFETY: no arguments.
                     unsafe { f() };
                 }
             } else if let Some(wait) = wait {

@@ -131,6 +131,7 @@ unsafe extern "C" fn visit(
     let mut name: &[u8] = if info.dlpi_name.is_null() {
         b""
     } else {
+        // SAFETY: as above.
         unsafe { core::ffi::CStr::from_ptr(info.dlpi_name) }.to_bytes()
     };
     if name.is_empty() {
