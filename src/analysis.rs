@@ -4,7 +4,7 @@
 //! peak) read the trace twice.
 
 use crate::format::{DEVICE_UNKNOWN, Record, RecordKind};
-use crate::reader::{ReadError, TraceReader};
+use crate::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -263,9 +263,10 @@ impl Replay {
 /// Opens a trace, says where its damage is if any, and replays it through `f`.
 pub fn replay_each(
     path: &Path,
+    opts: &ReadOptions,
     mut f: impl FnMut(&TraceReader, &mut Replay, &Record, Change),
 ) -> Result<(TraceReader, Replay), ReadError> {
-    let mut reader = TraceReader::open(path)?;
+    let mut reader = TraceReader::open_with(path, opts)?;
     let mut replay = Replay::default();
     while let Some(r) = reader.next() {
         let c = replay.apply(&r);
@@ -384,11 +385,11 @@ fn replay_until(reader: &mut TraceReader, at: u64) -> Replay {
 }
 
 /// The moment of peak live memory on each device, and what was live then.
-pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
+pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
     // Pass 1: when each device peaked (the first record reaching its maximum).
     // (live bytes, record index, time of the record that made the peak)
     let mut best: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
-    replay_each(path, |_, rp, r, c| {
+    replay_each(path, opts, |_, rp, r, c| {
         if let Change::Alloc { device, .. } | Change::Physical { device } = c {
             let live = rp.live_on(device);
             let e = best.entry(device).or_insert((0, 0, 0));
@@ -399,7 +400,7 @@ pub fn peak(path: &Path) -> Result<Vec<Peak>, ReadError> {
     })?;
     let mut out = Vec::new();
     for (&device, &(_, at, peak_time)) in &best {
-        let mut reader = TraceReader::open(path)?;
+        let mut reader = TraceReader::open_with(path, opts)?;
         let rp = replay_until(&mut reader, at);
         let stacks = rp
             .all_live()
@@ -476,7 +477,7 @@ const MAX_BOUNDARIES: usize = 1000;
 /// What was live at exit, by call site; and, with iteration boundaries (an NVTX range or mark
 /// that repeats, `boundary` if given, else a detected period), the call sites whose live bytes
 /// grow steadily from one iteration to the next.
-pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
+pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<Leaks, ReadError> {
     // Pass 1: candidate boundaries (NVTX names) and allocation sites for period detection.
     let mut names: HashMap<u64, (u64, bool)> = HashMap::new();
     // Allocation times by site: by stack where stacks were recorded, else by API and size.
@@ -486,7 +487,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
     let mut by_size: HashMap<u64, Vec<u64>> = HashMap::new();
     let mut pending: HashMap<u16, u64> = HashMap::new();
     let mut allocations = 0u64;
-    let (reader, _) = replay_each(path, |_, _, r, c| match r.kind {
+    let (reader, _) = replay_each(path, opts, |_, _, r, c| match r.kind {
         RecordKind::RangePush | RecordKind::Mark => {
             let e = names
                 .entry(r.ptr)
@@ -556,7 +557,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>) -> Result<Leaks, ReadError> {
     let mut series: Vec<HashMap<u64, u64>> = Vec::new();
     let mut totals: Vec<u64> = Vec::new();
     let mut seen = 0u64;
-    let (reader, rp) = replay_each(path, |_, rp, r, c| {
+    let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
         let is_boundary = match &chosen {
             Some((_, Some(id), _)) => {
                 matches!(r.kind, RecordKind::RangePush | RecordKind::Mark) && r.ptr == *id
@@ -675,10 +676,10 @@ pub struct Oom {
 }
 
 /// Every failed allocation, with what held memory at that moment.
-pub fn oom(path: &Path) -> Result<Vec<Oom>, ReadError> {
+pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
     let mut out = Vec::new();
     let mut limit_pending: HashMap<u16, bool> = HashMap::new();
-    replay_each(path, |reader, rp, r, _| match r.kind {
+    replay_each(path, opts, |reader, rp, r, _| match r.kind {
         RecordKind::LimitHit => {
             limit_pending.insert(r.thread, true);
         }

@@ -143,27 +143,38 @@ pub struct TraceReader {
     latest_ns: u64,
     /// Whether the file has been read to its end.
     drained: bool,
-    /// The process-wide filter (see [`set_filter`]), if any.
+    /// The report's filter, if it keeps less than everything.
     filtering: Option<crate::filter::Filtering>,
+    /// Whether frames are named from the binaries.
+    symbols: bool,
+    progress: Option<fn(u64, u64)>,
     /// Records returned since the progress hook was last called.
     since_progress: u32,
 }
 
-static FILTER: std::sync::OnceLock<crate::filter::Filter> = std::sync::OnceLock::new();
-static PROGRESS: std::sync::OnceLock<fn(u64, u64)> = std::sync::OnceLock::new();
-
-/// Applies `filter` to every trace opened from now on in this process (the command's
-/// `--device`, `--from`, ... options, which every report honours). Set once.
-pub fn set_filter(filter: crate::filter::Filter) {
-    if !filter.is_empty() {
-        let _ = FILTER.set(filter);
-    }
+/// How a report reads traces: the command's reading options, passed as a value to every
+/// report (nothing process-wide).
+#[derive(Clone, Debug)]
+pub struct ReadOptions {
+    /// The records to keep (the command's `--device`, `--from`, ... options); an empty filter
+    /// keeps every record.
+    pub filter: crate::filter::Filter,
+    /// Whether frames are named from the binaries (`--no-symbols` turns it off: frames read
+    /// `module+0xoffset`).
+    pub symbols: bool,
+    /// Called as `progress(records read, records in the file)` every million records.
+    pub progress: Option<fn(u64, u64)>,
 }
 
-/// Calls `hook(records read, records in the file)` every million records of every trace read
-/// from now on (the command's progress bar). Set once.
-pub fn set_progress(hook: fn(u64, u64)) {
-    let _ = PROGRESS.set(hook);
+impl Default for ReadOptions {
+    /// Every record, frames named, no progress shown.
+    fn default() -> ReadOptions {
+        ReadOptions {
+            filter: crate::filter::Filter::default(),
+            symbols: true,
+            progress: None,
+        }
+    }
 }
 
 fn le_u32(b: &[u8], o: usize) -> u32 {
@@ -180,7 +191,13 @@ fn c_string(b: &[u8]) -> String {
 }
 
 impl TraceReader {
+    /// Opens a trace to read every record, with frames named.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, ReadError> {
+        TraceReader::open_with(path, &ReadOptions::default())
+    }
+
+    /// Opens a trace to read as `opts` says.
+    pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
         let path = path.as_ref().to_path_buf();
         let io_err = |e| ReadError::Io(path.clone(), e);
         let mut file = File::open(&path).map_err(io_err)?;
@@ -257,9 +274,17 @@ impl TraceReader {
             taken: 0,
             latest_ns: 0,
             drained: false,
-            filtering: FILTER.get().cloned().map(crate::filter::Filtering::new),
+            filtering: (!opts.filter.is_empty())
+                .then(|| crate::filter::Filtering::new(opts.filter.clone())),
+            symbols: opts.symbols,
+            progress: opts.progress,
             since_progress: 0,
         })
+    }
+
+    /// Whether frames are to be named from the binaries (see [`ReadOptions::symbols`]).
+    pub fn symbols(&self) -> bool {
+        self.symbols
     }
 
     pub fn info(&self) -> &TraceInfo {
@@ -359,7 +384,7 @@ impl Iterator for TraceReader {
             self.since_progress += 1;
             if self.since_progress == 1 << 20 {
                 self.since_progress = 0;
-                if let Some(hook) = PROGRESS.get() {
+                if let Some(hook) = self.progress {
                     hook(self.next, self.end);
                 }
             }

@@ -8,7 +8,7 @@ use crate::config;
 use crate::engine::front::Front;
 use crate::engine::{FreeKind, MemoryBackend, Policy, SYNC_KEY};
 use crate::format::RecordKind;
-use crate::reader::{ReadError, TraceReader};
+use crate::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,7 +30,11 @@ pub struct Outcome {
 }
 
 /// Replays `trace` under each policy text (GPUSHIM_CONF syntax).
-pub fn simulate(trace: &Path, policies: &[String]) -> Result<Vec<Outcome>, String> {
+pub fn simulate(
+    trace: &Path,
+    policies: &[String],
+    opts: &ReadOptions,
+) -> Result<Vec<Outcome>, String> {
     let parsed: Vec<(String, Policy)> = policies
         .iter()
         .map(|p| {
@@ -39,12 +43,12 @@ pub fn simulate(trace: &Path, policies: &[String]) -> Result<Vec<Outcome>, Strin
                 .map_err(|e| format!("--conf {p}: {e}"))
         })
         .collect::<Result<_, _>>()?;
-    let mut out = vec![recorded(trace).map_err(|e| e.to_string())?];
+    let mut out = vec![recorded(trace, opts).map_err(|e| e.to_string())?];
     for (text, policy) in parsed {
         let pass_through = config::parse_strict(&text).is_ok_and(|c| c.pool == config::Pool::Off);
         let o = if pass_through {
             // pool:off: every allocation is a device allocation of its own.
-            let live = live_only(trace).map_err(|e| e.to_string())?;
+            let live = live_only(trace, opts).map_err(|e| e.to_string())?;
             Outcome {
                 policy: text,
                 peak_reserved_bytes: live.peak,
@@ -54,7 +58,7 @@ pub fn simulate(trace: &Path, policies: &[String]) -> Result<Vec<Outcome>, Strin
                 failed_allocations: live.failed,
             }
         } else {
-            replay(trace, &text, policy).map_err(|e| e.to_string())?
+            replay(trace, &text, policy, opts).map_err(|e| e.to_string())?
         };
         out.push(o);
     }
@@ -68,7 +72,7 @@ struct LiveOnly {
     failed: u64,
 }
 
-fn live_only(trace: &Path) -> Result<LiveOnly, ReadError> {
+fn live_only(trace: &Path, opts: &ReadOptions) -> Result<LiveOnly, ReadError> {
     let (mut live, mut o) = (
         0u64,
         LiveOnly {
@@ -78,7 +82,7 @@ fn live_only(trace: &Path) -> Result<LiveOnly, ReadError> {
         },
     );
     let mut sizes: HashMap<u64, u64> = HashMap::new();
-    for r in TraceReader::open(trace)? {
+    for r in TraceReader::open_with(trace, opts)? {
         match r.kind {
             RecordKind::Alloc | RecordKind::AllocAsync if r.status != 0 => o.failed += 1,
             RecordKind::Alloc | RecordKind::AllocAsync if r.ptr != 0 => {
@@ -99,8 +103,8 @@ fn live_only(trace: &Path) -> Result<LiveOnly, ReadError> {
 /// What the traced run had. A run with the shim's pool has segment records: its device
 /// allocations are the segments. A pass-through run's allocations were each a device
 /// allocation.
-fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
-    let reader = TraceReader::open(trace)?;
+fn recorded(trace: &Path, opts: &ReadOptions) -> Result<Outcome, ReadError> {
+    let reader = TraceReader::open_with(trace, opts)?;
     let (mut live, mut peak, mut calls, mut failed) = (0u64, 0u64, 0u64, 0u64);
     let (mut reserved, mut peak_reserved, mut live_at_peak, mut segments) =
         (0u64, 0u64, 0u64, 0u64);
@@ -161,8 +165,13 @@ fn recorded(trace: &Path) -> Result<Outcome, ReadError> {
     })
 }
 
-fn replay(trace: &Path, text: &str, policy: Policy) -> Result<Outcome, ReadError> {
-    let reader = TraceReader::open(trace)?;
+fn replay(
+    trace: &Path,
+    text: &str,
+    policy: Policy,
+    opts: &ReadOptions,
+) -> Result<Outcome, ReadError> {
+    let reader = TraceReader::open_with(trace, opts)?;
     // The shim's own front (the engine plus its list of small stream-ordered blocks), so the
     // replay makes the decisions the shim would.
     let mut pool = Front::new(MemoryBackend::new(u64::MAX / 4), policy);

@@ -2,7 +2,7 @@
 //! health of the trace itself (torn, lost, truncated, damaged).
 
 use crate::format::{Record, RecordKind};
-use crate::reader::{DecodeStats, ReadError, TraceInfo, TraceReader};
+use crate::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -155,8 +155,8 @@ impl LiveSet {
     }
 }
 
-pub fn summarize(path: &Path) -> Result<Summary, ReadError> {
-    let mut reader = TraceReader::open(path)?;
+pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
     let info: TraceInfo = reader.info().clone();
     // Indexed by the API byte: no lookup on the per-record path.
     let mut apis: Vec<Option<ApiStats>> = vec![None; 256];

@@ -32,13 +32,6 @@ fn open_module(path: &str) -> Result<(File, String), String> {
     Ok((f, by_fd))
 }
 
-static ENABLED: AtomicBool = AtomicBool::new(true);
-
-/// Turns naming off (`--no-symbols`): frames are `module+0xoffset`.
-pub fn set_enabled(on: bool) {
-    ENABLED.store(on, Ordering::Relaxed);
-}
-
 /// What is known of one frame.
 #[derive(Clone, Debug, Default)]
 pub struct FrameInfo {
@@ -123,7 +116,7 @@ pub fn frame(reader: &TraceReader, ip: u64) -> FrameInfo {
         offset,
         ..FrameInfo::default()
     };
-    if ENABLED.load(Ordering::Relaxed) && !path.is_empty() && !path.starts_with('[') {
+    if reader.symbols() && !path.is_empty() && !path.starts_with('[') {
         // A return address: the call is the instruction before it.
         let (function, file, line) = lookup(path, offset.saturating_sub(1));
         (info.function, info.file, info.line) = (function, file, line);

@@ -162,24 +162,28 @@ fn base_trace() -> Vec<u8> {
     std::fs::read(write_trace("base", &recs)).unwrap()
 }
 
-/// Every report, in-process.
+/// Every report, in-process (frames left unnamed: the mutated modules are not real files).
 fn read_everything(path: &Path) {
-    let _ = gpushim::summary::summarize(path);
-    let _ = gpushim::analysis::leaks(path, None);
-    let _ = gpushim::analysis::leaks(path, Some("step"));
-    if let Ok(peaks) = gpushim::analysis::peak(path) {
+    let o = &gpushim::reader::ReadOptions {
+        symbols: false,
+        ..Default::default()
+    };
+    let _ = gpushim::summary::summarize(path, o);
+    let _ = gpushim::analysis::leaks(path, None, o);
+    let _ = gpushim::analysis::leaks(path, Some("step"), o);
+    if let Ok(peaks) = gpushim::analysis::peak(path, o) {
         for p in &peaks {
             let _ = gpushim::export::flamegraph_svg(p, "t");
         }
     }
-    let _ = gpushim::analysis::oom(path);
+    let _ = gpushim::analysis::oom(path, o);
     let mut sink = Vec::new();
-    let _ = gpushim::export::rmm_csv(path, &mut sink);
-    let _ = gpushim::export::memory_viz(path, &mut sink, 4);
-    let _ = gpushim::export::perfetto(&[path.to_path_buf()], &mut sink);
-    let _ = gpushim::export::plot_svg(&[path.to_path_buf()]);
-    let _ = gpushim::export::live_by_site(path);
-    let _ = gpushim::simulate::simulate(path, &["pool:caching".to_string()]);
+    let _ = gpushim::export::rmm_csv(path, &mut sink, o);
+    let _ = gpushim::export::memory_viz(path, &mut sink, 4, o);
+    let _ = gpushim::export::perfetto(&[path.to_path_buf()], &mut sink, o);
+    let _ = gpushim::export::plot_svg(&[path.to_path_buf()], o);
+    let _ = gpushim::export::live_by_site(path, o);
+    let _ = gpushim::simulate::simulate(path, &["pool:caching".to_string()], o);
 }
 
 fn cases() -> u32 {
@@ -197,7 +201,6 @@ proptest! {
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), any::<bool>()), 1..48),
         cut in prop::option::of(any::<prop::sample::Index>()),
     ) {
-        gpushim::symbolize::set_enabled(false);
         static BASE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
         let base = BASE.get_or_init(base_trace);
         let mut bytes = base.clone();

@@ -81,23 +81,63 @@ impl Sim {
     }
 }
 
-/// Builds the simulator and the clients once per test binary.
+/// The simulator and the clients, built once per test run: the first test binary that asks
+/// builds them into a folder named by a hash of their sources (under a lock, so binaries run at
+/// once never build twice); the others find the finished build and reuse it. A change to any
+/// source makes a new folder.
 pub fn sim() -> &'static Sim {
     static SIM: OnceLock<Sim> = OnceLock::new();
     SIM.get_or_init(|| {
-        let dir = tempdir("sim");
-        let out = Command::new("bash")
-            .arg(repo().join("scripts/build-sim.sh"))
-            .arg(&dir)
-            .output()
-            .expect("bash runs scripts/build-sim.sh");
-        assert!(
-            out.status.success(),
-            "scripts/build-sim.sh failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let root = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let dir = root.join(format!("sim-{:016x}", sim_sources_hash()));
+        let done = dir.join(".built");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(root.join("sim.lock"))
+            .expect("the simulator's lock file can be made in CARGO_TARGET_TMPDIR");
+        // SAFETY: flock on a descriptor we own; released when `lock` is dropped below.
+        let _ = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX) };
+        if !done.exists() {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let out = Command::new("bash")
+                .arg(repo().join("scripts/build-sim.sh"))
+                .arg(&dir)
+                .output()
+                .expect("bash runs scripts/build-sim.sh");
+            assert!(
+                out.status.success(),
+                "scripts/build-sim.sh failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::fs::write(&done, b"").unwrap();
+        }
+        drop(lock);
         Sim { dir }
     })
+}
+
+/// A hash of everything the simulator build reads: the build script, the simulator and the
+/// clients.
+fn sim_sources_hash() -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut files = vec![repo().join("scripts/build-sim.sh")];
+    for d in ["tests/sim", "tests/clients", "examples"] {
+        let mut in_dir: Vec<PathBuf> = std::fs::read_dir(repo().join(d))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        in_dir.sort();
+        files.extend(in_dir);
+    }
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for f in files {
+        f.hash(&mut h);
+        std::fs::read(&f).unwrap_or_default().hash(&mut h);
+    }
+    h.finish()
 }
 
 /// How to run a client.

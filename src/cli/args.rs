@@ -1,0 +1,344 @@
+//! The command line: every command, its options and their help.
+
+use clap::{Parser, Subcommand};
+use gpushim::reader::ReadOptions;
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "gpushim",
+    version,
+    about = "Trace every CUDA memory call of a program, then ask where the memory went.",
+    long_about = "Trace every CUDA memory call of a program, then ask where the memory went.\n\n\
+        Run a program under the shim:     gpushim run -- python train.py\n\
+        Read what it recorded:            gpushim summary gpushim-python.12345.trace\n\n\
+        Without this command:  LD_PRELOAD=/path/to/libgpushim.so python train.py\n\
+        Settings (environment): GPUSHIM_CONF (see `gpushim config`), GPUSHIM_TRACE=PATTERN|off, \
+        GPUSHIM_DISABLE=1."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Cmd,
+}
+
+/// Options every report takes. The filters keep the allocations that match (all of the given
+/// conditions) and the frees of those allocations; everything else is left out of the report.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Reading traces (every report)")]
+pub struct Reading {
+    /// Only allocations on device N (repeat for several).
+    #[arg(long = "device", value_name = "N")]
+    devices: Vec<u8>,
+    /// Only allocations by thread T, numbered as in `gpushim events` (repeat for several).
+    #[arg(long = "thread", value_name = "T")]
+    threads: Vec<u16>,
+    /// Only allocations on stream S, numbered as in `gpushim events` (repeat for several).
+    #[arg(long = "stream", value_name = "S")]
+    streams: Vec<u16>,
+    /// Only allocations made at or after TIME since the trace began: 1.5s, 200ms, 300us.
+    #[arg(long, value_name = "TIME")]
+    from: Option<String>,
+    /// Only allocations made before TIME since the trace began.
+    #[arg(long, value_name = "TIME")]
+    to: Option<String>,
+    /// Only allocations made inside NVTX ranges named NAME (at any depth, on their thread).
+    #[arg(long, value_name = "NAME")]
+    range: Option<String>,
+    /// Name frames module+offset; do not read the binaries for function names and lines.
+    #[arg(long)]
+    no_symbols: bool,
+    /// No progress bar on long reads.
+    #[arg(long)]
+    quiet: bool,
+}
+
+impl Reading {
+    /// The reading options as the reports take them.
+    pub fn options(&self) -> Result<ReadOptions, String> {
+        let time = |flag: &str, t: &Option<String>| {
+            t.as_deref()
+                .map(gpushim::filter::parse_time)
+                .transpose()
+                .map_err(|e| format!("--{flag}: {e}"))
+        };
+        let filter = gpushim::filter::Filter {
+            devices: self.devices.clone(),
+            threads: self.threads.clone(),
+            streams: self.streams.clone(),
+            from_ns: time("from", &self.from)?,
+            to_ns: time("to", &self.to)?,
+            range: self.range.clone(),
+        };
+        if let (Some(a), Some(b)) = (filter.from_ns, filter.to_ns)
+            && a >= b
+        {
+            return Err(format!(
+                "--from {} is not before --to {}: the window is empty",
+                self.from.as_deref().unwrap_or(""),
+                self.to.as_deref().unwrap_or("")
+            ));
+        }
+        let progress = (!self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .then_some(super::progress::show_progress as fn(u64, u64));
+        Ok(ReadOptions {
+            filter,
+            symbols: !self.no_symbols,
+            progress,
+        })
+    }
+}
+
+#[derive(Subcommand)]
+pub enum Cmd {
+    /// Run a command with the shim preloaded; print where its traces are and what they hold.
+    #[command(
+        after_help = "Example:\n  gpushim run --conf pool:off -- python train.py --epochs 1\n\n\
+        Any LD_PRELOAD already set is kept, after the shim. The exit code is the command's."
+    )]
+    Run {
+        /// GPUSHIM_CONF for the run, as in `pool:off,limit:24GiB` (see `gpushim config`).
+        #[arg(long)]
+        conf: Option<String>,
+        /// Trace path pattern: %p pid, %h host, %r rank (RANK or LOCAL_RANK), %% a percent sign.
+        /// Default: gpushim-PROGRAM.PID.trace in the working directory.
+        #[arg(long, value_name = "PATTERN")]
+        trace: Option<String>,
+        /// The shim library; default: libgpushim.so next to this executable, or $GPUSHIM_LIB.
+        #[arg(long, value_name = "PATH")]
+        lib: Option<PathBuf>,
+        /// One record per PyTorch tensor: PyTorch's cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
+        /// and the shim's pool on (pool:caching unless --conf names a pool). PyTorch's own
+        /// counters (memory_allocated, memory_reserved) then read 0; the trace has the figures.
+        #[arg(long)]
+        per_tensor: bool,
+        /// The command and its arguments (after `--` when they start with a dash).
+        #[arg(
+            required = true,
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "CMD"
+        )]
+        cmd: Vec<OsString>,
+    },
+    /// Calls, bytes and failures per API; peak and final live memory per device; trace health.
+    Summary {
+        /// Trace files (one per process or rank).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+
+        /// Print JSON instead of text.
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Replay a trace's allocations under other pooling policies: peak reserved, fragmentation
+    /// and device allocation calls for each, beside what the run had.
+    #[command(
+        after_help = "Example:\n  gpushim simulate run.trace --conf pool:caching \\\n    --conf pool:caching,round:pow2_4 --conf pool:caching,max_split:64MiB\n\n\
+        The replay assumes the GPU keeps up with the program, so it shows the memory a policy \
+        needs, not the waits it would cost."
+    )]
+    Simulate {
+        /// The trace to replay.
+        trace: PathBuf,
+
+        /// A policy in GPUSHIM_CONF syntax; repeat to compare several (default: the defaults).
+        #[arg(long = "conf", value_name = "POLICY")]
+        conf: Vec<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Every record of a trace, one per line: CSV (default) or JSON lines.
+    #[command(
+        after_help = "Columns: time_ns (since the trace started), thread (index in the trace), \
+        kind, api, device (empty when unknown), status (CUDA result code; 255 = a code above 254), \
+        ptr, size, stream (interned index; 0 = the null stream)."
+    )]
+    Events {
+        /// The trace to print.
+        trace: PathBuf,
+
+        /// JSON lines instead of CSV.
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// What was live at exit, by call site; and the call sites whose memory grows every
+    /// iteration (iterations from a repeating NVTX range or mark, else a detected period).
+    #[command(
+        after_help = "Example:\n  gpushim run --conf stacks:on -- python train.py\n  gpushim leaks gpushim-python.1234.trace\n\n\
+        Call sites are the first frames of the allocating stack (record them with \
+        GPUSHIM_CONF=stacks:on); torch.cuda.nvtx.range_push(\"step\") marks iterations with no \
+        other change under `gpushim run`."
+    )]
+    Leaks {
+        /// Trace files (one per process or rank).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+
+        /// The NVTX range or mark name that starts an iteration (default: the one that repeats most).
+        #[arg(long, value_name = "NAME")]
+        boundary: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// The moment of peak live memory on each device, and what was live then, by call site and
+    /// by NVTX range.
+    Peak {
+        /// Trace files (one per process or rank).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+
+        /// Rows per table.
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Each failed allocation: the request, live and cached memory then, the largest free block
+    /// in the pool, and the call sites holding the most.
+    Oom {
+        /// Trace files.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Live and reserved memory per device over time, as an SVG or PNG chart. Several traces
+    /// (the ranks of a job) share one time axis, aligned by their wall-clock starts.
+    Plot {
+        /// Trace files (the ranks of a job share one time axis).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+
+        /// Output file: .svg, or .png for a picture.
+        #[arg(short, long, default_value = "gpushim-timeline.svg")]
+        output: PathBuf,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// A flame graph of the memory live at the peak, by stack: SVG, or PNG when the output
+    /// ends in .png.
+    Flamegraph {
+        /// The trace (record stacks with GPUSHIM_CONF=stacks:on).
+        trace: PathBuf,
+        /// Output file: .svg, or .png for a picture.
+        #[arg(short, long, default_value = "gpushim-flamegraph.svg")]
+        output: PathBuf,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Convert a trace for other viewers: Perfetto/Chrome JSON, PyTorch memory_viz pickle,
+    /// RMM replay CSV.
+    #[command(
+        after_help = "Formats:\n  perfetto         Chrome trace JSON: open in https://ui.perfetto.dev (a counter track per device, NVTX ranges as slices;\n                   several traces become one timeline, a process per rank, aligned by wall clock)\n  memory-viz       PyTorch snapshot pickle: open in https://pytorch.org/memory_viz\n  memory-viz-html  that snapshot inside a page that opens PyTorch's viewer on it\n  rmm          RMM replay log: Thread,Time,Action,Pointer,Size,Stream\n\n\
+        For every record as CSV or JSON lines, see `gpushim events`."
+    )]
+    Export {
+        /// One trace; for perfetto, several (one per rank) make one timeline.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// perfetto: Chrome/Perfetto JSON (ui.perfetto.dev); memory-viz: PyTorch's snapshot
+        /// pickle (pytorch.org/memory_viz); memory-viz-html: a page that opens that viewer on
+        /// the snapshot (needs the network to load the viewer); rmm: RMM's replay CSV.
+        #[arg(long, value_parser = ["perfetto", "memory-viz", "memory-viz-html", "rmm"])]
+        format: String,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+        /// Pickle protocol for memory-viz (2, 3 or 4).
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=4))]
+        protocol: u8,
+        /// The first view of memory-viz-html.
+        #[arg(long, default_value = "Active Memory Timeline", value_parser = [
+            "Active Memory Timeline", "Active Cached Segment Timeline", "Allocator State History"])]
+        view: String,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Watch a running process through its trace: live and peak memory per device and the
+    /// call sites holding the most, refreshed until the process exits.
+    #[command(
+        after_help = "Example:\n  gpushim run --trace job.trace -- python train.py &\n  gpushim top job.trace\n\n\
+        Each refresh reads the trace again; the trace is written as the program runs."
+    )]
+    Top {
+        /// The trace of the running process.
+        trace: PathBuf,
+
+        /// Time between refreshes: 2s, 500ms.
+        #[arg(long, default_value = "2s")]
+        interval: String,
+        /// Stop after this many refreshes (default: when the process exits).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Call sites to show.
+        #[arg(long, default_value_t = 8)]
+        top: usize,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Two traces side by side: peak, live at exit, and live bytes per call site.
+    Diff {
+        /// The first trace (the baseline).
+        a: PathBuf,
+        /// The second trace.
+        b: PathBuf,
+
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Print the path of the shim library that `gpushim run` preloads (for LD_PRELOAD by hand,
+    /// or PyTorch's pluggable allocator). An installed wheel writes its bundled copy out first.
+    Lib {
+        /// The shim library to check instead of the one found.
+        #[arg(long, value_name = "PATH")]
+        lib: Option<PathBuf>,
+    },
+    /// Print the effective configuration from GPUSHIM_CONF and what each key does.
+    Config {
+        /// Configuration to check instead of $GPUSHIM_CONF.
+        conf: Option<String>,
+    },
+}
+
+impl Cmd {
+    /// The reading options of a report command.
+    pub fn reading(&self) -> Option<&Reading> {
+        match self {
+            Cmd::Summary { reading, .. }
+            | Cmd::Simulate { reading, .. }
+            | Cmd::Events { reading, .. }
+            | Cmd::Leaks { reading, .. }
+            | Cmd::Peak { reading, .. }
+            | Cmd::Oom { reading, .. }
+            | Cmd::Plot { reading, .. }
+            | Cmd::Flamegraph { reading, .. }
+            | Cmd::Export { reading, .. }
+            | Cmd::Top { reading, .. }
+            | Cmd::Diff { reading, .. } => Some(reading),
+            Cmd::Run { .. } | Cmd::Config { .. } | Cmd::Lib { .. } => None,
+        }
+    }
+}

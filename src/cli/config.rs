@@ -1,0 +1,56 @@
+//! `gpushim config`: the effective configuration and every key it takes.
+
+use super::output::fail;
+use gpushim::config;
+use gpushim::summary::human_bytes;
+use std::process::ExitCode;
+
+pub fn cmd_config(conf: Option<String>) -> ExitCode {
+    let source = if conf.is_some() {
+        "the configuration given"
+    } else {
+        "GPUSHIM_CONF"
+    };
+    let text = conf
+        .or_else(|| std::env::var("GPUSHIM_CONF").ok())
+        .unwrap_or_default();
+    let c = match config::parse_strict(&text) {
+        Ok(c) => c,
+        Err(e) => return fail(format!("{source}: {e}")),
+    };
+    let size = |n: u64, off: u64| {
+        if n == off {
+            "off".to_string()
+        } else {
+            human_bytes(n)
+        }
+    };
+    println!("effective configuration (GPUSHIM_CONF=\"{text}\"):");
+    println!("  pool       {}", c.pool.name());
+    if c.pool == config::Pool::Off && c.limit > 0 {
+        println!("             (limit needs a pool: with pool:off it is not enforced)");
+    }
+    println!(
+        "  round      {}",
+        match c.round_divisions {
+            0 => "off".to_string(),
+            1 => "pow2".to_string(),
+            n => format!("pow2_{n}"),
+        }
+    );
+    println!("  max_split  {}", size(c.max_split, u64::MAX));
+    println!("  release    {}", size(c.release, u64::MAX));
+    println!("  limit      {}", size(c.limit, 0));
+    println!("  trace_max  {}", human_bytes(c.trace_max));
+    println!();
+    println!("keys (GPUSHIM_CONF=\"key:value,key:value\"):");
+    for k in config::KEYS {
+        println!("  {:<10} {} [default {}]", k.key, k.meaning, k.default);
+        println!("  {:<10} accepts: {}", "", k.accepted);
+    }
+    println!();
+    println!(
+        "other variables: GPUSHIM_TRACE=PATTERN|off (%p pid, %h host, %r rank), GPUSHIM_DISABLE=1"
+    );
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,96 @@
+//! `gpushim events`: every record, one per line (CSV) or as JSON.
+
+use super::output::fail;
+use gpushim::format::RecordKind;
+use gpushim::reader::ReadOptions;
+use std::path::Path;
+use std::process::ExitCode;
+
+pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
+    use std::io::Write;
+    let mut reader = match gpushim::reader::TraceReader::open_with(trace, opts) {
+        Ok(r) => r,
+        Err(e) => return fail(e),
+    };
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    if !json {
+        let _ = writeln!(
+            out,
+            "time_ns,thread,kind,api,device,status,ptr,size,stream,text"
+        );
+    }
+    while let Some(r) = reader.next() {
+        if r.kind == gpushim::format::RecordKind::String {
+            continue;
+        }
+        if matches!(r.kind, RecordKind::Stack | RecordKind::Module) {
+            continue;
+        }
+        let text = match r.kind {
+            RecordKind::RangePush | RecordKind::Mark | RecordKind::RangeStart => {
+                reader.string(r.ptr).unwrap_or("").to_string()
+            }
+            RecordKind::StackRef => reader
+                .stack(r.ptr)
+                .unwrap_or(&[])
+                .iter()
+                .map(|&ip| gpushim::symbolize::describe(&reader, ip))
+                .collect::<Vec<_>>()
+                .join(" < "),
+            _ => String::new(),
+        };
+        let device = if r.device == gpushim::format::DEVICE_UNKNOWN {
+            String::new()
+        } else {
+            r.device.to_string()
+        };
+        let line = if json {
+            serde_json::json!({
+                "time_ns": r.time_ns, "thread": r.thread, "kind": r.kind.name(),
+                "api": r.api.name(), "device": (r.device != gpushim::format::DEVICE_UNKNOWN).then_some(r.device),
+                "status": r.status, "ptr": format!("{:#x}", r.ptr), "size": r.size, "stream": r.stream,
+                "text": text,
+            })
+            .to_string()
+        } else {
+            format!(
+                "{},{},{},{},{device},{},{:#x},{},{},{}",
+                r.time_ns,
+                r.thread,
+                r.kind.name(),
+                r.api.name(),
+                r.status,
+                r.ptr,
+                r.size,
+                r.stream,
+                csv_field(&text)
+            )
+        };
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::SUCCESS; // a closed pipe (| head) is not an error
+        }
+    }
+    let _ = out.flush();
+    if let Some(d) = &reader.stats().damage {
+        eprintln!(
+            "gpushim: {}: stopped at offset {} (record {}): {}; {} later records not decoded",
+            trace.display(),
+            d.offset,
+            d.index,
+            d.reason,
+            d.skipped
+        );
+        return ExitCode::from(1);
+    }
+    ExitCode::SUCCESS
+}
+
+/// A CSV field, quoted when it holds a comma, a quote or a line break.
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}

@@ -1,0 +1,56 @@
+//! `gpushim export`: the trace in the formats other viewers read.
+
+use super::output::fail;
+use gpushim::reader::ReadOptions;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+pub fn cmd_export(
+    traces: &[PathBuf],
+    format: &str,
+    output: &Path,
+    protocol: u8,
+    view: &str,
+    opts: &ReadOptions,
+) -> ExitCode {
+    let trace = match (format, traces) {
+        ("perfetto", _) | (_, [_]) => &traces[0],
+        _ => {
+            return fail(format!(
+                "{format} takes one trace ({} given): export each rank on its own, or use \
+                 --format perfetto for one timeline of them all",
+                traces.len()
+            ));
+        }
+    };
+    let file = match std::fs::File::create(output) {
+        Ok(f) => f,
+        Err(e) => return fail(format!("cannot write {}: {e}", output.display())),
+    };
+    let mut w = std::io::BufWriter::new(file);
+    let r = match format {
+        "perfetto" => gpushim::export::perfetto(traces, &mut w, opts).map_err(|e| e.to_string()),
+        "rmm" => gpushim::export::rmm_csv(trace, &mut w, opts).map_err(|e| e.to_string()),
+        "memory-viz-html" => gpushim::export::memory_viz_html(trace, &mut w, view, opts),
+        _ => gpushim::export::memory_viz(trace, &mut w, protocol, opts),
+    };
+    match r {
+        Ok(n) => {
+            use std::io::Write;
+            if let Err(e) = w.flush() {
+                return fail(format!("cannot write {}: {e}", output.display()));
+            }
+            eprintln!(
+                "gpushim: wrote {} ({n} {})",
+                output.display(),
+                match format {
+                    "perfetto" => "events",
+                    "rmm" => "rows",
+                    _ => "segments",
+                }
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}

@@ -1,0 +1,118 @@
+//! The `gpushim` command, one module per command; [`args`] holds the command line, [`output`]
+//! how results are written. The reading options travel to each report as a value.
+
+mod args;
+mod config;
+mod diff;
+mod events;
+mod export;
+mod leaks;
+mod oom;
+mod output;
+mod peak;
+mod progress;
+mod run;
+mod simulate;
+mod summary;
+mod top;
+
+use args::{Cli, Cmd};
+use clap::Parser;
+use gpushim::reader::ReadOptions;
+use gpushim::summary::human_bytes;
+use output::{fail, picture_kind, write_picture};
+use std::process::ExitCode;
+
+/// Parses the command line, reads the reading options once, and runs the command.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let opts = match cli.command.reading().map(|r| r.options()) {
+        Some(Err(e)) => return fail(e),
+        Some(Ok(o)) => o,
+        None => ReadOptions::default(),
+    };
+    let code = dispatch(cli.command, &opts);
+    progress::finish();
+    code
+}
+
+fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
+    match command {
+        Cmd::Run {
+            conf,
+            trace,
+            lib,
+            per_tensor,
+            cmd,
+        } => run::cmd_run(conf, trace, lib, per_tensor, cmd),
+        Cmd::Summary { traces, json, .. } => summary::cmd_summary(&traces, json, opts),
+        Cmd::Events { trace, json, .. } => events::cmd_events(&trace, json, opts),
+        Cmd::Simulate {
+            trace, conf, json, ..
+        } => simulate::cmd_simulate(&trace, conf, json, opts),
+        Cmd::Config { conf } => config::cmd_config(conf),
+        Cmd::Lib { lib } => match gpushim::run::find_shim(lib.as_deref()) {
+            Ok(p) => {
+                println!("{}", p.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
+        Cmd::Leaks {
+            traces,
+            boundary,
+            json,
+            ..
+        } => leaks::cmd_leaks(&traces, boundary.as_deref(), json, opts),
+        Cmd::Peak {
+            traces, top, json, ..
+        } => peak::cmd_peak(&traces, top, json, opts),
+        Cmd::Oom { traces, json, .. } => oom::cmd_oom(&traces, json, opts),
+        Cmd::Plot { traces, output, .. } => match picture_kind(&output) {
+            Err(e) => fail(e),
+            Ok(()) => match gpushim::export::plot_svg(&traces, opts) {
+                Ok(svg) => write_picture(&output, &svg),
+                Err(e) => fail(e),
+            },
+        },
+        Cmd::Flamegraph { trace, output, .. } => match picture_kind(&output) {
+            Err(e) => fail(e),
+            Ok(()) => match gpushim::analysis::peak(&trace, opts) {
+                Ok(peaks) => match peaks.first() {
+                    Some(p) => write_picture(
+                        &output,
+                        &gpushim::export::flamegraph_svg(
+                            p,
+                            &format!(
+                                "{}: live at the peak ({})",
+                                trace.display(),
+                                human_bytes(p.live_bytes)
+                            ),
+                        ),
+                    ),
+                    None => fail(
+                        "the trace holds no allocation (or none that the filters keep): no \
+                         flame graph to draw",
+                    ),
+                },
+                Err(e) => fail(e),
+            },
+        },
+        Cmd::Export {
+            traces,
+            format,
+            output,
+            protocol,
+            view,
+            ..
+        } => export::cmd_export(&traces, &format, &output, protocol, &view, opts),
+        Cmd::Diff { a, b, json, .. } => diff::cmd_diff(&a, &b, json, opts),
+        Cmd::Top {
+            trace,
+            interval,
+            count,
+            top,
+            ..
+        } => top::cmd_top(&trace, &interval, count, top, opts),
+    }
+}

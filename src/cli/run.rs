@@ -1,0 +1,88 @@
+//! `gpushim run`: the program under the shim, then a word on each trace it wrote.
+
+use super::output::fail;
+use gpushim::config;
+use gpushim::reader::ReadOptions;
+use gpushim::summary::{self, human_bytes};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub fn cmd_run(
+    conf: Option<String>,
+    trace: Option<String>,
+    lib: Option<PathBuf>,
+    per_tensor: bool,
+    cmd: Vec<OsString>,
+) -> ExitCode {
+    let conf = if per_tensor {
+        let given = conf.or_else(|| std::env::var("GPUSHIM_CONF").ok());
+        Some(gpushim::run::per_tensor_conf(given.as_deref()))
+    } else {
+        conf
+    };
+    // One rule for the configuration, wherever it comes from: an error anywhere in it means
+    // none of it applies, so the program is not started (the shim itself, without
+    // `gpushim run`, says so in one line and runs on the defaults).
+    let (conf_text, source) = match &conf {
+        Some(c) => (Some(c.clone()), "--conf"),
+        None => (std::env::var("GPUSHIM_CONF").ok(), "GPUSHIM_CONF"),
+    };
+    if let Some(c) = &conf_text
+        && let Err(e) = config::parse_strict(c)
+    {
+        return fail(format!("{source}: {e}; nothing was started"));
+    }
+    let pattern = trace
+        .clone()
+        .or_else(|| std::env::var("GPUSHIM_TRACE").ok());
+    let recording = match gpushim::run::check_trace(pattern.as_deref()) {
+        Ok(r) => r,
+        Err(e) => return fail(format!("{e}; nothing was started")),
+    };
+    if !recording {
+        eprintln!("gpushim: recording is off (GPUSHIM_TRACE=off): the command runs unrecorded");
+    }
+    let shim = match gpushim::run::find_shim(lib.as_deref()) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let out = match gpushim::run::run(&shim, conf.as_deref(), trace.as_deref(), per_tensor, &cmd) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    if out.traces.is_empty() && recording {
+        eprintln!("gpushim: the command made no CUDA memory call, so no trace was written");
+    }
+    for t in &out.traces {
+        match summary::summarize(t, &ReadOptions::default()) {
+            Ok(s) => {
+                let allocs: u64 = s.apis.iter().filter(|a| a.bytes > 0).map(|a| a.calls).sum();
+                let failed: u64 = s.apis.iter().map(|a| a.failed).sum();
+                let peak = s
+                    .devices
+                    .iter()
+                    .map(|d| d.peak_live_bytes)
+                    .max()
+                    .unwrap_or(0);
+                eprintln!("gpushim: trace {}", t.display());
+                eprintln!(
+                    "gpushim:   {} events, {allocs} allocating calls, {failed} failed; peak live {}",
+                    s.events,
+                    human_bytes(peak)
+                );
+                eprintln!("gpushim:   next: gpushim summary {}", t.display());
+            }
+            Err(e) => eprintln!("gpushim: {e}"),
+        }
+    }
+    if out.traces.len() > 1 {
+        let all: Vec<String> = out.traces.iter().map(|t| t.display().to_string()).collect();
+        eprintln!(
+            "gpushim: {} traces (one per process); together: gpushim summary {}",
+            all.len(),
+            all.join(" ")
+        );
+    }
+    ExitCode::from(out.exit_code.clamp(0, 255) as u8)
+}

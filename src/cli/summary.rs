@@ -1,0 +1,36 @@
+//! `gpushim summary`: calls, bytes, peaks and failures per API and device.
+
+use super::output::{fail, print_json};
+use gpushim::reader::ReadOptions;
+use gpushim::summary::{self};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+pub fn cmd_summary(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCode {
+    let mut all = Vec::new();
+    for t in traces {
+        match summary::summarize(t, opts) {
+            Ok(s) => all.push(s),
+            Err(e) => return fail(e),
+        }
+    }
+    if json {
+        if all.len() == 1 {
+            print_json(&all[0]);
+        } else {
+            print_json(&serde_json::json!({"traces": all, "combined": summary::combine(&all)}));
+        }
+    } else {
+        for (i, s) in all.iter().enumerate() {
+            if i > 0 {
+                println!();
+            }
+            print!("{}", s.render());
+        }
+        if all.len() > 1 {
+            println!();
+            print!("{}", summary::combine(&all).render());
+        }
+    }
+    ExitCode::SUCCESS
+}

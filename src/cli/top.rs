@@ -1,0 +1,101 @@
+//! `gpushim top`: a live view of a running program's trace, refreshed.
+
+use super::output::{fail, print_holders};
+use gpushim::reader::ReadOptions;
+use gpushim::summary::{self, human_bytes};
+use std::path::Path;
+use std::process::ExitCode;
+
+/// Whether the process that writes `info`'s trace still runs (on this host), so `top` goes on.
+fn still_running(info: &gpushim::reader::TraceInfo) -> bool {
+    if info.clean_exit {
+        return false;
+    }
+    let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    if here.trim() != info.host {
+        return true; // Another host's process: only --count or Ctrl-C ends the watch.
+    }
+    // SAFETY: signal 0 checks that the process exists and sends nothing.
+    unsafe { libc::kill(info.pid as libc::pid_t, 0) == 0 }
+}
+
+/// Whether `path` looks like a trace whose header is still being written: missing, shorter
+/// than the magic, or with the magic still zero.
+fn header_pending(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    match std::fs::File::open(path) {
+        Err(_) => true,
+        Ok(mut f) => f.read_exact(&mut magic).is_err() || magic == [0; 8],
+    }
+}
+
+pub fn cmd_top(
+    trace: &Path,
+    interval: &str,
+    count: Option<u64>,
+    top: usize,
+    opts: &ReadOptions,
+) -> ExitCode {
+    let every = match gpushim::filter::parse_time(interval) {
+        Ok(ns) if ns > 0 => std::time::Duration::from_nanos(ns),
+        Ok(_) => return fail("--interval must be more than 0"),
+        Err(e) => return fail(format!("--interval: {e}")),
+    };
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut shown = 0u64;
+    let started = std::time::Instant::now();
+    loop {
+        let s = match summary::summarize(trace, opts) {
+            Ok(s) => s,
+            // A process that just started may not have written the header yet (the file is
+            // created, then filled in).
+            Err(_)
+                if shown == 0
+                    && started.elapsed() < std::time::Duration::from_secs(10)
+                    && header_pending(trace) =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+            Err(e) => return fail(e),
+        };
+        let l = match gpushim::analysis::leaks(trace, None, opts) {
+            Ok(l) => l,
+            Err(e) => return fail(e),
+        };
+        let running = gpushim::reader::TraceReader::open(trace)
+            .map(|r| still_running(r.info()))
+            .unwrap_or(false);
+        if tty {
+            print!("\x1b[H\x1b[2J");
+        } else if shown > 0 {
+            println!();
+        }
+        println!(
+            "{} (pid {}): {} after {}, {} events",
+            s.program,
+            s.pid,
+            if running { "running" } else { "exited" },
+            summary::human_duration(s.duration_ns),
+            s.events
+        );
+        for d in &s.devices {
+            println!(
+                "  device {}: live {} in {} allocations, peak {} at {}",
+                d.device.map_or("?".to_string(), |d| d.to_string()),
+                human_bytes(d.live_bytes_at_end),
+                d.live_allocations_at_end,
+                human_bytes(d.peak_live_bytes),
+                summary::human_duration(d.peak_time_ns)
+            );
+        }
+        println!("  live now, by call site:");
+        print_holders(&l.live_at_exit, top, "    ");
+        shown += 1;
+        if !running || count.is_some_and(|c| shown >= c) {
+            return ExitCode::SUCCESS;
+        }
+        std::thread::sleep(every);
+    }
+}

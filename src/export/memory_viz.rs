@@ -1,0 +1,324 @@
+//! PyTorch's memory_viz snapshot (a pickle) and a page that opens it in the viewer.
+
+use crate::analysis::{Change, Live, Replay, replay_each};
+use crate::format::RecordKind;
+use crate::reader::{ReadOptions, TraceReader};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+
+#[derive(Serialize)]
+struct Frame {
+    filename: String,
+    line: u64,
+    name: String,
+}
+
+#[derive(Serialize)]
+struct VizBlock {
+    address: u64,
+    size: u64,
+    requested_size: u64,
+    state: &'static str,
+    frames: Vec<Frame>,
+}
+
+#[derive(Serialize)]
+struct VizSegment {
+    device: u64,
+    address: u64,
+    total_size: u64,
+    allocated_size: u64,
+    active_size: u64,
+    requested_size: u64,
+    stream: u64,
+    segment_type: &'static str,
+    segment_pool_id: (u64, u64),
+    is_expandable: bool,
+    frames: Vec<Frame>,
+    blocks: Vec<VizBlock>,
+}
+
+#[derive(Serialize)]
+struct VizTrace {
+    action: &'static str,
+    addr: u64,
+    size: u64,
+    stream: u64,
+    time_us: u64,
+    frames: Vec<Frame>,
+}
+
+#[derive(Serialize)]
+struct Snapshot {
+    segments: Vec<VizSegment>,
+    device_traces: Vec<Vec<VizTrace>>,
+}
+
+fn frames(reader: &TraceReader, stack: u64) -> Vec<Frame> {
+    reader
+        .stack(stack)
+        .unwrap_or(&[])
+        .iter()
+        .map(|&ip| {
+            let f = crate::symbolize::frame(reader, ip);
+            Frame {
+                filename: f
+                    .file
+                    .clone()
+                    .or_else(|| f.module.clone())
+                    .unwrap_or_default(),
+                line: u64::from(f.line.unwrap_or(0)),
+                name: f.function.clone().unwrap_or_else(|| f.label()),
+            }
+        })
+        .collect()
+}
+
+/// PyTorch's memory snapshot (what `torch.cuda.memory._snapshot()` pickles), for
+/// https://pytorch.org/memory_viz: the segments and blocks live at the end of the trace, and
+/// every allocation, free and segment change as `device_traces`. With the shim's pool the
+/// segments are its segments; without, each allocation is its own segment.
+pub fn memory_viz(
+    path: &Path,
+    out: &mut dyn Write,
+    protocol: u8,
+    opts: &ReadOptions,
+) -> Result<u64, String> {
+    let mut traces: BTreeMap<u8, Vec<VizTrace>> = BTreeMap::new();
+    let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
+        let us = r.time_ns / 1000;
+        let (device, t) = match c {
+            Change::Alloc { ptr, device } => (
+                device,
+                VizTrace {
+                    action: "alloc",
+                    addr: ptr,
+                    size: r.size,
+                    stream: u64::from(r.stream),
+                    time_us: us,
+                    frames: Vec::new(),
+                },
+            ),
+            Change::Free { ptr, live } => (
+                live.device,
+                VizTrace {
+                    action: "free_completed",
+                    addr: ptr,
+                    size: live.size,
+                    stream: u64::from(live.stream),
+                    time_us: us,
+                    frames: frames(reader, live.stack),
+                },
+            ),
+            // memory_viz has no place for memory outside an address range.
+            Change::Physical { .. } => return,
+            Change::Other => match r.kind {
+                RecordKind::SegmentReserve | RecordKind::SegmentRelease => (
+                    if r.device == crate::format::DEVICE_UNKNOWN {
+                        0
+                    } else {
+                        r.device
+                    },
+                    VizTrace {
+                        action: if r.kind == RecordKind::SegmentReserve {
+                            "segment_alloc"
+                        } else {
+                            "segment_free"
+                        },
+                        addr: r.ptr,
+                        size: r.size,
+                        stream: 0,
+                        time_us: us,
+                        frames: Vec::new(),
+                    },
+                ),
+                RecordKind::Alloc | RecordKind::AllocAsync if r.status == 2 => (
+                    if r.device == crate::format::DEVICE_UNKNOWN {
+                        0
+                    } else {
+                        r.device
+                    },
+                    VizTrace {
+                        action: "oom",
+                        addr: 0,
+                        size: r.size,
+                        stream: u64::from(r.stream),
+                        time_us: us,
+                        frames: Vec::new(),
+                    },
+                ),
+                RecordKind::StackRef => {
+                    // The stack of the allocation just traced.
+                    if let Some(list) = traces.values_mut().find(|l| {
+                        l.last().is_some_and(|t| {
+                            t.action == "alloc"
+                                && rp.live.get(&t.addr).is_some_and(|l| l.stack == r.ptr)
+                        })
+                    }) && let Some(t) = list.last_mut()
+                    {
+                        t.frames = frames(reader, r.ptr);
+                    }
+                    return;
+                }
+                _ => return,
+            },
+        };
+        traces.entry(device).or_default().push(t);
+    })
+    .map_err(|e| e.to_string())?;
+    let segments = segments_of(&reader, &rp);
+    let max_device = traces
+        .keys()
+        .chain(rp.live_bytes.keys())
+        .copied()
+        .max()
+        .unwrap_or(0);
+    let device_traces = (0..=max_device)
+        .map(|d| traces.remove(&d).unwrap_or_default())
+        .collect();
+    let snap = Snapshot {
+        segments,
+        device_traces,
+    };
+    let opts = match protocol {
+        2 => serde_pickle::SerOptions::new().proto_v2(),
+        3 | 4 => serde_pickle::SerOptions::new(),
+        _ => {
+            return Err(format!(
+                "pickle protocol {protocol} is not offered (2, 3 or 4)"
+            ));
+        }
+    };
+    let n = snap.segments.len() as u64;
+    let mut bytes = serde_pickle::to_vec(&snap, opts).map_err(|e| e.to_string())?;
+    if protocol == 4 {
+        // Protocol 4 adds opcodes and optional framing; a stream of protocol-3 opcodes under a
+        // protocol-4 header is a valid protocol-4 pickle.
+        if bytes.starts_with(&[0x80, 3]) {
+            bytes[1] = 4;
+        }
+    }
+    out.write_all(&bytes).map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+/// The memory_viz snapshot inside a page that opens PyTorch's viewer on it: PyTorch's
+/// `MemoryViz.js`, loaded from its CDN (the page needs the network), given the pickle inline,
+/// as `torch.cuda._memory_viz` writes its own pages. `view` is the viewer's first tab:
+/// "Active Memory Timeline", "Active Cached Segment Timeline" or "Allocator State History".
+pub fn memory_viz_html(
+    path: &Path,
+    out: &mut dyn Write,
+    view: &str,
+    opts: &ReadOptions,
+) -> Result<u64, String> {
+    use base64::Engine;
+    let mut pickle = Vec::new();
+    let n = memory_viz(path, &mut pickle, 3, opts)?;
+    // The viewer decodes in 3-byte groups; trailing zero bytes follow the pickle's STOP.
+    pickle.resize(pickle.len().div_ceil(3) * 3, 0);
+    let data = base64::engine::general_purpose::STANDARD.encode(&pickle);
+    let files = serde_json::json!([{"name": "gpushim.pickle", "base64": data}]);
+    let view = serde_json::Value::String(view.to_string());
+    write!(
+        out,
+        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n\
+         <title>gpushim: {title}</title>\n</head>\n<body>\n\
+         <script type=\"module\">\n\
+         import {{add_local_files}} from \"{MEMORY_VIZ_JS}\"\n\
+         const local_files = {files}\n\
+         add_local_files(local_files, {view})\n\
+         </script>\n</body>\n</html>\n",
+        title = html_escape(&path.display().to_string()),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(n)
+}
+
+/// PyTorch's memory viewer, as `torch.cuda._memory_viz` loads it.
+pub const MEMORY_VIZ_JS: &str =
+    "https://cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js";
+
+fn html_escape(s: &str) -> String {
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
+    let block = |p: u64, l: &Live| VizBlock {
+        address: p,
+        size: l.size,
+        requested_size: l.size,
+        state: "active_allocated",
+        frames: frames(reader, l.stack),
+    };
+    let mut out = Vec::new();
+    if rp.segments.is_empty() {
+        for (&p, l) in &rp.live {
+            out.push(VizSegment {
+                device: u64::from(l.device),
+                address: p,
+                total_size: l.size,
+                allocated_size: l.size,
+                active_size: l.size,
+                requested_size: l.size,
+                stream: u64::from(l.stream),
+                segment_type: if l.size <= 1 << 20 { "small" } else { "large" },
+                segment_pool_id: (0, 0),
+                is_expandable: false,
+                frames: frames(reader, l.stack),
+                blocks: vec![block(p, l)],
+            });
+        }
+        return out;
+    }
+    for (&base, &(size, device)) in &rp.segments {
+        let mut blocks = Vec::new();
+        // A hostile trace may name a segment that runs past 2^64: saturate.
+        let end = base.saturating_add(size);
+        let mut at = base;
+        let mut allocated = 0u64;
+        for (&p, l) in rp.live.range(base..end) {
+            if p > at {
+                blocks.push(VizBlock {
+                    address: at,
+                    size: p - at,
+                    requested_size: 0,
+                    state: "inactive",
+                    frames: Vec::new(),
+                });
+            }
+            blocks.push(block(p, l));
+            allocated = allocated.saturating_add(l.size);
+            at = at.max(p.saturating_add(l.size));
+        }
+        if at < end {
+            blocks.push(VizBlock {
+                address: at,
+                size: end - at,
+                requested_size: 0,
+                state: "inactive",
+                frames: Vec::new(),
+            });
+        }
+        out.push(VizSegment {
+            device: u64::from(device),
+            address: base,
+            total_size: size,
+            allocated_size: allocated,
+            active_size: allocated,
+            requested_size: allocated,
+            stream: 0,
+            segment_type: if size <= 2 << 20 { "small" } else { "large" },
+            segment_pool_id: (0, 0),
+            is_expandable: false,
+            frames: Vec::new(),
+            blocks,
+        });
+    }
+    out
+}

@@ -1,0 +1,98 @@
+//! Chrome trace event JSON, which Perfetto and chrome://tracing open.
+
+use super::aligned;
+use crate::analysis::{Change, replay_each};
+use crate::format::RecordKind;
+use crate::reader::{ReadError, ReadOptions};
+use std::collections::HashMap;
+use std::io::Write;
+
+/// Chrome trace event JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open: one
+/// counter track per device (live and reserved bytes), NVTX ranges as slices on their thread,
+/// marks as instants. Several traces (the ranks of a job) go in one file: a process each,
+/// named by rank, on one time axis aligned by their wall-clock starts.
+pub fn perfetto(
+    paths: &[std::path::PathBuf],
+    out: &mut dyn Write,
+    opts: &ReadOptions,
+) -> Result<u64, ReadError> {
+    let traces = aligned(paths, opts)?;
+    let mut events = 0u64;
+    let mut first = true;
+    let mut emit = |out: &mut dyn Write, v: serde_json::Value| {
+        let sep = if first { "" } else { ",\n" };
+        first = false;
+        let _ = write!(out, "{sep}{v}");
+        events += 1;
+    };
+    let _ = writeln!(out, "{{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
+    for (n, (path, (offset, who, info))) in paths.iter().zip(&traces).enumerate() {
+        // Process ids of different hosts may repeat: number the processes when there are many.
+        let pid = if traces.len() == 1 {
+            u64::from(info.pid)
+        } else {
+            n as u64 + 1
+        };
+        let name = format!("{who}{} (pid {} on {})", info.program, info.pid, info.host);
+        emit(
+            out,
+            serde_json::json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name.trim()}}),
+        );
+        emit(
+            out,
+            serde_json::json!({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": n}}),
+        );
+        let offset = *offset;
+        let mut last: HashMap<u8, (u64, u64)> = HashMap::new();
+        replay_each(path, opts, |reader, rp, r, c| {
+            let ts = (r.time_ns + offset) as f64 / 1000.0;
+            match r.kind {
+                RecordKind::RangePush => emit(
+                    out,
+                    serde_json::json!({"ph": "B", "name": reader.string(r.ptr).unwrap_or("range"),
+                        "cat": "nvtx", "pid": pid, "tid": r.thread, "ts": ts}),
+                ),
+                RecordKind::RangePop => emit(
+                    out,
+                    serde_json::json!({"ph": "E", "pid": pid, "tid": r.thread, "ts": ts}),
+                ),
+                RecordKind::Mark => emit(
+                    out,
+                    serde_json::json!({"ph": "i", "s": "t", "name": reader.string(r.ptr).unwrap_or("mark"),
+                        "cat": "nvtx", "pid": pid, "tid": r.thread, "ts": ts}),
+                ),
+                _ => {}
+            }
+            let device = match c {
+                Change::Alloc { device, .. } | Change::Physical { device } => Some(device),
+                Change::Free { live, .. } => Some(live.device),
+                Change::Other
+                    if matches!(
+                        r.kind,
+                        RecordKind::SegmentReserve | RecordKind::SegmentRelease
+                    ) =>
+                {
+                    Some(if r.device == crate::format::DEVICE_UNKNOWN {
+                        0
+                    } else {
+                        r.device
+                    })
+                }
+                Change::Other => None,
+            };
+            if let Some(d) = device {
+                let now = (rp.live_on(d), rp.reserved_on(d));
+                if last.get(&d) != Some(&now) {
+                    last.insert(d, now);
+                    emit(
+                        out,
+                        serde_json::json!({"ph": "C", "name": format!("device {d} memory"), "pid": pid,
+                            "ts": ts, "args": {"live_bytes": now.0, "reserved_bytes": now.1}}),
+                    );
+                }
+            }
+        })?;
+    }
+    let _ = writeln!(out, "\n]}}");
+    Ok(events)
+}

@@ -1,0 +1,31 @@
+//! SVG pictures rendered to PNG, text drawn with built-in fonts.
+
+/// Renders one of our SVGs to PNG (twice the SVG's size, on white) with the DejaVu fonts
+/// built into the command, so the picture reads the same on a machine without fonts.
+pub fn svg_to_png(svg: &str) -> Result<Vec<u8>, String> {
+    use resvg::{tiny_skia, usvg};
+    let mut opt = usvg::Options::default();
+    let db = opt.fontdb_mut();
+    db.load_font_data(dejavu::sans::regular().to_vec());
+    db.load_font_data(dejavu::sans_mono::regular().to_vec());
+    db.set_sans_serif_family("DejaVu Sans");
+    db.set_serif_family("DejaVu Sans");
+    db.set_monospace_family("DejaVu Sans Mono");
+    opt.font_family = "DejaVu Sans".to_string();
+    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| format!("cannot read the SVG: {e}"))?;
+    let scale = 2.0;
+    let size = tree.size().to_int_size();
+    let (w, h) = (
+        (size.width() as f32 * scale).ceil() as u32,
+        (size.height() as f32 * scale).ceil() as u32,
+    );
+    let mut pixmap =
+        tiny_skia::Pixmap::new(w, h).ok_or_else(|| format!("cannot make a {w}x{h} image"))?;
+    pixmap.fill(tiny_skia::Color::WHITE);
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(scale, scale),
+        &mut pixmap.as_mut(),
+    );
+    pixmap.encode_png().map_err(|e| e.to_string())
+}

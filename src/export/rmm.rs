@@ -1,0 +1,29 @@
+//! RMM's replay CSV (`rmm::detail::replay`'s input).
+
+use crate::analysis::{Change, replay_each};
+use crate::reader::{ReadError, ReadOptions};
+use std::io::Write;
+use std::path::Path;
+
+/// RMM's replay log: `Thread,Time,Action,Pointer,Size,Stream`, one row per allocation and free
+/// (time in seconds since the trace started).
+pub fn rmm_csv(path: &Path, out: &mut dyn Write, opts: &ReadOptions) -> Result<u64, ReadError> {
+    let _ = writeln!(out, "Thread,Time,Action,Pointer,Size,Stream");
+    let mut rows = 0;
+    replay_each(path, opts, |_, _, r, c| {
+        let (action, ptr, size) = match c {
+            Change::Alloc { ptr, .. } => ("allocate", ptr, r.size),
+            Change::Free { ptr, live } => ("free", ptr, live.size),
+            Change::Other | Change::Physical { .. } => return,
+        };
+        rows += 1;
+        let _ = writeln!(
+            out,
+            "{},{:.9},{action},{ptr:#x},{size},{}",
+            r.thread,
+            r.time_ns as f64 / 1e9,
+            r.stream
+        );
+    })?;
+    Ok(rows)
+}
