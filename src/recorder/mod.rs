@@ -16,6 +16,11 @@
 //!
 //! Nothing here allocates: the shim opens the trace inside the first intercepted CUDA call.
 
+mod naming;
+
+pub use naming::{
+    ErrnoText, OpenError, OpenOptions, PatternError, errno_text, expand_pattern, format_int,
+};
 use crate::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
 use core::cell::{Cell, UnsafeCell};
 use core::ptr;
@@ -89,79 +94,6 @@ const CLOSED: u8 = 0;
 const OPENING: u8 = 1;
 const READY: u8 = 2;
 const FAILED: u8 = 3;
-
-/// What a trace is opened with. Everything is borrowed; nothing is copied to the heap.
-pub struct OpenOptions<'a> {
-    /// NUL-free path of the file to create.
-    pub path: &'a [u8],
-    pub pid: u32,
-    pub rank: i32,
-    pub host: &'a [u8],
-    pub program: &'a [u8],
-    /// NUL-separated arguments, as in `/proc/self/cmdline`.
-    pub cmdline: &'a [u8],
-    pub trace_max: u64,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OpenError {
-    /// The trace is already open, or another thread is opening it.
-    Busy,
-    PathTooLong,
-    /// `open` failed with this errno (`EEXIST` when the file exists: traces are never reused).
-    Create(i32),
-    /// The first chunk could not be reserved or mapped.
-    Map(i32),
-}
-
-impl core::fmt::Display for OpenError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            OpenError::Busy => write!(f, "the trace is already open"),
-            OpenError::PathTooLong => write!(f, "the trace path is longer than {PATH_CAP} bytes"),
-            OpenError::Create(e) => write!(f, "cannot create the file: {}", ErrnoText(*e)),
-            OpenError::Map(e) => write!(f, "cannot reserve or map the file: {}", ErrnoText(*e)),
-        }
-    }
-}
-
-/// An errno value in words, or its number where it has none here (no allocation, unlike
-/// `strerror_r` paths).
-pub struct ErrnoText(pub i32);
-
-impl core::fmt::Display for ErrnoText {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match errno_text(self.0) {
-            Some(t) => f.write_str(t),
-            None => write!(f, "system error (errno {})", self.0),
-        }
-    }
-}
-
-/// A short, static description of an errno value, if it has one here.
-pub fn errno_text(e: i32) -> Option<&'static str> {
-    Some(match e {
-        libc::EEXIST => {
-            "it already exists (traces are never overwritten; remove it or pick another GPUSHIM_TRACE)"
-        }
-        libc::EACCES | libc::EPERM => "permission denied",
-        libc::ENOENT => "a directory in the path does not exist",
-        libc::ENOSPC => "no space left on the device",
-        libc::ELOOP => "the path is a symbolic link (refused)",
-        libc::EROFS => "read-only file system",
-        libc::ENOMEM => "out of memory",
-        libc::EDQUOT => "disk quota exceeded",
-        libc::ENAMETOOLONG => "a name in the path is too long",
-        libc::ENOTDIR => "a component of the path is not a directory",
-        libc::EISDIR => "the path is a directory",
-        libc::EMFILE | libc::ENFILE => "too many open files",
-        libc::ENXIO => "the path is a special file with nothing behind it",
-        libc::ETXTBSY => "the file is busy",
-        libc::EFBIG => "the file would be too large",
-        libc::EINVAL => "the file system does not support this file",
-        _ => return None,
-    })
-}
 
 /// The trace writer. One static instance lives in the shim; tests make their own.
 pub struct Recorder {
@@ -928,141 +860,5 @@ fn last_errno() -> i32 {
     unsafe { *libc::__errno_location() }
 }
 
-/// Expands a `GPUSHIM_TRACE` pattern into `out`: `%p` pid, `%h` host, `%r` rank, `%%` a percent
-/// sign. Returns the length written.
-pub fn expand_pattern(
-    pattern: &[u8],
-    pid: u32,
-    host: &[u8],
-    rank: i32,
-    out: &mut [u8],
-) -> Result<usize, PatternError> {
-    let mut w = 0usize;
-    let mut push = |w: &mut usize, b: &[u8]| -> Result<(), PatternError> {
-        if *w + b.len() >= out.len() {
-            return Err(PatternError::TooLong);
-        }
-        out[*w..*w + b.len()].copy_from_slice(b);
-        *w += b.len();
-        Ok(())
-    };
-    let mut num = [0u8; 24];
-    let mut i = 0;
-    while i < pattern.len() {
-        let b = pattern[i];
-        if b != b'%' {
-            push(&mut w, &[b])?;
-            i += 1;
-            continue;
-        }
-        match pattern.get(i + 1) {
-            Some(b'p') => push(&mut w, format_int(pid as i64, &mut num))?,
-            Some(b'h') => push(&mut w, host)?,
-            Some(b'r') => push(&mut w, format_int(rank.max(0) as i64, &mut num))?,
-            Some(b'%') => push(&mut w, b"%")?,
-            Some(&c) => return Err(PatternError::UnknownEscape(c)),
-            None => return Err(PatternError::TrailingPercent),
-        }
-        i += 2;
-    }
-    if w == 0 {
-        return Err(PatternError::Empty);
-    }
-    Ok(w)
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PatternError {
-    UnknownEscape(u8),
-    TrailingPercent,
-    TooLong,
-    Empty,
-}
-
-impl core::fmt::Display for PatternError {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            PatternError::UnknownEscape(c) => write!(
-                f,
-                "'%{}' is not a known escape (use %p pid, %h host, %r rank, %% percent)",
-                *c as char
-            ),
-            PatternError::TrailingPercent => {
-                write!(
-                    f,
-                    "the pattern ends in a lone '%' (write %% for a percent sign)"
-                )
-            }
-            PatternError::TooLong => write!(f, "the expanded path is longer than {PATH_CAP} bytes"),
-            PatternError::Empty => write!(f, "the pattern is empty"),
-        }
-    }
-}
-
-/// Formats `v` in decimal into `buf`, returning the digits.
-pub fn format_int(v: i64, buf: &mut [u8; 24]) -> &[u8] {
-    let neg = v < 0;
-    let mut u = v.unsigned_abs();
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (u % 10) as u8;
-        u /= 10;
-        if u == 0 {
-            break;
-        }
-    }
-    if neg {
-        i -= 1;
-        buf[i] = b'-';
-    }
-    &buf[i..]
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn patterns_expand_pid_host_rank_and_percent() {
-        let mut out = [0u8; 128];
-        let n = expand_pattern(b"/tmp/t.%h.%r.%p.%%", 4242, b"node7", 3, &mut out).unwrap();
-        assert_eq!(&out[..n], b"/tmp/t.node7.3.4242.%");
-    }
-
-    #[test]
-    fn bad_patterns_are_refused_with_a_reason() {
-        let mut out = [0u8; 16];
-        assert_eq!(
-            expand_pattern(b"t.%x", 1, b"h", 0, &mut out),
-            Err(PatternError::UnknownEscape(b'x'))
-        );
-        assert_eq!(
-            expand_pattern(b"t.%", 1, b"h", 0, &mut out),
-            Err(PatternError::TrailingPercent)
-        );
-        assert_eq!(
-            expand_pattern(b"a-very-long-file-name", 1, b"h", 0, &mut out),
-            Err(PatternError::TooLong)
-        );
-    }
-
-    #[test]
-    fn streams_intern_to_stable_distinct_indices() {
-        let r = Recorder::new();
-        assert_eq!(r.intern_stream(0), (0, false));
-        let (a, new_a) = r.intern_stream(0xdead_0000);
-        let (b, new_b) = r.intern_stream(0xbeef_0000);
-        assert!(new_a && new_b);
-        assert_ne!(a, b);
-        assert_eq!(r.intern_stream(0xdead_0000), (a, false));
-    }
-
-    #[test]
-    fn ints_format_in_decimal() {
-        let mut b = [0u8; 24];
-        assert_eq!(format_int(0, &mut b), b"0");
-        assert_eq!(format_int(-12, &mut b), b"-12");
-        assert_eq!(format_int(i64::MAX, &mut b), b"9223372036854775807");
-    }
-}
+mod tests;

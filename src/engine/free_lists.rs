@@ -1,0 +1,190 @@
+//! The free lists: best fit by pool and size, splitting and coalescing neighbours, and the
+//! fences that say when a freed block may be reused.
+
+use super::*;
+
+impl<B: Backend> Engine<B> {
+    /// Finds a cached block for `key` of at least `need` bytes and removes it from its pool.
+    /// Never waits for the device: a better block behind a fence is polled for (no waiting),
+    /// and otherwise left for later.
+    pub(super) fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<u64> {
+        let (mut best, fenced_fits) = self.search(key, need);
+        // While the backend is quiet (a stream capture), fences cannot even be polled.
+        if fenced_fits && !self.backend.quiet() && self.backend.poll(key.device) {
+            best = self.search(key, need).0;
+        }
+        let (size, p, k) = best?;
+        self.remove_free_entry(k, size, p);
+        Some(p)
+    }
+
+    /// Best fit over the device's pools of this size class: the smallest free block of at
+    /// least `need` bytes that `key.stream` may use now (its own stream-ordered frees at once,
+    /// others once their fences passed). Also says whether a fenced block would fit better.
+    /// Allocates nothing.
+    pub(super) fn search(&mut self, key: PoolKey, need: u64) -> (Option<(u64, u64, PoolKey)>, bool) {
+        let Engine {
+            free,
+            blocks,
+            backend,
+            ..
+        } = self;
+        let lo = PoolKey {
+            device: key.device,
+            small: key.small,
+            stream: 0,
+        };
+        let hi = PoolKey {
+            stream: u64::MAX,
+            ..lo
+        };
+        let mut best: Option<(u64, u64, PoolKey)> = None;
+        let mut best_fenced = u64::MAX;
+        for (k, set) in free.range(lo..=hi) {
+            let mut fenced_seen = 0;
+            for &(size, p) in set.range((need, 0)..) {
+                if best.is_some_and(|(bs, _, _)| bs <= size) {
+                    break;
+                }
+                match Self::fit(blocks, backend, p, key.stream) {
+                    Fit::Usable => {
+                        best = Some((size, p, *k));
+                        break;
+                    }
+                    Fit::Fenced => {
+                        best_fenced = best_fenced.min(size);
+                        fenced_seen += 1;
+                        if fenced_seen == FENCED_SCAN {
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let fenced_fits = best_fenced < best.map_or(u64::MAX, |(s, _, _)| s);
+        (best, fenced_fits)
+    }
+
+    /// Whether free block `p` may be handed to `stream` now; clears fences that passed.
+    pub(super) fn fit(
+        blocks: &mut BTreeMap<u64, Block<B::Fence>>,
+        backend: &mut B,
+        p: u64,
+        stream: u64,
+    ) -> Fit {
+        let Some(State::Free { fence, owner }) = blocks.get_mut(&p).map(|b| &mut b.state) else {
+            return Fit::Fenced;
+        };
+        let Some(f) = fence.as_ref() else {
+            return Fit::Usable;
+        };
+        if *owner == Some(stream) {
+            return Fit::Usable;
+        }
+        if backend.passed(f) {
+            *fence = None;
+            *owner = None;
+            return Fit::Usable;
+        }
+        Fit::Fenced
+    }
+
+    pub(super) fn insert_free(&mut self, p: u64) {
+        let b = &self.blocks[&p];
+        if self.segments.get(&b.segment).is_some_and(|s| s.sealed) {
+            // A sealed segment hands nothing out again.
+            return;
+        }
+        if self.free.entry(b.pool).or_default().insert((b.size, p)) {
+            self.idle_per_device[b.pool.device as usize] += b.size;
+        }
+    }
+
+    pub(super) fn remove_free(&mut self, p: u64) {
+        let b = &self.blocks[&p];
+        let (pool, size) = (b.pool, b.size);
+        self.remove_free_entry(pool, size, p);
+    }
+
+    pub(super) fn remove_free_entry(&mut self, pool: PoolKey, size: u64, p: u64) {
+        if let Some(set) = self.free.get_mut(&pool)
+            && set.remove(&(size, p))
+        {
+            self.idle_per_device[pool.device as usize] -= size;
+        }
+    }
+
+    /// Merges the just-freed block at `p` with free neighbours of its segment and pool whose
+    /// fences passed or are implied by its own (an older fence of the same owner: a later fence
+    /// on a stream, or a later device-wide fence, covers everything an earlier one did). The
+    /// merged block keeps the new block's fence. Returns its address (not yet in a pool).
+    pub(super) fn coalesce(&mut self, mut p: u64) -> u64 {
+        let (segment, pool, owner) = {
+            let b = &self.blocks[&p];
+            let owner = match b.state {
+                State::Free { owner, .. } => owner,
+                State::Allocated { .. } => None,
+            };
+            (b.segment, b.pool, owner)
+        };
+        // The block before.
+        if let Some((&q, prev)) = self.blocks.range(..p).next_back()
+            && prev.segment == segment
+            && prev.pool == pool
+            && q + prev.size == p
+            && matches!(prev.state, State::Free { .. })
+            && self.mergeable(q, owner)
+        {
+            self.remove_free(q);
+            let b = self.blocks.remove(&p).expect("the freed block");
+            if let Some(prev) = self.blocks.get_mut(&q) {
+                prev.size += b.size;
+                prev.state = b.state;
+            }
+            p = q;
+        }
+        // The block after.
+        let end = p + self.blocks[&p].size;
+        if let Some(next) = self.blocks.get(&end)
+            && next.segment == segment
+            && next.pool == pool
+            && matches!(next.state, State::Free { .. })
+            && self.mergeable(end, owner)
+        {
+            self.remove_free(end);
+            let n = self.blocks.remove(&end).expect("the next block");
+            if let Some(b) = self.blocks.get_mut(&p) {
+                b.size += n.size;
+            }
+        }
+        p
+    }
+
+    /// Whether free block `p` may merge into a block freed by `owner` (see `coalesce`).
+    pub(super) fn mergeable(&mut self, p: u64, owner: Option<u64>) -> bool {
+        let same_owner = matches!(
+            self.blocks.get(&p),
+            Some(Block { state: State::Free { fence: Some(_), owner: o }, .. }) if *o == owner
+        );
+        same_owner || self.fence_clear(p)
+    }
+
+    /// Whether a free block has no fence left (clearing one that passed).
+    pub(super) fn fence_clear(&mut self, p: u64) -> bool {
+        let Some(b) = self.blocks.get_mut(&p) else {
+            return false;
+        };
+        match &mut b.state {
+            State::Free { fence: None, .. } => true,
+            State::Free { fence, owner } => {
+                let passed = fence.as_ref().is_some_and(|f| self.backend.passed(f));
+                if passed {
+                    *fence = None;
+                    *owner = None;
+                }
+                passed
+            }
+            State::Allocated { .. } => false,
+        }
+    }
+}

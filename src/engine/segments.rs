@@ -1,0 +1,368 @@
+//! Segments: reserving them from the backend (whole, or as pages of an expandable segment that
+//! grow and shrink), and giving them back.
+
+use super::*;
+
+impl<B: Backend> Engine<B> {
+    pub(super) fn new_segment(&mut self, key: PoolKey, size: u64) -> Result<u64, AllocError> {
+        let limit = self.policy.limit;
+        let over = |e: &Self| e.reserved(key.device).saturating_add(size) > limit;
+        if limit > 0 && over(self) {
+            // Room may be made by giving idle cache back.
+            self.empty_cache(key.device);
+            if over(self) {
+                self.stats.limit_hits += 1;
+                self.backend.note(Event::LimitHit {
+                    device: key.device,
+                    size,
+                });
+                return Err(AllocError::LimitReached);
+            }
+        }
+        let ptr = match self.backend.reserve(key.device, size) {
+            Ok(p) => p,
+            Err(OutOfMemory) => {
+                // Free every idle cached segment and retry once.
+                self.empty_cache(key.device);
+                match self.backend.reserve(key.device, size) {
+                    Ok(p) => {
+                        self.stats.oom_retries += 1;
+                        self.backend.note(Event::OomRetry {
+                            device: key.device,
+                            size,
+                        });
+                        p
+                    }
+                    Err(OutOfMemory) => {
+                        self.stats.ooms += 1;
+                        self.backend.note(Event::OutOfMemory {
+                            device: key.device,
+                            size,
+                        });
+                        return Err(AllocError::OutOfMemory);
+                    }
+                }
+            }
+        };
+        self.backend.note(Event::SegmentReserve {
+            device: key.device,
+            ptr,
+            size,
+        });
+        self.stats.segment_reserves += 1;
+        self.stats.reserved_bytes += size;
+        self.stats.peak_reserved_bytes = self
+            .stats
+            .peak_reserved_bytes
+            .max(self.stats.reserved_bytes);
+        self.reserved_per_device[key.device as usize] += size;
+        self.segments.insert(
+            ptr,
+            Segment {
+                size,
+                device: key.device,
+                allocated_blocks: 0,
+                range: 0,
+                idle_since: 0,
+                sealed: false,
+            },
+        );
+        self.blocks.insert(
+            ptr,
+            Block {
+                size,
+                segment: ptr,
+                pool: key,
+                state: State::Free {
+                    fence: None,
+                    owner: None,
+                },
+            },
+        );
+        Ok(ptr)
+    }
+
+    /// Grows the expandable segment of `key` until a free block at its end holds `need` bytes,
+    /// and returns that block (taken out of its pool). `Err(None)`: the backend has no address
+    /// ranges to offer.
+    pub(super) fn grow(&mut self, key: PoolKey, need: u64) -> Result<u64, Option<AllocError>> {
+        let base = match self.expandable.get(&key) {
+            Some(&b) => b,
+            None => {
+                let b = self
+                    .backend
+                    .reserve_address(key.device, EXPANDABLE_RANGE)
+                    .map_err(|_| None)?;
+                self.segments.insert(
+                    b,
+                    Segment {
+                        size: 0,
+                        device: key.device,
+                        allocated_blocks: 0,
+                        range: EXPANDABLE_RANGE,
+                        idle_since: 0,
+                        sealed: false,
+                    },
+                );
+                self.expandable.insert(key, b);
+                b
+            }
+        };
+        for attempt in 0..2 {
+            let seg = self.segments[&base];
+            let end = base + seg.size;
+            // A free block at the end that this stream may use grows instead of a new one.
+            let tail = self
+                .blocks
+                .range(base..end)
+                .next_back()
+                .filter(|&(&p, b)| p + b.size == end && matches!(b.state, State::Free { .. }))
+                .map(|(&p, b)| (p, b.size));
+            let tail = tail.filter(|&(p, _)| {
+                matches!(
+                    Self::fit(&mut self.blocks, &mut self.backend, p, key.stream),
+                    Fit::Usable
+                )
+            });
+            let have = tail.map_or(0, |(_, s)| s);
+            let add = (need - have).div_ceil(PAGE) * PAGE;
+            if end + add > base + seg.range {
+                return Err(None);
+            }
+            let limit = self.policy.limit;
+            if limit > 0 && self.reserved(key.device).saturating_add(add) > limit {
+                if attempt == 0 {
+                    self.empty_cache(key.device);
+                    continue;
+                }
+                self.stats.limit_hits += 1;
+                self.backend.note(Event::LimitHit {
+                    device: key.device,
+                    size: add,
+                });
+                return Err(Some(AllocError::LimitReached));
+            }
+            if self.backend.map(key.device, end, add).is_err() {
+                if attempt == 0 {
+                    // Give the idle cache back (this may shrink this very segment) and retry.
+                    self.empty_cache(key.device);
+                    continue;
+                }
+                self.stats.ooms += 1;
+                self.backend.note(Event::OutOfMemory {
+                    device: key.device,
+                    size: add,
+                });
+                return Err(Some(AllocError::OutOfMemory));
+            }
+            if attempt == 1 {
+                self.stats.oom_retries += 1;
+                self.backend.note(Event::OomRetry {
+                    device: key.device,
+                    size: add,
+                });
+            }
+            self.backend.note(Event::SegmentReserve {
+                device: key.device,
+                ptr: end,
+                size: add,
+            });
+            self.stats.segment_reserves += 1;
+            self.stats.reserved_bytes += add;
+            self.stats.peak_reserved_bytes = self
+                .stats
+                .peak_reserved_bytes
+                .max(self.stats.reserved_bytes);
+            self.reserved_per_device[key.device as usize] += add;
+            if let Some(s) = self.segments.get_mut(&base) {
+                s.size += add;
+            }
+            return Ok(match tail {
+                Some((p, size)) => {
+                    self.remove_free_entry(self.blocks[&p].pool, size, p);
+                    if let Some(b) = self.blocks.get_mut(&p) {
+                        b.size += add;
+                    }
+                    p
+                }
+                None => {
+                    self.blocks.insert(
+                        end,
+                        Block {
+                            size: add,
+                            segment: base,
+                            pool: key,
+                            state: State::Free {
+                                fence: None,
+                                owner: None,
+                            },
+                        },
+                    );
+                    end
+                }
+            });
+        }
+        Err(Some(AllocError::OutOfMemory))
+    }
+
+    /// Unmaps the whole pages of a free block at the end of expandable segment `base`, once
+    /// its fence passed, until at most `keep` idle bytes remain on the device.
+    pub(super) fn shrink(&mut self, base: u64, keep: u64) {
+        let seg = self.segments[&base];
+        let end = base + seg.size;
+        if seg.allocated_blocks == 0 && seg.size > 0 && keep == 0 {
+            // Nothing live in it: all of it goes back (its free blocks may sit in the pools of
+            // several streams, which never coalesce).
+            let blocks: Vec<u64> = self.blocks.range(base..end).map(|(&p, _)| p).collect();
+            if blocks.iter().all(|&p| self.fence_clear(p)) {
+                for p in blocks {
+                    self.remove_free(p);
+                    self.blocks.remove(&p);
+                }
+                self.backend.unmap(seg.device, base, seg.size);
+                self.backend.note(Event::SegmentRelease {
+                    device: seg.device,
+                    ptr: base,
+                    size: seg.size,
+                });
+                self.stats.segment_releases += 1;
+                self.stats.reserved_bytes -= seg.size;
+                self.reserved_per_device[seg.device as usize] -= seg.size;
+                if let Some(s) = self.segments.get_mut(&base) {
+                    s.size = 0;
+                }
+                return;
+            }
+        }
+        let Some((&p, b)) = self.blocks.range(base..end).next_back() else {
+            return;
+        };
+        if p + b.size != end || !matches!(b.state, State::Free { .. }) || !self.fence_clear(p) {
+            return;
+        }
+        let excess = self.idle(seg.device).saturating_sub(keep);
+        let first_page = p.div_ceil(PAGE) * PAGE;
+        let mut cut = end - first_page;
+        // Keep the pages that the idle budget allows.
+        if excess < cut {
+            cut = excess / PAGE * PAGE;
+        }
+        if cut == 0 {
+            return;
+        }
+        let new_end = end - cut;
+        self.remove_free(p);
+        if new_end > p {
+            if let Some(b) = self.blocks.get_mut(&p) {
+                b.size = new_end - p;
+            }
+            self.insert_free(p);
+        } else {
+            self.blocks.remove(&p);
+        }
+        self.backend.unmap(seg.device, new_end, cut);
+        self.backend.note(Event::SegmentRelease {
+            device: seg.device,
+            ptr: new_end,
+            size: cut,
+        });
+        self.stats.segment_releases += 1;
+        self.stats.reserved_bytes -= cut;
+        self.reserved_per_device[seg.device as usize] -= cut;
+        if let Some(s) = self.segments.get_mut(&base) {
+            s.size -= cut;
+        }
+    }
+
+    /// Gives a segment with nothing allocated back, whatever its fences (the device's own free
+    /// waits for the device). Deferred while the backend is quiet.
+    pub(super) fn release_segment(&mut self, base: u64) {
+        if self.backend.quiet() {
+            return;
+        }
+        let Some(seg) = self.segments.get(&base).copied() else {
+            return;
+        };
+        let blocks: Vec<u64> = self
+            .blocks
+            .range(base..base + seg.size.max(1))
+            .map(|(&p, _)| p)
+            .collect();
+        for p in blocks {
+            self.remove_free(p);
+            self.blocks.remove(&p);
+        }
+        self.segments.remove(&base);
+        if seg.range > 0 {
+            if seg.size > 0 {
+                self.backend.unmap(seg.device, base, seg.size);
+            }
+        } else {
+            self.backend.release(seg.device, base, seg.size);
+        }
+        self.backend.note(Event::SegmentRelease {
+            device: seg.device,
+            ptr: base,
+            size: seg.size,
+        });
+        self.stats.segment_releases += 1;
+        self.stats.reserved_bytes -= seg.size;
+        self.reserved_per_device[seg.device as usize] -= seg.size;
+    }
+
+    /// Gives idle segments of `device` back until at most `keep` idle bytes remain, largest
+    /// first. A segment is idle when none of its blocks is allocated and every fence passed.
+    pub(super) fn release_idle(&mut self, device: u8, keep: u64) {
+        if self.backend.quiet() {
+            return;
+        }
+        let growing: Vec<u64> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.device == device && s.range > 0 && !s.sealed)
+            .map(|(&p, _)| p)
+            .collect();
+        for base in growing {
+            if self.idle(device) <= keep {
+                return;
+            }
+            self.shrink(base, keep);
+        }
+        let mut idle: Vec<(u64, u64)> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| {
+                s.device == device && s.allocated_blocks == 0 && s.range == 0 && !s.sealed
+            })
+            .map(|(&p, s)| (s.size, p))
+            .collect();
+        idle.sort_unstable_by(|a, b| b.cmp(a));
+        for (size, seg) in idle {
+            if self.idle(device) <= keep {
+                break;
+            }
+            let blocks: Vec<u64> = self
+                .blocks
+                .range(seg..seg + size)
+                .map(|(&p, _)| p)
+                .collect();
+            if !blocks.iter().all(|&p| self.fence_clear(p)) {
+                continue;
+            }
+            for p in blocks {
+                self.remove_free(p);
+                self.blocks.remove(&p);
+            }
+            self.segments.remove(&seg);
+            self.backend.release(device, seg, size);
+            self.backend.note(Event::SegmentRelease {
+                device,
+                ptr: seg,
+                size,
+            });
+            self.stats.segment_releases += 1;
+            self.stats.reserved_bytes -= size;
+            self.reserved_per_device[device as usize] -= size;
+        }
+    }
+}

@@ -1,0 +1,328 @@
+//! The engine's rules, each shown on the in-memory backend.
+
+use super::*;
+
+fn engine(capacity: u64) -> Engine<MemoryBackend> {
+    Engine::new(MemoryBackend::new(capacity), Policy::default())
+}
+
+#[test]
+fn sizes_round_to_granules_and_to_power_of_two_divisions() {
+    assert_eq!(round_size(1, 0), Some(512));
+    assert_eq!(round_size(1000, 0), Some(1024));
+    assert_eq!(round_size(1 << 20, 0), Some(1 << 20));
+    // 4 divisions of [1 GiB, 2 GiB): steps of 256 MiB.
+    assert_eq!(round_size((1 << 30) + 1, 4), Some((1 << 30) + (256 << 20)));
+    assert_eq!(round_size(1200 << 20, 4), Some(1280 << 20));
+    assert_eq!(round_size(1200 << 20, 1), Some(2048 << 20));
+    // Near 2^64 nothing wraps.
+    assert_eq!(round_size(u64::MAX - 100, 0), None);
+    assert_eq!(round_size((1 << 63) + 1, 1), None);
+    assert_eq!(round_size(u64::MAX - (1 << 59), 4), None);
+}
+
+#[test]
+fn sizes_near_two_to_the_64_are_out_of_memory_and_never_a_cached_block() {
+    for round in [0, 1, 4] {
+        let mut e = Engine::new(
+            MemoryBackend::new(1 << 40),
+            Policy {
+                round_divisions: round,
+                ..Policy::default()
+            },
+        );
+        // An 8 MiB block in the cache, which a wrapped size would fit.
+        let a = e.alloc(0, 8 << 20, 0).unwrap();
+        e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+        for size in [u64::MAX, u64::MAX - 511, (1 << 63) + 1, MAX_REQUEST + 1] {
+            assert_eq!(
+                e.alloc(0, size, 0),
+                Err(AllocError::OutOfMemory),
+                "size {size:#x}, round {round}"
+            );
+        }
+        assert_eq!(e.stats().live_blocks, 0);
+        assert_eq!(e.idle(0), 8 << 20, "the cached block is still there");
+    }
+}
+
+#[test]
+fn a_quiet_backend_is_neither_waited_for_nor_given_memory_back() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 8 << 20, 0).unwrap();
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    e.backend_mut().quiet = true;
+    // The only cached block is fenced: a fresh segment instead of a wait (the backend
+    // panics on synchronize or release while quiet).
+    let b = e.alloc(0, 8 << 20, 0).unwrap();
+    assert_ne!(b.ptr, a.ptr);
+    assert_eq!(e.stats().segment_reserves, 2);
+    e.empty_cache(0);
+    e.trim(0, 0);
+    assert_eq!(e.backend().release_calls, 0);
+    // Past the capture, the idle segment goes back.
+    e.backend_mut().quiet = false;
+    e.empty_cache(0);
+    assert_eq!(e.backend().release_calls, 1);
+    assert_eq!(e.reserved(0), 8 << 20);
+}
+
+#[test]
+fn trim_gives_back_segments_idle_for_the_age_asked_and_keeps_younger_ones() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 8 << 20, 0).unwrap();
+    let b = e.alloc(0, 16 << 20, 0).unwrap();
+    e.backend_mut().clock = 1_000;
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    e.backend_mut().clock = 5_000;
+    e.free(b.ptr, FreeKind::Sync).unwrap();
+    e.backend_mut().complete_all();
+    e.backend_mut().clock = 6_000;
+    e.trim(0, 3_000);
+    assert_eq!(
+        e.reserved(0),
+        16 << 20,
+        "only the segment idle since 1000 went back"
+    );
+    e.backend_mut().clock = 9_000;
+    e.trim(0, 3_000);
+    assert_eq!(e.reserved(0), 0);
+    assert_eq!(e.backend().synchronize_calls, 0, "trimming never waits");
+}
+
+#[test]
+fn trim_leaves_segments_whose_fences_have_not_passed() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 8 << 20, 0).unwrap();
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    e.backend_mut().clock = 10_000;
+    e.trim(0, 0);
+    assert_eq!(e.reserved(0), 8 << 20, "GPU work may still use it");
+    e.backend_mut().complete_all();
+    e.trim(0, 0);
+    assert_eq!(e.reserved(0), 0);
+}
+
+#[test]
+fn with_release_on_free_a_cuda_free_that_empties_a_segment_gives_it_back_at_once() {
+    let mut e = Engine::new(
+        MemoryBackend::new(1 << 30),
+        Policy {
+            release_on_free: true,
+            ..Policy::default()
+        },
+    );
+    let a = e.alloc(0, 512 << 20, 0).unwrap();
+    let b = e.alloc(0, 1000, 0).unwrap();
+    let c = e.alloc(0, 1000, 0).unwrap();
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    assert_eq!(e.reserved(0), 2 << 20, "the 512 MiB segment went back");
+    e.free(b.ptr, FreeKind::Sync).unwrap();
+    assert_eq!(e.reserved(0), 2 << 20, "c still lives in the small segment");
+    e.free(c.ptr, FreeKind::OnStream(0)).unwrap();
+    assert_eq!(
+        e.reserved(0),
+        2 << 20,
+        "a stream-ordered free keeps it cached"
+    );
+    assert_eq!(e.backend().synchronize_calls, 0);
+}
+
+#[test]
+fn a_sealed_segment_hands_out_nothing_and_goes_back_once_empty() {
+    let mut e = engine(1 << 30);
+    // 32 MiB segment, then two 4 MiB blocks cut from it: the second is exported.
+    let big = e.alloc(0, 32 << 20, 0).unwrap();
+    e.free(big.ptr, FreeKind::OnStream(0)).unwrap();
+    let x = e.alloc(0, 4 << 20, 0).unwrap();
+    let y = e.alloc(0, 4 << 20, 0).unwrap();
+    assert_eq!(y.segment, x.segment);
+    assert!(e.seal_segment(y.ptr));
+    e.free(y.ptr, FreeKind::OnStream(0)).unwrap();
+    let z = e.alloc(0, 4 << 20, 0).unwrap();
+    assert_ne!(z.segment, y.segment, "nothing more from the sealed segment");
+    let releases = e.backend().release_calls;
+    e.free(x.ptr, FreeKind::OnStream(0)).unwrap();
+    assert_eq!(e.backend().release_calls, releases + 1, "empty: given back");
+    assert!(e.lookup(y.ptr).is_none() && !e.in_segment(y.ptr));
+}
+
+#[test]
+fn a_block_freed_on_a_stream_is_reused_at_once_on_that_stream() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 4096, 7).unwrap();
+    e.free(a.ptr, FreeKind::OnStream(7)).unwrap();
+    let b = e.alloc(0, 4096, 7).unwrap();
+    assert_eq!(b.ptr, a.ptr);
+    assert_eq!(e.stats().segment_reserves, 1);
+    assert_eq!(e.backend().synchronize_calls, 0);
+}
+
+#[test]
+fn a_block_freed_on_a_stream_is_not_given_to_another_stream_before_its_fence_passed() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 4096, 7).unwrap();
+    // Keep the segment busy so the only free memory is a's block plus the rest.
+    let _keep = e.alloc(0, SMALL_SEGMENT - 4096, 7).unwrap();
+    e.free(a.ptr, FreeKind::OnStream(7)).unwrap();
+    // Stream 8 may not take it before stream 7 caught up; the device has room, so it gets
+    // fresh memory and nobody waits.
+    let b = e.alloc(0, 4096, 8).unwrap();
+    assert_ne!(b.ptr, a.ptr);
+    assert_eq!(
+        e.backend().synchronize_calls,
+        0,
+        "no wait while there is room"
+    );
+}
+
+#[test]
+fn a_synchronously_freed_block_is_not_reused_before_the_device_caught_up() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 8 << 20, 0).unwrap();
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    // Same stream, same size: not before the fence passed. With room: fresh memory.
+    let b = e.alloc(0, 8 << 20, 0).unwrap();
+    assert_ne!(b.ptr, a.ptr);
+    assert_eq!(e.backend().synchronize_calls, 0);
+    // Once the GPU caught up, the cached block serves, still without a wait.
+    e.backend_mut().complete_all();
+    let c = e.alloc(0, 8 << 20, 0).unwrap();
+    assert_eq!(c.ptr, a.ptr);
+    assert_eq!(e.backend().synchronize_calls, 0);
+}
+
+#[test]
+fn under_memory_pressure_the_engine_waits_once_and_reuses_the_fenced_block() {
+    // Room for one 32 MiB segment, cut in two 16 MiB blocks; one is freed and its fence
+    // has not passed; another 16 MiB must come from it.
+    let mut e = engine(32 << 20);
+    let big = e.alloc(0, 32 << 20, 0).unwrap();
+    e.free(big.ptr, FreeKind::OnStream(0)).unwrap();
+    let x = e.alloc(0, 16 << 20, 0).unwrap();
+    let _y = e.alloc(0, 16 << 20, 0).unwrap();
+    e.free(x.ptr, FreeKind::Sync).unwrap();
+    let c = e.alloc(0, 16 << 20, 0).unwrap();
+    assert_eq!(c.ptr, x.ptr, "the fenced block, once the device caught up");
+    assert_eq!(
+        e.backend().synchronize_calls,
+        1,
+        "one wait, under pressure only"
+    );
+    assert_eq!(e.reserved(0), 32 << 20);
+    // An idle segment under pressure goes back and its memory comes again.
+    let mut e = engine(16 << 20);
+    let a = e.alloc(0, 8 << 20, 0).unwrap();
+    let _b = e.alloc(0, 8 << 20, 0).unwrap();
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    e.alloc(0, 8 << 20, 0).unwrap();
+    assert_eq!(e.reserved(0), 16 << 20);
+    assert_eq!(e.backend().synchronize_calls, 1);
+}
+
+#[test]
+fn large_blocks_split_and_coalesce_back_into_one() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 64 << 20, 0).unwrap();
+    e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+    let b = e.alloc(0, 16 << 20, 0).unwrap();
+    let c = e.alloc(0, 16 << 20, 0).unwrap();
+    assert_eq!(
+        (b.ptr, c.ptr),
+        (a.ptr, a.ptr + (16 << 20)),
+        "split from the same segment"
+    );
+    assert_eq!(e.stats().segment_reserves, 1);
+    e.free(b.ptr, FreeKind::OnStream(0)).unwrap();
+    e.free(c.ptr, FreeKind::OnStream(0)).unwrap();
+    e.backend_mut().complete_all();
+    let d = e.alloc(0, 64 << 20, 0).unwrap();
+    assert_eq!(d.ptr, a.ptr, "coalesced back into the whole segment");
+    assert_eq!(e.stats().segment_reserves, 1);
+}
+
+#[test]
+fn blocks_above_max_split_are_handed_out_whole() {
+    let mut e = Engine::new(
+        MemoryBackend::new(1 << 30),
+        Policy {
+            max_split: 32 << 20,
+            ..Policy::default()
+        },
+    );
+    let a = e.alloc(0, 64 << 20, 0).unwrap();
+    e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+    let b = e.alloc(0, 16 << 20, 0).unwrap();
+    assert_eq!((b.ptr, b.size), (a.ptr, 64 << 20));
+}
+
+#[test]
+fn out_of_memory_releases_the_cache_and_retries_once() {
+    let mut e = engine(100 << 20);
+    let a = e.alloc(0, 60 << 20, 0).unwrap();
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    // 60 MiB cached and idle; 80 MiB more does not fit beside it.
+    let b = e.alloc(0, 80 << 20, 0).unwrap();
+    assert_eq!(e.stats().oom_retries, 1);
+    assert_eq!(e.stats().reserved_bytes, 80 << 20);
+    assert!(e.alloc(0, 80 << 20, 0).is_err());
+    assert_eq!(e.stats().ooms, 1);
+    e.free(b.ptr, FreeKind::Sync).unwrap();
+}
+
+#[test]
+fn the_limit_caps_reserved_memory_per_device() {
+    let mut e = Engine::new(
+        MemoryBackend::new(1 << 40),
+        Policy {
+            limit: 100 << 20,
+            ..Policy::default()
+        },
+    );
+    let a = e.alloc(0, 60 << 20, 0).unwrap();
+    assert_eq!(e.alloc(0, 60 << 20, 0), Err(AllocError::LimitReached));
+    assert_eq!(e.stats().limit_hits, 1);
+    // The other device has its own limit.
+    e.alloc(1, 60 << 20, 0).unwrap();
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    e.alloc(0, 90 << 20, 0).unwrap();
+}
+
+#[test]
+fn idle_memory_above_the_release_threshold_goes_back_to_the_device() {
+    let mut e = Engine::new(
+        MemoryBackend::new(1 << 40),
+        Policy {
+            release: 32 << 20,
+            ..Policy::default()
+        },
+    );
+    let a = e.alloc(0, 64 << 20, 0).unwrap();
+    let b = e.alloc(0, 16 << 20, 0).unwrap();
+    e.backend_mut().complete_all();
+    e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+    e.backend_mut().complete_all();
+    e.free(b.ptr, FreeKind::OnStream(0)).unwrap();
+    assert!(e.idle(0) <= 32 << 20, "idle {} MiB", e.idle(0) >> 20);
+    assert_eq!(e.stats().segment_releases, 1);
+}
+
+#[test]
+fn pointer_lookups_find_the_block_containing_an_address() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 1000, 3).unwrap();
+    let info = e.lookup(a.ptr + 999).unwrap();
+    assert_eq!((info.ptr, info.requested, info.stream), (a.ptr, 1000, 3));
+    assert_eq!(e.lookup(a.ptr + info.size), None);
+    assert_eq!(
+        e.free(a.ptr + 16, FreeKind::Sync),
+        Err(()),
+        "interior pointers are not ours"
+    );
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    assert_eq!(
+        e.free(a.ptr, FreeKind::Sync),
+        Err(()),
+        "double free is not ours either"
+    );
+}
