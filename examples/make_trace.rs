@@ -1,8 +1,8 @@
 //! Writes a synthetic trace of N events for the decoding benchmark: allocations and frees of
 //! a sliding window of 4096 live blocks on 8 streams (no NVTX ranges).
 //! Usage: cargo run --release --example make_trace -- OUT.trace N
-use gpushim::format::{Api, Record, RecordKind};
-use gpushim::recorder::{OpenOptions, Recorder};
+use gpushim::trace::format::{Api, Record, RecordKind};
+use gpushim::trace::recorder::{OpenOptions, Recorder};
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -1,8 +1,8 @@
 //! Steady-state cost of one record over a long run (the grower thread running), and the cost of
 //! the clock read alone; with THREADS, also the aggregate rate of that many producer threads.
 //! Usage: cargo run --release --example recorder_steady [RECORDS [THREADS]]
-use gpushim::format::{Api, Record, RecordKind};
-use gpushim::recorder::{OpenOptions, Recorder};
+use gpushim::trace::format::{Api, Record, RecordKind};
+use gpushim::trace::recorder::{OpenOptions, Recorder};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 

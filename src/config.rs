@@ -334,7 +334,7 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
             }
             "trace_max" => {
                 conf.trace_max = parse_size(value)
-                    .filter(|&n| n >= crate::recorder::MIN_TRACE_BYTES)
+                    .filter(|&n| n >= crate::trace::recorder::MIN_TRACE_BYTES)
                     .ok_or_else(bad)?
             }
             "stacks" => {

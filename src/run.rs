@@ -129,8 +129,8 @@ pub fn check_trace(pattern: Option<&str>) -> Result<bool, String> {
     if pattern.eq_ignore_ascii_case("off") {
         return Ok(false);
     }
-    let mut buf = [0u8; crate::recorder::PATH_CAP];
-    let n = crate::recorder::expand_pattern(
+    let mut buf = [0u8; crate::trace::recorder::PATH_CAP];
+    let n = crate::trace::recorder::expand_pattern(
         pattern.as_bytes(),
         std::process::id(),
         b"host",
@@ -262,7 +262,7 @@ pub fn run(
         .filter(|p| {
             std::fs::read(p)
                 .ok()
-                .is_some_and(|b| b.starts_with(&crate::format::MAGIC))
+                .is_some_and(|b| b.starts_with(&crate::trace::format::MAGIC))
         })
         .cloned()
         .collect();

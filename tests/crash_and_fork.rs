@@ -3,8 +3,8 @@
 
 mod common;
 use common::*;
-use gpushim::format::{Api, RecordKind};
-use gpushim::reader::TraceReader;
+use gpushim::trace::format::{Api, RecordKind};
+use gpushim::trace::reader::TraceReader;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

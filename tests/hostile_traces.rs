@@ -6,7 +6,7 @@
 
 mod common;
 use common::*;
-use gpushim::format::{Api, RecordKind};
+use gpushim::trace::format::{Api, RecordKind};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -164,26 +164,26 @@ fn base_trace() -> Vec<u8> {
 
 /// Every report, in-process (frames left unnamed: the mutated modules are not real files).
 fn read_everything(path: &Path) {
-    let o = &gpushim::reader::ReadOptions {
+    let o = &gpushim::trace::reader::ReadOptions {
         symbols: false,
         ..Default::default()
     };
-    let _ = gpushim::summary::summarize(path, o);
-    let _ = gpushim::analysis::leaks(path, None, o);
-    let _ = gpushim::analysis::leaks(path, Some("step"), o);
-    if let Ok(peaks) = gpushim::analysis::peak(path, o) {
+    let _ = gpushim::report::summary::summarize(path, o);
+    let _ = gpushim::report::analysis::leaks(path, None, o);
+    let _ = gpushim::report::analysis::leaks(path, Some("step"), o);
+    if let Ok(peaks) = gpushim::report::analysis::peak(path, o) {
         for p in &peaks {
             let _ = gpushim::export::flamegraph_svg(p, "t");
         }
     }
-    let _ = gpushim::analysis::oom(path, o);
+    let _ = gpushim::report::analysis::oom(path, o);
     let mut sink = Vec::new();
     let _ = gpushim::export::rmm_csv(path, &mut sink, o);
     let _ = gpushim::export::memory_viz(path, &mut sink, 4, o);
     let _ = gpushim::export::perfetto(&[path.to_path_buf()], &mut sink, o);
     let _ = gpushim::export::plot_svg(&[path.to_path_buf()], o);
     let _ = gpushim::export::live_by_site(path, o);
-    let _ = gpushim::simulate::simulate(path, &["pool:caching".to_string()], o);
+    let _ = gpushim::report::simulate::simulate(path, &["pool:caching".to_string()], o);
 }
 
 fn cases() -> u32 {

@@ -4,7 +4,7 @@
 
 mod common;
 use common::*;
-use gpushim::format::{Api, RecordKind};
+use gpushim::trace::format::{Api, RecordKind};
 
 fn trace_in(dir: &std::path::Path) -> std::path::PathBuf {
     dir.join("run.trace")

@@ -3,8 +3,8 @@
 
 mod common;
 use common::*;
-use gpushim::format::RecordKind;
-use gpushim::reader::TraceReader;
+use gpushim::trace::format::RecordKind;
+use gpushim::trace::reader::TraceReader;
 use std::path::Path;
 
 /// NVTX records as "THREAD KIND TEXT|LEVEL" lines, in trace order.

@@ -5,7 +5,7 @@
 
 mod common;
 use common::*;
-use gpushim::format::RecordKind;
+use gpushim::trace::format::RecordKind;
 use std::collections::HashMap;
 
 fn values(out: &std::process::Output) -> HashMap<String, i64> {

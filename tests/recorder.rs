@@ -3,9 +3,9 @@
 
 mod common;
 use common::tempdir;
-use gpushim::format::{self, Api, HEADER_SIZE, RECORD_SIZE, Record, RecordKind};
-use gpushim::reader::{ReadError, TraceReader};
-use gpushim::recorder::{OpenOptions, Recorder};
+use gpushim::trace::format::{self, Api, HEADER_SIZE, RECORD_SIZE, Record, RecordKind};
+use gpushim::trace::reader::{ReadError, TraceReader};
+use gpushim::trace::recorder::{OpenOptions, Recorder};
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -57,7 +57,7 @@ fn decode_tagged(
     path: &Path,
     threads: u16,
     per_thread: u64,
-) -> (u64, gpushim::reader::DecodeStats) {
+) -> (u64, gpushim::trace::reader::DecodeStats) {
     let mut reader = TraceReader::open(path).unwrap();
     let mut seen = HashSet::new();
     let mut last_seq = vec![None::<u64>; threads as usize];

@@ -33,9 +33,9 @@ fn replaying_a_pass_through_run_under_a_policy_predicts_what_the_pool_did_under_
     ] {
         let off = trace_of_train_loop();
         let predicted =
-            &gpushim::simulate::simulate(&off, &[policy.into()], &Default::default()).unwrap()[1];
+            &gpushim::report::simulate::simulate(&off, &[policy.into()], &Default::default()).unwrap()[1];
         let pooled = trace_of_train_loop_with(policy);
-        let actual = &gpushim::simulate::simulate(&pooled, &[], &Default::default()).unwrap()[0];
+        let actual = &gpushim::report::simulate::simulate(&pooled, &[], &Default::default()).unwrap()[0];
         assert_eq!(
             (predicted.peak_reserved_bytes, predicted.device_allocations),
             (actual.peak_reserved_bytes, actual.device_allocations),
@@ -47,7 +47,7 @@ fn replaying_a_pass_through_run_under_a_policy_predicts_what_the_pool_did_under_
 #[test]
 fn caching_needs_fewer_device_allocations_and_reserves_at_least_what_is_live() {
     let t = trace_of_train_loop();
-    let out = gpushim::simulate::simulate(
+    let out = gpushim::report::simulate::simulate(
         &t,
         &["pool:caching".into(), "pool:caching,max_split:4MiB".into()],
         &Default::default(),

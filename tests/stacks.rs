@@ -4,8 +4,8 @@
 
 mod common;
 use common::*;
-use gpushim::format::RecordKind;
-use gpushim::reader::TraceReader;
+use gpushim::trace::format::RecordKind;
+use gpushim::trace::reader::TraceReader;
 
 fn run_loop(conf: &str) -> std::path::PathBuf {
     let dir = tempdir("stacks");

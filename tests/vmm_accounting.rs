@@ -3,7 +3,7 @@
 
 mod common;
 use common::*;
-use gpushim::format::{Api, RecordKind};
+use gpushim::trace::format::{Api, RecordKind};
 use std::process::Command;
 
 #[test]

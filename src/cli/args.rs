@@ -1,7 +1,7 @@
 //! The command line: every command, its options and their help.
 
 use clap::{Parser, Subcommand};
-use gpushim::reader::ReadOptions;
+use gpushim::trace::reader::ReadOptions;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -58,11 +58,11 @@ impl Reading {
     pub fn options(&self) -> Result<ReadOptions, String> {
         let time = |flag: &str, t: &Option<String>| {
             t.as_deref()
-                .map(gpushim::filter::parse_time)
+                .map(gpushim::trace::filter::parse_time)
                 .transpose()
                 .map_err(|e| format!("--{flag}: {e}"))
         };
-        let filter = gpushim::filter::Filter {
+        let filter = gpushim::trace::filter::Filter {
             devices: self.devices.clone(),
             threads: self.threads.clone(),
             streams: self.streams.clone(),

@@ -2,7 +2,7 @@
 
 use super::output::fail;
 use gpushim::config;
-use gpushim::summary::human_bytes;
+use gpushim::report::summary::human_bytes;
 use std::process::ExitCode;
 
 pub fn cmd_config(conf: Option<String>) -> ExitCode {

@@ -1,14 +1,14 @@
 //! `gpushim events`: every record, one per line (CSV) or as JSON.
 
 use super::output::fail;
-use gpushim::format::RecordKind;
-use gpushim::reader::ReadOptions;
+use gpushim::trace::format::RecordKind;
+use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;
 
 pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
     use std::io::Write;
-    let mut reader = match gpushim::reader::TraceReader::open_with(trace, opts) {
+    let mut reader = match gpushim::trace::reader::TraceReader::open_with(trace, opts) {
         Ok(r) => r,
         Err(e) => return fail(e),
     };
@@ -21,7 +21,7 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
         );
     }
     while let Some(r) = reader.next() {
-        if r.kind == gpushim::format::RecordKind::String {
+        if r.kind == gpushim::trace::format::RecordKind::String {
             continue;
         }
         if matches!(r.kind, RecordKind::Stack | RecordKind::Module) {
@@ -35,12 +35,12 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
                 .stack(r.ptr)
                 .unwrap_or(&[])
                 .iter()
-                .map(|&ip| gpushim::symbolize::describe(&reader, ip))
+                .map(|&ip| gpushim::report::symbolize::describe(&reader, ip))
                 .collect::<Vec<_>>()
                 .join(" < "),
             _ => String::new(),
         };
-        let device = if r.device == gpushim::format::DEVICE_UNKNOWN {
+        let device = if r.device == gpushim::trace::format::DEVICE_UNKNOWN {
             String::new()
         } else {
             r.device.to_string()
@@ -48,7 +48,7 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
         let line = if json {
             serde_json::json!({
                 "time_ns": r.time_ns, "thread": r.thread, "kind": r.kind.name(),
-                "api": r.api.name(), "device": (r.device != gpushim::format::DEVICE_UNKNOWN).then_some(r.device),
+                "api": r.api.name(), "device": (r.device != gpushim::trace::format::DEVICE_UNKNOWN).then_some(r.device),
                 "status": r.status, "ptr": format!("{:#x}", r.ptr), "size": r.size, "stream": r.stream,
                 "text": text,
             })

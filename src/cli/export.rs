@@ -1,7 +1,7 @@
 //! `gpushim export`: the trace in the formats other viewers read.
 
 use super::output::fail;
-use gpushim::reader::ReadOptions;
+use gpushim::trace::reader::ReadOptions;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -1,6 +1,6 @@
 //! How every command writes: one error line, JSON, holder rows, pictures and files.
 
-use gpushim::summary::human_bytes;
+use gpushim::report::summary::human_bytes;
 use std::process::ExitCode;
 
 pub fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -16,7 +16,7 @@ pub fn print_json<T: serde::Serialize>(v: &T) {
 }
 
 /// One line per holder of memory: bytes, allocations, call site or range.
-pub fn print_holders(holders: &[gpushim::analysis::Holder], n: usize, indent: &str) {
+pub fn print_holders(holders: &[gpushim::report::analysis::Holder], n: usize, indent: &str) {
     for h in holders.iter().take(n) {
         println!(
             "{indent}{:>12} in {:>6}  {}",

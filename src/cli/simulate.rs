@@ -1,8 +1,8 @@
 //! `gpushim simulate`: the trace replayed under other pool settings.
 
 use super::output::fail;
-use gpushim::reader::ReadOptions;
-use gpushim::summary::human_bytes;
+use gpushim::trace::reader::ReadOptions;
+use gpushim::report::summary::human_bytes;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -15,7 +15,7 @@ pub fn cmd_simulate(
     if conf.is_empty() {
         conf.push(String::new());
     }
-    let out = match gpushim::simulate::simulate(trace, &conf, opts) {
+    let out = match gpushim::report::simulate::simulate(trace, &conf, opts) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };

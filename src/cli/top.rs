@@ -1,13 +1,13 @@
 //! `gpushim top`: a live view of a running program's trace, refreshed.
 
 use super::output::{fail, print_holders};
-use gpushim::reader::ReadOptions;
-use gpushim::summary::{self, human_bytes};
+use gpushim::trace::reader::ReadOptions;
+use gpushim::report::summary::{self, human_bytes};
 use std::path::Path;
 use std::process::ExitCode;
 
 /// Whether the process that writes `info`'s trace still runs (on this host), so `top` goes on.
-fn still_running(info: &gpushim::reader::TraceInfo) -> bool {
+fn still_running(info: &gpushim::trace::reader::TraceInfo) -> bool {
     if info.clean_exit {
         return false;
     }
@@ -37,7 +37,7 @@ pub fn cmd_top(
     top: usize,
     opts: &ReadOptions,
 ) -> ExitCode {
-    let every = match gpushim::filter::parse_time(interval) {
+    let every = match gpushim::trace::filter::parse_time(interval) {
         Ok(ns) if ns > 0 => std::time::Duration::from_nanos(ns),
         Ok(_) => return fail("--interval must be more than 0"),
         Err(e) => return fail(format!("--interval: {e}")),
@@ -60,11 +60,11 @@ pub fn cmd_top(
             }
             Err(e) => return fail(e),
         };
-        let l = match gpushim::analysis::leaks(trace, None, opts) {
+        let l = match gpushim::report::analysis::leaks(trace, None, opts) {
             Ok(l) => l,
             Err(e) => return fail(e),
         };
-        let running = gpushim::reader::TraceReader::open(trace)
+        let running = gpushim::trace::reader::TraceReader::open(trace)
             .map(|r| still_running(r.info()))
             .unwrap_or(false);
         if tty {

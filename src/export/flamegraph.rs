@@ -1,8 +1,8 @@
 //! The flame graph picture: bytes live at the peak by stack (SVG).
 
 use super::xml;
-use crate::analysis::Peak;
-use crate::summary::human_bytes;
+use crate::report::analysis::Peak;
+use crate::report::summary::human_bytes;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

@@ -1,8 +1,8 @@
 //! PyTorch's memory_viz snapshot (a pickle) and a page that opens it in the viewer.
 
-use crate::analysis::{Change, Live, Replay, replay_each};
-use crate::format::RecordKind;
-use crate::reader::{ReadOptions, TraceReader};
+use crate::report::analysis::{Change, Live, Replay, replay_each};
+use crate::trace::format::RecordKind;
+use crate::trace::reader::{ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -62,7 +62,7 @@ fn frames(reader: &TraceReader, stack: u64) -> Vec<Frame> {
         .unwrap_or(&[])
         .iter()
         .map(|&ip| {
-            let f = crate::symbolize::frame(reader, ip);
+            let f = crate::report::symbolize::frame(reader, ip);
             Frame {
                 filename: f
                     .file
@@ -116,7 +116,7 @@ pub fn memory_viz(
             Change::Physical { .. } => return,
             Change::Other => match r.kind {
                 RecordKind::SegmentReserve | RecordKind::SegmentRelease => (
-                    if r.device == crate::format::DEVICE_UNKNOWN {
+                    if r.device == crate::trace::format::DEVICE_UNKNOWN {
                         0
                     } else {
                         r.device
@@ -135,7 +135,7 @@ pub fn memory_viz(
                     },
                 ),
                 RecordKind::Alloc | RecordKind::AllocAsync if r.status == 2 => (
-                    if r.device == crate::format::DEVICE_UNKNOWN {
+                    if r.device == crate::trace::format::DEVICE_UNKNOWN {
                         0
                     } else {
                         r.device

@@ -20,7 +20,7 @@ pub use png::svg_to_png;
 pub use rmm::rmm_csv;
 pub use sites::live_by_site;
 
-use crate::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 
 /// Live and reserved memory per device over time, with the NVTX ranges of the most frequent
 /// name shaded, as an SVG line chart with labelled axes.
@@ -30,7 +30,7 @@ use crate::reader::{ReadError, ReadOptions, TraceReader};
 fn aligned(
     paths: &[std::path::PathBuf],
     opts: &ReadOptions,
-) -> Result<Vec<(u64, String, crate::reader::TraceInfo)>, ReadError> {
+) -> Result<Vec<(u64, String, crate::trace::reader::TraceInfo)>, ReadError> {
     let infos = paths
         .iter()
         .map(|p| Ok(TraceReader::open_with(p, opts)?.info().clone()))

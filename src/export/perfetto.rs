@@ -1,9 +1,9 @@
 //! Chrome trace event JSON, which Perfetto and chrome://tracing open.
 
 use super::aligned;
-use crate::analysis::{Change, replay_each};
-use crate::format::RecordKind;
-use crate::reader::{ReadError, ReadOptions};
+use crate::report::analysis::{Change, replay_each};
+use crate::trace::format::RecordKind;
+use crate::trace::reader::{ReadError, ReadOptions};
 use std::collections::HashMap;
 use std::io::Write;
 
@@ -72,7 +72,7 @@ pub fn perfetto(
                         RecordKind::SegmentReserve | RecordKind::SegmentRelease
                     ) =>
                 {
-                    Some(if r.device == crate::format::DEVICE_UNKNOWN {
+                    Some(if r.device == crate::trace::format::DEVICE_UNKNOWN {
                         0
                     } else {
                         r.device

@@ -1,7 +1,7 @@
 //! RMM's replay CSV (`rmm::detail::replay`'s input).
 
-use crate::analysis::{Change, replay_each};
-use crate::reader::{ReadError, ReadOptions};
+use crate::report::analysis::{Change, replay_each};
+use crate::trace::reader::{ReadError, ReadOptions};
 use std::io::Write;
 use std::path::Path;
 

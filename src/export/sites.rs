@@ -1,7 +1,7 @@
 //! Live bytes by call site at the end of a trace (what `gpushim diff` compares).
 
-use crate::analysis::{replay_each, site_label};
-use crate::reader::{ReadError, ReadOptions};
+use crate::report::analysis::{replay_each, site_label};
+use crate::trace::reader::{ReadError, ReadOptions};
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -13,7 +13,7 @@ pub fn live_by_site(
     let (reader, rp) = replay_each(path, opts, |_, _, _, _| {})?;
     let mut by: HashMap<String, u64> = HashMap::new();
     for l in rp.all_live() {
-        *by.entry(site_label(&reader, crate::analysis::site_key(l)))
+        *by.entry(site_label(&reader, crate::report::analysis::site_key(l)))
             .or_default() += l.size;
     }
     Ok((rp.live_bytes.values().sum(), by))

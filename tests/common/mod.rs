@@ -3,8 +3,8 @@
 
 #![allow(dead_code)]
 
-use gpushim::format::{Record, RecordKind};
-use gpushim::reader::{DecodeStats, TraceReader};
+use gpushim::trace::format::{Record, RecordKind};
+use gpushim::trace::reader::{DecodeStats, TraceReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -214,7 +214,7 @@ pub fn calls(records: &[Record]) -> Vec<Record> {
             !matches!(
                 r.kind,
                 RecordKind::ThreadStart | RecordKind::StreamName | RecordKind::MemInfoShown
-            ) && r.api != gpushim::format::Api::Shim
+            ) && r.api != gpushim::trace::format::Api::Shim
         })
         .copied()
         .collect()
@@ -228,17 +228,17 @@ pub fn api_names(records: &[Record]) -> Vec<&'static str> {
 /// increasing time stamps (1 µs apart), on device 0, thread 0.
 #[allow(dead_code)]
 pub struct HandTrace {
-    pub recorder: Box<gpushim::recorder::Recorder>,
+    pub recorder: Box<gpushim::trace::recorder::Recorder>,
     t: u64,
 }
 
 #[allow(dead_code)]
 impl HandTrace {
     pub fn create(path: &Path) -> HandTrace {
-        let recorder = Box::new(gpushim::recorder::Recorder::new());
+        let recorder = Box::new(gpushim::trace::recorder::Recorder::new());
         assert!(recorder.begin_open());
         recorder
-            .open(&gpushim::recorder::OpenOptions {
+            .open(&gpushim::trace::recorder::OpenOptions {
                 path: path.to_str().unwrap().as_bytes(),
                 pid: 1,
                 rank: 0,
@@ -256,7 +256,7 @@ impl HandTrace {
         self.t += ns;
     }
 
-    pub fn rec(&mut self, kind: RecordKind, api: gpushim::format::Api, ptr: u64, size: u64) {
+    pub fn rec(&mut self, kind: RecordKind, api: gpushim::trace::format::Api, ptr: u64, size: u64) {
         self.t += 1000;
         self.recorder.append(&Record {
             kind,

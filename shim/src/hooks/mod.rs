@@ -11,7 +11,7 @@ pub mod serve;
 use crate::pool;
 use crate::trace;
 use core::ffi::c_void;
-use gpushim_core::format::{Api, RecordKind};
+use gpushim_core::trace::format::{Api, RecordKind};
 
 /// Forwards to the real function at address `$real`, resolved for `$sym` whose ABI is `$fty`.
 /// Inside `$body`, `$f` is the function and `$rec` says whether to record this call. When the
@@ -41,7 +41,7 @@ macro_rules! exported_hook {
                 $imp(
                     Sym::$sym,
                     $crate::cuda::real::exported(Sym::$sym),
-                    gpushim_core::format::Api::$api,
+                    gpushim_core::trace::format::Api::$api,
                     $($a),*
                 )
             }
@@ -64,7 +64,7 @@ macro_rules! driver_hook {
                 $imp(
                     Sym::$sym,
                     $crate::cuda::real::proc(Sym::$sym),
-                    gpushim_core::format::Api::$api,
+                    gpushim_core::trace::format::Api::$api,
                     $($a),*
                 )
             }

@@ -9,7 +9,7 @@ use crate::{state, trace};
 use core::cell::Cell;
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicU64, Ordering};
-use gpushim_core::format::RecordKind;
+use gpushim_core::trace::format::RecordKind;
 
 type FnSlot = Option<unsafe extern "C" fn()>;
 type GetModuleFunctionTable = unsafe extern "C" fn(c_int, *mut *mut *mut FnSlot, *mut u32) -> c_int;

@@ -19,7 +19,7 @@ use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::FreeKind;
-use gpushim_core::format::{Api, RecordKind};
+use gpushim_core::trace::format::{Api, RecordKind};
 
 type Stream = *mut c_void;
 

@@ -9,7 +9,7 @@ use crate::pool;
 use crate::trace::{self, runtime_device};
 use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
-use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
 type Stream = *mut c_void;
 

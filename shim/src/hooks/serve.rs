@@ -9,7 +9,7 @@ use crate::pool::{self, Freed, Served};
 use crate::trace;
 use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
-use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
 /// Which API asks. The runtime keeps a last error that a failed call sets (and
 /// `cudaGetLastError` reports); the driver keeps none.

@@ -13,7 +13,7 @@ use crate::trace;
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 use gpushim_core::engine::{Backend, Event, OutOfMemory};
-use gpushim_core::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 use std::collections::VecDeque;
 
 /// One checkpoint: events recorded after every fence it covers.

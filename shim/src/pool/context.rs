@@ -6,7 +6,7 @@ use crate::cuda::symbols::Sym;
 use crate::os::SpinLock;
 use crate::trace;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
-use gpushim_core::format::DEVICE_UNKNOWN;
+use gpushim_core::trace::format::DEVICE_UNKNOWN;
 
 /// Contexts the pool serves; allocations in further contexts pass through.
 pub const MAX_CONTEXTS: usize = 64;

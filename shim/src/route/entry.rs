@@ -51,7 +51,7 @@ driver_hook!(cuGetProcAddress_v2 / proc_cuGetProcAddress_v2 = CuGetProcAddressV2
 unsafe fn get_proc_address(
     sym: Sym,
     real: usize,
-    _: gpushim_core::format::Api,
+    _: gpushim_core::trace::format::Api,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
@@ -75,7 +75,7 @@ unsafe fn get_proc_address(
 unsafe fn get_proc_address_v2(
     sym: Sym,
     real: usize,
-    _: gpushim_core::format::Api,
+    _: gpushim_core::trace::format::Api,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,

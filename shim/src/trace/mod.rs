@@ -9,8 +9,8 @@ use crate::state;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
-use gpushim_core::format::{self, Api, DEVICE_UNKNOWN, Record, RecordKind};
-use gpushim_core::recorder::{self, OpenOptions, PATH_CAP, Recorder};
+use gpushim_core::trace::format::{self, Api, DEVICE_UNKNOWN, Record, RecordKind};
+use gpushim_core::trace::recorder::{self, OpenOptions, PATH_CAP, Recorder};
 use gpushim_core::stackfmt::Escaped;
 
 pub static RECORDER: Recorder = Recorder::new();
@@ -349,7 +349,7 @@ pub fn at_exit() {
                 "trace written to {path} ({} records claimed, {lost} lost: the file could not \
                  grow: {})",
                 RECORDER.claimed(),
-                gpushim_core::recorder::ErrnoText(e)
+                gpushim_core::trace::recorder::ErrnoText(e)
             )),
             None => say(format_args!(
                 "trace written to {path} ({} records claimed, {lost} lost: the trace reached \

@@ -7,8 +7,8 @@ use crate::trace::RECORDER;
 use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use gpushim_core::format::{Api, DEVICE_UNKNOWN, Record, RecordKind};
-use gpushim_core::stack::{self, MAX_FRAMES};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind};
+use gpushim_core::trace::stack::{self, MAX_FRAMES};
 
 /// One memory call in this many gets its stack; 0 for none. Set when the trace opens.
 pub static EVERY: AtomicU32 = AtomicU32::new(0);

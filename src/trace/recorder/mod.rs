@@ -21,7 +21,7 @@ mod naming;
 pub use naming::{
     ErrnoText, OpenError, OpenOptions, PatternError, errno_text, expand_pattern, format_int,
 };
-use crate::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
+use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
 use core::cell::{Cell, UnsafeCell};
 use core::ptr;
 use core::sync::atomic::{
@@ -465,8 +465,8 @@ impl Recorder {
     /// The id of a call stack, writing its frames the first time it is seen; the flag says
     /// whether this call wrote it. Lock-free; 0 when the table is full or recording is off.
     pub fn intern_stack(&self, frames: &[u64]) -> (u64, bool) {
-        let mut bytes = [0u8; 8 * crate::stack::MAX_FRAMES];
-        let frames = &frames[..frames.len().min(crate::stack::MAX_FRAMES)];
+        let mut bytes = [0u8; 8 * crate::trace::stack::MAX_FRAMES];
+        let frames = &frames[..frames.len().min(crate::trace::stack::MAX_FRAMES)];
         for (i, f) in frames.iter().enumerate() {
             bytes[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
         }
@@ -474,7 +474,7 @@ impl Recorder {
         self.intern(
             &self.stacks,
             &self.stack_ready,
-            crate::stack::hash(frames),
+            crate::trace::stack::hash(frames),
             |r: &Self, id| {
                 r.write_blob(
                     format::RecordKind::Stack,

@@ -1,8 +1,8 @@
 //! `gpushim summary`: calls, bytes and failures per API, peak live memory per device, and the
 //! health of the trace itself (torn, lost, truncated, damaged).
 
-use crate::format::{Record, RecordKind};
-use crate::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
+use crate::trace::format::{Record, RecordKind};
+use crate::trace::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -202,7 +202,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             }
             _ => {}
         }
-        if r.api == crate::format::Api::Shim
+        if r.api == crate::trace::format::Api::Shim
             && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
         {
             // The pool's own decisions: not calls of the program.
@@ -246,7 +246,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 None => (peak, peak),
             };
             DeviceStats {
-                device: (d != crate::format::DEVICE_UNKNOWN).then_some(d),
+                device: (d != crate::trace::format::DEVICE_UNKNOWN).then_some(d),
                 peak_live_bytes: peak,
                 peak_time_ns: t,
                 live_bytes_at_end: now,

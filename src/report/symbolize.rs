@@ -4,7 +4,7 @@
 //! stay `module+0xoffset`. The binaries must be the ones that ran: a rebuilt library gives
 //! wrong names.
 
-use crate::reader::TraceReader;
+use crate::trace::reader::TraceReader;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;

@@ -8,7 +8,7 @@
 //! for the devices kept, at any time, since they are state the window starts with.
 
 use crate::fasthash::FastMap;
-use crate::format::{Record, RecordKind};
+use crate::trace::format::{Record, RecordKind};
 use std::collections::HashMap;
 
 /// What to keep. Empty lists keep everything of that kind.
@@ -144,7 +144,7 @@ mod tests {
     fn rec(kind: RecordKind, thread: u16, time_ns: u64, ptr: u64) -> Record {
         Record {
             kind,
-            api: crate::format::Api::CudaMalloc,
+            api: crate::trace::format::Api::CudaMalloc,
             device: 0,
             status: 0,
             thread,

@@ -7,8 +7,8 @@
 use crate::config;
 use crate::engine::front::Front;
 use crate::engine::{FreeKind, MemoryBackend, Policy, SYNC_KEY};
-use crate::format::RecordKind;
-use crate::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::format::RecordKind;
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -182,7 +182,7 @@ fn replay(
     for r in reader {
         match r.kind {
             RecordKind::Alloc | RecordKind::AllocAsync if r.status == 0 && r.ptr != 0 => {
-                let device = if r.device == crate::format::DEVICE_UNKNOWN {
+                let device = if r.device == crate::trace::format::DEVICE_UNKNOWN {
                     0
                 } else {
                     r.device

@@ -3,8 +3,8 @@
 //! never with the length of the trace. Reports that need a moment found by a first pass (the
 //! peak) read the trace twice.
 
-use crate::format::{DEVICE_UNKNOWN, Record, RecordKind};
-use crate::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::format::{DEVICE_UNKNOWN, Record, RecordKind};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -278,7 +278,7 @@ pub fn replay_each(
 /// A call site as people read it: the first frames of its stack, innermost first.
 pub fn site_label(reader: &TraceReader, stack: u64) -> String {
     if stack >> 63 == 1 {
-        let api = crate::format::Api::from_u8((stack >> 48) as u8 & 0x7f).map_or("?", |a| a.name());
+        let api = crate::trace::format::Api::from_u8((stack >> 48) as u8 & 0x7f).map_or("?", |a| a.name());
         let why = if reader.has_stacks() {
             "no stack recorded for these allocations"
         } else {
@@ -290,7 +290,7 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
         Some(frames) if stack != 0 && !frames.is_empty() => frames
             .iter()
             .take(4)
-            .map(|&ip| crate::symbolize::describe(reader, ip))
+            .map(|&ip| crate::report::symbolize::describe(reader, ip))
             .collect::<Vec<_>>()
             .join(" < "),
         // Stacks were on (sampled, or this one not written yet): nothing to suggest.
@@ -410,7 +410,7 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
                     .stack(l.stack)
                     .map(|f| {
                         f.iter()
-                            .map(|&ip| crate::symbolize::describe(&reader, ip))
+                            .map(|&ip| crate::report::symbolize::describe(&reader, ip))
                             .collect()
                     })
                     .unwrap_or_else(|| vec!["(no stack)".to_string()]);

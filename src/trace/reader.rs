@@ -5,7 +5,7 @@
 //! neither, saying where. A file cut short (copied while written, a full disk) decodes up to its
 //! end, and the records it is missing are counted.
 
-use crate::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, header};
+use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, header};
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
@@ -144,7 +144,7 @@ pub struct TraceReader {
     /// Whether the file has been read to its end.
     drained: bool,
     /// The report's filter, if it keeps less than everything.
-    filtering: Option<crate::filter::Filtering>,
+    filtering: Option<crate::trace::filter::Filtering>,
     /// Whether frames are named from the binaries.
     symbols: bool,
     progress: Option<fn(u64, u64)>,
@@ -158,7 +158,7 @@ pub struct TraceReader {
 pub struct ReadOptions {
     /// The records to keep (the command's `--device`, `--from`, ... options); an empty filter
     /// keeps every record.
-    pub filter: crate::filter::Filter,
+    pub filter: crate::trace::filter::Filter,
     /// Whether frames are named from the binaries (`--no-symbols` turns it off: frames read
     /// `module+0xoffset`).
     pub symbols: bool,
@@ -170,7 +170,7 @@ impl Default for ReadOptions {
     /// Every record, frames named, no progress shown.
     fn default() -> ReadOptions {
         ReadOptions {
-            filter: crate::filter::Filter::default(),
+            filter: crate::trace::filter::Filter::default(),
             symbols: true,
             progress: None,
         }
@@ -275,7 +275,7 @@ impl TraceReader {
             latest_ns: 0,
             drained: false,
             filtering: (!opts.filter.is_empty())
-                .then(|| crate::filter::Filtering::new(opts.filter.clone())),
+                .then(|| crate::trace::filter::Filtering::new(opts.filter.clone())),
             symbols: opts.symbols,
             progress: opts.progress,
             since_progress: 0,
@@ -488,7 +488,7 @@ impl TraceReader {
                     self.stats.committed += 1;
                     let len = match r.kind {
                         RecordKind::String => (r.size as usize).min(format::STRING_MAX),
-                        RecordKind::Stack => (r.size as usize).min(crate::stack::MAX_FRAMES) * 8,
+                        RecordKind::Stack => (r.size as usize).min(crate::trace::stack::MAX_FRAMES) * 8,
                         RecordKind::Module => {
                             self.modules.insert(r.ptr, r.size);
                             0
