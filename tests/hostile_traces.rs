@@ -169,14 +169,14 @@ fn read_everything(path: &Path) {
         ..Default::default()
     };
     let _ = gpushim::report::summary::summarize(path, o);
-    let _ = gpushim::report::analysis::leaks(path, None, o);
-    let _ = gpushim::report::analysis::leaks(path, Some("step"), o);
-    if let Ok(peaks) = gpushim::report::analysis::peak(path, o) {
+    let _ = gpushim::report::leaks(path, None, o);
+    let _ = gpushim::report::leaks(path, Some("step"), o);
+    if let Ok(peaks) = gpushim::report::peak(path, o) {
         for p in &peaks {
             let _ = gpushim::export::flamegraph_svg(p, "t");
         }
     }
-    let _ = gpushim::report::analysis::oom(path, o);
+    let _ = gpushim::report::oom(path, o);
     let mut sink = Vec::new();
     let _ = gpushim::export::rmm_csv(path, &mut sink, o);
     let _ = gpushim::export::memory_viz(path, &mut sink, 4, o);

@@ -33,9 +33,11 @@ fn replaying_a_pass_through_run_under_a_policy_predicts_what_the_pool_did_under_
     ] {
         let off = trace_of_train_loop();
         let predicted =
-            &gpushim::report::simulate::simulate(&off, &[policy.into()], &Default::default()).unwrap()[1];
+            &gpushim::report::simulate::simulate(&off, &[policy.into()], &Default::default())
+                .unwrap()[1];
         let pooled = trace_of_train_loop_with(policy);
-        let actual = &gpushim::report::simulate::simulate(&pooled, &[], &Default::default()).unwrap()[0];
+        let actual =
+            &gpushim::report::simulate::simulate(&pooled, &[], &Default::default()).unwrap()[0];
         assert_eq!(
             (predicted.peak_reserved_bytes, predicted.device_allocations),
             (actual.peak_reserved_bytes, actual.device_allocations),

@@ -1,8 +1,8 @@
 //! `gpushim diff`: two traces side by side, call site by call site.
 
 use super::output::{fail, print_json};
-use gpushim::trace::reader::ReadOptions;
 use gpushim::report::summary::human_bytes;
+use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -16,7 +16,7 @@ pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode 
         Err(e) => return fail(e),
     };
     let peak = |t: &std::path::Path| {
-        gpushim::report::analysis::peak(t, opts).map(|p| p.iter().map(|x| x.live_bytes).sum::<u64>())
+        gpushim::report::peak(t, opts).map(|p| p.iter().map(|x| x.live_bytes).sum::<u64>())
     };
     let (pa, pb) = match (peak(a), peak(b)) {
         (Ok(x), Ok(y)) => (x, y),

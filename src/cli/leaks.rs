@@ -1,8 +1,8 @@
 //! `gpushim leaks`: what is still held, and what grows every iteration, by call site.
 
 use super::output::{fail, print_holders, print_json_set};
-use gpushim::trace::reader::ReadOptions;
 use gpushim::report::summary::human_bytes;
+use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -14,12 +14,12 @@ pub fn cmd_leaks(
 ) -> ExitCode {
     let mut all = Vec::new();
     for t in traces {
-        match gpushim::report::analysis::leaks(t, boundary, opts) {
+        match gpushim::report::leaks(t, boundary, opts) {
             Ok(l) => all.push((t.display().to_string(), l)),
             Err(e) => return fail(e),
         }
     }
-    let combined = gpushim::report::analysis::combine_leaks(&all);
+    let combined = gpushim::report::combine_leaks(&all);
     if json {
         print_json_set(&all, &combined);
         return ExitCode::SUCCESS;

@@ -18,8 +18,8 @@ mod top;
 
 use args::{Cli, Cmd};
 use clap::Parser;
-use gpushim::trace::reader::ReadOptions;
 use gpushim::report::summary::human_bytes;
+use gpushim::trace::reader::ReadOptions;
 use output::{fail, picture_kind, write_picture};
 use std::process::ExitCode;
 
@@ -77,7 +77,7 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
         },
         Cmd::Flamegraph { trace, output, .. } => match picture_kind(&output) {
             Err(e) => fail(e),
-            Ok(()) => match gpushim::report::analysis::peak(&trace, opts) {
+            Ok(()) => match gpushim::report::peak(&trace, opts) {
                 Ok(peaks) => match peaks.first() {
                     Some(p) => write_picture(
                         &output,

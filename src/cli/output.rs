@@ -16,7 +16,7 @@ pub fn print_json<T: serde::Serialize>(v: &T) {
 }
 
 /// One line per holder of memory: bytes, allocations, call site or range.
-pub fn print_holders(holders: &[gpushim::report::analysis::Holder], n: usize, indent: &str) {
+pub fn print_holders(holders: &[gpushim::report::Holder], n: usize, indent: &str) {
     for h in holders.iter().take(n) {
         println!(
             "{indent}{:>12} in {:>6}  {}",

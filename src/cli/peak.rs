@@ -1,20 +1,20 @@
 //! `gpushim peak`: the moment of most memory in use, and who held it.
 
 use super::output::{fail, print_holders, print_json_set};
-use gpushim::trace::reader::ReadOptions;
 use gpushim::report::summary::{self, human_bytes};
+use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub fn cmd_peak(traces: &[PathBuf], top: usize, json: bool, opts: &ReadOptions) -> ExitCode {
     let mut all = Vec::new();
     for t in traces {
-        match gpushim::report::analysis::peak(t, opts) {
+        match gpushim::report::peak(t, opts) {
             Ok(p) => all.push((t.display().to_string(), p)),
             Err(e) => return fail(e),
         }
     }
-    let combined = gpushim::report::analysis::combine_peaks(&all);
+    let combined = gpushim::report::combine_peaks(&all);
     if json {
         print_json_set(&all, &combined);
         return ExitCode::SUCCESS;

@@ -2,8 +2,8 @@
 
 use super::output::fail;
 use gpushim::config;
-use gpushim::trace::reader::ReadOptions;
 use gpushim::report::summary::{self, human_bytes};
+use gpushim::trace::reader::ReadOptions;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,8 +1,8 @@
 //! `gpushim simulate`: the trace replayed under other pool settings.
 
 use super::output::fail;
-use gpushim::trace::reader::ReadOptions;
 use gpushim::report::summary::human_bytes;
+use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;
 

@@ -1,8 +1,8 @@
 //! `gpushim summary`: calls, bytes, peaks and failures per API and device.
 
 use super::output::{fail, print_json};
-use gpushim::trace::reader::ReadOptions;
 use gpushim::report::summary::{self};
+use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -1,8 +1,8 @@
 //! `gpushim top`: a live view of a running program's trace, refreshed.
 
 use super::output::{fail, print_holders};
-use gpushim::trace::reader::ReadOptions;
 use gpushim::report::summary::{self, human_bytes};
+use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -60,7 +60,7 @@ pub fn cmd_top(
             }
             Err(e) => return fail(e),
         };
-        let l = match gpushim::report::analysis::leaks(trace, None, opts) {
+        let l = match gpushim::report::leaks(trace, None, opts) {
             Ok(l) => l,
             Err(e) => return fail(e),
         };

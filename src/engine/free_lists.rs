@@ -22,7 +22,11 @@ impl<B: Backend> Engine<B> {
     /// least `need` bytes that `key.stream` may use now (its own stream-ordered frees at once,
     /// others once their fences passed). Also says whether a fenced block would fit better.
     /// Allocates nothing.
-    pub(super) fn search(&mut self, key: PoolKey, need: u64) -> (Option<(u64, u64, PoolKey)>, bool) {
+    pub(super) fn search(
+        &mut self,
+        key: PoolKey,
+        need: u64,
+    ) -> (Option<(u64, u64, PoolKey)>, bool) {
         let Engine {
             free,
             blocks,

@@ -1,7 +1,7 @@
 //! The flame graph picture: bytes live at the peak by stack (SVG).
 
 use super::xml;
-use crate::report::analysis::Peak;
+use crate::report::Peak;
 use crate::report::summary::human_bytes;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -1,6 +1,6 @@
 //! PyTorch's memory_viz snapshot (a pickle) and a page that opens it in the viewer.
 
-use crate::report::analysis::{Change, Live, Replay, replay_each};
+use crate::report::{Change, Live, Replay, replay_each};
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadOptions, TraceReader};
 use serde::Serialize;
@@ -171,8 +171,8 @@ pub fn memory_viz(
     let segments = segments_of(&reader, &rp);
     let max_device = traces
         .keys()
-        .chain(rp.live_bytes.keys())
         .copied()
+        .chain(rp.peaks().map(|(d, _, _)| d))
         .max()
         .unwrap_or(0);
     let device_traces = (0..=max_device)
@@ -257,8 +257,9 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
         frames: frames(reader, l.stack),
     };
     let mut out = Vec::new();
+    let sorted = rp.live_in_order();
     if rp.segments.is_empty() {
-        for (&p, l) in &rp.live {
+        for &(p, l) in &sorted {
             out.push(VizSegment {
                 device: u64::from(l.device),
                 address: p,
@@ -282,7 +283,7 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
         let end = base.saturating_add(size);
         let mut at = base;
         let mut allocated = 0u64;
-        for (&p, l) in rp.live.range(base..end) {
+        for &(p, l) in crate::report::live::in_range(&sorted, base, end) {
             if p > at {
                 blocks.push(VizBlock {
                     address: at,

@@ -1,7 +1,7 @@
 //! Chrome trace event JSON, which Perfetto and chrome://tracing open.
 
 use super::aligned;
-use crate::report::analysis::{Change, replay_each};
+use crate::report::{Change, replay_each};
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadError, ReadOptions};
 use std::collections::HashMap;

@@ -1,10 +1,10 @@
 //! The timeline picture: live and reserved memory of every device over time (SVG).
 
 use super::{aligned, xml};
-use crate::report::analysis::{Change, replay_each};
+use crate::report::summary::human_bytes;
+use crate::report::{Change, replay_each};
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadError, ReadOptions};
-use crate::report::summary::human_bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 

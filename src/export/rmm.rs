@@ -1,6 +1,6 @@
 //! RMM's replay CSV (`rmm::detail::replay`'s input).
 
-use crate::report::analysis::{Change, replay_each};
+use crate::report::{Change, replay_each};
 use crate::trace::reader::{ReadError, ReadOptions};
 use std::io::Write;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Live bytes by call site at the end of a trace (what `gpushim diff` compares).
 
-use crate::report::analysis::{replay_each, site_label};
+use crate::report::{replay_each, site_label};
 use crate::trace::reader::{ReadError, ReadOptions};
 use std::collections::HashMap;
 use std::path::Path;
@@ -13,8 +13,8 @@ pub fn live_by_site(
     let (reader, rp) = replay_each(path, opts, |_, _, _, _| {})?;
     let mut by: HashMap<String, u64> = HashMap::new();
     for l in rp.all_live() {
-        *by.entry(site_label(&reader, crate::report::analysis::site_key(l)))
+        *by.entry(site_label(&reader, crate::report::site_key(l)))
             .or_default() += l.size;
     }
-    Ok((rp.live_bytes.values().sum(), by))
+    Ok((rp.total_live(), by))
 }

@@ -102,7 +102,10 @@ fn live_only(trace: &Path, opts: &ReadOptions) -> Result<LiveOnly, ReadError> {
 
 /// What the traced run had. A run with the shim's pool has segment records: its device
 /// allocations are the segments. A pass-through run's allocations were each a device
-/// allocation.
+/// allocation. Live bytes here are the requests a pool serves (`cudaMalloc`, `cuMemAlloc`
+/// and their stream-ordered forms, on every device together), the same input the replays
+/// below feed the engine, so the rows compare like with like; the device's live memory, with
+/// managed and VMM memory, is [`crate::report::live::Replay`]'s, which the other reports use.
 fn recorded(trace: &Path, opts: &ReadOptions) -> Result<Outcome, ReadError> {
     let reader = TraceReader::open_with(trace, opts)?;
     let (mut live, mut peak, mut calls, mut failed) = (0u64, 0u64, 0u64, 0u64);

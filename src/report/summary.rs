@@ -1,7 +1,8 @@
 //! `gpushim summary`: calls, bytes and failures per API, peak live memory per device, and the
 //! health of the trace itself (torn, lost, truncated, damaged).
 
-use crate::trace::format::{Record, RecordKind};
+use super::live::Replay;
+use crate::trace::format::RecordKind;
 use crate::trace::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -63,104 +64,12 @@ pub struct Summary {
     pub health: TraceHealth,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-enum Space {
-    /// Device virtual addresses: cudaMalloc, async, managed, pitch.
-    Device,
-    Host,
-    /// VMM physical allocation handles.
-    Physical,
-}
-
-#[derive(Clone, Copy)]
-struct Live {
-    size: u64,
-    device: u8,
-}
-
-/// Replays allocations and frees to know what is live; shared by the reports.
-#[derive(Default)]
-pub struct LiveSet {
-    live: crate::fasthash::FastMap<(Space, u64), Live>,
-    device_live: BTreeMap<u8, (u64, u64, u64)>, // live, peak, peak time
-    host_live: u64,
-    host_peak: u64,
-    unmatched_frees: u64,
-    /// VMM physical memory live per device (device memory the pool does not serve).
-    physical: BTreeMap<u8, u64>,
-}
-
-impl LiveSet {
-    pub fn apply(&mut self, r: &Record) {
-        if r.status != 0 {
-            return;
-        }
-        use RecordKind::*;
-        match r.kind {
-            Alloc | AllocAsync | ManagedAlloc if r.ptr != 0 => {
-                self.add(Space::Device, r.ptr, r.size, r.device, r.time_ns)
-            }
-            PhysCreate => self.add(Space::Physical, r.ptr, r.size, r.device, r.time_ns),
-            HostAlloc if r.ptr != 0 => self.add(Space::Host, r.ptr, r.size, r.device, r.time_ns),
-            Free | FreeAsync if r.ptr != 0 => self.remove(Space::Device, r.ptr),
-            PhysRelease => self.remove(Space::Physical, r.ptr),
-            HostFree if r.ptr != 0 => self.remove(Space::Host, r.ptr),
-            _ => {}
-        }
-    }
-
-    fn add(&mut self, space: Space, ptr: u64, size: u64, device: u8, t: u64) {
-        if let Some(old) = self.live.insert((space, ptr), Live { size, device }) {
-            // The previous owner of this address was freed by a route we did not see.
-            self.account(space, old.device, old.size, false, t);
-        }
-        self.account(space, device, size, true, t);
-    }
-
-    fn remove(&mut self, space: Space, ptr: u64) {
-        match self.live.remove(&(space, ptr)) {
-            Some(l) => self.account(space, l.device, l.size, false, 0),
-            None => self.unmatched_frees += 1,
-        }
-    }
-
-    fn account(&mut self, space: Space, device: u8, size: u64, add: bool, t: u64) {
-        if space == Space::Host {
-            if add {
-                self.host_live = self.host_live.saturating_add(size);
-                self.host_peak = self.host_peak.max(self.host_live);
-            } else {
-                self.host_live = self.host_live.saturating_sub(size);
-            }
-            return;
-        }
-        if space == Space::Physical {
-            let p = self.physical.entry(device).or_default();
-            *p = if add {
-                *p + size
-            } else {
-                p.saturating_sub(size)
-            };
-        }
-        let d = self.device_live.entry(device).or_default();
-        if add {
-            d.0 = d.0.saturating_add(size);
-            if d.0 > d.1 {
-                d.1 = d.0;
-                d.2 = t;
-            }
-        } else {
-            d.0 = d.0.saturating_sub(size);
-        }
-    }
-}
-
 pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> {
     let mut reader = TraceReader::open_with(path, opts)?;
     let info: TraceInfo = reader.info().clone();
     // Indexed by the API byte: no lookup on the per-record path.
     let mut apis: Vec<Option<ApiStats>> = vec![None; 256];
-    let mut live = LiveSet::default();
+    let mut live = Replay::default();
     let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
     let (mut first, mut last) = (u64::MAX, 0u64);
     let mut events = 0u64;
@@ -169,12 +78,12 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     // reserved is the pool's segments plus VMM physical memory (NCCL's buffers, say), which
     // the pool does not serve but which is held on the device all the same.
     let mut pool: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
-    let note_reserved = |pool: &mut BTreeMap<u8, (u64, u64, u64)>, live: &LiveSet, d: u8| {
+    let note_reserved = |pool: &mut BTreeMap<u8, (u64, u64, u64)>, live: &Replay, d: u8| {
         let Some(p) = pool.get_mut(&d) else {
             return;
         };
-        let physical = live.physical.get(&d).copied().unwrap_or(0);
-        let live_now = live.device_live.get(&d).map_or(0, |x| x.0);
+        let physical = live.physical_bytes.get(&d).copied().unwrap_or(0);
+        let live_now = live.live_on(d);
         if p.0 + physical > p.1 {
             p.1 = p.0 + physical;
             p.2 = live_now;
@@ -231,16 +140,14 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             a.bytes = a.bytes.saturating_add(r.size);
         }
     }
-    for ((space, _), l) in &live.live {
-        if *space != Space::Host {
-            *allocs_at_end.entry(l.device).or_default() += 1;
-        }
+    for l in live.all_live() {
+        *allocs_at_end.entry(l.device).or_default() += 1;
     }
     let stats: DecodeStats = reader.stats().clone();
     let devices = live
-        .device_live
-        .iter()
-        .map(|(&d, &(now, peak, t))| {
+        .peaks()
+        .map(|(d, peak, t)| {
+            let now = live.live_on(d);
             let (peak_reserved, live_then) = match pool.get(&d) {
                 Some(&(_, p, l)) => (p, l),
                 None => (peak, peak),

@@ -488,7 +488,9 @@ impl TraceReader {
                     self.stats.committed += 1;
                     let len = match r.kind {
                         RecordKind::String => (r.size as usize).min(format::STRING_MAX),
-                        RecordKind::Stack => (r.size as usize).min(crate::trace::stack::MAX_FRAMES) * 8,
+                        RecordKind::Stack => {
+                            (r.size as usize).min(crate::trace::stack::MAX_FRAMES) * 8
+                        }
                         RecordKind::Module => {
                             self.modules.insert(r.ptr, r.size);
                             0

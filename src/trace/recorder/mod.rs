@@ -18,14 +18,14 @@
 
 mod naming;
 
-pub use naming::{
-    ErrnoText, OpenError, OpenOptions, PatternError, errno_text, expand_pattern, format_int,
-};
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
 use core::cell::{Cell, UnsafeCell};
 use core::ptr;
 use core::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering,
+};
+pub use naming::{
+    ErrnoText, OpenError, OpenOptions, PatternError, errno_text, expand_pattern, format_int,
 };
 
 /// Bytes mapped at once. A multiple of every page size Linux uses (4 KiB to 64 KiB).

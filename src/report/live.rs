@@ -1,0 +1,409 @@
+//! The one replay of what is live that every report shares: allocations by address, VMM
+//! physical memory, the pool's segments, pinned host memory, peaks per device.
+
+use crate::trace::format::{DEVICE_UNKNOWN, Record, RecordKind};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// A live allocation as the replay knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Live {
+    pub size: u64,
+    pub device: u8,
+    /// Stack id (0: none recorded).
+    pub stack: u64,
+    /// String id of the innermost NVTX range of the allocating thread (0: none).
+    pub range: u64,
+    pub time_ns: u64,
+    pub thread: u16,
+    pub stream: u16,
+    pub api: u8,
+}
+
+/// The call-site key of an allocation: its stack id, or without a stack its API and size
+/// (flagged in the top bit).
+pub fn site_key(l: &Live) -> u64 {
+    if l.stack != 0 {
+        l.stack
+    } else {
+        (1 << 63) | (u64::from(l.api) << 48) | (l.size & ((1 << 48) - 1))
+    }
+}
+
+/// Live bytes on one device.
+#[derive(Clone, Copy, Default)]
+struct DeviceLive {
+    seen: bool,
+    bytes: u64,
+    peak: u64,
+    peak_time_ns: u64,
+}
+
+/// The allocation state of a trace at one moment, updated record by record.
+#[derive(Default)]
+pub struct Replay {
+    /// By address (hashed: the hot path of every report; [`Replay::live_in_order`] sorts).
+    pub live: crate::fasthash::FastMap<u64, Live>,
+    /// VMM physical allocations (`cuMemCreate`: NCCL's buffers, say) by handle: device memory
+    /// held, though not at an address of its own.
+    pub physical: HashMap<u64, Live>,
+    /// Per device (by ordinal): live bytes, physical allocations included; the most live at
+    /// once and the time it was first reached; whether the device was ever seen.
+    devices: Vec<DeviceLive>,
+    /// VMM physical bytes live per device (device memory the pool does not serve).
+    pub physical_bytes: BTreeMap<u8, u64>,
+    /// Pinned host allocations by address (`cudaMallocHost`, `cudaHostAlloc`): size.
+    pub host: crate::fasthash::FastMap<u64, u64>,
+    pub host_live: u64,
+    pub host_peak: u64,
+    /// Frees of addresses (or releases of handles) this trace never saw allocated: made before
+    /// tracing began, or by a route the trace missed.
+    pub unmatched_frees: u64,
+    /// The pool's segments (runs with the shim's pool): base -> (size, device).
+    pub segments: BTreeMap<u64, (u64, u8)>,
+    pub reserved: BTreeMap<u8, u64>,
+    /// The latest real free/total memory per device (`MemInfo` records).
+    pub mem_info: BTreeMap<u8, (u64, u64)>,
+    /// Per thread: the address of its latest allocation while a stack reference may still
+    /// follow it (0: none).
+    last_alloc: Vec<u64>,
+    /// Per thread: its open NVTX ranges, innermost last.
+    ranges: Vec<Vec<u64>>,
+    /// Records applied.
+    pub index: u64,
+    pub time_ns: u64,
+}
+
+/// What a record changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Alloc {
+        ptr: u64,
+        device: u8,
+    },
+    /// A VMM physical allocation on `device` was created or released.
+    Physical {
+        device: u8,
+    },
+    Free {
+        ptr: u64,
+        live: Live,
+    },
+    Other,
+}
+
+impl Replay {
+    /// What an allocation record makes live (an unknown device counts as device 0).
+    fn live_of(&self, r: &Record) -> Live {
+        Live {
+            size: r.size,
+            device: if r.device == DEVICE_UNKNOWN {
+                0
+            } else {
+                r.device
+            },
+            stack: 0,
+            range: self
+                .ranges
+                .get(r.thread as usize)
+                .and_then(|s| s.last().copied())
+                .unwrap_or(0),
+            time_ns: r.time_ns,
+            thread: r.thread,
+            stream: r.stream,
+            api: r.api as u8,
+        }
+    }
+
+    /// The live allocations sorted by address (for walking the blocks of a segment in order).
+    pub fn live_in_order(&self) -> Vec<(u64, &Live)> {
+        let mut v: Vec<(u64, &Live)> = self.live.iter().map(|(&p, l)| (p, l)).collect();
+        v.sort_unstable_by_key(|&(p, _)| p);
+        v
+    }
+
+    /// Everything live: allocations (in no particular order), then physical allocations.
+    pub fn all_live(&self) -> impl Iterator<Item = &Live> {
+        self.live.values().chain(self.physical.values())
+    }
+
+    /// Counts `size` bytes more live on `device` at time `t` (and the peak).
+    fn add_bytes(&mut self, device: u8, size: u64, t: u64) {
+        if self.devices.len() <= device as usize {
+            self.devices
+                .resize(device as usize + 1, DeviceLive::default());
+        }
+        let d = &mut self.devices[device as usize];
+        d.seen = true;
+        d.bytes = d.bytes.saturating_add(size);
+        if d.bytes > d.peak {
+            d.peak = d.bytes;
+            d.peak_time_ns = t;
+        }
+    }
+
+    fn sub_bytes(&mut self, device: u8, size: u64) {
+        if let Some(d) = self.devices.get_mut(device as usize) {
+            d.bytes = d.bytes.saturating_sub(size);
+        }
+    }
+
+    /// Per device that ever held memory, in order: (device, peak live bytes, time of the peak).
+    pub fn peaks(&self) -> impl Iterator<Item = (u8, u64, u64)> + '_ {
+        self.devices
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.seen)
+            .map(|(i, d)| (i as u8, d.peak, d.peak_time_ns))
+    }
+
+    /// Live bytes on every device together.
+    pub fn total_live(&self) -> u64 {
+        self.devices
+            .iter()
+            .map(|d| d.bytes)
+            .fold(0, u64::saturating_add)
+    }
+
+    fn add_physical(&mut self, device: u8, size: u64, add: bool) {
+        let v = self.physical_bytes.entry(device).or_default();
+        *v = if add {
+            v.saturating_add(size)
+        } else {
+            v.saturating_sub(size)
+        };
+    }
+
+    pub fn apply(&mut self, r: &Record) -> Change {
+        self.index += 1;
+        self.time_ns = self.time_ns.max(r.time_ns);
+        use RecordKind::*;
+        match r.kind {
+            Alloc | AllocAsync | ManagedAlloc if r.status == 0 && r.ptr != 0 => {
+                let l = self.live_of(r);
+                let device = l.device;
+                if let Some(old) = self.live.insert(r.ptr, l) {
+                    // Freed by a route the trace did not see.
+                    self.sub_bytes(old.device, old.size);
+                }
+                self.add_bytes(device, r.size, r.time_ns);
+                *slot(&mut self.last_alloc, r.thread) = r.ptr;
+                Change::Alloc { ptr: r.ptr, device }
+            }
+            PhysCreate if r.status == 0 => {
+                let l = Live {
+                    stream: 0,
+                    ..self.live_of(r)
+                };
+                let device = l.device;
+                if let Some(old) = self.physical.insert(r.ptr, l) {
+                    self.sub_bytes(old.device, old.size);
+                    self.add_physical(old.device, old.size, false);
+                }
+                self.add_bytes(device, r.size, r.time_ns);
+                self.add_physical(device, r.size, true);
+                Change::Physical { device }
+            }
+            PhysRelease if r.status == 0 => match self.physical.remove(&r.ptr) {
+                Some(l) => {
+                    self.sub_bytes(l.device, l.size);
+                    self.add_physical(l.device, l.size, false);
+                    Change::Physical { device: l.device }
+                }
+                None => {
+                    self.unmatched_frees += 1;
+                    Change::Other
+                }
+            },
+            Free | FreeAsync if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                match self.live.remove(&r.ptr) {
+                    Some(l) => {
+                        self.sub_bytes(l.device, l.size);
+                        Change::Free {
+                            ptr: r.ptr,
+                            live: l,
+                        }
+                    }
+                    None => {
+                        self.unmatched_frees += 1;
+                        Change::Other
+                    }
+                }
+            }
+            HostAlloc if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                if let Some(old) = self.host.insert(r.ptr, r.size) {
+                    self.host_live = self.host_live.saturating_sub(old);
+                }
+                self.host_live = self.host_live.saturating_add(r.size);
+                self.host_peak = self.host_peak.max(self.host_live);
+                Change::Other
+            }
+            HostFree if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                match self.host.remove(&r.ptr) {
+                    Some(size) => self.host_live = self.host_live.saturating_sub(size),
+                    None => self.unmatched_frees += 1,
+                }
+                Change::Other
+            }
+            StackRef => {
+                if let Some(p) = take_last(&mut self.last_alloc, r.thread)
+                    && let Some(l) = self.live.get_mut(&p)
+                {
+                    l.stack = r.ptr;
+                }
+                Change::Other
+            }
+            RangePush => {
+                slot(&mut self.ranges, r.thread).push(r.ptr);
+                Change::Other
+            }
+            RangePop => {
+                if let Some(s) = self.ranges.get_mut(r.thread as usize) {
+                    s.pop();
+                }
+                Change::Other
+            }
+            SegmentReserve => {
+                self.segments.insert(r.ptr, (r.size, r.device));
+                {
+                    let v = self.reserved.entry(r.device).or_default();
+                    *v = v.saturating_add(r.size);
+                }
+                Change::Other
+            }
+            SegmentRelease => {
+                self.segments.remove(&r.ptr);
+                let v = self.reserved.entry(r.device).or_default();
+                *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            MemInfo if r.status == 0 => {
+                let d = if r.device == DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                };
+                self.mem_info.insert(d, (r.ptr, r.size));
+                Change::Other
+            }
+            _ => {
+                // Any other record of the thread ends the window in which a StackRef belongs
+                // to its allocation.
+                if !matches!(r.kind, Stack | StackData | String | StringData | Module) {
+                    take_last(&mut self.last_alloc, r.thread);
+                }
+                Change::Other
+            }
+        }
+    }
+
+    pub fn live_on(&self, device: u8) -> u64 {
+        self.devices.get(device as usize).map_or(0, |d| d.bytes)
+    }
+
+    /// Reserved memory on a device: the pool's segments plus VMM physical memory (which the
+    /// pool does not serve), or (pass-through) what is live.
+    pub fn reserved_on(&self, device: u8) -> u64 {
+        if self.segments.is_empty() && self.reserved.is_empty() {
+            self.live_on(device)
+        } else {
+            let physical: u64 = self
+                .physical
+                .values()
+                .filter(|l| l.device == device)
+                .map(|l| l.size)
+                .sum();
+            self.reserved.get(&device).copied().unwrap_or(0) + physical
+        }
+    }
+
+    /// The largest free range inside the pool's segments of `device` (0 without a pool).
+    pub fn largest_free_block(&self, device: u8) -> u64 {
+        let sorted = self.live_in_order();
+        let mut best = 0;
+        for (&base, &(size, d)) in &self.segments {
+            if d != device {
+                continue;
+            }
+            // A hostile trace may name a segment that runs past 2^64: saturate.
+            let end = base.saturating_add(size);
+            let mut at = base;
+            for &(p, l) in in_range(&sorted, base, end) {
+                best = best.max(p.saturating_sub(at));
+                at = at.max(p.saturating_add(l.size));
+            }
+            best = best.max(end.saturating_sub(at));
+        }
+        best
+    }
+}
+
+/// Opens a trace, says where its damage is if any, and replays it through `f`.
+pub fn replay_each(
+    path: &Path,
+    opts: &ReadOptions,
+    mut f: impl FnMut(&TraceReader, &mut Replay, &Record, Change),
+) -> Result<(TraceReader, Replay), ReadError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
+    let mut replay = Replay::default();
+    while let Some(r) = reader.next() {
+        let c = replay.apply(&r);
+        f(&reader, &mut replay, &r, c);
+    }
+    Ok((reader, replay))
+}
+
+/// Replays the first `at` records, then the stack references that follow within a short window
+/// (a stack is recorded just after its allocation; other threads may come in between).
+pub(super) fn replay_until(reader: &mut TraceReader, at: u64) -> Replay {
+    let mut rp = Replay::default();
+    while rp.index < at {
+        let Some(r) = reader.next() else {
+            return rp;
+        };
+        rp.apply(&r);
+    }
+    for _ in 0..64 {
+        let Some(r) = reader.next() else {
+            break;
+        };
+        if r.kind == RecordKind::StackRef {
+            let index = rp.index;
+            rp.apply(&r);
+            rp.index = index;
+        }
+    }
+    rp
+}
+
+/// The entries of `sorted` (by address) whose address is in `base..end`.
+pub fn in_range<'a, 'b>(
+    sorted: &'b [(u64, &'a Live)],
+    base: u64,
+    end: u64,
+) -> &'b [(u64, &'a Live)] {
+    let from = sorted.partition_point(|&(p, _)| p < base);
+    let to = sorted.partition_point(|&(p, _)| p < end);
+    &sorted[from..to.max(from)]
+}
+
+/// The entry of `thread` in a per-thread table, made on first use.
+fn slot<T: Default>(table: &mut Vec<T>, thread: u16) -> &mut T {
+    let i = thread as usize;
+    if table.len() <= i {
+        table.resize_with(i + 1, T::default);
+    }
+    &mut table[i]
+}
+
+/// Takes the latest allocation of `thread` awaiting its stack, if any.
+fn take_last(table: &mut [u64], thread: u16) -> Option<u64> {
+    match table.get_mut(thread as usize) {
+        Some(p) if *p != 0 => Some(core::mem::take(p)),
+        _ => None,
+    }
+}

@@ -1,0 +1,112 @@
+//! `peak`: the moment of most live memory on each device, and who held it then.
+
+use super::live::{Change, replay_each, replay_until};
+use super::sites::{Holder, holders, merge_holders, range_label, site_label};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Peak {
+    pub device: u8,
+    pub live_bytes: u64,
+    pub reserved_bytes: u64,
+    pub time_ns: u64,
+    pub by_call_site: Vec<Holder>,
+    pub by_range: Vec<Holder>,
+    /// Live allocations at the peak, with their stacks (for flame graphs).
+    #[serde(skip)]
+    pub stacks: Vec<(Vec<String>, u64)>,
+}
+
+/// The moment of peak live memory on each device, and what was live then.
+pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
+    // Pass 1: when each device peaked (the first record reaching its maximum).
+    // (live bytes, record index, time of the record that made the peak)
+    let mut best: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
+    replay_each(path, opts, |_, rp, r, c| {
+        if let Change::Alloc { device, .. } | Change::Physical { device } = c {
+            let live = rp.live_on(device);
+            let e = best.entry(device).or_insert((0, 0, 0));
+            if live > e.0 {
+                *e = (live, rp.index, r.time_ns);
+            }
+        }
+    })?;
+    let mut out = Vec::new();
+    for (&device, &(_, at, peak_time)) in &best {
+        let mut reader = TraceReader::open_with(path, opts)?;
+        let rp = replay_until(&mut reader, at);
+        let in_order = rp.live_in_order();
+        let stacks = in_order
+            .iter()
+            .map(|&(_, l)| l)
+            .chain(rp.physical.values())
+            .filter(|l| l.device == device)
+            .map(|l| {
+                let frames = reader
+                    .stack(l.stack)
+                    .map(|f| {
+                        f.iter()
+                            .map(|&ip| crate::report::symbolize::describe(&reader, ip))
+                            .collect()
+                    })
+                    .unwrap_or_else(|| vec!["(no stack)".to_string()]);
+                (frames, l.size)
+            })
+            .collect();
+        out.push(Peak {
+            device,
+            live_bytes: rp.live_on(device),
+            reserved_bytes: rp.reserved_on(device),
+            // The allocation that made the peak, not the stack records read after it.
+            time_ns: peak_time,
+            by_call_site: holders(
+                rp.all_live(),
+                Some(device),
+                |l| l.stack,
+                |k| site_label(&reader, k),
+            ),
+            by_range: holders(
+                rp.all_live(),
+                Some(device),
+                |l| l.range,
+                |k| range_label(&reader, k),
+            ),
+            stacks,
+        });
+    }
+    Ok(out)
+}
+
+/// The peaks of a job's traces (one per rank) together.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobPeak {
+    pub traces: usize,
+    /// Every device's peak added up: what the job needs if the peaks coincide.
+    pub sum_of_peaks: u64,
+    pub largest_trace: String,
+    pub largest_device: u8,
+    pub largest_bytes: u64,
+    /// What was live at each device's peak, added up over the job.
+    pub by_call_site: Vec<Holder>,
+    pub by_range: Vec<Holder>,
+}
+
+pub fn combine_peaks(all: &[(String, Vec<Peak>)]) -> JobPeak {
+    let peaks = || {
+        all.iter()
+            .flat_map(|(t, ps)| ps.iter().map(move |p| (t, p)))
+    };
+    let largest = peaks().max_by_key(|(_, p)| p.live_bytes);
+    JobPeak {
+        traces: all.len(),
+        sum_of_peaks: peaks().map(|(_, p)| p.live_bytes).sum(),
+        largest_trace: largest.map_or(String::new(), |(t, _)| t.clone()),
+        largest_device: largest.map_or(0, |(_, p)| p.device),
+        largest_bytes: largest.map_or(0, |(_, p)| p.live_bytes),
+        by_call_site: merge_holders(peaks().flat_map(|(_, p)| &p.by_call_site)),
+        by_range: merge_holders(peaks().flat_map(|(_, p)| &p.by_range)),
+    }
+}

@@ -1,0 +1,102 @@
+//! Who holds memory: call sites and NVTX ranges named from the trace, and holders merged
+//! across traces.
+
+use super::live::Live;
+use crate::trace::reader::TraceReader;
+use serde::Serialize;
+use std::collections::HashMap;
+
+/// A call site as people read it: the first frames of its stack, innermost first.
+pub fn site_label(reader: &TraceReader, stack: u64) -> String {
+    if stack >> 63 == 1 {
+        let api = crate::trace::format::Api::from_u8((stack >> 48) as u8 & 0x7f)
+            .map_or("?", |a| a.name());
+        let why = if reader.has_stacks() {
+            "no stack recorded for these allocations"
+        } else {
+            "no stack: record with GPUSHIM_CONF=stacks:on"
+        };
+        return format!("{api} of {} B ({why})", stack & ((1 << 48) - 1));
+    }
+    match reader.stack(stack) {
+        Some(frames) if stack != 0 && !frames.is_empty() => frames
+            .iter()
+            .take(4)
+            .map(|&ip| crate::report::symbolize::describe(reader, ip))
+            .collect::<Vec<_>>()
+            .join(" < "),
+        // Stacks were on (sampled, or this one not written yet): nothing to suggest.
+        _ if reader.has_stacks() => "(no stack recorded for these allocations)".into(),
+        _ => "(no stack: record with GPUSHIM_CONF=stacks:on)".into(),
+    }
+}
+
+pub fn range_label(reader: &TraceReader, range: u64) -> String {
+    if range == 0 {
+        "(no NVTX range)".into()
+    } else {
+        reader
+            .string(range)
+            .unwrap_or("(unnamed range)")
+            .to_string()
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    pub label: String,
+    pub bytes: u64,
+    pub allocations: u64,
+}
+
+pub(super) fn holders<'a>(
+    live: impl Iterator<Item = &'a Live>,
+    device: Option<u8>,
+    key: impl Fn(&Live) -> u64,
+    label: impl Fn(u64) -> String,
+) -> Vec<Holder> {
+    let mut by: HashMap<u64, (u64, u64)> = HashMap::new();
+    for l in live.filter(|l| device.is_none_or(|d| l.device == d)) {
+        let e = by.entry(key(l)).or_default();
+        e.0 = e.0.saturating_add(l.size);
+        e.1 += 1;
+    }
+    // Two stacks that read the same (frames beyond the first four differ) are one row.
+    let mut merged: HashMap<String, (u64, u64)> = HashMap::new();
+    for (k, (bytes, allocations)) in by {
+        let e = merged.entry(label(k)).or_default();
+        e.0 = e.0.saturating_add(bytes);
+        e.1 += allocations;
+    }
+    let mut v: Vec<Holder> = merged
+        .into_iter()
+        .map(|(label, (bytes, allocations))| Holder {
+            label,
+            bytes,
+            allocations,
+        })
+        .collect();
+    v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.label.cmp(&b.label)));
+    v
+}
+
+/// Holders of several traces added up by label (a call site is labelled by module and offset,
+/// so the same code in every rank has the same label).
+pub fn merge_holders<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<Holder> {
+    let mut by: HashMap<&str, (u64, u64)> = HashMap::new();
+    for h in holders {
+        let e = by.entry(h.label.as_str()).or_default();
+        e.0 = e.0.saturating_add(h.bytes);
+        e.1 += h.allocations;
+    }
+    let mut out: Vec<Holder> = by
+        .into_iter()
+        .map(|(label, (bytes, allocations))| Holder {
+            label: label.to_string(),
+            bytes,
+            allocations,
+        })
+        .collect();
+    out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.label.cmp(&b.label)));
+    out
+}
