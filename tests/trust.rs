@@ -473,6 +473,24 @@ fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
         }
         assert!(layout.contains(&name), "the layout leaves out {name}");
     }
+    // ... and is the map of both crates: every module folder and every top-level source file.
+    for root in ["src", "shim/src"] {
+        for entry in std::fs::read_dir(repo().join(root)).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let shown = if entry.file_type().unwrap().is_dir() {
+                format!("{name}/")
+            } else if name == "lib.rs" {
+                continue;
+            } else {
+                name.clone()
+            };
+            assert!(
+                layout.contains(&shown),
+                "the layout's map leaves out {root}/{shown}"
+            );
+        }
+    }
     for entry in std::fs::read_dir(repo().join("scripts")).unwrap() {
         let name = entry.unwrap().file_name().to_string_lossy().into_owned();
         if name.ends_with(".sh") {
