@@ -40,8 +40,11 @@ pub struct Conf {
     pub limit: u64,
     /// Largest trace file, in bytes; records past it are dropped and counted as lost.
     pub trace_max: u64,
-    /// Record the call stack of one memory call in this many (per thread); 0 for none.
+    /// Record the native call stack of one memory call in this many (per thread); 0 for none.
     pub stack_every: u32,
+    /// Record the Python frames (file, line, function) of every allocation made by a thread
+    /// running Python.
+    pub python_frames: bool,
     /// Cached memory with nothing allocated in it for this long (ns) goes back to the device;
     /// `u64::MAX` keeps it; 0 gives a segment back at the synchronous free that empties it.
     pub trim_ns: u64,
@@ -63,6 +66,7 @@ impl Conf {
         limit: 0,
         trace_max: 16 * GIB,
         stack_every: 0,
+        python_frames: true,
         trim_ns: 1_000_000_000,
         trim_auto: true,
     };
@@ -121,9 +125,9 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "stacks",
-        accepted: "off, on, or N (one call in N per thread)",
-        default: "off",
-        meaning: "record the call stack of memory calls (raw addresses, symbolized offline)",
+        accepted: "python, native, on (both), N (Python frames, and native stacks of one call in N per thread), or off",
+        default: "python",
+        meaning: "what call stacks to record: python, the Python frames (file, line, function) of each allocation by a thread running CPython 3.9-3.13 (no Python frames where they cannot be read safely); native, the return addresses of each memory call (symbolized offline)",
     },
     KeyDoc {
         key: "trace_max",
@@ -338,10 +342,15 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
                     .ok_or_else(bad)?
             }
             "stacks" => {
-                conf.stack_every = match value {
-                    "off" => 0,
-                    "on" => 1,
-                    n => n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?,
+                (conf.stack_every, conf.python_frames) = match value {
+                    "off" => (0, false),
+                    "python" => (0, true),
+                    "native" => (1, false),
+                    "on" => (1, true),
+                    n => (
+                        n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?,
+                        true,
+                    ),
                 }
             }
             _ => return Err(ConfError::UnknownKey(key)),
@@ -380,6 +389,13 @@ mod tests {
         assert_eq!(c.limit, 24 * GIB);
         assert_eq!(c.trace_max, GIB);
         assert_eq!(parse_strict("stacks:on").unwrap().stack_every, 1);
+        let c = parse_strict("stacks:native").unwrap();
+        assert_eq!((c.stack_every, c.python_frames), (1, false));
+        let c = parse_strict("stacks:python").unwrap();
+        assert_eq!((c.stack_every, c.python_frames), (0, true));
+        let c = parse_strict("stacks:off").unwrap();
+        assert_eq!((c.stack_every, c.python_frames), (0, false));
+        assert!(parse_strict("").unwrap().python_frames, "Python frames are on by default");
         assert_eq!(parse_strict("stacks:100").unwrap().stack_every, 100);
         assert!(parse_strict("stacks:0").is_err());
     }

@@ -51,6 +51,10 @@ pub struct Reading {
     /// No progress bar on long reads.
     #[arg(long)]
     quiet: bool,
+    /// Show native frames after the Python frames of stacks that have both (stacks without
+    /// Python frames always show their native frames).
+    #[arg(long)]
+    native_frames: bool,
 }
 
 impl Reading {
@@ -85,6 +89,7 @@ impl Reading {
             filter,
             symbols: !self.no_symbols,
             progress,
+            native_frames: self.native_frames,
         })
     }
 }

@@ -57,9 +57,7 @@ struct Snapshot {
 }
 
 fn frames(reader: &TraceReader, stack: u64) -> Vec<Frame> {
-    reader
-        .stack(stack)
-        .unwrap_or(&[])
+    crate::report::sites::shown_frames(reader, reader.stack(stack).unwrap_or(&[]))
         .iter()
         .map(|&ip| {
             let f = crate::report::symbolize::frame(reader, ip);

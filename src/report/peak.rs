@@ -48,7 +48,8 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
                 let frames = reader
                     .stack(l.stack)
                     .map(|f| {
-                        f.iter()
+                        crate::report::sites::shown_frames(&reader, f)
+                            .iter()
                             .map(|&ip| crate::report::symbolize::describe(&reader, ip))
                             .collect()
                     })

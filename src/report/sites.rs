@@ -19,12 +19,23 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
         return format!("{api} of {} B ({why})", stack & ((1 << 48) - 1));
     }
     match reader.stack(stack) {
-        Some(frames) if stack != 0 && !frames.is_empty() => frames
-            .iter()
-            .take(4)
-            .map(|&ip| crate::report::symbolize::describe(reader, ip))
-            .collect::<Vec<_>>()
-            .join(" < "),
+        Some(frames) if stack != 0 && !frames.is_empty() => {
+            let shown = shown_frames(reader, frames);
+            let mut parts: Vec<String> = shown
+                .iter()
+                .take(4)
+                .map(|&ip| crate::report::symbolize::describe(reader, ip))
+                .collect();
+            // Allocations made inside libraries (torch.nn, transformers) name the program's own
+            // line that led there, however deep.
+            let python = |ip: &u64| crate::report::symbolize::frame(reader, *ip);
+            if shown.iter().take(4).all(|ip| !is_program_frame(&python(ip)))
+                && let Some(own) = shown.iter().skip(4).map(python).find(is_program_frame)
+            {
+                parts.push(format!("\u{2026} < {}", own.label()));
+            }
+            parts.join(" < ")
+        }
         // Stacks were on (sampled, or this one not written yet): nothing to suggest.
         _ if reader.has_stacks() => "(no stack recorded for these allocations)".into(),
         _ => "(no stack: record with GPUSHIM_CONF=stacks:on)".into(),
@@ -99,4 +110,23 @@ pub fn merge_holders<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<H
         .collect();
     out.sort_by(|a, b| b.bytes.cmp(&a.bytes).then_with(|| a.label.cmp(&b.label)));
     out
+}
+
+/// The frames a report shows of a stack: its Python frames (innermost first) and, when the
+/// reader asks for them or there are no Python frames, its native frames.
+pub fn shown_frames(reader: &TraceReader, frames: &[u64]) -> Vec<u64> {
+    let python = frames
+        .iter()
+        .take_while(|&&f| crate::trace::format::as_py_frame(f).is_some())
+        .count();
+    if python == 0 || reader.native_frames() {
+        frames.to_vec()
+    } else {
+        frames[..python].to_vec()
+    }
+}
+
+/// A Python frame in the program's own files (see [`crate::report::symbolize::is_program_file`]).
+fn is_program_frame(f: &crate::report::symbolize::FrameInfo) -> bool {
+    f.python && f.file.as_deref().is_some_and(crate::report::symbolize::is_program_file)
 }

@@ -41,12 +41,22 @@ pub struct FrameInfo {
     pub function: Option<String>,
     pub file: Option<String>,
     pub line: Option<u32>,
+    /// A Python frame: `file` is the source file's path, `function` its qualified name.
+    pub python: bool,
 }
 
 impl FrameInfo {
     /// `function (file:line)`, `function (module+0xoffset)`, `module+0xoffset` or the bare
     /// address. Without a line the offset stays, so two call sites in one function read apart.
     pub fn label(&self) -> String {
+        if self.python {
+            return format!(
+                "{}:{} in {}",
+                short_path(self.file.as_deref().unwrap_or("?")),
+                self.line.unwrap_or(0),
+                self.function.as_deref().unwrap_or("?")
+            );
+        }
         match (&self.function, &self.file, self.line, &self.module) {
             (Some(f), Some(file), Some(line), _) => format!("{f} ({file}:{line})"),
             (Some(f), _, _, Some(m)) => format!("{f} ({m}+{:#x})", self.offset),
@@ -55,6 +65,30 @@ impl FrameInfo {
             (None, _, _, None) => format!("{:#x}", self.offset),
         }
     }
+}
+
+/// A Python source path as reports show it: inside an installed package, from the package on
+/// (`torch/nn/modules/linear.py`); in the standard library, from there on; else the file name.
+pub fn short_path(file: &str) -> &str {
+    for marker in ["/site-packages/", "/dist-packages/"] {
+        if let Some(i) = file.rfind(marker) {
+            return &file[i + marker.len()..];
+        }
+    }
+    if let Some(i) = file.find("/lib/python3") {
+        let rest = &file[i + 5..];
+        return rest.split_once('/').map_or(rest, |(_, r)| r);
+    }
+    file.rsplit('/').next().unwrap_or(file)
+}
+
+/// Whether a Python file is the program's own: not in an installed package, not in the
+/// standard library, not frozen or generated (`<frozen ...>`, `<string>`).
+pub fn is_program_file(file: &str) -> bool {
+    !(file.contains("/site-packages/")
+        || file.contains("/dist-packages/")
+        || file.contains("/lib/python3")
+        || file.starts_with('<'))
 }
 
 /// A module's function symbols with their sizes, sorted by address: a name is given only to an
@@ -104,6 +138,18 @@ thread_local! {
 
 /// The frame at return address `ip`.
 pub fn frame(reader: &TraceReader, ip: u64) -> FrameInfo {
+    if let Some((id, line)) = crate::trace::format::as_py_frame(ip) {
+        let text = reader.string(id).unwrap_or("");
+        let (file, function) = text.split_once('\0').unwrap_or((text, ""));
+        let or_unknown = |s: &str| if s.is_empty() { "?".to_string() } else { s.to_string() };
+        return FrameInfo {
+            file: Some(or_unknown(file)),
+            function: Some(or_unknown(function)),
+            line: Some(line),
+            python: true,
+            ..FrameInfo::default()
+        };
+    }
     let Some((base, path)) = reader.module_of(ip) else {
         return FrameInfo {
             offset: ip,

@@ -147,6 +147,7 @@ pub struct TraceReader {
     filtering: Option<crate::trace::filter::Filtering>,
     /// Whether frames are named from the binaries.
     symbols: bool,
+    native_frames: bool,
     progress: Option<fn(u64, u64)>,
     /// Records returned since the progress hook was last called.
     since_progress: u32,
@@ -164,6 +165,9 @@ pub struct ReadOptions {
     pub symbols: bool,
     /// Called as `progress(records read, records in the file)` every million records.
     pub progress: Option<fn(u64, u64)>,
+    /// Whether stacks with Python frames show their native frames too (after the Python
+    /// ones); without Python frames a stack always shows its native frames.
+    pub native_frames: bool,
 }
 
 impl Default for ReadOptions {
@@ -173,6 +177,7 @@ impl Default for ReadOptions {
             filter: crate::trace::filter::Filter::default(),
             symbols: true,
             progress: None,
+            native_frames: false,
         }
     }
 }
@@ -278,6 +283,7 @@ impl TraceReader {
                 .then(|| crate::trace::filter::Filtering::new(opts.filter.clone())),
             symbols: opts.symbols,
             progress: opts.progress,
+            native_frames: opts.native_frames,
             since_progress: 0,
         })
     }
@@ -285,6 +291,12 @@ impl TraceReader {
     /// Whether frames are to be named from the binaries (see [`ReadOptions::symbols`]).
     pub fn symbols(&self) -> bool {
         self.symbols
+    }
+
+    /// Whether stacks with Python frames show their native frames too (see
+    /// [`ReadOptions::native_frames`]).
+    pub fn native_frames(&self) -> bool {
+        self.native_frames
     }
 
     pub fn info(&self) -> &TraceInfo {

@@ -1,7 +1,11 @@
 //! Call stacks as raw instruction pointers, captured without allocating; symbolized offline.
 
-/// The most frames kept per stack.
-pub const MAX_FRAMES: usize = 32;
+/// The most frames kept per stack: Python frames and native ones together.
+pub const MAX_FRAMES: usize = 64;
+/// The most native frames captured per stack.
+pub const NATIVE_FRAMES: usize = 32;
+/// The most Python frames captured per stack.
+pub const PYTHON_FRAMES: usize = 32;
 
 /// Captures the calling thread's return addresses into `out`, skipping the innermost `skip`
 /// frames (the recorder's own). Returns how many were written. Allocates nothing and takes no

@@ -1,5 +1,6 @@
 //! Recording from the hooks: the process's trace, opened on its first CUDA memory call.
 
+pub mod python;
 pub mod stacks;
 
 use crate::cuda::real;
@@ -48,7 +49,7 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
     append(kind, api, rc, ptr, size, device, thread, stream_index);
     // The pool's own decisions follow the call that caused them, which has the stack.
     if api != Api::Shim {
-        crate::trace::stacks::maybe_record(thread);
+        crate::trace::stacks::maybe_record(thread, kind);
     }
 }
 
@@ -209,7 +210,7 @@ fn open_trace() {
         ));
         return;
     }
-    crate::trace::stacks::on_open(conf.stack_every);
+    crate::trace::stacks::on_open(conf.stack_every, conf.python_frames);
     install_sigbus_handler();
     // The grower keeps the next chunks of the file mapped and populated, so producers take no
     // page faults. Without it (spawn failed) producers map chunks themselves: slower, correct.

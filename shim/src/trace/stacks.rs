@@ -8,10 +8,12 @@ use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind};
-use gpushim_core::trace::stack::{self, MAX_FRAMES};
+use gpushim_core::trace::stack::{self, MAX_FRAMES, NATIVE_FRAMES, PYTHON_FRAMES};
 
-/// One memory call in this many gets its stack; 0 for none. Set when the trace opens.
+/// One memory call in this many gets its native stack; 0 for none. Set when the trace opens.
 pub static EVERY: AtomicU32 = AtomicU32::new(0);
+/// Whether allocations get their Python frames. Set when the trace opens.
+pub static PYTHON: AtomicBool = AtomicBool::new(false);
 
 const MAX_MODULES: usize = 1024;
 /// Address ranges of the modules written to the trace: [start, end) pairs.
@@ -29,43 +31,70 @@ thread_local! {
 
 /// Called at trace open: forget the modules of any earlier trace (a forked child's parent)
 /// and write the current module map if stacks are on.
-pub fn on_open(every: u32) {
+pub fn on_open(every: u32, python: bool) {
     EVERY.store(every, Ordering::Relaxed);
+    PYTHON.store(python, Ordering::Relaxed);
     COUNT.store(0, Ordering::Relaxed);
     if every != 0 {
         scan_modules();
     }
 }
 
-/// Records the calling thread's stack after its record, if this call is sampled.
-pub fn maybe_record(thread: u16) {
+/// Whether a record makes memory live (the calls whose Python frames are worth their cost).
+fn allocates(kind: RecordKind) -> bool {
+    use RecordKind::*;
+    matches!(
+        kind,
+        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve
+    )
+}
+
+/// Records the calling thread's stack after its record: its Python frames (allocations by a
+/// thread running Python), then its native frames if this call is sampled.
+pub fn maybe_record(thread: u16, kind: RecordKind) {
     let every = EVERY.load(Ordering::Relaxed);
-    if every == 0 {
-        return;
-    }
-    let n = CALLS
-        .try_with(|c| {
-            let v = c.get().wrapping_add(1);
-            c.set(v);
-            v
-        })
-        .unwrap_or(0);
-    if n % every != 0 {
+    let python = PYTHON.load(Ordering::Relaxed) && allocates(kind);
+    let native = every != 0 && {
+        let n = CALLS
+            .try_with(|c| {
+                let v = c.get().wrapping_add(1);
+                c.set(v);
+                v
+            })
+            .unwrap_or(0);
+        n % every == 0
+    };
+    if !python && !native {
         return;
     }
     let mut frames = [0u64; MAX_FRAMES + 8];
-    let n = stack::capture(0, &mut frames);
-    let (lo, hi) = (
-        SELF_START.load(Ordering::Relaxed),
-        SELF_END.load(Ordering::Relaxed),
-    );
-    let first = frames[..n]
-        .iter()
-        .position(|ip| !(lo..hi).contains(ip))
-        .unwrap_or(n);
-    let frames = &frames[first..n];
+    let py = if python {
+        crate::trace::python::capture(&mut frames[..PYTHON_FRAMES])
+    } else {
+        0
+    };
+    let mut total = py;
+    if native {
+        let room = &mut frames[py..py + NATIVE_FRAMES + 8];
+        let n = stack::capture(0, room);
+        let (lo, hi) = (
+            SELF_START.load(Ordering::Relaxed),
+            SELF_END.load(Ordering::Relaxed),
+        );
+        let first = room[..n]
+            .iter()
+            .position(|ip| !(lo..hi).contains(ip))
+            .unwrap_or(n);
+        let kept = (n - first).min(NATIVE_FRAMES);
+        room.copy_within(first..first + kept, 0);
+        total = py + kept;
+    }
+    if total == 0 {
+        return;
+    }
+    let frames = &frames[..total];
     let (id, new) = RECORDER.intern_stack(frames);
-    if new && frames.iter().any(|&ip| !known(ip)) {
+    if new && frames[py..].iter().any(|&ip| !known(ip)) {
         scan_modules();
     }
     RECORDER.append(&Record {

@@ -81,9 +81,10 @@ pub const MAX_CHUNKS: usize = 4096;
 pub const MIN_TRACE_BYTES: u64 = (HEADER_SIZE + RECORD_SIZE) as u64;
 /// Longest trace path, including the terminating NUL.
 pub const PATH_CAP: usize = 4096;
-/// Distinct strings (NVTX messages, module paths) the interning table holds; later ones get
+/// Distinct strings (NVTX messages, module paths, Python files and functions) the interning
+/// table holds; later ones get
 /// id 0.
-pub const STRING_SLOTS: usize = 4096;
+pub const STRING_SLOTS: usize = 16384;
 /// Distinct call stacks the interning table holds; later ones get id 0.
 pub const STACK_SLOTS: usize = 16384;
 /// Streams the interning table can name; later streams are recorded as [`STREAM_OVERFLOW`].

@@ -1,0 +1,636 @@
+//! Python frames for the trace: when the allocating thread runs CPython (3.9 to 3.13, found in
+//! the process at run time; nothing linked, no package, no code change), the file, line and
+//! function of each of its frames, innermost first.
+//!
+//! A CUDA allocation usually comes from C code that released the GIL (PyTorch's operators do,
+//! ctypes does), so the frames cannot be asked for through the C API, which needs the GIL, and
+//! the GIL is never taken here (taking it inside an allocator deadlocks against a thread that
+//! holds it and waits for the allocator). Instead the thread's own frame chain is read the way
+//! py-spy reads it: the thread is inside a C call, so no Python code of its own runs and its
+//! frames cannot change under us; another thread may only attach frame objects to them, which
+//! the walk does not read. The layouts of the few fields read (`docs/cuda-facts.md` says where
+//! they were measured) are per minor version, from CPython's own headers:
+//!
+//! - the thread state: `PyGILState_GetThisThreadState()`, the calling thread's own (never the
+//!   GIL holder's); its current frame (`frame`, `cframe->current_frame` or `current_frame`);
+//! - each frame's code object, instruction and caller (`PyFrameObject` up to 3.10,
+//!   `_PyInterpreterFrame` from 3.11; frames owned by the C stack are skipped);
+//! - each code object's file name, (qualified) name and line table, the line found with
+//!   `PyCode_Addr2Line`, which only reads;
+//! - string contents as CPython stores them (compact ASCII, or UTF-8 when cached, else UCS).
+//!
+//! Nothing is trusted: every code object and string must have CPython's own type object
+//! (`PyCode_Type`, `PyUnicode_Type`), or the walk stops. The first captures of a process read
+//! memory through a pipe (`write` answers EFAULT for an address that is not mapped, where a
+//! load would crash); only after they validate does the walk read directly. A layout that does
+//! not validate turns Python frames off for the process, said once. No Python frames either
+//! while the interpreter starts or finalizes, in a process with sub-interpreters, on a thread
+//! that has no thread state, or on free-threaded builds (3.13t).
+
+use crate::cuda::real;
+use crate::os::say;
+use crate::trace::RECORDER;
+use core::cell::UnsafeCell;
+use core::ffi::{CStr, c_char, c_int, c_void};
+use core::mem::MaybeUninit;
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use gpushim_core::trace::format::{STRING_MAX, py_frame};
+
+type Getter = unsafe extern "C" fn() -> usize;
+type Flag = unsafe extern "C" fn() -> c_int;
+
+/// Where the fields the walk reads lie, for one minor version (x86_64 and aarch64 Linux,
+/// release builds; measured with `offsetof` on each version's headers).
+#[derive(Clone, Copy)]
+struct Layout {
+    /// Thread state -> current frame (through `cframe` in 3.11 and 3.12).
+    tstate_frame: usize,
+    cframe_frame: Option<usize>,
+    frame_code: usize,
+    frame_back: usize,
+    /// `f_lasti` (an int) up to 3.10; the instruction pointer from 3.11.
+    frame_instr: usize,
+    /// `owner` (a char) from 3.11.
+    frame_owner: Option<usize>,
+    code_filename: usize,
+    /// `co_qualname` from 3.11, else `co_name`.
+    code_name: usize,
+    code_firstlineno: usize,
+    code_linetable: usize,
+    /// Where the bytecode starts (`co_code_adaptive`) from 3.11.
+    code_adaptive: usize,
+    ascii_size: usize,
+    compact_size: usize,
+    compact_utf8: usize,
+    compact_utf8_length: usize,
+}
+
+const fn layout(minor: u32) -> Option<Layout> {
+    let (ascii_size, compact_size, compact_utf8, compact_utf8_length) = if minor >= 12 {
+        (40, 56, 48, 40)
+    } else {
+        (48, 72, 56, 48)
+    };
+    let base = Layout {
+        tstate_frame: 24,
+        cframe_frame: None,
+        frame_code: 32,
+        frame_back: 24,
+        frame_instr: 104,
+        frame_owner: None,
+        code_filename: 104,
+        code_name: 112,
+        code_firstlineno: 40,
+        code_linetable: 120,
+        code_adaptive: 0,
+        ascii_size,
+        compact_size,
+        compact_utf8,
+        compact_utf8_length,
+    };
+    match minor {
+        9 => Some(base),
+        10 => Some(Layout {
+            frame_instr: 96,
+            ..base
+        }),
+        11 => Some(Layout {
+            tstate_frame: 56,
+            cframe_frame: Some(8),
+            frame_code: 32,
+            frame_back: 48,
+            frame_instr: 56,
+            frame_owner: Some(69),
+            code_filename: 112,
+            code_name: 128,
+            code_firstlineno: 72,
+            code_linetable: 136,
+            code_adaptive: 184,
+            ..base
+        }),
+        12 | 13 => Some(Layout {
+            tstate_frame: if minor == 12 { 56 } else { 72 },
+            cframe_frame: if minor == 12 { Some(0) } else { None },
+            frame_code: 0,
+            frame_back: 8,
+            frame_instr: 56,
+            frame_owner: Some(70),
+            code_filename: 112,
+            code_name: 128,
+            code_firstlineno: 68,
+            code_linetable: 136,
+            code_adaptive: if minor == 12 { 192 } else { 200 },
+            ..base
+        }),
+        _ => None,
+    }
+}
+
+/// `owner` of a frame that belongs to the C stack (an entry frame, from 3.12): not a frame of
+/// Python code.
+const FRAME_OWNED_BY_CSTACK: u8 = 3;
+
+/// What the walk needs of the running CPython, found once.
+#[derive(Clone, Copy)]
+struct Api {
+    minor: u32,
+    layout: Layout,
+    is_initialized: Flag,
+    is_finalizing: Flag,
+    this_thread: Getter,
+    main_interpreter: Getter,
+    next_interpreter: unsafe extern "C" fn(usize) -> usize,
+    addr2line: unsafe extern "C" fn(usize, c_int) -> c_int,
+    code_type: usize,
+    unicode_type: usize,
+    frame_type: usize,
+}
+
+const UNKNOWN: u8 = 0;
+const RESOLVING: u8 = 1;
+const READY: u8 = 2;
+const ABSENT: u8 = 3;
+
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+struct ApiCell(UnsafeCell<MaybeUninit<Api>>);
+// SAFETY: written once by the thread that moves STATE from UNKNOWN to RESOLVING, read only
+// after STATE is READY (Release/Acquire).
+unsafe impl Sync for ApiCell {}
+static API: ApiCell = ApiCell(UnsafeCell::new(MaybeUninit::uninit()));
+
+static SAID: AtomicBool = AtomicBool::new(false);
+
+/// Says once why Python frames are not recorded in this process.
+fn refuse(why: core::fmt::Arguments<'_>) {
+    if !SAID.swap(true, Ordering::Relaxed) {
+        say(format_args!("Python frames are not recorded: {why}"));
+    }
+}
+
+/// The API, found on first use; `None` when the process runs no CPython we can read.
+fn api() -> Option<Api> {
+    match STATE.load(Ordering::Acquire) {
+        // SAFETY: READY is published after the write (Release), read here with Acquire.
+        READY => Some(unsafe { (*API.0.get()).assume_init() }),
+        ABSENT | RESOLVING => None,
+        _ => {
+            if STATE
+                .compare_exchange(UNKNOWN, RESOLVING, Ordering::Acquire, Ordering::Acquire)
+                .is_err()
+            {
+                return None;
+            }
+            match resolve() {
+                Some(a) => {
+                    // SAFETY: we own the RESOLVING state; nobody reads API before READY.
+                    unsafe { (*API.0.get()).write(a) };
+                    STATE.store(READY, Ordering::Release);
+                    Some(a)
+                }
+                None => {
+                    STATE.store(ABSENT, Ordering::Release);
+                    None
+                }
+            }
+        }
+    }
+}
+
+/// Python frames are off for the rest of the process.
+fn turn_off() {
+    STATE.store(ABSENT, Ordering::Release);
+}
+
+/// A symbol of the running Python, by name; 0 when absent.
+fn symbol(name: &CStr) -> usize {
+    let Some(dlsym) = real::real_dlsym() else {
+        return 0;
+    };
+    // SAFETY: glibc's dlsym with RTLD_DEFAULT and a NUL-terminated name.
+    unsafe { dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
+}
+
+/// `symbol(name)` as a function of type `F`.
+///
+/// # Safety
+/// `F` must be the C signature of `name` in every CPython version that gets here.
+unsafe fn function<F: Copy>(name: &CStr) -> Option<F> {
+    // SAFETY: the caller names the signature.
+    unsafe { real::as_fn::<F>(symbol(name)) }
+}
+
+/// The running CPython's minor version, and whether it is a free-threaded build, from
+/// `Py_GetVersion()` ("3.12.1 (main, ...)"); `None` without CPython 3.
+fn version() -> Option<(u32, bool)> {
+    // SAFETY: Py_GetVersion takes nothing and returns a static NUL-terminated string.
+    let get = unsafe { function::<unsafe extern "C" fn() -> *const c_char>(c"Py_GetVersion") }?;
+    // SAFETY: as above.
+    let text = unsafe { CStr::from_ptr(get()) }.to_bytes();
+    let rest = text.strip_prefix(b"3.")?;
+    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    let minor = core::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let free_threaded = text.windows(14).any(|w| w == b"free-threading");
+    Some((minor, free_threaded))
+}
+
+#[cold]
+fn resolve() -> Option<Api> {
+    let (minor, free_threaded) = version()?;
+    if free_threaded {
+        refuse(format_args!("this CPython is free-threaded"));
+        return None;
+    }
+    let Some(layout) = layout(minor) else {
+        refuse(format_args!(
+            "CPython 3.{minor} is not one of the versions read (3.9 to 3.13)"
+        ));
+        return None;
+    };
+    // SAFETY: each name is given the C signature it has in CPython 3.9 to 3.13
+    // (Include/pylifecycle.h, pystate.h, code.h).
+    unsafe {
+        Some(Api {
+            minor,
+            layout,
+            is_initialized: function(c"Py_IsInitialized")?,
+            is_finalizing: if minor >= 13 {
+                function(c"Py_IsFinalizing")?
+            } else {
+                function(c"_Py_IsFinalizing")?
+            },
+            this_thread: function(c"PyGILState_GetThisThreadState")?,
+            main_interpreter: function(c"PyInterpreterState_Main")?,
+            next_interpreter: function(c"PyInterpreterState_Next")?,
+            addr2line: function(c"PyCode_Addr2Line")?,
+            code_type: nonzero(symbol(c"PyCode_Type"))?,
+            unicode_type: nonzero(symbol(c"PyUnicode_Type"))?,
+            frame_type: nonzero(symbol(c"PyFrame_Type"))?,
+        })
+    }
+}
+
+fn nonzero(p: usize) -> Option<usize> {
+    (p != 0).then_some(p)
+}
+
+/// Captures made with checked reads before the walk trusts the layout.
+const PROBATION: u32 = 16;
+static PROVEN: AtomicU32 = AtomicU32::new(0);
+
+/// How the walk reads memory: directly once the layout is proven, else through a pipe, which
+/// fails (EFAULT) where a load would crash.
+#[derive(Clone, Copy)]
+enum Reader {
+    Direct,
+    /// The write end and read end of a pipe.
+    Checked(c_int, c_int),
+}
+
+impl Reader {
+    /// Reads a `T` at `addr`; `None` when the address is not readable (checked reads only).
+    fn read<T: Copy>(self, addr: usize) -> Option<T> {
+        if addr == 0 {
+            return None;
+        }
+        match self {
+            // SAFETY: the layout is proven (PROBATION checked walks validated it) and `addr`
+            // was derived from this thread's own frame chain, which cannot change while the
+            // thread is inside this C call; CPython's objects are suitably aligned.
+            Reader::Direct => Some(unsafe { core::ptr::read_unaligned(addr as *const T) }),
+            Reader::Checked(w, r) => {
+                let mut v = MaybeUninit::<T>::uninit();
+                let n = core::mem::size_of::<T>();
+                // SAFETY: write() reads `n` bytes at `addr` in the kernel, which answers EFAULT
+                // instead of faulting; read() fills our own buffer of `n` bytes.
+                unsafe {
+                    if libc::write(w, addr as *const c_void, n) != n as isize {
+                        return None;
+                    }
+                    if libc::read(r, v.as_mut_ptr().cast(), n) != n as isize {
+                        return None;
+                    }
+                    Some(v.assume_init())
+                }
+            }
+        }
+    }
+
+    fn ptr(self, addr: usize) -> Option<usize> {
+        self.read::<usize>(addr)
+    }
+
+    /// Copies `into.len()` bytes at `addr` (at most a pipe's capacity when checked).
+    fn copy(self, addr: usize, into: &mut [u8]) -> Option<()> {
+        if into.is_empty() {
+            return Some(());
+        }
+        if addr == 0 {
+            return None;
+        }
+        match self {
+            // SAFETY: as in `read`: the bytes of a string held by a live code object.
+            Reader::Direct => unsafe {
+                core::ptr::copy_nonoverlapping(addr as *const u8, into.as_mut_ptr(), into.len());
+            },
+            // SAFETY: as in `read`.
+            Reader::Checked(w, r) => unsafe {
+                let n = into.len();
+                if libc::write(w, addr as *const c_void, n) != n as isize
+                    || libc::read(r, into.as_mut_ptr().cast(), n) != n as isize
+                {
+                    return None;
+                }
+            },
+        }
+        Some(())
+    }
+}
+
+/// Writes the calling thread's Python frames, innermost first, into `out` as trace frames
+/// ([`py_frame`]) and returns how many; 0 when the thread runs no Python or its frames cannot
+/// be read safely.
+pub fn capture(out: &mut [u64]) -> usize {
+    if out.is_empty() {
+        return 0;
+    }
+    let Some(a) = api() else {
+        return 0;
+    };
+    // SAFETY: none of these functions has a precondition or needs the GIL: each reads one
+    // runtime field (the interpreter list's head and links are read racily, as py-spy does;
+    // a wrong answer only leaves frames out).
+    let tstate = unsafe {
+        if (a.is_initialized)() == 0 || (a.is_finalizing)() != 0 {
+            return 0;
+        }
+        if (a.next_interpreter)((a.main_interpreter)()) != 0 {
+            refuse(format_args!("the process has sub-interpreters"));
+            return 0;
+        }
+        (a.this_thread)()
+    };
+    if tstate == 0 {
+        return 0;
+    }
+    if PROVEN.load(Ordering::Relaxed) >= PROBATION {
+        return walk(&a, Reader::Direct, tstate, out).unwrap_or(0);
+    }
+    let mut fds = [0 as c_int; 2];
+    // SAFETY: pipe2 with a valid two-int buffer.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return 0;
+    }
+    let got = walk(&a, Reader::Checked(fds[1], fds[0]), tstate, out);
+    // SAFETY: both descriptors are ours.
+    unsafe {
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    match got {
+        Some(n) => {
+            if n > 0 {
+                PROVEN.fetch_add(1, Ordering::Relaxed);
+            }
+            n
+        }
+        None => {
+            turn_off();
+            refuse(format_args!(
+                "the frames of this CPython 3.{} are not laid out as expected",
+                a.minor
+            ));
+            0
+        }
+    }
+}
+
+/// Walks the thread's frames; `None` when something read is not what CPython would hold there
+/// (the layout is wrong), else the number of frames written.
+fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
+    let l = &a.layout;
+    let mut frame = m.ptr(tstate + l.tstate_frame).unwrap_or(0);
+    if let Some(off) = l.cframe_frame {
+        // 3.11 and 3.12: the thread state points at a C frame that points at the frame.
+        frame = if frame == 0 { 0 } else { m.ptr(frame + off)? };
+    }
+    let mut n = 0;
+    // A chain longer than this is damaged (CPython's recursion limit keeps real ones shorter
+    // than the frames shown, which are the innermost).
+    for _ in 0..100_000 {
+        if frame == 0 || n == out.len() {
+            return Some(n);
+        }
+        if l.frame_owner.is_none() && m.ptr(frame + 8)? != a.frame_type {
+            return None;
+        }
+        let code = m.ptr(frame + l.frame_code)?;
+        let back = m.ptr(frame + l.frame_back).unwrap_or(0);
+        let shim = match l.frame_owner {
+            Some(off) => m.read::<u8>(frame + off)? == FRAME_OWNED_BY_CSTACK && a.minor >= 12,
+            None => false,
+        };
+        if !shim {
+            if m.ptr(code + 8)? != a.code_type {
+                return None;
+            }
+            let offset = match l.frame_owner {
+                // 3.9 counts f_lasti in bytes, 3.10 in 2-byte code units.
+                None => {
+                    let lasti = m.read::<c_int>(frame + l.frame_instr)?;
+                    if a.minor == 10 { lasti.saturating_mul(2) } else { lasti }
+                }
+                Some(_) => {
+                    let instr = m.ptr(frame + l.frame_instr)?;
+                    let start = code + l.code_adaptive;
+                    c_int::try_from(instr.wrapping_sub(start) as isize).unwrap_or(-1)
+                }
+            };
+            let (id, key) = code_id(a, m, code)?;
+            let line = line_at(a, code, key, offset);
+            out[n] = py_frame(id, line.max(0) as u32);
+            n += 1;
+        }
+        frame = back;
+    }
+    None
+}
+
+/// What identifies a code object beyond its address (which a freed one's successor may
+/// reuse): its file name, name and line table objects and first line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct CodeKey {
+    filename: usize,
+    name: usize,
+    linetable: usize,
+    firstlineno: u32,
+}
+
+/// One entry of a cache shared by every thread, guarded by a sequence number (odd while being
+/// written): a reader that sees it change discards what it read.
+struct Slot<const N: usize> {
+    seq: AtomicU32,
+    words: [AtomicU64; N],
+}
+
+impl<const N: usize> Slot<N> {
+    #[allow(clippy::declare_interior_mutable_const)] // only to initialize the static tables
+    const EMPTY: Slot<N> = Slot {
+        seq: AtomicU32::new(0),
+        words: [const { AtomicU64::new(0) }; N],
+    };
+
+    fn get(&self) -> Option<[u64; N]> {
+        let s1 = self.seq.load(Ordering::Acquire);
+        if s1 == 0 || s1 & 1 == 1 {
+            return None;
+        }
+        let mut v = [0u64; N];
+        for (x, w) in v.iter_mut().zip(&self.words) {
+            *x = w.load(Ordering::Relaxed);
+        }
+        core::sync::atomic::fence(Ordering::Acquire);
+        (self.seq.load(Ordering::Relaxed) == s1).then_some(v)
+    }
+
+    fn set(&self, v: [u64; N]) {
+        let s = self.seq.load(Ordering::Relaxed);
+        if s & 1 == 1
+            || self
+                .seq
+                .compare_exchange(s, s | 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_err()
+        {
+            return; // another thread is writing this slot: leave it the work
+        }
+        core::sync::atomic::fence(Ordering::Release);
+        for (x, w) in v.iter().zip(&self.words) {
+            w.store(*x, Ordering::Relaxed);
+        }
+        self.seq.store((s | 1).wrapping_add(1).max(2), Ordering::Release);
+    }
+}
+
+const CODE_SLOTS: usize = 1 << 13;
+/// code address, filename, name, linetable, firstlineno, string id.
+static CODES: [Slot<6>; CODE_SLOTS] = [const { Slot::EMPTY }; CODE_SLOTS];
+const LINE_SLOTS: usize = 1 << 15;
+/// code address, linetable, offset, line.
+static LINES: [Slot<4>; LINE_SLOTS] = [const { Slot::EMPTY }; LINE_SLOTS];
+
+fn slot_of(key: u64, slots: usize) -> usize {
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 40) as usize % slots
+}
+
+/// The string id of a code object's `file\0function`, and its identity.
+fn code_id(a: &Api, m: Reader, code: usize) -> Option<(u64, CodeKey)> {
+    let l = &a.layout;
+    let key = CodeKey {
+        filename: m.ptr(code + l.code_filename)?,
+        name: m.ptr(code + l.code_name)?,
+        linetable: m.ptr(code + l.code_linetable)?,
+        firstlineno: m.read::<c_int>(code + l.code_firstlineno)? as u32,
+    };
+    let slot = &CODES[slot_of(code as u64, CODE_SLOTS)];
+    let words = [
+        code as u64,
+        key.filename as u64,
+        key.name as u64,
+        key.linetable as u64,
+        u64::from(key.firstlineno),
+    ];
+    if let Some(v) = slot.get()
+        && v[..5] == words
+    {
+        return Some((v[5], key));
+    }
+    let mut buf = [0u8; STRING_MAX];
+    let (mut file_buf, mut name_buf) = ([0u8; STRING_MAX], [0u8; 128]);
+    let file = string(a, m, key.filename, &mut file_buf)?;
+    let name = string(a, m, key.name, &mut name_buf)?;
+    let room = STRING_MAX - 1 - name.len();
+    let file = &file[file.len().saturating_sub(room)..];
+    buf[..file.len()].copy_from_slice(file);
+    buf[file.len() + 1..file.len() + 1 + name.len()].copy_from_slice(name);
+    let id = RECORDER.intern_string(&buf[..file.len() + 1 + name.len()]);
+    slot.set([words[0], words[1], words[2], words[3], words[4], id]);
+    Some((id, key))
+}
+
+/// The line of byte offset `offset` in `code`, cached.
+fn line_at(a: &Api, code: usize, key: CodeKey, offset: c_int) -> c_int {
+    if offset < 0 {
+        return key.firstlineno as c_int;
+    }
+    let slot = &LINES[slot_of(
+        (code as u64) ^ (offset as u64).rotate_left(40),
+        LINE_SLOTS,
+    )];
+    let words = [code as u64, key.linetable as u64, offset as u64];
+    if let Some(v) = slot.get()
+        && v[..3] == words
+    {
+        return v[3] as c_int;
+    }
+    // SAFETY: `code` is a live code object (its type was checked, and the frame that runs it
+    // holds it); PyCode_Addr2Line only reads its line table, which never changes, so it needs
+    // no GIL.
+    let line = unsafe { (a.addr2line)(code, offset) };
+    slot.set([words[0], words[1], words[2], u64::from(line.max(0) as u32)]);
+    line
+}
+
+/// The UTF-8 text of a `str` object, its last `into.len()` bytes at most (the end of a path
+/// names the file); `None` when `obj` is not a string.
+fn string<'b>(a: &Api, m: Reader, obj: usize, into: &'b mut [u8]) -> Option<&'b [u8]> {
+    let l = &a.layout;
+    if m.ptr(obj + 8)? != a.unicode_type {
+        return None;
+    }
+    let length = m.read::<isize>(obj + 16)?.max(0) as usize;
+    let state = m.read::<u32>(obj + 32)?;
+    let (kind, compact, ascii) = ((state >> 2) & 7, state >> 5 & 1 == 1, state >> 6 & 1 == 1);
+    if !compact {
+        return Some(&into[..0]);
+    }
+    if ascii {
+        return copy_tail(m, obj + l.ascii_size, length, into);
+    }
+    let utf8 = m.ptr(obj + l.compact_utf8).unwrap_or(0);
+    if utf8 != 0 {
+        let n = m.read::<isize>(obj + l.compact_utf8_length)?.max(0) as usize;
+        return copy_tail(m, utf8, n, into);
+    }
+    // Characters of 1, 2 or 4 bytes: encoded here, the last ones kept.
+    let data = obj + l.compact_size;
+    let width = match kind {
+        1 | 2 | 4 => kind as usize,
+        _ => return Some(&into[..0]),
+    };
+    let mut len = 0;
+    for i in (0..length).rev() {
+        let c = match width {
+            1 => u32::from(m.read::<u8>(data + i)?),
+            2 => u32::from(m.read::<u16>(data + 2 * i)?),
+            _ => m.read::<u32>(data + 4 * i)?,
+        };
+        let ch = char::from_u32(c).unwrap_or('?');
+        let mut tmp = [0u8; 4];
+        let bytes = ch.encode_utf8(&mut tmp).as_bytes();
+        if len + bytes.len() > into.len() {
+            break;
+        }
+        // Written back to front, then moved to the start.
+        let at = into.len() - len - bytes.len();
+        into[at..at + bytes.len()].copy_from_slice(bytes);
+        len += bytes.len();
+    }
+    into.copy_within(into.len() - len.., 0);
+    Some(&into[..len])
+}
+
+/// Copies the last `into.len()` of `n` bytes at `src`.
+fn copy_tail(m: Reader, src: usize, n: usize, into: &mut [u8]) -> Option<&[u8]> {
+    let take = n.min(into.len());
+    m.copy(src + (n - take), &mut into[..take])?;
+    Some(&into[..take])
+}
