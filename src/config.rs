@@ -395,7 +395,10 @@ mod tests {
         assert_eq!((c.stack_every, c.python_frames), (0, true));
         let c = parse_strict("stacks:off").unwrap();
         assert_eq!((c.stack_every, c.python_frames), (0, false));
-        assert!(parse_strict("").unwrap().python_frames, "Python frames are on by default");
+        assert!(
+            parse_strict("").unwrap().python_frames,
+            "Python frames are on by default"
+        );
         assert_eq!(parse_strict("stacks:100").unwrap().stack_every, 100);
         assert!(parse_strict("stacks:0").is_err());
     }

@@ -11,7 +11,10 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
     if stack >> 63 == 1 {
         let api = crate::trace::format::Api::from_u8((stack >> 48) as u8 & 0x7f)
             .map_or("?", |a| a.name());
-        let why = if reader.has_stacks() {
+        let why = if reader.has_python_frames() {
+            "no Python frames: made where they cannot be read (a thread not running Python, \
+             interpreter start or exit)"
+        } else if reader.has_stacks() {
             "no stack recorded for these allocations"
         } else {
             "no stack: record with GPUSHIM_CONF=stacks:on"
@@ -29,13 +32,19 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
             // Allocations made inside libraries (torch.nn, transformers) name the program's own
             // line that led there, however deep.
             let python = |ip: &u64| crate::report::symbolize::frame(reader, *ip);
-            if shown.iter().take(4).all(|ip| !is_program_frame(&python(ip)))
+            if shown
+                .iter()
+                .take(4)
+                .all(|ip| !is_program_frame(&python(ip)))
                 && let Some(own) = shown.iter().skip(4).map(python).find(is_program_frame)
             {
                 parts.push(format!("\u{2026} < {}", own.label()));
             }
             parts.join(" < ")
         }
+        _ if reader.has_python_frames() => "(no Python frames: made where they cannot be read: \
+             a thread not running Python, interpreter start or exit)"
+            .into(),
         // Stacks were on (sampled, or this one not written yet): nothing to suggest.
         _ if reader.has_stacks() => "(no stack recorded for these allocations)".into(),
         _ => "(no stack: record with GPUSHIM_CONF=stacks:on)".into(),
@@ -128,5 +137,8 @@ pub fn shown_frames(reader: &TraceReader, frames: &[u64]) -> Vec<u64> {
 
 /// A Python frame in the program's own files (see [`crate::report::symbolize::is_program_file`]).
 fn is_program_frame(f: &crate::report::symbolize::FrameInfo) -> bool {
-    f.python && f.file.as_deref().is_some_and(crate::report::symbolize::is_program_file)
+    f.python
+        && f.file
+            .as_deref()
+            .is_some_and(crate::report::symbolize::is_program_file)
 }

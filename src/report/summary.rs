@@ -9,6 +9,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
+/// Allocations with Python frames against all successful allocations.
+#[derive(Clone, Debug, Serialize)]
+pub struct PythonFrames {
+    pub allocations_with: u64,
+    pub allocations: u64,
+}
+
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
 pub struct ApiStats {
     pub api: String,
@@ -61,6 +68,8 @@ pub struct Summary {
     /// Frees of pointers this trace never saw allocated (allocated before tracing, or by a
     /// route the trace missed).
     pub unmatched_frees: u64,
+    /// How many successful allocations carry Python frames, when any does.
+    pub python_frames: Option<PythonFrames>,
     pub health: TraceHealth,
 }
 
@@ -93,7 +102,8 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         }
     };
     let mut ooms: BTreeMap<u8, u64> = BTreeMap::new();
-    for r in reader.by_ref() {
+    let (mut with_python, mut allocations) = (0u64, 0u64);
+    while let Some(r) = reader.next() {
         match r.kind {
             RecordKind::SegmentReserve => {
                 let e = pool.entry(r.device).or_default();
@@ -110,6 +120,14 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 *ooms.entry(r.device).or_default() += 1;
             }
             _ => {}
+        }
+        if r.kind == RecordKind::StackRef
+            && reader
+                .stack(r.ptr)
+                .and_then(|f| f.first())
+                .is_some_and(|&f| crate::trace::format::as_py_frame(f).is_some())
+        {
+            with_python += 1;
         }
         if r.api == crate::trace::format::Api::Shim
             && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
@@ -137,6 +155,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         if r.status != 0 {
             a.failed += 1;
         } else if is_allocating(r.kind) {
+            allocations += 1;
             a.bytes = a.bytes.saturating_add(r.size);
         }
     }
@@ -181,6 +200,10 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         devices,
         pinned_host_peak_bytes: live.host_peak,
         unmatched_frees: live.unmatched_frees,
+        python_frames: (with_python > 0).then_some(PythonFrames {
+            allocations_with: with_python,
+            allocations,
+        }),
         health: TraceHealth {
             committed: stats.committed,
             torn: stats.torn,
@@ -304,6 +327,21 @@ impl Summary {
                 "{} frees of pointers not allocated in this trace",
                 self.unmatched_frees
             );
+        }
+        if let Some(p) = &self.python_frames {
+            let _ = write!(
+                o,
+                "Python frames: {} of {} allocations",
+                p.allocations_with, p.allocations
+            );
+            if p.allocations_with < p.allocations {
+                let _ = write!(
+                    o,
+                    " (the others were made where Python frames cannot be read: a thread not \
+                     running Python, interpreter start or exit)"
+                );
+            }
+            let _ = writeln!(o);
         }
         let h = &self.health;
         let _ = writeln!(

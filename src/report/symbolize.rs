@@ -141,7 +141,13 @@ pub fn frame(reader: &TraceReader, ip: u64) -> FrameInfo {
     if let Some((id, line)) = crate::trace::format::as_py_frame(ip) {
         let text = reader.string(id).unwrap_or("");
         let (file, function) = text.split_once('\0').unwrap_or((text, ""));
-        let or_unknown = |s: &str| if s.is_empty() { "?".to_string() } else { s.to_string() };
+        let or_unknown = |s: &str| {
+            if s.is_empty() {
+                "?".to_string()
+            } else {
+                s.to_string()
+            }
+        };
         return FrameInfo {
             file: Some(or_unknown(file)),
             function: Some(or_unknown(function)),

@@ -298,6 +298,23 @@ impl Record {
     }
 }
 
+/// A stack frame that is a Python frame rather than a return address: the top byte is this
+/// tag (no user-space address has it), bits 24..56 hold the id of the interned string
+/// `file\0function`, bits 0..24 the line. Stacks list Python frames first, innermost first,
+/// then any native frames.
+pub const PY_FRAME_TAG: u64 = 0xfe << 56;
+
+/// The stack frame of a Python frame (see [`PY_FRAME_TAG`]); a line past 2^24 - 1 saturates.
+pub fn py_frame(string_id: u64, line: u32) -> u64 {
+    PY_FRAME_TAG | ((string_id & 0xffff_ffff) << 24) | u64::from(line.min(0xff_ffff))
+}
+
+/// The string id and line of a Python frame; `None` for a native frame.
+pub fn as_py_frame(frame: u64) -> Option<(u64, u32)> {
+    (frame >> 56 == PY_FRAME_TAG >> 56)
+        .then_some(((frame >> 24) & 0xffff_ffff, frame as u32 & 0xff_ffff))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,20 +389,14 @@ mod tests {
         assert_eq!(RecordKind::from_u8(0), None);
         assert_eq!(Api::from_u8(0), None);
     }
-}
 
-/// A stack frame that is a Python frame rather than a return address: the top byte is this
-/// tag (no user-space address has it), bits 24..56 hold the id of the interned string
-/// `file\0function`, bits 0..24 the line. Stacks list Python frames first, innermost first,
-/// then any native frames.
-pub const PY_FRAME_TAG: u64 = 0xfe << 56;
-
-/// The stack frame of a Python frame (see [`PY_FRAME_TAG`]); a line past 2^24 - 1 saturates.
-pub fn py_frame(string_id: u64, line: u32) -> u64 {
-    PY_FRAME_TAG | ((string_id & 0xffff_ffff) << 24) | u64::from(line.min(0xff_ffff))
-}
-
-/// The string id and line of a Python frame; `None` for a native frame.
-pub fn as_py_frame(frame: u64) -> Option<(u64, u32)> {
-    (frame >> 56 == PY_FRAME_TAG >> 56).then_some(((frame >> 24) & 0xffff_ffff, frame as u32 & 0xff_ffff))
+    #[test]
+    fn python_frames_round_trip_and_never_read_as_native_addresses() {
+        let f = py_frame(12345, 678);
+        assert_eq!(as_py_frame(f), Some((12345, 678)));
+        assert_eq!(as_py_frame(py_frame(1, u32::MAX)), Some((1, 0xff_ffff)));
+        // User-space addresses (below 2^56) are never Python frames.
+        assert_eq!(as_py_frame(0x7fff_ffff_f000), None);
+        assert_eq!(as_py_frame((1 << 56) - 1), None);
+    }
 }

@@ -148,6 +148,8 @@ pub struct TraceReader {
     /// Whether frames are named from the binaries.
     symbols: bool,
     native_frames: bool,
+    /// Whether a stack with Python frames has been read.
+    python_frames: bool,
     progress: Option<fn(u64, u64)>,
     /// Records returned since the progress hook was last called.
     since_progress: u32,
@@ -284,6 +286,7 @@ impl TraceReader {
             symbols: opts.symbols,
             progress: opts.progress,
             native_frames: opts.native_frames,
+            python_frames: false,
             since_progress: 0,
         })
     }
@@ -323,6 +326,11 @@ impl TraceReader {
         !self.stacks.is_empty()
     }
 
+    /// Whether any stack read so far holds Python frames.
+    pub fn has_python_frames(&self) -> bool {
+        self.python_frames
+    }
+
     /// The module an address lies in (the one with the nearest load base below it): its load
     /// base and path.
     pub fn module_of(&self, ip: u64) -> Option<(u64, &str)> {
@@ -348,10 +356,16 @@ impl TraceReader {
 
     fn define(&mut self, kind: RecordKind, id: u64, bytes: Vec<u8>) {
         if kind == RecordKind::Stack {
-            let frames = bytes
+            let frames: Vec<u64> = bytes
                 .chunks_exact(8)
                 .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
                 .collect();
+            if frames
+                .first()
+                .is_some_and(|&f| format::as_py_frame(f).is_some())
+            {
+                self.python_frames = true;
+            }
             self.stacks.insert(id, frames);
         } else {
             self.strings

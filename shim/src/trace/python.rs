@@ -139,6 +139,7 @@ struct Api {
     is_finalizing: Flag,
     this_thread: Getter,
     main_interpreter: Getter,
+    head_interpreter: Getter,
     next_interpreter: unsafe extern "C" fn(usize) -> usize,
     addr2line: unsafe extern "C" fn(usize, c_int) -> c_int,
     code_type: usize,
@@ -172,7 +173,20 @@ fn api() -> Option<Api> {
     match STATE.load(Ordering::Acquire) {
         // SAFETY: READY is published after the write (Release), read here with Acquire.
         READY => Some(unsafe { (*API.0.get()).assume_init() }),
-        ABSENT | RESOLVING => None,
+        ABSENT => None,
+        RESOLVING => {
+            // Another thread is looking the functions up (a few dlsym calls): wait for it,
+            // boundedly (it may need the loader's lock, which this thread might hold).
+            for _ in 0..100_000 {
+                match STATE.load(Ordering::Acquire) {
+                    RESOLVING => core::hint::spin_loop(),
+                    // SAFETY: as above.
+                    READY => return Some(unsafe { (*API.0.get()).assume_init() }),
+                    _ => return None,
+                }
+            }
+            None
+        }
         _ => {
             if STATE
                 .compare_exchange(UNKNOWN, RESOLVING, Ordering::Acquire, Ordering::Acquire)
@@ -260,6 +274,7 @@ fn resolve() -> Option<Api> {
             },
             this_thread: function(c"PyGILState_GetThisThreadState")?,
             main_interpreter: function(c"PyInterpreterState_Main")?,
+            head_interpreter: function(c"PyInterpreterState_Head")?,
             next_interpreter: function(c"PyInterpreterState_Next")?,
             addr2line: function(c"PyCode_Addr2Line")?,
             code_type: nonzero(symbol(c"PyCode_Type"))?,
@@ -363,7 +378,9 @@ pub fn capture(out: &mut [u64]) -> usize {
         if (a.is_initialized)() == 0 || (a.is_finalizing)() != 0 {
             return 0;
         }
-        if (a.next_interpreter)((a.main_interpreter)()) != 0 {
+        // New interpreters go to the head of the list; the main one is the oldest.
+        let head = (a.head_interpreter)();
+        if head != (a.main_interpreter)() || (a.next_interpreter)(head) != 0 {
             refuse(format_args!("the process has sub-interpreters"));
             return 0;
         }
@@ -437,7 +454,11 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
                 // 3.9 counts f_lasti in bytes, 3.10 in 2-byte code units.
                 None => {
                     let lasti = m.read::<c_int>(frame + l.frame_instr)?;
-                    if a.minor == 10 { lasti.saturating_mul(2) } else { lasti }
+                    if a.minor == 10 {
+                        lasti.saturating_mul(2)
+                    } else {
+                        lasti
+                    }
                 }
                 Some(_) => {
                     let instr = m.ptr(frame + l.frame_instr)?;
@@ -506,7 +527,8 @@ impl<const N: usize> Slot<N> {
         for (x, w) in v.iter().zip(&self.words) {
             w.store(*x, Ordering::Relaxed);
         }
-        self.seq.store((s | 1).wrapping_add(1).max(2), Ordering::Release);
+        self.seq
+            .store((s | 1).wrapping_add(1).max(2), Ordering::Release);
     }
 }
 
@@ -561,10 +583,7 @@ fn line_at(a: &Api, code: usize, key: CodeKey, offset: c_int) -> c_int {
     if offset < 0 {
         return key.firstlineno as c_int;
     }
-    let slot = &LINES[slot_of(
-        (code as u64) ^ (offset as u64).rotate_left(40),
-        LINE_SLOTS,
-    )];
+    let slot = &LINES[slot_of((code as u64) ^ (offset as u64).rotate_left(40), LINE_SLOTS)];
     let words = [code as u64, key.linetable as u64, offset as u64];
     if let Some(v) = slot.get()
         && v[..3] == words
