@@ -26,6 +26,12 @@
 //! not validate turns Python frames off for the process, said once. No Python frames either
 //! while the interpreter starts or finalizes, in a process with sub-interpreters, on a thread
 //! that has no thread state, or on free-threaded builds (3.13t).
+//!
+//! Costs are kept down by caches: per thread, its previous capture by depth (a loop allocates
+//! from the same frames over and over); shared by all threads, code object -> interned
+//! `file\0function` and (code object, instruction offset) -> line, each entry checked against
+//! the code object's file name, name and line table, since a freed code object's address may
+//! be reused.
 
 use crate::cuda::real;
 use crate::os::say;
@@ -35,6 +41,7 @@ use core::ffi::{CStr, c_char, c_int, c_void};
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use gpushim_core::trace::format::{STRING_MAX, py_frame};
+use gpushim_core::trace::stack::PYTHON_FRAMES;
 
 type Getter = unsafe extern "C" fn() -> usize;
 type Flag = unsafe extern "C" fn() -> c_int;
@@ -466,14 +473,84 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
                     c_int::try_from(instr.wrapping_sub(start) as isize).unwrap_or(-1)
                 }
             };
-            let (id, key) = code_id(a, m, code)?;
-            let line = line_at(a, code, key, offset);
-            out[n] = py_frame(id, line.max(0) as u32);
+            // The thread's previous capture at this depth, if it was this very frame at this very
+            // instruction in this very code object: its answer, with no table touched.
+            let seen = Seen {
+                frame,
+                code,
+                offset,
+                filename: m.ptr(code + l.code_filename)?,
+                name: m.ptr(code + l.code_name)?,
+                linetable: m.ptr(code + l.code_linetable)?,
+            };
+            let cached = match m {
+                Reader::Direct => last_seen(n, &seen),
+                Reader::Checked(..) => None,
+            };
+            out[n] = match cached {
+                Some(f) => f,
+                None => {
+                    let (id, key) = code_id(a, m, code)?;
+                    let f = py_frame(id, line_at(a, code, key, offset).max(0) as u32);
+                    if let Reader::Direct = m {
+                        remember(n, seen, f);
+                    }
+                    f
+                }
+            };
             n += 1;
         }
         frame = back;
     }
     None
+}
+
+/// One frame of a thread's previous capture, and the trace frame it gave.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    frame: usize,
+    code: usize,
+    offset: c_int,
+    filename: usize,
+    name: usize,
+    linetable: usize,
+}
+
+const NOTHING: Seen = Seen {
+    frame: 0,
+    code: 0,
+    offset: 0,
+    filename: 0,
+    name: 0,
+    linetable: 0,
+};
+
+thread_local! {
+    /// This thread's previous capture, by depth. A training loop allocates from the same
+    /// frames over and over; their answers need no shared table.
+    static LAST: UnsafeCell<[(Seen, u64); PYTHON_FRAMES]> =
+        const { UnsafeCell::new([(NOTHING, 0); PYTHON_FRAMES]) };
+}
+
+fn last_seen(depth: usize, seen: &Seen) -> Option<u64> {
+    LAST.try_with(|l| {
+        // SAFETY: only this thread touches its LAST, and never re-entrantly (the hooks' guard
+        // keeps a capture from starting inside another).
+        let l = unsafe { &*l.get() };
+        l.get(depth).filter(|(s, _)| s == seen).map(|&(_, f)| f)
+    })
+    .ok()
+    .flatten()
+}
+
+fn remember(depth: usize, seen: Seen, frame: u64) {
+    let _ = LAST.try_with(|l| {
+        // SAFETY: as in `last_seen`.
+        let l = unsafe { &mut *l.get() };
+        if let Some(slot) = l.get_mut(depth) {
+            *slot = (seen, frame);
+        }
+    });
 }
 
 /// What identifies a code object beyond its address (which a freed one's successor may
@@ -561,7 +638,7 @@ fn code_id(a: &Api, m: Reader, code: usize) -> Option<(u64, CodeKey)> {
         u64::from(key.firstlineno),
     ];
     if let Some(v) = slot.get()
-        && v[..5] == words
+        && (v[0], v[1], v[2], v[3], v[4]) == (words[0], words[1], words[2], words[3], words[4])
     {
         return Some((v[5], key));
     }
@@ -586,7 +663,7 @@ fn line_at(a: &Api, code: usize, key: CodeKey, offset: c_int) -> c_int {
     let slot = &LINES[slot_of((code as u64) ^ (offset as u64).rotate_left(40), LINE_SLOTS)];
     let words = [code as u64, key.linetable as u64, offset as u64];
     if let Some(v) = slot.get()
-        && v[..3] == words
+        && (v[0], v[1], v[2]) == (words[0], words[1], words[2])
     {
         return v[3] as c_int;
     }
