@@ -4,7 +4,8 @@
 # (A B C D E, A B C D E, ...) so a drifting machine cancels out. Modes: PyTorch's default;
 # pertensor (`gpushim run --per-tensor`: caching off, pool:caching); pluggable (the pluggable
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
-# segments, for memory. Prints one table per workload:
+# segments, for memory; ptnoframes (pertensor with stacks:off: what Python frames cost, issue
+# 13). MODES (environment) picks a subset, in order. Prints one table per workload:
 # median step time over the rounds, × PyTorch's default of the same run, NVML peak.
 #   bash scripts/gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]    (transformer, gpt2, resnet50)
 # Build and carry .gpu as for scripts/gpu-check.sh.
@@ -18,11 +19,14 @@ work=$(mktemp -d)
 out="$work/results.jsonl"
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
 for r in $(seq "$rounds"); do
-  for mode in default pertensor pluggable plugcaching expandable; do
+  for mode in ${MODES:-default pertensor ptnoframes pluggable plugcaching expandable}; do
     case $mode in
       default|expandable) python3 scripts/gpu/workloads.py "$workload" $mode "$steps" ;;
       pertensor) .gpu/gpushim run --per-tensor --trace "$work/pt.%p.trace" -- \
                    python3 scripts/gpu/workloads.py "$workload" $mode "$steps" ;;
+      ptnoframes) .gpu/gpushim run --per-tensor --conf stacks:off --trace "$work/pn.%p.trace" -- \
+                   python3 scripts/gpu/workloads.py "$workload" pertensor "$steps" \
+                   | sed 's/"mode": "pertensor"/"mode": "ptnoframes"/' ;;
       pluggable) .gpu/gpushim run --conf pool:expandable --trace "$work/pl.%p.trace" -- \
                    python3 scripts/gpu/workloads.py "$workload" $mode "$steps" ;;
       plugcaching) .gpu/gpushim run --conf pool:caching --trace "$work/pc.%p.trace" -- \
@@ -41,7 +45,7 @@ for r in rows:
 base = statistics.median(r["step_ms"] for r in by["default"])
 print(f"{rows[0]['workload']}: {len(by['default'])} rounds")
 print(f"{'mode':12} {'step ms':>9} {'x default':>10} {'NVML peak MiB':>14}")
-for mode in ["default", "pertensor", "pluggable", "plugcaching", "expandable"]:
+for mode in ["default", "pertensor", "ptnoframes", "pluggable", "plugcaching", "expandable"]:
     rs = by.get(mode, [])
     if not rs:
         print(f"{mode:12} {'(no result)':>9}")

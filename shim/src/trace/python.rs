@@ -27,8 +27,8 @@
 //! while the interpreter starts or finalizes, in a process with sub-interpreters, on a thread
 //! that has no thread state, or on free-threaded builds (3.13t).
 //!
-//! Costs are kept down by caches: per thread, its previous capture by depth (a loop allocates
-//! from the same frames over and over); shared by all threads, code object -> interned
+//! Costs are kept down by caches: per thread, the frames it captured before, by frame address
+//! (a loop allocates from the same outer frames over and over); shared by all threads, code object -> interned
 //! `file\0function` and (code object, instruction offset) -> line, each entry checked against
 //! the code object's file name, name and line table, since a freed code object's address may
 //! be reused.
@@ -41,7 +41,6 @@ use core::ffi::{CStr, c_char, c_int, c_void};
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, Ordering};
 use gpushim_core::trace::format::{STRING_MAX, py_frame};
-use gpushim_core::trace::stack::PYTHON_FRAMES;
 
 type Getter = unsafe extern "C" fn() -> usize;
 type Flag = unsafe extern "C" fn() -> c_int;
@@ -473,18 +472,20 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
                     c_int::try_from(instr.wrapping_sub(start) as isize).unwrap_or(-1)
                 }
             };
-            // The thread's previous capture at this depth, if it was this very frame at this very
-            // instruction in this very code object: its answer, with no table touched.
+            // A frame this thread captured before, if it is this very frame at this very
+            // instruction in this very code object: its answer, with no shared table touched.
+            // The code object is named by its address and the fields that identify it (one
+            // cache line), since a freed one's address may be reused.
             let seen = Seen {
                 frame,
                 code,
                 offset,
                 filename: m.ptr(code + l.code_filename)?,
                 name: m.ptr(code + l.code_name)?,
-                linetable: m.ptr(code + l.code_linetable)?,
+                firstlineno: m.read::<c_int>(code + l.code_firstlineno)?,
             };
             let cached = match m {
-                Reader::Direct => last_seen(n, &seen),
+                Reader::Direct => last_seen(&seen),
                 Reader::Checked(..) => None,
             };
             out[n] = match cached {
@@ -493,7 +494,7 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
                     let (id, key) = code_id(a, m, code)?;
                     let f = py_frame(id, line_at(a, code, key, offset).max(0) as u32);
                     if let Reader::Direct = m {
-                        remember(n, seen, f);
+                        remember(seen, f);
                     }
                     f
                 }
@@ -505,7 +506,7 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
     None
 }
 
-/// One frame of a thread's previous capture, and the trace frame it gave.
+/// A frame a thread captured, and the trace frame it gave.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Seen {
     frame: usize,
@@ -513,7 +514,7 @@ struct Seen {
     offset: c_int,
     filename: usize,
     name: usize,
-    linetable: usize,
+    firstlineno: c_int,
 }
 
 const NOTHING: Seen = Seen {
@@ -522,34 +523,40 @@ const NOTHING: Seen = Seen {
     offset: 0,
     filename: 0,
     name: 0,
-    linetable: 0,
+    firstlineno: 0,
 };
 
+/// Frames remembered per thread, by frame address. A training loop allocates from the same
+/// outer frames over and over (the loop, the model's forward, each block's call), each at
+/// the address its depth gives it; only the innermost frames differ between allocations.
+const SEEN_SLOTS: usize = 256;
+
 thread_local! {
-    /// This thread's previous capture, by depth. A training loop allocates from the same
-    /// frames over and over; their answers need no shared table.
-    static LAST: UnsafeCell<[(Seen, u64); PYTHON_FRAMES]> =
-        const { UnsafeCell::new([(NOTHING, 0); PYTHON_FRAMES]) };
+    static SEEN: UnsafeCell<[(Seen, u64); SEEN_SLOTS]> =
+        const { UnsafeCell::new([(NOTHING, 0); SEEN_SLOTS]) };
 }
 
-fn last_seen(depth: usize, seen: &Seen) -> Option<u64> {
-    LAST.try_with(|l| {
-        // SAFETY: only this thread touches its LAST, and never re-entrantly (the hooks' guard
+fn seen_slot(frame: usize) -> usize {
+    ((frame as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % SEEN_SLOTS
+}
+
+fn last_seen(seen: &Seen) -> Option<u64> {
+    SEEN.try_with(|t| {
+        // SAFETY: only this thread touches its table, and never re-entrantly (the hooks' guard
         // keeps a capture from starting inside another).
-        let l = unsafe { &*l.get() };
-        l.get(depth).filter(|(s, _)| s == seen).map(|&(_, f)| f)
+        let t = unsafe { &*t.get() };
+        let (s, f) = t[seen_slot(seen.frame)];
+        (s == *seen).then_some(f)
     })
     .ok()
     .flatten()
 }
 
-fn remember(depth: usize, seen: Seen, frame: u64) {
-    let _ = LAST.try_with(|l| {
+fn remember(seen: Seen, frame: u64) {
+    let _ = SEEN.try_with(|t| {
         // SAFETY: as in `last_seen`.
-        let l = unsafe { &mut *l.get() };
-        if let Some(slot) = l.get_mut(depth) {
-            *slot = (seen, frame);
-        }
+        let t = unsafe { &mut *t.get() };
+        t[seen_slot(seen.frame)] = (seen, frame);
     });
 }
 
