@@ -14,11 +14,35 @@ use gpushim::trace::reader::TraceReader;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The interpreters to test under: CPython 3.9 to 3.13 with a GIL (others get no frames by
+/// design; a machine whose `python3` is one of those says so and tests nothing here).
 fn pythons() -> Vec<String> {
-    match std::env::var("GPUSHIM_TEST_PYTHONS") {
+    let named: Vec<String> = match std::env::var("GPUSHIM_TEST_PYTHONS") {
         Ok(v) if !v.trim().is_empty() => v.split_whitespace().map(str::to_string).collect(),
         _ => vec!["python3".to_string()],
-    }
+    };
+    named
+        .into_iter()
+        .filter(|py| {
+            let probe = "import sys, sysconfig; print(sys.implementation.name, \
+                         sys.version_info[0], sys.version_info[1], \
+                         sysconfig.get_config_var('Py_GIL_DISABLED') or 0)";
+            let out = Command::new(py).args(["-c", probe]).output();
+            let text = out.map(|o| String::from_utf8_lossy(&o.stdout).into_owned());
+            let ok = text.as_deref().is_ok_and(|t| {
+                let f: Vec<&str> = t.split_whitespace().collect();
+                f.len() == 4
+                    && f[0] == "cpython"
+                    && f[1] == "3"
+                    && f[2].parse::<u32>().is_ok_and(|m| (9..=13).contains(&m))
+                    && f[3] == "0"
+            });
+            if !ok {
+                eprintln!("{py}: not CPython 3.9-3.13 with a GIL ({text:?}); not tested here");
+            }
+            ok
+        })
+        .collect()
 }
 
 fn client(name: &str) -> String {
