@@ -31,6 +31,11 @@ pub struct CudaPitchedPtr {
     pub ysize: usize,
 }
 
+/// `CUipcMemHandle` (and `cudaIpcMemHandle_t`): 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct CuIpcMemHandle(pub [u8; 64]);
+
 /// The head of `CUmemAllocationProp`: enough to read the device it allocates on.
 #[repr(C)]
 pub struct CuMemAllocationPropHead {

@@ -186,3 +186,11 @@ pub unsafe fn as_fn<F: Copy>(addr: usize) -> Option<F> {
         Some(unsafe { core::mem::transmute_copy::<usize, F>(&addr) })
     }
 }
+
+/// The real function behind our hook for `S`, typed by its signature (declared once in
+/// [`crate::cuda::symbols::sig`]), or `None` when it cannot be found.
+pub fn function<S: crate::cuda::symbols::SigOf>() -> Option<S::F> {
+    // SAFETY: `S::F` is the C signature of `S::SYM` (declared beside it); `exported` returns 0
+    // or the address of that very function.
+    unsafe { as_fn::<S::F>(exported(S::SYM)) }
+}

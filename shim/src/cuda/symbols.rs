@@ -2,6 +2,8 @@
 
 use core::ffi::CStr;
 
+pub use sig::SigOf;
+
 /// Which library a real function lives in, to find it when `RTLD_NEXT` cannot (the library was
 /// loaded `RTLD_LOCAL`).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -120,6 +122,110 @@ symbols! {
     CuEventSynchronize = c"cuEventSynchronize" in Driver,
     CuEventDestroyV2 = c"cuEventDestroy_v2" in Driver,
     CuStreamIsCapturing = c"cuStreamIsCapturing" in Driver,
+}
+
+/// The C signature of every real function the shim calls, declared once, beside the symbol
+/// list: `sig::CudaMalloc` is `cudaMalloc`'s. [`crate::cuda::real::function`] hands a real
+/// function out only typed by its own signature.
+#[allow(non_camel_case_types)]
+pub mod sig {
+    use super::Sym;
+    use crate::cuda::ffi::{CuIpcMemHandle, CudaExtent, CudaPitchedPtr};
+    use core::ffi::{c_char, c_int, c_void};
+
+    /// A stream handle (`cudaStream_t`, `CUstream`).
+    pub type Stream = *mut c_void;
+
+    /// Ties a symbol (a unit type named after it) to its signature.
+    pub trait SigOf {
+        const SYM: Sym;
+        type F: Copy;
+    }
+
+    macro_rules! signatures {
+        ($($var:ident: fn($($a:ty),*) -> $r:ty;)*) => {
+            $(
+                pub type $var = unsafe extern "C" fn($($a),*) -> $r;
+            )*
+            /// One unit type per symbol, for [`SigOf`]: names at the type level only.
+            #[allow(dead_code)]
+            pub mod of {
+                $(
+                    pub struct $var;
+                    impl super::SigOf for $var {
+                        const SYM: super::Sym = super::Sym::$var;
+                        type F = super::$var;
+                    }
+                )*
+            }
+        };
+    }
+
+    signatures! {
+        CudaMalloc: fn(*mut *mut c_void, usize) -> i32;
+        CudaFree: fn(*mut c_void) -> i32;
+        CudaMallocAsync: fn(*mut *mut c_void, usize, Stream) -> i32;
+        CudaFreeAsync: fn(*mut c_void, Stream) -> i32;
+        CudaMallocFromPoolAsync: fn(*mut *mut c_void, usize, *mut c_void, Stream) -> i32;
+        CudaMallocManaged: fn(*mut *mut c_void, usize, u32) -> i32;
+        CudaMallocHost: fn(*mut *mut c_void, usize) -> i32;
+        CudaHostAlloc: fn(*mut *mut c_void, usize, u32) -> i32;
+        CudaFreeHost: fn(*mut c_void) -> i32;
+        CudaMallocPitch: fn(*mut *mut c_void, *mut usize, usize, usize) -> i32;
+        CudaMalloc3D: fn(*mut CudaPitchedPtr, CudaExtent) -> i32;
+        CudaMemGetInfo: fn(*mut usize, *mut usize) -> i32;
+        CudaGetDriverEntryPoint: fn(*const c_char, *mut *mut c_void, u64, *mut c_int) -> i32;
+        CudaGetDriverEntryPointPtsz: fn(*const c_char, *mut *mut c_void, u64, *mut c_int) -> i32;
+        CudaGetDriverEntryPointByVersion:
+            fn(*const c_char, *mut *mut c_void, u32, u64, *mut c_int) -> i32;
+        CudaGetDriverEntryPointByVersionPtsz:
+            fn(*const c_char, *mut *mut c_void, u32, u64, *mut c_int) -> i32;
+        CudaGetDevice: fn(*mut c_int) -> i32;
+        CudaRuntimeGetVersion: fn(*mut c_int) -> i32;
+        CuMemAllocV2: fn(*mut u64, usize) -> i32;
+        CuMemFreeV2: fn(u64) -> i32;
+        CuMemAllocAsync: fn(*mut u64, usize, Stream) -> i32;
+        CuMemFreeAsync: fn(u64, Stream) -> i32;
+        CuMemAllocFromPoolAsync: fn(*mut u64, usize, *mut c_void, Stream) -> i32;
+        CuMemAllocPitchV2: fn(*mut u64, *mut usize, usize, usize, u32) -> i32;
+        CuMemAllocManaged: fn(*mut u64, usize, u32) -> i32;
+        CuMemHostAlloc: fn(*mut *mut c_void, usize, u32) -> i32;
+        CuMemFreeHost: fn(*mut c_void) -> i32;
+        CuMemCreate: fn(*mut u64, usize, *const c_void, u64) -> i32;
+        CuMemRelease: fn(u64) -> i32;
+        CuMemMap: fn(u64, usize, usize, u64, u64) -> i32;
+        CuMemUnmap: fn(u64, usize) -> i32;
+        CuMemAddressReserve: fn(*mut u64, usize, usize, u64, u64) -> i32;
+        CuMemAddressFree: fn(u64, usize) -> i32;
+        CuMemSetAccess: fn(u64, usize, *const c_void, usize) -> i32;
+        CuMemGetInfoV2: fn(*mut usize, *mut usize) -> i32;
+        CuGetProcAddress: fn(*const c_char, *mut *mut c_void, c_int, u64) -> i32;
+        CuGetProcAddressV2: fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> i32;
+        CuStreamCreate: fn(*mut Stream, u32) -> i32;
+        CuStreamCreateWithPriority: fn(*mut Stream, u32, c_int) -> i32;
+        CuStreamDestroyV2: fn(Stream) -> i32;
+        CuCtxSynchronize: fn() -> i32;
+        CuMemGetAddressRangeV2: fn(*mut u64, *mut usize, u64) -> i32;
+        CuPointerGetAttribute: fn(*mut c_void, c_int, u64) -> i32;
+        CuPointerGetAttributes: fn(u32, *const c_int, *mut *mut c_void, u64) -> i32;
+        CuIpcGetMemHandle: fn(*mut c_void, u64) -> i32;
+        CuIpcOpenMemHandleV2: fn(*mut u64, CuIpcMemHandle, u32) -> i32;
+        CuIpcCloseMemHandle: fn(u64) -> i32;
+        CuStreamBeginCaptureV2: fn(Stream, c_int) -> i32;
+        CuStreamBeginCaptureToGraph:
+            fn(Stream, *mut c_void, *const c_void, *const c_void, usize, c_int) -> i32;
+        CuStreamEndCapture: fn(Stream, *mut *mut c_void) -> i32;
+        CuThreadExchangeStreamCaptureMode: fn(*mut c_int) -> i32;
+        CuCtxGetDevice: fn(*mut c_int) -> i32;
+        CuCtxGetCurrent: fn(*mut usize) -> i32;
+        CuCtxPushCurrentV2: fn(usize) -> i32;
+        CuCtxPopCurrentV2: fn(*mut usize) -> i32;
+        CuEventCreate: fn(*mut usize, u32) -> i32;
+        CuEventRecord: fn(usize, usize) -> i32;
+        CuEventQuery: fn(usize) -> i32;
+        CuEventSynchronize: fn(usize) -> i32;
+        CuStreamIsCapturing: fn(usize, *mut c_int) -> i32;
+    }
 }
 
 /// How `cuGetProcAddress` names a driver function (its base name), from which CUDA version the

@@ -4,7 +4,7 @@
 use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_MEM_LOCATION_TYPE_DEVICE, CuMemAllocationPropHead,
 };
-use crate::cuda::symbols::Sym;
+use crate::cuda::symbols::{Sym, sig};
 use crate::hooks::serve::{self, Family::Driver as DRIVER};
 use crate::hooks::{driver_hook, forward, out_ptr, out_u64, out_usize};
 use crate::pool;
@@ -59,7 +59,7 @@ driver_hook!(cuMemGetInfo_v2 / proc_cuMemGetInfo_v2 = CuMemGetInfoV2, CuMemGetIn
     => mem_get_info(free: *mut usize, total: *mut usize));
 
 unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, usize) -> i32;
+    type F = sig::CuMemAllocV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() {
             // SAFETY: `p` is the caller's out-pointer.
@@ -89,7 +89,7 @@ unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -
 }
 
 unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
-    type F = unsafe extern "C" fn(u64) -> i32;
+    type F = sig::CuMemFreeV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && p != 0 {
             if let Some(rc) = serve::free(DRIVER, RecordKind::Free, api, p, FreeKind::Sync, 0) {
@@ -113,7 +113,7 @@ unsafe fn mem_alloc_async(
     size: usize,
     s: Stream,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, usize, Stream) -> i32;
+    type F = sig::CuMemAllocAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CuMemAllocAsyncPtsz);
@@ -145,7 +145,7 @@ unsafe fn mem_alloc_async(
 }
 
 unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> i32 {
-    type F = unsafe extern "C" fn(u64, Stream) -> i32;
+    type F = sig::CuMemFreeAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && p != 0 && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CuMemFreeAsyncPtsz);
@@ -180,7 +180,7 @@ unsafe fn mem_alloc_from_pool(
     pool: *mut c_void,
     s: Stream,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, usize, *mut c_void, Stream) -> i32;
+    type F = sig::CuMemAllocFromPoolAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, pool, s) };
@@ -213,7 +213,7 @@ unsafe fn mem_alloc_pitch(
     height: usize,
     elem: u32,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, *mut usize, usize, usize, u32) -> i32;
+    type F = sig::CuMemAllocPitchV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, pitch, width, height, elem) };
@@ -235,7 +235,7 @@ unsafe fn mem_alloc_managed(
     size: usize,
     flags: u32,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, usize, u32) -> i32;
+    type F = sig::CuMemAllocManaged;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, flags) };
@@ -257,7 +257,7 @@ unsafe fn mem_host_alloc(
     size: usize,
     flags: u32,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
+    type F = sig::CuMemHostAlloc;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, flags) };
@@ -279,7 +279,7 @@ unsafe fn mem_host_alloc(
 }
 
 unsafe fn mem_free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
-    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    type F = sig::CuMemFreeHost;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p) };
@@ -307,10 +307,10 @@ unsafe fn mem_create(
     prop: *const CuMemAllocationPropHead,
     flags: u64,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, usize, *const CuMemAllocationPropHead, u64) -> i32;
+    type F = sig::CuMemCreate;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(h, size, prop, flags) };
+        let rc = unsafe { f(h, size, prop.cast(), flags) };
         if rec {
             // SAFETY: `h` was written by the successful call; `prop` was read by it.
             let handle = unsafe { out_u64(h, rc) };
@@ -342,7 +342,7 @@ unsafe fn mem_create(
 }
 
 unsafe fn mem_release(sym: Sym, real: usize, api: Api, h: u64) -> i32 {
-    type F = unsafe extern "C" fn(u64) -> i32;
+    type F = sig::CuMemRelease;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(h) };
@@ -364,7 +364,7 @@ unsafe fn mem_map(
     h: u64,
     flags: u64,
 ) -> i32 {
-    type F = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> i32;
+    type F = sig::CuMemMap;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, offset, h, flags) };
@@ -376,7 +376,7 @@ unsafe fn mem_map(
 }
 
 unsafe fn mem_unmap(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
-    type F = unsafe extern "C" fn(u64, usize) -> i32;
+    type F = sig::CuMemUnmap;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size) };
@@ -406,7 +406,7 @@ unsafe fn mem_address_reserve(
     addr: u64,
     flags: u64,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> i32;
+    type F = sig::CuMemAddressReserve;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, align, addr, flags) };
@@ -421,7 +421,7 @@ unsafe fn mem_address_reserve(
 }
 
 unsafe fn mem_address_free(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
-    type F = unsafe extern "C" fn(u64, usize) -> i32;
+    type F = sig::CuMemAddressFree;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size) };
@@ -443,7 +443,7 @@ unsafe fn mem_set_access(
     desc: *const c_void,
     count: usize,
 ) -> i32 {
-    type F = unsafe extern "C" fn(u64, usize, *const c_void, usize) -> i32;
+    type F = sig::CuMemSetAccess;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, desc, count) };
@@ -469,7 +469,7 @@ unsafe fn mem_get_info(
     free: *mut usize,
     total: *mut usize,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
+    type F = sig::CuMemGetInfoV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(free, total) };

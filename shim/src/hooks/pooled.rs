@@ -7,7 +7,9 @@ use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ERROR_INVALID_VALUE,
 };
-use crate::cuda::symbols::Sym;
+use crate::cuda::real;
+use crate::cuda::symbols::sig::of;
+use crate::cuda::symbols::{Sym, sig};
 use crate::guard::Guard;
 use crate::hooks::{driver_hook, forward};
 use crate::os::say;
@@ -58,7 +60,7 @@ driver_hook!(cuStreamEndCapture_ptsz / proc_cuStreamEndCapture_ptsz = CuStreamEn
     Shim => end_capture(s: Stream, graph: *mut *mut c_void));
 
 unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -> i32 {
-    type F = unsafe extern "C" fn(Stream, c_int) -> i32;
+    type F = sig::CuStreamBeginCaptureV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
         pool::captures_begun();
         // SAFETY: the caller's arguments, unchanged.
@@ -71,7 +73,7 @@ unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -
 }
 
 unsafe fn end_capture(sym: Sym, real: usize, _: Api, s: Stream, graph: *mut *mut c_void) -> i32 {
-    type F = unsafe extern "C" fn(Stream, *mut *mut c_void) -> i32;
+    type F = sig::CuStreamEndCapture;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, graph) };
@@ -95,14 +97,7 @@ unsafe fn begin_capture_to_graph(
     n: usize,
     mode: c_int,
 ) -> i32 {
-    type F = unsafe extern "C" fn(
-        Stream,
-        *mut c_void,
-        *const c_void,
-        *const c_void,
-        usize,
-        c_int,
-    ) -> i32;
+    type F = sig::CuStreamBeginCaptureToGraph;
     forward!(sym, real, MISSING, F, |f, _rec| {
         pool::captures_begun();
         // SAFETY: the caller's arguments, unchanged.
@@ -115,7 +110,7 @@ unsafe fn begin_capture_to_graph(
 }
 
 unsafe fn stream_create(sym: Sym, real: usize, _: Api, s: *mut Stream, flags: u32) -> i32 {
-    type F = unsafe extern "C" fn(*mut Stream, u32) -> i32;
+    type F = sig::CuStreamCreate;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, flags) };
@@ -135,7 +130,7 @@ unsafe fn stream_create_with_priority(
     flags: u32,
     priority: c_int,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut Stream, u32, c_int) -> i32;
+    type F = sig::CuStreamCreateWithPriority;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, flags, priority) };
@@ -148,7 +143,7 @@ unsafe fn stream_create_with_priority(
 }
 
 unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
-    type F = unsafe extern "C" fn(Stream) -> i32;
+    type F = sig::CuStreamDestroyV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
         if pooling() && !s.is_null() {
             pool::stream_destroying(s as u64);
@@ -159,7 +154,7 @@ unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
 }
 
 unsafe fn ctx_synchronize(sym: Sym, real: usize, _: Api) -> i32 {
-    type F = unsafe extern "C" fn() -> i32;
+    type F = sig::CuCtxSynchronize;
     forward!(sym, real, MISSING, F, |f, _rec| {
         let token = if pooling() {
             pool::synchronizing()
@@ -185,7 +180,7 @@ unsafe fn get_address_range(
     size: *mut usize,
     p: u64,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, *mut usize, u64) -> i32;
+    type F = sig::CuMemGetAddressRangeV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
         if pooling()
             && let Some(b) = pool::lookup(p)
@@ -216,7 +211,7 @@ unsafe fn pointer_get_attribute(
     attr: c_int,
     p: u64,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut c_void, c_int, u64) -> i32;
+    type F = sig::CuPointerGetAttribute;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(data, attr, p) };
@@ -237,7 +232,7 @@ unsafe fn pointer_get_attributes(
     data: *mut *mut c_void,
     p: u64,
 ) -> i32 {
-    type F = unsafe extern "C" fn(u32, *const c_int, *mut *mut c_void, u64) -> i32;
+    type F = sig::CuPointerGetAttributes;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(n, attrs, data, p) };
@@ -289,7 +284,7 @@ fn ipc_refused(why: core::fmt::Arguments<'_>) -> i32 {
 /// IPC export. A block that starts its segment gets the segment's real handle (the peer maps
 /// the segment at the block's address); any other pooled block gets a ticket (see `ipc`).
 unsafe fn ipc_get_mem_handle(sym: Sym, real: usize, _: Api, handle: *mut c_void, p: u64) -> i32 {
-    type F = unsafe extern "C" fn(*mut c_void, u64) -> i32;
+    type F = sig::CuIpcGetMemHandle;
     forward!(sym, real, MISSING, F, |f, rec| {
         let Some(b) = (if pooling() { pool::lookup(p) } else { None }) else {
             // SAFETY: the caller's arguments, unchanged.
@@ -351,10 +346,7 @@ unsafe fn ipc_get_mem_handle(sym: Sym, real: usize, _: Api, handle: *mut c_void,
     })
 }
 
-/// A `CUipcMemHandle`, passed by value.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct IpcHandle([u8; ipc::HANDLE]);
+use crate::cuda::ffi::CuIpcMemHandle as IpcHandle;
 
 driver_hook!(cuIpcOpenMemHandle_v2 / proc_cuIpcOpenMemHandle_v2 = CuIpcOpenMemHandleV2, Shim
     => ipc_open(out: *mut u64, handle: IpcHandle, flags: u32));
@@ -364,7 +356,7 @@ driver_hook!(cuIpcCloseMemHandle / proc_cuIpcCloseMemHandle = CuIpcCloseMemHandl
 /// IPC import: tickets become the real handle plus an offset; every open goes through the
 /// table so a segment is mapped once per context however many blocks of it are opened.
 unsafe fn ipc_open(sym: Sym, real: usize, _: Api, out: *mut u64, h: IpcHandle, flags: u32) -> i32 {
-    type F = unsafe extern "C" fn(*mut u64, IpcHandle, u32) -> i32;
+    type F = sig::CuIpcOpenMemHandleV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         if out.is_null() || !state::enabled() {
             // SAFETY: the caller's arguments, unchanged (GPUSHIM_DISABLE=1: a pure forward).
@@ -403,7 +395,7 @@ unsafe fn ipc_open(sym: Sym, real: usize, _: Api, out: *mut u64, h: IpcHandle, f
 }
 
 unsafe fn ipc_close(sym: Sym, real: usize, _: Api, p: u64) -> i32 {
-    type F = unsafe extern "C" fn(u64) -> i32;
+    type F = sig::CuIpcCloseMemHandle;
     forward!(sym, real, MISSING, F, |f, rec| {
         let rc = match ipc::close(p) {
             // SAFETY: the caller's argument, unchanged.
@@ -515,12 +507,8 @@ pub unsafe extern "C" fn gpushim_free(
 
 /// `cudaMalloc` itself, for the pluggable route under `GPUSHIM_DISABLE=1`; null on failure.
 fn plain_alloc(size: usize) -> *mut c_void {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
     let _guard = Guard::enter();
-    // SAFETY: cudaMalloc has the ABI F.
-    let Some(f) =
-        (unsafe { crate::cuda::real::as_fn::<F>(crate::cuda::real::exported(Sym::CudaMalloc)) })
-    else {
+    let Some(f) = real::function::<of::CudaMalloc>() else {
         return core::ptr::null_mut();
     };
     let mut p = core::ptr::null_mut();
@@ -534,13 +522,9 @@ fn plain_alloc(size: usize) -> *mut c_void {
 
 /// `cudaFree` itself, for the pluggable route under `GPUSHIM_DISABLE=1`.
 fn plain_free(p: *mut c_void) {
-    type F = unsafe extern "C" fn(*mut c_void) -> i32;
     let _guard = Guard::enter();
-    if let Some(f) =
-        // SAFETY: cudaFree has the ABI F; `p` came from `plain_alloc`.
-        unsafe { crate::cuda::real::as_fn::<F>(crate::cuda::real::exported(Sym::CudaFree)) }
-    {
-        // SAFETY: as above.
+    if let Some(f) = real::function::<of::CudaFree>() {
+        // SAFETY: `p` came from `plain_alloc`.
         unsafe { f(p) };
     }
 }

@@ -2,7 +2,7 @@
 //! one event; results and out-pointers are exactly the real function's.
 
 use crate::cuda::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
-use crate::cuda::symbols::Sym;
+use crate::cuda::symbols::{Sym, sig};
 use crate::hooks::serve::{self, Family::Runtime as RUNTIME};
 use crate::hooks::{exported_hook, forward, out_ptr, out_usize};
 use crate::pool;
@@ -41,7 +41,7 @@ exported_hook!(cudaMemGetInfo = CudaMemGetInfo, CudaMemGetInfo
     => mem_get_info(free: *mut usize, total: *mut usize));
 
 unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usize) -> i32 {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+    type F = sig::CudaMalloc;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() {
             // SAFETY: `p` is the caller's out-pointer.
@@ -71,7 +71,7 @@ unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usi
 }
 
 unsafe fn free(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
-    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    type F = sig::CudaFree;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && !p.is_null() {
             // SAFETY: only reached with the guard held.
@@ -98,7 +98,7 @@ unsafe fn malloc_async(
     size: usize,
     s: Stream,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize, Stream) -> i32;
+    type F = sig::CudaMallocAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CudaMallocAsyncPtsz);
@@ -130,7 +130,7 @@ unsafe fn malloc_async(
 }
 
 unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream) -> i32 {
-    type F = unsafe extern "C" fn(*mut c_void, Stream) -> i32;
+    type F = sig::CudaFreeAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && !p.is_null() && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CudaFreeAsyncPtsz);
@@ -173,7 +173,7 @@ unsafe fn malloc_from_pool(
     pool: *mut c_void,
     s: Stream,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize, *mut c_void, Stream) -> i32;
+    type F = sig::CudaMallocFromPoolAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, pool, s) };
@@ -203,7 +203,7 @@ unsafe fn malloc_managed(
     size: usize,
     flags: u32,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
+    type F = sig::CudaMallocManaged;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, flags) };
@@ -218,7 +218,7 @@ unsafe fn malloc_managed(
 }
 
 unsafe fn malloc_host(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usize) -> i32 {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
+    type F = sig::CudaMallocHost;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size) };
@@ -247,7 +247,7 @@ unsafe fn host_alloc(
     size: usize,
     flags: u32,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize, u32) -> i32;
+    type F = sig::CudaHostAlloc;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, size, flags) };
@@ -269,7 +269,7 @@ unsafe fn host_alloc(
 }
 
 unsafe fn free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
-    type F = unsafe extern "C" fn(*mut c_void) -> i32;
+    type F = sig::CudaFreeHost;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p) };
@@ -297,7 +297,7 @@ unsafe fn malloc_pitch(
     width: usize,
     height: usize,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut *mut c_void, *mut usize, usize, usize) -> i32;
+    type F = sig::CudaMallocPitch;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, pitch, width, height) };
@@ -318,7 +318,7 @@ unsafe fn malloc_3d(
     p: *mut CudaPitchedPtr,
     extent: CudaExtent,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut CudaPitchedPtr, CudaExtent) -> i32;
+    type F = sig::CudaMalloc3D;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(p, extent) };
@@ -346,7 +346,7 @@ unsafe fn mem_get_info(
     free: *mut usize,
     total: *mut usize,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
+    type F = sig::CudaMemGetInfo;
     forward!(sym, real, MISSING, F, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(free, total) };

@@ -4,10 +4,9 @@
 
 use crate::cuda::ffi::ERROR_INVALID_VALUE;
 use crate::cuda::real;
-use crate::cuda::symbols::Sym;
+use crate::cuda::symbols::sig::of;
 use crate::pool::{self, Freed, Served};
 use crate::trace;
-use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
@@ -85,9 +84,7 @@ pub fn free(
 /// Makes `cudaGetLastError` report `cudaErrorInvalidValue` once, as after a real `cudaFree`
 /// of a pointer CUDA does not know: by making one, with a host address.
 fn set_last_error_invalid_value() {
-    type G = unsafe extern "C" fn(*mut c_void) -> i32;
-    // SAFETY: cudaFree has the ABI G.
-    if let Some(g) = unsafe { real::as_fn::<G>(real::exported(Sym::CudaFree)) } {
+    if let Some(g) = real::function::<of::CudaFree>() {
         let mut host = 0u64;
         // SAFETY: a host address is never device memory; CUDA answers 1 and frees nothing.
         unsafe { g((&raw mut host).cast()) };
@@ -98,16 +95,12 @@ fn set_last_error_invalid_value() {
 /// failed `cudaMalloc`: by making one (1 PiB, which no device has). The re-entrancy guard is
 /// held, so the call is neither pooled nor recorded.
 fn set_last_error_out_of_memory() {
-    type F = unsafe extern "C" fn(*mut *mut c_void, usize) -> i32;
-    // SAFETY: cudaMalloc has the ABI F.
-    if let Some(f) = unsafe { real::as_fn::<F>(real::exported(Sym::CudaMalloc)) } {
+    if let Some(f) = real::function::<of::CudaMalloc>() {
         let mut q = core::ptr::null_mut();
         // SAFETY: a valid out-pointer; the call fails and allocates nothing.
         let rc = unsafe { f(&mut q, 1 << 50) };
         if rc == 0 && !q.is_null() {
-            type G = unsafe extern "C" fn(*mut c_void) -> i32;
-            // SAFETY: cudaFree has the ABI G; frees what the unexpected success returned.
-            if let Some(g) = unsafe { real::as_fn::<G>(real::exported(Sym::CudaFree)) } {
+            if let Some(g) = real::function::<of::CudaFree>() {
                 // SAFETY: `q` is the block the call above returned.
                 unsafe { g(q) };
             }

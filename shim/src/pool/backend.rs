@@ -3,12 +3,12 @@
 //! checkpoints, and the pool's notes in the trace.
 
 use super::capture::{capture_active, relaxed_if_capturing};
-use super::context::CuFn1;
 use super::context::free_segments;
-use super::context::{MAX_CONTEXTS, device_of, drv, in_context};
+use super::context::{MAX_CONTEXTS, device_of, in_context};
 use super::streams::OTHER_STREAMS;
 use crate::cuda::ffi::CU_EVENT_DISABLE_TIMING;
-use crate::cuda::symbols::Sym;
+use crate::cuda::real;
+use crate::cuda::symbols::sig::of;
 use crate::trace;
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
@@ -71,8 +71,6 @@ struct AccessDesc {
 
 const PAGE: u64 = gpushim_core::engine::PAGE;
 
-type CuFn2 = unsafe extern "C" fn(usize, usize) -> i32;
-
 impl CudaBackend {
     pub(super) fn new() -> CudaBackend {
         CudaBackend {
@@ -95,8 +93,8 @@ impl CudaBackend {
 
     /// Unmaps and releases the pages of `[ptr, ptr + size)` that this backend mapped.
     fn unmap_pages(&mut self, ptr: u64, size: u64) {
-        let unmap = drv::<unsafe extern "C" fn(u64, usize) -> i32>(Sym::CuMemUnmap);
-        let release = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemRelease);
+        let unmap = real::function::<of::CuMemUnmap>();
+        let release = real::function::<of::CuMemRelease>();
         let mut page = ptr;
         while page < ptr + size {
             if let Some(h) = self.pages.remove(&page) {
@@ -118,8 +116,8 @@ impl CudaBackend {
     /// non-blocking stream.
     pub(super) fn seal(&mut self, slot: u8) {
         let s = &mut self.slots[slot as usize];
-        let create = drv::<unsafe extern "C" fn(*mut usize, u32) -> i32>(Sym::CuEventCreate);
-        let record = drv::<CuFn2>(Sym::CuEventRecord);
+        let create = real::function::<of::CuEventCreate>();
+        let record = real::function::<of::CuEventRecord>();
         let mut events = Vec::with_capacity(1 + s.streams.len());
         let mut broken = s.untracked;
         in_context(slot, || {
@@ -158,7 +156,7 @@ impl CudaBackend {
 
     /// Passes the checkpoints whose events all completed, oldest first.
     fn query(&mut self, slot: u8) {
-        let query = drv::<CuFn1>(Sym::CuEventQuery);
+        let query = real::function::<of::CuEventQuery>();
         let s = &mut self.slots[slot as usize];
         in_context(slot, || {
             while let Some(cp) = s.sealed.front() {
@@ -202,8 +200,7 @@ impl Backend for CudaBackend {
             // Out of memory and retrying: what was given back must really be free first.
             free_segments(&core::mem::take(&mut self.released));
         }
-        let Some(alloc) = drv::<unsafe extern "C" fn(*mut u64, usize) -> i32>(Sym::CuMemAllocV2)
-        else {
+        let Some(alloc) = real::function::<of::CuMemAllocV2>() else {
             self.last_error = crate::cuda::ffi::CU_ERROR_NOT_INITIALIZED;
             return Err(OutOfMemory);
         };
@@ -275,8 +272,8 @@ impl Backend for CudaBackend {
             return;
         };
         let broken = s.sealed.iter().any(|cp| cp.broken);
-        let wait = drv::<CuFn1>(Sym::CuEventSynchronize);
-        let ctx_sync = drv::<unsafe extern "C" fn() -> i32>(Sym::CuCtxSynchronize);
+        let wait = real::function::<of::CuEventSynchronize>();
+        let ctx_sync = real::function::<of::CuCtxSynchronize>();
         in_context(slot, || {
             if broken {
                 if let Some(f) = ctx_sync {
@@ -296,8 +293,7 @@ impl Backend for CudaBackend {
     }
 
     fn reserve_address(&mut self, slot: u8, size: u64) -> Result<u64, OutOfMemory> {
-        type F = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> i32;
-        let f = drv::<F>(Sym::CuMemAddressReserve).ok_or(OutOfMemory)?;
+        let f = real::function::<of::CuMemAddressReserve>().ok_or(OutOfMemory)?;
         let mut p = 0u64;
         // SAFETY: a valid out-pointer; no fixed address asked for.
         let rc = in_context(slot, || unsafe {
@@ -307,15 +303,12 @@ impl Backend for CudaBackend {
     }
 
     fn map(&mut self, slot: u8, ptr: u64, size: u64) -> Result<(), OutOfMemory> {
-        type Create = unsafe extern "C" fn(*mut u64, usize, *const AllocationProp, u64) -> i32;
-        type Map = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> i32;
-        type Access = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> i32;
         let device = device_of(slot);
         let (Some(create), Some(map), Some(access), Some(release)) = (
-            drv::<Create>(Sym::CuMemCreate),
-            drv::<Map>(Sym::CuMemMap),
-            drv::<Access>(Sym::CuMemSetAccess),
-            drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemRelease),
+            real::function::<of::CuMemCreate>(),
+            real::function::<of::CuMemMap>(),
+            real::function::<of::CuMemSetAccess>(),
+            real::function::<of::CuMemRelease>(),
         ) else {
             return Err(OutOfMemory);
         };
@@ -342,7 +335,7 @@ impl Backend for CudaBackend {
                 while done < size {
                     let mut h = 0u64;
                     // SAFETY: valid out-pointer and property struct of the CUDA layout.
-                    rc = unsafe { create(&mut h, PAGE as usize, &prop, 0) };
+                    rc = unsafe { create(&mut h, PAGE as usize, (&raw const prop).cast(), 0) };
                     if rc != 0 {
                         break;
                     }
@@ -358,7 +351,7 @@ impl Backend for CudaBackend {
                 }
                 if rc == 0 {
                     // SAFETY: the range just mapped; one access descriptor.
-                    rc = unsafe { access(ptr, size as usize, &desc, 1) };
+                    rc = unsafe { access(ptr, size as usize, (&raw const desc).cast(), 1) };
                 }
             })
         });

@@ -1,11 +1,10 @@
 //! Stream captures under way in the process (contract 7): counted from the capture hooks, asked
 //! of CUDA where the pool must know, and the relaxed interaction mode for the pool's own calls.
 
-use super::context::drv;
 use super::streams::stream_identity;
 use crate::cuda::ffi::STREAM_PER_THREAD;
 use crate::cuda::real;
-use crate::cuda::symbols::Sym;
+use crate::cuda::symbols::sig::of;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
@@ -70,8 +69,7 @@ pub(super) fn forget_finished_captures() {
     if !capture_active() {
         return;
     }
-    type F = unsafe extern "C" fn(usize, *mut i32) -> i32;
-    let Some(f) = drv::<F>(Sym::CuStreamIsCapturing) else {
+    let Some(f) = real::function::<of::CuStreamIsCapturing>() else {
         return;
     };
     for (c, h) in CAPTURING.iter().zip(&CAPTURED_HANDLE) {
@@ -100,8 +98,7 @@ const CAPTURE_MODE_RELAXED: i32 = 2;
 
 /// Puts the calling thread in relaxed capture mode; returns the mode it had.
 pub(super) fn set_relaxed_capture_mode() -> Option<i32> {
-    type F = unsafe extern "C" fn(*mut i32) -> i32;
-    let f = drv::<F>(Sym::CuThreadExchangeStreamCaptureMode)?;
+    let f = real::function::<of::CuThreadExchangeStreamCaptureMode>()?;
     let mut mode = CAPTURE_MODE_RELAXED;
     // SAFETY: a valid in/out pointer; the exchange is legal at any time (checked on the GPU).
     (unsafe { f(&mut mode) } == 0).then_some(mode)
@@ -116,8 +113,7 @@ pub(super) fn relaxed_if_capturing<R>(f: impl FnOnce() -> R) -> R {
     let old = set_relaxed_capture_mode();
     let r = f();
     if let Some(mut m) = old {
-        type F = unsafe extern "C" fn(*mut i32) -> i32;
-        if let Some(x) = drv::<F>(Sym::CuThreadExchangeStreamCaptureMode) {
+        if let Some(x) = real::function::<of::CuThreadExchangeStreamCaptureMode>() {
             // SAFETY: restores the mode taken above.
             unsafe { x(&mut m) };
         }
@@ -136,13 +132,11 @@ pub fn capture_forbids(runtime: bool) -> Option<i32> {
         return None;
     }
     let rc = if runtime {
-        type F = unsafe extern "C" fn(*mut c_void) -> i32;
-        // SAFETY: cudaFree has the ABI F; a null pointer frees nothing.
-        let f = unsafe { real::as_fn::<F>(real::exported(Sym::CudaFree)) }?;
+        let f = real::function::<of::CudaFree>()?;
         // SAFETY: as above.
         unsafe { f(core::ptr::null_mut()) }
     } else {
-        let f = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemFreeV2)?;
+        let f = real::function::<of::CuMemFreeV2>()?;
         // SAFETY: freeing address 0 frees nothing.
         unsafe { f(0) }
     };
@@ -157,8 +151,7 @@ pub fn capturing(stream: *mut c_void) -> bool {
     if s <= STREAM_PER_THREAD || !CAPTURES.load(Ordering::Relaxed) {
         return false;
     }
-    type F = unsafe extern "C" fn(usize, *mut i32) -> i32;
-    let Some(f) = drv::<F>(Sym::CuStreamIsCapturing) else {
+    let Some(f) = real::function::<of::CuStreamIsCapturing>() else {
         return false;
     };
     let mut status = 0i32;

@@ -2,7 +2,7 @@
 //! is on; and how the pool calls the driver in a slot's context.
 
 use crate::cuda::real;
-use crate::cuda::symbols::Sym;
+use crate::cuda::symbols::sig::of;
 use crate::os::SpinLock;
 use crate::trace;
 use core::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -16,14 +16,9 @@ pub(super) static CONTEXTS: [AtomicUsize; MAX_CONTEXTS] =
 static DEVICES: [AtomicU8; MAX_CONTEXTS] = [const { AtomicU8::new(DEVICE_UNKNOWN) }; MAX_CONTEXTS];
 static REGISTERING: SpinLock = SpinLock::new();
 
-/// A driver function of one context argument.
-pub(super) type CuFn1 = unsafe extern "C" fn(usize) -> i32;
-
 /// The current context of the calling thread, if any.
 pub fn current_context() -> Option<usize> {
-    type F = unsafe extern "C" fn(*mut usize) -> i32;
-    // SAFETY: cuCtxGetCurrent has the ABI F: `CUresult f(CUcontext *)`.
-    let f = unsafe { real::as_fn::<F>(real::exported(Sym::CuCtxGetCurrent)) }?;
+    let f = real::function::<of::CuCtxGetCurrent>()?;
     let mut c = 0usize;
     // SAFETY: `c` is a valid out-pointer.
     if unsafe { f(&mut c) } == 0 && c != 0 {
@@ -77,20 +72,14 @@ pub fn device_of(slot: u8) -> u8 {
     DEVICES[slot as usize].load(Ordering::Relaxed)
 }
 
-/// The real driver function `sym` with ABI `F`.
-pub(super) fn drv<F: Copy>(sym: Sym) -> Option<F> {
-    // SAFETY: callers name the ABI of `sym` as F.
-    unsafe { real::as_fn::<F>(real::exported(sym)) }
-}
-
 /// Runs `f` with `slot`'s context current.
 pub(super) fn in_context<R>(slot: u8, f: impl FnOnce() -> R) -> R {
     let target = CONTEXTS[slot as usize].load(Ordering::Acquire);
     if current_context() == Some(target) {
         return f();
     }
-    let push = drv::<CuFn1>(Sym::CuCtxPushCurrentV2);
-    let pop = drv::<unsafe extern "C" fn(*mut usize) -> i32>(Sym::CuCtxPopCurrentV2);
+    let push = real::function::<of::CuCtxPushCurrentV2>();
+    let pop = real::function::<of::CuCtxPopCurrentV2>();
     // SAFETY: pushing a context this process made; popped below.
     let pushed = push.is_some_and(|p| unsafe { p(target) } == 0);
     let r = f();
@@ -109,7 +98,7 @@ pub(super) fn forget_after_fork() {
 
 /// Frees segments the engine gave back (outside the pool's lock).
 pub fn free_segments(segments: &[(u8, u64)]) {
-    let Some(free) = drv::<unsafe extern "C" fn(u64) -> i32>(Sym::CuMemFreeV2) else {
+    let Some(free) = real::function::<of::CuMemFreeV2>() else {
         return;
     };
     for &(slot, ptr) in segments {

@@ -25,18 +25,18 @@ pub mod frameworks;
 pub mod ipc;
 mod streams;
 
+use crate::cuda::symbols::sig::of;
 use backend::CudaBackend;
 pub use capture::{
     capture_active, capture_ended, capture_forbids, capture_started, captures_begun, capturing,
 };
 use capture::{forget_finished_captures, set_relaxed_capture_mode};
-use context::{CONTEXTS, MAX_CONTEXTS, drv, free_segments, slot_of};
+use context::{CONTEXTS, MAX_CONTEXTS, free_segments, slot_of};
 pub use context::{current_context, current_slot, device_of};
 use streams::{OTHER_STREAMS, stream_identity};
 
 use crate::cuda::ffi::{CU_STREAM_NON_BLOCKING, ERROR_OUT_OF_MEMORY};
 use crate::cuda::real;
-use crate::cuda::symbols::Sym;
 use crate::os::SpinLock;
 use crate::state;
 use core::cell::UnsafeCell;
@@ -68,7 +68,7 @@ fn note_other_streams() {
         return;
     }
     if !capture_active()
-        && let Some(sync) = drv::<unsafe extern "C" fn() -> i32>(Sym::CuCtxSynchronize)
+        && let Some(sync) = real::function::<of::CuCtxSynchronize>()
     {
         // SAFETY: no arguments; waits for the current context's work.
         unsafe { sync() };
@@ -372,9 +372,7 @@ pub fn runtime_context_ready() -> bool {
     if current_context().is_some() {
         return true;
     }
-    type F = unsafe extern "C" fn(*mut c_void) -> i32;
-    // SAFETY: cudaFree has the ABI F; cudaFree(NULL) only initializes the runtime.
-    if let Some(f) = unsafe { real::as_fn::<F>(real::exported(Sym::CudaFree)) } {
+    if let Some(f) = real::function::<of::CudaFree>() {
         // SAFETY: a null pointer is valid for cudaFree.
         unsafe { f(core::ptr::null_mut()) };
     }

@@ -8,7 +8,8 @@ use crate::cuda::ffi::{
     PROC_PER_THREAD_STREAM,
 };
 use crate::cuda::real;
-use crate::cuda::symbols::{self, Sym};
+use crate::cuda::symbols::sig::of;
+use crate::cuda::symbols::{self, Sym, sig};
 use crate::hooks::driver_hook;
 use crate::route::wrappers;
 use crate::state;
@@ -57,7 +58,7 @@ unsafe fn get_proc_address(
     version: c_int,
     flags: u64,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> i32;
+    type F = sig::CuGetProcAddress;
     // SAFETY: resolved for this symbol, whose ABI is F.
     let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
         return state::missing(sym, CU_ERROR_NOT_INITIALIZED);
@@ -82,7 +83,7 @@ unsafe fn get_proc_address_v2(
     flags: u64,
     status: *mut c_int,
 ) -> i32 {
-    type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> i32;
+    type F = sig::CuGetProcAddressV2;
     // SAFETY: resolved for this symbol, whose ABI is F.
     let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
         return state::missing(sym, CU_ERROR_NOT_INITIALIZED);
@@ -104,9 +105,8 @@ fn runtime_per_thread(flags: u64, ptsz_entry: bool) -> bool {
 
 /// The CUDA version `cudaGetDriverEntryPoint` looks symbols up for: the runtime's own.
 fn runtime_version() -> i32 {
-    type F = unsafe extern "C" fn(*mut c_int) -> i32;
     // SAFETY: resolved for cudaRuntimeGetVersion, whose ABI is F.
-    let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::CudaRuntimeGetVersion)) }) else {
+    let Some(f) = real::function::<of::CudaRuntimeGetVersion>() else {
         return 0;
     };
     let mut v: c_int = 0;
@@ -123,9 +123,7 @@ macro_rules! entry_point {
             flags: u64,
             status: *mut c_int,
         ) -> i32 {
-            type F = unsafe extern "C" fn(*const c_char, *mut *mut c_void, u64, *mut c_int) -> i32;
-            // SAFETY: resolved for this symbol, whose ABI is F.
-            let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::$sym)) }) else {
+            let Some(f) = real::function::<of::$sym>() else {
                 return state::missing(Sym::$sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
             };
             // SAFETY: the caller's arguments, unchanged.
@@ -150,10 +148,7 @@ macro_rules! entry_point_by_version {
             flags: u64,
             status: *mut c_int,
         ) -> i32 {
-            type F =
-                unsafe extern "C" fn(*const c_char, *mut *mut c_void, u32, u64, *mut c_int) -> i32;
-            // SAFETY: resolved for this symbol, whose ABI is F.
-            let Some(f) = (unsafe { real::as_fn::<F>(real::exported(Sym::$sym)) }) else {
+            let Some(f) = real::function::<of::$sym>() else {
                 return state::missing(Sym::$sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
             };
             // SAFETY: the caller's arguments, unchanged.

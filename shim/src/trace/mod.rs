@@ -4,7 +4,7 @@ pub mod python;
 pub mod stacks;
 
 use crate::cuda::real;
-use crate::cuda::symbols::Sym;
+use crate::cuda::symbols::sig::{self, of};
 use crate::os::{env, say};
 use crate::state;
 use core::cell::{Cell, UnsafeCell};
@@ -102,19 +102,17 @@ fn thread_index() -> u16 {
 
 /// The device the calling thread's runtime is on, or `DEVICE_UNKNOWN`.
 pub fn runtime_device() -> u8 {
-    device_from(Sym::CudaGetDevice)
+    device_from(real::function::<of::CudaGetDevice>())
 }
 
 /// The device of the calling thread's current driver context, or `DEVICE_UNKNOWN`.
 pub fn driver_device() -> u8 {
-    device_from(Sym::CuCtxGetDevice)
+    device_from(real::function::<of::CuCtxGetDevice>())
 }
 
 /// Asks `cudaGetDevice` or `cuCtxGetDevice` (same signature) for the current device.
-fn device_from(sym: Sym) -> u8 {
-    type F = unsafe extern "C" fn(*mut c_int) -> i32;
-    // SAFETY: both symbols have the ABI F: `int f(int *device)`.
-    let Some(f) = (unsafe { real::as_fn::<F>(real::exported(sym)) }) else {
+fn device_from(get: Option<sig::CudaGetDevice>) -> u8 {
+    let Some(f) = get else {
         return DEVICE_UNKNOWN;
     };
     let mut d: c_int = 0;
