@@ -3,41 +3,51 @@
 //! synchronization per step. Under the pool the host never waits for the GPU while the device
 //! has room: the wall time stays within 10% of the GPU's time (the landed pool waited for the
 //! GPU at every reuse of a block freed mid-step: 1.17x), and device memory within 2x of live.
-//! The best of three runs counts, so a moment of load on the machine does not decide it.
+//! What decides it is counted, not timed: the trace of each run holds no wait of the pool for
+//! the GPU. The wall-clock figure is checked loosely (best of three within 25% of GPU time), so
+//! a loaded machine cannot fail it; the benchmark figure is the README's.
 
 mod common;
 use common::*;
 
-fn perstep(conf: &str) -> (f64, f64) {
+fn perstep(conf: &str) -> (f64, f64, usize) {
+    let trace = tempdir("perstep").join("p.trace");
     let out = run(
         &sim().bin("perstep"),
         Run {
             preload: true,
-            env: vec![
-                ("GPUSHIM_CONF", conf.to_string()),
-                ("GPUSHIM_TRACE", "off".to_string()),
-            ],
+            trace: Some(&trace),
+            env: vec![("GPUSHIM_CONF", conf.to_string())],
             args: ["20", "16", "8000"].map(String::from).to_vec(),
-            ..Run::default()
         },
     );
     assert_ok(&out);
+    let (records, _) = decode(&trace);
+    let waits = records
+        .iter()
+        .filter(|r| r.kind == gpushim::trace::format::RecordKind::PoolSync)
+        .count();
     let v: std::collections::HashMap<String, f64> = stdout(&out)
         .split_whitespace()
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.parse().unwrap_or(f64::NAN)))
         .collect();
-    (v["wall_us"] / v["gpu_us"], v["used_peak"] / v["live_peak"])
+    (
+        v["wall_us"] / v["gpu_us"],
+        v["used_peak"] / v["live_peak"],
+        waits,
+    )
 }
 
 #[test]
 fn a_per_tensor_loop_runs_at_gpu_speed_with_memory_within_twice_live() {
     for conf in ["pool:caching", "pool:expandable"] {
-        let runs: Vec<(f64, f64)> = (0..3).map(|_| perstep(conf)).collect();
-        let best = runs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
-        assert!(best <= 1.10, "{conf}: wall/GPU {runs:?}");
-        for (_, mem) in &runs {
+        let runs: Vec<(f64, f64, usize)> = (0..3).map(|_| perstep(conf)).collect();
+        for (_, mem, waits) in &runs {
+            assert_eq!(*waits, 0, "{conf}: the pool waited for the GPU: {runs:?}");
             assert!(*mem <= 2.0, "{conf}: device/live {runs:?}");
         }
+        let best = runs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
+        assert!(best <= 1.25, "{conf}: wall/GPU {runs:?}");
     }
 }
