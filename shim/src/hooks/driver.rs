@@ -6,9 +6,9 @@ use crate::cuda::ffi::{
 };
 use crate::cuda::symbols::{Sym, sig};
 use crate::hooks::serve::{self, Family::Driver as DRIVER};
-use crate::hooks::{driver_hook, forward, out_ptr, out_u64, out_usize};
+use crate::hooks::{driver_hook, forward, out_ptr, out_u64, out_usize, recorded};
 use crate::pool;
-use crate::trace::{self, driver_device};
+use crate::trace::driver_device;
 use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
@@ -62,29 +62,21 @@ unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -
     type F = sig::CuMemAllocV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() {
-            // SAFETY: `p` is the caller's out-pointer.
             if let Some((rc, ptr)) = serve::alloc(DRIVER, api, size, pool::SYNC_KEY, 0) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
                 unsafe { *p = ptr };
                 return rc;
             }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size) }
+        };
+        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_u64(p, rc) };
-            trace::record(
-                RecordKind::Alloc,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                driver_device(),
-                0,
-            );
-        }
-        rc
+            (ptr, size as u64, driver_device())
+        })
     })
 }
 
@@ -96,12 +88,13 @@ unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
                 return rc;
             }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p) };
-        if rec {
-            trace::record(RecordKind::Free, api, rc, p, 0, DEVICE_UNKNOWN, 0);
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p) }
+        };
+        recorded(rec, RecordKind::Free, api, 0, call, |_| {
+            (p, 0, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -117,30 +110,22 @@ unsafe fn mem_alloc_async(
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CuMemAllocAsyncPtsz);
-            // SAFETY: `p` is the caller's out-pointer.
             if let Some((rc, ptr)) = serve::alloc(DRIVER, api, size, key, s as u64) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
                 unsafe { *p = ptr };
                 return rc;
             }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, s) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, s) }
+        };
+        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_u64(p, rc) };
             let d = driver_device();
-            trace::record(
-                RecordKind::AllocAsync,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                d,
-                s as u64,
-            );
-        }
-        rc
+            (ptr, size as u64, d)
+        })
     })
 }
 
@@ -154,20 +139,13 @@ unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> 
                 return rc;
             }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, s) };
-        if rec {
-            trace::record(
-                RecordKind::FreeAsync,
-                api,
-                rc,
-                p,
-                0,
-                DEVICE_UNKNOWN,
-                s as u64,
-            );
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, s) }
+        };
+        recorded(rec, RecordKind::FreeAsync, api, s as u64, call, |_| {
+            (p, 0, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -182,23 +160,16 @@ unsafe fn mem_alloc_from_pool(
 ) -> i32 {
     type F = sig::CuMemAllocFromPoolAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, pool, s) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, pool, s) }
+        };
+        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_u64(p, rc) };
             let d = driver_device();
-            trace::record(
-                RecordKind::AllocAsync,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                d,
-                s as u64,
-            );
-        }
-        rc
+            (ptr, size as u64, d)
+        })
     })
 }
 
@@ -215,15 +186,16 @@ unsafe fn mem_alloc_pitch(
 ) -> i32 {
     type F = sig::CuMemAllocPitchV2;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, pitch, width, height, elem) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, pitch, width, height, elem) }
+        };
+        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
             // SAFETY: both out-pointers were written by the successful call.
             let (ptr, pitch) = unsafe { (out_u64(p, rc), out_usize(pitch, rc)) };
             let size = pitch.saturating_mul(height as u64);
-            trace::record(RecordKind::Alloc, api, rc, ptr, size, driver_device(), 0);
-        }
-        rc
+            (ptr, size, driver_device())
+        })
     })
 }
 
@@ -237,15 +209,16 @@ unsafe fn mem_alloc_managed(
 ) -> i32 {
     type F = sig::CuMemAllocManaged;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, flags) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, flags) }
+        };
+        recorded(rec, RecordKind::ManagedAlloc, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_u64(p, rc) };
             let d = driver_device();
-            trace::record(RecordKind::ManagedAlloc, api, rc, ptr, size as u64, d, 0);
-        }
-        rc
+            (ptr, size as u64, d)
+        })
     })
 }
 
@@ -259,42 +232,28 @@ unsafe fn mem_host_alloc(
 ) -> i32 {
     type F = sig::CuMemHostAlloc;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, flags) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, flags) }
+        };
+        recorded(rec, RecordKind::HostAlloc, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
-            trace::record(
-                RecordKind::HostAlloc,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                DEVICE_UNKNOWN,
-                0,
-            );
-        }
-        rc
+            (ptr, size as u64, DEVICE_UNKNOWN)
+        })
     })
 }
 
 unsafe fn mem_free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
     type F = sig::CuMemFreeHost;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p) };
-        if rec {
-            trace::record(
-                RecordKind::HostFree,
-                api,
-                rc,
-                p as u64,
-                0,
-                DEVICE_UNKNOWN,
-                0,
-            );
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p) }
+        };
+        recorded(rec, RecordKind::HostFree, api, 0, call, |_| {
+            (p as u64, 0, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -309,9 +268,11 @@ unsafe fn mem_create(
 ) -> i32 {
     type F = sig::CuMemCreate;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(h, size, prop.cast(), flags) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(h, size, prop.cast(), flags) }
+        };
+        recorded(rec, RecordKind::PhysCreate, api, 0, call, |rc| {
             // SAFETY: `h` was written by the successful call; `prop` was read by it.
             let handle = unsafe { out_u64(h, rc) };
             let device = if rc == 0 && !prop.is_null() {
@@ -327,29 +288,21 @@ unsafe fn mem_create(
             } else {
                 DEVICE_UNKNOWN
             };
-            trace::record(
-                RecordKind::PhysCreate,
-                api,
-                rc,
-                handle,
-                size as u64,
-                device,
-                0,
-            );
-        }
-        rc
+            (handle, size as u64, device)
+        })
     })
 }
 
 unsafe fn mem_release(sym: Sym, real: usize, api: Api, h: u64) -> i32 {
     type F = sig::CuMemRelease;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(h) };
-        if rec {
-            trace::record(RecordKind::PhysRelease, api, rc, h, 0, DEVICE_UNKNOWN, 0);
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(h) }
+        };
+        recorded(rec, RecordKind::PhysRelease, api, 0, call, |_| {
+            (h, 0, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -366,32 +319,26 @@ unsafe fn mem_map(
 ) -> i32 {
     type F = sig::CuMemMap;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, offset, h, flags) };
-        if rec {
-            trace::record(RecordKind::Map, api, rc, p, size as u64, DEVICE_UNKNOWN, 0);
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, offset, h, flags) }
+        };
+        recorded(rec, RecordKind::Map, api, 0, call, |_| {
+            (p, size as u64, DEVICE_UNKNOWN)
+        })
     })
 }
 
 unsafe fn mem_unmap(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
     type F = sig::CuMemUnmap;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size) };
-        if rec {
-            trace::record(
-                RecordKind::Unmap,
-                api,
-                rc,
-                p,
-                size as u64,
-                DEVICE_UNKNOWN,
-                0,
-            );
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size) }
+        };
+        recorded(rec, RecordKind::Unmap, api, 0, call, |_| {
+            (p, size as u64, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -408,28 +355,28 @@ unsafe fn mem_address_reserve(
 ) -> i32 {
     type F = sig::CuMemAddressReserve;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, align, addr, flags) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, align, addr, flags) }
+        };
+        recorded(rec, RecordKind::AddressReserve, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_u64(p, rc) };
-            let k = RecordKind::AddressReserve;
-            trace::record(k, api, rc, ptr, size as u64, DEVICE_UNKNOWN, 0);
-        }
-        rc
+            (ptr, size as u64, DEVICE_UNKNOWN)
+        })
     })
 }
 
 unsafe fn mem_address_free(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
     type F = sig::CuMemAddressFree;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size) };
-        if rec {
-            let k = RecordKind::AddressFree;
-            trace::record(k, api, rc, p, size as u64, DEVICE_UNKNOWN, 0);
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size) }
+        };
+        recorded(rec, RecordKind::AddressFree, api, 0, call, |_| {
+            (p, size as u64, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -445,20 +392,13 @@ unsafe fn mem_set_access(
 ) -> i32 {
     type F = sig::CuMemSetAccess;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, desc, count) };
-        if rec {
-            trace::record(
-                RecordKind::SetAccess,
-                api,
-                rc,
-                p,
-                size as u64,
-                DEVICE_UNKNOWN,
-                0,
-            );
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, desc, count) }
+        };
+        recorded(rec, RecordKind::SetAccess, api, 0, call, |_| {
+            (p, size as u64, DEVICE_UNKNOWN)
+        })
     })
 }
 

@@ -73,6 +73,26 @@ macro_rules! driver_hook {
 }
 pub(crate) use driver_hook;
 
+/// The body every recorded hook shares once it holds the real function: make the call, and
+/// when this call is recorded (the guard says so), record its outcome. `outcome(rc)` names the
+/// pointer, size and device the record is about (read from what the call wrote, and asked for
+/// only when recording).
+pub fn recorded(
+    rec: bool,
+    kind: RecordKind,
+    api: Api,
+    stream: u64,
+    call: impl FnOnce() -> i32,
+    outcome: impl FnOnce(i32) -> (u64, u64, u8),
+) -> i32 {
+    let rc = call();
+    if rec {
+        let (ptr, size, device) = outcome(rc);
+        trace::record(kind, api, rc, ptr, size, device, stream);
+    }
+    rc
+}
+
 /// The pointer a successful call stored through `out`, or 0.
 ///
 /// # Safety

@@ -4,9 +4,9 @@
 use crate::cuda::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
 use crate::cuda::symbols::{Sym, sig};
 use crate::hooks::serve::{self, Family::Runtime as RUNTIME};
-use crate::hooks::{exported_hook, forward, out_ptr, out_usize};
+use crate::hooks::{exported_hook, forward, out_ptr, out_usize, recorded};
 use crate::pool;
-use crate::trace::{self, runtime_device};
+use crate::trace::runtime_device;
 use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
@@ -44,29 +44,21 @@ unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usi
     type F = sig::CudaMalloc;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() {
-            // SAFETY: `p` is the caller's out-pointer.
             if let Some((rc, ptr)) = serve::alloc(RUNTIME, api, size, pool::SYNC_KEY, 0) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
                 unsafe { *p = ptr as *mut c_void };
                 return rc;
             }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size) }
+        };
+        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
-            trace::record(
-                RecordKind::Alloc,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                runtime_device(),
-                0,
-            );
-        }
-        rc
+            (ptr, size as u64, runtime_device())
+        })
     })
 }
 
@@ -74,19 +66,19 @@ unsafe fn free(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
     type F = sig::CudaFree;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && !p.is_null() {
-            // SAFETY: only reached with the guard held.
             if let Some(rc) =
                 serve::free(RUNTIME, RecordKind::Free, api, p as u64, FreeKind::Sync, 0)
             {
                 return rc;
             }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p) };
-        if rec {
-            trace::record(RecordKind::Free, api, rc, p as u64, 0, DEVICE_UNKNOWN, 0);
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p) }
+        };
+        recorded(rec, RecordKind::Free, api, 0, call, |_| {
+            (p as u64, 0, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -102,30 +94,22 @@ unsafe fn malloc_async(
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CudaMallocAsyncPtsz);
-            // SAFETY: `p` is the caller's out-pointer.
             if let Some((rc, ptr)) = serve::alloc(RUNTIME, api, size, key, s as u64) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
                 unsafe { *p = ptr as *mut c_void };
                 return rc;
             }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, s) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, s) }
+        };
+        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
             let d = runtime_device();
-            trace::record(
-                RecordKind::AllocAsync,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                d,
-                s as u64,
-            );
-        }
-        rc
+            (ptr, size as u64, d)
+        })
     })
 }
 
@@ -135,7 +119,6 @@ unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream)
         if rec && pool::pooling() && !p.is_null() && !pool::capturing(s) {
             let key = pool::stream_key(s, sym == Sym::CudaFreeAsyncPtsz);
             let kind = FreeKind::OnStream(key);
-            // SAFETY: only reached with the guard held.
             if let Some(rc) = serve::free(
                 RUNTIME,
                 RecordKind::FreeAsync,
@@ -147,20 +130,13 @@ unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream)
                 return rc;
             }
         }
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, s) };
-        if rec {
-            trace::record(
-                RecordKind::FreeAsync,
-                api,
-                rc,
-                p as u64,
-                0,
-                DEVICE_UNKNOWN,
-                s as u64,
-            );
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, s) }
+        };
+        recorded(rec, RecordKind::FreeAsync, api, s as u64, call, |_| {
+            (p as u64, 0, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -175,23 +151,16 @@ unsafe fn malloc_from_pool(
 ) -> i32 {
     type F = sig::CudaMallocFromPoolAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, pool, s) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, pool, s) }
+        };
+        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
             let d = runtime_device();
-            trace::record(
-                RecordKind::AllocAsync,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                d,
-                s as u64,
-            );
-        }
-        rc
+            (ptr, size as u64, d)
+        })
     })
 }
 
@@ -205,37 +174,31 @@ unsafe fn malloc_managed(
 ) -> i32 {
     type F = sig::CudaMallocManaged;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, flags) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, flags) }
+        };
+        recorded(rec, RecordKind::ManagedAlloc, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
             let d = runtime_device();
-            trace::record(RecordKind::ManagedAlloc, api, rc, ptr, size as u64, d, 0);
-        }
-        rc
+            (ptr, size as u64, d)
+        })
     })
 }
 
 unsafe fn malloc_host(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usize) -> i32 {
     type F = sig::CudaMallocHost;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size) }
+        };
+        recorded(rec, RecordKind::HostAlloc, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
-            trace::record(
-                RecordKind::HostAlloc,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                DEVICE_UNKNOWN,
-                0,
-            );
-        }
-        rc
+            (ptr, size as u64, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -249,42 +212,28 @@ unsafe fn host_alloc(
 ) -> i32 {
     type F = sig::CudaHostAlloc;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, size, flags) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, flags) }
+        };
+        recorded(rec, RecordKind::HostAlloc, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
-            trace::record(
-                RecordKind::HostAlloc,
-                api,
-                rc,
-                ptr,
-                size as u64,
-                DEVICE_UNKNOWN,
-                0,
-            );
-        }
-        rc
+            (ptr, size as u64, DEVICE_UNKNOWN)
+        })
     })
 }
 
 unsafe fn free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
     type F = sig::CudaFreeHost;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p) };
-        if rec {
-            trace::record(
-                RecordKind::HostFree,
-                api,
-                rc,
-                p as u64,
-                0,
-                DEVICE_UNKNOWN,
-                0,
-            );
-        }
-        rc
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p) }
+        };
+        recorded(rec, RecordKind::HostFree, api, 0, call, |_| {
+            (p as u64, 0, DEVICE_UNKNOWN)
+        })
     })
 }
 
@@ -299,15 +248,16 @@ unsafe fn malloc_pitch(
 ) -> i32 {
     type F = sig::CudaMallocPitch;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, pitch, width, height) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, pitch, width, height) }
+        };
+        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
             // SAFETY: both out-pointers were written by the successful call.
             let (ptr, pitch) = unsafe { (out_ptr(p, rc), out_usize(pitch, rc)) };
             let size = pitch.saturating_mul(height as u64);
-            trace::record(RecordKind::Alloc, api, rc, ptr, size, runtime_device(), 0);
-        }
-        rc
+            (ptr, size, runtime_device())
+        })
     })
 }
 
@@ -320,9 +270,11 @@ unsafe fn malloc_3d(
 ) -> i32 {
     type F = sig::CudaMalloc3D;
     forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(p, extent) };
-        if rec {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, extent) }
+        };
+        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
             let (ptr, size) = if rc == 0 && !p.is_null() {
                 // SAFETY: the successful call filled `*p`.
                 let pp = unsafe { &*p };
@@ -333,9 +285,8 @@ unsafe fn malloc_3d(
             } else {
                 (0, 0)
             };
-            trace::record(RecordKind::Alloc, api, rc, ptr, size, runtime_device(), 0);
-        }
-        rc
+            (ptr, size, runtime_device())
+        })
     })
 }
 
