@@ -24,6 +24,7 @@ fi
 for client in coverage conformance entry_points runtime_route bench_calls storm forker nvtx_loader ipc capture; do
   $CC -O1 -Wall $inc -o "$out/$client" "$here/tests/clients/$client.c" "${link[@]}" -lpthread -ldl
 done
+$CC -O1 -g -Wall $inc -o "$out/stackcache" "$here/tests/clients/stackcache.c" "${link[@]}"
 $CC -O1 -g -Wall $inc -o "$out/train_loop" "$here/examples/train_loop.c" "${link[@]}" -lpthread
 $CC -O1 -Wall -o "$out/reload" "$here/tests/clients/reload.c" -ldl
 if [ "${2:-}" != "--real" ]; then

@@ -126,3 +126,50 @@ fn the_events_command_prints_the_frames_of_a_stack() {
         "{raw}"
     );
 }
+
+#[test]
+fn a_stack_recognized_from_before_is_the_same_stack() {
+    // Two functions of the same shape, called alternately from the same depth: stacks seen
+    // before are recognized without unwinding, and must never be another function's.
+    let dir = tempdir("stackcache");
+    let t = dir.join("sc.trace");
+    let out = run(
+        &sim().bin("stackcache"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![("GPUSHIM_CONF", "stacks:native".into())],
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    let mut reader = TraceReader::open(&t).unwrap();
+    let mut pending: Option<u64> = None;
+    let mut checked = 0;
+    while let Some(r) = reader.next() {
+        match r.kind {
+            RecordKind::Alloc => pending = Some(r.size),
+            RecordKind::StackRef => {
+                if let Some(size) = pending.take() {
+                    let names: Vec<String> = reader
+                        .stack(r.ptr)
+                        .unwrap()
+                        .iter()
+                        .filter_map(|&ip| gpushim::report::symbolize::frame(&reader, ip).function)
+                        .collect();
+                    let (want, not) = if size == 4096 {
+                        ("from_f", "from_g")
+                    } else {
+                        ("from_g", "from_f")
+                    };
+                    assert!(names.iter().any(|n| n == want), "{size} B: {names:?}");
+                    assert!(!names.iter().any(|n| n == not), "{size} B: {names:?}");
+                    checked += 1;
+                }
+            }
+            RecordKind::Free => pending = None,
+            _ => {}
+        }
+    }
+    assert_eq!(checked, 600);
+}

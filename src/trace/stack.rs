@@ -36,6 +36,35 @@ pub fn capture(skip: usize, out: &mut [u64]) -> usize {
     n
 }
 
+/// Like [`capture`], and also writes each frame's canonical frame address (the caller's stack
+/// pointer before the call; on x86_64 the frame's return address lies just below it) into
+/// `cfas`, which must be as long as `out`.
+pub fn capture_with_cfas(skip: usize, out: &mut [u64], cfas: &mut [u64]) -> usize {
+    let mut n = 0;
+    let mut seen = 0;
+    let room = out.len().min(cfas.len());
+    // SAFETY: as in `capture`.
+    unsafe {
+        backtrace::trace_unsynchronized(|frame| {
+            let ip = frame.ip() as u64;
+            if ip == 0 {
+                return false;
+            }
+            seen += 1;
+            if seen <= skip {
+                return true;
+            }
+            if n < room {
+                out[n] = ip;
+                cfas[n] = frame.sp() as u64;
+                n += 1;
+            }
+            n < room
+        });
+    }
+    n
+}
+
 /// A hash of a stack, never 0.
 pub fn hash(frames: &[u64]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
