@@ -443,6 +443,13 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
         if frame == 0 || n == out.len() {
             return Some(n);
         }
+        // CPython frees the thread states of daemon threads right after it starts finalizing;
+        // asking before each frame keeps the walk off freed memory but for a window of one
+        // frame's reads (README, "Not built yet").
+        // SAFETY: no precondition; reads one runtime field.
+        if unsafe { (a.is_finalizing)() } != 0 {
+            return Some(n);
+        }
         if l.frame_owner.is_none() && m.ptr(frame + 8)? != a.frame_type {
             return None;
         }
