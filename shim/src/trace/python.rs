@@ -310,7 +310,9 @@ enum Reader {
 impl Reader {
     /// Reads a `T` at `addr`; `None` when the address is not readable (checked reads only).
     fn read<T: Copy>(self, addr: usize) -> Option<T> {
-        if addr == 0 {
+        // Nothing of CPython's lies in the first 64 KiB (never mapped on Linux): a pointer
+        // there is not one to follow.
+        if addr < 0x1_0000 {
             return None;
         }
         match self {
@@ -345,7 +347,7 @@ impl Reader {
         if into.is_empty() {
             return Some(());
         }
-        if addr == 0 {
+        if addr < 0x1_0000 {
             return None;
         }
         match self {
