@@ -42,6 +42,16 @@ pub fn cmd_config(conf: Option<String>) -> ExitCode {
     println!("  release    {}", size(c.release, u64::MAX));
     println!("  limit      {}", size(c.limit, 0));
     println!("  trace_max  {}", human_bytes(c.trace_max));
+    println!(
+        "  stacks     {}",
+        match (c.python_frames, c.stack_every) {
+            (false, 0) => "off".to_string(),
+            (true, 0) => "python".to_string(),
+            (false, _) => "native".to_string(),
+            (true, 1) => "on (python and native)".to_string(),
+            (true, n) => format!("python, and native for one call in {n}"),
+        }
+    );
     println!();
     println!("keys (GPUSHIM_CONF=\"key:value,key:value\"):");
     for k in config::KEYS {
