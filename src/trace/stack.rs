@@ -12,6 +12,21 @@ pub const PYTHON_FRAMES: usize = 32;
 /// lock of ours; the unwinder may take the dynamic loader's (recursive) lock to find unwind
 /// tables, so this must not run inside `dlsym` or a constructor.
 pub fn capture(skip: usize, out: &mut [u64]) -> usize {
+    walk(skip, out, None)
+}
+
+/// Like [`capture`], and also writes each frame's canonical frame address (the caller's stack
+/// pointer before the call; on x86_64 the frame's return address lies just below it) into
+/// `cfas`, which must be as long as `out`.
+pub fn capture_with_cfas(skip: usize, out: &mut [u64], cfas: &mut [u64]) -> usize {
+    walk(skip, out, Some(cfas))
+}
+
+fn walk(skip: usize, out: &mut [u64], mut cfas: Option<&mut [u64]>) -> usize {
+    let room = match &cfas {
+        Some(c) => out.len().min(c.len()),
+        None => out.len(),
+    };
     let mut n = 0;
     let mut seen = 0;
     // SAFETY: trace_unsynchronized is unsafe only because it does not serialize concurrent
@@ -26,37 +41,11 @@ pub fn capture(skip: usize, out: &mut [u64]) -> usize {
             if seen <= skip {
                 return true;
             }
-            if n < out.len() {
-                out[n] = ip;
-                n += 1;
-            }
-            n < out.len()
-        });
-    }
-    n
-}
-
-/// Like [`capture`], and also writes each frame's canonical frame address (the caller's stack
-/// pointer before the call; on x86_64 the frame's return address lies just below it) into
-/// `cfas`, which must be as long as `out`.
-pub fn capture_with_cfas(skip: usize, out: &mut [u64], cfas: &mut [u64]) -> usize {
-    let mut n = 0;
-    let mut seen = 0;
-    let room = out.len().min(cfas.len());
-    // SAFETY: as in `capture`.
-    unsafe {
-        backtrace::trace_unsynchronized(|frame| {
-            let ip = frame.ip() as u64;
-            if ip == 0 {
-                return false;
-            }
-            seen += 1;
-            if seen <= skip {
-                return true;
-            }
             if n < room {
                 out[n] = ip;
-                cfas[n] = frame.sp() as u64;
+                if let Some(c) = cfas.as_deref_mut() {
+                    c[n] = frame.sp() as u64;
+                }
                 n += 1;
             }
             n < room

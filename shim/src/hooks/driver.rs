@@ -13,7 +13,7 @@ use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
-type Stream = *mut c_void;
+use crate::cuda::symbols::sig::Stream;
 
 driver_hook!(cuMemAlloc_v2 / proc_cuMemAlloc_v2 = CuMemAllocV2, CuMemAlloc
     => mem_alloc(p: *mut u64, size: usize));

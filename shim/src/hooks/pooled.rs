@@ -23,7 +23,7 @@ use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::FreeKind;
 use gpushim_core::trace::format::{Api, RecordKind};
 
-type Stream = *mut c_void;
+use crate::cuda::symbols::sig::Stream;
 
 driver_hook!(cuStreamCreate / proc_cuStreamCreate = CuStreamCreate, Shim
     => stream_create(s: *mut Stream, flags: u32));

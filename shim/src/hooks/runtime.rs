@@ -11,7 +11,7 @@ use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
-type Stream = *mut c_void;
+use crate::cuda::symbols::sig::Stream;
 
 exported_hook!(cudaMalloc = CudaMalloc, CudaMalloc => malloc(p: *mut *mut c_void, size: usize));
 exported_hook!(cudaFree = CudaFree, CudaFree => free(p: *mut c_void));

@@ -216,6 +216,11 @@ fn api() -> Option<Api> {
     }
 }
 
+/// Whether the process is known to have no CPython we can read (then nothing is asked again).
+pub fn absent() -> bool {
+    STATE.load(Ordering::Relaxed) == ABSENT
+}
+
 /// Python frames are off for the rest of the process.
 fn turn_off() {
     STATE.store(ABSENT, Ordering::Release);

@@ -53,7 +53,8 @@ fn allocates(kind: RecordKind) -> bool {
 /// thread running Python), then its native frames if this call is sampled.
 pub fn maybe_record(thread: u16, kind: RecordKind) {
     let every = EVERY.load(Ordering::Relaxed);
-    let python = PYTHON.load(Ordering::Relaxed) && allocates(kind);
+    let python =
+        PYTHON.load(Ordering::Relaxed) && allocates(kind) && !crate::trace::python::absent();
     let sampled = every != 0 && {
         let n = CALLS
             .try_with(|c| {
