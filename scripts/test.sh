@@ -3,6 +3,8 @@
 # for the no-driver test, every test, then the Python package installed with pip and checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# One clean build: incremental state would only take disk (CI machines have little).
+export CARGO_INCREMENTAL=0
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build -p gpushim-shim --quiet

@@ -8,12 +8,12 @@ mod common;
 use common::*;
 use gpushim::trace::format::{Api, RecordKind};
 use proptest::prelude::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// Writes a trace of `records` and returns its path.
-fn write_trace(name: &str, records: &[(RecordKind, Api, u64, u64)]) -> PathBuf {
-    let path = tempdir(name).join(format!("{name}.trace"));
+fn write_trace(name: &str, records: &[(RecordKind, Api, u64, u64)]) -> TestFile {
+    let path = tempdir(name).file(&format!("{name}.trace"));
     let mut t = HandTrace::create(&path);
     for &(kind, api, ptr, size) in records {
         t.rec(kind, api, ptr, size);

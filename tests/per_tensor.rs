@@ -11,7 +11,7 @@ mod common;
 use common::*;
 
 fn perstep(conf: &str) -> (f64, f64, usize) {
-    let trace = tempdir("perstep").join("p.trace");
+    let trace = tempdir("perstep").file("p.trace");
     let out = run(
         &sim().bin("perstep"),
         Run {

@@ -11,7 +11,7 @@ use common::*;
 use gpushim::report::symbolize::{FrameInfo, frame};
 use gpushim::trace::format::RecordKind;
 use gpushim::trace::reader::TraceReader;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// The interpreters to test under: CPython 3.9 to 3.13 with a GIL (others get no frames by
@@ -62,9 +62,8 @@ fn cudart() -> String {
 }
 
 /// Runs a Python client under the shim; returns the trace and the exit code.
-fn run_py(python: &str, script: &str, conf: Option<&str>, tag: &str) -> (PathBuf, i32, String) {
-    let dir = tempdir(tag);
-    let t = dir.join("py.trace");
+fn run_py(python: &str, script: &str, conf: Option<&str>, tag: &str) -> (TestFile, i32, String) {
+    let t = tempdir(tag).file("py.trace");
     let mut env = Vec::new();
     if let Some(c) = conf {
         env.push(("GPUSHIM_CONF", c.to_string()));

@@ -2,12 +2,12 @@
 //! reported, damage located, and no input that makes the reader panic.
 
 mod common;
-use common::tempdir;
+use common::{TestFile, tempdir};
 use gpushim::trace::format::{self, Api, HEADER_SIZE, RECORD_SIZE, Record, RecordKind};
 use gpushim::trace::reader::{ReadError, TraceReader};
 use gpushim::trace::recorder::{OpenOptions, Recorder};
 use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn open(path: &Path, trace_max: u64) -> Box<Recorder> {
     let r = Box::new(Recorder::new());
@@ -119,9 +119,8 @@ fn every_record_arrives_across_many_chunks_when_the_trace_is_large_enough() {
     assert!(TraceReader::open(&path).unwrap().info().clean_exit);
 }
 
-fn small_trace(n: u64) -> (PathBuf, Box<Recorder>) {
-    let dir = tempdir("edit");
-    let path = dir.join("t.trace");
+fn small_trace(n: u64) -> (TestFile, Box<Recorder>) {
+    let path = tempdir("edit").file("t.trace");
     let r = open(&path, 1 << 24);
     for i in 0..n {
         assert!(r.append(&tagged(0, i)));

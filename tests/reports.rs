@@ -4,11 +4,11 @@
 
 mod common;
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 struct Leaky {
-    trace: PathBuf,
+    trace: TestFile,
     leak_fn: Func,
     spike_fn: Func,
 }
@@ -25,8 +25,7 @@ fn leaky() -> Leaky {
 
 /// Runs the client under the shim for `steps` iterations and reads what it printed.
 fn leaky_steps(dir: &str, steps: u32) -> Leaky {
-    let dir = tempdir(dir);
-    let t = dir.join("leaky.trace");
+    let t = tempdir(dir).file("leaky.trace");
     let out = run(
         &sim().bin("leaky"),
         Run {

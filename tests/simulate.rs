@@ -4,9 +4,8 @@
 mod common;
 use common::*;
 
-fn trace_of_train_loop_with(conf: &str) -> std::path::PathBuf {
-    let dir = tempdir("simulate");
-    let t = dir.join("loop.trace");
+fn trace_of_train_loop_with(conf: &str) -> TestFile {
+    let t = tempdir("simulate").file("loop.trace");
     let out = run(
         &sim().bin("train_loop"),
         Run {
@@ -20,7 +19,7 @@ fn trace_of_train_loop_with(conf: &str) -> std::path::PathBuf {
     t
 }
 
-fn trace_of_train_loop() -> std::path::PathBuf {
+fn trace_of_train_loop() -> TestFile {
     trace_of_train_loop_with("pool:off")
 }
 

@@ -7,9 +7,8 @@ use common::*;
 use gpushim::trace::format::RecordKind;
 use gpushim::trace::reader::TraceReader;
 
-fn run_loop(conf: &str) -> std::path::PathBuf {
-    let dir = tempdir("stacks");
-    let t = dir.join("loop.trace");
+fn run_loop(conf: &str) -> TestFile {
+    let t = tempdir("stacks").file("loop.trace");
     let out = run(
         &sim().bin("train_loop"),
         Run {

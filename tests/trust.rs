@@ -4,7 +4,7 @@
 mod common;
 use common::*;
 use gpushim::trace::format::{Api, RecordKind};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn json(args: &[&str], trace: &Path) -> serde_json::Value {
@@ -20,8 +20,8 @@ fn json(args: &[&str], trace: &Path) -> serde_json::Value {
 
 /// A loop of 10 iterations without NVTX: per iteration three 4 KiB scratch allocations freed
 /// again, one 1 MiB allocation kept (the leak), with iterations that take 35 µs or 155 µs.
-fn irregular_loop() -> PathBuf {
-    let path = tempdir("irregular").join("loop.trace");
+fn irregular_loop() -> TestFile {
+    let path = tempdir("irregular").file("loop.trace");
     let mut t = HandTrace::create(&path);
     let mut next = 0x1000_0000u64;
     for i in 0..10 {
@@ -53,9 +53,8 @@ fn a_loop_whose_iterations_vary_in_time_is_still_found_by_its_order() {
 }
 
 /// The bundled example under the shim with stacks, as the demo runs it.
-fn train_loop_trace(name: &str) -> PathBuf {
-    let dir = tempdir(name);
-    let t = dir.join("train.trace");
+fn train_loop_trace(name: &str) -> TestFile {
+    let t = tempdir(name).file("train.trace");
     let out = run(
         &sim().bin("train_loop"),
         Run {
@@ -402,7 +401,7 @@ fn two_runs_are_named_by_their_files_in_diff_plot_and_summary() {
 #[test]
 fn the_plot_runs_to_the_end_of_the_trace_and_its_legend_stays_off_the_lines() {
     // One allocation, then a second of nothing but an NVTX mark: memory is held throughout.
-    let path = tempdir("plot-end").join("end.trace");
+    let path = tempdir("plot-end").file("end.trace");
     let mut t = HandTrace::create(&path);
     t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x1000_0000, 64 << 20);
     t.wait(1_000_000_000);

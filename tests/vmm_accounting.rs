@@ -8,7 +8,7 @@ use std::process::Command;
 
 #[test]
 fn vmm_memory_counts_as_live_and_reserved_in_summary_and_peak() {
-    let path = tempdir("vmm").join("vmm.trace");
+    let path = tempdir("vmm").file("vmm.trace");
     let mut t = HandTrace::create(&path);
     let mut rec = |kind, api, ptr, size| t.rec(kind, api, ptr, size);
     const MIB: u64 = 1 << 20;

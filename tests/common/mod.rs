@@ -43,8 +43,74 @@ pub fn gpushim_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_gpushim"))
 }
 
-/// A fresh directory for one test.
-pub fn tempdir(name: &str) -> PathBuf {
+/// A fresh directory for one test, removed when the value is dropped unless the thread is
+/// panicking (a failed test keeps its traces to look at) or `GPUSHIM_KEEP_TEST_DIRS` is set.
+/// A CI machine's disk is small: each trace is tens of MiB and a run makes a hundred of them.
+pub struct TestDir(PathBuf);
+
+impl std::ops::Deref for TestDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestDir {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl AsRef<Path> for TestDir {
+    fn as_ref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        if !std::thread::panicking() && std::env::var_os("GPUSHIM_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+impl TestDir {
+    /// A path named `name` inside this directory that keeps the directory alive while it lives.
+    pub fn file(self, name: &str) -> TestFile {
+        TestFile {
+            path: self.0.join(name),
+            _dir: self,
+        }
+    }
+}
+
+/// A file path inside a [`TestDir`]; the directory goes when this is dropped.
+pub struct TestFile {
+    path: PathBuf,
+    _dir: TestDir,
+}
+
+impl std::ops::Deref for TestFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for TestFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+impl AsRef<Path> for TestFile {
+    fn as_ref(&self) -> &Path {
+        &self.path
+    }
+}
+
+pub fn tempdir(name: &str) -> TestDir {
     static N: AtomicU32 = AtomicU32::new(0);
     let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
         "{}-{}-{}",
@@ -54,7 +120,7 @@ pub fn tempdir(name: &str) -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TestDir(d)
 }
 
 pub fn cc(args: &[&str]) {
