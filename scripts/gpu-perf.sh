@@ -24,6 +24,9 @@ for r in $(seq "$rounds"); do
       default|expandable) python3 scripts/gpu/workloads.py "$workload" $mode "$steps" ;;
       pertensor) .gpu/gpushim run --per-tensor --trace "$work/pt.%p.trace" -- \
                    python3 scripts/gpu/workloads.py "$workload" $mode "$steps" ;;
+      ptnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --per-tensor --conf stacks:off -- \
+                   python3 scripts/gpu/workloads.py "$workload" pertensor "$steps" \
+                   | sed 's/"mode": "pertensor"/"mode": "ptnotrace"/' ;;
       ptnoframes) .gpu/gpushim run --per-tensor --conf stacks:off --trace "$work/pn.%p.trace" -- \
                    python3 scripts/gpu/workloads.py "$workload" pertensor "$steps" \
                    | sed 's/"mode": "pertensor"/"mode": "ptnoframes"/' ;;
@@ -45,7 +48,7 @@ for r in rows:
 base = statistics.median(r["step_ms"] for r in by["default"])
 print(f"{rows[0]['workload']}: {len(by['default'])} rounds")
 print(f"{'mode':12} {'step ms':>9} {'x default':>10} {'NVML peak MiB':>14}")
-for mode in ["default", "pertensor", "ptnoframes", "pluggable", "plugcaching", "expandable"]:
+for mode in ["default", "pertensor", "ptnoframes", "ptnotrace", "pluggable", "plugcaching", "expandable"]:
     rs = by.get(mode, [])
     if not rs:
         print(f"{mode:12} {'(no result)':>9}")

@@ -433,3 +433,46 @@ fn more_than_a_thousand_ipc_opens_in_one_process_all_succeed() {
         );
     }
 }
+
+#[test]
+fn the_summary_says_when_and_where_the_process_left_the_legacy_stream() {
+    let summary = |args: &[&str]| {
+        let dir = tempdir("streams-left");
+        let t = dir.join("t.trace");
+        pool_run(
+            args,
+            vec![("GPUSHIM_CONF", "pool:caching,stacks:on".into())],
+            Some(&t),
+        );
+        let out = std::process::Command::new(gpushim_bin())
+            .args(["summary", "--json"])
+            .arg(&t)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    // `legacy` creates a non-blocking stream after its first reuse: the note names the call
+    // and the client's function that made it.
+    let s = summary(&["legacy"]);
+    let left = &s["streams_left_legacy"];
+    assert_eq!(left["api"], "cuStreamCreate", "{s}");
+    assert!(left["stream"].as_u64().unwrap() > 2, "{s}");
+    let site = left["site"].as_str().unwrap_or_default();
+    assert!(site.contains("main (pool+"), "{site}");
+    let pool = &s["pool"][0];
+    assert_eq!(pool["segments_reserved"], 1, "{s}");
+    assert_eq!(pool["splits"], 1, "{s}");
+    assert_eq!(pool["waits"], 0, "{s}");
+    // `count` never leaves the legacy stream: no note.
+    let s = summary(&["count", "20"]);
+    assert!(s["streams_left_legacy"].is_null(), "{s}");
+    assert!(
+        s["pool"][0]["segments_reserved"].as_u64().unwrap() >= 1,
+        "{s}"
+    );
+}

@@ -41,6 +41,32 @@ pub struct DeviceStats {
     pub ooms: u64,
 }
 
+/// What the shim's pool did on one device (its own records): how often it went to the device
+/// for memory and gave it back, split blocks, and waited for the GPU.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PoolActivity {
+    pub device: u8,
+    pub segments_reserved: u64,
+    pub bytes_reserved: u64,
+    pub segments_released: u64,
+    pub splits: u64,
+    /// Waits for the device so that freed blocks could be reused (memory pressure or `limit`).
+    pub waits: u64,
+    /// Out-of-memory answers turned into success by giving the idle cache back.
+    pub oom_retries: u64,
+}
+
+/// When the process left the legacy stream, which ends the pool's single-stream rule.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StreamsLeft {
+    pub time_ns: u64,
+    /// The call that created or used the other stream.
+    pub api: String,
+    pub stream: u64,
+    /// Where it was called from, when the trace has its stack.
+    pub site: Option<String>,
+}
+
 #[derive(Clone, Debug, Serialize)]
 pub struct TraceHealth {
     pub committed: u64,
@@ -70,6 +96,10 @@ pub struct Summary {
     pub unmatched_frees: u64,
     /// How many successful allocations carry Python frames, when any does.
     pub python_frames: Option<PythonFrames>,
+    /// Per device whose memory the shim's pool served.
+    pub pool: Vec<PoolActivity>,
+    /// Under a pool: when the single-stream rule ended (null while it held throughout).
+    pub streams_left_legacy: Option<StreamsLeft>,
     pub health: TraceHealth,
 }
 
@@ -103,17 +133,64 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     };
     let mut ooms: BTreeMap<u8, u64> = BTreeMap::new();
     let (mut with_python, mut allocations) = (0u64, 0u64);
+    let mut activity: BTreeMap<u8, PoolActivity> = BTreeMap::new();
+    let mut streams_left: Option<StreamsLeft> = None;
+    // The thread whose next stack belongs to the `pool_streams` record.
+    let mut site_of: Option<u16> = None;
     while let Some(r) = reader.next() {
         match r.kind {
             RecordKind::SegmentReserve => {
                 let e = pool.entry(r.device).or_default();
                 e.0 = e.0.saturating_add(r.size);
                 note_reserved(&mut pool, &live, r.device);
+                let a = activity_of(&mut activity, r.device);
+                a.segments_reserved += 1;
+                a.bytes_reserved = a.bytes_reserved.saturating_add(r.size);
             }
             RecordKind::SegmentRelease => {
                 let p = pool.entry(r.device).or_default();
                 p.0 = p.0.saturating_sub(r.size);
+                activity_of(&mut activity, r.device).segments_released += 1;
             }
+            RecordKind::Split => activity_of(&mut activity, r.device).splits += 1,
+            RecordKind::PoolSync => activity_of(&mut activity, r.device).waits += 1,
+            RecordKind::OomRetry => activity_of(&mut activity, r.device).oom_retries += 1,
+            _ => {}
+        }
+        if site_of == Some(r.thread)
+            && !matches!(
+                r.kind,
+                RecordKind::Stack
+                    | RecordKind::StackData
+                    | RecordKind::String
+                    | RecordKind::StringData
+                    | RecordKind::Module
+            )
+        {
+            site_of = None;
+            if r.kind == RecordKind::StackRef
+                && let Some(s) = &mut streams_left
+            {
+                s.site = Some(super::sites::site_label(&reader, r.ptr));
+            }
+            if r.kind == RecordKind::StackRef {
+                continue;
+            }
+        }
+        if r.kind == RecordKind::PoolStreams {
+            // The pool's note, not a call of the program.
+            if streams_left.is_none() {
+                streams_left = Some(StreamsLeft {
+                    time_ns: r.time_ns,
+                    api: r.api.name().to_string(),
+                    stream: r.ptr,
+                    site: None,
+                });
+                site_of = Some(r.thread);
+            }
+            continue;
+        }
+        match r.kind {
             RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
                 if r.status == 2 =>
             {
@@ -204,6 +281,8 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             allocations_with: with_python,
             allocations,
         }),
+        pool: activity.into_values().collect(),
+        streams_left_legacy: streams_left,
         health: TraceHealth {
             committed: stats.committed,
             torn: stats.torn,
@@ -218,6 +297,13 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             }),
             clean_exit: info.clean_exit,
         },
+    })
+}
+
+fn activity_of(all: &mut BTreeMap<u8, PoolActivity>, device: u8) -> &mut PoolActivity {
+    all.entry(device).or_insert_with(|| PoolActivity {
+        device,
+        ..PoolActivity::default()
     })
 }
 
@@ -313,6 +399,42 @@ impl Summary {
                 d.ooms,
                 width = name.len()
             );
+        }
+        for p in &self.pool {
+            let _ = writeln!(
+                o,
+                "pool on device {}: {} segments reserved ({}), {} released, {} splits, {} waits for the GPU, {} out-of-memory retries",
+                p.device,
+                p.segments_reserved,
+                human_bytes(p.bytes_reserved),
+                p.segments_released,
+                p.splits,
+                p.waits,
+                p.oom_retries
+            );
+        }
+        match (&self.streams_left_legacy, self.pool.is_empty()) {
+            (Some(s), _) => {
+                let _ = writeln!(
+                    o,
+                    "pool: the process left the legacy stream at {} ({}, stream {:#x}{}): from then \
+                     on a block freed with cudaFree waited for the GPU to pass it before reuse",
+                    human_duration(s.time_ns),
+                    s.api,
+                    s.stream,
+                    s.site
+                        .as_ref()
+                        .map(|x| format!(", at {x}"))
+                        .unwrap_or_default()
+                );
+            }
+            (None, false) => {
+                let _ = writeln!(
+                    o,
+                    "pool: all work on the legacy stream: blocks freed with cudaFree were reused at once"
+                );
+            }
+            (None, true) => {}
         }
         if self.pinned_host_peak_bytes > 0 {
             let _ = writeln!(

@@ -191,6 +191,11 @@ byte_enum! {
         IpcOpen = 38 => "ipc_open",
         /// A pointer from an IPC open was closed.
         IpcClose = 39 => "ipc_close",
+        /// The pool's single-stream rule ended: the process created or used a stream other
+        /// than the legacy one (`ptr`, its handle), so a block freed with `cudaFree` waits
+        /// for the device to catch up before reuse. `api` is the call that did it; its stack
+        /// follows.
+        PoolStreams = 40 => "pool_streams",
     }
 }
 
@@ -232,6 +237,9 @@ byte_enum! {
         CuMemAddressFree = 49 => "cuMemAddressFree",
         CuMemSetAccess = 50 => "cuMemSetAccess",
         CuMemGetInfo = 51 => "cuMemGetInfo_v2",
+        /// Stream creation: named in the trace only by the pool's `pool_streams` note.
+        CuStreamCreate = 52 => "cuStreamCreate",
+        CuStreamCreateWithPriority = 53 => "cuStreamCreateWithPriority",
         /// Records the shim writes about itself (threads, streams, strings).
         Shim = 100 => "gpushim",
         /// NVTX ranges and marks, through NVTX injection.

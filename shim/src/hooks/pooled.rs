@@ -25,10 +25,10 @@ use gpushim_core::trace::format::{Api, RecordKind};
 
 use crate::cuda::symbols::sig::Stream;
 
-driver_hook!(cuStreamCreate / proc_cuStreamCreate = CuStreamCreate, Shim
+driver_hook!(cuStreamCreate / proc_cuStreamCreate = CuStreamCreate, CuStreamCreate
     => stream_create(s: *mut Stream, flags: u32));
 driver_hook!(cuStreamCreateWithPriority / proc_cuStreamCreateWithPriority
-    = CuStreamCreateWithPriority, Shim
+    = CuStreamCreateWithPriority, CuStreamCreateWithPriority
     => stream_create_with_priority(s: *mut Stream, flags: u32, priority: c_int));
 driver_hook!(cuStreamDestroy_v2 / proc_cuStreamDestroy_v2 = CuStreamDestroyV2, Shim
     => stream_destroy(s: Stream));
@@ -109,14 +109,14 @@ unsafe fn begin_capture_to_graph(
     })
 }
 
-unsafe fn stream_create(sym: Sym, real: usize, _: Api, s: *mut Stream, flags: u32) -> i32 {
+unsafe fn stream_create(sym: Sym, real: usize, api: Api, s: *mut Stream, flags: u32) -> i32 {
     type F = sig::CuStreamCreate;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, flags) };
         if rc == 0 && !s.is_null() && pooling() {
             // SAFETY: written by the successful call.
-            pool::stream_created(unsafe { *s } as u64, flags);
+            pool::stream_created(unsafe { *s } as u64, flags, api);
         }
         rc
     })
@@ -125,7 +125,7 @@ unsafe fn stream_create(sym: Sym, real: usize, _: Api, s: *mut Stream, flags: u3
 unsafe fn stream_create_with_priority(
     sym: Sym,
     real: usize,
-    _: Api,
+    api: Api,
     s: *mut Stream,
     flags: u32,
     priority: c_int,
@@ -136,7 +136,7 @@ unsafe fn stream_create_with_priority(
         let rc = unsafe { f(s, flags, priority) };
         if rc == 0 && !s.is_null() && pooling() {
             // SAFETY: written by the successful call.
-            pool::stream_created(unsafe { *s } as u64, flags);
+            pool::stream_created(unsafe { *s } as u64, flags, api);
         }
         rc
     })
@@ -437,7 +437,7 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
     if !pool::runtime_context_ready() {
         return core::ptr::null_mut();
     }
-    let key = pool::stream_key(stream, false);
+    let key = pool::stream_key(stream, false, Api::Pluggable);
     let (rc, ptr, dev) = match pool::alloc(size as u64, key, true) {
         Served::Granted(p, d) => (0, p, d),
         Served::Failed(code, d) => (code, 0, d),
@@ -478,7 +478,7 @@ pub unsafe extern "C" fn gpushim_free(
         return;
     }
     let guard = Guard::enter();
-    let key = pool::stream_key(stream, false);
+    let key = pool::stream_key(stream, false, Api::Pluggable);
     let found = match pool::free(ptr as u64, FreeKind::OnStream(key)) {
         pool::Freed::Done(d) => Some(d),
         _ => None,

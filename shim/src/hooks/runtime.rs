@@ -93,7 +93,7 @@ unsafe fn malloc_async(
     type F = sig::CudaMallocAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s) {
-            let key = pool::stream_key(s, sym == Sym::CudaMallocAsyncPtsz);
+            let key = pool::stream_key(s, sym == Sym::CudaMallocAsyncPtsz, api);
             if let Some((rc, ptr)) = serve::alloc(RUNTIME, api, size, key, s as u64) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
                 unsafe { *p = ptr as *mut c_void };
@@ -117,7 +117,7 @@ unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream)
     type F = sig::CudaFreeAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && !p.is_null() && !pool::capturing(s) {
-            let key = pool::stream_key(s, sym == Sym::CudaFreeAsyncPtsz);
+            let key = pool::stream_key(s, sym == Sym::CudaFreeAsyncPtsz, api);
             let kind = FreeKind::OnStream(key);
             if let Some(rc) = serve::free(
                 RUNTIME,

@@ -45,6 +45,7 @@ use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::front::Front;
 use gpushim_core::engine::{AllocError, BlockInfo, FreeKind, Policy};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 /// Non-blocking streams tracked per context; past this, fences wait for the whole context.
 const MAX_STREAMS: usize = 4096;
 pub use gpushim_core::engine::SYNC_KEY;
@@ -52,10 +53,10 @@ pub use gpushim_core::engine::SYNC_KEY;
 /// The pool key of a stream handle: the legacy stream is one stream per context; a
 /// per-thread default stream is one per thread. `per_thread_default` says how the caller's
 /// stream 0 is meant (the `_ptsz` entry points).
-pub fn stream_key(stream: *mut c_void, per_thread_default: bool) -> u64 {
+pub fn stream_key(stream: *mut c_void, per_thread_default: bool, api: Api) -> u64 {
     let key = stream_identity(stream, per_thread_default);
     if key != 0 && pooling() {
-        note_other_streams();
+        note_other_streams(api, stream as u64);
     }
     key
 }
@@ -63,10 +64,22 @@ pub fn stream_key(stream: *mut c_void, per_thread_default: bool) -> u64 {
 /// The process uses a stream other than the legacy one. The first time, the device catches up
 /// once (outside any capture: a capture needs such a stream, so it cannot be under way yet),
 /// so blocks reused under the single-stream rule are truly free before other streams run.
-fn note_other_streams() {
+/// The trace says when and by which call (`pool_streams`, with the caller's stack): from then
+/// on a block freed with `cudaFree` waits for the device before reuse, which is what a
+/// per-tensor trace's reserved memory shows.
+fn note_other_streams(api: Api, stream: u64) {
     if OTHER_STREAMS.load(Ordering::Relaxed) || OTHER_STREAMS.swap(true, Ordering::AcqRel) {
         return;
     }
+    crate::trace::record(
+        RecordKind::PoolStreams,
+        api,
+        0,
+        stream,
+        0,
+        DEVICE_UNKNOWN,
+        0,
+    );
     if !capture_active()
         && let Some(sync) = real::function::<of::CuCtxSynchronize>()
     {
@@ -288,9 +301,9 @@ pub fn mem_info(real_free: u64, real_total: u64) -> (u64, u64) {
 }
 
 /// A stream was created in the current context; non-blocking ones get checkpoint events.
-pub fn stream_created(stream: u64, flags: u32) {
+pub fn stream_created(stream: u64, flags: u32, api: Api) {
     if stream != 0 {
-        note_other_streams();
+        note_other_streams(api, stream);
     }
     if flags & CU_STREAM_NON_BLOCKING == 0 || stream == 0 {
         return;

@@ -45,7 +45,7 @@ fn allocates(kind: RecordKind) -> bool {
     use RecordKind::*;
     matches!(
         kind,
-        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve
+        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve | PoolStreams
     )
 }
 
