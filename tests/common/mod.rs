@@ -217,8 +217,17 @@ pub struct Run<'a> {
 }
 
 pub fn run(program: &Path, opts: Run<'_>) -> Output {
-    command(program, opts)
-        .output()
+    // A run that asks for no trace still writes one (the shim's default, in the working
+    // directory: the repository). It goes to a directory of its own, removed afterwards.
+    let default_trace = opts.preload
+        && opts.trace.is_none()
+        && !opts.env.iter().any(|(k, _)| *k == "GPUSHIM_TRACE");
+    let scratch = default_trace.then(|| tempdir("untraced"));
+    let mut c = command(program, opts);
+    if let Some(d) = &scratch {
+        c.env("GPUSHIM_TRACE", d.join("t.%p.trace"));
+    }
+    c.output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", program.display()))
 }
 
