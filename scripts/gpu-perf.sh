@@ -6,8 +6,12 @@
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
 # segments, for memory; ptnoframes (pertensor with stacks:off: what Python frames cost, issue
 # 13). MODES (environment) picks a subset, in order. Prints one table per workload:
-# median step time over the rounds, × PyTorch's default of the same run, NVML peak.
-#   bash scripts/gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]    (transformer, gpt2, resnet50)
+# median step time over the rounds, × PyTorch's default of the same run, NVML peak; then what
+# the pool did in each traced mode (its `gpushim summary` lines of the last round: segments
+# reserved and released, waits, and whether and where the process left the legacy stream).
+# WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
+# host cost only, no kernels): STEPS is then the number of tensors.
+#   bash scripts/gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]    (transformer, gpt2, resnet50, alloc)
 # Build and carry .gpu as for scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,30 +22,47 @@ export GPUSHIM_LIB="$PWD/.gpu/libgpushim.so"
 work=$(mktemp -d)
 out="$work/results.jsonl"
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
+script=scripts/gpu/workloads.py
+if [ "$workload" = alloc ]; then script=scripts/gpu/alloc_cost.py; steps=${3:-200000}; fi
+wl() { # MODE STEPS: the workload script's arguments
+  if [ "$workload" = alloc ]; then echo "$1 $2"; else echo "$workload $1 $2"; fi
+}
 for r in $(seq "$rounds"); do
   for mode in ${MODES:-default pertensor ptnoframes pluggable plugcaching expandable}; do
     case $mode in
-      default|expandable) python3 scripts/gpu/workloads.py "$workload" $mode "$steps" ;;
+      default|expandable) python3 $script $(wl $mode "$steps") ;;
       pertensor) .gpu/gpushim run --per-tensor --trace "$work/pt.%p.trace" -- \
-                   python3 scripts/gpu/workloads.py "$workload" $mode "$steps" ;;
+                   python3 $script $(wl $mode "$steps") ;;
       ptnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --per-tensor --conf stacks:off -- \
-                   python3 scripts/gpu/workloads.py "$workload" pertensor "$steps" \
+                   python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnotrace"/' ;;
       ptnoframes) .gpu/gpushim run --per-tensor --conf stacks:off --trace "$work/pn.%p.trace" -- \
-                   python3 scripts/gpu/workloads.py "$workload" pertensor "$steps" \
+                   python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnoframes"/' ;;
       pluggable) .gpu/gpushim run --conf pool:expandable --trace "$work/pl.%p.trace" -- \
-                   python3 scripts/gpu/workloads.py "$workload" $mode "$steps" ;;
+                   python3 $script $(wl $mode "$steps") ;;
       plugcaching) .gpu/gpushim run --conf pool:caching --trace "$work/pc.%p.trace" -- \
-                   python3 scripts/gpu/workloads.py "$workload" pluggable "$steps" \
+                   python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugcaching"/' ;;
-    esac 2>/dev/null | grep '^RESULT' | sed 's/^RESULT //' >> "$out"
-    rm -f "$work"/*.trace
+    esac 2>/dev/null | { grep '^RESULT' || true; } | sed 's/^RESULT //' >> "$out"
+    # The last round's traces stay, for the pool's lines below.
+    [ "$r" = "$rounds" ] || rm -f "$work"/*.trace
   done
 done
-python3 - "$out" <<'PY'
+python3 - "$out" "$workload" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
+if sys.argv[2] == "alloc":
+    by = {}
+    for r in rows:
+        by.setdefault(r["mode"], []).append(r["ns_per_tensor"])
+    base = statistics.median(by["default"])
+    print(f"one tensor's allocation and free (host only): {len(by['default'])} rounds")
+    print(f"{'mode':12} {'ns/tensor':>10} {'vs default':>11}")
+    for mode, v in by.items():
+        m = statistics.median(v)
+        print(f"{mode:12} {m:10.0f} {m - base:+10.0f}")
+    sys.exit(0)
 by = {}
 for r in rows:
     by.setdefault(r["mode"], []).append(r)
@@ -57,3 +78,8 @@ for mode in ["default", "pertensor", "ptnoframes", "ptnotrace", "pluggable", "pl
     peak = max(r["nvml_peak"] for r in rs) / 2**20
     print(f"{mode:12} {ms:9.2f} {ms / base:10.3f} {peak:14.0f}")
 PY
+for t in "$work"/*.trace; do
+  [ -e "$t" ] || continue
+  echo "$(basename "$t" | cut -d. -f1): $(.gpu/gpushim summary "$t" 2>/dev/null | grep -E '^pool' | tr '\n' ' ')"
+done
+rm -rf "$work"
