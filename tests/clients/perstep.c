@@ -4,9 +4,11 @@
  * synchronizes once at the end of the step. The host's work (the simulator's latency per call)
  * overlaps the GPU's unless something makes the host wait.
  *
- * usage: perstep STEPS TENSORS GPU_US_PER_STEP
+ * usage: perstep STEPS TENSORS GPU_US_PER_STEP [STREAMS]
+ * STREAMS non-blocking streams are created first and never used (PyTorch creates its pool of
+ * streams this way), which ends the pool's single-stream rule.
  * Prints: steps=.. wall_us=.. gpu_us=.. live_peak=.. used_peak=.. (device bytes in use, as
- * NVML would see them, from the simulator) */
+ * NVML would see them, from the simulator) event_records=.. (cuEventRecord calls) */
 #define _GNU_SOURCE
 #include "cuda_sim.h"
 
@@ -34,12 +36,17 @@ int main(int argc, char **argv) {
     int steps = argc > 1 ? atoi(argv[1]) : 40;
     int n = argc > 2 ? atoi(argv[2]) : 16;
     unsigned gpu_us = argc > 3 ? (unsigned)atoi(argv[3]) : 4000;
+    int streams = argc > 4 ? atoi(argv[4]) : 0;
     void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     size_t (*used)(void) = drv ? (size_t (*)(void))dlsym(drv, "simUsedBytes") : NULL;
     if (!used) { fprintf(stderr, "perstep needs the simulator\n"); return 2; }
     void **t = calloc((size_t)n, sizeof *t);
     size_t live = 0, live_peak = 0, used_peak = 0, base = 0;
     cudaFree(0);
+    for (int i = 0; i < streams; i++) {
+        cudaStream_t st;
+        if (cudaStreamCreateWithFlags(&st, 1)) { fprintf(stderr, "no stream\n"); return 1; }
+    }
     base = used();
     long long t0 = now_us();
     void **g = calloc((size_t)n, sizeof *g);
@@ -73,8 +80,10 @@ int main(int argc, char **argv) {
         cudaDeviceSynchronize(); /* loss.item() */
     }
     long long wall = now_us() - t0;
-    printf("steps=%d wall_us=%lld gpu_us=%lld live_peak=%zu used_peak=%zu\n", steps, wall,
-           (long long)steps * gpu_us, live_peak, used_peak);
+    long (*calls)(const char *) = (long (*)(const char *))dlsym(drv, "simCallCount");
+    printf("steps=%d wall_us=%lld gpu_us=%lld live_peak=%zu used_peak=%zu event_records=%ld\n",
+           steps, wall, (long long)steps * gpu_us, live_peak, used_peak,
+           calls ? calls("cuEventRecord") : -1L);
     free(t);
     free(g);
     return 0;

@@ -191,6 +191,26 @@ static int legacy(void) {
     return 0;
 }
 
+/* Many streams (as PyTorch makes its pool of them) while the GPU lags: every allocation finds
+ * its best block fenced. Prints how many events the pool recorded for its checkpoints. */
+static int seals(int n) {
+    for (int i = 0; i < 64; i++) {
+        cudaStream_t s;
+        if (cudaStreamCreateWithFlags(&s, 1)) return 1;
+    }
+    void *busy = NULL;
+    cudaMalloc(&busy, MiB);
+    simLaunch(NULL, (CUdeviceptr)(uintptr_t)busy, MiB, 300000); /* 300 ms on the legacy stream */
+    long before = simCallCount("cuEventRecord");
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        if (cudaMalloc(&p, MiB) || cudaFree(p)) return 1;
+    }
+    printf("event_records=%ld\n", simCallCount("cuEventRecord") - before);
+    cudaFree(busy);
+    return 0;
+}
+
 /* Sizes near 2^64 with a block in the cache that a wrapped size would fit: CUDA answers out of
  * memory (2) and leaves the pointer null. */
 static int huge(void) {
@@ -231,6 +251,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "capture")) return capture();
     if (!strcmp(what, "huge")) return huge();
     if (!strcmp(what, "legacy")) return legacy();
+    if (!strcmp(what, "seals")) return seals(n);
     fprintf(stderr, "usage: pool reuse|oom|limit|query|count|pluggable [N]\n");
     return 2;
 }
