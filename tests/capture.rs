@@ -161,16 +161,7 @@ fn with_a_framework_cache_loaded_trim_auto_gives_memory_back_at_the_free_itself(
     // A library named like PyTorch's CUDA allocator in the process: its cudaFree means "give it
     // back", so the pool does so at once (what PyTorch's test_device_memory_used reads).
     let dir = tempdir("c10");
-    let src = dir.join("empty.c");
-    std::fs::write(&src, "int c10_placeholder;\n").unwrap();
-    let lib = dir.join("libc10_cuda.so");
-    cc(&[
-        "-shared",
-        "-fPIC",
-        "-o",
-        lib.to_str().unwrap(),
-        src.to_str().unwrap(),
-    ]);
+    let lib = framework_library(&dir);
     let preload = format!("{}:{}", shim().display(), lib.display());
     for conf in ["", "pool:caching", "pool:expandable"] {
         let env = vec![("LD_PRELOAD", preload.clone())];

@@ -490,3 +490,26 @@ fn checkpoints_cost_one_event_per_stream_while_the_gpu_lags_not_one_per_allocati
         assert!(v["event_records"] >= 1, "{conf}: {}", stdout(&out));
     }
 }
+
+#[test]
+fn under_the_pluggable_allocator_a_framework_library_does_not_make_the_pool_give_back_at_once() {
+    // PyTorch's library is loaded, but the pluggable allocator replaced its cache: every tensor
+    // comes to the pool, which must cache (trim:auto = 1 s), not hand each emptied segment back
+    // at the trimmer's next tick (each `cuMemFree` waits for the whole device).
+    let dir = tempdir("plug-c10");
+    let lib = framework_library(&dir);
+    let preload = format!("{}:{}", shim().display(), lib.display());
+    for conf in ["pool:caching", "pool:expandable", "pool:off"] {
+        let out = pool_run(
+            &["plugidle"],
+            vec![
+                ("GPUSHIM_CONF", conf.into()),
+                ("LD_PRELOAD", preload.clone()),
+            ],
+            None,
+        );
+        let v = values(&out);
+        assert_eq!(v["alloc_ok"], 1, "{conf}: {}", stdout(&out));
+        assert_eq!(v["device_frees"], 0, "{conf}: {}", stdout(&out));
+    }
+}

@@ -139,6 +139,25 @@ static int pluggable(void) {
     return 0;
 }
 
+/* PyTorch with the pluggable allocator: its caching allocator's library is loaded but replaced,
+ * so each tensor comes and goes through gpushim_alloc/gpushim_free. A segment left empty must
+ * stay cached past the trimmer's ticks (300 ms here) rather than go back to the device at the
+ * next one. Prints the device's frees. */
+static int plugidle(void) {
+    void *(*alloc)(long, int, void *) = (void *(*)(long, int, void *))dlsym(RTLD_DEFAULT, "gpushim_alloc");
+    void (*release)(void *, long, int, void *) = (void (*)(void *, long, int, void *))dlsym(RTLD_DEFAULT, "gpushim_free");
+    if (!alloc || !release) { printf("no_entry_points\n"); return 1; }
+    cudaSetDevice(0);
+    void *p = alloc(4 << 20, 0, NULL);
+    void *q = alloc(1000, 0, NULL);
+    release(p, 4 << 20, 0, NULL);
+    release(q, 1000, 0, NULL);
+    struct timespec t = {0, 350 * 1000 * 1000};
+    nanosleep(&t, NULL);
+    printf("alloc_ok=%d device_frees=%ld\n", p && q, simCallCount("cuMemFree_v2"));
+    return 0;
+}
+
 /* Stream-ordered calls on a stream being captured must reach CUDA (they become graph nodes). */
 static int capture(void) {
     cudaStream_t s;
@@ -252,6 +271,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "huge")) return huge();
     if (!strcmp(what, "legacy")) return legacy();
     if (!strcmp(what, "seals")) return seals(n);
+    if (!strcmp(what, "plugidle")) return plugidle();
     fprintf(stderr, "usage: pool reuse|oom|limit|query|count|pluggable [N]\n");
     return 2;
 }

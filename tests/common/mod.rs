@@ -123,6 +123,22 @@ pub fn tempdir(name: &str) -> TestDir {
     TestDir(d)
 }
 
+/// An empty library named like PyTorch's CUDA allocator (`libc10_cuda.so`) in `dir`: loaded
+/// into a client, it makes the shim believe a framework with a caching allocator is present.
+pub fn framework_library(dir: &Path) -> PathBuf {
+    let src = dir.join("empty.c");
+    std::fs::write(&src, "int c10_placeholder;\n").unwrap();
+    let lib = dir.join("libc10_cuda.so");
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        lib.to_str().unwrap(),
+        src.to_str().unwrap(),
+    ]);
+    lib
+}
+
 pub fn cc(args: &[&str]) {
     let out = Command::new("cc")
         .args(args)

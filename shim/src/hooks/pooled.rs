@@ -432,8 +432,8 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
         // The off switch: CUDA's own allocation, nothing pooled or written.
         return plain_alloc(size as usize);
     }
-    pool::plug();
     let guard = Guard::enter();
+    pool::plug();
     if !pool::runtime_context_ready() {
         return core::ptr::null_mut();
     }

@@ -269,9 +269,17 @@ pub fn lookup(ptr: u64) -> Option<BlockInfo> {
 static PLUGGED: AtomicBool = AtomicBool::new(false);
 
 /// Marks that the PyTorch pluggable-allocator route is in use (the pool serves it even when
-/// `GPUSHIM_CONF` has no pool).
+/// `GPUSHIM_CONF` has no pool). PyTorch's caching allocator is then replaced, not above the
+/// pool: under `trim:auto` the pool caches (idle memory back after `trim`) instead of giving a
+/// segment back the moment it empties, which the loaded library alone would have implied
+/// (and which cost a `cuMemFree`, a wait for the whole device, at every trimmer tick).
 pub fn plug() {
-    PLUGGED.store(true, Ordering::Relaxed);
+    if PLUGGED.load(Ordering::Relaxed) || PLUGGED.swap(true, Ordering::AcqRel) {
+        return;
+    }
+    if state::conf().trim_auto {
+        with(|p| p.set_release_on_free(false));
+    }
 }
 
 pub fn is_plugged() -> bool {
