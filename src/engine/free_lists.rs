@@ -95,7 +95,7 @@ impl<B: Backend> Engine<B> {
 
     pub(super) fn insert_free(&mut self, p: u64) {
         let b = &self.blocks[&p];
-        if self.segments.get(&b.segment).is_some_and(|s| s.sealed) {
+        if self.sealed_segments > 0 && self.segments.get(&b.segment).is_some_and(|s| s.sealed) {
             // A sealed segment hands nothing out again.
             return;
         }

@@ -365,26 +365,31 @@ impl<B: Backend> Engine<B> {
     /// interior, or already freed): the caller passes it to the real function.
     #[allow(clippy::result_unit_err)]
     pub fn free(&mut self, ptr: u64, kind: FreeKind) -> Result<u64, ()> {
-        let (size, device, segment) = match self.blocks.get(&ptr) {
-            Some(b) if matches!(b.state, State::Allocated { .. }) => {
-                (b.size, b.pool.device, b.segment)
-            }
-            _ => return Err(()),
+        self.free_on(ptr, kind).map(|(size, _)| size)
+    }
+
+    /// [`Engine::free`], also saying the block's device.
+    #[allow(clippy::result_unit_err)]
+    pub fn free_on(&mut self, ptr: u64, kind: FreeKind) -> Result<(u64, u8), ()> {
+        let Engine {
+            blocks, backend, ..
+        } = self;
+        // One lookup: the block's state is read and replaced in place.
+        let Some(b) = blocks.get_mut(&ptr) else {
+            return Err(());
         };
-        let requested = match self.blocks[&ptr].state {
-            State::Allocated { requested, .. } => requested,
-            State::Free { .. } => 0,
+        let State::Allocated { requested, .. } = b.state else {
+            return Err(());
         };
+        let (size, device, segment) = (b.size, b.pool.device, b.segment);
         let (fence, owner) = match kind {
-            FreeKind::Sync => (self.backend.fence_device(device), None),
-            FreeKind::OnStream(s) => (self.backend.fence_stream(device, s), Some(s)),
+            FreeKind::Sync => (backend.fence_device(device), None),
+            FreeKind::OnStream(s) => (backend.fence_stream(device, s), Some(s)),
         };
-        if let Some(b) = self.blocks.get_mut(&ptr) {
-            b.state = State::Free {
-                fence: Some(fence),
-                owner,
-            };
-        }
+        b.state = State::Free {
+            fence: Some(fence),
+            owner,
+        };
         let release_now = self.policy.release_on_free && kind == FreeKind::Sync;
         let mut sealed_empty = false;
         let mut emptied = false;
@@ -422,7 +427,7 @@ impl<B: Backend> Engine<B> {
         if self.idle(device) > self.policy.release {
             self.release_idle(device, self.policy.release);
         }
-        Ok(size)
+        Ok((size, device))
     }
 
     /// Seals the segment holding live block `ptr` (its memory was exported): it hands out no
@@ -552,11 +557,19 @@ impl<B: Backend> Engine<B> {
 
     fn hand_out(&mut self, ptr: u64, need: u64, requested: u64, stream: u64) -> BlockInfo {
         let policy = self.policy;
-        let b = self
-            .blocks
-            .get(&ptr)
-            .expect("a block taken from a pool exists")
-            .clone();
+        let b = {
+            let b = self
+                .blocks
+                .get(&ptr)
+                .expect("a block taken from a pool exists");
+            (b.size, b.segment, b.pool, b.state.clone())
+        };
+        let b = Taken {
+            size: b.0,
+            segment: b.1,
+            pool: b.2,
+            state: b.3,
+        };
         let remainder = b.size - need;
         let expandable = self.segments.get(&b.segment).is_some_and(|s| s.range > 0);
         let split = if b.pool.small || expandable {
@@ -585,15 +598,11 @@ impl<B: Backend> Engine<B> {
             self.insert_free(ptr + need);
         }
         let pool = PoolKey { stream, ..b.pool };
-        self.blocks.insert(
-            ptr,
-            Block {
-                size,
-                segment: b.segment,
-                pool,
-                state: State::Allocated { stream, requested },
-            },
-        );
+        if let Some(block) = self.blocks.get_mut(&ptr) {
+            block.size = size;
+            block.pool = pool;
+            block.state = State::Allocated { stream, requested };
+        }
         let seg = self
             .segments
             .get_mut(&b.segment)
@@ -614,6 +623,14 @@ impl<B: Backend> Engine<B> {
             segment_size,
         }
     }
+}
+
+/// What `hand_out` reads of the block it hands out.
+struct Taken<F> {
+    size: u64,
+    segment: u64,
+    pool: PoolKey,
+    state: State<F>,
 }
 
 #[cfg(test)]
