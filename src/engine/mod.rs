@@ -557,18 +557,18 @@ impl<B: Backend> Engine<B> {
 
     fn hand_out(&mut self, ptr: u64, need: u64, requested: u64, stream: u64) -> BlockInfo {
         let policy = self.policy;
+        // Read, not cloned whole: the block itself is updated in place below.
         let b = {
             let b = self
                 .blocks
                 .get(&ptr)
                 .expect("a block taken from a pool exists");
-            (b.size, b.segment, b.pool, b.state.clone())
-        };
-        let b = Taken {
-            size: b.0,
-            segment: b.1,
-            pool: b.2,
-            state: b.3,
+            Taken {
+                size: b.size,
+                segment: b.segment,
+                pool: b.pool,
+                state: b.state.clone(),
+            }
         };
         let remainder = b.size - need;
         let expandable = self.segments.get(&b.segment).is_some_and(|s| s.range > 0);
