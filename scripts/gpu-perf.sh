@@ -5,10 +5,11 @@
 # pertensor (`gpushim run --per-tensor`: caching off, pool:caching); pluggable (the pluggable
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
 # segments, for memory; ptnoframes (pertensor with stacks:off: what Python frames cost, issue
-# 13). MODES (environment) picks a subset, in order. Prints one table per workload:
-# median step time over the rounds, × PyTorch's default of the same run, NVML peak; then what
-# the pool did in each traced mode (its `gpushim summary` lines of the last round: segments
-# reserved and released, waits, and whether and where the process left the legacy stream).
+# 13); ptnotrace (pertensor, recording off); ptmedium (pertensor with medium:20MiB). MODES
+# (environment) picks a subset, in order. Prints one table per workload: median step time
+# over the rounds, × PyTorch's default of the same run, NVML peak; then what the pool did
+# in each traced mode (its `gpushim summary` lines of the last round: segments reserved and
+# released, waits, and whether and where the process left the legacy stream).
 # WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
 # host cost only, no kernels): STEPS is then the number of tensors.
 #   bash scripts/gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]    (transformer, gpt2, resnet50, alloc)
@@ -33,6 +34,9 @@ for r in $(seq "$rounds"); do
       default|expandable) python3 $script $(wl $mode "$steps") ;;
       pertensor) .gpu/gpushim run --per-tensor --trace "$work/pt.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
+      ptmedium) .gpu/gpushim run --per-tensor --conf medium:20MiB --trace "$work/pm.%p.trace" -- \
+                   python3 $script $(wl pertensor "$steps") \
+                   | sed 's/"mode": "pertensor"/"mode": "ptmedium"/' ;;
       ptnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --per-tensor --conf stacks:off -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnotrace"/' ;;
@@ -69,7 +73,7 @@ for r in rows:
 base = statistics.median(r["step_ms"] for r in by["default"])
 print(f"{rows[0]['workload']}: {len(by['default'])} rounds")
 print(f"{'mode':12} {'step ms':>9} {'x default':>10} {'NVML peak MiB':>14}")
-for mode in ["default", "pertensor", "ptnoframes", "ptnotrace", "pluggable", "plugcaching", "expandable"]:
+for mode in ["default", "pertensor", "ptmedium", "ptnoframes", "ptnotrace", "pluggable", "plugcaching", "expandable"]:
     rs = by.get(mode, [])
     if not rs:
         print(f"{mode:12} {'(no result)':>9}")

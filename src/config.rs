@@ -34,6 +34,9 @@ pub struct Conf {
     pub round_divisions: u32,
     /// Blocks larger than this are never split.
     pub max_split: u64,
+    /// Requests above 1 MiB and up to 10 MiB share segments of this size (0: each gets a
+    /// segment of its own, rounded up to 2 MiB).
+    pub medium_segment: u64,
     /// Idle cached memory above this goes back to the device.
     pub release: u64,
     /// Cap on the device memory of this process, 0 for none.
@@ -62,6 +65,7 @@ impl Conf {
         pool: Pool::Off,
         round_divisions: 0,
         max_split: u64::MAX,
+        medium_segment: 0,
         release: u64::MAX,
         limit: 0,
         trace_max: 16 * GIB,
@@ -104,6 +108,12 @@ pub const KEYS: &[KeyDoc] = &[
         accepted: "a size (512MiB) or off",
         default: "off",
         meaning: "cached blocks larger than this are never split",
+    },
+    KeyDoc {
+        key: "medium",
+        accepted: "off, or a size of at least 2MiB (20MiB)",
+        default: "off",
+        meaning: "requests above 1 MiB and up to 10 MiB are cut from shared segments of this size (PyTorch's allocator uses 20 MiB) instead of each getting a segment of its own rounded up to 2 MiB: fewer cudaMalloc calls when sizes change every step",
     },
     KeyDoc {
         key: "release",
@@ -319,6 +329,12 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
             "round" => conf.round_divisions = parse_round(value).ok_or_else(bad)?,
             "max_split" => conf.max_split = parse_size_or_off(value, u64::MAX).ok_or_else(bad)?,
             "release" => conf.release = parse_size_or_off(value, u64::MAX).ok_or_else(bad)?,
+            "medium" => {
+                conf.medium_segment = parse_size_or_off(value, 0)
+                    .filter(|&n| n == 0 || n >= 2 * MIB)
+                    .filter(|&n| n > 0 || value == "off" || value == "none")
+                    .ok_or_else(bad)?
+            }
             // `limit:0` would read as "no memory" but has always meant "no limit": refused, so
             // neither reading is silently taken.
             "limit" => {
@@ -374,6 +390,19 @@ mod tests {
         assert_eq!(parse_size("GiB"), None);
         assert_eq!(parse_size("12 parsecs"), None);
         assert_eq!(parse_size("99999999999999999999T"), None);
+    }
+
+    #[test]
+    fn medium_takes_a_segment_size_of_at_least_2mib_or_off() {
+        assert_eq!(
+            parse_strict("medium:20MiB").unwrap().medium_segment,
+            20 * MIB
+        );
+        assert_eq!(parse_strict("medium:off").unwrap().medium_segment, 0);
+        assert_eq!(Conf::default().medium_segment, 0);
+        assert!(parse_strict("medium:1MiB").is_err());
+        assert!(parse_strict("medium:0").is_err());
+        assert!(parse_strict("medium:lots").is_err());
     }
 
     #[test]

@@ -260,6 +260,7 @@ fn random_sequences_keep_every_invariant_with_every_knob_set() {
     let policy = Policy {
         round_divisions: 4,
         max_split: 64 << 20,
+        medium_segment: 20 << 20,
         release: 256 << 20,
         limit: 768 << 20,
         expandable: false,

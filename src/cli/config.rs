@@ -39,6 +39,7 @@ pub fn cmd_config(conf: Option<String>) -> ExitCode {
         }
     );
     println!("  max_split  {}", size(c.max_split, u64::MAX));
+    println!("  medium     {}", size(c.medium_segment, 0));
     println!("  release    {}", size(c.release, u64::MAX));
     println!("  limit      {}", size(c.limit, 0));
     println!("  trace_max  {}", human_bytes(c.trace_max));

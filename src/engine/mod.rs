@@ -39,12 +39,16 @@ pub const SMALL_REQUEST: u64 = 1 << 20;
 pub const SMALL_SEGMENT: u64 = 2 << 20;
 /// Large segments are multiples of this.
 pub const LARGE_SEGMENT_ROUND: u64 = 2 << 20;
+/// With `medium`, requests above [`SMALL_REQUEST`] and up to this share segments.
+pub const MEDIUM_REQUEST: u64 = 10 << 20;
 
 /// The knobs of `GPUSHIM_CONF` that shape the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policy {
     pub round_divisions: u32,
     pub max_split: u64,
+    /// Segment size shared by requests above 1 MiB and up to [`MEDIUM_REQUEST`]; 0 for none.
+    pub medium_segment: u64,
     pub release: u64,
     /// Per device, 0 for none.
     pub limit: u64,
@@ -67,6 +71,7 @@ impl From<&Conf> for Policy {
         Policy {
             round_divisions: c.round_divisions,
             max_split: c.max_split,
+            medium_segment: c.medium_segment,
             release: c.release,
             limit: c.limit,
             expandable: c.pool == crate::config::Pool::Expandable,
@@ -322,12 +327,29 @@ impl<B: Backend> Engine<B> {
         // release a fenced block would stall the host for nothing (contract 6). Only when the
         // device (or `limit`) says no has the engine waited for the device (inside
         // `empty_cache`), and a block whose fence has passed since serves the request.
-        let segment = if small {
+        // `need` is at most MAX_REQUEST here: rounding up cannot overflow.
+        let own = if small {
             SMALL_SEGMENT
         } else {
             need.div_ceil(LARGE_SEGMENT_ROUND) * LARGE_SEGMENT_ROUND
         };
+        let medium = self.policy.medium_segment;
         let limit = self.policy.limit;
+        let segment = match own
+            .max(medium.min(MAX_REQUEST).div_ceil(LARGE_SEGMENT_ROUND) * LARGE_SEGMENT_ROUND)
+        {
+            // A shared segment only where it fits under `limit`: near the limit, a segment of
+            // the request's own size (nothing waits or is given back for the larger one).
+            shared
+                if !small
+                    && medium > 0
+                    && need <= MEDIUM_REQUEST
+                    && (limit == 0 || self.reserved(device).saturating_add(shared) <= limit) =>
+            {
+                shared
+            }
+            _ => own,
+        };
         if limit > 0
             && self.reserved(device).saturating_add(segment) > limit
             && !self.backend.quiet()
@@ -343,6 +365,11 @@ impl<B: Backend> Engine<B> {
         }
         match self.fresh(key, need, segment) {
             Ok(ptr) => Ok(self.hand_out(ptr, need, size, stream)),
+            // A shared medium segment did not fit: a segment of the request's own size may.
+            Err(_) if segment != own => match self.fresh(key, need, own) {
+                Ok(ptr) => Ok(self.hand_out(ptr, need, size, stream)),
+                Err(e) => cached(self).ok_or(e),
+            },
             Err(e) => cached(self).ok_or(e),
         }
     }

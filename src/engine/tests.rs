@@ -326,3 +326,41 @@ fn pointer_lookups_find_the_block_containing_an_address() {
         "double free is not ours either"
     );
 }
+
+#[test]
+fn medium_requests_share_segments_and_fall_back_to_their_own_near_the_limit() {
+    let three_of_3mib = |policy: Policy| {
+        let mut e = Engine::new(MemoryBackend::new(1 << 40), policy);
+        for _ in 0..3 {
+            e.alloc(0, 3 << 20, 0).unwrap();
+        }
+        (e.stats().segment_reserves, e.reserved(0))
+    };
+    // Without `medium`: a 4 MiB segment each.
+    assert_eq!(three_of_3mib(Policy::default()), (3, 12 << 20));
+    // With it: one 20 MiB segment, split three times.
+    let medium = Policy {
+        medium_segment: 20 << 20,
+        ..Policy::default()
+    };
+    assert_eq!(three_of_3mib(medium), (1, 20 << 20));
+    // Larger than 10 MiB: a segment of its own, as before.
+    let mut e = Engine::new(MemoryBackend::new(1 << 40), medium);
+    e.alloc(0, 12 << 20, 0).unwrap();
+    assert_eq!(e.reserved(0), 12 << 20);
+    // 8 MiB under a 16 MiB limit: a 20 MiB segment would not fit, the request's own does,
+    // and nothing waited for the device.
+    let mut e = Engine::new(
+        MemoryBackend::new(1 << 40),
+        Policy {
+            limit: 16 << 20,
+            ..medium
+        },
+    );
+    e.alloc(0, 8 << 20, 0).unwrap();
+    assert_eq!((e.reserved(0), e.stats().synchronizations), (8 << 20, 0));
+    // The device itself too small for the shared segment: the request's own size is tried.
+    let mut e = Engine::new(MemoryBackend::new(10 << 20), medium);
+    assert!(e.alloc(0, 6 << 20, 0).is_ok());
+    assert_eq!(e.reserved(0), 6 << 20);
+}
