@@ -1,15 +1,25 @@
 //! Issue 12 in CI: a program whose framework does no caching (every tensor a cudaMalloc and a
 //! cudaFree), all work on the legacy stream, host and simulated GPU time overlapped, one
 //! synchronization per step. Under the pool the host never waits for the GPU while the device
-//! has room: the wall time stays within 10% of the GPU's time (the landed pool waited for the
-//! GPU at every reuse of a block freed mid-step: 1.17x), and device memory within 2x of live.
-//! What decides it is counted, not timed: the trace of each run holds no wait of the pool for
-//! the GPU. The wall-clock figure is printed only (a loaded machine gave 2.1x).
+//! has room, so the step takes the GPU's time, and device memory stays within 2x of live.
+//! What decides it is measured where load cannot move it: the time the host spent blocked on
+//! the simulated GPU outside the program's own synchronizations (the simulator counts it; a
+//! host slowed by other work falls further behind the GPU and blocks less, never more), and the
+//! pool's waits in the trace. Without the pool, real `cudaFree` semantics block for most of the
+//! GPU's time. The wall-clock ratio is printed only (a loaded machine gave 2.1x).
 
 mod common;
 use common::*;
 
-fn perstep(conf: &str) -> (f64, f64, usize) {
+struct Step {
+    wall: f64,
+    memory: f64,
+    /// Host time blocked on the GPU, outside its own synchronizations, over GPU time.
+    blocked: f64,
+    waits: usize,
+}
+
+fn perstep(conf: &str) -> Step {
     let trace = tempdir("perstep").file("p.trace");
     let out = run(
         &sim().bin("perstep"),
@@ -31,24 +41,34 @@ fn perstep(conf: &str) -> (f64, f64, usize) {
         .filter_map(|kv| kv.split_once('='))
         .map(|(k, v)| (k.to_string(), v.parse().unwrap_or(f64::NAN)))
         .collect();
-    (
-        v["wall_us"] / v["gpu_us"],
-        v["used_peak"] / v["live_peak"],
+    Step {
+        wall: v["wall_us"] / v["gpu_us"],
+        memory: v["used_peak"] / v["live_peak"],
+        blocked: v["blocked_us"] / v["gpu_us"],
         waits,
-    )
+    }
 }
 
 #[test]
 fn a_per_tensor_loop_runs_at_gpu_speed_with_memory_within_twice_live() {
+    // The control: CUDA's own cudaFree waits for the device, and the measure sees it.
+    let off = perstep("pool:off");
+    assert!(
+        off.blocked > 0.3,
+        "pool:off blocked only {:.3}",
+        off.blocked
+    );
     for conf in ["pool:caching", "pool:expandable"] {
-        let runs: Vec<(f64, f64, usize)> = (0..3).map(|_| perstep(conf)).collect();
-        for (_, mem, waits) in &runs {
-            assert_eq!(*waits, 0, "{conf}: the pool waited for the GPU: {runs:?}");
-            assert!(*mem <= 2.0, "{conf}: device/live {runs:?}");
+        for _ in 0..3 {
+            let s = perstep(conf);
+            assert_eq!(s.waits, 0, "{conf}: the pool waited for the GPU");
+            assert!(
+                s.blocked <= 0.02,
+                "{conf}: blocked {:.3} of GPU time",
+                s.blocked
+            );
+            assert!(s.memory <= 2.0, "{conf}: device/live {:.2}", s.memory);
+            eprintln!("{conf}: wall/GPU {:.3}, blocked {:.4}", s.wall, s.blocked);
         }
-        // Wall time is printed, not asserted: on a loaded 2-core machine it reached 2.1x with
-        // the pool waiting for nothing (counted above), and a timed assertion only flakes.
-        let best = runs.iter().map(|r| r.0).fold(f64::INFINITY, f64::min);
-        eprintln!("{conf}: best wall/GPU {best:.3} {runs:?}");
     }
 }

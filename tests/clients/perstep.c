@@ -8,11 +8,14 @@
  * STREAMS non-blocking streams are created first and never used (PyTorch creates its pool of
  * streams this way), which ends the pool's single-stream rule.
  * Prints: steps=.. wall_us=.. gpu_us=.. live_peak=.. used_peak=.. (device bytes in use, as
- * NVML would see them, from the simulator) event_records=.. (cuEventRecord calls) */
+ * NVML would see them, from the simulator) event_records=.. (cuEventRecord calls)
+ * blocked_us=.. (time the host spent waiting for the simulated GPU, its own one
+ * synchronization per step left out: what a pool that waits for nothing keeps near 0) */
 #define _GNU_SOURCE
 #include "cuda_sim.h"
 
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -39,7 +42,8 @@ int main(int argc, char **argv) {
     int streams = argc > 4 ? atoi(argv[4]) : 0;
     void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     size_t (*used)(void) = drv ? (size_t (*)(void))dlsym(drv, "simUsedBytes") : NULL;
-    if (!used) { fprintf(stderr, "perstep needs the simulator\n"); return 2; }
+    uint64_t (*blocked)(void) = drv ? (uint64_t (*)(void))dlsym(drv, "simBlockedNs") : NULL;
+    if (!used || !blocked) { fprintf(stderr, "perstep needs the simulator\n"); return 2; }
     void **t = calloc((size_t)n, sizeof *t);
     size_t live = 0, live_peak = 0, used_peak = 0, base = 0;
     cudaFree(0);
@@ -48,6 +52,7 @@ int main(int argc, char **argv) {
         if (cudaStreamCreateWithFlags(&st, 1)) { fprintf(stderr, "no stream\n"); return 1; }
     }
     base = used();
+    uint64_t own_sync = 0, blocked0 = blocked();
     long long t0 = now_us();
     void **g = calloc((size_t)n, sizeof *g);
     unsigned op_us = gpu_us / (2u * (unsigned)n);
@@ -77,13 +82,17 @@ int main(int argc, char **argv) {
         }
         size_t u = used() - base;
         if (u > used_peak) used_peak = u;
+        uint64_t b0 = blocked();
         cudaDeviceSynchronize(); /* loss.item() */
+        own_sync += blocked() - b0;
     }
     long long wall = now_us() - t0;
     long (*calls)(const char *) = (long (*)(const char *))dlsym(drv, "simCallCount");
-    printf("steps=%d wall_us=%lld gpu_us=%lld live_peak=%zu used_peak=%zu event_records=%ld\n",
+    printf("steps=%d wall_us=%lld gpu_us=%lld live_peak=%zu used_peak=%zu event_records=%ld "
+           "blocked_us=%llu\n",
            steps, wall, (long long)steps * gpu_us, live_peak, used_peak,
-           calls ? calls("cuEventRecord") : -1L);
+           calls ? calls("cuEventRecord") : -1L,
+           (unsigned long long)((blocked() - blocked0 - own_sync) / 1000));
     free(t);
     free(g);
     return 0;

@@ -278,11 +278,16 @@ static uint64_t now_ns(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
+/* Time callers spent waiting for simulated GPU work, in all (simBlockedNs). */
+static _Atomic uint64_t blocked_ns;
 static void sleep_until(uint64_t t) {
-    for (uint64_t n = now_ns(); n < t; n = now_ns()) {
+    uint64_t start = now_ns();
+    if (start >= t) return;
+    for (uint64_t n = start; n < t; n = now_ns()) {
         struct timespec ts = { (time_t)((t - n) / 1000000000ull), (long)((t - n) % 1000000000ull) };
         nanosleep(&ts, NULL);
     }
+    atomic_fetch_add(&blocked_ns, now_ns() - start);
 }
 static struct sim_stream *sim_stream(CUstream s) {
     if (s == NULL || s == (CUstream)1) return &legacy_stream;
@@ -686,6 +691,9 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
 }
 
 /* Simulator only: device memory in use, as NVML would show it (the shim never sees this call). */
+/* Test-only: nanoseconds any caller spent blocked waiting for simulated GPU work. */
+EXPORT uint64_t simBlockedNs(void) { return atomic_load(&blocked_ns); }
+
 EXPORT size_t simUsedBytes(void) {
     configure();
     pthread_mutex_lock(&mu);
