@@ -513,3 +513,35 @@ fn under_the_pluggable_allocator_a_framework_library_does_not_make_the_pool_give
         assert_eq!(v["device_frees"], 0, "{conf}: {}", stdout(&out));
     }
 }
+
+#[test]
+fn the_summary_says_how_far_behind_the_gpu_ran_when_fenced_blocks_were_wanted() {
+    // 64 idle streams end the single-stream rule; the host runs ahead of 8 ms of simulated
+    // GPU work per step, and the step's own synchronization lets the GPU catch up.
+    let dir = tempdir("checkpoints");
+    let t = dir.join("t.trace");
+    let out = run(
+        &sim().bin("perstep"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![("GPUSHIM_CONF", "pool:caching,stacks:off".into())],
+            args: ["10", "16", "8000", "64"].map(String::from).to_vec(),
+        },
+    );
+    assert_ok(&out);
+    let out = std::process::Command::new(gpushim_bin())
+        .args(["summary", "--json"])
+        .arg(&t)
+        .output()
+        .unwrap();
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pool = &s["pool"][0];
+    let made = pool["checkpoints"].as_u64().unwrap();
+    // About one a step: none while one is outstanding.
+    assert!((5..=30).contains(&made), "{s}");
+    let median = pool["checkpoint_pass_median_ns"].as_u64().unwrap();
+    // The GPU ran behind by part of a step (8 ms of work), never by nothing.
+    assert!(median > 100_000 && median < 50_000_000, "{s}");
+    assert!(pool["checkpoint_pass_max_ns"].as_u64().unwrap() >= median);
+}

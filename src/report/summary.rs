@@ -54,6 +54,11 @@ pub struct PoolActivity {
     pub waits: u64,
     /// Out-of-memory answers turned into success by giving the idle cache back.
     pub oom_retries: u64,
+    /// Checkpoints made to prove fenced blocks free, and how long they took to pass (from
+    /// made to passed: how far the GPU ran behind the host), median and longest.
+    pub checkpoints: u64,
+    pub checkpoint_pass_median_ns: u64,
+    pub checkpoint_pass_max_ns: u64,
 }
 
 /// When the process left the legacy stream, which ends the pool's single-stream rule.
@@ -135,6 +140,9 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     let (mut with_python, mut allocations) = (0u64, 0u64);
     let mut activity: BTreeMap<u8, PoolActivity> = BTreeMap::new();
     let mut streams_left: Option<StreamsLeft> = None;
+    // Per device: checkpoints made and not yet passed (number -> time), and the times taken.
+    let mut pending_checkpoints: BTreeMap<u8, BTreeMap<u64, u64>> = BTreeMap::new();
+    let mut checkpoint_lags: BTreeMap<u8, Vec<u64>> = BTreeMap::new();
     // The thread whose next stack belongs to the `pool_streams` record.
     let mut site_of: Option<u16> = None;
     while let Some(r) = reader.next() {
@@ -155,6 +163,27 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             RecordKind::Split => activity_of(&mut activity, r.device).splits += 1,
             RecordKind::PoolSync => activity_of(&mut activity, r.device).waits += 1,
             RecordKind::OomRetry => activity_of(&mut activity, r.device).oom_retries += 1,
+            RecordKind::PoolCheckpoint if r.size == 0 => {
+                activity_of(&mut activity, r.device).checkpoints += 1;
+                pending_checkpoints
+                    .entry(r.device)
+                    .or_default()
+                    .insert(r.ptr, r.time_ns);
+            }
+            RecordKind::PoolCheckpoint => {
+                // A pass covers every checkpoint up to its number.
+                if let Some(p) = pending_checkpoints.get_mut(&r.device) {
+                    let passed: Vec<u64> = p.range(..=r.ptr).map(|(&id, _)| id).collect();
+                    for id in passed {
+                        if let Some(made) = p.remove(&id) {
+                            checkpoint_lags
+                                .entry(r.device)
+                                .or_default()
+                                .push(r.time_ns.saturating_sub(made));
+                        }
+                    }
+                }
+            }
             _ => {}
         }
         if site_of == Some(r.thread)
@@ -281,7 +310,17 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             allocations_with: with_python,
             allocations,
         }),
-        pool: activity.into_values().collect(),
+        pool: activity
+            .into_values()
+            .map(|mut a| {
+                if let Some(l) = checkpoint_lags.get_mut(&a.device) {
+                    l.sort_unstable();
+                    a.checkpoint_pass_median_ns = l.get(l.len() / 2).copied().unwrap_or(0);
+                    a.checkpoint_pass_max_ns = l.last().copied().unwrap_or(0);
+                }
+                a
+            })
+            .collect(),
         streams_left_legacy: streams_left,
         health: TraceHealth {
             committed: stats.committed,
@@ -412,6 +451,16 @@ impl Summary {
                 p.waits,
                 p.oom_retries
             );
+            if p.checkpoints > 0 {
+                let _ = writeln!(
+                    o,
+                    "pool on device {}: {} checkpoints for fenced blocks, passed after {} (median), {} (longest)",
+                    p.device,
+                    p.checkpoints,
+                    human_duration(p.checkpoint_pass_median_ns),
+                    human_duration(p.checkpoint_pass_max_ns)
+                );
+            }
         }
         match (&self.streams_left_legacy, self.pool.is_empty()) {
             (Some(s), _) => {

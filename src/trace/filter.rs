@@ -106,7 +106,7 @@ impl Filtering {
             }
             SegmentReserve | SegmentRelease | Split | OomRetry | OutOfMemory | LimitHit
             | PoolSync | MemInfo | MemInfoShown | Map | Unmap | AddressReserve | AddressFree
-            | SetAccess | IpcExport | IpcOpen | IpcClose => device_kept,
+            | SetAccess | IpcExport | IpcOpen | IpcClose | PoolCheckpoint => device_kept,
             _ => true,
         }
     }

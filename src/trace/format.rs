@@ -196,6 +196,11 @@ byte_enum! {
         /// for the device to catch up before reuse. `api` is the call that did it; its stack
         /// follows.
         PoolStreams = 40 => "pool_streams",
+        /// A checkpoint of the pool's fences (events after every block freed before it): `ptr`
+        /// is its number in its context, `size` 0 when made and 1 when it passed (its events
+        /// completed, or the program synchronized the device). The time between the two is how
+        /// far the GPU ran behind the host.
+        PoolCheckpoint = 41 => "pool_checkpoint",
     }
 }
 

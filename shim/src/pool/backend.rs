@@ -158,6 +158,7 @@ impl CudaBackend {
             events,
             broken,
         });
+        note_checkpoint(slot, s.next_id, false);
         s.next_id += 1;
         s.pending_used = false;
     }
@@ -182,15 +183,22 @@ impl CudaBackend {
                 if !done {
                     break;
                 }
-                let cp = s.sealed.pop_front().expect("front exists");
+                let Some(cp) = s.sealed.pop_front() else {
+                    break;
+                };
                 s.passed_id = s.passed_id.max(cp.id);
+                note_checkpoint(slot, cp.id, true);
                 s.spare.extend(cp.events);
             }
         });
     }
 
+    /// Every fence up to checkpoint `id` passed (the device was synchronized).
     pub(super) fn passed_up_to(&mut self, slot: u8, id: u64) {
         let s = &mut self.slots[slot as usize];
+        if id > s.passed_id {
+            note_checkpoint(slot, id, true);
+        }
         s.passed_id = s.passed_id.max(id);
         while s.sealed.front().is_some_and(|cp| cp.id <= id) {
             if let Some(cp) = s.sealed.pop_front() {
@@ -198,6 +206,19 @@ impl CudaBackend {
             }
         }
     }
+}
+
+/// The trace's `pool_checkpoint` record: checkpoint `id` of `slot` made, or passed.
+fn note_checkpoint(slot: u8, id: u64, passed: bool) {
+    trace::record(
+        RecordKind::PoolCheckpoint,
+        Api::Shim,
+        0,
+        id,
+        u64::from(passed),
+        device_of(slot),
+        0,
+    );
 }
 
 impl Backend for CudaBackend {
