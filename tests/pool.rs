@@ -545,3 +545,14 @@ fn the_summary_says_how_far_behind_the_gpu_ran_when_fenced_blocks_were_wanted() 
     assert!(median > 100_000 && median < 50_000_000, "{s}");
     assert!(pool["checkpoint_pass_max_ns"].as_u64().unwrap() >= median);
 }
+
+#[test]
+fn a_synchronization_with_nothing_pending_passes_nothing_freed_after_it() {
+    // The fence of a later free must not count as passed by an earlier synchronization: the
+    // block's kernel (on another stream, 200 ms) still runs when the next request comes.
+    for conf in ["pool:caching", "pool:expandable"] {
+        let out = pool_run(&["syncreuse"], vec![("GPUSHIM_CONF", conf.into())], None);
+        let v = values(&out);
+        assert_eq!(v["in_use"], 0, "{conf}: {}", stdout(&out));
+    }
+}

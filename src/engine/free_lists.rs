@@ -8,9 +8,11 @@ impl<B: Backend> Engine<B> {
     /// Never waits for the device: a better block behind a fence is polled for (no waiting),
     /// and otherwise left for later.
     pub(super) fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<u64> {
+        self.merge_if_passed();
         let (mut best, fenced_fits) = self.search(key, need);
         // While the backend is quiet (a stream capture), fences cannot even be polled.
         if fenced_fits && !self.backend.quiet() && self.backend.poll(key.device) {
+            self.merge_if_passed();
             best = self.search(key, need).0;
         }
         let (size, p, k) = best?;
@@ -69,6 +71,46 @@ impl<B: Backend> Engine<B> {
         (best, fenced_fits)
     }
 
+    /// When fences passed since it last looked: merges every run of neighbouring free blocks
+    /// of an expandable segment whose fences passed (they were kept apart while fenced, see
+    /// `coalesce`). The result depends only on which fences passed, not on which blocks a
+    /// search happened to visit, so a replay that knows when fences passed reproduces it.
+    fn merge_if_passed(&mut self) {
+        let progress = self.backend.progress();
+        if progress == self.merged_at {
+            return;
+        }
+        self.merged_at = progress;
+        let expandable: Vec<(u64, u64)> = self
+            .segments
+            .iter()
+            .filter(|(_, s)| s.range > 0 && s.size > 0 && !s.sealed)
+            .map(|(&b, s)| (b, s.size))
+            .collect();
+        for (base, size) in expandable {
+            let free: Vec<u64> = self
+                .blocks
+                .range(base..base + size)
+                .filter(|(_, b)| matches!(b.state, State::Free { .. }))
+                .map(|(&p, _)| p)
+                .collect();
+            for p in free {
+                // Merged into a block before it already, or still fenced.
+                if !self
+                    .blocks
+                    .get(&p)
+                    .is_some_and(|b| matches!(b.state, State::Free { .. }))
+                    || !self.fence_clear(p)
+                {
+                    continue;
+                }
+                self.remove_free(p);
+                let m = self.coalesce(p);
+                self.insert_free(m);
+            }
+        }
+    }
+
     /// Whether free block `p` may be handed to `stream` now; clears fences that passed.
     pub(super) fn fit(
         blocks: &mut BTreeMap<u64, Block<B::Fence>>,
@@ -120,9 +162,21 @@ impl<B: Backend> Engine<B> {
 
     /// Merges the just-freed block at `p` with free neighbours of its segment and pool whose
     /// fences passed or are implied by its own (an older fence of the same owner: a later fence
-    /// on a stream, or a later device-wide fence, covers everything an earlier one did). The
-    /// merged block keeps the new block's fence. Returns its address (not yet in a pool).
+    /// on a stream, or a later device-wide fence, covers everything an earlier one did); the
+    /// merged block keeps the new block's fence. In an expandable segment a fenced block never
+    /// swallows reusable neighbours, and merges with them once its fence passed
+    /// (`merge_if_passed`): the whole device's memory is one segment there, and a block freed
+    /// next to the free tail would fence it, so that every step grew the segment anew (1,053
+    /// MiB for 50 MiB live on the simulator with streams and a lagging GPU; 107 MiB so). Plain
+    /// segments keep merging everything: on the same run, keeping them apart cost more (121 to
+    /// 134 MiB). Returns the merged block's address (not yet in a pool).
     pub(super) fn coalesce(&mut self, mut p: u64) -> u64 {
+        let separate = self
+            .blocks
+            .get(&p)
+            .and_then(|b| self.segments.get(&b.segment))
+            .is_some_and(|s| s.range > 0);
+        let clear = separate.then(|| self.fence_clear(p));
         let (segment, pool, owner) = {
             let b = &self.blocks[&p];
             let owner = match b.state {
@@ -137,7 +191,7 @@ impl<B: Backend> Engine<B> {
             && prev.pool == pool
             && q + prev.size == p
             && matches!(prev.state, State::Free { .. })
-            && self.mergeable(q, owner)
+            && self.mergeable(q, owner, clear)
         {
             self.remove_free(q);
             let b = self.blocks.remove(&p).expect("the freed block");
@@ -153,7 +207,7 @@ impl<B: Backend> Engine<B> {
             && next.segment == segment
             && next.pool == pool
             && matches!(next.state, State::Free { .. })
-            && self.mergeable(end, owner)
+            && self.mergeable(end, owner, clear)
         {
             self.remove_free(end);
             let n = self.blocks.remove(&end).expect("the next block");
@@ -164,13 +218,22 @@ impl<B: Backend> Engine<B> {
         p
     }
 
-    /// Whether free block `p` may merge into a block freed by `owner` (see `coalesce`).
-    pub(super) fn mergeable(&mut self, p: u64, owner: Option<u64>) -> bool {
+    /// Whether free block `p` may merge into a block freed by `owner` (see `coalesce`):
+    /// `clear` is `None` in a plain segment (any passed or implied fence merges), else whether
+    /// the freed block's own fence passed (then only passed neighbours merge; else only
+    /// neighbours still fenced by the same owner).
+    pub(super) fn mergeable(&mut self, p: u64, owner: Option<u64>, clear: Option<bool>) -> bool {
+        if clear == Some(true) {
+            return self.fence_clear(p);
+        }
         let same_owner = matches!(
             self.blocks.get(&p),
             Some(Block { state: State::Free { fence: Some(_), owner: o }, .. }) if *o == owner
         );
-        same_owner || self.fence_clear(p)
+        match clear {
+            None => same_owner || self.fence_clear(p),
+            _ => same_owner && !self.fence_clear(p),
+        }
     }
 
     /// Whether a free block has no fence left (clearing one that passed).

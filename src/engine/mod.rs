@@ -220,6 +220,8 @@ pub struct Engine<B: Backend> {
     expandable: BTreeMap<PoolKey, u64>,
     /// Segments ever sealed (IPC exports); 0 spares every free a lookup.
     sealed_segments: u64,
+    /// The backend's `progress` when `merge_if_passed` last merged.
+    merged_at: u64,
 }
 
 /// Whether a free block may be handed to a stream now.
@@ -245,6 +247,7 @@ impl<B: Backend> Engine<B> {
             idle_per_device: [0; 256],
             expandable: BTreeMap::new(),
             sealed_segments: 0,
+            merged_at: 0,
         }
     }
 

@@ -1,8 +1,13 @@
 //! `gpushim simulate`: the allocations and frees of a trace replayed through the caching
 //! engine (over memory, no GPU) under other policies, beside what the run itself had.
 //!
-//! The replay assumes the GPU keeps up (every fence passes at once): it shows the memory a
-//! policy needs, not the waits it would cost.
+//! A run recorded without the pool has no record of the GPU's progress: its replay assumes
+//! the GPU keeps up (every fence passes at once) and shows the memory a policy needs, not the
+//! waits it would cost. A run recorded under the pool carries the pool's own timeline: while
+//! the process used the legacy stream only, fences passed at once (the shim's rule); from its
+//! `pool_streams` record on, a fence passes where the trace says the checkpoint after it passed
+//! (`pool_checkpoint`), so replaying such a run under its own policy reproduces what the pool
+//! did, and other policies are replayed against the GPU's real lag.
 
 use crate::config;
 use crate::engine::front::Front;
@@ -178,12 +183,34 @@ fn replay(
     // The shim's own front (the engine plus its list of small stream-ordered blocks), so the
     // replay makes the decisions the shim would.
     let mut pool = Front::new(MemoryBackend::new(u64::MAX / 4), policy);
+    // Until the trace shows the pool's timeline, fences pass as they are made.
+    pool.engine.backend_mut().instant = true;
     // Recorded pointer -> replayed pointer.
     let mut map: HashMap<u64, u64> = HashMap::new();
     let (mut peak_reserved, mut live_at_peak, mut failed) = (0u64, 0u64, 0u64);
     let mut peak_requested = 0u64;
+    // The pool's timeline (see the module's note): per checkpoint number, the fences made
+    // before it.
+    let mut cover: std::collections::BTreeMap<(u8, u64), u64> = Default::default();
     for r in reader {
         match r.kind {
+            // From here on fences wait for the checkpoints the trace shows passing.
+            RecordKind::PoolStreams => pool.engine.backend_mut().instant = false,
+            RecordKind::PoolCheckpoint if r.size == 0 => {
+                let made = pool.engine.backend().fences_made();
+                cover.insert((r.device, r.ptr), made);
+            }
+            RecordKind::PoolCheckpoint => {
+                // A checkpoint passed: the fences made before it. A pass with no checkpoint of
+                // that number is the program's own synchronization: every fence so far.
+                let b = pool.engine.backend_mut();
+                let n = cover
+                    .get(&(r.device, r.ptr))
+                    .copied()
+                    .unwrap_or_else(|| b.fences_made());
+                cover.retain(|&(d, id), _| d != r.device || id > r.ptr);
+                b.pass_up_to(n);
+            }
             RecordKind::Alloc | RecordKind::AllocAsync if r.status == 0 && r.ptr != 0 => {
                 let device = if r.device == crate::trace::format::DEVICE_UNKNOWN {
                     0
@@ -212,7 +239,6 @@ fn replay(
                         FreeKind::OnStream(u64::from(r.stream))
                     };
                     let _ = pool.free(p, kind);
-                    pool.engine.backend_mut().complete_all();
                 }
             }
             _ => {}

@@ -230,6 +230,24 @@ static int seals(int n) {
     return 0;
 }
 
+/* A device synchronization with no fence pending, then a block freed while a kernel on another
+ * stream still uses it: the next allocation must not get it while the kernel runs (the
+ * synchronization passed only what was freed before it). Prints in_use=1 if it did. */
+static int syncreuse(void) {
+    cudaStream_t s;
+    if (cudaStreamCreateWithFlags(&s, 1)) return 1;
+    cudaDeviceSynchronize();
+    void *a = NULL, *b = NULL;
+    if (cudaMalloc(&a, 4 * MiB)) return 1;
+    simLaunch(s, (CUdeviceptr)(uintptr_t)a, 4 * MiB, 200000); /* 200 ms on s */
+    cudaFree(a);
+    if (cudaMalloc(&b, 4 * MiB)) return 1;
+    printf("same=%d in_use=%d\n", a == b, simInUse((CUdeviceptr)(uintptr_t)b, 4 * MiB));
+    cudaFree(b);
+    cudaDeviceSynchronize();
+    return 0;
+}
+
 /* Sizes near 2^64 with a block in the cache that a wrapped size would fit: CUDA answers out of
  * memory (2) and leaves the pointer null. */
 static int huge(void) {
@@ -272,6 +290,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "legacy")) return legacy();
     if (!strcmp(what, "seals")) return seals(n);
     if (!strcmp(what, "plugidle")) return plugidle();
+    if (!strcmp(what, "syncreuse")) return syncreuse();
     fprintf(stderr, "usage: pool reuse|oom|limit|query|count|pluggable [N]\n");
     return 2;
 }

@@ -290,6 +290,10 @@ impl Backend for CudaBackend {
     /// pool of 32 per priority) would otherwise record that many at every allocation that
     /// found its best block fenced. Waiting longer for a fence costs no wait of the host: the
     /// engine takes fresh memory meanwhile.
+    fn progress(&mut self) -> u64 {
+        self.slots.iter().map(|s| s.passed_id).sum()
+    }
+
     fn poll(&mut self, slot: u8) -> bool {
         let before = self.slots[slot as usize].passed_id;
         self.query(slot);

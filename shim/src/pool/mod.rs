@@ -83,8 +83,14 @@ fn note_other_streams(api: Api, stream: u64) {
     if !capture_active()
         && let Some(sync) = real::function::<of::CuCtxSynchronize>()
     {
+        // The fences made so far pass with it, as with the program's own synchronization.
+        let token = synchronizing();
         // SAFETY: no arguments; waits for the current context's work.
-        unsafe { sync() };
+        if unsafe { sync() } == 0
+            && let Some(t) = token
+        {
+            synchronized(t);
+        }
     }
 }
 
@@ -355,16 +361,23 @@ pub fn stream_destroying(stream: u64) {
 }
 
 /// Before a context-wide synchronization: the fences made so far are the ones it will pass.
-/// Returns the token for `synchronized`.
+/// Returns the token for `synchronized`: the newest checkpoint number that only fences made
+/// before now name. With fences pending that is the pending number, closed here so later
+/// fences name the next; with none pending it is the one before it, which later fences will
+/// not name (passing the pending number itself would pass the fences of frees made after the
+/// synchronization, while their GPU work may still run).
 pub fn synchronizing() -> Option<(u8, u64)> {
     let slot = current_slot()?;
     Some(with(|p| {
         let s = &mut p.engine.backend_mut().slots[slot as usize];
-        let id = s.next_id;
-        if s.pending_used {
+        let id = if s.pending_used {
+            let id = s.next_id;
             s.next_id += 1;
             s.pending_used = false;
-        }
+            id
+        } else {
+            s.next_id - 1
+        };
         (slot, id)
     }))
 }
