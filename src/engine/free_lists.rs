@@ -71,43 +71,44 @@ impl<B: Backend> Engine<B> {
         (best, fenced_fits)
     }
 
-    /// When fences passed since it last looked: merges every run of neighbouring free blocks
-    /// of an expandable segment whose fences passed (they were kept apart while fenced, see
-    /// `coalesce`). The result depends only on which fences passed, not on which blocks a
-    /// search happened to visit, so a replay that knows when fences passed reproduces it.
+    /// When fences passed since it last looked: merges each free block that was kept apart
+    /// while fenced (see `coalesce`) and whose fence has now passed with its free neighbours.
+    /// Which blocks merge depends only on which fences passed, not on which blocks a search
+    /// happened to visit, so a replay that knows when fences passed reproduces it. Only the
+    /// blocks kept apart are looked at: those freed while the GPU ran behind.
     fn merge_if_passed(&mut self) {
         let progress = self.backend.progress();
-        if progress == self.merged_at {
+        if progress == self.merged_at || self.kept_apart.is_empty() {
+            self.merged_at = progress;
             return;
         }
         self.merged_at = progress;
-        let expandable: Vec<(u64, u64)> = self
-            .segments
-            .iter()
-            .filter(|(_, s)| s.range > 0 && s.size > 0 && !s.sealed)
-            .map(|(&b, s)| (b, s.size))
-            .collect();
-        for (base, size) in expandable {
-            let free: Vec<u64> = self
+        let mut waiting = core::mem::take(&mut self.kept_apart);
+        waiting.sort_unstable();
+        waiting.dedup();
+        for p in waiting {
+            let free = self
                 .blocks
-                .range(base..base + size)
-                .filter(|(_, b)| matches!(b.state, State::Free { .. }))
-                .map(|(&p, _)| p)
-                .collect();
-            for p in free {
-                // Merged into a block before it already, or still fenced.
-                if !self
-                    .blocks
-                    .get(&p)
-                    .is_some_and(|b| matches!(b.state, State::Free { .. }))
-                    || !self.fence_clear(p)
-                {
-                    continue;
-                }
-                self.remove_free(p);
-                let m = self.coalesce(p);
-                self.insert_free(m);
+                .get(&p)
+                .is_some_and(|b| matches!(b.state, State::Free { .. }));
+            if !free {
+                // Handed out, or merged into a fenced neighbour that is on the list itself.
+                continue;
             }
+            if !self.fence_clear(p) {
+                self.kept_apart.push(p);
+                continue;
+            }
+            let sealed = self
+                .segments
+                .get(&self.blocks[&p].segment)
+                .is_none_or(|s| s.sealed);
+            if sealed {
+                continue;
+            }
+            self.remove_free(p);
+            let m = self.coalesce(p);
+            self.insert_free(m);
         }
     }
 
@@ -163,13 +164,16 @@ impl<B: Backend> Engine<B> {
     /// Merges the just-freed block at `p` with free neighbours of its segment and pool whose
     /// fences passed or are implied by its own (an older fence of the same owner: a later fence
     /// on a stream, or a later device-wide fence, covers everything an earlier one did); the
-    /// merged block keeps the new block's fence. In an expandable segment a fenced block never
-    /// swallows reusable neighbours, and merges with them once its fence passed
-    /// (`merge_if_passed`): the whole device's memory is one segment there, and a block freed
-    /// next to the free tail would fence it, so that every step grew the segment anew (1,053
-    /// MiB for 50 MiB live on the simulator with streams and a lagging GPU; 107 MiB so). Plain
-    /// segments keep merging everything: on the same run, keeping them apart cost more (121 to
-    /// 134 MiB). Returns the merged block's address (not yet in a pool).
+    /// merged block keeps the new block's fence. In an expandable segment like merges with
+    /// like instead: a block whose fence passed with neighbours whose fences passed, a fenced
+    /// one only with neighbours fenced by the same owner, and then it waits on `kept_apart`
+    /// until its fence passes (`merge_if_passed`). There the whole device's memory is one
+    /// segment, and a fenced block that swallowed the free tail next to it fenced the tail, so
+    /// that the segment grew every step (1,053 MiB for 50 MiB live on the simulator with
+    /// streams and a lagging GPU; about 100 MiB so). Plain segments keep merging everything
+    /// (keeping them apart there gained nothing beyond run-to-run noise on the same run, and
+    /// merging later would cost a look at more blocks). Returns the merged block's address
+    /// (not yet in a pool).
     pub(super) fn coalesce(&mut self, mut p: u64) -> u64 {
         let separate = self
             .blocks
@@ -215,13 +219,15 @@ impl<B: Backend> Engine<B> {
                 b.size += n.size;
             }
         }
+        if clear == Some(false) {
+            self.kept_apart.push(p);
+        }
         p
     }
 
     /// Whether free block `p` may merge into a block freed by `owner` (see `coalesce`):
     /// `clear` is `None` in a plain segment (any passed or implied fence merges), else whether
-    /// the freed block's own fence passed (then only passed neighbours merge; else only
-    /// neighbours still fenced by the same owner).
+    /// the freed block's own fence passed (like merges with like).
     pub(super) fn mergeable(&mut self, p: u64, owner: Option<u64>, clear: Option<bool>) -> bool {
         if clear == Some(true) {
             return self.fence_clear(p);

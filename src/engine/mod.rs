@@ -222,6 +222,8 @@ pub struct Engine<B: Backend> {
     sealed_segments: u64,
     /// The backend's `progress` when `merge_if_passed` last merged.
     merged_at: u64,
+    /// Free blocks kept apart from their neighbours while fenced (see `coalesce`).
+    kept_apart: Vec<u64>,
 }
 
 /// Whether a free block may be handed to a stream now.
@@ -248,6 +250,7 @@ impl<B: Backend> Engine<B> {
             expandable: BTreeMap::new(),
             sealed_segments: 0,
             merged_at: 0,
+            kept_apart: Vec::new(),
         }
     }
 
@@ -624,8 +627,13 @@ impl<B: Backend> Engine<B> {
                 pool: b.pool,
                 state: b.state.clone(),
             };
+            let fenced = matches!(rest.state, State::Free { fence: Some(_), .. });
             self.blocks.insert(ptr + need, rest);
             self.insert_free(ptr + need);
+            if fenced && expandable {
+                // Merged with its neighbours once the fence passes, as a freed block is.
+                self.kept_apart.push(ptr + need);
+            }
         }
         let pool = PoolKey { stream, ..b.pool };
         if let Some(block) = self.blocks.get_mut(&ptr) {
