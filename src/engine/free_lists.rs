@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// `kept_apart` is pruned once it holds this many entries (or twice what was left last time).
+pub(super) const KEPT_APART_MIN: usize = 4096;
+
 impl<B: Backend> Engine<B> {
     /// Finds a cached block for `key` of at least `need` bytes and removes it from its pool.
     /// Never waits for the device: a better block behind a fence is polled for (no waiting),
@@ -220,9 +223,28 @@ impl<B: Backend> Engine<B> {
             }
         }
         if clear == Some(false) {
-            self.kept_apart.push(p);
+            self.keep_apart(p);
         }
         p
+    }
+
+    /// Puts fenced free block `p` on `kept_apart`. Entries of blocks handed out or merged since
+    /// are dropped whenever the list doubled, so it stays within twice the fenced free blocks
+    /// however long fences take to pass.
+    pub(super) fn keep_apart(&mut self, p: u64) {
+        self.kept_apart.push(p);
+        if self.kept_apart.len() >= KEPT_APART_MIN.max(2 * self.kept_apart_pruned) {
+            let mut list = core::mem::take(&mut self.kept_apart);
+            list.sort_unstable();
+            list.dedup();
+            list.retain(|q| {
+                self.blocks
+                    .get(q)
+                    .is_some_and(|b| matches!(b.state, State::Free { fence: Some(_), .. }))
+            });
+            self.kept_apart_pruned = list.len();
+            self.kept_apart = list;
+        }
     }
 
     /// Whether free block `p` may merge into a block freed by `owner` (see `coalesce`):

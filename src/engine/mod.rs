@@ -224,6 +224,8 @@ pub struct Engine<B: Backend> {
     merged_at: u64,
     /// Free blocks kept apart from their neighbours while fenced (see `coalesce`).
     kept_apart: Vec<u64>,
+    /// Its length after the last pruning (see `keep_apart`).
+    kept_apart_pruned: usize,
 }
 
 /// Whether a free block may be handed to a stream now.
@@ -251,6 +253,7 @@ impl<B: Backend> Engine<B> {
             sealed_segments: 0,
             merged_at: 0,
             kept_apart: Vec::new(),
+            kept_apart_pruned: 0,
         }
     }
 
@@ -632,7 +635,7 @@ impl<B: Backend> Engine<B> {
             self.insert_free(ptr + need);
             if fenced && expandable {
                 // Merged with its neighbours once the fence passes, as a freed block is.
-                self.kept_apart.push(ptr + need);
+                self.keep_apart(ptr + need);
             }
         }
         let pool = PoolKey { stream, ..b.pool };

@@ -364,3 +364,40 @@ fn medium_requests_share_segments_and_fall_back_to_their_own_near_the_limit() {
     assert!(e.alloc(0, 6 << 20, 0).is_ok());
     assert_eq!(e.reserved(0), 6 << 20);
 }
+
+#[test]
+fn blocks_kept_apart_while_fenced_are_remembered_in_bounded_memory() {
+    // An expandable segment whose fences never pass: one stream reuses its own block at once
+    // (stream order), so each free is a fenced block kept apart; the list of them stays bounded.
+    let mut e = Engine::new(
+        MemoryBackend::new(1 << 40),
+        Policy {
+            expandable: true,
+            ..Policy::default()
+        },
+    );
+    for _ in 0..100_000 {
+        let b = e.alloc(0, 4 << 20, 1).unwrap();
+        e.free(b.ptr, FreeKind::OnStream(1)).unwrap();
+    }
+    assert!(
+        e.kept_apart.len() <= 2 * free_lists::KEPT_APART_MIN,
+        "{}",
+        e.kept_apart.len()
+    );
+    assert_eq!(
+        e.stats().segment_reserves,
+        1,
+        "the block was reused on its stream"
+    );
+    // A larger request on that stream grows the segment by what its free end lacks: the kept
+    // block is that free end once its fence passed.
+    e.backend_mut().complete_all();
+    e.alloc(0, 8 << 20, 1).unwrap();
+    assert_eq!(e.stats().segment_reserves, 2);
+    assert_eq!(
+        e.reserved(0),
+        8 << 20,
+        "grown by the 4 MiB missing, not by 8 MiB"
+    );
+}
