@@ -16,6 +16,17 @@ fn values(out: &std::process::Output) -> HashMap<String, i64> {
         .collect()
 }
 
+/// `gpushim summary --json` of a trace.
+fn summary_json(trace: &std::path::Path) -> serde_json::Value {
+    let out = std::process::Command::new(gpushim_bin())
+        .args(["summary", "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Runs the pool client under the shim; `pool:caching` unless `env` sets `GPUSHIM_CONF` (the
 /// default configuration passes every call through).
 fn pool_run(
@@ -444,17 +455,7 @@ fn the_summary_says_when_and_where_the_process_left_the_legacy_stream() {
             vec![("GPUSHIM_CONF", "pool:caching,stacks:on".into())],
             Some(&t),
         );
-        let out = std::process::Command::new(gpushim_bin())
-            .args(["summary", "--json"])
-            .arg(&t)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        summary_json(&t)
     };
     // `legacy` creates a non-blocking stream after its first reuse: the note names the call
     // and the client's function that made it.
@@ -530,12 +531,7 @@ fn the_summary_says_how_far_behind_the_gpu_ran_when_fenced_blocks_were_wanted() 
         },
     );
     assert_ok(&out);
-    let out = std::process::Command::new(gpushim_bin())
-        .args(["summary", "--json"])
-        .arg(&t)
-        .output()
-        .unwrap();
-    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = summary_json(&t);
     let pool = &s["pool"][0];
     let made = pool["checkpoints"].as_u64().unwrap();
     // About one a step: none while one is outstanding.

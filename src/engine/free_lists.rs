@@ -178,12 +178,6 @@ impl<B: Backend> Engine<B> {
     /// merging later would cost a look at more blocks). Returns the merged block's address
     /// (not yet in a pool).
     pub(super) fn coalesce(&mut self, mut p: u64) -> u64 {
-        let separate = self
-            .blocks
-            .get(&p)
-            .and_then(|b| self.segments.get(&b.segment))
-            .is_some_and(|s| s.range > 0);
-        let clear = separate.then(|| self.fence_clear(p));
         let (segment, pool, owner) = {
             let b = &self.blocks[&p];
             let owner = match b.state {
@@ -192,6 +186,8 @@ impl<B: Backend> Engine<B> {
             };
             (b.segment, b.pool, owner)
         };
+        let separate = self.segments.get(&segment).is_some_and(|s| s.range > 0);
+        let clear = separate.then(|| self.fence_clear(p));
         // The block before.
         if let Some((&q, prev)) = self.blocks.range(..p).next_back()
             && prev.segment == segment

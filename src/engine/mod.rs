@@ -593,19 +593,12 @@ impl<B: Backend> Engine<B> {
 
     fn hand_out(&mut self, ptr: u64, need: u64, requested: u64, stream: u64) -> BlockInfo {
         let policy = self.policy;
-        // Read, not cloned whole: the block itself is updated in place below.
-        let b = {
-            let b = self
-                .blocks
-                .get(&ptr)
-                .expect("a block taken from a pool exists");
-            Taken {
-                size: b.size,
-                segment: b.segment,
-                pool: b.pool,
-                state: b.state.clone(),
-            }
-        };
+        // A copy: the block itself is updated in place below.
+        let b = self
+            .blocks
+            .get(&ptr)
+            .expect("a block taken from a pool exists")
+            .clone();
         let remainder = b.size - need;
         let expandable = self.segments.get(&b.segment).is_some_and(|s| s.range > 0);
         let split = if b.pool.small || expandable {
@@ -664,14 +657,6 @@ impl<B: Backend> Engine<B> {
             segment_size,
         }
     }
-}
-
-/// What `hand_out` reads of the block it hands out.
-struct Taken<F> {
-    size: u64,
-    segment: u64,
-    pool: PoolKey,
-    state: State<F>,
 }
 
 #[cfg(test)]
