@@ -180,3 +180,16 @@ fn with_a_framework_cache_loaded_trim_auto_gives_memory_back_at_the_free_itself(
         (512, 512, 512)
     );
 }
+
+#[test]
+fn a_capture_beginning_while_another_thread_frees_is_never_invalidated_by_the_pool() {
+    // PyTorch's test_cuda_graph_error_options in miniature: one thread captures (thread-local
+    // mode) while another allocates and frees. The pool's checkpoints record an event on every
+    // non-blocking stream; one recorded on the capturing stream in the instant the capture
+    // begins would join the graph, and querying it would invalidate the capture (907).
+    let want = "race: captures=20000 invalidated=0 allocator_failed=0\n";
+    assert_eq!(capture(&["race"], false, ""), want, "simulator");
+    for conf in ["pool:off", "pool:caching", "pool:expandable"] {
+        assert_eq!(capture(&["race"], true, conf), want, "{conf}");
+    }
+}

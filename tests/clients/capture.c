@@ -14,6 +14,12 @@
  *                           cudaFree just before (still fenced in a pool), then a global capture
  *                           whose thread allocates and frees in relaxed mode, then empty-cache
  *                           style frees during the capture; the capture must end with a graph
+ *        capture race       one thread begins and ends thread-local captures on one stream
+ *                           while another allocates and frees with cudaFree (a second stream
+ *                           exists, so freed blocks are fenced and the pool makes
+ *                           checkpoints): prints how many captures CUDA invalidated, which a
+ *                           pool recording its checkpoint events into a capture that had just
+ *                           begun would do
  *        capture giveback   (simulator only) 8 x 64 MiB allocated and freed with cudaFree: the
  *                           device's used bytes right after and 2 s later */
 #define _GNU_SOURCE
@@ -21,7 +27,9 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -143,6 +151,41 @@ static int graph(void) {
     return 0;
 }
 
+static volatile int race_done;
+static void *race_allocator(void *arg) {
+    (void)arg;
+    cudaSetDevice(0);
+    long rounds = 0, failed = 0;
+    while (!race_done) {
+        void *p = NULL;
+        if (cudaMalloc(&p, 1 << 20) != 0) { failed++; continue; }
+        if (cudaFree(p) != 0) failed++;
+        rounds++;
+    }
+    return (void *)(failed > 0 ? (intptr_t)-1 : (intptr_t)rounds);
+}
+
+static int race(int captures) {
+    pthread_t t;
+    race_done = 0;
+    pthread_create(&t, NULL, race_allocator, NULL);
+    int invalidated = 0;
+    for (int i = 0; i < captures; i++) {
+        void *g = NULL;
+        if (cudaStreamBeginCapture(s, THREAD_LOCAL) != 0) { invalidated++; continue; }
+        int end = cudaStreamEndCapture(s, &g);
+        if (end != 0 || !g) invalidated++;
+        if (g) cudaGraphDestroy(g);
+        cudaGetLastError();
+    }
+    race_done = 1;
+    void *rounds = NULL;
+    pthread_join(t, &rounds);
+    printf("race: captures=%d invalidated=%d allocator_failed=%d\n", captures, invalidated,
+           (intptr_t)rounds < 0);
+    return 0;
+}
+
 static void sleep_ms(int ms) {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&t, NULL);
@@ -172,6 +215,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "oom") == 0) return oom();
     if (argc > 1 && strcmp(argv[1], "graph") == 0) return graph();
     if (argc > 1 && strcmp(argv[1], "giveback") == 0) return giveback();
+    if (argc > 1 && strcmp(argv[1], "race") == 0) return race(argc > 2 ? atoi(argv[2]) : 20000);
     for (int id = 0; id < SCENARIOS; id++)
         for (int mode = 0; mode < 3; mode++)
             for (int th = 0; th < 2; th++) {

@@ -62,13 +62,10 @@ driver_hook!(cuStreamEndCapture_ptsz / proc_cuStreamEndCapture_ptsz = CuStreamEn
 unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -> i32 {
     type F = sig::CuStreamBeginCaptureV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
-        pool::captures_begun();
         // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(s, mode) };
-        if rc == 0 {
-            pool::capture_started(s, sym == Sym::CuStreamBeginCaptureV2Ptsz);
-        }
-        rc
+        pool::begin_capture(s, sym == Sym::CuStreamBeginCaptureV2Ptsz, || unsafe {
+            f(s, mode)
+        })
     })
 }
 
@@ -80,7 +77,7 @@ unsafe fn end_capture(sym: Sym, real: usize, _: Api, s: Stream, graph: *mut *mut
         // The capture is over whatever the result (an invalidated capture ends with 901),
         // unless the stream was not capturing at all, which this call cannot tell apart; the
         // trimmer checks the streams it still counts.
-        pool::capture_ended(s, sym == Sym::CuStreamEndCapturePtsz);
+        pool::end_capture(s, sym == Sym::CuStreamEndCapturePtsz);
         rc
     })
 }
@@ -99,13 +96,9 @@ unsafe fn begin_capture_to_graph(
 ) -> i32 {
     type F = sig::CuStreamBeginCaptureToGraph;
     forward!(sym, real, MISSING, F, |f, _rec| {
-        pool::captures_begun();
+        let ptds = sym == Sym::CuStreamBeginCaptureToGraphPtsz;
         // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(s, graph, deps, edges, n, mode) };
-        if rc == 0 {
-            pool::capture_started(s, sym == Sym::CuStreamBeginCaptureToGraphPtsz);
-        }
-        rc
+        pool::begin_capture(s, ptds, || unsafe { f(s, graph, deps, edges, n, mode) })
     })
 }
 

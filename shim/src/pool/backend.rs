@@ -178,15 +178,20 @@ impl CudaBackend {
                 if cp.broken {
                     break;
                 }
-                // Not ready, or an error: not passed (a synchronization settles it).
-                let done = cp.events.iter().all(|&ev| {
-                    query.is_some_and(|q| {
-                        // SAFETY: an event this backend recorded.
-                        let rc = unsafe { q(ev) };
-                        rc == 0
-                    })
+                // Not ready (600): not passed yet. Any other error (an event that was
+                // recorded into a capture answers 907 from then on) can never say: the
+                // checkpoint is broken, and only a synchronization of the device passes it.
+                let answer = cp.events.iter().find_map(|&ev| {
+                    // SAFETY: an event this backend recorded.
+                    let rc = query.map_or(ERROR_NOT_READY, |q| unsafe { q(ev) });
+                    (rc != 0).then_some(rc)
                 });
-                if !done {
+                if let Some(rc) = answer {
+                    if rc != ERROR_NOT_READY
+                        && let Some(cp) = s.sealed.front_mut()
+                    {
+                        cp.broken = true;
+                    }
                     break;
                 }
                 let Some(cp) = s.sealed.pop_front() else {
@@ -217,6 +222,9 @@ impl CudaBackend {
         }
     }
 }
+
+/// `CUDA_ERROR_NOT_READY`: an event's work has not finished yet.
+const ERROR_NOT_READY: i32 = 600;
 
 /// The trace's `pool_checkpoint` record: checkpoint `id` of `slot` made, or passed.
 fn note_checkpoint(slot: u8, id: u64, passed: bool) {

@@ -27,10 +27,11 @@ mod streams;
 
 use crate::cuda::symbols::sig::of;
 use backend::CudaBackend;
-pub use capture::{
-    capture_active, capture_ended, capture_forbids, capture_started, captures_begun, capturing,
+pub use capture::{capture_active, capture_forbids, capturing};
+use capture::{
+    capture_ended, capture_started, captures_begun, forget_finished_captures,
+    set_relaxed_capture_mode,
 };
-use capture::{forget_finished_captures, set_relaxed_capture_mode};
 use context::{CONTEXTS, MAX_CONTEXTS, free_segments, slot_of};
 pub use context::{current_context, current_slot, device_of};
 use streams::{OTHER_STREAMS, stream_identity};
@@ -154,6 +155,36 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     r
 }
 
+/// Makes the program's capture-begin call (`begin`, the real function) with the pool's lock
+/// held, and counts the capture before letting go (contract 7). Every pool operation then
+/// either finished before the capture began or sees it under way. Without the lock, a
+/// checkpoint made by another thread (or the trimmer) in that instant recorded its event on the
+/// stream just being captured: the event joined the graph and the pool's query of it
+/// invalidated the capture (907); PyTorch's `test_cuda_graph_error_options` failed so in one
+/// full run of the suite in five, and the pool's next queries never saw that checkpoint pass.
+pub fn begin_capture(
+    stream: *mut c_void,
+    per_thread_default: bool,
+    begin: impl FnOnce() -> i32,
+) -> i32 {
+    captures_begun();
+    LOCK.lock();
+    let rc = begin();
+    if rc == 0 {
+        capture_started(stream, per_thread_default);
+    }
+    LOCK.unlock();
+    rc
+}
+
+/// The program ended the capture on `stream` (whatever CUDA answered: an invalidated capture
+/// ends with 901). Counted under the lock, as it was begun.
+pub fn end_capture(stream: *mut c_void, per_thread_default: bool) {
+    LOCK.lock();
+    capture_ended(stream, per_thread_default);
+    LOCK.unlock();
+}
+
 /// How often the trimmer looks for memory to give back.
 const TRIM_TICK_MS: u64 = 100;
 
@@ -186,8 +217,9 @@ fn start_trimmer() {
                         }
                         p.trim(slot as u8, age);
                     }
+                    // Under the lock, so a capture being counted is never half seen.
+                    forget_finished_captures();
                 });
-                forget_finished_captures();
             }
         });
 }
