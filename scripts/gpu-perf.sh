@@ -4,10 +4,13 @@
 # (A B C D E, A B C D E, ...) so a drifting machine cancels out. Modes: PyTorch's default;
 # pertensor (`gpushim run --per-tensor`: caching off, pool:caching); pluggable (the pluggable
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
-# segments, for memory; ptnoframes (pertensor with stacks:off: what Python frames cost, issue
-# 13); ptnotrace (pertensor, recording off); ptmedium (pertensor with medium:20MiB). MODES
-# (environment) picks a subset, in order. Prints one table per workload: median step time
-# over the rounds, × PyTorch's default of the same run, NVML peak; then what the pool did
+# segments, for memory; ptexpandable (pertensor over pool:expandable); ptnoframes
+# (pertensor with stacks:off: what Python frames cost, issue 13); ptnotrace (pertensor,
+# recording off); ptmedium (pertensor with medium:20MiB). MODES
+# (environment) picks a subset, in order; a mode named alt-MODE runs MODE with the build
+# whose library ALT_LIB names, so two builds are compared in the same run. Prints one table
+# per workload: median step time over the rounds, × PyTorch's default of the same run, NVML
+# peak, each round's figure; then what the pool did
 # in each traced mode (its `gpushim summary` lines of the last round: segments reserved and
 # released, waits, and whether and where the process left the legacy stream).
 # WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
@@ -28,32 +31,46 @@ if [ "$workload" = alloc ]; then script=scripts/gpu/alloc_cost.py; steps=${3:-20
 wl() { # MODE STEPS: the workload script's arguments
   if [ "$workload" = alloc ]; then echo "$1 $2"; else echo "$workload $1 $2"; fi
 }
-for r in $(seq "$rounds"); do
-  for mode in ${MODES:-default pertensor ptnoframes pluggable plugcaching expandable}; do
-    case $mode in
+run_mode() { # MODE: one run of the workload, its RESULT line on stdout
+  local mode=$1
+  case $mode in
+    alt-*) # the same mode with the build in $ALT_LIB, named alt-MODE in the table
+      [ -n "${ALT_LIB:-}" ] || { echo "gpu-perf: mode $mode needs ALT_LIB" >&2; return; }
+      GPUSHIM_LIB="$ALT_LIB" TRACE_TAG=alt- run_mode "${mode#alt-}" | sed "s/\"mode\": \"[a-z]*\"/\"mode\": \"$mode\"/"
+      return ;;
+  esac
+  case $mode in
       default|expandable) python3 $script $(wl $mode "$steps") ;;
-      pertensor) .gpu/gpushim run --per-tensor --trace "$work/pt.%p.trace" -- \
+      pertensor) .gpu/gpushim run --per-tensor --trace "$work/${TRACE_TAG:-}pt.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
-      ptmedium) .gpu/gpushim run --per-tensor --conf medium:20MiB --trace "$work/pm.%p.trace" -- \
+      ptmedium) .gpu/gpushim run --per-tensor --conf medium:20MiB --trace "$work/${TRACE_TAG:-}pm.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptmedium"/' ;;
+      ptexpandable) .gpu/gpushim run --per-tensor --conf pool:expandable \
+                   --trace "$work/${TRACE_TAG:-}px.%p.trace" -- python3 $script $(wl pertensor "$steps") \
+                   | sed 's/"mode": "pertensor"/"mode": "ptexpandable"/' ;;
       ptnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --per-tensor --conf stacks:off -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnotrace"/' ;;
-      ptnoframes) .gpu/gpushim run --per-tensor --conf stacks:off --trace "$work/pn.%p.trace" -- \
+      ptnoframes) .gpu/gpushim run --per-tensor --conf stacks:off --trace "$work/${TRACE_TAG:-}pn.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnoframes"/' ;;
-      pluggable) .gpu/gpushim run --conf pool:expandable --trace "$work/pl.%p.trace" -- \
+      pluggable) .gpu/gpushim run --conf pool:expandable --trace "$work/${TRACE_TAG:-}pl.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
-      plugcaching) .gpu/gpushim run --conf pool:caching --trace "$work/pc.%p.trace" -- \
+      plugcaching) .gpu/gpushim run --conf pool:caching --trace "$work/${TRACE_TAG:-}pc.%p.trace" -- \
                    python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugcaching"/' ;;
-    esac 2>/dev/null | { grep '^RESULT' || true; } | sed 's/^RESULT //' >> "$out"
+  esac 2>/dev/null | { grep '^RESULT' || true; } | sed 's/^RESULT //'
+}
+modes=${MODES:-default pertensor ptnoframes pluggable plugcaching expandable}
+for r in $(seq "$rounds"); do
+  for mode in $modes; do
+    run_mode "$mode" >> "$out"
     # The last round's traces stay, for the pool's lines below.
     [ "$r" = "$rounds" ] || rm -f "$work"/*.trace
   done
 done
-python3 - "$out" "$workload" <<'PY'
+python3 - "$out" "$workload" "$modes" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 if sys.argv[2] == "alloc":
@@ -72,18 +89,22 @@ for r in rows:
     by.setdefault(r["mode"], []).append(r)
 base = statistics.median(r["step_ms"] for r in by["default"])
 print(f"{rows[0]['workload']}: {len(by['default'])} rounds")
-print(f"{'mode':12} {'step ms':>9} {'x default':>10} {'NVML peak MiB':>14}")
-for mode in ["default", "pertensor", "ptmedium", "ptnoframes", "ptnotrace", "pluggable", "plugcaching", "expandable"]:
-    rs = by.get(mode, [])
-    if not rs:
-        print(f"{mode:12} {'(no result)':>9}")
-        continue
+print(f"{'mode':16} {'step ms':>9} {'x default':>10} {'NVML peak MiB':>14}  each round (ms)")
+for mode, rs in by.items():
     ms = statistics.median(r["step_ms"] for r in rs)
     peak = max(r["nvml_peak"] for r in rs) / 2**20
-    print(f"{mode:12} {ms:9.2f} {ms / base:10.3f} {peak:14.0f}")
+    each = " ".join(f"{r['step_ms']:.1f}" for r in rs)
+    print(f"{mode:16} {ms:9.2f} {ms / base:10.3f} {peak:14.0f}  {each}")
+for mode in sys.argv[3].split():
+    if mode not in by:
+        print(f"{mode:16} {'(no result)':>9}")
 PY
 for t in "$work"/*.trace; do
   [ -e "$t" ] || continue
   echo "$(basename "$t" | cut -d. -f1): $(.gpu/gpushim summary "$t" 2>/dev/null | grep -E '^pool' | tr '\n' ' ')"
 done
+# KEEP_TRACES=DIR keeps the last round's traces there, compressed, to read at leisure.
+if [ -n "${KEEP_TRACES:-}" ]; then
+  mkdir -p "$KEEP_TRACES" && for t in "$work"/*.trace; do [ -e "$t" ] && xz -T4 -c "$t" > "$KEEP_TRACES/$(basename "$t").xz"; done
+fi
 rm -rf "$work"

@@ -109,7 +109,7 @@ pub enum Cmd {
         /// Default: gpushim-PROGRAM.PID.trace in the working directory.
         #[arg(long, value_name = "PATTERN")]
         trace: Option<String>,
-        /// The shim library; default: libgpushim.so next to this executable, or $GPUSHIM_LIB.
+        /// The shim library; default: $GPUSHIM_LIB, else libgpushim.so next to this executable.
         #[arg(long, value_name = "PATH")]
         lib: Option<PathBuf>,
         /// One record per PyTorch tensor: PyTorch's cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)

@@ -167,8 +167,8 @@ impl<B: Backend> Engine<B> {
     /// Merges the just-freed block at `p` with free neighbours of its segment and pool whose
     /// fences passed or are implied by its own (an older fence of the same owner: a later fence
     /// on a stream, or a later device-wide fence, covers everything an earlier one did); the
-    /// merged block keeps the new block's fence. In an expandable segment like merges with
-    /// like instead: a block whose fence passed with neighbours whose fences passed, a fenced
+    /// merged block keeps the new block's fence. In an expandable segment a block freed with a
+    /// synchronous free (fenced for every stream) merges like with like instead: a block whose fence passed with neighbours whose fences passed, a fenced
     /// one only with neighbours fenced by the same owner, and then it waits on `kept_apart`
     /// until its fence passes (`merge_if_passed`). There the whole device's memory is one
     /// segment, and a fenced block that swallowed the free tail next to it fenced the tail, so
@@ -186,7 +186,9 @@ impl<B: Backend> Engine<B> {
             };
             (b.segment, b.pool, owner)
         };
-        let separate = self.segments.get(&segment).is_some_and(|s| s.range > 0);
+        // A stream-ordered free's fence binds only other streams: its own stream reuses the
+        // merged block at once, so it merges as in a plain segment.
+        let separate = owner.is_none() && self.segments.get(&segment).is_some_and(|s| s.range > 0);
         let clear = separate.then(|| self.fence_clear(p));
         // The block before.
         if let Some((&q, prev)) = self.blocks.range(..p).next_back()
