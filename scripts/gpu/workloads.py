@@ -5,6 +5,8 @@ usage: workloads.py WORKLOAD MODE [STEPS]
   WORKLOAD  transformer (8 layers, width 1024, sequences 64..320)
             gpt2 (GPT2LMHeadModel from GPT2Config(), bf16 autocast, AdamW, sequences 64..512)
             resnet50 (torchvision, channels-last, bf16, batch 16..48, resolution 160..256)
+            Each changes its shape every step, cycling through 6 shapes; the first 6 steps
+            (one cycle) are warm-up and not timed.
   MODE      default | expandable (PyTorch's expandable segments) | pertensor (caching off, run
             under the shim's pool) | pluggable (the shim's gpushim_alloc/free through
             CUDAPluggableAllocator; GPUSHIM_LIB names the library)
@@ -44,7 +46,7 @@ if workload == "transformer":
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def batch(i):
-        seq = 64 + (i * 37) % 257
+        seq = 64 + (i * 51) % 257
         x = torch.randint(0, 32000, (8, seq), device=dev)
         return x, x
 
@@ -57,7 +59,7 @@ elif workload == "gpt2":
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def batch(i):
-        seq = 64 + (i * 53) % 449
+        seq = 64 + (i * 89) % 449
         x = torch.randint(0, 50257, (8, seq), device=dev)
         return x, x
 
@@ -80,11 +82,15 @@ elif workload == "resnet50":
 else:
     sys.exit(f"unknown workload {workload}")
 
+# Shapes change every step, cycling through SHAPES of them; the first cycle is warm-up, so
+# what is timed is steady training, not cuDNN and cuBLAS meeting a shape for the first time
+# (which made single runs differ by 20%).
+SHAPES = 6
 times, peak = [], 0
-for i in range(steps + 3):
+for i in range(steps + SHAPES):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    x, y = batch(i)
+    x, y = batch(i % SHAPES)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = loss_of(x, y)
     loss.backward()
@@ -92,7 +98,7 @@ for i in range(steps + 3):
     opt.zero_grad(set_to_none=True)
     value = loss.item()
     torch.cuda.synchronize()
-    if i >= 3:
+    if i >= SHAPES:
         times.append((time.perf_counter() - t0) * 1000)
     peak = max(peak, pynvml.nvmlDeviceGetMemoryInfo(nvml).used)
 print("RESULT " + json.dumps({"workload": workload, "mode": mode,

@@ -436,6 +436,23 @@ EXPORT CUresult cuStreamSynchronize(CUstream s) {
     sleep_until(t);
     return CUDA_SUCCESS;
 }
+/* Whether everything issued to the stream finished: 0, else 600 (CUDA_ERROR_NOT_READY). Asked
+ * of a capturing stream: 900 and the capture invalidated, as for the other queries (assumed,
+ * not measured on the GPU; the pool never asks during a capture). */
+EXPORT CUresult cuStreamQuery(CUstream s) {
+    COUNT();
+    pthread_mutex_lock(&work_mu);
+    struct sim_stream *st = sim_stream(s);
+    CUresult rc;
+    if (st->capturing) {
+        st->invalidated = 1;
+        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    } else {
+        rc = now_ns() >= horizon(st) ? CUDA_SUCCESS : 600;
+    }
+    pthread_mutex_unlock(&work_mu);
+    return rc;
+}
 /* CU_STREAM_CAPTURE_STATUS_NONE = 0, _ACTIVE = 1, _INVALIDATED = 2. */
 EXPORT CUresult cuStreamIsCapturing(CUstream s, int *status) {
     COUNT();
@@ -962,6 +979,7 @@ static const struct entry entries[] = {
     { "cuStreamCreate", 2000, (void *)cuStreamCreate, NULL },
     { "cuStreamCreateWithPriority", 5050, (void *)cuStreamCreateWithPriority, NULL },
     { "cuStreamIsCapturing", 10000, (void *)cuStreamIsCapturing, NULL },
+    { "cuStreamQuery", 2000, (void *)cuStreamQuery, NULL },
     { "cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2, NULL },
     { "cuStreamEndCapture", 10000, (void *)cuStreamEndCapture, NULL },
     { "cuStreamGetCaptureInfo", 12030, (void *)cuStreamGetCaptureInfo_v3, NULL },

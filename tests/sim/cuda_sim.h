@@ -124,6 +124,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags);
 CUresult cuStreamBeginCapture_v2(CUstream s, int mode);
 CUresult cuStreamEndCapture(CUstream s, void **graph);
 CUresult cuStreamIsCapturing(CUstream s, int *status);
+CUresult cuStreamQuery(CUstream s);
 CUresult cuThreadExchangeStreamCaptureMode(int *mode);
 CUresult cuEventCreate(void **ev, unsigned int flags);
 CUresult cuEventRecord(void *ev, CUstream s);

@@ -122,6 +122,7 @@ symbols! {
     CuEventSynchronize = c"cuEventSynchronize" in Driver,
     CuEventDestroyV2 = c"cuEventDestroy_v2" in Driver,
     CuStreamIsCapturing = c"cuStreamIsCapturing" in Driver,
+    CuStreamQuery = c"cuStreamQuery" in Driver,
 }
 
 /// The C signature of every real function the shim calls, declared once, beside the symbol
@@ -225,6 +226,7 @@ pub mod sig {
         CuEventQuery: fn(usize) -> i32;
         CuEventSynchronize: fn(usize) -> i32;
         CuStreamIsCapturing: fn(usize, *mut c_int) -> i32;
+        CuStreamQuery: fn(usize) -> i32;
     }
 }
 
