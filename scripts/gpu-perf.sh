@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 workload=${1:?usage: gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]}
 rounds=${2:-3}
-steps=${3:-15}
+steps=${3:-30}
 export GPUSHIM_LIB="$PWD/.gpu/libgpushim.so"
 work=$(mktemp -d)
 out="$work/results.jsonl"

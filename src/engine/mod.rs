@@ -216,6 +216,9 @@ pub struct Engine<B: Backend> {
     stats: Stats,
     reserved_per_device: [u64; 256],
     idle_per_device: [u64; 256],
+    /// When each device last needed fresh memory (a segment reserved or grown): `trim` gives
+    /// nothing back while that was less than its age ago.
+    reserved_at: [u64; 256],
     /// The expandable segment of each large pool, by its base.
     expandable: BTreeMap<PoolKey, u64>,
     /// Segments ever sealed (IPC exports); 0 spares every free a lookup.
@@ -249,6 +252,7 @@ impl<B: Backend> Engine<B> {
             stats: Stats::default(),
             reserved_per_device: [0; 256],
             idle_per_device: [0; 256],
+            reserved_at: [0; 256],
             expandable: BTreeMap::new(),
             sealed_segments: 0,
             merged_at: 0,
@@ -516,6 +520,11 @@ impl<B: Backend> Engine<B> {
         }
         self.backend.poll(device);
         let now = self.backend.now();
+        // A device that needed fresh memory less than `age` ago is in use: what went back
+        // would be reserved again, and each release (`cuMemFree`) waits for the whole device,
+        // a stall of the program's pipeline. Its idle segments go back once it has gone `age`
+        // without needing more (contract 8).
+        let busy = now.saturating_sub(self.reserved_at[device as usize]) < age;
         let old: Vec<(u64, bool)> = self
             .segments
             .iter()
@@ -524,7 +533,7 @@ impl<B: Backend> Engine<B> {
                     && s.allocated_blocks == 0
                     && s.size > 0
                     && (s.sealed
-                        || now.saturating_sub(s.idle_since) >= age
+                        || (!busy && now.saturating_sub(s.idle_since) >= age)
                         || (self.policy.release_on_free && s.range == 0))
             })
             .map(|(&p, s)| (p, s.sealed))

@@ -56,6 +56,7 @@ impl<B: Backend> Engine<B> {
             .peak_reserved_bytes
             .max(self.stats.reserved_bytes);
         self.reserved_per_device[key.device as usize] += size;
+        self.reserved_at[key.device as usize] = self.backend.now();
         self.segments.insert(
             ptr,
             Segment {
@@ -174,6 +175,7 @@ impl<B: Backend> Engine<B> {
                 .peak_reserved_bytes
                 .max(self.stats.reserved_bytes);
             self.reserved_per_device[key.device as usize] += add;
+            self.reserved_at[key.device as usize] = self.backend.now();
             if let Some(s) = self.segments.get_mut(&base) {
                 s.size += add;
             }

@@ -91,6 +91,33 @@ fn trim_gives_back_segments_idle_for_the_age_asked_and_keeps_younger_ones() {
 }
 
 #[test]
+fn trim_keeps_idle_segments_while_the_device_still_needs_fresh_memory() {
+    // A training loop whose shapes change: one segment idle, others reserved all the time.
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 8 << 20, 0).unwrap();
+    e.backend_mut().clock = 1_000;
+    e.free(a.ptr, FreeKind::Sync).unwrap();
+    e.backend_mut().complete_all();
+    let mut live = Vec::new();
+    for t in [2_000u64, 4_000, 6_000] {
+        e.backend_mut().clock = t;
+        // Bigger than anything cached: a fresh segment.
+        live.push(e.alloc(0, (16 + t / 1_000) << 20, 0).unwrap());
+        e.trim(0, 3_000);
+        assert_eq!(
+            e.backend().release_calls,
+            0,
+            "at {t}: the 8 MiB segment idle since 1000 is kept while memory is still reserved"
+        );
+    }
+    // No fresh memory needed for the trim age: the idle segment goes back.
+    e.backend_mut().clock = 9_000;
+    e.trim(0, 3_000);
+    assert_eq!(e.backend().release_calls, 1);
+    assert_eq!(e.reserved(0), (18 + 20 + 22) << 20);
+}
+
+#[test]
 fn trim_leaves_segments_whose_fences_have_not_passed() {
     let mut e = engine(1 << 30);
     let a = e.alloc(0, 8 << 20, 0).unwrap();
