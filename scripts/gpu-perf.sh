@@ -6,13 +6,13 @@
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
 # segments, for memory; ptexpandable (pertensor over pool:expandable); ptnoframes
 # (pertensor with stacks:off: what Python frames cost, issue 13); ptnotrace (pertensor,
-# recording off); ptmedium (pertensor with medium:20MiB). MODES
-# (environment) picks a subset, in order; a mode named alt-MODE runs MODE with the build
-# whose library ALT_LIB names, so two builds are compared in the same run. Prints one table
-# per workload: median step time over the rounds, × PyTorch's default of the same run, NVML
-# peak, each round's figure; then what the pool did
-# in each traced mode (its `gpushim summary` lines of the last round: segments reserved and
-# released, waits, and whether and where the process left the legacy stream).
+# recording off); pttrimoff (pertensor, nothing given back); ptmedium (pertensor with
+# medium:20MiB). MODES (environment) picks a subset, in order; a mode named alt-MODE runs MODE
+# with the build whose library ALT_LIB names, so two builds are compared in the same run.
+# Prints one table per workload: median step time over the rounds, × PyTorch's default of the
+# same run, NVML peak, each round's figure; then what the pool did in each traced mode (its
+# `gpushim summary` lines of the last round: segments reserved and released, waits, and
+# whether and where the process left the legacy stream). KEEP_TRACES=DIR keeps those traces.
 # WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
 # host cost only, no kernels): STEPS is then the number of tensors.
 #   bash scripts/gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]    (transformer, gpt2, resnet50, alloc)
@@ -49,6 +49,9 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
       ptexpandable) .gpu/gpushim run --per-tensor --conf pool:expandable \
                    --trace "$work/${TRACE_TAG:-}px.%p.trace" -- python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptexpandable"/' ;;
+      pttrimoff) .gpu/gpushim run --per-tensor --conf trim:off --trace "$work/${TRACE_TAG:-}pk.%p.trace" -- \
+                   python3 $script $(wl pertensor "$steps") \
+                   | sed 's/"mode": "pertensor"/"mode": "pttrimoff"/' ;;
       ptnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --per-tensor --conf stacks:off -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnotrace"/' ;;

@@ -133,7 +133,8 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 /// gave back meanwhile are freed after the lock is released: `cuMemFree` waits for the whole
 /// device, and no other thread's allocation should wait behind it.
 pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
-    if !STARTED.swap(true, Ordering::Relaxed) {
+    // Read first: a swap on every call would take the cache line from every other thread.
+    if !STARTED.load(Ordering::Relaxed) && !STARTED.swap(true, Ordering::Relaxed) {
         crate::lifecycle::in_forked_child(forget_after_fork);
         start_trimmer();
     }
