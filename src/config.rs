@@ -131,7 +131,7 @@ pub const KEYS: &[KeyDoc] = &[
         key: "trim",
         accepted: "auto, a duration (500ms, 2s), 0, or off",
         default: "auto",
-        meaning: "cached segments with nothing allocated in them for this long go back to the device (a background thread checks every 100 ms), so memory a program freed becomes usable by other processes; 0 gives a segment back at the cudaFree that empties it, as CUDA does; auto is 0 when the process has a caching allocator of its own (PyTorch's with caching on, RMM, CuPy, JAX's BFC: its cudaFree means give it back) and 1s otherwise; off keeps memory until empty_cache or out-of-memory",
+        meaning: "cached segments with nothing allocated in them for this long go back to the device once the device has also gone this long without needing fresh memory (a background thread checks every 100 ms; while the program still reserves, what went back would be reserved again and each release waits for the whole device), so memory a program freed becomes usable by other processes; 0 gives a segment back at the cudaFree that empties it, as CUDA does; auto is 0 when the process has a caching allocator of its own (PyTorch's with caching on, RMM, CuPy, JAX's BFC: its cudaFree means give it back) and 1s otherwise; off keeps memory until empty_cache or out-of-memory",
     },
     KeyDoc {
         key: "stacks",
