@@ -97,14 +97,20 @@ fn under_the_shim_every_pool_mode_gives_exactly_the_answers_of_cuda() {
     }
 }
 
+/// Runs scenario `name` of the capture client on the simulator alone and under the shim in
+/// every pool mode: each must print `want`.
+fn same_everywhere(name: &str, want: &str) {
+    assert_eq!(capture(&[name], false, ""), want, "simulator");
+    for conf in ["pool:off", "pool:caching", "pool:expandable"] {
+        assert_eq!(capture(&[name], true, conf), want, "{conf}");
+    }
+}
+
 #[test]
 fn an_out_of_memory_inside_a_relaxed_window_leaves_the_capture_intact() {
     // PyTorch's test_graph_capture_oom: CUDA answers 2 and the capture still ends with a graph.
     let want = "oom: malloc=2 last=2 p_null=1 small_malloc=0 small_free=0 end=0 graph=1\n";
-    assert_eq!(capture(&["oom"], false, ""), want, "simulator");
-    for conf in ["pool:off", "pool:caching", "pool:expandable"] {
-        assert_eq!(capture(&["oom"], true, conf), want, "{conf}");
-    }
+    same_everywhere("oom", want);
 }
 
 #[test]
@@ -112,10 +118,7 @@ fn the_pool_never_breaks_a_graph_with_fenced_blocks_in_its_cache() {
     // Blocks freed just before the capture are fenced; serving the capture's allocations must
     // not record events on the capturing stream, query them or wait for the device.
     let want = "graph: failed_calls=0 end=0 last=0 graph=1 after_sync=0\n";
-    assert_eq!(capture(&["graph"], false, ""), want, "simulator");
-    for conf in ["pool:off", "pool:caching", "pool:expandable"] {
-        assert_eq!(capture(&["graph"], true, conf), want, "{conf}");
-    }
+    same_everywhere("graph", want);
 }
 
 fn giveback(conf: &str, preload: bool) -> (u64, u64, u64) {
@@ -188,8 +191,5 @@ fn a_capture_beginning_while_another_thread_frees_is_never_invalidated_by_the_po
     // non-blocking stream; one recorded on the capturing stream in the instant the capture
     // begins would join the graph, and querying it would invalidate the capture (907).
     let want = "race: captures=20000 invalidated=0 allocator_failed=0\n";
-    assert_eq!(capture(&["race"], false, ""), want, "simulator");
-    for conf in ["pool:off", "pool:caching", "pool:expandable"] {
-        assert_eq!(capture(&["race"], true, conf), want, "{conf}");
-    }
+    same_everywhere("race", want);
 }

@@ -1,24 +1,18 @@
 """Host cost of one PyTorch tensor's allocation and free, in the allocator mode this process
-runs in (see workloads.py for MODE): torch.empty of sizes drawn from a training-like mix (many
+runs in (MODE: see modes.py): torch.empty of sizes drawn from a training-like mix (many
 small, some of 1-64 MiB), 32 live at a time, no kernels. Prints one 'RESULT {json}' line.
 
 usage: alloc_cost.py MODE [ROUNDS]"""
 import json
-import os
 import random
 import sys
 import time
 
+from modes import set_up
+
 mode = sys.argv[1]
 n = int(sys.argv[2]) if len(sys.argv) > 2 else 200_000
-if mode == "pertensor":
-    os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-import torch  # noqa: E402
-
-if mode == "pluggable":
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(
-        os.environ["GPUSHIM_LIB"], "gpushim_alloc", "gpushim_free")
-    torch.cuda.memory.change_current_allocator(alloc)
+torch = set_up(mode)
 
 rng = random.Random(0)
 sizes = [rng.choice([768, 3072, 4096, 65536, 262144, 786432]) if rng.random() < 0.8

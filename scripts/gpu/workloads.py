@@ -2,35 +2,24 @@
 mode. Prints one 'RESULT {json}' line. Used by scripts/gpu-perf.sh, which alternates modes.
 
 usage: workloads.py WORKLOAD MODE [STEPS]
-  WORKLOAD  transformer (8 layers, width 1024, sequences 64..320)
-            gpt2 (GPT2LMHeadModel from GPT2Config(), bf16 autocast, AdamW, sequences 64..512)
-            resnet50 (torchvision, channels-last, bf16, batch 16..48, resolution 160..256)
+  WORKLOAD  transformer (8 layers, width 1024, sequences 64..319)
+            gpt2 (GPT2LMHeadModel from GPT2Config(), bf16 autocast, AdamW, sequences 64..509)
+            resnet50 (torchvision, channels-last, bf16, batch 16..44, resolution 160..256)
             Each changes its shape every step, cycling through 6 shapes; the first 6 steps
             (one cycle) are warm-up and not timed.
-  MODE      default | expandable (PyTorch's expandable segments) | pertensor (caching off, run
-            under the shim's pool) | pluggable (the shim's gpushim_alloc/free through
-            CUDAPluggableAllocator; GPUSHIM_LIB names the library)
+  MODE      default | expandable | pertensor | pluggable (modes.py)
 Device memory is NVML's (the shim does not intercept it), sampled after every step."""
 import json
-import os
 import statistics
 import sys
 import time
 
+from modes import set_up
+
 workload, mode = sys.argv[1], sys.argv[2]
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 15
-if mode == "expandable":
-    os.environ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True"
-elif mode == "pertensor":
-    os.environ["PYTORCH_NO_CUDA_MEMORY_CACHING"] = "1"
-
+torch = set_up(mode)
 import pynvml  # noqa: E402
-import torch  # noqa: E402
-
-if mode == "pluggable":
-    alloc = torch.cuda.memory.CUDAPluggableAllocator(
-        os.environ["GPUSHIM_LIB"], "gpushim_alloc", "gpushim_free")
-    torch.cuda.memory.change_current_allocator(alloc)
 
 pynvml.nvmlInit()
 nvml = pynvml.nvmlDeviceGetHandleByIndex(0)
