@@ -68,7 +68,7 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
 modes=${MODES:-default pertensor ptnoframes pluggable plugcaching expandable}
 for r in $(seq "$rounds"); do
   for mode in $modes; do
-    run_mode "$mode" >> "$out"
+    run_mode "$mode" | tee -a "$out" | sed "s/^/round $r: /" >&2
     # The last round's traces stay, for the pool's lines below.
     [ "$r" = "$rounds" ] || rm -f "$work"/*.trace
   done
@@ -92,12 +92,13 @@ for r in rows:
     by.setdefault(r["mode"], []).append(r)
 base = statistics.median(r["step_ms"] for r in by["default"])
 print(f"{rows[0]['workload']}: {len(by['default'])} rounds")
-print(f"{'mode':16} {'step ms':>9} {'x default':>10} {'NVML peak MiB':>14}  each round (ms)")
+print(f"{'mode':16} {'step ms':>9} {'x default':>10} {'host ms':>8} {'NVML peak MiB':>14}  each round (ms)")
 for mode, rs in by.items():
     ms = statistics.median(r["step_ms"] for r in rs)
     peak = max(r["nvml_peak"] for r in rs) / 2**20
     each = " ".join(f"{r['step_ms']:.1f}" for r in rs)
-    print(f"{mode:16} {ms:9.2f} {ms / base:10.3f} {peak:14.0f}  {each}")
+    host = statistics.median(r.get("host_ms", 0) for r in rs)
+    print(f"{mode:16} {ms:9.2f} {ms / base:10.3f} {host:8.2f} {peak:14.0f}  {each}")
 for mode in sys.argv[3].split():
     if mode not in by:
         print(f"{mode:16} {'(no result)':>9}")

@@ -92,3 +92,49 @@ fn with_streams_about_a_fenced_block_never_fences_the_free_space_beside_it() {
         assert!(s.memory <= most, "{conf}: device/live {:.2}", s.memory);
     }
 }
+
+#[test]
+fn gpushim_costs_prints_where_the_shims_time_went_at_exit() {
+    let dir = tempdir("costs");
+    let costs = |on: bool| {
+        let t = dir.join(if on { "on.trace" } else { "off.trace" });
+        let mut env = vec![("GPUSHIM_CONF", "pool:caching".to_string())];
+        if on {
+            env.push(("GPUSHIM_COSTS", "1".into()));
+        }
+        let out = run(
+            &sim().bin("perstep"),
+            Run {
+                preload: true,
+                trace: Some(&t),
+                env,
+                args: ["4", "16", "2000", "64"].map(String::from).to_vec(),
+            },
+        );
+        assert_ok(&out);
+        let (records, _) = decode(&t);
+        let allocs = records
+            .iter()
+            .filter(|r| r.kind == gpushim::trace::format::RecordKind::Alloc)
+            .count() as u64;
+        (stderr(&out), allocs)
+    };
+    let (err, allocs) = costs(true);
+    // One line per kind of work: its calls, total ms and mean ns.
+    let calls = |work: &str| -> u64 {
+        let line = err
+            .lines()
+            .find(|l| l.contains(work))
+            .unwrap_or_else(|| panic!("no {work} line in\n{err}"));
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        fields[fields.len() - 3].parse().unwrap()
+    };
+    assert!(err.contains("costs of pid"), "{err}");
+    assert_eq!(calls("malloc hook"), allocs, "{err}");
+    assert_eq!(calls("free hook"), allocs, "{err}");
+    assert!(calls("cuMemAlloc") >= 1, "{err}");
+    // 64 streams end the single-stream rule: checkpoints were made.
+    assert!(calls("checkpoint made") >= 1, "{err}");
+    let (err, _) = costs(false);
+    assert!(!err.contains("costs of pid"), "{err}");
+}

@@ -535,8 +535,9 @@ fn the_summary_says_how_far_behind_the_gpu_ran_when_fenced_blocks_were_wanted() 
     let s = summary_json(&t);
     let pool = &s["pool"][0];
     let made = pool["checkpoints"].as_u64().unwrap();
-    // About one a step: none while one is outstanding.
-    assert!((5..=30).contains(&made), "{s}");
+    // At most about one a step: made only when nothing cached fits while freed blocks wait
+    // for their fences, never while one is outstanding.
+    assert!((1..=30).contains(&made), "{s}");
     let median = pool["checkpoint_pass_median_ns"].as_u64().unwrap();
     // The GPU ran behind by part of a step (8 ms of work), never by nothing.
     assert!(median > 100_000 && median < 50_000_000, "{s}");

@@ -59,22 +59,14 @@ fn replaying_a_pass_through_run_predicts_the_pool_for_a_gpu_that_keeps_up() {
         let pooled = trace_of_train_loop_with(policy);
         let actual =
             &gpushim::report::simulate::simulate(&pooled, &[], &Default::default()).unwrap()[0];
-        if policy.starts_with("pool:caching") {
-            // Plain segments merge what is free whatever the GPU's progress: the same.
-            assert_eq!(
-                (predicted.peak_reserved_bytes, predicted.device_allocations),
-                (actual.peak_reserved_bytes, actual.device_allocations),
-                "{policy}: predicted {predicted:?}, recorded {actual:?}"
-            );
-        } else {
-            // An expandable segment keeps a fenced block apart from free space until its fence
-            // passes: the run's lagging GPU made the pool hold more than a GPU that keeps up
-            // would, and never less.
-            assert!(
-                predicted.peak_reserved_bytes <= actual.peak_reserved_bytes,
-                "{policy}: predicted {predicted:?}, recorded {actual:?}"
-            );
-        }
+        // A block freed with `cudaFree` waits apart from free space until its fence passes:
+        // the run's lagging GPU made the pool hold more than a GPU that keeps up would, and
+        // never less.
+        assert!(
+            predicted.peak_reserved_bytes <= actual.peak_reserved_bytes
+                && predicted.device_allocations <= actual.device_allocations,
+            "{policy}: predicted {predicted:?}, recorded {actual:?}"
+        );
     }
 }
 

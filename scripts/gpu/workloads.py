@@ -8,7 +8,9 @@ usage: workloads.py WORKLOAD MODE [STEPS]
             Each changes its shape every step, cycling through 6 shapes; the first 6 steps
             (one cycle) are warm-up and not timed.
   MODE      default | expandable | pertensor | pluggable (modes.py)
-Device memory is NVML's (the shim does not intercept it), sampled after every step."""
+Device memory is NVML's (the shim does not intercept it), sampled after every step. host_ms is
+the time the host took to enqueue the step (until `loss.item()` waits for the GPU): a step whose
+host_ms is close to step_ms is bound by the host, and any host cost of the allocator adds to it."""
 import json
 import statistics
 import sys
@@ -75,7 +77,7 @@ else:
 # what is timed is steady training, not cuDNN and cuBLAS meeting a shape for the first time
 # (which made single runs differ by 20%).
 SHAPES = 6
-times, peak = [], 0
+times, host, peak = [], [], 0
 for i in range(steps + SHAPES):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -85,11 +87,14 @@ for i in range(steps + SHAPES):
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
+    t1 = time.perf_counter()
     value = loss.item()
     torch.cuda.synchronize()
     if i >= SHAPES:
         times.append((time.perf_counter() - t0) * 1000)
+        host.append((t1 - t0) * 1000)
     peak = max(peak, pynvml.nvmlDeviceGetMemoryInfo(nvml).used)
 print("RESULT " + json.dumps({"workload": workload, "mode": mode,
                               "step_ms": statistics.median(times), "nvml_peak": peak,
+                              "host_ms": statistics.median(host),
                               "loss": value}), flush=True)

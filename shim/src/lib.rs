@@ -14,12 +14,14 @@
 //! - [`state`], [`guard`]: the off switch, the configuration, the re-entrancy guard.
 //! - [`lifecycle`]: the constructor, and the one exit and fork handler that run what the layers
 //!   below ask for.
+//! - [`costs`]: where the shim's own time goes, measured when `GPUSHIM_COSTS=1`.
 //! - [`trace`]: the recorder in the memory-mapped file, with native and Python stacks.
 //! - [`pool`]: the caching allocator over real CUDA, its IPC tickets and capture rules.
 //! - [`hooks`]: one body per hooked function: forward or serve from the pool, then record.
 //! - [`route`]: how calls reach the hooks (the tables behind `dlsym` and the entry-point
 //!   lookups).
 
+mod costs;
 mod cuda;
 mod guard;
 mod hooks;

@@ -29,8 +29,10 @@ pub trait Backend {
         0
     }
     /// Makes progress on fences without blocking (the CUDA backend records the events of
-    /// pending fences and queries earlier ones). Returns whether any fence may have passed.
-    fn poll(&mut self, _device: u8) -> bool {
+    /// pending fences and queries earlier ones). `wanted`: the engine takes fresh memory
+    /// unless a fence passes now, which costs more than any checkpoint, so none is put off.
+    /// Returns whether any fence may have passed.
+    fn poll(&mut self, _device: u8, _wanted: bool) -> bool {
         false
     }
     /// Hears of a decision of the engine, for the trace.

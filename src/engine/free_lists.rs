@@ -3,6 +3,10 @@
 
 use super::*;
 
+/// While blocks wait for their fences, the backend is polled at least once in this many
+/// requests.
+const POLL_EVERY: u32 = 16;
+
 /// `kept_apart` is pruned once it holds this many entries (or twice what was left last time).
 pub(super) const KEPT_APART_MIN: usize = 4096;
 
@@ -13,8 +17,21 @@ impl<B: Backend> Engine<B> {
     pub(super) fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<u64> {
         self.merge_if_passed();
         let (mut best, fenced_fits) = self.search(key, need);
-        // While the backend is quiet (a stream capture), fences cannot even be polled.
-        if fenced_fits && !self.backend.quiet() && self.backend.poll(key.device) {
+        // Polled when a fenced block would fit better, or when nothing fits while blocks wait
+        // for their fences out of the lists (fresh memory is the alternative). While the
+        // backend is quiet (a stream capture), fences cannot even be polled.
+        // Also every POLL_EVERY requests while blocks wait, so that their fences are
+        // checked for before the cache runs dry (a checkpoint made only then cannot pass in
+        // time for that request, which takes fresh memory).
+        let pending = self.pending_per_device[key.device as usize] > 0;
+        let early = pending && {
+            self.unpolled += 1;
+            self.unpolled >= POLL_EVERY
+        };
+        if (fenced_fits || early || (best.is_none() && pending)) && !self.backend.quiet() && {
+            self.unpolled = 0;
+            self.backend.poll(key.device, best.is_none())
+        } {
             self.merge_if_passed();
             best = self.search(key, need).0;
         }
@@ -51,7 +68,7 @@ impl<B: Backend> Engine<B> {
         let mut best_fenced = u64::MAX;
         for (k, set) in free.range(lo..=hi) {
             let mut fenced_seen = 0;
-            for &(size, p) in set.range((need, 0)..) {
+            for &(size, _, p) in set.range((need, 0, 0)..) {
                 if best.is_some_and(|(bs, _, _)| bs <= size) {
                     break;
                 }
@@ -86,16 +103,15 @@ impl<B: Backend> Engine<B> {
             return;
         }
         self.merged_at = progress;
-        let mut waiting = core::mem::take(&mut self.kept_apart);
-        waiting.sort_unstable();
-        waiting.dedup();
+        // In the order they were freed (never by address, which differs between the shim and
+        // a replay): the order they are listed in decides which of equal blocks serves first.
+        let waiting = core::mem::take(&mut self.kept_apart);
         for p in waiting {
-            let free = self
-                .blocks
-                .get(&p)
-                .is_some_and(|b| matches!(b.state, State::Free { .. }));
-            if !free {
-                // Handed out, or merged into a fenced neighbour that is on the list itself.
+            let waits = self.blocks.get(&p).is_some_and(|b| {
+                matches!(b.state, State::Free { .. }) && (b.pending || b.stamp != 0)
+            });
+            if !waits {
+                // Handed out, or merged into a neighbour.
                 continue;
             }
             if !self.fence_clear(p) {
@@ -107,6 +123,8 @@ impl<B: Backend> Engine<B> {
                 .get(&self.blocks[&p].segment)
                 .is_none_or(|s| s.sealed);
             if sealed {
+                // Out of the pending count; a sealed segment hands nothing out again.
+                self.unpend(p);
                 continue;
             }
             self.remove_free(p);
@@ -140,25 +158,56 @@ impl<B: Backend> Engine<B> {
     }
 
     pub(super) fn insert_free(&mut self, p: u64) {
+        self.unpend(p);
         let b = &self.blocks[&p];
         if self.sealed_segments > 0 && self.segments.get(&b.segment).is_some_and(|s| s.sealed) {
             // A sealed segment hands nothing out again.
             return;
         }
-        if self.free.entry(b.pool).or_default().insert((b.size, p)) {
-            self.idle_per_device[b.pool.device as usize] += b.size;
+        if b.stamp != 0 {
+            // Listed already.
+            return;
         }
+        let (pool, size) = (b.pool, b.size);
+        // Newest first among blocks of one size: counting down, so the order depends on the
+        // order of frees alone (the shim and a replay agree whatever addresses they got), and
+        // the block freed last, warm in the caches, is reused first.
+        self.stamps -= 1;
+        let stamp = self.stamps;
+        if let Some(b) = self.blocks.get_mut(&p) {
+            b.stamp = stamp;
+        }
+        self.free.entry(pool).or_default().insert((size, stamp, p));
+        self.idle_per_device[pool.device as usize] += size;
     }
 
+    /// Takes free block `p` out of the free lists, or out of the pending ones.
     pub(super) fn remove_free(&mut self, p: u64) {
+        if self.unpend(p) {
+            return;
+        }
         let b = &self.blocks[&p];
         let (pool, size) = (b.pool, b.size);
         self.remove_free_entry(pool, size, p);
     }
 
+    /// Ends block `p`'s wait out of the lists, if it was waiting (see `Block::pending`).
+    fn unpend(&mut self, p: u64) -> bool {
+        let Some(b) = self.blocks.get_mut(&p).filter(|b| b.pending) else {
+            return false;
+        };
+        b.pending = false;
+        self.pending_per_device[b.pool.device as usize] -= b.size;
+        true
+    }
+
     pub(super) fn remove_free_entry(&mut self, pool: PoolKey, size: u64, p: u64) {
+        let Some(b) = self.blocks.get_mut(&p).filter(|b| b.stamp != 0) else {
+            return;
+        };
+        let stamp = core::mem::take(&mut b.stamp);
         if let Some(set) = self.free.get_mut(&pool)
-            && set.remove(&(size, p))
+            && set.remove(&(size, stamp, p))
         {
             self.idle_per_device[pool.device as usize] -= size;
         }
@@ -189,7 +238,7 @@ impl<B: Backend> Engine<B> {
             };
             (b.segment, b.pool, owner)
         };
-        let separate = owner.is_none() && self.segments.get(&segment).is_some_and(|s| s.range > 0);
+        let separate = owner.is_none();
         let clear = separate.then(|| self.fence_clear(p));
         // The block before.
         if let Some((&q, prev)) = self.blocks.range(..p).next_back()
@@ -234,12 +283,12 @@ impl<B: Backend> Engine<B> {
         self.kept_apart.push(p);
         if self.kept_apart.len() >= KEPT_APART_MIN.max(2 * self.kept_apart_pruned) {
             let mut list = core::mem::take(&mut self.kept_apart);
-            list.sort_unstable();
-            list.dedup();
+            // In order (see `merge_if_passed`); a block listed twice is merged at its first
+            // entry and skipped at the second.
             list.retain(|q| {
-                self.blocks
-                    .get(q)
-                    .is_some_and(|b| matches!(b.state, State::Free { fence: Some(_), .. }))
+                self.blocks.get(q).is_some_and(|b| {
+                    b.pending || matches!(b.state, State::Free { fence: Some(_), .. })
+                })
             });
             self.kept_apart_pruned = list.len();
             self.kept_apart = list;

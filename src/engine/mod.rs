@@ -131,6 +131,12 @@ struct Block<F> {
     segment: u64,
     pool: PoolKey,
     state: State<F>,
+    /// Freed with a synchronous free and still fenced: out of the free lists (so no search
+    /// looks at it and no neighbour's merge fences free space with it) until its fence
+    /// passes; counted in `pending_per_device`.
+    pending: bool,
+    /// While in a free list, its place among blocks of its size there; 0 otherwise.
+    stamp: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -211,11 +217,16 @@ pub struct Engine<B: Backend> {
     policy: Policy,
     blocks: BTreeMap<u64, Block<B::Fence>>,
     segments: BTreeMap<u64, Segment>,
-    /// Free blocks per pool, by (size, address).
-    free: BTreeMap<PoolKey, BTreeSet<(u64, u64)>>,
+    /// Free blocks per pool, by (size, stamp, address).
+    free: BTreeMap<PoolKey, BTreeSet<(u64, u64, u64)>>,
+    /// The next free block's stamp, counting down (see `insert_free`).
+    stamps: u64,
     stats: Stats,
     reserved_per_device: [u64; 256],
+    /// Bytes of free blocks in the free lists, per device.
     idle_per_device: [u64; 256],
+    /// Bytes of free blocks waiting out of the lists for their fences (`Block::pending`).
+    pending_per_device: [u64; 256],
     /// When each device last needed fresh memory (a segment reserved or grown): `trim` gives
     /// nothing back while that was less than its age ago.
     reserved_at: [u64; 256],
@@ -225,10 +236,13 @@ pub struct Engine<B: Backend> {
     sealed_segments: u64,
     /// The backend's `progress` when `merge_if_passed` last merged.
     merged_at: u64,
-    /// Free blocks kept apart from their neighbours while fenced (see `coalesce`).
+    /// Free blocks kept apart from their neighbours while fenced: the pending ones (see
+    /// `Block::pending`) and fenced remainders in expandable segments (see `coalesce`).
     kept_apart: Vec<u64>,
     /// Its length after the last pruning (see `keep_apart`).
     kept_apart_pruned: usize,
+    /// Requests since the backend was last polled (see `take_cached`).
+    unpolled: u32,
 }
 
 /// Whether a free block may be handed to a stream now.
@@ -249,15 +263,18 @@ impl<B: Backend> Engine<B> {
             blocks: BTreeMap::new(),
             segments: BTreeMap::new(),
             free: BTreeMap::new(),
+            stamps: u64::MAX,
             stats: Stats::default(),
             reserved_per_device: [0; 256],
             idle_per_device: [0; 256],
+            pending_per_device: [0; 256],
             reserved_at: [0; 256],
             expandable: BTreeMap::new(),
             sealed_segments: 0,
             merged_at: 0,
             kept_apart: Vec::new(),
             kept_apart_pruned: 0,
+            unpolled: 0,
         }
     }
 
@@ -289,7 +306,7 @@ impl<B: Backend> Engine<B> {
 
     /// Cached bytes on `device` that are free (fenced or not).
     pub fn idle(&self, device: u8) -> u64 {
-        self.idle_per_device[device as usize]
+        self.idle_per_device[device as usize] + self.pending_per_device[device as usize]
     }
 
     /// Stream `stream` is gone: its handle may come back for a new stream, which must not
@@ -426,10 +443,14 @@ impl<B: Backend> Engine<B> {
             FreeKind::Sync => (backend.fence_device(device), None),
             FreeKind::OnStream(s) => (backend.fence_stream(device, s), Some(s)),
         };
+        // A synchronous free whose fence has not passed waits out of the free lists: every
+        // stream would find it fenced, and merged with free neighbours it would fence them.
+        let pending = owner.is_none() && !backend.passed(&fence);
         b.state = State::Free {
             fence: Some(fence),
             owner,
         };
+        b.pending = pending;
         let release_now = self.policy.release_on_free && kind == FreeKind::Sync;
         let mut sealed_empty = false;
         let mut emptied = false;
@@ -450,8 +471,13 @@ impl<B: Backend> Engine<B> {
         self.stats.live_bytes -= size;
         self.stats.requested_bytes -= requested;
         self.stats.live_blocks -= 1;
-        let merged = self.coalesce(ptr);
-        self.insert_free(merged);
+        if pending {
+            self.pending_per_device[device as usize] += size;
+            self.keep_apart(ptr);
+        } else {
+            let merged = self.coalesce(ptr);
+            self.insert_free(merged);
+        }
         if sealed_empty {
             self.release_segment(segment);
         } else if release_now
@@ -518,7 +544,7 @@ impl<B: Backend> Engine<B> {
         if self.backend.quiet() {
             return;
         }
-        self.backend.poll(device);
+        self.backend.poll(device, false);
         let now = self.backend.now();
         // A device that needed fresh memory less than `age` ago is in use: what went back
         // would be reserved again, and each release (`cuMemFree`) waits for the whole device,
@@ -631,6 +657,8 @@ impl<B: Backend> Engine<B> {
                 segment: b.segment,
                 pool: b.pool,
                 state: b.state.clone(),
+                pending: false,
+                stamp: 0,
             };
             let fenced = matches!(rest.state, State::Free { fence: Some(_), .. });
             self.blocks.insert(ptr + need, rest);

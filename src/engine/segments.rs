@@ -78,6 +78,8 @@ impl<B: Backend> Engine<B> {
                     fence: None,
                     owner: None,
                 },
+                pending: false,
+                stamp: 0,
             },
         );
         Ok(ptr)
@@ -180,8 +182,8 @@ impl<B: Backend> Engine<B> {
                 s.size += add;
             }
             return Ok(match tail {
-                Some((p, size)) => {
-                    self.remove_free_entry(self.blocks[&p].pool, size, p);
+                Some((p, _)) => {
+                    self.remove_free(p);
                     if let Some(b) = self.blocks.get_mut(&p) {
                         b.size += add;
                     }
@@ -198,6 +200,8 @@ impl<B: Backend> Engine<B> {
                                 fence: None,
                                 owner: None,
                             },
+                            pending: false,
+                            stamp: 0,
                         },
                     );
                     end

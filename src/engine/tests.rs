@@ -428,3 +428,48 @@ fn blocks_kept_apart_while_fenced_are_remembered_in_bounded_memory() {
         "grown by the 4 MiB missing, not by 8 MiB"
     );
 }
+
+#[test]
+fn a_block_freed_behind_a_fence_waits_apart_and_never_fences_free_space_beside_it() {
+    for policy in [
+        Policy::default(),
+        Policy {
+            expandable: true,
+            ..Policy::default()
+        },
+    ] {
+        let mut e = Engine::new(MemoryBackend::new(1 << 40), policy);
+        // One 16 MiB segment: a 6 MiB block and 10 MiB free beside it, unfenced.
+        let whole = e.alloc(0, 16 << 20, SYNC_KEY).unwrap();
+        e.free(whole.ptr, FreeKind::Sync).unwrap();
+        e.backend_mut().complete_all();
+        let a = e.alloc(0, 6 << 20, SYNC_KEY).unwrap();
+        assert_eq!(a.ptr, whole.ptr);
+        // Freed while the GPU may still use it: it waits apart, counted as idle.
+        e.free(a.ptr, FreeKind::Sync).unwrap();
+        assert_eq!(e.idle(0), 16 << 20, "{policy:?}");
+        // The free space beside it serves at once with no new memory (merged with the fenced
+        // block, as before, it was fenced too and a segment was reserved).
+        let reserves = e.stats().segment_reserves;
+        let b = e.alloc(0, 8 << 20, SYNC_KEY).unwrap();
+        assert_eq!(b.ptr, whole.ptr + (6 << 20), "{policy:?}");
+        let c = e.alloc(0, 2 << 20, SYNC_KEY).unwrap();
+        assert_eq!(e.stats().segment_reserves, reserves, "{policy:?}");
+        assert!(c.ptr >= whole.ptr + (14 << 20) && c.ptr < whole.ptr + (16 << 20));
+        // The fenced block is not handed out before its fence passes...
+        let d = e.alloc(0, 6 << 20, SYNC_KEY).unwrap();
+        assert!(
+            d.ptr < whole.ptr || d.ptr >= whole.ptr + (16 << 20),
+            "{policy:?}"
+        );
+        e.free(d.ptr, FreeKind::Sync).unwrap();
+        // ...and once it passed, it joins its free neighbours and serves.
+        e.free(b.ptr, FreeKind::Sync).unwrap();
+        e.free(c.ptr, FreeKind::Sync).unwrap();
+        e.backend_mut().complete_all();
+        let reserves = e.stats().segment_reserves;
+        let f = e.alloc(0, 16 << 20, SYNC_KEY).unwrap();
+        assert_eq!(f.ptr, whole.ptr, "{policy:?}");
+        assert_eq!(e.stats().segment_reserves, reserves, "{policy:?}");
+    }
+}

@@ -2,6 +2,7 @@
 //! request the pool serves is answered and recorded here; one it passes goes to the real
 //! function in the hook.
 
+use crate::costs::{self, Cost};
 use crate::cuda::ffi::ERROR_INVALID_VALUE;
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
@@ -24,6 +25,7 @@ pub enum Family {
 /// under way is refused the same way. For the runtime, a failure sets the last error as the
 /// real call would. The re-entrancy guard must be held.
 pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Option<(i32, u64)> {
+    let t0 = costs::start();
     let runtime = family == Family::Runtime;
     let kind = if key == pool::SYNC_KEY {
         RecordKind::Alloc
@@ -47,6 +49,7 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
         set_last_error_out_of_memory();
     }
     trace::record(kind, api, rc, ptr, size as u64, d, stream);
+    costs::end(Cost::Malloc, t0);
     Some((rc, ptr))
 }
 
@@ -62,6 +65,7 @@ pub fn free(
     how: FreeKind,
     stream: u64,
 ) -> Option<i32> {
+    let t0 = costs::start();
     let runtime = family == Family::Runtime;
     if how == FreeKind::Sync
         && let Some(rc) = pool::capture_forbids(runtime)
@@ -78,6 +82,7 @@ pub fn free(
         set_last_error_invalid_value();
     }
     trace::record(kind, api, rc, p, 0, d, stream);
+    costs::end(Cost::Free, t0);
     Some(rc)
 }
 

@@ -6,6 +6,7 @@ use super::capture::{capture_active, relaxed_if_capturing};
 use super::context::free_segments;
 use super::context::{MAX_CONTEXTS, device_of, in_context};
 use super::streams::OTHER_STREAMS;
+use crate::costs::{self, Cost};
 use crate::cuda::ffi::CU_EVENT_DISABLE_TIMING;
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
@@ -40,14 +41,18 @@ pub(super) struct SlotFences {
     pub(super) untracked: bool,
     /// When `poll` last made a checkpoint (CLOCK_MONOTONIC, ns).
     pub(super) sealed_at: u64,
+    /// How long the last checkpoint took to make (ns).
+    pub(super) seal_ns: u64,
 }
 
-/// `poll` makes checkpoints at most this often per tracked non-blocking stream: a checkpoint
-/// costs ~0.2 µs per event it records, so this keeps their cost near 1% of the host's time
-/// however many streams the process made. One with the legacy stream's event alone (no
-/// non-blocking stream) is made whenever needed: throttling it saved nothing and cost memory
-/// (the demo's peak reserved 238 -> 272 MiB, blocks waiting for a checkpoint not made).
-const SEAL_INTERVAL_PER_EVENT_NS: u64 = 16_000;
+/// A checkpoint the engine could do without (see `poll`) is made at most once per this many
+/// times the last one took to make, which keeps their cost near 1.5% of the host's time
+/// however many streams the process made (with PyTorch's 64, a checkpoint took 57 µs on an
+/// H100, most of it one `cuStreamQuery` per stream). One with the legacy stream's event
+/// alone (no non-blocking stream) is made whenever asked: throttling it saved nothing and
+/// cost memory (the demo's peak reserved 238 -> 272 MiB, blocks waiting for a checkpoint
+/// not made).
+const SEAL_SPACING: u64 = 64;
 
 pub struct CudaBackend {
     pub(super) slots: Vec<SlotFences>,
@@ -95,6 +100,7 @@ impl CudaBackend {
                     streams: Vec::new(),
                     untracked: false,
                     sealed_at: 0,
+                    seal_ns: 0,
                 })
                 .collect(),
             last_error: 0,
@@ -130,6 +136,7 @@ impl CudaBackend {
     /// answers 0: everything ever issued to it finished) needs no event: PyTorch makes 64
     /// streams it rarely uses, and a checkpoint of 65 events cost about 100 µs of host time.
     pub(super) fn seal(&mut self, slot: u8) {
+        let t0 = costs::start();
         let s = &mut self.slots[slot as usize];
         let create = real::function::<of::CuEventCreate>();
         let record = real::function::<of::CuEventRecord>();
@@ -174,10 +181,12 @@ impl CudaBackend {
         note_checkpoint(slot, s.next_id, false);
         s.next_id += 1;
         s.pending_used = false;
+        costs::end(Cost::Seal, t0);
     }
 
     /// Passes the checkpoints whose events all completed, oldest first.
     fn query(&mut self, slot: u8) {
+        let t0 = costs::start();
         let query = real::function::<of::CuEventQuery>();
         let before = self.slots[slot as usize].passed_id;
         let s = &mut self.slots[slot as usize];
@@ -213,6 +222,7 @@ impl CudaBackend {
         if self.slots[slot as usize].passed_id > before {
             self.passes += 1;
         }
+        costs::end(Cost::Query, t0);
     }
 
     /// Every fence up to checkpoint `id` passed (the device was synchronized).
@@ -260,9 +270,10 @@ impl Backend for CudaBackend {
             return Err(OutOfMemory);
         };
         let mut p = 0u64;
-        // SAFETY: a valid out-pointer, in the slot's context.
-        let rc =
-            relaxed_if_capturing(|| in_context(slot, || unsafe { alloc(&mut p, size as usize) }));
+        let rc = costs::measure(Cost::Reserve, || {
+            // SAFETY: a valid out-pointer, in the slot's context.
+            relaxed_if_capturing(|| in_context(slot, || unsafe { alloc(&mut p, size as usize) }))
+        });
         if rc == 0 {
             self.last_error = 0;
             Ok(p)
@@ -309,29 +320,35 @@ impl Backend for CudaBackend {
         !OTHER_STREAMS.load(Ordering::Acquire) || id <= self.slots[slot as usize].passed_id
     }
 
-    /// Passes what completed; makes a new checkpoint only when none is outstanding (one made
-    /// while an older one still runs could not pass before it: events on the same streams,
-    /// recorded later) and not more often than [`SEAL_INTERVAL_PER_EVENT_NS`] per tracked
-    /// non-blocking stream. A
-    /// checkpoint costs an event per tracked stream: a process with many streams (PyTorch's
-    /// pool of 32 per priority) would otherwise record that many at every allocation that
-    /// found its best block fenced. Waiting longer for a fence costs no wait of the host: the
-    /// engine takes fresh memory meanwhile.
     fn progress(&mut self) -> u64 {
         self.passes
     }
 
-    fn poll(&mut self, slot: u8) -> bool {
+    /// Passes what completed; makes a new checkpoint only when none is outstanding (one made
+    /// while an older one still runs could not pass before it: events on the same streams,
+    /// recorded later). Unless the engine would otherwise take fresh memory (`wanted`), with
+    /// the spacing of [`SEAL_SPACING`]: a checkpoint costs a query per tracked stream and an
+    /// event per busy one, and a search that found a better block behind a fence, or that
+    /// looks ahead, can do without it. When nothing fits, a checkpoint is cheaper than the
+    /// `cuMemAlloc` (about 100 µs) it may save: in a program bound by the host, the GPU has
+    /// caught up and the checkpoint passes at once.
+    fn poll(&mut self, slot: u8, wanted: bool) -> bool {
         let before = self.slots[slot as usize].passed_id;
         self.query(slot);
         let s = &self.slots[slot as usize];
         if s.pending_used && s.sealed.is_empty() {
             let now = self.now();
             let s = &mut self.slots[slot as usize];
-            let interval = SEAL_INTERVAL_PER_EVENT_NS.saturating_mul(s.streams.len() as u64);
+            let interval = if wanted || s.streams.is_empty() {
+                0
+            } else {
+                s.seal_ns.saturating_mul(SEAL_SPACING)
+            };
             if s.sealed_at == 0 || now.saturating_sub(s.sealed_at) >= interval {
                 s.sealed_at = now;
                 self.seal(slot);
+                let took = self.now().saturating_sub(now);
+                self.slots[slot as usize].seal_ns = took;
                 self.query(slot);
             }
         }
@@ -405,6 +422,7 @@ impl Backend for CudaBackend {
         };
         let mut rc = 0;
         let mut done = 0u64;
+        let t0 = costs::start();
         relaxed_if_capturing(|| {
             in_context(slot, || {
                 while done < size {
@@ -430,6 +448,7 @@ impl Backend for CudaBackend {
                 }
             })
         });
+        costs::end(Cost::Map, t0);
         if rc == 0 {
             self.last_error = 0;
             return Ok(());

@@ -102,8 +102,10 @@ pub fn free_segments(segments: &[(u8, u64)]) {
         return;
     };
     for &(slot, ptr) in segments {
-        // SAFETY: a segment the pool reserved with cuMemAlloc_v2 and no longer hands out;
-        // freed once, in its context.
-        in_context(slot, || unsafe { free(ptr) });
+        crate::costs::measure(crate::costs::Cost::Release, || {
+            // SAFETY: a segment the pool reserved with cuMemAlloc_v2 and no longer hands out;
+            // freed once, in its context.
+            in_context(slot, || unsafe { free(ptr) })
+        });
     }
 }

@@ -138,7 +138,7 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
         crate::lifecycle::in_forked_child(forget_after_fork);
         start_trimmer();
     }
-    LOCK.lock();
+    crate::costs::measure(crate::costs::Cost::Lock, || LOCK.lock());
     // SAFETY: LOCK is held, so this is the only reference.
     let cell = unsafe { &mut *POOL.0.get() };
     let p = cell.get_or_insert_with(|| {
@@ -259,14 +259,16 @@ pub fn alloc(size: u64, key: u64, runtime: bool) -> Served {
         return Served::Pass;
     };
     let device = device_of(slot);
-    with(|p| match p.alloc(slot, size, key) {
-        Ok(b) => Served::Granted(b.ptr, device),
-        Err(AllocError::LimitReached) => Served::Failed(ERROR_OUT_OF_MEMORY, device),
-        Err(AllocError::OutOfMemory) => match p.engine.backend().last_error {
-            0 | ERROR_OUT_OF_MEMORY => Served::Failed(ERROR_OUT_OF_MEMORY, device),
-            // Not a matter of room (a broken context, say): the real function answers.
-            _ => Served::Pass,
-        },
+    with(|p| {
+        match crate::costs::measure(crate::costs::Cost::PoolAlloc, || p.alloc(slot, size, key)) {
+            Ok(b) => Served::Granted(b.ptr, device),
+            Err(AllocError::LimitReached) => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+            Err(AllocError::OutOfMemory) => match p.engine.backend().last_error {
+                0 | ERROR_OUT_OF_MEMORY => Served::Failed(ERROR_OUT_OF_MEMORY, device),
+                // Not a matter of room (a broken context, say): the real function answers.
+                _ => Served::Pass,
+            },
+        }
     })
 }
 
@@ -279,7 +281,7 @@ pub fn free(ptr: u64, kind: FreeKind) -> Freed {
     if ptr == 0 {
         return Freed::NotOurs;
     }
-    match with(|p| p.free(ptr, kind)) {
+    match with(|p| crate::costs::measure(crate::costs::Cost::PoolFree, || p.free(ptr, kind))) {
         Freed::Done(slot) => {
             // Its IPC tickets stop opening now.
             crate::pool::ipc::revoke(ptr);

@@ -28,6 +28,7 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
     if !state::enabled() || !ensure_open() {
         return;
     }
+    let t0 = crate::costs::start();
     let thread = thread_index();
     let mut stream_index = 0;
     if stream != 0 {
@@ -51,6 +52,7 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
     if api != Api::Shim {
         crate::trace::stacks::maybe_record(thread, kind);
     }
+    crate::costs::end(crate::costs::Cost::Record, t0);
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -1,0 +1,143 @@
+//! Where the shim's own time goes, when `GPUSHIM_COSTS=1`: a count and a sum of nanoseconds
+//! per kind of work (the allocation and free hooks as the program sees them, the pool's lock,
+//! the engine, the driver calls the pool makes, the recorder), printed to stderr at exit. Off,
+//! each measured spot costs one relaxed load. No allocation, no lock: the counters are static
+//! atomics and the report is written from a stack buffer.
+
+use crate::os::env;
+use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+
+/// What a measured span is.
+#[derive(Clone, Copy)]
+pub enum Cost {
+    /// A pooled allocation hook, from the pool's decision to serve it to its answer (the
+    /// record included).
+    Malloc,
+    /// A pooled free hook, likewise.
+    Free,
+    /// Waiting for the pool's lock.
+    Lock,
+    /// The engine's work for an allocation (lock held), driver calls included.
+    PoolAlloc,
+    /// The engine's work for a free (lock held).
+    PoolFree,
+    /// Making a checkpoint: an event per busy stream, a query per tracked stream.
+    Seal,
+    /// Asking whether checkpoints passed (`cuEventQuery`).
+    Query,
+    /// A new segment (`cuMemAlloc_v2`).
+    Reserve,
+    /// Segments given back (`cuMemFree_v2`), after the lock.
+    Release,
+    /// Pages mapped into an expandable segment.
+    Map,
+    /// One record written to the trace, its stacks included.
+    Record,
+}
+
+const NAMES: [&str; 11] = [
+    "malloc hook",
+    "free hook",
+    "pool lock wait",
+    "engine alloc",
+    "engine free",
+    "checkpoint made",
+    "checkpoint query",
+    "cuMemAlloc",
+    "cuMemFree",
+    "pages mapped",
+    "trace record",
+];
+const KINDS: usize = NAMES.len();
+
+static CALLS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
+static NANOS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
+
+const UNKNOWN: u8 = 0;
+const ON: u8 = 1;
+const OFF: u8 = 2;
+static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+fn on() -> bool {
+    match STATE.load(Ordering::Relaxed) {
+        ON => true,
+        OFF => false,
+        _ => {
+            let on = env(c"GPUSHIM_COSTS").is_some_and(|v| {
+                let v = v.to_bytes();
+                !v.is_empty() && v != b"0"
+            });
+            if STATE
+                .compare_exchange(
+                    UNKNOWN,
+                    if on { ON } else { OFF },
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+                && on
+            {
+                crate::lifecycle::on_exit(report);
+            }
+            on
+        }
+    }
+}
+
+fn now() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
+    (t.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(t.tv_nsec as u64)
+}
+
+/// The start of a measured span: 0 when costs are not measured.
+#[inline]
+pub fn start() -> u64 {
+    if on() { now().max(1) } else { 0 }
+}
+
+/// Ends the span begun at `t0` (from [`start`]) as `kind`.
+#[inline]
+pub fn end(kind: Cost, t0: u64) {
+    if t0 != 0 {
+        let i = kind as usize;
+        CALLS[i].fetch_add(1, Ordering::Relaxed);
+        NANOS[i].fetch_add(now().saturating_sub(t0), Ordering::Relaxed);
+    }
+}
+
+/// Measures `f` as `kind`.
+#[inline]
+pub fn measure<R>(kind: Cost, f: impl FnOnce() -> R) -> R {
+    let t0 = start();
+    let r = f();
+    end(kind, t0);
+    r
+}
+
+/// At exit: one line per kind of work that happened.
+fn report() {
+    crate::os::say(format_args!(
+        "costs of pid {} (GPUSHIM_COSTS): work, calls, total ms, mean ns",
+        // SAFETY: getpid cannot fail.
+        unsafe { libc::getpid() }
+    ));
+    for (i, name) in NAMES.iter().enumerate() {
+        let calls = CALLS[i].load(Ordering::Relaxed);
+        if calls == 0 {
+            continue;
+        }
+        let nanos = NANOS[i].load(Ordering::Relaxed);
+        crate::os::say(format_args!(
+            "  {name:18} {calls:>10} {:>10.1} {:>8}",
+            nanos as f64 / 1e6,
+            nanos / calls
+        ));
+    }
+}
