@@ -635,7 +635,13 @@ impl<B: Backend> Engine<B> {
             .expect("a block taken from a pool exists")
             .clone();
         let remainder = b.size - need;
-        let expandable = self.segments.get(&b.segment).is_some_and(|s| s.range > 0);
+        // The segment's count and shape, in one lookup.
+        let seg = self
+            .segments
+            .get_mut(&b.segment)
+            .expect("its segment exists");
+        seg.allocated_blocks += 1;
+        let (expandable, segment_size) = (seg.range > 0, seg.size);
         let split = if b.pool.small || expandable {
             // An expandable segment's rest stays at hand: the next growth merges into it.
             remainder >= GRANULE
@@ -674,12 +680,6 @@ impl<B: Backend> Engine<B> {
             block.pool = pool;
             block.state = State::Allocated { stream, requested };
         }
-        let seg = self
-            .segments
-            .get_mut(&b.segment)
-            .expect("its segment exists");
-        seg.allocated_blocks += 1;
-        let segment_size = seg.size;
         self.stats.live_bytes += size;
         self.stats.requested_bytes += requested;
         self.stats.live_blocks += 1;
