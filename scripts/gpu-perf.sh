@@ -2,15 +2,16 @@
 # Issue 12 on the GPU machine: per-tensor PyTorch under the shim against PyTorch's own
 # allocator on real workloads with shapes that change every step, modes alternated
 # (A B C D E, A B C D E, ...) so a drifting machine cancels out. Modes: PyTorch's default;
-# pertensor (`gpushim run --per-tensor`: caching off, pool:caching); pluggable (the pluggable
+# pertensor (`gpushim run --per-tensor`: caching off, pool:caching,medium:20MiB); pluggable (the pluggable
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
 # segments, for memory; ptexpandable (pertensor over pool:expandable); ptnoframes
 # (pertensor with stacks:off: what Python frames cost, issue 13); ptnotrace (pertensor,
-# recording off); pttrimoff (pertensor, nothing given back); ptmedium (pertensor with
-# medium:20MiB). MODES (environment) picks a subset, in order; a mode named alt-MODE runs MODE
+# recording off); pttrimoff (pertensor, nothing given back); ptplain (pertensor with
+# medium:off: plain pool:caching). MODES (environment) picks a subset, in order; a mode named alt-MODE runs MODE
 # with the build whose library ALT_LIB names, so two builds are compared in the same run.
 # Prints one table per workload: median step time over the rounds, × PyTorch's default of the
-# same run, NVML peak, each round's figure; then what the pool did in each traced mode (its
+# same run, the host's share of it (host ms: until the step waits for the GPU), NVML peak,
+# each round's figure (also on stderr as each run ends); then what the pool did in each traced mode (its
 # `gpushim summary` lines of the last round: segments reserved and released, waits, and
 # whether and where the process left the legacy stream). KEEP_TRACES=DIR keeps those traces.
 # WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
@@ -43,9 +44,9 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
       default|expandable) python3 $script $(wl $mode "$steps") ;;
       pertensor) .gpu/gpushim run --per-tensor --trace "$work/${TRACE_TAG:-}pt.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
-      ptmedium) .gpu/gpushim run --per-tensor --conf medium:20MiB --trace "$work/${TRACE_TAG:-}pm.%p.trace" -- \
+      ptplain) .gpu/gpushim run --per-tensor --conf medium:off --trace "$work/${TRACE_TAG:-}pp.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
-                   | sed 's/"mode": "pertensor"/"mode": "ptmedium"/' ;;
+                   | sed 's/"mode": "pertensor"/"mode": "ptplain"/' ;;
       ptexpandable) .gpu/gpushim run --per-tensor --conf pool:expandable \
                    --trace "$work/${TRACE_TAG:-}px.%p.trace" -- python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptexpandable"/' ;;

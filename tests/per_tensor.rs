@@ -64,7 +64,12 @@ fn a_per_tensor_loop_runs_at_gpu_speed_with_memory_within_twice_live() {
         "pool:off blocked only {:.3}",
         off.blocked
     );
-    for conf in ["pool:caching", "pool:expandable"] {
+    // The last is what `gpushim run --per-tensor` sets.
+    for conf in [
+        "pool:caching",
+        "pool:expandable",
+        "pool:caching,medium:20MiB",
+    ] {
         for _ in 0..3 {
             let s = perstep(conf);
             assert_eq!(s.waits, 0, "{conf}: the pool waited for the GPU");
@@ -85,8 +90,13 @@ fn with_streams_about_a_fenced_block_never_fences_the_free_space_beside_it() {
     // behind. An expandable segment is one block of the device's memory: a fenced block that
     // merged with the free space next to it fenced that too, and the segment grew every step
     // (20x live: 1,053 MiB for 50 MiB). Still no wait of the host.
-    for (conf, most) in [("pool:expandable", 2.5), ("pool:caching", 3.0)] {
+    for (conf, most) in [
+        ("pool:expandable", 2.5),
+        ("pool:caching", 3.0),
+        ("pool:caching,medium:20MiB", 3.0),
+    ] {
         let s = perstep_with(conf, 64);
+        eprintln!("{conf}: device/live {:.2}", s.memory);
         assert_eq!(s.waits, 0, "{conf}");
         assert!(s.blocked <= 0.02, "{conf}: blocked {:.3}", s.blocked);
         assert!(s.memory <= most, "{conf}: device/live {:.2}", s.memory);

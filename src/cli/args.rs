@@ -113,7 +113,8 @@ pub enum Cmd {
         #[arg(long, value_name = "PATH")]
         lib: Option<PathBuf>,
         /// One record per PyTorch tensor: PyTorch's cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
-        /// and the shim's pool on (pool:caching unless --conf names a pool). PyTorch's own
+        /// and the shim's pool on (pool:caching,medium:20MiB unless --conf names a pool; a key
+        /// in --conf wins, so --conf medium:off turns shared medium segments off). PyTorch's own
         /// counters (memory_allocated, memory_reserved) then read 0; the trace has the figures.
         #[arg(long)]
         per_tensor: bool,
