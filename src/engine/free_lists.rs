@@ -136,7 +136,7 @@ impl<B: Backend> Engine<B> {
 
     /// Whether free block `p` may be handed to `stream` now; clears fences that passed.
     pub(super) fn fit(
-        blocks: &mut BTreeMap<u64, Block<B::Fence>>,
+        blocks: &mut super::blocks::BlockMap<Block<B::Fence>>,
         backend: &mut B,
         p: u64,
         stream: u64,
@@ -258,7 +258,7 @@ impl<B: Backend> Engine<B> {
         let separate = owner.is_none();
         let clear = separate.then(|| self.fence_clear(p));
         // The block before.
-        if let Some((&q, prev)) = self.blocks.range(..p).next_back()
+        if let Some((q, prev)) = self.blocks.before(p)
             && prev.segment == segment
             && prev.pool == pool
             && q + prev.size == p

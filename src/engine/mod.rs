@@ -19,6 +19,7 @@
 //! memory (the excess goes back to the device at each free).
 
 pub mod backend;
+mod blocks;
 mod free_lists;
 pub mod front;
 mod segments;
@@ -215,7 +216,7 @@ pub enum FreeKind {
 pub struct Engine<B: Backend> {
     backend: B,
     policy: Policy,
-    blocks: BTreeMap<u64, Block<B::Fence>>,
+    blocks: blocks::BlockMap<Block<B::Fence>>,
     segments: BTreeMap<u64, Segment>,
     /// Free blocks per pool, by (size, stamp, address).
     free: BTreeMap<PoolKey, BTreeSet<(u64, u64, u64)>>,
@@ -260,7 +261,7 @@ impl<B: Backend> Engine<B> {
         Engine {
             backend,
             policy,
-            blocks: BTreeMap::new(),
+            blocks: blocks::BlockMap::new(),
             segments: BTreeMap::new(),
             free: BTreeMap::new(),
             stamps: u64::MAX,
@@ -588,7 +589,7 @@ impl<B: Backend> Engine<B> {
 
     /// The live block that contains `ptr`, if any (pointer queries, IPC).
     pub fn lookup(&self, ptr: u64) -> Option<BlockInfo> {
-        let (&base, b) = self.blocks.range(..=ptr).next_back()?;
+        let (base, b) = self.blocks.at_or_before(ptr)?;
         if ptr >= base + b.size {
             return None;
         }
