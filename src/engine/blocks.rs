@@ -1,6 +1,6 @@
-//! The engine's blocks by address: a hash map for the lookups every request makes, and an
-//! ordered set of addresses alone for the few that need order (a block's neighbour before it,
-//! a segment's blocks, the block holding an interior pointer). In a real process the program
+//! The engine's blocks (and segments) by address: a hash map for the lookups every request
+//! makes, and an ordered set of addresses alone for the few that need order (a block's
+//! neighbour before it, a segment's blocks, the block holding an interior pointer). In a real process the program
 //! runs between two requests and evicts the engine from the caches, so each map descent is a
 //! handful of cache misses: an ordered map of whole blocks cost about 15 of them per request;
 //! a hash lookup is one or two, and the set of addresses packs eight times more per node.

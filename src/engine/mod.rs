@@ -217,7 +217,8 @@ pub struct Engine<B: Backend> {
     backend: B,
     policy: Policy,
     blocks: blocks::BlockMap<Block<B::Fence>>,
-    segments: BTreeMap<u64, Segment>,
+    /// Segments by base address (the same map as blocks: a lookup per request, order rarely).
+    segments: blocks::BlockMap<Segment>,
     /// Free blocks per pool, by (size, stamp, address).
     free: BTreeMap<PoolKey, BTreeSet<(u64, u64, u64)>>,
     /// The next free block's stamp, counting down (see `insert_free`).
@@ -262,7 +263,7 @@ impl<B: Backend> Engine<B> {
             backend,
             policy,
             blocks: blocks::BlockMap::new(),
-            segments: BTreeMap::new(),
+            segments: blocks::BlockMap::new(),
             free: BTreeMap::new(),
             stamps: u64::MAX,
             stats: Stats::default(),
@@ -554,7 +555,7 @@ impl<B: Backend> Engine<B> {
         let busy = now.saturating_sub(self.reserved_at[device as usize]) < age;
         let old: Vec<(u64, bool)> = self
             .segments
-            .iter()
+            .range(..)
             .filter(|(_, s)| {
                 s.device == device
                     && s.allocated_blocks == 0
@@ -611,9 +612,8 @@ impl<B: Backend> Engine<B> {
     /// Whether `ptr` lies in a segment of the pool (allocated or not).
     pub fn in_segment(&self, ptr: u64) -> bool {
         self.segments
-            .range(..=ptr)
-            .next_back()
-            .is_some_and(|(&base, s)| ptr < base + s.size)
+            .at_or_before(ptr)
+            .is_some_and(|(base, s)| ptr < base + s.size)
     }
 
     /// Waits for the device and returns every idle segment to it (`torch.cuda.empty_cache()`).

@@ -324,7 +324,7 @@ impl<B: Backend> Engine<B> {
         }
         let growing: Vec<u64> = self
             .segments
-            .iter()
+            .range(..)
             .filter(|(_, s)| s.device == device && s.range > 0 && !s.sealed)
             .map(|(&p, _)| p)
             .collect();
@@ -336,7 +336,7 @@ impl<B: Backend> Engine<B> {
         }
         let mut idle: Vec<(u64, u64)> = self
             .segments
-            .iter()
+            .range(..)
             .filter(|(_, s)| {
                 s.device == device && s.allocated_blocks == 0 && s.range == 0 && !s.sealed
             })
