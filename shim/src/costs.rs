@@ -4,8 +4,9 @@
 //! each measured spot costs one relaxed load. No allocation, no lock: the counters are static
 //! atomics and the report is written from a stack buffer.
 
-use crate::os::env;
+use crate::os::env_flag;
 use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use gpushim_core::trace::recorder::clock_ns;
 
 /// What a measured span is.
 #[derive(Clone, Copy)]
@@ -63,10 +64,7 @@ fn on() -> bool {
         ON => true,
         OFF => false,
         _ => {
-            let on = env(c"GPUSHIM_COSTS").is_some_and(|v| {
-                let v = v.to_bytes();
-                !v.is_empty() && v != b"0"
-            });
+            let on = env_flag(c"GPUSHIM_COSTS");
             if STATE
                 .compare_exchange(
                     UNKNOWN,
@@ -85,15 +83,7 @@ fn on() -> bool {
 }
 
 fn now() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer; CLOCK_MONOTONIC always exists.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    (t.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(t.tv_nsec as u64)
+    clock_ns(libc::CLOCK_MONOTONIC)
 }
 
 /// The start of a measured span: 0 when costs are not measured.

@@ -26,6 +26,14 @@ pub fn env(name: &CStr) -> Option<&'static CStr> {
     }
 }
 
+/// Whether a switch variable is on: set to anything but empty or `0`.
+pub fn env_flag(name: &CStr) -> bool {
+    env(name).is_some_and(|v| {
+        let v = v.to_bytes();
+        !v.is_empty() && v != b"0"
+    })
+}
+
 /// One line on stderr, prefixed `gpushim: `, written in one call, without allocating.
 pub fn say(args: core::fmt::Arguments<'_>) {
     let mut b = StackBuf::<1024>::new();

@@ -1,7 +1,7 @@
 //! Process-wide settings, read once: the off switch and the configuration.
 
 use crate::cuda::symbols::Sym;
-use crate::os::{env, say};
+use crate::os::{env, env_flag, say};
 use core::cell::UnsafeCell;
 
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -21,10 +21,7 @@ pub fn enabled() -> bool {
         ON => true,
         OFF => false,
         _ => {
-            let off = env(c"GPUSHIM_DISABLE").is_some_and(|v| {
-                let v = v.to_bytes();
-                !v.is_empty() && v != b"0"
-            });
+            let off = env_flag(c"GPUSHIM_DISABLE");
             ENABLED.store(if off { OFF } else { ON }, Ordering::Relaxed);
             !off
         }

@@ -172,10 +172,7 @@ impl<B: Backend> Engine<B> {
             return;
         };
         let (pool, size) = (b.pool, b.size);
-        if b.pending {
-            b.pending = false;
-            self.pending_per_device[pool.device as usize] -= size;
-        }
+        end_wait(b, &mut self.pending_per_device);
         if sealed || b.stamp != 0 {
             // A sealed segment hands nothing out again; a listed block is listed.
             return;
@@ -198,9 +195,7 @@ impl<B: Backend> Engine<B> {
             return;
         };
         let (pool, size) = (b.pool, b.size);
-        if b.pending {
-            b.pending = false;
-            self.pending_per_device[pool.device as usize] -= size;
+        if end_wait(b, &mut self.pending_per_device) {
             return;
         }
         let stamp = core::mem::take(&mut b.stamp);
@@ -214,12 +209,9 @@ impl<B: Backend> Engine<B> {
 
     /// Ends block `p`'s wait out of the lists, if it was waiting (see `Block::pending`).
     fn unpend(&mut self, p: u64) -> bool {
-        let Some(b) = self.blocks.get_mut(&p).filter(|b| b.pending) else {
-            return false;
-        };
-        b.pending = false;
-        self.pending_per_device[b.pool.device as usize] -= b.size;
-        true
+        self.blocks
+            .get_mut(&p)
+            .is_some_and(|b| end_wait(b, &mut self.pending_per_device))
     }
 
     pub(super) fn remove_free_entry(&mut self, pool: PoolKey, size: u64, p: u64) {
@@ -347,4 +339,15 @@ impl<B: Backend> Engine<B> {
             State::Allocated { .. } => false,
         }
     }
+}
+
+/// Ends a block's wait out of the lists, if it waited (`Block::pending`), and takes it off the
+/// per-device count: whether it waited.
+fn end_wait<F>(b: &mut Block<F>, pending_per_device: &mut [u64; 256]) -> bool {
+    if !b.pending {
+        return false;
+    }
+    b.pending = false;
+    pending_per_device[b.pool.device as usize] -= b.size;
+    true
 }
