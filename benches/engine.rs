@@ -5,11 +5,18 @@
 //! On the GPU, `GPUSHIM_COSTS=1` measured the engine at several µs per request inside GPT-2
 //! (session 8) where `gpushim simulate` replays the same trace at under 1 µs: the difference is
 //! cache misses, and this benchmark shows it without a GPU. Prints one table; asserts nothing.
+//! With `GPUSHIM_BENCH_TRACES=A.trace:B.trace` (traces recorded under the pool, on the GPU
+//! machine), each trace's own requests are replayed too, against its recorded fence timeline
+//! (as `gpushim simulate` does), under `GPUSHIM_BENCH_CONF` (default: `--per-tensor`'s pool),
+//! instead of the pattern.
 //! Run: cargo bench --bench engine
 
 use gpushim::config::{self, Conf};
 use gpushim::engine::front::Front;
 use gpushim::engine::{FreeKind, MemoryBackend, Policy, SYNC_KEY};
+use gpushim::report::simulate::Replayer;
+use gpushim::trace::format::Record;
+use gpushim::trace::reader::TraceReader;
 use std::time::Instant;
 
 /// Sizes of one step's tensors at its first shape; other shapes scale them.
@@ -98,10 +105,73 @@ fn run(conf: &Conf, steps: u64, thrash: &mut [u8]) -> Outcome {
     }
 }
 
+/// Replays `records` under `conf`, timing each request: mean ns per request, peak reserved.
+fn replay(records: &[Record], conf: &Conf, thrash: &mut [u8]) -> (f64, u64, u64) {
+    let mut r = Replayer::new(Policy::from(conf));
+    let (mut spent, mut requests) = (0u128, 0u64);
+    for rec in records {
+        if !Replayer::is_request(rec) {
+            r.apply(rec);
+            continue;
+        }
+        for i in (0..thrash.len()).step_by(64) {
+            thrash[i] = thrash[i].wrapping_add(1);
+        }
+        let t0 = Instant::now();
+        r.apply(rec);
+        spent += t0.elapsed().as_nanos();
+        requests += 1;
+    }
+    let s = r.pool.engine.stats();
+    (
+        spent as f64 / requests.max(1) as f64,
+        s.peak_reserved_bytes,
+        requests,
+    )
+}
+
+fn traces(cold: &mut [u8]) {
+    let Ok(paths) = std::env::var("GPUSHIM_BENCH_TRACES") else {
+        return;
+    };
+    let text = std::env::var("GPUSHIM_BENCH_CONF").unwrap_or(PER_TENSOR.into());
+    let conf = config::parse_strict(&text).expect("GPUSHIM_BENCH_CONF: a valid policy");
+    println!("\nrecorded traces replayed under {text}");
+    println!(
+        "{:40} {:>10} {:>16} {:>18}",
+        "trace", "requests", "warm ns/request", "cold ns/request"
+    );
+    for path in paths.split(':').filter(|p| !p.is_empty()) {
+        let records: Vec<Record> = match TraceReader::open(path) {
+            Ok(r) => r.collect(),
+            Err(e) => {
+                println!("{path}: {e}");
+                continue;
+            }
+        };
+        let (warm, peak, requests) = replay(&records, &conf, &mut []);
+        let (cold_ns, cold_peak, _) = replay(&records, &conf, cold);
+        assert_eq!(peak, cold_peak);
+        let name = std::path::Path::new(path)
+            .file_name()
+            .map_or(path.into(), |n| n.to_string_lossy().into_owned());
+        println!(
+            "{name:40} {requests:>10} {warm:>16.0} {cold_ns:>18.0}   (peak reserved {} MiB)",
+            peak >> 20
+        );
+    }
+}
+
+const PER_TENSOR: &str = "pool:caching,medium:20MiB";
+
 fn main() {
     // `cargo bench` passes `--bench`; any other argument is ignored too.
     let steps = 24;
     let mut cold = vec![0u8; 8 << 20];
+    if std::env::var_os("GPUSHIM_BENCH_TRACES").is_some() {
+        traces(&mut cold);
+        return;
+    }
     println!("engine, per-tensor pattern: {steps} steps of 1,200 tensors, 6 shapes cycling");
     println!(
         "{:24} {:>10} {:>16} {:>18}",

@@ -12,21 +12,29 @@ pub const HOT: usize = 32;
 /// stays small.
 pub const HOT_MAX_BLOCK: u64 = SMALL_REQUEST;
 
+/// One entry of the list, beyond what a search compares (see `Front::ptrs`, `Front::waiting`).
 #[derive(Clone, Copy)]
 struct Hot {
     /// The block as the engine knows it.
     info: BlockInfo,
-    ptr: u64,
-    requested: u64,
-    size: u64,
-    device: u8,
     /// The stream it was freed on (cached) or allocated for (live).
     key: u64,
-    used: bool,
-    /// Freed by the program and waiting here; otherwise handed out again.
-    cached: bool,
     stamp: u64,
 }
+
+const EMPTY: Hot = Hot {
+    info: BlockInfo {
+        ptr: 0,
+        size: 0,
+        requested: 0,
+        device: 0,
+        stream: 0,
+        segment: 0,
+        segment_size: 0,
+    },
+    key: 0,
+    stamp: 0,
+};
 
 /// What a free did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,7 +50,15 @@ pub enum Freed {
 pub struct Front<B: Backend> {
     pub engine: Engine<B>,
     hot: [Hot; HOT],
+    /// Per entry, the block's address while the entry is in use (0: unused). Searches compare
+    /// these and `waiting` alone, four cache lines each: in a real process the program evicts
+    /// the list between two requests.
+    ptrs: [u64; HOT],
+    /// Per entry, the size the program asked for while the block waits here (0 otherwise).
+    waiting: [u64; HOT],
     hot_bytes: [u64; 256],
+    /// Entries in use (cached or handed out again): with none, a free looks at no entry.
+    in_use: usize,
     /// Bytes requested for the blocks waiting in the list (all devices).
     hot_requested: u64,
     clock: u64,
@@ -54,26 +70,11 @@ impl<B: Backend> Front<B> {
     pub fn new(backend: B, policy: Policy) -> Front<B> {
         Front {
             engine: Engine::new(backend, policy),
-            hot: [Hot {
-                info: BlockInfo {
-                    ptr: 0,
-                    size: 0,
-                    requested: 0,
-                    device: 0,
-                    stream: 0,
-                    segment: 0,
-                    segment_size: 0,
-                },
-                ptr: 0,
-                requested: 0,
-                size: 0,
-                device: 0,
-                key: 0,
-                used: false,
-                cached: false,
-                stamp: 0,
-            }; HOT],
+            hot: [EMPTY; HOT],
+            ptrs: [0; HOT],
+            waiting: [0; HOT],
             hot_bytes: [0; 256],
+            in_use: 0,
             hot_requested: 0,
             clock: 0,
             trimmed_at: 0,
@@ -92,13 +93,19 @@ impl<B: Backend> Front<B> {
 
     /// Serves `size` bytes on `device` for stream `key`.
     pub fn alloc(&mut self, device: u8, size: u64, key: u64) -> Result<BlockInfo, AllocError> {
-        if let Some(i) = self.hot.iter().position(|h| {
-            h.used && h.cached && h.device == device && h.key == key && h.requested == size
-        }) {
-            let h = &mut self.hot[i];
-            h.cached = false;
-            self.hot_bytes[device as usize] -= h.size;
-            self.hot_requested -= h.requested;
+        // No entry is looked at while none waits on this device (every request of a program
+        // that frees with `cudaFree` alone).
+        if self.hot_bytes[device as usize] > 0
+            && let Some(i) = (0..HOT).find(|&i| {
+                self.waiting[i] == size
+                    && self.hot[i].key == key
+                    && self.hot[i].info.device == device
+            })
+        {
+            self.waiting[i] = 0;
+            let h = &self.hot[i];
+            self.hot_bytes[device as usize] -= h.info.size;
+            self.hot_requested -= h.info.requested;
             return Ok(h.info);
         }
         let r = self.engine.alloc(device, size, key);
@@ -112,23 +119,26 @@ impl<B: Backend> Front<B> {
 
     /// Returns a block.
     pub fn free(&mut self, ptr: u64, kind: FreeKind) -> Freed {
-        if let Some(i) = self.hot.iter().position(|h| h.used && h.ptr == ptr) {
-            let h = self.hot[i];
-            if h.cached {
+        if self.in_use > 0
+            && let Some(i) = self.ptrs.iter().position(|&p| p == ptr)
+        {
+            if self.waiting[i] != 0 {
                 return Freed::Invalid;
             }
+            let info = self.hot[i].info;
             if let FreeKind::OnStream(k) = kind {
                 self.clock += 1;
+                self.waiting[i] = info.requested;
                 let e = &mut self.hot[i];
-                e.cached = true;
                 e.key = k;
                 e.stamp = self.clock;
-                self.hot_bytes[h.device as usize] += h.size;
-                self.hot_requested += h.requested;
-                return Freed::Done(h.device);
+                self.hot_bytes[info.device as usize] += info.size;
+                self.hot_requested += info.requested;
+                return Freed::Done(info.device);
             }
             // A synchronous free needs the engine's fence.
-            self.hot[i].used = false;
+            self.ptrs[i] = 0;
+            self.in_use -= 1;
         }
         if kind == FreeKind::Sync {
             // Straight to the engine: one lookup there instead of two.
@@ -138,7 +148,7 @@ impl<B: Backend> Front<B> {
                 Err(()) => Freed::NotOurs,
             };
         }
-        let Some(b) = self.engine.lookup(ptr).filter(|b| b.ptr == ptr) else {
+        let Some(b) = self.engine.block_at(ptr) else {
             return if self.engine.in_segment(ptr) {
                 Freed::Invalid
             } else {
@@ -147,7 +157,10 @@ impl<B: Backend> Front<B> {
         };
         match kind {
             // A block of a sealed segment (exported through IPC) is never kept for reuse.
-            FreeKind::OnStream(k) if b.size <= HOT_MAX_BLOCK && !self.engine.sealed(ptr) => {
+            // (`waiting` marks a waiting block by its requested size, never 0.)
+            FreeKind::OnStream(k)
+                if b.size <= HOT_MAX_BLOCK && b.requested > 0 && !self.engine.sealed(ptr) =>
+            {
                 self.keep(&b, k)
             }
             _ => {
@@ -160,8 +173,11 @@ impl<B: Backend> Front<B> {
     /// The live block containing `ptr`, if any (blocks waiting in the list are not live).
     pub fn lookup(&self, ptr: u64) -> Option<BlockInfo> {
         let b = self.engine.lookup(ptr)?;
-        match self.hot.iter().find(|h| h.used && h.ptr == b.ptr) {
-            Some(h) if h.cached => None,
+        if self.in_use == 0 {
+            return Some(b);
+        }
+        match self.ptrs.iter().position(|&p| p == b.ptr) {
+            Some(i) if self.waiting[i] != 0 => None,
             _ => Some(b),
         }
     }
@@ -170,11 +186,14 @@ impl<B: Backend> Front<B> {
     /// full, the least recently used cached block goes back to the engine.
     fn keep(&mut self, b: &BlockInfo, key: u64) {
         self.clock += 1;
-        let i = match self.hot.iter().position(|h| !h.used) {
-            Some(i) => i,
+        let i = match self.ptrs.iter().position(|&p| p == 0) {
+            Some(i) => {
+                self.in_use += 1;
+                i
+            }
             None => {
                 let Some(i) = (0..HOT)
-                    .filter(|&i| self.hot[i].cached)
+                    .filter(|&i| self.waiting[i] != 0)
                     .min_by_key(|&i| self.hot[i].stamp)
                 else {
                     // Every entry is live: this block goes to the engine.
@@ -182,20 +201,17 @@ impl<B: Backend> Front<B> {
                     return;
                 };
                 self.evict(i);
+                self.in_use += 1;
                 i
             }
         };
         self.hot[i] = Hot {
             info: *b,
-            ptr: b.ptr,
-            requested: b.requested,
-            size: b.size,
-            device: b.device,
             key,
-            used: true,
-            cached: true,
             stamp: self.clock,
         };
+        self.ptrs[i] = b.ptr;
+        self.waiting[i] = b.requested;
         self.hot_bytes[b.device as usize] += b.size;
         self.hot_requested += b.requested;
     }
@@ -204,19 +220,21 @@ impl<B: Backend> Front<B> {
     /// stands for.
     fn evict(&mut self, i: usize) {
         let h = self.hot[i];
-        self.hot[i].used = false;
-        if h.cached {
-            self.hot_bytes[h.device as usize] -= h.size;
-            self.hot_requested -= h.requested;
-            let _ = self.engine.free(h.ptr, FreeKind::OnStream(h.key));
+        let cached = self.waiting[i] != 0;
+        self.ptrs[i] = 0;
+        self.waiting[i] = 0;
+        self.in_use -= 1;
+        if cached {
+            self.hot_bytes[h.info.device as usize] -= h.info.size;
+            self.hot_requested -= h.info.requested;
+            let _ = self.engine.free(h.info.ptr, FreeKind::OnStream(h.key));
         }
     }
 
     /// Gives every cached block of `device` (of all devices with `None`) to the engine.
     pub fn flush(&mut self, device: Option<u8>) {
         for i in 0..HOT {
-            let h = self.hot[i];
-            if h.used && h.cached && device.is_none_or(|d| h.device == d) {
+            if self.waiting[i] != 0 && device.is_none_or(|d| self.hot[i].info.device == d) {
                 self.evict(i);
             }
         }
@@ -225,7 +243,7 @@ impl<B: Backend> Front<B> {
     /// Stream `stream` is gone: its cached blocks go to the engine, which retires the handle.
     pub fn retire_stream(&mut self, stream: u64) {
         for i in 0..HOT {
-            if self.hot[i].used && self.hot[i].key == stream {
+            if self.ptrs[i] != 0 && self.hot[i].key == stream {
                 self.evict(i);
             }
         }
@@ -239,7 +257,7 @@ impl<B: Backend> Front<B> {
         self.trimmed_at = self.clock;
         for i in 0..HOT {
             let h = self.hot[i];
-            if h.used && h.cached && h.device == device && h.stamp <= before {
+            if self.waiting[i] != 0 && h.info.device == device && h.stamp <= before {
                 self.evict(i);
             }
         }
@@ -262,5 +280,106 @@ impl<B: Backend> Front<B> {
     pub fn empty_cache(&mut self, device: u8) {
         self.flush(Some(device));
         self.engine.empty_cache(device);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::MemoryBackend;
+
+    fn front() -> Front<MemoryBackend> {
+        Front::new(MemoryBackend::new(1 << 34), Policy::default())
+    }
+
+    #[test]
+    fn a_small_block_freed_on_a_stream_serves_the_same_size_on_that_stream_from_the_list() {
+        let mut f = front();
+        let a = f.alloc(0, 4096, 7).unwrap();
+        assert_eq!(f.free(a.ptr, FreeKind::OnStream(7)), Freed::Done(0));
+        assert_eq!(f.idle(0) - f.engine.idle(0), a.size, "waiting in the list");
+        assert_eq!(f.requested_live(), 0);
+        // Waiting, it is not live: a second free and a pointer query both say so.
+        assert_eq!(f.free(a.ptr, FreeKind::OnStream(7)), Freed::Invalid);
+        assert!(f.lookup(a.ptr).is_none());
+        // Another size, another stream, another device: not this block.
+        assert_ne!(f.alloc(0, 8192, 7).unwrap().ptr, a.ptr);
+        assert_ne!(f.alloc(0, 4096, 8).unwrap().ptr, a.ptr);
+        assert_ne!(f.alloc(1, 4096, 7).unwrap().ptr, a.ptr);
+        let hits = f.engine.stats().cache_hits;
+        let b = f.alloc(0, 4096, 7).unwrap();
+        assert_eq!(b.ptr, a.ptr);
+        assert_eq!(
+            f.engine.stats().cache_hits,
+            hits,
+            "served without the engine"
+        );
+        assert_eq!(f.lookup(b.ptr).map(|i| i.ptr), Some(a.ptr));
+        assert_eq!(f.requested_live(), 4096 + 8192 + 4096 + 4096);
+    }
+
+    #[test]
+    fn a_block_from_the_list_freed_with_cudafree_goes_to_the_engine_behind_a_fence() {
+        let mut f = front();
+        let a = f.alloc(0, 4096, 7).unwrap();
+        f.free(a.ptr, FreeKind::OnStream(7));
+        let b = f.alloc(0, 4096, 7).unwrap();
+        assert_eq!(b.ptr, a.ptr);
+        f.engine.backend_mut().instant = false;
+        assert_eq!(f.free(b.ptr, FreeKind::Sync), Freed::Done(0));
+        assert_eq!(f.idle(0), f.engine.idle(0), "not kept in the list");
+        // Fenced for every stream, its own included, until the device passes it.
+        assert_ne!(f.alloc(0, 4096, 7).unwrap().ptr, a.ptr);
+        f.engine.backend_mut().complete_all();
+        assert_eq!(f.alloc(0, 4096, 9).unwrap().ptr, a.ptr);
+        assert_eq!(f.free(a.ptr, FreeKind::Sync), Freed::Done(0));
+        assert_eq!(f.free(a.ptr, FreeKind::Sync), Freed::Invalid);
+        assert_eq!(f.free(0x10, FreeKind::Sync), Freed::NotOurs);
+    }
+
+    #[test]
+    fn a_full_list_gives_its_oldest_block_to_the_engine_and_flushes_when_memory_runs_out() {
+        let mut f = front();
+        let blocks: Vec<BlockInfo> = (0..=HOT as u64)
+            .map(|i| f.alloc(0, 512 * (i + 1), 3).unwrap())
+            .collect();
+        for b in &blocks {
+            f.free(b.ptr, FreeKind::OnStream(3));
+        }
+        // HOT entries wait; the first freed went to the engine when the last came.
+        let waiting: u64 = blocks[1..].iter().map(|b| b.size).sum();
+        assert_eq!(f.idle(0) - f.engine.idle(0), waiting);
+        assert!(f.lookup(blocks[0].ptr).is_none());
+        assert!(
+            f.engine.lookup(blocks[0].ptr).is_none(),
+            "free in the engine"
+        );
+        assert!(
+            f.engine.lookup(blocks[1].ptr).is_some(),
+            "live in the engine"
+        );
+        f.flush(Some(0));
+        assert_eq!(f.idle(0), f.engine.idle(0));
+        assert_eq!(f.requested_live(), 0);
+        // Retiring a stream gives its blocks back too.
+        let c = f.alloc(0, 1024, 5).unwrap();
+        f.free(c.ptr, FreeKind::OnStream(5));
+        assert!(f.engine.lookup(c.ptr).is_some());
+        f.retire_stream(5);
+        assert!(f.engine.lookup(c.ptr).is_none());
+        assert_eq!(f.idle(0), f.engine.idle(0));
+    }
+
+    #[test]
+    fn blocks_in_the_list_serve_a_request_that_would_otherwise_run_out_of_memory() {
+        let mut f = Front::new(MemoryBackend::new(4 << 20), Policy::default());
+        let a = f.alloc(0, 1 << 20, 1).unwrap();
+        let b = f.alloc(0, 1 << 20, 1).unwrap();
+        f.free(a.ptr, FreeKind::OnStream(1));
+        f.free(b.ptr, FreeKind::OnStream(1));
+        // 2 MiB of the 4 are free only in the list; a 3 MiB request needs them back.
+        let c = f.alloc(0, 3 << 20, 1);
+        assert!(c.is_ok(), "{c:?}");
+        assert_eq!(f.idle(0), f.engine.idle(0));
     }
 }

@@ -609,6 +609,25 @@ impl<B: Backend> Engine<B> {
         })
     }
 
+    /// The live block that starts at `ptr`, if any: one hash lookup, where [`Engine::lookup`]
+    /// also finds interior pointers through the ordered addresses.
+    pub fn block_at(&self, ptr: u64) -> Option<BlockInfo> {
+        let b = self.blocks.get(&ptr)?;
+        let State::Allocated { stream, requested } = b.state else {
+            return None;
+        };
+        let seg = self.segments.get(&b.segment)?;
+        Some(BlockInfo {
+            ptr,
+            size: b.size,
+            requested,
+            device: b.pool.device,
+            stream,
+            segment: b.segment,
+            segment_size: seg.size,
+        })
+    }
+
     /// Whether `ptr` lies in a segment of the pool (allocated or not).
     pub fn in_segment(&self, ptr: u64) -> bool {
         self.segments

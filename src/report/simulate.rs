@@ -12,7 +12,7 @@
 use crate::config;
 use crate::engine::front::Front;
 use crate::engine::{FreeKind, MemoryBackend, Policy, SYNC_KEY};
-use crate::trace::format::RecordKind;
+use crate::trace::format::{Record, RecordKind};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -173,42 +173,59 @@ fn recorded(trace: &Path, opts: &ReadOptions) -> Result<Outcome, ReadError> {
     })
 }
 
-fn replay(
-    trace: &Path,
-    text: &str,
-    policy: Policy,
-    opts: &ReadOptions,
-) -> Result<Outcome, ReadError> {
-    let reader = TraceReader::open_with(trace, opts)?;
-    // The shim's own front (the engine plus its list of small stream-ordered blocks), so the
-    // replay makes the decisions the shim would.
-    let mut pool = Front::new(MemoryBackend::new(u64::MAX / 4), policy);
-    // Until the trace shows the pool's timeline, fences pass as they are made.
-    pool.engine.backend_mut().instant = true;
-    // Recorded pointer -> replayed pointer.
-    let mut map: HashMap<u64, u64> = HashMap::new();
-    let (mut peak_reserved, mut live_at_peak, mut failed) = (0u64, 0u64, 0u64);
-    let mut peak_requested = 0u64;
-    // The pool's timeline (see the module's note): per checkpoint number, the fences made
-    // before it.
-    let mut cover: std::collections::BTreeMap<(u8, u64), u64> = Default::default();
-    for r in reader {
+/// A trace's allocations and frees fed one record at a time through the shim's own front (the
+/// engine plus its list of small stream-ordered blocks), so a replay makes the decisions the
+/// shim would, against the fence timeline the trace recorded (see the module's note).
+pub struct Replayer {
+    pub pool: Front<MemoryBackend>,
+    /// Recorded pointer -> replayed pointer.
+    map: HashMap<u64, u64>,
+    /// Per checkpoint number, the fences made before it.
+    cover: std::collections::BTreeMap<(u8, u64), u64>,
+    pub failed: u64,
+}
+
+impl Replayer {
+    pub fn new(policy: Policy) -> Replayer {
+        let mut pool = Front::new(MemoryBackend::new(u64::MAX / 4), policy);
+        // Until the trace shows the pool's timeline, fences pass as they are made.
+        pool.engine.backend_mut().instant = true;
+        Replayer {
+            pool,
+            map: HashMap::new(),
+            cover: Default::default(),
+            failed: 0,
+        }
+    }
+
+    /// Whether `r` is a request the pool serves (an allocation or a free to replay).
+    pub fn is_request(r: &Record) -> bool {
+        matches!(
+            r.kind,
+            RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::Free | RecordKind::FreeAsync
+        ) && r.status == 0
+    }
+
+    /// Applies one record: a request is served, the pool's timeline moves; others are ignored.
+    pub fn apply(&mut self, r: &Record) {
+        let pool = &mut self.pool;
         match r.kind {
             // From here on fences wait for the checkpoints the trace shows passing.
             RecordKind::PoolStreams => pool.engine.backend_mut().instant = false,
             RecordKind::PoolCheckpoint if r.size == 0 => {
                 let made = pool.engine.backend().fences_made();
-                cover.insert((r.device, r.ptr), made);
+                self.cover.insert((r.device, r.ptr), made);
             }
             RecordKind::PoolCheckpoint => {
                 // A checkpoint passed: the fences made before it. A pass with no checkpoint of
                 // that number is the program's own synchronization: every fence so far.
                 let b = pool.engine.backend_mut();
-                let n = cover
+                let n = self
+                    .cover
                     .get(&(r.device, r.ptr))
                     .copied()
                     .unwrap_or_else(|| b.fences_made());
-                cover.retain(|&(d, id), _| d != r.device || id > r.ptr);
+                self.cover.retain(|&(d, id), _| d != r.device || id > r.ptr);
                 b.pass_up_to(n);
             }
             RecordKind::Alloc | RecordKind::AllocAsync if r.status == 0 && r.ptr != 0 => {
@@ -226,13 +243,13 @@ fn replay(
                 };
                 match pool.alloc(device, r.size, stream) {
                     Ok(b) => {
-                        map.insert(r.ptr, b.ptr);
+                        self.map.insert(r.ptr, b.ptr);
                     }
-                    Err(_) => failed += 1,
+                    Err(_) => self.failed += 1,
                 }
             }
             RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
-                if let Some(p) = map.remove(&r.ptr) {
+                if let Some(p) = self.map.remove(&r.ptr) {
                     let kind = if r.kind == RecordKind::Free {
                         FreeKind::Sync
                     } else {
@@ -243,7 +260,23 @@ fn replay(
             }
             _ => {}
         }
+    }
+}
+
+fn replay(
+    trace: &Path,
+    text: &str,
+    policy: Policy,
+    opts: &ReadOptions,
+) -> Result<Outcome, ReadError> {
+    let reader = TraceReader::open_with(trace, opts)?;
+    let mut replayer = Replayer::new(policy);
+    let (mut peak_reserved, mut live_at_peak) = (0u64, 0u64);
+    let mut peak_requested = 0u64;
+    for r in reader {
+        replayer.apply(&r);
         // Live as the program counts it: requested bytes, as in the recorded row.
+        let pool = &replayer.pool;
         let s = pool.engine.stats();
         let live = pool.requested_live();
         peak_requested = peak_requested.max(live);
@@ -254,6 +287,7 @@ fn replay(
             live_at_peak = live_at_peak.max(live);
         }
     }
+    let (pool, failed) = (&replayer.pool, replayer.failed);
     let s = pool.engine.stats();
     Ok(Outcome {
         policy: if text.is_empty() {
