@@ -10,7 +10,8 @@
 # medium:off: plain pool:caching). MODES (environment) picks a subset, in order; a mode named alt-MODE runs MODE
 # with the build whose library ALT_LIB names, so two builds are compared in the same run.
 # Prints one table per workload: median step time over the rounds, × PyTorch's default of the
-# same run, the host's share of it (host ms: until the step waits for the GPU), NVML peak,
+# same run (ratio of medians; and the median and range of each round's ratio to that round's
+# default run, which cancels drift between rounds), the host's share of it (host ms: until the step waits for the GPU), NVML peak,
 # each round's figure (also on stderr as each run ends); then what the pool did in each traced mode (its
 # `gpushim summary` lines of the last round: segments reserved and released, waits, and
 # whether and where the process left the legacy stream). KEEP_TRACES=DIR keeps those traces.
@@ -69,7 +70,7 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
 modes=${MODES:-default pertensor ptnoframes pluggable plugcaching expandable}
 for r in $(seq "$rounds"); do
   for mode in $modes; do
-    run_mode "$mode" | tee -a "$out" | sed "s/^/round $r: /" >&2
+    run_mode "$mode" | sed "s/^{/{\"round\": $r, /" | tee -a "$out" | sed "s/^/round $r: /" >&2
     # The last round's traces stay, for the pool's lines below.
     [ "$r" = "$rounds" ] || rm -f "$work"/*.trace
   done
@@ -92,14 +93,21 @@ by = {}
 for r in rows:
     by.setdefault(r["mode"], []).append(r)
 base = statistics.median(r["step_ms"] for r in by["default"])
+# Each round's ratio to the default run of the same round: a machine that drifts between
+# rounds (10-20% on the GPU machine) moves both alike.
+base_of = {r.get("round"): r["step_ms"] for r in by["default"]}
 print(f"{rows[0]['workload']}: {len(by['default'])} rounds")
-print(f"{'mode':16} {'step ms':>9} {'x default':>10} {'host ms':>8} {'NVML peak MiB':>14}  each round (ms)")
+print(f"{'mode':16} {'step ms':>9} {'x default':>10} {'per round':>10} {'range':>13} {'host ms':>8} "
+      f"{'NVML peak MiB':>14}  each round (ms)")
 for mode, rs in by.items():
     ms = statistics.median(r["step_ms"] for r in rs)
     peak = max(r["nvml_peak"] for r in rs) / 2**20
     each = " ".join(f"{r['step_ms']:.1f}" for r in rs)
     host = statistics.median(r.get("host_ms", 0) for r in rs)
-    print(f"{mode:16} {ms:9.2f} {ms / base:10.3f} {host:8.2f} {peak:14.0f}  {each}")
+    ratios = [r["step_ms"] / base_of[r.get("round")] for r in rs if r.get("round") in base_of]
+    per = statistics.median(ratios) if ratios else float("nan")
+    span = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-"
+    print(f"{mode:16} {ms:9.2f} {ms / base:10.3f} {per:10.3f} {span:>13} {host:8.2f} {peak:14.0f}  {each}")
 for mode in sys.argv[3].split():
     if mode not in by:
         print(f"{mode:16} {'(no result)':>9}")
