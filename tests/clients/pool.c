@@ -211,7 +211,8 @@ static int legacy(void) {
 }
 
 /* Many streams (as PyTorch makes its pool of them) while the GPU lags: every allocation finds
- * its best block fenced. Prints how many events the pool recorded for its checkpoints. */
+ * its best block fenced. Prints how many events the pool recorded for its checkpoints, per
+ * stream and for the whole context, and how many streams it queried. */
 static int seals(int n) {
     for (int i = 0; i < 64; i++) {
         cudaStream_t s;
@@ -221,11 +222,14 @@ static int seals(int n) {
     cudaMalloc(&busy, MiB);
     simLaunch(NULL, (CUdeviceptr)(uintptr_t)busy, MiB, 300000); /* 300 ms on the legacy stream */
     long before = simCallCount("cuEventRecord");
+    long queries = simCallCount("cuStreamQuery"), whole = simCallCount("cuCtxRecordEvent");
     for (int i = 0; i < n; i++) {
         void *p = NULL;
         if (cudaMalloc(&p, MiB) || cudaFree(p)) return 1;
     }
     printf("event_records=%ld\n", simCallCount("cuEventRecord") - before);
+    printf("stream_queries=%ld\n", simCallCount("cuStreamQuery") - queries);
+    printf("context_events=%ld\n", simCallCount("cuCtxRecordEvent") - whole);
     cudaFree(busy);
     return 0;
 }

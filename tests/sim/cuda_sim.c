@@ -542,6 +542,36 @@ EXPORT CUresult cuEventRecord(void *ev, CUstream s) {
     pthread_mutex_unlock(&work_mu);
     return CUDA_SUCCESS;
 }
+/* Everything issued to the context so far, every stream's, in one event (CUDA 12.5): measured
+ * on the GPU (scripts/gpu/ctx_event_probe.cu) to cover non-blocking streams and the legacy
+ * stream alike. With a capture under way on any stream of the context: 900, and each such
+ * capture invalidated (the driver's documented answer). CUDA_SIM_NO_CTX_EVENT=1 plays a driver
+ * older than 12.5, which has no such function (801, not supported). */
+EXPORT CUresult cuCtxRecordEvent(void *ctx, void *ev) {
+    COUNT(); (void)ctx;
+    static int absent = -1;
+    if (absent < 0) absent = getenv("CUDA_SIM_NO_CTX_EVENT") != NULL;
+    if (absent) return 801;
+    if (!ev) return CUDA_ERROR_INVALID_VALUE;
+    struct sim_event *e = ev;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&work_mu);
+    FOR_EACH_STREAM(st) {
+        if (st->capturing) {
+            st->invalidated = 1;
+            rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+        }
+    }
+    if (rc == CUDA_SUCCESS) {
+        uint64_t t = horizon(&legacy_stream);
+        for (size_t i = 0; i < nstreams; i++)
+            if (streams[i]->busy_until > t) t = streams[i]->busy_until;
+        e->captured = NULL;
+        e->done = t;
+    }
+    pthread_mutex_unlock(&work_mu);
+    return rc;
+}
 /* Querying or waiting for an event recorded into a capture still under way: 907, and the
  * capture is invalidated (every mode, any thread). */
 static CUresult captured_event(struct sim_event *e) {
@@ -990,6 +1020,7 @@ static const struct entry entries[] = {
     { "cuCtxPopCurrent", 4000, (void *)cuCtxPopCurrent_v2, NULL },
     { "cuEventCreate", 2000, (void *)cuEventCreate, NULL },
     { "cuEventRecord", 2000, (void *)cuEventRecord, NULL },
+    { "cuCtxRecordEvent", 12050, (void *)cuCtxRecordEvent, NULL },
     { "cuEventQuery", 2000, (void *)cuEventQuery, NULL },
     { "cuEventSynchronize", 2000, (void *)cuEventSynchronize, NULL },
     { "cuEventDestroy", 4000, (void *)cuEventDestroy_v2, NULL },

@@ -118,6 +118,7 @@ symbols! {
     CuCtxPopCurrentV2 = c"cuCtxPopCurrent_v2" in Driver,
     CuEventCreate = c"cuEventCreate" in Driver,
     CuEventRecord = c"cuEventRecord" in Driver,
+    CuCtxRecordEvent = c"cuCtxRecordEvent" in Driver,
     CuEventQuery = c"cuEventQuery" in Driver,
     CuEventSynchronize = c"cuEventSynchronize" in Driver,
     CuEventDestroyV2 = c"cuEventDestroy_v2" in Driver,
@@ -223,6 +224,7 @@ pub mod sig {
         CuCtxPopCurrentV2: fn(*mut usize) -> i32;
         CuEventCreate: fn(*mut usize, u32) -> i32;
         CuEventRecord: fn(usize, usize) -> i32;
+        CuCtxRecordEvent: fn(usize, usize) -> i32;
         CuEventQuery: fn(usize) -> i32;
         CuEventSynchronize: fn(usize) -> i32;
         CuStreamIsCapturing: fn(usize, *mut c_int) -> i32;

@@ -4,7 +4,7 @@
 
 use super::capture::{capture_active, relaxed_if_capturing};
 use super::context::free_segments;
-use super::context::{MAX_CONTEXTS, device_of, in_context};
+use super::context::{MAX_CONTEXTS, context_handle, device_of, in_context};
 use super::streams::OTHER_STREAMS;
 use crate::costs::{self, Cost};
 use crate::cuda::ffi::CU_EVENT_DISABLE_TIMING;
@@ -12,7 +12,7 @@ use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::trace;
 use core::ffi::c_void;
-use core::sync::atomic::Ordering;
+use core::sync::atomic::{AtomicU8, Ordering};
 use gpushim_core::engine::{Backend, Event, OutOfMemory};
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 use std::collections::VecDeque;
@@ -53,6 +53,10 @@ pub(super) struct SlotFences {
 /// cost memory (the demo's peak reserved 238 -> 272 MiB, blocks waiting for a checkpoint
 /// not made).
 const SEAL_SPACING: u64 = 64;
+
+/// Whether `cuCtxRecordEvent` answers (see `seal`): unknown until the first checkpoint tries.
+static CTX_EVENTS: AtomicU8 = AtomicU8::new(0);
+const NO: u8 = 2;
 
 pub struct CudaBackend {
     pub(super) slots: Vec<SlotFences>,
@@ -131,38 +135,60 @@ impl CudaBackend {
         }
     }
 
-    /// Makes the pending checkpoint of `slot`: an event on the legacy stream and on each
-    /// non-blocking stream that still has work queued. A stream with none (`cuStreamQuery`
-    /// answers 0: everything ever issued to it finished) needs no event: PyTorch makes 64
-    /// streams it rarely uses, and a checkpoint of 65 events cost about 100 µs of host time.
+    /// Makes the pending checkpoint of `slot`: one event that covers everything issued to the
+    /// context (`cuCtxRecordEvent`, CUDA 12.5), or where the driver has none, an event on the
+    /// legacy stream and on each non-blocking stream that still has work queued. A stream with
+    /// none (`cuStreamQuery` answers 0: everything ever issued to it finished) needs no event:
+    /// PyTorch makes 64 streams it rarely uses, and a checkpoint of 65 events cost about 100 µs
+    /// of host time, one of 64 queries 57 µs (H100), the context's one event 2 µs (measured
+    /// with scripts/gpu/ctx_event_probe.cu; docs/cuda-facts.md). Never called during a capture
+    /// (the pool is quiet then), when the context's event would be refused and invalidate it.
     pub(super) fn seal(&mut self, slot: u8) {
         let t0 = costs::start();
         let s = &mut self.slots[slot as usize];
         let create = real::function::<of::CuEventCreate>();
         let record = real::function::<of::CuEventRecord>();
         let idle = real::function::<of::CuStreamQuery>();
+        let whole = real::function::<of::CuCtxRecordEvent>()
+            .filter(|_| CTX_EVENTS.load(Ordering::Relaxed) != NO);
+        let ctx = context_handle(slot);
         let mut events = Vec::with_capacity(1 + s.streams.len());
         let mut broken = s.untracked;
         in_context(slot, || {
+            let event = |spare: &mut Vec<usize>, broken: &mut bool| match spare.pop() {
+                Some(ev) => Some(ev),
+                None => {
+                    let mut ev = 0usize;
+                    // SAFETY: `ev` is a valid out-pointer.
+                    let ok =
+                        create.is_some_and(|c| unsafe { c(&mut ev, CU_EVENT_DISABLE_TIMING) } == 0);
+                    if !ok {
+                        *broken = true;
+                    }
+                    ok.then_some(ev)
+                }
+            };
+            if let Some(f) = whole
+                && let Some(ev) = event(&mut s.spare, &mut broken)
+            {
+                // SAFETY: an event of this context, recorded for the whole of it.
+                if unsafe { f(ctx, ev) } == 0 {
+                    events.push(ev);
+                    return;
+                }
+                // No such function in this driver (or it refused): one event per stream from
+                // now on.
+                CTX_EVENTS.store(NO, Ordering::Relaxed);
+                s.spare.push(ev);
+            }
             for &stream in core::iter::once(&0u64).chain(s.streams.iter()) {
                 // SAFETY: a stream of this context the program created and has not destroyed
                 // (the stream hooks keep the list); never captured here (the pool is quiet).
                 if stream != 0 && idle.is_some_and(|q| unsafe { q(stream as usize) } == 0) {
                     continue;
                 }
-                let ev = match s.spare.pop() {
-                    Some(ev) => ev,
-                    None => {
-                        let mut ev = 0usize;
-                        // SAFETY: `ev` is a valid out-pointer.
-                        let ok = create
-                            .is_some_and(|c| unsafe { c(&mut ev, CU_EVENT_DISABLE_TIMING) } == 0);
-                        if !ok {
-                            broken = true;
-                            continue;
-                        }
-                        ev
-                    }
+                let Some(ev) = event(&mut s.spare, &mut broken) else {
+                    continue;
                 };
                 // SAFETY: an event of this context recorded on a stream of this context.
                 if record.is_some_and(|r| unsafe { r(ev, stream as usize) } == 0) {

@@ -72,6 +72,11 @@ pub fn device_of(slot: u8) -> u8 {
     DEVICES[slot as usize].load(Ordering::Relaxed)
 }
 
+/// The context handle of `slot`.
+pub(super) fn context_handle(slot: u8) -> usize {
+    CONTEXTS[slot as usize].load(Ordering::Acquire)
+}
+
 /// Runs `f` with `slot`'s context current.
 pub(super) fn in_context<R>(slot: u8, f: impl FnOnce() -> R) -> R {
     let target = CONTEXTS[slot as usize].load(Ordering::Acquire);
