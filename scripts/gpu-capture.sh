@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's checks for issue 11 (the pool never breaks a program): the capture client
 # (tests/clients/capture.c) on real CUDA without the shim and under it in every pool mode, each
-# run's lines compared with the run without the shim; then the NVML check that memory given
+# run's lines compared with the run without the shim; what cuCtxRecordEvent covers and costs
+# (scripts/gpu/ctx_event_probe.cu, the pool's checkpoint); then the NVML check that memory given
 # back reaches another process (scripts/gpu/giveback.py). Prints tables. Build and carry .gpu as
 # for scripts/gpu-check.sh. PyTorch's own tests are run separately (see the README).
 set -euo pipefail
@@ -35,5 +36,8 @@ if [ -f $bin/capture-sim.txt ]; then
   if cmp -s $bin/capture-sim.txt $work/plain.txt; then echo "simulator vs real CUDA: same $(grep -c . $work/plain.txt) lines"
   else echo "simulator vs real CUDA: DIFFERENT"; diff $bin/capture-sim.txt $work/plain.txt || true; fi
 fi
+# The checkpoint's one event for the whole context (cuCtxRecordEvent): what it covers, costs
+# and does during a capture (docs/cuda-facts.md).
+nvcc -o $work/ctx_event_probe scripts/gpu/ctx_event_probe.cu -lcuda && $work/ctx_event_probe
 mkdir -p "${OUT:-/tmp}/capture" && cp $work/*.txt "${OUT:-/tmp}/capture/"
 python3 scripts/gpu/giveback.py run
