@@ -55,13 +55,13 @@ fn freed_memory_is_never_handed_out_while_a_kernel_may_still_use_it() {
     let out = pool_run(&["reuse", "200"], vec![], None);
     let v = values(&out);
     assert_eq!(v["violations"], 0, "{}", stdout(&out));
-    // Checkpoints of one event per stream, as on a driver older than 12.5.
-    let old = pool_run(
+    // Checkpoints of one event for the whole context.
+    let ctx = pool_run(
         &["reuse", "200"],
-        vec![("CUDA_SIM_NO_CTX_EVENT", "1".into())],
+        vec![("GPUSHIM_CTX_EVENTS", "1".into())],
         None,
     );
-    assert_eq!(values(&old)["violations"], 0, "{}", stdout(&old));
+    assert_eq!(values(&ctx)["violations"], 0, "{}", stdout(&ctx));
     // Stream-ordered frees are reused at once on their own stream...
     assert!(v["same_stream_reuse"] > 150, "{}", stdout(&out));
     // ...and the host never waited for the GPU while the device had room: the loop never
@@ -489,35 +489,40 @@ fn the_summary_says_when_and_where_the_process_left_the_legacy_stream() {
 fn checkpoints_record_events_only_on_busy_streams_and_not_one_per_allocation() {
     // 64 idle streams, 100 allocations each finding the previous one's block fenced behind a
     // kernel running on the legacy stream: one checkpoint stays outstanding (a new one could
-    // not pass before it). Where the driver has `cuCtxRecordEvent` (12.5 and later), that
+    // not pass before it), and it needs an event on the legacy stream only, the 64 streams
+    // having no work queued (a query each tells). The pool recorded 65 events at every
+    // allocation in session 5 (6,500 here), 65 in all in session 6 (one per stream). With
+    // `GPUSHIM_CTX_EVENTS=1` and a driver that has `cuCtxRecordEvent` (12.5 and later), the
     // checkpoint is one event for the whole context and no stream is queried; on an older
-    // driver, it needs an event on the legacy stream only, the 64 streams having no work
-    // queued (a query each tells). The pool recorded 65 events at every allocation in session
-    // 5 (6,500 here), 65 in all in session 6 (one per stream).
+    // driver the pool tries it once, then does as by default.
     for conf in ["pool:caching", "pool:expandable"] {
-        let out = pool_run(&["seals", "100"], vec![("GPUSHIM_CONF", conf.into())], None);
-        let v = values(&out);
-        assert!(
-            (1..=2).contains(&v["context_events"]),
-            "{conf}: {}",
-            stdout(&out)
-        );
-        assert_eq!(v["event_records"], 0, "{conf}: {}", stdout(&out));
-        assert_eq!(v["stream_queries"], 0, "{conf}: {}", stdout(&out));
-        let out = pool_run(
-            &["seals", "100"],
-            vec![
-                ("GPUSHIM_CONF", conf.into()),
-                ("CUDA_SIM_NO_CTX_EVENT", "1".into()),
-            ],
-            None,
-        );
-        let v = values(&out);
-        assert!(v["event_records"] <= 2, "{conf}: {}", stdout(&out));
-        assert!(v["event_records"] >= 1, "{conf}: {}", stdout(&out));
-        // Tried once, then never again.
-        assert!(v["context_events"] <= 1, "{conf}: {}", stdout(&out));
-        assert!(v["stream_queries"] >= 64, "{conf}: {}", stdout(&out));
+        for (ctx_events, old_driver) in [(false, false), (true, false), (true, true)] {
+            let mut env = vec![("GPUSHIM_CONF", conf.into())];
+            if ctx_events {
+                env.push(("GPUSHIM_CTX_EVENTS", "1".into()));
+            }
+            if old_driver {
+                env.push(("CUDA_SIM_NO_CTX_EVENT", "1".into()));
+            }
+            let out = pool_run(&["seals", "100"], env, None);
+            let v = values(&out);
+            let what = format!("{conf}, context events {ctx_events}, old driver {old_driver}");
+            if ctx_events && !old_driver {
+                assert!(
+                    (1..=2).contains(&v["context_events"]),
+                    "{what}: {}",
+                    stdout(&out)
+                );
+                assert_eq!(v["event_records"], 0, "{what}: {}", stdout(&out));
+                assert_eq!(v["stream_queries"], 0, "{what}: {}", stdout(&out));
+            } else {
+                assert!(v["event_records"] <= 2, "{what}: {}", stdout(&out));
+                assert!(v["event_records"] >= 1, "{what}: {}", stdout(&out));
+                // Tried at most once.
+                assert!(v["context_events"] <= i64::from(ctx_events), "{what}");
+                assert!(v["stream_queries"] >= 64, "{what}: {}", stdout(&out));
+            }
+        }
     }
 }
 

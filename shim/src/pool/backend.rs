@@ -54,9 +54,28 @@ pub(super) struct SlotFences {
 /// not made).
 const SEAL_SPACING: u64 = 64;
 
-/// Whether `cuCtxRecordEvent` answers (see `seal`): unknown until the first checkpoint tries.
+/// Whether checkpoints use `cuCtxRecordEvent` (see `seal`): unknown until the first checkpoint
+/// asks. Off unless `GPUSHIM_CTX_EVENTS=1`: measured on the H100 (session 9), the context's
+/// event cost 2.4 µs where a checkpoint of one event per stream cost 57 µs, yet in paired
+/// rounds the builds with it stepped 2 to 9% slower in 5 of 5 (transformer, ResNet-50), and
+/// in one ResNet-50 process checkpoints still took 61 µs each, four times as many; until that
+/// is understood, one event per stream stays the default.
 static CTX_EVENTS: AtomicU8 = AtomicU8::new(0);
+const YES: u8 = 1;
 const NO: u8 = 2;
+
+/// Whether to try `cuCtxRecordEvent` for this checkpoint.
+fn context_events() -> bool {
+    match CTX_EVENTS.load(Ordering::Relaxed) {
+        YES => true,
+        NO => false,
+        _ => {
+            let on = crate::os::env_flag(c"GPUSHIM_CTX_EVENTS");
+            CTX_EVENTS.store(if on { YES } else { NO }, Ordering::Relaxed);
+            on
+        }
+    }
+}
 
 pub struct CudaBackend {
     pub(super) slots: Vec<SlotFences>,
@@ -135,9 +154,10 @@ impl CudaBackend {
         }
     }
 
-    /// Makes the pending checkpoint of `slot`: one event that covers everything issued to the
-    /// context (`cuCtxRecordEvent`, CUDA 12.5), or where the driver has none, an event on the
-    /// legacy stream and on each non-blocking stream that still has work queued. A stream with
+    /// Makes the pending checkpoint of `slot`: with `GPUSHIM_CTX_EVENTS=1` (see `CTX_EVENTS`),
+    /// one event that covers everything issued to the context (`cuCtxRecordEvent`, CUDA 12.5);
+    /// otherwise, or where the driver has none, an event on the legacy stream and on each
+    /// non-blocking stream that still has work queued. A stream with
     /// none (`cuStreamQuery` answers 0: everything ever issued to it finished) needs no event:
     /// PyTorch makes 64 streams it rarely uses, and a checkpoint of 65 events cost about 100 µs
     /// of host time, one of 64 queries 57 µs (H100), the context's one event 2 µs (measured
@@ -149,8 +169,7 @@ impl CudaBackend {
         let create = real::function::<of::CuEventCreate>();
         let record = real::function::<of::CuEventRecord>();
         let idle = real::function::<of::CuStreamQuery>();
-        let whole = real::function::<of::CuCtxRecordEvent>()
-            .filter(|_| CTX_EVENTS.load(Ordering::Relaxed) != NO);
+        let whole = real::function::<of::CuCtxRecordEvent>().filter(|_| context_events());
         let ctx = context_handle(slot);
         let mut events = Vec::with_capacity(1 + s.streams.len());
         let mut broken = s.untracked;
@@ -172,13 +191,17 @@ impl CudaBackend {
                 && let Some(ev) = event(&mut s.spare, &mut broken)
             {
                 // SAFETY: an event of this context, recorded for the whole of it.
-                if unsafe { f(ctx, ev) } == 0 {
+                let rc = unsafe { f(ctx, ev) };
+                if rc == 0 {
                     events.push(ev);
                     return;
                 }
-                // No such function in this driver (or it refused): one event per stream from
-                // now on.
+                // It refused: one event per stream from now on.
                 CTX_EVENTS.store(NO, Ordering::Relaxed);
+                crate::os::say(format_args!(
+                    "cuCtxRecordEvent answered {rc}; checkpoints record an event per stream \
+                     from now on"
+                ));
                 s.spare.push(ev);
             }
             for &stream in core::iter::once(&0u64).chain(s.streams.iter()) {
