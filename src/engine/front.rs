@@ -119,7 +119,9 @@ impl<B: Backend> Front<B> {
 
     /// Returns a block.
     pub fn free(&mut self, ptr: u64, kind: FreeKind) -> Freed {
-        if self.in_use > 0
+        // 0 marks an unused entry: never a block.
+        if ptr != 0
+            && self.in_use > 0
             && let Some(i) = self.ptrs.iter().position(|&p| p == ptr)
         {
             if self.waiting[i] != 0 {
@@ -335,6 +337,11 @@ mod tests {
         assert_eq!(f.free(a.ptr, FreeKind::Sync), Freed::Done(0));
         assert_eq!(f.free(a.ptr, FreeKind::Sync), Freed::Invalid);
         assert_eq!(f.free(0x10, FreeKind::Sync), Freed::NotOurs);
+        // A null pointer is never an entry of the list, used or not.
+        let c = f.alloc(0, 4096, 7).unwrap();
+        f.free(c.ptr, FreeKind::OnStream(7));
+        assert_eq!(f.free(0, FreeKind::OnStream(7)), Freed::NotOurs);
+        assert_eq!(f.alloc(0, 4096, 7).unwrap().ptr, c.ptr);
     }
 
     #[test]
