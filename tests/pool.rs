@@ -264,6 +264,14 @@ fn the_pytorch_pluggable_allocator_entry_points_pool_even_with_pool_off() {
     let v = values(&out);
     assert_eq!((v["alloc_ok"], v["reused_on_stream"]), (1, 1));
     assert_eq!(v["device_allocs"], 1);
+    // `GPUSHIM_COSTS=1` counts the entry points as the allocation and free hooks: 2 each.
+    let out = pool_run(&["pluggable"], vec![("GPUSHIM_COSTS", "1".into())], None);
+    let err = stderr(&out);
+    for work in ["malloc hook", "free hook"] {
+        let line = err.lines().find(|l| l.contains(work));
+        let calls = line.and_then(|l| l.split_whitespace().rev().nth(2));
+        assert_eq!(calls, Some("2"), "{work}: {err}");
+    }
 }
 
 #[test]

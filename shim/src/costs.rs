@@ -12,9 +12,9 @@ use gpushim_core::trace::recorder::clock_ns;
 #[derive(Clone, Copy)]
 pub enum Cost {
     /// A pooled allocation hook, from the pool's decision to serve it to its answer (the
-    /// record included).
+    /// record included); PyTorch's pluggable entry point `gpushim_alloc` counts here too.
     Malloc,
-    /// A pooled free hook, likewise.
+    /// A pooled free hook, likewise (`gpushim_free` too).
     Free,
     /// Waiting for the pool's lock.
     Lock,

@@ -426,6 +426,7 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
         return plain_alloc(size as usize);
     }
     let guard = Guard::enter();
+    let t0 = crate::costs::start();
     pool::plug();
     if !pool::runtime_context_ready() {
         return core::ptr::null_mut();
@@ -447,6 +448,7 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
             stream as u64,
         );
     }
+    crate::costs::end(crate::costs::Cost::Malloc, t0);
     ptr as *mut c_void
 }
 
@@ -471,6 +473,7 @@ pub unsafe extern "C" fn gpushim_free(
         return;
     }
     let guard = Guard::enter();
+    let t0 = crate::costs::start();
     let key = pool::stream_key(stream, false, Api::Pluggable);
     let found = match pool::free(ptr as u64, FreeKind::OnStream(key)) {
         pool::Freed::Done(d) => Some(d),
@@ -491,6 +494,7 @@ pub unsafe extern "C" fn gpushim_free(
             stream as u64,
         );
     }
+    crate::costs::end(crate::costs::Cost::Free, t0);
     if found.is_none() && state::enabled() {
         say(format_args!(
             "gpushim_free: {ptr:p} is not a live block of the pool; ignored"
