@@ -42,6 +42,13 @@ fn step_sizes(shape: u64, rng: &mut u64) -> Vec<u64> {
     sizes
 }
 
+/// Touches every cache line of `thrash` (evicting the engine, as a program's own work does).
+fn touch(thrash: &mut [u8]) {
+    for i in (0..thrash.len()).step_by(64) {
+        thrash[i] = thrash[i].wrapping_add(1);
+    }
+}
+
 struct Outcome {
     ns_per_pair: f64,
     peak_reserved: u64,
@@ -53,11 +60,6 @@ fn run(conf: &Conf, steps: u64, thrash: &mut [u8]) -> Outcome {
     let mut rng = 1u64;
     let mut spent = 0u128;
     let mut pairs = 0u64;
-    let touch = |thrash: &mut [u8]| {
-        for i in (0..thrash.len()).step_by(64) {
-            thrash[i] = thrash[i].wrapping_add(1);
-        }
-    };
     for step in 0..steps {
         let sizes = step_sizes(step % 6, &mut rng);
         // Forward: activations live until backward; temporaries die at once.
@@ -114,9 +116,7 @@ fn replay(records: &[Record], conf: &Conf, thrash: &mut [u8]) -> (f64, u64, u64)
             r.apply(rec);
             continue;
         }
-        for i in (0..thrash.len()).step_by(64) {
-            thrash[i] = thrash[i].wrapping_add(1);
-        }
+        touch(thrash);
         let t0 = Instant::now();
         r.apply(rec);
         spent += t0.elapsed().as_nanos();

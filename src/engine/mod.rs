@@ -594,19 +594,7 @@ impl<B: Backend> Engine<B> {
         if ptr >= base + b.size {
             return None;
         }
-        let State::Allocated { stream, requested } = b.state else {
-            return None;
-        };
-        let seg = self.segments.get(&b.segment)?;
-        Some(BlockInfo {
-            ptr: base,
-            size: b.size,
-            requested,
-            device: b.pool.device,
-            stream,
-            segment: b.segment,
-            segment_size: seg.size,
-        })
+        self.block_at(base)
     }
 
     /// The live block that starts at `ptr`, if any: one hash lookup, where [`Engine::lookup`]
