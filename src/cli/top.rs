@@ -46,15 +46,14 @@ pub fn cmd_top(
     let mut shown = 0u64;
     let started = std::time::Instant::now();
     loop {
+        // A process that just started may not have written the header yet (the file is
+        // created empty, then sized and filled in, its magic last): asked before the read, so
+        // a header finished during a failed read is read again rather than reported.
+        let young = shown == 0 && started.elapsed() < std::time::Duration::from_secs(10);
+        let pending = young && header_pending(trace);
         let s = match summary::summarize(trace, opts) {
             Ok(s) => s,
-            // A process that just started may not have written the header yet (the file is
-            // created, then filled in).
-            Err(_)
-                if shown == 0
-                    && started.elapsed() < std::time::Duration::from_secs(10)
-                    && header_pending(trace) =>
-            {
+            Err(_) if young && (pending || header_pending(trace)) => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 continue;
             }

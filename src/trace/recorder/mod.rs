@@ -798,7 +798,6 @@ unsafe fn write_header(base: *mut u8, o: &OpenOptions<'_>, capacity: u64) -> u64
     let h = unsafe { core::slice::from_raw_parts_mut(base, HEADER_SIZE) };
     let put =
         |h: &mut [u8], off: usize, bytes: &[u8]| h[off..off + bytes.len()].copy_from_slice(bytes);
-    put(h, header::MAGIC, &format::MAGIC);
     put(h, header::VERSION, &format::VERSION.to_le_bytes());
     put(h, header::RECORD_SIZE, &(RECORD_SIZE as u32).to_le_bytes());
     put(h, header::HEADER_SIZE, &(HEADER_SIZE as u32).to_le_bytes());
@@ -819,6 +818,10 @@ unsafe fn write_header(base: *mut u8, o: &OpenOptions<'_>, capacity: u64) -> u64
     put(h, header::PROGRAM, &o.program[..n]);
     let n = clip(o.cmdline, header::CMDLINE_LEN);
     put(h, header::CMDLINE, &o.cmdline[..n]);
+    // The magic last: a reader (`gpushim top` on a process just starting) that sees it sees
+    // the whole header.
+    core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
+    put(h, header::MAGIC, &format::MAGIC);
     origin
 }
 
