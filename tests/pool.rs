@@ -608,3 +608,24 @@ fn a_synchronization_with_nothing_pending_passes_nothing_freed_after_it() {
         }
     }
 }
+
+/// Splits are counted in batches (one `Split` record per 64 and the rest at exit), and the
+/// summary's count is exact: `count 200` splits its 2 MiB segment at each of its 200 rounds of
+/// a 1 MiB allocation and free.
+#[test]
+fn splits_are_counted_exactly_in_few_records() {
+    let dir = tempdir("splits");
+    let t = dir.join("t.trace");
+    let out = pool_run(&["count", "200"], vec![], Some(&t));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = summary_json(&t);
+    assert_eq!(s["pool"][0]["splits"], 200, "{s}");
+    let events = std::process::Command::new(gpushim_bin())
+        .arg("events")
+        .arg(&t)
+        .output()
+        .unwrap();
+    let csv = String::from_utf8_lossy(&events.stdout);
+    let records = csv.lines().filter(|l| l.contains(",split,")).count();
+    assert_eq!(records, 4, "{csv}");
+}

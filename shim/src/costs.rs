@@ -34,9 +34,12 @@ pub enum Cost {
     Map,
     /// One record written to the trace, its stacks included.
     Record,
+    /// The stacks of one record (Python frames, sampled native frames): their capture,
+    /// interning and records, a part of [`Cost::Record`].
+    Stacks,
 }
 
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 12] = [
     "malloc hook",
     "free hook",
     "pool lock wait",
@@ -48,6 +51,7 @@ const NAMES: [&str; 11] = [
     "cuMemFree",
     "pages mapped",
     "trace record",
+    "  of which stacks",
 ];
 const KINDS: usize = NAMES.len();
 

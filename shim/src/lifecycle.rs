@@ -17,8 +17,9 @@ extern "C" fn constructor() {
 #[unsafe(link_section = ".init_array")]
 static CONSTRUCTOR: extern "C" fn() = constructor;
 
-/// Room for every layer's handler (trace, pool, IPC), with one to spare.
-const SLOTS: usize = 4;
+/// Room for every handler (the trace, the pool's split count, the IPC table, the cost
+/// report), with two to spare.
+const SLOTS: usize = 6;
 static AT_EXIT: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 static IN_CHILD: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
 static REGISTERED: AtomicBool = AtomicBool::new(false);

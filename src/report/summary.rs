@@ -160,7 +160,11 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 p.0 = p.0.saturating_sub(r.size);
                 activity_of(&mut activity, r.device).segments_released += 1;
             }
-            RecordKind::Split => activity_of(&mut activity, r.device).splits += 1,
+            RecordKind::Split => {
+                // Since session 10 one record counts many splits (`ptr` 0, `size` the count);
+                // older traces have one record per split.
+                activity_of(&mut activity, r.device).splits += if r.ptr == 0 { r.size } else { 1 }
+            }
             RecordKind::PoolSync => activity_of(&mut activity, r.device).waits += 1,
             RecordKind::OomRetry => activity_of(&mut activity, r.device).oom_retries += 1,
             RecordKind::PoolCheckpoint if r.size == 0 => {

@@ -171,7 +171,9 @@ byte_enum! {
         SegmentReserve = 29 => "segment_reserve",
         /// The pool gave a segment back to the device.
         SegmentRelease = 30 => "segment_release",
-        /// The pool split a cached block; the rest (`ptr`, `size`) stays cached.
+        /// The pool split cached blocks: `size` splits since the device's last such record
+        /// (`ptr` 0; written every 64 splits and at exit). Traces before session 10 have one
+        /// per split, with the rest that stayed cached (`ptr`, `size`).
         Split = 31 => "split",
         /// The device was out of memory for a segment of `size`; the pool released its idle
         /// cache and the retry succeeded.

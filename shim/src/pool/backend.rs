@@ -12,7 +12,7 @@ use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::trace;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicU8, Ordering};
+use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use gpushim_core::engine::{Backend, Event, OutOfMemory};
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 use std::collections::VecDeque;
@@ -54,6 +54,37 @@ pub(super) struct SlotFences {
 /// not made).
 const SEAL_SPACING: u64 = 64;
 
+/// Splits are counted, not recorded one by one: a record costs a few hundred ns inside a
+/// real process (the ring's cache lines are cold after the program's own work), and the
+/// summary wants only their number. One `Split` record (`ptr` 0, `size` the count) per this
+/// many splits of a device, and the rest at exit.
+const SPLITS_PER_RECORD: u64 = 64;
+static SPLITS: [AtomicU64; MAX_CONTEXTS] = [const { AtomicU64::new(0) }; MAX_CONTEXTS];
+
+/// Counts one split of device slot `slot`; `Some(count)` (and the count starts again) once
+/// `at_least` splits are counted.
+fn take_splits(slot: u8, at_least: u64) -> Option<u64> {
+    let Some(counter) = SPLITS.get(slot as usize) else {
+        return None;
+    };
+    if counter.fetch_add(1, Ordering::Relaxed) + 1 < at_least {
+        return None;
+    }
+    Some(counter.swap(0, Ordering::Relaxed)).filter(|&n| n > 0)
+}
+
+/// At exit: the splits counted since each device's last `Split` record. In a forked child,
+/// `forget` drops the parent's instead.
+pub fn flush_splits(forget: bool) {
+    for (slot, counter) in SPLITS.iter().enumerate() {
+        let n = counter.swap(0, Ordering::Relaxed);
+        if n > 0 && !forget {
+            let slot = slot as u8;
+            trace::record(RecordKind::Split, Api::Shim, 0, 0, n, device_of(slot), 0);
+        }
+    }
+}
+
 /// Whether checkpoints use `cuCtxRecordEvent` (see `seal`): unknown until the first checkpoint
 /// asks. Off unless `GPUSHIM_CTX_EVENTS=1`: measured on the H100 (session 9), the context's
 /// event cost 2.4 µs where a checkpoint of one event per stream cost 57 µs, yet in paired
@@ -61,6 +92,8 @@ const SEAL_SPACING: u64 = 64;
 /// in one ResNet-50 process checkpoints still took 61 µs each, four times as many; until that
 /// is understood, one event per stream stays the default.
 static CTX_EVENTS: AtomicU8 = AtomicU8::new(0);
+/// What an unset `GPUSHIM_CTX_EVENTS` means.
+const CTX_EVENTS_DEFAULT: bool = false;
 const YES: u8 = 1;
 const NO: u8 = 2;
 
@@ -70,7 +103,10 @@ fn context_events() -> bool {
         YES => true,
         NO => false,
         _ => {
-            let on = crate::os::env_flag(c"GPUSHIM_CTX_EVENTS");
+            let on = match crate::os::env(c"GPUSHIM_CTX_EVENTS") {
+                Some(_) => crate::os::env_flag(c"GPUSHIM_CTX_EVENTS"),
+                None => CTX_EVENTS_DEFAULT,
+            };
             CTX_EVENTS.store(if on { YES } else { NO }, Ordering::Relaxed);
             on
         }
@@ -511,7 +547,10 @@ impl Backend for CudaBackend {
             Event::SegmentRelease { device, ptr, size } => {
                 (RecordKind::SegmentRelease, device, ptr, size)
             }
-            Event::Split { device, ptr, size } => (RecordKind::Split, device, ptr, size),
+            Event::Split { device, .. } => match take_splits(device, SPLITS_PER_RECORD) {
+                Some(n) => (RecordKind::Split, device, 0, n),
+                None => return,
+            },
             Event::OomRetry { device, size } => (RecordKind::OomRetry, device, 0, size),
             Event::OutOfMemory { device, size } => (RecordKind::OutOfMemory, device, 0, size),
             Event::LimitHit { device, size } => (RecordKind::LimitHit, device, 0, size),

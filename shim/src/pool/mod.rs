@@ -136,6 +136,7 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     // Read first: a swap on every call would take the cache line from every other thread.
     if !STARTED.load(Ordering::Relaxed) && !STARTED.swap(true, Ordering::Relaxed) {
         crate::lifecycle::in_forked_child(forget_after_fork);
+        crate::lifecycle::on_exit(|| backend::flush_splits(false));
         start_trimmer();
     }
     crate::costs::measure(crate::costs::Cost::Lock, || LOCK.lock());
@@ -233,6 +234,7 @@ pub fn forget_after_fork() {
     LOCK.unlock();
     context::forget_after_fork();
     ipc::forget_after_fork();
+    backend::flush_splits(true);
 }
 
 /// What the pool did with a request.

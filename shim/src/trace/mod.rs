@@ -50,7 +50,9 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
     append(kind, api, rc, ptr, size, device, thread, stream_index);
     // The pool's own decisions follow the call that caused them, which has the stack.
     if api != Api::Shim {
-        crate::trace::stacks::maybe_record(thread, kind);
+        crate::costs::measure(crate::costs::Cost::Stacks, || {
+            crate::trace::stacks::maybe_record(thread, kind)
+        });
     }
     crate::costs::end(crate::costs::Cost::Record, t0);
 }
