@@ -64,9 +64,7 @@ static SPLITS: [AtomicU64; MAX_CONTEXTS] = [const { AtomicU64::new(0) }; MAX_CON
 /// Counts one split of device slot `slot`; `Some(count)` (and the count starts again) once
 /// `at_least` splits are counted.
 fn take_splits(slot: u8, at_least: u64) -> Option<u64> {
-    let Some(counter) = SPLITS.get(slot as usize) else {
-        return None;
-    };
+    let counter = SPLITS.get(slot as usize)?;
     if counter.fetch_add(1, Ordering::Relaxed) + 1 < at_least {
         return None;
     }
