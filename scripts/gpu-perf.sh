@@ -7,7 +7,8 @@
 # segments, for memory; ptexpandable (pertensor over pool:expandable); ptnoframes
 # (pertensor with stacks:off: what Python frames cost, issue 13); ptnotrace (pertensor,
 # recording off); pttrimoff (pertensor, nothing given back); ptplain (pertensor with
-# medium:off: plain pool:caching). MODES (environment) picks a subset, in order; a mode named alt-MODE runs MODE
+# medium:off: plain pool:caching); ptctx, ptnoctx, plugctx (checkpoints of one context event
+# on, off: GPUSHIM_CTX_EVENTS=1, 0). MODES (environment) picks a subset, in order; a mode named alt-MODE runs MODE
 # with the build whose library ALT_LIB names, so two builds are compared in the same run.
 # Prints one table per workload: median step time over the rounds, × PyTorch's default of the
 # same run (ratio of medians; and the median and range of each round's ratio to that round's
@@ -60,6 +61,15 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
       ptnoframes) .gpu/gpushim run --per-tensor --conf stacks:off --trace "$work/${TRACE_TAG:-}pn.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnoframes"/' ;;
+      ptctx) GPUSHIM_CTX_EVENTS=1 .gpu/gpushim run --per-tensor --trace "$work/${TRACE_TAG:-}pq.%p.trace" -- \
+                   python3 $script $(wl pertensor "$steps") \
+                   | sed 's/"mode": "pertensor"/"mode": "ptctx"/' ;;
+      ptnoctx) GPUSHIM_CTX_EVENTS=0 .gpu/gpushim run --per-tensor --trace "$work/${TRACE_TAG:-}py.%p.trace" -- \
+                   python3 $script $(wl pertensor "$steps") \
+                   | sed 's/"mode": "pertensor"/"mode": "ptnoctx"/' ;;
+      plugctx) GPUSHIM_CTX_EVENTS=1 .gpu/gpushim run --conf pool:expandable --trace "$work/${TRACE_TAG:-}pz.%p.trace" -- \
+                   python3 $script $(wl pluggable "$steps") \
+                   | sed 's/"mode": "pluggable"/"mode": "plugctx"/' ;;
       pluggable) .gpu/gpushim run --conf pool:expandable --trace "$work/${TRACE_TAG:-}pl.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
       plugcaching) .gpu/gpushim run --conf pool:caching --trace "$work/${TRACE_TAG:-}pc.%p.trace" -- \
