@@ -19,6 +19,7 @@
 # WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
 # host cost only, no kernels): STEPS is then the number of tensors.
 #   bash scripts/gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]    (transformer, gpt2, resnet50, alloc)
+#   BUDGET_S=270 bash scripts/gpu-perf.sh ...   (fewer rounds if time runs short; table printed)
 # Build and carry .gpu as for scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -78,12 +79,21 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
   esac 2>/dev/null | { grep '^RESULT' || true; } | sed 's/^RESULT //'
 }
 modes=${MODES:-default pertensor ptnoframes pluggable plugcaching expandable}
+# BUDGET_S (environment): start no round that would end past this many seconds (judged by
+# the longest round so far), so a call with a time limit still prints its table.
+began=$SECONDS longest=0
 for r in $(seq "$rounds"); do
+  if [ -n "${BUDGET_S:-}" ] && [ $((SECONDS - began + longest)) -gt "$BUDGET_S" ]; then
+    echo "gpu-perf: stopped after $((r - 1)) rounds (BUDGET_S=$BUDGET_S)" >&2
+    break
+  fi
+  round_began=$SECONDS
   for mode in $modes; do
     run_mode "$mode" | sed "s/^{/{\"round\": $r, /" | tee -a "$out" | sed "s/^/round $r: /" >&2
     # The last round's traces stay, for the pool's lines below.
     [ "$r" = "$rounds" ] || rm -f "$work"/*.trace
   done
+  if [ $((SECONDS - round_began)) -gt "$longest" ]; then longest=$((SECONDS - round_began)); fi
 done
 python3 - "$out" "$workload" "$modes" <<'PY'
 import json, statistics, sys
