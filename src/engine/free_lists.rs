@@ -42,8 +42,9 @@ impl<B: Backend> Engine<B> {
 
     /// Best fit over the device's pools of this size class: the smallest free block of at
     /// least `need` bytes that `key.stream` may use now (its own stream-ordered frees at once,
-    /// others once their fences passed). Also says whether a fenced block would fit better.
-    /// Allocates nothing.
+    /// others once their fences passed), newest first among blocks of one size, the first pool
+    /// in key order among equal sizes. Also says whether a fenced block would fit better. At
+    /// most `FENCED_SCAN` fenced blocks are looked at per pool. Allocates nothing.
     pub(super) fn search(
         &mut self,
         key: PoolKey,
@@ -66,25 +67,57 @@ impl<B: Backend> Engine<B> {
         };
         let mut best: Option<(u64, u64, PoolKey)> = None;
         let mut best_fenced = u64::MAX;
-        for (k, set) in free.range(lo..=hi) {
+        let first = bins::class_of(need);
+        for (k, pool) in free.range(lo..=hi) {
             let mut fenced_seen = 0;
-            for &(size, _, p) in set.range((need, 0, 0)..) {
-                if best.is_some_and(|(bs, _, _)| bs <= size) {
+            // This pool's best: (size, stamp, address).
+            let mut mine: Option<(u64, u64, u64)> = None;
+            let mut class = pool.next_class(first);
+            'classes: while let Some(c) = class {
+                // Every block of this class and above is at least this big.
+                let floor = bins::class_floor(c);
+                if best.is_some_and(|(bs, _, _)| bs <= floor) {
                     break;
                 }
-                match Self::fit(blocks, backend, p, key.stream) {
-                    Fit::Usable => {
-                        best = Some((size, p, *k));
+                let mut p = pool.head(c);
+                while p != 0 {
+                    let Some(b) = blocks.get(&p) else {
                         break;
-                    }
-                    Fit::Fenced => {
-                        best_fenced = best_fenced.min(size);
-                        fenced_seen += 1;
-                        if fenced_seen == FENCED_SCAN {
-                            break;
+                    };
+                    let (size, stamp, next) = (b.size, b.stamp, b.link.1);
+                    let better = size >= need
+                        && best.is_none_or(|(bs, _, _)| bs > size)
+                        && mine.is_none_or(|m| m > (size, stamp, p));
+                    if better {
+                        match Self::fit(blocks, backend, p, key.stream) {
+                            Fit::Usable => {
+                                mine = Some((size, stamp, p));
+                                if bins::exact(c) {
+                                    // Newest first: nothing later in this list is better.
+                                    break;
+                                }
+                            }
+                            Fit::Fenced => {
+                                best_fenced = best_fenced.min(size);
+                                fenced_seen += 1;
+                                if fenced_seen == FENCED_SCAN {
+                                    break 'classes;
+                                }
+                            }
                         }
                     }
+                    p = next;
                 }
+                if mine.is_some() {
+                    // Classes above hold only bigger blocks.
+                    break;
+                }
+                class = pool.next_class(c + 1);
+            }
+            if let Some((size, _, p)) = mine
+                && best.is_none_or(|(bs, _, _)| bs > size)
+            {
+                best = Some((size, p, *k));
             }
         }
         let fenced_fits = best_fenced < best.map_or(u64::MAX, |(s, _, _)| s);
@@ -182,10 +215,17 @@ impl<B: Backend> Engine<B> {
         // the block freed last, warm in the caches, is reused first.
         self.stamps -= 1;
         b.stamp = self.stamps;
-        self.free
-            .entry(pool)
-            .or_default()
-            .insert((size, self.stamps, p));
+        // At the head of its class's list: the lists are newest first.
+        let bins = self.free.entry(pool).or_default();
+        let c = bins::class_of(size);
+        let old = bins.head(c);
+        bins.set_head(c, p);
+        b.link = (0, old);
+        if old != 0
+            && let Some(o) = self.blocks.get_mut(&old)
+        {
+            o.link.0 = p;
+        }
         self.idle_per_device[pool.device as usize] += size;
     }
 
@@ -198,12 +238,8 @@ impl<B: Backend> Engine<B> {
         if end_wait(b, &mut self.pending_per_device) {
             return;
         }
-        let stamp = core::mem::take(&mut b.stamp);
-        if stamp != 0
-            && let Some(set) = self.free.get_mut(&pool)
-            && set.remove(&(size, stamp, p))
-        {
-            self.idle_per_device[pool.device as usize] -= size;
+        if b.stamp != 0 {
+            self.unlink(pool, size, p);
         }
     }
 
@@ -215,15 +251,31 @@ impl<B: Backend> Engine<B> {
     }
 
     pub(super) fn remove_free_entry(&mut self, pool: PoolKey, size: u64, p: u64) {
-        let Some(b) = self.blocks.get_mut(&p).filter(|b| b.stamp != 0) else {
+        if self.blocks.get(&p).is_some_and(|b| b.stamp != 0) {
+            self.unlink(pool, size, p);
+        }
+    }
+
+    /// Takes listed block `p` (of `size` bytes, in `pool`) out of its class's list.
+    fn unlink(&mut self, pool: PoolKey, size: u64, p: u64) {
+        let Some(b) = self.blocks.get_mut(&p) else {
             return;
         };
-        let stamp = core::mem::take(&mut b.stamp);
-        if let Some(set) = self.free.get_mut(&pool)
-            && set.remove(&(size, stamp, p))
-        {
-            self.idle_per_device[pool.device as usize] -= size;
+        let (before, after) = core::mem::take(&mut b.link);
+        b.stamp = 0;
+        if before != 0 {
+            if let Some(q) = self.blocks.get_mut(&before) {
+                q.link.1 = after;
+            }
+        } else if let Some(bins) = self.free.get_mut(&pool) {
+            bins.set_head(bins::class_of(size), after);
         }
+        if after != 0
+            && let Some(q) = self.blocks.get_mut(&after)
+        {
+            q.link.0 = before;
+        }
+        self.idle_per_device[pool.device as usize] -= size;
     }
 
     /// Merges free block `p` with free neighbours of its segment and pool. A block freed

@@ -3,9 +3,10 @@
 //! Device memory is reserved from the backend in segments and handed out in blocks. Requests
 //! up to 1 MiB come from 2 MiB "small" segments split down to 512-byte granules; larger ones from
 //! segments rounded up to 2 MiB, split only while the block is at most `max_split` and the rest
-//! is more than 1 MiB. Free blocks live in pools, one per (device, stream, small or large), and
-//! a request takes the smallest block that fits (best fit). Neighbouring free blocks of one
-//! segment and pool coalesce.
+//! is more than 1 MiB. Free blocks live in pools, one per (device, stream, small or large), each
+//! a set of lists by size class (`bins`), and a request takes the smallest block that fits
+//! (best fit; the newest among blocks of one size). Neighbouring free blocks of one segment and
+//! pool coalesce.
 //!
 //! Safe reuse (contract 3 of docs/design.md): a block freed stream-ordered on stream S carries a
 //! fence on S; it is reusable at once on S (stream order protects it) and on another stream
@@ -19,6 +20,7 @@
 //! memory (the excess goes back to the device at each free).
 
 pub mod backend;
+mod bins;
 mod blocks;
 mod free_lists;
 pub mod front;
@@ -26,7 +28,7 @@ mod segments;
 
 use crate::config::Conf;
 pub use backend::{Backend, Event, MemoryBackend, OutOfMemory};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// The pool key of allocations that are not stream-ordered (`cudaMalloc`, `cuMemAlloc`): no
 /// stream has it, so no stream may reuse a block freed into it before its fence passed.
@@ -138,6 +140,9 @@ struct Block<F> {
     pending: bool,
     /// While in a free list, its place among blocks of its size there; 0 otherwise.
     stamp: u64,
+    /// While in a free list: the blocks before (newer) and after (older) it in its size
+    /// class's list (`bins`), 0 at either end.
+    link: (u64, u64),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -219,8 +224,8 @@ pub struct Engine<B: Backend> {
     blocks: blocks::BlockMap<Block<B::Fence>>,
     /// Segments by base address (the same map as blocks: a lookup per request, order rarely).
     segments: blocks::BlockMap<Segment>,
-    /// Free blocks per pool, by (size, stamp, address).
-    free: BTreeMap<PoolKey, BTreeSet<(u64, u64, u64)>>,
+    /// Free blocks per pool, by size class (`bins`).
+    free: BTreeMap<PoolKey, bins::Bins>,
     /// The next free block's stamp, counting down (see `insert_free`).
     stamps: u64,
     stats: Stats,
@@ -673,6 +678,7 @@ impl<B: Backend> Engine<B> {
                 state: b.state.clone(),
                 pending: false,
                 stamp: 0,
+                link: (0, 0),
             };
             let fenced = matches!(rest.state, State::Free { fence: Some(_), .. });
             self.blocks.insert(ptr + need, rest);

@@ -80,6 +80,7 @@ impl<B: Backend> Engine<B> {
                 },
                 pending: false,
                 stamp: 0,
+                link: (0, 0),
             },
         );
         Ok(ptr)
@@ -202,6 +203,7 @@ impl<B: Backend> Engine<B> {
                             },
                             pending: false,
                             stamp: 0,
+                            link: (0, 0),
                         },
                     );
                     end
