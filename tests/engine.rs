@@ -183,6 +183,9 @@ fn run(seed: u64, steps: usize, policy: Policy, capacity: u64) {
         }
         let passed = passed_fences(&e);
         hazards.retain(|h| h.fence > passed);
+        if let Err(e) = e.check_links() {
+            panic!("step {step}: {e}");
+        }
         // Accounting against the model.
         let s = e.stats();
         assert_eq!(

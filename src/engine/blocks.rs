@@ -1,9 +1,9 @@
-//! The engine's blocks (and segments) by address: a hash map for the lookups every request
-//! makes, and an ordered set of addresses alone for the few that need order (a block's
-//! neighbour before it, a segment's blocks, the block holding an interior pointer). In a real process the program
-//! runs between two requests and evicts the engine from the caches, so each map descent is a
-//! handful of cache misses: an ordered map of whole blocks cost about 15 of them per request;
-//! a hash lookup is one or two, and the set of addresses packs eight times more per node.
+//! The engine's segments by address: a hash map for the lookup every request makes, and an
+//! ordered set of addresses beside it for the few that need order (the segment holding an
+//! interior pointer, segments in address order). Blocks are kept in a hash map alone (see
+//! `Engine::blocks`): an ordered set of every block's address cost a tree descent at each
+//! split, merge and neighbour lookup, each a handful of cache misses in a real process, where
+//! the program evicts the engine from the caches between two requests.
 
 use crate::fasthash::FastMap;
 use std::collections::BTreeSet;
@@ -51,20 +51,10 @@ impl<V> BlockMap<V> {
             .filter_map(|p| self.by_address.get(p).map(|v| (p, v)))
     }
 
-    /// The block at the highest address below `p` (`Some` even if it does not end at `p`).
-    pub(super) fn before(&self, p: u64) -> Option<(u64, &V)> {
-        let &q = self.starts.range(..p).next_back()?;
-        self.by_address.get(&q).map(|v| (q, v))
-    }
-
     /// The block at the highest address at or below `p`.
     pub(super) fn at_or_before(&self, p: u64) -> Option<(u64, &V)> {
         let &q = self.starts.range(..=p).next_back()?;
         self.by_address.get(&q).map(|v| (q, v))
-    }
-
-    pub(super) fn values_mut(&mut self) -> impl Iterator<Item = &mut V> {
-        self.by_address.values_mut()
     }
 }
 
@@ -94,13 +84,11 @@ mod tests {
             m.range(..7 * 512).next_back().map(|(&p, _)| p),
             Some(5 * 512)
         );
-        assert_eq!(m.before(7 * 512).map(|(p, _)| p), Some(5 * 512));
         assert_eq!(m.at_or_before(7 * 512).map(|(p, _)| p), Some(7 * 512));
         assert_eq!(m.at_or_before(7 * 512 + 100).map(|(p, _)| p), Some(7 * 512));
-        assert!(m.before(512).is_none());
+        assert!(m.at_or_before(511).is_none());
         assert_eq!(m[&(9 * 512)], 9);
         *m.get_mut(&512).unwrap() = 10;
         assert_eq!(m.get(&512), Some(&10));
-        assert_eq!(m.values_mut().count(), 4);
     }
 }

@@ -169,7 +169,7 @@ impl<B: Backend> Engine<B> {
 
     /// Whether free block `p` may be handed to `stream` now; clears fences that passed.
     pub(super) fn fit(
-        blocks: &mut super::blocks::BlockMap<Block<B::Fence>>,
+        blocks: &mut FastMap<u64, Block<B::Fence>>,
         backend: &mut B,
         p: u64,
         stream: u64,
@@ -302,7 +302,7 @@ impl<B: Backend> Engine<B> {
         let separate = owner.is_none();
         let clear = separate.then(|| self.fence_clear(p));
         // The block before.
-        if let Some((q, prev)) = self.blocks.before(p)
+        if let Some((q, prev)) = self.below(p)
             && prev.segment == segment
             && prev.pool == pool
             && q + prev.size == p
@@ -311,10 +311,12 @@ impl<B: Backend> Engine<B> {
         {
             self.remove_free(q);
             let b = self.blocks.remove(&p).expect("the freed block");
+            let end = p + b.size;
             if let Some(prev) = self.blocks.get_mut(&q) {
                 prev.size += b.size;
                 prev.state = b.state;
             }
+            self.relink_above(q, end, segment);
             p = q;
         }
         // The block after.
@@ -330,6 +332,7 @@ impl<B: Backend> Engine<B> {
             if let Some(b) = self.blocks.get_mut(&p) {
                 b.size += n.size;
             }
+            self.relink_above(p, end + n.size, segment);
         }
         if clear == Some(false) {
             self.keep_apart(p);

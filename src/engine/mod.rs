@@ -27,6 +27,7 @@ pub mod front;
 mod segments;
 
 use crate::config::Conf;
+use crate::fasthash::FastMap;
 pub use backend::{Backend, Event, MemoryBackend, OutOfMemory};
 use std::collections::BTreeMap;
 
@@ -143,6 +144,9 @@ struct Block<F> {
     /// While in a free list: the blocks before (newer) and after (older) it in its size
     /// class's list (`bins`), 0 at either end.
     link: (u64, u64),
+    /// The block just below it in its segment (0: it is the first). The block just above is
+    /// at `address + size`.
+    prev: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -155,6 +159,8 @@ struct Segment {
     range: u64,
     /// When its last allocated block was freed (the backend's clock), for `trim`.
     idle_since: u64,
+    /// Its highest block (0 while it has none: an expandable segment not mapped yet).
+    last: u64,
     /// Hands out no more blocks (its memory was exported through IPC): it goes back to the
     /// device once nothing in it is allocated, so a stale handle never reaches a new block.
     sealed: bool,
@@ -221,7 +227,13 @@ pub enum FreeKind {
 pub struct Engine<B: Backend> {
     backend: B,
     policy: Policy,
-    blocks: blocks::BlockMap<Block<B::Fence>>,
+    /// Blocks by address, with no order: a block's neighbours are found through it (the one
+    /// above at `address + size`, the one below through `Block::prev`), a segment's blocks by
+    /// walking from its base, and an interior pointer's block by walking from a hint (`hints`).
+    blocks: FastMap<u64, Block<B::Fence>>,
+    /// For interior-pointer lookups: per 2 MiB of address, a block start at or below it seen
+    /// by an earlier lookup (checked before use; blocks merged away since are not trusted).
+    hints: core::cell::RefCell<FastMap<u64, u64>>,
     /// Segments by base address (the same map as blocks: a lookup per request, order rarely).
     segments: blocks::BlockMap<Segment>,
     /// Free blocks per pool, by size class (`bins`).
@@ -267,7 +279,8 @@ impl<B: Backend> Engine<B> {
         Engine {
             backend,
             policy,
-            blocks: blocks::BlockMap::new(),
+            blocks: FastMap::default(),
+            hints: Default::default(),
             segments: blocks::BlockMap::new(),
             free: BTreeMap::new(),
             stamps: u64::MAX,
@@ -519,12 +532,10 @@ impl<B: Backend> Engine<B> {
         }
         seg.sealed = true;
         self.sealed_segments += 1;
-        let end = info.segment + seg.size;
         let free: Vec<u64> = self
-            .blocks
-            .range(info.segment..end)
-            .filter(|(_, b)| matches!(b.state, State::Free { .. }))
-            .map(|(&p, _)| p)
+            .segment_blocks(info.segment)
+            .into_iter()
+            .filter(|p| matches!(self.blocks[p].state, State::Free { .. }))
             .collect();
         for p in free {
             self.remove_free(p);
@@ -577,11 +588,7 @@ impl<B: Backend> Engine<B> {
                 continue;
             }
             let seg = self.segments[&base];
-            let blocks: Vec<u64> = self
-                .blocks
-                .range(base..base + seg.size)
-                .map(|(&p, _)| p)
-                .collect();
+            let blocks = self.segment_blocks(base);
             if !blocks.iter().all(|&p| self.fence_clear(p)) {
                 continue;
             }
@@ -595,11 +602,143 @@ impl<B: Backend> Engine<B> {
 
     /// The live block that contains `ptr`, if any (pointer queries, IPC).
     pub fn lookup(&self, ptr: u64) -> Option<BlockInfo> {
-        let (base, b) = self.blocks.at_or_before(ptr)?;
-        if ptr >= base + b.size {
+        if self.blocks.contains_key(&ptr) {
+            return self.block_at(ptr);
+        }
+        let (base, seg) = self.segments.at_or_before(ptr)?;
+        if ptr >= base + seg.size {
             return None;
         }
-        self.block_at(base)
+        // Walk up from a block start at or below `ptr` in this segment: the hint for its
+        // 2 MiB, if that is still a block start, else the segment's base.
+        let page = ptr >> 21;
+        let hint = self.hints.borrow().get(&page).copied();
+        let mut p = hint
+            .filter(|&h| h <= ptr && self.blocks.get(&h).is_some_and(|b| b.segment == base))
+            .unwrap_or(base);
+        let mut below_page = None;
+        loop {
+            let b = self.blocks.get(&p)?;
+            if p <= page << 21 || below_page.is_none() {
+                below_page = Some(p);
+            }
+            if ptr < p + b.size {
+                break;
+            }
+            p += b.size;
+        }
+        if let Some(h) = below_page {
+            self.hints.borrow_mut().insert(page, h);
+        }
+        self.block_at(p)
+    }
+
+    /// Checks the engine's own bookkeeping, for tests: each segment's blocks tile it from its
+    /// base, each links to the one below it, the segment names its highest; each listed block
+    /// is in its size class's list of its pool, and the lists hold nothing else.
+    #[doc(hidden)]
+    pub fn check_links(&self) -> Result<(), String> {
+        let mut listed = 0usize;
+        for (&base, seg) in self.segments.range(..) {
+            let blocks = self.segment_blocks(base);
+            let mut expect = base;
+            let mut below = 0;
+            for &p in &blocks {
+                let b = &self.blocks[&p];
+                if p != expect || b.prev != below || b.segment != base {
+                    return Err(format!(
+                        "segment {base:#x}: block {p:#x} (size {:#x}, below {:#x}, segment {:#x}) \
+                         after {below:#x}",
+                        b.size, b.prev, b.segment
+                    ));
+                }
+                expect = p + b.size;
+                below = p;
+                listed += usize::from(b.stamp != 0);
+            }
+            if expect != base + seg.size || seg.last != below {
+                return Err(format!(
+                    "segment {base:#x} of {:#x}: blocks end at {expect:#x}, last {:#x} not {below:#x}",
+                    seg.size, seg.last
+                ));
+            }
+        }
+        let in_lists = self.listed_blocks()?;
+        if in_lists != listed {
+            return Err(format!("{listed} blocks listed, {in_lists} in the lists"));
+        }
+        Ok(())
+    }
+
+    /// The blocks in every pool's size-class lists, each checked against its pool, its class
+    /// and the link of the block before it.
+    fn listed_blocks(&self) -> Result<usize, String> {
+        let mut n = 0;
+        for (key, bins) in &self.free {
+            let mut c = bins.next_class(0);
+            while let Some(class) = c {
+                let (mut p, mut newer) = (bins.head(class), 0);
+                while p != 0 {
+                    let Some(b) = self.blocks.get(&p) else {
+                        return Err(format!("class {class}: {p:#x} is not a block"));
+                    };
+                    if b.pool != *key
+                        || bins::class_of(b.size) != class
+                        || b.link.0 != newer
+                        || b.stamp == 0
+                    {
+                        return Err(format!(
+                            "class {class}: {p:#x} (size {:#x}, links {:x?}) after {newer:#x}",
+                            b.size, b.link
+                        ));
+                    }
+                    n += 1;
+                    newer = p;
+                    p = b.link.1;
+                }
+                c = bins.next_class(class + 1);
+            }
+        }
+        Ok(n)
+    }
+
+    /// The blocks of segment `base`, in address order.
+    fn segment_blocks(&self, base: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        let Some(seg) = self.segments.get(&base) else {
+            return out;
+        };
+        let (mut p, end) = (base, base + seg.size);
+        while p < end {
+            let Some(b) = self.blocks.get(&p) else {
+                break;
+            };
+            out.push(p);
+            p += b.size;
+        }
+        out
+    }
+
+    /// The block just below `p` in its segment.
+    fn below(&self, p: u64) -> Option<(u64, &Block<B::Fence>)> {
+        let q = self.blocks.get(&p)?.prev;
+        if q == 0 {
+            return None;
+        }
+        self.blocks.get(&q).map(|b| (q, b))
+    }
+
+    /// Block `p` of segment `segment` now ends at `end`: the block that starts there (if it is
+    /// of the segment) has `p` below it, or else `p` is the segment's last.
+    fn relink_above(&mut self, p: u64, end: u64, segment: u64) {
+        match self.blocks.get_mut(&end) {
+            Some(n) if n.segment == segment => n.prev = p,
+            _ => {
+                if let Some(s) = self.segments.get_mut(&segment) {
+                    s.last = p;
+                }
+            }
+        }
     }
 
     /// The live block that starts at `ptr`, if any: one hash lookup, where [`Engine::lookup`]
@@ -679,9 +818,11 @@ impl<B: Backend> Engine<B> {
                 pending: false,
                 stamp: 0,
                 link: (0, 0),
+                prev: ptr,
             };
             let fenced = matches!(rest.state, State::Free { fence: Some(_), .. });
             self.blocks.insert(ptr + need, rest);
+            self.relink_above(ptr + need, ptr + b.size, b.segment);
             self.insert_free(ptr + need);
             if fenced && expandable {
                 // Merged with its neighbours once the fence passes, as a freed block is.

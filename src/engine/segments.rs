@@ -65,6 +65,7 @@ impl<B: Backend> Engine<B> {
                 allocated_blocks: 0,
                 range: 0,
                 idle_since: 0,
+                last: ptr,
                 sealed: false,
             },
         );
@@ -81,6 +82,7 @@ impl<B: Backend> Engine<B> {
                 pending: false,
                 stamp: 0,
                 link: (0, 0),
+                prev: 0,
             },
         );
         Ok(ptr)
@@ -105,6 +107,7 @@ impl<B: Backend> Engine<B> {
                         allocated_blocks: 0,
                         range: EXPANDABLE_RANGE,
                         idle_since: 0,
+                        last: 0,
                         sealed: false,
                     },
                 );
@@ -118,10 +121,9 @@ impl<B: Backend> Engine<B> {
             // A free block at the end that this stream may use grows instead of a new one.
             let tail = self
                 .blocks
-                .range(base..end)
-                .next_back()
-                .filter(|&(&p, b)| p + b.size == end && matches!(b.state, State::Free { .. }))
-                .map(|(&p, b)| (p, b.size));
+                .get(&seg.last)
+                .filter(|b| seg.last + b.size == end && matches!(b.state, State::Free { .. }))
+                .map(|b| (seg.last, b.size));
             let tail = tail.filter(|&(p, _)| {
                 matches!(
                     Self::fit(&mut self.blocks, &mut self.backend, p, key.stream),
@@ -204,8 +206,12 @@ impl<B: Backend> Engine<B> {
                             pending: false,
                             stamp: 0,
                             link: (0, 0),
+                            prev: seg.last,
                         },
                     );
+                    if let Some(s) = self.segments.get_mut(&base) {
+                        s.last = end;
+                    }
                     end
                 }
             });
@@ -221,7 +227,7 @@ impl<B: Backend> Engine<B> {
         if seg.allocated_blocks == 0 && seg.size > 0 && keep == 0 {
             // Nothing live in it: all of it goes back (its free blocks may sit in the pools of
             // several streams, which never coalesce).
-            let blocks: Vec<u64> = self.blocks.range(base..end).map(|(&p, _)| p).collect();
+            let blocks = self.segment_blocks(base);
             if blocks.iter().all(|&p| self.fence_clear(p)) {
                 for p in blocks {
                     self.remove_free(p);
@@ -238,11 +244,13 @@ impl<B: Backend> Engine<B> {
                 self.reserved_per_device[seg.device as usize] -= seg.size;
                 if let Some(s) = self.segments.get_mut(&base) {
                     s.size = 0;
+                    s.last = 0;
                 }
                 return;
             }
         }
-        let Some((&p, b)) = self.blocks.range(base..end).next_back() else {
+        let p = seg.last;
+        let Some(b) = self.blocks.get(&p) else {
             return;
         };
         if p + b.size != end || !matches!(b.state, State::Free { .. }) || !self.fence_clear(p) {
@@ -265,8 +273,11 @@ impl<B: Backend> Engine<B> {
                 b.size = new_end - p;
             }
             self.insert_free(p);
-        } else {
-            self.blocks.remove(&p);
+        } else if let Some(gone) = self.blocks.remove(&p)
+            && let Some(s) = self.segments.get_mut(&base)
+        {
+            // The block below is the segment's highest now (or none is).
+            s.last = gone.prev;
         }
         self.backend.unmap(seg.device, new_end, cut);
         self.backend.note(Event::SegmentRelease {
@@ -291,11 +302,7 @@ impl<B: Backend> Engine<B> {
         let Some(seg) = self.segments.get(&base).copied() else {
             return;
         };
-        let blocks: Vec<u64> = self
-            .blocks
-            .range(base..base + seg.size.max(1))
-            .map(|(&p, _)| p)
-            .collect();
+        let blocks = self.segment_blocks(base);
         for p in blocks {
             self.remove_free(p);
             self.blocks.remove(&p);
@@ -349,11 +356,7 @@ impl<B: Backend> Engine<B> {
             if self.idle(device) <= keep {
                 break;
             }
-            let blocks: Vec<u64> = self
-                .blocks
-                .range(seg..seg + size)
-                .map(|(&p, _)| p)
-                .collect();
+            let blocks = self.segment_blocks(seg);
             if !blocks.iter().all(|&p| self.fence_clear(p)) {
                 continue;
             }
