@@ -231,8 +231,9 @@ pub struct Engine<B: Backend> {
     /// above at `address + size`, the one below through `Block::prev`), a segment's blocks by
     /// walking from its base, and an interior pointer's block by walking from a hint (`hints`).
     blocks: FastMap<u64, Block<B::Fence>>,
-    /// For interior-pointer lookups: per 2 MiB of address, a block start at or below it seen
-    /// by an earlier lookup (checked before use; blocks merged away since are not trusted).
+    /// For interior-pointer lookups: per 64 KiB of address (`HINT_SHIFT`), the block start
+    /// that covered its beginning when an earlier lookup walked there (checked before use:
+    /// the block may have been merged away since).
     hints: core::cell::RefCell<FastMap<u64, u64>>,
     /// Segments by base address (the same map as blocks: a lookup per request, order rarely).
     segments: blocks::BlockMap<Segment>,
@@ -273,6 +274,10 @@ enum Fit {
 /// At most this many fenced blocks are looked at per pool and request, so a backlog of frees
 /// the GPU has not caught up with never makes a request slow.
 const FENCED_SCAN: usize = 16;
+
+/// Interior-pointer lookups keep one hint per 2^16 bytes of address: a walk from the hint
+/// crosses at most 128 blocks (of 512 bytes).
+const HINT_SHIFT: u32 = 16;
 
 impl<B: Backend> Engine<B> {
     pub fn new(backend: B, policy: Policy) -> Engine<B> {
@@ -610,26 +615,26 @@ impl<B: Backend> Engine<B> {
             return None;
         }
         // Walk up from a block start at or below `ptr` in this segment: the hint for its
-        // 2 MiB, if that is still a block start, else the segment's base.
-        let page = ptr >> 21;
-        let hint = self.hints.borrow().get(&page).copied();
+        // 64 KiB, if that is still a block start, else the segment's base. The walk then
+        // leaves as the hint the block that covers the start of those 64 KiB.
+        let granule = ptr >> HINT_SHIFT;
+        let granule_start = granule << HINT_SHIFT;
+        let hint = self.hints.borrow().get(&granule).copied();
         let mut p = hint
             .filter(|&h| h <= ptr && self.blocks.get(&h).is_some_and(|b| b.segment == base))
             .unwrap_or(base);
-        let mut below_page = None;
+        let mut cover = p;
         loop {
             let b = self.blocks.get(&p)?;
-            if p <= page << 21 || below_page.is_none() {
-                below_page = Some(p);
+            if p <= granule_start {
+                cover = p;
             }
             if ptr < p + b.size {
                 break;
             }
             p += b.size;
         }
-        if let Some(h) = below_page {
-            self.hints.borrow_mut().insert(page, h);
-        }
+        self.hints.borrow_mut().insert(granule, cover);
         self.block_at(p)
     }
 

@@ -473,3 +473,39 @@ fn a_block_freed_behind_a_fence_waits_apart_and_never_fences_free_space_beside_i
         assert_eq!(e.stats().segment_reserves, reserves, "{policy:?}");
     }
 }
+
+/// Interior lookups walk up from a hint per 2 MiB; a hint left pointing at a block that was
+/// merged away, or at one above the pointer asked, must not misdirect them.
+#[test]
+fn interior_lookups_stay_right_as_blocks_split_and_merge_under_their_hints() {
+    let mut e = engine(1 << 30);
+    // 200 blocks of 8 KiB side by side in small segments; every other one freed later.
+    let blocks: Vec<BlockInfo> = (0..200).map(|_| e.alloc(0, 8 << 10, 0).unwrap()).collect();
+    let check = |e: &Engine<MemoryBackend>, live: &[&BlockInfo]| {
+        for b in live {
+            for off in [1, b.size / 2, b.size - 1] {
+                let got = e.lookup(b.ptr + off).map(|i| i.ptr);
+                assert_eq!(got, Some(b.ptr), "{:#x} + {off}", b.ptr);
+            }
+        }
+    };
+    // Highest first, so each 2 MiB's hint is left high, then asked about lower pointers.
+    let all: Vec<&BlockInfo> = blocks.iter().rev().collect();
+    check(&e, &all);
+    for b in blocks.iter().step_by(2) {
+        e.free(b.ptr, FreeKind::OnStream(0)).unwrap();
+    }
+    let kept: Vec<&BlockInfo> = blocks.iter().skip(1).step_by(2).collect();
+    check(&e, &kept);
+    for b in blocks.iter().step_by(2) {
+        // Freed memory belongs to no live block.
+        assert_eq!(e.lookup(b.ptr + 1), None);
+    }
+    // Merge everything back; the hints now name blocks that are gone.
+    for b in &kept {
+        e.free(b.ptr, FreeKind::OnStream(0)).unwrap();
+    }
+    let again: Vec<BlockInfo> = (0..50).map(|_| e.alloc(0, 24 << 10, 0).unwrap()).collect();
+    check(&e, &again.iter().collect::<Vec<_>>());
+    assert!(e.check_links().is_ok());
+}
