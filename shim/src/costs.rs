@@ -37,9 +37,11 @@ pub enum Cost {
     /// The stacks of one record (Python frames, sampled native frames): their capture,
     /// interning and records, a part of [`Cost::Record`].
     Stacks,
+    /// Finding the pooled block that holds an address (pointer queries, IPC), lock held.
+    Lookup,
 }
 
-const NAMES: [&str; 12] = [
+const NAMES: [&str; 13] = [
     "malloc hook",
     "free hook",
     "pool lock wait",
@@ -52,6 +54,7 @@ const NAMES: [&str; 12] = [
     "pages mapped",
     "trace record",
     "  of which stacks",
+    "pointer lookup",
 ];
 const KINDS: usize = NAMES.len();
 

@@ -305,7 +305,7 @@ pub fn lookup(ptr: u64) -> Option<BlockInfo> {
     if !pooling() {
         return None;
     }
-    with(|p| p.lookup(ptr))
+    with(|p| crate::costs::measure(crate::costs::Cost::Lookup, || p.lookup(ptr)))
 }
 
 /// Whether the pool holds any memory (so pointer queries need to look).
