@@ -278,6 +278,8 @@ const FENCED_SCAN: usize = 16;
 /// Interior-pointer lookups keep one hint per 2^16 bytes of address: a walk from the hint
 /// crosses at most 128 blocks (of 512 bytes).
 const HINT_SHIFT: u32 = 16;
+/// Hints kept at most (4 GiB of address looked up in); past that they start again.
+const MAX_HINTS: usize = 1 << 16;
 
 impl<B: Backend> Engine<B> {
     pub fn new(backend: B, policy: Policy) -> Engine<B> {
@@ -619,7 +621,11 @@ impl<B: Backend> Engine<B> {
         // leaves as the hint the block that covers the start of those 64 KiB.
         let granule = ptr >> HINT_SHIFT;
         let granule_start = granule << HINT_SHIFT;
-        let hint = self.hints.borrow().get(&granule).copied();
+        let hint = self
+            .hints
+            .try_borrow()
+            .ok()
+            .and_then(|h| h.get(&granule).copied());
         let mut p = hint
             .filter(|&h| h <= ptr && self.blocks.get(&h).is_some_and(|b| b.segment == base))
             .unwrap_or(base);
@@ -634,7 +640,14 @@ impl<B: Backend> Engine<B> {
             }
             p += b.size;
         }
-        self.hints.borrow_mut().insert(granule, cover);
+        if let Ok(mut hints) = self.hints.try_borrow_mut() {
+            // Bounded: hints are only a shortcut, and a lookup that finds none walks from the
+            // segment's base.
+            if hints.len() >= MAX_HINTS {
+                hints.clear();
+            }
+            hints.insert(granule, cover);
+        }
         self.block_at(p)
     }
 
