@@ -34,5 +34,6 @@ if [ "${2:-}" != "--real" ]; then
   $CC -O1 -Wall $inc -o "$out/pool" "$here/tests/clients/pool.c" "${link[@]}" -lpthread
   $CC -O1 -Wall $inc -o "$out/perstep" "$here/tests/clients/perstep.c" "${link[@]}" -ldl
   $CC -O2 -Wall $inc -o "$out/pool_rounds" "$here/tests/clients/pool_rounds.c" "${link[@]}"
+  $CC -O2 -Wall -o "$out/replay_calls" "$here/tests/clients/replay_calls.c" "${link[@]}"
   $CC -O1 -Wall $inc -o "$out/leaky" "$here/tests/clients/leaky.c" "${link[@]}" -ldl
 fi
