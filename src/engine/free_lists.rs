@@ -35,8 +35,8 @@ impl<B: Backend> Engine<B> {
             self.merge_if_passed();
             best = self.search(key, need).0;
         }
-        let (size, p, k) = best?;
-        self.remove_free_entry(k, size, p);
+        let (_, p) = best?;
+        self.remove_free(p);
         Some(p)
     }
 
@@ -45,11 +45,7 @@ impl<B: Backend> Engine<B> {
     /// others once their fences passed), newest first among blocks of one size, the first pool
     /// in key order among equal sizes. Also says whether a fenced block would fit better. At
     /// most `FENCED_SCAN` fenced blocks are looked at per pool. Allocates nothing.
-    pub(super) fn search(
-        &mut self,
-        key: PoolKey,
-        need: u64,
-    ) -> (Option<(u64, u64, PoolKey)>, bool) {
+    pub(super) fn search(&mut self, key: PoolKey, need: u64) -> (Option<(u64, u64)>, bool) {
         let Engine {
             free,
             blocks,
@@ -65,10 +61,11 @@ impl<B: Backend> Engine<B> {
             stream: u64::MAX,
             ..lo
         };
-        let mut best: Option<(u64, u64, PoolKey)> = None;
+        // (size, address).
+        let mut best: Option<(u64, u64)> = None;
         let mut best_fenced = u64::MAX;
         let first = bins::class_of(need);
-        for (k, pool) in free.range(lo..=hi) {
+        for pool in free.range(lo..=hi).map(|(_, pool)| pool) {
             let mut fenced_seen = 0;
             // This pool's best: (size, stamp, address).
             let mut mine: Option<(u64, u64, u64)> = None;
@@ -76,7 +73,7 @@ impl<B: Backend> Engine<B> {
             'classes: while let Some(c) = class {
                 // Every block of this class and above is at least this big.
                 let floor = bins::class_floor(c);
-                if best.is_some_and(|(bs, _, _)| bs <= floor) {
+                if best.is_some_and(|(bs, _)| bs <= floor) {
                     break;
                 }
                 let mut p = pool.head(c);
@@ -86,7 +83,7 @@ impl<B: Backend> Engine<B> {
                     };
                     let (size, stamp, next) = (b.size, b.stamp, b.link.1);
                     let better = size >= need
-                        && best.is_none_or(|(bs, _, _)| bs > size)
+                        && best.is_none_or(|(bs, _)| bs > size)
                         && mine.is_none_or(|m| m > (size, stamp, p));
                     if better {
                         match Self::fit(blocks, backend, p, key.stream) {
@@ -115,12 +112,12 @@ impl<B: Backend> Engine<B> {
                 class = pool.next_class(c + 1);
             }
             if let Some((size, _, p)) = mine
-                && best.is_none_or(|(bs, _, _)| bs > size)
+                && best.is_none_or(|(bs, _)| bs > size)
             {
-                best = Some((size, p, *k));
+                best = Some((size, p));
             }
         }
-        let fenced_fits = best_fenced < best.map_or(u64::MAX, |(s, _, _)| s);
+        let fenced_fits = best_fenced < best.map_or(u64::MAX, |(s, _)| s);
         (best, fenced_fits)
     }
 
@@ -248,12 +245,6 @@ impl<B: Backend> Engine<B> {
         self.blocks
             .get_mut(&p)
             .is_some_and(|b| end_wait(b, &mut self.pending_per_device))
-    }
-
-    pub(super) fn remove_free_entry(&mut self, pool: PoolKey, size: u64, p: u64) {
-        if self.blocks.get(&p).is_some_and(|b| b.stamp != 0) {
-            self.unlink(pool, size, p);
-        }
     }
 
     /// Takes listed block `p` (of `size` bytes, in `pool`) out of its class's list.

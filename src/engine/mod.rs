@@ -235,7 +235,8 @@ pub struct Engine<B: Backend> {
     /// that covered its beginning when an earlier lookup walked there (checked before use:
     /// the block may have been merged away since).
     hints: core::cell::RefCell<FastMap<u64, u64>>,
-    /// Segments by base address (the same map as blocks: a lookup per request, order rarely).
+    /// Segments by base address: a hash lookup per request, and an ordered set of bases for
+    /// the segment holding an interior pointer.
     segments: blocks::BlockMap<Segment>,
     /// Free blocks per pool, by size class (`bins`).
     free: BTreeMap<PoolKey, bins::Bins>,
@@ -760,7 +761,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// The live block that starts at `ptr`, if any: one hash lookup, where [`Engine::lookup`]
-    /// also finds interior pointers through the ordered addresses.
+    /// also finds interior pointers (by walking the segment's blocks).
     pub fn block_at(&self, ptr: u64) -> Option<BlockInfo> {
         let b = self.blocks.get(&ptr)?;
         let State::Allocated { stream, requested } = b.state else {
