@@ -47,8 +47,8 @@ pub(super) fn class_floor(c: usize) -> u64 {
 }
 
 pub(super) struct Bins {
-    /// The newest block of each class (0: none).
-    heads: Vec<u64>,
+    /// The newest block of each class (its slot in the engine's slab; 0: none).
+    heads: Vec<u32>,
     /// Which classes hold blocks, and which words of that hold any bit.
     words: [u64; WORDS],
     summary: u64,
@@ -65,11 +65,11 @@ impl Default for Bins {
 }
 
 impl Bins {
-    pub(super) fn head(&self, c: usize) -> u64 {
+    pub(super) fn head(&self, c: usize) -> u32 {
         self.heads[c]
     }
 
-    pub(super) fn set_head(&mut self, c: usize, p: u64) {
+    pub(super) fn set_head(&mut self, c: usize, p: u32) {
         self.heads[c] = p;
         let (w, bit) = (c / 64, 1u64 << (c % 64));
         if p == 0 {
@@ -144,7 +144,7 @@ mod tests {
         let mut b = Bins::default();
         assert_eq!(b.next_class(0), None);
         for c in [5, 64, 700, CLASSES - 1] {
-            b.set_head(c, 4096 + c as u64);
+            b.set_head(c, 4096 + c as u32);
         }
         assert_eq!(b.next_class(0), Some(5));
         assert_eq!(b.next_class(5), Some(5));

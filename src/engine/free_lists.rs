@@ -14,7 +14,7 @@ impl<B: Backend> Engine<B> {
     /// Finds a cached block for `key` of at least `need` bytes and removes it from its pool.
     /// Never waits for the device: a better block behind a fence is polled for (no waiting),
     /// and otherwise left for later.
-    pub(super) fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<u64> {
+    pub(super) fn take_cached(&mut self, key: PoolKey, need: u64) -> Option<Ix> {
         self.merge_if_passed();
         let (mut best, fenced_fits) = self.search(key, need);
         // Polled when a fenced block would fit better; when nothing fits while blocks wait for
@@ -35,9 +35,9 @@ impl<B: Backend> Engine<B> {
             self.merge_if_passed();
             best = self.search(key, need).0;
         }
-        let (_, p) = best?;
-        self.remove_free(p);
-        Some(p)
+        let (_, i) = best?;
+        self.remove_free(i);
+        Some(i)
     }
 
     /// Best fit over the device's pools of this size class: the smallest free block of at
@@ -45,10 +45,10 @@ impl<B: Backend> Engine<B> {
     /// others once their fences passed), newest first among blocks of one size, the first pool
     /// in key order among equal sizes. Also says whether a fenced block would fit better. At
     /// most `FENCED_SCAN` fenced blocks are looked at per pool. Allocates nothing.
-    pub(super) fn search(&mut self, key: PoolKey, need: u64) -> (Option<(u64, u64)>, bool) {
+    pub(super) fn search(&mut self, key: PoolKey, need: u64) -> (Option<(u64, Ix)>, bool) {
         let Engine {
             free,
-            blocks,
+            slab,
             backend,
             ..
         } = self;
@@ -61,14 +61,14 @@ impl<B: Backend> Engine<B> {
             stream: u64::MAX,
             ..lo
         };
-        // (size, address).
-        let mut best: Option<(u64, u64)> = None;
+        // (size, block).
+        let mut best: Option<(u64, Ix)> = None;
         let mut best_fenced = u64::MAX;
         let first = bins::class_of(need);
         for pool in free.range(lo..=hi).map(|(_, pool)| pool) {
             let mut fenced_seen = 0;
-            // This pool's best: (size, stamp, address).
-            let mut mine: Option<(u64, u64, u64)> = None;
+            // This pool's best: (size, stamp, block); stamps are unique.
+            let mut mine: Option<(u64, u64, Ix)> = None;
             let mut class = pool.next_class(first);
             'classes: while let Some(c) = class {
                 // Every block of this class and above is at least this big.
@@ -76,19 +76,17 @@ impl<B: Backend> Engine<B> {
                 if best.is_some_and(|(bs, _)| bs <= floor) {
                     break;
                 }
-                let mut p = pool.head(c);
-                while p != 0 {
-                    let Some(b) = blocks.get(&p) else {
-                        break;
-                    };
+                let mut i = pool.head(c);
+                while i != 0 {
+                    let b = &slab[i as usize];
                     let (size, stamp, next) = (b.size, b.stamp, b.link.1);
                     let better = size >= need
                         && best.is_none_or(|(bs, _)| bs > size)
-                        && mine.is_none_or(|m| m > (size, stamp, p));
+                        && mine.is_none_or(|m| (m.0, m.1) > (size, stamp));
                     if better {
-                        match Self::fit(blocks, backend, p, key.stream) {
+                        match Self::fit(slab, backend, i, key.stream) {
                             Fit::Usable => {
-                                mine = Some((size, stamp, p));
+                                mine = Some((size, stamp, i));
                                 if bins::exact(c) {
                                     // Newest first: nothing later in this list is better.
                                     break;
@@ -103,7 +101,7 @@ impl<B: Backend> Engine<B> {
                             }
                         }
                     }
-                    p = next;
+                    i = next;
                 }
                 if mine.is_some() {
                     // Classes above hold only bigger blocks.
@@ -111,10 +109,10 @@ impl<B: Backend> Engine<B> {
                 }
                 class = pool.next_class(c + 1);
             }
-            if let Some((size, _, p)) = mine
+            if let Some((size, _, i)) = mine
                 && best.is_none_or(|(bs, _)| bs > size)
             {
-                best = Some((size, p));
+                best = Some((size, i));
             }
         }
         let fenced_fits = best_fenced < best.map_or(u64::MAX, |(s, _)| s);
@@ -137,41 +135,41 @@ impl<B: Backend> Engine<B> {
         // a replay): the order they are listed in decides which of equal blocks serves first.
         let waiting = core::mem::take(&mut self.kept_apart);
         for p in waiting {
-            let waits = self.blocks.get(&p).is_some_and(|b| {
+            let Some(i) = self.ix(p).filter(|&i| {
+                let b = &self.slab[i as usize];
                 matches!(b.state, State::Free { .. }) && (b.pending || b.stamp != 0)
-            });
-            if !waits {
+            }) else {
                 // Handed out, or merged into a neighbour.
                 continue;
-            }
-            if !self.fence_clear(p) {
+            };
+            if !self.fence_clear(i) {
                 self.kept_apart.push(p);
                 continue;
             }
             let sealed = self.sealed_segments > 0
                 && self
                     .segments
-                    .get(&self.blocks[&p].segment)
+                    .get(&self.slab[i as usize].segment)
                     .is_none_or(|s| s.sealed);
             if sealed {
                 // Out of the pending count; a sealed segment hands nothing out again.
-                self.unpend(p);
+                self.unpend(i);
                 continue;
             }
-            self.remove_free(p);
-            let m = self.coalesce(p);
+            self.remove_free(i);
+            let m = self.coalesce(i);
             self.insert_free(m);
         }
     }
 
-    /// Whether free block `p` may be handed to `stream` now; clears fences that passed.
+    /// Whether free block `i` may be handed to `stream` now; clears fences that passed.
     pub(super) fn fit(
-        blocks: &mut FastMap<u64, Block<B::Fence>>,
+        slab: &mut [Block<B::Fence>],
         backend: &mut B,
-        p: u64,
+        i: Ix,
         stream: u64,
     ) -> Fit {
-        let Some(State::Free { fence, owner }) = blocks.get_mut(&p).map(|b| &mut b.state) else {
+        let State::Free { fence, owner } = &mut slab[i as usize].state else {
             return Fit::Fenced;
         };
         let Some(f) = fence.as_ref() else {
@@ -188,19 +186,14 @@ impl<B: Backend> Engine<B> {
         Fit::Fenced
     }
 
-    /// Lists free block `p` (ending its wait out of the lists, if it waited). One lookup of
-    /// the block: in a real process every map descent misses the caches (the program ran
-    /// between two requests), so each costs hundreds of nanoseconds.
-    pub(super) fn insert_free(&mut self, p: u64) {
+    /// Lists free block `i` (ending its wait out of the lists, if it waited).
+    pub(super) fn insert_free(&mut self, i: Ix) {
         let sealed = self.sealed_segments > 0
             && self
-                .blocks
-                .get(&p)
-                .and_then(|b| self.segments.get(&b.segment))
+                .segments
+                .get(&self.slab[i as usize].segment)
                 .is_some_and(|s| s.sealed);
-        let Some(b) = self.blocks.get_mut(&p) else {
-            return;
-        };
+        let b = &mut self.slab[i as usize];
         let (pool, size) = (b.pool, b.size);
         end_wait(b, &mut self.pending_per_device);
         if sealed || b.stamp != 0 {
@@ -216,60 +209,48 @@ impl<B: Backend> Engine<B> {
         let bins = self.free.entry(pool).or_default();
         let c = bins::class_of(size);
         let old = bins.head(c);
-        bins.set_head(c, p);
+        bins.set_head(c, i);
         b.link = (0, old);
-        if old != 0
-            && let Some(o) = self.blocks.get_mut(&old)
-        {
-            o.link.0 = p;
+        if old != 0 {
+            self.slab[old as usize].link.0 = i;
         }
         self.idle_per_device[pool.device as usize] += size;
     }
 
-    /// Takes free block `p` out of the free lists, or out of the pending ones.
-    pub(super) fn remove_free(&mut self, p: u64) {
-        let Some(b) = self.blocks.get_mut(&p) else {
-            return;
-        };
+    /// Takes free block `i` out of the free lists, or out of the pending ones.
+    pub(super) fn remove_free(&mut self, i: Ix) {
+        let b = &mut self.slab[i as usize];
         let (pool, size) = (b.pool, b.size);
         if end_wait(b, &mut self.pending_per_device) {
             return;
         }
         if b.stamp != 0 {
-            self.unlink(pool, size, p);
+            self.unlink(pool, size, i);
         }
     }
 
-    /// Ends block `p`'s wait out of the lists, if it was waiting (see `Block::pending`).
-    fn unpend(&mut self, p: u64) -> bool {
-        self.blocks
-            .get_mut(&p)
-            .is_some_and(|b| end_wait(b, &mut self.pending_per_device))
+    /// Ends block `i`'s wait out of the lists, if it was waiting (see `Block::pending`).
+    fn unpend(&mut self, i: Ix) -> bool {
+        end_wait(&mut self.slab[i as usize], &mut self.pending_per_device)
     }
 
-    /// Takes listed block `p` (of `size` bytes, in `pool`) out of its class's list.
-    fn unlink(&mut self, pool: PoolKey, size: u64, p: u64) {
-        let Some(b) = self.blocks.get_mut(&p) else {
-            return;
-        };
+    /// Takes listed block `i` (of `size` bytes, in `pool`) out of its class's list.
+    fn unlink(&mut self, pool: PoolKey, size: u64, i: Ix) {
+        let b = &mut self.slab[i as usize];
         let (before, after) = core::mem::take(&mut b.link);
         b.stamp = 0;
         if before != 0 {
-            if let Some(q) = self.blocks.get_mut(&before) {
-                q.link.1 = after;
-            }
+            self.slab[before as usize].link.1 = after;
         } else if let Some(bins) = self.free.get_mut(&pool) {
             bins.set_head(bins::class_of(size), after);
         }
-        if after != 0
-            && let Some(q) = self.blocks.get_mut(&after)
-        {
-            q.link.0 = before;
+        if after != 0 {
+            self.slab[after as usize].link.0 = before;
         }
         self.idle_per_device[pool.device as usize] -= size;
     }
 
-    /// Merges free block `p` with free neighbours of its segment and pool. A block freed
+    /// Merges free block `i` with free neighbours of its segment and pool. A block freed
     /// stream-ordered merges with neighbours whose fences passed or that the same stream freed
     /// (its later fence covers everything their earlier ones did), and the merged block keeps
     /// its fence: that fence binds only other streams, its own reuses the block at once (kept
@@ -280,68 +261,65 @@ impl<B: Backend> Engine<B> {
     /// free space beside it, and the pool took fresh memory while free memory sat there (an
     /// expandable segment grew to 1,053 MiB for 50 MiB live on the simulator; replayed on a
     /// GPT-2 trace from the GPU, plain segments reserved 26.3 GiB for 7.3 GiB live, 13.4 with
-    /// the wait apart). Returns the merged block's address (not yet in a pool).
-    pub(super) fn coalesce(&mut self, mut p: u64) -> u64 {
-        let (segment, pool, owner) = {
-            let b = &self.blocks[&p];
+    /// the wait apart). Returns the merged block (not yet in a pool).
+    pub(super) fn coalesce(&mut self, mut i: Ix) -> Ix {
+        let (pool, owner, prev) = {
+            let b = &self.slab[i as usize];
             let owner = match b.state {
                 State::Free { owner, .. } => owner,
                 State::Allocated { .. } => None,
             };
-            (b.segment, b.pool, owner)
+            (b.pool, owner, b.prev)
         };
         let separate = owner.is_none();
-        let clear = separate.then(|| self.fence_clear(p));
-        // The block before.
-        if let Some((q, prev)) = self.below(p)
-            && prev.segment == segment
-            && prev.pool == pool
-            && q + prev.size == p
-            && matches!(prev.state, State::Free { .. })
-            && self.mergeable(q, owner, clear)
+        let clear = separate.then(|| self.fence_clear(i));
+        // The block before (the links stay within the segment).
+        if prev != 0
+            && self.slab[prev as usize].pool == pool
+            && matches!(self.slab[prev as usize].state, State::Free { .. })
+            && self.mergeable(prev, owner, clear)
         {
-            self.remove_free(q);
-            let b = self.blocks.remove(&p).expect("the freed block");
-            let end = p + b.size;
-            if let Some(prev) = self.blocks.get_mut(&q) {
-                prev.size += b.size;
-                prev.state = b.state;
-            }
-            self.relink_above(q, end, segment);
-            p = q;
+            self.remove_free(prev);
+            let b = self.drop_block(i);
+            let q = &mut self.slab[prev as usize];
+            q.size += b.size;
+            q.state = b.state;
+            q.next = b.next;
+            self.link_below(b.next, prev, b.segment);
+            i = prev;
         }
         // The block after.
-        let end = p + self.blocks[&p].size;
-        if let Some(next) = self.blocks.get(&end)
-            && next.segment == segment
-            && next.pool == pool
-            && matches!(next.state, State::Free { .. })
-            && self.mergeable(end, owner, clear)
+        let next = self.slab[i as usize].next;
+        if next != 0
+            && self.slab[next as usize].pool == pool
+            && matches!(self.slab[next as usize].state, State::Free { .. })
+            && self.mergeable(next, owner, clear)
         {
-            self.remove_free(end);
-            let n = self.blocks.remove(&end).expect("the next block");
-            if let Some(b) = self.blocks.get_mut(&p) {
-                b.size += n.size;
-            }
-            self.relink_above(p, end + n.size, segment);
+            self.remove_free(next);
+            let n = self.drop_block(next);
+            let b = &mut self.slab[i as usize];
+            b.size += n.size;
+            b.next = n.next;
+            self.link_below(n.next, i, n.segment);
         }
         if clear == Some(false) {
-            self.keep_apart(p);
+            self.keep_apart(self.slab[i as usize].addr);
         }
-        p
+        i
     }
 
-    /// Puts fenced free block `p` on `kept_apart`. Entries of blocks handed out or merged since
-    /// are dropped whenever the list doubled, so it stays within twice the fenced free blocks
-    /// however long fences take to pass.
+    /// Puts fenced free block `p` (by address) on `kept_apart`. Entries of blocks handed out or
+    /// merged since are dropped whenever the list doubled, so it stays within twice the fenced
+    /// free blocks however long fences take to pass.
     pub(super) fn keep_apart(&mut self, p: u64) {
         self.kept_apart.push(p);
         if self.kept_apart.len() >= KEPT_APART_MIN.max(2 * self.kept_apart_pruned) {
             let mut list = core::mem::take(&mut self.kept_apart);
             // In order (see `merge_if_passed`); a block listed twice is merged at its first
             // entry, and its second finds nothing more to merge.
-            list.retain(|q| {
-                self.blocks.get(q).is_some_and(|b| {
+            list.retain(|&q| {
+                self.ix(q).is_some_and(|i| {
+                    let b = &self.slab[i as usize];
                     b.pending || matches!(b.state, State::Free { fence: Some(_), .. })
                 })
             });
@@ -350,29 +328,26 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Whether free block `p` may merge into a block freed by `owner` (see `coalesce`):
+    /// Whether free block `i` may merge into a block freed by `owner` (see `coalesce`):
     /// `clear` is `None` in a plain segment (any passed or implied fence merges), else whether
     /// the freed block's own fence passed (like merges with like).
-    pub(super) fn mergeable(&mut self, p: u64, owner: Option<u64>, clear: Option<bool>) -> bool {
+    pub(super) fn mergeable(&mut self, i: Ix, owner: Option<u64>, clear: Option<bool>) -> bool {
         if clear == Some(true) {
-            return self.fence_clear(p);
+            return self.fence_clear(i);
         }
         let same_owner = matches!(
-            self.blocks.get(&p),
-            Some(Block { state: State::Free { fence: Some(_), owner: o }, .. }) if *o == owner
+            self.slab[i as usize].state,
+            State::Free { fence: Some(_), owner: o } if o == owner
         );
         match clear {
-            None => same_owner || self.fence_clear(p),
-            _ => same_owner && !self.fence_clear(p),
+            None => same_owner || self.fence_clear(i),
+            _ => same_owner && !self.fence_clear(i),
         }
     }
 
     /// Whether a free block has no fence left (clearing one that passed).
-    pub(super) fn fence_clear(&mut self, p: u64) -> bool {
-        let Some(b) = self.blocks.get_mut(&p) else {
-            return false;
-        };
-        match &mut b.state {
+    pub(super) fn fence_clear(&mut self, i: Ix) -> bool {
+        match &mut self.slab[i as usize].state {
             State::Free { fence: None, .. } => true,
             State::Free { fence, owner } => {
                 let passed = fence.as_ref().is_some_and(|f| self.backend.passed(f));

@@ -4,7 +4,7 @@
 use super::*;
 
 impl<B: Backend> Engine<B> {
-    pub(super) fn new_segment(&mut self, key: PoolKey, size: u64) -> Result<u64, AllocError> {
+    pub(super) fn new_segment(&mut self, key: PoolKey, size: u64) -> Result<Ix, AllocError> {
         let limit = self.policy.limit;
         let over = |e: &Self| e.reserved(key.device).saturating_add(size) > limit;
         if limit > 0 && over(self) {
@@ -65,33 +65,19 @@ impl<B: Backend> Engine<B> {
                 allocated_blocks: 0,
                 range: 0,
                 idle_since: 0,
-                last: ptr,
+                last: 0,
                 sealed: false,
             },
         );
-        self.blocks.insert(
-            ptr,
-            Block {
-                size,
-                segment: ptr,
-                pool: key,
-                state: State::Free {
-                    fence: None,
-                    owner: None,
-                },
-                pending: false,
-                stamp: 0,
-                link: (0, 0),
-                prev: 0,
-            },
-        );
-        Ok(ptr)
+        let i = self.add_block(Block::free(ptr, size, ptr, key));
+        self.link_below(0, i, ptr);
+        Ok(i)
     }
 
     /// Grows the expandable segment of `key` until a free block at its end holds `need` bytes,
     /// and returns that block (taken out of its pool). `Err(None)`: the backend has no address
     /// ranges to offer.
-    pub(super) fn grow(&mut self, key: PoolKey, need: u64) -> Result<u64, Option<AllocError>> {
+    pub(super) fn grow(&mut self, key: PoolKey, need: u64) -> Result<Ix, Option<AllocError>> {
         let base = match self.expandable.get(&key) {
             Some(&b) => b,
             None => {
@@ -119,14 +105,13 @@ impl<B: Backend> Engine<B> {
             let seg = self.segments[&base];
             let end = base + seg.size;
             // A free block at the end that this stream may use grows instead of a new one.
-            let tail = self
-                .blocks
-                .get(&seg.last)
-                .filter(|b| seg.last + b.size == end && matches!(b.state, State::Free { .. }))
+            let tail = (seg.last != 0)
+                .then(|| &self.slab[seg.last as usize])
+                .filter(|b| b.addr + b.size == end && matches!(b.state, State::Free { .. }))
                 .map(|b| (seg.last, b.size));
-            let tail = tail.filter(|&(p, _)| {
+            let tail = tail.filter(|&(i, _)| {
                 matches!(
-                    Self::fit(&mut self.blocks, &mut self.backend, p, key.stream),
+                    Self::fit(&mut self.slab, &mut self.backend, i, key.stream),
                     Fit::Usable
                 )
             });
@@ -185,34 +170,20 @@ impl<B: Backend> Engine<B> {
                 s.size += add;
             }
             return Ok(match tail {
-                Some((p, _)) => {
-                    self.remove_free(p);
-                    if let Some(b) = self.blocks.get_mut(&p) {
-                        b.size += add;
-                    }
-                    p
+                Some((i, _)) => {
+                    self.remove_free(i);
+                    self.slab[i as usize].size += add;
+                    i
                 }
                 None => {
-                    self.blocks.insert(
-                        end,
-                        Block {
-                            size: add,
-                            segment: base,
-                            pool: key,
-                            state: State::Free {
-                                fence: None,
-                                owner: None,
-                            },
-                            pending: false,
-                            stamp: 0,
-                            link: (0, 0),
-                            prev: seg.last,
-                        },
-                    );
-                    if let Some(s) = self.segments.get_mut(&base) {
-                        s.last = end;
+                    let mut b = Block::free(end, add, base, key);
+                    b.prev = seg.last;
+                    let i = self.add_block(b);
+                    if seg.last != 0 {
+                        self.slab[seg.last as usize].next = i;
                     }
-                    end
+                    self.link_below(0, i, base);
+                    i
                 }
             });
         }
@@ -228,10 +199,10 @@ impl<B: Backend> Engine<B> {
             // Nothing live in it: all of it goes back (its free blocks may sit in the pools of
             // several streams, which never coalesce).
             let blocks = self.segment_blocks(base);
-            if blocks.iter().all(|&p| self.fence_clear(p)) {
-                for p in blocks {
-                    self.remove_free(p);
-                    self.blocks.remove(&p);
+            if blocks.iter().all(|&i| self.fence_clear(i)) {
+                for i in blocks {
+                    self.remove_free(i);
+                    self.drop_block(i);
                 }
                 self.backend.unmap(seg.device, base, seg.size);
                 self.backend.note(Event::SegmentRelease {
@@ -249,11 +220,13 @@ impl<B: Backend> Engine<B> {
                 return;
             }
         }
-        let p = seg.last;
-        let Some(b) = self.blocks.get(&p) else {
+        let i = seg.last;
+        if i == 0 {
             return;
-        };
-        if p + b.size != end || !matches!(b.state, State::Free { .. }) || !self.fence_clear(p) {
+        }
+        let b = &self.slab[i as usize];
+        let p = b.addr;
+        if p + b.size != end || !matches!(b.state, State::Free { .. }) || !self.fence_clear(i) {
             return;
         }
         let excess = self.idle(seg.device).saturating_sub(keep);
@@ -267,17 +240,19 @@ impl<B: Backend> Engine<B> {
             return;
         }
         let new_end = end - cut;
-        self.remove_free(p);
+        self.remove_free(i);
         if new_end > p {
-            if let Some(b) = self.blocks.get_mut(&p) {
-                b.size = new_end - p;
-            }
-            self.insert_free(p);
-        } else if let Some(gone) = self.blocks.remove(&p)
-            && let Some(s) = self.segments.get_mut(&base)
-        {
+            self.slab[i as usize].size = new_end - p;
+            self.insert_free(i);
+        } else {
             // The block below is the segment's highest now (or none is).
-            s.last = gone.prev;
+            let gone = self.drop_block(i);
+            if gone.prev != 0 {
+                self.slab[gone.prev as usize].next = 0;
+            }
+            if let Some(s) = self.segments.get_mut(&base) {
+                s.last = gone.prev;
+            }
         }
         self.backend.unmap(seg.device, new_end, cut);
         self.backend.note(Event::SegmentRelease {
@@ -303,9 +278,9 @@ impl<B: Backend> Engine<B> {
             return;
         };
         let blocks = self.segment_blocks(base);
-        for p in blocks {
-            self.remove_free(p);
-            self.blocks.remove(&p);
+        for i in blocks {
+            self.remove_free(i);
+            self.drop_block(i);
         }
         self.segments.remove(&base);
         if seg.range > 0 {
@@ -357,12 +332,12 @@ impl<B: Backend> Engine<B> {
                 break;
             }
             let blocks = self.segment_blocks(seg);
-            if !blocks.iter().all(|&p| self.fence_clear(p)) {
+            if !blocks.iter().all(|&i| self.fence_clear(i)) {
                 continue;
             }
-            for p in blocks {
-                self.remove_free(p);
-                self.blocks.remove(&p);
+            for i in blocks {
+                self.remove_free(i);
+                self.drop_block(i);
             }
             self.segments.remove(&seg);
             self.backend.release(device, seg, size);
