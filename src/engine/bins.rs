@@ -19,6 +19,8 @@ const EXACT: usize = 2048;
 pub(super) const CLASSES: usize = EXACT + (55 - 11) * 32;
 const WORDS: usize = CLASSES / 64;
 
+use super::PoolKey;
+
 /// The class of a block of `size` bytes; classes grow with size.
 pub(super) fn class_of(size: u64) -> usize {
     let g = size >> 9;
@@ -103,6 +105,66 @@ impl Bins {
         }
         let w = above.trailing_zeros() as usize;
         Some(w * 64 + self.words[w].trailing_zeros() as usize)
+    }
+}
+
+/// Every pool's free blocks, grouped by device and size kind: a search looks at each pool of
+/// its group (one per stream that freed blocks of that kind), in stream order, with no tree
+/// descent (an ordered map of pool keys cost a few cold lines per request).
+pub(super) struct Pools {
+    /// Index `device * 2 + small`: the group's pools, by stream.
+    groups: Vec<Vec<(u64, Bins)>>,
+}
+
+impl Default for Pools {
+    fn default() -> Pools {
+        Pools {
+            groups: (0..512).map(|_| Vec::new()).collect(),
+        }
+    }
+}
+
+fn group_of(device: u8, small: bool) -> usize {
+    device as usize * 2 + usize::from(small)
+}
+
+impl Pools {
+    /// The pools of a device and size kind, by stream.
+    pub(super) fn group(&self, device: u8, small: bool) -> &[(u64, Bins)] {
+        &self.groups[group_of(device, small)]
+    }
+
+    pub(super) fn get_mut(&mut self, key: PoolKey) -> Option<&mut Bins> {
+        let g = &mut self.groups[group_of(key.device, key.small)];
+        let at = g.binary_search_by_key(&key.stream, |&(s, _)| s).ok()?;
+        Some(&mut g[at].1)
+    }
+
+    /// The pool of `key`, made if it has none yet.
+    pub(super) fn make(&mut self, key: PoolKey) -> &mut Bins {
+        let g = &mut self.groups[group_of(key.device, key.small)];
+        let at = match g.binary_search_by_key(&key.stream, |&(s, _)| s) {
+            Ok(at) => at,
+            Err(at) => {
+                g.insert(at, (key.stream, Bins::default()));
+                at
+            }
+        };
+        &mut g[at].1
+    }
+
+    /// Every pool, with its key.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (PoolKey, &Bins)> {
+        self.groups.iter().enumerate().flat_map(|(g, pools)| {
+            pools.iter().map(move |(stream, bins)| {
+                let key = PoolKey {
+                    device: (g / 2) as u8,
+                    small: g % 2 == 1,
+                    stream: *stream,
+                };
+                (key, bins)
+            })
+        })
     }
 }
 

@@ -52,20 +52,11 @@ impl<B: Backend> Engine<B> {
             backend,
             ..
         } = self;
-        let lo = PoolKey {
-            device: key.device,
-            small: key.small,
-            stream: 0,
-        };
-        let hi = PoolKey {
-            stream: u64::MAX,
-            ..lo
-        };
         // (size, block).
         let mut best: Option<(u64, Ix)> = None;
         let mut best_fenced = u64::MAX;
         let first = bins::class_of(need);
-        for pool in free.range(lo..=hi).map(|(_, pool)| pool) {
+        for (_, pool) in free.group(key.device, key.small) {
             let mut fenced_seen = 0;
             // This pool's best: (size, stamp, block); stamps are unique.
             let mut mine: Option<(u64, u64, Ix)> = None;
@@ -134,22 +125,19 @@ impl<B: Backend> Engine<B> {
         // In the order they were freed (never by address, which differs between the shim and
         // a replay): the order they are listed in decides which of equal blocks serves first.
         let waiting = core::mem::take(&mut self.kept_apart);
-        for p in waiting {
-            let Some(i) = self.ix(p).filter(|&i| {
-                let b = &self.slab[i as usize];
-                matches!(b.state, State::Free { .. }) && (b.pending || b.stamp != 0)
-            }) else {
+        for (i, p) in waiting {
+            let Some(i) = self.still_apart(i, p) else {
                 // Handed out, or merged into a neighbour.
                 continue;
             };
             if !self.fence_clear(i) {
-                self.kept_apart.push(p);
+                self.kept_apart.push((i, p));
                 continue;
             }
             let sealed = self.sealed_segments > 0
                 && self
                     .segments
-                    .get(&self.slab[i as usize].segment)
+                    .at(self.slab[i as usize].seg)
                     .is_none_or(|s| s.sealed);
             if sealed {
                 // Out of the pending count; a sealed segment hands nothing out again.
@@ -191,7 +179,7 @@ impl<B: Backend> Engine<B> {
         let sealed = self.sealed_segments > 0
             && self
                 .segments
-                .get(&self.slab[i as usize].segment)
+                .at(self.slab[i as usize].seg)
                 .is_some_and(|s| s.sealed);
         let b = &mut self.slab[i as usize];
         let (pool, size) = (b.pool, b.size);
@@ -206,7 +194,7 @@ impl<B: Backend> Engine<B> {
         self.stamps -= 1;
         b.stamp = self.stamps;
         // At the head of its class's list: the lists are newest first.
-        let bins = self.free.entry(pool).or_default();
+        let bins = self.free.make(pool);
         let c = bins::class_of(size);
         let old = bins.head(c);
         bins.set_head(c, i);
@@ -241,7 +229,7 @@ impl<B: Backend> Engine<B> {
         b.stamp = 0;
         if before != 0 {
             self.slab[before as usize].link.1 = after;
-        } else if let Some(bins) = self.free.get_mut(&pool) {
+        } else if let Some(bins) = self.free.get_mut(pool) {
             bins.set_head(bins::class_of(size), after);
         }
         if after != 0 {
@@ -285,7 +273,7 @@ impl<B: Backend> Engine<B> {
             q.size += b.size;
             q.state = b.state;
             q.next = b.next;
-            self.link_below(b.next, prev, b.segment);
+            self.link_below(b.next, prev, b.seg);
             i = prev;
         }
         // The block after.
@@ -300,25 +288,25 @@ impl<B: Backend> Engine<B> {
             let b = &mut self.slab[i as usize];
             b.size += n.size;
             b.next = n.next;
-            self.link_below(n.next, i, n.segment);
+            self.link_below(n.next, i, n.seg);
         }
         if clear == Some(false) {
-            self.keep_apart(self.slab[i as usize].addr);
+            self.keep_apart(i);
         }
         i
     }
 
-    /// Puts fenced free block `p` (by address) on `kept_apart`. Entries of blocks handed out or
-    /// merged since are dropped whenever the list doubled, so it stays within twice the fenced
-    /// free blocks however long fences take to pass.
-    pub(super) fn keep_apart(&mut self, p: u64) {
-        self.kept_apart.push(p);
+    /// Puts fenced free block `i` on `kept_apart`. Entries of blocks handed out or merged since
+    /// are dropped whenever the list doubled, so it stays within twice the fenced free blocks
+    /// however long fences take to pass.
+    pub(super) fn keep_apart(&mut self, i: Ix) {
+        self.kept_apart.push((i, self.slab[i as usize].addr));
         if self.kept_apart.len() >= KEPT_APART_MIN.max(2 * self.kept_apart_pruned) {
             let mut list = core::mem::take(&mut self.kept_apart);
             // In order (see `merge_if_passed`); a block listed twice is merged at its first
             // entry, and its second finds nothing more to merge.
-            list.retain(|&q| {
-                self.ix(q).is_some_and(|i| {
+            list.retain(|&(i, p)| {
+                self.resolve(i, p).is_some_and(|i| {
                     let b = &self.slab[i as usize];
                     b.pending || matches!(b.state, State::Free { fence: Some(_), .. })
                 })
@@ -326,6 +314,25 @@ impl<B: Backend> Engine<B> {
             self.kept_apart_pruned = list.len();
             self.kept_apart = list;
         }
+    }
+
+    /// The block at address `p`, looked for first in slot `i` (where it was when listed in
+    /// `kept_apart`) and by address only when that slot holds another block now.
+    fn resolve(&self, i: Ix, p: u64) -> Option<Ix> {
+        if self.slab[i as usize].addr == p {
+            Some(i)
+        } else {
+            self.ix(p)
+        }
+    }
+
+    /// Entry (`i`, `p`) of `kept_apart`'s block, if it is free and still waits apart (pending
+    /// or listed).
+    fn still_apart(&self, i: Ix, p: u64) -> Option<Ix> {
+        self.resolve(i, p).filter(|&i| {
+            let b = &self.slab[i as usize];
+            matches!(b.state, State::Free { .. }) && (b.pending || b.stamp != 0)
+        })
     }
 
     /// Whether free block `i` may merge into a block freed by `owner` (see `coalesce`):

@@ -160,16 +160,19 @@ struct Block<F> {
     /// looks at it and no neighbour's merge fences free space with it) until its fence
     /// passes; counted in `pending_per_device`.
     pending: bool,
+    /// Its segment's slot in `Engine::segments`.
+    seg: Ix,
     state: State<F>,
 }
 
 impl<F> Block<F> {
-    /// A free, unlisted, unlinked block.
-    fn free(addr: u64, size: u64, segment: u64, pool: PoolKey) -> Block<F> {
+    /// A free, unlisted, unlinked block of the segment at `segment` (in slot `seg`).
+    fn free(addr: u64, size: u64, (segment, seg): (u64, Ix), pool: PoolKey) -> Block<F> {
         Block {
             addr,
             size,
             segment,
+            seg,
             stamp: 0,
             link: (0, 0),
             prev: 0,
@@ -278,7 +281,7 @@ pub struct Engine<B: Backend> {
     /// the segment holding an interior pointer.
     segments: blocks::BlockMap<Segment>,
     /// Free blocks per pool, by size class (`bins`).
-    free: BTreeMap<PoolKey, bins::Bins>,
+    free: bins::Pools,
     /// The next free block's stamp, counting down (see `insert_free`).
     stamps: u64,
     stats: Stats,
@@ -296,10 +299,10 @@ pub struct Engine<B: Backend> {
     sealed_segments: u64,
     /// The backend's `progress` when `merge_if_passed` last merged.
     merged_at: u64,
-    /// Free blocks kept apart from their neighbours while fenced, by address: the pending
-    /// ones (see `Block::pending`) and fenced remainders in expandable segments (see
+    /// Free blocks kept apart from their neighbours while fenced, by slot and address: the
+    /// pending ones (see `Block::pending`) and fenced remainders in expandable segments (see
     /// `coalesce`).
-    kept_apart: Vec<u64>,
+    kept_apart: Vec<(Ix, u64)>,
     /// Its length after the last pruning (see `keep_apart`).
     kept_apart_pruned: usize,
     /// Requests since the backend was last polled (see `take_cached`).
@@ -334,12 +337,12 @@ impl<B: Backend> Engine<B> {
         Engine {
             backend,
             policy,
-            slab: vec![Block::free(0, 0, 0, NO_POOL)],
+            slab: vec![Block::free(0, 0, (0, 0), NO_POOL)],
             vacant: Vec::new(),
             index: FastMap::default(),
             hints: Default::default(),
             segments: blocks::BlockMap::new(),
-            free: BTreeMap::new(),
+            free: bins::Pools::default(),
             stamps: u64::MAX,
             stats: Stats::default(),
             reserved_per_device: [0; 256],
@@ -412,7 +415,10 @@ impl<B: Backend> Engine<B> {
 
     /// Takes block `i` out of the slab and the index (its neighbours' links are the caller's).
     fn drop_block(&mut self, i: Ix) -> Block<B::Fence> {
-        let b = core::mem::replace(&mut self.slab[i as usize], Block::free(0, 0, 0, NO_POOL));
+        let b = core::mem::replace(
+            &mut self.slab[i as usize],
+            Block::free(0, 0, (0, 0), NO_POOL),
+        );
         self.index.remove(&b.addr);
         self.vacant.push(i);
         b
@@ -545,7 +551,7 @@ impl<B: Backend> Engine<B> {
         let State::Allocated { requested, .. } = b.state else {
             return Err(());
         };
-        let (size, device, segment) = (b.size, b.pool.device, b.segment);
+        let (size, device, segment, seg) = (b.size, b.pool.device, b.segment, b.seg);
         let (fence, owner) = match kind {
             FreeKind::Sync => (backend.fence_device(device), None),
             FreeKind::OnStream(s) => (backend.fence_stream(device, s), Some(s)),
@@ -561,18 +567,20 @@ impl<B: Backend> Engine<B> {
         let release_now = self.policy.release_on_free && kind == FreeKind::Sync;
         let mut sealed_empty = false;
         let mut emptied = false;
-        if let Some(seg) = self.segments.get_mut(&segment) {
-            seg.allocated_blocks -= 1;
-            if seg.allocated_blocks == 0 {
+        let mut expandable = false;
+        if let Some(s) = self.segments.at_mut(seg) {
+            s.allocated_blocks -= 1;
+            expandable = s.range > 0;
+            if s.allocated_blocks == 0 {
                 emptied = true;
-                sealed_empty = seg.sealed || (release_now && seg.range == 0);
+                sealed_empty = s.sealed || (release_now && s.range == 0);
             }
         }
         if emptied {
             // The clock is read only when a segment empties, not on every free.
             let now = self.backend.now();
-            if let Some(seg) = self.segments.get_mut(&segment) {
-                seg.idle_since = now;
+            if let Some(s) = self.segments.at_mut(seg) {
+                s.idle_since = now;
             }
         }
         self.stats.live_bytes -= size;
@@ -580,17 +588,14 @@ impl<B: Backend> Engine<B> {
         self.stats.live_blocks -= 1;
         if pending {
             self.pending_per_device[device as usize] += size;
-            self.keep_apart(ptr);
+            self.keep_apart(i);
         } else {
             let merged = self.coalesce(i);
             self.insert_free(merged);
         }
         if sealed_empty {
             self.release_segment(segment);
-        } else if release_now
-            && !self.backend.quiet()
-            && self.segments.get(&segment).is_some_and(|s| s.range > 0)
-        {
+        } else if release_now && !self.backend.quiet() && expandable {
             // An expandable segment: its free pages go back as CUDA's free would, after the
             // device caught up (CUDA's own free waits for it too).
             self.backend.synchronize(device);
@@ -746,11 +751,13 @@ impl<B: Backend> Engine<B> {
         let mut tiled = 0usize;
         for (&base, seg) in self.segments.range(..) {
             let blocks = self.segment_blocks(base);
+            let slot = self.segments.slot(&base);
             let mut expect = base;
             let mut below = 0;
             for &i in &blocks {
                 let b = &self.slab[i as usize];
-                if b.addr != expect || b.prev != below || b.segment != base {
+                if b.addr != expect || b.prev != below || b.segment != base || Some(b.seg) != slot
+                {
                     return Err(format!(
                         "segment {base:#x}: block {i} at {:#x} (size {:#x}, below {}, segment \
                          {:#x}) after {below} (expected at {expect:#x})",
@@ -798,7 +805,7 @@ impl<B: Backend> Engine<B> {
     /// and the link of the block before it.
     fn listed_blocks(&self) -> Result<usize, String> {
         let mut n = 0;
-        for (key, bins) in &self.free {
+        for (key, bins) in self.free.iter() {
             let mut c = bins.next_class(0);
             while let Some(class) = c {
                 let (mut i, mut newer) = (bins.head(class), 0);
@@ -806,7 +813,7 @@ impl<B: Backend> Engine<B> {
                     let Some(b) = self.slab.get(i as usize).filter(|b| b.addr != 0) else {
                         return Err(format!("class {class}: {i} is not a block"));
                     };
-                    if b.pool != *key
+                    if b.pool != key
                         || bins::class_of(b.size) != class
                         || b.link.0 != newer
                         || b.stamp == 0
@@ -852,7 +859,7 @@ impl<B: Backend> Engine<B> {
         let State::Allocated { stream, requested } = b.state else {
             return None;
         };
-        let seg = self.segments.get(&b.segment)?;
+        let seg = self.segments.at(b.seg)?;
         Some(BlockInfo {
             ptr: b.addr,
             size: b.size,
@@ -885,15 +892,13 @@ impl<B: Backend> Engine<B> {
     fn hand_out(&mut self, i: Ix, need: u64, requested: u64, stream: u64) -> BlockInfo {
         let policy = self.policy;
         let b = &self.slab[i as usize];
-        let (ptr, bsize, segment, bpool, next) = (b.addr, b.size, b.segment, b.pool, b.next);
+        let (ptr, bsize, segment, seg, bpool, next) =
+            (b.addr, b.size, b.segment, b.seg, b.pool, b.next);
         let remainder = bsize - need;
-        // The segment's count and shape, in one lookup.
-        let seg = self
-            .segments
-            .get_mut(&segment)
-            .expect("its segment exists");
-        seg.allocated_blocks += 1;
-        let (expandable, segment_size) = (seg.range > 0, seg.size);
+        // The segment's count and shape, in one visit.
+        let s = self.segments.at_mut(seg).expect("its segment exists");
+        s.allocated_blocks += 1;
+        let (expandable, segment_size) = (s.range > 0, s.size);
         let split = if bpool.small || expandable {
             // An expandable segment's rest stays at hand: the next growth merges into it.
             remainder >= GRANULE
@@ -910,18 +915,18 @@ impl<B: Backend> Engine<B> {
             });
             // The rest keeps the block's fence: a block reusable here only because its owner
             // stream asked must not become reusable by every stream by being split.
-            let mut rest = Block::free(ptr + need, remainder, segment, bpool);
+            let mut rest = Block::free(ptr + need, remainder, (segment, seg), bpool);
             rest.state = self.slab[i as usize].state.clone();
             rest.prev = i;
             rest.next = next;
             let fenced = matches!(rest.state, State::Free { fence: Some(_), .. });
             let r = self.add_block(rest);
             self.slab[i as usize].next = r;
-            self.link_below(next, r, segment);
+            self.link_below(next, r, seg);
             self.insert_free(r);
             if fenced && expandable {
                 // Merged with its neighbours once the fence passes, as a freed block is.
-                self.keep_apart(ptr + need);
+                self.keep_apart(r);
             }
         }
         let pool = PoolKey { stream, ..bpool };
@@ -944,12 +949,12 @@ impl<B: Backend> Engine<B> {
         }
     }
 
-    /// Block `i` of `segment` now lies just below block `above` (0: `i` is the segment's
-    /// highest).
-    fn link_below(&mut self, above: Ix, i: Ix, segment: u64) {
+    /// Block `i` of the segment in slot `seg` now lies just below block `above` (0: `i` is the
+    /// segment's highest).
+    fn link_below(&mut self, above: Ix, i: Ix, seg: Ix) {
         if above != 0 {
             self.slab[above as usize].prev = i;
-        } else if let Some(s) = self.segments.get_mut(&segment) {
+        } else if let Some(s) = self.segments.at_mut(seg) {
             s.last = i;
         }
     }

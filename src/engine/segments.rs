@@ -57,7 +57,7 @@ impl<B: Backend> Engine<B> {
             .max(self.stats.reserved_bytes);
         self.reserved_per_device[key.device as usize] += size;
         self.reserved_at[key.device as usize] = self.backend.now();
-        self.segments.insert(
+        let seg = self.segments.insert(
             ptr,
             Segment {
                 size,
@@ -69,8 +69,8 @@ impl<B: Backend> Engine<B> {
                 sealed: false,
             },
         );
-        let i = self.add_block(Block::free(ptr, size, ptr, key));
-        self.link_below(0, i, ptr);
+        let i = self.add_block(Block::free(ptr, size, (ptr, seg), key));
+        self.link_below(0, i, seg);
         Ok(i)
     }
 
@@ -176,13 +176,14 @@ impl<B: Backend> Engine<B> {
                     i
                 }
                 None => {
-                    let mut b = Block::free(end, add, base, key);
+                    let slot = self.segments.slot(&base).unwrap_or(0);
+                    let mut b = Block::free(end, add, (base, slot), key);
                     b.prev = seg.last;
                     let i = self.add_block(b);
                     if seg.last != 0 {
                         self.slab[seg.last as usize].next = i;
                     }
-                    self.link_below(0, i, base);
+                    self.link_below(0, i, slot);
                     i
                 }
             });
