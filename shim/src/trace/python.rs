@@ -467,9 +467,6 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
             None => false,
         };
         if !shim {
-            if m.ptr(code + 8)? != a.code_type {
-                return None;
-            }
             let offset = match l.frame_owner {
                 // 3.9 counts f_lasti in bytes, 3.10 in 2-byte code units.
                 None => {
@@ -488,27 +485,44 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
             };
             // A frame this thread captured before, if it is this very frame at this very
             // instruction in this very code object: its answer, with no shared table touched.
-            // The code object is named by its address and the fields that identify it (one
-            // cache line), since a freed one's address may be reused.
-            let seen = Seen {
-                frame,
-                code,
-                offset,
-                filename: m.ptr(code + l.code_filename)?,
-                name: m.ptr(code + l.code_name)?,
-                firstlineno: m.read::<c_int>(code + l.code_firstlineno)?,
-            };
-            let cached = match m {
-                Reader::Direct => last_seen(&seen),
+            // The code object is named by its address and the fields that identify it, since
+            // a freed one's address may be reused. Its type was checked when the entry was
+            // made (a frame's code is a code object: the live object at an address that held
+            // one with these very fields), so a hit reads one cache line of the code object
+            // and skips the line of its header; in a real program each is a cache miss.
+            let slot = seen_slot(frame);
+            let hit = match m {
+                Reader::Direct => seen_at(slot)
+                    .filter(|e| e.frame == frame && e.code == code && e.offset == offset)
+                    .filter(|e| {
+                        m.ptr(code + l.code_filename) == Some(e.filename)
+                            && m.read::<c_int>(code + l.code_firstlineno) == Some(e.firstlineno)
+                    })
+                    .map(|e| e.answer),
                 Reader::Checked(..) => None,
             };
-            out[n] = match cached {
+            out[n] = match hit {
                 Some(f) => f,
                 None => {
+                    if m.ptr(code + 8)? != a.code_type {
+                        return None;
+                    }
+                    let filename = m.ptr(code + l.code_filename)?;
+                    let firstlineno = m.read::<c_int>(code + l.code_firstlineno)?;
                     let (id, key) = code_id(a, m, code)?;
                     let f = py_frame(id, line_at(a, code, key, offset).max(0) as u32);
                     if let Reader::Direct = m {
-                        remember(seen, f);
+                        remember(
+                            slot,
+                            Seen {
+                                frame,
+                                code,
+                                offset,
+                                filename,
+                                firstlineno,
+                                answer: f,
+                            },
+                        );
                     }
                     f
                 }
@@ -520,57 +534,59 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
     None
 }
 
-/// A frame a thread captured, and the trace frame it gave.
+/// A frame a thread captured, and the trace frame it gave: one cache line.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(64))]
 struct Seen {
     frame: usize,
     code: usize,
-    offset: c_int,
     filename: usize,
-    name: usize,
+    answer: u64,
+    offset: c_int,
     firstlineno: c_int,
 }
 
 const NOTHING: Seen = Seen {
     frame: 0,
     code: 0,
-    offset: 0,
     filename: 0,
-    name: 0,
+    answer: 0,
+    offset: 0,
     firstlineno: 0,
 };
 
 /// Frames remembered per thread, by frame address. A training loop allocates from the same
 /// outer frames over and over (the loop, the model's forward, each block's call), each at
 /// the address its depth gives it; only the innermost frames differ between allocations.
+/// The slot is the frame's address in 64-byte units: CPython's frames (72 bytes and more)
+/// each get their own, and a chain of frames, laid out one after another on the thread's
+/// frame stack, reads neighbouring slots, which the hardware prefetches, where a hash of the
+/// address scattered them over the table.
 const SEEN_SLOTS: usize = 256;
 
 thread_local! {
-    static SEEN: UnsafeCell<[(Seen, u64); SEEN_SLOTS]> =
-        const { UnsafeCell::new([(NOTHING, 0); SEEN_SLOTS]) };
+    static SEEN: UnsafeCell<[Seen; SEEN_SLOTS]> = const { UnsafeCell::new([NOTHING; SEEN_SLOTS]) };
 }
 
 fn seen_slot(frame: usize) -> usize {
-    ((frame as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 56) as usize % SEEN_SLOTS
+    (frame >> 6) % SEEN_SLOTS
 }
 
-fn last_seen(seen: &Seen) -> Option<u64> {
+fn seen_at(slot: usize) -> Option<Seen> {
     SEEN.try_with(|t| {
         // SAFETY: only this thread touches its table, and never re-entrantly (the hooks' guard
         // keeps a capture from starting inside another).
         let t = unsafe { &*t.get() };
-        let (s, f) = t[seen_slot(seen.frame)];
-        (s == *seen).then_some(f)
+        t[slot]
     })
     .ok()
-    .flatten()
 }
 
-fn remember(seen: Seen, frame: u64) {
+fn remember(slot: usize, seen: Seen) {
     let _ = SEEN.try_with(|t| {
-        // SAFETY: as in `last_seen`.
+        // SAFETY: as in `seen_at`.
         let t = unsafe { &mut *t.get() };
-        t[seen_slot(seen.frame)] = (seen, frame);
+        t[slot] = seen;
     });
 }
 
