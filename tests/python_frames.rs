@@ -276,3 +276,26 @@ fn no_python_frames_once_a_sub_interpreter_exists() {
         assert!(err.contains("sub-interpreters"), "{py}: {err}");
     }
 }
+
+#[test]
+fn a_code_object_freed_and_replaced_at_its_address_gives_the_new_line() {
+    for py in pythons() {
+        let (t, code, err) = run_py(&py, "py_code_reuse.py", None, "pyreuse");
+        assert_eq!(code, 0, "{py}: {err}");
+        // The premise: CPython gave some round's code object an address used before (else
+        // this test proves nothing about reuse).
+        let reused: u32 = err.lines().find_map(|l| l.trim().parse().ok()).unwrap_or(0);
+        assert!(reused > 0, "{py}: no code object address was reused: {err}");
+        let allocs = allocations(&t);
+        assert_eq!(allocs.len(), 30, "{py}");
+        for (size, frames) in &allocs {
+            let round = size / 4096 - 1;
+            let top = &frames[0];
+            assert_eq!(
+                (top.function.as_deref(), top.line),
+                (Some("template"), Some(round as u32 + 1001)),
+                "{py}: round {round}"
+            );
+        }
+    }
+}

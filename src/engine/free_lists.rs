@@ -151,12 +151,7 @@ impl<B: Backend> Engine<B> {
     }
 
     /// Whether free block `i` may be handed to `stream` now; clears fences that passed.
-    pub(super) fn fit(
-        slab: &mut [Block<B::Fence>],
-        backend: &mut B,
-        i: Ix,
-        stream: u64,
-    ) -> Fit {
+    pub(super) fn fit(slab: &mut [Block<B::Fence>], backend: &mut B, i: Ix, stream: u64) -> Fit {
         let State::Free { fence, owner } = &mut slab[i as usize].state else {
             return Fit::Fenced;
         };

@@ -756,8 +756,7 @@ impl<B: Backend> Engine<B> {
             let mut below = 0;
             for &i in &blocks {
                 let b = &self.slab[i as usize];
-                if b.addr != expect || b.prev != below || b.segment != base || Some(b.seg) != slot
-                {
+                if b.addr != expect || b.prev != below || b.segment != base || Some(b.seg) != slot {
                     return Err(format!(
                         "segment {base:#x}: block {i} at {:#x} (size {:#x}, below {}, segment \
                          {:#x}) after {below} (expected at {expect:#x})",
@@ -765,7 +764,9 @@ impl<B: Backend> Engine<B> {
                     ));
                 }
                 if below != 0 && self.slab[below as usize].next != i {
-                    return Err(format!("segment {base:#x}: block {below} not linked up to {i}"));
+                    return Err(format!(
+                        "segment {base:#x}: block {below} not linked up to {i}"
+                    ));
                 }
                 expect = b.addr + b.size;
                 below = i;

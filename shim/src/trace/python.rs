@@ -698,7 +698,14 @@ fn line_at(a: &Api, code: usize, key: CodeKey, offset: c_int) -> c_int {
         return key.firstlineno as c_int;
     }
     let slot = &LINES[slot_of((code as u64) ^ (offset as u64).rotate_left(40), LINE_SLOTS)];
-    let words = [code as u64, key.linetable as u64, offset as u64];
+    // The line is the first line plus what the line table says: a code object made by
+    // `replace(co_firstlineno=...)` shares its line table with the one it was made from, and
+    // may take its address once that one is freed.
+    let words = [
+        code as u64,
+        key.linetable as u64,
+        offset as u32 as u64 | u64::from(key.firstlineno) << 32,
+    ];
     if let Some(v) = slot.get()
         && (v[0], v[1], v[2]) == (words[0], words[1], words[2])
     {

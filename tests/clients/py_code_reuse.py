@@ -1,0 +1,27 @@
+"""Code objects replaced at the same place: each round makes a new code object (the template's,
+moved down one line), calls it to allocate (its frame where the last round's frame was) and
+drops it, so CPython frees the code object and gives the next round's the same address.
+Prints how many rounds found their code object at an address an earlier round's had."""
+import ctypes
+import sys
+import types
+
+rt = ctypes.CDLL(sys.argv[1])
+
+
+def template(malloc, ref, size):
+    return malloc(ref, size)
+
+
+seen, reused = set(), 0
+for i in range(30):
+    # Round i allocates 4096 * (i + 1) bytes at line 1000 + i + 1.
+    code = template.__code__.replace(co_firstlineno=1000 + i)
+    reused += id(code) in seen
+    seen.add(id(code))
+    gen = types.FunctionType(code, globals(), "gen")
+    p = ctypes.c_void_p()
+    assert gen(rt.cudaMalloc, ctypes.byref(p), ctypes.c_size_t(4096 * (i + 1))) == 0
+    rt.cudaFree(p)
+    del gen, code
+print(reused, file=sys.stderr)
