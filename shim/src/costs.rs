@@ -24,6 +24,9 @@ pub enum Cost {
     PoolFree,
     /// Making a checkpoint: an event per busy stream, a query per tracked stream.
     Seal,
+    /// The checkpoints made because nothing cached fitted a request (the others are made
+    /// ahead, at most [`crate::pool`]'s spacing apart), a part of [`Cost::Seal`].
+    SealWanted,
     /// Asking whether checkpoints passed (`cuEventQuery`).
     Query,
     /// A new segment (`cuMemAlloc_v2`).
@@ -41,13 +44,14 @@ pub enum Cost {
     Lookup,
 }
 
-const NAMES: [&str; 13] = [
+const NAMES: [&str; 14] = [
     "malloc hook",
     "free hook",
     "pool lock wait",
     "engine alloc",
     "engine free",
     "checkpoint made",
+    "  of which nothing fit",
     "checkpoint query",
     "cuMemAlloc",
     "cuMemFree",

@@ -421,7 +421,11 @@ impl Backend for CudaBackend {
             };
             if s.sealed_at == 0 || now.saturating_sub(s.sealed_at) >= interval {
                 s.sealed_at = now;
+                let t0 = costs::start();
                 self.seal(slot);
+                if wanted {
+                    costs::end(Cost::SealWanted, t0);
+                }
                 let took = self.now().saturating_sub(now);
                 self.slots[slot as usize].seal_ns = took;
                 self.query(slot);
