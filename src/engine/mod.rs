@@ -267,7 +267,9 @@ pub struct Engine<B: Backend> {
     policy: Policy,
     /// Every block, by index (see [`Block`]); slot 0 is never a block. A block's neighbours
     /// are its links, a segment's blocks a walk from its base, an interior pointer's block a
-    /// walk from a hint (`hints`).
+    /// walk from a hint (`hints`). It never shrinks (a block's slot is left vacant and reused),
+    /// so every index the engine ever made stays in bounds: indexing it cannot panic, and a
+    /// vacant slot reads as a free block of no size at address 0.
     slab: Vec<Block<B::Fence>>,
     /// Slots of blocks merged away or given back, reused newest first (still warm).
     vacant: Vec<Ix>,
