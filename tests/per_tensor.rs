@@ -145,11 +145,11 @@ fn gpushim_costs_prints_where_the_shims_time_went_at_exit() {
     assert!(calls("cuMemAlloc") >= 1, "{err}");
     // 64 streams end the single-stream rule: checkpoints were made.
     assert!(calls("checkpoint made") >= 1, "{err}");
-    // Those made because nothing fitted are a part of them.
-    assert!(
-        (1..=calls("checkpoint made")).contains(&calls("of which nothing fit")),
-        "{err}"
-    );
+    // Those made because nothing fitted are a part of them, and so are those made ahead, on
+    // the pool's helper thread, off the program's.
+    let (made, wanted) = (calls("checkpoint made"), calls("of which nothing fit"));
+    let ahead = calls("of which on a helper");
+    assert!(wanted >= 1 && ahead >= 1 && wanted + ahead <= made, "{err}");
     let (err, _) = costs(false);
     assert!(!err.contains("costs of pid"), "{err}");
 }

@@ -27,6 +27,9 @@ pub enum Cost {
     /// The checkpoints made because nothing cached fitted a request (the others are made
     /// ahead, at most [`crate::pool`]'s spacing apart), a part of [`Cost::Seal`].
     SealWanted,
+    /// The checkpoints made on the helper thread, ahead of need (`pool::sealer`), a part of
+    /// [`Cost::Seal`].
+    SealAhead,
     /// Asking whether checkpoints passed (`cuEventQuery`).
     Query,
     /// A new segment (`cuMemAlloc_v2`).
@@ -44,7 +47,7 @@ pub enum Cost {
     Lookup,
 }
 
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 15] = [
     "malloc hook",
     "free hook",
     "pool lock wait",
@@ -52,6 +55,7 @@ const NAMES: [&str; 14] = [
     "engine free",
     "checkpoint made",
     "  of which nothing fit",
+    "  of which on a helper",
     "checkpoint query",
     "cuMemAlloc",
     "cuMemFree",

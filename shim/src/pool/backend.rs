@@ -4,10 +4,10 @@
 
 use super::capture::{capture_active, relaxed_if_capturing};
 use super::context::free_segments;
-use super::context::{MAX_CONTEXTS, context_handle, device_of, in_context};
+use super::context::{MAX_CONTEXTS, device_of, in_context};
+use super::sealer::{Request, Sealer, make_events};
 use super::streams::OTHER_STREAMS;
 use crate::costs::{self, Cost};
-use crate::cuda::ffi::CU_EVENT_DISABLE_TIMING;
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::trace;
@@ -98,7 +98,7 @@ const YES: u8 = 1;
 const NO: u8 = 2;
 
 /// Whether to try `cuCtxRecordEvent` for this checkpoint.
-fn context_events() -> bool {
+pub(super) fn context_events() -> bool {
     match CTX_EVENTS.load(Ordering::Relaxed) {
         YES => true,
         NO => false,
@@ -123,6 +123,11 @@ pub struct CudaBackend {
     pub(super) released: Vec<(u8, u64)>,
     /// How many times fences passed, in any context (the engine's `progress`).
     passes: u64,
+    /// The helper thread that makes checkpoints ahead of need (started at the first).
+    sealer: Option<Sealer>,
+    sealer_failed: bool,
+    /// The context whose checkpoint the helper is making (one at a time).
+    in_flight: Option<u8>,
 }
 
 /// `CUmemAllocationProp` (32 bytes): pinned device memory on one device.
@@ -146,6 +151,14 @@ struct AccessDesc {
 
 const PAGE: u64 = gpushim_core::engine::PAGE;
 
+/// `cuCtxRecordEvent` answered `rc`: one event per stream from now on, said once.
+pub(super) fn refuse_context_events(rc: i32) {
+    CTX_EVENTS.store(NO, Ordering::Relaxed);
+    crate::os::say(format_args!(
+        "cuCtxRecordEvent answered {rc}; checkpoints record an event per stream from now on"
+    ));
+}
+
 impl CudaBackend {
     pub(super) fn new() -> CudaBackend {
         CudaBackend {
@@ -166,6 +179,9 @@ impl CudaBackend {
             pages: std::collections::BTreeMap::new(),
             released: Vec::new(),
             passes: 0,
+            sealer: None,
+            sealer_failed: false,
+            in_flight: None,
         }
     }
 
@@ -190,74 +206,13 @@ impl CudaBackend {
         }
     }
 
-    /// Makes the pending checkpoint of `slot`: with `GPUSHIM_CTX_EVENTS=1` (see `CTX_EVENTS`),
-    /// one event that covers everything issued to the context (`cuCtxRecordEvent`, CUDA 12.5);
-    /// otherwise, or where the driver has none, an event on the legacy stream and on each
-    /// non-blocking stream that still has work queued. A stream with
-    /// none (`cuStreamQuery` answers 0: everything ever issued to it finished) needs no event:
-    /// PyTorch makes 64 streams it rarely uses, and a checkpoint of 65 events cost about 100 µs
-    /// of host time, one of 64 queries 57 µs (H100), the context's one event 2 µs (measured
-    /// with scripts/gpu/ctx_event_probe.cu; docs/cuda-facts.md). Never called during a capture
-    /// (the pool is quiet then), when the context's event would be refused and invalidate it.
+    /// Makes the pending checkpoint of `slot` on the calling thread (see
+    /// [`super::sealer::make_events`]). Never called during a capture (the pool is quiet then),
+    /// when the context's event would be refused and invalidate it.
     pub(super) fn seal(&mut self, slot: u8) {
         let t0 = costs::start();
         let s = &mut self.slots[slot as usize];
-        let create = real::function::<of::CuEventCreate>();
-        let record = real::function::<of::CuEventRecord>();
-        let idle = real::function::<of::CuStreamQuery>();
-        let whole = real::function::<of::CuCtxRecordEvent>().filter(|_| context_events());
-        let ctx = context_handle(slot);
-        let mut events = Vec::with_capacity(1 + s.streams.len());
-        let mut broken = s.untracked;
-        in_context(slot, || {
-            let event = |spare: &mut Vec<usize>, broken: &mut bool| match spare.pop() {
-                Some(ev) => Some(ev),
-                None => {
-                    let mut ev = 0usize;
-                    // SAFETY: `ev` is a valid out-pointer.
-                    let ok =
-                        create.is_some_and(|c| unsafe { c(&mut ev, CU_EVENT_DISABLE_TIMING) } == 0);
-                    if !ok {
-                        *broken = true;
-                    }
-                    ok.then_some(ev)
-                }
-            };
-            if let Some(f) = whole
-                && let Some(ev) = event(&mut s.spare, &mut broken)
-            {
-                // SAFETY: an event of this context, recorded for the whole of it.
-                let rc = unsafe { f(ctx, ev) };
-                if rc == 0 {
-                    events.push(ev);
-                    return;
-                }
-                // It refused: one event per stream from now on.
-                CTX_EVENTS.store(NO, Ordering::Relaxed);
-                crate::os::say(format_args!(
-                    "cuCtxRecordEvent answered {rc}; checkpoints record an event per stream \
-                     from now on"
-                ));
-                s.spare.push(ev);
-            }
-            for &stream in core::iter::once(&0u64).chain(s.streams.iter()) {
-                // SAFETY: a stream of this context the program created and has not destroyed
-                // (the stream hooks keep the list); never captured here (the pool is quiet).
-                if stream != 0 && idle.is_some_and(|q| unsafe { q(stream as usize) } == 0) {
-                    continue;
-                }
-                let Some(ev) = event(&mut s.spare, &mut broken) else {
-                    continue;
-                };
-                // SAFETY: an event of this context recorded on a stream of this context.
-                if record.is_some_and(|r| unsafe { r(ev, stream as usize) } == 0) {
-                    events.push(ev);
-                } else {
-                    s.spare.push(ev);
-                    broken = true;
-                }
-            }
-        });
+        let (events, broken) = make_events(slot, &s.streams, &mut s.spare, s.untracked);
         s.sealed.push_back(Checkpoint {
             id: s.next_id,
             events,
@@ -269,8 +224,89 @@ impl CudaBackend {
         costs::end(Cost::Seal, t0);
     }
 
+    /// Hands the pending checkpoint of `slot` to the helper thread (see [`super::sealer`]);
+    /// false when there is no helper (then the caller makes it).
+    fn seal_ahead(&mut self, slot: u8) -> bool {
+        if self.sealer.is_none() && !self.sealer_failed {
+            self.sealer = Sealer::start();
+            self.sealer_failed = self.sealer.is_none();
+        }
+        let Some(sealer) = &self.sealer else {
+            return false;
+        };
+        let s = &mut self.slots[slot as usize];
+        let keep = s.spare.len().saturating_sub(s.streams.len() + 1);
+        let request = Request {
+            slot,
+            id: s.next_id,
+            streams: s.streams.clone(),
+            spare: s.spare.split_off(keep),
+            untracked: s.untracked,
+        };
+        match sealer.send(request) {
+            Ok(()) => {
+                note_checkpoint(slot, s.next_id, false);
+                s.next_id += 1;
+                s.pending_used = false;
+                self.in_flight = Some(slot);
+                true
+            }
+            Err(r) => {
+                s.spare.extend(r.spare);
+                false
+            }
+        }
+    }
+
+    /// Takes the helper's answer, if there is one in flight (`wait`: waiting for it): its
+    /// checkpoint joins the others in id order, or, when a synchronization passed it already
+    /// or a capture kept the helper from making it, its events go back to the spares (fences
+    /// that name it are covered by the next checkpoint, made later under a higher id).
+    fn take_answer(&mut self, wait: bool) {
+        let Some(flying) = self.in_flight else {
+            return;
+        };
+        let Some(a) = self.sealer.as_ref().and_then(|x| x.answer(wait)) else {
+            if wait {
+                // The helper did not answer in time: that checkpoint is given up (a late
+                // answer is still taken below, and its events kept).
+                self.in_flight = None;
+                let s = &mut self.slots[flying as usize];
+                s.pending_used = true;
+            }
+            return;
+        };
+        if self.in_flight == Some(a.slot) {
+            self.in_flight = None;
+        }
+        let s = &mut self.slots[a.slot as usize];
+        s.spare.extend(a.spare);
+        s.seal_ns = a.took_ns;
+        match a.made {
+            Some((events, broken)) if a.id > s.passed_id => {
+                let at = s
+                    .sealed
+                    .iter()
+                    .position(|cp| cp.id > a.id)
+                    .unwrap_or(s.sealed.len());
+                s.sealed.insert(
+                    at,
+                    Checkpoint {
+                        id: a.id,
+                        events,
+                        broken,
+                    },
+                );
+            }
+            Some((events, _)) => s.spare.extend(events),
+            // Not made: what it would have covered waits for the next one.
+            None => s.pending_used = true,
+        }
+    }
+
     /// Passes the checkpoints whose events all completed, oldest first.
     fn query(&mut self, slot: u8) {
+        self.take_answer(false);
         let t0 = costs::start();
         let query = real::function::<of::CuEventQuery>();
         let before = self.slots[slot as usize].passed_id;
@@ -411,9 +447,13 @@ impl Backend for CudaBackend {
     /// caught up and the checkpoint passes at once.
     fn poll(&mut self, slot: u8, wanted: bool) -> bool {
         let before = self.slots[slot as usize].passed_id;
+        if wanted {
+            // Nothing fits: the checkpoint the helper is making serves, once made.
+            self.take_answer(true);
+        }
         self.query(slot);
         let s = &self.slots[slot as usize];
-        if s.pending_used && s.sealed.is_empty() {
+        if s.pending_used && s.sealed.is_empty() && self.in_flight.is_none() {
             let now = self.now();
             let s = &mut self.slots[slot as usize];
             let interval = if wanted || s.streams.is_empty() {
@@ -423,20 +463,25 @@ impl Backend for CudaBackend {
             };
             if s.sealed_at == 0 || now.saturating_sub(s.sealed_at) >= interval {
                 s.sealed_at = now;
-                let t0 = costs::start();
-                self.seal(slot);
-                if wanted {
-                    costs::end(Cost::SealWanted, t0);
+                // Ahead of need, on the helper thread; needed now, here.
+                if wanted || !self.seal_ahead(slot) {
+                    let t0 = costs::start();
+                    self.seal(slot);
+                    if wanted {
+                        costs::end(Cost::SealWanted, t0);
+                    }
+                    let took = self.now().saturating_sub(now);
+                    self.slots[slot as usize].seal_ns = took;
+                    self.query(slot);
                 }
-                let took = self.now().saturating_sub(now);
-                self.slots[slot as usize].seal_ns = took;
-                self.query(slot);
             }
         }
         self.slots[slot as usize].passed_id > before
     }
 
     fn synchronize(&mut self, slot: u8) {
+        // The checkpoint in flight is waited for like the others.
+        self.take_answer(true);
         if self.slots[slot as usize].pending_used {
             self.seal(slot);
         }

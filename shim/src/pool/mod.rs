@@ -23,6 +23,7 @@ mod capture;
 mod context;
 pub mod frameworks;
 pub mod ipc;
+mod sealer;
 mod streams;
 
 use crate::cuda::symbols::sig::of;
@@ -171,10 +172,14 @@ pub fn begin_capture(
 ) -> i32 {
     captures_begun();
     LOCK.lock();
+    // The helper that makes checkpoints ahead (`sealer`) finishes or has not started: it
+    // works under this lock and gives up once a capture is under way.
+    sealer::SWEEP.lock();
     let rc = begin();
     if rc == 0 {
         capture_started(stream, per_thread_default);
     }
+    sealer::SWEEP.unlock();
     LOCK.unlock();
     rc
 }
