@@ -118,7 +118,7 @@ fn gpushim_costs_prints_where_the_shims_time_went_at_exit() {
                 preload: true,
                 trace: Some(&t),
                 env,
-                args: ["4", "16", "2000", "64"].map(String::from).to_vec(),
+                args: ["20", "16", "2000", "64"].map(String::from).to_vec(),
             },
         );
         assert_ok(&out);

@@ -262,7 +262,7 @@ impl CudaBackend {
     /// checkpoint joins the others in id order, or, when a synchronization passed it already
     /// or a capture kept the helper from making it, its events go back to the spares (fences
     /// that name it are covered by the next checkpoint, made later under a higher id).
-    fn take_answer(&mut self, wait: bool) {
+    pub(super) fn take_answer(&mut self, wait: bool) {
         let Some(flying) = self.in_flight else {
             return;
         };

@@ -379,10 +379,13 @@ pub fn stream_created(stream: u64, flags: u32, api: Api) {
 
 /// A stream is about to be destroyed: work already on it stays covered by the pending
 /// checkpoint (made now if any fence waits for it), and its handle loses its blocks' right to
-/// immediate reuse (a new stream may get the same handle).
+/// immediate reuse (a new stream may get the same handle). A checkpoint the helper thread is
+/// making may name the stream: it is waited for first, so the helper never records on or
+/// queries a destroyed stream (the stream leaves the list here, so no later request names it).
 pub fn stream_destroying(stream: u64) {
     with(|p| {
         let b = p.engine.backend_mut();
+        b.take_answer(true);
         for slot in 0..MAX_CONTEXTS {
             let Some(i) = b.slots[slot].streams.iter().position(|&s| s == stream) else {
                 continue;

@@ -173,9 +173,9 @@ pub(super) fn make_events(
             spare.push(ev);
         }
         for &stream in core::iter::once(&0u64).chain(streams.iter()) {
-            // SAFETY: a stream of this context the program created and has not destroyed
-            // (the stream hooks keep the list; a stream destroyed since the request was made
-            // answers an error, which only breaks this checkpoint); never captured here.
+            // SAFETY: a stream of this context the program created and has not destroyed: the
+            // stream hooks keep the list, and the destroy hook waits for the checkpoint in
+            // flight before the stream goes (`pool::stream_destroying`); never captured here.
             if stream != 0 && idle.is_some_and(|q| unsafe { q(stream as usize) } == 0) {
                 continue;
             }
