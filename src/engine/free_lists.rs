@@ -256,39 +256,44 @@ impl<B: Backend> Engine<B> {
         };
         let separate = owner.is_none();
         let clear = separate.then(|| self.fence_clear(i));
-        // The block before (the links stay within the segment).
-        if prev != 0
-            && self.slab[prev as usize].pool == pool
-            && matches!(self.slab[prev as usize].state, State::Free { .. })
-            && self.mergeable(prev, owner, clear)
-        {
-            self.remove_free(prev);
-            let b = self.drop_block(i);
-            let q = &mut self.slab[prev as usize];
-            q.size += b.size;
-            q.state = b.state;
-            q.next = b.next;
-            self.link_below(b.next, prev, b.seg);
+        // The block before (the links stay within the segment): it takes the freed block's
+        // state.
+        if self.joins(prev, pool, owner, clear) {
+            self.absorb(prev, i, true);
             i = prev;
         }
         // The block after.
         let next = self.slab[i as usize].next;
-        if next != 0
-            && self.slab[next as usize].pool == pool
-            && matches!(self.slab[next as usize].state, State::Free { .. })
-            && self.mergeable(next, owner, clear)
-        {
-            self.remove_free(next);
-            let n = self.drop_block(next);
-            let b = &mut self.slab[i as usize];
-            b.size += n.size;
-            b.next = n.next;
-            self.link_below(n.next, i, n.seg);
+        if self.joins(next, pool, owner, clear) {
+            self.absorb(i, next, false);
         }
         if clear == Some(false) {
             self.keep_apart(i);
         }
         i
+    }
+
+    /// Whether neighbour `j` (0: none) of a block of `pool` freed by `owner` merges with it.
+    fn joins(&mut self, j: Ix, pool: PoolKey, owner: Option<u64>, clear: Option<bool>) -> bool {
+        j != 0
+            && self.slab[j as usize].pool == pool
+            && matches!(self.slab[j as usize].state, State::Free { .. })
+            && self.mergeable(j, owner, clear)
+    }
+
+    /// Block `hi`, just above free block `lo` in its segment, becomes part of `lo`, which takes
+    /// `hi`'s state when `hi` is the block being freed (`hi_state`). The neighbour (`lo` then,
+    /// else `hi`) leaves its free list first; the freed block is in none.
+    fn absorb(&mut self, lo: Ix, hi: Ix, hi_state: bool) {
+        self.remove_free(if hi_state { lo } else { hi });
+        let h = self.drop_block(hi);
+        let l = &mut self.slab[lo as usize];
+        l.size += h.size;
+        l.next = h.next;
+        if hi_state {
+            l.state = h.state;
+        }
+        self.link_below(h.next, lo, h.seg);
     }
 
     /// Puts fenced free block `i` on `kept_apart`. Entries of blocks handed out or merged since
