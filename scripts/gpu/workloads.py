@@ -7,11 +7,18 @@ usage: workloads.py WORKLOAD MODE [STEPS]
             resnet50 (torchvision, channels-last, bf16, batch 16..44, resolution 160..256)
             Each changes its shape every step, cycling through 6 shapes; the first 6 steps
             (one cycle) are warm-up and not timed.
-  MODE      default | expandable | pertensor | pluggable (modes.py)
+  MODE      default | expandable | pertensor | pluggable (modes.py), or toggle: one process
+            under the shim's pool with PyTorch's cache switched off and on by
+            torch.cuda.memory.caching_allocator_enable, a cycle of shapes at a time (off, on,
+            on, off, ...), so per-tensor steps and cached steps are timed minutes apart at most
+            and a drifting machine moves both alike (scripts/gpu-inproc.sh)
+WORKLOAD_SCALE=N (environment) multiplies every batch by N: with N large enough the GPU, not
+the host, bounds the step, and what remains of a mode's cost is on the GPU's side.
 Device memory is NVML's (the shim does not intercept it), sampled after every step. host_ms is
 the time the host took to enqueue the step (until `loss.item()` waits for the GPU): a step whose
 host_ms is close to step_ms is bound by the host, and any host cost of the allocator adds to it."""
 import json
+import os
 import statistics
 import sys
 import time
@@ -20,13 +27,18 @@ from modes import set_up
 
 workload, mode = sys.argv[1], sys.argv[2]
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 15
-torch = set_up(mode)
+torch = set_up("default" if mode == "toggle" else mode)
+if mode == "toggle":
+    # Per tensor from the start, as `gpushim run --per-tensor` would be: the model's
+    # parameters and the optimizer's state are the pool's, as in a per-tensor run.
+    torch.cuda.memory.caching_allocator_enable(False)
 import pynvml  # noqa: E402
 
 pynvml.nvmlInit()
 nvml = pynvml.nvmlDeviceGetHandleByIndex(0)
 torch.manual_seed(0)
 dev = "cuda"
+SCALE = int(os.environ.get("WORKLOAD_SCALE", "1"))
 
 if workload == "transformer":
     import torch.nn as nn
@@ -38,7 +50,7 @@ if workload == "transformer":
 
     def batch(i):
         seq = 64 + (i * 51) % 257
-        x = torch.randint(0, 32000, (8, seq), device=dev)
+        x = torch.randint(0, 32000, (8 * SCALE, seq), device=dev)
         return x, x
 
     def loss_of(x, y):
@@ -51,7 +63,7 @@ elif workload == "gpt2":
 
     def batch(i):
         seq = 64 + (i * 89) % 449
-        x = torch.randint(0, 50257, (8, seq), device=dev)
+        x = torch.randint(0, 50257, (8 * SCALE, seq), device=dev)
         return x, x
 
     def loss_of(x, y):
@@ -62,7 +74,7 @@ elif workload == "resnet50":
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def batch(i):
-        b = 16 + (i * 7) % 33
+        b = (16 + (i * 7) % 33) * SCALE
         r = 160 + ((i * 13) % 4) * 32
         x = torch.randn(b, 3, r, r, device=dev).to(memory_format=torch.channels_last)
         y = torch.randint(0, 1000, (b,), device=dev)
@@ -77,8 +89,10 @@ else:
 # what is timed is steady training, not cuDNN and cuBLAS meeting a shape for the first time
 # (which made single runs differ by 20%).
 SHAPES = 6
-times, host, peak = [], [], 0
-for i in range(steps + SHAPES):
+
+
+def step(i):
+    """One training step on shape i; (step ms, host ms): host ms ends when the step waits."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     x, y = batch(i % SHAPES)
@@ -88,13 +102,59 @@ for i in range(steps + SHAPES):
     opt.step()
     opt.zero_grad(set_to_none=True)
     t1 = time.perf_counter()
-    value = loss.item()
+    step.value = loss.item()
     torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1000, (t1 - t0) * 1000
+
+
+def cached_now():
+    """Whether PyTorch's cache serves tensors now: a fresh tensor counts in its statistics
+    only when it does (the uncached path calls cudaMalloc and counts nothing)."""
+    before = torch.cuda.memory_allocated()
+    probe = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
+    counted = torch.cuda.memory_allocated() > before
+    del probe
+    return counted
+
+
+peak = 0
+if mode == "toggle":
+    # Cycles run off, on, on, off, off, on, on, off, ... (the first two are warm-up): each
+    # pair of neighbouring cycles (same shapes, seconds apart) gives one ratio, and the order
+    # within a pair alternates, so a machine that drifts one way does not favour either.
+    cycles = {False: [], True: []}
+    host = {False: [], True: []}
+    checked = {}
+    pairs = max(1, steps // (2 * SHAPES))
+    for c in range(2 * (pairs + 1)):
+        on = c % 4 in (1, 2)
+        torch.cuda.memory.caching_allocator_enable(on)
+        checked.setdefault(on, cached_now())
+        times = [step(c * SHAPES + k) for k in range(SHAPES)]
+        if c >= 2:
+            cycles[on].append(sum(t for t, _ in times))
+            host[on].extend(h for _, h in times)
+        peak = max(peak, pynvml.nvmlDeviceGetMemoryInfo(nvml).used)
+    ratios = [off / on for off, on in zip(cycles[False], cycles[True])]
+    print("RESULT " + json.dumps({
+        "workload": workload + (f"x{SCALE}" if SCALE > 1 else ""), "mode": mode,
+        "pairs": len(ratios),
+        "off_ms": statistics.median(cycles[False]) / SHAPES,
+        "on_ms": statistics.median(cycles[True]) / SHAPES,
+        "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+        "off_host_ms": statistics.median(host[False]), "on_host_ms": statistics.median(host[True]),
+        "toggle_ok": checked == {False: False, True: True},
+        "nvml_peak": peak, "loss": step.value}), flush=True)
+    sys.exit(0)
+
+times, host = [], []
+for i in range(steps + SHAPES):
+    t, h = step(i)
     if i >= SHAPES:
-        times.append((time.perf_counter() - t0) * 1000)
-        host.append((t1 - t0) * 1000)
+        times.append(t)
+        host.append(h)
     peak = max(peak, pynvml.nvmlDeviceGetMemoryInfo(nvml).used)
 print("RESULT " + json.dumps({"workload": workload, "mode": mode,
                               "step_ms": statistics.median(times), "nvml_peak": peak,
                               "host_ms": statistics.median(host),
-                              "loss": value}), flush=True)
+                              "loss": step.value}), flush=True)
