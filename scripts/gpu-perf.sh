@@ -73,6 +73,9 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
                    | sed 's/"mode": "pluggable"/"mode": "plugctx"/' ;;
       pluggable) .gpu/gpushim run --conf pool:expandable --trace "$work/${TRACE_TAG:-}pl.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
+      plugnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --conf pool:expandable,stacks:off -- \
+                   python3 $script $(wl pluggable "$steps") \
+                   | sed 's/"mode": "pluggable"/"mode": "plugnotrace"/' ;;
       plugcaching) .gpu/gpushim run --conf pool:caching --trace "$work/${TRACE_TAG:-}pc.%p.trace" -- \
                    python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugcaching"/' ;;

@@ -23,7 +23,9 @@ pub enum Family {
 /// address is 0 unless the code is 0), `None` when the pool passes it to the real function.
 /// A synchronous request (`key` is [`pool::SYNC_KEY`]) that CUDA would refuse during a capture
 /// under way is refused the same way. For the runtime, a failure sets the last error as the
-/// real call would. The re-entrancy guard must be held.
+/// real call would. The re-entrancy guard must be held. Not inlined: the hooks' cost is
+/// measured as this function's (`scripts/bench-cache.sh`).
+#[inline(never)]
 pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Option<(i32, u64)> {
     let t0 = costs::start();
     let runtime = family == Family::Runtime;
@@ -56,7 +58,8 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
 /// Gives a block back to the pool; `None` when `p` is not pooled memory (the real function
 /// answers). An interior or already freed pooled pointer fails with the invalid-value code
 /// (and, for the runtime, sets the last error), as CUDA does. The re-entrancy guard must be
-/// held.
+/// held. Not inlined, as `alloc`.
+#[inline(never)]
 pub fn free(
     family: Family,
     kind: RecordKind,

@@ -97,17 +97,31 @@ const READY: u8 = 2;
 const FAILED: u8 = 3;
 
 /// The trace writer. One static instance lives in the shim; tests make their own.
+///
+/// `repr(C)`, so that the fields every record reads (`state`, `generation`, `origin_ns`,
+/// `serial`, `capacity`) share the first cache line: the program evicts the recorder from the
+/// caches between two of its calls, and each further line read is a miss per record.
+#[repr(C, align(64))]
 pub struct Recorder {
     state: AtomicU8,
     fd: AtomicI32,
-    /// Chunk base addresses; chunk 0 holds the header.
-    chunks: [AtomicPtr<u8>; MAX_CHUNKS],
-    /// Whether the grower has populated a chunk's pages.
-    populated: [AtomicBool; MAX_CHUNKS],
+    /// Bumped at every open, so threads know to announce themselves in a new file.
+    generation: AtomicU32,
+    /// Next per-trace thread index.
+    threads: AtomicU32,
+    /// `CLOCK_MONOTONIC` at open; record times are ns since then.
+    origin_ns: AtomicU64,
+    /// This open's serial, never 0 once open (see [`OPEN_SERIAL`]).
+    serial: AtomicU64,
     /// Records the file may hold (from `trace_max`, lowered when the disk fills up).
     capacity: AtomicU64,
     /// Why the file stopped growing before `trace_max` (an errno), 0 if it did not.
     grow_error: AtomicI32,
+    path_len: AtomicU32,
+    /// Chunk base addresses; chunk 0 holds the header.
+    chunks: [AtomicPtr<u8>; MAX_CHUNKS],
+    /// Whether the grower has populated a chunk's pages.
+    populated: [AtomicBool; MAX_CHUNKS],
     /// Written only on the slow path, kept off the cache lines every producer reads.
     slow: SlowPath,
     /// Streams seen so far: slot `k` holds a stream handle, its index is `k + 1`.
@@ -119,16 +133,7 @@ pub struct Recorder {
     /// Call stacks seen so far, by hash; their id is the slot index + 1.
     stacks: [AtomicU64; STACK_SLOTS],
     stack_ready: [AtomicBool; STACK_SLOTS],
-    /// Next per-trace thread index.
-    threads: AtomicU32,
-    /// Bumped at every open, so threads know to announce themselves in a new file.
-    generation: AtomicU32,
     path: UnsafeCell<[u8; PATH_CAP]>,
-    path_len: AtomicU32,
-    /// `CLOCK_MONOTONIC` at open; record times are ns since then.
-    origin_ns: AtomicU64,
-    /// This open's serial, never 0 once open (see [`OPEN_SERIAL`]).
-    serial: AtomicU64,
 }
 
 // SAFETY: every field but `path` is atomic. `path` is written only by the thread that moved
@@ -466,23 +471,23 @@ impl Recorder {
     /// The id of a call stack, writing its frames the first time it is seen; the flag says
     /// whether this call wrote it. Lock-free; 0 when the table is full or recording is off.
     pub fn intern_stack(&self, frames: &[u64]) -> (u64, bool) {
-        let mut bytes = [0u8; 8 * crate::trace::stack::MAX_FRAMES];
         let frames = &frames[..frames.len().min(crate::trace::stack::MAX_FRAMES)];
-        for (i, f) in frames.iter().enumerate() {
-            bytes[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
-        }
-        let bytes = &bytes[..frames.len() * 8];
         self.intern(
             &self.stacks,
             &self.stack_ready,
             crate::trace::stack::hash(frames),
             |r: &Self, id| {
+                // Only a stack not seen before is written out (the common case finds it).
+                let mut bytes = [0u8; 8 * crate::trace::stack::MAX_FRAMES];
+                for (i, f) in frames.iter().enumerate() {
+                    bytes[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
+                }
                 r.write_blob(
                     format::RecordKind::Stack,
                     format::RecordKind::StackData,
                     id,
                     frames.len() as u64,
-                    bytes,
+                    &bytes[..frames.len() * 8],
                 )
             },
         )

@@ -176,11 +176,13 @@ fn refuse(why: core::fmt::Arguments<'_>) {
     }
 }
 
-/// The API, found on first use; `None` when the process runs no CPython we can read.
-fn api() -> Option<Api> {
+/// The API, found on first use; `None` when the process runs no CPython we can read. A
+/// reference: the table is a few hundred bytes, which a copy per capture would read and write.
+fn api() -> Option<&'static Api> {
     match STATE.load(Ordering::Acquire) {
-        // SAFETY: READY is published after the write (Release), read here with Acquire.
-        READY => Some(unsafe { (*API.0.get()).assume_init() }),
+        // SAFETY: READY is published after the write (Release), read here with Acquire; the
+        // table is never written again.
+        READY => Some(unsafe { (*API.0.get()).assume_init_ref() }),
         ABSENT => None,
         RESOLVING => {
             // Another thread is looking the functions up (a few dlsym calls): wait for it,
@@ -189,7 +191,7 @@ fn api() -> Option<Api> {
                 match STATE.load(Ordering::Acquire) {
                     RESOLVING => core::hint::spin_loop(),
                     // SAFETY: as above.
-                    READY => return Some(unsafe { (*API.0.get()).assume_init() }),
+                    READY => return Some(unsafe { (*API.0.get()).assume_init_ref() }),
                     _ => return None,
                 }
             }
@@ -204,8 +206,9 @@ fn api() -> Option<Api> {
             }
             match resolve() {
                 Some(a) => {
-                    // SAFETY: we own the RESOLVING state; nobody reads API before READY.
-                    unsafe { (*API.0.get()).write(a) };
+                    // SAFETY: we own the RESOLVING state; nobody reads API before READY, and
+                    // nobody writes it after.
+                    let a = unsafe { (*API.0.get()).write(a) };
                     STATE.store(READY, Ordering::Release);
                     Some(a)
                 }
@@ -393,26 +396,29 @@ pub fn capture(out: &mut [u64]) -> usize {
         if (a.is_initialized)() == 0 || (a.is_finalizing)() != 0 {
             return 0;
         }
+        // A thread with no Python thread state (PyTorch's autograd thread makes half of a
+        // training step's allocations) has no frames: asked first, it costs one call.
+        let tstate = (a.this_thread)();
+        if tstate == 0 {
+            return 0;
+        }
         // New interpreters go to the head of the list; the main one is the oldest.
         let head = (a.head_interpreter)();
         if head != (a.main_interpreter)() || (a.next_interpreter)(head) != 0 {
             refuse(format_args!("the process has sub-interpreters"));
             return 0;
         }
-        (a.this_thread)()
+        tstate
     };
-    if tstate == 0 {
-        return 0;
-    }
     if PROVEN.load(Ordering::Relaxed) >= PROBATION {
-        return walk(&a, Reader::Direct, tstate, out).unwrap_or(0);
+        return walk(a, Reader::Direct, tstate, out).unwrap_or(0);
     }
     let mut fds = [0 as c_int; 2];
     // SAFETY: pipe2 with a valid two-int buffer.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return 0;
     }
-    let got = walk(&a, Reader::Checked(fds[1], fds[0]), tstate, out);
+    let got = walk(a, Reader::Checked(fds[1], fds[0]), tstate, out);
     // SAFETY: both descriptors are ours.
     unsafe {
         libc::close(fds[0]);
