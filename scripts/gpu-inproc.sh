@@ -6,7 +6,9 @@
 # torch.cuda.memory.caching_allocator_enable, a cycle of 6 shapes at a time, in the order off,
 # on, on, off, off, on, ... (scripts/gpu/workloads.py, MODE toggle). Neighbouring cycles give
 # one ratio each: per-tensor step time over cached step time, on the same shapes, which cancels
-# the drift between processes that made scripts/gpu-perf.sh's rounds spread by 15-40%.
+# the drift between processes that made scripts/gpu-perf.sh's rounds spread by 15-40%. "ratio"
+# is the median of those; "by shape" sums each shape's median step in each mode, which a step
+# that stalls (a cycle's sum carries it whole) does not move.
 # With the cache on, the shim sees only PyTorch's segments (none after the first cycle), so the
 # "on" cycles are PyTorch's default allocator plus the shim's idle hooks; gpu-perf.sh's
 # cross-process figure is the one against PyTorch without the shim.
@@ -58,7 +60,7 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 if not rows:
     sys.exit("gpu-inproc: no results (see the runs' output with 2>/dev/null removed)")
 print(f"{'workload':12} {'build':5} {'runs':>4} {'pairs':>5} {'per-tensor ms':>13} {'cached ms':>9} "
-      f"{'ratio':>6} {'pair range':>12} {'host ms off/on':>15} {'NVML MiB':>9} toggled")
+      f"{'ratio':>6} {'pair range':>12} {'by shape':>8} {'host ms off/on':>15} {'NVML MiB':>9} toggled")
 seen = []
 for r in rows:
     key = (r["workload"], r["build"])
@@ -75,9 +77,12 @@ for w, b in seen:
     hon = statistics.median(r["on_host_ms"] for r in rs)
     peak = max(r["nvml_peak"] for r in rs) / 2**20
     ok = all(r["toggle_ok"] for r in rs)
+    shapes = statistics.median(r["ratio_shapes"] for r in rs)
     print(f"{w:12} {b:5} {len(rs):4} {sum(r['pairs'] for r in rs):5} {off:13.2f} {on:9.2f} "
-          f"{ratio:6.3f} {lo:5.3f}-{hi:5.3f} {hoff:7.2f}/{hon:7.2f} {peak:9.0f} {'yes' if ok else 'NO'}")
-    print(f"{'':12} {'':5} each run's ratio: " + " ".join(f"{r['ratio']:.3f}" for r in rs))
+          f"{ratio:6.3f} {lo:5.3f}-{hi:5.3f} {shapes:8.3f} {hoff:7.2f}/{hon:7.2f} {peak:9.0f} "
+          f"{'yes' if ok else 'NO'}")
+    print(f"{'':12} {'':5} each run's ratio: " + " ".join(f"{r['ratio']:.3f}" for r in rs)
+          + "; by shape: " + " ".join(f"{r['ratio_shapes']:.3f}" for r in rs))
 PY
 for t in "$work"/*.trace; do
   [ -e "$t" ] || continue

@@ -125,6 +125,7 @@ if mode == "toggle":
     cycles = {False: [], True: []}
     host = {False: [], True: []}
     checked = {}
+    by_shape = {}
     pairs = max(1, steps // (2 * SHAPES))
     for c in range(2 * (pairs + 1)):
         on = c % 4 in (1, 2)
@@ -134,14 +135,21 @@ if mode == "toggle":
         if c >= 2:
             cycles[on].append(sum(t for t, _ in times))
             host[on].extend(h for _, h in times)
+            for k, (t, _) in enumerate(times):
+                by_shape.setdefault((on, k), []).append(t)
         peak = max(peak, pynvml.nvmlDeviceGetMemoryInfo(nvml).used)
     ratios = [off / on for off, on in zip(cycles[False], cycles[True])]
+    # Robust to a step that stalls (a cycle's sum carries it whole): each shape's median step
+    # in each mode, summed over the shapes.
+    def shape_sum(on):
+        return sum(statistics.median(by_shape[(on, k)]) for k in range(SHAPES))
     print("RESULT " + json.dumps({
         "workload": workload + (f"x{SCALE}" if SCALE > 1 else ""), "mode": mode,
         "pairs": len(ratios),
         "off_ms": statistics.median(cycles[False]) / SHAPES,
         "on_ms": statistics.median(cycles[True]) / SHAPES,
         "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
+        "ratio_shapes": shape_sum(False) / shape_sum(True),
         "off_host_ms": statistics.median(host[False]), "on_host_ms": statistics.median(host[True]),
         "toggle_ok": checked == {False: False, True: True},
         "nvml_peak": peak, "loss": step.value}), flush=True)
