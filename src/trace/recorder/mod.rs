@@ -15,7 +15,13 @@
 //! counted in the header's `lost` counter.
 //!
 //! Nothing here allocates: the shim opens the trace inside the first intercepted CUDA call.
+//!
+//! Here: the recorder, opening, and the hot path (claiming and writing a record);
+//! `chunks.rs` grows and maps the file, `intern.rs` gives strings, stacks and streams their
+//! ids, `naming.rs` expands the path pattern and words the errors.
 
+mod chunks;
+mod intern;
 mod naming;
 
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
@@ -189,44 +195,6 @@ impl Recorder {
 
     pub fn generation(&self) -> u32 {
         self.generation.load(Ordering::Acquire)
-    }
-
-    /// Whether `addr` lies in a chunk of the trace this recorder mapped. Lock-free and
-    /// allocation-free: callable from a signal handler.
-    pub fn maps(&self, addr: usize) -> bool {
-        self.chunks.iter().any(|c| {
-            let base = c.load(Ordering::Acquire) as usize;
-            base != 0 && addr >= base && addr < base + CHUNK_BYTES as usize
-        })
-    }
-
-    /// The file under the mapping was cut short (another process truncated it): every mapped
-    /// chunk is replaced in place by anonymous memory, so writes already under way land
-    /// harmlessly, and recording stops. Only system calls and atomics: callable from a SIGBUS
-    /// handler. Returns whether any chunk was replaced.
-    pub fn abandon_mappings(&self) -> bool {
-        self.state.store(FAILED, Ordering::Release);
-        let mut any = false;
-        for c in &self.chunks {
-            let base = c.load(Ordering::Acquire);
-            if base.is_null() {
-                continue;
-            }
-            // SAFETY: replaces our own mapping of CHUNK_BYTES at `base` with private anonymous
-            // memory of the same size (MAP_FIXED over a range we own).
-            let p = unsafe {
-                libc::mmap(
-                    base.cast(),
-                    CHUNK_BYTES as usize,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                    -1,
-                    0,
-                )
-            };
-            any |= p != libc::MAP_FAILED;
-        }
-        any
     }
 
     /// Marks the trace as unusable, so callers stop trying to open it.
@@ -447,177 +415,6 @@ impl Recorder {
         true
     }
 
-    /// The id of a string, writing its definition the first time it is seen. Lock-free; 0
-    /// when the table is full or recording is off.
-    pub fn intern_string(&self, text: &[u8]) -> u64 {
-        let text = &text[..text.len().min(format::STRING_MAX)];
-        let (id, _) = self.intern(
-            &self.strings,
-            &self.string_ready,
-            fnv1a(text) | 1,
-            |r: &Self, id| {
-                r.write_blob(
-                    format::RecordKind::String,
-                    format::RecordKind::StringData,
-                    id,
-                    text.len() as u64,
-                    text,
-                )
-            },
-        );
-        id
-    }
-
-    /// The id of a call stack, writing its frames the first time it is seen; the flag says
-    /// whether this call wrote it. Lock-free; 0 when the table is full or recording is off.
-    pub fn intern_stack(&self, frames: &[u64]) -> (u64, bool) {
-        let frames = &frames[..frames.len().min(crate::trace::stack::MAX_FRAMES)];
-        self.intern(
-            &self.stacks,
-            &self.stack_ready,
-            crate::trace::stack::hash(frames),
-            |r: &Self, id| {
-                // Only a stack not seen before is written out (the common case finds it).
-                let mut bytes = [0u8; 8 * crate::trace::stack::MAX_FRAMES];
-                for (i, f) in frames.iter().enumerate() {
-                    bytes[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
-                }
-                r.write_blob(
-                    format::RecordKind::Stack,
-                    format::RecordKind::StackData,
-                    id,
-                    frames.len() as u64,
-                    &bytes[..frames.len() * 8],
-                )
-            },
-        )
-    }
-
-    /// Interning shared by strings and stacks: the first thread to insert `hash` writes the
-    /// definition and then marks it ready; others that find the hash wait for ready, so the
-    /// definition is always committed before any record that refers to it. Keys are 64-bit
-    /// hashes: two different values colliding would share an id (odds about 2^-40 at 4096).
-    fn intern(
-        &self,
-        keys: &[AtomicU64],
-        ready: &[AtomicBool],
-        hash: u64,
-        write: impl FnOnce(&Self, u64),
-    ) -> (u64, bool) {
-        let start = (hash >> 20) as usize % keys.len();
-        for probe in 0..keys.len() {
-            let k = (start + probe) % keys.len();
-            let id = (k + 1) as u64;
-            match keys[k].compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => {
-                    write(self, id);
-                    ready[k].store(true, Ordering::Release);
-                    return (id, true);
-                }
-                Err(h) if h == hash => {
-                    // Another thread is writing the definition: wait for it (a few hundred ns).
-                    for _ in 0..1_000_000 {
-                        if ready[k].load(Ordering::Acquire) {
-                            break;
-                        }
-                        core::hint::spin_loop();
-                    }
-                    return (id, false);
-                }
-                Err(_) => {}
-            }
-        }
-        (0, false)
-    }
-
-    /// Writes a definition record (`head`, with `id` and `size`) and the `data` records that
-    /// carry `bytes`, 16 per record, all claimed together so they are contiguous in the file.
-    fn write_blob(
-        &self,
-        head: format::RecordKind,
-        data: format::RecordKind,
-        id: u64,
-        size: u64,
-        bytes: &[u8],
-    ) {
-        let per = format::STRING_BYTES_PER_RECORD;
-        let pieces = bytes.len().div_ceil(per) as u64;
-        let Some(first) = self.claim(1 + pieces) else {
-            return;
-        };
-        let mut body = [0u8; RECORD_SIZE];
-        Record {
-            kind: head,
-            api: format::Api::Shim,
-            device: format::DEVICE_UNKNOWN,
-            status: 0,
-            thread: 0,
-            time_ns: self.now_ns(),
-            ptr: id,
-            size,
-            stream: 0,
-        }
-        .encode_body(&mut body);
-        self.write_slot(first, &body);
-        for (i, piece) in bytes.chunks(per).enumerate() {
-            let mut body = [0u8; RECORD_SIZE];
-            body[format::record::KIND] = data as u8;
-            body[format::record::API] = format::Api::Shim as u8;
-            let at = format::record::TIME_NS;
-            body[at..at + piece.len()].copy_from_slice(piece);
-            self.write_slot(first + 1 + i as u64, &body);
-        }
-    }
-
-    /// Keeps the chunks just ahead of the writers mapped and their pages populated, so that
-    /// producers neither make the `mmap` call nor take the page faults of a fresh file page
-    /// (about 50 ns a record when they do). Runs on a helper thread, never on the hot path;
-    /// returns whether it had work to do.
-    pub fn grow_ahead(&self) -> bool {
-        if self.state.load(Ordering::Acquire) != READY {
-            return false;
-        }
-        let claimed = self.claimed();
-        let capacity = self.capacity.load(Ordering::Relaxed);
-        let last = HEADER_SIZE as u64 + capacity.saturating_sub(1) * RECORD_SIZE as u64;
-        let last_chunk = (last / CHUNK_BYTES) as usize;
-        let current = ((HEADER_SIZE as u64 + claimed * RECORD_SIZE as u64) / CHUNK_BYTES) as usize;
-        let mut worked = false;
-        for c in current
-            ..=(current + LOOKAHEAD_CHUNKS)
-                .min(last_chunk)
-                .min(MAX_CHUNKS - 1)
-        {
-            if !self.chunks[c].load(Ordering::Acquire).is_null() {
-                continue;
-            }
-            let Ok(base) = self.map_chunk(c) else {
-                return worked;
-            };
-            populate(base, CHUNK_BYTES as usize);
-            worked = true;
-        }
-        worked
-    }
-
-    /// Calls [`Recorder::grow_ahead`] until `stop` is set, sleeping 1 ms between calls while the
-    /// writers are busy and up to 64 ms while they are idle.
-    pub fn run_grower(&self, stop: &AtomicBool) {
-        let mut idle_ms = 1u64;
-        while !stop.load(Ordering::Relaxed) {
-            let before = self.claimed();
-            if self.grow_ahead() {
-                continue; // writers are fast: keep ahead of them before sleeping
-            }
-            std::thread::sleep(std::time::Duration::from_millis(idle_ms));
-            idle_ms = if self.claimed() == before {
-                (idle_ms * 2).min(64)
-            } else {
-                1
-            };
-        }
-    }
-
     /// Counts records that could not be written.
     pub fn count_lost(&self, n: u64) {
         if let Some(lost) = self.header_word(header::LOST) {
@@ -641,101 +438,6 @@ impl Recorder {
     pub fn lost(&self) -> u64 {
         self.header_word(header::LOST)
             .map_or(0, |w| w.load(Ordering::Relaxed))
-    }
-
-    /// Maps chunk `c`, growing the file first. Slow path: one producer at a time.
-    fn map_chunk(&self, c: usize) -> Result<*mut u8, i32> {
-        while self
-            .slow
-            .growing
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            core::hint::spin_loop();
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
-        }
-        let r = self.map_chunk_locked(c);
-        self.slow.growing.store(false, Ordering::Release);
-        r
-    }
-
-    fn map_chunk_locked(&self, c: usize) -> Result<*mut u8, i32> {
-        let existing = self.chunks[c].load(Ordering::Acquire);
-        if !existing.is_null() {
-            return Ok(existing);
-        }
-        let fd = self.fd.load(Ordering::Relaxed);
-        let start = c as u64 * CHUNK_BYTES;
-        let end = start + CHUNK_BYTES;
-        if self.slow.file_len.load(Ordering::Relaxed) < end {
-            // SAFETY: `fd` is the open trace; fallocate with mode 0 only ever grows the file.
-            let rc =
-                unsafe { libc::fallocate(fd, 0, start as libc::off_t, CHUNK_BYTES as libc::off_t) };
-            if rc != 0 {
-                let e = last_errno();
-                if e != libc::EOPNOTSUPP && e != libc::ENOSYS && e != libc::EINVAL {
-                    return Err(self.stop_growing_at(c, e));
-                }
-                // File systems without fallocate: a sparse extension. We hold `growing`, so the
-                // length only ever grows.
-                // SAFETY: as above; `end` is larger than the current length.
-                if unsafe { libc::ftruncate(fd, end as libc::off_t) } != 0 {
-                    return Err(self.stop_growing_at(c, last_errno()));
-                }
-            }
-            self.slow.file_len.store(end, Ordering::Relaxed);
-        }
-        // SAFETY: maps CHUNK_BYTES of our own file at a page-aligned offset; the result is
-        // checked against MAP_FAILED.
-        let p = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                CHUNK_BYTES as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                start as libc::off_t,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(self.stop_growing_at(c, last_errno()));
-        }
-        let p = p.cast::<u8>();
-        self.chunks[c].store(p, Ordering::Release);
-        Ok(p)
-    }
-
-    /// The file cannot grow past chunk `c`: lower the capacity so later producers count their
-    /// records as lost without trying again.
-    fn stop_growing_at(&self, c: usize, errno: i32) -> i32 {
-        self.grow_error.store(errno, Ordering::Relaxed);
-        let cap =
-            ((c as u64 * CHUNK_BYTES).saturating_sub(HEADER_SIZE as u64)) / RECORD_SIZE as u64;
-        self.capacity.fetch_min(cap, Ordering::Relaxed);
-        if let Some(w) = self.header_word(header::CAPACITY) {
-            w.fetch_min(cap, Ordering::Relaxed);
-        }
-        errno
-    }
-
-    /// The interned index of a stream handle (0 for the null stream), and whether this call
-    /// interned it first (the caller then records the handle). Lock-free.
-    pub fn intern_stream(&self, handle: u64) -> (u16, bool) {
-        if handle == 0 {
-            return (0, false);
-        }
-        let start = (handle.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 52) as usize % STREAM_SLOTS;
-        for probe in 0..STREAM_SLOTS {
-            let k = (start + probe) % STREAM_SLOTS;
-            let slot = &self.streams[k];
-            match slot.compare_exchange(0, handle, Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return ((k + 1) as u16, true),
-                Err(h) if h == handle => return ((k + 1) as u16, false),
-                Err(_) => {}
-            }
-        }
-        (STREAM_OVERFLOW, false)
     }
 
     /// A fresh per-trace thread index.
@@ -828,29 +530,6 @@ unsafe fn write_header(base: *mut u8, o: &OpenOptions<'_>, capacity: u64) -> u64
     core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
     put(h, header::MAGIC, &format::MAGIC);
     origin
-}
-
-/// Makes the pages of a fresh mapping present and writable without changing their contents:
-/// `MADV_POPULATE_WRITE` (Linux 5.14), else a read of each page, which at least maps it.
-fn populate(base: *mut u8, len: usize) {
-    const MADV_POPULATE_WRITE: libc::c_int = 23;
-    // SAFETY: `base..base+len` is one of our mappings; the advice changes no data.
-    if unsafe { libc::madvise(base.cast(), len, MADV_POPULATE_WRITE) } == 0 {
-        return;
-    }
-    for off in (0..len).step_by(4096) {
-        // SAFETY: reading inside our mapping; the value is discarded.
-        unsafe { core::ptr::read_volatile(base.add(off)) };
-    }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
 }
 
 /// Nanoseconds on `clock` (through the vDSO: no system call).
