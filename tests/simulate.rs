@@ -121,3 +121,30 @@ fn a_bad_policy_is_refused_with_the_key_named() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.as_array().map(Vec::len), Some(2));
 }
+
+#[test]
+fn errors_are_typed_and_a_bad_policy_is_found_before_the_trace_is_read() {
+    use gpushim::report::simulate::{SimulateError, simulate};
+    let missing = tempdir("simulate-err").file("absent.trace");
+    // A bad policy and an unreadable trace: the policy is named, the trace never opened.
+    let e = simulate(
+        &missing,
+        &["pool:caching,max_splt:1GiB".into()],
+        &Default::default(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&e, SimulateError::Policy { text, .. } if text == "pool:caching,max_splt:1GiB"),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with("--conf pool:caching,max_splt:1GiB: "),
+        "{e}"
+    );
+    // A good policy and the same trace: the reader's error, kept as its source.
+    let e = simulate(&missing, &["pool:caching".into()], &Default::default()).unwrap_err();
+    assert!(matches!(e, SimulateError::Read(_)), "{e:?}");
+    assert!(std::error::Error::source(&e).is_some());
+    assert!(e.to_string().contains("absent.trace"), "{e}");
+}

@@ -16,6 +16,7 @@ use crate::trace::format::{Record, RecordKind};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::fmt;
 use std::path::Path;
 
 #[derive(Clone, Debug, Serialize)]
@@ -34,26 +35,63 @@ pub struct Outcome {
     pub failed_allocations: u64,
 }
 
-/// Replays `trace` under each policy text (GPUSHIM_CONF syntax).
+/// Why a simulation could not run.
+#[derive(Debug)]
+pub enum SimulateError {
+    /// A policy text that `GPUSHIM_CONF` would refuse: the text and why, in words.
+    Policy { text: String, reason: String },
+    /// The trace could not be read.
+    Read(ReadError),
+}
+
+impl fmt::Display for SimulateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimulateError::Policy { text, reason } => write!(f, "--conf {text}: {reason}"),
+            SimulateError::Read(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SimulateError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SimulateError::Read(e) => Some(e),
+            SimulateError::Policy { .. } => None,
+        }
+    }
+}
+
+impl From<ReadError> for SimulateError {
+    fn from(e: ReadError) -> Self {
+        SimulateError::Read(e)
+    }
+}
+
+/// Replays `trace` under each policy text (GPUSHIM_CONF syntax). Every policy is checked
+/// before the trace is read.
 pub fn simulate(
     trace: &Path,
     policies: &[String],
     opts: &ReadOptions,
-) -> Result<Vec<Outcome>, String> {
+) -> Result<Vec<Outcome>, SimulateError> {
     let parsed: Vec<(String, Policy)> = policies
         .iter()
         .map(|p| {
             config::parse_strict(p)
                 .map(|c| (p.clone(), Policy::from(&c)))
-                .map_err(|e| format!("--conf {p}: {e}"))
+                .map_err(|e| SimulateError::Policy {
+                    text: p.clone(),
+                    reason: e.to_string(),
+                })
         })
         .collect::<Result<_, _>>()?;
-    let mut out = vec![recorded(trace, opts).map_err(|e| e.to_string())?];
+    let mut out = vec![recorded(trace, opts)?];
     for (text, policy) in parsed {
         let pass_through = config::parse_strict(&text).is_ok_and(|c| c.pool == config::Pool::Off);
         let o = if pass_through {
             // pool:off: every allocation is a device allocation of its own.
-            let live = live_only(trace, opts).map_err(|e| e.to_string())?;
+            let live = live_only(trace, opts)?;
             Outcome {
                 policy: text,
                 peak_reserved_bytes: live.peak,
@@ -63,7 +101,7 @@ pub fn simulate(
                 failed_allocations: live.failed,
             }
         } else {
-            replay(trace, &text, policy, opts).map_err(|e| e.to_string())?
+            replay(trace, &text, policy, opts)?
         };
         out.push(o);
     }
