@@ -10,6 +10,7 @@
 use crate::fasthash::FastMap;
 use crate::trace::format::{Record, RecordKind};
 use std::collections::HashMap;
+use std::fmt;
 
 /// What to keep. Empty lists keep everything of that kind.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -112,26 +113,62 @@ impl Filtering {
     }
 }
 
+/// A time the command line gave that is not one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TimeError {
+    /// No unit after the number (the text as given).
+    NoUnit(String),
+    /// The text does not start with a number.
+    NotANumber(String),
+    /// A unit other than s, ms, us, µs or ns.
+    UnknownUnit { unit: String, text: String },
+}
+
+impl fmt::Display for TimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeError::NoUnit(t) => {
+                write!(
+                    f,
+                    "'{t}' has no unit: write it as 1.5s, 200ms, 300us or 5000ns"
+                )
+            }
+            TimeError::NotANumber(t) => {
+                write!(
+                    f,
+                    "'{t}' does not start with a number (as in 1.5s or 200ms)"
+                )
+            }
+            TimeError::UnknownUnit { unit, text } => {
+                write!(f, "'{unit}' in '{text}' is not a unit: use s, ms, us or ns")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TimeError {}
+
 /// Parses a time since the trace began: a number with a unit, `s`, `ms`, `us` (or `µs`) or
-/// `ns`, as in `1.5s` or `200ms`.
-pub fn parse_time(text: &str) -> Result<u64, String> {
+/// `ns`, as in `1.5s` or `200ms`. Times past `u64::MAX` ns read as `u64::MAX`.
+pub fn parse_time(text: &str) -> Result<u64, TimeError> {
     let t = text.trim();
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .ok_or_else(|| format!("'{text}' has no unit: write it as 1.5s, 200ms, 300us or 5000ns"))?;
+        .ok_or_else(|| TimeError::NoUnit(text.to_string()))?;
     let (num, unit) = t.split_at(split);
     let n: f64 = num
         .parse()
-        .map_err(|_| format!("'{text}' does not start with a number (as in 1.5s or 200ms)"))?;
+        .map_err(|_| TimeError::NotANumber(text.to_string()))?;
     let scale = match unit.trim() {
         "s" => 1e9,
         "ms" => 1e6,
         "us" | "µs" => 1e3,
         "ns" => 1.0,
         u => {
-            return Err(format!(
-                "'{u}' in '{text}' is not a unit: use s, ms, us or ns"
-            ));
+            return Err(TimeError::UnknownUnit {
+                unit: u.to_string(),
+                text: text.to_string(),
+            });
         }
     };
     Ok((n * scale).round() as u64)
@@ -161,8 +198,27 @@ mod tests {
         assert_eq!(parse_time("200ms"), Ok(200_000_000));
         assert_eq!(parse_time("3us"), Ok(3_000));
         assert_eq!(parse_time("7ns"), Ok(7));
-        assert!(parse_time("12").unwrap_err().contains("no unit"));
-        assert!(parse_time("2h").unwrap_err().contains("not a unit"));
+        assert_eq!(parse_time("12"), Err(TimeError::NoUnit("12".into())));
+        assert!(
+            parse_time("12")
+                .unwrap_err()
+                .to_string()
+                .contains("no unit")
+        );
+        assert!(
+            matches!(parse_time("2h"), Err(TimeError::UnknownUnit { unit, .. }) if unit == "h")
+        );
+        assert!(
+            parse_time("2h")
+                .unwrap_err()
+                .to_string()
+                .contains("not a unit")
+        );
+        assert_eq!(
+            parse_time("..5s"),
+            Err(TimeError::NotANumber("..5s".into()))
+        );
+        assert_eq!(parse_time("99999999999999999999s"), Ok(u64::MAX));
     }
 
     #[test]
