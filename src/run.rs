@@ -7,14 +7,110 @@ use std::process::Command;
 
 pub const LIB_NAME: &str = "libgpushim.so";
 
+/// Why `gpushim run` (or `gpushim lib`) cannot start the program. Each says what to do.
+#[derive(Debug)]
+pub enum RunError {
+    /// `--lib` or `GPUSHIM_LIB` (the source named) points at no file.
+    LibMissing { source: &'static str, path: PathBuf },
+    /// The command cannot find its own executable (to look beside it).
+    NoSelf(std::io::Error),
+    /// No shim next to the command or in `../lib` (the folder looked in).
+    LibNotFound(PathBuf),
+    /// The folder the bundled shim is written to is not this user's alone.
+    NotPrivate(PathBuf),
+    /// A file or folder could not be used (what, and the system's reason).
+    Io(PathBuf, std::io::Error),
+    /// The trace pattern does not expand.
+    Pattern(String, crate::trace::recorder::PatternError),
+    /// The trace's folder (described) cannot take it.
+    TraceFolder(String, FolderProblem),
+    /// The trace file exists already and would not be overwritten.
+    TraceExists(PathBuf),
+    /// `gpushim run` with no command.
+    NothingToRun,
+    /// The command could not be started.
+    Spawn(PathBuf, std::io::Error),
+}
+
+/// What is wrong with a trace's folder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FolderProblem {
+    Missing,
+    NulByte,
+    NotWritable,
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::LibMissing { source, path } => {
+                write!(f, "{source}{}: no such file", path.display())
+            }
+            RunError::NoSelf(e) => write!(f, "cannot locate gpushim itself: {e}"),
+            RunError::LibNotFound(dir) => write!(
+                f,
+                "cannot find {LIB_NAME} next to {} or in ../lib; build it with \
+                 `cargo build --release -p gpushim-shim`, or pass --lib PATH",
+                dir.display()
+            ),
+            RunError::NotPrivate(dir) => write!(
+                f,
+                "{} is not a private folder of this user: not writing the shim there; pass \
+                 --lib or set GPUSHIM_LIB",
+                dir.display()
+            ),
+            RunError::Io(path, e) => write!(f, "cannot use {}: {e}", path.display()),
+            RunError::Pattern(p, e) => write!(f, "trace pattern '{p}': {e}"),
+            RunError::TraceFolder(what, FolderProblem::Missing) => {
+                write!(
+                    f,
+                    "{what} does not exist: create it, or pick another --trace"
+                )
+            }
+            RunError::TraceFolder(what, FolderProblem::NulByte) => {
+                write!(f, "{what}: the path holds a NUL byte")
+            }
+            RunError::TraceFolder(what, FolderProblem::NotWritable) => {
+                write!(
+                    f,
+                    "{what} cannot be written by this user: pick another --trace"
+                )
+            }
+            RunError::TraceExists(path) => write!(
+                f,
+                "{} exists, and traces are never overwritten: remove it, or put %p (the process \
+                 id) in the pattern",
+                path.display()
+            ),
+            RunError::NothingToRun => f.write_str(
+                "nothing to run: give a command after --, as in `gpushim run -- python train.py`",
+            ),
+            RunError::Spawn(prog, e) => write!(f, "cannot run {}: {e}", prog.display()),
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::NoSelf(e) | RunError::Io(_, e) | RunError::Spawn(_, e) => Some(e),
+            RunError::Pattern(_, e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
 /// Finds `libgpushim.so`: the explicit path, `GPUSHIM_LIB`, then next to this executable and in
 /// `../lib` from it.
-pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, String> {
+pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, RunError> {
     if let Some(p) = explicit {
         return if p.is_file() {
             Ok(p.to_path_buf())
         } else {
-            Err(format!("--lib {}: no such file", p.display()))
+            Err(RunError::LibMissing {
+                source: "--lib ",
+                path: p.to_path_buf(),
+            })
         };
     }
     if let Some(p) = std::env::var_os("GPUSHIM_LIB") {
@@ -22,10 +118,13 @@ pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, String> {
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!("GPUSHIM_LIB={}: no such file", p.display()))
+            Err(RunError::LibMissing {
+                source: "GPUSHIM_LIB=",
+                path: p,
+            })
         };
     }
-    let exe = std::env::current_exe().map_err(|e| format!("cannot locate gpushim itself: {e}"))?;
+    let exe = std::env::current_exe().map_err(RunError::NoSelf)?;
     let dir = exe.parent().unwrap_or(Path::new("."));
     for cand in [dir.join(LIB_NAME), dir.join("../lib").join(LIB_NAME)] {
         if cand.is_file() {
@@ -37,11 +136,7 @@ pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, String> {
         bundled::write_out()
     }
     #[cfg(not(feature = "bundle-shim"))]
-    Err(format!(
-        "cannot find {LIB_NAME} next to {} or in ../lib; build it with \
-         `cargo build --release -p gpushim-shim`, or pass --lib PATH",
-        dir.display()
-    ))
+    Err(RunError::LibNotFound(dir.to_path_buf()))
 }
 
 /// The shim carried inside this command (the Python wheel's build), written out once to a
@@ -53,11 +148,13 @@ mod bundled {
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     use std::path::PathBuf;
 
+    use super::RunError;
+
     static SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libgpushim.so"));
 
     /// `$XDG_CACHE_HOME/gpushim`, `~/.cache/gpushim`, else `/tmp/gpushim-UID`: a folder of
     /// this user's, mode 0700.
-    fn folder() -> Result<PathBuf, String> {
+    fn folder() -> Result<PathBuf, RunError> {
         // SAFETY: getuid has no preconditions.
         let uid = unsafe { libc::getuid() };
         let base = std::env::var_os("XDG_CACHE_HOME")
@@ -68,19 +165,14 @@ mod bundled {
             .unwrap_or_else(|| PathBuf::from(format!("/tmp/gpushim-{uid}")));
         let _ = std::fs::create_dir_all(&base);
         let _ = std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700));
-        let meta = std::fs::symlink_metadata(&base)
-            .map_err(|e| format!("cannot use {}: {e}", base.display()))?;
+        let meta = std::fs::symlink_metadata(&base).map_err(|e| RunError::Io(base.clone(), e))?;
         if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-            return Err(format!(
-                "{} is not a private folder of this user: not writing the shim there; pass \
-                 --lib or set GPUSHIM_LIB",
-                base.display()
-            ));
+            return Err(RunError::NotPrivate(base));
         }
         Ok(base)
     }
 
-    pub fn write_out() -> Result<PathBuf, String> {
+    pub fn write_out() -> Result<PathBuf, RunError> {
         let dir = folder()?;
         let name = format!("libgpushim-{}-{:016x}.so", env!("CARGO_PKG_VERSION"), {
             use std::hash::Hasher;
@@ -99,12 +191,11 @@ mod bundled {
             .mode(0o755)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+            .map_err(|e| RunError::Io(tmp.clone(), e))?;
         f.write_all(SHIM)
             .and_then(|()| f.sync_all())
-            .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            .map_err(|e| RunError::Io(tmp.clone(), e))?;
+        std::fs::rename(&tmp, &path).map_err(|e| RunError::Io(path.clone(), e))?;
         Ok(path)
     }
 }
@@ -122,7 +213,7 @@ pub fn preload_value(shim: &Path, existing: Option<OsString>) -> OsString {
 /// Whether a trace will be written where `pattern` (`--trace` or `GPUSHIM_TRACE`, the default
 /// when `None`) points, checked before the program starts, so a long job never runs
 /// unrecorded by mistake. `Ok(false)`: recording was turned off on purpose (`off`).
-pub fn check_trace(pattern: Option<&str>) -> Result<bool, String> {
+pub fn check_trace(pattern: Option<&str>) -> Result<bool, RunError> {
     let Some(pattern) = pattern.filter(|p| !p.is_empty()) else {
         return writable_dir(Path::new("."), "the working directory").map(|_| true);
     };
@@ -137,7 +228,7 @@ pub fn check_trace(pattern: Option<&str>) -> Result<bool, String> {
         0,
         &mut buf,
     )
-    .map_err(|e| format!("trace pattern '{pattern}': {e}"))?;
+    .map_err(|e| RunError::Pattern(pattern.to_string(), e))?;
     let path = PathBuf::from(String::from_utf8_lossy(&buf[..n]).into_owned());
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -145,28 +236,21 @@ pub fn check_trace(pattern: Option<&str>) -> Result<bool, String> {
     };
     writable_dir(&dir, &format!("the folder {}", dir.display()))?;
     if !pattern.contains("%p") && path.symlink_metadata().is_ok() {
-        return Err(format!(
-            "{} exists, and traces are never overwritten: remove it, or put %p (the process id) \
-             in the pattern",
-            path.display()
-        ));
+        return Err(RunError::TraceExists(path));
     }
     Ok(true)
 }
 
-fn writable_dir(dir: &Path, what: &str) -> Result<(), String> {
+fn writable_dir(dir: &Path, what: &str) -> Result<(), RunError> {
+    let problem = |p| RunError::TraceFolder(what.to_string(), p);
     if !dir.is_dir() {
-        return Err(format!(
-            "{what} does not exist: create it, or pick another --trace"
-        ));
+        return Err(problem(FolderProblem::Missing));
     }
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .map_err(|_| format!("{what}: the path holds a NUL byte"))?;
+        .map_err(|_| problem(FolderProblem::NulByte))?;
     // SAFETY: a NUL-terminated path; access only reads it.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
-        return Err(format!(
-            "{what} cannot be written by this user: pick another --trace"
-        ));
+        return Err(problem(FolderProblem::NotWritable));
     }
     Ok(())
 }
@@ -225,10 +309,8 @@ pub fn run(
     trace: Option<&str>,
     per_tensor: bool,
     cmd: &[OsString],
-) -> Result<RunOutcome, String> {
-    let (prog, args) = cmd
-        .split_first()
-        .ok_or("nothing to run: give a command after --, as in `gpushim run -- python train.py`")?;
+) -> Result<RunOutcome, RunError> {
+    let (prog, args) = cmd.split_first().ok_or(RunError::NothingToRun)?;
     let dir = trace_dir(trace);
     let before = trace_files(&dir);
     let mut c = Command::new(prog);
@@ -257,7 +339,7 @@ pub fn run(
     }
     let status = c
         .status()
-        .map_err(|e| format!("cannot run {}: {e}", Path::new(prog).display()))?;
+        .map_err(|e| RunError::Spawn(PathBuf::from(prog), e))?;
     let exit_code = match status.code() {
         Some(c) => c,
         None => {
@@ -303,6 +385,54 @@ mod tests {
         assert_eq!(c.medium_segment, 0);
         let c = crate::config::parse_strict(&per_tensor_conf(None)).unwrap();
         assert_eq!(c.medium_segment, 20 << 20);
+    }
+
+    #[test]
+    fn each_refusal_is_typed_and_says_what_to_do() {
+        let dir = std::env::temp_dir().join(format!("gpushim-run-errors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = find_shim(Some(&dir.join("absent.so"))).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RunError::LibMissing {
+                    source: "--lib ",
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e.to_string().ends_with("absent.so: no such file"), "{e}");
+        let missing = format!("{}/no/such/folder/t.%p.trace", dir.display());
+        let e = check_trace(Some(&missing)).unwrap_err();
+        assert!(
+            matches!(e, RunError::TraceFolder(_, FolderProblem::Missing)),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("does not exist: create it"), "{e}");
+        let e = check_trace(Some("t.%q.trace")).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RunError::Pattern(_, crate::trace::recorder::PatternError::UnknownEscape(b'q'))
+            ),
+            "{e:?}"
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        let kept = dir.join("kept.trace");
+        std::fs::write(&kept, b"x").unwrap();
+        let e = check_trace(kept.to_str()).unwrap_err();
+        assert!(
+            matches!(&e, RunError::TraceExists(p) if p == &kept),
+            "{e:?}"
+        );
+        assert!(e.to_string().contains("never overwritten"), "{e}");
+        assert!(check_trace(Some("off")).is_ok_and(|on| !on));
+        let e = run(Path::new("/x.so"), None, None, false, &[])
+            .err()
+            .unwrap();
+        assert!(matches!(e, RunError::NothingToRun), "{e:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -147,6 +147,8 @@ impl core::fmt::Display for PatternError {
     }
 }
 
+impl std::error::Error for PatternError {}
+
 /// Formats `v` in decimal into `buf`, returning the digits.
 pub fn format_int(v: i64, buf: &mut [u8; 24]) -> &[u8] {
     let neg = v < 0;
