@@ -31,8 +31,10 @@ pub fn cmd_export(
     let r = match format {
         "perfetto" => gpushim::export::perfetto(traces, &mut w, opts).map_err(|e| e.to_string()),
         "rmm" => gpushim::export::rmm_csv(trace, &mut w, opts).map_err(|e| e.to_string()),
-        "memory-viz-html" => gpushim::export::memory_viz_html(trace, &mut w, view, opts),
-        _ => gpushim::export::memory_viz(trace, &mut w, protocol, opts),
+        "memory-viz-html" => {
+            gpushim::export::memory_viz_html(trace, &mut w, view, opts).map_err(|e| e.to_string())
+        }
+        _ => gpushim::export::memory_viz(trace, &mut w, protocol, opts).map_err(|e| e.to_string()),
     };
     match r {
         Ok(n) => {

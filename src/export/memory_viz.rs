@@ -1,5 +1,6 @@
 //! PyTorch's memory_viz snapshot (a pickle) and a page that opens it in the viewer.
 
+use super::ExportError;
 use crate::report::{Change, Live, Replay, replay_each};
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadOptions, TraceReader};
@@ -83,7 +84,13 @@ pub fn memory_viz(
     out: &mut dyn Write,
     protocol: u8,
     opts: &ReadOptions,
-) -> Result<u64, String> {
+) -> Result<u64, ExportError> {
+    // Refused before the trace is read, which can take minutes.
+    let pickle_opts = match protocol {
+        2 => serde_pickle::SerOptions::new().proto_v2(),
+        3 | 4 => serde_pickle::SerOptions::new(),
+        _ => return Err(ExportError::Protocol(protocol)),
+    };
     let mut traces: BTreeMap<u8, Vec<VizTrace>> = BTreeMap::new();
     let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
         let us = r.time_ns / 1000;
@@ -164,8 +171,7 @@ pub fn memory_viz(
             },
         };
         traces.entry(device).or_default().push(t);
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let segments = segments_of(&reader, &rp);
     let max_device = traces
         .keys()
@@ -180,17 +186,9 @@ pub fn memory_viz(
         segments,
         device_traces,
     };
-    let opts = match protocol {
-        2 => serde_pickle::SerOptions::new().proto_v2(),
-        3 | 4 => serde_pickle::SerOptions::new(),
-        _ => {
-            return Err(format!(
-                "pickle protocol {protocol} is not offered (2, 3 or 4)"
-            ));
-        }
-    };
     let n = snap.segments.len() as u64;
-    let mut bytes = serde_pickle::to_vec(&snap, opts).map_err(|e| e.to_string())?;
+    let mut bytes =
+        serde_pickle::to_vec(&snap, pickle_opts).map_err(|e| ExportError::Pickle(e.to_string()))?;
     if protocol == 4 {
         // Protocol 4 adds opcodes and optional framing; a stream of protocol-3 opcodes under a
         // protocol-4 header is a valid protocol-4 pickle.
@@ -198,7 +196,7 @@ pub fn memory_viz(
             bytes[1] = 4;
         }
     }
-    out.write_all(&bytes).map_err(|e| e.to_string())?;
+    out.write_all(&bytes)?;
     Ok(n)
 }
 
@@ -211,7 +209,7 @@ pub fn memory_viz_html(
     out: &mut dyn Write,
     view: &str,
     opts: &ReadOptions,
-) -> Result<u64, String> {
+) -> Result<u64, ExportError> {
     use base64::Engine;
     let mut pickle = Vec::new();
     let n = memory_viz(path, &mut pickle, 3, opts)?;
@@ -230,8 +228,7 @@ pub fn memory_viz_html(
          add_local_files(local_files, {view})\n\
          </script>\n</body>\n</html>\n",
         title = html_escape(&path.display().to_string()),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     Ok(n)
 }
 

@@ -22,6 +22,61 @@ pub use sites::live_by_site;
 
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 
+/// Why an export or a picture could not be made.
+#[derive(Debug)]
+pub enum ExportError {
+    /// The trace could not be read.
+    Read(ReadError),
+    /// The output could not be written.
+    Write(std::io::Error),
+    /// A pickle protocol memory_viz cannot take (2, 3 and 4 are offered).
+    Protocol(u8),
+    /// The snapshot could not be pickled (the library's words).
+    Pickle(String),
+    /// The SVG could not be read for rendering (the library's words).
+    Svg(String),
+    /// No image of this width and height can be made.
+    ImageSize(u32, u32),
+    /// The PNG could not be encoded (the library's words).
+    Png(String),
+}
+
+impl std::fmt::Display for ExportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ExportError::Read(e) => e.fmt(f),
+            ExportError::Write(e) => write!(f, "cannot write the output: {e}"),
+            ExportError::Protocol(p) => write!(f, "pickle protocol {p} is not offered (2, 3 or 4)"),
+            ExportError::Pickle(e) => write!(f, "cannot pickle the snapshot: {e}"),
+            ExportError::Svg(e) => write!(f, "cannot read the SVG: {e}"),
+            ExportError::ImageSize(w, h) => write!(f, "cannot make a {w}x{h} image"),
+            ExportError::Png(e) => write!(f, "cannot encode the PNG: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ExportError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ExportError::Read(e) => Some(e),
+            ExportError::Write(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<ReadError> for ExportError {
+    fn from(e: ReadError) -> Self {
+        ExportError::Read(e)
+    }
+}
+
+impl From<std::io::Error> for ExportError {
+    fn from(e: std::io::Error) -> Self {
+        ExportError::Write(e)
+    }
+}
+
 /// Live and reserved memory per device over time, with the NVTX ranges of the most frequent
 /// name shaded, as an SVG line chart with labelled axes.
 /// Where each trace starts on a shared clock: its offset from the earliest start (wall clock at
@@ -66,6 +121,21 @@ fn xml(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn export_errors_are_typed_and_a_bad_protocol_is_refused_before_reading() {
+        let absent = std::path::Path::new("/nonexistent/gpushim/absent.trace");
+        let mut sink = Vec::new();
+        let e = super::memory_viz(absent, &mut sink, 5, &Default::default()).unwrap_err();
+        assert!(matches!(e, super::ExportError::Protocol(5)), "{e:?}");
+        assert!(e.to_string().contains("(2, 3 or 4)"), "{e}");
+        let e = super::memory_viz(absent, &mut sink, 4, &Default::default()).unwrap_err();
+        assert!(matches!(e, super::ExportError::Read(_)), "{e:?}");
+        assert!(std::error::Error::source(&e).is_some());
+        let e = super::svg_to_png("this is not an SVG").unwrap_err();
+        assert!(matches!(e, super::ExportError::Svg(_)), "{e:?}");
+        assert!(e.to_string().starts_with("cannot read the SVG: "), "{e}");
+    }
+
     use super::plot::{nice_step, tick_label};
 
     #[test]
