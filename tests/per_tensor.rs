@@ -153,3 +153,38 @@ fn gpushim_costs_prints_where_the_shims_time_went_at_exit() {
     let (err, _) = costs(false);
     assert!(!err.contains("costs of pid"), "{err}");
 }
+
+/// `GPUSHIM_SEAL_SPACING` (a measuring knob, README settings): checkpoints made ahead at most
+/// once per N times the last one's cost. Spaced by 1 the helper makes several times as many as
+/// spaced by 1024 (17 against 3 on this repository's machine).
+#[test]
+fn the_seal_spacing_knob_spaces_the_checkpoints_made_ahead() {
+    let dir = tempdir("spacing");
+    let ahead = |spacing: &str| -> u64 {
+        let out = run(
+            &sim().bin("perstep"),
+            Run {
+                preload: true,
+                trace: Some(&dir.join(format!("s{spacing}.trace"))),
+                env: vec![
+                    ("GPUSHIM_CONF", "pool:caching".to_string()),
+                    ("GPUSHIM_COSTS", "1".into()),
+                    ("GPUSHIM_SEAL_SPACING", spacing.into()),
+                ],
+                args: ["20", "16", "2000", "64"].map(String::from).to_vec(),
+            },
+        );
+        assert_ok(&out);
+        let err = stderr(&out);
+        err.lines()
+            .find(|l| l.contains("of which on a helper"))
+            .and_then(|l| l.split_whitespace().rev().nth(2)?.parse().ok())
+            .unwrap_or(0)
+    };
+    let (close, far) = (ahead("1"), ahead("1024"));
+    // Ignored, the knob would leave both at the default spacing and about equal.
+    assert!(
+        close > far && close >= 2 * far,
+        "spaced by 1: {close} made ahead; by 1024: {far}"
+    );
+}
