@@ -629,3 +629,16 @@ fn splits_are_counted_exactly_in_few_records() {
     let records = csv.lines().filter(|l| l.contains(",split,")).count();
     assert_eq!(records, 4, "{csv}");
 }
+
+/// Splits counted after the shim's exit flush (an exit handler of the program's that runs
+/// after the shim's, or another thread still allocating) are written at once rather than
+/// lost: 10 pairs before exit and 3 in a late exit handler give 13.
+#[test]
+fn splits_after_the_exit_flush_are_still_counted() {
+    let dir = tempdir("late-splits");
+    let t = dir.join("t.trace");
+    let out = pool_run(&["latesplits", "10", "3"], vec![], Some(&t));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let s = summary_json(&t);
+    assert_eq!(s["pool"][0]["splits"], 13, "{s}");
+}

@@ -4,6 +4,7 @@
  *   pool limit          cudaMemGetInfo / cuMemGetInfo_v2 under limit:, and the limit itself
  *   pool query          pointer queries and IPC export of pooled blocks
  *   pool count N        N cudaMalloc/cudaFree pairs (device allocations counted by the sim)
+ *   pool latesplits N K N pairs, then K more in an exit handler that runs after the shim's
  *   pool pluggable      PyTorch's pluggable-allocator entry points
  * Needs the simulator (simLaunch, simInUse, simCallCount). */
 #define _GNU_SOURCE
@@ -121,6 +122,22 @@ static int count(int n) {
     }
     printf("device_allocs=%ld\n", simCallCount("cuMemAlloc_v2"));
     return 0;
+}
+
+/* Allocations after the shim's exit handler: this program's handler is registered before its
+ * first CUDA call, so it runs after the shim's (registered at the pool's first use). */
+static int late_rounds;
+static void late(void) {
+    for (int i = 0; i < late_rounds; i++) {
+        void *p = NULL;
+        if (cudaMalloc(&p, 1 << 20) == 0) cudaFree(p);
+    }
+}
+
+static int latesplits(int n, int k) {
+    late_rounds = k;
+    atexit(late);
+    return count(n);
 }
 
 static int pluggable(void) {
@@ -288,6 +305,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "limit")) return limit();
     if (!strcmp(what, "query")) return query();
     if (!strcmp(what, "count")) return count(n);
+    if (!strcmp(what, "latesplits")) return latesplits(n, argc > 3 ? atoi(argv[3]) : 3);
     if (!strcmp(what, "pluggable")) return pluggable();
     if (!strcmp(what, "capture")) return capture();
     if (!strcmp(what, "huge")) return huge();
