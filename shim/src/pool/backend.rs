@@ -157,8 +157,13 @@ pub struct CudaBackend {
     /// The helper thread that makes checkpoints ahead of need (started at the first).
     sealer: Option<Sealer>,
     sealer_failed: bool,
-    /// The context whose checkpoint the helper is making (one at a time).
-    in_flight: Option<u8>,
+    /// The checkpoint (context, id) the helper is making (one at a time); `None` also once a
+    /// wait for it ran out of patience.
+    in_flight: Option<(u8, u64)>,
+    /// Requests handed to the helper whose answers were not taken yet: a checkpoint given up
+    /// for lateness still answers, and that answer must be taken (the helper blocks until it
+    /// is) and not mistaken for a later request's.
+    unanswered: u32,
 }
 
 /// `CUmemAllocationProp` (32 bytes): pinned device memory on one device.
@@ -213,6 +218,7 @@ impl CudaBackend {
             sealer: None,
             sealer_failed: false,
             in_flight: None,
+            unanswered: 0,
         }
     }
 
@@ -279,7 +285,8 @@ impl CudaBackend {
                 note_checkpoint(slot, s.next_id, false);
                 s.next_id += 1;
                 s.pending_used = false;
-                self.in_flight = Some(slot);
+                self.in_flight = Some((slot, s.next_id - 1));
+                self.unanswered += 1;
                 true
             }
             Err(r) => {
@@ -294,20 +301,22 @@ impl CudaBackend {
     /// or a capture kept the helper from making it, its events go back to the spares (fences
     /// that name it are covered by the next checkpoint, made later under a higher id).
     pub(super) fn take_answer(&mut self, wait: bool) {
-        let Some(flying) = self.in_flight else {
+        if self.unanswered == 0 {
             return;
-        };
+        }
+        // Only the checkpoint in flight is waited for; a late one is taken when it comes.
+        let wait = wait && self.in_flight.is_some();
         let Some(a) = self.sealer.as_ref().and_then(|x| x.answer(wait)) else {
-            if wait {
-                // The helper did not answer in time: that checkpoint is given up (a late
-                // answer is still taken below, and its events kept).
+            if let (true, Some((flying, _))) = (wait, self.in_flight) {
+                // The helper did not answer in time: that checkpoint is given up (its late
+                // answer is still taken, and its events kept).
                 self.in_flight = None;
-                let s = &mut self.slots[flying as usize];
-                s.pending_used = true;
+                self.slots[flying as usize].pending_used = true;
             }
             return;
         };
-        if self.in_flight == Some(a.slot) {
+        self.unanswered -= 1;
+        if self.in_flight == Some((a.slot, a.id)) {
             self.in_flight = None;
         }
         let s = &mut self.slots[a.slot as usize];
