@@ -11,7 +11,8 @@
 # 30%: a change that removes a cache line from every call shows here.
 # Usage: scripts/bench-cache.sh [LIB...]   (default: this tree's release build)
 #   each LIB is named by its path; several are measured one after another.
-#   N=500 (calls timed after as many warm-up calls), CONF=pool:caching,medium:20MiB
+#   N=500 (calls timed after as many warm-up calls), CONF=pool:caching,medium:20MiB,
+#   PYTHON=python3.12 (default python3)
 # Needs valgrind (callgrind_annotate) and python3. About 3 minutes per library.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +27,10 @@ conf=${CONF:-pool:caching,medium:20MiB}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 bash scripts/build-sim.sh "$work/sim" >/dev/null
-# The interpreter itself, not a launcher script (pyenv's would run under valgrind too).
-py=$(python3 -c 'import sys; print(sys.executable)')
-echo "machine: $(nproc) cores, $(date -u +%F); $n calls each after $n warm-up, 30-frame Python stack, $conf"
+# The interpreter itself, not a launcher script (pyenv's would run under valgrind too);
+# PYTHON=... names another (the frame walk differs by minor version).
+py=$("${PYTHON:-python3}" -c 'import sys; print(sys.executable)')
+echo "machine: $(nproc) cores, $(date -u +%F); $("$py" -V); $n calls each after $n warm-up, 30-frame Python stack, $conf"
 printf "%-40s %-6s %8s %8s %8s %8s\n" library hook Ir "I1 miss" "D1 miss" "LL miss"
 for lib in "${libs[@]}"; do
   out="$work/cg.out"

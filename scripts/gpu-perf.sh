@@ -5,7 +5,8 @@
 # pertensor (`gpushim run --per-tensor`: caching off, pool:caching,medium:20MiB); pluggable (the pluggable
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
 # segments, for memory; ptexpandable (pertensor over pool:expandable); ptnoframes
-# (pertensor with stacks:off: what Python frames cost, issue 13); ptnotrace (pertensor,
+# (pertensor with stacks:off: what Python frames cost, issue 13); plugnoframes (pluggable,
+# stacks:off); plugnotrace (pluggable, recording off); ptnotrace (pertensor,
 # recording off); pttrimoff (pertensor, nothing given back); ptplain (pertensor with
 # medium:off: plain pool:caching); ptctx, ptnoctx, plugctx (checkpoints of one context event
 # on, off: GPUSHIM_CTX_EVENTS=1, 0). MODES (environment) picks a subset, in order; a mode named alt-MODE runs MODE
@@ -76,6 +77,9 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
       plugnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --conf pool:expandable,stacks:off -- \
                    python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugnotrace"/' ;;
+      plugnoframes) .gpu/gpushim run --conf pool:expandable,stacks:off --trace "$work/${TRACE_TAG:-}pf.%p.trace" -- \
+                   python3 $script $(wl pluggable "$steps") \
+                   | sed 's/"mode": "pluggable"/"mode": "plugnoframes"/' ;;
       plugcaching) .gpu/gpushim run --conf pool:caching --trace "$work/${TRACE_TAG:-}pc.%p.trace" -- \
                    python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugcaching"/' ;;

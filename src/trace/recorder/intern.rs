@@ -65,7 +65,16 @@ impl Recorder {
         for probe in 0..keys.len() {
             let k = (start + probe) % keys.len();
             let id = (k + 1) as u64;
-            match keys[k].compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire) {
+            // Looked at before it is claimed: nearly every call finds its key, and a plain load
+            // leaves the line shared where a compare-exchange would take it from every other
+            // core that reads it.
+            let seen = keys[k].load(Ordering::Acquire);
+            let found = if seen == 0 {
+                keys[k].compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire)
+            } else {
+                Err(seen)
+            };
+            match found {
                 Ok(_) => {
                     write(self, id);
                     ready[k].store(true, Ordering::Release);
@@ -136,7 +145,14 @@ impl Recorder {
         for probe in 0..STREAM_SLOTS {
             let k = (start + probe) % STREAM_SLOTS;
             let slot = &self.streams[k];
-            match slot.compare_exchange(0, handle, Ordering::AcqRel, Ordering::Acquire) {
+            // A load first, as in `intern`.
+            let seen = slot.load(Ordering::Acquire);
+            let found = if seen == 0 {
+                slot.compare_exchange(0, handle, Ordering::AcqRel, Ordering::Acquire)
+            } else {
+                Err(seen)
+            };
+            match found {
                 Ok(_) => return ((k + 1) as u16, true),
                 Err(h) if h == handle => return ((k + 1) as u16, false),
                 Err(_) => {}

@@ -27,11 +27,13 @@
 //! while the interpreter starts or finalizes, in a process with sub-interpreters, on a thread
 //! that has no thread state, or on free-threaded builds (3.13t).
 //!
-//! Costs are kept down by caches: per thread, the frames it captured before, by frame address
-//! (a loop allocates from the same outer frames over and over; here); shared by all threads,
-//! code object -> interned `file\0function` and (code object, instruction offset) -> line
-//! (`names`), each entry checked against the code object's file name, name, line table and
-//! first line, since a freed code object's address may be reused.
+//! Costs are kept down by caches: per thread, the answers for the frames it captured before,
+//! slotted by frame address (a loop allocates from the same outer frames over and over; here);
+//! shared by all threads, code object -> interned `file\0function` and (code object,
+//! instruction offset) -> line (`names`). A freed code object's address may be given to a new
+//! one, so an entry names its code object by more than the address: from 3.12 by `co_version`,
+//! which no two code objects share (a proof, and one field); before 3.12 by its file name and
+//! first line here, and its name and line table too in `names`.
 
 mod names;
 
@@ -64,6 +66,10 @@ struct Layout {
     /// `co_qualname` from 3.11, else `co_name`.
     code_name: usize,
     code_firstlineno: usize,
+    /// `co_version` from 3.12: a number CPython gives each code object it creates, from a
+    /// counter that only grows (and stops at 0 once it would wrap), so no two code objects
+    /// ever share one that is not 0. `None` before 3.12.
+    code_version: Option<usize>,
     code_linetable: usize,
     /// Where the bytecode starts (`co_code_adaptive`) from 3.11.
     code_adaptive: usize,
@@ -89,6 +95,7 @@ const fn layout(minor: u32) -> Option<Layout> {
         code_filename: 104,
         code_name: 112,
         code_firstlineno: 40,
+        code_version: None,
         code_linetable: 120,
         code_adaptive: 0,
         ascii_size,
@@ -126,6 +133,7 @@ const fn layout(minor: u32) -> Option<Layout> {
             code_filename: 112,
             code_name: 128,
             code_firstlineno: 68,
+            code_version: Some(92),
             code_linetable: 136,
             code_adaptive: if minor == 12 { 192 } else { 200 },
             ..base
@@ -492,20 +500,21 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
                     c_int::try_from(instr.wrapping_sub(start) as isize).unwrap_or(-1)
                 }
             };
-            // A frame this thread captured before, if it is this very frame at this very
-            // instruction in this very code object: its answer, with no shared table touched.
-            // The code object is named by its address and the fields that identify it, since
-            // a freed one's address may be reused. Its type was checked when the entry was
-            // made (a frame's code is a code object: the live object at an address that held
-            // one with these very fields), so a hit reads one cache line of the code object
-            // and skips the line of its header; in a real program each is a cache miss.
+            // What this thread found for this code object at this instruction before, if the
+            // code object at `code` is still that one: from 3.12 its `co_version` says so (one
+            // field, and a proof: a code object made since at a recycled address has another);
+            // before, its file name and first line (one cache line of it, not its header; its
+            // type was checked when the entry was made).
             let slot = seen_slot(frame);
             let hit = match m {
                 Reader::Direct => seen_at(slot)
-                    .filter(|e| e.frame == frame && e.code == code && e.offset == offset)
-                    .filter(|e| {
-                        m.ptr(code + l.code_filename) == Some(e.filename)
-                            && m.read::<c_int>(code + l.code_firstlineno) == Some(e.firstlineno)
+                    .filter(|e| e.code == code && e.offset == offset)
+                    .filter(|e| match l.code_version {
+                        Some(at) => e.ident != 0 && m.read::<u32>(code + at) == Some(e.ident),
+                        None => {
+                            m.ptr(code + l.code_filename) == Some(e.filename)
+                                && m.read::<u32>(code + l.code_firstlineno) == Some(e.ident)
+                        }
                     })
                     .map(|e| e.answer),
                 Reader::Checked(..) => None,
@@ -516,20 +525,24 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
                     if m.ptr(code + 8)? != a.code_type {
                         return None;
                     }
-                    let filename = m.ptr(code + l.code_filename)?;
-                    let firstlineno = m.read::<c_int>(code + l.code_firstlineno)?;
+                    let (filename, ident) = match l.code_version {
+                        Some(at) => (0, m.read::<u32>(code + at)?),
+                        None => (
+                            m.ptr(code + l.code_filename)?,
+                            m.read::<u32>(code + l.code_firstlineno)?,
+                        ),
+                    };
                     let (id, key) = code_id(a, m, code)?;
                     let f = py_frame(id, line_at(a, code, key, offset).max(0) as u32);
                     if let Reader::Direct = m {
                         remember(
                             slot,
                             Seen {
-                                frame,
                                 code,
-                                offset,
-                                filename,
-                                firstlineno,
                                 answer: f,
+                                offset,
+                                ident,
+                                filename,
                             },
                         );
                     }
@@ -543,34 +556,38 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
     None
 }
 
-/// A frame a thread captured, and the trace frame it gave: one cache line.
+/// What a thread found for a code object at an instruction: the trace frame, and what names
+/// the code object beyond its address. Half a cache line, so that the entries of neighbouring
+/// frames share lines.
 #[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(C, align(64))]
+#[repr(C, align(32))]
 struct Seen {
-    frame: usize,
     code: usize,
-    filename: usize,
     answer: u64,
     offset: c_int,
-    firstlineno: c_int,
+    /// `co_version` from 3.12 (0, which several code objects may have, never matches); the
+    /// first line before.
+    ident: u32,
+    /// The file name's object before 3.12; 0 from 3.12.
+    filename: usize,
 }
 
 const NOTHING: Seen = Seen {
-    frame: 0,
     code: 0,
-    filename: 0,
     answer: 0,
     offset: 0,
-    firstlineno: 0,
+    ident: 0,
+    filename: 0,
 };
 
-/// Frames remembered per thread, by frame address. A training loop allocates from the same
+/// Entries per thread, slotted by frame address. A training loop allocates from the same
 /// outer frames over and over (the loop, the model's forward, each block's call), each at
 /// the address its depth gives it; only the innermost frames differ between allocations.
 /// The slot is the frame's address in 64-byte units: CPython's frames (72 bytes and more)
 /// each get their own, and a chain of frames, laid out one after another on the thread's
 /// frame stack, reads neighbouring slots, which the hardware prefetches, where a hash of the
-/// address scattered them over the table.
+/// address scattered them over the table. An entry answers for its code object and
+/// instruction whichever frame runs them.
 const SEEN_SLOTS: usize = 256;
 
 thread_local! {
