@@ -14,7 +14,10 @@
 # Prints one table per workload: median step time over the rounds, × PyTorch's default of the
 # same run (ratio of medians; and the median and range of each round's ratio to that round's
 # default run, which cancels drift between rounds), the host's share of it (host ms: until the step waits for the GPU), NVML peak,
-# each round's figure (also on stderr as each run ends); then what the pool did in each traced mode (its
+# each round's figure (also on stderr as each run ends); "per round / host": each run's step
+# divided by its own host speed (µs per kernel launch, timed in the process between cycles on
+# work no allocator takes part in) before the round's ratio, which cancels the 20-40% by which
+# identical processes differ here; then what the pool did in each traced mode (its
 # `gpushim summary` lines of the last round: segments reserved and released, waits, and
 # whether and where the process left the legacy stream). KEEP_TRACES=DIR keeps those traces.
 # WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
@@ -123,8 +126,14 @@ base = statistics.median(r["step_ms"] for r in by["default"])
 # Each round's ratio to the default run of the same round: a machine that drifts between
 # rounds (10-20% on the GPU machine) moves both alike.
 base_of = {r.get("round"): r["step_ms"] for r in by["default"]}
+# Each process's host speed, measured in it between cycles on work no allocator takes part in
+# (an in-place kernel launch on a tensor made before: workloads.py's calibrate): identical
+# processes here ran 20-40% apart, and their launches moved with their steps. "per round /
+# host" divides each run's step by its own launch time before taking the round's ratio.
+norm_of = {r.get("round"): r["step_ms"] / r["launch_us"] for r in by["default"] if r.get("launch_us")}
 print(f"{rows[0]['workload']}: {len(by['default'])} rounds")
-print(f"{'mode':16} {'step ms':>9} {'x default':>10} {'per round':>10} {'range':>13} {'host ms':>8} "
+print(f"{'mode':16} {'step ms':>9} {'x default':>10} {'per round':>10} {'range':>13} "
+      f"{'per round / host':>16} {'range':>13} {'launch us':>9} {'host ms':>8} "
       f"{'NVML peak MiB':>14}  each round (ms)")
 for mode, rs in by.items():
     ms = statistics.median(r["step_ms"] for r in rs)
@@ -134,7 +143,13 @@ for mode, rs in by.items():
     ratios = [r["step_ms"] / base_of[r.get("round")] for r in rs if r.get("round") in base_of]
     per = statistics.median(ratios) if ratios else float("nan")
     span = f"{min(ratios):.3f}-{max(ratios):.3f}" if ratios else "-"
-    print(f"{mode:16} {ms:9.2f} {ms / base:10.3f} {per:10.3f} {span:>13} {host:8.2f} {peak:14.0f}  {each}")
+    normed = [r["step_ms"] / r["launch_us"] / norm_of[r.get("round")] for r in rs
+              if r.get("launch_us") and r.get("round") in norm_of]
+    nper = f"{statistics.median(normed):.3f}" if normed else "-"
+    nspan = f"{min(normed):.3f}-{max(normed):.3f}" if normed else "-"
+    launch = statistics.median(r.get("launch_us", 0) for r in rs)
+    print(f"{mode:16} {ms:9.2f} {ms / base:10.3f} {per:10.3f} {span:>13} {nper:>16} {nspan:>13} "
+          f"{launch:9.3f} {host:8.2f} {peak:14.0f}  {each}")
 for mode in sys.argv[3].split():
     if mode not in by:
         print(f"{mode:16} {'(no result)':>9}")
