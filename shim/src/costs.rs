@@ -45,9 +45,14 @@ pub enum Cost {
     Stacks,
     /// Finding the pooled block that holds an address (pointer queries, IPC), lock held.
     Lookup,
+    /// Python frames read by the captures (a count, no time).
+    PyFrames,
+    /// Of those, the ones the thread's cache did not know (its code object at that
+    /// instruction): their names and line looked up in the shared tables, timed.
+    PyFrameMiss,
 }
 
-const NAMES: [&str; 15] = [
+const NAMES: [&str; 17] = [
     "malloc hook",
     "free hook",
     "pool lock wait",
@@ -63,6 +68,8 @@ const NAMES: [&str; 15] = [
     "trace record",
     "  of which stacks",
     "pointer lookup",
+    "python frames",
+    "  of which not cached",
 ];
 const KINDS: usize = NAMES.len();
 
@@ -114,6 +121,14 @@ pub fn end(kind: Cost, t0: u64) {
         let i = kind as usize;
         CALLS[i].fetch_add(1, Ordering::Relaxed);
         NANOS[i].fetch_add(now().saturating_sub(t0), Ordering::Relaxed);
+    }
+}
+
+/// Counts `n` of `kind` (work counted, not timed).
+#[inline]
+pub fn add(kind: Cost, n: u64) {
+    if n != 0 && on() {
+        CALLS[kind as usize].fetch_add(n, Ordering::Relaxed);
     }
 }
 

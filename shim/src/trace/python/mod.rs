@@ -420,7 +420,9 @@ pub fn capture(out: &mut [u64]) -> usize {
         tstate
     };
     if PROVEN.load(Ordering::Relaxed) >= PROBATION {
-        return walk(a, Reader::Direct, tstate, out).unwrap_or(0);
+        let n = walk(a, Reader::Direct, tstate, out).unwrap_or(0);
+        crate::costs::add(crate::costs::Cost::PyFrames, n as u64);
+        return n;
     }
     let mut fds = [0 as c_int; 2];
     // SAFETY: pipe2 with a valid two-int buffer.
@@ -522,6 +524,7 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
             out[n] = match hit {
                 Some(f) => f,
                 None => {
+                    let t0 = crate::costs::start();
                     if m.ptr(code + 8)? != a.code_type {
                         return None;
                     }
@@ -546,6 +549,7 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
                             },
                         );
                     }
+                    crate::costs::end(crate::costs::Cost::PyFrameMiss, t0);
                     f
                 }
             };
