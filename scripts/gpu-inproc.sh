@@ -21,6 +21,9 @@
 #   BUDGET_S=500 ...   start no process that would end past this many seconds
 #   WORKLOAD_SCALE=4 ...   batches 4 times larger: bound by the GPU, so what remains of the
 #                          ratio is the pool's cost on the GPU's side (placement, fences)
+#   TOGGLE_NULL=1 ...   PyTorch's cache stays on in both halves: the ratios then show how
+#                       far from 1.000 the method lands on its own ("toggled" reads yes when
+#                       both halves were cached)
 # Build and carry .gpu as for scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -11,7 +11,8 @@ usage: workloads.py WORKLOAD MODE [STEPS]
             under the shim's pool with PyTorch's cache switched off and on by
             torch.cuda.memory.caching_allocator_enable, a cycle of shapes at a time (off, on,
             on, off, ...), so per-tensor steps and cached steps are timed minutes apart at most
-            and a drifting machine moves both alike (scripts/gpu-inproc.sh)
+            and a drifting machine moves both alike (scripts/gpu-inproc.sh); TOGGLE_NULL=1 keeps the cache on in
+            both halves, to show how far from 1.000 the method itself lands
 WORKLOAD_SCALE=N (environment) multiplies every batch by N: with N large enough the GPU, not
 the host, bounds the step, and what remains of a mode's cost is on the GPU's side.
 Device memory is NVML's (the shim does not intercept it), sampled after every step. host_ms is
@@ -127,9 +128,12 @@ if mode == "toggle":
     checked = {}
     by_shape = {}
     pairs = max(1, steps // (2 * SHAPES))
+    # TOGGLE_NULL=1: the cache stays on in both halves (the "off" cycles too), so the pairs
+    # compare like with like: how far from 1.000 the method itself lands.
+    null = os.environ.get("TOGGLE_NULL") == "1"
     for c in range(2 * (pairs + 1)):
         on = c % 4 in (1, 2)
-        torch.cuda.memory.caching_allocator_enable(on)
+        torch.cuda.memory.caching_allocator_enable(on or null)
         checked.setdefault(on, cached_now())
         times = [step(c * SHAPES + k) for k in range(SHAPES)]
         if c >= 2:
@@ -151,7 +155,8 @@ if mode == "toggle":
         "ratio": statistics.median(ratios), "ratio_min": min(ratios), "ratio_max": max(ratios),
         "ratio_shapes": shape_sum(False) / shape_sum(True),
         "off_host_ms": statistics.median(host[False]), "on_host_ms": statistics.median(host[True]),
-        "toggle_ok": checked == {False: False, True: True},
+        "toggle_ok": checked == ({False: True, True: True} if null else {False: False, True: True}),
+        "null": null,
         "nvml_peak": peak, "loss": step.value}), flush=True)
     sys.exit(0)
 
