@@ -287,26 +287,36 @@ fn no_python_frames_once_a_sub_interpreter_exists() {
     }
 }
 
+/// Runs `py_code_reuse.py` (with `changes` as REUSE_CHANGES) and checks that each round's
+/// allocation names the function and line `expect(round)` gives.
+fn code_reuse_rounds(py: &str, changes: &str, expect: impl Fn(u64) -> (String, u32)) {
+    let env = vec![("REUSE_CHANGES", changes.to_string())];
+    let (t, code, err) = run_py_env(py, "py_code_reuse.py", None, "pyreuse", env);
+    assert_eq!(code, 0, "{py}: {err}");
+    // The premise: CPython gave some round's code object an address used before (else this
+    // test proves nothing about reuse).
+    let reused: u32 = err.lines().find_map(|l| l.trim().parse().ok()).unwrap_or(0);
+    assert!(reused > 0, "{py}: no code object address was reused: {err}");
+    let allocs = allocations(&t);
+    assert_eq!(allocs.len(), 30, "{py}");
+    for (size, frames) in &allocs {
+        let round = size / 4096 - 1;
+        let (function, line) = expect(round);
+        let top = &frames[0];
+        assert_eq!(
+            (top.function.clone(), top.line),
+            (Some(function), Some(line)),
+            "{py}: round {round}"
+        );
+    }
+}
+
 #[test]
 fn a_code_object_freed_and_replaced_at_its_address_gives_the_new_line() {
     for py in pythons() {
-        let (t, code, err) = run_py(&py, "py_code_reuse.py", None, "pyreuse");
-        assert_eq!(code, 0, "{py}: {err}");
-        // The premise: CPython gave some round's code object an address used before (else
-        // this test proves nothing about reuse).
-        let reused: u32 = err.lines().find_map(|l| l.trim().parse().ok()).unwrap_or(0);
-        assert!(reused > 0, "{py}: no code object address was reused: {err}");
-        let allocs = allocations(&t);
-        assert_eq!(allocs.len(), 30, "{py}");
-        for (size, frames) in &allocs {
-            let round = size / 4096 - 1;
-            let top = &frames[0];
-            assert_eq!(
-                (top.function.as_deref(), top.line),
-                (Some("template"), Some(round as u32 + 1001)),
-                "{py}: round {round}"
-            );
-        }
+        code_reuse_rounds(&py, "line", |round| {
+            ("template".to_string(), round as u32 + 1001)
+        });
     }
 }
 
@@ -331,21 +341,6 @@ fn a_code_object_renamed_at_its_address_with_its_first_line_kept_gives_the_new_n
             eprintln!("{py}: before 3.12 there is no co_version; not asked here");
             continue;
         }
-        let env = vec![("REUSE_CHANGES", "name".to_string())];
-        let (t, code, err) = run_py_env(&py, "py_code_reuse.py", None, "pyrename", env);
-        assert_eq!(code, 0, "{py}: {err}");
-        let reused: u32 = err.lines().find_map(|l| l.trim().parse().ok()).unwrap_or(0);
-        assert!(reused > 0, "{py}: no code object address was reused: {err}");
-        let allocs = allocations(&t);
-        assert_eq!(allocs.len(), 30, "{py}");
-        for (size, frames) in &allocs {
-            let round = size / 4096 - 1;
-            let top = &frames[0];
-            assert_eq!(
-                (top.function.clone(), top.line),
-                (Some(format!("gen{round}")), Some(1001)),
-                "{py}: round {round}"
-            );
-        }
+        code_reuse_rounds(&py, "name", |round| (format!("gen{round}"), 1001));
     }
 }
