@@ -32,8 +32,9 @@
 //! shared by all threads, code object -> interned `file\0function` and (code object,
 //! instruction offset) -> line (`names`). A freed code object's address may be given to a new
 //! one, so an entry names its code object by more than the address: from 3.12 by `co_version`,
-//! which no two code objects share (a proof, and one field); before 3.12 by its file name and
-//! first line here, and its name and line table too in `names`.
+//! which CPython gives no two code objects (one field, and exact unless an extension builds
+//! code objects itself and copies it); before 3.12 by its file name and first line here, and
+//! its name and line table too in `names`.
 
 mod names;
 
@@ -67,8 +68,8 @@ struct Layout {
     code_name: usize,
     code_firstlineno: usize,
     /// `co_version` from 3.12: a number CPython gives each code object it creates, from a
-    /// counter that only grows (and stops at 0 once it would wrap), so no two code objects
-    /// ever share one that is not 0. `None` before 3.12.
+    /// counter that only grows (and stops at 0 once it would wrap), so no two code objects it
+    /// makes ever share one that is not 0. `None` before 3.12.
     code_version: Option<usize>,
     code_linetable: usize,
     /// Where the bytecode starts (`co_code_adaptive`) from 3.11.
@@ -504,7 +505,8 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
             };
             // What this thread found for this code object at this instruction before, if the
             // code object at `code` is still that one: from 3.12 its `co_version` says so (one
-            // field, and a proof: a code object made since at a recycled address has another);
+            // field, and exact: a code object CPython made since at a recycled address has
+            // another);
             // before, its file name and first line (one cache line of it, not its header; its
             // type was checked when the entry was made).
             let slot = seen_slot(frame);
