@@ -506,9 +506,8 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
             // What this thread found for this code object at this instruction before, if the
             // code object at `code` is still that one: from 3.12 its `co_version` says so (one
             // field, and exact: a code object CPython made since at a recycled address has
-            // another);
-            // before, its file name and first line (one cache line of it, not its header; its
-            // type was checked when the entry was made).
+            // another); before, its file name and first line (one cache line of it, not its
+            // header; its type was checked when the entry was made).
             let slot = seen_slot(frame);
             let hit = match m {
                 Reader::Direct => seen_at(slot)
