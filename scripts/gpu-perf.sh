@@ -16,8 +16,9 @@
 # default run, which cancels drift between rounds), the host's share of it (host ms: until the step waits for the GPU), NVML peak,
 # each round's figure (also on stderr as each run ends); "per round / host": each run's step
 # divided by its own host speed (µs per kernel launch, timed in the process between cycles on
-# work no allocator takes part in) before the round's ratio, which cancels the 20-40% by which
-# identical processes differ here; then what the pool did in each traced mode (its
+# work no allocator takes part in) before the round's ratio: identical processes differ here by
+# 20-40%, and this narrowed that on ResNet-50 but not on GPT-2 or the transformer (session 13);
+# then what the pool did in each traced mode (its
 # `gpushim summary` lines of the last round: segments reserved and released, waits, and
 # whether and where the process left the legacy stream). KEEP_TRACES=DIR keeps those traces.
 # WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
@@ -127,9 +128,9 @@ base = statistics.median(r["step_ms"] for r in by["default"])
 # rounds (10-20% on the GPU machine) moves both alike.
 base_of = {r.get("round"): r["step_ms"] for r in by["default"]}
 # Each process's host speed, measured in it between cycles on work no allocator takes part in
-# (an in-place kernel launch on a tensor made before: workloads.py's calibrate): identical
-# processes here ran 20-40% apart, and their launches moved with their steps. "per round /
-# host" divides each run's step by its own launch time before taking the round's ratio.
+# (an in-place kernel launch on a tensor made before: workloads.py's launch_speed): identical
+# processes here ran 20-40% apart. "per round / host" divides each run's step by its own
+# launch time before taking the round's ratio.
 norm_of = {r.get("round"): r["step_ms"] / r["launch_us"] for r in by["default"] if r.get("launch_us")}
 print(f"{rows[0]['workload']}: {len(by['default'])} rounds")
 print(f"{'mode':16} {'step ms':>9} {'x default':>10} {'per round':>10} {'range':>13} "

@@ -160,41 +160,34 @@ if mode == "toggle":
         "nvml_peak": peak, "loss": step.value}), flush=True)
     sys.exit(0)
 
-def calibrate():
-    """How fast this process's host runs work that no allocator takes part in: (µs per
-    in-place operation on a small CPU tensor, µs per in-place kernel launch on a small CUDA
-    tensor made before). Identical processes on the GPU machine ran their steps 20-40% apart;
-    if these move with the steps, the process's host speed is what differs (gpu-perf.sh shows
-    the ratios both raw and divided by this)."""
-    x = torch.ones(16)
-    y = calibrate.y
+YARDSTICK = torch.ones(16, device=dev)
+
+
+def launch_speed():
+    """How fast this process's host runs work that no allocator takes part in: µs per in-place
+    kernel launch on a small tensor made before (no allocation; the shim has no hook on
+    launches). Identical processes on the GPU machine ran their steps 20-40% apart;
+    gpu-perf.sh shows the ratios both raw and divided by this."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(2000):
-        x.add_(1.0)
+        YARDSTICK.add_(1.0)
     t1 = time.perf_counter()
-    for _ in range(2000):
-        y.add_(1.0)
-    t2 = time.perf_counter()
     torch.cuda.synchronize()
-    return (t1 - t0) / 2000 * 1e6, (t2 - t1) / 2000 * 1e6
+    return (t1 - t0) / 2000 * 1e6
 
 
-calibrate.y = torch.ones(16, device=dev)
-times, host, cpu_us, launch_us = [], [], [], []
+times, host, launch_us = [], [], []
 for i in range(steps + SHAPES):
     t, h = step(i)
     if i >= SHAPES:
         times.append(t)
         host.append(h)
     if i % SHAPES == SHAPES - 1:
-        c, l = calibrate()
-        cpu_us.append(c)
-        launch_us.append(l)
+        launch_us.append(launch_speed())
     peak = max(peak, pynvml.nvmlDeviceGetMemoryInfo(nvml).used)
 print("RESULT " + json.dumps({"workload": workload, "mode": mode,
                               "step_ms": statistics.median(times), "nvml_peak": peak,
                               "host_ms": statistics.median(host),
-                              "cpu_us": statistics.median(cpu_us),
                               "launch_us": statistics.median(launch_us),
                               "loss": step.value}), flush=True)

@@ -17,7 +17,7 @@ def template(malloc, ref, size):
 
 seen, reused = set(), 0
 for i in range(30):
-    # Round i allocates 4096 * (i + 1) bytes at line 1000 + i + 1.
+    # Round i allocates 4096 * (i + 1) bytes, at line 1000 + i + 1 (or 1001 in gen{i}).
     if os.environ.get("REUSE_CHANGES") == "name":
         name = f"gen{i}"
         names = {"co_name": name, "co_qualname": name} if sys.version_info >= (3, 11) else {"co_name": name}

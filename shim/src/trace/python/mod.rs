@@ -529,14 +529,11 @@ fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
                     if m.ptr(code + 8)? != a.code_type {
                         return None;
                     }
+                    let (id, key) = code_id(a, m, code)?;
                     let (filename, ident) = match l.code_version {
                         Some(at) => (0, m.read::<u32>(code + at)?),
-                        None => (
-                            m.ptr(code + l.code_filename)?,
-                            m.read::<u32>(code + l.code_firstlineno)?,
-                        ),
+                        None => (key.filename, key.firstlineno),
                     };
-                    let (id, key) = code_id(a, m, code)?;
                     let f = py_frame(id, line_at(a, code, key, offset).max(0) as u32);
                     if let Reader::Direct = m {
                         remember(

@@ -13,10 +13,10 @@ use gpushim_core::trace::format::STRING_MAX;
 /// reuse): its file name, name and line table objects and first line.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) struct CodeKey {
-    filename: usize,
+    pub(super) filename: usize,
     name: usize,
     linetable: usize,
-    firstlineno: u32,
+    pub(super) firstlineno: u32,
 }
 
 /// One entry of a cache shared by every thread, guarded by a sequence number (odd while being
