@@ -24,15 +24,28 @@
 #   TOGGLE_NULL=1 ...   PyTorch's cache stays on in both halves: the ratios then show how
 #                       far from 1.000 the method lands on its own ("toggled" reads yes when
 #                       both halves were cached)
+#   INPROC=swap ...     the pluggable allocator (the shim's gpushim_alloc over
+#                       `pool:expandable`, as gpu-perf.sh's mode pluggable) against PyTorch's
+#                       caching allocator instead: both live in the process and the one
+#                       PyTorch uses is swapped between cycles (scripts/gpu/modes.py,
+#                       swap_allocators); ratio = pluggable step / cached step
+#   EXTRA_CONF=stacks:off ...   added to the shim's configuration of either kind
 # Build and carry .gpu as for scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 workloads=${1:-transformer gpt2 resnet50}
 rounds=${2:-2}
 steps=${3:-72}
-conf="pool:caching,medium:20MiB,trim:1s"
+kind=${INPROC:-toggle}
+case $kind in
+  toggle) conf="pool:caching,medium:20MiB,trim:1s" ;;
+  swap) conf="pool:expandable" ;;
+  *) echo "gpu-inproc: INPROC=$kind: toggle (per-tensor, the default) or swap (pluggable)" >&2; exit 2 ;;
+esac
+conf="$conf${EXTRA_CONF:+,$EXTRA_CONF}"
 work=$(mktemp -d)
 out="$work/results.jsonl"
+echo "$kind, shim configuration $conf"
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
 builds="a"
 [ -n "${ALT_LIB:-}" ] && builds="a b"
@@ -48,7 +61,7 @@ for w in $workloads; do
       [ "$b" = b ] && lib="$ALT_LIB"
       t0=$SECONDS
       GPUSHIM_LIB="$lib" .gpu/gpushim run --lib "$lib" --conf "$conf" \
-        --trace "$work/$w.$b.%p.trace" -- python3 scripts/gpu/workloads.py "$w" toggle "$steps" \
+        --trace "$work/$w.$b.%p.trace" -- python3 scripts/gpu/workloads.py "$w" "$kind" "$steps" \
         2>/dev/null | { grep '^RESULT' || true; } | sed "s/^RESULT {/{\"build\": \"$b\", \"round\": $r, /" \
         | tee -a "$out" | sed "s/^/$w round $r build $b: /" >&2
       [ $((SECONDS - t0)) -gt "$longest" ] && longest=$((SECONDS - t0))
@@ -62,7 +75,7 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 if not rows:
     sys.exit("gpu-inproc: no results (see the runs' output with 2>/dev/null removed)")
-print(f"{'workload':12} {'build':5} {'runs':>4} {'pairs':>5} {'per-tensor ms':>13} {'cached ms':>9} "
+print(f"{'workload':12} {'build':5} {'runs':>4} {'pairs':>5} {'shim ms':>13} {'cached ms':>9} "
       f"{'ratio':>6} {'pair range':>12} {'by shape':>8} {'host ms off/on':>15} {'NVML MiB':>9} toggled")
 seen = []
 for r in rows:

@@ -11,8 +11,10 @@ usage: workloads.py WORKLOAD MODE [STEPS]
             under the shim's pool with PyTorch's cache switched off and on by
             torch.cuda.memory.caching_allocator_enable, a cycle of shapes at a time (off, on,
             on, off, ...), so per-tensor steps and cached steps are timed minutes apart at most
-            and a drifting machine moves both alike (scripts/gpu-inproc.sh); TOGGLE_NULL=1 keeps the cache on in
-            both halves, to show how far from 1.000 the method itself lands
+            and a drifting machine moves both alike (scripts/gpu-inproc.sh); or swap: the same
+            with PyTorch's caching allocator and the pluggable one (GPUSHIM_LIB's) swapped
+            instead (modes.swap_allocators). TOGGLE_NULL=1 keeps PyTorch's cache in both
+            halves, to show how far from 1.000 the method itself lands
 WORKLOAD_SCALE=N (environment) multiplies every batch by N: with N large enough the GPU, not
 the host, bounds the step, and what remains of a mode's cost is on the GPU's side.
 Device memory is NVML's (the shim does not intercept it), sampled after every step. host_ms is
@@ -24,15 +26,21 @@ import statistics
 import sys
 import time
 
-from modes import set_up
+from modes import set_up, swap_allocators
 
 workload, mode = sys.argv[1], sys.argv[2]
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 15
-torch = set_up("default" if mode == "toggle" else mode)
+torch = set_up("default" if mode in ("toggle", "swap") else mode)
 if mode == "toggle":
     # Per tensor from the start, as `gpushim run --per-tensor` would be: the model's
     # parameters and the optimizer's state are the pool's, as in a per-tensor run.
-    torch.cuda.memory.caching_allocator_enable(False)
+    use_cache = torch.cuda.memory.caching_allocator_enable
+    use_cache(False)
+elif mode == "swap":
+    # PyTorch's caching allocator and the pluggable one (the shim's) in one process, swapped
+    # between cycles (modes.py); the shim's from the start, as in a pluggable run.
+    use_cache = swap_allocators(torch)
+    use_cache(False)
 import pynvml  # noqa: E402
 
 pynvml.nvmlInit()
@@ -110,16 +118,26 @@ def step(i):
 
 def cached_now():
     """Whether PyTorch's cache serves tensors now: a fresh tensor counts in its statistics
-    only when it does (the uncached path calls cudaMalloc and counts nothing)."""
-    before = torch.cuda.memory_allocated()
+    only when it does (the uncached path calls cudaMalloc and counts nothing, and tensors of
+    the pluggable allocator are not the cache's). The statistics are read from PyTorch's
+    allocator (in swap mode the pluggable one, which keeps none, is put aside to read them)."""
+    def allocated():
+        if mode != "swap":
+            return torch.cuda.memory_allocated()
+        was = use_cache.current()
+        use_cache(True)
+        n = torch.cuda.memory_allocated()
+        use_cache(was)
+        return n
+    before = allocated()
     probe = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
-    counted = torch.cuda.memory_allocated() > before
+    counted = allocated() > before
     del probe
     return counted
 
 
 peak = 0
-if mode == "toggle":
+if mode in ("toggle", "swap"):
     # Cycles run off, on, on, off, off, on, on, off, ... (the first two are warm-up): each
     # pair of neighbouring cycles (same shapes, seconds apart) gives one ratio, and the order
     # within a pair alternates, so a machine that drifts one way does not favour either.
@@ -133,7 +151,7 @@ if mode == "toggle":
     null = os.environ.get("TOGGLE_NULL") == "1"
     for c in range(2 * (pairs + 1)):
         on = c % 4 in (1, 2)
-        torch.cuda.memory.caching_allocator_enable(on or null)
+        use_cache(on or null)
         checked.setdefault(on, cached_now())
         times = [step(c * SHAPES + k) for k in range(SHAPES)]
         if c >= 2:
