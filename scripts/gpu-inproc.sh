@@ -30,6 +30,9 @@
 #                       PyTorch uses is swapped between cycles (scripts/gpu/modes.py,
 #                       swap_allocators); ratio = pluggable step / cached step
 #   EXTRA_CONF=stacks:off ...   added to the shim's configuration of either kind
+#   KEEP_GC=1 ...       Python's cycle collector as it is (by default it is frozen after the
+#                       warm-up and run between cycles, outside the timed steps: a full
+#                       collection inside a step made single pairs 50% apart)
 # Build and carry .gpu as for scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

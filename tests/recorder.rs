@@ -261,3 +261,60 @@ fn random_and_mutated_files_never_make_the_reader_panic_or_loop() {
         }
     }
 }
+
+#[test]
+fn threads_racing_to_intern_the_same_stacks_agree_on_ids_and_write_each_definition_once() {
+    let dir = tempdir("intern-race");
+    let path = dir.file("race.trace");
+    let r = open(&path, 64 << 20);
+    const STACKS: u64 = 200;
+    const THREADS: u64 = 8;
+    let frames =
+        |s: u64| -> Vec<u64> { (0..1 + s % 7).map(|f| 0x7f00_0000 + s * 64 + f).collect() };
+    let start = std::sync::Barrier::new(THREADS as usize);
+    // The threads start together and intern every stack in the same order, so they meet on a
+    // stack while its first writer is still writing; then again in orders of their own.
+    // Each returns (stack, id, new) for every call.
+    let got: Vec<Vec<(u64, u64, bool)>> = std::thread::scope(|sc| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let (r, start) = (&*r, &start);
+                sc.spawn(move || {
+                    start.wait();
+                    let mut out = Vec::new();
+                    for round in 0..2 {
+                        for i in 0..STACKS {
+                            let s = (i * (round * 2 * t + 1)) % STACKS;
+                            let (id, new) = r.intern_stack(&frames(s));
+                            out.push((s, id, new));
+                        }
+                    }
+                    out
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut id_of = std::collections::HashMap::new();
+    let mut writers = std::collections::HashMap::<u64, u32>::new();
+    for &(s, id, new) in got.iter().flatten() {
+        assert_ne!(id, 0, "stack {s} got no id");
+        assert_eq!(*id_of.entry(s).or_insert(id), id, "stack {s} got two ids");
+        *writers.entry(s).or_default() += u32::from(new);
+    }
+    let ids: HashSet<u64> = id_of.values().copied().collect();
+    assert_eq!(ids.len() as u64, STACKS, "two stacks share an id");
+    for s in 0..STACKS {
+        assert_eq!(writers.get(&s), Some(&1), "stack {s}: definitions written");
+    }
+    drop(r);
+    let mut reader = TraceReader::open(&path).unwrap();
+    for _ in reader.by_ref() {}
+    for (&s, &id) in &id_of {
+        assert_eq!(
+            reader.stack(id),
+            Some(&frames(s)[..]),
+            "stack {s} (id {id}) as read back"
+        );
+    }
+}

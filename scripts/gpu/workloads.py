@@ -20,6 +20,7 @@ the host, bounds the step, and what remains of a mode's cost is on the GPU's sid
 Device memory is NVML's (the shim does not intercept it), sampled after every step. host_ms is
 the time the host took to enqueue the step (until `loss.item()` waits for the GPU): a step whose
 host_ms is close to step_ms is bound by the host, and any host cost of the allocator adds to it."""
+import gc
 import json
 import os
 import statistics
@@ -149,7 +150,20 @@ if mode in ("toggle", "swap"):
     # TOGGLE_NULL=1: the cache stays on in both halves (the "off" cycles too), so the pairs
     # compare like with like: how far from 1.000 the method itself lands.
     null = os.environ.get("TOGGLE_NULL") == "1"
+    # Python's cycle collector runs when it likes, inside a step, and a full collection of a
+    # process that imported torch (and transformers) takes long enough to make one cycle of a
+    # pair look tens of percent slower. After the warm-up everything alive is frozen (left out
+    # of collections), and the collector runs between cycles, outside the timed steps, instead.
+    # KEEP_GC=1 leaves it as it is.
+    quiet_gc = os.environ.get("KEEP_GC") != "1"
     for c in range(2 * (pairs + 1)):
+        if quiet_gc and c >= 2:
+            if c == 2:
+                gc.collect()
+                gc.freeze()
+                gc.disable()
+            else:
+                gc.collect()
         on = c % 4 in (1, 2)
         use_cache(on or null)
         checked.setdefault(on, cached_now())
@@ -174,7 +188,7 @@ if mode in ("toggle", "swap"):
         "ratio_shapes": shape_sum(False) / shape_sum(True),
         "off_host_ms": statistics.median(host[False]), "on_host_ms": statistics.median(host[True]),
         "toggle_ok": checked == ({False: True, True: True} if null else {False: False, True: True}),
-        "null": null,
+        "null": null, "quiet_gc": quiet_gc,
         "nvml_peak": peak, "loss": step.value}), flush=True)
     sys.exit(0)
 

@@ -43,6 +43,12 @@ pub enum Cost {
     /// The stacks of one record (Python frames, sampled native frames): their capture,
     /// interning and records, a part of [`Cost::Record`].
     Stacks,
+    /// Of those, the walks over the thread's Python frames (the frame cache's misses
+    /// included), a part of [`Cost::Stacks`].
+    PyWalk,
+    /// Of those, finding or adding the stack in the trace's table and writing its record, a
+    /// part of [`Cost::Stacks`].
+    Intern,
     /// Finding the pooled block that holds an address (pointer queries, IPC), lock held.
     Lookup,
     /// Python frames read by the captures (a count, no time).
@@ -52,7 +58,7 @@ pub enum Cost {
     PyFrameMiss,
 }
 
-const NAMES: [&str; 17] = [
+const NAMES: [&str; 19] = [
     "malloc hook",
     "free hook",
     "pool lock wait",
@@ -67,6 +73,8 @@ const NAMES: [&str; 17] = [
     "pages mapped",
     "trace record",
     "  of which stacks",
+    "    python walk",
+    "    stack interned",
     "pointer lookup",
     "python frames",
     "  of which not cached",

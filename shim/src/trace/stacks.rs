@@ -94,6 +94,7 @@ pub fn maybe_record(thread: u16, kind: RecordKind) {
         return;
     }
     let frames = &frames[..total];
+    let t0 = crate::costs::start();
     let (id, new) = RECORDER.intern_stack(frames);
     if new && frames[py..].iter().any(|&ip| !known(ip)) {
         scan_modules();
@@ -109,6 +110,7 @@ pub fn maybe_record(thread: u16, kind: RecordKind) {
         size: frames.len() as u64,
         stream: 0,
     });
+    crate::costs::end(crate::costs::Cost::Intern, t0);
 }
 
 /// Native frames captured in full, plus up to this many of the shim's own.

@@ -8,20 +8,15 @@ impl Recorder {
     /// when the table is full or recording is off.
     pub fn intern_string(&self, text: &[u8]) -> u64 {
         let text = &text[..text.len().min(format::STRING_MAX)];
-        let (id, _) = self.intern(
-            &self.strings,
-            &self.string_ready,
-            fnv1a(text) | 1,
-            |r: &Self, id| {
-                r.write_blob(
-                    format::RecordKind::String,
-                    format::RecordKind::StringData,
-                    id,
-                    text.len() as u64,
-                    text,
-                )
-            },
-        );
+        let (id, _) = self.intern(&self.strings, fnv1a(text) | 1, |r: &Self, id| {
+            r.write_blob(
+                format::RecordKind::String,
+                format::RecordKind::StringData,
+                id,
+                text.len() as u64,
+                text,
+            )
+        });
         id
     }
 
@@ -31,7 +26,6 @@ impl Recorder {
         let frames = &frames[..frames.len().min(crate::trace::stack::MAX_FRAMES)];
         self.intern(
             &self.stacks,
-            &self.stack_ready,
             crate::trace::stack::hash(frames),
             |r: &Self, id| {
                 // Only a stack not seen before is written out (the common case finds it).
@@ -53,14 +47,14 @@ impl Recorder {
     /// Interning shared by strings and stacks: the first thread to insert `hash` writes the
     /// definition and then marks it ready; others that find the hash wait for ready, so the
     /// definition is always committed before any record that refers to it. Keys are 64-bit
-    /// hashes: two different values colliding would share an id (odds about 2^-40 at 4096).
-    fn intern(
-        &self,
-        keys: &[AtomicU64],
-        ready: &[AtomicBool],
-        hash: u64,
-        write: impl FnOnce(&Self, u64),
-    ) -> (u64, bool) {
+    /// hashes with the low bit set (the callers' hashes are odd): a slot holds 0 (free), the
+    /// key with its low bit cleared (claimed: the definition is being written) or the key
+    /// (defined), so the common case, a key defined long ago, reads one word. Two different
+    /// values colliding would share an id (odds about 2^-40 at 4096).
+    fn intern(&self, keys: &[AtomicU64], hash: u64, write: impl FnOnce(&Self, u64)) -> (u64, bool) {
+        // Odd, and its claimed form (even) is never 0, the free slot.
+        let hash = if hash | 1 == 1 { 3 } else { hash | 1 };
+        let claimed = hash & !1;
         let start = (hash >> 20) as usize % keys.len();
         for probe in 0..keys.len() {
             let k = (start + probe) % keys.len();
@@ -68,29 +62,29 @@ impl Recorder {
             // Looked at before it is claimed: nearly every call finds its key, and a plain load
             // leaves the line shared where a compare-exchange would take it from every other
             // core that reads it.
-            let seen = keys[k].load(Ordering::Acquire);
-            let found = if seen == 0 {
-                keys[k].compare_exchange(0, hash, Ordering::AcqRel, Ordering::Acquire)
-            } else {
-                Err(seen)
-            };
-            match found {
-                Ok(_) => {
-                    write(self, id);
-                    ready[k].store(true, Ordering::Release);
-                    return (id, true);
-                }
-                Err(h) if h == hash => {
-                    // Another thread is writing the definition: wait for it (a few hundred ns).
-                    for _ in 0..1_000_000 {
-                        if ready[k].load(Ordering::Acquire) {
-                            break;
-                        }
-                        core::hint::spin_loop();
+            let mut seen = keys[k].load(Ordering::Acquire);
+            if seen == 0 {
+                match keys[k].compare_exchange(0, claimed, Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        write(self, id);
+                        keys[k].store(hash, Ordering::Release);
+                        return (id, true);
                     }
-                    return (id, false);
+                    Err(now) => seen = now,
                 }
-                Err(_) => {}
+            }
+            if seen == claimed {
+                // Another thread is writing the definition: wait for it (a few hundred ns).
+                for _ in 0..1_000_000 {
+                    if keys[k].load(Ordering::Acquire) == hash {
+                        break;
+                    }
+                    core::hint::spin_loop();
+                }
+                return (id, false);
+            }
+            if seen == hash {
+                return (id, false);
             }
         }
         (0, false)

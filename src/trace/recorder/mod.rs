@@ -132,13 +132,11 @@ pub struct Recorder {
     slow: SlowPath,
     /// Streams seen so far: slot `k` holds a stream handle, its index is `k + 1`.
     streams: [AtomicU64; STREAM_SLOTS],
-    /// Strings seen so far, by hash (FNV-1a, low bit set); their id is the slot index + 1.
+    /// Strings seen so far, by hash (FNV-1a, low bit set; cleared while the definition is
+    /// being written, see `intern`); their id is the slot index + 1.
     strings: [AtomicU64; STRING_SLOTS],
-    /// Whether a slot's definition has been committed to the file.
-    string_ready: [AtomicBool; STRING_SLOTS],
-    /// Call stacks seen so far, by hash; their id is the slot index + 1.
+    /// Call stacks seen so far, likewise by hash; their id is the slot index + 1.
     stacks: [AtomicU64; STACK_SLOTS],
-    stack_ready: [AtomicBool; STACK_SLOTS],
     path: UnsafeCell<[u8; PATH_CAP]>,
 }
 
@@ -168,9 +166,7 @@ impl Recorder {
             },
             streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
             strings: [const { AtomicU64::new(0) }; STRING_SLOTS],
-            string_ready: [const { AtomicBool::new(false) }; STRING_SLOTS],
             stacks: [const { AtomicU64::new(0) }; STACK_SLOTS],
-            stack_ready: [const { AtomicBool::new(false) }; STACK_SLOTS],
             threads: AtomicU32::new(0),
             generation: AtomicU32::new(0),
             path: UnsafeCell::new([0; PATH_CAP]),
@@ -251,13 +247,8 @@ impl Recorder {
         for s in &self.streams {
             s.store(0, Ordering::Relaxed);
         }
-        for (s, r) in self.strings.iter().zip(&self.string_ready) {
+        for s in self.strings.iter().chain(&self.stacks) {
             s.store(0, Ordering::Relaxed);
-            r.store(false, Ordering::Relaxed);
-        }
-        for (s, r) in self.stacks.iter().zip(&self.stack_ready) {
-            s.store(0, Ordering::Relaxed);
-            r.store(false, Ordering::Relaxed);
         }
         self.threads.store(0, Ordering::Relaxed);
         self.slow.file_len.store(0, Ordering::Relaxed);

@@ -328,6 +328,7 @@ enum Reader {
 
 impl Reader {
     /// Reads a `T` at `addr`; `None` when the address is not readable (checked reads only).
+    #[inline(always)]
     fn read<T: Copy>(self, addr: usize) -> Option<T> {
         // Nothing of CPython's lies in the first 64 KiB (never mapped on Linux): a pointer
         // there is not one to follow.
@@ -357,6 +358,7 @@ impl Reader {
         }
     }
 
+    #[inline(always)]
     fn ptr(self, addr: usize) -> Option<usize> {
         self.read::<usize>(addr)
     }
@@ -421,7 +423,9 @@ pub fn capture(out: &mut [u64]) -> usize {
         tstate
     };
     if PROVEN.load(Ordering::Relaxed) >= PROBATION {
-        let n = walk(a, Reader::Direct, tstate, out).unwrap_or(0);
+        let t0 = crate::costs::start();
+        let n = walk::<true>(a, Reader::Direct, tstate, out).unwrap_or(0);
+        crate::costs::end(crate::costs::Cost::PyWalk, t0);
         crate::costs::add(crate::costs::Cost::PyFrames, n as u64);
         return n;
     }
@@ -430,7 +434,7 @@ pub fn capture(out: &mut [u64]) -> usize {
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return 0;
     }
-    let got = walk(a, Reader::Checked(fds[1], fds[0]), tstate, out);
+    let got = walk::<false>(a, Reader::Checked(fds[1], fds[0]), tstate, out);
     // SAFETY: both descriptors are ours.
     unsafe {
         libc::close(fds[0]);
@@ -455,8 +459,10 @@ pub fn capture(out: &mut [u64]) -> usize {
 }
 
 /// Walks the thread's frames; `None` when something read is not what CPython would hold there
-/// (the layout is wrong), else the number of frames written.
-fn walk(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
+/// (the layout is wrong), else the number of frames written. `DIRECT` says `m` is
+/// [`Reader::Direct`]: that walk is compiled on its own, its reads plain loads.
+fn walk<const DIRECT: bool>(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
+    let m = if DIRECT { Reader::Direct } else { m };
     let l = &a.layout;
     let mut frame = m.ptr(tstate + l.tstate_frame).unwrap_or(0);
     if let Some(off) = l.cframe_frame {
