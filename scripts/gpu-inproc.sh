@@ -31,8 +31,9 @@
 #                       swap_allocators); ratio = pluggable step / cached step
 #   EXTRA_CONF=stacks:off ...   added to the shim's configuration of either kind
 #   KEEP_GC=1 ...       Python's cycle collector as it is (by default it is frozen after the
-#                       warm-up and run between cycles, outside the timed steps: a full
-#                       collection inside a step made single pairs 50% apart)
+#                       warm-up and run between cycles, outside the timed steps; the pairs'
+#                       ranges did not narrow with that in session 14: their outliers come
+#                       from elsewhere)
 # Build and carry .gpu as for scripts/gpu-check.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -151,10 +151,9 @@ if mode in ("toggle", "swap"):
     # compare like with like: how far from 1.000 the method itself lands.
     null = os.environ.get("TOGGLE_NULL") == "1"
     # Python's cycle collector runs when it likes, inside a step, and a full collection of a
-    # process that imported torch (and transformers) takes long enough to make one cycle of a
-    # pair look tens of percent slower. After the warm-up everything alive is frozen (left out
-    # of collections), and the collector runs between cycles, outside the timed steps, instead.
-    # KEEP_GC=1 leaves it as it is.
+    # process that imported torch (and transformers) is long next to a step. After the warm-up
+    # everything alive is frozen (left out of collections), and the collector runs between
+    # cycles, outside the timed steps, instead. KEEP_GC=1 leaves it as it is.
     quiet_gc = os.environ.get("KEEP_GC") != "1"
     for c in range(2 * (pairs + 1)):
         if quiet_gc and c >= 2:
