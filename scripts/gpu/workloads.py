@@ -16,7 +16,9 @@ usage: workloads.py WORKLOAD MODE [STEPS]
             instead (modes.swap_allocators). TOGGLE_NULL=1 keeps PyTorch's cache in both
             halves, to show how far from 1.000 the method itself lands
 WORKLOAD_SCALE=N (environment) multiplies every batch by N: with N large enough the GPU, not
-the host, bounds the step, and what remains of a mode's cost is on the GPU's side.
+the host, bounds the step, and what remains of a mode's cost is on the GPU's side. GROW=N
+(transformer, gpt2; not with toggle or swap) makes the sequence N tokens longer every step
+(GPT-2 stops at 1024), so the peak climbs every step.
 Device memory is NVML's (the shim does not intercept it), sampled after every step. host_ms is
 the time the host took to enqueue the step (until `loss.item()` waits for the GPU): a step whose
 host_ms is close to step_ms is bound by the host, and any host cost of the allocator adds to it."""
@@ -30,7 +32,12 @@ import time
 from modes import set_up, swap_allocators
 
 workload, mode = sys.argv[1], sys.argv[2]
+# GROW=N: the sequence grows by N tokens every step instead of cycling (transformer, gpt2), so
+# the peak climbs every step and the allocator meets sizes it never saw.
+GROW = int(os.environ.get("GROW", "0"))
 steps = int(sys.argv[3]) if len(sys.argv) > 3 else 15
+if GROW and mode in ("toggle", "swap"):
+    sys.exit("workloads.py: GROW compares nothing in toggle or swap (their pairs need shapes that repeat)")
 torch = set_up("default" if mode in ("toggle", "swap") else mode)
 if mode == "toggle":
     # Per tensor from the start, as `gpushim run --per-tensor` would be: the model's
@@ -59,7 +66,7 @@ if workload == "transformer":
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def batch(i):
-        seq = 64 + (i * 51) % 257
+        seq = 64 + GROW * i if GROW else 64 + (i * 51) % 257
         x = torch.randint(0, 32000, (8 * SCALE, seq), device=dev)
         return x, x
 
@@ -72,7 +79,7 @@ elif workload == "gpt2":
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def batch(i):
-        seq = 64 + (i * 89) % 449
+        seq = min(64 + GROW * i, 1024) if GROW else 64 + (i * 89) % 449
         x = torch.randint(0, 50257, (8 * SCALE, seq), device=dev)
         return x, x
 
@@ -105,7 +112,7 @@ def step(i):
     """One training step on shape i; (step ms, host ms): host ms ends when the step waits."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
-    x, y = batch(i % SHAPES)
+    x, y = batch(i if GROW else i % SHAPES)
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = loss_of(x, y)
     loss.backward()
