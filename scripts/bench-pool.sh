@@ -7,10 +7,7 @@
 # Usage: scripts/bench-pool.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet -p gpushim-shim
-sim=$(mktemp -d)
-trap 'rm -rf "$sim"' EXIT
-bash scripts/build-sim.sh "$sim" >/dev/null
+source scripts/sim-env.sh
 builds=("this:$PWD/target/release/libgpushim.so")
 if [ -n "${GPUSHIM_BENCH_BASE:-}" ]; then
   cp "$GPUSHIM_BENCH_BASE" "$sim/base.so"

@@ -17,11 +17,8 @@ cd "$(dirname "$0")/.."
 trace=${1:-}
 thrash=${2:-8192}
 conf=${GPUSHIM_BENCH_CONF:-pool:caching,medium:20MiB}
-cargo build --release --quiet -p gpushim-shim
 cargo build --release --quiet
-sim=$(mktemp -d)
-trap 'rm -rf "$sim"' EXIT
-bash scripts/build-sim.sh "$sim" >/dev/null
+source scripts/sim-env.sh
 export LD_LIBRARY_PATH="$sim"
 lib=$PWD/target/release/libgpushim.so
 if [ -z "$trace" ]; then

@@ -6,10 +6,7 @@
 # Usage: scripts/bench-stacks.sh [PYTHON...]   (default: python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet -p gpushim-shim
-sim=$(mktemp -d)
-trap 'rm -rf "$sim"' EXIT
-bash scripts/build-sim.sh "$sim" >/dev/null
+source scripts/sim-env.sh
 pythons=("$@")
 [ ${#pythons[@]} -eq 0 ] && pythons=(python3)
 echo "machine: $(nproc) cores, $(date -u +%F); 200,000 rounds of cudaMalloc+cudaFree, 30-frame Python stack"
