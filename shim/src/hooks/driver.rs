@@ -5,8 +5,9 @@ use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_MEM_LOCATION_TYPE_DEVICE, CuMemAllocationPropHead,
 };
 use crate::cuda::symbols::{Sym, sig};
+use crate::hooks::host::{free_host, host_alloc};
 use crate::hooks::serve::{self, Family::Driver as DRIVER};
-use crate::hooks::{driver_hook, forward, out_ptr, out_u64, out_usize, recorded};
+use crate::hooks::{driver_hook, forward, out_u64, out_usize, recorded};
 use crate::pool;
 use crate::trace::driver_device;
 use core::ffi::c_void;
@@ -37,9 +38,9 @@ driver_hook!(cuMemAllocPitch_v2 / proc_cuMemAllocPitch_v2 = CuMemAllocPitchV2, C
 driver_hook!(cuMemAllocManaged / proc_cuMemAllocManaged = CuMemAllocManaged, CuMemAllocManaged
     => mem_alloc_managed(p: *mut u64, size: usize, flags: u32));
 driver_hook!(cuMemHostAlloc / proc_cuMemHostAlloc = CuMemHostAlloc, CuMemHostAlloc
-    => mem_host_alloc(p: *mut *mut c_void, size: usize, flags: u32));
+    => host_alloc(p: *mut *mut c_void, size: usize, flags: u32));
 driver_hook!(cuMemFreeHost / proc_cuMemFreeHost = CuMemFreeHost, CuMemFreeHost
-    => mem_free_host(p: *mut c_void));
+    => free_host(p: *mut c_void));
 driver_hook!(cuMemCreate / proc_cuMemCreate = CuMemCreate, CuMemCreate
     => mem_create(h: *mut u64, size: usize, prop: *const CuMemAllocationPropHead, flags: u64));
 driver_hook!(cuMemRelease / proc_cuMemRelease = CuMemRelease, CuMemRelease
@@ -218,41 +219,6 @@ unsafe fn mem_alloc_managed(
             let ptr = unsafe { out_u64(p, rc) };
             let d = driver_device();
             (ptr, size as u64, d)
-        })
-    })
-}
-
-unsafe fn mem_host_alloc(
-    sym: Sym,
-    real: usize,
-    api: Api,
-    p: *mut *mut c_void,
-    size: usize,
-    flags: u32,
-) -> i32 {
-    type F = sig::CuMemHostAlloc;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p, size, flags) }
-        };
-        recorded(rec, RecordKind::HostAlloc, api, 0, call, |rc| {
-            // SAFETY: `p` was written by the successful call.
-            let ptr = unsafe { out_ptr(p, rc) };
-            (ptr, size as u64, DEVICE_UNKNOWN)
-        })
-    })
-}
-
-unsafe fn mem_free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
-    type F = sig::CuMemFreeHost;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p) }
-        };
-        recorded(rec, RecordKind::HostFree, api, 0, call, |_| {
-            (p as u64, 0, DEVICE_UNKNOWN)
         })
     })
 }

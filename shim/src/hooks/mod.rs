@@ -3,6 +3,7 @@
 //! find the real function, enter the re-entrancy guard, call, record.
 
 pub mod driver;
+pub mod host;
 pub mod nvtx;
 pub mod pooled;
 pub mod runtime;

@@ -3,6 +3,7 @@
 
 use crate::cuda::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
 use crate::cuda::symbols::{Sym, sig};
+use crate::hooks::host::{free_host, host_alloc};
 use crate::hooks::serve::{self, Family::Runtime as RUNTIME};
 use crate::hooks::{exported_hook, forward, out_ptr, out_usize, recorded};
 use crate::pool;
@@ -198,41 +199,6 @@ unsafe fn malloc_host(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
             (ptr, size as u64, DEVICE_UNKNOWN)
-        })
-    })
-}
-
-unsafe fn host_alloc(
-    sym: Sym,
-    real: usize,
-    api: Api,
-    p: *mut *mut c_void,
-    size: usize,
-    flags: u32,
-) -> i32 {
-    type F = sig::CudaHostAlloc;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p, size, flags) }
-        };
-        recorded(rec, RecordKind::HostAlloc, api, 0, call, |rc| {
-            // SAFETY: `p` was written by the successful call.
-            let ptr = unsafe { out_ptr(p, rc) };
-            (ptr, size as u64, DEVICE_UNKNOWN)
-        })
-    })
-}
-
-unsafe fn free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
-    type F = sig::CudaFreeHost;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p) }
-        };
-        recorded(rec, RecordKind::HostFree, api, 0, call, |_| {
-            (p as u64, 0, DEVICE_UNKNOWN)
         })
     })
 }

@@ -1,0 +1,61 @@
+//! Pinned host memory, the same hooks for the runtime and the driver: `cudaHostAlloc` and
+//! `cuMemHostAlloc` take the same arguments, as do `cudaFreeHost` and `cuMemFreeHost`; only the
+//! code answered when the real function is missing differs, and `sym` says which library it is.
+
+use crate::cuda::ffi::{CU_ERROR_NOT_INITIALIZED, CUDA_ERROR_INSUFFICIENT_DRIVER};
+use crate::cuda::symbols::{Lib, Sym, sig};
+use crate::hooks::{forward, out_ptr, recorded};
+use core::ffi::c_void;
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+
+/// What a hook answers when its library has no such function: what the runtime answers without
+/// a driver, or what the driver answers before `cuInit`.
+fn missing(sym: Sym) -> i32 {
+    match sym.lib() {
+        Lib::Runtime => CUDA_ERROR_INSUFFICIENT_DRIVER,
+        Lib::Driver => CU_ERROR_NOT_INITIALIZED,
+    }
+}
+
+/// `cudaHostAlloc` / `cuMemHostAlloc`.
+///
+/// # Safety
+/// `real` was resolved for `sym` (either function: one ABI); the caller's arguments.
+pub unsafe fn host_alloc(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    size: usize,
+    flags: u32,
+) -> i32 {
+    type F = sig::CudaHostAlloc;
+    forward!(sym, real, missing(sym), F, |f, rec| {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, flags) }
+        };
+        recorded(rec, RecordKind::HostAlloc, api, 0, call, |rc| {
+            // SAFETY: `p` was written by the successful call.
+            let ptr = unsafe { out_ptr(p, rc) };
+            (ptr, size as u64, DEVICE_UNKNOWN)
+        })
+    })
+}
+
+/// `cudaFreeHost` / `cuMemFreeHost`.
+///
+/// # Safety
+/// As [`host_alloc`].
+pub unsafe fn free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
+    type F = sig::CudaFreeHost;
+    forward!(sym, real, missing(sym), F, |f, rec| {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p) }
+        };
+        recorded(rec, RecordKind::HostFree, api, 0, call, |_| {
+            (p as u64, 0, DEVICE_UNKNOWN)
+        })
+    })
+}
