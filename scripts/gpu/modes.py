@@ -40,7 +40,9 @@ def swap_allocators(torch):
     one; use_cache.current() says which. Call it only while no other thread allocates (between
     steps, after a synchronize). A tensor is freed by the allocator that made it whatever is
     current then (PyTorch binds the deleter at allocation), so tensors may outlive a swap; a
-    raw allocation (raw_alloc/raw_delete) must not, and PyTorch makes those within one call."""
+    raw allocation (raw_alloc/raw_delete) must not: its free goes to the allocator current then,
+    and either allocator refuses a pointer it did not make (an error, not a wrong free). The
+    workloads of scripts/gpu/workloads.py ran to the end through hundreds of swaps."""
     lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libc10_cuda.so"))
     slot = ctypes.c_void_p.in_dll(lib, CURRENT_ALLOCATOR)
     native = slot.value
