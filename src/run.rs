@@ -296,18 +296,95 @@ pub const PER_TENSOR_POOL: &str = "pool:caching,medium:20MiB";
 /// The configuration for `--per-tensor`: the given one after [`PER_TENSOR_POOL`] unless it
 /// names a pool itself (a key given later wins, so `--conf medium:off` turns medium off).
 pub fn per_tensor_conf(given: Option<&str>) -> String {
+    with_pool(PER_TENSOR_POOL, given)
+}
+
+/// The pool `--pluggable` adds when `--conf` names none: PyTorch's pluggable allocator over
+/// expandable segments used as little device memory as PyTorch's own expandable segments on
+/// GPT-2, ResNet-50 and a transformer (README, Benchmarks).
+pub const PLUGGABLE_POOL: &str = "pool:expandable";
+
+/// The configuration for `--pluggable`, as [`per_tensor_conf`] with [`PLUGGABLE_POOL`].
+pub fn pluggable_conf(given: Option<&str>) -> String {
+    with_pool(PLUGGABLE_POOL, given)
+}
+
+fn with_pool(pool: &str, given: Option<&str>) -> String {
     match given.map(str::trim).filter(|g| !g.is_empty()) {
-        None => PER_TENSOR_POOL.to_string(),
+        None => pool.to_string(),
         Some(g) if g.split(',').any(|kv| kv.trim().starts_with("pool:")) => g.to_string(),
-        Some(g) => format!("{PER_TENSOR_POOL},{g}"),
+        Some(g) => format!("{pool},{g}"),
     }
+}
+
+/// How PyTorch's tensors reach the shim: through its own cache (segments only, the default),
+/// one `cudaMalloc` each with its cache off (`--per-tensor`), or through its pluggable
+/// allocator, installed when the program imports torch (`--pluggable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TorchRoute {
+    Cache,
+    PerTensor,
+    Pluggable,
+}
+
+/// The `sitecustomize` that installs PyTorch's pluggable allocator at `import torch`.
+const TORCH_SITE: &str = include_str!("torch_site.py");
+
+/// A folder of this user's alone (mode 0700) holding [`TORCH_SITE`] as `sitecustomize.py`,
+/// for the run's PYTHONPATH; removed when dropped.
+struct TorchSite(PathBuf);
+
+impl TorchSite {
+    fn create() -> Result<TorchSite, RunError> {
+        use std::os::unix::fs::DirBuilderExt;
+        let base = std::env::temp_dir();
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let mut last = None;
+        for attempt in 0..16u32 {
+            let dir = base.join(format!(
+                "gpushim-site.{}.{}",
+                std::process::id(),
+                nanos.wrapping_add(attempt)
+            ));
+            // Made new here (an existing path is refused), owned by us, mode 0700.
+            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+                Ok(()) => {
+                    let site = TorchSite(dir);
+                    std::fs::write(site.0.join("sitecustomize.py"), TORCH_SITE)
+                        .map_err(|e| RunError::Io(site.0.clone(), e))?;
+                    return Ok(site);
+                }
+                Err(e) => last = Some((dir, e)),
+            }
+        }
+        let (dir, e) = last.unwrap_or_else(|| (base, std::io::Error::other("no attempt")));
+        Err(RunError::Io(dir, e))
+    }
+}
+
+impl Drop for TorchSite {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// PYTHONPATH with `first` before what it held.
+fn python_path(first: &Path, old: Option<OsString>) -> OsString {
+    let mut v = first.as_os_str().to_os_string();
+    if let Some(old) = old.filter(|o| !o.is_empty()) {
+        v.push(":");
+        v.push(old);
+    }
+    v
 }
 
 pub fn run(
     shim: &Path,
     conf: Option<&str>,
     trace: Option<&str>,
-    per_tensor: bool,
+    route: TorchRoute,
     cmd: &[OsString],
 ) -> Result<RunOutcome, RunError> {
     let (prog, args) = cmd.split_first().ok_or(RunError::NothingToRun)?;
@@ -330,9 +407,23 @@ pub fn run(
     }
     // `gpushim run` names the traces itself when the command ends: the shim need not.
     c.env("GPUSHIM_UNDER_RUN", "1");
-    if per_tensor {
-        // PyTorch allocates every tensor with cudaMalloc and frees it with cudaFree.
-        c.env("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
+    // Kept until the command has ended: its Python reads the folder at start-up.
+    let mut _site = None;
+    match route {
+        TorchRoute::Cache => {}
+        TorchRoute::PerTensor => {
+            // PyTorch allocates every tensor with cudaMalloc and frees it with cudaFree.
+            c.env("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
+        }
+        TorchRoute::Pluggable => {
+            let site = TorchSite::create()?;
+            c.env(
+                "PYTHONPATH",
+                python_path(&site.0, std::env::var_os("PYTHONPATH")),
+            );
+            c.env("GPUSHIM_TORCH_PLUGGABLE", shim);
+            _site = Some(site);
+        }
     }
     if let Some(t) = trace {
         c.env("GPUSHIM_TRACE", t);
@@ -370,6 +461,25 @@ mod tests {
         assert_eq!(v, OsString::from("/x/libgpushim.so:/y/libfoo.so"));
         let v = preload_value(Path::new("/x/libgpushim.so"), Some("".into()));
         assert_eq!(v, OsString::from("/x/libgpushim.so"));
+    }
+
+    #[test]
+    fn pluggable_adds_expandable_unless_a_pool_is_named_and_goes_first_on_pythonpath() {
+        assert_eq!(pluggable_conf(None), "pool:expandable");
+        assert_eq!(
+            pluggable_conf(Some("stacks:off")),
+            "pool:expandable,stacks:off"
+        );
+        assert_eq!(pluggable_conf(Some("pool:caching")), "pool:caching");
+        assert_eq!(
+            python_path(Path::new("/s"), Some("/a:/b".into())),
+            OsString::from("/s:/a:/b")
+        );
+        assert_eq!(
+            python_path(Path::new("/s"), Some("".into())),
+            OsString::from("/s")
+        );
+        assert_eq!(python_path(Path::new("/s"), None), OsString::from("/s"));
     }
 
     #[test]
@@ -428,7 +538,7 @@ mod tests {
         );
         assert!(e.to_string().contains("never overwritten"), "{e}");
         assert!(check_trace(Some("off")).is_ok_and(|on| !on));
-        let e = run(Path::new("/x.so"), None, None, false, &[])
+        let e = run(Path::new("/x.so"), None, None, TorchRoute::Cache, &[])
             .err()
             .unwrap();
         assert!(matches!(e, RunError::NothingToRun), "{e:?}");

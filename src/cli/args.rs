@@ -118,6 +118,13 @@ pub enum Cmd {
         /// counters (memory_allocated, memory_reserved) then read 0; the trace has the figures.
         #[arg(long)]
         per_tensor: bool,
+        /// One record per PyTorch tensor through PyTorch's pluggable allocator: when the Python
+        /// program imports torch, its CUDA allocator becomes the shim's pool (no code change;
+        /// pool:expandable unless --conf names a pool). Faster than --per-tensor, and as little
+        /// device memory as PyTorch's expandable segments; but PyTorch's memory statistics
+        /// (memory_allocated, memory_stats, snapshots) then raise an error or read nothing.
+        #[arg(long, conflicts_with = "per_tensor")]
+        pluggable: bool,
         /// The command and its arguments (after `--` when they start with a dash).
         #[arg(
             required = true,

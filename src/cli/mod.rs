@@ -43,8 +43,16 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             trace,
             lib,
             per_tensor,
+            pluggable,
             cmd,
-        } => run::cmd_run(conf, trace, lib, per_tensor, cmd),
+        } => {
+            let route = match (per_tensor, pluggable) {
+                (true, _) => gpushim::run::TorchRoute::PerTensor,
+                (false, true) => gpushim::run::TorchRoute::Pluggable,
+                (false, false) => gpushim::run::TorchRoute::Cache,
+            };
+            run::cmd_run(conf, trace, lib, route, cmd)
+        }
         Cmd::Summary { traces, json, .. } => summary::cmd_summary(&traces, json, opts),
         Cmd::Events { trace, json, .. } => events::cmd_events(&trace, json, opts),
         Cmd::Simulate {

@@ -3,6 +3,7 @@
 use super::output::fail;
 use gpushim::config;
 use gpushim::report::summary::{self, human_bytes};
+use gpushim::run::TorchRoute;
 use gpushim::trace::reader::ReadOptions;
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -12,14 +13,14 @@ pub fn cmd_run(
     conf: Option<String>,
     trace: Option<String>,
     lib: Option<PathBuf>,
-    per_tensor: bool,
+    route: TorchRoute,
     cmd: Vec<OsString>,
 ) -> ExitCode {
-    let conf = if per_tensor {
-        let given = conf.or_else(|| std::env::var("GPUSHIM_CONF").ok());
-        Some(gpushim::run::per_tensor_conf(given.as_deref()))
-    } else {
-        conf
+    let given = || conf.clone().or_else(|| std::env::var("GPUSHIM_CONF").ok());
+    let conf = match route {
+        TorchRoute::Cache => conf.clone(),
+        TorchRoute::PerTensor => Some(gpushim::run::per_tensor_conf(given().as_deref())),
+        TorchRoute::Pluggable => Some(gpushim::run::pluggable_conf(given().as_deref())),
     };
     // One rule for the configuration, wherever it comes from: an error anywhere in it means
     // none of it applies, so the program is not started (the shim itself, without
@@ -47,7 +48,7 @@ pub fn cmd_run(
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    let out = match gpushim::run::run(&shim, conf.as_deref(), trace.as_deref(), per_tensor, &cmd) {
+    let out = match gpushim::run::run(&shim, conf.as_deref(), trace.as_deref(), route, &cmd) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
