@@ -200,7 +200,8 @@ mod bundled {
     }
 }
 
-/// `LD_PRELOAD` with the shim first and whatever was preloaded before kept after it.
+/// A colon-separated list (`LD_PRELOAD`, `PYTHONPATH`) with `shim` (or another path) first
+/// and whatever it held before kept after it.
 pub fn preload_value(shim: &Path, existing: Option<OsString>) -> OsString {
     let mut v = OsString::from(shim.as_os_str());
     if let Some(e) = existing.filter(|e| !e.is_empty()) {
@@ -370,16 +371,6 @@ impl Drop for TorchSite {
     }
 }
 
-/// PYTHONPATH with `first` before what it held.
-fn python_path(first: &Path, old: Option<OsString>) -> OsString {
-    let mut v = first.as_os_str().to_os_string();
-    if let Some(old) = old.filter(|o| !o.is_empty()) {
-        v.push(":");
-        v.push(old);
-    }
-    v
-}
-
 pub fn run(
     shim: &Path,
     conf: Option<&str>,
@@ -419,7 +410,7 @@ pub fn run(
             let site = TorchSite::create()?;
             c.env(
                 "PYTHONPATH",
-                python_path(&site.0, std::env::var_os("PYTHONPATH")),
+                preload_value(&site.0, std::env::var_os("PYTHONPATH")),
             );
             c.env("GPUSHIM_TORCH_PLUGGABLE", shim);
             _site = Some(site);
@@ -464,22 +455,13 @@ mod tests {
     }
 
     #[test]
-    fn pluggable_adds_expandable_unless_a_pool_is_named_and_goes_first_on_pythonpath() {
+    fn pluggable_adds_expandable_unless_a_pool_is_named() {
         assert_eq!(pluggable_conf(None), "pool:expandable");
         assert_eq!(
             pluggable_conf(Some("stacks:off")),
             "pool:expandable,stacks:off"
         );
         assert_eq!(pluggable_conf(Some("pool:caching")), "pool:caching");
-        assert_eq!(
-            python_path(Path::new("/s"), Some("/a:/b".into())),
-            OsString::from("/s:/a:/b")
-        );
-        assert_eq!(
-            python_path(Path::new("/s"), Some("".into())),
-            OsString::from("/s")
-        );
-        assert_eq!(python_path(Path::new("/s"), None), OsString::from("/s"));
     }
 
     #[test]

@@ -63,39 +63,32 @@ fn run(
 
 const SHOW: &str = "import torch; print('calls', torch.calls)";
 
+/// What `program` prints under `gpushim run FLAGS` with the stand-in torch on the path; the
+/// run must succeed.
+fn printed(dir: &Path, flags: &[&str], program: &str) -> String {
+    let pkgs = with_fake_torch(dir);
+    let out = run(dir, flags, pkgs.to_str().unwrap(), program, &[]);
+    assert_ok(&out);
+    let text = stdout(&out).trim().to_string();
+    eprintln!("{program}: {text}; stderr: {}", stderr(&out));
+    text
+}
+
 #[test]
 fn the_allocator_is_installed_at_import_torch_with_this_shim_and_its_entry_points() {
     let dir = tempdir("plug-install");
-    let pkgs = with_fake_torch(&dir);
-    let out = run(&dir, &["--pluggable"], pkgs.to_str().unwrap(), SHOW, &[]);
-    assert_ok(&out);
     let want = format!(
         "calls [('{}', 'gpushim_alloc', 'gpushim_free')]",
         shim().display()
     );
-    assert_eq!(stdout(&out).trim(), want, "stderr: {}", stderr(&out));
+    assert_eq!(printed(&dir, &["--pluggable"], SHOW), want);
     // Not without the flag, and not for a program that never imports torch.
-    let out = run(&dir, &[], pkgs.to_str().unwrap(), SHOW, &[]);
-    assert_ok(&out);
-    assert_eq!(stdout(&out).trim(), "calls []");
-    let out = run(
-        &dir,
-        &["--pluggable"],
-        pkgs.to_str().unwrap(),
-        "import sys; print('torch' in sys.modules)",
-        &[],
-    );
-    assert_ok(&out);
-    assert_eq!(stdout(&out).trim(), "False");
+    assert_eq!(printed(&dir, &[], SHOW), "calls []");
+    let program = "import sys; print('torch' in sys.modules)";
+    assert_eq!(printed(&dir, &["--pluggable"], program), "False");
     // Imported twice, installed once.
-    let out = run(
-        &dir,
-        &["--pluggable"],
-        pkgs.to_str().unwrap(),
-        "import torch, importlib; import torch as t2; print(len(torch.calls))",
-        &[],
-    );
-    assert_eq!(stdout(&out).trim(), "1", "stderr: {}", stderr(&out));
+    let program = "import torch, importlib; import torch as t2; print(len(torch.calls))";
+    assert_eq!(printed(&dir, &["--pluggable"], program), "1");
 }
 
 #[test]
