@@ -294,29 +294,10 @@ fn is_gpushim_name(p: &Path) -> bool {
 /// GPT-2 traces, half the device allocations at the same or a lower peak reserved.
 pub const PER_TENSOR_POOL: &str = "pool:caching,medium:20MiB";
 
-/// The configuration for `--per-tensor`: the given one after [`PER_TENSOR_POOL`] unless it
-/// names a pool itself (a key given later wins, so `--conf medium:off` turns medium off).
-pub fn per_tensor_conf(given: Option<&str>) -> String {
-    with_pool(PER_TENSOR_POOL, given)
-}
-
 /// The pool `--pluggable` adds when `--conf` names none: PyTorch's pluggable allocator over
 /// expandable segments used as little device memory as PyTorch's own expandable segments on
 /// GPT-2, ResNet-50 and a transformer (README, Benchmarks).
 pub const PLUGGABLE_POOL: &str = "pool:expandable";
-
-/// The configuration for `--pluggable`, as [`per_tensor_conf`] with [`PLUGGABLE_POOL`].
-pub fn pluggable_conf(given: Option<&str>) -> String {
-    with_pool(PLUGGABLE_POOL, given)
-}
-
-fn with_pool(pool: &str, given: Option<&str>) -> String {
-    match given.map(str::trim).filter(|g| !g.is_empty()) {
-        None => pool.to_string(),
-        Some(g) if g.split(',').any(|kv| kv.trim().starts_with("pool:")) => g.to_string(),
-        Some(g) => format!("{pool},{g}"),
-    }
-}
 
 /// How PyTorch's tensors reach the shim: through its own cache (segments only, the default),
 /// one `cudaMalloc` each with its cache off (`--per-tensor`), or through its pluggable
@@ -326,6 +307,25 @@ pub enum TorchRoute {
     Cache,
     PerTensor,
     Pluggable,
+}
+
+impl TorchRoute {
+    /// The run's configuration from the one given (`--conf`, else `GPUSHIM_CONF`): as given
+    /// with PyTorch's cache; for the other two, after the route's pool ([`PER_TENSOR_POOL`],
+    /// [`PLUGGABLE_POOL`]) unless it names a pool itself (a key given later wins, so
+    /// `--conf medium:off` turns medium off).
+    pub fn conf(self, given: Option<&str>) -> Option<String> {
+        let pool = match self {
+            TorchRoute::Cache => return given.map(str::to_string),
+            TorchRoute::PerTensor => PER_TENSOR_POOL,
+            TorchRoute::Pluggable => PLUGGABLE_POOL,
+        };
+        Some(match given.map(str::trim).filter(|g| !g.is_empty()) {
+            None => pool.to_string(),
+            Some(g) if g.split(',').any(|kv| kv.trim().starts_with("pool:")) => g.to_string(),
+            Some(g) => format!("{pool},{g}"),
+        })
+    }
 }
 
 /// The `sitecustomize` that installs PyTorch's pluggable allocator at `import torch`.
@@ -342,14 +342,15 @@ impl TorchSite {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let mut last = None;
-        for attempt in 0..16u32 {
+        let mut attempt = 0u32;
+        loop {
             let dir = base.join(format!(
                 "gpushim-site.{}.{}",
                 std::process::id(),
                 nanos.wrapping_add(attempt)
             ));
-            // Made new here (an existing path is refused), owned by us, mode 0700.
+            // Made new here (an existing path is refused), owned by us, mode 0700; a name
+            // taken already is followed by the next one (16 at most), any other error ends it.
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
                 Ok(()) => {
                     let site = TorchSite(dir);
@@ -357,11 +358,12 @@ impl TorchSite {
                         .map_err(|e| RunError::Io(site.0.clone(), e))?;
                     return Ok(site);
                 }
-                Err(e) => last = Some((dir, e)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 15 => {
+                    attempt += 1;
+                }
+                Err(e) => return Err(RunError::Io(dir, e)),
             }
         }
-        let (dir, e) = last.unwrap_or_else(|| (base, std::io::Error::other("no attempt")));
-        Err(RunError::Io(dir, e))
     }
 }
 
@@ -456,26 +458,37 @@ mod tests {
 
     #[test]
     fn pluggable_adds_expandable_unless_a_pool_is_named() {
-        assert_eq!(pluggable_conf(None), "pool:expandable");
+        assert_eq!(TorchRoute::Pluggable.conf(None).unwrap(), "pool:expandable");
         assert_eq!(
-            pluggable_conf(Some("stacks:off")),
+            TorchRoute::Pluggable.conf(Some("stacks:off")).unwrap(),
             "pool:expandable,stacks:off"
         );
-        assert_eq!(pluggable_conf(Some("pool:caching")), "pool:caching");
+        assert_eq!(
+            TorchRoute::Pluggable.conf(Some("pool:caching")).unwrap(),
+            "pool:caching"
+        );
     }
 
     #[test]
     fn per_tensor_adds_the_pool_unless_one_is_named() {
-        assert_eq!(per_tensor_conf(None), "pool:caching,medium:20MiB");
         assert_eq!(
-            per_tensor_conf(Some("stacks:on")),
+            TorchRoute::PerTensor.conf(None).unwrap(),
+            "pool:caching,medium:20MiB"
+        );
+        assert_eq!(
+            TorchRoute::PerTensor.conf(Some("stacks:on")).unwrap(),
             "pool:caching,medium:20MiB,stacks:on"
         );
-        assert_eq!(per_tensor_conf(Some("pool:expandable")), "pool:expandable");
+        assert_eq!(
+            TorchRoute::PerTensor.conf(Some("pool:expandable")).unwrap(),
+            "pool:expandable"
+        );
         // A key given later wins: medium can be turned off.
-        let c = crate::config::parse_strict(&per_tensor_conf(Some("medium:off"))).unwrap();
+        let c =
+            crate::config::parse_strict(&TorchRoute::PerTensor.conf(Some("medium:off")).unwrap())
+                .unwrap();
         assert_eq!(c.medium_segment, 0);
-        let c = crate::config::parse_strict(&per_tensor_conf(None)).unwrap();
+        let c = crate::config::parse_strict(&TorchRoute::PerTensor.conf(None).unwrap()).unwrap();
         assert_eq!(c.medium_segment, 20 << 20);
     }
 

@@ -16,11 +16,12 @@ pub fn cmd_run(
     route: TorchRoute,
     cmd: Vec<OsString>,
 ) -> ExitCode {
-    let given = || conf.clone().or_else(|| std::env::var("GPUSHIM_CONF").ok());
     let conf = match route {
-        TorchRoute::Cache => conf.clone(),
-        TorchRoute::PerTensor => Some(gpushim::run::per_tensor_conf(given().as_deref())),
-        TorchRoute::Pluggable => Some(gpushim::run::pluggable_conf(given().as_deref())),
+        TorchRoute::Cache => conf,
+        _ => route.conf(
+            conf.or_else(|| std::env::var("GPUSHIM_CONF").ok())
+                .as_deref(),
+        ),
     };
     // One rule for the configuration, wherever it comes from: an error anywhere in it means
     // none of it applies, so the program is not started (the shim itself, without
