@@ -405,8 +405,21 @@ pub fn run(
     match route {
         TorchRoute::Cache => {}
         TorchRoute::PerTensor => {
-            // PyTorch allocates every tensor with cudaMalloc and frees it with cudaFree.
+            // PyTorch allocates every tensor with cudaMalloc and frees it with cudaFree. Its
+            // counters would read 0; with a pool they answer from it (`torch_site.py`).
             c.env("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
+            let pooled = conf
+                .and_then(|t| crate::config::parse_strict(t).ok())
+                .is_some_and(|p| p.pool != crate::config::Pool::Off);
+            if pooled {
+                let site = TorchSite::create()?;
+                c.env(
+                    "PYTHONPATH",
+                    preload_value(&site.0, std::env::var_os("PYTHONPATH")),
+                );
+                c.env("GPUSHIM_TORCH_STATS", shim);
+                _site = Some(site);
+            }
         }
         TorchRoute::Pluggable => {
             let site = TorchSite::create()?;

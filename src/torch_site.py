@@ -1,8 +1,12 @@
 """gpushim: written by `gpushim run --pluggable` into a private folder put first on PYTHONPATH,
 so Python runs it at start-up as `sitecustomize`. When the program imports torch, PyTorch's CUDA
 allocator becomes the shim's pool through PyTorch's pluggable allocator, before any CUDA memory
-is allocated: one record per tensor with no change to the program. Then the sitecustomize this
-one hides, if there is one further along the path, runs as it would have."""
+is allocated: one record per tensor with no change to the program. PyTorch's pluggable
+allocator keeps no memory statistics (`torch.cuda.memory_allocated` and the calls built on
+`torch.cuda.memory_stats` raise); these then answer from the shim's pool, which keeps them per
+device. Under `gpushim run --per-tensor` (PyTorch's cache off, so its counters read 0) only
+the statistics are installed. Then the sitecustomize this one hides, if there is one further along the path, runs as
+it would have."""
 import os
 import sys
 
@@ -10,6 +14,10 @@ import sys
 def _gpushim_install(torch):
     lib = os.environ.get("GPUSHIM_TORCH_PLUGGABLE")
     if not lib:
+        # `--per-tensor`: PyTorch's cache is off and its counters would read 0.
+        lib = os.environ.get("GPUSHIM_TORCH_STATS")
+        if lib:
+            _gpushim_counters_or_say(torch, lib)
         return
     try:
         allocator = torch.cuda.memory.CUDAPluggableAllocator(lib, "gpushim_alloc", "gpushim_free")
@@ -20,6 +28,95 @@ def _gpushim_install(torch):
         return
     # PyTorch holds it too; this keeps the Python object for as long as torch lives.
     torch._gpushim_allocator = allocator
+    _gpushim_counters_or_say(torch, lib)
+
+
+def _gpushim_counters_or_say(torch, lib):
+    try:
+        _gpushim_counters(torch, lib)
+    except Exception as e:  # PyTorch's statistics calls stay as they were
+        sys.stderr.write(
+            f"gpushim: torch.cuda.memory_stats stays PyTorch's ({type(e).__name__}: {e})\n")
+
+
+# The pool's figures per device, in the order gpushim_device_stats writes them: four numbers
+# (current, peak, allocated, freed) for each of these, named as PyTorch names its own, then the
+# out-of-memory answers and the retries after the idle cache was given back.
+_FIGURES = ("allocated_bytes", "requested_bytes", "reserved_bytes", "allocation", "segment")
+_PARTS = ("current", "peak", "allocated", "freed")
+_COUNT = 4 * len(_FIGURES) + 2
+
+
+def _gpushim_counters(torch, lib):
+    """Makes torch.cuda.memory_stats (and memory_allocated, max_memory_allocated,
+    memory_reserved, max_memory_reserved, reset_peak_memory_stats,
+    reset_accumulated_memory_stats, memory_summary, all built on it) answer from the shim's
+    pool. PyTorch looks its C functions up at each call, so replacing them here is enough. Only
+    the "all" figures exist: the pool does not split PyTorch's small and large pools."""
+    import ctypes
+
+    so = ctypes.CDLL(lib)
+    read = so.gpushim_device_stats
+    read.restype = ctypes.c_int
+    read.argtypes = (ctypes.c_int, ctypes.POINTER(ctypes.c_uint64), ctypes.c_size_t)
+    reset = so.gpushim_reset_device_stats
+    reset.restype = ctypes.c_int
+    reset.argtypes = (ctypes.c_int, ctypes.c_int)
+
+    def memory_stats(device):
+        buf = (ctypes.c_uint64 * _COUNT)()
+        if read(int(device), buf, _COUNT) != _COUNT:
+            raise RuntimeError("gpushim: the shim keeps no memory figures without its pool "
+                               "(GPUSHIM_CONF pool:off, or GPUSHIM_DISABLE=1)")
+        stats = {name: {"all": dict(zip(_PARTS, buf[4 * i:4 * i + 4]))}
+                 for i, name in enumerate(_FIGURES)}
+        stats["num_ooms"] = buf[4 * len(_FIGURES)]
+        stats["num_alloc_retries"] = buf[4 * len(_FIGURES) + 1]
+        return stats
+
+    def reset_peaks(device):
+        reset(int(device), 1)
+
+    def reset_totals(device):
+        reset(int(device), 2)
+
+    def index(device):
+        if device is None:
+            return torch.cuda.current_device()
+        if isinstance(device, int):
+            return device
+        i = torch.device(device).index
+        return torch.cuda.current_device() if i is None else i
+
+    def memory_summary(device=None, abbreviated=False):
+        d = index(device)
+        s = memory_stats(d)
+
+        def size(n):
+            for unit in ("B", "KiB", "MiB", "GiB"):
+                if n < 1024 or unit == "GiB":
+                    return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+                n /= 1024
+
+        rows = [("allocated memory", "allocated_bytes", size),
+                ("requested memory", "requested_bytes", size),
+                ("reserved memory", "reserved_bytes", size),
+                ("allocations", "allocation", str), ("segments", "segment", str)]
+        out = [f"gpushim: memory of device {d} in the shim's pool (`gpushim summary` and "
+               "`gpushim peak` on the run's trace say who holds it)",
+               f"{'':18}{'current':>14}{'peak':>14}{'allocated':>14}{'freed':>14}"]
+        for label, key, fmt in rows:
+            c = s[key]["all"]
+            out.append(f"{label:18}" + "".join(f"{fmt(c[p]):>14}" for p in _PARTS))
+        out.append(f"out of memory: {s['num_ooms']}, retried after giving the cache back: "
+                   f"{s['num_alloc_retries']}")
+        return "\n".join(out) + "\n"
+
+    torch._C._cuda_memoryStats = memory_stats
+    torch._C._cuda_resetPeakMemoryStats = reset_peaks
+    torch._C._cuda_resetAccumulatedMemoryStats = reset_totals
+    torch.cuda.memory.memory_summary = memory_summary
+    torch.cuda.memory_summary = memory_summary
 
 
 class _GpushimTorchFinder:

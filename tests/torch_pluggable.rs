@@ -5,7 +5,8 @@
 //! torch is imported and only under `--pluggable`; a sitecustomize the program's path already
 //! had still runs; a refusal by PyTorch leaves the program running with one line said; the
 //! folder written for the run is gone after it; `--per-tensor` and `--pluggable` exclude each
-//! other.
+//! other; PyTorch's memory statistics, which its pluggable allocator does not keep, answer from
+//! the shim's pool (tensors made through `gpushim_alloc` on the simulator).
 
 mod common;
 use common::*;
@@ -14,7 +15,9 @@ use std::process::{Command, Output};
 
 /// A stand-in for torch: `torch.cuda.memory` with the two calls the installer makes, recording
 /// them in `torch.calls`; `REFUSE` in the environment makes the swap raise as PyTorch does once
-/// its allocator has started.
+/// its allocator has started. Its memory statistics are built as PyTorch 2.11 builds them, on
+/// `torch._C`'s functions looked up at each call, which raise once the pluggable allocator is
+/// in (as PyTorch's do: "CUDAPluggableAllocator does not yet support getDeviceStats").
 const FAKE_TORCH: &str = r#"
 import os, types
 calls = []
@@ -25,9 +28,48 @@ def change_current_allocator(a):
     if os.environ.get("REFUSE"):
         raise RuntimeError("Can't swap an already initialized allocator")
     calls.append(a.args)
+def _unsupported(what):
+    def f(device):
+        raise RuntimeError(f"CUDAPluggableAllocator does not yet support {what}")
+    return f
+_C = types.SimpleNamespace(
+    _cuda_memoryStats=_unsupported("getDeviceStats"),
+    _cuda_resetPeakMemoryStats=_unsupported("resetPeakStats"),
+    _cuda_resetAccumulatedMemoryStats=_unsupported("resetAccumulatedStats"))
+def current_device():
+    return 0
+class device:
+    def __init__(self, d):
+        self.index = int(d.split(":")[1]) if ":" in d else None
+def memory_stats(device=None):
+    out = {}
+    def flat(prefix, v):
+        if isinstance(v, dict):
+            for k, w in v.items():
+                flat(prefix + "." + k if prefix else k, w)
+        else:
+            out[prefix] = v
+    flat("", _C._cuda_memoryStats(current_device() if device is None else device))
+    return dict(sorted(out.items()))
+def memory_allocated(device=None):
+    return memory_stats(device).get("allocated_bytes.all.current", 0)
+def max_memory_allocated(device=None):
+    return memory_stats(device).get("allocated_bytes.all.peak", 0)
+def memory_reserved(device=None):
+    return memory_stats(device).get("reserved_bytes.all.current", 0)
+def reset_peak_memory_stats(device=None):
+    _C._cuda_resetPeakMemoryStats(current_device() if device is None else device)
+def reset_accumulated_memory_stats(device=None):
+    _C._cuda_resetAccumulatedMemoryStats(current_device() if device is None else device)
+def memory_summary(device=None, abbreviated=False):
+    return memory_stats(device)["allocated_bytes.small_pool.current"]
 cuda = types.SimpleNamespace(memory=types.SimpleNamespace(
     CUDAPluggableAllocator=CUDAPluggableAllocator,
-    change_current_allocator=change_current_allocator))
+    change_current_allocator=change_current_allocator, memory_summary=memory_summary),
+    current_device=current_device, memory_stats=memory_stats, memory_allocated=memory_allocated,
+    max_memory_allocated=max_memory_allocated, memory_reserved=memory_reserved,
+    reset_peak_memory_stats=reset_peak_memory_stats,
+    reset_accumulated_memory_stats=reset_accumulated_memory_stats, memory_summary=memory_summary)
 "#;
 
 fn with_fake_torch(dir: &Path) -> std::path::PathBuf {
@@ -154,4 +196,111 @@ fn per_tensor_and_pluggable_exclude_each_other() {
         err.contains("--per-tensor") && err.contains("cannot be used with"),
         "{err}"
     );
+}
+
+/// Two tensors made and one freed, then PyTorch's statistics read: the tensors as PyTorch's
+/// pluggable allocator makes them (`gpushim_alloc`/`gpushim_free` of the shim the installer
+/// named) or, with `PER_TENSOR` set, as PyTorch with its cache off does (`cudaMalloc` and
+/// `cudaFree`, which the shim pools), on the simulator's device 0.
+const TENSORS: &str = r#"
+import ctypes, os, torch
+c = torch.cuda
+rt = ctypes.CDLL("libcudart.so.13")
+rt.cudaSetDevice(0)
+if os.environ.get("PER_TENSOR"):
+    rt.cudaMalloc.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t)
+    rt.cudaFree.argtypes = (ctypes.c_void_p,)
+    def alloc(n):
+        p = ctypes.c_void_p()
+        assert rt.cudaMalloc(ctypes.byref(p), n) == 0
+        return p.value
+    def free(p, n):
+        assert rt.cudaFree(p) == 0
+else:
+    shim = ctypes.CDLL(torch.calls[0][0])
+    shim.gpushim_alloc.restype = ctypes.c_void_p
+    shim.gpushim_alloc.argtypes = (ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    shim.gpushim_free.argtypes = (ctypes.c_void_p, ctypes.c_ssize_t, ctypes.c_int, ctypes.c_void_p)
+    alloc = lambda n: shim.gpushim_alloc(n, 0, None)
+    free = lambda p, n: shim.gpushim_free(p, n, 0, None)
+a = alloc(3 << 20)
+b = alloc(1000)
+s = c.memory_stats()
+print("live", s["requested_bytes.all.current"], s["allocation.all.current"],
+      c.memory_allocated() >= s["requested_bytes.all.current"],
+      c.memory_reserved() >= c.memory_allocated() > 0)
+free(a, 3 << 20)
+s = c.memory_stats()
+print("freed", s["requested_bytes.all.current"], s["requested_bytes.all.freed"],
+      c.max_memory_allocated() > c.memory_allocated())
+c.reset_peak_memory_stats()
+c.reset_accumulated_memory_stats()
+s = c.memory_stats()
+print("reset", c.max_memory_allocated() == c.memory_allocated(), s["requested_bytes.all.freed"])
+print("summary", c.memory_summary().split()[0], c.memory.memory_summary(0).count("allocations"))
+print("device 1", c.memory_stats(1)["allocation.all.current"])
+"#;
+
+#[test]
+fn pytorch_memory_statistics_answer_from_the_shims_pool() {
+    let dir = tempdir("plug-stats");
+    let pkgs = with_fake_torch(&dir);
+    let sim_dir = sim().dir.to_str().unwrap().to_string();
+    let want = [
+        format!("live {} 2 True True", (3 << 20) + 1000),
+        format!("freed 1000 {} True", 3 << 20),
+        "reset True 0".to_string(),
+        "summary gpushim: 1".to_string(),
+        "device 1 0".to_string(),
+    ];
+    for (flag, env) in [
+        ("--pluggable", vec![("LD_LIBRARY_PATH", sim_dir.as_str())]),
+        (
+            "--per-tensor",
+            vec![("LD_LIBRARY_PATH", sim_dir.as_str()), ("PER_TENSOR", "1")],
+        ),
+    ] {
+        let out = run(&dir, &[flag], pkgs.to_str().unwrap(), TENSORS, &env);
+        assert_ok(&out);
+        assert_eq!(
+            stdout(&out).lines().collect::<Vec<_>>(),
+            want,
+            "{flag}; stderr: {}",
+            stderr(&out)
+        );
+    }
+    // Without either flag PyTorch's own statistics stay (the stand-in's, which raise).
+    let program = "import torch; torch.cuda.memory_allocated()";
+    let out = run(&dir, &[], pkgs.to_str().unwrap(), program, &[]);
+    assert!(
+        stderr(&out).contains("does not yet support getDeviceStats"),
+        "{}",
+        stderr(&out)
+    );
+    // Nor with --per-tensor and no pool: PyTorch's own counters are all there is.
+    let out = run(
+        &dir,
+        &["--per-tensor", "--conf", "pool:off"],
+        pkgs.to_str().unwrap(),
+        program,
+        &[],
+    );
+    assert!(
+        stderr(&out).contains("does not yet support getDeviceStats"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn pluggable_refuses_a_configuration_without_a_pool() {
+    let dir = tempdir("plug-nopool");
+    let out = run(&dir, &["--pluggable", "--conf", "pool:off"], "", SHOW, &[]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--pluggable needs the shim's pool") && err.contains("nothing was started"),
+        "{err}"
+    );
+    assert!(stdout(&out).is_empty());
 }

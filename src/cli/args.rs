@@ -114,16 +114,19 @@ pub enum Cmd {
         lib: Option<PathBuf>,
         /// One record per PyTorch tensor: PyTorch's cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
         /// and the shim's pool on (pool:caching,medium:20MiB unless --conf names a pool; a key
-        /// in --conf wins, so --conf medium:off turns shared medium segments off). PyTorch's own
-        /// counters (memory_allocated, memory_reserved) then read 0; the trace has the figures.
+        /// in --conf wins, so --conf medium:off turns shared medium segments off). PyTorch's
+        /// counters (memory_allocated, memory_stats, ...) answer from the shim's pool. CUDA
+        /// graphs cannot be captured so (PyTorch's limit with its cache off): use --pluggable.
         #[arg(long)]
         per_tensor: bool,
         /// One record per PyTorch tensor through PyTorch's pluggable allocator: when the Python
         /// program imports torch, its CUDA allocator becomes the shim's pool (no code change;
         /// pool:expandable unless --conf names a pool). On an H100 its steps took 1.01 to 1.03x
         /// PyTorch's own (--per-tensor: 1.02 to 1.06x) with as little device memory as
-        /// PyTorch's expandable segments; but PyTorch's memory statistics (memory_allocated,
-        /// memory_stats, snapshots) then raise an error or read nothing.
+        /// PyTorch's expandable segments. CUDA graphs work. PyTorch's memory statistics
+        /// (memory_allocated, max_memory_allocated, memory_reserved, memory_stats, their
+        /// resets, memory_summary) answer from the shim's pool ("all" figures only); snapshots
+        /// raise: the trace is the snapshot.
         #[arg(long, conflicts_with = "per_tensor")]
         pluggable: bool,
         /// The command and its arguments (after `--` when they start with a dash).

@@ -30,10 +30,20 @@ pub fn cmd_run(
         Some(c) => (Some(c.clone()), "--conf"),
         None => (std::env::var("GPUSHIM_CONF").ok(), "GPUSHIM_CONF"),
     };
-    if let Some(c) = &conf_text
-        && let Err(e) = config::parse_strict(c)
-    {
-        return fail(format!("{source}: {e}; nothing was started"));
+    if let Some(c) = &conf_text {
+        match config::parse_strict(c) {
+            Err(e) => return fail(format!("{source}: {e}; nothing was started")),
+            // The pluggable allocator's tensors come from the pool alone: without one, every
+            // allocation would fail.
+            Ok(parsed) if route == TorchRoute::Pluggable && parsed.pool == config::Pool::Off => {
+                return fail(format!(
+                    "--pluggable needs the shim's pool, and {source} says pool:off (every PyTorch \
+                     allocation would fail); name pool:expandable or pool:caching, or leave \
+                     --pluggable out; nothing was started"
+                ));
+            }
+            Ok(_) => {}
+        }
     }
     let pattern = trace
         .clone()

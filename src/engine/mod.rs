@@ -177,6 +177,124 @@ pub struct Stats {
     pub limit_hits: u64,
 }
 
+/// One running figure per device, kept the way PyTorch's caching allocator keeps each of its
+/// own: the value now, its highest since the last peak reset, and the totals added and taken
+/// since the last reset of totals. `torch.cuda.memory_stats` shows these under `gpushim run
+/// --pluggable` (see `DeviceStats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counter {
+    pub current: u64,
+    pub peak: u64,
+    pub allocated: u64,
+    pub freed: u64,
+}
+
+impl Counter {
+    fn add(&mut self, n: u64) {
+        self.current += n;
+        self.peak = self.peak.max(self.current);
+        self.allocated += n;
+    }
+
+    fn sub(&mut self, n: u64) {
+        self.current -= n;
+        self.freed += n;
+    }
+}
+
+/// How many figures `DeviceStats::to_array` gives.
+pub const DEVICE_STATS_LEN: usize = 22;
+
+/// One device's figures: what the pool holds for it, whoever asked (a framework's pluggable
+/// allocator or the program's own `cudaMalloc`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceStats {
+    /// Live blocks' sizes (after rounding).
+    pub allocated_bytes: Counter,
+    /// Live blocks' sizes as asked for.
+    pub requested_bytes: Counter,
+    /// Memory reserved from the device: segments, and the mapped pages of expandable ones.
+    pub reserved_bytes: Counter,
+    /// Live blocks.
+    pub allocations: Counter,
+    /// Segments (an expandable segment counts once, however much of it is mapped).
+    pub segments: Counter,
+    /// Requests refused for lack of device memory (or past `limit`).
+    pub ooms: u64,
+    /// Requests that succeeded only after the idle cache was given back.
+    pub oom_retries: u64,
+}
+
+impl DeviceStats {
+    /// Each figure's peak becomes its value now.
+    pub fn reset_peaks(&mut self) {
+        for c in self.counters_mut() {
+            c.peak = c.current;
+        }
+    }
+
+    /// The totals added and taken start again from 0, as do the refusal counts.
+    pub fn reset_totals(&mut self) {
+        for c in self.counters_mut() {
+            c.allocated = 0;
+            c.freed = 0;
+        }
+        self.ooms = 0;
+        self.oom_retries = 0;
+    }
+
+    /// Adds another context's figures on the same device. Peaks add up too: exact when one
+    /// of the two never held memory (one context per device, as PyTorch uses), an upper bound
+    /// otherwise.
+    pub fn add(&mut self, other: &DeviceStats) {
+        let theirs = [
+            other.allocated_bytes,
+            other.requested_bytes,
+            other.reserved_bytes,
+            other.allocations,
+            other.segments,
+        ];
+        for (c, o) in self.counters_mut().into_iter().zip(theirs) {
+            c.current += o.current;
+            c.peak += o.peak;
+            c.allocated += o.allocated;
+            c.freed += o.freed;
+        }
+        self.ooms += other.ooms;
+        self.oom_retries += other.oom_retries;
+    }
+
+    /// The figures in the order `gpushim_device_stats` writes them: each counter's current,
+    /// peak, allocated and freed (allocated bytes, requested bytes, reserved bytes, allocations,
+    /// segments), then out-of-memory answers and retries.
+    pub fn to_array(&self) -> [u64; DEVICE_STATS_LEN] {
+        let mut out = [0; DEVICE_STATS_LEN];
+        let counters = [
+            self.allocated_bytes,
+            self.requested_bytes,
+            self.reserved_bytes,
+            self.allocations,
+            self.segments,
+        ];
+        for (i, c) in counters.iter().enumerate() {
+            out[4 * i..4 * i + 4].copy_from_slice(&[c.current, c.peak, c.allocated, c.freed]);
+        }
+        out[20] = self.ooms;
+        out[21] = self.oom_retries;
+        out
+    }
+
+    fn counters_mut(&mut self) -> [&mut Counter; 5] {
+        [
+            &mut self.allocated_bytes,
+            &mut self.requested_bytes,
+            &mut self.reserved_bytes,
+            &mut self.allocations,
+            &mut self.segments,
+        ]
+    }
+}
+
 /// Why an allocation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AllocError {
@@ -232,7 +350,8 @@ pub struct Engine<B: Backend> {
     /// The next free block's stamp, counting down (see `insert_free`).
     stamps: u64,
     stats: Stats,
-    reserved_per_device: [u64; 256],
+    /// Each device's figures, by device number (256 of them).
+    per_device: Vec<DeviceStats>,
     /// Bytes of free blocks in the free lists, per device.
     idle_per_device: [u64; 256],
     /// Bytes of free blocks waiting out of the lists for their fences (`Block::pending`).
@@ -279,7 +398,7 @@ impl<B: Backend> Engine<B> {
             free: bins::Pools::default(),
             stamps: u64::MAX,
             stats: Stats::default(),
-            reserved_per_device: [0; 256],
+            per_device: vec![DeviceStats::default(); 256],
             idle_per_device: [0; 256],
             pending_per_device: [0; 256],
             reserved_at: [0; 256],
@@ -315,7 +434,17 @@ impl<B: Backend> Engine<B> {
 
     /// Bytes reserved on one device.
     pub fn reserved(&self, device: u8) -> u64 {
-        self.reserved_per_device[device as usize]
+        self.per_device[device as usize].reserved_bytes.current
+    }
+
+    /// One device's figures.
+    pub fn device_stats(&self, device: u8) -> DeviceStats {
+        self.per_device[device as usize]
+    }
+
+    /// One device's figures, to reset their peaks or totals.
+    pub fn device_stats_mut(&mut self, device: u8) -> &mut DeviceStats {
+        &mut self.per_device[device as usize]
     }
 
     /// Cached bytes on `device` that are free (fenced or not).
@@ -348,6 +477,7 @@ impl<B: Backend> Engine<B> {
                 None => {
                     // No device has this much: CUDA's answer, without touching the cache.
                     self.stats.ooms += 1;
+                    self.per_device[device as usize].ooms += 1;
                     self.backend.note(Event::OutOfMemory { device, size });
                     return Err(AllocError::OutOfMemory);
                 }
@@ -485,6 +615,10 @@ impl<B: Backend> Engine<B> {
         self.stats.live_bytes -= size;
         self.stats.requested_bytes -= requested;
         self.stats.live_blocks -= 1;
+        let d = &mut self.per_device[device as usize];
+        d.allocated_bytes.sub(size);
+        d.requested_bytes.sub(requested);
+        d.allocations.sub(1);
         if pending {
             self.pending_per_device[device as usize] += size;
             self.keep_apart(i);
@@ -658,6 +792,10 @@ impl<B: Backend> Engine<B> {
         self.stats.requested_bytes += requested;
         self.stats.live_blocks += 1;
         self.stats.peak_live_bytes = self.stats.peak_live_bytes.max(self.stats.live_bytes);
+        let d = &mut self.per_device[pool.device as usize];
+        d.allocated_bytes.add(size);
+        d.requested_bytes.add(requested);
+        d.allocations.add(1);
         BlockInfo {
             ptr,
             size,

@@ -12,6 +12,7 @@ impl<B: Backend> Engine<B> {
             self.empty_cache(key.device);
             if over(self) {
                 self.stats.limit_hits += 1;
+                self.per_device[key.device as usize].ooms += 1;
                 self.backend.note(Event::LimitHit {
                     device: key.device,
                     size,
@@ -27,6 +28,7 @@ impl<B: Backend> Engine<B> {
                 match self.backend.reserve(key.device, size) {
                     Ok(p) => {
                         self.stats.oom_retries += 1;
+                        self.per_device[key.device as usize].oom_retries += 1;
                         self.backend.note(Event::OomRetry {
                             device: key.device,
                             size,
@@ -35,6 +37,7 @@ impl<B: Backend> Engine<B> {
                     }
                     Err(OutOfMemory) => {
                         self.stats.ooms += 1;
+                        self.per_device[key.device as usize].ooms += 1;
                         self.backend.note(Event::OutOfMemory {
                             device: key.device,
                             size,
@@ -55,7 +58,9 @@ impl<B: Backend> Engine<B> {
             .stats
             .peak_reserved_bytes
             .max(self.stats.reserved_bytes);
-        self.reserved_per_device[key.device as usize] += size;
+        let d = &mut self.per_device[key.device as usize];
+        d.reserved_bytes.add(size);
+        d.segments.add(1);
         self.reserved_at[key.device as usize] = self.backend.now();
         let seg = self.segments.insert(
             ptr,
@@ -127,6 +132,7 @@ impl<B: Backend> Engine<B> {
                     continue;
                 }
                 self.stats.limit_hits += 1;
+                self.per_device[key.device as usize].ooms += 1;
                 self.backend.note(Event::LimitHit {
                     device: key.device,
                     size: add,
@@ -140,6 +146,7 @@ impl<B: Backend> Engine<B> {
                     continue;
                 }
                 self.stats.ooms += 1;
+                self.per_device[key.device as usize].ooms += 1;
                 self.backend.note(Event::OutOfMemory {
                     device: key.device,
                     size: add,
@@ -148,6 +155,7 @@ impl<B: Backend> Engine<B> {
             }
             if attempt == 1 {
                 self.stats.oom_retries += 1;
+                self.per_device[key.device as usize].oom_retries += 1;
                 self.backend.note(Event::OomRetry {
                     device: key.device,
                     size: add,
@@ -164,7 +172,12 @@ impl<B: Backend> Engine<B> {
                 .stats
                 .peak_reserved_bytes
                 .max(self.stats.reserved_bytes);
-            self.reserved_per_device[key.device as usize] += add;
+            let d = &mut self.per_device[key.device as usize];
+            d.reserved_bytes.add(add);
+            if seg.size == 0 {
+                // An expandable segment counts while it holds memory.
+                d.segments.add(1);
+            }
             self.reserved_at[key.device as usize] = self.backend.now();
             if let Some(s) = self.segments.get_mut(&base) {
                 s.size += add;
@@ -213,7 +226,9 @@ impl<B: Backend> Engine<B> {
                 });
                 self.stats.segment_releases += 1;
                 self.stats.reserved_bytes -= seg.size;
-                self.reserved_per_device[seg.device as usize] -= seg.size;
+                let d = &mut self.per_device[seg.device as usize];
+                d.reserved_bytes.sub(seg.size);
+                d.segments.sub(1);
                 if let Some(s) = self.segments.get_mut(&base) {
                     s.size = 0;
                     s.last = 0;
@@ -263,7 +278,11 @@ impl<B: Backend> Engine<B> {
         });
         self.stats.segment_releases += 1;
         self.stats.reserved_bytes -= cut;
-        self.reserved_per_device[seg.device as usize] -= cut;
+        let d = &mut self.per_device[seg.device as usize];
+        d.reserved_bytes.sub(cut);
+        if cut == seg.size {
+            d.segments.sub(1);
+        }
         if let Some(s) = self.segments.get_mut(&base) {
             s.size -= cut;
         }
@@ -298,7 +317,12 @@ impl<B: Backend> Engine<B> {
         });
         self.stats.segment_releases += 1;
         self.stats.reserved_bytes -= seg.size;
-        self.reserved_per_device[seg.device as usize] -= seg.size;
+        let d = &mut self.per_device[seg.device as usize];
+        d.reserved_bytes.sub(seg.size);
+        if seg.size > 0 {
+            // An expandable segment with nothing mapped no longer counted.
+            d.segments.sub(1);
+        }
     }
 
     /// Gives idle segments of `device` back until at most `keep` idle bytes remain, largest
@@ -349,7 +373,9 @@ impl<B: Backend> Engine<B> {
             });
             self.stats.segment_releases += 1;
             self.stats.reserved_bytes -= size;
-            self.reserved_per_device[device as usize] -= size;
+            let d = &mut self.per_device[device as usize];
+            d.reserved_bytes.sub(size);
+            d.segments.sub(1);
         }
     }
 }

@@ -509,3 +509,83 @@ fn interior_lookups_stay_right_as_blocks_split_and_merge_under_their_hints() {
     check(&e, &again.iter().collect::<Vec<_>>());
     assert!(e.check_links().is_ok());
 }
+
+#[test]
+fn each_device_keeps_its_own_figures_with_peaks_and_totals_that_reset() {
+    let mut e = engine(1 << 30);
+    let a = e.alloc(0, 3 << 20, 0).unwrap();
+    let b = e.alloc(0, 1000, 0).unwrap();
+    let c = e.alloc(1, 5 << 20, 0).unwrap();
+    let d0 = e.device_stats(0);
+    assert_eq!(d0.allocated_bytes.current, a.size + b.size);
+    assert_eq!(d0.requested_bytes.current, (3 << 20) + 1000);
+    assert_eq!(d0.allocations.current, 2);
+    assert_eq!(d0.segments.current, 2, "a large and a small segment");
+    assert_eq!(d0.reserved_bytes.current, e.reserved(0));
+    assert_eq!(e.device_stats(1).allocated_bytes.current, c.size);
+    assert_eq!(e.device_stats(1).allocations.current, 1);
+
+    e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+    let d0 = e.device_stats(0);
+    assert_eq!(d0.allocated_bytes.current, b.size);
+    assert_eq!(d0.allocated_bytes.peak, a.size + b.size);
+    assert_eq!(d0.allocated_bytes.allocated, a.size + b.size);
+    assert_eq!(d0.allocated_bytes.freed, a.size);
+    assert_eq!(d0.allocations.freed, 1);
+    // Cached, not given back: still reserved.
+    assert_eq!(d0.reserved_bytes.current, d0.reserved_bytes.peak);
+
+    e.device_stats_mut(0).reset_peaks();
+    let d0 = e.device_stats(0);
+    assert_eq!(d0.allocated_bytes.peak, b.size);
+    assert_eq!(d0.allocated_bytes.allocated, a.size + b.size, "totals kept");
+    e.device_stats_mut(0).reset_totals();
+    let d0 = e.device_stats(0);
+    assert_eq!(
+        (d0.allocated_bytes.allocated, d0.allocated_bytes.freed),
+        (0, 0)
+    );
+    assert_eq!(d0.allocated_bytes.current, b.size, "current kept");
+    assert_eq!(
+        e.device_stats(1).allocated_bytes.peak,
+        c.size,
+        "device 1 untouched"
+    );
+
+    // Giving the idle cache back lowers reserved memory and the segment count.
+    e.empty_cache(0);
+    let d0 = e.device_stats(0);
+    assert_eq!(d0.segments.current, 1);
+    assert_eq!(d0.segments.freed, 1);
+    assert_eq!(d0.reserved_bytes.current, e.reserved(0));
+    assert!(d0.reserved_bytes.current < d0.reserved_bytes.peak);
+
+    // Refusals count on their device.
+    assert!(e.alloc(1, 2 << 30, 0).is_err());
+    assert_eq!(e.device_stats(1).ooms, 1);
+    assert_eq!(e.device_stats(0).ooms, 0);
+}
+
+#[test]
+fn an_expandable_segment_counts_once_while_its_pages_count_as_reserved() {
+    let mut e = Engine::new(
+        MemoryBackend::new(1 << 30),
+        Policy {
+            expandable: true,
+            ..Policy::default()
+        },
+    );
+    let a = e.alloc(0, 8 << 20, 0).unwrap();
+    let b = e.alloc(0, 8 << 20, 0).unwrap();
+    let d = e.device_stats(0);
+    assert_eq!(d.segments.current, 1);
+    assert_eq!(d.reserved_bytes.current, 16 << 20);
+    assert_eq!(d.reserved_bytes.allocated, 16 << 20);
+    e.free(a.ptr, FreeKind::OnStream(0)).unwrap();
+    e.free(b.ptr, FreeKind::OnStream(0)).unwrap();
+    e.empty_cache(0);
+    let d = e.device_stats(0);
+    assert_eq!(d.reserved_bytes.current, 0);
+    assert_eq!(d.reserved_bytes.freed, 16 << 20);
+    assert_eq!(d.allocated_bytes.current, 0);
+}

@@ -501,6 +501,52 @@ pub unsafe extern "C" fn gpushim_free(
     }
 }
 
+/// The pool's figures for CUDA device `device`, for `gpushim run --pluggable`, which shows them
+/// through `torch.cuda.memory_stats` (PyTorch's pluggable allocator keeps none): writes up to
+/// `len` of the 22 numbers `DeviceStats::to_array` lists into `out` and returns how many; -1
+/// without a pool, for a device number outside 0..=255, or a null `out`.
+///
+/// # Safety
+/// `out` must be valid for writing `len` u64 values.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn gpushim_device_stats(device: c_int, out: *mut u64, len: usize) -> c_int {
+    let Ok(device) = u8::try_from(device) else {
+        return -1;
+    };
+    if out.is_null() || !state::enabled() {
+        return -1;
+    }
+    let _guard = Guard::enter();
+    let Some(stats) = pool::device_stats(device) else {
+        return -1;
+    };
+    let figures = stats.to_array();
+    let n = len.min(figures.len());
+    // SAFETY: the caller gave `out` room for `len` values and `n <= len`.
+    unsafe { core::ptr::copy_nonoverlapping(figures.as_ptr(), out, n) };
+    n as c_int
+}
+
+/// Resets device `device`'s figures: their peaks to their values now (`what` 1, as
+/// `torch.cuda.reset_peak_memory_stats`) or their totals and refusal counts to 0 (`what` 2, as
+/// `torch.cuda.reset_accumulated_memory_stats`). 0 when done, -1 without a pool or for another
+/// `what` or device number.
+#[unsafe(no_mangle)]
+pub extern "C" fn gpushim_reset_device_stats(device: c_int, what: c_int) -> c_int {
+    let Ok(device) = u8::try_from(device) else {
+        return -1;
+    };
+    if !(1..=2).contains(&what) || !state::enabled() {
+        return -1;
+    }
+    let _guard = Guard::enter();
+    if pool::reset_device_stats(device, what == 1) {
+        0
+    } else {
+        -1
+    }
+}
+
 /// `cudaMalloc` itself, for the pluggable route under `GPUSHIM_DISABLE=1`; null on failure.
 fn plain_alloc(size: usize) -> *mut c_void {
     let _guard = Guard::enter();

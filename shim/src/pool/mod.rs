@@ -46,7 +46,7 @@ use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::front::Front;
-use gpushim_core::engine::{AllocError, BlockInfo, FreeKind, Policy};
+use gpushim_core::engine::{AllocError, BlockInfo, DeviceStats, FreeKind, Policy};
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 /// Non-blocking streams tracked per context; past this, fences wait for the whole context.
 const MAX_STREAMS: usize = 4096;
@@ -354,6 +354,46 @@ pub fn mem_info(real_free: u64, real_total: u64) -> (u64, u64) {
         free = free.min(limit.saturating_sub(reserved - idle));
     }
     (free.min(total), total)
+}
+
+/// The pool's figures for CUDA device `device`, every context on it added up; `None` without a
+/// pool (or for a device it never served, which reads as zeros: `Some` of the default).
+pub fn device_stats(device: u8) -> Option<DeviceStats> {
+    if !active() {
+        return None;
+    }
+    Some(with(|p| {
+        let mut sum = DeviceStats::default();
+        for slot in slots_on(device) {
+            sum.add(&p.engine.device_stats(slot));
+        }
+        sum
+    }))
+}
+
+/// Resets the peaks (`peaks`) or the totals of device `device`'s figures; false without a pool.
+pub fn reset_device_stats(device: u8, peaks: bool) -> bool {
+    if !active() {
+        return false;
+    }
+    with(|p| {
+        for slot in slots_on(device) {
+            let d = p.engine.device_stats_mut(slot);
+            if peaks {
+                d.reset_peaks();
+            } else {
+                d.reset_totals();
+            }
+        }
+    });
+    true
+}
+
+/// The slots of the contexts registered on `device`.
+fn slots_on(device: u8) -> impl Iterator<Item = u8> {
+    (0..MAX_CONTEXTS as u8).filter(move |&s| {
+        CONTEXTS[s as usize].load(Ordering::Acquire) != 0 && device_of(s) == device
+    })
 }
 
 /// A stream was created in the current context; non-blocking ones get checkpoint events.
