@@ -145,7 +145,6 @@ pub enum Cmd {
         traces: Vec<PathBuf>,
 
         /// Print JSON instead of text.
-        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -182,7 +181,6 @@ pub enum Cmd {
         trace: PathBuf,
 
         /// JSON lines instead of CSV.
-        /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
