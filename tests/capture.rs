@@ -193,3 +193,36 @@ fn a_capture_beginning_while_another_thread_frees_is_never_invalidated_by_the_po
     let want = "race: captures=20000 invalidated=0 allocator_failed=0\n";
     same_everywhere("race", want);
 }
+
+/// What the shim says on stderr while the capture client runs `args` under `conf`.
+fn said(args: &[&str], conf: &str) -> String {
+    let out = run(
+        &sim().bin("capture"),
+        Run {
+            preload: true,
+            env: vec![
+                ("GPUSHIM_TRACE", "off".into()),
+                ("GPUSHIM_CONF", conf.into()),
+            ],
+            args: args.iter().map(|s| s.to_string()).collect(),
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    stderr(&out)
+}
+
+#[test]
+fn an_allocation_refused_for_a_capture_is_explained_once() {
+    const LINE: &str = "a cudaMalloc during a CUDA graph capture was refused";
+    for conf in ["pool:caching", "pool:expandable"] {
+        // Every scenario: many refused allocations, one line.
+        let err = said(&[], conf);
+        assert_eq!(err.matches(LINE).count(), 1, "{conf}: {err}");
+        assert!(err.contains("gpushim run --pluggable"), "{err}");
+    }
+    // An allocation failing inside a relaxed window is not refused for the capture: nothing.
+    assert!(!said(&["oom"], "pool:caching").contains(LINE));
+    // Without a pool the call is CUDA's own, answered unchanged and unexplained.
+    assert!(!said(&[], "pool:off").contains(LINE));
+}

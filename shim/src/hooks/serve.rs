@@ -6,8 +6,10 @@ use crate::costs::{self, Cost};
 use crate::cuda::ffi::ERROR_INVALID_VALUE;
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
+use crate::os::say;
 use crate::pool::{self, Freed, Served};
 use crate::trace;
+use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::engine::FreeKind;
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
@@ -40,6 +42,7 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
         // CUDA refused it for a capture under way (and invalidated that capture), as it
         // would have refused the program's own call.
         trace::record(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN, stream);
+        explain_capture_refusal();
         return Some((rc, 0));
     }
     let (rc, ptr, d) = match pool::alloc(size as u64, key, runtime) {
@@ -53,6 +56,22 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
     trace::record(kind, api, rc, ptr, size as u64, d, stream);
     costs::end(Cost::Malloc, t0);
     Some((rc, ptr))
+}
+
+/// Says once per process why an allocation made during a capture failed: the program (often a
+/// framework with its cache off, as under `gpushim run --per-tensor`) allocated synchronously
+/// inside a capture, which CUDA refuses without the shim too.
+#[cold]
+fn explain_capture_refusal() {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        say(format_args!(
+            "a cudaMalloc during a CUDA graph capture was refused, as CUDA refuses it without \
+             the shim (error 900; the capture is invalidated). PyTorch with its cache off \
+             (PYTORCH_NO_CUDA_MEMORY_CACHING=1, gpushim run --per-tensor) does this when it \
+             captures graphs: use gpushim run --pluggable for such programs"
+        ));
+    }
 }
 
 /// Gives a block back to the pool; `None` when `p` is not pooled memory (the real function
