@@ -180,7 +180,7 @@ pub struct Stats {
 /// One running figure per device, kept the way PyTorch's caching allocator keeps each of its
 /// own: the value now, its highest since the last peak reset, and the totals added and taken
 /// since the last reset of totals. `torch.cuda.memory_stats` shows these under `gpushim run
-/// --pluggable` (see `DeviceStats`).
+/// --pluggable` and `--per-tensor` (see `DeviceStats`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counter {
     pub current: u64,
@@ -247,14 +247,7 @@ impl DeviceStats {
     /// of the two never held memory (one context per device, as PyTorch uses), an upper bound
     /// otherwise.
     pub fn add(&mut self, other: &DeviceStats) {
-        let theirs = [
-            other.allocated_bytes,
-            other.requested_bytes,
-            other.reserved_bytes,
-            other.allocations,
-            other.segments,
-        ];
-        for (c, o) in self.counters_mut().into_iter().zip(theirs) {
+        for (c, o) in self.counters_mut().into_iter().zip(other.counters()) {
             c.current += o.current;
             c.peak += o.peak;
             c.allocated += o.allocated;
@@ -269,19 +262,23 @@ impl DeviceStats {
     /// segments), then out-of-memory answers and retries.
     pub fn to_array(&self) -> [u64; DEVICE_STATS_LEN] {
         let mut out = [0; DEVICE_STATS_LEN];
-        let counters = [
-            self.allocated_bytes,
-            self.requested_bytes,
-            self.reserved_bytes,
-            self.allocations,
-            self.segments,
-        ];
-        for (i, c) in counters.iter().enumerate() {
+        for (i, c) in self.counters().iter().enumerate() {
             out[4 * i..4 * i + 4].copy_from_slice(&[c.current, c.peak, c.allocated, c.freed]);
         }
         out[20] = self.ooms;
         out[21] = self.oom_retries;
         out
+    }
+
+    /// The five counters, in the order of `to_array`.
+    fn counters(&self) -> [Counter; 5] {
+        [
+            self.allocated_bytes,
+            self.requested_bytes,
+            self.reserved_bytes,
+            self.allocations,
+            self.segments,
+        ]
     }
 
     fn counters_mut(&mut self) -> [&mut Counter; 5] {
