@@ -400,36 +400,30 @@ pub fn run(
     }
     // `gpushim run` names the traces itself when the command ends: the shim need not.
     c.env("GPUSHIM_UNDER_RUN", "1");
-    // Kept until the command has ended: its Python reads the folder at start-up.
-    let mut _site = None;
-    match route {
-        TorchRoute::Cache => {}
+    // What the `sitecustomize` (`torch_site.py`) does at `import torch`, if it is written.
+    let site_does = match route {
+        TorchRoute::Cache => None,
         TorchRoute::PerTensor => {
             // PyTorch allocates every tensor with cudaMalloc and frees it with cudaFree. Its
-            // counters would read 0; with a pool they answer from it (`torch_site.py`).
+            // counters would read 0; with a pool they answer from it.
             c.env("PYTORCH_NO_CUDA_MEMORY_CACHING", "1");
             let pooled = conf
                 .and_then(|t| crate::config::parse_strict(t).ok())
                 .is_some_and(|p| p.pool != crate::config::Pool::Off);
-            if pooled {
-                let site = TorchSite::create()?;
-                c.env(
-                    "PYTHONPATH",
-                    preload_value(&site.0, std::env::var_os("PYTHONPATH")),
-                );
-                c.env("GPUSHIM_TORCH_STATS", shim);
-                _site = Some(site);
-            }
+            pooled.then_some("GPUSHIM_TORCH_STATS")
         }
-        TorchRoute::Pluggable => {
-            let site = TorchSite::create()?;
-            c.env(
-                "PYTHONPATH",
-                preload_value(&site.0, std::env::var_os("PYTHONPATH")),
-            );
-            c.env("GPUSHIM_TORCH_PLUGGABLE", shim);
-            _site = Some(site);
-        }
+        TorchRoute::Pluggable => Some("GPUSHIM_TORCH_PLUGGABLE"),
+    };
+    // Kept until the command has ended: its Python reads the folder at start-up.
+    let mut _site = None;
+    if let Some(var) = site_does {
+        let site = TorchSite::create()?;
+        c.env(
+            "PYTHONPATH",
+            preload_value(&site.0, std::env::var_os("PYTHONPATH")),
+        );
+        c.env(var, shim);
+        _site = Some(site);
     }
     if let Some(t) = trace {
         c.env("GPUSHIM_TRACE", t);

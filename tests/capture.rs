@@ -42,7 +42,9 @@ fn expected(name: &str, mode: &str, same_thread: bool) -> (i32, i32, i32) {
     }
 }
 
-fn capture(args: &[&str], preload: bool, conf: &str) -> String {
+/// The capture client's run with `args`, under the shim (`preload`) configured `conf`; it
+/// must succeed.
+fn capture_run(args: &[&str], preload: bool, conf: &str) -> std::process::Output {
     let out = run(
         &sim().bin("capture"),
         Run {
@@ -56,7 +58,11 @@ fn capture(args: &[&str], preload: bool, conf: &str) -> String {
         },
     );
     assert_ok(&out);
-    stdout(&out)
+    out
+}
+
+fn capture(args: &[&str], preload: bool, conf: &str) -> String {
+    stdout(&capture_run(args, preload, conf))
 }
 
 fn check_table(text: &str, who: &str) {
@@ -196,20 +202,7 @@ fn a_capture_beginning_while_another_thread_frees_is_never_invalidated_by_the_po
 
 /// What the shim says on stderr while the capture client runs `args` under `conf`.
 fn said(args: &[&str], conf: &str) -> String {
-    let out = run(
-        &sim().bin("capture"),
-        Run {
-            preload: true,
-            env: vec![
-                ("GPUSHIM_TRACE", "off".into()),
-                ("GPUSHIM_CONF", conf.into()),
-            ],
-            args: args.iter().map(|s| s.to_string()).collect(),
-            ..Run::default()
-        },
-    );
-    assert_ok(&out);
-    stderr(&out)
+    stderr(&capture_run(args, true, conf))
 }
 
 #[test]
