@@ -1,7 +1,10 @@
-"""What a PyTorch program sees under `gpushim run --pluggable` (scripts/gpu-pluggable.sh runs it
-with and without the flag). Prints one 'PROBE {json}' line: each check's answer, or the error
-it raised (type and the first line of its message), so the two runs can be set side by side."""
+"""What a PyTorch program sees of its memory calls, CUDA graphs and torch.compile
+(scripts/gpu-pluggable.sh runs it alone, with PyTorch's cache off, and under `gpushim run
+--pluggable` and `--per-tensor`). Prints one 'PROBE {json}' line: each check's answer, or the
+error it raised (type and the first line of its message), so the runs can be set side by side.
+PROBE_COMPILE=0 leaves torch.compile out."""
 import json
+import os
 import sys
 
 import torch
@@ -59,7 +62,6 @@ def graph_replay():
     return "replayed right" if ok else "WRONG RESULT"
 
 
-probe("CUDA graph capture + replay", graph_replay)
 
 
 def train_steps():
@@ -75,5 +77,31 @@ def train_steps():
 
 
 probe("train 3 steps", train_steps)
+
+
+def compiled(mode):
+    """A small MLP's forward compiled by torch.compile (`mode`), run on 3 batch sizes that
+    repeat: its outputs must match eager execution."""
+    def run():
+        torch._dynamo.reset()
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(),
+                                    torch.nn.Linear(512, 256)).cuda()
+        fn = torch.compile(model, mode=mode)
+        ok = True
+        with torch.no_grad():
+            for batch in (64, 64, 64, 32, 32, 32):
+                x = torch.randn(batch, 256, device="cuda")
+                ok = ok and torch.allclose(fn(x), model(x), atol=1e-3, rtol=1e-3)
+        torch.cuda.synchronize()
+        return "matches eager" if ok else "WRONG RESULT"
+    return run
+
+
+# The graph captures last: a failed capture leaves PyTorch's state unfit for what follows.
+if os.environ.get("PROBE_COMPILE", "1") == "1":
+    probe("torch.compile (default)", compiled("default"))
+probe("CUDA graph capture + replay", graph_replay)
+if os.environ.get("PROBE_COMPILE", "1") == "1":
+    probe("torch.compile reduce-overhead (CUDA graphs)", compiled("reduce-overhead"))
 print("PROBE " + json.dumps(out), flush=True)
 sys.exit(0)
