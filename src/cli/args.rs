@@ -116,14 +116,17 @@ pub enum Cmd {
         /// and the shim's pool on (pool:caching,medium:20MiB unless --conf names a pool; a key
         /// in --conf wins, so --conf medium:off turns shared medium segments off). PyTorch's
         /// counters (memory_allocated, memory_stats, ...) answer from the shim's pool. CUDA
-        /// graphs cannot be captured so (PyTorch's limit with its cache off): use --pluggable.
+        /// graphs cannot be captured so (PyTorch's limit with its cache off): use --pluggable,
+        /// or, for torch.compile's mode="reduce-overhead", neither flag.
         #[arg(long)]
         per_tensor: bool,
         /// One record per PyTorch tensor through PyTorch's pluggable allocator: when the Python
         /// program imports torch, its CUDA allocator becomes the shim's pool (no code change;
         /// pool:expandable unless --conf names a pool). On an H100 its steps took 1.01 to 1.03x
         /// PyTorch's own (--per-tensor: 1.02 to 1.06x) with as little device memory as
-        /// PyTorch's expandable segments. CUDA graphs work. PyTorch's memory statistics
+        /// PyTorch's expandable segments. CUDA graphs work, but not torch.compile's
+        /// mode="reduce-overhead" (PyTorch's graph trees need its own allocator: run those
+        /// without this flag). PyTorch's memory statistics
         /// (memory_allocated, max_memory_allocated, memory_reserved, memory_stats, their
         /// resets, memory_summary) answer from the shim's pool ("all" figures only); snapshots
         /// raise: the trace is the snapshot.
