@@ -1,12 +1,12 @@
-"""gpushim: written by `gpushim run --pluggable` into a private folder put first on PYTHONPATH,
-so Python runs it at start-up as `sitecustomize`. When the program imports torch, PyTorch's CUDA
-allocator becomes the shim's pool through PyTorch's pluggable allocator, before any CUDA memory
-is allocated: one record per tensor with no change to the program. PyTorch's pluggable
-allocator keeps no memory statistics (`torch.cuda.memory_allocated` and the calls built on
-`torch.cuda.memory_stats` raise); these then answer from the shim's pool, which keeps them per
-device. Under `gpushim run --per-tensor` (PyTorch's cache off, so its counters read 0) only
-the statistics are installed. Then the sitecustomize this one hides, if there is one further along the path, runs as
-it would have."""
+"""gpushim: written by `gpushim run --pluggable` (and `--per-tensor`) into a private folder put
+first on PYTHONPATH, so Python runs it at start-up as `sitecustomize`. When the program imports
+torch, PyTorch's CUDA allocator becomes the shim's pool through PyTorch's pluggable allocator,
+before any CUDA memory is allocated: one record per tensor with no change to the program.
+PyTorch's pluggable allocator keeps no memory statistics (`torch.cuda.memory_allocated` and the
+calls built on `torch.cuda.memory_stats` raise); these then answer from the shim's pool, which
+keeps them per device. Under `--per-tensor` (PyTorch's cache off, so its counters read 0) only
+the statistics are installed. Then the sitecustomize this one hides, if there is one further
+along the path, runs as it would have."""
 import os
 import sys
 

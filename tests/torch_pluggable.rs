@@ -6,7 +6,8 @@
 //! had still runs; a refusal by PyTorch leaves the program running with one line said; the
 //! folder written for the run is gone after it; `--per-tensor` and `--pluggable` exclude each
 //! other; PyTorch's memory statistics, which its pluggable allocator does not keep, answer from
-//! the shim's pool (tensors made through `gpushim_alloc` on the simulator).
+//! the shim's pool (tensors made through `gpushim_alloc` on the simulator), and under
+//! `--per-tensor` too (through `cudaMalloc`), where PyTorch's own would read 0.
 
 mod common;
 use common::*;
