@@ -57,7 +57,7 @@ EOF
 result() { grep '^RESULT ' "$1" | sed 's/^RESULT //' || true; }
 "$bin" run --pluggable --trace "$work/wl.%p.trace" -- python3 scripts/gpu/workloads.py "$workload" default "$steps" > "$work/wl-pl.log" 2>&1 || echo "pluggable run failed: $(tail -3 "$work/wl-pl.log")"
 python3 scripts/gpu/workloads.py "$workload" expandable "$steps" > "$work/wl-ex.log" 2>&1 || echo "expandable run failed: $(tail -3 "$work/wl-ex.log")"
-trace=$(ls "$work"/wl.*.trace 2>/dev/null | head -1)
+trace=$(ls "$work"/wl.*.trace 2>/dev/null | head -1 || true)
 python3 - "$(result "$work/wl-pl.log")" "$(result "$work/wl-ex.log")" "$workload" <<'EOF'
 import json, sys
 def load(s):
