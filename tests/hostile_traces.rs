@@ -219,3 +219,44 @@ proptest! {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+#[test]
+fn a_build_id_that_is_not_hex_is_not_one() {
+    let dir = tempdir("buildid-hostile");
+    let path = dir.join("ids.trace");
+    let mut t = HandTrace::create(&path);
+    let ids: [&[u8]; 4] = [b"00ff1e", b"../etc/passwd\n", b"", &[b'a'; 200]];
+    for (i, text) in ids.iter().enumerate() {
+        let base = 0x40_0000 * (i as u64 + 1);
+        let name = t.recorder.intern_string(format!("/lib/m{i}.so").as_bytes());
+        t.rec(RecordKind::Module, Api::Shim, base, name);
+        let id = t.recorder.intern_string(text);
+        t.rec(RecordKind::ModuleBuildId, Api::Shim, base, id);
+    }
+    // A module loaded again at the first base, with no id of its own: the old one is gone.
+    let name = t.recorder.intern_string(b"/lib/again.so");
+    t.rec(RecordKind::Module, Api::Shim, 0x40_0000, name);
+    drop(t);
+    let mut reader = gpushim::trace::reader::TraceReader::open(&path).unwrap();
+    while reader.next().is_some() {}
+    assert_eq!(reader.build_id_of(0x40_0000), None);
+    assert_eq!(reader.build_id_of(0x80_0000), None, "not hex");
+    assert_eq!(reader.build_id_of(0xc0_0000), None, "empty");
+    assert_eq!(reader.build_id_of(0x100_0000), None, "longer than any id");
+    assert_eq!(reader.build_id_of(0x200_0000), None, "never recorded");
+}
+
+#[test]
+fn a_build_id_is_kept_by_its_base() {
+    let dir = tempdir("buildid-kept");
+    let path = dir.join("ids.trace");
+    let mut t = HandTrace::create(&path);
+    let name = t.recorder.intern_string(b"/lib/m.so");
+    t.rec(RecordKind::Module, Api::Shim, 0x40_0000, name);
+    let id = t.recorder.intern_string(b"00ff1e");
+    t.rec(RecordKind::ModuleBuildId, Api::Shim, 0x40_0000, id);
+    drop(t);
+    let mut reader = gpushim::trace::reader::TraceReader::open(&path).unwrap();
+    while reader.next().is_some() {}
+    assert_eq!(reader.build_id_of(0x40_0000), Some("00ff1e"));
+}

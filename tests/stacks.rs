@@ -172,3 +172,94 @@ fn a_stack_recognized_from_before_is_the_same_stack() {
     }
     assert_eq!(checked, 600);
 }
+
+/// The build-id of each module is recorded, and a module rebuilt after the run does not name
+/// the run's frames: `events` names `local_roundtrip` from the library that ran, keeps
+/// `liblocal.so+0x…` and says why once the file on disk has another build-id or none, and
+/// names it again once the file that ran is back.
+#[test]
+fn frames_are_named_only_from_the_build_that_ran() {
+    let dir = tempdir("buildid");
+    let lib = dir.join("liblocal.so");
+    let inc = repo().join("tests/sim");
+    let build = |id: &str| {
+        let _ = std::fs::remove_file(&lib);
+        cc(&[
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-I",
+            inc.to_str().unwrap(),
+            "-o",
+            lib.to_str().unwrap(),
+            repo().join("tests/clients/local_lib.c").to_str().unwrap(),
+            "-L",
+            sim().dir.to_str().unwrap(),
+            "-lcudart",
+            &format!("-Wl,--build-id={id}"),
+        ]);
+    };
+    build("0x0123456789abcdef0123");
+    let t = dir.join("local.trace");
+    let out = run(
+        &sim().bin("load_local"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![("GPUSHIM_CONF", "stacks:native".into())],
+            args: vec![lib.to_string_lossy().into_owned()],
+        },
+    );
+    assert_ok(&out);
+    // The trace holds the id the library was linked with, at the library's base.
+    let mut reader = TraceReader::open(&t).unwrap();
+    let mut base = None;
+    while let Some(r) = reader.next() {
+        if r.kind == RecordKind::Module
+            && reader
+                .string(r.size)
+                .is_some_and(|p| p.ends_with("/liblocal.so"))
+        {
+            base = Some(r.ptr);
+        }
+    }
+    let base = base.expect("a module record for liblocal.so");
+    assert_eq!(reader.build_id_of(base), Some("0123456789abcdef0123"));
+    let events = || {
+        let out = std::process::Command::new(gpushim_bin())
+            .arg("events")
+            .arg(&t)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        let row = stdout(&out)
+            .lines()
+            .find(|l| l.contains(",stack_ref,") && l.contains("liblocal.so"))
+            .expect("a stack_ref row through liblocal.so")
+            .to_string();
+        (row, stderr(&out))
+    };
+    let (row, err) = events();
+    assert!(row.contains("local_roundtrip (liblocal.so+0x"), "{row}");
+    assert!(!err.contains("not the file that ran"), "{err}");
+    // Rebuilt with another id: the frame stays an offset, and stderr names the file and both ids.
+    build("0xfedcba98765432100123");
+    let (row, err) = events();
+    assert!(!row.contains("local_roundtrip"), "{row}");
+    assert!(row.contains("liblocal.so+0x"), "{row}");
+    assert!(
+        err.contains("liblocal.so is not the file that ran")
+            && err.contains("fedcba98765432100123")
+            && err.contains("0123456789abcdef0123"),
+        "{err}"
+    );
+    // Rebuilt with no id at all: nothing proves it is the one that ran.
+    build("none");
+    let (row, err) = events();
+    assert!(!row.contains("local_roundtrip"), "{row}");
+    assert!(err.contains("it has no build-id"), "{err}");
+    // The build that ran, back in place: named again.
+    build("0x0123456789abcdef0123");
+    let (row, _) = events();
+    assert!(row.contains("local_roundtrip (liblocal.so+0x"), "{row}");
+}

@@ -21,10 +21,7 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
         );
     }
     while let Some(r) = reader.next() {
-        if r.kind == gpushim::trace::format::RecordKind::String {
-            continue;
-        }
-        if matches!(r.kind, RecordKind::Stack | RecordKind::Module) {
+        if r.kind.is_definition() {
             continue;
         }
         let text = match r.kind {

@@ -70,7 +70,9 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
             }
         }
         _ => {
-            pending.remove(&r.thread);
+            if !r.kind.is_definition() {
+                pending.remove(&r.thread);
+            }
             if let Change::Alloc { .. } = c {
                 allocations += 1;
                 pending.insert(r.thread, allocations);

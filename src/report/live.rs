@@ -293,7 +293,7 @@ impl Replay {
             _ => {
                 // Any other record of the thread ends the window in which a StackRef belongs
                 // to its allocation.
-                if !matches!(r.kind, Stack | StackData | String | StringData | Module) {
+                if !r.kind.is_definition() {
                     take_last(&mut self.last_alloc, r.thread);
                 }
                 Change::Other

@@ -190,16 +190,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             }
             _ => {}
         }
-        if site_of == Some(r.thread)
-            && !matches!(
-                r.kind,
-                RecordKind::Stack
-                    | RecordKind::StackData
-                    | RecordKind::String
-                    | RecordKind::StringData
-                    | RecordKind::Module
-            )
-        {
+        if site_of == Some(r.thread) && !r.kind.is_definition() {
             site_of = None;
             if r.kind == RecordKind::StackRef
                 && let Some(s) = &mut streams_left

@@ -1,8 +1,10 @@
 //! Names stack frames offline, after the run: function, file and line from a module's DWARF
 //! (addr2line), else the nearest symbol of its symbol table, else `module+0xoffset`. A module
 //! that cannot be read (moved, deleted, another machine) is named once on stderr and its frames
-//! stay `module+0xoffset`. The binaries must be the ones that ran: a rebuilt library gives
-//! wrong names.
+//! stay `module+0xoffset`. A module is named only from the file that ran: where the trace
+//! holds the module's GNU build-id (the shim reads it from the loaded image), a file on disk
+//! with another one, or with none, is not read (a rebuilt library would give wrong names), and
+//! that is said once per module.
 
 use crate::trace::reader::TraceReader;
 use std::cell::RefCell;
@@ -96,12 +98,10 @@ pub fn is_program_file(file: &str) -> bool {
 struct Symbols(Vec<(u64, u64, String)>);
 
 impl Symbols {
-    fn read(path: &str) -> Symbols {
+    fn of(file: Option<&object::File<'_>>) -> Symbols {
         use object::{Object, ObjectSymbol, SymbolKind};
         let mut v = Vec::new();
-        if let Ok(data) = std::fs::read(path)
-            && let Ok(file) = object::File::parse(&*data)
-        {
+        if let Some(file) = file {
             for s in file.symbols().chain(file.dynamic_symbols()) {
                 if s.kind() == SymbolKind::Text
                     && s.size() > 0
@@ -170,10 +170,69 @@ pub fn frame(reader: &TraceReader, ip: u64) -> FrameInfo {
     };
     if reader.symbols() && !path.is_empty() && !path.starts_with('[') {
         // A return address: the call is the instruction before it.
-        let (function, file, line) = lookup(path, offset.saturating_sub(1));
+        let ran = reader.build_id_of(base);
+        let (function, file, line) = lookup(path, ran, offset.saturating_sub(1));
         (info.function, info.file, info.line) = (function, file, line);
     }
     info
+}
+
+/// Whether the module file `data` is the one that ran, whose build-id was `ran` (hex; `None`
+/// when the trace holds none, and then nothing can be checked): `Err` says how it differs.
+fn same_build(data: &[u8], ran: Option<&str>) -> Result<(), String> {
+    use object::Object;
+    let Some(ran) = ran else {
+        return Ok(());
+    };
+    let file = object::File::parse(data).map_err(|e| e.to_string())?;
+    match file.build_id() {
+        Ok(Some(id)) => {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            if hex.eq_ignore_ascii_case(ran) {
+                Ok(())
+            } else {
+                Err(format!("its build-id is {hex}, the one that ran had {ran}"))
+            }
+        }
+        Ok(None) => Err(format!("it has no build-id, the one that ran had {ran}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Opens a module for naming: its debug information and symbols, if it is the file that ran.
+fn load(path: &str, ran: Option<&str>) -> Option<(addr2line::Loader, Symbols)> {
+    let opened = open_module(path).and_then(|(file, by_fd)| {
+        let data = std::fs::read(&by_fd).map_err(|e| e.to_string())?;
+        if let Err(why) = same_build(&data, ran) {
+            return Ok(Err(why));
+        }
+        let l = addr2line::Loader::new(&by_fd).map_err(|e| e.to_string())?;
+        let symbols = Symbols::of(object::File::parse(&*data).ok().as_ref());
+        drop(file);
+        Ok(Ok((l, symbols)))
+    });
+    match opened {
+        Ok(Ok(x)) => Some(x),
+        Ok(Err(why)) => {
+            eprintln!(
+                "gpushim: {} is not the file that ran ({why}): its frames stay module+offset \
+                 (name them where the binaries that ran are, or rebuild them as they were)",
+                crate::stackfmt::Escaped(path.as_bytes())
+            );
+            None
+        }
+        Err(e) => {
+            if !UNREADABLE_SAID.swap(true, Ordering::Relaxed) {
+                eprintln!(
+                    "gpushim: cannot read {} to name its frames ({e}); its frames, and those \
+                     of any other module that cannot be read, stay module+offset \
+                     (--no-symbols skips naming)",
+                    crate::stackfmt::Escaped(path.as_bytes())
+                );
+            }
+            None
+        }
+    }
 }
 
 /// `frame(reader, ip).label()`.
@@ -181,35 +240,17 @@ pub fn describe(reader: &TraceReader, ip: u64) -> String {
     frame(reader, ip).label()
 }
 
-fn lookup(path: &str, probe: u64) -> Named {
+fn lookup(path: &str, ran: Option<&str>, probe: u64) -> Named {
     CACHE.with(|c| {
         let mut c = c.borrow_mut();
-        let key = (path.to_string(), probe);
+        // A path and the build-id that ran there: traces merged from several hosts may hold
+        // two builds of one path.
+        let module = format!("{path}\0{}", ran.unwrap_or(""));
+        let key = (module.clone(), probe);
         if let Some(hit) = c.frames.get(&key) {
             return hit.clone();
         }
-        let loader = c.loaders.entry(path.to_string()).or_insert_with(|| {
-            let opened = open_module(path).and_then(|(file, by_fd)| {
-                let l = addr2line::Loader::new(&by_fd).map_err(|e| e.to_string())?;
-                let symbols = Symbols::read(&by_fd);
-                drop(file);
-                Ok((l, symbols))
-            });
-            match opened {
-                Ok(x) => Some(x),
-                Err(e) => {
-                    if !UNREADABLE_SAID.swap(true, Ordering::Relaxed) {
-                        eprintln!(
-                            "gpushim: cannot read {} to name its frames ({e}); its frames, \
-                             and those of any other module that cannot be read, stay \
-                             module+offset (--no-symbols skips naming)",
-                            crate::stackfmt::Escaped(path.as_bytes())
-                        );
-                    }
-                    None
-                }
-            }
-        });
+        let loader = c.loaders.entry(module).or_insert_with(|| load(path, ran));
         let found = loader
             .as_ref()
             .map_or((None, None, None), |(l, s)| name(l, s, probe));

@@ -74,6 +74,10 @@ pub const STRING_BYTES_PER_RECORD: usize = 16;
 /// Longest string stored; longer ones are cut.
 pub const STRING_MAX: usize = 256;
 
+/// Bytes of a build-id the shim records (GNU ld writes 20, a SHA-1; `--build-id=0x...` any
+/// number): its hex text fits in a string.
+pub const BUILD_ID_MAX: usize = 64;
+
 /// Device number used when the device is not known.
 pub const DEVICE_UNKNOWN: u8 = 0xff;
 
@@ -203,6 +207,23 @@ byte_enum! {
         /// completed, or the program synchronized the device). The time between the two is how
         /// far the GPU ran behind the host.
         PoolCheckpoint = 41 => "pool_checkpoint",
+        /// The GNU build-id of the module whose `Module` record came just before at the same
+        /// base: `ptr` is its load base, `size` the string id of the id in lowercase hex. The
+        /// command names a module's frames only from a file with this id.
+        ModuleBuildId = 42 => "module_build_id",
+    }
+}
+
+impl RecordKind {
+    /// Whether the record only defines what later records refer to (a string, a stack, a
+    /// module and its build-id), rather than telling of something the program did: such
+    /// records may come between a call's record and its `StackRef`.
+    pub const fn is_definition(self) -> bool {
+        use RecordKind::*;
+        matches!(
+            self,
+            String | StringData | Stack | StackData | Module | ModuleBuildId
+        )
     }
 }
 

@@ -132,6 +132,8 @@ pub struct TraceReader {
     /// Loaded modules seen so far: the string id of the path by load base (ordered, so naming a
     /// frame is a logarithmic lookup however many modules a trace holds).
     modules: std::collections::BTreeMap<u64, u64>,
+    /// The string id of each module's build-id (hex), by load base, when the shim found one.
+    build_ids: HashMap<u64, u64>,
     /// A definition whose data records are still being read: kind, id, byte length, bytes.
     pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
     /// The reorder window (see [`REORDER_WINDOW_NS`]).
@@ -275,6 +277,7 @@ impl TraceReader {
             strings: HashMap::new(),
             stacks: HashMap::new(),
             modules: std::collections::BTreeMap::new(),
+            build_ids: HashMap::new(),
             pending: None,
             window: Vec::new(),
             ready: 0,
@@ -336,6 +339,17 @@ impl TraceReader {
     pub fn module_of(&self, ip: u64) -> Option<(u64, &str)> {
         let (base, name) = self.modules.range(..=ip).next_back()?;
         Some((*base, self.strings.get(name)?.as_str()))
+    }
+
+    /// The GNU build-id (lowercase hex) recorded for the module loaded at `base`; `None` when
+    /// the trace holds none (a module without one, or a trace from before they were recorded)
+    /// or what it holds is not hex.
+    pub fn build_id_of(&self, base: u64) -> Option<&str> {
+        let id = self.strings.get(self.build_ids.get(&base)?)?;
+        (!id.is_empty()
+            && id.len() <= 2 * format::BUILD_ID_MAX
+            && id.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then_some(id.as_str())
     }
 
     /// An address as `module+0xoffset`, or the bare address when no module is known.
@@ -518,7 +532,13 @@ impl TraceReader {
                             (r.size as usize).min(crate::trace::stack::MAX_FRAMES) * 8
                         }
                         RecordKind::Module => {
+                            // Another module at this base: its build-id, if any, follows.
                             self.modules.insert(r.ptr, r.size);
+                            self.build_ids.remove(&r.ptr);
+                            0
+                        }
+                        RecordKind::ModuleBuildId => {
+                            self.build_ids.insert(r.ptr, r.size);
                             0
                         }
                         _ => 0,

@@ -7,7 +7,7 @@ use crate::trace::RECORDER;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind};
+use gpushim_core::trace::format::{Api, BUILD_ID_MAX, DEVICE_UNKNOWN, Record, RecordKind};
 use gpushim_core::trace::stack::{self, MAX_FRAMES, NATIVE_FRAMES, PYTHON_FRAMES};
 
 /// One memory call in this many gets its native stack; 0 for none. Set when the trace opens.
@@ -308,5 +308,110 @@ unsafe extern "C" fn visit(
         size: path_id,
         stream: 0,
     });
+    let mut hex = [0u8; 2 * BUILD_ID_MAX];
+    let n = build_id(info, &mut hex);
+    if n > 0 {
+        let id = RECORDER.intern_string(&hex[..n]);
+        RECORDER.append(&Record {
+            kind: RecordKind::ModuleBuildId,
+            api: Api::Shim,
+            device: DEVICE_UNKNOWN,
+            status: 0,
+            thread: 0,
+            time_ns: RECORDER.now_ns(),
+            ptr: base,
+            size: id,
+            stream: 0,
+        });
+    }
+    0
+}
+
+/// `NT_GNU_BUILD_ID`: the note type of a GNU build-id.
+const NT_GNU_BUILD_ID: u32 = 3;
+
+/// The module's GNU build-id, read from its note segments as the loader mapped them, written
+/// into `hex` as lowercase hex; returns its length, 0 when the module has none (or one longer
+/// than [`BUILD_ID_MAX`] bytes). Only notes that lie inside a loaded, readable segment are
+/// read, every length is checked against the note segment's end, and nothing is allocated.
+fn build_id(info: &libc::dl_phdr_info, hex: &mut [u8; 2 * BUILD_ID_MAX]) -> usize {
+    let base = info.dlpi_addr;
+    // SAFETY: the loader gives `dlpi_phnum` headers at `dlpi_phdr` for the duration of the
+    // dl_iterate_phdr callback that calls this.
+    let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
+    let mapped = |start: u64, end: u64| {
+        phdrs.iter().any(|p| {
+            let (Some(s), Some(e)) = (
+                base.checked_add(p.p_vaddr),
+                base.checked_add(p.p_vaddr)
+                    .and_then(|s| s.checked_add(p.p_memsz)),
+            ) else {
+                return false;
+            };
+            p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_R != 0 && s <= start && end <= e
+        })
+    };
+    for ph in phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE) {
+        let Some(start) = base.checked_add(ph.p_vaddr) else {
+            continue;
+        };
+        let Some(end) = start.checked_add(ph.p_filesz.min(ph.p_memsz)) else {
+            continue;
+        };
+        if !mapped(start, end) {
+            continue;
+        }
+        let read_u32 = |at: u64| -> Option<u32> {
+            (at.checked_add(4)? <= end).then(|| {
+                // SAFETY: `at..at + 4` lies inside the note segment, which lies inside a
+                // readable loaded segment of a module the loader holds while we are called.
+                unsafe { core::ptr::read_unaligned(at as *const u32) }
+            })
+        };
+        let pad4 = |n: u64| n.checked_add(3).map(|v| v & !3);
+        let mut at = start;
+        while let (Some(namesz), Some(descsz), Some(kind)) = (
+            read_u32(at),
+            read_u32(at.saturating_add(4)),
+            read_u32(at.saturating_add(8)),
+        ) {
+            let name = at + 12;
+            let Some(desc) = pad4(u64::from(namesz)).and_then(|n| name.checked_add(n)) else {
+                break;
+            };
+            let Some(next) = pad4(u64::from(descsz)).and_then(|n| desc.checked_add(n)) else {
+                break;
+            };
+            // The last note's padding may lie past the segment's end (a linker that writes an
+            // id whose length is not a multiple of 4 does not pad it); its bytes may not.
+            if desc.saturating_add(u64::from(descsz)) > end {
+                break;
+            }
+            // SAFETY: `name..name + namesz` lies before `desc` and `desc..desc + descsz`
+            // before `end` (checked just above), inside the note segment.
+            let (name_bytes, desc_bytes) = unsafe {
+                (
+                    core::slice::from_raw_parts(name as *const u8, namesz as usize),
+                    core::slice::from_raw_parts(desc as *const u8, descsz as usize),
+                )
+            };
+            if kind == NT_GNU_BUILD_ID
+                && name_bytes == b"GNU\0"
+                && !desc_bytes.is_empty()
+                && desc_bytes.len() <= BUILD_ID_MAX
+            {
+                const DIGITS: &[u8; 16] = b"0123456789abcdef";
+                for (i, b) in desc_bytes.iter().enumerate() {
+                    hex[2 * i] = DIGITS[usize::from(b >> 4)];
+                    hex[2 * i + 1] = DIGITS[usize::from(b & 15)];
+                }
+                return 2 * desc_bytes.len();
+            }
+            if next <= at {
+                break;
+            }
+            at = next;
+        }
+    }
     0
 }
