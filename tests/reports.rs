@@ -616,3 +616,79 @@ fn top_watches_a_running_process_until_it_exits() {
     assert!(headers.last().unwrap().contains("exited"), "{s}");
     assert!(s.contains("live now, by call site:"));
 }
+
+/// NVTX start/end ranges (`nvtxRangeStartA`/`nvtxRangeEnd`, which belong to no thread) mark
+/// iterations for `leaks` and narrow reports with `--range`, as push/pop ranges do: five
+/// "step" ranges, each leaking 1 MiB made on another thread than the one that started it, and
+/// one allocation outside any range.
+#[test]
+fn start_end_ranges_mark_iterations_and_narrow_reports() {
+    use gpushim::trace::format::{Api, Record, RecordKind};
+    let dir = tempdir("startend");
+    let path = dir.join("se.trace");
+    let mut t = HandTrace::create(&path);
+    let step = t.recorder.intern_string(b"step");
+    let mut at = 0u64;
+    let mut rec = |t: &mut HandTrace, kind, api, thread, ptr, size| {
+        at += 1000;
+        t.recorder.append(&Record {
+            kind,
+            api,
+            device: 0,
+            status: 0,
+            thread,
+            time_ns: at,
+            ptr,
+            size,
+            stream: 0,
+        });
+    };
+    for i in 0..5u64 {
+        rec(&mut t, RecordKind::RangeStart, Api::Nvtx, 0, step, 100 + i);
+        rec(
+            &mut t,
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            1,
+            0x100_0000 * (i + 1),
+            1 << 20,
+        );
+        rec(
+            &mut t,
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            1,
+            0x9000_0000,
+            4096,
+        );
+        rec(&mut t, RecordKind::Free, Api::CudaFree, 1, 0x9000_0000, 0);
+        rec(&mut t, RecordKind::RangeEnd, Api::Nvtx, 2, 0, 100 + i);
+    }
+    rec(
+        &mut t,
+        RecordKind::Alloc,
+        Api::CudaMalloc,
+        1,
+        0xa000_0000,
+        8192,
+    );
+    drop(t);
+    let leaks = |extra: &[&str]| -> serde_json::Value {
+        let out = Command::new(gpushim_bin())
+            .args(["leaks", "--json"])
+            .args(extra)
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let all = leaks(&[]);
+    let it = &all["iterations"];
+    assert_eq!(it["boundary"], "NVTX 'step'", "{all}");
+    assert_eq!(it["count"], 5, "{all}");
+    assert_eq!(it["growing"][0]["bytes_per_iteration"], 1 << 20, "{all}");
+    assert_eq!(all["live_at_exit_bytes"], 5 * (1 << 20) + 8192, "{all}");
+    let inside = leaks(&["--range", "step"]);
+    assert_eq!(inside["live_at_exit_bytes"], 5 * (1 << 20), "{inside}");
+}

@@ -42,7 +42,8 @@ pub struct Reading {
     /// Only allocations made before TIME since the trace began.
     #[arg(long, value_name = "TIME")]
     to: Option<String>,
-    /// Only allocations made inside NVTX ranges named NAME (at any depth, on their thread).
+    /// Only allocations made inside NVTX ranges named NAME: a push/pop range of their thread (at
+    /// any depth), or a start/end range open at the time, whichever thread started it.
     #[arg(long, value_name = "NAME")]
     range: Option<String>,
     /// Name frames module+offset; do not read the binaries for function names and lines.
@@ -202,7 +203,8 @@ pub enum Cmd {
         #[arg(required = true)]
         traces: Vec<PathBuf>,
 
-        /// The NVTX range or mark name that starts an iteration (default: the one that repeats most).
+        /// The NVTX range (push/pop or start/end) or mark name that starts an iteration
+        /// (default: the range that repeats most, else the mark).
         #[arg(long, value_name = "NAME")]
         boundary: Option<String>,
         /// Print JSON instead of text.

@@ -55,10 +55,10 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     let mut pending: HashMap<u16, u64> = HashMap::new();
     let mut allocations = 0u64;
     let (reader, _) = replay_each(path, opts, |_, _, r, c| match r.kind {
-        RecordKind::RangePush | RecordKind::Mark => {
+        RecordKind::RangePush | RecordKind::RangeStart | RecordKind::Mark => {
             let e = names
                 .entry(r.ptr)
-                .or_insert((0, r.kind == RecordKind::RangePush));
+                .or_insert((0, r.kind != RecordKind::Mark));
             e.0 += 1;
         }
         RecordKind::StackRef => {
@@ -129,7 +129,10 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
         let is_boundary = match &chosen {
             Some((_, Some(id), _)) => {
-                matches!(r.kind, RecordKind::RangePush | RecordKind::Mark) && r.ptr == *id
+                matches!(
+                    r.kind,
+                    RecordKind::RangePush | RecordKind::RangeStart | RecordKind::Mark
+                ) && r.ptr == *id
             }
             Some((_, None, Some(key))) if key >> 63 == 1 => {
                 matches!(c, Change::Alloc { .. })

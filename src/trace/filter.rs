@@ -24,8 +24,9 @@ pub struct Filter {
     pub from_ns: Option<u64>,
     /// Allocations made before this time since the trace began.
     pub to_ns: Option<u64>,
-    /// Allocations made inside an NVTX push/pop range of this name, at any depth, on the
-    /// allocating thread.
+    /// Allocations made inside an NVTX range of this name: a push/pop range (at any depth) of
+    /// the allocating thread, or a start/end range (`nvtxRangeStart`/`nvtxRangeEnd`, which
+    /// belong to no thread) open at the time.
     pub range: Option<String>,
 }
 
@@ -52,6 +53,8 @@ pub struct Filtering {
     /// Per thread: the NVTX ranges open (string ids), and whether the thread's last allocation
     /// was left out (so is the stack that follows it).
     ranges: HashMap<u16, Vec<u64>>,
+    /// The start/end ranges open: string id by range id.
+    started: HashMap<u64, u64>,
     dropped_last: HashMap<u16, bool>,
 }
 
@@ -61,6 +64,7 @@ impl Filtering {
             filter,
             kept: FastMap::default(),
             ranges: HashMap::new(),
+            started: HashMap::new(),
             dropped_last: HashMap::new(),
         }
     }
@@ -69,10 +73,11 @@ impl Filtering {
         let Some(name) = &self.filter.range else {
             return true;
         };
-        self.ranges.get(&thread).is_some_and(|open| {
-            open.iter()
-                .any(|id| strings.get(id).is_some_and(|s| s == name))
-        })
+        let named = |id: &u64| strings.get(id).is_some_and(|s| s == name);
+        self.ranges
+            .get(&thread)
+            .is_some_and(|open| open.iter().any(named))
+            || self.started.values().any(named)
     }
 
     /// Whether `r` stays; `strings` resolves NVTX messages.
@@ -103,6 +108,14 @@ impl Filtering {
                 if let Some(open) = self.ranges.get_mut(&r.thread) {
                     open.pop();
                 }
+                true
+            }
+            RangeStart => {
+                self.started.insert(r.size, r.ptr);
+                true
+            }
+            RangeEnd => {
+                self.started.remove(&r.size);
                 true
             }
             SegmentReserve | SegmentRelease | Split | OomRetry | OutOfMemory | LimitHit
@@ -256,5 +269,29 @@ mod tests {
         assert!(f.keep(&rec(RangePop, 1, 5, 0), &s));
         assert!(f.keep(&rec(RangePop, 1, 6, 0), &s));
         assert!(!f.keep(&rec(Alloc, 1, 7, 0xd), &s));
+    }
+
+    #[test]
+    fn a_start_end_range_keeps_allocations_of_every_thread_while_it_is_open() {
+        let mut f = Filtering::new(Filter {
+            range: Some("step".into()),
+            ..Filter::default()
+        });
+        let s: HashMap<u64, std::string::String> =
+            [(1, "step".to_string()), (2, "fwd".to_string())].into();
+        use RecordKind::*;
+        let range = |kind, thread, message, id| Record {
+            size: id,
+            ..rec(kind, thread, 0, message)
+        };
+        assert!(!f.keep(&rec(Alloc, 2, 1, 0xa), &s));
+        assert!(f.keep(&range(RangeStart, 1, 1, 7), &s)); // "step", range id 7, thread 1
+        assert!(f.keep(&range(RangeStart, 1, 2, 8), &s)); // "fwd", range id 8
+        assert!(f.keep(&rec(Alloc, 2, 3, 0xb), &s)); // another thread, inside "step"
+        assert!(f.keep(&range(RangeEnd, 3, 0, 7), &s)); // ended by a third thread
+        assert!(!f.keep(&rec(Alloc, 2, 4, 0xc), &s)); // "fwd" is still open, "step" is not
+        assert!(f.keep(&range(RangeEnd, 1, 0, 8), &s));
+        assert!(f.keep(&range(RangeEnd, 1, 0, 99), &s)); // an end of nothing open
+        assert!(!f.keep(&rec(Alloc, 1, 5, 0xd), &s));
     }
 }
