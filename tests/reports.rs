@@ -691,4 +691,52 @@ fn start_end_ranges_mark_iterations_and_narrow_reports() {
     assert_eq!(all["live_at_exit_bytes"], 5 * (1 << 20) + 8192, "{all}");
     let inside = leaks(&["--range", "step"]);
     assert_eq!(inside["live_at_exit_bytes"], 5 * (1 << 20), "{inside}");
+    // The peak's holders by range: the allocations made while "step" was open, on any thread.
+    let out = Command::new(gpushim_bin())
+        .args(["peak", "--json"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let peak: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let by_range = &peak[0]["by_range"];
+    assert_eq!(by_range[0]["label"], "step", "{peak}");
+    assert_eq!(by_range[0]["bytes"], 5 * (1 << 20), "{peak}");
+    assert_eq!(by_range[1]["bytes"], 8192, "{peak}");
+    // The plot shades every other "step".
+    let svg = dir.join("se.svg");
+    let out = Command::new(gpushim_bin())
+        .arg("plot")
+        .arg(&path)
+        .arg("-o")
+        .arg(&svg)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("NVTX range 'step'"), "{svg}");
+    assert_eq!(svg.matches(r##"fill="#eef3fb""##).count(), 3, "{svg}");
+    // Perfetto: each range an async slice, begun and ended under its range id and name.
+    let json = dir.join("se.json");
+    let out = Command::new(gpushim_bin())
+        .args(["export", "--format", "perfetto", "-o"])
+        .arg(&json)
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let events = v["traceEvents"].as_array().unwrap();
+    let phase =
+        |ph: &str| -> Vec<&serde_json::Value> { events.iter().filter(|e| e["ph"] == ph).collect() };
+    let (begins, ends) = (phase("b"), phase("e"));
+    assert_eq!(begins.len(), 5);
+    assert_eq!(ends.len(), 5);
+    for (i, (b, e)) in begins.iter().zip(&ends).enumerate() {
+        assert_eq!(b["name"], "step");
+        assert_eq!(e["name"], "step");
+        assert_eq!(b["id2"]["local"], 100 + i as u64);
+        assert_eq!(e["id2"]["local"], b["id2"]["local"]);
+        assert!(e["ts"].as_f64() > b["ts"].as_f64());
+    }
 }

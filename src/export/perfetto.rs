@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::io::Write;
 
 /// Chrome trace event JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open: one
-/// counter track per device (live and reserved bytes), NVTX ranges as slices on their thread,
-/// marks as instants. Several traces (the ranks of a job) go in one file: a process each,
+/// counter track per device (live and reserved bytes), NVTX push/pop ranges as slices on their
+/// thread, start/end ranges as async slices (they belong to no thread), marks as instants. Several traces (the ranks of a job) go in one file: a process each,
 /// named by rank, on one time axis aligned by their wall-clock starts.
 pub fn perfetto(
     paths: &[std::path::PathBuf],
@@ -44,6 +44,8 @@ pub fn perfetto(
         );
         let offset = *offset;
         let mut last: HashMap<u8, (u64, u64)> = HashMap::new();
+        // Start/end ranges open: the name by range id (the end record carries only the id).
+        let mut started: HashMap<u64, String> = HashMap::new();
         replay_each(path, opts, |reader, rp, r, c| {
             let ts = (r.time_ns + offset) as f64 / 1000.0;
             match r.kind {
@@ -56,6 +58,24 @@ pub fn perfetto(
                     out,
                     serde_json::json!({"ph": "E", "pid": pid, "tid": r.thread, "ts": ts}),
                 ),
+                RecordKind::RangeStart => {
+                    let name = reader.string(r.ptr).unwrap_or("range").to_string();
+                    emit(
+                        out,
+                        serde_json::json!({"ph": "b", "name": name, "cat": "nvtx",
+                            "id2": {"local": r.size}, "pid": pid, "tid": r.thread, "ts": ts}),
+                    );
+                    started.insert(r.size, name);
+                }
+                RecordKind::RangeEnd => {
+                    if let Some(name) = started.remove(&r.size) {
+                        emit(
+                            out,
+                            serde_json::json!({"ph": "e", "name": name, "cat": "nvtx",
+                                "id2": {"local": r.size}, "pid": pid, "tid": r.thread, "ts": ts}),
+                        );
+                    }
+                }
                 RecordKind::Mark => emit(
                     out,
                     serde_json::json!({"ph": "i", "s": "t", "name": reader.string(r.ptr).unwrap_or("mark"),

@@ -26,6 +26,8 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     let mut points: BTreeMap<(usize, u8), Vec<Point>> = BTreeMap::new();
     let mut ranges: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
     let mut open: HashMap<u16, Vec<(u64, u64)>> = HashMap::new();
+    // Start/end ranges open: (string id, start) by range id.
+    let mut started: HashMap<u64, (u64, u64)> = HashMap::new();
     let traces = aligned(paths, opts)?;
     let mut end = 1u64;
     let mut first_reader = None;
@@ -39,6 +41,14 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
                 }
                 RecordKind::RangePop if n == 0 => {
                     if let Some((id, t0)) = open.get_mut(&r.thread).and_then(Vec::pop) {
+                        ranges.entry(id).or_default().push((t0, t));
+                    }
+                }
+                RecordKind::RangeStart if n == 0 => {
+                    started.insert(r.size, (r.ptr, t));
+                }
+                RecordKind::RangeEnd if n == 0 => {
+                    if let Some((id, t0)) = started.remove(&r.size) {
                         ranges.entry(id).or_default().push((t0, t));
                     }
                 }

@@ -13,7 +13,8 @@ pub struct Live {
     pub device: u8,
     /// Stack id (0: none recorded).
     pub stack: u64,
-    /// String id of the innermost NVTX range of the allocating thread (0: none).
+    /// String id of the innermost NVTX push/pop range of the allocating thread, else of the
+    /// latest start/end range open (0: none).
     pub range: u64,
     pub time_ns: u64,
     pub thread: u16,
@@ -70,6 +71,10 @@ pub struct Replay {
     last_alloc: Vec<u64>,
     /// Per thread: its open NVTX ranges, innermost last.
     ranges: Vec<Vec<u64>>,
+    /// The start/end ranges open, which belong to no thread: string id by the index of the
+    /// record that started it (so the last is the latest), and that index by range id.
+    started: BTreeMap<u64, u64>,
+    started_at: HashMap<u64, u64>,
     /// Records applied.
     pub index: u64,
     pub time_ns: u64,
@@ -108,6 +113,7 @@ impl Replay {
                 .ranges
                 .get(r.thread as usize)
                 .and_then(|s| s.last().copied())
+                .or_else(|| self.started.last_key_value().map(|(_, &name)| name))
                 .unwrap_or(0),
             time_ns: r.time_ns,
             thread: r.thread,
@@ -264,6 +270,19 @@ impl Replay {
             RangePop => {
                 if let Some(s) = self.ranges.get_mut(r.thread as usize) {
                     s.pop();
+                }
+                Change::Other
+            }
+            RangeStart => {
+                if let Some(old) = self.started_at.insert(r.size, self.index) {
+                    self.started.remove(&old);
+                }
+                self.started.insert(self.index, r.ptr);
+                Change::Other
+            }
+            RangeEnd => {
+                if let Some(at) = self.started_at.remove(&r.size) {
+                    self.started.remove(&at);
                 }
                 Change::Other
             }

@@ -53,8 +53,10 @@ pub struct Filtering {
     /// Per thread: the NVTX ranges open (string ids), and whether the thread's last allocation
     /// was left out (so is the stack that follows it).
     ranges: HashMap<u16, Vec<u64>>,
-    /// The start/end ranges open: string id by range id.
-    started: HashMap<u64, u64>,
+    /// The start/end ranges open, by range id: whether each is named as the filter asks; and
+    /// how many of those are.
+    started: HashMap<u64, bool>,
+    started_named: u64,
     dropped_last: HashMap<u16, bool>,
 }
 
@@ -65,6 +67,7 @@ impl Filtering {
             kept: FastMap::default(),
             ranges: HashMap::new(),
             started: HashMap::new(),
+            started_named: 0,
             dropped_last: HashMap::new(),
         }
     }
@@ -77,7 +80,7 @@ impl Filtering {
         self.ranges
             .get(&thread)
             .is_some_and(|open| open.iter().any(named))
-            || self.started.values().any(named)
+            || self.started_named > 0
     }
 
     /// Whether `r` stays; `strings` resolves NVTX messages.
@@ -111,11 +114,21 @@ impl Filtering {
                 true
             }
             RangeStart => {
-                self.started.insert(r.size, r.ptr);
+                let named = self
+                    .filter
+                    .range
+                    .as_ref()
+                    .is_some_and(|name| strings.get(&r.ptr) == Some(name));
+                if self.started.insert(r.size, named) == Some(true) {
+                    self.started_named -= 1;
+                }
+                self.started_named += u64::from(named);
                 true
             }
             RangeEnd => {
-                self.started.remove(&r.size);
+                if self.started.remove(&r.size) == Some(true) {
+                    self.started_named -= 1;
+                }
                 true
             }
             SegmentReserve | SegmentRelease | Split | OomRetry | OutOfMemory | LimitHit
@@ -293,5 +306,13 @@ mod tests {
         assert!(f.keep(&range(RangeEnd, 1, 0, 8), &s));
         assert!(f.keep(&range(RangeEnd, 1, 0, 99), &s)); // an end of nothing open
         assert!(!f.keep(&rec(Alloc, 1, 5, 0xd), &s));
+        // A range id started again under another name is that range now.
+        assert!(f.keep(&range(RangeStart, 1, 1, 9), &s));
+        assert!(f.keep(&range(RangeStart, 1, 2, 9), &s));
+        assert!(!f.keep(&rec(Alloc, 1, 6, 0xe), &s));
+        assert!(f.keep(&range(RangeStart, 1, 1, 9), &s));
+        assert!(f.keep(&rec(Alloc, 1, 7, 0xf), &s));
+        assert!(f.keep(&range(RangeEnd, 1, 0, 9), &s));
+        assert!(!f.keep(&rec(Alloc, 1, 8, 0x10), &s));
     }
 }
