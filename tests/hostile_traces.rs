@@ -233,6 +233,10 @@ fn a_build_id_that_is_not_hex_is_not_one() {
         let id = t.recorder.intern_string(text);
         t.rec(RecordKind::ModuleBuildId, Api::Shim, base, id);
     }
+    let name = t.recorder.intern_string(b"/lib/kept.so");
+    t.rec(RecordKind::Module, Api::Shim, 0x240_0000, name);
+    let id = t.recorder.intern_string(b"00ff1e");
+    t.rec(RecordKind::ModuleBuildId, Api::Shim, 0x240_0000, id);
     // A module loaded again at the first base, with no id of its own: the old one is gone.
     let name = t.recorder.intern_string(b"/lib/again.so");
     t.rec(RecordKind::Module, Api::Shim, 0x40_0000, name);
@@ -244,19 +248,9 @@ fn a_build_id_that_is_not_hex_is_not_one() {
     assert_eq!(reader.build_id_of(0xc0_0000), None, "empty");
     assert_eq!(reader.build_id_of(0x100_0000), None, "longer than any id");
     assert_eq!(reader.build_id_of(0x200_0000), None, "never recorded");
-}
-
-#[test]
-fn a_build_id_is_kept_by_its_base() {
-    let dir = tempdir("buildid-kept");
-    let path = dir.join("ids.trace");
-    let mut t = HandTrace::create(&path);
-    let name = t.recorder.intern_string(b"/lib/m.so");
-    t.rec(RecordKind::Module, Api::Shim, 0x40_0000, name);
-    let id = t.recorder.intern_string(b"00ff1e");
-    t.rec(RecordKind::ModuleBuildId, Api::Shim, 0x40_0000, id);
-    drop(t);
-    let mut reader = gpushim::trace::reader::TraceReader::open(&path).unwrap();
-    while reader.next().is_some() {}
-    assert_eq!(reader.build_id_of(0x40_0000), Some("00ff1e"));
+    assert_eq!(
+        reader.build_id_of(0x240_0000),
+        Some("00ff1e"),
+        "kept by its base"
+    );
 }

@@ -623,66 +623,37 @@ fn top_watches_a_running_process_until_it_exits() {
 /// one allocation outside any range.
 #[test]
 fn start_end_ranges_mark_iterations_and_narrow_reports() {
-    use gpushim::trace::format::{Api, Record, RecordKind};
+    use gpushim::trace::format::{Api, RecordKind};
     let dir = tempdir("startend");
     let path = dir.join("se.trace");
     let mut t = HandTrace::create(&path);
     let step = t.recorder.intern_string(b"step");
-    let mut at = 0u64;
-    let mut rec = |t: &mut HandTrace, kind, api, thread, ptr, size| {
-        at += 1000;
-        t.recorder.append(&Record {
-            kind,
-            api,
-            device: 0,
-            status: 0,
-            thread,
-            time_ns: at,
-            ptr,
-            size,
-            stream: 0,
-        });
-    };
     for i in 0..5u64 {
-        rec(&mut t, RecordKind::RangeStart, Api::Nvtx, 0, step, 100 + i);
-        rec(
-            &mut t,
+        t.rec_on(0, RecordKind::RangeStart, Api::Nvtx, step, 100 + i);
+        t.rec_on(
+            1,
             RecordKind::Alloc,
             Api::CudaMalloc,
-            1,
             0x100_0000 * (i + 1),
             1 << 20,
         );
-        rec(
-            &mut t,
-            RecordKind::Alloc,
-            Api::CudaMalloc,
-            1,
-            0x9000_0000,
-            4096,
-        );
-        rec(&mut t, RecordKind::Free, Api::CudaFree, 1, 0x9000_0000, 0);
-        rec(&mut t, RecordKind::RangeEnd, Api::Nvtx, 2, 0, 100 + i);
+        t.rec_on(1, RecordKind::Alloc, Api::CudaMalloc, 0x9000_0000, 4096);
+        t.rec_on(1, RecordKind::Free, Api::CudaFree, 0x9000_0000, 0);
+        t.rec_on(2, RecordKind::RangeEnd, Api::Nvtx, 0, 100 + i);
     }
-    rec(
-        &mut t,
-        RecordKind::Alloc,
-        Api::CudaMalloc,
-        1,
-        0xa000_0000,
-        8192,
-    );
+    t.rec_on(1, RecordKind::Alloc, Api::CudaMalloc, 0xa000_0000, 8192);
     drop(t);
-    let leaks = |extra: &[&str]| -> serde_json::Value {
+    let json = |args: &[&str]| -> serde_json::Value {
         let out = Command::new(gpushim_bin())
-            .args(["leaks", "--json"])
-            .args(extra)
+            .args(args)
+            .arg("--json")
             .arg(&path)
             .output()
             .unwrap();
         assert_ok(&out);
         serde_json::from_slice(&out.stdout).unwrap()
     };
+    let leaks = |extra: &[&str]| json(&[&["leaks"], extra].concat());
     let all = leaks(&[]);
     let it = &all["iterations"];
     assert_eq!(it["boundary"], "NVTX 'step'", "{all}");
@@ -692,13 +663,7 @@ fn start_end_ranges_mark_iterations_and_narrow_reports() {
     let inside = leaks(&["--range", "step"]);
     assert_eq!(inside["live_at_exit_bytes"], 5 * (1 << 20), "{inside}");
     // The peak's holders by range: the allocations made while "step" was open, on any thread.
-    let out = Command::new(gpushim_bin())
-        .args(["peak", "--json"])
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert_ok(&out);
-    let peak: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let peak = json(&["peak"]);
     let by_range = &peak[0]["by_range"];
     assert_eq!(by_range[0]["label"], "step", "{peak}");
     assert_eq!(by_range[0]["bytes"], 5 * (1 << 20), "{peak}");

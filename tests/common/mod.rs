@@ -348,13 +348,25 @@ impl HandTrace {
     }
 
     pub fn rec(&mut self, kind: RecordKind, api: gpushim::trace::format::Api, ptr: u64, size: u64) {
+        self.rec_on(0, kind, api, ptr, size);
+    }
+
+    /// `rec` from thread `thread`.
+    pub fn rec_on(
+        &mut self,
+        thread: u16,
+        kind: RecordKind,
+        api: gpushim::trace::format::Api,
+        ptr: u64,
+        size: u64,
+    ) {
         self.t += 1000;
         self.recorder.append(&Record {
             kind,
             api,
             device: 0,
             status: 0,
-            thread: 0,
+            thread,
             time_ns: self.t,
             ptr,
             size,

@@ -297,32 +297,24 @@ unsafe extern "C" fn visit(
         RANGES[2 * k + 1].store(end, Ordering::Relaxed);
         COUNT.store(k + 1, Ordering::Release);
     }
-    RECORDER.append(&Record {
-        kind: RecordKind::Module,
-        api: Api::Shim,
-        device: DEVICE_UNKNOWN,
-        status: 0,
-        thread: 0,
-        time_ns: RECORDER.now_ns(),
-        ptr: base,
-        size: path_id,
-        stream: 0,
-    });
-    let mut hex = [0u8; 2 * BUILD_ID_MAX];
-    let n = build_id(info, &mut hex);
-    if n > 0 {
-        let id = RECORDER.intern_string(&hex[..n]);
+    let module = |kind, size| {
         RECORDER.append(&Record {
-            kind: RecordKind::ModuleBuildId,
+            kind,
             api: Api::Shim,
             device: DEVICE_UNKNOWN,
             status: 0,
             thread: 0,
             time_ns: RECORDER.now_ns(),
             ptr: base,
-            size: id,
+            size,
             stream: 0,
-        });
+        })
+    };
+    module(RecordKind::Module, path_id);
+    let mut hex = [0u8; 2 * BUILD_ID_MAX];
+    let n = build_id(info, &mut hex);
+    if n > 0 {
+        module(RecordKind::ModuleBuildId, RECORDER.intern_string(&hex[..n]));
     }
     0
 }
