@@ -9,8 +9,9 @@ use std::io::Write;
 
 /// Chrome trace event JSON, which Perfetto (ui.perfetto.dev) and chrome://tracing open: one
 /// counter track per device (live and reserved bytes), NVTX push/pop ranges as slices on their
-/// thread, start/end ranges as async slices (they belong to no thread), marks as instants. Several traces (the ranks of a job) go in one file: a process each,
-/// named by rank, on one time axis aligned by their wall-clock starts.
+/// thread, start/end ranges as async slices (they belong to no thread), marks as instants.
+/// Several traces (the ranks of a job) go in one file: a process each, named by rank, on one
+/// time axis aligned by their wall-clock starts.
 pub fn perfetto(
     paths: &[std::path::PathBuf],
     out: &mut dyn Write,

@@ -177,14 +177,16 @@ pub fn frame(reader: &TraceReader, ip: u64) -> FrameInfo {
     info
 }
 
-/// Whether the module file `data` is the one that ran, whose build-id was `ran` (hex; `None`
-/// when the trace holds none, and then nothing can be checked): `Err` says how it differs.
-fn same_build(data: &[u8], ran: Option<&str>) -> Result<(), String> {
+/// Whether the module file `file` (`None`: not an object file) is the one that ran, whose
+/// build-id was `ran` (hex; `None` when the trace holds none, and then nothing can be
+/// checked): `Err` says how it differs.
+fn same_build(file: Option<&object::File<'_>>, ran: Option<&str>) -> Result<(), String> {
     use object::Object;
     let Some(ran) = ran else {
         return Ok(());
     };
-    let file = object::File::parse(data).map_err(|e| e.to_string())?;
+    let file =
+        file.ok_or_else(|| format!("it is not an object file, the one that ran had {ran}"))?;
     match file.build_id() {
         Ok(Some(id)) => {
             let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
@@ -203,11 +205,12 @@ fn same_build(data: &[u8], ran: Option<&str>) -> Result<(), String> {
 fn load(path: &str, ran: Option<&str>) -> Option<(addr2line::Loader, Symbols)> {
     let opened = open_module(path).and_then(|(file, by_fd)| {
         let data = std::fs::read(&by_fd).map_err(|e| e.to_string())?;
-        if let Err(why) = same_build(&data, ran) {
+        let parsed = object::File::parse(&*data).ok();
+        if let Err(why) = same_build(parsed.as_ref(), ran) {
             return Ok(Err(why));
         }
         let l = addr2line::Loader::new(&by_fd).map_err(|e| e.to_string())?;
-        let symbols = Symbols::of(object::File::parse(&*data).ok().as_ref());
+        let symbols = Symbols::of(parsed.as_ref());
         drop(file);
         Ok(Ok((l, symbols)))
     });

@@ -333,14 +333,12 @@ fn build_id(info: &libc::dl_phdr_info, hex: &mut [u8; 2 * BUILD_ID_MAX]) -> usiz
     let phdrs = unsafe { core::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize) };
     let mapped = |start: u64, end: u64| {
         phdrs.iter().any(|p| {
-            let (Some(s), Some(e)) = (
-                base.checked_add(p.p_vaddr),
-                base.checked_add(p.p_vaddr)
-                    .and_then(|s| s.checked_add(p.p_memsz)),
-            ) else {
-                return false;
-            };
-            p.p_type == libc::PT_LOAD && p.p_flags & libc::PF_R != 0 && s <= start && end <= e
+            let s = base.checked_add(p.p_vaddr);
+            let e = s.and_then(|s| s.checked_add(p.p_memsz));
+            p.p_type == libc::PT_LOAD
+                && p.p_flags & libc::PF_R != 0
+                && s.is_some_and(|s| s <= start)
+                && e.is_some_and(|e| end <= e)
         })
     };
     for ph in phdrs.iter().filter(|p| p.p_type == libc::PT_NOTE) {
@@ -399,9 +397,7 @@ fn build_id(info: &libc::dl_phdr_info, hex: &mut [u8; 2 * BUILD_ID_MAX]) -> usiz
                 }
                 return 2 * desc_bytes.len();
             }
-            if next <= at {
-                break;
-            }
+            // `next` lies at least 12 bytes past `at` (no wrap: checked above), so this ends.
             at = next;
         }
     }
