@@ -65,6 +65,25 @@ fn capture(args: &[&str], preload: bool, conf: &str) -> String {
     stdout(&capture_run(args, preload, conf))
 }
 
+/// As [`capture`], with the simulator's calls taking `latency_us` each.
+fn capture_slow(args: &[&str], preload: bool, conf: &str, latency_us: u32) -> String {
+    let out = run(
+        &sim().bin("capture"),
+        Run {
+            preload,
+            env: vec![
+                ("GPUSHIM_TRACE", "off".into()),
+                ("GPUSHIM_CONF", conf.into()),
+                ("GPUSHIM_SIM_LATENCY_US", latency_us.to_string()),
+            ],
+            args: args.iter().map(|s| s.to_string()).collect(),
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    stdout(&out)
+}
+
 fn check_table(text: &str, who: &str) {
     let mut seen = 0;
     for line in text.lines() {
@@ -106,9 +125,63 @@ fn under_the_shim_every_pool_mode_gives_exactly_the_answers_of_cuda() {
 /// Runs scenario `name` of the capture client on the simulator alone and under the shim in
 /// every pool mode: each must print `want`.
 fn same_everywhere(name: &str, want: &str) {
-    assert_eq!(capture(&[name], false, ""), want, "simulator");
+    same_everywhere_with(&[name], want);
+}
+
+fn same_everywhere_with(args: &[&str], want: &str) {
+    assert_eq!(capture(args, false, ""), want, "simulator");
     for conf in ["pool:off", "pool:caching", "pool:expandable"] {
-        assert_eq!(capture(&[name], true, conf), want, "{conf}");
+        assert_eq!(capture(args, true, conf), want, "{conf}");
+    }
+}
+
+#[test]
+fn stream_ordered_memory_captured_on_any_stream_belongs_to_the_graph_never_to_the_pool() {
+    // A graph's memory nodes stay the graph's: the next allocation outside the capture gets
+    // another address. The pool must pass the captured calls to CUDA on the per-thread default
+    // stream too (named as cudaStreamPerThread, or as stream 0 of a _ptsz entry point), and
+    // must see a capture begun through the CUDA 10.0 entry point.
+    let line = |what: &str| {
+        format!(
+            "graphmem {what}: begin=0 alloc=0 free=0 end=0 graph=1 next=0 reused=0\n"
+        )
+    };
+    let want = ["created_stream_v1", "per_thread_stream", "ptsz_stream_0"]
+        .map(line)
+        .concat();
+    same_everywhere("graphmem", &want);
+}
+
+#[test]
+fn a_thread_without_a_context_gets_201_and_leaves_another_threads_capture_alone() {
+    same_everywhere("nocontext", "nocontext: alloc=201 end=0 graph=1\n");
+}
+
+#[test]
+fn after_a_device_reset_the_pool_hands_out_only_memory_the_device_has() {
+    // cudaDeviceReset frees every allocation; a block cached before it is not memory any more.
+    let want = "reset: malloc=0 free=0 reset=0 malloc_after=0 memset=0 free_after=0\n";
+    same_everywhere("reset", want);
+}
+
+#[test]
+fn more_captures_at_once_than_the_pool_tracks_still_let_it_give_memory_back() {
+    // 65 captures: one more than the table of captured streams holds.
+    for n in ["64", "65", "80"] {
+        let want = format!("overflow: begun={n} ended={n} held_mib=0\n");
+        same_everywhere_with(&["overflow", n], &want);
+    }
+}
+
+#[test]
+fn the_pools_own_frees_never_join_or_break_a_capture_begun_meanwhile() {
+    // One thread empties the cache (the pool frees its segment) while another begins a global
+    // capture; each call takes 200 µs, so the capture often begins while a free is on its way.
+    // The pool frees in relaxed mode: no capture is invalidated and no segment is lost.
+    let want = "release: rounds=300 invalidated=0 failed_calls=0 held_mib=0\n";
+    assert_eq!(capture_slow(&["release", "300"], false, "", 200), want);
+    for conf in ["pool:caching", "pool:expandable"] {
+        assert_eq!(capture_slow(&["release", "300"], true, conf, 200), want, "{conf}");
     }
 }
 

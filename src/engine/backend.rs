@@ -89,7 +89,7 @@ pub enum Event {
 /// Used by the property tests and by `gpushim simulate`.
 #[derive(Debug)]
 pub struct MemoryBackend {
-    next_address: u64,
+    pub next_address: u64,
     /// Device memory per device; reservations past it fail.
     pub capacity: u64,
     reserved: [u64; 256],

@@ -278,6 +278,25 @@ impl<B: Backend> Front<B> {
         self.engine.set_release_on_free(on);
     }
 
+    /// The device lost all its memory (see `Engine::forget_device`): the list's entries of
+    /// `device` are dropped with it.
+    pub fn forget_device(&mut self, device: u8) -> Vec<(u64, u64)> {
+        for i in 0..HOT {
+            let h = self.hot[i];
+            if self.ptrs[i] == 0 || h.info.device != device {
+                continue;
+            }
+            if self.waiting[i] != 0 {
+                self.hot_bytes[device as usize] -= h.info.size;
+                self.hot_requested -= h.info.requested;
+            }
+            self.ptrs[i] = 0;
+            self.waiting[i] = 0;
+            self.in_use -= 1;
+        }
+        self.engine.forget_device(device)
+    }
+
     /// Releases every idle segment of `device`.
     pub fn empty_cache(&mut self, device: u8) {
         self.flush(Some(device));

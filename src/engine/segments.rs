@@ -378,4 +378,48 @@ impl<B: Backend> Engine<B> {
             d.segments.sub(1);
         }
     }
+    /// The device lost all its memory (a device reset: CUDA freed every allocation, see
+    /// `docs/cuda-facts.md`): every segment and block of `device` is dropped without being given
+    /// back, allocated ones included, and its figures start from nothing. Returns the address
+    /// ranges forgotten (an expandable segment's whole reserved range), so the backend can drop
+    /// what it kept of them.
+    pub fn forget_device(&mut self, device: u8) -> Vec<(u64, u64)> {
+        let bases: Vec<(u64, Segment)> = self
+            .segments
+            .range(..)
+            .filter(|(_, s)| s.device == device)
+            .map(|(&p, s)| (p, *s))
+            .collect();
+        let mut gone = Vec::with_capacity(bases.len());
+        for (base, seg) in bases {
+            for i in self.segment_blocks(base) {
+                let b = &self.slab[i as usize];
+                if let State::Allocated { requested, .. } = b.state {
+                    let size = b.size;
+                    self.stats.live_bytes = self.stats.live_bytes.saturating_sub(size);
+                    self.stats.requested_bytes =
+                        self.stats.requested_bytes.saturating_sub(requested);
+                    self.stats.live_blocks = self.stats.live_blocks.saturating_sub(1);
+                } else {
+                    self.remove_free(i);
+                }
+                self.drop_block(i);
+            }
+            self.segments.remove(&base);
+            if seg.sealed {
+                self.sealed_segments = self.sealed_segments.saturating_sub(1);
+            }
+            self.stats.reserved_bytes = self.stats.reserved_bytes.saturating_sub(seg.size);
+            gone.push((base, seg.size.max(seg.range)));
+        }
+        self.expandable.retain(|k, _| k.device != device);
+        self.kept_apart
+            .retain(|&(_, p)| !gone.iter().any(|&(b, n)| b <= p && p < b + n));
+        self.hints.borrow_mut().clear();
+        self.per_device[device as usize] = DeviceStats::default();
+        self.idle_per_device[device as usize] = 0;
+        self.pending_per_device[device as usize] = 0;
+        self.reserved_at[device as usize] = 0;
+        gone
+    }
 }

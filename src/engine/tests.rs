@@ -589,3 +589,36 @@ fn an_expandable_segment_counts_once_while_its_pages_count_as_reserved() {
     assert_eq!(d.reserved_bytes.freed, 16 << 20);
     assert_eq!(d.allocated_bytes.current, 0);
 }
+
+#[test]
+fn a_device_that_lost_its_memory_is_forgotten_and_its_addresses_can_come_back() {
+    let mut e = engine(1 << 30);
+    let live = e.alloc(0, 8 << 20, 0).unwrap();
+    let cached = e.alloc(0, 1 << 20, 7).unwrap();
+    e.free(cached.ptr, FreeKind::OnStream(7)).unwrap();
+    let other = e.alloc(1, 4 << 20, 0).unwrap();
+    let before_other = e.device_stats(1);
+    let gone = e.forget_device(0);
+    assert_eq!(gone.len(), 2, "both segments of device 0");
+    assert!(gone.iter().any(|&(b, _)| b == live.segment));
+    // Nothing of device 0 is known any more: its pointers are not the pool's, nothing of it
+    // is cached, and its figures start again; device 1 is untouched.
+    assert_eq!(e.lookup(live.ptr), None);
+    assert!(!e.in_segment(live.ptr));
+    assert_eq!(e.free(live.ptr, FreeKind::Sync), Err(()));
+    assert_eq!(e.idle(0), 0);
+    assert_eq!(e.device_stats(0), DeviceStats::default());
+    assert_eq!(e.device_stats(1), before_other);
+    assert_eq!(e.stats().reserved_bytes, other.segment_size);
+    assert_eq!(e.stats().live_blocks, 1);
+    assert_eq!(e.lookup(other.ptr).map(|b| b.ptr), Some(other.ptr));
+    e.check_links().unwrap();
+    // The device hands out the same addresses again after a reset: a segment at the base of
+    // a forgotten one is a new segment, not the old one.
+    e.backend_mut().next_address = live.segment;
+    let again = e.alloc(0, 8 << 20, 0).unwrap();
+    assert_eq!(again.segment, live.segment);
+    assert_eq!(e.stats().segment_reserves, 3 + 1);
+    e.free(again.ptr, FreeKind::Sync).unwrap();
+    e.check_links().unwrap();
+}

@@ -21,7 +21,21 @@
  *                           pool recording its checkpoint events into a capture that had just
  *                           begun would do
  *        capture giveback   (simulator only) 8 x 64 MiB allocated and freed with cudaFree: the
- *                           device's used bytes right after and 2 s later */
+ *                           device's used bytes right after and 2 s later
+ *        capture graphmem   a stream-ordered allocation and free captured on a created stream
+ *                           (capture begun through the CUDA 10.0 entry point), on
+ *                           cudaStreamPerThread, and on stream 0 of the per-thread (_ptsz)
+ *                           entry points: each becomes a graph memory node, so the next
+ *                           allocation outside the capture gets another address
+ *        capture nocontext  a thread with no current context calls cuMemAlloc while another
+ *                           thread captures in global mode: 201, the capture untouched
+ *        capture reset      a block allocated and freed, cudaDeviceReset, then an allocation of
+ *                           the same size: it must be memory of the device (cudaMemset works)
+ *        capture overflow N N captures under way at once, all ended, then 2 s: the memory a
+ *                           program freed before them must go back (simulator only)
+ *        capture release N  one thread frees 32 MiB and empties the allocator's cache while
+ *                           another begins and ends a global capture, N rounds: how many
+ *                           captures were invalidated, and what stays allocated after */
 #define _GNU_SOURCE
 #include "cuda_sim.h"
 
@@ -208,6 +222,158 @@ static int giveback(void) {
     return 0;
 }
 
+typedef CUresult (*begin_v1_t)(CUstream);
+
+/* Allocates and frees on `on` while `on` is captured, ends the capture, then allocates the
+ * same size outside it: the graph keeps its block, so the address must differ. */
+static void graph_memory(const char *what, cudaStream_t on, int ptsz, int v1) {
+    void *g = NULL, *p = NULL, *q = NULL;
+    int begin;
+    if (v1) {
+        void *fn = NULL;
+        int st = 0;
+        cuGetProcAddress_v2("cuStreamBeginCapture", &fn, 10000, 0, &st);
+        begin = fn ? ((begin_v1_t)fn)(on) : -1;
+    } else {
+        begin = cudaStreamBeginCapture(on, GLOBAL);
+    }
+    int a = ptsz ? cudaMallocAsync_ptsz(&p, 1 << 20, 0) : cudaMallocAsync(&p, 1 << 20, on);
+    int f = ptsz ? cudaFreeAsync_ptsz(p, 0) : cudaFreeAsync(p, on);
+    int end = cudaStreamEndCapture(on, &g);
+    int n = cudaMallocAsync(&q, 1 << 20, on);
+    printf("graphmem %s: begin=%d alloc=%d free=%d end=%d graph=%d next=%d reused=%d\n", what, begin, a, f, end,
+           g != NULL, n, p != NULL && p == q);
+    cudaFreeAsync(q, on);
+    cudaStreamSynchronize(on);
+}
+
+static int graphmem(void) {
+    graph_memory("created_stream_v1", s, 0, 1);
+    graph_memory("per_thread_stream", (cudaStream_t)2, 0, 0);
+    graph_memory("ptsz_stream_0", (cudaStream_t)2, 1, 0);
+    return 0;
+}
+
+static int nocontext_rc;
+static void *no_context_thread(void *arg) {
+    (void)arg;
+    CUdeviceptr d = 0;
+    nocontext_rc = cuMemAlloc_v2(&d, 1 << 20);
+    return NULL;
+}
+
+static int nocontext(void) {
+    void *g = NULL;
+    cudaStreamBeginCapture(s, GLOBAL);
+    pthread_t t;
+    pthread_create(&t, NULL, no_context_thread, NULL);
+    pthread_join(t, NULL);
+    int end = cudaStreamEndCapture(s, &g);
+    printf("nocontext: alloc=%d end=%d graph=%d\n", nocontext_rc, end, g != NULL);
+    return 0;
+}
+
+static int reset(void) {
+    void *p = NULL, *q = NULL;
+    int a = cudaMalloc(&p, 32 << 20);
+    int f = cudaFree(p);
+    int r = cudaDeviceReset();
+    int b = cudaMalloc(&q, 32 << 20);
+    int m = cudaMemset(q, 0, 32 << 20);
+    int g = cudaFree(q);
+    printf("reset: malloc=%d free=%d reset=%d malloc_after=%d memset=%d free_after=%d\n", a, f, r, b, m, g);
+    return 0;
+}
+
+static size_t (*sim_used(void))(void) {
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    return drv ? (size_t (*)(void))dlsym(drv, "simUsedBytes") : NULL;
+}
+
+static int overflow(int n) {
+    size_t (*used)(void) = sim_used();
+    if (!used) { printf("overflow: needs the simulator\n"); return 0; }
+    size_t base = used();
+    void *p = NULL;
+    cudaMalloc(&p, 32 << 20);
+    cudaFree(p);
+    cudaStream_t *st = calloc((size_t)n, sizeof *st);
+    int begun = 0, ended = 0;
+    for (int i = 0; i < n; i++) {
+        cudaStreamCreateWithFlags(&st[i], 1);
+        begun += cudaStreamBeginCapture(st[i], RELAXED) == 0;
+    }
+    for (int i = 0; i < n; i++) {
+        void *g = NULL;
+        ended += cudaStreamEndCapture(st[i], &g) == 0;
+    }
+    sleep_ms(2000);
+    printf("overflow: begun=%d ended=%d held_mib=%zu\n", begun, ended, (used() - base) >> 20);
+    free(st);
+    return 0;
+}
+
+/* One thread empties the cache while the other begins a capture: the pool's own frees must
+ * never join or break it, and a free that failed must not lose the segment. */
+static pthread_mutex_t rel_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t rel_cv = PTHREAD_COND_INITIALIZER;
+static int rel_turn; /* 0: the freeing thread allocates; 1: the capture may begin; 2: it ended */
+static int rel_rounds, rel_invalidated;
+
+static void rel_wait(int turn) {
+    pthread_mutex_lock(&rel_mu);
+    while (rel_turn != turn) pthread_cond_wait(&rel_cv, &rel_mu);
+    pthread_mutex_unlock(&rel_mu);
+}
+static void rel_set(int turn) {
+    pthread_mutex_lock(&rel_mu);
+    rel_turn = turn;
+    pthread_cond_broadcast(&rel_cv);
+    pthread_mutex_unlock(&rel_mu);
+}
+
+static void *rel_capturer(void *arg) {
+    (void)arg;
+    cudaSetDevice(0);
+    for (int i = 0; i < rel_rounds; i++) {
+        rel_wait(1);
+        void *g = NULL;
+        if (cudaStreamBeginCapture(s, GLOBAL) == 0) {
+            /* The capture lasts as long as recording some work takes. */
+            struct timespec ts = {0, 300000};
+            nanosleep(&ts, NULL);
+            int end = cudaStreamEndCapture(s, &g);
+            if (end != 0 || !g) rel_invalidated++;
+        }
+        cudaGetLastError();
+        rel_set(2);
+    }
+    return NULL;
+}
+
+static int release(int n) {
+    void (*empty)(void) = (void (*)(void))dlsym(RTLD_DEFAULT, "gpushim_empty_cache");
+    size_t (*used)(void) = sim_used();
+    size_t base = used ? used() : 0;
+    rel_rounds = n;
+    pthread_t t;
+    pthread_create(&t, NULL, rel_capturer, NULL);
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        failed += cudaMalloc(&p, 32 << 20) != 0;
+        failed += cudaFree(p) != 0;
+        rel_set(1);
+        if (empty) empty();
+        rel_wait(2);
+    }
+    pthread_join(t, NULL);
+    if (empty) empty();
+    printf("release: rounds=%d invalidated=%d failed_calls=%d held_mib=%ld\n", n, rel_invalidated, failed,
+           used ? (long)((used() - base) >> 20) : -1L);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     cudaSetDevice(0);
     cudaStreamCreateWithFlags(&s, 1);
@@ -216,6 +382,11 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "graph") == 0) return graph();
     if (argc > 1 && strcmp(argv[1], "giveback") == 0) return giveback();
     if (argc > 1 && strcmp(argv[1], "race") == 0) return race(argc > 2 ? atoi(argv[2]) : 20000);
+    if (argc > 1 && strcmp(argv[1], "graphmem") == 0) return graphmem();
+    if (argc > 1 && strcmp(argv[1], "nocontext") == 0) return nocontext();
+    if (argc > 1 && strcmp(argv[1], "reset") == 0) return reset();
+    if (argc > 1 && strcmp(argv[1], "overflow") == 0) return overflow(argc > 2 ? atoi(argv[2]) : 65);
+    if (argc > 1 && strcmp(argv[1], "release") == 0) return release(argc > 2 ? atoi(argv[2]) : 300);
     for (int id = 0; id < SCENARIOS; id++)
         for (int mode = 0; mode < 3; mode++)
             for (int th = 0; th < 2; th++) {

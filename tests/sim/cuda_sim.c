@@ -50,7 +50,11 @@ enum { KIND_DEVICE = 1, KIND_HOST = 2, KIND_MANAGED = 3, KIND_IPC = 4 };
 
 /* free_at: a stream-ordered free waits for the work before it; the memory stays taken until
  * then (as CUDA's own pool behaves), and is released at the next allocation after. */
-struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; int shared; int64_t origin_pid; uint64_t origin_base; };
+/* graph: allocated by a stream-ordered call on a capturing stream (a graph memory node): the
+ * graph owns it, a stream-ordered free captured into a graph does not release it, and CUDA
+ * never hands its address out again while the graph exists (docs/cuda-facts.md, "Contexts,
+ * resets and captures on other threads"); here graphs live as long as the process. */
+struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; int shared; int64_t origin_pid; uint64_t origin_base; int graph; };
 struct phys { int fd; size_t size; int device; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -127,6 +131,28 @@ EXPORT long simCallCount(const char *name) {
         if (strcmp(counts[i].name, name) == 0) return atomic_load(&counts[i].n);
     return 0;
 }
+
+/* Mapped ranges made accessible (cuMemSetAccess), so memory operations can tell device memory
+ * from memory no longer the device's. */
+struct access_range { uint64_t base, size; int device; };
+#define MAX_ACCESS 4096
+static struct access_range access_ranges[MAX_ACCESS];
+static size_t naccess;
+/* Forgets the accessible ranges inside [p, p + size) (of `device`, or any with -1), making them
+ * inaccessible when `revoke` (a device reset takes the mappings away). */
+static void forget_ranges(uint64_t p, uint64_t size, int device, int revoke) {
+    pthread_mutex_lock(&mu);
+    size_t j = 0;
+    for (size_t i = 0; i < naccess; i++) {
+        struct access_range r = access_ranges[i];
+        int inside = r.base >= p && r.base + r.size <= p + size && (device < 0 || r.device == device);
+        if (!inside) { access_ranges[j++] = r; continue; }
+        if (revoke) mprotect((void *)(uintptr_t)r.base, r.size, PROT_NONE);
+    }
+    naccess = j;
+    pthread_mutex_unlock(&mu);
+}
+static void forget_access(uint64_t p, uint64_t size, int device) { forget_ranges(p, size, device, 0); }
 
 /* ---- the block table ---- */
 static struct block *find_exact(uint64_t p) {
@@ -232,6 +258,18 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
     *ctx = (CUcontext)(uintptr_t)(d + 1);
     return CUDA_SUCCESS;
 }
+/* Primary contexts are always there in the simulator: active, and never destroyed. */
+EXPORT CUresult cuDevicePrimaryCtxGetState(CUdevice d, unsigned int *flags, int *active) {
+    configure();
+    if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
+    if (d < 0 || d >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = 1;
+    return CUDA_SUCCESS;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d) {
+    return d < 0 || d >= ndevices ? CUDA_ERROR_INVALID_DEVICE : CUDA_SUCCESS;
+}
 static __thread CUcontext current_ctx;
 static __thread CUcontext ctx_stack[8];
 static __thread int ctx_depth;
@@ -252,6 +290,31 @@ EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *out) {
     return cuCtxSetCurrent(ctx_stack[--ctx_depth]);
 }
 EXPORT CUresult cuCtxGetDevice(CUdevice *d) { if (!d) return CUDA_ERROR_INVALID_VALUE; *d = current_device; return CUDA_SUCCESS; }
+/* cuDevicePrimaryCtxReset: every allocation of the device is freed (CUDA frees them all) and
+ * the primary context keeps its handle, so a pointer from before the reset is no longer
+ * memory of the device (docs/cuda-facts.md). Streams, events and captures stay as they are
+ * here: the clients that reset make no use of them afterwards. */
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice d) {
+    COUNT();
+    if (d < 0 || d >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    for (;;) {
+        uint64_t p = 0;
+        int kind = 0;
+        pthread_mutex_lock(&mu);
+        for (size_t i = 0; i < nblocks && !p; i++)
+            if (blocks[i].device == d && (blocks[i].kind == KIND_DEVICE || blocks[i].kind == KIND_MANAGED)) {
+                p = blocks[i].base;
+                kind = blocks[i].kind;
+                blocks[i].free_at = 0;
+            }
+        pthread_mutex_unlock(&mu);
+        if (!p) break;
+        free_block(p, kind, kind);
+    }
+    /* Mapped memory goes too. */
+    forget_ranges(0, UINT64_MAX, d, 1);
+    return CUDA_SUCCESS;
+}
 
 /* ---- GPU work in time ---- */
 struct sim_stream {
@@ -498,6 +561,8 @@ EXPORT CUresult cuStreamBeginCapture_v2(CUstream s, int mode) {
     pthread_mutex_unlock(&work_mu);
     return rc;
 }
+/* The CUDA 10.0 ABI, with no mode argument: a global-mode capture. */
+EXPORT CUresult cuStreamBeginCapture(CUstream s) { return cuStreamBeginCapture_v2(s, 0); }
 static char sim_graph_token;
 EXPORT CUresult cuStreamEndCapture(CUstream s, void **graph) {
     COUNT();
@@ -640,6 +705,9 @@ EXPORT CUresult cuMemAlloc(unsigned int *p, unsigned int size) {
 
 EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
     COUNT();
+    /* A thread with no current context is answered 201 before any capture rule applies: a
+     * capture under way elsewhere is not touched (measured on the GPU). */
+    if (!current_ctx) return CUDA_ERROR_INVALID_CONTEXT;
     CUresult cap = unsafe_call();
     if (cap) return cap;
     if (!p) return CUDA_ERROR_INVALID_VALUE;
@@ -650,6 +718,9 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     COUNT();
+    /* The call's latency comes before its capture check: a capture another thread begins while
+     * a free is on its way still refuses it (on the GPU a pool's free raced a capture so). */
+    if (p) delay();
     CUresult cap = unsafe_call();
     if (cap) return cap;
     if (p == 0) return CUDA_SUCCESS;
@@ -657,16 +728,41 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {
     return free_block(p, KIND_DEVICE, KIND_MANAGED);
 }
 
-static CUresult alloc_async(CUdeviceptr *p, size_t size) {
+/* The stream a stream-ordered call names: 0 from a per-thread-default-stream (_ptsz) entry
+ * point is the calling thread's default stream. */
+static CUstream ordered_stream(CUstream s, int ptsz) { return ptsz && s == NULL ? (CUstream)2 : s; }
+static int stream_capturing(CUstream s) {
+    pthread_mutex_lock(&work_mu);
+    int c = sim_stream(s)->capturing;
+    pthread_mutex_unlock(&work_mu);
+    return c;
+}
+/* On a capturing stream the allocation becomes a graph memory node: the graph owns the block. */
+static CUresult alloc_async(CUdeviceptr *p, size_t size, CUstream s) {
     if (!p) return CUDA_ERROR_INVALID_VALUE;
     *p = 0;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_block(p, size, KIND_DEVICE);
+    CUresult rc = alloc_block(p, size, KIND_DEVICE);
+    if (rc == CUDA_SUCCESS && stream_capturing(s)) {
+        pthread_mutex_lock(&mu);
+        struct block *b = find_exact(*p);
+        if (b) b->graph = 1;
+        pthread_mutex_unlock(&mu);
+    }
+    return rc;
 }
-EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); (void)s; return alloc_async(p, size); }
-EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); (void)s; return alloc_async(p, size); }
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); return alloc_async(p, size, s); }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); return alloc_async(p, size, ordered_stream(s, 1)); }
 static CUresult free_async(CUdeviceptr p, CUstream s) {
     if (p == 0) return CUDA_ERROR_INVALID_VALUE;
+    if (stream_capturing(s)) {
+        /* A free node of the graph: the memory stays the graph's. */
+        pthread_mutex_lock(&mu);
+        struct block *b = find_exact(p);
+        CUresult rc = b && b->graph ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+        pthread_mutex_unlock(&mu);
+        return rc;
+    }
     uint64_t t = stream_horizon(s);
     if (t <= now_ns()) return free_block(p, KIND_DEVICE, KIND_MANAGED);
     pthread_mutex_lock(&mu);
@@ -678,16 +774,16 @@ static CUresult free_async(CUdeviceptr p, CUstream s) {
     return rc;
 }
 EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { COUNT(); return free_async(p, s); }
-EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { COUNT(); return free_async(p, s); }
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { COUNT(); return free_async(p, ordered_stream(s, 1)); }
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
-    COUNT(); (void)s;
+    COUNT();
     if (!pool) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_async(p, size);
+    return alloc_async(p, size, s);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
-    COUNT(); (void)s;
+    COUNT();
     if (!pool) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_async(p, size);
+    return alloc_async(p, size, ordered_stream(s, 1));
 }
 
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int elem) {
@@ -885,7 +981,22 @@ EXPORT CUresult cuIpcCloseMemHandle(CUdeviceptr p) {
 
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { memcpy((void *)(uintptr_t)dst, src, n); return CUDA_SUCCESS; }
 EXPORT CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { memcpy(dst, (void *)(uintptr_t)src, n); return CUDA_SUCCESS; }
-EXPORT CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) { memset((void *)(uintptr_t)p, v, n); return CUDA_SUCCESS; }
+/* A range no live allocation holds (freed, or freed by a device reset) is refused, as CUDA
+ * refuses it, instead of writing host memory that is no longer the device's. */
+static int live_range(CUdeviceptr p, size_t n) {
+    pthread_mutex_lock(&mu);
+    struct block *b = find_containing(p);
+    int ok = b && b->kind != KIND_HOST && p + n <= b->base + b->size;
+    for (size_t i = 0; i < naccess && !ok; i++)
+        ok = access_ranges[i].base <= p && p + n <= access_ranges[i].base + access_ranges[i].size;
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
+    if (n && !live_range(p, n)) return CUDA_ERROR_INVALID_VALUE;
+    memset((void *)(uintptr_t)p, v, n);
+    return CUDA_SUCCESS;
+}
 
 /* ---- virtual memory management ---- */
 #define GRANULARITY (2u << 20)
@@ -959,13 +1070,19 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size) {
     COUNT();
     if (!p || size % GRANULARITY) return CUDA_ERROR_INVALID_VALUE;
     void *v = mmap((void *)(uintptr_t)p, size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    return v == MAP_FAILED ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (v == MAP_FAILED) return CUDA_ERROR_INVALID_VALUE;
+    forget_access(p, size, -1);
+    return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuMemSetAccess(CUdeviceptr p, size_t size, const CUmemAccessDesc *desc, size_t count) {
     COUNT();
     if (!p || !desc || count == 0) return CUDA_ERROR_INVALID_VALUE;
-    return mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    if (mprotect((void *)(uintptr_t)p, size, PROT_READ | PROT_WRITE) != 0) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    if (naccess < MAX_ACCESS) access_ranges[naccess++] = (struct access_range){ p, size, desc->location.id };
+    pthread_mutex_unlock(&mu);
+    return CUDA_SUCCESS;
 }
 
 /* ---- entry points ---- */
@@ -1002,6 +1119,9 @@ static const struct entry entries[] = {
     { "cuDeviceGet", 2000, (void *)cuDeviceGet, NULL },
     { "cuDeviceGetCount", 2000, (void *)cuDeviceGetCount, NULL },
     { "cuDevicePrimaryCtxRetain", 7000, (void *)cuDevicePrimaryCtxRetain, NULL },
+    { "cuDevicePrimaryCtxReset", 11000, (void *)cuDevicePrimaryCtxReset_v2, NULL },
+    { "cuDevicePrimaryCtxGetState", 7000, (void *)cuDevicePrimaryCtxGetState, NULL },
+    { "cuDevicePrimaryCtxRelease", 11000, (void *)cuDevicePrimaryCtxRelease_v2, NULL },
     { "cuDeviceGetDefaultMemPool", 11020, (void *)cuDeviceGetDefaultMemPool, NULL },
     { "cuCtxSetCurrent", 4000, (void *)cuCtxSetCurrent, NULL },
     { "cuCtxGetDevice", 2000, (void *)cuCtxGetDevice, NULL },
@@ -1011,6 +1131,7 @@ static const struct entry entries[] = {
     { "cuStreamIsCapturing", 10000, (void *)cuStreamIsCapturing, NULL },
     { "cuStreamQuery", 2000, (void *)cuStreamQuery, NULL },
     { "cuStreamBeginCapture", 10010, (void *)cuStreamBeginCapture_v2, NULL },
+    { "cuStreamBeginCapture", 10000, (void *)cuStreamBeginCapture, NULL },
     { "cuStreamEndCapture", 10000, (void *)cuStreamEndCapture, NULL },
     { "cuStreamGetCaptureInfo", 12030, (void *)cuStreamGetCaptureInfo_v3, NULL },
     { "cuThreadExchangeStreamCaptureMode", 10010, (void *)cuThreadExchangeStreamCaptureMode, NULL },

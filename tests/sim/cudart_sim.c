@@ -28,6 +28,7 @@ static struct {
     CUresult (*init)(unsigned);
     CUresult (*device_get_count)(int *);
     CUresult (*primary_ctx_retain)(CUcontext *, CUdevice);
+    CUresult (*primary_ctx_reset)(CUdevice);
     CUresult (*ctx_set_current)(CUcontext);
     CUresult (*ctx_sync)(void);
     CUresult (*mem_alloc)(CUdeviceptr *, size_t);
@@ -84,6 +85,7 @@ static void load_driver(void) {
     GET(init, "cuInit");
     GET(device_get_count, "cuDeviceGetCount");
     GET(primary_ctx_retain, "cuDevicePrimaryCtxRetain");
+    GET(primary_ctx_reset, "cuDevicePrimaryCtxReset");
     GET(ctx_set_current, "cuCtxSetCurrent");
     GET(ctx_sync, "cuCtxSynchronize");
     GET(mem_alloc, "cuMemAlloc");
@@ -173,6 +175,8 @@ EXPORT cudaError_t cudaSetDevice(int d) {
     ctx_bound = 0;
     return ready();
 }
+/* Resets the current device's primary context through the driver, as the real runtime does. */
+EXPORT cudaError_t cudaDeviceReset(void) { READY(); return from_driver(drv.primary_ctx_reset(current_device)); }
 EXPORT cudaError_t cudaDeviceSynchronize(void) { READY(); return from_driver(drv.ctx_sync()); }
 EXPORT cudaError_t cudaStreamCreate(cudaStream_t *s) { READY(); return from_driver(drv.stream_create(s, 0)); }
 EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned int flags) {

@@ -67,6 +67,7 @@ symbols! {
     CudaGetDriverEntryPointPtsz = c"cudaGetDriverEntryPoint_ptsz" in Runtime,
     CudaGetDriverEntryPointByVersion = c"cudaGetDriverEntryPointByVersion" in Runtime,
     CudaGetDriverEntryPointByVersionPtsz = c"cudaGetDriverEntryPointByVersion_ptsz" in Runtime,
+    CudaDeviceReset = c"cudaDeviceReset" in Runtime,
     // Resolved, not hooked.
     CudaGetDevice = c"cudaGetDevice" in Runtime,
     CudaRuntimeGetVersion = c"cudaRuntimeGetVersion" in Runtime,
@@ -104,12 +105,16 @@ symbols! {
     CuIpcGetMemHandle = c"cuIpcGetMemHandle" in Driver,
     CuIpcOpenMemHandleV2 = c"cuIpcOpenMemHandle_v2" in Driver,
     CuIpcCloseMemHandle = c"cuIpcCloseMemHandle" in Driver,
+    CuStreamBeginCapture = c"cuStreamBeginCapture" in Driver,
+    CuStreamBeginCapturePtsz = c"cuStreamBeginCapture_ptsz" in Driver,
     CuStreamBeginCaptureV2 = c"cuStreamBeginCapture_v2" in Driver,
     CuStreamBeginCaptureV2Ptsz = c"cuStreamBeginCapture_v2_ptsz" in Driver,
     CuStreamBeginCaptureToGraph = c"cuStreamBeginCaptureToGraph" in Driver,
     CuStreamBeginCaptureToGraphPtsz = c"cuStreamBeginCaptureToGraph_ptsz" in Driver,
     CuStreamEndCapture = c"cuStreamEndCapture" in Driver,
     CuStreamEndCapturePtsz = c"cuStreamEndCapture_ptsz" in Driver,
+    CuDevicePrimaryCtxReset = c"cuDevicePrimaryCtxReset" in Driver,
+    CuDevicePrimaryCtxResetV2 = c"cuDevicePrimaryCtxReset_v2" in Driver,
     // Resolved, not hooked.
     CuThreadExchangeStreamCaptureMode = c"cuThreadExchangeStreamCaptureMode" in Driver,
     CuCtxGetDevice = c"cuCtxGetDevice" in Driver,
@@ -124,6 +129,9 @@ symbols! {
     CuEventDestroyV2 = c"cuEventDestroy_v2" in Driver,
     CuStreamIsCapturing = c"cuStreamIsCapturing" in Driver,
     CuStreamQuery = c"cuStreamQuery" in Driver,
+    CuDevicePrimaryCtxGetState = c"cuDevicePrimaryCtxGetState" in Driver,
+    CuDevicePrimaryCtxRetain = c"cuDevicePrimaryCtxRetain" in Driver,
+    CuDevicePrimaryCtxReleaseV2 = c"cuDevicePrimaryCtxRelease_v2" in Driver,
 }
 
 /// The C signature of every real function the shim calls, declared once, beside the symbol
@@ -182,6 +190,7 @@ pub mod sig {
             fn(*const c_char, *mut *mut c_void, u32, u64, *mut c_int) -> i32;
         CudaGetDriverEntryPointByVersionPtsz:
             fn(*const c_char, *mut *mut c_void, u32, u64, *mut c_int) -> i32;
+        CudaDeviceReset: fn() -> i32;
         CudaGetDevice: fn(*mut c_int) -> i32;
         CudaRuntimeGetVersion: fn(*mut c_int) -> i32;
         CuMemAllocV2: fn(*mut u64, usize) -> i32;
@@ -213,6 +222,7 @@ pub mod sig {
         CuIpcGetMemHandle: fn(*mut c_void, u64) -> i32;
         CuIpcOpenMemHandleV2: fn(*mut u64, CuIpcMemHandle, u32) -> i32;
         CuIpcCloseMemHandle: fn(u64) -> i32;
+        CuStreamBeginCapture: fn(Stream) -> i32;
         CuStreamBeginCaptureV2: fn(Stream, c_int) -> i32;
         CuStreamBeginCaptureToGraph:
             fn(Stream, *mut c_void, *const c_void, *const c_void, usize, c_int) -> i32;
@@ -229,6 +239,11 @@ pub mod sig {
         CuEventSynchronize: fn(usize) -> i32;
         CuStreamIsCapturing: fn(usize, *mut c_int) -> i32;
         CuStreamQuery: fn(usize) -> i32;
+        CuDevicePrimaryCtxReset: fn(c_int) -> i32;
+        CuDevicePrimaryCtxResetV2: fn(c_int) -> i32;
+        CuDevicePrimaryCtxGetState: fn(c_int, *mut u32, *mut c_int) -> i32;
+        CuDevicePrimaryCtxRetain: fn(*mut usize, c_int) -> i32;
+        CuDevicePrimaryCtxReleaseV2: fn(c_int) -> i32;
     }
 }
 
@@ -238,6 +253,8 @@ pub mod sig {
 pub struct DriverEntry {
     pub base: &'static CStr,
     pub since: i32,
+    /// The first version that returns a newer ABI (listed in another row).
+    pub until: i32,
     pub legacy: Sym,
     pub per_thread: Sym,
 }
@@ -246,9 +263,21 @@ pub struct DriverEntry {
 pub const FIRST_UNKNOWN_VERSION: i32 = 14000;
 
 const fn entry(base: &'static CStr, since: i32, legacy: Sym, per_thread: Sym) -> DriverEntry {
+    older(base, since, FIRST_UNKNOWN_VERSION, legacy, per_thread)
+}
+
+/// A row for an older ABI of a function, returned for versions in `since..until`.
+const fn older(
+    base: &'static CStr,
+    since: i32,
+    until: i32,
+    legacy: Sym,
+    per_thread: Sym,
+) -> DriverEntry {
     DriverEntry {
         base,
         since,
+        until,
         legacy,
         per_thread,
     }
@@ -393,6 +422,26 @@ pub const DRIVER_ENTRIES: &[DriverEntry] = &[
         Sym::CuStreamBeginCaptureV2,
         Sym::CuStreamBeginCaptureV2Ptsz,
     ),
+    older(
+        c"cuStreamBeginCapture",
+        10000,
+        10010,
+        Sym::CuStreamBeginCapture,
+        Sym::CuStreamBeginCapturePtsz,
+    ),
+    entry(
+        c"cuDevicePrimaryCtxReset",
+        11000,
+        Sym::CuDevicePrimaryCtxResetV2,
+        Sym::CuDevicePrimaryCtxResetV2,
+    ),
+    older(
+        c"cuDevicePrimaryCtxReset",
+        7000,
+        11000,
+        Sym::CuDevicePrimaryCtxReset,
+        Sym::CuDevicePrimaryCtxReset,
+    ),
     entry(
         c"cuStreamBeginCaptureToGraph",
         12030,
@@ -418,7 +467,7 @@ impl DriverEntry {
     /// The ABI a lookup of this entry returns for `version` and the stream flavour asked for,
     /// or `None` when it is one we do not wrap.
     pub fn abi(&self, version: i32, per_thread: bool) -> Option<Sym> {
-        if version < self.since || version >= FIRST_UNKNOWN_VERSION {
+        if version < self.since || version >= self.until.min(FIRST_UNKNOWN_VERSION) {
             return None;
         }
         if self.legacy == Sym::CuGetProcAddress && version >= 12000 {
@@ -432,8 +481,12 @@ impl DriverEntry {
     }
 }
 
-/// Finds a driver entry by the name given to `cuGetProcAddress`. No allocation.
-pub fn driver_entry(name: &CStr) -> Option<&'static DriverEntry> {
+/// The ABI a lookup of `name` (as given to `cuGetProcAddress`) returns for `version` and the
+/// stream flavour asked for, when it is one we wrap. No allocation.
+pub fn driver_abi(name: &CStr, version: i32, per_thread: bool) -> Option<Sym> {
     let name = name.to_bytes();
-    DRIVER_ENTRIES.iter().find(|e| e.base.to_bytes() == name)
+    DRIVER_ENTRIES
+        .iter()
+        .filter(|e| e.base.to_bytes() == name)
+        .find_map(|e| e.abi(version, per_thread))
 }

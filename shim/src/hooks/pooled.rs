@@ -5,13 +5,13 @@
 
 use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ERROR_INVALID_VALUE,
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CUDA_ERROR_INSUFFICIENT_DRIVER, ERROR_INVALID_VALUE,
 };
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::cuda::symbols::{Sym, sig};
 use crate::guard::Guard;
-use crate::hooks::{driver_hook, forward};
+use crate::hooks::{driver_hook, exported_hook, forward};
 use crate::os::say;
 use crate::pool::ipc;
 use crate::pool::{self, Served, pooling};
@@ -21,7 +21,7 @@ use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::FreeKind;
-use gpushim_core::trace::format::{Api, RecordKind};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
 use crate::cuda::symbols::sig::Stream;
 
@@ -43,6 +43,10 @@ driver_hook!(cuPointerGetAttributes / proc_cuPointerGetAttributes = CuPointerGet
 driver_hook!(cuIpcGetMemHandle / proc_cuIpcGetMemHandle = CuIpcGetMemHandle, Shim
     => ipc_get_mem_handle(handle: *mut c_void, p: u64));
 
+driver_hook!(cuStreamBeginCapture / proc_cuStreamBeginCapture = CuStreamBeginCapture, Shim
+    => begin_capture_v1(s: Stream));
+driver_hook!(cuStreamBeginCapture_ptsz / proc_cuStreamBeginCapture_ptsz = CuStreamBeginCapturePtsz,
+    Shim => begin_capture_v1(s: Stream));
 driver_hook!(cuStreamBeginCapture_v2 / proc_cuStreamBeginCapture_v2 = CuStreamBeginCaptureV2,
     Shim => begin_capture(s: Stream, mode: c_int));
 driver_hook!(cuStreamBeginCapture_v2_ptsz / proc_cuStreamBeginCapture_v2_ptsz
@@ -59,6 +63,54 @@ driver_hook!(cuStreamEndCapture / proc_cuStreamEndCapture = CuStreamEndCapture, 
 driver_hook!(cuStreamEndCapture_ptsz / proc_cuStreamEndCapture_ptsz = CuStreamEndCapturePtsz,
     Shim => end_capture(s: Stream, graph: *mut *mut c_void));
 
+driver_hook!(cuDevicePrimaryCtxReset / proc_cuDevicePrimaryCtxReset = CuDevicePrimaryCtxReset,
+    Shim => primary_ctx_reset(device: c_int));
+driver_hook!(cuDevicePrimaryCtxReset_v2 / proc_cuDevicePrimaryCtxReset_v2
+    = CuDevicePrimaryCtxResetV2, Shim => primary_ctx_reset(device: c_int));
+exported_hook!(cudaDeviceReset = CudaDeviceReset, Shim => device_reset());
+
+/// `cudaDeviceReset`: the current device's primary context is reset (see `pool::device_reset`).
+/// The runtime may reach the driver's reset through our wrapper too; forgetting twice is
+/// harmless.
+unsafe fn device_reset(sym: Sym, real: usize, _: Api) -> i32 {
+    type F = sig::CudaDeviceReset;
+    forward!(sym, real, CUDA_ERROR_INSUFFICIENT_DRIVER, F, |f, _rec| {
+        let device = crate::trace::runtime_device();
+        let ctx = (device != DEVICE_UNKNOWN)
+            .then(|| pool::device_resetting(i32::from(device)))
+            .flatten();
+        // SAFETY: no arguments.
+        let rc = unsafe { f() };
+        if let Some(c) = ctx {
+            pool::device_reset(c, rc);
+        }
+        rc
+    })
+}
+
+unsafe fn primary_ctx_reset(sym: Sym, real: usize, _: Api, device: c_int) -> i32 {
+    type F = sig::CuDevicePrimaryCtxResetV2;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        let ctx = pool::device_resetting(device);
+        // SAFETY: the caller's argument, unchanged.
+        let rc = unsafe { f(device) };
+        if let Some(c) = ctx {
+            pool::device_reset(c, rc);
+        }
+        rc
+    })
+}
+
+unsafe fn begin_capture_v1(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
+    type F = sig::CuStreamBeginCapture;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's argument, unchanged.
+        pool::begin_capture(s, sym == Sym::CuStreamBeginCapturePtsz, || unsafe {
+            f(s)
+        })
+    })
+}
+
 unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -> i32 {
     type F = sig::CuStreamBeginCaptureV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
@@ -74,10 +126,7 @@ unsafe fn end_capture(sym: Sym, real: usize, _: Api, s: Stream, graph: *mut *mut
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, graph) };
-        // The capture is over whatever the result (an invalidated capture ends with 901),
-        // unless the stream was not capturing at all, which this call cannot tell apart; the
-        // trimmer checks the streams it still counts.
-        pool::end_capture(s, sym == Sym::CuStreamEndCapturePtsz);
+        pool::end_capture(s, sym == Sym::CuStreamEndCapturePtsz, rc);
         rc
     })
 }

@@ -36,13 +36,18 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
     } else {
         RecordKind::AllocAsync
     };
+    if !runtime && pool::current_context().is_none() {
+        // No context on this thread: CUDA's own answer (201), which no capture elsewhere
+        // changes; asking CUDA about captures first would have been refused for them.
+        return None;
+    }
     if key == pool::SYNC_KEY
         && let Some(rc) = pool::capture_forbids(runtime)
     {
         // CUDA refused it for a capture under way (and invalidated that capture), as it
         // would have refused the program's own call.
         trace::record(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN, stream);
-        explain_capture_refusal();
+        explain_capture_refusal(api);
         return Some((rc, 0));
     }
     let (rc, ptr, d) = match pool::alloc(size as u64, key, runtime) {
@@ -62,14 +67,15 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
 /// framework with its cache off, as under `gpushim run --per-tensor`) allocated synchronously
 /// inside a capture, which CUDA refuses without the shim too.
 #[cold]
-fn explain_capture_refusal() {
+fn explain_capture_refusal(api: Api) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
         say(format_args!(
-            "a cudaMalloc during a CUDA graph capture was refused, as CUDA refuses it without \
-             the shim (error 900; the capture is invalidated). PyTorch with its cache off \
+            "a {} during a CUDA graph capture was refused, as CUDA refuses it without the \
+             shim (error 900; the capture is invalidated). PyTorch with its cache off \
              (PYTORCH_NO_CUDA_MEMORY_CACHING=1, gpushim run --per-tensor) does this when it \
-             captures graphs: use gpushim run --pluggable for such programs"
+             captures graphs: use gpushim run --pluggable for such programs",
+            api.name()
         ));
     }
 }
@@ -89,6 +95,9 @@ pub fn free(
 ) -> Option<i32> {
     let t0 = costs::start();
     let runtime = family == Family::Runtime;
+    if !runtime && pool::current_context().is_none() {
+        return None;
+    }
     if how == FreeKind::Sync
         && let Some(rc) = pool::capture_forbids(runtime)
     {

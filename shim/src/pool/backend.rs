@@ -2,7 +2,7 @@
 //! `cuMemAlloc_v2` or mapped pages (`cuMemCreate`/`cuMemMap`), fences as events recorded at
 //! checkpoints, and the pool's notes in the trace.
 
-use super::capture::{capture_active, relaxed_if_capturing};
+use super::capture::{pool_quiet, relaxed_if_capturing};
 use super::context::free_segments;
 use super::context::{MAX_CONTEXTS, device_of, in_context};
 use super::sealer::{Request, Sealer, make_events};
@@ -43,6 +43,9 @@ pub(super) struct SlotFences {
     pub(super) sealed_at: u64,
     /// How long the last checkpoint took to make (ns).
     pub(super) seal_ns: u64,
+    /// Checkpoints numbered below this one were made before the context was reset: their
+    /// events are gone with it, and a late answer of the helper's naming one is dropped.
+    pub(super) forgot_below: u64,
 }
 
 /// A checkpoint the engine could do without (see `poll`) is made at most once per this many
@@ -209,6 +212,7 @@ impl CudaBackend {
                     untracked: false,
                     sealed_at: 0,
                     seal_ns: 0,
+                    forgot_below: 0,
                 })
                 .collect(),
             last_error: 0,
@@ -320,6 +324,10 @@ impl CudaBackend {
             self.in_flight = None;
         }
         let s = &mut self.slots[a.slot as usize];
+        if a.id < s.forgot_below {
+            // Made before a reset of its context: its events are no longer CUDA's.
+            return;
+        }
         s.spare.extend(a.spare);
         s.seal_ns = a.took_ns;
         match a.made {
@@ -386,6 +394,28 @@ impl CudaBackend {
         costs::end(Cost::Query, t0);
     }
 
+    /// Context `slot` was reset: its events and streams are gone (nothing is destroyed or
+    /// asked of them), the segments it was giving back and the pages it had mapped in the
+    /// address ranges `gone` are CUDA's no more, and every fence made so far counts as passed.
+    pub(super) fn forget_slot(&mut self, slot: u8, gone: &[(u64, u64)]) {
+        self.take_answer(true);
+        let s = &mut self.slots[slot as usize];
+        s.sealed.clear();
+        s.spare.clear();
+        s.streams.clear();
+        s.untracked = false;
+        s.pending_used = false;
+        s.passed_id = s.next_id;
+        s.next_id += 1;
+        s.forgot_below = s.next_id;
+        if self.in_flight.is_some_and(|(f, _)| f == slot) {
+            self.in_flight = None;
+        }
+        self.released.retain(|&(s, _)| s != slot);
+        self.pages
+            .retain(|&p, _| !gone.iter().any(|&(b, n)| b <= p && p < b + n));
+    }
+
     /// Every fence up to checkpoint `id` passed (the device was synchronized).
     pub(super) fn passed_up_to(&mut self, slot: u8, id: u64) {
         let s = &mut self.slots[slot as usize];
@@ -424,7 +454,8 @@ impl Backend for CudaBackend {
     fn reserve(&mut self, slot: u8, size: u64) -> Result<u64, OutOfMemory> {
         if !self.released.is_empty() {
             // Out of memory and retrying: what was given back must really be free first.
-            free_segments(&core::mem::take(&mut self.released));
+            let kept = free_segments(&core::mem::take(&mut self.released));
+            self.released.extend(kept);
         }
         let Some(alloc) = real::function::<of::CuMemAllocV2>() else {
             self.last_error = crate::cuda::ffi::CU_ERROR_NOT_INITIALIZED;
@@ -449,7 +480,7 @@ impl Backend for CudaBackend {
     }
 
     fn quiet(&mut self) -> bool {
-        capture_active()
+        pool_quiet()
     }
 
     fn now(&mut self) -> u64 {

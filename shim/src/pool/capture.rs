@@ -2,7 +2,7 @@
 //! of CUDA where the pool must know, and the relaxed interaction mode for the pool's own calls.
 
 use super::streams::stream_identity;
-use crate::cuda::ffi::STREAM_PER_THREAD;
+use crate::cuda::ffi::{STREAM_LEGACY, STREAM_PER_THREAD};
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use core::ffi::c_void;
@@ -26,12 +26,33 @@ static CAPTURING: [AtomicU64; MAX_CAPTURES] = [const { AtomicU64::new(0) }; MAX_
 static CAPTURE_COUNT: AtomicUsize = AtomicUsize::new(0);
 /// The raw handles of the captured streams, for `cuStreamIsCapturing`.
 static CAPTURED_HANDLE: [AtomicU64; MAX_CAPTURES] = [const { AtomicU64::new(0) }; MAX_CAPTURES];
+/// Captures begun while the table was full: counted in `CAPTURE_COUNT`, and taken off when a
+/// capture CUDA ended is not in the table, so a 65th capture never leaves the pool quiet.
+static OVERFLOW: AtomicUsize = AtomicUsize::new(0);
+/// Device resets under way: the device's memory, streams and events go away, so the pool stays
+/// quiet (records, queries and frees nothing) until it has forgotten them.
+static RESETS: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether a stream capture is under way anywhere in the process (contract 7). While one is,
 /// the pool records no event, queries or waits for none, frees no device memory and
 /// synchronizes nothing; its own allocations run in relaxed capture mode.
 pub fn capture_active() -> bool {
     CAPTURE_COUNT.load(Ordering::Acquire) > 0
+}
+
+/// Whether the pool must make no call of its own now: a capture is under way, or a device
+/// reset is taking the memory, streams and events away.
+pub(super) fn pool_quiet() -> bool {
+    capture_active() || RESETS.load(Ordering::Acquire) > 0
+}
+
+/// A device reset begins (`true`) or is over (`false`).
+pub(super) fn resetting(begins: bool) {
+    if begins {
+        RESETS.fetch_add(1, Ordering::AcqRel);
+    } else {
+        let _ = RESETS.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
 }
 
 /// A capture began on `stream`.
@@ -46,10 +67,20 @@ pub fn capture_started(stream: *mut c_void, per_thread_default: bool) {
             return;
         }
     }
+    OVERFLOW.fetch_add(1, Ordering::AcqRel);
 }
 
-/// The capture on `stream` ended (successfully or invalidated).
-pub fn capture_ended(stream: *mut c_void, per_thread_default: bool) {
+/// `CUDA_ERROR_STREAM_CAPTURE_INVALIDATED`: an invalidated capture ends with it.
+const ERROR_STREAM_CAPTURE_INVALIDATED: i32 = 901;
+
+/// The program's end of the capture on `stream` answered `rc`. CUDA ended the capture with 0
+/// (a graph) or 901 (invalidated); any other answer (908, the wrong thread; 401, no capture)
+/// leaves a capture that was under way going, unless CUDA says the stream no longer captures.
+pub fn capture_ended(stream: *mut c_void, per_thread_default: bool, rc: i32) {
+    let ended = rc == 0 || rc == ERROR_STREAM_CAPTURE_INVALIDATED;
+    if !ended && stream_capturing(capture_handle(stream, per_thread_default)) != Some(false) {
+        return;
+    }
     let key = stream_identity(stream, per_thread_default);
     for c in &CAPTURING {
         if c.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed)
@@ -60,6 +91,38 @@ pub fn capture_ended(stream: *mut c_void, per_thread_default: bool) {
             return;
         }
     }
+    // Not in the table, yet CUDA ended a capture on it: one begun while the table was full.
+    if ended
+        && OVERFLOW
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+    {
+        let _ = CAPTURE_COUNT
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    }
+}
+
+/// The handle to ask CUDA about for a stream a call named: stream 0 of a per-thread entry point
+/// (`_ptsz`) is the calling thread's default stream; the legacy stream (`None`) is never
+/// captured.
+fn capture_handle(stream: *mut c_void, per_thread_default: bool) -> Option<u64> {
+    match stream as u64 {
+        0 if per_thread_default => Some(STREAM_PER_THREAD),
+        0 | STREAM_LEGACY => None,
+        s => Some(s),
+    }
+}
+
+/// What `cuStreamIsCapturing` says of `handle` (the per-thread handle names the calling
+/// thread's stream): `None` when it cannot say.
+fn stream_capturing(handle: Option<u64>) -> Option<bool> {
+    let Some(handle) = handle else {
+        return Some(false);
+    };
+    let f = real::function::<of::CuStreamIsCapturing>()?;
+    let mut status = 0i32;
+    // SAFETY: a stream handle the program passed to a stream call; a valid out-pointer.
+    (unsafe { f(handle as usize, &mut status) } == 0).then_some(status != 0)
 }
 
 /// Drops captures that CUDA no longer reports (a capturing stream destroyed, say), so the pool
@@ -110,6 +173,14 @@ pub(super) fn relaxed_if_capturing<R>(f: impl FnOnce() -> R) -> R {
     if !capture_active() {
         return f();
     }
+    in_relaxed_mode(f)
+}
+
+/// Runs `f` in relaxed capture mode whatever is under way now: for the pool's frees, which a
+/// capture another thread begins while one is on its way would otherwise refuse (900, and that
+/// capture invalidated). In relaxed mode CUDA allows them during any capture (measured on the
+/// GPU, `docs/cuda-facts.md`).
+pub(super) fn in_relaxed_mode<R>(f: impl FnOnce() -> R) -> R {
     let old = set_relaxed_capture_mode();
     let r = f();
     if let Some(mut m) = old {
@@ -144,25 +215,25 @@ pub fn capture_forbids(runtime: bool) -> Option<i32> {
 }
 
 /// Whether `stream` is being captured into a CUDA graph: stream-ordered calls on it become
-/// graph nodes and must reach CUDA. Free until the process begins a capture. The special
-/// handles (legacy, per-thread) are not checked.
-pub fn capturing(stream: *mut c_void) -> bool {
-    let s = stream as u64;
-    if s <= STREAM_PER_THREAD || !CAPTURES.load(Ordering::Relaxed) {
+/// graph memory nodes, owned by the graph, and must reach CUDA (a pool block handed to a graph
+/// would be handed out again while every replay writes it). The per-thread default stream
+/// (`cudaStreamPerThread`, or stream 0 of a `_ptsz` entry point) is asked as the calling
+/// thread's; the legacy stream cannot be captured. Free until the process begins a capture.
+/// When CUDA cannot say, the stream counts as captured: CUDA then answers the call itself.
+pub fn capturing(stream: *mut c_void, per_thread_default: bool) -> bool {
+    if !CAPTURES.load(Ordering::Relaxed) {
         return false;
     }
-    let Some(f) = real::function::<of::CuStreamIsCapturing>() else {
-        return false;
-    };
-    let mut status = 0i32;
-    // SAFETY: a stream handle the caller passed to a stream-ordered call; a valid out-pointer.
-    unsafe { f(s as usize, &mut status) == 0 && status != 0 }
+    let handle = capture_handle(stream, per_thread_default);
+    handle.is_some() && stream_capturing(handle) != Some(false)
 }
 
-/// In a forked child: no capture of the parent's is under way here.
+/// In a forked child: no capture or reset of the parent's is under way here.
 pub(super) fn forget_after_fork() {
     for c in &CAPTURING {
         c.store(0, Ordering::Relaxed);
     }
     CAPTURE_COUNT.store(0, Ordering::Relaxed);
+    OVERFLOW.store(0, Ordering::Relaxed);
+    RESETS.store(0, Ordering::Relaxed);
 }

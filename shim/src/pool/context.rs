@@ -44,6 +44,15 @@ pub(super) fn slot_of(ctx: usize) -> Option<u8> {
     None
 }
 
+/// The slot of `ctx` if it has one (never registers).
+pub(super) fn registered_slot(ctx: usize) -> Option<u8> {
+    CONTEXTS
+        .iter()
+        .take_while(|c| c.load(Ordering::Acquire) != 0)
+        .position(|c| c.load(Ordering::Acquire) == ctx)
+        .map(|i| i as u8)
+}
+
 #[cold]
 fn register(ctx: usize) -> Option<u8> {
     // The context is current on this thread, so it names its device.
@@ -101,16 +110,41 @@ pub(super) fn forget_after_fork() {
     REGISTERING.unlock();
 }
 
-/// Frees segments the engine gave back (outside the pool's lock).
-pub fn free_segments(segments: &[(u8, u64)]) {
+/// Frees segments the engine gave back (outside the pool's lock, or while retrying under it),
+/// in relaxed capture mode: a capture that another thread begins while a free is on its way
+/// can neither refuse it nor be invalidated by it. Returns the segments whose free failed for a
+/// capture under way (the pool keeps them and tries again); any other failure means CUDA no
+/// longer has the memory (its context was reset or destroyed), said once.
+pub fn free_segments(segments: &[(u8, u64)]) -> Vec<(u8, u64)> {
+    let mut kept = Vec::new();
     let Some(free) = real::function::<of::CuMemFreeV2>() else {
-        return;
+        return kept;
     };
-    for &(slot, ptr) in segments {
-        crate::costs::measure(crate::costs::Cost::Release, || {
-            // SAFETY: a segment the pool reserved with cuMemAlloc_v2 and no longer hands out;
-            // freed once, in its context.
-            in_context(slot, || unsafe { free(ptr) })
-        });
+    super::capture::in_relaxed_mode(|| {
+        for &(slot, ptr) in segments {
+            let rc = crate::costs::measure(crate::costs::Cost::Release, || {
+                // SAFETY: a segment the pool reserved with cuMemAlloc_v2 and no longer hands
+                // out; freed once, in its context.
+                in_context(slot, || unsafe { free(ptr) })
+            });
+            match rc {
+                0 => {}
+                // The capture family (900 to 909): the memory is still ours; later.
+                900..=909 => kept.push((slot, ptr)),
+                _ => said_release_failed(rc),
+            }
+        }
+    });
+    kept
+}
+
+#[cold]
+fn said_release_failed(rc: i32) {
+    static SAID: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        crate::os::say(format_args!(
+            "cuMemFree of a segment the pool gave back answered {rc}: CUDA no longer holds it \
+             (its context was reset or destroyed)"
+        ));
     }
 }

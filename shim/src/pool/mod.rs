@@ -30,10 +30,10 @@ use crate::cuda::symbols::sig::of;
 use backend::CudaBackend;
 pub use capture::{capture_active, capture_forbids, capturing};
 use capture::{
-    capture_ended, capture_started, captures_begun, forget_finished_captures,
+    capture_ended, capture_started, captures_begun, forget_finished_captures, resetting,
     set_relaxed_capture_mode,
 };
-use context::{CONTEXTS, MAX_CONTEXTS, free_segments, slot_of};
+use context::{CONTEXTS, MAX_CONTEXTS, free_segments, registered_slot, slot_of};
 pub use context::{current_context, current_slot, device_of};
 use streams::{OTHER_STREAMS, stream_identity};
 
@@ -154,7 +154,19 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     let r = f(p);
     let released = core::mem::take(&mut p.engine.backend_mut().released);
     LOCK.unlock();
-    free_segments(&released);
+    if !released.is_empty() {
+        let kept = free_segments(&released);
+        if !kept.is_empty() {
+            // Still the pool's memory: tried again at the next release (a release that fails
+            // never drops a segment).
+            LOCK.lock();
+            // SAFETY: LOCK is held, so this is the only reference.
+            if let Some(p) = unsafe { &mut *POOL.0.get() } {
+                p.engine.backend_mut().released.extend(kept);
+            }
+            LOCK.unlock();
+        }
+    }
     r
 }
 
@@ -184,12 +196,69 @@ pub fn begin_capture(
     rc
 }
 
-/// The program ended the capture on `stream` (whatever CUDA answered: an invalidated capture
-/// ends with 901). Counted under the lock, as it was begun.
-pub fn end_capture(stream: *mut c_void, per_thread_default: bool) {
+/// The program's end of the capture on `stream` answered `rc` (see `capture_ended`). Counted
+/// under the lock, as it was begun.
+pub fn end_capture(stream: *mut c_void, per_thread_default: bool, rc: i32) {
     LOCK.lock();
-    capture_ended(stream, per_thread_default);
+    capture_ended(stream, per_thread_default, rc);
     LOCK.unlock();
+}
+
+/// A reset of device `device`'s primary context is about to run (`cudaDeviceReset`,
+/// `cuDevicePrimaryCtxReset`). CUDA frees every allocation of the context and destroys its
+/// streams and events, while the context keeps its handle (`docs/cuda-facts.md`), which is how
+/// the pool names it: the pool goes quiet, waits for the checkpoint its helper may be making,
+/// and returns the handle for [`device_reset`]. `None`: nothing of the pool's is on it.
+pub fn device_resetting(device: i32) -> Option<usize> {
+    if !pooling() {
+        return None;
+    }
+    let ctx = primary_context(device).filter(|&c| registered_slot(c).is_some())?;
+    resetting(true);
+    with(|p| {
+        // A sweep under way finishes; later ones see the reset and make nothing.
+        sealer::SWEEP.lock();
+        sealer::SWEEP.unlock();
+        p.engine.backend_mut().take_answer(true);
+    });
+    Some(ctx)
+}
+
+/// The reset begun with [`device_resetting`] answered `rc`: on success the pool forgets every
+/// block, segment, stream and event of context `ctx` (the addresses may come back from CUDA as
+/// new memory); the context's slot serves again.
+pub fn device_reset(ctx: usize, rc: i32) {
+    if rc == 0 {
+        with(|p| {
+            if let Some(slot) = registered_slot(ctx) {
+                let gone = p.forget_device(slot);
+                p.engine.backend_mut().forget_slot(slot, &gone);
+            }
+        });
+    }
+    resetting(false);
+}
+
+/// The handle of device `device`'s primary context while it is active (never made active here:
+/// that would create it).
+fn primary_context(device: i32) -> Option<usize> {
+    let state = real::function::<of::CuDevicePrimaryCtxGetState>()?;
+    let retain = real::function::<of::CuDevicePrimaryCtxRetain>()?;
+    let release = real::function::<of::CuDevicePrimaryCtxReleaseV2>()?;
+    let (mut flags, mut active) = (0u32, 0i32);
+    // SAFETY: valid out-pointers.
+    if unsafe { state(device, &mut flags, &mut active) } != 0 || active == 0 {
+        return None;
+    }
+    let mut ctx = 0usize;
+    // SAFETY: the context is active, so retaining it creates nothing; released right after,
+    // which leaves its count as it was.
+    if unsafe { retain(&mut ctx, device) } != 0 {
+        return None;
+    }
+    // SAFETY: releases the reference taken above.
+    unsafe { release(device) };
+    (ctx != 0).then_some(ctx)
 }
 
 /// How often the trimmer looks for memory to give back.
@@ -237,6 +306,8 @@ pub fn forget_after_fork() {
     STATE.store(OFF, Ordering::Relaxed);
     capture::forget_after_fork();
     LOCK.unlock();
+    // A sweep of the parent's helper the fork interrupted is over too.
+    sealer::SWEEP.unlock();
     context::forget_after_fork();
     ipc::forget_after_fork();
     backend::flush_splits(true);

@@ -18,7 +18,7 @@
 //! for each other.
 
 use super::backend::context_events;
-use super::capture::{capture_active, set_relaxed_capture_mode};
+use super::capture::{pool_quiet, set_relaxed_capture_mode};
 use super::context::{context_handle, in_context};
 use crate::cuda::ffi::CU_EVENT_DISABLE_TIMING;
 use crate::cuda::real;
@@ -99,7 +99,7 @@ fn serve(requests: Receiver<Request>, answers: SyncSender<Answer>) {
         let c0 = crate::costs::start();
         SWEEP.lock();
         let made =
-            (!capture_active()).then(|| make_events(r.slot, &r.streams, &mut r.spare, r.untracked));
+            (!pool_quiet()).then(|| make_events(r.slot, &r.streams, &mut r.spare, r.untracked));
         SWEEP.unlock();
         crate::costs::end(crate::costs::Cost::Seal, c0);
         if made.is_some() {

@@ -31,7 +31,7 @@ unsafe fn wrap(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, per_t
     }
     // SAFETY: the caller vouches that `symbol` is NUL-terminated.
     let name = unsafe { CStr::from_ptr(symbol) };
-    let Some(abi) = symbols::driver_entry(name).and_then(|e| e.abi(version, per_thread)) else {
+    let Some(abi) = symbols::driver_abi(name, version, per_thread) else {
         return;
     };
     let Some(w) = wrappers::proc_wrapper(abi) else {

@@ -46,6 +46,7 @@ static EXPORTED: &[(Sym, Addr)] = &[
     (Sym::CudaMallocPitch, addr!(runtime::cudaMallocPitch)),
     (Sym::CudaMalloc3D, addr!(runtime::cudaMalloc3D)),
     (Sym::CudaMemGetInfo, addr!(runtime::cudaMemGetInfo)),
+    (Sym::CudaDeviceReset, addr!(pool_hooks::cudaDeviceReset)),
     (
         Sym::CudaGetDriverEntryPoint,
         addr!(entry::cudaGetDriverEntryPoint),
@@ -123,8 +124,24 @@ static EXPORTED: &[(Sym, Addr)] = &[
         addr!(pool_hooks::cuIpcCloseMemHandle),
     ),
     (
+        Sym::CuStreamBeginCapture,
+        addr!(pool_hooks::cuStreamBeginCapture),
+    ),
+    (
+        Sym::CuStreamBeginCapturePtsz,
+        addr!(pool_hooks::cuStreamBeginCapture_ptsz),
+    ),
+    (
         Sym::CuStreamBeginCaptureV2,
         addr!(pool_hooks::cuStreamBeginCapture_v2),
+    ),
+    (
+        Sym::CuDevicePrimaryCtxReset,
+        addr!(pool_hooks::cuDevicePrimaryCtxReset),
+    ),
+    (
+        Sym::CuDevicePrimaryCtxResetV2,
+        addr!(pool_hooks::cuDevicePrimaryCtxReset_v2),
     ),
     (
         Sym::CuStreamBeginCaptureV2Ptsz,
@@ -231,8 +248,24 @@ static PROC: &[(Sym, Addr)] = &[
         addr!(pool_hooks::proc_cuIpcCloseMemHandle),
     ),
     (
+        Sym::CuStreamBeginCapture,
+        addr!(pool_hooks::proc_cuStreamBeginCapture),
+    ),
+    (
+        Sym::CuStreamBeginCapturePtsz,
+        addr!(pool_hooks::proc_cuStreamBeginCapture_ptsz),
+    ),
+    (
         Sym::CuStreamBeginCaptureV2,
         addr!(pool_hooks::proc_cuStreamBeginCapture_v2),
+    ),
+    (
+        Sym::CuDevicePrimaryCtxReset,
+        addr!(pool_hooks::proc_cuDevicePrimaryCtxReset),
+    ),
+    (
+        Sym::CuDevicePrimaryCtxResetV2,
+        addr!(pool_hooks::proc_cuDevicePrimaryCtxReset_v2),
     ),
     (
         Sym::CuStreamBeginCaptureV2Ptsz,
