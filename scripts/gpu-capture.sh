@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The GPU machine's checks for issue 11 (the pool never breaks a program): the capture client
+# The GPU machine's checks that the pool never breaks a program: the capture client
 # (tests/clients/capture.c) on real CUDA without the shim and under it in every pool mode, each
-# run's lines compared with the run without the shim; what cuCtxRecordEvent covers and costs
+# scenario's lines compared with the run without the shim (table: every capture rule; oom;
+# graph; graphmem, stream-ordered memory captured on a created stream through the CUDA 10.0
+# entry point and on the per-thread default stream; nocontext, a thread with no context
+# allocating during another's capture; reset, cudaDeviceReset with blocks cached; release, the
+# pool's frees while another thread begins captures); what cuCtxRecordEvent covers and costs
 # (scripts/gpu/ctx_event_probe.cu, the pool's checkpoint); then the NVML check that memory given
 # back reaches another process (scripts/gpu/giveback.py). Prints tables. Build and carry .gpu as
 # for scripts/gpu-check.sh. PyTorch's own tests are run separately (see the README).
@@ -17,19 +21,19 @@ ln -sf "$driver" $work/libcuda.so
 LIBRARY_PATH=$work scripts/build-sim.sh $work --real "$cudart" >/dev/null
 export LD_LIBRARY_PATH="$cudart"
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%F)"
-$work/capture > $work/plain.txt
-$work/capture oom > $work/plain-oom.txt
-$work/capture graph > $work/plain-graph.txt
-printf '%-18s %-10s %-10s %-10s\n' mode table oom graph
+scenarios=("" oom graph graphmem nocontext reset release)
+for what in "${scenarios[@]}"; do $work/capture $what > $work/plain${what:+-$what}.txt; done
+printf '%-16s' mode table "${scenarios[@]:1}"; echo
 for conf in pool:off pool:caching pool:expandable; do
   row=("$conf")
-  for what in "" oom graph; do
+  for what in "${scenarios[@]}"; do
     GPUSHIM_TRACE=off GPUSHIM_CONF=$conf LD_PRELOAD=$GPUSHIM_LIB $work/capture $what > $work/shim.txt
-    if cmp -s $work/shim.txt $work/plain${what:+-$what}.txt; then row+=(same); else row+=(DIFFERENT); diff $work/plain${what:+-$what}.txt $work/shim.txt | head -5 >&2 || true; fi
+    if cmp -s $work/shim.txt $work/plain${what:+-$what}.txt; then row+=(same); else row+=(DIFFERENT); diff $work/plain${what:+-$what}.txt $work/shim.txt | sed "s/^/$conf $what: /" | head -8 >&2 || true; fi
   done
-  printf '%-18s %-10s %-10s %-10s\n' "${row[@]}"
+  printf '%-16s' "${row[@]}"; echo
 done
-echo "without the shim: $(grep -c . $work/plain.txt) lines; $(cat $work/plain-oom.txt); $(cat $work/plain-graph.txt)"
+echo "without the shim: $(grep -c . $work/plain.txt) lines"
+for what in "${scenarios[@]:1}"; do cat $work/plain-$what.txt; done
 # The simulator's answers (tests/capture.rs checks them against the same rules), carried in
 # .gpu/capture-sim.txt by whoever built .gpu: real CUDA must print the same lines.
 if [ -f $bin/capture-sim.txt ]; then

@@ -28,6 +28,11 @@ pub enum RunError {
     TraceExists(PathBuf),
     /// `gpushim run` with no command.
     NothingToRun,
+    /// Neither `XDG_CACHE_HOME`, `HOME` nor `XDG_RUNTIME_DIR` names a folder to write to.
+    NoPrivateFolder,
+    /// Python was given a flag (`-I`, `-E`, `-S`) under which it reads no `sitecustomize`
+    /// from PYTHONPATH, so `--pluggable`/`--per-tensor` could install nothing.
+    PythonIgnoresSite(char),
     /// The command could not be started.
     Spawn(PathBuf, std::io::Error),
 }
@@ -55,11 +60,22 @@ impl std::fmt::Display for RunError {
             ),
             RunError::NotPrivate(dir) => write!(
                 f,
-                "{} is not a private folder of this user: not writing the shim there; pass \
-                 --lib or set GPUSHIM_LIB",
+                "{} is not a private folder of this user (a link, or owned by another): not \
+                 writing there; remove it, or set XDG_CACHE_HOME to a folder of yours",
                 dir.display()
             ),
             RunError::Io(path, e) => write!(f, "cannot use {}: {e}", path.display()),
+            RunError::PythonIgnoresSite(flag) => write!(
+                f,
+                "python -{flag} reads no sitecustomize from PYTHONPATH, so --pluggable and \
+                 --per-tensor could not set PyTorch up: drop -{flag}, or call \
+                 gpushim.torch_allocator() in the program before its first CUDA tensor"
+            ),
+            RunError::NoPrivateFolder => write!(
+                f,
+                "no folder of this user's to write to: set HOME (or XDG_CACHE_HOME) to an \
+                 absolute path of a folder you own"
+            ),
             RunError::Pattern(p, e) => write!(f, "trace pattern '{p}': {e}"),
             RunError::TraceFolder(what, FolderProblem::Missing) => {
                 write!(
@@ -144,58 +160,21 @@ pub fn find_shim(explicit: Option<&Path>) -> Result<PathBuf, RunError> {
 /// else is never preloaded.
 #[cfg(feature = "bundle-shim")]
 mod bundled {
-    use std::io::Write;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
     use std::path::PathBuf;
 
     use super::RunError;
 
     static SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libgpushim.so"));
 
-    /// `$XDG_CACHE_HOME/gpushim`, `~/.cache/gpushim`, else `/tmp/gpushim-UID`: a folder of
-    /// this user's, mode 0700.
-    fn folder() -> Result<PathBuf, RunError> {
-        // SAFETY: getuid has no preconditions.
-        let uid = unsafe { libc::getuid() };
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .filter(|p| p.is_absolute())
-            .map(|p| p.join("gpushim"))
-            .unwrap_or_else(|| PathBuf::from(format!("/tmp/gpushim-{uid}")));
-        let _ = std::fs::create_dir_all(&base);
-        let _ = std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o700));
-        let meta = std::fs::symlink_metadata(&base).map_err(|e| RunError::Io(base.clone(), e))?;
-        if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
-            return Err(RunError::NotPrivate(base));
-        }
-        Ok(base)
-    }
-
     pub fn write_out() -> Result<PathBuf, RunError> {
-        let dir = folder()?;
         let name = format!("libgpushim-{}-{:016x}.so", env!("CARGO_PKG_VERSION"), {
             use std::hash::Hasher;
             let mut h = crate::fasthash::FastHasher::default();
             h.write(SHIM);
             h.finish()
         });
-        let path = dir.join(&name);
-        if std::fs::read(&path).is_ok_and(|b| b == SHIM) {
-            return Ok(path);
-        }
-        let tmp = dir.join(format!("{name}.{}.tmp", std::process::id()));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o755)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-            .map_err(|e| RunError::Io(tmp.clone(), e))?;
-        f.write_all(SHIM)
-            .and_then(|()| f.sync_all())
-            .map_err(|e| RunError::Io(tmp.clone(), e))?;
-        std::fs::rename(&tmp, &path).map_err(|e| RunError::Io(path.clone(), e))?;
+        let path = super::private_folder()?.join(name);
+        super::write_checked(&path, SHIM, 0o755)?;
         Ok(path)
     }
 }
@@ -331,46 +310,137 @@ impl TorchRoute {
 /// The `sitecustomize` that installs PyTorch's pluggable allocator at `import torch`.
 const TORCH_SITE: &str = include_str!("torch_site.py");
 
-/// A folder of this user's alone (mode 0700) holding [`TORCH_SITE`] as `sitecustomize.py`,
-/// for the run's PYTHONPATH; removed when dropped.
-struct TorchSite(PathBuf);
+/// The folder on the run's PYTHONPATH holding [`TORCH_SITE`] as `sitecustomize.py`, inside
+/// [`private_folder`] and named by its content. It is never removed: the path stays in the
+/// environment of whatever the program leaves running, and a removed folder in a shared place
+/// could be created again by another user, whose `sitecustomize.py` would then run as this
+/// user. Inside a folder of this user's alone nobody else can create it.
+fn torch_site() -> Result<PathBuf, RunError> {
+    use std::hash::Hasher;
+    let mut h = crate::fasthash::FastHasher::default();
+    h.write(TORCH_SITE.as_bytes());
+    let dir = private_folder()?.join(format!("site-{:016x}", h.finish()));
+    ensure_private(&dir)?;
+    write_checked(&dir.join("sitecustomize.py"), TORCH_SITE.as_bytes(), 0o600)?;
+    Ok(dir)
+}
 
-impl TorchSite {
-    fn create() -> Result<TorchSite, RunError> {
-        use std::os::unix::fs::DirBuilderExt;
-        let base = std::env::temp_dir();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let mut attempt = 0u32;
-        loop {
-            let dir = base.join(format!(
-                "gpushim-site.{}.{}",
-                std::process::id(),
-                nanos.wrapping_add(attempt)
-            ));
-            // Made new here (an existing path is refused), owned by us, mode 0700; a name
-            // taken already is followed by the next one (16 at most), any other error ends it.
-            match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
-                Ok(()) => {
-                    let site = TorchSite(dir);
-                    std::fs::write(site.0.join("sitecustomize.py"), TORCH_SITE)
-                        .map_err(|e| RunError::Io(site.0.clone(), e))?;
-                    return Ok(site);
+/// The flag among Python's own options (those before the script, `-c` or `-m`) under which it
+/// reads no `sitecustomize` from PYTHONPATH: `-I` (isolated), `-E` (no PYTHON* variables),
+/// `-S` (no `site`). `None` for a program that is not Python.
+fn python_flag_ignoring_site(prog: &OsString, args: &[OsString]) -> Option<char> {
+    let name = Path::new(prog).file_name()?.to_str()?;
+    if !name.starts_with("python") {
+        return None;
+    }
+    let mut args = args.iter().filter_map(|a| a.to_str());
+    while let Some(a) = args.next() {
+        if a == "-" || a == "--" || !a.starts_with('-') || a.starts_with("--") {
+            return None;
+        }
+        let cluster = &a[1..];
+        for (i, c) in cluster.char_indices() {
+            match c {
+                'I' | 'E' | 'S' => return Some(c),
+                // The rest of the word, or the next one, is the option's value or the code.
+                'c' | 'm' => return None,
+                'W' | 'X' => {
+                    if i + 1 == cluster.len() {
+                        args.next();
+                    }
+                    break;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && attempt < 15 => {
-                    attempt += 1;
-                }
-                Err(e) => return Err(RunError::Io(dir, e)),
+                _ => {}
             }
         }
     }
+    None
 }
 
-impl Drop for TorchSite {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+/// Writes `bytes` to `path` unless it holds them already, through a new file renamed into
+/// place (never through a link another user made).
+pub(crate) fn write_checked(path: &Path, bytes: &[u8], mode: u32) -> Result<(), RunError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if std::fs::read(path).is_ok_and(|b| b == bytes) {
+        return Ok(());
     }
+    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&tmp)
+        .map_err(|e| RunError::Io(tmp.clone(), e))?;
+    f.write_all(bytes)
+        .and_then(|()| f.sync_all())
+        .map_err(|e| RunError::Io(tmp.clone(), e))?;
+    std::fs::rename(&tmp, path).map_err(|e| RunError::Io(path.to_path_buf(), e))
+}
+
+/// A folder of this user's alone (mode 0700) for the files `gpushim run` writes and later
+/// trusts: `$XDG_CACHE_HOME/gpushim`, `~/.cache/gpushim`, else `$XDG_RUNTIME_DIR/gpushim`. A
+/// fixed name in a shared folder (`/tmp`) is not used: anyone could create it first and stop
+/// every run of this user.
+pub(crate) fn private_folder() -> Result<PathBuf, RunError> {
+    let bases = [
+        std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from),
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")),
+        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
+    ];
+    let mut last = None;
+    for base in bases.into_iter().flatten().filter(|p| p.is_absolute()) {
+        let dir = base.join("gpushim");
+        match ensure_private(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.unwrap_or(RunError::NoPrivateFolder))
+}
+
+/// Makes `dir` (its parents as needed) and checks, before anything is changed in it, that it is
+/// a real folder (not a link) owned by this user; a mode open to others is then closed through
+/// the folder itself, never through a path a link could redirect.
+fn ensure_private(dir: &Path) -> Result<(), RunError> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    if let Some(parent) = dir.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(RunError::Io(dir.to_path_buf(), e)),
+    }
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| RunError::Io(dir.to_path_buf(), e))?;
+    if !meta.is_dir() || meta.uid() != uid {
+        return Err(RunError::NotPrivate(dir.to_path_buf()));
+    }
+    if meta.mode() & 0o077 != 0 {
+        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+            .map_err(|_| RunError::NotPrivate(dir.to_path_buf()))?;
+        // SAFETY: a NUL-terminated path; O_NOFOLLOW refuses a link put there meanwhile.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(RunError::NotPrivate(dir.to_path_buf()));
+        }
+        // SAFETY: `fd` is the folder just opened, closed right after.
+        let ok = unsafe { libc::fchmod(fd, 0o700) == 0 && libc::close(fd) == 0 };
+        if !ok {
+            return Err(RunError::NotPrivate(dir.to_path_buf()));
+        }
+    }
+    Ok(())
 }
 
 pub fn run(
@@ -414,16 +484,16 @@ pub fn run(
         }
         TorchRoute::Pluggable => Some("GPUSHIM_TORCH_PLUGGABLE"),
     };
-    // Kept until the command has ended: its Python reads the folder at start-up.
-    let mut _site = None;
     if let Some(var) = site_does {
-        let site = TorchSite::create()?;
+        if let Some(flag) = python_flag_ignoring_site(prog, args) {
+            return Err(RunError::PythonIgnoresSite(flag));
+        }
+        let site = torch_site()?;
         c.env(
             "PYTHONPATH",
-            preload_value(&site.0, std::env::var_os("PYTHONPATH")),
+            preload_value(&site, std::env::var_os("PYTHONPATH")),
         );
         c.env(var, shim);
-        _site = Some(site);
     }
     if let Some(t) = trace {
         c.env("GPUSHIM_TRACE", t);

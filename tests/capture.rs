@@ -142,9 +142,7 @@ fn stream_ordered_memory_captured_on_any_stream_belongs_to_the_graph_never_to_th
     // stream too (named as cudaStreamPerThread, or as stream 0 of a _ptsz entry point), and
     // must see a capture begun through the CUDA 10.0 entry point.
     let line = |what: &str| {
-        format!(
-            "graphmem {what}: begin=0 alloc=0 free=0 end=0 graph=1 next=0 reused=0\n"
-        )
+        format!("graphmem {what}: begin=0 alloc=0 free=0 end=0 graph=1 next=0 reused=0\n")
     };
     let want = ["created_stream_v1", "per_thread_stream", "ptsz_stream_0"]
         .map(line)
@@ -181,7 +179,11 @@ fn the_pools_own_frees_never_join_or_break_a_capture_begun_meanwhile() {
     let want = "release: rounds=300 invalidated=0 failed_calls=0 held_mib=0\n";
     assert_eq!(capture_slow(&["release", "300"], false, "", 200), want);
     for conf in ["pool:caching", "pool:expandable"] {
-        assert_eq!(capture_slow(&["release", "300"], true, conf, 200), want, "{conf}");
+        assert_eq!(
+            capture_slow(&["release", "300"], true, conf, 200),
+            want,
+            "{conf}"
+        );
     }
 }
 

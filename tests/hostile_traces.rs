@@ -254,3 +254,52 @@ fn a_build_id_that_is_not_hex_is_not_one() {
         "kept by its base"
     );
 }
+
+#[test]
+fn names_in_a_trace_never_reach_the_terminal_as_control_characters() {
+    // A host name and an NVTX range name holding an escape sequence (which would move the
+    // terminal of whoever reads the report) are printed escaped.
+    let dir = tempdir("escapes");
+    let path = dir.join("esc.trace");
+    let mut t = HandTrace::create_on(&path, b"evil\x1b[2Jhost");
+    let name = t.recorder.intern_string(b"step\x1b]0;owned\x07\xc2\x9b");
+    for i in 0..3u64 {
+        t.rec(RecordKind::RangePush, Api::Nvtx, name, 0);
+        t.rec(
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            0x100_0000 * (i + 1),
+            1 << 20,
+        );
+        t.rec(RecordKind::RangePop, Api::Nvtx, 0, 0);
+    }
+    drop(t);
+    for report in ["summary", "peak", "events", "leaks"] {
+        let out = Command::new(gpushim_bin())
+            .arg(report)
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        let text = [out.stdout.as_slice(), out.stderr.as_slice()].concat();
+        assert!(
+            !text.iter().any(|&b| b == 0x1b || b == 0x07),
+            "{report} printed a control character: {}",
+            String::from_utf8_lossy(&text)
+        );
+        assert!(
+            !String::from_utf8_lossy(&text).contains('\u{9b}'),
+            "{report}"
+        );
+    }
+    let out = Command::new(gpushim_bin())
+        .args(["summary"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&out).contains("evil\\x1b[2Jhost"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -11,7 +11,7 @@
 
 mod common;
 use common::*;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A stand-in for torch: `torch.cuda.memory` with the two calls the installer makes, recording
@@ -176,15 +176,123 @@ fn a_refusal_by_pytorch_is_said_once_and_the_program_runs_on() {
 }
 
 #[test]
-fn the_folder_written_for_the_run_is_removed_after_it() {
-    let dir = tempdir("plug-clean");
+fn the_folder_on_pythonpath_is_the_users_alone_and_outlives_the_run() {
+    // Whatever the program leaves running keeps the path in its environment: it must stay a
+    // folder nobody else can create or write, not a name in /tmp that another user could make
+    // again with a sitecustomize.py of theirs.
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempdir("plug-site");
     let pkgs = with_fake_torch(&dir);
-    let program = "import sys; print([p for p in sys.path if 'gpushim-site' in p][0])";
-    let out = run(&dir, &["--pluggable"], pkgs.to_str().unwrap(), program, &[]);
+    let program = "import sys; print([p for p in sys.path if 'site-' in p][0])";
+    let cache = dir.join("cache");
+    let cache_env = [("XDG_CACHE_HOME", cache.to_str().unwrap())];
+    let out = run(
+        &dir,
+        &["--pluggable"],
+        pkgs.to_str().unwrap(),
+        program,
+        &cache_env,
+    );
     assert_ok(&out);
-    let site = stdout(&out).trim().to_string();
-    assert!(site.starts_with(dir.to_str().unwrap()), "{site}");
-    assert!(!Path::new(&site).exists(), "{site} is still there");
+    let site = PathBuf::from(stdout(&out).trim());
+    assert!(
+        site.starts_with(cache.join("gpushim")),
+        "{}",
+        site.display()
+    );
+    for d in [&site, &cache.join("gpushim")] {
+        let m = std::fs::symlink_metadata(d).unwrap();
+        assert!(m.is_dir(), "{}", d.display());
+        assert_eq!(m.mode() & 0o077, 0, "{} is open to others", d.display());
+    }
+    assert!(site.join("sitecustomize.py").is_file());
+    // A folder open to others, or one that is a link, is closed or refused before use.
+    std::fs::set_permissions(
+        cache.join("gpushim"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let out = run(
+        &dir,
+        &["--pluggable"],
+        pkgs.to_str().unwrap(),
+        program,
+        &cache_env,
+    );
+    assert_ok(&out);
+    let mode = std::fs::metadata(cache.join("gpushim")).unwrap().mode();
+    assert_eq!(mode & 0o077, 0, "closed again");
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::set_permissions(
+        &elsewhere,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let linked = dir.join("linked");
+    std::fs::create_dir(&linked).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, linked.join("gpushim")).unwrap();
+    let out = run(
+        &dir,
+        &["--pluggable"],
+        pkgs.to_str().unwrap(),
+        program,
+        &[
+            ("XDG_CACHE_HOME", linked.to_str().unwrap()),
+            ("HOME", "relative"),
+            ("XDG_RUNTIME_DIR", ""),
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("not a private folder"),
+        "{}",
+        stderr(&out)
+    );
+    let mode = std::fs::metadata(&elsewhere).unwrap().mode();
+    assert_eq!(mode & 0o777, 0o777, "nothing changed through the link");
+}
+
+#[test]
+fn a_python_that_ignores_pythonpath_or_site_is_refused_with_the_way_out() {
+    // -I, -E and -S keep Python from reading PYTHONPATH or importing sitecustomize: the
+    // allocator would silently not be installed.
+    let dir = tempdir("plug-isolated");
+    for (flags, flag) in [("-I", "-I"), ("-E", "-E"), ("-S", "-S"), ("-bIu", "-I")] {
+        for route in ["--pluggable", "--per-tensor"] {
+            let out = Command::new(gpushim_bin())
+                .args(["run", "--lib"])
+                .arg(shim())
+                .args([
+                    route, "--trace", "off", "--", "python3", flags, "-c", "pass",
+                ])
+                .current_dir(&dir)
+                .output()
+                .unwrap();
+            assert!(!out.status.success(), "{route} {flags}");
+            let err = stderr(&out);
+            assert!(
+                err.contains(&format!("python {flag}")) && err.contains("torch_allocator"),
+                "{route} {flags}: {err}"
+            );
+        }
+    }
+    // A flag of the program's own, after the script, is the program's business.
+    let pkgs = with_fake_torch(&dir);
+    let script = dir.join("s.py");
+    std::fs::write(&script, "import sys; print(sys.argv[1:])").unwrap();
+    let out = Command::new(gpushim_bin())
+        .args(["run", "--lib"])
+        .arg(shim())
+        .args(["--pluggable", "--trace", "off", "--", "python3", "-u"])
+        .arg(&script)
+        .arg("-I")
+        .env("PYTHONPATH", &pkgs)
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    assert_eq!(stdout(&out).trim(), "['-I']");
 }
 
 #[test]

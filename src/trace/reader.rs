@@ -196,7 +196,26 @@ fn le_u64(b: &[u8], o: usize) -> u64 {
 
 fn c_string(b: &[u8]) -> String {
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    printable(&b[..end])
+}
+
+/// A string from the trace as reports may print it: invalid UTF-8 replaced, and control
+/// characters (an escape sequence in a host or range name would move the reader's terminal)
+/// written as escapes (`\x1b`, `\u{9b}`).
+pub fn printable(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    if !s.chars().any(char::is_control) {
+        return s.into_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            c if !c.is_control() => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    out
 }
 
 impl TraceReader {
@@ -243,7 +262,7 @@ impl TraceReader {
         let cmdline = cmd[..cmd_end]
             .split(|&c| c == 0)
             .filter(|a| !a.is_empty())
-            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .map(printable)
             .collect();
         let info = TraceInfo {
             version,
@@ -382,8 +401,7 @@ impl TraceReader {
             }
             self.stacks.insert(id, frames);
         } else {
-            self.strings
-                .insert(id, String::from_utf8_lossy(&bytes).into_owned());
+            self.strings.insert(id, printable(&bytes));
         }
     }
 

@@ -326,6 +326,11 @@ pub struct HandTrace {
 #[allow(dead_code)]
 impl HandTrace {
     pub fn create(path: &Path) -> HandTrace {
+        HandTrace::create_on(path, b"test")
+    }
+
+    /// A trace whose header names host `host`.
+    pub fn create_on(path: &Path, host: &[u8]) -> HandTrace {
         let recorder = Box::new(gpushim::trace::recorder::Recorder::new());
         assert!(recorder.begin_open());
         recorder
@@ -333,7 +338,7 @@ impl HandTrace {
                 path: path.to_str().unwrap().as_bytes(),
                 pid: 1,
                 rank: 0,
-                host: b"test",
+                host,
                 program: b"hand",
                 cmdline: b"hand\0",
                 trace_max: 64 << 20,

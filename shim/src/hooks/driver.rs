@@ -109,8 +109,12 @@ unsafe fn mem_alloc_async(
 ) -> i32 {
     type F = sig::CuMemAllocAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
-        if rec && !p.is_null() && size > 0 && pool::active()
-            && !pool::capturing(s, sym == Sym::CuMemAllocAsyncPtsz) {
+        if rec
+            && !p.is_null()
+            && size > 0
+            && pool::active()
+            && !pool::capturing(s, sym == Sym::CuMemAllocAsyncPtsz)
+        {
             let key = pool::stream_key(s, sym == Sym::CuMemAllocAsyncPtsz, api);
             if let Some((rc, ptr)) = serve::alloc(DRIVER, api, size, key, s as u64) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
@@ -134,8 +138,7 @@ unsafe fn mem_alloc_async(
 unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> i32 {
     type F = sig::CuMemFreeAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
-        if rec && pool::pooling() && p != 0
-            && !pool::capturing(s, sym == Sym::CuMemFreeAsyncPtsz) {
+        if rec && pool::pooling() && p != 0 && !pool::capturing(s, sym == Sym::CuMemFreeAsyncPtsz) {
             let key = pool::stream_key(s, sym == Sym::CuMemFreeAsyncPtsz, api);
             let kind = FreeKind::OnStream(key);
             if let Some(rc) = serve::free(DRIVER, RecordKind::FreeAsync, api, p, kind, s as u64) {

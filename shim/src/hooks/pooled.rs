@@ -105,9 +105,7 @@ unsafe fn begin_capture_v1(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
     type F = sig::CuStreamBeginCapture;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's argument, unchanged.
-        pool::begin_capture(s, sym == Sym::CuStreamBeginCapturePtsz, || unsafe {
-            f(s)
-        })
+        pool::begin_capture(s, sym == Sym::CuStreamBeginCapturePtsz, || unsafe { f(s) })
     })
 }
 

@@ -93,8 +93,12 @@ unsafe fn malloc_async(
 ) -> i32 {
     type F = sig::CudaMallocAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
-        if rec && !p.is_null() && size > 0 && pool::active()
-            && !pool::capturing(s, sym == Sym::CudaMallocAsyncPtsz) {
+        if rec
+            && !p.is_null()
+            && size > 0
+            && pool::active()
+            && !pool::capturing(s, sym == Sym::CudaMallocAsyncPtsz)
+        {
             let key = pool::stream_key(s, sym == Sym::CudaMallocAsyncPtsz, api);
             if let Some((rc, ptr)) = serve::alloc(RUNTIME, api, size, key, s as u64) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
@@ -118,8 +122,11 @@ unsafe fn malloc_async(
 unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream) -> i32 {
     type F = sig::CudaFreeAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
-        if rec && pool::pooling() && !p.is_null()
-            && !pool::capturing(s, sym == Sym::CudaFreeAsyncPtsz) {
+        if rec
+            && pool::pooling()
+            && !p.is_null()
+            && !pool::capturing(s, sym == Sym::CudaFreeAsyncPtsz)
+        {
             let key = pool::stream_key(s, sym == Sym::CudaFreeAsyncPtsz, api);
             let kind = FreeKind::OnStream(key);
             if let Some(rc) = serve::free(

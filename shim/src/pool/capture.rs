@@ -97,8 +97,8 @@ pub fn capture_ended(stream: *mut c_void, per_thread_default: bool, rc: i32) {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok()
     {
-        let _ = CAPTURE_COUNT
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+        let _ =
+            CAPTURE_COUNT.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
     }
 }
 
