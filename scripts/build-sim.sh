@@ -36,4 +36,9 @@ if [ "${2:-}" != "--real" ]; then
   $CC -O2 -Wall $inc -o "$out/pool_rounds" "$here/tests/clients/pool_rounds.c" "${link[@]}"
   $CC -O2 -Wall -o "$out/replay_calls" "$here/tests/clients/replay_calls.c" "${link[@]}"
   $CC -O1 -Wall $inc -o "$out/leaky" "$here/tests/clients/leaky.c" "${link[@]}" -ldl
+  # The stand-in for PyTorch's libc10_cuda.so (C++, libstdc++), laid out as a torch package.
+  mkdir -p "$out/torch/lib"
+  ${CXX:-c++} -std=c++17 -shared -fPIC -O1 -Wall -fvisibility=hidden -o "$out/torch/lib/libc10_cuda.so" \
+    -Wl,-soname,libc10_cuda.so "$here/tests/standin/c10_cuda.cpp" -L "$out" -lcudart
+  echo "__version__ = '2.11.0+standin'" > "$out/torch/version.py"
 fi

@@ -54,6 +54,8 @@ pub struct Conf {
     /// `trim:auto` (the default): 0 when the process has a caching allocator of its own (the
     /// shim decides at the first pooled allocation), else `trim_ns`.
     pub trim_auto: bool,
+    /// Record every tensor of PyTorch's caching allocator through its allocator trace.
+    pub tensors: bool,
 }
 
 pub const GIB: u64 = 1 << 30;
@@ -73,6 +75,7 @@ impl Conf {
         python_frames: true,
         trim_ns: 1_000_000_000,
         trim_auto: true,
+        tensors: true,
     };
 }
 
@@ -138,6 +141,12 @@ pub const KEYS: &[KeyDoc] = &[
         accepted: "python, native, on (both), N (Python frames, and native stacks of one call in N per thread), or off",
         default: "python",
         meaning: "what call stacks to record: python, the Python frames (file, line, function) of each allocation by a thread running CPython 3.9-3.13 (no Python frames where they cannot be read safely); native, the return addresses of each memory call (symbolized offline)",
+    },
+    KeyDoc {
+        key: "tensors",
+        accepted: "on, off",
+        default: "on",
+        meaning: "record every tensor that PyTorch's own caching allocator hands out and frees (its allocator trace, checked against the segments the shim sees; torch 2.10 and later), with the Python line that made it, beside the segments it takes from CUDA; off records segments only",
     },
     KeyDoc {
         key: "trace_max",
@@ -356,6 +365,13 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
                 conf.trace_max = parse_size(value)
                     .filter(|&n| n >= crate::trace::recorder::MIN_TRACE_BYTES)
                     .ok_or_else(bad)?
+            }
+            "tensors" => {
+                conf.tensors = match value {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(bad()),
+                }
             }
             "stacks" => {
                 (conf.stack_every, conf.python_frames) = match value {

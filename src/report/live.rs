@@ -1,7 +1,7 @@
 //! The one replay of what is live that every report shares: allocations by address, VMM
 //! physical memory, the pool's segments, pinned host memory, peaks per device.
 
-use crate::trace::format::{DEVICE_UNKNOWN, Record, RecordKind};
+use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -66,6 +66,20 @@ pub struct Replay {
     pub reserved: BTreeMap<u8, u64>,
     /// The latest real free/total memory per device (`MemInfo` records).
     pub mem_info: BTreeMap<u8, (u64, u64)>,
+    /// Whether the trace holds the framework's tensors (PyTorch's allocator trace): then
+    /// `live` holds tensors (and what other libraries allocate), and the framework's segments
+    /// are reserved memory, as PyTorch's own counters read.
+    pub tensors: bool,
+    /// Why tensors are not recorded, if the shim said (`tensors_off` codes).
+    pub tensors_off: Option<u64>,
+    /// Per device: bytes of live tensors, and their peak (`memory_allocated`,
+    /// `max_memory_allocated`).
+    pub tensor_bytes: BTreeMap<u8, (u64, u64)>,
+    /// Per thread: VMM physical allocations made since its last framework record, which a
+    /// framework segment mapped next claims as reserved memory.
+    pending_physical: Vec<Vec<u64>>,
+    /// Physical allocations that back the framework's expandable segments: reserved, not live.
+    framework_physical: HashMap<u64, (u64, u8)>,
     /// Per thread: the address of its latest allocation while a stack reference may still
     /// follow it (0: none).
     last_alloc: Vec<u64>,
@@ -186,7 +200,13 @@ impl Replay {
         self.time_ns = self.time_ns.max(r.time_ns);
         use RecordKind::*;
         match r.kind {
-            Alloc | AllocAsync | ManagedAlloc if r.status == 0 && r.ptr != 0 => {
+            Alloc | AllocAsync | ManagedAlloc | TensorAlloc if r.status == 0 && r.ptr != 0 => {
+                if r.kind == TensorAlloc {
+                    self.tensors = true;
+                    let t = self.tensor_bytes.entry(device_or_0(r.device)).or_default();
+                    t.0 = t.0.saturating_add(r.size);
+                    t.1 = t.1.max(t.0);
+                }
                 let l = self.live_of(r);
                 let device = l.device;
                 if let Some(old) = self.live.insert(r.ptr, l) {
@@ -209,7 +229,11 @@ impl Replay {
                 }
                 self.add_bytes(device, r.size, r.time_ns);
                 self.add_physical(device, r.size, true);
+                slot(&mut self.pending_physical, r.thread).push(r.ptr);
                 Change::Physical { device }
+            }
+            PhysRelease if r.status == 0 && self.framework_physical.remove(&r.ptr).is_some() => {
+                Change::Other
             }
             PhysRelease if r.status == 0 => match self.physical.remove(&r.ptr) {
                 Some(l) => {
@@ -222,9 +246,34 @@ impl Replay {
                     Change::Other
                 }
             },
-            Free | FreeAsync if r.status == 0 && r.ptr != 0 => {
+            Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => {
                 take_last(&mut self.last_alloc, r.thread);
                 match self.live.remove(&r.ptr) {
+                    Some(l) => {
+                        self.sub_bytes(l.device, l.size);
+                        if r.kind == TensorFree {
+                            let t = self.tensor_bytes.entry(l.device).or_default();
+                            t.0 = t.0.saturating_sub(l.size);
+                        }
+                        Change::Free {
+                            ptr: r.ptr,
+                            live: l,
+                        }
+                    }
+                    // The framework giving a segment back: its release follows.
+                    None if self.tensors && self.segments.contains_key(&r.ptr) => Change::Other,
+                    None => {
+                        self.unmatched_frees += 1;
+                        Change::Other
+                    }
+                }
+            }
+            // A framework segment: the allocation the shim saw (a `cudaMalloc`) is reserved
+            // memory, not something the program holds; an expandable segment's mapping claims
+            // the physical memory the thread just created.
+            SegmentReserve if r.api == Api::Torch => {
+                let device = device_or_0(r.device);
+                let change = match self.live.remove(&r.ptr) {
                     Some(l) => {
                         self.sub_bytes(l.device, l.size);
                         Change::Free {
@@ -233,10 +282,44 @@ impl Replay {
                         }
                     }
                     None => {
-                        self.unmatched_frees += 1;
-                        Change::Other
+                        let pending = self
+                            .pending_physical
+                            .get_mut(r.thread as usize)
+                            .map(core::mem::take)
+                            .unwrap_or_default();
+                        for h in pending {
+                            if let Some(l) = self.physical.remove(&h) {
+                                self.sub_bytes(l.device, l.size);
+                                self.add_physical(l.device, l.size, false);
+                                self.framework_physical.insert(h, (l.size, l.device));
+                            }
+                        }
+                        Change::Physical { device }
+                    }
+                };
+                let end = self.segments.entry(r.ptr).or_insert((0, device));
+                end.0 = end.0.saturating_add(r.size);
+                let v = self.reserved.entry(device).or_default();
+                *v = v.saturating_add(r.size);
+                change
+            }
+            SegmentRelease if r.api == Api::Torch => {
+                let device = device_or_0(r.device);
+                if let Some(seg) = self.segments.get_mut(&r.ptr) {
+                    seg.0 = seg.0.saturating_sub(r.size);
+                    if seg.0 == 0 {
+                        self.segments.remove(&r.ptr);
                     }
                 }
+                let v = self.reserved.entry(device).or_default();
+                *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            Tensors => {
+                if r.size == 0 {
+                    self.tensors_off = Some(r.ptr);
+                }
+                Change::Other
             }
             HostAlloc if r.status == 0 && r.ptr != 0 => {
                 take_last(&mut self.last_alloc, r.thread);
@@ -408,6 +491,11 @@ pub fn in_range<'a, 'b>(
     let from = sorted.partition_point(|&(p, _)| p < base);
     let to = sorted.partition_point(|&(p, _)| p < end);
     &sorted[from..to.max(from)]
+}
+
+/// A record's device, an unknown one counted as device 0.
+fn device_or_0(device: u8) -> u8 {
+    if device == DEVICE_UNKNOWN { 0 } else { device }
 }
 
 /// The entry of `thread` in a per-thread table, made on first use.

@@ -41,6 +41,26 @@ pub struct DeviceStats {
     pub ooms: u64,
 }
 
+/// The framework's own caching allocator on one device, from its allocator trace (PyTorch):
+/// what `torch.cuda.memory_allocated` and `memory_reserved` read, at their peaks and at exit.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct FrameworkMemory {
+    pub device: u8,
+    /// Bytes of live tensors: at their peak, and at exit.
+    pub allocated_peak_bytes: u64,
+    pub allocated_at_end_bytes: u64,
+    pub tensors_at_end: u64,
+    /// Bytes of the framework's segments (its cache): at their peak, and at exit.
+    pub reserved_peak_bytes: u64,
+    pub reserved_at_end_bytes: u64,
+    /// Reserved at exit that no tensor used: what the cache holds unused.
+    pub cached_unused_at_end_bytes: u64,
+    pub segments_taken: u64,
+    pub segments_given_back: u64,
+    /// Requests the framework's allocator could not serve for lack of memory.
+    pub ooms: u64,
+}
+
 /// What the shim's pool did on one device (its own records): how often it went to the device
 /// for memory and gave it back, split blocks, and waited for the GPU.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -105,6 +125,10 @@ pub struct Summary {
     pub pool: Vec<PoolActivity>,
     /// Under a pool: when the single-stream rule ended (null while it held throughout).
     pub streams_left_legacy: Option<StreamsLeft>,
+    /// Per device: the framework's tensors and cache, when the trace holds its tensors.
+    pub framework: Vec<FrameworkMemory>,
+    /// Why the trace holds no tensors of the framework, when the shim said.
+    pub tensors_off: Option<String>,
     pub health: TraceHealth,
 }
 
@@ -145,8 +169,28 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     let mut checkpoint_lags: BTreeMap<u8, Vec<u64>> = BTreeMap::new();
     // The thread whose next stack belongs to the `pool_streams` record.
     let mut site_of: Option<u16> = None;
+    let mut framework: BTreeMap<u8, FrameworkMemory> = BTreeMap::new();
+    // Per thread: whether its latest record (definitions aside) was a successful allocation,
+    // so a stack after it counts as that allocation's.
+    let mut allocated_last: Vec<bool> = Vec::new();
     while let Some(r) = reader.next() {
+        let torch = r.api == crate::trace::format::Api::Torch;
         match r.kind {
+            RecordKind::SegmentReserve | RecordKind::SegmentRelease | RecordKind::TensorOom
+                if torch =>
+            {
+                let f = framework
+                    .entry(r.device)
+                    .or_insert_with(|| FrameworkMemory {
+                        device: r.device,
+                        ..FrameworkMemory::default()
+                    });
+                match r.kind {
+                    RecordKind::SegmentReserve => f.segments_taken += 1,
+                    RecordKind::SegmentRelease => f.segments_given_back += 1,
+                    _ => f.ooms += 1,
+                }
+            }
             RecordKind::SegmentReserve => {
                 let e = pool.entry(r.device).or_default();
                 e.0 = e.0.saturating_add(r.size);
@@ -223,12 +267,20 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             _ => {}
         }
         if r.kind == RecordKind::StackRef
+            && allocated_last.get(r.thread as usize) == Some(&true)
             && reader
                 .stack(r.ptr)
                 .and_then(|f| f.first())
                 .is_some_and(|&f| crate::trace::format::as_py_frame(f).is_some())
         {
             with_python += 1;
+        }
+        if !r.kind.is_definition() {
+            let i = r.thread as usize;
+            if allocated_last.len() <= i {
+                allocated_last.resize(i + 1, false);
+            }
+            allocated_last[i] = r.status == 0 && is_allocating(r.kind) && r.ptr != 0;
         }
         if r.api == crate::trace::format::Api::Shim
             && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
@@ -245,6 +297,10 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         }
         events += 1;
         live.apply(&r);
+        if torch && let Some(f) = framework.get_mut(&r.device) {
+            let reserved = live.reserved.get(&r.device).copied().unwrap_or(0);
+            f.reserved_peak_bytes = f.reserved_peak_bytes.max(reserved);
+        }
         note_reserved(&mut pool, &live, r.device);
         first = first.min(r.time_ns);
         last = last.max(r.time_ns);
@@ -262,6 +318,29 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     }
     for l in live.all_live() {
         *allocs_at_end.entry(l.device).or_default() += 1;
+    }
+    if live.tensors {
+        for (&d, &(now, peak)) in &live.tensor_bytes {
+            let f = framework.entry(d).or_insert_with(|| FrameworkMemory {
+                device: d,
+                ..FrameworkMemory::default()
+            });
+            f.allocated_peak_bytes = peak;
+            f.allocated_at_end_bytes = now;
+            f.tensors_at_end = live
+                .live
+                .values()
+                .filter(|l| l.device == d && l.api == crate::trace::format::Api::Torch as u8)
+                .count() as u64;
+        }
+        for f in framework.values_mut() {
+            f.reserved_at_end_bytes = live.reserved.get(&f.device).copied().unwrap_or(0);
+            f.cached_unused_at_end_bytes = f
+                .reserved_at_end_bytes
+                .saturating_sub(f.allocated_at_end_bytes);
+        }
+    } else {
+        framework.clear();
     }
     let stats: DecodeStats = reader.stats().clone();
     let devices = live
@@ -317,6 +396,10 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             })
             .collect(),
         streams_left_legacy: streams_left,
+        framework: framework.into_values().collect(),
+        tensors_off: live
+            .tensors_off
+            .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
         health: TraceHealth {
             committed: stats.committed,
             torn: stats.torn,
@@ -345,7 +428,7 @@ fn is_allocating(k: RecordKind) -> bool {
     use RecordKind::*;
     matches!(
         k,
-        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve
+        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve | TensorAlloc
     )
 }
 
@@ -433,6 +516,27 @@ impl Summary {
                 d.ooms,
                 width = name.len()
             );
+        }
+        for f in &self.framework {
+            let _ = writeln!(
+                o,
+                "PyTorch on device {}: tensors {} at peak, {} at exit ({} tensors); its cache \
+                 {} at peak, {} at exit, of which {} held no tensor; {} segments taken, {} given \
+                 back, {} out of memory",
+                f.device,
+                human_bytes(f.allocated_peak_bytes),
+                human_bytes(f.allocated_at_end_bytes),
+                f.tensors_at_end,
+                human_bytes(f.reserved_peak_bytes),
+                human_bytes(f.reserved_at_end_bytes),
+                human_bytes(f.cached_unused_at_end_bytes),
+                f.segments_taken,
+                f.segments_given_back,
+                f.ooms
+            );
+        }
+        if let Some(why) = &self.tensors_off {
+            let _ = writeln!(o, "tensors: not recorded: {why}");
         }
         for p in &self.pool {
             let _ = writeln!(

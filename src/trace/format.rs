@@ -211,6 +211,55 @@ byte_enum! {
         /// base: `ptr` is its load base, `size` the string id of the id in lowercase hex. The
         /// command names a module's frames only from a file with this id.
         ModuleBuildId = 42 => "module_build_id",
+        /// A tensor that the framework's caching allocator handed out (PyTorch's allocator
+        /// trace): `ptr`, `size`, stream. Its stack follows. The framework's segments are
+        /// `SegmentReserve`/`SegmentRelease` records with `api` `torch_allocator`.
+        TensorAlloc = 43 => "tensor_alloc",
+        /// The program let go of a tensor (`ptr`, `size`); its memory may stay in use on other
+        /// streams until `TensorFree`.
+        TensorFreeRequested = 44 => "tensor_free_requested",
+        /// A tensor's memory went back to the framework's cache: `ptr`, `size`.
+        TensorFree = 45 => "tensor_free",
+        /// The framework's allocator ran out of memory for a tensor of `size` bytes; `ptr` is
+        /// the free device memory CUDA reported. The stack of the request follows.
+        TensorOom = 46 => "tensor_oom",
+        /// Whether tensors are recorded: `size` 1 from here on, 0 not (then `ptr` says why:
+        /// see `TensorsOff`).
+        Tensors = 47 => "tensors",
+    }
+}
+
+/// Why a trace holds no tensors of the framework's allocator (`Tensors` records, `ptr`).
+pub mod tensors_off {
+    /// Turned off in the configuration (`tensors:off`).
+    pub const CONFIGURED: u64 = 1;
+    /// The framework runs another allocator backend (PyTorch's `cudaMallocAsync` backend, a
+    /// pluggable allocator): its tensors are the allocation calls themselves.
+    pub const OTHER_BACKEND: u64 = 2;
+    /// This version's library does not offer the trace in a form the shim knows.
+    pub const UNKNOWN_VERSION: u64 = 3;
+    /// The trace's first segment did not match the allocation the shim saw: its layout is not
+    /// the one the shim reads.
+    pub const MISMATCH: u64 = 4;
+    /// The trace named an event the shim does not know.
+    pub const UNKNOWN_EVENT: u64 = 5;
+
+    /// Why, in words, for reports.
+    pub fn reason(code: u64) -> &'static str {
+        match code {
+            CONFIGURED => "turned off (tensors:off)",
+            OTHER_BACKEND => {
+                "PyTorch runs another allocator backend (cudaMallocAsync, or a pluggable allocator), whose tensors are the allocation calls themselves"
+            }
+            UNKNOWN_VERSION => {
+                "this PyTorch's libc10_cuda.so does not offer its allocator trace in a form gpushim knows (torch 2.10 or later does)"
+            }
+            MISMATCH => {
+                "PyTorch's allocator trace did not match the segment gpushim saw, so its layout is not the one gpushim reads"
+            }
+            UNKNOWN_EVENT => "PyTorch's allocator trace named an event gpushim does not know",
+            _ => "unknown reason",
+        }
     }
 }
 
@@ -274,6 +323,8 @@ byte_enum! {
         Nvtx = 101 => "nvtx",
         /// PyTorch's pluggable-allocator entry points (`gpushim_alloc`, `gpushim_free`).
         Pluggable = 102 => "torch_pluggable",
+        /// PyTorch's own caching allocator, seen through its allocator trace.
+        Torch = 103 => "torch_allocator",
     }
 }
 

@@ -200,17 +200,19 @@ fn c_string(b: &[u8]) -> String {
 }
 
 /// A string from the trace as reports may print it: invalid UTF-8 replaced, and control
-/// characters (an escape sequence in a host or range name would move the reader's terminal)
-/// written as escapes (`\x1b`, `\u{9b}`).
+/// characters other than NUL (an escape sequence in a host or range name would move the
+/// reader's terminal) written as escapes (`\x1b`, `\u{9b}`).
 pub fn printable(b: &[u8]) -> String {
     let s = String::from_utf8_lossy(b);
-    if !s.chars().any(char::is_control) {
+    // NUL stays: it separates the parts of a Python frame's strings, and moves no terminal.
+    let escaped = |c: char| c.is_control() && c != '\0';
+    if !s.chars().any(escaped) {
         return s.into_owned();
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
         match c {
-            c if !c.is_control() => out.push(c),
+            c if !escaped(c) => out.push(c),
             c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
             c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
         }

@@ -206,7 +206,7 @@ pub fn sim() -> &'static Sim {
 fn sim_sources_hash() -> u64 {
     use std::hash::{Hash, Hasher};
     let mut files = vec![repo().join("scripts/build-sim.sh")];
-    for d in ["tests/sim", "tests/clients", "examples"] {
+    for d in ["tests/sim", "tests/clients", "tests/standin", "examples"] {
         let mut in_dir: Vec<PathBuf> = std::fs::read_dir(repo().join(d))
             .unwrap()
             .map(|e| e.unwrap().path())

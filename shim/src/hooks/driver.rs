@@ -294,9 +294,13 @@ unsafe fn mem_map(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, offset, h, flags) }
         };
-        recorded(rec, RecordKind::Map, api, 0, call, |_| {
+        let rc = recorded(rec, RecordKind::Map, api, 0, call, |_| {
             (p, size as u64, DEVICE_UNKNOWN)
-        })
+        });
+        if rec && rc == 0 {
+            crate::hooks::torch::after_map(p, size as u64);
+        }
+        rc
     })
 }
 

@@ -8,6 +8,7 @@ pub mod nvtx;
 pub mod pooled;
 pub mod runtime;
 pub mod serve;
+pub mod torch;
 
 use crate::pool;
 use crate::trace;

@@ -5,6 +5,7 @@ use crate::cuda::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, Cu
 use crate::cuda::symbols::{Sym, sig};
 use crate::hooks::host::{free_host, host_alloc};
 use crate::hooks::serve::{self, Family::Runtime as RUNTIME};
+use crate::hooks::torch;
 use crate::hooks::{exported_hook, forward, out_ptr, out_usize, recorded};
 use crate::pool;
 use crate::trace::runtime_device;
@@ -48,6 +49,9 @@ unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usi
             if let Some((rc, ptr)) = serve::alloc(RUNTIME, api, size, pool::SYNC_KEY, 0) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
                 unsafe { *p = ptr as *mut c_void };
+                if rc == 0 {
+                    torch::after_device_alloc(ptr, size as u64);
+                }
                 return rc;
             }
         }
@@ -55,11 +59,16 @@ unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usi
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size) }
         };
-        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
+        let rc = recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
             (ptr, size as u64, runtime_device())
-        })
+        });
+        if rec && rc == 0 {
+            // SAFETY: `p` was written by the successful call.
+            torch::after_device_alloc(unsafe { out_ptr(p, rc) }, size as u64);
+        }
+        rc
     })
 }
 

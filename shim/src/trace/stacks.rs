@@ -45,7 +45,15 @@ fn allocates(kind: RecordKind) -> bool {
     use RecordKind::*;
     matches!(
         kind,
-        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve | PoolStreams
+        Alloc
+            | AllocAsync
+            | ManagedAlloc
+            | HostAlloc
+            | PhysCreate
+            | AddressReserve
+            | PoolStreams
+            | TensorAlloc
+            | TensorOom
     )
 }
 

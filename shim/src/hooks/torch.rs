@@ -1,0 +1,348 @@
+//! PyTorch's tensors under its own caching allocator (design contract 10).
+//!
+//! PyTorch's native caching allocator calls every *trace tracker* attached to it for every
+//! tensor it hands out and frees, and for every segment it takes from CUDA or gives back, also
+//! while its own memory history is off (`docs/cuda-facts.md`, "PyTorch's allocator trace"). The
+//! shim attaches one the first time PyTorch's allocator takes a segment, and from then on records
+//! each tensor with the Python line of the thread that asked for it. PyTorch's behaviour does not
+//! change: its allocator, graphs, statistics and snapshots are its own.
+//!
+//! Nothing read from PyTorch is believed unchecked:
+//! - the allocator object must be `NativeCachingAllocator` (its C++ type name, from the object's
+//!   own type information): the `cudaMallocAsync` backend and pluggable allocators have no trace,
+//!   and their tensors are the allocation calls the shim records anyway;
+//! - the version must be one whose virtual-function slot and event layout are known (read from
+//!   each version's headers, see [`SLOTS`]), and the function in that slot must lie in the same
+//!   library;
+//! - the first segment event must name exactly the allocation the shim just saw the same thread
+//!   make (`cudaMalloc`, or the `cuMemMap` of an expandable segment). Until it does, tensor
+//!   events are dropped; if it does not, tensors stay off.
+//!
+//! Whatever fails is said once on stderr and in the trace (a `tensors` record with the reason);
+//! the reports then speak of segments.
+
+use crate::os::say;
+use crate::{state, trace};
+use core::cell::Cell;
+use core::ffi::{CStr, c_char, c_int, c_void};
+use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind, tensors_off};
+
+const UNDECIDED: u8 = 0;
+const ATTACHING: u8 = 1;
+/// Attached; waiting for the first segment event to check the layout.
+const TRIAL: u8 = 2;
+const ON: u8 = 3;
+const OFF: u8 = 4;
+static STATE: AtomicU8 = AtomicU8::new(UNDECIDED);
+/// When to look for PyTorch's library next (CLOCK_MONOTONIC ns): a program without PyTorch
+/// pays one look per this interval at most, and only on allocation calls.
+static NEXT_LOOK_NS: AtomicU64 = AtomicU64::new(0);
+const LOOK_EVERY_NS: u64 = 100_000_000;
+
+thread_local! {
+    /// The device allocation this thread made last: address, size, and whether it was a VMM
+    /// mapping (`cuMemMap`) rather than a whole allocation.
+    static LAST: Cell<(u64, u64, bool)> = const { Cell::new((0, 0, false)) };
+}
+
+/// The C++ type name of PyTorch's native caching allocator (Itanium mangling, as the type
+/// information holds it).
+const NATIVE: &[u8] = b"N3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE";
+/// `c10::cuda::CUDACachingAllocator::allocator`, the `std::atomic<CUDAAllocator*>` that names the
+/// allocator in use (exported by `libc10_cuda.so` in every version).
+const ALLOCATOR: &CStr = c"_ZN3c104cuda20CUDACachingAllocator9allocatorE";
+
+/// The vtable slot of `CUDAAllocator::attachAllocatorTraceTracker` by torch version (major,
+/// minor), found by compiling a pointer to that member against each version's own headers
+/// (`scripts/torch-layout.sh`). The event's fields lie at the same offsets in all of them:
+/// `action_` (int) at 0, `device_` at 4, `addr_` at 8, `stream_` at 32, `size_` at 40.
+const SLOTS: &[((u32, u32), usize)] = &[((2, 10), 44), ((2, 11), 44)];
+
+/// Offsets in `TraceEntry`.
+const ACTION: usize = 0;
+const DEVICE: usize = 4;
+const ADDR: usize = 8;
+const STREAM: usize = 32;
+const SIZE: usize = 40;
+
+/// `TraceEntry::Action`.
+const ALLOC: i32 = 0;
+const FREE_REQUESTED: i32 = 1;
+const FREE_COMPLETED: i32 = 2;
+const SEGMENT_ALLOC: i32 = 3;
+const SEGMENT_FREE: i32 = 4;
+const SEGMENT_MAP: i32 = 5;
+const SEGMENT_UNMAP: i32 = 6;
+const SNAPSHOT: i32 = 7;
+const OOM: i32 = 8;
+
+/// A device allocation (`cudaMalloc`, pooled or not) succeeded on this thread.
+pub fn after_device_alloc(ptr: u64, size: u64) {
+    note(ptr, size, false);
+}
+
+/// A VMM mapping (`cuMemMap`) succeeded on this thread.
+pub fn after_map(ptr: u64, size: u64) {
+    note(ptr, size, true);
+}
+
+fn note(ptr: u64, size: u64, map: bool) {
+    let st = STATE.load(Ordering::Relaxed);
+    if st == OFF || st == ON {
+        return;
+    }
+    let _ = LAST.try_with(|l| l.set((ptr, size, map)));
+    if st == UNDECIDED {
+        maybe_attach();
+    }
+}
+
+/// Looks for PyTorch's allocator (at most once per [`LOOK_EVERY_NS`]) and attaches the tracker.
+#[cold]
+fn maybe_attach() {
+    let now = gpushim_core::trace::recorder::clock_ns(libc::CLOCK_MONOTONIC);
+    let next = NEXT_LOOK_NS.load(Ordering::Relaxed);
+    if now < next
+        || NEXT_LOOK_NS
+            .compare_exchange(
+                next,
+                now + LOOK_EVERY_NS,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err()
+    {
+        return;
+    }
+    if !state::conf().tensors {
+        off(tensors_off::CONFIGURED);
+        return;
+    }
+    // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a library already loaded.
+    let h = unsafe {
+        libc::dlopen(
+            c"libc10_cuda.so".as_ptr(),
+            libc::RTLD_NOLOAD | libc::RTLD_LAZY,
+        )
+    };
+    if h.is_null() {
+        return;
+    }
+    if STATE
+        .compare_exchange(UNDECIDED, ATTACHING, Ordering::AcqRel, Ordering::Relaxed)
+        .is_ok()
+    {
+        // SAFETY: `h` is the loaded library's handle.
+        match unsafe { attach(h) } {
+            Ok(()) => STATE.store(TRIAL, Ordering::Release),
+            Err(None) => STATE.store(UNDECIDED, Ordering::Release),
+            Err(Some(code)) => off(code),
+        }
+    }
+    if let Some(close) = crate::cuda::real::real_dlclose() {
+        // SAFETY: balances the dlopen above.
+        unsafe { close(h) };
+    }
+}
+
+/// libstdc++'s `std::function` (32 bytes): the stored functor, the manager, the invoker.
+#[repr(C)]
+struct StdFunction {
+    functor: [usize; 2],
+    manager: unsafe extern "C" fn(*mut [usize; 2], *const [usize; 2], c_int) -> bool,
+    invoker: unsafe extern "C" fn(*const [usize; 2], *const u8),
+}
+
+/// `typeid(void)`, what the manager answers when asked for the functor's type.
+static TYPEINFO_VOID: AtomicUsize = AtomicUsize::new(0);
+
+/// The manager of our `std::function`: it holds no state, so copies are bitwise and nothing
+/// is destroyed.
+unsafe extern "C" fn manage(dest: *mut [usize; 2], src: *const [usize; 2], op: c_int) -> bool {
+    // SAFETY: libstdc++ passes valid `_Any_data` storage for both.
+    unsafe {
+        match op {
+            // __get_type_info
+            0 => (*dest)[0] = TYPEINFO_VOID.load(Ordering::Relaxed),
+            // __get_functor_ptr
+            1 => (*dest)[0] = src as usize,
+            // __clone_functor
+            2 => *dest = *src,
+            // __destroy_functor
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Attaches the tracker to the allocator of the library `h`. `Err(None)`: not ready yet (no
+/// allocator); `Err(Some(code))`: tensors stay off for the reason `code`.
+///
+/// # Safety
+/// `h` must be the handle of the loaded `libc10_cuda.so`.
+unsafe fn attach(h: *mut c_void) -> Result<(), Option<u64>> {
+    let Some(dlsym) = crate::cuda::real::real_dlsym() else {
+        return Err(None);
+    };
+    // SAFETY: a handle and a NUL-terminated name.
+    let cell = unsafe { dlsym(h, ALLOCATOR.as_ptr()) } as *const AtomicUsize;
+    if cell.is_null() {
+        return Err(Some(tensors_off::UNKNOWN_VERSION));
+    }
+    // SAFETY: the exported `std::atomic<CUDAAllocator*>`, a pointer-sized atomic.
+    let obj = unsafe { (*cell).load(Ordering::Acquire) };
+    if obj == 0 {
+        return Err(None);
+    }
+    // SAFETY: `obj` is a live polymorphic C++ object: its first word is its vtable pointer, and
+    // the word before the vtable's first function is its type information, whose second word is
+    // the type's mangled name (Itanium C++ ABI).
+    let name = unsafe {
+        let vptr = *(obj as *const *const usize);
+        let typeinfo = *vptr.sub(1) as *const *const c_char;
+        CStr::from_ptr(*typeinfo.add(1))
+    };
+    let name = name.to_bytes();
+    if name.strip_prefix(b"*").unwrap_or(name) != NATIVE {
+        return Err(Some(tensors_off::OTHER_BACKEND));
+    }
+    let lib = library_of(cell as usize).ok_or(Some(tensors_off::UNKNOWN_VERSION))?;
+    let version = torch_version(&lib.1).ok_or(Some(tensors_off::UNKNOWN_VERSION))?;
+    let slot = SLOTS
+        .iter()
+        .find(|(v, _)| *v == version)
+        .map(|&(_, s)| s)
+        .ok_or(Some(tensors_off::UNKNOWN_VERSION))?;
+    // SAFETY: as above; the vtable of this version has at least `slot + 1` functions.
+    let f = unsafe { *(*(obj as *const *const usize)).add(slot) };
+    if library_of(f).map(|l| l.0) != Some(lib.0) {
+        return Err(Some(tensors_off::UNKNOWN_VERSION));
+    }
+    // SAFETY: a NUL-terminated name; `typeid(void)` lives in libstdc++ if it is loaded.
+    let ti = unsafe { dlsym(libc::RTLD_DEFAULT, c"_ZTIv".as_ptr()) };
+    TYPEINFO_VOID.store(ti as usize, Ordering::Relaxed);
+    let mut tracker = StdFunction {
+        functor: [0; 2],
+        manager: manage,
+        invoker: invoke,
+    };
+    type Attach = unsafe extern "C" fn(usize, *mut StdFunction);
+    // SAFETY: `f` is `NativeCachingAllocator::attachAllocatorTraceTracker(AllocatorTraceTracker)`
+    // of this version: `this`, then the by-value `std::function` passed by address (Itanium
+    // C++ ABI). It copies or moves it; ours needs no destruction.
+    unsafe {
+        let attach: Attach = core::mem::transmute::<usize, Attach>(f);
+        attach(obj, &mut tracker);
+    }
+    Ok(())
+}
+
+/// The load base and path of the library holding address `p`.
+fn library_of(p: usize) -> Option<(usize, std::path::PathBuf)> {
+    // SAFETY: an all-zero Dl_info is a valid out-buffer; dladdr only reads the loader's tables.
+    let mut info: libc::Dl_info = unsafe { core::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::dladdr(p as *const c_void, &mut info) } == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: dladdr's file name is NUL-terminated and owned by the loader.
+    let name = unsafe { CStr::from_ptr(info.dli_fname) };
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(name.to_bytes())).to_path_buf();
+    Some((info.dli_fbase as usize, path))
+}
+
+/// The (major, minor) version of the torch package whose `lib/` holds `lib`, from its
+/// `version.py` (`__version__ = '2.11.0+cu130'`).
+fn torch_version(lib: &std::path::Path) -> Option<(u32, u32)> {
+    let file = lib.parent()?.parent()?.join("version.py");
+    let text = std::fs::read_to_string(file).ok()?;
+    let line = text.lines().find(|l| l.starts_with("__version__"))?;
+    let v = line.split(['\'', '"']).nth(1)?;
+    let mut parts = v.split(['.', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// Tensors stay off for the reason `code`: said once (unless turned off on purpose), and
+/// recorded.
+fn off(code: u64) {
+    if STATE.swap(OFF, Ordering::AcqRel) == OFF {
+        return;
+    }
+    trace::record(
+        RecordKind::Tensors,
+        Api::Torch,
+        0,
+        code,
+        0,
+        DEVICE_UNKNOWN,
+        0,
+    );
+    if code != tensors_off::CONFIGURED {
+        say(format_args!(
+            "tensors are not recorded: {}; reports show PyTorch's segments",
+            tensors_off::reason(code)
+        ));
+    }
+}
+
+/// The tracker: PyTorch calls it on the thread that asked, under its allocator's lock, for
+/// every event. It records; it never calls PyTorch or CUDA.
+unsafe extern "C" fn invoke(_functor: *const [usize; 2], e: *const u8) {
+    let st = STATE.load(Ordering::Acquire);
+    if st != TRIAL && st != ON {
+        return;
+    }
+    // SAFETY: PyTorch passes its `TraceEntry`, whose fields lie at these offsets in every known
+    // version (checked by the trial below before anything is believed).
+    let (action, device, addr, stream, size) = unsafe {
+        (
+            e.add(ACTION).cast::<i32>().read_unaligned(),
+            e.add(DEVICE).read(),
+            e.add(ADDR).cast::<u64>().read_unaligned(),
+            e.add(STREAM).cast::<u64>().read_unaligned(),
+            e.add(SIZE).cast::<u64>().read_unaligned(),
+        )
+    };
+    if st == TRIAL {
+        let (ptr, len, map) = LAST.try_with(Cell::get).unwrap_or((0, 0, false));
+        let matches = match action {
+            SEGMENT_ALLOC => !map && ptr == addr && len == size,
+            SEGMENT_MAP => map && ptr >= addr && ptr.checked_add(len) <= addr.checked_add(size),
+            ALLOC | FREE_REQUESTED | FREE_COMPLETED | SEGMENT_FREE | SEGMENT_UNMAP | SNAPSHOT
+            | OOM => return,
+            _ => {
+                off(tensors_off::UNKNOWN_EVENT);
+                return;
+            }
+        };
+        if !matches {
+            off(tensors_off::MISMATCH);
+            return;
+        }
+        if STATE
+            .compare_exchange(TRIAL, ON, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            trace::record(RecordKind::Tensors, Api::Torch, 0, 0, 1, DEVICE_UNKNOWN, 0);
+        }
+    }
+    let (kind, ptr) = match action {
+        ALLOC => (RecordKind::TensorAlloc, addr),
+        FREE_REQUESTED => (RecordKind::TensorFreeRequested, addr),
+        FREE_COMPLETED => (RecordKind::TensorFree, addr),
+        SEGMENT_ALLOC | SEGMENT_MAP => (RecordKind::SegmentReserve, addr),
+        SEGMENT_FREE | SEGMENT_UNMAP => (RecordKind::SegmentRelease, addr),
+        // For an OOM, `addr_` is the free memory CUDA reported.
+        OOM => (RecordKind::TensorOom, addr),
+        SNAPSHOT => return,
+        _ => {
+            off(tensors_off::UNKNOWN_EVENT);
+            return;
+        }
+    };
+    trace::record(kind, Api::Torch, 0, ptr, size, device, stream);
+}

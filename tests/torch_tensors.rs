@@ -1,0 +1,161 @@
+//! Every tensor of PyTorch's own caching allocator, in the default run (design contract 10), on
+//! the stand-in for PyTorch's `libc10_cuda.so` (`tests/standin/c10_cuda.cpp`: the same
+//! exported symbol, C++ type, vtable slot and event layout as torch 2.11, its segments from the
+//! simulator). The shim attaches to the allocator's trace, checks it against the segments it
+//! sees, and records tensors with their Python lines; what does not check out is refused, said
+//! once, and the reports speak of segments.
+
+mod common;
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The stand-in library inside the simulator's folder (`torch/lib/libc10_cuda.so`).
+fn standin() -> PathBuf {
+    sim().dir.join("torch/lib/libc10_cuda.so")
+}
+
+/// Runs the two-leak training loop of `tests/clients/torch_leaks.py` on `lib` under the shim
+/// with `env`; returns the trace and stderr.
+fn leaky_run(tag: &str, lib: &Path, env: Vec<(&'static str, String)>) -> (TestFile, String) {
+    let t = tempdir(tag).file("t.trace");
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec![
+                repo()
+                    .join("tests/clients/torch_leaks.py")
+                    .display()
+                    .to_string(),
+                lib.display().to_string(),
+            ],
+            env,
+        },
+    );
+    assert_ok(&out);
+    (t, stderr(&out))
+}
+
+fn report(cmd: &str, trace: &Path) -> serde_json::Value {
+    let out = Command::new(gpushim_bin())
+        .args([cmd, "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+const LAYER_LINE: &str = "torch_leaks.py:31 in CachingLayer.__call__";
+const METRIC_LINE: &str = "torch_leaks.py:41 in train";
+
+/// The call sites `leaks` says grow, with their growth per iteration.
+fn growing(trace: &Path) -> Vec<(String, u64)> {
+    let v = report("leaks", trace);
+    v["iterations"]["growing"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| {
+            (
+                g["call_site"].as_str().unwrap().to_string(),
+                g["bytes_per_iteration"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_default_run_names_both_leaking_lines_with_their_growth() {
+    for conf in ["", "pool:caching", "pool:expandable"] {
+        let (t, err) = leaky_run("tensors", &standin(), vec![("GPUSHIM_CONF", conf.into())]);
+        assert!(!err.contains("tensors are not recorded"), "{conf}: {err}");
+        let g = growing(&t);
+        assert_eq!(g.len(), 2, "{conf}: {g:?}");
+        for line in [LAYER_LINE, METRIC_LINE] {
+            assert!(
+                g.iter()
+                    .any(|(site, per)| site.contains(line) && *per == 4 << 20),
+                "{conf}: {line} at 4 MiB per iteration: {g:?}"
+            );
+        }
+        // The summary reads as PyTorch's counters: 60 tensors of 4 MiB kept; the cache holds
+        // the rest of its segments unused.
+        let s = report("summary", &t);
+        let f = &s["framework"][0];
+        assert_eq!(f["allocated_at_end_bytes"], 240u64 << 20, "{conf}: {s}");
+        assert_eq!(f["tensors_at_end"], 60, "{conf}");
+        let reserved = f["reserved_at_end_bytes"].as_u64().unwrap();
+        assert_eq!(
+            f["cached_unused_at_end_bytes"].as_u64().unwrap(),
+            reserved - (240 << 20),
+            "{conf}"
+        );
+        assert!(s["tensors_off"].is_null(), "{conf}");
+        let p = &s["python_frames"];
+        assert_eq!(p["allocations_with"], p["allocations"], "{conf}: {p}");
+    }
+}
+
+#[test]
+fn a_layout_that_does_not_check_out_is_refused_and_said_once() {
+    let cases = [
+        ("STANDIN_LAYOUT", "shifted", "did not match the segment"),
+        ("STANDIN_BACKEND", "async", "another allocator backend"),
+    ];
+    for (var, value, why) in cases {
+        let (t, err) = leaky_run("refused", &standin(), vec![(var, value.into())]);
+        assert_eq!(
+            err.matches("tensors are not recorded").count(),
+            1,
+            "{var}={value}: {err}"
+        );
+        assert!(err.contains(why), "{var}={value}: {err}");
+        let s = report("summary", &t);
+        assert!(
+            s["tensors_off"].as_str().unwrap().contains(why),
+            "{var}={value}: {s}"
+        );
+        assert_eq!(s["framework"].as_array().unwrap().len(), 0, "{s}");
+        // No tensor record got in before the refusal.
+        let (records, _) = decode(&t);
+        assert!(
+            !records
+                .iter()
+                .any(|r| r.kind == gpushim::trace::format::RecordKind::TensorAlloc),
+            "{var}={value}"
+        );
+    }
+}
+
+#[test]
+fn a_version_whose_layout_is_not_known_is_refused() {
+    let dir = tempdir("oldtorch");
+    let lib = dir.join("torch/lib");
+    std::fs::create_dir_all(&lib).unwrap();
+    std::fs::copy(standin(), lib.join("libc10_cuda.so")).unwrap();
+    std::fs::write(
+        dir.join("torch/version.py"),
+        "__version__ = '2.3.1+cu121'\n",
+    )
+    .unwrap();
+    let (t, err) = leaky_run("oldtorch-run", &lib.join("libc10_cuda.so"), vec![]);
+    assert!(err.contains("does not offer its allocator trace"), "{err}");
+    let s = report("summary", &t);
+    assert!(s["tensors_off"].is_string(), "{s}");
+}
+
+#[test]
+fn tensors_off_in_the_configuration_records_segments_only_and_says_nothing() {
+    let (t, err) = leaky_run(
+        "tensors-off",
+        &standin(),
+        vec![("GPUSHIM_CONF", "tensors:off".into())],
+    );
+    assert!(!err.contains("tensors are not recorded"), "{err}");
+    let s = report("summary", &t);
+    assert_eq!(s["framework"].as_array().unwrap().len(), 0);
+    assert!(s["tensors_off"].as_str().unwrap().contains("tensors:off"));
+}
