@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 12 on the GPU machine: per-tensor PyTorch under the shim against PyTorch's own
-# allocator on real workloads with shapes that change every step, modes alternated
+# PyTorch under the shim against PyTorch alone on real workloads with shapes that change every step, modes alternated
 # (A B C D E, A B C D E, ...) so a drifting machine cancels out. Modes: PyTorch's default;
+# observe (`gpushim run` with nothing set: PyTorch's allocator untouched, every tensor and its
+# Python frames recorded); notensors (the same with tensors:off: segments only);
 # pertensor (`gpushim run --per-tensor`: caching off, pool:caching,medium:20MiB); pluggable (the pluggable
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
 # segments, for memory; ptexpandable (pertensor over pool:expandable); ptnoframes
@@ -50,6 +51,12 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
   esac
   case $mode in
       default|expandable) python3 $script $(wl $mode "$steps") ;;
+      observe) .gpu/gpushim run --trace "$work/${TRACE_TAG:-}ob.%p.trace" -- \
+                   python3 $script $(wl default "$steps") \
+                   | sed 's/"mode": "default"/"mode": "observe"/' ;;
+      notensors) .gpu/gpushim run --conf tensors:off --trace "$work/${TRACE_TAG:-}nt.%p.trace" -- \
+                   python3 $script $(wl default "$steps") \
+                   | sed 's/"mode": "default"/"mode": "notensors"/' ;;
       pertensor) .gpu/gpushim run --per-tensor --trace "$work/${TRACE_TAG:-}pt.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
       ptplain) .gpu/gpushim run --per-tensor --conf medium:off --trace "$work/${TRACE_TAG:-}pp.%p.trace" -- \

@@ -146,7 +146,7 @@ pub const KEYS: &[KeyDoc] = &[
         key: "tensors",
         accepted: "on, off",
         default: "on",
-        meaning: "record every tensor that PyTorch's own caching allocator hands out and frees (its allocator trace, checked against the segments the shim sees; torch 2.10 and later), with the Python line that made it, beside the segments it takes from CUDA; off records segments only",
+        meaning: "record every tensor that PyTorch's own caching allocator hands out and frees (its allocator trace, checked against the segments the shim sees; torch 2.4 to 2.11), with the Python line that made it, beside the segments it takes from CUDA; off records segments only",
     },
     KeyDoc {
         key: "trace_max",

@@ -215,10 +215,12 @@ byte_enum! {
         /// trace): `ptr`, `size`, stream. Its stack follows. The framework's segments are
         /// `SegmentReserve`/`SegmentRelease` records with `api` `torch_allocator`.
         TensorAlloc = 43 => "tensor_alloc",
-        /// The program let go of a tensor (`ptr`, `size`); its memory may stay in use on other
-        /// streams until `TensorFree`.
+        /// The program let go of a tensor (`ptr`, `size`) whose memory stays in use on other
+        /// streams until its `TensorFree`. A free completed at once has no such record: its
+        /// `TensorFree` stands for both.
         TensorFreeRequested = 44 => "tensor_free_requested",
-        /// A tensor's memory went back to the framework's cache: `ptr`, `size`.
+        /// A tensor's memory went back to the framework's cache: `ptr`, `size` (requested then
+        /// too, unless a `TensorFreeRequested` came first).
         TensorFree = 45 => "tensor_free",
         /// The framework's allocator ran out of memory for a tensor of `size` bytes; `ptr` is
         /// the free device memory CUDA reported. The stack of the request follows.
@@ -252,7 +254,7 @@ pub mod tensors_off {
                 "PyTorch runs another allocator backend (cudaMallocAsync, or a pluggable allocator), whose tensors are the allocation calls themselves"
             }
             UNKNOWN_VERSION => {
-                "this PyTorch's libc10_cuda.so does not offer its allocator trace in a form gpushim knows (torch 2.10 or later does)"
+                "this PyTorch's libc10_cuda.so does not offer its allocator trace in a form gpushim knows (torch 2.4 to 2.11 do)"
             }
             MISMATCH => {
                 "PyTorch's allocator trace did not match the segment gpushim saw, so its layout is not the one gpushim reads"

@@ -44,6 +44,10 @@ thread_local! {
     /// The device allocation this thread made last: address, size, and whether it was a VMM
     /// mapping (`cuMemMap`) rather than a whole allocation.
     static LAST: Cell<(u64, u64, bool)> = const { Cell::new((0, 0, false)) };
+    /// A free this thread requested that is not recorded yet (address, size, device, stream):
+    /// PyTorch completes almost every free at once, and one `tensor_free` record then stands
+    /// for both events; a request completed later is recorded on its own first.
+    static REQUESTED: Cell<(u64, u64, u8, u64)> = const { Cell::new((0, 0, 0, 0)) };
 }
 
 /// The C++ type name of PyTorch's native caching allocator (Itanium mangling, as the type
@@ -57,7 +61,16 @@ const ALLOCATOR: &CStr = c"_ZN3c104cuda20CUDACachingAllocator9allocatorE";
 /// minor), found by compiling a pointer to that member against each version's own headers
 /// (`scripts/torch-layout.sh`). The event's fields lie at the same offsets in all of them:
 /// `action_` (int) at 0, `device_` at 4, `addr_` at 8, `stream_` at 32, `size_` at 40.
-const SLOTS: &[((u32, u32), usize)] = &[((2, 10), 44), ((2, 11), 44)];
+const SLOTS: &[((u32, u32), usize)] = &[
+    ((2, 4), 28),
+    ((2, 5), 30),
+    ((2, 6), 35),
+    ((2, 7), 35),
+    ((2, 8), 38),
+    ((2, 9), 39),
+    ((2, 10), 44),
+    ((2, 11), 44),
+];
 
 /// Offsets in `TraceEntry`.
 const ACTION: usize = 0;
@@ -329,6 +342,22 @@ unsafe extern "C" fn invoke(_functor: *const [usize; 2], e: *const u8) {
         {
             trace::record(RecordKind::Tensors, Api::Torch, 0, 0, 1, DEVICE_UNKNOWN, 0);
         }
+    }
+    let pending = REQUESTED.try_with(|r| r.take()).unwrap_or((0, 0, 0, 0));
+    if action == FREE_COMPLETED && pending.0 == addr {
+        trace::record(RecordKind::TensorFree, Api::Torch, 0, addr, size, device, stream);
+        return;
+    }
+    if pending.0 != 0 {
+        let (p, n, d, s) = pending;
+        trace::record(RecordKind::TensorFreeRequested, Api::Torch, 0, p, n, d, s);
+    }
+    if action == FREE_REQUESTED
+        && REQUESTED
+            .try_with(|r| r.set((addr, size, device, stream)))
+            .is_ok()
+    {
+        return;
     }
     let (kind, ptr) = match action {
         ALLOC => (RecordKind::TensorAlloc, addr),
