@@ -159,3 +159,53 @@ fn tensors_off_in_the_configuration_records_segments_only_and_says_nothing() {
     assert_eq!(s["framework"].as_array().unwrap().len(), 0);
     assert!(s["tensors_off"].as_str().unwrap().contains("tensors:off"));
 }
+
+#[test]
+fn an_out_of_memory_of_the_framework_names_the_line_that_asked() {
+    let dir = tempdir("tensor-oom");
+    let script = dir.join("grow.py");
+    std::fs::write(
+        &script,
+        "import ctypes, sys\n\
+         lib = ctypes.CDLL(sys.argv[1])\n\
+         lib.standin_malloc.restype = ctypes.c_void_p\n\
+         lib.standin_malloc.argtypes = (ctypes.c_size_t,)\n\
+         kept = []\n\
+         def grow():\n\
+         \x20   return lib.standin_malloc(64 << 20)\n\
+         while True:\n\
+         \x20   p = grow()\n\
+         \x20   if not p:\n\
+         \x20       break\n\
+         \x20   kept.append(p)\n",
+    )
+    .unwrap();
+    let t = dir.join("oom.trace");
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec![
+                script.display().to_string(),
+                standin().display().to_string(),
+            ],
+            env: vec![("GPUSHIM_SIM_MEMORY", (300u64 << 20).to_string())],
+        },
+    );
+    assert_ok(&out);
+    let v = report("oom", &t);
+    let ooms = v.as_array().unwrap();
+    assert_eq!(ooms.len(), 1, "one request failed: {v}");
+    let o = &ooms[0];
+    assert_eq!(o["api"], "torch_allocator", "{o}");
+    assert_eq!(o["requested_bytes"], 64u64 << 20);
+    assert!(
+        o["request_site"]
+            .as_str()
+            .unwrap()
+            .contains("grow.py:7 in grow"),
+        "{o}"
+    );
+    assert!(o["device_free_bytes"].as_u64().is_some(), "{o}");
+}

@@ -31,6 +31,9 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCode {
                     ""
                 }
             );
+            if let Some(site) = &o.request_site {
+                println!("  asked for at {site}");
+            }
             println!(
                 "  live {}, reserved {}, cached (reserved, not live) {}, largest free block in the pool {}",
                 human_bytes(o.live_bytes),
@@ -39,10 +42,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCode {
                 human_bytes(o.largest_free_block)
             );
             if let Some(f) = o.device_free_bytes {
-                println!(
-                    "  the device said {} free at the last cudaMemGetInfo before",
-                    human_bytes(f)
-                );
+                println!("  the device said {} free", human_bytes(f));
             }
             println!("  holding the most:");
             print_holders(&o.holders, 5, "    ");

@@ -23,18 +23,84 @@ pub struct Oom {
     pub largest_free_block: u64,
     /// The pool refused because of `limit`, not the device.
     pub limit_hit: bool,
-    /// The device's own free memory at the last `cudaMemGetInfo` before, if any.
+    /// The device's own free memory at the last `cudaMemGetInfo` before, if any (or, for a
+    /// tensor the framework could not get, what CUDA reported to it).
     pub device_free_bytes: Option<u64>,
+    /// Where the failed request was made (its stack: the Python line of a tensor), when the
+    /// trace has it.
+    pub request_site: Option<String>,
     pub holders: Vec<Holder>,
 }
 
 /// Every failed allocation, with what held memory at that moment.
 pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
-    let mut out = Vec::new();
+    let mut out: Vec<Oom> = Vec::new();
     let mut limit_pending: HashMap<u16, bool> = HashMap::new();
+    // Per thread: the entry whose request's stack comes next; and its latest failed
+    // allocation, which a framework's out-of-memory event right after explains.
+    let mut site_for: HashMap<u16, usize> = HashMap::new();
+    let mut failed_on: HashMap<u16, usize> = HashMap::new();
     replay_each(path, opts, |reader, rp, r, _| match r.kind {
         RecordKind::LimitHit => {
             limit_pending.insert(r.thread, true);
+        }
+        RecordKind::StackRef => {
+            if let Some(i) = site_for.remove(&r.thread) {
+                out[i].request_site = Some(site_label(reader, r.ptr));
+            }
+        }
+        // The framework could not get memory for a tensor: the failed segment request just
+        // before on the thread (if the trace has it) becomes this request, with its line.
+        RecordKind::TensorOom => {
+            let device = if r.device == DEVICE_UNKNOWN {
+                0
+            } else {
+                r.device
+            };
+            let i = match failed_on.remove(&r.thread) {
+                Some(i) => i,
+                None => {
+                    let live = rp.live_on(device);
+                    let reserved = rp.reserved_on(device);
+                    let mut h = holders(
+                        rp.all_live(),
+                        Some(device),
+                        |l| l.stack,
+                        |k| site_label(reader, k),
+                    );
+                    h.truncate(10);
+                    out.push(Oom {
+                        time_ns: r.time_ns,
+                        api: String::new(),
+                        status: 2,
+                        device,
+                        requested_bytes: r.size,
+                        live_bytes: live,
+                        reserved_bytes: reserved,
+                        cached_bytes: reserved.saturating_sub(live),
+                        largest_free_block: rp.largest_free_block(device),
+                        limit_hit: false,
+                        device_free_bytes: None,
+                        request_site: None,
+                        holders: h,
+                    });
+                    out.len() - 1
+                }
+            };
+            let o = &mut out[i];
+            o.api = r.api.name().to_string();
+            o.requested_bytes = r.size;
+            o.device_free_bytes = Some(r.ptr);
+            site_for.insert(r.thread, i);
+        }
+        RecordKind::Alloc
+        | RecordKind::AllocAsync
+        | RecordKind::ManagedAlloc
+        | RecordKind::TensorAlloc
+            if r.status == 0 =>
+        {
+            failed_on.remove(&r.thread);
+            site_for.remove(&r.thread);
         }
         RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
             if r.status != 0 && r.size > 0 =>
@@ -65,10 +131,17 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
                 largest_free_block: rp.largest_free_block(device),
                 limit_hit: limit_pending.remove(&r.thread).unwrap_or(false),
                 device_free_bytes: rp.mem_info.get(&device).map(|m| m.0),
+                request_site: None,
                 holders: h,
             });
+            site_for.insert(r.thread, out.len() - 1);
+            failed_on.insert(r.thread, out.len() - 1);
         }
-        _ => {}
+        _ => {
+            if !r.kind.is_definition() {
+                site_for.remove(&r.thread);
+            }
+        }
     })?;
     Ok(out)
 }

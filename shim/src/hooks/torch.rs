@@ -345,7 +345,15 @@ unsafe extern "C" fn invoke(_functor: *const [usize; 2], e: *const u8) {
     }
     let pending = REQUESTED.try_with(|r| r.take()).unwrap_or((0, 0, 0, 0));
     if action == FREE_COMPLETED && pending.0 == addr {
-        trace::record(RecordKind::TensorFree, Api::Torch, 0, addr, size, device, stream);
+        trace::record(
+            RecordKind::TensorFree,
+            Api::Torch,
+            0,
+            addr,
+            size,
+            device,
+            stream,
+        );
         return;
     }
     if pending.0 != 0 {
