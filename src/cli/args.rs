@@ -99,8 +99,14 @@ impl Reading {
 pub enum Cmd {
     /// Run a command with the shim preloaded; print where its traces are and what they hold.
     #[command(
-        after_help = "Example:\n  gpushim run --conf pool:off -- python train.py --epochs 1\n\n\
-        Any LD_PRELOAD already set is kept, after the shim. The exit code is the command's."
+        after_help = "Example:\n  gpushim run -- python train.py --epochs 1\n\n\
+        With nothing set, PyTorch keeps its own allocator and the trace holds every tensor it \
+        hands out (torch 2.4 to 2.11, through its allocator trace), with the Python line that \
+        made it, beside the segments its cache takes from CUDA: no flag is needed to find the \
+        line that leaks. --per-tensor and --pluggable replace PyTorch's allocator instead; use \
+        them to test the shim's pool on a PyTorch program, or for a PyTorch whose allocator \
+        trace gpushim cannot read (the run says so). Any LD_PRELOAD already set is kept, after \
+        the shim. The exit code is the command's."
     )]
     Run {
         /// GPUSHIM_CONF for the run, as in `pool:off,limit:24GiB` (see `gpushim config`).
@@ -110,27 +116,24 @@ pub enum Cmd {
         /// Default: gpushim-PROGRAM.PID.trace in the working directory.
         #[arg(long, value_name = "PATTERN")]
         trace: Option<String>,
-        /// The shim library; default: $GPUSHIM_LIB, else libgpushim.so next to this executable.
+        /// The shim library; default: $GPUSHIM_LIB, else libgpushim.so next to this executable,
+        /// else (an installed wheel) the copy it writes out to ~/.cache/gpushim.
         #[arg(long, value_name = "PATH")]
         lib: Option<PathBuf>,
-        /// One record per PyTorch tensor: PyTorch's cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1)
-        /// and the shim's pool on (pool:caching,medium:20MiB unless --conf names a pool; a key
-        /// in --conf wins, so --conf medium:off turns shared medium segments off). PyTorch's
-        /// counters (memory_allocated, memory_stats, ...) answer from the shim's pool. CUDA
-        /// graphs cannot be captured so (PyTorch's limit with its cache off): use --pluggable,
-        /// or, for torch.compile's mode="reduce-overhead", neither flag.
+        /// PyTorch's cache off (PYTORCH_NO_CUDA_MEMORY_CACHING=1) and the shim's pool on
+        /// (pool:caching,medium:20MiB unless --conf names a pool): every tensor is a
+        /// cudaMalloc the pool serves. Costs device memory (2.5 to 2.8x PyTorch's on GPT-2)
+        /// and CUDA graphs cannot be captured (PyTorch's limit with its cache off). Not needed
+        /// to see tensors: the default run records them. PyTorch's counters answer from the
+        /// shim's pool.
         #[arg(long)]
         per_tensor: bool,
-        /// One record per PyTorch tensor through PyTorch's pluggable allocator: when the Python
-        /// program imports torch, its CUDA allocator becomes the shim's pool (no code change;
-        /// pool:expandable unless --conf names a pool). On an H100 its steps took 1.01 to 1.03x
-        /// PyTorch's own (--per-tensor: 1.02 to 1.06x) with as little device memory as
-        /// PyTorch's expandable segments. CUDA graphs work, but not torch.compile's
-        /// mode="reduce-overhead" (PyTorch's graph trees need its own allocator: run those
-        /// without this flag). PyTorch's memory statistics
-        /// (memory_allocated, max_memory_allocated, memory_reserved, memory_stats, their
-        /// resets, memory_summary) answer from the shim's pool ("all" figures only); snapshots
-        /// raise: the trace is the snapshot.
+        /// The shim's pool as PyTorch's allocator, through its pluggable allocator interface
+        /// (pool:expandable unless --conf names a pool), installed at `import torch` with no
+        /// code change. CUDA graphs work, but not torch.compile's mode="reduce-overhead"
+        /// (PyTorch's graph trees need its own allocator), and memory snapshots raise. Not
+        /// needed to see tensors: the default run records them. PyTorch's memory statistics
+        /// answer from the shim's pool ("all" figures only).
         #[arg(long, conflicts_with = "per_tensor")]
         pluggable: bool,
         /// The command and its arguments (after `--` when they start with a dash).
