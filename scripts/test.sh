@@ -5,6 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # One clean build: incremental state would only take disk (CI machines have little).
 export CARGO_INCREMENTAL=0
+# A C++ compiler builds the stand-in for PyTorch's allocator library (tests/standin).
+if ! command -v "${CXX:-c++}" >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq g++ >/dev/null
+  else
+    echo "scripts/test.sh needs a C++ compiler (g++): install it, or set CXX" >&2
+    exit 2
+  fi
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 cargo build -p gpushim-shim --quiet

@@ -451,6 +451,9 @@ pub fn run(
     cmd: &[OsString],
 ) -> Result<RunOutcome, RunError> {
     let (prog, args) = cmd.split_first().ok_or(RunError::NothingToRun)?;
+    // Absolute: the dynamic loader resolves a relative LD_PRELOAD against each process's own
+    // working folder, and the program's children may run elsewhere.
+    let shim = &std::path::absolute(shim).unwrap_or_else(|_| shim.to_path_buf());
     let dir = trace_dir(trace);
     let before = trace_files(&dir);
     let mut c = Command::new(prog);

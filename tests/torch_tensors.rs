@@ -209,3 +209,37 @@ fn an_out_of_memory_of_the_framework_names_the_line_that_asked() {
     );
     assert!(o["device_free_bytes"].as_u64().is_some(), "{o}");
 }
+
+#[test]
+fn config_shows_every_key_and_a_closed_pipe_ends_it_quietly() {
+    let out = Command::new(gpushim_bin())
+        .args(["config", "trim:2s,tensors:off"])
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let text = stdout(&out);
+    for key in gpushim::config::KEYS {
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with(key.key)),
+            "{} missing from:\n{text}",
+            key.key
+        );
+    }
+    assert!(
+        text.contains("trim       2.0 s") || text.contains("trim       2"),
+        "{text}"
+    );
+    assert!(text.contains("tensors    off"), "{text}");
+    let piped = Command::new("bash")
+        .arg("-c")
+        .arg(format!("'{}' config | head -1", gpushim_bin().display()))
+        .arg("")
+        .output()
+        .unwrap();
+    assert!(piped.status.success());
+    let err = stderr(&piped);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{err}"
+    );
+}

@@ -2,7 +2,7 @@
 
 use super::output::fail;
 use gpushim::config;
-use gpushim::report::summary::human_bytes;
+use gpushim::report::summary::{self, human_bytes};
 use std::process::ExitCode;
 
 pub fn cmd_config(conf: Option<String>) -> ExitCode {
@@ -42,6 +42,17 @@ pub fn cmd_config(conf: Option<String>) -> ExitCode {
     println!("  medium     {}", size(c.medium_segment, 0));
     println!("  release    {}", size(c.release, u64::MAX));
     println!("  limit      {}", size(c.limit, 0));
+    println!(
+        "  trim       {}",
+        if c.trim_auto {
+            "auto".to_string()
+        } else if c.trim_ns == u64::MAX {
+            "off".to_string()
+        } else {
+            summary::human_duration(c.trim_ns)
+        }
+    );
+    println!("  tensors    {}", if c.tensors { "on" } else { "off" });
     println!("  trace_max  {}", human_bytes(c.trace_max));
     println!(
         "  stacks     {}",

@@ -25,6 +25,10 @@ use std::process::ExitCode;
 
 /// Parses the command line, reads the reading options once, and runs the command.
 pub fn main() -> ExitCode {
+    // A closed pipe (`gpushim config | head -1`) ends the command quietly, as for any Unix
+    // tool, instead of a panic on the next print.
+    // SAFETY: setting a signal's disposition to the default has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let opts = match cli.command.reading().map(|r| r.options()) {
         Some(Err(e)) => return fail(e),
