@@ -136,6 +136,7 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     // Read first: a swap on every call would take the cache line from every other thread.
     if !STARTED.load(Ordering::Relaxed) && !STARTED.swap(true, Ordering::Relaxed) {
+        prime_functions();
         crate::lifecycle::in_forked_child(forget_after_fork);
         crate::lifecycle::on_exit(|| backend::flush_splits(false));
         start_trimmer();
@@ -168,6 +169,42 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
         }
     }
     r
+}
+
+/// Finds every real function the pool calls under its lock, once, before the lock is first
+/// taken: a lookup takes the loader's lock, and a thread in `dlopen` whose library's
+/// constructor allocates through the pool would otherwise wait for the pool's lock while the
+/// pool's holder waits for the loader's.
+fn prime_functions() {
+    use crate::cuda::symbols::sig::of::*;
+    let _ = (
+        real::function::<CuCtxGetCurrent>(),
+        real::function::<CuCtxPopCurrentV2>(),
+        real::function::<CuCtxPushCurrentV2>(),
+        real::function::<CuCtxSynchronize>(),
+        real::function::<CuDevicePrimaryCtxGetState>(),
+        real::function::<CuDevicePrimaryCtxReleaseV2>(),
+        real::function::<CuDevicePrimaryCtxRetain>(),
+        real::function::<CuEventCreate>(),
+        real::function::<CuEventQuery>(),
+        real::function::<CuEventRecord>(),
+        real::function::<CuEventSynchronize>(),
+        real::function::<CuMemAddressReserve>(),
+        real::function::<CuMemAllocV2>(),
+        real::function::<CuMemCreate>(),
+        real::function::<CuMemFreeV2>(),
+        real::function::<CuMemMap>(),
+        real::function::<CuMemRelease>(),
+        real::function::<CuMemSetAccess>(),
+        real::function::<CuMemUnmap>(),
+        real::function::<CuStreamIsCapturing>(),
+        real::function::<CuStreamQuery>(),
+        real::function::<CuThreadExchangeStreamCaptureMode>(),
+        real::function::<CudaFree>(),
+    );
+    if backend::context_events() {
+        let _ = real::function::<CuCtxRecordEvent>();
+    }
 }
 
 /// Makes the program's capture-begin call (`begin`, the real function) with the pool's lock
