@@ -303,3 +303,44 @@ fn names_in_a_trace_never_reach_the_terminal_as_control_characters() {
         stdout(&out)
     );
 }
+
+#[test]
+fn leaks_on_a_cut_trace_says_what_is_missing() {
+    let dir = tempdir("cut-leaks");
+    let path = dir.join("cut.trace");
+    let mut t = HandTrace::create(&path);
+    for i in 0..200u64 {
+        t.rec(
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            0x100_0000 * (i + 1),
+            1 << 20,
+        );
+    }
+    drop(t);
+    let whole = Command::new(gpushim_bin())
+        .arg("leaks")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_ok(&whole);
+    assert!(!stdout(&whole).contains("incomplete"), "{}", stdout(&whole));
+    let header = gpushim::trace::format::HEADER_SIZE as u64;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(header + 32 * 50)
+        .unwrap();
+    let cut = Command::new(gpushim_bin())
+        .arg("leaks")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_ok(&cut);
+    let text = stdout(&cut);
+    assert!(
+        text.contains("the trace is incomplete") && text.contains("missing past the end"),
+        "{text}"
+    );
+}

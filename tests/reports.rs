@@ -448,9 +448,15 @@ fn every_report_takes_the_filters_and_bad_ones_are_named() {
     let ranges = p[0]["by_range"].as_array().unwrap();
     assert!(ranges.iter().all(|h| h["label"] == "step"), "{ranges:?}");
     assert!(!ranges.is_empty());
-    // Nothing was allocated in the first nanosecond.
-    let v = json(&["leaks", "--to", "1ns"]);
-    assert_eq!(v["live_at_exit_bytes"], 0);
+    // Nothing was allocated in the first nanosecond: the window keeps nothing, which is an
+    // error that names what the trace holds, not a report of no leak.
+    let empty = gpushim(&[&"leaks", &"--to", &"1ns", &"--json", &l.trace]);
+    assert_eq!(empty.status.code(), Some(2));
+    assert!(
+        stderr(&empty).contains("keep no allocation"),
+        "{}",
+        stderr(&empty)
+    );
     // The leak goes on to the end: a window from the middle of the run keeps some of its
     // blocks, not all.
     let all = json(&["leaks"])["live_at_exit_bytes"].as_u64().unwrap();
@@ -704,4 +710,50 @@ fn start_end_ranges_mark_iterations_and_narrow_reports() {
         assert_eq!(e["id2"]["local"], b["id2"]["local"]);
         assert!(e["ts"].as_f64() > b["ts"].as_f64());
     }
+}
+
+/// A filter that keeps no allocation is an error naming what the trace holds, for every report
+/// (it would otherwise read like "no leak"); one that keeps some runs as before.
+#[test]
+fn a_filter_that_keeps_nothing_says_what_the_trace_holds_and_fails() {
+    use gpushim::trace::format::{Api, RecordKind};
+    let dir = tempdir("empty-filter");
+    let path = dir.join("f.trace");
+    let mut t = HandTrace::create(&path);
+    let step = t.recorder.intern_string(b"step");
+    for i in 0..3u64 {
+        t.rec(RecordKind::RangePush, Api::Nvtx, step, 1);
+        t.rec(
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            0x100_0000 * (i + 1),
+            1 << 20,
+        );
+        t.rec(RecordKind::RangePop, Api::Nvtx, 0, 1);
+    }
+    drop(t);
+    let run = |args: &[&str]| {
+        Command::new(gpushim_bin())
+            .args(args)
+            .arg(&path)
+            .output()
+            .unwrap()
+    };
+    for args in [
+        &["leaks", "--range", "nope"][..],
+        &["summary", "--device", "3"],
+        &["peak", "--from", "5s"],
+        &["oom", "--range", "nope"],
+        &["events", "--device", "3"],
+    ] {
+        let out = run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("keep no allocation") && err.contains("device 0") && err.contains("step"),
+            "{args:?}: {err}"
+        );
+    }
+    assert_ok(&run(&["leaks", "--range", "step"]));
+    assert_ok(&run(&["summary", "--device", "0"]));
 }

@@ -196,10 +196,12 @@ pub enum Cmd {
     /// What was live at exit, by call site; and the call sites whose memory grows every
     /// iteration (iterations from a repeating NVTX range or mark, else a detected period).
     #[command(
-        after_help = "Example:\n  gpushim run --conf stacks:on -- python train.py\n  gpushim leaks gpushim-python.1234.trace\n\n\
-        Call sites are the first frames of the allocating stack (record them with \
-        GPUSHIM_CONF=stacks:on); torch.cuda.nvtx.range_push(\"step\") marks iterations with no \
-        other change under `gpushim run`."
+        after_help = "Example:\n  gpushim run -- python train.py\n  gpushim leaks gpushim-python.1234.trace\n\n\
+        Call sites are the allocating thread's Python frames, recorded by default (with \
+        PyTorch, the line that made each tensor); native frames are added with \
+        GPUSHIM_CONF=stacks:on. torch.cuda.nvtx.range_push(\"step\") marks iterations with no \
+        other change under `gpushim run`; without ranges a repeating allocation is taken as \
+        the iteration."
     )]
     Leaks {
         /// Trace files (one per process or rank).
@@ -261,7 +263,8 @@ pub enum Cmd {
     /// A flame graph of the memory live at the peak, by stack: SVG, or PNG when the output
     /// ends in .png.
     Flamegraph {
-        /// The trace (record stacks with GPUSHIM_CONF=stacks:on).
+        /// The trace (Python frames are recorded by default; native stacks with
+        /// GPUSHIM_CONF=stacks:on).
         trace: PathBuf,
         /// Output file: .svg, or .png for a picture.
         #[arg(short, long, default_value = "gpushim-flamegraph.svg")]
@@ -348,6 +351,25 @@ pub enum Cmd {
 
 impl Cmd {
     /// The reading options of a report command.
+    /// The finished traces the command reads (not `top`'s, which may still be written).
+    pub fn trace_paths(&self) -> Vec<PathBuf> {
+        match self {
+            Cmd::Summary { traces, .. }
+            | Cmd::Leaks { traces, .. }
+            | Cmd::Peak { traces, .. }
+            | Cmd::Oom { traces, .. }
+            | Cmd::Plot { traces, .. }
+            | Cmd::Export { traces, .. } => traces.clone(),
+            Cmd::Simulate { trace, .. }
+            | Cmd::Events { trace, .. }
+            | Cmd::Flamegraph { trace, .. } => {
+                vec![trace.clone()]
+            }
+            Cmd::Diff { a, b, .. } => vec![a.clone(), b.clone()],
+            Cmd::Top { .. } | Cmd::Run { .. } | Cmd::Config { .. } | Cmd::Lib { .. } => Vec::new(),
+        }
+    }
+
     pub fn reading(&self) -> Option<&Reading> {
         match self {
             Cmd::Summary { reading, .. }

@@ -38,6 +38,9 @@ pub fn cmd_leaks(
                 " (the process did not exit cleanly: this is what was live when the trace ends)"
             }
         );
+        if let Some(cut) = &l.trace_cut {
+            println!("the trace is incomplete: {cut}; this report covers what it holds");
+        }
         print_holders(&l.live_at_exit, 10, "  ");
         if let Some(seen) = &l.boundary_not_found {
             println!(

@@ -35,6 +35,15 @@ pub fn main() -> ExitCode {
         Some(Ok(o)) => o,
         None => ReadOptions::default(),
     };
+    if !opts.filter.is_empty() {
+        // A filter that keeps nothing would read like "no leak": it is an error that says
+        // what the trace holds instead.
+        for t in cli.command.trace_paths() {
+            if let Err(e) = gpushim::report::filter_keeps_any(&t, &opts) {
+                return fail(e);
+            }
+        }
+    }
     let code = dispatch(cli.command, &opts);
     progress::finish();
     code

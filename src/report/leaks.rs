@@ -36,6 +36,8 @@ pub struct Leaks {
     pub live_at_exit: Vec<Holder>,
     pub iterations: Option<Iterations>,
     pub clean_exit: bool,
+    /// What the trace is missing, when it was cut or damaged: the report covers the rest.
+    pub trace_cut: Option<String>,
 }
 
 /// Keeps at most this many boundaries (evenly thinned past it).
@@ -204,6 +206,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         live_at_exit: holders(rp.all_live(), None, site_key, |k| site_label(&reader, k)),
         iterations,
         clean_exit: reader.info().clean_exit,
+        trace_cut: reader.stats().cut(),
     })
 }
 

@@ -5,6 +5,7 @@
 //! call sites, never with the length of the trace. Reports that need a moment found by a first
 //! pass (the peak) read the trace twice.
 
+pub mod holds;
 pub mod leaks;
 pub mod live;
 pub mod oom;
@@ -14,6 +15,7 @@ pub mod sites;
 pub mod summary;
 pub mod symbolize;
 
+pub use holds::filter_keeps_any;
 pub use leaks::{Growth, Iterations, JobGrowth, JobLeaks, Leaks, combine_leaks, leaks};
 pub use live::{Change, Live, Replay, replay_each, site_key};
 pub use oom::{Oom, oom};

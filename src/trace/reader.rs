@@ -119,6 +119,39 @@ pub struct DecodeStats {
     pub damage: Option<Damage>,
 }
 
+impl DecodeStats {
+    /// What of the program's records the trace is missing, in words, when anything is: lost
+    /// to a full ring, torn by a crash, past the end of a cut file, after damage.
+    pub fn cut(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.lost > 0 {
+            parts.push(format!(
+                "{} records lost (the trace reached trace_max)",
+                self.lost
+            ));
+        }
+        if self.torn > 0 {
+            parts.push(format!(
+                "{} records torn (begun, never finished)",
+                self.torn
+            ));
+        }
+        if self.truncated > 0 {
+            parts.push(format!(
+                "{} records missing past the end of the file (it was cut short)",
+                self.truncated
+            ));
+        }
+        if let Some(d) = &self.damage {
+            parts.push(format!(
+                "damage at offset {} ({}), {} later records not read",
+                d.offset, d.reason, d.skipped
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
+    }
+}
+
 pub struct TraceReader {
     info: TraceInfo,
     input: BufReader<File>,

@@ -1,0 +1,74 @@
+//! What a trace holds, for an error that says so: a filter that keeps no allocation is refused
+//! with the devices, the time span and the NVTX ranges the trace does have.
+
+use super::summary::human_duration;
+use crate::trace::format::RecordKind;
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn allocates(k: RecordKind) -> bool {
+    use RecordKind::*;
+    matches!(
+        k,
+        Alloc | AllocAsync | ManagedAlloc | TensorAlloc | PhysCreate
+    )
+}
+
+/// `Ok` when the filters of `opts` keep at least one allocation of the trace at `path` (or the
+/// trace holds none at all); otherwise what the trace holds, in words.
+pub fn filter_keeps_any(path: &Path, opts: &ReadOptions) -> Result<(), String> {
+    let err = |e: ReadError| e.to_string();
+    let quiet = ReadOptions {
+        progress: None,
+        symbols: false,
+        ..opts.clone()
+    };
+    let mut kept = TraceReader::open_with(path, &quiet).map_err(err)?;
+    while let Some(r) = kept.next() {
+        if allocates(r.kind) && r.status == 0 {
+            return Ok(());
+        }
+    }
+    let all = ReadOptions {
+        filter: Default::default(),
+        ..quiet
+    };
+    let mut reader = TraceReader::open_with(path, &all).map_err(err)?;
+    let (mut devices, mut ranges) = (BTreeSet::new(), BTreeSet::new());
+    let (mut first, mut last, mut any) = (u64::MAX, 0u64, false);
+    while let Some(r) = reader.next() {
+        match r.kind {
+            k if allocates(k) && r.status == 0 => {
+                any = true;
+                devices.insert(r.device);
+                first = first.min(r.time_ns);
+                last = last.max(r.time_ns);
+            }
+            RecordKind::RangePush | RecordKind::RangeStart => {
+                if let Some(name) = reader.string(r.ptr) {
+                    ranges.insert(name.to_string());
+                }
+            }
+            _ => {}
+        }
+    }
+    if !any {
+        return Ok(());
+    }
+    let devices: Vec<String> = devices.iter().map(|d| d.to_string()).collect();
+    let ranges = if ranges.is_empty() {
+        "none".to_string()
+    } else {
+        ranges.into_iter().take(12).collect::<Vec<_>>().join(", ")
+    };
+    Err(format!(
+        "the filters keep no allocation of {}: it holds allocations on device {}, from {} to {} \
+         after it began; NVTX ranges: {ranges}. Widen the filters (--device, --from/--to, \
+         --range, --thread, --stream)",
+        path.display(),
+        devices.join(", "),
+        human_duration(first),
+        human_duration(last),
+    ))
+}
