@@ -24,11 +24,9 @@ pub fn filter_keeps_any(path: &Path, opts: &ReadOptions) -> Result<(), String> {
         symbols: false,
         ..opts.clone()
     };
-    let mut kept = TraceReader::open_with(path, &quiet).map_err(err)?;
-    while let Some(r) = kept.next() {
-        if allocates(r.kind) && r.status == 0 {
-            return Ok(());
-        }
+    let kept = TraceReader::open_with(path, &quiet).map_err(err)?;
+    if kept.into_iter().any(|r| allocates(r.kind) && r.status == 0) {
+        return Ok(());
     }
     let all = ReadOptions {
         filter: Default::default(),
