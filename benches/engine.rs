@@ -3,7 +3,7 @@
 //! allocation-and-free pair twice: with warm caches, and with 8 MiB of other memory touched
 //! between requests, as the program's own work does between two allocations in a real process.
 //! On the GPU, `GPUSHIM_COSTS=1` measured the engine at several µs per request inside GPT-2
-//! (session 8) where `gpushim simulate` replays the same trace at under 1 µs: the difference is
+//! where `gpushim simulate` replays the same trace at under 1 µs: the difference is
 //! cache misses, and this benchmark shows it without a GPU. Prints one table; asserts nothing.
 //! With `GPUSHIM_BENCH_TRACES=A.trace:B.trace` (traces recorded under the pool, on the GPU
 //! machine), each trace's own requests are replayed too, against its recorded fence timeline

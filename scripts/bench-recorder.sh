@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The recorder's benchmarks (issue: recorder), printed as one table: one record from one thread
+# The recorder's benchmarks, printed as one table: one record from one thread
 # (criterion, and a 50-million-record steady run), records per second from N producer threads
 # (default: every core, at least 16), and bytes per event. Uses prebuilt binaries in .gpu/ when
 # there (the GPU machine has no Rust toolchain), else builds them.

@@ -4,7 +4,7 @@
 # order and sizes, replayed through the shim by tests/clients/replay_calls.c, once with nothing
 # between the calls (warm) and once with THRASH_KB of other memory touched before each call
 # (cold). On the GPU, the hooks cost about five times more inside PyTorch than replayed warm
-# (README, Benchmarks, session 10); the cold replay comes close to what PyTorch sees.
+# (docs/gpu-checks.md); the cold replay comes close to what PyTorch sees.
 # Recording is on, stacks off, a non-blocking stream exists (blocks freed with cudaFree are
 # fenced, as in PyTorch). Three rounds, builds alternated, medians printed.
 # GPUSHIM_BENCH_BASE=OLD.so adds the same rows for another build of the shim, in the same run.

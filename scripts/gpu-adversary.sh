@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's checks for issue 17 (what an adversary found) that need real CUDA: the IPC
+# The GPU machine's checks of what an adversary found that need real CUDA: the IPC
 # client's attacks (tests/clients/ipc.c) between two real processes, under the pool and
 # without it: handles of freed blocks, altered tickets, a table opened to others, more than
 # 1024 opens, and a peer without the shim. Prints one table. Build and carry .gpu as for

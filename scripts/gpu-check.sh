@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU machine's checks (issue: interposition): builds the C clients against the real CUDA,
+# The GPU machine's checks of interposition: builds the C clients against the real CUDA,
 # runs them with and without the shim, runs PyTorch in its four allocator modes, JAX and CuPy
 # under the shim, and prints one table. The machine has no Rust toolchain: build first with
 #   cargo build --release -p gpushim -p gpushim-shim && mkdir -p .gpu && cp target/release/{gpushim,libgpushim.so} .gpu/ && strip --strip-debug .gpu/*

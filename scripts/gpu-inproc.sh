@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 12 on the GPU machine, measured within one process: per-tensor steps against PyTorch's
+# The GPU machine, measured within one process: per-tensor steps against PyTorch's
 # own cache, seconds apart. Each run is one process under the shim's per-tensor pool
 # (`pool:caching,medium:20MiB,trim:1s`, what `gpushim run --per-tensor` sets, trim named since
 # PYTORCH_NO_CUDA_MEMORY_CACHING is not set) that switches PyTorch's cache off and on with
@@ -32,7 +32,7 @@
 #   EXTRA_CONF=stacks:off ...   added to the shim's configuration of either kind
 #   KEEP_GC=1 ...       Python's cycle collector as it is (by default it is frozen after the
 #                       warm-up and run between cycles, outside the timed steps; the pairs'
-#                       ranges did not narrow with that in session 14: their outliers come
+#                       ranges did not narrow with that: their outliers come
 #                       from elsewhere)
 # Build and carry .gpu as for scripts/gpu-check.sh.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Many GPUs, many processes (issue 6), on the GPU machine kind nvidia-h200-x2. Sections:
+# Many GPUs, many processes, on the GPU machine kind nvidia-h200-x2. Sections:
 #   ipc    two processes exchanging pooled memory through legacy CUDA IPC (tests/clients/ipc.c on
 #          real CUDA: the peer under the shim, and without it), and torch.multiprocessing
 #          sharing CUDA tensors, with and without the shim;

@@ -6,7 +6,7 @@
 # pertensor (`gpushim run --per-tensor`: caching off, pool:caching,medium:20MiB); pluggable (the pluggable
 # allocator over pool:expandable); plugcaching (over pool:caching); PyTorch's expandable
 # segments, for memory; ptexpandable (pertensor over pool:expandable); ptnoframes
-# (pertensor with stacks:off: what Python frames cost, issue 13); plugnoframes (pluggable,
+# (pertensor with stacks:off: what Python frames cost); plugnoframes (pluggable,
 # stacks:off); plugnotrace (pluggable, recording off); ptnotrace (pertensor,
 # recording off); pttrimoff (pertensor, nothing given back); ptplain (pertensor with
 # medium:off: plain pool:caching); ptctx, ptnoctx, plugctx (checkpoints of one context event
@@ -18,7 +18,7 @@
 # each round's figure (also on stderr as each run ends); "per round / host": each run's step
 # divided by its own host speed (µs per kernel launch, timed in the process between cycles on
 # work no allocator takes part in) before the round's ratio: identical processes differ here by
-# 20-40%, and this narrowed that on ResNet-50 but not on GPT-2 or the transformer (session 13);
+# 20-40%, and this narrowed that on ResNet-50 but not on GPT-2 or the transformer;
 # then what the pool did in each traced mode (its
 # `gpushim summary` lines of the last round: segments reserved and released, waits, and
 # whether and where the process left the legacy stream). KEEP_TRACES=DIR keeps those traces.

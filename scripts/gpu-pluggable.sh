@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `gpushim run --pluggable` and `--per-tensor` with real PyTorch on the GPU machine (issue 12,
+# `gpushim run --pluggable` and `--per-tensor` with real PyTorch on the GPU machine (
 # deliverable 3): what PyTorch's own memory counters, CUDA graphs and a few training steps do
 # under each, beside PyTorch alone and PyTorch with its cache off without the shim (what
 # --per-tensor sets; scripts/gpu/pluggable_probe.py, one column each); then a real workload

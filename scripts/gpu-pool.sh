@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The pool on the GPU machine (issue: caching allocator), one table:
+# The pool on the GPU machine, one table:
 #  1. alloc+free pair cost, single thread, recording on: the pool beside cudaMalloc+cudaFree and
 #     cudaMallocAsync+cudaFreeAsync measured in the same run;
 #  2. safe reuse: kernels still reading freed buffers while another stream overwrites the next

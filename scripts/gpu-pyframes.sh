@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 13 on the GPU machine: Python frames name the line that leaks. Runs the two leaking
+# On the GPU machine: Python frames name the line that leaks. Runs the two leaking
 # loops of scripts/gpu/pyleaks.py under `gpushim run` in per-tensor mode and in PyTorch's
 # default (caching) mode, and prints one table: what `gpushim leaks` names as the biggest
 # grower, the growth per iteration, and whether that names the line marked LEAK(...) in the

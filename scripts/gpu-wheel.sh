@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 15 on the GPU machine: the prebuilt wheel (dist/, from scripts/build-wheel.sh, carried)
+# On the GPU machine: the prebuilt wheel (dist/, from scripts/build-wheel.sh, carried)
 # installed into the machine's Python with no Rust toolchain there, then the main job from it:
 # `gpushim run -- python scripts/gpu/train_bench.py`, `gpushim summary`, and the Python module
 # (torch_allocator before and after the first allocation, records). Prints what it saw.

@@ -267,7 +267,7 @@ fn is_gpushim_name(p: &Path) -> bool {
 
 /// The pool `--per-tensor` adds when `--conf` names none: plain segments, requests of 1 to 10
 /// MiB sharing 20 MiB ones as PyTorch's own allocator does. Beside plain `pool:caching` in the
-/// same GPU runs (H100, session 8, steady steps): transformer 0.993x against 1.267x PyTorch's
+/// same GPU runs (H100, steady steps): transformer 0.993x against 1.267x PyTorch's
 /// default step (3 rounds, faster in each), GPT-2 1.07x against 1.13x (2 rounds, faster in
 /// each), ResNet-50 slower in both of 2 rounds (28.5/32.9 against 25.5/31.9 ms); replayed on
 /// GPT-2 traces, half the device allocations at the same or a lower peak reserved.

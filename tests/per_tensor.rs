@@ -1,4 +1,4 @@
-//! Issue 12 in CI: a program whose framework does no caching (every tensor a cudaMalloc and a
+//! In CI: a program whose framework does no caching (every tensor a cudaMalloc and a
 //! cudaFree), all work on the legacy stream, host and simulated GPU time overlapped, one
 //! synchronization per step. Under the pool the host never waits for the GPU while the device
 //! has room, so the step takes the GPU's time, and device memory stays within 2x of live.

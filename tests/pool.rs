@@ -499,7 +499,7 @@ fn checkpoints_record_events_only_on_busy_streams_and_not_one_per_allocation() {
     // kernel running on the legacy stream: one checkpoint stays outstanding (a new one could
     // not pass before it), and it needs an event on the legacy stream only, the 64 streams
     // having no work queued (a query each tells). The pool recorded 65 events at every
-    // allocation in session 5 (6,500 here), 65 in all in session 6 (one per stream). With
+    // allocation in an early version (6,500 here), 65 in all in a later one (one per stream). With
     // `GPUSHIM_CTX_EVENTS=1` and a driver that has `cuCtxRecordEvent` (12.5 and later), the
     // checkpoint is one event for the whole context and no stream is queried; on an older
     // driver the pool tries it once, then does as by default.

@@ -1,4 +1,4 @@
-//! Python frames (issue 13): a Python program's allocations carry the file, line and function of
+//! Python frames: a Python program's allocations carry the file, line and function of
 //! its frames, read without the GIL and never wrong, and `leaks` names the line that keeps the
 //! memory. The programs allocate through ctypes, which releases the GIL around the call, as
 //! PyTorch's operators do.

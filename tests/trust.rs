@@ -1,4 +1,4 @@
-//! Reports a person can trust (issue 16): the same trace gives the same answer every time,
+//! Reports a person can trust: the same trace gives the same answer every time,
 //! call sites that read alike stay apart, and figures agree between reports.
 
 mod common;

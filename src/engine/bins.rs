@@ -4,7 +4,7 @@
 //! ordered tree, and a block goes in or out of its list by changing its neighbours' links. In
 //! a real process the program evicts the engine from the caches between two requests, so what
 //! a request costs is the number of cache lines it touches: a tree of (size, stamp, address)
-//! keys cost about ten per descent and a request made several (session 10 measured ~2 µs of
+//! keys cost about ten per descent and a request made several (measured: ~2 µs of
 //! engine time per allocation inside PyTorch); a list head, two bitmap words and the blocks
 //! themselves are a handful.
 //!

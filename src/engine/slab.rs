@@ -12,7 +12,7 @@ pub(super) type Ix = u32;
 /// request visits a handful of blocks (the one it takes, its neighbours in the segment and in
 /// its size class's list); each such visit is then one cold cache line pair at a known place,
 /// where a hash map keyed by address cost a probe of its control bytes and an entry of two
-/// lines (session 10 measured ~20 probes per allocation and free). The fields a search reads
+/// lines (measured: ~20 probes per allocation and free). The fields a search reads
 /// (size, stamp, links) come first, in the first 64 bytes.
 #[derive(Clone, Debug)]
 #[repr(C, align(128))]

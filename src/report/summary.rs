@@ -205,7 +205,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 activity_of(&mut activity, r.device).segments_released += 1;
             }
             RecordKind::Split => {
-                // Since session 10 one record counts many splits (`ptr` 0, `size` the count);
+                // Newer traces: one record counts many splits (`ptr` 0, `size` the count);
                 // older traces have one record per split.
                 activity_of(&mut activity, r.device).splits += if r.ptr == 0 { r.size } else { 1 }
             }

@@ -176,7 +176,7 @@ byte_enum! {
         /// The pool gave a segment back to the device.
         SegmentRelease = 30 => "segment_release",
         /// The pool split cached blocks: `size` splits since the device's last such record
-        /// (`ptr` 0; written every 64 splits and at exit). Traces before session 10 have one
+        /// (`ptr` 0; written every 64 splits and at exit). Older traces have one
         /// per split, with the rest that stayed cached (`ptr`, `size`).
         Split = 31 => "split",
         /// The device was out of memory for a segment of `size`; the pool released its idle

@@ -54,9 +54,9 @@ pub(super) struct SlotFences {
 /// H100, most of it one `cuStreamQuery` per stream). One with the legacy stream's event
 /// alone (no non-blocking stream) is made whenever asked: throttling it saved nothing and
 /// cost memory (the demo's peak reserved 238 -> 272 MiB, blocks waiting for a checkpoint
-/// not made). Spaced 256 apart (session 11, GPT-2 and ResNet-50 per-tensor on an H100), half as
+/// not made). Spaced 256 apart (GPT-2 and ResNet-50 per-tensor on an H100), half as
 /// many were made, but more because nothing fitted, 46% more segments were reserved and GPT-2's
-/// device memory peaked 30% higher, for no host time saved. Spaced 8 and 1 apart (session 12,
+/// device memory peaked 30% higher, for no host time saved. Spaced 8 and 1 apart (
 /// `GPUSHIM_SEAL_SPACING`), three and five times as many were made on the helper: ResNet-50's
 /// device memory fell 15% (5,437 -> 4,636 and 4,547 MiB) but its steps took 10% and 30% longer
 /// (the helper's driver calls contend with the program's launches), GPT-2's memory moved by
@@ -120,7 +120,7 @@ pub fn flush_splits(forget: bool) {
 }
 
 /// Whether checkpoints use `cuCtxRecordEvent` (see `seal`): unknown until the first checkpoint
-/// asks. Off unless `GPUSHIM_CTX_EVENTS=1`: measured on the H100 (session 9), the context's
+/// asks. Off unless `GPUSHIM_CTX_EVENTS=1`: measured on the H100, the context's
 /// event cost 2.4 µs where a checkpoint of one event per stream cost 57 µs, yet in paired
 /// rounds the builds with it stepped 2 to 9% slower in 5 of 5 (transformer, ResNet-50), and
 /// in one ResNet-50 process checkpoints still took 61 µs each, four times as many; until that

@@ -1,7 +1,7 @@
 //! Checkpoints made ahead, on a helper thread. A checkpoint costs the host about 60 µs when
-//! PyTorch has made its 64 pool streams (a `cuStreamQuery` for each, session 10), and two
+//! PyTorch has made its 64 pool streams (a `cuStreamQuery` for each), and two
 //! thirds of them are made ahead of need, at the spacing of `SEAL_SPACING`, so that blocks
-//! freed with `cudaFree` pass their fences before the cache runs dry (session 11: GPT-2 457
+//! freed with `cudaFree` pass their fences before the cache runs dry (GPT-2: 457
 //! checkpoints, 298 ahead). Made on the program's thread, each cost the allocation that
 //! happened to make it; here the pool hands the helper one request at a time (the streams to
 //! cover, spare events) and takes the answer at its next look, so the program's thread only

@@ -25,7 +25,7 @@ pub fn stream_identity(stream: *mut c_void, per_thread_default: bool) -> u64 {
 /// Whether the process has run work anywhere but the legacy stream (a stream created, a
 /// per-thread default stream used). Until it has, every piece of GPU work runs in the order it
 /// was issued, so a block freed with `cudaFree` may serve the next request at once: the new
-/// owner's work comes after the old owner's on the same stream (issue 12).
+/// owner's work comes after the old owner's on the same stream.
 pub(super) static OTHER_STREAMS: AtomicBool = AtomicBool::new(false);
 
 fn per_thread_key() -> u64 {
