@@ -94,8 +94,8 @@ impl std::fmt::Display for RunError {
             }
             RunError::TraceExists(path) => write!(
                 f,
-                "{} exists, and traces are never overwritten: remove it, or put %p (the process \
-                 id) in the pattern",
+                "{} exists, and traces are never overwritten: give another name, or put %p (the \
+                 process id) in the pattern",
                 path.display()
             ),
             RunError::NothingToRun => f.write_str(
@@ -238,6 +238,21 @@ fn writable_dir(dir: &Path, what: &str) -> Result<(), RunError> {
 pub struct RunOutcome {
     pub exit_code: i32,
     pub traces: Vec<PathBuf>,
+}
+
+/// `trace` as a pattern: a folder that exists (or a path ending in `/`) takes the traces inside
+/// it, named as by default (`gpushim-PROGRAM.%p.trace`, PROGRAM the command's file name).
+pub fn in_folder(trace: &str, program: Option<&OsString>) -> String {
+    if !(trace.ends_with('/') || Path::new(trace).is_dir()) {
+        return trace.to_string();
+    }
+    let name = program
+        .map(Path::new)
+        .and_then(Path::file_name)
+        .and_then(|n| n.to_str())
+        .filter(|n| !n.contains('%'))
+        .unwrap_or("program");
+    format!("{}/gpushim-{name}.%p.trace", trace.trim_end_matches('/'))
 }
 
 /// The directory a trace pattern writes into.

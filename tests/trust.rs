@@ -503,3 +503,50 @@ fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
         }
     }
 }
+
+#[test]
+fn a_folder_given_as_the_trace_takes_the_trace_inside_it() {
+    let dir = tempdir("trace-folder");
+    let out = Command::new(gpushim_bin())
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env_remove("GPUSHIM_CONF")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .arg("--trace")
+        .arg(&dir)
+        .arg("--")
+        .arg(sim().bin("train_loop"))
+        .arg("3")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let traces: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    assert!(
+        traces[0].starts_with("gpushim-train_loop.") && traces[0].ends_with(".trace"),
+        "{traces:?}"
+    );
+}
+
+#[test]
+fn an_unknown_option_of_run_is_refused_with_the_nearest_one() {
+    for (given, nearest) in [
+        ("--config", "--conf"),
+        ("--trace-dir", "--trace"),
+        ("--plugable", "--pluggable"),
+    ] {
+        let out = Command::new(gpushim_bin())
+            .args(["run", given, "x", "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{given}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("unknown option {given} (did you mean {nearest}?)")),
+            "{given}: {err}"
+        );
+    }
+}

@@ -45,6 +45,32 @@ pub fn cmd_run(
             Ok(_) => {}
         }
     }
+    // An option `run` does not know lands in the command (everything after the options is the
+    // command): refused, with the nearest option, instead of "cannot run --config".
+    if let Some(first) = cmd
+        .first()
+        .and_then(|c| c.to_str())
+        .filter(|c| c.starts_with('-'))
+    {
+        let word = first.split('=').next().unwrap_or(first);
+        let nearest = [
+            "--conf",
+            "--trace",
+            "--lib",
+            "--per-tensor",
+            "--pluggable",
+            "--help",
+        ]
+        .into_iter()
+        .min_by_key(|o| edit_distance(o, word))
+        .unwrap_or("--help");
+        return fail(format!(
+            "run: unknown option {word} (did you mean {nearest}?); the command to run goes after \
+             the options, as in `gpushim run --conf pool:caching -- python train.py`"
+        ));
+    }
+    // A folder given as the trace takes the traces inside it, named as by default.
+    let trace = trace.map(|t| gpushim::run::in_folder(&t, cmd.first()));
     let pattern = trace
         .clone()
         .or_else(|| std::env::var("GPUSHIM_TRACE").ok());
@@ -97,4 +123,20 @@ pub fn cmd_run(
         );
     }
     ExitCode::from(out.exit_code.clamp(0, 255) as u8)
+}
+
+/// The number of one-character edits between `a` and `b` (Levenshtein).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &cb) in b.iter().enumerate() {
+            let up = row[j + 1];
+            row[j + 1] = (diag + usize::from(ca != cb)).min(up + 1).min(row[j] + 1);
+            diag = up;
+        }
+    }
+    row[b.len()]
 }
