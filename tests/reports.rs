@@ -757,3 +757,23 @@ fn a_filter_that_keeps_nothing_says_what_the_trace_holds_and_fails() {
     assert_ok(&run(&["leaks", "--range", "step"]));
     assert_ok(&run(&["summary", "--device", "0"]));
 }
+
+/// Fragmentation is defined (docs/internals.md) and computed as defined: the share of reserved
+/// memory that held nothing at the moment reserved peaked, with both figures shown beside it.
+#[test]
+fn fragmentation_is_what_reserved_held_unused_at_its_peak() {
+    let l = leaky();
+    let v = report(&["summary"], &l.trace);
+    for d in v["devices"].as_array().unwrap() {
+        let reserved = d["peak_reserved_bytes"].as_u64().unwrap() as f64;
+        let live = d["live_at_reserved_peak_bytes"].as_u64().unwrap() as f64;
+        let frag = d["fragmentation_at_peak"].as_f64().unwrap();
+        assert!(live <= reserved, "{d}");
+        assert!((frag - (1.0 - live / reserved)).abs() < 1e-9, "{d}");
+    }
+    let text = stdout(&gpushim(&[&"summary", &l.trace]));
+    assert!(
+        text.contains("was live:") && text.contains("held nothing (fragmentation)"),
+        "{text}"
+    );
+}

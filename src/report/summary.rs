@@ -35,7 +35,10 @@ pub struct DeviceStats {
     pub live_allocations_at_end: u64,
     /// The shim pool's segments at their high-water mark (equal to live without a pool).
     pub peak_reserved_bytes: u64,
-    /// 1 - live/reserved at the moment reserved peaked.
+    /// Live bytes at the moment reserved peaked.
+    pub live_at_reserved_peak_bytes: u64,
+    /// Fragmentation at the peak of reserved memory: the share of reserved bytes that held no
+    /// live allocation at that moment, 1 - live / reserved (`docs/internals.md`).
     pub fragmentation_at_peak: f64,
     /// Allocations that failed for lack of memory on this device.
     pub ooms: u64,
@@ -358,6 +361,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 live_bytes_at_end: now,
                 live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
                 peak_reserved_bytes: peak_reserved,
+                live_at_reserved_peak_bytes: live_then,
                 fragmentation_at_peak: if peak_reserved > 0 {
                     1.0 - live_then as f64 / peak_reserved as f64
                 } else {
@@ -509,9 +513,11 @@ impl Summary {
             );
             let _ = writeln!(
                 o,
-                "{:width$}  peak reserved {}, fragmentation at that peak {:.1}%, {} failed for lack of memory",
+                "{:width$}  peak reserved {}, when {} was live: {:.1}% of it held nothing \
+                 (fragmentation); {} failed for lack of memory",
                 "",
                 human_bytes(d.peak_reserved_bytes),
+                human_bytes(d.live_at_reserved_peak_bytes),
                 d.fragmentation_at_peak * 100.0,
                 d.ooms,
                 width = name.len()
