@@ -171,3 +171,29 @@ fn a_trace_file_cut_short_by_another_process_never_kills_the_program() {
         stderr(&out)
     );
 }
+
+/// A short run's trace takes on disk what it holds plus a bounded margin, not the chunks mapped
+/// ahead of the writers (20 MiB).
+#[test]
+fn a_short_runs_trace_is_small_on_disk() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempdir("small-trace").file("small.trace");
+    let out = run(
+        &sim().bin("conformance"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            ..Run::default()
+        },
+    );
+    assert!(out.status.code().is_some());
+    let meta = std::fs::metadata(&t).unwrap();
+    let on_disk = meta.blocks() * 512;
+    let (records, stats) = decode(&t);
+    let held = gpushim::trace::format::HEADER_SIZE as u64 + stats.committed * 32;
+    assert!(!records.is_empty());
+    assert!(
+        on_disk <= held + (1 << 20),
+        "{on_disk} bytes on disk for {held} bytes of trace"
+    );
+}

@@ -79,6 +79,10 @@ std::thread_local! {
 /// Every open of every recorder in the process gets a new serial.
 static OPEN_SERIAL: AtomicU64 = AtomicU64::new(1);
 
+/// What [`Recorder::release_unused_tail`] keeps on disk past the claimed slots (and the unit it
+/// rounds to).
+pub const TAIL_KEPT: u64 = 64 << 10;
+
 /// Chunks kept mapped and populated ahead of the writers by [`Recorder::grow_ahead`].
 pub const LOOKAHEAD_CHUNKS: usize = 4;
 /// Chunks a trace may have: 16 GiB.
@@ -447,6 +451,39 @@ impl Recorder {
         // SAFETY: the flags word is a 4-byte aligned header field of the mapped chunk 0.
         let flags = unsafe { AtomicU32::from_ptr(base.add(header::FLAGS).cast()) };
         flags.fetch_or(format::FLAG_CLEAN_EXIT, Ordering::Release);
+        self.release_unused_tail();
+    }
+
+    /// Gives the disk back for the part of the file past the slots claimed so far (the chunks
+    /// mapped ahead of the writers): the file keeps its length, and a record written there
+    /// later (an exit handler that frees memory) still lands, on a page allocated anew. A small
+    /// run's file then takes what it holds on disk plus at most [`TAIL_KEPT`].
+    pub fn release_unused_tail(&self) {
+        let fd = self.fd.load(Ordering::Acquire);
+        if fd < 0 {
+            return;
+        }
+        let used = HEADER_SIZE as u64 + self.claimed().saturating_mul(RECORD_SIZE as u64);
+        let from = used
+            .div_ceil(TAIL_KEPT)
+            .saturating_add(1)
+            .saturating_mul(TAIL_KEPT);
+        // SAFETY: an all-zero stat is a valid out-buffer for fstat on our own descriptor.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: `fd` is the open trace; `st` a valid out-buffer.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as u64) <= from {
+            return;
+        }
+        // SAFETY: punching a hole in our own file past every claimed slot frees its blocks and
+        // keeps its size; mapped pages there read as zeros, as never-written slots do.
+        unsafe {
+            libc::fallocate(
+                fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                from as libc::off_t,
+                (st.st_size as u64 - from) as libc::off_t,
+            )
+        };
     }
 
     /// In a forked child: forget the parent's trace without touching it, so the child writes
