@@ -47,6 +47,13 @@ impl Recorder {
     /// (about 50 ns a record when they do). Runs on a helper thread, never on the hot path;
     /// returns whether it had work to do.
     pub fn grow_ahead(&self) -> bool {
+        self.slow.ahead_busy.store(true, Ordering::SeqCst);
+        let worked = !self.slow.ahead_stopped.load(Ordering::SeqCst) && self.grow_ahead_now();
+        self.slow.ahead_busy.store(false, Ordering::SeqCst);
+        worked
+    }
+
+    fn grow_ahead_now(&self) -> bool {
         if self.state.load(Ordering::Acquire) != READY {
             return false;
         }

@@ -49,6 +49,10 @@ struct SlowPath {
     file_len: AtomicU64,
     /// Taken by the one thread that maps a new chunk.
     growing: AtomicBool,
+    /// Set once the unused tail was given back: the grower maps nothing ahead any more.
+    ahead_stopped: AtomicBool,
+    /// Set while the grower maps and populates chunks ahead.
+    ahead_busy: AtomicBool,
 }
 
 /// A thread's claimed slots in one open trace.
@@ -167,6 +171,8 @@ impl Recorder {
             slow: SlowPath {
                 file_len: AtomicU64::new(0),
                 growing: AtomicBool::new(false),
+                ahead_stopped: AtomicBool::new(false),
+                ahead_busy: AtomicBool::new(false),
             },
             streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
             strings: [const { AtomicU64::new(0) }; STRING_SLOTS],
@@ -463,6 +469,16 @@ impl Recorder {
         if fd < 0 {
             return;
         }
+        // The grower maps and populates nothing more ahead; one at work finishes first (it
+        // would give pages of the tail back to the file), for 50 ms at most.
+        self.slow.ahead_stopped.store(true, Ordering::SeqCst);
+        for _ in 0..50_000 {
+            if !self.slow.ahead_busy.load(Ordering::SeqCst) {
+                break;
+            }
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
         let used = HEADER_SIZE as u64 + self.claimed().saturating_mul(RECORD_SIZE as u64);
         let from = used
             .div_ceil(TAIL_KEPT)
@@ -500,6 +516,8 @@ impl Recorder {
             unsafe { libc::close(fd) };
         }
         self.slow.growing.store(false, Ordering::Relaxed);
+        self.slow.ahead_stopped.store(false, Ordering::Relaxed);
+        self.slow.ahead_busy.store(false, Ordering::Relaxed);
         self.state.store(CLOSED, Ordering::Release);
     }
 }
