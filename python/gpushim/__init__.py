@@ -12,6 +12,7 @@ libgpushim.so inside it); this module finds it and talks to it.
     df = gpushim.dataframe("gpushim-python.1234.trace")   # with pandas installed
 """
 
+import collections
 import json
 import os
 import shutil
@@ -77,20 +78,47 @@ def torch_allocator():
     return allocator
 
 
+_ALLOCATING = {"alloc", "alloc_async", "managed_alloc", "host_alloc", "phys_create", "tensor_alloc", "tensor_oom"}
+# A stack is recorded just after its call, other threads' records possibly in between: this
+# many records are held back to find it.
+_STACK_WINDOW = 64
+
+
 def records(trace):
-    """Every record of a trace, in time order, as one dict each (the fields of
-    ``gpushim events --json``: time_ns, thread, kind, api, device, status, ptr, size, stream,
-    and text or frames where the record has them). Streams the command's output."""
+    """Every record of a trace, in time order, as one dict each: what ``gpushim events --json``
+    prints (every record but the definitions of strings, stacks and modules): time_ns, thread,
+    kind, api, device, status, ptr, size, stream, and text where the record has it. An
+    allocation also carries ``frames``, its stack as the reports show it (innermost first: the
+    Python line that made it), when one was recorded. Streams the command's output."""
     proc = subprocess.Popen(
         [command(), "events", "--json", "--quiet", os.fspath(trace)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    held = collections.deque()
+    waiting = {}  # thread -> its latest allocation still without a stack
     try:
         for line in proc.stdout:
-            if line.strip():
-                yield json.loads(line)
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r["kind"] == "stack_ref":
+                owner = waiting.pop(r["thread"], None)
+                if owner is not None and r.get("text"):
+                    owner["frames"] = r["text"].split(" < ")
+            elif r["kind"] in _ALLOCATING:
+                waiting[r["thread"]] = r
+            else:
+                waiting.pop(r["thread"], None)
+            held.append(r)
+            while len(held) > _STACK_WINDOW:
+                done = held.popleft()
+                if waiting.get(done["thread"]) is done:
+                    del waiting[done["thread"]]
+                yield done
+        while held:
+            yield held.popleft()
     finally:
         proc.stdout.close()
         err = proc.stderr.read()

@@ -45,6 +45,9 @@ allocs = [r for r in recs if r["kind"] == "alloc" and r["api"] == "cudaMalloc"]
 # 1 weights + 5 steps of (6 activations + 1 leak)
 check("records() gives every allocation", len(allocs) == 36, len(allocs))
 check("records carry their fields", all({"time_ns", "ptr", "size", "device"} <= set(r) for r in recs[:50]))
+framed = [r for r in allocs if r.get("frames")]
+check("allocations carry the frames the reports show", len(framed) == len(allocs)
+      and all("train_loop.c" in " ".join(r["frames"]) for r in framed), framed[:1])
 
 try:
     import pandas  # noqa: F401
