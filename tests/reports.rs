@@ -268,7 +268,7 @@ fn plot_and_flamegraph_write_svg_with_labelled_axes() {
             "plot",
             vec![
                 "memory (MiB)",
-                "time since the trace started",
+                "time since the first allocation",
                 "device 0 live",
                 "device 1 reserved",
                 "NVTX range 'step'",
@@ -568,7 +568,7 @@ fn several_traces_make_one_timeline_aligned_by_wall_clock() {
     for m in [
         format!("{} device 0 live", file(&a.trace)),
         format!("{} device 0 live", file(&b.trace)),
-        "time since the first trace started".to_string(),
+        "after the first trace started".to_string(),
     ] {
         assert!(text.contains(&m), "no '{m}'");
     }
@@ -776,4 +776,42 @@ fn fragmentation_is_what_reserved_held_unused_at_its_peak() {
         text.contains("was live:") && text.contains("held nothing (fragmentation)"),
         "{text}"
     );
+}
+
+/// The plot's time axis starts at the first allocation, not at the trace's start (a Python
+/// program's imports can take most of a run), and says how far in that was.
+#[test]
+fn the_plot_starts_where_the_programs_memory_does() {
+    use gpushim::trace::format::{Api, RecordKind};
+    let dir = tempdir("plot-start");
+    let path = dir.join("late.trace");
+    let mut t = HandTrace::create(&path);
+    t.wait(5_000_000_000);
+    for i in 0..10u64 {
+        t.rec(
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            0x100_0000 * (i + 1),
+            1 << 20,
+        );
+        t.wait(1_000_000);
+    }
+    drop(t);
+    let svg = dir.join("late.svg");
+    let out = Command::new(gpushim_bin())
+        .args(["plot", "-o"])
+        .arg(&svg)
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("time since the first allocation, 5.00 s after"),
+        "{text}"
+    );
+    // The first point of the live line lies at the left edge of the chart (x = 80).
+    let d = text.split("<path d=\"M").nth(1).unwrap();
+    let x0: f64 = d.split(',').next().unwrap().parse().unwrap();
+    assert!(x0 < 81.0, "first point at x={x0}");
 }

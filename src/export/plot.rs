@@ -82,6 +82,25 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     let Some(reader) = first_reader else {
         return Ok(String::new());
     };
+    // The axis starts where the program's memory does, not at the trace's start (a Python
+    // program's imports can take most of the run before its first allocation).
+    let start = points
+        .values()
+        .filter_map(|p| p.first())
+        .map(|p| p.0)
+        .min()
+        .unwrap_or(0)
+        .min(end.saturating_sub(1));
+    for p in points.values_mut().flatten() {
+        p.0 = p.0.saturating_sub(start);
+    }
+    for spans in ranges.values_mut() {
+        for (a, b) in spans.iter_mut() {
+            *a = a.saturating_sub(start);
+            *b = b.saturating_sub(start);
+        }
+    }
+    let end = end.saturating_sub(start).max(1);
     let ymax = points
         .values()
         .flatten()
@@ -203,11 +222,11 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
         r#"<text x="{}" y="{}" text-anchor="middle">{} ({tunit})</text>"#,
         (L + W - R) / 2.0,
         H - 20.0,
-        if traces.len() == 1 {
-            "time since the trace started"
-        } else {
-            "time since the first trace started"
-        }
+        format!(
+            "time since the first allocation, {} after the {}trace started",
+            crate::report::summary::human_duration(start),
+            if traces.len() == 1 { "" } else { "first " }
+        )
     );
     let _ = writeln!(
         s,
