@@ -219,14 +219,11 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     );
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="{}" text-anchor="middle">{} ({tunit})</text>"#,
+        r#"<text x="{}" y="{}" text-anchor="middle">time since the first allocation, {} after the {}trace started ({tunit})</text>"#,
         (L + W - R) / 2.0,
         H - 20.0,
-        format!(
-            "time since the first allocation, {} after the {}trace started",
-            crate::report::summary::human_duration(start),
-            if traces.len() == 1 { "" } else { "first " }
-        )
+        crate::report::summary::human_duration(start),
+        if traces.len() == 1 { "" } else { "first " }
     );
     let _ = writeln!(
         s,
