@@ -550,3 +550,33 @@ fn an_unknown_option_of_run_is_refused_with_the_nearest_one() {
         );
     }
 }
+
+/// Every environment switch of the shim is named in its one table (`shim/src/options.rs`):
+/// no other file reads a `GPUSHIM_` variable by name.
+#[test]
+fn the_shims_switches_are_read_from_one_table() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&repo().join("shim/src"), &mut files);
+    let table = repo().join("shim/src/options.rs");
+    let mut named = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let reads = text.matches("c\"GPUSHIM_").count();
+        if f == table {
+            named = reads;
+        } else {
+            assert_eq!(reads, 0, "{} reads a GPUSHIM_ variable itself", f.display());
+        }
+    }
+    assert!(named >= 7, "the table names {named}");
+}

@@ -4,7 +4,6 @@
 //! each measured spot costs one relaxed load. No allocation, no lock: the counters are static
 //! atomics and the report is written from a stack buffer.
 
-use crate::os::env_flag;
 use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use gpushim_core::trace::recorder::clock_ns;
 
@@ -94,7 +93,7 @@ fn on() -> bool {
         ON => true,
         OFF => false,
         _ => {
-            let on = env_flag(c"GPUSHIM_COSTS");
+            let on = crate::options::Switch::Costs.on();
             if STATE
                 .compare_exchange(
                     UNKNOWN,

@@ -26,6 +26,7 @@ mod cuda;
 mod guard;
 mod hooks;
 mod lifecycle;
+mod options;
 mod os;
 mod pool;
 mod route;

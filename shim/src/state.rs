@@ -1,7 +1,7 @@
 //! Process-wide settings, read once: the off switch and the configuration.
 
 use crate::cuda::symbols::Sym;
-use crate::os::{env, env_flag, say};
+use crate::os::say;
 use core::cell::UnsafeCell;
 
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -21,7 +21,7 @@ pub fn enabled() -> bool {
         ON => true,
         OFF => false,
         _ => {
-            let off = env_flag(c"GPUSHIM_DISABLE");
+            let off = crate::options::Switch::Disable.on();
             ENABLED.store(if off { OFF } else { ON }, Ordering::Relaxed);
             !off
         }
@@ -58,7 +58,7 @@ pub fn conf() -> Conf {
 }
 
 fn read_conf() -> Conf {
-    let Some(text) = env(c"GPUSHIM_CONF") else {
+    let Some(text) = crate::options::Switch::Conf.value() else {
         return Conf::default();
     };
     let Ok(text) = text.to_str() else {

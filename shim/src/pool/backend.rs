@@ -69,7 +69,8 @@ static SPACING: AtomicU64 = AtomicU64::new(0);
 fn seal_spacing() -> u64 {
     match SPACING.load(Ordering::Relaxed) {
         0 => {
-            let n = crate::os::env(c"GPUSHIM_SEAL_SPACING")
+            let n = crate::options::Switch::SealSpacing
+                .value()
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .filter(|n| (1..=1024).contains(n))
@@ -137,8 +138,8 @@ pub(super) fn context_events() -> bool {
         YES => true,
         NO => false,
         _ => {
-            let on = match crate::os::env(c"GPUSHIM_CTX_EVENTS") {
-                Some(_) => crate::os::env_flag(c"GPUSHIM_CTX_EVENTS"),
+            let on = match crate::options::Switch::CtxEvents.value() {
+                Some(_) => crate::options::Switch::CtxEvents.on(),
                 None => CTX_EVENTS_DEFAULT,
             };
             CTX_EVENTS.store(if on { YES } else { NO }, Ordering::Relaxed);

@@ -158,7 +158,7 @@ static NEVER_STOP: AtomicBool = AtomicBool::new(false);
 
 #[cold]
 fn open_trace() {
-    let pattern = env(c"GPUSHIM_TRACE").map(|p| p.to_bytes());
+    let pattern = crate::options::Switch::Trace.value().map(|p| p.to_bytes());
     if pattern.is_some_and(|p| p.eq_ignore_ascii_case(b"off")) {
         RECORDER.fail();
         return;
@@ -360,7 +360,7 @@ pub fn at_exit() {
                 RECORDER.claimed()
             )),
         }
-    } else if env(c"GPUSHIM_UNDER_RUN").is_none() {
+    } else if crate::options::Switch::UnderRun.value().is_none() {
         // Under `gpushim run`, which names every trace when the command ends.
         say(format_args!("trace written to {path}"));
     }

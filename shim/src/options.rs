@@ -1,0 +1,48 @@
+//! Every environment variable the shim reads, in one table: its name and what it does. Each is
+//! read where it is needed and, where it can change nothing later, once (its reader caches it).
+//! `GPUSHIM_CONF`'s keys are `gpushim_core::config::KEYS`.
+
+use core::ffi::CStr;
+
+/// An environment switch of the shim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    /// `GPUSHIM_DISABLE=1`: every hook only forwards, nothing is written.
+    Disable,
+    /// `GPUSHIM_CONF`: the configuration (`pool:caching,limit:24GiB,...`).
+    Conf,
+    /// `GPUSHIM_TRACE`: the trace path pattern, or `off`.
+    Trace,
+    /// `GPUSHIM_UNDER_RUN`: set by `gpushim run`, which names the traces itself at the end.
+    UnderRun,
+    /// `GPUSHIM_COSTS=1`: measure the pool's own costs and print them at exit.
+    Costs,
+    /// `GPUSHIM_CTX_EVENTS=1`: checkpoints record one context-wide event (`cuCtxRecordEvent`).
+    CtxEvents,
+    /// `GPUSHIM_SEAL_SPACING=N`: the pool's checkpoint spacing, for measuring (1 to 1024).
+    SealSpacing,
+}
+
+impl Switch {
+    pub const fn name(self) -> &'static CStr {
+        match self {
+            Switch::Disable => c"GPUSHIM_DISABLE",
+            Switch::Conf => c"GPUSHIM_CONF",
+            Switch::Trace => c"GPUSHIM_TRACE",
+            Switch::UnderRun => c"GPUSHIM_UNDER_RUN",
+            Switch::Costs => c"GPUSHIM_COSTS",
+            Switch::CtxEvents => c"GPUSHIM_CTX_EVENTS",
+            Switch::SealSpacing => c"GPUSHIM_SEAL_SPACING",
+        }
+    }
+
+    /// Its value, if set (see [`crate::os::env`]: no allocation, unset in setuid programs).
+    pub fn value(self) -> Option<&'static CStr> {
+        crate::os::env(self.name())
+    }
+
+    /// Whether it is set to anything but empty or `0`.
+    pub fn on(self) -> bool {
+        crate::os::env_flag(self.name())
+    }
+}
