@@ -51,7 +51,8 @@ impl SpinLock {
         SpinLock(AtomicBool::new(false))
     }
 
-    pub fn lock(&self) {
+    /// Takes the lock until the guard is dropped: no path can leave it taken.
+    pub fn lock(&self) -> SpinGuard<'_> {
         let mut spins = 0u32;
         while self
             .0
@@ -68,9 +69,22 @@ impl SpinLock {
                 }
             }
         }
+        SpinGuard(self)
     }
 
-    pub fn unlock(&self) {
+    /// In a forked child only: a thread of the parent may have held the lock at the fork, and
+    /// no guard of this process will ever let it go.
+    pub fn reset_after_fork(&self) {
         self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The lock of a [`SpinLock`], let go when dropped.
+#[must_use = "the lock is let go as soon as the guard is dropped"]
+pub struct SpinGuard<'a>(&'a SpinLock);
+
+impl Drop for SpinGuard<'_> {
+    fn drop(&mut self) {
+        self.0.0.store(false, Ordering::Release);
     }
 }

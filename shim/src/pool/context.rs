@@ -57,7 +57,7 @@ pub(super) fn registered_slot(ctx: usize) -> Option<u8> {
 fn register(ctx: usize) -> Option<u8> {
     // The context is current on this thread, so it names its device.
     let device = trace::driver_device();
-    REGISTERING.lock();
+    let held = REGISTERING.lock();
     let mut found = None;
     for (i, c) in CONTEXTS.iter().enumerate() {
         let x = c.load(Ordering::Acquire);
@@ -72,7 +72,7 @@ fn register(ctx: usize) -> Option<u8> {
             break;
         }
     }
-    REGISTERING.unlock();
+    drop(held);
     found
 }
 
@@ -107,7 +107,7 @@ pub(super) fn in_context<R>(slot: u8, f: impl FnOnce() -> R) -> R {
 
 /// In a forked child: a registration the fork interrupted is over.
 pub(super) fn forget_after_fork() {
-    REGISTERING.unlock();
+    REGISTERING.reset_after_fork();
 }
 
 /// Frees segments the engine gave back (outside the pool's lock, or while retrying under it),

@@ -187,11 +187,9 @@ static EXPORT_BROKEN: AtomicBool = AtomicBool::new(false);
 static TABLE_FD: AtomicI32 = AtomicI32::new(-1);
 
 fn exports<R>(f: impl FnOnce(&mut Option<Exports>) -> R) -> R {
-    EXPORT_LOCK.lock();
+    let _held = EXPORT_LOCK.lock();
     // SAFETY: EXPORT_LOCK is held, so this is the only reference.
-    let r = f(unsafe { &mut *EXPORTS.0.get() });
-    EXPORT_LOCK.unlock();
-    r
+    f(unsafe { &mut *EXPORTS.0.get() })
 }
 
 /// Removes this process's ticket table (at exit).
@@ -483,8 +481,8 @@ static ANY: AtomicU8 = AtomicU8::new(0);
 /// In a forked child: a parent thread may have held a lock at the fork, and the parent's
 /// table is the parent's.
 pub fn forget_after_fork() {
-    LOCK.unlock();
-    EXPORT_LOCK.unlock();
+    LOCK.reset_after_fork();
+    EXPORT_LOCK.reset_after_fork();
     // SAFETY: the child is single-threaded here; the parent's file stays the parent's (the
     // descriptor is closed in the child, never unlinked).
     unsafe {
@@ -497,11 +495,9 @@ pub fn forget_after_fork() {
 }
 
 fn locked<R>(f: impl FnOnce(&mut Opened) -> R) -> R {
-    LOCK.lock();
+    let _held = LOCK.lock();
     // SAFETY: LOCK is held, so this is the only reference.
-    let r = f(unsafe { &mut *OPENED.0.get() });
-    LOCK.unlock();
-    r
+    f(unsafe { &mut *OPENED.0.get() })
 }
 
 /// Opens `real` (in the current context) through the table and returns `offset` past its

@@ -141,7 +141,7 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
         crate::lifecycle::on_exit(|| backend::flush_splits(false));
         start_trimmer();
     }
-    crate::costs::measure(crate::costs::Cost::Lock, || LOCK.lock());
+    let held = crate::costs::measure(crate::costs::Cost::Lock, || LOCK.lock());
     // SAFETY: LOCK is held, so this is the only reference.
     let cell = unsafe { &mut *POOL.0.get() };
     let p = cell.get_or_insert_with(|| {
@@ -154,18 +154,17 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     });
     let r = f(p);
     let released = core::mem::take(&mut p.engine.backend_mut().released);
-    LOCK.unlock();
+    drop(held);
     if !released.is_empty() {
         let kept = free_segments(&released);
         if !kept.is_empty() {
             // Still the pool's memory: tried again at the next release (a release that fails
             // never drops a segment).
-            LOCK.lock();
+            let _held = LOCK.lock();
             // SAFETY: LOCK is held, so this is the only reference.
             if let Some(p) = unsafe { &mut *POOL.0.get() } {
                 p.engine.backend_mut().released.extend(kept);
             }
-            LOCK.unlock();
         }
     }
     r
@@ -220,25 +219,22 @@ pub fn begin_capture(
     begin: impl FnOnce() -> i32,
 ) -> i32 {
     captures_begun();
-    LOCK.lock();
+    let _held = LOCK.lock();
     // The helper that makes checkpoints ahead (`sealer`) finishes or has not started: it
     // works under this lock and gives up once a capture is under way.
-    sealer::SWEEP.lock();
+    let _sweep = sealer::SWEEP.lock();
     let rc = begin();
     if rc == 0 {
         capture_started(stream, per_thread_default);
     }
-    sealer::SWEEP.unlock();
-    LOCK.unlock();
     rc
 }
 
 /// The program's end of the capture on `stream` answered `rc` (see `capture_ended`). Counted
 /// under the lock, as it was begun.
 pub fn end_capture(stream: *mut c_void, per_thread_default: bool, rc: i32) {
-    LOCK.lock();
+    let _held = LOCK.lock();
     capture_ended(stream, per_thread_default, rc);
-    LOCK.unlock();
 }
 
 /// A reset of device `device`'s primary context is about to run (`cudaDeviceReset`,
@@ -254,8 +250,7 @@ pub fn device_resetting(device: i32) -> Option<usize> {
     resetting(true);
     with(|p| {
         // A sweep under way finishes; later ones see the reset and make nothing.
-        sealer::SWEEP.lock();
-        sealer::SWEEP.unlock();
+        drop(sealer::SWEEP.lock());
         p.engine.backend_mut().take_answer(true);
     });
     Some(ctx)
@@ -342,9 +337,9 @@ fn start_trimmer() {
 pub fn forget_after_fork() {
     STATE.store(OFF, Ordering::Relaxed);
     capture::forget_after_fork();
-    LOCK.unlock();
+    LOCK.reset_after_fork();
     // A sweep of the parent's helper the fork interrupted is over too.
-    sealer::SWEEP.unlock();
+    sealer::SWEEP.reset_after_fork();
     context::forget_after_fork();
     ipc::forget_after_fork();
     backend::flush_splits(true);

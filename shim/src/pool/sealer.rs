@@ -97,10 +97,10 @@ fn serve(requests: Receiver<Request>, answers: SyncSender<Answer>) {
     while let Ok(mut r) = requests.recv() {
         let t0 = now_ns();
         let c0 = crate::costs::start();
-        SWEEP.lock();
+        let held = SWEEP.lock();
         let made =
             (!pool_quiet()).then(|| make_events(r.slot, &r.streams, &mut r.spare, r.untracked));
-        SWEEP.unlock();
+        drop(held);
         crate::costs::end(crate::costs::Cost::Seal, c0);
         if made.is_some() {
             crate::costs::end(crate::costs::Cost::SealAhead, c0);
