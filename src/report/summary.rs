@@ -26,7 +26,7 @@ pub struct ApiStats {
 }
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct DeviceStats {
+pub struct DeviceSummary {
     /// CUDA device ordinal, or null when the shim could not tell.
     pub device: Option<u8>,
     pub peak_live_bytes: u64,
@@ -117,7 +117,7 @@ pub struct Summary {
     pub duration_ns: u64,
     pub events: u64,
     pub apis: Vec<ApiStats>,
-    pub devices: Vec<DeviceStats>,
+    pub devices: Vec<DeviceSummary>,
     pub pinned_host_peak_bytes: u64,
     /// Frees of pointers this trace never saw allocated (allocated before tracing, or by a
     /// route the trace missed).
@@ -354,7 +354,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 Some(&(_, p, l)) => (p, l),
                 None => (peak, peak),
             };
-            DeviceStats {
+            DeviceSummary {
                 device: (d != crate::trace::format::DEVICE_UNKNOWN).then_some(d),
                 peak_live_bytes: peak,
                 peak_time_ns: t,
