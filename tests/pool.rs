@@ -18,13 +18,7 @@ fn values(out: &std::process::Output) -> HashMap<String, i64> {
 
 /// `gpushim summary --json` of a trace.
 fn summary_json(trace: &std::path::Path) -> serde_json::Value {
-    let out = std::process::Command::new(gpushim_bin())
-        .args(["summary", "--json"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    serde_json::from_slice(&out.stdout).unwrap()
+    report_json(&["summary"], &[trace])
 }
 
 /// Runs the pool client under the shim; `pool:caching` unless `env` sets `GPUSHIM_CONF` (the

@@ -114,13 +114,7 @@ fn allocations(path: &Path) -> Vec<(u64, Vec<FrameInfo>)> {
 }
 
 fn leaks_json(path: &Path) -> serde_json::Value {
-    let out = Command::new(gpushim_bin())
-        .args(["leaks", "--json"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert_ok(&out);
-    serde_json::from_slice(&out.stdout).unwrap()
+    report_json(&["leaks"], &[path])
 }
 
 #[test]

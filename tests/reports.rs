@@ -362,13 +362,7 @@ fn summary_reports_each_trace_and_the_set_combined() {
 }
 
 fn report_many(args: &[&str], traces: &[&Path]) -> serde_json::Value {
-    let mut all: Vec<&dyn AsRef<std::ffi::OsStr>> = Vec::new();
-    all.extend(args.iter().map(|a| a as &dyn AsRef<std::ffi::OsStr>));
-    all.extend(traces.iter().map(|t| t as &dyn AsRef<std::ffi::OsStr>));
-    all.push(&"--json");
-    let out = gpushim(&all);
-    assert_ok(&out);
-    serde_json::from_slice(&out.stdout).unwrap()
+    report_json(args, traces)
 }
 
 #[test]

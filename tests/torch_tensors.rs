@@ -39,13 +39,7 @@ fn leaky_run(tag: &str, lib: &Path, env: Vec<(&'static str, String)>) -> (TestFi
 }
 
 fn report(cmd: &str, trace: &Path) -> serde_json::Value {
-    let out = Command::new(gpushim_bin())
-        .args([cmd, "--json"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert_ok(&out);
-    serde_json::from_slice(&out.stdout).unwrap()
+    report_json(&[cmd], &[trace])
 }
 
 const LAYER_LINE: &str = "torch_leaks.py:31 in CachingLayer.__call__";

@@ -8,14 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 fn json(args: &[&str], trace: &Path) -> serde_json::Value {
-    let out = Command::new(gpushim_bin())
-        .args(args)
-        .arg("--json")
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert_ok(&out);
-    serde_json::from_slice(&out.stdout).unwrap()
+    report_json(args, &[trace])
 }
 
 /// A loop of 10 iterations without NVTX: per iteration three 4 KiB scratch allocations freed

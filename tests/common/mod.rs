@@ -379,3 +379,18 @@ impl HandTrace {
         });
     }
 }
+
+/// The one way the tests run a report: `gpushim ARGS... TRACES... --json`, which must succeed;
+/// its JSON.
+#[allow(dead_code)]
+pub fn report_json(args: &[&str], traces: &[&Path]) -> serde_json::Value {
+    let out = Command::new(gpushim_bin())
+        .args(args)
+        .args(traces)
+        .arg("--json")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run gpushim: {e}"));
+    assert_ok(&out);
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("gpushim {args:?} printed no JSON ({e}): {}", stdout(&out)))
+}
