@@ -36,6 +36,12 @@ if [ "${2:-}" != "--real" ]; then
   $CC -O2 -Wall $inc -o "$out/pool_rounds" "$here/tests/clients/pool_rounds.c" "${link[@]}"
   $CC -O2 -Wall -o "$out/replay_calls" "$here/tests/clients/replay_calls.c" "${link[@]}"
   $CC -O1 -Wall $inc -o "$out/leaky" "$here/tests/clients/leaky.c" "${link[@]}" -ldl
+  # A library named like NCCL's that keeps memory of its own, and a program that calls it.
+  mkdir -p "$out/owners"
+  $CC -shared -fPIC -O1 -Wall $inc -o "$out/owners/libnccl.so.2" -Wl,-soname,libnccl.so.2 \
+    "$here/tests/clients/owner_lib.c" -L "$out" -lcudart -lcuda
+  $CC -O1 -Wall $inc -o "$out/owners/owners" "$here/tests/clients/owners.c" \
+    "$out/owners/libnccl.so.2" -Wl,-rpath,"$out/owners" "${link[@]}"
   # The stand-in for PyTorch's libc10_cuda.so (C++, libstdc++), laid out as a torch package.
   mkdir -p "$out/torch/lib"
   ${CXX:-c++} -std=c++17 -shared -fPIC -O1 -Wall -fvisibility=hidden -o "$out/torch/lib/libc10_cuda.so" \

@@ -20,6 +20,9 @@ pub struct Live {
     pub thread: u16,
     pub stream: u16,
     pub api: u8,
+    /// Who called the shim for it (a `Caller` record: the first return address outside the
+    /// shim, and the next one), 0 when not recorded.
+    pub caller: [u64; 2],
 }
 
 /// The call-site key of an allocation: its stack id, or without a stack its API and size
@@ -80,6 +83,9 @@ pub struct Replay {
     pending_physical: Vec<Vec<u64>>,
     /// Physical allocations that back the framework's expandable segments: reserved, not live.
     framework_physical: HashMap<u64, (u64, u8)>,
+    /// Per thread: its latest device allocation (whether a VMM handle, and its key) until the
+    /// `Caller` record that names who made it.
+    awaiting_caller: Vec<Option<(bool, u64)>>,
     /// Per thread: the address of its latest allocation while a stack reference may still
     /// follow it (0: none).
     last_alloc: Vec<u64>,
@@ -133,6 +139,7 @@ impl Replay {
             thread: r.thread,
             stream: r.stream,
             api: r.api as u8,
+            caller: [0; 2],
         }
     }
 
@@ -215,6 +222,7 @@ impl Replay {
                 }
                 self.add_bytes(device, r.size, r.time_ns);
                 *slot(&mut self.last_alloc, r.thread) = r.ptr;
+                *slot(&mut self.awaiting_caller, r.thread) = Some((false, r.ptr));
                 Change::Alloc { ptr: r.ptr, device }
             }
             PhysCreate if r.status == 0 => {
@@ -230,6 +238,7 @@ impl Replay {
                 self.add_bytes(device, r.size, r.time_ns);
                 self.add_physical(device, r.size, true);
                 slot(&mut self.pending_physical, r.thread).push(r.ptr);
+                *slot(&mut self.awaiting_caller, r.thread) = Some((true, r.ptr));
                 Change::Physical { device }
             }
             PhysRelease if r.status == 0 && self.framework_physical.remove(&r.ptr).is_some() => {
@@ -313,6 +322,21 @@ impl Replay {
                 }
                 let v = self.reserved.entry(device).or_default();
                 *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            Caller => {
+                let owner = self
+                    .awaiting_caller
+                    .get_mut(r.thread as usize)
+                    .and_then(Option::take);
+                let l = match owner {
+                    Some((false, p)) => self.live.get_mut(&p),
+                    Some((true, h)) => self.physical.get_mut(&h),
+                    None => None,
+                };
+                if let Some(l) = l {
+                    l.caller = [r.ptr, r.size];
+                }
                 Change::Other
             }
             Tensors => {

@@ -9,6 +9,7 @@ pub mod holds;
 pub mod leaks;
 pub mod live;
 pub mod oom;
+pub mod owners;
 pub mod peak;
 pub mod simulate;
 pub mod sites;

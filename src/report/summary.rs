@@ -132,6 +132,9 @@ pub struct Summary {
     pub framework: Vec<FrameworkMemory>,
     /// Why the trace holds no tensors of the framework, when the shim said.
     pub tensors_off: Option<String>,
+    /// What each owner (the library that asked CUDA, or the framework for its tensors and
+    /// cache) held at exit, per device.
+    pub held_at_exit: Vec<super::owners::OwnerBytes>,
     pub health: TraceHealth,
 }
 
@@ -345,6 +348,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     } else {
         framework.clear();
     }
+    let held_at_exit = super::owners::held_by_owner(&reader, &live);
     let stats: DecodeStats = reader.stats().clone();
     let devices = live
         .peaks()
@@ -401,6 +405,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             .collect(),
         streams_left_legacy: streams_left,
         framework: framework.into_values().collect(),
+        held_at_exit,
         tensors_off: live
             .tensors_off
             .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
@@ -540,6 +545,19 @@ impl Summary {
                 f.segments_given_back,
                 f.ooms
             );
+        }
+        let mut devices: Vec<u8> = self.held_at_exit.iter().map(|h| h.device).collect();
+        devices.dedup();
+        for d in devices {
+            let parts: Vec<String> = self
+                .held_at_exit
+                .iter()
+                .filter(|h| h.device == d && h.bytes > 0)
+                .map(|h| format!("{} {}", h.owner, human_bytes(h.bytes)))
+                .collect();
+            if !parts.is_empty() {
+                let _ = writeln!(o, "held at exit on device {d}: {}", parts.join(", "));
+            }
         }
         if let Some(why) = &self.tensors_off {
             let _ = writeln!(o, "tensors: not recorded: {why}");

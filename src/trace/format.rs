@@ -228,6 +228,11 @@ byte_enum! {
         /// Whether tensors are recorded: `size` 1 from here on, 0 not (then `ptr` says why:
         /// see `TensorsOff`).
         Tensors = 47 => "tensors",
+        /// Who called the shim for the thread's latest device allocation: `ptr` is the first
+        /// return address outside the shim, `size` the next one (which names the caller of the
+        /// CUDA runtime when `ptr` lies in it). Reports name the library it lies in: the
+        /// allocation's owner.
+        Caller = 48 => "caller",
     }
 }
 
@@ -273,7 +278,7 @@ impl RecordKind {
         use RecordKind::*;
         matches!(
             self,
-            String | StringData | Stack | StackData | Module | ModuleBuildId
+            String | StringData | Stack | StackData | Module | ModuleBuildId | Caller
         )
     }
 }

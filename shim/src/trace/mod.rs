@@ -53,6 +53,17 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
         crate::costs::measure(crate::costs::Cost::Stacks, || {
             crate::trace::stacks::maybe_record(thread, kind)
         });
+        // The library behind each device allocation of the program's own calls (not the
+        // framework's tensors, whose owner is the framework).
+        if rc == 0
+            && matches!(
+                kind,
+                RecordKind::Alloc | RecordKind::ManagedAlloc | RecordKind::PhysCreate
+            )
+            && !matches!(api, Api::Torch | Api::Pluggable)
+        {
+            crate::trace::stacks::record_caller(thread);
+        }
     }
     crate::costs::end(crate::costs::Cost::Record, t0);
 }

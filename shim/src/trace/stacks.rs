@@ -121,6 +121,44 @@ pub fn maybe_record(thread: u16, kind: RecordKind) {
     crate::costs::end(crate::costs::Cost::Intern, t0);
 }
 
+/// Records who called the shim for the thread's device allocation just recorded (a `Caller`
+/// record): the first two return addresses outside the shim, so reports can name the library
+/// that owns the memory (PyTorch, NCCL, cuBLAS, ...) with no stack recorded. The shim's own
+/// range is learned from the module scan, made once here if stacks are off.
+pub fn record_caller(thread: u16) {
+    if SELF_END.load(Ordering::Relaxed) == 0 {
+        scan_modules();
+    }
+    let mut room = [0u64; DEPTH];
+    let n = native(&mut room);
+    let (lo, hi) = (
+        SELF_START.load(Ordering::Relaxed),
+        SELF_END.load(Ordering::Relaxed),
+    );
+    let mut outside = room[..n]
+        .iter()
+        .copied()
+        .filter(|ip| !(lo..hi).contains(ip));
+    let Some(first) = outside.next() else {
+        return;
+    };
+    let second = outside.next().unwrap_or(0);
+    if !known(first) || (second != 0 && !known(second)) {
+        scan_modules();
+    }
+    RECORDER.append(&Record {
+        kind: RecordKind::Caller,
+        api: Api::Shim,
+        device: DEVICE_UNKNOWN,
+        status: 0,
+        thread,
+        time_ns: RECORDER.now_ns(),
+        ptr: first,
+        size: second,
+        stream: 0,
+    });
+}
+
 /// Native frames captured in full, plus up to this many of the shim's own.
 const DEPTH: usize = NATIVE_FRAMES + 8;
 /// Stacks remembered per thread.
