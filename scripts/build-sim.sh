@@ -17,6 +17,8 @@ else
     "$here/tests/sim/cuda_sim.c" -lpthread
   $CC -shared -fPIC -O1 -Wall -Werror -o "$out/libcudart.so.13" -Wl,-soname,libcudart.so.13 -Wl,-Bsymbolic \
     -Wl,--version-script="$here/tests/sim/cudart.map" "$here/tests/sim/cudart_sim.c" -ldl -lpthread
+  $CC -shared -fPIC -O1 -Wall -Werror -o "$out/libnvidia-ml.so.1" -Wl,-soname,libnvidia-ml.so.1 \
+    "$here/tests/sim/nvml_sim.c" -ldl
   ln -sf libcuda.so.1 "$out/libcuda.so"
   ln -sf libcudart.so.13 "$out/libcudart.so"
   link=(-L "$out" -lcudart -lcuda -ldl)

@@ -855,3 +855,33 @@ fn memory_held_at_exit_is_named_by_the_library_that_asked_for_it() {
         );
     }
 }
+
+/// The device's own figure (NVML's, the simulator's here: the process's allocations plus its
+/// 512 MiB context) kept in the trace, and what no allocating call made named as such.
+#[test]
+fn nvmls_figure_is_explained_by_the_owners_and_the_rest_named() {
+    let t = tempdir("nvml").file("n.trace");
+    let out = run(
+        &sim().dir.join("owners/owners"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec!["450".into()],
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    let v = report_json(&["summary"], &[&t]);
+    let m = &v["device_memory"][0];
+    assert_eq!(m["device"], 0, "{v}");
+    assert_eq!(m["nvml_at_exit_bytes"], (512u64 + 14) << 20, "{m}");
+    assert_eq!(m["held_at_exit_bytes"], 14u64 << 20, "{m}");
+    assert_eq!(m["not_allocated_bytes"], 512u64 << 20, "{m}");
+    assert_eq!(m["device_wide"], false);
+    let text = stdout(&gpushim(&[&"summary", &t]));
+    assert!(
+        text.contains("526.00 MiB at exit")
+            && text.contains("512.00 MiB made by no allocating call"),
+        "{text}"
+    );
+}

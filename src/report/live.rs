@@ -83,6 +83,9 @@ pub struct Replay {
     pending_physical: Vec<Vec<u64>>,
     /// Physical allocations that back the framework's expandable segments: reserved, not live.
     framework_physical: HashMap<u64, (u64, u8)>,
+    /// Per device (NVML's index): what NVML said this process used, latest and highest, the
+    /// device's total, and whether the figure was the whole device's (`DeviceMemory` records).
+    pub nvml: BTreeMap<u8, NvmlFigure>,
     /// Per thread: its latest device allocation (whether a VMM handle, and its key) until the
     /// `Caller` record that names who made it.
     awaiting_caller: Vec<Option<(bool, u64)>>,
@@ -98,6 +101,15 @@ pub struct Replay {
     /// Records applied.
     pub index: u64,
     pub time_ns: u64,
+}
+
+/// What NVML said of one device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NvmlFigure {
+    pub bytes: u64,
+    pub peak: u64,
+    pub total: u64,
+    pub device_wide: bool,
 }
 
 /// What a record changed.
@@ -322,6 +334,14 @@ impl Replay {
                 }
                 let v = self.reserved.entry(device).or_default();
                 *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            DeviceMemory => {
+                let f = self.nvml.entry(r.device).or_default();
+                f.bytes = r.ptr;
+                f.peak = f.peak.max(r.ptr);
+                f.total = r.size;
+                f.device_wide |= r.status != 0;
                 Change::Other
             }
             Caller => {

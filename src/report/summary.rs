@@ -64,6 +64,24 @@ pub struct FrameworkMemory {
     pub ooms: u64,
 }
 
+/// One device as NVML saw this process, and what the trace explains of it at exit.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// NVML's index of the device (the CUDA ordinal too, unless CUDA_VISIBLE_DEVICES reorders).
+    pub device: u8,
+    /// NVML's last figure for this process (sampled every 200 ms), and its highest.
+    pub nvml_at_exit_bytes: u64,
+    pub nvml_peak_bytes: u64,
+    pub device_total_bytes: u64,
+    /// NVML did not list this process (another PID namespace): the figures are the device's.
+    pub device_wide: bool,
+    /// What the allocations held at exit (every owner, the framework's unused cache included).
+    pub held_at_exit_bytes: u64,
+    /// NVML's figure less that: memory no allocating call made (the CUDA context, module code,
+    /// local memory).
+    pub not_allocated_bytes: u64,
+}
+
 /// What the shim's pool did on one device (its own records): how often it went to the device
 /// for memory and gave it back, split blocks, and waited for the GPU.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -135,6 +153,8 @@ pub struct Summary {
     /// What each owner (the library that asked CUDA, or the framework for its tensors and
     /// cache) held at exit, per device.
     pub held_at_exit: Vec<super::owners::OwnerBytes>,
+    /// Per device, what NVML said this process used, against what the trace explains.
+    pub device_memory: Vec<DeviceMemory>,
     pub health: TraceHealth,
 }
 
@@ -349,6 +369,26 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         framework.clear();
     }
     let held_at_exit = super::owners::held_by_owner(&reader, &live);
+    let device_memory = live
+        .nvml
+        .iter()
+        .map(|(&device, f)| {
+            let held: u64 = held_at_exit
+                .iter()
+                .filter(|h| h.device == device)
+                .map(|h| h.bytes)
+                .sum();
+            DeviceMemory {
+                device,
+                nvml_at_exit_bytes: f.bytes,
+                nvml_peak_bytes: f.peak,
+                device_total_bytes: f.total,
+                device_wide: f.device_wide,
+                held_at_exit_bytes: held,
+                not_allocated_bytes: f.bytes.saturating_sub(held),
+            }
+        })
+        .collect();
     let stats: DecodeStats = reader.stats().clone();
     let devices = live
         .peaks()
@@ -406,6 +446,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         streams_left_legacy: streams_left,
         framework: framework.into_values().collect(),
         held_at_exit,
+        device_memory,
         tensors_off: live
             .tensors_off
             .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
@@ -558,6 +599,25 @@ impl Summary {
             if !parts.is_empty() {
                 let _ = writeln!(o, "held at exit on device {d}: {}", parts.join(", "));
             }
+        }
+        for m in &self.device_memory {
+            let _ = writeln!(
+                o,
+                "device {} as NVML saw {}: {} at exit (highest {}, of {}); {} held by the \
+                 allocations above, {} made by no allocating call (the CUDA context, module code, \
+                 local memory)",
+                m.device,
+                if m.device_wide {
+                    "the whole device (it did not list this process)"
+                } else {
+                    "this process"
+                },
+                human_bytes(m.nvml_at_exit_bytes),
+                human_bytes(m.nvml_peak_bytes),
+                human_bytes(m.device_total_bytes),
+                human_bytes(m.held_at_exit_bytes),
+                human_bytes(m.not_allocated_bytes)
+            );
         }
         if let Some(why) = &self.tensors_off {
             let _ = writeln!(o, "tensors: not recorded: {why}");

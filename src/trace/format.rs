@@ -233,6 +233,10 @@ byte_enum! {
         /// CUDA runtime when `ptr` lies in it). Reports name the library it lies in: the
         /// allocation's owner.
         Caller = 48 => "caller",
+        /// What NVML says this process uses on device `device` (NVML's index): `ptr` bytes,
+        /// `size` the device's total; `status` 1 when NVML did not list this process and the
+        /// figure is the whole device's.
+        DeviceMemory = 49 => "device_memory",
     }
 }
 

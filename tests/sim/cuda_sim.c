@@ -251,10 +251,12 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
     *d = ordinal;
     return CUDA_SUCCESS;
 }
+static int context_made;
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
     configure();
     if (!ctx) return CUDA_ERROR_INVALID_VALUE;
     if (d < 0 || d >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    context_made = 1;
     *ctx = (CUcontext)(uintptr_t)(d + 1);
     return CUDA_SUCCESS;
 }
@@ -836,6 +838,10 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes) {
 /* Simulator only: device memory in use, as NVML would show it (the shim never sees this call). */
 /* Test-only: nanoseconds any caller spent blocked waiting for simulated GPU work. */
 EXPORT uint64_t simBlockedNs(void) { return atomic_load(&blocked_ns); }
+
+/* Simulator only, for its NVML: whether this process made a context, and the device's size. */
+EXPORT int simContextMade(void) { return context_made; }
+EXPORT size_t simLimitBytes(void) { configure(); return limit_bytes; }
 
 EXPORT size_t simUsedBytes(void) {
     configure();

@@ -1,5 +1,6 @@
 //! Recording from the hooks: the process's trace, opened on its first CUDA memory call.
 
+pub mod device_memory;
 pub mod python;
 pub mod stacks;
 
@@ -230,6 +231,7 @@ fn open_trace() {
     let _ = std::thread::Builder::new()
         .name("gpushim-grow".into())
         .spawn(|| RECORDER.run_grower(&NEVER_STOP));
+    device_memory::start();
     crate::lifecycle::on_exit(at_exit);
     crate::lifecycle::in_forked_child(forget_after_fork);
 }
@@ -382,6 +384,7 @@ pub fn at_exit() {
 /// In a forked child: the parent's trace is not ours.
 pub fn forget_after_fork() {
     RECORDER.forget_after_fork();
+    device_memory::forget_after_fork();
 }
 
 /// Records an NVTX event; `text` (if not empty) is interned and its id stored in `ptr`.
