@@ -54,12 +54,14 @@ struct Nvml {
 static FUNCTIONS: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
 static LOADED: AtomicBool = AtomicBool::new(false);
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// Set in a forked child: NVML's state is the parent's, and CUDA is not usable there anyway.
+static FORKED: AtomicBool = AtomicBool::new(false);
 /// The last figure recorded per device (bytes + 1; 0: none yet).
 static LAST: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 
 /// Starts the sampler (once per process; again in a forked child that traces).
 pub fn start() {
-    if STARTED.swap(true, Ordering::AcqRel) {
+    if FORKED.load(Ordering::Relaxed) || STARTED.swap(true, Ordering::AcqRel) {
         return;
     }
     let _ = std::thread::Builder::new()
@@ -76,9 +78,10 @@ pub fn start() {
         });
 }
 
-/// In a forked child: the parent's sampler is not here; the child starts its own.
+/// In a forked child: the parent's sampler is not here, and the child starts none (NVML's
+/// state came from the parent; the child cannot use CUDA).
 pub fn forget_after_fork() {
-    STARTED.store(false, Ordering::Relaxed);
+    FORKED.store(true, Ordering::Relaxed);
     for l in &LAST {
         l.store(0, Ordering::Relaxed);
     }

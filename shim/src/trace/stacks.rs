@@ -126,6 +126,9 @@ pub fn maybe_record(thread: u16, kind: RecordKind) {
 /// that owns the memory (PyTorch, NCCL, cuBLAS, ...) with no stack recorded. The shim's own
 /// range is learned from the module scan, made once here if stacks are off.
 pub fn record_caller(thread: u16) {
+    if !unwinder_takes_no_lock() {
+        return;
+    }
     if SELF_END.load(Ordering::Relaxed) == 0 {
         scan_modules();
     }
@@ -157,6 +160,32 @@ pub fn record_caller(thread: u16) {
         size: second,
         stream: 0,
     });
+}
+
+/// Whether the unwinder finds unwind tables without the dynamic loader's lock: glibc 2.35 and
+/// later give it `_dl_find_object`. Before, it takes the lock on every frame, and a caller that
+/// holds a lock of CUDA's while a thread in `dlopen` (holding the loader's) waits for it would
+/// deadlock: on those systems allocations carry no owner, as with any call where Python frames
+/// alone are recorded.
+fn unwinder_takes_no_lock() -> bool {
+    static ANSWER: core::sync::atomic::AtomicU8 = core::sync::atomic::AtomicU8::new(0);
+    match ANSWER.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            // SAFETY: gnu_get_libc_version returns a static NUL-terminated string.
+            let v = unsafe { core::ffi::CStr::from_ptr(libc::gnu_get_libc_version()) };
+            let mut parts = v.to_bytes().split(|&c| c == b'.').map(|x| {
+                core::str::from_utf8(x)
+                    .ok()
+                    .and_then(|x| x.parse::<u32>().ok())
+            });
+            let version = (parts.next().flatten(), parts.next().flatten());
+            let ok = matches!(version, (Some(major), Some(minor)) if (major, minor) >= (2, 35));
+            ANSWER.store(if ok { 1 } else { 2 }, Ordering::Relaxed);
+            ok
+        }
+    }
 }
 
 /// Native frames captured in full, plus up to this many of the shim's own.
