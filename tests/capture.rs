@@ -42,17 +42,24 @@ fn expected(name: &str, mode: &str, same_thread: bool) -> (i32, i32, i32) {
     }
 }
 
-/// The capture client's run with `args`, under the shim (`preload`) configured `conf`; it
-/// must succeed.
-fn capture_run(args: &[&str], preload: bool, conf: &str) -> std::process::Output {
+/// The capture client's run with `args`, under the shim (`preload`) configured `conf`, with
+/// `env` besides; it must succeed.
+fn capture_run_with(
+    args: &[&str],
+    preload: bool,
+    conf: &str,
+    env: Vec<(&'static str, String)>,
+) -> std::process::Output {
+    let mut all = vec![
+        ("GPUSHIM_TRACE", "off".into()),
+        ("GPUSHIM_CONF", conf.into()),
+    ];
+    all.extend(env);
     let out = run(
         &sim().bin("capture"),
         Run {
             preload,
-            env: vec![
-                ("GPUSHIM_TRACE", "off".into()),
-                ("GPUSHIM_CONF", conf.into()),
-            ],
+            env: all,
             args: args.iter().map(|s| s.to_string()).collect(),
             ..Run::default()
         },
@@ -61,27 +68,18 @@ fn capture_run(args: &[&str], preload: bool, conf: &str) -> std::process::Output
     out
 }
 
+fn capture_run(args: &[&str], preload: bool, conf: &str) -> std::process::Output {
+    capture_run_with(args, preload, conf, Vec::new())
+}
+
 fn capture(args: &[&str], preload: bool, conf: &str) -> String {
     stdout(&capture_run(args, preload, conf))
 }
 
 /// As [`capture`], with the simulator's calls taking `latency_us` each.
 fn capture_slow(args: &[&str], preload: bool, conf: &str, latency_us: u32) -> String {
-    let out = run(
-        &sim().bin("capture"),
-        Run {
-            preload,
-            env: vec![
-                ("GPUSHIM_TRACE", "off".into()),
-                ("GPUSHIM_CONF", conf.into()),
-                ("GPUSHIM_SIM_LATENCY_US", latency_us.to_string()),
-            ],
-            args: args.iter().map(|s| s.to_string()).collect(),
-            ..Run::default()
-        },
-    );
-    assert_ok(&out);
-    stdout(&out)
+    let env = vec![("GPUSHIM_SIM_LATENCY_US", latency_us.to_string())];
+    stdout(&capture_run_with(args, preload, conf, env))
 }
 
 fn check_table(text: &str, who: &str) {
@@ -206,19 +204,8 @@ fn giveback(conf: &str, preload: bool) -> (u64, u64, u64) {
     giveback_with(conf, preload, vec![])
 }
 
-fn giveback_with(conf: &str, preload: bool, env: Vec<(&str, String)>) -> (u64, u64, u64) {
-    let mut opts = Run {
-        preload,
-        env: vec![
-            ("GPUSHIM_TRACE", "off".into()),
-            ("GPUSHIM_CONF", conf.into()),
-        ],
-        args: vec!["giveback".into()],
-        ..Run::default()
-    };
-    opts.env.extend(env);
-    let out = run(&sim().bin("capture"), opts);
-    assert_ok(&out);
+fn giveback_with(conf: &str, preload: bool, env: Vec<(&'static str, String)>) -> (u64, u64, u64) {
+    let out = capture_run_with(&["giveback"], preload, conf, env);
     let out = stdout(&out);
     let v: Vec<u64> = out
         .split_whitespace()

@@ -1,10 +1,11 @@
 //! `oom`: each failed allocation, with what the device held at that moment.
 
-use super::live::replay_each;
+use super::live::{Replay, replay_each};
 use super::sites::{Holder, holders, site_label};
 use crate::trace::format::DEVICE_UNKNOWN;
+use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
-use crate::trace::reader::{ReadError, ReadOptions};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -32,6 +33,39 @@ pub struct Oom {
     pub holders: Vec<Holder>,
 }
 
+/// A failed request of record `r`, with what device `r.device` held at that moment.
+fn failed_request(reader: &TraceReader, rp: &Replay, r: &Record) -> Oom {
+    let device = if r.device == DEVICE_UNKNOWN {
+        0
+    } else {
+        r.device
+    };
+    let live = rp.live_on(device);
+    let reserved = rp.reserved_on(device);
+    let mut h = holders(
+        rp.all_live(),
+        Some(device),
+        |l| l.stack,
+        |k| site_label(reader, k),
+    );
+    h.truncate(10);
+    Oom {
+        time_ns: r.time_ns,
+        api: r.api.name().to_string(),
+        status: if r.status == 0 { 2 } else { r.status },
+        device,
+        requested_bytes: r.size,
+        live_bytes: live,
+        reserved_bytes: reserved,
+        cached_bytes: reserved.saturating_sub(live),
+        largest_free_block: rp.largest_free_block(device),
+        limit_hit: false,
+        device_free_bytes: rp.mem_info.get(&device).map(|m| m.0),
+        request_site: None,
+        holders: h,
+    }
+}
+
 /// Every failed allocation, with what held memory at that moment.
 pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
     let mut out: Vec<Oom> = Vec::new();
@@ -52,41 +86,10 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
         // The framework could not get memory for a tensor: the failed segment request just
         // before on the thread (if the trace has it) becomes this request, with its line.
         RecordKind::TensorOom => {
-            let device = if r.device == DEVICE_UNKNOWN {
-                0
-            } else {
-                r.device
-            };
-            let i = match failed_on.remove(&r.thread) {
-                Some(i) => i,
-                None => {
-                    let live = rp.live_on(device);
-                    let reserved = rp.reserved_on(device);
-                    let mut h = holders(
-                        rp.all_live(),
-                        Some(device),
-                        |l| l.stack,
-                        |k| site_label(reader, k),
-                    );
-                    h.truncate(10);
-                    out.push(Oom {
-                        time_ns: r.time_ns,
-                        api: String::new(),
-                        status: 2,
-                        device,
-                        requested_bytes: r.size,
-                        live_bytes: live,
-                        reserved_bytes: reserved,
-                        cached_bytes: reserved.saturating_sub(live),
-                        largest_free_block: rp.largest_free_block(device),
-                        limit_hit: false,
-                        device_free_bytes: None,
-                        request_site: None,
-                        holders: h,
-                    });
-                    out.len() - 1
-                }
-            };
+            let i = failed_on.remove(&r.thread).unwrap_or_else(|| {
+                out.push(failed_request(reader, rp, r));
+                out.len() - 1
+            });
             let o = &mut out[i];
             o.api = r.api.name().to_string();
             o.requested_bytes = r.size;
@@ -105,35 +108,9 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
         RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
             if r.status != 0 && r.size > 0 =>
         {
-            let device = if r.device == DEVICE_UNKNOWN {
-                0
-            } else {
-                r.device
-            };
-            let live = rp.live_on(device);
-            let reserved = rp.reserved_on(device);
-            let mut h = holders(
-                rp.all_live(),
-                Some(device),
-                |l| l.stack,
-                |k| site_label(reader, k),
-            );
-            h.truncate(10);
-            out.push(Oom {
-                time_ns: r.time_ns,
-                api: r.api.name().to_string(),
-                status: r.status,
-                device,
-                requested_bytes: r.size,
-                live_bytes: live,
-                reserved_bytes: reserved,
-                cached_bytes: reserved.saturating_sub(live),
-                largest_free_block: rp.largest_free_block(device),
-                limit_hit: limit_pending.remove(&r.thread).unwrap_or(false),
-                device_free_bytes: rp.mem_info.get(&device).map(|m| m.0),
-                request_site: None,
-                holders: h,
-            });
+            let mut o = failed_request(reader, rp, r);
+            o.limit_hit = limit_pending.remove(&r.thread).unwrap_or(false);
+            out.push(o);
             site_for.insert(r.thread, out.len() - 1);
             failed_on.insert(r.thread, out.len() - 1);
         }
