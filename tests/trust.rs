@@ -573,3 +573,64 @@ fn the_shims_switches_are_read_from_one_table() {
     }
     assert!(named >= 7, "the table names {named}");
 }
+
+/// What the README and the docs show can be run: every `gpushim COMMAND` they name exists
+/// (its `--help` answers), and every script they name is there and parses.
+#[test]
+fn the_commands_and_scripts_the_docs_show_exist() {
+    let mut texts = vec![std::fs::read_to_string(repo().join("README.md")).unwrap()];
+    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
+        texts.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+    }
+    let mut commands = std::collections::BTreeSet::new();
+    let mut scripts = std::collections::BTreeSet::new();
+    // A command is `gpushim WORD` at the start of a code line (after an optional `$ `) or
+    // right after a backtick.
+    let first_word = |rest: &str| -> Option<String> {
+        let w: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase())
+            .collect();
+        (!w.is_empty()).then_some(w)
+    };
+    for t in &texts {
+        for line in t.lines() {
+            let code = line.trim_start().trim_start_matches("$ ");
+            if let Some(rest) = code.strip_prefix("gpushim ") {
+                commands.extend(first_word(rest));
+            }
+            for (i, _) in line.match_indices("`gpushim ") {
+                commands.extend(first_word(&line[i + "`gpushim ".len()..]));
+            }
+        }
+        for w in t.split(|c: char| c.is_whitespace() || "`|(),;:".contains(c)) {
+            if let Some(i) = w.find("scripts/")
+                && w.ends_with(".sh")
+            {
+                scripts.insert(w[i..].to_string());
+            }
+        }
+    }
+    assert!(
+        commands.contains("leaks") && commands.contains("summary"),
+        "{commands:?}"
+    );
+    for c in &commands {
+        let out = Command::new(gpushim_bin())
+            .args([c, "--help"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "`gpushim {c}` named in the docs: {}",
+            stderr(&out)
+        );
+    }
+    assert!(!scripts.is_empty());
+    for s in &scripts {
+        let path = repo().join(s);
+        assert!(path.is_file(), "{s} named in the docs is not there");
+        let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+        assert!(out.status.success(), "{s}: {}", stderr(&out));
+    }
+}
