@@ -857,9 +857,11 @@ fn memory_held_at_exit_is_named_by_the_library_that_asked_for_it() {
 }
 
 /// The device's own figure (NVML's, the simulator's here: the process's allocations plus its
-/// 512 MiB context) kept in the trace, and what no allocating call made named as such.
+/// 512 MiB context) kept in the trace and split by owner at its peak (64 MiB more of the
+/// program's, held for a while) and at exit, the rest named as made by no allocating call; the
+/// parts add up to NVML's figure.
 #[test]
-fn nvmls_figure_is_explained_by_the_owners_and_the_rest_named() {
+fn nvmls_figure_is_split_by_owner_at_its_peak_and_at_exit() {
     let t = tempdir("nvml").file("n.trace");
     let out = run(
         &sim().dir.join("owners/owners"),
@@ -874,14 +876,170 @@ fn nvmls_figure_is_explained_by_the_owners_and_the_rest_named() {
     let v = report_json(&["summary"], &[&t]);
     let m = &v["device_memory"][0];
     assert_eq!(m["device"], 0, "{v}");
-    assert_eq!(m["nvml_at_exit_bytes"], (512u64 + 14) << 20, "{m}");
-    assert_eq!(m["held_at_exit_bytes"], 14u64 << 20, "{m}");
-    assert_eq!(m["not_allocated_bytes"], 512u64 << 20, "{m}");
     assert_eq!(m["device_wide"], false);
-    let text = stdout(&gpushim(&[&"summary", &t]));
+    let parts = |r: &serde_json::Value| -> Vec<(String, u64)> {
+        r["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["owner"].as_str().unwrap().to_string(),
+                    p["bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (peak, exit) = (&m["at_peak"], &m["at_exit"]);
+    assert_eq!(peak["nvml_bytes"], (512u64 + 14 + 64) << 20, "{m}");
+    assert_eq!(
+        parts(peak),
+        vec![
+            ("the program".to_string(), 66 << 20),
+            ("NCCL".to_string(), 12 << 20)
+        ],
+        "{m}"
+    );
+    assert_eq!(peak["not_allocated_bytes"], 512u64 << 20, "{m}");
+    assert_eq!(exit["nvml_bytes"], (512u64 + 14) << 20, "{m}");
+    assert_eq!(
+        parts(exit),
+        vec![
+            ("NCCL".to_string(), 12 << 20),
+            ("the program".to_string(), 2 << 20)
+        ],
+        "{m}"
+    );
+    assert_eq!(exit["held_bytes"], 14u64 << 20, "{m}");
+    assert_eq!(exit["not_allocated_bytes"], 512u64 << 20, "{m}");
+    for r in [peak, exit] {
+        let sum: u64 =
+            parts(r).iter().map(|p| p.1).sum::<u64>() + r["not_allocated_bytes"].as_u64().unwrap();
+        assert_eq!(r["nvml_bytes"].as_u64().unwrap(), sum, "{r}");
+    }
     assert!(
-        text.contains("526.00 MiB at exit")
-            && text.contains("512.00 MiB made by no allocating call"),
+        peak["time_ns"].as_u64().unwrap() < exit["time_ns"].as_u64().unwrap(),
+        "{m}"
+    );
+    let text = stdout(&gpushim(&[&"summary", &t]));
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .map(|l| {
+                l.split_whitespace()
+                    .rev()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(row("the program"), "MiB 2.00 MiB 66.00", "{text}");
+    assert_eq!(row("NCCL"), "MiB 12.00 MiB 12.00", "{text}");
+    assert_eq!(row("no allocating call"), "MiB 512.00 MiB 512.00", "{text}");
+    assert_eq!(row("= NVML"), "MiB 526.00 MiB 590.00", "{text}");
+}
+
+/// Across the ranks of a job, the one that came closest to its device's limit is named with
+/// its headroom: rank 1's CUDA context is 1 GiB larger here, so its NVML peak is the higher.
+#[test]
+fn the_rank_closest_to_its_devices_limit_is_named_with_its_headroom() {
+    let dir = tempdir("headroom");
+    let traces: Vec<_> = [("0", "536870912"), ("1", "1610612736")]
+        .iter()
+        .map(|(rank, context)| {
+            let t = dir.join(format!("r{rank}.trace"));
+            let out = run(
+                &sim().dir.join("owners/owners"),
+                Run {
+                    preload: true,
+                    trace: Some(&t),
+                    args: vec!["300".into()],
+                    env: vec![
+                        ("RANK", rank.to_string()),
+                        ("GPUSHIM_SIM_CONTEXT_BYTES", context.to_string()),
+                    ],
+                },
+            );
+            assert_ok(&out);
+            t
+        })
+        .collect();
+    let v = report_json(&["summary"], &[&traces[0], &traces[1]]);
+    let ranks = v["combined"]["ranks_by_headroom"].as_array().unwrap();
+    let got: Vec<(i64, u64, u64)> = ranks
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_i64().unwrap(),
+                r["nvml_peak_bytes"].as_u64().unwrap() >> 20,
+                r["headroom_bytes"].as_u64().unwrap() >> 20,
+            )
+        })
+        .collect();
+    let total = ranks[0]["device_total_bytes"].as_u64().unwrap() >> 20;
+    assert_eq!(
+        got,
+        vec![
+            (1, 1536 + 78, total - 1536 - 78),
+            (0, 512 + 78, total - 512 - 78)
+        ],
+        "{v}"
+    );
+    let text = stdout(&gpushim(&[&"summary", &traces[0], &traces[1]]));
+    assert!(
+        text.contains("closest to its device's limit: rank 1 on device 0, NVML peak 1.58 GiB"),
         "{text}"
     );
+}
+
+/// The plot draws NVML's figure beside live and reserved memory, and, in a trace without NVTX
+/// ranges, marks each iteration of the detected period on the time axis.
+#[test]
+fn the_plot_draws_nvmls_line_and_marks_detected_iterations() {
+    use gpushim::trace::format::{Api, RecordKind};
+    let dir = tempdir("plot-nvml");
+    let path = dir.join("loop.trace");
+    let mut t = HandTrace::create(&path);
+    t.rec(RecordKind::DeviceMemory, Api::Shim, 512 << 20, 80 << 30);
+    for i in 0..6u64 {
+        t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x1000_0000, 4 << 20);
+        t.rec(
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            0x2000_0000 + (i << 20),
+            1 << 20,
+        );
+        t.wait(1_000_000);
+        t.rec(RecordKind::Free, Api::CudaFree, 0x1000_0000, 0);
+        t.rec(
+            RecordKind::DeviceMemory,
+            Api::Shim,
+            (512 + 2 * (i + 1)) << 20,
+            80 << 30,
+        );
+        t.wait(1_000_000);
+    }
+    drop(t);
+    let svg = dir.join("loop.svg");
+    let out = gpushim(&[&"plot", &"-o", &svg, &path]);
+    assert_ok(&out);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.contains("device 0 as NVML saw the process"), "{text}");
+    // NVML's line is the dotted path, a step for each of its 7 samples.
+    let nvml = text
+        .lines()
+        .find(|l| l.starts_with("<path") && l.contains("stroke-dasharray=\"1 3\""))
+        .expect("a dotted path");
+    let points = nvml.matches('L').count();
+    assert!(points >= 7, "{nvml}");
+    assert!(
+        text.contains("ticks on the time axis: 6 iterations (detected period"),
+        "{text}"
+    );
+    let ticks = text
+        .lines()
+        .filter(|l| l.contains("stroke=\"#6a7fa0\" stroke-width=\"1\""))
+        .count();
+    assert_eq!(ticks, 6, "{text}");
 }

@@ -1,7 +1,7 @@
 //! `gpushim summary`: calls, bytes, peaks and failures per API and device.
 
 use super::output::{fail, print_json};
-use gpushim::report::summary::{self};
+use gpushim::report::{job, summary};
 use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -18,7 +18,7 @@ pub fn cmd_summary(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCo
         if all.len() == 1 {
             print_json(&all[0]);
         } else {
-            print_json(&serde_json::json!({"traces": all, "combined": summary::combine(&all)}));
+            print_json(&serde_json::json!({"traces": all, "combined": job::combine(&all)}));
         }
     } else {
         for (i, s) in all.iter().enumerate() {
@@ -29,7 +29,7 @@ pub fn cmd_summary(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCo
         }
         if all.len() > 1 {
             println!();
-            print!("{}", summary::combine(&all).render());
+            print!("{}", job::combine(&all).render());
         }
     }
     ExitCode::SUCCESS

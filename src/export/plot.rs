@@ -1,4 +1,5 @@
-//! The timeline picture: live and reserved memory of every device over time (SVG).
+//! The timeline picture: live and reserved memory of every device over time, with NVML's figure
+//! for the process where the trace has it (SVG).
 
 use super::{aligned, xml};
 use crate::report::summary::human_bytes;
@@ -24,6 +25,8 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     const B: f64 = 60.0;
     // Series by (trace, device); NVTX ranges of the first trace.
     let mut points: BTreeMap<(usize, u8), Vec<Point>> = BTreeMap::new();
+    // NVML's samples (time, bytes) by (trace, device).
+    let mut nvml: BTreeMap<(usize, u8), Vec<(u64, u64)>> = BTreeMap::new();
     let mut ranges: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
     let mut open: HashMap<u16, Vec<(u64, u64)>> = HashMap::new();
     // Start/end ranges open: (string id, start) by range id.
@@ -52,6 +55,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
                         ranges.entry(id).or_default().push((t0, t));
                     }
                 }
+                RecordKind::DeviceMemory => nvml.entry((n, r.device)).or_default().push((t, r.ptr)),
                 _ => {}
             }
             let d = match c {
@@ -75,6 +79,14 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
                 pts.push((trace_end, live, reserved));
             }
         }
+        for ((m, _), pts) in nvml.range_mut((n, 0)..=(n, u8::MAX)) {
+            debug_assert_eq!(*m, n);
+            if let Some(&(t, bytes)) = pts.last()
+                && t < trace_end
+            {
+                pts.push((trace_end, bytes));
+            }
+        }
         if n == 0 {
             first_reader = Some(reader);
         }
@@ -94,6 +106,9 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     for p in points.values_mut().flatten() {
         p.0 = p.0.saturating_sub(start);
     }
+    for p in nvml.values_mut().flatten() {
+        p.0 = p.0.saturating_sub(start);
+    }
     for spans in ranges.values_mut() {
         for (a, b) in spans.iter_mut() {
             *a = a.saturating_sub(start);
@@ -105,6 +120,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
         .values()
         .flatten()
         .map(|p| p.1.max(p.2))
+        .chain(nvml.values().flatten().map(|p| p.1))
         .max()
         .unwrap_or(1)
         .max(1);
@@ -132,7 +148,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     let x = |t: u64| L + (W - L - R) * t as f64 / end as f64;
     let y = |b: u64| H - B - (H - T - B) * b as f64 / ymax as f64;
     // The legend goes under the chart, where no line can run through it: three rows a series.
-    let legend_rows = points.len() * 3;
+    let legend_rows = points.len() * 3 + nvml.keys().filter(|k| points.contains_key(k)).count();
     let height = H + 8.0 + 16.0 * legend_rows as f64;
     let mut s = String::new();
     let _ = writeln!(
@@ -182,6 +198,29 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
             } else {
                 String::new()
             }
+        );
+    }
+    // Without NVTX ranges: each iteration of a detected period marked on the time axis.
+    if ranges.is_empty()
+        && let Ok(l) = crate::report::leaks(&paths[0], None, opts)
+        && let Some(it) = l.iterations.filter(|i| i.boundary_times_ns.len() >= 2)
+    {
+        for &t in &it.boundary_times_ns {
+            let xx = x((t + traces[0].0).saturating_sub(start));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{xx:.1}" y1="{}" x2="{xx:.1}" y2="{}" stroke="#6a7fa0" stroke-width="1"/>"##,
+                H - B - 8.0,
+                H - B
+            );
+        }
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end">ticks on the time axis: {} iterations ({})</text>"##,
+            W - R,
+            T - 4.0,
+            it.count,
+            xml(&it.boundary.chars().take(110).collect::<String>())
         );
     }
     // Axes and grid.
@@ -240,19 +279,10 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
         let c = colors[i % colors.len()];
         let thin = thin(pts, (W - L - R) as usize, end);
         for (series, dash, name) in [(1usize, "", "live"), (2, "6 4", "reserved")] {
-            let mut path = String::new();
-            let mut prev: Option<u64> = None;
-            for p in &thin {
-                let v = if series == 1 { p.1 } else { p.2 };
-                // Steps: memory holds its value until the next event.
-                if let Some(pv) = prev {
-                    let _ = write!(path, "L{:.1},{:.1} ", x(p.0), y(pv));
-                } else {
-                    let _ = write!(path, "M{:.1},{:.1} ", x(p.0), y(v));
-                }
-                let _ = write!(path, "L{:.1},{:.1} ", x(p.0), y(v));
-                prev = Some(v);
-            }
+            let path = steps(
+                thin.iter()
+                    .map(|p| (x(p.0), y(if series == 1 { p.1 } else { p.2 }))),
+            );
             let _ = writeln!(
                 s,
                 r#"<path d="{path}" fill="none" stroke="{c}" stroke-width="1.5" stroke-dasharray="{dash}"/>"#
@@ -260,6 +290,22 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
             let _ = writeln!(
                 s,
                 r#"<line x1="{}" y1="{legend_y:.1}" x2="{}" y2="{legend_y:.1}" stroke="{c}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{}" y="{:.1}">{who}device {d} {name}</text>"#,
+                L + 10.0,
+                L + 40.0,
+                L + 46.0,
+                legend_y + 4.0
+            );
+            legend_y += 16.0;
+        }
+        if let Some(samples) = nvml.get(&(*n, *d)) {
+            let path = steps(samples.iter().map(|p| (x(p.0), y(p.1))));
+            let _ = writeln!(
+                s,
+                r#"<path d="{path}" fill="none" stroke="{c}" stroke-width="1" stroke-dasharray="1 3"/>"#
+            );
+            let _ = writeln!(
+                s,
+                r#"<line x1="{}" y1="{legend_y:.1}" x2="{}" y2="{legend_y:.1}" stroke="{c}" stroke-width="2" stroke-dasharray="1 3"/><text x="{}" y="{:.1}">{who}device {d} as NVML saw the process (its CUDA context and code included)</text>"#,
                 L + 10.0,
                 L + 40.0,
                 L + 46.0,
@@ -279,6 +325,22 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     }
     s.push_str("</svg>\n");
     Ok(s)
+}
+
+/// An SVG path through `points` as steps: memory holds its value until the next event.
+fn steps(points: impl Iterator<Item = (f64, f64)>) -> String {
+    let mut path = String::new();
+    let mut prev: Option<f64> = None;
+    for (px, py) in points {
+        if let Some(pv) = prev {
+            let _ = write!(path, "L{px:.1},{pv:.1} ");
+        } else {
+            let _ = write!(path, "M{px:.1},{py:.1} ");
+        }
+        let _ = write!(path, "L{px:.1},{py:.1} ");
+        prev = Some(py);
+    }
+    path
 }
 
 /// At most two points per pixel column: the first and the highest, so peaks survive.

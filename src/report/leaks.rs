@@ -24,6 +24,9 @@ pub struct Iterations {
     pub count: u64,
     /// Live bytes (all devices) at each boundary.
     pub live_at_boundaries: Vec<u64>,
+    /// When each boundary came (since the trace started), for pictures.
+    #[serde(skip)]
+    pub boundary_times_ns: Vec<u64>,
     pub growing: Vec<Growth>,
 }
 
@@ -127,6 +130,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     // earlier allocations are all in by then).
     let mut series: Vec<HashMap<u64, u64>> = Vec::new();
     let mut totals: Vec<u64> = Vec::new();
+    let mut times: Vec<u64> = Vec::new();
     let mut seen = 0u64;
     let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
         let is_boundary = match &chosen {
@@ -155,6 +159,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
                 }
                 series.push(by);
                 totals.push(rp.total_live());
+                times.push(r.time_ns);
             }
         }
     })?;
@@ -188,6 +193,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
             boundary,
             count: seen,
             live_at_boundaries: totals.clone(),
+            boundary_times_ns: times.clone(),
             growing,
         }
     });

@@ -5,7 +5,9 @@
 //! call sites, never with the length of the trace. Reports that need a moment found by a first
 //! pass (the peak) read the trace twice.
 
+pub mod device_memory;
 pub mod holds;
+pub mod job;
 pub mod leaks;
 pub mod live;
 pub mod oom;

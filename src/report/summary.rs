@@ -64,24 +64,6 @@ pub struct FrameworkMemory {
     pub ooms: u64,
 }
 
-/// One device as NVML saw this process, and what the trace explains of it at exit.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
-pub struct DeviceMemory {
-    /// NVML's index of the device (the CUDA ordinal too, unless CUDA_VISIBLE_DEVICES reorders).
-    pub device: u8,
-    /// NVML's last figure for this process (sampled every 200 ms), and its highest.
-    pub nvml_at_exit_bytes: u64,
-    pub nvml_peak_bytes: u64,
-    pub device_total_bytes: u64,
-    /// NVML did not list this process (another PID namespace): the figures are the device's.
-    pub device_wide: bool,
-    /// What the allocations held at exit (every owner, the framework's unused cache included).
-    pub held_at_exit_bytes: u64,
-    /// NVML's figure less that: memory no allocating call made (the CUDA context, module code,
-    /// local memory).
-    pub not_allocated_bytes: u64,
-}
-
 /// What the shim's pool did on one device (its own records): how often it went to the device
 /// for memory and gave it back, split blocks, and waited for the GPU.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
@@ -154,7 +136,7 @@ pub struct Summary {
     /// cache) held at exit, per device.
     pub held_at_exit: Vec<super::owners::OwnerBytes>,
     /// Per device, what NVML said this process used, against what the trace explains.
-    pub device_memory: Vec<DeviceMemory>,
+    pub device_memory: Vec<super::device_memory::DeviceMemory>,
     pub health: TraceHealth,
 }
 
@@ -199,7 +181,25 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     // Per thread: whether its latest record (definitions aside) was a successful allocation,
     // so a stack after it counts as that allocation's.
     let mut allocated_last: Vec<bool> = Vec::new();
+    // Per device: where NVML's figure peaked (the record's position), and its last sample.
+    let mut nvml_peaks: BTreeMap<u8, super::device_memory::NvmlPeak> = BTreeMap::new();
+    let mut nvml_last: BTreeMap<u8, u64> = BTreeMap::new();
+    let mut nth = 0u64;
     while let Some(r) = reader.next() {
+        nth += 1;
+        if r.kind == RecordKind::DeviceMemory {
+            let peak = live.nvml.get(&r.device).map_or(0, |f| f.peak);
+            if r.ptr > peak || !nvml_peaks.contains_key(&r.device) {
+                nvml_peaks.insert(
+                    r.device,
+                    super::device_memory::NvmlPeak {
+                        record: nth,
+                        time_ns: r.time_ns,
+                    },
+                );
+            }
+            nvml_last.insert(r.device, r.time_ns);
+        }
         let torch = r.api == crate::trace::format::Api::Torch;
         match r.kind {
             RecordKind::SegmentReserve | RecordKind::SegmentRelease | RecordKind::TensorOom
@@ -369,26 +369,8 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         framework.clear();
     }
     let held_at_exit = super::owners::held_by_owner(&reader, &live);
-    let device_memory = live
-        .nvml
-        .iter()
-        .map(|(&device, f)| {
-            let held: u64 = held_at_exit
-                .iter()
-                .filter(|h| h.device == device)
-                .map(|h| h.bytes)
-                .sum();
-            DeviceMemory {
-                device,
-                nvml_at_exit_bytes: f.bytes,
-                nvml_peak_bytes: f.peak,
-                device_total_bytes: f.total,
-                device_wide: f.device_wide,
-                held_at_exit_bytes: held,
-                not_allocated_bytes: f.bytes.saturating_sub(held),
-            }
-        })
-        .collect();
+    let device_memory =
+        super::device_memory::reckon(path, opts, &live, &held_at_exit, &nvml_peaks, &nvml_last)?;
     let stats: DecodeStats = reader.stats().clone();
     let devices = live
         .peaks()
@@ -600,25 +582,7 @@ impl Summary {
                 let _ = writeln!(o, "held at exit on device {d}: {}", parts.join(", "));
             }
         }
-        for m in &self.device_memory {
-            let _ = writeln!(
-                o,
-                "device {} as NVML saw {}: {} at exit (highest {}, of {}); {} held by the \
-                 allocations above, {} made by no allocating call (the CUDA context, module code, \
-                 local memory)",
-                m.device,
-                if m.device_wide {
-                    "the whole device (it did not list this process)"
-                } else {
-                    "this process"
-                },
-                human_bytes(m.nvml_at_exit_bytes),
-                human_bytes(m.nvml_peak_bytes),
-                human_bytes(m.device_total_bytes),
-                human_bytes(m.held_at_exit_bytes),
-                human_bytes(m.not_allocated_bytes)
-            );
-        }
+        super::device_memory::render(&mut o, &self.device_memory);
         if let Some(why) = &self.tensors_off {
             let _ = writeln!(o, "tensors: not recorded: {why}");
         }
@@ -714,109 +678,6 @@ impl Summary {
         if let Some(d) = &h.damage {
             let _ = writeln!(o, "damage: {d}");
         }
-        o
-    }
-}
-
-/// Several traces of one job (one per rank or process), taken together.
-#[derive(Clone, Debug, Serialize)]
-pub struct Combined {
-    pub traces: usize,
-    pub events: u64,
-    /// Each trace's largest per-device peak, summed: what the job needs if every rank peaks at
-    /// once (ranks of a data-parallel job peak together).
-    pub sum_of_peaks_bytes: u64,
-    /// The trace, rank and device with the largest peak.
-    pub largest_peak: Option<LargestPeak>,
-    pub failed_for_memory: u64,
-    pub lost: u64,
-    pub torn: u64,
-    pub unclean_exits: usize,
-}
-
-/// Where the largest per-device peak of a set of traces was.
-#[derive(Clone, Debug, Serialize)]
-pub struct LargestPeak {
-    pub trace: String,
-    pub rank: Option<i32>,
-    pub device: Option<u8>,
-    pub peak_live_bytes: u64,
-}
-
-pub fn combine(all: &[Summary]) -> Combined {
-    let mut c = Combined {
-        traces: all.len(),
-        events: 0,
-        sum_of_peaks_bytes: 0,
-        largest_peak: None,
-        failed_for_memory: 0,
-        lost: 0,
-        torn: 0,
-        unclean_exits: 0,
-    };
-    for s in all {
-        c.events += s.events;
-        c.lost += s.health.lost;
-        c.torn += s.health.torn;
-        c.unclean_exits = c
-            .unclean_exits
-            .saturating_add(usize::from(!s.health.clean_exit));
-        c.sum_of_peaks_bytes = c.sum_of_peaks_bytes.saturating_add(
-            s.devices
-                .iter()
-                .map(|d| d.peak_live_bytes)
-                .max()
-                .unwrap_or(0),
-        );
-        for d in &s.devices {
-            c.failed_for_memory += d.ooms;
-            if c.largest_peak
-                .as_ref()
-                .is_none_or(|l| d.peak_live_bytes > l.peak_live_bytes)
-            {
-                c.largest_peak = Some(LargestPeak {
-                    trace: s.path.clone(),
-                    rank: s.rank,
-                    device: d.device,
-                    peak_live_bytes: d.peak_live_bytes,
-                });
-            }
-        }
-    }
-    c
-}
-
-impl Combined {
-    pub fn render(&self) -> String {
-        let mut o = String::new();
-        let _ = writeln!(
-            o,
-            "combined, {} traces: {} events",
-            self.traces, self.events
-        );
-        let _ = writeln!(
-            o,
-            "  sum of each trace's peak live: {}",
-            human_bytes(self.sum_of_peaks_bytes)
-        );
-        if let Some(l) = &self.largest_peak {
-            let rank = l.rank.map(|r| format!(" (rank {r})")).unwrap_or_default();
-            let device = l
-                .device
-                .map(|d| d.to_string())
-                .unwrap_or_else(|| "?".into());
-            let _ = writeln!(
-                o,
-                "  largest peak: {} on device {device} in {}{rank}",
-                human_bytes(l.peak_live_bytes),
-                l.trace
-            );
-        }
-        let _ = writeln!(
-            o,
-            "  {} allocations failed for lack of memory; {} records lost, {} torn; {} processes did not exit cleanly",
-            self.failed_for_memory, self.lost, self.torn, self.unclean_exits
-        );
         o
     }
 }

@@ -8,7 +8,13 @@
 
 int owner_lib_allocate(void);
 
-/* usage: owners [MS]: waits MS milliseconds before exit (so a sampler sees the end state). */
+static void wait_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* usage: owners [MS]: then holds 64 MiB more for MS milliseconds, frees it and waits MS again
+ * before exit (so a sampler sees the peak and the end state). */
 int main(int argc, char **argv) {
     void *mine = NULL, *gone = NULL;
     int r = cudaMalloc(&mine, 2 << 20);
@@ -16,10 +22,13 @@ int main(int argc, char **argv) {
     r = r ? r : cudaFree(gone);
     r = r ? r : owner_lib_allocate();
     printf("owners: %d\n", r);
-    if (argc > 1) {
+    if (argc > 1 && r == 0) {
         long ms = atol(argv[1]);
-        struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
-        nanosleep(&t, NULL);
+        void *burst = NULL;
+        r = cudaMalloc(&burst, 64 << 20);
+        wait_ms(ms);
+        r = r ? r : cudaFree(burst);
+        wait_ms(ms);
     }
     return r;
 }

@@ -1,9 +1,11 @@
 //! The device's own figure (design contract 11): the memory NVML says this process uses on
 //! each device, kept in the trace beside the allocations, so reports can say what no allocating
 //! call made (the CUDA context, module code, local memory). NVML is read, never intercepted: a
-//! helper thread loads `libnvidia-ml.so.1` itself and samples every [`EVERY_MS`] (a
-//! `device_memory` record when a figure moved by a MiB or more). Nothing is asked of NVML at
-//! exit: its own clean-up may have run by then. Where NVML does not list this process (another
+//! helper thread loads `libnvidia-ml.so.1` itself and samples every [`EVERY_MS`], and soon
+//! after the moments that matter (a device allocation or free, a segment reserved or released,
+//! a failed request: the hooks [`poke`] it), at most once per [`SPACING_MS`]; a `device_memory`
+//! record when a figure moved by a MiB or more. Nothing is asked of NVML at exit: its own
+//! clean-up may have run by then. Where NVML does not list this process (another
 //! PID namespace, as in some containers), the device's used memory is recorded instead, marked
 //! as such.
 
@@ -13,8 +15,11 @@ use core::ffi::{c_int, c_uint, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use gpushim_core::trace::format::{Api, RecordKind};
 
-/// How often the helper samples.
+/// How often the helper samples when nothing pokes it.
 const EVERY_MS: u64 = 200;
+/// The closest two samples come (NVML's process query is an ioctl; a program that allocates
+/// without a cache pokes all the time).
+const SPACING_MS: u64 = 50;
 /// Devices sampled (NVML's indexes).
 const MAX_DEVICES: usize = 16;
 /// Processes asked of NVML per device at once.
@@ -58,6 +63,16 @@ static STARTED: AtomicBool = AtomicBool::new(false);
 static FORKED: AtomicBool = AtomicBool::new(false);
 /// The last figure recorded per device (bytes + 1; 0: none yet).
 static LAST: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
+/// Set by [`poke`]: the device's memory may have moved since the last sample.
+static MOVED: AtomicBool = AtomicBool::new(false);
+
+/// Asks for a sample soon (device memory may have moved). A load on the hot path; a store only
+/// once per sample.
+pub fn poke() {
+    if !MOVED.load(Ordering::Relaxed) {
+        MOVED.store(true, Ordering::Relaxed);
+    }
+}
 
 /// Starts the sampler (once per process; again in a forked child that traces).
 pub fn start() {
@@ -72,8 +87,16 @@ pub fn start() {
                 return;
             }
             loop {
+                MOVED.store(false, Ordering::Relaxed);
                 sample();
-                std::thread::sleep(std::time::Duration::from_millis(EVERY_MS));
+                let mut waited = 0;
+                loop {
+                    std::thread::sleep(std::time::Duration::from_millis(SPACING_MS));
+                    waited += SPACING_MS;
+                    if waited >= EVERY_MS || MOVED.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
             }
         });
 }

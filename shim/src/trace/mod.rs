@@ -49,6 +49,25 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
         stream_index = i;
     }
     append(kind, api, rc, ptr, size, device, thread, stream_index);
+    // The device's memory may have moved: NVML's figure is sampled soon after (tensors come
+    // and go inside the framework's segments, which are recorded themselves).
+    if rc != 0
+        || matches!(
+            kind,
+            RecordKind::Alloc
+                | RecordKind::AllocAsync
+                | RecordKind::ManagedAlloc
+                | RecordKind::Free
+                | RecordKind::FreeAsync
+                | RecordKind::PhysCreate
+                | RecordKind::PhysRelease
+                | RecordKind::SegmentReserve
+                | RecordKind::SegmentRelease
+        ) && !matches!(api, Api::Torch | Api::Pluggable)
+        || kind == RecordKind::TensorOom
+    {
+        device_memory::poke();
+    }
     // The pool's own decisions follow the call that caused them, which has the stack.
     if api != Api::Shim {
         crate::costs::measure(crate::costs::Cost::Stacks, || {

@@ -1,0 +1,98 @@
+"""A workload whose device memory `gpushim summary` must account for, run under the shim by
+scripts/gpu-memory.sh. Before exit it reads NVML itself (this process's figure, as nvidia-smi
+shows it) and prints one 'RESULT {json}' line with PyTorch's own counters beside it, then waits
+so the shim's sampler has seen the final state.
+
+usage: where_memory_went.py WORKLOAD
+  context  the CUDA context, one bf16 matrix product (cuBLAS loaded) and nothing else: what a
+           process holds that no allocating call made, for comparison with gpt2
+  nccl-context  the same and a one-rank NCCL process group with one small all-reduce (NCCL's
+           kernels loaded): the comparison for nccl
+  gpt2     GPT2LMHeadModel from GPT2Config() (no download), bf16 autocast, AdamW, 20 steps of
+           batch 8 with the sequence changing every step (64..509 tokens)
+  nccl     a one-rank NCCL process group on this GPU (NCCL refuses two ranks on one GPU), 20
+           all-reduces of 64 MiB, and a small model's gradients all-reduced as DDP does"""
+import ctypes
+import json
+import os
+import sys
+import time
+
+import torch
+
+workload = sys.argv[1]
+dev = torch.device("cuda", 0)
+
+
+def nvml_mine():
+    """NVML's figure for this process on device 0 (bytes), or None where it lists no such pid."""
+    nv = ctypes.CDLL("libnvidia-ml.so.1")
+    assert nv.nvmlInit_v2() == 0
+    h = ctypes.c_void_p()
+    assert nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
+
+    class Info(ctypes.Structure):
+        _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
+                    ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+
+    n = ctypes.c_uint(64)
+    infos = (Info * 64)()
+    assert nv.nvmlDeviceGetComputeRunningProcesses_v3(h, ctypes.byref(n), infos) == 0
+    for i in infos[: n.value]:
+        if i.pid == os.getpid():
+            return i.used
+    return None
+
+
+def nccl_group():
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29531")
+    torch.cuda.set_device(dev)
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=dev)
+    return dist
+
+
+if workload in ("context", "nccl-context"):
+    x = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
+    (x @ x).sum().item()
+    if workload == "nccl-context":
+        nccl_group().all_reduce(torch.ones(1024, device=dev))
+elif workload == "gpt2":
+    from transformers import GPT2Config, GPT2LMHeadModel
+    model = GPT2LMHeadModel(GPT2Config()).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for i in range(20):
+        seq = 64 + (i * 89) % 446
+        ids = torch.randint(0, 50257, (8, seq), device=dev)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = model(ids, labels=ids).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    loss.item()
+elif workload == "nccl":
+    dist = nccl_group()
+    buf = torch.ones(16 << 20, device=dev)
+    for _ in range(20):
+        dist.all_reduce(buf)
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(8)]).to(dev))
+    for _ in range(5):
+        model(torch.randn(64, 2048, device=dev)).sum().backward()
+    torch.cuda.synchronize()
+else:
+    sys.exit(f"where_memory_went.py: unknown workload {workload!r} (context, nccl-context, gpt2, nccl)")
+
+torch.cuda.synchronize()
+time.sleep(0.6)
+print("RESULT " + json.dumps({
+    "workload": workload,
+    "nvml_at_exit": nvml_mine(),
+    "allocated": torch.cuda.memory_allocated(dev),
+    "reserved": torch.cuda.memory_reserved(dev),
+    "max_reserved": torch.cuda.max_memory_reserved(dev),
+}), flush=True)
+# NCCL's process group is left to the process's exit, so its buffers are held when the shim's
+# sampler reads the final state (destroying it would free them first).
+time.sleep(0.4)

@@ -1,0 +1,228 @@
+//! Where the device memory went: NVML's figure for the process (the trace's `device_memory`
+//! records) split into what each owner held (tensors, the framework's unused cache, each other
+//! library by name) and what no allocating call made (the CUDA context, module code, local
+//! memory: NVML's figure less the rest), at NVML's peak and at exit. Across the traces of a job:
+//! which rank came closest to its device's limit.
+
+use super::live::{Replay, replay_until};
+use super::owners::{OwnerBytes, held_by_owner};
+use super::summary::{Summary, human_bytes, human_duration};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// What the part of NVML's figure that no allocating call made is called.
+pub const NOT_ALLOCATED: &str = "no allocating call (CUDA context, module code, local memory)";
+
+/// One device as NVML saw this process, split by owner at NVML's peak and at exit.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct DeviceMemory {
+    /// NVML's index of the device (the CUDA ordinal too, unless CUDA_VISIBLE_DEVICES reorders).
+    pub device: u8,
+    pub device_total_bytes: u64,
+    /// NVML did not list this process (another PID namespace): the figures are the device's.
+    pub device_wide: bool,
+    pub at_peak: Reckoning,
+    pub at_exit: Reckoning,
+}
+
+/// NVML's figure at one moment and what it is made of: the parts add up to it exactly, the
+/// last part being the rest.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct Reckoning {
+    /// Since the trace started (at exit: the last sample).
+    pub time_ns: u64,
+    pub nvml_bytes: u64,
+    /// What the allocations held (every owner, the framework's unused cache included).
+    pub held_bytes: u64,
+    /// NVML's figure less that (0 where the allocations held more than NVML had seen yet).
+    pub not_allocated_bytes: u64,
+    /// Each owner's bytes, largest first.
+    pub parts: Vec<OwnerBytes>,
+}
+
+/// Where each device's NVML figure peaked: the record's position in the trace and its time.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NvmlPeak {
+    pub record: u64,
+    pub time_ns: u64,
+}
+
+/// Splits NVML's figures of `live` (a replay of the whole trace) by owner; `held_at_exit` is
+/// [`held_by_owner`] of it. The moment of each peak is replayed again from the start.
+pub fn reckon(
+    path: &Path,
+    opts: &ReadOptions,
+    live: &Replay,
+    held_at_exit: &[OwnerBytes],
+    peaks: &BTreeMap<u8, NvmlPeak>,
+    last_sample_ns: &BTreeMap<u8, u64>,
+) -> Result<Vec<DeviceMemory>, ReadError> {
+    let mut out = Vec::new();
+    for (&device, f) in &live.nvml {
+        let at_exit = split(
+            device,
+            f.bytes,
+            last_sample_ns.get(&device).copied().unwrap_or(0),
+            held_at_exit,
+        );
+        let at_peak = match peaks.get(&device) {
+            Some(p) => {
+                let mut reader = TraceReader::open_with(path, opts)?;
+                let rp = replay_until(&mut reader, p.record);
+                split(device, f.peak, p.time_ns, &held_by_owner(&reader, &rp))
+            }
+            None => at_exit.clone(),
+        };
+        out.push(DeviceMemory {
+            device,
+            device_total_bytes: f.total,
+            device_wide: f.device_wide,
+            at_peak,
+            at_exit,
+        });
+    }
+    Ok(out)
+}
+
+fn split(device: u8, nvml: u64, time_ns: u64, held: &[OwnerBytes]) -> Reckoning {
+    let parts: Vec<OwnerBytes> = held
+        .iter()
+        .filter(|h| h.device == device && h.bytes > 0)
+        .cloned()
+        .collect();
+    let held_bytes = parts.iter().fold(0u64, |a, p| a.saturating_add(p.bytes));
+    Reckoning {
+        time_ns,
+        nvml_bytes: nvml,
+        held_bytes,
+        not_allocated_bytes: nvml.saturating_sub(held_bytes),
+        parts,
+    }
+}
+
+/// The reckoning as a table: a row per owner, a column per moment, NVML's figure last.
+pub fn render(o: &mut String, all: &[DeviceMemory]) {
+    for m in all {
+        let whose = if m.device_wide {
+            "the whole device (NVML did not list this process)"
+        } else {
+            "this process"
+        };
+        let _ = writeln!(
+            o,
+            "device {} memory as NVML saw {whose}, of {}:",
+            m.device,
+            human_bytes(m.device_total_bytes)
+        );
+        let moments = [&m.at_peak, &m.at_exit];
+        let mut owners: Vec<&str> = Vec::new();
+        for r in moments {
+            for p in &r.parts {
+                if !owners.contains(&p.owner.as_str()) {
+                    owners.push(&p.owner);
+                }
+            }
+        }
+        let width = owners
+            .iter()
+            .map(|o| o.len())
+            .chain([NOT_ALLOCATED.len()])
+            .max()
+            .unwrap_or(0);
+        let peak_head = format!("at its peak ({})", human_duration(m.at_peak.time_ns));
+        let _ = writeln!(o, "  {:width$}  {peak_head:>22}  {:>12}", "", "at exit");
+        let row = |o: &mut String, name: &str, a: u64, b: u64| {
+            let _ = writeln!(
+                o,
+                "  {name:width$}  {:>22}  {:>12}",
+                human_bytes(a),
+                human_bytes(b)
+            );
+        };
+        for owner in owners {
+            let of = |r: &Reckoning| {
+                r.parts
+                    .iter()
+                    .find(|p| p.owner == owner)
+                    .map_or(0, |p| p.bytes)
+            };
+            row(o, owner, of(&m.at_peak), of(&m.at_exit));
+        }
+        row(
+            o,
+            NOT_ALLOCATED,
+            m.at_peak.not_allocated_bytes,
+            m.at_exit.not_allocated_bytes,
+        );
+        row(o, "= NVML", m.at_peak.nvml_bytes, m.at_exit.nvml_bytes);
+    }
+}
+
+/// One rank's (trace's) highest NVML figure on one device against the device's total.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct RankMemory {
+    pub trace: String,
+    pub rank: Option<i32>,
+    pub device: u8,
+    pub nvml_peak_bytes: u64,
+    pub device_total_bytes: u64,
+    /// The device's total less the peak: how much more this rank could have taken (less, where
+    /// other processes share the device).
+    pub headroom_bytes: u64,
+}
+
+/// Every trace's NVML peak per device, the one with the least headroom first.
+pub fn by_headroom(all: &[Summary]) -> Vec<RankMemory> {
+    let mut v: Vec<RankMemory> = all
+        .iter()
+        .flat_map(|s| {
+            s.device_memory.iter().map(|m| RankMemory {
+                trace: s.path.clone(),
+                rank: s.rank,
+                device: m.device,
+                nvml_peak_bytes: m.at_peak.nvml_bytes,
+                device_total_bytes: m.device_total_bytes,
+                headroom_bytes: m.device_total_bytes.saturating_sub(m.at_peak.nvml_bytes),
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| {
+        a.headroom_bytes
+            .cmp(&b.headroom_bytes)
+            .then(a.rank.cmp(&b.rank))
+    });
+    v
+}
+
+/// The job's ranks by headroom, the closest to its limit named.
+pub fn render_ranks(o: &mut String, ranks: &[RankMemory]) {
+    let Some(first) = ranks.first() else {
+        return;
+    };
+    let who = |r: &RankMemory| match r.rank {
+        Some(k) => format!("rank {k}"),
+        None => r.trace.clone(),
+    };
+    let _ = writeln!(
+        o,
+        "  closest to its device's limit: {} on device {}, NVML peak {} of {} ({} headroom)",
+        who(first),
+        first.device,
+        human_bytes(first.nvml_peak_bytes),
+        human_bytes(first.device_total_bytes),
+        human_bytes(first.headroom_bytes)
+    );
+    for r in ranks {
+        let _ = writeln!(
+            o,
+            "    {:<10} device {}: NVML peak {:>10}, headroom {:>10}",
+            who(r),
+            r.device,
+            human_bytes(r.nvml_peak_bytes),
+            human_bytes(r.headroom_bytes)
+        );
+    }
+}

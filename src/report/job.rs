@@ -1,0 +1,114 @@
+//! Several traces of one job (one per rank or process) taken together: their peaks, failures
+//! and health, and which rank came closest to its device's limit.
+
+use super::device_memory::{RankMemory, by_headroom, render_ranks};
+use super::summary::{Summary, human_bytes};
+use serde::Serialize;
+use std::fmt::Write as _;
+
+/// Several traces of one job (one per rank or process), taken together.
+#[derive(Clone, Debug, Serialize)]
+pub struct Combined {
+    pub traces: usize,
+    pub events: u64,
+    /// Each trace's largest per-device peak, summed: what the job needs if every rank peaks at
+    /// once (ranks of a data-parallel job peak together).
+    pub sum_of_peaks_bytes: u64,
+    /// The trace, rank and device with the largest peak.
+    pub largest_peak: Option<LargestPeak>,
+    pub failed_for_memory: u64,
+    pub lost: u64,
+    pub torn: u64,
+    pub unclean_exits: usize,
+    /// Each trace's NVML peak per device, the rank closest to its device's limit first.
+    pub ranks_by_headroom: Vec<RankMemory>,
+}
+
+/// Where the largest per-device peak of a set of traces was.
+#[derive(Clone, Debug, Serialize)]
+pub struct LargestPeak {
+    pub trace: String,
+    pub rank: Option<i32>,
+    pub device: Option<u8>,
+    pub peak_live_bytes: u64,
+}
+
+pub fn combine(all: &[Summary]) -> Combined {
+    let mut c = Combined {
+        traces: all.len(),
+        events: 0,
+        sum_of_peaks_bytes: 0,
+        largest_peak: None,
+        failed_for_memory: 0,
+        lost: 0,
+        torn: 0,
+        unclean_exits: 0,
+        ranks_by_headroom: by_headroom(all),
+    };
+    for s in all {
+        c.events += s.events;
+        c.lost += s.health.lost;
+        c.torn += s.health.torn;
+        c.unclean_exits = c
+            .unclean_exits
+            .saturating_add(usize::from(!s.health.clean_exit));
+        c.sum_of_peaks_bytes = c.sum_of_peaks_bytes.saturating_add(
+            s.devices
+                .iter()
+                .map(|d| d.peak_live_bytes)
+                .max()
+                .unwrap_or(0),
+        );
+        for d in &s.devices {
+            c.failed_for_memory += d.ooms;
+            if c.largest_peak
+                .as_ref()
+                .is_none_or(|l| d.peak_live_bytes > l.peak_live_bytes)
+            {
+                c.largest_peak = Some(LargestPeak {
+                    trace: s.path.clone(),
+                    rank: s.rank,
+                    device: d.device,
+                    peak_live_bytes: d.peak_live_bytes,
+                });
+            }
+        }
+    }
+    c
+}
+
+impl Combined {
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "combined, {} traces: {} events",
+            self.traces, self.events
+        );
+        let _ = writeln!(
+            o,
+            "  sum of each trace's peak live: {}",
+            human_bytes(self.sum_of_peaks_bytes)
+        );
+        if let Some(l) = &self.largest_peak {
+            let rank = l.rank.map(|r| format!(" (rank {r})")).unwrap_or_default();
+            let device = l
+                .device
+                .map(|d| d.to_string())
+                .unwrap_or_else(|| "?".into());
+            let _ = writeln!(
+                o,
+                "  largest peak: {} on device {device} in {}{rank}",
+                human_bytes(l.peak_live_bytes),
+                l.trace
+            );
+        }
+        let _ = writeln!(
+            o,
+            "  {} allocations failed for lack of memory; {} records lost, {} torn; {} processes did not exit cleanly",
+            self.failed_for_memory, self.lost, self.torn, self.unclean_exits
+        );
+        render_ranks(&mut o, &self.ranks_by_headroom);
+        o
+    }
+}
