@@ -11,18 +11,30 @@
 # allocation. "NVML (program)" is read by the program just before it ends; the trace's last
 # sample may come later (nccl: NCCL frees its buffers at the interpreter's exit). Build and carry .gpu as
 # for scripts/gpu-check.sh.
+# RANKS=N runs each workload under torchrun with N ranks, one GPU each (a machine with N GPUs),
+# and adds what `gpushim summary` says of the ranks together (the one closest to its limit).
 #   bash scripts/gpu-memory.sh [context nccl-context gpt2 nccl]
+#   RANKS=2 bash scripts/gpu-memory.sh nccl-context nccl
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .gpu/gpushim ] && [ -f .gpu/libgpushim.so ] || { echo "carry .gpu (see scripts/gpu-check.sh)" >&2; exit 2; }
 workloads=${*:-context nccl-context gpt2 nccl}
 work=$(mktemp -d)
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
+ranks=${RANKS:-1}
 for w in $workloads; do
-  .gpu/gpushim run --trace "$work/$w.%p.trace" -- python3 scripts/gpu/where_memory_went.py "$w" \
-    > "$work/$w.out" 2> "$work/$w.err" || { echo "$w failed:"; tail -20 "$work/$w.err"; exit 1; }
+  if [ "$ranks" = 1 ]; then
+    cmd=(python3 scripts/gpu/where_memory_went.py "$w")
+  else
+    cmd=(torchrun --standalone --nproc_per_node "$ranks" scripts/gpu/where_memory_went.py "$w")
+  fi
+  .gpu/gpushim run --trace "$work/$w.r%r.trace" -- "${cmd[@]}" > "$work/$w.out" 2> "$work/$w.err" \
+    || { echo "$w failed:"; tail -20 "$work/$w.err"; exit 1; }
   grep '^RESULT ' "$work/$w.out" | sed 's/^RESULT //' > "$work/$w.json"
-  .gpu/gpushim summary --json "$work"/$w.*.trace > "$work/$w.summary.json"
+  for t in "$work"/$w.r*.trace; do
+    r=${t##*.r}; r=${r%.trace}
+    .gpu/gpushim summary --json "$t" > "$work/$w.$r.summary.json"
+  done
 done
 python3 - "$work" $workloads <<'PY'
 import json, sys
@@ -30,36 +42,41 @@ work, names = sys.argv[1], sys.argv[2:]
 MiB = 2**20
 rows = {}
 for w in names:
-    own = json.load(open(f"{work}/{w}.json"))
-    s = json.load(open(f"{work}/{w}.summary.json"))
-    dm = [d for d in s["device_memory"] if d["device"] == 0]
-    if not dm:
-        print(f"{w}: the trace holds no NVML figure"); continue
-    rows[w] = (own, dm[0])
+    for line in open(f"{work}/{w}.json"):
+        own = json.loads(line)
+        rank = own["rank"]
+        s = json.load(open(f"{work}/{w}.{rank if rank >= 0 else -1}.summary.json"))
+        dev = [d for d in s["device_memory"] if d["at_peak"]["nvml_bytes"] > 0]
+        if not dev:
+            print(f"{w} rank {rank}: the trace holds no NVML figure"); continue
+        rows[(w, rank)] = (own, max(dev, key=lambda d: d["at_peak"]["nvml_bytes"]))
 REFERENCE = {"gpt2": "context", "nccl": "nccl-context"}
-def ref_rest(w):
-    ref = rows.get(REFERENCE.get(w, w), (None, None))[1]
+def ref_rest(w, rank):
+    ref = rows.get((REFERENCE.get(w, w), rank), (None, None))[1]
     return ref["at_exit"]["not_allocated_bytes"] if ref else None
 print()
 mib = lambda b: "-" if b is None else f"{b / MiB:,.0f}"
-print("| workload | moment | NVML (trace) | NVML (program) | named parts | rest | parts + reference rest | vs NVML |")
-print("|---|---|---:|---:|---:|---:|---:|---:|")
-for w, (own, d) in rows.items():
+print("| workload | rank | device | moment | NVML (trace) | NVML (program) | named parts | rest | parts + reference rest | vs NVML |")
+print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|")
+for (w, rank), (own, d) in rows.items():
     for moment in ("at_peak", "at_exit"):
         r = d[moment]
         prog = own["nvml_at_exit"] if moment == "at_exit" else None
-        rest = ref_rest(w)
+        rest = ref_rest(w, rank)
         total = None if rest is None or w not in REFERENCE else rest + r["held_bytes"]
         off = "-" if total is None else f"{100 * (total - r['nvml_bytes']) / r['nvml_bytes']:+.2f}%"
-        print(f"| {w} | {moment.replace('_', ' ')} | {mib(r['nvml_bytes'])} | {mib(prog)} | "
+        print(f"| {w} | {rank} | {d['device']} | {moment.replace('_', ' ')} | {mib(r['nvml_bytes'])} | {mib(prog)} | "
               f"{mib(r['held_bytes'])} | {mib(r['not_allocated_bytes'])} | {mib(total)} | {off} |")
 print()
-for w, (own, d) in rows.items():
+for (w, rank), (own, d) in rows.items():
     for moment in ("at_peak", "at_exit"):
         parts = ", ".join(f"{p['owner']} {p['bytes'] / MiB:,.1f}" for p in d[moment]["parts"])
-        print(f"{w} {moment.replace('_', ' ')} (MiB): {parts}")
-    print(f"{w}: PyTorch says allocated {own['allocated'] / MiB:,.1f}, reserved {own['reserved'] / MiB:,.1f}, "
+        print(f"{w} rank {rank} {moment.replace('_', ' ')} (MiB): {parts}")
+    print(f"{w} rank {rank}: PyTorch says allocated {own['allocated'] / MiB:,.1f}, reserved {own['reserved'] / MiB:,.1f}, "
           f"max reserved {own['max_reserved'] / MiB:,.1f} MiB")
 PY
 echo
-for w in $workloads; do echo "== gpushim summary ($w)"; .gpu/gpushim summary "$work"/$w.*.trace | sed -n '/memory as NVML/,/= NVML/p'; done
+for w in $workloads; do
+  echo "== gpushim summary ($w)"
+  .gpu/gpushim summary "$work"/$w.r*.trace | sed -n -e '/memory as NVML/,/= NVML/p' -e '/closest to its/,$p'
+done

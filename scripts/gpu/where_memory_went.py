@@ -11,7 +11,9 @@ usage: where_memory_went.py WORKLOAD
   gpt2     GPT2LMHeadModel from GPT2Config() (no download), bf16 autocast, AdamW, 20 steps of
            batch 8 with the sequence changing every step (64..509 tokens)
   nccl     a one-rank NCCL process group on this GPU (NCCL refuses two ranks on one GPU), 20
-           all-reduces of 64 MiB, and a small model's gradients all-reduced as DDP does"""
+           all-reduces of 64 MiB, and a small model's gradients all-reduced as DDP does
+Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) the NCCL group has every rank, each on the GPU
+of its local rank."""
 import ctypes
 import json
 import os
@@ -21,15 +23,16 @@ import time
 import torch
 
 workload = sys.argv[1]
-dev = torch.device("cuda", 0)
+dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
 
 
 def nvml_mine():
-    """NVML's figure for this process on device 0 (bytes), or None where it lists no such pid."""
+    """NVML's figure for this process on its device (bytes), or None where it lists no such pid
+    (NVML's index taken for the CUDA ordinal, as no CUDA_VISIBLE_DEVICES is set here)."""
     nv = ctypes.CDLL("libnvidia-ml.so.1")
     assert nv.nvmlInit_v2() == 0
     h = ctypes.c_void_p()
-    assert nv.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(h)) == 0
+    assert nv.nvmlDeviceGetHandleByIndex_v2(dev.index, ctypes.byref(h)) == 0
 
     class Info(ctypes.Structure):
         _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong),
@@ -49,7 +52,8 @@ def nccl_group():
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29531")
     torch.cuda.set_device(dev)
-    dist.init_process_group("nccl", rank=0, world_size=1, device_id=dev)
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    dist.init_process_group("nccl", rank=rank, world_size=world, device_id=dev)
     return dist
 
 
@@ -88,6 +92,7 @@ torch.cuda.synchronize()
 time.sleep(0.6)
 print("RESULT " + json.dumps({
     "workload": workload,
+    "rank": int(os.environ.get("RANK", "0")),
     "nvml_at_exit": nvml_mine(),
     "allocated": torch.cuda.memory_allocated(dev),
     "reserved": torch.cuda.memory_reserved(dev),
