@@ -575,14 +575,16 @@ fn the_shims_switches_are_read_from_one_table() {
 }
 
 /// What the README and the docs show can be run: every `gpushim COMMAND` they name exists
-/// (its `--help` answers), and every script they name is there and parses.
+/// (its `--help` answers), every command they show with its arguments succeeds, and every
+/// script they name is there and parses.
 #[test]
-fn the_commands_and_scripts_the_docs_show_exist() {
+fn the_commands_and_scripts_the_docs_show_run() {
     let mut texts = vec![std::fs::read_to_string(repo().join("README.md")).unwrap()];
     for e in std::fs::read_dir(repo().join("docs")).unwrap() {
         texts.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
     }
     let mut commands = std::collections::BTreeSet::new();
+    let mut shown = std::collections::BTreeSet::new();
     let mut scripts = std::collections::BTreeSet::new();
     // A command is `gpushim WORD` at the start of a code line (after an optional `$ `) or
     // right after a backtick.
@@ -598,9 +600,12 @@ fn the_commands_and_scripts_the_docs_show_exist() {
             let code = line.trim_start().trim_start_matches("$ ");
             if let Some(rest) = code.strip_prefix("gpushim ") {
                 commands.extend(first_word(rest));
+                shown.insert(rest.split('#').next().unwrap_or("").trim().to_string());
             }
             for (i, _) in line.match_indices("`gpushim ") {
-                commands.extend(first_word(&line[i + "`gpushim ".len()..]));
+                let rest = &line[i + "`gpushim ".len()..];
+                commands.extend(first_word(rest));
+                shown.insert(rest.split('`').next().unwrap_or("").trim().to_string());
             }
         }
         for w in t.split(|c: char| c.is_whitespace() || "`|(),;:".contains(c)) {
@@ -626,11 +631,113 @@ fn the_commands_and_scripts_the_docs_show_exist() {
             stderr(&out)
         );
     }
+    // Every command shown with its arguments runs as shown, in a folder of its own: a trace
+    // it names is the bundled example's trace, the program `run` starts is the bundled
+    // training loop on the simulator (the docs' programs need a GPU and PyTorch). Commands with
+    // placeholders of their own (COMMAND, ...) stand for others and were checked by --help.
+    let trace = train_loop_trace("docs-commands");
+    let dir = tempdir("docs-run");
+    let mut ran = 0;
+    for line in &shown {
+        let words: Vec<String> = line
+            .split_whitespace()
+            .map(|w| w.trim_matches('\'').to_string())
+            .collect();
+        // What `run` starts is replaced below, placeholders and all.
+        let own: Vec<&String> = words.iter().take_while(|w| *w != "--").collect();
+        if own.is_empty()
+            || own
+                .iter()
+                .any(|w| *w == "CMD" || *w == "COMMAND" || w.ends_with("..."))
+        {
+            continue;
+        }
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        let is_run = words[0] == "run";
+        let mut has_trace = false;
+        for w in &words {
+            if w == "--" && is_run {
+                break;
+            }
+            // A trace named in the text (a file, or a pattern of several) is the example's;
+            // a trace `run` is to write is left as it is.
+            if w.contains(".trace") && !is_run {
+                args.push(trace.as_os_str().to_owned());
+                has_trace = true;
+            } else {
+                args.push(w.into());
+            }
+        }
+        let reads_a_trace = !matches!(words[0].as_str(), "run" | "config" | "lib");
+        if reads_a_trace && !has_trace {
+            args.push(trace.as_os_str().to_owned());
+        }
+        let mut c = Command::new(gpushim_bin());
+        if is_run {
+            args.insert(1, "--lib".into());
+            args.insert(2, shim().into_os_string());
+            args.extend([
+                "--".into(),
+                sim().bin("train_loop").into_os_string(),
+                "3".into(),
+            ]);
+            c.env("LD_LIBRARY_PATH", &sim().dir);
+        }
+        let out = c
+            .args(&args)
+            .current_dir(&dir)
+            .env_remove("GPUSHIM_CONF")
+            .env_remove("GPUSHIM_TRACE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "`gpushim {line}` as the docs show it, run as {args:?}: {}",
+            stderr(&out)
+        );
+        ran += 1;
+    }
+    assert!(ran >= 14, "only {ran} commands run of {shown:?}");
     assert!(!scripts.is_empty());
     for s in &scripts {
         let path = repo().join(s);
         assert!(path.is_file(), "{s} named in the docs is not there");
         let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
         assert!(out.status.success(), "{s}: {}", stderr(&out));
+    }
+}
+
+/// The configuration reference (docs/configuration.md) says of every key what `gpushim config`
+/// says, word for word: a key added or reworded in the code must be in the page too.
+#[test]
+fn the_configuration_page_says_what_gpushim_config_says() {
+    let page = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    let out = Command::new(gpushim_bin()).arg("config").output().unwrap();
+    assert!(out.status.success());
+    let text = stdout(&out);
+    let keys = text
+        .split("keys (")
+        .nth(1)
+        .and_then(|k| k.split("other variables").next())
+        .expect("gpushim config lists its keys");
+    let mut lines = keys
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| !l.is_empty());
+    let mut seen = 0;
+    while let (Some(key_line), Some(accepts)) = (lines.next(), lines.next()) {
+        let (key, meaning) = key_line.split_once(char::is_whitespace).unwrap();
+        let accepts = accepts.strip_prefix("accepts: ").unwrap();
+        let row = format!("| `{key}` | {} | {accepts} |", meaning.trim());
+        assert!(
+            page.contains(&row),
+            "docs/configuration.md lacks the row:\n{row}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 10, "{text}");
+    for var in ["GPUSHIM_TRACE", "GPUSHIM_DISABLE"] {
+        assert!(text.contains(var) && page.contains(var), "{var}");
     }
 }
