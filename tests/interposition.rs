@@ -443,3 +443,51 @@ fn a_runtime_closed_and_loaded_again_elsewhere_is_called_where_it_now_is() {
         );
     }
 }
+
+/// The one table of CUDA functions (shim/src/cuda/functions.rs) and the trace's API numbers
+/// agree: every API of a CUDA function is the API of a hooked row of that name, and the built
+/// shim exports every hooked row (and nothing else of CUDA's).
+#[test]
+fn the_table_of_cuda_functions_matches_the_trace_apis_and_the_exports() {
+    let table = std::fs::read_to_string(repo().join("shim/src/cuda/functions.rs")).unwrap();
+    // (C name, API variant) of every hooked row.
+    let mut hooked: Vec<(String, String)> = Vec::new();
+    let mut pending: Option<String> = None;
+    for line in table.lines().map(str::trim) {
+        if let Some((_, rest)) = line.split_once(" = ")
+            && let Some((name, _)) = rest.split_once(" in ")
+            && !line.starts_with("//")
+        {
+            pending = Some(name.to_string());
+        }
+        if let Some(rest) = line.strip_prefix("=> ")
+            && let Some((_, api)) = rest.split_once(" as ")
+        {
+            let api = api.trim_end_matches(';').to_string();
+            hooked.push((pending.take().expect("a row before its hook"), api));
+        }
+    }
+    assert!(hooked.len() > 60, "{hooked:?}");
+    for api in Api::ALL.iter().filter(|a| (**a as u8) < 100) {
+        assert!(
+            hooked
+                .iter()
+                .any(|(name, variant)| name == api.name() && format!("{api:?}") == *variant),
+            "the trace API {api:?} ({}) is no hooked row's",
+            api.name()
+        );
+    }
+    let nm = std::process::Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(shim())
+        .output()
+        .expect("nm runs");
+    let exported: std::collections::BTreeSet<String> = String::from_utf8_lossy(&nm.stdout)
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2).map(str::to_string))
+        .filter(|s| s.starts_with("cu"))
+        .collect();
+    let rows: std::collections::BTreeSet<String> =
+        hooked.iter().map(|(name, _)| name.clone()).collect();
+    assert_eq!(exported, rows);
+}

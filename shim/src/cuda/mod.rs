@@ -3,5 +3,6 @@
 //! behind our hooks ([`real`]). Nothing here records or pools.
 
 pub mod ffi;
+pub mod functions;
 pub mod real;
 pub mod symbols;

@@ -5,9 +5,8 @@ use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_MEM_LOCATION_TYPE_DEVICE, CuMemAllocationPropHead,
 };
 use crate::cuda::symbols::{Sym, sig};
-use crate::hooks::host::{free_host, host_alloc};
 use crate::hooks::serve::{self, Family::Driver as DRIVER};
-use crate::hooks::{driver_hook, forward, out_u64, out_usize, recorded};
+use crate::hooks::{forward, out_u64, out_usize, recorded};
 use crate::pool;
 use crate::trace::driver_device;
 use core::ffi::c_void;
@@ -16,50 +15,7 @@ use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
 use crate::cuda::symbols::sig::Stream;
 
-driver_hook!(cuMemAlloc_v2 / proc_cuMemAlloc_v2 = CuMemAllocV2, CuMemAlloc
-    => mem_alloc(p: *mut u64, size: usize));
-driver_hook!(cuMemFree_v2 / proc_cuMemFree_v2 = CuMemFreeV2, CuMemFree => mem_free(p: u64));
-driver_hook!(cuMemAllocAsync / proc_cuMemAllocAsync = CuMemAllocAsync, CuMemAllocAsync
-    => mem_alloc_async(p: *mut u64, size: usize, s: Stream));
-driver_hook!(cuMemAllocAsync_ptsz / proc_cuMemAllocAsync_ptsz = CuMemAllocAsyncPtsz,
-    CuMemAllocAsyncPtsz => mem_alloc_async(p: *mut u64, size: usize, s: Stream));
-driver_hook!(cuMemFreeAsync / proc_cuMemFreeAsync = CuMemFreeAsync, CuMemFreeAsync
-    => mem_free_async(p: u64, s: Stream));
-driver_hook!(cuMemFreeAsync_ptsz / proc_cuMemFreeAsync_ptsz = CuMemFreeAsyncPtsz,
-    CuMemFreeAsyncPtsz => mem_free_async(p: u64, s: Stream));
-driver_hook!(cuMemAllocFromPoolAsync / proc_cuMemAllocFromPoolAsync = CuMemAllocFromPoolAsync,
-    CuMemAllocFromPoolAsync
-    => mem_alloc_from_pool(p: *mut u64, size: usize, pool: *mut c_void, s: Stream));
-driver_hook!(cuMemAllocFromPoolAsync_ptsz / proc_cuMemAllocFromPoolAsync_ptsz
-    = CuMemAllocFromPoolAsyncPtsz, CuMemAllocFromPoolAsyncPtsz
-    => mem_alloc_from_pool(p: *mut u64, size: usize, pool: *mut c_void, s: Stream));
-driver_hook!(cuMemAllocPitch_v2 / proc_cuMemAllocPitch_v2 = CuMemAllocPitchV2, CuMemAllocPitch
-    => mem_alloc_pitch(p: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32));
-driver_hook!(cuMemAllocManaged / proc_cuMemAllocManaged = CuMemAllocManaged, CuMemAllocManaged
-    => mem_alloc_managed(p: *mut u64, size: usize, flags: u32));
-driver_hook!(cuMemHostAlloc / proc_cuMemHostAlloc = CuMemHostAlloc, CuMemHostAlloc
-    => host_alloc(p: *mut *mut c_void, size: usize, flags: u32));
-driver_hook!(cuMemFreeHost / proc_cuMemFreeHost = CuMemFreeHost, CuMemFreeHost
-    => free_host(p: *mut c_void));
-driver_hook!(cuMemCreate / proc_cuMemCreate = CuMemCreate, CuMemCreate
-    => mem_create(h: *mut u64, size: usize, prop: *const CuMemAllocationPropHead, flags: u64));
-driver_hook!(cuMemRelease / proc_cuMemRelease = CuMemRelease, CuMemRelease
-    => mem_release(h: u64));
-driver_hook!(cuMemMap / proc_cuMemMap = CuMemMap, CuMemMap
-    => mem_map(p: u64, size: usize, offset: usize, h: u64, flags: u64));
-driver_hook!(cuMemUnmap / proc_cuMemUnmap = CuMemUnmap, CuMemUnmap
-    => mem_unmap(p: u64, size: usize));
-driver_hook!(cuMemAddressReserve / proc_cuMemAddressReserve = CuMemAddressReserve,
-    CuMemAddressReserve
-    => mem_address_reserve(p: *mut u64, size: usize, align: usize, addr: u64, flags: u64));
-driver_hook!(cuMemAddressFree / proc_cuMemAddressFree = CuMemAddressFree, CuMemAddressFree
-    => mem_address_free(p: u64, size: usize));
-driver_hook!(cuMemSetAccess / proc_cuMemSetAccess = CuMemSetAccess, CuMemSetAccess
-    => mem_set_access(p: u64, size: usize, desc: *const c_void, count: usize));
-driver_hook!(cuMemGetInfo_v2 / proc_cuMemGetInfo_v2 = CuMemGetInfoV2, CuMemGetInfo
-    => mem_get_info(free: *mut usize, total: *mut usize));
-
-unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -> i32 {
+pub(crate) unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -> i32 {
     type F = sig::CuMemAllocV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() {
@@ -81,7 +37,7 @@ unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -
     })
 }
 
-unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
+pub(crate) unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
     type F = sig::CuMemFreeV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && p != 0 {
@@ -99,7 +55,7 @@ unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
     })
 }
 
-unsafe fn mem_alloc_async(
+pub(crate) unsafe fn mem_alloc_async(
     sym: Sym,
     real: usize,
     api: Api,
@@ -135,7 +91,7 @@ unsafe fn mem_alloc_async(
     })
 }
 
-unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> i32 {
+pub(crate) unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> i32 {
     type F = sig::CuMemFreeAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && p != 0 && !pool::capturing(s, sym == Sym::CuMemFreeAsyncPtsz) {
@@ -155,7 +111,7 @@ unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> 
     })
 }
 
-unsafe fn mem_alloc_from_pool(
+pub(crate) unsafe fn mem_alloc_from_pool(
     sym: Sym,
     real: usize,
     api: Api,
@@ -180,7 +136,7 @@ unsafe fn mem_alloc_from_pool(
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn mem_alloc_pitch(
+pub(crate) unsafe fn mem_alloc_pitch(
     sym: Sym,
     real: usize,
     api: Api,
@@ -205,7 +161,7 @@ unsafe fn mem_alloc_pitch(
     })
 }
 
-unsafe fn mem_alloc_managed(
+pub(crate) unsafe fn mem_alloc_managed(
     sym: Sym,
     real: usize,
     api: Api,
@@ -228,16 +184,18 @@ unsafe fn mem_alloc_managed(
     })
 }
 
-unsafe fn mem_create(
+pub(crate) unsafe fn mem_create(
     sym: Sym,
     real: usize,
     api: Api,
     h: *mut u64,
     size: usize,
-    prop: *const CuMemAllocationPropHead,
+    prop: *const c_void,
     flags: u64,
 ) -> i32 {
     type F = sig::CuMemCreate;
+    // The allocation's properties begin with where it lives (the part the record needs).
+    let prop = prop.cast::<CuMemAllocationPropHead>();
     forward!(sym, real, MISSING, F, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
@@ -264,7 +222,7 @@ unsafe fn mem_create(
     })
 }
 
-unsafe fn mem_release(sym: Sym, real: usize, api: Api, h: u64) -> i32 {
+pub(crate) unsafe fn mem_release(sym: Sym, real: usize, api: Api, h: u64) -> i32 {
     type F = sig::CuMemRelease;
     forward!(sym, real, MISSING, F, |f, rec| {
         let call = || {
@@ -278,7 +236,7 @@ unsafe fn mem_release(sym: Sym, real: usize, api: Api, h: u64) -> i32 {
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn mem_map(
+pub(crate) unsafe fn mem_map(
     sym: Sym,
     real: usize,
     api: Api,
@@ -304,7 +262,7 @@ unsafe fn mem_map(
     })
 }
 
-unsafe fn mem_unmap(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
+pub(crate) unsafe fn mem_unmap(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
     type F = sig::CuMemUnmap;
     forward!(sym, real, MISSING, F, |f, rec| {
         let call = || {
@@ -318,7 +276,7 @@ unsafe fn mem_unmap(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn mem_address_reserve(
+pub(crate) unsafe fn mem_address_reserve(
     sym: Sym,
     real: usize,
     api: Api,
@@ -342,7 +300,7 @@ unsafe fn mem_address_reserve(
     })
 }
 
-unsafe fn mem_address_free(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
+pub(crate) unsafe fn mem_address_free(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
     type F = sig::CuMemAddressFree;
     forward!(sym, real, MISSING, F, |f, rec| {
         let call = || {
@@ -356,7 +314,7 @@ unsafe fn mem_address_free(sym: Sym, real: usize, api: Api, p: u64, size: usize)
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn mem_set_access(
+pub(crate) unsafe fn mem_set_access(
     sym: Sym,
     real: usize,
     api: Api,
@@ -377,7 +335,7 @@ unsafe fn mem_set_access(
     })
 }
 
-unsafe fn mem_get_info(
+pub(crate) unsafe fn mem_get_info(
     sym: Sym,
     real: usize,
     api: Api,

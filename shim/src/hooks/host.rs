@@ -21,7 +21,7 @@ fn missing(sym: Sym) -> i32 {
 ///
 /// # Safety
 /// `real` was resolved for `sym` (either function: one ABI); the caller's arguments.
-pub unsafe fn host_alloc(
+pub(crate) unsafe fn host_alloc(
     sym: Sym,
     real: usize,
     api: Api,
@@ -47,7 +47,7 @@ pub unsafe fn host_alloc(
 ///
 /// # Safety
 /// As [`host_alloc`].
-pub unsafe fn free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
+pub(crate) unsafe fn free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
     type F = sig::CudaFreeHost;
     forward!(sym, real, missing(sym), F, |f, rec| {
         let call = || {

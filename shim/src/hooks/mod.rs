@@ -33,48 +33,6 @@ macro_rules! forward {
 }
 pub(crate) use forward;
 
-/// An exported hook: `$export` forwards to `$imp` with the real function it resolved.
-macro_rules! exported_hook {
-    ($export:ident = $sym:ident, $api:ident => $imp:ident($($a:ident: $t:ty),*)) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $export($($a: $t),*) -> i32 {
-            // SAFETY: the caller's arguments go unchanged to the real function of this ABI.
-            unsafe {
-                $imp(
-                    Sym::$sym,
-                    $crate::cuda::real::exported(Sym::$sym),
-                    gpushim_core::trace::format::Api::$api,
-                    $($a),*
-                )
-            }
-        }
-    };
-}
-pub(crate) use exported_hook;
-
-/// A driver hook in two shells: the exported symbol (and `dlsym` answer), and `$proc`, the
-/// wrapper handed out by entry-point lookups, which forwards to the pointer that lookup
-/// returned.
-macro_rules! driver_hook {
-    ($export:ident / $proc:ident = $sym:ident, $api:ident => $imp:ident($($a:ident: $t:ty),*)) => {
-        $crate::hooks::exported_hook!($export = $sym, $api => $imp($($a: $t),*));
-
-        #[allow(non_snake_case)]
-        pub unsafe extern "C" fn $proc($($a: $t),*) -> i32 {
-            // SAFETY: the caller's arguments go unchanged to the function the lookup returned.
-            unsafe {
-                $imp(
-                    Sym::$sym,
-                    $crate::cuda::real::proc(Sym::$sym),
-                    gpushim_core::trace::format::Api::$api,
-                    $($a),*
-                )
-            }
-        }
-    };
-}
-pub(crate) use driver_hook;
-
 /// The body every recorded hook shares once it holds the real function: make the call, and
 /// when this call is recorded (the guard says so), record its outcome. `outcome(rc)` names the
 /// pointer, size and device the record is about (read from what the call wrote, and asked for

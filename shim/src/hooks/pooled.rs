@@ -11,7 +11,7 @@ use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::cuda::symbols::{Sym, sig};
 use crate::guard::Guard;
-use crate::hooks::{driver_hook, exported_hook, forward};
+use crate::hooks::forward;
 use crate::os::say;
 use crate::pool::ipc;
 use crate::pool::{self, Served, pooling};
@@ -25,54 +25,10 @@ use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
 use crate::cuda::symbols::sig::Stream;
 
-driver_hook!(cuStreamCreate / proc_cuStreamCreate = CuStreamCreate, CuStreamCreate
-    => stream_create(s: *mut Stream, flags: u32));
-driver_hook!(cuStreamCreateWithPriority / proc_cuStreamCreateWithPriority
-    = CuStreamCreateWithPriority, CuStreamCreateWithPriority
-    => stream_create_with_priority(s: *mut Stream, flags: u32, priority: c_int));
-driver_hook!(cuStreamDestroy_v2 / proc_cuStreamDestroy_v2 = CuStreamDestroyV2, Shim
-    => stream_destroy(s: Stream));
-driver_hook!(cuCtxSynchronize / proc_cuCtxSynchronize = CuCtxSynchronize, Shim
-    => ctx_synchronize());
-driver_hook!(cuMemGetAddressRange_v2 / proc_cuMemGetAddressRange_v2 = CuMemGetAddressRangeV2,
-    Shim => get_address_range(base: *mut u64, size: *mut usize, p: u64));
-driver_hook!(cuPointerGetAttribute / proc_cuPointerGetAttribute = CuPointerGetAttribute, Shim
-    => pointer_get_attribute(data: *mut c_void, attr: c_int, p: u64));
-driver_hook!(cuPointerGetAttributes / proc_cuPointerGetAttributes = CuPointerGetAttributes, Shim
-    => pointer_get_attributes(n: u32, attrs: *const c_int, data: *mut *mut c_void, p: u64));
-driver_hook!(cuIpcGetMemHandle / proc_cuIpcGetMemHandle = CuIpcGetMemHandle, Shim
-    => ipc_get_mem_handle(handle: *mut c_void, p: u64));
-
-driver_hook!(cuStreamBeginCapture / proc_cuStreamBeginCapture = CuStreamBeginCapture, Shim
-    => begin_capture_v1(s: Stream));
-driver_hook!(cuStreamBeginCapture_ptsz / proc_cuStreamBeginCapture_ptsz = CuStreamBeginCapturePtsz,
-    Shim => begin_capture_v1(s: Stream));
-driver_hook!(cuStreamBeginCapture_v2 / proc_cuStreamBeginCapture_v2 = CuStreamBeginCaptureV2,
-    Shim => begin_capture(s: Stream, mode: c_int));
-driver_hook!(cuStreamBeginCapture_v2_ptsz / proc_cuStreamBeginCapture_v2_ptsz
-    = CuStreamBeginCaptureV2Ptsz, Shim => begin_capture(s: Stream, mode: c_int));
-driver_hook!(cuStreamBeginCaptureToGraph / proc_cuStreamBeginCaptureToGraph
-    = CuStreamBeginCaptureToGraph, Shim => begin_capture_to_graph(s: Stream, graph: *mut c_void,
-        deps: *const c_void, edges: *const c_void, n: usize, mode: c_int));
-driver_hook!(cuStreamBeginCaptureToGraph_ptsz / proc_cuStreamBeginCaptureToGraph_ptsz
-    = CuStreamBeginCaptureToGraphPtsz, Shim => begin_capture_to_graph(s: Stream,
-        graph: *mut c_void, deps: *const c_void, edges: *const c_void, n: usize, mode: c_int));
-
-driver_hook!(cuStreamEndCapture / proc_cuStreamEndCapture = CuStreamEndCapture, Shim
-    => end_capture(s: Stream, graph: *mut *mut c_void));
-driver_hook!(cuStreamEndCapture_ptsz / proc_cuStreamEndCapture_ptsz = CuStreamEndCapturePtsz,
-    Shim => end_capture(s: Stream, graph: *mut *mut c_void));
-
-driver_hook!(cuDevicePrimaryCtxReset / proc_cuDevicePrimaryCtxReset = CuDevicePrimaryCtxReset,
-    Shim => primary_ctx_reset(device: c_int));
-driver_hook!(cuDevicePrimaryCtxReset_v2 / proc_cuDevicePrimaryCtxReset_v2
-    = CuDevicePrimaryCtxResetV2, Shim => primary_ctx_reset(device: c_int));
-exported_hook!(cudaDeviceReset = CudaDeviceReset, Shim => device_reset());
-
 /// `cudaDeviceReset`: the current device's primary context is reset (see `pool::device_reset`).
 /// The runtime may reach the driver's reset through our wrapper too; forgetting twice is
 /// harmless.
-unsafe fn device_reset(sym: Sym, real: usize, _: Api) -> i32 {
+pub(crate) unsafe fn device_reset(sym: Sym, real: usize, _: Api) -> i32 {
     type F = sig::CudaDeviceReset;
     forward!(sym, real, CUDA_ERROR_INSUFFICIENT_DRIVER, F, |f, _rec| {
         let device = crate::trace::runtime_device();
@@ -88,7 +44,7 @@ unsafe fn device_reset(sym: Sym, real: usize, _: Api) -> i32 {
     })
 }
 
-unsafe fn primary_ctx_reset(sym: Sym, real: usize, _: Api, device: c_int) -> i32 {
+pub(crate) unsafe fn primary_ctx_reset(sym: Sym, real: usize, _: Api, device: c_int) -> i32 {
     type F = sig::CuDevicePrimaryCtxResetV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
         let ctx = pool::device_resetting(device);
@@ -101,7 +57,7 @@ unsafe fn primary_ctx_reset(sym: Sym, real: usize, _: Api, device: c_int) -> i32
     })
 }
 
-unsafe fn begin_capture_v1(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
+pub(crate) unsafe fn begin_capture_v1(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
     type F = sig::CuStreamBeginCapture;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's argument, unchanged.
@@ -109,7 +65,7 @@ unsafe fn begin_capture_v1(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
     })
 }
 
-unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -> i32 {
+pub(crate) unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -> i32 {
     type F = sig::CuStreamBeginCaptureV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
@@ -119,7 +75,13 @@ unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -
     })
 }
 
-unsafe fn end_capture(sym: Sym, real: usize, _: Api, s: Stream, graph: *mut *mut c_void) -> i32 {
+pub(crate) unsafe fn end_capture(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    s: Stream,
+    graph: *mut *mut c_void,
+) -> i32 {
     type F = sig::CuStreamEndCapture;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
@@ -130,7 +92,7 @@ unsafe fn end_capture(sym: Sym, real: usize, _: Api, s: Stream, graph: *mut *mut
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn begin_capture_to_graph(
+pub(crate) unsafe fn begin_capture_to_graph(
     sym: Sym,
     real: usize,
     _: Api,
@@ -149,7 +111,13 @@ unsafe fn begin_capture_to_graph(
     })
 }
 
-unsafe fn stream_create(sym: Sym, real: usize, api: Api, s: *mut Stream, flags: u32) -> i32 {
+pub(crate) unsafe fn stream_create(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    s: *mut Stream,
+    flags: u32,
+) -> i32 {
     type F = sig::CuStreamCreate;
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
@@ -162,7 +130,7 @@ unsafe fn stream_create(sym: Sym, real: usize, api: Api, s: *mut Stream, flags: 
     })
 }
 
-unsafe fn stream_create_with_priority(
+pub(crate) unsafe fn stream_create_with_priority(
     sym: Sym,
     real: usize,
     api: Api,
@@ -182,7 +150,7 @@ unsafe fn stream_create_with_priority(
     })
 }
 
-unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
+pub(crate) unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
     type F = sig::CuStreamDestroyV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
         if pooling() && !s.is_null() {
@@ -193,7 +161,7 @@ unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
     })
 }
 
-unsafe fn ctx_synchronize(sym: Sym, real: usize, _: Api) -> i32 {
+pub(crate) unsafe fn ctx_synchronize(sym: Sym, real: usize, _: Api) -> i32 {
     type F = sig::CuCtxSynchronize;
     forward!(sym, real, MISSING, F, |f, _rec| {
         let token = if pooling() {
@@ -212,7 +180,7 @@ unsafe fn ctx_synchronize(sym: Sym, real: usize, _: Api) -> i32 {
     })
 }
 
-unsafe fn get_address_range(
+pub(crate) unsafe fn get_address_range(
     sym: Sym,
     real: usize,
     _: Api,
@@ -243,7 +211,7 @@ unsafe fn get_address_range(
     })
 }
 
-unsafe fn pointer_get_attribute(
+pub(crate) unsafe fn pointer_get_attribute(
     sym: Sym,
     real: usize,
     _: Api,
@@ -263,7 +231,7 @@ unsafe fn pointer_get_attribute(
     })
 }
 
-unsafe fn pointer_get_attributes(
+pub(crate) unsafe fn pointer_get_attributes(
     sym: Sym,
     real: usize,
     _: Api,
@@ -323,7 +291,13 @@ fn ipc_refused(why: core::fmt::Arguments<'_>) -> i32 {
 
 /// IPC export. A block that starts its segment gets the segment's real handle (the peer maps
 /// the segment at the block's address); any other pooled block gets a ticket (see `ipc`).
-unsafe fn ipc_get_mem_handle(sym: Sym, real: usize, _: Api, handle: *mut c_void, p: u64) -> i32 {
+pub(crate) unsafe fn ipc_get_mem_handle(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    handle: *mut c_void,
+    p: u64,
+) -> i32 {
     type F = sig::CuIpcGetMemHandle;
     forward!(sym, real, MISSING, F, |f, rec| {
         let Some(b) = (if pooling() { pool::lookup(p) } else { None }) else {
@@ -388,14 +362,16 @@ unsafe fn ipc_get_mem_handle(sym: Sym, real: usize, _: Api, handle: *mut c_void,
 
 use crate::cuda::ffi::CuIpcMemHandle as IpcHandle;
 
-driver_hook!(cuIpcOpenMemHandle_v2 / proc_cuIpcOpenMemHandle_v2 = CuIpcOpenMemHandleV2, Shim
-    => ipc_open(out: *mut u64, handle: IpcHandle, flags: u32));
-driver_hook!(cuIpcCloseMemHandle / proc_cuIpcCloseMemHandle = CuIpcCloseMemHandle, Shim
-    => ipc_close(p: u64));
-
 /// IPC import: tickets become the real handle plus an offset; every open goes through the
 /// table so a segment is mapped once per context however many blocks of it are opened.
-unsafe fn ipc_open(sym: Sym, real: usize, _: Api, out: *mut u64, h: IpcHandle, flags: u32) -> i32 {
+pub(crate) unsafe fn ipc_open(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    out: *mut u64,
+    h: IpcHandle,
+    flags: u32,
+) -> i32 {
     type F = sig::CuIpcOpenMemHandleV2;
     forward!(sym, real, MISSING, F, |f, rec| {
         if out.is_null() || !state::enabled() {
@@ -434,7 +410,7 @@ unsafe fn ipc_open(sym: Sym, real: usize, _: Api, out: *mut u64, h: IpcHandle, f
     })
 }
 
-unsafe fn ipc_close(sym: Sym, real: usize, _: Api, p: u64) -> i32 {
+pub(crate) unsafe fn ipc_close(sym: Sym, real: usize, _: Api, p: u64) -> i32 {
     type F = sig::CuIpcCloseMemHandle;
     forward!(sym, real, MISSING, F, |f, rec| {
         let rc = match ipc::close(p) {

@@ -3,10 +3,9 @@
 
 use crate::cuda::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
 use crate::cuda::symbols::{Sym, sig};
-use crate::hooks::host::{free_host, host_alloc};
 use crate::hooks::serve::{self, Family::Runtime as RUNTIME};
 use crate::hooks::torch;
-use crate::hooks::{exported_hook, forward, out_ptr, out_usize, recorded};
+use crate::hooks::{forward, out_ptr, out_usize, recorded};
 use crate::pool;
 use crate::trace::runtime_device;
 use core::ffi::c_void;
@@ -15,34 +14,13 @@ use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 
 use crate::cuda::symbols::sig::Stream;
 
-exported_hook!(cudaMalloc = CudaMalloc, CudaMalloc => malloc(p: *mut *mut c_void, size: usize));
-exported_hook!(cudaFree = CudaFree, CudaFree => free(p: *mut c_void));
-exported_hook!(cudaMallocAsync = CudaMallocAsync, CudaMallocAsync
-    => malloc_async(p: *mut *mut c_void, size: usize, s: Stream));
-exported_hook!(cudaMallocAsync_ptsz = CudaMallocAsyncPtsz, CudaMallocAsyncPtsz
-    => malloc_async(p: *mut *mut c_void, size: usize, s: Stream));
-exported_hook!(cudaFreeAsync = CudaFreeAsync, CudaFreeAsync => free_async(p: *mut c_void, s: Stream));
-exported_hook!(cudaFreeAsync_ptsz = CudaFreeAsyncPtsz, CudaFreeAsyncPtsz
-    => free_async(p: *mut c_void, s: Stream));
-exported_hook!(cudaMallocFromPoolAsync = CudaMallocFromPoolAsync, CudaMallocFromPoolAsync
-    => malloc_from_pool(p: *mut *mut c_void, size: usize, pool: *mut c_void, s: Stream));
-exported_hook!(cudaMallocFromPoolAsync_ptsz = CudaMallocFromPoolAsyncPtsz, CudaMallocFromPoolAsyncPtsz
-    => malloc_from_pool(p: *mut *mut c_void, size: usize, pool: *mut c_void, s: Stream));
-exported_hook!(cudaMallocManaged = CudaMallocManaged, CudaMallocManaged
-    => malloc_managed(p: *mut *mut c_void, size: usize, flags: u32));
-exported_hook!(cudaMallocHost = CudaMallocHost, CudaMallocHost
-    => malloc_host(p: *mut *mut c_void, size: usize));
-exported_hook!(cudaHostAlloc = CudaHostAlloc, CudaHostAlloc
-    => host_alloc(p: *mut *mut c_void, size: usize, flags: u32));
-exported_hook!(cudaFreeHost = CudaFreeHost, CudaFreeHost => free_host(p: *mut c_void));
-exported_hook!(cudaMallocPitch = CudaMallocPitch, CudaMallocPitch
-    => malloc_pitch(p: *mut *mut c_void, pitch: *mut usize, width: usize, height: usize));
-exported_hook!(cudaMalloc3D = CudaMalloc3D, CudaMalloc3D
-    => malloc_3d(p: *mut CudaPitchedPtr, extent: CudaExtent));
-exported_hook!(cudaMemGetInfo = CudaMemGetInfo, CudaMemGetInfo
-    => mem_get_info(free: *mut usize, total: *mut usize));
-
-unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usize) -> i32 {
+pub(crate) unsafe fn malloc(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    size: usize,
+) -> i32 {
     type F = sig::CudaMalloc;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::active() {
@@ -72,7 +50,7 @@ unsafe fn malloc(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usi
     })
 }
 
-unsafe fn free(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
+pub(crate) unsafe fn free(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
     type F = sig::CudaFree;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec && pool::pooling() && !p.is_null() {
@@ -92,7 +70,7 @@ unsafe fn free(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
     })
 }
 
-unsafe fn malloc_async(
+pub(crate) unsafe fn malloc_async(
     sym: Sym,
     real: usize,
     api: Api,
@@ -128,7 +106,7 @@ unsafe fn malloc_async(
     })
 }
 
-unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream) -> i32 {
+pub(crate) unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream) -> i32 {
     type F = sig::CudaFreeAsync;
     forward!(sym, real, MISSING, F, |f, rec| {
         if rec
@@ -159,7 +137,7 @@ unsafe fn free_async(sym: Sym, real: usize, api: Api, p: *mut c_void, s: Stream)
     })
 }
 
-unsafe fn malloc_from_pool(
+pub(crate) unsafe fn malloc_from_pool(
     sym: Sym,
     real: usize,
     api: Api,
@@ -183,7 +161,7 @@ unsafe fn malloc_from_pool(
     })
 }
 
-unsafe fn malloc_managed(
+pub(crate) unsafe fn malloc_managed(
     sym: Sym,
     real: usize,
     api: Api,
@@ -206,7 +184,13 @@ unsafe fn malloc_managed(
     })
 }
 
-unsafe fn malloc_host(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size: usize) -> i32 {
+pub(crate) unsafe fn malloc_host(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut *mut c_void,
+    size: usize,
+) -> i32 {
     type F = sig::CudaMallocHost;
     forward!(sym, real, MISSING, F, |f, rec| {
         let call = || {
@@ -221,7 +205,7 @@ unsafe fn malloc_host(sym: Sym, real: usize, api: Api, p: *mut *mut c_void, size
     })
 }
 
-unsafe fn malloc_pitch(
+pub(crate) unsafe fn malloc_pitch(
     sym: Sym,
     real: usize,
     api: Api,
@@ -245,7 +229,7 @@ unsafe fn malloc_pitch(
     })
 }
 
-unsafe fn malloc_3d(
+pub(crate) unsafe fn malloc_3d(
     sym: Sym,
     real: usize,
     api: Api,
@@ -274,7 +258,7 @@ unsafe fn malloc_3d(
     })
 }
 
-unsafe fn mem_get_info(
+pub(crate) unsafe fn mem_get_info(
     sym: Sym,
     real: usize,
     api: Api,

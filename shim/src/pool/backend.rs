@@ -12,7 +12,7 @@ use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::trace;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use gpushim_core::engine::{Backend, Event, OutOfMemory};
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
 use std::collections::VecDeque;
@@ -120,34 +120,6 @@ pub fn flush_splits(forget: bool) {
     }
 }
 
-/// Whether checkpoints use `cuCtxRecordEvent` (see `seal`): unknown until the first checkpoint
-/// asks. Off unless `GPUSHIM_CTX_EVENTS=1`: measured on the H100, the context's
-/// event cost 2.4 µs where a checkpoint of one event per stream cost 57 µs, yet in paired
-/// rounds the builds with it stepped 2 to 9% slower in 5 of 5 (transformer, ResNet-50), and
-/// in one ResNet-50 process checkpoints still took 61 µs each, four times as many; until that
-/// is understood, one event per stream stays the default.
-static CTX_EVENTS: AtomicU8 = AtomicU8::new(0);
-/// What an unset `GPUSHIM_CTX_EVENTS` means.
-const CTX_EVENTS_DEFAULT: bool = false;
-const YES: u8 = 1;
-const NO: u8 = 2;
-
-/// Whether to try `cuCtxRecordEvent` for this checkpoint.
-pub(super) fn context_events() -> bool {
-    match CTX_EVENTS.load(Ordering::Relaxed) {
-        YES => true,
-        NO => false,
-        _ => {
-            let on = match crate::options::Switch::CtxEvents.value() {
-                Some(_) => crate::options::Switch::CtxEvents.on(),
-                None => CTX_EVENTS_DEFAULT,
-            };
-            CTX_EVENTS.store(if on { YES } else { NO }, Ordering::Relaxed);
-            on
-        }
-    }
-}
-
 pub struct CudaBackend {
     pub(super) slots: Vec<SlotFences>,
     /// The code of the last failed `cuMemAlloc_v2` or `cuMemCreate`.
@@ -190,14 +162,6 @@ struct AccessDesc {
 }
 
 const PAGE: u64 = gpushim_core::engine::PAGE;
-
-/// `cuCtxRecordEvent` answered `rc`: one event per stream from now on, said once.
-pub(super) fn refuse_context_events(rc: i32) {
-    CTX_EVENTS.store(NO, Ordering::Relaxed);
-    crate::os::say(format_args!(
-        "cuCtxRecordEvent answered {rc}; checkpoints record an event per stream from now on"
-    ));
-}
 
 impl CudaBackend {
     pub(super) fn new() -> CudaBackend {

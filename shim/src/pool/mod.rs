@@ -201,7 +201,7 @@ fn prime_functions() {
         real::function::<CuThreadExchangeStreamCaptureMode>(),
         real::function::<CudaFree>(),
     );
-    if backend::context_events() {
+    if sealer::context_events() {
         let _ = real::function::<CuCtxRecordEvent>();
     }
 }

@@ -62,7 +62,7 @@ unsafe extern "C" fn dlsym_impl(handle: *mut c_void, name: *const c_char) -> *mu
     }
     // SAFETY: glibc found a symbol by this name, so it is a valid NUL-terminated string.
     let name = unsafe { CStr::from_ptr(name) };
-    match crate::route::wrappers::exported_by_name(name) {
+    match crate::route::exported_by_name(name) {
         // The lookup found our own export (RTLD_DEFAULT, or a handle of the shim itself).
         Some((_, wrapper)) if wrapper == p as usize => p,
         Some((sym, wrapper)) => {

@@ -10,8 +10,6 @@ use crate::cuda::ffi::{
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::cuda::symbols::{self, Sym, sig};
-use crate::hooks::driver_hook;
-use crate::route::wrappers;
 use crate::state;
 use core::ffi::{CStr, c_char, c_int, c_void};
 
@@ -34,7 +32,7 @@ unsafe fn wrap(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, per_t
     let Some(abi) = symbols::driver_abi(name, version, per_thread) else {
         return;
     };
-    let Some(w) = wrappers::proc_wrapper(abi) else {
+    let Some(w) = super::proc_wrapper(abi) else {
         return;
     };
     if real::offer_proc(abi, got) {
@@ -43,13 +41,7 @@ unsafe fn wrap(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, per_t
     }
 }
 
-driver_hook!(cuGetProcAddress / proc_cuGetProcAddress = CuGetProcAddress, Shim
-    => get_proc_address(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64));
-driver_hook!(cuGetProcAddress_v2 / proc_cuGetProcAddress_v2 = CuGetProcAddressV2, Shim
-    => get_proc_address_v2(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,
-        flags: u64, status: *mut c_int));
-
-unsafe fn get_proc_address(
+pub(crate) unsafe fn get_proc_address(
     sym: Sym,
     real: usize,
     _: gpushim_core::trace::format::Api,
@@ -73,7 +65,7 @@ unsafe fn get_proc_address(
 }
 
 #[allow(clippy::too_many_arguments)]
-unsafe fn get_proc_address_v2(
+pub(crate) unsafe fn get_proc_address_v2(
     sym: Sym,
     real: usize,
     _: gpushim_core::trace::format::Api,
@@ -114,60 +106,57 @@ fn runtime_version() -> i32 {
     if unsafe { f(&mut v) } == 0 { v } else { 0 }
 }
 
-macro_rules! entry_point {
-    ($export:ident = $sym:ident, ptsz: $ptsz:literal) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $export(
-            symbol: *const c_char,
-            func: *mut *mut c_void,
-            flags: u64,
-            status: *mut c_int,
-        ) -> i32 {
-            let Some(f) = real::function::<of::$sym>() else {
-                return state::missing(Sym::$sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
-            };
-            // SAFETY: the caller's arguments, unchanged.
-            let rc = unsafe { f(symbol, func, flags, status) };
-            if rc == 0 {
-                let per_thread = runtime_per_thread(flags, $ptsz);
-                // SAFETY: the real lookup accepted these pointers.
-                unsafe { wrap(symbol, func, runtime_version(), per_thread) };
-            }
-            rc
-        }
+/// `cudaGetDriverEntryPoint{,_ptsz}`: the real lookup, then our wrapper for a function we hook
+/// in the ABI of the runtime's version.
+pub(crate) unsafe fn driver_entry_point(
+    sym: Sym,
+    real: usize,
+    _: gpushim_core::trace::format::Api,
+    symbol: *const c_char,
+    func: *mut *mut c_void,
+    flags: u64,
+    status: *mut c_int,
+) -> i32 {
+    type F = sig::CudaGetDriverEntryPoint;
+    // SAFETY: resolved for this symbol, whose ABI is F (the `_ptsz` one's too).
+    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
+        return state::missing(sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
     };
+    // SAFETY: the caller's arguments, unchanged.
+    let rc = unsafe { f(symbol, func, flags, status) };
+    if rc == 0 {
+        let per_thread = runtime_per_thread(flags, sym == Sym::CudaGetDriverEntryPointPtsz);
+        // SAFETY: the real lookup accepted these pointers.
+        unsafe { wrap(symbol, func, runtime_version(), per_thread) };
+    }
+    rc
 }
 
-macro_rules! entry_point_by_version {
-    ($export:ident = $sym:ident, ptsz: $ptsz:literal) => {
-        #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $export(
-            symbol: *const c_char,
-            func: *mut *mut c_void,
-            version: u32,
-            flags: u64,
-            status: *mut c_int,
-        ) -> i32 {
-            let Some(f) = real::function::<of::$sym>() else {
-                return state::missing(Sym::$sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
-            };
-            // SAFETY: the caller's arguments, unchanged.
-            let rc = unsafe { f(symbol, func, version, flags, status) };
-            if rc == 0 {
-                let per_thread = runtime_per_thread(flags, $ptsz);
-                let version = i32::try_from(version).unwrap_or(i32::MAX);
-                // SAFETY: the real lookup accepted these pointers.
-                unsafe { wrap(symbol, func, version, per_thread) };
-            }
-            rc
-        }
+/// `cudaGetDriverEntryPointByVersion{,_ptsz}`: the same for the version asked for.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn driver_entry_point_by_version(
+    sym: Sym,
+    real: usize,
+    _: gpushim_core::trace::format::Api,
+    symbol: *const c_char,
+    func: *mut *mut c_void,
+    version: u32,
+    flags: u64,
+    status: *mut c_int,
+) -> i32 {
+    type F = sig::CudaGetDriverEntryPointByVersion;
+    // SAFETY: resolved for this symbol, whose ABI is F (the `_ptsz` one's too).
+    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
+        return state::missing(sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
     };
+    // SAFETY: the caller's arguments, unchanged.
+    let rc = unsafe { f(symbol, func, version, flags, status) };
+    if rc == 0 {
+        let ptsz = sym == Sym::CudaGetDriverEntryPointByVersionPtsz;
+        let per_thread = runtime_per_thread(flags, ptsz);
+        let version = i32::try_from(version).unwrap_or(i32::MAX);
+        // SAFETY: the real lookup accepted these pointers.
+        unsafe { wrap(symbol, func, version, per_thread) };
+    }
+    rc
 }
-
-entry_point!(cudaGetDriverEntryPoint = CudaGetDriverEntryPoint, ptsz: false);
-entry_point!(cudaGetDriverEntryPoint_ptsz = CudaGetDriverEntryPointPtsz, ptsz: true);
-entry_point_by_version!(cudaGetDriverEntryPointByVersion = CudaGetDriverEntryPointByVersion, ptsz: false);
-entry_point_by_version!(
-    cudaGetDriverEntryPointByVersion_ptsz = CudaGetDriverEntryPointByVersionPtsz,
-    ptsz: true
-);
