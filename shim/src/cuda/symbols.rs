@@ -59,6 +59,18 @@ const fn c_name_of(name_with_nul: &'static str) -> &'static CStr {
     }
 }
 
+/// Whether a function's name ends in `_ptsz`.
+const fn ends_with_ptsz(name: &str) -> bool {
+    let b = name.as_bytes();
+    let n = b.len();
+    n >= 5
+        && b[n - 5] == b'_'
+        && b[n - 4] == b'p'
+        && b[n - 3] == b't'
+        && b[n - 2] == b's'
+        && b[n - 1] == b'z'
+}
+
 /// Whether a hook's records may carry `api`: the trace API named after the function, or the
 /// shim's own.
 const fn api_fits(api: gpushim_core::trace::format::Api, name: &str) -> bool {
@@ -82,7 +94,7 @@ const fn api_fits(api: gpushim_core::trace::format::Api, name: &str) -> bool {
 macro_rules! declare_symbols {
     ($(
         $var:ident = $name:ident in $lib:ident fn($($a:ident: $t:ty),*)
-        $(=> $($body:ident)::+ as $api:ident)?
+        $(=> $body:path as $api:ident)?
         $(, entry $flavor:ident $base:literal since $since:literal $(until $until:literal)?)*;
     )*) => {
         /// A real CUDA function, by its exported (ABI-exact) name.
@@ -99,6 +111,11 @@ macro_rules! declare_symbols {
 
             pub const fn lib(self) -> Lib {
                 match self { $(Sym::$var => Lib::$lib,)* }
+            }
+
+            /// Whether this is the per-thread-default-stream variant (`_ptsz`).
+            pub const fn per_thread(self) -> bool {
+                match self { $(Sym::$var => ends_with_ptsz(stringify!($name)),)* }
             }
         }
 

@@ -1,139 +1,15 @@
-//! Hooks for the CUDA driver API (`libcuda`), each in two shells (see `hook::driver_hook`): the
-//! exported symbol and the wrapper that entry-point lookups hand out.
+//! Hooks for the CUDA driver API (`libcuda`) beyond what it shares with the runtime
+//! ([`super::memory`]): pitched allocations and the virtual memory management functions. Each
+//! is exported and handed out by entry-point lookups (`route`).
 
 use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_MEM_LOCATION_TYPE_DEVICE, CuMemAllocationPropHead,
 };
 use crate::cuda::symbols::{Sym, sig};
-use crate::hooks::serve::{self, Family::Driver as DRIVER};
 use crate::hooks::{forward, out_u64, out_usize, recorded};
-use crate::pool;
 use crate::trace::driver_device;
 use core::ffi::c_void;
-use gpushim_core::engine::FreeKind;
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
-
-use crate::cuda::symbols::sig::Stream;
-
-pub(crate) unsafe fn mem_alloc(sym: Sym, real: usize, api: Api, p: *mut u64, size: usize) -> i32 {
-    type F = sig::CuMemAllocV2;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        if rec && !p.is_null() && size > 0 && pool::active() {
-            if let Some((rc, ptr)) = serve::alloc(DRIVER, api, size, pool::SYNC_KEY, 0) {
-                // SAFETY: `p` is the caller's out-pointer, checked non-null.
-                unsafe { *p = ptr };
-                return rc;
-            }
-        }
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p, size) }
-        };
-        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
-            // SAFETY: `p` was written by the successful call.
-            let ptr = unsafe { out_u64(p, rc) };
-            (ptr, size as u64, driver_device())
-        })
-    })
-}
-
-pub(crate) unsafe fn mem_free(sym: Sym, real: usize, api: Api, p: u64) -> i32 {
-    type F = sig::CuMemFreeV2;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        if rec && pool::pooling() && p != 0 {
-            if let Some(rc) = serve::free(DRIVER, RecordKind::Free, api, p, FreeKind::Sync, 0) {
-                return rc;
-            }
-        }
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p) }
-        };
-        recorded(rec, RecordKind::Free, api, 0, call, |_| {
-            (p, 0, DEVICE_UNKNOWN)
-        })
-    })
-}
-
-pub(crate) unsafe fn mem_alloc_async(
-    sym: Sym,
-    real: usize,
-    api: Api,
-    p: *mut u64,
-    size: usize,
-    s: Stream,
-) -> i32 {
-    type F = sig::CuMemAllocAsync;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        if rec
-            && !p.is_null()
-            && size > 0
-            && pool::active()
-            && !pool::capturing(s, sym == Sym::CuMemAllocAsyncPtsz)
-        {
-            let key = pool::stream_key(s, sym == Sym::CuMemAllocAsyncPtsz, api);
-            if let Some((rc, ptr)) = serve::alloc(DRIVER, api, size, key, s as u64) {
-                // SAFETY: `p` is the caller's out-pointer, checked non-null.
-                unsafe { *p = ptr };
-                return rc;
-            }
-        }
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p, size, s) }
-        };
-        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
-            // SAFETY: `p` was written by the successful call.
-            let ptr = unsafe { out_u64(p, rc) };
-            let d = driver_device();
-            (ptr, size as u64, d)
-        })
-    })
-}
-
-pub(crate) unsafe fn mem_free_async(sym: Sym, real: usize, api: Api, p: u64, s: Stream) -> i32 {
-    type F = sig::CuMemFreeAsync;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        if rec && pool::pooling() && p != 0 && !pool::capturing(s, sym == Sym::CuMemFreeAsyncPtsz) {
-            let key = pool::stream_key(s, sym == Sym::CuMemFreeAsyncPtsz, api);
-            let kind = FreeKind::OnStream(key);
-            if let Some(rc) = serve::free(DRIVER, RecordKind::FreeAsync, api, p, kind, s as u64) {
-                return rc;
-            }
-        }
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p, s) }
-        };
-        recorded(rec, RecordKind::FreeAsync, api, s as u64, call, |_| {
-            (p, 0, DEVICE_UNKNOWN)
-        })
-    })
-}
-
-pub(crate) unsafe fn mem_alloc_from_pool(
-    sym: Sym,
-    real: usize,
-    api: Api,
-    p: *mut u64,
-    size: usize,
-    pool: *mut c_void,
-    s: Stream,
-) -> i32 {
-    type F = sig::CuMemAllocFromPoolAsync;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p, size, pool, s) }
-        };
-        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
-            // SAFETY: `p` was written by the successful call.
-            let ptr = unsafe { out_u64(p, rc) };
-            let d = driver_device();
-            (ptr, size as u64, d)
-        })
-    })
-}
 
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn mem_alloc_pitch(
@@ -157,29 +33,6 @@ pub(crate) unsafe fn mem_alloc_pitch(
             let (ptr, pitch) = unsafe { (out_u64(p, rc), out_usize(pitch, rc)) };
             let size = pitch.saturating_mul(height as u64);
             (ptr, size, driver_device())
-        })
-    })
-}
-
-pub(crate) unsafe fn mem_alloc_managed(
-    sym: Sym,
-    real: usize,
-    api: Api,
-    p: *mut u64,
-    size: usize,
-    flags: u32,
-) -> i32 {
-    type F = sig::CuMemAllocManaged;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        let call = || {
-            // SAFETY: the caller's arguments, unchanged.
-            unsafe { f(p, size, flags) }
-        };
-        recorded(rec, RecordKind::ManagedAlloc, api, 0, call, |rc| {
-            // SAFETY: `p` was written by the successful call.
-            let ptr = unsafe { out_u64(p, rc) };
-            let d = driver_device();
-            (ptr, size as u64, d)
         })
     })
 }
@@ -332,24 +185,5 @@ pub(crate) unsafe fn mem_set_access(
         recorded(rec, RecordKind::SetAccess, api, 0, call, |_| {
             (p, size as u64, DEVICE_UNKNOWN)
         })
-    })
-}
-
-pub(crate) unsafe fn mem_get_info(
-    sym: Sym,
-    real: usize,
-    api: Api,
-    free: *mut usize,
-    total: *mut usize,
-) -> i32 {
-    type F = sig::CuMemGetInfoV2;
-    forward!(sym, real, MISSING, F, |f, rec| {
-        // SAFETY: the caller's arguments, unchanged.
-        let rc = unsafe { f(free, total) };
-        if rec {
-            // SAFETY: both out-pointers were written by the successful call.
-            unsafe { crate::hooks::show_mem_info(api, rc, free, total, driver_device()) };
-        }
-        rc
     })
 }

@@ -1,9 +1,13 @@
-//! The hooks: one body per hooked CUDA function, in [`runtime`] (libcudart), [`driver`]
-//! (libcuda), [`pooled`] (the pool's side of both) and [`nvtx`]; and what every hook shares:
-//! find the real function, enter the re-entrancy guard, call, record.
+//! The hooks' bodies, which the rows of [`crate::cuda::functions`] name: [`memory`] (the
+//! memory calls the runtime and the driver share), [`runtime`] and [`driver`] (what only one
+//! has), [`host`] (pinned host memory), [`pooled`] (streams, captures, pointer queries, IPC and
+//! resets, for the pool), [`serve`] (a request the pool answers), [`torch`] (PyTorch's
+//! allocator trace) and [`nvtx`]; and what every hook shares: find the real function, enter
+//! the re-entrancy guard, call, record.
 
 pub mod driver;
 pub mod host;
+pub mod memory;
 pub mod nvtx;
 pub mod pooled;
 pub mod runtime;

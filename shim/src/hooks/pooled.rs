@@ -3,6 +3,7 @@
 //! queries and IPC on pooled blocks (contract 2), and PyTorch's pluggable-allocator entry
 //! points.
 
+use crate::costs::Cost;
 use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CUDA_ERROR_INSUFFICIENT_DRIVER, ERROR_INVALID_VALUE,
@@ -11,10 +12,10 @@ use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::cuda::symbols::{Sym, sig};
 use crate::guard::Guard;
-use crate::hooks::forward;
+use crate::hooks::{forward, serve};
 use crate::os::say;
 use crate::pool::ipc;
-use crate::pool::{self, Served, pooling};
+use crate::pool::{self, pooling};
 use crate::state;
 use crate::trace;
 use core::ffi::{c_int, c_void};
@@ -454,23 +455,25 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
     // Without a context (made here, as cudaMalloc would) the pool passes, answered below as
     // out of memory: PyTorch then reports it.
     let key = pool::stream_key(stream, false, Api::Pluggable);
-    let (rc, ptr, dev) = match pool::alloc(size as u64, key, true) {
-        Served::Granted(p, d) => (0, p, d),
-        Served::Failed(code, d) => (code, 0, d),
-        Served::Pass => (crate::cuda::ffi::ERROR_OUT_OF_MEMORY, 0, 255),
-    };
-    if guard.records() {
-        trace::record(
-            RecordKind::AllocAsync,
-            Api::Pluggable,
-            rc,
-            ptr,
-            size as u64,
-            dev,
-            stream as u64,
-        );
-    }
-    crate::costs::end(crate::costs::Cost::Malloc, t0);
+    let (rc, ptr, dev) = serve::allocated(pool::alloc(size as u64, key, true)).unwrap_or((
+        crate::cuda::ffi::ERROR_OUT_OF_MEMORY,
+        0,
+        DEVICE_UNKNOWN,
+    ));
+    let (kind, api) = (RecordKind::AllocAsync, Api::Pluggable);
+    let size = size as u64;
+    serve::answered(
+        Cost::Malloc,
+        t0,
+        guard.records(),
+        kind,
+        api,
+        rc,
+        ptr,
+        size,
+        dev,
+        stream as u64,
+    );
     ptr as *mut c_void
 }
 
@@ -497,27 +500,24 @@ pub unsafe extern "C" fn gpushim_free(
     let guard = Guard::enter();
     let t0 = crate::costs::start();
     let key = pool::stream_key(stream, false, Api::Pluggable);
-    let found = match pool::free(ptr as u64, FreeKind::OnStream(key)) {
-        pool::Freed::Done(d) => Some(d),
-        _ => None,
-    };
-    if guard.records() {
-        trace::record(
-            RecordKind::FreeAsync,
-            Api::Pluggable,
-            if found.is_some() {
-                0
-            } else {
-                ERROR_INVALID_VALUE
-            },
-            ptr as u64,
-            0,
-            found.unwrap_or(255),
-            stream as u64,
-        );
-    }
-    crate::costs::end(crate::costs::Cost::Free, t0);
-    if found.is_none() && state::enabled() {
+    // Not the pool's, or not live: refused as an invalid value.
+    let (rc, dev) = serve::freed(pool::free(ptr as u64, FreeKind::OnStream(key)))
+        .filter(|&(rc, _)| rc == 0)
+        .unwrap_or((ERROR_INVALID_VALUE, DEVICE_UNKNOWN));
+    let (kind, api) = (RecordKind::FreeAsync, Api::Pluggable);
+    serve::answered(
+        Cost::Free,
+        t0,
+        guard.records(),
+        kind,
+        api,
+        rc,
+        ptr as u64,
+        0,
+        dev,
+        stream as u64,
+    );
+    if rc != 0 && state::enabled() {
         say(format_args!(
             "gpushim_free: {ptr:p} is not a live block of the pool; ignored"
         ));

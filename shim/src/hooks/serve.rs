@@ -50,17 +50,54 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
         explain_capture_refusal(api);
         return Some((rc, 0));
     }
-    let (rc, ptr, d) = match pool::alloc(size as u64, key, runtime) {
-        Served::Granted(ptr, d) => (0, ptr, d),
-        Served::Failed(code, d) => (code, 0, d),
-        Served::Pass => return None,
-    };
+    let (rc, ptr, d) = allocated(pool::alloc(size as u64, key, runtime))?;
     if rc != 0 && runtime {
         set_last_error_out_of_memory();
     }
-    trace::record(kind, api, rc, ptr, size as u64, d, stream);
-    costs::end(Cost::Malloc, t0);
+    answered(
+        Cost::Malloc,
+        t0,
+        true,
+        kind,
+        api,
+        rc,
+        ptr,
+        size as u64,
+        d,
+        stream,
+    );
     Some((rc, ptr))
+}
+
+/// The pool's answer to an allocation as (code, address, device); `None` when it passes.
+pub fn allocated(served: Served) -> Option<(i32, u64, u8)> {
+    match served {
+        Served::Granted(ptr, d) => Some((0, ptr, d)),
+        Served::Failed(code, d) => Some((code, 0, d)),
+        Served::Pass => None,
+    }
+}
+
+/// The pool answered a request: recorded (when `record`, the guard's say), its cost counted
+/// from `t0`. Every answer the pool gives, to the hooks and to PyTorch's pluggable entry
+/// points, ends here.
+#[allow(clippy::too_many_arguments)]
+pub fn answered(
+    cost: Cost,
+    t0: u64,
+    record: bool,
+    kind: RecordKind,
+    api: Api,
+    rc: i32,
+    ptr: u64,
+    size: u64,
+    device: u8,
+    stream: u64,
+) {
+    if record {
+        trace::record(kind, api, rc, ptr, size, device, stream);
+    }
+    costs::end(cost, t0);
 }
 
 /// Says once per process why an allocation made during a capture failed: the program (often a
@@ -104,17 +141,21 @@ pub fn free(
         trace::record(kind, api, rc, p, 0, DEVICE_UNKNOWN, stream);
         return Some(rc);
     }
-    let (rc, d) = match pool::free(p, how) {
-        Freed::Done(d) => (0, d),
-        Freed::Invalid => (ERROR_INVALID_VALUE, DEVICE_UNKNOWN),
-        Freed::NotOurs => return None,
-    };
+    let (rc, d) = freed(pool::free(p, how))?;
     if rc != 0 && runtime {
         set_last_error_invalid_value();
     }
-    trace::record(kind, api, rc, p, 0, d, stream);
-    costs::end(Cost::Free, t0);
+    answered(Cost::Free, t0, true, kind, api, rc, p, 0, d, stream);
     Some(rc)
+}
+
+/// The pool's answer to a free as (code, device); `None` when the pointer is not the pool's.
+pub fn freed(f: Freed) -> Option<(i32, u8)> {
+    match f {
+        Freed::Done(d) => Some((0, d)),
+        Freed::Invalid => Some((ERROR_INVALID_VALUE, DEVICE_UNKNOWN)),
+        Freed::NotOurs => None,
+    }
 }
 
 /// Makes `cudaGetLastError` report `cudaErrorInvalidValue` once, as after a real `cudaFree`

@@ -19,12 +19,12 @@ unsafe impl Sync for Addr {}
 
 /// The exported hook of a hooked row (nothing for a row only resolved).
 macro_rules! export {
-    ($var:ident $name:ident ($($a:ident: $t:ty),*) => $($body:ident)::+ as $api:ident) => {
+    ($var:ident $name:ident ($($a:ident: $t:ty),*) => $body:path as $api:ident) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($a: $t),*) -> i32 {
             // SAFETY: the caller's arguments go unchanged to the real function of this ABI.
             unsafe {
-                crate::$($body)::+(
+                $body(
                     Sym::$var,
                     crate::cuda::real::exported(Sym::$var),
                     gpushim_core::trace::format::Api::$api,
@@ -39,11 +39,11 @@ macro_rules! export {
 /// The wrapper an entry-point lookup hands out for a hooked driver row: it forwards to the
 /// pointer that lookup returned.
 macro_rules! wrapper {
-    (Driver $var:ident $name:ident ($($a:ident: $t:ty),*) => $($body:ident)::+ as $api:ident) => {
+    (Driver $var:ident $name:ident ($($a:ident: $t:ty),*) => $body:path as $api:ident) => {
         pub unsafe extern "C" fn $name($($a: $t),*) -> i32 {
             // SAFETY: the caller's arguments go unchanged to the function the lookup returned.
             unsafe {
-                crate::$($body)::+(
+                $body(
                     Sym::$var,
                     crate::cuda::real::proc(Sym::$var),
                     gpushim_core::trace::format::Api::$api,
@@ -71,7 +71,7 @@ macro_rules! entry_of {
 macro_rules! hooks_from_rows {
     ($(
         $var:ident = $name:ident in $lib:ident fn($($a:ident: $t:ty),*)
-        $(=> $($body:ident)::+ as $api:ident)?
+        $(=> $body:path as $api:ident)?
         $(, entry $flavor:ident $base:literal since $since:literal $(until $until:literal)?)*;
     )*) => {
         /// The exported hooks, under the names of the functions they stand for.
@@ -79,8 +79,9 @@ macro_rules! hooks_from_rows {
         pub mod exports {
             use crate::cuda::ffi::{CuIpcMemHandle, CudaExtent, CudaPitchedPtr};
             use crate::cuda::symbols::{Sym, sig::Stream};
+            use crate::hooks::memory::{Driver, Runtime};
             use core::ffi::{c_char, c_int, c_void};
-            $(export!($var $name ($($a: $t),*) $(=> $($body)::+ as $api)?);)*
+            $(export!($var $name ($($a: $t),*) $(=> $body as $api)?);)*
         }
 
         /// The wrappers driver entry-point lookups hand out.
@@ -88,8 +89,9 @@ macro_rules! hooks_from_rows {
         pub mod wrappers {
             use crate::cuda::ffi::{CuIpcMemHandle, CudaExtent, CudaPitchedPtr};
             use crate::cuda::symbols::{Sym, sig::Stream};
+            use crate::hooks::memory::{Driver, Runtime};
             use core::ffi::{c_char, c_int, c_void};
-            $(wrapper!($lib $var $name ($($a: $t),*) $(=> $($body)::+ as $api)?);)*
+            $(wrapper!($lib $var $name ($($a: $t),*) $(=> $body as $api)?);)*
         }
 
         /// Exported hooks by the symbol they stand for.

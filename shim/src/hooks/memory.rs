@@ -1,0 +1,265 @@
+//! The memory calls the runtime and the driver share, one body each for both: allocate and
+//! free (synchronous and stream-ordered), allocate from a memory pool, managed memory, and the
+//! memory figures. A request the shim's pool serves is answered in [`serve`]; any other goes
+//! to the real function and is recorded. What differs between the two APIs is a [`Side`].
+
+use crate::cuda::ffi::{CU_ERROR_NOT_INITIALIZED, CUDA_ERROR_INSUFFICIENT_DRIVER};
+use crate::cuda::symbols::Sym;
+use crate::cuda::symbols::sig::Stream;
+use crate::hooks::serve::{self, Family};
+use crate::hooks::{forward, recorded};
+use crate::pool;
+use crate::trace::{driver_device, runtime_device};
+use core::ffi::c_void;
+use gpushim_core::engine::FreeKind;
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+
+/// What differs between the runtime's and the driver's memory calls.
+pub(crate) trait Side {
+    /// A device address as the API passes it: `void *` (runtime), `CUdeviceptr` (driver).
+    type Ptr: Copy;
+    /// What the hook answers when the real function cannot be found.
+    const MISSING: i32;
+    const FAMILY: Family;
+    /// The calling thread's device, as this API knows it.
+    fn device() -> u8;
+    fn addr(p: Self::Ptr) -> u64;
+    fn from_addr(a: u64) -> Self::Ptr;
+    /// After a successful device allocation of the program's own (a framework's segment).
+    fn after_alloc(_ptr: u64, _size: u64) {}
+}
+
+/// The CUDA runtime (`libcudart`).
+pub(crate) enum Runtime {}
+/// The CUDA driver (`libcuda`).
+pub(crate) enum Driver {}
+
+impl Side for Runtime {
+    type Ptr = *mut c_void;
+    const MISSING: i32 = CUDA_ERROR_INSUFFICIENT_DRIVER;
+    const FAMILY: Family = Family::Runtime;
+    fn device() -> u8 {
+        runtime_device()
+    }
+    fn addr(p: *mut c_void) -> u64 {
+        p as u64
+    }
+    fn from_addr(a: u64) -> *mut c_void {
+        a as *mut c_void
+    }
+    fn after_alloc(ptr: u64, size: u64) {
+        crate::hooks::torch::after_device_alloc(ptr, size);
+    }
+}
+
+impl Side for Driver {
+    type Ptr = u64;
+    const MISSING: i32 = CU_ERROR_NOT_INITIALIZED;
+    const FAMILY: Family = Family::Driver;
+    fn device() -> u8 {
+        driver_device()
+    }
+    fn addr(p: u64) -> u64 {
+        p
+    }
+    fn from_addr(a: u64) -> u64 {
+        a
+    }
+}
+
+/// The address a successful call stored through `out`, or 0.
+///
+/// # Safety
+/// `out` must be null or valid for reads when `rc` is 0.
+unsafe fn written<S: Side>(out: *mut S::Ptr, rc: i32) -> u64 {
+    if rc != 0 || out.is_null() {
+        return 0;
+    }
+    // SAFETY: the caller guarantees `out` is readable after a successful call.
+    S::addr(unsafe { *out })
+}
+
+type Malloc<S> = unsafe extern "C" fn(*mut <S as Side>::Ptr, usize) -> i32;
+type Free<S> = unsafe extern "C" fn(<S as Side>::Ptr) -> i32;
+type MallocAsync<S> = unsafe extern "C" fn(*mut <S as Side>::Ptr, usize, Stream) -> i32;
+type FreeAsync<S> = unsafe extern "C" fn(<S as Side>::Ptr, Stream) -> i32;
+type MallocFromPool<S> =
+    unsafe extern "C" fn(*mut <S as Side>::Ptr, usize, *mut c_void, Stream) -> i32;
+type MallocManaged<S> = unsafe extern "C" fn(*mut <S as Side>::Ptr, usize, u32) -> i32;
+type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
+
+/// `cudaMalloc`, `cuMemAlloc_v2`.
+pub(crate) unsafe fn malloc<S: Side>(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut S::Ptr,
+    size: usize,
+) -> i32 {
+    forward!(sym, real, S::MISSING, Malloc<S>, |f, rec| {
+        if rec && !p.is_null() && size > 0 && pool::active() {
+            if let Some((rc, ptr)) = serve::alloc(S::FAMILY, api, size, pool::SYNC_KEY, 0) {
+                // SAFETY: `p` is the caller's out-pointer, checked non-null.
+                unsafe { *p = S::from_addr(ptr) };
+                if rc == 0 {
+                    S::after_alloc(ptr, size as u64);
+                }
+                return rc;
+            }
+        }
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size) }
+        };
+        let rc = recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
+            // SAFETY: `p` was written by the successful call.
+            (unsafe { written::<S>(p, rc) }, size as u64, S::device())
+        });
+        if rec && rc == 0 {
+            // SAFETY: `p` was written by the successful call.
+            S::after_alloc(unsafe { written::<S>(p, rc) }, size as u64);
+        }
+        rc
+    })
+}
+
+/// `cudaFree`, `cuMemFree_v2`.
+pub(crate) unsafe fn free<S: Side>(sym: Sym, real: usize, api: Api, p: S::Ptr) -> i32 {
+    forward!(sym, real, S::MISSING, Free<S>, |f, rec| {
+        let addr = S::addr(p);
+        if rec && pool::pooling() && addr != 0 {
+            let kind = RecordKind::Free;
+            if let Some(rc) = serve::free(S::FAMILY, kind, api, addr, FreeKind::Sync, 0) {
+                return rc;
+            }
+        }
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p) }
+        };
+        recorded(rec, RecordKind::Free, api, 0, call, |_| {
+            (addr, 0, DEVICE_UNKNOWN)
+        })
+    })
+}
+
+/// `cudaMallocAsync{,_ptsz}`, `cuMemAllocAsync{,_ptsz}`.
+pub(crate) unsafe fn malloc_async<S: Side>(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut S::Ptr,
+    size: usize,
+    s: Stream,
+) -> i32 {
+    forward!(sym, real, S::MISSING, MallocAsync<S>, |f, rec| {
+        let per_thread = sym.per_thread();
+        if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s, per_thread) {
+            let key = pool::stream_key(s, per_thread, api);
+            if let Some((rc, ptr)) = serve::alloc(S::FAMILY, api, size, key, s as u64) {
+                // SAFETY: `p` is the caller's out-pointer, checked non-null.
+                unsafe { *p = S::from_addr(ptr) };
+                return rc;
+            }
+        }
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, s) }
+        };
+        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
+            // SAFETY: `p` was written by the successful call.
+            (unsafe { written::<S>(p, rc) }, size as u64, S::device())
+        })
+    })
+}
+
+/// `cudaFreeAsync{,_ptsz}`, `cuMemFreeAsync{,_ptsz}`.
+pub(crate) unsafe fn free_async<S: Side>(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: S::Ptr,
+    s: Stream,
+) -> i32 {
+    forward!(sym, real, S::MISSING, FreeAsync<S>, |f, rec| {
+        let addr = S::addr(p);
+        let per_thread = sym.per_thread();
+        if rec && pool::pooling() && addr != 0 && !pool::capturing(s, per_thread) {
+            let how = FreeKind::OnStream(pool::stream_key(s, per_thread, api));
+            let kind = RecordKind::FreeAsync;
+            if let Some(rc) = serve::free(S::FAMILY, kind, api, addr, how, s as u64) {
+                return rc;
+            }
+        }
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, s) }
+        };
+        recorded(rec, RecordKind::FreeAsync, api, s as u64, call, |_| {
+            (addr, 0, DEVICE_UNKNOWN)
+        })
+    })
+}
+
+/// `cudaMallocFromPoolAsync{,_ptsz}`, `cuMemAllocFromPoolAsync{,_ptsz}`: CUDA's memory pools
+/// serve these; the shim's pool never does.
+pub(crate) unsafe fn malloc_from_pool<S: Side>(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut S::Ptr,
+    size: usize,
+    pool: *mut c_void,
+    s: Stream,
+) -> i32 {
+    forward!(sym, real, S::MISSING, MallocFromPool<S>, |f, rec| {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, pool, s) }
+        };
+        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
+            // SAFETY: `p` was written by the successful call.
+            (unsafe { written::<S>(p, rc) }, size as u64, S::device())
+        })
+    })
+}
+
+/// `cudaMallocManaged`, `cuMemAllocManaged`.
+pub(crate) unsafe fn malloc_managed<S: Side>(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    p: *mut S::Ptr,
+    size: usize,
+    flags: u32,
+) -> i32 {
+    forward!(sym, real, S::MISSING, MallocManaged<S>, |f, rec| {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(p, size, flags) }
+        };
+        recorded(rec, RecordKind::ManagedAlloc, api, 0, call, |rc| {
+            // SAFETY: `p` was written by the successful call.
+            (unsafe { written::<S>(p, rc) }, size as u64, S::device())
+        })
+    })
+}
+
+/// `cudaMemGetInfo`, `cuMemGetInfo_v2`: recorded, and under a pool what the process can use.
+pub(crate) unsafe fn mem_get_info<S: Side>(
+    sym: Sym,
+    real: usize,
+    api: Api,
+    free: *mut usize,
+    total: *mut usize,
+) -> i32 {
+    forward!(sym, real, S::MISSING, MemGetInfo, |f, rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(free, total) };
+        if rec {
+            // SAFETY: both out-pointers were written by the successful call.
+            unsafe { crate::hooks::show_mem_info(api, rc, free, total, S::device()) };
+        }
+        rc
+    })
+}
