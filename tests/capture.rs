@@ -5,7 +5,7 @@
 //! `cudaGetLastError` returned. The expected lines are the rules measured on the GPU
 //! (docs/cuda-facts.md, "During a stream capture"); the simulator must give them, and so must
 //! the shim in every pool mode, since a pool that makes its own calls during a capture breaks
-//! graphs the program built correctly. `scripts/gpu-capture.sh` runs the same client on real
+//! graphs the program built correctly. `scripts/gpu.sh capture` runs the same client on real
 //! CUDA.
 
 mod common;

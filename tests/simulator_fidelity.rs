@@ -1,5 +1,5 @@
 //! The simulator itself returns what real CUDA returns (docs/cuda-facts.md), without the
-//! shim. The same scenarios run on the GPU machine (scripts/gpu-check.sh).
+//! shim. The same scenarios run on the GPU machine (scripts/gpu.sh check).
 
 mod common;
 use common::*;

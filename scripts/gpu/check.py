@@ -1,4 +1,4 @@
-"""The GPU machine's checks for the interposition issue, run by scripts/gpu-check.sh. Prints one
+"""The GPU machine's checks for the interposition issue, run by scripts/gpu.sh check. Prints one
 table: each check, PASS or FAIL, and the figures behind it."""
 import json
 import os
@@ -47,7 +47,9 @@ def apis(trace):
     names = []
     for line in out.stdout.splitlines():
         r = json.loads(line)
-        if r["kind"] not in ("thread_start", "stream_name"):
+        # The program's calls: not the shim's own records (threads, streams, NVML's figure,
+        # the pool's notes) nor the memory figures it showed the caller.
+        if r["kind"] not in ("thread_start", "stream_name", "mem_info_shown") and r["api"] != "gpushim":
             names.append(r["api"])
     return names
 
@@ -83,7 +85,7 @@ def stats_line(stdout):
 
 
 def facts():
-    src = open(os.path.join(ROOT, "tests", "simulator.rs")).read()
+    src = open(os.path.join(ROOT, "tests", "simulator_fidelity.rs")).read()
     m = re.search(r'pub const CUDA_FACTS: &str = "\\\n(.*?)";', src, re.S)
     return m.group(1)
 

@@ -1,4 +1,4 @@
-"""PyTorch's allocator in one of the modes scripts/gpu-perf.sh compares, set up before anything
+"""PyTorch's allocator in one of the modes scripts/gpu.sh perf compares, set up before anything
 else imports torch (the environment is read when PyTorch's CUDA allocator starts):
   default     PyTorch's caching allocator
   expandable  its expandable segments
@@ -6,7 +6,7 @@ else imports torch (the environment is read when PyTorch's CUDA allocator starts
   pluggable   the shim's gpushim_alloc/gpushim_free through CUDAPluggableAllocator
               (GPUSHIM_LIB names the library)
 swap_allocators() puts PyTorch's caching allocator and the pluggable one in one process, to
-time them within it (scripts/gpu-inproc.sh)."""
+time them within it (scripts/gpu.sh inproc)."""
 import ctypes
 import os
 

@@ -1,4 +1,4 @@
-"""Tables for scripts/gpu-multi.sh.
+"""Tables for scripts/gpu.sh multi.
 
   multi_report.py ddp DIR          the DDP runs listed in DIR/runs against DIR/baseline.out
   multi_report.py apis < JSON      a `gpushim summary --json` trace's calls per API

@@ -1,5 +1,5 @@
 """What a PyTorch program sees of its memory calls, CUDA graphs and torch.compile
-(scripts/gpu-pluggable.sh runs it alone, with PyTorch's cache off, and under `gpushim run
+(scripts/gpu.sh pluggable runs it alone, with PyTorch's cache off, and under `gpushim run
 --pluggable` and `--per-tensor`). Prints one 'PROBE {json}' line: each check's answer, or the
 error it raised (type and the first line of its message), so the runs can be set side by side.
 PROBE_COMPILE=0 leaves torch.compile out."""

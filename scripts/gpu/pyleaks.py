@@ -1,4 +1,4 @@
-"""Two PyTorch training loops that leak the way people's do, for scripts/gpu-pyframes.sh:
+"""Two PyTorch training loops that leak the way people's do, for scripts/gpu.sh pyframes:
 
   losses   keeps every step's loss tensor (losses.append(loss) instead of loss.item())
   cache    a custom layer keeps a copy of its output every step

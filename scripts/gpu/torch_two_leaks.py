@@ -1,5 +1,5 @@
 """A PyTorch training loop with the two classic leaks, 4 MiB per step each, for
-scripts/gpu-tensors.sh: a custom layer that keeps a copy of its output on every call, and a
+scripts/gpu.sh tensors: a custom layer that keeps a copy of its output on every call, and a
 metric kept with its autograd graph (which keeps the activation it was computed from alive).
 Everything else is freed every step, so PyTorch's cache stops growing after the first steps.
 

@@ -1,5 +1,5 @@
 """A workload whose device memory `gpushim summary` must account for, run under the shim by
-scripts/gpu-memory.sh. Before exit it reads NVML itself (this process's figure, as nvidia-smi
+scripts/gpu.sh memory. Before exit it reads NVML itself (this process's figure, as nvidia-smi
 shows it) and prints one 'RESULT {json}' line with PyTorch's own counters beside it, then waits
 so the shim's sampler has seen the final state.
 

@@ -1,5 +1,5 @@
 """Real training workloads whose shapes change every step, timed per step, in one allocator
-mode. Prints one 'RESULT {json}' line. Used by scripts/gpu-perf.sh, which alternates modes.
+mode. Prints one 'RESULT {json}' line. Used by scripts/gpu.sh perf, which alternates modes.
 
 usage: workloads.py WORKLOAD MODE [STEPS]
   WORKLOAD  transformer (8 layers, width 1024, sequences 64..319)
@@ -11,7 +11,7 @@ usage: workloads.py WORKLOAD MODE [STEPS]
             under the shim's pool with PyTorch's cache switched off and on by
             torch.cuda.memory.caching_allocator_enable, a cycle of shapes at a time (off, on,
             on, off, ...), so per-tensor steps and cached steps are timed minutes apart at most
-            and a drifting machine moves both alike (scripts/gpu-inproc.sh); or swap: the same
+            and a drifting machine moves both alike (scripts/gpu.sh inproc); or swap: the same
             with PyTorch's caching allocator and the pluggable one (GPUSHIM_LIB's) swapped
             instead (modes.swap_allocators). TOGGLE_NULL=1 keeps PyTorch's cache in both
             halves, to show how far from 1.000 the method itself lands
@@ -205,7 +205,7 @@ def launch_speed():
     """How fast this process's host runs work that no allocator takes part in: µs per in-place
     kernel launch on a small tensor made before (no allocation; the shim has no hook on
     launches). Identical processes on the GPU machine ran their steps 20-40% apart;
-    gpu-perf.sh shows the ratios both raw and divided by this."""
+    scripts/gpu.sh perf shows the ratios both raw and divided by this."""
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(2000):

@@ -4,7 +4,7 @@
  *     scenario mode thread: rc=R end=E last=L
  * R the call's result, E cudaStreamEndCapture's, L cudaGetLastError's right after. The same
  * program runs on the simulator (tests/capture.rs) and on the real GPU
- * (scripts/gpu-capture.sh), with and without the shim, and every run must print the same
+ * (scripts/gpu.sh capture), with and without the shim, and every run must print the same
  * lines: docs/cuda-facts.md, "During a stream capture".
  *
  * usage: capture            all scenarios

@@ -4,7 +4,7 @@
  * THRASH_KB > 0, that many KiB of other memory are touched between two calls of the last pass
  * (one byte per 64), as a program's own work evicts the allocator's data between two
  * allocations; the time of the touching is left out.
- * The ops file has one line per call: "a SLOT SIZE" or "f SLOT" (scripts/bench-replay.sh
+ * The ops file has one line per call: "a SLOT SIZE" or "f SLOT" (scripts/bench.sh replay
  * writes it from `gpushim events`). With STREAM=1 a non-blocking stream is created first, so
  * that the pool fences blocks freed with cudaFree (PyTorch leaves the legacy stream so).
  * usage: replay_calls OPS_FILE THRASH_KB STREAM */

@@ -26,7 +26,7 @@ pub enum Family {
 /// A synchronous request (`key` is [`pool::SYNC_KEY`]) that CUDA would refuse during a capture
 /// under way is refused the same way. For the runtime, a failure sets the last error as the
 /// real call would. The re-entrancy guard must be held. Not inlined: the hooks' cost is
-/// measured as this function's (`scripts/bench-cache.sh`).
+/// measured as this function's (`scripts/bench.sh cache`).
 #[inline(never)]
 pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Option<(i32, u64)> {
     let t0 = costs::start();

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# every tensor of PyTorch's own allocator: leaks named, PyTorch's answers unchanged.
 # Every tensor of PyTorch's own caching allocator in the default run, on the GPU machine:
 #   leaks    a training loop with the two classic leaks (scripts/gpu/torch_two_leaks.py), run
 #            plainly under LD_PRELOAD and under `gpushim run`, nothing set: what `gpushim leaks`
@@ -8,15 +9,12 @@
 #            every answer must be the same
 #   layout   PyTorch's expandable segments and its cudaMallocAsync backend: whether tensors are
 #            recorded (the first must, the second must say it cannot)
-# Step time and device memory against PyTorch alone are scripts/gpu-perf.sh's modes default and
-# observe. Build and carry .gpu as for scripts/gpu-check.sh.
-#   bash scripts/gpu-tensors.sh [leaks same layout]
+# Step time and device memory against PyTorch alone are scripts/gpu.sh perf's modes default and
+# observe. Run through scripts/gpu.sh.
+#   bash scripts/gpu.sh tensors[:leaks,same,layout]
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[ -x .gpu/gpushim ] && [ -f .gpu/libgpushim.so ] || { echo "carry .gpu (see scripts/gpu-check.sh)" >&2; exit 2; }
 sections=${*:-leaks same layout}
 work=$(mktemp -d)
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
 cat > "$work/growing.py" <<'PY'
 import json, sys
 d = json.load(sys.stdin)
@@ -25,21 +23,21 @@ for g in d["iterations"]["growing"][:4]:
     print(f"  grows {g['bytes_per_iteration'] / 2**20:6.2f} MiB/iteration  {site[:150]}")
 PY
 growing() { # TRACE: the growing call sites, one line each, and the summary's PyTorch line
-  .gpu/gpushim leaks --json "$1" | python3 "$work/growing.py"
-  .gpu/gpushim summary "$1" | grep -E "^PyTorch|^tensors|^Python frames" | sed 's/^/  /'
+  "$GPUSHIM_BIN" leaks --json "$1" | python3 "$work/growing.py"
+  "$GPUSHIM_BIN" summary "$1" | grep -E "^PyTorch|^tensors|^Python frames" | sed 's/^/  /'
 }
 for s in $sections; do case $s in
 leaks)
   echo "== leaks: two leaks of 4 MiB per step (LEAK A, LEAK B in scripts/gpu/torch_two_leaks.py)"
-  LD_PRELOAD=$PWD/.gpu/libgpushim.so GPUSHIM_TRACE="$work/pre.%p.trace" python3 scripts/gpu/torch_two_leaks.py 30
+  LD_PRELOAD=$GPUSHIM_LIB GPUSHIM_TRACE="$work/pre.%p.trace" python3 scripts/gpu/torch_two_leaks.py 30
   echo "LD_PRELOAD=libgpushim.so python3 ...:"; growing "$work"/pre.*.trace
-  .gpu/gpushim run --trace "$work/run.%p.trace" -- python3 scripts/gpu/torch_two_leaks.py 30 >/dev/null 2>&1
+  "$GPUSHIM_BIN" run --trace "$work/run.%p.trace" -- python3 scripts/gpu/torch_two_leaks.py 30 >/dev/null 2>&1
   echo "gpushim run -- python3 ...:"; growing "$work"/run.*.trace
   grep -n "LEAK" scripts/gpu/torch_two_leaks.py | sed 's/^/  the leaks are at line /' ;;
 same)
   echo "== same: PyTorch's own answers without the shim and under gpushim run"
   python3 scripts/gpu/pluggable_probe.py 2>/dev/null | grep '^PROBE' | sed 's/^PROBE //' > "$work/alone.json"
-  .gpu/gpushim run --trace "$work/probe.%p.trace" -- python3 scripts/gpu/pluggable_probe.py 2>/dev/null \
+  "$GPUSHIM_BIN" run --trace "$work/probe.%p.trace" -- python3 scripts/gpu/pluggable_probe.py 2>/dev/null \
     | grep '^PROBE' | sed 's/^PROBE //' > "$work/shim.json"
   python3 - "$work/alone.json" "$work/shim.json" <<'PY'
 import json, sys
@@ -53,16 +51,16 @@ for k in ("backend", "CUDA graph capture + replay", "torch.compile (default)", "
     if k in a:
         print(f"  {k}: {a[k]!r}")
 PY
-  echo "  trace of the probe:"; .gpu/gpushim summary "$work"/probe.*.trace | grep -E "^PyTorch|^tensors" | sed 's/^/  /' ;;
+  echo "  trace of the probe:"; "$GPUSHIM_BIN" summary "$work"/probe.*.trace | grep -E "^PyTorch|^tensors" | sed 's/^/  /' ;;
 layout)
   echo "== layout: other allocator settings of PyTorch"
   for conf in expandable_segments:True backend:cudaMallocAsync; do
     rm -f "$work"/lay.*.trace
-    PYTORCH_CUDA_ALLOC_CONF=$conf .gpu/gpushim run --trace "$work/lay.%p.trace" -- \
+    PYTORCH_CUDA_ALLOC_CONF=$conf "$GPUSHIM_BIN" run --trace "$work/lay.%p.trace" -- \
       python3 scripts/gpu/torch_two_leaks.py 12 > "$work/lay.out" 2>&1 || true
     echo "PYTORCH_CUDA_ALLOC_CONF=$conf: $(grep -o 'tensors are not recorded.*' "$work/lay.out" | head -1)"
     growing "$work"/lay.*.trace
   done ;;
-*) echo "gpu-tensors: unknown section $s (leaks, same, layout)" >&2; exit 2 ;;
+*) echo "tensors: unknown section $s (leaks, same, layout)" >&2; exit 2 ;;
 esac; done
 rm -rf "$work"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
+# what recording stacks costs per allocation: off, Python frames, native, both.
 # What recording stacks costs per allocation, on the simulator (no GPU): a Python program
 # allocates and frees a 4 KiB block 200,000 times from a stack 30 frames deep, under the shim
 # with stacks:off, python, native and on; modes alternate (A B C D, five rounds) and the median
 # of each is printed beside stacks:off, measured in the same run.
-# Usage: scripts/bench-stacks.sh [PYTHON...]   (default: python3)
+# Usage: scripts/bench.sh stacks:[PYTHON...]   (default: python3)
 set -euo pipefail
-cd "$(dirname "$0")/.."
 source scripts/sim-env.sh
 pythons=("$@")
 [ ${#pythons[@]} -eq 0 ] && pythons=(python3)

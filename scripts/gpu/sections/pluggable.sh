@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# --pluggable and --per-tensor with real PyTorch: its counters, graphs, a workload.
 # `gpushim run --pluggable` and `--per-tensor` with real PyTorch on the GPU machine (
 # deliverable 3): what PyTorch's own memory counters, CUDA graphs and a few training steps do
 # under each, beside PyTorch alone and PyTorch with its cache off without the shim (what
@@ -7,18 +8,14 @@
 # (torch_pluggable when the pluggable allocator served the tensors), NVML peak beside the same
 # workload on PyTorch's expandable segments, and the Python lines that held the peak. Prints
 # one table per part.
-#   bash scripts/gpu-pluggable.sh [WORKLOAD] [STEPS]     (default resnet50 24)
-# Build and carry .gpu as for scripts/gpu-check.sh.
+#   bash scripts/gpu.sh pluggable[:WORKLOAD,STEPS]     (default resnet50 24)
+# Run through scripts/gpu.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 workload=${1:-resnet50}
 steps=${2:-24}
-[ -x .gpu/gpushim ] && [ -f .gpu/libgpushim.so ] || { echo "build and carry .gpu first (scripts/gpu-check.sh)" >&2; exit 2; }
-bin=$PWD/.gpu/gpushim
-export GPUSHIM_LIB=$PWD/.gpu/libgpushim.so
+bin=$GPUSHIM_BIN
 work=${GPUSHIM_WORK:-/tmp/gpushim-pluggable}
 rm -rf "$work" && mkdir -p "$work"
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
 
 probe() { # NAME CMD...: the probe's JSON line into $work/NAME.json
   local name=$1; shift

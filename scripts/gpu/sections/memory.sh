@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# where the device memory went: NVML's figure split by owner, within 2% of a reference.
 # Where the device memory went, on the GPU machine: each workload of
 # scripts/gpu/where_memory_went.py (context, nccl-context, gpt2, nccl) under `gpushim run`,
 # nothing set, and
@@ -9,18 +10,14 @@
 # (context for gpt2: a CUDA context and cuBLAS; nccl-context for nccl: NCCL's kernels too): the
 # named parts plus that reference must come within 2% of NVML's figure, or the shim missed an
 # allocation. "NVML (program)" is read by the program just before it ends; the trace's last
-# sample may come later (nccl: NCCL frees its buffers at the interpreter's exit). Build and carry .gpu as
-# for scripts/gpu-check.sh.
+# sample may come later (nccl: NCCL frees its buffers at the interpreter's exit). Run through scripts/gpu.sh.
 # RANKS=N runs each workload under torchrun with N ranks, one GPU each (a machine with N GPUs),
 # and adds what `gpushim summary` says of the ranks together (the one closest to its limit).
-#   bash scripts/gpu-memory.sh [context nccl-context gpt2 nccl]
-#   RANKS=2 bash scripts/gpu-memory.sh nccl-context nccl
+#   bash scripts/gpu.sh memory[:context,nccl-context,gpt2,nccl]
+#   RANKS=2 bash scripts/gpu.sh memory:nccl-context,nccl
 set -euo pipefail
-cd "$(dirname "$0")/.."
-[ -x .gpu/gpushim ] && [ -f .gpu/libgpushim.so ] || { echo "carry .gpu (see scripts/gpu-check.sh)" >&2; exit 2; }
 workloads=${*:-context nccl-context gpt2 nccl}
 work=$(mktemp -d)
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
 ranks=${RANKS:-1}
 for w in $workloads; do
   if [ "$ranks" = 1 ]; then
@@ -28,12 +25,12 @@ for w in $workloads; do
   else
     cmd=(torchrun --standalone --nproc_per_node "$ranks" scripts/gpu/where_memory_went.py "$w")
   fi
-  .gpu/gpushim run --trace "$work/$w.r%r.trace" -- "${cmd[@]}" > "$work/$w.out" 2> "$work/$w.err" \
+  "$GPUSHIM_BIN" run --trace "$work/$w.r%r.trace" -- "${cmd[@]}" > "$work/$w.out" 2> "$work/$w.err" \
     || { echo "$w failed:"; tail -20 "$work/$w.err"; exit 1; }
   grep '^RESULT ' "$work/$w.out" | sed 's/^RESULT //' > "$work/$w.json"
   for t in "$work"/$w.r*.trace; do
     r=${t##*.r}; r=${r%.trace}
-    .gpu/gpushim summary --json "$t" > "$work/$w.$r.summary.json"
+    "$GPUSHIM_BIN" summary --json "$t" > "$work/$w.$r.summary.json"
   done
 done
 python3 - "$work" $workloads <<'PY'
@@ -78,5 +75,5 @@ PY
 echo
 for w in $workloads; do
   echo "== gpushim summary ($w)"
-  .gpu/gpushim summary "$work"/$w.r*.trace | sed -n -e '/memory as NVML/,/= NVML/p' -e '/closest to its/,$p'
+  "$GPUSHIM_BIN" summary "$work"/$w.r*.trace | sed -n -e '/memory as NVML/,/= NVML/p' -e '/closest to its/,$p'
 done

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
+# the recorder: one record's cost, records per second from many threads, bytes per event.
 # The recorder's benchmarks, printed as one table: one record from one thread
 # (criterion, and a 50-million-record steady run), records per second from N producer threads
 # (default: every core, at least 16), and bytes per event. Uses prebuilt binaries in .gpu/ when
 # there (the GPU machine has no Rust toolchain), else builds them.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 threads=${GPUSHIM_BENCH_THREADS:-$(( $(nproc) > 16 ? $(nproc) : 16 ))}
 if [ -x .gpu/recorder-bench ] && [ -x .gpu/recorder_steady ]; then
   bench=.gpu/recorder-bench steady=.gpu/recorder_steady

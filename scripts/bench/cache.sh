@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# instructions and cache misses of one pooled allocation and free, the shim evicted between (valgrind).
 # What one pooled allocation and one free cost the program's thread when the program's own work
 # has evicted the shim from the caches in between (as PyTorch's does on the GPU machine), counted
 # rather than timed: instructions, L1 misses (instruction and data) and last-level misses of the
@@ -9,13 +10,12 @@
 # trace's grower and the pool's helper run on threads of their own and vary with scheduling.
 # Counts repeat to within a few percent from run to run, where timings on this machine spread by
 # 30%: a change that removes a cache line from every call shows here.
-# Usage: scripts/bench-cache.sh [LIB...]   (default: this tree's release build)
+# Usage: scripts/bench.sh cache:[LIB...]   (default: this tree's release build)
 #   each LIB is named by its path; several are measured one after another.
 #   N=500 (calls timed after as many warm-up calls), CONF=pool:caching,medium:20MiB,
 #   PYTHON=python3.12 (default python3)
 # Needs valgrind (callgrind_annotate) and python3. About 3 minutes per library.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 command -v valgrind >/dev/null || { echo "bench-cache: needs valgrind (apt install valgrind)" >&2; exit 2; }
 libs=("$@")
 if [ ${#libs[@]} -eq 0 ]; then

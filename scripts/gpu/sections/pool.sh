@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# the pool: alloc+free cost beside CUDA's, safe reuse under GPU work, a transformer in 7 modes.
 # The pool on the GPU machine, one table:
 #  1. alloc+free pair cost, single thread, recording on: the pool beside cudaMalloc+cudaFree and
 #     cudaMallocAsync+cudaFreeAsync measured in the same run;
@@ -6,20 +7,12 @@
 #     allocation, for sync and async frees, plus the unsafe control that must fail;
 #  3. a PyTorch transformer with varying sequence lengths in 7 allocator modes: step time and
 #     peak memory.
-# Build first (no Rust toolchain on the GPU machine):
-#   cargo build --release -p gpushim -p gpushim-shim && mkdir -p .gpu && cp target/release/{gpushim,libgpushim.so} .gpu/ && strip --strip-debug .gpu/*
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=${GPUSHIM_BIN_DIR:-.gpu}
-[ -f "$bin/libgpushim.so" ] || { echo "no $bin/libgpushim.so: see the top of this script" >&2; exit 2; }
-lib="$PWD/$bin/libgpushim.so" cmd="$PWD/$bin/gpushim"
+lib="$GPUSHIM_LIB" cmd="$GPUSHIM_BIN"
 work=${GPUSHIM_WORK:-/tmp/gpushim-pool}
 rm -rf "$work" && mkdir -p "$work"
 nvcc -O2 -cudart shared -o "$work/pool_bench" scripts/gpu/pool_bench.cu
 nvcc -O2 -cudart shared -o "$work/reuse" scripts/gpu/reuse.cu
-cudart=$(python3 -c "import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], 'lib'))" 2>/dev/null || true)
-[ -n "$cudart" ] && export LD_LIBRARY_PATH="$cudart${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%F)"
 shim() { LD_PRELOAD="$lib" GPUSHIM_TRACE="$work/$1.trace" GPUSHIM_CONF="$2" "${@:3}"; }
 
 echo

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# several GPUs and processes: IPC, DDP under NCCL, limits, a shared GPU (two GPUs).
 # Many GPUs, many processes, on the GPU machine kind nvidia-h200-x2. Sections:
 #   ipc    two processes exchanging pooled memory through legacy CUDA IPC (tests/clients/ipc.c on
 #          real CUDA: the peer under the shim, and without it), and torch.multiprocessing
@@ -10,33 +11,24 @@
 #          filling one GPU at once; what cudaMemGetInfo showed each;
 #   share  two training processes on one GPU: neither, both, or one of them under the shim.
 #   ab     DDP step time without the shim, with pool:off and with pool:caching, alternated.
-# Usage: bash scripts/gpu-multi.sh [ipc] [ddp] [ab] [limit] [share]      (no argument: all)
-# Build first (no Rust toolchain on the GPU machine):
-#   cargo build --release -p gpushim -p gpushim-shim && mkdir -p .gpu && cp target/release/{gpushim,libgpushim.so} .gpu/ && strip --strip-debug .gpu/*
+# Usage: bash scripts/gpu.sh multi[:ipc,ddp,ab,limit,share]      (no argument: all)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-bin=${GPUSHIM_BIN_DIR:-.gpu}
-[ -f "$bin/libgpushim.so" ] || { echo "no $bin/libgpushim.so: see the top of this script" >&2; exit 2; }
-lib="$PWD/$bin/libgpushim.so" cmd="$PWD/$bin/gpushim"
+lib="$GPUSHIM_LIB" cmd="$GPUSHIM_BIN"
 work=${GPUSHIM_WORK:-/tmp/gpushim-multi}
 sections=${*:-ipc ddp ab limit share}
 want() { [[ " $sections " == *" $1 "* ]]; }
 mkdir -p "$work"
-cudart=$(python3 -c "import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], 'lib'))" 2>/dev/null || true)
-[ -n "$cudart" ] && export LD_LIBRARY_PATH="$cudart${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-echo "GPUs: $(nvidia-smi --query-gpu=name --format=csv,noheader | sort | uniq -c | xargs); driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__, "NCCL", ".".join(map(str, torch.cuda.nccl.version())))'); $(date -u +%F)"
 result() { grep -h '^RESULT ' "$@" | sed 's/^RESULT //'; }
 
 if want ipc; then
   echo
   echo "== ipc: three 4 MiB blocks carved from one freed 32 MiB allocation, exported, checked and written by a peer process"
   rm -rf "$work/ipc" && mkdir -p "$work/ipc"
-  scripts/build-sim.sh "$work/ipc/bin" --real "$cudart" >/dev/null 2>"$work/ipc/build.err" || { echo "client build failed"; cat "$work/ipc/build.err"; }
   line() { tr '\n' ' ' | sed 's/ *$//'; }
-  echo "no shim:                          $("$work/ipc/bin/ipc" 2>&1 | line)"
+  echo "no shim:                          $("$GPUSHIM_CLIENTS/ipc" 2>&1 | line)"
   for conf in pool:off pool:caching; do
-    echo "shim $conf, peer under the shim:   $(LD_PRELOAD="$lib" GPUSHIM_CONF=$conf GPUSHIM_TRACE="$work/ipc/c-${conf#pool:}-%p.trace" "$work/ipc/bin/ipc" 2>&1 | line)"
-    echo "shim $conf, peer without the shim: $(LD_PRELOAD="$lib" GPUSHIM_CONF=$conf GPUSHIM_TRACE=off "$work/ipc/bin/ipc" --plain-peer 2>&1 | line)"
+    echo "shim $conf, peer under the shim:   $(LD_PRELOAD="$lib" GPUSHIM_CONF=$conf GPUSHIM_TRACE="$work/ipc/c-${conf#pool:}-%p.trace" "$GPUSHIM_CLIENTS/ipc" 2>&1 | line)"
+    echo "shim $conf, peer without the shim: $(LD_PRELOAD="$lib" GPUSHIM_CONF=$conf GPUSHIM_TRACE=off "$GPUSHIM_CLIENTS/ipc" --plain-peer 2>&1 | line)"
   done
   echo
   echo "== ipc: torch.multiprocessing shares 5 CUDA tensors (PyTorch's caching allocator on top of the pool)"

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# the pool never breaks a program: capture rules, OOM, graphs and resets, each the same as without the shim.
 # The GPU machine's checks that the pool never breaks a program: the capture client
 # (tests/clients/capture.c) on real CUDA without the shim and under it in every pool mode, each
 # scenario's lines compared with the run without the shim (table: every capture rule; oom;
@@ -7,27 +8,17 @@
 # allocating during another's capture; reset, cudaDeviceReset with blocks cached; release, the
 # pool's frees while another thread begins captures); what cuCtxRecordEvent covers and costs
 # (scripts/gpu/ctx_event_probe.cu, the pool's checkpoint); then the NVML check that memory given
-# back reaches another process (scripts/gpu/giveback.py). Prints tables. Build and carry .gpu as
-# for scripts/gpu-check.sh. PyTorch's own tests are run separately (see the README).
+# back reaches another process (scripts/gpu/giveback.py). Prints tables. PyTorch's own tests are run separately
+# (docs/gpu-checks.md).
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=.gpu
-[ -f $bin/libgpushim.so ] || { echo "carry .gpu (see scripts/gpu-check.sh)" >&2; exit 2; }
-export GPUSHIM_LIB="$PWD/$bin/libgpushim.so"
-cudart=$(python3 -c "import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], 'lib'))")
-driver=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
-work=/tmp/gpushim-capture && rm -rf $work && mkdir -p $work
-ln -sf "$driver" $work/libcuda.so
-LIBRARY_PATH=$work scripts/build-sim.sh $work --real "$cudart" >/dev/null
-export LD_LIBRARY_PATH="$cudart"
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%F)"
+work=$(mktemp -d)
 scenarios=("" oom graph graphmem nocontext reset release)
-for what in "${scenarios[@]}"; do $work/capture $what > $work/plain${what:+-$what}.txt; done
+for what in "${scenarios[@]}"; do $GPUSHIM_CLIENTS/capture $what > $work/plain${what:+-$what}.txt; done
 printf '%-16s' mode table "${scenarios[@]:1}"; echo
 for conf in pool:off pool:caching pool:expandable; do
   row=("$conf")
   for what in "${scenarios[@]}"; do
-    GPUSHIM_TRACE=off GPUSHIM_CONF=$conf LD_PRELOAD=$GPUSHIM_LIB $work/capture $what > $work/shim.txt
+    GPUSHIM_TRACE=off GPUSHIM_CONF=$conf LD_PRELOAD=$GPUSHIM_LIB $GPUSHIM_CLIENTS/capture $what > $work/shim.txt
     if cmp -s $work/shim.txt $work/plain${what:+-$what}.txt; then row+=(same); else row+=(DIFFERENT); diff $work/plain${what:+-$what}.txt $work/shim.txt | sed "s/^/$conf $what: /" | head -8 >&2 || true; fi
   done
   printf '%-16s' "${row[@]}"; echo
@@ -36,9 +27,9 @@ echo "without the shim: $(grep -c . $work/plain.txt) lines"
 for what in "${scenarios[@]:1}"; do cat $work/plain-$what.txt; done
 # The simulator's answers (tests/capture.rs checks them against the same rules), carried in
 # .gpu/capture-sim.txt by whoever built .gpu: real CUDA must print the same lines.
-if [ -f $bin/capture-sim.txt ]; then
-  if cmp -s $bin/capture-sim.txt $work/plain.txt; then echo "simulator vs real CUDA: same $(grep -c . $work/plain.txt) lines"
-  else echo "simulator vs real CUDA: DIFFERENT"; diff $bin/capture-sim.txt $work/plain.txt || true; fi
+if [ -f .gpu/capture-sim.txt ]; then
+  if cmp -s .gpu/capture-sim.txt $work/plain.txt; then echo "simulator vs real CUDA: same $(grep -c . $work/plain.txt) lines"
+  else echo "simulator vs real CUDA: DIFFERENT"; diff .gpu/capture-sim.txt $work/plain.txt || true; fi
 fi
 # The checkpoint's one event for the whole context (cuCtxRecordEvent): what it covers, costs
 # and does during a capture (docs/cuda-facts.md).

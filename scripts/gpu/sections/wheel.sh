@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
+# the prebuilt wheel installed with no Rust toolchain, then the main job from it.
 # On the GPU machine: the prebuilt wheel (dist/, from scripts/build-wheel.sh, carried)
 # installed into the machine's Python with no Rust toolchain there, then the main job from it:
 # `gpushim run -- python scripts/gpu/train_bench.py`, `gpushim summary`, and the Python module
 # (torch_allocator before and after the first allocation, records). Prints what it saw.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 whl=$(ls dist/gpushim-*.whl | head -1)
 site=/tmp/gpushim-site
 rm -rf $site
 python3 -m pip install -q --no-index --no-deps --target $site "$whl"
 export PYTHONPATH=$site PATH=$site/bin:$PATH
 work=$(mktemp -d)
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(python3 --version); cargo: $(command -v cargo || echo none); $(date -u +%F)"
 echo "wheel: $(basename "$whl")"
 gpushim --version
 echo "== gpushim run -- python3 scripts/gpu/train_bench.py default 20"

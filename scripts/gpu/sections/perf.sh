@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# step time and NVML peak under the shim against PyTorch alone, modes alternated.
 # PyTorch under the shim against PyTorch alone on real workloads with shapes that change every step, modes alternated
 # (A B C D E, A B C D E, ...) so a drifting machine cancels out. Modes: PyTorch's default;
 # observe (`gpushim run` with nothing set: PyTorch's allocator untouched, every tensor and its
@@ -24,18 +25,15 @@
 # whether and where the process left the legacy stream). KEEP_TRACES=DIR keeps those traces.
 # WORKLOAD `alloc` times one tensor's allocation and free instead (scripts/gpu/alloc_cost.py,
 # host cost only, no kernels): STEPS is then the number of tensors.
-#   bash scripts/gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]    (transformer, gpt2, resnet50, alloc)
-#   BUDGET_S=270 bash scripts/gpu-perf.sh ...   (fewer rounds if time runs short; table printed)
-# Build and carry .gpu as for scripts/gpu-check.sh.
+#   bash scripts/gpu.sh perf:WORKLOAD[,ROUNDS,STEPS]    (transformer, gpt2, resnet50, alloc)
+#   BUDGET_S=270 bash scripts/gpu.sh perf:...   (fewer rounds if time runs short; table printed)
+# Run through scripts/gpu.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-workload=${1:?usage: gpu-perf.sh WORKLOAD [ROUNDS] [STEPS]}
+workload=${1:?usage: section perf WORKLOAD [ROUNDS] [STEPS]}
 rounds=${2:-3}
 steps=${3:-30}
-export GPUSHIM_LIB="$PWD/.gpu/libgpushim.so"
 work=$(mktemp -d)
 out="$work/results.jsonl"
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
 script=scripts/gpu/workloads.py
 if [ "$workload" = alloc ]; then script=scripts/gpu/alloc_cost.py; steps=${3:-200000}; fi
 wl() { # MODE STEPS: the workload script's arguments
@@ -45,53 +43,53 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
   local mode=$1
   case $mode in
     alt-*) # the same mode with the build in $ALT_LIB, named alt-MODE in the table
-      [ -n "${ALT_LIB:-}" ] || { echo "gpu-perf: mode $mode needs ALT_LIB" >&2; return; }
+      [ -n "${ALT_LIB:-}" ] || { echo "perf: mode $mode needs ALT_LIB" >&2; return; }
       GPUSHIM_LIB="$ALT_LIB" TRACE_TAG=alt- run_mode "${mode#alt-}" | sed "s/\"mode\": \"[a-z]*\"/\"mode\": \"$mode\"/"
       return ;;
   esac
   case $mode in
       default|expandable) python3 $script $(wl $mode "$steps") ;;
-      observe) .gpu/gpushim run --trace "$work/${TRACE_TAG:-}ob.%p.trace" -- \
+      observe) "$GPUSHIM_BIN" run --trace "$work/${TRACE_TAG:-}ob.%p.trace" -- \
                    python3 $script $(wl default "$steps") \
                    | sed 's/"mode": "default"/"mode": "observe"/' ;;
-      notensors) .gpu/gpushim run --conf tensors:off --trace "$work/${TRACE_TAG:-}nt.%p.trace" -- \
+      notensors) "$GPUSHIM_BIN" run --conf tensors:off --trace "$work/${TRACE_TAG:-}nt.%p.trace" -- \
                    python3 $script $(wl default "$steps") \
                    | sed 's/"mode": "default"/"mode": "notensors"/' ;;
-      pertensor) .gpu/gpushim run --per-tensor --trace "$work/${TRACE_TAG:-}pt.%p.trace" -- \
+      pertensor) "$GPUSHIM_BIN" run --per-tensor --trace "$work/${TRACE_TAG:-}pt.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
-      ptplain) .gpu/gpushim run --per-tensor --conf medium:off --trace "$work/${TRACE_TAG:-}pp.%p.trace" -- \
+      ptplain) "$GPUSHIM_BIN" run --per-tensor --conf medium:off --trace "$work/${TRACE_TAG:-}pp.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptplain"/' ;;
-      ptexpandable) .gpu/gpushim run --per-tensor --conf pool:expandable \
+      ptexpandable) "$GPUSHIM_BIN" run --per-tensor --conf pool:expandable \
                    --trace "$work/${TRACE_TAG:-}px.%p.trace" -- python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptexpandable"/' ;;
-      pttrimoff) .gpu/gpushim run --per-tensor --conf trim:off --trace "$work/${TRACE_TAG:-}pk.%p.trace" -- \
+      pttrimoff) "$GPUSHIM_BIN" run --per-tensor --conf trim:off --trace "$work/${TRACE_TAG:-}pk.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "pttrimoff"/' ;;
-      ptnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --per-tensor --conf stacks:off -- \
+      ptnotrace) GPUSHIM_TRACE=off "$GPUSHIM_BIN" run --per-tensor --conf stacks:off -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnotrace"/' ;;
-      ptnoframes) .gpu/gpushim run --per-tensor --conf stacks:off --trace "$work/${TRACE_TAG:-}pn.%p.trace" -- \
+      ptnoframes) "$GPUSHIM_BIN" run --per-tensor --conf stacks:off --trace "$work/${TRACE_TAG:-}pn.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnoframes"/' ;;
-      ptctx) GPUSHIM_CTX_EVENTS=1 .gpu/gpushim run --per-tensor --trace "$work/${TRACE_TAG:-}pq.%p.trace" -- \
+      ptctx) GPUSHIM_CTX_EVENTS=1 "$GPUSHIM_BIN" run --per-tensor --trace "$work/${TRACE_TAG:-}pq.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptctx"/' ;;
-      ptnoctx) GPUSHIM_CTX_EVENTS=0 .gpu/gpushim run --per-tensor --trace "$work/${TRACE_TAG:-}py.%p.trace" -- \
+      ptnoctx) GPUSHIM_CTX_EVENTS=0 "$GPUSHIM_BIN" run --per-tensor --trace "$work/${TRACE_TAG:-}py.%p.trace" -- \
                    python3 $script $(wl pertensor "$steps") \
                    | sed 's/"mode": "pertensor"/"mode": "ptnoctx"/' ;;
-      plugctx) GPUSHIM_CTX_EVENTS=1 .gpu/gpushim run --conf pool:expandable --trace "$work/${TRACE_TAG:-}pz.%p.trace" -- \
+      plugctx) GPUSHIM_CTX_EVENTS=1 "$GPUSHIM_BIN" run --conf pool:expandable --trace "$work/${TRACE_TAG:-}pz.%p.trace" -- \
                    python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugctx"/' ;;
-      pluggable) .gpu/gpushim run --conf pool:expandable --trace "$work/${TRACE_TAG:-}pl.%p.trace" -- \
+      pluggable) "$GPUSHIM_BIN" run --conf pool:expandable --trace "$work/${TRACE_TAG:-}pl.%p.trace" -- \
                    python3 $script $(wl $mode "$steps") ;;
-      plugnotrace) GPUSHIM_TRACE=off .gpu/gpushim run --conf pool:expandable,stacks:off -- \
+      plugnotrace) GPUSHIM_TRACE=off "$GPUSHIM_BIN" run --conf pool:expandable,stacks:off -- \
                    python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugnotrace"/' ;;
-      plugnoframes) .gpu/gpushim run --conf pool:expandable,stacks:off --trace "$work/${TRACE_TAG:-}pf.%p.trace" -- \
+      plugnoframes) "$GPUSHIM_BIN" run --conf pool:expandable,stacks:off --trace "$work/${TRACE_TAG:-}pf.%p.trace" -- \
                    python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugnoframes"/' ;;
-      plugcaching) .gpu/gpushim run --conf pool:caching --trace "$work/${TRACE_TAG:-}pc.%p.trace" -- \
+      plugcaching) "$GPUSHIM_BIN" run --conf pool:caching --trace "$work/${TRACE_TAG:-}pc.%p.trace" -- \
                    python3 $script $(wl pluggable "$steps") \
                    | sed 's/"mode": "pluggable"/"mode": "plugcaching"/' ;;
   esac 2>/dev/null | { grep '^RESULT' || true; } | sed 's/^RESULT //'
@@ -102,7 +100,7 @@ modes=${MODES:-default pertensor ptnoframes pluggable plugcaching expandable}
 began=$SECONDS longest=0
 for r in $(seq "$rounds"); do
   if [ -n "${BUDGET_S:-}" ] && [ $((SECONDS - began + longest)) -gt "$BUDGET_S" ]; then
-    echo "gpu-perf: stopped after $((r - 1)) rounds (BUDGET_S=$BUDGET_S)" >&2
+    echo "perf: stopped after $((r - 1)) rounds (BUDGET_S=$BUDGET_S)" >&2
     break
   fi
   round_began=$SECONDS
@@ -164,7 +162,7 @@ for mode in sys.argv[3].split():
 PY
 for t in "$work"/*.trace; do
   [ -e "$t" ] || continue
-  echo "$(basename "$t" | cut -d. -f1): $(.gpu/gpushim summary "$t" 2>/dev/null | grep -E '^pool' | tr '\n' ' ')"
+  echo "$(basename "$t" | cut -d. -f1): $("$GPUSHIM_BIN" summary "$t" 2>/dev/null | grep -E '^pool' | tr '\n' ' ')"
 done
 # KEEP_TRACES=DIR keeps the last round's traces there, compressed, to read at leisure.
 if [ -n "${KEEP_TRACES:-}" ]; then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# per-tensor steps against PyTorch's own cache, within one process, seconds apart.
 # The GPU machine, measured within one process: per-tensor steps against PyTorch's
 # own cache, seconds apart. Each run is one process under the shim's per-tensor pool
 # (`pool:caching,medium:20MiB,trim:1s`, what `gpushim run --per-tensor` sets, trim named since
@@ -6,15 +7,15 @@
 # torch.cuda.memory.caching_allocator_enable, a cycle of 6 shapes at a time, in the order off,
 # on, on, off, off, on, ... (scripts/gpu/workloads.py, MODE toggle). Neighbouring cycles give
 # one ratio each: per-tensor step time over cached step time, on the same shapes, which cancels
-# the drift between processes that made scripts/gpu-perf.sh's rounds spread by 15-40%. "ratio"
+# the drift between processes that made scripts/gpu.sh perf's rounds spread by 15-40%. "ratio"
 # is the median of those; "by shape" sums each shape's median step in each mode, which a step
 # that stalls (a cycle's sum carries it whole) does not move.
 # With the cache on, the shim sees only PyTorch's segments (none after the first cycle), so the
-# "on" cycles are PyTorch's default allocator plus the shim's idle hooks; gpu-perf.sh's
+# "on" cycles are PyTorch's default allocator plus the shim's idle hooks; section perf's
 # cross-process figure is the one against PyTorch without the shim.
 # ALT_LIB names a second build: runs then alternate between the two builds (A B A B), and each
 # build's ratios are shown on their own line.
-#   bash scripts/gpu-inproc.sh [WORKLOADS] [ROUNDS] [STEPS]
+#   bash scripts/gpu.sh inproc[:WORKLOADS,ROUNDS,STEPS]
 #     WORKLOADS  space-separated, default "transformer gpt2 resnet50"
 #     ROUNDS     processes per workload and build (default 2)
 #     STEPS      timed steps per process, half per-tensor, half cached (default 72: 6 pairs)
@@ -25,7 +26,7 @@
 #                       far from 1.000 the method lands on its own ("toggled" reads yes when
 #                       both halves were cached)
 #   INPROC=swap ...     the pluggable allocator (the shim's gpushim_alloc over
-#                       `pool:expandable`, as gpu-perf.sh's mode pluggable) against PyTorch's
+#                       `pool:expandable`, as section perf's mode pluggable) against PyTorch's
 #                       caching allocator instead: both live in the process and the one
 #                       PyTorch uses is swapped between cycles (scripts/gpu/modes.py,
 #                       swap_allocators); ratio = pluggable step / cached step
@@ -34,9 +35,8 @@
 #                       warm-up and run between cycles, outside the timed steps; the pairs'
 #                       ranges did not narrow with that: their outliers come
 #                       from elsewhere)
-# Build and carry .gpu as for scripts/gpu-check.sh.
+# Run through scripts/gpu.sh.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 workloads=${1:-transformer gpt2 resnet50}
 rounds=${2:-2}
 steps=${3:-72}
@@ -44,13 +44,12 @@ kind=${INPROC:-toggle}
 case $kind in
   toggle) conf="pool:caching,medium:20MiB,trim:1s" ;;
   swap) conf="pool:expandable" ;;
-  *) echo "gpu-inproc: INPROC=$kind: toggle (per-tensor, the default) or swap (pluggable)" >&2; exit 2 ;;
+  *) echo "inproc: INPROC=$kind: toggle (per-tensor, the default) or swap (pluggable)" >&2; exit 2 ;;
 esac
 conf="$conf${EXTRA_CONF:+,$EXTRA_CONF}"
 work=$(mktemp -d)
 out="$work/results.jsonl"
 echo "$kind, shim configuration $conf"
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); torch $(python3 -c 'import torch; print(torch.__version__)'); $(date -u +%F)"
 builds="a"
 [ -n "${ALT_LIB:-}" ] && builds="a b"
 began=$SECONDS longest=0
@@ -58,13 +57,13 @@ for w in $workloads; do
   for r in $(seq "$rounds"); do
     for b in $builds; do
       if [ -n "${BUDGET_S:-}" ] && [ $((SECONDS - began + longest)) -gt "$BUDGET_S" ]; then
-        echo "gpu-inproc: skipped $w round $r build $b (BUDGET_S=$BUDGET_S)" >&2
+        echo "inproc: skipped $w round $r build $b (BUDGET_S=$BUDGET_S)" >&2
         continue
       fi
-      lib="$PWD/.gpu/libgpushim.so"
+      lib="$GPUSHIM_LIB"
       [ "$b" = b ] && lib="$ALT_LIB"
       t0=$SECONDS
-      GPUSHIM_LIB="$lib" .gpu/gpushim run --lib "$lib" --conf "$conf" \
+      GPUSHIM_LIB="$lib" "$GPUSHIM_BIN" run --lib "$lib" --conf "$conf" \
         --trace "$work/$w.$b.%p.trace" -- python3 scripts/gpu/workloads.py "$w" "$kind" "$steps" \
         2>/dev/null | { grep '^RESULT' || true; } | sed "s/^RESULT {/{\"build\": \"$b\", \"round\": $r, /" \
         | tee -a "$out" | sed "s/^/$w round $r build $b: /" >&2
@@ -78,7 +77,7 @@ python3 - "$out" <<'PY'
 import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 if not rows:
-    sys.exit("gpu-inproc: no results (see the runs' output with 2>/dev/null removed)")
+    sys.exit("inproc: no results (see the runs' output with 2>/dev/null removed)")
 print(f"{'workload':12} {'build':5} {'runs':>4} {'pairs':>5} {'shim ms':>13} {'cached ms':>9} "
       f"{'ratio':>6} {'pair range':>12} {'by shape':>8} {'host ms off/on':>15} {'NVML MiB':>9} toggled")
 seen = []
@@ -106,6 +105,6 @@ for w, b in seen:
 PY
 for t in "$work"/*.trace; do
   [ -e "$t" ] || continue
-  echo "$(basename "$t" | cut -d. -f1,2): $(.gpu/gpushim summary "$t" 2>/dev/null | grep -E '^pool' | tr '\n' ' ')"
+  echo "$(basename "$t" | cut -d. -f1,2): $("$GPUSHIM_BIN" summary "$t" 2>/dev/null | grep -E '^pool' | tr '\n' ' ')"
 done
 rm -rf "$work"

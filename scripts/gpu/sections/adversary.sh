@@ -1,21 +1,13 @@
 #!/usr/bin/env bash
+# IPC attacks between two real processes (freed handles, forged tickets, 1100 opens), pool on and off.
 # The GPU machine's checks of what an adversary found that need real CUDA: the IPC
 # client's attacks (tests/clients/ipc.c) between two real processes, under the pool and
 # without it: handles of freed blocks, altered tickets, a table opened to others, more than
-# 1024 opens, and a peer without the shim. Prints one table. Build and carry .gpu as for
-# scripts/gpu-check.sh.
+# 1024 opens, and a peer without the shim. Prints one table.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-bin=.gpu
-[ -f $bin/libgpushim.so ] || { echo "carry .gpu (see scripts/gpu-check.sh)" >&2; exit 2; }
-shim="$PWD/$bin/libgpushim.so"
-cudart=$(python3 -c "import nvidia.cu13, os; print(os.path.join(list(nvidia.cu13.__path__)[0], 'lib'))")
-driver=$(ldconfig -p | awk '/libcuda\.so\.1 /{print $NF; exit}')
-work=/tmp/gpushim-adversary && rm -rf $work && mkdir -p $work
-ln -sf "$driver" $work/libcuda.so
-LIBRARY_PATH=$work scripts/build-sim.sh $work --real "$cudart" >/dev/null
-export LD_LIBRARY_PATH="$cudart" GPUSHIM_TRACE=off
-echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(date -u +%F)"
+shim="$GPUSHIM_LIB"
+work=$GPUSHIM_CLIENTS
+export GPUSHIM_TRACE=off
 printf '%-16s %-14s %s\n' check mode result
 row() { printf '%-16s %-14s %s\n' "$1" "$2" "$(echo "$3" | tr '\n' ' ')"; }
 for conf in pool:caching pool:off; do

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
+# decoding speed and memory of gpushim summary on 10 and 100 million events.
 # Decoding speed and memory of `gpushim summary` on synthetic traces of 10 and 100 million
 # events (examples/make_trace.rs: a sliding window of 4096 live blocks on 8 streams), in one
-# table. Needs about 3.5 GB of free disk in $TMPDIR. Usage: scripts/bench-summary.sh
+# table. Needs about 3.5 GB of free disk in $TMPDIR. Usage: scripts/bench.sh summary
 set -euo pipefail
-cd "$(dirname "$0")/.."
 cargo build --release --quiet -p gpushim --example make_trace
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# the hooks' cost per allocation-and-free pair of a recorded run, warm and evicted.
 # What the hooks cost per allocation-and-free pair when the program's own work evicts the shim
 # between calls, on the simulator (no GPU): a recorded run's cudaMalloc/cudaFree calls, in their
 # order and sizes, replayed through the shim by tests/clients/replay_calls.c, once with nothing
@@ -9,11 +10,10 @@
 # fenced, as in PyTorch). Three rounds, builds alternated, medians printed.
 # GPUSHIM_BENCH_BASE=OLD.so adds the same rows for another build of the shim, in the same run.
 # GPUSHIM_BENCH_CONF sets the pool (default: `--per-tensor`'s, pool:caching,medium:20MiB).
-# Usage: scripts/bench-replay.sh [TRACE] [THRASH_KB]
-#   TRACE: a trace of a per-tensor run (KEEP_TRACES=DIR bash scripts/gpu-perf.sh keeps them on
+# Usage: scripts/bench.sh replay:[TRACE,THRASH_KB]
+#   TRACE: a trace of a per-tensor run (KEEP_TRACES=DIR bash scripts/gpu.sh perf keeps them on
 #   the GPU machine); without one, a trace of tests/clients/pool_rounds on the simulator.
 set -euo pipefail
-cd "$(dirname "$0")/.."
 trace=${1:-}
 thrash=${2:-8192}
 conf=${GPUSHIM_BENCH_CONF:-pool:caching,medium:20MiB}

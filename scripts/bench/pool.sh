@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
+# the pool's host cost per free-and-allocate round on the simulator, recording off and on.
 # What the pool costs the host per free-and-allocate round, on the simulator (no GPU): 200,000
 # rounds over 64 live blocks of a training-like size mix (tests/clients/pool_rounds.c), through
 # the hooks as a program calls them, recording off and on. Modes alternate (five rounds) and
 # medians are printed. GPUSHIM_BENCH_BASE=OLD.so adds the same rows for another build of the
 # shim, alternated in the same run, so a change is measured beside its baseline.
-# Usage: scripts/bench-pool.sh
+# Usage: scripts/bench.sh pool
 set -euo pipefail
-cd "$(dirname "$0")/.."
 source scripts/sim-env.sh
 builds=("this:$PWD/target/release/libgpushim.so")
 if [ -n "${GPUSHIM_BENCH_BASE:-}" ]; then
