@@ -24,92 +24,21 @@ mod bins;
 mod blocks;
 mod free_lists;
 pub mod front;
+mod policy;
 mod segments;
 mod slab;
+mod stats;
 
 use slab::{Block, Ix};
 
-use crate::config::Conf;
 use crate::fasthash::FastMap;
 pub use backend::{Backend, Event, MemoryBackend, OutOfMemory};
+pub use policy::{
+    GRANULE, LARGE_SEGMENT_ROUND, MAX_REQUEST, MEDIUM_REQUEST, Policy, SMALL_REQUEST,
+    SMALL_SEGMENT, SYNC_KEY, round_size,
+};
+pub use stats::{Counter, DEVICE_STATS_LEN, DeviceStats, Stats};
 use std::collections::BTreeMap;
-
-/// The pool key of allocations that are not stream-ordered (`cudaMalloc`, `cuMemAlloc`): no
-/// stream has it, so no stream may reuse a block freed into it before its fence passed.
-pub const SYNC_KEY: u64 = u64::MAX;
-
-/// The smallest block; every size is a multiple of it.
-pub const GRANULE: u64 = 512;
-/// Requests up to this size are "small" and come from small segments.
-pub const SMALL_REQUEST: u64 = 1 << 20;
-/// The size of a small segment.
-pub const SMALL_SEGMENT: u64 = 2 << 20;
-/// Large segments are multiples of this.
-pub const LARGE_SEGMENT_ROUND: u64 = 2 << 20;
-/// With `medium`, requests above [`SMALL_REQUEST`] and up to this share segments.
-pub const MEDIUM_REQUEST: u64 = 10 << 20;
-
-/// The knobs of `GPUSHIM_CONF` that shape the engine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Policy {
-    pub round_divisions: u32,
-    pub max_split: u64,
-    /// Segment size shared by requests above 1 MiB and up to [`MEDIUM_REQUEST`]; 0 for none.
-    pub medium_segment: u64,
-    pub release: u64,
-    /// Per device, 0 for none.
-    pub limit: u64,
-    /// Large blocks come from one segment per device and stream that grows in place (mapped
-    /// page by page behind a reserved address range) instead of new segments.
-    pub expandable: bool,
-    /// A synchronous free (`cudaFree`) that leaves a segment with nothing allocated gives it
-    /// back at once, as CUDA would (`trim:0`).
-    pub release_on_free: bool,
-}
-
-impl Default for Policy {
-    fn default() -> Self {
-        Policy::from(&Conf::default())
-    }
-}
-
-impl From<&Conf> for Policy {
-    fn from(c: &Conf) -> Self {
-        Policy {
-            round_divisions: c.round_divisions,
-            max_split: c.max_split,
-            medium_segment: c.medium_segment,
-            release: c.release,
-            limit: c.limit,
-            expandable: c.pool == crate::config::Pool::Expandable,
-            release_on_free: c.trim_ns == 0 && !c.trim_auto,
-        }
-    }
-}
-
-/// The largest request the engine serves (64 PiB, far past any device). Larger ones fail as
-/// out of memory, as CUDA answers them, before any rounding could wrap around 2^64.
-pub const MAX_REQUEST: u64 = 1 << 56;
-
-/// The size a request is served with: a multiple of [`GRANULE`], and with `divisions` > 0
-/// rounded up to one of `divisions` steps of its power-of-two interval (PyTorch's
-/// `roundup_power2_divisions`), which makes sizes that vary a little share blocks. `None` when
-/// the rounded size does not fit in 64 bits (every size above [`MAX_REQUEST`] is refused
-/// before this is asked).
-pub fn round_size(size: u64, divisions: u32) -> Option<u64> {
-    let size = size.max(1);
-    let base = size.checked_next_multiple_of(GRANULE)?;
-    if divisions <= 1 || size <= GRANULE * u64::from(divisions) {
-        return if divisions == 1 {
-            base.checked_next_power_of_two()
-        } else {
-            Some(base)
-        };
-    }
-    let floor = 1u64 << (63 - size.leading_zeros());
-    let step = (floor / u64::from(divisions)).max(GRANULE);
-    size.checked_next_multiple_of(step)
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct PoolKey {
@@ -153,144 +82,6 @@ struct Segment {
 pub const EXPANDABLE_RANGE: u64 = 256 << 30;
 /// Expandable segments are mapped in pages of this size.
 pub const PAGE: u64 = 2 << 20;
-
-/// What the engine counts. Bytes are block sizes (after rounding) unless named `requested`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stats {
-    pub live_bytes: u64,
-    pub requested_bytes: u64,
-    pub reserved_bytes: u64,
-    pub peak_live_bytes: u64,
-    pub peak_reserved_bytes: u64,
-    pub live_blocks: u64,
-    /// Segments obtained from the device (cudaMalloc-like calls) and given back.
-    pub segment_reserves: u64,
-    pub segment_releases: u64,
-    /// Requests served from cached memory.
-    pub cache_hits: u64,
-    pub splits: u64,
-    /// Waits for the device to make fenced blocks reusable.
-    pub synchronizations: u64,
-    /// Out-of-memory answers that a retry after releasing the cache turned into success.
-    pub oom_retries: u64,
-    pub ooms: u64,
-    pub limit_hits: u64,
-}
-
-/// One running figure per device, kept the way PyTorch's caching allocator keeps each of its
-/// own: the value now, its highest since the last peak reset, and the totals added and taken
-/// since the last reset of totals. `torch.cuda.memory_stats` shows these under `gpushim run
-/// --pluggable` and `--per-tensor` (see `DeviceStats`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counter {
-    pub current: u64,
-    pub peak: u64,
-    pub allocated: u64,
-    pub freed: u64,
-}
-
-impl Counter {
-    fn add(&mut self, n: u64) {
-        self.current += n;
-        self.peak = self.peak.max(self.current);
-        self.allocated += n;
-    }
-
-    fn sub(&mut self, n: u64) {
-        self.current -= n;
-        self.freed += n;
-    }
-}
-
-/// How many figures `DeviceStats::to_array` gives.
-pub const DEVICE_STATS_LEN: usize = 22;
-
-/// One device's figures: what the pool holds for it, whoever asked (a framework's pluggable
-/// allocator or the program's own `cudaMalloc`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DeviceStats {
-    /// Live blocks' sizes (after rounding).
-    pub allocated_bytes: Counter,
-    /// Live blocks' sizes as asked for.
-    pub requested_bytes: Counter,
-    /// Memory reserved from the device: segments, and the mapped pages of expandable ones.
-    pub reserved_bytes: Counter,
-    /// Live blocks.
-    pub allocations: Counter,
-    /// Segments (an expandable segment counts once, however much of it is mapped).
-    pub segments: Counter,
-    /// Requests refused for lack of device memory (or past `limit`).
-    pub ooms: u64,
-    /// Requests that succeeded only after the idle cache was given back.
-    pub oom_retries: u64,
-}
-
-impl DeviceStats {
-    /// Each figure's peak becomes its value now.
-    pub fn reset_peaks(&mut self) {
-        for c in self.counters_mut() {
-            c.peak = c.current;
-        }
-    }
-
-    /// The totals added and taken start again from 0, as do the refusal counts.
-    pub fn reset_totals(&mut self) {
-        for c in self.counters_mut() {
-            c.allocated = 0;
-            c.freed = 0;
-        }
-        self.ooms = 0;
-        self.oom_retries = 0;
-    }
-
-    /// Adds another context's figures on the same device. Peaks add up too: exact when one
-    /// of the two never held memory (one context per device, as PyTorch uses), an upper bound
-    /// otherwise.
-    pub fn add(&mut self, other: &DeviceStats) {
-        for (c, o) in self.counters_mut().into_iter().zip(other.counters()) {
-            c.current += o.current;
-            c.peak += o.peak;
-            c.allocated += o.allocated;
-            c.freed += o.freed;
-        }
-        self.ooms += other.ooms;
-        self.oom_retries += other.oom_retries;
-    }
-
-    /// The figures in the order `gpushim_device_stats` writes them: each counter's current,
-    /// peak, allocated and freed (allocated bytes, requested bytes, reserved bytes, allocations,
-    /// segments), then out-of-memory answers and retries.
-    pub fn to_array(&self) -> [u64; DEVICE_STATS_LEN] {
-        let mut out = [0; DEVICE_STATS_LEN];
-        for (i, c) in self.counters().iter().enumerate() {
-            out[4 * i..4 * i + 4].copy_from_slice(&[c.current, c.peak, c.allocated, c.freed]);
-        }
-        out[20] = self.ooms;
-        out[21] = self.oom_retries;
-        out
-    }
-
-    /// The five counters, in the order of `to_array`.
-    fn counters(&self) -> [Counter; 5] {
-        [
-            self.allocated_bytes,
-            self.requested_bytes,
-            self.reserved_bytes,
-            self.allocations,
-            self.segments,
-        ]
-    }
-
-    fn counters_mut(&mut self) -> [&mut Counter; 5] {
-        [
-            &mut self.allocated_bytes,
-            &mut self.requested_bytes,
-            &mut self.reserved_bytes,
-            &mut self.allocations,
-            &mut self.segments,
-        ]
-    }
-}
 
 /// Why an allocation failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

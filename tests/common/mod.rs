@@ -394,3 +394,117 @@ pub fn report_json(args: &[&str], traces: &[&Path]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("gpushim {args:?} printed no JSON ({e}): {}", stdout(&out)))
 }
+
+/// Runs the command with `args` (text and paths alike).
+#[allow(dead_code)]
+pub fn gpushim(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    Command::new(gpushim_bin())
+        .args(args.iter().map(|a| a.as_ref()))
+        .output()
+        .unwrap()
+}
+
+/// Runs the command with `args` and no `GPUSHIM_CONF` from the environment.
+#[allow(dead_code)]
+pub fn gpushim_text(args: &[&str]) -> std::process::Output {
+    Command::new(gpushim_bin())
+        .args(args)
+        .env_remove("GPUSHIM_CONF")
+        .output()
+        .unwrap()
+}
+
+/// The bundled example under the shim with stacks, as the demo runs it.
+#[allow(dead_code)]
+pub fn train_loop_trace(name: &str) -> TestFile {
+    let t = tempdir(name).file("train.trace");
+    let out = run(
+        &sim().bin("train_loop"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![("GPUSHIM_CONF", "pool:caching,stacks:on".into())],
+            args: vec!["20".into()],
+        },
+    );
+    assert_ok(&out);
+    t
+}
+
+/// The report tests' client (`tests/clients/leaky.c`): NVTX "step" iterations, 512 KiB leaked
+/// per step from leak(), a 200 MiB spike from spike() in step 6, one allocation on device 1,
+/// one failed 64 GiB request.
+#[allow(dead_code)]
+pub struct Leaky {
+    pub trace: TestFile,
+    pub leak_fn: Func,
+    pub spike_fn: Func,
+}
+
+/// A function of the client: its name and where it starts in the executable.
+#[allow(dead_code)]
+pub struct Func {
+    pub name: &'static str,
+    pub start: u64,
+}
+
+#[allow(dead_code)]
+pub fn leaky() -> Leaky {
+    leaky_steps("reports", 12)
+}
+
+#[allow(dead_code)]
+/// Runs the client under the shim for `steps` iterations and reads what it printed.
+pub fn leaky_steps(dir: &str, steps: u32) -> Leaky {
+    let t = tempdir(dir).file("leaky.trace");
+    let out = run(
+        &sim().bin("leaky"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![
+                ("GPUSHIM_CONF", "pool:caching,stacks:on".into()),
+                ("GPUSHIM_SIM_DEVICES", "2".into()),
+                ("GPUSHIM_SIM_MEMORY", (1u64 << 30).to_string()),
+                ("NVTX_INJECTION64_PATH", shim().display().to_string()),
+            ],
+            args: vec![steps.to_string()],
+        },
+    );
+    assert_ok(&out);
+    let s = stdout(&out);
+    let get = |k: &str| -> u64 {
+        s.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("{k} missing from {s}"))
+    };
+    assert!(s.contains("huge 2"), "{s}");
+    Leaky {
+        trace: t,
+        leak_fn: Func {
+            name: "leak",
+            start: get("leak_fn "),
+        },
+        spike_fn: Func {
+            name: "spike",
+            start: get("spike_fn "),
+        },
+    }
+}
+
+/// Whether a call site's innermost frame is in `f`: named from the executable's symbol table
+/// (`leak (leaky+0x123b) < ...`), or, with `--no-symbols`, `leaky+0x123b` inside the function
+/// (the client's functions are a few dozen bytes long).
+#[allow(dead_code)]
+pub fn in_function(label: &str, f: &Func) -> bool {
+    let first = label.split(" < ").next().unwrap_or("");
+    if first.starts_with(&format!("{} (leaky+0x", f.name)) {
+        return true;
+    }
+    let Some(off) = first.strip_prefix("leaky+0x") else {
+        return false;
+    };
+    let off = u64::from_str_radix(off, 16).unwrap_or(0);
+    (f.start..f.start + 0x60).contains(&off)
+}

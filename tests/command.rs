@@ -1,0 +1,280 @@
+//! The command a newcomer meets: `gpushim run` refuses what it cannot do before starting the
+//! program, names its traces, takes a folder as the trace; unknown options are refused with the
+//! nearest; help is true; empty answers say why.
+
+mod common;
+use common::*;
+use std::path::Path;
+use std::process::Command;
+
+/// `gpushim run` with a command that leaves a marker file when it starts.
+fn run_marked(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (std::process::Output, bool) {
+    let marker = dir.join("started");
+    let _ = std::fs::remove_file(&marker);
+    let mut c = Command::new(gpushim_bin());
+    c.arg("run")
+        .arg("--lib")
+        .arg(shim())
+        .args(args)
+        .arg("--")
+        .arg("sh")
+        .arg("-c")
+        .arg(format!("touch '{}'", marker.display()))
+        .current_dir(dir)
+        .env_remove("GPUSHIM_CONF")
+        .env_remove("GPUSHIM_TRACE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().unwrap();
+    (out, marker.exists())
+}
+
+#[test]
+fn run_refuses_a_trace_it_cannot_write_before_starting_the_program() {
+    let dir = tempdir("run-trace");
+    let missing = format!("{}/no/such/t.%p.trace", dir.display());
+    let existing = dir.join("taken.trace");
+    std::fs::write(&existing, b"x").unwrap();
+    for (args, why) in [
+        (vec!["--trace", missing.as_str()], "does not exist"),
+        (
+            vec!["--trace", existing.to_str().unwrap()],
+            "never overwritten",
+        ),
+    ] {
+        let (out, started) = run_marked(&dir, &args, &[]);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(!started, "the program must not start: {args:?}");
+        assert!(stderr(&out).contains(why), "{}", stderr(&out));
+    }
+    let (out, started) = run_marked(&dir, &[], &[("GPUSHIM_TRACE", missing.as_str())]);
+    assert!(
+        !started && out.status.code() == Some(2),
+        "GPUSHIM_TRACE too"
+    );
+    // Turned off on purpose: it runs, and says so once, not "made no CUDA memory call".
+    let (out, started) = run_marked(&dir, &["--trace", "off"], &[]);
+    assert!(started && out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("recording is off"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!stderr(&out).contains("made no CUDA"), "{}", stderr(&out));
+}
+
+#[test]
+fn run_refuses_a_bad_configuration_from_either_source_before_starting() {
+    let dir = tempdir("run-conf");
+    for (args, env) in [
+        (vec!["--conf", "garbage,limit:1GiB"], vec![]),
+        (vec![], vec![("GPUSHIM_CONF", "pool:bogus")]),
+        (vec![], vec![("GPUSHIM_CONF", "garbage,limit:1GiB")]),
+    ] {
+        let (out, started) = run_marked(&dir, &args, &env);
+        assert_eq!(out.status.code(), Some(2), "{args:?} {env:?}");
+        assert!(!started, "{args:?} {env:?}");
+        let err = stderr(&out);
+        assert!(err.contains("nothing was started"), "{err}");
+        assert!(err.contains("garbage") || err.contains("bogus"), "{err}");
+    }
+    // `config` names what it was given, not GPUSHIM_CONF.
+    let out = Command::new(gpushim_bin())
+        .args(["config", "pool:bogus"])
+        .env_remove("GPUSHIM_CONF")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!stderr(&out).contains("GPUSHIM_CONF"), "{}", stderr(&out));
+}
+
+#[test]
+fn empty_answers_say_why() {
+    let t = train_loop_trace("empty");
+    let t = t.to_str().unwrap();
+    // A filter that keeps nothing fails and says what the trace holds.
+    let out = gpushim_text(&["peak", "--range", "nosuch", t]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("the filters keep no allocation")
+            && stderr(&out).contains("NVTX ranges: none"),
+        "{}",
+        stderr(&out)
+    );
+    let out = gpushim_text(&["leaks", "--boundary", "nosuch", t]);
+    assert_ok(&out);
+    let s = stdout(&out);
+    assert!(
+        s.contains("--boundary nosuch names no NVTX range or mark"),
+        "{s}"
+    );
+    assert!(!s.contains("no repeating NVTX range"), "{s}");
+    // A trace cut inside its records: what is left still answers, and says when it is empty.
+    let dir = tempdir("cut");
+    let cut = dir.join("cut.trace");
+    let bytes = std::fs::read(t).unwrap();
+    std::fs::write(&cut, &bytes[..4096 + 32]).unwrap();
+    let out = gpushim_text(&["peak", cut.to_str().unwrap()]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("no allocation in this trace"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn run_names_each_trace_once_and_reports_with_stacks_never_suggest_turning_them_on() {
+    let dir = tempdir("once");
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env_remove("GPUSHIM_CONF")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .args(["--conf", "stacks:3", "--trace", "t.trace"])
+        .arg(sim().bin("train_loop"))
+        .arg("5")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("t.trace").count(),
+        2,
+        "the trace line and the next step:\n{err}"
+    );
+    assert!(!err.contains("trace written to"), "{err}");
+    // stacks:3 records one call in three: the rest have no stack, and that is no reason to
+    // suggest stacks:on.
+    let out = gpushim_text(&["leaks", dir.join("t.trace").to_str().unwrap()]);
+    assert_ok(&out);
+    assert!(!stdout(&out).contains("stacks:on"), "{}", stdout(&out));
+}
+
+#[test]
+fn help_lists_report_options_only_for_reports_and_describes_every_argument() {
+    for cmd in ["run", "config"] {
+        let out = gpushim_text(&[cmd, "--help"]);
+        assert!(
+            !stdout(&out).contains("--device"),
+            "{cmd}: {}",
+            stdout(&out)
+        );
+    }
+    for cmd in [
+        "summary", "leaks", "peak", "oom", "events", "diff", "export", "plot",
+    ] {
+        let help = stdout(&gpushim_text(&[cmd, "--help"]));
+        assert!(help.contains("--device"), "{cmd}");
+        for line in help.lines() {
+            let l = line.trim_start();
+            if l.starts_with("--json") || l.starts_with('<') {
+                assert!(l.split_whitespace().count() > 1, "{cmd}: undescribed `{l}`");
+            }
+        }
+    }
+    assert!(stdout(&gpushim_text(&["flamegraph", "--help"])).contains("PNG"));
+    // A picture named for another format is refused, not written as SVG.
+    let t = train_loop_trace("jpg");
+    let jpg = t.with_extension("jpg");
+    let out = gpushim_text(&["plot", "-o", jpg.to_str().unwrap(), t.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!jpg.exists());
+    assert!(stderr(&out).contains(".svg or .png"), "{}", stderr(&out));
+}
+
+#[test]
+fn run_takes_the_command_without_a_double_dash() {
+    let dir = tempdir("nodash");
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .env_remove("GPUSHIM_CONF")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .args(["--trace", "off", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+}
+
+#[test]
+fn two_runs_are_named_by_their_files_in_diff_plot_and_summary() {
+    let a = train_loop_trace("diff-a");
+    let b = train_loop_trace("diff-b");
+    let (sa, sb) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let out = gpushim_text(&["diff", sa, sb]);
+    assert_ok(&out);
+    let d = stdout(&out);
+    assert!(
+        d.contains(&format!("A = {sa}")) && d.contains(&format!("B = {sb}")),
+        "{d}"
+    );
+    assert!(d.lines().nth(2).unwrap().contains("train.trace"), "{d}");
+    // Two traces without ranks: the plot names them by file.
+    let svg = a.with_file_name("two.svg");
+    let out = gpushim_text(&["plot", "-o", svg.to_str().unwrap(), sa, sb]);
+    assert_ok(&out);
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.contains("train.trace device 0 live"), "{svg}");
+    assert!(!svg.contains("trace 1 "), "positions are no names");
+    // summary --json of two traces: the largest peak is an object with named fields.
+    let v = {
+        let out = gpushim_text(&["summary", "--json", sa, sb]);
+        assert_ok(&out);
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let l = &v["combined"]["largest_peak"];
+    assert!(
+        l["trace"].is_string() && l["peak_live_bytes"].is_u64(),
+        "{l}"
+    );
+}
+
+#[test]
+fn a_folder_given_as_the_trace_takes_the_trace_inside_it() {
+    let dir = tempdir("trace-folder");
+    let out = Command::new(gpushim_bin())
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env_remove("GPUSHIM_CONF")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .arg("--trace")
+        .arg(&dir)
+        .arg("--")
+        .arg(sim().bin("train_loop"))
+        .arg("3")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let traces: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(traces.len(), 1, "{traces:?}");
+    assert!(
+        traces[0].starts_with("gpushim-train_loop.") && traces[0].ends_with(".trace"),
+        "{traces:?}"
+    );
+}
+
+#[test]
+fn an_unknown_option_of_run_is_refused_with_the_nearest_one() {
+    for (given, nearest) in [
+        ("--config", "--conf"),
+        ("--trace-dir", "--trace"),
+        ("--plugable", "--pluggable"),
+    ] {
+        let out = Command::new(gpushim_bin())
+            .args(["run", given, "x", "--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{given}");
+        let err = stderr(&out);
+        assert!(
+            err.contains(&format!("unknown option {given} (did you mean {nearest}?)")),
+            "{given}: {err}"
+        );
+    }
+}

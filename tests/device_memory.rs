@@ -1,0 +1,190 @@
+//! Where the device memory went: each allocation's owner (the library that asked CUDA), NVML's
+//! figure split by owner at its peak and at exit, and across ranks the one closest to its
+//! device's limit. On the simulator, whose NVML counts the process's allocations and a 512 MiB
+//! context (tests/sim/nvml_sim.c).
+
+mod common;
+use common::*;
+
+/// Every device allocation knows its owner, the library whose code asked CUDA for it, also
+/// with stacks off: a library named like NCCL's keeps 12 MiB (runtime and driver calls), the
+/// program 2 MiB, in every pool mode.
+#[test]
+fn memory_held_at_exit_is_named_by_the_library_that_asked_for_it() {
+    for conf in ["", "pool:caching", "stacks:off"] {
+        let t = tempdir("owners").file("o.trace");
+        let out = run(
+            &sim().dir.join("owners/owners"),
+            Run {
+                preload: true,
+                trace: Some(&t),
+                env: vec![("GPUSHIM_CONF", conf.to_string())],
+                ..Run::default()
+            },
+        );
+        assert_ok(&out);
+        let v = report_json(&["summary"], &[&t]);
+        let held: Vec<(String, u64, u64)> = v["held_at_exit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["owner"].as_str().unwrap().to_string(),
+                    h["bytes"].as_u64().unwrap(),
+                    h["allocations"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            held,
+            vec![
+                ("NCCL".to_string(), 12 << 20, 2),
+                ("the program".to_string(), 2 << 20, 1)
+            ],
+            "'{conf}'"
+        );
+        let text = stdout(&gpushim(&[&"summary", &t]));
+        assert!(
+            text.contains("held at exit on device 0: NCCL 12.00 MiB, the program 2.00 MiB"),
+            "{text}"
+        );
+    }
+}
+
+/// The device's own figure (NVML's, the simulator's here: the process's allocations plus its
+/// 512 MiB context) kept in the trace and split by owner at its peak (64 MiB more of the
+/// program's, held for a while) and at exit, the rest named as made by no allocating call; the
+/// parts add up to NVML's figure.
+#[test]
+fn nvmls_figure_is_split_by_owner_at_its_peak_and_at_exit() {
+    let t = tempdir("nvml").file("n.trace");
+    let out = run(
+        &sim().dir.join("owners/owners"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec!["450".into()],
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    let v = report_json(&["summary"], &[&t]);
+    let m = &v["device_memory"][0];
+    assert_eq!(m["device"], 0, "{v}");
+    assert_eq!(m["device_wide"], false);
+    let parts = |r: &serde_json::Value| -> Vec<(String, u64)> {
+        r["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["owner"].as_str().unwrap().to_string(),
+                    p["bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (peak, exit) = (&m["at_peak"], &m["at_exit"]);
+    assert_eq!(peak["nvml_bytes"], (512u64 + 14 + 64) << 20, "{m}");
+    assert_eq!(
+        parts(peak),
+        vec![
+            ("the program".to_string(), 66 << 20),
+            ("NCCL".to_string(), 12 << 20)
+        ],
+        "{m}"
+    );
+    assert_eq!(peak["not_allocated_bytes"], 512u64 << 20, "{m}");
+    assert_eq!(exit["nvml_bytes"], (512u64 + 14) << 20, "{m}");
+    assert_eq!(
+        parts(exit),
+        vec![
+            ("NCCL".to_string(), 12 << 20),
+            ("the program".to_string(), 2 << 20)
+        ],
+        "{m}"
+    );
+    assert_eq!(exit["held_bytes"], 14u64 << 20, "{m}");
+    assert_eq!(exit["not_allocated_bytes"], 512u64 << 20, "{m}");
+    for r in [peak, exit] {
+        let sum: u64 =
+            parts(r).iter().map(|p| p.1).sum::<u64>() + r["not_allocated_bytes"].as_u64().unwrap();
+        assert_eq!(r["nvml_bytes"].as_u64().unwrap(), sum, "{r}");
+    }
+    assert!(
+        peak["time_ns"].as_u64().unwrap() < exit["time_ns"].as_u64().unwrap(),
+        "{m}"
+    );
+    let text = stdout(&gpushim(&[&"summary", &t]));
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .map(|l| {
+                l.split_whitespace()
+                    .rev()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(row("the program"), "MiB 2.00 MiB 66.00", "{text}");
+    assert_eq!(row("NCCL"), "MiB 12.00 MiB 12.00", "{text}");
+    assert_eq!(row("no allocating call"), "MiB 512.00 MiB 512.00", "{text}");
+    assert_eq!(row("= NVML"), "MiB 526.00 MiB 590.00", "{text}");
+}
+
+/// Across the ranks of a job, the one that came closest to its device's limit is named with
+/// its headroom: rank 1's CUDA context is 1 GiB larger here, so its NVML peak is the higher.
+#[test]
+fn the_rank_closest_to_its_devices_limit_is_named_with_its_headroom() {
+    let dir = tempdir("headroom");
+    let traces: Vec<_> = [("0", "536870912"), ("1", "1610612736")]
+        .iter()
+        .map(|(rank, context)| {
+            let t = dir.join(format!("r{rank}.trace"));
+            let out = run(
+                &sim().dir.join("owners/owners"),
+                Run {
+                    preload: true,
+                    trace: Some(&t),
+                    args: vec!["300".into()],
+                    env: vec![
+                        ("RANK", rank.to_string()),
+                        ("GPUSHIM_SIM_CONTEXT_BYTES", context.to_string()),
+                    ],
+                },
+            );
+            assert_ok(&out);
+            t
+        })
+        .collect();
+    let v = report_json(&["summary"], &[&traces[0], &traces[1]]);
+    let ranks = v["combined"]["ranks_by_headroom"].as_array().unwrap();
+    let got: Vec<(i64, u64, u64)> = ranks
+        .iter()
+        .map(|r| {
+            (
+                r["rank"].as_i64().unwrap(),
+                r["nvml_peak_bytes"].as_u64().unwrap() >> 20,
+                r["headroom_bytes"].as_u64().unwrap() >> 20,
+            )
+        })
+        .collect();
+    let total = ranks[0]["device_total_bytes"].as_u64().unwrap() >> 20;
+    assert_eq!(
+        got,
+        vec![
+            (1, 1536 + 78, total - 1536 - 78),
+            (0, 512 + 78, total - 512 - 78)
+        ],
+        "{v}"
+    );
+    let text = stdout(&gpushim(&[&"summary", &traces[0], &traces[1]]));
+    assert!(
+        text.contains("closest to its device's limit: rank 1 on device 0, NVML peak 1.58 GiB"),
+        "{text}"
+    );
+}

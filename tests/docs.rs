@@ -1,0 +1,303 @@
+//! The documents agree with the code: what the README shows is what the demo prints, the
+//! layout maps every folder, every command and script the docs show runs, the configuration
+//! page says what `gpushim config` says, and the shim reads its switches from one table.
+
+mod common;
+use common::*;
+use std::process::Command;
+
+#[test]
+fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    // The leaks example: the demo's own lines (the time and pid parts aside).
+    let v = report_json(&["leaks"], &[&train_loop_trace("readme")]);
+    let g = &v["iterations"]["growing"][0];
+    let line = format!(
+        "grows 1.00 MiB per iteration ({} -> {})",
+        gpushim::report::summary::human_bytes(g["live_at_first_boundary"].as_u64().unwrap()),
+        gpushim::report::summary::human_bytes(g["live_at_last_boundary"].as_u64().unwrap())
+    );
+    assert!(readme.contains(&line), "the README should show `{line}`");
+    // The layout names every top-level folder and file the repository holds, and every script.
+    let files = Command::new("git")
+        .args(["ls-files", "--cached", "--others", "--exclude-standard"])
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let map = std::fs::read_to_string(repo().join("docs/layout.md")).unwrap();
+    let layout = map.split("## Layout").nth(1).unwrap();
+    let top: std::collections::BTreeSet<String> = String::from_utf8_lossy(&files.stdout)
+        .lines()
+        .filter_map(|l| l.split('/').next().map(str::to_string))
+        .collect();
+    for name in top {
+        if ["Cargo.lock", "README.md", ".gitignore"].contains(&name.as_str()) {
+            continue;
+        }
+        assert!(layout.contains(&name), "the layout leaves out {name}");
+    }
+    // ... and is the map of both crates: every module folder and every top-level source file.
+    for root in ["src", "shim/src"] {
+        for entry in std::fs::read_dir(repo().join(root)).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let shown = if entry.file_type().unwrap().is_dir() {
+                format!("{name}/")
+            } else if name == "lib.rs" {
+                continue;
+            } else {
+                name.clone()
+            };
+            assert!(
+                layout.contains(&shown),
+                "the layout's map leaves out {root}/{shown}"
+            );
+        }
+    }
+    for entry in std::fs::read_dir(repo().join("scripts")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().into_owned();
+        if name.ends_with(".sh") {
+            assert!(
+                layout.contains(&name),
+                "the layout leaves out scripts/{name}"
+            );
+        }
+    }
+}
+
+/// What the README and the docs show can be run: every `gpushim COMMAND` they name exists
+/// (its `--help` answers), every command they show with its arguments succeeds, and every
+/// script they name is there and parses.
+#[test]
+fn the_commands_and_scripts_the_docs_show_run() {
+    let mut texts = vec![std::fs::read_to_string(repo().join("README.md")).unwrap()];
+    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
+        texts.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+    }
+    let mut commands = std::collections::BTreeSet::new();
+    let mut shown = std::collections::BTreeSet::new();
+    let mut scripts = std::collections::BTreeSet::new();
+    // A command is `gpushim WORD` at the start of a code line (after an optional `$ `) or
+    // right after a backtick.
+    let first_word = |rest: &str| -> Option<String> {
+        let w: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase())
+            .collect();
+        (!w.is_empty()).then_some(w)
+    };
+    for t in &texts {
+        for line in t.lines() {
+            let code = line.trim_start().trim_start_matches("$ ");
+            if let Some(rest) = code.strip_prefix("gpushim ") {
+                commands.extend(first_word(rest));
+                shown.insert(rest.split('#').next().unwrap_or("").trim().to_string());
+            }
+            for (i, _) in line.match_indices("`gpushim ") {
+                let rest = &line[i + "`gpushim ".len()..];
+                commands.extend(first_word(rest));
+                shown.insert(rest.split('`').next().unwrap_or("").trim().to_string());
+            }
+        }
+        for w in t.split(|c: char| c.is_whitespace() || "`|(),;:".contains(c)) {
+            if let Some(i) = w.find("scripts/")
+                && w.ends_with(".sh")
+            {
+                scripts.insert(w[i..].to_string());
+            }
+        }
+    }
+    assert!(
+        commands.contains("leaks") && commands.contains("summary"),
+        "{commands:?}"
+    );
+    for c in &commands {
+        let out = Command::new(gpushim_bin())
+            .args([c, "--help"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "`gpushim {c}` named in the docs: {}",
+            stderr(&out)
+        );
+    }
+    // Every command shown with its arguments runs as shown, in a folder of its own: a trace
+    // it names is the bundled example's trace, the program `run` starts is the bundled
+    // training loop on the simulator (the docs' programs need a GPU and PyTorch). Commands with
+    // placeholders of their own (COMMAND, ...) stand for others and were checked by --help.
+    let trace = train_loop_trace("docs-commands");
+    let dir = tempdir("docs-run");
+    let mut ran = 0;
+    for line in &shown {
+        // A pipeline's first command is gpushim's.
+        let words: Vec<String> = line
+            .split(" | ")
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .map(|w| w.trim_matches('\'').to_string())
+            .collect();
+        // What `run` starts is replaced below, placeholders and all.
+        let own: Vec<&String> = words.iter().take_while(|w| *w != "--").collect();
+        if own.is_empty()
+            || own
+                .iter()
+                .any(|w| *w == "CMD" || *w == "COMMAND" || w.ends_with("..."))
+        {
+            continue;
+        }
+        let mut args: Vec<std::ffi::OsString> = Vec::new();
+        let is_run = words[0] == "run";
+        let mut has_trace = false;
+        for w in &words {
+            if w == "--" && is_run {
+                break;
+            }
+            // A trace named in the text (a file, or a pattern of several) is the example's;
+            // a trace `run` is to write is left as it is.
+            if w.contains(".trace") && !is_run {
+                args.push(trace.as_os_str().to_owned());
+                has_trace = true;
+            } else {
+                args.push(w.into());
+            }
+        }
+        let reads_a_trace = !matches!(words[0].as_str(), "run" | "config" | "lib");
+        if reads_a_trace && !has_trace {
+            args.push(trace.as_os_str().to_owned());
+        }
+        let mut c = Command::new(gpushim_bin());
+        if is_run {
+            args.insert(1, "--lib".into());
+            args.insert(2, shim().into_os_string());
+            args.extend([
+                "--".into(),
+                sim().bin("train_loop").into_os_string(),
+                "3".into(),
+            ]);
+            c.env("LD_LIBRARY_PATH", &sim().dir);
+        }
+        let out = c
+            .args(&args)
+            .current_dir(&dir)
+            .env_remove("GPUSHIM_CONF")
+            .env_remove("GPUSHIM_TRACE")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "`gpushim {line}` as the docs show it, run as {args:?}: {}",
+            stderr(&out)
+        );
+        ran += 1;
+    }
+    assert!(ran >= 14, "only {ran} commands run of {shown:?}");
+    assert!(!scripts.is_empty());
+    // Every file of the repository a script reads by name is there (a renamed test file once
+    // broke a GPU check that only the GPU machine runs).
+    let mut named = std::collections::BTreeSet::new();
+    let mut stack = vec![repo().join("scripts")];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let text = text.replace("\", \"", "/");
+            for (i, _) in text.match_indices("tests/") {
+                let rest: String = text[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || "_./".contains(*c))
+                    .collect();
+                let rest = rest.trim_end_matches('.');
+                if [".rs", ".c", ".py", ".cpp", ".h"]
+                    .iter()
+                    .any(|x| rest.ends_with(x))
+                {
+                    named.insert(rest.to_string());
+                }
+            }
+        }
+    }
+    assert!(named.len() > 10, "{named:?}");
+    for n in &named {
+        assert!(
+            repo().join(n).is_file(),
+            "a script names {n}, which is not there"
+        );
+    }
+    for s in &scripts {
+        let path = repo().join(s);
+        assert!(path.is_file(), "{s} named in the docs is not there");
+        let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+        assert!(out.status.success(), "{s}: {}", stderr(&out));
+    }
+}
+
+/// The configuration reference (docs/configuration.md) says of every key what `gpushim config`
+/// says, word for word: a key added or reworded in the code must be in the page too.
+#[test]
+fn the_configuration_page_says_what_gpushim_config_says() {
+    let page = std::fs::read_to_string(repo().join("docs/configuration.md")).unwrap();
+    let out = Command::new(gpushim_bin()).arg("config").output().unwrap();
+    assert!(out.status.success());
+    let text = stdout(&out);
+    let keys = text
+        .split("keys (")
+        .nth(1)
+        .and_then(|k| k.split("other variables").next())
+        .expect("gpushim config lists its keys");
+    let mut lines = keys
+        .lines()
+        .skip(1)
+        .map(str::trim)
+        .filter(|l| !l.is_empty());
+    let mut seen = 0;
+    while let (Some(key_line), Some(accepts)) = (lines.next(), lines.next()) {
+        let (key, meaning) = key_line.split_once(char::is_whitespace).unwrap();
+        let accepts = accepts.strip_prefix("accepts: ").unwrap();
+        let row = format!("| `{key}` | {} | {accepts} |", meaning.trim());
+        assert!(
+            page.contains(&row),
+            "docs/configuration.md lacks the row:\n{row}"
+        );
+        seen += 1;
+    }
+    assert!(seen >= 10, "{text}");
+    for var in ["GPUSHIM_TRACE", "GPUSHIM_DISABLE"] {
+        assert!(text.contains(var) && page.contains(var), "{var}");
+    }
+}
+
+/// Every environment switch of the shim is named in its one table (`shim/src/options.rs`):
+/// no other file reads a `GPUSHIM_` variable by name.
+#[test]
+fn the_shims_switches_are_read_from_one_table() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&repo().join("shim/src"), &mut files);
+    let table = repo().join("shim/src/options.rs");
+    let mut named = 0;
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let reads = text.matches("c\"GPUSHIM_").count();
+        if f == table {
+            named = reads;
+        } else {
+            assert_eq!(reads, 0, "{} reads a GPUSHIM_ variable itself", f.display());
+        }
+    }
+    assert!(named >= 7, "the table names {named}");
+}
