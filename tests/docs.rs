@@ -301,3 +301,101 @@ fn the_shims_switches_are_read_from_one_table() {
     }
     assert!(named >= 7, "the table names {named}");
 }
+
+/// The layers docs/design.md draws are the code's: a module uses only modules of its own layer
+/// or below (references in comments aside), and the page names the layers in this order.
+#[test]
+fn each_module_uses_only_the_layers_below_it_as_the_design_draws_them() {
+    let design = std::fs::read_to_string(repo().join("docs/design.md")).unwrap();
+    let crates: [(&str, &str, &[&[&str]]); 2] = [
+        (
+            "src",
+            "- core:",
+            &[
+                &["fasthash", "stackfmt"],
+                &["trace"],
+                &["config"],
+                &["engine"],
+                &["report"],
+                &["export"],
+                &["run"],
+                &["cli"],
+            ],
+        ),
+        (
+            "shim/src",
+            "- shim:",
+            &[
+                &["cuda"],
+                &["os", "options"],
+                &["state", "guard"],
+                &["lifecycle"],
+                &["costs"],
+                &["trace"],
+                &["pool"],
+                &["hooks"],
+                &["route"],
+            ],
+        ),
+    ];
+    for (root, heading, layers) in crates {
+        let level = |m: &str| layers.iter().position(|l| l.contains(&m));
+        // The page draws them in this order.
+        let drawing = design.split(heading).nth(1).unwrap_or("");
+        let drawing = drawing.split("\n- ").next().unwrap_or("");
+        let mut last = 0;
+        for l in layers.iter() {
+            let at = drawing
+                .find(&format!("`{}", l[0]))
+                .unwrap_or_else(|| panic!("docs/design.md's {heading} line lacks `{}`", l[0]));
+            assert!(at >= last, "docs/design.md draws `{}` out of order", l[0]);
+            last = at;
+        }
+        for layer in layers.iter() {
+            for m in layer.iter() {
+                let dir = repo().join(root).join(m);
+                let files: Vec<std::path::PathBuf> = if dir.is_dir() {
+                    let mut v = Vec::new();
+                    let mut stack = vec![dir];
+                    while let Some(d) = stack.pop() {
+                        for e in std::fs::read_dir(d).unwrap() {
+                            let p = e.unwrap().path();
+                            if p.is_dir() {
+                                stack.push(p);
+                            } else if p.extension().is_some_and(|x| x == "rs") {
+                                v.push(p);
+                            }
+                        }
+                    }
+                    v
+                } else {
+                    vec![repo().join(root).join(format!("{m}.rs"))]
+                };
+                for f in files {
+                    // The table of CUDA functions names each hook body as tokens that only the
+                    // route layer, above, expands into code.
+                    if f.ends_with("cuda/functions.rs") {
+                        continue;
+                    }
+                    let text = std::fs::read_to_string(&f).unwrap();
+                    for line in text.lines() {
+                        let code = line.split("//").next().unwrap_or("");
+                        for (i, _) in code.match_indices("crate::") {
+                            let used: String = code[i + 7..]
+                                .chars()
+                                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                                .collect();
+                            if let (Some(u), Some(own)) = (level(&used), level(m)) {
+                                assert!(
+                                    u <= own,
+                                    "{} ({m}) uses {used}, a layer above it: {line}",
+                                    f.display()
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
