@@ -8,26 +8,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=scripts/bench
-what() { sed -n '2s/^# //p' "$here/$1.sh"; }
-if [ $# -eq 0 ]; then
-  echo "usage: bash scripts/bench.sh SECTION[:ARG,...] ..."
-  for f in "$here"/*.sh; do n=$(basename "$f" .sh); printf '  %-9s %s\n' "$n" "$(what "$n")"; done
-  exit 0
-fi
-for s in "$@"; do
-  [ -f "$here/${s%%:*}.sh" ] || { echo "no section '${s%%:*}': run bash scripts/bench.sh for the list" >&2; exit 2; }
-done
+source scripts/sections.sh
+[ $# -gt 0 ] || { list_sections "$here" scripts/bench.sh; exit 0; }
+check_sections "$here" scripts/bench.sh "$@"
 echo "host: $(nproc) cores, $(uname -m); $(date -u +%F)"
-rows=()
-for s in "$@"; do
-  name=${s%%:*}; args=()
-  [ "$s" != "$name" ] && IFS=, read -r -a args <<< "${s#*:}"
-  echo; echo "=== $name: $(what "$name")"
-  start=$SECONDS
-  if bash "$here/$name.sh" "${args[@]}"; then result=ok; else result="failed ($?)"; fi
-  rows+=("| $name | $(what "$name") | $result | $((SECONDS - start)) |")
-done
-echo
-echo "| section | what it measures | result | seconds |"
-echo "|---|---|---|---:|"
-printf '%s\n' "${rows[@]}"
+run_sections "$here" "$@"

@@ -12,15 +12,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 here=scripts/gpu/sections
-what() { sed -n '2s/^# //p' "$here/$1.sh"; }
-if [ $# -eq 0 ]; then
-  echo "usage: bash scripts/gpu.sh SECTION[:ARG,...] ..."
-  for f in "$here"/*.sh; do n=$(basename "$f" .sh); printf '  %-10s %s\n' "$n" "$(what "$n")"; done
-  exit 0
-fi
-for s in "$@"; do
-  [ -f "$here/${s%%:*}.sh" ] || { echo "no section '${s%%:*}': run bash scripts/gpu.sh for the list" >&2; exit 2; }
-done
+source scripts/sections.sh
+[ $# -gt 0 ] || { list_sections "$here" scripts/gpu.sh; exit 0; }
+check_sections "$here" scripts/gpu.sh "$@"
 if ! { [ -x .gpu/gpushim ] && [ -f .gpu/libgpushim.so ]; }; then
   command -v cargo >/dev/null || { echo "no prebuilt .gpu/ and no cargo: see the top of this script" >&2; exit 2; }
   cargo build --release --quiet -p gpushim -p gpushim-shim
@@ -41,16 +35,4 @@ LIBRARY_PATH="$GPUSHIM_CLIENTS" scripts/build-sim.sh "$GPUSHIM_CLIENTS" --real "
 export LD_LIBRARY_PATH="$cudart${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 torch=$(python3 -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)
 echo "GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1) (x$(nvidia-smi -L | wc -l)); torch $torch; libcudart $cudart; $(date -u +%F)"
-rows=()
-for s in "$@"; do
-  name=${s%%:*}; args=()
-  [ "$s" != "$name" ] && IFS=, read -r -a args <<< "${s#*:}"
-  echo; echo "=== $name: $(what "$name")"
-  start=$SECONDS
-  if bash "$here/$name.sh" "${args[@]}"; then result=ok; else result="failed ($?)"; fi
-  rows+=("| $name | $(what "$name") | $result | $((SECONDS - start)) |")
-done
-echo
-echo "| section | what it measures | result | seconds |"
-echo "|---|---|---|---:|"
-printf '%s\n' "${rows[@]}"
+run_sections "$here" "$@"

@@ -264,10 +264,7 @@ impl<B: Backend> Engine<B> {
                 Some(n) => n,
                 None => {
                     // No device has this much: CUDA's answer, without touching the cache.
-                    self.stats.ooms += 1;
-                    self.per_device[device as usize].ooms += 1;
-                    self.backend.note(Event::OutOfMemory { device, size });
-                    return Err(AllocError::OutOfMemory);
+                    return Err(self.refused(device, size, AllocError::OutOfMemory));
                 }
             }
         };

@@ -4,6 +4,27 @@
 use super::*;
 
 impl<B: Backend> Engine<B> {
+    /// A request of `size` on `device` refused (past `limit`, or out of memory): counted and
+    /// noted; the error to answer.
+    pub(super) fn refused(&mut self, device: u8, size: u64, why: AllocError) -> AllocError {
+        self.per_device[device as usize].ooms += 1;
+        if why == AllocError::LimitReached {
+            self.stats.limit_hits += 1;
+            self.backend.note(Event::LimitHit { device, size });
+        } else {
+            self.stats.ooms += 1;
+            self.backend.note(Event::OutOfMemory { device, size });
+        }
+        why
+    }
+
+    /// Memory found for `size` on `device` once the idle cache was given back: counted, noted.
+    fn retried(&mut self, device: u8, size: u64) {
+        self.stats.oom_retries += 1;
+        self.per_device[device as usize].oom_retries += 1;
+        self.backend.note(Event::OomRetry { device, size });
+    }
+
     pub(super) fn new_segment(&mut self, key: PoolKey, size: u64) -> Result<Ix, AllocError> {
         let limit = self.policy.limit;
         let over = |e: &Self| e.reserved(key.device).saturating_add(size) > limit;
@@ -11,13 +32,7 @@ impl<B: Backend> Engine<B> {
             // Room may be made by giving idle cache back.
             self.empty_cache(key.device);
             if over(self) {
-                self.stats.limit_hits += 1;
-                self.per_device[key.device as usize].ooms += 1;
-                self.backend.note(Event::LimitHit {
-                    device: key.device,
-                    size,
-                });
-                return Err(AllocError::LimitReached);
+                return Err(self.refused(key.device, size, AllocError::LimitReached));
             }
         }
         let ptr = match self.backend.reserve(key.device, size) {
@@ -27,22 +42,11 @@ impl<B: Backend> Engine<B> {
                 self.empty_cache(key.device);
                 match self.backend.reserve(key.device, size) {
                     Ok(p) => {
-                        self.stats.oom_retries += 1;
-                        self.per_device[key.device as usize].oom_retries += 1;
-                        self.backend.note(Event::OomRetry {
-                            device: key.device,
-                            size,
-                        });
+                        self.retried(key.device, size);
                         p
                     }
                     Err(OutOfMemory) => {
-                        self.stats.ooms += 1;
-                        self.per_device[key.device as usize].ooms += 1;
-                        self.backend.note(Event::OutOfMemory {
-                            device: key.device,
-                            size,
-                        });
-                        return Err(AllocError::OutOfMemory);
+                        return Err(self.refused(key.device, size, AllocError::OutOfMemory));
                     }
                 }
             }
@@ -131,13 +135,11 @@ impl<B: Backend> Engine<B> {
                     self.empty_cache(key.device);
                     continue;
                 }
-                self.stats.limit_hits += 1;
-                self.per_device[key.device as usize].ooms += 1;
-                self.backend.note(Event::LimitHit {
-                    device: key.device,
-                    size: add,
-                });
-                return Err(Some(AllocError::LimitReached));
+                return Err(Some(self.refused(
+                    key.device,
+                    add,
+                    AllocError::LimitReached,
+                )));
             }
             if self.backend.map(key.device, end, add).is_err() {
                 if attempt == 0 {
@@ -145,21 +147,10 @@ impl<B: Backend> Engine<B> {
                     self.empty_cache(key.device);
                     continue;
                 }
-                self.stats.ooms += 1;
-                self.per_device[key.device as usize].ooms += 1;
-                self.backend.note(Event::OutOfMemory {
-                    device: key.device,
-                    size: add,
-                });
-                return Err(Some(AllocError::OutOfMemory));
+                return Err(Some(self.refused(key.device, add, AllocError::OutOfMemory)));
             }
             if attempt == 1 {
-                self.stats.oom_retries += 1;
-                self.per_device[key.device as usize].oom_retries += 1;
-                self.backend.note(Event::OomRetry {
-                    device: key.device,
-                    size: add,
-                });
+                self.retried(key.device, add);
             }
             self.backend.note(Event::SegmentReserve {
                 device: key.device,
