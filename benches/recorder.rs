@@ -83,8 +83,8 @@ fn at_depth(depth: u32, r: &Recorder, i: u64) -> u64 {
     let mut rec = record(i, 0);
     rec.time_ns = r.now_ns();
     r.append(&rec);
-    let mut frames = [0u64; gpushim::trace::stack::MAX_FRAMES];
-    let n = gpushim::trace::stack::capture(0, &mut frames);
+    let mut frames = [0u64; gpushim::trace::unwind::MAX_FRAMES];
+    let n = gpushim::trace::unwind::capture(0, &mut frames);
     let (id, _) = r.intern_stack(&frames[..n]);
     r.append(&Record {
         kind: RecordKind::StackRef,

@@ -1,7 +1,7 @@
 //! gpushim's core. Nothing here calls CUDA; the shim (`shim/`) is the only code that does.
 //!
 //! The layers, lowest first (a module uses only those above it):
-//! - [`fasthash`], [`stackfmt`]: a hash for addresses, formatting without allocating.
+//! - [`fasthash`], [`fixedfmt`]: a hash for addresses, formatting without allocating.
 //! - [`config`]: `GPUSHIM_CONF`, parsed.
 //! - [`trace`]: the file format, the writer the shim records with, the reader.
 //! - [`engine`]: the caching allocator, over any backend (real CUDA in the shim, memory in the
@@ -13,7 +13,7 @@
 pub mod config;
 pub mod engine;
 pub mod fasthash;
-pub mod stackfmt;
+pub mod fixedfmt;
 pub mod trace;
 
 #[cfg(feature = "cli")]

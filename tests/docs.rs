@@ -312,7 +312,7 @@ fn each_module_uses_only_the_layers_below_it_as_the_design_draws_them() {
             "src",
             "- core:",
             &[
-                &["fasthash", "stackfmt"],
+                &["fasthash", "fixedfmt"],
                 &["trace"],
                 &["config"],
                 &["engine"],

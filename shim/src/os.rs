@@ -4,7 +4,7 @@
 use core::ffi::{CStr, c_char};
 use core::fmt::Write as _;
 use core::sync::atomic::{AtomicBool, Ordering};
-use gpushim_core::stackfmt::StackBuf;
+use gpushim_core::fixedfmt::FixedBuf;
 
 unsafe extern "C" {
     /// glibc 2.17 and later; the `libc` crate does not declare it.
@@ -36,7 +36,7 @@ pub fn env_flag(name: &CStr) -> bool {
 
 /// One line on stderr, prefixed `gpushim: `, written in one call, without allocating.
 pub fn say(args: core::fmt::Arguments<'_>) {
-    let mut b = StackBuf::<1024>::new();
+    let mut b = FixedBuf::<1024>::new();
     let _ = b.write_str("gpushim: ");
     let _ = b.write_fmt(args);
     b.push_bytes(b"\n");

@@ -15,6 +15,10 @@
 //! device, and programs rely on it. When nothing else fits, the engine waits for the device
 //! once (`synchronize`), which passes every fence, before reserving more memory.
 //!
+//! `device` in the engine is the index of memory it keeps apart, whatever its user means by it:
+//! the shim passes the slot of a CUDA context (one per device and primary or created context;
+//! the shim maps it back to the device in what it records), a replay the trace's device.
+//!
 //! Out of memory: the engine returns idle cached segments to the device and tries once more
 //! before failing. `limit` caps the memory reserved per device; `release` caps idle cached
 //! memory (the excess goes back to the device at each free).

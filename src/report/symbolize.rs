@@ -220,7 +220,7 @@ fn load(path: &str, ran: Option<&str>) -> Option<(addr2line::Loader, Symbols)> {
             eprintln!(
                 "gpushim: {} is not the file that ran ({why}): its frames stay module+offset \
                  (name them where the binaries that ran are, or rebuild them as they were)",
-                crate::stackfmt::Escaped(path.as_bytes())
+                crate::fixedfmt::Escaped(path.as_bytes())
             );
             None
         }
@@ -230,7 +230,7 @@ fn load(path: &str, ran: Option<&str>) -> Option<(addr2line::Loader, Symbols)> {
                     "gpushim: cannot read {} to name its frames ({e}); its frames, and those \
                      of any other module that cannot be read, stay module+offset \
                      (--no-symbols skips naming)",
-                    crate::stackfmt::Escaped(path.as_bytes())
+                    crate::fixedfmt::Escaped(path.as_bytes())
                 );
             }
             None

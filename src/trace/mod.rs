@@ -1,9 +1,9 @@
 //! The trace: its file format ([`format`]), the lock-free writer the shim records with
-//! ([`recorder`]), native call stacks captured without allocating ([`stack`]), and the reader
+//! ([`recorder`]), native call stacks captured without allocating ([`unwind`]), and the reader
 //! every report decodes with ([`reader`]), which keeps what a report's [`filter`] asks for.
 
 pub mod filter;
 pub mod format;
 pub mod reader;
 pub mod recorder;
-pub mod stack;
+pub mod unwind;

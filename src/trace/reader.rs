@@ -582,7 +582,7 @@ impl TraceReader {
                     let len = match r.kind {
                         RecordKind::String => (r.size as usize).min(format::STRING_MAX),
                         RecordKind::Stack => {
-                            (r.size as usize).min(crate::trace::stack::MAX_FRAMES) * 8
+                            (r.size as usize).min(crate::trace::unwind::MAX_FRAMES) * 8
                         }
                         RecordKind::Module => {
                             // Another module at this base: its build-id, if any, follows.

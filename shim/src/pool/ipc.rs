@@ -150,7 +150,7 @@ fn random(buf: &mut [u8]) -> bool {
 
 /// The table file's path for (uid, pid, nonce), NUL-terminated.
 fn table_path(uid: u32, pid: u32, nonce: u64, out: &mut [u8; 96]) {
-    let mut w = gpushim_core::stackfmt::StackBuf::<96>::new();
+    let mut w = gpushim_core::fixedfmt::FixedBuf::<96>::new();
     let _ = core::fmt::Write::write_fmt(
         &mut w,
         format_args!("/dev/shm/gpushim-ipc-{uid}-{pid}-{nonce:016x}"),

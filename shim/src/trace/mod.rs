@@ -11,7 +11,7 @@ use crate::state;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
-use gpushim_core::stackfmt::Escaped;
+use gpushim_core::fixedfmt::Escaped;
 use gpushim_core::trace::format::{self, Api, DEVICE_UNKNOWN, Record, RecordKind};
 use gpushim_core::trace::recorder::{self, OpenOptions, PATH_CAP, Recorder};
 

@@ -8,7 +8,7 @@ use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use gpushim_core::trace::format::{Api, BUILD_ID_MAX, DEVICE_UNKNOWN, Record, RecordKind};
-use gpushim_core::trace::stack::{self, MAX_FRAMES, NATIVE_FRAMES, PYTHON_FRAMES};
+use gpushim_core::trace::unwind::{self, MAX_FRAMES, NATIVE_FRAMES, PYTHON_FRAMES};
 
 /// One memory call in this many gets its native stack; 0 for none. Set when the trace opens.
 pub static EVERY: AtomicU32 = AtomicU32::new(0);
@@ -252,7 +252,7 @@ fn native(room: &mut [u64]) -> usize {
     }
     let mut ips = [0u64; DEPTH];
     let mut cfas = [0u64; DEPTH];
-    let n = stack::capture_with_cfas(0, &mut ips, &mut cfas).min(room.len());
+    let n = unwind::capture_with_cfas(0, &mut ips, &mut cfas).min(room.len());
     room[..n].copy_from_slice(&ips[..n]);
     if cfg!(target_arch = "x86_64") {
         let _ = KNOWN.try_with(|k| {

@@ -23,13 +23,13 @@ impl Recorder {
     /// The id of a call stack, writing its frames the first time it is seen; the flag says
     /// whether this call wrote it. Lock-free; 0 when the table is full or recording is off.
     pub fn intern_stack(&self, frames: &[u64]) -> (u64, bool) {
-        let frames = &frames[..frames.len().min(crate::trace::stack::MAX_FRAMES)];
+        let frames = &frames[..frames.len().min(crate::trace::unwind::MAX_FRAMES)];
         self.intern(
             &self.stacks,
-            crate::trace::stack::hash(frames),
+            crate::trace::unwind::hash(frames),
             |r: &Self, id| {
                 // Only a stack not seen before is written out (the common case finds it).
-                let mut bytes = [0u8; 8 * crate::trace::stack::MAX_FRAMES];
+                let mut bytes = [0u8; 8 * crate::trace::unwind::MAX_FRAMES];
                 for (i, f) in frames.iter().enumerate() {
                     bytes[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
                 }

@@ -4,20 +4,20 @@
 use core::fmt;
 
 /// A `fmt::Write` sink over a fixed array; text past its capacity is cut, never allocated.
-pub struct StackBuf<const N: usize> {
+pub struct FixedBuf<const N: usize> {
     buf: [u8; N],
     len: usize,
 }
 
-impl<const N: usize> Default for StackBuf<N> {
+impl<const N: usize> Default for FixedBuf<N> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl<const N: usize> StackBuf<N> {
+impl<const N: usize> FixedBuf<N> {
     pub const fn new() -> Self {
-        StackBuf {
+        FixedBuf {
             buf: [0; N],
             len: 0,
         }
@@ -41,7 +41,7 @@ impl<const N: usize> StackBuf<N> {
     }
 }
 
-impl<const N: usize> fmt::Write for StackBuf<N> {
+impl<const N: usize> fmt::Write for FixedBuf<N> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         self.push_bytes(s.as_bytes());
         Ok(())
@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn text_past_the_capacity_is_cut() {
-        let mut b = StackBuf::<8>::new();
+        let mut b = FixedBuf::<8>::new();
         write!(b, "{}-{}", 1234, 56789).unwrap();
         assert_eq!(b.as_bytes(), b"1234-567");
     }
