@@ -4,7 +4,7 @@
 //! each measured spot costs one relaxed load. No allocation, no lock: the counters are static
 //! atomics and the report is written from a stack buffer.
 
-use core::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 use gpushim_core::trace::recorder::clock_ns;
 
 /// What a measured span is.
@@ -83,32 +83,17 @@ const KINDS: usize = NAMES.len();
 static CALLS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
 static NANOS: [AtomicU64; KINDS] = [const { AtomicU64::new(0) }; KINDS];
 
-const UNKNOWN: u8 = 0;
-const ON: u8 = 1;
-const OFF: u8 = 2;
-static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+static STATE: crate::os::LazyFlag = crate::os::LazyFlag::new();
 
 fn on() -> bool {
-    match STATE.load(Ordering::Relaxed) {
-        ON => true,
-        OFF => false,
-        _ => {
-            let on = crate::options::Switch::Costs.on();
-            if STATE
-                .compare_exchange(
-                    UNKNOWN,
-                    if on { ON } else { OFF },
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-                && on
-            {
+    STATE.get_or(
+        || crate::options::Switch::Costs.on(),
+        |on| {
+            if on {
                 crate::lifecycle::on_exit(report);
             }
-            on
-        }
-    }
+        },
+    )
 }
 
 fn now() -> u64 {

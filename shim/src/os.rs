@@ -3,7 +3,7 @@
 
 use core::ffi::{CStr, c_char};
 use core::fmt::Write as _;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use gpushim_core::fixedfmt::FixedBuf;
 
 unsafe extern "C" {
@@ -86,5 +86,57 @@ pub struct SpinGuard<'a>(&'a SpinLock);
 impl Drop for SpinGuard<'_> {
     fn drop(&mut self) {
         self.0.0.store(false, Ordering::Release);
+    }
+}
+
+/// A yes or no decided on first use and kept: no allocation and no lock, so it can be asked
+/// inside `dlsym`, constructors and hooks. Concurrent first uses may each decide; the first
+/// decision stored is the one every later use sees.
+pub struct LazyFlag(AtomicU8);
+
+const UNDECIDED: u8 = 0;
+const YES: u8 = 1;
+const NO: u8 = 2;
+
+impl LazyFlag {
+    pub const fn new() -> LazyFlag {
+        LazyFlag(AtomicU8::new(UNDECIDED))
+    }
+
+    /// The flag, decided by `decide` on first use.
+    pub fn get(&self, decide: impl FnOnce() -> bool) -> bool {
+        self.get_or(decide, |_| {})
+    }
+
+    /// As [`LazyFlag::get`], and `decided(value)` runs once, in the call whose decision stuck.
+    pub fn get_or(&self, decide: impl FnOnce() -> bool, decided: impl FnOnce(bool)) -> bool {
+        match self.0.load(Ordering::Relaxed) {
+            YES => true,
+            NO => false,
+            _ => {
+                let v = decide();
+                let code = if v { YES } else { NO };
+                match self
+                    .0
+                    .compare_exchange(UNDECIDED, code, Ordering::Relaxed, Ordering::Relaxed)
+                {
+                    Ok(_) => {
+                        decided(v);
+                        v
+                    }
+                    Err(other) => other == YES,
+                }
+            }
+        }
+    }
+
+    /// Decides it now, whatever it was.
+    pub fn set(&self, v: bool) {
+        self.0.store(if v { YES } else { NO }, Ordering::Relaxed);
+    }
+
+    /// Whether it was decided, and no.
+    pub fn is_no(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == NO
     }
 }

@@ -7,25 +7,13 @@ use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use gpushim_core::config::{self, Conf};
 
-const UNKNOWN: u8 = 0;
-const ON: u8 = 1;
-const OFF: u8 = 2;
-
-static ENABLED: AtomicU8 = AtomicU8::new(UNKNOWN);
+static ENABLED: crate::os::LazyFlag = crate::os::LazyFlag::new();
 
 /// `false` when `GPUSHIM_DISABLE` is set to anything but `0` or empty: then every hook only
 /// forwards, `dlsym` and the entry-point lookups hand out the real functions, and nothing is
 /// written. Safe inside `dlsym` and constructors: no allocation, no lock.
 pub fn enabled() -> bool {
-    match ENABLED.load(Ordering::Relaxed) {
-        ON => true,
-        OFF => false,
-        _ => {
-            let off = crate::options::Switch::Disable.on();
-            ENABLED.store(if off { OFF } else { ON }, Ordering::Relaxed);
-            !off
-        }
-    }
+    ENABLED.get(|| !crate::options::Switch::Disable.on())
 }
 
 struct ConfCell(UnsafeCell<Conf>);

@@ -43,7 +43,7 @@ use crate::os::SpinLock;
 use crate::state;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::engine::front::Front;
 use gpushim_core::engine::{AllocError, BlockInfo, DeviceStats, FreeKind, Policy};
@@ -96,27 +96,11 @@ fn note_other_streams(api: Api, stream: u64) {
     }
 }
 
-const UNKNOWN: u8 = 0;
-const ON: u8 = 1;
-const OFF: u8 = 2;
-static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+static STATE: crate::os::LazyFlag = crate::os::LazyFlag::new();
 
 /// Whether `GPUSHIM_CONF` asked for a pool (and the shim is on, and this is not a forked child).
 pub fn active() -> bool {
-    match STATE.load(Ordering::Relaxed) {
-        ON => true,
-        OFF => false,
-        _ => {
-            let on = state::enabled() && state::conf().pool != PoolMode::Off;
-            let _ = STATE.compare_exchange(
-                UNKNOWN,
-                if on { ON } else { OFF },
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            );
-            STATE.load(Ordering::Relaxed) == ON
-        }
-    }
+    STATE.get(|| state::enabled() && state::conf().pool != PoolMode::Off)
 }
 
 type Pool = Front<CudaBackend>;
@@ -312,7 +296,7 @@ fn start_trimmer() {
             let mut relaxed = false;
             loop {
                 std::thread::sleep(std::time::Duration::from_millis(TRIM_TICK_MS));
-                if STATE.load(Ordering::Relaxed) == OFF {
+                if STATE.is_no() {
                     return;
                 }
                 if !relaxed {
@@ -335,7 +319,7 @@ fn start_trimmer() {
 /// In a forked child: the parent's pool belongs to the parent's CUDA contexts, which the child
 /// cannot use. Every call passes through from now on.
 pub fn forget_after_fork() {
-    STATE.store(OFF, Ordering::Relaxed);
+    STATE.set(false);
     capture::forget_after_fork();
     LOCK.reset_after_fork();
     // A sweep of the parent's helper the fork interrupted is over too.

@@ -23,7 +23,6 @@ use crate::cuda::ffi::CU_EVENT_DISABLE_TIMING;
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::os::SpinLock;
-use core::sync::atomic::{AtomicU8, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::time::Duration;
 
@@ -200,31 +199,21 @@ pub(super) fn make_events(
 /// rounds the builds with it stepped 2 to 9% slower in 5 of 5 (transformer, ResNet-50), and
 /// in one ResNet-50 process checkpoints still took 61 µs each, four times as many; until that
 /// is understood, one event per stream stays the default.
-static CTX_EVENTS: AtomicU8 = AtomicU8::new(0);
+static CTX_EVENTS: crate::os::LazyFlag = crate::os::LazyFlag::new();
 /// What an unset `GPUSHIM_CTX_EVENTS` means.
 const CTX_EVENTS_DEFAULT: bool = false;
-const YES: u8 = 1;
-const NO: u8 = 2;
 
 /// Whether to try `cuCtxRecordEvent` for this checkpoint.
 pub(super) fn context_events() -> bool {
-    match CTX_EVENTS.load(Ordering::Relaxed) {
-        YES => true,
-        NO => false,
-        _ => {
-            let on = match crate::options::Switch::CtxEvents.value() {
-                Some(_) => crate::options::Switch::CtxEvents.on(),
-                None => CTX_EVENTS_DEFAULT,
-            };
-            CTX_EVENTS.store(if on { YES } else { NO }, Ordering::Relaxed);
-            on
-        }
-    }
+    CTX_EVENTS.get(|| match crate::options::Switch::CtxEvents.value() {
+        Some(_) => crate::options::Switch::CtxEvents.on(),
+        None => CTX_EVENTS_DEFAULT,
+    })
 }
 
 /// `cuCtxRecordEvent` answered `rc`: one event per stream from now on, said once.
 pub(super) fn refuse_context_events(rc: i32) {
-    CTX_EVENTS.store(NO, Ordering::Relaxed);
+    CTX_EVENTS.set(false);
     crate::os::say(format_args!(
         "cuCtxRecordEvent answered {rc}; checkpoints record an event per stream from now on"
     ));

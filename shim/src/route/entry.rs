@@ -4,7 +4,7 @@
 //! wrapper; anything else (unknown names, older or newer ABIs) is returned untouched.
 
 use crate::cuda::ffi::{
-    CU_ERROR_NOT_INITIALIZED, CUDA_ERROR_INSUFFICIENT_DRIVER, PROC_LEGACY_STREAM,
+    CU_ERROR_NOT_INITIALIZED as MISSING, CUDA_ERROR_INSUFFICIENT_DRIVER, PROC_LEGACY_STREAM,
     PROC_PER_THREAD_STREAM,
 };
 use crate::cuda::real;
@@ -12,6 +12,7 @@ use crate::cuda::symbols::sig::of;
 use crate::cuda::symbols::{self, Sym, sig};
 use crate::state;
 use core::ffi::{CStr, c_char, c_int, c_void};
+use gpushim_core::trace::format::Api;
 
 /// Replaces `*pfn` with our wrapper when the looked-up function is one we hook in exactly this
 /// ABI. Allocates nothing.
@@ -41,52 +42,90 @@ unsafe fn wrap(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, per_t
     }
 }
 
+/// A lookup through the real function at `real` (of type `F`): `call` makes it; when it
+/// succeeded, the pointer it wrote is ours to wrap for `version()` and the stream flavour.
+///
+/// # Safety
+/// `real` must be 0 or a function of type `F`; `symbol` and `pfn` as for [`wrap`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn lookup<F: Copy>(
+    sym: Sym,
+    real: usize,
+    missing: i32,
+    call: impl FnOnce(F) -> i32,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: impl FnOnce() -> i32,
+    per_thread: bool,
+) -> i32 {
+    // SAFETY: the caller vouches that `real` was resolved for `sym`, whose ABI is F.
+    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
+        return state::missing(sym, missing);
+    };
+    let rc = call(f);
+    if rc == 0 {
+        // SAFETY: the real lookup accepted these pointers.
+        unsafe { wrap(symbol, pfn, version(), per_thread) };
+    }
+    rc
+}
+
+/// `cuGetProcAddress` (the ABI before CUDA 12).
 pub(crate) unsafe fn get_proc_address(
     sym: Sym,
     real: usize,
-    _: gpushim_core::trace::format::Api,
+    _: Api,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
 ) -> i32 {
-    type F = sig::CuGetProcAddress;
-    // SAFETY: resolved for this symbol, whose ABI is F.
-    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
-        return state::missing(sym, CU_ERROR_NOT_INITIALIZED);
-    };
-    // SAFETY: the caller's arguments, unchanged.
-    let rc = unsafe { f(symbol, pfn, version, flags) };
-    if rc == 0 {
-        // SAFETY: the real lookup accepted these pointers.
-        unsafe { wrap(symbol, pfn, version, flags & PROC_PER_THREAD_STREAM != 0) };
+    // SAFETY: the caller's arguments, unchanged, to the function resolved for this symbol.
+    let call = |f: sig::CuGetProcAddress| unsafe { f(symbol, pfn, version, flags) };
+    let per_thread = flags & PROC_PER_THREAD_STREAM != 0;
+    // SAFETY: `real` was resolved for this symbol; the pointers are the caller's.
+    unsafe {
+        lookup(
+            sym,
+            real,
+            MISSING,
+            call,
+            symbol,
+            pfn,
+            || version,
+            per_thread,
+        )
     }
-    rc
 }
 
+/// `cuGetProcAddress_v2` (CUDA 12 and later).
 #[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn get_proc_address_v2(
     sym: Sym,
     real: usize,
-    _: gpushim_core::trace::format::Api,
+    _: Api,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
     flags: u64,
     status: *mut c_int,
 ) -> i32 {
-    type F = sig::CuGetProcAddressV2;
-    // SAFETY: resolved for this symbol, whose ABI is F.
-    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
-        return state::missing(sym, CU_ERROR_NOT_INITIALIZED);
-    };
-    // SAFETY: the caller's arguments, unchanged.
-    let rc = unsafe { f(symbol, pfn, version, flags, status) };
-    if rc == 0 {
-        // SAFETY: the real lookup accepted these pointers.
-        unsafe { wrap(symbol, pfn, version, flags & PROC_PER_THREAD_STREAM != 0) };
+    // SAFETY: the caller's arguments, unchanged, to the function resolved for this symbol.
+    let call = |f: sig::CuGetProcAddressV2| unsafe { f(symbol, pfn, version, flags, status) };
+    let per_thread = flags & PROC_PER_THREAD_STREAM != 0;
+    // SAFETY: `real` was resolved for this symbol; the pointers are the caller's.
+    unsafe {
+        lookup(
+            sym,
+            real,
+            MISSING,
+            call,
+            symbol,
+            pfn,
+            || version,
+            per_thread,
+        )
     }
-    rc
 }
 
 /// The runtime's stream flavour for a lookup: per-thread when asked for, or by default from the
@@ -111,25 +150,29 @@ fn runtime_version() -> i32 {
 pub(crate) unsafe fn driver_entry_point(
     sym: Sym,
     real: usize,
-    _: gpushim_core::trace::format::Api,
+    _: Api,
     symbol: *const c_char,
     func: *mut *mut c_void,
     flags: u64,
     status: *mut c_int,
 ) -> i32 {
-    type F = sig::CudaGetDriverEntryPoint;
-    // SAFETY: resolved for this symbol, whose ABI is F (the `_ptsz` one's too).
-    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
-        return state::missing(sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
-    };
-    // SAFETY: the caller's arguments, unchanged.
-    let rc = unsafe { f(symbol, func, flags, status) };
-    if rc == 0 {
-        let per_thread = runtime_per_thread(flags, sym == Sym::CudaGetDriverEntryPointPtsz);
-        // SAFETY: the real lookup accepted these pointers.
-        unsafe { wrap(symbol, func, runtime_version(), per_thread) };
+    // SAFETY: the caller's arguments, unchanged (the `_ptsz` entry point has the same ABI).
+    let call = |f: sig::CudaGetDriverEntryPoint| unsafe { f(symbol, func, flags, status) };
+    let per_thread = runtime_per_thread(flags, sym == Sym::CudaGetDriverEntryPointPtsz);
+    let missing = CUDA_ERROR_INSUFFICIENT_DRIVER;
+    // SAFETY: `real` was resolved for this symbol; the pointers are the caller's.
+    unsafe {
+        lookup(
+            sym,
+            real,
+            missing,
+            call,
+            symbol,
+            func,
+            runtime_version,
+            per_thread,
+        )
     }
-    rc
 }
 
 /// `cudaGetDriverEntryPointByVersion{,_ptsz}`: the same for the version asked for.
@@ -137,7 +180,7 @@ pub(crate) unsafe fn driver_entry_point(
 pub(crate) unsafe fn driver_entry_point_by_version(
     sym: Sym,
     real: usize,
-    _: gpushim_core::trace::format::Api,
+    _: Api,
     symbol: *const c_char,
     func: *mut *mut c_void,
     version: u32,
@@ -145,18 +188,12 @@ pub(crate) unsafe fn driver_entry_point_by_version(
     status: *mut c_int,
 ) -> i32 {
     type F = sig::CudaGetDriverEntryPointByVersion;
-    // SAFETY: resolved for this symbol, whose ABI is F (the `_ptsz` one's too).
-    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
-        return state::missing(sym, CUDA_ERROR_INSUFFICIENT_DRIVER);
-    };
-    // SAFETY: the caller's arguments, unchanged.
-    let rc = unsafe { f(symbol, func, version, flags, status) };
-    if rc == 0 {
-        let ptsz = sym == Sym::CudaGetDriverEntryPointByVersionPtsz;
-        let per_thread = runtime_per_thread(flags, ptsz);
-        let version = i32::try_from(version).unwrap_or(i32::MAX);
-        // SAFETY: the real lookup accepted these pointers.
-        unsafe { wrap(symbol, func, version, per_thread) };
-    }
-    rc
+    // SAFETY: the caller's arguments, unchanged (the `_ptsz` entry point has the same ABI).
+    let call = |f: F| unsafe { f(symbol, func, version, flags, status) };
+    let ptsz = sym == Sym::CudaGetDriverEntryPointByVersionPtsz;
+    let per_thread = runtime_per_thread(flags, ptsz);
+    let version = || i32::try_from(version).unwrap_or(i32::MAX);
+    let missing = CUDA_ERROR_INSUFFICIENT_DRIVER;
+    // SAFETY: `real` was resolved for this symbol; the pointers are the caller's.
+    unsafe { lookup(sym, real, missing, call, symbol, func, version, per_thread) }
 }

@@ -17,21 +17,30 @@ pub struct Addr(*const c_void);
 // SAFETY: code addresses are immutable and valid for the life of the library (-z nodelete).
 unsafe impl Sync for Addr {}
 
-/// The exported hook of a hooked row (nothing for a row only resolved).
-macro_rules! export {
-    ($var:ident $name:ident ($($a:ident: $t:ty),*) => $body:path as $api:ident) => {
-        #[unsafe(no_mangle)]
+/// A hook's shell: calls the row's body with the real function `real::$how` finds (`exported`:
+/// the exported symbol's; `proc`: the one an entry-point lookup returned).
+macro_rules! shell {
+    ($(#[$attr:meta])* $how:ident $var:ident $name:ident ($($a:ident: $t:ty),*)
+        => $body:path as $api:ident) => {
+        $(#[$attr])*
         pub unsafe extern "C" fn $name($($a: $t),*) -> i32 {
             // SAFETY: the caller's arguments go unchanged to the real function of this ABI.
             unsafe {
                 $body(
                     Sym::$var,
-                    crate::cuda::real::exported(Sym::$var),
+                    crate::cuda::real::$how(Sym::$var),
                     gpushim_core::trace::format::Api::$api,
                     $($a),*
                 )
             }
         }
+    };
+}
+
+/// The exported hook of a hooked row (nothing for a row only resolved).
+macro_rules! export {
+    ($var:ident $name:ident ($($a:ident: $t:ty),*) => $body:path as $api:ident) => {
+        shell!(#[unsafe(no_mangle)] exported $var $name ($($a: $t),*) => $body as $api);
     };
     ($var:ident $name:ident ($($a:ident: $t:ty),*)) => {};
 }
@@ -40,17 +49,7 @@ macro_rules! export {
 /// pointer that lookup returned.
 macro_rules! wrapper {
     (Driver $var:ident $name:ident ($($a:ident: $t:ty),*) => $body:path as $api:ident) => {
-        pub unsafe extern "C" fn $name($($a: $t),*) -> i32 {
-            // SAFETY: the caller's arguments go unchanged to the function the lookup returned.
-            unsafe {
-                $body(
-                    Sym::$var,
-                    crate::cuda::real::proc(Sym::$var),
-                    gpushim_core::trace::format::Api::$api,
-                    $($a),*
-                )
-            }
-        }
+        shell!(proc $var $name ($($a: $t),*) => $body as $api);
     };
     ($lib:ident $var:ident $name:ident ($($a:ident: $t:ty),*) $($rest:tt)*) => {};
 }
