@@ -74,7 +74,7 @@ macro_rules! cuda_functions {
             fn(symbol: *const c_char, func: *mut *mut c_void, version: u32, flags: u64, status: *mut c_int)
             => crate::route::entry::driver_entry_point_by_version as Shim;
         CudaDeviceReset = cudaDeviceReset in Runtime fn()
-            => crate::hooks::pooled::device_reset as Shim;
+            => crate::hooks::streams::device_reset as Shim;
         // Resolved, not hooked.
         CudaGetDevice = cudaGetDevice in Runtime fn(a0: *mut c_int);
         CudaRuntimeGetVersion = cudaRuntimeGetVersion in Runtime fn(a0: *mut c_int);
@@ -149,64 +149,64 @@ macro_rules! cuda_functions {
         // For the pool: stream lifetimes, synchronization points, pointer queries, IPC,
         // captures, resets.
         CuStreamCreate = cuStreamCreate in Driver fn(s: *mut Stream, flags: u32)
-            => crate::hooks::pooled::stream_create as CuStreamCreate
+            => crate::hooks::streams::stream_create as CuStreamCreate
             , entry Both c"cuStreamCreate" since 2000;
         CuStreamCreateWithPriority = cuStreamCreateWithPriority in Driver fn(s: *mut Stream, flags: u32, priority: c_int)
-            => crate::hooks::pooled::stream_create_with_priority as CuStreamCreateWithPriority
+            => crate::hooks::streams::stream_create_with_priority as CuStreamCreateWithPriority
             , entry Both c"cuStreamCreateWithPriority" since 5050;
         CuStreamDestroyV2 = cuStreamDestroy_v2 in Driver fn(s: Stream)
-            => crate::hooks::pooled::stream_destroy as Shim
+            => crate::hooks::streams::stream_destroy as Shim
             , entry Both c"cuStreamDestroy" since 4000;
         CuCtxSynchronize = cuCtxSynchronize in Driver fn()
-            => crate::hooks::pooled::ctx_synchronize as Shim
+            => crate::hooks::streams::ctx_synchronize as Shim
             , entry Both c"cuCtxSynchronize" since 2000;
         CuMemGetAddressRangeV2 = cuMemGetAddressRange_v2 in Driver fn(base: *mut u64, size: *mut usize, p: u64)
-            => crate::hooks::pooled::get_address_range as Shim
+            => crate::hooks::pointers::get_address_range as Shim
             , entry Both c"cuMemGetAddressRange" since 3020;
         CuPointerGetAttribute = cuPointerGetAttribute in Driver fn(data: *mut c_void, attr: c_int, p: u64)
-            => crate::hooks::pooled::pointer_get_attribute as Shim
+            => crate::hooks::pointers::pointer_get_attribute as Shim
             , entry Both c"cuPointerGetAttribute" since 4000;
         CuPointerGetAttributes = cuPointerGetAttributes in Driver fn(n: u32, attrs: *const c_int, data: *mut *mut c_void, p: u64)
-            => crate::hooks::pooled::pointer_get_attributes as Shim
+            => crate::hooks::pointers::pointer_get_attributes as Shim
             , entry Both c"cuPointerGetAttributes" since 7000;
         CuIpcGetMemHandle = cuIpcGetMemHandle in Driver fn(handle: *mut c_void, p: u64)
-            => crate::hooks::pooled::ipc_get_mem_handle as Shim
+            => crate::hooks::ipc::ipc_get_mem_handle as Shim
             , entry Both c"cuIpcGetMemHandle" since 4010;
         CuIpcOpenMemHandleV2 = cuIpcOpenMemHandle_v2 in Driver fn(out: *mut u64, handle: CuIpcMemHandle, flags: u32)
-            => crate::hooks::pooled::ipc_open as Shim
+            => crate::hooks::ipc::ipc_open as Shim
             , entry Both c"cuIpcOpenMemHandle" since 11000;
         CuIpcCloseMemHandle = cuIpcCloseMemHandle in Driver fn(p: u64)
-            => crate::hooks::pooled::ipc_close as Shim
+            => crate::hooks::ipc::ipc_close as Shim
             , entry Both c"cuIpcCloseMemHandle" since 4010;
         CuStreamBeginCapture = cuStreamBeginCapture in Driver fn(s: Stream)
-            => crate::hooks::pooled::begin_capture_v1 as Shim
+            => crate::hooks::streams::begin_capture_v1 as Shim
             , entry Legacy c"cuStreamBeginCapture" since 10000 until 10010;
         CuStreamBeginCapturePtsz = cuStreamBeginCapture_ptsz in Driver fn(s: Stream)
-            => crate::hooks::pooled::begin_capture_v1 as Shim
+            => crate::hooks::streams::begin_capture_v1 as Shim
             , entry PerThread c"cuStreamBeginCapture" since 10000 until 10010;
         CuStreamBeginCaptureV2 = cuStreamBeginCapture_v2 in Driver fn(s: Stream, mode: c_int)
-            => crate::hooks::pooled::begin_capture as Shim
+            => crate::hooks::streams::begin_capture as Shim
             , entry Legacy c"cuStreamBeginCapture" since 10010;
         CuStreamBeginCaptureV2Ptsz = cuStreamBeginCapture_v2_ptsz in Driver fn(s: Stream, mode: c_int)
-            => crate::hooks::pooled::begin_capture as Shim
+            => crate::hooks::streams::begin_capture as Shim
             , entry PerThread c"cuStreamBeginCapture" since 10010;
         CuStreamBeginCaptureToGraph = cuStreamBeginCaptureToGraph in Driver fn(s: Stream, graph: *mut c_void, deps: *const c_void, edges: *const c_void, n: usize, mode: c_int)
-            => crate::hooks::pooled::begin_capture_to_graph as Shim
+            => crate::hooks::streams::begin_capture_to_graph as Shim
             , entry Legacy c"cuStreamBeginCaptureToGraph" since 12030;
         CuStreamBeginCaptureToGraphPtsz = cuStreamBeginCaptureToGraph_ptsz in Driver fn(s: Stream, graph: *mut c_void, deps: *const c_void, edges: *const c_void, n: usize, mode: c_int)
-            => crate::hooks::pooled::begin_capture_to_graph as Shim
+            => crate::hooks::streams::begin_capture_to_graph as Shim
             , entry PerThread c"cuStreamBeginCaptureToGraph" since 12030;
         CuStreamEndCapture = cuStreamEndCapture in Driver fn(s: Stream, graph: *mut *mut c_void)
-            => crate::hooks::pooled::end_capture as Shim
+            => crate::hooks::streams::end_capture as Shim
             , entry Legacy c"cuStreamEndCapture" since 10000;
         CuStreamEndCapturePtsz = cuStreamEndCapture_ptsz in Driver fn(s: Stream, graph: *mut *mut c_void)
-            => crate::hooks::pooled::end_capture as Shim
+            => crate::hooks::streams::end_capture as Shim
             , entry PerThread c"cuStreamEndCapture" since 10000;
         CuDevicePrimaryCtxReset = cuDevicePrimaryCtxReset in Driver fn(device: c_int)
-            => crate::hooks::pooled::primary_ctx_reset as Shim
+            => crate::hooks::streams::primary_ctx_reset as Shim
             , entry Both c"cuDevicePrimaryCtxReset" since 7000 until 11000;
         CuDevicePrimaryCtxResetV2 = cuDevicePrimaryCtxReset_v2 in Driver fn(device: c_int)
-            => crate::hooks::pooled::primary_ctx_reset as Shim
+            => crate::hooks::streams::primary_ctx_reset as Shim
             , entry Both c"cuDevicePrimaryCtxReset" since 11000;
         // Resolved, not hooked.
         CuThreadExchangeStreamCaptureMode = cuThreadExchangeStreamCaptureMode in Driver fn(a0: *mut c_int);

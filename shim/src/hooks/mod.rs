@@ -1,17 +1,21 @@
 //! The hooks' bodies, which the rows of [`crate::cuda::functions`] name: [`memory`] (the
 //! memory calls the runtime and the driver share), [`runtime`] and [`driver`] (what only one
-//! has), [`host`] (pinned host memory), [`pooled`] (streams, captures, pointer queries, IPC and
-//! resets, for the pool), [`serve`] (a request the pool answers), [`torch`] (PyTorch's
+//! has), [`host`] (pinned host memory), for the pool [`streams`] (streams, contexts,
+//! captures, resets), [`pointers`] (pointer queries) and [`ipc`], [`pluggable`] (PyTorch's
+//! pluggable allocator), [`serve`] (a request the pool answers), [`torch`] (PyTorch's
 //! allocator trace) and [`nvtx`]; and what every hook shares: find the real function, enter
 //! the re-entrancy guard, call, record.
 
 pub mod driver;
 pub mod host;
+pub mod ipc;
 pub mod memory;
 pub mod nvtx;
-pub mod pooled;
+pub mod pluggable;
+pub mod pointers;
 pub mod runtime;
 pub mod serve;
+pub mod streams;
 pub mod torch;
 
 use crate::pool;

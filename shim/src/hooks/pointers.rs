@@ -1,0 +1,112 @@
+//! Pointer queries on pooled blocks (contract 2): a block answers with its own range, not its
+//! segment's, so a caller can use what it gets.
+
+use crate::cuda::ffi::{
+    CU_ERROR_NOT_INITIALIZED as MISSING, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+};
+use crate::cuda::symbols::{Sym, sig};
+use crate::hooks::forward;
+use crate::pool::{self, pooling};
+use core::ffi::{c_int, c_void};
+use gpushim_core::trace::format::Api;
+
+pub(crate) unsafe fn get_address_range(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    base: *mut u64,
+    size: *mut usize,
+    p: u64,
+) -> i32 {
+    type F = sig::CuMemGetAddressRangeV2;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        if pooling()
+            && let Some(b) = pool::lookup(p)
+        {
+            // The block, not the segment (or mapped page) it was cut from, is the caller's
+            // allocation.
+            // SAFETY: the caller's out-pointers (either may be null, as CUDA allows).
+            unsafe {
+                if !base.is_null() {
+                    *base = b.ptr;
+                }
+                if !size.is_null() {
+                    *size = b.requested as usize;
+                }
+            }
+            return 0;
+        }
+        // SAFETY: the caller's arguments, unchanged.
+        unsafe { f(base, size, p) }
+    })
+}
+
+pub(crate) unsafe fn pointer_get_attribute(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    data: *mut c_void,
+    attr: c_int,
+    p: u64,
+) -> i32 {
+    type F = sig::CuPointerGetAttribute;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(data, attr, p) };
+        if rc == 0 && !data.is_null() && pooling() {
+            // SAFETY: the real call wrote this attribute's value through `data`.
+            unsafe { fix_attribute(attr, data, p) };
+        }
+        rc
+    })
+}
+
+pub(crate) unsafe fn pointer_get_attributes(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    n: u32,
+    attrs: *const c_int,
+    data: *mut *mut c_void,
+    p: u64,
+) -> i32 {
+    type F = sig::CuPointerGetAttributes;
+    forward!(sym, real, MISSING, F, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(n, attrs, data, p) };
+        if rc == 0 && !attrs.is_null() && !data.is_null() && pooling() {
+            for i in 0..n as usize {
+                // SAFETY: the real call read `n` attributes and wrote `n` values.
+                unsafe {
+                    let d = *data.add(i);
+                    if !d.is_null() {
+                        fix_attribute(*attrs.add(i), d, p);
+                    }
+                }
+            }
+        }
+        rc
+    })
+}
+
+/// Replaces the segment's range with the block's in a pointer attribute the real call wrote.
+///
+/// # Safety
+/// `data` must hold the value of `attr` as the real call wrote it.
+unsafe fn fix_attribute(attr: c_int, data: *mut c_void, p: u64) {
+    if attr != CU_POINTER_ATTRIBUTE_RANGE_START_ADDR && attr != CU_POINTER_ATTRIBUTE_RANGE_SIZE {
+        return;
+    }
+    let Some(b) = pool::lookup(p) else {
+        return;
+    };
+    // SAFETY: both attributes are written as 64-bit values (CUdeviceptr, size_t).
+    unsafe {
+        *(data as *mut u64) = if attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR {
+            b.ptr
+        } else {
+            b.requested
+        };
+    }
+}
