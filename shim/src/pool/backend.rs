@@ -6,6 +6,7 @@ use super::capture::{pool_quiet, relaxed_if_capturing};
 use super::context::free_segments;
 use super::context::{MAX_CONTEXTS, device_of, in_context};
 use super::sealer::{Request, Sealer, make_events};
+use super::splits::{self, SPLITS_PER_RECORD};
 use super::streams::OTHER_STREAMS;
 use crate::costs::{self, Cost};
 use crate::cuda::real;
@@ -79,44 +80,6 @@ fn seal_spacing() -> u64 {
             n
         }
         n => n,
-    }
-}
-
-/// Splits are counted, not recorded one by one: a record costs a few hundred ns inside a
-/// real process (the ring's cache lines are cold after the program's own work), and the
-/// summary wants only their number. One `Split` record (`ptr` 0, `size` the count) per this
-/// many splits of a device, and the rest at exit.
-const SPLITS_PER_RECORD: u64 = 64;
-static SPLITS: [AtomicU64; MAX_CONTEXTS] = [const { AtomicU64::new(0) }; MAX_CONTEXTS];
-
-/// Set in a device's count by the exit flush: from then on each of its splits is written at
-/// once, since no later flush will write it (an exit handler of the program's that runs after
-/// the shim's, or a thread still allocating, splits blocks after it). In the counter itself,
-/// so a split is either taken by the flush's swap or sees the mark in its own add.
-const FLUSHED: u64 = 1 << 63;
-
-/// Counts one split of device slot `slot`; `Some(count)` (and the count starts again) once
-/// `at_least` splits are counted, or at once after the exit flush.
-fn take_splits(slot: u8, at_least: u64) -> Option<u64> {
-    let counter = SPLITS.get(slot as usize)?;
-    let v = counter.fetch_add(1, Ordering::Relaxed) + 1;
-    let flushed = v & FLUSHED;
-    if flushed == 0 && v < at_least {
-        return None;
-    }
-    Some(counter.swap(flushed, Ordering::Relaxed) & !FLUSHED).filter(|&n| n > 0)
-}
-
-/// At exit: the splits counted since each device's last `Split` record, and each count marked
-/// so that later splits write themselves. In a forked child, `forget` drops the parent's
-/// counts instead (and the child counts in batches again).
-pub fn flush_splits(forget: bool) {
-    for (slot, counter) in SPLITS.iter().enumerate() {
-        let n = counter.swap(if forget { 0 } else { FLUSHED }, Ordering::Relaxed) & !FLUSHED;
-        if n > 0 && !forget {
-            let slot = slot as u8;
-            trace::record(RecordKind::Split, Api::Shim, 0, 0, n, device_of(slot), 0);
-        }
     }
 }
 
@@ -632,7 +595,7 @@ impl Backend for CudaBackend {
             Event::SegmentRelease { device, ptr, size } => {
                 (RecordKind::SegmentRelease, device, ptr, size)
             }
-            Event::Split { device, .. } => match take_splits(device, SPLITS_PER_RECORD) {
+            Event::Split { device, .. } => match splits::take(device, SPLITS_PER_RECORD) {
                 Some(n) => (RecordKind::Split, device, 0, n),
                 None => return,
             },

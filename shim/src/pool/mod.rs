@@ -24,6 +24,7 @@ mod context;
 pub mod frameworks;
 pub mod ipc;
 mod sealer;
+mod splits;
 mod streams;
 
 use crate::cuda::symbols::sig::of;
@@ -122,7 +123,7 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     if !STARTED.load(Ordering::Relaxed) && !STARTED.swap(true, Ordering::Relaxed) {
         prime_functions();
         crate::lifecycle::in_forked_child(forget_after_fork);
-        crate::lifecycle::on_exit(|| backend::flush_splits(false));
+        crate::lifecycle::on_exit(|| splits::flush(false));
         start_trimmer();
     }
     let held = crate::costs::measure(crate::costs::Cost::Lock, || LOCK.lock());
@@ -326,7 +327,7 @@ pub fn forget_after_fork() {
     sealer::SWEEP.reset_after_fork();
     context::forget_after_fork();
     ipc::forget_after_fork();
-    backend::flush_splits(true);
+    splits::flush(true);
 }
 
 /// What the pool did with a request.
