@@ -1,6 +1,5 @@
 //! How every command writes: one error line, JSON, holder rows, pictures and files.
 
-use gpushim::report::summary::human_bytes;
 use std::process::ExitCode;
 
 pub fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -17,14 +16,10 @@ pub fn print_json<T: serde::Serialize>(v: &T) {
 
 /// One line per holder of memory: bytes, allocations, call site or range.
 pub fn print_holders(holders: &[gpushim::report::Holder], n: usize, indent: &str) {
-    for h in holders.iter().take(n) {
-        println!(
-            "{indent}{:>12} in {:>6}  {}",
-            human_bytes(h.bytes),
-            h.allocations,
-            h.label
-        );
-    }
+    print!(
+        "{}",
+        gpushim::report::sites::holders_text(holders, n, indent)
+    );
 }
 
 /// One report per trace; with several (one per rank), JSON becomes

@@ -1,11 +1,14 @@
 //! `leaks`: what is still held at the end, and what grows every iteration, by call site.
 
 use super::live::{Change, replay_each, site_key};
+use super::sites::holders_text;
 use super::sites::{Holder, holders, merge_holders, site_label};
+use crate::report::summary::human_bytes;
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadError, ReadOptions};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
 use std::path::Path;
 
 #[derive(Clone, Debug, Serialize)]
@@ -289,4 +292,110 @@ pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
             .collect(),
         growing,
     }
+}
+
+/// The text `gpushim leaks` prints for each trace and, with several, for the job.
+pub fn render_leaks(
+    all: &[(String, Leaks)],
+    combined: &JobLeaks,
+    boundary: Option<&str>,
+) -> String {
+    let mut o = String::new();
+    for (i, (t, l)) in all.iter().enumerate() {
+        if i > 0 {
+            let _ = writeln!(o);
+        }
+        let _ = writeln!(o, "{t}");
+        let _ = writeln!(
+            o,
+            "live at exit: {}{}",
+            human_bytes(l.live_at_exit_bytes),
+            if l.clean_exit {
+                ""
+            } else {
+                " (the process did not exit cleanly: this is what was live when the trace ends)"
+            }
+        );
+        if let Some(cut) = &l.trace_cut {
+            let _ = writeln!(
+                o,
+                "the trace is incomplete: {cut}; this report covers what it holds"
+            );
+        }
+        o.push_str(&holders_text(&l.live_at_exit, 10, "  "));
+        if let Some(seen) = &l.boundary_not_found {
+            let _ = writeln!(
+                o,
+                "iterations: --boundary {} names no NVTX range or mark of this trace; it holds {}",
+                boundary.unwrap_or(""),
+                if seen.is_empty() {
+                    "none".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            );
+            continue;
+        }
+        match &l.iterations {
+            None => {
+                let _ = writeln!(
+                    o,
+                    "iterations: none found (no repeating NVTX range or mark, no regular allocation)"
+                );
+            }
+            Some(it) => {
+                let _ = writeln!(o, "iterations: {} boundaries, by {}", it.count, it.boundary);
+                if let (Some(a), Some(b)) =
+                    (it.live_at_boundaries.first(), it.live_at_boundaries.last())
+                {
+                    let _ = writeln!(
+                        o,
+                        "  live at the first boundary {}, at the last {}",
+                        human_bytes(*a),
+                        human_bytes(*b)
+                    );
+                }
+                if it.growing.is_empty() {
+                    let _ = writeln!(
+                        o,
+                        "  no call site grows steadily from one iteration to the next"
+                    );
+                }
+                for g in &it.growing {
+                    let _ = writeln!(
+                        o,
+                        "  grows {} per iteration ({} -> {})  {}",
+                        human_bytes(g.bytes_per_iteration),
+                        human_bytes(g.live_at_first_boundary),
+                        human_bytes(g.live_at_last_boundary),
+                        g.call_site
+                    );
+                }
+            }
+        }
+    }
+    if all.len() > 1 {
+        let c = &combined;
+        let _ = writeln!(o);
+        let _ = writeln!(o, "all {} traces together", c.traces);
+        let _ = writeln!(o, "live at exit: {}", human_bytes(c.live_at_exit_bytes));
+        o.push_str(&holders_text(&c.live_at_exit, 10, "  "));
+        if !c.unclean.is_empty() {
+            let _ = writeln!(o, "did not exit cleanly: {}", c.unclean.join(", "));
+        }
+        if c.growing.is_empty() {
+            let _ = writeln!(o, "no call site grows steadily in any trace");
+        }
+        for g in &c.growing {
+            let _ = writeln!(
+                o,
+                "  grows {} per iteration in {} of {} traces  {}",
+                human_bytes(g.bytes_per_iteration),
+                g.traces,
+                c.traces,
+                g.call_site
+            );
+        }
+    }
+    o
 }

@@ -1,13 +1,16 @@
 //! `oom`: each failed allocation, with what the device held at that moment.
 
 use super::live::{Replay, replay_each};
+use super::sites::holders_text;
 use super::sites::{Holder, holders, site_label};
+use super::summary::{self, human_bytes};
 use crate::trace::format::DEVICE_UNKNOWN;
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::path::Path;
 
 #[derive(Clone, Debug, Serialize)]
@@ -121,4 +124,43 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
         }
     })?;
     Ok(out)
+}
+
+/// The text `gpushim oom` prints for one trace's failed allocations.
+pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}: {} failed allocation(s)", trace, ooms.len());
+    for o in ooms {
+        let _ = writeln!(
+            out,
+            "at {}: {} of {} failed with {} on device {}{}",
+            summary::human_duration(o.time_ns),
+            o.api,
+            human_bytes(o.requested_bytes),
+            o.status,
+            o.device,
+            if o.limit_hit {
+                " (the pool's limit, not the device)"
+            } else {
+                ""
+            }
+        );
+        if let Some(site) = &o.request_site {
+            let _ = writeln!(out, "  asked for at {site}");
+        }
+        let _ = writeln!(
+            out,
+            "  live {}, reserved {}, cached (reserved, not live) {}, largest free block in the pool {}",
+            human_bytes(o.live_bytes),
+            human_bytes(o.reserved_bytes),
+            human_bytes(o.cached_bytes),
+            human_bytes(o.largest_free_block)
+        );
+        if let Some(f) = o.device_free_bytes {
+            let _ = writeln!(out, "  the device said {} free", human_bytes(f));
+        }
+        let _ = writeln!(out, "  holding the most:");
+        out.push_str(&holders_text(&o.holders, 5, "    "));
+    }
+    out
 }

@@ -1,10 +1,13 @@
 //! `peak`: the moment of most live memory on each device, and who held it then.
 
 use super::live::{Change, replay_each, replay_until};
+use super::sites::holders_text;
 use super::sites::{Holder, holders, merge_holders, range_label, site_label};
+use super::summary::{self, human_bytes};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::Path;
 
 #[derive(Clone, Debug, Serialize)]
@@ -110,4 +113,64 @@ pub fn combine_peaks(all: &[(String, Vec<Peak>)]) -> JobPeak {
         by_call_site: merge_holders(peaks().flat_map(|(_, p)| &p.by_call_site)),
         by_range: merge_holders(peaks().flat_map(|(_, p)| &p.by_range)),
     }
+}
+
+/// The text `gpushim peak` prints: each trace's peaks by call site and by NVTX range (`top` of
+/// each), and with several traces the job's; `filtered` says whether filters were given.
+pub fn render_peaks(
+    all: &[(String, Vec<Peak>)],
+    combined: &JobPeak,
+    top: usize,
+    filtered: bool,
+) -> String {
+    let mut o = String::new();
+    for (i, (t, peaks)) in all.iter().enumerate() {
+        if i > 0 {
+            let _ = writeln!(o);
+        }
+        let _ = writeln!(o, "{t}");
+        if peaks.is_empty() {
+            let _ = writeln!(
+                o,
+                "no allocation{}: nothing was live on any device",
+                if filtered {
+                    " that the filters keep"
+                } else {
+                    " in this trace"
+                }
+            );
+        }
+        for p in peaks {
+            let _ = writeln!(
+                o,
+                "device {}: peak live {} at {} (reserved {})",
+                p.device,
+                human_bytes(p.live_bytes),
+                summary::human_duration(p.time_ns),
+                human_bytes(p.reserved_bytes)
+            );
+            let _ = writeln!(o, "  by call site:");
+            o.push_str(&holders_text(&p.by_call_site, top, "    "));
+            let _ = writeln!(o, "  by NVTX range:");
+            o.push_str(&holders_text(&p.by_range, top, "    "));
+        }
+    }
+    if all.len() > 1 {
+        let c = &combined;
+        let _ = writeln!(o);
+        let _ = writeln!(o, "all {} traces together", c.traces);
+        let _ = writeln!(
+            o,
+            "sum of the peaks {}; the largest {} (device {} of {})",
+            human_bytes(c.sum_of_peaks),
+            human_bytes(c.largest_bytes),
+            c.largest_device,
+            c.largest_trace
+        );
+        let _ = writeln!(o, "  live at the peaks, by call site:");
+        o.push_str(&holders_text(&c.by_call_site, top, "    "));
+        let _ = writeln!(o, "  by NVTX range:");
+        o.push_str(&holders_text(&c.by_range, top, "    "));
+    }
+    o
 }

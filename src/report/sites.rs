@@ -5,6 +5,7 @@ use super::live::Live;
 use crate::trace::reader::TraceReader;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::fmt::Write as _;
 
 /// A call site as people read it: the first frames of its stack, innermost first.
 pub fn site_label(reader: &TraceReader, stack: u64) -> String {
@@ -141,4 +142,19 @@ fn is_program_frame(f: &crate::report::symbolize::FrameInfo) -> bool {
         && f.file
             .as_deref()
             .is_some_and(crate::report::symbolize::is_program_file)
+}
+
+/// The first `n` holders as text, one line each: bytes, allocations, call site or range.
+pub fn holders_text(holders: &[Holder], n: usize, indent: &str) -> String {
+    let mut o = String::new();
+    for h in holders.iter().take(n) {
+        let _ = writeln!(
+            o,
+            "{indent}{:>12} in {:>6}  {}",
+            super::summary::human_bytes(h.bytes),
+            h.allocations,
+            h.label
+        );
+    }
+    o
 }
