@@ -18,6 +18,39 @@ impl<B: Backend> Engine<B> {
         why
     }
 
+    /// `size` bytes at `ptr` came from `device` (a segment, or pages of an expandable one):
+    /// noted and counted; `whole` when a segment starts counting with them.
+    fn counted_reserve(&mut self, device: u8, ptr: u64, size: u64, whole: bool) {
+        self.backend
+            .note(Event::SegmentReserve { device, ptr, size });
+        self.stats.segment_reserves += 1;
+        self.stats.reserved_bytes += size;
+        self.stats.peak_reserved_bytes = self
+            .stats
+            .peak_reserved_bytes
+            .max(self.stats.reserved_bytes);
+        let d = &mut self.per_device[device as usize];
+        d.reserved_bytes.add(size);
+        if whole {
+            d.segments.add(1);
+        }
+        self.reserved_at[device as usize] = self.backend.now();
+    }
+
+    /// `size` bytes at `ptr` went back to `device`: noted and counted; `whole` when a segment
+    /// stops counting with them.
+    fn counted_release(&mut self, device: u8, ptr: u64, size: u64, whole: bool) {
+        self.backend
+            .note(Event::SegmentRelease { device, ptr, size });
+        self.stats.segment_releases += 1;
+        self.stats.reserved_bytes -= size;
+        let d = &mut self.per_device[device as usize];
+        d.reserved_bytes.sub(size);
+        if whole {
+            d.segments.sub(1);
+        }
+    }
+
     /// Memory found for `size` on `device` once the idle cache was given back: counted, noted.
     fn retried(&mut self, device: u8, size: u64) {
         self.stats.oom_retries += 1;
@@ -51,21 +84,7 @@ impl<B: Backend> Engine<B> {
                 }
             }
         };
-        self.backend.note(Event::SegmentReserve {
-            device: key.device,
-            ptr,
-            size,
-        });
-        self.stats.segment_reserves += 1;
-        self.stats.reserved_bytes += size;
-        self.stats.peak_reserved_bytes = self
-            .stats
-            .peak_reserved_bytes
-            .max(self.stats.reserved_bytes);
-        let d = &mut self.per_device[key.device as usize];
-        d.reserved_bytes.add(size);
-        d.segments.add(1);
-        self.reserved_at[key.device as usize] = self.backend.now();
+        self.counted_reserve(key.device, ptr, size, true);
         let seg = self.segments.insert(
             ptr,
             Segment {
@@ -152,24 +171,8 @@ impl<B: Backend> Engine<B> {
             if attempt == 1 {
                 self.retried(key.device, add);
             }
-            self.backend.note(Event::SegmentReserve {
-                device: key.device,
-                ptr: end,
-                size: add,
-            });
-            self.stats.segment_reserves += 1;
-            self.stats.reserved_bytes += add;
-            self.stats.peak_reserved_bytes = self
-                .stats
-                .peak_reserved_bytes
-                .max(self.stats.reserved_bytes);
-            let d = &mut self.per_device[key.device as usize];
-            d.reserved_bytes.add(add);
-            if seg.size == 0 {
-                // An expandable segment counts while it holds memory.
-                d.segments.add(1);
-            }
-            self.reserved_at[key.device as usize] = self.backend.now();
+            // An expandable segment counts while it holds memory.
+            self.counted_reserve(key.device, end, add, seg.size == 0);
             if let Some(s) = self.segments.get_mut(&base) {
                 s.size += add;
             }
@@ -210,16 +213,7 @@ impl<B: Backend> Engine<B> {
                     self.drop_block(i);
                 }
                 self.backend.unmap(seg.device, base, seg.size);
-                self.backend.note(Event::SegmentRelease {
-                    device: seg.device,
-                    ptr: base,
-                    size: seg.size,
-                });
-                self.stats.segment_releases += 1;
-                self.stats.reserved_bytes -= seg.size;
-                let d = &mut self.per_device[seg.device as usize];
-                d.reserved_bytes.sub(seg.size);
-                d.segments.sub(1);
+                self.counted_release(seg.device, base, seg.size, true);
                 if let Some(s) = self.segments.get_mut(&base) {
                     s.size = 0;
                     s.last = 0;
@@ -262,18 +256,7 @@ impl<B: Backend> Engine<B> {
             }
         }
         self.backend.unmap(seg.device, new_end, cut);
-        self.backend.note(Event::SegmentRelease {
-            device: seg.device,
-            ptr: new_end,
-            size: cut,
-        });
-        self.stats.segment_releases += 1;
-        self.stats.reserved_bytes -= cut;
-        let d = &mut self.per_device[seg.device as usize];
-        d.reserved_bytes.sub(cut);
-        if cut == seg.size {
-            d.segments.sub(1);
-        }
+        self.counted_release(seg.device, new_end, cut, cut == seg.size);
         if let Some(s) = self.segments.get_mut(&base) {
             s.size -= cut;
         }
@@ -301,19 +284,8 @@ impl<B: Backend> Engine<B> {
         } else {
             self.backend.release(seg.device, base, seg.size);
         }
-        self.backend.note(Event::SegmentRelease {
-            device: seg.device,
-            ptr: base,
-            size: seg.size,
-        });
-        self.stats.segment_releases += 1;
-        self.stats.reserved_bytes -= seg.size;
-        let d = &mut self.per_device[seg.device as usize];
-        d.reserved_bytes.sub(seg.size);
-        if seg.size > 0 {
-            // An expandable segment with nothing mapped no longer counted.
-            d.segments.sub(1);
-        }
+        // An expandable segment with nothing mapped no longer counted.
+        self.counted_release(seg.device, base, seg.size, seg.size > 0);
     }
 
     /// Gives idle segments of `device` back until at most `keep` idle bytes remain, largest
@@ -357,16 +329,7 @@ impl<B: Backend> Engine<B> {
             }
             self.segments.remove(&seg);
             self.backend.release(device, seg, size);
-            self.backend.note(Event::SegmentRelease {
-                device,
-                ptr: seg,
-                size,
-            });
-            self.stats.segment_releases += 1;
-            self.stats.reserved_bytes -= size;
-            let d = &mut self.per_device[device as usize];
-            d.reserved_bytes.sub(size);
-            d.segments.sub(1);
+            self.counted_release(device, seg, size, true);
         }
     }
     /// The device lost all its memory (a device reset: CUDA freed every allocation, see
