@@ -3,21 +3,10 @@
 //! reserved covers live, statistics match the model, and a freed block is never handed out
 //! while its fence protects it (contract 3).
 
+mod common;
+use common::XorShift;
 use gpushim::engine::{AllocError, Engine, FreeKind, MemoryBackend, Policy};
 use std::collections::BTreeMap;
-
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 struct Live {

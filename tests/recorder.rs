@@ -2,7 +2,7 @@
 //! reported, damage located, and no input that makes the reader panic.
 
 mod common;
-use common::{TestFile, tempdir};
+use common::{TestFile, XorShift, tempdir};
 use gpushim::trace::format::{self, Api, HEADER_SIZE, RECORD_SIZE, Record, RecordKind};
 use gpushim::trace::reader::{ReadError, TraceReader};
 use gpushim::trace::recorder::{OpenOptions, Recorder};
@@ -202,17 +202,6 @@ fn files_that_are_not_traces_get_errors_that_name_the_offset() {
         TraceReader::open(&missing),
         Err(ReadError::Io(..))
     ));
-}
-
-/// A small deterministic generator, so failures reproduce.
-struct XorShift(u64);
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 #[test]

@@ -508,3 +508,21 @@ pub fn in_function(label: &str, f: &Func) -> bool {
     let off = u64::from_str_radix(off, 16).unwrap_or(0);
     (f.start..f.start + 0x60).contains(&off)
 }
+
+/// A small deterministic generator, so failures reproduce.
+#[allow(dead_code)]
+pub struct XorShift(pub u64);
+
+#[allow(dead_code)]
+impl XorShift {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
