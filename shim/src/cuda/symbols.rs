@@ -51,7 +51,8 @@ pub struct DriverEntry {
 /// Versions at or past this one may return an ABI we have not seen; those pass through.
 pub const FIRST_UNKNOWN_VERSION: i32 = 14000;
 
-/// `cudaMalloc` from the identifier `cudaMalloc`, NUL-terminated, at compile time.
+/// `cudaMalloc` from the identifier `cudaMalloc`, NUL-terminated; evaluated at compile time
+/// only (in `const` blocks), so its panic can only fail the build.
 const fn c_name_of(name_with_nul: &'static str) -> &'static CStr {
     match CStr::from_bytes_with_nul(name_with_nul.as_bytes()) {
         Ok(c) => c,
@@ -106,7 +107,7 @@ macro_rules! declare_symbols {
 
         impl Sym {
             pub const fn c_name(self) -> &'static CStr {
-                match self { $(Sym::$var => c_name_of(concat!(stringify!($name), "\0")),)* }
+                match self { $(Sym::$var => const { c_name_of(concat!(stringify!($name), "\0")) },)* }
             }
 
             pub const fn lib(self) -> Lib {
@@ -115,7 +116,7 @@ macro_rules! declare_symbols {
 
             /// Whether this is the per-thread-default-stream variant (`_ptsz`).
             pub const fn per_thread(self) -> bool {
-                match self { $(Sym::$var => ends_with_ptsz(stringify!($name)),)* }
+                match self { $(Sym::$var => const { ends_with_ptsz(stringify!($name)) },)* }
             }
         }
 
