@@ -42,7 +42,7 @@ for w in names:
     for line in open(f"{work}/{w}.json"):
         own = json.loads(line)
         rank = own["rank"]
-        s = json.load(open(f"{work}/{w}.{rank if rank >= 0 else -1}.summary.json"))
+        s = json.load(open(f"{work}/{w}.{rank}.summary.json"))
         dev = [d for d in s["device_memory"] if d["at_peak"]["nvml_bytes"] > 0]
         if not dev:
             print(f"{w} rank {rank}: the trace holds no NVML figure"); continue
