@@ -28,6 +28,7 @@ fn open(path: &PathBuf) -> Box<Recorder> {
         program: b"bench",
         cmdline: b"bench\0",
         trace_max: 16 << 30,
+        ring: false,
     })
     .expect("open the bench trace");
     r

@@ -21,6 +21,7 @@ fn main() {
         program: b"make_trace",
         cmdline: b"make_trace\0",
         trace_max: 64 << 30,
+        ring: false,
     })
     .expect("open the trace");
     let rec = |kind, api, ptr, size, stream, t| {

@@ -22,6 +22,7 @@ fn main() {
         program: b"steady",
         cmdline: b"steady\0",
         trace_max: 16 << 30,
+        ring: false,
     })
     .unwrap();
     let stop = AtomicBool::new(false);

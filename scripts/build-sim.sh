@@ -38,6 +38,7 @@ if [ "${2:-}" != "--real" ]; then
   $CC -O2 -Wall $inc -o "$out/pool_rounds" "$here/tests/clients/pool_rounds.c" "${link[@]}"
   $CC -O2 -Wall -o "$out/replay_calls" "$here/tests/clients/replay_calls.c" "${link[@]}"
   $CC -O1 -Wall $inc -o "$out/leaky" "$here/tests/clients/leaky.c" "${link[@]}" -ldl
+  $CC -O1 -g -Wall $inc -o "$out/long_run" "$here/tests/clients/long_run.c" "${link[@]}"
   # A library named like NCCL's that keeps memory of its own, and a program that calls it.
   mkdir -p "$out/owners"
   $CC -shared -fPIC -O1 -Wall $inc -o "$out/owners/libnccl.so.2" -Wl,-soname,libnccl.so.2 \

@@ -70,7 +70,7 @@ impl Conf {
         medium_segment: 0,
         release: u64::MAX,
         limit: 0,
-        trace_max: 16 * GIB,
+        trace_max: 2 * GIB,
         stack_every: 0,
         python_frames: true,
         trim_ns: 1_000_000_000,
@@ -150,9 +150,9 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "trace_max",
-        accepted: "a size (16GiB)",
-        default: "16GiB",
-        meaning: "largest trace file; records past it are dropped and counted as lost",
+        accepted: "a size (2GiB; 512KiB at least for a ring)",
+        default: "2GiB",
+        meaning: "largest trace file; the run is never cut off at it: the records form a ring, and what the oldest said (the live allocations and their lines, each device's peak and what held it, every failure, calls per API, growth per iteration, NVML's samples thinned) stays in a checkpoint the reports start from; below 512KiB, records past it are dropped and counted as lost",
     },
 ];
 

@@ -20,6 +20,7 @@ fn open(path: &Path, trace_max: u64) -> Box<Recorder> {
         program: b"recorder-test",
         cmdline: b"recorder-test\0--flag\0",
         trace_max,
+        ring: false,
     })
     .unwrap();
     r

@@ -51,6 +51,16 @@ pub fn cmd_export(
                     _ => "segments",
                 }
             );
+            for t in traces {
+                let summarized =
+                    gpushim::trace::reader::TraceReader::open(t).map_or(0, |r| r.info().summarized);
+                if summarized > 0 {
+                    eprintln!(
+                        "gpushim: {} is a trace of any length: its {summarized} oldest records                          are summarized in a checkpoint, so the export holds the allocations                          still live when the ring began (at their own times) and every record                          after in full; `gpushim summary`, `leaks`, `peak` and `oom` answer for                          the whole run",
+                        t.display()
+                    );
+                }
+            }
             ExitCode::SUCCESS
         }
         Err(e) => fail(e),

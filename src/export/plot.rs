@@ -38,6 +38,14 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
         let offset = *offset;
         let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
             let t = r.time_ns + offset;
+            // A checkpoint restores state: of the time before the ring it keeps NVML's samples
+            // and a coarse series of live and reserved memory (below), not every change.
+            if rp.restoring || r.kind == RecordKind::Restore {
+                if r.kind == RecordKind::DeviceMemory {
+                    nvml.entry((n, r.device)).or_default().push((t, r.ptr));
+                }
+                return;
+            }
             match r.kind {
                 RecordKind::RangePush if n == 0 => {
                     open.entry(r.thread).or_default().push((r.ptr, t))
@@ -68,6 +76,19 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
                 .or_default()
                 .push((t, rp.live_on(d), rp.reserved_on(d)));
         })?;
+        // The coarse series the checkpoint kept comes before the ring's detail.
+        let mut coarse: BTreeMap<u8, Vec<Point>> = BTreeMap::new();
+        for &(t, d, live, reserved) in &rp.series {
+            coarse
+                .entry(d)
+                .or_default()
+                .push((t + offset, live, reserved));
+        }
+        for (d, mut before) in coarse {
+            let pts = points.entry((n, d)).or_default();
+            before.append(pts);
+            *pts = before;
+        }
         let trace_end = rp.time_ns + offset;
         end = end.max(trace_end);
         // Memory holds its last value until the trace ends, not until the last allocation.

@@ -1,11 +1,13 @@
 //! `leaks`: what is still held at the end, and what grows every iteration, by call site.
 
-use super::live::{Change, replay_each, site_key};
+use super::live::{replay_each, site_key};
 use super::sites::holders_text;
 use super::sites::{Holder, holders, merge_holders, site_label};
 use crate::report::summary::human_bytes;
 use crate::trace::format::RecordKind;
+use crate::trace::live::BoundaryMark;
 use crate::trace::reader::{ReadError, ReadOptions};
+use crate::trace::summary::MarkFinder;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -54,118 +56,106 @@ const MAX_BOUNDARIES: usize = 1000;
 /// grow steadily from one iteration to the next.
 pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<Leaks, ReadError> {
     // Pass 1: candidate boundaries (NVTX names) and allocation sites for period detection.
-    let mut names: HashMap<u64, (u64, bool)> = HashMap::new();
-    // Allocation times by site: by stack where stacks were recorded, else by API and size.
-    // Positions in the sequence of allocations, not times: an iteration's allocations come in
-    // the same order every time, while their timing varies with the machine.
-    let mut by_stack: HashMap<u64, Vec<u64>> = HashMap::new();
-    let mut by_size: HashMap<u64, Vec<u64>> = HashMap::new();
-    let mut pending: HashMap<u16, u64> = HashMap::new();
-    let mut allocations = 0u64;
-    let (reader, _) = replay_each(path, opts, |_, _, r, c| match r.kind {
-        RecordKind::RangePush | RecordKind::RangeStart | RecordKind::Mark => {
-            let e = names
-                .entry(r.ptr)
-                .or_insert((0, r.kind != RecordKind::Mark));
-            e.0 += 1;
-        }
-        RecordKind::StackRef => {
-            if let Some(t) = pending.remove(&r.thread) {
-                let v = by_stack.entry(r.ptr).or_default();
-                if v.len() < 100_000 {
-                    v.push(t);
-                }
-            }
-        }
-        _ => {
-            if !r.kind.is_definition() {
-                pending.remove(&r.thread);
-            }
-            if let Change::Alloc { .. } = c {
-                allocations += 1;
-                pending.insert(r.thread, allocations);
-                let key = (1 << 63) | ((r.api as u64) << 48) | (r.size & ((1 << 48) - 1));
-                let v = by_size.entry(key).or_default();
-                if v.len() < 100_000 {
-                    v.push(allocations);
-                }
-            }
+    let mut finder = MarkFinder::default();
+    let (reader, first_pass) = replay_each(path, opts, |_, rp, r, c| {
+        // A checkpoint's records restore state; the boundaries it kept come with it.
+        if !(rp.restoring || r.kind == RecordKind::Restore) {
+            finder.learn(r, c);
         }
     })?;
-    // By stack where stacks were recorded; by API and size where they were not, or sampled
-    // too sparsely to show a period.
-    let period = || detect_period(&by_stack).or_else(|| detect_period(&by_size));
+    let names = &finder.names;
+    // A trace of any length: what marked the iterations before the ring, as the summarizer
+    // chose it from the run's first allocations.
+    let restored_mark = first_pass.boundary_mark;
     // Choose the boundary.
     // (description, NVTX string id, or the site key of a detected period)
     type Boundary = (String, Option<u64>, Option<u64>);
+    let from_mark = |m: BoundaryMark| -> Boundary {
+        match m {
+            BoundaryMark::Nvtx(id) => (
+                format!("NVTX '{}'", reader.string(id).unwrap_or("?")),
+                Some(id),
+                None,
+            ),
+            BoundaryMark::Site(key) => (
+                format!(
+                    "detected period: each allocation from {} (no NVTX ranges in the trace)",
+                    site_label(&reader, key)
+                ),
+                None,
+                Some(key),
+            ),
+        }
+    };
     let chosen: Option<Boundary> = match boundary {
+        None if restored_mark.is_some() => restored_mark.map(from_mark),
         Some(name) => names
             .keys()
             .find(|&&id| reader.string(id) == Some(name))
             .map(|&id| (format!("NVTX '{name}'"), Some(id), None)),
-        None => names
-            .iter()
-            .filter(|(_, (n, _))| *n >= 3)
-            .max_by_key(|(id, (n, push))| (*push, *n, std::cmp::Reverse(**id)))
-            .map(|(&id, _)| {
-                (
-                    format!("NVTX '{}'", reader.string(id).unwrap_or("?")),
-                    Some(id),
-                    None,
-                )
-            })
-            .or_else(|| {
-                period().map(|key| {
-                    (
-                        format!(
-                            "detected period: each allocation from {} (no NVTX ranges in the trace)",
-                            site_label(&reader, key)
-                        ),
-                        None,
-                        Some(key),
-                    )
-                })
-            }),
+        None => finder.choose().map(from_mark),
     };
     let chosen_missing = chosen.is_none();
     let name_ids: Vec<u64> = names.keys().copied().collect();
+    // The boundaries the checkpoint of a ring trace kept come first, when it marked them as
+    // this report does; the ring's boundaries are numbered on from its count.
+    let restored_matches = matches!(
+        (&chosen, restored_mark),
+        (Some((_, Some(id), None)), Some(BoundaryMark::Nvtx(m))) if *id == m
+    ) || matches!(
+        (&chosen, restored_mark),
+        (Some((_, None, Some(key))), Some(BoundaryMark::Site(m))) if *key == m
+    );
     // Pass 2: live bytes per call site at each boundary, from the live set (the stacks of
-    // earlier allocations are all in by then).
-    let mut series: Vec<HashMap<u64, u64>> = Vec::new();
-    let mut totals: Vec<u64> = Vec::new();
-    let mut times: Vec<u64> = Vec::new();
+    // earlier allocations are all in by then); past MAX_BOUNDARIES, every other one is let go
+    // and then only every `stride`-th kept, so the samples stay spread over the whole run.
+    let mut samples = Samples {
+        stride: 1,
+        ..Samples::default()
+    };
     let mut seen = 0u64;
     let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
+        if rp.restoring || r.kind == RecordKind::Restore {
+            return;
+        }
         let is_boundary = match &chosen {
-            Some((_, Some(id), _)) => {
-                matches!(
-                    r.kind,
-                    RecordKind::RangePush | RecordKind::RangeStart | RecordKind::Mark
-                ) && r.ptr == *id
-            }
-            Some((_, None, Some(key))) if key >> 63 == 1 => {
-                matches!(c, Change::Alloc { .. })
-                    && ((1 << 63) | ((r.api as u64) << 48) | (r.size & ((1 << 48) - 1))) == *key
-            }
-            Some((_, None, Some(key))) => r.kind == RecordKind::StackRef && r.ptr == *key,
+            Some((_, Some(id), _)) => BoundaryMark::Nvtx(*id).is_boundary(r, c),
+            Some((_, None, Some(key))) => BoundaryMark::Site(*key).is_boundary(r, c),
             _ => false,
         };
         if is_boundary {
             seen += 1;
-            if series.len() < MAX_BOUNDARIES {
+            if (seen - 1) % samples.stride == 0 {
                 let mut by: HashMap<u64, u64> = HashMap::new();
                 for l in rp.all_live() {
-                    {
-                        let v = by.entry(site_key(l)).or_default();
-                        *v = v.saturating_add(l.size);
-                    }
+                    let v = by.entry(site_key(l)).or_default();
+                    *v = v.saturating_add(l.size);
                 }
-                series.push(by);
-                totals.push(rp.total_live());
-                times.push(r.time_ns);
+                let base = if restored_matches {
+                    rp.boundary_count
+                } else {
+                    0
+                };
+                samples.push(base + seen, r.time_ns, rp.total_live(), by);
             }
         }
     })?;
+    if restored_matches && !rp.boundaries.is_empty() {
+        let mut all = Samples::default();
+        for b in &rp.boundaries {
+            all.push(b.ordinal, b.time_ns, b.total, b.by_site.clone());
+        }
+        all.append(samples);
+        samples = all;
+        seen = seen.saturating_add(rp.boundary_count);
+    }
+    let Samples {
+        ordinals,
+        series,
+        totals,
+        times,
+        ..
+    } = samples;
     let iterations = chosen.map(|(boundary, _, _)| {
         let mut growing = Vec::new();
         if series.len() >= 3 {
@@ -176,8 +166,14 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
                     .iter()
                     .map(|m| m.get(&k).copied().unwrap_or(0))
                     .collect();
-                let mut diffs: Vec<i128> =
-                    s.windows(2).map(|w| w[1] as i128 - w[0] as i128).collect();
+                // Per iteration: samples kept further apart count as that many iterations.
+                let mut diffs: Vec<i128> = s
+                    .windows(2)
+                    .zip(ordinals.windows(2))
+                    .map(|(w, o)| {
+                        (w[1] as i128 - w[0] as i128) / i128::from(o[1].saturating_sub(o[0]).max(1))
+                    })
+                    .collect();
                 let rising = diffs.iter().filter(|&&d| d >= 0).count();
                 diffs.sort_unstable();
                 let median = diffs[diffs.len() / 2];
@@ -219,25 +215,55 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     })
 }
 
-/// The call site that recurs most often at a regular place in the sequence of allocations (at
-/// least 3 times): once per iteration, in a loop. `sites` holds each site's positions in that
-/// sequence. Regular means the gaps between its occurrences stay within 1.5x of each other (the
-/// 10th and 90th percentiles, so a first or last iteration that differs does not count): a
-/// site allocated several times per iteration comes in bursts and fails. Ties go to the site
-/// seen first, so the same trace always gives the same answer.
-fn detect_period(sites: &HashMap<u64, Vec<u64>>) -> Option<u64> {
-    sites
-        .iter()
-        .filter(|(_, t)| t.len() >= 3)
-        .filter(|(_, t)| {
-            let mut gaps: Vec<u64> = t.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
-            gaps.sort_unstable();
-            let lo = gaps[gaps.len() / 10];
-            let hi = gaps[(gaps.len() * 9 / 10).min(gaps.len() - 1)];
-            lo > 0 && hi.saturating_mul(2) <= lo.saturating_mul(3)
-        })
-        .max_by_key(|(k, t)| (t.len(), std::cmp::Reverse(t[0]), std::cmp::Reverse(**k)))
-        .map(|(k, _)| *k)
+/// Live bytes by call site at the boundaries kept: each one's number in the run, time, live
+/// bytes in all, and by call-site key.
+#[derive(Default)]
+struct Samples {
+    ordinals: Vec<u64>,
+    times: Vec<u64>,
+    totals: Vec<u64>,
+    series: Vec<HashMap<u64, u64>>,
+    stride: u64,
+}
+
+impl Samples {
+    fn push(&mut self, ordinal: u64, time_ns: u64, total: u64, by: HashMap<u64, u64>) {
+        self.ordinals.push(ordinal);
+        self.times.push(time_ns);
+        self.totals.push(total);
+        self.series.push(by);
+        if self.series.len() >= MAX_BOUNDARIES {
+            let keep = |i: usize| i % 2 == 0;
+            let thin = |v: &mut Vec<u64>| {
+                let mut i = 0;
+                v.retain(|_| {
+                    i += 1;
+                    keep(i - 1)
+                });
+            };
+            thin(&mut self.ordinals);
+            thin(&mut self.times);
+            thin(&mut self.totals);
+            let mut i = 0;
+            self.series.retain(|_| {
+                i += 1;
+                keep(i - 1)
+            });
+            self.stride = self.stride.max(1) * 2;
+        }
+    }
+
+    fn append(&mut self, other: Samples) {
+        for (((o, t), total), by) in other
+            .ordinals
+            .into_iter()
+            .zip(other.times)
+            .zip(other.totals)
+            .zip(other.series)
+        {
+            self.push(o, t, total, by);
+        }
+    }
 }
 
 /// A call site growing in one or more ranks of a job.

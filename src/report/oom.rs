@@ -78,6 +78,44 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
     let mut site_for: HashMap<u16, usize> = HashMap::new();
     let mut failed_on: HashMap<u16, usize> = HashMap::new();
     replay_each(path, opts, |reader, rp, r, _| match r.kind {
+        RecordKind::Restore => {}
+        // A failure the checkpoint of a ring trace kept, with what was live then.
+        _ if rp.restoring => {
+            if crate::trace::summary::is_failure(r)
+                && let Some(s) = rp.snapshots.last().filter(|s| s.failure)
+            {
+                let mut holders = super::sites::snapshot_holders(
+                    &s.holdings,
+                    |h| h.stack,
+                    |k| site_label(reader, k),
+                );
+                holders.truncate(10);
+                out.push(Oom {
+                    time_ns: r.time_ns,
+                    api: r.api.name().to_string(),
+                    status: if r.status == 0 { 2 } else { r.status },
+                    device: s.device,
+                    requested_bytes: r.size,
+                    live_bytes: s.live,
+                    reserved_bytes: s.reserved,
+                    cached_bytes: s.reserved.saturating_sub(s.live),
+                    largest_free_block: s.largest_free_block,
+                    limit_hit: false,
+                    device_free_bytes: if r.kind == RecordKind::TensorOom {
+                        Some(r.ptr)
+                    } else {
+                        s.device_free
+                    },
+                    request_site: None,
+                    holders,
+                });
+                site_for.insert(r.thread, out.len() - 1);
+            } else if r.kind == RecordKind::StackRef
+                && let Some(i) = site_for.remove(&r.thread)
+            {
+                out[i].request_site = Some(site_label(reader, r.ptr));
+            }
+        }
         RecordKind::LimitHit => {
             limit_pending.insert(r.thread, true);
         }

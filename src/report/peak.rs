@@ -28,7 +28,10 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
     // Pass 1: when each device peaked (the first record reaching its maximum).
     // (live bytes, record index, time of the record that made the peak)
     let mut best: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
-    replay_each(path, opts, |_, rp, r, c| {
+    let (reader, whole) = replay_each(path, opts, |_, rp, r, c| {
+        if rp.restoring || r.kind == crate::trace::format::RecordKind::Restore {
+            return;
+        }
         if let Change::Alloc { device, .. } | Change::Physical { device } = c {
             let live = rp.live_on(device);
             let e = best.entry(device).or_insert((0, 0, 0));
@@ -38,6 +41,17 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
         }
     })?;
     let mut out = Vec::new();
+    // A trace of any length: a peak before the ring, as the checkpoint kept it.
+    for snap in whole.snapshots.iter().filter(|s| !s.failure) {
+        if !opts.filter.devices.is_empty() && !opts.filter.devices.contains(&snap.device) {
+            continue;
+        }
+        if best.get(&snap.device).is_some_and(|b| b.0 > snap.live) {
+            continue;
+        }
+        best.remove(&snap.device);
+        out.push(from_snapshot(&reader, snap));
+    }
     for (&device, &(_, at, peak_time)) in &best {
         let mut reader = TraceReader::open_with(path, opts)?;
         let rp = replay_until(&mut reader, at);
@@ -81,7 +95,45 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
             stacks,
         });
     }
+    out.sort_by_key(|p| p.device);
     Ok(out)
+}
+
+/// A peak the checkpoint of a ring trace kept: what each call site and range held then.
+fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak {
+    let stacks = s
+        .holdings
+        .iter()
+        .map(|h| {
+            let frames = reader
+                .stack(h.stack)
+                .map(|f| {
+                    crate::report::sites::shown_frames(reader, f)
+                        .iter()
+                        .map(|&ip| crate::report::symbolize::describe(reader, ip))
+                        .collect()
+                })
+                .unwrap_or_else(|| vec!["(no stack)".to_string()]);
+            (frames, h.bytes)
+        })
+        .collect();
+    Peak {
+        device: s.device,
+        live_bytes: s.live,
+        reserved_bytes: s.reserved,
+        time_ns: s.time_ns,
+        by_call_site: super::sites::snapshot_holders(
+            &s.holdings,
+            |h| h.stack,
+            |k| site_label(reader, k),
+        ),
+        by_range: super::sites::snapshot_holders(
+            &s.holdings,
+            |h| h.range,
+            |k| range_label(reader, k),
+        ),
+        stacks,
+    }
 }
 
 /// The peaks of a job's traces (one per rank) together.

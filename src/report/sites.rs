@@ -82,6 +82,29 @@ pub(super) fn holders<'a>(
         e.0 = e.0.saturating_add(l.size);
         e.1 += 1;
     }
+    holders_by_key(by, label)
+}
+
+/// Rows from what a checkpoint's snapshot held, by `key` (the stack id, or the range).
+pub(super) fn snapshot_holders(
+    holdings: &[crate::trace::live::Holding],
+    key: impl Fn(&crate::trace::live::Holding) -> u64,
+    label: impl Fn(u64) -> String,
+) -> Vec<Holder> {
+    let mut by: HashMap<u64, (u64, u64)> = HashMap::new();
+    for h in holdings {
+        let e = by.entry(key(h)).or_default();
+        e.0 = e.0.saturating_add(h.bytes);
+        e.1 = e.1.saturating_add(h.allocations);
+    }
+    holders_by_key(by, label)
+}
+
+/// Rows from bytes and allocations by key (a stack id, a range), labelled.
+pub(super) fn holders_by_key(
+    by: HashMap<u64, (u64, u64)>,
+    label: impl Fn(u64) -> String,
+) -> Vec<Holder> {
     // Two stacks that read the same (frames beyond the first four differ) are one row.
     let mut merged: HashMap<String, (u64, u64)> = HashMap::new();
     for (k, (bytes, allocations)) in by {

@@ -103,6 +103,10 @@ pub struct TraceHealth {
     pub unused: u64,
     pub lost: u64,
     pub truncated: u64,
+    /// A trace of any length: records its checkpoint summarizes (the detail before the ring),
+    /// and records that left the ring before they were summarized.
+    pub summarized: u64,
+    pub unsummarized: u64,
     pub damage: Option<String>,
     pub clean_exit: bool,
 }
@@ -187,6 +191,11 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     let mut nth = 0u64;
     while let Some(r) = reader.next() {
         nth += 1;
+        // A checkpoint's records restore what the run did before the ring: state, not calls.
+        if r.kind == RecordKind::Restore || live.restoring {
+            live.apply(&r);
+            continue;
+        }
         if r.kind == RecordKind::DeviceMemory {
             let peak = live.nvml.get(&r.device).map_or(0, |f| f.peak);
             if r.ptr > peak || !nvml_peaks.contains_key(&r.device) {
@@ -345,6 +354,23 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     for l in live.all_live() {
         *allocs_at_end.entry(l.device).or_default() += 1;
     }
+    // What the checkpoint counted of the records before the ring.
+    for (&api, &(calls, bytes, failed)) in &live.api_totals {
+        let Some(a) = crate::trace::format::Api::from_u8(api) else {
+            continue;
+        };
+        let s = apis[api as usize].get_or_insert_with(|| ApiStats {
+            api: a.name().to_string(),
+            ..ApiStats::default()
+        });
+        s.calls = s.calls.saturating_add(calls);
+        s.failed = s.failed.saturating_add(failed);
+        s.bytes = s.bytes.saturating_add(bytes);
+        events = events.saturating_add(calls);
+    }
+    for s in live.snapshots.iter().filter(|s| s.failure) {
+        *ooms.entry(s.device).or_default() += 1;
+    }
     if live.tensors {
         for (&d, &(now, peak)) in &live.tensor_bytes {
             let f = framework.entry(d).or_insert_with(|| FrameworkMemory {
@@ -438,6 +464,8 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             unused: stats.unused,
             lost: stats.lost,
             truncated: stats.truncated,
+            summarized: info.summarized,
+            unsummarized: stats.unsummarized,
             damage: stats.damage.map(|d| {
                 format!(
                     "offset {} (record {}): {}; {} later records not decoded",
@@ -675,6 +703,23 @@ impl Summary {
                 "; the process did not exit cleanly"
             }
         );
+        if h.summarized > 0 || h.unsummarized > 0 {
+            let _ = writeln!(
+                o,
+                "trace of any length: {} earlier records summarized in its checkpoint (the \
+                 reports cover them; the records above are the recent ones in detail){}",
+                h.summarized,
+                if h.unsummarized > 0 {
+                    format!(
+                        "; {} records left the ring before they were summarized (raise \
+                         trace_max)",
+                        h.unsummarized
+                    )
+                } else {
+                    String::new()
+                }
+            );
+        }
         if let Some(d) = &h.damage {
             let _ = writeln!(o, "damage: {d}");
         }

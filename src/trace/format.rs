@@ -31,8 +31,22 @@ pub mod header {
     pub const CLAIMED: usize = 64;
     /// Atomic: records lost because the trace reached its size cap.
     pub const LOST: usize = 72;
-    /// Atomic: the largest number of records the file may hold.
+    /// Atomic: the largest number of records the file may hold (in a ring: the ring's slots).
     pub const CAPACITY: usize = 80;
+    /// Non-zero when the records form a ring (see [`super::ring`]): record `i` lives in slot
+    /// `i % CAPACITY`, and what the oldest said is kept in the newest checkpoint.
+    pub const RING: usize = 88;
+    /// Atomic: records that left the ring before the summarizer read them (it fell behind).
+    pub const SUMMARY_LOST: usize = 96;
+    /// File offset of the checkpoint area (two slots, one after the other).
+    pub const CHECKPOINT_AREA: usize = 104;
+    /// Bytes of one checkpoint slot.
+    pub const CHECKPOINT_SLOT_BYTES: usize = 112;
+    /// Atomic: checkpoints that did not fit their slot (or could not be written).
+    pub const CHECKPOINTS_FAILED: usize = 120;
+    /// Two checkpoint descriptors of [`super::ring::DESCRIPTOR_BYTES`] each (see
+    /// [`super::ring::Descriptor`]).
+    pub const CHECKPOINTS: usize = 2304;
     pub const HOST: usize = 128;
     pub const HOST_LEN: usize = 64;
     pub const PROGRAM: usize = 192;
@@ -44,6 +58,131 @@ pub mod header {
 
 /// Header flag: the process reached `exit` and closed the trace cleanly.
 pub const FLAG_CLEAN_EXIT: u32 = 1;
+
+/// A trace of any length: the records form a ring, and a helper thread of the traced process
+/// keeps what the oldest records said in a checkpoint.
+///
+/// The ring holds `CAPACITY` slots; record `i` (the `i`-th claimed) lives in slot
+/// `i % CAPACITY` and carries the commit word of `i`, so a slot left over from an earlier lap is
+/// told from a record of this one. The checkpoint area after the ring holds two slots, written
+/// in turn; a descriptor in the header says which records a checkpoint covers. A checkpoint is
+/// itself a stream of records (definitions verbatim, then `Restore` and `Holding` records and
+/// the live allocations), so the reader decodes it as it decodes the ring: the newest
+/// checkpoint first, then every ring record from the index it covers on.
+pub mod ring {
+    /// Bytes of one checkpoint descriptor in the header.
+    pub const DESCRIPTOR_BYTES: usize = 32;
+
+    /// A checkpoint descriptor: `seq` is written last (0: empty), so a reader that finds the
+    /// same non-zero `seq` before and after reading the slot read a whole checkpoint.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub struct Descriptor {
+        /// Which checkpoint this is (1, 2, ...); the larger of the two is the newest.
+        pub seq: u64,
+        /// Records in the slot.
+        pub records: u64,
+        /// Every ring record with a smaller index is in the checkpoint.
+        pub covered: u64,
+        /// A checksum of the slot's records (FNV-1a of their bytes, see [`checksum`]).
+        pub checksum: u64,
+    }
+
+    impl Descriptor {
+        pub fn decode(b: &[u8]) -> Descriptor {
+            let at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+            Descriptor {
+                seq: at(0),
+                records: at(8),
+                covered: at(16),
+                checksum: at(24),
+            }
+        }
+    }
+
+    /// The checksum of a checkpoint's bytes.
+    pub fn checksum(bytes: &[u8]) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for &b in bytes {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        h
+    }
+}
+
+/// What a `Restore` record restores (its `status` byte). A checkpoint opens with `BEGIN` and
+/// closes with `END`; between them the records stand for state, not for calls the program made.
+pub mod restore {
+    /// `ptr`: the ring index the checkpoint covers up to; `size`: records summarized;
+    /// `time_ns`: the time of the latest of them.
+    pub const BEGIN: u8 = 0;
+    pub const END: u8 = 1;
+    /// The live allocations that follow (until the next `SITE`) share this call site: `ptr`
+    /// the stack id, `size` the NVTX range's string id; a `Caller` record follows with who
+    /// called CUDA for them.
+    pub const SITE: u8 = 2;
+    /// A VMM physical allocation backing a framework's segment: `ptr` handle, `size`, device.
+    pub const FRAMEWORK_PHYSICAL: u8 = 3;
+    /// A segment of the framework (`api` torch) or the pool: `ptr` base, `size`, device.
+    pub const SEGMENT: u8 = 4;
+    /// The framework's tensors on `device`: `ptr` bytes live, `size` their peak.
+    pub const TENSOR_BYTES: u8 = 5;
+    /// The most live on `device` at once: `ptr` bytes, `time_ns` when first reached.
+    pub const DEVICE_PEAK: u8 = 6;
+    /// Pinned host memory: `ptr` its peak.
+    pub const HOST_PEAK: u8 = 7;
+    /// NVML's figure for `device`: `ptr` latest, `time_ns` highest, `size` total, `thread` 1
+    /// when it was the whole device's.
+    pub const NVML: u8 = 8;
+    /// `ptr`: frees of memory the trace never saw allocated.
+    pub const UNMATCHED: u8 = 9;
+    /// The latest `cudaMemGetInfo` of `device`: `ptr` free, `size` total.
+    pub const MEM_INFO: u8 = 10;
+    /// An open start/end NVTX range: `ptr` its string id, `size` its range id.
+    pub const STARTED: u8 = 11;
+    /// An open push/pop NVTX range of `thread`, outermost first: `ptr` its string id.
+    pub const RANGE_OPEN: u8 = 12;
+    /// Calls of `api` summarized: `ptr` calls, `time_ns` bytes allocated, `size` failures.
+    pub const API: u8 = 13;
+    /// What was live at one moment, by call site (the `Holding` records that follow): `device`,
+    /// `ptr` live bytes, `size` reserved bytes, `time_ns` when; `thread` 0 for the device's
+    /// peak, 1 for a failed allocation (whose records follow the holdings).
+    pub const SNAPSHOT: u8 = 14;
+    /// More of the snapshot before: `ptr` the largest free block, `size` the device's free
+    /// memory as CUDA last said plus one (0: never asked).
+    pub const SNAPSHOT_MORE: u8 = 15;
+    /// An iteration boundary: `ptr` its number in the run, `time_ns` when, `size` live bytes
+    /// on every device then; the
+    /// `Holding` records that follow give live bytes by call site (only those that changed
+    /// since the boundary before, `device` 0xff).
+    pub const BOUNDARY: u8 = 16;
+    /// What marks the iterations of the boundaries: `ptr` an NVTX string id (`thread` 0) or a
+    /// call-site key (`thread` 1); `size` boundaries seen in all.
+    pub const BOUNDARY_MARK: u8 = 17;
+    /// Records of kinds kept as they came (definitions, threads, streams) follow.
+    pub const DEFINITIONS: u8 = 18;
+    /// `thread`'s latest allocation, which a `StackRef` to come names: `ptr`.
+    pub const LAST_ALLOC: u8 = 19;
+    /// `thread`'s latest allocation, which a `Caller` to come names: `ptr`, `size` 1 for a
+    /// VMM handle.
+    pub const AWAITING_CALLER: u8 = 20;
+    /// A VMM handle `thread` made that a framework segment to come may claim: `ptr`.
+    pub const PENDING_PHYSICAL: u8 = 21;
+    /// One point of the coarse series of memory over time: `device`, `ptr` live bytes, `size`
+    /// reserved bytes, `time_ns` when (the highest live of its stretch of time).
+    pub const SERIES: u8 = 22;
+
+    /// The holding's count of allocations, kept in `thread` (low) and `stream` (high).
+    pub fn count_of(r: &super::Record) -> u64 {
+        u64::from(r.thread) | (u64::from(r.stream) << 16)
+    }
+
+    /// `count` split into `thread` (low) and `stream` (high), saturating at 2^32 - 1.
+    pub fn split_count(count: u64) -> (u16, u16) {
+        let c = count.min(u64::from(u32::MAX));
+        (c as u16, (c >> 16) as u16)
+    }
+}
 
 /// Byte offsets inside a record.
 pub mod record {
@@ -237,6 +376,12 @@ byte_enum! {
         /// `size` the device's total; `status` 1 when NVML did not list this process and the
         /// figure is the whole device's.
         DeviceMemory = 49 => "device_memory",
+        /// State a checkpoint restores (see [`restore`]; the `status` byte says which).
+        Restore = 50 => "restore",
+        /// What one call site held at a snapshot or boundary: `device`, `ptr` its stack id (or
+        /// call-site key), `size` its NVTX range's string id, `time_ns` bytes, the count of
+        /// allocations in `thread` and `stream` ([`restore::count_of`]).
+        Holding = 51 => "holding",
     }
 }
 

@@ -4,6 +4,8 @@
 
 pub mod filter;
 pub mod format;
+pub mod live;
 pub mod reader;
 pub mod recorder;
+pub mod summary;
 pub mod unwind;

@@ -30,6 +30,13 @@ pub struct TraceInfo {
     pub lost: u64,
     pub capacity: u64,
     pub file_len: u64,
+    /// The records form a ring (a trace of any length): the oldest are summarized in a
+    /// checkpoint.
+    pub ring: bool,
+    /// Records the trace's checkpoint summarizes (0: it starts from no checkpoint).
+    pub summarized: u64,
+    /// Checkpoints that did not fit the file's checkpoint slots.
+    pub checkpoints_failed: u64,
 }
 
 /// Why a file could not be read at all.
@@ -116,6 +123,9 @@ pub struct DecodeStats {
     pub lost: u64,
     /// Claimed slots that lie beyond the end of the file (records, or unused block tails).
     pub truncated: u64,
+    /// Ring records overwritten before a checkpoint summarized them (the summarizer fell
+    /// behind the writers, or the process died before its first checkpoint).
+    pub unsummarized: u64,
     pub damage: Option<Damage>,
 }
 
@@ -142,6 +152,12 @@ impl DecodeStats {
                 self.truncated
             ));
         }
+        if self.unsummarized > 0 {
+            parts.push(format!(
+                "{} records left the ring before they were summarized",
+                self.unsummarized
+            ));
+        }
         if let Some(d) = &self.damage {
             parts.push(format!(
                 "damage at offset {} ({}), {} later records not read",
@@ -157,6 +173,15 @@ pub struct TraceReader {
     input: BufReader<File>,
     next: u64,
     end: u64,
+    /// The first ring index read (records before it are in the checkpoint, or lost).
+    start: u64,
+    /// A ring's slots (0: the records lie one after the other).
+    ring: u64,
+    /// The checkpoint read first, its bodies; the next to read; and how many of them restore
+    /// state (up to its `END`), which bypass the reorder window.
+    checkpoint: Vec<[u8; RECORD_SIZE]>,
+    checkpoint_at: usize,
+    checkpoint_prefix: usize,
     stats: DecodeStats,
     /// Strings defined so far (NVTX messages, module paths), by id.
     strings: HashMap<u64, String>,
@@ -253,6 +278,59 @@ pub fn printable(b: &[u8]) -> String {
     out
 }
 
+fn info_capacity(h: &[u8]) -> u64 {
+    le_u64(h, header::CAPACITY).max(1)
+}
+
+/// The newest whole checkpoint of a ring trace: its descriptor and bodies. A checkpoint whose
+/// checksum does not match (the process died while writing it) gives way to the other one.
+fn read_checkpoint(
+    file: &mut File,
+    h: &[u8],
+    file_len: u64,
+) -> Option<(format::ring::Descriptor, Vec<[u8; RECORD_SIZE]>)> {
+    use std::os::unix::fs::FileExt;
+    let area = le_u64(h, header::CHECKPOINT_AREA);
+    let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
+    let mut found: Vec<(format::ring::Descriptor, usize)> = (0..2)
+        .map(|k| {
+            let at = header::CHECKPOINTS + k * format::ring::DESCRIPTOR_BYTES;
+            (
+                format::ring::Descriptor::decode(&h[at..at + format::ring::DESCRIPTOR_BYTES]),
+                k,
+            )
+        })
+        .filter(|(d, _)| d.seq > 0)
+        .collect();
+    found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
+    for (d, k) in found {
+        let bytes = d.records.checked_mul(RECORD_SIZE as u64)?;
+        let at = area.checked_add((k as u64).checked_mul(slot_bytes)?)?;
+        if bytes > slot_bytes || at.checked_add(bytes)? > file_len {
+            continue;
+        }
+        let mut raw = vec![0u8; bytes as usize];
+        if file.read_exact_at(&mut raw, at).is_err() || format::ring::checksum(&raw) != d.checksum {
+            continue;
+        }
+        let bodies = raw
+            .chunks_exact(RECORD_SIZE)
+            .map(|c| c.try_into().unwrap_or([0; RECORD_SIZE]))
+            .collect();
+        return Some((d, bodies));
+    }
+    None
+}
+
+/// The records a checkpoint summarizes (its `BEGIN` record's `size`).
+fn checkpoint_summarized(bodies: &[[u8; RECORD_SIZE]]) -> u64 {
+    bodies
+        .first()
+        .and_then(Record::decode)
+        .filter(|r| r.kind == RecordKind::Restore && r.status == format::restore::BEGIN)
+        .map_or(0, |r| r.size)
+}
+
 impl TraceReader {
     /// Opens a trace to read every record, with frames named.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, ReadError> {
@@ -313,20 +391,72 @@ impl TraceReader {
             capacity: le_u64(&h, header::CAPACITY),
             file_len,
             path,
+            ring: false,
+            summarized: 0,
+            checkpoints_failed: 0,
         };
+        let mut info = info;
+        info.ring = le_u64(&h, header::RING) != 0;
+        info.checkpoints_failed = le_u64(&h, header::CHECKPOINTS_FAILED);
         let in_file = (file_len - HEADER_SIZE as u64) / RECORD_SIZE as u64;
-        let written = info.claimed.min(info.capacity);
-        let end = written.min(in_file);
+        let wrapped = info.ring && info.claimed > info.capacity;
+        let (mut start, end, mut truncated);
+        let mut checkpoint = Vec::new();
+        let mut unsummarized = le_u64(&h, header::SUMMARY_LOST);
+        start = 0;
+        truncated = 0;
+        if wrapped {
+            end = info.claimed;
+            let oldest = info.claimed - info.capacity;
+            start = oldest;
+            if let Some((d, bodies)) = read_checkpoint(&mut file, &h, file_len) {
+                checkpoint = bodies;
+                info.summarized = checkpoint_summarized(&checkpoint);
+                if d.covered > oldest {
+                    start = d.covered.min(end);
+                } else {
+                    unsummarized = unsummarized.saturating_add(oldest - d.covered);
+                }
+            } else {
+                unsummarized = unsummarized.saturating_add(oldest);
+            }
+            let slot = start % info.capacity.max(1);
+            io::Seek::seek(
+                &mut file,
+                io::SeekFrom::Start(HEADER_SIZE as u64 + slot * RECORD_SIZE as u64),
+            )
+            .map_err(|e| ReadError::Io(info.path.clone(), e))?;
+        } else {
+            let written = info.claimed.min(info.capacity);
+            end = written.min(in_file);
+            truncated = written - end;
+            io::Seek::seek(&mut file, io::SeekFrom::Start(HEADER_SIZE as u64))
+                .map_err(|e| ReadError::Io(info.path.clone(), e))?;
+        }
+        let checkpoint_prefix = checkpoint
+            .iter()
+            .position(|b| {
+                Record::decode(b).is_some_and(|r| {
+                    r.kind == RecordKind::Restore && r.status == format::restore::END
+                })
+            })
+            .map_or(0, |i| i + 1);
         let stats = DecodeStats {
             lost: info.lost,
-            truncated: written - end,
+            truncated,
+            unsummarized,
             ..DecodeStats::default()
         };
         Ok(TraceReader {
             info,
             input: BufReader::with_capacity(1 << 20, file),
-            next: 0,
+            next: start,
             end,
+            start,
+            ring: if wrapped { info_capacity(&h) } else { 0 },
+            checkpoint,
+            checkpoint_at: 0,
+            checkpoint_prefix,
             stats,
             strings: HashMap::new(),
             stacks: HashMap::new(),
@@ -417,6 +547,12 @@ impl TraceReader {
         }
     }
 
+    /// Whether the records returned so far came from a checkpoint (a ring trace's summary of
+    /// its oldest records) and the next one may too.
+    pub fn in_checkpoint(&self) -> bool {
+        self.checkpoint_at < self.checkpoint_prefix
+    }
+
     /// Records examined so far and in all, for progress display.
     pub fn progress(&self) -> (u64, u64) {
         (self.next, self.end)
@@ -441,7 +577,7 @@ impl TraceReader {
     }
 
     fn stop(&mut self, reason: String) {
-        let index = self.next - 1;
+        let index = self.next.saturating_sub(1);
         self.stats.damage = Some(Damage {
             offset: HEADER_SIZE as u64 + index * RECORD_SIZE as u64,
             index,
@@ -481,8 +617,14 @@ impl Iterator for TraceReader {
                     hook(self.next, self.end);
                 }
             }
+            // A checkpoint's state is the whole run's before the ring: filters apply to the
+            // records after it.
+            let restoring = self.checkpoint_at <= self.checkpoint_prefix
+                && self.checkpoint_prefix > 0
+                && self.next == self.start;
             let keep = match &mut self.filtering {
                 None => true,
+                Some(_) if restoring => true,
                 Some(f) => f.keep(&r, &self.strings),
             };
             if keep {
@@ -500,6 +642,12 @@ impl TraceReader {
     /// (a stable sort merges the sorted rest and the nearly sorted batch in linear time), and
     /// releases the records older than the window.
     fn next_sorted(&mut self) -> Option<Record> {
+        // A checkpoint's records up to its END restore state: in their own order, first.
+        while self.checkpoint_at < self.checkpoint_prefix {
+            if let Some(r) = self.next_in_file() {
+                return Some(r);
+            }
+        }
         loop {
             if self.taken < self.ready {
                 self.taken += 1;
@@ -537,15 +685,35 @@ impl TraceReader {
 }
 
 impl TraceReader {
-    fn next_in_file(&mut self) -> Option<Record> {
-        let mut buf = [0u8; RECORD_SIZE];
-        while self.next < self.end {
-            let index = self.next;
-            self.next += 1;
-            if let Err(e) = self.input.read_exact(&mut buf) {
-                self.stop(format!("read failed: {e}"));
+    /// The next record body: the checkpoint's first, then the file's (or the ring's).
+    fn next_body(&mut self, buf: &mut [u8; RECORD_SIZE]) -> Option<(u64, bool)> {
+        if self.checkpoint_at < self.checkpoint.len() {
+            *buf = self.checkpoint[self.checkpoint_at];
+            self.checkpoint_at += 1;
+            return Some(((self.checkpoint_at - 1) as u64, true));
+        }
+        if self.next >= self.end {
+            return None;
+        }
+        let index = self.next;
+        self.next += 1;
+        if self.ring > 0 && index % self.ring == 0 && index != self.start {
+            if let Err(e) = io::Seek::seek(&mut self.input, io::SeekFrom::Start(HEADER_SIZE as u64))
+            {
+                self.stop(format!("seek failed: {e}"));
                 return None;
             }
+        }
+        if let Err(e) = self.input.read_exact(buf) {
+            self.stop(format!("read failed: {e}"));
+            return None;
+        }
+        Some((index, false))
+    }
+
+    fn next_in_file(&mut self) -> Option<Record> {
+        let mut buf = [0u8; RECORD_SIZE];
+        while let Some((index, in_checkpoint)) = self.next_body(&mut buf) {
             let commit = Record::commit_of(&buf);
             if commit == 0 {
                 if buf.iter().all(|&b| b == 0) {
@@ -555,7 +723,18 @@ impl TraceReader {
                 }
                 continue;
             }
+            if commit != format::commit_tag(index) && self.ring > 0 && !in_checkpoint {
+                // A slot this lap's writer claimed and left unused: an earlier lap's record.
+                self.stats.unused += 1;
+                continue;
+            }
             if commit != format::commit_tag(index) {
+                if in_checkpoint {
+                    // The checkpoint's checksum matched: it cannot be damaged; skip it whole.
+                    self.checkpoint_at = self.checkpoint.len();
+                    self.checkpoint_prefix = 0;
+                    continue;
+                }
                 self.stop(format!(
                     "commit word {commit:#06x} does not belong to record {index} \
                      (expected {:#06x}): the file is damaged here",

@@ -342,6 +342,7 @@ impl HandTrace {
                 program: b"hand",
                 cmdline: b"hand\0",
                 trace_max: 64 << 20,
+                ring: false,
             })
             .unwrap();
         HandTrace { recorder, t: 0 }

@@ -186,6 +186,22 @@ fn ensure_open() -> bool {
 }
 
 static NEVER_STOP: AtomicBool = AtomicBool::new(false);
+/// Asks the summarizer for its last checkpoint (at exit); it says when it is done.
+static SUMMARIZER_STOP: AtomicBool = AtomicBool::new(false);
+static SUMMARIZER_DONE: AtomicBool = AtomicBool::new(true);
+
+/// At exit: the summarizer reads the last records and writes its last checkpoint, for at most
+/// half a second (a process that exits while another thread still records loses nothing of
+/// the ring; only what the summary would have said of records the ring then overwrites).
+fn stop_summarizer() {
+    SUMMARIZER_STOP.store(true, Ordering::Release);
+    for _ in 0..500 {
+        if SUMMARIZER_DONE.load(Ordering::Acquire) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
 
 #[cold]
 fn open_trace() {
@@ -235,6 +251,7 @@ fn open_trace() {
         program,
         cmdline,
         trace_max: conf.trace_max,
+        ring: true,
     };
     if let Err(e) = RECORDER.open(&opts) {
         say(format_args!(
@@ -250,6 +267,20 @@ fn open_trace() {
     let _ = std::thread::Builder::new()
         .name("gpushim-grow".into())
         .spawn(|| RECORDER.run_grower(&NEVER_STOP));
+    // The summarizer keeps what the oldest records said in checkpoints, so the trace wraps
+    // around at trace_max instead of dropping records. Without it (spawn failed) the trace
+    // stops at trace_max, every record after counted as lost.
+    SUMMARIZER_STOP.store(false, Ordering::Relaxed);
+    SUMMARIZER_DONE.store(false, Ordering::Relaxed);
+    let spawned = std::thread::Builder::new()
+        .name("gpushim-sum".into())
+        .spawn(|| {
+            RECORDER.run_summarizer(&SUMMARIZER_STOP);
+            SUMMARIZER_DONE.store(true, Ordering::Release);
+        });
+    if spawned.is_err() {
+        SUMMARIZER_DONE.store(true, Ordering::Release);
+    }
     device_memory::start();
     crate::lifecycle::on_exit(at_exit);
     crate::lifecycle::in_forked_child(forget_after_fork);
@@ -375,6 +406,7 @@ pub fn at_exit() {
     if !RECORDER.is_ready() {
         return;
     }
+    stop_summarizer();
     RECORDER.mark_clean_exit();
     let path = Escaped(RECORDER.path());
     let lost = RECORDER.lost();
@@ -402,6 +434,8 @@ pub fn at_exit() {
 /// call opens a trace of its own (its own pid); one that does not leaves no file.
 /// In a forked child: the parent's trace is not ours.
 pub fn forget_after_fork() {
+    // The parent's summarizer thread is not in the child.
+    SUMMARIZER_DONE.store(true, Ordering::Relaxed);
     RECORDER.forget_after_fork();
     device_memory::forget_after_fork();
 }

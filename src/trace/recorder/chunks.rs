@@ -61,7 +61,8 @@ impl Recorder {
         let capacity = self.capacity.load(Ordering::Relaxed);
         let last = HEADER_SIZE as u64 + capacity.saturating_sub(1) * RECORD_SIZE as u64;
         let last_chunk = (last / CHUNK_BYTES) as usize;
-        let current = ((HEADER_SIZE as u64 + claimed * RECORD_SIZE as u64) / CHUNK_BYTES) as usize;
+        let slot = claimed.min(capacity.saturating_sub(1));
+        let current = ((HEADER_SIZE as u64 + slot * RECORD_SIZE as u64) / CHUNK_BYTES) as usize;
         let mut worked = false;
         for c in current
             ..=(current + LOOKAHEAD_CHUNKS)
@@ -165,6 +166,9 @@ impl Recorder {
     /// records as lost without trying again.
     fn stop_growing_at(&self, c: usize, errno: i32) -> i32 {
         self.grow_error.store(errno, Ordering::Relaxed);
+        // A ring whose slots cannot all be had stops at its end instead of wrapping (its slots
+        // are numbered modulo its capacity, which must not change).
+        self.ring_on.store(false, Ordering::Relaxed);
         let cap =
             ((c as u64 * CHUNK_BYTES).saturating_sub(HEADER_SIZE as u64)) / RECORD_SIZE as u64;
         self.capacity.fetch_min(cap, Ordering::Relaxed);

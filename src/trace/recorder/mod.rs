@@ -23,6 +23,7 @@
 mod chunks;
 mod intern;
 mod naming;
+mod ring;
 
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
 use core::cell::{Cell, UnsafeCell};
@@ -47,6 +48,9 @@ pub const MAX_BLOCK_AGE_NS: u64 = 1_000_000;
 struct SlowPath {
     /// Bytes of the file reserved so far; only read and written under `growing`.
     file_len: AtomicU64,
+    /// In a ring: where the checkpoint area starts, and the bytes of one of its two slots.
+    checkpoint_area: AtomicU64,
+    checkpoint_slot: AtomicU64,
     /// Taken by the one thread that maps a new chunk.
     growing: AtomicBool,
     /// Set once the unused tail was given back: the grower maps nothing ahead any more.
@@ -127,8 +131,12 @@ pub struct Recorder {
     origin_ns: AtomicU64,
     /// This open's serial, never 0 once open (see [`OPEN_SERIAL`]).
     serial: AtomicU64,
-    /// Records the file may hold (from `trace_max`, lowered when the disk fills up).
+    /// Records the file may hold (from `trace_max`, lowered when the disk fills up); in a
+    /// ring, its slots.
     capacity: AtomicU64,
+    /// Set while a summarizer keeps the oldest records in checkpoints: indices past
+    /// `capacity` wrap around instead of being lost.
+    ring_on: AtomicBool,
     /// Why the file stopped growing before `trace_max` (an errno), 0 if it did not.
     grow_error: AtomicI32,
     path_len: AtomicU32,
@@ -167,9 +175,12 @@ impl Recorder {
             chunks: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS],
             populated: [const { AtomicBool::new(false) }; MAX_CHUNKS],
             capacity: AtomicU64::new(0),
+            ring_on: AtomicBool::new(false),
             grow_error: AtomicI32::new(0),
             slow: SlowPath {
                 file_len: AtomicU64::new(0),
+                checkpoint_area: AtomicU64::new(0),
+                checkpoint_slot: AtomicU64::new(0),
                 growing: AtomicBool::new(false),
                 ahead_stopped: AtomicBool::new(false),
                 ahead_busy: AtomicBool::new(false),
@@ -262,10 +273,17 @@ impl Recorder {
         }
         self.threads.store(0, Ordering::Relaxed);
         self.slow.file_len.store(0, Ordering::Relaxed);
-        let max_records = (o.trace_max.saturating_sub(HEADER_SIZE as u64)) / RECORD_SIZE as u64;
         let chunk_cap = (MAX_CHUNKS as u64 * CHUNK_BYTES - HEADER_SIZE as u64) / RECORD_SIZE as u64;
-        let capacity = max_records.min(chunk_cap);
+        let layout = ring::Layout::of(o.trace_max, o.ring);
+        let capacity = layout.capacity.min(chunk_cap);
         self.capacity.store(capacity, Ordering::Relaxed);
+        self.ring_on.store(false, Ordering::Relaxed);
+        self.slow
+            .checkpoint_area
+            .store(layout.checkpoint_area, Ordering::Relaxed);
+        self.slow
+            .checkpoint_slot
+            .store(layout.checkpoint_slot, Ordering::Relaxed);
 
         let base = match self.map_chunk(0) {
             Ok(b) => b,
@@ -280,7 +298,7 @@ impl Recorder {
         };
         // SAFETY: chunk 0 is mapped read-write and at least HEADER_SIZE bytes long; no producer
         // writes to the header before READY is published.
-        let origin = unsafe { write_header(base, o, capacity) };
+        let origin = unsafe { write_header(base, o, capacity, &layout) };
         self.origin_ns.store(origin, Ordering::Relaxed);
         self.serial.store(
             OPEN_SERIAL.fetch_add(1, Ordering::Relaxed),
@@ -353,7 +371,11 @@ impl Recorder {
             1
         };
         let claimed = self.header_word(header::CLAIMED)?;
-        let capacity = self.capacity.load(Ordering::Relaxed);
+        let capacity = if self.ring_on.load(Ordering::Relaxed) {
+            u64::MAX
+        } else {
+            self.capacity.load(Ordering::Relaxed)
+        };
         // Full: count without touching the shared counter again.
         if claimed.load(Ordering::Relaxed) >= capacity {
             self.count_lost(1);
@@ -367,7 +389,7 @@ impl Recorder {
         let block = Block {
             serial,
             next: start + 1,
-            end: (start + size).min(capacity),
+            end: start.saturating_add(size).min(capacity),
             started_ns: now_ns,
             size,
         };
@@ -382,7 +404,13 @@ impl Recorder {
         }
         let claimed = self.header_word(header::CLAIMED)?;
         let index = claimed.fetch_add(n, Ordering::Relaxed);
-        if index + n > self.capacity.load(Ordering::Relaxed) {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let full = if self.ring_on.load(Ordering::Relaxed) {
+            n > capacity
+        } else {
+            index + n > capacity
+        };
+        if full {
             self.count_lost(n);
             return None;
         }
@@ -391,7 +419,15 @@ impl Recorder {
 
     /// Writes a claimed record: the body, then the commit word with Release.
     fn write_slot(&self, index: u64, body: &[u8; RECORD_SIZE]) -> bool {
-        let offset = HEADER_SIZE as u64 + index * RECORD_SIZE as u64;
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        // In a ring, past the first lap: the slot holds a record of an earlier lap.
+        let again = index >= capacity;
+        let slot = if again {
+            index % capacity.max(1)
+        } else {
+            index
+        };
+        let offset = HEADER_SIZE as u64 + slot * RECORD_SIZE as u64;
         let chunk = (offset / CHUNK_BYTES) as usize;
         let mut base = self.chunks[chunk].load(Ordering::Acquire);
         if base.is_null() {
@@ -409,6 +445,12 @@ impl Recorder {
         // claimed by this caller alone, so no other producer writes these bytes.
         unsafe {
             let dst = base.add(within);
+            if again {
+                // The earlier lap's commit word goes first: a writer that dies now leaves a
+                // torn record, not an old one that reads as this one.
+                AtomicU16::from_ptr(dst.cast()).store(0, Ordering::Relaxed);
+                core::sync::atomic::fence(Ordering::Release);
+            }
             ptr::copy_nonoverlapping(body.as_ptr().add(2), dst.add(2), RECORD_SIZE - 2);
             // Release: a reader that sees the tag with Acquire also sees the body above.
             AtomicU16::from_ptr(dst.cast()).store(format::commit_tag(index), Ordering::Release);
@@ -479,7 +521,14 @@ impl Recorder {
             // SAFETY: sched_yield has no preconditions.
             unsafe { libc::sched_yield() };
         }
-        let used = HEADER_SIZE as u64 + self.claimed().saturating_mul(RECORD_SIZE as u64);
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let used = HEADER_SIZE as u64
+            + self
+                .claimed()
+                .min(capacity)
+                .saturating_mul(RECORD_SIZE as u64);
+        // A ring's checkpoint area lies past its slots: never given back.
+        let area = self.slow.checkpoint_area.load(Ordering::Relaxed);
         let from = used
             .div_ceil(TAIL_KEPT)
             .saturating_add(1)
@@ -487,7 +536,15 @@ impl Recorder {
         // SAFETY: an all-zero stat is a valid out-buffer for fstat on our own descriptor.
         let mut st: libc::stat = unsafe { core::mem::zeroed() };
         // SAFETY: `fd` is the open trace; `st` a valid out-buffer.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as u64) <= from {
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return;
+        }
+        let end = if area > 0 {
+            area.min(st.st_size as u64)
+        } else {
+            st.st_size as u64
+        };
+        if end <= from {
             return;
         }
         // SAFETY: punching a hole in our own file past every claimed slot frees its blocks and
@@ -497,7 +554,7 @@ impl Recorder {
                 fd,
                 libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
                 from as libc::off_t,
-                (st.st_size as u64 - from) as libc::off_t,
+                (end - from) as libc::off_t,
             )
         };
     }
@@ -546,7 +603,12 @@ impl Drop for Recorder {
 ///
 /// # Safety
 /// `base` must point to at least HEADER_SIZE writable bytes that no other thread touches.
-unsafe fn write_header(base: *mut u8, o: &OpenOptions<'_>, capacity: u64) -> u64 {
+unsafe fn write_header(
+    base: *mut u8,
+    o: &OpenOptions<'_>,
+    capacity: u64,
+    layout: &ring::Layout,
+) -> u64 {
     // SAFETY: the caller guarantees HEADER_SIZE writable bytes at `base`.
     let h = unsafe { core::slice::from_raw_parts_mut(base, HEADER_SIZE) };
     let put =
@@ -564,6 +626,19 @@ unsafe fn write_header(base: *mut u8, o: &OpenOptions<'_>, capacity: u64) -> u64
     let origin = clock_ns(libc::CLOCK_MONOTONIC);
     put(h, header::START_MONOTONIC_NS, &origin.to_le_bytes());
     put(h, header::CAPACITY, &capacity.to_le_bytes());
+    if layout.checkpoint_slot > 0 {
+        put(h, header::RING, &1u64.to_le_bytes());
+        put(
+            h,
+            header::CHECKPOINT_AREA,
+            &layout.checkpoint_area.to_le_bytes(),
+        );
+        put(
+            h,
+            header::CHECKPOINT_SLOT_BYTES,
+            &layout.checkpoint_slot.to_le_bytes(),
+        );
+    }
     let clip = |b: &[u8], n: usize| b.len().min(n - 1);
     let n = clip(o.host, header::HOST_LEN);
     put(h, header::HOST, &o.host[..n]);

@@ -14,6 +14,10 @@ pub struct OpenOptions<'a> {
     /// NUL-separated arguments, as in `/proc/self/cmdline`.
     pub cmdline: &'a [u8],
     pub trace_max: u64,
+    /// Lay the file out as a ring with a checkpoint area (see `format::ring`): the records
+    /// wrap once a summarizer runs ([`super::Recorder::run_summarizer`]) instead of stopping
+    /// at `trace_max`.
+    pub ring: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

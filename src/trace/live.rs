@@ -1,0 +1,940 @@
+//! The one replay of what is live that every report shares: allocations by address, VMM
+//! physical memory, the pool's segments, pinned host memory, peaks per device. The shim's
+//! summarizer (`trace::summary`) runs the same replay over the ring, and a checkpoint's
+//! `Restore` records put its state back (`Replay::restore`).
+
+use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind, restore};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// A live allocation as the replay knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Live {
+    pub size: u64,
+    pub device: u8,
+    /// Stack id (0: none recorded).
+    pub stack: u64,
+    /// String id of the innermost NVTX push/pop range of the allocating thread, else of the
+    /// latest start/end range open (0: none).
+    pub range: u64,
+    pub time_ns: u64,
+    pub thread: u16,
+    pub stream: u16,
+    pub api: u8,
+    /// The record kind that made it (so a checkpoint can write it again).
+    pub kind: u8,
+    /// Who called the shim for it (a `Caller` record: the first return address outside the
+    /// shim, and the next one), 0 when not recorded.
+    pub caller: [u64; 2],
+}
+
+/// The call-site key of an allocation: its stack id, or without a stack its API and size
+/// (flagged in the top bit).
+pub fn site_key(l: &Live) -> u64 {
+    if l.stack != 0 {
+        l.stack
+    } else {
+        size_key(l.api, l.size)
+    }
+}
+
+/// Live bytes on one device.
+#[derive(Clone, Copy, Default)]
+struct DeviceLive {
+    seen: bool,
+    bytes: u64,
+    peak: u64,
+    peak_time_ns: u64,
+}
+
+/// The allocation state of a trace at one moment, updated record by record.
+#[derive(Default)]
+pub struct Replay {
+    /// By address (hashed: the hot path of every report; [`Replay::live_in_order`] sorts).
+    pub live: crate::fasthash::FastMap<u64, Live>,
+    /// VMM physical allocations (`cuMemCreate`: NCCL's buffers, say) by handle: device memory
+    /// held, though not at an address of its own.
+    pub physical: HashMap<u64, Live>,
+    /// Per device (by ordinal): live bytes, physical allocations included; the most live at
+    /// once and the time it was first reached; whether the device was ever seen.
+    devices: Vec<DeviceLive>,
+    /// VMM physical bytes live per device (device memory the pool does not serve).
+    pub physical_bytes: BTreeMap<u8, u64>,
+    /// Pinned host allocations by address (`cudaMallocHost`, `cudaHostAlloc`): size.
+    pub host: crate::fasthash::FastMap<u64, u64>,
+    pub host_live: u64,
+    pub host_peak: u64,
+    /// Frees of addresses (or releases of handles) this trace never saw allocated: made before
+    /// tracing began, or by a route the trace missed.
+    pub unmatched_frees: u64,
+    /// The pool's segments (runs with the shim's pool): base -> (size, device).
+    pub segments: BTreeMap<u64, (u64, u8)>,
+    pub reserved: BTreeMap<u8, u64>,
+    /// The latest real free/total memory per device (`MemInfo` records).
+    pub mem_info: BTreeMap<u8, (u64, u64)>,
+    /// Whether the trace holds the framework's tensors (PyTorch's allocator trace): then
+    /// `live` holds tensors (and what other libraries allocate), and the framework's segments
+    /// are reserved memory, as PyTorch's own counters read.
+    pub tensors: bool,
+    /// Why tensors are not recorded, if the shim said (`tensors_off` codes).
+    pub tensors_off: Option<u64>,
+    /// Per device: bytes of live tensors, and their peak (`memory_allocated`,
+    /// `max_memory_allocated`).
+    pub tensor_bytes: BTreeMap<u8, (u64, u64)>,
+    /// Per thread: VMM physical allocations made since its last framework record, which a
+    /// framework segment mapped next claims as reserved memory.
+    pending_physical: Vec<Vec<u64>>,
+    /// Physical allocations that back the framework's expandable segments: reserved, not live.
+    framework_physical: HashMap<u64, (u64, u8)>,
+    /// Per device (NVML's index): what NVML said this process used, latest and highest, the
+    /// device's total, and whether the figure was the whole device's (`DeviceMemory` records).
+    pub nvml: BTreeMap<u8, NvmlFigure>,
+    /// Per thread: its latest device allocation (whether a VMM handle, and its key) until the
+    /// `Caller` record that names who made it.
+    awaiting_caller: Vec<Option<(bool, u64)>>,
+    /// Per thread: the address of its latest allocation while a stack reference may still
+    /// follow it (0: none).
+    last_alloc: Vec<u64>,
+    /// Per thread: its open NVTX ranges, innermost last.
+    ranges: Vec<Vec<u64>>,
+    /// The start/end ranges open, which belong to no thread: string id by the index of the
+    /// record that started it (so the last is the latest), and that index by range id.
+    started: BTreeMap<u64, u64>,
+    started_at: HashMap<u64, u64>,
+    /// Records applied.
+    pub index: u64,
+    pub time_ns: u64,
+    /// Between a checkpoint's `BEGIN` and `END`: the records restore state, they are not calls.
+    pub restoring: bool,
+    /// The call site the restored allocations take (stack, range, caller).
+    restoring_site: (u64, u64, [u64; 2]),
+    /// What the checkpoint this replay started from covered, if it started from one.
+    pub restored: Option<Restored>,
+    /// Summaries the checkpoint carried: per API (calls, bytes, failures).
+    pub api_totals: BTreeMap<u8, (u64, u64, u64)>,
+    /// What was live at each moment the checkpoint kept (each device's peak, each failure).
+    pub snapshots: Vec<Snapshot>,
+    /// Iteration boundaries the checkpoint kept, in time order, and what marks them.
+    pub boundaries: Vec<Boundary>,
+    pub boundary_mark: Option<BoundaryMark>,
+    /// Boundaries seen before the checkpoint (more than it kept, when it thinned them).
+    pub boundary_count: u64,
+    /// Live and reserved memory over the time before the ring, coarse: (time, device, live,
+    /// reserved).
+    pub series: Vec<(u64, u8, u64, u64)>,
+}
+
+/// The most boundaries, and call sites per boundary, a checkpoint restores (the summarizer
+/// writes at most `summary::MAX_BOUNDARIES`; more can only come from a hostile file, whose
+/// copies of the series would cost time without end).
+const MAX_RESTORED_BOUNDARIES: usize = 1024;
+const MAX_RESTORED_SITES: usize = 1 << 16;
+
+/// What a checkpoint covered: ring records before `covered`, `summarized` records in all, the
+/// latest at `time_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Restored {
+    pub covered: u64,
+    pub summarized: u64,
+    pub time_ns: u64,
+}
+
+/// What a checkpoint kept of one moment: a device's peak, or a failed allocation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    pub device: u8,
+    pub failure: bool,
+    pub time_ns: u64,
+    pub live: u64,
+    pub reserved: u64,
+    pub largest_free_block: u64,
+    pub device_free: Option<u64>,
+    /// What each call site and range held, the most first.
+    pub holdings: Vec<Holding>,
+}
+
+/// What one call site (stack id) in one NVTX range (string id) held at a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Holding {
+    pub stack: u64,
+    pub range: u64,
+    pub bytes: u64,
+    pub allocations: u64,
+}
+
+impl Snapshot {
+    /// What `live` (allocations of one device) holds, by call site and range.
+    pub fn of<'a>(live: impl Iterator<Item = &'a Live>, device: u8, time_ns: u64) -> Snapshot {
+        let mut by: HashMap<(u64, u64), (u64, u64)> = HashMap::new();
+        for l in live {
+            let e = by.entry((l.stack, l.range)).or_default();
+            e.0 = e.0.saturating_add(l.size);
+            e.1 += 1;
+        }
+        let mut holdings: Vec<Holding> = by
+            .into_iter()
+            .map(|((stack, range), (bytes, allocations))| Holding {
+                stack,
+                range,
+                bytes,
+                allocations,
+            })
+            .collect();
+        holdings.sort_unstable_by_key(|h| (std::cmp::Reverse(h.bytes), h.stack, h.range));
+        Snapshot {
+            device,
+            time_ns,
+            holdings,
+            ..Snapshot::default()
+        }
+    }
+}
+
+/// The open NVTX ranges: per thread (outermost first), and the start/end ranges open as
+/// (string id, range id), oldest first.
+pub type OpenRanges = (Vec<(u16, Vec<u64>)>, Vec<(u64, u64)>);
+
+/// What a record to come may still refer to on one thread (see [`Replay::thread_pending`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ThreadPending {
+    pub thread: u16,
+    /// The allocation a `StackRef` would name (0: none).
+    pub last_alloc: u64,
+    /// The allocation a `Caller` would name, and whether it is a VMM handle.
+    pub awaiting_caller: Option<(bool, u64)>,
+    /// The VMM handles a framework segment would claim.
+    pub pending_physical: Vec<u64>,
+}
+
+/// An iteration boundary a checkpoint kept: when, live bytes then, and by call-site key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Boundary {
+    /// Which boundary of the run it was (1 the first the summarizer counted).
+    pub ordinal: u64,
+    pub time_ns: u64,
+    pub total: u64,
+    pub by_site: HashMap<u64, u64>,
+}
+
+/// What marks the boundaries a checkpoint kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BoundaryMark {
+    /// An NVTX range or mark, by string id.
+    Nvtx(u64),
+    /// Each allocation from one call site (a detected period), by call-site key.
+    Site(u64),
+}
+
+impl BoundaryMark {
+    /// Whether record `r` (whose replay made change `c`) is one of these boundaries; a call
+    /// site by stack comes with the `StackRef` after its allocation.
+    pub fn is_boundary(self, r: &Record, c: Change) -> bool {
+        match self {
+            BoundaryMark::Nvtx(id) => {
+                matches!(
+                    r.kind,
+                    RecordKind::RangePush | RecordKind::RangeStart | RecordKind::Mark
+                ) && r.ptr == id
+            }
+            BoundaryMark::Site(key) if key >> 63 == 1 => {
+                matches!(c, Change::Alloc { .. }) && size_key(r.api as u8, r.size) == key
+            }
+            BoundaryMark::Site(key) => r.kind == RecordKind::StackRef && r.ptr == key,
+        }
+    }
+}
+
+/// The call-site key of an allocation without a stack: its API and size.
+pub fn size_key(api: u8, size: u64) -> u64 {
+    (1 << 63) | (u64::from(api) << 48) | (size & ((1 << 48) - 1))
+}
+
+/// What NVML said of one device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NvmlFigure {
+    pub bytes: u64,
+    pub peak: u64,
+    pub total: u64,
+    pub device_wide: bool,
+}
+
+/// What a record changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Change {
+    Alloc {
+        ptr: u64,
+        device: u8,
+    },
+    /// A VMM physical allocation on `device` was created or released.
+    Physical {
+        device: u8,
+    },
+    Free {
+        ptr: u64,
+        live: Live,
+    },
+    Other,
+}
+
+impl Replay {
+    /// What an allocation record makes live (an unknown device counts as device 0).
+    fn live_of(&self, r: &Record) -> Live {
+        if self.restoring {
+            let (stack, range, caller) = self.restoring_site;
+            return Live {
+                size: r.size,
+                device: device_or_0(r.device),
+                stack,
+                range,
+                time_ns: r.time_ns,
+                thread: r.thread,
+                stream: r.stream,
+                api: r.api as u8,
+                kind: r.kind as u8,
+                caller,
+            };
+        }
+        Live {
+            size: r.size,
+            device: if r.device == DEVICE_UNKNOWN {
+                0
+            } else {
+                r.device
+            },
+            stack: 0,
+            range: self
+                .ranges
+                .get(r.thread as usize)
+                .and_then(|s| s.last().copied())
+                .or_else(|| self.started.last_key_value().map(|(_, &name)| name))
+                .unwrap_or(0),
+            time_ns: r.time_ns,
+            thread: r.thread,
+            stream: r.stream,
+            api: r.api as u8,
+            kind: r.kind as u8,
+            caller: [0; 2],
+        }
+    }
+
+    /// The live allocations sorted by address (for walking the blocks of a segment in order).
+    pub fn live_in_order(&self) -> Vec<(u64, &Live)> {
+        let mut v: Vec<(u64, &Live)> = self.live.iter().map(|(&p, l)| (p, l)).collect();
+        v.sort_unstable_by_key(|&(p, _)| p);
+        v
+    }
+
+    /// Everything live: allocations (in no particular order), then physical allocations.
+    pub fn all_live(&self) -> impl Iterator<Item = &Live> {
+        self.live.values().chain(self.physical.values())
+    }
+
+    /// Counts `size` bytes more live on `device` at time `t` (and the peak).
+    fn add_bytes(&mut self, device: u8, size: u64, t: u64) {
+        if self.devices.len() <= device as usize {
+            self.devices
+                .resize(device as usize + 1, DeviceLive::default());
+        }
+        let d = &mut self.devices[device as usize];
+        d.seen = true;
+        d.bytes = d.bytes.saturating_add(size);
+        if d.bytes > d.peak {
+            d.peak = d.bytes;
+            d.peak_time_ns = t;
+        }
+    }
+
+    fn sub_bytes(&mut self, device: u8, size: u64) {
+        if let Some(d) = self.devices.get_mut(device as usize) {
+            d.bytes = d.bytes.saturating_sub(size);
+        }
+    }
+
+    /// Per device that ever held memory, in order: (device, peak live bytes, time of the peak).
+    pub fn peaks(&self) -> impl Iterator<Item = (u8, u64, u64)> + '_ {
+        self.devices
+            .iter()
+            .enumerate()
+            .filter(|(_, d)| d.seen)
+            .map(|(i, d)| (i as u8, d.peak, d.peak_time_ns))
+    }
+
+    /// Live bytes on every device together.
+    pub fn total_live(&self) -> u64 {
+        self.devices
+            .iter()
+            .map(|d| d.bytes)
+            .fold(0, u64::saturating_add)
+    }
+
+    fn add_physical(&mut self, device: u8, size: u64, add: bool) {
+        let v = self.physical_bytes.entry(device).or_default();
+        *v = if add {
+            v.saturating_add(size)
+        } else {
+            v.saturating_sub(size)
+        };
+    }
+
+    pub fn apply(&mut self, r: &Record) -> Change {
+        self.index += 1;
+        use RecordKind::*;
+        // A checkpoint's own records carry figures, not times, in `time_ns`.
+        if r.kind == Restore {
+            self.restore(r);
+            return Change::Other;
+        }
+        if !matches!(r.kind, Holding | StringData | StackData) {
+            self.time_ns = self.time_ns.max(r.time_ns);
+        }
+        if self.restoring {
+            match r.kind {
+                Holding => {
+                    self.restore_holding(r);
+                    return Change::Other;
+                }
+                Caller => {
+                    self.restoring_site.2 = [r.ptr, r.size];
+                    return Change::Other;
+                }
+                _ => {}
+            }
+        }
+        match r.kind {
+            Alloc | AllocAsync | ManagedAlloc | TensorAlloc if r.status == 0 && r.ptr != 0 => {
+                if r.kind == TensorAlloc {
+                    self.tensors = true;
+                    let t = self.tensor_bytes.entry(device_or_0(r.device)).or_default();
+                    t.0 = t.0.saturating_add(r.size);
+                    t.1 = t.1.max(t.0);
+                }
+                let l = self.live_of(r);
+                let device = l.device;
+                if let Some(old) = self.live.insert(r.ptr, l) {
+                    // Freed by a route the trace did not see.
+                    self.sub_bytes(old.device, old.size);
+                }
+                self.add_bytes(device, r.size, r.time_ns);
+                if !self.restoring {
+                    *slot(&mut self.last_alloc, r.thread) = r.ptr;
+                    *slot(&mut self.awaiting_caller, r.thread) = Some((false, r.ptr));
+                }
+                Change::Alloc { ptr: r.ptr, device }
+            }
+            PhysCreate if r.status == 0 => {
+                let l = Live {
+                    stream: 0,
+                    ..self.live_of(r)
+                };
+                let device = l.device;
+                if let Some(old) = self.physical.insert(r.ptr, l) {
+                    self.sub_bytes(old.device, old.size);
+                    self.add_physical(old.device, old.size, false);
+                }
+                self.add_bytes(device, r.size, r.time_ns);
+                self.add_physical(device, r.size, true);
+                if !self.restoring {
+                    slot(&mut self.pending_physical, r.thread).push(r.ptr);
+                    *slot(&mut self.awaiting_caller, r.thread) = Some((true, r.ptr));
+                }
+                Change::Physical { device }
+            }
+            PhysRelease if r.status == 0 && self.framework_physical.remove(&r.ptr).is_some() => {
+                Change::Other
+            }
+            PhysRelease if r.status == 0 => match self.physical.remove(&r.ptr) {
+                Some(l) => {
+                    self.sub_bytes(l.device, l.size);
+                    self.add_physical(l.device, l.size, false);
+                    Change::Physical { device: l.device }
+                }
+                None => {
+                    self.unmatched_frees += 1;
+                    Change::Other
+                }
+            },
+            Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                match self.live.remove(&r.ptr) {
+                    Some(l) => {
+                        self.sub_bytes(l.device, l.size);
+                        if r.kind == TensorFree {
+                            let t = self.tensor_bytes.entry(l.device).or_default();
+                            t.0 = t.0.saturating_sub(l.size);
+                        }
+                        Change::Free {
+                            ptr: r.ptr,
+                            live: l,
+                        }
+                    }
+                    // The framework giving a segment back: its release follows.
+                    None if self.tensors && self.segments.contains_key(&r.ptr) => Change::Other,
+                    None => {
+                        self.unmatched_frees += 1;
+                        Change::Other
+                    }
+                }
+            }
+            // A framework segment: the allocation the shim saw (a `cudaMalloc`) is reserved
+            // memory, not something the program holds; an expandable segment's mapping claims
+            // the physical memory the thread just created.
+            SegmentReserve if r.api == Api::Torch => {
+                let device = device_or_0(r.device);
+                let change = match self.live.remove(&r.ptr) {
+                    Some(l) => {
+                        self.sub_bytes(l.device, l.size);
+                        Change::Free {
+                            ptr: r.ptr,
+                            live: l,
+                        }
+                    }
+                    None => {
+                        let pending = self
+                            .pending_physical
+                            .get_mut(r.thread as usize)
+                            .map(core::mem::take)
+                            .unwrap_or_default();
+                        for h in pending {
+                            if let Some(l) = self.physical.remove(&h) {
+                                self.sub_bytes(l.device, l.size);
+                                self.add_physical(l.device, l.size, false);
+                                self.framework_physical.insert(h, (l.size, l.device));
+                            }
+                        }
+                        Change::Physical { device }
+                    }
+                };
+                let end = self.segments.entry(r.ptr).or_insert((0, device));
+                end.0 = end.0.saturating_add(r.size);
+                let v = self.reserved.entry(device).or_default();
+                *v = v.saturating_add(r.size);
+                change
+            }
+            SegmentRelease if r.api == Api::Torch => {
+                let device = device_or_0(r.device);
+                if let Some(seg) = self.segments.get_mut(&r.ptr) {
+                    seg.0 = seg.0.saturating_sub(r.size);
+                    if seg.0 == 0 {
+                        self.segments.remove(&r.ptr);
+                    }
+                }
+                let v = self.reserved.entry(device).or_default();
+                *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            DeviceMemory => {
+                let f = self.nvml.entry(r.device).or_default();
+                f.bytes = r.ptr;
+                f.peak = f.peak.max(r.ptr);
+                f.total = r.size;
+                f.device_wide |= r.status != 0;
+                Change::Other
+            }
+            Caller => {
+                let owner = self
+                    .awaiting_caller
+                    .get_mut(r.thread as usize)
+                    .and_then(Option::take);
+                let l = match owner {
+                    Some((false, p)) => self.live.get_mut(&p),
+                    Some((true, h)) => self.physical.get_mut(&h),
+                    None => None,
+                };
+                if let Some(l) = l {
+                    l.caller = [r.ptr, r.size];
+                }
+                Change::Other
+            }
+            Tensors => {
+                if r.size == 0 {
+                    self.tensors_off = Some(r.ptr);
+                }
+                Change::Other
+            }
+            HostAlloc if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                if let Some(old) = self.host.insert(r.ptr, r.size) {
+                    self.host_live = self.host_live.saturating_sub(old);
+                }
+                self.host_live = self.host_live.saturating_add(r.size);
+                self.host_peak = self.host_peak.max(self.host_live);
+                Change::Other
+            }
+            HostFree if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                match self.host.remove(&r.ptr) {
+                    Some(size) => self.host_live = self.host_live.saturating_sub(size),
+                    None => self.unmatched_frees += 1,
+                }
+                Change::Other
+            }
+            StackRef => {
+                if let Some(p) = take_last(&mut self.last_alloc, r.thread)
+                    && let Some(l) = self.live.get_mut(&p)
+                {
+                    l.stack = r.ptr;
+                }
+                Change::Other
+            }
+            RangePush => {
+                slot(&mut self.ranges, r.thread).push(r.ptr);
+                Change::Other
+            }
+            RangePop => {
+                if let Some(s) = self.ranges.get_mut(r.thread as usize) {
+                    s.pop();
+                }
+                Change::Other
+            }
+            RangeStart => {
+                if let Some(old) = self.started_at.insert(r.size, self.index) {
+                    self.started.remove(&old);
+                }
+                self.started.insert(self.index, r.ptr);
+                Change::Other
+            }
+            RangeEnd => {
+                if let Some(at) = self.started_at.remove(&r.size) {
+                    self.started.remove(&at);
+                }
+                Change::Other
+            }
+            SegmentReserve => {
+                self.segments.insert(r.ptr, (r.size, r.device));
+                {
+                    let v = self.reserved.entry(r.device).or_default();
+                    *v = v.saturating_add(r.size);
+                }
+                Change::Other
+            }
+            SegmentRelease => {
+                self.segments.remove(&r.ptr);
+                let v = self.reserved.entry(r.device).or_default();
+                *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            MemInfo if r.status == 0 => {
+                let d = if r.device == DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                };
+                self.mem_info.insert(d, (r.ptr, r.size));
+                Change::Other
+            }
+            _ => {
+                // Any other record of the thread ends the window in which a StackRef belongs
+                // to its allocation.
+                if !r.kind.is_definition() {
+                    take_last(&mut self.last_alloc, r.thread);
+                }
+                Change::Other
+            }
+        }
+    }
+
+    /// Puts back what one `Restore` record of a checkpoint says (see [`restore`]).
+    fn restore(&mut self, r: &Record) {
+        let device = device_or_0(r.device);
+        match r.status {
+            restore::BEGIN => {
+                self.restoring = true;
+                self.restored = Some(Restored {
+                    covered: r.ptr,
+                    summarized: r.size,
+                    time_ns: r.time_ns,
+                });
+            }
+            restore::END => {
+                self.restoring = false;
+                self.restoring_site = (0, 0, [0; 2]);
+            }
+            restore::SITE => self.restoring_site = (r.ptr, r.size, [0; 2]),
+            restore::FRAMEWORK_PHYSICAL => {
+                self.framework_physical.insert(r.ptr, (r.size, device));
+            }
+            restore::SEGMENT => {
+                let end = self.segments.entry(r.ptr).or_insert((0, r.device));
+                end.0 = end.0.saturating_add(r.size);
+                let v = self.reserved.entry(r.device).or_default();
+                *v = v.saturating_add(r.size);
+            }
+            restore::TENSOR_BYTES => {
+                self.tensors = true;
+                self.tensor_bytes.insert(device, (r.ptr, r.size));
+            }
+            restore::DEVICE_PEAK => {
+                if self.devices.len() <= device as usize {
+                    self.devices
+                        .resize(device as usize + 1, DeviceLive::default());
+                }
+                let d = &mut self.devices[device as usize];
+                d.seen = true;
+                if r.ptr >= d.peak {
+                    d.peak = r.ptr;
+                    d.peak_time_ns = r.time_ns;
+                }
+            }
+            restore::HOST_PEAK => self.host_peak = self.host_peak.max(r.ptr),
+            restore::NVML => {
+                self.nvml.insert(
+                    r.device,
+                    NvmlFigure {
+                        bytes: r.ptr,
+                        peak: r.time_ns,
+                        total: r.size,
+                        device_wide: r.thread != 0,
+                    },
+                );
+            }
+            restore::UNMATCHED => self.unmatched_frees = self.unmatched_frees.saturating_add(r.ptr),
+            restore::MEM_INFO => {
+                self.mem_info.insert(device, (r.ptr, r.size));
+            }
+            restore::STARTED => {
+                self.started_at.insert(r.size, self.index);
+                self.started.insert(self.index, r.ptr);
+            }
+            restore::RANGE_OPEN => slot(&mut self.ranges, r.thread).push(r.ptr),
+            restore::API => {
+                let t = self.api_totals.entry(r.api as u8).or_default();
+                t.0 = t.0.saturating_add(r.ptr);
+                t.1 = t.1.saturating_add(r.time_ns);
+                t.2 = t.2.saturating_add(r.size);
+            }
+            restore::SNAPSHOT => self.snapshots.push(Snapshot {
+                device,
+                failure: r.thread != 0,
+                time_ns: r.time_ns,
+                live: r.ptr,
+                reserved: r.size,
+                ..Snapshot::default()
+            }),
+            restore::SNAPSHOT_MORE => {
+                if let Some(s) = self.snapshots.last_mut() {
+                    s.largest_free_block = r.ptr;
+                    s.device_free = r.size.checked_sub(1);
+                }
+            }
+            // A checkpoint keeps at most MAX_BOUNDARIES: more is a hostile file, ignored.
+            restore::BOUNDARY if self.boundaries.len() >= MAX_RESTORED_BOUNDARIES => {}
+            restore::BOUNDARY => {
+                let by_site = self
+                    .boundaries
+                    .last()
+                    .map(|b| b.by_site.clone())
+                    .unwrap_or_default();
+                self.boundaries.push(Boundary {
+                    ordinal: r.ptr,
+                    time_ns: r.time_ns,
+                    total: r.size,
+                    by_site,
+                });
+            }
+            restore::SERIES => self.series.push((r.time_ns, device, r.ptr, r.size)),
+            restore::LAST_ALLOC => *slot(&mut self.last_alloc, r.thread) = r.ptr,
+            restore::AWAITING_CALLER => {
+                *slot(&mut self.awaiting_caller, r.thread) = Some((r.size != 0, r.ptr));
+            }
+            restore::PENDING_PHYSICAL => slot(&mut self.pending_physical, r.thread).push(r.ptr),
+            restore::BOUNDARY_MARK => {
+                self.boundary_count = r.size;
+                self.boundary_mark = Some(if r.thread == 0 {
+                    BoundaryMark::Nvtx(r.ptr)
+                } else {
+                    BoundaryMark::Site(r.ptr)
+                });
+            }
+            _ => {}
+        }
+    }
+
+    /// A `Holding` record: one call site's bytes at the snapshot or boundary before it.
+    fn restore_holding(&mut self, r: &Record) {
+        let count = restore::count_of(r);
+        if r.device == DEVICE_UNKNOWN {
+            if let Some(b) = self.boundaries.last_mut() {
+                if r.time_ns == 0 {
+                    b.by_site.remove(&r.ptr);
+                } else if b.by_site.len() < MAX_RESTORED_SITES || b.by_site.contains_key(&r.ptr) {
+                    b.by_site.insert(r.ptr, r.time_ns);
+                }
+            }
+        } else if let Some(s) = self.snapshots.last_mut() {
+            s.holdings.push(Holding {
+                stack: r.ptr,
+                range: r.size,
+                bytes: r.time_ns,
+                allocations: count,
+            });
+        }
+    }
+
+    /// The open NVTX ranges: per thread, outermost first; and the start/end ranges open, as
+    /// (string id, range id), oldest first.
+    pub fn open_ranges(&self) -> OpenRanges {
+        let threads = self
+            .ranges
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| !v.is_empty())
+            .map(|(t, v)| (t as u16, v.clone()))
+            .collect();
+        let mut started: Vec<(u64, u64, u64)> = self
+            .started_at
+            .iter()
+            .filter_map(|(&id, &at)| self.started.get(&at).map(|&name| (at, name, id)))
+            .collect();
+        started.sort_unstable();
+        (
+            threads,
+            started.into_iter().map(|(_, n, id)| (n, id)).collect(),
+        )
+    }
+
+    /// Per thread, what a record to come may still refer to: the allocation a `StackRef`
+    /// would name, the one a `Caller` would (and whether a VMM handle), the physical
+    /// allocations a framework segment would claim.
+    pub fn thread_pending(&self) -> Vec<ThreadPending> {
+        let n = self
+            .last_alloc
+            .len()
+            .max(self.awaiting_caller.len())
+            .max(self.pending_physical.len());
+        (0..n)
+            .map(|t| ThreadPending {
+                thread: t as u16,
+                last_alloc: self.last_alloc.get(t).copied().unwrap_or(0),
+                awaiting_caller: self.awaiting_caller.get(t).copied().flatten(),
+                pending_physical: self.pending_physical.get(t).cloned().unwrap_or_default(),
+            })
+            .filter(|p| {
+                p.last_alloc != 0 || p.awaiting_caller.is_some() || !p.pending_physical.is_empty()
+            })
+            .collect()
+    }
+
+    /// The physical allocations that back the framework's segments: handle, size, device.
+    pub fn framework_physical(&self) -> impl Iterator<Item = (u64, u64, u8)> + '_ {
+        self.framework_physical
+            .iter()
+            .map(|(&h, &(size, d))| (h, size, d))
+    }
+
+    /// The pool's or the framework's segments: base, size, device.
+    pub fn segments(&self) -> impl Iterator<Item = (u64, u64, u8)> + '_ {
+        self.segments.iter().map(|(&b, &(size, d))| (b, size, d))
+    }
+
+    pub fn live_on(&self, device: u8) -> u64 {
+        self.devices.get(device as usize).map_or(0, |d| d.bytes)
+    }
+
+    /// Reserved memory on a device: the pool's segments plus VMM physical memory (which the
+    /// pool does not serve), or (pass-through) what is live.
+    pub fn reserved_on(&self, device: u8) -> u64 {
+        if self.segments.is_empty() && self.reserved.is_empty() {
+            self.live_on(device)
+        } else {
+            let physical: u64 = self
+                .physical
+                .values()
+                .filter(|l| l.device == device)
+                .map(|l| l.size)
+                .sum();
+            self.reserved.get(&device).copied().unwrap_or(0) + physical
+        }
+    }
+
+    /// The largest free range inside the pool's segments of `device` (0 without a pool).
+    pub fn largest_free_block(&self, device: u8) -> u64 {
+        let sorted = self.live_in_order();
+        let mut best = 0;
+        for (&base, &(size, d)) in &self.segments {
+            if d != device {
+                continue;
+            }
+            // A hostile trace may name a segment that runs past 2^64: saturate.
+            let end = base.saturating_add(size);
+            let mut at = base;
+            for &(p, l) in in_range(&sorted, base, end) {
+                best = best.max(p.saturating_sub(at));
+                at = at.max(p.saturating_add(l.size));
+            }
+            best = best.max(end.saturating_sub(at));
+        }
+        best
+    }
+}
+
+/// Opens a trace, says where its damage is if any, and replays it through `f`.
+pub fn replay_each(
+    path: &Path,
+    opts: &ReadOptions,
+    mut f: impl FnMut(&TraceReader, &mut Replay, &Record, Change),
+) -> Result<(TraceReader, Replay), ReadError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
+    let mut replay = Replay::default();
+    while let Some(r) = reader.next() {
+        let c = replay.apply(&r);
+        f(&reader, &mut replay, &r, c);
+    }
+    Ok((reader, replay))
+}
+
+/// Replays the first `at` records, then the stack references that follow within a short window
+/// (a stack is recorded just after its allocation; other threads may come in between).
+pub fn replay_until(reader: &mut TraceReader, at: u64) -> Replay {
+    let mut rp = Replay::default();
+    while rp.index < at {
+        let Some(r) = reader.next() else {
+            return rp;
+        };
+        rp.apply(&r);
+    }
+    for _ in 0..64 {
+        let Some(r) = reader.next() else {
+            break;
+        };
+        if r.kind == RecordKind::StackRef {
+            let index = rp.index;
+            rp.apply(&r);
+            rp.index = index;
+        }
+    }
+    rp
+}
+
+/// The entries of `sorted` (by address) whose address is in `base..end`.
+pub fn in_range<'a, 'b>(
+    sorted: &'b [(u64, &'a Live)],
+    base: u64,
+    end: u64,
+) -> &'b [(u64, &'a Live)] {
+    let from = sorted.partition_point(|&(p, _)| p < base);
+    let to = sorted.partition_point(|&(p, _)| p < end);
+    &sorted[from..to.max(from)]
+}
+
+/// A record's device, an unknown one counted as device 0.
+fn device_or_0(device: u8) -> u8 {
+    if device == DEVICE_UNKNOWN { 0 } else { device }
+}
+
+/// The entry of `thread` in a per-thread table, made on first use.
+fn slot<T: Default>(table: &mut Vec<T>, thread: u16) -> &mut T {
+    let i = thread as usize;
+    if table.len() <= i {
+        table.resize_with(i + 1, T::default);
+    }
+    &mut table[i]
+}
+
+/// Takes the latest allocation of `thread` awaiting its stack, if any.
+fn take_last(table: &mut [u64], thread: u16) -> Option<u64> {
+    match table.get_mut(thread as usize) {
+        Some(p) if *p != 0 => Some(core::mem::take(p)),
+        _ => None,
+    }
+}

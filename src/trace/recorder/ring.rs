@@ -1,0 +1,236 @@
+//! A trace of any length: the ring's layout, its checkpoints, and the summarizer that writes
+//! them (see `format::ring`).
+//!
+//! The summarizer runs on a helper thread of the traced process. Every 10 ms it reads the
+//! records claimed before its previous look (writers commit within microseconds of their
+//! claim; a block's unused tail is abandoned within 1 ms), feeds them to a [`Summarizer`], and,
+//! once the ring is half full, writes a checkpoint every second and whenever the writers are
+//! half a ring ahead of the last one. A checkpoint goes to the slot the newest does not use,
+//! then its descriptor's `seq` is stored last: a process killed at any moment leaves a whole
+//! checkpoint at most a second old, and the ring still holds every record after it unless the
+//! writers lapped the summarizer (then the records between are counted in the header).
+
+use super::*;
+use crate::trace::format::ring::{DESCRIPTOR_BYTES, Descriptor, checksum};
+use crate::trace::summary::{self, Summarizer};
+
+/// How the file of `trace_max` bytes is laid out.
+pub(super) struct Layout {
+    /// Record slots.
+    pub capacity: u64,
+    /// Where the checkpoint area starts (0: no ring).
+    pub checkpoint_area: u64,
+    /// Bytes of one of its two slots (0: no ring).
+    pub checkpoint_slot: u64,
+}
+
+/// The smallest checkpoint slot.
+const MIN_CHECKPOINT_SLOT: u64 = 64 << 10;
+/// The largest: a checkpoint of a million live allocations and 16,384 deep stacks fits.
+const MAX_CHECKPOINT_SLOT: u64 = 256 << 20;
+
+impl Layout {
+    /// A ring gives an eighth of `trace_max` (256 MiB at most) to each checkpoint slot and the
+    /// rest to records; otherwise every byte holds records.
+    pub fn of(trace_max: u64, ring: bool) -> Layout {
+        let records = |bytes: u64| bytes.saturating_sub(HEADER_SIZE as u64) / RECORD_SIZE as u64;
+        let slot = (trace_max / 8 / 4096 * 4096).clamp(MIN_CHECKPOINT_SLOT, MAX_CHECKPOINT_SLOT);
+        if !ring || trace_max < 8 * MIN_CHECKPOINT_SLOT {
+            return Layout {
+                capacity: records(trace_max),
+                checkpoint_area: 0,
+                checkpoint_slot: 0,
+            };
+        }
+        let mut capacity = records(trace_max - 2 * slot);
+        // A slot left from the lap before carries another commit word than this lap's record
+        // only if the capacity is no multiple of the commit word's period.
+        if capacity % 32768 == 0 {
+            capacity -= 1;
+        }
+        let area = (HEADER_SIZE as u64 + capacity * RECORD_SIZE as u64).div_ceil(4096) * 4096;
+        Layout {
+            capacity,
+            checkpoint_area: area,
+            checkpoint_slot: slot,
+        }
+    }
+}
+
+/// What the summarizer loop does between looks.
+const LOOK_EVERY_MS: u64 = 10;
+/// A checkpoint at least this often once the ring is half full.
+const CHECKPOINT_EVERY_NS: u64 = 1_000_000_000;
+
+impl Recorder {
+    /// Whether the file is laid out as a ring.
+    pub fn is_ring(&self) -> bool {
+        self.slow.checkpoint_slot.load(Ordering::Relaxed) > 0
+    }
+
+    fn descriptor_word(&self, slot: usize, field: usize) -> Option<&AtomicU64> {
+        self.header_word(header::CHECKPOINTS + slot * DESCRIPTOR_BYTES + field * 8)
+    }
+
+    /// Writes a checkpoint of `bodies` (commit words put here) covering ring records before
+    /// `covered`, into the slot the newest checkpoint does not use. Returns false when it did
+    /// not fit or could not be written.
+    pub fn write_checkpoint(&self, bodies: &mut [[u8; RECORD_SIZE]], covered: u64) -> bool {
+        let fd = self.fd.load(Ordering::Acquire);
+        let area = self.slow.checkpoint_area.load(Ordering::Relaxed);
+        let slot_bytes = self.slow.checkpoint_slot.load(Ordering::Relaxed);
+        let bytes = (bodies.len() as u64).saturating_mul(RECORD_SIZE as u64);
+        if fd < 0 || slot_bytes == 0 || bytes > slot_bytes {
+            return false;
+        }
+        let seq = |k: usize| {
+            self.descriptor_word(k, 0)
+                .map_or(0, |w| w.load(Ordering::Acquire))
+        };
+        let (s0, s1) = (seq(0), seq(1));
+        let k = usize::from(s0 > s1);
+        let next_seq = s0.max(s1) + 1;
+        let Some(seq_word) = self.descriptor_word(k, 0) else {
+            return false;
+        };
+        // Empty first: a reader (or a crash) never pairs this descriptor with half-written data.
+        seq_word.store(0, Ordering::SeqCst);
+        summary::seal(bodies);
+        // SAFETY: `bodies` is a slice of arrays of plain bytes, contiguous in memory.
+        let raw =
+            unsafe { core::slice::from_raw_parts(bodies.as_ptr().cast::<u8>(), bytes as usize) };
+        let mut done = 0usize;
+        let at = area + k as u64 * slot_bytes;
+        while done < raw.len() {
+            // SAFETY: `fd` is the open trace; the buffer is valid for the length given.
+            let n = unsafe {
+                libc::pwrite(
+                    fd,
+                    raw[done..].as_ptr().cast(),
+                    raw.len() - done,
+                    (at + done as u64) as libc::off_t,
+                )
+            };
+            if n <= 0 {
+                return false;
+            }
+            done += n as usize;
+        }
+        let sum = checksum(raw);
+        for (field, v) in [(1, bodies.len() as u64), (2, covered), (3, sum)] {
+            if let Some(w) = self.descriptor_word(k, field) {
+                w.store(v, Ordering::Relaxed);
+            }
+        }
+        seq_word.store(next_seq, Ordering::Release);
+        true
+    }
+
+    /// The descriptor of the newest checkpoint, if any.
+    pub fn newest_checkpoint(&self) -> Option<Descriptor> {
+        (0..2)
+            .map(|k| {
+                let f = |i| {
+                    self.descriptor_word(k, i)
+                        .map_or(0, |w| w.load(Ordering::Acquire))
+                };
+                Descriptor {
+                    seq: f(0),
+                    records: f(1),
+                    covered: f(2),
+                    checksum: f(3),
+                }
+            })
+            .filter(|d| d.seq > 0)
+            .max_by_key(|d| d.seq)
+    }
+
+    /// Copies committed record `index` out of the ring, if it is there (committed, of this
+    /// lap, not overwritten while copied).
+    fn read_record(&self, index: u64) -> Option<[u8; RECORD_SIZE]> {
+        let capacity = self.capacity.load(Ordering::Relaxed).max(1);
+        let offset = HEADER_SIZE as u64 + (index % capacity) * RECORD_SIZE as u64;
+        let base = self.chunks[(offset / CHUNK_BYTES) as usize].load(Ordering::Acquire);
+        if base.is_null() {
+            return None;
+        }
+        let tag = format::commit_tag(index);
+        // SAFETY: the chunk maps CHUNK_BYTES of the file and the record lies inside it; the
+        // commit word is read atomically before and after the body is copied, so a body that
+        // a writer changed meanwhile is refused.
+        unsafe {
+            let src = base.add((offset % CHUNK_BYTES) as usize);
+            let word = AtomicU16::from_ptr(src.cast());
+            if word.load(Ordering::Acquire) != tag {
+                return None;
+            }
+            let mut body = [0u8; RECORD_SIZE];
+            ptr::copy_nonoverlapping(src, body.as_mut_ptr(), RECORD_SIZE);
+            core::sync::atomic::fence(Ordering::Acquire);
+            if word.load(Ordering::Relaxed) != tag {
+                return None;
+            }
+            Some(body)
+        }
+    }
+
+    /// Runs the summarizer until `stop` is set (then writes a last checkpoint if the ring has
+    /// wrapped). Turns wrapping on first: from here on the trace never drops a record for want
+    /// of room. A helper thread's body; it allocates.
+    pub fn run_summarizer(&self, stop: &AtomicBool) {
+        if !self.is_ring() || self.state.load(Ordering::Acquire) != READY {
+            return;
+        }
+        self.ring_on.store(true, Ordering::Relaxed);
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let mut s = Summarizer::new();
+        let mut next = 0u64;
+        let mut seen_claimed = self.claimed();
+        let mut last_covered = 0u64;
+        let mut last_at = self.now_ns();
+        let mut bodies: Vec<[u8; RECORD_SIZE]> = Vec::new();
+        loop {
+            let stopping = stop.load(Ordering::Acquire);
+            if !stopping {
+                std::thread::sleep(std::time::Duration::from_millis(LOOK_EVERY_MS));
+            }
+            let claimed = self.claimed();
+            // Records claimed before the previous look are committed by now (all of them when
+            // stopping: the process is at its exit).
+            let upto = if stopping { claimed } else { seen_claimed };
+            seen_claimed = claimed;
+            if claimed.saturating_sub(next) > capacity {
+                let from = claimed - capacity;
+                if let Some(w) = self.header_word(header::SUMMARY_LOST) {
+                    w.fetch_add(from - next, Ordering::Relaxed);
+                }
+                next = from;
+            }
+            while next < upto {
+                if let Some(body) = self.read_record(next) {
+                    s.feed(&body);
+                }
+                next += 1;
+            }
+            s.drain(false);
+            let now = self.now_ns();
+            let wrapping = claimed > capacity / 2;
+            let due = now.saturating_sub(last_at) >= CHECKPOINT_EVERY_NS && next > last_covered;
+            let behind = claimed.saturating_sub(last_covered) > capacity / 2;
+            if wrapping && (due || behind || (stopping && next > last_covered)) {
+                bodies.clear();
+                s.checkpoint(next, &mut bodies);
+                if self.write_checkpoint(&mut bodies, next) {
+                    last_covered = next;
+                } else if let Some(w) = self.header_word(header::CHECKPOINTS_FAILED) {
+                    w.fetch_add(1, Ordering::Relaxed);
+                }
+                last_at = now;
+                bodies.shrink_to(1 << 16);
+            }
+            if stopping {
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,887 @@
+//! What the oldest records of a ring said, kept as a checkpoint (see [`crate::trace::format::ring`]).
+//!
+//! The [`Summarizer`] reads records in the order a writer committed them, puts them back in
+//! time order as the reader does, and runs the reports' own replay ([`Replay`]) over them, with
+//! a few trackers beside it: calls and bytes per API, each device's peak and what held it then,
+//! every failed allocation with what was live then, iteration boundaries with the live bytes of
+//! each call site, NVML's samples thinned over time. [`Summarizer::checkpoint`] writes all of it
+//! as a stream of records that a reader replays before the ring's records: one code path for a
+//! short trace and a long one.
+//!
+//! The shim runs a summarizer on a helper thread (never on a hooked call), so it may allocate.
+
+use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind, restore};
+use crate::trace::live::{BoundaryMark, Change, Live, Replay, Snapshot, site_key, size_key};
+use std::collections::{BTreeMap, HashMap};
+
+/// Records wait this long in the reorder window (as in the reader).
+const REORDER_NS: u64 = crate::trace::reader::REORDER_WINDOW_NS;
+/// Failed allocations kept with what was live then: the first half and the latest half.
+pub const MAX_FAILURES: usize = 256;
+/// NVML samples kept (thinned evenly over the run past this).
+pub const MAX_NVML_SAMPLES: usize = 512;
+/// Iteration boundaries kept (thinned evenly over the run past this).
+pub const MAX_BOUNDARIES: usize = 256;
+/// Points of the coarse series of memory over time, per device (past this, each two
+/// neighbours become the one with more live memory, and the stretch a point stands for
+/// doubles).
+pub const MAX_SERIES: usize = 1024;
+/// Records of kinds kept as they came (threads, streams, notes) past which they are dropped.
+const MAX_KEPT: usize = 65_536;
+
+/// Whether a record is a call of the program (what `summary` counts per API): not the shim's
+/// own notes, not a definition.
+pub fn is_call(r: &Record) -> bool {
+    if r.kind.is_definition()
+        || matches!(
+            r.kind,
+            RecordKind::ThreadStart
+                | RecordKind::StreamName
+                | RecordKind::StringData
+                | RecordKind::StackData
+                | RecordKind::StackRef
+                | RecordKind::Restore
+                | RecordKind::Holding
+        )
+    {
+        return false;
+    }
+    r.api != Api::Shim
+}
+
+/// Whether a record's kind makes memory (for bytes per API).
+pub fn is_allocating(kind: RecordKind) -> bool {
+    use RecordKind::*;
+    matches!(
+        kind,
+        Alloc | AllocAsync | HostAlloc | ManagedAlloc | PhysCreate | TensorAlloc
+    )
+}
+
+/// Whether a record is a failed request for memory (what `oom` lists).
+pub fn is_failure(r: &Record) -> bool {
+    use RecordKind::*;
+    match r.kind {
+        Alloc | AllocAsync | ManagedAlloc => r.status != 0 && r.size > 0,
+        TensorOom => true,
+        _ => false,
+    }
+}
+
+/// Where one call site occurred in the sequence of allocations: how often, first and last,
+/// and its first [`KEPT_POSITIONS`] positions (for the regularity of its gaps).
+#[derive(Clone, Debug, Default)]
+pub struct Occurrences {
+    pub count: u64,
+    pub first: u64,
+    pub last: u64,
+    pub positions: Vec<u64>,
+}
+
+/// Positions kept per call site.
+pub const KEPT_POSITIONS: usize = 4096;
+
+impl Occurrences {
+    fn add(&mut self, at: u64) {
+        if self.count == 0 {
+            self.first = at;
+        }
+        self.count += 1;
+        self.last = at;
+        if self.positions.len() < KEPT_POSITIONS {
+            self.positions.push(at);
+        }
+    }
+}
+
+/// The call site that marks the program's repeating unit (its step), from where each site
+/// occurred in the sequence of allocations (`total` allocations in all).
+///
+/// A training step allocates from most of its lines once; a line that allocates many times a
+/// step (a loop inside the step) or only at start is not the step. So each candidate site (3
+/// occurrences or more, spread over at least half of the run after its first, at gaps within
+/// 1.5x of each other between the 10th and 90th percentiles) is scored by how many sites occur
+/// about as often as it does (within 10%, or 1); the best score wins, then the fewest
+/// occurrences, then the site seen first. Ties resolve the same way every time.
+pub fn detect_period(sites: &HashMap<u64, Occurrences>, total: u64) -> Option<u64> {
+    let counts: Vec<u64> = sites
+        .values()
+        .map(|o| o.count)
+        .filter(|&n| n >= 3)
+        .collect();
+    let near = |a: u64, b: u64| a.abs_diff(b) <= (b / 10).max(1);
+    sites
+        .iter()
+        .filter(|(_, o)| o.count >= 3 && o.positions.len() >= 3)
+        .filter(|(_, o)| {
+            let span = o.last.saturating_sub(o.first);
+            span.saturating_mul(2) >= total.saturating_sub(o.first) || o.count >= 16
+        })
+        .filter(|(_, o)| {
+            let t = &o.positions;
+            let mut gaps: Vec<u64> = t.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+            gaps.sort_unstable();
+            let lo = gaps[gaps.len() / 10];
+            let hi = gaps[(gaps.len() * 9 / 10).min(gaps.len() - 1)];
+            lo > 0 && hi.saturating_mul(2) <= lo.saturating_mul(3)
+        })
+        .max_by_key(|(k, o)| {
+            let score = counts.iter().filter(|&&n| near(n, o.count)).count();
+            (
+                score,
+                std::cmp::Reverse(o.count),
+                std::cmp::Reverse(o.first),
+                std::cmp::Reverse(**k),
+            )
+        })
+        .map(|(k, _)| *k)
+}
+
+/// What marks the iterations, learnt from the records: NVTX names and how often each came,
+/// and where each call site allocated (by stack where stacks were recorded, else by API and
+/// size). Positions in the sequence of allocations, not times: an iteration's allocations come
+/// in the same order every time, while their timing varies with the machine.
+#[derive(Default)]
+pub struct MarkFinder {
+    /// By string id: how often, and whether a range (not a mark).
+    pub names: HashMap<u64, (u64, bool)>,
+    by_stack: HashMap<u64, Occurrences>,
+    by_size: HashMap<u64, Occurrences>,
+    pending: HashMap<u16, u64>,
+    pub allocations: u64,
+}
+
+impl MarkFinder {
+    /// Learns from one record (whose replay made change `c`).
+    pub fn learn(&mut self, r: &Record, c: Change) {
+        match r.kind {
+            RecordKind::RangePush | RecordKind::RangeStart | RecordKind::Mark => {
+                let e = self
+                    .names
+                    .entry(r.ptr)
+                    .or_insert((0, r.kind != RecordKind::Mark));
+                e.0 += 1;
+            }
+            RecordKind::StackRef => {
+                if let Some(t) = self.pending.remove(&r.thread) {
+                    self.by_stack.entry(r.ptr).or_default().add(t);
+                }
+            }
+            _ => {
+                if !r.kind.is_definition() {
+                    self.pending.remove(&r.thread);
+                }
+                if let Change::Alloc { .. } = c {
+                    self.allocations += 1;
+                    self.pending.insert(r.thread, self.allocations);
+                    self.by_size
+                        .entry(size_key(r.api as u8, r.size))
+                        .or_default()
+                        .add(self.allocations);
+                }
+            }
+        }
+    }
+
+    /// The NVTX range (pushed, else a mark) seen most often, 3 times or more; else the call
+    /// site of the detected period, by stack where stacks were recorded, else by API and size.
+    pub fn choose(&self) -> Option<BoundaryMark> {
+        self.names
+            .iter()
+            .filter(|(_, (n, _))| *n >= 3)
+            .max_by_key(|(id, (n, push))| (*push, *n, std::cmp::Reverse(**id)))
+            .map(|(&id, _)| BoundaryMark::Nvtx(id))
+            .or_else(|| {
+                detect_period(&self.by_stack, self.allocations)
+                    .or_else(|| detect_period(&self.by_size, self.allocations))
+                    .map(BoundaryMark::Site)
+            })
+    }
+}
+
+/// Learns what marks an iteration until the first checkpoint (when the ring is half full:
+/// most of a ring of records seen), then keeps live bytes by call site at each boundary.
+#[derive(Default)]
+struct Boundaries {
+    finder: MarkFinder,
+    mark: Option<BoundaryMark>,
+    decided: bool,
+    /// Boundaries seen since the mark was chosen, and the ones kept (every `stride`-th).
+    seen: u64,
+    stride: u64,
+    kept: Vec<(u64, u64, u64, HashMap<u64, u64>)>,
+}
+
+impl Boundaries {
+    /// Chooses the mark from what was learnt, once.
+    fn decide(&mut self) {
+        if self.decided {
+            return;
+        }
+        self.decided = true;
+        self.stride = 1;
+        self.mark = self.finder.choose();
+        self.finder = MarkFinder::default();
+    }
+
+    fn sample(&mut self, rp: &Replay, time_ns: u64) {
+        self.seen += 1;
+        if (self.seen - 1) % self.stride != 0 {
+            return;
+        }
+        let mut by: HashMap<u64, u64> = HashMap::new();
+        for l in rp.all_live() {
+            let v = by.entry(site_key(l)).or_default();
+            *v = v.saturating_add(l.size);
+        }
+        self.kept.push((self.seen, time_ns, rp.total_live(), by));
+        if self.kept.len() >= MAX_BOUNDARIES {
+            // Every other one goes: the rest stay evenly spread over the run.
+            let mut i = 0;
+            self.kept.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.stride *= 2;
+        }
+    }
+}
+
+/// A device's peak as the summarizer watches it. What held it is not copied at each new peak
+/// (a leak makes one every step): the allocations made and freed on the device since the peak
+/// are journalled, and the peak's live set is the current one with the journal undone, taken
+/// when a checkpoint is written or the journal grows past the live set.
+#[derive(Default)]
+struct PeakWatch {
+    bytes: u64,
+    time_ns: u64,
+    reserved: u64,
+    /// The peak moved and its snapshot is not taken yet.
+    pending: bool,
+    /// Since the peak: (address, None) allocated, (address, Some(what it was)) freed.
+    journal: Vec<(u64, Option<Live>)>,
+    snapshot: Snapshot,
+}
+
+impl PeakWatch {
+    fn materialize(&mut self, rp: &Replay, device: u8) {
+        if !self.pending {
+            return;
+        }
+        self.pending = false;
+        let mut set: HashMap<u64, Live> = rp
+            .live
+            .iter()
+            .filter(|(_, l)| l.device == device)
+            .map(|(&p, &l)| (p, l))
+            .collect();
+        for (p, was) in self.journal.drain(..).rev() {
+            match was {
+                None => {
+                    set.remove(&p);
+                }
+                Some(l) => {
+                    set.insert(p, l);
+                }
+            }
+        }
+        let physical = rp.physical.values().filter(|l| l.device == device);
+        self.snapshot = Snapshot::of(set.values().chain(physical), device, self.time_ns);
+        self.snapshot.live = self.bytes;
+        self.snapshot.reserved = self.reserved;
+    }
+}
+
+/// What was live on `device` now, for a failure: by call site, with the pool's figures.
+fn snapshot_now(rp: &Replay, device: u8, time_ns: u64) -> Snapshot {
+    let mut s = Snapshot::of(
+        rp.all_live().filter(|l| l.device == device),
+        device,
+        time_ns,
+    );
+    s.failure = true;
+    s.live = rp.live_on(device);
+    s.reserved = rp.reserved_on(device);
+    s.largest_free_block = rp.largest_free_block(device);
+    s.device_free = rp.mem_info.get(&device).map(|m| m.0);
+    s
+}
+
+/// A failed allocation kept: what was live then, and its records (the failure, its stack).
+struct Failure {
+    snapshot: Snapshot,
+    records: Vec<Record>,
+}
+
+/// Summarizes the records of a trace as they come (see the module's notes).
+pub struct Summarizer {
+    replay: Replay,
+    /// Definitions as they came, bodies verbatim.
+    defs: Vec<[u8; RECORD_SIZE]>,
+    /// Records of kinds kept as they came (threads, streams, the framework's state, notes).
+    kept: Vec<Record>,
+    /// The thread whose next stack belongs to a kept note.
+    kept_stack_of: Option<u16>,
+    window: Vec<(u64, u64, Record)>,
+    latest_ns: u64,
+    fed: u64,
+    applied: u64,
+    applied_ns: u64,
+    apis: Vec<(u64, u64, u64)>,
+    peaks: BTreeMap<u8, PeakWatch>,
+    failures: Vec<Failure>,
+    failures_dropped: u64,
+    /// The thread whose next stack belongs to the latest failure.
+    failure_stack_of: Option<u16>,
+    boundaries: Boundaries,
+    nvml: Vec<Record>,
+    nvml_seen: u64,
+    nvml_stride: u64,
+    series: BTreeMap<u8, Series>,
+}
+
+/// Live and reserved memory of one device over time, a point per stretch of `every_ns` (the
+/// highest live of the stretch, so peaks stay).
+struct Series {
+    every_ns: u64,
+    points: Vec<(u64, u64, u64)>,
+}
+
+impl Series {
+    fn note(&mut self, t: u64, live: u64, reserved: u64) {
+        match self.points.last_mut() {
+            Some(last) if t / self.every_ns == last.0 / self.every_ns => {
+                if live > last.1 {
+                    *last = (t, live, reserved);
+                }
+            }
+            _ => self.points.push((t, live, reserved)),
+        }
+        if self.points.len() >= MAX_SERIES {
+            self.every_ns *= 2;
+            let every = self.every_ns;
+            let mut merged: Vec<(u64, u64, u64)> = Vec::with_capacity(MAX_SERIES / 2 + 1);
+            for p in self.points.drain(..) {
+                match merged.last_mut() {
+                    Some(m) if p.0 / every == m.0 / every => {
+                        if p.1 > m.1 {
+                            *m = p;
+                        }
+                    }
+                    _ => merged.push(p),
+                }
+            }
+            self.points = merged;
+        }
+    }
+}
+
+impl Default for Summarizer {
+    fn default() -> Self {
+        Summarizer::new()
+    }
+}
+
+impl Summarizer {
+    pub fn new() -> Summarizer {
+        Summarizer {
+            replay: Replay::default(),
+            defs: Vec::new(),
+            kept: Vec::new(),
+            kept_stack_of: None,
+            window: Vec::new(),
+            latest_ns: 0,
+            fed: 0,
+            applied: 0,
+            applied_ns: 0,
+            apis: vec![(0, 0, 0); 256],
+            peaks: BTreeMap::new(),
+            failures: Vec::new(),
+            failures_dropped: 0,
+            failure_stack_of: None,
+            boundaries: Boundaries::default(),
+            nvml: Vec::new(),
+            nvml_seen: 0,
+            nvml_stride: 1,
+            series: BTreeMap::new(),
+        }
+    }
+
+    /// Records fed so far.
+    pub fn fed(&self) -> u64 {
+        self.fed
+    }
+
+    /// The replay's state (what is live now, as far as records were applied).
+    pub fn replay(&self) -> &Replay {
+        &self.replay
+    }
+
+    /// Takes one committed record body, in the order the writers claimed them. Definitions
+    /// (strings, stacks, modules) are kept at once, in that order, since their data records
+    /// carry bytes where other records carry times; other records wait in the reorder window.
+    pub fn feed(&mut self, body: &[u8; RECORD_SIZE]) {
+        self.fed += 1;
+        let Some(r) = Record::decode(body) else {
+            return;
+        };
+        use RecordKind::*;
+        if matches!(
+            r.kind,
+            String | StringData | Stack | StackData | Module | ModuleBuildId
+        ) {
+            let mut b = *body;
+            b[0] = 0;
+            b[1] = 0;
+            self.defs.push(b);
+            return;
+        }
+        self.latest_ns = self.latest_ns.max(r.time_ns);
+        self.window.push((r.time_ns, self.fed, r));
+        if self.window.len() >= 1 << 16 {
+            self.drain(false);
+        }
+    }
+
+    /// Applies the records of the window older than the reorder window (all with `all`).
+    pub fn drain(&mut self, all: bool) {
+        self.window.sort_by_key(|w| (w.0, w.1));
+        let cut = if all {
+            self.window.len()
+        } else {
+            let t = self.latest_ns.saturating_sub(REORDER_NS);
+            let by_time = self.window.partition_point(|w| w.0 < t);
+            by_time.max(self.window.len().saturating_sub(1 << 20))
+        };
+        let ready: Vec<(u64, u64, Record)> = self.window.drain(..cut).collect();
+        for (_, _, r) in ready {
+            self.apply(&r);
+        }
+    }
+
+    fn apply(&mut self, r: &Record) {
+        use RecordKind::*;
+        self.applied += 1;
+        self.applied_ns = self.applied_ns.max(r.time_ns);
+        if is_call(r) {
+            let a = &mut self.apis[r.api as usize];
+            a.0 += 1;
+            if r.status != 0 {
+                a.2 += 1;
+            } else if is_allocating(r.kind) {
+                a.1 = a.1.saturating_add(r.size);
+            }
+        }
+        // Stacks that belong to a kept record or a failure.
+        if r.kind == StackRef {
+            if self.failure_stack_of == Some(r.thread) {
+                self.failure_stack_of = None;
+                if let Some(f) = self.failures.last_mut() {
+                    f.records.push(*r);
+                }
+            }
+            if self.kept_stack_of == Some(r.thread) {
+                self.kept_stack_of = None;
+                self.keep(r);
+            }
+        } else if !r.kind.is_definition() {
+            if self.failure_stack_of == Some(r.thread) {
+                self.failure_stack_of = None;
+            }
+            if self.kept_stack_of == Some(r.thread) {
+                self.kept_stack_of = None;
+            }
+        }
+        match r.kind {
+            ThreadStart | StreamName | Tensors => self.keep(r),
+            PoolStreams => {
+                self.keep(r);
+                self.kept_stack_of = Some(r.thread);
+            }
+            DeviceMemory => self.sample_nvml(r),
+            _ => {}
+        }
+        // VMM memory and framework segments change what is live without an address the
+        // journal follows: the snapshots of peaks reached before them are taken first.
+        if matches!(r.kind, PhysCreate | PhysRelease | SegmentReserve) {
+            self.settle_peaks();
+        }
+        if is_failure(r) {
+            self.failure(r);
+        }
+        let c = self.replay.apply(r);
+        if let Change::Alloc { device, .. }
+        | Change::Physical { device }
+        | Change::Free {
+            live: Live { device, .. },
+            ..
+        } = c
+        {
+            let (live, reserved) = (self.replay.live_on(device), self.replay.reserved_on(device));
+            self.series
+                .entry(device)
+                .or_insert(Series {
+                    every_ns: 1_000_000,
+                    points: Vec::new(),
+                })
+                .note(r.time_ns, live, reserved);
+        }
+        match c {
+            Change::Alloc { device, .. } | Change::Physical { device } => {
+                let live = self.replay.live_on(device);
+                let w = self.peaks.entry(device).or_default();
+                if live > w.bytes {
+                    w.bytes = live;
+                    w.time_ns = r.time_ns;
+                    w.reserved = self.replay.reserved_on(device);
+                    w.pending = true;
+                    w.journal.clear();
+                } else if let (true, Change::Alloc { ptr, .. }) = (w.pending, c) {
+                    w.journal.push((ptr, None));
+                }
+            }
+            Change::Free { ptr, live } => {
+                if let Some(w) = self.peaks.get_mut(&live.device)
+                    && w.pending
+                {
+                    w.journal.push((ptr, Some(live)));
+                }
+            }
+            Change::Other => {}
+        }
+        // A journal longer than the live set costs more to keep than a snapshot.
+        let live_count = self.replay.live.len();
+        for (&d, w) in self.peaks.iter_mut() {
+            if w.journal.len() > live_count.max(1 << 16) {
+                w.materialize(&self.replay, d);
+            }
+        }
+        let b = &mut self.boundaries;
+        if !b.decided {
+            b.finder.learn(r, c);
+        } else if let Some(mark) = b.mark
+            && mark.is_boundary(r, c)
+        {
+            b.sample(&self.replay, r.time_ns);
+        }
+    }
+
+    fn keep(&mut self, r: &Record) {
+        if self.kept.len() < MAX_KEPT {
+            self.kept.push(*r);
+        }
+    }
+
+    fn sample_nvml(&mut self, r: &Record) {
+        self.nvml_seen += 1;
+        if (self.nvml_seen - 1) % self.nvml_stride != 0 {
+            return;
+        }
+        self.nvml.push(*r);
+        if self.nvml.len() >= MAX_NVML_SAMPLES {
+            let mut i = 0;
+            self.nvml.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.nvml_stride *= 2;
+        }
+    }
+
+    fn settle_peaks(&mut self) {
+        for (&d, w) in self.peaks.iter_mut() {
+            w.materialize(&self.replay, d);
+        }
+    }
+
+    fn failure(&mut self, r: &Record) {
+        let device = if r.device == DEVICE_UNKNOWN {
+            0
+        } else {
+            r.device
+        };
+        if self.failures.len() >= MAX_FAILURES {
+            self.failures.remove(MAX_FAILURES / 2);
+            self.failures_dropped += 1;
+        }
+        self.failures.push(Failure {
+            snapshot: snapshot_now(&self.replay, device, r.time_ns),
+            records: vec![*r],
+        });
+        self.failure_stack_of = Some(r.thread);
+    }
+
+    /// Writes the checkpoint: every record applied so far summarized, then the records still in
+    /// the reorder window as they are. `covered` is the ring index up to which every record was
+    /// fed. Returns the records written to `out` (bodies; the caller puts the commit words).
+    pub fn checkpoint(&mut self, covered: u64, out: &mut Vec<[u8; RECORD_SIZE]>) {
+        self.drain(false);
+        // The first checkpoint decides what marks the iterations, from the records so far.
+        self.boundaries.decide();
+        self.settle_peaks();
+        let mut w = Writer { out };
+        w.restore(restore::BEGIN, 0, covered, self.applied, self.applied_ns);
+        w.restore(restore::DEFINITIONS, 0, 0, self.defs.len() as u64, 0);
+        for d in &self.defs {
+            w.out.push(*d);
+        }
+        for r in &self.kept {
+            w.record(r);
+        }
+        let rp = &self.replay;
+        let (threads, started) = rp.open_ranges();
+        for (t, ids) in threads {
+            for id in ids {
+                w.push(Record {
+                    thread: t,
+                    ..restore_record(restore::RANGE_OPEN, 0, id, 0, 0)
+                });
+            }
+        }
+        for (name, id) in started {
+            w.restore(restore::STARTED, 0, name, id, 0);
+        }
+        for (base, size, d) in rp.segments() {
+            w.restore(restore::SEGMENT, d, base, size, 0);
+        }
+        for (h, size, d) in rp.framework_physical() {
+            w.restore(restore::FRAMEWORK_PHYSICAL, d, h, size, 0);
+        }
+        // The live allocations, by call site.
+        let mut live: Vec<(u64, &Live, bool)> = rp
+            .live
+            .iter()
+            .map(|(&p, l)| (p, l, false))
+            .chain(rp.physical.iter().map(|(&h, l)| (h, l, true)))
+            .collect();
+        live.sort_unstable_by_key(|(p, l, _)| (l.stack, l.range, l.caller, l.time_ns, *p));
+        let mut site = None;
+        for (p, l, physical) in live {
+            if site != Some((l.stack, l.range, l.caller)) {
+                site = Some((l.stack, l.range, l.caller));
+                w.restore(restore::SITE, 0, l.stack, l.range, 0);
+                w.push(Record {
+                    kind: RecordKind::Caller,
+                    api: Api::Shim,
+                    ptr: l.caller[0],
+                    size: l.caller[1],
+                    ..blank()
+                });
+            }
+            let kind = if physical {
+                RecordKind::PhysCreate
+            } else {
+                RecordKind::from_u8(l.kind).unwrap_or(RecordKind::Alloc)
+            };
+            w.push(Record {
+                kind,
+                api: Api::from_u8(l.api).unwrap_or(Api::Shim),
+                device: l.device,
+                status: 0,
+                thread: l.thread,
+                time_ns: l.time_ns,
+                ptr: p,
+                size: l.size,
+                stream: l.stream,
+            });
+        }
+        let mut host: Vec<(u64, u64)> = rp.host.iter().map(|(&p, &s)| (p, s)).collect();
+        host.sort_unstable();
+        for (p, s) in host {
+            w.push(Record {
+                kind: RecordKind::HostAlloc,
+                api: Api::CudaMallocHost,
+                ptr: p,
+                size: s,
+                ..blank()
+            });
+        }
+        for (&d, &(now, peak)) in &rp.tensor_bytes {
+            w.restore(restore::TENSOR_BYTES, d, now, peak, 0);
+        }
+        for (d, peak, t) in rp.peaks() {
+            w.restore(restore::DEVICE_PEAK, d, peak, 0, t);
+        }
+        w.restore(restore::HOST_PEAK, 0, rp.host_peak, 0, 0);
+        for r in &self.nvml {
+            w.record(r);
+        }
+        for (&d, f) in &rp.nvml {
+            w.push(Record {
+                thread: u16::from(f.device_wide),
+                ..restore_record(restore::NVML, d, f.bytes, f.total, f.peak)
+            });
+        }
+        for (&d, series) in &self.series {
+            for &(t, live, reserved) in &series.points {
+                w.restore(restore::SERIES, d, live, reserved, t);
+            }
+        }
+        w.restore(restore::UNMATCHED, 0, rp.unmatched_frees, 0, 0);
+        for (&d, &(free, total)) in &rp.mem_info {
+            w.restore(restore::MEM_INFO, d, free, total, 0);
+        }
+        for (api, &(calls, bytes, failed)) in self.apis.iter().enumerate() {
+            if calls > 0
+                && let Some(a) = Api::from_u8(api as u8)
+            {
+                w.push(Record {
+                    api: a,
+                    ..restore_record(restore::API, 0, calls, failed, bytes)
+                });
+            }
+        }
+        for w_ in self.peaks.values() {
+            w.snapshot(&w_.snapshot, false);
+        }
+        for f in &self.failures {
+            w.snapshot(&f.snapshot, true);
+            for r in &f.records {
+                w.record(r);
+            }
+        }
+        if let Some(mark) = self.boundaries.mark {
+            let (thread, key) = match mark {
+                BoundaryMark::Nvtx(id) => (0, id),
+                BoundaryMark::Site(k) => (1, k),
+            };
+            w.push(Record {
+                thread,
+                ..restore_record(restore::BOUNDARY_MARK, 0, key, self.boundaries.seen, 0)
+            });
+            let empty: HashMap<u64, u64> = HashMap::new();
+            let mut before = &empty;
+            for (ordinal, t, total, by) in &self.boundaries.kept {
+                w.restore(restore::BOUNDARY, 0, *ordinal, *total, *t);
+                let mut changed: Vec<(u64, u64)> = by
+                    .iter()
+                    .filter(|&(k, v)| before.get(k) != Some(v))
+                    .map(|(&k, &v)| (k, v))
+                    .chain(
+                        before
+                            .keys()
+                            .filter(|k| !by.contains_key(k))
+                            .map(|&k| (k, 0)),
+                    )
+                    .collect();
+                changed.sort_unstable();
+                for (k, v) in changed {
+                    w.push(Record {
+                        kind: RecordKind::Holding,
+                        api: Api::Shim,
+                        device: DEVICE_UNKNOWN,
+                        ptr: k,
+                        time_ns: v,
+                        ..blank()
+                    });
+                }
+                before = by;
+            }
+        }
+        for p in self.replay.thread_pending() {
+            let on = |what, ptr, size| Record {
+                thread: p.thread,
+                ..restore_record(what, 0, ptr, size, 0)
+            };
+            if p.last_alloc != 0 {
+                w.push(on(restore::LAST_ALLOC, p.last_alloc, 0));
+            }
+            if let Some((vmm, key)) = p.awaiting_caller {
+                w.push(on(restore::AWAITING_CALLER, key, u64::from(vmm)));
+            }
+            for h in p.pending_physical {
+                w.push(on(restore::PENDING_PHYSICAL, h, 0));
+            }
+        }
+        w.restore(restore::END, 0, 0, 0, 0);
+        // The records not yet applied, as they came.
+        self.window.sort_by_key(|x| (x.0, x.1));
+        for (_, _, r) in &self.window {
+            w.record(r);
+        }
+    }
+}
+
+fn blank() -> Record {
+    Record {
+        kind: RecordKind::Restore,
+        api: Api::Shim,
+        device: 0,
+        status: 0,
+        thread: 0,
+        time_ns: 0,
+        ptr: 0,
+        size: 0,
+        stream: 0,
+    }
+}
+
+fn restore_record(what: u8, device: u8, ptr: u64, size: u64, time_ns: u64) -> Record {
+    Record {
+        status: what,
+        device,
+        ptr,
+        size,
+        time_ns,
+        ..blank()
+    }
+}
+
+/// Encodes records into a checkpoint's bodies.
+struct Writer<'a> {
+    out: &'a mut Vec<[u8; RECORD_SIZE]>,
+}
+
+impl Writer<'_> {
+    fn push(&mut self, r: Record) {
+        let mut b = [0u8; RECORD_SIZE];
+        r.encode_body(&mut b);
+        self.out.push(b);
+    }
+
+    fn record(&mut self, r: &Record) {
+        self.push(*r);
+    }
+
+    fn restore(&mut self, what: u8, device: u8, ptr: u64, size: u64, time_ns: u64) {
+        self.push(restore_record(what, device, ptr, size, time_ns));
+    }
+
+    fn snapshot(&mut self, s: &Snapshot, failure: bool) {
+        self.push(Record {
+            thread: u16::from(failure),
+            ..restore_record(restore::SNAPSHOT, s.device, s.live, s.reserved, s.time_ns)
+        });
+        self.restore(
+            restore::SNAPSHOT_MORE,
+            s.device,
+            s.largest_free_block,
+            s.device_free.map_or(0, |f| f.saturating_add(1)),
+            0,
+        );
+        for h in &s.holdings {
+            let (lo, hi) = restore::split_count(h.allocations);
+            self.push(Record {
+                kind: RecordKind::Holding,
+                api: Api::Shim,
+                device: s.device,
+                thread: lo,
+                stream: hi,
+                ptr: h.stack,
+                size: h.range,
+                time_ns: h.bytes,
+                status: 0,
+            });
+        }
+    }
+}
+
+/// Commit words for a checkpoint's records (record `i` of the checkpoint gets the tag of `i`).
+pub fn seal(bodies: &mut [[u8; RECORD_SIZE]]) {
+    for (i, b) in bodies.iter_mut().enumerate() {
+        b[..2].copy_from_slice(&format::commit_tag(i as u64).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod tests;

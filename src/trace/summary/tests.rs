@@ -1,0 +1,361 @@
+//! A checkpoint restores what the records before it made: replayed from a checkpoint and the
+//! records after it, the state is the state of replaying every record.
+
+use super::*;
+use crate::trace::live::Live;
+use proptest::prelude::*;
+
+/// One step of a random program: allocate (kind, device, size, stack, thread, in an NVTX
+/// range or not), free the n-th live allocation, or fail a request.
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc {
+        kind: u8,
+        device: u8,
+        size: u64,
+        stack: u64,
+        thread: u16,
+        ranged: bool,
+    },
+    Free(usize),
+    Fail {
+        size: u64,
+    },
+    Nvml(u64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        5 => (0u8..3, 0u8..2, 1u64..1 << 24, 0u64..6, 0u16..3, any::<bool>()).prop_map(
+            |(kind, device, size, stack, thread, ranged)| Op::Alloc {
+                kind,
+                device,
+                size,
+                stack,
+                thread,
+                ranged
+            }
+        ),
+        4 => (0usize..64).prop_map(Op::Free),
+        1 => (1u64..1 << 40).prop_map(|size| Op::Fail { size }),
+        1 => (1u64..1 << 34).prop_map(Op::Nvml),
+    ]
+}
+
+fn rec(kind: RecordKind, api: Api, thread: u16, t: u64, ptr: u64, size: u64) -> Record {
+    Record {
+        kind,
+        api,
+        device: 0,
+        status: 0,
+        thread,
+        time_ns: t,
+        ptr,
+        size,
+        stream: 0,
+    }
+}
+
+/// The records of a program, times 1 ms apart (so time order is file order).
+fn records(ops: &[Op]) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut live: Vec<(u64, u8, u16)> = Vec::new();
+    let mut next_ptr = 0x7f00_0000_0000u64;
+    let mut t = 0u64;
+    let mut tick = || {
+        t += 1_000_000;
+        t
+    };
+    out.push(Record {
+        ptr: 1,
+        size: 5,
+        ..rec(RecordKind::String, Api::Shim, 0, 0, 1, 4)
+    });
+    for o in ops {
+        match *o {
+            Op::Alloc {
+                kind,
+                device,
+                size,
+                stack,
+                thread,
+                ranged,
+            } => {
+                let (k, api) = match kind {
+                    0 => (RecordKind::Alloc, Api::CudaMalloc),
+                    1 => (RecordKind::AllocAsync, Api::CudaMallocAsync),
+                    _ => (RecordKind::TensorAlloc, Api::Torch),
+                };
+                if ranged {
+                    out.push(rec(RecordKind::RangePush, Api::Nvtx, thread, tick(), 1, 1));
+                }
+                next_ptr += 1 << 24;
+                out.push(Record {
+                    device,
+                    ..rec(k, api, thread, tick(), next_ptr, size)
+                });
+                out.push(rec(
+                    RecordKind::Caller,
+                    Api::Shim,
+                    thread,
+                    tick(),
+                    0x4000 + stack,
+                    0,
+                ));
+                if stack > 0 {
+                    out.push(rec(
+                        RecordKind::StackRef,
+                        Api::Shim,
+                        thread,
+                        tick(),
+                        stack,
+                        0,
+                    ));
+                }
+                if ranged {
+                    out.push(rec(RecordKind::RangePop, Api::Nvtx, thread, tick(), 0, 1));
+                }
+                live.push((next_ptr, kind, thread));
+            }
+            Op::Free(n) if !live.is_empty() => {
+                let (p, kind, thread) = live.remove(n % live.len());
+                let (k, api) = match kind {
+                    0 => (RecordKind::Free, Api::CudaFree),
+                    1 => (RecordKind::FreeAsync, Api::CudaFreeAsync),
+                    _ => (RecordKind::TensorFree, Api::Torch),
+                };
+                out.push(rec(k, api, thread, tick(), p, 0));
+            }
+            Op::Free(_) => {}
+            Op::Fail { size } => out.push(Record {
+                status: 2,
+                ..rec(RecordKind::Alloc, Api::CudaMalloc, 0, tick(), 0, size)
+            }),
+            Op::Nvml(bytes) => out.push(rec(
+                RecordKind::DeviceMemory,
+                Api::Shim,
+                0,
+                tick(),
+                bytes,
+                80 << 30,
+            )),
+        }
+    }
+    out
+}
+
+fn body(r: &Record) -> [u8; RECORD_SIZE] {
+    let mut b = [0u8; RECORD_SIZE];
+    r.encode_body(&mut b);
+    b
+}
+
+/// What the reports read of a replay, comparable.
+#[derive(Debug, PartialEq)]
+struct State {
+    live: Vec<(u64, Live)>,
+    peaks: Vec<(u8, u64, u64)>,
+    tensors: Vec<(u8, (u64, u64))>,
+    host_peak: u64,
+}
+
+fn state(rp: &Replay) -> State {
+    let mut live: Vec<(u64, Live)> = rp.live.iter().map(|(&p, &l)| (p, l)).collect();
+    live.sort_unstable_by_key(|e| e.0);
+    State {
+        live,
+        peaks: rp.peaks().collect(),
+        tensors: rp.tensor_bytes.iter().map(|(&d, &v)| (d, v)).collect(),
+        host_peak: rp.host_peak,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_checkpoint_and_the_records_after_it_replay_to_the_same_state(
+        ops in proptest::collection::vec(op(), 1..200),
+        cut in 0.0f64..1.0,
+    ) {
+        let all = records(&ops);
+        let k = ((all.len() as f64) * cut) as usize;
+        let mut whole = Replay::default();
+        for r in &all {
+            whole.apply(r);
+        }
+        let mut s = Summarizer::new();
+        for r in &all[..k] {
+            s.feed(&body(r));
+        }
+        let mut bodies = Vec::new();
+        s.checkpoint(k as u64, &mut bodies);
+        let mut restored = Replay::default();
+        for b in &bodies {
+            restored.apply(&Record::decode(b).expect("a checkpoint's records decode"));
+        }
+        prop_assert!(!restored.restoring, "the checkpoint ends its restoring");
+        for r in &all[k..] {
+            restored.apply(r);
+        }
+        prop_assert_eq!(state(&restored), state(&whole));
+        // Calls of each API: the checkpoint's count and the records after it.
+        let calls = |rs: &[Record]| rs.iter().filter(|r| is_call(r)).count() as u64;
+        let restored_calls: u64 = restored.api_totals.values().map(|t| t.0).sum();
+        let tail = bodies
+            .iter()
+            .filter_map(Record::decode)
+            .skip_while(|r| !(r.kind == RecordKind::Restore && r.status == restore::END))
+            .filter(is_call)
+            .count() as u64;
+        prop_assert_eq!(restored_calls + tail + calls(&all[k..]), calls(&all));
+    }
+}
+
+#[test]
+fn the_peak_snapshot_holds_what_was_live_at_the_peak() {
+    let ops = [
+        Op::Alloc {
+            kind: 0,
+            device: 0,
+            size: 100,
+            stack: 1,
+            thread: 0,
+            ranged: false,
+        },
+        Op::Alloc {
+            kind: 0,
+            device: 0,
+            size: 1000,
+            stack: 2,
+            thread: 0,
+            ranged: false,
+        },
+        Op::Free(1),
+        Op::Alloc {
+            kind: 0,
+            device: 0,
+            size: 50,
+            stack: 3,
+            thread: 0,
+            ranged: false,
+        },
+    ];
+    let mut s = Summarizer::new();
+    for r in records(&ops) {
+        s.feed(&body(&r));
+    }
+    s.drain(true);
+    let mut bodies = Vec::new();
+    s.checkpoint(0, &mut bodies);
+    let mut rp = Replay::default();
+    for b in &bodies {
+        rp.apply(&Record::decode(b).unwrap());
+    }
+    let peak = rp
+        .snapshots
+        .iter()
+        .find(|s| !s.failure)
+        .expect("a peak snapshot");
+    assert_eq!(peak.live, 1100);
+    let mut h: Vec<(u64, u64)> = peak.holdings.iter().map(|h| (h.stack, h.bytes)).collect();
+    h.sort_unstable();
+    assert_eq!(h, vec![(1, 100), (2, 1000)], "stack 3 came after the peak");
+}
+
+#[test]
+fn the_step_is_the_site_that_recurs_once_a_step_not_the_loop_inside_it() {
+    // 48 allocations from one line and one from another, every step, for 200 steps; three
+    // allocations at start from a third.
+    let mut sites: HashMap<u64, Occurrences> = HashMap::new();
+    let mut n = 0u64;
+    let mut at = |site: u64, sites: &mut HashMap<u64, Occurrences>| {
+        n += 1;
+        sites.entry(site).or_default().add(n);
+    };
+    for _ in 0..3 {
+        at(3, &mut sites);
+    }
+    for _ in 0..200 {
+        for _ in 0..48 {
+            at(1, &mut sites);
+        }
+        at(2, &mut sites);
+    }
+    assert_eq!(detect_period(&sites, n), Some(2));
+    // A model: ten lines once a step and one line twice; the first of the step marks it.
+    let mut sites: HashMap<u64, Occurrences> = HashMap::new();
+    let mut n = 0u64;
+    for _ in 0..50 {
+        for line in 10..20 {
+            n += 1;
+            sites.entry(line).or_default().add(n);
+            if line == 15 {
+                n += 1;
+                sites.entry(99).or_default().add(n);
+                n += 1;
+                sites.entry(99).or_default().add(n);
+            }
+        }
+    }
+    assert_eq!(detect_period(&sites, n), Some(10));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The journal undone from the live set is the live set at the peak: the same holdings as
+    /// replaying every record up to the one that reached the peak (and the stacks after it).
+    #[test]
+    fn the_journalled_peak_is_the_live_set_at_the_peak(
+        ops in proptest::collection::vec(op(), 1..300),
+    ) {
+        let all = records(&ops);
+        let mut s = Summarizer::new();
+        for r in &all {
+            s.feed(&body(r));
+        }
+        s.drain(true);
+        let mut bodies = Vec::new();
+        s.checkpoint(0, &mut bodies);
+        let mut restored = Replay::default();
+        for b in &bodies {
+            restored.apply(&Record::decode(b).unwrap());
+        }
+        // Brute force: the first record that reached each device's peak.
+        let mut rp = Replay::default();
+        let mut best: BTreeMap<u8, (u64, usize)> = BTreeMap::new();
+        for (i, r) in all.iter().enumerate() {
+            if let Change::Alloc { device, .. } = rp.apply(r) {
+                let e = best.entry(device).or_default();
+                if rp.live_on(device) > e.0 {
+                    *e = (rp.live_on(device), i);
+                }
+            }
+        }
+        for (&d, &(bytes, at)) in &best {
+            let mut rp = Replay::default();
+            for r in &all[..=at] {
+                rp.apply(r);
+            }
+            // The stack of the peak's own allocation follows it.
+            for r in all[at + 1..].iter().take(3) {
+                if r.kind == RecordKind::StackRef || r.kind == RecordKind::Caller {
+                    rp.apply(r);
+                }
+            }
+            let mut want =
+                Snapshot::of(rp.all_live().filter(|l| l.device == d), d, 0).holdings;
+            want.sort_unstable();
+            let snap = restored
+                .snapshots
+                .iter()
+                .find(|s| !s.failure && s.device == d)
+                .expect("a snapshot of each device's peak");
+            let mut got = snap.holdings.clone();
+            got.sort_unstable();
+            prop_assert_eq!(snap.live, bytes);
+            prop_assert_eq!(got, want);
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! A trace of any length: the file stays within `trace_max`, the run is never cut off at it,
+//! and every report answers for the whole run as it does from a trace that kept everything.
+//! The client (`tests/clients/long_run.c`) allocates 48 blocks from one line every step and
+//! frees them, keeps 4 KiB a step from another, takes a 512 MiB spike three quarters of the way
+//! through, and ends with a failed 1 TiB request.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+const STEPS: u32 = 6000;
+/// The bounded trace's size: its ring holds about a quarter of the run's records.
+const BOUND: &str = "trace_max:32MiB";
+const BOUND_BYTES: u64 = 32 << 20;
+
+fn run_long(trace: &Path, conf: &str, steps: u32) {
+    let out = run(
+        &sim().bin("long_run"),
+        Run {
+            preload: true,
+            trace: Some(trace),
+            env: vec![("GPUSHIM_CONF", conf.into())],
+            args: vec![steps.to_string()],
+        },
+    );
+    assert_ok(&out);
+    assert!(stdout(&out).contains("huge 2"), "{}", stdout(&out));
+}
+
+/// `v` without its times (two runs of one program differ in them, nothing else).
+fn timeless(mut v: Value) -> Value {
+    match &mut v {
+        Value::Object(m) => {
+            m.retain(|k, _| !k.ends_with("time_ns"));
+            for x in m.values_mut() {
+                *x = timeless(x.take());
+            }
+        }
+        Value::Array(a) => {
+            for x in a.iter_mut() {
+                *x = timeless(x.take());
+            }
+        }
+        _ => {}
+    }
+    v
+}
+
+/// The parts of each report a trace of any length must answer exactly.
+fn answers(trace: &Path) -> Vec<(String, Value)> {
+    let leaks = report_json(&["leaks"], &[trace]);
+    let peak = report_json(&["peak"], &[trace]);
+    let oom = report_json(&["oom"], &[trace]);
+    let summary = report_json(&["summary"], &[trace]);
+    let growing = &leaks["iterations"]["growing"];
+    vec![
+        ("leaks: live at exit".into(), leaks["live_at_exit"].clone()),
+        (
+            "leaks: what grows".into(),
+            Value::Array(
+                growing
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|g| {
+                        serde_json::json!([
+                            g["call_site"].clone(),
+                            g["bytes_per_iteration"].clone()
+                        ])
+                    })
+                    .collect(),
+            ),
+        ),
+        (
+            "peak".into(),
+            serde_json::json!([
+                peak[0]["device"],
+                peak[0]["live_bytes"],
+                peak[0]["by_call_site"]
+            ]),
+        ),
+        ("oom".into(), timeless(oom.clone())),
+        ("summary: calls per API".into(), summary["apis"].clone()),
+        (
+            "summary: devices".into(),
+            timeless(summary["devices"].clone()),
+        ),
+    ]
+}
+
+#[test]
+fn a_trace_of_any_length_answers_as_the_whole_trace_does() {
+    let dir = tempdir("long_runs");
+    let (whole, bounded) = (dir.join("whole.trace"), dir.join("bounded.trace"));
+    std::thread::scope(|s| {
+        s.spawn(|| run_long(&whole, "stacks:native", STEPS));
+        s.spawn(|| run_long(&bounded, &format!("stacks:native,{BOUND}"), STEPS));
+    });
+    let len = std::fs::metadata(&bounded).unwrap().len();
+    assert!(len <= BOUND_BYTES, "the bounded trace is {len} bytes");
+    assert!(
+        std::fs::metadata(&whole).unwrap().len() > BOUND_BYTES,
+        "the run must make more records than the bounded trace holds"
+    );
+    let health = &report_json(&["summary"], &[&bounded])["health"];
+    assert!(
+        health["summarized"].as_u64().unwrap() > 100_000,
+        "the bounded trace summarizes its oldest records: {health}"
+    );
+    assert_eq!(health["unsummarized"], 0, "{health}");
+    assert_eq!(health["lost"], 0, "{health}");
+    let (a, b) = (answers(&whole), answers(&bounded));
+    for ((what, x), (_, y)) in a.iter().zip(&b) {
+        assert_eq!(
+            x, y,
+            "{what} differs between the whole and the bounded trace"
+        );
+    }
+    // And those answers are the program's: 4 KiB a step from leak(), one step each.
+    let leaks = report_json(&["leaks"], &[&bounded]);
+    let it = &leaks["iterations"];
+    assert!(
+        it["boundary"].as_str().unwrap().contains("leak"),
+        "the step is marked by the line that runs once a step: {it}"
+    );
+    assert_eq!(it["growing"][0]["bytes_per_iteration"], 4096, "{it}");
+    assert!(
+        it["growing"][0]["call_site"]
+            .as_str()
+            .unwrap()
+            .starts_with("leak "),
+        "{it}"
+    );
+    let whole_count = report_json(&["leaks"], &[&whole])["iterations"]["count"].clone();
+    assert_eq!(whole_count, STEPS, "one boundary per step");
+    let peak = report_json(&["peak"], &[&bounded]);
+    assert!(
+        peak[0]["by_call_site"][0]["label"]
+            .as_str()
+            .unwrap()
+            .starts_with("spike "),
+        "{peak}"
+    );
+}
+
+/// A process killed by SIGKILL leaves a trace whose reports are complete up to at most a second
+/// before the kill.
+#[test]
+fn a_killed_run_answers_up_to_a_second_before_the_kill() {
+    let dir = tempdir("long_runs_kill");
+    let trace = dir.join("killed.trace");
+    let mut child = command(
+        &sim().bin("long_run"),
+        Run {
+            preload: true,
+            trace: Some(&trace),
+            env: vec![("GPUSHIM_CONF", format!("stacks:native,{BOUND}"))],
+            args: vec!["100000000".into(), "1".into(), "progress".into()],
+        },
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in lines.map_while(Result::ok) {
+            if let Some(n) = l.strip_prefix("step ").and_then(|n| n.parse::<u64>().ok()) {
+                let _ = tx.send((Instant::now(), n));
+            }
+        }
+    });
+    // Run until the ring has wrapped many times, then kill it.
+    let mut seen: Vec<(Instant, u64)> = Vec::new();
+    let start = Instant::now();
+    while seen.last().is_none_or(|&(_, n)| n < 12_000) {
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "too slow: {seen:?}"
+        );
+        if let Ok(s) = rx.recv_timeout(Duration::from_secs(1)) {
+            seen.push(s);
+        }
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let killed_at = Instant::now();
+    // SAFETY: kill with a valid pid of our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    while let Ok(s) = rx.try_recv() {
+        seen.push(s);
+    }
+    let last = seen.last().unwrap().1;
+    // The step the program had printed a second before the kill.
+    let a_second_before = seen
+        .iter()
+        .rev()
+        .find(|(t, _)| killed_at.duration_since(*t) >= Duration::from_secs(1))
+        .map_or(0, |s| s.1);
+    let leaks = report_json(&["leaks"], &[&trace]);
+    let kept = leaks["live_at_exit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["label"].as_str().unwrap().starts_with("leak "))
+        .unwrap_or_else(|| panic!("no leak() in {leaks}"))["allocations"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        kept > a_second_before && kept <= last + 101,
+        "{kept} allocations of leak() live at the kill; the program had made {a_second_before} \
+         a second before it and {last} by its last word"
+    );
+    for report in ["summary", "peak", "oom"] {
+        report_json(&[report], &[&trace]);
+    }
+}
