@@ -344,3 +344,124 @@ fn leaks_on_a_cut_trace_says_what_is_missing() {
         "{text}"
     );
 }
+
+/// A real trace of any length: written by the recorder with its summarizer running, wrapped
+/// many times, with a checkpoint. Returns its bytes and where its checkpoint slots lie.
+fn ring_trace() -> (Vec<u8>, usize, usize) {
+    use gpushim::trace::format::{Record, header};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let path = tempdir("ring-base").file("ring.trace");
+    let r = Box::new(gpushim::trace::recorder::Recorder::new());
+    assert!(r.begin_open());
+    r.open(&gpushim::trace::recorder::OpenOptions {
+        path: path.to_str().unwrap().as_bytes(),
+        pid: 1,
+        rank: 0,
+        host: b"h",
+        program: b"ring",
+        cmdline: b"ring\0",
+        trace_max: 2 << 20,
+        ring: true,
+    })
+    .unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| r.run_summarizer(&stop));
+        let step = r.intern_string(b"step");
+        let mut t = 0u64;
+        for i in 0..30_000u64 {
+            let mut rec = |kind, api, ptr, size| {
+                t += 10_000;
+                r.append(&Record {
+                    kind,
+                    api,
+                    device: (i % 2) as u8,
+                    status: 0,
+                    thread: 0,
+                    time_ns: t,
+                    ptr,
+                    size,
+                    stream: 0,
+                });
+            };
+            let p = 0x7f00_0000_0000 + (i % 64) * 4096;
+            rec(RecordKind::RangePush, Api::Nvtx, step, 1);
+            rec(RecordKind::Alloc, Api::CudaMalloc, p, 4096);
+            rec(RecordKind::StackRef, Api::Shim, 1 + i % 3, 0);
+            if i % 100 == 0 {
+                rec(
+                    RecordKind::Alloc,
+                    Api::CudaMalloc,
+                    0x1_0000_0000 + i * 512,
+                    512,
+                );
+            }
+            rec(RecordKind::Free, Api::CudaFree, p, 0);
+            if i % 1000 == 0 {
+                rec(RecordKind::Alloc, Api::CudaMalloc, 0, 1 << 40);
+            }
+            rec(RecordKind::RangePop, Api::Nvtx, 0, 1);
+            if i % 500 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        stop.store(true, Ordering::Release);
+    });
+    let bytes = std::fs::read(&path).unwrap();
+    let at = |o: usize| u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap()) as usize;
+    assert_ne!(at(header::RING), 0);
+    let info = gpushim::trace::reader::TraceReader::open(&path).unwrap();
+    assert!(
+        info.info().summarized > 0,
+        "the base trace has a checkpoint ({} did not fit)",
+        info.info().checkpoints_failed
+    );
+    (
+        bytes.clone(),
+        at(header::CHECKPOINT_AREA),
+        at(header::CHECKPOINT_SLOT_BYTES),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A trace of any length, its header, ring or checkpoint changed (the checkpoint's checksum
+    /// made to match again, so its records are read as they are): every report reads it.
+    #[test]
+    fn mutated_ring_traces_and_checkpoints_never_panic_any_report(
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..48),
+    ) {
+        use gpushim::trace::format::{header, ring};
+        static BASE: std::sync::OnceLock<(Vec<u8>, usize, usize)> = std::sync::OnceLock::new();
+        let (base, area, slot) = BASE.get_or_init(ring_trace);
+        let mut bytes = base.clone();
+        for (at, value, place) in edits {
+            // 0: anywhere; 1: the header; 2: a checkpoint slot.
+            let i = match place {
+                0 => at.index(bytes.len()),
+                1 => at.index(4096),
+                _ => (area + at.index(2 * slot)).min(bytes.len() - 1),
+            };
+            bytes[i] = value;
+        }
+        // Checkpoints whose checksum matches again: their records are read as they are.
+        for k in 0..2 {
+            let d = header::CHECKPOINTS + k * ring::DESCRIPTOR_BYTES;
+            let records = u64::from_le_bytes(bytes[d + 8..d + 16].try_into().unwrap()) as usize;
+            let from = area + k * slot;
+            if let Some(end) = records.checked_mul(32).and_then(|n| n.checked_add(from))
+                && end <= bytes.len() && records * 32 <= *slot
+            {
+                let sum = ring::checksum(&bytes[from..end]);
+                bytes[d + 24..d + 32].copy_from_slice(&sum.to_le_bytes());
+            }
+        }
+        let dir = tempdir("fuzz-ring");
+        let path = dir.join("m.trace");
+        std::fs::write(&path, &bytes).unwrap();
+        read_everything(&path);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

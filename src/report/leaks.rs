@@ -166,21 +166,10 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
                     .iter()
                     .map(|m| m.get(&k).copied().unwrap_or(0))
                     .collect();
-                // Per iteration: samples kept further apart count as that many iterations.
-                let mut diffs: Vec<i128> = s
-                    .windows(2)
-                    .zip(ordinals.windows(2))
-                    .map(|(w, o)| {
-                        (w[1] as i128 - w[0] as i128) / i128::from(o[1].saturating_sub(o[0]).max(1))
-                    })
-                    .collect();
-                let rising = diffs.iter().filter(|&&d| d >= 0).count();
-                diffs.sort_unstable();
-                let median = diffs[diffs.len() / 2];
-                if median > 0 && rising * 4 >= diffs.len() * 3 && s[s.len() - 1] > s[0] {
+                if let Some(per_iteration) = steady_growth(&s, &ordinals) {
                     growing.push(Growth {
                         call_site: site_label(&reader, k),
-                        bytes_per_iteration: median as u64,
+                        bytes_per_iteration: per_iteration,
                         live_at_first_boundary: s[0],
                         live_at_last_boundary: s[s.len() - 1],
                     });
@@ -213,6 +202,30 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         clean_exit: reader.info().clean_exit,
         trace_cut: reader.stats().cut(),
     })
+}
+
+/// How much a call site's live bytes grow per iteration, when they grow steadily: `s` its live
+/// bytes at the boundaries kept, `ordinals` which boundary of the run each was (samples kept
+/// further apart count as that many iterations). Steadily: the median growth per iteration is
+/// positive, three in four samples rise or hold, and what it gained from the first sample to
+/// the last is at least half what the median says, which a sawtooth (a batch whose shape cycles,
+/// rising most steps and falling back) never gains.
+fn steady_growth(s: &[u64], ordinals: &[u64]) -> Option<u64> {
+    if s.len() < 3 || s.len() != ordinals.len() {
+        return None;
+    }
+    let mut diffs: Vec<i128> = s
+        .windows(2)
+        .zip(ordinals.windows(2))
+        .map(|(w, o)| (w[1] as i128 - w[0] as i128) / i128::from(o[1].saturating_sub(o[0]).max(1)))
+        .collect();
+    let rising = diffs.iter().filter(|&&d| d >= 0).count();
+    diffs.sort_unstable();
+    let median = diffs[diffs.len() / 2];
+    let span = i128::from(ordinals[ordinals.len() - 1].saturating_sub(ordinals[0]));
+    let overall = s[s.len() - 1] as i128 - s[0] as i128;
+    (median > 0 && rising * 4 >= diffs.len() * 3 && overall > 0 && overall * 2 >= median * span)
+        .then_some(median as u64)
 }
 
 /// Live bytes by call site at the boundaries kept: each one's number in the run, time, live
@@ -424,4 +437,23 @@ pub fn render_leaks(
         }
     }
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::steady_growth;
+
+    #[test]
+    fn a_leak_grows_and_a_cycling_batch_does_not() {
+        let ordinals: Vec<u64> = (1..=60).collect();
+        let leak: Vec<u64> = ordinals.iter().map(|i| 1000 + i * 4096).collect();
+        assert_eq!(steady_growth(&leak, &ordinals), Some(4096));
+        // A batch whose size cycles through six shapes: up five steps, down one.
+        let cycle: Vec<u64> = ordinals.iter().map(|i| 64 + (i % 6) * 89 * 64).collect();
+        assert_eq!(steady_growth(&cycle, &ordinals), None);
+        // Samples thinned to every 4th boundary: the same leak, per iteration.
+        let thinned: Vec<u64> = (0..20).map(|k| 1 + 4 * k).collect();
+        let leak: Vec<u64> = thinned.iter().map(|i| i * 4096).collect();
+        assert_eq!(steady_growth(&leak, &thinned), Some(4096));
+    }
 }

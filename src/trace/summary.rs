@@ -16,6 +16,8 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Records wait this long in the reorder window (as in the reader).
 const REORDER_NS: u64 = crate::trace::reader::REORDER_WINDOW_NS;
+/// At a checkpoint, records this much younger than the latest stay as they came.
+const TAIL_NS: u64 = 2_000_000;
 /// Failed allocations kept with what was live then: the first half and the latest half.
 pub const MAX_FAILURES: usize = 256;
 /// NVML samples kept (thinned evenly over the run past this).
@@ -98,11 +100,12 @@ impl Occurrences {
 /// occurred in the sequence of allocations (`total` allocations in all).
 ///
 /// A training step allocates from most of its lines once; a line that allocates many times a
-/// step (a loop inside the step) or only at start is not the step. So each candidate site (3
-/// occurrences or more, spread over at least half of the run after its first, at gaps within
-/// 1.5x of each other between the 10th and 90th percentiles) is scored by how many sites occur
-/// about as often as it does (within 10%, or 1); the best score wins, then the fewest
-/// occurrences, then the site seen first. Ties resolve the same way every time.
+/// step (a loop inside the step) or only at start (an optimizer's state, made at its first
+/// step) is not the step. So each candidate site (3 occurrences or more, spread over at least
+/// half of the run after its first, its 10th and 90th percentile gaps within 4x of its mean
+/// gap) is scored by how many sites occur about as often as it does (within 10%, or 1); the
+/// best score wins, then the fewest occurrences, then the site seen first. Ties resolve the
+/// same way every time.
 pub fn detect_period(sites: &HashMap<u64, Occurrences>, total: u64) -> Option<u64> {
     let counts: Vec<u64> = sites
         .values()
@@ -115,15 +118,18 @@ pub fn detect_period(sites: &HashMap<u64, Occurrences>, total: u64) -> Option<u6
         .filter(|(_, o)| o.count >= 3 && o.positions.len() >= 3)
         .filter(|(_, o)| {
             let span = o.last.saturating_sub(o.first);
-            span.saturating_mul(2) >= total.saturating_sub(o.first) || o.count >= 16
+            span.saturating_mul(2) >= total.saturating_sub(o.first)
         })
         .filter(|(_, o)| {
+            // Steady: no long absence and no burst against its mean gap (a step's count of
+            // allocations changes with its shapes, so gaps vary by some factor, not by 4).
             let t = &o.positions;
             let mut gaps: Vec<u64> = t.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
             gaps.sort_unstable();
             let lo = gaps[gaps.len() / 10];
             let hi = gaps[(gaps.len() * 9 / 10).min(gaps.len() - 1)];
-            lo > 0 && hi.saturating_mul(2) <= lo.saturating_mul(3)
+            let mean = (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1);
+            lo > 0 && lo.saturating_mul(4) >= mean && hi <= mean.saturating_mul(4)
         })
         .max_by_key(|(k, o)| {
             let score = counts.iter().filter(|&&n| near(n, o.count)).count();
@@ -445,13 +451,19 @@ impl Summarizer {
 
     /// Applies the records of the window older than the reorder window (all with `all`).
     pub fn drain(&mut self, all: bool) {
+        self.drain_older_than(if all { None } else { Some(REORDER_NS) });
+    }
+
+    /// Applies the records more than `window` ns older than the latest fed (all with `None`).
+    fn drain_older_than(&mut self, window: Option<u64>) {
         self.window.sort_by_key(|w| (w.0, w.1));
-        let cut = if all {
-            self.window.len()
-        } else {
-            let t = self.latest_ns.saturating_sub(REORDER_NS);
-            let by_time = self.window.partition_point(|w| w.0 < t);
-            by_time.max(self.window.len().saturating_sub(1 << 20))
+        let cut = match window {
+            None => self.window.len(),
+            Some(w) => {
+                let t = self.latest_ns.saturating_sub(w);
+                let by_time = self.window.partition_point(|w| w.0 < t);
+                by_time.max(self.window.len().saturating_sub(1 << 20))
+            }
         };
         let ready: Vec<(u64, u64, Record)> = self.window.drain(..cut).collect();
         for (_, _, r) in ready {
@@ -615,7 +627,10 @@ impl Summarizer {
     /// the reorder window as they are. `covered` is the ring index up to which every record was
     /// fed. Returns the records written to `out` (bodies; the caller puts the commit words).
     pub fn checkpoint(&mut self, covered: u64, out: &mut Vec<[u8; RECORD_SIZE]>) {
-        self.drain(false);
+        // The records still waiting go into the checkpoint as they are: only the last
+        // TAIL_NS of them (a writer's block is abandoned within 1 ms, so records further
+        // apart than that come in time order), so a fast writer's 20 ms do not fill it.
+        self.drain_older_than(Some(TAIL_NS));
         // The first checkpoint decides what marks the iterations, from the records so far.
         self.boundaries.decide();
         self.settle_peaks();

@@ -299,6 +299,27 @@ fn the_step_is_the_site_that_recurs_once_a_step_not_the_loop_inside_it() {
         }
     }
     assert_eq!(detect_period(&sites, n), Some(10));
+    // An optimizer's state made at its first step (161 allocations from one line, three
+    // lines), then 60 steps of eight lines once a step whose count of other allocations varies
+    // with the shape (20 to 60).
+    let mut sites: HashMap<u64, Occurrences> = HashMap::new();
+    let mut n = 0u64;
+    for step in 0..60u64 {
+        for line in 10..18 {
+            n += 1 + (step * 7 + line) % 4;
+            sites.entry(line).or_default().add(n);
+        }
+        n += 20 + (step * 13) % 41;
+        if step == 0 {
+            for _ in 0..161 {
+                for line in 50..53 {
+                    n += 1;
+                    sites.entry(line).or_default().add(n);
+                }
+            }
+        }
+    }
+    assert_eq!(detect_period(&sites, n), Some(10));
 }
 
 proptest! {
