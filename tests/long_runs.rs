@@ -136,8 +136,45 @@ fn a_trace_of_any_length_answers_as_the_whole_trace_does() {
             .starts_with("leak "),
         "{it}"
     );
-    let whole_count = report_json(&["leaks"], &[&whole])["iterations"]["count"].clone();
-    assert_eq!(whole_count, STEPS, "one boundary per step");
+    for t in [&whole, &bounded] {
+        let count = report_json(&["leaks"], &[t])["iterations"]["count"].clone();
+        assert_eq!(count, STEPS, "one boundary per step in {}", t.display());
+    }
+    // The picture spans the whole run: the checkpoint's series before the ring's detail.
+    let svg = dir.join("bounded.svg");
+    let out = gpushim(&[&"plot", &bounded.as_path(), &"-o", &svg.as_path()]);
+    assert_ok(&out);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let peak = report_json(&["summary"], &[&whole])["devices"][0]["peak_live_bytes"]
+        .as_u64()
+        .unwrap();
+    let legend = format!("peak live {:.2} MiB", peak as f64 / (1u64 << 20) as f64);
+    assert!(
+        text.contains(&legend),
+        "the picture's peak is the spike's, before the ring ({legend})"
+    );
+    let first_x = |svg: &str| -> f64 {
+        // The live line's path starts at the left of the plot when it covers the whole run.
+        let at = svg.find("<path d=\"M").expect("a path");
+        svg[at + 10..]
+            .split(|c: char| c == ',' || c == ' ')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let whole_svg = dir.join("whole.svg");
+    assert_ok(&gpushim(&[
+        &"plot",
+        &whole.as_path(),
+        &"-o",
+        &whole_svg.as_path(),
+    ]));
+    let whole_text = std::fs::read_to_string(&whole_svg).unwrap();
+    assert!(
+        (first_x(&text) - first_x(&whole_text)).abs() < 1.0,
+        "both pictures start where the run's memory does"
+    );
     let peak = report_json(&["peak"], &[&bounded]);
     assert!(
         peak[0]["by_call_site"][0]["label"]

@@ -189,6 +189,18 @@ impl MarkFinder {
         }
     }
 
+    /// How often `mark` came in the records learnt from.
+    pub fn count_of(&self, mark: BoundaryMark) -> u64 {
+        match mark {
+            BoundaryMark::Nvtx(id) => self.names.get(&id).map_or(0, |n| n.0),
+            BoundaryMark::Site(key) => self
+                .by_stack
+                .get(&key)
+                .or_else(|| self.by_size.get(&key))
+                .map_or(0, |o| o.count),
+        }
+    }
+
     /// The NVTX range (pushed, else a mark) seen most often, 3 times or more; else the call
     /// site of the detected period, by stack where stacks were recorded, else by API and size.
     pub fn choose(&self) -> Option<BoundaryMark> {
@@ -227,6 +239,8 @@ impl Boundaries {
         self.decided = true;
         self.stride = 1;
         self.mark = self.finder.choose();
+        // The boundaries before the choice were seen, not sampled: they count.
+        self.seen = self.mark.map_or(0, |m| self.finder.count_of(m));
         self.finder = MarkFinder::default();
     }
 
