@@ -157,7 +157,7 @@ fn a_trace_of_any_length_answers_as_the_whole_trace_does() {
         // The live line's path starts at the left of the plot when it covers the whole run.
         let at = svg.find("<path d=\"M").expect("a path");
         svg[at + 10..]
-            .split(|c: char| c == ',' || c == ' ')
+            .split([',', ' '])
             .next()
             .unwrap()
             .parse()
