@@ -36,9 +36,10 @@ cargo test --workspace
 # The Python package as a user installs it: pip install . into a fresh environment (maturin
 # builds the command with the shim inside), then the command and the module from there, on the
 # simulator (tests/python/check_package.py prints its own closing line).
-rm -rf .venv && python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check .
+# Its own environment: the README's `.venv` is the user's, never removed here.
+rm -rf .venv-check && python3 -m venv .venv-check
+.venv-check/bin/pip install -q --disable-pip-version-check .
 pkg=$(mktemp -d)
 scripts/build-sim.sh "$pkg/sim" >/dev/null
-.venv/bin/python tests/python/check_package.py "$pkg/sim" "$pkg"
+.venv-check/bin/python tests/python/check_package.py "$pkg/sim" "$pkg"
 rm -rf "$pkg"

@@ -305,6 +305,15 @@ pub fn parse(text: &str) -> (Conf, Option<ConfError<'_>>) {
     }
 }
 
+/// What a configuration asks that it will not get, in words (the shim says it once at start):
+/// `limit` is the pool's, so with `pool:off` nothing enforces it.
+pub fn unenforced(c: &Conf) -> Option<&'static str> {
+    (c.limit > 0 && c.pool == Pool::Off).then_some(
+        "limit is enforced by the shim's pool, and pool is off: nothing enforces it (add \
+         pool:caching or pool:expandable, or use gpushim run --per-tensor with PyTorch)",
+    )
+}
+
 pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
     let mut conf = Conf::default();
     for item in text.split(',') {

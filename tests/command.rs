@@ -278,3 +278,55 @@ fn an_unknown_option_of_run_is_refused_with_the_nearest_one() {
         );
     }
 }
+
+/// `limit` without a pool is said at start, not silently ignored; with a pool it is enforced and
+/// nothing is said.
+#[test]
+fn a_limit_without_a_pool_says_nothing_enforces_it() {
+    let dir = tempdir("limit-nopool");
+    let run_with = |conf: &str| {
+        let t = dir.join(format!("t.{}.trace", conf.len()));
+        let out = run(
+            &sim().bin("train_loop"),
+            Run {
+                preload: true,
+                trace: Some(&t),
+                env: vec![("GPUSHIM_CONF", conf.into())],
+                args: vec!["3".into()],
+            },
+        );
+        assert_ok(&out);
+        stderr(&out)
+    };
+    let said = run_with("limit:8MiB");
+    assert!(
+        said.contains("limit is enforced by the shim's pool, and pool is off: nothing enforces it"),
+        "{said}"
+    );
+    let pooled = run_with("pool:caching,limit:1GiB");
+    assert!(!pooled.contains("nothing enforces it"), "{pooled}");
+}
+
+/// Under GPUSHIM_DISABLE=1, `gpushim run` says the shim was off, not that the program made no
+/// CUDA call.
+#[test]
+fn run_under_gpushim_disable_says_the_shim_was_off() {
+    let dir = tempdir("disabled-run");
+    let out = Command::new(gpushim_bin())
+        .args(["run", "--trace"])
+        .arg(dir.join("t.%p.trace"))
+        .arg("--")
+        .arg(sim().bin("train_loop"))
+        .arg("2")
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env("GPUSHIM_DISABLE", "1")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let said = stderr(&out);
+    assert!(
+        said.contains("GPUSHIM_DISABLE=1 turned the shim off"),
+        "{said}"
+    );
+    assert!(!said.contains("made no CUDA memory call"), "{said}");
+}

@@ -225,6 +225,18 @@ fn a_killed_run_answers_up_to_a_second_before_the_kill() {
             seen.push(s);
         }
     }
+    // While it runs, the reports speak of now, not of an exit.
+    let text = |report: &str| {
+        let out = gpushim(&[&report, &trace.as_path()]);
+        assert_ok(&out);
+        stdout(&out)
+    };
+    let live = text("leaks");
+    assert!(
+        live.contains("live now: ") && live.contains("(the process is still running)"),
+        "{live}"
+    );
+    assert!(text("summary").contains("the process is still running"));
     std::thread::sleep(Duration::from_millis(1500));
     let killed_at = Instant::now();
     // SAFETY: kill with a valid pid of our own child.
@@ -257,4 +269,9 @@ fn a_killed_run_answers_up_to_a_second_before_the_kill() {
     for report in ["summary", "peak", "oom"] {
         report_json(&[report], &[&trace]);
     }
+    let after = text("leaks");
+    assert!(
+        after.contains("live at exit: ") && after.contains("did not exit cleanly"),
+        "{after}"
+    );
 }

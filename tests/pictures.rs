@@ -379,3 +379,34 @@ fn the_plot_draws_nvmls_line_and_marks_detected_iterations() {
         .count();
     assert_eq!(ticks, 6, "{text}");
 }
+
+/// With no `--output`, a picture goes beside its trace (never into the working folder).
+#[test]
+fn pictures_go_beside_their_trace_unless_told_otherwise() {
+    let trace = train_loop_trace("pictures-beside");
+    let cwd = tempdir("pictures-cwd");
+    for (cmd, name) in [
+        ("plot", "train.timeline.svg"),
+        ("flamegraph", "train.flamegraph.svg"),
+    ] {
+        let out = Command::new(gpushim_bin())
+            .arg(cmd)
+            .arg(trace.as_os_str())
+            .current_dir(&*cwd)
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        let beside = trace.parent().unwrap().join(name);
+        assert!(beside.is_file(), "{} wrote no {}", cmd, beside.display());
+        assert!(
+            stderr(&out).contains(&beside.display().to_string()),
+            "{}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(
+        std::fs::read_dir(&*cwd).unwrap().count(),
+        0,
+        "nothing lands in the working folder"
+    );
+}

@@ -582,3 +582,45 @@ fn simulate_agrees_with_the_run_and_with_summary_and_pool_off_passes_through() {
     assert_eq!(off["peak_reserved_bytes"], off["peak_live_bytes"]);
     assert_eq!(off["peak_live_bytes"], d["peak_live_bytes"]);
 }
+
+/// `leaks` shows 10 call sites of what is live at exit and says how many more there are and
+/// what they hold; `--top N` shows them.
+#[test]
+fn leaks_says_how_many_call_sites_it_left_out_and_top_shows_them() {
+    let path = tempdir("leaks-top").file("many.trace");
+    let mut t = HandTrace::create(&path);
+    for i in 0..13u64 {
+        t.rec(
+            RecordKind::Alloc,
+            Api::CudaMalloc,
+            0x7f00_0000_0000 + (i << 24),
+            (i + 1) << 20,
+        );
+    }
+    drop(t);
+    let text = |args: &[&str]| {
+        let mut a: Vec<&str> = vec!["leaks"];
+        a.extend_from_slice(args);
+        let out = Command::new(gpushim_bin())
+            .args(&a)
+            .arg(path.as_os_str())
+            .output()
+            .unwrap();
+        assert_ok(&out);
+        stdout(&out)
+    };
+    let shown = text(&[]);
+    let rows = shown.lines().filter(|l| l.contains(" in      1  ")).count();
+    assert_eq!(rows, 10, "{shown}");
+    assert!(
+        shown.contains("... and 3 more holding 6.00 MiB (--top 13 shows every row)"),
+        "{shown}"
+    );
+    let all = text(&["--top", "13"]);
+    assert_eq!(
+        all.lines().filter(|l| l.contains(" in      1  ")).count(),
+        13,
+        "{all}"
+    );
+    assert!(!all.contains("more holding"), "{all}");
+}

@@ -61,6 +61,9 @@ fn read_conf() -> Conf {
             "GPUSHIM_CONF: {e}; none of it applies: every key takes its default"
         ));
     }
+    if let Some(why) = config::unenforced(&c) {
+        say(format_args!("GPUSHIM_CONF: {why}"));
+    }
     c
 }
 

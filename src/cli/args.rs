@@ -212,6 +212,10 @@ pub enum Cmd {
         /// (default: the range that repeats most, else the mark).
         #[arg(long, value_name = "NAME")]
         boundary: Option<String>,
+        /// Call sites shown of what is live at exit (a last line says how many more, and what
+        /// they hold; --json has them all).
+        #[arg(long, default_value_t = 10)]
+        top: usize,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -254,9 +258,10 @@ pub enum Cmd {
         #[arg(required = true)]
         traces: Vec<PathBuf>,
 
-        /// Output file: .svg, or .png for a picture.
-        #[arg(short, long, default_value = "gpushim-timeline.svg")]
-        output: PathBuf,
+        /// Output file: .svg, or .png for a picture [default: beside the first trace, its name
+        /// ending .timeline.svg instead of .trace].
+        #[arg(short, long)]
+        output: Option<PathBuf>,
         #[command(flatten)]
         reading: Reading,
     },
@@ -266,9 +271,10 @@ pub enum Cmd {
         /// The trace (Python frames are recorded by default; native stacks with
         /// GPUSHIM_CONF=stacks:on).
         trace: PathBuf,
-        /// Output file: .svg, or .png for a picture.
-        #[arg(short, long, default_value = "gpushim-flamegraph.svg")]
-        output: PathBuf,
+        /// Output file: .svg, or .png for a picture [default: beside the trace, its name
+        /// ending .flamegraph.svg instead of .trace].
+        #[arg(short, long)]
+        output: Option<PathBuf>,
         #[command(flatten)]
         reading: Reading,
     },

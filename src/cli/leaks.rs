@@ -8,6 +8,7 @@ use std::process::ExitCode;
 pub fn cmd_leaks(
     traces: &[PathBuf],
     boundary: Option<&str>,
+    top: usize,
     json: bool,
     opts: &ReadOptions,
 ) -> ExitCode {
@@ -25,7 +26,7 @@ pub fn cmd_leaks(
     }
     print!(
         "{}",
-        gpushim::report::leaks::render_leaks(&all, &combined, boundary)
+        gpushim::report::leaks::render_leaks(&all, &combined, boundary, top)
     );
     ExitCode::SUCCESS
 }

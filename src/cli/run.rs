@@ -89,8 +89,17 @@ pub fn cmd_run(
         Ok(o) => o,
         Err(e) => return fail(e),
     };
+    // As the shim reads it: set to anything but 0 or empty.
+    let disabled = std::env::var_os("GPUSHIM_DISABLE").is_some_and(|v| !v.is_empty() && v != "0");
     if out.traces.is_empty() && recording {
-        eprintln!("gpushim: the command made no CUDA memory call, so no trace was written");
+        if disabled {
+            eprintln!(
+                "gpushim: GPUSHIM_DISABLE=1 turned the shim off, so nothing was recorded (unset \
+                 it to record)"
+            );
+        } else {
+            eprintln!("gpushim: the command made no CUDA memory call, so no trace was written");
+        }
     }
     for t in &out.traces {
         match summary::summarize(t, &ReadOptions::default()) {

@@ -6,19 +6,6 @@ use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;
 
-/// Whether the process that writes `info`'s trace still runs (on this host), so `top` goes on.
-fn still_running(info: &gpushim::trace::reader::TraceInfo) -> bool {
-    if info.clean_exit {
-        return false;
-    }
-    let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    if here.trim() != info.host {
-        return true; // Another host's process: only --count or Ctrl-C ends the watch.
-    }
-    // SAFETY: signal 0 checks that the process exists and sends nothing.
-    unsafe { libc::kill(info.pid as libc::pid_t, 0) == 0 }
-}
-
 /// Whether `path` looks like a trace whose header is still being written: missing, shorter
 /// than the magic, or with the magic still zero.
 fn header_pending(path: &std::path::Path) -> bool {
@@ -64,7 +51,7 @@ pub fn cmd_top(
             Err(e) => return fail(e),
         };
         let running = gpushim::trace::reader::TraceReader::open(trace)
-            .map(|r| still_running(r.info()))
+            .map(|r| r.info().still_running())
             .unwrap_or(false);
         if tty {
             print!("\x1b[H\x1b[2J");

@@ -1,7 +1,7 @@
 //! `leaks`: what is still held at the end, and what grows every iteration, by call site.
 
 use super::live::{replay_each, site_key};
-use super::sites::holders_text;
+use super::sites::holders_text_all;
 use super::sites::{Holder, holders, merge_holders, site_label};
 use crate::report::summary::human_bytes;
 use crate::trace::format::RecordKind;
@@ -44,6 +44,8 @@ pub struct Leaks {
     pub live_at_exit: Vec<Holder>,
     pub iterations: Option<Iterations>,
     pub clean_exit: bool,
+    /// The process still runs: what is live is what is live now, not at exit.
+    pub running: bool,
     /// What the trace is missing, when it was cut or damaged: the report covers the rest.
     pub trace_cut: Option<String>,
 }
@@ -200,6 +202,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         live_at_exit: holders(rp.all_live(), None, site_key, |k| site_label(&reader, k)),
         iterations,
         clean_exit: reader.info().clean_exit,
+        running: reader.info().running_here(),
         trace_cut: reader.stats().cut(),
     })
 }
@@ -338,6 +341,7 @@ pub fn render_leaks(
     all: &[(String, Leaks)],
     combined: &JobLeaks,
     boundary: Option<&str>,
+    top: usize,
 ) -> String {
     let mut o = String::new();
     for (i, (t, l)) in all.iter().enumerate() {
@@ -347,10 +351,17 @@ pub fn render_leaks(
         let _ = writeln!(o, "{t}");
         let _ = writeln!(
             o,
-            "live at exit: {}{}",
+            "{}: {}{}",
+            if l.running {
+                "live now"
+            } else {
+                "live at exit"
+            },
             human_bytes(l.live_at_exit_bytes),
             if l.clean_exit {
                 ""
+            } else if l.running {
+                " (the process is still running)"
             } else {
                 " (the process did not exit cleanly: this is what was live when the trace ends)"
             }
@@ -361,7 +372,7 @@ pub fn render_leaks(
                 "the trace is incomplete: {cut}; this report covers what it holds"
             );
         }
-        o.push_str(&holders_text(&l.live_at_exit, 10, "  "));
+        o.push_str(&holders_text_all(&l.live_at_exit, top, "  "));
         if let Some(seen) = &l.boundary_not_found {
             let _ = writeln!(
                 o,
@@ -418,7 +429,7 @@ pub fn render_leaks(
         let _ = writeln!(o);
         let _ = writeln!(o, "all {} traces together", c.traces);
         let _ = writeln!(o, "live at exit: {}", human_bytes(c.live_at_exit_bytes));
-        o.push_str(&holders_text(&c.live_at_exit, 10, "  "));
+        o.push_str(&holders_text_all(&c.live_at_exit, top, "  "));
         if !c.unclean.is_empty() {
             let _ = writeln!(o, "did not exit cleanly: {}", c.unclean.join(", "));
         }

@@ -1,7 +1,7 @@
 //! `peak`: the moment of most live memory on each device, and who held it then.
 
 use super::live::{Change, replay_each, replay_until};
-use super::sites::holders_text;
+use super::sites::holders_text_all;
 use super::sites::{Holder, holders, merge_holders, range_label, site_label};
 use super::summary::{self, human_bytes};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
@@ -202,9 +202,9 @@ pub fn render_peaks(
                 human_bytes(p.reserved_bytes)
             );
             let _ = writeln!(o, "  by call site:");
-            o.push_str(&holders_text(&p.by_call_site, top, "    "));
+            o.push_str(&holders_text_all(&p.by_call_site, top, "    "));
             let _ = writeln!(o, "  by NVTX range:");
-            o.push_str(&holders_text(&p.by_range, top, "    "));
+            o.push_str(&holders_text_all(&p.by_range, top, "    "));
         }
     }
     if all.len() > 1 {
@@ -220,9 +220,9 @@ pub fn render_peaks(
             c.largest_trace
         );
         let _ = writeln!(o, "  live at the peaks, by call site:");
-        o.push_str(&holders_text(&c.by_call_site, top, "    "));
+        o.push_str(&holders_text_all(&c.by_call_site, top, "    "));
         let _ = writeln!(o, "  by NVTX range:");
-        o.push_str(&holders_text(&c.by_range, top, "    "));
+        o.push_str(&holders_text_all(&c.by_range, top, "    "));
     }
     o
 }

@@ -181,3 +181,21 @@ pub fn holders_text(holders: &[Holder], n: usize, indent: &str) -> String {
     }
     o
 }
+
+/// As [`holders_text`], and one more line when rows were left out: how many and what they hold,
+/// and `--top` with the count that shows them all.
+pub fn holders_text_all(holders: &[Holder], n: usize, indent: &str) -> String {
+    let mut o = holders_text(holders, n, indent);
+    if holders.len() > n {
+        let rest = &holders[n..];
+        let bytes = rest.iter().map(|h| h.bytes).fold(0, u64::saturating_add);
+        let _ = writeln!(
+            o,
+            "{indent}... and {} more holding {} (--top {} shows every row)",
+            rest.len(),
+            super::summary::human_bytes(bytes),
+            holders.len()
+        );
+    }
+    o
+}

@@ -109,6 +109,8 @@ pub struct TraceHealth {
     pub unsummarized: u64,
     pub damage: Option<String>,
     pub clean_exit: bool,
+    /// The process still runs (what is "at exit" is then "now").
+    pub running: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -473,6 +475,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 )
             }),
             clean_exit: info.clean_exit,
+            running: info.running_here(),
         },
     })
 }
@@ -607,7 +610,12 @@ impl Summary {
                 .map(|h| format!("{} {}", h.owner, human_bytes(h.bytes)))
                 .collect();
             if !parts.is_empty() {
-                let _ = writeln!(o, "held at exit on device {d}: {}", parts.join(", "));
+                let when = if self.health.running {
+                    "now"
+                } else {
+                    "at exit"
+                };
+                let _ = writeln!(o, "held {when} on device {d}: {}", parts.join(", "));
             }
         }
         super::device_memory::render(&mut o, &self.device_memory);
@@ -699,6 +707,8 @@ impl Summary {
             h.truncated,
             if h.clean_exit {
                 ""
+            } else if h.running {
+                "; the process is still running"
             } else {
                 "; the process did not exit cleanly"
             }

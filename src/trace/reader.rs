@@ -39,6 +39,42 @@ pub struct TraceInfo {
     pub checkpoints_failed: u64,
 }
 
+impl TraceInfo {
+    /// Whether the process that writes this trace still runs (on this host: a trace from
+    /// another host whose process did not exit cleanly counts as running).
+    pub fn still_running(&self) -> bool {
+        if self.clean_exit {
+            return false;
+        }
+        let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        if here.trim() != self.host {
+            return true;
+        }
+        // SAFETY: signal 0 checks that the process exists and sends nothing.
+        unsafe { libc::kill(self.pid as libc::pid_t, 0) == 0 }
+    }
+
+    /// Whether the process that writes this trace is running on this host now, as far as can
+    /// be seen: it did not exit cleanly, and a process of its pid runs the same program (a pid
+    /// given to another program after a crash does not count). Reports then speak of what is
+    /// live now, not at exit.
+    pub fn running_here(&self) -> bool {
+        if self.clean_exit {
+            return false;
+        }
+        let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        if here.trim() != self.host {
+            return false;
+        }
+        let Ok(cmdline) = std::fs::read(format!("/proc/{}/cmdline", self.pid)) else {
+            return false;
+        };
+        let argv0 = cmdline.split(|&b| b == 0).next().unwrap_or(&[]);
+        let name = argv0.rsplit(|&b| b == b'/').next().unwrap_or(&[]);
+        !name.is_empty() && printable(name) == self.program
+    }
+}
+
 /// Why a file could not be read at all.
 #[derive(Debug)]
 pub enum ReadError {

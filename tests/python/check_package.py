@@ -1,7 +1,7 @@
 """The Python package as a user gets it (pip install . into a fresh environment), checked from
 that environment on the CUDA simulator. Run by scripts/test.sh:
 
-    .venv/bin/python tests/python/check_package.py SIM_DIR WORK_DIR
+    .venv-check/bin/python tests/python/check_package.py SIM_DIR WORK_DIR
 
 Prints one line per check and a closing "package: N passed, M failed"; exits 1 on a failure.
 """
