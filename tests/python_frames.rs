@@ -338,3 +338,30 @@ fn a_code_object_renamed_at_its_address_with_its_first_line_kept_gives_the_new_n
         code_reuse_rounds(&py, "name", |round| (format!("gen{round}"), 1001));
     }
 }
+
+/// `--program-frames` leaves the frames of installed packages and the standard library out of
+/// call sites (here contextlib's, between the program's generator and the line that used it).
+#[test]
+fn program_frames_leave_the_libraries_frames_out_of_call_sites() {
+    let Some(py) = pythons().into_iter().next() else {
+        return;
+    };
+    let (t, code, err) = run_py(&py, "py_library.py", None, "pylibrary");
+    assert_eq!(code, 0, "{py}: {err}");
+    let label = |args: &[&str]| {
+        let mut a = vec!["leaks"];
+        a.extend_from_slice(args);
+        report_json(&a, &[&t])["live_at_exit"][0]["label"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let all = label(&[]);
+    assert!(all.contains("contextlib.py"), "{all}");
+    let own = label(&["--program-frames"]);
+    assert_eq!(
+        own,
+        "py_library.py:15 in workspace < py_library.py:20 in step < py_library.py:25 in <module>",
+        "{all}"
+    );
+}

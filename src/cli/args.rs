@@ -56,6 +56,11 @@ pub struct Reading {
     /// Python frames always show their native frames).
     #[arg(long)]
     native_frames: bool,
+    /// Show only the program's own Python frames in call sites (leave out those of installed
+    /// packages such as torch and transformers, and of the standard library), when a stack has
+    /// any.
+    #[arg(long)]
+    program_frames: bool,
 }
 
 impl Reading {
@@ -91,6 +96,7 @@ impl Reading {
             symbols: !self.no_symbols,
             progress,
             native_frames: self.native_frames,
+            program_frames: self.program_frames,
         })
     }
 }

@@ -152,11 +152,21 @@ pub fn shown_frames(reader: &TraceReader, frames: &[u64]) -> Vec<u64> {
         .iter()
         .take_while(|&&f| crate::trace::format::as_py_frame(f).is_some())
         .count();
-    if python == 0 || reader.native_frames() {
+    let mut shown = if python == 0 || reader.native_frames() {
         frames.to_vec()
     } else {
         frames[..python].to_vec()
+    };
+    if reader.program_frames() && python > 0 {
+        let own = |ip: &u64| {
+            crate::trace::format::as_py_frame(*ip).is_none()
+                || is_program_frame(&crate::report::symbolize::frame(reader, *ip))
+        };
+        if frames[..python].iter().any(own) {
+            shown.retain(own);
+        }
     }
+    shown
 }
 
 /// A Python frame in the program's own files (see [`crate::report::symbolize::is_program_file`]).

@@ -244,6 +244,7 @@ pub struct TraceReader {
     /// Whether frames are named from the binaries.
     symbols: bool,
     native_frames: bool,
+    program_frames: bool,
     /// Whether a stack with Python frames has been read.
     python_frames: bool,
     progress: Option<fn(u64, u64)>,
@@ -266,6 +267,9 @@ pub struct ReadOptions {
     /// Whether stacks with Python frames show their native frames too (after the Python
     /// ones); without Python frames a stack always shows its native frames.
     pub native_frames: bool,
+    /// Whether call sites show only the program's own Python frames (not those of installed
+    /// packages and the standard library), when a stack has any.
+    pub program_frames: bool,
 }
 
 impl Default for ReadOptions {
@@ -276,6 +280,7 @@ impl Default for ReadOptions {
             symbols: true,
             progress: None,
             native_frames: false,
+            program_frames: false,
         }
     }
 }
@@ -509,6 +514,7 @@ impl TraceReader {
             symbols: opts.symbols,
             progress: opts.progress,
             native_frames: opts.native_frames,
+            program_frames: opts.program_frames,
             python_frames: false,
             since_progress: 0,
         })
@@ -587,6 +593,12 @@ impl TraceReader {
     /// its oldest records) and the next one may too.
     pub fn in_checkpoint(&self) -> bool {
         self.checkpoint_at < self.checkpoint_prefix
+    }
+
+    /// Whether call sites show only the program's own Python frames (see
+    /// [`ReadOptions::program_frames`]).
+    pub fn program_frames(&self) -> bool {
+        self.program_frames
     }
 
     /// Records examined so far and in all, for progress display.

@@ -15,15 +15,9 @@
 set -euo pipefail
 sections=${*:-leaks same layout}
 work=$(mktemp -d)
-cat > "$work/growing.py" <<'PY'
-import json, sys
-d = json.load(sys.stdin)
-for g in d["iterations"]["growing"][:4]:
-    site = " < ".join(s for s in g["call_site"].split(" < ") if "torch/" not in s)
-    print(f"  grows {g['bytes_per_iteration'] / 2**20:6.2f} MiB/iteration  {site[:150]}")
-PY
-growing() { # TRACE: the growing call sites, one line each, and the summary's PyTorch line
-  "$GPUSHIM_BIN" leaks --json "$1" | python3 "$work/growing.py"
+growing() { # TRACE: what `gpushim leaks --program-frames` prints of the growth, as it prints it,
+  # and the summary's PyTorch line
+  "$GPUSHIM_BIN" leaks --program-frames "$1" | grep -E "^iterations|^  grows" | sed 's/^/  /'
   "$GPUSHIM_BIN" summary "$1" | grep -E "^PyTorch|^tensors|^Python frames" | sed 's/^/  /'
 }
 for s in $sections; do case $s in
