@@ -51,3 +51,8 @@ if [ "${2:-}" != "--real" ]; then
     -Wl,-soname,libc10_cuda.so "$here/tests/standin/c10_cuda.cpp" -L "$out" -lcudart
   echo "__version__ = '2.11.0+standin'" > "$out/torch/version.py"
 fi
+if [ "${2:-}" != "--real" ]; then
+  echo "the CUDA simulator is in $out (libcudart.so.13, libcuda.so.1, libnvidia-ml.so.1)"
+  echo "a program of your own: cc -g -I $here/tests/sim prog.c -o prog -L $out -lcudart -Wl,-rpath,$out"
+  echo "then: LD_LIBRARY_PATH=$out gpushim run --conf stacks:native -- ./prog   (the runtime finds the driver there; native stacks name the lines)"
+fi

@@ -330,3 +330,73 @@ fn run_under_gpushim_disable_says_the_shim_was_off() {
     );
     assert!(!said.contains("made no CUDA memory call"), "{said}");
 }
+
+/// The README's recipe for a program of one's own, as written: build the simulator, compile a
+/// C program with a leak against it, run it under `gpushim run --conf stacks:native`, and
+/// `leaks` names the leaking line.
+#[test]
+fn the_readmes_recipe_for_ones_own_program_names_its_leaking_line() {
+    let dir = tempdir("own-program");
+    let simdir = dir.join("sim");
+    let built = Command::new("bash")
+        .arg(repo().join("scripts/build-sim.sh"))
+        .arg(&simdir)
+        .output()
+        .unwrap();
+    assert_ok(&built);
+    let said = stdout(&built);
+    let compile = said
+        .lines()
+        .find_map(|l| l.strip_prefix("a program of your own: "))
+        .unwrap_or_else(|| panic!("build-sim.sh says how to build a program: {said}"));
+    std::fs::write(
+        dir.join("prog.c"),
+        "#include \"cuda_sim.h\"\n\
+         static void *kept[16];\n\
+         __attribute__((noinline)) void step(int i) {\n\
+         \x20   void *scratch = 0;\n\
+         \x20   cudaMalloc(&kept[i], 1 << 20);\n\
+         \x20   cudaMalloc(&scratch, 1 << 16);\n\
+         \x20   cudaFree(scratch);\n\
+         }\n\
+         int main(void) { for (int i = 0; i < 16; i++) step(i); return 0; }\n",
+    )
+    .unwrap();
+    let cc = Command::new("sh")
+        .arg("-c")
+        .arg(compile)
+        .current_dir(&*dir)
+        .output()
+        .unwrap();
+    assert_ok(&cc);
+    let then = said
+        .lines()
+        .find_map(|l| l.strip_prefix("then: "))
+        .and_then(|l| l.split("   ").next())
+        .unwrap_or_else(|| panic!("build-sim.sh says how to run it: {said}"));
+    let run = Command::new("sh")
+        .arg("-c")
+        .arg(then.replace("gpushim run", &format!("{} run", gpushim_bin().display())))
+        .current_dir(&*dir)
+        .env_remove("LD_LIBRARY_PATH")
+        .env_remove("GPUSHIM_CONF")
+        .env("GPUSHIM_LIB", shim())
+        .output()
+        .unwrap();
+    assert_ok(&run);
+    let trace = std::fs::read_dir(&*dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(".trace"))
+        .unwrap_or_else(|| panic!("no trace: {}", stderr(&run)));
+    let leaks = report_json(&["leaks"], &[&trace]);
+    let top = &leaks["live_at_exit"][0];
+    assert_eq!(top["allocations"], 16, "{leaks}");
+    assert!(
+        top["label"]
+            .as_str()
+            .unwrap()
+            .starts_with("step (prog.c:5)"),
+        "{leaks}"
+    );
+}

@@ -71,6 +71,11 @@ fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_
                 assert_eq!(r.api, Api::Shim, "{r:?}");
                 calls += 1;
             }
+            // NVML's figure for the process, sampled by its helper thread.
+            RecordKind::DeviceMemory => {
+                assert_eq!(r.api, Api::Shim, "{r:?}");
+                assert!(r.size > 0 && r.ptr <= r.size, "garbage NVML figure: {r:?}");
+            }
             other => panic!("unexpected record kind {other:?}: {r:?}"),
         }
     }

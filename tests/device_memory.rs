@@ -188,3 +188,30 @@ fn the_rank_closest_to_its_devices_limit_is_named_with_its_headroom() {
         "{text}"
     );
 }
+
+/// A program of the runtime API alone (the simulator's runtime loads its driver privately, as
+/// the real one does) still gets NVML's figure and its split.
+#[test]
+fn a_runtime_api_program_gets_nvmls_figure_too() {
+    let t = tempdir("nvml-runtime").file("rt.trace");
+    let out = run(
+        &sim().bin("train_loop"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![],
+            args: vec!["10".into()],
+        },
+    );
+    assert_ok(&out);
+    let v = report_json(&["summary"], &[&t]);
+    let m = &v["device_memory"][0];
+    let nvml = m["at_exit"]["nvml_bytes"].as_u64().unwrap_or(0);
+    let held = m["at_exit"]["held_bytes"].as_u64().unwrap_or(0);
+    assert_eq!(held, 10 << 20, "{v}");
+    assert_eq!(
+        nvml,
+        held + (512 << 20),
+        "the program's 10 MiB and the context's 512: {v}"
+    );
+}

@@ -16,6 +16,7 @@
  * then. simInUse(ptr, size) says whether unfinished work still uses a range: the check a
  * caching allocator must never fail when it hands memory out. */
 #define _GNU_SOURCE
+#define CUDA_SIM_IMPLEMENTATION
 #include "cuda_sim.h"
 
 #include <fcntl.h>

@@ -158,6 +158,19 @@ size_t simUsedBytes(void);
 
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64_t flags, int *status);
 
+/* The names a program uses, as CUDA's own cuda.h maps them to the versioned functions (the
+ * simulator itself defines the unversioned legacy ones too, so it leaves these out). */
+#ifndef CUDA_SIM_IMPLEMENTATION
+#define cuMemAlloc cuMemAlloc_v2
+#define cuMemFree cuMemFree_v2
+#define cuMemAllocPitch cuMemAllocPitch_v2
+#define cuMemGetInfo cuMemGetInfo_v2
+#define cuMemcpyHtoD cuMemcpyHtoD_v2
+#define cuMemcpyDtoH cuMemcpyDtoH_v2
+#define cuStreamDestroy cuStreamDestroy_v2
+#define cuMemGetAddressRange cuMemGetAddressRange_v2
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,6 +5,7 @@
  *
  * Test-only: cudartSimDriverFn(name) is the driver function pointer the runtime obtained. */
 #define _GNU_SOURCE
+#define CUDA_SIM_IMPLEMENTATION
 #include "cuda_sim.h"
 
 #include <dlfcn.h>

@@ -18,10 +18,23 @@ static size_t (*used_fn)(void);
 static int (*context_fn)(void);
 static size_t (*limit_fn)(void);
 
+/* The simulator's driver, where it is: in the global scope (a driver-API program links it), or
+ * loaded locally by the simulator's runtime (dlopen of libcuda.so.1 with RTLD_LOCAL, as the
+ * real runtime does), which RTLD_DEFAULT does not search. */
+static void *lookup(const char *name) {
+    void *f = dlsym(RTLD_DEFAULT, name);
+    if (f) return f;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) return NULL;
+    f = dlsym(h, name);
+    dlclose(h);
+    return f;
+}
+
 static void find(void) {
-    if (!used_fn) used_fn = (size_t (*)(void))dlsym(RTLD_DEFAULT, "simUsedBytes");
-    if (!context_fn) context_fn = (int (*)(void))dlsym(RTLD_DEFAULT, "simContextMade");
-    if (!limit_fn) limit_fn = (size_t (*)(void))dlsym(RTLD_DEFAULT, "simLimitBytes");
+    if (!used_fn) used_fn = (size_t (*)(void))lookup("simUsedBytes");
+    if (!context_fn) context_fn = (int (*)(void))lookup("simContextMade");
+    if (!limit_fn) limit_fn = (size_t (*)(void))lookup("simLimitBytes");
 }
 
 static unsigned long long context_bytes(void) {
