@@ -199,19 +199,22 @@ fn a_runtime_api_program_gets_nvmls_figure_too() {
         Run {
             preload: true,
             trace: Some(&t),
-            env: vec![],
+            // Slow enough (1 ms a call) that NVML's sampler, which looks within 50 ms of an
+            // allocation, sees the program.
+            env: vec![("GPUSHIM_SIM_LATENCY_US", "1000".into())],
             args: vec!["10".into()],
         },
     );
     assert_ok(&out);
     let v = report_json(&["summary"], &[&t]);
     let m = &v["device_memory"][0];
+    // NVML is sampled, never at exit: its last figure is the context's 512 MiB and what the
+    // program held at that sample, at most its peak.
     let nvml = m["at_exit"]["nvml_bytes"].as_u64().unwrap_or(0);
-    let held = m["at_exit"]["held_bytes"].as_u64().unwrap_or(0);
-    assert_eq!(held, 10 << 20, "{v}");
-    assert_eq!(
-        nvml,
-        held + (512 << 20),
-        "the program's 10 MiB and the context's 512: {v}"
+    let peak = v["devices"][0]["peak_live_bytes"].as_u64().unwrap();
+    assert!(
+        nvml > 512 << 20 && nvml <= (512 << 20) + peak,
+        "NVML's figure, for a program of the runtime alone: {v}"
     );
+    assert_eq!(m["at_exit"]["held_bytes"], 10 << 20, "{v}");
 }
