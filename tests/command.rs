@@ -400,3 +400,20 @@ fn the_readmes_recipe_for_ones_own_program_names_its_leaking_line() {
         "{leaks}"
     );
 }
+
+/// `events --help` explains every column `events` prints.
+#[test]
+fn events_help_names_every_column_it_prints() {
+    let t = train_loop_trace("events-columns");
+    let out = gpushim(&[&"events", &t.as_os_str()]);
+    assert_ok(&out);
+    let header = stdout(&out).lines().next().unwrap().to_string();
+    let help = gpushim(&[&"events", &"--help"]);
+    let help = stdout(&help);
+    for column in header.split(',') {
+        assert!(
+            help.contains(&format!("{column} (")) || help.contains(&format!("{column},")),
+            "events --help leaves out the column {column}: {help}"
+        );
+    }
+}

@@ -148,3 +148,12 @@ fn errors_are_typed_and_a_bad_policy_is_found_before_the_trace_is_read() {
     assert!(std::error::Error::source(&e).is_some());
     assert!(e.to_string().contains("absent.trace"), "{e}");
 }
+
+/// With no `--conf`, the second row is the defaults, named as such (not an empty name).
+#[test]
+fn the_defaults_row_is_named() {
+    let t = train_loop_trace("simulate-defaults");
+    let v = report_json(&["simulate"], &[&t]);
+    assert_eq!(v[0]["policy"], "recorded", "{v}");
+    assert_eq!(v[1]["policy"], "the defaults (nothing set)", "{v}");
+}

@@ -164,6 +164,24 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
     Ok(out)
 }
 
+/// Why a request failed while the pool held a free block large enough for it, when the pool's
+/// rules say: a request above 1 MiB and up to 10 MiB gets a segment of its own (rounded up to
+/// 2 MiB) unless `medium` is set, so free room inside other segments cannot serve it.
+fn unused_room(o: &Oom) -> Option<String> {
+    const MIB: u64 = 1 << 20;
+    (o.largest_free_block >= o.requested_bytes
+        && o.requested_bytes > MIB
+        && o.requested_bytes <= 10 * MIB)
+        .then(|| {
+            format!(
+                "the pool held a free block of {} but a request above 1 MiB and up to 10 MiB \
+                 gets a segment of its own unless medium is set: GPUSHIM_CONF=medium:20MiB cuts \
+                 such requests from shared segments (gpushim config medium says more)",
+                human_bytes(o.largest_free_block)
+            )
+        })
+}
+
 /// The text `gpushim oom` prints for one trace's failed allocations.
 pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
     let mut out = String::new();
@@ -197,8 +215,53 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
         if let Some(f) = o.device_free_bytes {
             let _ = writeln!(out, "  the device said {} free", human_bytes(f));
         }
+        if let Some(why) = unused_room(o) {
+            let _ = writeln!(out, "  {why}");
+        }
         let _ = writeln!(out, "  holding the most:");
         out.push_str(&holders_text(&o.holders, 5, "    "));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn failed(requested: u64, largest_free: u64) -> Oom {
+        Oom {
+            time_ns: 0,
+            api: "cudaMalloc".into(),
+            status: 2,
+            device: 0,
+            requested_bytes: requested,
+            live_bytes: 6 << 20,
+            reserved_bytes: 8 << 20,
+            cached_bytes: 2 << 20,
+            largest_free_block: largest_free,
+            limit_hit: true,
+            device_free_bytes: None,
+            request_site: None,
+            holders: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_request_the_free_room_could_hold_says_why_it_was_not_served() {
+        let text = render_ooms("t", &[failed(3 << 19, 1_992_294)]);
+        assert!(
+            text.contains("the pool held a free block of 1.90 MiB but a request above 1 MiB"),
+            "{text}"
+        );
+        assert!(text.contains("medium:20MiB"), "{text}");
+        // Too large for the free room, or a request the pool cuts from shared segments anyway:
+        // nothing to explain.
+        for o in [
+            failed(3 << 19, 1 << 20),
+            failed(512 << 10, 1 << 20),
+            failed(64 << 20, 128 << 20),
+        ] {
+            assert!(!render_ooms("t", &[o]).contains("the pool held"));
+        }
+    }
 }

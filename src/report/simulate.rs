@@ -93,7 +93,7 @@ pub fn simulate(
             // pool:off: every allocation is a device allocation of its own.
             let live = live_only(trace, opts)?;
             Outcome {
-                policy: text,
+                policy: policy_name(&text),
                 peak_reserved_bytes: live.peak,
                 peak_live_bytes: live.peak,
                 fragmentation_at_peak: 0.0,
@@ -106,6 +106,15 @@ pub fn simulate(
         out.push(o);
     }
     Ok(out)
+}
+
+/// How a policy is named in the table: its text, or for the empty one what it is.
+fn policy_name(text: &str) -> String {
+    if text.trim().is_empty() {
+        "the defaults (nothing set)".into()
+    } else {
+        text.into()
+    }
 }
 
 /// The program's allocations alone: peak live bytes, successful and failed calls.
@@ -328,11 +337,7 @@ fn replay(
     let (pool, failed) = (&replayer.pool, replayer.failed);
     let s = pool.engine.stats();
     Ok(Outcome {
-        policy: if text.is_empty() {
-            "default".into()
-        } else {
-            text.into()
-        },
+        policy: policy_name(text),
         peak_reserved_bytes: peak_reserved,
         peak_live_bytes: peak_requested,
         fragmentation_at_peak: if peak_reserved > 0 {
