@@ -9,9 +9,20 @@ use std::path::Path;
 
 /// NVTX records as "THREAD KIND TEXT|LEVEL" lines, in trace order.
 fn nvtx_lines(trace: &Path) -> Vec<String> {
+    // The program's threads numbered in the order they first recorded, the shim's NVML
+    // sampler (a thread of its own, recording only NVML's figure) left out.
+    let samplers: std::collections::HashSet<u16> = TraceReader::open(trace)
+        .unwrap()
+        .filter(|r| r.kind == RecordKind::DeviceMemory)
+        .map(|r| r.thread)
+        .collect();
+    let mut order: Vec<u16> = Vec::new();
     let mut reader = TraceReader::open(trace).unwrap();
     let mut lines = Vec::new();
     while let Some(r) = reader.next() {
+        if r.kind == RecordKind::ThreadStart && !samplers.contains(&r.thread) {
+            order.push(r.thread);
+        }
         let level = match r.kind {
             RecordKind::RangePush
             | RecordKind::RangePop
@@ -26,7 +37,11 @@ fn nvtx_lines(trace: &Path) -> Vec<String> {
             }
             _ => String::new(),
         };
-        lines.push(format!("{} {} {text}|{level}", r.thread, r.kind.name()));
+        let thread = order
+            .iter()
+            .position(|&t| t == r.thread)
+            .unwrap_or(usize::MAX);
+        lines.push(format!("{thread} {} {text}|{level}", r.kind.name()));
     }
     lines
 }

@@ -5,9 +5,9 @@ use super::sites::holders_text_all;
 use super::sites::{Holder, holders, merge_holders, site_label};
 use crate::report::summary::human_bytes;
 use crate::trace::format::RecordKind;
-use crate::trace::live::BoundaryMark;
+use crate::trace::live::{Boundary, BoundaryMark};
 use crate::trace::reader::{ReadError, ReadOptions};
-use crate::trace::summary::MarkFinder;
+use crate::trace::summary::{MarkFinder, Thinned};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -71,8 +71,8 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     let restored_mark = first_pass.boundary_mark;
     // Choose the boundary.
     // (description, NVTX string id, or the site key of a detected period)
-    type Boundary = (String, Option<u64>, Option<u64>);
-    let from_mark = |m: BoundaryMark| -> Boundary {
+    type Chosen = (String, Option<u64>, Option<u64>);
+    let from_mark = |m: BoundaryMark| -> Chosen {
         match m {
             BoundaryMark::Nvtx(id) => (
                 format!("NVTX '{}'", reader.string(id).unwrap_or("?")),
@@ -89,7 +89,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
             ),
         }
     };
-    let chosen: Option<Boundary> = match boundary {
+    let chosen: Option<Chosen> = match boundary {
         None if restored_mark.is_some() => restored_mark.map(from_mark),
         Some(name) => names
             .keys()
@@ -111,10 +111,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     // Pass 2: live bytes per call site at each boundary, from the live set (the stacks of
     // earlier allocations are all in by then); past MAX_BOUNDARIES, every other one is let go
     // and then only every `stride`-th kept, so the samples stay spread over the whole run.
-    let mut samples = Samples {
-        stride: 1,
-        ..Samples::default()
-    };
+    let mut samples: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
     let mut seen = 0u64;
     let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
         if rp.restoring || r.kind == RecordKind::Restore {
@@ -127,37 +124,39 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         };
         if is_boundary {
             seen += 1;
-            if (seen - 1) % samples.stride == 0 {
-                let mut by: HashMap<u64, u64> = HashMap::new();
-                for l in rp.all_live() {
-                    let v = by.entry(site_key(l)).or_default();
-                    *v = v.saturating_add(l.size);
-                }
+            if samples.wants() {
                 let base = if restored_matches {
                     rp.boundary_count
                 } else {
                     0
                 };
-                samples.push(base + seen, r.time_ns, rp.total_live(), by);
+                samples.push(Boundary {
+                    ordinal: base + seen,
+                    time_ns: r.time_ns,
+                    total: rp.total_live(),
+                    by_site: rp.live_by_site(),
+                });
             }
         }
     })?;
+    let mut kept: Vec<Boundary> = Vec::new();
     if restored_matches && !rp.boundaries.is_empty() {
-        let mut all = Samples::default();
-        for b in &rp.boundaries {
-            all.push(b.ordinal, b.time_ns, b.total, b.by_site.clone());
+        // The checkpoint's boundaries, then the ring's, thinned together.
+        let mut all: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
+        for b in rp.boundaries.iter().cloned().chain(samples.into_items()) {
+            if all.wants() {
+                all.push(b);
+            }
         }
-        all.append(samples);
-        samples = all;
+        kept = all.into_items();
         seen = seen.saturating_add(rp.boundary_count);
+    } else {
+        kept.append(&mut samples.into_items());
     }
-    let Samples {
-        ordinals,
-        series,
-        totals,
-        times,
-        ..
-    } = samples;
+    let ordinals: Vec<u64> = kept.iter().map(|b| b.ordinal).collect();
+    let totals: Vec<u64> = kept.iter().map(|b| b.total).collect();
+    let times: Vec<u64> = kept.iter().map(|b| b.time_ns).collect();
+    let series: Vec<HashMap<u64, u64>> = kept.into_iter().map(|b| b.by_site).collect();
     let iterations = chosen.map(|(boundary, _, _)| {
         let mut growing = Vec::new();
         if series.len() >= 3 {
@@ -229,57 +228,6 @@ fn steady_growth(s: &[u64], ordinals: &[u64]) -> Option<u64> {
     let overall = s[s.len() - 1] as i128 - s[0] as i128;
     (median > 0 && rising * 4 >= diffs.len() * 3 && overall > 0 && overall * 2 >= median * span)
         .then_some(median as u64)
-}
-
-/// Live bytes by call site at the boundaries kept: each one's number in the run, time, live
-/// bytes in all, and by call-site key.
-#[derive(Default)]
-struct Samples {
-    ordinals: Vec<u64>,
-    times: Vec<u64>,
-    totals: Vec<u64>,
-    series: Vec<HashMap<u64, u64>>,
-    stride: u64,
-}
-
-impl Samples {
-    fn push(&mut self, ordinal: u64, time_ns: u64, total: u64, by: HashMap<u64, u64>) {
-        self.ordinals.push(ordinal);
-        self.times.push(time_ns);
-        self.totals.push(total);
-        self.series.push(by);
-        if self.series.len() >= MAX_BOUNDARIES {
-            let keep = |i: usize| i % 2 == 0;
-            let thin = |v: &mut Vec<u64>| {
-                let mut i = 0;
-                v.retain(|_| {
-                    i += 1;
-                    keep(i - 1)
-                });
-            };
-            thin(&mut self.ordinals);
-            thin(&mut self.times);
-            thin(&mut self.totals);
-            let mut i = 0;
-            self.series.retain(|_| {
-                i += 1;
-                keep(i - 1)
-            });
-            self.stride = self.stride.max(1) * 2;
-        }
-    }
-
-    fn append(&mut self, other: Samples) {
-        for (((o, t), total), by) in other
-            .ordinals
-            .into_iter()
-            .zip(other.times)
-            .zip(other.totals)
-            .zip(other.series)
-        {
-            self.push(o, t, total, by);
-        }
-    }
 }
 
 /// A call site growing in one or more ranks of a job.

@@ -62,15 +62,7 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
             .chain(rp.physical.values())
             .filter(|l| l.device == device)
             .map(|l| {
-                let frames = reader
-                    .stack(l.stack)
-                    .map(|f| {
-                        crate::report::sites::shown_frames(&reader, f)
-                            .iter()
-                            .map(|&ip| crate::report::symbolize::describe(&reader, ip))
-                            .collect()
-                    })
-                    .unwrap_or_else(|| vec!["(no stack)".to_string()]);
+                let frames = frames_of(&reader, l.stack);
                 (frames, l.size)
             })
             .collect();
@@ -99,21 +91,26 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
     Ok(out)
 }
 
+/// The frames of stack `stack` as the flame graph names them, innermost first.
+fn frames_of(reader: &TraceReader, stack: u64) -> Vec<String> {
+    reader
+        .stack(stack)
+        .map(|f| {
+            crate::report::sites::shown_frames(reader, f)
+                .iter()
+                .map(|&ip| crate::report::symbolize::describe(reader, ip))
+                .collect()
+        })
+        .unwrap_or_else(|| vec!["(no stack)".to_string()])
+}
+
 /// A peak the checkpoint of a ring trace kept: what each call site and range held then.
 fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak {
     let stacks = s
         .holdings
         .iter()
         .map(|h| {
-            let frames = reader
-                .stack(h.stack)
-                .map(|f| {
-                    crate::report::sites::shown_frames(reader, f)
-                        .iter()
-                        .map(|&ip| crate::report::symbolize::describe(reader, ip))
-                        .collect()
-                })
-                .unwrap_or_else(|| vec!["(no stack)".to_string()]);
+            let frames = frames_of(reader, h.stack);
             (frames, h.bytes)
         })
         .collect();

@@ -4,6 +4,7 @@
 use super::live::Replay;
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
+use crate::trace::summary::is_allocating;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -319,17 +320,14 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             }
             allocated_last[i] = r.status == 0 && is_allocating(r.kind) && r.ptr != 0;
         }
-        if r.api == crate::trace::format::Api::Shim
-            && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
-        {
-            // The pool's own decisions: not calls of the program.
-            live.apply(&r);
-            continue;
-        }
-        if matches!(
-            r.kind,
-            RecordKind::ThreadStart | RecordKind::StreamName | RecordKind::String
-        ) {
+        // The calls of the program, counted as the summarizer of a ring trace counts them.
+        if !crate::trace::summary::is_call(&r) {
+            // The pool's own decisions (and the shim's notes) still change what is live.
+            if r.api == crate::trace::format::Api::Shim
+                && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
+            {
+                live.apply(&r);
+            }
             continue;
         }
         events += 1;
@@ -485,14 +483,6 @@ fn activity_of(all: &mut BTreeMap<u8, PoolActivity>, device: u8) -> &mut PoolAct
         device,
         ..PoolActivity::default()
     })
-}
-
-fn is_allocating(k: RecordKind) -> bool {
-    use RecordKind::*;
-    matches!(
-        k,
-        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve | TensorAlloc
-    )
 }
 
 /// `1.50 GiB`, `512 B`.

@@ -159,8 +159,7 @@ pub mod restore {
     /// What marks the iterations of the boundaries: `ptr` an NVTX string id (`thread` 0) or a
     /// call-site key (`thread` 1); `size` boundaries seen in all.
     pub const BOUNDARY_MARK: u8 = 17;
-    /// Records of kinds kept as they came (definitions, threads, streams) follow.
-    pub const DEFINITIONS: u8 = 18;
+    // 18: not used.
     /// `thread`'s latest allocation, which a `StackRef` to come names: `ptr`.
     pub const LAST_ALLOC: u8 = 19;
     /// `thread`'s latest allocation, which a `Caller` to come names: `ptr`, `size` 1 for a

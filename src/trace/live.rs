@@ -109,8 +109,6 @@ pub struct Replay {
     pub restoring: bool,
     /// The call site the restored allocations take (stack, range, caller).
     restoring_site: (u64, u64, [u64; 2]),
-    /// What the checkpoint this replay started from covered, if it started from one.
-    pub restored: Option<Restored>,
     /// Summaries the checkpoint carried: per API (calls, bytes, failures).
     pub api_totals: BTreeMap<u8, (u64, u64, u64)>,
     /// What was live at each moment the checkpoint kept (each device's peak, each failure).
@@ -130,15 +128,6 @@ pub struct Replay {
 /// copies of the series would cost time without end).
 const MAX_RESTORED_BOUNDARIES: usize = 1024;
 const MAX_RESTORED_SITES: usize = 1 << 16;
-
-/// What a checkpoint covered: ring records before `covered`, `summarized` records in all, the
-/// latest at `time_ns`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Restored {
-    pub covered: u64,
-    pub summarized: u64,
-    pub time_ns: u64,
-}
 
 /// What a checkpoint kept of one moment: a device's peak, or a failed allocation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -358,6 +347,16 @@ impl Replay {
             .enumerate()
             .filter(|(_, d)| d.seen)
             .map(|(i, d)| (i as u8, d.peak, d.peak_time_ns))
+    }
+
+    /// Live bytes by call-site key ([`site_key`]), every device together.
+    pub fn live_by_site(&self) -> HashMap<u64, u64> {
+        let mut by: HashMap<u64, u64> = HashMap::new();
+        for l in self.all_live() {
+            let v = by.entry(site_key(l)).or_default();
+            *v = v.saturating_add(l.size);
+        }
+        by
     }
 
     /// Live bytes on every device together.
@@ -638,14 +637,7 @@ impl Replay {
     fn restore(&mut self, r: &Record) {
         let device = device_or_0(r.device);
         match r.status {
-            restore::BEGIN => {
-                self.restoring = true;
-                self.restored = Some(Restored {
-                    covered: r.ptr,
-                    summarized: r.size,
-                    time_ns: r.time_ns,
-                });
-            }
+            restore::BEGIN => self.restoring = true,
             restore::END => {
                 self.restoring = false;
                 self.restoring_site = (0, 0, [0; 2]);

@@ -11,7 +11,7 @@
 //! The shim runs a summarizer on a helper thread (never on a hooked call), so it may allocate.
 
 use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind, restore};
-use crate::trace::live::{BoundaryMark, Change, Live, Replay, Snapshot, site_key, size_key};
+use crate::trace::live::{Boundary, BoundaryMark, Change, Live, Replay, Snapshot, size_key};
 use std::collections::{BTreeMap, HashMap};
 
 /// Records wait this long in the reorder window (as in the reader).
@@ -31,32 +31,71 @@ pub const MAX_SERIES: usize = 1024;
 /// Records of kinds kept as they came (threads, streams, notes) past which they are dropped.
 const MAX_KEPT: usize = 65_536;
 
-/// Whether a record is a call of the program (what `summary` counts per API): not the shim's
-/// own notes, not a definition.
-pub fn is_call(r: &Record) -> bool {
-    if r.kind.is_definition()
-        || matches!(
-            r.kind,
-            RecordKind::ThreadStart
-                | RecordKind::StreamName
-                | RecordKind::StringData
-                | RecordKind::StackData
-                | RecordKind::StackRef
-                | RecordKind::Restore
-                | RecordKind::Holding
-        )
-    {
-        return false;
-    }
-    r.api != Api::Shim
+/// At most `max` items kept of a stream of them, spread evenly over it: once `max` are kept,
+/// every other one goes, and from then on only every `stride`-th item offered is kept.
+#[derive(Clone, Debug)]
+pub struct Thinned<T> {
+    items: Vec<T>,
+    offered: u64,
+    stride: u64,
+    max: usize,
 }
 
-/// Whether a record's kind makes memory (for bytes per API).
+impl<T> Thinned<T> {
+    pub fn new(max: usize) -> Thinned<T> {
+        Thinned {
+            items: Vec::new(),
+            offered: 0,
+            stride: 1,
+            max: max.max(2),
+        }
+    }
+
+    /// Counts one more item offered; whether it is to be kept (then [`Thinned::push`] it).
+    pub fn wants(&mut self) -> bool {
+        self.offered += 1;
+        (self.offered - 1) % self.stride == 0
+    }
+
+    /// Keeps an item [`Thinned::wants`] asked for.
+    pub fn push(&mut self, item: T) {
+        self.items.push(item);
+        if self.items.len() >= self.max {
+            let mut i = 0;
+            self.items.retain(|_| {
+                i += 1;
+                i % 2 == 1
+            });
+            self.stride *= 2;
+        }
+    }
+
+    pub fn items(&self) -> &[T] {
+        &self.items
+    }
+
+    pub fn into_items(self) -> Vec<T> {
+        self.items
+    }
+}
+
+/// Whether a record is a call of the program, as `summary` counts calls per API: not the
+/// shim's own records (its notes, definitions, the pool's decisions), not a thread's or a
+/// stream's announcement.
+pub fn is_call(r: &Record) -> bool {
+    r.api != Api::Shim
+        && !matches!(
+            r.kind,
+            RecordKind::ThreadStart | RecordKind::StreamName | RecordKind::String
+        )
+}
+
+/// Whether a record's kind makes memory (the bytes `summary` counts per API).
 pub fn is_allocating(kind: RecordKind) -> bool {
     use RecordKind::*;
     matches!(
         kind,
-        Alloc | AllocAsync | HostAlloc | ManagedAlloc | PhysCreate | TensorAlloc
+        Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | AddressReserve | TensorAlloc
     )
 }
 
@@ -219,15 +258,13 @@ impl MarkFinder {
 
 /// Learns what marks an iteration until the first checkpoint (when the ring is half full:
 /// most of a ring of records seen), then keeps live bytes by call site at each boundary.
-#[derive(Default)]
 struct Boundaries {
     finder: MarkFinder,
     mark: Option<BoundaryMark>,
     decided: bool,
-    /// Boundaries seen since the mark was chosen, and the ones kept (every `stride`-th).
+    /// Boundaries seen (those before the choice counted too), and the ones kept.
     seen: u64,
-    stride: u64,
-    kept: Vec<(u64, u64, u64, HashMap<u64, u64>)>,
+    kept: Thinned<Boundary>,
 }
 
 impl Boundaries {
@@ -237,7 +274,6 @@ impl Boundaries {
             return;
         }
         self.decided = true;
-        self.stride = 1;
         self.mark = self.finder.choose();
         // The boundaries before the choice were seen, not sampled: they count.
         self.seen = self.mark.map_or(0, |m| self.finder.count_of(m));
@@ -246,23 +282,13 @@ impl Boundaries {
 
     fn sample(&mut self, rp: &Replay, time_ns: u64) {
         self.seen += 1;
-        if (self.seen - 1) % self.stride != 0 {
-            return;
-        }
-        let mut by: HashMap<u64, u64> = HashMap::new();
-        for l in rp.all_live() {
-            let v = by.entry(site_key(l)).or_default();
-            *v = v.saturating_add(l.size);
-        }
-        self.kept.push((self.seen, time_ns, rp.total_live(), by));
-        if self.kept.len() >= MAX_BOUNDARIES {
-            // Every other one goes: the rest stay evenly spread over the run.
-            let mut i = 0;
-            self.kept.retain(|_| {
-                i += 1;
-                i % 2 == 1
+        if self.kept.wants() {
+            self.kept.push(Boundary {
+                ordinal: self.seen,
+                time_ns,
+                total: rp.total_live(),
+                by_site: rp.live_by_site(),
             });
-            self.stride *= 2;
         }
     }
 }
@@ -354,9 +380,7 @@ pub struct Summarizer {
     /// The thread whose next stack belongs to the latest failure.
     failure_stack_of: Option<u16>,
     boundaries: Boundaries,
-    nvml: Vec<Record>,
-    nvml_seen: u64,
-    nvml_stride: u64,
+    nvml: Thinned<Record>,
     series: BTreeMap<u8, Series>,
 }
 
@@ -419,22 +443,16 @@ impl Summarizer {
             failures: Vec::new(),
             failures_dropped: 0,
             failure_stack_of: None,
-            boundaries: Boundaries::default(),
-            nvml: Vec::new(),
-            nvml_seen: 0,
-            nvml_stride: 1,
+            boundaries: Boundaries {
+                finder: MarkFinder::default(),
+                mark: None,
+                decided: false,
+                seen: 0,
+                kept: Thinned::new(MAX_BOUNDARIES),
+            },
+            nvml: Thinned::new(MAX_NVML_SAMPLES),
             series: BTreeMap::new(),
         }
-    }
-
-    /// Records fed so far.
-    pub fn fed(&self) -> u64 {
-        self.fed
-    }
-
-    /// The replay's state (what is live now, as far as records were applied).
-    pub fn replay(&self) -> &Replay {
-        &self.replay
     }
 
     /// Takes one committed record body, in the order the writers claimed them. Definitions
@@ -524,7 +542,7 @@ impl Summarizer {
                 self.keep(r);
                 self.kept_stack_of = Some(r.thread);
             }
-            DeviceMemory => self.sample_nvml(r),
+            DeviceMemory if self.nvml.wants() => self.nvml.push(*r),
             _ => {}
         }
         // VMM memory and framework segments change what is live without an address the
@@ -598,22 +616,6 @@ impl Summarizer {
         }
     }
 
-    fn sample_nvml(&mut self, r: &Record) {
-        self.nvml_seen += 1;
-        if (self.nvml_seen - 1) % self.nvml_stride != 0 {
-            return;
-        }
-        self.nvml.push(*r);
-        if self.nvml.len() >= MAX_NVML_SAMPLES {
-            let mut i = 0;
-            self.nvml.retain(|_| {
-                i += 1;
-                i % 2 == 1
-            });
-            self.nvml_stride *= 2;
-        }
-    }
-
     fn settle_peaks(&mut self) {
         for (&d, w) in self.peaks.iter_mut() {
             w.materialize(&self.replay, d);
@@ -650,7 +652,6 @@ impl Summarizer {
         self.settle_peaks();
         let mut w = Writer { out };
         w.restore(restore::BEGIN, 0, covered, self.applied, self.applied_ns);
-        w.restore(restore::DEFINITIONS, 0, 0, self.defs.len() as u64, 0);
         for d in &self.defs {
             w.out.push(*d);
         }
@@ -732,7 +733,7 @@ impl Summarizer {
             w.restore(restore::DEVICE_PEAK, d, peak, 0, t);
         }
         w.restore(restore::HOST_PEAK, 0, rp.host_peak, 0, 0);
-        for r in &self.nvml {
+        for r in self.nvml.items() {
             w.record(r);
         }
         for (&d, f) in &rp.nvml {
@@ -780,8 +781,9 @@ impl Summarizer {
             });
             let empty: HashMap<u64, u64> = HashMap::new();
             let mut before = &empty;
-            for (ordinal, t, total, by) in &self.boundaries.kept {
-                w.restore(restore::BOUNDARY, 0, *ordinal, *total, *t);
+            for b in self.boundaries.kept.items() {
+                let by = &b.by_site;
+                w.restore(restore::BOUNDARY, 0, b.ordinal, b.total, b.time_ns);
                 let mut changed: Vec<(u64, u64)> = by
                     .iter()
                     .filter(|&(k, v)| before.get(k) != Some(v))

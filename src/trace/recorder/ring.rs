@@ -11,7 +11,7 @@
 //! writers lapped the summarizer (then the records between are counted in the header).
 
 use super::*;
-use crate::trace::format::ring::{DESCRIPTOR_BYTES, Descriptor, checksum};
+use crate::trace::format::ring::{DESCRIPTOR_BYTES, checksum};
 use crate::trace::summary::{self, Summarizer};
 
 /// How the file of `trace_max` bytes is laid out.
@@ -124,25 +124,6 @@ impl Recorder {
         }
         seq_word.store(next_seq, Ordering::Release);
         true
-    }
-
-    /// The descriptor of the newest checkpoint, if any.
-    pub fn newest_checkpoint(&self) -> Option<Descriptor> {
-        (0..2)
-            .map(|k| {
-                let f = |i| {
-                    self.descriptor_word(k, i)
-                        .map_or(0, |w| w.load(Ordering::Acquire))
-                };
-                Descriptor {
-                    seq: f(0),
-                    records: f(1),
-                    covered: f(2),
-                    checksum: f(3),
-                }
-            })
-            .filter(|d| d.seq > 0)
-            .max_by_key(|d| d.seq)
     }
 
     /// Copies committed record `index` out of the ring, if it is there (committed, of this

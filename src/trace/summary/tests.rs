@@ -380,3 +380,25 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn thinned_keeps_at_most_max_spread_evenly_over_the_stream() {
+    let mut t: Thinned<u64> = Thinned::new(8);
+    for i in 1..=1000u64 {
+        if t.wants() {
+            t.push(i);
+        }
+    }
+    let kept = t.items();
+    assert!(kept.len() < 8 && kept.len() >= 4, "{kept:?}");
+    assert_eq!(kept[0], 1, "the first stays");
+    let gaps: Vec<u64> = kept.windows(2).map(|w| w[1] - w[0]).collect();
+    assert!(
+        gaps.iter().all(|&g| g == gaps[0]),
+        "evenly spaced: {kept:?}"
+    );
+    assert!(
+        *kept.last().unwrap() + gaps[0] > 1000 - gaps[0],
+        "up to the end: {kept:?}"
+    );
+}
