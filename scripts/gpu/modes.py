@@ -5,6 +5,8 @@ else imports torch (the environment is read when PyTorch's CUDA allocator starts
   pertensor   its cache off: one cudaMalloc/cudaFree per tensor (run under the shim's pool)
   pluggable   the shim's gpushim_alloc/gpushim_free through CUDAPluggableAllocator
               (GPUSHIM_LIB names the library)
+  history     PyTorch's caching allocator with its own memory history on, Python stacks
+              (torch.cuda.memory._record_memory_history(stacks="python")), for comparison
 swap_allocators() puts PyTorch's caching allocator and the pluggable one in one process, to
 time them within it (scripts/gpu.sh inproc)."""
 import ctypes
@@ -23,6 +25,8 @@ def set_up(mode):
         alloc = torch.cuda.memory.CUDAPluggableAllocator(
             os.environ["GPUSHIM_LIB"], "gpushim_alloc", "gpushim_free")
         torch.cuda.memory.change_current_allocator(alloc)
+    elif mode == "history":
+        torch.cuda.memory._record_memory_history(stacks="python")
     return torch
 
 

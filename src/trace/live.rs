@@ -3,6 +3,7 @@
 //! summarizer (`trace::summary`) runs the same replay over the ring, and a checkpoint's
 //! `Restore` records put its state back (`Replay::restore`).
 
+use crate::fasthash::FastMap;
 use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind, restore};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use std::collections::{BTreeMap, HashMap};
@@ -55,7 +56,7 @@ pub struct Replay {
     pub live: crate::fasthash::FastMap<u64, Live>,
     /// VMM physical allocations (`cuMemCreate`: NCCL's buffers, say) by handle: device memory
     /// held, though not at an address of its own.
-    pub physical: HashMap<u64, Live>,
+    pub physical: FastMap<u64, Live>,
     /// Per device (by ordinal): live bytes, physical allocations included; the most live at
     /// once and the time it was first reached; whether the device was ever seen.
     devices: Vec<DeviceLive>,
@@ -86,7 +87,7 @@ pub struct Replay {
     /// framework segment mapped next claims as reserved memory.
     pending_physical: Vec<Vec<u64>>,
     /// Physical allocations that back the framework's expandable segments: reserved, not live.
-    framework_physical: HashMap<u64, (u64, u8)>,
+    framework_physical: FastMap<u64, (u64, u8)>,
     /// Per device (NVML's index): what NVML said this process used, latest and highest, the
     /// device's total, and whether the figure was the whole device's (`DeviceMemory` records).
     pub nvml: BTreeMap<u8, NvmlFigure>,
@@ -101,7 +102,7 @@ pub struct Replay {
     /// The start/end ranges open, which belong to no thread: string id by the index of the
     /// record that started it (so the last is the latest), and that index by range id.
     started: BTreeMap<u64, u64>,
-    started_at: HashMap<u64, u64>,
+    started_at: FastMap<u64, u64>,
     /// Records applied.
     pub index: u64,
     pub time_ns: u64,

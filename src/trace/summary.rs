@@ -10,6 +10,7 @@
 //!
 //! The shim runs a summarizer on a helper thread (never on a hooked call), so it may allocate.
 
+use crate::fasthash::FastMap;
 use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind, restore};
 use crate::trace::live::{Boundary, BoundaryMark, Change, Live, Replay, Snapshot, size_key};
 use std::collections::{BTreeMap, HashMap};
@@ -145,7 +146,10 @@ impl Occurrences {
 /// gap) is scored by how many sites occur about as often as it does (within 10%, or 1); the
 /// best score wins, then the fewest occurrences, then the site seen first. Ties resolve the
 /// same way every time.
-pub fn detect_period(sites: &HashMap<u64, Occurrences>, total: u64) -> Option<u64> {
+pub fn detect_period<S: std::hash::BuildHasher>(
+    sites: &HashMap<u64, Occurrences, S>,
+    total: u64,
+) -> Option<u64> {
     let counts: Vec<u64> = sites
         .values()
         .map(|o| o.count)
@@ -189,10 +193,10 @@ pub fn detect_period(sites: &HashMap<u64, Occurrences>, total: u64) -> Option<u6
 #[derive(Default)]
 pub struct MarkFinder {
     /// By string id: how often, and whether a range (not a mark).
-    pub names: HashMap<u64, (u64, bool)>,
-    by_stack: HashMap<u64, Occurrences>,
-    by_size: HashMap<u64, Occurrences>,
-    pending: HashMap<u16, u64>,
+    pub names: FastMap<u64, (u64, bool)>,
+    by_stack: FastMap<u64, Occurrences>,
+    by_size: FastMap<u64, Occurrences>,
+    pending: FastMap<u16, u64>,
     pub allocations: u64,
 }
 
@@ -497,10 +501,13 @@ impl Summarizer {
                 by_time.max(self.window.len().saturating_sub(1 << 20))
             }
         };
-        let ready: Vec<(u64, u64, Record)> = self.window.drain(..cut).collect();
-        for (_, _, r) in ready {
+        // Applied from the window's own buffer (taken for the loop, then given back), so that a
+        // drain allocates nothing.
+        let mut window = std::mem::take(&mut self.window);
+        for (_, _, r) in window.drain(..cut) {
             self.apply(&r);
         }
+        self.window = window;
     }
 
     fn apply(&mut self, r: &Record) {

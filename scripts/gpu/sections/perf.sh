@@ -2,6 +2,7 @@
 # step time and NVML peak under the shim against PyTorch alone, modes alternated.
 # PyTorch under the shim against PyTorch alone on real workloads with shapes that change every step, modes alternated
 # (A B C D E, A B C D E, ...) so a drifting machine cancels out. Modes: PyTorch's default;
+# history (PyTorch's own memory history with Python stacks, no shim);
 # observe (`gpushim run` with nothing set: PyTorch's allocator untouched, every tensor and its
 # Python frames recorded); notensors (the same with tensors:off: segments only);
 # pertensor (`gpushim run --per-tensor`: caching off, pool:caching,medium:20MiB); pluggable (the pluggable
@@ -48,7 +49,7 @@ run_mode() { # MODE: one run of the workload, its RESULT line on stdout
       return ;;
   esac
   case $mode in
-      default|expandable) python3 $script $(wl $mode "$steps") ;;
+      default|expandable|history) python3 $script $(wl $mode "$steps") ;;
       observe) "$GPUSHIM_BIN" run --trace "$work/${TRACE_TAG:-}ob.%p.trace" -- \
                    python3 $script $(wl default "$steps") \
                    | sed 's/"mode": "default"/"mode": "observe"/' ;;

@@ -305,6 +305,17 @@ fn off(code: u64) {
 /// The tracker: PyTorch calls it on the thread that asked, under its allocator's lock, for
 /// every event. It records; it never calls PyTorch or CUDA.
 unsafe extern "C" fn invoke(_functor: *const [usize; 2], e: *const u8) {
+    let t0 = crate::costs::start();
+    // SAFETY: as this function's own.
+    unsafe { tracked(e) };
+    crate::costs::end(crate::costs::Cost::Tensor, t0);
+}
+
+/// What the tracker does with one event.
+///
+/// # Safety
+/// `e` is PyTorch's `TraceEntry` for this call.
+unsafe fn tracked(e: *const u8) {
     let st = STATE.load(Ordering::Acquire);
     if st != TRIAL && st != ON {
         return;

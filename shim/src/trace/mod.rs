@@ -30,25 +30,43 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
         return;
     }
     let t0 = crate::costs::start();
-    let thread = thread_index();
+    // One clock read for the record and what follows it (its stream's name, its stack): the
+    // reader keeps records of equal time in file order, which is the order written here.
+    let now = RECORDER.now_ns();
+    let thread = thread_index(now);
     let mut stream_index = 0;
     if stream != 0 {
         let (i, new) = RECORDER.intern_stream(stream);
         if new {
             append(
-                RecordKind::StreamName,
-                Api::Shim,
-                0,
-                stream,
-                u64::from(i),
-                DEVICE_UNKNOWN,
+                Event {
+                    kind: RecordKind::StreamName,
+                    api: Api::Shim,
+                    rc: 0,
+                    ptr: stream,
+                    size: u64::from(i),
+                    device: DEVICE_UNKNOWN,
+                },
+                now,
                 thread,
                 0,
             );
         }
         stream_index = i;
     }
-    append(kind, api, rc, ptr, size, device, thread, stream_index);
+    append(
+        Event {
+            kind,
+            api,
+            rc,
+            ptr,
+            size,
+            device,
+        },
+        now,
+        thread,
+        stream_index,
+    );
     // The device's memory may have moved: NVML's figure is sampled soon after (tensors come
     // and go inside the framework's segments, which are recorded themselves).
     if rc != 0
@@ -71,7 +89,7 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
     // The pool's own decisions follow the call that caused them, which has the stack.
     if api != Api::Shim {
         crate::costs::measure(crate::costs::Cost::Stacks, || {
-            crate::trace::stacks::maybe_record(thread, kind)
+            crate::trace::stacks::maybe_record(thread, kind, now)
         });
         // The library behind each device allocation of the program's own calls (not the
         // framework's tensors, whose owner is the framework).
@@ -88,31 +106,31 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
     crate::costs::end(crate::costs::Cost::Record, t0);
 }
 
-#[allow(clippy::too_many_arguments)]
-fn append(
+/// What one record says, before the recorder adds when, which thread and which stream.
+struct Event {
     kind: RecordKind,
     api: Api,
     rc: i32,
     ptr: u64,
     size: u64,
     device: u8,
-    thread: u16,
-    stream: u16,
-) {
+}
+
+fn append(e: Event, time_ns: u64, thread: u16, stream: u16) {
     RECORDER.append(&Record {
-        kind,
-        api,
-        device,
-        status: format::status_byte(rc),
+        kind: e.kind,
+        api: e.api,
+        device: e.device,
+        status: format::status_byte(e.rc),
         thread,
-        time_ns: RECORDER.now_ns(),
-        ptr,
-        size,
+        time_ns,
+        ptr: e.ptr,
+        size: e.size,
         stream,
     });
 }
 
-fn thread_index() -> u16 {
+fn thread_index(now: u64) -> u16 {
     let generation = RECORDER.generation();
     let (g, i) = THREAD.try_with(|t| t.get()).unwrap_or((0, u16::MAX));
     if g == generation {
@@ -123,12 +141,15 @@ fn thread_index() -> u16 {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u64;
     append(
-        RecordKind::ThreadStart,
-        Api::Shim,
-        0,
-        tid,
-        u64::from(i),
-        DEVICE_UNKNOWN,
+        Event {
+            kind: RecordKind::ThreadStart,
+            api: Api::Shim,
+            rc: 0,
+            ptr: tid,
+            size: u64::from(i),
+            device: DEVICE_UNKNOWN,
+        },
+        now,
         i,
         0,
     );

@@ -57,9 +57,25 @@ fn allocates(kind: RecordKind) -> bool {
     )
 }
 
-/// Records the calling thread's stack after its record: its Python frames (allocations by a
-/// thread running Python), then its native frames if this call is sampled.
-pub fn maybe_record(thread: u16, kind: RecordKind) {
+/// The Python stack this thread recorded last, in the trace of `generation`: its id and frames.
+/// A loop allocates from the same lines over and over; a stack equal to the last one (a
+/// compare of its frames) takes its id without hashing it or looking it up in the shared table.
+struct LastPython {
+    generation: u32,
+    id: u64,
+    n: usize,
+    frames: [u64; PYTHON_FRAMES],
+}
+
+thread_local! {
+    static LAST_PYTHON: UnsafeCell<LastPython> = const {
+        UnsafeCell::new(LastPython { generation: 0, id: 0, n: 0, frames: [0; PYTHON_FRAMES] })
+    };
+}
+
+/// Records the calling thread's stack after its record (written at `now`): its Python frames
+/// (allocations by a thread running Python), then its native frames if this call is sampled.
+pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
     let every = EVERY.load(Ordering::Relaxed);
     let python =
         PYTHON.load(Ordering::Relaxed) && allocates(kind) && !crate::trace::python::absent();
@@ -103,22 +119,51 @@ pub fn maybe_record(thread: u16, kind: RecordKind) {
     }
     let frames = &frames[..total];
     let t0 = crate::costs::start();
-    let (id, new) = RECORDER.intern_stack(frames);
-    if new && frames[py..].iter().any(|&ip| !known(ip)) {
-        scan_modules();
-    }
+    let id = if sampled {
+        intern(frames, py)
+    } else {
+        let generation = RECORDER.generation();
+        LAST_PYTHON
+            .try_with(|last| {
+                // SAFETY: only this thread touches its LAST_PYTHON, never re-entrantly (the
+                // hooks' guard keeps a capture from starting inside another, and the tracker
+                // runs on the allocating thread under PyTorch's lock).
+                let last = unsafe { &mut *last.get() };
+                if last.generation == generation && last.id != 0 && last.frames[..last.n] == *frames
+                {
+                    return last.id;
+                }
+                let id = intern(frames, py);
+                last.generation = generation;
+                last.id = id;
+                last.n = frames.len();
+                last.frames[..frames.len()].copy_from_slice(frames);
+                id
+            })
+            .unwrap_or_else(|_| intern(frames, py))
+    };
     RECORDER.append(&Record {
         kind: RecordKind::StackRef,
         api: Api::Shim,
         device: DEVICE_UNKNOWN,
         status: 0,
         thread,
-        time_ns: RECORDER.now_ns(),
+        time_ns: now,
         ptr: id,
         size: frames.len() as u64,
         stream: 0,
     });
     crate::costs::end(crate::costs::Cost::Intern, t0);
+}
+
+/// The id of `frames` (its first `py` Python's) in the trace's table, the module map written
+/// first when a new stack holds an address outside the known modules.
+fn intern(frames: &[u64], py: usize) -> u64 {
+    let (id, new) = RECORDER.intern_stack(frames);
+    if new && frames[py..].iter().any(|&ip| !known(ip)) {
+        scan_modules();
+    }
+    id
 }
 
 /// Records who called the shim for the thread's device allocation just recorded (a `Caller`

@@ -363,6 +363,20 @@ impl Reader {
         self.read::<usize>(addr)
     }
 
+    /// Reads a `T` at `offset` from `base`, a pointer already checked to lie above the first
+    /// 64 KiB (a direct read checks nothing more; a checked one, everything).
+    #[inline(always)]
+    fn field<T: Copy>(self, base: usize, offset: usize) -> Option<T> {
+        match self {
+            // SAFETY: as in `read`; `base` was checked by the caller, and `offset` is a field
+            // offset within the object.
+            Reader::Direct => Some(unsafe {
+                core::ptr::read_unaligned(base.wrapping_add(offset) as *const T)
+            }),
+            Reader::Checked(..) => self.read(base.wrapping_add(offset)),
+        }
+    }
+
     /// Copies `into.len()` bytes at `addr` (at most a pipe's capacity when checked).
     fn copy(self, addr: usize, into: &mut [u8]) -> Option<()> {
         if into.is_empty() {
@@ -461,107 +475,142 @@ pub fn capture(out: &mut [u64]) -> usize {
 /// Walks the thread's frames; `None` when something read is not what CPython would hold there
 /// (the layout is wrong), else the number of frames written. `DIRECT` says `m` is
 /// [`Reader::Direct`]: that walk is compiled on its own, its reads plain loads.
+///
+/// A training step walks twenty to forty frames per tensor, so the loop is kept short: each
+/// pointer followed is checked once (a frame, a code object), the fields read at fixed offsets
+/// from it, and a frame this thread saw before costs a compare with its cache entry; what the
+/// cache does not know is looked up out of line ([`miss`]).
 fn walk<const DIRECT: bool>(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) -> Option<usize> {
     let m = if DIRECT { Reader::Direct } else { m };
-    let l = &a.layout;
+    let l = a.layout;
+    // This thread's cache, found once per walk (a thread-local's address costs a call into the
+    // loader from a shared library); none for checked walks, whose answers are not kept.
+    let mut cache = if DIRECT { cache() } else { None };
+    if let Some(c) = cache.as_deref() {
+        prefetch_trail(c, &l);
+    }
     let mut frame = m.ptr(tstate + l.tstate_frame).unwrap_or(0);
     if let Some(off) = l.cframe_frame {
         // 3.11 and 3.12: the thread state points at a C frame that points at the frame.
         frame = if frame == 0 { 0 } else { m.ptr(frame + off)? };
     }
+    // Entry frames (owned by the C stack) are CPython's own from 3.12, not Python code.
+    let entry_frames = a.minor >= 12;
     let mut n = 0;
     // A chain longer than this is damaged (CPython's recursion limit keeps real ones shorter
     // than the frames shown, which are the innermost).
-    for _ in 0..100_000 {
+    for step in 0..100_000u32 {
         if frame == 0 || n == out.len() {
             return Some(n);
         }
-        // CPython frees the thread states of daemon threads right after it starts finalizing;
-        // asking before each frame keeps the walk off freed memory but for a window of one
-        // frame's reads (README, "Not built yet").
-        // SAFETY: no precondition; reads one runtime field.
-        if unsafe { (a.is_finalizing)() } != 0 {
-            return Some(n);
-        }
-        if l.frame_owner.is_none() && m.ptr(frame + 8)? != a.frame_type {
+        // Nothing of CPython's lies in the first 64 KiB (never mapped on Linux): not a frame.
+        if frame < 0x1_0000 {
             return None;
         }
-        let code = m.ptr(frame + l.frame_code)?;
-        let back = m.ptr(frame + l.frame_back).unwrap_or(0);
-        let shim = match l.frame_owner {
-            Some(off) => m.read::<u8>(frame + off)? == FRAME_OWNED_BY_CSTACK && a.minor >= 12,
-            None => false,
-        };
-        if !shim {
-            let offset = match l.frame_owner {
-                // 3.9 counts f_lasti in bytes, 3.10 in 2-byte code units.
-                None => {
-                    let lasti = m.read::<c_int>(frame + l.frame_instr)?;
-                    if a.minor == 10 {
-                        lasti.saturating_mul(2)
-                    } else {
-                        lasti
-                    }
-                }
-                Some(_) => {
-                    let instr = m.ptr(frame + l.frame_instr)?;
-                    let start = code + l.code_adaptive;
-                    c_int::try_from(instr.wrapping_sub(start) as isize).unwrap_or(-1)
-                }
-            };
-            // What this thread found for this code object at this instruction before, if the
-            // code object at `code` is still that one: from 3.12 its `co_version` says so (one
-            // field, and exact: a code object CPython made since at a recycled address has
-            // another); before, its file name and first line (one cache line of it, not its
-            // header; its type was checked when the entry was made).
-            let slot = seen_slot(frame);
-            let hit = match m {
-                Reader::Direct => seen_at(slot)
-                    .filter(|e| e.code == code && e.offset == offset)
-                    .filter(|e| match l.code_version {
-                        Some(at) => e.ident != 0 && m.read::<u32>(code + at) == Some(e.ident),
-                        None => {
-                            m.ptr(code + l.code_filename) == Some(e.filename)
-                                && m.read::<u32>(code + l.code_firstlineno) == Some(e.ident)
-                        }
-                    })
-                    .map(|e| e.answer),
-                Reader::Checked(..) => None,
-            };
-            out[n] = match hit {
-                Some(f) => f,
-                None => {
-                    let t0 = crate::costs::start();
-                    if m.ptr(code + 8)? != a.code_type {
-                        return None;
-                    }
-                    let (id, key) = code_id(a, m, code)?;
-                    let (filename, ident) = match l.code_version {
-                        Some(at) => (0, m.read::<u32>(code + at)?),
-                        None => (key.filename, key.firstlineno),
-                    };
-                    let f = py_frame(id, line_at(a, code, key, offset).max(0) as u32);
-                    if let Reader::Direct = m {
-                        remember(
-                            slot,
-                            Seen {
-                                code,
-                                answer: f,
-                                offset,
-                                ident,
-                                filename,
-                            },
-                        );
-                    }
-                    crate::costs::end(crate::costs::Cost::PyFrameMiss, t0);
-                    f
-                }
-            };
-            n += 1;
+        // CPython frees the thread states of daemon threads right after it starts finalizing
+        // (after clearing each one's objects, microseconds of work); asking before every
+        // fourth frame keeps the walk off freed memory but for a window of four frames' reads,
+        // about 10 ns (README, "Not built yet").
+        // SAFETY: no precondition; reads one runtime field.
+        if step % 4 == 3 && unsafe { (a.is_finalizing)() } != 0 {
+            return Some(n);
         }
+        if l.frame_owner.is_none() && m.field::<usize>(frame, 8)? != a.frame_type {
+            return None;
+        }
+        let code = m.field::<usize>(frame, l.frame_code)?;
+        let back = m.field::<usize>(frame, l.frame_back).unwrap_or(0);
+        let offset = match l.frame_owner {
+            Some(off) => {
+                if entry_frames && m.field::<u8>(frame, off)? == FRAME_OWNED_BY_CSTACK {
+                    frame = back;
+                    continue;
+                }
+                let instr = m.field::<usize>(frame, l.frame_instr)?;
+                let start = code.wrapping_add(l.code_adaptive);
+                c_int::try_from(instr.wrapping_sub(start) as isize).unwrap_or(-1)
+            }
+            // 3.9 counts f_lasti in bytes, 3.10 in 2-byte code units.
+            None => {
+                let lasti = m.field::<c_int>(frame, l.frame_instr)?;
+                if a.minor == 10 {
+                    lasti.saturating_mul(2)
+                } else {
+                    lasti
+                }
+            }
+        };
+        if code < 0x1_0000 {
+            return None;
+        }
+        // What this thread found for this code object at this instruction before, if the
+        // code object at `code` is still that one: from 3.12 its `co_version` says so (one
+        // field, and exact: a code object CPython made since at a recycled address has
+        // another); before, its file name and first line (one cache line of it, not its
+        // header; its type was checked when the entry was made).
+        let slot = seen_slot(frame);
+        let hit = match cache.as_deref() {
+            Some(c) if DIRECT => {
+                let e = &c.seen[slot];
+                let same = e.code == code
+                    && e.offset == offset
+                    && match l.code_version {
+                        Some(at) => e.ident != 0 && m.field::<u32>(code, at) == Some(e.ident),
+                        None => {
+                            m.field::<usize>(code, l.code_filename) == Some(e.filename)
+                                && m.field::<u32>(code, l.code_firstlineno) == Some(e.ident)
+                        }
+                    };
+                same.then_some(e.answer)
+            }
+            _ => None,
+        };
+        out[n] = match hit {
+            Some(f) => f,
+            None => {
+                let e = miss(a, m, code, offset)?;
+                if let (true, Some(c)) = (DIRECT, cache.as_deref_mut()) {
+                    c.seen[slot] = e;
+                }
+                e.answer
+            }
+        };
+        if let (true, Some(c)) = (DIRECT, cache.as_deref_mut())
+            && n < TRAIL
+        {
+            c.trail[n] = (frame, code);
+            c.trail_len = n + 1;
+        }
+        n += 1;
         frame = back;
     }
     None
+}
+
+/// The trace frame of `code` at `offset`, looked up in the shared tables (the thread's cache did
+/// not know it), as the cache entry that remembers it; `None` when `code` is not a code object.
+#[cold]
+#[inline(never)]
+fn miss(a: &Api, m: Reader, code: usize, offset: c_int) -> Option<Seen> {
+    let t0 = crate::costs::start();
+    let l = &a.layout;
+    if m.field::<usize>(code, 8)? != a.code_type {
+        return None;
+    }
+    let (id, key) = code_id(a, m, code)?;
+    let (filename, ident) = match l.code_version {
+        Some(at) => (0, m.field::<u32>(code, at)?),
+        None => (key.filename, key.firstlineno),
+    };
+    let answer = py_frame(id, line_at(a, code, key, offset).max(0) as u32);
+    crate::costs::end(crate::costs::Cost::PyFrameMiss, t0);
+    Some(Seen {
+        code,
+        answer,
+        offset,
+        ident,
+        filename,
+    })
 }
 
 /// What a thread found for a code object at an instruction: the trace frame, and what names
@@ -598,28 +647,65 @@ const NOTHING: Seen = Seen {
 /// instruction whichever frame runs them.
 const SEEN_SLOTS: usize = 256;
 
+/// Frames of the last walk remembered for the next one's prefetch.
+const TRAIL: usize = 48;
+
+/// A thread's cache: what it found for the frames it walked ([`Seen`], by frame address), and
+/// where the frames of its last walk and their code objects lay.
+///
+/// The walk follows a chain of pointers, frame to frame, so each frame's memory is asked for only
+/// once the one before it has arrived; between two allocations the program's own work has pushed
+/// those lines out of the nearest caches. The next walk over the same frames (nearly all of
+/// them, in a loop) asks for all of them at once, up front: a prefetch of an address no longer
+/// in use costs nothing and never faults.
+struct Cache {
+    seen: [Seen; SEEN_SLOTS],
+    /// (frame, code object) of each frame written by the last walk.
+    trail: [(usize, usize); TRAIL],
+    trail_len: usize,
+}
+
 thread_local! {
-    static SEEN: UnsafeCell<[Seen; SEEN_SLOTS]> = const { UnsafeCell::new([NOTHING; SEEN_SLOTS]) };
+    static CACHE: UnsafeCell<Cache> = const {
+        UnsafeCell::new(Cache { seen: [NOTHING; SEEN_SLOTS], trail: [(0, 0); TRAIL], trail_len: 0 })
+    };
 }
 
 fn seen_slot(frame: usize) -> usize {
     (frame >> 6) % SEEN_SLOTS
 }
 
-fn seen_at(slot: usize) -> Option<Seen> {
-    SEEN.try_with(|t| {
-        // SAFETY: only this thread touches its table, and never re-entrantly (the hooks' guard
-        // keeps a capture from starting inside another).
-        let t = unsafe { &*t.get() };
-        t[slot]
-    })
-    .ok()
+/// This thread's cache.
+fn cache() -> Option<&'static mut Cache> {
+    CACHE
+        .try_with(|t| {
+            // SAFETY: only this thread touches its cache, and never re-entrantly (the hooks'
+            // guard keeps a capture from starting inside another); the reference is used within
+            // one walk, on this thread, which outlives it.
+            unsafe { &mut *t.get() }
+        })
+        .ok()
 }
 
-fn remember(slot: usize, seen: Seen) {
-    let _ = SEEN.try_with(|t| {
-        // SAFETY: as in `seen_at`.
-        let t = unsafe { &mut *t.get() };
-        t[slot] = seen;
-    });
+/// Asks for the memory the last walk read (each frame, its code object's identity field, its
+/// cache entry), all at once, before the walk reads it one pointer after another.
+#[inline(always)]
+fn prefetch_trail(c: &Cache, l: &Layout) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let ident = l.code_version.unwrap_or(l.code_firstlineno);
+        for &(frame, code) in &c.trail[..c.trail_len.min(TRAIL)] {
+            // SAFETY: a prefetch only hints the cache; it reads nothing and never faults, whatever
+            // the address.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(frame as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(frame.wrapping_add(l.frame_instr) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(code.wrapping_add(ident) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>((&c.seen[seen_slot(frame)] as *const Seen).cast());
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (c, l);
 }
