@@ -636,3 +636,38 @@ fn splits_after_the_exit_flush_are_still_counted() {
     let s = summary_json(&t);
     assert_eq!(s["pool"][0]["splits"], 13, "{s}");
 }
+
+#[test]
+fn a_free_after_cuda_shut_down_at_exit_is_no_false_alarm() {
+    // On the simulator as on the GPU: a free made after CUDA's own exit handler meets a driver
+    // that is shutting down (CUDA_ERROR_DEINITIALIZED, 4).
+    let plain = run(&sim().bin("exit_free"), Run::default());
+    assert!(
+        stdout(&plain).contains("free at exit answered 4"),
+        "{}",
+        stdout(&plain)
+    );
+    // Under the pool the program's free is the pool's (it succeeds); giving the segment back
+    // meets the same shutdown, which is the end of the process, not a context reset.
+    let t = tempdir("exit-free").file("t.trace");
+    let out = run(
+        &sim().bin("exit_free"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![("GPUSHIM_CONF", "pool:caching,trim:0".into())],
+            args: vec![],
+        },
+    );
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("free at exit answered 0"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        !stderr(&out).contains("no longer holds it"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -237,3 +237,46 @@ fn config_shows_every_key_and_a_closed_pipe_ends_it_quietly() {
         "{err}"
     );
 }
+
+#[test]
+fn filters_narrow_the_frameworks_tensors_and_refuse_what_keeps_none() {
+    let (t, _) = leaky_run("tensor-filters", &standin(), vec![]);
+    // Nothing on device 7, no such range: refused with what the trace holds, as for calls.
+    for args in [
+        vec!["peak", "--device", "7"],
+        vec!["leaks", "--range", "no-such-range"],
+    ] {
+        let mut a: Vec<&dyn AsRef<std::ffi::OsStr>> = args.iter().map(|s| s as _).collect();
+        a.push(&t);
+        let o = gpushim(&a);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stdout(&o));
+        assert!(
+            stderr(&o).contains("the filters keep no allocation")
+                && stderr(&o).contains("device 0"),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // A window over the second half keeps the leaks made in it only: fewer tensors live.
+    let all = report("summary", &t)["framework"][0]["tensors_at_end"]
+        .as_u64()
+        .unwrap();
+    let (records, _) = decode(&t);
+    let times: Vec<u64> = records
+        .iter()
+        .filter(|r| r.kind == gpushim::trace::format::RecordKind::TensorAlloc)
+        .map(|r| r.time_ns)
+        .collect();
+    let from = format!("{}ns", times[times.len() / 2]);
+    let live = |v: &serde_json::Value| -> u64 {
+        v["live_at_exit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["allocations"].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(live(&report("leaks", &t)), all);
+    let v = report_json(&["leaks", "--from", &from], &[&t]);
+    assert!(live(&v) > 0 && live(&v) < all, "{} of {all}: {v}", live(&v));
+}

@@ -45,11 +45,23 @@ impl Filter {
     }
 }
 
+/// What a kept allocation is: the three kinds share addresses (a framework's first tensor lies
+/// at its segment's address) and are freed by their own records.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Held {
+    /// Memory from an allocating call, freed by its free call.
+    Call,
+    /// A VMM handle (`cuMemCreate`), released by `cuMemRelease`.
+    Handle,
+    /// A tensor of a framework's own allocator, freed by its free event.
+    Tensor,
+}
+
 /// A filter applied to one pass over a trace.
 pub struct Filtering {
     filter: Filter,
-    /// Kept allocations by (whether a VMM handle, address or handle).
-    kept: FastMap<(bool, u64), ()>,
+    /// Kept allocations by (what they are, address or handle).
+    kept: FastMap<(Held, u64), ()>,
     /// Per thread: the NVTX ranges open (string ids), and whether the thread's last allocation
     /// was left out (so is the stack that follows it).
     ranges: HashMap<u16, Vec<u64>>,
@@ -88,19 +100,26 @@ impl Filtering {
         use RecordKind::*;
         let device_kept = self.filter.devices.is_empty() || self.filter.devices.contains(&r.device);
         match r.kind {
-            Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate => {
+            Alloc | AllocAsync | ManagedAlloc | HostAlloc | PhysCreate | TensorAlloc
+            | TensorOom => {
                 let keep = self
                     .filter
                     .allocation_matches(r, self.in_range(r.thread, strings));
-                if keep && r.status == 0 {
-                    self.kept.insert((r.kind == PhysCreate, r.ptr), ());
+                if keep && r.status == 0 && r.kind != TensorOom {
+                    self.kept.insert((held(r.kind), r.ptr), ());
                 }
                 self.dropped_last.insert(r.thread, !keep);
                 keep
             }
-            Free | FreeAsync | HostFree | PhysRelease => {
+            Free | FreeAsync | HostFree | PhysRelease | TensorFree => {
                 self.dropped_last.insert(r.thread, false);
-                self.kept.remove(&(r.kind == PhysRelease, r.ptr)).is_some()
+                self.kept.remove(&(held(r.kind), r.ptr)).is_some()
+            }
+            // The free of a tensor that the GPU may still use (its stream's work pending): the
+            // tensor is freed by the `TensorFree` that follows.
+            TensorFreeRequested => {
+                self.dropped_last.insert(r.thread, false);
+                self.kept.contains_key(&(Held::Tensor, r.ptr))
             }
             StackRef => !self.dropped_last.remove(&r.thread).unwrap_or(false),
             RangePush => {
@@ -136,6 +155,14 @@ impl Filtering {
             | SetAccess | IpcExport | IpcOpen | IpcClose | PoolCheckpoint => device_kept,
             _ => true,
         }
+    }
+}
+
+fn held(kind: RecordKind) -> Held {
+    match kind {
+        RecordKind::PhysCreate | RecordKind::PhysRelease => Held::Handle,
+        RecordKind::TensorAlloc | RecordKind::TensorFree => Held::Tensor,
+        _ => Held::Call,
     }
 }
 
@@ -245,6 +272,35 @@ mod tests {
             Err(TimeError::NotANumber("..5s".into()))
         );
         assert_eq!(parse_time("99999999999999999999s"), Ok(u64::MAX));
+    }
+
+    #[test]
+    fn a_device_keeps_a_frameworks_tensors_of_that_device_and_their_frees_only() {
+        let mut f = Filtering::new(Filter {
+            devices: vec![1],
+            ..Filter::default()
+        });
+        let s = HashMap::new();
+        use RecordKind::*;
+        let on = |kind, device, ptr| Record {
+            device,
+            api: crate::trace::format::Api::Torch,
+            ..rec(kind, 1, 10, ptr)
+        };
+        // The segment and its first tensor share an address; each is freed by its own record.
+        assert!(f.keep(&on(SegmentReserve, 1, 0xa0), &s));
+        assert!(f.keep(&on(TensorAlloc, 1, 0xa0), &s));
+        assert!(f.keep(&rec(StackRef, 1, 10, 3), &s));
+        assert!(!f.keep(&on(TensorAlloc, 0, 0xb0), &s)); // another device
+        assert!(!f.keep(&rec(StackRef, 1, 10, 4), &s)); // and its stack
+        assert!(!f.keep(&on(TensorOom, 0, 0), &s));
+        assert!(f.keep(&on(TensorOom, 1, 0), &s));
+        assert!(!f.keep(&on(TensorFree, 0, 0xb0), &s));
+        assert!(f.keep(&on(TensorFreeRequested, 1, 0xa0), &s));
+        assert!(f.keep(&on(TensorFree, 1, 0xa0), &s));
+        assert!(!f.keep(&on(TensorFree, 1, 0xa0), &s)); // freed once
+        // A call's allocation at a tensor's address is not the tensor.
+        assert!(!f.keep(&on(Free, 1, 0xa0), &s));
     }
 
     #[test]

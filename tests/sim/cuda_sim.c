@@ -78,10 +78,19 @@ static void in_child(void) {
     forked_child = 1;
 }
 
+/* Set by CUDA's own exit handler: from then on the driver answers CUDA_ERROR_DEINITIALIZED (4)
+ * to memory calls, as the real one does to calls made at exit after its teardown (seen on the
+ * GPU: PyTorch's allocator freeing its blocks from a static destructor). The real driver
+ * registers its handler when it starts, so a program's exit handlers registered before that run
+ * after it. */
+static atomic_int shut_down;
+static void shut_down_at_exit(void) { atomic_store(&shut_down, 1); }
+
 static void configure_locked(void) {
     if (configured) return;
     configured = 1;
     pthread_atfork(NULL, NULL, in_child);
+    atexit(shut_down_at_exit);
     const char *m = getenv("GPUSHIM_SIM_MEMORY");
     limit_bytes = m ? strtoull(m, NULL, 0) : (16ull << 30);
     const char *l = getenv("GPUSHIM_SIM_LATENCY_US");
@@ -188,6 +197,7 @@ static void ipc_name(char *name, size_t n, long pid, uint64_t base) {
 static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
     configure();
     if (forked_child) return 3; /* CUDA_ERROR_NOT_INITIALIZED */
+    if (atomic_load(&shut_down)) return 4; /* CUDA_ERROR_DEINITIALIZED */
     delay();
     reap();
     pthread_mutex_lock(&mu);
@@ -220,6 +230,7 @@ static CUresult alloc_block(CUdeviceptr *out, size_t size, int kind) {
  * interior, already freed, wrong kind) is CUDA_ERROR_INVALID_VALUE. */
 static CUresult free_block(uint64_t p, int kind_a, int kind_b) {
     if (forked_child) return 3;
+    if (atomic_load(&shut_down)) return 4; /* CUDA_ERROR_DEINITIALIZED */
     delay();
     pthread_mutex_lock(&mu);
     struct block *b = find_exact(p);

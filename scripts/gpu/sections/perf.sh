@@ -30,6 +30,13 @@
 #   BUDGET_S=270 bash scripts/gpu.sh perf:...   (fewer rounds if time runs short; table printed)
 # Run through scripts/gpu.sh.
 set -euo pipefail
+# Every run on the same eight cores, laid out alike (address-space randomization off, one hash
+# seed): identical processes on the GPU machine otherwise differ by up to 2x in host speed.
+# PIN=0 leaves processes where the system puts them.
+if [ "${PIN:-1}" = 1 ] && [ -z "${PERF_PINNED:-}" ]; then
+  first=$(( $(nproc) / 2 )); last=$(( first + 7 < $(nproc) ? first + 7 : $(nproc) - 1 ))
+  PERF_PINNED=1 PYTHONHASHSEED=0 exec taskset -c "$first-$last" setarch "$(uname -m)" -R bash "$0" "$@"
+fi
 workload=${1:?usage: section perf WORKLOAD [ROUNDS] [STEPS]}
 rounds=${2:-3}
 steps=${3:-30}

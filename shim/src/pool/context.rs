@@ -113,8 +113,9 @@ pub(super) fn forget_after_fork() {
 /// Frees segments the engine gave back (outside the pool's lock, or while retrying under it),
 /// in relaxed capture mode: a capture that another thread begins while a free is on its way
 /// can neither refuse it nor be invalidated by it. Returns the segments whose free failed for a
-/// capture under way (the pool keeps them and tries again); any other failure means CUDA no
-/// longer has the memory (its context was reset or destroyed), said once.
+/// capture under way (the pool keeps them and tries again); CUDA shutting down at exit is no
+/// failure; any other means CUDA no longer has the memory (its context was reset or destroyed),
+/// said once.
 pub fn free_segments(segments: &[(u8, u64)]) -> Vec<(u8, u64)> {
     let mut kept = Vec::new();
     let Some(free) = real::function::<of::CuMemFreeV2>() else {
@@ -131,6 +132,10 @@ pub fn free_segments(segments: &[(u8, u64)]) -> Vec<(u8, u64)> {
                 0 => {}
                 // The capture family (900 to 909): the memory is still ours; later.
                 900..=909 => kept.push((slot, ptr)),
+                // CUDA_ERROR_DEINITIALIZED: CUDA is shutting down at the process's exit (a
+                // free from an exit handler or a static destructor that runs after CUDA's own
+                // teardown) and takes every segment with it: nothing to say.
+                4 => {}
                 _ => said_release_failed(rc),
             }
         }

@@ -368,11 +368,11 @@ impl Reader {
     #[inline(always)]
     fn field<T: Copy>(self, base: usize, offset: usize) -> Option<T> {
         match self {
-            // SAFETY: as in `read`; `base` was checked by the caller, and `offset` is a field
-            // offset within the object.
-            Reader::Direct => Some(unsafe {
-                core::ptr::read_unaligned(base.wrapping_add(offset) as *const T)
-            }),
+            Reader::Direct => {
+                // SAFETY: as in `read`; `base` was checked by the caller, and `offset` is a
+                // field offset within the object.
+                Some(unsafe { core::ptr::read_unaligned(base.wrapping_add(offset) as *const T) })
+            }
             Reader::Checked(..) => self.read(base.wrapping_add(offset)),
         }
     }
@@ -510,7 +510,7 @@ fn walk<const DIRECT: bool>(a: &Api, m: Reader, tstate: usize, out: &mut [u64]) 
         // CPython frees the thread states of daemon threads right after it starts finalizing
         // (after clearing each one's objects, microseconds of work); asking before every
         // fourth frame keeps the walk off freed memory but for a window of four frames' reads,
-        // about 10 ns (README, "Not built yet").
+        // about 10 ns (README, "Limits").
         // SAFETY: no precondition; reads one runtime field.
         if step % 4 == 3 && unsafe { (a.is_finalizing)() } != 0 {
             return Some(n);
