@@ -280,3 +280,23 @@ fn filters_narrow_the_frameworks_tensors_and_refuse_what_keeps_none() {
     let v = report_json(&["leaks", "--from", &from], &[&t]);
     assert!(live(&v) > 0 && live(&v) < all, "{} of {all}: {v}", live(&v));
 }
+
+#[test]
+fn what_is_live_never_exceeds_what_is_reserved() {
+    // PyTorch's segment is a cudaMalloc before its segment record says so: live for that
+    // moment, and reserved as well (as is any call's memory outside a pool).
+    let (t, _) = leaky_run("live-under-reserved", &standin(), vec![]);
+    let p = report("peak", &t);
+    let d = &p[0];
+    let (live, reserved) = (
+        d["live_bytes"].as_u64().unwrap(),
+        d["reserved_bytes"].as_u64().unwrap(),
+    );
+    assert!(live > 0 && live <= reserved, "{p}");
+    let s = report("summary", &t);
+    assert_eq!(
+        reserved,
+        s["framework"][0]["reserved_peak_bytes"].as_u64().unwrap(),
+        "{s}"
+    );
+}

@@ -6,7 +6,7 @@
 use crate::fasthash::FastMap;
 use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind, restore};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 /// A live allocation as the replay knows it.
@@ -83,6 +83,9 @@ pub struct Replay {
     /// Per device: bytes of live tensors, and their peak (`memory_allocated`,
     /// `max_memory_allocated`).
     pub tensor_bytes: BTreeMap<u8, (u64, u64)>,
+    /// The devices whose allocation calls the shim's pool serves (it reserved a segment there):
+    /// their live memory lies inside its segments.
+    pooled: BTreeSet<u8>,
     /// Per thread: VMM physical allocations made since its last framework record, which a
     /// framework segment mapped next claims as reserved memory.
     pending_physical: Vec<Vec<u64>>,
@@ -601,6 +604,7 @@ impl Replay {
                 Change::Other
             }
             SegmentReserve => {
+                self.pooled.insert(r.device);
                 self.segments.insert(r.ptr, (r.size, r.device));
                 {
                     let v = self.reserved.entry(r.device).or_default();
@@ -824,8 +828,10 @@ impl Replay {
         self.devices.get(device as usize).map_or(0, |d| d.bytes)
     }
 
-    /// Reserved memory on a device: the pool's segments plus VMM physical memory (which the
-    /// pool does not serve), or (pass-through) what is live.
+    /// Reserved memory on a device: the pool's or the framework's segments, VMM physical memory
+    /// (which no pool serves), and what the program's calls hold outside any pool (a library's
+    /// workspace beside a framework's cache, a framework's segment until its record comes), so
+    /// that what is live never exceeds what is reserved; or (pass-through) what is live.
     pub fn reserved_on(&self, device: u8) -> u64 {
         if self.segments.is_empty() && self.reserved.is_empty() {
             self.live_on(device)
@@ -836,7 +842,18 @@ impl Replay {
                 .filter(|l| l.device == device)
                 .map(|l| l.size)
                 .sum();
-            self.reserved.get(&device).copied().unwrap_or(0) + physical
+            let outside = if self.pooled.contains(&device) {
+                0
+            } else {
+                let tensors = self.tensor_bytes.get(&device).map_or(0, |t| t.0);
+                self.live_on(device).saturating_sub(tensors)
+            };
+            self.reserved
+                .get(&device)
+                .copied()
+                .unwrap_or(0)
+                .saturating_add(physical)
+                .saturating_add(outside)
         }
     }
 
