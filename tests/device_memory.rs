@@ -52,6 +52,37 @@ fn memory_held_at_exit_is_named_by_the_library_that_asked_for_it() {
     }
 }
 
+/// A library's stream-ordered memory (`cudaMallocAsync`) is named by the library too.
+#[test]
+fn stream_ordered_memory_is_named_by_the_library_that_asked_for_it() {
+    for conf in ["", "pool:caching"] {
+        let t = tempdir("owners-async").file("o.trace");
+        let out = run(
+            &sim().dir.join("owners/owners"),
+            Run {
+                preload: true,
+                trace: Some(&t),
+                env: vec![
+                    ("GPUSHIM_CONF", conf.to_string()),
+                    ("OWNER_ASYNC", "1".to_string()),
+                ],
+                ..Run::default()
+            },
+        );
+        assert_ok(&out);
+        let v = report_json(&["summary"], &[&t]);
+        let nccl = v["held_at_exit"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|h| h["owner"] == "NCCL")
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(nccl["bytes"], 14u64 << 20, "'{conf}': {v}");
+        assert_eq!(nccl["allocations"], 3, "'{conf}': {v}");
+    }
+}
+
 /// The device's own figure (NVML's, the simulator's here: the process's allocations plus its
 /// 512 MiB context) kept in the trace and split by owner at its peak (64 MiB more of the
 /// program's, held for a while) and at exit, the rest named as made by no allocating call; the

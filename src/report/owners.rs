@@ -52,16 +52,40 @@ fn is_cuda(path: &str) -> bool {
     file.starts_with("libcudart") || file.starts_with("libcuda.so")
 }
 
-/// The owner a library's path names: a known library, the program itself, or the file name.
+/// The owner a library's path names: a known library, the program itself, the Python package
+/// an extension module belongs to (CuPy's calls come from `cupy_backends/cuda/api/runtime.cpython-312-x86_64-linux-gnu.so`),
+/// or the file name.
 fn name(path: &str, program: &str) -> String {
     let file = path.rsplit('/').next().unwrap_or(path);
     if file.is_empty() || file == program {
         return "the program".to_string();
     }
+    if let Some(owner) = known(file) {
+        return owner.to_string();
+    }
+    match python_package(path) {
+        Some(package) => known(package).map_or_else(|| package.to_string(), str::to_string),
+        None => file.to_string(),
+    }
+}
+
+fn known(name: &str) -> Option<&'static str> {
     KNOWN
         .iter()
-        .find(|(part, _)| file.contains(part))
-        .map_or_else(|| file.to_string(), |(_, owner)| owner.to_string())
+        .find(|(part, _)| name.contains(part))
+        .map(|&(_, owner)| owner)
+}
+
+/// The top-level package of a file installed under `site-packages` or `dist-packages` (not a
+/// file lying there itself).
+fn python_package(path: &str) -> Option<&str> {
+    ["/site-packages/", "/dist-packages/"]
+        .iter()
+        .find_map(|marker| {
+            let rest = &path[path.rfind(marker)? + marker.len()..];
+            let (package, _) = rest.split_once('/')?;
+            (!package.is_empty()).then_some(package)
+        })
 }
 
 /// Bytes one owner holds on one device.
@@ -102,4 +126,43 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
         .collect();
     out.sort_by(|a, b| a.device.cmp(&b.device).then(b.bytes.cmp(&a.bytes)));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name;
+
+    #[test]
+    fn a_library_is_named_by_its_file_then_its_python_package_then_its_file_name() {
+        let site = "/opt/venv/lib/python3.12/site-packages";
+        assert_eq!(
+            name(&format!("{site}/torch/lib/libc10_cuda.so"), "python3"),
+            "PyTorch"
+        );
+        assert_eq!(
+            name(
+                &format!("{site}/nvidia/cublas/lib/libcublas.so.13"),
+                "python3"
+            ),
+            "cuBLAS"
+        );
+        // An extension module takes its package's name, known or not.
+        assert_eq!(
+            name(
+                &format!("{site}/cupy_backends/cuda/api/runtime.cpython-312-x86_64-linux-gnu.so"),
+                "python3"
+            ),
+            "CuPy"
+        );
+        assert_eq!(
+            name(
+                "/usr/lib/python3/dist-packages/mylib/_ext.cpython-312-x86_64-linux-gnu.so",
+                "python3"
+            ),
+            "mylib"
+        );
+        assert_eq!(name("/usr/lib/libfoo.so.1", "python3"), "libfoo.so.1");
+        assert_eq!(name(&format!("{site}/solo.so"), "python3"), "solo.so");
+        assert_eq!(name("/usr/bin/train", "train"), "the program");
+    }
 }

@@ -7,13 +7,14 @@
 #include <time.h>
 
 int owner_lib_allocate(void);
+int owner_lib_allocate_async(void);
 
 static void wait_ms(long ms) {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&t, NULL);
 }
 
-/* usage: owners [MS]: then holds 64 MiB more for MS milliseconds, frees it and waits MS again
+/* usage: [OWNER_ASYNC=1] owners [MS]: then holds 64 MiB more for MS milliseconds, frees it and waits MS again
  * before exit (so a sampler sees the peak and the end state). */
 int main(int argc, char **argv) {
     void *mine = NULL, *gone = NULL;
@@ -21,6 +22,8 @@ int main(int argc, char **argv) {
     r = r ? r : cudaMalloc(&gone, 1 << 20);
     r = r ? r : cudaFree(gone);
     r = r ? r : owner_lib_allocate();
+    /* OWNER_ASYNC=1: the library also keeps 2 MiB it took stream-ordered. */
+    if (getenv("OWNER_ASYNC")) r = r ? r : owner_lib_allocate_async();
     printf("owners: %d\n", r);
     if (argc > 1 && r == 0) {
         long ms = atol(argv[1]);

@@ -96,7 +96,10 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
         if rc == 0
             && matches!(
                 kind,
-                RecordKind::Alloc | RecordKind::ManagedAlloc | RecordKind::PhysCreate
+                RecordKind::Alloc
+                    | RecordKind::AllocAsync
+                    | RecordKind::ManagedAlloc
+                    | RecordKind::PhysCreate
             )
             && !matches!(api, Api::Torch | Api::Pluggable)
         {
