@@ -369,6 +369,13 @@ fn the_plot_draws_nvmls_line_and_marks_detected_iterations() {
         .expect("a dotted path");
     let points = nvml.matches('L').count();
     assert!(points >= 7, "{nvml}");
+    // NVML's 524 MiB (the context) dwarfs the program's 5 MiB: the scale is the program's, the
+    // dotted line runs along the top, and a note says so.
+    assert!(
+        text.contains("NVML's figure (up to 524.00 MiB) is above this scale"),
+        "{text}"
+    );
+    assert!(text.contains(">5<") || text.contains(">6<"), "{text}");
     assert!(
         text.contains("ticks on the time axis: 6 iterations (detected period"),
         "{text}"
@@ -409,4 +416,32 @@ fn pictures_go_beside_their_trace_unless_told_otherwise() {
         0,
         "nothing lands in the working folder"
     );
+}
+
+#[test]
+fn a_title_longer_than_the_picture_is_squeezed_in_not_cut() {
+    // The flame graph's title names the trace's path: a deep one runs past 1,200 pixels.
+    let l = leaky();
+    let deep = tempdir(&format!("titles-{}", "deep-folder-name-".repeat(8))).file("t.trace");
+    std::fs::copy(&l.trace, &deep).unwrap();
+    let out = deep.with_extension("svg");
+    assert_ok(&gpushim(&[&"flamegraph", &deep, &"-o", &out]));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let title = svg
+        .lines()
+        .find(|l| l.contains("live at the peak"))
+        .unwrap_or_default();
+    assert!(
+        title.contains(r#"textLength="1180" lengthAdjust="spacingAndGlyphs""#),
+        "{title}"
+    );
+    // A short one is left as it is.
+    let out = l.trace.with_extension("titles.svg");
+    assert_ok(&gpushim(&[&"plot", &l.trace, &"-o", &out]));
+    let svg = std::fs::read_to_string(&out).unwrap();
+    let title = svg
+        .lines()
+        .find(|l| l.contains("device memory over time"))
+        .unwrap_or_default();
+    assert!(!title.contains("textLength"), "{title}");
 }

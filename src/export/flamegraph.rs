@@ -37,8 +37,9 @@ pub fn flamegraph_svg(peak: &Peak, title: &str) -> String {
     let _ = writeln!(s, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="20" font-family="sans-serif" font-size="15" text-anchor="middle">{}</text>"#,
+        r#"<text x="{}" y="20" font-family="sans-serif" font-size="15" text-anchor="middle"{}>{}</text>"#,
         W / 2.0,
+        super::fitted(title, 15.0, W - 20.0),
         xml(title)
     );
     #[allow(clippy::too_many_arguments)]

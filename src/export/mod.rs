@@ -112,6 +112,19 @@ fn aligned(
         .collect())
 }
 
+/// The attributes that keep a line of SVG text of `font_size` within `room` pixels: none when it
+/// fits (judged at 0.6 of the font size a character, about what sans-serif and monospace fonts
+/// take), else a `textLength` that squeezes it in, so a long title or range name is never cut
+/// at the picture's edge.
+fn fitted(text: &str, font_size: f64, room: f64) -> String {
+    let wide = text.chars().count() as f64 * font_size * 0.6;
+    if wide <= room {
+        String::new()
+    } else {
+        format!(r#" textLength="{room:.0}" lengthAdjust="spacingAndGlyphs""#)
+    }
+}
+
 fn xml(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -121,6 +134,16 @@ fn xml(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_line_too_long_for_its_room_is_squeezed_in_and_a_short_one_left_alone() {
+        assert_eq!(super::fitted("a title", 15.0, 980.0), "");
+        let long = "x".repeat(200);
+        assert_eq!(
+            super::fitted(&long, 15.0, 980.0),
+            r#" textLength="980" lengthAdjust="spacingAndGlyphs""#
+        );
+    }
+
     #[test]
     fn export_errors_are_typed_and_a_bad_protocol_is_refused_before_reading() {
         let absent = std::path::Path::new("/nonexistent/gpushim/absent.trace");

@@ -137,14 +137,24 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
         }
     }
     let end = end.saturating_sub(start).max(1);
-    let ymax = points
+    let trace_end = end;
+    let data_max = points
         .values()
         .flatten()
         .map(|p| p.1.max(p.2))
-        .chain(nvml.values().flatten().map(|p| p.1))
         .max()
-        .unwrap_or(1)
-        .max(1);
+        .unwrap_or(0);
+    let nvml_max = nvml.values().flatten().map(|p| p.1).max().unwrap_or(0);
+    // NVML's figure holds the CUDA context and the code (hundreds of MiB): a program holding a
+    // few MiB would be a line along the floor under it. Then the scale is the program's, and
+    // NVML's line runs along the top, said in a note.
+    let nvml_above = data_max > 0 && nvml_max > data_max.saturating_mul(4);
+    let ymax = if nvml_above {
+        data_max
+    } else {
+        data_max.max(nvml_max)
+    }
+    .max(1);
     let (unit, div) = if ymax >= 1 << 30 {
         ("GiB", (1u64 << 30) as f64)
     } else if ymax >= 1 << 20 {
@@ -191,10 +201,25 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     };
     let _ = writeln!(
         s,
-        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
+        r#"<text x="{}" y="22" font-size="15" text-anchor="middle"{}>{}</text>"#,
         W / 2.0,
+        super::fitted(&title, 15.0, W - 20.0),
         xml(&title)
     );
+    if nvml_above {
+        let note = format!(
+            "NVML's figure (up to {}) is above this scale: its dotted line runs along the top",
+            human_bytes(nvml_max)
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" fill="#6a7fa0"{}>{}</text>"##,
+            L + 6.0,
+            T + 14.0,
+            super::fitted(&note, 12.0, W - L - R - 12.0),
+            xml(&note)
+        );
+    }
     // The NVTX range that repeats most, shaded.
     if let Some((id, spans)) = ranges.iter().max_by_key(|(_, v)| v.len()) {
         for (i, (a, b)) in spans.iter().enumerate() {
@@ -208,17 +233,22 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
                 );
             }
         }
-        let _ = writeln!(
-            s,
-            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end">shaded: every other NVTX range '{}'{}</text>"##,
-            W - R,
-            T - 4.0,
-            xml(reader.string(*id).unwrap_or("?")),
+        let note = format!(
+            "shaded: every other NVTX range '{}'{}",
+            reader.string(*id).unwrap_or("?"),
             if traces.len() > 1 {
                 format!(" of {}", traces[0].1.trim_end())
             } else {
                 String::new()
             }
+        );
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end"{}>{}</text>"##,
+            W - R,
+            T - 4.0,
+            super::fitted(&note, 12.0, W - R - L),
+            xml(&note)
         );
     }
     // Without NVTX ranges: each iteration of a detected period marked on the time axis.
@@ -235,13 +265,18 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
                 H - B
             );
         }
+        let note = format!(
+            "ticks on the time axis: {} iterations ({})",
+            it.count,
+            it.boundary.chars().take(110).collect::<String>()
+        );
         let _ = writeln!(
             s,
-            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end">ticks on the time axis: {} iterations ({})</text>"##,
+            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end"{}>{}</text>"##,
             W - R,
             T - 4.0,
-            it.count,
-            xml(&it.boundary.chars().take(110).collect::<String>())
+            super::fitted(&note, 12.0, W - R - L),
+            xml(&note)
         );
     }
     // Axes and grid.
@@ -319,7 +354,15 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
             legend_y += 16.0;
         }
         if let Some(samples) = nvml.get(&(*n, *d)) {
-            let path = steps(samples.iter().map(|p| (x(p.0), y(p.1))));
+            // Held from its last sample to the end of the trace (a single sample is a line too).
+            let last = samples.last().map(|p| (trace_end.max(p.0), p.1));
+            let path = steps(
+                samples
+                    .iter()
+                    .copied()
+                    .chain(last)
+                    .map(|p| (x(p.0), y(p.1.min(ymax)))),
+            );
             let _ = writeln!(
                 s,
                 r#"<path d="{path}" fill="none" stroke="{c}" stroke-width="1" stroke-dasharray="1 3"/>"#
