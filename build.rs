@@ -12,11 +12,11 @@ fn main() {
     }
     let root = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets it"));
     let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets it"));
-    println!("cargo:rerun-if-changed={}", root.join("shim").display());
-    println!(
-        "cargo:rerun-if-changed={}",
-        root.join("src/engine").display()
-    );
+    // What the shim compiles: its own crate and the core library's sources (the trace, the
+    // configuration, the engine, the small utilities), with both manifests.
+    for part in ["shim", "src", "Cargo.toml", "Cargo.lock"] {
+        println!("cargo:rerun-if-changed={}", root.join(part).display());
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let target = out.join("shim-target");
     // A target folder of its own: the outer build holds the workspace's.

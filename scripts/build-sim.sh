@@ -54,5 +54,5 @@ fi
 if [ "${2:-}" != "--real" ]; then
   echo "the CUDA simulator is in $out (libcudart.so.13, libcuda.so.1, libnvidia-ml.so.1)"
   echo "a program of your own: cc -g -I $here/tests/sim prog.c -o prog -L $out -lcudart -Wl,-rpath,$out"
-  echo "then: LD_LIBRARY_PATH=$out gpushim run --conf stacks:native -- ./prog   (the runtime finds the driver there; native stacks name the lines)"
+  echo "then: LD_LIBRARY_PATH=$out gpushim run -- ./prog   (the runtime finds the driver there; a program without Python gets native stacks)"
 fi

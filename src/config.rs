@@ -48,6 +48,9 @@ pub struct Conf {
     /// Record the Python frames (file, line, function) of every allocation made by a thread
     /// running Python.
     pub python_frames: bool,
+    /// `stacks:auto` (the default): in a process that runs no CPython, the native stack of
+    /// every allocating call instead (a C or C++ program gets its lines with nothing set).
+    pub native_without_python: bool,
     /// Cached memory with nothing allocated in it for this long (ns) goes back to the device;
     /// `u64::MAX` keeps it; 0 gives a segment back at the synchronous free that empties it.
     pub trim_ns: u64,
@@ -73,6 +76,7 @@ impl Conf {
         trace_max: 2 * GIB,
         stack_every: 0,
         python_frames: true,
+        native_without_python: true,
         trim_ns: 1_000_000_000,
         trim_auto: true,
         tensors: true,
@@ -138,9 +142,9 @@ pub const KEYS: &[KeyDoc] = &[
     },
     KeyDoc {
         key: "stacks",
-        accepted: "python, native, on (both), N (Python frames, and native stacks of one call in N per thread), or off",
-        default: "python",
-        meaning: "what call stacks to record: python, the Python frames (file, line, function) of each allocation by a thread running CPython 3.9-3.13 (no Python frames where they cannot be read safely); native, the return addresses of each memory call (symbolized offline)",
+        accepted: "auto, python, native, on (both), N (Python frames, and native stacks of one call in N per thread), or off",
+        default: "auto",
+        meaning: "what call stacks to record: python, the Python frames (file, line, function) of each allocation by a thread running CPython 3.9-3.13 (no Python frames where they cannot be read safely); native, the return addresses of each memory call (symbolized offline); auto, python, and in a process that runs no CPython (a C or C++ program) the native stack of each allocating call",
     },
     KeyDoc {
         key: "tensors",
@@ -385,14 +389,15 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
             "stacks" => {
                 (conf.stack_every, conf.python_frames) = match value {
                     "off" => (0, false),
-                    "python" => (0, true),
+                    "auto" | "python" => (0, true),
                     "native" => (1, false),
                     "on" => (1, true),
                     n => (
                         n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?,
                         true,
                     ),
-                }
+                };
+                conf.native_without_python = value == "auto";
             }
             _ => return Err(ConfError::UnknownKey(key)),
         }
@@ -446,7 +451,16 @@ mod tests {
         let c = parse_strict("stacks:native").unwrap();
         assert_eq!((c.stack_every, c.python_frames), (1, false));
         let c = parse_strict("stacks:python").unwrap();
-        assert_eq!((c.stack_every, c.python_frames), (0, true));
+        assert_eq!(
+            (c.stack_every, c.python_frames, c.native_without_python),
+            (0, true, false)
+        );
+        let c = parse_strict("stacks:auto").unwrap();
+        assert_eq!(
+            (c.stack_every, c.python_frames, c.native_without_python),
+            (0, true, true)
+        );
+        assert!(parse_strict("").unwrap().native_without_python);
         let c = parse_strict("stacks:off").unwrap();
         assert_eq!((c.stack_every, c.python_frames), (0, false));
         assert!(

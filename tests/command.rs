@@ -332,8 +332,8 @@ fn run_under_gpushim_disable_says_the_shim_was_off() {
 }
 
 /// The README's recipe for a program of one's own, as written: build the simulator, compile a
-/// C program with a leak against it, run it under `gpushim run --conf stacks:native`, and
-/// `leaks` names the leaking line.
+/// C program with a leak against it, run it under `gpushim run` with nothing set, and `leaks`
+/// names the leaking line.
 #[test]
 fn the_readmes_recipe_for_ones_own_program_names_its_leaking_line() {
     let dir = tempdir("own-program");

@@ -52,6 +52,10 @@ fn a_process_killed_mid_storm_leaves_a_trace_that_decodes_to_its_last_committed_
             RecordKind::Caller | RecordKind::Module | RecordKind::ModuleBuildId => notes += 1,
             // A string's text follows it in records of 16 bytes each.
             RecordKind::String => notes += 1 + r.size.div_ceil(16),
+            // A C program's allocations carry their native stacks (`stacks:auto`): each a
+            // reference, each distinct stack defined once, its frames 8 bytes each.
+            RecordKind::StackRef => notes += 1,
+            RecordKind::Stack => notes += 1 + (r.size * 8).div_ceil(16),
             RecordKind::Alloc => {
                 assert_eq!((r.api, r.status), (Api::CudaMalloc, 0), "{r:?}");
                 assert!(

@@ -399,3 +399,44 @@ fn each_module_uses_only_the_layers_below_it_as_the_design_draws_them() {
         }
     }
 }
+
+/// Every environment variable the shim's code names is in its tables (`shim/src/options.rs`):
+/// a variable read anywhere else (a name in capitals, written as a C string) fails this.
+#[test]
+fn every_variable_the_shim_reads_is_in_its_tables() {
+    fn files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut all = Vec::new();
+    files(&repo().join("shim/src"), &mut all);
+    let tables = repo().join("shim/src/options.rs");
+    let mut named = 0;
+    for f in &all {
+        let text = std::fs::read_to_string(f).unwrap();
+        for (i, _) in text.match_indices("c\"") {
+            let rest = &text[i + 2..];
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == '_')
+                .collect();
+            if name.len() < 2 || !rest[name.len()..].starts_with('"') {
+                continue;
+            }
+            assert_eq!(
+                f,
+                &tables,
+                "{} reads {name} outside the tables",
+                f.display()
+            );
+            named += 1;
+        }
+    }
+    assert!(named >= 10, "the tables name {named} variables");
+}

@@ -68,7 +68,7 @@ fn every_call_gets_its_stack_and_each_distinct_stack_is_written_once() {
 }
 
 #[test]
-fn stacks_can_be_sampled_and_are_off_by_default() {
+fn stacks_can_be_sampled_and_a_c_program_gets_its_allocations_stacks_by_default() {
     let t = run_loop("stacks:10");
     let (records, _) = decode(&t);
     let calls = records
@@ -88,15 +88,50 @@ fn stacks_can_be_sampled_and_are_off_by_default() {
         .filter(|r| r.kind == RecordKind::StackRef)
         .count();
     assert_eq!(refs, calls / 10);
+    // By default (`stacks:auto`) a program that runs no CPython gets the native stack of each
+    // allocating call, none of its frees.
     let t = run_loop("pool:off");
+    let (records, _) = decode(&t);
+    let mut allocations = 0;
+    let mut with_stack = 0;
+    // Per thread: whether its last record was an allocation (NVML's sampler records too).
+    let mut last_allocated = std::collections::HashMap::new();
+    for r in &records {
+        match r.kind {
+            RecordKind::Alloc | RecordKind::AllocAsync if r.status == 0 => {
+                allocations += 1;
+                last_allocated.insert(r.thread, true);
+            }
+            RecordKind::StackRef => {
+                assert_eq!(
+                    last_allocated.insert(r.thread, false),
+                    Some(true),
+                    "a stack after something else: {r:?}"
+                );
+                with_stack += 1;
+            }
+            RecordKind::Caller | RecordKind::ThreadStart => {}
+            k if !k.is_definition() => {
+                last_allocated.insert(r.thread, false);
+            }
+            _ => {}
+        }
+    }
+    assert!(allocations > 0);
+    assert_eq!(with_stack, allocations);
+    assert!(
+        stdout(&gpushim(&[&"leaks", &t])).contains("(train_loop.c:"),
+        "the C program's own line"
+    );
+    // `stacks:python` records none for it: who called for each allocation only (and the module
+    // map that names it).
+    let t = run_loop("stacks:python");
     let (records, _) = decode(&t);
     assert!(
         !records
             .iter()
             .any(|r| matches!(r.kind, RecordKind::StackRef | RecordKind::Stack))
     );
-    // What is recorded without stacks: who called for each allocation (and the module map
-    // that names it).
     assert!(records.iter().any(|r| r.kind == RecordKind::Caller));
 }
 

@@ -1,6 +1,8 @@
-//! Every environment variable the shim reads, in one table: its name and what it does. Each is
-//! read where it is needed and, where it can change nothing later, once (its reader caches it).
-//! `GPUSHIM_CONF`'s keys are `gpushim_core::config::KEYS`.
+//! Every environment variable the shim reads, in two tables: its own ([`Switch`]) and those other
+//! programs set that it reads ([`Foreign`]), each with its name and what it does. Each is read
+//! where it is needed and, where it can change nothing later, once (its reader caches it).
+//! `GPUSHIM_CONF`'s keys are `gpushim_core::config::KEYS`. A test (`tests/docs.rs`) holds every
+//! variable name the shim's code writes to these tables.
 
 use core::ffi::CStr;
 
@@ -44,5 +46,35 @@ impl Switch {
     /// Whether it is set to anything but empty or `0`.
     pub fn on(self) -> bool {
         crate::os::env_flag(self.name())
+    }
+}
+
+/// A variable other programs set that the shim reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Foreign {
+    /// `RANK` (torchrun, Slurm wrappers): the rank in the trace's name (`%r`) and header.
+    Rank,
+    /// `LOCAL_RANK`: the rank when `RANK` is not set.
+    LocalRank,
+    /// `PYTORCH_NO_CUDA_MEMORY_CACHING=1`: PyTorch's cache is off, so it is no caching
+    /// allocator above the pool (`trim:auto`).
+    PytorchNoCaching,
+    /// `XLA_PYTHON_CLIENT_ALLOCATOR=platform`: JAX's allocator does not cache (`trim:auto`).
+    XlaAllocator,
+}
+
+impl Foreign {
+    pub const fn name(self) -> &'static CStr {
+        match self {
+            Foreign::Rank => c"RANK",
+            Foreign::LocalRank => c"LOCAL_RANK",
+            Foreign::PytorchNoCaching => c"PYTORCH_NO_CUDA_MEMORY_CACHING",
+            Foreign::XlaAllocator => c"XLA_PYTHON_CLIENT_ALLOCATOR",
+        }
+    }
+
+    /// Its value, if set (see [`crate::os::env`]).
+    pub fn value(self) -> Option<&'static CStr> {
+        crate::os::env(self.name())
     }
 }

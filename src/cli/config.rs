@@ -58,6 +58,9 @@ pub fn cmd_config(conf: Option<String>) -> ExitCode {
         "  stacks     {}",
         match (c.python_frames, c.stack_every) {
             (false, 0) => "off".to_string(),
+            (true, 0) if c.native_without_python => {
+                "auto (python; native where no Python runs)".to_string()
+            }
             (true, 0) => "python".to_string(),
             (false, _) => "native".to_string(),
             (true, 1) => "on (python and native)".to_string(),

@@ -8,28 +8,20 @@
 //! allocator (PyTorch with `PYTORCH_NO_CUDA_MEMORY_CACHING=1`, plain CUDA programs) keep the
 //! pool's caching, and idle memory goes back after a second.
 
+use crate::options::Foreign;
 use core::ffi::{CStr, c_int, c_void};
 
 /// An environment variable and the value that turns a framework's cache off.
-type Off = Option<(&'static CStr, &'static [u8])>;
+type Off = Option<(Foreign, &'static [u8])>;
 
 /// Loaded-library names that carry a caching allocator, with the setting that turns it off.
 const CACHING: &[(&[u8], Off)] = &[
-    (
-        b"libc10_cuda.so",
-        Some((c"PYTORCH_NO_CUDA_MEMORY_CACHING", b"1")),
-    ),
+    (b"libc10_cuda.so", Some((Foreign::PytorchNoCaching, b"1"))),
     (b"librmm", None),
     (b"cupy/cuda/memory", None),
     (b"cupy_backends", None),
-    (
-        b"xla_extension",
-        Some((c"XLA_PYTHON_CLIENT_ALLOCATOR", b"platform")),
-    ),
-    (
-        b"jax_cuda",
-        Some((c"XLA_PYTHON_CLIENT_ALLOCATOR", b"platform")),
-    ),
+    (b"xla_extension", Some((Foreign::XlaAllocator, b"platform"))),
+    (b"jax_cuda", Some((Foreign::XlaAllocator, b"platform"))),
 ];
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
@@ -50,7 +42,7 @@ extern "C" fn visit(info: *mut libc::dl_phdr_info, _size: usize, found: *mut c_v
             continue;
         }
         let disabled =
-            off.is_some_and(|(var, val)| crate::os::env(var).is_some_and(|v| v.to_bytes() == val));
+            off.is_some_and(|(var, val)| var.value().is_some_and(|v| v.to_bytes() == val));
         if !disabled {
             *found = true;
             return 1;

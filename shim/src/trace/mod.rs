@@ -6,7 +6,7 @@ pub mod stacks;
 
 use crate::cuda::real;
 use crate::cuda::symbols::sig::{self, of};
-use crate::os::{env, say};
+use crate::os::say;
 use crate::state;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
@@ -284,7 +284,11 @@ fn open_trace() {
         ));
         return;
     }
-    crate::trace::stacks::on_open(conf.stack_every, conf.python_frames);
+    crate::trace::stacks::on_open(
+        conf.stack_every,
+        conf.python_frames,
+        conf.native_without_python,
+    );
     install_sigbus_handler();
     // The grower keeps the next chunks of the file mapped and populated, so producers take no
     // page faults. Without it (spawn failed) producers map chunks themselves: slower, correct.
@@ -391,8 +395,12 @@ fn default_path(program: &[u8], pid: u32, out: &mut [u8; PATH_CAP]) -> usize {
 
 /// `RANK`, else `LOCAL_RANK`, else -1.
 fn rank() -> i32 {
-    for var in [c"RANK", c"LOCAL_RANK"] {
-        if let Some(v) = env(var)
+    for var in [
+        crate::options::Foreign::Rank,
+        crate::options::Foreign::LocalRank,
+    ] {
+        if let Some(v) = var
+            .value()
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse().ok())
         {

@@ -14,6 +14,9 @@ use gpushim_core::trace::unwind::{self, MAX_FRAMES, NATIVE_FRAMES, PYTHON_FRAMES
 pub static EVERY: AtomicU32 = AtomicU32::new(0);
 /// Whether allocations get their Python frames. Set when the trace opens.
 pub static PYTHON: AtomicBool = AtomicBool::new(false);
+/// Whether allocating calls get their native stack in a process that runs no CPython
+/// (`stacks:auto`). Set when the trace opens.
+pub static NATIVE_WITHOUT_PYTHON: AtomicBool = AtomicBool::new(false);
 
 const MAX_MODULES: usize = 1024;
 /// Address ranges of the modules written to the trace: [start, end) pairs.
@@ -31,9 +34,10 @@ thread_local! {
 
 /// Called at trace open: forget the modules of any earlier trace (a forked child's parent)
 /// and write the current module map if stacks are on.
-pub fn on_open(every: u32, python: bool) {
+pub fn on_open(every: u32, python: bool, native_without_python: bool) {
     EVERY.store(every, Ordering::Relaxed);
     PYTHON.store(python, Ordering::Relaxed);
+    NATIVE_WITHOUT_PYTHON.store(native_without_python, Ordering::Relaxed);
     COUNT.store(0, Ordering::Relaxed);
     if every != 0 {
         scan_modules();
@@ -79,7 +83,7 @@ pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
     let every = EVERY.load(Ordering::Relaxed);
     let python =
         PYTHON.load(Ordering::Relaxed) && allocates(kind) && !crate::trace::python::absent();
-    let sampled = every != 0 && {
+    let mut sampled = every != 0 && {
         let n = CALLS
             .try_with(|c| {
                 let v = c.get().wrapping_add(1);
@@ -89,7 +93,8 @@ pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
             .unwrap_or(0);
         n % every == 0
     };
-    if !python && !sampled {
+    let fallback = NATIVE_WITHOUT_PYTHON.load(Ordering::Relaxed) && allocates(kind);
+    if !python && !sampled && !fallback {
         return;
     }
     let mut frames = [0u64; MAX_FRAMES + 8];
@@ -98,6 +103,17 @@ pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
     } else {
         0
     };
+    // A process that runs no CPython (known after its first capture looked): the allocating
+    // call's native stack instead, where the unwinder takes no lock of the loader's.
+    if fallback && !sampled && crate::trace::python::absent() && unwinder_takes_no_lock() {
+        if SELF_END.load(Ordering::Relaxed) == 0 {
+            scan_modules();
+        }
+        sampled = true;
+    }
+    if py == 0 && !sampled {
+        return;
+    }
     let mut total = py;
     if sampled {
         let room = &mut frames[py..py + NATIVE_FRAMES + 8];
