@@ -300,3 +300,22 @@ fn what_is_live_never_exceeds_what_is_reserved() {
         "{s}"
     );
 }
+
+#[test]
+fn pytorchs_viewer_gets_its_segments_and_tensors_and_no_block_that_was_a_segment() {
+    let (t, _) = leaky_run("viz-segments", &standin(), vec![]);
+    let mut pickle = Vec::new();
+    gpushim::export::memory_viz(&t, &mut pickle, 4, &Default::default()).unwrap();
+    let v: serde_pickle::Value =
+        serde_pickle::from_slice(&pickle, serde_pickle::DeOptions::new()).unwrap();
+    // Count each action of the device's trace.
+    let text = format!("{v:?}");
+    let count = |action: &str| text.matches(&format!("String(\"{action}\")")).count();
+    let (records, _) = decode(&t);
+    let of = |k: gpushim::trace::format::RecordKind| records.iter().filter(|r| r.kind == k).count();
+    use gpushim::trace::format::RecordKind::*;
+    assert_eq!(count("alloc"), of(TensorAlloc), "{text:.2000}");
+    assert_eq!(count("free_completed"), of(TensorFree), "{text:.2000}");
+    assert_eq!(count("segment_alloc"), of(SegmentReserve), "{text:.2000}");
+    assert!(of(SegmentReserve) > 0 && of(TensorFree) > 0);
+}

@@ -106,6 +106,28 @@ pub fn memory_viz(
                     frames: Vec::new(),
                 },
             ),
+            // A framework's segment: the cudaMalloc just traced as a block was the segment
+            // (its record follows the call). One segment, no block that came and went.
+            Change::Free { ptr, live } if r.kind == RecordKind::SegmentReserve => {
+                let list = traces.entry(live.device).or_default();
+                if let Some(i) = list
+                    .iter()
+                    .rposition(|t| t.action == "alloc" && t.addr == ptr)
+                {
+                    list.remove(i);
+                }
+                (
+                    live.device,
+                    VizTrace {
+                        action: "segment_alloc",
+                        addr: r.ptr,
+                        size: r.size,
+                        stream: 0,
+                        time_us: us,
+                        frames: Vec::new(),
+                    },
+                )
+            }
             Change::Free { ptr, live } => (
                 live.device,
                 VizTrace {
