@@ -134,13 +134,13 @@ impl<B: Backend> Engine<B> {
                 self.kept_apart.push((i, p));
                 continue;
             }
-            let sealed = self.sealed_segments > 0
+            let exported = self.exported_segments > 0
                 && self
                     .segments
                     .at(self.slab[i as usize].seg)
-                    .is_none_or(|s| s.sealed);
-            if sealed {
-                // Out of the pending count; a sealed segment hands nothing out again.
+                    .is_none_or(|s| s.exported);
+            if exported {
+                // Out of the pending count; a exported segment hands nothing out again.
                 self.unpend(i);
                 continue;
             }
@@ -171,16 +171,16 @@ impl<B: Backend> Engine<B> {
 
     /// Lists free block `i` (ending its wait out of the lists, if it waited).
     pub(super) fn insert_free(&mut self, i: Ix) {
-        let sealed = self.sealed_segments > 0
+        let exported = self.exported_segments > 0
             && self
                 .segments
                 .at(self.slab[i as usize].seg)
-                .is_some_and(|s| s.sealed);
+                .is_some_and(|s| s.exported);
         let b = &mut self.slab[i as usize];
         let (pool, size) = (b.pool, b.size);
         end_wait(b, &mut self.pending_per_device);
-        if sealed || b.stamp != 0 {
-            // A sealed segment hands nothing out again; a listed block is listed.
+        if exported || b.stamp != 0 {
+            // A exported segment hands nothing out again; a listed block is listed.
             return;
         }
         // Newest first among blocks of one size: counting down, so the order depends on the

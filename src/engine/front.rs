@@ -158,10 +158,10 @@ impl<B: Backend> Front<B> {
             };
         };
         match kind {
-            // A block of a sealed segment (exported through IPC) is never kept for reuse.
+            // A block of a exported segment (exported through IPC) is never kept for reuse.
             // (`waiting` marks a waiting block by its requested size, never 0.)
             FreeKind::OnStream(k)
-                if b.size <= HOT_MAX_BLOCK && b.requested > 0 && !self.engine.sealed(ptr) =>
+                if b.size <= HOT_MAX_BLOCK && b.requested > 0 && !self.engine.exported(ptr) =>
             {
                 self.keep(&b, k)
             }
@@ -266,10 +266,10 @@ impl<B: Backend> Front<B> {
         self.engine.trim(device, age);
     }
 
-    /// Seals the segment of live block `ptr` (see `Engine::seal_segment`); a block waiting in
+    /// Marks the segment of live block `ptr` (see `Engine::mark_exported`); a block waiting in
     /// the list is not live.
-    pub fn seal(&mut self, ptr: u64) -> bool {
-        self.lookup(ptr).is_some() && self.engine.seal_segment(ptr)
+    pub fn mark_exported(&mut self, ptr: u64) -> bool {
+        self.lookup(ptr).is_some() && self.engine.mark_exported(ptr)
     }
 
     /// Sets whether a synchronous free that empties a segment gives it back at once (decided by

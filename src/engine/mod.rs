@@ -79,7 +79,7 @@ struct Segment {
     last: Ix,
     /// Hands out no more blocks (its memory was exported through IPC): it goes back to the
     /// device once nothing in it is allocated, so a stale handle never reaches a new block.
-    sealed: bool,
+    exported: bool,
 }
 
 /// The address range reserved for one expandable segment; past it, plain segments serve.
@@ -153,8 +153,8 @@ pub struct Engine<B: Backend> {
     reserved_at: [u64; 256],
     /// The expandable segment of each large pool, by its base.
     expandable: BTreeMap<PoolKey, u64>,
-    /// Segments ever sealed (IPC exports); 0 spares every free a lookup.
-    sealed_segments: u64,
+    /// Segments ever exported (IPC exports); 0 spares every free a lookup.
+    exported_segments: u64,
     /// The backend's `progress` when `merge_if_passed` last merged.
     merged_at: u64,
     /// Free blocks kept apart from their neighbours while fenced, by slot and address: the
@@ -195,7 +195,7 @@ impl<B: Backend> Engine<B> {
             pending_per_device: [0; 256],
             reserved_at: [0; 256],
             expandable: BTreeMap::new(),
-            sealed_segments: 0,
+            exported_segments: 0,
             merged_at: 0,
             kept_apart: Vec::new(),
             kept_apart_pruned: 0,
@@ -383,7 +383,7 @@ impl<B: Backend> Engine<B> {
         };
         b.pending = pending;
         let release_now = self.policy.release_on_free && kind == FreeKind::Sync;
-        let mut sealed_empty = false;
+        let mut exported_empty = false;
         let mut emptied = false;
         let mut expandable = false;
         if let Some(s) = self.segments.at_mut(seg) {
@@ -391,7 +391,7 @@ impl<B: Backend> Engine<B> {
             expandable = s.range > 0;
             if s.allocated_blocks == 0 {
                 emptied = true;
-                sealed_empty = s.sealed || (release_now && s.range == 0);
+                exported_empty = s.exported || (release_now && s.range == 0);
             }
         }
         if emptied {
@@ -415,7 +415,7 @@ impl<B: Backend> Engine<B> {
             let merged = self.coalesce(i);
             self.insert_free(merged);
         }
-        if sealed_empty {
+        if exported_empty {
             self.release_segment(segment);
         } else if release_now && !self.backend.quiet() && expandable {
             // An expandable segment: its free pages go back as CUDA's free would, after the
@@ -430,22 +430,22 @@ impl<B: Backend> Engine<B> {
         Ok((size, device))
     }
 
-    /// Seals the segment holding live block `ptr` (its memory was exported): it hands out no
+    /// Marks the segment holding live block `ptr` (its memory was exported): it hands out no
     /// more blocks, and goes back to the device once nothing in it is allocated, so an IPC
     /// handle of a freed block can never open memory given to someone else. Its free blocks
     /// leave the pools now. Returns whether `ptr` is a live block.
-    pub fn seal_segment(&mut self, ptr: u64) -> bool {
+    pub fn mark_exported(&mut self, ptr: u64) -> bool {
         let Some(info) = self.lookup(ptr) else {
             return false;
         };
         let Some(seg) = self.segments.get_mut(&info.segment) else {
             return false;
         };
-        if seg.sealed {
+        if seg.exported {
             return true;
         }
-        seg.sealed = true;
-        self.sealed_segments += 1;
+        seg.exported = true;
+        self.exported_segments += 1;
         let free: Vec<Ix> = self
             .segment_blocks(info.segment)
             .into_iter()
@@ -458,18 +458,18 @@ impl<B: Backend> Engine<B> {
         true
     }
 
-    /// Whether the segment holding live block `ptr` is sealed (see `seal_segment`). Free of any
-    /// lookup until some segment was sealed (the common case: no IPC).
-    pub fn sealed(&self, ptr: u64) -> bool {
-        self.sealed_segments > 0
+    /// Whether the segment holding live block `ptr` is exported (see `mark_exported`). Free of
+    /// any lookup until some segment was exported (the common case: no IPC).
+    pub fn exported(&self, ptr: u64) -> bool {
+        self.exported_segments > 0
             && self
                 .lookup(ptr)
                 .and_then(|b| self.segments.get(&b.segment))
-                .is_some_and(|s| s.sealed)
+                .is_some_and(|s| s.exported)
     }
 
     /// Gives back every segment of `device` with nothing allocated for at least `age` (the
-    /// backend's clock) whose fences passed, and sealed segments left empty while the backend
+    /// backend's clock) whose fences passed, and exported segments left empty while the backend
     /// was quiet: memory a program returned to CUDA goes back to the device in bounded time
     /// (contract 8), without waiting for the GPU. Nothing while the backend is quiet.
     pub fn trim(&mut self, device: u8, age: u64) {
@@ -490,14 +490,14 @@ impl<B: Backend> Engine<B> {
                 s.device == device
                     && s.allocated_blocks == 0
                     && s.size > 0
-                    && (s.sealed
+                    && (s.exported
                         || (!busy && now.saturating_sub(s.idle_since) >= age)
                         || (self.policy.release_on_free && s.range == 0))
             })
-            .map(|(&p, s)| (p, s.sealed))
+            .map(|(&p, s)| (p, s.exported))
             .collect();
-        for (base, sealed) in old {
-            if sealed {
+        for (base, exported) in old {
+            if exported {
                 self.release_segment(base);
                 continue;
             }

@@ -94,7 +94,7 @@ impl<B: Backend> Engine<B> {
                 range: 0,
                 idle_since: 0,
                 last: 0,
-                sealed: false,
+                exported: false,
             },
         );
         let i = self.add_block(Block::free(ptr, size, (ptr, seg), key));
@@ -122,7 +122,7 @@ impl<B: Backend> Engine<B> {
                         range: EXPANDABLE_RANGE,
                         idle_since: 0,
                         last: 0,
-                        sealed: false,
+                        exported: false,
                     },
                 );
                 self.expandable.insert(key, b);
@@ -297,7 +297,7 @@ impl<B: Backend> Engine<B> {
         let growing: Vec<u64> = self
             .segments
             .range(..)
-            .filter(|(_, s)| s.device == device && s.range > 0 && !s.sealed)
+            .filter(|(_, s)| s.device == device && s.range > 0 && !s.exported)
             .map(|(&p, _)| p)
             .collect();
         for base in growing {
@@ -310,7 +310,7 @@ impl<B: Backend> Engine<B> {
             .segments
             .range(..)
             .filter(|(_, s)| {
-                s.device == device && s.allocated_blocks == 0 && s.range == 0 && !s.sealed
+                s.device == device && s.allocated_blocks == 0 && s.range == 0 && !s.exported
             })
             .map(|(&p, s)| (s.size, p))
             .collect();
@@ -360,8 +360,8 @@ impl<B: Backend> Engine<B> {
                 self.drop_block(i);
             }
             self.segments.remove(&base);
-            if seg.sealed {
-                self.sealed_segments = self.sealed_segments.saturating_sub(1);
+            if seg.exported {
+                self.exported_segments = self.exported_segments.saturating_sub(1);
             }
             self.stats.reserved_bytes = self.stats.reserved_bytes.saturating_sub(seg.size);
             gone.push((base, seg.size.max(seg.range)));

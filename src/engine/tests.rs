@@ -156,7 +156,7 @@ fn with_release_on_free_a_cuda_free_that_empties_a_segment_gives_it_back_at_once
 }
 
 #[test]
-fn a_sealed_segment_hands_out_nothing_and_goes_back_once_empty() {
+fn an_exported_segment_hands_out_nothing_and_goes_back_once_empty() {
     let mut e = engine(1 << 30);
     // 32 MiB segment, then two 4 MiB blocks cut from it: the second is exported.
     let big = e.alloc(0, 32 << 20, 0).unwrap();
@@ -164,10 +164,13 @@ fn a_sealed_segment_hands_out_nothing_and_goes_back_once_empty() {
     let x = e.alloc(0, 4 << 20, 0).unwrap();
     let y = e.alloc(0, 4 << 20, 0).unwrap();
     assert_eq!(y.segment, x.segment);
-    assert!(e.seal_segment(y.ptr));
+    assert!(e.mark_exported(y.ptr));
     e.free(y.ptr, FreeKind::OnStream(0)).unwrap();
     let z = e.alloc(0, 4 << 20, 0).unwrap();
-    assert_ne!(z.segment, y.segment, "nothing more from the sealed segment");
+    assert_ne!(
+        z.segment, y.segment,
+        "nothing more from the exported segment"
+    );
     let releases = e.backend().release_calls;
     e.free(x.ptr, FreeKind::OnStream(0)).unwrap();
     assert_eq!(e.backend().release_calls, releases + 1, "empty: given back");

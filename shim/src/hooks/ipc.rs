@@ -6,7 +6,7 @@ use crate::cuda::symbols::{Sym, sig};
 use crate::hooks::forward;
 use crate::os::say;
 use crate::pool::ipc;
-use crate::pool::{self, pooling};
+use crate::pool::{self, holds_blocks};
 use crate::state;
 use crate::trace;
 use core::ffi::c_void;
@@ -34,7 +34,11 @@ pub(crate) unsafe fn ipc_get_mem_handle(
 ) -> i32 {
     type F = sig::CuIpcGetMemHandle;
     forward!(sym, real, MISSING, F, |f, rec| {
-        let Some(b) = (if pooling() { pool::lookup(p) } else { None }) else {
+        let Some(b) = (if holds_blocks() {
+            pool::lookup(p)
+        } else {
+            None
+        }) else {
             // SAFETY: the caller's arguments, unchanged.
             return unsafe { f(handle, p) };
         };
@@ -75,8 +79,8 @@ pub(crate) unsafe fn ipc_get_mem_handle(
                 }
             }
         };
-        // The segment is sealed before the handle leaves: freed, it goes back to CUDA.
-        pool::seal(b.ptr);
+        // The segment is marked exported before the handle leaves: freed, it goes back to CUDA.
+        pool::mark_exported(b.ptr);
         // SAFETY: the caller's handle buffer holds CU_IPC_HANDLE_SIZE bytes.
         unsafe { core::ptr::copy_nonoverlapping(out.as_ptr(), handle.cast::<u8>(), ipc::HANDLE) };
         if rec {

@@ -97,7 +97,7 @@ pub(crate) unsafe fn malloc<S: Side>(
     size: usize,
 ) -> i32 {
     forward!(sym, real, S::MISSING, Malloc<S>, |f, rec| {
-        if rec && !p.is_null() && size > 0 && pool::active() {
+        if rec && !p.is_null() && size > 0 && pool::serves_calls() {
             if let Some((rc, ptr)) = serve::alloc(S::FAMILY, api, size, pool::SYNC_KEY, 0) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
                 unsafe { *p = S::from_addr(ptr) };
@@ -127,7 +127,7 @@ pub(crate) unsafe fn malloc<S: Side>(
 pub(crate) unsafe fn free<S: Side>(sym: Sym, real: usize, api: Api, p: S::Ptr) -> i32 {
     forward!(sym, real, S::MISSING, Free<S>, |f, rec| {
         let addr = S::addr(p);
-        if rec && pool::pooling() && addr != 0 {
+        if rec && pool::holds_blocks() && addr != 0 {
             let kind = RecordKind::Free;
             if let Some(rc) = serve::free(S::FAMILY, kind, api, addr, FreeKind::Sync, 0) {
                 return rc;
@@ -154,7 +154,12 @@ pub(crate) unsafe fn malloc_async<S: Side>(
 ) -> i32 {
     forward!(sym, real, S::MISSING, MallocAsync<S>, |f, rec| {
         let per_thread = sym.per_thread();
-        if rec && !p.is_null() && size > 0 && pool::active() && !pool::capturing(s, per_thread) {
+        if rec
+            && !p.is_null()
+            && size > 0
+            && pool::serves_calls()
+            && !pool::capturing(s, per_thread)
+        {
             let key = pool::stream_key(s, per_thread, api);
             if let Some((rc, ptr)) = serve::alloc(S::FAMILY, api, size, key, s as u64) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
@@ -184,7 +189,7 @@ pub(crate) unsafe fn free_async<S: Side>(
     forward!(sym, real, S::MISSING, FreeAsync<S>, |f, rec| {
         let addr = S::addr(p);
         let per_thread = sym.per_thread();
-        if rec && pool::pooling() && addr != 0 && !pool::capturing(s, per_thread) {
+        if rec && pool::holds_blocks() && addr != 0 && !pool::capturing(s, per_thread) {
             let how = FreeKind::OnStream(pool::stream_key(s, per_thread, api));
             let kind = RecordKind::FreeAsync;
             if let Some(rc) = serve::free(S::FAMILY, kind, api, addr, how, s as u64) {

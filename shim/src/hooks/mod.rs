@@ -112,7 +112,7 @@ pub(crate) unsafe fn show_mem_info(
     // SAFETY: the caller vouches for the out-pointers.
     let (fr, to) = unsafe { (out_usize(free, rc), out_usize(total, rc)) };
     trace::record(RecordKind::MemInfo, api, rc, fr, to, device, 0);
-    if rc != 0 || free.is_null() || total.is_null() || !pool::pooling() {
+    if rc != 0 || free.is_null() || total.is_null() || !pool::holds_blocks() {
         return;
     }
     let (f2, t2) = pool::mem_info(fr, to);

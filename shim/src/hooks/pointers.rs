@@ -7,7 +7,7 @@ use crate::cuda::ffi::{
 };
 use crate::cuda::symbols::{Sym, sig};
 use crate::hooks::forward;
-use crate::pool::{self, pooling};
+use crate::pool::{self, holds_blocks};
 use core::ffi::{c_int, c_void};
 use gpushim_core::trace::format::Api;
 
@@ -21,7 +21,7 @@ pub(crate) unsafe fn get_address_range(
 ) -> i32 {
     type F = sig::CuMemGetAddressRangeV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
-        if pooling()
+        if holds_blocks()
             && let Some(b) = pool::lookup(p)
         {
             // The block, not the segment (or mapped page) it was cut from, is the caller's
@@ -54,7 +54,7 @@ pub(crate) unsafe fn pointer_get_attribute(
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(data, attr, p) };
-        if rc == 0 && !data.is_null() && pooling() {
+        if rc == 0 && !data.is_null() && holds_blocks() {
             // SAFETY: the real call wrote this attribute's value through `data`.
             unsafe { fix_attribute(attr, data, p) };
         }
@@ -75,7 +75,7 @@ pub(crate) unsafe fn pointer_get_attributes(
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(n, attrs, data, p) };
-        if rc == 0 && !attrs.is_null() && !data.is_null() && pooling() {
+        if rc == 0 && !attrs.is_null() && !data.is_null() && holds_blocks() {
             for i in 0..n as usize {
                 // SAFETY: the real call read `n` attributes and wrote `n` values.
                 unsafe {

@@ -6,7 +6,7 @@
 use crate::cuda::ffi::{CU_ERROR_NOT_INITIALIZED as MISSING, CUDA_ERROR_INSUFFICIENT_DRIVER};
 use crate::cuda::symbols::{Sym, sig};
 use crate::hooks::forward;
-use crate::pool::{self, pooling};
+use crate::pool::{self, holds_blocks};
 use core::ffi::{c_int, c_void};
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN};
 
@@ -109,7 +109,7 @@ pub(crate) unsafe fn stream_create(
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, flags) };
-        if rc == 0 && !s.is_null() && pooling() {
+        if rc == 0 && !s.is_null() && holds_blocks() {
             // SAFETY: written by the successful call.
             pool::stream_created(unsafe { *s } as u64, flags, api);
         }
@@ -129,7 +129,7 @@ pub(crate) unsafe fn stream_create_with_priority(
     forward!(sym, real, MISSING, F, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, flags, priority) };
-        if rc == 0 && !s.is_null() && pooling() {
+        if rc == 0 && !s.is_null() && holds_blocks() {
             // SAFETY: written by the successful call.
             pool::stream_created(unsafe { *s } as u64, flags, api);
         }
@@ -140,7 +140,7 @@ pub(crate) unsafe fn stream_create_with_priority(
 pub(crate) unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
     type F = sig::CuStreamDestroyV2;
     forward!(sym, real, MISSING, F, |f, _rec| {
-        if pooling() && !s.is_null() {
+        if holds_blocks() && !s.is_null() {
             pool::stream_destroying(s as u64);
         }
         // SAFETY: the caller's arguments, unchanged.
@@ -151,7 +151,7 @@ pub(crate) unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) ->
 pub(crate) unsafe fn ctx_synchronize(sym: Sym, real: usize, _: Api) -> i32 {
     type F = sig::CuCtxSynchronize;
     forward!(sym, real, MISSING, F, |f, _rec| {
-        let token = if pooling() {
+        let token = if holds_blocks() {
             pool::synchronizing()
         } else {
             None

@@ -58,7 +58,7 @@ pub use gpushim_core::engine::SYNC_KEY;
 /// stream 0 is meant (the `_ptsz` entry points).
 pub fn stream_key(stream: *mut c_void, per_thread_default: bool, api: Api) -> u64 {
     let key = stream_identity(stream, per_thread_default);
-    if key != 0 && pooling() {
+    if key != 0 && holds_blocks() {
         note_other_streams(api, stream as u64);
     }
     key
@@ -99,8 +99,9 @@ fn note_other_streams(api: Api, stream: u64) {
 
 static STATE: crate::os::LazyFlag = crate::os::LazyFlag::new();
 
-/// Whether `GPUSHIM_CONF` asked for a pool (and the shim is on, and this is not a forked child).
-pub fn active() -> bool {
+/// Whether the pool serves the program's allocation calls: `GPUSHIM_CONF` asked for one (and
+/// the shim is on, and this is not a forked child).
+pub fn serves_calls() -> bool {
     STATE.get(|| state::enabled() && state::conf().pool != PoolMode::Off)
 }
 
@@ -228,7 +229,7 @@ pub fn end_capture(stream: *mut c_void, per_thread_default: bool, rc: i32) {
 /// the pool names it: the pool goes quiet, waits for the checkpoint its helper may be making,
 /// and returns the handle for [`device_reset`]. `None`: nothing of the pool's is on it.
 pub fn device_resetting(device: i32) -> Option<usize> {
-    if !pooling() {
+    if !holds_blocks() {
         return None;
     }
     let ctx = primary_context(device).filter(|&c| registered_slot(c).is_some())?;
@@ -386,16 +387,16 @@ pub fn free(ptr: u64, kind: FreeKind) -> Freed {
     }
 }
 
-/// Seals the segment of live pooled block `ptr` before its memory leaves the process through
-/// IPC: the pool hands nothing more out of it and gives it back to CUDA once it is empty, so
-/// a handle kept after a free never reaches memory given to someone else.
-pub fn seal(ptr: u64) -> bool {
-    pooling() && with(|p| p.seal(ptr))
+/// Marks the segment of live pooled block `ptr` as exported before its memory leaves the
+/// process through IPC: the pool hands nothing more out of it and gives it back to CUDA once it
+/// is empty, so a handle kept after a free never reaches memory given to someone else.
+pub fn mark_exported(ptr: u64) -> bool {
+    holds_blocks() && with(|p| p.mark_exported(ptr))
 }
 
 /// The live pooled block containing `ptr`, if any.
 pub fn lookup(ptr: u64) -> Option<BlockInfo> {
-    if !pooling() {
+    if !holds_blocks() {
         return None;
     }
     with(|p| crate::costs::measure(crate::costs::Cost::Lookup, || p.lookup(ptr)))
@@ -418,7 +419,9 @@ pub fn plug() {
     }
 }
 
-pub fn is_plugged() -> bool {
+/// Whether the pool serves PyTorch's pluggable allocator (`gpushim_alloc` was called), whatever
+/// `GPUSHIM_CONF` says.
+pub fn serves_pluggable() -> bool {
     PLUGGED.load(Ordering::Relaxed)
 }
 
@@ -447,7 +450,7 @@ pub fn mem_info(real_free: u64, real_total: u64) -> (u64, u64) {
 /// The pool's figures for CUDA device `device`, every context on it added up; `None` without a
 /// pool (or for a device it never served, which reads as zeros: `Some` of the default).
 pub fn device_stats(device: u8) -> Option<DeviceStats> {
-    if !active() {
+    if !serves_calls() {
         return None;
     }
     Some(with(|p| {
@@ -461,7 +464,7 @@ pub fn device_stats(device: u8) -> Option<DeviceStats> {
 
 /// Resets the peaks (`peaks`) or the totals of device `device`'s figures; false without a pool.
 pub fn reset_device_stats(device: u8, peaks: bool) -> bool {
-    if !active() {
+    if !serves_calls() {
         return false;
     }
     with(|p| {
@@ -568,9 +571,10 @@ pub fn empty_cache() {
     }
 }
 
-/// Whether pooled blocks may exist (a pool from `GPUSHIM_CONF`, or the pluggable route).
-pub fn pooling() -> bool {
-    active() || is_plugged()
+/// Whether pooled blocks may exist, by either route: the pool serves calls or the pluggable
+/// allocator (an address may then be a block of the pool's).
+pub fn holds_blocks() -> bool {
+    serves_calls() || serves_pluggable()
 }
 
 /// Makes sure the runtime has made its context current on this thread, as its own allocation
