@@ -103,9 +103,10 @@ pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
     } else {
         0
     };
-    // A process that runs no CPython (known after its first capture looked): the allocating
-    // call's native stack instead, where the unwinder takes no lock of the loader's.
-    if fallback && !sampled && crate::trace::python::absent() && unwinder_takes_no_lock() {
+    // A process that runs no CPython (known after its first capture looked; not one whose
+    // frames are refused, whose tensors would each pay for an unwind): the allocating call's
+    // native stack instead, where the unwinder takes no lock of the loader's.
+    if fallback && !sampled && crate::trace::python::no_interpreter() && unwinder_takes_no_lock() {
         if SELF_END.load(Ordering::Relaxed) == 0 {
             scan_modules();
         }

@@ -519,14 +519,20 @@ impl Recorder {
             return;
         }
         // The grower maps and populates nothing more ahead; one at work finishes first (it
-        // would give pages of the tail back to the file), for 50 ms at most.
+        // would give pages of the tail back to the file): a chunk's population can take tens of
+        // milliseconds on a busy machine, so up to two seconds (the grower never blocks for
+        // long: it only maps and populates).
         self.slow.ahead_stopped.store(true, Ordering::SeqCst);
-        for _ in 0..50_000 {
+        for i in 0..12_000u32 {
             if !self.slow.ahead_busy.load(Ordering::SeqCst) {
                 break;
             }
-            // SAFETY: sched_yield has no preconditions.
-            unsafe { libc::sched_yield() };
+            if i < 10_000 {
+                // SAFETY: sched_yield has no preconditions.
+                unsafe { libc::sched_yield() };
+            } else {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
         }
         let capacity = self.capacity.load(Ordering::Relaxed);
         let used = HEADER_SIZE as u64

@@ -235,6 +235,15 @@ pub fn absent() -> bool {
     STATE.load(Ordering::Relaxed) == ABSENT
 }
 
+/// Set when the process was found to run no CPython at all (not one whose frames are refused).
+static NO_INTERPRETER: AtomicBool = AtomicBool::new(false);
+
+/// Whether the process is known to run no CPython at all: a C or C++ program (a CPython whose
+/// frames cannot be read, free-threaded or with sub-interpreters, is not one).
+pub fn no_interpreter() -> bool {
+    NO_INTERPRETER.load(Ordering::Relaxed)
+}
+
 /// Python frames are off for the rest of the process.
 fn turn_off() {
     STATE.store(ABSENT, Ordering::Release);
@@ -274,7 +283,10 @@ fn version() -> Option<(u32, bool)> {
 
 #[cold]
 fn resolve() -> Option<Api> {
-    let (minor, free_threaded) = version()?;
+    let Some((minor, free_threaded)) = version() else {
+        NO_INTERPRETER.store(true, Ordering::Relaxed);
+        return None;
+    };
     if free_threaded {
         refuse(format_args!("this CPython is free-threaded"));
         return None;
