@@ -211,14 +211,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
             "NVML's figure (up to {}) is above this scale: its dotted line runs along the top",
             human_bytes(nvml_max)
         );
-        let _ = writeln!(
-            s,
-            r##"<text x="{}" y="{}" fill="#6a7fa0"{}>{}</text>"##,
-            L + 6.0,
-            T + 14.0,
-            super::fitted(&note, 12.0, W - L - R - 12.0),
-            xml(&note)
-        );
+        caption(&mut s, L + 6.0, T + 14.0, "start", W - L - R - 12.0, &note);
     }
     // The NVTX range that repeats most, shaded.
     if let Some((id, spans)) = ranges.iter().max_by_key(|(_, v)| v.len()) {
@@ -242,14 +235,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
                 String::new()
             }
         );
-        let _ = writeln!(
-            s,
-            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end"{}>{}</text>"##,
-            W - R,
-            T - 4.0,
-            super::fitted(&note, 12.0, W - R - L),
-            xml(&note)
-        );
+        caption(&mut s, W - R, T - 4.0, "end", W - R - L, &note);
     }
     // Without NVTX ranges: each iteration of a detected period marked on the time axis.
     if ranges.is_empty()
@@ -270,14 +256,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
             it.count,
             it.boundary.chars().take(110).collect::<String>()
         );
-        let _ = writeln!(
-            s,
-            r##"<text x="{}" y="{}" fill="#6a7fa0" text-anchor="end"{}>{}</text>"##,
-            W - R,
-            T - 4.0,
-            super::fitted(&note, 12.0, W - R - L),
-            xml(&note)
-        );
+        caption(&mut s, W - R, T - 4.0, "end", W - R - L, &note);
     }
     // Axes and grid.
     for i in 0..=yticks {
@@ -389,6 +368,17 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     }
     s.push_str("</svg>\n");
     Ok(s)
+}
+
+/// A note on the chart (12 px, the notes' grey) anchored at its start or end at (`x`, `y`),
+/// squeezed into `room` pixels if it is longer.
+fn caption(s: &mut String, x: f64, y: f64, anchor: &str, room: f64, text: &str) {
+    let _ = writeln!(
+        s,
+        r##"<text x="{x}" y="{y}" fill="#6a7fa0" text-anchor="{anchor}"{}>{}</text>"##,
+        super::fitted(text, 12.0, room),
+        xml(text)
+    );
 }
 
 /// An SVG path through `points` as steps: memory holds its value until the next event.

@@ -51,7 +51,7 @@ for r in rows:
 # Each process's figure scaled by how fast it ran the empty tensors against PyTorch's own
 # processes (the median of theirs): a process that runs everything 1.5x slower counts 1/1.5.
 ref = statistics.median(speed["torch"]) if "torch" in speed else 1.0
-cpu = {m: [v * ref / s for v, s in zip(by[m], speed[m])] for m in by}
+scaled = {m: [v * ref / s for v, s in zip(by[m], speed[m])] for m in by}
 what = {
     "torch": "PyTorch alone",
     "history": "PyTorch's memory history, Python stacks",
@@ -64,7 +64,7 @@ what = {
 part = {"loaded": "the shim's hooks", "tracker": "PyTorch's trace entry + the call",
         "record": "the record", "default": "the Python frames"}
 base = statistics.median(by["torch"]) if "torch" in by else float("nan")
-cbase = statistics.median(cpu["torch"]) if "torch" in cpu else float("nan")
+cbase = statistics.median(scaled["torch"]) if "torch" in scaled else float("nan")
 print(f"one tensor event, {sys.argv[3]} Python frames deep: {max(map(len, by.values()))} rounds, each a process pinned to four cores")
 print(f"{'mode':9} {'ns/event':>9} {'range':>13} {'vs torch':>9} {'this part':>10} "
       f"{'scaled':>7} {'vs torch':>9} {'this part':>10} {'empty ns':>8}  what")
@@ -75,7 +75,7 @@ for m in sys.argv[2].split():
         print(f"{m:9} (no result)")
         continue
     med = statistics.median(v)
-    cmed = statistics.median(cpu[m])
+    cmed = statistics.median(scaled[m])
     alone = m in ("history", "before")
     step = "" if prev is None or alone else f"{med - prev:+10.0f}"
     cstep = "" if cprev is None or alone else f"{cmed - cprev:+10.0f}"
