@@ -32,6 +32,9 @@ mod policy;
 mod segments;
 mod slab;
 mod stats;
+/// PyTorch's caching allocator, modelled for `gpushim simulate --torch` (the command only).
+#[cfg(feature = "cli")]
+pub mod torch;
 
 use slab::{Block, Ix};
 
