@@ -27,6 +27,7 @@ fn open(path: &PathBuf) -> Box<Recorder> {
         host: b"bench",
         program: b"bench",
         cmdline: b"bench\0",
+        env: b"",
         trace_max: 16 << 30,
         ring: false,
     })

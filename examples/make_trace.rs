@@ -20,6 +20,7 @@ fn main() {
         host: b"bench",
         program: b"make_trace",
         cmdline: b"make_trace\0",
+        env: b"",
         trace_max: 64 << 30,
         ring: false,
     })

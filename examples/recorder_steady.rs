@@ -21,6 +21,7 @@ fn main() {
         host: b"h",
         program: b"steady",
         cmdline: b"steady\0",
+        env: b"",
         trace_max: 16 << 30,
         ring: false,
     })

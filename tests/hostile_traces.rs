@@ -360,6 +360,7 @@ fn ring_trace() -> (Vec<u8>, usize, usize) {
         host: b"h",
         program: b"ring",
         cmdline: b"ring\0",
+        env: b"",
         trace_max: 2 << 20,
         ring: true,
     })

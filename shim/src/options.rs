@@ -61,6 +61,10 @@ pub enum Foreign {
     PytorchNoCaching,
     /// `XLA_PYTHON_CLIENT_ALLOCATOR=platform`: JAX's allocator does not cache (`trim:auto`).
     XlaAllocator,
+    /// `PYTORCH_ALLOC_CONF` (PyTorch 2.8 on) and its older name `PYTORCH_CUDA_ALLOC_CONF`:
+    /// PyTorch's allocator settings, kept in the trace's header for `simulate --torch`.
+    PytorchAllocConf,
+    PytorchCudaAllocConf,
 }
 
 impl Foreign {
@@ -70,6 +74,8 @@ impl Foreign {
             Foreign::LocalRank => c"LOCAL_RANK",
             Foreign::PytorchNoCaching => c"PYTORCH_NO_CUDA_MEMORY_CACHING",
             Foreign::XlaAllocator => c"XLA_PYTHON_CLIENT_ALLOCATOR",
+            Foreign::PytorchAllocConf => c"PYTORCH_ALLOC_CONF",
+            Foreign::PytorchCudaAllocConf => c"PYTORCH_CUDA_ALLOC_CONF",
         }
     }
 

@@ -344,7 +344,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             ..ApiStats::default()
         });
         a.calls += 1;
-        if r.status != 0 {
+        if r.failed() {
             a.failed += 1;
         } else if is_allocating(r.kind) {
             allocations += 1;

@@ -47,6 +47,11 @@ pub mod header {
     /// Two checkpoint descriptors of [`super::ring::DESCRIPTOR_BYTES`] each (see
     /// [`super::ring::Descriptor`]).
     pub const CHECKPOINTS: usize = 2304;
+    /// NUL-separated `NAME=value` settings of the program's libraries at the start (PyTorch's
+    /// `PYTORCH_ALLOC_CONF`, `PYTORCH_CUDA_ALLOC_CONF`): `simulate --torch` replays them.
+    /// Empty in traces from before it was kept.
+    pub const ENV: usize = 2432;
+    pub const ENV_LEN: usize = 1024;
     pub const HOST: usize = 128;
     pub const HOST_LEN: usize = 64;
     pub const PROGRAM: usize = 192;
@@ -309,7 +314,9 @@ byte_enum! {
         /// A loaded module, for offline symbolization: `ptr` is its load base, `size` the string
         /// id of its path.
         Module = 28 => "module",
-        /// The pool obtained a segment from the device: `ptr`, `size`.
+        /// The pool obtained a segment from the device: `ptr`, `size`. For PyTorch's
+        /// allocator (`api` `torch_allocator`), `status` 1 says pages mapped into an expandable
+        /// segment rather than a segment of its own.
         SegmentReserve = 29 => "segment_reserve",
         /// The pool gave a segment back to the device.
         SegmentRelease = 30 => "segment_release",
@@ -500,6 +507,27 @@ pub struct Record {
 
 impl Record {
     /// Encodes everything but the commit word, which the writer stores last.
+    /// Whether the call failed: a CUDA result code other than success. PyTorch's segment
+    /// records use the byte to say "pages mapped" instead (see `SegmentReserve`).
+    pub fn failed(&self) -> bool {
+        self.status != 0
+            && !(self.api == Api::Torch
+                && matches!(
+                    self.kind,
+                    RecordKind::SegmentReserve | RecordKind::SegmentRelease
+                ))
+    }
+
+    /// A PyTorch segment record of pages mapped or unmapped in an expandable segment.
+    pub fn mapped_pages(&self) -> bool {
+        self.api == Api::Torch
+            && self.status == 1
+            && matches!(
+                self.kind,
+                RecordKind::SegmentReserve | RecordKind::SegmentRelease
+            )
+    }
+
     pub fn encode_body(&self, out: &mut [u8; RECORD_SIZE]) {
         out[record::KIND] = self.kind as u8;
         out[record::API] = self.api as u8;

@@ -22,6 +22,8 @@ pub struct TraceInfo {
     pub host: String,
     pub program: String,
     pub cmdline: Vec<String>,
+    /// The libraries' settings the trace kept (see `format::header::ENV`), as `NAME=value`.
+    pub env: Vec<String>,
     pub start_realtime_ns: u64,
     pub clean_exit: bool,
     /// Records claimed by writers (committed, torn, or beyond the file's end).
@@ -418,6 +420,16 @@ impl TraceReader {
             .filter(|a| !a.is_empty())
             .map(printable)
             .collect();
+        let env_bytes = &h[header::ENV..header::ENV + header::ENV_LEN];
+        let env_end = env_bytes
+            .windows(2)
+            .position(|w| w == [0, 0])
+            .unwrap_or(env_bytes.len());
+        let env = env_bytes[..env_end]
+            .split(|&c| c == 0)
+            .filter(|a| !a.is_empty())
+            .map(printable)
+            .collect();
         let info = TraceInfo {
             version,
             pid: le_u32(&h, header::PID),
@@ -425,6 +437,7 @@ impl TraceReader {
             host: c_string(&h[header::HOST..header::HOST + header::HOST_LEN]),
             program: c_string(&h[header::PROGRAM..header::PROGRAM + header::PROGRAM_LEN]),
             cmdline,
+            env,
             start_realtime_ns: le_u64(&h, header::START_REALTIME_NS),
             clean_exit: le_u32(&h, header::FLAGS) & format::FLAG_CLEAN_EXIT != 0,
             claimed: le_u64(&h, header::CLAIMED),

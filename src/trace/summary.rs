@@ -517,7 +517,7 @@ impl Summarizer {
         if is_call(r) {
             let a = &mut self.apis[r.api as usize];
             a.0 += 1;
-            if r.status != 0 {
+            if r.failed() {
                 a.2 += 1;
             } else if is_allocating(r.kind) {
                 a.1 = a.1.saturating_add(r.size);

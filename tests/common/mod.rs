@@ -341,6 +341,7 @@ impl HandTrace {
                 host,
                 program: b"hand",
                 cmdline: b"hand\0",
+                env: b"",
                 trace_max: 64 << 20,
                 ring: false,
             })

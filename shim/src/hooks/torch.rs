@@ -392,5 +392,7 @@ unsafe fn tracked(e: *const u8) {
             return;
         }
     };
-    trace::record(kind, Api::Torch, 0, ptr, size, device, stream);
+    // A segment of pages mapped or unmapped (expandable segments) says so in its status.
+    let status = i32::from(matches!(action, SEGMENT_MAP | SEGMENT_UNMAP));
+    trace::record(kind, Api::Torch, status, ptr, size, device, stream);
 }

@@ -267,6 +267,8 @@ fn open_trace() {
     if len == 0 {
         len = default_path(program, pid, &mut path);
     }
+    let mut env = [0u8; 1024];
+    let env_len = settings_kept(&mut env);
     let opts = OpenOptions {
         path: &path[..len],
         pid,
@@ -274,6 +276,7 @@ fn open_trace() {
         host,
         program,
         cmdline,
+        env: &env[..env_len],
         trace_max: conf.trace_max,
         ring: true,
     };
@@ -408,6 +411,31 @@ fn rank() -> i32 {
         }
     }
     -1
+}
+
+/// PyTorch's allocator settings as `NAME=value\0` entries in `buf`; the bytes written. An entry
+/// that does not fit is left out whole.
+fn settings_kept(buf: &mut [u8]) -> usize {
+    use crate::options::Foreign;
+    let mut n = 0;
+    for f in [Foreign::PytorchAllocConf, Foreign::PytorchCudaAllocConf] {
+        let Some(v) = f.value() else {
+            continue;
+        };
+        let (name, value) = (f.name().to_bytes(), v.to_bytes());
+        let len = name.len() + 1 + value.len() + 1;
+        // One NUL left over ends the list.
+        if n + len >= buf.len() {
+            continue;
+        }
+        buf[n..n + name.len()].copy_from_slice(name);
+        buf[n + name.len()] = b'=';
+        let at = n + name.len() + 1;
+        buf[at..at + value.len()].copy_from_slice(value);
+        buf[at + value.len()] = 0;
+        n += len;
+    }
+    n
 }
 
 fn read_cmdline(buf: &mut [u8]) -> usize {

@@ -659,6 +659,8 @@ unsafe fn write_header(
     put(h, header::PROGRAM, &o.program[..n]);
     let n = clip(o.cmdline, header::CMDLINE_LEN);
     put(h, header::CMDLINE, &o.cmdline[..n]);
+    let n = clip(o.env, header::ENV_LEN);
+    put(h, header::ENV, &o.env[..n]);
     // The magic last: a reader (`gpushim top` on a process just starting) that sees it sees
     // the whole header.
     core::sync::atomic::fence(core::sync::atomic::Ordering::Release);

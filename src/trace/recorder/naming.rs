@@ -13,6 +13,9 @@ pub struct OpenOptions<'a> {
     pub program: &'a [u8],
     /// NUL-separated arguments, as in `/proc/self/cmdline`.
     pub cmdline: &'a [u8],
+    /// Settings of the program's libraries that the reports replay (`NAME=value`, NUL
+    /// separated): PyTorch's allocator settings.
+    pub env: &'a [u8],
     pub trace_max: u64,
     /// Lay the file out as a ring with a checkpoint area (see `format::ring`): the records
     /// wrap once a summarizer runs ([`super::Recorder::run_summarizer`]) instead of stopping
