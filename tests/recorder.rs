@@ -116,7 +116,10 @@ fn every_record_arrives_across_many_chunks_when_the_trace_is_large_enough() {
         (4242, 3, "testhost")
     );
     assert_eq!(info.cmdline, ["recorder-test", "--flag"]);
-    assert_eq!(info.env, ["PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]);
+    assert_eq!(
+        info.env,
+        ["PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"]
+    );
     assert!(!info.clean_exit);
     r.mark_clean_exit();
     assert!(TraceReader::open(&path).unwrap().info().clean_exit);

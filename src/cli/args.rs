@@ -163,20 +163,37 @@ pub enum Cmd {
         #[command(flatten)]
         reading: Reading,
     },
-    /// Replay a trace's allocations under other pooling policies: peak reserved, fragmentation
-    /// and device allocation calls for each, beside what the run had.
-    #[command(
-        after_help = "Example:\n  gpushim simulate run.trace --conf pool:caching \\\n    --conf pool:caching,round:pow2_4 --conf pool:caching,max_split:64MiB\n\n\
-        The replay assumes the GPU keeps up with the program, so it shows the memory a policy \
-        needs, not the waits it would cost."
-    )]
+    /// Replay a trace under other settings: PyTorch's own allocator under another
+    /// PYTORCH_CUDA_ALLOC_CONF (--torch, --recommend), or the shim's pool under other policies
+    /// (--conf): peak reserved, fragmentation and device allocation calls for each, beside what
+    /// the run had.
+    #[command(after_help = SIMULATE_HELP)]
     Simulate {
-        /// The trace to replay.
-        trace: PathBuf,
+        /// The traces to replay (--conf: one).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
 
         /// A policy in GPUSHIM_CONF syntax; repeat to compare several (default: the defaults).
-        #[arg(long = "conf", value_name = "POLICY")]
+        #[arg(long = "conf", value_name = "POLICY", conflicts_with_all = ["torch", "recommend"])]
         conf: Vec<String>,
+        /// Replay PyTorch's caching allocator under this PYTORCH_CUDA_ALLOC_CONF text (PyTorch's
+        /// own syntax; "" for its defaults); repeat to compare several. The setting the run
+        /// used is always replayed too, and checked against the segments the run took.
+        #[arg(long = "torch", value_name = "CONF")]
+        torch: Vec<String>,
+        /// Try the settings that matter (expandable segments, max_split_size_mb,
+        /// roundup_power2_divisions, and with --fraction garbage_collection_threshold) and
+        /// print the one with the lowest peak reserved, with the line to set.
+        #[arg(long)]
+        recommend: bool,
+        /// Memory PyTorch may hold per device in the replay (e.g. 40GiB). Default: what the
+        /// device had at the run's first failed tensor, else the device's memory.
+        #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+        limit: Option<u64>,
+        /// The program's torch.cuda.set_per_process_memory_fraction, if it set one (PyTorch
+        /// runs its garbage collector only then).
+        #[arg(long, value_name = "FRACTION", value_parser = fraction_arg)]
+        fraction: Option<f64>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -373,10 +390,9 @@ impl Cmd {
             | Cmd::Peak { traces, .. }
             | Cmd::Oom { traces, .. }
             | Cmd::Plot { traces, .. }
+            | Cmd::Simulate { traces, .. }
             | Cmd::Export { traces, .. } => traces.clone(),
-            Cmd::Simulate { trace, .. }
-            | Cmd::Events { trace, .. }
-            | Cmd::Flamegraph { trace, .. } => {
+            Cmd::Events { trace, .. } | Cmd::Flamegraph { trace, .. } => {
                 vec![trace.clone()]
             }
             Cmd::Diff { a, b, .. } => vec![a.clone(), b.clone()],
@@ -400,4 +416,26 @@ impl Cmd {
             Cmd::Run { .. } | Cmd::Config { .. } | Cmd::Lib { .. } => None,
         }
     }
+}
+
+const SIMULATE_HELP: &str = "Examples:\n  gpushim simulate run.trace --torch expandable_segments:True \\\n    --torch max_split_size_mb:128\n  gpushim simulate run.trace --recommend\n  gpushim simulate run.trace --conf pool:caching --conf pool:caching,max_split:64MiB\n\n\
+--torch replays the tensors PyTorch's caching allocator handed out (recorded by default) \
+through a model of that allocator (docs/torch-allocator.md). The setting the run used (kept in \
+the trace) is replayed first and compared with the segments the run really took: when they \
+match, the other rows are what those settings would have reserved for the same program. \
+Graph pools (CUDA graphs, torch.cuda.MemPool) are replayed as the default pool.\n\n\
+--conf replays the allocation calls through the shim's own pool. That replay assumes the GPU \
+keeps up with the program, so it shows the memory a policy needs, not the waits it would cost.";
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    gpushim::config::parse_size(s)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("'{s}' is not a size: write bytes or a unit, e.g. 40GiB or 512MiB"))
+}
+
+fn fraction_arg(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|f| *f > 0.0 && *f <= 1.0)
+        .ok_or_else(|| format!("'{s}' is not a fraction above 0 and at most 1"))
 }

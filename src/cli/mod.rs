@@ -69,8 +69,26 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
         Cmd::Summary { traces, json, .. } => summary::cmd_summary(&traces, json, opts),
         Cmd::Events { trace, json, .. } => events::cmd_events(&trace, json, opts),
         Cmd::Simulate {
-            trace, conf, json, ..
-        } => simulate::cmd_simulate(&trace, conf, json, opts),
+            traces,
+            conf,
+            torch,
+            recommend,
+            limit,
+            fraction,
+            json,
+            ..
+        } => {
+            if torch.is_empty() && !recommend {
+                simulate::cmd_simulate(&traces, conf, json, opts)
+            } else {
+                let bounds = gpushim::report::torch_replay::Bounds {
+                    limit,
+                    fraction,
+                    stop_at_oom: false,
+                };
+                simulate::cmd_simulate_torch(&traces, &torch, recommend, &bounds, json, opts)
+            }
+        }
         Cmd::Config { conf } => config::cmd_config(conf),
         Cmd::Lib { lib } => match gpushim::run::find_shim(lib.as_deref()) {
             Ok(p) => {

@@ -1,17 +1,29 @@
-//! `gpushim simulate`: the trace replayed under other pool settings.
+//! `gpushim simulate`: the trace replayed under other settings: PyTorch's allocator under
+//! another `PYTORCH_CUDA_ALLOC_CONF` (`--torch`, `--recommend`), or the shim's pool under
+//! other policies (`--conf`).
 
-use super::output::fail;
-use gpushim::report::summary::human_bytes;
+use super::output::{fail, print_json};
+use gpushim::engine::torch::TorchConf;
+use gpushim::report::summary::{human_bytes, human_duration};
+use gpushim::report::torch_replay::{self, Bounds, Fidelity, Outcome, ReplayError};
 use gpushim::trace::reader::ReadOptions;
-use std::path::Path;
+use serde::Serialize;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub fn cmd_simulate(
-    trace: &Path,
+    traces: &[PathBuf],
     mut conf: Vec<String>,
     json: bool,
     opts: &ReadOptions,
 ) -> ExitCode {
+    let [trace] = traces else {
+        eprintln!(
+            "gpushim: simulate --conf replays one trace at a time; give one (or use --torch, \
+             which takes several)"
+        );
+        return ExitCode::from(2);
+    };
     if conf.is_empty() {
         conf.push(String::new());
     }
@@ -42,4 +54,273 @@ pub fn cmd_simulate(
         );
     }
     ExitCode::SUCCESS
+}
+
+/// What `simulate --torch --json` prints for one trace.
+#[derive(Serialize)]
+struct TorchReport {
+    trace: String,
+    tensors: u64,
+    recorded_setting: torch_replay::RecordedSetting,
+    /// The recorded setting replayed first, then each `--torch` setting.
+    outcomes: Vec<Outcome>,
+    /// The recorded setting's replay against the run, per device.
+    fidelity: Vec<Fidelity>,
+    /// With `--recommend`: the best setting found, then the next four.
+    recommended: Vec<Outcome>,
+}
+
+pub fn cmd_simulate_torch(
+    traces: &[PathBuf],
+    settings: &[String],
+    recommend: bool,
+    bounds: &Bounds,
+    json: bool,
+    opts: &ReadOptions,
+) -> ExitCode {
+    // Every setting is checked before any trace is read.
+    let mut asked = Vec::new();
+    for text in settings {
+        match TorchConf::parse(text) {
+            Ok(c) => asked.push(c),
+            Err(e) => {
+                return fail(ReplayError::Setting {
+                    text: text.clone(),
+                    reason: e.to_string(),
+                });
+            }
+        }
+    }
+    let mut reports = Vec::new();
+    for t in traces {
+        match simulate_one(t, &asked, recommend, bounds, opts) {
+            Ok(r) => {
+                if !json {
+                    print!("{}", render(&r, bounds));
+                }
+                reports.push(r);
+            }
+            Err(e) => return fail(e),
+        }
+    }
+    if json {
+        print_json(&reports);
+    }
+    ExitCode::SUCCESS
+}
+
+fn simulate_one(
+    trace: &std::path::Path,
+    asked: &[TorchConf],
+    recommend: bool,
+    bounds: &Bounds,
+    opts: &ReadOptions,
+) -> Result<TorchReport, ReplayError> {
+    let input = torch_replay::read(trace, opts)?;
+    let recorded = torch_replay::recorded_conf(&input)?;
+    let (first, fidelity) = torch_replay::replay(&input, &recorded, bounds, true);
+    let mut outcomes = vec![first];
+    for c in asked {
+        outcomes.push(torch_replay::replay(&input, c, bounds, false).0);
+    }
+    let mut recommended = Vec::new();
+    if recommend {
+        eprintln!(
+            "gpushim: replaying {} settings of PyTorch's allocator over {} tensors...",
+            torch_replay::candidates(&recorded, bounds.fraction.is_some()).len(),
+            input.tensors
+        );
+        recommended = torch_replay::recommend(&input, &recorded, bounds);
+        recommended.truncate(5);
+    }
+    if input.from_checkpoint {
+        eprintln!(
+            "gpushim: {}: the trace's oldest records were folded into its checkpoint (it \
+             reached trace_max): the replay starts where the ring does, with an empty cache, \
+             so it is not the run's; record with a larger trace_max for an exact replay",
+            trace.display()
+        );
+    }
+    Ok(TorchReport {
+        trace: trace.display().to_string(),
+        tensors: input.tensors,
+        recorded_setting: input.recorded.clone(),
+        outcomes,
+        fidelity,
+        recommended,
+    })
+}
+
+fn setting_name(text: &str) -> String {
+    if text.is_empty() {
+        "(defaults)".into()
+    } else {
+        text.into()
+    }
+}
+
+fn row(label: &str, o: &Outcome) -> String {
+    format!(
+        "{:<44} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}\n",
+        label,
+        human_bytes(o.peak_reserved_bytes),
+        human_bytes(o.peak_allocated_bytes),
+        human_bytes(o.unallocated_at_peak_bytes),
+        o.device_allocs,
+        o.device_frees,
+        o.failures
+    )
+}
+
+fn render(r: &TorchReport, bounds: &Bounds) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let source = match r.recorded_setting.source.as_str() {
+        "unset" => "PYTORCH_CUDA_ALLOC_CONF unset".to_string(),
+        "inferred" => "expandable segments, seen in its records".to_string(),
+        name => format!("{name}={}", r.recorded_setting.text),
+    };
+    let _ = writeln!(
+        s,
+        "{}: PyTorch's caching allocator replayed over {} tensors (the run: {source})",
+        r.trace, r.tensors
+    );
+    if let Some(first) = r.outcomes.first() {
+        for d in &first.devices {
+            let limit = match bounds.limit {
+                Some(_) => "--limit".to_string(),
+                None if d.limit_bytes == u64::MAX => "no limit known".to_string(),
+                None => "what the device had".to_string(),
+            };
+            if d.limit_bytes != u64::MAX {
+                let _ = writeln!(
+                    s,
+                    "  device {}: limit {} ({limit})",
+                    d.device,
+                    human_bytes(d.limit_bytes)
+                );
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n{:<44} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}",
+        "setting (PYTORCH_CUDA_ALLOC_CONF)",
+        "peak reserved",
+        "peak allocated",
+        "unallocated@peak",
+        "mallocs",
+        "frees",
+        "fails"
+    );
+    for (i, o) in r.outcomes.iter().enumerate() {
+        let label = if i == 0 {
+            format!("{} [the run's]", setting_name(&o.setting))
+        } else {
+            setting_name(&o.setting)
+        };
+        s.push_str(&row(&label, o));
+    }
+    s.push('\n');
+    for f in &r.fidelity {
+        let placed = if f.tensors > 0 {
+            100.0 * f.tensors_at_recorded_address as f64 / f.tensors as f64
+        } else {
+            0.0
+        };
+        if f.exact() {
+            let _ = writeln!(
+                s,
+                "device {}: the replay of the run's setting matches the run: the same {} segment \
+                 events, peak reserved {} to the byte; {placed:.1}% of {} tensors at the run's \
+                 own address",
+                f.device,
+                f.recorded_segment_events,
+                human_bytes(f.recorded_peak_reserved_bytes),
+                f.tensors
+            );
+        } else {
+            let at = f
+                .first_difference
+                .as_ref()
+                .map(|(i, run, rep)| {
+                    format!(
+                        "; first difference at segment event {} of {} (run: {run}; replay: {rep})",
+                        i + 1,
+                        f.recorded_segment_events
+                    )
+                })
+                .unwrap_or_default();
+            let _ = writeln!(
+                s,
+                "device {}: the replay of the run's setting differs from the run: peak reserved \
+                 {} replayed, {} in the run{at}; {placed:.1}% of tensors at the run's own \
+                 address. Other rows are estimates.",
+                f.device,
+                human_bytes(f.replayed_peak_reserved_bytes),
+                human_bytes(f.recorded_peak_reserved_bytes),
+            );
+        }
+    }
+    for o in &r.outcomes {
+        if let Some(ff) = &o.first_failure {
+            let _ = writeln!(
+                s,
+                "{}: the first request that fails is {} on device {} at {}{}",
+                setting_name(&o.setting),
+                human_bytes(ff.requested_bytes),
+                ff.device,
+                human_duration(ff.time_ns),
+                ff.site
+                    .as_ref()
+                    .map(|l| format!(", made at {l}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    if let (Some(best), Some(run)) = (r.recommended.first(), r.outcomes.first()) {
+        let _ = writeln!(
+            s,
+            "\n{:<44} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}",
+            "best settings found",
+            "peak reserved",
+            "peak allocated",
+            "unallocated@peak",
+            "mallocs",
+            "frees",
+            "fails"
+        );
+        for o in &r.recommended {
+            s.push_str(&row(&setting_name(&o.setting), o));
+        }
+        let saved = run.peak_reserved_bytes as i128 - best.peak_reserved_bytes as i128;
+        if saved > 0 && best.failures == 0 {
+            let _ = writeln!(
+                s,
+                "\nRecommended: {} less peak reserved ({:.1}%) than the run's setting:\n  \
+                 export PYTORCH_CUDA_ALLOC_CONF={}",
+                human_bytes(saved as u64),
+                100.0 * saved as f64 / run.peak_reserved_bytes.max(1) as f64,
+                shell_word(&best.setting)
+            );
+        } else {
+            let _ = writeln!(
+                s,
+                "\nNo setting tried reserves less at the peak than the run's own."
+            );
+        }
+    }
+    s.push('\n');
+    s
+}
+
+/// `text` as one shell word (quoted when it holds brackets).
+fn shell_word(text: &str) -> String {
+    if text.is_empty() {
+        "\"\"".into()
+    } else if text.contains(['[', ']', '>']) {
+        format!("'{text}'")
+    } else {
+        text.into()
+    }
 }

@@ -17,6 +17,7 @@ pub mod simulate;
 pub mod sites;
 pub mod summary;
 pub mod symbolize;
+pub mod torch_replay;
 
 pub use holds::filter_keeps_any;
 pub use leaks::{Growth, Iterations, JobGrowth, JobLeaks, Leaks, combine_leaks, leaks};

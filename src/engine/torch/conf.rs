@@ -163,7 +163,9 @@ impl TorchConf {
                     t.expect(":", &key)?;
                     let v = t.next("a fraction")?;
                     let f: f64 = v.parse().map_err(|_| {
-                        err(format!("garbage_collection_threshold: '{v}' is not a number"))
+                        err(format!(
+                            "garbage_collection_threshold: '{v}' is not a number"
+                        ))
                     })?;
                     if !(f > 0.0 && f < 1.0) {
                         return Err(err(format!(
@@ -237,9 +239,7 @@ fn parse_divisions(t: &mut Tokens) -> Result<[u64; INTERVALS], ConfError> {
     if t.peek() != Some("[") {
         let v = t.number(KEY)?;
         if !v.is_power_of_two() {
-            return Err(err(format!(
-                "{KEY}:{v}: the steps must be a power of two"
-            )));
+            return Err(err(format!("{KEY}:{v}: the steps must be a power of two")));
         }
         return Ok([v; INTERVALS]);
     }
@@ -321,7 +321,10 @@ impl fmt::Display for TorchConf {
             }
         }
         if self.gc_threshold > 0.0 {
-            parts.push(format!("garbage_collection_threshold:{}", self.gc_threshold));
+            parts.push(format!(
+                "garbage_collection_threshold:{}",
+                self.gc_threshold
+            ));
         }
         for (k, v) in &self.other {
             parts.push(format!("{k}:{v}"));

@@ -208,6 +208,16 @@ impl Model {
         }
     }
 
+    /// Runs `f` with no limit on what the device gives (a replay going on past a failure).
+    pub fn unlimited<T>(&mut self, f: impl FnOnce(&mut Model) -> T) -> T {
+        let keep = self.limits;
+        self.limits.capacity = u64::MAX;
+        self.limits.allowed = None;
+        let out = f(self);
+        self.limits = keep;
+        out
+    }
+
     /// Keep every segment event from here on (for comparing with a recorded run).
     pub fn keep_log(&mut self) {
         self.log = Some(Vec::new());
@@ -372,11 +382,7 @@ impl Model {
         let mut chosen = first;
         if self.expandable(first.2) {
             if self.conf.expandable_segments {
-                loop {
-                    let Some(&next) = self.free[p].range((Excluded(chosen), Unbounded)).next()
-                    else {
-                        break;
-                    };
+                while let Some(&next) = self.free[p].range((Excluded(chosen), Unbounded)).next() {
                     if !self.expandable(chosen.2)
                         || next.0 != stream
                         || self.expandable_size(next.2, next.1)
@@ -483,7 +489,11 @@ impl Model {
         };
         if let Some(i) = pick {
             let h = self.hints.remove(i);
-            let n = if h.reservation && h.bytes > 0 { h.bytes } else { len };
+            let n = if h.reservation && h.bytes > 0 {
+                h.bytes
+            } else {
+                len
+            };
             return (h.ptr, n);
         }
         let p = self.next_synthetic;
@@ -576,7 +586,10 @@ impl Model {
         }
         let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
         let total = self.limits.total_memory;
-        let reach = total.saturating_add(total / 8).div_ceil(page).saturating_mul(page);
+        let reach = total
+            .saturating_add(total / 8)
+            .div_ceil(page)
+            .saturating_mul(page);
         let (base, reach) = self.place(reach, page);
         self.segments.insert(base, Segment { size: reach, page });
         self.blocks.insert(
@@ -681,7 +694,13 @@ impl Model {
         let len = (end - begin) * page;
         self.blocks.remove(&ptr);
         if at > ptr {
-            self.insert_free(ptr, Block { size: at - ptr, ..b });
+            self.insert_free(
+                ptr,
+                Block {
+                    size: at - ptr,
+                    ..b
+                },
+            );
         }
         let after = ptr + b.size - (at + len);
         if after > 0 {
@@ -719,9 +738,9 @@ impl Model {
     }
 
     fn whole_segment(&self, ptr: u64) -> bool {
-        self.blocks
-            .get(&ptr)
-            .is_some_and(|b| b.seg == ptr && self.segments.get(&ptr).is_some_and(|s| s.size == b.size))
+        self.blocks.get(&ptr).is_some_and(|b| {
+            b.seg == ptr && self.segments.get(&ptr).is_some_and(|s| s.size == b.size)
+        })
     }
 
     /// `cudaFree` of a plain segment that is one free block.
@@ -893,12 +912,16 @@ impl Model {
                     return Err(format!("block {at:#x} names segment {:#x}", b.seg));
                 }
                 if last == Some(b.state) && matches!(b.state, State::Free | State::Unmapped) {
-                    return Err(format!("block {at:#x}: two {:?} neighbours not merged", b.state));
+                    return Err(format!(
+                        "block {at:#x}: two {:?} neighbours not merged",
+                        b.state
+                    ));
                 }
                 let p = pool(b.small);
                 let in_free = self.free[p].contains(&(b.stream, b.size, at));
                 let in_unmapped = self.unmapped[p].contains(&(b.stream, at));
-                if in_free != (b.state == State::Free) || in_unmapped != (b.state == State::Unmapped)
+                if in_free != (b.state == State::Free)
+                    || in_unmapped != (b.state == State::Unmapped)
                 {
                     return Err(format!("block {at:#x} ({:?}) misfiled", b.state));
                 }
@@ -923,7 +946,9 @@ impl Model {
             .filter(|b| matches!(b.state, State::Free | State::Unmapped))
             .count();
         if filed != listed {
-            return Err(format!("{filed} blocks in the sets, {listed} free or unmapped"));
+            return Err(format!(
+                "{filed} blocks in the sets, {listed} free or unmapped"
+            ));
         }
         if reserved != self.stats.reserved || allocated != self.stats.allocated {
             return Err(format!(

@@ -63,7 +63,11 @@ fn small_requests_share_a_2_mib_segment_and_large_ones_a_20_mib_one() {
     let mut m = model("");
     let a = m.malloc(1000, 0).unwrap();
     let b = m.malloc(1000, 0).unwrap();
-    assert_eq!(b, a + 1024, "the rest of the segment serves the next request");
+    assert_eq!(
+        b,
+        a + 1024,
+        "the rest of the segment serves the next request"
+    );
     let c = m.malloc(3 * MIB, 0).unwrap();
     let d = m.malloc(3 * MIB, 0).unwrap();
     assert_eq!(d, c + 3 * MIB);
@@ -197,10 +201,18 @@ fn expandable_segments_grow_by_pages_and_give_free_pages_back() {
     // One 20 MiB page is not enough: two are mapped.
     assert_eq!(reserves(&m), vec![40 * MIB]);
     let b = m.malloc(15 * MIB, 0).unwrap();
-    assert_eq!(b, a + 30 * MIB, "the next request is placed right after, in the same range");
+    assert_eq!(
+        b,
+        a + 30 * MIB,
+        "the next request is placed right after, in the same range"
+    );
     assert_eq!(m.stats().reserved, 60 * MIB);
     let small = m.malloc(4 * KIB, 0).unwrap();
-    assert_eq!(m.stats().reserved, 62 * MIB, "the small pool maps 2 MiB pages of its own range");
+    assert_eq!(
+        m.stats().reserved,
+        62 * MIB,
+        "the small pool maps 2 MiB pages of its own range"
+    );
     m.free_completed(b);
     m.empty_cache();
     // b's pages beyond a's end are unmapped; the page a and b share stays.

@@ -1,0 +1,669 @@
+//! `gpushim simulate --torch`: the tensors a run's PyTorch allocator handed out and took back,
+//! replayed in order through the model of that allocator (`engine::torch`) under another
+//! `PYTORCH_CUDA_ALLOC_CONF`; and the replay of the setting the run used, checked against the
+//! segments the run really took.
+//!
+//! What the replay takes from the trace: each tensor's request (size, stream, device) and its
+//! free; when a freed tensor's memory came back (PyTorch's own record of it, so work still
+//! running on another stream delays reuse in the replay as it did in the run); calls of
+//! `torch.cuda.empty_cache()` (segments given back with no failed allocation before them);
+//! and the addresses CUDA handed out, offered to the model for its segments so a replay of the
+//! recorded setting places every tensor where the run placed it.
+
+use crate::engine::torch::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
+use crate::report::sites::site_label;
+use crate::report::summary::human_bytes;
+use crate::trace::format::{Api, Record, RecordKind};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+const GIB: u64 = 1 << 30;
+/// The device memory assumed when the trace never learned it (an 80 GB GPU's).
+const TOTAL_UNKNOWN: u64 = 80 * GIB;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ev {
+    Alloc,
+    FreeRequested,
+    Free,
+    EmptyCache,
+    /// PyTorch could not serve the request; `ptr` holds the free memory CUDA reported.
+    Oom,
+    /// A segment the run took (or pages it mapped): an address for the model.
+    Reserve {
+        pages: bool,
+    },
+    Release,
+    /// An address range reserved through the driver (an expandable segment's).
+    Reservation,
+    /// Nothing (a release that turned out to serve an allocation, not `empty_cache`).
+    Skip,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    ev: Ev,
+    device: u8,
+    stream: u16,
+    ptr: u64,
+    size: u64,
+    time_ns: u64,
+    /// The stack of a request (its Python line), once its `StackRef` is read.
+    stack: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct DeviceFacts {
+    /// The device's memory as `cudaMemGetInfo` (or NVML) reported it.
+    total: Option<u64>,
+    /// At the run's first failed tensor: what PyTorch held plus what CUDA said was free.
+    capacity_at_oom: Option<u64>,
+}
+
+/// The tensors of one trace, in order, and what the replay needs to know about the run.
+pub struct Input {
+    reader: TraceReader,
+    events: Vec<Event>,
+    devices: BTreeMap<u8, DeviceFacts>,
+    /// The run's setting: its text and where it came from.
+    pub recorded: RecordedSetting,
+    pub tensors: u64,
+    /// The trace starts at a checkpoint: its first tensors were folded into it.
+    pub from_checkpoint: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RecordedSetting {
+    /// `PYTORCH_CUDA_ALLOC_CONF`'s (or `PYTORCH_ALLOC_CONF`'s) text; empty: the defaults.
+    pub text: String,
+    /// Where it was read: the variable's name, "inferred" (a trace from before settings were
+    /// kept, whose expandable segments show in its records), or "unset".
+    pub source: String,
+}
+
+/// Reads the trace's tensors. Errors: the trace cannot be read, or has no tensors of
+/// PyTorch's allocator (with why, when the trace says).
+pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
+    let mut events: Vec<Event> = Vec::new();
+    let mut devices: BTreeMap<u8, DeviceFacts> = BTreeMap::new();
+    let mut tensors = 0u64;
+    let mut from_checkpoint = false;
+    let mut pages_seen = false;
+    let mut tensors_off: Option<u64> = None;
+    // Per thread: the event whose stack comes next.
+    let mut stack_for: HashMap<u16, usize> = HashMap::new();
+    // Per device: a failed device allocation since the last tensor event; the open release
+    // burst's tentative `EmptyCache` (its index); the run's reserved bytes.
+    let mut failed: HashMap<u8, bool> = HashMap::new();
+    let mut burst: HashMap<u8, Option<usize>> = HashMap::new();
+    let mut reserved: HashMap<u8, u64> = HashMap::new();
+    let conf_env = setting_of(&reader.info().env);
+    let collects = conf_env
+        .as_ref()
+        .and_then(|(_, t)| TorchConf::parse(t).ok())
+        .is_some_and(|c| c.gc_threshold > 0.0);
+    while let Some(r) = reader.next() {
+        if r.kind == RecordKind::Restore {
+            from_checkpoint = true;
+        }
+        if reader.in_checkpoint() {
+            continue;
+        }
+        let tensor_event = match r.kind {
+            RecordKind::TensorAlloc => Some(Ev::Alloc),
+            RecordKind::TensorFreeRequested => Some(Ev::FreeRequested),
+            RecordKind::TensorFree => Some(Ev::Free),
+            RecordKind::TensorOom => Some(Ev::Oom),
+            _ => None,
+        };
+        if let Some(ev) = tensor_event {
+            failed.insert(r.device, false);
+            burst.insert(r.device, None);
+            if ev == Ev::Alloc {
+                tensors += 1;
+            }
+            if ev == Ev::Oom {
+                let d = devices.entry(r.device).or_default();
+                if d.capacity_at_oom.is_none() {
+                    let held = reserved.get(&r.device).copied().unwrap_or(0);
+                    d.capacity_at_oom = Some(held.saturating_add(r.ptr));
+                }
+            }
+            if matches!(ev, Ev::Alloc | Ev::Oom) {
+                stack_for.insert(r.thread, events.len());
+            }
+            events.push(event(ev, &r));
+            continue;
+        }
+        match r.kind {
+            RecordKind::StackRef => {
+                if let Some(i) = stack_for.remove(&r.thread) {
+                    events[i].stack = r.ptr;
+                }
+            }
+            RecordKind::Tensors if r.size == 0 => tensors_off = Some(r.ptr),
+            RecordKind::SegmentReserve if r.api == Api::Torch => {
+                let pages = r.mapped_pages();
+                pages_seen |= pages;
+                *reserved.entry(r.device).or_default() += r.size;
+                // Segments taken right after segments given back: the release served an
+                // allocation (the collector's, or a retry after a failure), not empty_cache.
+                if collects && let Some(Some(i)) = burst.get(&r.device) {
+                    events[*i].ev = Ev::Skip;
+                }
+                events.push(event(Ev::Reserve { pages }, &r));
+            }
+            RecordKind::SegmentRelease if r.api == Api::Torch => {
+                let held = reserved.entry(r.device).or_default();
+                *held = held.saturating_sub(r.size);
+                let open = burst.entry(r.device).or_default();
+                if open.is_none() {
+                    let by_failure = failed.get(&r.device).copied().unwrap_or(false);
+                    let mut e = event(Ev::EmptyCache, &r);
+                    if by_failure {
+                        e.ev = Ev::Skip;
+                    }
+                    *open = Some(events.len());
+                    events.push(e);
+                }
+                events.push(event(Ev::Release, &r));
+            }
+            RecordKind::AddressReserve if r.status == 0 => {
+                events.push(event(Ev::Reservation, &r));
+            }
+            RecordKind::Alloc | RecordKind::PhysCreate if r.failed() => {
+                failed.insert(r.device, true);
+            }
+            RecordKind::MemInfo if r.status == 0 && r.size > 0 => {
+                devices
+                    .entry(r.device)
+                    .or_default()
+                    .total
+                    .get_or_insert(r.size);
+            }
+            _ => {}
+        }
+    }
+    if tensors == 0 {
+        return Err(ReplayError::NoTensors {
+            why: tensors_off.map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
+        });
+    }
+    for e in events.iter().filter(|e| e.ev == Ev::Alloc) {
+        devices.entry(e.device).or_default();
+    }
+    let recorded = match conf_env {
+        Some((name, text)) => RecordedSetting { text, source: name },
+        None if pages_seen => RecordedSetting {
+            text: "expandable_segments:True".into(),
+            source: "inferred".into(),
+        },
+        None => RecordedSetting {
+            text: String::new(),
+            source: "unset".into(),
+        },
+    };
+    Ok(Input {
+        reader,
+        events,
+        devices,
+        recorded,
+        tensors,
+        from_checkpoint,
+    })
+}
+
+fn event(ev: Ev, r: &Record) -> Event {
+    Event {
+        ev,
+        device: r.device,
+        stream: r.stream,
+        ptr: r.ptr,
+        size: r.size,
+        time_ns: r.time_ns,
+        stack: 0,
+    }
+}
+
+/// The run's setting as PyTorch reads it: `PYTORCH_ALLOC_CONF` first, then the older name.
+fn setting_of(env: &[String]) -> Option<(String, String)> {
+    ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"]
+        .iter()
+        .find_map(|name| {
+            env.iter()
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .map(|v| (name.to_string(), v.to_string()))
+        })
+}
+
+#[derive(Debug)]
+pub enum ReplayError {
+    Read(ReadError),
+    NoTensors { why: Option<String> },
+    Setting { text: String, reason: String },
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Read(e) => e.fmt(f),
+            ReplayError::NoTensors { why } => write!(
+                f,
+                "the trace holds no tensors of PyTorch's caching allocator{}; record a PyTorch \
+                 run with tensors on (the default) to replay it",
+                why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default()
+            ),
+            ReplayError::Setting { text, reason } => write!(f, "--torch {text:?}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+impl From<ReadError> for ReplayError {
+    fn from(e: ReadError) -> Self {
+        ReplayError::Read(e)
+    }
+}
+
+/// What the replay is allowed: `--limit`, `--fraction`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bounds {
+    /// Bytes PyTorch may hold on each device (None: what the trace says the device had).
+    pub limit: Option<u64>,
+    /// `set_per_process_memory_fraction`'s value, if the program set one.
+    pub fraction: Option<f64>,
+    /// Stop after the run's first failed tensor (what a setting would have done there).
+    pub stop_at_oom: bool,
+}
+
+/// A request the replay could not serve.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    pub device: u8,
+    pub requested_bytes: u64,
+    pub reserved_bytes: u64,
+    pub time_ns: u64,
+    /// Where the request was made (its Python line), when the trace has its stack.
+    pub site: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceOutcome {
+    pub device: u8,
+    pub limit_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// Reserved but not allocated when reserved peaked (the fragmentation PyTorch's OOM message
+    /// calls "reserved but unallocated").
+    pub unallocated_at_peak_bytes: u64,
+    pub device_allocs: u64,
+    pub device_frees: u64,
+    pub retries: u64,
+    pub failures: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// The setting replayed, as `PYTORCH_CUDA_ALLOC_CONF` takes it ("" for the defaults).
+    pub setting: String,
+    /// Of the device with the highest peak reserved.
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub unallocated_at_peak_bytes: u64,
+    pub device_allocs: u64,
+    pub device_frees: u64,
+    pub failures: u64,
+    pub first_failure: Option<Failure>,
+    /// For a run that failed a tensor: whether this setting served that request.
+    pub serves_recorded_oom: Option<bool>,
+    pub devices: Vec<DeviceOutcome>,
+}
+
+/// How the replay of the recorded setting compares with the run, device by device.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fidelity {
+    pub device: u8,
+    /// Segments taken and given back (or pages mapped and unmapped), in the run and replayed.
+    pub recorded_segment_events: usize,
+    pub replayed_segment_events: usize,
+    /// The first that differ (index, the run's, the replay's), if any.
+    pub first_difference: Option<(usize, String, String)>,
+    pub recorded_peak_reserved_bytes: u64,
+    pub replayed_peak_reserved_bytes: u64,
+    pub tensors: u64,
+    /// Tensors the replay put at the address the run put them.
+    pub tensors_at_recorded_address: u64,
+}
+
+impl Fidelity {
+    pub fn exact(&self) -> bool {
+        self.first_difference.is_none()
+            && self.recorded_peak_reserved_bytes == self.replayed_peak_reserved_bytes
+    }
+}
+
+fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
+    let facts = input.devices.get(&device).copied().unwrap_or_default();
+    let total = facts.total.unwrap_or(TOTAL_UNKNOWN);
+    DeviceLimits {
+        capacity: b
+            .limit
+            .or(facts.capacity_at_oom)
+            .or(facts.total)
+            .unwrap_or(u64::MAX),
+        allowed: b.fraction.map(|f| (f * total as f64) as u64),
+        total_memory: total,
+    }
+}
+
+fn describe(e: &SegmentEvent) -> String {
+    match e {
+        SegmentEvent::Reserve { ptr, size } => format!("{} at {ptr:#x} taken", human_bytes(*size)),
+        SegmentEvent::Release { ptr, size } => {
+            format!("{} at {ptr:#x} given back", human_bytes(*size))
+        }
+    }
+}
+
+/// Replays the trace's tensors under `conf`; with `compare`, also checks the replay against
+/// the segments the run took.
+pub fn replay(
+    input: &Input,
+    conf: &TorchConf,
+    bounds: &Bounds,
+    compare: bool,
+) -> (Outcome, Vec<Fidelity>) {
+    let mut models: BTreeMap<u8, Model> = BTreeMap::new();
+    let mut where_: HashMap<(u8, u64), u64> = HashMap::new();
+    let mut recorded_log: BTreeMap<u8, Vec<SegmentEvent>> = BTreeMap::new();
+    let mut same: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
+    let mut first_failure: Option<Failure> = None;
+    let mut serves_oom: Option<bool> = None;
+    for &d in input.devices.keys() {
+        let mut m = Model::new(conf.clone(), limits_for(input, d, bounds));
+        if compare {
+            m.keep_log();
+        }
+        models.insert(d, m);
+    }
+    for e in &input.events {
+        if e.ev == Ev::Reservation {
+            // The driver's records may not know the device: every device may take it.
+            let hint = Hint {
+                ptr: e.ptr,
+                bytes: e.size,
+                reservation: true,
+            };
+            match models.get_mut(&e.device) {
+                Some(m) => m.hint(hint),
+                None => models.values_mut().for_each(|m| m.hint(hint)),
+            }
+            continue;
+        }
+        let Some(m) = models.get_mut(&e.device) else {
+            continue;
+        };
+        match e.ev {
+            Ev::Reservation => {}
+            Ev::Reserve { .. } => {
+                m.hint(Hint {
+                    ptr: e.ptr,
+                    bytes: e.size,
+                    reservation: false,
+                });
+                recorded_log
+                    .entry(e.device)
+                    .or_default()
+                    .push(SegmentEvent::Reserve {
+                        ptr: e.ptr,
+                        size: e.size,
+                    });
+            }
+            Ev::Release => recorded_log
+                .entry(e.device)
+                .or_default()
+                .push(SegmentEvent::Release {
+                    ptr: e.ptr,
+                    size: e.size,
+                }),
+            Ev::EmptyCache => m.empty_cache(),
+            Ev::Skip => {}
+            Ev::Alloc => {
+                let got = match m.malloc(e.size, u64::from(e.stream)) {
+                    Ok(p) => p,
+                    Err(oom) => {
+                        if first_failure.is_none() {
+                            first_failure = Some(Failure {
+                                device: e.device,
+                                requested_bytes: e.size,
+                                reserved_bytes: oom.reserved,
+                                time_ns: e.time_ns,
+                                site: (e.stack != 0).then(|| site_label(&input.reader, e.stack)),
+                            });
+                        }
+                        // The run went on: so does the replay, as if the memory were there.
+                        m.unlimited(|m| m.malloc(e.size, u64::from(e.stream)))
+                            .unwrap_or_default()
+                    }
+                };
+                let s = same.entry(e.device).or_default();
+                s.0 += 1;
+                s.1 += u64::from(got == e.ptr);
+                where_.insert((e.device, e.ptr), got);
+                m.clear_hints();
+            }
+            Ev::FreeRequested => {
+                if let Some(&p) = where_.get(&(e.device, e.ptr)) {
+                    m.free_requested(p);
+                }
+                m.clear_hints();
+            }
+            Ev::Free => {
+                if let Some(p) = where_.remove(&(e.device, e.ptr)) {
+                    m.free_completed(p);
+                }
+                m.clear_hints();
+            }
+            Ev::Oom => {
+                let served = match m.malloc(e.size, u64::from(e.stream)) {
+                    Ok(p) => {
+                        // The program never got it: it raised. The block goes back.
+                        m.free_completed(p);
+                        true
+                    }
+                    Err(_) => false,
+                };
+                if serves_oom.is_none() {
+                    serves_oom = Some(served && first_failure.is_none());
+                }
+                if !served && first_failure.is_none() {
+                    first_failure = Some(Failure {
+                        device: e.device,
+                        requested_bytes: e.size,
+                        reserved_bytes: m.stats().reserved,
+                        time_ns: e.time_ns,
+                        site: (e.stack != 0).then(|| site_label(&input.reader, e.stack)),
+                    });
+                }
+                m.clear_hints();
+                if bounds.stop_at_oom {
+                    break;
+                }
+            }
+        }
+    }
+    let devices: Vec<DeviceOutcome> = models
+        .iter()
+        .map(|(&d, m)| {
+            let s = m.stats();
+            DeviceOutcome {
+                device: d,
+                limit_bytes: limits_for(input, d, bounds).capacity,
+                peak_reserved_bytes: s.peak_reserved,
+                peak_allocated_bytes: s.peak_allocated,
+                unallocated_at_peak_bytes: s.peak_reserved
+                    - s.allocated_at_peak_reserved.min(s.peak_reserved),
+                device_allocs: s.device_allocs,
+                device_frees: s.device_frees,
+                retries: s.retries,
+                failures: s.failures,
+            }
+        })
+        .collect();
+    let top = devices
+        .iter()
+        .max_by_key(|d| d.peak_reserved_bytes)
+        .cloned();
+    let fidelity = if compare {
+        models
+            .iter()
+            .map(|(&d, m)| {
+                let run = recorded_log.get(&d).map(Vec::as_slice).unwrap_or(&[]);
+                let rep = m.log();
+                let first_difference = (0..run.len().max(rep.len()))
+                    .find(|&i| run.get(i) != rep.get(i))
+                    .map(|i| {
+                        let show = |x: Option<&SegmentEvent>| x.map_or("nothing".into(), describe);
+                        (i, show(run.get(i)), show(rep.get(i)))
+                    });
+                let (tensors, at) = same.get(&d).copied().unwrap_or_default();
+                Fidelity {
+                    device: d,
+                    recorded_segment_events: run.len(),
+                    replayed_segment_events: rep.len(),
+                    first_difference,
+                    recorded_peak_reserved_bytes: peak_of(run),
+                    replayed_peak_reserved_bytes: m.stats().peak_reserved,
+                    tensors,
+                    tensors_at_recorded_address: at,
+                }
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let failures = devices.iter().map(|d| d.failures).sum();
+    let top = top.unwrap_or(DeviceOutcome {
+        device: 0,
+        limit_bytes: 0,
+        peak_reserved_bytes: 0,
+        peak_allocated_bytes: 0,
+        unallocated_at_peak_bytes: 0,
+        device_allocs: 0,
+        device_frees: 0,
+        retries: 0,
+        failures: 0,
+    });
+    (
+        Outcome {
+            setting: conf.to_string(),
+            peak_reserved_bytes: top.peak_reserved_bytes,
+            peak_allocated_bytes: top.peak_allocated_bytes,
+            unallocated_at_peak_bytes: top.unallocated_at_peak_bytes,
+            device_allocs: devices.iter().map(|d| d.device_allocs).sum(),
+            device_frees: devices.iter().map(|d| d.device_frees).sum(),
+            failures,
+            first_failure,
+            serves_recorded_oom: serves_oom,
+            devices,
+        },
+        fidelity,
+    )
+}
+
+fn peak_of(log: &[SegmentEvent]) -> u64 {
+    let (mut held, mut peak) = (0u64, 0u64);
+    for e in log {
+        match e {
+            SegmentEvent::Reserve { size, .. } => {
+                held += size;
+                peak = peak.max(held);
+            }
+            SegmentEvent::Release { size, .. } => held = held.saturating_sub(*size),
+        }
+    }
+    peak
+}
+
+/// The settings `--recommend` tries: expandable segments on and off, a grid of
+/// `max_split_size_mb` and `roundup_power2_divisions`, and with a memory fraction the
+/// collector's thresholds. The recorded setting's other keys are kept.
+pub fn candidates(recorded: &TorchConf, fraction: bool) -> Vec<TorchConf> {
+    const MIB: u64 = 1 << 20;
+    let mut out = Vec::new();
+    let gcs: &[f64] = if fraction { &[0.0, 0.6, 0.8] } else { &[0.0] };
+    for expandable in [false, true] {
+        for split in [None, Some(64), Some(128), Some(256), Some(512), Some(1024)] {
+            for div in [0u64, 2, 4, 8, 16] {
+                for &gc in gcs {
+                    let mut c = recorded.clone();
+                    c.expandable_segments = expandable;
+                    c.max_split_size = split.map_or(u64::MAX, |s: u64| s * MIB);
+                    c.roundup_divisions = [div; crate::engine::torch::conf::INTERVALS];
+                    c.gc_threshold = gc;
+                    out.push(c);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Replays every candidate (on all cores) and returns them best first: no failure first,
+/// then the lowest peak reserved, then fewer device allocations, then the shorter setting.
+pub fn recommend(input: &Input, recorded: &TorchConf, bounds: &Bounds) -> Vec<Outcome> {
+    let list = candidates(recorded, bounds.fraction.is_some());
+    let threads = std::thread::available_parallelism()
+        .map_or(4, |n| n.get())
+        .min(list.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Outcome> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(c) = list.get(i) else {
+                            break;
+                        };
+                        mine.push(replay(input, c, bounds, false).0);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_default())
+            .collect()
+    });
+    out.sort_by(|a, b| {
+        (
+            a.failures > 0,
+            a.peak_reserved_bytes,
+            a.device_allocs,
+            a.setting.len(),
+        )
+            .cmp(&(
+                b.failures > 0,
+                b.peak_reserved_bytes,
+                b.device_allocs,
+                b.setting.len(),
+            ))
+    });
+    out
+}
+
+/// The run's setting, parsed (a text PyTorch accepted that the model does not: the defaults,
+/// with the reason).
+pub fn recorded_conf(input: &Input) -> Result<TorchConf, ReplayError> {
+    TorchConf::parse(&input.recorded.text).map_err(|e| ReplayError::Setting {
+        text: input.recorded.text.clone(),
+        reason: e.to_string(),
+    })
+}

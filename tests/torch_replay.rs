@@ -1,0 +1,148 @@
+//! `gpushim simulate --torch` on traces recorded on the GPU machine (tests/data/torch: tiny
+//! GPT-2, ResNet-18 and transformer runs, shapes changing every step, one `empty_cache`, under
+//! PyTorch's defaults and under `expandable_segments:True`; scripts/gpu/sections/torchreplay.sh
+//! made them). The model of PyTorch's allocator, replayed with the setting each run used, must
+//! take the very segments the run took, in order, and put every tensor where PyTorch put it.
+
+mod common;
+
+use common::gpushim_text;
+use gpushim::engine::torch::TorchConf;
+use gpushim::report::torch_replay::{self, Bounds};
+use gpushim::trace::reader::ReadOptions;
+use std::path::PathBuf;
+
+fn data(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch").join(name)
+}
+
+const TRACES: [&str; 6] = [
+    "gpt2.trace",
+    "gpt2-expandable.trace",
+    "resnet50.trace",
+    "resnet50-expandable.trace",
+    "transformer.trace",
+    "transformer-expandable.trace",
+];
+
+#[test]
+fn the_recorded_setting_replays_to_the_runs_own_segments_and_addresses() {
+    for name in TRACES {
+        let input = torch_replay::read(&data(name), &ReadOptions::default()).unwrap();
+        assert!(input.tensors > 2000, "{name}: {} tensors", input.tensors);
+        let expandable = name.contains("expandable");
+        assert_eq!(
+            input.recorded.text,
+            if expandable { "expandable_segments:True" } else { "" },
+            "{name}: the trace keeps the run's setting"
+        );
+        let conf = torch_replay::recorded_conf(&input).unwrap();
+        let (out, fidelity) = torch_replay::replay(&input, &conf, &Bounds::default(), true);
+        assert_eq!(fidelity.len(), 1, "{name}: one device");
+        let f = &fidelity[0];
+        assert!(f.recorded_segment_events > 10, "{name}: {f:?}");
+        assert_eq!(f.first_difference, None, "{name}: {f:?}");
+        assert_eq!(f.recorded_peak_reserved_bytes, f.replayed_peak_reserved_bytes, "{name}");
+        assert_eq!(f.tensors_at_recorded_address, f.tensors, "{name}: {f:?}");
+        assert_eq!(out.peak_reserved_bytes, f.recorded_peak_reserved_bytes);
+        assert!(out.peak_allocated_bytes <= out.peak_reserved_bytes);
+        assert_eq!(out.failures, 0);
+    }
+}
+
+/// The check can fail: the other setting's replay does not match the run.
+#[test]
+fn another_setting_does_not_pass_for_the_runs_own() {
+    for (name, wrong) in [
+        ("gpt2.trace", "expandable_segments:True"),
+        ("resnet50-expandable.trace", ""),
+        ("transformer.trace", "roundup_power2_divisions:4"),
+    ] {
+        let input = torch_replay::read(&data(name), &ReadOptions::default()).unwrap();
+        let conf = TorchConf::parse(wrong).unwrap();
+        let (_, fidelity) = torch_replay::replay(&input, &conf, &Bounds::default(), true);
+        assert!(!fidelity[0].exact(), "{name} replayed with {wrong:?}: {:?}", fidelity[0]);
+    }
+}
+
+/// Predicted on the GPU machine and measured there (docs/gpu-checks.md): ResNet's run under
+/// expandable segments reserved what the replay of its default run under that setting says.
+#[test]
+fn a_what_if_agrees_with_the_run_that_used_that_setting() {
+    let default_run = torch_replay::read(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
+    let expandable_run =
+        torch_replay::read(&data("resnet50-expandable.trace"), &ReadOptions::default()).unwrap();
+    let conf = TorchConf::parse("expandable_segments:True").unwrap();
+    let (what_if, _) = torch_replay::replay(&default_run, &conf, &Bounds::default(), false);
+    let (_, real) = torch_replay::replay(&expandable_run, &conf, &Bounds::default(), true);
+    assert_eq!(what_if.peak_reserved_bytes, real[0].recorded_peak_reserved_bytes);
+}
+
+#[test]
+fn a_limit_below_the_peak_names_the_first_request_that_fails() {
+    let input = torch_replay::read(&data("gpt2.trace"), &ReadOptions::default()).unwrap();
+    let conf = TorchConf::default();
+    let (full, _) = torch_replay::replay(&input, &conf, &Bounds::default(), false);
+    let bounds = Bounds {
+        limit: Some(full.peak_reserved_bytes / 2),
+        ..Bounds::default()
+    };
+    let (out, _) = torch_replay::replay(&input, &conf, &bounds, false);
+    let f = out.first_failure.expect("half the peak cannot be enough");
+    assert!(f.requested_bytes > 0);
+    assert!(f.reserved_bytes <= full.peak_reserved_bytes / 2);
+    assert!(out.failures > 0);
+    // Past the failure the replay goes on as if the memory were there.
+    assert!(out.peak_reserved_bytes > full.peak_reserved_bytes / 2);
+}
+
+#[test]
+fn recommend_picks_the_lowest_peak_and_the_command_prints_the_line_to_set() {
+    let input = torch_replay::read(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
+    let recorded = torch_replay::recorded_conf(&input).unwrap();
+    let all = torch_replay::recommend(&input, &recorded, &Bounds::default());
+    assert_eq!(all.len(), torch_replay::candidates(&recorded, false).len());
+    let best = &all[0];
+    assert!(all.iter().all(|o| o.peak_reserved_bytes >= best.peak_reserved_bytes));
+    let (run, _) = torch_replay::replay(&input, &recorded, &Bounds::default(), false);
+    assert!(best.peak_reserved_bytes < run.peak_reserved_bytes);
+    let out = gpushim_text(&[
+        "simulate",
+        data("resnet50.trace").to_str().unwrap(),
+        "--recommend",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("export PYTORCH_CUDA_ALLOC_CONF={}", best.setting)),
+        "{text}"
+    );
+    assert!(text.contains("matches the run"), "{text}");
+}
+
+#[test]
+fn the_command_refuses_a_setting_pytorch_would_refuse_and_a_trace_without_tensors() {
+    let out = gpushim_text(&[
+        "simulate",
+        data("gpt2.trace").to_str().unwrap(),
+        "--torch",
+        "max_split_size_mb:10",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("max_split_size_mb") && err.contains("below 20"), "{err}");
+    let json = gpushim_text(&[
+        "simulate",
+        data("gpt2.trace").to_str().unwrap(),
+        "--torch",
+        "expandable_segments:True",
+        "--json",
+    ]);
+    assert!(json.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let outcomes = v[0]["outcomes"].as_array().unwrap();
+    assert_eq!(outcomes.len(), 2);
+    assert_eq!(outcomes[1]["setting"], "expandable_segments:True");
+    assert!(outcomes[1]["peak_reserved_bytes"].as_u64().unwrap() > 0);
+    assert!(outcomes[1]["peak_allocated_bytes"].as_u64().unwrap() > 0);
+}
