@@ -13,7 +13,9 @@ use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
 
 fn data(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/torch")
+        .join(name)
 }
 
 const TRACES: [&str; 6] = [
@@ -33,7 +35,11 @@ fn the_recorded_setting_replays_to_the_runs_own_segments_and_addresses() {
         let expandable = name.contains("expandable");
         assert_eq!(
             input.recorded.text,
-            if expandable { "expandable_segments:True" } else { "" },
+            if expandable {
+                "expandable_segments:True"
+            } else {
+                ""
+            },
             "{name}: the trace keeps the run's setting"
         );
         let conf = torch_replay::recorded_conf(&input).unwrap();
@@ -42,7 +48,10 @@ fn the_recorded_setting_replays_to_the_runs_own_segments_and_addresses() {
         let f = &fidelity[0];
         assert!(f.recorded_segment_events > 10, "{name}: {f:?}");
         assert_eq!(f.first_difference, None, "{name}: {f:?}");
-        assert_eq!(f.recorded_peak_reserved_bytes, f.replayed_peak_reserved_bytes, "{name}");
+        assert_eq!(
+            f.recorded_peak_reserved_bytes, f.replayed_peak_reserved_bytes,
+            "{name}"
+        );
         assert_eq!(f.tensors_at_recorded_address, f.tensors, "{name}: {f:?}");
         assert_eq!(out.peak_reserved_bytes, f.recorded_peak_reserved_bytes);
         assert!(out.peak_allocated_bytes <= out.peak_reserved_bytes);
@@ -61,7 +70,11 @@ fn another_setting_does_not_pass_for_the_runs_own() {
         let input = torch_replay::read(&data(name), &ReadOptions::default()).unwrap();
         let conf = TorchConf::parse(wrong).unwrap();
         let (_, fidelity) = torch_replay::replay(&input, &conf, &Bounds::default(), true);
-        assert!(!fidelity[0].exact(), "{name} replayed with {wrong:?}: {:?}", fidelity[0]);
+        assert!(
+            !fidelity[0].exact(),
+            "{name} replayed with {wrong:?}: {:?}",
+            fidelity[0]
+        );
     }
 }
 
@@ -75,7 +88,10 @@ fn a_what_if_agrees_with_the_run_that_used_that_setting() {
     let conf = TorchConf::parse("expandable_segments:True").unwrap();
     let (what_if, _) = torch_replay::replay(&default_run, &conf, &Bounds::default(), false);
     let (_, real) = torch_replay::replay(&expandable_run, &conf, &Bounds::default(), true);
-    assert_eq!(what_if.peak_reserved_bytes, real[0].recorded_peak_reserved_bytes);
+    assert_eq!(
+        what_if.peak_reserved_bytes,
+        real[0].recorded_peak_reserved_bytes
+    );
 }
 
 #[test]
@@ -103,7 +119,10 @@ fn recommend_picks_the_lowest_peak_and_the_command_prints_the_line_to_set() {
     let all = torch_replay::recommend(&input, &recorded, &Bounds::default());
     assert_eq!(all.len(), torch_replay::candidates(&recorded, false).len());
     let best = &all[0];
-    assert!(all.iter().all(|o| o.peak_reserved_bytes >= best.peak_reserved_bytes));
+    assert!(
+        all.iter()
+            .all(|o| o.peak_reserved_bytes >= best.peak_reserved_bytes)
+    );
     let (run, _) = torch_replay::replay(&input, &recorded, &Bounds::default(), false);
     assert!(best.peak_reserved_bytes < run.peak_reserved_bytes);
     let out = gpushim_text(&[
@@ -130,7 +149,10 @@ fn the_command_refuses_a_setting_pytorch_would_refuse_and_a_trace_without_tensor
     ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("max_split_size_mb") && err.contains("below 20"), "{err}");
+    assert!(
+        err.contains("max_split_size_mb") && err.contains("below 20"),
+        "{err}"
+    );
     let json = gpushim_text(&[
         "simulate",
         data("gpt2.trace").to_str().unwrap(),
@@ -145,4 +167,45 @@ fn the_command_refuses_a_setting_pytorch_would_refuse_and_a_trace_without_tensor
     assert_eq!(outcomes[1]["setting"], "expandable_segments:True");
     assert!(outcomes[1]["peak_reserved_bytes"].as_u64().unwrap() > 0);
     assert!(outcomes[1]["peak_allocated_bytes"].as_u64().unwrap() > 0);
+}
+
+/// A run that failed a 600 MiB tensor (scripts/gpu/torch_oom.py: a 5 MiB tensor split the
+/// cached 500 MiB segment, which then could not go back to CUDA). On the GPU machine the same
+/// program under the advised setting served the request and reserved what the replay said.
+#[test]
+fn oom_says_which_settings_would_have_served_the_failed_tensor() {
+    let path = data("oom.trace");
+    let advice = torch_replay::oom_advice(&path, &ReadOptions::default())
+        .unwrap()
+        .expect("the trace ends in a failed tensor");
+    assert_eq!(advice.requested_bytes, 600 << 20);
+    assert!(advice.run_setting_fails_too, "{advice:?}");
+    let serving: Vec<&str> = advice.serving.iter().map(|o| o.setting.as_str()).collect();
+    assert!(serving.contains(&"expandable_segments:True"), "{serving:?}");
+    assert!(serving.contains(&"max_split_size_mb:64"), "{serving:?}");
+    assert!(
+        !serving.contains(&""),
+        "the defaults failed in the run: {serving:?}"
+    );
+    let best = &advice.serving[0];
+    assert!(
+        advice
+            .serving
+            .iter()
+            .all(|o| o.peak_reserved_bytes >= best.peak_reserved_bytes)
+    );
+    let out = gpushim_text(&["oom", path.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("fails there too"), "{text}");
+    assert!(
+        text.contains(&format!("export PYTORCH_CUDA_ALLOC_CONF={}", best.setting)),
+        "{text}"
+    );
+    // A run that did not fail gets no advice.
+    assert!(
+        torch_replay::oom_advice(&data("gpt2.trace"), &ReadOptions::default())
+            .unwrap()
+            .is_none()
+    );
 }

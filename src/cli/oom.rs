@@ -19,6 +19,17 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCode {
             "{}",
             gpushim::report::oom::render_ooms(&t.display().to_string(), &ooms)
         );
+        // A tensor PyTorch's allocator could not serve: would another setting have served it?
+        if ooms.iter().any(|o| o.api == "torch_allocator") {
+            match gpushim::report::torch_replay::oom_advice(t, opts) {
+                Ok(Some(a)) => print!("{}", gpushim::report::torch_replay::render_advice(&a)),
+                Ok(None) => {}
+                Err(e) => eprintln!(
+                    "gpushim: {}: no replay of PyTorch's allocator: {e}",
+                    t.display()
+                ),
+            }
+        }
     }
     ExitCode::SUCCESS
 }

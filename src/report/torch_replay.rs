@@ -667,3 +667,121 @@ pub fn recorded_conf(input: &Input) -> Result<TorchConf, ReplayError> {
         reason: e.to_string(),
     })
 }
+
+/// For a run whose PyTorch allocator failed a tensor: the settings under which the replay, up
+/// to that request and with the memory the device had then, serves it.
+#[derive(Clone, Debug, Serialize)]
+pub struct OomAdvice {
+    pub requested_bytes: u64,
+    /// What PyTorch could have held on that device: what it held plus what CUDA said was free.
+    pub capacity_bytes: Option<u64>,
+    pub run_setting: String,
+    /// Whether the replay of the run's own setting fails there too (if not, the replay does
+    /// not see what the run saw, and the advice is weak).
+    pub run_setting_fails_too: bool,
+    /// Settings tried.
+    pub tried: usize,
+    /// Those that serve the request, best first (lowest peak reserved up to it).
+    pub serving: Vec<Outcome>,
+}
+
+/// The advice for the trace's first failed tensor, if it has one.
+pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, ReplayError> {
+    let input = match read(path, opts) {
+        Ok(i) => i,
+        Err(ReplayError::NoTensors { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let Some(first) = input.events.iter().find(|e| e.ev == Ev::Oom) else {
+        return Ok(None);
+    };
+    let recorded = recorded_conf(&input)?;
+    let bounds = Bounds {
+        limit: None,
+        fraction: None,
+        stop_at_oom: true,
+    };
+    let (own, _) = replay(&input, &recorded, &bounds, false);
+    let all = recommend(&input, &recorded, &bounds);
+    let tried = all.len();
+    let serving = all
+        .into_iter()
+        .filter(|o| o.serves_recorded_oom == Some(true))
+        .collect();
+    Ok(Some(OomAdvice {
+        requested_bytes: first.size,
+        capacity_bytes: input
+            .devices
+            .get(&first.device)
+            .and_then(|d| d.capacity_at_oom),
+        run_setting: recorded.to_string(),
+        run_setting_fails_too: own.serves_recorded_oom == Some(false),
+        tried,
+        serving,
+    }))
+}
+
+/// The advice in words, for `gpushim oom`.
+pub fn render_advice(a: &OomAdvice) -> String {
+    use std::fmt::Write as _;
+    let name = |t: &str| {
+        if t.is_empty() {
+            "the defaults".to_string()
+        } else {
+            t.to_string()
+        }
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "PyTorch's allocator replayed up to the failed request of {} under {} settings{}:",
+        human_bytes(a.requested_bytes),
+        a.tried,
+        a.capacity_bytes
+            .map(|c| format!(
+                ", with the {} it could have held (what it held plus what CUDA said was free)",
+                human_bytes(c)
+            ))
+            .unwrap_or_default()
+    );
+    if a.run_setting_fails_too {
+        let _ = writeln!(
+            s,
+            "  the run's own setting ({}) fails there too, as in the run",
+            name(&a.run_setting)
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  the replay of the run's own setting ({}) does not fail there: memory outside \
+             PyTorch's allocator changed, so what follows is a rough guide",
+            name(&a.run_setting)
+        );
+    }
+    match a.serving.first() {
+        Some(best) => {
+            let shown: Vec<String> = a.serving.iter().take(3).map(|o| name(&o.setting)).collect();
+            let _ = writeln!(
+                s,
+                "  {} of them serve it, among them {}; the one reserving least ({} at its peak):\n  \
+                 export PYTORCH_CUDA_ALLOC_CONF={}",
+                a.serving.len(),
+                shown.join("; "),
+                human_bytes(best.peak_reserved_bytes),
+                if best.setting.is_empty() {
+                    "\"\"".to_string()
+                } else {
+                    best.setting.clone()
+                }
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "  none of them serves it: the program needs more memory there than the device \
+                 had, whatever PyTorch's allocator does"
+            );
+        }
+    }
+    s
+}

@@ -6,11 +6,16 @@
 # to the byte, tensors at the run's own address) and with PyTorch's own max_memory_reserved.
 # Then `simulate --recommend` picks a setting for each default run, the workload runs again
 # under it, and the predicted peak reserved is printed beside the measured one.
-# SAVE_TRACES=DIR copies the tiny workloads' traces there (the repository's test data).
-#   bash scripts/gpu.sh torchreplay[:STEPS]
+# Last, an out-of-memory that a setting avoids (scripts/gpu/torch_oom.py): `gpushim oom` names
+# the settings that would have served the request, and the script runs it again under the one
+# it advises. SAVE_TRACES=DIR copies the tiny workloads' traces and the out-of-memory's there
+# (the repository's test data).
+#   bash scripts/gpu.sh torchreplay[:STEPS[,oom]]   (oom: the out-of-memory part only)
 set -euo pipefail
 steps=${1:-12}
+only=${2:-}
 work=$(mktemp -d)
+[ "$only" = oom ] || {
 printf '%-22s %-26s %14s %14s %14s %7s %9s\n' workload setting "torch peak" "trace peak" "replay peak" exact "at addr"
 row() { # workload-label conf trace result-json
   local sim
@@ -72,4 +77,22 @@ r, p, m = int(r), int(p), int(m)
 print(f"{w:12} {b or '(defaults)':44} {r:14d} {p:14d} {m:14d} {100 * (p - m) / m:+7.2f}%")
 PY
 done
+}
+echo
+echo "an out-of-memory a setting avoids (scripts/gpu/torch_oom.py): what gpushim oom advises, then that setting run"
+"$GPUSHIM_BIN" run --trace "$work/oom.trace" -- python3 scripts/gpu/torch_oom.py 2>/dev/null | grep '^RESULT' || true
+"$GPUSHIM_BIN" oom "$work/oom.trace" | tail -6
+advised=$("$GPUSHIM_BIN" oom "$work/oom.trace" | sed -n 's/^  export PYTORCH_CUDA_ALLOC_CONF=//p' | head -1)
+echo "run again with PYTORCH_CUDA_ALLOC_CONF=$advised:"
+PYTORCH_CUDA_ALLOC_CONF="$advised" python3 scripts/gpu/torch_oom.py 2>/dev/null | grep '^RESULT' || true
+[ -n "${SAVE_TRACES:-}" ] && mkdir -p "$SAVE_TRACES" && python3 - "$work/oom.trace" "$SAVE_TRACES/oom.trace" <<'PY'
+import struct, sys
+src, dst = sys.argv[1:]
+with open(src, "rb") as f:
+    h = f.read(4096)
+    claimed = struct.unpack_from("<Q", h, 64)[0]
+    f.seek(0)
+    data = f.read(4096 + 32 * claimed)
+open(dst, "wb").write(data)
+PY
 rm -rf "$work"
