@@ -140,11 +140,11 @@ fn the_commands_and_scripts_the_docs_show_run() {
             .collect();
         // What `run` starts is replaced below, placeholders and all.
         let own: Vec<&String> = words.iter().take_while(|w| *w != "--").collect();
-        if own.is_empty()
-            || own
-                .iter()
-                .any(|w| *w == "CMD" || *w == "COMMAND" || w.ends_with("..."))
-        {
+        let placeholder = |w: &str| {
+            w.len() >= 3 && w.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+                || w.ends_with("...")
+        };
+        if own.is_empty() || own.iter().any(|w| placeholder(w)) {
             continue;
         }
         let mut args: Vec<std::ffi::OsString> = Vec::new();
@@ -156,7 +156,11 @@ fn the_commands_and_scripts_the_docs_show_run() {
             }
             // A trace named in the text (a file, or a pattern of several) is the example's;
             // a trace `run` is to write is left as it is.
-            if w.contains(".trace") && !is_run {
+            if w.starts_with("tests/data/") {
+                // The repository's own recorded traces (PyTorch runs) are used as they are.
+                args.push(repo().join(w).into_os_string());
+                has_trace = true;
+            } else if w.contains(".trace") && !is_run {
                 args.push(trace.as_os_str().to_owned());
                 has_trace = true;
             } else {

@@ -131,6 +131,17 @@ fn simulate_one(
             input.tensors
         );
         recommended = torch_replay::recommend(&input, &recorded, bounds);
+        // Settings that come out the same are one row: the shortest text stands for them.
+        let mut seen = std::collections::HashSet::new();
+        recommended.retain(|o| {
+            seen.insert((
+                o.peak_reserved_bytes,
+                o.peak_allocated_bytes,
+                o.device_allocs,
+                o.device_frees,
+                o.failures,
+            ))
+        });
         recommended.truncate(5);
     }
     if input.from_checkpoint {
@@ -159,9 +170,9 @@ fn setting_name(text: &str) -> String {
     }
 }
 
-fn row(label: &str, o: &Outcome) -> String {
+fn row(label: &str, w: usize, o: &Outcome) -> String {
     format!(
-        "{:<44} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}\n",
+        "{:<w$} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}\n",
         label,
         human_bytes(o.peak_reserved_bytes),
         human_bytes(o.peak_allocated_bytes),
@@ -178,6 +189,7 @@ fn render(r: &TorchReport, bounds: &Bounds) -> String {
     let source = match r.recorded_setting.source.as_str() {
         "unset" => "PYTORCH_CUDA_ALLOC_CONF unset".to_string(),
         "inferred" => "expandable segments, seen in its records".to_string(),
+        name if r.recorded_setting.text.is_empty() => format!("{name} empty, the defaults"),
         name => format!("{name}={}", r.recorded_setting.text),
     };
     let _ = writeln!(
@@ -187,24 +199,39 @@ fn render(r: &TorchReport, bounds: &Bounds) -> String {
     );
     if let Some(first) = r.outcomes.first() {
         for d in &first.devices {
-            let limit = match bounds.limit {
-                Some(_) => "--limit".to_string(),
-                None if d.limit_bytes == u64::MAX => "no limit known".to_string(),
-                None => "what the device had".to_string(),
-            };
-            if d.limit_bytes != u64::MAX {
-                let _ = writeln!(
+            let _ = match bounds.limit {
+                Some(l) => writeln!(
                     s,
-                    "  device {}: limit {} ({limit})",
+                    "  device {}: limit {} (--limit)",
+                    d.device,
+                    human_bytes(l)
+                ),
+                None if d.limit_bytes == u64::MAX => writeln!(
+                    s,
+                    "  device {}: no limit (the trace never learned the device's memory; \
+                     --limit sets one)",
+                    d.device
+                ),
+                None => writeln!(
+                    s,
+                    "  device {}: limit {} (what the device had for PyTorch)",
                     d.device,
                     human_bytes(d.limit_bytes)
-                );
-            }
+                ),
+            };
         }
     }
+    let w = r
+        .outcomes
+        .iter()
+        .chain(&r.recommended)
+        .map(|o| setting_name(&o.setting).len() + 14)
+        .max()
+        .unwrap_or(0)
+        .max(44);
     let _ = writeln!(
         s,
-        "\n{:<44} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}",
+        "\n{:<w$} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}",
         "setting (PYTORCH_CUDA_ALLOC_CONF)",
         "peak reserved",
         "peak allocated",
@@ -219,7 +246,7 @@ fn render(r: &TorchReport, bounds: &Bounds) -> String {
         } else {
             setting_name(&o.setting)
         };
-        s.push_str(&row(&label, o));
+        s.push_str(&row(&label, w, o));
     }
     s.push('\n');
     for f in &r.fidelity {
@@ -281,8 +308,8 @@ fn render(r: &TorchReport, bounds: &Bounds) -> String {
     if let (Some(best), Some(run)) = (r.recommended.first(), r.outcomes.first()) {
         let _ = writeln!(
             s,
-            "\n{:<44} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}",
-            "best settings found",
+            "\n{:<w$} {:>14} {:>15} {:>16} {:>8} {:>8} {:>6}",
+            "best settings found (one row per outcome)",
             "peak reserved",
             "peak allocated",
             "unallocated@peak",
@@ -291,7 +318,7 @@ fn render(r: &TorchReport, bounds: &Bounds) -> String {
             "fails"
         );
         for o in &r.recommended {
-            s.push_str(&row(&setting_name(&o.setting), o));
+            s.push_str(&row(&setting_name(&o.setting), w, o));
         }
         let saved = run.peak_reserved_bytes as i128 - best.peak_reserved_bytes as i128;
         if saved > 0 && best.failures == 0 {
