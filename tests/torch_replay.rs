@@ -1,5 +1,6 @@
 //! `gpushim simulate --torch` on traces recorded on the GPU machine (tests/data/torch: tiny
-//! GPT-2, ResNet-18 and transformer runs, shapes changing every step, one `empty_cache`, under
+//! GPT-2, ResNet-18 and transformer runs, the transformer again with its batches made on a side
+//! stream, shapes changing every step, one `empty_cache`, under
 //! PyTorch's defaults and under `expandable_segments:True`; scripts/gpu/sections/torchreplay.sh
 //! made them). The model of PyTorch's allocator, replayed with the setting each run used, must
 //! take the very segments the run took, in order, and put every tensor where PyTorch put it.
@@ -18,13 +19,17 @@ fn data(name: &str) -> PathBuf {
         .join(name)
 }
 
-const TRACES: [&str; 6] = [
+const TRACES: [&str; 8] = [
     "gpt2.trace",
     "gpt2-expandable.trace",
     "resnet50.trace",
     "resnet50-expandable.trace",
     "transformer.trace",
     "transformer-expandable.trace",
+    // Batches made on a side stream and handed over with record_stream: 20 frees wait for the
+    // main stream's work, and the replay must hold those blocks back until the run did.
+    "streams.trace",
+    "streams-expandable.trace",
 ];
 
 #[test]

@@ -6,6 +6,8 @@ usage: torch_replay.py WORKLOAD STEPS [tiny]
   WORKLOAD  gpt2 (GPT2LMHeadModel, bf16 autocast, AdamW, 8 sequences of 64..575 tokens)
             resnet50 (torchvision, channels-last, bf16, AdamW, batch 16..76, 160..256 pixels)
             transformer (nn.TransformerEncoder, 6 layers of width 768, batch 4..19 of 32..543)
+            streams (the transformer, its batches made on a side stream and handed over with
+            record_stream, so their memory comes back only once the main stream's work passed)
   tiny      a small model of the same kind (the traces kept as test data)
 After step 3 the run calls torch.cuda.empty_cache() once, as programs do between phases."""
 import json
@@ -45,7 +47,7 @@ elif workload == "resnet50":
 
     def loss_of(x, y):
         return torch.nn.functional.cross_entropy(model(x), y)
-elif workload == "transformer":
+elif workload in ("transformer", "streams"):
     import torch.nn as nn
     width, layers = (128, 2) if tiny else (768, 6)
     layer = nn.TransformerEncoderLayer(width, 8, 4 * width, batch_first=True, norm_first=True)
@@ -53,9 +55,20 @@ elif workload == "transformer":
                           nn.TransformerEncoder(layer, layers, enable_nested_tensor=False),
                           nn.Linear(width, 8000)).to(dev)
 
+    side = torch.cuda.Stream()
+
     def batch():
-        x = torch.randint(0, 8000, (rng.randrange(4, 20), rng.randrange(32, 544)), device=dev)
-        return x, x
+        shape = (rng.randrange(4, 20), rng.randrange(32, 544))
+        if workload == "transformer":
+            x = torch.randint(0, 8000, shape, device=dev)
+            return x, x
+        with torch.cuda.stream(side):
+            x = torch.randint(0, 8000, shape, device=dev)
+            y = x.clone()
+        torch.cuda.current_stream().wait_stream(side)
+        x.record_stream(torch.cuda.current_stream())
+        y.record_stream(torch.cuda.current_stream())
+        return x, y
 
     def loss_of(x, y):
         out = model(x)

@@ -8,7 +8,8 @@
 # under it, and the predicted peak reserved is printed beside the measured one.
 # Last, an out-of-memory that a setting avoids (scripts/gpu/torch_oom.py): `gpushim oom` names
 # the settings that would have served the request, and the script runs it again under the one
-# it advises. SAVE_TRACES=DIR copies the tiny workloads' traces and the out-of-memory's there
+# it advises. WORKLOADS (environment) picks some of gpt2 resnet50 transformer streams.
+# SAVE_TRACES=DIR copies the tiny workloads' traces and the out-of-memory's there
 # (the repository's test data).
 #   bash scripts/gpu.sh torchreplay[:STEPS[,oom]]   (oom: the out-of-memory part only)
 set -euo pipefail
@@ -31,7 +32,7 @@ if f["first_difference"] is not None:
     print("   first difference:", f["first_difference"], f"of {f['recorded_segment_events']} events")
 PY
 }
-for w in gpt2 resnet50 transformer; do
+for w in ${WORKLOADS:-gpt2 resnet50 transformer streams}; do
   for size in full tiny; do
     for conf in "" "expandable_segments:True"; do
       tag="$w-$size-${conf:+expandable}"
@@ -61,7 +62,7 @@ PY
 done
 echo
 printf '%-12s %-44s %14s %14s %14s %8s\n' workload "recommended setting" "run's peak" predicted measured error
-for w in gpt2 resnet50 transformer; do
+for w in ${WORKLOADS:-gpt2 resnet50 transformer streams}; do
   t="$work/$w-full-.trace"
   [ -f "$t" ] || continue
   rec=$("$GPUSHIM_BIN" simulate "$t" --recommend --json 2>/dev/null)
