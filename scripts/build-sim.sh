@@ -50,6 +50,10 @@ if [ "${2:-}" != "--real" ]; then
   ${CXX:-c++} -std=c++17 -shared -fPIC -O1 -Wall -fvisibility=hidden -o "$out/torch/lib/libc10_cuda.so" \
     -Wl,-soname,libc10_cuda.so "$here/tests/standin/c10_cuda.cpp" -L "$out" -lcudart
   echo "__version__ = '2.11.0+standin'" > "$out/torch/version.py"
+  # ... and for libtorch_cpu.so's get_current_node (the backward function a thread runs).
+  ${CXX:-c++} -std=c++17 -shared -fPIC -O1 -Wall -fvisibility=hidden -o "$out/torch/lib/libtorch_cpu.so" \
+    -Wl,-soname,libtorch_cpu.so "$here/tests/standin/torch_cpu.cpp" -L "$out/torch/lib" -l:libc10_cuda.so \
+    -Wl,-rpath,'$ORIGIN' -pthread
 fi
 if [ "${2:-}" != "--real" ]; then
   echo "the CUDA simulator is in $out (libcudart.so.13, libcuda.so.1, libnvidia-ml.so.1)"

@@ -204,6 +204,62 @@ fn an_out_of_memory_of_the_framework_names_the_line_that_asked() {
     assert!(o["device_free_bytes"].as_u64().is_some(), "{o}");
 }
 
+/// A tensor PyTorch's autograd thread allocates (no Python runs there) is named by the backward
+/// function that asked, read from `get_current_node()` (the stand-in for libtorch_cpu.so); the
+/// forward's tensors keep their Python lines.
+#[test]
+fn a_tensor_made_in_backward_is_named_by_its_backward_function() {
+    let dir = tempdir("tensor-backward");
+    let script = dir.join("train.py");
+    std::fs::write(
+        &script,
+        "import ctypes, sys\n\
+         autograd = ctypes.CDLL(sys.argv[1])\n\
+         lib = ctypes.CDLL(sys.argv[2])\n\
+         lib.standin_malloc.restype = ctypes.c_void_p\n\
+         lib.standin_malloc.argtypes = (ctypes.c_size_t,)\n\
+         autograd.standin_backward.restype = ctypes.c_void_p\n\
+         autograd.standin_backward.argtypes = (ctypes.c_size_t,)\n\
+         x = lib.standin_malloc(1 << 20)\n\
+         g = autograd.standin_backward(3 << 20)\n",
+    )
+    .unwrap();
+    let t = dir.join("b.trace");
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec![
+                script.display().to_string(),
+                sim()
+                    .dir
+                    .join("torch/lib/libtorch_cpu.so")
+                    .display()
+                    .to_string(),
+                standin().display().to_string(),
+            ],
+            env: vec![],
+        },
+    );
+    assert_ok(&out);
+    let v = report("leaks", &t);
+    let text = v.to_string();
+    for (site, bytes) in [
+        ("MmBackward0 (autograd's backward)", 3u64 << 20),
+        ("AddBackward0 (autograd's backward)", 3u64 << 19),
+        ("train.py:8 in <module>", 1u64 << 20),
+    ] {
+        let found = v["live_at_exit"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{text}"))
+            .iter()
+            .find(|h| h["label"].as_str().is_some_and(|s| s.contains(site)))
+            .unwrap_or_else(|| panic!("no {site} in {text}"));
+        assert_eq!(found["bytes"].as_u64(), Some(bytes), "{found}");
+    }
+}
+
 #[test]
 fn config_shows_every_key_and_a_closed_pipe_ends_it_quietly() {
     let out = Command::new(gpushim_bin())

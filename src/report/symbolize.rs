@@ -51,6 +51,12 @@ impl FrameInfo {
     /// `function (file:line)`, `function (module+0xoffset)`, `module+0xoffset` or the bare
     /// address. Without a line the offset stays, so two call sites in one function read apart.
     pub fn label(&self) -> String {
+        if self.python && self.file.as_deref() == Some(BACKWARD) {
+            return format!(
+                "{} (autograd's backward)",
+                self.function.as_deref().unwrap_or("?")
+            );
+        }
         if self.python {
             return format!(
                 "{}:{} in {}",
@@ -68,6 +74,10 @@ impl FrameInfo {
         }
     }
 }
+
+/// The file of the frame that stands for a tensor PyTorch's autograd thread allocated (no Python
+/// runs there): its function is the backward function that asked (`MmBackward0`).
+pub const BACKWARD: &str = "<backward>";
 
 /// A Python source path as reports show it: inside an installed package, from the package on
 /// (`torch/nn/modules/linear.py`); in the standard library, from there on; else the file name.

@@ -50,6 +50,11 @@ thread_local! {
     static REQUESTED: Cell<(u64, u64, u8, u64)> = const { Cell::new((0, 0, 0, 0)) };
 }
 
+/// `torch::autograd::get_current_node()` (libtorch_cpu.so): the backward function PyTorch's
+/// autograd engine runs on the calling thread, as a `std::shared_ptr<Node>` (empty elsewhere).
+const CURRENT_NODE: &CStr = c"_ZN5torch8autograd16get_current_nodeEv";
+static CURRENT_NODE_FN: AtomicUsize = AtomicUsize::new(0);
+
 /// The C++ type name of PyTorch's native caching allocator (Itanium mangling, as the type
 /// information holds it).
 const NATIVE: &[u8] = b"N3c104cuda20CUDACachingAllocator6Native22NativeCachingAllocatorE";
@@ -248,7 +253,127 @@ unsafe fn attach(h: *mut c_void) -> Result<(), Option<u64>> {
         let attach: Attach = core::mem::transmute::<usize, Attach>(f);
         attach(obj, &mut tracker);
     }
+    find_current_node();
     Ok(())
+}
+
+/// Finds `get_current_node` in the loaded libtorch_cpu.so, so that a tensor PyTorch's autograd
+/// thread allocates (no Python runs there) is named by the backward function that asked.
+fn find_current_node() {
+    let Some(dlsym) = crate::cuda::real::real_dlsym() else {
+        return;
+    };
+    // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a library already loaded.
+    let h = unsafe {
+        libc::dlopen(
+            c"libtorch_cpu.so".as_ptr(),
+            libc::RTLD_NOLOAD | libc::RTLD_LAZY,
+        )
+    };
+    if h.is_null() {
+        return;
+    }
+    // SAFETY: a handle and a NUL-terminated name.
+    let f = unsafe { dlsym(h, CURRENT_NODE.as_ptr()) } as usize;
+    if f != 0 {
+        CURRENT_NODE_FN.store(f, Ordering::Release);
+        trace::stacks::set_no_python_frame(autograd_frame);
+    }
+    if let Some(close) = crate::cuda::real::real_dlclose() {
+        // SAFETY: balances the dlopen above; the library stays loaded (torch holds it).
+        unsafe { close(h) };
+    }
+}
+
+thread_local! {
+    /// Backward functions named on this thread: (vtable, trace generation, frame), by vtable.
+    static NODE_FRAMES: [Cell<(usize, u32, u64)>; 64] =
+        const { [const { Cell::new((0, 0, 0)) }; 64] };
+}
+
+/// The frame that names the backward function this thread runs now: a Python-style frame of
+/// file `<backward>` and the function's class name (`MmBackward0`); 0 when none runs.
+fn autograd_frame() -> u64 {
+    let f = CURRENT_NODE_FN.load(Ordering::Acquire);
+    if f == 0 {
+        return 0;
+    }
+    let mut out = [0usize; 2];
+    type Get = unsafe extern "C" fn(*mut [usize; 2]) -> *mut [usize; 2];
+    // SAFETY: `f` is `std::shared_ptr<Node> get_current_node()`: a class with a non-trivial
+    // destructor comes back through a hidden pointer to its storage, the first argument
+    // (Itanium C++ ABI); libstdc++'s shared_ptr is (object, control block). It copies a
+    // thread-local shared_ptr and takes no lock.
+    unsafe { core::mem::transmute::<usize, Get>(f)(&mut out) };
+    let (node, control) = (out[0], out[1]);
+    if control != 0 {
+        // SAFETY: libstdc++'s control block holds its use count (an int) after its vtable
+        // pointer. The engine holds the node while it runs it, so ours is never the last
+        // reference; were it, the count goes back up (the node is kept rather than freed here).
+        let count = unsafe { &*((control + 8) as *const core::sync::atomic::AtomicI32) };
+        if count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            count.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    if node == 0 {
+        return 0;
+    }
+    // SAFETY: a live `Node`, a polymorphic class with no polymorphic base: its vtable pointer
+    // is its first word.
+    let vptr = unsafe { *(node as *const usize) };
+    let generation = trace::RECORDER.generation();
+    let slot = (vptr >> 4) % 64;
+    if let Ok((v, g, frame)) = NODE_FRAMES.try_with(|c| c[slot].get())
+        && v == vptr
+        && g == generation
+    {
+        return frame;
+    }
+    // SAFETY: the word before a vtable's first function is its type information, whose second
+    // word is the type's mangled name, NUL-terminated (Itanium C++ ABI).
+    let mangled = unsafe {
+        let typeinfo = *(vptr as *const *const *const c_char).sub(1);
+        CStr::from_ptr(*typeinfo.add(1))
+    };
+    let Some(name) = class_name(mangled.to_bytes()) else {
+        return 0;
+    };
+    let mut text = [0u8; 140];
+    const FILE: &[u8] = b"<backward>\0";
+    text[..FILE.len()].copy_from_slice(FILE);
+    text[FILE.len()..FILE.len() + name.len()].copy_from_slice(name);
+    let id = trace::RECORDER.intern_string(&text[..FILE.len() + name.len()]);
+    if id == 0 {
+        return 0;
+    }
+    let frame = gpushim_core::trace::format::py_frame(id, 0);
+    let _ = NODE_FRAMES.try_with(|c| c[slot].set((vptr, generation, frame)));
+    frame
+}
+
+/// The innermost name of a mangled class name (`N5torch8autograd9generated11MmBackward0E` is
+/// `MmBackward0`), if it reads as one: lengths and identifiers, at most 128 bytes.
+fn class_name(m: &[u8]) -> Option<&[u8]> {
+    let nested = m.first() == Some(&b'N');
+    let mut rest = if nested { &m[1..] } else { m };
+    let mut last: Option<&[u8]> = None;
+    loop {
+        if rest.is_empty() || (nested && rest == b"E") {
+            break;
+        }
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 || digits > 3 {
+            return None;
+        }
+        let len: usize = core::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+        let name = rest.get(digits..digits + len)?;
+        if name.is_empty() || !name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+            return None;
+        }
+        last = Some(name);
+        rest = &rest[digits + len..];
+    }
+    last.filter(|n| n.len() <= 128)
 }
 
 /// The load base and path of the library holding address `p`.
@@ -395,4 +520,25 @@ unsafe fn tracked(e: *const u8) {
     // A segment of pages mapped or unmapped (expandable segments) says so in its status.
     let status = i32::from(matches!(action, SEGMENT_MAP | SEGMENT_UNMAP));
     trace::record(kind, Api::Torch, status, ptr, size, device, stream);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::class_name;
+
+    #[test]
+    fn a_backward_functions_class_name_is_its_innermost_name() {
+        assert_eq!(
+            class_name(b"N5torch8autograd9generated11MmBackward0E"),
+            Some(&b"MmBackward0"[..])
+        );
+        assert_eq!(
+            class_name(b"N5torch8autograd6PyNodeE"),
+            Some(&b"PyNode"[..])
+        );
+        assert_eq!(class_name(b"14AccumulateGr"), None);
+        assert_eq!(class_name(b"3Foo"), Some(&b"Foo"[..]));
+        assert_eq!(class_name(b"N5torch2$xE"), None);
+        assert_eq!(class_name(b""), None);
+    }
 }

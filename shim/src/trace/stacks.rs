@@ -26,6 +26,27 @@ static COUNT: AtomicUsize = AtomicUsize::new(0);
 static SCANNING: AtomicBool = AtomicBool::new(false);
 /// The shim's own address range, whose frames are dropped from stacks.
 static SELF_START: AtomicU64 = AtomicU64::new(0);
+
+/// What stands for the Python frames of an allocation made where none run (PyTorch's autograd
+/// thread: the backward function it runs), as one frame; registered by the layer that knows
+/// (hooks/torch.rs) as a `fn() -> u64` (0: none).
+static NO_PYTHON_FRAME: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers what stands for the Python frames of an allocation made where none run.
+pub fn set_no_python_frame(f: fn() -> u64) {
+    NO_PYTHON_FRAME.store(f as usize, Ordering::Release);
+}
+
+/// The frame that stands in, if one is registered and has one for this thread now.
+fn no_python_frame() -> u64 {
+    let f = NO_PYTHON_FRAME.load(Ordering::Acquire);
+    if f == 0 {
+        return 0;
+    }
+    // SAFETY: only `set_no_python_frame` stores here, always a `fn() -> u64`.
+    let f = unsafe { core::mem::transmute::<usize, fn() -> u64>(f) };
+    f()
+}
 static SELF_END: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
@@ -98,11 +119,18 @@ pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
         return;
     }
     let mut frames = [0u64; MAX_FRAMES + 8];
-    let py = if python {
+    let mut py = if python {
         crate::trace::python::capture(&mut frames[..PYTHON_FRAMES])
     } else {
         0
     };
+    if python && py == 0 {
+        let stand_in = no_python_frame();
+        if stand_in != 0 {
+            frames[0] = stand_in;
+            py = 1;
+        }
+    }
     // A process that runs no CPython (known after its first capture looked; not one whose
     // frames are refused, whose tensors would each pay for an unwind): the allocating call's
     // native stack instead, where the unwinder takes no lock of the loader's.
