@@ -214,7 +214,8 @@ fn render(r: &TorchReport, bounds: &Bounds) -> String {
                 ),
                 None => writeln!(
                     s,
-                    "  device {}: limit {} (what the device had for PyTorch)",
+                    "  device {}: limit {} (the device's memory, or what PyTorch could have \
+                     held when the run first failed a tensor; --limit sets another)",
                     d.device,
                     human_bytes(d.limit_bytes)
                 ),

@@ -56,8 +56,10 @@ struct Event {
 
 #[derive(Clone, Copy, Debug, Default)]
 struct DeviceFacts {
-    /// The device's memory as `cudaMemGetInfo` (or NVML) reported it.
+    /// The device's memory as `cudaMemGetInfo` reported it.
     total: Option<u64>,
+    /// The device's memory as NVML reported it (a little more than CUDA's figure).
+    nvml_total: Option<u64>,
     /// At the run's first failed tensor: what PyTorch held plus what CUDA said was free.
     capacity_at_oom: Option<u64>,
 }
@@ -182,6 +184,13 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
                     .entry(r.device)
                     .or_default()
                     .total
+                    .get_or_insert(r.size);
+            }
+            RecordKind::DeviceMemory if r.size > 0 => {
+                devices
+                    .entry(r.device)
+                    .or_default()
+                    .nvml_total
                     .get_or_insert(r.size);
             }
             _ => {}
@@ -348,12 +357,13 @@ impl Fidelity {
 
 fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
     let facts = input.devices.get(&device).copied().unwrap_or_default();
-    let total = facts.total.unwrap_or(TOTAL_UNKNOWN);
+    let known = facts.total.or(facts.nvml_total);
+    let total = known.unwrap_or(TOTAL_UNKNOWN);
     DeviceLimits {
         capacity: b
             .limit
             .or(facts.capacity_at_oom)
-            .or(facts.total)
+            .or(known)
             .unwrap_or(u64::MAX),
         allowed: b.fraction.map(|f| (f * total as f64) as u64),
         total_memory: total,
