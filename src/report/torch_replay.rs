@@ -85,35 +85,29 @@ pub struct RecordedSetting {
     pub source: String,
 }
 
-/// Reads the trace's tensors. Errors: the trace cannot be read, or has no tensors of
-/// PyTorch's allocator (with why, when the trace says).
-pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
-    let mut reader = TraceReader::open_with(path, opts)?;
-    let mut events: Vec<Event> = Vec::new();
-    let mut devices: BTreeMap<u8, DeviceFacts> = BTreeMap::new();
-    let mut tensors = 0u64;
-    let mut from_checkpoint = false;
-    let mut pages_seen = false;
-    let mut tensors_off: Option<u64> = None;
-    // Per thread: the event whose stack comes next.
-    let mut stack_for: HashMap<u16, usize> = HashMap::new();
-    // Per device: a failed device allocation since the last tensor event; the open release
-    // burst's tentative `EmptyCache` (its index); the run's reserved bytes.
-    let mut failed: HashMap<u8, bool> = HashMap::new();
-    let mut burst: HashMap<u8, Option<usize>> = HashMap::new();
-    let mut reserved: HashMap<u8, u64> = HashMap::new();
-    let conf_env = setting_of(&reader.info().env);
-    let collects = conf_env
-        .as_ref()
-        .and_then(|(_, t)| TorchConf::parse(t).ok())
-        .is_some_and(|c| c.gc_threshold > 0.0);
-    while let Some(r) = reader.next() {
-        if r.kind == RecordKind::Restore {
-            from_checkpoint = true;
-        }
-        if reader.in_checkpoint() {
-            continue;
-        }
+/// What reading the trace gathers, record by record.
+#[derive(Default)]
+struct Gather {
+    events: Vec<Event>,
+    devices: BTreeMap<u8, DeviceFacts>,
+    tensors: u64,
+    from_checkpoint: bool,
+    pages_seen: bool,
+    tensors_off: Option<u64>,
+    /// The run's setting collects garbage: a release just before a new segment served it.
+    collects: bool,
+    /// Per thread: the event whose stack comes next.
+    stack_for: HashMap<u16, usize>,
+    /// Per device: a failed device allocation since its last tensor event.
+    failed: HashMap<u8, bool>,
+    /// Per device: the open release burst's tentative `EmptyCache` (its index).
+    burst: HashMap<u8, Option<usize>>,
+    /// Per device: the bytes the run's segments held.
+    reserved: HashMap<u8, u64>,
+}
+
+impl Gather {
+    fn take(&mut self, r: &Record) {
         let tensor_event = match r.kind {
             RecordKind::TensorAlloc => Some(Ev::Alloc),
             RecordKind::TensorFreeRequested => Some(Ev::FreeRequested),
@@ -122,91 +116,119 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
             _ => None,
         };
         if let Some(ev) = tensor_event {
-            failed.insert(r.device, false);
-            burst.insert(r.device, None);
-            if ev == Ev::Alloc {
-                tensors += 1;
-            }
-            if ev == Ev::Oom {
-                let d = devices.entry(r.device).or_default();
-                if d.capacity_at_oom.is_none() {
-                    let held = reserved.get(&r.device).copied().unwrap_or(0);
-                    d.capacity_at_oom = Some(held.saturating_add(r.ptr));
-                }
-            }
-            if matches!(ev, Ev::Alloc | Ev::Oom) {
-                stack_for.insert(r.thread, events.len());
-            }
-            events.push(event(ev, &r));
-            continue;
+            self.tensor(ev, r);
+            return;
         }
         match r.kind {
             RecordKind::StackRef => {
-                if let Some(i) = stack_for.remove(&r.thread) {
-                    events[i].stack = r.ptr;
+                if let Some(i) = self.stack_for.remove(&r.thread) {
+                    self.events[i].stack = r.ptr;
                 }
             }
-            RecordKind::Tensors if r.size == 0 => tensors_off = Some(r.ptr),
-            RecordKind::SegmentReserve if r.api == Api::Torch => {
-                let pages = r.mapped_pages();
-                pages_seen |= pages;
-                *reserved.entry(r.device).or_default() += r.size;
-                // Segments taken right after segments given back: the release served an
-                // allocation (the collector's, or a retry after a failure), not empty_cache.
-                if collects && let Some(Some(i)) = burst.get(&r.device) {
-                    events[*i].ev = Ev::Skip;
-                }
-                events.push(event(Ev::Reserve { pages }, &r));
-            }
-            RecordKind::SegmentRelease if r.api == Api::Torch => {
-                let held = reserved.entry(r.device).or_default();
-                *held = held.saturating_sub(r.size);
-                let open = burst.entry(r.device).or_default();
-                if open.is_none() {
-                    let by_failure = failed.get(&r.device).copied().unwrap_or(false);
-                    let mut e = event(Ev::EmptyCache, &r);
-                    if by_failure {
-                        e.ev = Ev::Skip;
-                    }
-                    *open = Some(events.len());
-                    events.push(e);
-                }
-                events.push(event(Ev::Release, &r));
-            }
+            RecordKind::Tensors if r.size == 0 => self.tensors_off = Some(r.ptr),
+            RecordKind::SegmentReserve if r.api == Api::Torch => self.reserve(r),
+            RecordKind::SegmentRelease if r.api == Api::Torch => self.release(r),
             RecordKind::AddressReserve if r.status == 0 => {
-                events.push(event(Ev::Reservation, &r));
+                self.events.push(event(Ev::Reservation, r));
             }
             RecordKind::Alloc | RecordKind::PhysCreate if r.failed() => {
-                failed.insert(r.device, true);
+                self.failed.insert(r.device, true);
             }
             RecordKind::MemInfo if r.status == 0 && r.size > 0 => {
-                devices
-                    .entry(r.device)
-                    .or_default()
-                    .total
-                    .get_or_insert(r.size);
+                let d = self.devices.entry(r.device).or_default();
+                d.total.get_or_insert(r.size);
             }
             RecordKind::DeviceMemory if r.size > 0 => {
-                devices
-                    .entry(r.device)
-                    .or_default()
-                    .nvml_total
-                    .get_or_insert(r.size);
+                let d = self.devices.entry(r.device).or_default();
+                d.nvml_total.get_or_insert(r.size);
             }
             _ => {}
         }
     }
-    if tensors == 0 {
+
+    fn tensor(&mut self, ev: Ev, r: &Record) {
+        self.failed.insert(r.device, false);
+        self.burst.insert(r.device, None);
+        if ev == Ev::Alloc {
+            self.tensors += 1;
+        }
+        if ev == Ev::Oom {
+            let held = self.reserved.get(&r.device).copied().unwrap_or(0);
+            let d = self.devices.entry(r.device).or_default();
+            d.capacity_at_oom.get_or_insert(held.saturating_add(r.ptr));
+        }
+        if matches!(ev, Ev::Alloc | Ev::Oom) {
+            self.stack_for.insert(r.thread, self.events.len());
+        }
+        self.events.push(event(ev, r));
+    }
+
+    fn reserve(&mut self, r: &Record) {
+        let pages = r.mapped_pages();
+        self.pages_seen |= pages;
+        *self.reserved.entry(r.device).or_default() += r.size;
+        // Segments taken right after segments given back: the release served an allocation
+        // (the collector's, or a retry after a failure), not empty_cache.
+        if self.collects
+            && let Some(Some(i)) = self.burst.get(&r.device)
+        {
+            self.events[*i].ev = Ev::Skip;
+        }
+        self.events.push(event(Ev::Reserve { pages }, r));
+    }
+
+    /// Segments given back with no failed allocation since the last tensor: `empty_cache()`
+    /// (one event for the burst), replayed as one.
+    fn release(&mut self, r: &Record) {
+        let held = self.reserved.entry(r.device).or_default();
+        *held = held.saturating_sub(r.size);
+        let open = self.burst.entry(r.device).or_default();
+        if open.is_none() {
+            let by_failure = self.failed.get(&r.device).copied().unwrap_or(false);
+            let mut e = event(Ev::EmptyCache, r);
+            if by_failure {
+                e.ev = Ev::Skip;
+            }
+            *open = Some(self.events.len());
+            self.events.push(e);
+        }
+        self.events.push(event(Ev::Release, r));
+    }
+}
+
+/// Reads the trace's tensors. Errors: the trace cannot be read, or has no tensors of
+/// PyTorch's allocator (with why, when the trace says).
+pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
+    let conf_env = setting_of(&reader.info().env);
+    let mut g = Gather {
+        collects: conf_env
+            .as_ref()
+            .and_then(|(_, t)| TorchConf::parse(t).ok())
+            .is_some_and(|c| c.gc_threshold > 0.0),
+        ..Gather::default()
+    };
+    while let Some(r) = reader.next() {
+        if r.kind == RecordKind::Restore {
+            g.from_checkpoint = true;
+        }
+        if !reader.in_checkpoint() {
+            g.take(&r);
+        }
+    }
+    if g.tensors == 0 {
         return Err(ReplayError::NoTensors {
-            why: tensors_off.map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
+            why: g
+                .tensors_off
+                .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
         });
     }
-    for e in events.iter().filter(|e| e.ev == Ev::Alloc) {
-        devices.entry(e.device).or_default();
+    for e in g.events.iter().filter(|e| e.ev == Ev::Alloc) {
+        g.devices.entry(e.device).or_default();
     }
     let recorded = match conf_env {
         Some((name, text)) => RecordedSetting { text, source: name },
-        None if pages_seen => RecordedSetting {
+        None if g.pages_seen => RecordedSetting {
             text: "expandable_segments:True".into(),
             source: "inferred".into(),
         },
@@ -217,11 +239,11 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
     };
     Ok(Input {
         reader,
-        events,
-        devices,
+        events: g.events,
+        devices: g.devices,
         recorded,
-        tensors,
-        from_checkpoint,
+        tensors: g.tensors,
+        from_checkpoint: g.from_checkpoint,
     })
 }
 
@@ -379,28 +401,59 @@ fn describe(e: &SegmentEvent) -> String {
     }
 }
 
-/// Replays the trace's tensors under `conf`; with `compare`, also checks the replay against
-/// the segments the run took.
-pub fn replay(
-    input: &Input,
-    conf: &TorchConf,
-    bounds: &Bounds,
-    compare: bool,
-) -> (Outcome, Vec<Fidelity>) {
-    let mut models: BTreeMap<u8, Model> = BTreeMap::new();
-    let mut where_: HashMap<(u8, u64), u64> = HashMap::new();
-    let mut recorded_log: BTreeMap<u8, Vec<SegmentEvent>> = BTreeMap::new();
-    let mut same: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
-    let mut first_failure: Option<Failure> = None;
-    let mut serves_oom: Option<bool> = None;
-    for &d in input.devices.keys() {
-        let mut m = Model::new(conf.clone(), limits_for(input, d, bounds));
-        if compare {
-            m.keep_log();
-        }
-        models.insert(d, m);
+/// A request the replay of `input` could not serve.
+fn failure(input: &Input, e: &Event, reserved: u64) -> Failure {
+    Failure {
+        device: e.device,
+        requested_bytes: e.size,
+        reserved_bytes: reserved,
+        time_ns: e.time_ns,
+        site: (e.stack != 0).then(|| site_label(&input.reader, e.stack)),
     }
-    for e in &input.events {
+}
+
+/// One replay under way: a model per device, where each recorded tensor went, what failed.
+struct Replayer<'a> {
+    input: &'a Input,
+    bounds: &'a Bounds,
+    models: BTreeMap<u8, Model>,
+    /// (device, the run's address) -> the replay's address.
+    placed: HashMap<(u8, u64), u64>,
+    /// The run's own segment events, per device.
+    recorded: BTreeMap<u8, Vec<SegmentEvent>>,
+    /// Per device: tensors, and those placed at the run's own address.
+    same: BTreeMap<u8, (u64, u64)>,
+    first_failure: Option<Failure>,
+    serves_oom: Option<bool>,
+}
+
+impl<'a> Replayer<'a> {
+    fn new(input: &'a Input, conf: &TorchConf, bounds: &'a Bounds, compare: bool) -> Self {
+        let models = input
+            .devices
+            .keys()
+            .map(|&d| {
+                let mut m = Model::new(conf.clone(), limits_for(input, d, bounds));
+                if compare {
+                    m.keep_log();
+                }
+                (d, m)
+            })
+            .collect();
+        Replayer {
+            input,
+            bounds,
+            models,
+            placed: HashMap::new(),
+            recorded: BTreeMap::new(),
+            same: BTreeMap::new(),
+            first_failure: None,
+            serves_oom: None,
+        }
+    }
+
+    /// Applies one event; false once the replay should stop.
+    fn apply(&mut self, e: &Event) -> bool {
         if e.ev == Ev::Reservation {
             // The driver's records may not know the device: every device may take it.
             let hint = Hint {
@@ -408,131 +461,143 @@ pub fn replay(
                 bytes: e.size,
                 reservation: true,
             };
-            match models.get_mut(&e.device) {
+            match self.models.get_mut(&e.device) {
                 Some(m) => m.hint(hint),
-                None => models.values_mut().for_each(|m| m.hint(hint)),
+                None => self.models.values_mut().for_each(|m| m.hint(hint)),
             }
-            continue;
+            return true;
         }
-        let Some(m) = models.get_mut(&e.device) else {
-            continue;
+        let Some(m) = self.models.get_mut(&e.device) else {
+            return true;
         };
+        let run = self.recorded.entry(e.device).or_default();
         match e.ev {
-            Ev::Reservation => {}
             Ev::Reserve { .. } => {
                 m.hint(Hint {
                     ptr: e.ptr,
                     bytes: e.size,
                     reservation: false,
                 });
-                recorded_log
-                    .entry(e.device)
-                    .or_default()
-                    .push(SegmentEvent::Reserve {
-                        ptr: e.ptr,
-                        size: e.size,
-                    });
-            }
-            Ev::Release => recorded_log
-                .entry(e.device)
-                .or_default()
-                .push(SegmentEvent::Release {
+                run.push(SegmentEvent::Reserve {
                     ptr: e.ptr,
                     size: e.size,
-                }),
-            Ev::EmptyCache => m.empty_cache(),
-            Ev::Skip => {}
-            Ev::Alloc => {
-                let got = match m.malloc(e.size, u64::from(e.stream)) {
-                    Ok(p) => p,
-                    Err(oom) => {
-                        if first_failure.is_none() {
-                            first_failure = Some(Failure {
-                                device: e.device,
-                                requested_bytes: e.size,
-                                reserved_bytes: oom.reserved,
-                                time_ns: e.time_ns,
-                                site: (e.stack != 0).then(|| site_label(&input.reader, e.stack)),
-                            });
-                        }
-                        // The run went on: so does the replay, as if the memory were there.
-                        m.unlimited(|m| m.malloc(e.size, u64::from(e.stream)))
-                            .unwrap_or_default()
-                    }
-                };
-                let s = same.entry(e.device).or_default();
-                s.0 += 1;
-                s.1 += u64::from(got == e.ptr);
-                where_.insert((e.device, e.ptr), got);
-                m.clear_hints();
+                });
             }
+            Ev::Release => run.push(SegmentEvent::Release {
+                ptr: e.ptr,
+                size: e.size,
+            }),
+            Ev::EmptyCache => m.empty_cache(),
+            Ev::Alloc => self.alloc(e),
             Ev::FreeRequested => {
-                if let Some(&p) = where_.get(&(e.device, e.ptr)) {
+                if let Some(&p) = self.placed.get(&(e.device, e.ptr)) {
                     m.free_requested(p);
                 }
                 m.clear_hints();
             }
             Ev::Free => {
-                if let Some(p) = where_.remove(&(e.device, e.ptr)) {
+                if let Some(p) = self.placed.remove(&(e.device, e.ptr)) {
                     m.free_completed(p);
                 }
                 m.clear_hints();
             }
             Ev::Oom => {
-                let served = match m.malloc(e.size, u64::from(e.stream)) {
-                    Ok(p) => {
-                        // The program never got it: it raised. The block goes back.
-                        m.free_completed(p);
-                        true
-                    }
-                    Err(_) => false,
-                };
-                if serves_oom.is_none() {
-                    serves_oom = Some(served && first_failure.is_none());
-                }
-                if !served && first_failure.is_none() {
-                    first_failure = Some(Failure {
-                        device: e.device,
-                        requested_bytes: e.size,
-                        reserved_bytes: m.stats().reserved,
-                        time_ns: e.time_ns,
-                        site: (e.stack != 0).then(|| site_label(&input.reader, e.stack)),
-                    });
-                }
-                m.clear_hints();
-                if bounds.stop_at_oom {
-                    break;
-                }
+                self.oom(e);
+                return !self.bounds.stop_at_oom;
             }
+            Ev::Skip | Ev::Reservation => {}
+        }
+        true
+    }
+
+    fn alloc(&mut self, e: &Event) {
+        let input = self.input;
+        let Some(m) = self.models.get_mut(&e.device) else {
+            return;
+        };
+        let stream = u64::from(e.stream);
+        let got = match m.malloc(e.size, stream) {
+            Ok(p) => p,
+            Err(oom) => {
+                if self.first_failure.is_none() {
+                    self.first_failure = Some(failure(input, e, oom.reserved));
+                }
+                // The run went on: so does the replay, as if the memory were there.
+                m.unlimited(|m| m.malloc(e.size, stream))
+                    .unwrap_or_default()
+            }
+        };
+        m.clear_hints();
+        let s = self.same.entry(e.device).or_default();
+        s.0 += 1;
+        s.1 += u64::from(got == e.ptr);
+        self.placed.insert((e.device, e.ptr), got);
+    }
+
+    /// The run failed this request: does the replay serve it?
+    fn oom(&mut self, e: &Event) {
+        let Some(m) = self.models.get_mut(&e.device) else {
+            return;
+        };
+        let served = match m.malloc(e.size, u64::from(e.stream)) {
+            Ok(p) => {
+                // The program never got it: it raised. The block goes back.
+                m.free_completed(p);
+                true
+            }
+            Err(_) => false,
+        };
+        m.clear_hints();
+        let reserved = m.stats().reserved;
+        if self.serves_oom.is_none() {
+            self.serves_oom = Some(served && self.first_failure.is_none());
+        }
+        if !served && self.first_failure.is_none() {
+            self.first_failure = Some(failure(self.input, e, reserved));
         }
     }
-    let devices: Vec<DeviceOutcome> = models
-        .iter()
-        .map(|(&d, m)| {
-            let s = m.stats();
-            DeviceOutcome {
-                device: d,
-                limit_bytes: limits_for(input, d, bounds).capacity,
-                peak_reserved_bytes: s.peak_reserved,
-                peak_allocated_bytes: s.peak_allocated,
-                unallocated_at_peak_bytes: s.peak_reserved
-                    - s.allocated_at_peak_reserved.min(s.peak_reserved),
-                device_allocs: s.device_allocs,
-                device_frees: s.device_frees,
-                retries: s.retries,
-                failures: s.failures,
-            }
-        })
-        .collect();
-    let top = devices
-        .iter()
-        .max_by_key(|d| d.peak_reserved_bytes)
-        .cloned();
-    let fidelity = if compare {
-        models
+
+    fn outcome(&self, conf: &TorchConf) -> Outcome {
+        let devices: Vec<DeviceOutcome> = self
+            .models
             .iter()
             .map(|(&d, m)| {
-                let run = recorded_log.get(&d).map(Vec::as_slice).unwrap_or(&[]);
+                let s = m.stats();
+                DeviceOutcome {
+                    device: d,
+                    limit_bytes: limits_for(self.input, d, self.bounds).capacity,
+                    peak_reserved_bytes: s.peak_reserved,
+                    peak_allocated_bytes: s.peak_allocated,
+                    unallocated_at_peak_bytes: s
+                        .peak_reserved
+                        .saturating_sub(s.allocated_at_peak_reserved),
+                    device_allocs: s.device_allocs,
+                    device_frees: s.device_frees,
+                    retries: s.retries,
+                    failures: s.failures,
+                }
+            })
+            .collect();
+        let top = devices.iter().max_by_key(|d| d.peak_reserved_bytes);
+        Outcome {
+            setting: conf.to_string(),
+            peak_reserved_bytes: top.map_or(0, |d| d.peak_reserved_bytes),
+            peak_allocated_bytes: top.map_or(0, |d| d.peak_allocated_bytes),
+            unallocated_at_peak_bytes: top.map_or(0, |d| d.unallocated_at_peak_bytes),
+            device_allocs: devices.iter().map(|d| d.device_allocs).sum(),
+            device_frees: devices.iter().map(|d| d.device_frees).sum(),
+            failures: devices.iter().map(|d| d.failures).sum(),
+            first_failure: self.first_failure.clone(),
+            serves_recorded_oom: self.serves_oom,
+            devices,
+        }
+    }
+
+    fn fidelity(&self) -> Vec<Fidelity> {
+        self.models
+            .iter()
+            .map(|(&d, m)| {
+                let run = self.recorded.get(&d).map(Vec::as_slice).unwrap_or(&[]);
                 let rep = m.log();
                 let first_difference = (0..run.len().max(rep.len()))
                     .find(|&i| run.get(i) != rep.get(i))
@@ -540,7 +605,7 @@ pub fn replay(
                         let show = |x: Option<&SegmentEvent>| x.map_or("nothing".into(), describe);
                         (i, show(run.get(i)), show(rep.get(i)))
                     });
-                let (tensors, at) = same.get(&d).copied().unwrap_or_default();
+                let (tensors, at) = self.same.get(&d).copied().unwrap_or_default();
                 Fidelity {
                     device: d,
                     recorded_segment_events: run.len(),
@@ -553,36 +618,25 @@ pub fn replay(
                 }
             })
             .collect()
-    } else {
-        Vec::new()
-    };
-    let failures = devices.iter().map(|d| d.failures).sum();
-    let top = top.unwrap_or(DeviceOutcome {
-        device: 0,
-        limit_bytes: 0,
-        peak_reserved_bytes: 0,
-        peak_allocated_bytes: 0,
-        unallocated_at_peak_bytes: 0,
-        device_allocs: 0,
-        device_frees: 0,
-        retries: 0,
-        failures: 0,
-    });
-    (
-        Outcome {
-            setting: conf.to_string(),
-            peak_reserved_bytes: top.peak_reserved_bytes,
-            peak_allocated_bytes: top.peak_allocated_bytes,
-            unallocated_at_peak_bytes: top.unallocated_at_peak_bytes,
-            device_allocs: devices.iter().map(|d| d.device_allocs).sum(),
-            device_frees: devices.iter().map(|d| d.device_frees).sum(),
-            failures,
-            first_failure,
-            serves_recorded_oom: serves_oom,
-            devices,
-        },
-        fidelity,
-    )
+    }
+}
+
+/// Replays the trace's tensors under `conf`; with `compare`, also checks the replay against
+/// the segments the run took.
+pub fn replay(
+    input: &Input,
+    conf: &TorchConf,
+    bounds: &Bounds,
+    compare: bool,
+) -> (Outcome, Vec<Fidelity>) {
+    let mut r = Replayer::new(input, conf, bounds, compare);
+    for e in &input.events {
+        if !r.apply(e) {
+            break;
+        }
+    }
+    let fidelity = if compare { r.fidelity() } else { Vec::new() };
+    (r.outcome(conf), fidelity)
 }
 
 fn peak_of(log: &[SegmentEvent]) -> u64 {
