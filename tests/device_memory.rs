@@ -167,6 +167,53 @@ fn nvmls_figure_is_split_by_owner_at_its_peak_and_at_exit() {
     assert_eq!(row("= NVML"), "MiB 526.00 MiB 590.00", "{text}");
 }
 
+/// CUDA's default pool reserves in chunks (the simulator's are 32 MiB, as on the GPU): the part
+/// its stream-ordered allocations leave unused is named, so what no allocating call made is the
+/// CUDA context alone, whether the program allocates stream-ordered or not.
+#[test]
+fn memory_cudas_own_pool_reserves_is_named_and_the_rest_stays_the_context() {
+    let rest = |async_too: bool| -> (serde_json::Value, u64) {
+        let t = tempdir(if async_too { "pool-async" } else { "pool-sync" }).file("p.trace");
+        let mut env = vec![];
+        if async_too {
+            env.push(("OWNER_ASYNC", "1".to_string()));
+        }
+        let out = run(
+            &sim().dir.join("owners/owners"),
+            Run {
+                preload: true,
+                trace: Some(&t),
+                args: vec!["450".into()],
+                env,
+            },
+        );
+        assert_ok(&out);
+        let v = report_json(&["summary"], &[&t]);
+        let exit = v["device_memory"][0]["at_exit"].clone();
+        let rest = exit["not_allocated_bytes"].as_u64().unwrap();
+        (exit, rest)
+    };
+    let (plain, plain_rest) = rest(false);
+    let (pooled, pooled_rest) = rest(true);
+    assert_eq!(plain_rest, 512 << 20, "{plain}");
+    assert_eq!(pooled_rest, 512 << 20, "{pooled}");
+    let part = |r: &serde_json::Value, name: &str| {
+        r["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["owner"] == name)
+            .and_then(|p| p["bytes"].as_u64())
+    };
+    // 2 MiB taken stream-ordered: the pool's chunk holds 30 MiB more.
+    assert_eq!(
+        part(&pooled, "CUDA's stream-ordered pool, unused"),
+        Some(30 << 20),
+        "{pooled}"
+    );
+    assert_eq!(part(&plain, "CUDA's stream-ordered pool, unused"), None);
+}
+
 /// Across the ranks of a job, the one that came closest to its device's limit is named with
 /// its headroom: rank 1's CUDA context is 1 GiB larger here, so its NVML peak is the higher.
 #[test]

@@ -12,6 +12,9 @@ usage: where_memory_went.py WORKLOAD
            batch 8 with the sequence changing every step (64..509 tokens)
   nccl     a one-rank NCCL process group on this GPU (NCCL refuses two ranks on one GPU), 20
            all-reduces of 64 MiB, and a small model's gradients all-reduced as DDP does
+  pools    what context does, and 2 MiB from CUDA's default pool (cudaMallocAsync) and 2 MiB
+           of graph memory (a cudaMallocAsync captured in a graph, the graph launched), both
+           kept: CUDA's pools reserve in larger chunks; the comparison is context
 Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) the NCCL group has every rank, each on the GPU
 of its local rank."""
 import ctypes
@@ -75,6 +78,27 @@ elif workload == "gpt2":
         opt.step()
         opt.zero_grad(set_to_none=True)
     loss.item()
+elif workload == "pools":
+    import glob
+    x = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
+    (x @ x).sum().item()
+    rt = None
+    for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
+        found = sorted(glob.glob(os.path.join(d, "libcudart.so.1*")))
+        if found:
+            rt = ctypes.CDLL(found[0])
+            break
+    assert rt is not None, "libcudart not on LD_LIBRARY_PATH"
+    kept, s = ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaMallocAsync(ctypes.byref(kept), ctypes.c_size_t(2 << 20), None) == 0
+    assert rt.cudaStreamCreate(ctypes.byref(s)) == 0
+    g, ge, node_mem = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamBeginCapture(s, 0) == 0  # global mode
+    assert rt.cudaMallocAsync(ctypes.byref(node_mem), ctypes.c_size_t(2 << 20), s) == 0
+    assert rt.cudaStreamEndCapture(s, ctypes.byref(g)) == 0
+    assert rt.cudaGraphInstantiate(ctypes.byref(ge), g, ctypes.c_ulonglong(0)) == 0
+    assert rt.cudaGraphLaunch(ge, s) == 0
+    assert rt.cudaStreamSynchronize(s) == 0
 elif workload == "nccl":
     dist = nccl_group()
     buf = torch.ones(16 << 20, device=dev)
@@ -86,7 +110,7 @@ elif workload == "nccl":
         model(torch.randn(64, 2048, device=dev)).sum().backward()
     torch.cuda.synchronize()
 else:
-    sys.exit(f"where_memory_went.py: unknown workload {workload!r} (context, nccl-context, gpt2, nccl)")
+    sys.exit(f"where_memory_went.py: unknown workload {workload!r} (context, nccl-context, gpt2, nccl, pools)")
 
 torch.cuda.synchronize()
 time.sleep(0.6)

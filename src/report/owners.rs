@@ -97,6 +97,12 @@ pub struct OwnerBytes {
     pub allocations: u64,
 }
 
+/// The part of NVML's figure CUDA's default pool (`cudaMallocAsync`) reserves beyond what its
+/// allocations use.
+pub const CUDA_POOL_UNUSED: &str = "CUDA's stream-ordered pool, unused";
+/// The same for the memory CUDA keeps for graphs' allocations.
+pub const CUDA_GRAPH_UNUSED: &str = "CUDA's graph memory, unused";
+
 /// What each owner holds per device now: the live allocations by owner, and the framework's
 /// cache beyond its tensors (`PyTorch's cache, unused`), largest first on each device.
 pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
@@ -113,6 +119,18 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
             if unused > 0 {
                 by.insert((d, "PyTorch's cache, unused".to_string()), (unused, 0));
             }
+        }
+    }
+    // CUDA's own pools reserve in chunks: what their allocations leave unused.
+    for (&(d, pool), &(reserved, used)) in &rp.cuda_pools {
+        let unused = reserved.saturating_sub(used);
+        if unused > 0 {
+            let name = if pool == 0 {
+                CUDA_POOL_UNUSED
+            } else {
+                CUDA_GRAPH_UNUSED
+            };
+            by.insert((d, name.to_string()), (unused, 0));
         }
     }
     let mut out: Vec<OwnerBytes> = by

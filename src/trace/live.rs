@@ -94,6 +94,9 @@ pub struct Replay {
     /// Per device (NVML's index): what NVML said this process used, latest and highest, the
     /// device's total, and whether the figure was the whole device's (`DeviceMemory` records).
     pub nvml: BTreeMap<u8, NvmlFigure>,
+    /// Per (device, pool: 0 the default pool, 1 graph memory): what CUDA's own pool reserves
+    /// and what its allocations use, latest (`CudaPool` records).
+    pub cuda_pools: BTreeMap<(u8, u8), (u64, u64)>,
     /// Per thread: its latest device allocation (whether a VMM handle, and its key) until the
     /// `Caller` record that names who made it.
     awaiting_caller: Vec<Option<(bool, u64)>>,
@@ -524,6 +527,11 @@ impl Replay {
                 }
                 let v = self.reserved.entry(device).or_default();
                 *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            CudaPool => {
+                self.cuda_pools
+                    .insert((r.device, r.status), (r.ptr, r.size));
                 Change::Other
             }
             DeviceMemory => {

@@ -743,6 +743,20 @@ impl Summarizer {
         for r in self.nvml.items() {
             w.record(r);
         }
+        // CUDA's own pools: their latest figures, as the records that said them.
+        for (&(d, pool), &(reserved, used)) in &rp.cuda_pools {
+            w.record(&Record {
+                kind: RecordKind::CudaPool,
+                api: Api::Shim,
+                device: d,
+                status: pool,
+                thread: 0,
+                time_ns: 0,
+                ptr: reserved,
+                size: used,
+                stream: 0,
+            });
+        }
         for (&d, f) in &rp.nvml {
             w.push(Record {
                 thread: u16::from(f.device_wide),

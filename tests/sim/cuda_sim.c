@@ -55,13 +55,20 @@ enum { KIND_DEVICE = 1, KIND_HOST = 2, KIND_MANAGED = 3, KIND_IPC = 4 };
  * graph owns it, a stream-ordered free captured into a graph does not release it, and CUDA
  * never hands its address out again while the graph exists (docs/cuda-facts.md, "Contexts,
  * resets and captures on other threads"); here graphs live as long as the process. */
-struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; int shared; int64_t origin_pid; uint64_t origin_base; int graph; };
+struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; int shared; int64_t origin_pid; uint64_t origin_base; int graph; int pooled; };
 struct phys { int fd; size_t size; int device; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct block *blocks;
 static size_t nblocks, cap_blocks;
 static uint64_t used_bytes;
+/* Stream-ordered memory (docs/cuda-facts.md, "Memory CUDA's own pools hold"): the device's
+ * default pool and graph memory hand out allocations from memory they reserve in whole chunks
+ * of POOL_CHUNK, so a small allocation holds a chunk. What each pool's allocations use; what it
+ * reserves is that rounded up to chunks, and the device's used memory (NVML's) counts it. */
+#define POOL_CHUNK (32ull << 20)
+static uint64_t pool_used, graph_used;
+static uint64_t chunks_of(uint64_t used) { return (used + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK; }
 static uint64_t limit_bytes;
 static unsigned latency_us;
 static int ndevices = 1;
@@ -241,6 +248,7 @@ static CUresult free_block(uint64_t p, int kind_a, int kind_b) {
     struct block copy = *b;
     *b = blocks[--nblocks];
     used_bytes -= copy.kind == KIND_HOST ? 0 : copy.size;
+    if (copy.pooled) *(copy.graph ? &graph_used : &pool_used) -= copy.size;
     pthread_mutex_unlock(&mu);
     if (copy.shared) {
         char name[64];

@@ -92,6 +92,8 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s);
 CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s);
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d);
+CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value);
+CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *value);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int elem);
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags);
 CUresult cuMemHostAlloc(void **p, size_t size, unsigned int flags);

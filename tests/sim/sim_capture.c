@@ -285,3 +285,27 @@ EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
     *pool = &default_pool;
     return CUDA_SUCCESS;
 }
+/* What the default pool reserves (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, 5) and what its
+ * allocations use (CU_MEMPOOL_ATTR_USED_MEM_CURRENT, 7); other attributes are not modelled. */
+EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
+    if (pool != (CUmemoryPool)&default_pool || !value) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    uint64_t used = pool_used;
+    pthread_mutex_unlock(&mu);
+    if (attr == 5) *(uint64_t *)value = chunks_of(used);
+    else if (attr == 7) *(uint64_t *)value = used;
+    else return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+/* Graph memory: CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT (0) and RESERVED_MEM_CURRENT (2). */
+EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *value) {
+    (void)d;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    uint64_t used = graph_used;
+    pthread_mutex_unlock(&mu);
+    if (attr == 2) *(uint64_t *)value = chunks_of(used);
+    else if (attr == 0) *(uint64_t *)value = used;
+    else return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}

@@ -48,10 +48,15 @@ static CUresult alloc_async(CUdeviceptr *p, size_t size, CUstream s) {
     *p = 0;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = alloc_block(p, size, KIND_DEVICE);
-    if (rc == CUDA_SUCCESS && stream_capturing(s)) {
+    if (rc == CUDA_SUCCESS) {
+        int graph = stream_capturing(s);
         pthread_mutex_lock(&mu);
         struct block *b = find_exact(*p);
-        if (b) b->graph = 1;
+        if (b) {
+            b->graph = graph;
+            b->pooled = 1;
+            *(graph ? &graph_used : &pool_used) += b->size;
+        }
         pthread_mutex_unlock(&mu);
     }
     return rc;
@@ -149,7 +154,8 @@ EXPORT size_t simLimitBytes(void) { configure(); return limit_bytes; }
 EXPORT size_t simUsedBytes(void) {
     configure();
     pthread_mutex_lock(&mu);
-    size_t u = used_bytes;
+    /* The pools' chunks count whole. */
+    size_t u = used_bytes + (chunks_of(pool_used) - pool_used) + (chunks_of(graph_used) - graph_used);
     pthread_mutex_unlock(&mu);
     return u;
 }

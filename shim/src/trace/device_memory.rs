@@ -65,6 +65,21 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 static LAST: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 /// Set by [`poke`]: the device's memory may have moved since the last sample.
 static MOVED: AtomicBool = AtomicBool::new(false);
+/// Set once the program made a stream-ordered allocation: CUDA's own pools hold memory, and the
+/// sampler asks them what (see [`sample_pools`]).
+static STREAM_ORDERED: AtomicBool = AtomicBool::new(false);
+/// The driver's functions the sampler asks CUDA's pools with (0: not yet; usize::MAX: none).
+static POOL_FUNCTIONS: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
+/// The last figures recorded per device and pool (default, graph): reserved + 1, used + 1.
+static LAST_POOL: [[AtomicU64; 4]; MAX_DEVICES] =
+    [const { [const { AtomicU64::new(0) }; 4] }; MAX_DEVICES];
+
+/// The program made a stream-ordered allocation (a load on the hot path, a store once).
+pub fn note_stream_ordered() {
+    if !STREAM_ORDERED.load(Ordering::Relaxed) {
+        STREAM_ORDERED.store(true, Ordering::Relaxed);
+    }
+}
 
 /// Asks for a sample soon (device memory may have moved). A load on the hot path; a store only
 /// once per sample.
@@ -105,7 +120,7 @@ pub fn start() {
 /// state came from the parent; the child cannot use CUDA).
 pub fn forget_after_fork() {
     FORKED.store(true, Ordering::Relaxed);
-    for l in &LAST {
+    for l in LAST.iter().chain(LAST_POOL.iter().flatten()) {
         l.store(0, Ordering::Relaxed);
     }
 }
@@ -223,6 +238,117 @@ fn sample() {
                 d as u8,
                 0,
             );
+        }
+    }
+    if STREAM_ORDERED.load(Ordering::Relaxed) {
+        sample_pools(count.min(MAX_DEVICES as c_uint) as usize);
+    }
+}
+
+type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
+type DefaultPool = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
+type PoolAttribute = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> c_int;
+type GraphAttribute = unsafe extern "C" fn(c_int, c_int, *mut c_void) -> c_int;
+
+/// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
+const POOL_RESERVED: c_int = 5;
+const POOL_USED: c_int = 7;
+/// `CU_GRAPH_MEM_ATTR_RESERVED_MEM_CURRENT`, `CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT`.
+const GRAPH_RESERVED: c_int = 2;
+const GRAPH_USED: c_int = 0;
+
+/// The driver's pool queries, from the libcuda.so.1 the program loaded (never our hooks: none
+/// of these is hooked).
+fn pool_functions() -> Option<[usize; 4]> {
+    if POOL_FUNCTIONS[0].load(Ordering::Acquire) == 0 {
+        let dlsym = real::real_dlsym()?;
+        // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a library already loaded.
+        let h = unsafe {
+            libc::dlopen(
+                c"libcuda.so.1".as_ptr(),
+                libc::RTLD_NOLOAD | libc::RTLD_LAZY,
+            )
+        };
+        if h.is_null() {
+            return None;
+        }
+        let names = [
+            c"cuDeviceGet",
+            c"cuDeviceGetDefaultMemPool",
+            c"cuMemPoolGetAttribute",
+            c"cuDeviceGetGraphMemAttribute",
+        ];
+        for (slot, name) in POOL_FUNCTIONS.iter().zip(names) {
+            // SAFETY: a handle and a NUL-terminated name.
+            let f = unsafe { dlsym(h, name.as_ptr()) } as usize;
+            slot.store(if f == 0 { usize::MAX } else { f }, Ordering::Release);
+        }
+        if let Some(close) = real::real_dlclose() {
+            // SAFETY: balances the dlopen; the program holds the library.
+            unsafe { close(h) };
+        }
+    }
+    let f: [usize; 4] = core::array::from_fn(|i| POOL_FUNCTIONS[i].load(Ordering::Acquire));
+    f.iter().all(|&x| x != 0 && x != usize::MAX).then_some(f)
+}
+
+/// Records what CUDA's default pool and its graph memory reserve and use on each of the first
+/// `devices` devices (taken for CUDA's ordinals, as NVML's indexes are), when a figure moved by
+/// a MiB.
+fn sample_pools(devices: usize) {
+    let Some(f) = pool_functions() else {
+        return;
+    };
+    // SAFETY: each address was resolved for the driver function of that type.
+    let (device_get, default_pool, pool_attr, graph_attr) = unsafe {
+        (
+            core::mem::transmute::<usize, DeviceGet>(f[0]),
+            core::mem::transmute::<usize, DefaultPool>(f[1]),
+            core::mem::transmute::<usize, PoolAttribute>(f[2]),
+            core::mem::transmute::<usize, GraphAttribute>(f[3]),
+        )
+    };
+    for (d, last) in LAST_POOL.iter().enumerate().take(devices) {
+        let mut dev: c_int = 0;
+        // SAFETY: a valid out-pointer; a failure (no such ordinal) leaves the device out.
+        if unsafe { device_get(&mut dev, d as c_int) } != 0 {
+            continue;
+        }
+        let (mut r, mut u, mut gr, mut gu) = (0u64, 0u64, 0u64, 0u64);
+        let mut pool: *mut c_void = core::ptr::null_mut();
+        // SAFETY: valid out-pointers of the sizes the attributes write (a 64-bit figure each).
+        let pool_ok = unsafe {
+            default_pool(&mut pool, dev) == 0
+                && pool_attr(pool, POOL_RESERVED, (&raw mut r).cast()) == 0
+                && pool_attr(pool, POOL_USED, (&raw mut u).cast()) == 0
+        };
+        // SAFETY: as above.
+        let graph_ok = unsafe {
+            graph_attr(dev, GRAPH_RESERVED, (&raw mut gr).cast()) == 0
+                && graph_attr(dev, GRAPH_USED, (&raw mut gu).cast()) == 0
+        };
+        for (which, ok, reserved, used) in [(0usize, pool_ok, r, u), (1, graph_ok, gr, gu)] {
+            if !ok {
+                continue;
+            }
+            let (lr, lu) = (&last[2 * which], &last[2 * which + 1]);
+            let moved = |l: &AtomicU64, v: u64| {
+                let was = l.load(Ordering::Relaxed);
+                was == 0 && v > 0 || was != 0 && (was - 1).abs_diff(v) >= MIB
+            };
+            if moved(lr, reserved) || moved(lu, used) {
+                lr.store(reserved + 1, Ordering::Relaxed);
+                lu.store(used + 1, Ordering::Relaxed);
+                trace::record(
+                    RecordKind::CudaPool,
+                    Api::Shim,
+                    which as i32,
+                    reserved,
+                    used,
+                    d as u8,
+                    0,
+                );
+            }
         }
     }
 }

@@ -67,6 +67,9 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
         thread,
         stream_index,
     );
+    if kind == RecordKind::AllocAsync && rc == 0 {
+        device_memory::note_stream_ordered();
+    }
     // The device's memory may have moved: NVML's figure is sampled soon after (tensors come
     // and go inside the framework's segments, which are recorded themselves).
     if rc != 0
