@@ -167,9 +167,9 @@ fn nvmls_figure_is_split_by_owner_at_its_peak_and_at_exit() {
     assert_eq!(row("= NVML"), "MiB 526.00 MiB 590.00", "{text}");
 }
 
-/// CUDA's default pool reserves in chunks (the simulator's are 32 MiB, as on the GPU): the part
-/// its stream-ordered allocations leave unused is named, so what no allocating call made is the
-/// CUDA context alone, whether the program allocates stream-ordered or not.
+/// CUDA's default pool and its graph memory reserve in chunks (the simulator's are 32 MiB, as
+/// on the GPU): the part their allocations leave unused is named, so what no allocating call
+/// made is the CUDA context alone, whether the program allocates stream-ordered or not.
 #[test]
 fn memory_cudas_own_pool_reserves_is_named_and_the_rest_stays_the_context() {
     let rest = |async_too: bool| -> (serde_json::Value, u64) {
@@ -177,6 +177,7 @@ fn memory_cudas_own_pool_reserves_is_named_and_the_rest_stays_the_context() {
         let mut env = vec![];
         if async_too {
             env.push(("OWNER_ASYNC", "1".to_string()));
+            env.push(("OWNER_GRAPH", "1".to_string()));
         }
         let out = run(
             &sim().dir.join("owners/owners"),
@@ -205,9 +206,15 @@ fn memory_cudas_own_pool_reserves_is_named_and_the_rest_stays_the_context() {
             .find(|p| p["owner"] == name)
             .and_then(|p| p["bytes"].as_u64())
     };
-    // 2 MiB taken stream-ordered: the pool's chunk holds 30 MiB more.
+    // 2 MiB taken stream-ordered, and 2 MiB by a graph's memory node: each chunk holds 30 MiB
+    // more.
     assert_eq!(
         part(&pooled, "CUDA's stream-ordered pool, unused"),
+        Some(30 << 20),
+        "{pooled}"
+    );
+    assert_eq!(
+        part(&pooled, "CUDA's graph memory, unused"),
         Some(30 << 20),
         "{pooled}"
     );

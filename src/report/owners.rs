@@ -3,7 +3,7 @@
 //! its tensors.
 
 use super::live::{Live, Replay};
-use crate::trace::format::Api;
+use crate::trace::format::{Api, RecordKind};
 use crate::trace::reader::TraceReader;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -100,7 +100,7 @@ pub struct OwnerBytes {
 /// The part of NVML's figure CUDA's default pool (`cudaMallocAsync`) reserves beyond what its
 /// allocations use.
 pub const CUDA_POOL_UNUSED: &str = "CUDA's stream-ordered pool, unused";
-/// The same for the memory CUDA keeps for graphs' allocations.
+/// The same for the memory CUDA keeps for graphs' allocations (beyond those the trace holds).
 pub const CUDA_GRAPH_UNUSED: &str = "CUDA's graph memory, unused";
 
 /// What each owner holds per device now: the live allocations by owner, and the framework's
@@ -121,15 +121,23 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
             }
         }
     }
-    // CUDA's own pools reserve in chunks: what their allocations leave unused.
+    // CUDA's own pools reserve in chunks: what their allocations leave unused. The default
+    // pool says what its allocations use. Graph memory counts a chunk as used once anything
+    // lives in it, so its allocations are the stream-ordered ones the trace holds beyond the
+    // default pool's (never more: pools the program makes itself would only lower this).
     for (&(d, pool), &(reserved, used)) in &rp.cuda_pools {
-        let unused = reserved.saturating_sub(used);
+        let (name, unused) = if pool == 0 {
+            (CUDA_POOL_UNUSED, reserved.saturating_sub(used))
+        } else {
+            let stream_ordered: u64 = rp
+                .all_live()
+                .filter(|l| l.device == d && l.kind == RecordKind::AllocAsync as u8)
+                .fold(0, |a, l| a.saturating_add(l.size));
+            let default_used = rp.cuda_pools.get(&(d, 0)).map_or(0, |p| p.1);
+            let in_graphs = stream_ordered.saturating_sub(default_used);
+            (CUDA_GRAPH_UNUSED, reserved.saturating_sub(in_graphs))
+        };
         if unused > 0 {
-            let name = if pool == 0 {
-                CUDA_POOL_UNUSED
-            } else {
-                CUDA_GRAPH_UNUSED
-            };
             by.insert((d, name.to_string()), (unused, 0));
         }
     }

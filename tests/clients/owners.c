@@ -14,8 +14,9 @@ static void wait_ms(long ms) {
     nanosleep(&t, NULL);
 }
 
-/* usage: [OWNER_ASYNC=1] owners [MS]: then holds 64 MiB more for MS milliseconds, frees it and waits MS again
- * before exit (so a sampler sees the peak and the end state). */
+/* usage: [OWNER_ASYNC=1] [OWNER_GRAPH=1] owners [MS]: then holds 64 MiB more for MS milliseconds,
+ * frees it and waits MS again before exit (so a sampler sees the peak and the end state).
+ * OWNER_GRAPH=1: the program also captures a graph whose memory node keeps 2 MiB. */
 int main(int argc, char **argv) {
     void *mine = NULL, *gone = NULL;
     int r = cudaMalloc(&mine, 2 << 20);
@@ -24,6 +25,14 @@ int main(int argc, char **argv) {
     r = r ? r : owner_lib_allocate();
     /* OWNER_ASYNC=1: the library also keeps 2 MiB it took stream-ordered. */
     if (getenv("OWNER_ASYNC")) r = r ? r : owner_lib_allocate_async();
+    if (getenv("OWNER_GRAPH")) {
+        cudaStream_t s = NULL;
+        void *node = NULL, *graph = NULL;
+        r = r ? r : cudaStreamCreate(&s);
+        r = r ? r : cudaStreamBeginCapture(s, 0);
+        r = r ? r : cudaMallocAsync(&node, 2 << 20, s);
+        r = r ? r : cudaStreamEndCapture(s, &graph);
+    }
     printf("owners: %d\n", r);
     if (argc > 1 && r == 0) {
         long ms = atol(argv[1]);

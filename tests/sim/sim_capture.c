@@ -297,15 +297,15 @@ EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) 
     else return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }
-/* Graph memory: CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT (0) and RESERVED_MEM_CURRENT (2). */
+/* Graph memory: CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT (0) and RESERVED_MEM_CURRENT (2). As on the
+ * GPU, a chunk counts as used whole once an allocation lives in it. */
 EXPORT CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *value) {
     (void)d;
     if (!value) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
     uint64_t used = graph_used;
     pthread_mutex_unlock(&mu);
-    if (attr == 2) *(uint64_t *)value = chunks_of(used);
-    else if (attr == 0) *(uint64_t *)value = used;
+    if (attr == 2 || attr == 0) *(uint64_t *)value = chunks_of(used);
     else return CUDA_ERROR_INVALID_VALUE;
     return CUDA_SUCCESS;
 }

@@ -69,7 +69,7 @@ static MOVED: AtomicBool = AtomicBool::new(false);
 /// sampler asks them what (see [`sample_pools`]).
 static STREAM_ORDERED: AtomicBool = AtomicBool::new(false);
 /// The driver's functions the sampler asks CUDA's pools with (0: not yet; usize::MAX: none).
-static POOL_FUNCTIONS: [AtomicUsize; 4] = [const { AtomicUsize::new(0) }; 4];
+static POOL_FUNCTIONS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 /// The last figures recorded per device and pool (default, graph): reserved + 1, used + 1.
 static LAST_POOL: [[AtomicU64; 4]; MAX_DEVICES] =
     [const { [const { AtomicU64::new(0) }; 4] }; MAX_DEVICES];
@@ -184,6 +184,10 @@ fn sample() {
     if unsafe { (n.count)(&mut count) } != 0 {
         return;
     }
+    // CUDA's pools first: a report of NVML's peak then has what they held at it.
+    if STREAM_ORDERED.load(Ordering::Relaxed) {
+        sample_pools((count as usize).min(MAX_DEVICES));
+    }
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as c_uint;
     for (d, last_of) in LAST.iter().enumerate().take(count as usize) {
@@ -240,15 +244,16 @@ fn sample() {
             );
         }
     }
-    if STREAM_ORDERED.load(Ordering::Relaxed) {
-        sample_pools(count.min(MAX_DEVICES as c_uint) as usize);
-    }
 }
 
 type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
 type DefaultPool = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
 type PoolAttribute = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> c_int;
 type GraphAttribute = unsafe extern "C" fn(c_int, c_int, *mut c_void) -> c_int;
+type PrimaryState = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> c_int;
+type PrimaryRetain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
+type SetCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
+type PrimaryRelease = unsafe extern "C" fn(c_int) -> c_int;
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
 const POOL_RESERVED: c_int = 5;
@@ -259,7 +264,7 @@ const GRAPH_USED: c_int = 0;
 
 /// The driver's pool queries, from the libcuda.so.1 the program loaded (never our hooks: none
 /// of these is hooked).
-fn pool_functions() -> Option<[usize; 4]> {
+fn pool_functions() -> Option<[usize; 8]> {
     if POOL_FUNCTIONS[0].load(Ordering::Acquire) == 0 {
         let dlsym = real::real_dlsym()?;
         // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a library already loaded.
@@ -277,6 +282,10 @@ fn pool_functions() -> Option<[usize; 4]> {
             c"cuDeviceGetDefaultMemPool",
             c"cuMemPoolGetAttribute",
             c"cuDeviceGetGraphMemAttribute",
+            c"cuDevicePrimaryCtxGetState",
+            c"cuDevicePrimaryCtxRetain",
+            c"cuCtxSetCurrent",
+            c"cuDevicePrimaryCtxRelease_v2",
         ];
         for (slot, name) in POOL_FUNCTIONS.iter().zip(names) {
             // SAFETY: a handle and a NUL-terminated name.
@@ -288,8 +297,35 @@ fn pool_functions() -> Option<[usize; 4]> {
             unsafe { close(h) };
         }
     }
-    let f: [usize; 4] = core::array::from_fn(|i| POOL_FUNCTIONS[i].load(Ordering::Acquire));
+    let f: [usize; 8] = core::array::from_fn(|i| POOL_FUNCTIONS[i].load(Ordering::Acquire));
     f.iter().all(|&x| x != 0 && x != usize::MAX).then_some(f)
+}
+
+/// Runs `ask` with the device's primary context current on this thread, if the program has made
+/// it (it is retained meanwhile and released after, and the thread left with none).
+fn with_primary_context(f: &[usize; 8], dev: c_int, ask: impl FnOnce() -> bool) -> bool {
+    // SAFETY: each address was resolved for the driver function of that type.
+    let (state, retain, set, release) = unsafe {
+        (
+            core::mem::transmute::<usize, PrimaryState>(f[4]),
+            core::mem::transmute::<usize, PrimaryRetain>(f[5]),
+            core::mem::transmute::<usize, SetCurrent>(f[6]),
+            core::mem::transmute::<usize, PrimaryRelease>(f[7]),
+        )
+    };
+    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
+    let mut ctx: *mut c_void = core::ptr::null_mut();
+    // SAFETY: valid out-pointers; the context is retained only while it is active (so never
+    // made here), made current on this thread alone, and released once.
+    unsafe {
+        if state(dev, &mut flags, &mut active) != 0 || active == 0 || retain(&mut ctx, dev) != 0 {
+            return false;
+        }
+        let answered = set(ctx) == 0 && ask();
+        set(core::ptr::null_mut());
+        release(dev);
+        answered
+    }
 }
 
 /// Records what CUDA's default pool and its graph memory reserve and use on each of the first
@@ -323,10 +359,14 @@ fn sample_pools(devices: usize) {
                 && pool_attr(pool, POOL_USED, (&raw mut u).cast()) == 0
         };
         // SAFETY: as above.
-        let graph_ok = unsafe {
-            graph_attr(dev, GRAPH_RESERVED, (&raw mut gr).cast()) == 0
-                && graph_attr(dev, GRAPH_USED, (&raw mut gu).cast()) == 0
+        let graph = |gr: &mut u64, gu: &mut u64| unsafe {
+            graph_attr(dev, GRAPH_RESERVED, (gr as *mut u64).cast()) == 0
+                && graph_attr(dev, GRAPH_USED, (gu as *mut u64).cast()) == 0
         };
+        // Graph memory is asked of the device's context: the sampler's thread borrows the
+        // primary context while the program has it (never making one).
+        let graph_ok =
+            graph(&mut gr, &mut gu) || with_primary_context(&f, dev, || graph(&mut gr, &mut gu));
         for (which, ok, reserved, used) in [(0usize, pool_ok, r, u), (1, graph_ok, gr, gu)] {
             if !ok {
                 continue;
