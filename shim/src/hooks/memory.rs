@@ -153,6 +153,7 @@ pub(crate) unsafe fn malloc_async<S: Side>(
     s: Stream,
 ) -> i32 {
     forward!(sym, real, S::MISSING, MallocAsync<S>, |f, rec| {
+        pool::allow_pool_questions();
         let per_thread = sym.per_thread();
         if rec
             && !p.is_null()
@@ -218,6 +219,7 @@ pub(crate) unsafe fn malloc_from_pool<S: Side>(
     s: Stream,
 ) -> i32 {
     forward!(sym, real, S::MISSING, MallocFromPool<S>, |f, rec| {
+        pool::allow_pool_questions();
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, pool, s) }

@@ -17,6 +17,26 @@ pub fn captures_begun() {
     CAPTURES.store(true, Ordering::Relaxed);
 }
 
+/// Runs `job` (questions to CUDA of the shim's own) only while no stream capture is under way
+/// or a device reset, and keeps a capture from beginning meanwhile: the capture hooks wait for
+/// the sweep lock, as for the sealer's checkpoints.
+fn outside_captures(job: &mut dyn FnMut()) {
+    let _sweep = super::sealer::SWEEP.lock();
+    if !pool_quiet() {
+        job();
+    }
+}
+
+static POOL_QUESTIONS: AtomicBool = AtomicBool::new(false);
+
+/// The program allocates stream-ordered: the device-memory sampler may ask CUDA's pools what
+/// they hold, outside captures (a load per call once done).
+pub fn allow_pool_questions() {
+    if !POOL_QUESTIONS.load(Ordering::Relaxed) && !POOL_QUESTIONS.swap(true, Ordering::AcqRel) {
+        crate::trace::device_memory::ask_pools_through(outside_captures);
+    }
+}
+
 /// Captures can be under way on this many streams at once and be told apart; past it the pool
 /// stays quiet until the trimmer sees them end.
 const MAX_CAPTURES: usize = 64;

@@ -29,7 +29,7 @@ mod streams;
 
 use crate::cuda::symbols::sig::of;
 use backend::CudaBackend;
-pub use capture::{capture_active, capture_forbids, capturing};
+pub use capture::{allow_pool_questions, capture_active, capture_forbids, capturing};
 use capture::{
     capture_ended, capture_started, captures_begun, forget_finished_captures, resetting,
     set_relaxed_capture_mode,

@@ -74,6 +74,16 @@ static POOL_FUNCTIONS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 static LAST_POOL: [[AtomicU64; 4]; MAX_DEVICES] =
     [const { [const { AtomicU64::new(0) }; 4] }; MAX_DEVICES];
 
+/// How CUDA's pools may be asked (a `fn(&mut dyn FnMut())` the pool registers; 0: not yet, and
+/// then they are not asked): it runs the questions only while no stream capture is under way,
+/// and keeps one from beginning meanwhile, as nothing of the shim's may touch CUDA during one.
+static ASK_THROUGH: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers how CUDA's pools may be asked.
+pub fn ask_pools_through(f: fn(&mut dyn FnMut())) {
+    ASK_THROUGH.store(f as usize, Ordering::Release);
+}
+
 /// The program made a stream-ordered allocation (a load on the hot path, a store once).
 pub fn note_stream_ordered() {
     if !STREAM_ORDERED.load(Ordering::Relaxed) {
@@ -185,8 +195,11 @@ fn sample() {
         return;
     }
     // CUDA's pools first: a report of NVML's peak then has what they held at it.
-    if STREAM_ORDERED.load(Ordering::Relaxed) {
-        sample_pools((count as usize).min(MAX_DEVICES));
+    let through = ASK_THROUGH.load(Ordering::Acquire);
+    if STREAM_ORDERED.load(Ordering::Relaxed) && through != 0 {
+        // SAFETY: only `ask_pools_through` stores here, always a `fn(&mut dyn FnMut())`.
+        let through = unsafe { core::mem::transmute::<usize, fn(&mut dyn FnMut())>(through) };
+        through(&mut || sample_pools((count as usize).min(MAX_DEVICES)));
     }
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as c_uint;
