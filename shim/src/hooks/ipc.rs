@@ -84,15 +84,12 @@ pub(crate) unsafe fn ipc_get_mem_handle(
         // SAFETY: the caller's handle buffer holds CU_IPC_HANDLE_SIZE bytes.
         unsafe { core::ptr::copy_nonoverlapping(out.as_ptr(), handle.cast::<u8>(), ipc::HANDLE) };
         if rec {
-            trace::record(
+            trace::record(trace::Event::note(
                 RecordKind::IpcExport,
-                Api::Shim,
-                0,
                 p,
                 b.requested,
                 trace::driver_device(),
-                0,
-            );
+            ));
         }
         0
     })
@@ -139,15 +136,12 @@ pub(crate) unsafe fn ipc_open(
                 // SAFETY: checked non-null above.
                 unsafe { *out = p };
                 if rec {
-                    trace::record(
+                    trace::record(trace::Event::note(
                         RecordKind::IpcOpen,
-                        Api::Shim,
-                        0,
                         p,
                         0,
                         trace::driver_device(),
-                        0,
-                    );
+                    ));
                 }
                 0
             }
@@ -167,15 +161,12 @@ pub(crate) unsafe fn ipc_close(sym: Sym, real: usize, _: Api, p: u64) -> i32 {
             ipc::Close::Base(base) => unsafe { f(base) },
         };
         if rec && rc == 0 {
-            trace::record(
+            trace::record(trace::Event::note(
                 RecordKind::IpcClose,
-                Api::Shim,
-                0,
                 p,
                 0,
                 trace::driver_device(),
-                0,
-            );
+            ));
         }
         rc
     })

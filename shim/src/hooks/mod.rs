@@ -56,7 +56,7 @@ pub fn recorded(
     let rc = call();
     if rec {
         let (ptr, size, device) = outcome(rc);
-        trace::record(kind, api, rc, ptr, size, device, stream);
+        trace::record(trace::Event::call(kind, api, rc, ptr, size, device).on(stream));
     }
     rc
 }
@@ -111,7 +111,7 @@ pub(crate) unsafe fn show_mem_info(
 ) {
     // SAFETY: the caller vouches for the out-pointers.
     let (fr, to) = unsafe { (out_usize(free, rc), out_usize(total, rc)) };
-    trace::record(RecordKind::MemInfo, api, rc, fr, to, device, 0);
+    trace::record(trace::Event::mem_info(api, rc, fr, to, device));
     if rc != 0 || free.is_null() || total.is_null() || !pool::holds_blocks() {
         return;
     }
@@ -121,5 +121,5 @@ pub(crate) unsafe fn show_mem_info(
         *free = f2 as usize;
         *total = t2 as usize;
     }
-    trace::record(RecordKind::MemInfoShown, api, 0, f2, t2, device, 0);
+    trace::record(trace::Event::mem_info_shown(api, f2, t2, device));
 }

@@ -46,18 +46,8 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
     ));
     let (kind, api) = (RecordKind::AllocAsync, Api::Pluggable);
     let size = size as u64;
-    serve::answered(
-        Cost::Malloc,
-        t0,
-        guard.records(),
-        kind,
-        api,
-        rc,
-        ptr,
-        size,
-        dev,
-        stream as u64,
-    );
+    let e = crate::trace::Event::answer(kind, api, rc, ptr, size, dev).on(stream as u64);
+    serve::answered(Cost::Malloc, t0, guard.records(), e);
     ptr as *mut c_void
 }
 
@@ -89,18 +79,8 @@ pub unsafe extern "C" fn gpushim_free(
         .filter(|&(rc, _)| rc == 0)
         .unwrap_or((ERROR_INVALID_VALUE, DEVICE_UNKNOWN));
     let (kind, api) = (RecordKind::FreeAsync, Api::Pluggable);
-    serve::answered(
-        Cost::Free,
-        t0,
-        guard.records(),
-        kind,
-        api,
-        rc,
-        ptr as u64,
-        0,
-        dev,
-        stream as u64,
-    );
+    let e = crate::trace::Event::answer(kind, api, rc, ptr as u64, 0, dev).on(stream as u64);
+    serve::answered(Cost::Free, t0, guard.records(), e);
     if rc != 0 && state::enabled() {
         say(format_args!(
             "gpushim_free: {ptr:p} is not a live block of the pool; ignored"

@@ -46,7 +46,9 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
     {
         // CUDA refused it for a capture under way (and invalidated that capture), as it
         // would have refused the program's own call.
-        trace::record(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN, stream);
+        trace::record(
+            trace::Event::allocation(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN).on(stream),
+        );
         explain_capture_refusal(api);
         return Some((rc, 0));
     }
@@ -54,18 +56,8 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
     if rc != 0 && runtime {
         set_last_error_out_of_memory();
     }
-    answered(
-        Cost::Malloc,
-        t0,
-        true,
-        kind,
-        api,
-        rc,
-        ptr,
-        size as u64,
-        d,
-        stream,
-    );
+    let e = trace::Event::answer(kind, api, rc, ptr, size as u64, d).on(stream);
+    answered(Cost::Malloc, t0, true, e);
     Some((rc, ptr))
 }
 
@@ -81,21 +73,9 @@ pub fn allocated(served: Served) -> Option<(i32, u64, u8)> {
 /// The pool answered a request: recorded (when `record`, the guard's say), its cost counted
 /// from `t0`. Every answer the pool gives, to the hooks and to PyTorch's pluggable entry
 /// points, ends here.
-#[allow(clippy::too_many_arguments)]
-pub fn answered(
-    cost: Cost,
-    t0: u64,
-    record: bool,
-    kind: RecordKind,
-    api: Api,
-    rc: i32,
-    ptr: u64,
-    size: u64,
-    device: u8,
-    stream: u64,
-) {
+pub fn answered(cost: Cost, t0: u64, record: bool, e: trace::Event) {
     if record {
-        trace::record(kind, api, rc, ptr, size, device, stream);
+        trace::record(e);
     }
     costs::end(cost, t0);
 }
@@ -138,14 +118,15 @@ pub fn free(
     if how == FreeKind::Sync
         && let Some(rc) = pool::capture_forbids(runtime)
     {
-        trace::record(kind, api, rc, p, 0, DEVICE_UNKNOWN, stream);
+        trace::record(trace::Event::release(kind, api, rc, p).on(stream));
         return Some(rc);
     }
     let (rc, d) = freed(pool::free(p, how))?;
     if rc != 0 && runtime {
         set_last_error_invalid_value();
     }
-    answered(Cost::Free, t0, true, kind, api, rc, p, 0, d, stream);
+    let e = trace::Event::answer(kind, api, rc, p, 0, d).on(stream);
+    answered(Cost::Free, t0, true, e);
     Some(rc)
 }
 

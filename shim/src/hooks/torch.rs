@@ -26,7 +26,7 @@ use crate::{state, trace};
 use core::cell::Cell;
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind, tensors_off};
+use gpushim_core::trace::format::{RecordKind, tensors_off};
 
 const UNDECIDED: u8 = 0;
 const ATTACHING: u8 = 1;
@@ -410,15 +410,7 @@ fn off(code: u64) {
     if STATE.swap(OFF, Ordering::AcqRel) == OFF {
         return;
     }
-    trace::record(
-        RecordKind::Tensors,
-        Api::Torch,
-        0,
-        code,
-        0,
-        DEVICE_UNKNOWN,
-        0,
-    );
+    trace::record(trace::Event::tensors(false, code));
     if code != tensors_off::CONFIGURED {
         say(format_args!(
             "tensors are not recorded: {}; reports show PyTorch's segments",
@@ -476,25 +468,17 @@ unsafe fn tracked(e: *const u8) {
             .compare_exchange(TRIAL, ON, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            trace::record(RecordKind::Tensors, Api::Torch, 0, 0, 1, DEVICE_UNKNOWN, 0);
+            trace::record(trace::Event::tensors(true, 0));
         }
     }
     let pending = REQUESTED.try_with(|r| r.take()).unwrap_or((0, 0, 0, 0));
     if action == FREE_COMPLETED && pending.0 == addr {
-        trace::record(
-            RecordKind::TensorFree,
-            Api::Torch,
-            0,
-            addr,
-            size,
-            device,
-            stream,
-        );
+        trace::record(trace::Event::tensor(RecordKind::TensorFree, addr, size, device).on(stream));
         return;
     }
     if pending.0 != 0 {
         let (p, n, d, s) = pending;
-        trace::record(RecordKind::TensorFreeRequested, Api::Torch, 0, p, n, d, s);
+        trace::record(trace::Event::tensor(RecordKind::TensorFreeRequested, p, n, d).on(s));
     }
     if action == FREE_REQUESTED
         && REQUESTED
@@ -517,9 +501,15 @@ unsafe fn tracked(e: *const u8) {
             return;
         }
     };
-    // A segment of pages mapped or unmapped (expandable segments) says so in its status.
-    let status = i32::from(matches!(action, SEGMENT_MAP | SEGMENT_UNMAP));
-    trace::record(kind, Api::Torch, status, ptr, size, device, stream);
+    let e = match kind {
+        // A segment of pages mapped or unmapped (expandable segments) says so.
+        RecordKind::SegmentReserve | RecordKind::SegmentRelease => {
+            let pages = matches!(action, SEGMENT_MAP | SEGMENT_UNMAP);
+            trace::Event::framework_segment(kind, ptr, size, device, pages)
+        }
+        _ => trace::Event::tensor(kind, ptr, size, device),
+    };
+    trace::record(e.on(stream));
 }
 
 #[cfg(test)]

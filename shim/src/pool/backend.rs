@@ -15,7 +15,7 @@ use crate::trace;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicU64, Ordering};
 use gpushim_core::engine::{Backend, Event, OutOfMemory};
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 use std::collections::VecDeque;
 
 /// One checkpoint: events recorded after every fence it covers.
@@ -365,15 +365,12 @@ const ERROR_NOT_READY: i32 = 600;
 
 /// The trace's `pool_checkpoint` record: checkpoint `id` of `slot` made, or passed.
 fn note_checkpoint(slot: u8, id: u64, passed: bool) {
-    trace::record(
+    trace::record(trace::Event::note(
         RecordKind::PoolCheckpoint,
-        Api::Shim,
-        0,
         id,
         u64::from(passed),
         device_of(slot),
-        0,
-    );
+    ));
 }
 
 impl Backend for CudaBackend {
@@ -604,6 +601,6 @@ impl Backend for CudaBackend {
             Event::LimitHit { device, size } => (RecordKind::LimitHit, device, 0, size),
             Event::Synchronize { device } => (RecordKind::PoolSync, device, 0, 0),
         };
-        trace::record(kind, Api::Shim, 0, ptr, size, device_of(slot), 0);
+        trace::record(trace::Event::note(kind, ptr, size, device_of(slot)));
     }
 }

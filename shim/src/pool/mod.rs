@@ -74,15 +74,14 @@ fn note_other_streams(api: Api, stream: u64) {
     if OTHER_STREAMS.load(Ordering::Relaxed) || OTHER_STREAMS.swap(true, Ordering::AcqRel) {
         return;
     }
-    crate::trace::record(
+    crate::trace::record(crate::trace::Event::answer(
         RecordKind::PoolStreams,
         api,
         0,
         stream,
         0,
         DEVICE_UNKNOWN,
-        0,
-    );
+    ));
     if !capture_active()
         && let Some(sync) = real::function::<of::CuCtxSynchronize>()
     {

@@ -13,7 +13,6 @@ use crate::cuda::real;
 use crate::trace;
 use core::ffi::{c_int, c_uint, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use gpushim_core::trace::format::{Api, RecordKind};
 
 /// How often the helper samples when nothing pokes it.
 const EVERY_MS: u64 = 200;
@@ -246,15 +245,7 @@ fn sample() {
                 continue;
             }
             last_of.store(bytes + 1, Ordering::Relaxed);
-            trace::record(
-                RecordKind::DeviceMemory,
-                Api::Shim,
-                i32::from(device_wide),
-                bytes,
-                mem.total,
-                d as u8,
-                0,
-            );
+            trace::record(trace::Event::nvml(bytes, mem.total, d as u8, device_wide));
         }
     }
 }
@@ -392,15 +383,12 @@ fn sample_pools(devices: usize) {
             if moved(lr, reserved) || moved(lu, used) {
                 lr.store(reserved + 1, Ordering::Relaxed);
                 lu.store(used + 1, Ordering::Relaxed);
-                trace::record(
-                    RecordKind::CudaPool,
-                    Api::Shim,
-                    which as i32,
+                trace::record(trace::Event::cuda_pool(
+                    which as u8,
                     reserved,
                     used,
                     d as u8,
-                    0,
-                );
+                ));
             }
         }
     }

@@ -1,8 +1,11 @@
 //! Recording from the hooks: the process's trace, opened on its first CUDA memory call.
 
 pub mod device_memory;
+mod event;
 pub mod python;
 pub mod stacks;
+
+pub use event::Event;
 
 use crate::cuda::real;
 use crate::cuda::symbols::sig::{self, of};
@@ -12,7 +15,7 @@ use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::fixedfmt::Escaped;
-use gpushim_core::trace::format::{self, Api, DEVICE_UNKNOWN, Record, RecordKind};
+use gpushim_core::trace::format::{self, DEVICE_UNKNOWN, Record, RecordKind};
 use gpushim_core::trace::recorder::{self, OpenOptions, PATH_CAP, Recorder};
 
 pub static RECORDER: Recorder = Recorder::new();
@@ -22,8 +25,9 @@ thread_local! {
     static THREAD: Cell<(u32, u16)> = const { Cell::new((0, 0)) };
 }
 
-/// Appends one record, opening the trace first if this is the process's first event.
-pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: u8, stream: u64) {
+/// Appends one record, opening the trace first if this is the process's first event; then
+/// what the event brings with it (its stream's name, its stack, the library that asked).
+pub fn record(e: Event) {
     // GPUSHIM_DISABLE=1 writes nothing, whichever route (the pool's own notes, the pluggable
     // allocator) asks.
     if !state::enabled() || !ensure_open() {
@@ -35,18 +39,16 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
     let now = RECORDER.now_ns();
     let thread = thread_index(now);
     let mut stream_index = 0;
-    if stream != 0 {
-        let (i, new) = RECORDER.intern_stream(stream);
+    if e.stream != 0 {
+        let (i, new) = RECORDER.intern_stream(e.stream);
         if new {
             append(
-                Event {
-                    kind: RecordKind::StreamName,
-                    api: Api::Shim,
-                    rc: 0,
-                    ptr: stream,
-                    size: u64::from(i),
-                    device: DEVICE_UNKNOWN,
-                },
+                Event::note(
+                    RecordKind::StreamName,
+                    e.stream,
+                    u64::from(i),
+                    DEVICE_UNKNOWN,
+                ),
                 now,
                 thread,
                 0,
@@ -54,72 +56,22 @@ pub fn record(kind: RecordKind, api: Api, rc: i32, ptr: u64, size: u64, device: 
         }
         stream_index = i;
     }
-    append(
-        Event {
-            kind,
-            api,
-            rc,
-            ptr,
-            size,
-            device,
-        },
-        now,
-        thread,
-        stream_index,
-    );
-    if kind == RecordKind::AllocAsync && rc == 0 {
+    append(e, now, thread, stream_index);
+    if e.stream_ordered() {
         device_memory::note_stream_ordered();
     }
-    // The device's memory may have moved: NVML's figure is sampled soon after (tensors come
-    // and go inside the framework's segments, which are recorded themselves).
-    if rc != 0
-        || matches!(
-            kind,
-            RecordKind::Alloc
-                | RecordKind::AllocAsync
-                | RecordKind::ManagedAlloc
-                | RecordKind::Free
-                | RecordKind::FreeAsync
-                | RecordKind::PhysCreate
-                | RecordKind::PhysRelease
-                | RecordKind::SegmentReserve
-                | RecordKind::SegmentRelease
-        ) && !matches!(api, Api::Torch | Api::Pluggable)
-        || kind == RecordKind::TensorOom
-    {
+    if e.moves_device_memory() {
         device_memory::poke();
     }
-    // The pool's own decisions follow the call that caused them, which has the stack.
-    if api != Api::Shim {
+    if e.takes_stack() {
         crate::costs::measure(crate::costs::Cost::Stacks, || {
-            crate::trace::stacks::maybe_record(thread, kind, now)
+            crate::trace::stacks::maybe_record(thread, e.kind, now)
         });
-        // The library behind each device allocation of the program's own calls (not the
-        // framework's tensors, whose owner is the framework).
-        if rc == 0
-            && matches!(
-                kind,
-                RecordKind::Alloc
-                    | RecordKind::AllocAsync
-                    | RecordKind::ManagedAlloc
-                    | RecordKind::PhysCreate
-            )
-            && !matches!(api, Api::Torch | Api::Pluggable)
-        {
+        if e.names_caller() {
             crate::trace::stacks::record_caller(thread);
         }
     }
     crate::costs::end(crate::costs::Cost::Record, t0);
-}
-
-/// What one record says, before the recorder adds when, which thread and which stream.
-struct Event {
-    kind: RecordKind,
-    api: Api,
-    rc: i32,
-    ptr: u64,
-    size: u64,
-    device: u8,
 }
 
 fn append(e: Event, time_ns: u64, thread: u16, stream: u16) {
@@ -147,14 +99,7 @@ fn thread_index(now: u64) -> u16 {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u64;
     append(
-        Event {
-            kind: RecordKind::ThreadStart,
-            api: Api::Shim,
-            rc: 0,
-            ptr: tid,
-            size: u64::from(i),
-            device: DEVICE_UNKNOWN,
-        },
+        Event::note(RecordKind::ThreadStart, tid, u64::from(i), DEVICE_UNKNOWN),
         now,
         i,
         0,
@@ -513,5 +458,5 @@ pub fn record_nvtx(kind: RecordKind, text: &[u8], size: u64) {
     } else {
         RECORDER.intern_string(text)
     };
-    record(kind, Api::Nvtx, 0, id, size, DEVICE_UNKNOWN, 0);
+    record(Event::nvtx(kind, id, size));
 }
