@@ -14,8 +14,8 @@ fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
     let g = &v["iterations"]["growing"][0];
     let line = format!(
         "grows 1.00 MiB per iteration ({} -> {})",
-        gpushim::report::summary::human_bytes(g["live_at_first_boundary"].as_u64().unwrap()),
-        gpushim::report::summary::human_bytes(g["live_at_last_boundary"].as_u64().unwrap())
+        gpushim::report::units::human_bytes(g["live_at_first_boundary"].as_u64().unwrap()),
+        gpushim::report::units::human_bytes(g["live_at_last_boundary"].as_u64().unwrap())
     );
     assert!(readme.contains(&line), "the README should show `{line}`");
     // The layout names every top-level folder and file the repository holds, and every script.

@@ -2,7 +2,7 @@
 
 use super::output::fail;
 use gpushim::config;
-use gpushim::report::summary::{self, human_bytes};
+use gpushim::report::units::{self, human_bytes};
 use std::process::ExitCode;
 
 pub fn cmd_config(conf: Option<String>) -> ExitCode {
@@ -49,7 +49,7 @@ pub fn cmd_config(conf: Option<String>) -> ExitCode {
         } else if c.trim_ns == u64::MAX {
             "off".to_string()
         } else {
-            summary::human_duration(c.trim_ns)
+            units::human_duration(c.trim_ns)
         }
     );
     println!("  tensors    {}", if c.tensors { "on" } else { "off" });

@@ -1,7 +1,7 @@
 //! `gpushim diff`: two traces side by side, call site by call site.
 
 use super::output::{fail, print_json};
-use gpushim::report::summary::human_bytes;
+use gpushim::report::units::human_bytes;
 use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;

@@ -18,7 +18,7 @@ mod top;
 
 use args::{Cli, Cmd};
 use clap::Parser;
-use gpushim::report::summary::human_bytes;
+use gpushim::report::units::human_bytes;
 use gpushim::trace::reader::ReadOptions;
 use output::{fail, picture_kind, write_picture};
 use std::process::ExitCode;

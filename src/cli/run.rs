@@ -2,7 +2,8 @@
 
 use super::output::fail;
 use gpushim::config;
-use gpushim::report::summary::{self, human_bytes};
+use gpushim::report::summary;
+use gpushim::report::units::human_bytes;
 use gpushim::run::TorchRoute;
 use gpushim::trace::reader::ReadOptions;
 use std::ffi::OsString;

@@ -4,8 +4,8 @@
 
 use super::output::{fail, print_json};
 use gpushim::engine::torch::TorchConf;
-use gpushim::report::summary::{human_bytes, human_duration};
 use gpushim::report::torch_replay::{self, Bounds, Fidelity, Outcome, ReplayError};
+use gpushim::report::units::{human_bytes, human_duration};
 use gpushim::trace::reader::ReadOptions;
 use serde::Serialize;
 use std::path::PathBuf;

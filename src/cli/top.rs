@@ -1,7 +1,8 @@
 //! `gpushim top`: a live view of a running program's trace, refreshed.
 
 use super::output::{fail, print_holders};
-use gpushim::report::summary::{self, human_bytes};
+use gpushim::report::summary;
+use gpushim::report::units::{self, human_bytes};
 use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;
@@ -63,7 +64,7 @@ pub fn cmd_top(
             s.program,
             s.pid,
             if running { "running" } else { "exited" },
-            summary::human_duration(s.duration_ns),
+            units::human_duration(s.duration_ns),
             s.events
         );
         for d in &s.devices {
@@ -73,7 +74,7 @@ pub fn cmd_top(
                 human_bytes(d.live_bytes_at_end),
                 d.live_allocations_at_end,
                 human_bytes(d.peak_live_bytes),
-                summary::human_duration(d.peak_time_ns)
+                units::human_duration(d.peak_time_ns)
             );
         }
         println!("  live now, by call site:");

@@ -2,7 +2,7 @@
 
 use super::xml;
 use crate::report::Peak;
-use crate::report::summary::human_bytes;
+use crate::report::units::human_bytes;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

@@ -2,7 +2,7 @@
 //! for the process where the trace has it (SVG).
 
 use super::{aligned, xml};
-use crate::report::summary::human_bytes;
+use crate::report::units::human_bytes;
 use crate::report::{Change, replay_each};
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadError, ReadOptions};
@@ -296,7 +296,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
         r#"<text x="{}" y="{}" text-anchor="middle">time since the first allocation, {} after the {}trace started ({tunit})</text>"#,
         (L + W - R) / 2.0,
         H - 20.0,
-        crate::report::summary::human_duration(start),
+        crate::report::units::human_duration(start),
         if traces.len() == 1 { "" } else { "first " }
     );
     let _ = writeln!(

@@ -6,7 +6,7 @@
 
 use super::live::{Replay, replay_until};
 use super::owners::{OwnerBytes, held_by_owner};
-use super::summary::{Summary, human_bytes, human_duration};
+use super::units::{human_bytes, human_duration};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -158,71 +158,5 @@ pub fn render(o: &mut String, all: &[DeviceMemory]) {
             m.at_exit.not_allocated_bytes,
         );
         row(o, "= NVML", m.at_peak.nvml_bytes, m.at_exit.nvml_bytes);
-    }
-}
-
-/// One rank's (trace's) highest NVML figure on one device against the device's total.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
-pub struct RankMemory {
-    pub trace: String,
-    pub rank: Option<i32>,
-    pub device: u8,
-    pub nvml_peak_bytes: u64,
-    pub device_total_bytes: u64,
-    /// The device's total less the peak: how much more this rank could have taken (less, where
-    /// other processes share the device).
-    pub headroom_bytes: u64,
-}
-
-/// Every trace's NVML peak per device, the one with the least headroom first.
-pub fn by_headroom(all: &[Summary]) -> Vec<RankMemory> {
-    let mut v: Vec<RankMemory> = all
-        .iter()
-        .flat_map(|s| {
-            s.device_memory.iter().map(|m| RankMemory {
-                trace: s.path.clone(),
-                rank: s.rank,
-                device: m.device,
-                nvml_peak_bytes: m.at_peak.nvml_bytes,
-                device_total_bytes: m.device_total_bytes,
-                headroom_bytes: m.device_total_bytes.saturating_sub(m.at_peak.nvml_bytes),
-            })
-        })
-        .collect();
-    v.sort_by(|a, b| {
-        a.headroom_bytes
-            .cmp(&b.headroom_bytes)
-            .then(a.rank.cmp(&b.rank))
-    });
-    v
-}
-
-/// The job's ranks by headroom, the closest to its limit named.
-pub fn render_ranks(o: &mut String, ranks: &[RankMemory]) {
-    let Some(first) = ranks.first() else {
-        return;
-    };
-    let who = |r: &RankMemory| match r.rank {
-        Some(k) => format!("rank {k}"),
-        None => r.trace.clone(),
-    };
-    let _ = writeln!(
-        o,
-        "  closest to its device's limit: {} on device {}, NVML peak {} of {} ({} headroom)",
-        who(first),
-        first.device,
-        human_bytes(first.nvml_peak_bytes),
-        human_bytes(first.device_total_bytes),
-        human_bytes(first.headroom_bytes)
-    );
-    for r in ranks {
-        let _ = writeln!(
-            o,
-            "    {:<10} device {}: NVML peak {:>10}, headroom {:>10}",
-            who(r),
-            r.device,
-            human_bytes(r.nvml_peak_bytes),
-            human_bytes(r.headroom_bytes)
-        );
     }
 }

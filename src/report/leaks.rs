@@ -3,7 +3,7 @@
 use super::live::{replay_each, site_key};
 use super::sites::holders_text_all;
 use super::sites::{Holder, holders, merge_holders, site_label};
-use crate::report::summary::human_bytes;
+use crate::report::units::human_bytes;
 use crate::trace::format::RecordKind;
 use crate::trace::live::{Boundary, BoundaryMark};
 use crate::trace::reader::{ReadError, ReadOptions};

@@ -18,6 +18,7 @@ pub mod sites;
 pub mod summary;
 pub mod symbolize;
 pub mod torch_replay;
+pub mod units;
 
 pub use holds::filter_keeps_any;
 pub use leaks::{Growth, Iterations, JobGrowth, JobLeaks, Leaks, combine_leaks, leaks};

@@ -3,7 +3,7 @@
 use super::live::{Replay, replay_each};
 use super::sites::holders_text;
 use super::sites::{Holder, holders, site_label};
-use super::summary::{self, human_bytes};
+use super::units::{self, human_bytes};
 use crate::trace::format::DEVICE_UNKNOWN;
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
@@ -190,7 +190,7 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
         let _ = writeln!(
             out,
             "at {}: {} of {} failed with {} on device {}{}",
-            summary::human_duration(o.time_ns),
+            units::human_duration(o.time_ns),
             o.api,
             human_bytes(o.requested_bytes),
             o.status,

@@ -3,7 +3,7 @@
 use super::live::{Change, replay_each, replay_until};
 use super::sites::holders_text_all;
 use super::sites::{Holder, holders, merge_holders, range_label, site_label};
-use super::summary::{self, human_bytes};
+use super::units::{self, human_bytes};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -195,7 +195,7 @@ pub fn render_peaks(
                 "device {}: peak live {} at {} (reserved {})",
                 p.device,
                 human_bytes(p.live_bytes),
-                summary::human_duration(p.time_ns),
+                units::human_duration(p.time_ns),
                 human_bytes(p.reserved_bytes)
             );
             let _ = writeln!(o, "  by call site:");

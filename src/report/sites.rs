@@ -9,9 +9,8 @@ use std::fmt::Write as _;
 
 /// A call site as people read it: the first frames of its stack, innermost first.
 pub fn site_label(reader: &TraceReader, stack: u64) -> String {
-    if stack >> 63 == 1 {
-        let api = crate::trace::format::Api::from_u8((stack >> 48) as u8 & 0x7f)
-            .map_or("?", |a| a.name());
+    if let Some((api, size)) = crate::trace::live::size_key_parts(stack) {
+        let api = crate::trace::format::Api::from_u8(api).map_or("?", |a| a.name());
         let why = if reader.has_python_frames() {
             "no Python frames: made where they cannot be read (a thread not running Python, \
              interpreter start or exit)"
@@ -20,7 +19,7 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
         } else {
             "no stack: record with GPUSHIM_CONF=stacks:on"
         };
-        return format!("{api} of {} B ({why})", stack & ((1 << 48) - 1));
+        return format!("{api} of {size} B ({why})");
     }
     match reader.stack(stack) {
         Some(frames) if stack != 0 && !frames.is_empty() => {
@@ -184,7 +183,7 @@ pub fn holders_text(holders: &[Holder], n: usize, indent: &str) -> String {
         let _ = writeln!(
             o,
             "{indent}{:>12} in {:>6}  {}",
-            super::summary::human_bytes(h.bytes),
+            super::units::human_bytes(h.bytes),
             h.allocations,
             h.label
         );
@@ -203,7 +202,7 @@ pub fn holders_text_all(holders: &[Holder], n: usize, indent: &str) -> String {
             o,
             "{indent}... and {} more holding {} (--top {} shows every row)",
             rest.len(),
-            super::summary::human_bytes(bytes),
+            super::units::human_bytes(bytes),
             holders.len()
         );
     }

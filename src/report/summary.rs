@@ -2,6 +2,7 @@
 //! health of the trace itself (torn, lost, truncated, damaged).
 
 use super::live::Replay;
+use super::units::{human_bytes, human_duration};
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
 use crate::trace::summary::is_allocating;
@@ -483,32 +484,6 @@ fn activity_of(all: &mut BTreeMap<u8, PoolActivity>, device: u8) -> &mut PoolAct
         device,
         ..PoolActivity::default()
     })
-}
-
-/// `1.50 GiB`, `512 B`.
-pub fn human_bytes(n: u64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
-    }
-}
-
-pub fn human_duration(ns: u64) -> String {
-    if ns >= 1_000_000_000 {
-        format!("{:.2} s", ns as f64 / 1e9)
-    } else if ns >= 1_000_000 {
-        format!("{:.2} ms", ns as f64 / 1e6)
-    } else {
-        format!("{:.1} µs", ns as f64 / 1e3)
-    }
 }
 
 impl Summary {

@@ -12,7 +12,7 @@
 
 use crate::engine::torch::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
 use crate::report::sites::site_label;
-use crate::report::summary::human_bytes;
+use crate::report::units::human_bytes;
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;

@@ -233,7 +233,7 @@ impl BoundaryMark {
                     RecordKind::RangePush | RecordKind::RangeStart | RecordKind::Mark
                 ) && r.ptr == id
             }
-            BoundaryMark::Site(key) if key >> 63 == 1 => {
+            BoundaryMark::Site(key) if size_key_parts(key).is_some() => {
                 matches!(c, Change::Alloc { .. }) && size_key(r.api as u8, r.size) == key
             }
             BoundaryMark::Site(key) => r.kind == RecordKind::StackRef && r.ptr == key,
@@ -244,6 +244,11 @@ impl BoundaryMark {
 /// The call-site key of an allocation without a stack: its API and size.
 pub fn size_key(api: u8, size: u64) -> u64 {
     (1 << 63) | (u64::from(api) << 48) | (size & ((1 << 48) - 1))
+}
+
+/// The API and size a [`size_key`] holds; `None` for a stack id.
+pub fn size_key_parts(key: u64) -> Option<(u8, u64)> {
+    (key >> 63 == 1).then_some(((key >> 48) as u8 & 0x7f, key & ((1 << 48) - 1)))
 }
 
 /// What NVML said of one device.
