@@ -412,7 +412,27 @@ impl Replay {
                 _ => {}
             }
         }
-        match r.kind {
+        let change = self
+            .apply_memory(r)
+            .or_else(|| self.apply_physical(r))
+            .or_else(|| self.apply_segments(r))
+            .or_else(|| self.apply_facts(r))
+            .or_else(|| self.apply_context(r));
+        change.unwrap_or_else(|| {
+            // Any other record of the thread ends the window in which a StackRef belongs to
+            // its allocation.
+            if !r.kind.is_definition() {
+                take_last(&mut self.last_alloc, r.thread);
+            }
+            Change::Other
+        })
+    }
+
+    /// Device and pinned host memory handed out and given back (the program's calls and the
+    /// framework's tensors).
+    fn apply_memory(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
             Alloc | AllocAsync | ManagedAlloc | TensorAlloc if r.status == 0 && r.ptr != 0 => {
                 if r.kind == TensorAlloc {
                     self.tensors = true;
@@ -433,6 +453,53 @@ impl Replay {
                 }
                 Change::Alloc { ptr: r.ptr, device }
             }
+            Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                match self.live.remove(&r.ptr) {
+                    Some(l) => {
+                        self.sub_bytes(l.device, l.size);
+                        if r.kind == TensorFree {
+                            let t = self.tensor_bytes.entry(l.device).or_default();
+                            t.0 = t.0.saturating_sub(l.size);
+                        }
+                        Change::Free {
+                            ptr: r.ptr,
+                            live: l,
+                        }
+                    }
+                    // The framework giving a segment back: its release follows.
+                    None if self.tensors && self.segments.contains_key(&r.ptr) => Change::Other,
+                    None => {
+                        self.unmatched_frees += 1;
+                        Change::Other
+                    }
+                }
+            }
+            HostAlloc if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                if let Some(old) = self.host.insert(r.ptr, r.size) {
+                    self.host_live = self.host_live.saturating_sub(old);
+                }
+                self.host_live = self.host_live.saturating_add(r.size);
+                self.host_peak = self.host_peak.max(self.host_live);
+                Change::Other
+            }
+            HostFree if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                match self.host.remove(&r.ptr) {
+                    Some(size) => self.host_live = self.host_live.saturating_sub(size),
+                    None => self.unmatched_frees += 1,
+                }
+                Change::Other
+            }
+            _ => return None,
+        })
+    }
+
+    /// VMM physical memory created and released (an expandable segment's claimed as reserved).
+    fn apply_physical(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
             PhysCreate if r.status == 0 => {
                 let l = Live {
                     stream: 0,
@@ -465,28 +532,15 @@ impl Replay {
                     Change::Other
                 }
             },
-            Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => {
-                take_last(&mut self.last_alloc, r.thread);
-                match self.live.remove(&r.ptr) {
-                    Some(l) => {
-                        self.sub_bytes(l.device, l.size);
-                        if r.kind == TensorFree {
-                            let t = self.tensor_bytes.entry(l.device).or_default();
-                            t.0 = t.0.saturating_sub(l.size);
-                        }
-                        Change::Free {
-                            ptr: r.ptr,
-                            live: l,
-                        }
-                    }
-                    // The framework giving a segment back: its release follows.
-                    None if self.tensors && self.segments.contains_key(&r.ptr) => Change::Other,
-                    None => {
-                        self.unmatched_frees += 1;
-                        Change::Other
-                    }
-                }
-            }
+            _ => return None,
+        })
+    }
+
+    /// Segments taken and given back: the framework's (reserved memory; its `cudaMalloc` is no
+    /// longer the program's) and the shim's pool's.
+    fn apply_segments(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
             // A framework segment: the allocation the shim saw (a `cudaMalloc`) is reserved
             // memory, not something the program holds; an expandable segment's mapping claims
             // the physical memory the thread just created.
@@ -534,6 +588,30 @@ impl Replay {
                 *v = v.saturating_sub(r.size);
                 Change::Other
             }
+            SegmentReserve => {
+                self.pooled.insert(r.device);
+                self.segments.insert(r.ptr, (r.size, r.device));
+                {
+                    let v = self.reserved.entry(r.device).or_default();
+                    *v = v.saturating_add(r.size);
+                }
+                Change::Other
+            }
+            SegmentRelease => {
+                self.segments.remove(&r.ptr);
+                let v = self.reserved.entry(r.device).or_default();
+                *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            _ => return None,
+        })
+    }
+
+    /// What the device and the framework said: NVML's figure, CUDA's pools, `cudaMemGetInfo`,
+    /// whether tensors are recorded.
+    fn apply_facts(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
             CudaPool => {
                 self.cuda_pools
                     .insert((r.device, r.status), (r.ptr, r.size));
@@ -547,6 +625,30 @@ impl Replay {
                 f.device_wide |= r.status != 0;
                 Change::Other
             }
+            Tensors => {
+                if r.size == 0 {
+                    self.tensors_off = Some(r.ptr);
+                }
+                Change::Other
+            }
+            MemInfo if r.status == 0 => {
+                let d = if r.device == DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                };
+                self.mem_info.insert(d, (r.ptr, r.size));
+                Change::Other
+            }
+
+            _ => return None,
+        })
+    }
+
+    /// What follows an allocation on its thread (its caller, its stack) and NVTX ranges.
+    fn apply_context(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
             Caller => {
                 let owner = self
                     .awaiting_caller
@@ -559,29 +661,6 @@ impl Replay {
                 };
                 if let Some(l) = l {
                     l.caller = [r.ptr, r.size];
-                }
-                Change::Other
-            }
-            Tensors => {
-                if r.size == 0 {
-                    self.tensors_off = Some(r.ptr);
-                }
-                Change::Other
-            }
-            HostAlloc if r.status == 0 && r.ptr != 0 => {
-                take_last(&mut self.last_alloc, r.thread);
-                if let Some(old) = self.host.insert(r.ptr, r.size) {
-                    self.host_live = self.host_live.saturating_sub(old);
-                }
-                self.host_live = self.host_live.saturating_add(r.size);
-                self.host_peak = self.host_peak.max(self.host_live);
-                Change::Other
-            }
-            HostFree if r.status == 0 && r.ptr != 0 => {
-                take_last(&mut self.last_alloc, r.thread);
-                match self.host.remove(&r.ptr) {
-                    Some(size) => self.host_live = self.host_live.saturating_sub(size),
-                    None => self.unmatched_frees += 1,
                 }
                 Change::Other
             }
@@ -616,39 +695,8 @@ impl Replay {
                 }
                 Change::Other
             }
-            SegmentReserve => {
-                self.pooled.insert(r.device);
-                self.segments.insert(r.ptr, (r.size, r.device));
-                {
-                    let v = self.reserved.entry(r.device).or_default();
-                    *v = v.saturating_add(r.size);
-                }
-                Change::Other
-            }
-            SegmentRelease => {
-                self.segments.remove(&r.ptr);
-                let v = self.reserved.entry(r.device).or_default();
-                *v = v.saturating_sub(r.size);
-                Change::Other
-            }
-            MemInfo if r.status == 0 => {
-                let d = if r.device == DEVICE_UNKNOWN {
-                    0
-                } else {
-                    r.device
-                };
-                self.mem_info.insert(d, (r.ptr, r.size));
-                Change::Other
-            }
-            _ => {
-                // Any other record of the thread ends the window in which a StackRef belongs
-                // to its allocation.
-                if !r.kind.is_definition() {
-                    take_last(&mut self.last_alloc, r.thread);
-                }
-                Change::Other
-            }
-        }
+            _ => return None,
+        })
     }
 
     /// Puts back what one `Restore` record of a checkpoint says (see [`restore`]).
