@@ -199,7 +199,20 @@ impl Gather {
 /// Reads the trace's tensors. Errors: the trace cannot be read, or has no tensors of
 /// PyTorch's allocator (with why, when the trace says).
 pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
-    let mut reader = TraceReader::open_with(path, opts)?;
+    // An allocator's state depends on every tensor before: the replay reads them all, and of
+    // the filters keeps only the devices asked for.
+    let only = crate::trace::filter::Filter {
+        devices: opts.filter.devices.clone(),
+        ..Default::default()
+    };
+    if opts.filter != only {
+        return Err(ReplayError::Filtered);
+    }
+    let whole = ReadOptions {
+        filter: Default::default(),
+        ..opts.clone()
+    };
+    let mut reader = TraceReader::open_with(path, &whole)?;
     let conf_env = setting_of(&reader.info().env);
     let mut g = Gather {
         collects: conf_env
@@ -222,6 +235,11 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
                 .tensors_off
                 .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
         });
+    }
+    if !only.devices.is_empty() {
+        g.events
+            .retain(|e| e.ev == Ev::Reservation || only.devices.contains(&e.device));
+        g.devices.retain(|d, _| only.devices.contains(d));
     }
     for e in g.events.iter().filter(|e| e.ev == Ev::Alloc) {
         g.devices.entry(e.device).or_default();
@@ -273,8 +291,15 @@ fn setting_of(env: &[String]) -> Option<(String, String)> {
 #[derive(Debug)]
 pub enum ReplayError {
     Read(ReadError),
-    NoTensors { why: Option<String> },
-    Setting { text: String, reason: String },
+    NoTensors {
+        why: Option<String>,
+    },
+    /// A filter other than `--device`: the replay needs every tensor.
+    Filtered,
+    Setting {
+        text: String,
+        reason: String,
+    },
 }
 
 impl std::fmt::Display for ReplayError {
@@ -288,6 +313,11 @@ impl std::fmt::Display for ReplayError {
                 why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default()
             ),
             ReplayError::Setting { text, reason } => write!(f, "--torch {text:?}: {reason}"),
+            ReplayError::Filtered => write!(
+                f,
+                "the replay of PyTorch's allocator needs every tensor in order (what a setting \
+                 does depends on all that came before): of the filters it takes only --device"
+            ),
         }
     }
 }
