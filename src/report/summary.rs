@@ -3,7 +3,7 @@
 
 use super::live::Replay;
 use super::units::{human_bytes, human_duration};
-use crate::trace::format::RecordKind;
+use crate::trace::format::{Record, RecordKind};
 use crate::trace::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
 use crate::trace::summary::is_allocating;
 use serde::Serialize;
@@ -148,26 +148,71 @@ pub struct Summary {
     pub health: TraceHealth,
 }
 
-pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> {
-    let mut reader = TraceReader::open_with(path, opts)?;
-    let info: TraceInfo = reader.info().clone();
-    // Indexed by the API byte: no lookup on the per-record path.
-    let mut apis: Vec<Option<ApiStats>> = vec![None; 256];
-    let mut live = Replay::default();
-    let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
-    let (mut first, mut last) = (u64::MAX, 0u64);
-    let mut events = 0u64;
-    // Per device with a pool: (its segments now, peak reserved, most live while reserved was
-    // at that peak), where
-    // reserved is the pool's segments plus VMM physical memory (NCCL's buffers, say), which
-    // the pool does not serve but which is held on the device all the same.
-    let mut pool: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
-    let note_reserved = |pool: &mut BTreeMap<u8, (u64, u64, u64)>, live: &Replay, d: u8| {
-        let Some(p) = pool.get_mut(&d) else {
+/// What `summarize` gathers, record by record.
+struct Tally {
+    /// Indexed by the API byte: no lookup on the per-record path.
+    apis: Vec<Option<ApiStats>>,
+    live: Replay,
+    first: u64,
+    last: u64,
+    events: u64,
+    /// Per device with a pool: (its segments now, peak reserved, most live while reserved was
+    /// at that peak), where reserved is the pool's segments plus VMM physical memory (NCCL's
+    /// buffers, say), which the pool does not serve but which is held on the device all the
+    /// same.
+    pool: BTreeMap<u8, (u64, u64, u64)>,
+    ooms: BTreeMap<u8, u64>,
+    with_python: u64,
+    allocations: u64,
+    activity: BTreeMap<u8, PoolActivity>,
+    streams_left: Option<StreamsLeft>,
+    /// Per device: checkpoints made and not yet passed (number -> time), and the times taken.
+    pending_checkpoints: BTreeMap<u8, BTreeMap<u64, u64>>,
+    checkpoint_lags: BTreeMap<u8, Vec<u64>>,
+    /// The thread whose next stack belongs to the `pool_streams` record.
+    site_of: Option<u16>,
+    framework: BTreeMap<u8, FrameworkMemory>,
+    /// Per thread: whether its latest record (definitions aside) was a successful allocation,
+    /// so a stack after it counts as that allocation's.
+    allocated_last: Vec<bool>,
+    /// Per device: where NVML's figure peaked (the record's position), and its last sample.
+    nvml_peaks: BTreeMap<u8, super::device_memory::NvmlPeak>,
+    nvml_last: BTreeMap<u8, u64>,
+    nth: u64,
+}
+
+impl Tally {
+    fn new() -> Tally {
+        Tally {
+            apis: vec![None; 256],
+            live: Replay::default(),
+            first: u64::MAX,
+            last: 0,
+            events: 0,
+            pool: BTreeMap::new(),
+            ooms: BTreeMap::new(),
+            with_python: 0,
+            allocations: 0,
+            activity: BTreeMap::new(),
+            streams_left: None,
+            pending_checkpoints: BTreeMap::new(),
+            checkpoint_lags: BTreeMap::new(),
+            site_of: None,
+            framework: BTreeMap::new(),
+            allocated_last: Vec::new(),
+            nvml_peaks: BTreeMap::new(),
+            nvml_last: BTreeMap::new(),
+            nth: 0,
+        }
+    }
+
+    /// Reserved memory of device `d`'s pool may have moved: its peak, and the most live then.
+    fn note_reserved(&mut self, d: u8) {
+        let Some(p) = self.pool.get_mut(&d) else {
             return;
         };
-        let physical = live.physical_bytes.get(&d).copied().unwrap_or(0);
-        let live_now = live.live_on(d);
+        let physical = self.live.physical_bytes.get(&d).copied().unwrap_or(0);
+        let live_now = self.live.live_on(d);
         if p.0 + physical > p.1 {
             p.1 = p.0 + physical;
             p.2 = live_now;
@@ -175,50 +220,85 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             // Still at the peak: the allocation a segment was reserved for lands just after it.
             p.2 = p.2.max(live_now);
         }
-    };
-    let mut ooms: BTreeMap<u8, u64> = BTreeMap::new();
-    let (mut with_python, mut allocations) = (0u64, 0u64);
-    let mut activity: BTreeMap<u8, PoolActivity> = BTreeMap::new();
-    let mut streams_left: Option<StreamsLeft> = None;
-    // Per device: checkpoints made and not yet passed (number -> time), and the times taken.
-    let mut pending_checkpoints: BTreeMap<u8, BTreeMap<u64, u64>> = BTreeMap::new();
-    let mut checkpoint_lags: BTreeMap<u8, Vec<u64>> = BTreeMap::new();
-    // The thread whose next stack belongs to the `pool_streams` record.
-    let mut site_of: Option<u16> = None;
-    let mut framework: BTreeMap<u8, FrameworkMemory> = BTreeMap::new();
-    // Per thread: whether its latest record (definitions aside) was a successful allocation,
-    // so a stack after it counts as that allocation's.
-    let mut allocated_last: Vec<bool> = Vec::new();
-    // Per device: where NVML's figure peaked (the record's position), and its last sample.
-    let mut nvml_peaks: BTreeMap<u8, super::device_memory::NvmlPeak> = BTreeMap::new();
-    let mut nvml_last: BTreeMap<u8, u64> = BTreeMap::new();
-    let mut nth = 0u64;
-    while let Some(r) = reader.next() {
-        nth += 1;
+    }
+
+    fn take(&mut self, reader: &TraceReader, r: &Record) {
+        self.nth += 1;
         // A checkpoint's records restore what the run did before the ring: state, not calls.
-        if r.kind == RecordKind::Restore || live.restoring {
-            live.apply(&r);
-            continue;
+        if r.kind == RecordKind::Restore || self.live.restoring {
+            self.live.apply(r);
+            return;
         }
         if r.kind == RecordKind::DeviceMemory {
-            let peak = live.nvml.get(&r.device).map_or(0, |f| f.peak);
-            if r.ptr > peak || !nvml_peaks.contains_key(&r.device) {
-                nvml_peaks.insert(
-                    r.device,
-                    super::device_memory::NvmlPeak {
-                        record: nth,
-                        time_ns: r.time_ns,
-                    },
-                );
-            }
-            nvml_last.insert(r.device, r.time_ns);
+            self.nvml(r);
         }
         let torch = r.api == crate::trace::format::Api::Torch;
+        self.segments_and_pool(r, torch);
+        if self.site_of == Some(r.thread) && !r.kind.is_definition() {
+            self.site_of = None;
+            if r.kind == RecordKind::StackRef {
+                if let Some(s) = &mut self.streams_left {
+                    s.site = Some(super::sites::site_label(reader, r.ptr));
+                }
+                return;
+            }
+        }
+        if r.kind == RecordKind::PoolStreams {
+            // The pool's note, not a call of the program.
+            if self.streams_left.is_none() {
+                self.streams_left = Some(StreamsLeft {
+                    time_ns: r.time_ns,
+                    api: r.api.name().to_string(),
+                    stream: r.ptr,
+                    site: None,
+                });
+                self.site_of = Some(r.thread);
+            }
+            return;
+        }
+        if matches!(
+            r.kind,
+            RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
+        ) && r.status == 2
+        {
+            *self.ooms.entry(r.device).or_default() += 1;
+        }
+        self.python_frames(reader, r);
+        // The calls of the program, counted as the summarizer of a ring trace counts them.
+        if !crate::trace::summary::is_call(r) {
+            // The pool's own decisions (and the shim's notes) still change what is live.
+            if r.api == crate::trace::format::Api::Shim
+                && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
+            {
+                self.live.apply(r);
+            }
+            return;
+        }
+        self.call(r, torch);
+    }
+
+    fn nvml(&mut self, r: &Record) {
+        let peak = self.live.nvml.get(&r.device).map_or(0, |f| f.peak);
+        if r.ptr > peak || !self.nvml_peaks.contains_key(&r.device) {
+            self.nvml_peaks.insert(
+                r.device,
+                super::device_memory::NvmlPeak {
+                    record: self.nth,
+                    time_ns: r.time_ns,
+                },
+            );
+        }
+        self.nvml_last.insert(r.device, r.time_ns);
+    }
+
+    /// The framework's segments and the shim's pool: segments, splits, waits, checkpoints.
+    fn segments_and_pool(&mut self, r: &Record, torch: bool) {
         match r.kind {
             RecordKind::SegmentReserve | RecordKind::SegmentRelease | RecordKind::TensorOom
                 if torch =>
             {
-                let f = framework
+                let f = self
+                    .framework
                     .entry(r.device)
                     .or_insert_with(|| FrameworkMemory {
                         device: r.device,
@@ -231,39 +311,40 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 }
             }
             RecordKind::SegmentReserve => {
-                let e = pool.entry(r.device).or_default();
+                let e = self.pool.entry(r.device).or_default();
                 e.0 = e.0.saturating_add(r.size);
-                note_reserved(&mut pool, &live, r.device);
-                let a = activity_of(&mut activity, r.device);
+                self.note_reserved(r.device);
+                let a = activity_of(&mut self.activity, r.device);
                 a.segments_reserved += 1;
                 a.bytes_reserved = a.bytes_reserved.saturating_add(r.size);
             }
             RecordKind::SegmentRelease => {
-                let p = pool.entry(r.device).or_default();
+                let p = self.pool.entry(r.device).or_default();
                 p.0 = p.0.saturating_sub(r.size);
-                activity_of(&mut activity, r.device).segments_released += 1;
+                activity_of(&mut self.activity, r.device).segments_released += 1;
             }
             RecordKind::Split => {
                 // Newer traces: one record counts many splits (`ptr` 0, `size` the count);
                 // older traces have one record per split.
-                activity_of(&mut activity, r.device).splits += if r.ptr == 0 { r.size } else { 1 }
+                activity_of(&mut self.activity, r.device).splits +=
+                    if r.ptr == 0 { r.size } else { 1 }
             }
-            RecordKind::PoolSync => activity_of(&mut activity, r.device).waits += 1,
-            RecordKind::OomRetry => activity_of(&mut activity, r.device).oom_retries += 1,
+            RecordKind::PoolSync => activity_of(&mut self.activity, r.device).waits += 1,
+            RecordKind::OomRetry => activity_of(&mut self.activity, r.device).oom_retries += 1,
             RecordKind::PoolCheckpoint if r.size == 0 => {
-                activity_of(&mut activity, r.device).checkpoints += 1;
-                pending_checkpoints
+                activity_of(&mut self.activity, r.device).checkpoints += 1;
+                self.pending_checkpoints
                     .entry(r.device)
                     .or_default()
                     .insert(r.ptr, r.time_ns);
             }
             RecordKind::PoolCheckpoint => {
                 // A pass covers every checkpoint up to its number.
-                if let Some(p) = pending_checkpoints.get_mut(&r.device) {
+                if let Some(p) = self.pending_checkpoints.get_mut(&r.device) {
                     let passed: Vec<u64> = p.range(..=r.ptr).map(|(&id, _)| id).collect();
                     for id in passed {
                         if let Some(made) = p.remove(&id) {
-                            checkpoint_lags
+                            self.checkpoint_lags
                                 .entry(r.device)
                                 .or_default()
                                 .push(r.time_ns.saturating_sub(made));
@@ -273,74 +354,40 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             }
             _ => {}
         }
-        if site_of == Some(r.thread) && !r.kind.is_definition() {
-            site_of = None;
-            if r.kind == RecordKind::StackRef
-                && let Some(s) = &mut streams_left
-            {
-                s.site = Some(super::sites::site_label(&reader, r.ptr));
-            }
-            if r.kind == RecordKind::StackRef {
-                continue;
-            }
-        }
-        if r.kind == RecordKind::PoolStreams {
-            // The pool's note, not a call of the program.
-            if streams_left.is_none() {
-                streams_left = Some(StreamsLeft {
-                    time_ns: r.time_ns,
-                    api: r.api.name().to_string(),
-                    stream: r.ptr,
-                    site: None,
-                });
-                site_of = Some(r.thread);
-            }
-            continue;
-        }
-        match r.kind {
-            RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
-                if r.status == 2 =>
-            {
-                *ooms.entry(r.device).or_default() += 1;
-            }
-            _ => {}
-        }
+    }
+
+    /// A stack with Python frames right after a successful allocation of its thread counts.
+    fn python_frames(&mut self, reader: &TraceReader, r: &Record) {
         if r.kind == RecordKind::StackRef
-            && allocated_last.get(r.thread as usize) == Some(&true)
+            && self.allocated_last.get(r.thread as usize) == Some(&true)
             && reader
                 .stack(r.ptr)
                 .and_then(|f| f.first())
                 .is_some_and(|&f| crate::trace::format::as_py_frame(f).is_some())
         {
-            with_python += 1;
+            self.with_python += 1;
         }
         if !r.kind.is_definition() {
             let i = r.thread as usize;
-            if allocated_last.len() <= i {
-                allocated_last.resize(i + 1, false);
+            if self.allocated_last.len() <= i {
+                self.allocated_last.resize(i + 1, false);
             }
-            allocated_last[i] = r.status == 0 && is_allocating(r.kind) && r.ptr != 0;
+            self.allocated_last[i] = r.status == 0 && is_allocating(r.kind) && r.ptr != 0;
         }
-        // The calls of the program, counted as the summarizer of a ring trace counts them.
-        if !crate::trace::summary::is_call(&r) {
-            // The pool's own decisions (and the shim's notes) still change what is live.
-            if r.api == crate::trace::format::Api::Shim
-                && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
-            {
-                live.apply(&r);
-            }
-            continue;
-        }
-        events += 1;
-        live.apply(&r);
-        if torch && let Some(f) = framework.get_mut(&r.device) {
-            let reserved = live.reserved.get(&r.device).copied().unwrap_or(0);
+    }
+
+    /// A call of the program's (or a tensor of the framework's).
+    fn call(&mut self, r: &Record, torch: bool) {
+        self.events += 1;
+        self.live.apply(r);
+        if torch && let Some(f) = self.framework.get_mut(&r.device) {
+            let reserved = self.live.reserved.get(&r.device).copied().unwrap_or(0);
             f.reserved_peak_bytes = f.reserved_peak_bytes.max(reserved);
         }
-        note_reserved(&mut pool, &live, r.device);
-        first = first.min(r.time_ns);
-        last = last.max(r.time_ns);
-        let a = apis[r.api as usize].get_or_insert_with(|| ApiStats {
+        self.note_reserved(r.device);
+        self.first = self.first.min(r.time_ns);
+        self.last = self.last.max(r.time_ns);
+        let a = self.apis[r.api as usize].get_or_insert_with(|| ApiStats {
             api: r.api.name().to_string(),
             ..ApiStats::default()
         });
@@ -348,82 +395,147 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         if r.failed() {
             a.failed += 1;
         } else if is_allocating(r.kind) {
-            allocations += 1;
+            self.allocations += 1;
             a.bytes = a.bytes.saturating_add(r.size);
         }
     }
-    for l in live.all_live() {
-        *allocs_at_end.entry(l.device).or_default() += 1;
+
+    /// What a ring trace's checkpoint counted of the records before the ring.
+    fn add_checkpoint_counts(&mut self) {
+        for (&api, &(calls, bytes, failed)) in &self.live.api_totals {
+            let Some(a) = crate::trace::format::Api::from_u8(api) else {
+                continue;
+            };
+            let s = self.apis[api as usize].get_or_insert_with(|| ApiStats {
+                api: a.name().to_string(),
+                ..ApiStats::default()
+            });
+            s.calls = s.calls.saturating_add(calls);
+            s.failed = s.failed.saturating_add(failed);
+            s.bytes = s.bytes.saturating_add(bytes);
+            self.events = self.events.saturating_add(calls);
+        }
+        for s in self.live.snapshots.iter().filter(|s| s.failure) {
+            *self.ooms.entry(s.device).or_default() += 1;
+        }
     }
-    // What the checkpoint counted of the records before the ring.
-    for (&api, &(calls, bytes, failed)) in &live.api_totals {
-        let Some(a) = crate::trace::format::Api::from_u8(api) else {
-            continue;
-        };
-        let s = apis[api as usize].get_or_insert_with(|| ApiStats {
-            api: a.name().to_string(),
-            ..ApiStats::default()
-        });
-        s.calls = s.calls.saturating_add(calls);
-        s.failed = s.failed.saturating_add(failed);
-        s.bytes = s.bytes.saturating_add(bytes);
-        events = events.saturating_add(calls);
-    }
-    for s in live.snapshots.iter().filter(|s| s.failure) {
-        *ooms.entry(s.device).or_default() += 1;
-    }
-    if live.tensors {
-        for (&d, &(now, peak)) in &live.tensor_bytes {
-            let f = framework.entry(d).or_insert_with(|| FrameworkMemory {
+
+    /// The framework's figures at the end (none without its tensors).
+    fn framework_at_end(&mut self) {
+        if !self.live.tensors {
+            self.framework.clear();
+            return;
+        }
+        for (&d, &(now, peak)) in &self.live.tensor_bytes {
+            let f = self.framework.entry(d).or_insert_with(|| FrameworkMemory {
                 device: d,
                 ..FrameworkMemory::default()
             });
             f.allocated_peak_bytes = peak;
             f.allocated_at_end_bytes = now;
-            f.tensors_at_end = live
+            f.tensors_at_end = self
+                .live
                 .live
                 .values()
                 .filter(|l| l.device == d && l.api == crate::trace::format::Api::Torch as u8)
                 .count() as u64;
         }
-        for f in framework.values_mut() {
-            f.reserved_at_end_bytes = live.reserved.get(&f.device).copied().unwrap_or(0);
+        for f in self.framework.values_mut() {
+            f.reserved_at_end_bytes = self.live.reserved.get(&f.device).copied().unwrap_or(0);
             f.cached_unused_at_end_bytes = f
                 .reserved_at_end_bytes
                 .saturating_sub(f.allocated_at_end_bytes);
         }
-    } else {
-        framework.clear();
     }
-    let held_at_exit = super::owners::held_by_owner(&reader, &live);
-    let device_memory =
-        super::device_memory::reckon(path, opts, &live, &held_at_exit, &nvml_peaks, &nvml_last)?;
+
+    fn devices(&self) -> Vec<DeviceSummary> {
+        let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
+        for l in self.live.all_live() {
+            *allocs_at_end.entry(l.device).or_default() += 1;
+        }
+        self.live
+            .peaks()
+            .map(|(d, peak, t)| {
+                let (peak_reserved, live_then) = match self.pool.get(&d) {
+                    Some(&(_, p, l)) => (p, l),
+                    None => (peak, peak),
+                };
+                DeviceSummary {
+                    device: (d != crate::trace::format::DEVICE_UNKNOWN).then_some(d),
+                    peak_live_bytes: peak,
+                    peak_time_ns: t,
+                    live_bytes_at_end: self.live.live_on(d),
+                    live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
+                    peak_reserved_bytes: peak_reserved,
+                    live_at_reserved_peak_bytes: live_then,
+                    fragmentation_at_peak: if peak_reserved > 0 {
+                        1.0 - live_then as f64 / peak_reserved as f64
+                    } else {
+                        0.0
+                    },
+                    ooms: self.ooms.get(&d).copied().unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+
+    /// The pool's activity per device, with how long its checkpoints took to pass.
+    fn pool_activity(&mut self) -> Vec<PoolActivity> {
+        let lags = &mut self.checkpoint_lags;
+        std::mem::take(&mut self.activity)
+            .into_values()
+            .map(|mut a| {
+                if let Some(l) = lags.get_mut(&a.device) {
+                    l.sort_unstable();
+                    a.checkpoint_pass_median_ns = l.get(l.len() / 2).copied().unwrap_or(0);
+                    a.checkpoint_pass_max_ns = l.last().copied().unwrap_or(0);
+                }
+                a
+            })
+            .collect()
+    }
+}
+
+fn health(info: &TraceInfo, stats: &DecodeStats) -> TraceHealth {
+    TraceHealth {
+        committed: stats.committed,
+        torn: stats.torn,
+        unused: stats.unused,
+        lost: stats.lost,
+        truncated: stats.truncated,
+        summarized: info.summarized,
+        unsummarized: stats.unsummarized,
+        damage: stats.damage.as_ref().map(|d| {
+            format!(
+                "offset {} (record {}): {}; {} later records not decoded",
+                d.offset, d.index, d.reason, d.skipped
+            )
+        }),
+        clean_exit: info.clean_exit,
+        running: info.running_here(),
+    }
+}
+
+pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
+    let info: TraceInfo = reader.info().clone();
+    let mut t = Tally::new();
+    while let Some(r) = reader.next() {
+        t.take(&reader, &r);
+    }
+    t.add_checkpoint_counts();
+    t.framework_at_end();
+    let held_at_exit = super::owners::held_by_owner(&reader, &t.live);
+    let device_memory = super::device_memory::reckon(
+        path,
+        opts,
+        &t.live,
+        &held_at_exit,
+        &t.nvml_peaks,
+        &t.nvml_last,
+    )?;
     let stats: DecodeStats = reader.stats().clone();
-    let devices = live
-        .peaks()
-        .map(|(d, peak, t)| {
-            let now = live.live_on(d);
-            let (peak_reserved, live_then) = match pool.get(&d) {
-                Some(&(_, p, l)) => (p, l),
-                None => (peak, peak),
-            };
-            DeviceSummary {
-                device: (d != crate::trace::format::DEVICE_UNKNOWN).then_some(d),
-                peak_live_bytes: peak,
-                peak_time_ns: t,
-                live_bytes_at_end: now,
-                live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
-                peak_reserved_bytes: peak_reserved,
-                live_at_reserved_peak_bytes: live_then,
-                fragmentation_at_peak: if peak_reserved > 0 {
-                    1.0 - live_then as f64 / peak_reserved as f64
-                } else {
-                    0.0
-                },
-                ooms: ooms.get(&d).copied().unwrap_or(0),
-            }
-        })
-        .collect();
+    let devices = t.devices();
     Ok(Summary {
         path: info.path.display().to_string(),
         program: info.program.clone(),
@@ -431,51 +543,26 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         host: info.host.clone(),
         rank: (info.rank >= 0).then_some(info.rank),
         // Since the trace started (times are relative to its start).
-        duration_ns: if events > 0 { last.max(first) } else { 0 },
-        events,
-        apis: apis.into_iter().flatten().collect(),
+        duration_ns: if t.events > 0 { t.last.max(t.first) } else { 0 },
+        events: t.events,
+        apis: std::mem::take(&mut t.apis).into_iter().flatten().collect(),
         devices,
-        pinned_host_peak_bytes: live.host_peak,
-        unmatched_frees: live.unmatched_frees,
-        python_frames: (with_python > 0).then_some(PythonFrames {
-            allocations_with: with_python,
-            allocations,
+        pinned_host_peak_bytes: t.live.host_peak,
+        unmatched_frees: t.live.unmatched_frees,
+        python_frames: (t.with_python > 0).then_some(PythonFrames {
+            allocations_with: t.with_python,
+            allocations: t.allocations,
         }),
-        pool: activity
-            .into_values()
-            .map(|mut a| {
-                if let Some(l) = checkpoint_lags.get_mut(&a.device) {
-                    l.sort_unstable();
-                    a.checkpoint_pass_median_ns = l.get(l.len() / 2).copied().unwrap_or(0);
-                    a.checkpoint_pass_max_ns = l.last().copied().unwrap_or(0);
-                }
-                a
-            })
-            .collect(),
-        streams_left_legacy: streams_left,
-        framework: framework.into_values().collect(),
+        pool: t.pool_activity(),
+        streams_left_legacy: t.streams_left.take(),
+        framework: std::mem::take(&mut t.framework).into_values().collect(),
         held_at_exit,
         device_memory,
-        tensors_off: live
+        tensors_off: t
+            .live
             .tensors_off
             .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
-        health: TraceHealth {
-            committed: stats.committed,
-            torn: stats.torn,
-            unused: stats.unused,
-            lost: stats.lost,
-            truncated: stats.truncated,
-            summarized: info.summarized,
-            unsummarized: stats.unsummarized,
-            damage: stats.damage.map(|d| {
-                format!(
-                    "offset {} (record {}): {}; {} later records not decoded",
-                    d.offset, d.index, d.reason, d.skipped
-                )
-            }),
-            clean_exit: info.clean_exit,
-            running: info.running_here(),
-        },
+        health: health(&info, &stats),
     })
 }
 
