@@ -576,6 +576,21 @@ fn activity_of(all: &mut BTreeMap<u8, PoolActivity>, device: u8) -> &mut PoolAct
 impl Summary {
     pub fn render(&self) -> String {
         let mut o = String::new();
+        self.render_calls(&mut o);
+        self.render_devices(&mut o);
+        self.render_held(&mut o);
+        super::device_memory::render(&mut o, &self.device_memory);
+        if let Some(why) = &self.tensors_off {
+            let _ = writeln!(o, "tensors: not recorded: {why}");
+        }
+        self.render_pool(&mut o);
+        self.render_misc(&mut o);
+        self.render_health(&mut o);
+        o
+    }
+
+    /// The trace's process, its events, and the calls per API.
+    fn render_calls(&self, o: &mut String) {
         let rank = self.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
         let _ = writeln!(
             o,
@@ -608,6 +623,10 @@ impl Summary {
                 }
             );
         }
+    }
+
+    /// Each device's peaks and fragmentation, and PyTorch's own figures.
+    fn render_devices(&self, o: &mut String) {
         let _ = writeln!(o);
         for d in &self.devices {
             let name = d
@@ -652,6 +671,10 @@ impl Summary {
                 f.ooms
             );
         }
+    }
+
+    /// What each owner held at exit (or now, in a running process).
+    fn render_held(&self, o: &mut String) {
         let mut devices: Vec<u8> = self.held_at_exit.iter().map(|h| h.device).collect();
         devices.dedup();
         for d in devices {
@@ -670,10 +693,10 @@ impl Summary {
                 let _ = writeln!(o, "held {when} on device {d}: {}", parts.join(", "));
             }
         }
-        super::device_memory::render(&mut o, &self.device_memory);
-        if let Some(why) = &self.tensors_off {
-            let _ = writeln!(o, "tensors: not recorded: {why}");
-        }
+    }
+
+    /// What the shim's pool did, and whether the process left the legacy stream.
+    fn render_pool(&self, o: &mut String) {
         for p in &self.pool {
             let _ = writeln!(
                 o,
@@ -720,6 +743,10 @@ impl Summary {
             }
             (None, true) => {}
         }
+    }
+
+    /// Pinned host memory, frees of unknown pointers, Python frames.
+    fn render_misc(&self, o: &mut String) {
         if self.pinned_host_peak_bytes > 0 {
             let _ = writeln!(
                 o,
@@ -749,6 +776,10 @@ impl Summary {
             }
             let _ = writeln!(o);
         }
+    }
+
+    /// The trace's own health: records, losses, checkpoint, damage.
+    fn render_health(&self, o: &mut String) {
         let h = &self.health;
         let _ = writeln!(
             o,
@@ -785,6 +816,5 @@ impl Summary {
         if let Some(d) = &h.damage {
             let _ = writeln!(o, "damage: {d}");
         }
-        o
     }
 }
