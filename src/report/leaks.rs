@@ -6,7 +6,7 @@ use super::sites::{Holder, holders, merge_holders, site_label};
 use crate::report::units::human_bytes;
 use crate::trace::format::RecordKind;
 use crate::trace::live::{Boundary, BoundaryMark};
-use crate::trace::reader::{ReadError, ReadOptions};
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use crate::trace::summary::{MarkFinder, Thinned};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -56,22 +56,17 @@ const MAX_BOUNDARIES: usize = 1000;
 /// What was live at exit, by call site; and, with iteration boundaries (an NVTX range or mark
 /// that repeats, `boundary` if given, else a detected period), the call sites whose live bytes
 /// grow steadily from one iteration to the next.
-pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<Leaks, ReadError> {
-    // Pass 1: candidate boundaries (NVTX names) and allocation sites for period detection.
-    let mut finder = MarkFinder::default();
-    let (reader, first_pass) = replay_each(path, opts, |_, rp, r, c| {
-        // A checkpoint's records restore state; the boundaries it kept come with it.
-        if !(rp.restoring || r.kind == RecordKind::Restore) {
-            finder.learn(r, c);
-        }
-    })?;
-    let names = &finder.names;
-    // A trace of any length: what marked the iterations before the ring, as the summarizer
-    // chose it from the run's first allocations.
-    let restored_mark = first_pass.boundary_mark;
-    // Choose the boundary.
-    // (description, NVTX string id, or the site key of a detected period)
-    type Chosen = (String, Option<u64>, Option<u64>);
+/// The boundary chosen: (description, NVTX string id, or the site key of a detected period).
+type Chosen = (String, Option<u64>, Option<u64>);
+
+/// The iterations' boundary: the NVTX range named `boundary`, else what the checkpoint of a
+/// ring trace marked them with, else what `finder` saw repeat most.
+fn choose(
+    reader: &TraceReader,
+    finder: &MarkFinder,
+    restored_mark: Option<BoundaryMark>,
+    boundary: Option<&str>,
+) -> Option<Chosen> {
     let from_mark = |m: BoundaryMark| -> Chosen {
         match m {
             BoundaryMark::Nvtx(id) => (
@@ -82,23 +77,70 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
             BoundaryMark::Site(key) => (
                 format!(
                     "detected period: each allocation from {} (no NVTX ranges in the trace)",
-                    site_label(&reader, key)
+                    site_label(reader, key)
                 ),
                 None,
                 Some(key),
             ),
         }
     };
-    let chosen: Option<Chosen> = match boundary {
+    match boundary {
         None if restored_mark.is_some() => restored_mark.map(from_mark),
-        Some(name) => names
+        Some(name) => finder
+            .names
             .keys()
             .find(|&&id| reader.string(id) == Some(name))
             .map(|&id| (format!("NVTX '{name}'"), Some(id), None)),
         None => finder.choose().map(from_mark),
-    };
+    }
+}
+
+/// The call sites whose live bytes grow steadily over the boundaries (`series`, one map of
+/// live bytes by site each, at iteration `ordinals`), the fastest first.
+fn growing_sites(
+    reader: &TraceReader,
+    series: &[HashMap<u64, u64>],
+    ordinals: &[u64],
+) -> Vec<Growth> {
+    let mut growing = Vec::new();
+    if series.len() < 3 {
+        return growing;
+    }
+    let keys: std::collections::HashSet<u64> =
+        series.iter().flat_map(|m| m.keys().copied()).collect();
+    for k in keys {
+        let s: Vec<u64> = series
+            .iter()
+            .map(|m| m.get(&k).copied().unwrap_or(0))
+            .collect();
+        if let Some(per_iteration) = steady_growth(&s, ordinals) {
+            growing.push(Growth {
+                call_site: site_label(reader, k),
+                bytes_per_iteration: per_iteration,
+                live_at_first_boundary: s[0],
+                live_at_last_boundary: s[s.len() - 1],
+            });
+        }
+    }
+    growing.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_iteration));
+    growing
+}
+
+pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<Leaks, ReadError> {
+    // Pass 1: candidate boundaries (NVTX names) and allocation sites for period detection.
+    let mut finder = MarkFinder::default();
+    let (reader, first_pass) = replay_each(path, opts, |_, rp, r, c| {
+        // A checkpoint's records restore state; the boundaries it kept come with it.
+        if !(rp.restoring || r.kind == RecordKind::Restore) {
+            finder.learn(r, c);
+        }
+    })?;
+    // A trace of any length: what marked the iterations before the ring, as the summarizer
+    // chose it from the run's first allocations.
+    let restored_mark = first_pass.boundary_mark;
+    let chosen = choose(&reader, &finder, restored_mark, boundary);
     let chosen_missing = chosen.is_none();
-    let name_ids: Vec<u64> = names.keys().copied().collect();
+    let name_ids: Vec<u64> = finder.names.keys().copied().collect();
     // The boundaries the checkpoint of a ring trace kept come first, when it marked them as
     // this report does; the ring's boundaries are numbered on from its count.
     let restored_matches = matches!(
@@ -139,8 +181,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
             }
         }
     })?;
-    let mut kept: Vec<Boundary> = Vec::new();
-    if restored_matches && !rp.boundaries.is_empty() {
+    let kept: Vec<Boundary> = if restored_matches && !rp.boundaries.is_empty() {
         // The checkpoint's boundaries, then the ring's, thinned together.
         let mut all: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
         for b in rp.boundaries.iter().cloned().chain(samples.into_items()) {
@@ -148,43 +189,21 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
                 all.push(b);
             }
         }
-        kept = all.into_items();
         seen = seen.saturating_add(rp.boundary_count);
+        all.into_items()
     } else {
-        kept.append(&mut samples.into_items());
-    }
+        samples.into_items()
+    };
     let ordinals: Vec<u64> = kept.iter().map(|b| b.ordinal).collect();
     let totals: Vec<u64> = kept.iter().map(|b| b.total).collect();
     let times: Vec<u64> = kept.iter().map(|b| b.time_ns).collect();
     let series: Vec<HashMap<u64, u64>> = kept.into_iter().map(|b| b.by_site).collect();
-    let iterations = chosen.map(|(boundary, _, _)| {
-        let mut growing = Vec::new();
-        if series.len() >= 3 {
-            let keys: std::collections::HashSet<u64> =
-                series.iter().flat_map(|m| m.keys().copied()).collect();
-            for k in keys {
-                let s: Vec<u64> = series
-                    .iter()
-                    .map(|m| m.get(&k).copied().unwrap_or(0))
-                    .collect();
-                if let Some(per_iteration) = steady_growth(&s, &ordinals) {
-                    growing.push(Growth {
-                        call_site: site_label(&reader, k),
-                        bytes_per_iteration: per_iteration,
-                        live_at_first_boundary: s[0],
-                        live_at_last_boundary: s[s.len() - 1],
-                    });
-                }
-            }
-            growing.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_iteration));
-        }
-        Iterations {
-            boundary,
-            count: seen,
-            live_at_boundaries: totals.clone(),
-            boundary_times_ns: times.clone(),
-            growing,
-        }
+    let iterations = chosen.map(|(boundary, _, _)| Iterations {
+        boundary,
+        count: seen,
+        live_at_boundaries: totals.clone(),
+        boundary_times_ns: times.clone(),
+        growing: growing_sites(&reader, &series, &ordinals),
     });
     let boundary_not_found = boundary.filter(|_| chosen_missing).map(|_| {
         let mut seen: Vec<String> = name_ids
