@@ -2,7 +2,7 @@
 
 use super::ExportError;
 use crate::report::{Change, Live, Replay, replay_each};
-use crate::trace::format::RecordKind;
+use crate::trace::format::{Record, RecordKind};
 use crate::trace::reader::{ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -75,6 +75,94 @@ fn frames(reader: &TraceReader, stack: u64) -> Vec<Frame> {
         .collect()
 }
 
+/// A trace event's device, for records that do not know it (device 0, as PyTorch's viewer
+/// has no other place).
+fn device_or_0(d: u8) -> u8 {
+    if d == crate::trace::format::DEVICE_UNKNOWN {
+        0
+    } else {
+        d
+    }
+}
+
+/// One event of PyTorch's viewer with no frames (yet).
+fn viz(action: &'static str, addr: u64, size: u64, stream: u64, time_us: u64) -> VizTrace {
+    VizTrace {
+        action,
+        addr,
+        size,
+        stream,
+        time_us,
+        frames: Vec::new(),
+    }
+}
+
+/// What record `r` (with its replay change `c`) adds to the viewer's events per device.
+fn viz_event(
+    reader: &TraceReader,
+    rp: &Replay,
+    r: &Record,
+    c: Change,
+    traces: &mut BTreeMap<u8, Vec<VizTrace>>,
+) {
+    let us = r.time_ns / 1000;
+    let (device, t) = match c {
+        Change::Alloc { ptr, device } => {
+            (device, viz("alloc", ptr, r.size, u64::from(r.stream), us))
+        }
+        // A framework's segment: the cudaMalloc just traced as a block was the segment (its
+        // record follows the call). One segment, no block that came and went.
+        Change::Free { ptr, live } if r.kind == RecordKind::SegmentReserve => {
+            let list = traces.entry(live.device).or_default();
+            if let Some(i) = list
+                .iter()
+                .rposition(|t| t.action == "alloc" && t.addr == ptr)
+            {
+                list.remove(i);
+            }
+            (live.device, viz("segment_alloc", r.ptr, r.size, 0, us))
+        }
+        Change::Free { ptr, live } => (
+            live.device,
+            VizTrace {
+                frames: frames(reader, live.stack),
+                ..viz("free_completed", ptr, live.size, u64::from(live.stream), us)
+            },
+        ),
+        // memory_viz has no place for memory outside an address range.
+        Change::Physical { .. } => return,
+        Change::Other => match r.kind {
+            RecordKind::SegmentReserve => (
+                device_or_0(r.device),
+                viz("segment_alloc", r.ptr, r.size, 0, us),
+            ),
+            RecordKind::SegmentRelease => (
+                device_or_0(r.device),
+                viz("segment_free", r.ptr, r.size, 0, us),
+            ),
+            RecordKind::Alloc | RecordKind::AllocAsync if r.status == 2 => (
+                device_or_0(r.device),
+                viz("oom", 0, r.size, u64::from(r.stream), us),
+            ),
+            RecordKind::StackRef => {
+                // The stack of the allocation just traced.
+                if let Some(list) = traces.values_mut().find(|l| {
+                    l.last().is_some_and(|t| {
+                        t.action == "alloc"
+                            && rp.live.get(&t.addr).is_some_and(|l| l.stack == r.ptr)
+                    })
+                }) && let Some(t) = list.last_mut()
+                {
+                    t.frames = frames(reader, r.ptr);
+                }
+                return;
+            }
+            _ => return,
+        },
+    };
+    traces.entry(device).or_default().push(t);
+}
+
 /// PyTorch's memory snapshot (what `torch.cuda.memory._snapshot()` pickles), for
 /// https://pytorch.org/memory_viz: the segments and blocks live at the end of the trace, and
 /// every allocation, free and segment change as `device_traces`. With the shim's pool the
@@ -93,106 +181,7 @@ pub fn memory_viz(
     };
     let mut traces: BTreeMap<u8, Vec<VizTrace>> = BTreeMap::new();
     let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
-        let us = r.time_ns / 1000;
-        let (device, t) = match c {
-            Change::Alloc { ptr, device } => (
-                device,
-                VizTrace {
-                    action: "alloc",
-                    addr: ptr,
-                    size: r.size,
-                    stream: u64::from(r.stream),
-                    time_us: us,
-                    frames: Vec::new(),
-                },
-            ),
-            // A framework's segment: the cudaMalloc just traced as a block was the segment
-            // (its record follows the call). One segment, no block that came and went.
-            Change::Free { ptr, live } if r.kind == RecordKind::SegmentReserve => {
-                let list = traces.entry(live.device).or_default();
-                if let Some(i) = list
-                    .iter()
-                    .rposition(|t| t.action == "alloc" && t.addr == ptr)
-                {
-                    list.remove(i);
-                }
-                (
-                    live.device,
-                    VizTrace {
-                        action: "segment_alloc",
-                        addr: r.ptr,
-                        size: r.size,
-                        stream: 0,
-                        time_us: us,
-                        frames: Vec::new(),
-                    },
-                )
-            }
-            Change::Free { ptr, live } => (
-                live.device,
-                VizTrace {
-                    action: "free_completed",
-                    addr: ptr,
-                    size: live.size,
-                    stream: u64::from(live.stream),
-                    time_us: us,
-                    frames: frames(reader, live.stack),
-                },
-            ),
-            // memory_viz has no place for memory outside an address range.
-            Change::Physical { .. } => return,
-            Change::Other => match r.kind {
-                RecordKind::SegmentReserve | RecordKind::SegmentRelease => (
-                    if r.device == crate::trace::format::DEVICE_UNKNOWN {
-                        0
-                    } else {
-                        r.device
-                    },
-                    VizTrace {
-                        action: if r.kind == RecordKind::SegmentReserve {
-                            "segment_alloc"
-                        } else {
-                            "segment_free"
-                        },
-                        addr: r.ptr,
-                        size: r.size,
-                        stream: 0,
-                        time_us: us,
-                        frames: Vec::new(),
-                    },
-                ),
-                RecordKind::Alloc | RecordKind::AllocAsync if r.status == 2 => (
-                    if r.device == crate::trace::format::DEVICE_UNKNOWN {
-                        0
-                    } else {
-                        r.device
-                    },
-                    VizTrace {
-                        action: "oom",
-                        addr: 0,
-                        size: r.size,
-                        stream: u64::from(r.stream),
-                        time_us: us,
-                        frames: Vec::new(),
-                    },
-                ),
-                RecordKind::StackRef => {
-                    // The stack of the allocation just traced.
-                    if let Some(list) = traces.values_mut().find(|l| {
-                        l.last().is_some_and(|t| {
-                            t.action == "alloc"
-                                && rp.live.get(&t.addr).is_some_and(|l| l.stack == r.ptr)
-                        })
-                    }) && let Some(t) = list.last_mut()
-                    {
-                        t.frames = frames(reader, r.ptr);
-                    }
-                    return;
-                }
-                _ => return,
-            },
-        };
-        traces.entry(device).or_default().push(t);
+        viz_event(reader, rp, r, c, &mut traces)
     })?;
     let segments = segments_of(&reader, &rp);
     let max_device = traces
