@@ -10,6 +10,84 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+/// One rule for the configuration, wherever it comes from: an error anywhere in it means none
+/// of it applies, so the program is not started (the shim itself, without `gpushim run`, says
+/// so in one line and runs on the defaults).
+fn check_conf(conf: Option<&str>, route: TorchRoute) -> Result<(), String> {
+    let (conf_text, source) = match conf {
+        Some(c) => (Some(c.to_string()), "--conf"),
+        None => (std::env::var("GPUSHIM_CONF").ok(), "GPUSHIM_CONF"),
+    };
+    let Some(c) = &conf_text else {
+        return Ok(());
+    };
+    match config::parse_strict(c) {
+        Err(e) => Err(format!("{source}: {e}; nothing was started")),
+        // The pluggable allocator's tensors come from the pool alone: without one, every
+        // allocation would fail.
+        Ok(parsed) if route == TorchRoute::Pluggable && parsed.pool == config::Pool::Off => {
+            Err(format!(
+                "--pluggable needs the shim's pool, and {source} says pool:off (every PyTorch \
+                 allocation would fail); name pool:expandable or pool:caching, or leave \
+                 --pluggable out; nothing was started"
+            ))
+        }
+        Ok(_) => Ok(()),
+    }
+}
+
+/// An option `run` does not know lands in the command (everything after the options is the
+/// command): refused, with the nearest option, instead of "cannot run --config".
+fn check_command(cmd: &[OsString]) -> Result<(), String> {
+    let Some(first) = cmd
+        .first()
+        .and_then(|c| c.to_str())
+        .filter(|c| c.starts_with('-'))
+    else {
+        return Ok(());
+    };
+    let word = first.split('=').next().unwrap_or(first);
+    let nearest = [
+        "--conf",
+        "--trace",
+        "--lib",
+        "--per-tensor",
+        "--pluggable",
+        "--help",
+    ]
+    .into_iter()
+    .min_by_key(|o| edit_distance(o, word))
+    .unwrap_or("--help");
+    Err(format!(
+        "run: unknown option {word} (did you mean {nearest}?); the command to run goes after \
+         the options, as in `gpushim run --conf pool:caching -- python train.py`"
+    ))
+}
+
+/// What the run left in trace `t`, in three lines, and the report to read next.
+fn say_trace(t: &std::path::Path) {
+    match summary::summarize(t, &ReadOptions::default()) {
+        Ok(s) => {
+            let allocs: u64 = s.apis.iter().filter(|a| a.bytes > 0).map(|a| a.calls).sum();
+            let failed: u64 = s.apis.iter().map(|a| a.failed).sum();
+            let peak = s
+                .devices
+                .iter()
+                .map(|d| d.peak_live_bytes)
+                .max()
+                .unwrap_or(0);
+            eprintln!("gpushim: trace {}", t.display());
+            eprintln!(
+                "gpushim:   {} events, {allocs} allocating calls, {failed} failed; peak live {}",
+                s.events,
+                human_bytes(peak)
+            );
+            eprintln!("gpushim:   next: gpushim summary {}", t.display());
+        }
+        Err(e) => eprintln!("gpushim: {e}"),
+    }
+}
+
 pub fn cmd_run(
     conf: Option<String>,
     trace: Option<String>,
@@ -24,51 +102,11 @@ pub fn cmd_run(
                 .as_deref(),
         ),
     };
-    // One rule for the configuration, wherever it comes from: an error anywhere in it means
-    // none of it applies, so the program is not started (the shim itself, without
-    // `gpushim run`, says so in one line and runs on the defaults).
-    let (conf_text, source) = match &conf {
-        Some(c) => (Some(c.clone()), "--conf"),
-        None => (std::env::var("GPUSHIM_CONF").ok(), "GPUSHIM_CONF"),
-    };
-    if let Some(c) = &conf_text {
-        match config::parse_strict(c) {
-            Err(e) => return fail(format!("{source}: {e}; nothing was started")),
-            // The pluggable allocator's tensors come from the pool alone: without one, every
-            // allocation would fail.
-            Ok(parsed) if route == TorchRoute::Pluggable && parsed.pool == config::Pool::Off => {
-                return fail(format!(
-                    "--pluggable needs the shim's pool, and {source} says pool:off (every PyTorch \
-                     allocation would fail); name pool:expandable or pool:caching, or leave \
-                     --pluggable out; nothing was started"
-                ));
-            }
-            Ok(_) => {}
-        }
+    if let Err(why) = check_conf(conf.as_deref(), route) {
+        return fail(why);
     }
-    // An option `run` does not know lands in the command (everything after the options is the
-    // command): refused, with the nearest option, instead of "cannot run --config".
-    if let Some(first) = cmd
-        .first()
-        .and_then(|c| c.to_str())
-        .filter(|c| c.starts_with('-'))
-    {
-        let word = first.split('=').next().unwrap_or(first);
-        let nearest = [
-            "--conf",
-            "--trace",
-            "--lib",
-            "--per-tensor",
-            "--pluggable",
-            "--help",
-        ]
-        .into_iter()
-        .min_by_key(|o| edit_distance(o, word))
-        .unwrap_or("--help");
-        return fail(format!(
-            "run: unknown option {word} (did you mean {nearest}?); the command to run goes after \
-             the options, as in `gpushim run --conf pool:caching -- python train.py`"
-        ));
+    if let Err(why) = check_command(&cmd) {
+        return fail(why);
     }
     // A folder given as the trace takes the traces inside it, named as by default.
     let trace = trace.map(|t| gpushim::run::in_folder(&t, cmd.first()));
@@ -103,26 +141,7 @@ pub fn cmd_run(
         }
     }
     for t in &out.traces {
-        match summary::summarize(t, &ReadOptions::default()) {
-            Ok(s) => {
-                let allocs: u64 = s.apis.iter().filter(|a| a.bytes > 0).map(|a| a.calls).sum();
-                let failed: u64 = s.apis.iter().map(|a| a.failed).sum();
-                let peak = s
-                    .devices
-                    .iter()
-                    .map(|d| d.peak_live_bytes)
-                    .max()
-                    .unwrap_or(0);
-                eprintln!("gpushim: trace {}", t.display());
-                eprintln!(
-                    "gpushim:   {} events, {allocs} allocating calls, {failed} failed; peak live {}",
-                    s.events,
-                    human_bytes(peak)
-                );
-                eprintln!("gpushim:   next: gpushim summary {}", t.display());
-            }
-            Err(e) => eprintln!("gpushim: {e}"),
-        }
+        say_trace(t);
     }
     if out.traces.len() > 1 {
         let all: Vec<String> = out.traces.iter().map(|t| t.display().to_string()).collect();
