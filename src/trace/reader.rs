@@ -287,6 +287,60 @@ impl Default for ReadOptions {
     }
 }
 
+/// The header's fields, checked: the magic, the version and the layout this reader knows.
+fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<TraceInfo, ReadError> {
+    if h[..8] != format::MAGIC {
+        return Err(ReadError::BadMagic { path });
+    }
+    let version = le_u32(h, header::VERSION);
+    if version != format::VERSION {
+        return Err(ReadError::Version { path, version });
+    }
+    let record = le_u32(h, header::RECORD_SIZE);
+    let hsize = le_u32(h, header::HEADER_SIZE);
+    if record as usize != RECORD_SIZE || hsize as usize != HEADER_SIZE {
+        return Err(ReadError::Layout {
+            path,
+            record,
+            header: hsize,
+        });
+    }
+    let cmdline = nul_list(&h[header::CMDLINE..header::CMDLINE + header::CMDLINE_LEN]);
+    let env = nul_list(&h[header::ENV..header::ENV + header::ENV_LEN]);
+    Ok(TraceInfo {
+        version,
+        pid: le_u32(h, header::PID),
+        rank: le_u32(h, header::RANK) as i32,
+        host: c_string(&h[header::HOST..header::HOST + header::HOST_LEN]),
+        program: c_string(&h[header::PROGRAM..header::PROGRAM + header::PROGRAM_LEN]),
+        cmdline,
+        env,
+        start_realtime_ns: le_u64(h, header::START_REALTIME_NS),
+        clean_exit: le_u32(h, header::FLAGS) & format::FLAG_CLEAN_EXIT != 0,
+        claimed: le_u64(h, header::CLAIMED),
+        lost: le_u64(h, header::LOST),
+        capacity: le_u64(h, header::CAPACITY),
+        file_len,
+        path,
+        ring: false,
+        summarized: 0,
+        checkpoints_failed: 0,
+    })
+}
+
+/// NUL-separated strings (ending at a double NUL or the field's end), as text.
+fn nul_list(field: &[u8]) -> Vec<String> {
+    let end = field
+        .windows(2)
+        .position(|w| w == [0, 0])
+        .unwrap_or(field.len());
+    field[..end]
+        .split(|&c| c == 0)
+        .filter(|a| !a.is_empty())
+        .map(printable)
+        .collect()
+}
+
 fn le_u32(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
@@ -394,61 +448,7 @@ impl TraceReader {
         }
         let mut h = vec![0u8; HEADER_SIZE];
         file.read_exact(&mut h).map_err(io_err)?;
-        if h[..8] != format::MAGIC {
-            return Err(ReadError::BadMagic { path });
-        }
-        let version = le_u32(&h, header::VERSION);
-        if version != format::VERSION {
-            return Err(ReadError::Version { path, version });
-        }
-        let record = le_u32(&h, header::RECORD_SIZE);
-        let hsize = le_u32(&h, header::HEADER_SIZE);
-        if record as usize != RECORD_SIZE || hsize as usize != HEADER_SIZE {
-            return Err(ReadError::Layout {
-                path,
-                record,
-                header: hsize,
-            });
-        }
-        let cmd = &h[header::CMDLINE..header::CMDLINE + header::CMDLINE_LEN];
-        let cmd_end = cmd
-            .windows(2)
-            .position(|w| w == [0, 0])
-            .unwrap_or(cmd.len());
-        let cmdline = cmd[..cmd_end]
-            .split(|&c| c == 0)
-            .filter(|a| !a.is_empty())
-            .map(printable)
-            .collect();
-        let env_bytes = &h[header::ENV..header::ENV + header::ENV_LEN];
-        let env_end = env_bytes
-            .windows(2)
-            .position(|w| w == [0, 0])
-            .unwrap_or(env_bytes.len());
-        let env = env_bytes[..env_end]
-            .split(|&c| c == 0)
-            .filter(|a| !a.is_empty())
-            .map(printable)
-            .collect();
-        let info = TraceInfo {
-            version,
-            pid: le_u32(&h, header::PID),
-            rank: le_u32(&h, header::RANK) as i32,
-            host: c_string(&h[header::HOST..header::HOST + header::HOST_LEN]),
-            program: c_string(&h[header::PROGRAM..header::PROGRAM + header::PROGRAM_LEN]),
-            cmdline,
-            env,
-            start_realtime_ns: le_u64(&h, header::START_REALTIME_NS),
-            clean_exit: le_u32(&h, header::FLAGS) & format::FLAG_CLEAN_EXIT != 0,
-            claimed: le_u64(&h, header::CLAIMED),
-            lost: le_u64(&h, header::LOST),
-            capacity: le_u64(&h, header::CAPACITY),
-            file_len,
-            path,
-            ring: false,
-            summarized: 0,
-            checkpoints_failed: 0,
-        };
+        let info = read_header(&h, path, file_len)?;
         let mut info = info;
         info.ring = le_u64(&h, header::RING) != 0;
         info.checkpoints_failed = le_u64(&h, header::CHECKPOINTS_FAILED);
