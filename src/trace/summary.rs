@@ -684,55 +684,31 @@ impl Summarizer {
         for (h, size, d) in rp.framework_physical() {
             w.restore(restore::FRAMEWORK_PHYSICAL, d, h, size, 0);
         }
-        // The live allocations, by call site.
-        let mut live: Vec<(u64, &Live, bool)> = rp
-            .live
-            .iter()
-            .map(|(&p, l)| (p, l, false))
-            .chain(rp.physical.iter().map(|(&h, l)| (h, l, true)))
-            .collect();
-        live.sort_unstable_by_key(|(p, l, _)| (l.stack, l.range, l.caller, l.time_ns, *p));
-        let mut site = None;
-        for (p, l, physical) in live {
-            if site != Some((l.stack, l.range, l.caller)) {
-                site = Some((l.stack, l.range, l.caller));
-                w.restore(restore::SITE, 0, l.stack, l.range, 0);
-                w.push(Record {
-                    kind: RecordKind::Caller,
-                    api: Api::Shim,
-                    ptr: l.caller[0],
-                    size: l.caller[1],
-                    ..blank()
-                });
+        write_live(&mut w, rp);
+        self.write_figures(&mut w);
+        for w_ in self.peaks.values() {
+            w.snapshot(&w_.snapshot, false);
+        }
+        for f in &self.failures {
+            w.snapshot(&f.snapshot, true);
+            for r in &f.records {
+                w.record(r);
             }
-            let kind = if physical {
-                RecordKind::PhysCreate
-            } else {
-                RecordKind::from_u8(l.kind).unwrap_or(RecordKind::Alloc)
-            };
-            w.push(Record {
-                kind,
-                api: Api::from_u8(l.api).unwrap_or(Api::Shim),
-                device: l.device,
-                status: 0,
-                thread: l.thread,
-                time_ns: l.time_ns,
-                ptr: p,
-                size: l.size,
-                stream: l.stream,
-            });
         }
-        let mut host: Vec<(u64, u64)> = rp.host.iter().map(|(&p, &s)| (p, s)).collect();
-        host.sort_unstable();
-        for (p, s) in host {
-            w.push(Record {
-                kind: RecordKind::HostAlloc,
-                api: Api::CudaMallocHost,
-                ptr: p,
-                size: s,
-                ..blank()
-            });
+        self.write_boundaries(&mut w);
+        write_thread_pending(&mut w, &self.replay);
+        w.restore(restore::END, 0, 0, 0, 0);
+        // The records not yet applied, as they came.
+        self.window.sort_by_key(|x| (x.0, x.1));
+        for (_, _, r) in &self.window {
+            w.record(r);
         }
+    }
+
+    /// What the replay holds in figures: tensors, peaks, NVML's samples and figures, CUDA's
+    /// pools, the series, unknown frees, `cudaMemGetInfo`, calls per API.
+    fn write_figures(&self, w: &mut Writer) {
+        let rp = &self.replay;
         for (&d, &(now, peak)) in &rp.tensor_bytes {
             w.restore(restore::TENSOR_BYTES, d, now, peak, 0);
         }
@@ -782,15 +758,11 @@ impl Summarizer {
                 });
             }
         }
-        for w_ in self.peaks.values() {
-            w.snapshot(&w_.snapshot, false);
-        }
-        for f in &self.failures {
-            w.snapshot(&f.snapshot, true);
-            for r in &f.records {
-                w.record(r);
-            }
-        }
+    }
+
+    /// What marks the iterations, and live bytes by call site at each boundary kept (each
+    /// boundary's changes from the one before).
+    fn write_boundaries(&self, w: &mut Writer) {
         if let Some(mark) = self.boundaries.mark {
             let (thread, key) = match mark {
                 BoundaryMark::Nvtx(id) => (0, id),
@@ -830,26 +802,78 @@ impl Summarizer {
                 before = by;
             }
         }
-        for p in self.replay.thread_pending() {
-            let on = |what, ptr, size| Record {
-                thread: p.thread,
-                ..restore_record(what, 0, ptr, size, 0)
-            };
-            if p.last_alloc != 0 {
-                w.push(on(restore::LAST_ALLOC, p.last_alloc, 0));
-            }
-            if let Some((vmm, key)) = p.awaiting_caller {
-                w.push(on(restore::AWAITING_CALLER, key, u64::from(vmm)));
-            }
-            for h in p.pending_physical {
-                w.push(on(restore::PENDING_PHYSICAL, h, 0));
-            }
+    }
+}
+
+/// The live allocations (and VMM handles, and pinned host memory), grouped by call site.
+fn write_live(w: &mut Writer, rp: &Replay) {
+    // The live allocations, by call site.
+    let mut live: Vec<(u64, &Live, bool)> = rp
+        .live
+        .iter()
+        .map(|(&p, l)| (p, l, false))
+        .chain(rp.physical.iter().map(|(&h, l)| (h, l, true)))
+        .collect();
+    live.sort_unstable_by_key(|(p, l, _)| (l.stack, l.range, l.caller, l.time_ns, *p));
+    let mut site = None;
+    for (p, l, physical) in live {
+        if site != Some((l.stack, l.range, l.caller)) {
+            site = Some((l.stack, l.range, l.caller));
+            w.restore(restore::SITE, 0, l.stack, l.range, 0);
+            w.push(Record {
+                kind: RecordKind::Caller,
+                api: Api::Shim,
+                ptr: l.caller[0],
+                size: l.caller[1],
+                ..blank()
+            });
         }
-        w.restore(restore::END, 0, 0, 0, 0);
-        // The records not yet applied, as they came.
-        self.window.sort_by_key(|x| (x.0, x.1));
-        for (_, _, r) in &self.window {
-            w.record(r);
+        let kind = if physical {
+            RecordKind::PhysCreate
+        } else {
+            RecordKind::from_u8(l.kind).unwrap_or(RecordKind::Alloc)
+        };
+        w.push(Record {
+            kind,
+            api: Api::from_u8(l.api).unwrap_or(Api::Shim),
+            device: l.device,
+            status: 0,
+            thread: l.thread,
+            time_ns: l.time_ns,
+            ptr: p,
+            size: l.size,
+            stream: l.stream,
+        });
+    }
+    let mut host: Vec<(u64, u64)> = rp.host.iter().map(|(&p, &s)| (p, s)).collect();
+    host.sort_unstable();
+    for (p, s) in host {
+        w.push(Record {
+            kind: RecordKind::HostAlloc,
+            api: Api::CudaMallocHost,
+            ptr: p,
+            size: s,
+            ..blank()
+        });
+    }
+}
+
+/// Per thread: what the replay waits for next on it (an allocation's stack, its caller, a
+/// framework segment to claim physical memory).
+fn write_thread_pending(w: &mut Writer, rp: &Replay) {
+    for p in rp.thread_pending() {
+        let on = |what, ptr, size| Record {
+            thread: p.thread,
+            ..restore_record(what, 0, ptr, size, 0)
+        };
+        if p.last_alloc != 0 {
+            w.push(on(restore::LAST_ALLOC, p.last_alloc, 0));
+        }
+        if let Some((vmm, key)) = p.awaiting_caller {
+            w.push(on(restore::AWAITING_CALLER, key, u64::from(vmm)));
+        }
+        for h in p.pending_physical {
+            w.push(on(restore::PENDING_PHYSICAL, h, 0));
         }
     }
 }
