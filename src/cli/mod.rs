@@ -10,6 +10,7 @@ mod leaks;
 mod oom;
 mod output;
 mod peak;
+mod pictures;
 mod progress;
 mod run;
 mod simulate;
@@ -18,9 +19,8 @@ mod top;
 
 use args::{Cli, Cmd};
 use clap::Parser;
-use gpushim::report::units::human_bytes;
 use gpushim::trace::reader::ReadOptions;
-use output::{fail, picture_kind, write_picture};
+use output::fail;
 use std::process::ExitCode;
 
 /// Parses the command line, reads the reading options once, and runs the command.
@@ -108,14 +108,8 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             traces, top, json, ..
         } => peak::cmd_peak(&traces, top, json, opts),
         Cmd::Oom { traces, json, .. } => oom::cmd_oom(&traces, json, opts),
-        Cmd::Plot { traces, output, .. } => {
-            let output = output.unwrap_or_else(|| beside(&traces[0], "timeline.svg"));
-            plot(&traces, &output, opts)
-        }
-        Cmd::Flamegraph { trace, output, .. } => {
-            let output = output.unwrap_or_else(|| beside(&trace, "flamegraph.svg"));
-            flamegraph(&trace, &output, opts)
-        }
+        Cmd::Plot { traces, output, .. } => pictures::cmd_plot(&traces, output, opts),
+        Cmd::Flamegraph { trace, output, .. } => pictures::cmd_flamegraph(&trace, output, opts),
         Cmd::Export {
             traces,
             format,
@@ -132,54 +126,5 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             top,
             ..
         } => top::cmd_top(&trace, &interval, count, top, opts),
-    }
-}
-
-/// Where a picture goes when no `--output` is given: beside `trace`, its name ending `.KIND`
-/// (`run.trace` -> `run.timeline.svg`), never into the working folder.
-fn beside(trace: &std::path::Path, kind: &str) -> std::path::PathBuf {
-    let name = trace
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let stem = name.strip_suffix(".trace").unwrap_or(&name);
-    trace.with_file_name(format!("{stem}.{kind}"))
-}
-
-/// `gpushim plot`: live, reserved and NVML's memory over time.
-fn plot(traces: &[std::path::PathBuf], output: &std::path::Path, opts: &ReadOptions) -> ExitCode {
-    match picture_kind(output) {
-        Err(e) => fail(e),
-        Ok(()) => match gpushim::export::plot_svg(traces, opts) {
-            Ok(svg) => write_picture(output, &svg),
-            Err(e) => fail(e),
-        },
-    }
-}
-
-/// `gpushim flamegraph`: the memory live at the peak, by stack.
-fn flamegraph(trace: &std::path::Path, output: &std::path::Path, opts: &ReadOptions) -> ExitCode {
-    match picture_kind(output) {
-        Err(e) => fail(e),
-        Ok(()) => match gpushim::report::peak(trace, opts) {
-            Ok(peaks) => match peaks.first() {
-                Some(p) => write_picture(
-                    output,
-                    &gpushim::export::flamegraph_svg(
-                        p,
-                        &format!(
-                            "{}: live at the peak ({})",
-                            trace.display(),
-                            human_bytes(p.live_bytes)
-                        ),
-                    ),
-                ),
-                None => fail(
-                    "the trace holds no allocation (or none that the filters keep): no \
-                     flame graph to draw",
-                ),
-            },
-            Err(e) => fail(e),
-        },
     }
 }
