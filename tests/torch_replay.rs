@@ -214,3 +214,32 @@ fn oom_says_which_settings_would_have_served_the_failed_tensor() {
             .is_none()
     );
 }
+
+/// PyTorch's `cudaMalloc` of a segment (or its pages of an expandable segment) is live only
+/// until the segment's own record a moment later says it is reserved memory: a peak it alone
+/// made is not the program's. So the same program's peak live is the same under either
+/// setting, and `summary` and `peak` agree on it.
+#[test]
+fn the_peak_live_is_the_programs_whatever_segments_pytorch_took() {
+    let peak_live = |name: &str| -> (u64, u64) {
+        let t = data(name);
+        let s = gpushim_text(&["summary", "--json", t.to_str().unwrap()]);
+        let s: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+        let p = gpushim_text(&["peak", "--json", t.to_str().unwrap()]);
+        let p: serde_json::Value = serde_json::from_slice(&p.stdout).unwrap();
+        (
+            s["devices"][0]["peak_live_bytes"].as_u64().unwrap(),
+            p[0]["live_bytes"].as_u64().unwrap(),
+        )
+    };
+    for name in ["gpt2", "resnet50", "transformer"] {
+        let (summary, peak) = peak_live(&format!("{name}.trace"));
+        let (summary_x, peak_x) = peak_live(&format!("{name}-expandable.trace"));
+        assert_eq!(summary, peak, "{name}: summary and peak");
+        assert_eq!(summary_x, peak_x, "{name}-expandable: summary and peak");
+        assert_eq!(
+            summary, summary_x,
+            "{name}: the same program under either setting"
+        );
+    }
+}

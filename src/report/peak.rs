@@ -28,16 +28,53 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
     // Pass 1: when each device peaked (the first record reaching its maximum).
     // (live bytes, record index, time of the record that made the peak)
     let mut best: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
+    // Per device: the best before a peak the program's own allocation set (a `cudaMalloc` or
+    // VMM handle the framework's segment record may yet claim as its segment: never live).
+    // (the best before, the allocation's address or handle, whether a handle)
+    let mut before_raw: BTreeMap<u8, ((u64, u64, u64), u64, bool)> = BTreeMap::new();
     let (reader, whole) = replay_each(path, opts, |_, rp, r, c| {
-        if rp.restoring || r.kind == crate::trace::format::RecordKind::Restore {
+        use crate::trace::format::{Api, RecordKind};
+        if rp.restoring || r.kind == RecordKind::Restore {
             return;
         }
-        if let Change::Alloc { device, .. } | Change::Physical { device } = c {
-            let live = rp.live_on(device);
-            let e = best.entry(device).or_insert((0, 0, 0));
-            if live > e.0 {
-                *e = (live, rp.index, r.time_ns);
+        let framework_segment = r.kind == RecordKind::SegmentReserve && r.api == Api::Torch;
+        match c {
+            Change::Alloc { device, .. } | Change::Physical { device } if !framework_segment => {
+                let live = rp.live_on(device);
+                let e = best.entry(device).or_insert((0, 0, 0));
+                if live > e.0 {
+                    let mut was = *e;
+                    *e = (live, rp.index, r.time_ns);
+                    let physical = r.kind == RecordKind::PhysCreate;
+                    if physical || r.kind == RecordKind::Alloc {
+                        // Pages of one segment: the best before the first of them.
+                        if let Some(&(first, _, true)) = before_raw.get(&device)
+                            && physical
+                        {
+                            was = first;
+                        }
+                        before_raw.insert(device, (was, r.ptr, physical));
+                    } else {
+                        before_raw.remove(&device);
+                    }
+                }
             }
+            // The framework's segment claimed the allocation that set the peak.
+            Change::Free { ptr, live } if framework_segment => {
+                if let Some(&(was, key, false)) = before_raw.get(&live.device)
+                    && key == ptr
+                {
+                    best.insert(live.device, was);
+                    before_raw.remove(&live.device);
+                }
+            }
+            Change::Physical { device } if framework_segment => {
+                if let Some(&(was, _, true)) = before_raw.get(&device) {
+                    best.insert(device, was);
+                    before_raw.remove(&device);
+                }
+            }
+            _ => {}
         }
     })?;
     let mut out = Vec::new();

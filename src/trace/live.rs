@@ -49,6 +49,15 @@ struct DeviceLive {
     peak_time_ns: u64,
 }
 
+/// The allocation that set the latest peak, and the peak before it.
+#[derive(Clone, Copy, Debug)]
+struct PeakBy {
+    device: u8,
+    key: u64,
+    physical: bool,
+    before: (u64, u64),
+}
+
 /// The allocation state of a trace at one moment, updated record by record.
 #[derive(Default)]
 pub struct Replay {
@@ -97,6 +106,9 @@ pub struct Replay {
     /// Per (device, pool: 0 the default pool, 1 graph memory): what CUDA's own pool reserves
     /// and what its allocations use, latest (`CudaPool` records).
     pub cuda_pools: BTreeMap<(u8, u8), (u64, u64)>,
+    /// The program's allocation that set the latest peak (a raw `cudaMalloc` or VMM handle the
+    /// framework's segment record may yet claim).
+    peak_by: Option<PeakBy>,
     /// Per thread: its latest device allocation (whether a VMM handle, and its key) until the
     /// `Caller` record that names who made it.
     awaiting_caller: Vec<Option<(bool, u64)>>,
@@ -332,7 +344,9 @@ impl Replay {
     }
 
     /// Counts `size` bytes more live on `device` at time `t` (and the peak).
-    fn add_bytes(&mut self, device: u8, size: u64, t: u64) {
+    /// Adds `size` live bytes on `device` at `t`; the peak and its time before, when this set a
+    /// new peak.
+    fn add_bytes(&mut self, device: u8, size: u64, t: u64) -> Option<(u64, u64)> {
         if self.devices.len() <= device as usize {
             self.devices
                 .resize(device as usize + 1, DeviceLive::default());
@@ -341,8 +355,45 @@ impl Replay {
         d.seen = true;
         d.bytes = d.bytes.saturating_add(size);
         if d.bytes > d.peak {
+            let before = (d.peak, d.peak_time_ns);
             d.peak = d.bytes;
             d.peak_time_ns = t;
+            return Some(before);
+        }
+        None
+    }
+
+    /// A new peak was set by the program's allocation `key` (a VMM handle when `physical`):
+    /// remembered, so that if the framework's segment record that follows says the allocation
+    /// was its segment (reserved memory, never live), the peak goes back to what it was.
+    fn note_peak_by(&mut self, before: Option<(u64, u64)>, device: u8, key: u64, physical: bool) {
+        if let Some(mut before) = before {
+            // Pages of one expandable segment come one after another: the peak before the
+            // first of them is the one to go back to.
+            if let Some(p) = self.peak_by
+                && physical
+                && p.physical
+                && p.device == device
+            {
+                before = p.before;
+            }
+            self.peak_by = (!self.restoring).then_some(PeakBy {
+                device,
+                key,
+                physical,
+                before,
+            });
+        }
+    }
+
+    /// The framework's segment claimed allocation `key`: a peak it alone set is undone.
+    fn undo_peak_of(&mut self, key: u64, physical: bool) {
+        if let Some(p) = self
+            .peak_by
+            .take_if(|p| p.key == key && p.physical == physical)
+            && let Some(d) = self.devices.get_mut(p.device as usize)
+        {
+            (d.peak, d.peak_time_ns) = p.before;
         }
     }
 
@@ -446,7 +497,14 @@ impl Replay {
                     // Freed by a route the trace did not see.
                     self.sub_bytes(old.device, old.size);
                 }
-                self.add_bytes(device, r.size, r.time_ns);
+                let before = self.add_bytes(device, r.size, r.time_ns);
+                if r.kind == TensorAlloc {
+                    if before.is_some() {
+                        self.peak_by = None;
+                    }
+                } else {
+                    self.note_peak_by(before, device, r.ptr, false);
+                }
                 if !self.restoring {
                     *slot(&mut self.last_alloc, r.thread) = r.ptr;
                     *slot(&mut self.awaiting_caller, r.thread) = Some((false, r.ptr));
@@ -510,7 +568,8 @@ impl Replay {
                     self.sub_bytes(old.device, old.size);
                     self.add_physical(old.device, old.size, false);
                 }
-                self.add_bytes(device, r.size, r.time_ns);
+                let before = self.add_bytes(device, r.size, r.time_ns);
+                self.note_peak_by(before, device, r.ptr, true);
                 self.add_physical(device, r.size, true);
                 if !self.restoring {
                     slot(&mut self.pending_physical, r.thread).push(r.ptr);
@@ -549,6 +608,7 @@ impl Replay {
                 let change = match self.live.remove(&r.ptr) {
                     Some(l) => {
                         self.sub_bytes(l.device, l.size);
+                        self.undo_peak_of(r.ptr, false);
                         Change::Free {
                             ptr: r.ptr,
                             live: l,
@@ -563,6 +623,7 @@ impl Replay {
                         for h in pending {
                             if let Some(l) = self.physical.remove(&h) {
                                 self.sub_bytes(l.device, l.size);
+                                self.undo_peak_of(h, true);
                                 self.add_physical(l.device, l.size, false);
                                 self.framework_physical.insert(h, (l.size, l.device));
                             }
