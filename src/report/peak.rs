@@ -23,15 +23,18 @@ pub struct Peak {
     pub stacks: Vec<(Vec<String>, u64)>,
 }
 
+/// A device's most live bytes so far: (bytes, record index, time).
+type Best = (u64, u64, u64);
+
 /// The moment of peak live memory on each device, and what was live then.
 pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
     // Pass 1: when each device peaked (the first record reaching its maximum).
     // (live bytes, record index, time of the record that made the peak)
-    let mut best: BTreeMap<u8, (u64, u64, u64)> = BTreeMap::new();
+    let mut best: BTreeMap<u8, Best> = BTreeMap::new();
     // Per device: the best before a peak the program's own allocation set (a `cudaMalloc` or
     // VMM handle the framework's segment record may yet claim as its segment: never live).
     // (the best before, the allocation's address or handle, whether a handle)
-    let mut before_raw: BTreeMap<u8, ((u64, u64, u64), u64, bool)> = BTreeMap::new();
+    let mut before_raw: BTreeMap<u8, (Best, u64, bool)> = BTreeMap::new();
     let (reader, whole) = replay_each(path, opts, |_, rp, r, c| {
         use crate::trace::format::{Api, RecordKind};
         if rp.restoring || r.kind == RecordKind::Restore {
