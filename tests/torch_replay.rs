@@ -242,4 +242,14 @@ fn the_peak_live_is_the_programs_whatever_segments_pytorch_took() {
             "{name}: the same program under either setting"
         );
     }
+    // The plot's legend says the same.
+    let dir = common::tempdir("replay-plot");
+    let svg = dir.join("r.svg");
+    let t = data("resnet50.trace");
+    let out = gpushim_text(&["plot", t.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
+    assert!(out.status.success());
+    let (summary, _) = peak_live("resnet50.trace");
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let want = format!("peak live {}", gpushim::report::units::human_bytes(summary));
+    assert!(text.contains(&want), "{want} not in the plot");
 }

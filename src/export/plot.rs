@@ -81,7 +81,12 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
                 RecordKind::DeviceMemory => nvml.entry((n, r.device)).or_default().push((t, r.ptr)),
                 _ => {}
             }
+            // Where PyTorch's tensors are recorded, a device allocation of the program's is
+            // most likely PyTorch's segment, reserved memory once its record comes a moment
+            // later: no point of its own (the next point has the allocation if it stays live).
+            let raw = rp.tensors && matches!(r.kind, RecordKind::Alloc | RecordKind::PhysCreate);
             let d = match c {
+                Change::Alloc { .. } | Change::Physical { .. } if raw => return,
                 Change::Alloc { device, .. } | Change::Physical { device } => device,
                 Change::Free { live, .. } => live.device,
                 Change::Other => return,
