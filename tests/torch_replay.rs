@@ -172,6 +172,24 @@ fn the_command_refuses_a_setting_pytorch_would_refuse_and_a_trace_without_tensor
     assert_eq!(outcomes[1]["setting"], "expandable_segments:True");
     assert!(outcomes[1]["peak_reserved_bytes"].as_u64().unwrap() > 0);
     assert!(outcomes[1]["peak_allocated_bytes"].as_u64().unwrap() > 0);
+    // A replay needs every tensor: a time filter is refused, a device filter taken.
+    let trace = data("gpt2.trace");
+    let t = trace.to_str().unwrap();
+    let out = gpushim_text(&["simulate", t, "--torch", "", "--from", "1s"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("only --device"), "{err}");
+    let out = gpushim_text(&["simulate", t, "--torch", "", "--device", "0"]);
+    assert!(out.status.success());
+    // A trace with no tensors of PyTorch's allocator (a C program's) says so.
+    let c_trace = common::train_loop_trace("replay-no-tensors");
+    let out = gpushim_text(&["simulate", c_trace.to_str().unwrap(), "--torch", ""]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("no tensors of PyTorch's caching allocator"),
+        "{err}"
+    );
 }
 
 /// A run that failed a 600 MiB tensor (scripts/gpu/torch_oom.py: a 5 MiB tensor split the
