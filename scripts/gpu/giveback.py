@@ -47,9 +47,8 @@ def holder(kind):
         cupy.get_default_memory_pool().free_all_blocks()
     else:
         import ctypes
-        import nvidia.cu13
-        lib = os.path.join(list(nvidia.cu13.__path__)[0], "lib", "libcudart.so.13")
-        rt = ctypes.CDLL(lib)
+        import cudart
+        rt = cudart.load()
         ps = []
         for _ in range(n):
             p = ctypes.c_void_p()

@@ -6,25 +6,17 @@ Prints 'RESULT {json}': whether the 600 MiB request succeeded (under the environ
 PYTORCH_CUDA_ALLOC_CONF).
 usage: torch_oom.py"""
 import ctypes
-import glob
 import json
-import os
 
 import torch
+
+import cudart
 
 MIB = 1 << 20
 torch.zeros(1, device="cuda")
 torch.cuda.synchronize()
 free, _ = torch.cuda.mem_get_info()
-lib = None
-for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
-    found = sorted(glob.glob(os.path.join(d, "libcudart.so*")))
-    if found:
-        lib = ctypes.CDLL(found[0])
-        break
-if lib is None:
-    import nvidia.cu13
-    lib = ctypes.CDLL(sorted(glob.glob(os.path.join(list(nvidia.cu13.__path__)[0], "lib", "libcudart.so*")))[0])
+lib = cudart.load()
 hog = ctypes.c_void_p()
 rc = lib.cudaMalloc(ctypes.byref(hog), ctypes.c_size_t(free - 1024 * MIB))
 assert rc == 0, f"cudaMalloc of the rest of the device: {rc}"

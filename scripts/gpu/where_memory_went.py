@@ -79,16 +79,10 @@ elif workload == "gpt2":
         opt.zero_grad(set_to_none=True)
     loss.item()
 elif workload == "pools":
-    import glob
+    import cudart
     x = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
     (x @ x).sum().item()
-    rt = None
-    for d in os.environ.get("LD_LIBRARY_PATH", "").split(":"):
-        found = sorted(glob.glob(os.path.join(d, "libcudart.so.1*")))
-        if found:
-            rt = ctypes.CDLL(found[0])
-            break
-    assert rt is not None, "libcudart not on LD_LIBRARY_PATH"
+    rt = cudart.load()
     kept, s = ctypes.c_void_p(), ctypes.c_void_p()
     assert rt.cudaMallocAsync(ctypes.byref(kept), ctypes.c_size_t(2 << 20), None) == 0
     assert rt.cudaStreamCreate(ctypes.byref(s)) == 0

@@ -16,6 +16,20 @@ set -euo pipefail
 steps=${1:-12}
 only=${2:-}
 work=$(mktemp -d)
+keep_records() { # SRC DST: the trace's records only, the file ending after the last one claimed
+  # (a short run's ring never wrapped, and its checkpoint area is empty)
+  mkdir -p "$(dirname "$2")"
+  python3 - "$1" "$2" <<'PY'
+import struct, sys
+src, dst = sys.argv[1:]
+with open(src, "rb") as f:
+    h = f.read(4096)
+    claimed = struct.unpack_from("<Q", h, 64)[0]
+    f.seek(0)
+    data = f.read(4096 + 32 * claimed)
+open(dst, "wb").write(data)
+PY
+}
 [ "$only" = oom ] || {
 printf '%-22s %-26s %14s %14s %14s %7s %9s\n' workload setting "torch peak" "trace peak" "replay peak" exact "at addr"
 row() { # workload-label conf trace result-json
@@ -43,19 +57,7 @@ for w in ${WORKLOADS:-gpt2 resnet50 transformer streams}; do
         || { tail -5 "$work/err"; continue; }
       row "$w${extra:+-tiny}" "$conf" "$work/$tag.trace" "$(cat "$work/$tag.json")"
       if [ -n "${SAVE_TRACES:-}" ] && [ "$size" = tiny ]; then
-        # The records only: the file ends after the last one claimed (a short run's ring never
-        # wrapped, and its checkpoint area is empty).
-        mkdir -p "$SAVE_TRACES"
-        python3 - "$work/$tag.trace" "$SAVE_TRACES/$w${conf:+-expandable}.trace" <<'PY'
-import shutil, struct, sys
-src, dst = sys.argv[1:]
-with open(src, "rb") as f:
-    h = f.read(4096)
-    claimed = struct.unpack_from("<Q", h, 64)[0]
-    f.seek(0)
-    data = f.read(4096 + 32 * claimed)
-open(dst, "wb").write(data)
-PY
+        keep_records "$work/$tag.trace" "$SAVE_TRACES/$w${conf:+-expandable}.trace"
       fi
     done
   done
@@ -86,14 +88,5 @@ echo "an out-of-memory a setting avoids (scripts/gpu/torch_oom.py): what gpushim
 advised=$("$GPUSHIM_BIN" oom "$work/oom.trace" | sed -n 's/^  export PYTORCH_CUDA_ALLOC_CONF=//p' | head -1)
 echo "run again with PYTORCH_CUDA_ALLOC_CONF=$advised:"
 PYTORCH_CUDA_ALLOC_CONF="$advised" python3 scripts/gpu/torch_oom.py 2>/dev/null | grep '^RESULT' || true
-[ -n "${SAVE_TRACES:-}" ] && mkdir -p "$SAVE_TRACES" && python3 - "$work/oom.trace" "$SAVE_TRACES/oom.trace" <<'PY'
-import struct, sys
-src, dst = sys.argv[1:]
-with open(src, "rb") as f:
-    h = f.read(4096)
-    claimed = struct.unpack_from("<Q", h, 64)[0]
-    f.seek(0)
-    data = f.read(4096 + 32 * claimed)
-open(dst, "wb").write(data)
-PY
+[ -z "${SAVE_TRACES:-}" ] || keep_records "$work/oom.trace" "$SAVE_TRACES/oom.trace"
 rm -rf "$work"

@@ -46,7 +46,7 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
     ));
     let (kind, api) = (RecordKind::AllocAsync, Api::Pluggable);
     let size = size as u64;
-    let e = crate::trace::Event::answer(kind, api, rc, ptr, size, dev).on(stream as u64);
+    let e = crate::trace::Event::call(kind, api, rc, ptr, size, dev).on(stream as u64);
     serve::answered(Cost::Malloc, t0, guard.records(), e);
     ptr as *mut c_void
 }
@@ -79,7 +79,7 @@ pub unsafe extern "C" fn gpushim_free(
         .filter(|&(rc, _)| rc == 0)
         .unwrap_or((ERROR_INVALID_VALUE, DEVICE_UNKNOWN));
     let (kind, api) = (RecordKind::FreeAsync, Api::Pluggable);
-    let e = crate::trace::Event::answer(kind, api, rc, ptr as u64, 0, dev).on(stream as u64);
+    let e = crate::trace::Event::call(kind, api, rc, ptr as u64, 0, dev).on(stream as u64);
     serve::answered(Cost::Free, t0, guard.records(), e);
     if rc != 0 && state::enabled() {
         say(format_args!(

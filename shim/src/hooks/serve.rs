@@ -46,9 +46,7 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
     {
         // CUDA refused it for a capture under way (and invalidated that capture), as it
         // would have refused the program's own call.
-        trace::record(
-            trace::Event::allocation(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN).on(stream),
-        );
+        trace::record(trace::Event::call(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN).on(stream));
         explain_capture_refusal(api);
         return Some((rc, 0));
     }
@@ -56,7 +54,7 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
     if rc != 0 && runtime {
         set_last_error_out_of_memory();
     }
-    let e = trace::Event::answer(kind, api, rc, ptr, size as u64, d).on(stream);
+    let e = trace::Event::call(kind, api, rc, ptr, size as u64, d).on(stream);
     answered(Cost::Malloc, t0, true, e);
     Some((rc, ptr))
 }
@@ -125,7 +123,7 @@ pub fn free(
     if rc != 0 && runtime {
         set_last_error_invalid_value();
     }
-    let e = trace::Event::answer(kind, api, rc, p, 0, d).on(stream);
+    let e = trace::Event::call(kind, api, rc, p, 0, d).on(stream);
     answered(Cost::Free, t0, true, e);
     Some(rc)
 }

@@ -74,7 +74,7 @@ fn note_other_streams(api: Api, stream: u64) {
     if OTHER_STREAMS.load(Ordering::Relaxed) || OTHER_STREAMS.swap(true, Ordering::AcqRel) {
         return;
     }
-    crate::trace::record(crate::trace::Event::answer(
+    crate::trace::record(crate::trace::Event::call(
         RecordKind::PoolStreams,
         api,
         0,

@@ -64,30 +64,21 @@ static FORKED: AtomicBool = AtomicBool::new(false);
 static LAST: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICES];
 /// Set by [`poke`]: the device's memory may have moved since the last sample.
 static MOVED: AtomicBool = AtomicBool::new(false);
-/// Set once the program made a stream-ordered allocation: CUDA's own pools hold memory, and the
-/// sampler asks them what (see [`sample_pools`]).
-static STREAM_ORDERED: AtomicBool = AtomicBool::new(false);
 /// The driver's functions the sampler asks CUDA's pools with (0: not yet; usize::MAX: none).
 static POOL_FUNCTIONS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 /// The last figures recorded per device and pool (default, graph): reserved + 1, used + 1.
 static LAST_POOL: [[AtomicU64; 4]; MAX_DEVICES] =
     [const { [const { AtomicU64::new(0) }; 4] }; MAX_DEVICES];
 
-/// How CUDA's pools may be asked (a `fn(&mut dyn FnMut())` the pool registers; 0: not yet, and
-/// then they are not asked): it runs the questions only while no stream capture is under way,
-/// and keeps one from beginning meanwhile, as nothing of the shim's may touch CUDA during one.
+/// How CUDA's pools may be asked (a `fn(&mut dyn FnMut())` the pool registers once the program
+/// allocates stream-ordered, so CUDA's own pools hold memory; 0 until then, and they are not
+/// asked): it runs the questions only while no stream capture is under way, and keeps one from
+/// beginning meanwhile, as nothing of the shim's may touch CUDA during one.
 static ASK_THROUGH: AtomicUsize = AtomicUsize::new(0);
 
 /// Registers how CUDA's pools may be asked.
 pub fn ask_pools_through(f: fn(&mut dyn FnMut())) {
     ASK_THROUGH.store(f as usize, Ordering::Release);
-}
-
-/// The program made a stream-ordered allocation (a load on the hot path, a store once).
-pub fn note_stream_ordered() {
-    if !STREAM_ORDERED.load(Ordering::Relaxed) {
-        STREAM_ORDERED.store(true, Ordering::Relaxed);
-    }
 }
 
 /// Asks for a sample soon (device memory may have moved). A load on the hot path; a store only
@@ -195,7 +186,7 @@ fn sample() {
     }
     // CUDA's pools first: a report of NVML's peak then has what they held at it.
     let through = ASK_THROUGH.load(Ordering::Acquire);
-    if STREAM_ORDERED.load(Ordering::Relaxed) && through != 0 {
+    if through != 0 {
         // SAFETY: only `ask_pools_through` stores here, always a `fn(&mut dyn FnMut())`.
         let through = unsafe { core::mem::transmute::<usize, fn(&mut dyn FnMut())>(through) };
         through(&mut || sample_pools((count as usize).min(MAX_DEVICES)));

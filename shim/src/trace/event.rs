@@ -31,22 +31,10 @@ impl Event {
     }
 
     /// A CUDA call of the program's that made or released memory (or asked about it), as its
-    /// row in the table of CUDA functions says: its result `rc`, the address and size it is
-    /// about (0 where none), and the device.
+    /// row in the table of CUDA functions says, or the pool's answer to one (a block it served,
+    /// an IPC export): its result `rc`, the address and size it is about (0 where none), and
+    /// the device.
     pub const fn call(
-        kind: RecordKind,
-        api: Api,
-        rc: i32,
-        ptr: u64,
-        size: u64,
-        device: u8,
-    ) -> Event {
-        Event::of(kind, api, rc, ptr, size, device)
-    }
-
-    /// Device memory handed out (`Alloc`, `AllocAsync`): `ptr` (0 when it failed) and the
-    /// `size` asked for.
-    pub const fn allocation(
         kind: RecordKind,
         api: Api,
         rc: i32,
@@ -106,19 +94,6 @@ impl Event {
     /// the record kind says `ptr` and `size` mean).
     pub const fn note(kind: RecordKind, ptr: u64, size: u64, device: u8) -> Event {
         Event::of(kind, Api::Shim, 0, ptr, size, device)
-    }
-
-    /// A note that answers for a call of the program's (`api`) with that call's result: a
-    /// pooled IPC export or open, a block the pool served.
-    pub const fn answer(
-        kind: RecordKind,
-        api: Api,
-        rc: i32,
-        ptr: u64,
-        size: u64,
-        device: u8,
-    ) -> Event {
-        Event::of(kind, api, rc, ptr, size, device)
     }
 
     /// What NVML says this process uses on `device` (the device's whole use when
@@ -196,11 +171,5 @@ impl Event {
                     | RecordKind::SegmentRelease
             ) && !matches!(self.api, Api::Torch | Api::Pluggable)
             || self.kind == RecordKind::TensorOom
-    }
-
-    /// Whether it is a stream-ordered allocation that succeeded (CUDA's own pools then hold
-    /// memory worth asking about).
-    pub fn stream_ordered(&self) -> bool {
-        self.kind == RecordKind::AllocAsync && self.rc == 0
     }
 }

@@ -57,9 +57,6 @@ pub fn record(e: Event) {
         stream_index = i;
     }
     append(e, now, thread, stream_index);
-    if e.stream_ordered() {
-        device_memory::note_stream_ordered();
-    }
     if e.moves_device_memory() {
         device_memory::poke();
     }
