@@ -214,4 +214,10 @@ fn a_short_runs_trace_is_small_on_disk() {
         on_disk <= held + (1 << 20),
         "{on_disk} bytes on disk for {held} bytes of trace"
     );
+    // And `ls` says so: the file is cut to what it holds, not left at the chunks mapped ahead.
+    assert!(
+        meta.len() <= held + (256 << 10),
+        "{} bytes long for {held} bytes of trace",
+        meta.len()
+    );
 }

@@ -125,6 +125,41 @@ fn every_record_arrives_across_many_chunks_when_the_trace_is_large_enough() {
     assert!(TraceReader::open(&path).unwrap().info().clean_exit);
 }
 
+#[test]
+fn a_clean_exit_cuts_the_file_to_what_it_holds_and_later_records_land_or_are_counted() {
+    let dir = tempdir("cut");
+    let path = dir.join("t.trace");
+    let r = open(&path, 1 << 30);
+    produce(&r, 8, 1_000);
+    let mapped = std::fs::metadata(&path).unwrap().len();
+    assert!(mapped >= 4 << 20, "{mapped}: the first chunk is mapped whole");
+    r.mark_clean_exit();
+    let tail = gpushim::trace::recorder::TAIL_KEPT;
+    let held = (HEADER_SIZE + 8_000 * RECORD_SIZE) as u64;
+    let len = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        len >= held && len <= held + 3 * tail,
+        "{len} bytes for {held} bytes of records"
+    );
+    // Exit handlers of other libraries keep recording: what fits the tail lands, the rest is
+    // counted, and the file neither grows nor faults.
+    std::thread::scope(|s| {
+        for t in 0..8u16 {
+            let r = &r;
+            s.spawn(move || {
+                for i in 1_000..11_000 {
+                    r.append(&tagged(t, i));
+                }
+            });
+        }
+    });
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    let (decoded, stats) = decode_tagged(&path, 8, 11_000);
+    assert!(decoded >= 8_000 + tail / RECORD_SIZE as u64 - 8 * 64, "{decoded}");
+    assert_eq!(decoded + stats.lost, 88_000, "decoded plus counted-lost");
+    assert_eq!((stats.torn, stats.damage), (0, None));
+}
+
 fn small_trace(n: u64) -> (TestFile, Box<Recorder>) {
     let path = tempdir("edit").file("t.trace");
     let r = open(&path, 1 << 24);

@@ -116,6 +116,78 @@ impl Recorder {
         r
     }
 
+    /// At a clean exit, before any checkpoint was written: cuts the file to the slots claimed
+    /// so far plus [`TAIL_KEPT`], so that `ls` shows what the trace holds, not the chunks mapped
+    /// ahead of the writers. Records claimed later (an exit handler that frees memory) still
+    /// land while they fit in the tail kept; past it they are counted as lost. The mappings past
+    /// the new end are first replaced by anonymous memory, so no access can fault. Returns
+    /// whether the file was cut.
+    pub(super) fn cut_to_claimed(&self, fd: i32, file_size: u64) -> bool {
+        let capacity = self.capacity.load(Ordering::Relaxed);
+        let slack = TAIL_KEPT / RECORD_SIZE as u64;
+        let length_for = |slots: u64| {
+            (HEADER_SIZE as u64)
+                .saturating_add(slots.saturating_mul(RECORD_SIZE as u64))
+                .div_ceil(TAIL_KEPT)
+                .saturating_mul(TAIL_KEPT)
+        };
+        let limit = self.claimed().saturating_add(slack).min(capacity);
+        // Worth it only where more than the tail kept would go.
+        if length_for(limit.saturating_add(slack)) >= file_size {
+            return false;
+        }
+        // SeqCst, paired with the claims: a claim this count misses sees the limit.
+        self.slow.limit.store(limit, Ordering::SeqCst);
+        let claimed = self
+            .header_word(header::CLAIMED)
+            .map_or(0, |w| w.load(Ordering::SeqCst))
+            .min(capacity);
+        let len = length_for(limit.max(claimed));
+        if len >= file_size {
+            return true;
+        }
+        while self
+            .slow
+            .growing
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        }
+        for (c, chunk) in self.chunks.iter().enumerate() {
+            let base = chunk.load(Ordering::Acquire);
+            let start = c as u64 * CHUNK_BYTES;
+            if base.is_null() || start + CHUNK_BYTES <= len {
+                continue;
+            }
+            let keep = len.saturating_sub(start) as usize;
+            // SAFETY: replaces the part of our own chunk mapping past the new end of the file
+            // (page-aligned: `len` is a multiple of TAIL_KEPT) with private anonymous memory.
+            let p = unsafe {
+                libc::mmap(
+                    base.add(keep).cast(),
+                    CHUNK_BYTES as usize - keep,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                self.slow.growing.store(false, Ordering::Release);
+                return false;
+            }
+        }
+        // SAFETY: `fd` is the open trace; nothing maps it past `len` any more.
+        let cut = unsafe { libc::ftruncate(fd, len as libc::off_t) } == 0;
+        if cut {
+            self.slow.file_len.store(len, Ordering::Relaxed);
+        }
+        self.slow.growing.store(false, Ordering::Release);
+        cut
+    }
+
     fn map_chunk_locked(&self, c: usize) -> Result<*mut u8, i32> {
         let existing = self.chunks[c].load(Ordering::Acquire);
         if !existing.is_null() {

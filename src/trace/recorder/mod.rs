@@ -57,6 +57,9 @@ struct SlowPath {
     ahead_stopped: AtomicBool,
     /// Set while the grower maps and populates chunks ahead.
     ahead_busy: AtomicBool,
+    /// Record indices from here on are counted as lost, not written: set when the file was
+    /// cut to what it holds at a clean exit (`u64::MAX` until then).
+    limit: AtomicU64,
 }
 
 /// A thread's claimed slots in one open trace.
@@ -184,6 +187,7 @@ impl Recorder {
                 growing: AtomicBool::new(false),
                 ahead_stopped: AtomicBool::new(false),
                 ahead_busy: AtomicBool::new(false),
+                limit: AtomicU64::new(u64::MAX),
             },
             streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
             strings: [const { AtomicU64::new(0) }; STRING_SLOTS],
@@ -278,6 +282,7 @@ impl Recorder {
         let capacity = layout.capacity.min(chunk_cap);
         self.capacity.store(capacity, Ordering::Relaxed);
         self.ring_on.store(false, Ordering::Relaxed);
+        self.slow.limit.store(u64::MAX, Ordering::Relaxed);
         self.slow
             .checkpoint_area
             .store(layout.checkpoint_area, Ordering::Relaxed);
@@ -381,7 +386,10 @@ impl Recorder {
             self.count_lost(1);
             return None;
         }
-        let start = claimed.fetch_add(size, Ordering::Relaxed);
+        // SeqCst, paired with `cut_to_claimed`: either this claim is counted in the length the
+        // file is cut to, or the limit set before that count is seen here.
+        let start = claimed.fetch_add(size, Ordering::SeqCst);
+        let capacity = capacity.min(self.slow.limit.load(Ordering::SeqCst));
         if start >= capacity {
             self.count_lost(1);
             return None;
@@ -403,13 +411,15 @@ impl Recorder {
             return None;
         }
         let claimed = self.header_word(header::CLAIMED)?;
-        let index = claimed.fetch_add(n, Ordering::Relaxed);
+        let index = claimed.fetch_add(n, Ordering::SeqCst);
         let capacity = self.capacity.load(Ordering::Relaxed);
-        let full = if self.ring_on.load(Ordering::Relaxed) {
-            n > capacity
-        } else {
-            index + n > capacity
-        };
+        let past_limit = index.saturating_add(n) > self.slow.limit.load(Ordering::SeqCst);
+        let full = past_limit
+            || if self.ring_on.load(Ordering::Relaxed) {
+                n > capacity
+            } else {
+                index + n > capacity
+            };
         if full {
             self.count_lost(n);
             return None;
@@ -510,9 +520,10 @@ impl Recorder {
     }
 
     /// Gives the disk back for the part of the file past the slots claimed so far (the chunks
-    /// mapped ahead of the writers): the file keeps its length, and a record written there
-    /// later (an exit handler that frees memory) still lands, on a page allocated anew. A small
-    /// run's file then takes what it holds on disk plus at most [`TAIL_KEPT`].
+    /// mapped ahead of the writers). A file with no checkpoint yet is cut to what it holds plus
+    /// [`TAIL_KEPT`] (see `cut_to_claimed`); a ring's file with a checkpoint keeps its length
+    /// and gets a hole punched between its last slot and the checkpoint area, where a record
+    /// written later still lands, on a page allocated anew.
     pub fn release_unused_tail(&self) {
         let fd = self.fd.load(Ordering::Acquire);
         if fd < 0 {
@@ -552,11 +563,13 @@ impl Recorder {
         if unsafe { libc::fstat(fd, &mut st) } != 0 {
             return;
         }
-        let end = if area > 0 {
-            area.min(st.st_size as u64)
-        } else {
-            st.st_size as u64
-        };
+        let size = st.st_size as u64;
+        // A file with a checkpoint keeps it: past `area` lies the newest.
+        let checkpointed = area > 0 && size > area;
+        if !checkpointed && self.cut_to_claimed(fd, size) {
+            return;
+        }
+        let end = if area > 0 { area.min(size) } else { size };
         if end <= from {
             return;
         }
