@@ -132,7 +132,10 @@ fn a_clean_exit_cuts_the_file_to_what_it_holds_and_later_records_land_or_are_cou
     let r = open(&path, 1 << 30);
     produce(&r, 8, 1_000);
     let mapped = std::fs::metadata(&path).unwrap().len();
-    assert!(mapped >= 4 << 20, "{mapped}: the first chunk is mapped whole");
+    assert!(
+        mapped >= 4 << 20,
+        "{mapped}: the first chunk is mapped whole"
+    );
     r.mark_clean_exit();
     let tail = gpushim::trace::recorder::TAIL_KEPT;
     let held = (HEADER_SIZE + 8_000 * RECORD_SIZE) as u64;
@@ -155,7 +158,10 @@ fn a_clean_exit_cuts_the_file_to_what_it_holds_and_later_records_land_or_are_cou
     });
     assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
     let (decoded, stats) = decode_tagged(&path, 8, 11_000);
-    assert!(decoded >= 8_000 + tail / RECORD_SIZE as u64 - 8 * 64, "{decoded}");
+    assert!(
+        decoded >= 8_000 + tail / RECORD_SIZE as u64 - 8 * 64,
+        "{decoded}"
+    );
     assert_eq!(decoded + stats.lost, 88_000, "decoded plus counted-lost");
     assert_eq!((stats.torn, stats.damage), (0, None));
 }

@@ -311,12 +311,82 @@ struct PeakWatch {
     /// Since the peak: (address, None) allocated, (address, Some(what it was)) freed.
     journal: Vec<(u64, Option<Live>)>,
     snapshot: Snapshot,
+    /// The peak before this one, where a raw device allocation set this one: the framework's
+    /// segment record that claims it a few records later undoes the peak (as the replay does).
+    before: Option<Box<PeakBefore>>,
 }
 
+/// A peak kept aside while the allocation that passed it may still turn out to be a segment.
+struct PeakBefore {
+    bytes: u64,
+    time_ns: u64,
+    reserved: u64,
+    snapshot: Snapshot,
+    /// Set by physical memory (an expandable segment's page): the next page keeps this.
+    physical: bool,
+}
+
+/// Live allocations up to which a peak passed by a raw device allocation keeps the one before
+/// it (a copy of what held it); past it, the peak may read a segment's rounding high.
+const KEEP_PEAK_BEFORE_UPTO: usize = 1 << 16;
+
 impl PeakWatch {
+    /// A new peak: `raw` where a device allocation of the program's (not a tensor) set it.
+    /// `raw`: (the allocation's key, whether physical) where a device allocation of the
+    /// program's (not a tensor) set it; the peak before it is then taken without it.
+    fn passed(&mut self, rp: &Replay, device: u8, time_ns: u64, raw: Option<(u64, bool)>) {
+        let keep_before = raw.filter(|_| rp.live.len() <= KEEP_PEAK_BEFORE_UPTO);
+        match keep_before {
+            // Pages of one expandable segment come one after another: the peak before the first
+            // is the one to go back to.
+            Some((_, true)) if self.before.as_ref().is_some_and(|b| b.physical) => {}
+            Some((key, physical)) => {
+                self.materialize_without(rp, device, Some((key, physical)));
+                self.before = Some(Box::new(PeakBefore {
+                    bytes: self.bytes,
+                    time_ns: self.time_ns,
+                    reserved: self.reserved,
+                    snapshot: core::mem::take(&mut self.snapshot),
+                    physical,
+                }));
+            }
+            None => self.before = None,
+        }
+        self.bytes = rp.live_on(device);
+        self.time_ns = time_ns;
+        self.reserved = rp.reserved_on(device);
+        self.pending = true;
+        self.journal.clear();
+    }
+
+    /// The replay undid the peak (a segment record claimed the allocation that set it): back to
+    /// the one before.
+    fn undo(&mut self, replay_peak: u64) {
+        if replay_peak >= self.bytes {
+            return;
+        }
+        if let Some(b) = self.before.take() {
+            self.bytes = b.bytes;
+            self.time_ns = b.time_ns;
+            self.reserved = b.reserved;
+            self.snapshot = b.snapshot;
+            self.pending = false;
+            self.journal.clear();
+        }
+    }
+
     fn materialize(&mut self, rp: &Replay, device: u8) {
+        self.materialize_without(rp, device, None);
+    }
+
+    /// The snapshot of a pending peak, leaving out `made` (key, physical): an allocation
+    /// applied after it.
+    fn materialize_without(&mut self, rp: &Replay, device: u8, made: Option<(u64, bool)>) {
         if !self.pending {
             return;
+        }
+        if let Some((key, false)) = made {
+            self.journal.push((key, None));
         }
         self.pending = false;
         let mut set: HashMap<u64, Live> = rp
@@ -335,7 +405,11 @@ impl PeakWatch {
                 }
             }
         }
-        let physical = rp.physical.values().filter(|l| l.device == device);
+        let physical = rp
+            .physical
+            .iter()
+            .filter(|&(&h, l)| l.device == device && made != Some((h, true)))
+            .map(|(_, l)| l);
         self.snapshot = Snapshot::of(set.values().chain(physical), device, self.time_ns);
         self.snapshot.live = self.bytes;
         self.snapshot.reserved = self.reserved;
@@ -582,11 +656,12 @@ impl Summarizer {
                 let live = self.replay.live_on(device);
                 let w = self.peaks.entry(device).or_default();
                 if live > w.bytes {
-                    w.bytes = live;
-                    w.time_ns = r.time_ns;
-                    w.reserved = self.replay.reserved_on(device);
-                    w.pending = true;
-                    w.journal.clear();
+                    let raw = match (r.kind, c) {
+                        (_, Change::Physical { .. }) => Some((r.ptr, true)),
+                        (RecordKind::Alloc, Change::Alloc { ptr, .. }) => Some((ptr, false)),
+                        _ => None,
+                    };
+                    w.passed(&self.replay, device, r.time_ns, raw);
                 } else if let (true, Change::Alloc { ptr, .. }) = (w.pending, c) {
                     w.journal.push((ptr, None));
                 }
@@ -599,6 +674,13 @@ impl Summarizer {
                 }
             }
             Change::Other => {}
+        }
+        if r.kind == RecordKind::SegmentReserve {
+            for (d, peak, _) in self.replay.peaks() {
+                if let Some(w) = self.peaks.get_mut(&d) {
+                    w.undo(peak);
+                }
+            }
         }
         // A journal longer than the live set costs more to keep than a snapshot.
         let live_count = self.replay.live.len();

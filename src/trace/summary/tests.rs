@@ -402,3 +402,42 @@ fn thinned_keeps_at_most_max_spread_evenly_over_the_stream() {
         "up to the end: {kept:?}"
     );
 }
+
+/// PyTorch's recorded runs: the checkpoint's peak is the program's, not the rounding of a
+/// segment whose `cudaMalloc` (or expandable page) passed it a few records before the segment's
+/// record claimed it.
+#[test]
+fn a_checkpoints_peak_is_the_programs_whatever_segments_pytorch_took() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/torch");
+    for name in [
+        "resnet50",
+        "resnet50-expandable",
+        "gpt2",
+        "gpt2-expandable",
+        "transformer-expandable",
+        "streams-expandable",
+    ] {
+        let bytes = std::fs::read(format!("{dir}/{name}.trace")).unwrap();
+        let mut s = Summarizer::new();
+        let mut straight = Replay::default();
+        for slot in bytes[crate::trace::format::HEADER_SIZE..].chunks_exact(RECORD_SIZE) {
+            let body: [u8; RECORD_SIZE] = slot.try_into().unwrap();
+            if let Some(r) = Record::decode(&body) {
+                straight.apply(&r);
+                s.feed(&body);
+            }
+        }
+        s.drain(true);
+        let mut bodies = Vec::new();
+        s.checkpoint(0, &mut bodies);
+        let mut restored = Replay::default();
+        for b in &bodies {
+            restored.apply(&Record::decode(b).unwrap());
+        }
+        let (_, want, _) = straight.peaks().next().unwrap();
+        let snap = restored.snapshots.iter().find(|s| !s.failure).unwrap();
+        assert_eq!(snap.live, want, "{name}: the checkpoint's peak");
+        let held: u64 = snap.holdings.iter().map(|h| h.bytes).sum();
+        assert_eq!(held, want, "{name}: what held the peak");
+    }
+}
