@@ -167,9 +167,10 @@ fn nvmls_figure_is_split_by_owner_at_its_peak_and_at_exit() {
     assert_eq!(row("= NVML"), "MiB 526.00 MiB 590.00", "{text}");
 }
 
-/// CUDA's default pool and its graph memory reserve in chunks (the simulator's are 32 MiB, as
-/// on the GPU): the part their allocations leave unused is named, so what no allocating call
-/// made is the CUDA context alone, whether the program allocates stream-ordered or not.
+/// CUDA's default pool, its graph memory and the pools a program creates reserve in chunks
+/// (the simulator's are 32 MiB, as on the GPU): the part their allocations leave unused is
+/// named, so what no allocating call made is the CUDA context alone, whether the program
+/// allocates stream-ordered or not.
 #[test]
 fn memory_cudas_own_pool_reserves_is_named_and_the_rest_stays_the_context() {
     let rest = |async_too: bool| -> (serde_json::Value, u64) {
@@ -178,6 +179,7 @@ fn memory_cudas_own_pool_reserves_is_named_and_the_rest_stays_the_context() {
         if async_too {
             env.push(("OWNER_ASYNC", "1".to_string()));
             env.push(("OWNER_GRAPH", "1".to_string()));
+            env.push(("OWNER_POOLS", "1".to_string()));
         }
         let out = run(
             &sim().dir.join("owners/owners"),
@@ -206,8 +208,14 @@ fn memory_cudas_own_pool_reserves_is_named_and_the_rest_stays_the_context() {
             .find(|p| p["owner"] == name)
             .and_then(|p| p["bytes"].as_u64())
     };
-    // 2 MiB taken stream-ordered, and 2 MiB by a graph's memory node: each chunk holds 30 MiB
+    // 2 MiB taken stream-ordered, 2 MiB by a graph's memory node and 2 MiB from a pool the
+    // program created (two more created, one destroyed, hold nothing): each chunk holds 30 MiB
     // more.
+    assert_eq!(
+        part(&pooled, "the program's CUDA pools, unused"),
+        Some(30 << 20),
+        "{pooled}"
+    );
     assert_eq!(
         part(&pooled, "CUDA's stream-ordered pool, unused"),
         Some(30 << 20),

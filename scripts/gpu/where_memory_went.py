@@ -15,6 +15,8 @@ usage: where_memory_went.py WORKLOAD
   pools    what context does, and 2 MiB from CUDA's default pool (cudaMallocAsync) and 2 MiB
            of graph memory (a cudaMallocAsync captured in a graph, the graph launched), both
            kept: CUDA's pools reserve in larger chunks; the comparison is context
+  created  what pools does, and pools of the program's own (cudaMemPoolCreate): 2 MiB kept from
+           one, one left empty, one destroyed; the comparison is context
 Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) the NCCL group has every rank, each on the GPU
 of its local rank."""
 import ctypes
@@ -78,7 +80,7 @@ elif workload == "gpt2":
         opt.step()
         opt.zero_grad(set_to_none=True)
     loss.item()
-elif workload == "pools":
+elif workload in ("pools", "created"):
     import cudart
     x = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
     (x @ x).sum().item()
@@ -93,6 +95,17 @@ elif workload == "pools":
     assert rt.cudaGraphInstantiate(ctypes.byref(ge), g, ctypes.c_ulonglong(0)) == 0
     assert rt.cudaGraphLaunch(ge, s) == 0
     assert rt.cudaStreamSynchronize(s) == 0
+    if workload == "created":
+        # cudaMemPoolProps: pinned allocations (1) on a device (location type 1, id at byte 12).
+        props = (ctypes.c_int * 22)(1, 0, 1, dev.index)
+        pools = [ctypes.c_void_p() for _ in range(3)]
+        for p in pools:
+            assert rt.cudaMemPoolCreate(ctypes.byref(p), props) == 0
+        from_pool = ctypes.c_void_p()
+        assert rt.cudaMallocFromPoolAsync(ctypes.byref(from_pool), ctypes.c_size_t(2 << 20),
+                                          pools[0], s) == 0
+        assert rt.cudaStreamSynchronize(s) == 0
+        assert rt.cudaMemPoolDestroy(pools[2]) == 0
 elif workload == "nccl":
     dist = nccl_group()
     buf = torch.ones(16 << 20, device=dev)

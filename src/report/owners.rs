@@ -102,6 +102,8 @@ pub struct OwnerBytes {
 pub const CUDA_POOL_UNUSED: &str = "CUDA's stream-ordered pool, unused";
 /// The same for the memory CUDA keeps for graphs' allocations (beyond those the trace holds).
 pub const CUDA_GRAPH_UNUSED: &str = "CUDA's graph memory, unused";
+/// What the pools the program created (`cudaMemPoolCreate`) reserve beyond their allocations.
+pub const CREATED_POOLS_UNUSED: &str = "the program's CUDA pools, unused";
 
 /// What each owner holds per device now: the live allocations by owner, and the framework's
 /// cache beyond its tensors (`PyTorch's cache, unused`), largest first on each device.
@@ -126,16 +128,21 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
     // lives in it, so its allocations are the stream-ordered ones the trace holds beyond the
     // default pool's (never more: pools the program makes itself would only lower this).
     for (&(d, pool), &(reserved, used)) in &rp.cuda_pools {
-        let (name, unused) = if pool == 0 {
-            (CUDA_POOL_UNUSED, reserved.saturating_sub(used))
-        } else {
-            let stream_ordered: u64 = rp
-                .all_live()
-                .filter(|l| l.device == d && l.kind == RecordKind::AllocAsync as u8)
-                .fold(0, |a, l| a.saturating_add(l.size));
-            let default_used = rp.cuda_pools.get(&(d, 0)).map_or(0, |p| p.1);
-            let in_graphs = stream_ordered.saturating_sub(default_used);
-            (CUDA_GRAPH_UNUSED, reserved.saturating_sub(in_graphs))
+        let (name, unused) = match pool {
+            0 => (CUDA_POOL_UNUSED, reserved.saturating_sub(used)),
+            2 => (CREATED_POOLS_UNUSED, reserved.saturating_sub(used)),
+            _ => {
+                let stream_ordered: u64 = rp
+                    .all_live()
+                    .filter(|l| l.device == d && l.kind == RecordKind::AllocAsync as u8)
+                    .fold(0, |a, l| a.saturating_add(l.size));
+                let pools_used = [0, 2]
+                    .iter()
+                    .filter_map(|&p| rp.cuda_pools.get(&(d, p)))
+                    .fold(0u64, |a, p| a.saturating_add(p.1));
+                let in_graphs = stream_ordered.saturating_sub(pools_used);
+                (CUDA_GRAPH_UNUSED, reserved.saturating_sub(in_graphs))
+            }
         };
         if unused > 0 {
             by.insert((d, name.to_string()), (unused, 0));

@@ -390,7 +390,8 @@ byte_enum! {
         Holding = 51 => "holding",
         /// What one of CUDA's own pools on device `device` holds: `ptr` the bytes it reserves,
         /// `size` the bytes its allocations use; `status` 0 for the device's default pool
-        /// (`cudaMallocAsync`), 1 for graph memory. Written by the shim's sampler once the
+        /// (`cudaMallocAsync`), 1 for graph memory, 2 for the pools the program created
+        /// (`cudaMemPoolCreate`), together. Written by the shim's sampler once the
         /// program made a stream-ordered allocation, when a figure moved by a MiB or more.
         CudaPool = 52 => "cuda_pool",
     }

@@ -14,9 +14,11 @@ static void wait_ms(long ms) {
     nanosleep(&t, NULL);
 }
 
-/* usage: [OWNER_ASYNC=1] [OWNER_GRAPH=1] owners [MS]: then holds 64 MiB more for MS milliseconds,
- * frees it and waits MS again before exit (so a sampler sees the peak and the end state).
- * OWNER_GRAPH=1: the program also captures a graph whose memory node keeps 2 MiB. */
+/* usage: [OWNER_ASYNC=1] [OWNER_GRAPH=1] [OWNER_POOLS=1] owners [MS]: then holds 64 MiB more for
+ * MS milliseconds, frees it and waits MS again before exit (so a sampler sees the peak and the
+ * end state). OWNER_GRAPH=1: the program also captures a graph whose memory node keeps 2 MiB.
+ * OWNER_POOLS=1: it creates two pools of its own on device 0, keeps 2 MiB from one, and creates
+ * and destroys a third. */
 int main(int argc, char **argv) {
     void *mine = NULL, *gone = NULL;
     int r = cudaMalloc(&mine, 2 << 20);
@@ -32,6 +34,18 @@ int main(int argc, char **argv) {
         r = r ? r : cudaStreamBeginCapture(s, 0);
         r = r ? r : cudaMallocAsync(&node, 2 << 20, s);
         r = r ? r : cudaStreamEndCapture(s, &graph);
+    }
+    if (getenv("OWNER_POOLS")) {
+        /* cudaMemPoolProps: allocation type 1 (pinned) at 0, location type 1 (a device) at 8,
+         * its id at 12; the rest zero. */
+        int props[22] = {1, 0, 1, 0};
+        cudaMemPool_t kept = NULL, idle = NULL, gone_pool = NULL;
+        void *from_pool = NULL;
+        r = r ? r : cudaMemPoolCreate(&kept, props);
+        r = r ? r : cudaMemPoolCreate(&idle, props);
+        r = r ? r : cudaMemPoolCreate(&gone_pool, props);
+        r = r ? r : cudaMallocFromPoolAsync(&from_pool, 2 << 20, kept, NULL);
+        r = r ? r : cudaMemPoolDestroy(gone_pool);
     }
     printf("owners: %d\n", r);
     if (argc > 1 && r == 0) {

@@ -55,7 +55,7 @@ enum { KIND_DEVICE = 1, KIND_HOST = 2, KIND_MANAGED = 3, KIND_IPC = 4 };
  * graph owns it, a stream-ordered free captured into a graph does not release it, and CUDA
  * never hands its address out again while the graph exists (docs/cuda-facts.md, "Contexts,
  * resets and captures on other threads"); here graphs live as long as the process. */
-struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; int shared; int64_t origin_pid; uint64_t origin_base; int graph; int pooled; };
+struct block { uint64_t base, size; int kind; int device; int mmapped; uint64_t free_at; int shared; int64_t origin_pid; uint64_t origin_base; int graph; int pooled; int created; };
 struct phys { int fd; size_t size; int device; };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -69,6 +69,17 @@ static uint64_t used_bytes;
 #define POOL_CHUNK (32ull << 20)
 static uint64_t pool_used, graph_used;
 static uint64_t chunks_of(uint64_t used) { return (used + POOL_CHUNK - 1) / POOL_CHUNK * POOL_CHUNK; }
+/* Pools the program creates (cuMemPoolCreate): each reserves in chunks as the default pool does.
+ * A pool destroyed with allocations outstanding keeps its memory until they are freed (as CUDA
+ * does), though its handle answers no more. Slot i's handle is &created_pools[i]. */
+#define CREATED_POOLS 16
+static struct created_pool { int live; int device; uint64_t used; } created_pools[CREATED_POOLS];
+/* The created pool a handle names (its slot + 1), -1 for one destroyed, 0 for none. */
+static int created_slot(CUmemoryPool pool) {
+    struct created_pool *c = pool;
+    if (c < created_pools || c >= created_pools + CREATED_POOLS) return 0;
+    return c->live ? (int)(c - created_pools) + 1 : -1;
+}
 static uint64_t limit_bytes;
 static unsigned latency_us;
 static int ndevices = 1;
@@ -248,7 +259,8 @@ static CUresult free_block(uint64_t p, int kind_a, int kind_b) {
     struct block copy = *b;
     *b = blocks[--nblocks];
     used_bytes -= copy.kind == KIND_HOST ? 0 : copy.size;
-    if (copy.pooled) *(copy.graph ? &graph_used : &pool_used) -= copy.size;
+    if (copy.created) created_pools[copy.created - 1].used -= copy.size;
+    else if (copy.pooled) *(copy.graph ? &graph_used : &pool_used) -= copy.size;
     pthread_mutex_unlock(&mu);
     if (copy.shared) {
         char name[64];

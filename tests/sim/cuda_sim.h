@@ -49,6 +49,8 @@ cudaError_t cudaFreeAsync_ptsz(void *p, cudaStream_t s);
 cudaError_t cudaMallocFromPoolAsync(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
 cudaError_t cudaMallocFromPoolAsync_ptsz(void **p, size_t size, cudaMemPool_t pool, cudaStream_t s);
 cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device);
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props);
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool);
 cudaError_t cudaMallocManaged(void **p, size_t size, unsigned int flags);
 cudaError_t cudaMallocHost(void **p, size_t size);
 cudaError_t cudaHostAlloc(void **p, size_t size, unsigned int flags);
@@ -93,6 +95,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool,
 CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s);
 CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d);
 CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value);
+CUresult cuMemPoolCreate(CUmemoryPool *pool, const void *props);
+CUresult cuMemPoolDestroy(CUmemoryPool pool);
 CUresult cuDeviceGetGraphMemAttribute(CUdevice d, int attr, void *value);
 CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int elem);
 CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned int flags);

@@ -41,6 +41,8 @@ static struct {
     CUresult (*mem_alloc_pool)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
     CUresult (*mem_alloc_pool_ptsz)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
     CUresult (*default_pool)(CUmemoryPool *, CUdevice);
+    CUresult (*pool_create)(CUmemoryPool *, const void *);
+    CUresult (*pool_destroy)(CUmemoryPool);
     CUresult (*mem_alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
     CUresult (*mem_alloc_managed)(CUdeviceptr *, size_t, unsigned);
     CUresult (*mem_host_alloc)(void **, size_t, unsigned);
@@ -98,6 +100,8 @@ static void load_driver(void) {
     GET(mem_alloc_pool, "cuMemAllocFromPoolAsync");
     GET_PTSZ(mem_alloc_pool_ptsz, "cuMemAllocFromPoolAsync");
     GET(default_pool, "cuDeviceGetDefaultMemPool");
+    GET(pool_create, "cuMemPoolCreate");
+    GET(pool_destroy, "cuMemPoolDestroy");
     GET(mem_alloc_pitch, "cuMemAllocPitch");
     GET(mem_alloc_managed, "cuMemAllocManaged");
     GET(mem_host_alloc, "cuMemHostAlloc");
@@ -190,6 +194,12 @@ EXPORT cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *pool, int device) 
     READY();
     return from_driver(drv.default_pool(pool, device));
 }
+/* cudaMemPoolProps is laid out as the driver's CUmemPoolProps. */
+EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const void *props) {
+    READY();
+    return from_driver(drv.pool_create(pool, props));
+}
+EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t pool) { READY(); return from_driver(drv.pool_destroy(pool)); }
 
 EXPORT cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, int kind) {
     READY();

@@ -288,10 +288,13 @@ EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice d) {
 /* What the default pool reserves (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, 5) and what its
  * allocations use (CU_MEMPOOL_ATTR_USED_MEM_CURRENT, 7); other attributes are not modelled. */
 EXPORT CUresult cuMemPoolGetAttribute(CUmemoryPool pool, int attr, void *value) {
-    if (pool != (CUmemoryPool)&default_pool || !value) return CUDA_ERROR_INVALID_VALUE;
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&mu);
-    uint64_t used = pool_used;
+    int created = created_slot(pool);
+    int known = pool == (CUmemoryPool)&default_pool || created > 0;
+    uint64_t used = created > 0 ? created_pools[created - 1].used : pool_used;
     pthread_mutex_unlock(&mu);
+    if (!known) return CUDA_ERROR_INVALID_VALUE;
     if (attr == 5) *(uint64_t *)value = chunks_of(used);
     else if (attr == 7) *(uint64_t *)value = used;
     else return CUDA_ERROR_INVALID_VALUE;

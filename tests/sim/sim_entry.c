@@ -38,6 +38,8 @@ static const struct entry entries[] = {
     { "cuDevicePrimaryCtxGetState", 7000, (void *)cuDevicePrimaryCtxGetState, NULL },
     { "cuDevicePrimaryCtxRelease", 11000, (void *)cuDevicePrimaryCtxRelease_v2, NULL },
     { "cuDeviceGetDefaultMemPool", 11020, (void *)cuDeviceGetDefaultMemPool, NULL },
+    { "cuMemPoolCreate", 11020, (void *)cuMemPoolCreate, NULL },
+    { "cuMemPoolDestroy", 11020, (void *)cuMemPoolDestroy, NULL },
     { "cuCtxSetCurrent", 4000, (void *)cuCtxSetCurrent, NULL },
     { "cuCtxGetDevice", 2000, (void *)cuCtxGetDevice, NULL },
     { "cuCtxSynchronize", 2000, (void *)cuCtxSynchronize, NULL },

@@ -42,8 +42,9 @@ static int stream_capturing(CUstream s) {
     pthread_mutex_unlock(&work_mu);
     return c;
 }
-/* On a capturing stream the allocation becomes a graph memory node: the graph owns the block. */
-static CUresult alloc_async(CUdeviceptr *p, size_t size, CUstream s) {
+/* On a capturing stream the allocation becomes a graph memory node: the graph owns the block.
+ * `created`: the created pool it comes from (slot + 1), 0 for the device's default pool. */
+static CUresult alloc_from(CUdeviceptr *p, size_t size, CUstream s, int created) {
     if (!p) return CUDA_ERROR_INVALID_VALUE;
     *p = 0;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -55,11 +56,49 @@ static CUresult alloc_async(CUdeviceptr *p, size_t size, CUstream s) {
         if (b) {
             b->graph = graph;
             b->pooled = 1;
-            *(graph ? &graph_used : &pool_used) += b->size;
+            b->created = graph ? 0 : created;
+            if (b->created) created_pools[created - 1].used += b->size;
+            else *(graph ? &graph_used : &pool_used) += b->size;
         }
         pthread_mutex_unlock(&mu);
     }
     return rc;
+}
+static CUresult alloc_async(CUdeviceptr *p, size_t size, CUstream s) { return alloc_from(p, size, s, 0); }
+static CUresult alloc_pool(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
+    if (!pool) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    int created = created_slot(pool);
+    pthread_mutex_unlock(&mu);
+    if (created < 0) return CUDA_ERROR_INVALID_VALUE;
+    return alloc_from(p, size, s, created);
+}
+/* cuMemPoolCreate: a pool on the device its properties name (CUmemPoolProps: allocation type
+ * at 0, handle types at 4, location type at 8 (1: a device), location id at 12). */
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const void *props) {
+    COUNT();
+    if (!pool || !props) return CUDA_ERROR_INVALID_VALUE;
+    const int *p = props;
+    if (p[2] != 1 || p[3] < 0 || p[3] >= ndevices) return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&mu);
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < CREATED_POOLS; i++)
+        if (!created_pools[i].live && created_pools[i].used == 0) {
+            created_pools[i] = (struct created_pool){ .live = 1, .device = p[3], .used = 0 };
+            *pool = &created_pools[i];
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool) {
+    COUNT();
+    pthread_mutex_lock(&mu);
+    int created = created_slot(pool);
+    if (created > 0) created_pools[created - 1].live = 0;
+    pthread_mutex_unlock(&mu);
+    return created > 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 EXPORT CUresult cuMemAllocAsync(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); return alloc_async(p, size, s); }
 EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t size, CUstream s) { COUNT(); return alloc_async(p, size, ordered_stream(s, 1)); }
@@ -87,13 +126,11 @@ EXPORT CUresult cuMemFreeAsync(CUdeviceptr p, CUstream s) { COUNT(); return free
 EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s) { COUNT(); return free_async(p, ordered_stream(s, 1)); }
 EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
     COUNT();
-    if (!pool) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_async(p, size, s);
+    return alloc_pool(p, size, pool, s);
 }
 EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t size, CUmemoryPool pool, CUstream s) {
     COUNT();
-    if (!pool) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_async(p, size, ordered_stream(s, 1));
+    return alloc_pool(p, size, pool, ordered_stream(s, 1));
 }
 
 EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *p, size_t *pitch, size_t width, size_t height, unsigned int elem) {
@@ -156,6 +193,7 @@ EXPORT size_t simUsedBytes(void) {
     pthread_mutex_lock(&mu);
     /* The pools' chunks count whole. */
     size_t u = used_bytes + (chunks_of(pool_used) - pool_used) + (chunks_of(graph_used) - graph_used);
+    for (int i = 0; i < CREATED_POOLS; i++) u += chunks_of(created_pools[i].used) - created_pools[i].used;
     pthread_mutex_unlock(&mu);
     return u;
 }

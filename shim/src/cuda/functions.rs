@@ -75,6 +75,10 @@ macro_rules! cuda_functions {
             => crate::route::entry::driver_entry_point_by_version as Shim;
         CudaDeviceReset = cudaDeviceReset in Runtime fn()
             => crate::hooks::streams::device_reset as Shim;
+        CudaMemPoolCreate = cudaMemPoolCreate in Runtime fn(pool: *mut *mut c_void, props: *const c_void)
+            => crate::hooks::memory::pool_create::<Runtime> as Shim;
+        CudaMemPoolDestroy = cudaMemPoolDestroy in Runtime fn(pool: *mut c_void)
+            => crate::hooks::memory::pool_destroy::<Runtime> as Shim;
         // Resolved, not hooked.
         CudaGetDevice = cudaGetDevice in Runtime fn(a0: *mut c_int);
         CudaRuntimeGetVersion = cudaRuntimeGetVersion in Runtime fn(a0: *mut c_int);
@@ -104,6 +108,12 @@ macro_rules! cuda_functions {
         CuMemAllocFromPoolAsyncPtsz = cuMemAllocFromPoolAsync_ptsz in Driver fn(p: *mut u64, size: usize, pool: *mut c_void, s: Stream)
             => crate::hooks::memory::malloc_from_pool::<Driver> as CuMemAllocFromPoolAsyncPtsz
             , entry PerThread c"cuMemAllocFromPoolAsync" since 11020;
+        CuMemPoolCreate = cuMemPoolCreate in Driver fn(pool: *mut *mut c_void, props: *const c_void)
+            => crate::hooks::memory::pool_create::<Driver> as Shim
+            , entry Both c"cuMemPoolCreate" since 11020;
+        CuMemPoolDestroy = cuMemPoolDestroy in Driver fn(pool: *mut c_void)
+            => crate::hooks::memory::pool_destroy::<Driver> as Shim
+            , entry Both c"cuMemPoolDestroy" since 11020;
         CuMemAllocPitchV2 = cuMemAllocPitch_v2 in Driver fn(p: *mut u64, pitch: *mut usize, width: usize, height: usize, elem: u32)
             => crate::hooks::driver::mem_alloc_pitch as CuMemAllocPitch
             , entry Both c"cuMemAllocPitch" since 3020;

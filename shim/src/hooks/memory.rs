@@ -231,6 +231,54 @@ pub(crate) unsafe fn malloc_from_pool<S: Side>(
     })
 }
 
+type PoolCreate = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> i32;
+type PoolDestroy = unsafe extern "C" fn(*mut c_void) -> i32;
+
+/// `cudaMemPoolCreate`, `cuMemPoolCreate`: a pool on a device is one the sampler asks what it
+/// reserves (`trace::device_memory`). Both layers may see one creation; the second is a no-op.
+pub(crate) unsafe fn pool_create<S: Side>(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    pool: *mut *mut c_void,
+    props: *const c_void,
+) -> i32 {
+    forward!(sym, real, S::MISSING, PoolCreate, |f, _rec| {
+        // SAFETY: the caller's arguments, unchanged.
+        let rc = unsafe { f(pool, props) };
+        if rc == 0 && !pool.is_null() && !props.is_null() {
+            // SAFETY: a successful call read `props`, a `CUmemPoolProps` (the runtime's
+            // `cudaMemPoolProps` has its layout): the location's type at byte 8 (1: a device)
+            // and its id at byte 12; and wrote the pool through `pool`.
+            let (kind, id, handle) = unsafe {
+                let p = props.cast::<i32>();
+                (p.add(2).read_unaligned(), p.add(3).read_unaligned(), *pool)
+            };
+            if kind == 1
+                && let Ok(device) = u8::try_from(id)
+            {
+                crate::trace::device_memory::pool_created(handle as usize, device);
+            }
+        }
+        rc
+    })
+}
+
+/// `cudaMemPoolDestroy`, `cuMemPoolDestroy`: the sampler lets go of the pool (waiting for a
+/// question under way to be answered) before CUDA destroys it.
+pub(crate) unsafe fn pool_destroy<S: Side>(
+    sym: Sym,
+    real: usize,
+    _: Api,
+    pool: *mut c_void,
+) -> i32 {
+    forward!(sym, real, S::MISSING, PoolDestroy, |f, _rec| {
+        crate::trace::device_memory::pool_destroying(pool as usize);
+        // SAFETY: the caller's argument, unchanged.
+        unsafe { f(pool) }
+    })
+}
+
 /// `cudaMallocManaged`, `cuMemAllocManaged`.
 pub(crate) unsafe fn malloc_managed<S: Side>(
     sym: Sym,

@@ -12,7 +12,7 @@
 use crate::cuda::real;
 use crate::trace;
 use core::ffi::{c_int, c_uint, c_void};
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 
 /// How often the helper samples when nothing pokes it.
 const EVERY_MS: u64 = 200;
@@ -66,9 +66,77 @@ static LAST: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICE
 static MOVED: AtomicBool = AtomicBool::new(false);
 /// The driver's functions the sampler asks CUDA's pools with (0: not yet; usize::MAX: none).
 static POOL_FUNCTIONS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
-/// The last figures recorded per device and pool (default, graph): reserved + 1, used + 1.
-static LAST_POOL: [[AtomicU64; 4]; MAX_DEVICES] =
-    [const { [const { AtomicU64::new(0) }; 4] }; MAX_DEVICES];
+/// The last figures recorded per device and pool (default, graph, the program's own, as
+/// `Event::cuda_pool` numbers them): reserved + 1, used + 1.
+static LAST_POOL: [[AtomicU64; 6]; MAX_DEVICES] =
+    [const { [const { AtomicU64::new(0) }; 6] }; MAX_DEVICES];
+
+/// Pools the program created (`cuMemPoolCreate`) the sampler asks, by slot: the handle, its
+/// device, and whose the slot is ([`CREATED_FREE`], [`CREATED_LIVE`], [`CREATED_ASKED`] while
+/// the sampler asks it, [`CREATED_BUSY`] while a creation fills it or a destruction empties it).
+/// A destruction waits for a question under way, so CUDA is never asked about a pool it
+/// destroyed; past `MAX_CREATED` live pools, later ones are not asked.
+const MAX_CREATED: usize = 64;
+const CREATED_FREE: u8 = 0;
+const CREATED_LIVE: u8 = 1;
+const CREATED_ASKED: u8 = 2;
+const CREATED_BUSY: u8 = 3;
+static CREATED: [AtomicUsize; MAX_CREATED] = [const { AtomicUsize::new(0) }; MAX_CREATED];
+static CREATED_DEVICE: [AtomicU8; MAX_CREATED] = [const { AtomicU8::new(0) }; MAX_CREATED];
+static CREATED_STATE: [AtomicU8; MAX_CREATED] = [const { AtomicU8::new(0) }; MAX_CREATED];
+
+/// The program created `pool` on `device`: the sampler asks it from now on (once).
+pub fn pool_created(pool: usize, device: u8) {
+    if pool == 0 || CREATED.iter().any(|c| c.load(Ordering::Acquire) == pool) {
+        return;
+    }
+    for (i, state) in CREATED_STATE.iter().enumerate() {
+        if state
+            .compare_exchange(
+                CREATED_FREE,
+                CREATED_BUSY,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
+            CREATED[i].store(pool, Ordering::Relaxed);
+            CREATED_DEVICE[i].store(device, Ordering::Relaxed);
+            state.store(CREATED_LIVE, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// The program is about to destroy `pool`: once the sampler is not asking it, it is forgotten.
+/// Waits at most for one question to CUDA about one pool.
+pub fn pool_destroying(pool: usize) {
+    for (i, state) in CREATED_STATE.iter().enumerate() {
+        if pool == 0 || CREATED[i].load(Ordering::Acquire) != pool {
+            continue;
+        }
+        loop {
+            match state.compare_exchange(
+                CREATED_LIVE,
+                CREATED_BUSY,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    CREATED[i].store(0, Ordering::Relaxed);
+                    state.store(CREATED_FREE, Ordering::Release);
+                    break;
+                }
+                Err(CREATED_ASKED) => {
+                    // SAFETY: sched_yield has no preconditions.
+                    unsafe { libc::sched_yield() };
+                }
+                // Emptied or being filled by another thread meanwhile: not this pool's slot now.
+                Err(_) => break,
+            }
+        }
+    }
+}
 
 /// How CUDA's pools may be asked (a `fn(&mut dyn FnMut())` the pool registers once the program
 /// allocates stream-ordered, so CUDA's own pools hold memory; 0 until then, and they are not
@@ -323,6 +391,41 @@ fn with_primary_context(f: &[usize; 8], dev: c_int, ask: impl FnOnce() -> bool) 
     }
 }
 
+/// What the pools the program created on device `d` reserve and use, together; whether it has
+/// any that answered.
+fn ask_created(d: u8, pool_attr: PoolAttribute) -> (bool, u64, u64) {
+    let (mut any, mut reserved, mut used) = (false, 0u64, 0u64);
+    for (i, state) in CREATED_STATE.iter().enumerate() {
+        if CREATED_DEVICE[i].load(Ordering::Relaxed) != d
+            || state
+                .compare_exchange(
+                    CREATED_LIVE,
+                    CREATED_ASKED,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
+            continue;
+        }
+        let pool = CREATED[i].load(Ordering::Relaxed) as *mut c_void;
+        let (mut r, mut u) = (0u64, 0u64);
+        // SAFETY: a pool the program created and has not begun to destroy (its destruction
+        // waits while the slot is ours); valid out-pointers of the attributes' 64-bit size.
+        let ok = unsafe {
+            pool_attr(pool, POOL_RESERVED, (&raw mut r).cast()) == 0
+                && pool_attr(pool, POOL_USED, (&raw mut u).cast()) == 0
+        };
+        state.store(CREATED_LIVE, Ordering::Release);
+        if ok {
+            any = true;
+            reserved = reserved.saturating_add(r);
+            used = used.saturating_add(u);
+        }
+    }
+    (any, reserved, used)
+}
+
 /// Records what CUDA's default pool and its graph memory reserve and use on each of the first
 /// `devices` devices (taken for CUDA's ordinals, as NVML's indexes are), when a figure moved by
 /// a MiB.
@@ -362,7 +465,14 @@ fn sample_pools(devices: usize) {
         // primary context while the program has it (never making one).
         let graph_ok =
             graph(&mut gr, &mut gu) || with_primary_context(&f, dev, || graph(&mut gr, &mut gu));
-        for (which, ok, reserved, used) in [(0usize, pool_ok, r, u), (1, graph_ok, gr, gu)] {
+        // Once the program's pools were recorded, none left answering records zeros.
+        let (created_ok, cr, cu) = ask_created(d as u8, pool_attr);
+        let created_ok = created_ok || last[4].load(Ordering::Relaxed) != 0;
+        for (which, ok, reserved, used) in [
+            (0usize, pool_ok, r, u),
+            (1, graph_ok, gr, gu),
+            (2, created_ok, cr, cu),
+        ] {
             if !ok {
                 continue;
             }

@@ -110,7 +110,7 @@ impl Event {
     }
 
     /// What one of CUDA's own pools on `device` reserves and uses (`which`: 0 the default
-    /// pool, 1 graph memory).
+    /// pool, 1 graph memory, 2 the pools the program created, together).
     pub const fn cuda_pool(which: u8, reserved: u64, used: u64, device: u8) -> Event {
         Event::of(
             RecordKind::CudaPool,
