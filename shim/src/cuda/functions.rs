@@ -12,9 +12,11 @@
 //! ```
 //!
 //! - `=> body as Api`: the function is hooked: exported under `c_name` (and, from the driver,
-//!   handed out by entry-point lookups too); the hook calls `body(sym, real, api, args...)`
-//!   with the real function's address (`Runtime` and `Driver` name the two sides of a body
-//!   both APIs share, `hooks::memory`). `Api` is the trace's API of its records:
+//!   handed out by entry-point lookups too); the hook calls `body(real, args...)` where `real`
+//!   ([`crate::hooks::Real`]) holds the real function typed by this row's signature, the
+//!   symbol and the API (`Runtime` and `Driver` name the two sides of a body both APIs share,
+//!   `hooks::memory`; a body whose declared function type is not the row's does not compile).
+//!   `Api` is the trace's API of its records:
 //!   its name must be `c_name` (checked at compile time), or `Shim` for hooks that record
 //!   nothing of their own. Without it, the function is only resolved, for the shim's own calls.
 //! - `entry`: a driver entry-point lookup of that name, for CUDA versions `since..until`

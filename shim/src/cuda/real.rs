@@ -194,3 +194,11 @@ pub fn function<S: crate::cuda::symbols::SigOf>() -> Option<S::F> {
     // or the address of that very function.
     unsafe { as_fn::<S::F>(exported(S::SYM)) }
 }
+
+/// The real function behind the wrapper an entry-point lookup handed out for `S`, typed by its
+/// signature, or `None` when none was taken.
+pub fn proc_function<S: crate::cuda::symbols::SigOf>() -> Option<S::F> {
+    // SAFETY: `S::F` is the C signature of `S::SYM`; `offer_proc` takes only what a real
+    // lookup returned for that ABI (`symbols::driver_abi`).
+    unsafe { as_fn::<S::F>(proc(S::SYM)) }
+}

@@ -5,25 +5,22 @@
 use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_MEM_LOCATION_TYPE_DEVICE, CuMemAllocationPropHead,
 };
-use crate::cuda::symbols::{Sym, sig};
-use crate::hooks::{forward, out_u64, out_usize, recorded};
+use crate::cuda::symbols::sig;
+use crate::hooks::{Real, out_u64, out_usize, recorded};
 use crate::trace::driver_device;
 use core::ffi::c_void;
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn mem_alloc_pitch(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CuMemAllocPitchV2>,
     p: *mut u64,
     pitch: *mut usize,
     width: usize,
     height: usize,
     elem: u32,
 ) -> i32 {
-    type F = sig::CuMemAllocPitchV2;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, pitch, width, height, elem) }
@@ -38,18 +35,16 @@ pub(crate) unsafe fn mem_alloc_pitch(
 }
 
 pub(crate) unsafe fn mem_create(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CuMemCreate>,
     h: *mut u64,
     size: usize,
     prop: *const c_void,
     flags: u64,
 ) -> i32 {
-    type F = sig::CuMemCreate;
     // The allocation's properties begin with where it lives (the part the record needs).
     let prop = prop.cast::<CuMemAllocationPropHead>();
-    forward!(sym, real, MISSING, F, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(h, size, prop.cast(), flags) }
@@ -75,9 +70,9 @@ pub(crate) unsafe fn mem_create(
     })
 }
 
-pub(crate) unsafe fn mem_release(sym: Sym, real: usize, api: Api, h: u64) -> i32 {
-    type F = sig::CuMemRelease;
-    forward!(sym, real, MISSING, F, |f, rec| {
+pub(crate) unsafe fn mem_release(real: Real<sig::CuMemRelease>, h: u64) -> i32 {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(h) }
@@ -88,19 +83,16 @@ pub(crate) unsafe fn mem_release(sym: Sym, real: usize, api: Api, h: u64) -> i32
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn mem_map(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CuMemMap>,
     p: u64,
     size: usize,
     offset: usize,
     h: u64,
     flags: u64,
 ) -> i32 {
-    type F = sig::CuMemMap;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, offset, h, flags) }
@@ -115,9 +107,9 @@ pub(crate) unsafe fn mem_map(
     })
 }
 
-pub(crate) unsafe fn mem_unmap(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
-    type F = sig::CuMemUnmap;
-    forward!(sym, real, MISSING, F, |f, rec| {
+pub(crate) unsafe fn mem_unmap(real: Real<sig::CuMemUnmap>, p: u64, size: usize) -> i32 {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size) }
@@ -128,19 +120,16 @@ pub(crate) unsafe fn mem_unmap(sym: Sym, real: usize, api: Api, p: u64, size: us
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn mem_address_reserve(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CuMemAddressReserve>,
     p: *mut u64,
     size: usize,
     align: usize,
     addr: u64,
     flags: u64,
 ) -> i32 {
-    type F = sig::CuMemAddressReserve;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, align, addr, flags) }
@@ -153,9 +142,13 @@ pub(crate) unsafe fn mem_address_reserve(
     })
 }
 
-pub(crate) unsafe fn mem_address_free(sym: Sym, real: usize, api: Api, p: u64, size: usize) -> i32 {
-    type F = sig::CuMemAddressFree;
-    forward!(sym, real, MISSING, F, |f, rec| {
+pub(crate) unsafe fn mem_address_free(
+    real: Real<sig::CuMemAddressFree>,
+    p: u64,
+    size: usize,
+) -> i32 {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size) }
@@ -166,18 +159,15 @@ pub(crate) unsafe fn mem_address_free(sym: Sym, real: usize, api: Api, p: u64, s
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn mem_set_access(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CuMemSetAccess>,
     p: u64,
     size: usize,
     desc: *const c_void,
     count: usize,
 ) -> i32 {
-    type F = sig::CuMemSetAccess;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, desc, count) }

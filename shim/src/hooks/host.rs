@@ -4,9 +4,9 @@
 
 use crate::cuda::ffi::{CU_ERROR_NOT_INITIALIZED, CUDA_ERROR_INSUFFICIENT_DRIVER};
 use crate::cuda::symbols::{Lib, Sym, sig};
-use crate::hooks::{forward, out_ptr, recorded};
+use crate::hooks::{Real, out_ptr, recorded};
 use core::ffi::c_void;
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 
 /// What a hook answers when its library has no such function: what the runtime answers without
 /// a driver, or what the driver answers before `cuInit`.
@@ -22,15 +22,13 @@ fn missing(sym: Sym) -> i32 {
 /// # Safety
 /// `real` was resolved for `sym` (either function: one ABI); the caller's arguments.
 pub(crate) unsafe fn host_alloc(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CudaHostAlloc>,
     p: *mut *mut c_void,
     size: usize,
     flags: u32,
 ) -> i32 {
-    type F = sig::CudaHostAlloc;
-    forward!(sym, real, missing(sym), F, |f, rec| {
+    let Real { sym, api, .. } = real;
+    real.forward(missing(sym), |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, flags) }
@@ -47,9 +45,9 @@ pub(crate) unsafe fn host_alloc(
 ///
 /// # Safety
 /// As [`host_alloc`].
-pub(crate) unsafe fn free_host(sym: Sym, real: usize, api: Api, p: *mut c_void) -> i32 {
-    type F = sig::CudaFreeHost;
-    forward!(sym, real, missing(sym), F, |f, rec| {
+pub(crate) unsafe fn free_host(real: Real<sig::CudaFreeHost>, p: *mut c_void) -> i32 {
+    let Real { sym, api, .. } = real;
+    real.forward(missing(sym), |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p) }

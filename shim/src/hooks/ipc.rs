@@ -2,8 +2,8 @@
 //! handle and any other a ticket; import maps each segment once per context.
 
 use crate::cuda::ffi::{CU_ERROR_NOT_INITIALIZED as MISSING, ERROR_INVALID_VALUE};
-use crate::cuda::symbols::{Sym, sig};
-use crate::hooks::forward;
+use crate::cuda::symbols::sig;
+use crate::hooks::Real;
 use crate::os::say;
 use crate::pool::ipc;
 use crate::pool::{self, holds_blocks};
@@ -12,7 +12,7 @@ use crate::trace;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::config::Pool as PoolMode;
-use gpushim_core::trace::format::{Api, RecordKind};
+use gpushim_core::trace::format::RecordKind;
 
 static IPC_SAID: AtomicBool = AtomicBool::new(false);
 
@@ -26,14 +26,11 @@ fn ipc_refused(why: core::fmt::Arguments<'_>) -> i32 {
 /// IPC export. A block that starts its segment gets the segment's real handle (the peer maps
 /// the segment at the block's address); any other pooled block gets a ticket (see `ipc`).
 pub(crate) unsafe fn ipc_get_mem_handle(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuIpcGetMemHandle>,
     handle: *mut c_void,
     p: u64,
 ) -> i32 {
-    type F = sig::CuIpcGetMemHandle;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    real.forward(MISSING, |f, rec| {
         let Some(b) = (if holds_blocks() {
             pool::lookup(p)
         } else {
@@ -100,15 +97,12 @@ use crate::cuda::ffi::CuIpcMemHandle as IpcHandle;
 /// IPC import: tickets become the real handle plus an offset; every open goes through the
 /// table so a segment is mapped once per context however many blocks of it are opened.
 pub(crate) unsafe fn ipc_open(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuIpcOpenMemHandleV2>,
     out: *mut u64,
     h: IpcHandle,
     flags: u32,
 ) -> i32 {
-    type F = sig::CuIpcOpenMemHandleV2;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    real.forward(MISSING, |f, rec| {
         if out.is_null() || !state::enabled() {
             // SAFETY: the caller's arguments, unchanged (GPUSHIM_DISABLE=1: a pure forward).
             return unsafe { f(out, h, flags) };
@@ -150,9 +144,8 @@ pub(crate) unsafe fn ipc_open(
     })
 }
 
-pub(crate) unsafe fn ipc_close(sym: Sym, real: usize, _: Api, p: u64) -> i32 {
-    type F = sig::CuIpcCloseMemHandle;
-    forward!(sym, real, MISSING, F, |f, rec| {
+pub(crate) unsafe fn ipc_close(real: Real<sig::CuIpcCloseMemHandle>, p: u64) -> i32 {
+    real.forward(MISSING, |f, rec| {
         let rc = match ipc::close(p) {
             // SAFETY: the caller's argument, unchanged.
             ipc::Close::PassThrough => unsafe { f(p) },

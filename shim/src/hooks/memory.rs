@@ -4,15 +4,14 @@
 //! to the real function and is recorded. What differs between the two APIs is a [`Side`].
 
 use crate::cuda::ffi::{CU_ERROR_NOT_INITIALIZED, CUDA_ERROR_INSUFFICIENT_DRIVER};
-use crate::cuda::symbols::Sym;
 use crate::cuda::symbols::sig::Stream;
 use crate::hooks::serve::{self, Family};
-use crate::hooks::{forward, recorded};
+use crate::hooks::{Real, recorded};
 use crate::pool;
 use crate::trace::{driver_device, runtime_device};
 use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 
 /// What differs between the runtime's and the driver's memory calls.
 pub(crate) trait Side {
@@ -89,14 +88,9 @@ type MallocManaged<S> = unsafe extern "C" fn(*mut <S as Side>::Ptr, usize, u32) 
 type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> i32;
 
 /// `cudaMalloc`, `cuMemAlloc_v2`.
-pub(crate) unsafe fn malloc<S: Side>(
-    sym: Sym,
-    real: usize,
-    api: Api,
-    p: *mut S::Ptr,
-    size: usize,
-) -> i32 {
-    forward!(sym, real, S::MISSING, Malloc<S>, |f, rec| {
+pub(crate) unsafe fn malloc<S: Side>(real: Real<Malloc<S>>, p: *mut S::Ptr, size: usize) -> i32 {
+    let Real { api, .. } = real;
+    real.forward(S::MISSING, |f, rec| {
         if rec && !p.is_null() && size > 0 && pool::serves_calls() {
             if let Some((rc, ptr)) = serve::alloc(S::FAMILY, api, size, pool::SYNC_KEY, 0) {
                 // SAFETY: `p` is the caller's out-pointer, checked non-null.
@@ -124,8 +118,9 @@ pub(crate) unsafe fn malloc<S: Side>(
 }
 
 /// `cudaFree`, `cuMemFree_v2`.
-pub(crate) unsafe fn free<S: Side>(sym: Sym, real: usize, api: Api, p: S::Ptr) -> i32 {
-    forward!(sym, real, S::MISSING, Free<S>, |f, rec| {
+pub(crate) unsafe fn free<S: Side>(real: Real<Free<S>>, p: S::Ptr) -> i32 {
+    let Real { api, .. } = real;
+    real.forward(S::MISSING, |f, rec| {
         let addr = S::addr(p);
         if rec && pool::holds_blocks() && addr != 0 {
             let kind = RecordKind::Free;
@@ -145,14 +140,13 @@ pub(crate) unsafe fn free<S: Side>(sym: Sym, real: usize, api: Api, p: S::Ptr) -
 
 /// `cudaMallocAsync{,_ptsz}`, `cuMemAllocAsync{,_ptsz}`.
 pub(crate) unsafe fn malloc_async<S: Side>(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<MallocAsync<S>>,
     p: *mut S::Ptr,
     size: usize,
     s: Stream,
 ) -> i32 {
-    forward!(sym, real, S::MISSING, MallocAsync<S>, |f, rec| {
+    let Real { sym, api, .. } = real;
+    real.forward(S::MISSING, |f, rec| {
         pool::allow_pool_questions();
         let per_thread = sym.per_thread();
         if rec
@@ -180,14 +174,9 @@ pub(crate) unsafe fn malloc_async<S: Side>(
 }
 
 /// `cudaFreeAsync{,_ptsz}`, `cuMemFreeAsync{,_ptsz}`.
-pub(crate) unsafe fn free_async<S: Side>(
-    sym: Sym,
-    real: usize,
-    api: Api,
-    p: S::Ptr,
-    s: Stream,
-) -> i32 {
-    forward!(sym, real, S::MISSING, FreeAsync<S>, |f, rec| {
+pub(crate) unsafe fn free_async<S: Side>(real: Real<FreeAsync<S>>, p: S::Ptr, s: Stream) -> i32 {
+    let Real { sym, api, .. } = real;
+    real.forward(S::MISSING, |f, rec| {
         let addr = S::addr(p);
         let per_thread = sym.per_thread();
         if rec && pool::holds_blocks() && addr != 0 && !pool::capturing(s, per_thread) {
@@ -210,15 +199,14 @@ pub(crate) unsafe fn free_async<S: Side>(
 /// `cudaMallocFromPoolAsync{,_ptsz}`, `cuMemAllocFromPoolAsync{,_ptsz}`: CUDA's memory pools
 /// serve these; the shim's pool never does.
 pub(crate) unsafe fn malloc_from_pool<S: Side>(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<MallocFromPool<S>>,
     p: *mut S::Ptr,
     size: usize,
     pool: *mut c_void,
     s: Stream,
 ) -> i32 {
-    forward!(sym, real, S::MISSING, MallocFromPool<S>, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(S::MISSING, |f, rec| {
         pool::allow_pool_questions();
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
@@ -237,13 +225,11 @@ type PoolDestroy = unsafe extern "C" fn(*mut c_void) -> i32;
 /// `cudaMemPoolCreate`, `cuMemPoolCreate`: a pool on a device is one the sampler asks what it
 /// reserves (`trace::device_memory`). Both layers may see one creation; the second is a no-op.
 pub(crate) unsafe fn pool_create<S: Side>(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<PoolCreate>,
     pool: *mut *mut c_void,
     props: *const c_void,
 ) -> i32 {
-    forward!(sym, real, S::MISSING, PoolCreate, |f, _rec| {
+    real.forward(S::MISSING, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(pool, props) };
         if rc == 0 && !pool.is_null() && !props.is_null() {
@@ -266,13 +252,8 @@ pub(crate) unsafe fn pool_create<S: Side>(
 
 /// `cudaMemPoolDestroy`, `cuMemPoolDestroy`: the sampler lets go of the pool (waiting for a
 /// question under way to be answered) before CUDA destroys it.
-pub(crate) unsafe fn pool_destroy<S: Side>(
-    sym: Sym,
-    real: usize,
-    _: Api,
-    pool: *mut c_void,
-) -> i32 {
-    forward!(sym, real, S::MISSING, PoolDestroy, |f, _rec| {
+pub(crate) unsafe fn pool_destroy<S: Side>(real: Real<PoolDestroy>, pool: *mut c_void) -> i32 {
+    real.forward(S::MISSING, |f, _rec| {
         crate::trace::device_memory::pool_destroying(pool as usize);
         // SAFETY: the caller's argument, unchanged.
         unsafe { f(pool) }
@@ -281,14 +262,13 @@ pub(crate) unsafe fn pool_destroy<S: Side>(
 
 /// `cudaMallocManaged`, `cuMemAllocManaged`.
 pub(crate) unsafe fn malloc_managed<S: Side>(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<MallocManaged<S>>,
     p: *mut S::Ptr,
     size: usize,
     flags: u32,
 ) -> i32 {
-    forward!(sym, real, S::MISSING, MallocManaged<S>, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(S::MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, flags) }
@@ -302,13 +282,12 @@ pub(crate) unsafe fn malloc_managed<S: Side>(
 
 /// `cudaMemGetInfo`, `cuMemGetInfo_v2`: recorded, and under a pool what the process can use.
 pub(crate) unsafe fn mem_get_info<S: Side>(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<MemGetInfo>,
     free: *mut usize,
     total: *mut usize,
 ) -> i32 {
-    forward!(sym, real, S::MISSING, MemGetInfo, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(S::MISSING, |f, rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(free, total) };
         if rec {

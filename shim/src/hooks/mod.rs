@@ -18,28 +18,47 @@ pub mod serve;
 pub mod streams;
 pub mod torch;
 
+use crate::cuda::symbols::{SigOf, Sym};
 use crate::pool;
 use crate::trace;
 use core::ffi::c_void;
 use gpushim_core::trace::format::{Api, RecordKind};
 
-/// Forwards to the real function at address `$real`, resolved for `$sym` whose ABI is `$fty`.
-/// Inside `$body`, `$f` is the function and `$rec` says whether to record this call. When the
-/// real function cannot be found, says so once and returns `$missing`.
-macro_rules! forward {
-    ($sym:expr, $real:expr, $missing:expr, $fty:ty, |$f:ident, $rec:ident| $body:block) => {{
-        // SAFETY: `$real` was resolved for `$sym`, whose ABI is `$fty`.
-        match unsafe { $crate::cuda::real::as_fn::<$fty>($real) } {
-            None => $crate::state::missing($sym, $missing),
-            Some($f) => {
-                let guard = $crate::guard::Guard::enter();
-                let $rec = guard.records();
-                $body
+/// What a hook's body is handed: the real function of its row, typed by the row's signature
+/// (`None` when it cannot be found), the symbol it stands for and the trace API of its records.
+/// The hook's shell makes it from the row ([`crate::route`]); a body's declared `F` that is not
+/// the row's signature does not compile.
+#[derive(Clone, Copy)]
+pub struct Real<F> {
+    pub sym: Sym,
+    pub f: Option<F>,
+    pub api: Api,
+}
+
+impl<F: Copy> Real<F> {
+    /// The real function of `S`'s row, found as `find` finds it (the exported symbol's, or the
+    /// one an entry-point lookup returned).
+    pub fn of<S: SigOf<F = F>>(f: Option<F>, api: Api) -> Real<F> {
+        Real {
+            sym: S::SYM,
+            f,
+            api,
+        }
+    }
+
+    /// Calls `body(f, rec)` with the real function inside the re-entrancy guard (`rec`: whether
+    /// this call is recorded); when the real function cannot be found, says so once and
+    /// returns `missing`.
+    pub fn forward(self, missing: i32, body: impl FnOnce(F, bool) -> i32) -> i32 {
+        match self.f {
+            None => crate::state::missing(self.sym, missing),
+            Some(f) => {
+                let guard = crate::guard::Guard::enter();
+                body(f, guard.records())
             }
         }
-    }};
+    }
 }
-pub(crate) use forward;
 
 /// The body every recorded hook shares once it holds the real function: make the call, and
 /// when this call is recorded (the guard says so), record its outcome. `outcome(rc)` names the

@@ -5,22 +5,18 @@ use crate::cuda::ffi::{
     CU_ERROR_NOT_INITIALIZED as MISSING, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
     CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
 };
-use crate::cuda::symbols::{Sym, sig};
-use crate::hooks::forward;
+use crate::cuda::symbols::sig;
+use crate::hooks::Real;
 use crate::pool::{self, holds_blocks};
 use core::ffi::{c_int, c_void};
-use gpushim_core::trace::format::Api;
 
 pub(crate) unsafe fn get_address_range(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuMemGetAddressRangeV2>,
     base: *mut u64,
     size: *mut usize,
     p: u64,
 ) -> i32 {
-    type F = sig::CuMemGetAddressRangeV2;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+    real.forward(MISSING, |f, _rec| {
         if holds_blocks()
             && let Some(b) = pool::lookup(p)
         {
@@ -43,15 +39,12 @@ pub(crate) unsafe fn get_address_range(
 }
 
 pub(crate) unsafe fn pointer_get_attribute(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuPointerGetAttribute>,
     data: *mut c_void,
     attr: c_int,
     p: u64,
 ) -> i32 {
-    type F = sig::CuPointerGetAttribute;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+    real.forward(MISSING, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(data, attr, p) };
         if rc == 0 && !data.is_null() && holds_blocks() {
@@ -63,16 +56,13 @@ pub(crate) unsafe fn pointer_get_attribute(
 }
 
 pub(crate) unsafe fn pointer_get_attributes(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuPointerGetAttributes>,
     n: u32,
     attrs: *const c_int,
     data: *mut *mut c_void,
     p: u64,
 ) -> i32 {
-    type F = sig::CuPointerGetAttributes;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+    real.forward(MISSING, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(n, attrs, data, p) };
         if rc == 0 && !attrs.is_null() && !data.is_null() && holds_blocks() {

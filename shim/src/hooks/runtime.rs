@@ -4,21 +4,19 @@
 //! function's.
 
 use crate::cuda::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
-use crate::cuda::symbols::{Sym, sig};
-use crate::hooks::{forward, out_ptr, out_usize, recorded};
+use crate::cuda::symbols::sig;
+use crate::hooks::{Real, out_ptr, out_usize, recorded};
 use crate::trace::runtime_device;
 use core::ffi::c_void;
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 
 pub(crate) unsafe fn malloc_host(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CudaMallocHost>,
     p: *mut *mut c_void,
     size: usize,
 ) -> i32 {
-    type F = sig::CudaMallocHost;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size) }
@@ -32,16 +30,14 @@ pub(crate) unsafe fn malloc_host(
 }
 
 pub(crate) unsafe fn malloc_pitch(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CudaMallocPitch>,
     p: *mut *mut c_void,
     pitch: *mut usize,
     width: usize,
     height: usize,
 ) -> i32 {
-    type F = sig::CudaMallocPitch;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, pitch, width, height) }
@@ -56,14 +52,12 @@ pub(crate) unsafe fn malloc_pitch(
 }
 
 pub(crate) unsafe fn malloc_3d(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CudaMalloc3D>,
     p: *mut CudaPitchedPtr,
     extent: CudaExtent,
 ) -> i32 {
-    type F = sig::CudaMalloc3D;
-    forward!(sym, real, MISSING, F, |f, rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, rec| {
         let call = || {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, extent) }

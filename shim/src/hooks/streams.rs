@@ -5,19 +5,18 @@
 
 use crate::cuda::ffi::{CU_ERROR_NOT_INITIALIZED as MISSING, CUDA_ERROR_INSUFFICIENT_DRIVER};
 use crate::cuda::symbols::{Sym, sig};
-use crate::hooks::forward;
+use crate::hooks::Real;
 use crate::pool::{self, holds_blocks};
 use core::ffi::{c_int, c_void};
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN};
+use gpushim_core::trace::format::DEVICE_UNKNOWN;
 
 use crate::cuda::symbols::sig::Stream;
 
 /// `cudaDeviceReset`: the current device's primary context is reset (see `pool::device_reset`).
 /// The runtime may reach the driver's reset through our wrapper too; forgetting twice is
 /// harmless.
-pub(crate) unsafe fn device_reset(sym: Sym, real: usize, _: Api) -> i32 {
-    type F = sig::CudaDeviceReset;
-    forward!(sym, real, CUDA_ERROR_INSUFFICIENT_DRIVER, F, |f, _rec| {
+pub(crate) unsafe fn device_reset(real: Real<sig::CudaDeviceReset>) -> i32 {
+    real.forward(CUDA_ERROR_INSUFFICIENT_DRIVER, |f, _rec| {
         let device = crate::trace::runtime_device();
         let ctx = (device != DEVICE_UNKNOWN)
             .then(|| pool::device_resetting(i32::from(device)))
@@ -31,9 +30,11 @@ pub(crate) unsafe fn device_reset(sym: Sym, real: usize, _: Api) -> i32 {
     })
 }
 
-pub(crate) unsafe fn primary_ctx_reset(sym: Sym, real: usize, _: Api, device: c_int) -> i32 {
-    type F = sig::CuDevicePrimaryCtxResetV2;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+pub(crate) unsafe fn primary_ctx_reset(
+    real: Real<sig::CuDevicePrimaryCtxResetV2>,
+    device: c_int,
+) -> i32 {
+    real.forward(MISSING, |f, _rec| {
         let ctx = pool::device_resetting(device);
         // SAFETY: the caller's argument, unchanged.
         let rc = unsafe { f(device) };
@@ -44,17 +45,21 @@ pub(crate) unsafe fn primary_ctx_reset(sym: Sym, real: usize, _: Api, device: c_
     })
 }
 
-pub(crate) unsafe fn begin_capture_v1(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
-    type F = sig::CuStreamBeginCapture;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+pub(crate) unsafe fn begin_capture_v1(real: Real<sig::CuStreamBeginCapture>, s: Stream) -> i32 {
+    let Real { sym, .. } = real;
+    real.forward(MISSING, |f, _rec| {
         // SAFETY: the caller's argument, unchanged.
         pool::begin_capture(s, sym == Sym::CuStreamBeginCapturePtsz, || unsafe { f(s) })
     })
 }
 
-pub(crate) unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mode: c_int) -> i32 {
-    type F = sig::CuStreamBeginCaptureV2;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+pub(crate) unsafe fn begin_capture(
+    real: Real<sig::CuStreamBeginCaptureV2>,
+    s: Stream,
+    mode: c_int,
+) -> i32 {
+    let Real { sym, .. } = real;
+    real.forward(MISSING, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         pool::begin_capture(s, sym == Sym::CuStreamBeginCaptureV2Ptsz, || unsafe {
             f(s, mode)
@@ -63,14 +68,12 @@ pub(crate) unsafe fn begin_capture(sym: Sym, real: usize, _: Api, s: Stream, mod
 }
 
 pub(crate) unsafe fn end_capture(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuStreamEndCapture>,
     s: Stream,
     graph: *mut *mut c_void,
 ) -> i32 {
-    type F = sig::CuStreamEndCapture;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+    let Real { sym, .. } = real;
+    real.forward(MISSING, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, graph) };
         pool::end_capture(s, sym == Sym::CuStreamEndCapturePtsz, rc);
@@ -78,11 +81,8 @@ pub(crate) unsafe fn end_capture(
     })
 }
 
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn begin_capture_to_graph(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuStreamBeginCaptureToGraph>,
     s: Stream,
     graph: *mut c_void,
     deps: *const c_void,
@@ -90,8 +90,8 @@ pub(crate) unsafe fn begin_capture_to_graph(
     n: usize,
     mode: c_int,
 ) -> i32 {
-    type F = sig::CuStreamBeginCaptureToGraph;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+    let Real { sym, .. } = real;
+    real.forward(MISSING, |f, _rec| {
         let ptds = sym == Sym::CuStreamBeginCaptureToGraphPtsz;
         // SAFETY: the caller's arguments, unchanged.
         pool::begin_capture(s, ptds, || unsafe { f(s, graph, deps, edges, n, mode) })
@@ -99,14 +99,12 @@ pub(crate) unsafe fn begin_capture_to_graph(
 }
 
 pub(crate) unsafe fn stream_create(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CuStreamCreate>,
     s: *mut Stream,
     flags: u32,
 ) -> i32 {
-    type F = sig::CuStreamCreate;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, flags) };
         if rc == 0 && !s.is_null() && holds_blocks() {
@@ -118,15 +116,13 @@ pub(crate) unsafe fn stream_create(
 }
 
 pub(crate) unsafe fn stream_create_with_priority(
-    sym: Sym,
-    real: usize,
-    api: Api,
+    real: Real<sig::CuStreamCreateWithPriority>,
     s: *mut Stream,
     flags: u32,
     priority: c_int,
 ) -> i32 {
-    type F = sig::CuStreamCreateWithPriority;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+    let Real { api, .. } = real;
+    real.forward(MISSING, |f, _rec| {
         // SAFETY: the caller's arguments, unchanged.
         let rc = unsafe { f(s, flags, priority) };
         if rc == 0 && !s.is_null() && holds_blocks() {
@@ -137,9 +133,8 @@ pub(crate) unsafe fn stream_create_with_priority(
     })
 }
 
-pub(crate) unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) -> i32 {
-    type F = sig::CuStreamDestroyV2;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+pub(crate) unsafe fn stream_destroy(real: Real<sig::CuStreamDestroyV2>, s: Stream) -> i32 {
+    real.forward(MISSING, |f, _rec| {
         if holds_blocks() && !s.is_null() {
             pool::stream_destroying(s as u64);
         }
@@ -148,9 +143,8 @@ pub(crate) unsafe fn stream_destroy(sym: Sym, real: usize, _: Api, s: Stream) ->
     })
 }
 
-pub(crate) unsafe fn ctx_synchronize(sym: Sym, real: usize, _: Api) -> i32 {
-    type F = sig::CuCtxSynchronize;
-    forward!(sym, real, MISSING, F, |f, _rec| {
+pub(crate) unsafe fn ctx_synchronize(real: Real<sig::CuCtxSynchronize>) -> i32 {
+    real.forward(MISSING, |f, _rec| {
         let token = if holds_blocks() {
             pool::synchronizing()
         } else {

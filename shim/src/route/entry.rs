@@ -10,9 +10,9 @@ use crate::cuda::ffi::{
 use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::cuda::symbols::{self, Sym, sig};
+use crate::hooks::Real;
 use crate::state;
 use core::ffi::{CStr, c_char, c_int, c_void};
-use gpushim_core::trace::format::Api;
 
 /// Replaces `*pfn` with our wrapper when the looked-up function is one we hook in exactly this
 /// ABI. Allocates nothing.
@@ -47,10 +47,8 @@ unsafe fn wrap(symbol: *const c_char, pfn: *mut *mut c_void, version: i32, per_t
 ///
 /// # Safety
 /// `real` must be 0 or a function of type `F`; `symbol` and `pfn` as for [`wrap`].
-#[allow(clippy::too_many_arguments)]
 unsafe fn lookup<F: Copy>(
-    sym: Sym,
-    real: usize,
+    real: Real<F>,
     missing: i32,
     call: impl FnOnce(F) -> i32,
     symbol: *const c_char,
@@ -58,9 +56,8 @@ unsafe fn lookup<F: Copy>(
     version: impl FnOnce() -> i32,
     per_thread: bool,
 ) -> i32 {
-    // SAFETY: the caller vouches that `real` was resolved for `sym`, whose ABI is F.
-    let Some(f) = (unsafe { real::as_fn::<F>(real) }) else {
-        return state::missing(sym, missing);
+    let Some(f) = real.f else {
+        return state::missing(real.sym, missing);
     };
     let rc = call(f);
     if rc == 0 {
@@ -72,9 +69,7 @@ unsafe fn lookup<F: Copy>(
 
 /// `cuGetProcAddress` (the ABI before CUDA 12).
 pub(crate) unsafe fn get_proc_address(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuGetProcAddress>,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
@@ -84,26 +79,12 @@ pub(crate) unsafe fn get_proc_address(
     let call = |f: sig::CuGetProcAddress| unsafe { f(symbol, pfn, version, flags) };
     let per_thread = flags & PROC_PER_THREAD_STREAM != 0;
     // SAFETY: `real` was resolved for this symbol; the pointers are the caller's.
-    unsafe {
-        lookup(
-            sym,
-            real,
-            MISSING,
-            call,
-            symbol,
-            pfn,
-            || version,
-            per_thread,
-        )
-    }
+    unsafe { lookup(real, MISSING, call, symbol, pfn, || version, per_thread) }
 }
 
 /// `cuGetProcAddress_v2` (CUDA 12 and later).
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn get_proc_address_v2(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CuGetProcAddressV2>,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
     version: c_int,
@@ -114,18 +95,7 @@ pub(crate) unsafe fn get_proc_address_v2(
     let call = |f: sig::CuGetProcAddressV2| unsafe { f(symbol, pfn, version, flags, status) };
     let per_thread = flags & PROC_PER_THREAD_STREAM != 0;
     // SAFETY: `real` was resolved for this symbol; the pointers are the caller's.
-    unsafe {
-        lookup(
-            sym,
-            real,
-            MISSING,
-            call,
-            symbol,
-            pfn,
-            || version,
-            per_thread,
-        )
-    }
+    unsafe { lookup(real, MISSING, call, symbol, pfn, || version, per_thread) }
 }
 
 /// The runtime's stream flavour for a lookup: per-thread when asked for, or by default from the
@@ -148,9 +118,7 @@ fn runtime_version() -> i32 {
 /// `cudaGetDriverEntryPoint{,_ptsz}`: the real lookup, then our wrapper for a function we hook
 /// in the ABI of the runtime's version.
 pub(crate) unsafe fn driver_entry_point(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CudaGetDriverEntryPoint>,
     symbol: *const c_char,
     func: *mut *mut c_void,
     flags: u64,
@@ -158,12 +126,11 @@ pub(crate) unsafe fn driver_entry_point(
 ) -> i32 {
     // SAFETY: the caller's arguments, unchanged (the `_ptsz` entry point has the same ABI).
     let call = |f: sig::CudaGetDriverEntryPoint| unsafe { f(symbol, func, flags, status) };
-    let per_thread = runtime_per_thread(flags, sym == Sym::CudaGetDriverEntryPointPtsz);
+    let per_thread = runtime_per_thread(flags, real.sym == Sym::CudaGetDriverEntryPointPtsz);
     let missing = CUDA_ERROR_INSUFFICIENT_DRIVER;
     // SAFETY: `real` was resolved for this symbol; the pointers are the caller's.
     unsafe {
         lookup(
-            sym,
             real,
             missing,
             call,
@@ -176,11 +143,8 @@ pub(crate) unsafe fn driver_entry_point(
 }
 
 /// `cudaGetDriverEntryPointByVersion{,_ptsz}`: the same for the version asked for.
-#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn driver_entry_point_by_version(
-    sym: Sym,
-    real: usize,
-    _: Api,
+    real: Real<sig::CudaGetDriverEntryPointByVersion>,
     symbol: *const c_char,
     func: *mut *mut c_void,
     version: u32,
@@ -190,10 +154,10 @@ pub(crate) unsafe fn driver_entry_point_by_version(
     type F = sig::CudaGetDriverEntryPointByVersion;
     // SAFETY: the caller's arguments, unchanged (the `_ptsz` entry point has the same ABI).
     let call = |f: F| unsafe { f(symbol, func, version, flags, status) };
-    let ptsz = sym == Sym::CudaGetDriverEntryPointByVersionPtsz;
+    let ptsz = real.sym == Sym::CudaGetDriverEntryPointByVersionPtsz;
     let per_thread = runtime_per_thread(flags, ptsz);
     let version = || i32::try_from(version).unwrap_or(i32::MAX);
     let missing = CUDA_ERROR_INSUFFICIENT_DRIVER;
     // SAFETY: `real` was resolved for this symbol; the pointers are the caller's.
-    unsafe { lookup(sym, real, missing, call, symbol, func, version, per_thread) }
+    unsafe { lookup(real, missing, call, symbol, func, version, per_thread) }
 }

@@ -17,22 +17,21 @@ pub struct Addr(*const c_void);
 // SAFETY: code addresses are immutable and valid for the life of the library (-z nodelete).
 unsafe impl Sync for Addr {}
 
-/// A hook's shell: calls the row's body with the real function `real::$how` finds (`exported`:
-/// the exported symbol's; `proc`: the one an entry-point lookup returned).
+/// A hook's shell: calls the row's body with the real function `real::$how` finds, typed by
+/// the row's signature (`function`: the exported symbol's; `proc_function`: the one an
+/// entry-point lookup returned).
 macro_rules! shell {
     ($(#[$attr:meta])* $how:ident $var:ident $name:ident ($($a:ident: $t:ty),*)
         => $body:path as $api:ident) => {
         $(#[$attr])*
         pub unsafe extern "C" fn $name($($a: $t),*) -> i32 {
+            use crate::cuda::symbols::sig::of;
+            let real = crate::hooks::Real::of::<of::$var>(
+                crate::cuda::real::$how::<of::$var>(),
+                gpushim_core::trace::format::Api::$api,
+            );
             // SAFETY: the caller's arguments go unchanged to the real function of this ABI.
-            unsafe {
-                $body(
-                    Sym::$var,
-                    crate::cuda::real::$how(Sym::$var),
-                    gpushim_core::trace::format::Api::$api,
-                    $($a),*
-                )
-            }
+            unsafe { $body(real, $($a),*) }
         }
     };
 }
@@ -40,7 +39,7 @@ macro_rules! shell {
 /// The exported hook of a hooked row (nothing for a row only resolved).
 macro_rules! export {
     ($var:ident $name:ident ($($a:ident: $t:ty),*) => $body:path as $api:ident) => {
-        shell!(#[unsafe(no_mangle)] exported $var $name ($($a: $t),*) => $body as $api);
+        shell!(#[unsafe(no_mangle)] function $var $name ($($a: $t),*) => $body as $api);
     };
     ($var:ident $name:ident ($($a:ident: $t:ty),*)) => {};
 }
@@ -49,7 +48,7 @@ macro_rules! export {
 /// pointer that lookup returned.
 macro_rules! wrapper {
     (Driver $var:ident $name:ident ($($a:ident: $t:ty),*) => $body:path as $api:ident) => {
-        shell!(proc $var $name ($($a: $t),*) => $body as $api);
+        shell!(proc_function $var $name ($($a: $t),*) => $body as $api);
     };
     ($lib:ident $var:ident $name:ident ($($a:ident: $t:ty),*) $($rest:tt)*) => {};
 }
