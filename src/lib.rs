@@ -1,24 +1,23 @@
-//! gpushim's core. Nothing here calls CUDA; the shim (`shim/`) is the only code that does.
+//! The `gpushim` command's library. Nothing here calls CUDA; the shim (`shim/`) is the only
+//! code that does.
 //!
 //! The layers, lowest first (a module uses only those above it):
-//! - [`fasthash`], [`fixedfmt`]: a hash for addresses, formatting without allocating.
-//! - [`config`]: `GPUSHIM_CONF`, parsed.
-//! - [`trace`]: the file format, the writer the shim records with, the reader.
-//! - [`engine`]: the caching allocator, over any backend (real CUDA in the shim, memory in the
-//!   tests and in `simulate`).
-//! - [`report`]: summary, peak, leaks, OOM, what-if replays (with the `cli` feature).
-//! - [`export`]: other viewers' formats and pictures (with the `cli` feature).
-//! - [`run`]: how `gpushim run` starts a program under the shim (with the `cli` feature).
+//! - the core ([`gpushim_core`], `src/core/`, which the shim compiles too): [`fasthash`],
+//!   [`fixedfmt`], [`config`], [`trace`] (the file format, the writer, the reader) and
+//!   [`engine`] (the caching allocator), re-exported here under their own names;
+//! - [`engine::torch`]: PyTorch's caching allocator, modelled for `simulate --torch`;
+//! - [`report`]: summary, peak, leaks, OOM, what-if replays;
+//! - [`export`]: other viewers' formats and pictures;
+//! - [`run`]: how `gpushim run` starts a program under the shim.
 
-pub mod config;
-pub mod engine;
-pub mod fasthash;
-pub mod fixedfmt;
-pub mod trace;
+pub use gpushim_core::{config, fasthash, fixedfmt, trace};
 
-#[cfg(feature = "cli")]
+/// The core's caching allocator, and PyTorch's modelled beside it (`src/engine/torch/`).
+pub mod engine {
+    pub use gpushim_core::engine::*;
+    pub mod torch;
+}
+
 pub mod export;
-#[cfg(feature = "cli")]
 pub mod report;
-#[cfg(feature = "cli")]
 pub mod run;

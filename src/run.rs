@@ -165,6 +165,8 @@ mod bundled {
     use super::RunError;
 
     static SHIM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/libgpushim.so"));
+    /// The fingerprint of the sources the carried shim was built from (build.rs).
+    pub static SOURCES: &str = include_str!(concat!(env!("OUT_DIR"), "/shim_sources.txt"));
 
     pub fn write_out() -> Result<PathBuf, RunError> {
         let name = format!("libgpushim-{}-{:016x}.so", env!("CARGO_PKG_VERSION"), {
@@ -177,6 +179,18 @@ mod bundled {
         super::write_checked(&path, SHIM, 0o755)?;
         Ok(path)
     }
+}
+
+/// The fingerprint of the sources the shim this command carries was built from (FNV-1a over
+/// `shim/`, `src/core/`, `Cargo.toml` and `Cargo.lock`, as build.rs computes it); `None` when it
+/// carries none.
+pub fn bundled_sources() -> Option<&'static str> {
+    #[cfg(feature = "bundle-shim")]
+    {
+        Some(bundled::SOURCES)
+    }
+    #[cfg(not(feature = "bundle-shim"))]
+    None
 }
 
 /// A colon-separated list (`LD_PRELOAD`, `PYTHONPATH`) with `shim` (or another path) first

@@ -372,6 +372,10 @@ pub enum Cmd {
         /// The shim library to check instead of the one found.
         #[arg(long, value_name = "PATH")]
         lib: Option<PathBuf>,
+        /// Print instead the fingerprint of the sources the shim this command carries was built
+        /// from (an installed wheel's), to compare with a checkout's.
+        #[arg(long)]
+        sources: bool,
     },
     /// Print the effective configuration from GPUSHIM_CONF and what each key does.
     Config {

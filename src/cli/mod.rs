@@ -90,7 +90,17 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             }
         }
         Cmd::Config { conf } => config::cmd_config(conf),
-        Cmd::Lib { lib } => match gpushim::run::find_shim(lib.as_deref()) {
+        Cmd::Lib { sources: true, .. } => match gpushim::run::bundled_sources() {
+            Some(f) => {
+                println!("{f}");
+                ExitCode::SUCCESS
+            }
+            None => fail(
+                "this gpushim carries no shim (built without the bundle-shim feature): its \
+                 shim is the libgpushim.so built beside it",
+            ),
+        },
+        Cmd::Lib { lib, .. } => match gpushim::run::find_shim(lib.as_deref()) {
             Ok(p) => {
                 println!("{}", p.display());
                 ExitCode::SUCCESS

@@ -29,6 +29,32 @@ check("the command is installed beside this Python", os.path.dirname(cmd) == os.
 lib = gpushim.library_path()
 check("the shim comes out of the installed command", os.path.isfile(lib) and lib.endswith(".so"), lib)
 
+
+def fingerprint(root):
+    """build.rs's fingerprint of what the shim compiles: FNV-1a (64 bits) over each file of
+    shim/, src/core/, Cargo.toml and Cargo.lock in order of its relative path: the path, a NUL,
+    the contents, a NUL."""
+    files = []
+    for part in ("shim", "src/core", "Cargo.toml", "Cargo.lock"):
+        p = os.path.join(root, part)
+        if os.path.isfile(p):
+            files.append(part)
+        for d, _, names in os.walk(p):
+            files += [os.path.relpath(os.path.join(d, n), root).replace(os.sep, "/") for n in names]
+    h = 0xCBF29CE484222325
+    for rel in sorted(files):
+        with open(os.path.join(root, rel), "rb") as f:
+            body = f.read()
+        for b in rel.encode() + b"\0" + body + b"\0":
+            h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
+repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+carried = subprocess.run([cmd, "lib", "--sources"], capture_output=True, text=True).stdout.strip()
+check("the carried shim was built from the checkout's sources (not a stale build)",
+      carried == fingerprint(repo), f"carried {carried!r}, sources {fingerprint(repo)}")
+
 trace = os.path.join(work, "pkg.%p.trace")
 out = subprocess.run(
     [sys.executable, "-m", "gpushim", "run", "--conf", "pool:caching,stacks:on", "--trace", trace,

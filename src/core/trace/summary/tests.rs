@@ -408,7 +408,7 @@ fn thinned_keeps_at_most_max_spread_evenly_over_the_stream() {
 /// record claimed it.
 #[test]
 fn a_checkpoints_peak_is_the_programs_whatever_segments_pytorch_took() {
-    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/torch");
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/data/torch");
     for name in [
         "resnet50",
         "resnet50-expandable",

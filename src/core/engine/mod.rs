@@ -32,9 +32,6 @@ mod policy;
 mod segments;
 mod slab;
 mod stats;
-/// PyTorch's caching allocator, modelled for `gpushim simulate --torch` (the command only).
-#[cfg(feature = "cli")]
-pub mod torch;
 
 use slab::{Block, Ix};
 
