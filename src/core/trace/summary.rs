@@ -335,7 +335,10 @@ impl PeakWatch {
     /// `raw`: (the allocation's key, whether physical) where a device allocation of the
     /// program's (not a tensor) set it; the peak before it is then taken without it.
     fn passed(&mut self, rp: &Replay, device: u8, time_ns: u64, raw: Option<(u64, bool)>) {
-        let keep_before = raw.filter(|_| rp.live.len() <= KEEP_PEAK_BEFORE_UPTO);
+        // Only a framework whose tensors are recorded claims segments (a program allocating
+        // with cudaMalloc alone makes a new peak at each allocation, and keeping the one before
+        // would copy its live set each time).
+        let keep_before = raw.filter(|_| rp.tensors && rp.live.len() <= KEEP_PEAK_BEFORE_UPTO);
         match keep_before {
             // Pages of one expandable segment come one after another: the peak before the first
             // is the one to go back to.
