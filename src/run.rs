@@ -596,9 +596,9 @@ mod tests {
         let c =
             crate::config::parse_strict(&TorchRoute::PerTensor.conf(Some("medium:off")).unwrap())
                 .unwrap();
-        assert_eq!(c.medium_segment, 0);
+        assert_eq!(c.medium, 0);
         let c = crate::config::parse_strict(&TorchRoute::PerTensor.conf(None).unwrap()).unwrap();
-        assert_eq!(c.medium_segment, 20 << 20);
+        assert_eq!(c.medium, 20 << 20);
     }
 
     #[test]

@@ -326,6 +326,48 @@ fn the_shims_switches_are_read_from_one_table() {
     assert!(all >= own + 4, "the tables name {all} in all");
 }
 
+/// The settings reach the shim's parts as values, each part through one place: the pool (its
+/// mode, the engine's policy, the trim), the trace (when it opens) and the PyTorch hook (when it
+/// attaches). No other code reads `GPUSHIM_CONF`'s resolved settings.
+#[test]
+fn the_settings_reach_the_pool_the_trace_and_the_pytorch_hook_each_through_one_place() {
+    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = Vec::new();
+    walk(&repo().join("shim/src"), &mut files);
+    let mut readers: Vec<(String, usize)> = files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            let code: usize = text
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .map(|l| l.matches("state::conf()").count())
+                .sum();
+            let rel = f.strip_prefix(repo()).unwrap().display().to_string();
+            (rel, code)
+        })
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    readers.sort();
+    assert_eq!(
+        readers,
+        [
+            ("shim/src/hooks/torch.rs".to_string(), 1),
+            ("shim/src/pool/mod.rs".to_string(), 1),
+            ("shim/src/trace/mod.rs".to_string(), 1),
+        ]
+    );
+}
+
 /// The layers docs/design.md draws are the code's: a module uses only modules of its own layer
 /// or below (references in comments aside), and the page names the layers in this order.
 #[test]

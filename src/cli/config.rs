@@ -32,39 +32,35 @@ pub fn cmd_config(conf: Option<String>) -> ExitCode {
     }
     println!(
         "  round      {}",
-        match c.round_divisions {
+        match c.round {
             0 => "off".to_string(),
             1 => "pow2".to_string(),
             n => format!("pow2_{n}"),
         }
     );
     println!("  max_split  {}", size(c.max_split, u64::MAX));
-    println!("  medium     {}", size(c.medium_segment, 0));
+    println!("  medium     {}", size(c.medium, 0));
     println!("  release    {}", size(c.release, u64::MAX));
     println!("  limit      {}", size(c.limit, 0));
     println!(
         "  trim       {}",
-        if c.trim_auto {
-            "auto".to_string()
-        } else if c.trim_ns == u64::MAX {
-            "off".to_string()
-        } else {
-            units::human_duration(c.trim_ns)
+        match c.trim {
+            config::Trim::Auto => "auto".to_string(),
+            config::Trim::Off => "off".to_string(),
+            config::Trim::After(ns) => units::human_duration(ns),
         }
     );
     println!("  tensors    {}", if c.tensors { "on" } else { "off" });
     println!("  trace_max  {}", human_bytes(c.trace_max));
     println!(
         "  stacks     {}",
-        match (c.python_frames, c.stack_every) {
-            (false, 0) => "off".to_string(),
-            (true, 0) if c.native_without_python => {
-                "auto (python; native where no Python runs)".to_string()
-            }
-            (true, 0) => "python".to_string(),
-            (false, _) => "native".to_string(),
-            (true, 1) => "on (python and native)".to_string(),
-            (true, n) => format!("python, and native for one call in {n}"),
+        match c.stacks {
+            config::Stacks::Off => "off".to_string(),
+            config::Stacks::Auto => "auto (python; native where no Python runs)".to_string(),
+            config::Stacks::Python => "python".to_string(),
+            config::Stacks::Native => "native".to_string(),
+            config::Stacks::On => "on (python and native)".to_string(),
+            config::Stacks::Every(n) => format!("python, and native for one call in {n}"),
         }
     );
     println!();

@@ -27,38 +27,94 @@ impl Pool {
     }
 }
 
+/// When cached memory with nothing allocated in it goes back to the device (`trim`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Trim {
+    /// At the synchronous free that empties a segment when the process has a caching allocator
+    /// of its own (the shim decides at the first pooled allocation), else after
+    /// [`Trim::AUTO_AGE_NS`].
+    Auto,
+    /// After this long idle (ns); 0: at the synchronous free that empties it.
+    After(u64),
+    /// Kept until `empty_cache` or out-of-memory.
+    Off,
+}
+
+impl Trim {
+    /// The idle age `auto` takes where the process has no caching allocator of its own.
+    pub const AUTO_AGE_NS: u64 = 1_000_000_000;
+
+    /// The idle age after which the trimmer gives memory back (`u64::MAX`: never); `auto`'s
+    /// age where the process has no caching allocator of its own.
+    pub const fn age_ns(self) -> u64 {
+        match self {
+            Trim::Auto => Trim::AUTO_AGE_NS,
+            Trim::After(ns) => ns,
+            Trim::Off => u64::MAX,
+        }
+    }
+}
+
+/// What call stacks are recorded (`stacks`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stacks {
+    Off,
+    /// Python frames, and in a process that runs no CPython the native stack of each
+    /// allocating call (a C or C++ program gets its lines with nothing set).
+    Auto,
+    /// The Python frames (file, line, function) of each allocation by a thread running Python.
+    Python,
+    /// The native stack of every memory call.
+    Native,
+    /// Both.
+    On,
+    /// Python frames, and the native stack of one memory call in this many (per thread).
+    Every(u32),
+}
+
+impl Stacks {
+    /// One memory call in how many (per thread) records its native stack; 0 for none.
+    pub const fn native_every(self) -> u32 {
+        match self {
+            Stacks::Native | Stacks::On => 1,
+            Stacks::Every(n) => n,
+            Stacks::Off | Stacks::Auto | Stacks::Python => 0,
+        }
+    }
+
+    /// Whether each allocation records its Python frames.
+    pub const fn python(self) -> bool {
+        !matches!(self, Stacks::Off | Stacks::Native)
+    }
+
+    /// Whether a process that runs no CPython records native stacks of allocating calls instead.
+    pub const fn native_without_python(self) -> bool {
+        matches!(self, Stacks::Auto)
+    }
+}
+
+/// `GPUSHIM_CONF`, resolved: one field per key of [`KEYS`], named as the key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Conf {
     pub pool: Pool,
     /// Round requests up within each power-of-two interval split into this many steps (0: 512 B).
-    pub round_divisions: u32,
+    pub round: u32,
     /// Blocks larger than this are never split.
     pub max_split: u64,
     /// Requests above 1 MiB and up to 10 MiB share segments of this size (0: each gets a
     /// segment of its own, rounded up to 2 MiB).
-    pub medium_segment: u64,
+    pub medium: u64,
     /// Idle cached memory above this goes back to the device.
     pub release: u64,
     /// Cap on the device memory of this process, 0 for none.
     pub limit: u64,
-    /// Largest trace file, in bytes; records past it are dropped and counted as lost.
-    pub trace_max: u64,
-    /// Record the native call stack of one memory call in this many (per thread); 0 for none.
-    pub stack_every: u32,
-    /// Record the Python frames (file, line, function) of every allocation made by a thread
-    /// running Python.
-    pub python_frames: bool,
-    /// `stacks:auto` (the default): in a process that runs no CPython, the native stack of
-    /// every allocating call instead (a C or C++ program gets its lines with nothing set).
-    pub native_without_python: bool,
-    /// Cached memory with nothing allocated in it for this long (ns) goes back to the device;
-    /// `u64::MAX` keeps it; 0 gives a segment back at the synchronous free that empties it.
-    pub trim_ns: u64,
-    /// `trim:auto` (the default): 0 when the process has a caching allocator of its own (the
-    /// shim decides at the first pooled allocation), else `trim_ns`.
-    pub trim_auto: bool,
+    pub trim: Trim,
+    pub stacks: Stacks,
     /// Record every tensor of PyTorch's caching allocator through its allocator trace.
     pub tensors: bool,
+    /// Largest trace file, in bytes (a ring past it; below a ring's smallest size, records past
+    /// it are dropped and counted as lost).
+    pub trace_max: u64,
 }
 
 pub const GIB: u64 = 1 << 30;
@@ -68,18 +124,15 @@ impl Conf {
     /// The defaults, usable in a `static` (the shim's).
     pub const DEFAULT: Conf = Conf {
         pool: Pool::Off,
-        round_divisions: 0,
+        round: 0,
         max_split: u64::MAX,
-        medium_segment: 0,
+        medium: 0,
         release: u64::MAX,
         limit: 0,
-        trace_max: 2 * GIB,
-        stack_every: 0,
-        python_frames: true,
-        native_without_python: true,
-        trim_ns: 1_000_000_000,
-        trim_auto: true,
+        trim: Trim::Auto,
+        stacks: Stacks::Auto,
         tensors: true,
+        trace_max: 2 * GIB,
     };
 }
 
@@ -89,71 +142,158 @@ impl Default for Conf {
     }
 }
 
-/// One key of `GPUSHIM_CONF`, as `gpushim config` documents it.
+/// One key of `GPUSHIM_CONF`: its name (the [`Conf`] field's), what it accepts, its default
+/// (a value it accepts, giving [`Conf::DEFAULT`]'s field; a test holds them equal), what it
+/// means (as `gpushim config` shows it), and how a value applies (`None`: not one it accepts).
 pub struct KeyDoc {
     pub key: &'static str,
     pub accepted: &'static str,
     pub default: &'static str,
     pub meaning: &'static str,
+    pub apply: fn(&mut Conf, &str) -> Option<()>,
+}
+
+fn pool(c: &mut Conf, v: &str) -> Option<()> {
+    c.pool = match v {
+        "off" => Pool::Off,
+        "caching" => Pool::Caching,
+        "expandable" => Pool::Expandable,
+        _ => return None,
+    };
+    Some(())
+}
+
+fn round(c: &mut Conf, v: &str) -> Option<()> {
+    c.round = parse_round(v)?;
+    Some(())
+}
+
+fn max_split(c: &mut Conf, v: &str) -> Option<()> {
+    c.max_split = parse_size_or_off(v, u64::MAX)?;
+    Some(())
+}
+
+fn medium(c: &mut Conf, v: &str) -> Option<()> {
+    let off = v == "off" || v == "none";
+    c.medium = parse_size_or_off(v, 0).filter(|&n| if off { n == 0 } else { n >= 2 * MIB })?;
+    Some(())
+}
+
+fn release(c: &mut Conf, v: &str) -> Option<()> {
+    c.release = parse_size_or_off(v, u64::MAX)?;
+    Some(())
+}
+
+/// `limit:0` would read as "no memory" but has always meant "no limit": refused, so neither
+/// reading is silently taken.
+fn limit(c: &mut Conf, v: &str) -> Option<()> {
+    let off = v == "off" || v == "none";
+    c.limit = parse_size_or_off(v, 0).filter(|&n| n > 0 || off)?;
+    Some(())
+}
+
+fn trim(c: &mut Conf, v: &str) -> Option<()> {
+    c.trim = match v {
+        "auto" => Trim::Auto,
+        "off" => Trim::Off,
+        _ => Trim::After(parse_duration_ns(v)?),
+    };
+    Some(())
+}
+
+fn stacks(c: &mut Conf, v: &str) -> Option<()> {
+    c.stacks = match v {
+        "off" => Stacks::Off,
+        "auto" => Stacks::Auto,
+        "python" => Stacks::Python,
+        "native" => Stacks::Native,
+        "on" => Stacks::On,
+        n => Stacks::Every(n.parse::<u32>().ok().filter(|&n| n > 0)?),
+    };
+    Some(())
+}
+
+fn tensors(c: &mut Conf, v: &str) -> Option<()> {
+    c.tensors = match v {
+        "on" => true,
+        "off" => false,
+        _ => return None,
+    };
+    Some(())
+}
+
+fn trace_max(c: &mut Conf, v: &str) -> Option<()> {
+    c.trace_max = parse_size(v).filter(|&n| n >= crate::trace::recorder::MIN_TRACE_BYTES)?;
+    Some(())
 }
 
 pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "pool",
+        apply: pool,
         accepted: "off, caching, expandable",
         default: "off",
         meaning: "caching serves cudaMalloc/cuMemAlloc and the stream-ordered calls from a pool (best fit, split, coalesce, safe reuse); expandable is caching with one segment per device and stream that grows in place through the VMM functions (cuMemCreate/cuMemMap, 2 MiB pages), which fragments less; off passes every call to CUDA and records it",
     },
     KeyDoc {
         key: "round",
+        apply: round,
         accepted: "off, pow2, pow2_N (N = 1..64, a power of two)",
         default: "off",
         meaning: "round requests up within each power-of-two interval split into N steps",
     },
     KeyDoc {
         key: "max_split",
+        apply: max_split,
         accepted: "a size (512MiB) or off",
         default: "off",
         meaning: "cached blocks larger than this are never split",
     },
     KeyDoc {
         key: "medium",
+        apply: medium,
         accepted: "off, or a size of at least 2MiB (20MiB)",
         default: "off",
         meaning: "requests above 1 MiB and up to 10 MiB are cut from shared segments of this size (PyTorch's allocator uses 20 MiB) instead of each getting a segment of its own rounded up to 2 MiB: fewer cudaMalloc calls when sizes change every step",
     },
     KeyDoc {
         key: "release",
+        apply: release,
         accepted: "a size (2GiB) or off",
         default: "off",
         meaning: "idle cached memory above this goes back to the device",
     },
     KeyDoc {
         key: "limit",
+        apply: limit,
         accepted: "a size above 0 (24GiB) or off",
         default: "off",
         meaning: "cap this process's device memory; allocations past it fail with out-of-memory",
     },
     KeyDoc {
         key: "trim",
+        apply: trim,
         accepted: "auto, a duration (500ms, 2s), 0, or off",
         default: "auto",
         meaning: "cached segments with nothing allocated in them for this long go back to the device once the device has also gone this long without needing fresh memory (a background thread checks every 100 ms; while the program still reserves, what went back would be reserved again and each release waits for the whole device), so memory a program freed becomes usable by other processes; 0 gives a segment back at the cudaFree that empties it, as CUDA does; auto is 0 when the process has a caching allocator of its own (PyTorch's with caching on, RMM, CuPy, JAX's BFC: its cudaFree means give it back) and 1s otherwise; off keeps memory until empty_cache or out-of-memory",
     },
     KeyDoc {
         key: "stacks",
+        apply: stacks,
         accepted: "auto, python, native, on (both), N (Python frames, and native stacks of one call in N per thread), or off",
         default: "auto",
         meaning: "what call stacks to record: python, the Python frames (file, line, function) of each allocation by a thread running CPython 3.9-3.13 (no Python frames where they cannot be read safely); native, the return addresses of each memory call (symbolized offline); auto, python, and in a process that runs no CPython (a C or C++ program) the native stack of each allocating call",
     },
     KeyDoc {
         key: "tensors",
+        apply: tensors,
         accepted: "on, off",
         default: "on",
         meaning: "record every tensor that PyTorch's own caching allocator hands out and frees (its allocator trace, checked against the segments the shim sees; torch 2.4 to 2.11), with the Python line that made it, beside the segments it takes from CUDA; off records segments only",
     },
     KeyDoc {
         key: "trace_max",
+        apply: trace_max,
         accepted: "a size (2GiB; 512KiB at least for a ring)",
         default: "2GiB",
         meaning: "largest trace file; the run is never cut off at it: the records form a ring, and what the oldest said (the live allocations and their lines, each device's peak and what held it, every failure, calls per API, growth per iteration, NVML's samples thinned) stays in a checkpoint the reports start from; below 512KiB, records past it are dropped and counted as lost",
@@ -285,20 +425,6 @@ fn parse_round(s: &str) -> Option<u32> {
     }
 }
 
-fn accepted(key: &str) -> &'static str {
-    KEYS.iter()
-        .find(|d| d.key == key)
-        .map(|d| d.accepted)
-        .unwrap_or("")
-}
-
-fn static_key(key: &str) -> &'static str {
-    KEYS.iter()
-        .find(|d| d.key == key)
-        .map(|d| d.key)
-        .unwrap_or("")
-}
-
 /// Parses `GPUSHIM_CONF`. On any error the whole configuration falls back to the defaults, and
 /// the first error is returned to be reported: a half-applied policy would be harder to explain
 /// than none.
@@ -325,82 +451,23 @@ pub fn parse_strict(text: &str) -> Result<Conf, ConfError<'_>> {
         if item.is_empty() {
             continue;
         }
-        let (key, value) = match item.split_once(':') {
-            Some((k, v)) => (k.trim(), v.trim()),
-            None => {
-                if KEYS.iter().any(|d| d.key == item) {
-                    return Err(ConfError::MissingValue(item));
-                }
-                return Err(ConfError::UnknownKey(item));
-            }
+        let Some((key, value)) = item.split_once(':') else {
+            return Err(if KEYS.iter().any(|d| d.key == item) {
+                ConfError::MissingValue(item)
+            } else {
+                ConfError::UnknownKey(item)
+            });
         };
-        let bad = || ConfError::BadValue {
-            key: static_key(key),
+        let (key, value) = (key.trim(), value.trim());
+        let row = KEYS
+            .iter()
+            .find(|d| d.key == key)
+            .ok_or(ConfError::UnknownKey(key))?;
+        (row.apply)(&mut conf, value).ok_or(ConfError::BadValue {
+            key: row.key,
             value,
-            accepted: accepted(key),
-        };
-        match key {
-            "pool" => {
-                conf.pool = match value {
-                    "off" => Pool::Off,
-                    "caching" => Pool::Caching,
-                    "expandable" => Pool::Expandable,
-                    _ => return Err(bad()),
-                }
-            }
-            "round" => conf.round_divisions = parse_round(value).ok_or_else(bad)?,
-            "max_split" => conf.max_split = parse_size_or_off(value, u64::MAX).ok_or_else(bad)?,
-            "release" => conf.release = parse_size_or_off(value, u64::MAX).ok_or_else(bad)?,
-            "medium" => {
-                conf.medium_segment = parse_size_or_off(value, 0)
-                    .filter(|&n| n == 0 || n >= 2 * MIB)
-                    .filter(|&n| n > 0 || value == "off" || value == "none")
-                    .ok_or_else(bad)?
-            }
-            // `limit:0` would read as "no memory" but has always meant "no limit": refused, so
-            // neither reading is silently taken.
-            "limit" => {
-                conf.limit = parse_size_or_off(value, 0)
-                    .filter(|&n| n > 0 || value == "off" || value == "none")
-                    .ok_or_else(bad)?
-            }
-            "trim" => {
-                conf.trim_auto = value == "auto";
-                if !conf.trim_auto {
-                    conf.trim_ns = if value == "off" {
-                        u64::MAX
-                    } else {
-                        parse_duration_ns(value).ok_or_else(bad)?
-                    }
-                }
-            }
-            "trace_max" => {
-                conf.trace_max = parse_size(value)
-                    .filter(|&n| n >= crate::trace::recorder::MIN_TRACE_BYTES)
-                    .ok_or_else(bad)?
-            }
-            "tensors" => {
-                conf.tensors = match value {
-                    "on" => true,
-                    "off" => false,
-                    _ => return Err(bad()),
-                }
-            }
-            "stacks" => {
-                (conf.stack_every, conf.python_frames) = match value {
-                    "off" => (0, false),
-                    "auto" | "python" => (0, true),
-                    "native" => (1, false),
-                    "on" => (1, true),
-                    n => (
-                        n.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(bad)?,
-                        true,
-                    ),
-                };
-                conf.native_without_python = value == "auto";
-            }
-            _ => return Err(ConfError::UnknownKey(key)),
-        }
+            accepted: row.accepted,
+        })?;
     }
     Ok(conf)
 }
@@ -424,12 +491,9 @@ mod tests {
 
     #[test]
     fn medium_takes_a_segment_size_of_at_least_2mib_or_off() {
-        assert_eq!(
-            parse_strict("medium:20MiB").unwrap().medium_segment,
-            20 * MIB
-        );
-        assert_eq!(parse_strict("medium:off").unwrap().medium_segment, 0);
-        assert_eq!(Conf::default().medium_segment, 0);
+        assert_eq!(parse_strict("medium:20MiB").unwrap().medium, 20 * MIB);
+        assert_eq!(parse_strict("medium:off").unwrap().medium, 0);
+        assert_eq!(Conf::default().medium, 0);
         assert!(parse_strict("medium:1MiB").is_err());
         assert!(parse_strict("medium:0").is_err());
         assert!(parse_strict("medium:lots").is_err());
@@ -442,32 +506,22 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.pool, Pool::Caching);
-        assert_eq!(c.round_divisions, 4);
+        assert_eq!(c.round, 4);
         assert_eq!(c.max_split, 512 * MIB);
         assert_eq!(c.release, 2 * GIB);
         assert_eq!(c.limit, 24 * GIB);
         assert_eq!(c.trace_max, GIB);
-        assert_eq!(parse_strict("stacks:on").unwrap().stack_every, 1);
-        let c = parse_strict("stacks:native").unwrap();
-        assert_eq!((c.stack_every, c.python_frames), (1, false));
-        let c = parse_strict("stacks:python").unwrap();
-        assert_eq!(
-            (c.stack_every, c.python_frames, c.native_without_python),
-            (0, true, false)
-        );
-        let c = parse_strict("stacks:auto").unwrap();
-        assert_eq!(
-            (c.stack_every, c.python_frames, c.native_without_python),
-            (0, true, true)
-        );
-        assert!(parse_strict("").unwrap().native_without_python);
-        let c = parse_strict("stacks:off").unwrap();
-        assert_eq!((c.stack_every, c.python_frames), (0, false));
-        assert!(
-            parse_strict("").unwrap().python_frames,
-            "Python frames are on by default"
-        );
-        assert_eq!(parse_strict("stacks:100").unwrap().stack_every, 100);
+        let stacks = |t: &str| {
+            let s = parse_strict(t).unwrap().stacks;
+            (s.native_every(), s.python(), s.native_without_python())
+        };
+        assert_eq!(stacks("stacks:on"), (1, true, false));
+        assert_eq!(stacks("stacks:native"), (1, false, false));
+        assert_eq!(stacks("stacks:python"), (0, true, false));
+        assert_eq!(stacks("stacks:auto"), (0, true, true));
+        assert_eq!(stacks(""), (0, true, true), "auto by default");
+        assert_eq!(stacks("stacks:off"), (0, false, false));
+        assert_eq!(stacks("stacks:100"), (100, true, false));
         assert!(parse_strict("stacks:0").is_err());
     }
 
@@ -502,13 +556,41 @@ mod tests {
         assert!(parse_strict("limit:0").is_err());
         assert!(parse_strict("limit:0GiB").is_err());
         assert_eq!(parse_strict("limit:off").unwrap().limit, 0);
-        assert_eq!(parse_strict("trim:250ms").unwrap().trim_ns, 250_000_000);
-        assert_eq!(parse_strict("trim:2s").unwrap().trim_ns, 2_000_000_000);
-        assert_eq!(parse_strict("trim:off").unwrap().trim_ns, u64::MAX);
+        let trim = |t: &str| parse_strict(t).unwrap().trim;
+        assert_eq!(trim("trim:250ms"), Trim::After(250_000_000));
+        assert_eq!(trim("trim:2s"), Trim::After(2_000_000_000));
+        assert_eq!(trim("trim:0"), Trim::After(0));
+        assert_eq!(trim("trim:off"), Trim::Off);
+        assert_eq!(trim("trim:off").age_ns(), u64::MAX);
         assert!(parse_strict("trim:soon").is_err());
-        assert!(Conf::default().trim_auto);
-        assert!(!parse_strict("trim:2s").unwrap().trim_auto);
-        assert!(parse_strict("trim:auto").unwrap().trim_auto);
+        assert_eq!(Conf::default().trim, Trim::Auto);
+        assert_eq!(trim("trim:auto"), Trim::Auto);
+    }
+
+    /// Each row's default is a value it accepts, and it gives the field `Conf::DEFAULT` has: the
+    /// row `gpushim config` shows and the value the shim runs with cannot drift apart.
+    #[test]
+    fn each_keys_default_text_gives_the_default() {
+        for row in KEYS {
+            let mut c = Conf::DEFAULT;
+            assert_eq!((row.apply)(&mut c, row.default), Some(()), "{}", row.key);
+            assert_eq!(
+                c,
+                Conf::DEFAULT,
+                "{}:{} is not the default",
+                row.key,
+                row.default
+            );
+            assert!(
+                row.accepted.len() > 2 && row.meaning.len() > 10,
+                "{}",
+                row.key
+            );
+        }
+        // And a row applies its own key only: a value changes one field.
+        let mut c = Conf::DEFAULT;
+        (KEYS.iter().find(|r| r.key == "medium").unwrap().apply)(&mut c, "20MiB").unwrap();
+        assert_eq!(Conf { medium: 0, ..c }, Conf::DEFAULT);
     }
 
     #[test]

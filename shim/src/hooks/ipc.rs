@@ -11,7 +11,6 @@ use crate::state;
 use crate::trace;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
-use gpushim_core::config::Pool as PoolMode;
 use gpushim_core::trace::format::RecordKind;
 
 static IPC_SAID: AtomicBool = AtomicBool::new(false);
@@ -46,7 +45,7 @@ pub(crate) unsafe fn ipc_get_mem_handle(
         // SAFETY: `segment` has room for a handle; the segment is live memory of this context.
         let rc = unsafe { f(segment.as_mut_ptr().cast(), b.segment) };
         if rc != 0 {
-            return if state::conf().pool == PoolMode::Expandable {
+            return if pool::expandable() {
                 ipc_refused(format_args!(
                     "IPC export of pooled memory is not possible with pool:expandable (CUDA \
                      cannot export its mappings through cuIpcGetMemHandle, error {rc}); use \

@@ -45,7 +45,7 @@ use crate::state;
 use core::cell::UnsafeCell;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
-use gpushim_core::config::Pool as PoolMode;
+use gpushim_core::config::{Pool as PoolMode, Trim};
 use gpushim_core::engine::front::Front;
 use gpushim_core::engine::{AllocError, BlockInfo, DeviceStats, FreeKind, Policy};
 use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
@@ -98,10 +98,34 @@ fn note_other_streams(api: Api, stream: u64) {
 
 static STATE: crate::os::LazyFlag = crate::os::LazyFlag::new();
 
+/// What the pool runs with, taken from the settings once: its mode, the engine's policy and
+/// when idle memory goes back. The pool's code reads these, never the settings themselves.
+#[derive(Clone, Copy)]
+struct Settings {
+    mode: PoolMode,
+    policy: Policy,
+    trim: Trim,
+}
+
+fn settings() -> Settings {
+    let conf = state::conf();
+    Settings {
+        mode: conf.pool,
+        policy: Policy::from(&conf),
+        trim: conf.trim,
+    }
+}
+
 /// Whether the pool serves the program's allocation calls: `GPUSHIM_CONF` asked for one (and
 /// the shim is on, and this is not a forked child).
 pub fn serves_calls() -> bool {
-    STATE.get(|| state::enabled() && state::conf().pool != PoolMode::Off)
+    STATE.get(|| state::enabled() && settings().mode != PoolMode::Off)
+}
+
+/// Whether the pool's segments grow in place through the VMM functions (`pool:expandable`):
+/// their mappings cannot be exported through `cuIpcGetMemHandle`.
+pub fn expandable() -> bool {
+    settings().policy.expandable
 }
 
 type Pool = Front<CudaBackend>;
@@ -130,9 +154,9 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
     // SAFETY: LOCK is held, so this is the only reference.
     let cell = unsafe { &mut *POOL.0.get() };
     let p = cell.get_or_insert_with(|| {
-        let conf = state::conf();
-        let mut front = Front::new(CudaBackend::new(), Policy::from(&conf));
-        if conf.trim_auto {
+        let s = settings();
+        let mut front = Front::new(CudaBackend::new(), s.policy);
+        if s.trim == Trim::Auto {
             front.set_release_on_free(crate::pool::frameworks::caching_allocator_loaded());
         }
         front
@@ -286,7 +310,7 @@ const TRIM_TICK_MS: u64 = 100;
 /// processes without the program calling CUDA again. Its own CUDA calls run in relaxed capture
 /// mode, so they can never invalidate another thread's capture.
 fn start_trimmer() {
-    let age = state::conf().trim_ns;
+    let age = settings().trim.age_ns();
     if age == u64::MAX {
         return;
     }
@@ -413,7 +437,7 @@ pub fn plug() {
     if PLUGGED.load(Ordering::Relaxed) || PLUGGED.swap(true, Ordering::AcqRel) {
         return;
     }
-    if state::conf().trim_auto {
+    if settings().trim == Trim::Auto {
         with(|p| p.set_release_on_free(false));
     }
 }

@@ -233,9 +233,9 @@ fn open_trace() {
         return;
     }
     crate::trace::stacks::on_open(
-        conf.stack_every,
-        conf.python_frames,
-        conf.native_without_python,
+        conf.stacks.native_every(),
+        conf.stacks.python(),
+        conf.stacks.native_without_python(),
     );
     install_sigbus_handler();
     // The grower keeps the next chunks of the file mapped and populated, so producers take no

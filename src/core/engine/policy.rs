@@ -45,13 +45,13 @@ impl Default for Policy {
 impl From<&Conf> for Policy {
     fn from(c: &Conf) -> Self {
         Policy {
-            round_divisions: c.round_divisions,
+            round_divisions: c.round,
             max_split: c.max_split,
-            medium_segment: c.medium_segment,
+            medium_segment: c.medium,
             release: c.release,
             limit: c.limit,
             expandable: c.pool == crate::config::Pool::Expandable,
-            release_on_free: c.trim_ns == 0 && !c.trim_auto,
+            release_on_free: c.trim == crate::config::Trim::After(0),
         }
     }
 }
