@@ -276,21 +276,25 @@ fn the_configuration_page_says_what_gpushim_config_says() {
     }
 }
 
+/// Every Rust file under `dir`.
+fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
+
 /// Every environment variable the shim reads is named in its tables (`shim/src/options.rs`):
 /// its own switches, and the variables other programs set. No other file names a `GPUSHIM_`
 /// variable, or any variable (a name in capitals, written as a C string).
 #[test]
 fn the_shims_switches_are_read_from_one_table() {
-    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-    }
     /// The names in capitals written as C strings in `text`.
     fn variables(text: &str) -> Vec<&str> {
         text.match_indices("c\"")
@@ -303,8 +307,7 @@ fn the_shims_switches_are_read_from_one_table() {
             })
             .collect()
     }
-    let mut files = Vec::new();
-    walk(&repo().join("shim/src"), &mut files);
+    let files = rust_files(&repo().join("shim/src"));
     let table = repo().join("shim/src/options.rs");
     let (mut own, mut all) = (0, 0);
     for f in files {
@@ -331,18 +334,7 @@ fn the_shims_switches_are_read_from_one_table() {
 /// attaches). No other code reads `GPUSHIM_CONF`'s resolved settings.
 #[test]
 fn the_settings_reach_the_pool_the_trace_and_the_pytorch_hook_each_through_one_place() {
-    fn walk(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        for e in std::fs::read_dir(dir).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if p.extension().is_some_and(|x| x == "rs") {
-                out.push(p);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(&repo().join("shim/src"), &mut files);
+    let files = rust_files(&repo().join("shim/src"));
     let mut readers: Vec<(String, usize)> = files
         .iter()
         .map(|f| {

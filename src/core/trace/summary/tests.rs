@@ -150,6 +150,22 @@ fn body(r: &Record) -> [u8; RECORD_SIZE] {
     b
 }
 
+/// What a checkpoint written after every body fed restores: the replay of its records alone.
+fn restored_after(bodies: impl IntoIterator<Item = [u8; RECORD_SIZE]>) -> Replay {
+    let mut s = Summarizer::new();
+    for b in bodies {
+        s.feed(&b);
+    }
+    s.drain(true);
+    let mut out = Vec::new();
+    s.checkpoint(0, &mut out);
+    let mut restored = Replay::default();
+    for b in &out {
+        restored.apply(&Record::decode(b).expect("a checkpoint's records decode"));
+    }
+    restored
+}
+
 /// What the reports read of a replay, comparable.
 #[derive(Debug, PartialEq)]
 struct State {
@@ -241,17 +257,7 @@ fn the_peak_snapshot_holds_what_was_live_at_the_peak() {
             ranged: false,
         },
     ];
-    let mut s = Summarizer::new();
-    for r in records(&ops) {
-        s.feed(&body(&r));
-    }
-    s.drain(true);
-    let mut bodies = Vec::new();
-    s.checkpoint(0, &mut bodies);
-    let mut rp = Replay::default();
-    for b in &bodies {
-        rp.apply(&Record::decode(b).unwrap());
-    }
+    let rp = restored_after(records(&ops).iter().map(body));
     let peak = rp
         .snapshots
         .iter()
@@ -332,17 +338,7 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..300),
     ) {
         let all = records(&ops);
-        let mut s = Summarizer::new();
-        for r in &all {
-            s.feed(&body(r));
-        }
-        s.drain(true);
-        let mut bodies = Vec::new();
-        s.checkpoint(0, &mut bodies);
-        let mut restored = Replay::default();
-        for b in &bodies {
-            restored.apply(&Record::decode(b).unwrap());
-        }
+        let restored = restored_after(all.iter().map(body));
         // Brute force: the first record that reached each device's peak.
         let mut rp = Replay::default();
         let mut best: BTreeMap<u8, (u64, usize)> = BTreeMap::new();
@@ -418,22 +414,16 @@ fn a_checkpoints_peak_is_the_programs_whatever_segments_pytorch_took() {
         "streams-expandable",
     ] {
         let bytes = std::fs::read(format!("{dir}/{name}.trace")).unwrap();
-        let mut s = Summarizer::new();
+        let bodies: Vec<[u8; RECORD_SIZE]> = bytes[crate::trace::format::HEADER_SIZE..]
+            .chunks_exact(RECORD_SIZE)
+            .map(|slot| slot.try_into().unwrap())
+            .filter(|b| Record::decode(b).is_some())
+            .collect();
         let mut straight = Replay::default();
-        for slot in bytes[crate::trace::format::HEADER_SIZE..].chunks_exact(RECORD_SIZE) {
-            let body: [u8; RECORD_SIZE] = slot.try_into().unwrap();
-            if let Some(r) = Record::decode(&body) {
-                straight.apply(&r);
-                s.feed(&body);
-            }
-        }
-        s.drain(true);
-        let mut bodies = Vec::new();
-        s.checkpoint(0, &mut bodies);
-        let mut restored = Replay::default();
         for b in &bodies {
-            restored.apply(&Record::decode(b).unwrap());
+            straight.apply(&Record::decode(b).unwrap());
         }
+        let restored = restored_after(bodies);
         let (_, want, _) = straight.peaks().next().unwrap();
         let snap = restored.snapshots.iter().find(|s| !s.failure).unwrap();
         assert_eq!(snap.live, want, "{name}: the checkpoint's peak");
