@@ -61,7 +61,7 @@ pub fn reckon(
     last_sample_ns: &BTreeMap<u8, u64>,
 ) -> Result<Vec<DeviceMemory>, ReadError> {
     let mut out = Vec::new();
-    for (&device, f) in &live.nvml {
+    for (&device, f) in &live.facts.nvml {
         let at_exit = split(
             device,
             f.bytes,

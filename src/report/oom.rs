@@ -63,7 +63,7 @@ fn failed_request(reader: &TraceReader, rp: &Replay, r: &Record) -> Oom {
         cached_bytes: reserved.saturating_sub(live),
         largest_free_block: rp.largest_free_block(device),
         limit_hit: false,
-        device_free_bytes: rp.mem_info.get(&device).map(|m| m.0),
+        device_free_bytes: rp.facts.mem_info.get(&device).map(|m| m.0),
         request_site: None,
         holders: h,
     }

@@ -127,7 +127,7 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
     // pool says what its allocations use. Graph memory counts a chunk as used once anything
     // lives in it, so its allocations are the stream-ordered ones the trace holds beyond the
     // default pool's (never more: pools the program makes itself would only lower this).
-    for (&(d, pool), &(reserved, used)) in &rp.cuda_pools {
+    for (&(d, pool), &(reserved, used)) in &rp.facts.cuda_pools {
         let (name, unused) = match pool {
             0 => (CUDA_POOL_UNUSED, reserved.saturating_sub(used)),
             2 => (CREATED_POOLS_UNUSED, reserved.saturating_sub(used)),
@@ -138,7 +138,7 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
                     .fold(0, |a, l| a.saturating_add(l.size));
                 let pools_used = [0, 2]
                     .iter()
-                    .filter_map(|&p| rp.cuda_pools.get(&(d, p)))
+                    .filter_map(|&p| rp.facts.cuda_pools.get(&(d, p)))
                     .fold(0u64, |a, p| a.saturating_add(p.1));
                 let in_graphs = stream_ordered.saturating_sub(pools_used);
                 (CUDA_GRAPH_UNUSED, reserved.saturating_sub(in_graphs))

@@ -278,7 +278,7 @@ impl Tally {
     }
 
     fn nvml(&mut self, r: &Record) {
-        let peak = self.live.nvml.get(&r.device).map_or(0, |f| f.peak);
+        let peak = self.live.facts.nvml.get(&r.device).map_or(0, |f| f.peak);
         if r.ptr > peak || !self.nvml_peaks.contains_key(&r.device) {
             self.nvml_peaks.insert(
                 r.device,

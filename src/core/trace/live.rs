@@ -4,7 +4,11 @@
 //! `Restore` records put its state back (`Replay::restore`).
 
 use crate::fasthash::FastMap;
+use crate::trace::facts::DeviceFacts;
+pub use crate::trace::facts::NvmlFigure;
 use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind, restore};
+pub use crate::trace::ranges::OpenRanges;
+use crate::trace::ranges::Ranges;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -81,8 +85,6 @@ pub struct Replay {
     /// The pool's segments (runs with the shim's pool): base -> (size, device).
     pub segments: BTreeMap<u64, (u64, u8)>,
     pub reserved: BTreeMap<u8, u64>,
-    /// The latest real free/total memory per device (`MemInfo` records).
-    pub mem_info: BTreeMap<u8, (u64, u64)>,
     /// Whether the trace holds the framework's tensors (PyTorch's allocator trace): then
     /// `live` holds tensors (and what other libraries allocate), and the framework's segments
     /// are reserved memory, as PyTorch's own counters read.
@@ -100,12 +102,8 @@ pub struct Replay {
     pending_physical: Vec<Vec<u64>>,
     /// Physical allocations that back the framework's expandable segments: reserved, not live.
     framework_physical: FastMap<u64, (u64, u8)>,
-    /// Per device (NVML's index): what NVML said this process used, latest and highest, the
-    /// device's total, and whether the figure was the whole device's (`DeviceMemory` records).
-    pub nvml: BTreeMap<u8, NvmlFigure>,
-    /// Per (device, pool: 0 the default pool, 1 graph memory): what CUDA's own pool reserves
-    /// and what its allocations use, latest (`CudaPool` records).
-    pub cuda_pools: BTreeMap<(u8, u8), (u64, u64)>,
+    /// What the device said of itself: NVML's figure, CUDA's pools, `cudaMemGetInfo`.
+    pub facts: DeviceFacts,
     /// The program's allocation that set the latest peak (a raw `cudaMalloc` or VMM handle the
     /// framework's segment record may yet claim).
     peak_by: Option<PeakBy>,
@@ -115,12 +113,8 @@ pub struct Replay {
     /// Per thread: the address of its latest allocation while a stack reference may still
     /// follow it (0: none).
     last_alloc: Vec<u64>,
-    /// Per thread: its open NVTX ranges, innermost last.
-    ranges: Vec<Vec<u64>>,
-    /// The start/end ranges open, which belong to no thread: string id by the index of the
-    /// record that started it (so the last is the latest), and that index by range id.
-    started: BTreeMap<u64, u64>,
-    started_at: FastMap<u64, u64>,
+    /// The NVTX ranges open, which name the allocations made in them.
+    ranges: Ranges,
     /// Records applied.
     pub index: u64,
     pub time_ns: u64,
@@ -199,10 +193,6 @@ impl Snapshot {
     }
 }
 
-/// The open NVTX ranges: per thread (outermost first), and the start/end ranges open as
-/// (string id, range id), oldest first.
-pub type OpenRanges = (Vec<(u16, Vec<u64>)>, Vec<(u64, u64)>);
-
 /// What a record to come may still refer to on one thread (see [`Replay::thread_pending`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ThreadPending {
@@ -263,15 +253,6 @@ pub fn size_key_parts(key: u64) -> Option<(u8, u64)> {
     (key >> 63 == 1).then_some(((key >> 48) as u8 & 0x7f, key & ((1 << 48) - 1)))
 }
 
-/// What NVML said of one device.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct NvmlFigure {
-    pub bytes: u64,
-    pub peak: u64,
-    pub total: u64,
-    pub device_wide: bool,
-}
-
 /// What a record changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
@@ -316,12 +297,7 @@ impl Replay {
                 r.device
             },
             stack: 0,
-            range: self
-                .ranges
-                .get(r.thread as usize)
-                .and_then(|s| s.last().copied())
-                .or_else(|| self.started.last_key_value().map(|(_, &name)| name))
-                .unwrap_or(0),
+            range: self.ranges.naming(r.thread).unwrap_or(0),
             time_ns: r.time_ns,
             thread: r.thread,
             stream: r.stream,
@@ -668,42 +644,18 @@ impl Replay {
         })
     }
 
-    /// What the device and the framework said: NVML's figure, CUDA's pools, `cudaMemGetInfo`,
-    /// whether tensors are recorded.
+    /// What the device and the framework said: NVML's figure, CUDA's pools, `cudaMemGetInfo`
+    /// (the facts tracker's), whether tensors are recorded.
     fn apply_facts(&mut self, r: &Record) -> Option<Change> {
-        use RecordKind::*;
-        Some(match r.kind {
-            CudaPool => {
-                self.cuda_pools
-                    .insert((r.device, r.status), (r.ptr, r.size));
-                Change::Other
-            }
-            DeviceMemory => {
-                let f = self.nvml.entry(r.device).or_default();
-                f.bytes = r.ptr;
-                f.peak = f.peak.max(r.ptr);
-                f.total = r.size;
-                f.device_wide |= r.status != 0;
-                Change::Other
-            }
-            Tensors => {
+        match r.kind {
+            RecordKind::Tensors => {
                 if r.size == 0 {
                     self.tensors_off = Some(r.ptr);
                 }
-                Change::Other
+                Some(Change::Other)
             }
-            MemInfo if r.status == 0 => {
-                let d = if r.device == DEVICE_UNKNOWN {
-                    0
-                } else {
-                    r.device
-                };
-                self.mem_info.insert(d, (r.ptr, r.size));
-                Change::Other
-            }
-
-            _ => return None,
-        })
+            _ => self.facts.apply(r).then_some(Change::Other),
+        }
     }
 
     /// What follows an allocation on its thread (its caller, its stack) and NVTX ranges.
@@ -733,29 +685,7 @@ impl Replay {
                 }
                 Change::Other
             }
-            RangePush => {
-                slot(&mut self.ranges, r.thread).push(r.ptr);
-                Change::Other
-            }
-            RangePop => {
-                if let Some(s) = self.ranges.get_mut(r.thread as usize) {
-                    s.pop();
-                }
-                Change::Other
-            }
-            RangeStart => {
-                if let Some(old) = self.started_at.insert(r.size, self.index) {
-                    self.started.remove(&old);
-                }
-                self.started.insert(self.index, r.ptr);
-                Change::Other
-            }
-            RangeEnd => {
-                if let Some(at) = self.started_at.remove(&r.size) {
-                    self.started.remove(&at);
-                }
-                Change::Other
-            }
+            _ if self.ranges.apply(r, self.index) => Change::Other,
             _ => return None,
         })
     }
@@ -797,7 +727,7 @@ impl Replay {
             }
             restore::HOST_PEAK => self.host_peak = self.host_peak.max(r.ptr),
             restore::NVML => {
-                self.nvml.insert(
+                self.facts.nvml.insert(
                     r.device,
                     NvmlFigure {
                         bytes: r.ptr,
@@ -809,13 +739,10 @@ impl Replay {
             }
             restore::UNMATCHED => self.unmatched_frees = self.unmatched_frees.saturating_add(r.ptr),
             restore::MEM_INFO => {
-                self.mem_info.insert(device, (r.ptr, r.size));
+                self.facts.mem_info.insert(device, (r.ptr, r.size));
             }
-            restore::STARTED => {
-                self.started_at.insert(r.size, self.index);
-                self.started.insert(self.index, r.ptr);
-            }
-            restore::RANGE_OPEN => slot(&mut self.ranges, r.thread).push(r.ptr),
+            restore::STARTED => self.ranges.start(r.size, r.ptr, self.index),
+            restore::RANGE_OPEN => self.ranges.push(r.thread, r.ptr),
             restore::API => {
                 let t = self.api_totals.entry(r.api as u8).or_default();
                 t.0 = t.0.saturating_add(r.ptr);
@@ -893,23 +820,7 @@ impl Replay {
     /// The open NVTX ranges: per thread, outermost first; and the start/end ranges open, as
     /// (string id, range id), oldest first.
     pub fn open_ranges(&self) -> OpenRanges {
-        let threads = self
-            .ranges
-            .iter()
-            .enumerate()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(t, v)| (t as u16, v.clone()))
-            .collect();
-        let mut started: Vec<(u64, u64, u64)> = self
-            .started_at
-            .iter()
-            .filter_map(|(&id, &at)| self.started.get(&at).map(|&name| (at, name, id)))
-            .collect();
-        started.sort_unstable();
-        (
-            threads,
-            started.into_iter().map(|(_, n, id)| (n, id)).collect(),
-        )
+        self.ranges.open()
     }
 
     /// Per thread, what a record to come may still refer to: the allocation a `StackRef`

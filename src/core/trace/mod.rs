@@ -2,9 +2,11 @@
 //! ([`recorder`]), native call stacks captured without allocating ([`unwind`]), and the reader
 //! every report decodes with ([`reader`]), which keeps what a report's [`filter`] asks for.
 
+pub mod facts;
 pub mod filter;
 pub mod format;
 pub mod live;
+pub mod ranges;
 pub mod reader;
 pub mod recorder;
 pub mod summary;

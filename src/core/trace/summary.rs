@@ -430,7 +430,7 @@ fn snapshot_now(rp: &Replay, device: u8, time_ns: u64) -> Snapshot {
     s.live = rp.live_on(device);
     s.reserved = rp.reserved_on(device);
     s.largest_free_block = rp.largest_free_block(device);
-    s.device_free = rp.mem_info.get(&device).map(|m| m.0);
+    s.device_free = rp.facts.mem_info.get(&device).map(|m| m.0);
     s
 }
 
@@ -805,7 +805,7 @@ impl Summarizer {
             w.record(r);
         }
         // CUDA's own pools: their latest figures, as the records that said them.
-        for (&(d, pool), &(reserved, used)) in &rp.cuda_pools {
+        for (&(d, pool), &(reserved, used)) in &rp.facts.cuda_pools {
             w.record(&Record {
                 kind: RecordKind::CudaPool,
                 api: Api::Shim,
@@ -818,7 +818,7 @@ impl Summarizer {
                 stream: 0,
             });
         }
-        for (&d, f) in &rp.nvml {
+        for (&d, f) in &rp.facts.nvml {
             w.push(Record {
                 thread: u16::from(f.device_wide),
                 ..restore_record(restore::NVML, d, f.bytes, f.total, f.peak)
@@ -830,7 +830,7 @@ impl Summarizer {
             }
         }
         w.restore(restore::UNMATCHED, 0, rp.unmatched_frees, 0, 0);
-        for (&d, &(free, total)) in &rp.mem_info {
+        for (&d, &(free, total)) in &rp.facts.mem_info {
             w.restore(restore::MEM_INFO, d, free, total, 0);
         }
         for (api, &(calls, bytes, failed)) in self.apis.iter().enumerate() {
