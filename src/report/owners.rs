@@ -114,9 +114,9 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
         e.0 = e.0.saturating_add(l.size);
         e.1 += 1;
     }
-    if rp.tensors {
+    if rp.tensors.recorded {
         for (&d, &reserved) in &rp.reserved {
-            let tensors = rp.tensor_bytes.get(&d).map_or(0, |t| t.0);
+            let tensors = rp.tensors.live_on(d);
             let unused = reserved.saturating_sub(tensors);
             if unused > 0 {
                 by.insert((d, "PyTorch's cache, unused".to_string()), (unused, 0));

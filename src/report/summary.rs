@@ -422,11 +422,11 @@ impl Tally {
 
     /// The framework's figures at the end (none without its tensors).
     fn framework_at_end(&mut self) {
-        if !self.live.tensors {
+        if !self.live.tensors.recorded {
             self.framework.clear();
             return;
         }
-        for (&d, &(now, peak)) in &self.live.tensor_bytes {
+        for (&d, &(now, peak)) in &self.live.tensors.bytes {
             let f = self.framework.entry(d).or_insert_with(|| FrameworkMemory {
                 device: d,
                 ..FrameworkMemory::default()
@@ -560,7 +560,8 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
         device_memory,
         tensors_off: t
             .live
-            .tensors_off
+            .tensors
+            .off
             .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
         health: health(&info, &stats),
     })

@@ -10,6 +10,7 @@ use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind, restore};
 pub use crate::trace::ranges::OpenRanges;
 use crate::trace::ranges::Ranges;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::tensors::Tensors;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
@@ -85,15 +86,8 @@ pub struct Replay {
     /// The pool's segments (runs with the shim's pool): base -> (size, device).
     pub segments: BTreeMap<u64, (u64, u8)>,
     pub reserved: BTreeMap<u8, u64>,
-    /// Whether the trace holds the framework's tensors (PyTorch's allocator trace): then
-    /// `live` holds tensors (and what other libraries allocate), and the framework's segments
-    /// are reserved memory, as PyTorch's own counters read.
-    pub tensors: bool,
-    /// Why tensors are not recorded, if the shim said (`tensors_off` codes).
-    pub tensors_off: Option<u64>,
-    /// Per device: bytes of live tensors, and their peak (`memory_allocated`,
-    /// `max_memory_allocated`).
-    pub tensor_bytes: BTreeMap<u8, (u64, u64)>,
+    /// The framework's tensors: whether recorded, why not, their bytes per device.
+    pub tensors: Tensors,
     /// The devices whose allocation calls the shim's pool serves (it reserved a segment there):
     /// their live memory lies inside its segments.
     pooled: BTreeSet<u8>,
@@ -462,10 +456,7 @@ impl Replay {
         Some(match r.kind {
             Alloc | AllocAsync | ManagedAlloc | TensorAlloc if r.status == 0 && r.ptr != 0 => {
                 if r.kind == TensorAlloc {
-                    self.tensors = true;
-                    let t = self.tensor_bytes.entry(device_or_0(r.device)).or_default();
-                    t.0 = t.0.saturating_add(r.size);
-                    t.1 = t.1.max(t.0);
+                    self.tensors.allocated(device_or_0(r.device), r.size);
                 }
                 let l = self.live_of(r);
                 let device = l.device;
@@ -493,8 +484,7 @@ impl Replay {
                     Some(l) => {
                         self.sub_bytes(l.device, l.size);
                         if r.kind == TensorFree {
-                            let t = self.tensor_bytes.entry(l.device).or_default();
-                            t.0 = t.0.saturating_sub(l.size);
+                            self.tensors.freed(l.device, l.size);
                         }
                         Change::Free {
                             ptr: r.ptr,
@@ -502,7 +492,9 @@ impl Replay {
                         }
                     }
                     // The framework giving a segment back: its release follows.
-                    None if self.tensors && self.segments.contains_key(&r.ptr) => Change::Other,
+                    None if self.tensors.recorded && self.segments.contains_key(&r.ptr) => {
+                        Change::Other
+                    }
                     None => {
                         self.unmatched_frees += 1;
                         Change::Other
@@ -650,7 +642,7 @@ impl Replay {
         match r.kind {
             RecordKind::Tensors => {
                 if r.size == 0 {
-                    self.tensors_off = Some(r.ptr);
+                    self.tensors.off = Some(r.ptr);
                 }
                 Some(Change::Other)
             }
@@ -710,8 +702,7 @@ impl Replay {
                 *v = v.saturating_add(r.size);
             }
             restore::TENSOR_BYTES => {
-                self.tensors = true;
-                self.tensor_bytes.insert(device, (r.ptr, r.size));
+                self.tensors.restore(device, r.ptr, r.size);
             }
             restore::DEVICE_PEAK => {
                 if self.devices.len() <= device as usize {
@@ -878,8 +869,8 @@ impl Replay {
             let outside = if self.pooled.contains(&device) {
                 0
             } else {
-                let tensors = self.tensor_bytes.get(&device).map_or(0, |t| t.0);
-                self.live_on(device).saturating_sub(tensors)
+                self.live_on(device)
+                    .saturating_sub(self.tensors.live_on(device))
             };
             self.reserved
                 .get(&device)

@@ -10,4 +10,5 @@ pub mod ranges;
 pub mod reader;
 pub mod recorder;
 pub mod summary;
+pub mod tensors;
 pub mod unwind;

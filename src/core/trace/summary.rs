@@ -338,7 +338,8 @@ impl PeakWatch {
         // Only a framework whose tensors are recorded claims segments (a program allocating
         // with cudaMalloc alone makes a new peak at each allocation, and keeping the one before
         // would copy its live set each time).
-        let keep_before = raw.filter(|_| rp.tensors && rp.live.len() <= KEEP_PEAK_BEFORE_UPTO);
+        let keep_before =
+            raw.filter(|_| rp.tensors.recorded && rp.live.len() <= KEEP_PEAK_BEFORE_UPTO);
         match keep_before {
             // Pages of one expandable segment come one after another: the peak before the first
             // is the one to go back to.
@@ -794,7 +795,7 @@ impl Summarizer {
     /// pools, the series, unknown frees, `cudaMemGetInfo`, calls per API.
     fn write_figures(&self, w: &mut Writer) {
         let rp = &self.replay;
-        for (&d, &(now, peak)) in &rp.tensor_bytes {
+        for (&d, &(now, peak)) in &rp.tensors.bytes {
             w.restore(restore::TENSOR_BYTES, d, now, peak, 0);
         }
         for (d, peak, t) in rp.peaks() {

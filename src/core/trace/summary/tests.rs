@@ -181,7 +181,7 @@ fn state(rp: &Replay) -> State {
     State {
         live,
         peaks: rp.peaks().collect(),
-        tensors: rp.tensor_bytes.iter().map(|(&d, &v)| (d, v)).collect(),
+        tensors: rp.tensors.bytes.iter().map(|(&d, &v)| (d, v)).collect(),
         host_peak: rp.host_peak,
     }
 }
