@@ -204,6 +204,59 @@ fn an_out_of_memory_of_the_framework_names_the_line_that_asked() {
     assert!(o["device_free_bytes"].as_u64().is_some(), "{o}");
 }
 
+/// A tensor the autograd thread allocates for a node is joined to the Python line of the
+/// forward op that made the node: the forward's output recorded the sequence number after the
+/// node's, the backward the node's own + 1 (the stand-ins for libtorch_cpu.so and c10). Two ops
+/// from two lines: each backward tensor names its own line.
+#[test]
+fn a_backward_tensor_names_the_forward_line_that_made_its_node() {
+    let dir = tempdir("tensor-backward-forward");
+    let script = dir.join("train.py");
+    std::fs::write(
+        &script,
+        "import ctypes, sys\n\
+         autograd = ctypes.CDLL(sys.argv[1])\n\
+         autograd.standin_forward_mm.restype = ctypes.c_void_p\n\
+         autograd.standin_forward_mm.argtypes = (ctypes.c_size_t,)\n\
+         autograd.standin_backward_kept.argtypes = (ctypes.c_size_t,)\n\
+         h1 = autograd.standin_forward_mm(1 << 20)\n\
+         h2 = autograd.standin_forward_mm(1 << 20)\n\
+         autograd.standin_backward_kept(2 << 20)\n",
+    )
+    .unwrap();
+    let t = dir.join("f.trace");
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec![
+                script.display().to_string(),
+                sim()
+                    .dir
+                    .join("torch/lib/libtorch_cpu.so")
+                    .display()
+                    .to_string(),
+            ],
+            env: vec![],
+        },
+    );
+    assert_ok(&out);
+    let v = report("leaks", &t);
+    let text = v.to_string();
+    let live = v["live_at_exit"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{text}"));
+    for line in [6, 7] {
+        let site = format!("MmBackward0 (autograd's backward) < train.py:{line} in <module>");
+        let found = live
+            .iter()
+            .find(|h| h["label"].as_str().is_some_and(|s| s.contains(&site)))
+            .unwrap_or_else(|| panic!("no {site} in {text}"));
+        assert_eq!(found["bytes"].as_u64(), Some(2 << 20), "{found}");
+    }
+}
+
 /// A tensor PyTorch's autograd thread allocates (no Python runs there) is named by the backward
 /// function that asked, read from `get_current_node()` (the stand-in for libtorch_cpu.so); the
 /// forward's tensors keep their Python lines.

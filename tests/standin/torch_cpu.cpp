@@ -1,24 +1,46 @@
 // A stand-in for PyTorch's libtorch_cpu.so, as far as the shim reads it: the exported
 // `torch::autograd::get_current_node()`, returning the backward function the autograd engine
 // runs on the calling thread (a `std::shared_ptr<Node>`, empty elsewhere), with nodes of the
-// same C++ types as PyTorch's (`torch::autograd::generated::MmBackward0`, ...). It is not
-// PyTorch's code: only that interface is the same.
+// same C++ types as PyTorch's (`torch::autograd::generated::MmBackward0`, ...) and their first
+// fields where PyTorch's lie (the sequence number, ...); and `at::sequence_number::peek()`, the
+// number the calling thread's next node takes. It is not PyTorch's code: only that interface
+// is the same.
 //
 // Driven through C (ctypes): standin_backward(size) runs a "backward pass" on a thread of its
 // own, as PyTorch's autograd engine does (no Python runs there): MmBackward0 allocates a tensor
 // of `size` bytes through the c10 stand-in, AddBackward0 another, and both stay live; it
-// returns the first.
+// returns the first. standin_forward_mm(size) is an op of a forward: it makes an MmBackward0
+// node (taking the thread's next sequence number), then allocates its output (the caller's
+// Python line records the number after it), and keeps the node; standin_backward_kept(size)
+// then runs every kept node on an engine thread, each allocating `size` bytes.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 extern "C" void *standin_malloc(size_t size);
+
+namespace at {
+namespace sequence_number {
+static thread_local uint64_t next_number = 0;
+__attribute__((visibility("default"))) uint64_t peek() { return next_number; }
+__attribute__((visibility("default"))) uint64_t get_and_increment() { return next_number++; }
+} // namespace sequence_number
+} // namespace at
 
 namespace torch {
 namespace autograd {
 struct Node : std::enable_shared_from_this<Node> {
+  Node() : sequence_nr_(at::sequence_number::get_and_increment()) {}
   virtual ~Node() {}
   virtual void *apply(size_t size) { return standin_malloc(size); }
+  // PyTorch's Node begins its fields so (after the vtable pointer and the weak pointer of
+  // enable_shared_from_this).
+  const uint64_t sequence_nr_;
+  uint64_t topological_nr_ = 0;
+  mutable bool has_parent_ = false;
+  uint64_t thread_id_ = 1;
 };
 namespace generated {
 struct MmBackward0 : Node {};
@@ -34,6 +56,24 @@ __attribute__((visibility("default"))) std::shared_ptr<Node> get_current_node() 
 } // namespace torch
 
 using namespace torch::autograd;
+
+static std::vector<std::shared_ptr<Node>> kept;
+
+extern "C" __attribute__((visibility("default"))) void *standin_forward_mm(size_t size) {
+  kept.push_back(std::make_shared<generated::MmBackward0>());
+  return standin_malloc(size);
+}
+
+extern "C" __attribute__((visibility("default"))) void standin_backward_kept(size_t size) {
+  std::thread engine([&] {
+    for (auto &node : kept) {
+      current_evaluating_node = node;
+      node->apply(size);
+    }
+    current_evaluating_node.reset();
+  });
+  engine.join();
+}
 
 extern "C" __attribute__((visibility("default"))) void *standin_backward(size_t size) {
   void *first = nullptr;

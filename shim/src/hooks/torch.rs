@@ -54,6 +54,10 @@ thread_local! {
 /// autograd engine runs on the calling thread, as a `std::shared_ptr<Node>` (empty elsewhere).
 const CURRENT_NODE: &CStr = c"_ZN5torch8autograd16get_current_nodeEv";
 static CURRENT_NODE_FN: AtomicUsize = AtomicUsize::new(0);
+/// `at::sequence_number::peek()`: the sequence number the calling thread's next autograd node
+/// takes.
+const SEQUENCE_PEEK: &CStr = c"_ZN2at15sequence_number4peekEv";
+static SEQUENCE_PEEK_FN: AtomicUsize = AtomicUsize::new(0);
 
 /// The C++ type name of PyTorch's native caching allocator (Itanium mangling, as the type
 /// information holds it).
@@ -279,6 +283,12 @@ fn find_current_node() {
         CURRENT_NODE_FN.store(f, Ordering::Release);
         trace::stacks::set_no_python_frame(autograd_frame);
     }
+    // SAFETY: as above.
+    let peek = unsafe { dlsym(h, SEQUENCE_PEEK.as_ptr()) } as usize;
+    if peek != 0 && f != 0 {
+        SEQUENCE_PEEK_FN.store(peek, Ordering::Release);
+        trace::stacks::set_forward_sequence(forward_sequence);
+    }
     if let Some(close) = crate::cuda::real::real_dlclose() {
         // SAFETY: balances the dlopen above; the library stays loaded (torch holds it).
         unsafe { close(h) };
@@ -291,12 +301,53 @@ thread_local! {
         const { [const { Cell::new((0, 0, 0)) }; 64] };
 }
 
-/// The frame that names the backward function this thread runs now: a Python-style frame of
-/// file `<backward>` and the function's class name (`MmBackward0`); 0 when none runs.
-fn autograd_frame() -> u64 {
-    let f = CURRENT_NODE_FN.load(Ordering::Acquire);
+/// The sequence number the calling thread's next autograd node takes. An op of the forward
+/// makes its node, then allocates its output: a tensor allocated with this number belongs to
+/// the node numbered one less.
+fn forward_sequence() -> u64 {
+    let f = SEQUENCE_PEEK_FN.load(Ordering::Acquire);
     if f == 0 {
         return 0;
+    }
+    // SAFETY: `f` is `uint64_t at::sequence_number::peek()`: no arguments, an integer back (the
+    // C ABI's), reading one thread-local.
+    unsafe { core::mem::transmute::<usize, unsafe extern "C" fn() -> u64>(f)() }
+}
+
+/// Where a `Node`'s fields lie (PyTorch's `torch::autograd::Node`: its vtable pointer, the
+/// `enable_shared_from_this` weak pointer, then `sequence_nr_`, `topological_nr_`,
+/// `has_parent_` and `thread_id_`, the same in every 2.x release).
+const NODE_SEQUENCE: usize = 24;
+const NODE_HAS_PARENT: usize = 40;
+const NODE_THREAD: usize = 48;
+
+/// The running node's sequence number + 1 (what a forward tensor of its op recorded), or 0
+/// where the fields do not read as a node's (then nothing is joined).
+///
+/// # Safety
+/// `node` is a live `Node`, which is larger than the fields read.
+unsafe fn node_sequence(node: usize) -> u64 {
+    // SAFETY: reads inside the live node (the caller's promise); integers of any value.
+    let (sequence, has_parent, thread) = unsafe {
+        (
+            (node as *const u8).add(NODE_SEQUENCE).cast::<u64>().read(),
+            (node as *const u8).add(NODE_HAS_PARENT).read(),
+            (node as *const u8).add(NODE_THREAD).cast::<u64>().read(),
+        )
+    };
+    // `AccumulateGrad` takes u64::MAX (it has no forward op); a number past 2^40 or a thread id
+    // past 2^32 is no layout PyTorch has.
+    let plausible = sequence < 1 << 40 && has_parent <= 1 && thread != 0 && thread < 1 << 32;
+    if plausible { sequence + 1 } else { 0 }
+}
+
+/// The frame that names the backward function this thread runs now: a Python-style frame of
+/// file `<backward>` and the function's class name (`MmBackward0`), with the sequence number
+/// that joins it to its forward ([`node_sequence`]); (0, 0) when none runs.
+fn autograd_frame() -> (u64, u64) {
+    let f = CURRENT_NODE_FN.load(Ordering::Acquire);
+    if f == 0 {
+        return (0, 0);
     }
     let mut out = [0usize; 2];
     type Get = unsafe extern "C" fn(*mut [usize; 2]) -> *mut [usize; 2];
@@ -316,8 +367,10 @@ fn autograd_frame() -> u64 {
         }
     }
     if node == 0 {
-        return 0;
+        return (0, 0);
     }
+    // SAFETY: the engine holds the node it runs.
+    let sequence = unsafe { node_sequence(node) };
     // SAFETY: a live `Node`, a polymorphic class with no polymorphic base: its vtable pointer
     // is its first word.
     let vptr = unsafe { *(node as *const usize) };
@@ -327,7 +380,7 @@ fn autograd_frame() -> u64 {
         && v == vptr
         && g == generation
     {
-        return frame;
+        return (frame, sequence);
     }
     // SAFETY: the word before a vtable's first function is its type information, whose second
     // word is the type's mangled name, NUL-terminated (Itanium C++ ABI).
@@ -336,7 +389,7 @@ fn autograd_frame() -> u64 {
         CStr::from_ptr(*typeinfo.add(1))
     };
     let Some(name) = class_name(mangled.to_bytes()) else {
-        return 0;
+        return (0, 0);
     };
     let mut text = [0u8; 140];
     const FILE: &[u8] = b"<backward>\0";
@@ -344,11 +397,11 @@ fn autograd_frame() -> u64 {
     text[FILE.len()..FILE.len() + name.len()].copy_from_slice(name);
     let id = trace::RECORDER.intern_string(&text[..FILE.len() + name.len()]);
     if id == 0 {
-        return 0;
+        return (0, 0);
     }
     let frame = gpushim_core::trace::format::py_frame(id, 0);
     let _ = NODE_FRAMES.try_with(|c| c[slot].set((vptr, generation, frame)));
-    frame
+    (frame, sequence)
 }
 
 /// The innermost name of a mangled class name (`N5torch8autograd9generated11MmBackward0E` is

@@ -28,24 +28,52 @@ static SCANNING: AtomicBool = AtomicBool::new(false);
 static SELF_START: AtomicU64 = AtomicU64::new(0);
 
 /// What stands for the Python frames of an allocation made where none run (PyTorch's autograd
-/// thread: the backward function it runs), as one frame; registered by the layer that knows
-/// (hooks/torch.rs) as a `fn() -> u64` (0: none).
+/// thread: the backward function it runs), as one frame and the autograd sequence number that
+/// ties it to the forward (see [`sequence_bits`]); registered by the layer that knows
+/// (hooks/torch.rs) as a `fn() -> (u64, u64)` ((0, 0): none).
 static NO_PYTHON_FRAME: AtomicUsize = AtomicUsize::new(0);
+/// The autograd sequence number the next node of a thread running Python takes (PyTorch's
+/// `at::sequence_number::peek()`), registered by hooks/torch.rs as a `fn() -> u64`.
+static FORWARD_SEQUENCE: AtomicUsize = AtomicUsize::new(0);
 
 /// Registers what stands for the Python frames of an allocation made where none run.
-pub fn set_no_python_frame(f: fn() -> u64) {
+pub fn set_no_python_frame(f: fn() -> (u64, u64)) {
     NO_PYTHON_FRAME.store(f as usize, Ordering::Release);
 }
 
-/// The frame that stands in, if one is registered and has one for this thread now.
-fn no_python_frame() -> u64 {
+/// Registers where a tensor allocated by a thread running Python reads its autograd sequence
+/// number.
+pub fn set_forward_sequence(f: fn() -> u64) {
+    FORWARD_SEQUENCE.store(f as usize, Ordering::Release);
+}
+
+/// The frame that stands in, and its sequence number, if one is registered and has one for
+/// this thread now.
+fn no_python_frame() -> (u64, u64) {
     let f = NO_PYTHON_FRAME.load(Ordering::Acquire);
+    if f == 0 {
+        return (0, 0);
+    }
+    // SAFETY: only `set_no_python_frame` stores here, always a `fn() -> (u64, u64)`.
+    let f = unsafe { core::mem::transmute::<usize, fn() -> (u64, u64)>(f) };
+    f()
+}
+
+/// The sequence number of a tensor allocated by a thread running Python (0: none known).
+fn forward_sequence() -> u64 {
+    let f = FORWARD_SEQUENCE.load(Ordering::Acquire);
     if f == 0 {
         return 0;
     }
-    // SAFETY: only `set_no_python_frame` stores here, always a `fn() -> u64`.
+    // SAFETY: only `set_forward_sequence` stores here, always a `fn() -> u64`.
     let f = unsafe { core::mem::transmute::<usize, fn() -> u64>(f) };
     f()
+}
+
+/// A `StackRef`'s `size`: the stack's frame count in its low 8 bits and the autograd sequence
+/// number above them (40 bits; see `format::RecordKind::StackRef`).
+fn sequence_bits(frames: usize, sequence: u64) -> u64 {
+    (frames as u64 & 0xff) | (sequence & ((1 << 40) - 1)) << 8
 }
 static SELF_END: AtomicU64 = AtomicU64::new(0);
 
@@ -124,12 +152,19 @@ pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
     } else {
         0
     };
+    // What ties a tensor to the autograd node of its forward: on a thread running Python, the
+    // sequence number the op's node took just before it allocated its output; on the autograd
+    // thread, the running node's own number + 1. Equal numbers join the two.
+    let mut sequence = 0;
     if python && py == 0 {
-        let stand_in = no_python_frame();
+        let (stand_in, s) = no_python_frame();
         if stand_in != 0 {
             frames[0] = stand_in;
             py = 1;
+            sequence = s;
         }
+    } else if py > 0 && kind == RecordKind::TensorAlloc {
+        sequence = forward_sequence();
     }
     // A process that runs no CPython (known after its first capture looked; not one whose
     // frames are refused, whose tensors would each pay for an unwind): the allocating call's
@@ -195,7 +230,7 @@ pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
         thread,
         time_ns: now,
         ptr: id,
-        size: frames.len() as u64,
+        size: sequence_bits(frames.len(), sequence),
         stream: 0,
     });
     crate::costs::end(crate::costs::Cost::Intern, t0);

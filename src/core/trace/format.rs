@@ -309,7 +309,11 @@ byte_enum! {
         Stack = 25 => "stack",
         /// Two return addresses of a stack, in `time_ns` and `ptr`.
         StackData = 26 => "stack_data",
-        /// The call stack of the thread's previous record: `ptr` is the stack id.
+        /// The call stack of the thread's previous record: `ptr` is the stack id; `size` the
+        /// stack's frame count in its low 8 bits and, above them, PyTorch's autograd sequence
+        /// number (0: none): for a tensor of a thread running Python, the number its thread's
+        /// next autograd node takes; on the autograd thread, the running node's + 1. Equal
+        /// numbers join a backward tensor to its forward op's line (`trace::backward`).
         StackRef = 27 => "stack_ref",
         /// A loaded module, for offline symbolization: `ptr` is its load base, `size` the string
         /// id of its path.

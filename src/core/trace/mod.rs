@@ -2,6 +2,7 @@
 //! ([`recorder`]), native call stacks captured without allocating ([`unwind`]), and the reader
 //! every report decodes with ([`reader`]), which keeps what a report's [`filter`] asks for.
 
+pub mod backward;
 pub mod facts;
 pub mod filter;
 pub mod format;

@@ -225,6 +225,8 @@ pub struct TraceReader {
     strings: HashMap<u64, String>,
     /// Call stacks defined so far, by id: return addresses, innermost first.
     stacks: HashMap<u64, Vec<u64>>,
+    /// Backward tensors joined to their forward's line (see `trace::backward`).
+    joins: crate::trace::backward::BackwardJoins,
     /// Loaded modules seen so far: the string id of the path by load base (ordered, so naming a
     /// frame is a logarithmic lookup however many modules a trace holds).
     modules: std::collections::BTreeMap<u64, u64>,
@@ -514,6 +516,7 @@ impl TraceReader {
             stats,
             strings: HashMap::new(),
             stacks: HashMap::new(),
+            joins: Default::default(),
             modules: std::collections::BTreeMap::new(),
             build_ids: HashMap::new(),
             pending: None,
@@ -671,6 +674,7 @@ impl Iterator for TraceReader {
     fn next(&mut self) -> Option<Record> {
         loop {
             let r = self.next_sorted()?;
+            let r = self.joins.apply(r, &mut self.stacks, &self.strings);
             self.since_progress += 1;
             if self.since_progress == 1 << 20 {
                 self.since_progress = 0;

@@ -1,0 +1,153 @@
+//! Tensors PyTorch's autograd thread allocates, joined to the line of the forward that made
+//! their backward function. No Python runs on that thread, so the shim records one frame there
+//! (file `<backward>`, the node's class, `MmBackward0`) and one more than the node's autograd
+//! sequence number; a tensor allocated by a thread running Python records the sequence number
+//! its thread's next node takes. An op of the forward makes its node, then allocates its
+//! output: the two numbers are equal exactly when the tensor is that node's op's output. The
+//! reader then names the backward tensor by a stack of both: the backward frame, then the
+//! forward's frames.
+//!
+//! Where it cannot be known, nothing is joined: a sequence number two threads running Python
+//! both recorded (each thread counts its own), a node whose op allocated nothing (a view), an
+//! `AccumulateGrad` (it has no forward op), a forward older than the last [`KEPT`] numbers.
+
+use crate::trace::format::{self, Record, RecordKind};
+use std::collections::{BTreeMap, HashMap};
+
+/// Forward sequence numbers kept, the most recent (a training step makes thousands).
+pub const KEPT: usize = 1 << 20;
+/// The ids the reader gives joined stacks: above any id the trace's own table gives.
+pub const JOINED_BASE: u64 = 1 << 62;
+
+/// The sequence number a `StackRef`'s `size` carries above its frame count (0: none).
+pub fn sequence_of(stack_ref: &Record) -> u64 {
+    stack_ref.size >> 8
+}
+
+#[derive(Default)]
+pub struct BackwardJoins {
+    /// Forward sequence number -> (thread, stack) of the first tensor allocated with it; `None`
+    /// once two threads recorded it.
+    forward: BTreeMap<u64, Option<(u16, u64)>>,
+    /// Stack id -> whether it is a backward function's frame.
+    is_backward: HashMap<u64, bool>,
+    /// (backward stack, forward stack) -> the joined stack's id.
+    joined: HashMap<(u64, u64), u64>,
+}
+
+impl BackwardJoins {
+    /// `r` as reports should see it: a backward tensor's `StackRef` names the joined stack
+    /// (defined in `stacks` on first use); every other record unchanged.
+    pub fn apply(
+        &mut self,
+        mut r: Record,
+        stacks: &mut HashMap<u64, Vec<u64>>,
+        strings: &HashMap<u64, String>,
+    ) -> Record {
+        let sequence = sequence_of(&r);
+        if r.kind != RecordKind::StackRef || sequence == 0 {
+            return r;
+        }
+        let backward = *self.is_backward.entry(r.ptr).or_insert_with(|| {
+            stacks
+                .get(&r.ptr)
+                .and_then(|f| f.first())
+                .and_then(|&f| format::as_py_frame(f))
+                .and_then(|(id, _)| strings.get(&id))
+                .is_some_and(|s| s.starts_with("<backward>"))
+        });
+        if !backward {
+            let e = self
+                .forward
+                .entry(sequence)
+                .or_insert(Some((r.thread, r.ptr)));
+            if e.is_some_and(|(t, _)| t != r.thread) {
+                *e = None;
+            }
+            while self.forward.len() > KEPT {
+                self.forward.pop_first();
+            }
+            return r;
+        }
+        let Some(Some((_, forward))) = self.forward.get(&sequence).copied() else {
+            return r;
+        };
+        let next = JOINED_BASE + self.joined.len() as u64;
+        let id = *self.joined.entry((r.ptr, forward)).or_insert(next);
+        if id == next {
+            let mut frames = stacks.get(&r.ptr).cloned().unwrap_or_default();
+            frames.extend(stacks.get(&forward).into_iter().flatten().copied());
+            frames.truncate(crate::trace::unwind::MAX_FRAMES + 1);
+            stacks.insert(id, frames);
+        }
+        r.ptr = id;
+        r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::format::{Api, DEVICE_UNKNOWN};
+
+    fn stack_ref(thread: u16, stack: u64, sequence: u64) -> Record {
+        Record {
+            kind: RecordKind::StackRef,
+            api: Api::Shim,
+            device: DEVICE_UNKNOWN,
+            status: 0,
+            thread,
+            time_ns: 0,
+            ptr: stack,
+            size: 1 | sequence << 8,
+            stream: 0,
+        }
+    }
+
+    #[test]
+    fn equal_numbers_join_and_a_number_two_threads_recorded_joins_nothing() {
+        let strings: HashMap<u64, String> = [
+            (1, "<backward>\0MmBackward0".to_string()),
+            (2, "train.py\0step".to_string()),
+        ]
+        .into();
+        let mut stacks: HashMap<u64, Vec<u64>> = [
+            (10, vec![format::py_frame(1, 0)]),
+            (20, vec![format::py_frame(2, 6)]),
+            (21, vec![format::py_frame(2, 7)]),
+        ]
+        .into();
+        let mut j = BackwardJoins::default();
+        // Thread 0 runs the forward: numbers 5 and 6; thread 2 records 6 too.
+        for r in [
+            stack_ref(0, 20, 5),
+            stack_ref(0, 21, 6),
+            stack_ref(2, 21, 6),
+        ] {
+            assert_eq!(
+                j.apply(r, &mut stacks, &strings),
+                r,
+                "forward records pass unchanged"
+            );
+        }
+        let joined = j.apply(stack_ref(1, 10, 5), &mut stacks, &strings);
+        assert!(joined.ptr >= JOINED_BASE);
+        assert_eq!(
+            stacks[&joined.ptr],
+            vec![format::py_frame(1, 0), format::py_frame(2, 6)]
+        );
+        // The same pair again: the same joined stack.
+        assert_eq!(
+            j.apply(stack_ref(1, 10, 5), &mut stacks, &strings).ptr,
+            joined.ptr
+        );
+        // Number 6 is ambiguous, 9 unknown: the backward frame alone.
+        for n in [6, 9, 0] {
+            assert_eq!(
+                j.apply(stack_ref(1, 10, n), &mut stacks, &strings).ptr,
+                10,
+                "{n}"
+            );
+        }
+    }
+}
