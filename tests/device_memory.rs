@@ -229,6 +229,47 @@ fn memory_cudas_own_pool_reserves_is_named_and_the_rest_stays_the_context() {
     assert_eq!(part(&plain, "CUDA's stream-ordered pool, unused"), None);
 }
 
+/// A graph built node by node (`cudaGraphAddMemAllocNode`, not a capture) takes its memory as
+/// the graph's: the allocation is the program's, named by who asked, and the graph memory's
+/// chunk beyond it is named; a memory node freed by a free node of its graph is not live.
+#[test]
+fn a_graphs_memory_node_added_directly_is_the_programs_and_the_rest_stays_the_context() {
+    let t = tempdir("graph-node").file("n.trace");
+    let out = run(
+        &sim().dir.join("owners/owners"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec!["450".into()],
+            env: vec![("OWNER_NODE", "1".to_string())],
+        },
+    );
+    assert_ok(&out);
+    let v = report_json(&["summary"], &[&t]);
+    let exit = &v["device_memory"][0]["at_exit"];
+    assert_eq!(
+        exit["not_allocated_bytes"].as_u64(),
+        Some(512 << 20),
+        "{exit}"
+    );
+    let part = |name: &str| {
+        exit["parts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["owner"] == name)
+            .and_then(|p| p["bytes"].as_u64())
+    };
+    // 2 MiB the program's own plus 2 MiB of the node still live; both nodes share one 32 MiB
+    // chunk of graph memory, and the one its graph frees is the graph's to use again: unused.
+    assert_eq!(part("the program"), Some(4 << 20), "{exit}");
+    assert_eq!(
+        part("CUDA's graph memory, unused"),
+        Some(30 << 20),
+        "{exit}"
+    );
+}
+
 /// Across the ranks of a job, the one that came closest to its device's limit is named with
 /// its headroom: rank 1's CUDA context is 1 GiB larger here, so its NVML peak is the higher.
 #[test]

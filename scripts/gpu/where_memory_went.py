@@ -17,6 +17,9 @@ usage: where_memory_went.py WORKLOAD
            kept: CUDA's pools reserve in larger chunks; the comparison is context
   created  what pools does, and pools of the program's own (cudaMemPoolCreate): 2 MiB kept from
            one, one left empty, one destroyed; the comparison is context
+  nodes    what context does, and a graph built node by node whose memory node
+           (cudaGraphAddMemAllocNode, not a capture) keeps 2 MiB, the graph launched; the
+           comparison is context
 Under torchrun (RANK, WORLD_SIZE, LOCAL_RANK set) the NCCL group has every rank, each on the GPU
 of its local rank."""
 import ctypes
@@ -106,6 +109,23 @@ elif workload in ("pools", "created"):
                                           pools[0], s) == 0
         assert rt.cudaStreamSynchronize(s) == 0
         assert rt.cudaMemPoolDestroy(pools[2]) == 0
+elif workload == "nodes":
+    import cudart
+    x = torch.randn(1024, 1024, device=dev, dtype=torch.bfloat16)
+    (x @ x).sum().item()
+    rt = cudart.load()
+    # cudaMemAllocNodeParams: the pool properties (pinned, on a device: location type 1, id at
+    # byte 12), then the size at byte 104 and the address CUDA writes at 112.
+    params = (ctypes.c_ubyte * 120)()
+    ctypes.memmove(params, (ctypes.c_int * 4)(1, 0, 1, dev.index), 16)
+    ctypes.c_size_t.from_buffer(params, 104).value = 2 << 20
+    g, ge, node, s = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+    assert rt.cudaStreamCreate(ctypes.byref(s)) == 0
+    assert rt.cudaGraphCreate(ctypes.byref(g), 0) == 0
+    assert rt.cudaGraphAddMemAllocNode(ctypes.byref(node), g, None, ctypes.c_size_t(0), params) == 0
+    assert rt.cudaGraphInstantiate(ctypes.byref(ge), g, ctypes.c_ulonglong(0)) == 0
+    assert rt.cudaGraphLaunch(ge, s) == 0
+    assert rt.cudaStreamSynchronize(s) == 0
 elif workload == "nccl":
     dist = nccl_group()
     buf = torch.ones(16 << 20, device=dev)

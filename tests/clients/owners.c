@@ -4,6 +4,7 @@
 #include "cuda_sim.h"
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 int owner_lib_allocate(void);
@@ -18,7 +19,8 @@ static void wait_ms(long ms) {
  * MS milliseconds, frees it and waits MS again before exit (so a sampler sees the peak and the
  * end state). OWNER_GRAPH=1: the program also captures a graph whose memory node keeps 2 MiB.
  * OWNER_POOLS=1: it creates two pools of its own on device 0, keeps 2 MiB from one, and creates
- * and destroys a third. */
+ * and destroys a third. OWNER_NODE=1: it builds a graph node by node whose memory node keeps
+ * 2 MiB (and a graph whose memory node is freed by a free node). */
 int main(int argc, char **argv) {
     void *mine = NULL, *gone = NULL;
     int r = cudaMalloc(&mine, 2 << 20);
@@ -46,6 +48,24 @@ int main(int argc, char **argv) {
         r = r ? r : cudaMemPoolCreate(&gone_pool, props);
         r = r ? r : cudaMallocFromPoolAsync(&from_pool, 2 << 20, kept, NULL);
         r = r ? r : cudaMemPoolDestroy(gone_pool);
+    }
+    if (getenv("OWNER_NODE")) {
+        /* cudaMemAllocNodeParams: pool properties (pinned, on device 0), then at byte 104 the
+         * size, at 112 the address CUDA writes. */
+        unsigned char params[120] = {0};
+        int props[4] = {1, 0, 1, 0};
+        size_t size = 2 << 20;
+        memcpy(params, props, sizeof props);
+        memcpy(params + 104, &size, sizeof size);
+        void *graph = NULL, *node = NULL, *graph2 = NULL, *node2 = NULL, *freed = NULL;
+        r = r ? r : cudaGraphCreate(&graph, 0);
+        r = r ? r : cudaGraphAddMemAllocNode(&node, graph, NULL, 0, params);
+        unsigned char params2[120];
+        memcpy(params2, params, sizeof params2);
+        r = r ? r : cudaGraphCreate(&graph2, 0);
+        r = r ? r : cudaGraphAddMemAllocNode(&node2, graph2, NULL, 0, params2);
+        memcpy(&freed, params2 + 112, sizeof freed);
+        r = r ? r : cudaGraphAddMemFreeNode(&node2, graph2, &node2, 1, freed);
     }
     printf("owners: %d\n", r);
     if (argc > 1 && r == 0) {

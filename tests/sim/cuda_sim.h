@@ -155,6 +155,13 @@ cudaError_t cudaEventSynchronize(void *ev);
 cudaError_t cudaEventDestroy(void *ev);
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, void *ev, unsigned int flags);
 cudaError_t cudaGraphDestroy(void *graph);
+/* A graph built node by node; the memory nodes' parameters (cudaMemAllocNodeParams) as bytes. */
+cudaError_t cudaGraphCreate(void **graph, unsigned int flags);
+cudaError_t cudaGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t ndeps, void *params);
+cudaError_t cudaGraphAddMemFreeNode(void **node, void *graph, const void *deps, size_t ndeps, void *dptr);
+CUresult cuGraphCreate(void **graph, unsigned int flags);
+CUresult cuGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t ndeps, void *params);
+CUresult cuGraphAddMemFreeNode(void **node, void *graph, const void *deps, size_t ndeps, CUdeviceptr dptr);
 
 /* Simulator only (tests/sim): GPU work in time, and call counts. */
 CUresult simLaunch(CUstream s, CUdeviceptr p, size_t size, unsigned usec);

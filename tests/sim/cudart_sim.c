@@ -42,6 +42,9 @@ static struct {
     CUresult (*mem_alloc_pool_ptsz)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
     CUresult (*default_pool)(CUmemoryPool *, CUdevice);
     CUresult (*pool_create)(CUmemoryPool *, const void *);
+    CUresult (*graph_create)(void **, unsigned int);
+    CUresult (*graph_alloc_node)(void **, void *, const void *, size_t, void *);
+    CUresult (*graph_free_node)(void **, void *, const void *, size_t, CUdeviceptr);
     CUresult (*pool_destroy)(CUmemoryPool);
     CUresult (*mem_alloc_pitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned);
     CUresult (*mem_alloc_managed)(CUdeviceptr *, size_t, unsigned);
@@ -101,6 +104,9 @@ static void load_driver(void) {
     GET_PTSZ(mem_alloc_pool_ptsz, "cuMemAllocFromPoolAsync");
     GET(default_pool, "cuDeviceGetDefaultMemPool");
     GET(pool_create, "cuMemPoolCreate");
+    GET(graph_create, "cuGraphCreate");
+    GET(graph_alloc_node, "cuGraphAddMemAllocNode");
+    GET(graph_free_node, "cuGraphAddMemFreeNode");
     GET(pool_destroy, "cuMemPoolDestroy");
     GET(mem_alloc_pitch, "cuMemAllocPitch");
     GET(mem_alloc_managed, "cuMemAllocManaged");
@@ -265,6 +271,16 @@ EXPORT cudaError_t cudaEventSynchronize(void *ev) { READY(); return from_driver(
 EXPORT cudaError_t cudaEventDestroy(void *ev) { READY(); return from_driver(drv.event_destroy(ev)); }
 EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t s, void *ev, unsigned flags) { READY(); return from_driver(drv.stream_wait_event(s, ev, flags)); }
 EXPORT cudaError_t cudaGraphDestroy(void *graph) { (void)graph; return cudaSuccess; }
+EXPORT cudaError_t cudaGraphCreate(void **graph, unsigned int flags) { READY(); return from_driver(drv.graph_create(graph, flags)); }
+/* cudaMemAllocNodeParams is laid out as the driver's CUDA_MEM_ALLOC_NODE_PARAMS. */
+EXPORT cudaError_t cudaGraphAddMemAllocNode(void **node, void *graph, const void *deps, size_t ndeps, void *params) {
+    READY();
+    return from_driver(drv.graph_alloc_node(node, graph, deps, ndeps, params));
+}
+EXPORT cudaError_t cudaGraphAddMemFreeNode(void **node, void *graph, const void *deps, size_t ndeps, void *dptr) {
+    READY();
+    return from_driver(drv.graph_free_node(node, graph, deps, ndeps, (CUdeviceptr)(uintptr_t)dptr));
+}
 
 static cudaError_t malloc_async(CUresult (*f)(CUdeviceptr *, size_t, CUstream), void **p, size_t size, cudaStream_t s) {
     READY();

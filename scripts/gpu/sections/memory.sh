@@ -14,11 +14,12 @@
 # RANKS=N runs each workload under torchrun with N ranks, one GPU each (a machine with N GPUs),
 # and adds what `gpushim summary` says of the ranks together (the one closest to its limit).
 # pools: 2 MiB from CUDA's default pool and 2 MiB of graph memory, set against context;
-# created: the same and pools the program creates (2 MiB kept from one), set against context.
-#   bash scripts/gpu.sh memory[:context,nccl-context,gpt2,nccl,pools,created]
+# created: the same and pools the program creates (2 MiB kept from one), set against context;
+# nodes: a graph built node by node whose memory node keeps 2 MiB, set against context.
+#   bash scripts/gpu.sh memory[:context,nccl-context,gpt2,nccl,pools,created,nodes]
 #   RANKS=2 bash scripts/gpu.sh memory:nccl-context,nccl
 set -euo pipefail
-workloads=${*:-context nccl-context gpt2 nccl pools created}
+workloads=${*:-context nccl-context gpt2 nccl pools created nodes}
 work=$(mktemp -d)
 ranks=${RANKS:-1}
 for w in $workloads; do
@@ -49,7 +50,8 @@ for w in names:
         if not dev:
             print(f"{w} rank {rank}: the trace holds no NVML figure"); continue
         rows[(w, rank)] = (own, max(dev, key=lambda d: d["at_peak"]["nvml_bytes"]))
-REFERENCE = {"gpt2": "context", "nccl": "nccl-context", "pools": "context", "created": "context"}
+REFERENCE = {"gpt2": "context", "nccl": "nccl-context", "pools": "context", "created": "context",
+             "nodes": "context"}
 def ref_rest(w, rank):
     ref = rows.get((REFERENCE.get(w, w), rank), (None, None))[1]
     return ref["at_exit"]["not_allocated_bytes"] if ref else None

@@ -81,6 +81,12 @@ macro_rules! cuda_functions {
             => crate::hooks::memory::pool_create::<Runtime> as Shim;
         CudaMemPoolDestroy = cudaMemPoolDestroy in Runtime fn(pool: *mut c_void)
             => crate::hooks::memory::pool_destroy::<Runtime> as Shim;
+        CudaGraphAddMemAllocNode = cudaGraphAddMemAllocNode in Runtime
+            fn(node: *mut *mut c_void, graph: *mut c_void, deps: *const c_void, n: usize, params: *mut c_void)
+            => crate::hooks::memory::graph_alloc_node::<Runtime> as CudaGraphAddMemAllocNode;
+        CudaGraphAddMemFreeNode = cudaGraphAddMemFreeNode in Runtime
+            fn(node: *mut *mut c_void, graph: *mut c_void, deps: *const c_void, n: usize, p: *mut c_void)
+            => crate::hooks::memory::graph_free_node::<Runtime> as CudaGraphAddMemFreeNode;
         // Resolved, not hooked.
         CudaGetDevice = cudaGetDevice in Runtime fn(a0: *mut c_int);
         CudaRuntimeGetVersion = cudaRuntimeGetVersion in Runtime fn(a0: *mut c_int);
@@ -110,6 +116,14 @@ macro_rules! cuda_functions {
         CuMemAllocFromPoolAsyncPtsz = cuMemAllocFromPoolAsync_ptsz in Driver fn(p: *mut u64, size: usize, pool: *mut c_void, s: Stream)
             => crate::hooks::memory::malloc_from_pool::<Driver> as CuMemAllocFromPoolAsyncPtsz
             , entry PerThread c"cuMemAllocFromPoolAsync" since 11020;
+        CuGraphAddMemAllocNode = cuGraphAddMemAllocNode in Driver
+            fn(node: *mut *mut c_void, graph: *mut c_void, deps: *const c_void, n: usize, params: *mut c_void)
+            => crate::hooks::memory::graph_alloc_node::<Driver> as CuGraphAddMemAllocNode
+            , entry Both c"cuGraphAddMemAllocNode" since 11040;
+        CuGraphAddMemFreeNode = cuGraphAddMemFreeNode in Driver
+            fn(node: *mut *mut c_void, graph: *mut c_void, deps: *const c_void, n: usize, p: u64)
+            => crate::hooks::memory::graph_free_node::<Driver> as CuGraphAddMemFreeNode
+            , entry Both c"cuGraphAddMemFreeNode" since 11040;
         CuMemPoolCreate = cuMemPoolCreate in Driver fn(pool: *mut *mut c_void, props: *const c_void)
             => crate::hooks::memory::pool_create::<Driver> as Shim
             , entry Both c"cuMemPoolCreate" since 11020;

@@ -220,6 +220,86 @@ pub(crate) unsafe fn malloc_from_pool<S: Side>(
 }
 
 type PoolCreate = unsafe extern "C" fn(*mut *mut c_void, *const c_void) -> i32;
+type GraphAllocNode =
+    unsafe extern "C" fn(*mut *mut c_void, *mut c_void, *const c_void, usize, *mut c_void) -> i32;
+type GraphFreeNode<S> = unsafe extern "C" fn(
+    *mut *mut c_void,
+    *mut c_void,
+    *const c_void,
+    usize,
+    <S as Side>::Ptr,
+) -> i32;
+
+/// Where `CUDA_MEM_ALLOC_NODE_PARAMS` (and the runtime's `cudaMemAllocNodeParams`, laid out
+/// alike) keep what the record needs: the pool properties' location type (1: a device) and id,
+/// the size asked, and the address CUDA writes back.
+const NODE_LOCATION_TYPE: usize = 8;
+const NODE_LOCATION_ID: usize = 12;
+const NODE_BYTESIZE: usize = 104;
+const NODE_DPTR: usize = 112;
+
+/// `cudaGraphAddMemAllocNode`, `cuGraphAddMemAllocNode`: a graph's memory node added directly
+/// (not captured) takes its address now, as a captured `cudaMallocAsync` does; recorded as a
+/// stream-ordered allocation, with who asked.
+pub(crate) unsafe fn graph_alloc_node<S: Side>(
+    real: Real<GraphAllocNode>,
+    node: *mut *mut c_void,
+    graph: *mut c_void,
+    deps: *const c_void,
+    n: usize,
+    params: *mut c_void,
+) -> i32 {
+    let api = real.api;
+    real.forward(S::MISSING, |f, rec| {
+        pool::allow_pool_questions();
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(node, graph, deps, n, params) }
+        };
+        recorded(rec, RecordKind::AllocAsync, api, 0, call, |rc| {
+            if rc != 0 || params.is_null() {
+                return (0, 0, DEVICE_UNKNOWN);
+            }
+            // SAFETY: a successful call read the parameters and wrote the address into them.
+            let (kind, id, size, ptr) = unsafe {
+                let p = params.cast::<u8>();
+                (
+                    p.add(NODE_LOCATION_TYPE).cast::<i32>().read_unaligned(),
+                    p.add(NODE_LOCATION_ID).cast::<i32>().read_unaligned(),
+                    p.add(NODE_BYTESIZE).cast::<u64>().read_unaligned(),
+                    p.add(NODE_DPTR).cast::<u64>().read_unaligned(),
+                )
+            };
+            let device = match u8::try_from(id) {
+                Ok(d) if kind == 1 => d,
+                _ => DEVICE_UNKNOWN,
+            };
+            (ptr, size, device)
+        })
+    })
+}
+
+/// `cudaGraphAddMemFreeNode`, `cuGraphAddMemFreeNode`: the free node of a graph's allocation,
+/// recorded as a stream-ordered free (the memory stays the graph's, as for a captured one).
+pub(crate) unsafe fn graph_free_node<S: Side>(
+    real: Real<GraphFreeNode<S>>,
+    node: *mut *mut c_void,
+    graph: *mut c_void,
+    deps: *const c_void,
+    n: usize,
+    p: S::Ptr,
+) -> i32 {
+    let api = real.api;
+    real.forward(S::MISSING, |f, rec| {
+        let call = || {
+            // SAFETY: the caller's arguments, unchanged.
+            unsafe { f(node, graph, deps, n, p) }
+        };
+        recorded(rec, RecordKind::FreeAsync, api, 0, call, |_| {
+            (S::addr(p), 0, DEVICE_UNKNOWN)
+        })
+    })
+}
 type PoolDestroy = unsafe extern "C" fn(*mut c_void) -> i32;
 
 /// `cudaMemPoolCreate`, `cuMemPoolCreate`: a pool on a device is one the sampler asks what it

@@ -489,6 +489,12 @@ byte_enum! {
         /// Stream creation: named in the trace only by the pool's `pool_streams` note.
         CuStreamCreate = 52 => "cuStreamCreate",
         CuStreamCreateWithPriority = 53 => "cuStreamCreateWithPriority",
+        /// A graph's memory node added directly (not captured): recorded as a stream-ordered
+        /// allocation or free, as a captured `cudaMallocAsync` is.
+        CudaGraphAddMemAllocNode = 54 => "cudaGraphAddMemAllocNode",
+        CudaGraphAddMemFreeNode = 55 => "cudaGraphAddMemFreeNode",
+        CuGraphAddMemAllocNode = 56 => "cuGraphAddMemAllocNode",
+        CuGraphAddMemFreeNode = 57 => "cuGraphAddMemFreeNode",
         /// Records the shim writes about itself (threads, streams, strings).
         Shim = 100 => "gpushim",
         /// NVTX ranges and marks, through NVTX injection.
