@@ -204,6 +204,24 @@ fn an_out_of_memory_of_the_framework_names_the_line_that_asked() {
     assert!(o["device_free_bytes"].as_u64().is_some(), "{o}");
 }
 
+/// Runs `script` under the shim with the stand-in libtorch_cpu.so's path as its first argument
+/// (then `more`), tracing to `trace`.
+fn run_with_autograd(script: &Path, trace: &Path, more: &[String]) {
+    let autograd = sim().dir.join("torch/lib/libtorch_cpu.so");
+    let mut args = vec![script.display().to_string(), autograd.display().to_string()];
+    args.extend(more.iter().cloned());
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(trace),
+            args,
+            env: vec![],
+        },
+    );
+    assert_ok(&out);
+}
+
 /// A tensor the autograd thread allocates for a node is joined to the Python line of the
 /// forward op that made the node: the forward's output recorded the sequence number after the
 /// node's, the backward the node's own + 1 (the stand-ins for libtorch_cpu.so and c10). Two ops
@@ -225,23 +243,7 @@ fn a_backward_tensor_names_the_forward_line_that_made_its_node() {
     )
     .unwrap();
     let t = dir.join("f.trace");
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args: vec![
-                script.display().to_string(),
-                sim()
-                    .dir
-                    .join("torch/lib/libtorch_cpu.so")
-                    .display()
-                    .to_string(),
-            ],
-            env: vec![],
-        },
-    );
-    assert_ok(&out);
+    run_with_autograd(&script, &t, &[]);
     let v = report("leaks", &t);
     let text = v.to_string();
     let live = v["live_at_exit"]
@@ -278,24 +280,7 @@ fn a_tensor_made_in_backward_is_named_by_its_backward_function() {
     )
     .unwrap();
     let t = dir.join("b.trace");
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args: vec![
-                script.display().to_string(),
-                sim()
-                    .dir
-                    .join("torch/lib/libtorch_cpu.so")
-                    .display()
-                    .to_string(),
-                standin().display().to_string(),
-            ],
-            env: vec![],
-        },
-    );
-    assert_ok(&out);
+    run_with_autograd(&script, &t, &[standin().display().to_string()]);
     let v = report("leaks", &t);
     let text = v.to_string();
     for (site, bytes) in [
