@@ -44,18 +44,18 @@ impl BackwardJoins {
         stacks: &mut HashMap<u64, Vec<u64>>,
         strings: &HashMap<u64, String>,
     ) -> Record {
+        // A checkpoint's live backward tensors carry the forward stack their join found.
+        if r.kind == RecordKind::Restore && r.status == format::restore::SITE && r.time_ns != 0 {
+            if self.is_backward(r.ptr, stacks, strings) {
+                r.ptr = self.joined(r.ptr, r.time_ns, stacks);
+            }
+            return r;
+        }
         let sequence = sequence_of(&r);
         if r.kind != RecordKind::StackRef || sequence == 0 {
             return r;
         }
-        let backward = *self.is_backward.entry(r.ptr).or_insert_with(|| {
-            stacks
-                .get(&r.ptr)
-                .and_then(|f| f.first())
-                .and_then(|&f| format::as_py_frame(f))
-                .and_then(|(id, _)| strings.get(&id))
-                .is_some_and(|s| s.starts_with("<backward>"))
-        });
+        let backward = self.is_backward(r.ptr, stacks, strings);
         if !backward {
             let e = self
                 .forward
@@ -72,16 +72,38 @@ impl BackwardJoins {
         let Some(Some((_, forward))) = self.forward.get(&sequence).copied() else {
             return r;
         };
+        r.ptr = self.joined(r.ptr, forward, stacks);
+        r
+    }
+
+    /// Whether stack `id` is a backward function's frame.
+    fn is_backward(
+        &mut self,
+        id: u64,
+        stacks: &HashMap<u64, Vec<u64>>,
+        strings: &HashMap<u64, String>,
+    ) -> bool {
+        *self.is_backward.entry(id).or_insert_with(|| {
+            stacks
+                .get(&id)
+                .and_then(|f| f.first())
+                .and_then(|&f| format::as_py_frame(f))
+                .and_then(|(s, _)| strings.get(&s))
+                .is_some_and(|s| s.starts_with("<backward>"))
+        })
+    }
+
+    /// The id of the stack joining `backward` and `forward`, defined in `stacks` on first use.
+    fn joined(&mut self, backward: u64, forward: u64, stacks: &mut HashMap<u64, Vec<u64>>) -> u64 {
         let next = JOINED_BASE + self.joined.len() as u64;
-        let id = *self.joined.entry((r.ptr, forward)).or_insert(next);
+        let id = *self.joined.entry((backward, forward)).or_insert(next);
         if id == next {
-            let mut frames = stacks.get(&r.ptr).cloned().unwrap_or_default();
+            let mut frames = stacks.get(&backward).cloned().unwrap_or_default();
             frames.extend(stacks.get(&forward).into_iter().flatten().copied());
             frames.truncate(crate::trace::unwind::MAX_FRAMES + 1);
             stacks.insert(id, frames);
         }
-        r.ptr = id;
-        r
+        id
     }
 }
 

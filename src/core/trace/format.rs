@@ -123,8 +123,9 @@ pub mod restore {
     pub const BEGIN: u8 = 0;
     pub const END: u8 = 1;
     /// The live allocations that follow (until the next `SITE`) share this call site: `ptr`
-    /// the stack id, `size` the NVTX range's string id; a `Caller` record follows with who
-    /// called CUDA for them.
+    /// the stack id, `size` the NVTX range's string id, `time_ns` the forward stack a backward
+    /// tensor's autograd sequence number joined it to (0: none; `trace::backward`); a `Caller`
+    /// record follows with who called CUDA for them.
     pub const SITE: u8 = 2;
     /// A VMM physical allocation backing a framework's segment: `ptr` handle, `size`, device.
     pub const FRAMEWORK_PHYSICAL: u8 = 3;

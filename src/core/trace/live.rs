@@ -301,6 +301,11 @@ impl Replay {
         }
     }
 
+    /// The allocation of `thread` a `StackRef` to come would name (0: none).
+    pub fn last_alloc_of(&self, thread: u16) -> u64 {
+        self.last_alloc.get(thread as usize).copied().unwrap_or(0)
+    }
+
     /// The live allocations sorted by address (for walking the blocks of a segment in order).
     pub fn live_in_order(&self) -> Vec<(u64, &Live)> {
         let mut v: Vec<(u64, &Live)> = self.live.iter().map(|(&p, l)| (p, l)).collect();

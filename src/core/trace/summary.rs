@@ -464,6 +464,44 @@ pub struct Summarizer {
     boundaries: Boundaries,
     nvml: Thinned<Record>,
     series: BTreeMap<u8, Series>,
+    /// Live backward tensors and the forward stack their autograd sequence number joins them
+    /// to (see `trace::backward`), so that a checkpoint's live allocations keep the join.
+    joins: AutogradJoins,
+}
+
+/// The summarizer's side of `trace::backward`: it holds no frames, so it keeps only which live
+/// allocation another thread's forward stack joins (the reader checks the allocation's stack is
+/// a backward function's before it joins them).
+#[derive(Default)]
+struct AutogradJoins {
+    /// Sequence number -> (thread, stack) of the first allocation that recorded it.
+    forward: BTreeMap<u64, (u16, u64)>,
+    /// Live allocation -> the forward stack joined to it.
+    live: crate::fasthash::FastMap<u64, u64>,
+}
+
+impl AutogradJoins {
+    /// A `StackRef` about to name `thread`'s allocation `ptr`.
+    fn stack_ref(&mut self, r: &Record, ptr: u64) {
+        let sequence = crate::trace::backward::sequence_of(r);
+        if sequence == 0 {
+            return;
+        }
+        match self.forward.get(&sequence) {
+            Some(&(thread, stack)) if thread != r.thread => {
+                if ptr != 0 {
+                    self.live.insert(ptr, stack);
+                }
+            }
+            Some(_) => {}
+            None => {
+                self.forward.insert(sequence, (r.thread, r.ptr));
+                while self.forward.len() > crate::trace::backward::KEPT {
+                    self.forward.pop_first();
+                }
+            }
+        }
+    }
 }
 
 /// Live and reserved memory of one device over time, a point per stretch of `every_ns` (the
@@ -534,6 +572,7 @@ impl Summarizer {
             },
             nvml: Thinned::new(MAX_NVML_SAMPLES),
             series: BTreeMap::new(),
+            joins: AutogradJoins::default(),
         }
     }
 
@@ -638,7 +677,14 @@ impl Summarizer {
         if is_failure(r) {
             self.failure(r);
         }
+        if r.kind == StackRef {
+            let ptr = self.replay.last_alloc_of(r.thread);
+            self.joins.stack_ref(r, ptr);
+        }
         let c = self.replay.apply(r);
+        if let Change::Free { ptr, .. } = c {
+            self.joins.live.remove(&ptr);
+        }
         if let Change::Alloc { device, .. }
         | Change::Physical { device }
         | Change::Free {
@@ -770,7 +816,7 @@ impl Summarizer {
         for (h, size, d) in rp.framework_physical() {
             w.restore(restore::FRAMEWORK_PHYSICAL, d, h, size, 0);
         }
-        write_live(&mut w, rp);
+        write_live(&mut w, rp, &self.joins.live);
         self.write_figures(&mut w);
         for w_ in self.peaks.values() {
             w.snapshot(&w_.snapshot, false);
@@ -892,20 +938,38 @@ impl Summarizer {
 }
 
 /// The live allocations (and VMM handles, and pinned host memory), grouped by call site.
-fn write_live(w: &mut Writer, rp: &Replay) {
-    // The live allocations, by call site.
+fn write_live(w: &mut Writer, rp: &Replay, joined: &crate::fasthash::FastMap<u64, u64>) {
+    // The live allocations, by call site (and the forward stack a backward tensor is joined to,
+    // in the site's time field).
+    let joined_of = |p: u64, physical: bool| {
+        if physical {
+            0
+        } else {
+            joined.get(&p).copied().unwrap_or(0)
+        }
+    };
     let mut live: Vec<(u64, &Live, bool)> = rp
         .live
         .iter()
         .map(|(&p, l)| (p, l, false))
         .chain(rp.physical.iter().map(|(&h, l)| (h, l, true)))
         .collect();
-    live.sort_unstable_by_key(|(p, l, _)| (l.stack, l.range, l.caller, l.time_ns, *p));
+    live.sort_unstable_by_key(|&(p, l, physical)| {
+        (
+            l.stack,
+            l.range,
+            l.caller,
+            joined_of(p, physical),
+            l.time_ns,
+            p,
+        )
+    });
     let mut site = None;
     for (p, l, physical) in live {
-        if site != Some((l.stack, l.range, l.caller)) {
-            site = Some((l.stack, l.range, l.caller));
-            w.restore(restore::SITE, 0, l.stack, l.range, 0);
+        let forward = joined_of(p, physical);
+        if site != Some((l.stack, l.range, l.caller, forward)) {
+            site = Some((l.stack, l.range, l.caller, forward));
+            w.restore(restore::SITE, 0, l.stack, l.range, forward);
             w.push(Record {
                 kind: RecordKind::Caller,
                 api: Api::Shim,
