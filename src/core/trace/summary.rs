@@ -640,26 +640,7 @@ impl Summarizer {
                 a.1 = a.1.saturating_add(r.size);
             }
         }
-        // Stacks that belong to a kept record or a failure.
-        if r.kind == StackRef {
-            if self.failure_stack_of == Some(r.thread) {
-                self.failure_stack_of = None;
-                if let Some(f) = self.failures.last_mut() {
-                    f.records.push(*r);
-                }
-            }
-            if self.kept_stack_of == Some(r.thread) {
-                self.kept_stack_of = None;
-                self.keep(r);
-            }
-        } else if !r.kind.is_definition() {
-            if self.failure_stack_of == Some(r.thread) {
-                self.failure_stack_of = None;
-            }
-            if self.kept_stack_of == Some(r.thread) {
-                self.kept_stack_of = None;
-            }
-        }
+        self.keep_stack(r);
         match r.kind {
             ThreadStart | StreamName | Tensors => self.keep(r),
             PoolStreams => {
@@ -746,6 +727,29 @@ impl Summarizer {
             && mark.is_boundary(r, c)
         {
             b.sample(&self.replay, r.time_ns);
+        }
+    }
+
+    /// A stack that belongs to a kept record or a failure goes with it.
+    fn keep_stack(&mut self, r: &Record) {
+        if r.kind == RecordKind::StackRef {
+            if self.failure_stack_of == Some(r.thread) {
+                self.failure_stack_of = None;
+                if let Some(f) = self.failures.last_mut() {
+                    f.records.push(*r);
+                }
+            }
+            if self.kept_stack_of == Some(r.thread) {
+                self.kept_stack_of = None;
+                self.keep(r);
+            }
+        } else if !r.kind.is_definition() {
+            if self.failure_stack_of == Some(r.thread) {
+                self.failure_stack_of = None;
+            }
+            if self.kept_stack_of == Some(r.thread) {
+                self.kept_stack_of = None;
+            }
         }
     }
 
