@@ -204,8 +204,10 @@ pub enum Cmd {
     #[command(
         after_help = "Columns: time_ns (since the trace started), thread (index in the trace), \
         kind, api, device (empty when unknown), status (CUDA result code; 255 = a code above 254), \
-        ptr, size, stream (interned index; 0 = the null stream), text (an NVTX range's or mark's \
-        name; a stack's frames, innermost first). In a trace that reached trace_max, the records \
+        ptr (of a stack_ref: the stack's id; a backward tensor's stack joined to its forward \
+        line has one from 2^62 up), size (of a stack_ref: the stack's frames in the low 8 bits, \
+        PyTorch's autograd sequence number above them), stream (interned index; 0 = the null \
+        stream), text (an NVTX range's or mark's name; a stack's frames, innermost first). In a trace that reached trace_max, the records \
         of kind restore and holding come from its checkpoint: what the run did before the ring."
     )]
     Events {
