@@ -86,8 +86,8 @@ pub fn perfetto(
             }
             // As the plot: no counter point at a device allocation that is most likely
             // PyTorch's segment, reserved memory once its record comes a moment later.
-            let raw =
-                rp.tensors.recorded && matches!(r.kind, RecordKind::Alloc | RecordKind::PhysCreate);
+            let raw = rp.tensors.recorded()
+                && matches!(r.kind, RecordKind::Alloc | RecordKind::PhysCreate);
             let device = match c {
                 Change::Alloc { .. } | Change::Physical { .. } if raw => None,
                 Change::Alloc { device, .. } | Change::Physical { device } => Some(device),

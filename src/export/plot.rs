@@ -84,8 +84,8 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
             // Where PyTorch's tensors are recorded, a device allocation of the program's is
             // most likely PyTorch's segment, reserved memory once its record comes a moment
             // later: no point of its own (the next point has the allocation if it stays live).
-            let raw =
-                rp.tensors.recorded && matches!(r.kind, RecordKind::Alloc | RecordKind::PhysCreate);
+            let raw = rp.tensors.recorded()
+                && matches!(r.kind, RecordKind::Alloc | RecordKind::PhysCreate);
             let d = match c {
                 Change::Alloc { .. } | Change::Physical { .. } if raw => return,
                 Change::Alloc { device, .. } | Change::Physical { device } => device,

@@ -114,7 +114,7 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
         e.0 = e.0.saturating_add(l.size);
         e.1 += 1;
     }
-    if rp.tensors.recorded {
+    if rp.tensors.recorded() {
         for (&d, &reserved) in &rp.reserved {
             let tensors = rp.tensors.live_on(d);
             let unused = reserved.saturating_sub(tensors);

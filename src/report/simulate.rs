@@ -201,11 +201,7 @@ fn recorded(trace: &Path, opts: &ReadOptions) -> Result<Outcome, ReadError> {
             policy: "recorded".into(),
             peak_reserved_bytes: peak_reserved,
             peak_live_bytes: peak,
-            fragmentation_at_peak: if peak_reserved > 0 {
-                1.0 - live_at_peak as f64 / peak_reserved as f64
-            } else {
-                0.0
-            },
+            fragmentation_at_peak: super::units::fragmentation(live_at_peak, peak_reserved),
             device_allocations: segments,
             failed_allocations: failed,
         });
@@ -340,11 +336,7 @@ fn replay(
         policy: policy_name(text),
         peak_reserved_bytes: peak_reserved,
         peak_live_bytes: peak_requested,
-        fragmentation_at_peak: if peak_reserved > 0 {
-            1.0 - live_at_peak as f64 / peak_reserved as f64
-        } else {
-            0.0
-        },
+        fragmentation_at_peak: super::units::fragmentation(live_at_peak, peak_reserved),
         device_allocations: s.segment_reserves,
         failed_allocations: failed,
     })

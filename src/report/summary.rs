@@ -422,7 +422,7 @@ impl Tally {
 
     /// The framework's figures at the end (none without its tensors).
     fn framework_at_end(&mut self) {
-        if !self.live.tensors.recorded {
+        if !self.live.tensors.recorded() {
             self.framework.clear();
             return;
         }
@@ -468,11 +468,7 @@ impl Tally {
                     live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
                     peak_reserved_bytes: peak_reserved,
                     live_at_reserved_peak_bytes: live_then,
-                    fragmentation_at_peak: if peak_reserved > 0 {
-                        1.0 - live_then as f64 / peak_reserved as f64
-                    } else {
-                        0.0
-                    },
+                    fragmentation_at_peak: super::units::fragmentation(live_then, peak_reserved),
                     ooms: self.ooms.get(&d).copied().unwrap_or(0),
                 }
             })

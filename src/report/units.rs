@@ -26,6 +26,15 @@ pub fn human_duration(ns: u64) -> String {
     }
 }
 
+/// Fragmentation: the share of reserved memory not live (0 with nothing reserved).
+pub fn fragmentation(live: u64, reserved: u64) -> f64 {
+    if reserved > 0 {
+        1.0 - live as f64 / reserved as f64
+    } else {
+        0.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -36,5 +45,7 @@ mod tests {
         assert_eq!(human_bytes(3 << 19), "1.50 MiB");
         assert_eq!(human_duration(1_500_000), "1.50 ms");
         assert_eq!(human_duration(2_000_000_000), "2.00 s");
+        assert_eq!(fragmentation(1, 4), 0.75);
+        assert_eq!(fragmentation(0, 0), 0.0);
     }
 }

@@ -65,6 +65,25 @@ pub fn real_dlclose() -> Option<DlcloseFn> {
     unsafe { as_fn::<DlcloseFn>(p) }
 }
 
+/// The addresses of `names` in the library `soname` the process has already loaded (0 for a
+/// name it lacks); `None` when no such library is loaded. Nothing is loaded, and the library
+/// is not held after (the program holds it). Through glibc's `dlsym`, never our hooks.
+pub fn loaded_symbols<const N: usize>(soname: &CStr, names: [&CStr; N]) -> Option<[usize; N]> {
+    let dlsym = real_dlsym()?;
+    // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a library already loaded.
+    let h = unsafe { libc::dlopen(soname.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY) };
+    if h.is_null() {
+        return None;
+    }
+    // SAFETY: a handle and NUL-terminated names.
+    let found = names.map(|n| unsafe { dlsym(h, n.as_ptr()) } as usize);
+    if let Some(close) = real_dlclose() {
+        // SAFETY: balances the dlopen above; the library stays loaded for its other users.
+        unsafe { close(h) };
+    }
+    Some(found)
+}
+
 /// Whether `p` lies in a loaded object.
 fn mapped(p: usize) -> bool {
     // SAFETY: an all-zero Dl_info is a valid out-buffer; dladdr only reads the loader's tables.
@@ -122,25 +141,14 @@ fn resolve_exported(sym: Sym) -> usize {
     // SAFETY: glibc's dlsym called from this library, so RTLD_NEXT means "after gpushim".
     let mut p = unsafe { dlsym(libc::RTLD_NEXT, name) } as usize;
     if p == 0 || in_this_library(p) {
-        p = 0;
-        for soname in sym.lib().sonames() {
-            // SAFETY: RTLD_NOLOAD only returns a library that is already loaded; dlclose drops
-            // the reference this call added, and the library stays loaded for its other users.
-            unsafe {
-                let h = libc::dlopen(soname.as_ptr(), libc::RTLD_NOLOAD | libc::RTLD_LAZY);
-                if h.is_null() {
-                    continue;
-                }
-                let q = dlsym(h, name) as usize;
-                if let Some(close) = real_dlclose() {
-                    close(h);
-                }
-                if q != 0 && !in_this_library(q) {
-                    p = q;
-                    break;
-                }
-            }
-        }
+        p = sym
+            .lib()
+            .sonames()
+            .iter()
+            .filter_map(|soname| loaded_symbols(soname, [sym.c_name()]))
+            .map(|[q]| q)
+            .find(|&q| q != 0 && !in_this_library(q))
+            .unwrap_or(0);
     }
     if p == 0 {
         return 0;

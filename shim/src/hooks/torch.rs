@@ -264,34 +264,18 @@ unsafe fn attach(h: *mut c_void) -> Result<(), Option<u64>> {
 /// Finds `get_current_node` in the loaded libtorch_cpu.so, so that a tensor PyTorch's autograd
 /// thread allocates (no Python runs there) is named by the backward function that asked.
 fn find_current_node() {
-    let Some(dlsym) = crate::cuda::real::real_dlsym() else {
+    let Some([f, peek]) =
+        crate::cuda::real::loaded_symbols(c"libtorch_cpu.so", [CURRENT_NODE, SEQUENCE_PEEK])
+    else {
         return;
     };
-    // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a library already loaded.
-    let h = unsafe {
-        libc::dlopen(
-            c"libtorch_cpu.so".as_ptr(),
-            libc::RTLD_NOLOAD | libc::RTLD_LAZY,
-        )
-    };
-    if h.is_null() {
-        return;
-    }
-    // SAFETY: a handle and a NUL-terminated name.
-    let f = unsafe { dlsym(h, CURRENT_NODE.as_ptr()) } as usize;
     if f != 0 {
         CURRENT_NODE_FN.store(f, Ordering::Release);
         trace::stacks::set_no_python_frame(autograd_frame);
     }
-    // SAFETY: as above.
-    let peek = unsafe { dlsym(h, SEQUENCE_PEEK.as_ptr()) } as usize;
     if peek != 0 && f != 0 {
         SEQUENCE_PEEK_FN.store(peek, Ordering::Release);
         trace::stacks::set_forward_sequence(forward_sequence);
-    }
-    if let Some(close) = crate::cuda::real::real_dlclose() {
-        // SAFETY: balances the dlopen above; the library stays loaded (torch holds it).
-        unsafe { close(h) };
     }
 }
 

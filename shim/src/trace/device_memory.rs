@@ -329,17 +329,6 @@ const GRAPH_USED: c_int = 0;
 /// of these is hooked).
 fn pool_functions() -> Option<[usize; 8]> {
     if POOL_FUNCTIONS[0].load(Ordering::Acquire) == 0 {
-        let dlsym = real::real_dlsym()?;
-        // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a library already loaded.
-        let h = unsafe {
-            libc::dlopen(
-                c"libcuda.so.1".as_ptr(),
-                libc::RTLD_NOLOAD | libc::RTLD_LAZY,
-            )
-        };
-        if h.is_null() {
-            return None;
-        }
         let names = [
             c"cuDeviceGet",
             c"cuDeviceGetDefaultMemPool",
@@ -350,14 +339,9 @@ fn pool_functions() -> Option<[usize; 8]> {
             c"cuCtxSetCurrent",
             c"cuDevicePrimaryCtxRelease_v2",
         ];
-        for (slot, name) in POOL_FUNCTIONS.iter().zip(names) {
-            // SAFETY: a handle and a NUL-terminated name.
-            let f = unsafe { dlsym(h, name.as_ptr()) } as usize;
+        let found = real::loaded_symbols(c"libcuda.so.1", names)?;
+        for (slot, f) in POOL_FUNCTIONS.iter().zip(found) {
             slot.store(if f == 0 { usize::MAX } else { f }, Ordering::Release);
-        }
-        if let Some(close) = real::real_dlclose() {
-            // SAFETY: balances the dlopen; the program holds the library.
-            unsafe { close(h) };
         }
     }
     let f: [usize; 8] = core::array::from_fn(|i| POOL_FUNCTIONS[i].load(Ordering::Acquire));

@@ -497,7 +497,7 @@ impl Replay {
                         }
                     }
                     // The framework giving a segment back: its release follows.
-                    None if self.tensors.recorded && self.segments.contains_key(&r.ptr) => {
+                    None if self.tensors.recorded() && self.segments.contains_key(&r.ptr) => {
                         Change::Other
                     }
                     None => {

@@ -339,7 +339,7 @@ impl PeakWatch {
         // with cudaMalloc alone makes a new peak at each allocation, and keeping the one before
         // would copy its live set each time).
         let keep_before =
-            raw.filter(|_| rp.tensors.recorded && rp.live.len() <= KEEP_PEAK_BEFORE_UPTO);
+            raw.filter(|_| rp.tensors.recorded() && rp.live.len() <= KEEP_PEAK_BEFORE_UPTO);
         match keep_before {
             // Pages of one expandable segment come one after another: the peak before the first
             // is the one to go back to.
@@ -469,6 +469,10 @@ pub struct Summarizer {
     joins: AutogradJoins,
 }
 
+/// Forward sequence numbers the summarizer keeps: a backward pass follows its forward within a
+/// step (thousands of numbers), and this map lives in the traced process (a few MiB at most).
+const AUTOGRAD_KEPT: usize = 1 << 16;
+
 /// The summarizer's side of `trace::backward`: it holds no frames, so it keeps only which live
 /// allocation another thread's forward stack joins (the reader checks the allocation's stack is
 /// a backward function's before it joins them).
@@ -496,7 +500,7 @@ impl AutogradJoins {
             Some(_) => {}
             None => {
                 self.forward.insert(sequence, (r.thread, r.ptr));
-                while self.forward.len() > crate::trace::backward::KEPT {
+                while self.forward.len() > AUTOGRAD_KEPT {
                     self.forward.pop_first();
                 }
             }

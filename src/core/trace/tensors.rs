@@ -7,10 +7,6 @@ use std::collections::BTreeMap;
 
 #[derive(Default)]
 pub struct Tensors {
-    /// Whether the trace holds the framework's tensors: then the replay's live allocations
-    /// are tensors (and what other libraries allocate), and the framework's segments are
-    /// reserved memory.
-    pub recorded: bool,
     /// Why tensors are not recorded, if the shim said (`tensors_off` codes).
     pub off: Option<u64>,
     /// Per device: bytes of live tensors, and their peak.
@@ -20,7 +16,6 @@ pub struct Tensors {
 impl Tensors {
     /// A tensor of `size` bytes allocated on `device`.
     pub fn allocated(&mut self, device: u8, size: u64) {
-        self.recorded = true;
         let t = self.bytes.entry(device).or_default();
         t.0 = t.0.saturating_add(size);
         t.1 = t.1.max(t.0);
@@ -34,8 +29,14 @@ impl Tensors {
 
     /// What a checkpoint kept of `device`: live tensor bytes and their peak.
     pub fn restore(&mut self, device: u8, live: u64, peak: u64) {
-        self.recorded = true;
         self.bytes.insert(device, (live, peak));
+    }
+
+    /// Whether the trace holds the framework's tensors (one was allocated, or a checkpoint
+    /// kept some): then the replay's live allocations are tensors (and what other libraries
+    /// allocate), and the framework's segments are reserved memory.
+    pub fn recorded(&self) -> bool {
+        !self.bytes.is_empty()
     }
 
     /// Bytes of live tensors on `device`.

@@ -137,14 +137,14 @@ impl Recorder {
             return false;
         }
         // SeqCst, paired with the claims: a claim this count misses sees the limit.
-        self.slow.limit.store(limit, Ordering::SeqCst);
+        self.limit.store(limit, Ordering::SeqCst);
         let claimed = self
             .header_word(header::CLAIMED)
             .map_or(0, |w| w.load(Ordering::SeqCst))
             .min(capacity);
         let len = length_for(limit.max(claimed));
         if len >= file_size {
-            return true;
+            return false;
         }
         while self
             .slow

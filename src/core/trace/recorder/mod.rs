@@ -57,9 +57,6 @@ struct SlowPath {
     ahead_stopped: AtomicBool,
     /// Set while the grower maps and populates chunks ahead.
     ahead_busy: AtomicBool,
-    /// Record indices from here on are counted as lost, not written: set when the file was
-    /// cut to what it holds at a clean exit (`u64::MAX` until then).
-    limit: AtomicU64,
 }
 
 /// A thread's claimed slots in one open trace.
@@ -137,6 +134,10 @@ pub struct Recorder {
     /// Records the file may hold (from `trace_max`, lowered when the disk fills up); in a
     /// ring, its slots.
     capacity: AtomicU64,
+    /// Record indices from here on are counted as lost, not written: set when the file was
+    /// cut to what it holds at a clean exit (`u64::MAX` until then). On the first cache line:
+    /// every claim reads it, and the slow path's line is written by the grower.
+    limit: AtomicU64,
     /// Set while a summarizer keeps the oldest records in checkpoints: indices past
     /// `capacity` wrap around instead of being lost.
     ring_on: AtomicBool,
@@ -159,6 +160,9 @@ pub struct Recorder {
     path: UnsafeCell<[u8; PATH_CAP]>,
 }
 
+// Every claim reads `limit`: it must share the first cache line with `capacity`.
+const _: () = assert!(core::mem::offset_of!(Recorder, limit) + 8 <= 64);
+
 // SAFETY: every field but `path` is atomic. `path` is written only by the thread that moved
 // `state` from CLOSED to OPENING, and read only after `state` was seen READY with Acquire, which
 // pairs with the Release store that published it.
@@ -178,6 +182,7 @@ impl Recorder {
             chunks: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CHUNKS],
             populated: [const { AtomicBool::new(false) }; MAX_CHUNKS],
             capacity: AtomicU64::new(0),
+            limit: AtomicU64::new(u64::MAX),
             ring_on: AtomicBool::new(false),
             grow_error: AtomicI32::new(0),
             slow: SlowPath {
@@ -187,7 +192,6 @@ impl Recorder {
                 growing: AtomicBool::new(false),
                 ahead_stopped: AtomicBool::new(false),
                 ahead_busy: AtomicBool::new(false),
-                limit: AtomicU64::new(u64::MAX),
             },
             streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
             strings: [const { AtomicU64::new(0) }; STRING_SLOTS],
@@ -282,7 +286,7 @@ impl Recorder {
         let capacity = layout.capacity.min(chunk_cap);
         self.capacity.store(capacity, Ordering::Relaxed);
         self.ring_on.store(false, Ordering::Relaxed);
-        self.slow.limit.store(u64::MAX, Ordering::Relaxed);
+        self.limit.store(u64::MAX, Ordering::Relaxed);
         self.slow
             .checkpoint_area
             .store(layout.checkpoint_area, Ordering::Relaxed);
@@ -389,7 +393,7 @@ impl Recorder {
         // SeqCst, paired with `cut_to_claimed`: either this claim is counted in the length the
         // file is cut to, or the limit set before that count is seen here.
         let start = claimed.fetch_add(size, Ordering::SeqCst);
-        let capacity = capacity.min(self.slow.limit.load(Ordering::SeqCst));
+        let capacity = capacity.min(self.limit.load(Ordering::SeqCst));
         if start >= capacity {
             self.count_lost(1);
             return None;
@@ -413,7 +417,7 @@ impl Recorder {
         let claimed = self.header_word(header::CLAIMED)?;
         let index = claimed.fetch_add(n, Ordering::SeqCst);
         let capacity = self.capacity.load(Ordering::Relaxed);
-        let past_limit = index.saturating_add(n) > self.slow.limit.load(Ordering::SeqCst);
+        let past_limit = index.saturating_add(n) > self.limit.load(Ordering::SeqCst);
         let full = past_limit
             || if self.ring_on.load(Ordering::Relaxed) {
                 n > capacity
