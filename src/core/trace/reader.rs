@@ -479,7 +479,9 @@ impl TraceReader {
             let slot = start % info.capacity.max(1);
             io::Seek::seek(
                 &mut file,
-                io::SeekFrom::Start(HEADER_SIZE as u64 + slot * RECORD_SIZE as u64),
+                io::SeekFrom::Start(
+                    (HEADER_SIZE as u64).saturating_add(slot.saturating_mul(RECORD_SIZE as u64)),
+                ),
             )
             .map_err(|e| ReadError::Io(info.path.clone(), e))?;
         } else {
@@ -642,8 +644,15 @@ impl TraceReader {
 
     fn stop(&mut self, reason: String) {
         let index = self.next.saturating_sub(1);
+        // Where the record lies in the file: a ring's index wraps at its capacity. A damaged
+        // header can claim any count, so the arithmetic saturates.
+        let slot = if self.ring > 0 {
+            index % self.ring
+        } else {
+            index
+        };
         self.stats.damage = Some(Damage {
-            offset: HEADER_SIZE as u64 + index * RECORD_SIZE as u64,
+            offset: (HEADER_SIZE as u64).saturating_add(slot.saturating_mul(RECORD_SIZE as u64)),
             index,
             reason,
             skipped: self.end - self.next,
