@@ -18,19 +18,27 @@ fn standin() -> PathBuf {
 /// Runs the two-leak training loop of `tests/clients/torch_leaks.py` on `lib` under the shim
 /// with `env`; returns the trace and stderr.
 fn leaky_run(tag: &str, lib: &Path, env: Vec<(&'static str, String)>) -> (TestFile, String) {
+    client_run(tag, "torch_leaks.py", &[lib.display().to_string()], env)
+}
+
+/// Runs `tests/clients/{script}` with `args` under the shim with `env`; returns the trace and
+/// stderr.
+fn client_run(
+    tag: &str,
+    script: &str,
+    args: &[String],
+    env: Vec<(&'static str, String)>,
+) -> (TestFile, String) {
     let t = tempdir(tag).file("t.trace");
     let out = run(
         Path::new("python3"),
         Run {
             preload: true,
             trace: Some(&t),
-            args: vec![
-                repo()
-                    .join("tests/clients/torch_leaks.py")
-                    .display()
-                    .to_string(),
-                lib.display().to_string(),
-            ],
+            args: std::iter::once(repo().join("tests/clients").join(script))
+                .map(|p| p.display().to_string())
+                .chain(args.iter().cloned())
+                .collect(),
             env,
         },
     );
@@ -90,6 +98,60 @@ fn the_default_run_names_both_leaking_lines_with_their_growth() {
         assert!(s["tensors_off"].is_null(), "{conf}");
         let p = &s["python_frames"];
         assert_eq!(p["allocations_with"], p["allocations"], "{conf}: {p}");
+    }
+}
+
+/// Where leaked memory is kept, not only made: a metric kept with the activation its graph
+/// saved grows at two lines, and when the metrics are finally released each is freed right
+/// before its activation; `leaks` joins the two lines. A copy kept in a list of its own, freed
+/// after them, is joined to nothing; and a run that never frees its leaks joins nothing, since
+/// nothing in it shows what keeps what.
+#[test]
+fn a_leak_is_joined_to_the_line_whose_value_keeps_it_when_they_are_freed_together() {
+    const ACT: &str = "torch_kept.py:31 in train";
+    const COPY: &str = "torch_kept.py:32 in train";
+    const METRIC: &str = "torch_kept.py:33 in train";
+    for (mode, joined) in [("release", true), ("never", false)] {
+        let args = [standin().display().to_string(), "30".into(), mode.into()];
+        let (t, _) = client_run("kept", "torch_kept.py", &args, vec![]);
+        let v = report("leaks", &t);
+        let growing = v["iterations"]["growing"].as_array().unwrap();
+        let kept_with = |line: &str| -> Vec<(String, u64)> {
+            let g = growing
+                .iter()
+                .find(|g| g["call_site"].as_str().unwrap().contains(line))
+                .unwrap_or_else(|| panic!("{mode}: {line} grows: {v}"));
+            g["kept_with"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|k| {
+                            (
+                                k["call_site"].as_str().unwrap().to_string(),
+                                k["freed_together"].as_u64().unwrap(),
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let (act, metric, copy) = (kept_with(ACT), kept_with(METRIC), kept_with(COPY));
+        assert!(copy.is_empty(), "{mode}: {copy:?}");
+        if joined {
+            assert_eq!(act.len(), 1, "{mode}: {act:?}");
+            assert!(act[0].0.contains(METRIC), "{act:?}");
+            assert!(metric.len() == 1 && metric[0].0.contains(ACT), "{metric:?}");
+            // 28 of the 30 steps' allocations outlived the iteration before the last: freed
+            // metric, activation, metric, ... gives 2 x 28 - 1 neighbours.
+            assert_eq!(act[0].1, 55, "{act:?}");
+            let text = stdout(&gpushim(&[&"leaks", &t]));
+            assert!(
+                text.contains("kept alive with") && text.contains(METRIC),
+                "{text}"
+            );
+        } else {
+            assert!(act.is_empty() && metric.is_empty(), "{act:?} {metric:?}");
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 scripts/gpu.sh tensors: a custom layer that keeps a copy of its output on every call, and a
 metric kept with its autograd graph (which keeps the activation it was computed from alive).
 Everything else is freed every step, so PyTorch's cache stops growing after the first steps.
-
-usage: torch_two_leaks.py [STEPS]"""
+With `release`, the program drops what it kept at the end (the metrics, then the copies).
+usage: torch_two_leaks.py [STEPS] [release]"""
 import sys
 
 import torch
@@ -42,3 +42,7 @@ for step in range(steps):
 torch.cuda.synchronize()
 print(f"done: {len(norms)} steps, allocated {torch.cuda.memory_allocated() >> 20} MiB, "
       f"reserved {torch.cuda.memory_reserved() >> 20} MiB")
+if "release" in sys.argv[2:]:  # what a program does at an epoch's end: drop what it kept
+    norms.clear()
+    model[1].seen.clear()
+    torch.cuda.synchronize()

@@ -20,6 +20,88 @@ pub struct Growth {
     pub bytes_per_iteration: u64,
     pub live_at_first_boundary: u64,
     pub live_at_last_boundary: u64,
+    /// Other growing call sites whose allocations, once they had outlived an iteration, were
+    /// freed right next to this one's: what keeps one alive keeps the other (a metric and the
+    /// activation its autograd graph saved). Empty when the trace shows no such frees.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub kept_with: Vec<KeptWith>,
+}
+
+/// A call site whose allocations live and die with another's.
+#[derive(Clone, Debug, Serialize)]
+pub struct KeptWith {
+    pub call_site: String,
+    /// How many times a free of one came right after a free of the other on the same thread
+    /// (within a millisecond, both allocations older than the iteration before).
+    pub freed_together: u64,
+}
+
+/// Two frees on one thread closer than this are next to each other (a destructor releasing
+/// what it held takes microseconds).
+const NEXT_FREE_NS: u64 = 1_000_000;
+/// Pairs of call sites counted at most; past it, only the pairs already counted go on.
+const MAX_PAIRS: usize = 1 << 16;
+
+/// Which call sites' long-lived allocations are freed next to each other. When the value that
+/// keeps a leak alive is finally released (a list cleared, a function's locals at its return,
+/// the interpreter's exit), everything it kept goes with it in one chain of frees: a metric,
+/// then the activation its autograd graph saved, then the next metric. Only allocations that
+/// outlived an iteration count, so the frees of every step's temporaries pair nothing.
+#[derive(Default)]
+struct FreedTogether {
+    /// The times of the two latest iteration boundaries (older first) and how many were seen.
+    boundaries: [u64; 2],
+    seen: u64,
+    /// Per thread: the call site and time of its latest free of a long-lived allocation.
+    last: HashMap<u16, (u64, u64)>,
+    /// Per call site: its long-lived allocations freed.
+    freed: HashMap<u64, u64>,
+    /// Per pair of call sites (smaller key first): frees of one right after the other's.
+    pairs: HashMap<(u64, u64), u64>,
+}
+
+impl FreedTogether {
+    fn boundary(&mut self, time_ns: u64) {
+        self.boundaries = [self.boundaries[1], time_ns];
+        self.seen = self.seen.saturating_add(1);
+    }
+
+    fn free(&mut self, thread: u16, live: &crate::trace::live::Live, time_ns: u64) {
+        // Long-lived: made before the boundary before the latest.
+        if self.seen < 2 || live.time_ns >= self.boundaries[0] {
+            return;
+        }
+        let site = site_key(live);
+        if self.freed.len() < MAX_PAIRS || self.freed.contains_key(&site) {
+            *self.freed.entry(site).or_default() += 1;
+        }
+        let Some((prev, at)) = self.last.insert(thread, (site, time_ns)) else {
+            return;
+        };
+        if prev == site || time_ns.saturating_sub(at) > NEXT_FREE_NS {
+            return;
+        }
+        let key = (prev.min(site), prev.max(site));
+        if self.pairs.len() < MAX_PAIRS || self.pairs.contains_key(&key) {
+            *self.pairs.entry(key).or_default() += 1;
+        }
+    }
+
+    /// The sites among `growing` that `site`'s allocations were freed together with: at least
+    /// twice, and next to at least half of its long-lived allocations freed.
+    fn partners(&self, site: u64, growing: &[u64]) -> Vec<(u64, u64)> {
+        let freed = self.freed.get(&site).copied().unwrap_or(0);
+        let mut out: Vec<(u64, u64)> = growing
+            .iter()
+            .filter(|&&other| other != site)
+            .filter_map(|&other| {
+                let n = *self.pairs.get(&(site.min(other), site.max(other)))?;
+                (n >= 2 && n.saturating_mul(2) >= freed).then_some((other, n))
+            })
+            .collect();
+        out.sort_by_key(|&(k, n)| (std::cmp::Reverse(n), k));
+        out
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -101,11 +183,13 @@ fn growing_sites(
     reader: &TraceReader,
     series: &[HashMap<u64, u64>],
     ordinals: &[u64],
+    together: &FreedTogether,
 ) -> Vec<Growth> {
     let mut growing = Vec::new();
     if series.len() < 3 {
         return growing;
     }
+    let mut keys_growing = Vec::new();
     let keys: std::collections::HashSet<u64> =
         series.iter().flat_map(|m| m.keys().copied()).collect();
     for k in keys {
@@ -114,15 +198,31 @@ fn growing_sites(
             .map(|m| m.get(&k).copied().unwrap_or(0))
             .collect();
         if let Some(per_iteration) = steady_growth(&s, ordinals) {
+            keys_growing.push(k);
             growing.push(Growth {
                 call_site: site_label(reader, k),
                 bytes_per_iteration: per_iteration,
                 live_at_first_boundary: s[0],
                 live_at_last_boundary: s[s.len() - 1],
+                kept_with: Vec::new(),
             });
         }
     }
-    growing.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_iteration));
+    for (g, &k) in growing.iter_mut().zip(&keys_growing) {
+        g.kept_with = together
+            .partners(k, &keys_growing)
+            .into_iter()
+            .map(|(other, n)| KeptWith {
+                call_site: site_label(reader, other),
+                freed_together: n,
+            })
+            .collect();
+    }
+    growing.sort_by(|a, b| {
+        b.bytes_per_iteration
+            .cmp(&a.bytes_per_iteration)
+            .then_with(|| a.call_site.cmp(&b.call_site))
+    });
     growing
 }
 
@@ -155,9 +255,13 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     // and then only every `stride`-th kept, so the samples stay spread over the whole run.
     let mut samples: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
     let mut seen = 0u64;
+    let mut together = FreedTogether::default();
     let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
         if rp.restoring || r.kind == RecordKind::Restore {
             return;
+        }
+        if let crate::trace::live::Change::Free { live, .. } = &c {
+            together.free(r.thread, live, r.time_ns);
         }
         let is_boundary = match &chosen {
             Some((_, Some(id), _)) => BoundaryMark::Nvtx(*id).is_boundary(r, c),
@@ -166,6 +270,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         };
         if is_boundary {
             seen += 1;
+            together.boundary(r.time_ns);
             if samples.wants() {
                 let base = if restored_matches {
                     rp.boundary_count
@@ -203,7 +308,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         count: seen,
         live_at_boundaries: totals.clone(),
         boundary_times_ns: times.clone(),
-        growing: growing_sites(&reader, &series, &ordinals),
+        growing: growing_sites(&reader, &series, &ordinals, &together),
     });
     let boundary_not_found = boundary.filter(|_| chosen_missing).map(|_| {
         let mut seen: Vec<String> = name_ids
@@ -387,6 +492,13 @@ pub fn render_leaks(
                         human_bytes(g.live_at_last_boundary),
                         g.call_site
                     );
+                    for k in &g.kept_with {
+                        let _ = writeln!(
+                            o,
+                            "    kept alive with {} (freed together {} times)",
+                            k.call_site, k.freed_together
+                        );
+                    }
                 }
             }
         }
@@ -419,7 +531,50 @@ pub fn render_leaks(
 
 #[cfg(test)]
 mod tests {
-    use super::steady_growth;
+    use super::{FreedTogether, steady_growth};
+    use crate::trace::live::Live;
+
+    fn live(stack: u64, time_ns: u64) -> Live {
+        Live {
+            size: 4,
+            device: 0,
+            stack,
+            range: 0,
+            time_ns,
+            thread: 0,
+            stream: 0,
+            api: 0,
+            kind: 0,
+            caller: [0; 2],
+        }
+    }
+
+    /// Long-lived allocations of two sites freed in turn on one thread pair up; a young one, one
+    /// on another thread, or one freed more than a millisecond later pairs nothing.
+    #[test]
+    fn only_long_lived_frees_next_to_each_other_on_one_thread_pair_up() {
+        let mut t = FreedTogether::default();
+        for b in [1_000, 2_000, 3_000] {
+            t.boundary(b);
+        }
+        let mut now = 10_000;
+        for _ in 0..4 {
+            for site in [7, 9] {
+                now += 10;
+                t.free(0, &live(site, 500), now);
+            }
+            // Young (made after the boundary before the latest), and another thread's.
+            t.free(0, &live(11, 2_500), now + 1);
+            t.free(1, &live(13, 500), now + 2);
+        }
+        assert_eq!(t.partners(7, &[7, 9, 11, 13]), vec![(9, 7)]);
+        assert_eq!(t.partners(9, &[7, 9]), vec![(7, 7)]);
+        assert!(t.partners(13, &[7, 9, 13]).is_empty());
+        // A free two milliseconds after the last pairs nothing.
+        t.free(0, &live(21, 500), now + 2_000_000);
+        t.free(0, &live(23, 500), now + 4_000_000);
+        assert!(t.partners(21, &[21, 23, 9]).is_empty());
+    }
 
     #[test]
     fn a_leak_grows_and_a_cycling_batch_does_not() {

@@ -3,7 +3,8 @@
 # Every tensor of PyTorch's own caching allocator in the default run, on the GPU machine:
 #   leaks    a training loop with the two classic leaks (scripts/gpu/torch_two_leaks.py), run
 #            plainly under LD_PRELOAD and under `gpushim run`, nothing set: what `gpushim leaks`
-#            names as growing, and the summary's PyTorch line
+#            names as growing, and the summary's PyTorch line; then a run that drops what it
+#            kept at the end, where `leaks` must join the activation to the metric keeping it
 #   same     what PyTorch itself answers (statistics, snapshot, graphs, torch.compile in both
 #            modes; scripts/gpu/pluggable_probe.py) without the shim and under `gpushim run`:
 #            every answer must be the same
@@ -27,7 +28,11 @@ leaks)
   echo "LD_PRELOAD=libgpushim.so python3 ...:"; growing "$work"/pre.*.trace
   "$GPUSHIM_BIN" run --trace "$work/run.%p.trace" -- python3 scripts/gpu/torch_two_leaks.py 30 >/dev/null 2>&1
   echo "gpushim run -- python3 ...:"; growing "$work"/run.*.trace
-  grep -n "LEAK" scripts/gpu/torch_two_leaks.py | sed 's/^/  the leaks are at line /' ;;
+  grep -n "LEAK" scripts/gpu/torch_two_leaks.py | sed 's/^/  the leaks are at line /'
+  "$GPUSHIM_BIN" run --trace "$work/rel.%p.trace" -- python3 scripts/gpu/torch_two_leaks.py 30 release >/dev/null 2>&1
+  echo "gpushim run -- python3 ... 30 release (what was kept dropped at the end):"
+  "$GPUSHIM_BIN" leaks --program-frames "$work"/rel.*.trace | grep -E "^  grows|^    kept alive" | sed 's/^/  /'
+  "$GPUSHIM_BIN" leaks "$work"/pre.*.trace | grep -c "kept alive" | sed 's/^/  kept-alive joins without the release (must be 0): /' || true ;;
 same)
   echo "== same: PyTorch's own answers without the shim and under gpushim run"
   python3 scripts/gpu/pluggable_probe.py 2>/dev/null | grep '^PROBE' | sed 's/^PROBE //' > "$work/alone.json"
