@@ -322,14 +322,16 @@ fn a_backward_tensor_names_the_forward_line_that_made_its_node() {
 }
 
 /// The join survives the ring: in a trace of 4 MiB the backward tensors made before 60,000 more
-/// allocations are known from the checkpoint alone, and still name their forward lines.
+/// allocations are known from the checkpoint alone, and still name their forward lines. The
+/// loop pauses 20 ms every 1,000 allocations, so that its summarizer keeps up however loaded the
+/// machine (the ring holds about 40,000 of them).
 #[test]
 fn a_backward_tensors_forward_line_survives_a_checkpoint() {
     let dir = tempdir("tensor-backward-ring");
     let script = dir.join("ring.py");
     std::fs::write(
         &script,
-        "import ctypes, sys\n\
+        "import ctypes, sys, time\n\
          autograd = ctypes.CDLL(sys.argv[1])\n\
          lib = ctypes.CDLL(sys.argv[2])\n\
          autograd.standin_forward_mm.argtypes = (ctypes.c_size_t,)\n\
@@ -340,8 +342,10 @@ fn a_backward_tensors_forward_line_survives_a_checkpoint() {
          h1 = autograd.standin_forward_mm(1 << 20)\n\
          h2 = autograd.standin_forward_mm(1 << 20)\n\
          autograd.standin_backward_kept(2 << 20)\n\
-         for _ in range(60000):\n\
-         \x20   lib.standin_free(lib.standin_malloc(4096))\n",
+         for i in range(60000):\n\
+         \x20   lib.standin_free(lib.standin_malloc(4096))\n\
+         \x20   if i % 1000 == 999:\n\
+         \x20       time.sleep(0.02)\n",
     )
     .unwrap();
     let t = dir.join("r.trace");
