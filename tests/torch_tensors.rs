@@ -101,9 +101,10 @@ fn the_default_run_names_both_leaking_lines_with_their_growth() {
     }
 }
 
-/// Where leaked memory is kept, not only made: a metric kept with the activation its graph
-/// saved grows at two lines, and when the metrics are finally released each is freed right
-/// before its activation; `leaks` joins the two lines. A copy kept in a list of its own, freed
+/// Where leaked memory is kept, not only made: a metric kept with the three activations its
+/// graph saved grows at four lines, and when the metrics are finally released each is freed
+/// right before its activations; `leaks` joins the four lines into one chain, each line to its
+/// neighbours in the frees and to the rest through them. A copy kept in a list of its own, freed
 /// after them, is joined to nothing; and a run that never frees its leaks joins nothing, since
 /// nothing in it shows what keeps what.
 #[test]
@@ -111,46 +112,53 @@ fn a_leak_is_joined_to_the_line_whose_value_keeps_it_when_they_are_freed_togethe
     const ACT: &str = "torch_kept.py:31 in train";
     const COPY: &str = "torch_kept.py:32 in train";
     const METRIC: &str = "torch_kept.py:33 in train";
+    const MID: &str = "torch_kept.py:34 in train";
+    const LAST: &str = "torch_kept.py:35 in train";
     for (mode, joined) in [("release", true), ("never", false)] {
         let args = [standin().display().to_string(), "30".into(), mode.into()];
         let (t, _) = client_run("kept", "torch_kept.py", &args, vec![]);
         let v = report("leaks", &t);
         let growing = v["iterations"]["growing"].as_array().unwrap();
-        let kept_with = |line: &str| -> Vec<(String, u64)> {
+        assert_eq!(growing.len(), 5, "{mode}: {v}");
+        // What each line is kept alive with: (which line, how often freed next to it).
+        let kept_with = |line: &str| -> Vec<(&str, u64)> {
             let g = growing
                 .iter()
                 .find(|g| g["call_site"].as_str().unwrap().contains(line))
                 .unwrap_or_else(|| panic!("{mode}: {line} grows: {v}"));
+            let lines = [ACT, COPY, METRIC, MID, LAST];
             g["kept_with"]
                 .as_array()
                 .map(|a| {
                     a.iter()
                         .map(|k| {
-                            (
-                                k["call_site"].as_str().unwrap().to_string(),
-                                k["freed_together"].as_u64().unwrap(),
-                            )
+                            let site = k["call_site"].as_str().unwrap();
+                            let line = lines.into_iter().find(|l| site.contains(l));
+                            (line.unwrap_or(site), k["freed_together"].as_u64().unwrap())
                         })
                         .collect()
                 })
                 .unwrap_or_default()
         };
-        let (act, metric, copy) = (kept_with(ACT), kept_with(METRIC), kept_with(COPY));
-        assert!(copy.is_empty(), "{mode}: {copy:?}");
+        assert_eq!(kept_with(COPY), vec![], "{mode}");
         if joined {
-            assert_eq!(act.len(), 1, "{mode}: {act:?}");
-            assert!(act[0].0.contains(METRIC), "{act:?}");
-            assert!(metric.len() == 1 && metric[0].0.contains(ACT), "{metric:?}");
-            // 28 of the 30 steps' allocations outlived the iteration before the last: freed
-            // metric, activation, metric, ... gives 2 x 28 - 1 neighbours.
-            assert_eq!(act[0].1, 55, "{act:?}");
+            // 28 of the 30 steps' allocations outlived the iteration before the last, freed
+            // metric, act, mid, last, metric, ...: each neighbour pair 28 times, last and the
+            // next metric 27; metric and mid are joined only through the others.
+            assert_eq!(kept_with(METRIC), vec![(ACT, 28), (LAST, 27), (MID, 0)]);
+            assert_eq!(kept_with(ACT), vec![(METRIC, 28), (MID, 28), (LAST, 0)]);
+            assert_eq!(kept_with(LAST), vec![(MID, 28), (METRIC, 27), (ACT, 0)]);
             let text = stdout(&gpushim(&[&"leaks", &t]));
             assert!(
-                text.contains("kept alive with") && text.contains(METRIC),
+                text.contains(&format!(
+                    "kept alive with torch_kept.py:22 in empty < {METRIC}"
+                )) && text.contains("(freed in the same chains)"),
                 "{text}"
             );
         } else {
-            assert!(act.is_empty() && metric.is_empty(), "{act:?} {metric:?}");
+            for line in [ACT, METRIC, MID, LAST] {
+                assert_eq!(kept_with(line), vec![], "{mode}: {line}");
+            }
         }
     }
 }

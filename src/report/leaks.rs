@@ -32,7 +32,8 @@ pub struct Growth {
 pub struct KeptWith {
     pub call_site: String,
     /// How many times a free of one came right after a free of the other on the same thread
-    /// (within a millisecond, both allocations older than the iteration before).
+    /// (within a millisecond, both allocations older than the iteration before); 0 when the two
+    /// are joined only through other sites freed in the same chains.
     pub freed_together: u64,
 }
 
@@ -41,6 +42,8 @@ pub struct KeptWith {
 const NEXT_FREE_NS: u64 = 1_000_000;
 /// Pairs of call sites counted at most; past it, only the pairs already counted go on.
 const MAX_PAIRS: usize = 1 << 16;
+/// Lines kept alive with a growing line that the text shows (the JSON has them all).
+const KEPT_WITH_SHOWN: usize = 4;
 
 /// Which call sites' long-lived allocations are freed next to each other. When the value that
 /// keeps a leak alive is finally released (a list cleared, a function's locals at its return,
@@ -87,20 +90,46 @@ impl FreedTogether {
         }
     }
 
-    /// The sites among `growing` that `site`'s allocations were freed together with: at least
-    /// twice, and next to at least half of its long-lived allocations freed.
-    fn partners(&self, site: u64, growing: &[u64]) -> Vec<(u64, u64)> {
-        let freed = self.freed.get(&site).copied().unwrap_or(0);
-        let mut out: Vec<(u64, u64)> = growing
-            .iter()
-            .filter(|&&other| other != site)
-            .filter_map(|&other| {
-                let n = *self.pairs.get(&(site.min(other), site.max(other)))?;
-                (n >= 2 && n.saturating_mul(2) >= freed).then_some((other, n))
+    /// How often allocations of `a` and `b` were freed next to each other, when that makes them
+    /// live and die together: at least twice, and next to at least half of the long-lived
+    /// allocations freed of each.
+    fn together(&self, a: u64, b: u64) -> Option<u64> {
+        let n = *self.pairs.get(&(a.min(b), a.max(b)))?;
+        let freed = |k| self.freed.get(&k).copied().unwrap_or(0);
+        (a != b && n >= 2 && n.saturating_mul(2) >= freed(a).max(freed(b))).then_some(n)
+    }
+
+    /// For each of `growing`, the others freed in one chain with it: joined by frees next to
+    /// each other, directly or through other sites of the list (an autograd graph kept by a
+    /// metric frees the metric and each activation it saved one after another), each with how
+    /// often the two were freed next to each other (0: only through others).
+    fn chains(&self, growing: &[u64]) -> Vec<Vec<(usize, u64)>> {
+        // Union-find over the list's indices.
+        let mut parent: Vec<usize> = (0..growing.len()).collect();
+        fn root(parent: &mut [usize], mut i: usize) -> usize {
+            while parent[i] != i {
+                parent[i] = parent[parent[i]];
+                i = parent[i];
+            }
+            i
+        }
+        for i in 0..growing.len() {
+            for j in i + 1..growing.len() {
+                if self.together(growing[i], growing[j]).is_some() {
+                    let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                    parent[a] = b;
+                }
+            }
+        }
+        let roots: Vec<usize> = (0..growing.len()).map(|i| root(&mut parent, i)).collect();
+        (0..growing.len())
+            .map(|i| {
+                (0..growing.len())
+                    .filter(|&j| j != i && roots[j] == roots[i])
+                    .map(|j| (j, self.together(growing[i], growing[j]).unwrap_or(0)))
+                    .collect()
             })
-            .collect();
-        out.sort_by_key(|&(k, n)| (std::cmp::Reverse(n), k));
-        out
+            .collect()
     }
 }
 
@@ -208,12 +237,15 @@ fn growing_sites(
             });
         }
     }
-    for (g, &k) in growing.iter_mut().zip(&keys_growing) {
-        g.kept_with = together
-            .partners(k, &keys_growing)
+    let chains = together.chains(&keys_growing);
+    let labels: Vec<String> = growing.iter().map(|g| g.call_site.clone()).collect();
+    for (g, mut with) in growing.iter_mut().zip(chains) {
+        // Direct neighbours first, the most often freed together first.
+        with.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| labels[a.0].cmp(&labels[b.0])));
+        g.kept_with = with
             .into_iter()
-            .map(|(other, n)| KeptWith {
-                call_site: site_label(reader, other),
+            .map(|(j, n)| KeptWith {
+                call_site: labels[j].clone(),
                 freed_together: n,
             })
             .collect();
@@ -492,11 +524,18 @@ pub fn render_leaks(
                         human_bytes(g.live_at_last_boundary),
                         g.call_site
                     );
-                    for k in &g.kept_with {
+                    for k in g.kept_with.iter().take(KEPT_WITH_SHOWN) {
+                        let how = match k.freed_together {
+                            0 => "freed in the same chains".to_string(),
+                            n => format!("freed together {n} times"),
+                        };
+                        let _ = writeln!(o, "    kept alive with {} ({how})", k.call_site);
+                    }
+                    if g.kept_with.len() > KEPT_WITH_SHOWN {
                         let _ = writeln!(
                             o,
-                            "    kept alive with {} (freed together {} times)",
-                            k.call_site, k.freed_together
+                            "    and with {} more growing lines (--json lists them)",
+                            g.kept_with.len() - KEPT_WITH_SHOWN
                         );
                     }
                 }
@@ -567,13 +606,38 @@ mod tests {
             t.free(0, &live(11, 2_500), now + 1);
             t.free(1, &live(13, 500), now + 2);
         }
-        assert_eq!(t.partners(7, &[7, 9, 11, 13]), vec![(9, 7)]);
-        assert_eq!(t.partners(9, &[7, 9]), vec![(7, 7)]);
-        assert!(t.partners(13, &[7, 9, 13]).is_empty());
+        assert_eq!(t.together(7, 9), Some(7));
+        assert_eq!(
+            t.chains(&[7, 9, 11, 13]),
+            vec![vec![(1, 7)], vec![(0, 7)], vec![], vec![]]
+        );
         // A free two milliseconds after the last pairs nothing.
         t.free(0, &live(21, 500), now + 2_000_000);
         t.free(0, &live(23, 500), now + 4_000_000);
-        assert!(t.partners(21, &[21, 23, 9]).is_empty());
+        assert_eq!(t.together(21, 23), None);
+    }
+
+    /// A metric kept with its graph frees the metric and then each activation the graph saved,
+    /// every iteration's in turn: all of them are one chain, each joined to the metric, directly
+    /// or through the others.
+    #[test]
+    fn a_chain_of_frees_joins_every_site_in_it() {
+        let mut t = FreedTogether::default();
+        for b in [1_000, 2_000, 3_000] {
+            t.boundary(b);
+        }
+        let mut now = 10_000;
+        for _ in 0..10 {
+            for site in [1, 2, 3, 4] {
+                now += 10;
+                t.free(0, &live(site, 500), now);
+            }
+        }
+        let chains = t.chains(&[4, 3, 2, 1, 99]);
+        // Site 1 (index 3) next to 2 (10 times) and, across iterations, to 4 (9 times); 3 only
+        // through them.
+        assert_eq!(chains[3], vec![(0, 9), (1, 0), (2, 10)]);
+        assert!(chains[4].is_empty());
     }
 
     #[test]

@@ -4,7 +4,9 @@
 #   leaks    a training loop with the two classic leaks (scripts/gpu/torch_two_leaks.py), run
 #            plainly under LD_PRELOAD and under `gpushim run`, nothing set: what `gpushim leaks`
 #            names as growing, and the summary's PyTorch line; then a run that drops what it
-#            kept at the end, where `leaks` must join the activation to the metric keeping it
+#            kept at the end, where `leaks` must join the activation to the metric keeping it;
+#            and scripts/gpu/torch_kept_graph.py, losses kept with their whole graphs, cleared
+#            at the end: every activation's line joined to the loss's
 #   same     what PyTorch itself answers (statistics, snapshot, graphs, torch.compile in both
 #            modes; scripts/gpu/pluggable_probe.py) without the shim and under `gpushim run`:
 #            every answer must be the same
@@ -32,7 +34,11 @@ leaks)
   "$GPUSHIM_BIN" run --trace "$work/rel.%p.trace" -- python3 scripts/gpu/torch_two_leaks.py 30 release >/dev/null 2>&1
   echo "gpushim run -- python3 ... 30 release (what was kept dropped at the end):"
   "$GPUSHIM_BIN" leaks --program-frames "$work"/rel.*.trace | grep -E "^  grows|^    kept alive" | sed 's/^/  /'
-  "$GPUSHIM_BIN" leaks "$work"/pre.*.trace | grep -c "kept alive" | sed 's/^/  kept-alive joins without the release (must be 0): /' || true ;;
+  "$GPUSHIM_BIN" leaks "$work"/pre.*.trace | grep -c "kept alive" | sed 's/^/  kept-alive joins without the release (must be 0): /' || true
+  "$GPUSHIM_BIN" run --trace "$work/graph.%p.trace" -- python3 scripts/gpu/torch_kept_graph.py 30 >/dev/null 2>&1
+  echo "gpushim run -- python3 scripts/gpu/torch_kept_graph.py 30 (losses kept with their graphs, then cleared):"
+  "$GPUSHIM_BIN" leaks --program-frames "$work"/graph.*.trace | grep -E "^  grows|^    kept alive|^    and with" | sed 's/^/  /'
+  grep -n "ACT\|LOSS\|KEPT" scripts/gpu/torch_kept_graph.py | sed 's/^/  line /' ;;
 same)
   echo "== same: PyTorch's own answers without the shim and under gpushim run"
   python3 scripts/gpu/pluggable_probe.py 2>/dev/null | grep '^PROBE' | sed 's/^PROBE //' > "$work/alone.json"
