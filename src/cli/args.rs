@@ -228,7 +228,12 @@ pub enum Cmd {
         PyTorch, the line that made each tensor); native frames are added with \
         GPUSHIM_CONF=stacks:on. torch.cuda.nvtx.range_push(\"step\") marks iterations with no \
         other change under `gpushim run`; without ranges a repeating allocation is taken as \
-        the iteration."
+        the iteration.\n\n\
+        \"kept alive with\" under a growing line names the growing lines whose memory was \
+        freed right next to its own once it had outlived an iteration (a loss and the \
+        activations its autograd graph saved, when a list of losses is cleared): what keeps \
+        one alive keeps the others. A leak never freed before the trace ends is joined to \
+        nothing."
     )]
     Leaks {
         /// Trace files (one per process or rank).
