@@ -440,6 +440,32 @@ pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
     }
 }
 
+/// One growing call site as `leaks` prints it, with the lines kept alive with it.
+fn render_growth(o: &mut String, g: &Growth) {
+    let _ = writeln!(
+        o,
+        "  grows {} per iteration ({} -> {})  {}",
+        human_bytes(g.bytes_per_iteration),
+        human_bytes(g.live_at_first_boundary),
+        human_bytes(g.live_at_last_boundary),
+        g.call_site
+    );
+    for k in g.kept_with.iter().take(KEPT_WITH_SHOWN) {
+        let how = match k.freed_together {
+            0 => "freed in the same chains".to_string(),
+            n => format!("freed together {n} times"),
+        };
+        let _ = writeln!(o, "    kept alive with {} ({how})", k.call_site);
+    }
+    if g.kept_with.len() > KEPT_WITH_SHOWN {
+        let _ = writeln!(
+            o,
+            "    and with {} more growing lines (--json lists them)",
+            g.kept_with.len() - KEPT_WITH_SHOWN
+        );
+    }
+}
+
 /// The text `gpushim leaks` prints for each trace and, with several, for the job.
 pub fn render_leaks(
     all: &[(String, Leaks)],
@@ -516,28 +542,7 @@ pub fn render_leaks(
                     );
                 }
                 for g in &it.growing {
-                    let _ = writeln!(
-                        o,
-                        "  grows {} per iteration ({} -> {})  {}",
-                        human_bytes(g.bytes_per_iteration),
-                        human_bytes(g.live_at_first_boundary),
-                        human_bytes(g.live_at_last_boundary),
-                        g.call_site
-                    );
-                    for k in g.kept_with.iter().take(KEPT_WITH_SHOWN) {
-                        let how = match k.freed_together {
-                            0 => "freed in the same chains".to_string(),
-                            n => format!("freed together {n} times"),
-                        };
-                        let _ = writeln!(o, "    kept alive with {} ({how})", k.call_site);
-                    }
-                    if g.kept_with.len() > KEPT_WITH_SHOWN {
-                        let _ = writeln!(
-                            o,
-                            "    and with {} more growing lines (--json lists them)",
-                            g.kept_with.len() - KEPT_WITH_SHOWN
-                        );
-                    }
+                    render_growth(&mut o, g);
                 }
             }
         }
