@@ -29,14 +29,30 @@ fn client_run(
     args: &[String],
     env: Vec<(&'static str, String)>,
 ) -> (TestFile, String) {
+    let script = repo().join("tests/clients").join(script);
+    run_script(tag, &script, args, env)
+}
+
+/// Runs the Python program `script` with `args` under the shim, nothing set.
+fn client_run_path(script: &Path, args: &[String]) -> (TestFile, String) {
+    run_script("script", script, args, vec![])
+}
+
+/// Runs the Python program `script` with `args` under the shim with `env`; returns the trace
+/// and stderr.
+fn run_script(
+    tag: &str,
+    script: &Path,
+    args: &[String],
+    env: Vec<(&'static str, String)>,
+) -> (TestFile, String) {
     let t = tempdir(tag).file("t.trace");
     let out = run(
         Path::new("python3"),
         Run {
             preload: true,
             trace: Some(&t),
-            args: std::iter::once(repo().join("tests/clients").join(script))
-                .map(|p| p.display().to_string())
+            args: std::iter::once(script.display().to_string())
                 .chain(args.iter().cloned())
                 .collect(),
             env,
@@ -161,6 +177,81 @@ fn a_leak_is_joined_to_the_line_whose_value_keeps_it_when_they_are_freed_togethe
             }
         }
     }
+}
+
+/// A leak made five calls deep and reached from two places every step (2 MiB through one
+/// function, 2 MiB through another) is two stacks that read the same: their four innermost
+/// frames are the same. `leaks` names that line once, growing by the 4 MiB a step it keeps,
+/// as the rows of what is live merge them; it printed the line twice, each at 2 MiB a step.
+#[test]
+fn stacks_that_read_the_same_grow_as_one_line() {
+    let dir = tempdir("tensor-same-line");
+    let script = dir.join("deep.py");
+    std::fs::write(
+        &script,
+        "import ctypes, sys\n\
+         lib = ctypes.CDLL(sys.argv[1])\n\
+         lib.standin_malloc.restype = ctypes.c_void_p\n\
+         lib.standin_malloc.argtypes = (ctypes.c_size_t,)\n\
+         lib.standin_free.argtypes = (ctypes.c_void_p,)\n\
+         kept = []\n\
+         def alloc(n): return lib.standin_malloc(n)\n\
+         def f3(n): return alloc(n)\n\
+         def f2(n): return f3(n)\n\
+         def f1(n): return f2(n)\n\
+         def from_a(): kept.append(f1(2 << 20))\n\
+         def from_b(): kept.append(f1(2 << 20))\n\
+         for i in range(30):\n\
+         \x20   lib.standin_free(alloc(1 << 20))\n\
+         \x20   from_a()\n\
+         \x20   from_b()\n",
+    )
+    .unwrap();
+    let (t, _) = client_run_path(&script, &[standin().display().to_string()]);
+    let g = growing(&t);
+    let deep: Vec<&(String, u64)> = g
+        .iter()
+        .filter(|(site, _)| site.starts_with("deep.py:7 in alloc < deep.py:8 in f3"))
+        .collect();
+    assert_eq!(deep.len(), 1, "{g:?}");
+    assert_eq!(deep[0].1, 4 << 20, "{g:?}");
+}
+
+/// A step whose one allocation is kept: the line marks the iterations, and when PyTorch takes a
+/// new segment for it (the segment's `cudaMalloc` carries the same Python stack as the tensor)
+/// that is still one boundary, not two: 30 steps, 30 boundaries (36 were counted: one more for
+/// each of the six 20 MiB segments). A tensor made first, as a model's parameters are, lets the
+/// trace know PyTorch's tensors are recorded before the loop's first segment (the process's
+/// very first segment is taken before that is known, and would count once more).
+#[test]
+fn a_line_whose_tensor_takes_a_new_segment_marks_one_boundary_per_step() {
+    let dir = tempdir("tensor-segment-step");
+    let script = dir.join("steps.py");
+    std::fs::write(
+        &script,
+        "import ctypes, sys\n\
+         lib = ctypes.CDLL(sys.argv[1])\n\
+         lib.standin_malloc.restype = ctypes.c_void_p\n\
+         lib.standin_malloc.argtypes = (ctypes.c_size_t,)\n\
+         params = lib.standin_malloc(1 << 20)\n\
+         kept = []\n\
+         for i in range(30):\n\
+         \x20   kept.append(lib.standin_malloc(4 << 20))\n",
+    )
+    .unwrap();
+    let (t, _) = client_run_path(&script, &[standin().display().to_string()]);
+    let v = report("leaks", &t);
+    let it = &v["iterations"];
+    assert!(
+        it["boundary"].as_str().unwrap().contains("steps.py:8"),
+        "{it}"
+    );
+    assert_eq!(it["count"], 30, "{it}");
+    let s = report("summary", &t);
+    assert!(
+        s["framework"][0]["segments_taken"].as_u64().unwrap() > 1,
+        "{s}"
+    );
 }
 
 #[test]

@@ -131,7 +131,7 @@ fn viz_event(
         ),
         // memory_viz has no place for memory outside an address range.
         Change::Physical { .. } => return,
-        Change::Other => match r.kind {
+        Change::Other | Change::StackOfRaw => match r.kind {
             RecordKind::SegmentReserve => (
                 device_or_0(r.device),
                 viz("segment_alloc", r.ptr, r.size, 0, us),

@@ -104,7 +104,7 @@ pub fn perfetto(
                         r.device
                     })
                 }
-                Change::Other => None,
+                Change::Other | Change::StackOfRaw => None,
             };
             if let Some(d) = device {
                 let now = (rp.live_on(d), rp.reserved_on(d));

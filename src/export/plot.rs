@@ -90,7 +90,7 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
                 Change::Alloc { .. } | Change::Physical { .. } if raw => return,
                 Change::Alloc { device, .. } | Change::Physical { device } => device,
                 Change::Free { live, .. } => live.device,
-                Change::Other => return,
+                Change::Other | Change::StackOfRaw => return,
             };
             points
                 .entry((n, d))

@@ -14,7 +14,7 @@ pub fn rmm_csv(path: &Path, out: &mut dyn Write, opts: &ReadOptions) -> Result<u
         let (action, ptr, size) = match c {
             Change::Alloc { ptr, .. } => ("allocate", ptr, r.size),
             Change::Free { ptr, live } => ("free", ptr, live.size),
-            Change::Other | Change::Physical { .. } => return,
+            Change::Other | Change::StackOfRaw | Change::Physical { .. } => return,
         };
         rows += 1;
         let _ = writeln!(

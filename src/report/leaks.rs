@@ -90,6 +90,25 @@ impl FreedTogether {
         }
     }
 
+    /// The same frees counted by line: `line` names each call site's line (sites of one line
+    /// are one; a site without a line drops out). Pairs within one line count nothing.
+    fn by_line(&self, line: impl Fn(u64) -> Option<u64>) -> FreedTogether {
+        let mut out = FreedTogether::default();
+        for (&k, &n) in &self.freed {
+            if let Some(l) = line(k) {
+                *out.freed.entry(l).or_default() += n;
+            }
+        }
+        for (&(a, b), &n) in &self.pairs {
+            if let (Some(a), Some(b)) = (line(a), line(b))
+                && a != b
+            {
+                *out.pairs.entry((a.min(b), a.max(b))).or_default() += n;
+            }
+        }
+        out
+    }
+
     /// How often allocations of `a` and `b` were freed next to each other, when that makes them
     /// live and die together: at least twice, and next to at least half of the long-lived
     /// allocations freed of each.
@@ -218,18 +237,38 @@ fn growing_sites(
     if series.len() < 3 {
         return growing;
     }
-    let mut keys_growing = Vec::new();
-    let keys: std::collections::HashSet<u64> =
-        series.iter().flat_map(|m| m.keys().copied()).collect();
-    for k in keys {
+    // Stacks that read the same (frames past the fourth differ, or only the program's own
+    // frames are shown) are one line, as in the rows of what is live: the line's growth is
+    // theirs together.
+    let mut lines: Vec<(String, Vec<u64>)> = Vec::new();
+    let mut line_of: HashMap<u64, usize> = HashMap::new();
+    let mut index: HashMap<String, usize> = HashMap::new();
+    for k in series.iter().flat_map(|m| m.keys().copied()) {
+        if line_of.contains_key(&k) {
+            continue;
+        }
+        let label = site_label(reader, k);
+        let i = *index.entry(label.clone()).or_insert_with(|| {
+            lines.push((label, Vec::new()));
+            lines.len() - 1
+        });
+        lines[i].1.push(k);
+        line_of.insert(k, i);
+    }
+    let mut ids = Vec::new();
+    for (i, (label, keys)) in lines.iter().enumerate() {
         let s: Vec<u64> = series
             .iter()
-            .map(|m| m.get(&k).copied().unwrap_or(0))
+            .map(|m| {
+                keys.iter()
+                    .filter_map(|k| m.get(k))
+                    .fold(0, |a: u64, &b| a.saturating_add(b))
+            })
             .collect();
         if let Some(per_iteration) = steady_growth(&s, ordinals) {
-            keys_growing.push(k);
+            ids.push(i as u64);
             growing.push(Growth {
-                call_site: site_label(reader, k),
+                call_site: label.clone(),
                 bytes_per_iteration: per_iteration,
                 live_at_first_boundary: s[0],
                 live_at_last_boundary: s[s.len() - 1],
@@ -237,7 +276,9 @@ fn growing_sites(
             });
         }
     }
-    let chains = together.chains(&keys_growing);
+    let chains = together
+        .by_line(|k| line_of.get(&k).map(|&i| i as u64))
+        .chains(&ids);
     let labels: Vec<String> = growing.iter().map(|g| g.call_site.clone()).collect();
     for (g, mut with) in growing.iter_mut().zip(chains) {
         // Direct neighbours first, the most often freed together first.

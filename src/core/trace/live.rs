@@ -220,7 +220,8 @@ pub enum BoundaryMark {
 
 impl BoundaryMark {
     /// Whether record `r` (whose replay made change `c`) is one of these boundaries; a call
-    /// site by stack comes with the `StackRef` after its allocation.
+    /// site by stack comes with the `StackRef` after its allocation (not one naming a segment
+    /// the framework takes for its tensor, which would count the tensor's call twice).
     pub fn is_boundary(self, r: &Record, c: Change) -> bool {
         match self {
             BoundaryMark::Nvtx(id) => {
@@ -232,7 +233,9 @@ impl BoundaryMark {
             BoundaryMark::Site(key) if size_key_parts(key).is_some() => {
                 matches!(c, Change::Alloc { .. }) && size_key(r.api as u8, r.size) == key
             }
-            BoundaryMark::Site(key) => r.kind == RecordKind::StackRef && r.ptr == key,
+            BoundaryMark::Site(key) => {
+                r.kind == RecordKind::StackRef && r.ptr == key && c != Change::StackOfRaw
+            }
         }
     }
 }
@@ -262,6 +265,10 @@ pub enum Change {
         ptr: u64,
         live: Live,
     },
+    /// A stack named a device allocation made through CUDA itself while the framework records
+    /// its tensors: most likely a segment the framework takes for the tensor whose own stack
+    /// (the same) follows, so it marks no call site's allocation of its own.
+    StackOfRaw,
     Other,
 }
 
@@ -675,12 +682,16 @@ impl Replay {
                 Change::Other
             }
             StackRef => {
+                let mut change = Change::Other;
                 if let Some(p) = take_last(&mut self.last_alloc, r.thread)
                     && let Some(l) = self.live.get_mut(&p)
                 {
                     l.stack = r.ptr;
+                    if l.kind == RecordKind::Alloc as u8 && self.tensors.recorded() {
+                        change = Change::StackOfRaw;
+                    }
                 }
-                Change::Other
+                change
             }
             _ if self.ranges.apply(r, self.index) => Change::Other,
             _ => return None,

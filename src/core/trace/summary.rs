@@ -212,7 +212,11 @@ impl MarkFinder {
                 e.0 += 1;
             }
             RecordKind::StackRef => {
-                if let Some(t) = self.pending.remove(&r.thread) {
+                // A segment the framework takes for a tensor has the tensor's stack: it is not
+                // an allocation of that call site's own (see `Change::StackOfRaw`).
+                if let Some(t) = self.pending.remove(&r.thread)
+                    && c != Change::StackOfRaw
+                {
                     self.by_stack.entry(r.ptr).or_default().add(t);
                 }
             }
@@ -708,7 +712,7 @@ impl Summarizer {
                     w.journal.push((ptr, Some(live)));
                 }
             }
-            Change::Other => {}
+            Change::Other | Change::StackOfRaw => {}
         }
         if r.kind == RecordKind::SegmentReserve {
             for (d, peak, _) in self.replay.peaks() {
