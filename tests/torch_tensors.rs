@@ -418,6 +418,13 @@ fn a_backward_tensor_names_the_forward_line_that_made_its_node() {
             .unwrap_or_else(|| panic!("no {site} in {text}"));
         assert_eq!(found["bytes"].as_u64(), Some(2 << 20), "{found}");
     }
+    // Only the program's own frames shown: the backward function stays, so a gradient is not
+    // taken for its forward line's activation.
+    let own = report_json(&["leaks", "--program-frames"], &[&t]).to_string();
+    for line in [6, 7] {
+        let site = format!("MmBackward0 (autograd's backward) < train.py:{line} in <module>");
+        assert!(own.contains(&site), "no {site} in {own}");
+    }
 }
 
 /// The join survives the ring: in a trace of 4 MiB the backward tensors made before 60,000 more
