@@ -157,16 +157,16 @@ pub fn shown_frames(reader: &TraceReader, frames: &[u64]) -> Vec<u64> {
         frames[..python].to_vec()
     };
     if reader.program_frames() && python > 0 {
+        let program = |ip: &u64| is_program_frame(&crate::report::symbolize::frame(reader, *ip));
         // The backward function that made a tensor stays: it tells the gradient from the
         // forward line's own activation.
         let own = |ip: &u64| {
-            crate::trace::format::as_py_frame(*ip).is_none() || {
-                let f = crate::report::symbolize::frame(reader, *ip);
-                is_program_frame(&f)
-                    || f.file.as_deref() == Some(crate::report::symbolize::BACKWARD)
-            }
+            crate::trace::format::as_py_frame(*ip).is_none()
+                || program(ip)
+                || crate::report::symbolize::frame(reader, *ip).file.as_deref()
+                    == Some(crate::report::symbolize::BACKWARD)
         };
-        if frames[..python].iter().any(own) {
+        if frames[..python].iter().any(program) {
             shown.retain(own);
         }
     }
