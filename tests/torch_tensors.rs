@@ -33,6 +33,21 @@ fn client_run(
     run_script(tag, &script, args, env)
 }
 
+/// Writes a Python program `name` into a folder of its own (which goes when the returned value
+/// is dropped): five lines that load the stand-in named by its first argument as `lib`, its
+/// `standin_malloc` and `standin_free` typed, then `body` from line 6 on.
+fn standin_script(name: &str, body: &str) -> (TestDir, PathBuf) {
+    let dir = tempdir("standin-script");
+    let script = dir.join(name);
+    let prelude = "import ctypes, sys\n\
+                   lib = ctypes.CDLL(sys.argv[1])\n\
+                   lib.standin_malloc.restype = ctypes.c_void_p\n\
+                   lib.standin_malloc.argtypes = (ctypes.c_size_t,)\n\
+                   lib.standin_free.argtypes = (ctypes.c_void_p,)\n";
+    std::fs::write(&script, format!("{prelude}{body}")).unwrap();
+    (dir, script)
+}
+
 /// Runs the Python program `script` with `args` under the shim, nothing set.
 fn client_run_path(script: &Path, args: &[String]) -> (TestFile, String) {
     run_script("script", script, args, vec![])
@@ -185,16 +200,9 @@ fn a_leak_is_joined_to_the_line_whose_value_keeps_it_when_they_are_freed_togethe
 /// as the rows of what is live merge them; it printed the line twice, each at 2 MiB a step.
 #[test]
 fn stacks_that_read_the_same_grow_as_one_line() {
-    let dir = tempdir("tensor-same-line");
-    let script = dir.join("deep.py");
-    std::fs::write(
-        &script,
-        "import ctypes, sys\n\
-         lib = ctypes.CDLL(sys.argv[1])\n\
-         lib.standin_malloc.restype = ctypes.c_void_p\n\
-         lib.standin_malloc.argtypes = (ctypes.c_size_t,)\n\
-         lib.standin_free.argtypes = (ctypes.c_void_p,)\n\
-         kept = []\n\
+    let (_dir, script) = standin_script(
+        "deep.py",
+        "kept = []\n\
          def alloc(n): return lib.standin_malloc(n)\n\
          def f3(n): return alloc(n)\n\
          def f2(n): return f3(n)\n\
@@ -205,8 +213,7 @@ fn stacks_that_read_the_same_grow_as_one_line() {
          \x20   lib.standin_free(alloc(1 << 20))\n\
          \x20   from_a()\n\
          \x20   from_b()\n",
-    )
-    .unwrap();
+    );
     let (t, _) = client_run_path(&script, &[standin().display().to_string()]);
     let g = growing(&t);
     let deep: Vec<&(String, u64)> = g
@@ -225,25 +232,18 @@ fn stacks_that_read_the_same_grow_as_one_line() {
 /// very first segment is taken before that is known, and would count once more).
 #[test]
 fn a_line_whose_tensor_takes_a_new_segment_marks_one_boundary_per_step() {
-    let dir = tempdir("tensor-segment-step");
-    let script = dir.join("steps.py");
-    std::fs::write(
-        &script,
-        "import ctypes, sys\n\
-         lib = ctypes.CDLL(sys.argv[1])\n\
-         lib.standin_malloc.restype = ctypes.c_void_p\n\
-         lib.standin_malloc.argtypes = (ctypes.c_size_t,)\n\
-         params = lib.standin_malloc(1 << 20)\n\
+    let (_dir, script) = standin_script(
+        "steps.py",
+        "params = lib.standin_malloc(1 << 20)\n\
          kept = []\n\
          for i in range(30):\n\
          \x20   kept.append(lib.standin_malloc(4 << 20))\n",
-    )
-    .unwrap();
+    );
     let (t, _) = client_run_path(&script, &[standin().display().to_string()]);
     let v = report("leaks", &t);
     let it = &v["iterations"];
     assert!(
-        it["boundary"].as_str().unwrap().contains("steps.py:8"),
+        it["boundary"].as_str().unwrap().contains("steps.py:9"),
         "{it}"
     );
     assert_eq!(it["count"], 30, "{it}");
