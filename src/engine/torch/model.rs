@@ -308,6 +308,11 @@ impl Model {
         }
     }
 
+    /// Whether the tensor at `ptr` was let go and its memory is not back yet.
+    pub fn is_pending(&self, ptr: u64) -> bool {
+        self.pending.contains(&ptr)
+    }
+
     /// The tensor's memory at `ptr` came back to the cache (requested too, if it was not).
     pub fn free_completed(&mut self, ptr: u64) -> bool {
         match self.blocks.get(&ptr).map(|b| b.state) {

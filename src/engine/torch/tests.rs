@@ -270,6 +270,23 @@ fn the_collector_frees_old_cached_segments_above_its_threshold() {
     m.check().unwrap();
 }
 
+/// A request that finds no block and no room gives every cached block back before it retries;
+/// a free requested but not completed (a tensor used on another stream) completes first, as
+/// PyTorch's allocator synchronizes its events then: its memory is the retry's.
+#[test]
+fn a_retry_completes_the_pending_frees_first() {
+    let mut m = Model::new(TorchConf::parse("").unwrap(), limits(2 * GIB));
+    let a = m.malloc(1536 * MIB, 0).unwrap();
+    assert!(m.free_requested(a));
+    assert!(m.is_pending(a));
+    let b = m.malloc(1536 * MIB, 0).unwrap();
+    assert!(!m.is_pending(a));
+    assert_eq!(m.stats().retries, 1);
+    assert_eq!(m.stats().reserved, 1536 * MIB);
+    assert_eq!(m.block_size(b), Some(1536 * MIB));
+    m.check().unwrap();
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
     /// Random programs under random settings: the model's books always balance.
@@ -310,6 +327,9 @@ proptest! {
             }
             if let Err(e) = m.check() { prop_assert!(false, "after {op}: {e}"); }
             prop_assert!(m.stats().reserved <= 2 * GIB);
+            // A request that found no block completes the pending frees before it retries, as
+            // PyTorch's allocator does: those addresses may be handed out again.
+            pending.retain(|&p| m.is_pending(p));
         }
     }
 }
