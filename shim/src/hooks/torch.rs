@@ -55,9 +55,9 @@ thread_local! {
 const CURRENT_NODE: &CStr = c"_ZN5torch8autograd16get_current_nodeEv";
 static CURRENT_NODE_FN: AtomicUsize = AtomicUsize::new(0);
 /// `at::sequence_number::peek()`: the sequence number the calling thread's next autograd node
-/// takes.
+/// takes. An op of the forward makes its node, then allocates its output: a tensor allocated
+/// with this number belongs to the node numbered one less.
 const SEQUENCE_PEEK: &CStr = c"_ZN2at15sequence_number4peekEv";
-static SEQUENCE_PEEK_FN: AtomicUsize = AtomicUsize::new(0);
 
 /// The C++ type name of PyTorch's native caching allocator (Itanium mangling, as the type
 /// information holds it).
@@ -274,8 +274,10 @@ fn find_current_node() {
         trace::stacks::set_no_python_frame(autograd_frame);
     }
     if peek != 0 && f != 0 {
-        SEQUENCE_PEEK_FN.store(peek, Ordering::Release);
-        trace::stacks::set_forward_sequence(forward_sequence);
+        // SAFETY: `peek` is `uint64_t at::sequence_number::peek()`: no arguments, an integer
+        // back (the C ABI's), reading one thread-local.
+        let peek = unsafe { core::mem::transmute::<usize, unsafe extern "C" fn() -> u64>(peek) };
+        trace::stacks::set_forward_sequence(peek);
     }
 }
 
@@ -283,19 +285,6 @@ thread_local! {
     /// Backward functions named on this thread: (vtable, trace generation, frame), by vtable.
     static NODE_FRAMES: [Cell<(usize, u32, u64)>; 64] =
         const { [const { Cell::new((0, 0, 0)) }; 64] };
-}
-
-/// The sequence number the calling thread's next autograd node takes. An op of the forward
-/// makes its node, then allocates its output: a tensor allocated with this number belongs to
-/// the node numbered one less.
-fn forward_sequence() -> u64 {
-    let f = SEQUENCE_PEEK_FN.load(Ordering::Acquire);
-    if f == 0 {
-        return 0;
-    }
-    // SAFETY: `f` is `uint64_t at::sequence_number::peek()`: no arguments, an integer back (the
-    // C ABI's), reading one thread-local.
-    unsafe { core::mem::transmute::<usize, unsafe extern "C" fn() -> u64>(f)() }
 }
 
 /// Where a `Node`'s fields lie (PyTorch's `torch::autograd::Node`: its vtable pointer, the

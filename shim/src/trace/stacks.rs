@@ -32,8 +32,8 @@ static SELF_START: AtomicU64 = AtomicU64::new(0);
 /// ties it to the forward (see [`sequence_bits`]); registered by the layer that knows
 /// (hooks/torch.rs) as a `fn() -> (u64, u64)` ((0, 0): none).
 static NO_PYTHON_FRAME: AtomicUsize = AtomicUsize::new(0);
-/// The autograd sequence number the next node of a thread running Python takes (PyTorch's
-/// `at::sequence_number::peek()`), registered by hooks/torch.rs as a `fn() -> u64`.
+/// The autograd sequence number the next node of a thread running Python takes: PyTorch's
+/// `at::sequence_number::peek()` itself, registered by hooks/torch.rs when it finds it.
 static FORWARD_SEQUENCE: AtomicUsize = AtomicUsize::new(0);
 
 /// Registers what stands for the Python frames of an allocation made where none run.
@@ -43,7 +43,7 @@ pub fn set_no_python_frame(f: fn() -> (u64, u64)) {
 
 /// Registers where a tensor allocated by a thread running Python reads its autograd sequence
 /// number.
-pub fn set_forward_sequence(f: fn() -> u64) {
+pub fn set_forward_sequence(f: unsafe extern "C" fn() -> u64) {
     FORWARD_SEQUENCE.store(f as usize, Ordering::Release);
 }
 
@@ -65,9 +65,9 @@ fn forward_sequence() -> u64 {
     if f == 0 {
         return 0;
     }
-    // SAFETY: only `set_forward_sequence` stores here, always a `fn() -> u64`.
-    let f = unsafe { core::mem::transmute::<usize, fn() -> u64>(f) };
-    f()
+    // SAFETY: only `set_forward_sequence` stores here, always PyTorch's `peek`, which takes
+    // nothing and reads one thread-local.
+    unsafe { core::mem::transmute::<usize, unsafe extern "C" fn() -> u64>(f)() }
 }
 
 /// A `StackRef`'s `size`: the stack's frame count in its low 8 bits and the autograd sequence
