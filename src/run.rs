@@ -1,6 +1,5 @@
 //! `gpushim run -- CMD`: runs a command under the shim and reports where its traces are.
 
-use std::collections::HashSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,10 +23,10 @@ pub enum RunError {
     Pattern(String, crate::trace::recorder::PatternError),
     /// The trace's folder (described) cannot take it.
     TraceFolder(String, FolderProblem),
-    /// The trace file exists already and would not be overwritten.
-    TraceExists(PathBuf),
     /// `gpushim run` with no command.
     NothingToRun,
+    /// The folder holding the private folder can be changed by another user.
+    Untrusted(crate::files::Untrusted),
     /// Neither `XDG_CACHE_HOME`, `HOME` nor `XDG_RUNTIME_DIR` names a folder to write to.
     NoPrivateFolder,
     /// Python was given a flag (`-I`, `-E`, `-S`) under which it reads no `sitecustomize`
@@ -49,22 +48,28 @@ impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RunError::LibMissing { source, path } => {
-                write!(f, "{source}{}: no such file", path.display())
+                write!(f, "{source}{}: no such file", crate::files::shown(path))
             }
             RunError::NoSelf(e) => write!(f, "cannot locate gpushim itself: {e}"),
             RunError::LibNotFound(dir) => write!(
                 f,
                 "cannot find {LIB_NAME} next to {} or in ../lib; build it with \
                  `cargo build --release -p gpushim-shim`, or pass --lib PATH",
-                dir.display()
+                crate::files::shown(dir)
             ),
             RunError::NotPrivate(dir) => write!(
                 f,
                 "{} is not a private folder of this user (a link, or owned by another): not \
                  writing there; remove it, or set XDG_CACHE_HOME to a folder of yours",
-                dir.display()
+                crate::files::shown(dir)
             ),
-            RunError::Io(path, e) => write!(f, "cannot use {}: {e}", path.display()),
+            RunError::Io(path, e) => write!(f, "cannot use {}: {e}", crate::files::shown(path)),
+            RunError::Untrusted(why) => write!(
+                f,
+                "{why}, so another user could change the files gpushim keeps there (the shim it \
+                 preloads among them): not using it; set XDG_CACHE_HOME to a folder of yours \
+                 that only you can write"
+            ),
             RunError::PythonIgnoresSite(flag) => write!(
                 f,
                 "python -{flag} reads no sitecustomize from PYTHONPATH, so --pluggable and \
@@ -92,16 +97,10 @@ impl std::fmt::Display for RunError {
                     "{what} cannot be written by this user: pick another --trace"
                 )
             }
-            RunError::TraceExists(path) => write!(
-                f,
-                "{} exists, and traces are never overwritten: give another name, or put %p (the \
-                 process id) in the pattern",
-                path.display()
-            ),
             RunError::NothingToRun => f.write_str(
                 "nothing to run: give a command after --, as in `gpushim run -- python train.py`",
             ),
-            RunError::Spawn(prog, e) => write!(f, "cannot run {}: {e}", prog.display()),
+            RunError::Spawn(prog, e) => write!(f, "cannot run {}: {e}", crate::files::shown(prog)),
         }
     }
 }
@@ -228,9 +227,13 @@ pub fn check_trace(pattern: Option<&str>) -> Result<bool, RunError> {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    writable_dir(&dir, &format!("the folder {}", dir.display()))?;
+    writable_dir(&dir, &format!("the folder {}", crate::files::shown(&dir)))?;
     if !pattern.contains("%p") && path.symlink_metadata().is_ok() {
-        return Err(RunError::TraceExists(path));
+        // Traces are never overwritten, and a name already there never turns recording off.
+        eprintln!(
+            "gpushim: {} exists: the trace takes another name beside it, said at the end",
+            crate::files::shown(&path)
+        );
     }
     Ok(true)
 }
@@ -247,6 +250,72 @@ fn writable_dir(dir: &Path, what: &str) -> Result<(), RunError> {
         return Err(problem(FolderProblem::NotWritable));
     }
     Ok(())
+}
+
+/// The folder the run's processes leave their notes in (`GPUSHIM_RUN_REPORT`): new, with a
+/// random name, mode 0700, inside [`private_folder`] (or the system's temporary folder when
+/// there is none), removed when the run ends. A note says which file a process wrote
+/// (`DEV INO\nPATH`); a trace is believed only when the file at PATH, opened without following
+/// a link or blocking, is a regular file of this user's with that device and inode and the
+/// trace magic. Nothing else in the trace's folder is read.
+struct RunNotes(tempfile::TempDir);
+
+impl RunNotes {
+    fn new() -> Result<RunNotes, RunError> {
+        let mut b = tempfile::Builder::new();
+        b.prefix("run-");
+        let made = match private_folder() {
+            Ok(base) => b.tempdir_in(&base).map_err(|e| RunError::Io(base, e)),
+            Err(_) => b
+                .tempdir()
+                .map_err(|e| RunError::Io(std::env::temp_dir(), e)),
+        }?;
+        Ok(RunNotes(made))
+    }
+
+    fn folder(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// The traces the notes name that hold up, sorted by path.
+    fn traces(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        let Ok(entries) = std::fs::read_dir(self.folder()) else {
+            return out;
+        };
+        for e in entries.flatten().take(MAX_NOTES) {
+            if let Some(t) = believed(&e.path()) {
+                out.push(t);
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// The most processes of one run whose traces `run` names (the rest are still written).
+const MAX_NOTES: usize = 65_536;
+
+/// The trace a note names, if the file there is the one the note describes.
+fn believed(note: &Path) -> Option<PathBuf> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let text =
+        crate::files::read_own(note, 2 * crate::trace::recorder::PATH_CAP as u64 + 64).ok()?;
+    let nl = text.iter().position(|&b| b == b'\n')?;
+    let ids = std::str::from_utf8(&text[..nl]).ok()?;
+    let (dev, ino) = ids.split_once(' ')?;
+    let (dev, ino): (u64, u64) = (dev.parse().ok()?, ino.parse().ok()?);
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(&text[nl + 1..]));
+    let (mut f, meta) = crate::files::open_own(&path).ok()?;
+    if meta.dev() != dev || meta.ino() != ino {
+        return None;
+    }
+    let mut magic = [0u8; 8];
+    f.read_exact(&mut magic).ok()?;
+    (magic == crate::trace::format::MAGIC).then_some(path)
 }
 
 pub struct RunOutcome {
@@ -267,31 +336,6 @@ pub fn in_folder(trace: &str, program: Option<&OsString>) -> String {
         .filter(|n| !n.contains('%'))
         .unwrap_or("program");
     format!("{}/gpushim-{name}.%p.trace", trace.trim_end_matches('/'))
-}
-
-/// The directory a trace pattern writes into.
-fn trace_dir(pattern: Option<&str>) -> PathBuf {
-    match pattern.map(Path::new).and_then(Path::parent) {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    }
-}
-
-fn trace_files(dir: &Path) -> HashSet<PathBuf> {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.filter_map(|e| e.ok())
-                .map(|e| e.path())
-                .filter(|p| p.extension().is_some_and(|x| x == "trace") || is_gpushim_name(p))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-fn is_gpushim_name(p: &Path) -> bool {
-    p.file_name()
-        .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with("gpushim-"))
 }
 
 /// The pool `--per-tensor` adds when `--conf` names none: plain segments, requests of 1 to 10
@@ -387,12 +431,25 @@ fn python_flag_ignoring_site(prog: &OsString, args: &[OsString]) -> Option<char>
 }
 
 /// Writes `bytes` to `path` unless it holds them already, through a new file renamed into
-/// place (never through a link another user made).
-pub(crate) fn write_checked(path: &Path, bytes: &[u8], mode: u32) -> Result<(), RunError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if std::fs::read(path).is_ok_and(|b| b == bytes) {
-        return Ok(());
+/// place (never through a link another user made). What is there is believed only when it is
+/// a regular file of this user's, reached without a link, with one name, written by no one
+/// else, and byte for byte the same.
+pub fn write_checked(path: &Path, bytes: &[u8], mode: u32) -> Result<(), RunError> {
+    use std::io::{Read, Write};
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    if let Ok((f, meta)) = crate::files::open_own(path)
+        && meta.nlink() == 1
+        && meta.mode() & 0o022 == 0
+        && meta.len() == bytes.len() as u64
+    {
+        let mut held = Vec::with_capacity(bytes.len());
+        if f.take(bytes.len() as u64 + 1)
+            .read_to_end(&mut held)
+            .is_ok()
+            && held == bytes
+        {
+            return Ok(());
+        }
     }
     let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
@@ -412,15 +469,36 @@ pub(crate) fn write_checked(path: &Path, bytes: &[u8], mode: u32) -> Result<(), 
 /// A folder of this user's alone (mode 0700) for the files `gpushim run` writes and later
 /// trusts: `$XDG_CACHE_HOME/gpushim`, `~/.cache/gpushim`, else `$XDG_RUNTIME_DIR/gpushim`. A
 /// fixed name in a shared folder (`/tmp`) is not used: anyone could create it first and stop
-/// every run of this user.
+/// every run of this user. A base is taken only when no other user can change what its path
+/// names ([`crate::files::trusted_folder`]: every folder above owned by this user or root and
+/// open to no one else), so the shim checked there is the shim loaded, with no window between;
+/// the path returned has no link in it.
 pub(crate) fn private_folder() -> Result<PathBuf, RunError> {
-    let bases = [
+    private_folder_among(&[
         std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from),
         std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")),
         std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
-    ];
+    ])
+}
+
+/// [`private_folder`] among the bases given, in order.
+pub fn private_folder_among(bases: &[Option<PathBuf>]) -> Result<PathBuf, RunError> {
     let mut last = None;
-    for base in bases.into_iter().flatten().filter(|p| p.is_absolute()) {
+    for base in bases.iter().flatten().filter(|p| p.is_absolute()) {
+        if !base.exists() {
+            use std::os::unix::fs::DirBuilderExt;
+            let _ = std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(base);
+        }
+        let base = match crate::files::trusted_folder(base) {
+            Ok(b) => b,
+            Err(why) => {
+                last = Some(RunError::Untrusted(why));
+                continue;
+            }
+        };
         let dir = base.join("gpushim");
         match ensure_private(&dir) {
             Ok(()) => return Ok(dir),
@@ -430,15 +508,12 @@ pub(crate) fn private_folder() -> Result<PathBuf, RunError> {
     Err(last.unwrap_or(RunError::NoPrivateFolder))
 }
 
-/// Makes `dir` (its parents as needed) and checks, before anything is changed in it, that it is
+/// Makes `dir` and checks, before anything is changed in it, that it is
 /// a real folder (not a link) owned by this user; a mode open to others is then closed through
 /// the folder itself, never through a path a link could redirect.
 fn ensure_private(dir: &Path) -> Result<(), RunError> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    if let Some(parent) = dir.parent() {
-        let _ = std::fs::create_dir_all(parent);
-    }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -483,8 +558,7 @@ pub fn run(
     // Absolute: the dynamic loader resolves a relative LD_PRELOAD against each process's own
     // working folder, and the program's children may run elsewhere.
     let shim = &std::path::absolute(shim).unwrap_or_else(|_| shim.to_path_buf());
-    let dir = trace_dir(trace);
-    let before = trace_files(&dir);
+    let notes = RunNotes::new()?;
     let mut c = Command::new(prog);
     c.args(args);
     c.env(
@@ -500,8 +574,9 @@ pub fn run(
     if let Some(conf) = conf {
         c.env("GPUSHIM_CONF", conf);
     }
-    // `gpushim run` names the traces itself when the command ends: the shim need not.
-    c.env("GPUSHIM_UNDER_RUN", "1");
+    // Each process that opens a trace leaves a note of it in a folder of this user's alone, and
+    // `gpushim run` names those traces itself when the command ends (the shim need not).
+    c.env("GPUSHIM_RUN_REPORT", notes.folder());
     // What the `sitecustomize` (`torch_site.py`) does at `import torch`, if it is written.
     let site_does = match route {
         TorchRoute::Cache => None,
@@ -540,16 +615,7 @@ pub fn run(
             128 + status.signal().unwrap_or(0)
         }
     };
-    let mut traces: Vec<PathBuf> = trace_files(&dir)
-        .difference(&before)
-        .filter(|p| {
-            std::fs::read(p)
-                .ok()
-                .is_some_and(|b| b.starts_with(&crate::trace::format::MAGIC))
-        })
-        .cloned()
-        .collect();
-    traces.sort();
+    let traces = notes.traces();
     Ok(RunOutcome { exit_code, traces })
 }
 
@@ -635,27 +701,13 @@ mod tests {
         assert!(std::error::Error::source(&e).is_some());
         let kept = dir.join("kept.trace");
         std::fs::write(&kept, b"x").unwrap();
-        let e = check_trace(kept.to_str()).unwrap_err();
-        assert!(
-            matches!(&e, RunError::TraceExists(p) if p == &kept),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("never overwritten"), "{e}");
+        // A name already taken is no refusal: the trace takes another name.
+        assert!(check_trace(kept.to_str()).is_ok_and(|on| on));
         assert!(check_trace(Some("off")).is_ok_and(|on| !on));
         let e = run(Path::new("/x.so"), None, None, TorchRoute::Cache, &[])
             .err()
             .unwrap();
         assert!(matches!(e, RunError::NothingToRun), "{e:?}");
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn traces_go_where_the_pattern_points() {
-        assert_eq!(
-            trace_dir(Some("/tmp/t/x.%p.trace")),
-            PathBuf::from("/tmp/t")
-        );
-        assert_eq!(trace_dir(Some("x.%p.trace")), PathBuf::from("."));
-        assert_eq!(trace_dir(None), PathBuf::from("."));
     }
 }

@@ -416,7 +416,18 @@ fn an_existing_trace_file_is_never_overwritten() {
     );
     assert_ok(&out);
     assert_eq!(std::fs::read(&t).unwrap(), b"precious");
-    assert!(stderr(&out).contains("already exists"), "{}", stderr(&out));
+    // Recording goes on under another name beside it, which the shim names.
+    let err = stderr(&out);
+    assert!(err.contains("is taken"), "{err}");
+    let other: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p != &*t)
+        .collect();
+    assert_eq!(other.len(), 1, "{other:?}");
+    assert!(err.contains(&other[0].display().to_string()), "{err}");
+    assert!(!decode(&other[0]).0.is_empty());
 }
 
 #[test]

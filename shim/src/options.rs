@@ -15,8 +15,11 @@ pub enum Switch {
     Conf,
     /// `GPUSHIM_TRACE`: the trace path pattern, or `off`.
     Trace,
-    /// `GPUSHIM_UNDER_RUN`: set by `gpushim run`, which names the traces itself at the end.
-    UnderRun,
+    /// `GPUSHIM_RUN_REPORT=FOLDER`: set by `gpushim run` to a folder of the user's alone; each
+    /// process that opens a trace leaves there a note of which file it wrote (its device,
+    /// inode and path), so `run` reads only what its own processes wrote and names every trace
+    /// itself at the end.
+    RunReport,
     /// `GPUSHIM_COSTS=1`: measure the pool's own costs and print them at exit.
     Costs,
     /// `GPUSHIM_CTX_EVENTS=1`: checkpoints record one context-wide event (`cuCtxRecordEvent`).
@@ -31,7 +34,7 @@ impl Switch {
             Switch::Disable => c"GPUSHIM_DISABLE",
             Switch::Conf => c"GPUSHIM_CONF",
             Switch::Trace => c"GPUSHIM_TRACE",
-            Switch::UnderRun => c"GPUSHIM_UNDER_RUN",
+            Switch::RunReport => c"GPUSHIM_RUN_REPORT",
             Switch::Costs => c"GPUSHIM_COSTS",
             Switch::CtxEvents => c"GPUSHIM_CTX_EVENTS",
             Switch::SealSpacing => c"GPUSHIM_SEAL_SPACING",

@@ -291,7 +291,10 @@ pub enum Cmd {
         traces: Vec<PathBuf>,
 
         /// Output file: .svg, or .png for a picture [default: beside the first trace, its name
-        /// ending .timeline.svg instead of .trace].
+        /// ending .timeline.svg instead of .trace]. Written only into a
+        /// folder that is yours alone (not one others can write): beside the trace when its folder
+        /// is, else into the working folder, else nowhere (name one). Every file written is
+        /// created private (0600) and appears whole.
         #[arg(short, long)]
         output: Option<PathBuf>,
         #[command(flatten)]
@@ -304,7 +307,10 @@ pub enum Cmd {
         /// GPUSHIM_CONF=stacks:on).
         trace: PathBuf,
         /// Output file: .svg, or .png for a picture [default: beside the trace, its name
-        /// ending .flamegraph.svg instead of .trace].
+        /// ending .flamegraph.svg instead of .trace]. Written only into a
+        /// folder that is yours alone (not one others can write): beside the trace when its folder
+        /// is, else into the working folder, else nowhere (name one). Every file written is
+        /// created private (0600) and appears whole.
         #[arg(short, long)]
         output: Option<PathBuf>,
         #[command(flatten)]
@@ -325,7 +331,8 @@ pub enum Cmd {
         /// the snapshot (needs the network to load the viewer); rmm: RMM's replay CSV.
         #[arg(long, value_parser = ["perfetto", "memory-viz", "memory-viz-html", "rmm"])]
         format: String,
-        /// Output file.
+        /// Output file: created private (0600) and whole (written aside, then renamed into
+        /// place); a link another user made at that name is replaced, never written through.
         #[arg(short, long)]
         output: PathBuf,
         /// Pickle protocol for memory-viz (2, 3 or 4).

@@ -39,7 +39,7 @@ pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode 
     sites.sort_by_key(|s| std::cmp::Reverse(s.1.abs()));
     if json {
         print_json(&serde_json::json!({
-            "a": a.display().to_string(), "b": b.display().to_string(),
+            "a": gpushim::files::shown(a).to_string(), "b": gpushim::files::shown(b).to_string(),
             "peak_live_bytes": [pa, pb], "live_at_exit_bytes": [la, lb],
             "call_sites": sites.iter().map(|s| serde_json::json!({"call_site": s.0, "a": s.2, "b": s.3})).collect::<Vec<_>>(),
         }));
@@ -48,12 +48,17 @@ pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode 
     // Columns named by the files (their names alone; the full paths head the table).
     let name = |p: &std::path::Path| {
         p.file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| p.display().to_string())
+            .map(std::path::Path::new)
+            .map_or_else(|| gpushim::files::shown(p), gpushim::files::shown)
+            .to_string()
     };
     let (na, nb) = (name(a), name(b));
     let w = na.len().max(nb.len()).max(14);
-    println!("A = {}\nB = {}", a.display(), b.display());
+    println!(
+        "A = {}\nB = {}",
+        gpushim::files::shown(a),
+        gpushim::files::shown(b)
+    );
     println!("{:<24} {:>w$} {:>w$}", "", na, nb);
     println!(
         "{:<24} {:>w$} {:>w$}",

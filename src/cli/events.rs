@@ -72,7 +72,7 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
     if let Some(d) = &reader.stats().damage {
         eprintln!(
             "gpushim: {}: stopped at offset {} (record {}): {}; {} later records not decoded",
-            trace.display(),
+            gpushim::files::shown(trace),
             d.offset,
             d.index,
             d.reason,
@@ -83,11 +83,18 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// A CSV field, quoted when it holds a comma, a quote or a line break.
+/// A CSV field, quoted when it holds a comma, a quote or a line break; a text that a
+/// spreadsheet would take for a formula (starting `=`, `+`, `-`, `@`) gets a leading `'`, so
+/// an NVTX name from someone else's trace is shown, never run.
 fn csv_field(s: &str) -> String {
+    let s = if s.starts_with(['=', '+', '-', '@']) {
+        format!("'{s}")
+    } else {
+        s.to_string()
+    };
     if s.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
-        s.to_string()
+        s
     }
 }

@@ -1,6 +1,7 @@
 //! `gpushim export`: the trace in the formats other viewers read.
 
 use super::output::fail;
+use gpushim::files::shown;
 use gpushim::trace::reader::ReadOptions;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -23,28 +24,32 @@ pub fn cmd_export(
             ));
         }
     };
-    let file = match std::fs::File::create(output) {
-        Ok(f) => f,
-        Err(e) => return fail(format!("cannot write {}: {e}", output.display())),
-    };
-    let mut w = std::io::BufWriter::new(file);
-    let r = match format {
-        "perfetto" => gpushim::export::perfetto(traces, &mut w, opts).map_err(|e| e.to_string()),
-        "rmm" => gpushim::export::rmm_csv(trace, &mut w, opts).map_err(|e| e.to_string()),
-        "memory-viz-html" => {
-            gpushim::export::memory_viz_html(trace, &mut w, view, opts).map_err(|e| e.to_string())
-        }
-        _ => gpushim::export::memory_viz(trace, &mut w, protocol, opts).map_err(|e| e.to_string()),
+    // The export is written aside and renamed into place only when it is complete: a failed
+    // read leaves no half file (and an earlier file of that name as it was).
+    let mut failed = None;
+    let r = gpushim::files::write_whole(output, |w| {
+        let r = match format {
+            "perfetto" => gpushim::export::perfetto(traces, w, opts).map_err(|e| e.to_string()),
+            "rmm" => gpushim::export::rmm_csv(trace, w, opts).map_err(|e| e.to_string()),
+            "memory-viz-html" => {
+                gpushim::export::memory_viz_html(trace, w, view, opts).map_err(|e| e.to_string())
+            }
+            _ => gpushim::export::memory_viz(trace, w, protocol, opts).map_err(|e| e.to_string()),
+        };
+        r.map_err(|e| {
+            failed = Some(e);
+            std::io::Error::other("the export failed")
+        })
+    });
+    let r = match (r, failed) {
+        (_, Some(why)) => Err(why),
+        (r, None) => r.map_err(|e| e.to_string()),
     };
     match r {
         Ok(n) => {
-            use std::io::Write;
-            if let Err(e) = w.flush() {
-                return fail(format!("cannot write {}: {e}", output.display()));
-            }
             eprintln!(
                 "gpushim: wrote {} ({n} {})",
-                output.display(),
+                shown(output),
                 match format {
                     "perfetto" => "events",
                     "rmm" => "rows",
@@ -56,8 +61,12 @@ pub fn cmd_export(
                     gpushim::trace::reader::TraceReader::open(t).map_or(0, |r| r.info().summarized);
                 if summarized > 0 {
                     eprintln!(
-                        "gpushim: {} is a trace of any length: its {summarized} oldest records                          are summarized in a checkpoint, so the export holds the allocations                          still live when the ring began (at their own times) and every record                          after in full; `gpushim summary`, `leaks`, `peak` and `oom` answer for                          the whole run",
-                        t.display()
+                        "gpushim: {} is a trace of any length: its {summarized} oldest records are \
+                         summarized in a checkpoint, so the export holds the allocations still \
+                         live when the ring began (at their own times) and every record after \
+                         in full; `gpushim summary`, `leaks`, `peak` and `oom` answer for the \
+                         whole run",
+                        shown(t)
                     );
                 }
             }

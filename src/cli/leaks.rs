@@ -15,7 +15,7 @@ pub fn cmd_leaks(
     let mut all = Vec::new();
     for t in traces {
         match gpushim::report::leaks(t, boundary, opts) {
-            Ok(l) => all.push((t.display().to_string(), l)),
+            Ok(l) => all.push((gpushim::files::shown(t).to_string(), l)),
             Err(e) => return fail(e),
         }
     }

@@ -17,7 +17,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCode {
         }
         print!(
             "{}",
-            gpushim::report::oom::render_ooms(&t.display().to_string(), &ooms)
+            gpushim::report::oom::render_ooms(&gpushim::files::shown(t).to_string(), &ooms)
         );
         // A tensor PyTorch's allocator could not serve: would another setting have served it?
         if ooms.iter().any(|o| o.api == "torch_allocator") {
@@ -26,7 +26,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCode {
                 Ok(None) => {}
                 Err(e) => eprintln!(
                     "gpushim: {}: no replay of PyTorch's allocator: {e}",
-                    t.display()
+                    gpushim::files::shown(t)
                 ),
             }
         }

@@ -1,5 +1,6 @@
 //! How every command writes: one error line, JSON, holder rows, pictures and files.
 
+use gpushim::files::shown;
 use std::process::ExitCode;
 
 pub fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -43,7 +44,7 @@ pub fn picture_kind(output: &std::path::Path) -> Result<(), String> {
         Some(e) if e.eq_ignore_ascii_case("svg") || e.eq_ignore_ascii_case("png") => Ok(()),
         _ => Err(format!(
             "--output {}: pictures are written as .svg or .png; name the file so",
-            output.display()
+            shown(output)
         )),
     }
 }
@@ -54,26 +55,21 @@ pub fn write_picture(path: &std::path::Path, svg: &str) -> ExitCode {
         .extension()
         .is_some_and(|e| e.eq_ignore_ascii_case("png"));
     if !png {
-        return write_file(path, svg);
+        return write_file(path, svg.as_bytes());
     }
     match gpushim::export::svg_to_png(svg) {
-        Ok(bytes) => match std::fs::write(path, bytes) {
-            Ok(()) => {
-                eprintln!("gpushim: wrote {}", path.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => fail(format!("cannot write {}: {e}", path.display())),
-        },
+        Ok(bytes) => write_file(path, &bytes),
         Err(e) => fail(e),
     }
 }
 
-pub fn write_file(path: &std::path::Path, text: &str) -> ExitCode {
-    match std::fs::write(path, text) {
+/// Writes `bytes` whole and private (`gpushim::files::write_whole`) and says where.
+pub fn write_file(path: &std::path::Path, bytes: &[u8]) -> ExitCode {
+    match gpushim::files::write_whole(path, |w| w.write_all(bytes)) {
         Ok(()) => {
-            eprintln!("gpushim: wrote {}", path.display());
+            eprintln!("gpushim: wrote {}", shown(path));
             ExitCode::SUCCESS
         }
-        Err(e) => fail(format!("cannot write {}: {e}", path.display())),
+        Err(e) => fail(e),
     }
 }

@@ -9,7 +9,7 @@ pub fn cmd_peak(traces: &[PathBuf], top: usize, json: bool, opts: &ReadOptions) 
     let mut all = Vec::new();
     for t in traces {
         match gpushim::report::peak(t, opts) {
-            Ok(p) => all.push((t.display().to_string(), p)),
+            Ok(p) => all.push((gpushim::files::shown(t).to_string(), p)),
             Err(e) => return fail(e),
         }
     }

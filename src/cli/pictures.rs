@@ -1,5 +1,6 @@
 //! `gpushim plot` and `gpushim flamegraph`: pictures, written beside the trace unless
-//! `--output` says where.
+//! `--output` says where (and beside it only when that folder is the user's alone, see
+//! `gpushim::files::default_output`).
 
 use super::output::{fail, picture_kind, write_picture};
 use gpushim::report::units::human_bytes;
@@ -7,14 +8,15 @@ use gpushim::trace::reader::ReadOptions;
 use std::process::ExitCode;
 
 /// Where a picture goes when no `--output` is given: beside `trace`, its name ending `.KIND`
-/// (`run.trace` -> `run.timeline.svg`), never into the working folder.
-fn beside(trace: &std::path::Path, kind: &str) -> std::path::PathBuf {
+/// (`run.trace` -> `run.timeline.svg`), when the trace's folder is the user's alone; else in
+/// the working folder when that is; else nowhere (the error asks for `--output`).
+fn beside(trace: &std::path::Path, kind: &str) -> Result<std::path::PathBuf, String> {
     let name = trace
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let stem = name.strip_suffix(".trace").unwrap_or(&name);
-    trace.with_file_name(format!("{stem}.{kind}"))
+    gpushim::files::default_output(trace, &format!("{stem}.{kind}"))
 }
 
 /// `gpushim plot`: live, reserved and NVML's memory over time.
@@ -23,7 +25,10 @@ pub fn cmd_plot(
     output: Option<std::path::PathBuf>,
     opts: &ReadOptions,
 ) -> ExitCode {
-    let output = output.unwrap_or_else(|| beside(&traces[0], "timeline.svg"));
+    let output = match output.map_or_else(|| beside(&traces[0], "timeline.svg"), Ok) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
     let output = output.as_path();
     match picture_kind(output) {
         Err(e) => fail(e),
@@ -40,7 +45,10 @@ pub fn cmd_flamegraph(
     output: Option<std::path::PathBuf>,
     opts: &ReadOptions,
 ) -> ExitCode {
-    let output = output.unwrap_or_else(|| beside(trace, "flamegraph.svg"));
+    let output = match output.map_or_else(|| beside(trace, "flamegraph.svg"), Ok) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
     let output = output.as_path();
     match picture_kind(output) {
         Err(e) => fail(e),
@@ -52,7 +60,7 @@ pub fn cmd_flamegraph(
                         p,
                         &format!(
                             "{}: live at the peak ({})",
-                            trace.display(),
+                            gpushim::files::shown(trace),
                             human_bytes(p.live_bytes)
                         ),
                     ),

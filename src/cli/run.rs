@@ -76,13 +76,16 @@ fn say_trace(t: &std::path::Path) {
                 .map(|d| d.peak_live_bytes)
                 .max()
                 .unwrap_or(0);
-            eprintln!("gpushim: trace {}", t.display());
+            eprintln!("gpushim: trace {}", gpushim::files::shown(t));
             eprintln!(
                 "gpushim:   {} events, {allocs} allocating calls, {failed} failed; peak live {}",
                 s.events,
                 human_bytes(peak)
             );
-            eprintln!("gpushim:   next: gpushim summary {}", t.display());
+            eprintln!(
+                "gpushim:   next: gpushim summary {}",
+                gpushim::files::shown(t)
+            );
         }
         Err(e) => eprintln!("gpushim: {e}"),
     }
@@ -144,7 +147,11 @@ pub fn cmd_run(
         say_trace(t);
     }
     if out.traces.len() > 1 {
-        let all: Vec<String> = out.traces.iter().map(|t| t.display().to_string()).collect();
+        let all: Vec<String> = out
+            .traces
+            .iter()
+            .map(|t| gpushim::files::shown(t).to_string())
+            .collect();
         eprintln!(
             "gpushim: {} traces (one per process); together: gpushim summary {}",
             all.len(),

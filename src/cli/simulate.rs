@@ -149,11 +149,11 @@ fn simulate_one(
             "gpushim: {}: the trace's oldest records were folded into its checkpoint (it \
              reached trace_max): the replay starts where the ring does, with an empty cache, \
              so it is not the run's; record with a larger trace_max for an exact replay",
-            trace.display()
+            gpushim::files::shown(trace)
         );
     }
     Ok(TorchReport {
-        trace: trace.display().to_string(),
+        trace: gpushim::files::shown(trace).to_string(),
         tensors: input.tensors,
         recorded_setting: input.recorded.clone(),
         outcomes,

@@ -12,8 +12,15 @@ use std::process::ExitCode;
 fn header_pending(path: &std::path::Path) -> bool {
     use std::io::Read;
     let mut magic = [0u8; 8];
-    match std::fs::File::open(path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Without blocking: a FIFO under the trace's name must not stall the view.
+    let opened = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path);
+    match opened {
         Err(_) => true,
+        Ok(f) if !f.metadata().is_ok_and(|m| m.is_file()) => false,
         Ok(mut f) => f.read_exact(&mut magic).is_err() || magic == [0; 8],
     }
 }

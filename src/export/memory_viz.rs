@@ -238,7 +238,7 @@ pub fn memory_viz_html(
          const local_files = {files}\n\
          add_local_files(local_files, {view})\n\
          </script>\n</body>\n</html>\n",
-        title = html_escape(&path.display().to_string()),
+        title = super::xml(&path.display().to_string()),
     )?;
     Ok(n)
 }
@@ -246,13 +246,6 @@ pub fn memory_viz_html(
 /// PyTorch's memory viewer, as `torch.cuda._memory_viz` loads it.
 pub const MEMORY_VIZ_JS: &str =
     "https://cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js";
-
-fn html_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
 
 fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
     let block = |p: u64, l: &Live| VizBlock {

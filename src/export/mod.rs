@@ -103,7 +103,7 @@ fn aligned(
                 // The file's name says which run it is; its position in the list does not.
                 let file = paths[n]
                     .file_name()
-                    .map(|f| f.to_string_lossy().into_owned())
+                    .map(|f| crate::files::shown(std::path::Path::new(f)).to_string())
                     .unwrap_or_else(|| format!("trace {}", n + 1));
                 format!("{file} ")
             };
@@ -125,8 +125,15 @@ fn fitted(text: &str, font_size: f64, room: f64) -> String {
     }
 }
 
-fn xml(s: &str) -> String {
-    s.replace('&', "&amp;")
+/// Text for SVG or HTML, in an element or a double-quoted attribute (the only kind written):
+/// markup characters as entities, and
+/// control characters (a newline in a file name, an escape sequence in a symbol) written as
+/// visible escapes (`\x0a`), so a string from a trace neither adds markup nor starts a line of
+/// its own in the file.
+pub(crate) fn xml(s: &str) -> String {
+    crate::trace::reader::printable(s.as_bytes())
+        .replace('\0', "\\x00")
+        .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")

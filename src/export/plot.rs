@@ -467,9 +467,10 @@ fn series(s: &mut String, d: &Data, sc: &Scale) {
         let peak = pts.iter().map(|p| p.1).max().unwrap_or(0);
         let _ = writeln!(
             s,
-            r#"<text x="{}" y="{:.1}">{who}device {dev}: peak live {}</text>"#,
+            r#"<text x="{}" y="{:.1}">{}device {dev}: peak live {}</text>"#,
             L + 10.0,
             legend_y + 4.0,
+            xml(who),
             human_bytes(peak)
         );
         legend_y += 16.0;
@@ -480,11 +481,12 @@ fn series(s: &mut String, d: &Data, sc: &Scale) {
 fn legend_row(s: &mut String, y: f64, c: &str, dash: &str, name: &str) {
     let _ = writeln!(
         s,
-        r#"<line x1="{}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="{c}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{}" y="{:.1}">{name}</text>"#,
+        r#"<line x1="{}" y1="{y:.1}" x2="{}" y2="{y:.1}" stroke="{c}" stroke-width="2" stroke-dasharray="{dash}"/><text x="{}" y="{:.1}">{}</text>"#,
         L + 10.0,
         L + 40.0,
         L + 46.0,
-        y + 4.0
+        y + 4.0,
+        xml(name)
     );
 }
 

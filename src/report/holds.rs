@@ -64,7 +64,7 @@ pub fn filter_keeps_any(path: &Path, opts: &ReadOptions) -> Result<(), String> {
         "the filters keep no allocation of {}: it holds allocations on device {}, from {} to {} \
          after it began; NVTX ranges: {ranges}. Widen the filters (--device, --from/--to, \
          --range, --thread, --stream)",
-        path.display(),
+        crate::files::shown(path),
         devices.join(", "),
         human_duration(first),
         human_duration(last),

@@ -533,7 +533,7 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     let stats: DecodeStats = reader.stats().clone();
     let devices = t.devices();
     Ok(Summary {
-        path: info.path.display().to_string(),
+        path: crate::files::shown(&info.path).to_string(),
         program: info.program.clone(),
         pid: info.pid,
         host: info.host.clone(),

@@ -6,7 +6,7 @@
 //! with another one, or with none, is not read (a rebuilt library would give wrong names), and
 //! that is said once per module.
 
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::{TraceReader, printable};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
@@ -273,6 +273,14 @@ fn lookup(path: &str, ran: Option<&str>, probe: u64) -> Named {
 }
 
 fn name(l: &addr2line::Loader, symbols: &Symbols, probe: u64) -> Named {
+    let (function, file, line) = name_raw(l, symbols, probe);
+    // Names come from files a trace points at, which anyone may have written: a control
+    // character in a symbol or a file name would move the reader's terminal.
+    let clean = |s: String| printable(s.as_bytes());
+    (function.map(clean), file.map(clean), line)
+}
+
+fn name_raw(l: &addr2line::Loader, symbols: &Symbols, probe: u64) -> Named {
     // The innermost frame (an inlined function, if any) is the most precise.
     if let Ok(mut frames) = l.find_frames(probe)
         && let Ok(Some(f)) = frames.next()

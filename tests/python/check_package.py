@@ -28,6 +28,26 @@ check("the command is installed beside this Python", os.path.dirname(cmd) == os.
 
 lib = gpushim.library_path()
 check("the shim comes out of the installed command", os.path.isfile(lib) and lib.endswith(".so"), lib)
+check("the shim's path has no link in it", os.path.realpath(lib) == lib, lib)
+
+# A cache folder another user could write is passed over, and nothing is written there.
+open_cache = os.path.join(work, "open-cache")
+os.makedirs(open_cache)
+os.chmod(open_cache, 0o777)
+out = subprocess.run([cmd, "lib"], env=dict(env, XDG_CACHE_HOME=open_cache), capture_output=True, text=True)
+check("an XDG_CACHE_HOME others can write is passed over",
+      out.returncode == 0 and not out.stdout.startswith(open_cache) and os.listdir(open_cache) == [],
+      out.stdout + out.stderr)
+
+# A link planted where the shim goes is replaced by a file of the user's, never followed.
+theirs = os.path.join(work, "theirs.so")
+with open(lib, "rb") as src, open(theirs, "wb") as dst:
+    dst.write(src.read())
+os.remove(lib)
+os.symlink(theirs, lib)
+again = gpushim.library_path()
+check("a link planted where the shim goes is replaced",
+      again == lib and os.path.isfile(lib) and not os.path.islink(lib), again)
 
 
 def fingerprint(root):

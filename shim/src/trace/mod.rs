@@ -232,6 +232,14 @@ fn open_trace() {
         ));
         return;
     }
+    if RECORDER.path() != &path[..len] {
+        say(format_args!(
+            "{} is taken (a file or a link of that name is there); the trace is written to {}",
+            Escaped(&path[..len]),
+            Escaped(RECORDER.path())
+        ));
+    }
+    report_to_run(pid);
     crate::trace::stacks::on_open(
         conf.stacks.native_every(),
         conf.stacks.python(),
@@ -260,6 +268,73 @@ fn open_trace() {
     device_memory::start();
     crate::lifecycle::on_exit(at_exit);
     crate::lifecycle::in_forked_child(forget_after_fork);
+}
+
+/// Under `gpushim run` (`GPUSHIM_RUN_REPORT=FOLDER`, a folder of the user's alone): leaves
+/// in that folder a new file saying which trace this process wrote, as `DEV INO\nPATH` (the
+/// path absolute), so that `run` reads this file and no other one that happens to lie in the
+/// trace's folder. Fixed buffers, no allocation; a note that cannot be written costs only
+/// `run`'s word on this trace.
+fn report_to_run(pid: u32) {
+    use core::fmt::Write;
+    use gpushim_core::fixedfmt::FixedBuf;
+    let Some(folder) = crate::options::Switch::RunReport.value() else {
+        return;
+    };
+    let folder = folder.to_bytes();
+    let Some((dev, ino)) = RECORDER.file_id() else {
+        return;
+    };
+    if folder.is_empty() {
+        return;
+    }
+    let mut name = FixedBuf::<PATH_CAP>::new();
+    name.push_bytes(folder);
+    let _ = write!(
+        name,
+        "/{pid}-{:08x}.trace-note\0",
+        recorder::unguessable_word()
+    );
+    if name.as_bytes().last() != Some(&0) {
+        return;
+    }
+    let mut note = FixedBuf::<{ 2 * PATH_CAP + 64 }>::new();
+    let _ = writeln!(note, "{dev} {ino}");
+    let trace = RECORDER.path();
+    if trace.first() != Some(&b'/') {
+        let mut cwd = [0u8; PATH_CAP];
+        // SAFETY: `cwd` is PATH_CAP writable bytes; getcwd NUL-terminates what it writes.
+        if unsafe { libc::getcwd(cwd.as_mut_ptr().cast(), cwd.len()) }.is_null() {
+            return;
+        }
+        let n = cwd.iter().position(|&b| b == 0).unwrap_or(0);
+        note.push_bytes(&cwd[..n]);
+        note.push_bytes(b"/");
+    }
+    note.push_bytes(trace);
+    // SAFETY: `name` is NUL-terminated (checked above); a new file only, never through a link.
+    let fd = unsafe {
+        libc::open(
+            name.as_bytes().as_ptr().cast(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o600 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return;
+    }
+    let bytes = note.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        // SAFETY: `fd` is open for writing; the pointer and length lie within `bytes`.
+        let n = unsafe { libc::write(fd, bytes[at..].as_ptr().cast(), bytes.len() - at) };
+        if n <= 0 {
+            break;
+        }
+        at += n as usize;
+    }
+    // SAFETY: `fd` was opened above and is closed once.
+    unsafe { libc::close(fd) };
 }
 
 /// The SIGBUS action in place before ours, to hand faults that are not ours to.
@@ -429,7 +504,7 @@ pub fn at_exit() {
                 RECORDER.claimed()
             )),
         }
-    } else if crate::options::Switch::UnderRun.value().is_none() {
+    } else if crate::options::Switch::RunReport.value().is_none() {
         // Under `gpushim run`, which names every trace when the command ends.
         say(format_args!("trace written to {path}"));
     }

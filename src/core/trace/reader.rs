@@ -102,23 +102,27 @@ pub enum ReadError {
 impl fmt::Display for ReadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ReadError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            ReadError::Io(p, e) => write!(
+                f,
+                "{}: {e}",
+                crate::fixedfmt::Escaped(std::os::unix::ffi::OsStrExt::as_bytes(p.as_os_str()))
+            ),
             ReadError::TooShort { path, len } => write!(
                 f,
                 "{}: {len} bytes, shorter than the {HEADER_SIZE}-byte trace header (offset {len}); \
                  the file was cut short or is not a gpushim trace",
-                path.display()
+                crate::fixedfmt::Escaped(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
             ),
             ReadError::BadMagic { path } => write!(
                 f,
                 "{}: not a gpushim trace (offset 0: expected the magic bytes \"GPUSHIM\")",
-                path.display()
+                crate::fixedfmt::Escaped(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
             ),
             ReadError::Version { path, version } => write!(
                 f,
                 "{}: trace format version {version} at offset {}, this gpushim reads version {}; \
                  decode it with the gpushim that wrote it",
-                path.display(),
+                crate::fixedfmt::Escaped(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())),
                 header::VERSION,
                 format::VERSION
             ),
@@ -130,7 +134,7 @@ impl fmt::Display for ReadError {
                 f,
                 "{}: header at offset {} says {record}-byte records and a {h}-byte header, \
                  expected {RECORD_SIZE} and {HEADER_SIZE}: the header is damaged",
-                path.display(),
+                crate::fixedfmt::Escaped(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())),
                 header::RECORD_SIZE
             ),
         }
@@ -440,8 +444,22 @@ impl TraceReader {
     pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
         let path = path.as_ref().to_path_buf();
         let io_err = |e| ReadError::Io(path.clone(), e);
-        let mut file = File::open(&path).map_err(io_err)?;
-        let file_len = file.metadata().map_err(io_err)?.len();
+        // Without blocking: a FIFO named as a trace would stall the command until a writer came.
+        let mut file = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+                .open(&path)
+                .map_err(io_err)?
+        };
+        let meta = file.metadata().map_err(io_err)?;
+        if !meta.is_file() {
+            return Err(io_err(std::io::Error::other(
+                "not a regular file (a trace is one)",
+            )));
+        }
+        let file_len = meta.len();
         if file_len < HEADER_SIZE as u64 {
             return Err(ReadError::TooShort {
                 path,

@@ -32,7 +32,8 @@ use core::sync::atomic::{
     AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU16, AtomicU32, AtomicU64, Ordering,
 };
 pub use naming::{
-    ErrnoText, OpenError, OpenOptions, PatternError, errno_text, expand_pattern, format_int,
+    ErrnoText, OpenError, OpenOptions, PatternError, another_name, errno_text, expand_pattern,
+    format_int, unguessable_word,
 };
 
 /// Bytes mapped at once. A multiple of every page size Linux uses (4 KiB to 64 KiB).
@@ -235,7 +236,8 @@ impl Recorder {
             .is_ok()
     }
 
-    /// Creates the file (0600, `O_EXCL | O_NOFOLLOW`), writes the header and maps the first chunk.
+    /// Creates the file (0600, `O_EXCL | O_NOFOLLOW`; under another name when the one asked for
+    /// is taken, see [`naming::another_name`]), writes the header and maps the first chunk.
     /// The caller must have won [`Recorder::begin_open`].
     pub fn open(&self, o: &OpenOptions<'_>) -> Result<(), OpenError> {
         if self.state.load(Ordering::Relaxed) != OPENING {
@@ -257,14 +259,33 @@ impl Recorder {
         path[o.path.len()] = 0;
         self.path_len.store(o.path.len() as u32, Ordering::Relaxed);
 
-        // SAFETY: `path` is NUL-terminated above; the flags create a new file or fail.
-        let fd = unsafe {
-            libc::open(
-                path.as_ptr().cast(),
-                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o600 as libc::c_uint,
-            )
+        let create = |path: &[u8; PATH_CAP]| {
+            // SAFETY: `path` is NUL-terminated; the flags create a new file or fail.
+            unsafe {
+                libc::open(
+                    path.as_ptr().cast(),
+                    libc::O_RDWR
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_NOFOLLOW
+                        | libc::O_CLOEXEC,
+                    0o600 as libc::c_uint,
+                )
+            }
         };
+        let mut fd = create(path);
+        // A name already there (a file, a link, a name made in advance in a shared folder)
+        // never turns recording off: the trace takes another, unguessable one beside it, which
+        // `path()` then gives.
+        let mut tries = 0;
+        while fd < 0 && last_errno() == libc::EEXIST && tries < naming::OTHER_NAMES {
+            tries += 1;
+            let Some(n) = naming::another_name(o.path, naming::unguessable_word(), path) else {
+                break;
+            };
+            self.path_len.store(n as u32, Ordering::Relaxed);
+            fd = create(path);
+        }
         if fd < 0 {
             return Err(OpenError::Create(last_errno()));
         }
@@ -315,6 +336,21 @@ impl Recorder {
         );
         self.generation.fetch_add(1, Ordering::Release);
         Ok(())
+    }
+
+    /// The device and inode of the open trace's file (what `gpushim run` checks the file it
+    /// reads against), or `None` when it is not open.
+    pub fn file_id(&self) -> Option<(u64, u64)> {
+        if !self.is_ready() {
+            return None;
+        }
+        // SAFETY: an all-zero stat is a valid out-value.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: `fd` is the trace's open descriptor; `st` is a valid out-pointer.
+        if unsafe { libc::fstat(self.fd.load(Ordering::Relaxed), &mut st) } != 0 {
+            return None;
+        }
+        Some((st.st_dev, st.st_ino))
     }
 
     /// The path of the open trace (empty before it was opened).

@@ -175,3 +175,51 @@ pub fn format_int(v: i64, buf: &mut [u8; 24]) -> &[u8] {
     }
     &buf[i..]
 }
+
+/// How many other names a trace tries when its name is taken.
+pub const OTHER_NAMES: u32 = 16;
+
+/// `path` with `.XXXXXXXX` (eight hex digits of `word`) before its `.trace` ending, or after
+/// it when it has none: the name a trace takes when its own is already there (a file, a link,
+/// a name someone made in advance in a shared folder). Its length, or `None` when it does not
+/// fit `out`.
+pub fn another_name(path: &[u8], word: u32, out: &mut [u8; PATH_CAP]) -> Option<usize> {
+    const END: &[u8] = b".trace";
+    let (stem, end) = match path.strip_suffix(END) {
+        Some(stem) if !stem.ends_with(b"/") && !stem.is_empty() => (stem, END),
+        _ => (path, &b""[..]),
+    };
+    let len = stem.len() + 9 + end.len();
+    if len >= PATH_CAP {
+        return None;
+    }
+    out[..stem.len()].copy_from_slice(stem);
+    out[stem.len()] = b'.';
+    for i in 0..8 {
+        let digit = ((word >> (28 - 4 * i)) & 0xf) as u8;
+        out[stem.len() + 1 + i] = if digit < 10 {
+            b'0' + digit
+        } else {
+            b'a' + digit - 10
+        };
+    }
+    out[stem.len() + 9..len].copy_from_slice(end);
+    out[len] = 0;
+    Some(len)
+}
+
+/// 32 bits no other user can guess: from the kernel's random source, else the clock mixed
+/// with the process and thread ids (never blocks, never allocates).
+pub fn unguessable_word() -> u32 {
+    let mut w = [0u8; 4];
+    // SAFETY: `w` is 4 writable bytes; GRND_NONBLOCK never waits for entropy.
+    let n = unsafe { libc::getrandom(w.as_mut_ptr().cast(), 4, libc::GRND_NONBLOCK) };
+    if n == 4 {
+        return u32::from_le_bytes(w);
+    }
+    let t = super::clock_ns(libc::CLOCK_MONOTONIC);
+    // SAFETY: getpid and gettid have no preconditions.
+    let ids = unsafe { (libc::getpid() as u64) << 32 | libc::gettid() as u64 };
+    let mixed = (t ^ ids).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    (mixed >> 32) as u32
+}

@@ -44,3 +44,57 @@ fn ints_format_in_decimal() {
     assert_eq!(format_int(-12, &mut b), b"-12");
     assert_eq!(format_int(i64::MAX, &mut b), b"9223372036854775807");
 }
+
+#[test]
+fn another_name_goes_before_the_trace_ending() {
+    let mut out = [0u8; PATH_CAP];
+    let n = another_name(b"/d/gpushim-python.42.trace", 0x00c0_ffee, &mut out).unwrap();
+    assert_eq!(&out[..n], b"/d/gpushim-python.42.00c0ffee.trace");
+    assert_eq!(out[n], 0);
+    let n = another_name(b"/d/run", 0xdead_beef, &mut out).unwrap();
+    assert_eq!(&out[..n], b"/d/run.deadbeef");
+    // A name that is only the ending keeps it whole.
+    let n = another_name(b"/d/.trace", 1, &mut out).unwrap();
+    assert_eq!(&out[..n], b"/d/.trace.00000001");
+    assert!(another_name(&[b'x'; PATH_CAP - 9], 1, &mut out).is_none());
+    assert_ne!(unguessable_word(), unguessable_word());
+}
+
+/// A name someone made in advance (a file, a link to a file of the reader's) never stops the
+/// trace and is never written through: the trace takes another name beside it.
+#[test]
+fn a_taken_name_gives_the_trace_another_name() {
+    let dir = std::env::temp_dir().join(format!("gpushim-taken-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let victim = dir.join("victim");
+    std::fs::write(&victim, b"keep").unwrap();
+    let name = dir.join("t.trace");
+    std::os::unix::fs::symlink(&victim, &name).unwrap();
+    let path = name.to_str().unwrap().as_bytes();
+    let r = Box::new(Recorder::new());
+    assert!(r.begin_open());
+    r.open(&OpenOptions {
+        path,
+        pid: 1,
+        rank: 0,
+        host: b"h",
+        program: b"p",
+        cmdline: b"p\0",
+        env: b"",
+        trace_max: 1 << 20,
+        ring: false,
+    })
+    .unwrap();
+    let got = std::str::from_utf8(r.path()).unwrap().to_string();
+    assert_ne!(got.as_bytes(), path);
+    assert!(got.starts_with(dir.join("t.").to_str().unwrap()) && got.ends_with(".trace"));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"keep");
+    let meta = std::fs::symlink_metadata(&got).unwrap();
+    assert!(meta.is_file());
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(r.file_id(), Some((meta.dev(), meta.ino())));
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    drop(r);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
