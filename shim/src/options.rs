@@ -68,6 +68,11 @@ pub enum Foreign {
     /// PyTorch's allocator settings, kept in the trace's header for `simulate --torch`.
     PytorchAllocConf,
     PytorchCudaAllocConf,
+    /// `CUBLAS_WORKSPACE_CONFIG` and `CUBLASLT_WORKSPACE_SIZE`: the sizes of the workspaces
+    /// PyTorch allocates for cuBLAS through its own allocator, kept in the trace's header so
+    /// the reports tell them from the tensors (`docs/kinds.md`).
+    CublasWorkspaceConfig,
+    CublasLtWorkspaceSize,
 }
 
 impl Foreign {
@@ -79,6 +84,8 @@ impl Foreign {
             Foreign::XlaAllocator => c"XLA_PYTHON_CLIENT_ALLOCATOR",
             Foreign::PytorchAllocConf => c"PYTORCH_ALLOC_CONF",
             Foreign::PytorchCudaAllocConf => c"PYTORCH_CUDA_ALLOC_CONF",
+            Foreign::CublasWorkspaceConfig => c"CUBLAS_WORKSPACE_CONFIG",
+            Foreign::CublasLtWorkspaceSize => c"CUBLASLT_WORKSPACE_SIZE",
         }
     }
 

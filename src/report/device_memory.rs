@@ -4,8 +4,8 @@
 //! memory: NVML's figure less the rest), at NVML's peak and at exit. Across the traces of a job:
 //! which rank came closest to its device's limit.
 
-use super::live::{Replay, replay_until};
-use super::owners::{OwnerBytes, held_by_owner};
+use super::live::Replay;
+use super::owners::{OwnerBytes, held_by_owner_kinds};
 use super::units::{human_bytes, human_duration};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
@@ -71,8 +71,9 @@ pub fn reckon(
         let at_peak = match peaks.get(&device) {
             Some(p) => {
                 let mut reader = TraceReader::open_with(path, opts)?;
-                let rp = replay_until(&mut reader, p.record);
-                split(device, f.peak, p.time_ns, &held_by_owner(&reader, &rp))
+                let (rp, kinds) = super::kinds::replay_with_kinds(&mut reader, p.record);
+                let held = held_by_owner_kinds(&reader, &rp, &|ptr, _| kinds.get(&ptr).copied());
+                split(device, f.peak, p.time_ns, &held)
             }
             None => at_exit.clone(),
         };

@@ -16,6 +16,10 @@ use std::path::Path;
 #[derive(Clone, Debug, Serialize)]
 pub struct Growth {
     pub call_site: String,
+    /// What the line's tensors are (PyTorch's tensors only): an activation kept alive by a
+    /// metric reads differently from a cache of inputs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<super::kinds::Kind>,
     /// Median growth between consecutive iteration boundaries.
     pub bytes_per_iteration: u64,
     pub live_at_first_boundary: u64,
@@ -172,6 +176,9 @@ pub struct Leaks {
     pub boundary_not_found: Option<Vec<String>>,
     pub live_at_exit_bytes: u64,
     pub live_at_exit: Vec<Holder>,
+    /// PyTorch's tensors live at exit by kind, each kind's call sites under it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub live_at_exit_by_kind: Vec<super::kinds::KindHolders>,
     pub iterations: Option<Iterations>,
     pub clean_exit: bool,
     /// The process still runs: what is live is what is live now, not at exit.
@@ -232,6 +239,7 @@ fn growing_sites(
     series: &[HashMap<u64, u64>],
     ordinals: &[u64],
     together: &FreedTogether,
+    tensors: bool,
 ) -> Vec<Growth> {
     let mut growing = Vec::new();
     if series.len() < 3 {
@@ -267,8 +275,17 @@ fn growing_sites(
             .collect();
         if let Some(per_iteration) = steady_growth(&s, ordinals) {
             ids.push(i as u64);
+            // A tensor that grows a line outlived the run that made it: its phase's kind.
+            let kind = keys
+                .iter()
+                .find(|&&k| crate::trace::live::size_key_parts(k).is_none())
+                .filter(|_| tensors)
+                .map(|&k| super::kinds::phase_of_stack(reader, k))
+                .map(super::kinds::Phase::lasting)
+                .filter(|&k| k != super::kinds::Kind::Unknown);
             growing.push(Growth {
                 call_site: label.clone(),
+                kind,
                 bytes_per_iteration: per_iteration,
                 live_at_first_boundary: s[0],
                 live_at_last_boundary: s[s.len() - 1],
@@ -329,7 +346,9 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     let mut samples: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
     let mut seen = 0u64;
     let mut together = FreedTogether::default();
-    let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
+    let mut kinds = super::kinds::Kinds::default();
+    let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
+        kinds.observe(reader, r);
         if rp.restoring || r.kind == RecordKind::Restore {
             return;
         }
@@ -381,7 +400,13 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         count: seen,
         live_at_boundaries: totals.clone(),
         boundary_times_ns: times.clone(),
-        growing: growing_sites(&reader, &series, &ordinals, &together),
+        growing: growing_sites(
+            &reader,
+            &series,
+            &ordinals,
+            &together,
+            rp.tensors.recorded(),
+        ),
     });
     let boundary_not_found = boundary.filter(|_| chosen_missing).map(|_| {
         let mut seen: Vec<String> = name_ids
@@ -392,9 +417,17 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         seen.dedup();
         seen
     });
+    let tensors: Vec<(super::kinds::Kind, &crate::trace::live::Live)> = rp
+        .live
+        .iter()
+        .filter(|(_, l)| l.api == crate::trace::format::Api::Torch as u8)
+        .map(|(&p, l)| (kinds.lasting(&reader, p, l.stack), l))
+        .collect();
+    let live_at_exit_by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(&reader, k));
     Ok(Leaks {
         boundary_not_found,
         live_at_exit_bytes: rp.total_live(),
+        live_at_exit_by_kind,
         live_at_exit: holders(rp.all_live(), None, site_key, |k| site_label(&reader, k)),
         iterations,
         clean_exit: reader.info().clean_exit,
@@ -485,10 +518,11 @@ pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
 fn render_growth(o: &mut String, g: &Growth) {
     let _ = writeln!(
         o,
-        "  grows {} per iteration ({} -> {})  {}",
+        "  grows {} per iteration ({} -> {}){}  {}",
         human_bytes(g.bytes_per_iteration),
         human_bytes(g.live_at_first_boundary),
         human_bytes(g.live_at_last_boundary),
+        g.kind.map_or(String::new(), |k| format!(", {}", k.name())),
         g.call_site
     );
     for k in g.kept_with.iter().take(KEPT_WITH_SHOWN) {
@@ -542,6 +576,14 @@ pub fn render_leaks(
                 o,
                 "the trace is incomplete: {cut}; this report covers what it holds"
             );
+        }
+        if !l.live_at_exit_by_kind.is_empty() {
+            let kinds: Vec<String> = l
+                .live_at_exit_by_kind
+                .iter()
+                .map(|k| format!("{} {}", k.kind.name(), human_bytes(k.bytes)))
+                .collect();
+            let _ = writeln!(o, "  PyTorch's tensors by kind: {}", kinds.join(", "));
         }
         o.push_str(&holders_text_all(&l.live_at_exit, top, "  "));
         if let Some(seen) = &l.boundary_not_found {

@@ -8,6 +8,7 @@
 pub mod device_memory;
 pub mod holds;
 pub mod job;
+pub mod kinds;
 pub mod leaks;
 pub mod live;
 pub mod oom;

@@ -1,9 +1,11 @@
 //! `oom`: each failed allocation, with what the device held at that moment.
 
+use super::kinds::{ByKind, Kinds};
 use super::live::{Replay, replay_each};
 use super::sites::holders_text;
 use super::sites::{Holder, holders, site_label};
 use super::units::{self, human_bytes};
+use crate::trace::format::Api;
 use crate::trace::format::DEVICE_UNKNOWN;
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
@@ -33,11 +35,14 @@ pub struct Oom {
     /// Where the failed request was made (its stack: the Python line of a tensor), when the
     /// trace has it.
     pub request_site: Option<String>,
+    /// PyTorch's tensors live at the failure, by kind (a tensor of the phase still running
+    /// counts as what that phase keeps: at an out-of-memory nothing more of it is known).
+    pub by_kind: ByKind,
     pub holders: Vec<Holder>,
 }
 
 /// A failed request of record `r`, with what device `r.device` held at that moment.
-fn failed_request(reader: &TraceReader, rp: &Replay, r: &Record) -> Oom {
+fn failed_request(reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) -> Oom {
     let device = if r.device == DEVICE_UNKNOWN {
         0
     } else {
@@ -52,6 +57,17 @@ fn failed_request(reader: &TraceReader, rp: &Replay, r: &Record) -> Oom {
         |k| site_label(reader, k),
     );
     h.truncate(10);
+    let by_kind = ByKind::of(
+        rp.live
+            .iter()
+            .filter(|(_, l)| l.device == device && l.api == Api::Torch as u8)
+            .map(|(&p, l)| {
+                let k = kinds
+                    .so_far(p)
+                    .unwrap_or_else(|| kinds.lasting(reader, p, l.stack));
+                (k, l.size)
+            }),
+    );
     Oom {
         time_ns: r.time_ns,
         api: r.api.name().to_string(),
@@ -65,6 +81,7 @@ fn failed_request(reader: &TraceReader, rp: &Replay, r: &Record) -> Oom {
         limit_hit: false,
         device_free_bytes: rp.facts.mem_info.get(&device).map(|m| m.0),
         request_site: None,
+        by_kind,
         holders: h,
     }
 }
@@ -77,87 +94,92 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
     // allocation, which a framework's out-of-memory event right after explains.
     let mut site_for: HashMap<u16, usize> = HashMap::new();
     let mut failed_on: HashMap<u16, usize> = HashMap::new();
-    replay_each(path, opts, |reader, rp, r, _| match r.kind {
-        RecordKind::Restore => {}
-        // A failure the checkpoint of a ring trace kept, with what was live then.
-        _ if rp.restoring => {
-            if crate::trace::summary::is_failure(r)
-                && let Some(s) = rp.snapshots.last().filter(|s| s.failure)
-            {
-                let mut holders = super::sites::snapshot_holders(
-                    &s.holdings,
-                    |h| h.stack,
-                    |k| site_label(reader, k),
-                );
-                holders.truncate(10);
-                out.push(Oom {
-                    time_ns: r.time_ns,
-                    api: r.api.name().to_string(),
-                    status: if r.status == 0 { 2 } else { r.status },
-                    device: s.device,
-                    requested_bytes: r.size,
-                    live_bytes: s.live,
-                    reserved_bytes: s.reserved,
-                    cached_bytes: s.reserved.saturating_sub(s.live),
-                    largest_free_block: s.largest_free_block,
-                    limit_hit: false,
-                    device_free_bytes: if r.kind == RecordKind::TensorOom {
-                        Some(r.ptr)
-                    } else {
-                        s.device_free
-                    },
-                    request_site: None,
-                    holders,
+    let mut kinds = Kinds::default();
+    replay_each(path, opts, |reader, rp, r, _| {
+        kinds.observe(reader, r);
+        match r.kind {
+            RecordKind::Restore => {}
+            // A failure the checkpoint of a ring trace kept, with what was live then.
+            _ if rp.restoring => {
+                if crate::trace::summary::is_failure(r)
+                    && let Some(s) = rp.snapshots.last().filter(|s| s.failure)
+                {
+                    let mut holders = super::sites::snapshot_holders(
+                        &s.holdings,
+                        |h| h.stack,
+                        |k| site_label(reader, k),
+                    );
+                    holders.truncate(10);
+                    out.push(Oom {
+                        time_ns: r.time_ns,
+                        api: r.api.name().to_string(),
+                        status: if r.status == 0 { 2 } else { r.status },
+                        device: s.device,
+                        requested_bytes: r.size,
+                        live_bytes: s.live,
+                        reserved_bytes: s.reserved,
+                        cached_bytes: s.reserved.saturating_sub(s.live),
+                        largest_free_block: s.largest_free_block,
+                        limit_hit: false,
+                        device_free_bytes: if r.kind == RecordKind::TensorOom {
+                            Some(r.ptr)
+                        } else {
+                            s.device_free
+                        },
+                        request_site: None,
+                        by_kind: ByKind::default(),
+                        holders,
+                    });
+                    site_for.insert(r.thread, out.len() - 1);
+                } else if r.kind == RecordKind::StackRef
+                    && let Some(i) = site_for.remove(&r.thread)
+                {
+                    out[i].request_site = Some(site_label(reader, r.ptr));
+                }
+            }
+            RecordKind::LimitHit => {
+                limit_pending.insert(r.thread, true);
+            }
+            RecordKind::StackRef => {
+                if let Some(i) = site_for.remove(&r.thread) {
+                    out[i].request_site = Some(site_label(reader, r.ptr));
+                }
+            }
+            // The framework could not get memory for a tensor: the failed segment request just
+            // before on the thread (if the trace has it) becomes this request, with its line.
+            RecordKind::TensorOom => {
+                let i = failed_on.remove(&r.thread).unwrap_or_else(|| {
+                    out.push(failed_request(reader, rp, &kinds, r));
+                    out.len() - 1
                 });
-                site_for.insert(r.thread, out.len() - 1);
-            } else if r.kind == RecordKind::StackRef
-                && let Some(i) = site_for.remove(&r.thread)
+                let o = &mut out[i];
+                o.api = r.api.name().to_string();
+                o.requested_bytes = r.size;
+                o.device_free_bytes = Some(r.ptr);
+                site_for.insert(r.thread, i);
+            }
+            RecordKind::Alloc
+            | RecordKind::AllocAsync
+            | RecordKind::ManagedAlloc
+            | RecordKind::TensorAlloc
+                if r.status == 0 =>
             {
-                out[i].request_site = Some(site_label(reader, r.ptr));
-            }
-        }
-        RecordKind::LimitHit => {
-            limit_pending.insert(r.thread, true);
-        }
-        RecordKind::StackRef => {
-            if let Some(i) = site_for.remove(&r.thread) {
-                out[i].request_site = Some(site_label(reader, r.ptr));
-            }
-        }
-        // The framework could not get memory for a tensor: the failed segment request just
-        // before on the thread (if the trace has it) becomes this request, with its line.
-        RecordKind::TensorOom => {
-            let i = failed_on.remove(&r.thread).unwrap_or_else(|| {
-                out.push(failed_request(reader, rp, r));
-                out.len() - 1
-            });
-            let o = &mut out[i];
-            o.api = r.api.name().to_string();
-            o.requested_bytes = r.size;
-            o.device_free_bytes = Some(r.ptr);
-            site_for.insert(r.thread, i);
-        }
-        RecordKind::Alloc
-        | RecordKind::AllocAsync
-        | RecordKind::ManagedAlloc
-        | RecordKind::TensorAlloc
-            if r.status == 0 =>
-        {
-            failed_on.remove(&r.thread);
-            site_for.remove(&r.thread);
-        }
-        RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
-            if r.status != 0 && r.size > 0 =>
-        {
-            let mut o = failed_request(reader, rp, r);
-            o.limit_hit = limit_pending.remove(&r.thread).unwrap_or(false);
-            out.push(o);
-            site_for.insert(r.thread, out.len() - 1);
-            failed_on.insert(r.thread, out.len() - 1);
-        }
-        _ => {
-            if !r.kind.is_definition() {
+                failed_on.remove(&r.thread);
                 site_for.remove(&r.thread);
+            }
+            RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
+                if r.status != 0 && r.size > 0 =>
+            {
+                let mut o = failed_request(reader, rp, &kinds, r);
+                o.limit_hit = limit_pending.remove(&r.thread).unwrap_or(false);
+                out.push(o);
+                site_for.insert(r.thread, out.len() - 1);
+                failed_on.insert(r.thread, out.len() - 1);
+            }
+            _ => {
+                if !r.kind.is_definition() {
+                    site_for.remove(&r.thread);
+                }
             }
         }
     })?;
@@ -218,6 +240,9 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
         if let Some(why) = unused_room(o) {
             let _ = writeln!(out, "  {why}");
         }
+        if !o.by_kind.0.is_empty() {
+            let _ = writeln!(out, "  PyTorch's tensors by kind: {}", o.by_kind.line());
+        }
         let _ = writeln!(out, "  holding the most:");
         out.push_str(&holders_text(&o.holders, 5, "    "));
     }
@@ -242,6 +267,7 @@ mod tests {
             limit_hit: true,
             device_free_bytes: None,
             request_site: None,
+            by_kind: ByKind::default(),
             holders: Vec::new(),
         }
     }

@@ -2,6 +2,7 @@
 //! which the caller's return address lies (the trace's `Caller` records), or the framework for
 //! its tensors.
 
+use super::kinds::Kind;
 use super::live::{Live, Replay};
 use crate::trace::format::{Api, RecordKind};
 use crate::trace::reader::TraceReader;
@@ -108,9 +109,29 @@ pub const CREATED_POOLS_UNUSED: &str = "the program's CUDA pools, unused";
 /// What each owner holds per device now: the live allocations by owner, and the framework's
 /// cache beyond its tensors (`PyTorch's cache, unused`), largest first on each device.
 pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
+    held_by_owner_kinds(reader, rp, &|_, _| None)
+}
+
+/// [`held_by_owner`], PyTorch's tensors split by kind where `kind` knows a tensor's (by its
+/// address): `PyTorch tensors: activations`, ..., listed first on each device in the kinds'
+/// order.
+pub fn held_by_owner_kinds(
+    reader: &TraceReader,
+    rp: &Replay,
+    kind: &dyn Fn(u64, &Live) -> Option<Kind>,
+) -> Vec<OwnerBytes> {
     let mut by: BTreeMap<(u8, String), (u64, u64)> = BTreeMap::new();
-    for l in rp.all_live() {
-        let e = by.entry((l.device, owner_of(reader, l))).or_default();
+    let all = rp
+        .live
+        .iter()
+        .map(|(&p, l)| (p, l))
+        .chain(rp.physical.values().map(|l| (0, l)));
+    for (p, l) in all {
+        let owner = match kind(p, l) {
+            Some(k) if l.api == Api::Torch as u8 => tensors_of_kind(k),
+            _ => owner_of(reader, l),
+        };
+        let e = by.entry((l.device, owner)).or_default();
         e.0 = e.0.saturating_add(l.size);
         e.1 += 1;
     }
@@ -157,8 +178,24 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
             allocations,
         })
         .collect();
-    out.sort_by(|a, b| a.device.cmp(&b.device).then(b.bytes.cmp(&a.bytes)));
+    let rank = |o: &OwnerBytes| {
+        Kind::ALL
+            .iter()
+            .position(|&k| o.owner == tensors_of_kind(k))
+            .unwrap_or(Kind::ALL.len())
+    };
+    out.sort_by(|a, b| {
+        a.device
+            .cmp(&b.device)
+            .then(rank(a).cmp(&rank(b)))
+            .then(b.bytes.cmp(&a.bytes))
+    });
     out
+}
+
+/// The owner's name of PyTorch's tensors of kind `k`.
+pub fn tensors_of_kind(k: Kind) -> String {
+    format!("PyTorch tensors: {}", k.name())
 }
 
 #[cfg(test)]

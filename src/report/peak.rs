@@ -1,9 +1,11 @@
 //! `peak`: the moment of most live memory on each device, and who held it then.
 
-use super::live::{Change, replay_each, replay_until};
+use super::kinds::{Kind, KindHolders};
+use super::live::{Change, Live, replay_each};
 use super::sites::holders_text_all;
 use super::sites::{Holder, holders, merge_holders, range_label, site_label};
 use super::units::{self, human_bytes};
+use crate::trace::format::Api;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -16,6 +18,9 @@ pub struct Peak {
     pub live_bytes: u64,
     pub reserved_bytes: u64,
     pub time_ns: u64,
+    /// PyTorch's tensors live at the peak by kind, each kind's call sites under it (empty
+    /// without the framework's tensors, or for a peak a checkpoint kept).
+    pub by_kind: Vec<KindHolders>,
     pub by_call_site: Vec<Holder>,
     pub by_range: Vec<Holder>,
     /// Live allocations at the peak, with their stacks (for flame graphs).
@@ -94,8 +99,15 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
     }
     for (&device, &(_, at, peak_time)) in &best {
         let mut reader = TraceReader::open_with(path, opts)?;
-        let rp = replay_until(&mut reader, at);
+        let (rp, kinds) = super::kinds::replay_with_kinds(&mut reader, at);
         let in_order = rp.live_in_order();
+        let tensors: Vec<(Kind, &Live)> = rp
+            .live
+            .iter()
+            .filter(|(_, l)| l.device == device && l.api == Api::Torch as u8)
+            .map(|(p, l)| (kinds.get(p).copied().unwrap_or(Kind::Unknown), l))
+            .collect();
+        let by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(&reader, k));
         let stacks = in_order
             .iter()
             .map(|&(_, l)| l)
@@ -112,6 +124,7 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
             reserved_bytes: rp.reserved_on(device),
             // The allocation that made the peak, not the stack records read after it.
             time_ns: peak_time,
+            by_kind,
             by_call_site: holders(
                 rp.all_live(),
                 Some(device),
@@ -159,6 +172,7 @@ fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak
         live_bytes: s.live,
         reserved_bytes: s.reserved,
         time_ns: s.time_ns,
+        by_kind: Vec::new(),
         by_call_site: super::sites::snapshot_holders(
             &s.holdings,
             |h| h.stack,
@@ -238,6 +252,20 @@ pub fn render_peaks(
                 units::human_duration(p.time_ns),
                 human_bytes(p.reserved_bytes)
             );
+            if !p.by_kind.is_empty() {
+                let _ = writeln!(o, "  PyTorch's tensors by kind, then call site:");
+                for k in &p.by_kind {
+                    let _ = writeln!(
+                        o,
+                        "    {} {} ({} tensor{})",
+                        k.kind.name(),
+                        human_bytes(k.bytes),
+                        k.tensors,
+                        if k.tensors == 1 { "" } else { "s" }
+                    );
+                    o.push_str(&holders_text_all(&k.by_call_site, top.min(5), "      "));
+                }
+            }
             let _ = writeln!(o, "  by call site:");
             o.push_str(&holders_text_all(&p.by_call_site, top, "    "));
             let _ = writeln!(o, "  by NVTX range:");

@@ -1,9 +1,10 @@
 //! `gpushim summary`: calls, bytes and failures per API, peak live memory per device, and the
 //! health of the trace itself (torn, lost, truncated, damaged).
 
+use super::kinds::Kind;
 use super::live::Replay;
 use super::units::{human_bytes, human_duration};
-use crate::trace::format::{Record, RecordKind};
+use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
 use crate::trace::summary::is_allocating;
 use serde::Serialize;
@@ -64,6 +65,13 @@ pub struct FrameworkMemory {
     pub segments_given_back: u64,
     /// Requests the framework's allocator could not serve for lack of memory.
     pub ooms: u64,
+    /// The live tensors by kind at their peak (`allocated_peak_bytes`), and at exit; empty
+    /// where the kinds cannot be told (the peak lay before a ring's records).
+    pub kinds_at_peak: super::kinds::ByKind,
+    pub kinds_at_exit: super::kinds::ByKind,
+    /// The most bytes of activations live at once (as a backward began: what the forward left
+    /// for it), which may come before or after the tensors' peak; 0 with no backward.
+    pub activations_peak_bytes: u64,
 }
 
 /// What the shim's pool did on one device (its own records): how often it went to the device
@@ -516,12 +524,54 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
     let mut reader = TraceReader::open_with(path, opts)?;
     let info: TraceInfo = reader.info().clone();
     let mut t = Tally::new();
+    let mut kinds = super::kinds::Kinds::default();
+    // Per device: the tensors' peak so far and the record that reached it.
+    let mut tensor_peaks: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
+    let mut read = 0u64;
     while let Some(r) = reader.next() {
+        read += 1;
         t.take(&reader, &r);
+        kinds.observe(&reader, &r);
+        if r.kind == RecordKind::TensorAlloc && !t.live.restoring {
+            let d = if r.device == crate::trace::format::DEVICE_UNKNOWN {
+                0
+            } else {
+                r.device
+            };
+            let live = t.live.tensors.live_on(d);
+            let e = tensor_peaks.entry(d).or_default();
+            if live > e.0 {
+                *e = (live, read);
+            }
+        }
     }
     t.add_checkpoint_counts();
     t.framework_at_end();
-    let held_at_exit = super::owners::held_by_owner(&reader, &t.live);
+    let lasting = |p: u64, l: &super::live::Live| Some(kinds.lasting(&reader, p, l.stack));
+    for f in t.framework.values_mut() {
+        f.activations_peak_bytes = kinds.activation_peaks().get(&f.device).map_or(0, |p| p.0);
+        f.kinds_at_exit = super::kinds::ByKind::of(
+            t.live
+                .live
+                .iter()
+                .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
+                .filter_map(|(&p, l)| Some((lasting(p, l)?, l.size))),
+        );
+        // The peak as the ring's records show it (not one a checkpoint kept from before).
+        if let Some(&(bytes, at)) = tensor_peaks.get(&f.device)
+            && bytes == f.allocated_peak_bytes
+        {
+            let mut again = TraceReader::open_with(path, opts)?;
+            let (rp, by_ptr) = super::kinds::replay_with_kinds(&mut again, at);
+            f.kinds_at_peak = super::kinds::ByKind::of(
+                rp.live
+                    .iter()
+                    .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
+                    .map(|(p, l)| (by_ptr.get(p).copied().unwrap_or(Kind::Unknown), l.size)),
+            );
+        }
+    }
+    let held_at_exit = super::owners::held_by_owner_kinds(&reader, &t.live, &lasting);
     let device_memory = super::device_memory::reckon(
         path,
         opts,
@@ -667,6 +717,23 @@ impl Summary {
                 f.segments_given_back,
                 f.ooms
             );
+            if !f.kinds_at_peak.0.is_empty() {
+                let _ = writeln!(
+                    o,
+                    "  tensors by kind at their peak: {}",
+                    f.kinds_at_peak.line()
+                );
+            }
+            if f.activations_peak_bytes > 0 {
+                let _ = writeln!(
+                    o,
+                    "  activations at their most: {} (as a backward began)",
+                    human_bytes(f.activations_peak_bytes)
+                );
+            }
+            if !f.kinds_at_exit.0.is_empty() {
+                let _ = writeln!(o, "  tensors by kind at exit: {}", f.kinds_at_exit.line());
+            }
         }
     }
 

@@ -12,7 +12,8 @@
 // returns the first. standin_forward_mm(size) is an op of a forward: it makes an MmBackward0
 // node (taking the thread's next sequence number), then allocates its output (the caller's
 // Python line records the number after it), and keeps the node; standin_backward_kept(size)
-// then runs every kept node on an engine thread, each allocating `size` bytes.
+// then runs every kept node on an engine thread, each allocating `size` bytes;
+// standin_backward_one(size) one node, one tensor (below).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -86,4 +87,17 @@ extern "C" __attribute__((visibility("default"))) void *standin_backward(size_t 
   });
   engine.join();
   return first;
+}
+
+// standin_backward_one(size): one MmBackward0 on an engine thread allocates one tensor of
+// `size` bytes and returns it (a gradient, or a temporary the caller frees).
+extern "C" __attribute__((visibility("default"))) void *standin_backward_one(size_t size) {
+  void *out = nullptr;
+  std::thread engine([&] {
+    current_evaluating_node = std::make_shared<generated::MmBackward0>();
+    out = current_evaluating_node->apply(size);
+    current_evaluating_node.reset();
+  });
+  engine.join();
+  return out;
 }

@@ -438,7 +438,12 @@ fn rank() -> i32 {
 fn settings_kept(buf: &mut [u8]) -> usize {
     use crate::options::Foreign;
     let mut n = 0;
-    for f in [Foreign::PytorchAllocConf, Foreign::PytorchCudaAllocConf] {
+    for f in [
+        Foreign::PytorchAllocConf,
+        Foreign::PytorchCudaAllocConf,
+        Foreign::CublasWorkspaceConfig,
+        Foreign::CublasLtWorkspaceSize,
+    ] {
         let Some(v) = f.value() else {
             continue;
         };

@@ -1,0 +1,33 @@
+"""The stand-in allocator's calls: tensors from the c10 stand-in, and a backward pass's tensor
+from the libtorch_cpu stand-in's engine thread."""
+import ctypes
+
+_lib = None
+_autograd = None
+
+
+def load(autograd_path, c10_path):
+    global _lib, _autograd
+    _autograd = ctypes.CDLL(autograd_path)
+    _lib = ctypes.CDLL(c10_path)
+    _lib.standin_malloc.restype = ctypes.c_void_p
+    _lib.standin_malloc.argtypes = (ctypes.c_size_t,)
+    _lib.standin_free.argtypes = (ctypes.c_void_p,)
+    _autograd.standin_backward_one.restype = ctypes.c_void_p
+    _autograd.standin_backward_one.argtypes = (ctypes.c_size_t,)
+
+
+def empty(n):
+    p = _lib.standin_malloc(n)
+    assert p, "out of memory"
+    return p
+
+
+def free(p):
+    _lib.standin_free(p)
+
+
+def backward_tensor(n):
+    p = _autograd.standin_backward_one(n)
+    assert p, "out of memory"
+    return p

@@ -1,0 +1,55 @@
+"""A training loop whose memory by kind is known exactly, on the stand-ins for PyTorch
+(tests/kinds.rs): two layers of 4 MiB parameters and a 2 MiB buffer made by moving the model,
+per step a 1 MiB batch, per layer a 512 KiB temporary and a 3 MiB activation in the forward,
+the loss's 256 KiB gradient and 4 MiB gradients from the backward (a temporary after the first step, added in place), 8 MiB of
+optimizer state per layer and a 1 MiB temporary in each step; a 128 KiB loss computed in the
+loop (outside any module), kept until the step ends; and, at the first layer's first forward,
+a 1 MiB workspace kept for the whole run (as PyTorch's for cuBLASLt). With `leak`, the program
+keeps each step's last activation in a list (a metric holding its graph).
+
+usage: train.py LIBTORCH_CPU LIBC10_CUDA STEPS [leak]"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from torch import _standin  # noqa: E402
+
+_standin.load(sys.argv[1], sys.argv[2])
+
+import torch.autograd  # noqa: E402
+from torch.nn.modules.linear import Linear  # noqa: E402
+from torch.nn.modules.module import Module  # noqa: E402
+from torch.optim.adam import Adam  # noqa: E402
+
+MiB = 1 << 20
+
+
+class Net(Module):
+    def __init__(self):
+        self.layers = [Linear(4 * MiB), Linear(4 * MiB)]
+
+    def forward(self, x, saved):
+        for layer in self.layers:
+            x = layer(x, saved)
+        return x
+
+
+model = Net()
+model.to(2 * MiB)
+opt = Adam(model.layers, 8 * MiB)
+steps = int(sys.argv[3])
+leak = len(sys.argv) > 4 and sys.argv[4] == "leak"
+kept = []
+for step in range(steps):
+    x = _standin.empty(1 * MiB)
+    saved = []
+    out = model(x, saved)
+    loss = _standin.empty(128 * 1024)  # a loss computed outside any module
+    if leak:
+        kept.append(out)
+    torch.autograd.backward(saved, model.layers, 4 * MiB, keep=kept)
+    opt.step()
+    _standin.free(loss)
+    _standin.free(x)
+print("trained", steps)

@@ -1,0 +1,165 @@
+//! Memory by kind on the PyTorch stand-in, against a program whose truth is known to the byte
+//! (`tests/clients/kinds/train.py`: the same file paths and function names as PyTorch's
+//! package, tensors from the stand-in allocator, gradients from its autograd engine thread).
+//! Parameters 10 MiB (two 4 MiB layers built, a 2 MiB buffer made by moving the model),
+//! gradients 8 MiB, optimizer state 16 MiB, a 1 MiB cuBLASLt-sized workspace; at the peak (the
+//! loss's gradient, first tensor of the second step's backward) also 6 MiB of activations and
+//! the 128 KiB loss computed outside any module, that 256 KiB temporary and the 1 MiB batch;
+//! the other temporaries of the forward, the backward and the optimizer are freed within their
+//! phase.
+
+mod common;
+use common::*;
+use std::path::Path;
+
+const MIB: u64 = 1 << 20;
+
+fn train(tag: &str, steps: u32, leak: bool) -> TestFile {
+    let t = tempdir(tag).file("kinds.trace");
+    let mut args = vec![
+        repo()
+            .join("tests/clients/kinds/train.py")
+            .display()
+            .to_string(),
+        sim()
+            .dir
+            .join("torch/lib/libtorch_cpu.so")
+            .display()
+            .to_string(),
+        sim()
+            .dir
+            .join("torch/lib/libc10_cuda.so")
+            .display()
+            .to_string(),
+        steps.to_string(),
+    ];
+    if leak {
+        args.push("leak".into());
+    }
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args,
+            env: vec![("PYTHONDONTWRITEBYTECODE", "1".into())],
+        },
+    );
+    assert_ok(&out);
+    t
+}
+
+fn json(args: &[&str], t: &Path) -> serde_json::Value {
+    report_json(args, &[t])
+}
+
+/// `[{"kind": k, "bytes": b, ...}]` as (kind, bytes) pairs.
+fn pairs(v: &serde_json::Value) -> Vec<(String, u64)> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|k| {
+            (
+                k["kind"].as_str().unwrap().to_string(),
+                k["bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn expect(list: &[(&str, u64)]) -> Vec<(String, u64)> {
+    list.iter().map(|&(k, b)| (k.to_string(), b)).collect()
+}
+
+#[test]
+fn summary_and_peak_give_each_kind_its_bytes_at_the_peak_and_at_exit() {
+    let t = train("kinds", 4, false);
+    let s = json(&["summary"], &t);
+    let f = &s["framework"][0];
+    assert_eq!(f["allocated_peak_bytes"], 42 * MIB + 3 * MIB / 8, "{f}");
+    let at_peak = expect(&[
+        ("parameter", 10 * MIB),
+        ("gradient", 8 * MIB),
+        ("optimizer_state", 16 * MIB),
+        ("activation", 6 * MIB + MIB / 8),
+        ("temporary", MIB / 4),
+        ("input", MIB),
+        ("workspace", MIB),
+    ]);
+    assert_eq!(pairs(&f["kinds_at_peak"]), at_peak, "{f}");
+    let at_exit = expect(&[
+        ("parameter", 10 * MIB),
+        ("gradient", 8 * MIB),
+        ("optimizer_state", 16 * MIB),
+        ("workspace", MIB),
+    ]);
+    assert_eq!(pairs(&f["kinds_at_exit"]), at_exit, "{f}");
+    // What a forward leaves for its backward: two activations and the loss.
+    assert_eq!(f["activations_peak_bytes"], 6 * MIB + MIB / 8, "{f}");
+    // The NVML-free text says the same, in words.
+    let text = stdout(&gpushim_text(&["summary", t.to_str().unwrap()]));
+    assert!(
+        text.contains(
+            "tensors by kind at their peak: parameters 10.00 MiB, gradients 8.00 MiB, optimizer \
+             state 16.00 MiB, activations 6.12 MiB, temporaries 256.00 KiB, input 1.00 MiB, cuBLAS \
+             workspaces 1.00 MiB"
+        ),
+        "{text}"
+    );
+
+    // peak: the same kinds, each with the lines that made it.
+    let p = json(&["peak"], &t);
+    let by_kind = &p[0]["by_kind"];
+    assert_eq!(pairs(by_kind), at_peak, "{p}");
+    let lines = |kind: &str| -> Vec<String> {
+        by_kind
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["kind"] == kind)
+            .unwrap()["by_call_site"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["label"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(
+        lines("activation")[0].contains("linear.py:23 in Linear.forward"),
+        "{p}"
+    );
+    assert!(lines("optimizer_state")[0].contains("adam.py:15 in Adam.step"));
+    assert!(lines("gradient")[0].contains("MmBackward0"), "{p}");
+    assert!(lines("input")[0].contains("train.py:45"), "{p}");
+    let text = stdout(&gpushim_text(&["peak", t.to_str().unwrap()]));
+    assert!(
+        text.contains("PyTorch's tensors by kind, then call site:")
+            && text.contains("activations 6.12 MiB (3 tensors)"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_growing_line_says_its_kind() {
+    let t = train("kinds-leak", 12, true);
+    let l = json(&["leaks"], &t);
+    let growing = l["iterations"]["growing"].as_array().unwrap();
+    let g = growing
+        .iter()
+        .find(|g| g["call_site"].as_str().unwrap().contains("linear.py:23"))
+        .unwrap_or_else(|| panic!("{l}"));
+    assert_eq!(g["kind"], "activation", "{g}");
+    assert_eq!(g["bytes_per_iteration"], 3 * MIB, "{g}");
+    let text = stdout(&gpushim_text(&["leaks", t.to_str().unwrap()]));
+    assert!(text.contains(", activations  "), "{text}");
+}
+
+/// Where the kinds come from is said in docs/kinds.md, and every kind a report can print is
+/// explained there.
+#[test]
+fn every_kind_is_explained_in_the_docs() {
+    let doc = std::fs::read_to_string(repo().join("docs/kinds.md")).unwrap();
+    for k in gpushim::report::kinds::Kind::ALL {
+        assert!(doc.contains(&format!("**{}**", k.name())), "{}", k.name());
+    }
+}
