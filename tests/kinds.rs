@@ -131,6 +131,30 @@ fn summary_and_peak_give_each_kind_its_bytes_at_the_peak_and_at_exit() {
     assert!(lines("optimizer_state")[0].contains("adam.py:15 in Adam.step"));
     assert!(lines("gradient")[0].contains("MmBackward0"), "{p}");
     assert!(lines("input")[0].contains("train.py:45"), "{p}");
+    // diff: the kinds at each trace's peak side by side.
+    let leaky = train("kinds-diff", 4, true);
+    let d = report_json(&["diff"], &[&t, &leaky]);
+    let row = |kind: &str| {
+        d["peak_by_kind"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["kind"] == kind)
+            .cloned()
+            .unwrap_or_else(|| panic!("{d}"))
+    };
+    assert_eq!(row("parameter")["a"], 10 * MIB, "{d}");
+    assert_eq!(row("parameter")["b"], 10 * MIB, "{d}");
+    // The leaky run keeps one more 3 MiB activation per step: more at its peak.
+    assert!(
+        row("activation")["b"].as_u64().unwrap() > row("activation")["a"].as_u64().unwrap(),
+        "{d}"
+    );
+    assert_eq!(
+        row("optimizer_state")["a"],
+        row("optimizer_state")["b"],
+        "{d}"
+    );
     let text = stdout(&gpushim_text(&["peak", t.to_str().unwrap()]));
     assert!(
         text.contains("PyTorch's tensors by kind, then call site:")

@@ -15,13 +15,22 @@ pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode 
         Ok(v) => v,
         Err(e) => return fail(e),
     };
-    let peak = |t: &std::path::Path| {
-        gpushim::report::peak(t, opts).map(|p| p.iter().map(|x| x.live_bytes).sum::<u64>())
-    };
-    let (pa, pb) = match (peak(a), peak(b)) {
+    let (peaks_a, peaks_b) = match (
+        gpushim::report::peak(a, opts),
+        gpushim::report::peak(b, opts),
+    ) {
         (Ok(x), Ok(y)) => (x, y),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
+    let total = |p: &[gpushim::report::Peak]| p.iter().map(|x| x.live_bytes).sum::<u64>();
+    let (pa, pb) = (total(&peaks_a), total(&peaks_b));
+    // PyTorch's tensors at each peak by kind (every device's added up).
+    let by_kind = |p: &[gpushim::report::Peak]| {
+        gpushim::report::kinds::ByKind::of(
+            p.iter().flat_map(|x| &x.by_kind).map(|k| (k.kind, k.bytes)),
+        )
+    };
+    let (ka, kb) = (by_kind(&peaks_a), by_kind(&peaks_b));
     let mut sites: Vec<(String, i128, u64, u64)> = sa
         .keys()
         .chain(sb.keys())
@@ -41,6 +50,10 @@ pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode 
         print_json(&serde_json::json!({
             "a": gpushim::files::shown(a).to_string(), "b": gpushim::files::shown(b).to_string(),
             "peak_live_bytes": [pa, pb], "live_at_exit_bytes": [la, lb],
+            "peak_by_kind": gpushim::report::kinds::Kind::ALL.iter()
+                .filter(|&&k| ka.bytes(k) > 0 || kb.bytes(k) > 0)
+                .map(|&k| serde_json::json!({"kind": k, "a": ka.bytes(k), "b": kb.bytes(k)}))
+                .collect::<Vec<_>>(),
             "call_sites": sites.iter().map(|s| serde_json::json!({"call_site": s.0, "a": s.2, "b": s.3})).collect::<Vec<_>>(),
         }));
         return ExitCode::SUCCESS;
@@ -66,6 +79,17 @@ pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode 
         human_bytes(pa),
         human_bytes(pb)
     );
+    for k in gpushim::report::kinds::Kind::ALL {
+        let (x, y) = (ka.bytes(k), kb.bytes(k));
+        if x > 0 || y > 0 {
+            println!(
+                "{:<24} {:>w$} {:>w$}",
+                format!("  {}", k.name()),
+                human_bytes(x),
+                human_bytes(y)
+            );
+        }
+    }
     println!(
         "{:<24} {:>w$} {:>w$}",
         "live at exit",
