@@ -521,27 +521,15 @@ pub fn replay_with_kinds(
     reader: &mut TraceReader,
     at: u64,
 ) -> (super::live::Replay, FastMap<u64, Kind>) {
-    let mut rp = super::live::Replay::default();
     let mut kinds = Kinds::default();
-    while rp.index < at {
-        let Some(r) = reader.next() else {
-            break;
-        };
-        rp.apply(&r);
-        kinds.observe(reader, &r);
-    }
     let mut window = Vec::new();
-    for _ in 0..64 {
-        let Some(r) = reader.next() else {
-            break;
-        };
-        if r.kind == RecordKind::StackRef {
-            let index = rp.index;
-            rp.apply(&r);
-            rp.index = index;
+    let rp = crate::trace::live::replay_until_seeing(reader, at, |reader, r, past| {
+        if past {
+            window.push(*r);
+        } else {
+            kinds.observe(reader, r);
         }
-        window.push(r);
-    }
+    });
     let tensors: Vec<(u64, u64)> = rp
         .live
         .iter()

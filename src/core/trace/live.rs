@@ -936,12 +936,23 @@ pub fn replay_each(
 /// Replays the first `at` records, then the stack references that follow within a short window
 /// (a stack is recorded just after its allocation; other threads may come in between).
 pub fn replay_until(reader: &mut TraceReader, at: u64) -> Replay {
+    replay_until_seeing(reader, at, |_, _, _| {})
+}
+
+/// [`replay_until`], handing `seen` every record read, and whether it lies past `at` (in the
+/// window read for the stack references).
+pub fn replay_until_seeing(
+    reader: &mut TraceReader,
+    at: u64,
+    mut seen: impl FnMut(&TraceReader, &Record, bool),
+) -> Replay {
     let mut rp = Replay::default();
     while rp.index < at {
         let Some(r) = reader.next() else {
             return rp;
         };
         rp.apply(&r);
+        seen(reader, &r, false);
     }
     for _ in 0..64 {
         let Some(r) = reader.next() else {
@@ -952,6 +963,7 @@ pub fn replay_until(reader: &mut TraceReader, at: u64) -> Replay {
             rp.apply(&r);
             rp.index = index;
         }
+        seen(reader, &r, true);
     }
     rp
 }
