@@ -15,6 +15,18 @@ use std::path::Path;
 const MIB: u64 = 1 << 20;
 
 fn train(tag: &str, steps: u32, leak: bool) -> TestFile {
+    let (t, out) = train_with(tag, steps, leak, vec![]);
+    assert_ok(&out);
+    t
+}
+
+/// The program under the shim with `env` set; the trace and what the program did.
+fn train_with(
+    tag: &str,
+    steps: u32,
+    leak: bool,
+    mut env: Vec<(&'static str, String)>,
+) -> (TestFile, std::process::Output) {
     let t = tempdir(tag).file("kinds.trace");
     let mut args = vec![
         repo()
@@ -36,17 +48,17 @@ fn train(tag: &str, steps: u32, leak: bool) -> TestFile {
     if leak {
         args.push("leak".into());
     }
+    env.push(("PYTHONDONTWRITEBYTECODE", "1".into()));
     let out = run(
         Path::new("python3"),
         Run {
             preload: true,
             trace: Some(&t),
             args,
-            env: vec![("PYTHONDONTWRITEBYTECODE", "1".into())],
+            env,
         },
     );
-    assert_ok(&out);
-    t
+    (t, out)
 }
 
 fn json(args: &[&str], t: &Path) -> serde_json::Value {
@@ -176,6 +188,31 @@ fn a_growing_line_says_its_kind() {
     assert_eq!(g["bytes_per_iteration"], 3 * MIB, "{g}");
     let text = stdout(&gpushim_text(&["leaks", t.to_str().unwrap()]));
     assert!(text.contains(", activations  "), "{text}");
+}
+
+/// An out-of-memory says what the tensors were when it came: the parameters built before the
+/// first step, whatever else the step had made.
+#[test]
+fn an_out_of_memory_gives_the_kinds_at_the_failure() {
+    let (t, out) = train_with(
+        "kinds-oom",
+        4,
+        false,
+        vec![("GPUSHIM_SIM_MEMORY", (30u64 << 20).to_string())],
+    );
+    assert!(!out.status.success(), "the program must run out of memory");
+    let ooms = json(&["oom"], &t);
+    let first = &ooms
+        .as_array()
+        .and_then(|a| a.first())
+        .unwrap_or_else(|| panic!("{ooms}"));
+    let kinds = pairs(&first["by_kind"]);
+    assert_eq!(kinds[0], ("parameter".to_string(), 10 * MIB), "{first}");
+    let text = stdout(&gpushim_text(&["oom", t.to_str().unwrap()]));
+    assert!(
+        text.contains("PyTorch's tensors by kind: parameters 10.00 MiB"),
+        "{text}"
+    );
 }
 
 /// Where the kinds come from is said in docs/kinds.md, and every kind a report can print is
