@@ -61,6 +61,18 @@ fn train_with(
     (t, out)
 }
 
+/// `file:N`: the line of the stand-in program's file `file` (under tests/clients/kinds) that
+/// holds `code`.
+fn line_of(file: &str, code: &str) -> String {
+    let text = std::fs::read_to_string(repo().join("tests/clients/kinds").join(file)).unwrap();
+    let n = text
+        .lines()
+        .position(|l| l.contains(code))
+        .unwrap_or_else(|| panic!("{code} not in {file}"));
+    let name = file.rsplit('/').next().unwrap_or(file);
+    format!("{name}:{}", n + 1)
+}
+
 fn json(args: &[&str], t: &Path) -> serde_json::Value {
     report_json(args, &[t])
 }
@@ -136,13 +148,16 @@ fn summary_and_peak_give_each_kind_its_bytes_at_the_peak_and_at_exit() {
             .map(|h| h["label"].as_str().unwrap().to_string())
             .collect()
     };
+    let activation = line_of("torch/nn/modules/linear.py", "an activation");
     assert!(
-        lines("activation")[0].contains("linear.py:23 in Linear.forward"),
+        lines("activation")[0].contains(&format!("{activation} in Linear.forward")),
         "{p}"
     );
-    assert!(lines("optimizer_state")[0].contains("adam.py:15 in Adam.step"));
+    let state = line_of("torch/optim/adam.py", "# optimizer state");
+    assert!(lines("optimizer_state")[0].contains(&format!("{state} in Adam.step")));
     assert!(lines("gradient")[0].contains("MmBackward0"), "{p}");
-    assert!(lines("input")[0].contains("train.py:45"), "{p}");
+    let batch = line_of("train.py", "x = _standin.empty(1 * MiB)");
+    assert!(lines("input")[0].contains(&batch), "{p}");
     // diff: the kinds at each trace's peak side by side.
     let leaky = train("kinds-diff", 4, true);
     let d = report_json(&["diff"], &[&t, &leaky]);
@@ -182,7 +197,12 @@ fn a_growing_line_says_its_kind() {
     let growing = l["iterations"]["growing"].as_array().unwrap();
     let g = growing
         .iter()
-        .find(|g| g["call_site"].as_str().unwrap().contains("linear.py:23"))
+        .find(|g| {
+            g["call_site"]
+                .as_str()
+                .unwrap()
+                .contains(&line_of("torch/nn/modules/linear.py", "an activation"))
+        })
         .unwrap_or_else(|| panic!("{l}"));
     assert_eq!(g["kind"], "activation", "{g}");
     assert_eq!(g["bytes_per_iteration"], 3 * MIB, "{g}");
@@ -213,6 +233,42 @@ fn an_out_of_memory_gives_the_kinds_at_the_failure() {
         text.contains("PyTorch's tensors by kind: parameters 10.00 MiB"),
         "{text}"
     );
+}
+
+/// A run longer than its ring: the tensors the checkpoint restores keep their kinds (by their
+/// lines), and a peak the checkpoint kept gives its kinds from the lines alone, saying so.
+#[test]
+fn a_run_longer_than_its_ring_keeps_its_kinds() {
+    let (t, out) = train_with(
+        "kinds-ring",
+        5000,
+        false,
+        vec![
+            ("GPUSHIM_CONF", "trace_max:1MiB".into()),
+            ("KINDS_PACE", "1".into()),
+        ],
+    );
+    assert_ok(&out);
+    let s = json(&["summary"], &t);
+    assert!(
+        s["health"]["summarized"].as_u64().unwrap_or(0) > 0,
+        "the ring must have wrapped: {}",
+        s["health"]
+    );
+    let f = &s["framework"][0];
+    assert_eq!(
+        pairs(&f["kinds_at_exit"]),
+        expect(&[
+            ("parameter", 10 * MIB),
+            ("gradient", 8 * MIB),
+            ("optimizer_state", 16 * MIB),
+            ("workspace", MIB),
+        ]),
+        "{f}"
+    );
+    let p = json(&["peak"], &t);
+    let kinds = pairs(&p[0]["by_kind"]);
+    assert_eq!(kinds[0], ("parameter".to_string(), 10 * MIB), "{p}");
 }
 
 /// Where the kinds come from is said in docs/kinds.md, and every kind a report can print is

@@ -257,6 +257,9 @@ pub struct Kinds {
     /// Per device: the most bytes of activations live at once, reached as a backward began
     /// (what a forward leaves for its backward, the loss included), and when.
     activation_peaks: std::collections::BTreeMap<u8, (u64, u64)>,
+    /// While a ring's checkpoint is read back: the stack of the tensors it restores next
+    /// (`None` outside a checkpoint).
+    restoring: Option<u64>,
     /// The sizes of cuBLAS's workspaces in this run ([`workspace_sizes`]), read from the
     /// trace's header at the first record.
     workspaces: Option<Vec<u64>>,
@@ -265,6 +268,17 @@ pub struct Kinds {
     /// and stream.
     sizes_seen: FastMap<(u16, u16), u32>,
 }
+
+/// Whether a tensor of workspace size `i` (an index into the run's sizes; `lt` cuBLASLt's) may
+/// be a workspace, made by `phase` (`module_call`: a module is called among its frames): cuBLAS's
+/// in a forward or a backward, cuBLASLt's in a forward (one recomputed in a backward too).
+/// PyTorch uses cuBLASLt for a module's matrix products with a bias, plain cuBLAS for the rest.
+fn workspace_fits(lt: usize, phase: Phase, module_call: bool, i: u8) -> bool {
+    phase == Phase::Forward || (phase == Phase::Backward && (usize::from(i) != lt || module_call))
+}
+
+/// The run of a tensor a ring's checkpoint restored: none the records show, long ended.
+const RESTORED: u64 = u64::MAX;
 
 /// What is known of a live tensor.
 #[derive(Clone, Copy, Debug)]
@@ -286,20 +300,55 @@ struct Born {
 impl Kinds {
     /// Takes in one record of the trace, in order.
     pub fn observe(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
+        use crate::trace::format::restore;
         match r.kind {
+            // A ring's checkpoint restores the tensors live when the ring began, each after its
+            // call site: made before any run the records show, by the phase its line says.
+            RecordKind::Restore => {
+                self.restoring = match r.status {
+                    restore::BEGIN => Some(0),
+                    restore::SITE => Some(r.ptr),
+                    restore::END => None,
+                    _ => self.restoring,
+                };
+                None
+            }
+            RecordKind::TensorAlloc if r.ptr != 0 && self.restoring.is_some() => {
+                let stack = self.restoring.unwrap_or(0);
+                let (phase, module_call) = *self
+                    .by_stack
+                    .entry(stack)
+                    .or_insert_with(|| phase_and_module_call(reader, stack));
+                let workspace_size = self.workspace_size(reader, r.size);
+                // Whether it was the first of its size there is lost with the older records.
+                let candidate =
+                    workspace_size.is_some_and(|i| self.workspace_fits(phase, module_call, i));
+                self.born.insert(
+                    r.ptr,
+                    Born {
+                        phase,
+                        run: RESTORED,
+                        candidate,
+                        workspace_size,
+                        thread: r.thread,
+                        stream: r.stream,
+                        size: r.size,
+                        device: if r.device == format::DEVICE_UNKNOWN {
+                            0
+                        } else {
+                            r.device
+                        },
+                    },
+                );
+                None
+            }
             RecordKind::TensorAlloc if r.status == 0 && r.ptr != 0 => {
                 let i = r.thread as usize;
                 if self.awaiting.len() <= i {
                     self.awaiting.resize(i + 1, 0);
                 }
                 self.awaiting[i] = r.ptr;
-                let workspace_size = self
-                    .workspaces
-                    .get_or_insert_with(|| workspace_sizes(&reader.info().env))
-                    .iter()
-                    .position(|&s| s == r.size)
-                    .filter(|&i| i < 32)
-                    .map(|i| i as u8);
+                let workspace_size = self.workspace_size(reader, r.size);
                 let device = if r.device == format::DEVICE_UNKNOWN {
                     0
                 } else {
@@ -335,18 +384,11 @@ impl Kinds {
                 }
                 if let Some(b) = self.born.get_mut(&ptr) {
                     (b.phase, b.run) = (phase, self.run);
-                    // cuBLAS's workspace size (the first in the list) in a forward or a
-                    // backward, cuBLASLt's (the last) in a forward (one recomputed in a
-                    // backward too): PyTorch uses cuBLASLt for a module's matrix products with
-                    // a bias, plain cuBLAS for the rest.
                     let lt = self
                         .workspaces
                         .as_ref()
                         .map_or(0, |w| w.len().saturating_sub(1));
-                    let fits = |i: u8| {
-                        phase == Phase::Forward
-                            || (phase == Phase::Backward && (usize::from(i) != lt || module_call))
-                    };
+                    let fits = |i: u8| workspace_fits(lt, phase, module_call, i);
                     if let Some(i) = b.workspace_size.filter(|&i| fits(i)) {
                         let seen = self.sizes_seen.entry((b.thread, b.stream)).or_default();
                         b.candidate = *seen & (1 << i) == 0;
@@ -369,6 +411,25 @@ impl Kinds {
             }
             _ => None,
         }
+    }
+
+    /// Which of the run's workspace sizes `size` is, if any.
+    fn workspace_size(&mut self, reader: &TraceReader, size: u64) -> Option<u8> {
+        self.workspaces
+            .get_or_insert_with(|| workspace_sizes(&reader.info().env))
+            .iter()
+            .position(|&s| s == size)
+            .filter(|&i| i < 32)
+            .map(|i| i as u8)
+    }
+
+    /// [`workspace_fits`] with this run's sizes.
+    fn workspace_fits(&self, phase: Phase, module_call: bool, i: u8) -> bool {
+        let lt = self
+            .workspaces
+            .as_ref()
+            .map_or(0, |w| w.len().saturating_sub(1));
+        workspace_fits(lt, phase, module_call, i)
     }
 
     /// A run of `phase` begins. Where a backward follows the program's own lines that followed

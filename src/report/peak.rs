@@ -21,6 +21,11 @@ pub struct Peak {
     /// PyTorch's tensors live at the peak by kind, each kind's call sites under it (empty
     /// without the framework's tensors, or for a peak a checkpoint kept).
     pub by_kind: Vec<KindHolders>,
+    /// The kinds are told from the lines alone (a peak a ring's checkpoint kept: it keeps no
+    /// lifetimes, so a phase's temporaries count with what it keeps, and workspaces with the
+    /// line that made them).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub kinds_from_lines: bool,
     pub by_call_site: Vec<Holder>,
     pub by_range: Vec<Holder>,
     /// Live allocations at the peak, with their stacks (for flame graphs).
@@ -125,6 +130,7 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
             // The allocation that made the peak, not the stack records read after it.
             time_ns: peak_time,
             by_kind,
+            kinds_from_lines: false,
             by_call_site: holders(
                 rp.all_live(),
                 Some(device),
@@ -172,7 +178,8 @@ fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak
         live_bytes: s.live,
         reserved_bytes: s.reserved,
         time_ns: s.time_ns,
-        by_kind: Vec::new(),
+        by_kind: kinds_of_holdings(reader, &s.holdings),
+        kinds_from_lines: true,
         by_call_site: super::sites::snapshot_holders(
             &s.holdings,
             |h| h.stack,
@@ -185,6 +192,33 @@ fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak
         ),
         stacks,
     }
+}
+
+/// What a checkpoint's holdings were, by kind, from their lines alone: the holdings with Python
+/// frames (the framework's tensors), each by its phase's lasting kind.
+fn kinds_of_holdings(
+    reader: &TraceReader,
+    holdings: &[crate::trace::live::Holding],
+) -> Vec<KindHolders> {
+    let mut by: BTreeMap<Kind, Vec<&crate::trace::live::Holding>> = BTreeMap::new();
+    for h in holdings {
+        let phase = super::kinds::phase_of_stack(reader, h.stack);
+        if phase != super::kinds::Phase::Unknown {
+            by.entry(phase.lasting()).or_default().push(h);
+        }
+    }
+    by.into_iter()
+        .map(|(kind, hs)| KindHolders {
+            kind,
+            bytes: hs.iter().fold(0u64, |a, h| a.saturating_add(h.bytes)),
+            tensors: hs.iter().map(|h| h.allocations).sum(),
+            by_call_site: super::sites::snapshot_holders(
+                &hs.into_iter().copied().collect::<Vec<_>>(),
+                |h| h.stack,
+                |k| site_label(reader, k),
+            ),
+        })
+        .collect()
 }
 
 /// The peaks of a job's traces (one per rank) together.
@@ -253,7 +287,16 @@ pub fn render_peaks(
                 human_bytes(p.reserved_bytes)
             );
             if !p.by_kind.is_empty() {
-                let _ = writeln!(o, "  PyTorch's tensors by kind, then call site:");
+                let _ = writeln!(
+                    o,
+                    "  PyTorch's tensors by kind{}, then call site:",
+                    if p.kinds_from_lines {
+                        " (from their lines alone: the checkpoint of a ring keeps no lifetimes, \
+                         so temporaries count with what their phase keeps)"
+                    } else {
+                        ""
+                    }
+                );
                 for k in &p.by_kind {
                     let _ = writeln!(
                         o,

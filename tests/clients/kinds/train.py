@@ -7,9 +7,11 @@ loop (outside any module), kept until the step ends; and, at the first layer's f
 a 1 MiB workspace kept for the whole run (as PyTorch's for cuBLASLt). With `leak`, the program
 keeps each step's last activation in a list (a metric holding its graph).
 
-usage: train.py LIBTORCH_CPU LIBC10_CUDA STEPS [leak]"""
+usage: train.py LIBTORCH_CPU LIBC10_CUDA STEPS [leak]
+KINDS_PACE set: a 2 ms pause every 50 steps."""
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,7 +43,10 @@ opt = Adam(model.layers, 8 * MiB)
 steps = int(sys.argv[3])
 leak = len(sys.argv) > 4 and sys.argv[4] == "leak"
 kept = []
+pace = os.environ.get("KINDS_PACE") is not None
 for step in range(steps):
+    if pace and step % 50 == 0:
+        time.sleep(0.002)  # lets the shim's summarizer keep up with a ring on a busy machine
     x = _standin.empty(1 * MiB)
     saved = []
     out = model(x, saved)
