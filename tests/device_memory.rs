@@ -339,11 +339,14 @@ fn a_runtime_api_program_gets_nvmls_figure_too() {
     let v = report_json(&["summary"], &[&t]);
     let m = &v["device_memory"][0];
     // NVML is sampled, never at exit: its last figure is the context's 512 MiB and what the
-    // program held at that sample, at most its peak.
+    // program held at that sample, at most its peak, and what CUDA's stream-ordered pool held
+    // beyond its allocations then (it reserves whole 32 MiB chunks: a sample while the
+    // program's `cudaMallocAsync` blocks were live counts their chunk, past the live bytes).
     let nvml = m["at_exit"]["nvml_bytes"].as_u64().unwrap_or(0);
     let peak = v["devices"][0]["peak_live_bytes"].as_u64().unwrap();
+    let pool_chunk = 32u64 << 20;
     assert!(
-        nvml > 512 << 20 && nvml <= (512 << 20) + peak,
+        nvml > 512 << 20 && nvml <= (512 << 20) + peak + pool_chunk,
         "NVML's figure, for a program of the runtime alone: {v}"
     );
     assert_eq!(m["at_exit"]["held_bytes"], 30 << 20, "{v}");
