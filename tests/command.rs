@@ -407,3 +407,80 @@ fn events_help_names_every_column_it_prints() {
         );
     }
 }
+
+/// A trace that is not there gets a way forward: where `run` writes traces, and the nearest
+/// trace of that folder.
+#[test]
+fn a_missing_trace_says_where_traces_are_and_the_nearest() {
+    let dir = tempdir("missing-trace");
+    std::fs::copy(
+        repo().join("tests/data/torch/oom.trace"),
+        dir.join("gpushim-python3.4242.trace"),
+    )
+    .unwrap();
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .args(["leaks", "gpushim-python3.4224.trace"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("no such trace"), "{err}");
+    assert!(err.contains("`gpushim run` writes a trace"), "{err}");
+    assert!(
+        err.contains("did you mean gpushim-python3.4242.trace?"),
+        "{err}"
+    );
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .args(["summary", "unrelated-name.trace"])
+        .output()
+        .unwrap();
+    assert!(
+        stderr(&out).contains("the traces in the working folder: gpushim-python3.4242.trace"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A misspelt setting gets the nearest key, before anything starts.
+#[test]
+fn a_misspelt_setting_gets_the_nearest_key() {
+    let dir = tempdir("conf-typo");
+    let (out, started) = run_marked(&dir, &["--conf", "pools:caching"], &[]);
+    assert!(!started && out.status.code() == Some(2));
+    assert!(
+        stderr(&out).contains("unknown key 'pools' (did you mean 'pool'?)"),
+        "{}",
+        stderr(&out)
+    );
+    let (out, _) = run_marked(&dir, &["--conf", "pool=caching"], &[]);
+    assert!(
+        stderr(&out).contains("joined by ':', as in 'pool:caching'"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// A run with failed allocations points to `oom` first.
+#[test]
+fn a_run_with_failures_points_to_oom() {
+    let dir = tempdir("run-oom-next");
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env("GPUSHIM_SIM_MEMORY", (1u64 << 30).to_string())
+        .env_remove("GPUSHIM_CONF")
+        .env_remove("GPUSHIM_TRACE")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .arg("--")
+        .arg(sim().bin("leaky"))
+        .arg("3")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let err = stderr(&out);
+    assert!(err.contains(" failed; peak live"), "{err}");
+    assert!(err.contains("next: gpushim oom "), "{err}");
+}

@@ -35,6 +35,11 @@ pub fn main() -> ExitCode {
         Some(Ok(o)) => o,
         None => ReadOptions::default(),
     };
+    for t in cli.command.trace_paths() {
+        if let Some(help) = missing_trace(&t) {
+            return fail(help);
+        }
+    }
     if !opts.filter.is_empty() {
         // A filter that keeps nothing would read like "no leak": it is an error that says
         // what the trace holds instead.
@@ -47,6 +52,80 @@ pub fn main() -> ExitCode {
     let code = dispatch(cli.command, &opts);
     progress::finish();
     code
+}
+
+/// For a trace named that is not there: where `run` writes traces, the traces that are in that
+/// folder, and the nearest of them. `None` when it exists (or cannot be looked at: the reader
+/// says why).
+fn missing_trace(t: &std::path::Path) -> Option<String> {
+    use gpushim::files::shown;
+    match std::fs::symlink_metadata(t) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        _ => return None,
+    }
+    let (folder, in_here) = match t.parent() {
+        Some(p) if !p.as_os_str().is_empty() => (p, false),
+        _ => (std::path::Path::new("."), true),
+    };
+    let mut here: Vec<String> = std::fs::read_dir(folder)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name())
+                .filter(|n| n.to_string_lossy().ends_with(".trace"))
+                .map(|n| shown(std::path::Path::new(&n)).to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    here.sort();
+    let name = t
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut o = format!(
+        "{}: no such trace. `gpushim run` writes a trace per process into the working folder, \
+         named gpushim-PROGRAM.PID.trace (or where --trace or GPUSHIM_TRACE says), and names it \
+         when the program ends",
+        shown(t)
+    );
+    let near = here
+        .iter()
+        .map(|h| (run::edit_distance(h, &name), h))
+        .filter(|(d, h)| *d <= (h.len().max(name.len()) / 3).max(1))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, h)| h.clone());
+    let there = if in_here {
+        "the working folder".to_string()
+    } else {
+        shown(folder).to_string()
+    };
+    if let Some(near) = near {
+        let near = if in_here {
+            near
+        } else {
+            shown(&folder.join(&near)).to_string()
+        };
+        o.push_str(&format!("; did you mean {near}?"));
+    } else if !folder.is_dir() {
+        o.push_str(&format!("; {there} does not exist"));
+    } else if here.is_empty() {
+        o.push_str(&format!("; {there} holds no trace"));
+    } else {
+        const SHOWN: usize = 8;
+        o.push_str(&format!(
+            "; the traces in {there}: {}{}",
+            here.iter()
+                .take(SHOWN)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", "),
+            if here.len() > SHOWN {
+                format!(" and {} more", here.len() - SHOWN)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Some(o)
 }
 
 fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {

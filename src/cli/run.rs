@@ -82,8 +82,10 @@ fn say_trace(t: &std::path::Path) {
                 s.events,
                 human_bytes(peak)
             );
+            // A run that failed for lack of memory is read from its failures first.
+            let next = if failed > 0 { "oom" } else { "summary" };
             eprintln!(
-                "gpushim:   next: gpushim summary {}",
+                "gpushim:   next: gpushim {next} {}",
                 gpushim::files::shown(t)
             );
         }
@@ -162,7 +164,7 @@ pub fn cmd_run(
 }
 
 /// The number of one-character edits between `a` and `b` (Levenshtein).
-fn edit_distance(a: &str, b: &str) -> usize {
+pub(super) fn edit_distance(a: &str, b: &str) -> usize {
     let b: Vec<char> = b.chars().collect();
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, ca) in a.chars().enumerate() {

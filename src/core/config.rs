@@ -316,11 +316,26 @@ impl fmt::Display for ConfError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfError::UnknownKey(k) => {
-                write!(f, "unknown key '{k}' (keys: ")?;
+                // `pool=caching`: the separator of PYTORCH_CUDA_ALLOC_CONF is ':'.
+                if let Some((name, value)) = k.split_once('=')
+                    && KEYS.iter().any(|d| d.key == name.trim())
+                {
+                    return write!(
+                        f,
+                        "'{k}': a key and its value are joined by ':', as in '{}:{}'",
+                        name.trim(),
+                        value.trim()
+                    );
+                }
+                write!(f, "unknown key '{k}'")?;
+                if let Some(near) = nearest_key(k) {
+                    write!(f, " (did you mean '{near}'?)")?;
+                }
+                write!(f, "; the keys: ")?;
                 for (i, d) in KEYS.iter().enumerate() {
                     write!(f, "{}{}", if i > 0 { ", " } else { "" }, d.key)?;
                 }
-                write!(f, ")")
+                Ok(())
             }
             ConfError::MissingValue(k) => write!(f, "'{k}' needs a value, written '{k}:VALUE'"),
             ConfError::BadValue {
@@ -330,6 +345,38 @@ impl fmt::Display for ConfError<'_> {
             } => write!(f, "'{key}:{value}' is not valid ({key} takes {accepted})"),
         }
     }
+}
+
+/// The key `word` is most likely a misspelling of: at most two one-character edits away (one
+/// for keys of four letters or fewer). Allocates nothing (the shim words its errors in place).
+fn nearest_key(word: &str) -> Option<&'static str> {
+    const MAX: usize = 32;
+    let w = word.trim().as_bytes();
+    if w.is_empty() || w.len() >= MAX {
+        return None;
+    }
+    let distance = |key: &[u8]| -> usize {
+        let mut row = [0usize; MAX + 1];
+        for (j, r) in row.iter_mut().enumerate().take(key.len() + 1) {
+            *r = j;
+        }
+        for (i, &a) in w.iter().enumerate() {
+            let mut diag = row[0];
+            row[0] = i + 1;
+            for (j, &b) in key.iter().enumerate() {
+                let up = row[j + 1];
+                row[j + 1] = (diag + usize::from(a != b)).min(up + 1).min(row[j] + 1);
+                diag = up;
+            }
+        }
+        row[key.len()]
+    };
+    KEYS.iter()
+        .filter(|d| d.key.len() < MAX)
+        .map(|d| (distance(d.key.as_bytes()), d.key))
+        .filter(|&(n, k)| n <= if k.len() <= 4 { 1 } else { 2 })
+        .min_by_key(|&(n, _)| n)
+        .map(|(_, k)| k)
 }
 
 /// Parses a size with an optional unit: `512`, `64KiB`, `512MiB`, `2GiB`, `1TiB`, `24GB`.
@@ -534,6 +581,30 @@ mod tests {
         for d in KEYS {
             assert!(msg.contains(d.key), "{msg} should list {}", d.key);
         }
+    }
+
+    #[test]
+    fn a_misspelt_key_gets_the_nearest_and_a_wrong_separator_is_named() {
+        let e = parse_strict("pools:caching").unwrap_err().to_string();
+        assert!(
+            e.starts_with("unknown key 'pools' (did you mean 'pool'?); the keys: "),
+            "{e}"
+        );
+        let e = parse_strict("trace_mx:1GiB").unwrap_err().to_string();
+        assert!(e.contains("(did you mean 'trace_max'?)"), "{e}");
+        // Nothing near: no guess.
+        let e = parse_strict("colour:red").unwrap_err().to_string();
+        assert!(!e.contains("did you mean"), "{e}");
+        let e = parse_strict("pool=caching").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "'pool=caching': a key and its value are joined by ':', as in 'pool:caching'"
+        );
+        // The shim words it in a fixed buffer: the longest message fits its line.
+        let mut b = crate::fixedfmt::FixedBuf::<512>::new();
+        core::fmt::Write::write_fmt(&mut b, format_args!("{}", ConfError::UnknownKey("pools")))
+            .unwrap();
+        assert!(b.as_bytes().ends_with(KEYS[KEYS.len() - 1].key.as_bytes()));
     }
 
     #[test]
