@@ -458,3 +458,20 @@ fn each_module_uses_only_the_layers_below_it_as_the_design_draws_them() {
         }
     }
 }
+
+/// The Quick start says what it needs (a GPU and PyTorch) before its first command, and points
+/// to the way without them.
+#[test]
+fn the_quick_start_says_what_it_needs_before_its_commands() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let start = readme.find("## Quick start").expect("a Quick start");
+    let section = &readme[start..];
+    let first_command = section.find("```").expect("a command block");
+    let before = &section[..first_command];
+    assert!(
+        before.contains("needs an NVIDIA GPU and PyTorch"),
+        "{before}"
+    );
+    assert!(before.contains("(#try-it-without-a-gpu)"), "{before}");
+    assert!(readme.contains("## Try it without a GPU"));
+}
