@@ -1,0 +1,163 @@
+//! Memory by kind: every tensor of the framework's allocator is a parameter, a gradient,
+//! optimizer state, an activation, a temporary, input, a cuBLAS workspace or unknown, decided
+//! from what the default run records, with no change to the program (`docs/kinds.md` says how,
+//! and where it can be wrong).
+//!
+//! Two signals decide it ([`phase`]): the *phase* that made a tensor, from its Python frames,
+//! and the tensor's *lifetime* ([`tracker`]): the phases follow one another in runs (a forward, a
+//! backward, an optimizer step, the program's own lines between them); a tensor freed within the
+//! run that made it is a temporary, one that outlives it is what its phase keeps. Here: the
+//! kinds and their sums.
+
+mod phase;
+mod tracker;
+
+pub use phase::{Phase, phase_of_stack, workspace_sizes};
+pub use tracker::{Kinds, replay_with_kinds};
+
+use serde::Serialize;
+
+/// What a tensor is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Parameter,
+    Gradient,
+    OptimizerState,
+    Activation,
+    Temporary,
+    Input,
+    /// The workspaces PyTorch allocates for cuBLAS and cuBLASLt through its own allocator, one
+    /// per handle and stream, kept for the whole run.
+    Workspace,
+    Unknown,
+}
+
+impl Kind {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [Kind; 8] = [
+        Kind::Parameter,
+        Kind::Gradient,
+        Kind::OptimizerState,
+        Kind::Activation,
+        Kind::Temporary,
+        Kind::Input,
+        Kind::Workspace,
+        Kind::Unknown,
+    ];
+
+    /// The kind's name in a sentence or a table row ("activations").
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Parameter => "parameters",
+            Kind::Gradient => "gradients",
+            Kind::OptimizerState => "optimizer state",
+            Kind::Activation => "activations",
+            Kind::Temporary => "temporaries",
+            Kind::Input => "input",
+            Kind::Workspace => "cuBLAS workspaces",
+            Kind::Unknown => "unknown",
+        }
+    }
+}
+
+/// One kind of tensor live at a moment: its bytes and the call sites that made them.
+#[derive(Clone, Debug, Serialize)]
+pub struct KindHolders {
+    pub kind: Kind,
+    pub bytes: u64,
+    pub tensors: u64,
+    pub by_call_site: Vec<super::sites::Holder>,
+}
+
+/// `tensors` (each with its kind) by kind, in [`Kind::ALL`]'s order, and by call site within
+/// each (`label` names a stack).
+pub fn by_kind_and_site(
+    tensors: &[(Kind, &super::live::Live)],
+    label: impl Fn(u64) -> String,
+) -> Vec<KindHolders> {
+    Kind::ALL
+        .iter()
+        .filter_map(|&k| {
+            let of: Vec<&super::live::Live> = tensors
+                .iter()
+                .filter(|(kk, _)| *kk == k)
+                .map(|&(_, l)| l)
+                .collect();
+            (!of.is_empty()).then(|| KindHolders {
+                kind: k,
+                bytes: of.iter().fold(0u64, |a, l| a.saturating_add(l.size)),
+                tensors: of.len() as u64,
+                by_call_site: super::sites::holders(of.into_iter(), None, |l| l.stack, &label),
+            })
+        })
+        .collect()
+}
+
+/// Bytes per kind, in [`Kind::ALL`]'s order, kinds with no bytes left out.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ByKind(pub Vec<KindBytes>);
+
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct KindBytes {
+    pub kind: Kind,
+    pub bytes: u64,
+    pub tensors: u64,
+}
+
+impl ByKind {
+    /// The sums of `items` (kind, bytes).
+    pub fn of(items: impl IntoIterator<Item = (Kind, u64)>) -> ByKind {
+        let mut sums = [(0u64, 0u64); Kind::ALL.len()];
+        for (k, b) in items {
+            let s = &mut sums[k as usize];
+            s.0 = s.0.saturating_add(b);
+            s.1 += 1;
+        }
+        ByKind(
+            Kind::ALL
+                .iter()
+                .zip(sums)
+                .filter(|(_, (b, n))| *b > 0 || *n > 0)
+                .map(|(&kind, (bytes, tensors))| KindBytes {
+                    kind,
+                    bytes,
+                    tensors,
+                })
+                .collect(),
+        )
+    }
+
+    pub fn bytes(&self, kind: Kind) -> u64 {
+        self.0
+            .iter()
+            .find(|k| k.kind == kind)
+            .map_or(0, |k| k.bytes)
+    }
+
+    /// `parameters 1.2 GiB, gradients 1.2 GiB, ...`: the kinds in one line.
+    pub fn line(&self) -> String {
+        self.0
+            .iter()
+            .map(|k| format!("{} {}", k.kind.name(), super::units::human_bytes(k.bytes)))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_sum_in_order() {
+        let b = ByKind::of([
+            (Kind::Activation, 10),
+            (Kind::Parameter, 5),
+            (Kind::Activation, 1),
+        ]);
+        assert_eq!(b.0[0].kind, Kind::Parameter);
+        assert_eq!(b.bytes(Kind::Activation), 11);
+        assert_eq!(b.0[1].tensors, 2);
+    }
+}

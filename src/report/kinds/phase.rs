@@ -1,0 +1,260 @@
+//! The phase a tensor's Python frames say (building the model, a forward, a backward, an
+//! optimizer step, the program's own lines), and which sizes and phases make cuBLAS's workspaces.
+
+use super::Kind;
+use crate::trace::format;
+use crate::trace::reader::TraceReader;
+
+/// The sizes of the workspaces PyTorch allocates for cuBLAS and cuBLASLt through its own
+/// allocator (one per handle and stream), from the run's settings kept in the trace's header
+/// (`env`, `NAME=value`): `CUBLAS_WORKSPACE_CONFIG` (`:SIZE_KiB:COUNT` pairs) else PyTorch's
+/// defaults (32 MiB on Hopper, 8 MiB + 128 KiB on earlier GPUs), and `CUBLASLT_WORKSPACE_SIZE`
+/// (KiB) else its default of 1 MiB.
+pub fn workspace_sizes(env: &[String]) -> Vec<u64> {
+    let get = |name: &str| {
+        env.iter()
+            .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+    };
+    const KIB: u64 = 1024;
+    let mut sizes = match get("CUBLAS_WORKSPACE_CONFIG").and_then(parse_cublas_config) {
+        Some(s) => vec![s],
+        None => vec![32 * KIB * KIB, 8 * KIB * KIB + 128 * KIB],
+    };
+    sizes.push(
+        get("CUBLASLT_WORKSPACE_SIZE")
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .and_then(|k| k.checked_mul(KIB))
+            .unwrap_or(KIB * KIB),
+    );
+    sizes.retain(|&s| s > 0);
+    sizes
+}
+
+/// `:4096:8` (8 buffers of 4096 KiB) or `:4096:2:16:8` as bytes; `None` if it does not parse.
+fn parse_cublas_config(v: &str) -> Option<u64> {
+    let nums: Vec<u64> = v
+        .split(':')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    if nums.is_empty() || nums.len() % 2 != 0 {
+        return None;
+    }
+    nums.chunks(2).try_fold(0u64, |a, c| {
+        a.checked_add(c[0].checked_mul(c[1])?.checked_mul(1024)?)
+    })
+}
+
+/// The part of a step that made a tensor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Building or moving the model: its parameters and buffers.
+    Build,
+    Forward,
+    Backward,
+    Optimizer,
+    /// The program's own lines outside the three (the batch, metrics).
+    Program,
+    /// No Python frame recorded.
+    Unknown,
+}
+
+impl Phase {
+    /// The kind of a tensor of this phase that outlived the run that made it.
+    pub fn lasting(self) -> Kind {
+        match self {
+            Phase::Build => Kind::Parameter,
+            Phase::Forward => Kind::Activation,
+            Phase::Backward => Kind::Gradient,
+            Phase::Optimizer => Kind::OptimizerState,
+            Phase::Program => Kind::Input,
+            Phase::Unknown => Kind::Unknown,
+        }
+    }
+
+    /// Whether a tensor's lifetime decides between temporary and the lasting kind.
+    pub(super) fn by_lifetime(self) -> bool {
+        !matches!(self, Phase::Build | Phase::Unknown)
+    }
+}
+
+/// The phase one Python frame says, if it says one.
+fn phase_of_frame(file: &str, function: &str) -> Option<Phase> {
+    let file = file.replace('\\', "/");
+    let qualified = function;
+    // Python 3.11 on names a frame by its qualified name (`Linear.__init__`).
+    let function = function.rsplit('.').next().unwrap_or(function);
+    let under = |dir: &str| file.contains(dir);
+    if file == crate::report::symbolize::BACKWARD
+        || file.ends_with("/torch/autograd/__init__.py")
+        || file.ends_with("/torch/autograd/graph.py")
+        // A custom Function's backward, run by the engine (its forward's `apply` is not).
+        || (file.ends_with("/torch/autograd/function.py")
+            && qualified.starts_with("BackwardCFunction"))
+        || (file.ends_with("/torch/_tensor.py") && function == "backward")
+        || (file.ends_with("/torch/utils/checkpoint.py")
+            && (function.contains("unpack")
+                || function.contains("recompute")
+                || function == "backward"))
+    {
+        return Some(Phase::Backward);
+    }
+    if file.ends_with("/torch/amp/grad_scaler.py") {
+        // `scaler.scale(loss)` belongs with the loss it scales; unscaling and stepping with
+        // the optimizer.
+        return (!matches!(function, "scale" | "_lazy_init_scale_growth_tracker"))
+            .then_some(Phase::Optimizer);
+    }
+    if under("/torch/optim/") {
+        return Some(Phase::Optimizer);
+    }
+    let module = file.ends_with("/torch/nn/modules/module.py");
+    if module && matches!(function, "_call_impl" | "_wrapped_call_impl" | "__call__") {
+        return Some(Phase::Forward);
+    }
+    if (module
+        && matches!(
+            function,
+            "_apply" | "to" | "cuda" | "to_empty" | "_load_from_state_dict" | "load_state_dict"
+        ))
+        || file.ends_with("/torch/nn/init.py")
+        || file.ends_with("/torch/nn/parameter.py")
+        || matches!(
+            function,
+            "__init__" | "reset_parameters" | "_init_weights" | "post_init" | "from_pretrained"
+        )
+    {
+        return Some(Phase::Build);
+    }
+    None
+}
+
+/// The phase a stack says: its innermost Python frame that says one, else the program's own
+/// (any Python frame), else unknown.
+pub fn phase_of_stack(reader: &TraceReader, stack: u64) -> Phase {
+    phase_and_module_call(reader, stack).0
+}
+
+/// [`phase_of_stack`], and whether a module's call is among the frames (in a backward: a
+/// forward recomputed there, as activation checkpointing does).
+pub(super) fn phase_and_module_call(reader: &TraceReader, stack: u64) -> (Phase, bool) {
+    let Some(frames) = reader.stack(stack) else {
+        return (Phase::Unknown, false);
+    };
+    let python: Vec<(&str, &str)> = frames
+        .iter()
+        .filter_map(|&f| format::as_py_frame(f))
+        .map(|(id, _)| {
+            let text = reader.string(id).unwrap_or("");
+            text.split_once('\0').unwrap_or((text, ""))
+        })
+        .collect();
+    // Whatever runs inside a backward is the backward's (a checkpoint's recomputed forward
+    // calls modules there); else the innermost frame that says a phase.
+    let says = || python.iter().filter_map(|&(f, n)| phase_of_frame(f, n));
+    // A backward tensor's stack joined to its forward's line holds that forward's frames
+    // after the engine's frame: no module is called there.
+    let joined = python
+        .iter()
+        .any(|&(f, _)| f == crate::report::symbolize::BACKWARD);
+    let module_call = !joined && says().any(|p| p == Phase::Forward);
+    if says().any(|p| p == Phase::Backward) {
+        return (Phase::Backward, module_call);
+    }
+    let phase = match says().next() {
+        Some(p) => p,
+        None if !python.is_empty() => Phase::Program,
+        None => Phase::Unknown,
+    };
+    (phase, module_call)
+}
+
+/// Whether a tensor of workspace size `i` (an index into the run's sizes; `lt` cuBLASLt's) may
+/// be a workspace, made by `phase` (`module_call`: a module is called among its frames): cuBLAS's
+/// in a forward or a backward, cuBLASLt's in a forward (one recomputed in a backward too).
+/// PyTorch uses cuBLASLt for a module's matrix products with a bias, plain cuBLAS for the rest.
+pub(super) fn workspace_fits(lt: usize, phase: Phase, module_call: bool, i: u8) -> bool {
+    phase == Phase::Forward || (phase == Phase::Backward && (usize::from(i) != lt || module_call))
+}
+
+/// Whether a tensor of `phase` that was the first of a workspace's size on its thread and
+/// stream (`candidate`) is a cuBLAS workspace if it is never freed: PyTorch allocates those
+/// inside a forward's or a backward's first matrix product on each thread and stream.
+pub(super) fn maybe_workspace(phase: Phase, candidate: bool) -> bool {
+    candidate && matches!(phase, Phase::Forward | Phase::Backward)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_say_their_phase() {
+        let cases = [
+            ("<backward>", "MmBackward0", Some(Phase::Backward)),
+            (
+                "/x/torch/autograd/__init__.py",
+                "backward",
+                Some(Phase::Backward),
+            ),
+            (
+                "/x/torch/optim/adamw.py",
+                "_multi_tensor_adamw",
+                Some(Phase::Optimizer),
+            ),
+            (
+                "/x/torch/optim/optimizer.py",
+                "_init_group",
+                Some(Phase::Optimizer),
+            ),
+            (
+                "/x/torch/nn/modules/module.py",
+                "_call_impl",
+                Some(Phase::Forward),
+            ),
+            (
+                "/x/torch/nn/modules/module.py",
+                "_apply",
+                Some(Phase::Build),
+            ),
+            (
+                "/x/torch/nn/modules/linear.py",
+                "__init__",
+                Some(Phase::Build),
+            ),
+            ("/x/m.py", "Linear.__init__", Some(Phase::Build)),
+            (
+                "/x/torch/nn/modules/module.py",
+                "Module._call_impl",
+                Some(Phase::Forward),
+            ),
+            (
+                "/x/torch/nn/init.py",
+                "kaiming_uniform_",
+                Some(Phase::Build),
+            ),
+            ("/x/torch/nn/functional.py", "linear", None),
+            ("train.py", "step", None),
+        ];
+        for (file, function, phase) in cases {
+            assert_eq!(phase_of_frame(file, function), phase, "{file} {function}");
+        }
+    }
+
+    #[test]
+    fn workspace_sizes_follow_the_settings() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(
+            workspace_sizes(&[]),
+            vec![32 * MIB, 8 * MIB + 128 * 1024, MIB]
+        );
+        let env = [
+            "CUBLAS_WORKSPACE_CONFIG=:4096:2:16:8".to_string(),
+            "CUBLASLT_WORKSPACE_SIZE=2048".to_string(),
+        ];
+        assert_eq!(workspace_sizes(&env), vec![8 * MIB + 128 * 1024, 2 * MIB]);
+        assert_eq!(parse_cublas_config(":16:8"), Some(128 * 1024));
+        assert_eq!(parse_cublas_config(":16"), None);
+        assert_eq!(parse_cublas_config("x"), None);
+    }
+}

@@ -1,0 +1,356 @@
+//! The kinds of a trace's tensors, record by record: the runs of phases so far and, for each
+//! live tensor, the phase and run that made it; at a moment, reading on until each live tensor
+//! is known to be a temporary or to have outlived its run.
+
+use super::Kind;
+use super::phase::{
+    Phase, maybe_workspace, phase_and_module_call, phase_of_stack, workspace_fits, workspace_sizes,
+};
+use crate::fasthash::FastMap;
+use crate::trace::format::{self, Record, RecordKind};
+use crate::trace::reader::TraceReader;
+
+/// The kinds of a trace's tensors, record by record: the phase runs so far and, for each live
+/// tensor, the phase and run that made it.
+#[derive(Default)]
+pub struct Kinds {
+    by_stack: FastMap<u64, (Phase, bool)>,
+    current: Option<Phase>,
+    run: u64,
+    /// Per thread: the tensor whose stack the thread's next `StackRef` names.
+    awaiting: Vec<u64>,
+    /// Live tensors, by address.
+    born: FastMap<u64, Born>,
+    /// The phase of the run before the current one.
+    previous: Option<Phase>,
+    /// Per device: the most bytes of activations live at once, reached as a backward began
+    /// (what a forward leaves for its backward, the loss included), and when.
+    activation_peaks: std::collections::BTreeMap<u8, (u64, u64)>,
+    /// While a ring's checkpoint is read back: the stack of the tensors it restores next
+    /// (`None` outside a checkpoint).
+    restoring: Option<u64>,
+    /// The sizes of cuBLAS's workspaces in this run ([`workspace_sizes`]), read from the
+    /// trace's header at the first record.
+    workspaces: Option<Vec<u64>>,
+    /// Per thread and stream: which of those sizes a tensor already had (one bit each). A
+    /// workspace is the first tensor of its size there: PyTorch keeps one per handle (a thread's)
+    /// and stream.
+    sizes_seen: FastMap<(u16, u16), u32>,
+}
+
+/// The run of a tensor a ring's checkpoint restored: none the records show, long ended.
+const RESTORED: u64 = u64::MAX;
+
+/// What is known of a live tensor.
+#[derive(Clone, Copy, Debug)]
+struct Born {
+    phase: Phase,
+    /// The run that made it.
+    run: u64,
+    /// The first tensor of a cuBLAS workspace's size on its thread and stream made by a
+    /// forward or a backward (cuBLASLt's: by a forward).
+    candidate: bool,
+    /// Which workspace size it has, if any (an index into `workspaces`).
+    workspace_size: Option<u8>,
+    thread: u16,
+    stream: u16,
+    size: u64,
+    device: u8,
+}
+
+impl Kinds {
+    /// Takes in one record of the trace, in order.
+    pub fn observe(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
+        use crate::trace::format::restore;
+        match r.kind {
+            // A ring's checkpoint restores the tensors live when the ring began, each after its
+            // call site: made before any run the records show, by the phase its line says.
+            RecordKind::Restore => {
+                self.restoring = match r.status {
+                    restore::BEGIN => Some(0),
+                    restore::SITE => Some(r.ptr),
+                    restore::END => None,
+                    _ => self.restoring,
+                };
+                None
+            }
+            RecordKind::TensorAlloc if r.ptr != 0 && self.restoring.is_some() => {
+                let stack = self.restoring.unwrap_or(0);
+                let (phase, module_call) = *self
+                    .by_stack
+                    .entry(stack)
+                    .or_insert_with(|| phase_and_module_call(reader, stack));
+                let workspace_size = self.workspace_size(reader, r.size);
+                // Whether it was the first of its size there is lost with the older records.
+                let candidate =
+                    workspace_size.is_some_and(|i| self.workspace_fits(phase, module_call, i));
+                self.born.insert(
+                    r.ptr,
+                    Born {
+                        phase,
+                        run: RESTORED,
+                        candidate,
+                        workspace_size,
+                        thread: r.thread,
+                        stream: r.stream,
+                        size: r.size,
+                        device: if r.device == format::DEVICE_UNKNOWN {
+                            0
+                        } else {
+                            r.device
+                        },
+                    },
+                );
+                None
+            }
+            RecordKind::TensorAlloc if r.status == 0 && r.ptr != 0 => {
+                let i = r.thread as usize;
+                if self.awaiting.len() <= i {
+                    self.awaiting.resize(i + 1, 0);
+                }
+                self.awaiting[i] = r.ptr;
+                let workspace_size = self.workspace_size(reader, r.size);
+                let device = if r.device == format::DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                };
+                self.born.insert(
+                    r.ptr,
+                    Born {
+                        phase: Phase::Unknown,
+                        run: self.run,
+                        candidate: false,
+                        workspace_size,
+                        thread: r.thread,
+                        stream: r.stream,
+                        size: r.size,
+                        device,
+                    },
+                );
+                None
+            }
+            RecordKind::StackRef => {
+                let ptr = self
+                    .awaiting
+                    .get_mut(r.thread as usize)
+                    .map(std::mem::take)
+                    .filter(|&p| p != 0)?;
+                let (phase, module_call) = *self
+                    .by_stack
+                    .entry(r.ptr)
+                    .or_insert_with(|| phase_and_module_call(reader, r.ptr));
+                if phase != Phase::Unknown && self.current != Some(phase) {
+                    self.begin_run(phase, r.time_ns);
+                }
+                if let Some(b) = self.born.get_mut(&ptr) {
+                    (b.phase, b.run) = (phase, self.run);
+                    let lt = self
+                        .workspaces
+                        .as_ref()
+                        .map_or(0, |w| w.len().saturating_sub(1));
+                    let fits = |i: u8| workspace_fits(lt, phase, module_call, i);
+                    if let Some(i) = b.workspace_size.filter(|&i| fits(i)) {
+                        let seen = self.sizes_seen.entry((b.thread, b.stream)).or_default();
+                        b.candidate = *seen & (1 << i) == 0;
+                        *seen |= 1 << i;
+                    }
+                }
+                None
+            }
+            RecordKind::TensorFreeRequested | RecordKind::TensorFree if r.ptr != 0 => {
+                let b = self.born.remove(&r.ptr)?;
+                Some((r.ptr, self.decide(b.phase, b.run, true)))
+            }
+            // Any other record of the thread ends the window in which a `StackRef` belongs to
+            // its tensor (as the replay reads it).
+            k if !k.is_definition() => {
+                if let Some(p) = self.awaiting.get_mut(r.thread as usize) {
+                    *p = 0;
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Which of the run's workspace sizes `size` is, if any.
+    fn workspace_size(&mut self, reader: &TraceReader, size: u64) -> Option<u8> {
+        self.workspaces
+            .get_or_insert_with(|| workspace_sizes(&reader.info().env))
+            .iter()
+            .position(|&s| s == size)
+            .filter(|&i| i < 32)
+            .map(|i| i as u8)
+    }
+
+    /// [`workspace_fits`] with this run's sizes.
+    fn workspace_fits(&self, phase: Phase, module_call: bool, i: u8) -> bool {
+        let lt = self
+            .workspaces
+            .as_ref()
+            .map_or(0, |w| w.len().saturating_sub(1));
+        workspace_fits(lt, phase, module_call, i)
+    }
+
+    /// A run of `phase` begins. Where a backward follows the program's own lines that followed
+    /// a forward (a loss computed outside any module, `F.cross_entropy(model(x), y)`), those
+    /// lines' tensors still live belong to the forward: what it leaves for the backward. As a
+    /// backward begins, the forward's tensors still live are the activations at their fullest.
+    fn begin_run(&mut self, phase: Phase, time_ns: u64) {
+        if phase == Phase::Backward {
+            if self.current == Some(Phase::Program) && self.previous == Some(Phase::Forward) {
+                let run = self.run;
+                for b in self.born.values_mut() {
+                    if b.run == run && b.phase == Phase::Program {
+                        b.phase = Phase::Forward;
+                    }
+                }
+            }
+            let mut now: std::collections::BTreeMap<u8, u64> = Default::default();
+            for b in self.born.values() {
+                if b.phase == Phase::Forward && !maybe_workspace(b.phase, b.candidate) {
+                    let e = now.entry(b.device).or_default();
+                    *e = e.saturating_add(b.size);
+                }
+            }
+            for (d, bytes) in now {
+                let e = self.activation_peaks.entry(d).or_default();
+                if bytes > e.0 {
+                    *e = (bytes, time_ns);
+                }
+            }
+        }
+        self.previous = self.current;
+        self.current = Some(phase);
+        self.run += 1;
+    }
+
+    /// Per device: the most bytes of activations live at once (as a backward began), and when.
+    pub fn activation_peaks(&self) -> &std::collections::BTreeMap<u8, (u64, u64)> {
+        &self.activation_peaks
+    }
+
+    /// The kind of a tensor made in `phase` during `run`: `freed` says it was freed now.
+    fn decide(&self, phase: Phase, run: u64, freed: bool) -> Kind {
+        if phase.by_lifetime() && run == self.run && freed {
+            Kind::Temporary
+        } else {
+            phase.lasting()
+        }
+    }
+
+    /// The kind of live tensor `ptr` as far as the records so far tell: `None` while the run
+    /// that made it goes on (it may yet be freed within it: a temporary), and, for a tensor of
+    /// a forward or backward the size of a cuBLAS workspace, until it is freed (a workspace is
+    /// never freed).
+    pub fn so_far(&self, ptr: u64) -> Option<Kind> {
+        let b = self.born.get(&ptr)?;
+        if (b.phase.by_lifetime() && b.run == self.run) || maybe_workspace(b.phase, b.candidate) {
+            None
+        } else {
+            Some(b.phase.lasting())
+        }
+    }
+
+    /// The kind of live tensor `ptr` if it is never freed (at the end of a trace), or of a
+    /// tensor the records never showed being made (restored from a checkpoint: by its stack).
+    pub fn lasting(&self, reader: &TraceReader, ptr: u64, stack: u64) -> Kind {
+        match self.born.get(&ptr) {
+            Some(b) if maybe_workspace(b.phase, b.candidate) => Kind::Workspace,
+            Some(b) => b.phase.lasting(),
+            None if stack != 0 => phase_of_stack(reader, stack).lasting(),
+            None => Kind::Unknown,
+        }
+    }
+
+    /// The kinds of the live tensors `ptrs` (their stacks beside them) at a moment: `window`
+    /// holds the records read just after it (where the `StackRef`s of its last tensors lie),
+    /// and the reader reads on from there until each tensor is known: freed within the run
+    /// that made it (a temporary) or outliving it. It reads no further than the end of the runs
+    /// still going on.
+    pub fn settle(
+        &mut self,
+        reader: &mut TraceReader,
+        ptrs: impl IntoIterator<Item = (u64, u64)>,
+        window: &[Record],
+    ) -> FastMap<u64, Kind> {
+        let mut freed = FastMap::default();
+        for r in window {
+            if let Some((ptr, k)) = self.observe(reader, r) {
+                // The first free at an address is the live tensor's: the address may be
+                // handed out again and freed again within the window.
+                freed.entry(ptr).or_insert(k);
+            }
+        }
+        let mut out = FastMap::default();
+        let mut open = FastMap::default();
+        for (ptr, stack) in ptrs {
+            if let Some(&k) = freed.get(&ptr) {
+                out.insert(ptr, k);
+                continue;
+            }
+            match self.so_far(ptr) {
+                Some(k) => {
+                    out.insert(ptr, k);
+                }
+                None if self.born.contains_key(&ptr) => {
+                    open.insert(ptr, ());
+                }
+                None => {
+                    out.insert(ptr, self.lasting(reader, ptr, stack));
+                }
+            }
+        }
+        while !open.is_empty() {
+            let Some(r) = reader.next() else {
+                break;
+            };
+            let before = self.run;
+            if let Some((ptr, k)) = self.observe(reader, &r)
+                && open.remove(&ptr).is_some()
+            {
+                out.insert(ptr, k);
+            }
+            if self.run != before {
+                // A new run began: every tensor of the old one still live outlived it.
+                open.retain(|&ptr, _| match self.so_far(ptr) {
+                    Some(k) => {
+                        out.insert(ptr, k);
+                        false
+                    }
+                    None => true,
+                });
+            }
+        }
+        for (ptr, _) in open {
+            out.insert(ptr, self.lasting(reader, ptr, 0));
+        }
+        out
+    }
+}
+
+/// The replay of the first `at` records of `reader` (as [`crate::report::live::replay_until`] makes
+/// it) and the kind of each live tensor then, by address.
+pub fn replay_with_kinds(
+    reader: &mut TraceReader,
+    at: u64,
+) -> (crate::report::live::Replay, FastMap<u64, Kind>) {
+    let mut kinds = Kinds::default();
+    let mut window = Vec::new();
+    let rp = crate::trace::live::replay_until_seeing(reader, at, |reader, r, past| {
+        if past {
+            window.push(*r);
+        } else {
+            kinds.observe(reader, r);
+        }
+    });
+    let tensors: Vec<(u64, u64)> = rp
+        .live
+        .iter()
+        .filter(|(_, l)| l.api == format::Api::Torch as u8)
+        .map(|(&p, l)| (p, l.stack))
+        .collect();
+    let by_ptr = kinds.settle(reader, tensors, &window);
+    (rp, by_ptr)
+}
