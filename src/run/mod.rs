@@ -1,5 +1,12 @@
 //! `gpushim run -- CMD`: runs a command under the shim and reports where its traces are.
 
+mod notes;
+mod private;
+
+use notes::RunNotes;
+use private::ensure_private;
+pub(crate) use private::private_folder;
+pub use private::{private_folder_among, write_checked};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -251,73 +258,6 @@ fn writable_dir(dir: &Path, what: &str) -> Result<(), RunError> {
     }
     Ok(())
 }
-
-/// The folder the run's processes leave their notes in (`GPUSHIM_RUN_REPORT`): new, with a
-/// random name, mode 0700, inside [`private_folder`] (or the system's temporary folder when
-/// there is none), removed when the run ends. A note says which file a process wrote
-/// (`DEV INO\nPATH`); a trace is believed only when the file at PATH, opened without following
-/// a link or blocking, is a regular file of this user's with that device and inode and the
-/// trace magic. Nothing else in the trace's folder is read.
-struct RunNotes(tempfile::TempDir);
-
-impl RunNotes {
-    fn new() -> Result<RunNotes, RunError> {
-        let mut b = tempfile::Builder::new();
-        b.prefix("run-");
-        let made = match private_folder() {
-            Ok(base) => b.tempdir_in(&base).map_err(|e| RunError::Io(base, e)),
-            Err(_) => b
-                .tempdir()
-                .map_err(|e| RunError::Io(std::env::temp_dir(), e)),
-        }?;
-        Ok(RunNotes(made))
-    }
-
-    fn folder(&self) -> &Path {
-        self.0.path()
-    }
-
-    /// The traces the notes name that hold up, sorted by path.
-    fn traces(&self) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        let Ok(entries) = std::fs::read_dir(self.folder()) else {
-            return out;
-        };
-        for e in entries.flatten().take(MAX_NOTES) {
-            if let Some(t) = believed(&e.path()) {
-                out.push(t);
-            }
-        }
-        out.sort();
-        out.dedup();
-        out
-    }
-}
-
-/// The most processes of one run whose traces `run` names (the rest are still written).
-const MAX_NOTES: usize = 65_536;
-
-/// The trace a note names, if the file there is the one the note describes.
-fn believed(note: &Path) -> Option<PathBuf> {
-    use std::io::Read;
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::MetadataExt;
-    let text =
-        crate::files::read_own(note, 2 * crate::trace::recorder::PATH_CAP as u64 + 64).ok()?;
-    let nl = text.iter().position(|&b| b == b'\n')?;
-    let ids = std::str::from_utf8(&text[..nl]).ok()?;
-    let (dev, ino) = ids.split_once(' ')?;
-    let (dev, ino): (u64, u64) = (dev.parse().ok()?, ino.parse().ok()?);
-    let path = PathBuf::from(std::ffi::OsStr::from_bytes(&text[nl + 1..]));
-    let (mut f, meta) = crate::files::open_own(&path).ok()?;
-    if meta.dev() != dev || meta.ino() != ino {
-        return None;
-    }
-    let mut magic = [0u8; 8];
-    f.read_exact(&mut magic).ok()?;
-    (magic == crate::trace::format::MAGIC).then_some(path)
-}
-
 pub struct RunOutcome {
     pub exit_code: i32,
     pub traces: Vec<PathBuf>,
@@ -381,7 +321,7 @@ impl TorchRoute {
 }
 
 /// The `sitecustomize` that installs PyTorch's pluggable allocator at `import torch`.
-const TORCH_SITE: &str = include_str!("torch_site.py");
+const TORCH_SITE: &str = include_str!("../torch_site.py");
 
 /// The folder on the run's PYTHONPATH holding [`TORCH_SITE`] as `sitecustomize.py`, inside
 /// [`private_folder`] and named by its content. It is never removed: the path stays in the
@@ -429,124 +369,6 @@ fn python_flag_ignoring_site(prog: &OsString, args: &[OsString]) -> Option<char>
     }
     None
 }
-
-/// Writes `bytes` to `path` unless it holds them already, through a new file renamed into
-/// place (never through a link another user made). What is there is believed only when it is
-/// a regular file of this user's, reached without a link, with one name, written by no one
-/// else, and byte for byte the same.
-pub fn write_checked(path: &Path, bytes: &[u8], mode: u32) -> Result<(), RunError> {
-    use std::io::{Read, Write};
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    if let Ok((f, meta)) = crate::files::open_own(path)
-        && meta.nlink() == 1
-        && meta.mode() & 0o022 == 0
-        && meta.len() == bytes.len() as u64
-    {
-        let mut held = Vec::with_capacity(bytes.len());
-        if f.take(bytes.len() as u64 + 1)
-            .read_to_end(&mut held)
-            .is_ok()
-            && held == bytes
-        {
-            return Ok(());
-        }
-    }
-    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| RunError::Io(tmp.clone(), e))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| RunError::Io(tmp.clone(), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| RunError::Io(path.to_path_buf(), e))
-}
-
-/// A folder of this user's alone (mode 0700) for the files `gpushim run` writes and later
-/// trusts: `$XDG_CACHE_HOME/gpushim`, `~/.cache/gpushim`, else `$XDG_RUNTIME_DIR/gpushim`. A
-/// fixed name in a shared folder (`/tmp`) is not used: anyone could create it first and stop
-/// every run of this user. A base is taken only when no other user can change what its path
-/// names ([`crate::files::trusted_folder`]: every folder above owned by this user or root and
-/// open to no one else), so the shim checked there is the shim loaded, with no window between;
-/// the path returned has no link in it.
-pub(crate) fn private_folder() -> Result<PathBuf, RunError> {
-    private_folder_among(&[
-        std::env::var_os("XDG_CACHE_HOME").map(PathBuf::from),
-        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")),
-        std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from),
-    ])
-}
-
-/// [`private_folder`] among the bases given, in order.
-pub fn private_folder_among(bases: &[Option<PathBuf>]) -> Result<PathBuf, RunError> {
-    let mut last = None;
-    for base in bases.iter().flatten().filter(|p| p.is_absolute()) {
-        if !base.exists() {
-            use std::os::unix::fs::DirBuilderExt;
-            let _ = std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(base);
-        }
-        let base = match crate::files::trusted_folder(base) {
-            Ok(b) => b,
-            Err(why) => {
-                last = Some(RunError::Untrusted(why));
-                continue;
-            }
-        };
-        let dir = base.join("gpushim");
-        match ensure_private(&dir) {
-            Ok(()) => return Ok(dir),
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(last.unwrap_or(RunError::NoPrivateFolder))
-}
-
-/// Makes `dir` and checks, before anything is changed in it, that it is
-/// a real folder (not a link) owned by this user; a mode open to others is then closed through
-/// the folder itself, never through a path a link could redirect.
-fn ensure_private(dir: &Path) -> Result<(), RunError> {
-    use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(RunError::Io(dir.to_path_buf(), e)),
-    }
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| RunError::Io(dir.to_path_buf(), e))?;
-    if !meta.is_dir() || meta.uid() != uid {
-        return Err(RunError::NotPrivate(dir.to_path_buf()));
-    }
-    if meta.mode() & 0o077 != 0 {
-        let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-            .map_err(|_| RunError::NotPrivate(dir.to_path_buf()))?;
-        // SAFETY: a NUL-terminated path; O_NOFOLLOW refuses a link put there meanwhile.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(RunError::NotPrivate(dir.to_path_buf()));
-        }
-        // SAFETY: `fd` is the folder just opened, closed right after.
-        let ok = unsafe { libc::fchmod(fd, 0o700) == 0 && libc::close(fd) == 0 };
-        if !ok {
-            return Err(RunError::NotPrivate(dir.to_path_buf()));
-        }
-    }
-    Ok(())
-}
-
 pub fn run(
     shim: &Path,
     conf: Option<&str>,
@@ -620,94 +442,4 @@ pub fn run(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_existing_preload_is_kept_after_the_shim() {
-        let v = preload_value(Path::new("/x/libgpushim.so"), Some("/y/libfoo.so".into()));
-        assert_eq!(v, OsString::from("/x/libgpushim.so:/y/libfoo.so"));
-        let v = preload_value(Path::new("/x/libgpushim.so"), Some("".into()));
-        assert_eq!(v, OsString::from("/x/libgpushim.so"));
-    }
-
-    #[test]
-    fn pluggable_adds_expandable_unless_a_pool_is_named() {
-        assert_eq!(TorchRoute::Pluggable.conf(None).unwrap(), "pool:expandable");
-        assert_eq!(
-            TorchRoute::Pluggable.conf(Some("stacks:off")).unwrap(),
-            "pool:expandable,stacks:off"
-        );
-        assert_eq!(
-            TorchRoute::Pluggable.conf(Some("pool:caching")).unwrap(),
-            "pool:caching"
-        );
-    }
-
-    #[test]
-    fn per_tensor_adds_the_pool_unless_one_is_named() {
-        assert_eq!(
-            TorchRoute::PerTensor.conf(None).unwrap(),
-            "pool:caching,medium:20MiB"
-        );
-        assert_eq!(
-            TorchRoute::PerTensor.conf(Some("stacks:on")).unwrap(),
-            "pool:caching,medium:20MiB,stacks:on"
-        );
-        assert_eq!(
-            TorchRoute::PerTensor.conf(Some("pool:expandable")).unwrap(),
-            "pool:expandable"
-        );
-        // A key given later wins: medium can be turned off.
-        let c =
-            crate::config::parse_strict(&TorchRoute::PerTensor.conf(Some("medium:off")).unwrap())
-                .unwrap();
-        assert_eq!(c.medium, 0);
-        let c = crate::config::parse_strict(&TorchRoute::PerTensor.conf(None).unwrap()).unwrap();
-        assert_eq!(c.medium, 20 << 20);
-    }
-
-    #[test]
-    fn each_refusal_is_typed_and_says_what_to_do() {
-        let dir = std::env::temp_dir().join(format!("gpushim-run-errors-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let e = find_shim(Some(&dir.join("absent.so"))).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                RunError::LibMissing {
-                    source: "--lib ",
-                    ..
-                }
-            ),
-            "{e:?}"
-        );
-        assert!(e.to_string().ends_with("absent.so: no such file"), "{e}");
-        let missing = format!("{}/no/such/folder/t.%p.trace", dir.display());
-        let e = check_trace(Some(&missing)).unwrap_err();
-        assert!(
-            matches!(e, RunError::TraceFolder(_, FolderProblem::Missing)),
-            "{e:?}"
-        );
-        assert!(e.to_string().contains("does not exist: create it"), "{e}");
-        let e = check_trace(Some("t.%q.trace")).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                RunError::Pattern(_, crate::trace::recorder::PatternError::UnknownEscape(b'q'))
-            ),
-            "{e:?}"
-        );
-        assert!(std::error::Error::source(&e).is_some());
-        let kept = dir.join("kept.trace");
-        std::fs::write(&kept, b"x").unwrap();
-        // A name already taken is no refusal: the trace takes another name.
-        assert!(check_trace(kept.to_str()).is_ok_and(|on| on));
-        assert!(check_trace(Some("off")).is_ok_and(|on| !on));
-        let e = run(Path::new("/x.so"), None, None, TorchRoute::Cache, &[])
-            .err()
-            .unwrap();
-        assert!(matches!(e, RunError::NothingToRun), "{e:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+mod tests;
