@@ -179,6 +179,19 @@ pub fn write_whole<T>(
         w.flush().map_err(io)?;
         return Ok(out);
     }
+    replace_whole(path, 0o600, fill)
+}
+
+/// Writes what `fill` writes into a new file beside `path` (mode `mode`, a random name,
+/// `O_EXCL`), and renames it over `path` once complete: whatever was at `path` (a file, a
+/// link) is replaced, never written through, and nothing half-written is ever at `path`.
+pub fn replace_whole<T>(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut dyn Write) -> io::Result<T>,
+) -> Result<T, WriteError> {
+    use std::os::unix::fs::PermissionsExt;
+    let io = |e| WriteError::Io(path.to_path_buf(), e);
     let folder = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -186,6 +199,7 @@ pub fn write_whole<T>(
     let tmp = tempfile::Builder::new()
         .prefix(".gpushim-")
         .suffix(".part")
+        .permissions(std::fs::Permissions::from_mode(mode))
         .tempfile_in(folder)
         .map_err(io)?;
     let mut w = io::BufWriter::new(tmp);

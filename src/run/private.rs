@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 /// a regular file of this user's, reached without a link, with one name, written by no one
 /// else, and byte for byte the same.
 pub fn write_checked(path: &Path, bytes: &[u8], mode: u32) -> Result<(), RunError> {
-    use std::io::{Read, Write};
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
     if let Ok((f, meta)) = crate::files::open_own(path)
         && meta.nlink() == 1
         && meta.mode() & 0o022 == 0
@@ -25,19 +25,12 @@ pub fn write_checked(path: &Path, bytes: &[u8], mode: u32) -> Result<(), RunErro
             return Ok(());
         }
     }
-    let tmp = path.with_extension(format!("{}.tmp", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&tmp)
-        .map_err(|e| RunError::Io(tmp.clone(), e))?;
-    f.write_all(bytes)
-        .and_then(|()| f.sync_all())
-        .map_err(|e| RunError::Io(tmp.clone(), e))?;
-    std::fs::rename(&tmp, path).map_err(|e| RunError::Io(path.to_path_buf(), e))
+    crate::files::replace_whole(path, mode, |w| w.write_all(bytes)).map_err(|e| match e {
+        crate::files::WriteError::Io(p, e) => RunError::Io(p, e),
+        crate::files::WriteError::Folder(p) => {
+            RunError::Io(p, std::io::Error::other("a folder of that name is there"))
+        }
+    })
 }
 
 /// A folder of this user's alone (mode 0700) for the files `gpushim run` writes and later
