@@ -89,7 +89,7 @@ fn missing_trace(t: &std::path::Path) -> Option<String> {
     );
     let near = here
         .iter()
-        .map(|h| (run::edit_distance(h, &name), h))
+        .filter_map(|h| Some((gpushim::config::edit_distance(h, &name)?, h)))
         .filter(|(d, h)| *d <= (h.len().max(name.len()) / 3).max(1))
         .min_by_key(|(d, _)| *d)
         .map(|(_, h)| h.clone());

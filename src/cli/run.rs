@@ -56,7 +56,7 @@ fn check_command(cmd: &[OsString]) -> Result<(), String> {
         "--help",
     ]
     .into_iter()
-    .min_by_key(|o| edit_distance(o, word))
+    .min_by_key(|o| config::edit_distance(o, word).unwrap_or(usize::MAX))
     .unwrap_or("--help");
     Err(format!(
         "run: unknown option {word} (did you mean {nearest}?); the command to run goes after \
@@ -161,20 +161,4 @@ pub fn cmd_run(
         );
     }
     ExitCode::from(out.exit_code.clamp(0, 255) as u8)
-}
-
-/// The number of one-character edits between `a` and `b` (Levenshtein).
-pub(super) fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diag = row[0];
-        row[0] = i + 1;
-        for (j, &cb) in b.iter().enumerate() {
-            let up = row[j + 1];
-            row[j + 1] = (diag + usize::from(ca != cb)).min(up + 1).min(row[j] + 1);
-            diag = up;
-        }
-    }
-    row[b.len()]
 }

@@ -350,33 +350,37 @@ impl fmt::Display for ConfError<'_> {
 /// The key `word` is most likely a misspelling of: at most two one-character edits away (one
 /// for keys of four letters or fewer). Allocates nothing (the shim words its errors in place).
 fn nearest_key(word: &str) -> Option<&'static str> {
-    const MAX: usize = 32;
-    let w = word.trim().as_bytes();
-    if w.is_empty() || w.len() >= MAX {
-        return None;
-    }
-    let distance = |key: &[u8]| -> usize {
-        let mut row = [0usize; MAX + 1];
-        for (j, r) in row.iter_mut().enumerate().take(key.len() + 1) {
-            *r = j;
-        }
-        for (i, &a) in w.iter().enumerate() {
-            let mut diag = row[0];
-            row[0] = i + 1;
-            for (j, &b) in key.iter().enumerate() {
-                let up = row[j + 1];
-                row[j + 1] = (diag + usize::from(a != b)).min(up + 1).min(row[j] + 1);
-                diag = up;
-            }
-        }
-        row[key.len()]
-    };
     KEYS.iter()
-        .filter(|d| d.key.len() < MAX)
-        .map(|d| (distance(d.key.as_bytes()), d.key))
+        .filter_map(|d| Some((edit_distance(word.trim(), d.key)?, d.key)))
         .filter(|&(n, k)| n <= if k.len() <= 4 { 1 } else { 2 })
         .min_by_key(|&(n, _)| n)
         .map(|(_, k)| k)
+}
+
+/// The longest words [`edit_distance`] compares.
+pub const EDIT_MAX: usize = 128;
+
+/// The number of one-byte edits between `a` and `b` (Levenshtein), without allocating; `None`
+/// when either is empty or longer than [`EDIT_MAX`] bytes.
+pub fn edit_distance(a: &str, b: &str) -> Option<usize> {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.is_empty() || b.is_empty() || a.len() > EDIT_MAX || b.len() > EDIT_MAX {
+        return None;
+    }
+    let mut row = [0usize; EDIT_MAX + 1];
+    for (j, r) in row.iter_mut().enumerate().take(b.len() + 1) {
+        *r = j;
+    }
+    for (i, &x) in a.iter().enumerate() {
+        let mut diag = row[0];
+        row[0] = i + 1;
+        for (j, &y) in b.iter().enumerate() {
+            let up = row[j + 1];
+            row[j + 1] = (diag + usize::from(x != y)).min(up + 1).min(row[j] + 1);
+            diag = up;
+        }
+    }
+    Some(row[b.len()])
 }
 
 /// Parses a size with an optional unit: `512`, `64KiB`, `512MiB`, `2GiB`, `1TiB`, `24GB`.
