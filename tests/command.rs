@@ -204,7 +204,7 @@ fn two_runs_are_named_by_their_files_in_diff_plot_and_summary() {
     assert!(d.lines().nth(2).unwrap().contains("train.trace"), "{d}");
     // Two traces without ranks: the plot names them by file.
     let svg = a.with_file_name("two.svg");
-    let out = gpushim_text(&["plot", "-o", svg.to_str().unwrap(), sa, sb]);
+    let out = gpushim_text(&["plot", "--by", "total", "-o", svg.to_str().unwrap(), sa, sb]);
     assert_ok(&out);
     let svg = std::fs::read_to_string(&svg).unwrap();
     assert!(svg.contains("train.trace device 0 live"), "{svg}");

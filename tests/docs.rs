@@ -72,7 +72,10 @@ fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
 fn the_commands_and_scripts_the_docs_show_run() {
     let mut texts = vec![std::fs::read_to_string(repo().join("README.md")).unwrap()];
     for e in std::fs::read_dir(repo().join("docs")).unwrap() {
-        texts.push(std::fs::read_to_string(e.unwrap().path()).unwrap());
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "md") {
+            texts.push(std::fs::read_to_string(path).unwrap());
+        }
     }
     let mut commands = std::collections::BTreeSet::new();
     let mut shown = std::collections::BTreeSet::new();

@@ -616,10 +616,16 @@ fn hostile_names_are_escaped_in_every_command_and_format() {
     assert_ok(&diff);
     terminal_safe("diff", &diff.stdout);
     terminal_safe("diff stderr", &diff.stderr);
-    for (cmd, file) in [("plot", "p.svg"), ("flamegraph", "f.svg")] {
+    for (cmd, file) in [
+        ("plot", "p.svg"),
+        ("plot --by line", "l.svg"),
+        ("plot --by total", "t.svg"),
+        ("flamegraph", "f.svg"),
+        ("flamegraph --color name", "n.svg"),
+    ] {
         let o = dir.join(file);
         let out = Command::new(gpushim_bin())
-            .arg(cmd)
+            .args(cmd.split(' '))
             .arg(t)
             .arg("-o")
             .arg(&o)
@@ -653,4 +659,23 @@ fn hostile_names_are_escaped_in_every_command_and_format() {
             _ => {}
         }
     }
+    // The page: every string inside its data element, none able to end it.
+    let o = dir.join("r.html");
+    let out = Command::new(gpushim_bin())
+        .arg("report")
+        .arg(t)
+        .arg("-o")
+        .arg(&o)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    terminal_safe("report", &out.stderr);
+    let page = std::fs::read(&o).unwrap();
+    markup_safe("report", &page);
+    let text = String::from_utf8_lossy(&page);
+    assert_eq!(
+        text.matches("</script>").count(),
+        2,
+        "a string closed a script"
+    );
 }

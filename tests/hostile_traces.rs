@@ -173,7 +173,7 @@ fn read_everything(path: &Path) {
     let _ = gpushim::report::leaks(path, Some("step"), o);
     if let Ok(peaks) = gpushim::report::peak(path, o) {
         for p in &peaks {
-            let _ = gpushim::export::flamegraph_svg(p, "t");
+            let _ = gpushim::export::flamegraph_svg(p, "t", true);
         }
     }
     let _ = gpushim::report::oom(path, o);

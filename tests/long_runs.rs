@@ -142,7 +142,14 @@ fn a_trace_of_any_length_answers_as_the_whole_trace_does() {
     }
     // The picture spans the whole run: the checkpoint's series before the ring's detail.
     let svg = dir.join("bounded.svg");
-    let out = gpushim(&[&"plot", &bounded.as_path(), &"-o", &svg.as_path()]);
+    let out = gpushim(&[
+        &"plot",
+        &"--by",
+        &"total",
+        &bounded.as_path(),
+        &"-o",
+        &svg.as_path(),
+    ]);
     assert_ok(&out);
     let text = std::fs::read_to_string(&svg).unwrap();
     let peak = report_json(&["summary"], &[&whole])["devices"][0]["peak_live_bytes"]
@@ -166,6 +173,8 @@ fn a_trace_of_any_length_answers_as_the_whole_trace_does() {
     let whole_svg = dir.join("whole.svg");
     assert_ok(&gpushim(&[
         &"plot",
+        &"--by",
+        &"total",
         &whole.as_path(),
         &"-o",
         &whole_svg.as_path(),

@@ -129,7 +129,7 @@ fn plot_and_flamegraph_write_svg_with_labelled_axes() {
     let l = leaky();
     for (cmd, must) in [
         (
-            "plot",
+            "plot --by total",
             vec![
                 "memory (MiB)",
                 "time since the first allocation",
@@ -139,9 +139,26 @@ fn plot_and_flamegraph_write_svg_with_labelled_axes() {
             ],
         ),
         ("flamegraph", vec!["live at the peak", "spike (leaky+0x"]),
+        (
+            "plot",
+            vec![
+                "device 0: memory by kind",
+                "allocations",
+                "peak ",
+                "iteration (NVTX 'step')",
+            ],
+        ),
     ] {
-        let out = l.trace.with_extension(format!("{cmd}.svg"));
-        let o = gpushim(&[&cmd, &l.trace, &"-o", &out]);
+        let out = l
+            .trace
+            .with_extension(format!("{}.svg", cmd.replace(' ', "")));
+        let words: Vec<&str> = cmd.split(' ').collect();
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = Vec::new();
+        for w in &words {
+            args.push(w);
+        }
+        args.extend([&l.trace as &dyn AsRef<std::ffi::OsStr>, &"-o", &out]);
+        let o = gpushim(&args);
         assert_ok(&o);
         let svg = std::fs::read_to_string(&out).unwrap();
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
@@ -222,7 +239,7 @@ fn several_traces_make_one_timeline_aligned_by_wall_clock() {
     assert!(start_second > end_first, "{start_second} <= {end_first}");
 
     let svg = a.trace.with_extension("both.svg");
-    let o = gpushim(&[&"plot", &a.trace, &b.trace, &"-o", &svg]);
+    let o = gpushim(&[&"plot", &"--by", &"total", &a.trace, &b.trace, &"-o", &svg]);
     assert_ok(&o);
     let text = std::fs::read_to_string(&svg).unwrap();
     for m in [
@@ -267,7 +284,7 @@ fn the_plot_starts_where_the_programs_memory_does() {
     drop(t);
     let svg = dir.join("late.svg");
     let out = Command::new(gpushim_bin())
-        .args(["plot", "-o"])
+        .args(["plot", "--by", "total", "-o"])
         .arg(&svg)
         .arg(&path)
         .output()
@@ -296,6 +313,8 @@ fn the_plot_runs_to_the_end_of_the_trace_and_its_legend_stays_off_the_lines() {
     let svg_path = path.with_extension("svg");
     let out = gpushim_text(&[
         "plot",
+        "--by",
+        "total",
         "-o",
         svg_path.to_str().unwrap(),
         path.to_str().unwrap(),
@@ -358,7 +377,7 @@ fn the_plot_draws_nvmls_line_and_marks_detected_iterations() {
     }
     drop(t);
     let svg = dir.join("loop.svg");
-    let out = gpushim(&[&"plot", &"-o", &svg, &path]);
+    let out = gpushim(&[&"plot", &"--by", &"total", &"-o", &svg, &path]);
     assert_ok(&out);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(text.contains("device 0 as NVML saw the process"), "{text}");
@@ -437,7 +456,9 @@ fn a_title_longer_than_the_picture_is_squeezed_in_not_cut() {
     );
     // A short one is left as it is.
     let out = l.trace.with_extension("titles.svg");
-    assert_ok(&gpushim(&[&"plot", &l.trace, &"-o", &out]));
+    assert_ok(&gpushim(&[
+        &"plot", &"--by", &"total", &l.trace, &"-o", &out,
+    ]));
     let svg = std::fs::read_to_string(&out).unwrap();
     let title = svg
         .lines()

@@ -349,7 +349,7 @@ fn start_end_ranges_mark_iterations_and_narrow_reports() {
     // The plot shades every other "step".
     let svg = dir.join("se.svg");
     let out = Command::new(gpushim_bin())
-        .arg("plot")
+        .args(["plot", "--by", "total"])
         .arg(&path)
         .arg("-o")
         .arg(&svg)

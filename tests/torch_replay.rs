@@ -264,10 +264,22 @@ fn the_peak_live_is_the_programs_whatever_segments_pytorch_took() {
     let dir = common::tempdir("replay-plot");
     let svg = dir.join("r.svg");
     let t = data("resnet50.trace");
-    let out = gpushim_text(&["plot", t.to_str().unwrap(), "-o", svg.to_str().unwrap()]);
-    assert!(out.status.success());
     let (summary, _) = peak_live("resnet50.trace");
-    let text = std::fs::read_to_string(&svg).unwrap();
-    let want = format!("peak live {}", gpushim::report::units::human_bytes(summary));
-    assert!(text.contains(&want), "{want} not in the plot");
+    let peak = gpushim::report::units::human_bytes(summary);
+    for (by, want) in [
+        ("total", format!("peak live {peak}")),
+        ("kind", format!("peak {peak} live")),
+    ] {
+        let out = gpushim_text(&[
+            "plot",
+            "--by",
+            by,
+            t.to_str().unwrap(),
+            "-o",
+            svg.to_str().unwrap(),
+        ]);
+        assert!(out.status.success());
+        let text = std::fs::read_to_string(&svg).unwrap();
+        assert!(text.contains(&want), "{want} not in the plot --by {by}");
+    }
 }

@@ -283,12 +283,50 @@ pub enum Cmd {
         #[command(flatten)]
         reading: Reading,
     },
-    /// Live and reserved memory per device over time, as an SVG or PNG chart. Several traces
-    /// (the ranks of a job) share one time axis, aligned by their wall-clock starts.
-    Plot {
-        /// Trace files (the ranks of a job share one time axis).
+    /// The whole run in one HTML page that opens offline: memory over the run stacked by kind
+    /// (parameters, gradients, optimizer state, activations, ...) or by line, the peak and
+    /// every failed allocation marked, the lines that grow every iteration, the peak's holders
+    /// and NVML's table beside it. Hover a band to read it, click it for its stacks; several
+    /// traces (the ranks of a job) get a picker.
+    #[command(
+        after_help = "Examples:\n  gpushim report run.trace                 # writes run.html beside it\n  gpushim report rank*.trace -o job.html   # every rank, one page\n\n\
+The x axis counts allocations and frees, so the start-up before the first allocation and the \
+pauses between steps take no width, and iterations are marked on it; the page switches to \
+time. The page holds its data: a trace of any length gives a page of a few hundred KB per \
+device, and it opens with no network."
+    )]
+    Report {
+        /// Trace files (the ranks of a job: one page, a picker between them).
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+
+        /// Output file, .html [default: beside the first trace, its name ending .html instead
+        /// of .trace]. Written only into a folder that is yours alone (not one others can
+        /// write): beside the trace when its folder is, else into the working folder, else
+        /// nowhere (name one). The file is created private (0600) and appears whole.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        reading: Reading,
+    },
+    /// Memory over the run as an SVG or PNG chart: stacked by the kinds of PyTorch's tensors
+    /// (the default), by the lines that held most, or the totals over time.
+    #[command(
+        after_help = "--by kind and --by line draw one panel per device of each trace: \
+the x axis counts allocations and frees, so start-up and pauses take no width, with the \
+iterations marked on it; the peak is a dot, each failed allocation a red mark at the top. \
+--by total draws live, reserved and NVML's memory over time, the traces of a job on one \
+wall clock. `gpushim report` draws the same in a page you can hover and click."
+    )]
+    Plot {
+        /// Trace files (the ranks of a job: a panel each, or one time axis with --by total).
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+
+        /// What the bands are: kind (parameters, gradients, activations, ...), line (the call
+        /// sites that held most), or total (live, reserved and NVML's lines over time).
+        #[arg(long, value_enum, default_value = "kind")]
+        by: PlotBy,
 
         /// Output file: .svg, or .png for a picture [default: beside the first trace, its name
         /// ending .timeline.svg instead of .trace]. Written only into a
@@ -306,6 +344,10 @@ pub enum Cmd {
         /// The trace (Python frames are recorded by default; native stacks with
         /// GPUSHIM_CONF=stacks:on).
         trace: PathBuf,
+        /// How frames are coloured: kind (the kind most of a frame's bytes are: parameters,
+        /// activations, ...; PyTorch's tensors) or name (a warm hue from the frame's name).
+        #[arg(long, value_enum, default_value = "kind")]
+        color: FlameColor,
         /// Output file: .svg, or .png for a picture [default: beside the trace, its name
         /// ending .flamegraph.svg instead of .trace]. Written only into a
         /// folder that is yours alone (not one others can write): beside the trace when its folder
@@ -398,6 +440,21 @@ pub enum Cmd {
     },
 }
 
+/// How `flamegraph` colours its frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlameColor {
+    Kind,
+    Name,
+}
+
+/// What `plot` stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlotBy {
+    Kind,
+    Line,
+    Total,
+}
+
 impl Cmd {
     /// The reading options of a report command.
     /// The finished traces the command reads (not `top`'s, which may still be written).
@@ -408,6 +465,7 @@ impl Cmd {
             | Cmd::Peak { traces, .. }
             | Cmd::Oom { traces, .. }
             | Cmd::Plot { traces, .. }
+            | Cmd::Report { traces, .. }
             | Cmd::Simulate { traces, .. }
             | Cmd::Export { traces, .. } => traces.clone(),
             Cmd::Events { trace, .. } | Cmd::Flamegraph { trace, .. } => {
@@ -427,6 +485,7 @@ impl Cmd {
             | Cmd::Peak { reading, .. }
             | Cmd::Oom { reading, .. }
             | Cmd::Plot { reading, .. }
+            | Cmd::Report { reading, .. }
             | Cmd::Flamegraph { reading, .. }
             | Cmd::Export { reading, .. }
             | Cmd::Top { reading, .. }

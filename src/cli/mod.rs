@@ -197,8 +197,16 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             traces, top, json, ..
         } => peak::cmd_peak(&traces, top, json, opts),
         Cmd::Oom { traces, json, .. } => oom::cmd_oom(&traces, json, opts),
-        Cmd::Plot { traces, output, .. } => pictures::cmd_plot(&traces, output, opts),
-        Cmd::Flamegraph { trace, output, .. } => pictures::cmd_flamegraph(&trace, output, opts),
+        Cmd::Plot {
+            traces, output, by, ..
+        } => pictures::cmd_plot(&traces, output, by, opts),
+        Cmd::Report { traces, output, .. } => pictures::cmd_report(&traces, output, opts),
+        Cmd::Flamegraph {
+            trace,
+            output,
+            color,
+            ..
+        } => pictures::cmd_flamegraph(&trace, output, color == args::FlameColor::Kind, opts),
         Cmd::Export {
             traces,
             format,

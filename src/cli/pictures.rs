@@ -19,12 +19,15 @@ fn beside(trace: &std::path::Path, kind: &str) -> Result<std::path::PathBuf, Str
     gpushim::files::default_output(trace, &format!("{stem}.{kind}"))
 }
 
-/// `gpushim plot`: live, reserved and NVML's memory over time.
+/// `gpushim plot`: memory over the run, stacked by kind or line, or the totals over time.
 pub fn cmd_plot(
     traces: &[std::path::PathBuf],
     output: Option<std::path::PathBuf>,
+    by: super::args::PlotBy,
     opts: &ReadOptions,
 ) -> ExitCode {
+    use super::args::PlotBy;
+    use gpushim::export::StackBy;
     let output = match output.map_or_else(|| beside(&traces[0], "timeline.svg"), Ok) {
         Ok(o) => o,
         Err(e) => return fail(e),
@@ -32,10 +35,44 @@ pub fn cmd_plot(
     let output = output.as_path();
     match picture_kind(output) {
         Err(e) => fail(e),
-        Ok(()) => match gpushim::export::plot_svg(traces, opts) {
+        Ok(()) => match match by {
+            PlotBy::Total => gpushim::export::plot_svg(traces, opts),
+            PlotBy::Kind => gpushim::export::stacked_svg(traces, StackBy::Kind, opts),
+            PlotBy::Line => gpushim::export::stacked_svg(traces, StackBy::Line, opts),
+        } {
             Ok(svg) => write_picture(output, &svg),
             Err(e) => fail(e),
         },
+    }
+}
+
+/// `gpushim report`: the run in one HTML page.
+pub fn cmd_report(
+    traces: &[std::path::PathBuf],
+    output: Option<std::path::PathBuf>,
+    opts: &ReadOptions,
+) -> ExitCode {
+    let output = match output.map_or_else(|| beside(&traces[0], "html"), Ok) {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    match output.extension().and_then(|e| e.to_str()) {
+        Some(e) if e.eq_ignore_ascii_case("html") || e.eq_ignore_ascii_case("htm") => {}
+        _ => {
+            return fail(format!(
+                "--output {}: the page is written as .html; name the file so",
+                gpushim::files::shown(&output)
+            ));
+        }
+    }
+    let step = |what: &str| {
+        if traces.len() > 1 || opts.progress.is_some() {
+            eprintln!("gpushim: reading {what}");
+        }
+    };
+    match gpushim::export::page_html(traces, opts, &step) {
+        Ok(html) => super::output::write_file(&output, html.as_bytes()),
+        Err(e) => fail(e),
     }
 }
 
@@ -43,6 +80,7 @@ pub fn cmd_plot(
 pub fn cmd_flamegraph(
     trace: &std::path::Path,
     output: Option<std::path::PathBuf>,
+    by_kind: bool,
     opts: &ReadOptions,
 ) -> ExitCode {
     let output = match output.map_or_else(|| beside(trace, "flamegraph.svg"), Ok) {
@@ -63,6 +101,7 @@ pub fn cmd_flamegraph(
                             gpushim::files::shown(trace),
                             human_bytes(p.live_bytes)
                         ),
+                        by_kind,
                     ),
                 ),
                 None => fail(

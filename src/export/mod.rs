@@ -6,19 +6,23 @@
 
 mod flamegraph;
 mod memory_viz;
+mod page;
 mod perfetto;
 mod plot;
 mod png;
 mod rmm;
 mod sites;
+mod stacked;
 
 pub use flamegraph::flamegraph_svg;
 pub use memory_viz::{memory_viz, memory_viz_html};
+pub use page::page_html;
 pub use perfetto::perfetto;
 pub use plot::plot_svg;
 pub use png::svg_to_png;
 pub use rmm::rmm_csv;
 pub use sites::live_by_site;
+pub use stacked::{StackBy, kind_color, stacked_svg};
 
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 

@@ -18,6 +18,7 @@ pub mod simulate;
 pub mod sites;
 pub mod summary;
 pub mod symbolize;
+pub mod timeline;
 pub mod torch_replay;
 pub mod units;
 

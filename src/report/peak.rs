@@ -28,9 +28,10 @@ pub struct Peak {
     pub kinds_from_lines: bool,
     pub by_call_site: Vec<Holder>,
     pub by_range: Vec<Holder>,
-    /// Live allocations at the peak, with their stacks (for flame graphs).
+    /// Live allocations at the peak, with their stacks and their kinds (PyTorch's tensors;
+    /// for flame graphs).
     #[serde(skip)]
-    pub stacks: Vec<(Vec<String>, u64)>,
+    pub stacks: Vec<(Vec<String>, u64, Option<Kind>)>,
 }
 
 /// A device's most live bytes so far: (bytes, record index, time).
@@ -115,12 +116,14 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
         let by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(&reader, k));
         let stacks = in_order
             .iter()
-            .map(|&(_, l)| l)
-            .chain(rp.physical.values())
-            .filter(|l| l.device == device)
-            .map(|l| {
+            .map(|&(p, l)| (p, l))
+            .chain(rp.physical.values().map(|l| (0, l)))
+            .filter(|(_, l)| l.device == device)
+            .map(|(p, l)| {
                 let frames = frames_of(&reader, l.stack);
-                (frames, l.size)
+                let kind = (l.api == Api::Torch as u8)
+                    .then(|| kinds.get(&p).copied().unwrap_or(Kind::Unknown));
+                (frames, l.size, kind)
             })
             .collect();
         out.push(Peak {
@@ -170,7 +173,9 @@ fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak
         .iter()
         .map(|h| {
             let frames = frames_of(reader, h.stack);
-            (frames, h.bytes)
+            let phase = super::kinds::phase_of_stack(reader, h.stack);
+            let kind = (phase != super::kinds::Phase::Unknown).then(|| phase.lasting());
+            (frames, h.bytes, kind)
         })
         .collect();
     Peak {

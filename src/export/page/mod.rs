@@ -1,0 +1,214 @@
+//! The run in one page: a single HTML file, its script, style and data inside, that opens from a
+//! file with no network. Memory over the run stacked by kind or by line ([`crate::report::timeline`]),
+//! with the growing lines (`leaks`), the peak's holders (`peak`), NVML's table (`summary`) and
+//! the failed allocations (`oom`) beside it; several traces (the ranks of a job) behind a picker.
+//!
+//! Every string from a trace reaches the page as JSON inside a `<script type="application/json">`
+//! element, with `<`, `>` and `&` written as `\u003c` escapes so no string can close it, and the
+//! script puts strings on the page only as text (`textContent`), never as markup.
+
+use super::xml;
+use crate::report::timeline::{Lane, timeline};
+use crate::trace::reader::{ReadError, ReadOptions};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+const STYLE: &str = include_str!("page.css");
+const SCRIPT: &str = include_str!("page.js");
+
+/// Holders listed per table (the page is read, not searched).
+const HOLDERS: usize = 12;
+/// Lines listed under each kind.
+const PER_KIND: usize = 5;
+/// Failed allocations listed in full.
+const OOMS: usize = 20;
+
+/// The page for `paths` (the ranks of a job, or one trace); `step` tells what is being read.
+pub fn page_html(
+    paths: &[PathBuf],
+    opts: &ReadOptions,
+    step: &dyn Fn(&str),
+) -> Result<String, ReadError> {
+    let mut traces = Vec::new();
+    for path in paths {
+        traces.push(trace_data(path, opts, step)?);
+    }
+    let title = match paths {
+        [one] => format!("gpushim: {}", crate::files::shown(one)),
+        many => format!("gpushim: {} traces", many.len()),
+    };
+    let kinds: Vec<Value> = crate::report::kinds::Kind::ALL
+        .iter()
+        .map(|k| json!({"id": k, "name": k.name()}))
+        .collect();
+    let data = json!({
+        "title": title,
+        "version": env!("CARGO_PKG_VERSION"),
+        "kinds": kinds,
+        "traces": traces,
+    });
+    Ok(assemble(&title, &data))
+}
+
+/// The HTML: style, data and script inline.
+fn assemble(title: &str, data: &Value) -> String {
+    let data = script_safe(&data.to_string());
+    format!(
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; \
+         style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:\">\n\
+         <title>{}</title>\n<style>\n{STYLE}</style>\n</head>\n<body>\n\
+         <noscript>This page draws with JavaScript; the same figures come from \
+         <code>gpushim summary</code>, <code>leaks</code> and <code>peak</code>.</noscript>\n\
+         <div id=\"app\"></div>\n\
+         <script id=\"gpushim-data\" type=\"application/json\">{data}</script>\n\
+         <script>\n{SCRIPT}</script>\n</body>\n</html>\n",
+        xml(title)
+    )
+}
+
+/// JSON that cannot end the `<script>` element it sits in, nor open a comment in it.
+fn script_safe(json: &str) -> String {
+    json.replace('<', "\\u003c")
+        .replace('>', "\\u003e")
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+}
+
+/// Everything the page shows of one trace.
+fn trace_data(path: &Path, opts: &ReadOptions, step: &dyn Fn(&str)) -> Result<Value, ReadError> {
+    use crate::report::{leaks, oom, peak, summary::summarize};
+    let name = crate::files::shown(path).to_string();
+    step(&format!("{name}: summary"));
+    let s = summarize(path, opts)?;
+    let label = match s.rank {
+        Some(r) => format!("rank {r}"),
+        None => path
+            .file_name()
+            .map(|n| crate::files::shown(Path::new(n)).to_string())
+            .unwrap_or_else(|| name.clone()),
+    };
+    step(&format!("{name}: growing lines"));
+    let l = leaks(path, None, opts)?;
+    step(&format!("{name}: the peak"));
+    let peaks = peak(path, opts)?;
+    step(&format!("{name}: failed allocations"));
+    let ooms = oom(path, opts)?;
+    step(&format!("{name}: memory over the run"));
+    let steps = l
+        .iterations
+        .as_ref()
+        .map(|i| crate::report::timeline::Boundaries {
+            name: &i.boundary,
+            count: i.count,
+            times_ns: &i.boundary_times_ns,
+        });
+    let lanes: Vec<Lane> = timeline(path, &label, steps, opts)?;
+    let growing: Vec<Value> = l
+        .iterations
+        .as_ref()
+        .map(|i| {
+            i.growing
+                .iter()
+                .map(|g| {
+                    json!({
+                        "line": g.call_site,
+                        "kind": g.kind,
+                        "per_step": g.bytes_per_iteration,
+                        "first": g.live_at_first_boundary,
+                        "last": g.live_at_last_boundary,
+                        "kept_with": g.kept_with.iter().map(|k| &k.call_site).collect::<Vec<_>>(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let peaks: Vec<Value> = peaks
+        .iter()
+        .map(|p| {
+            let by_kind: Vec<Value> = p
+                .by_kind
+                .iter()
+                .map(|k| {
+                    json!({
+                        "kind": k.kind,
+                        "bytes": k.bytes,
+                        "tensors": k.tensors,
+                        "lines": k.by_call_site.iter().take(PER_KIND).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({
+                "device": p.device,
+                "live": p.live_bytes,
+                "reserved": p.reserved_bytes,
+                "time_ns": p.time_ns,
+                "by_kind": by_kind,
+                "kinds_from_lines": p.kinds_from_lines,
+                "lines": p.by_call_site.iter().take(HOLDERS).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let oom_count = ooms.len();
+    let ooms: Vec<Value> = ooms
+        .iter()
+        .take(OOMS)
+        .map(|o| {
+            json!({
+                "time_ns": o.time_ns,
+                "api": o.api,
+                "device": o.device,
+                "requested": o.requested_bytes,
+                "live": o.live_bytes,
+                "reserved": o.reserved_bytes,
+                "site": o.request_site,
+                "by_kind": o.by_kind,
+                "holders": o.holders.iter().take(5).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let mut notes = Vec::new();
+    if let Some(cut) = &l.trace_cut {
+        notes.push(format!("The trace is incomplete: {cut}"));
+    }
+    if l.running {
+        notes.push("The process was still running: what is live at the end is what was live when the trace was read.".to_string());
+    }
+    if let Some(off) = &s.tensors_off {
+        notes.push(format!("No tensors of PyTorch's allocator: {off}"));
+    }
+    Ok(json!({
+        "label": label,
+        "path": name,
+        "program": s.program,
+        "pid": s.pid,
+        "host": s.host,
+        "duration_ns": s.duration_ns,
+        "events": s.events,
+        "lanes": lanes,
+        "iterations": l.iterations.as_ref().map(|i| json!({"boundary": i.boundary, "count": i.count})),
+        "growing": growing,
+        "live_at_exit": l.live_at_exit_bytes,
+        "peaks": peaks,
+        "device_memory": s.device_memory,
+        "ooms": ooms,
+        "oom_count": oom_count,
+        "notes": notes,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn no_string_can_close_the_data_element() {
+        let s = super::script_safe(r#"{"a":"</script><script>alert(1)</script><!--&"}"#);
+        assert!(
+            !s.contains('<') && !s.contains('>') && !s.contains('&'),
+            "{s}"
+        );
+        let back: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(back["a"], "</script><script>alert(1)</script><!--&");
+    }
+}

@@ -1,0 +1,261 @@
+//! The second pass: every allocation's life, `[made, freed)` in changes, added to the columns
+//! whose moment falls inside it, under its kind and line. A column's moments rise with the
+//! columns, so a life covers a run of them: one addition where it begins and one subtraction
+//! where it ends (a difference array per kind and line), summed once at the end.
+
+use super::columns::{Found, LaneFound, changed};
+use super::{Columns, Failure, Lane, Line, MAX_COLUMNS, Mark, NOT_A_TENSOR, TOP_LINES};
+use crate::fasthash::FastMap;
+use crate::report::kinds::{Kind, Kinds};
+use crate::report::live::{Change, Live, replay_each, site_key};
+use crate::trace::format::Api;
+use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Distinct (kind, line) pairs followed per lane; past it, a kind's new lines are summed as
+/// one (a hostile or enormous trace costs no more than this).
+const MAX_KEYS: usize = 8192;
+/// Points of a checkpoint's coarse series shown per lane at most (evenly thinned past it).
+const MAX_BEFORE: usize = 300;
+
+/// One lane's additions: by (slot, site), a difference array over its columns.
+struct Adds<'a> {
+    found: &'a LaneFound,
+    /// Each column's moment, rising.
+    best: Vec<u64>,
+    diffs: FastMap<(u8, u64), Vec<i64>>,
+    /// Changes so far.
+    changes: u64,
+}
+
+impl Adds<'_> {
+    /// Adds `bytes` of `(slot, site)` to every column whose moment is in `[from, to)`.
+    fn add(&mut self, slot: usize, site: u64, bytes: u64, from: u64, to: u64) {
+        let a = self.best.partition_point(|&m| m < from);
+        let b = self.best.partition_point(|&m| m < to);
+        if a >= b {
+            return;
+        }
+        let n = self.best.len() + 1;
+        let key = if self.diffs.len() >= MAX_KEYS && !self.diffs.contains_key(&(slot as u8, site)) {
+            (slot as u8, 0)
+        } else {
+            (slot as u8, site)
+        };
+        let d = self.diffs.entry(key).or_insert_with(|| vec![0; n]);
+        let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
+        d[a] = d[a].saturating_add(bytes);
+        d[b] = d[b].saturating_sub(bytes);
+    }
+}
+
+/// The second pass over the trace at `path`: the lanes, each column split by kind and line.
+pub(super) fn split(
+    path: &Path,
+    opts: &ReadOptions,
+    found: &Found,
+) -> Result<Vec<Lane>, ReadError> {
+    let mut adds: BTreeMap<u8, Adds> = found
+        .lanes
+        .iter()
+        .map(|(&d, f)| {
+            let adds = Adds {
+                found: f,
+                best: f.cols.iter().map(|c| c.best).collect(),
+                diffs: FastMap::default(),
+                changes: 0,
+            };
+            (d, adds)
+        })
+        .collect();
+    let mut kinds = Kinds::default();
+    // Per live allocation: the change after which it was live.
+    let mut made: FastMap<u64, u64> = FastMap::default();
+    // Tensors whose kind was decided by the record asking for their free.
+    let mut decided: FastMap<u64, Kind> = FastMap::default();
+    let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
+        if let Some((ptr, k)) = kinds.observe(reader, r) {
+            decided.insert(ptr, k);
+        }
+        let counted = changed(rp, r, c);
+        if let Some(d) = counted
+            && let Some(a) = adds.get_mut(&d)
+        {
+            a.changes += 1;
+        }
+        match c {
+            Change::Alloc { ptr, device } => {
+                let now = adds.get(&device).map_or(0, |a| a.changes);
+                // One the axis does not count is live from the next change on.
+                made.insert(ptr, if counted.is_some() { now } else { now + 1 });
+                decided.remove(&ptr);
+            }
+            Change::Free { ptr, live } => {
+                let from = made.remove(&ptr);
+                let kind = decided.remove(&ptr);
+                if let (Some(from), Some(a)) = (from, adds.get_mut(&live.device)) {
+                    let to = a.changes;
+                    let slot = slot_of(&live, kind.unwrap_or(Kind::Unknown));
+                    a.add(slot, site_key(&live), live.size, from, to);
+                }
+            }
+            _ => {}
+        }
+    })?;
+    // What is live at the end stays to the last column.
+    for (ptr, l) in rp.live.iter() {
+        let Some(&from) = made.get(ptr) else {
+            continue;
+        };
+        if let Some(a) = adds.get_mut(&l.device) {
+            let kind = kinds.lasting(&reader, *ptr, l.stack);
+            a.add(slot_of(l, kind), site_key(l), l.size, from, u64::MAX);
+        }
+    }
+    let mut lanes = Vec::new();
+    for (d, a) in adds {
+        let before: Vec<(u64, u64, u64)> = found
+            .series
+            .iter()
+            .filter(|s| s.1 == d)
+            .map(|&(t, _, live, reserved)| (t, live, reserved))
+            .collect();
+        lanes.push(lane(&reader, d, a, &thin(&before), found.tensors_recorded));
+    }
+    Ok(lanes)
+}
+
+/// The slot of an allocation in the difference arrays: its kind, or not a tensor.
+fn slot_of(l: &Live, kind: Kind) -> usize {
+    if l.api == Api::Torch as u8 {
+        kind as usize
+    } else {
+        NOT_A_TENSOR
+    }
+}
+
+/// `points`, evenly thinned to at most [`MAX_BEFORE`].
+fn thin(points: &[(u64, u64, u64)]) -> Vec<(u64, u64, u64)> {
+    if points.len() <= MAX_BEFORE {
+        return points.to_vec();
+    }
+    (0..MAX_BEFORE)
+        .map(|i| points[i * points.len() / MAX_BEFORE])
+        .collect()
+}
+
+/// One lane from its additions, with `before` (a checkpoint's series) in front.
+fn lane(
+    reader: &TraceReader,
+    device: u8,
+    a: Adds,
+    before: &[(u64, u64, u64)],
+    tensors_recorded: bool,
+) -> Lane {
+    let f = a.found;
+    let n = f.cols.len();
+    let pre = before.len();
+    let mut columns = Columns {
+        kinds: vec![vec![0; pre + n]; Kind::ALL.len()],
+        ..Columns::default()
+    };
+    for &(t, live, reserved) in before {
+        columns.change.push(0);
+        columns.time_ns.push(t);
+        columns.live.push(live);
+        columns.reserved.push(reserved.max(live));
+        columns.nvml.push(0);
+    }
+    for c in &f.cols {
+        columns.change.push(c.best);
+        columns.time_ns.push(c.time_ns);
+        columns.live.push(c.live);
+        columns.reserved.push(c.reserved.max(c.live));
+        columns.nvml.push(c.nvml);
+    }
+    // Sum each difference array into its series, kinds by slot, lines by (slot, site).
+    let mut series: Vec<((u8, u64), Vec<u64>)> = Vec::with_capacity(a.diffs.len());
+    for (key, diff) in a.diffs {
+        let mut run = 0i64;
+        let mut s = vec![0u64; pre + n];
+        for i in 0..n {
+            run = run.saturating_add(diff[i]);
+            let v = u64::try_from(run).unwrap_or(0);
+            s[pre + i] = v;
+            if let Some(k) = columns.kinds.get_mut(key.0 as usize) {
+                k[pre + i] = k[pre + i].saturating_add(v);
+            }
+        }
+        series.push((key, s));
+    }
+    series.sort_by(|x, y| {
+        let mx = x.1.iter().max();
+        let my = y.1.iter().max();
+        my.cmp(&mx).then(x.0.cmp(&y.0))
+    });
+    series.truncate(TOP_LINES);
+    let lines: Vec<Line> = series
+        .into_iter()
+        .map(|((slot, site), bytes)| line(reader, slot as usize, site, bytes))
+        .collect();
+    let other_lines = (0..pre + n)
+        .map(|i| {
+            let top = lines.iter().fold(0u64, |s, l| s.saturating_add(l.bytes[i]));
+            columns.live[i].saturating_sub(top)
+        })
+        .collect();
+    let peak = f.peak.map(|(bytes, change, time_ns)| Mark {
+        column: pre + f.column_of(change),
+        bytes,
+        time_ns,
+    });
+    let failures = f
+        .failures
+        .iter()
+        .map(|&(changes, size, api, time_ns)| Failure {
+            column: pre + f.column_of(changes.max(1)).min(n.saturating_sub(1)),
+            requested_bytes: size,
+            api: api.to_string(),
+            time_ns,
+        })
+        .collect();
+    debug_assert!(n <= MAX_COLUMNS);
+    Lane {
+        trace: String::new(),
+        device,
+        device_total_bytes: f.device_total,
+        tensors_recorded,
+        before_ring: pre,
+        columns,
+        lines,
+        other_lines,
+        peak,
+        failures,
+        steps: Vec::new(),
+        step_name: None,
+    }
+}
+
+/// A line's series, named.
+fn line(reader: &TraceReader, slot: usize, site: u64, bytes: Vec<u64>) -> Line {
+    use crate::report::sites::{shown_frames, site_label};
+    let (label, frames) = if site == 0 {
+        ("(other lines)".to_string(), Vec::new())
+    } else {
+        let frames = match reader.stack(site) {
+            Some(f) => shown_frames(reader, f)
+                .iter()
+                .map(|&ip| crate::report::symbolize::describe(reader, ip))
+                .collect(),
+            None => Vec::new(),
+        };
+        (site_label(reader, site), frames)
+    };
+    Line {
+        label,
+        kind: Kind::ALL.get(slot).copied(),
+        frames,
+        bytes,
+    }
+}

@@ -1,0 +1,178 @@
+//! The first pass: each device's changes counted, cut into stretches of equal count (merged two
+//! by two as the run goes on, so a lane never has more than [`MAX_COLUMNS`]), and in each the
+//! moment of most live memory, with what the allocators held and NVML saw then. Also the peak,
+//! the failed allocations and a ring checkpoint's coarse series of the time before its detail.
+
+use super::MAX_COLUMNS;
+use crate::report::live::{Change, Replay, replay_each};
+use crate::trace::format::{DEVICE_UNKNOWN, Record, RecordKind};
+use crate::trace::reader::{ReadError, ReadOptions};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// One stretch of a lane and its moment of most live memory.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Col {
+    /// The moment: the change after which it was.
+    pub best: u64,
+    pub time_ns: u64,
+    pub live: u64,
+    pub reserved: u64,
+    /// NVML's highest figure while the stretch lasted (the latest before it, if none came).
+    pub nvml: u64,
+}
+
+/// What the first pass found of one device.
+#[derive(Debug, Default)]
+pub(super) struct LaneFound {
+    /// Changes per column.
+    pub width: u64,
+    pub cols: Vec<Col>,
+    pub changes: u64,
+    /// The most live memory: (bytes, change, time).
+    pub peak: Option<(u64, u64, u64)>,
+    /// Failed allocations: (the changes before it, bytes, API, time).
+    pub failures: Vec<(u64, u64, &'static str, u64)>,
+    nvml: u64,
+    pub device_total: u64,
+}
+
+impl LaneFound {
+    /// The column that shows change `c` (1 for the first).
+    pub fn column_of(&self, c: u64) -> usize {
+        let w = self.width.max(1);
+        (c.saturating_sub(1) / w) as usize
+    }
+
+    fn change(&mut self, rp: &Replay, device: u8, time_ns: u64) {
+        self.changes += 1;
+        if self.width == 0 {
+            self.width = 1;
+        }
+        let mut at = self.column_of(self.changes);
+        if at == MAX_COLUMNS {
+            self.cols = self
+                .cols
+                .chunks(2)
+                .map(|p| match p {
+                    [a, b] => {
+                        let mut m = if b.live > a.live { *b } else { *a };
+                        m.nvml = a.nvml.max(b.nvml);
+                        m
+                    }
+                    [a] => *a,
+                    _ => Col::default(),
+                })
+                .collect();
+            self.width *= 2;
+            at = self.column_of(self.changes);
+        }
+        let live = rp.live_on(device);
+        let now = Col {
+            best: self.changes,
+            time_ns,
+            live,
+            reserved: rp.reserved_on(device),
+            nvml: self.nvml,
+        };
+        match self.cols.get_mut(at) {
+            None => self.cols.push(now),
+            Some(c) if live > c.live => {
+                *c = Col {
+                    nvml: c.nvml,
+                    ..now
+                }
+            }
+            Some(_) => {}
+        }
+        if self.peak.is_none_or(|(b, _, _)| live > b) {
+            self.peak = Some((live, self.changes, time_ns));
+        }
+    }
+
+    fn sample(&mut self, bytes: u64, total: u64) {
+        self.nvml = bytes;
+        self.device_total = total;
+        let at = self.column_of(self.changes);
+        if self.changes > 0
+            && let Some(c) = self.cols.get_mut(at)
+        {
+            c.nvml = c.nvml.max(bytes);
+        }
+    }
+
+    fn failure(&mut self, r: &Record) {
+        // PyTorch's attempts (before and after it empties its cache) and the tensor it could not
+        // make, with no change between them, are one failure: the tensor's size is the request.
+        if let Some(last) = self.failures.last_mut()
+            && last.0 == self.changes
+        {
+            if r.kind == RecordKind::TensorOom {
+                last.1 = r.size;
+                last.2 = r.api.name();
+            }
+            return;
+        }
+        self.failures
+            .push((self.changes, r.size, r.api.name(), r.time_ns));
+    }
+}
+
+/// What the first pass found: per device, and the checkpoint's series before the ring's detail
+/// (time, device, live, reserved).
+#[derive(Debug, Default)]
+pub(super) struct Found {
+    pub lanes: BTreeMap<u8, LaneFound>,
+    pub series: Vec<(u64, u8, u64, u64)>,
+    pub tensors_recorded: bool,
+}
+
+/// The device a record changed the memory of, if it is a change that counts on the axis: an
+/// allocation made or freed (not a checkpoint's restoring, and not the raw `cudaMalloc` of a
+/// segment PyTorch's record claims a moment later).
+pub(super) fn changed(rp: &Replay, r: &Record, c: Change) -> Option<u8> {
+    if rp.restoring || r.kind == RecordKind::Restore {
+        return None;
+    }
+    let raw = rp.tensors.recorded() && matches!(r.kind, RecordKind::Alloc | RecordKind::PhysCreate);
+    match c {
+        Change::Alloc { device, .. } | Change::Physical { device } if !raw => Some(device),
+        Change::Free { live, .. } => Some(live.device),
+        _ => None,
+    }
+}
+
+/// The first pass over the trace at `path`.
+pub(super) fn find(path: &Path, opts: &ReadOptions) -> Result<Found, ReadError> {
+    let mut found = Found::default();
+    let (_, rp) = replay_each(path, opts, |_, rp, r, c| {
+        if let Some(d) = changed(rp, r, c) {
+            found.lanes.entry(d).or_default().change(rp, d, r.time_ns);
+        } else if r.kind == RecordKind::DeviceMemory {
+            found
+                .lanes
+                .entry(r.device)
+                .or_default()
+                .sample(r.ptr, r.size);
+        } else if !rp.restoring && crate::trace::summary::is_failure(r) {
+            let d = if r.device == DEVICE_UNKNOWN {
+                0
+            } else {
+                r.device
+            };
+            found.lanes.entry(d).or_default().failure(r);
+        }
+    })?;
+    found.series = rp.series.clone();
+    found.tensors_recorded = rp.tensors.recorded();
+    for (d, (_, total)) in &rp.facts.mem_info {
+        if let Some(l) = found.lanes.get_mut(d)
+            && l.device_total == 0
+        {
+            l.device_total = *total;
+        }
+    }
+    // A device seen only in NVML's samples, with no allocation: nothing to draw.
+    found.lanes.retain(|_, l| l.changes > 0);
+    Ok(found)
+}
