@@ -283,6 +283,37 @@ pub enum Cmd {
         #[command(flatten)]
         reading: Reading,
     },
+    /// What fits: the peak memory at other batch sizes and the largest batch that fits a
+    /// device, from one run at a small batch, without running it again.
+    #[command(after_help = FIT_HELP)]
+    Fit {
+        /// The trace of a PyTorch training run (the default run records what it needs).
+        trace: PathBuf,
+        /// The batch the run used.
+        #[arg(long, value_name = "BATCH")]
+        at: u64,
+        /// The batches to show: a list (8,16,32) or a range with a step (8:64:8; 8:64 doubles).
+        /// Default: the run's batch, 2x, 4x and 8x.
+        #[arg(long, value_name = "LIST", value_parser = batches_arg)]
+        batch: Option<Batches>,
+        /// The device to fit: a size (24GiB, 40GB) or a GPU's name (l4, a100-40, h100, ...);
+        /// what the CUDA context and libraries took in the run comes off it. Default: the
+        /// run's device.
+        #[arg(long, value_name = "SIZE|GPU", value_parser = device_arg)]
+        device_memory: Option<u64>,
+        /// Hold PyTorch's allocator to this many bytes, as
+        /// torch.cuda.set_per_process_memory_fraction does (nothing comes off it).
+        #[arg(long, value_name = "SIZE", value_parser = size_arg, conflicts_with = "device_memory")]
+        limit: Option<u64>,
+        /// The largest batch looked for.
+        #[arg(long, value_name = "BATCH", default_value = "4096")]
+        max_batch: u64,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        reading: Reading,
+    },
     /// The whole run in one HTML page that opens offline: memory over the run stacked by kind
     /// (parameters, gradients, optimizer state, activations, ...) or by line, the peak and
     /// every failed allocation marked, the lines that grow every iteration, the peak's holders
@@ -468,7 +499,7 @@ impl Cmd {
             | Cmd::Report { traces, .. }
             | Cmd::Simulate { traces, .. }
             | Cmd::Export { traces, .. } => traces.clone(),
-            Cmd::Events { trace, .. } | Cmd::Flamegraph { trace, .. } => {
+            Cmd::Events { trace, .. } | Cmd::Flamegraph { trace, .. } | Cmd::Fit { trace, .. } => {
                 vec![trace.clone()]
             }
             Cmd::Diff { a, b, .. } => vec![a.clone(), b.clone()],
@@ -486,6 +517,7 @@ impl Cmd {
             | Cmd::Oom { reading, .. }
             | Cmd::Plot { reading, .. }
             | Cmd::Report { reading, .. }
+            | Cmd::Fit { reading, .. }
             | Cmd::Flamegraph { reading, .. }
             | Cmd::Export { reading, .. }
             | Cmd::Top { reading, .. }
@@ -494,6 +526,14 @@ impl Cmd {
         }
     }
 }
+
+const FIT_HELP: &str = "Examples:\n  gpushim fit run.trace --at 8                      # 8, 16, 32, 64 and the largest that fits\n  gpushim fit run.trace --at 8 --device-memory l4   # will it fit a 24 GB L4?\n  gpushim fit run.trace --at 8 --batch 8:128        # 8, 16, 32, 64, 128\n\n\
+Activations, the input and the temporaries of the forward and the backward grow with the \
+batch; parameters, gradients, optimizer state, cuBLAS's workspaces and the optimizer's \
+temporaries do not (the kinds: docs/kinds.md). The run's requests, so resized, are replayed \
+through the model of PyTorch's allocator under the run's setting and with expandable segments \
+switched, as `simulate --torch` does; a batch fits when no request fails. Tensors of unknown \
+kind keep their size, and their lines are named. How, and where it can be wrong: docs/fit.md.";
 
 const SIMULATE_HELP: &str = "Examples:\n  gpushim simulate run.trace --torch expandable_segments:True \\\n    --torch max_split_size_mb:128\n  gpushim simulate run.trace --recommend\n  gpushim simulate run.trace --conf pool:caching --conf pool:caching,max_split:64MiB\n\n\
 --torch replays the tensors PyTorch's caching allocator handed out (recorded by default) \
@@ -508,6 +548,67 @@ fn size_arg(s: &str) -> Result<u64, String> {
     gpushim::config::parse_size(s)
         .filter(|&n| n > 0)
         .ok_or_else(|| format!("'{s}' is not a size: write bytes or a unit, e.g. 40GiB or 512MiB"))
+}
+
+/// Batches asked of `fit`.
+#[derive(Clone, Debug)]
+pub struct Batches(pub Vec<u64>);
+
+/// `8,16,32`, `8:64` (doubling) or `8:64:8` (a step).
+fn batches_arg(s: &str) -> Result<Batches, String> {
+    let bad = || format!("'{s}' is not a list of batches: write 8,16,32 or 8:64 (doubling) or 8:64:8");
+    let num = |t: &str| t.trim().parse::<u64>().ok().filter(|&n| n > 0);
+    let out: Vec<u64> = if let Some((a, rest)) = s.split_once(':') {
+        let (b, step) = match rest.split_once(':') {
+            Some((b, st)) => (num(b).ok_or_else(bad)?, Some(num(st).ok_or_else(bad)?)),
+            None => (num(rest).ok_or_else(bad)?, None),
+        };
+        let mut v = Vec::new();
+        let mut x = num(a).ok_or_else(bad)?;
+        while x <= b && v.len() < 1000 {
+            v.push(x);
+            x = match step {
+                Some(st) => x.saturating_add(st),
+                None => x.saturating_mul(2),
+            };
+        }
+        v
+    } else {
+        s.split(',').map(|t| num(t).ok_or_else(bad)).collect::<Result<_, _>>()?
+    };
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(Batches(out))
+}
+
+/// A size, or a GPU's name: its memory as PyTorch reports the device's total capacity.
+fn device_arg(s: &str) -> Result<u64, String> {
+    const GIB: f64 = (1u64 << 30) as f64;
+    let known: &[(&str, f64)] = &[
+        ("h200", 139.8),
+        ("h100", 79.19),
+        ("a100-80", 79.15),
+        ("a100-40", 39.39),
+        ("l40s", 44.39),
+        ("a10", 22.07),
+        ("l4", 22.03),
+        ("rtx4090", 23.65),
+        ("rtx3090", 23.69),
+        ("v100-32", 31.74),
+        ("v100-16", 15.77),
+        ("t4", 14.75),
+    ];
+    let name = s.to_ascii_lowercase().replace([' ', '_'], "-");
+    if let Some((_, gib)) = known.iter().find(|(n, _)| *n == name) {
+        return Ok((gib * GIB) as u64);
+    }
+    size_arg(s).map_err(|_| {
+        format!(
+            "'{s}' is neither a size (24GiB, 40GB) nor a GPU known here ({})",
+            known.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        )
+    })
 }
 
 fn fraction_arg(s: &str) -> Result<f64, String> {

@@ -6,6 +6,7 @@ mod config;
 mod diff;
 mod events;
 mod export;
+mod fit;
 mod leaks;
 mod oom;
 mod output;
@@ -167,6 +168,25 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
                 };
                 simulate::cmd_simulate_torch(&traces, &torch, recommend, &bounds, json, opts)
             }
+        }
+        Cmd::Fit {
+            trace,
+            at,
+            batch,
+            device_memory,
+            limit,
+            max_batch,
+            json,
+            ..
+        } => {
+            let ask = gpushim::report::fit::Ask {
+                at,
+                batches: batch.map_or_else(|| vec![at, 2 * at, 4 * at, 8 * at], |b| b.0),
+                device_memory,
+                limit,
+                max_batch,
+            };
+            fit::cmd_fit(&trace, &ask, json, opts)
         }
         Cmd::Config { conf } => config::cmd_config(conf),
         Cmd::Lib { sources: true, .. } => match gpushim::run::bundled_sources() {

@@ -64,10 +64,16 @@ pub fn stacked_svg(
     let mut lanes = Vec::new();
     for path in paths {
         let l = crate::report::leaks(path, None, opts)?;
+        let growing_lines: Vec<&str> = l
+            .iterations
+            .iter()
+            .flat_map(|i| i.growing.iter().map(|g| g.call_site.as_str()))
+            .collect();
         let steps = l.iterations.as_ref().map(|i| Boundaries {
             name: &i.boundary,
             count: i.count,
             times_ns: &i.boundary_times_ns,
+            growing: &growing_lines,
         });
         let label = crate::files::shown(path).to_string();
         lanes.extend(timeline(path, &label, steps, opts)?);

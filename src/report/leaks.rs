@@ -347,8 +347,20 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     let mut seen = 0u64;
     let mut together = FreedTogether::default();
     let mut kinds = super::kinds::Kinds::default();
+    // Per call site: the bytes of its tensors by the kind each turned out to be, freed or live
+    // at the end (for the kind of a growing line).
+    let mut decided: HashMap<u64, super::kinds::Kind> = HashMap::new();
+    let mut site_kinds: HashMap<u64, BTreeMap<super::kinds::Kind, u64>> = HashMap::new();
     let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
-        kinds.observe(reader, r);
+        if let Some((ptr, k)) = kinds.observe(reader, r) {
+            decided.insert(ptr, k);
+        }
+        if let crate::trace::live::Change::Free { ptr, live } = &c
+            && let Some(k) = decided.remove(ptr)
+        {
+            let e = site_kinds.entry(site_key(live)).or_default().entry(k).or_default();
+            *e = e.saturating_add(live.size);
+        }
         if rp.restoring || r.kind == RecordKind::Restore {
             return;
         }
@@ -395,7 +407,7 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     let totals: Vec<u64> = kept.iter().map(|b| b.total).collect();
     let times: Vec<u64> = kept.iter().map(|b| b.time_ns).collect();
     let series: Vec<HashMap<u64, u64>> = kept.into_iter().map(|b| b.by_site).collect();
-    let iterations = chosen.map(|(boundary, _, _)| Iterations {
+    let mut iterations = chosen.map(|(boundary, _, _)| Iterations {
         boundary,
         count: seen,
         live_at_boundaries: totals.clone(),
@@ -424,6 +436,35 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         .map(|(&p, l)| (kinds.lasting(&reader, p, l.stack), l))
         .collect();
     let live_at_exit_by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(&reader, k));
+    // A growing line's kind is what its tensors still live at the end are, as the kinds'
+    // tracker tells them (a metric computed between a forward and its backward keeps the
+    // forward's graph: an activation), where its phase alone would say less.
+    if let Some(it) = iterations.as_mut().filter(|it| !it.growing.is_empty()) {
+        for (k, l) in &tensors {
+            let e = site_kinds.entry(site_key(l)).or_default().entry(*k).or_default();
+            *e = e.saturating_add(l.size);
+        }
+        let mut by_line: HashMap<String, BTreeMap<super::kinds::Kind, u64>> = HashMap::new();
+        for (site, kinds) in site_kinds {
+            let line = by_line.entry(site_label(&reader, site)).or_default();
+            for (k, b) in kinds {
+                let e = line.entry(k).or_default();
+                *e = e.saturating_add(b);
+            }
+        }
+        // What grows is kept: a temporary of the same line (made and freed within its phase)
+        // does not name it.
+        for g in &mut it.growing {
+            if let Some(kinds) = by_line.get(&g.call_site)
+                && let Some((&k, _)) = kinds
+                    .iter()
+                    .filter(|&(k, _)| *k != super::kinds::Kind::Temporary)
+                    .max_by_key(|&(k, b)| (*b, std::cmp::Reverse(*k)))
+            {
+                g.kind = Some(k);
+            }
+        }
+    }
     Ok(Leaks {
         boundary_not_found,
         live_at_exit_bytes: rp.total_live(),

@@ -6,6 +6,7 @@
 //! pass (the peak) read the trace twice.
 
 pub mod device_memory;
+pub mod fit;
 pub mod holds;
 pub mod job;
 pub mod kinds;

@@ -93,14 +93,23 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
     })?;
     let mut out = Vec::new();
     // A trace of any length: a peak before the ring, as the checkpoint kept it.
+    // The checkpoint may keep several moments of one device (one per summarizing pass): its
+    // peak is the highest of them.
+    let mut highest: BTreeMap<u8, &crate::trace::live::Snapshot> = BTreeMap::new();
     for snap in whole.snapshots.iter().filter(|s| !s.failure) {
         if !opts.filter.devices.is_empty() && !opts.filter.devices.contains(&snap.device) {
             continue;
         }
-        if best.get(&snap.device).is_some_and(|b| b.0 > snap.live) {
+        let e = highest.entry(snap.device).or_insert(snap);
+        if snap.live > e.live {
+            *e = snap;
+        }
+    }
+    for (device, snap) in highest {
+        if best.get(&device).is_some_and(|b| b.0 > snap.live) {
             continue;
         }
-        best.remove(&snap.device);
+        best.remove(&device);
         out.push(from_snapshot(&reader, snap));
     }
     for (&device, &(_, at, peak_time)) in &best {

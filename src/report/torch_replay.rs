@@ -669,6 +669,58 @@ pub fn replay(
     (r.outcome(conf), fidelity)
 }
 
+/// The run's tensor requests as another run would make them: each request's size as `size`
+/// gives it (from its place among the requests, its recorded size and its stack), the rest of
+/// the run as it was but for its failures (another run need not fail there). The run's own
+/// segments stay as hints: the model takes a recorded address only for a segment of the
+/// recorded length, so at the run's own sizes the replay is the run's, to the byte.
+pub struct Resized(Vec<Event>);
+
+impl Input {
+    /// Each tensor request in order: its size and stack.
+    pub fn requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.events
+            .iter()
+            .filter(|e| e.ev == Ev::Alloc)
+            .map(|e| (e.size, e.stack))
+    }
+
+    pub fn reader(&self) -> &TraceReader {
+        &self.reader
+    }
+
+    /// The requests resized by `size(n, recorded size, stack)`, `n` counting the requests.
+    pub fn resized(&self, size: impl Fn(usize, u64, u64) -> u64) -> Resized {
+        let mut n = 0;
+        Resized(
+            self.events
+                .iter()
+                .filter_map(|e| match e.ev {
+                    Ev::Alloc => {
+                        let mut e = *e;
+                        e.size = size(n, e.size, e.stack);
+                        n += 1;
+                        Some(e)
+                    }
+                    Ev::Oom | Ev::Skip => None,
+                    _ => Some(*e),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Replays resized requests under `conf` (see [`Resized`]).
+pub fn replay_resized(input: &Input, events: &Resized, conf: &TorchConf, bounds: &Bounds) -> Outcome {
+    let mut r = Replayer::new(input, conf, bounds, false);
+    for e in &events.0 {
+        if !r.apply(e) {
+            break;
+        }
+    }
+    r.outcome(conf)
+}
+
 fn peak_of(log: &[SegmentEvent]) -> u64 {
     let (mut held, mut peak) = (0u64, 0u64);
     for e in log {

@@ -5,15 +5,14 @@
 # `gpushim run` with nothing set; then `gpushim report` and `gpushim plot` on each trace. One
 # table: records, the page's size and the seconds to write it, its columns, the kinds drawn at
 # the tensors' peak, whether every line `leaks` finds growing is a band of its own (with its
-# kind), and whether the page's peak is `peak`'s. The pages, pictures and traces are left in
-# $OUT/page (when OUT is set) for the browser check, which runs where a browser is
+# kind), and whether the page's peak is `peak`'s. The pages (and the two-leak loop's trace) are
+# left in $OUT/page/pages.tgz (when OUT is set) for the browser check, which runs where a browser is
 # (tests/browser/check_page.py --real).
 #   bash scripts/gpu.sh page[:RUN,...]   RUN is leaks, gpt2, resnet50 or gpt2-ring
 set -euo pipefail
 runs=${*:-leaks gpt2 resnet50 gpt2-ring}
-work=${OUT:+$OUT/page}
-work=${work:-$(mktemp -d)}
-mkdir -p "$work"
+work=$(mktemp -d)
+keep=${OUT:+$OUT/page}
 for r in $runs; do
   conf=()
   case $r in
@@ -32,6 +31,11 @@ for r in $runs; do
   "$GPUSHIM_BIN" peak --json "$work/$r.trace" > "$work/$r.peak.json"
   "$GPUSHIM_BIN" summary --json "$work/$r.trace" > "$work/$r.summary.json"
 done
+if [ -n "$keep" ]; then
+  # One file: the pages and the two-leak loop's trace.
+  mkdir -p "$keep"
+  (cd "$work" && tar czf "$keep/pages.tgz" ./*.html $(ls leaks.trace 2>/dev/null)) || true
+fi
 python3 - "$work" $runs <<'PY'
 import json, os, re, sys
 work, runs = sys.argv[1], sys.argv[2:]
@@ -52,12 +56,16 @@ for r in runs:
     t = data["traces"][0]
     lane = max(t["lanes"], key=lambda l: max(l["columns"]["live"]))
     peak = json.load(open(os.path.join(work, r + ".peak.json")))
-    pk = next((p for p in peak if p["device"] == lane["device"]), None)
+    pk = max((p for p in peak if p["device"] == lane["device"]), key=lambda p: p["live_bytes"], default=None)
     peak_ok = pk is not None and lane["peak"] and pk["live_bytes"] == lane["peak"]["bytes"] \
         and lane["columns"]["live"][lane["peak"]["column"]] == pk["live_bytes"]
-    labels = {l["label"]: l["kind"] for l in lane["lines"]}
+    labels = {(l["label"], l["kind"]) for l in lane["lines"]}
     growing = t["growing"]
-    drawn = sum(1 for g in growing if g["line"] in labels and labels[g["line"]] == g["kind"])
+    drawn = sum(1 for g in growing if (g["line"], g["kind"]) in labels)
+    for g in growing:
+        if (g["line"], g["kind"]) not in labels:
+            same = [l["kind"] for l in lane["lines"] if l["label"] == g["line"]]
+            print(f"  {r}: not drawn: {g['line'][:100]} ({g['kind']}); lines of that label: {same}")
     c = lane["columns"]
     at = max(range(len(c["live"])), key=lambda i: sum(k[i] for k in c["kinds"]))
     kinds = ", ".join(f"{k['name']} {c['kinds'][i][at] / MiB:.0f}" for i, k in enumerate(data["kinds"]) if c["kinds"][i][at])

@@ -97,6 +97,11 @@ fn trace_data(path: &Path, opts: &ReadOptions, step: &dyn Fn(&str)) -> Result<Va
     step(&format!("{name}: failed allocations"));
     let ooms = oom(path, opts)?;
     step(&format!("{name}: memory over the run"));
+    let growing_lines: Vec<&str> = l
+        .iterations
+        .iter()
+        .flat_map(|i| i.growing.iter().map(|g| g.call_site.as_str()))
+        .collect();
     let steps = l
         .iterations
         .as_ref()
@@ -104,6 +109,7 @@ fn trace_data(path: &Path, opts: &ReadOptions, step: &dyn Fn(&str)) -> Result<Va
             name: &i.boundary,
             count: i.count,
             times_ns: &i.boundary_times_ns,
+            growing: &growing_lines,
         });
     let lanes: Vec<Lane> = timeline(path, &label, steps, opts)?;
     let growing: Vec<Value> = l

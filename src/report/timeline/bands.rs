@@ -55,6 +55,7 @@ pub(super) fn split(
     path: &Path,
     opts: &ReadOptions,
     found: &Found,
+    keep: &[&str],
 ) -> Result<Vec<Lane>, ReadError> {
     let mut adds: BTreeMap<u8, Adds> = found
         .lanes
@@ -121,9 +122,34 @@ pub(super) fn split(
             .filter(|s| s.1 == d)
             .map(|&(t, _, live, reserved)| (t, live, reserved))
             .collect();
-        lanes.push(lane(&reader, d, a, &thin(&before), found.tensors_recorded));
+        let mut l = lane(&reader, d, a, &thin(&before), found.tensors_recorded, keep);
+        if let Some(&(bytes, time_ns)) = found.peak_before.get(&d) {
+            peak_before_ring(&mut l, bytes, time_ns);
+        }
+        lanes.push(l);
     }
     Ok(lanes)
+}
+
+/// A peak before the ring's detail, higher than any the detail shows: marked in the column of
+/// the checkpoint's series where its time falls, which the coarse series may have drawn lower.
+fn peak_before_ring(lane: &mut Lane, bytes: u64, time_ns: u64) {
+    let pre = lane.before_ring;
+    if pre == 0 || lane.peak.is_some_and(|p| p.bytes >= bytes) {
+        return;
+    }
+    let c = &mut lane.columns;
+    let i = c.time_ns[..pre]
+        .partition_point(|&t| t <= time_ns)
+        .saturating_sub(1);
+    c.live[i] = c.live[i].max(bytes);
+    c.reserved[i] = c.reserved[i].max(bytes);
+    lane.other_lines[i] = lane.other_lines[i].max(bytes);
+    lane.peak = Some(Mark {
+        column: i,
+        bytes,
+        time_ns,
+    });
 }
 
 /// The slot of an allocation in the difference arrays: its kind, or not a tensor.
@@ -152,6 +178,7 @@ fn lane(
     a: Adds,
     before: &[(u64, u64, u64)],
     tensors_recorded: bool,
+    keep: &[&str],
 ) -> Lane {
     let f = a.found;
     let n = f.cols.len();
@@ -194,11 +221,19 @@ fn lane(
         let my = y.1.iter().max();
         my.cmp(&mx).then(x.0.cmp(&y.0))
     });
-    series.truncate(TOP_LINES);
-    let lines: Vec<Line> = series
-        .into_iter()
-        .map(|((slot, site), bytes)| line(reader, slot as usize, site, bytes))
-        .collect();
+    // The lines that held most, and every line named in `keep` (the growing ones: a leak of a
+    // few bytes a step is drawn even where it never holds much).
+    let mut lines: Vec<Line> = Vec::new();
+    for (k, ((slot, site), bytes)) in series.into_iter().enumerate() {
+        if k < TOP_LINES {
+            lines.push(line(reader, slot as usize, site, bytes));
+        } else if !keep.is_empty() && site != 0 {
+            let label = crate::report::sites::site_label(reader, site);
+            if keep.contains(&label.as_str()) {
+                lines.push(line(reader, slot as usize, site, bytes));
+            }
+        }
+    }
     let other_lines = (0..pre + n)
         .map(|i| {
             let top = lines.iter().fold(0u64, |s, l| s.saturating_add(l.bytes[i]));

@@ -124,6 +124,9 @@ impl LaneFound {
 pub(super) struct Found {
     pub lanes: BTreeMap<u8, LaneFound>,
     pub series: Vec<(u64, u8, u64, u64)>,
+    /// Per device: the most live memory before the ring's detail, as its checkpoint kept it
+    /// (bytes, time).
+    pub peak_before: BTreeMap<u8, (u64, u64)>,
     pub tensors_recorded: bool,
 }
 
@@ -164,6 +167,12 @@ pub(super) fn find(path: &Path, opts: &ReadOptions) -> Result<Found, ReadError> 
         }
     })?;
     found.series = rp.series.clone();
+    for snap in rp.snapshots.iter().filter(|s| !s.failure) {
+        let e = found.peak_before.entry(snap.device).or_default();
+        if snap.live > e.0 {
+            *e = (snap.live, snap.time_ns);
+        }
+    }
     found.tensors_recorded = rp.tensors.recorded();
     for (d, (_, total)) in &rp.facts.mem_info {
         if let Some(l) = found.lanes.get_mut(d)

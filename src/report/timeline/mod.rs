@@ -135,13 +135,15 @@ pub struct Failure {
     pub time_ns: u64,
 }
 
-/// Iteration boundaries as `leaks` found them: what marks them, how many the run had, and the
-/// times of those it kept (all, or an even thinning of them).
+/// Iteration boundaries as `leaks` found them: what marks them, how many the run had, the
+/// times of those it kept (all, or an even thinning of them), and the lines it found growing
+/// (drawn on their own however little they hold).
 #[derive(Clone, Copy, Debug)]
 pub struct Boundaries<'a> {
     pub name: &'a str,
     pub count: u64,
     pub times_ns: &'a [u64],
+    pub growing: &'a [&'a str],
 }
 
 /// The lanes of one trace (one per device it used), `label` naming the trace, with its
@@ -153,7 +155,8 @@ pub fn timeline(
     opts: &ReadOptions,
 ) -> Result<Vec<Lane>, ReadError> {
     let found = columns::find(path, opts)?;
-    let mut lanes = bands::split(path, opts, &found)?;
+    let keep = steps.map_or(&[][..], |b| b.growing);
+    let mut lanes = bands::split(path, opts, &found, keep)?;
     for lane in &mut lanes {
         lane.trace = label.to_string();
         if let Some(b) = steps {

@@ -1,0 +1,105 @@
+"""What fits, the truth found by running, for scripts/gpu.sh fit. A training loop written the
+usual way (AdamW), on a model built from its config (no download), at a batch given.
+
+usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
+         trains STEPS steps at BATCH, PyTorch's allocator held to LIMIT_BYTES if given
+         (set_per_process_memory_fraction); prints 'TRUTH {json}': the batch, the setting
+         (PYTORCH_CUDA_ALLOC_CONF), the limit, max_memory_reserved and max_memory_allocated,
+         or "oom": true
+       fit_truth.py largest MODEL LIMIT_BYTES HI
+         the largest batch (1..HI) whose 2 steps run with PyTorch's allocator held to
+         LIMIT_BYTES (set_per_process_memory_fraction), found by bisection in this process,
+         each try after empty_cache(); prints 'LARGEST {json}'
+  MODEL  gpt2 (GPT2LMHeadModel(GPT2Config()), sequence 512), resnet50 (torchvision, 224 x 224),
+         vit (torchvision vit_b_16, 224 x 224), bert (BertForMaskedLM(BertConfig()), sequence 256)
+"""
+import json
+import os
+import sys
+
+import torch
+
+dev = "cuda"
+torch.manual_seed(0)
+
+
+def build(name):
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
+        model = GPT2LMHeadModel(GPT2Config()).to(dev)
+
+        def step_of(b):
+            x = torch.randint(0, 50257, (b, 512), device=dev)
+            return model(input_ids=x, labels=x).loss
+    elif name == "bert":
+        from transformers import BertConfig, BertForMaskedLM
+        model = BertForMaskedLM(BertConfig()).to(dev)
+
+        def step_of(b):
+            x = torch.randint(0, 30522, (b, 256), device=dev)
+            return model(input_ids=x, labels=x).loss
+    elif name in ("resnet50", "vit"):
+        import torchvision
+        model = (torchvision.models.resnet50() if name == "resnet50" else torchvision.models.vit_b_16()).to(dev)
+
+        def step_of(b):
+            x = torch.randn(b, 3, 224, 224, device=dev)
+            y = torch.randint(0, 1000, (b,), device=dev)
+            return torch.nn.functional.cross_entropy(model(x), y)
+    else:
+        sys.exit(f"unknown model {name}")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def steps(b, n):
+        for _ in range(n):
+            opt.zero_grad(set_to_none=True)
+            step_of(b).backward()
+            opt.step()
+        torch.cuda.synchronize()
+    return steps
+
+
+def run(name, batch, n, limit=None):
+    if limit:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(limit / total)
+    steps = build(name)
+    out = {"model": name, "batch": batch, "setting": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+           "limit": limit}
+    try:
+        steps(batch, n)
+        out["reserved"] = torch.cuda.max_memory_reserved()
+        out["allocated"] = torch.cuda.max_memory_allocated()
+    except torch.OutOfMemoryError:
+        out["oom"] = True
+    print("TRUTH " + json.dumps(out), flush=True)
+
+
+def largest(name, limit, hi):
+    steps = build(name)
+    total = torch.cuda.get_device_properties(0).total_memory
+    torch.cuda.set_per_process_memory_fraction(limit / total)
+
+    def fits(b):
+        torch.cuda.empty_cache()
+        try:
+            steps(b, 2)
+            return True
+        except torch.OutOfMemoryError:
+            return False
+    lo, top = 0, hi + 1  # lo fits (0: none known), top does not
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            top = mid
+    print("LARGEST " + json.dumps({"model": name, "limit": limit, "batch": lo,
+                                   "setting": os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")}), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "run":
+        run(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]) if len(sys.argv) > 5 else None)
+    else:
+        largest(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))

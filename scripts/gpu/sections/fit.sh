@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# what fits: peak reserved at 4x and 8x the batch and the largest batch under a limit, predicted from one run, against real runs.
+# On the GPU machine: each model (scripts/gpu/fit_truth.py: GPT-2, ResNet-50, ViT-B/16, BERT;
+# AdamW, 3 steps) traced at a small batch under `gpushim run`, nothing set; `gpushim fit` on
+# that trace predicts the peak reserved memory at 4x and 8x the batch, under the defaults and
+# under expandable segments, and the largest batch that runs with PyTorch's allocator held to
+# 20 GiB (`--limit`, as set_per_process_memory_fraction holds it). Real runs, a fresh process
+# each, give max_memory_reserved() at 4x and 8x, and, under the same limit, whether the
+# predicted largest batch runs and the next does not (stepping down or up until the truth is
+# found, three steps at most). One table (scripts/gpu/fit_table.py): each peak's error (within
+# 3% asked) and the largest batches (within one asked). The traces and the truth are left in
+# $OUT/fit when OUT is set.
+#   bash scripts/gpu.sh fit[:MODEL,...]   MODEL is gpt2, resnet50, vit or bert
+set -euo pipefail
+models=${*:-gpt2 resnet50 vit bert}
+work=${OUT:+$OUT/fit}
+work=${work:-$(mktemp -d)}
+mkdir -p "$work"
+limit=$((20 << 30))
+declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8)
+truth="$work/truth.jsonl"
+touch "$truth"
+# One run: MODEL BATCH SETTING [LIMIT]; appends its TRUTH line, and says whether it ran.
+one() {
+  local line
+  line=$(PYTORCH_CUDA_ALLOC_CONF=$3 python3 scripts/gpu/fit_truth.py run "$1" "$2" 3 ${4:-} 2>/dev/null | grep '^TRUTH' | sed 's/^TRUTH //') || true
+  [ -n "$line" ] || { echo "$1 batch $2 '$3': the run failed" >&2; return 2; }
+  echo "$line" >> "$truth"
+  ! grep -q '"oom": true' <<< "$line"
+}
+for m in $models; do
+  b=${base[$m]}
+  "$GPUSHIM_BIN" run --trace "$work/$m.trace" -- python3 scripts/gpu/fit_truth.py run "$m" "$b" 3 \
+    >/dev/null 2>"$work/$m.err" || { echo "$m: traced run failed"; tail -3 "$work/$m.err"; continue; }
+  "$GPUSHIM_BIN" fit "$work/$m.trace" --at "$b" --batch "$b,$((4 * b)),$((8 * b))" \
+    --limit "$limit" --json > "$work/$m.fit.json"
+  for setting in "" "expandable_segments:True"; do
+    for k in 4 8; do one "$m" $((b * k)) "$setting" || true; done
+    predicted=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(next(s['largest_batch'] for s in d['settings'] if s['setting'] == sys.argv[2]))" "$work/$m.fit.json" "$setting")
+    # The truth about the predicted largest: it runs and the next does not, or step until so.
+    if one "$m" "$predicted" "$setting" "$limit"; then
+      for n in 1 2 3; do one "$m" $((predicted + n)) "$setting" "$limit" || break; done
+    else
+      for n in 1 2 3; do [ $((predicted - n)) -ge 1 ] || break; ! one "$m" $((predicted - n)) "$setting" "$limit" || break; done
+    fi
+  done
+done
+python3 scripts/gpu/fit_table.py "$work" $models

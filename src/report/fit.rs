@@ -1,0 +1,455 @@
+//! `gpushim fit`: what fits, from one run. The tensors that depend on the batch are resized to
+//! another batch and the run's requests replayed through the model of PyTorch's allocator
+//! (`torch_replay`), under the run's setting and under expandable segments: peak allocated and
+//! reserved at each batch asked, and the largest batch whose replay never fails under the
+//! device's memory less what the CUDA context and the libraries took in the run.
+//!
+//! Which tensors follow the batch comes from their kinds ([`super::kinds`]): activations, the
+//! input and the temporaries of the forward, the backward and the program's own lines grow with
+//! it; parameters, gradients, optimizer state, cuBLAS's workspaces and the optimizer's
+//! temporaries do not, nor a temporary the size of a parameter (a weight's gradient being
+//! summed, its half-precision copy under autocast). A tensor of unknown kind keeps its size,
+//! and its lines are named (`docs/fit.md`).
+
+use super::kinds::{Kind, Kinds, Phase, phase_of_stack};
+use super::torch_replay::{self, Bounds, Input, ReplayError};
+use crate::engine::torch::TorchConf;
+use crate::fasthash::FastMap;
+use crate::trace::format::RecordKind;
+use crate::trace::reader::{ReadOptions, TraceReader};
+use serde::Serialize;
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+/// How each request of the run scales with the batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Scale {
+    /// Its size is the batch's multiple.
+    Batch,
+    Fixed,
+    /// Kept as it is, for want of a kind.
+    Unknown,
+}
+
+/// What the run says of each request: its kind, and how it scales.
+struct Requests {
+    scale: Vec<Scale>,
+    kinds: Vec<Kind>,
+}
+
+/// One batch replayed under one setting.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub batch: u64,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// Requests the replay could not serve within the limit.
+    pub failures: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SettingFit {
+    /// As `PYTORCH_CUDA_ALLOC_CONF` takes it ("" for the defaults).
+    pub setting: String,
+    /// Whether this is the run's own setting.
+    pub recorded: bool,
+    pub rows: Vec<Row>,
+    /// The largest batch whose replay never fails under the limit (0: not even one).
+    pub largest_batch: u64,
+    /// Its peak reserved.
+    pub largest_peak_reserved_bytes: u64,
+}
+
+/// A line and its bytes among the requests (all of them, summed).
+#[derive(Clone, Debug, Serialize)]
+pub struct LineBytes {
+    pub line: String,
+    pub bytes: u64,
+    pub tensors: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Fit {
+    /// The run's batch, as given.
+    pub at: u64,
+    /// What the replays may hold: the device's memory less the headroom, or the limit given.
+    pub limit_bytes: u64,
+    /// Where the limit came from, in words.
+    pub limit_from: String,
+    /// NVML's figure less what PyTorch held, at NVML's peak in the run: the CUDA context,
+    /// module code and the libraries' own allocations (0 when the trace has no NVML figure).
+    pub headroom_bytes: u64,
+    pub settings: Vec<SettingFit>,
+    /// The bytes requested at the run's own batch, by how they scale.
+    pub batch_bytes: u64,
+    pub fixed_bytes: u64,
+    /// Requests of tensors whose kind is unknown: kept at their size (their lines below).
+    pub unknown_bytes: u64,
+    pub unknown_lines: Vec<LineBytes>,
+    /// Temporaries of a forward or backward kept at their size because it is a parameter's.
+    pub parameter_sized_lines: Vec<LineBytes>,
+}
+
+/// What `fit` is asked.
+#[derive(Clone, Debug)]
+pub struct Ask {
+    /// The run's batch.
+    pub at: u64,
+    /// The batches to show.
+    pub batches: Vec<u64>,
+    /// A device of this many bytes (the headroom the run measured comes off it).
+    pub device_memory: Option<u64>,
+    /// PyTorch's allocator held to this many bytes, as `set_per_process_memory_fraction` holds
+    /// it (no headroom comes off).
+    pub limit: Option<u64>,
+    /// The largest batch looked for.
+    pub max_batch: u64,
+}
+
+#[derive(Debug)]
+pub enum FitError {
+    Replay(ReplayError),
+    /// A batch of 0, or more than the search covers.
+    Batch(String),
+}
+
+impl std::fmt::Display for FitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FitError::Replay(e) => e.fmt(f),
+            FitError::Batch(s) => f.write_str(s),
+        }
+    }
+}
+
+impl From<ReplayError> for FitError {
+    fn from(e: ReplayError) -> Self {
+        FitError::Replay(e)
+    }
+}
+
+/// The kind of each request of the trace, in order, and its phase's.
+fn kinds_of_requests(path: &Path, opts: &ReadOptions) -> Result<Vec<Kind>, ReplayError> {
+    let whole = ReadOptions {
+        filter: Default::default(),
+        ..opts.clone()
+    };
+    let mut reader = TraceReader::open_with(path, &whole).map_err(ReplayError::Read)?;
+    let mut kinds = Kinds::default();
+    let mut out: Vec<Option<Kind>> = Vec::new();
+    let mut live: FastMap<u64, usize> = FastMap::default();
+    while let Some(r) = reader.next() {
+        let decided = kinds.observe(&reader, &r);
+        if reader.in_checkpoint() {
+            continue;
+        }
+        if r.kind == RecordKind::TensorAlloc {
+            if r.status == 0 && r.ptr != 0 {
+                live.insert(r.ptr, out.len());
+            }
+            out.push(None);
+        }
+        if let Some((ptr, k)) = decided
+            && let Some(n) = live.remove(&ptr)
+        {
+            out[n] = Some(k);
+        }
+    }
+    for (ptr, n) in live {
+        out[n] = Some(kinds.lasting(&reader, ptr, 0));
+    }
+    Ok(out.into_iter().map(|k| k.unwrap_or(Kind::Unknown)).collect())
+}
+
+/// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
+fn classify(input: &Input, kinds: Vec<Kind>) -> Requests {
+    let reader = input.reader();
+    // The sizes a parameter has, and half of each (its copy in 16 bits under autocast).
+    let mut parameter_sizes = HashSet::new();
+    for ((size, _), k) in input.requests().zip(&kinds) {
+        if matches!(k, Kind::Parameter | Kind::Gradient) {
+            parameter_sizes.insert(size);
+            parameter_sizes.insert(size / 2);
+        }
+    }
+    let mut phases: FastMap<u64, Phase> = FastMap::default();
+    let scale = input
+        .requests()
+        .zip(&kinds)
+        .map(|((size, stack), k)| match k {
+            Kind::Activation | Kind::Input => Scale::Batch,
+            Kind::Temporary => {
+                let phase = *phases
+                    .entry(stack)
+                    .or_insert_with(|| phase_of_stack(reader, stack));
+                if phase == Phase::Optimizer || parameter_sizes.contains(&size) {
+                    Scale::Fixed
+                } else {
+                    Scale::Batch
+                }
+            }
+            Kind::Unknown => Scale::Unknown,
+            Kind::Parameter | Kind::Gradient | Kind::OptimizerState | Kind::Workspace => {
+                Scale::Fixed
+            }
+        })
+        .collect();
+    Requests { scale, kinds }
+}
+
+/// `size` at `batch` for a request recorded at `at` that scales as `s`.
+fn resize(s: Scale, size: u64, at: u64, batch: u64) -> u64 {
+    match s {
+        Scale::Batch => {
+            let v = u128::from(size) * u128::from(batch);
+            u64::try_from(v.div_ceil(u128::from(at.max(1)))).unwrap_or(u64::MAX)
+        }
+        Scale::Fixed | Scale::Unknown => size,
+    }
+}
+
+/// The fit of the trace at `path`.
+pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
+    if ask.at == 0 || ask.batches.contains(&0) {
+        return Err(FitError::Batch("a batch is at least 1".into()));
+    }
+    let input = torch_replay::read(path, opts)?;
+    let kinds = kinds_of_requests(path, opts)?;
+    let req = classify(&input, kinds);
+    let recorded = torch_replay::recorded_conf(&input)?;
+    let mut expandable = recorded.clone();
+    expandable.expandable_segments = !recorded.expandable_segments;
+    let headroom = headroom(path, opts);
+    let total = device_total(path, opts);
+    let (bounds, limit_bytes, limit_from) = match (ask.limit, ask.device_memory) {
+        (Some(l), _) => (
+            Bounds {
+                fraction: Some(l as f64 / total.max(1) as f64),
+                ..Bounds::default()
+            },
+            l,
+            "the limit given (PyTorch's allocator alone, as a memory fraction holds it)"
+                .to_string(),
+        ),
+        (None, d) => {
+            let device = d.unwrap_or(total);
+            let limit = device.saturating_sub(headroom);
+            (
+                Bounds {
+                    limit: Some(limit),
+                    ..Bounds::default()
+                },
+                limit,
+                format!(
+                    "{} of {}, less the {} the CUDA context and libraries took in the run",
+                    super::units::human_bytes(device),
+                    if d.is_some() {
+                        "the device named"
+                    } else {
+                        "the run's device"
+                    },
+                    super::units::human_bytes(headroom)
+                ),
+            )
+        }
+    };
+    let mut settings = Vec::new();
+    for (conf, is_recorded) in [(&recorded, true), (&expandable, false)] {
+        let at_batch = |batch: u64| -> Row {
+            let events = input.resized(|n, size, _| {
+                resize(
+                    req.scale.get(n).copied().unwrap_or(Scale::Fixed),
+                    size,
+                    ask.at,
+                    batch,
+                )
+            });
+            let o = torch_replay::replay_resized(&input, &events, conf, &bounds);
+            Row {
+                batch,
+                peak_reserved_bytes: o.peak_reserved_bytes,
+                peak_allocated_bytes: o.peak_allocated_bytes,
+                failures: o.failures,
+            }
+        };
+        let rows: Vec<Row> = ask.batches.iter().map(|&b| at_batch(b)).collect();
+        let (largest, peak) = largest(&at_batch, ask.max_batch);
+        settings.push(SettingFit {
+            setting: conf.to_string(),
+            recorded: is_recorded,
+            rows,
+            largest_batch: largest,
+            largest_peak_reserved_bytes: peak,
+        });
+    }
+    let (mut batch_bytes, mut fixed_bytes, mut unknown_bytes) = (0u64, 0u64, 0u64);
+    let mut unknown: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut parameter_sized: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    for (((size, stack), s), k) in input.requests().zip(&req.scale).zip(&req.kinds) {
+        let tally = |m: &mut BTreeMap<u64, (u64, u64)>| {
+            let e = m.entry(stack).or_default();
+            e.0 = e.0.saturating_add(size);
+            e.1 += 1;
+        };
+        match s {
+            Scale::Batch => batch_bytes = batch_bytes.saturating_add(size),
+            Scale::Fixed => {
+                fixed_bytes = fixed_bytes.saturating_add(size);
+                if *k == Kind::Temporary {
+                    let phase = phase_of_stack(input.reader(), stack);
+                    if phase != Phase::Optimizer {
+                        tally(&mut parameter_sized);
+                    }
+                }
+            }
+            Scale::Unknown => {
+                unknown_bytes = unknown_bytes.saturating_add(size);
+                tally(&mut unknown);
+            }
+        }
+    }
+    let named = |m: BTreeMap<u64, (u64, u64)>| -> Vec<LineBytes> {
+        let mut v: Vec<LineBytes> = m
+            .into_iter()
+            .map(|(stack, (bytes, tensors))| LineBytes {
+                line: super::sites::site_label(input.reader(), stack),
+                bytes,
+                tensors,
+            })
+            .collect();
+        v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.line.cmp(&b.line)));
+        v.truncate(8);
+        v
+    };
+    Ok(Fit {
+        at: ask.at,
+        limit_bytes,
+        limit_from,
+        headroom_bytes: headroom,
+        settings,
+        batch_bytes,
+        fixed_bytes,
+        unknown_bytes,
+        unknown_lines: named(unknown),
+        parameter_sized_lines: named(parameter_sized),
+    })
+}
+
+/// The largest batch in `1..=max` whose replay has no failure, and its peak reserved: the
+/// failures rise with the batch, so a doubling then a bisection finds it.
+fn largest(at_batch: &dyn Fn(u64) -> Row, max: u64) -> (u64, u64) {
+    let fits = |b: u64| {
+        let r = at_batch(b);
+        (r.failures == 0).then_some(r.peak_reserved_bytes)
+    };
+    let Some(mut best) = fits(1) else {
+        return (0, 0);
+    };
+    let (mut lo, mut hi) = (1u64, None::<u64>);
+    // Double until one fails (or the top of the search).
+    while hi.is_none() {
+        let next = lo.saturating_mul(2).min(max);
+        if next == lo {
+            return (lo, best);
+        }
+        match fits(next) {
+            Some(p) => {
+                lo = next;
+                best = p;
+            }
+            None => hi = Some(next),
+        }
+    }
+    let mut hi = hi.unwrap_or(lo + 1);
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        match fits(mid) {
+            Some(p) => {
+                lo = mid;
+                best = p;
+            }
+            None => hi = mid,
+        }
+    }
+    (lo, best)
+}
+
+/// What the CUDA context, module code and the libraries held beside PyTorch's allocator at
+/// NVML's peak in the run (0 without NVML's figure).
+fn headroom(path: &Path, opts: &ReadOptions) -> u64 {
+    let Ok(s) = super::summary::summarize(path, opts) else {
+        return 0;
+    };
+    s.device_memory
+        .iter()
+        .map(|m| {
+            let torch: u64 = m
+                .at_peak
+                .parts
+                .iter()
+                .filter(|p| p.owner.starts_with("PyTorch"))
+                .map(|p| p.bytes)
+                .sum();
+            m.at_peak.nvml_bytes.saturating_sub(torch)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+/// The run's device's memory (CUDA's figure, else NVML's; an 80 GB GPU's when neither).
+fn device_total(path: &Path, opts: &ReadOptions) -> u64 {
+    let Ok(mut r) = TraceReader::open_with(path, opts) else {
+        return 80 << 30;
+    };
+    let mut total = None;
+    while let Some(rec) = r.next() {
+        match rec.kind {
+            RecordKind::MemInfo if rec.status == 0 && rec.size > 0 => {
+                total = Some(rec.size);
+                break;
+            }
+            RecordKind::DeviceMemory if rec.size > 0 && total.is_none() => total = Some(rec.size),
+            _ => {}
+        }
+    }
+    total.unwrap_or(80 << 30)
+}
+
+/// The setting that is not the run's, as the page and the text name it.
+pub fn other_setting(recorded: &TorchConf) -> String {
+    let mut c = recorded.clone();
+    c.expandable_segments = !c.expandable_segments;
+    c.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_that_follows_the_batch_grows_with_it_and_others_do_not() {
+        assert_eq!(resize(Scale::Batch, 4096, 8, 32), 16384);
+        assert_eq!(resize(Scale::Batch, 100, 3, 4), 134);
+        assert_eq!(resize(Scale::Fixed, 4096, 8, 32), 4096);
+        assert_eq!(resize(Scale::Unknown, 4096, 8, 32), 4096);
+    }
+
+    #[test]
+    fn the_largest_batch_is_found_by_doubling_then_halving() {
+        let row = |b: u64| Row {
+            batch: b,
+            peak_reserved_bytes: b * 10,
+            peak_allocated_bytes: 0,
+            failures: u64::from(b > 37),
+        };
+        assert_eq!(largest(&row, 1000), (37, 370));
+        assert_eq!(largest(&row, 20), (20, 200));
+        let none = |b: u64| Row {
+            batch: b,
+            peak_reserved_bytes: 0,
+            peak_allocated_bytes: 0,
+            failures: 1,
+        };
+        assert_eq!(largest(&none, 100), (0, 0));
+    }
+}
