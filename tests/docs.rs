@@ -164,7 +164,12 @@ fn the_commands_and_scripts_the_docs_show_run() {
                 args.push(repo().join(w).into_os_string());
                 has_trace = true;
             } else if w.contains(".trace") && !is_run {
-                args.push(trace.as_os_str().to_owned());
+                // What replays PyTorch's allocator needs its tensors: a recorded GPT-2 run.
+                if words[0] == "fit" || words.iter().any(|w| w == "--torch") {
+                    args.push(repo().join("tests/data/torch/gpt2.trace").into_os_string());
+                } else {
+                    args.push(trace.as_os_str().to_owned());
+                }
                 has_trace = true;
             } else {
                 args.push(w.into());

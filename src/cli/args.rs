@@ -556,7 +556,8 @@ pub struct Batches(pub Vec<u64>);
 
 /// `8,16,32`, `8:64` (doubling) or `8:64:8` (a step).
 fn batches_arg(s: &str) -> Result<Batches, String> {
-    let bad = || format!("'{s}' is not a list of batches: write 8,16,32 or 8:64 (doubling) or 8:64:8");
+    let bad =
+        || format!("'{s}' is not a list of batches: write 8,16,32 or 8:64 (doubling) or 8:64:8");
     let num = |t: &str| t.trim().parse::<u64>().ok().filter(|&n| n > 0);
     let out: Vec<u64> = if let Some((a, rest)) = s.split_once(':') {
         let (b, step) = match rest.split_once(':') {
@@ -574,7 +575,9 @@ fn batches_arg(s: &str) -> Result<Batches, String> {
         }
         v
     } else {
-        s.split(',').map(|t| num(t).ok_or_else(bad)).collect::<Result<_, _>>()?
+        s.split(',')
+            .map(|t| num(t).ok_or_else(bad))
+            .collect::<Result<_, _>>()?
     };
     if out.is_empty() {
         return Err(bad());

@@ -39,20 +39,36 @@ pub fn render(f: &Fit) -> String {
         human_bytes(f.batch_bytes),
         human_bytes(f.fixed_bytes),
         if f.unknown_bytes > 0 {
-            format!(", {} of unknown kind kept as they are", human_bytes(f.unknown_bytes))
+            format!(
+                ", {} of unknown kind kept as they are",
+                human_bytes(f.unknown_bytes)
+            )
         } else {
             String::new()
         }
     );
-    let _ = writeln!(o, "limit: {} ({})", human_bytes(f.limit_bytes), f.limit_from);
+    let _ = writeln!(
+        o,
+        "limit: {} ({})",
+        human_bytes(f.limit_bytes),
+        f.limit_from
+    );
     for s in &f.settings {
         let _ = writeln!(
             o,
             "\n{} ({}):",
             setting_name(&s.setting),
-            if s.recorded { "the run's setting" } else { "switched" }
+            if s.recorded {
+                "the run's setting"
+            } else {
+                "switched"
+            }
         );
-        let _ = writeln!(o, "  {:>7}  {:>14}  {:>14}", "batch", "peak reserved", "peak allocated");
+        let _ = writeln!(
+            o,
+            "  {:>7}  {:>14}  {:>14}",
+            "batch", "peak reserved", "peak allocated"
+        );
         for r in &s.rows {
             let _ = writeln!(
                 o,
@@ -77,7 +93,11 @@ pub fn render(f: &Fit) -> String {
     if let [a, b] = f.settings.as_slice()
         && a.largest_batch != b.largest_batch
     {
-        let (more, less) = if a.largest_batch > b.largest_batch { (a, b) } else { (b, a) };
+        let (more, less) = if a.largest_batch > b.largest_batch {
+            (a, b)
+        } else {
+            (b, a)
+        };
         let _ = writeln!(
             o,
             "\n{} fits {} more than {} (PYTORCH_CUDA_ALLOC_CONF={})",
@@ -88,9 +108,18 @@ pub fn render(f: &Fit) -> String {
         );
     }
     if !f.unknown_lines.is_empty() {
-        let _ = writeln!(o, "\nkept at their size, their kind unknown (no Python frames):");
+        let _ = writeln!(
+            o,
+            "\nkept at their size, their kind unknown (no Python frames):"
+        );
         for l in &f.unknown_lines {
-            let _ = writeln!(o, "  {:>12} in {:>6}  {}", human_bytes(l.bytes), l.tensors, l.line);
+            let _ = writeln!(
+                o,
+                "  {:>12} in {:>6}  {}",
+                human_bytes(l.bytes),
+                l.tensors,
+                l.line
+            );
         }
     }
     if !f.parameter_sized_lines.is_empty() {
@@ -99,7 +128,13 @@ pub fn render(f: &Fit) -> String {
             "\nkept at their size, temporaries the size of a parameter (a weight's gradient or copy):"
         );
         for l in &f.parameter_sized_lines {
-            let _ = writeln!(o, "  {:>12} in {:>6}  {}", human_bytes(l.bytes), l.tensors, l.line);
+            let _ = writeln!(
+                o,
+                "  {:>12} in {:>6}  {}",
+                human_bytes(l.bytes),
+                l.tensors,
+                l.line
+            );
         }
     }
     o

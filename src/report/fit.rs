@@ -158,7 +158,10 @@ fn kinds_of_requests(path: &Path, opts: &ReadOptions) -> Result<Vec<Kind>, Repla
     for (ptr, n) in live {
         out[n] = Some(kinds.lasting(&reader, ptr, 0));
     }
-    Ok(out.into_iter().map(|k| k.unwrap_or(Kind::Unknown)).collect())
+    Ok(out
+        .into_iter()
+        .map(|k| k.unwrap_or(Kind::Unknown))
+        .collect())
 }
 
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
@@ -398,11 +401,11 @@ fn headroom(path: &Path, opts: &ReadOptions) -> u64 {
 
 /// The run's device's memory (CUDA's figure, else NVML's; an 80 GB GPU's when neither).
 fn device_total(path: &Path, opts: &ReadOptions) -> u64 {
-    let Ok(mut r) = TraceReader::open_with(path, opts) else {
+    let Ok(r) = TraceReader::open_with(path, opts) else {
         return 80 << 30;
     };
     let mut total = None;
-    while let Some(rec) = r.next() {
+    for rec in r {
         match rec.kind {
             RecordKind::MemInfo if rec.status == 0 && rec.size > 0 => {
                 total = Some(rec.size);

@@ -358,7 +358,11 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         if let crate::trace::live::Change::Free { ptr, live } = &c
             && let Some(k) = decided.remove(ptr)
         {
-            let e = site_kinds.entry(site_key(live)).or_default().entry(k).or_default();
+            let e = site_kinds
+                .entry(site_key(live))
+                .or_default()
+                .entry(k)
+                .or_default();
             *e = e.saturating_add(live.size);
         }
         if rp.restoring || r.kind == RecordKind::Restore {
@@ -441,7 +445,11 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
     // forward's graph: an activation), where its phase alone would say less.
     if let Some(it) = iterations.as_mut().filter(|it| !it.growing.is_empty()) {
         for (k, l) in &tensors {
-            let e = site_kinds.entry(site_key(l)).or_default().entry(*k).or_default();
+            let e = site_kinds
+                .entry(site_key(l))
+                .or_default()
+                .entry(*k)
+                .or_default();
             *e = e.saturating_add(l.size);
         }
         let mut by_line: HashMap<String, BTreeMap<super::kinds::Kind, u64>> = HashMap::new();

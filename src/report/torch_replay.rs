@@ -711,7 +711,12 @@ impl Input {
 }
 
 /// Replays resized requests under `conf` (see [`Resized`]).
-pub fn replay_resized(input: &Input, events: &Resized, conf: &TorchConf, bounds: &Bounds) -> Outcome {
+pub fn replay_resized(
+    input: &Input,
+    events: &Resized,
+    conf: &TorchConf,
+    bounds: &Bounds,
+) -> Outcome {
     let mut r = Replayer::new(input, conf, bounds, false);
     for e in &events.0 {
         if !r.apply(e) {

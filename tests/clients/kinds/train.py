@@ -8,7 +8,8 @@ a 1 MiB workspace kept for the whole run (as PyTorch's for cuBLASLt). With `leak
 keeps each step's last activation in a list (a metric holding its graph).
 
 usage: train.py LIBTORCH_CPU LIBC10_CUDA STEPS [leak]
-KINDS_PACE set: a 2 ms pause every 50 steps."""
+KINDS_PACE set: a 2 ms pause every 50 steps. KINDS_BATCH=N: a batch N times as large (the
+batch, the forward's tensors, the loss and its gradient N times their size; tests/fit.rs)."""
 import os
 import sys
 import time
@@ -47,10 +48,10 @@ pace = os.environ.get("KINDS_PACE") is not None
 for step in range(steps):
     if pace and step % 50 == 0:
         time.sleep(0.002)  # lets the shim's summarizer keep up with a ring on a busy machine
-    x = _standin.empty(1 * MiB)
+    x = _standin.empty(1 * MiB * _standin.BATCH)
     saved = []
     out = model(x, saved)
-    loss = _standin.empty(128 * 1024)  # a loss computed outside any module
+    loss = _standin.empty(128 * 1024 * _standin.BATCH)  # a loss computed outside any module
     if leak:
         kept.append(out)
     torch.autograd.backward(saved, model.layers, 4 * MiB, keep=kept)

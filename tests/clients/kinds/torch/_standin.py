@@ -1,6 +1,11 @@
 """The stand-in allocator's calls: tensors from the c10 stand-in, and a backward pass's tensor
 from the libtorch_cpu stand-in's engine thread."""
 import ctypes
+import os
+
+# The batch: the tensors that follow it (the input, the forward's activations and
+# temporaries, the loss and its gradient) are this many times their size (tests/fit.rs).
+BATCH = int(os.environ.get("KINDS_BATCH", "1"))
 
 _lib = None
 _autograd = None

@@ -7,7 +7,7 @@ def backward(saved, params, grad_bytes, keep=None):
     """As PyTorch's backward: the loss's gradient first (`_make_grads`, on the calling thread),
     then the saved activations freed (all but those `keep` holds) and each parameter's
     gradient from the engine thread: kept the first time, added in place (a temporary) after."""
-    seed = _standin.empty(256 * KiB)
+    seed = _standin.empty(256 * KiB * _standin.BATCH)
     for a in saved:
         if keep is None or a not in keep:
             _standin.free(a)

@@ -18,8 +18,8 @@ class Linear(Module):
             # As PyTorch's first matrix product with a bias on a thread: cuBLASLt's 1 MiB
             # workspace, kept for the whole run.
             _workspace.append(_standin.empty(1 * MiB))
-        t = _standin.empty(512 * KiB)  # a temporary of the forward
+        t = _standin.empty(512 * KiB * _standin.BATCH)  # a temporary of the forward
         _standin.free(t)
-        a = _standin.empty(3 * MiB)  # kept for the backward: an activation
+        a = _standin.empty(3 * MiB * _standin.BATCH)  # kept for the backward: an activation
         saved.append(a)
         return a

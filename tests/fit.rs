@@ -1,0 +1,174 @@
+//! `gpushim fit` on the PyTorch stand-in, against runs whose truth is computed: the kinds
+//! program (`tests/clients/kinds/train.py`) at batch 3 predicts the run at 6 and 12, and the
+//! run at those batches, recorded, is the truth: its own requests replayed through the same
+//! model of PyTorch's allocator (which replays a recorded run to the byte) give the peaks the
+//! prediction must equal, and, under a limit, whether a batch fits.
+
+mod common;
+use common::*;
+use serde_json::Value;
+use std::path::Path;
+
+/// The kinds program at `batch`, 3 steps, under the shim; its trace.
+fn at_batch(dir: &Path, batch: u64) -> std::path::PathBuf {
+    let t = dir.join(format!("b{batch}.trace"));
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec![
+                repo()
+                    .join("tests/clients/kinds/train.py")
+                    .display()
+                    .to_string(),
+                lib("libtorch_cpu.so"),
+                lib("libc10_cuda.so"),
+                "3".into(),
+            ],
+            env: vec![
+                ("PYTHONDONTWRITEBYTECODE", "1".into()),
+                ("KINDS_BATCH", batch.to_string()),
+            ],
+        },
+    );
+    assert_ok(&out);
+    t
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = gpushim_text(args);
+    assert_ok(&out);
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The replay of a recorded run's own requests under `setting` (and a limit): peak reserved,
+/// peak allocated, failures.
+fn replayed(trace: &Path, setting: &str, limit: Option<&str>) -> (u64, u64, u64) {
+    let t = trace.to_str().unwrap();
+    let mut args = vec!["simulate", t, "--torch", setting, "--json"];
+    if let Some(l) = limit {
+        args.extend(["--limit", l]);
+    }
+    let v = json(&args);
+    let o = v[0]["outcomes"]
+        .as_array()
+        .and_then(|rows| rows.iter().rev().find(|o| o["setting"] == setting))
+        .unwrap_or_else(|| panic!("no {setting:?} in {v}"));
+    (
+        o["peak_reserved_bytes"].as_u64().unwrap(),
+        o["peak_allocated_bytes"].as_u64().unwrap(),
+        o["failures"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn the_peaks_at_twice_and_four_times_the_batch_are_those_of_the_runs_at_those_batches() {
+    let dir = tempdir("fit-peaks");
+    let small = at_batch(&dir, 3);
+    let fit = json(&[
+        "fit",
+        small.to_str().unwrap(),
+        "--at",
+        "3",
+        "--batch",
+        "6,12",
+        "--json",
+    ]);
+    assert_eq!(fit["unknown_bytes"], 0, "{fit}");
+    for batch in [6u64, 12] {
+        let real = at_batch(&dir, batch);
+        for s in fit["settings"].as_array().unwrap() {
+            let setting = s["setting"].as_str().unwrap();
+            let row = s["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|r| r["batch"] == batch)
+                .unwrap();
+            let (reserved, allocated, _) = replayed(&real, setting, None);
+            assert_eq!(
+                (
+                    row["peak_reserved_bytes"].as_u64().unwrap(),
+                    row["peak_allocated_bytes"].as_u64().unwrap()
+                ),
+                (reserved, allocated),
+                "batch {batch} under {setting:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_largest_batch_under_a_limit_runs_and_the_next_does_not() {
+    let dir = tempdir("fit-largest");
+    let small = at_batch(&dir, 3);
+    let limit = "160MiB";
+    let fit = json(&[
+        "fit",
+        small.to_str().unwrap(),
+        "--at",
+        "3",
+        "--limit",
+        limit,
+        "--json",
+    ]);
+    let s = &fit["settings"][0];
+    assert_eq!(s["setting"], "", "the run's own setting first: {fit}");
+    let largest = s["largest_batch"].as_u64().unwrap();
+    assert!(largest > 3, "{fit}");
+    let (_, _, fails) = replayed(&at_batch(&dir, largest), "", Some(limit));
+    assert_eq!(fails, 0, "batch {largest} was said to fit");
+    let (_, _, fails) = replayed(&at_batch(&dir, largest + 1), "", Some(limit));
+    assert!(fails > 0, "batch {} fits too", largest + 1);
+    // The text names the largest batch under each setting.
+    let out = gpushim_text(&[
+        "fit",
+        small.to_str().unwrap(),
+        "--at",
+        "3",
+        "--limit",
+        limit,
+    ]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains(&format!("the largest batch that fits: {largest}")),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn batches_are_asked_as_a_list_or_a_range_and_nonsense_is_refused() {
+    let dir = tempdir("fit-args");
+    let small = at_batch(&dir, 3);
+    let t = small.to_str().unwrap();
+    let rows = |spec: &str| -> Vec<u64> {
+        let v = json(&["fit", t, "--at", "3", "--batch", spec, "--json"]);
+        v["settings"][0]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["batch"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(rows("3,5,9"), [3, 5, 9]);
+    assert_eq!(rows("3:24"), [3, 6, 12, 24]);
+    assert_eq!(rows("4:16:4"), [4, 8, 12, 16]);
+    let bad = gpushim_text(&["fit", t, "--at", "3", "--batch", "x:y"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        stderr(&bad).contains("not a list of batches"),
+        "{}",
+        stderr(&bad)
+    );
+    let gpu = gpushim_text(&["fit", t, "--at", "3", "--device-memory", "l4", "--json"]);
+    assert_ok(&gpu);
+    let unknown = gpushim_text(&["fit", t, "--at", "3", "--device-memory", "z9"]);
+    assert!(
+        stderr(&unknown).contains("nor a GPU known here"),
+        "{}",
+        stderr(&unknown)
+    );
+}
