@@ -172,3 +172,46 @@ fn batches_are_asked_as_a_list_or_a_range_and_nonsense_is_refused() {
         stderr(&unknown)
     );
 }
+
+#[test]
+fn the_page_and_oom_say_what_fits_when_given_the_runs_batch() {
+    let dir = tempdir("fit-where");
+    let small = at_batch(&dir, 3);
+    let page = dir.join("p.html");
+    let out = gpushim_text(&[
+        "report",
+        small.to_str().unwrap(),
+        "--at",
+        "3",
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_ok(&out);
+    let text = std::fs::read_to_string(&page).unwrap();
+    let from = text.find("application/json\">").unwrap() + "application/json\">".len();
+    let to = from + text[from..].find("</script>").unwrap();
+    let d: Value = serde_json::from_str(&text[from..to]).unwrap();
+    let f = &d["traces"][0]["fit"];
+    let alone = json(&["fit", small.to_str().unwrap(), "--at", "3", "--json"]);
+    for k in 0..2 {
+        assert_eq!(
+            f["settings"][k]["largest_batch"], alone["settings"][k]["largest_batch"],
+            "{f}"
+        );
+        assert!(
+            f["settings"][k]["rows"].as_array().unwrap().len() >= 10,
+            "{f}"
+        );
+    }
+    // After an out-of-memory: the largest batch that would have fit.
+    let oom = repo().join("tests/data/torch/oom.trace");
+    let copy = dir.join("oom.trace");
+    std::fs::copy(oom, &copy).unwrap();
+    let out = gpushim_text(&["oom", copy.to_str().unwrap(), "--at", "4"]);
+    assert_ok(&out);
+    assert!(
+        stdout(&out).contains("at batch 4, the largest batch that fits"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -276,6 +276,10 @@ pub enum Cmd {
         /// Trace files.
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+        /// The batch the run used: says the largest batch that would have fit, under the
+        /// run's setting and with expandable segments (as `gpushim fit` does).
+        #[arg(long, value_name = "BATCH")]
+        at: Option<u64>,
 
         /// Print JSON instead of text.
         #[arg(long)]
@@ -330,6 +334,10 @@ device, and it opens with no network."
         /// Trace files (the ranks of a job: one page, a picker between them).
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+        /// The batch the run used: the page draws the peak memory against the batch, the
+        /// device's limit and the largest batch that fits (as `gpushim fit` finds them).
+        #[arg(long, value_name = "BATCH")]
+        at: Option<u64>,
 
         /// Output file, .html [default: beside the first trace, its name ending .html instead
         /// of .trace]. Written only into a folder that is yours alone (not one others can

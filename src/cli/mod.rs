@@ -216,11 +216,15 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
         Cmd::Peak {
             traces, top, json, ..
         } => peak::cmd_peak(&traces, top, json, opts),
-        Cmd::Oom { traces, json, .. } => oom::cmd_oom(&traces, json, opts),
+        Cmd::Oom {
+            traces, json, at, ..
+        } => oom::cmd_oom(&traces, json, at, opts),
         Cmd::Plot {
             traces, output, by, ..
         } => pictures::cmd_plot(&traces, output, by, opts),
-        Cmd::Report { traces, output, .. } => pictures::cmd_report(&traces, output, opts),
+        Cmd::Report {
+            traces, output, at, ..
+        } => pictures::cmd_report(&traces, output, at, opts),
         Cmd::Flamegraph {
             trace,
             output,

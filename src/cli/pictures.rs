@@ -50,6 +50,7 @@ pub fn cmd_plot(
 pub fn cmd_report(
     traces: &[std::path::PathBuf],
     output: Option<std::path::PathBuf>,
+    at: Option<u64>,
     opts: &ReadOptions,
 ) -> ExitCode {
     let output = match output.map_or_else(|| beside(&traces[0], "html"), Ok) {
@@ -70,7 +71,7 @@ pub fn cmd_report(
             eprintln!("gpushim: reading {what}");
         }
     };
-    match gpushim::export::page_html(traces, opts, &step) {
+    match gpushim::export::page_html(traces, at, opts, &step) {
         Ok(html) => super::output::write_file(&output, html.as_bytes()),
         Err(e) => fail(e),
     }

@@ -26,12 +26,18 @@ const OOMS: usize = 20;
 /// The page for `paths` (the ranks of a job, or one trace); `step` tells what is being read.
 pub fn page_html(
     paths: &[PathBuf],
+    at: Option<u64>,
     opts: &ReadOptions,
     step: &dyn Fn(&str),
 ) -> Result<String, ReadError> {
     let mut traces = Vec::new();
     for path in paths {
-        traces.push(trace_data(path, opts, step)?);
+        let mut t = trace_data(path, opts, step)?;
+        if let Some(at) = at {
+            step(&format!("{}: what fits", crate::files::shown(path)));
+            t["fit"] = fit_curve(path, at, opts);
+        }
+        traces.push(t);
     }
     let title = match paths {
         [one] => format!("gpushim: {}", crate::files::shown(one)),
@@ -66,6 +72,39 @@ fn assemble(title: &str, data: &Value) -> String {
          <script>\n{SCRIPT}</script>\n</body>\n</html>\n",
         xml(title)
     )
+}
+
+/// Peak reserved memory against the batch, under the run's setting and the other, up to past
+/// the largest batch that fits; or why there is none.
+fn fit_curve(path: &Path, at: u64, opts: &ReadOptions) -> Value {
+    use crate::report::fit::{Ask, fit};
+    let first = Ask {
+        at,
+        batches: Vec::new(),
+        device_memory: None,
+        limit: None,
+        max_batch: 4096,
+    };
+    let largest = match fit(path, &first, opts) {
+        Ok(f) => f
+            .settings
+            .iter()
+            .map(|s| s.largest_batch)
+            .max()
+            .unwrap_or(at),
+        Err(e) => return json!({"error": e.to_string()}),
+    };
+    // Sixteen batches from 1 to past the largest (or twice the run's).
+    let top = largest.max(at).saturating_mul(5) / 4 + 1;
+    let mut batches: Vec<u64> = (1..=16u64).map(|k| (top * k).div_ceil(16).max(1)).collect();
+    batches.push(at);
+    batches.sort_unstable();
+    batches.dedup();
+    let ask = Ask { batches, ..first };
+    match fit(path, &ask, opts) {
+        Ok(f) => serde_json::to_value(&f).unwrap_or(Value::Null),
+        Err(e) => json!({"error": e.to_string()}),
+    }
 }
 
 /// JSON that cannot end the `<script>` element it sits in, nor open a comment in it.

@@ -241,7 +241,6 @@
     lg.textContent = '';
     bands.slice().reverse().forEach(function (b) {
       const s = el('span', { 'data-legend': b.key });
-      const sw = el('span', { class: 'sw' });
       sw.style.background = b.color;
       s.appendChild(sw);
       s.appendChild(document.createTextNode(b.kind && state.view === 'line' ? b.name + ' (' + kindName(b.kind) + ')' : b.name));
@@ -410,6 +409,7 @@
       nv.appendChild(el('div', { class: 'empty' }, 'The trace holds no NVML figure for this device (no NVML on the machine, or a trace of the simulator).'));
     }
     box.appendChild(nv);
+    if (t.fit) box.appendChild(fitPanel(t.fit));
     // Failures.
     const oo = el('div', { class: 'panel', id: 'ooms' });
     oo.appendChild(el('h2', {}, 'Failed allocations'));
@@ -423,6 +423,56 @@
       oo.appendChild(el('div', { class: 'empty' }, 'None.'));
     }
     box.appendChild(oo);
+  }
+
+  // Peak reserved memory against the batch (gpushim fit), the limit drawn.
+  function fitPanel(f) {
+    const box = el('div', { class: 'panel', id: 'fit' });
+    box.appendChild(el('h2', {}, 'What fits'));
+    if (f.error) { box.appendChild(el('div', { class: 'empty' }, f.error)); return box; }
+    const w = 520, h = 260, l = 70, r = 12, tp = 12, b = 36;
+    const rows = f.settings.map(function (s) { return s.rows; });
+    let xmax = 1, ymax = f.limit_bytes;
+    rows.forEach(function (rs) { rs.forEach(function (q) { xmax = Math.max(xmax, q.batch); ymax = Math.max(ymax, q.peak_reserved_bytes); }); });
+    const ystep = niceStep(ymax / 4);
+    ymax = Math.ceil(ymax * 1.05 / ystep) * ystep;
+    const x = function (v) { return l + (w - l - r) * v / xmax; };
+    const y = function (v) { return tp + (h - tp - b) * (1 - v / ymax); };
+    const svg = sv('svg', { viewBox: '0 0 ' + w + ' ' + h, class: 'chart', 'data-chart': 'fit' });
+    const g = sv('g', { class: 'axis' });
+    for (let v = 0; v <= ymax + 1; v += ystep) {
+      g.appendChild(sv('line', { x1: l, x2: w - r, y1: y(v), y2: y(v) }));
+      g.appendChild(sv('text', { x: l - 5, y: y(v) + 4, 'text-anchor': 'end' }, bytes(v)));
+    }
+    [0, 0.25, 0.5, 0.75, 1].forEach(function (k) {
+      const v = Math.round(xmax * k);
+      g.appendChild(sv('text', { x: x(v), y: h - b + 15, 'text-anchor': 'middle' }, String(v)));
+    });
+    g.appendChild(sv('text', { x: (l + w - r) / 2, y: h - 6, 'text-anchor': 'middle' }, 'batch (the run: ' + f.at + ')'));
+    svg.appendChild(g);
+    svg.appendChild(sv('line', { x1: l, x2: w - r, y1: y(f.limit_bytes), y2: y(f.limit_bytes), stroke: '#c0392b', 'stroke-dasharray': '4 3' }));
+    svg.appendChild(sv('text', { class: 'title', x: w - r - 2, y: y(f.limit_bytes) - 4, 'text-anchor': 'end' }, 'limit ' + bytes(f.limit_bytes)));
+    const colors = ['#333', '#4e79a7'];
+    f.settings.forEach(function (s, k) {
+      let d = '';
+      s.rows.forEach(function (q, i) { d += (i ? 'L' : 'M') + x(q.batch).toFixed(1) + ',' + y(q.peak_reserved_bytes).toFixed(1); });
+      svg.appendChild(sv('path', { d: d, fill: 'none', stroke: colors[k % 2], 'stroke-width': 1.6, 'data-setting': s.setting }));
+      s.rows.forEach(function (q) {
+        const c = sv('circle', { cx: x(q.batch), cy: y(q.peak_reserved_bytes), r: 2.6, fill: q.failures ? '#c0392b' : colors[k % 2] });
+        c.appendChild(sv('title', {}, 'batch ' + q.batch + ': ' + bytes(q.peak_reserved_bytes) + ' reserved' + (q.failures ? ', does not fit' : '')));
+        svg.appendChild(c);
+      });
+    });
+    svg.appendChild(sv('line', { x1: x(f.at), x2: x(f.at), y1: tp, y2: h - b, stroke: '#999', 'stroke-dasharray': '2 2' }));
+    box.appendChild(svg);
+    f.settings.forEach(function (s, k) {
+      const line = el('div', { class: 'sub' });
+      line.appendChild(el('span', { style: 'color:' + colors[k % 2] }, '\u2014 '));
+      line.appendChild(document.createTextNode((s.setting || 'the defaults') + (s.recorded ? ' (the run\u2019s)' : '') + ': the largest batch that fits is ' + s.largest_batch));
+      box.appendChild(line);
+    });
+    box.appendChild(el('div', { class: 'sub' }, 'Limit: ' + f.limit_from + '. From the run at batch ' + f.at + ', its batch-dependent tensors resized and replayed through the model of PyTorch\u2019s allocator (docs/fit.md).'));
+    return box;
   }
 
   function notes() {
