@@ -624,3 +624,40 @@ fn leaks_says_how_many_call_sites_it_left_out_and_top_shows_them() {
     );
     assert!(!all.contains("more holding"), "{all}");
 }
+
+/// PyTorch's two `cudaMalloc` attempts (before and after it gives back its cache) and the tensor
+/// it could not make are one out-of-memory, its steps listed under it, its error named, and
+/// the free memory said only as CUDA reported it at the failure.
+#[test]
+fn one_out_of_memory_is_one_entry_with_its_steps() {
+    let dir = tempdir("oom-steps");
+    let t = dir.join("oom.trace");
+    std::fs::copy(repo().join("tests/data/torch/oom.trace"), &t).unwrap();
+    let v = report_json(&["oom"], &[&t]);
+    let ooms = v.as_array().unwrap();
+    assert_eq!(ooms.len(), 1, "{v}");
+    let steps: Vec<&str> = ooms[0]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["api"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps,
+        ["cudaMalloc", "cudaMalloc", "torch_allocator"],
+        "{v}"
+    );
+    let out = gpushim(&[&"oom", &t]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains("cudaErrorMemoryAllocation (2, out of memory)"),
+        "{text}"
+    );
+    assert!(text.contains("one failure, in 3 steps"), "{text}");
+    assert!(!text.contains("failed with 2 "), "{text}");
+    assert!(
+        text.contains("CUDA said 525.12 MiB free at the failure"),
+        "{text}"
+    );
+}

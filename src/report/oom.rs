@@ -39,6 +39,39 @@ pub struct Oom {
     /// counts as what that phase keeps: at an out-of-memory nothing more of it is known).
     pub by_kind: ByKind,
     pub holders: Vec<Holder>,
+    /// The steps of one failure, in order, where it took more than one: PyTorch's `cudaMalloc`
+    /// before it gives back its cache, the one after, and the tensor it could not make.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<Step>,
+}
+
+/// One call of a failure.
+#[derive(Clone, Debug, Serialize)]
+pub struct Step {
+    pub time_ns: u64,
+    pub api: String,
+    pub requested_bytes: u64,
+    /// What was reserved then (PyTorch gives back its cache between its two attempts).
+    pub reserved_bytes: u64,
+}
+
+/// A CUDA error code as its name says it (the runtime's and the driver's agree on these).
+pub fn error_name(code: u8) -> String {
+    match code {
+        1 => "cudaErrorInvalidValue (1)".into(),
+        2 => "cudaErrorMemoryAllocation (2, out of memory)".into(),
+        3 => "cudaErrorInitializationError (3)".into(),
+        n => format!("CUDA error {n}"),
+    }
+}
+
+fn step_of(rp: &Replay, r: &Record, device: u8) -> Step {
+    Step {
+        time_ns: r.time_ns,
+        api: r.api.name().to_string(),
+        requested_bytes: r.size,
+        reserved_bytes: rp.reserved_on(device),
+    }
 }
 
 /// A failed request of record `r`, with what device `r.device` held at that moment.
@@ -79,10 +112,13 @@ fn failed_request(reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) 
         cached_bytes: reserved.saturating_sub(live),
         largest_free_block: rp.largest_free_block(device),
         limit_hit: false,
-        device_free_bytes: rp.facts.mem_info.get(&device).map(|m| m.0),
+        // What CUDA last said was free may be long before the failure: a tensor's failure
+        // carries its own figure (below); a bare call's has none as of the failure.
+        device_free_bytes: None,
         request_site: None,
         by_kind,
         holders: h,
+        steps: Vec::new(),
     }
 }
 
@@ -129,6 +165,7 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
                         request_site: None,
                         by_kind: ByKind::default(),
                         holders,
+                        steps: Vec::new(),
                     });
                     site_for.insert(r.thread, out.len() - 1);
                 } else if r.kind == RecordKind::StackRef
@@ -153,6 +190,9 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
                     out.len() - 1
                 });
                 let o = &mut out[i];
+                if !o.steps.is_empty() {
+                    o.steps.push(step_of(rp, r, o.device));
+                }
                 o.api = r.api.name().to_string();
                 o.requested_bytes = r.size;
                 o.device_free_bytes = Some(r.ptr);
@@ -167,9 +207,26 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
                 failed_on.remove(&r.thread);
                 site_for.remove(&r.thread);
             }
+            // A second failed call on the thread with no success between (PyTorch's attempt
+            // after giving back its cache) is a step of the same failure.
             RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
                 if r.status != 0 && r.size > 0 =>
             {
+                if let Some(&i) = failed_on.get(&r.thread) {
+                    let o = &mut out[i];
+                    if o.steps.is_empty() {
+                        o.steps.push(Step {
+                            time_ns: o.time_ns,
+                            api: o.api.clone(),
+                            requested_bytes: o.requested_bytes,
+                            reserved_bytes: o.reserved_bytes,
+                        });
+                    }
+                    o.steps.push(step_of(rp, r, o.device));
+                    o.limit_hit |= limit_pending.remove(&r.thread).unwrap_or(false);
+                    site_for.insert(r.thread, i);
+                    return;
+                }
                 let mut o = failed_request(reader, rp, &kinds, r);
                 o.limit_hit = limit_pending.remove(&r.thread).unwrap_or(false);
                 out.push(o);
@@ -215,7 +272,7 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
             units::human_duration(o.time_ns),
             o.api,
             human_bytes(o.requested_bytes),
-            o.status,
+            error_name(o.status),
             o.device,
             if o.limit_hit {
                 " (the pool's limit, not the device)"
@@ -234,8 +291,41 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
             human_bytes(o.cached_bytes),
             human_bytes(o.largest_free_block)
         );
+        if !o.steps.is_empty() {
+            let _ = writeln!(out, "  one failure, in {} steps:", o.steps.len());
+            for (k, st) in o.steps.iter().enumerate() {
+                let what = if st.api == "torch_allocator" {
+                    "PyTorch raised out of memory for the tensor".to_string()
+                } else if k > 0 {
+                    let before = o.steps[k - 1].reserved_bytes;
+                    let gave = before.saturating_sub(st.reserved_bytes);
+                    format!(
+                        "{} of {} failed again{} ({} reserved)",
+                        st.api,
+                        human_bytes(st.requested_bytes),
+                        if gave > 0 {
+                            format!(
+                                ", after PyTorch gave back {} of its cache",
+                                human_bytes(gave)
+                            )
+                        } else {
+                            String::new()
+                        },
+                        human_bytes(st.reserved_bytes)
+                    )
+                } else {
+                    format!(
+                        "{} of {} failed ({} reserved)",
+                        st.api,
+                        human_bytes(st.requested_bytes),
+                        human_bytes(st.reserved_bytes)
+                    )
+                };
+                let _ = writeln!(out, "    {}: {what}", units::human_duration(st.time_ns));
+            }
+        }
         if let Some(f) = o.device_free_bytes {
-            let _ = writeln!(out, "  the device said {} free", human_bytes(f));
+            let _ = writeln!(out, "  CUDA said {} free at the failure", human_bytes(f));
         }
         if let Some(why) = unused_room(o) {
             let _ = writeln!(out, "  {why}");
@@ -269,6 +359,7 @@ mod tests {
             request_site: None,
             by_kind: ByKind::default(),
             holders: Vec::new(),
+            steps: Vec::new(),
         }
     }
 

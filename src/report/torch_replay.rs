@@ -890,7 +890,9 @@ pub fn render_advice(a: &OomAdvice) -> String {
         a.tried,
         a.capacity_bytes
             .map(|c| format!(
-                ", with the {} it could have held (what it held plus what CUDA said was free)",
+                ", PyTorch's allocator held to {}: what it held at the failure (its tensors \
+                 and cache) plus what CUDA then said was free; the rest of the device was not \
+                 PyTorch's to take",
                 human_bytes(c)
             ))
             .unwrap_or_default()
