@@ -225,8 +225,12 @@ pub enum Cmd {
     #[command(
         after_help = "Example:\n  gpushim run -- python train.py\n  gpushim leaks gpushim-python.1234.trace\n\n\
         Call sites are the allocating thread's Python frames, recorded by default (with \
-        PyTorch, the line that made each tensor); native frames are added with \
-        GPUSHIM_CONF=stacks:on. torch.cuda.nvtx.range_push(\"step\") marks iterations with no \
+        PyTorch, the line that made each tensor); a program that runs no Python (C, C++) gets \
+        its native stacks by default too (stacks:auto); a Python program's native frames are \
+        added with GPUSHIM_CONF=stacks:on and shown with --native-frames. An iteration \
+        boundary is the moment one iteration ends and the next begins: \
+        torch.cuda.nvtx.range_push(\"step\") (an NVTX range, NVIDIA's annotation API) marks \
+        them with no \
         other change under `gpushim run`; without ranges a repeating allocation is taken as \
         the iteration.\n\n\
         \"kept alive with\" under a growing line names the growing lines whose memory was \

@@ -203,6 +203,22 @@ fn render(r: &TorchReport, bounds: &Bounds) -> String {
         s.push_str(&row(&label, w, o));
     }
     s.push('\n');
+    // The same tensors, yet "peak allocated" moves with the setting: it counts blocks as PyTorch
+    // does (memory_allocated), each request rounded up to its block size, and the settings round
+    // differently (roundup_power2_divisions, expandable segments' page-sized blocks).
+    let allocated: std::collections::BTreeSet<u64> = r
+        .outcomes
+        .iter()
+        .chain(&r.recommended)
+        .map(|o| o.peak_allocated_bytes)
+        .collect();
+    if allocated.len() > 1 {
+        s.push_str(
+            "peak allocated counts blocks as PyTorch's memory_allocated() does: each request \
+             rounded up to its block, which the settings round differently; the tensors are the \
+             same in every row\n",
+        );
+    }
     for f in &r.fidelity {
         s.push_str(&fidelity_line(f));
     }

@@ -133,12 +133,14 @@ pub fn render(o: &mut String, all: &[DeviceMemory]) {
             .chain([NOT_ALLOCATED.len()])
             .max()
             .unwrap_or(0);
-        let peak_head = format!("at its peak ({})", human_duration(m.at_peak.time_ns));
-        let _ = writeln!(o, "  {:width$}  {peak_head:>22}  {:>12}", "", "at exit");
+        // NVML's peak, not the allocations': NVML samples the process's memory now and then,
+        // and its highest sample can come at another moment than the most live allocations.
+        let peak_head = format!("at NVML's peak ({})", human_duration(m.at_peak.time_ns));
+        let _ = writeln!(o, "  {:width$}  {peak_head:>24}  {:>12}", "", "at exit");
         let row = |o: &mut String, name: &str, a: u64, b: u64| {
             let _ = writeln!(
                 o,
-                "  {name:width$}  {:>22}  {:>12}",
+                "  {name:width$}  {:>24}  {:>12}",
                 human_bytes(a),
                 human_bytes(b)
             );
@@ -159,5 +161,12 @@ pub fn render(o: &mut String, all: &[DeviceMemory]) {
             m.at_exit.not_allocated_bytes,
         );
         row(o, "= NVML", m.at_peak.nvml_bytes, m.at_exit.nvml_bytes);
+        let _ = writeln!(
+            o,
+            "  (\"{}\" is NVML's figure less what the allocations held at that moment: it moves \
+             when NVML samples between a free and the next allocation, or when the CUDA context \
+             grows, as when a library loads its kernels)",
+            NOT_ALLOCATED.split(" (").next().unwrap_or(NOT_ALLOCATED)
+        );
     }
 }

@@ -656,7 +656,11 @@ pub fn render_leaks(
                 );
             }
             Some(it) => {
-                let _ = writeln!(o, "iterations: {} boundaries, by {}", it.count, it.boundary);
+                let _ = writeln!(
+                    o,
+                    "iterations: {} boundaries (where one iteration ends and the next begins), by {}",
+                    it.count, it.boundary
+                );
                 if let (Some(a), Some(b)) =
                     (it.live_at_boundaries.first(), it.live_at_boundaries.last())
                 {

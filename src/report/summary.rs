@@ -776,7 +776,9 @@ impl Summary {
             if p.checkpoints > 0 {
                 let _ = writeln!(
                     o,
-                    "pool on device {}: {} checkpoints for fenced blocks, passed after {} (median), {} (longest)",
+                    "pool on device {}: {} checkpoints (a CUDA event after work that may still use \
+                     freed blocks; a block waits until the GPU passes it), passed after {} \
+                     (median), {} (longest)",
                     p.device,
                     p.checkpoints,
                     human_duration(p.checkpoint_pass_median_ns),
@@ -788,8 +790,10 @@ impl Summary {
             (Some(s), _) => {
                 let _ = writeln!(
                     o,
-                    "pool: the process left the legacy stream at {} ({}, stream {:#x}{}): from then \
-                     on a block freed with cudaFree waited for the GPU to pass it before reuse",
+                    "pool: the process left the legacy stream (CUDA's default stream, which runs \
+                     all work in order) at {} ({}, stream {:#x}{}): from then on a block freed \
+                     with cudaFree waited for the GPU to pass it before reuse, as work on other \
+                     streams may still use it",
                     human_duration(s.time_ns),
                     s.api,
                     s.stream,
