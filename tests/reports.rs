@@ -661,3 +661,27 @@ fn one_out_of_memory_is_one_entry_with_its_steps() {
         "{text}"
     );
 }
+
+/// An out-of-memory after a leak names the leak: what the lines growing every iteration held
+/// of what was live at the failure.
+#[test]
+fn oom_says_what_the_growing_lines_held_at_the_failure() {
+    let l = leaky();
+    let out = gpushim(&[&"oom", &l.trace]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let leaks = report_json(&["leaks"], &[&l.trace]);
+    let growing = leaks["iterations"]["growing"][0]["call_site"]
+        .as_str()
+        .unwrap();
+    let line = text
+        .lines()
+        .find(|x| x.contains("the lines growing every iteration held"))
+        .unwrap_or_else(|| panic!("{text}"));
+    // 12 steps of 512 KiB had leaked when the 64 GiB request failed.
+    assert!(line.contains("held 6.00 MiB of the"), "{line}");
+    assert!(
+        text.contains(&format!("(grows 512.00 KiB per iteration)  {growing}")),
+        "{text}"
+    );
+}

@@ -19,11 +19,16 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
             "{}",
             gpushim::report::oom::render_ooms(&gpushim::files::shown(t).to_string(), &ooms)
         );
+        print!("{}", growth_at_failure(t, &ooms, opts));
         // A tensor PyTorch's allocator could not serve: would another setting have served it?
         if ooms.iter().any(|o| o.api == "torch_allocator") {
             match gpushim::report::torch_replay::oom_advice(t, opts) {
                 Ok(Some(a)) => print!("{}", gpushim::report::torch_replay::render_advice(&a)),
-                Ok(None) => {}
+                Ok(None) => println!(
+                    "no replay of PyTorch's allocator: the trace holds none of its tensors' \
+                     requests (its cudaMallocAsync backend, or a run with --per-tensor); record \
+                     with `gpushim run` and the default settings to have one"
+                ),
                 Err(e) => eprintln!(
                     "gpushim: {}: no replay of PyTorch's allocator: {e}",
                     gpushim::files::shown(t)
@@ -78,4 +83,58 @@ fn batch_that_fits(t: &std::path::Path, at: u64, opts: &ReadOptions) -> String {
             o
         }
     }
+}
+
+/// When lines grow every iteration: what they held of what was live at each failure, with
+/// their kinds (the leak that filled the device, named).
+fn growth_at_failure(
+    t: &std::path::Path,
+    ooms: &[gpushim::report::Oom],
+    opts: &ReadOptions,
+) -> String {
+    use gpushim::report::units::human_bytes;
+    if ooms.is_empty() {
+        return String::new();
+    }
+    let Ok(l) = gpushim::report::leaks(t, None, opts) else {
+        return String::new();
+    };
+    let Some(it) = l.iterations.filter(|i| !i.growing.is_empty()) else {
+        return String::new();
+    };
+    let mut o = String::new();
+    for f in ooms {
+        let held: Vec<(&gpushim::report::Growth, u64)> = it
+            .growing
+            .iter()
+            .filter_map(|g| {
+                f.holders
+                    .iter()
+                    .find(|h| h.label == g.call_site)
+                    .map(|h| (g, h.bytes))
+            })
+            .collect();
+        if held.is_empty() {
+            continue;
+        }
+        let sum = held.iter().fold(0u64, |a, (_, b)| a.saturating_add(*b));
+        o.push_str(&format!(
+            "at {}: the lines growing every iteration held {} of the {} live:\n",
+            gpushim::report::units::human_duration(f.time_ns),
+            human_bytes(sum),
+            human_bytes(f.live_bytes)
+        ));
+        for (g, b) in held {
+            o.push_str(&format!(
+                "  {}{} (grows {} per iteration)  {}\n",
+                human_bytes(b),
+                g.kind
+                    .map(|k| format!(" of {}", k.name()))
+                    .unwrap_or_default(),
+                human_bytes(g.bytes_per_iteration),
+                g.call_site
+            ));
+        }
+    }
+    o
 }

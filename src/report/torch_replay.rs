@@ -823,6 +823,9 @@ pub fn recorded_conf(input: &Input) -> Result<TorchConf, ReplayError> {
 /// to that request and with the memory the device had then, serves it.
 #[derive(Clone, Debug, Serialize)]
 pub struct OomAdvice {
+    /// The trace's ring began after the run's first tensors: (records the run made, a
+    /// `trace_max` that would have held them all).
+    pub ring_began_late: Option<(u64, u64)>,
     pub requested_bytes: u64,
     /// What PyTorch could have held on that device: what it held plus what CUDA said was free.
     pub capacity_bytes: Option<u64>,
@@ -846,6 +849,14 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
     let Some(first) = input.events.iter().find(|e| e.ev == Ev::Oom) else {
         return Ok(None);
     };
+    let info = input.reader.info();
+    // A ring that began after the run's first tensors: the replay starts from what was live
+    // then, not from the segments PyTorch held, so it is not the run's to the byte.
+    let ring_began_late = input.from_checkpoint.then(|| {
+        // Every record the run made, at 32 bytes, and room for the header and tables.
+        let needed = info.claimed.saturating_mul(32).saturating_add(64 << 20);
+        (info.claimed, needed)
+    });
     let recorded = recorded_conf(&input)?;
     let bounds = Bounds {
         limit: None,
@@ -869,6 +880,7 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         run_setting_fails_too: own.serves_recorded_oom == Some(false),
         tried,
         serving,
+        ring_began_late,
     }))
 }
 
@@ -897,6 +909,16 @@ pub fn render_advice(a: &OomAdvice) -> String {
             ))
             .unwrap_or_default()
     );
+    if let Some((records, needed)) = a.ring_began_late {
+        let _ = writeln!(
+            s,
+            "  the trace's ring began after the run's first tensors ({records} records made, \
+             the rest summarized): the replay starts from the tensors live when it began, not \
+             from the segments PyTorch held then, so it is not the run's to the byte; to replay \
+             exactly, record with GPUSHIM_CONF=trace_max:{}MiB or more",
+            needed.div_ceil(1 << 20)
+        );
+    }
     if a.run_setting_fails_too {
         let _ = writeln!(
             s,
@@ -937,4 +959,23 @@ pub fn render_advice(a: &OomAdvice) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_ring_that_began_late_says_the_replay_is_not_exact_and_the_trace_max_that_would_be() {
+        let a = super::OomAdvice {
+            ring_began_late: Some((1_000_000, 100 << 20)),
+            requested_bytes: 1 << 20,
+            capacity_bytes: None,
+            run_setting: String::new(),
+            run_setting_fails_too: true,
+            tried: 1,
+            serving: Vec::new(),
+        };
+        let text = super::render_advice(&a);
+        assert!(text.contains("not the run's to the byte"), "{text}");
+        assert!(text.contains("GPUSHIM_CONF=trace_max:100MiB"), "{text}");
+    }
 }
