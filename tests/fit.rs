@@ -203,6 +203,26 @@ fn the_page_and_oom_say_what_fits_when_given_the_runs_batch() {
             "{f}"
         );
     }
+    // Summary's headroom in batches is fit's largest batch.
+    let out = gpushim_text(&["summary", small.to_str().unwrap(), "--at", "3"]);
+    assert_ok(&out);
+    let want = format!(
+        "the largest that fits {}",
+        gpushim::report::units::human_bytes(alone["limit_bytes"].as_u64().unwrap())
+    );
+    let line = stdout(&out)
+        .lines()
+        .find(|l| l.starts_with("headroom in batches: the run used 3"))
+        .map(str::to_string)
+        .unwrap_or_else(|| panic!("{}", stdout(&out)));
+    assert!(line.contains(&want), "{line}");
+    assert!(
+        line.contains(&format!(
+            "is {} under the defaults",
+            alone["settings"][0]["largest_batch"]
+        )),
+        "{line}"
+    );
     // After an out-of-memory: the largest batch that would have fit.
     let oom = repo().join("tests/data/torch/oom.trace");
     let copy = dir.join("oom.trace");

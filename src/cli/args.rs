@@ -156,6 +156,11 @@ pub enum Cmd {
         /// Trace files (one per process or rank).
         #[arg(required = true)]
         traces: Vec<PathBuf>,
+        /// The batch the run used: also says the headroom in batches, the largest batch that
+        /// fits the device under the run's setting and with expandable segments (as `gpushim
+        /// fit` finds it).
+        #[arg(long, value_name = "BATCH")]
+        at: Option<u64>,
 
         /// Print JSON instead of text.
         #[arg(long)]

@@ -146,7 +146,9 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             };
             run::cmd_run(conf, trace, lib, route, cmd)
         }
-        Cmd::Summary { traces, json, .. } => summary::cmd_summary(&traces, json, opts),
+        Cmd::Summary {
+            traces, json, at, ..
+        } => summary::cmd_summary(&traces, json, at, opts),
         Cmd::Events { trace, json, .. } => events::cmd_events(&trace, json, opts),
         Cmd::Simulate {
             traces,

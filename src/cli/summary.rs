@@ -6,7 +6,12 @@ use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-pub fn cmd_summary(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCode {
+pub fn cmd_summary(
+    traces: &[PathBuf],
+    json: bool,
+    at: Option<u64>,
+    opts: &ReadOptions,
+) -> ExitCode {
     let mut all = Vec::new();
     for t in traces {
         match summary::summarize(t, opts) {
@@ -14,11 +19,34 @@ pub fn cmd_summary(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCo
             Err(e) => return fail(e),
         }
     }
+    // With the run's batch: how many batches of headroom, as `fit` finds it.
+    let fits: Vec<Option<gpushim::report::fit::Fit>> = traces
+        .iter()
+        .map(|t| {
+            let at = at?;
+            let ask = gpushim::report::fit::Ask {
+                at,
+                batches: Vec::new(),
+                device_memory: None,
+                limit: None,
+                max_batch: 4096,
+            };
+            gpushim::report::fit::fit(t, &ask, opts).ok()
+        })
+        .collect();
     if json {
+        let with = |s: &summary::Summary, f: &Option<gpushim::report::fit::Fit>| {
+            let mut v = serde_json::to_value(s).unwrap_or_default();
+            if let Some(f) = f {
+                v["fit"] = serde_json::to_value(f).unwrap_or_default();
+            }
+            v
+        };
         if all.len() == 1 {
-            print_json(&all[0]);
+            print_json(&with(&all[0], &fits[0]));
         } else {
-            print_json(&serde_json::json!({"traces": all, "combined": job::combine(&all)}));
+            let each: Vec<_> = all.iter().zip(&fits).map(|(s, f)| with(s, f)).collect();
+            print_json(&serde_json::json!({"traces": each, "combined": job::combine(&all)}));
         }
     } else {
         for (i, s) in all.iter().enumerate() {
@@ -26,6 +54,9 @@ pub fn cmd_summary(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCo
                 println!();
             }
             print!("{}", s.render());
+            if let Some(f) = &fits[i] {
+                print!("{}", headroom(f));
+            }
         }
         if all.len() > 1 {
             println!();
@@ -33,4 +64,37 @@ pub fn cmd_summary(traces: &[PathBuf], json: bool, opts: &ReadOptions) -> ExitCo
         }
     }
     ExitCode::SUCCESS
+}
+
+/// The headroom in batches, one line.
+fn headroom(f: &gpushim::report::fit::Fit) -> String {
+    let parts: Vec<String> = f
+        .settings
+        .iter()
+        .map(|s| {
+            format!(
+                "{} under {}{}",
+                s.largest_batch,
+                if s.setting.is_empty() {
+                    "the defaults"
+                } else {
+                    &s.setting
+                },
+                if s.recorded { " (the run's)" } else { "" }
+            )
+        })
+        .collect();
+    let own = f
+        .settings
+        .iter()
+        .find(|s| s.recorded)
+        .map_or(0, |s| s.largest_batch);
+    format!(
+        "headroom in batches: the run used {}, the largest that fits {} is {} ({} more; \
+         gpushim fit says how)\n",
+        f.at,
+        gpushim::report::units::human_bytes(f.limit_bytes),
+        parts.join(", "),
+        own.saturating_sub(f.at)
+    )
 }
