@@ -17,6 +17,7 @@ mod run;
 mod simulate;
 mod summary;
 mod top;
+mod values;
 
 use args::{Cli, Cmd};
 use clap::Parser;

@@ -1,0 +1,79 @@
+//! The values the command line takes beyond plain numbers and paths: sizes, fractions, lists
+//! of batches, a device by its name.
+
+pub fn size_arg(s: &str) -> Result<u64, String> {
+    gpushim::config::parse_size(s)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("'{s}' is not a size: write bytes or a unit, e.g. 40GiB or 512MiB"))
+}
+
+/// Batches asked of `fit`.
+#[derive(Clone, Debug)]
+pub struct Batches(pub Vec<u64>);
+
+/// `8,16,32`, `8:64` (doubling) or `8:64:8` (a step).
+pub fn batches_arg(s: &str) -> Result<Batches, String> {
+    let bad =
+        || format!("'{s}' is not a list of batches: write 8,16,32 or 8:64 (doubling) or 8:64:8");
+    let num = |t: &str| t.trim().parse::<u64>().ok().filter(|&n| n > 0);
+    let out: Vec<u64> = if let Some((a, rest)) = s.split_once(':') {
+        let (b, step) = match rest.split_once(':') {
+            Some((b, st)) => (num(b).ok_or_else(bad)?, Some(num(st).ok_or_else(bad)?)),
+            None => (num(rest).ok_or_else(bad)?, None),
+        };
+        let mut v = Vec::new();
+        let mut x = num(a).ok_or_else(bad)?;
+        while x <= b && v.len() < 1000 {
+            v.push(x);
+            x = match step {
+                Some(st) => x.saturating_add(st),
+                None => x.saturating_mul(2),
+            };
+        }
+        v
+    } else {
+        s.split(',')
+            .map(|t| num(t).ok_or_else(bad))
+            .collect::<Result<_, _>>()?
+    };
+    if out.is_empty() {
+        return Err(bad());
+    }
+    Ok(Batches(out))
+}
+
+/// A size, or a GPU's name: its memory as PyTorch reports the device's total capacity.
+pub fn device_arg(s: &str) -> Result<u64, String> {
+    const GIB: f64 = (1u64 << 30) as f64;
+    let known: &[(&str, f64)] = &[
+        ("h200", 139.8),
+        ("h100", 79.19),
+        ("a100-80", 79.15),
+        ("a100-40", 39.39),
+        ("l40s", 44.39),
+        ("a10", 22.07),
+        ("l4", 22.03),
+        ("rtx4090", 23.65),
+        ("rtx3090", 23.69),
+        ("v100-32", 31.74),
+        ("v100-16", 15.77),
+        ("t4", 14.75),
+    ];
+    let name = s.to_ascii_lowercase().replace([' ', '_'], "-");
+    if let Some((_, gib)) = known.iter().find(|(n, _)| *n == name) {
+        return Ok((gib * GIB) as u64);
+    }
+    size_arg(s).map_err(|_| {
+        format!(
+            "'{s}' is neither a size (24GiB, 40GB) nor a GPU known here ({})",
+            known.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
+        )
+    })
+}
+
+pub fn fraction_arg(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|f| *f > 0.0 && *f <= 1.0)
+        .ok_or_else(|| format!("'{s}' is not a fraction above 0 and at most 1"))
+}
