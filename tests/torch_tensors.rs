@@ -365,6 +365,53 @@ fn an_out_of_memory_of_the_framework_names_the_line_that_asked() {
     assert!(o["device_free_bytes"].as_u64().is_some(), "{o}");
 }
 
+/// Under a memory fraction PyTorch refuses a request without asking CUDA: `oom` knows the
+/// limit from that (the most it had reserved before), replays under it so the run's own setting
+/// fails where the run failed, and says so; a program that pins every freed segment with a
+/// small tensor is served by expandable segments under the same limit.
+#[test]
+fn an_out_of_memory_under_a_memory_fraction_is_replayed_under_that_fraction() {
+    let (_dir, script) = standin_script(
+        "pin.py",
+        "kept = []\n\
+         for i in range(100):\n\
+         \x20   big = lib.standin_malloc((41 + 4 * i) << 19)\n\
+         \x20   if not big:\n\
+         \x20       break\n\
+         \x20   kept.append(lib.standin_malloc(5 << 18))\n\
+         \x20   lib.standin_free(big)\n",
+    );
+    let t = script.with_file_name("pin.trace");
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec![
+                script.display().to_string(),
+                standin().display().to_string(),
+            ],
+            env: vec![("STANDIN_ALLOWED", (300u64 << 20).to_string())],
+        },
+    );
+    assert_ok(&out);
+    let text = {
+        let o = gpushim(&[&"oom", &t]);
+        assert_ok(&o);
+        stdout(&o)
+    };
+    assert!(text.contains("by its memory fraction"), "{text}");
+    assert!(
+        text.contains("the run's own setting (the defaults) fails there too"),
+        "{text}"
+    );
+    let serving = text
+        .lines()
+        .find(|l| l.contains("of them serve it"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(serving.contains("expandable_segments:True"), "{serving}");
+}
+
 /// Runs `script` under the shim with the stand-in libtorch_cpu.so's path as its first argument
 /// (then `more`), tracing to `trace`, with `env`.
 fn run_with_autograd(script: &Path, trace: &Path, more: &[String], env: Vec<(&str, String)>) {

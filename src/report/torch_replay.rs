@@ -62,6 +62,11 @@ struct DeviceFacts {
     nvml_total: Option<u64>,
     /// At the run's first failed tensor: what PyTorch held plus what CUDA said was free.
     capacity_at_oom: Option<u64>,
+    /// At the run's first failed tensor, when PyTorch refused it with no `cudaMalloc` tried (a
+    /// memory fraction, `set_per_process_memory_fraction`, held it): the most it had reserved
+    /// until then, which the fraction allowed (and the failed request's segment would not fit
+    /// under).
+    allowed_at_oom: Option<u64>,
 }
 
 /// The tensors of one trace, in order, and what the replay needs to know about the run.
@@ -102,8 +107,9 @@ struct Gather {
     failed: HashMap<u8, bool>,
     /// Per device: the open release burst's tentative `EmptyCache` (its index).
     burst: HashMap<u8, Option<usize>>,
-    /// Per device: the bytes the run's segments held.
+    /// Per device: the bytes the run's segments held, and the most they held.
     reserved: HashMap<u8, u64>,
+    most_reserved: HashMap<u8, u64>,
 }
 
 impl Gather {
@@ -147,6 +153,8 @@ impl Gather {
     }
 
     fn tensor(&mut self, ev: Ev, r: &Record) {
+        // A failed `cudaMalloc` since the last tensor event: the device refused, not a fraction.
+        let no_call = !self.failed.get(&r.device).copied().unwrap_or(false);
         self.failed.insert(r.device, false);
         self.burst.insert(r.device, None);
         if ev == Ev::Alloc {
@@ -154,7 +162,11 @@ impl Gather {
         }
         if ev == Ev::Oom {
             let held = self.reserved.get(&r.device).copied().unwrap_or(0);
+            let most = self.most_reserved.get(&r.device).copied().unwrap_or(0);
             let d = self.devices.entry(r.device).or_default();
+            if d.capacity_at_oom.is_none() && d.allowed_at_oom.is_none() && no_call {
+                d.allowed_at_oom = Some(most);
+            }
             d.capacity_at_oom.get_or_insert(held.saturating_add(r.ptr));
         }
         if matches!(ev, Ev::Alloc | Ev::Oom) {
@@ -166,7 +178,10 @@ impl Gather {
     fn reserve(&mut self, r: &Record) {
         let pages = r.mapped_pages();
         self.pages_seen |= pages;
-        *self.reserved.entry(r.device).or_default() += r.size;
+        let held = self.reserved.entry(r.device).or_default();
+        *held += r.size;
+        let most = self.most_reserved.entry(r.device).or_default();
+        *most = (*most).max(*held);
         // Segments taken right after segments given back: the release served an allocation
         // (the collector's, or a retry after a failure), not empty_cache.
         if self.collects
@@ -417,7 +432,10 @@ fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
             .or(facts.capacity_at_oom)
             .or(known)
             .unwrap_or(u64::MAX),
-        allowed: b.fraction.map(|f| (f * total as f64) as u64),
+        allowed: b
+            .fraction
+            .map(|f| (f * total as f64) as u64)
+            .or(facts.allowed_at_oom),
         total_memory: total,
     }
 }
@@ -823,6 +841,9 @@ pub fn recorded_conf(input: &Input) -> Result<TorchConf, ReplayError> {
 /// to that request and with the memory the device had then, serves it.
 #[derive(Clone, Debug, Serialize)]
 pub struct OomAdvice {
+    /// PyTorch refused the request with no `cudaMalloc` tried: a memory fraction held it, to
+    /// at least this many bytes (the most it had reserved before); the replay holds it there.
+    pub fraction_bytes: Option<u64>,
     /// The trace's ring began after the run's first tensors: (records the run made, a
     /// `trace_max` that would have held them all).
     pub ring_began_late: Option<(u64, u64)>,
@@ -871,6 +892,10 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         .filter(|o| o.serves_recorded_oom == Some(true))
         .collect();
     Ok(Some(OomAdvice {
+        fraction_bytes: input
+            .devices
+            .get(&first.device)
+            .and_then(|d| d.allowed_at_oom),
         requested_bytes: first.size,
         capacity_bytes: input
             .devices
@@ -900,14 +925,21 @@ pub fn render_advice(a: &OomAdvice) -> String {
         "PyTorch's allocator replayed up to the failed request of {} under {} settings{}:",
         human_bytes(a.requested_bytes),
         a.tried,
-        a.capacity_bytes
-            .map(|c| format!(
+        match (a.fraction_bytes, a.capacity_bytes) {
+            (Some(f), _) => format!(
+                ", PyTorch's allocator held to {} by its memory fraction \
+                 (set_per_process_memory_fraction: it refused the request without asking CUDA, \
+                 having reserved at most that much before)",
+                human_bytes(f)
+            ),
+            (None, Some(c)) => format!(
                 ", PyTorch's allocator held to {}: what it held at the failure (its tensors \
                  and cache) plus what CUDA then said was free; the rest of the device was not \
                  PyTorch's to take",
                 human_bytes(c)
-            ))
-            .unwrap_or_default()
+            ),
+            (None, None) => String::new(),
+        }
     );
     if let Some((records, needed)) = a.ring_began_late {
         let _ = writeln!(
@@ -966,6 +998,7 @@ mod tests {
     #[test]
     fn a_ring_that_began_late_says_the_replay_is_not_exact_and_the_trace_max_that_would_be() {
         let a = super::OomAdvice {
+            fraction_bytes: None,
             ring_began_late: Some((1_000_000, 100 << 20)),
             requested_bytes: 1 << 20,
             capacity_bytes: None,

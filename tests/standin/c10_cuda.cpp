@@ -11,10 +11,10 @@
 // standin_empty_cache(). Knobs, read once:
 //   STANDIN_BACKEND=async    the allocator is another class (PyTorch's cudaMallocAsync backend)
 //   STANDIN_LAYOUT=shifted   events carry their fields elsewhere (a layout the shim must refuse)
+#include <cstdlib>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -90,17 +90,41 @@ class NativeCachingAllocator : public CUDAAllocator {
 
   void *malloc(size_t size) {
     size = (size + 511) & ~size_t(511);
+    // Best fit, as PyTorch's: the smallest free block that holds the request.
+    Segment *best_seg = nullptr;
+    size_t best_i = 0;
     for (auto &s : segments)
       for (size_t i = 0; i < s.blocks.size(); i++) {
         Block &b = s.blocks[i];
         if (!b.free || b.size < size) continue;
-        if (b.size > size) s.blocks.insert(s.blocks.begin() + i + 1, Block{b.ptr + size, b.size - size, true});
-        s.blocks[i].size = size;
-        s.blocks[i].free = false;
-        record(TraceEntry::ALLOC, (size_t)s.blocks[i].ptr, size);
-        return s.blocks[i].ptr;
+        if (!best_seg || b.size < best_seg->blocks[best_i].size) {
+          best_seg = &s;
+          best_i = i;
+        }
       }
+    if (best_seg) {
+      Segment &s = *best_seg;
+      size_t i = best_i;
+      Block &b = s.blocks[i];
+      if (b.size > size) s.blocks.insert(s.blocks.begin() + i + 1, Block{b.ptr + size, b.size - size, true});
+      s.blocks[i].size = size;
+      s.blocks[i].free = false;
+      record(TraceEntry::ALLOC, (size_t)s.blocks[i].ptr, size);
+      return s.blocks[i].ptr;
+    }
     size_t seg = size < (1u << 20) ? (2u << 20) : (size + (2u << 20) - 1) & ~size_t((2u << 20) - 1);
+    // As torch.cuda.set_per_process_memory_fraction holds PyTorch's allocator: a segment that
+    // would take its reserved memory past the allowed bytes (STANDIN_ALLOWED) is refused with
+    // no cudaMalloc tried.
+    size_t reserved = 0;
+    for (auto &s : segments) reserved += s.size;
+    const char *allowed = getenv("STANDIN_ALLOWED");
+    if (allowed && reserved + seg > strtoull(allowed, nullptr, 10)) {
+      size_t f = 0, t = 0;
+      cudaMemGetInfo(&f, &t);
+      record(TraceEntry::OOM, f, size);
+      return nullptr;
+    }
     void *p = nullptr;
     if (cudaMalloc(&p, seg) != 0) {
       size_t f = 0, t = 0;

@@ -241,6 +241,7 @@
     lg.textContent = '';
     bands.slice().reverse().forEach(function (b) {
       const s = el('span', { 'data-legend': b.key });
+      const sw = el('span', { class: 'sw' });
       sw.style.background = b.color;
       s.appendChild(sw);
       s.appendChild(document.createTextNode(b.kind && state.view === 'line' ? b.name + ' (' + kindName(b.kind) + ')' : b.name));
