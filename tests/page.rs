@@ -290,9 +290,20 @@ fn the_page_of_a_ring_of_10_8_events_is_small_and_opens_in_a_browser_offline() {
     let kinds = kinds_trace("page-browser", 20);
     let kinds_page = dir.join("kinds.html");
     report(&[&kinds], &kinds_page);
+    // Two traces (the ranks of a job): one page, a lane each behind the picker.
+    let other = kinds_trace("page-rank", 6);
+    let ranks_page = dir.join("ranks.html");
+    let d = data(&report(&[&kinds, &other], &ranks_page));
+    let traces = d["traces"].as_array().unwrap();
+    assert_eq!(traces.len(), 2);
+    assert!(
+        traces
+            .iter()
+            .all(|t| !t["lanes"].as_array().unwrap().is_empty())
+    );
     let shot = repo().join("target/test-artifacts/page.png");
     std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
-    let Some(out) = in_browser(&[&kinds_page, &ring_page, &shot]) else {
+    let Some(out) = in_browser(&[&kinds_page, &ring_page, &shot, &ranks_page]) else {
         return;
     };
     eprintln!("{out}");

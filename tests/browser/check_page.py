@@ -1,11 +1,12 @@
 """Opens gpushim's pages from files in headless Chromium, the network off, and checks what a
 user sees (run by tests/page.rs).
 
-usage: check_page.py KINDS_PAGE RING_PAGE SCREENSHOT
+usage: check_page.py KINDS_PAGE RING_PAGE SCREENSHOT [RANKS_PAGE]
        check_page.py --real SHOT_DIR PAGE...
 
 KINDS_PAGE is the page of tests/clients/kinds/train.py (known kinds, one growing line);
-RING_PAGE the page of a ring trace of 10^8 records. With --real, the pages of real runs
+RING_PAGE the page of a ring trace of 10^8 records; RANKS_PAGE, a page of two traces, whose
+picker must show each. With --real, the pages of real runs
 (scripts/gpu.sh page): each opens with no console error and no request, draws parameters and
 activations, draws every line its growing table names as a band of its own, names a band on
 hover; a screenshot of each goes to SHOT_DIR. Exits non-zero naming the first check that fails;
@@ -150,6 +151,16 @@ def main():
             fail("the ring's page took %.2f s to open" % took)
         if "longer than its ring" not in ring.inner_text("#notes"):
             fail("the ring's page does not say what came from the checkpoint")
+        if len(sys.argv) > 4:
+            ranks, _ = open_page(browser, sys.argv[4], problems)
+            options = ranks.locator("#rank option").all_inner_texts()
+            if len(options) != 2:
+                fail("the picker offers %s" % options)
+            first = ranks.inner_text("#sub")
+            ranks.select_option("#rank", "1")
+            second = ranks.inner_text("#sub")
+            if first == second or not ranks.evaluate("gpushimPage.bands()"):
+                fail("picking the second trace changed nothing: %r" % second)
         if problems:
             fail("; ".join(problems))
         browser.close()
