@@ -1,0 +1,217 @@
+//! `gpushim simulate --torch`: the tensors a run's PyTorch allocator handed out and took back,
+//! replayed in order through the model of that allocator (`engine::torch`) under another
+//! `PYTORCH_CUDA_ALLOC_CONF`; and the replay of the setting the run used, checked against the
+//! segments the run really took.
+//!
+//! What the replay takes from the trace: each tensor's request (size, stream, device) and its
+//! free; when a freed tensor's memory came back (PyTorch's own record of it, so work still
+//! running on another stream delays reuse in the replay as it did in the run); calls of
+//! `torch.cuda.empty_cache()` (segments given back with no failed allocation before them);
+//! and the addresses CUDA handed out, offered to the model for its segments so a replay of the
+//! recorded setting places every tensor where the run placed it.
+//!
+//! Here the types; [`read`] (reading a trace's tensors), [`replayer`] (one replay through the
+//! model), [`advice`] (the settings tried, `--recommend`, and the advice after an
+//! out-of-memory).
+
+mod advice;
+mod read;
+mod replayer;
+
+pub use advice::{OomAdvice, candidates, oom_advice, recommend, recorded_conf, render_advice};
+pub use read::read;
+pub use replayer::{Resized, replay, replay_resized};
+
+use crate::trace::reader::{ReadError, TraceReader};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+const GIB: u64 = 1 << 30;
+/// The device memory assumed when the trace never learned it (an 80 GB GPU's).
+const TOTAL_UNKNOWN: u64 = 80 * GIB;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Ev {
+    Alloc,
+    FreeRequested,
+    Free,
+    EmptyCache,
+    /// PyTorch could not serve the request; `ptr` holds the free memory CUDA reported.
+    Oom,
+    /// A segment the run took (or pages it mapped): an address for the model.
+    Reserve {
+        pages: bool,
+    },
+    Release,
+    /// An address range reserved through the driver (an expandable segment's).
+    Reservation,
+    /// Nothing (a release that turned out to serve an allocation, not `empty_cache`).
+    Skip,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Event {
+    ev: Ev,
+    device: u8,
+    stream: u16,
+    ptr: u64,
+    size: u64,
+    time_ns: u64,
+    /// The stack of a request (its Python line), once its `StackRef` is read.
+    stack: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct DeviceFacts {
+    /// The device's memory as `cudaMemGetInfo` reported it.
+    total: Option<u64>,
+    /// The device's memory as NVML reported it (a little more than CUDA's figure).
+    nvml_total: Option<u64>,
+    /// At the run's first failed tensor: what PyTorch held plus what CUDA said was free.
+    capacity_at_oom: Option<u64>,
+    /// At the run's first failed tensor, when PyTorch refused it with no `cudaMalloc` tried (a
+    /// memory fraction, `set_per_process_memory_fraction`, held it): the most it had reserved
+    /// until then, which the fraction allowed (and the failed request's segment would not fit
+    /// under).
+    allowed_at_oom: Option<u64>,
+}
+
+/// The tensors of one trace, in order, and what the replay needs to know about the run.
+pub struct Input {
+    reader: TraceReader,
+    events: Vec<Event>,
+    devices: BTreeMap<u8, DeviceFacts>,
+    /// The run's setting: its text and where it came from.
+    pub recorded: RecordedSetting,
+    pub tensors: u64,
+    /// The trace starts at a checkpoint: its first tensors were folded into it.
+    pub from_checkpoint: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct RecordedSetting {
+    /// `PYTORCH_CUDA_ALLOC_CONF`'s (or `PYTORCH_ALLOC_CONF`'s) text; empty: the defaults.
+    pub text: String,
+    /// Where it was read: the variable's name, "inferred" (a trace from before settings were
+    /// kept, whose expandable segments show in its records), or "unset".
+    pub source: String,
+}
+
+#[derive(Debug)]
+pub enum ReplayError {
+    Read(ReadError),
+    NoTensors {
+        why: Option<String>,
+    },
+    /// A filter other than `--device`: the replay needs every tensor.
+    Filtered,
+    Setting {
+        text: String,
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for ReplayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ReplayError::Read(e) => e.fmt(f),
+            ReplayError::NoTensors { why } => write!(
+                f,
+                "the trace holds no tensors of PyTorch's caching allocator{}; record a PyTorch \
+                 run with tensors on (the default) to replay it",
+                why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default()
+            ),
+            ReplayError::Setting { text, reason } => write!(f, "--torch {text:?}: {reason}"),
+            ReplayError::Filtered => write!(
+                f,
+                "the replay of PyTorch's allocator needs every tensor in order (what a setting \
+                 does depends on all that came before): of the filters it takes only --device"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ReplayError {}
+
+impl From<ReadError> for ReplayError {
+    fn from(e: ReadError) -> Self {
+        ReplayError::Read(e)
+    }
+}
+
+/// What the replay is allowed: `--limit`, `--fraction`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Bounds {
+    /// Bytes PyTorch may hold on each device (None: what the trace says the device had).
+    pub limit: Option<u64>,
+    /// `set_per_process_memory_fraction`'s value, if the program set one.
+    pub fraction: Option<f64>,
+    /// Stop after the run's first failed tensor (what a setting would have done there).
+    pub stop_at_oom: bool,
+}
+
+/// A request the replay could not serve.
+#[derive(Clone, Debug, Serialize)]
+pub struct Failure {
+    pub device: u8,
+    pub requested_bytes: u64,
+    pub reserved_bytes: u64,
+    pub time_ns: u64,
+    /// Where the request was made (its Python line), when the trace has its stack.
+    pub site: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceOutcome {
+    pub device: u8,
+    pub limit_bytes: u64,
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    /// Reserved but not allocated when reserved peaked (the fragmentation PyTorch's OOM message
+    /// calls "reserved but unallocated").
+    pub unallocated_at_peak_bytes: u64,
+    pub device_allocs: u64,
+    pub device_frees: u64,
+    pub retries: u64,
+    pub failures: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Outcome {
+    /// The setting replayed, as `PYTORCH_CUDA_ALLOC_CONF` takes it ("" for the defaults).
+    pub setting: String,
+    /// Of the device with the highest peak reserved.
+    pub peak_reserved_bytes: u64,
+    pub peak_allocated_bytes: u64,
+    pub unallocated_at_peak_bytes: u64,
+    pub device_allocs: u64,
+    pub device_frees: u64,
+    pub failures: u64,
+    pub first_failure: Option<Failure>,
+    /// For a run that failed a tensor: whether this setting served that request.
+    pub serves_recorded_oom: Option<bool>,
+    pub devices: Vec<DeviceOutcome>,
+}
+
+/// How the replay of the recorded setting compares with the run, device by device.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fidelity {
+    pub device: u8,
+    /// Segments taken and given back (or pages mapped and unmapped), in the run and replayed.
+    pub recorded_segment_events: usize,
+    pub replayed_segment_events: usize,
+    /// The first that differ (index, the run's, the replay's), if any.
+    pub first_difference: Option<(usize, String, String)>,
+    pub recorded_peak_reserved_bytes: u64,
+    pub replayed_peak_reserved_bytes: u64,
+    pub tensors: u64,
+    /// Tensors the replay put at the address the run put them.
+    pub tensors_at_recorded_address: u64,
+}
+
+impl Fidelity {
+    pub fn exact(&self) -> bool {
+        self.first_difference.is_none()
+            && self.recorded_peak_reserved_bytes == self.replayed_peak_reserved_bytes
+    }
+}

@@ -1,0 +1,221 @@
+//! Reading a trace's tensors, and what the replay needs to know about the run, in one pass.
+
+use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError};
+use crate::engine::torch::TorchConf;
+use crate::trace::format::{Api, Record, RecordKind};
+use crate::trace::reader::{ReadOptions, TraceReader};
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+/// What reading the trace gathers, record by record.
+#[derive(Default)]
+struct Gather {
+    events: Vec<Event>,
+    devices: BTreeMap<u8, DeviceFacts>,
+    tensors: u64,
+    from_checkpoint: bool,
+    pages_seen: bool,
+    tensors_off: Option<u64>,
+    /// The run's setting collects garbage: a release just before a new segment served it.
+    collects: bool,
+    /// Per thread: the event whose stack comes next.
+    stack_for: HashMap<u16, usize>,
+    /// Per device: a failed device allocation since its last tensor event.
+    failed: HashMap<u8, bool>,
+    /// Per device: the open release burst's tentative `EmptyCache` (its index).
+    burst: HashMap<u8, Option<usize>>,
+    /// Per device: the bytes the run's segments held, and the most they held.
+    reserved: HashMap<u8, u64>,
+    most_reserved: HashMap<u8, u64>,
+}
+
+impl Gather {
+    fn take(&mut self, r: &Record) {
+        let tensor_event = match r.kind {
+            RecordKind::TensorAlloc => Some(Ev::Alloc),
+            RecordKind::TensorFreeRequested => Some(Ev::FreeRequested),
+            RecordKind::TensorFree => Some(Ev::Free),
+            RecordKind::TensorOom => Some(Ev::Oom),
+            _ => None,
+        };
+        if let Some(ev) = tensor_event {
+            self.tensor(ev, r);
+            return;
+        }
+        match r.kind {
+            RecordKind::StackRef => {
+                if let Some(i) = self.stack_for.remove(&r.thread) {
+                    self.events[i].stack = r.ptr;
+                }
+            }
+            RecordKind::Tensors if r.size == 0 => self.tensors_off = Some(r.ptr),
+            RecordKind::SegmentReserve if r.api == Api::Torch => self.reserve(r),
+            RecordKind::SegmentRelease if r.api == Api::Torch => self.release(r),
+            RecordKind::AddressReserve if r.status == 0 => {
+                self.events.push(event(Ev::Reservation, r));
+            }
+            RecordKind::Alloc | RecordKind::PhysCreate if r.failed() => {
+                self.failed.insert(r.device, true);
+            }
+            RecordKind::MemInfo if r.status == 0 && r.size > 0 => {
+                let d = self.devices.entry(r.device).or_default();
+                d.total.get_or_insert(r.size);
+            }
+            RecordKind::DeviceMemory if r.size > 0 => {
+                let d = self.devices.entry(r.device).or_default();
+                d.nvml_total.get_or_insert(r.size);
+            }
+            _ => {}
+        }
+    }
+
+    fn tensor(&mut self, ev: Ev, r: &Record) {
+        // A failed `cudaMalloc` since the last tensor event: the device refused, not a fraction.
+        let no_call = !self.failed.get(&r.device).copied().unwrap_or(false);
+        self.failed.insert(r.device, false);
+        self.burst.insert(r.device, None);
+        if ev == Ev::Alloc {
+            self.tensors += 1;
+        }
+        if ev == Ev::Oom {
+            let held = self.reserved.get(&r.device).copied().unwrap_or(0);
+            let most = self.most_reserved.get(&r.device).copied().unwrap_or(0);
+            let d = self.devices.entry(r.device).or_default();
+            if d.capacity_at_oom.is_none() && d.allowed_at_oom.is_none() && no_call {
+                d.allowed_at_oom = Some(most);
+            }
+            d.capacity_at_oom.get_or_insert(held.saturating_add(r.ptr));
+        }
+        if matches!(ev, Ev::Alloc | Ev::Oom) {
+            self.stack_for.insert(r.thread, self.events.len());
+        }
+        self.events.push(event(ev, r));
+    }
+
+    fn reserve(&mut self, r: &Record) {
+        let pages = r.mapped_pages();
+        self.pages_seen |= pages;
+        let held = self.reserved.entry(r.device).or_default();
+        *held += r.size;
+        let most = self.most_reserved.entry(r.device).or_default();
+        *most = (*most).max(*held);
+        // Segments taken right after segments given back: the release served an allocation
+        // (the collector's, or a retry after a failure), not empty_cache.
+        if self.collects
+            && let Some(Some(i)) = self.burst.get(&r.device)
+        {
+            self.events[*i].ev = Ev::Skip;
+        }
+        self.events.push(event(Ev::Reserve { pages }, r));
+    }
+
+    /// Segments given back with no failed allocation since the last tensor: `empty_cache()`
+    /// (one event for the burst), replayed as one.
+    fn release(&mut self, r: &Record) {
+        let held = self.reserved.entry(r.device).or_default();
+        *held = held.saturating_sub(r.size);
+        let open = self.burst.entry(r.device).or_default();
+        if open.is_none() {
+            let by_failure = self.failed.get(&r.device).copied().unwrap_or(false);
+            let mut e = event(Ev::EmptyCache, r);
+            if by_failure {
+                e.ev = Ev::Skip;
+            }
+            *open = Some(self.events.len());
+            self.events.push(e);
+        }
+        self.events.push(event(Ev::Release, r));
+    }
+}
+
+/// Reads the trace's tensors. Errors: the trace cannot be read, or has no tensors of
+/// PyTorch's allocator (with why, when the trace says).
+pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
+    // An allocator's state depends on every tensor before: the replay reads them all, and of
+    // the filters keeps only the devices asked for.
+    let only = crate::trace::filter::Filter {
+        devices: opts.filter.devices.clone(),
+        ..Default::default()
+    };
+    if opts.filter != only {
+        return Err(ReplayError::Filtered);
+    }
+    let whole = ReadOptions {
+        filter: Default::default(),
+        ..opts.clone()
+    };
+    let mut reader = TraceReader::open_with(path, &whole)?;
+    let conf_env = setting_of(&reader.info().env);
+    let mut g = Gather {
+        collects: conf_env
+            .as_ref()
+            .and_then(|(_, t)| TorchConf::parse(t).ok())
+            .is_some_and(|c| c.gc_threshold > 0.0),
+        ..Gather::default()
+    };
+    while let Some(r) = reader.next() {
+        if r.kind == RecordKind::Restore {
+            g.from_checkpoint = true;
+        }
+        if !reader.in_checkpoint() {
+            g.take(&r);
+        }
+    }
+    if g.tensors == 0 {
+        return Err(ReplayError::NoTensors {
+            why: g
+                .tensors_off
+                .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
+        });
+    }
+    if !only.devices.is_empty() {
+        g.events
+            .retain(|e| e.ev == Ev::Reservation || only.devices.contains(&e.device));
+        g.devices.retain(|d, _| only.devices.contains(d));
+    }
+    for e in g.events.iter().filter(|e| e.ev == Ev::Alloc) {
+        g.devices.entry(e.device).or_default();
+    }
+    let recorded = match conf_env {
+        Some((name, text)) => RecordedSetting { text, source: name },
+        None if g.pages_seen => RecordedSetting {
+            text: "expandable_segments:True".into(),
+            source: "inferred".into(),
+        },
+        None => RecordedSetting {
+            text: String::new(),
+            source: "unset".into(),
+        },
+    };
+    Ok(Input {
+        reader,
+        events: g.events,
+        devices: g.devices,
+        recorded,
+        tensors: g.tensors,
+        from_checkpoint: g.from_checkpoint,
+    })
+}
+
+fn event(ev: Ev, r: &Record) -> Event {
+    Event {
+        ev,
+        device: r.device,
+        stream: r.stream,
+        ptr: r.ptr,
+        size: r.size,
+        time_ns: r.time_ns,
+        stack: 0,
+    }
+}
+
+/// The run's setting as PyTorch reads it: `PYTORCH_ALLOC_CONF` first, then the older name.
+fn setting_of(env: &[String]) -> Option<(String, String)> {
+    ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"]
+        .iter()
+        .find_map(|name| {
+            env.iter()
+                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
+                .map(|v| (name.to_string(), v.to_string()))
+        })
+}

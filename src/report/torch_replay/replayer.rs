@@ -1,0 +1,344 @@
+//! One replay: a model of PyTorch's allocator per device, fed the run's events in order.
+
+use super::{Bounds, DeviceOutcome, Ev, Event, Failure, Fidelity, Input, Outcome, TOTAL_UNKNOWN};
+use crate::engine::torch::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
+use crate::report::sites::site_label;
+use crate::report::units::human_bytes;
+use crate::trace::reader::TraceReader;
+use std::collections::{BTreeMap, HashMap};
+
+fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
+    let facts = input.devices.get(&device).copied().unwrap_or_default();
+    let known = facts.total.or(facts.nvml_total);
+    let total = known.unwrap_or(TOTAL_UNKNOWN);
+    DeviceLimits {
+        capacity: b
+            .limit
+            .or(facts.capacity_at_oom)
+            .or(known)
+            .unwrap_or(u64::MAX),
+        allowed: b
+            .fraction
+            .map(|f| (f * total as f64) as u64)
+            .or(facts.allowed_at_oom),
+        total_memory: total,
+    }
+}
+
+fn describe(e: &SegmentEvent) -> String {
+    match e {
+        SegmentEvent::Reserve { ptr, size } => format!("{} at {ptr:#x} taken", human_bytes(*size)),
+        SegmentEvent::Release { ptr, size } => {
+            format!("{} at {ptr:#x} given back", human_bytes(*size))
+        }
+    }
+}
+
+/// A request the replay of `input` could not serve.
+fn failure(input: &Input, e: &Event, reserved: u64) -> Failure {
+    Failure {
+        device: e.device,
+        requested_bytes: e.size,
+        reserved_bytes: reserved,
+        time_ns: e.time_ns,
+        site: (e.stack != 0).then(|| site_label(&input.reader, e.stack)),
+    }
+}
+
+/// One replay under way: a model per device, where each recorded tensor went, what failed.
+struct Replayer<'a> {
+    input: &'a Input,
+    bounds: &'a Bounds,
+    models: BTreeMap<u8, Model>,
+    /// (device, the run's address) -> the replay's address.
+    placed: HashMap<(u8, u64), u64>,
+    /// The run's own segment events, per device.
+    recorded: BTreeMap<u8, Vec<SegmentEvent>>,
+    /// Per device: tensors, and those placed at the run's own address.
+    same: BTreeMap<u8, (u64, u64)>,
+    first_failure: Option<Failure>,
+    serves_oom: Option<bool>,
+}
+
+impl<'a> Replayer<'a> {
+    fn new(input: &'a Input, conf: &TorchConf, bounds: &'a Bounds, compare: bool) -> Self {
+        let models = input
+            .devices
+            .keys()
+            .map(|&d| {
+                let mut m = Model::new(conf.clone(), limits_for(input, d, bounds));
+                if compare {
+                    m.keep_log();
+                }
+                (d, m)
+            })
+            .collect();
+        Replayer {
+            input,
+            bounds,
+            models,
+            placed: HashMap::new(),
+            recorded: BTreeMap::new(),
+            same: BTreeMap::new(),
+            first_failure: None,
+            serves_oom: None,
+        }
+    }
+
+    /// Applies one event; false once the replay should stop.
+    fn apply(&mut self, e: &Event) -> bool {
+        if e.ev == Ev::Reservation {
+            // The driver's records may not know the device: every device may take it.
+            let hint = Hint {
+                ptr: e.ptr,
+                bytes: e.size,
+                reservation: true,
+            };
+            match self.models.get_mut(&e.device) {
+                Some(m) => m.hint(hint),
+                None => self.models.values_mut().for_each(|m| m.hint(hint)),
+            }
+            return true;
+        }
+        let Some(m) = self.models.get_mut(&e.device) else {
+            return true;
+        };
+        let run = self.recorded.entry(e.device).or_default();
+        match e.ev {
+            Ev::Reserve { .. } => {
+                m.hint(Hint {
+                    ptr: e.ptr,
+                    bytes: e.size,
+                    reservation: false,
+                });
+                run.push(SegmentEvent::Reserve {
+                    ptr: e.ptr,
+                    size: e.size,
+                });
+            }
+            Ev::Release => run.push(SegmentEvent::Release {
+                ptr: e.ptr,
+                size: e.size,
+            }),
+            Ev::EmptyCache => m.empty_cache(),
+            Ev::Alloc => self.alloc(e),
+            Ev::FreeRequested => {
+                if let Some(&p) = self.placed.get(&(e.device, e.ptr)) {
+                    m.free_requested(p);
+                }
+                m.clear_hints();
+            }
+            Ev::Free => {
+                if let Some(p) = self.placed.remove(&(e.device, e.ptr)) {
+                    m.free_completed(p);
+                }
+                m.clear_hints();
+            }
+            Ev::Oom => {
+                self.oom(e);
+                return !self.bounds.stop_at_oom;
+            }
+            Ev::Skip | Ev::Reservation => {}
+        }
+        true
+    }
+
+    fn alloc(&mut self, e: &Event) {
+        let input = self.input;
+        let Some(m) = self.models.get_mut(&e.device) else {
+            return;
+        };
+        let stream = u64::from(e.stream);
+        let got = match m.malloc(e.size, stream) {
+            Ok(p) => p,
+            Err(oom) => {
+                if self.first_failure.is_none() {
+                    self.first_failure = Some(failure(input, e, oom.reserved));
+                }
+                // The run went on: so does the replay, as if the memory were there.
+                m.unlimited(|m| m.malloc(e.size, stream))
+                    .unwrap_or_default()
+            }
+        };
+        m.clear_hints();
+        let s = self.same.entry(e.device).or_default();
+        s.0 += 1;
+        s.1 += u64::from(got == e.ptr);
+        self.placed.insert((e.device, e.ptr), got);
+    }
+
+    /// The run failed this request: does the replay serve it?
+    fn oom(&mut self, e: &Event) {
+        let Some(m) = self.models.get_mut(&e.device) else {
+            return;
+        };
+        let served = match m.malloc(e.size, u64::from(e.stream)) {
+            Ok(p) => {
+                // The program never got it: it raised. The block goes back.
+                m.free_completed(p);
+                true
+            }
+            Err(_) => false,
+        };
+        m.clear_hints();
+        let reserved = m.stats().reserved;
+        if self.serves_oom.is_none() {
+            self.serves_oom = Some(served && self.first_failure.is_none());
+        }
+        if !served && self.first_failure.is_none() {
+            self.first_failure = Some(failure(self.input, e, reserved));
+        }
+    }
+
+    fn outcome(&self, conf: &TorchConf) -> Outcome {
+        let devices: Vec<DeviceOutcome> = self
+            .models
+            .iter()
+            .map(|(&d, m)| {
+                let s = m.stats();
+                DeviceOutcome {
+                    device: d,
+                    limit_bytes: limits_for(self.input, d, self.bounds).capacity,
+                    peak_reserved_bytes: s.peak_reserved,
+                    peak_allocated_bytes: s.peak_allocated,
+                    unallocated_at_peak_bytes: s
+                        .peak_reserved
+                        .saturating_sub(s.allocated_at_peak_reserved),
+                    device_allocs: s.device_allocs,
+                    device_frees: s.device_frees,
+                    retries: s.retries,
+                    failures: s.failures,
+                }
+            })
+            .collect();
+        let top = devices.iter().max_by_key(|d| d.peak_reserved_bytes);
+        Outcome {
+            setting: conf.to_string(),
+            peak_reserved_bytes: top.map_or(0, |d| d.peak_reserved_bytes),
+            peak_allocated_bytes: top.map_or(0, |d| d.peak_allocated_bytes),
+            unallocated_at_peak_bytes: top.map_or(0, |d| d.unallocated_at_peak_bytes),
+            device_allocs: devices.iter().map(|d| d.device_allocs).sum(),
+            device_frees: devices.iter().map(|d| d.device_frees).sum(),
+            failures: devices.iter().map(|d| d.failures).sum(),
+            first_failure: self.first_failure.clone(),
+            serves_recorded_oom: self.serves_oom,
+            devices,
+        }
+    }
+
+    fn fidelity(&self) -> Vec<Fidelity> {
+        self.models
+            .iter()
+            .map(|(&d, m)| {
+                let run = self.recorded.get(&d).map(Vec::as_slice).unwrap_or(&[]);
+                let rep = m.log();
+                let first_difference = (0..run.len().max(rep.len()))
+                    .find(|&i| run.get(i) != rep.get(i))
+                    .map(|i| {
+                        let show = |x: Option<&SegmentEvent>| x.map_or("nothing".into(), describe);
+                        (i, show(run.get(i)), show(rep.get(i)))
+                    });
+                let (tensors, at) = self.same.get(&d).copied().unwrap_or_default();
+                Fidelity {
+                    device: d,
+                    recorded_segment_events: run.len(),
+                    replayed_segment_events: rep.len(),
+                    first_difference,
+                    recorded_peak_reserved_bytes: peak_of(run),
+                    replayed_peak_reserved_bytes: m.stats().peak_reserved,
+                    tensors,
+                    tensors_at_recorded_address: at,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Replays the trace's tensors under `conf`; with `compare`, also checks the replay against
+/// the segments the run took.
+pub fn replay(
+    input: &Input,
+    conf: &TorchConf,
+    bounds: &Bounds,
+    compare: bool,
+) -> (Outcome, Vec<Fidelity>) {
+    let mut r = Replayer::new(input, conf, bounds, compare);
+    for e in &input.events {
+        if !r.apply(e) {
+            break;
+        }
+    }
+    let fidelity = if compare { r.fidelity() } else { Vec::new() };
+    (r.outcome(conf), fidelity)
+}
+
+/// The run's tensor requests as another run would make them: each request's size as `size`
+/// gives it (from its place among the requests, its recorded size and its stack), the rest of
+/// the run as it was but for its failures (another run need not fail there). The run's own
+/// segments stay as hints: the model takes a recorded address only for a segment of the
+/// recorded length, so at the run's own sizes the replay is the run's, to the byte.
+pub struct Resized(Vec<Event>);
+
+impl Input {
+    /// Each tensor request in order: its size and stack.
+    pub fn requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.events
+            .iter()
+            .filter(|e| e.ev == Ev::Alloc)
+            .map(|e| (e.size, e.stack))
+    }
+
+    pub fn reader(&self) -> &TraceReader {
+        &self.reader
+    }
+
+    /// The requests resized by `size(n, recorded size, stack)`, `n` counting the requests.
+    pub fn resized(&self, size: impl Fn(usize, u64, u64) -> u64) -> Resized {
+        let mut n = 0;
+        Resized(
+            self.events
+                .iter()
+                .filter_map(|e| match e.ev {
+                    Ev::Alloc => {
+                        let mut e = *e;
+                        e.size = size(n, e.size, e.stack);
+                        n += 1;
+                        Some(e)
+                    }
+                    Ev::Oom | Ev::Skip => None,
+                    _ => Some(*e),
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Replays resized requests under `conf` (see [`Resized`]).
+pub fn replay_resized(
+    input: &Input,
+    events: &Resized,
+    conf: &TorchConf,
+    bounds: &Bounds,
+) -> Outcome {
+    let mut r = Replayer::new(input, conf, bounds, false);
+    for e in &events.0 {
+        if !r.apply(e) {
+            break;
+        }
+    }
+    r.outcome(conf)
+}
+
+fn peak_of(log: &[SegmentEvent]) -> u64 {
+    let (mut held, mut peak) = (0u64, 0u64);
+    for e in log {
+        match e {
+            SegmentEvent::Reserve { size, .. } => {
+                held += size;
+                peak = peak.max(held);
+            }
+            SegmentEvent::Release { size, .. } => held = held.saturating_sub(*size),
+        }
+    }
+    peak
+}
