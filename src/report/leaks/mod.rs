@@ -1,17 +1,20 @@
 //! `leaks`: what is still held at the end, and what grows every iteration, by call site.
 
 use super::live::{replay_each, site_key};
-use super::sites::holders_text_all;
-use super::sites::{Holder, holders, merge_holders, site_label};
-use crate::report::units::human_bytes;
+use super::sites::{Holder, holders, site_label};
 use crate::trace::format::RecordKind;
 use crate::trace::live::{Boundary, BoundaryMark};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use crate::trace::summary::{MarkFinder, Thinned};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::fmt::Write as _;
 use std::path::Path;
+use together::FreedTogether;
+
+mod render;
+mod together;
+
+pub use render::{JobGrowth, JobLeaks, combine_leaks, render_leaks};
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Growth {
@@ -39,121 +42,6 @@ pub struct KeptWith {
     /// (within a millisecond, both allocations older than the iteration before); 0 when the two
     /// are joined only through other sites freed in the same chains.
     pub freed_together: u64,
-}
-
-/// Two frees on one thread closer than this are next to each other (a destructor releasing
-/// what it held takes microseconds).
-const NEXT_FREE_NS: u64 = 1_000_000;
-/// Pairs of call sites counted at most; past it, only the pairs already counted go on.
-const MAX_PAIRS: usize = 1 << 16;
-/// Lines kept alive with a growing line that the text shows (the JSON has them all).
-const KEPT_WITH_SHOWN: usize = 4;
-
-/// Which call sites' long-lived allocations are freed next to each other. When the value that
-/// keeps a leak alive is finally released (a list cleared, a function's locals at its return,
-/// the interpreter's exit), everything it kept goes with it in one chain of frees: a metric,
-/// then the activation its autograd graph saved, then the next metric. Only allocations that
-/// outlived an iteration count, so the frees of every step's temporaries pair nothing.
-#[derive(Default)]
-struct FreedTogether {
-    /// The times of the two latest iteration boundaries (older first) and how many were seen.
-    boundaries: [u64; 2],
-    seen: u64,
-    /// Per thread: the call site and time of its latest free of a long-lived allocation.
-    last: HashMap<u16, (u64, u64)>,
-    /// Per call site: its long-lived allocations freed.
-    freed: HashMap<u64, u64>,
-    /// Per pair of call sites (smaller key first): frees of one right after the other's.
-    pairs: HashMap<(u64, u64), u64>,
-}
-
-impl FreedTogether {
-    fn boundary(&mut self, time_ns: u64) {
-        self.boundaries = [self.boundaries[1], time_ns];
-        self.seen = self.seen.saturating_add(1);
-    }
-
-    fn free(&mut self, thread: u16, live: &crate::trace::live::Live, time_ns: u64) {
-        // Long-lived: made before the boundary before the latest.
-        if self.seen < 2 || live.time_ns >= self.boundaries[0] {
-            return;
-        }
-        let site = site_key(live);
-        if self.freed.len() < MAX_PAIRS || self.freed.contains_key(&site) {
-            *self.freed.entry(site).or_default() += 1;
-        }
-        let Some((prev, at)) = self.last.insert(thread, (site, time_ns)) else {
-            return;
-        };
-        if prev == site || time_ns.saturating_sub(at) > NEXT_FREE_NS {
-            return;
-        }
-        let key = (prev.min(site), prev.max(site));
-        if self.pairs.len() < MAX_PAIRS || self.pairs.contains_key(&key) {
-            *self.pairs.entry(key).or_default() += 1;
-        }
-    }
-
-    /// The same frees counted by line: `line` names each call site's line (sites of one line
-    /// are one; a site without a line drops out). Pairs within one line count nothing.
-    fn by_line(&self, line: impl Fn(u64) -> Option<u64>) -> FreedTogether {
-        let mut out = FreedTogether::default();
-        for (&k, &n) in &self.freed {
-            if let Some(l) = line(k) {
-                *out.freed.entry(l).or_default() += n;
-            }
-        }
-        for (&(a, b), &n) in &self.pairs {
-            if let (Some(a), Some(b)) = (line(a), line(b))
-                && a != b
-            {
-                *out.pairs.entry((a.min(b), a.max(b))).or_default() += n;
-            }
-        }
-        out
-    }
-
-    /// How often allocations of `a` and `b` were freed next to each other, when that makes them
-    /// live and die together: at least twice, and next to at least half of the long-lived
-    /// allocations freed of each.
-    fn together(&self, a: u64, b: u64) -> Option<u64> {
-        let n = *self.pairs.get(&(a.min(b), a.max(b)))?;
-        let freed = |k| self.freed.get(&k).copied().unwrap_or(0);
-        (a != b && n >= 2 && n.saturating_mul(2) >= freed(a).max(freed(b))).then_some(n)
-    }
-
-    /// For each of `growing`, the others freed in one chain with it: joined by frees next to
-    /// each other, directly or through other sites of the list (an autograd graph kept by a
-    /// metric frees the metric and each activation it saved one after another), each with how
-    /// often the two were freed next to each other (0: only through others).
-    fn chains(&self, growing: &[u64]) -> Vec<Vec<(usize, u64)>> {
-        // Union-find over the list's indices.
-        let mut parent: Vec<usize> = (0..growing.len()).collect();
-        fn root(parent: &mut [usize], mut i: usize) -> usize {
-            while parent[i] != i {
-                parent[i] = parent[parent[i]];
-                i = parent[i];
-            }
-            i
-        }
-        for i in 0..growing.len() {
-            for j in i + 1..growing.len() {
-                if self.together(growing[i], growing[j]).is_some() {
-                    let (a, b) = (root(&mut parent, i), root(&mut parent, j));
-                    parent[a] = b;
-                }
-            }
-        }
-        let roots: Vec<usize> = (0..growing.len()).map(|i| root(&mut parent, i)).collect();
-        (0..growing.len())
-            .map(|i| {
-                (0..growing.len())
-                    .filter(|&j| j != i && roots[j] == roots[i])
-                    .map(|j| (j, self.together(growing[i], growing[j]).unwrap_or(0)))
-                    .collect()
-            })
-            .collect()
-    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -440,38 +328,8 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         .map(|(&p, l)| (kinds.lasting(&reader, p, l.stack), l))
         .collect();
     let live_at_exit_by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(&reader, k));
-    // A growing line's kind is what its tensors still live at the end are, as the kinds'
-    // tracker tells them (a metric computed between a forward and its backward keeps the
-    // forward's graph: an activation), where its phase alone would say less.
-    if let Some(it) = iterations.as_mut().filter(|it| !it.growing.is_empty()) {
-        for (k, l) in &tensors {
-            let e = site_kinds
-                .entry(site_key(l))
-                .or_default()
-                .entry(*k)
-                .or_default();
-            *e = e.saturating_add(l.size);
-        }
-        let mut by_line: HashMap<String, BTreeMap<super::kinds::Kind, u64>> = HashMap::new();
-        for (site, kinds) in site_kinds {
-            let line = by_line.entry(site_label(&reader, site)).or_default();
-            for (k, b) in kinds {
-                let e = line.entry(k).or_default();
-                *e = e.saturating_add(b);
-            }
-        }
-        // What grows is kept: a temporary of the same line (made and freed within its phase)
-        // does not name it.
-        for g in &mut it.growing {
-            if let Some(kinds) = by_line.get(&g.call_site)
-                && let Some((&k, _)) = kinds
-                    .iter()
-                    .filter(|&(k, _)| *k != super::kinds::Kind::Temporary)
-                    .max_by_key(|&(k, b)| (*b, std::cmp::Reverse(*k)))
-            {
-                g.kind = Some(k);
-            }
-        }
+    if let Some(it) = iterations.as_mut() {
+        name_kinds(&reader, &mut it.growing, site_kinds, &tensors);
     }
     Ok(Leaks {
         boundary_not_found,
@@ -483,6 +341,47 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         running: reader.info().running_here(),
         trace_cut: reader.stats().cut(),
     })
+}
+
+/// A growing line's kind is what its tensors turned out to be, as the kinds' tracker tells
+/// them (freed, `site_kinds`, or live at the end, `tensors`): a metric computed between a
+/// forward and its backward keeps the forward's graph, an activation, where its phase alone
+/// would say less. What grows is kept: a temporary of the same line does not name it.
+fn name_kinds(
+    reader: &TraceReader,
+    growing: &mut [Growth],
+    mut site_kinds: HashMap<u64, BTreeMap<super::kinds::Kind, u64>>,
+    tensors: &[(super::kinds::Kind, &crate::trace::live::Live)],
+) {
+    if growing.is_empty() {
+        return;
+    }
+    for (k, l) in tensors {
+        let e = site_kinds
+            .entry(site_key(l))
+            .or_default()
+            .entry(*k)
+            .or_default();
+        *e = e.saturating_add(l.size);
+    }
+    let mut by_line: HashMap<String, BTreeMap<super::kinds::Kind, u64>> = HashMap::new();
+    for (site, kinds) in site_kinds {
+        let line = by_line.entry(site_label(reader, site)).or_default();
+        for (k, b) in kinds {
+            let e = line.entry(k).or_default();
+            *e = e.saturating_add(b);
+        }
+    }
+    for g in growing {
+        if let Some(kinds) = by_line.get(&g.call_site)
+            && let Some((&k, _)) = kinds
+                .iter()
+                .filter(|&(k, _)| *k != super::kinds::Kind::Temporary)
+                .max_by_key(|&(k, b)| (*b, std::cmp::Reverse(*k)))
+        {
+            g.kind = Some(k);
+        }
+    }
 }
 
 /// How much a call site's live bytes grow per iteration, when they grow steadily: `s` its live
@@ -507,206 +406,6 @@ fn steady_growth(s: &[u64], ordinals: &[u64]) -> Option<u64> {
     let overall = s[s.len() - 1] as i128 - s[0] as i128;
     (median > 0 && rising * 4 >= diffs.len() * 3 && overall > 0 && overall * 2 >= median * span)
         .then_some(median as u64)
-}
-
-/// A call site growing in one or more ranks of a job.
-#[derive(Clone, Debug, Serialize)]
-pub struct JobGrowth {
-    pub call_site: String,
-    /// How many traces it grows in.
-    pub traces: usize,
-    /// Its growth per iteration, added up over those traces.
-    pub bytes_per_iteration: u64,
-}
-
-/// The leaks of a job's traces together.
-#[derive(Clone, Debug, Serialize)]
-pub struct JobLeaks {
-    pub traces: usize,
-    pub live_at_exit_bytes: u64,
-    pub live_at_exit: Vec<Holder>,
-    /// Traces that did not exit cleanly.
-    pub unclean: Vec<String>,
-    pub growing: Vec<JobGrowth>,
-}
-
-pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
-    let mut growing: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
-    for g in all
-        .iter()
-        .filter_map(|(_, l)| l.iterations.as_ref())
-        .flat_map(|it| &it.growing)
-    {
-        let e = growing.entry(g.call_site.as_str()).or_default();
-        e.0 += 1;
-        e.1 = e.1.saturating_add(g.bytes_per_iteration);
-    }
-    let mut growing: Vec<JobGrowth> = growing
-        .into_iter()
-        .map(|(call_site, (traces, bytes))| JobGrowth {
-            call_site: call_site.to_string(),
-            traces,
-            bytes_per_iteration: bytes,
-        })
-        .collect();
-    growing.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_iteration));
-    JobLeaks {
-        traces: all.len(),
-        live_at_exit_bytes: all.iter().map(|(_, l)| l.live_at_exit_bytes).sum(),
-        live_at_exit: merge_holders(all.iter().flat_map(|(_, l)| &l.live_at_exit)),
-        unclean: all
-            .iter()
-            .filter(|(_, l)| !l.clean_exit)
-            .map(|(t, _)| t.clone())
-            .collect(),
-        growing,
-    }
-}
-
-/// One growing call site as `leaks` prints it, with the lines kept alive with it.
-fn render_growth(o: &mut String, g: &Growth) {
-    let _ = writeln!(
-        o,
-        "  grows {} per iteration ({} -> {}){}  {}",
-        human_bytes(g.bytes_per_iteration),
-        human_bytes(g.live_at_first_boundary),
-        human_bytes(g.live_at_last_boundary),
-        g.kind.map_or(String::new(), |k| format!(", {}", k.name())),
-        g.call_site
-    );
-    for k in g.kept_with.iter().take(KEPT_WITH_SHOWN) {
-        let how = match k.freed_together {
-            0 => "freed in the same chains".to_string(),
-            n => format!("freed together {n} times"),
-        };
-        let _ = writeln!(o, "    kept alive with {} ({how})", k.call_site);
-    }
-    if g.kept_with.len() > KEPT_WITH_SHOWN {
-        let _ = writeln!(
-            o,
-            "    and with {} more growing lines (--json lists them)",
-            g.kept_with.len() - KEPT_WITH_SHOWN
-        );
-    }
-}
-
-/// The text `gpushim leaks` prints for each trace and, with several, for the job.
-pub fn render_leaks(
-    all: &[(String, Leaks)],
-    combined: &JobLeaks,
-    boundary: Option<&str>,
-    top: usize,
-) -> String {
-    let mut o = String::new();
-    for (i, (t, l)) in all.iter().enumerate() {
-        if i > 0 {
-            let _ = writeln!(o);
-        }
-        let _ = writeln!(o, "{t}");
-        let _ = writeln!(
-            o,
-            "{}: {}{}",
-            if l.running {
-                "live now"
-            } else {
-                "live at exit"
-            },
-            human_bytes(l.live_at_exit_bytes),
-            if l.clean_exit {
-                ""
-            } else if l.running {
-                " (the process is still running)"
-            } else {
-                " (the process did not exit cleanly: this is what was live when the trace ends)"
-            }
-        );
-        if let Some(cut) = &l.trace_cut {
-            let _ = writeln!(
-                o,
-                "the trace is incomplete: {cut}; this report covers what it holds"
-            );
-        }
-        if !l.live_at_exit_by_kind.is_empty() {
-            let kinds: Vec<String> = l
-                .live_at_exit_by_kind
-                .iter()
-                .map(|k| format!("{} {}", k.kind.name(), human_bytes(k.bytes)))
-                .collect();
-            let _ = writeln!(o, "  PyTorch's tensors by kind: {}", kinds.join(", "));
-        }
-        o.push_str(&holders_text_all(&l.live_at_exit, top, "  "));
-        if let Some(seen) = &l.boundary_not_found {
-            let _ = writeln!(
-                o,
-                "iterations: --boundary {} names no NVTX range or mark of this trace; it holds {}",
-                boundary.unwrap_or(""),
-                if seen.is_empty() {
-                    "none".to_string()
-                } else {
-                    seen.join(", ")
-                }
-            );
-            continue;
-        }
-        match &l.iterations {
-            None => {
-                let _ = writeln!(
-                    o,
-                    "iterations: none found (no repeating NVTX range or mark, no regular allocation)"
-                );
-            }
-            Some(it) => {
-                let _ = writeln!(
-                    o,
-                    "iterations: {} boundaries (where one iteration ends and the next begins), by {}",
-                    it.count, it.boundary
-                );
-                if let (Some(a), Some(b)) =
-                    (it.live_at_boundaries.first(), it.live_at_boundaries.last())
-                {
-                    let _ = writeln!(
-                        o,
-                        "  live at the first boundary {}, at the last {}",
-                        human_bytes(*a),
-                        human_bytes(*b)
-                    );
-                }
-                if it.growing.is_empty() {
-                    let _ = writeln!(
-                        o,
-                        "  no call site grows steadily from one iteration to the next"
-                    );
-                }
-                for g in &it.growing {
-                    render_growth(&mut o, g);
-                }
-            }
-        }
-    }
-    if all.len() > 1 {
-        let c = &combined;
-        let _ = writeln!(o);
-        let _ = writeln!(o, "all {} traces together", c.traces);
-        let _ = writeln!(o, "live at exit: {}", human_bytes(c.live_at_exit_bytes));
-        o.push_str(&holders_text_all(&c.live_at_exit, top, "  "));
-        if !c.unclean.is_empty() {
-            let _ = writeln!(o, "did not exit cleanly: {}", c.unclean.join(", "));
-        }
-        if c.growing.is_empty() {
-            let _ = writeln!(o, "no call site grows steadily in any trace");
-        }
-        for g in &c.growing {
-            let _ = writeln!(
-                o,
-                "  grows {} per iteration in {} of {} traces  {}",
-                human_bytes(g.bytes_per_iteration),
-                g.traces,
-                c.traces,
-                g.call_site
-            );
-        }
-    }
-    o
 }
 
 #[cfg(test)]

@@ -1,0 +1,211 @@
+//! `leaks` as text, and the leaks of a job's traces together.
+
+use super::{Growth, Leaks};
+use crate::report::sites::{Holder, holders_text_all, merge_holders};
+use crate::report::units::human_bytes;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// Lines kept alive with a growing line that the text shows (the JSON has them all).
+const KEPT_WITH_SHOWN: usize = 4;
+
+/// A call site growing in one or more ranks of a job.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobGrowth {
+    pub call_site: String,
+    /// How many traces it grows in.
+    pub traces: usize,
+    /// Its growth per iteration, added up over those traces.
+    pub bytes_per_iteration: u64,
+}
+
+/// The leaks of a job's traces together.
+#[derive(Clone, Debug, Serialize)]
+pub struct JobLeaks {
+    pub traces: usize,
+    pub live_at_exit_bytes: u64,
+    pub live_at_exit: Vec<Holder>,
+    /// Traces that did not exit cleanly.
+    pub unclean: Vec<String>,
+    pub growing: Vec<JobGrowth>,
+}
+
+pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
+    let mut growing: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
+    for g in all
+        .iter()
+        .filter_map(|(_, l)| l.iterations.as_ref())
+        .flat_map(|it| &it.growing)
+    {
+        let e = growing.entry(g.call_site.as_str()).or_default();
+        e.0 += 1;
+        e.1 = e.1.saturating_add(g.bytes_per_iteration);
+    }
+    let mut growing: Vec<JobGrowth> = growing
+        .into_iter()
+        .map(|(call_site, (traces, bytes))| JobGrowth {
+            call_site: call_site.to_string(),
+            traces,
+            bytes_per_iteration: bytes,
+        })
+        .collect();
+    growing.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_iteration));
+    JobLeaks {
+        traces: all.len(),
+        live_at_exit_bytes: all.iter().map(|(_, l)| l.live_at_exit_bytes).sum(),
+        live_at_exit: merge_holders(all.iter().flat_map(|(_, l)| &l.live_at_exit)),
+        unclean: all
+            .iter()
+            .filter(|(_, l)| !l.clean_exit)
+            .map(|(t, _)| t.clone())
+            .collect(),
+        growing,
+    }
+}
+
+/// One growing call site as `leaks` prints it, with the lines kept alive with it.
+fn render_growth(o: &mut String, g: &Growth) {
+    let _ = writeln!(
+        o,
+        "  grows {} per iteration ({} -> {}){}  {}",
+        human_bytes(g.bytes_per_iteration),
+        human_bytes(g.live_at_first_boundary),
+        human_bytes(g.live_at_last_boundary),
+        g.kind.map_or(String::new(), |k| format!(", {}", k.name())),
+        g.call_site
+    );
+    for k in g.kept_with.iter().take(KEPT_WITH_SHOWN) {
+        let how = match k.freed_together {
+            0 => "freed in the same chains".to_string(),
+            n => format!("freed together {n} times"),
+        };
+        let _ = writeln!(o, "    kept alive with {} ({how})", k.call_site);
+    }
+    if g.kept_with.len() > KEPT_WITH_SHOWN {
+        let _ = writeln!(
+            o,
+            "    and with {} more growing lines (--json lists them)",
+            g.kept_with.len() - KEPT_WITH_SHOWN
+        );
+    }
+}
+
+/// The text `gpushim leaks` prints for each trace and, with several, for the job.
+pub fn render_leaks(
+    all: &[(String, Leaks)],
+    combined: &JobLeaks,
+    boundary: Option<&str>,
+    top: usize,
+) -> String {
+    let mut o = String::new();
+    for (i, (t, l)) in all.iter().enumerate() {
+        if i > 0 {
+            let _ = writeln!(o);
+        }
+        let _ = writeln!(o, "{t}");
+        let _ = writeln!(
+            o,
+            "{}: {}{}",
+            if l.running {
+                "live now"
+            } else {
+                "live at exit"
+            },
+            human_bytes(l.live_at_exit_bytes),
+            if l.clean_exit {
+                ""
+            } else if l.running {
+                " (the process is still running)"
+            } else {
+                " (the process did not exit cleanly: this is what was live when the trace ends)"
+            }
+        );
+        if let Some(cut) = &l.trace_cut {
+            let _ = writeln!(
+                o,
+                "the trace is incomplete: {cut}; this report covers what it holds"
+            );
+        }
+        if !l.live_at_exit_by_kind.is_empty() {
+            let kinds: Vec<String> = l
+                .live_at_exit_by_kind
+                .iter()
+                .map(|k| format!("{} {}", k.kind.name(), human_bytes(k.bytes)))
+                .collect();
+            let _ = writeln!(o, "  PyTorch's tensors by kind: {}", kinds.join(", "));
+        }
+        o.push_str(&holders_text_all(&l.live_at_exit, top, "  "));
+        if let Some(seen) = &l.boundary_not_found {
+            let _ = writeln!(
+                o,
+                "iterations: --boundary {} names no NVTX range or mark of this trace; it holds {}",
+                boundary.unwrap_or(""),
+                if seen.is_empty() {
+                    "none".to_string()
+                } else {
+                    seen.join(", ")
+                }
+            );
+            continue;
+        }
+        match &l.iterations {
+            None => {
+                let _ = writeln!(
+                    o,
+                    "iterations: none found (no repeating NVTX range or mark, no regular allocation)"
+                );
+            }
+            Some(it) => {
+                let _ = writeln!(
+                    o,
+                    "iterations: {} boundaries (where one iteration ends and the next begins), by {}",
+                    it.count, it.boundary
+                );
+                if let (Some(a), Some(b)) =
+                    (it.live_at_boundaries.first(), it.live_at_boundaries.last())
+                {
+                    let _ = writeln!(
+                        o,
+                        "  live at the first boundary {}, at the last {}",
+                        human_bytes(*a),
+                        human_bytes(*b)
+                    );
+                }
+                if it.growing.is_empty() {
+                    let _ = writeln!(
+                        o,
+                        "  no call site grows steadily from one iteration to the next"
+                    );
+                }
+                for g in &it.growing {
+                    render_growth(&mut o, g);
+                }
+            }
+        }
+    }
+    if all.len() > 1 {
+        let c = &combined;
+        let _ = writeln!(o);
+        let _ = writeln!(o, "all {} traces together", c.traces);
+        let _ = writeln!(o, "live at exit: {}", human_bytes(c.live_at_exit_bytes));
+        o.push_str(&holders_text_all(&c.live_at_exit, top, "  "));
+        if !c.unclean.is_empty() {
+            let _ = writeln!(o, "did not exit cleanly: {}", c.unclean.join(", "));
+        }
+        if c.growing.is_empty() {
+            let _ = writeln!(o, "no call site grows steadily in any trace");
+        }
+        for g in &c.growing {
+            let _ = writeln!(
+                o,
+                "  grows {} per iteration in {} of {} traces  {}",
+                human_bytes(g.bytes_per_iteration),
+                g.traces,
+                c.traces,
+                g.call_site
+            );
+        }
+    }
+    o
+}

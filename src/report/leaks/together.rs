@@ -1,0 +1,118 @@
+//! Which call sites' long-lived allocations are freed next to each other: what keeps one
+//! alive keeps the other.
+
+use crate::report::live::site_key;
+use std::collections::HashMap;
+
+/// Two frees on one thread closer than this are next to each other (a destructor releasing
+/// what it held takes microseconds).
+const NEXT_FREE_NS: u64 = 1_000_000;
+/// Pairs of call sites counted at most; past it, only the pairs already counted go on.
+const MAX_PAIRS: usize = 1 << 16;
+
+/// Which call sites' long-lived allocations are freed next to each other. When the value that
+/// keeps a leak alive is finally released (a list cleared, a function's locals at its return,
+/// the interpreter's exit), everything it kept goes with it in one chain of frees: a metric,
+/// then the activation its autograd graph saved, then the next metric. Only allocations that
+/// outlived an iteration count, so the frees of every step's temporaries pair nothing.
+#[derive(Default)]
+pub(super) struct FreedTogether {
+    /// The times of the two latest iteration boundaries (older first) and how many were seen.
+    boundaries: [u64; 2],
+    seen: u64,
+    /// Per thread: the call site and time of its latest free of a long-lived allocation.
+    last: HashMap<u16, (u64, u64)>,
+    /// Per call site: its long-lived allocations freed.
+    freed: HashMap<u64, u64>,
+    /// Per pair of call sites (smaller key first): frees of one right after the other's.
+    pairs: HashMap<(u64, u64), u64>,
+}
+
+impl FreedTogether {
+    pub(super) fn boundary(&mut self, time_ns: u64) {
+        self.boundaries = [self.boundaries[1], time_ns];
+        self.seen = self.seen.saturating_add(1);
+    }
+
+    pub(super) fn free(&mut self, thread: u16, live: &crate::trace::live::Live, time_ns: u64) {
+        // Long-lived: made before the boundary before the latest.
+        if self.seen < 2 || live.time_ns >= self.boundaries[0] {
+            return;
+        }
+        let site = site_key(live);
+        if self.freed.len() < MAX_PAIRS || self.freed.contains_key(&site) {
+            *self.freed.entry(site).or_default() += 1;
+        }
+        let Some((prev, at)) = self.last.insert(thread, (site, time_ns)) else {
+            return;
+        };
+        if prev == site || time_ns.saturating_sub(at) > NEXT_FREE_NS {
+            return;
+        }
+        let key = (prev.min(site), prev.max(site));
+        if self.pairs.len() < MAX_PAIRS || self.pairs.contains_key(&key) {
+            *self.pairs.entry(key).or_default() += 1;
+        }
+    }
+
+    /// The same frees counted by line: `line` names each call site's line (sites of one line
+    /// are one; a site without a line drops out). Pairs within one line count nothing.
+    pub(super) fn by_line(&self, line: impl Fn(u64) -> Option<u64>) -> FreedTogether {
+        let mut out = FreedTogether::default();
+        for (&k, &n) in &self.freed {
+            if let Some(l) = line(k) {
+                *out.freed.entry(l).or_default() += n;
+            }
+        }
+        for (&(a, b), &n) in &self.pairs {
+            if let (Some(a), Some(b)) = (line(a), line(b))
+                && a != b
+            {
+                *out.pairs.entry((a.min(b), a.max(b))).or_default() += n;
+            }
+        }
+        out
+    }
+
+    /// How often allocations of `a` and `b` were freed next to each other, when that makes them
+    /// live and die together: at least twice, and next to at least half of the long-lived
+    /// allocations freed of each.
+    pub(super) fn together(&self, a: u64, b: u64) -> Option<u64> {
+        let n = *self.pairs.get(&(a.min(b), a.max(b)))?;
+        let freed = |k| self.freed.get(&k).copied().unwrap_or(0);
+        (a != b && n >= 2 && n.saturating_mul(2) >= freed(a).max(freed(b))).then_some(n)
+    }
+
+    /// For each of `growing`, the others freed in one chain with it: joined by frees next to
+    /// each other, directly or through other sites of the list (an autograd graph kept by a
+    /// metric frees the metric and each activation it saved one after another), each with how
+    /// often the two were freed next to each other (0: only through others).
+    pub(super) fn chains(&self, growing: &[u64]) -> Vec<Vec<(usize, u64)>> {
+        // Union-find over the list's indices.
+        let mut parent: Vec<usize> = (0..growing.len()).collect();
+        fn root(parent: &mut [usize], mut i: usize) -> usize {
+            while parent[i] != i {
+                parent[i] = parent[parent[i]];
+                i = parent[i];
+            }
+            i
+        }
+        for i in 0..growing.len() {
+            for j in i + 1..growing.len() {
+                if self.together(growing[i], growing[j]).is_some() {
+                    let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                    parent[a] = b;
+                }
+            }
+        }
+        let roots: Vec<usize> = (0..growing.len()).map(|i| root(&mut parent, i)).collect();
+        (0..growing.len())
+            .map(|i| {
+                (0..growing.len())
+                    .filter(|&j| j != i && roots[j] == roots[i])
+                    .map(|j| (j, self.together(growing[i], growing[j]).unwrap_or(0)))
+                    .collect()
+            })
+            .collect()
+    }
+}
