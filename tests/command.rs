@@ -484,3 +484,14 @@ fn a_run_with_failures_points_to_oom() {
     assert!(err.contains(" failed; peak live"), "{err}");
     assert!(err.contains("next: gpushim oom "), "{err}");
 }
+
+/// A `trace_max` below what a trace's file takes (it grows in 4 MiB pieces) is refused, saying
+/// the smallest it takes, rather than taken and then exceeded.
+#[test]
+fn a_trace_max_below_the_files_smallest_size_is_refused_with_the_smallest() {
+    let out = gpushim_text(&["config", "trace_max:1MiB"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stdout(&out));
+    assert!(stderr(&out).contains("4MiB at least"), "{}", stderr(&out));
+    let ok = gpushim_text(&["config", "trace_max:4MiB"]);
+    assert_ok(&ok);
+}

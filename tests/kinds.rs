@@ -244,7 +244,7 @@ fn a_run_longer_than_its_ring_keeps_its_kinds() {
         5000,
         false,
         vec![
-            ("GPUSHIM_CONF", "trace_max:1MiB".into()),
+            ("GPUSHIM_CONF", "trace_max:4MiB".into()),
             ("KINDS_PACE", "1".into()),
         ],
     );

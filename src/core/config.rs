@@ -222,8 +222,12 @@ fn tensors(c: &mut Conf, v: &str) -> Option<()> {
     Some(())
 }
 
+/// The smallest `trace_max` taken: a trace's file grows in pieces of this size, so a smaller
+/// bound would not be the file's size.
+pub const MIN_TRACE_MAX: u64 = crate::trace::recorder::CHUNK_BYTES;
+
 fn trace_max(c: &mut Conf, v: &str) -> Option<()> {
-    c.trace_max = parse_size(v).filter(|&n| n >= crate::trace::recorder::MIN_TRACE_BYTES)?;
+    c.trace_max = parse_size(v).filter(|&n| n >= MIN_TRACE_MAX)?;
     Some(())
 }
 
@@ -294,9 +298,9 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "trace_max",
         apply: trace_max,
-        accepted: "a size (2GiB; 512KiB at least for a ring)",
+        accepted: "a size, 4MiB at least (the file grows in 4 MiB pieces)",
         default: "2GiB",
-        meaning: "largest trace file; the run is never cut off at it: the records form a ring, and what the oldest said (the live allocations and their lines, each device's peak and what held it, every failure, calls per API, growth per iteration, NVML's samples thinned) stays in a checkpoint the reports start from; below 512KiB, records past it are dropped and counted as lost",
+        meaning: "largest trace file; the run is never cut off at it: the records form a ring, and what the oldest said (the live allocations and their lines, each device's peak and what held it, every failure, calls per API, growth per iteration, NVML's samples thinned) stays in a checkpoint the reports start from",
     },
 ];
 
