@@ -685,3 +685,19 @@ fn oom_says_what_the_growing_lines_held_at_the_failure() {
         "{text}"
     );
 }
+
+/// An allocation whose stack was recorded but whose definition the trace lost is said to be
+/// so, not met with advice to turn stacks on (they were on).
+#[test]
+fn a_stack_whose_definition_was_lost_is_not_blamed_on_the_settings() {
+    let path = tempdir("lost-stack").file("lost.trace");
+    let mut t = HandTrace::create(&path);
+    t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x1000_0000, 1 << 20);
+    t.rec(RecordKind::StackRef, Api::Shim, 4242, 0);
+    drop(t);
+    let out = gpushim(&[&"leaks", &path]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(text.contains("its definition was lost"), "{text}");
+    assert!(!text.contains("stacks:on"), "{text}");
+}

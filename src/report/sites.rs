@@ -42,6 +42,12 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
             }
             parts.join(" < ")
         }
+        // A stack named but never defined: its definition went with records the trace could
+        // not keep (a ring's records lost before they were summarized, a cut file), not for
+        // want of recording stacks.
+        None if stack != 0 => "(its stack was recorded, but its definition was lost with \
+             records the trace could not keep)"
+            .into(),
         _ if reader.has_python_frames() => "(no Python frames: made where they cannot be read: \
              a thread not running Python, interpreter start or exit)"
             .into(),
