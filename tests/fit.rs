@@ -12,28 +12,12 @@ use std::path::Path;
 /// The kinds program at `batch`, 3 steps, under the shim; its trace.
 fn at_batch(dir: &Path, batch: u64) -> std::path::PathBuf {
     let t = dir.join(format!("b{batch}.trace"));
-    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args: vec![
-                repo()
-                    .join("tests/clients/kinds/train.py")
-                    .display()
-                    .to_string(),
-                lib("libtorch_cpu.so"),
-                lib("libc10_cuda.so"),
-                "3".into(),
-            ],
-            env: vec![
-                ("PYTHONDONTWRITEBYTECODE", "1".into()),
-                ("KINDS_BATCH", batch.to_string()),
-            ],
-        },
-    );
-    assert_ok(&out);
+    assert_ok(&kinds_program(
+        &t,
+        3,
+        false,
+        vec![("KINDS_BATCH", batch.to_string())],
+    ));
     t
 }
 

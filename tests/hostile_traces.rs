@@ -351,20 +351,7 @@ fn ring_trace() -> (Vec<u8>, usize, usize) {
     use gpushim::trace::format::{Record, header};
     use std::sync::atomic::{AtomicBool, Ordering};
     let path = tempdir("ring-base").file("ring.trace");
-    let r = Box::new(gpushim::trace::recorder::Recorder::new());
-    assert!(r.begin_open());
-    r.open(&gpushim::trace::recorder::OpenOptions {
-        path: path.to_str().unwrap().as_bytes(),
-        pid: 1,
-        rank: 0,
-        host: b"h",
-        program: b"ring",
-        cmdline: b"ring\0",
-        env: b"",
-        trace_max: 2 << 20,
-        ring: true,
-    })
-    .unwrap();
+    let r = ring_recorder(&path, 2 << 20);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| r.run_summarizer(&stop));

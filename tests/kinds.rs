@@ -25,39 +25,10 @@ fn train_with(
     tag: &str,
     steps: u32,
     leak: bool,
-    mut env: Vec<(&'static str, String)>,
+    env: Vec<(&'static str, String)>,
 ) -> (TestFile, std::process::Output) {
     let t = tempdir(tag).file("kinds.trace");
-    let mut args = vec![
-        repo()
-            .join("tests/clients/kinds/train.py")
-            .display()
-            .to_string(),
-        sim()
-            .dir
-            .join("torch/lib/libtorch_cpu.so")
-            .display()
-            .to_string(),
-        sim()
-            .dir
-            .join("torch/lib/libc10_cuda.so")
-            .display()
-            .to_string(),
-        steps.to_string(),
-    ];
-    if leak {
-        args.push("leak".into());
-    }
-    env.push(("PYTHONDONTWRITEBYTECODE", "1".into()));
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args,
-            env,
-        },
-    );
+    let out = kinds_program(&t, steps, leak, env);
     (t, out)
 }
 

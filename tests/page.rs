@@ -15,26 +15,7 @@ const MIB: u64 = 1 << 20;
 /// The kinds program under the shim, `steps` steps, keeping each step's last activation.
 fn kinds_trace(tag: &str, steps: u32) -> TestFile {
     let t = tempdir(tag).file("kinds.trace");
-    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args: vec![
-                repo()
-                    .join("tests/clients/kinds/train.py")
-                    .display()
-                    .to_string(),
-                lib("libtorch_cpu.so"),
-                lib("libc10_cuda.so"),
-                steps.to_string(),
-                "leak".into(),
-            ],
-            env: vec![("PYTHONDONTWRITEBYTECODE", "1".into())],
-        },
-    );
-    assert_ok(&out);
+    assert_ok(&kinds_program(&t, steps, true, vec![]));
     t
 }
 
@@ -149,20 +130,7 @@ fn the_page_stacks_each_kind_to_the_byte_and_draws_the_growing_line() {
 fn ring_of(path: &Path, events: u64) {
     use gpushim::trace::format::{Api, Record, RecordKind};
     use std::sync::atomic::{AtomicBool, Ordering};
-    let r = Box::new(gpushim::trace::recorder::Recorder::new());
-    assert!(r.begin_open());
-    r.open(&gpushim::trace::recorder::OpenOptions {
-        path: path.to_str().unwrap().as_bytes(),
-        pid: 1,
-        rank: 0,
-        host: b"h",
-        program: b"ring",
-        cmdline: b"ring\0",
-        env: b"",
-        trace_max: 64 << 20,
-        ring: true,
-    })
-    .unwrap();
+    let r = ring_recorder(path, 64 << 20);
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| r.run_summarizer(&stop));

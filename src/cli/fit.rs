@@ -1,7 +1,7 @@
 //! `gpushim fit`: the peak memory at other batch sizes and the largest batch that fits.
 
 use super::output::{fail, print_json};
-use gpushim::report::fit::{Ask, Fit, fit};
+use gpushim::report::fit::{Ask, Fit, LineBytes, fit, setting_name};
 use gpushim::report::units::human_bytes;
 use gpushim::trace::reader::ReadOptions;
 use std::process::ExitCode;
@@ -17,14 +17,6 @@ pub fn cmd_fit(trace: &std::path::Path, ask: &Ask, json: bool, opts: &ReadOption
             ExitCode::SUCCESS
         }
         Err(e) => fail(e),
-    }
-}
-
-fn setting_name(s: &str) -> String {
-    if s.is_empty() {
-        "the defaults".into()
-    } else {
-        s.to_string()
     }
 }
 
@@ -107,35 +99,33 @@ pub fn render(f: &Fit) -> String {
             more.setting
         );
     }
-    if !f.unknown_lines.is_empty() {
-        let _ = writeln!(
-            o,
-            "\nkept at their size, their kind unknown (no Python frames):"
-        );
-        for l in &f.unknown_lines {
-            let _ = writeln!(
-                o,
-                "  {:>12} in {:>6}  {}",
-                human_bytes(l.bytes),
-                l.tensors,
-                l.line
-            );
-        }
-    }
-    if !f.parameter_sized_lines.is_empty() {
-        let _ = writeln!(
-            o,
-            "\nkept at their size, temporaries the size of a parameter (a weight's gradient or copy):"
-        );
-        for l in &f.parameter_sized_lines {
-            let _ = writeln!(
-                o,
-                "  {:>12} in {:>6}  {}",
-                human_bytes(l.bytes),
-                l.tensors,
-                l.line
-            );
-        }
-    }
+    lines(
+        &mut o,
+        "kept at their size, their kind unknown (no Python frames)",
+        &f.unknown_lines,
+    );
+    lines(
+        &mut o,
+        "kept at their size, temporaries the size of a parameter (a weight's gradient or copy)",
+        &f.parameter_sized_lines,
+    );
     o
+}
+
+/// The lines kept at their size, under `title`, if any.
+fn lines(o: &mut String, title: &str, lines: &[LineBytes]) {
+    use std::fmt::Write as _;
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\n{title}:");
+    for l in lines {
+        let _ = writeln!(
+            o,
+            "  {:>12} in {:>6}  {}",
+            human_bytes(l.bytes),
+            l.tensors,
+            l.line
+        );
+    }
 }

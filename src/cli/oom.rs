@@ -44,47 +44,17 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
 
 /// The largest batch that would have fit the run's device, under its setting and the other.
 fn batch_that_fits(t: &std::path::Path, at: u64, opts: &ReadOptions) -> String {
-    use gpushim::report::units::human_bytes;
-    let ask = gpushim::report::fit::Ask {
-        at,
-        batches: Vec::new(),
-        device_memory: None,
-        limit: None,
-        max_batch: at.saturating_mul(8).max(8),
-    };
+    let ask = gpushim::report::fit::Ask::largest(at, at.saturating_mul(8).max(8));
     match gpushim::report::fit::fit(t, &ask, opts) {
         Err(e) => format!("no batch that fits: {e}\n"),
-        Ok(f) => {
-            let name = |s: &str| {
-                if s.is_empty() {
-                    "the defaults".to_string()
-                } else {
-                    s.to_string()
-                }
-            };
-            let mut o = format!(
-                "at batch {at}, the largest batch that fits {}: ",
-                human_bytes(f.limit_bytes)
-            );
-            let parts: Vec<String> = f
-                .settings
-                .iter()
-                .map(|s| {
-                    format!(
-                        "{} under {}{}",
-                        s.largest_batch,
-                        name(&s.setting),
-                        if s.recorded { " (the run's)" } else { "" }
-                    )
-                })
-                .collect();
-            o.push_str(&parts.join(", "));
-            o.push_str(" (gpushim fit says how: docs/fit.md)\n");
-            o
-        }
+        Ok(f) => format!(
+            "at batch {at}, the largest batch that fits {}: {} (gpushim fit says how: \
+             docs/fit.md)\n",
+            gpushim::report::units::human_bytes(f.limit_bytes),
+            f.largest_by_setting()
+        ),
     }
 }
-
 /// When lines grow every iteration: what they held of what was live at each failure, with
 /// their kinds (the leak that filled the device, named).
 fn growth_at_failure(

@@ -24,13 +24,7 @@ pub fn cmd_summary(
         .iter()
         .map(|t| {
             let at = at?;
-            let ask = gpushim::report::fit::Ask {
-                at,
-                batches: Vec::new(),
-                device_memory: None,
-                limit: None,
-                max_batch: 4096,
-            };
+            let ask = gpushim::report::fit::Ask::largest(at, 4096);
             gpushim::report::fit::fit(t, &ask, opts).ok()
         })
         .collect();
@@ -68,22 +62,6 @@ pub fn cmd_summary(
 
 /// The headroom in batches, one line.
 fn headroom(f: &gpushim::report::fit::Fit) -> String {
-    let parts: Vec<String> = f
-        .settings
-        .iter()
-        .map(|s| {
-            format!(
-                "{} under {}{}",
-                s.largest_batch,
-                if s.setting.is_empty() {
-                    "the defaults"
-                } else {
-                    &s.setting
-                },
-                if s.recorded { " (the run's)" } else { "" }
-            )
-        })
-        .collect();
     let own = f
         .settings
         .iter()
@@ -94,7 +72,7 @@ fn headroom(f: &gpushim::report::fit::Fit) -> String {
          gpushim fit says how)\n",
         f.at,
         gpushim::report::units::human_bytes(f.limit_bytes),
-        parts.join(", "),
+        f.largest_by_setting(),
         own.saturating_sub(f.at)
     )
 }

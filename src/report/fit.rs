@@ -13,7 +13,6 @@
 
 use super::kinds::{Kind, Kinds, Phase, phase_of_stack};
 use super::torch_replay::{self, Bounds, Input, ReplayError};
-use crate::engine::torch::TorchConf;
 use crate::fasthash::FastMap;
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadOptions, TraceReader};
@@ -223,7 +222,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
     let mut expandable = recorded.clone();
     expandable.expandable_segments = !recorded.expandable_segments;
     let headroom = headroom(path, opts);
-    let total = device_total(path, opts);
+    let total = input.total_memory();
     let (bounds, limit_bytes, limit_from) = match (ask.limit, ask.device_memory) {
         (Some(l), _) => (
             Bounds {
@@ -399,30 +398,45 @@ fn headroom(path: &Path, opts: &ReadOptions) -> u64 {
         .unwrap_or(0)
 }
 
-/// The run's device's memory (CUDA's figure, else NVML's; an 80 GB GPU's when neither).
-fn device_total(path: &Path, opts: &ReadOptions) -> u64 {
-    let Ok(r) = TraceReader::open_with(path, opts) else {
-        return 80 << 30;
-    };
-    let mut total = None;
-    for rec in r {
-        match rec.kind {
-            RecordKind::MemInfo if rec.status == 0 && rec.size > 0 => {
-                total = Some(rec.size);
-                break;
-            }
-            RecordKind::DeviceMemory if rec.size > 0 && total.is_none() => total = Some(rec.size),
-            _ => {}
-        }
+/// A setting as the text names it: its `PYTORCH_CUDA_ALLOC_CONF`, or "the defaults".
+pub fn setting_name(s: &str) -> String {
+    if s.is_empty() {
+        "the defaults".into()
+    } else {
+        s.to_string()
     }
-    total.unwrap_or(80 << 30)
 }
 
-/// The setting that is not the run's, as the page and the text name it.
-pub fn other_setting(recorded: &TorchConf) -> String {
-    let mut c = recorded.clone();
-    c.expandable_segments = !c.expandable_segments;
-    c.to_string()
+impl Ask {
+    /// Only the largest batch that fits the run's device, from a run at `at`, looked for up
+    /// to `max_batch`.
+    pub fn largest(at: u64, max_batch: u64) -> Ask {
+        Ask {
+            at,
+            batches: Vec::new(),
+            device_memory: None,
+            limit: None,
+            max_batch,
+        }
+    }
+}
+
+impl Fit {
+    /// `N under SETTING (the run's), M under ...`: the largest batch under each setting.
+    pub fn largest_by_setting(&self) -> String {
+        self.settings
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} under {}{}",
+                    s.largest_batch,
+                    setting_name(&s.setting),
+                    if s.recorded { " (the run's)" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 #[cfg(test)]

@@ -528,3 +528,57 @@ impl XorShift {
         self.next() % n
     }
 }
+
+/// A recorder writing a ring trace of at most `trace_max` bytes to `path` (the program "ring"),
+/// for tests that make traces of any length in the test itself.
+pub fn ring_recorder(path: &Path, trace_max: u64) -> Box<gpushim::trace::recorder::Recorder> {
+    let r = Box::new(gpushim::trace::recorder::Recorder::new());
+    assert!(r.begin_open());
+    r.open(&gpushim::trace::recorder::OpenOptions {
+        path: path.to_str().unwrap().as_bytes(),
+        pid: 1,
+        rank: 0,
+        host: b"h",
+        program: b"ring",
+        cmdline: b"ring\0",
+        env: b"",
+        trace_max,
+        ring: true,
+    })
+    .unwrap();
+    r
+}
+
+/// The kinds program (`tests/clients/kinds/train.py`, on the PyTorch stand-in) under the shim,
+/// `steps` steps, keeping each step's last activation with `leak`, tracing to `trace`, with
+/// `env`: what it did.
+pub fn kinds_program(
+    trace: &Path,
+    steps: u32,
+    leak: bool,
+    mut env: Vec<(&'static str, String)>,
+) -> Output {
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let mut args = vec![
+        repo()
+            .join("tests/clients/kinds/train.py")
+            .display()
+            .to_string(),
+        lib("libtorch_cpu.so"),
+        lib("libc10_cuda.so"),
+        steps.to_string(),
+    ];
+    if leak {
+        args.push("leak".into());
+    }
+    env.push(("PYTHONDONTWRITEBYTECODE", "1".into()));
+    run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(trace),
+            args,
+            env,
+        },
+    )
+}

@@ -78,13 +78,7 @@ fn assemble(title: &str, data: &Value) -> String {
 /// the largest batch that fits; or why there is none.
 fn fit_curve(path: &Path, at: u64, opts: &ReadOptions) -> Value {
     use crate::report::fit::{Ask, fit};
-    let first = Ask {
-        at,
-        batches: Vec::new(),
-        device_memory: None,
-        limit: None,
-        max_batch: 4096,
-    };
+    let first = Ask::largest(at, 4096);
     let largest = match fit(path, &first, opts) {
         Ok(f) => f
             .settings

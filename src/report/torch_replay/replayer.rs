@@ -288,6 +288,15 @@ impl Input {
             .map(|e| (e.size, e.stack))
     }
 
+    /// The device memory of the run's first device as CUDA (else NVML) reported it; an 80 GB
+    /// GPU's when the trace never learned it.
+    pub fn total_memory(&self) -> u64 {
+        self.devices
+            .values()
+            .find_map(|f| f.total.or(f.nvml_total))
+            .unwrap_or(TOTAL_UNKNOWN)
+    }
+
     pub fn reader(&self) -> &TraceReader {
         &self.reader
     }

@@ -1,0 +1,275 @@
+//! `gpushim summary`: calls, bytes and failures per API, peak live memory per device, and the
+//! health of the trace itself (torn, lost, truncated, damaged).
+
+use super::kinds::Kind;
+use super::live::Replay;
+use super::units::{human_bytes, human_duration};
+use crate::trace::format::{Api, Record, RecordKind};
+use crate::trace::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
+use crate::trace::summary::is_allocating;
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+mod render;
+mod tally;
+
+use tally::Tally;
+
+/// Allocations with Python frames against all successful allocations.
+#[derive(Clone, Debug, Serialize)]
+pub struct PythonFrames {
+    pub allocations_with: u64,
+    pub allocations: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct ApiStats {
+    pub api: String,
+    pub calls: u64,
+    pub failed: u64,
+    /// Bytes obtained by the successful allocating calls.
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct DeviceSummary {
+    /// CUDA device ordinal, or null when the shim could not tell.
+    pub device: Option<u8>,
+    pub peak_live_bytes: u64,
+    pub peak_time_ns: u64,
+    pub live_bytes_at_end: u64,
+    pub live_allocations_at_end: u64,
+    /// The shim pool's segments at their high-water mark (equal to live without a pool).
+    pub peak_reserved_bytes: u64,
+    /// Live bytes at the moment reserved peaked.
+    pub live_at_reserved_peak_bytes: u64,
+    /// Fragmentation at the peak of reserved memory: the share of reserved bytes that held no
+    /// live allocation at that moment, 1 - live / reserved (`docs/internals.md`).
+    pub fragmentation_at_peak: f64,
+    /// Allocations that failed for lack of memory on this device.
+    pub ooms: u64,
+}
+
+/// The framework's own caching allocator on one device, from its allocator trace (PyTorch):
+/// what `torch.cuda.memory_allocated` and `memory_reserved` read, at their peaks and at exit.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct FrameworkMemory {
+    pub device: u8,
+    /// Bytes of live tensors: at their peak, and at exit.
+    pub allocated_peak_bytes: u64,
+    pub allocated_at_end_bytes: u64,
+    pub tensors_at_end: u64,
+    /// Bytes of the framework's segments (its cache): at their peak, and at exit.
+    pub reserved_peak_bytes: u64,
+    pub reserved_at_end_bytes: u64,
+    /// Reserved at exit that no tensor used: what the cache holds unused.
+    pub cached_unused_at_end_bytes: u64,
+    pub segments_taken: u64,
+    pub segments_given_back: u64,
+    /// Requests the framework's allocator could not serve for lack of memory.
+    pub ooms: u64,
+    /// The live tensors by kind at their peak (`allocated_peak_bytes`), and at exit; empty
+    /// where the kinds cannot be told (the peak lay before a ring's records).
+    pub kinds_at_peak: super::kinds::ByKind,
+    pub kinds_at_exit: super::kinds::ByKind,
+    /// The most bytes of activations live at once (as a backward began: what the forward left
+    /// for it), which may come before or after the tensors' peak; 0 with no backward.
+    pub activations_peak_bytes: u64,
+}
+
+/// What the shim's pool did on one device (its own records): how often it went to the device
+/// for memory and gave it back, split blocks, and waited for the GPU.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct PoolActivity {
+    pub device: u8,
+    pub segments_reserved: u64,
+    pub bytes_reserved: u64,
+    pub segments_released: u64,
+    pub splits: u64,
+    /// Waits for the device so that freed blocks could be reused (memory pressure or `limit`).
+    pub waits: u64,
+    /// Out-of-memory answers turned into success by giving the idle cache back.
+    pub oom_retries: u64,
+    /// Checkpoints made to prove fenced blocks free, and how long they took to pass (from
+    /// made to passed: how far the GPU ran behind the host), median and longest.
+    pub checkpoints: u64,
+    pub checkpoint_pass_median_ns: u64,
+    pub checkpoint_pass_max_ns: u64,
+}
+
+/// When the process left the legacy stream, which ends the pool's single-stream rule.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct StreamsLeft {
+    pub time_ns: u64,
+    /// The call that created or used the other stream.
+    pub api: String,
+    pub stream: u64,
+    /// Where it was called from, when the trace has its stack.
+    pub site: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct TraceHealth {
+    pub committed: u64,
+    pub torn: u64,
+    /// Claimed slots never written (block tails); not lost records.
+    pub unused: u64,
+    pub lost: u64,
+    pub truncated: u64,
+    /// A trace of any length: records its checkpoint summarizes (the detail before the ring),
+    /// and records that left the ring before they were summarized.
+    pub summarized: u64,
+    pub unsummarized: u64,
+    pub damage: Option<String>,
+    pub clean_exit: bool,
+    /// The process still runs (what is "at exit" is then "now").
+    pub running: bool,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub path: String,
+    pub program: String,
+    pub pid: u32,
+    pub host: String,
+    pub rank: Option<i32>,
+    pub duration_ns: u64,
+    pub events: u64,
+    pub apis: Vec<ApiStats>,
+    pub devices: Vec<DeviceSummary>,
+    pub pinned_host_peak_bytes: u64,
+    /// Frees of pointers this trace never saw allocated (allocated before tracing, or by a
+    /// route the trace missed).
+    pub unmatched_frees: u64,
+    /// How many successful allocations carry Python frames, when any does.
+    pub python_frames: Option<PythonFrames>,
+    /// Per device whose memory the shim's pool served.
+    pub pool: Vec<PoolActivity>,
+    /// Under a pool: when the single-stream rule ended (null while it held throughout).
+    pub streams_left_legacy: Option<StreamsLeft>,
+    /// Per device: the framework's tensors and cache, when the trace holds its tensors.
+    pub framework: Vec<FrameworkMemory>,
+    /// Why the trace holds no tensors of the framework, when the shim said.
+    pub tensors_off: Option<String>,
+    /// What each owner (the library that asked CUDA, or the framework for its tensors and
+    /// cache) held at exit, per device.
+    pub held_at_exit: Vec<super::owners::OwnerBytes>,
+    /// Per device, what NVML said this process used, against what the trace explains.
+    pub device_memory: Vec<super::device_memory::DeviceMemory>,
+    pub health: TraceHealth,
+}
+
+fn health(info: &TraceInfo, stats: &DecodeStats) -> TraceHealth {
+    TraceHealth {
+        committed: stats.committed,
+        torn: stats.torn,
+        unused: stats.unused,
+        lost: stats.lost,
+        truncated: stats.truncated,
+        summarized: info.summarized,
+        unsummarized: stats.unsummarized,
+        damage: stats.damage.as_ref().map(|d| {
+            format!(
+                "offset {} (record {}): {}; {} later records not decoded",
+                d.offset, d.index, d.reason, d.skipped
+            )
+        }),
+        clean_exit: info.clean_exit,
+        running: info.running_here(),
+    }
+}
+
+pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
+    let info: TraceInfo = reader.info().clone();
+    let mut t = Tally::new();
+    let mut kinds = super::kinds::Kinds::default();
+    // Per device: the tensors' peak so far and the record that reached it.
+    let mut tensor_peaks: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
+    let mut read = 0u64;
+    while let Some(r) = reader.next() {
+        read += 1;
+        t.take(&reader, &r);
+        kinds.observe(&reader, &r);
+        if r.kind == RecordKind::TensorAlloc && !t.live.restoring {
+            let d = if r.device == crate::trace::format::DEVICE_UNKNOWN {
+                0
+            } else {
+                r.device
+            };
+            let live = t.live.tensors.live_on(d);
+            let e = tensor_peaks.entry(d).or_default();
+            if live > e.0 {
+                *e = (live, read);
+            }
+        }
+    }
+    t.add_checkpoint_counts();
+    t.framework_at_end();
+    let lasting = |p: u64, l: &super::live::Live| Some(kinds.lasting(&reader, p, l.stack));
+    for f in t.framework.values_mut() {
+        f.activations_peak_bytes = kinds.activation_peaks().get(&f.device).map_or(0, |p| p.0);
+        f.kinds_at_exit = super::kinds::ByKind::of(
+            t.live
+                .live
+                .iter()
+                .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
+                .filter_map(|(&p, l)| Some((lasting(p, l)?, l.size))),
+        );
+        // The peak as the ring's records show it (not one a checkpoint kept from before).
+        if let Some(&(bytes, at)) = tensor_peaks.get(&f.device)
+            && bytes == f.allocated_peak_bytes
+        {
+            let mut again = TraceReader::open_with(path, opts)?;
+            let (rp, by_ptr) = super::kinds::replay_with_kinds(&mut again, at);
+            f.kinds_at_peak = super::kinds::ByKind::of(
+                rp.live
+                    .iter()
+                    .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
+                    .map(|(p, l)| (by_ptr.get(p).copied().unwrap_or(Kind::Unknown), l.size)),
+            );
+        }
+    }
+    let held_at_exit = super::owners::held_by_owner_kinds(&reader, &t.live, &lasting);
+    let device_memory = super::device_memory::reckon(
+        path,
+        opts,
+        &t.live,
+        &held_at_exit,
+        &t.nvml_peaks,
+        &t.nvml_last,
+    )?;
+    let stats: DecodeStats = reader.stats().clone();
+    let devices = t.devices();
+    Ok(Summary {
+        path: crate::files::shown(&info.path).to_string(),
+        program: info.program.clone(),
+        pid: info.pid,
+        host: info.host.clone(),
+        rank: (info.rank >= 0).then_some(info.rank),
+        // Since the trace started (times are relative to its start).
+        duration_ns: if t.events > 0 { t.last.max(t.first) } else { 0 },
+        events: t.events,
+        apis: std::mem::take(&mut t.apis).into_iter().flatten().collect(),
+        devices,
+        pinned_host_peak_bytes: t.live.host_peak,
+        unmatched_frees: t.live.unmatched_frees,
+        python_frames: (t.with_python > 0).then_some(PythonFrames {
+            allocations_with: t.with_python,
+            allocations: t.allocations,
+        }),
+        pool: t.pool_activity(),
+        streams_left_legacy: t.streams_left.take(),
+        framework: std::mem::take(&mut t.framework).into_values().collect(),
+        held_at_exit,
+        device_memory,
+        tensors_off: t
+            .live
+            .tensors
+            .off
+            .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
+        health: health(&info, &stats),
+    })
+}

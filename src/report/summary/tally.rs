@@ -1,0 +1,358 @@
+//! What `summarize` gathers, record by record: calls per API, the live replay, the pool's
+//! activity, PyTorch's counters, NVML's peaks.
+
+use super::*;
+
+/// What `summarize` gathers, record by record.
+pub(super) struct Tally {
+    /// Indexed by the API byte: no lookup on the per-record path.
+    pub(super) apis: Vec<Option<ApiStats>>,
+    pub(super) live: Replay,
+    pub(super) first: u64,
+    pub(super) last: u64,
+    pub(super) events: u64,
+    /// Per device with a pool: (its segments now, peak reserved, most live while reserved was
+    /// at that peak), where reserved is the pool's segments plus VMM physical memory (NCCL's
+    /// buffers, say), which the pool does not serve but which is held on the device all the
+    /// same.
+    pub(super) pool: BTreeMap<u8, (u64, u64, u64)>,
+    pub(super) ooms: BTreeMap<u8, u64>,
+    pub(super) with_python: u64,
+    pub(super) allocations: u64,
+    pub(super) activity: BTreeMap<u8, PoolActivity>,
+    pub(super) streams_left: Option<StreamsLeft>,
+    /// Per device: checkpoints made and not yet passed (number -> time), and the times taken.
+    pub(super) pending_checkpoints: BTreeMap<u8, BTreeMap<u64, u64>>,
+    pub(super) checkpoint_lags: BTreeMap<u8, Vec<u64>>,
+    /// The thread whose next stack belongs to the `pool_streams` record.
+    pub(super) site_of: Option<u16>,
+    pub(super) framework: BTreeMap<u8, FrameworkMemory>,
+    /// Per thread: whether its latest record (definitions aside) was a successful allocation,
+    /// so a stack after it counts as that allocation's.
+    pub(super) allocated_last: Vec<bool>,
+    /// Per device: where NVML's figure peaked (the record's position), and its last sample.
+    pub(super) nvml_peaks: BTreeMap<u8, crate::report::device_memory::NvmlPeak>,
+    pub(super) nvml_last: BTreeMap<u8, u64>,
+    pub(super) nth: u64,
+}
+
+impl Tally {
+    pub(super) fn new() -> Tally {
+        Tally {
+            apis: vec![None; 256],
+            live: Replay::default(),
+            first: u64::MAX,
+            last: 0,
+            events: 0,
+            pool: BTreeMap::new(),
+            ooms: BTreeMap::new(),
+            with_python: 0,
+            allocations: 0,
+            activity: BTreeMap::new(),
+            streams_left: None,
+            pending_checkpoints: BTreeMap::new(),
+            checkpoint_lags: BTreeMap::new(),
+            site_of: None,
+            framework: BTreeMap::new(),
+            allocated_last: Vec::new(),
+            nvml_peaks: BTreeMap::new(),
+            nvml_last: BTreeMap::new(),
+            nth: 0,
+        }
+    }
+
+    /// Reserved memory of device `d`'s pool may have moved: its peak, and the most live then.
+    pub(super) fn note_reserved(&mut self, d: u8) {
+        let Some(p) = self.pool.get_mut(&d) else {
+            return;
+        };
+        let physical = self.live.physical_bytes.get(&d).copied().unwrap_or(0);
+        let live_now = self.live.live_on(d);
+        if p.0 + physical > p.1 {
+            p.1 = p.0 + physical;
+            p.2 = live_now;
+        } else if p.0 + physical == p.1 {
+            // Still at the peak: the allocation a segment was reserved for lands just after it.
+            p.2 = p.2.max(live_now);
+        }
+    }
+
+    pub(super) fn take(&mut self, reader: &TraceReader, r: &Record) {
+        self.nth += 1;
+        // A checkpoint's records restore what the run did before the ring: state, not calls.
+        if r.kind == RecordKind::Restore || self.live.restoring {
+            self.live.apply(r);
+            return;
+        }
+        if r.kind == RecordKind::DeviceMemory {
+            self.nvml(r);
+        }
+        let torch = r.api == crate::trace::format::Api::Torch;
+        self.segments_and_pool(r, torch);
+        if self.site_of == Some(r.thread) && !r.kind.is_definition() {
+            self.site_of = None;
+            if r.kind == RecordKind::StackRef {
+                if let Some(s) = &mut self.streams_left {
+                    s.site = Some(crate::report::sites::site_label(reader, r.ptr));
+                }
+                return;
+            }
+        }
+        if r.kind == RecordKind::PoolStreams {
+            // The pool's note, not a call of the program.
+            if self.streams_left.is_none() {
+                self.streams_left = Some(StreamsLeft {
+                    time_ns: r.time_ns,
+                    api: r.api.name().to_string(),
+                    stream: r.ptr,
+                    site: None,
+                });
+                self.site_of = Some(r.thread);
+            }
+            return;
+        }
+        if matches!(
+            r.kind,
+            RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
+        ) && r.status == 2
+        {
+            *self.ooms.entry(r.device).or_default() += 1;
+        }
+        self.python_frames(reader, r);
+        // The calls of the program, counted as the summarizer of a ring trace counts them.
+        if !crate::trace::summary::is_call(r) {
+            // The pool's own decisions (and the shim's notes) still change what is live.
+            if r.api == crate::trace::format::Api::Shim
+                && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
+            {
+                self.live.apply(r);
+            }
+            return;
+        }
+        self.call(r, torch);
+    }
+
+    pub(super) fn nvml(&mut self, r: &Record) {
+        let peak = self.live.facts.nvml.get(&r.device).map_or(0, |f| f.peak);
+        if r.ptr > peak || !self.nvml_peaks.contains_key(&r.device) {
+            self.nvml_peaks.insert(
+                r.device,
+                crate::report::device_memory::NvmlPeak {
+                    record: self.nth,
+                    time_ns: r.time_ns,
+                },
+            );
+        }
+        self.nvml_last.insert(r.device, r.time_ns);
+    }
+
+    /// The framework's segments and the shim's pool: segments, splits, waits, checkpoints.
+    pub(super) fn segments_and_pool(&mut self, r: &Record, torch: bool) {
+        match r.kind {
+            RecordKind::SegmentReserve | RecordKind::SegmentRelease | RecordKind::TensorOom
+                if torch =>
+            {
+                let f = self
+                    .framework
+                    .entry(r.device)
+                    .or_insert_with(|| FrameworkMemory {
+                        device: r.device,
+                        ..FrameworkMemory::default()
+                    });
+                match r.kind {
+                    RecordKind::SegmentReserve => f.segments_taken += 1,
+                    RecordKind::SegmentRelease => f.segments_given_back += 1,
+                    _ => f.ooms += 1,
+                }
+            }
+            RecordKind::SegmentReserve => {
+                let e = self.pool.entry(r.device).or_default();
+                e.0 = e.0.saturating_add(r.size);
+                self.note_reserved(r.device);
+                let a = activity_of(&mut self.activity, r.device);
+                a.segments_reserved += 1;
+                a.bytes_reserved = a.bytes_reserved.saturating_add(r.size);
+            }
+            RecordKind::SegmentRelease => {
+                let p = self.pool.entry(r.device).or_default();
+                p.0 = p.0.saturating_sub(r.size);
+                activity_of(&mut self.activity, r.device).segments_released += 1;
+            }
+            RecordKind::Split => {
+                // Newer traces: one record counts many splits (`ptr` 0, `size` the count);
+                // older traces have one record per split.
+                activity_of(&mut self.activity, r.device).splits +=
+                    if r.ptr == 0 { r.size } else { 1 }
+            }
+            RecordKind::PoolSync => activity_of(&mut self.activity, r.device).waits += 1,
+            RecordKind::OomRetry => activity_of(&mut self.activity, r.device).oom_retries += 1,
+            RecordKind::PoolCheckpoint if r.size == 0 => {
+                activity_of(&mut self.activity, r.device).checkpoints += 1;
+                self.pending_checkpoints
+                    .entry(r.device)
+                    .or_default()
+                    .insert(r.ptr, r.time_ns);
+            }
+            RecordKind::PoolCheckpoint => {
+                // A pass covers every checkpoint up to its number.
+                if let Some(p) = self.pending_checkpoints.get_mut(&r.device) {
+                    let passed: Vec<u64> = p.range(..=r.ptr).map(|(&id, _)| id).collect();
+                    for id in passed {
+                        if let Some(made) = p.remove(&id) {
+                            self.checkpoint_lags
+                                .entry(r.device)
+                                .or_default()
+                                .push(r.time_ns.saturating_sub(made));
+                        }
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A stack with Python frames right after a successful allocation of its thread counts.
+    pub(super) fn python_frames(&mut self, reader: &TraceReader, r: &Record) {
+        if r.kind == RecordKind::StackRef
+            && self.allocated_last.get(r.thread as usize) == Some(&true)
+            && reader
+                .stack(r.ptr)
+                .and_then(|f| f.first())
+                .is_some_and(|&f| crate::trace::format::as_py_frame(f).is_some())
+        {
+            self.with_python += 1;
+        }
+        if !r.kind.is_definition() {
+            let i = r.thread as usize;
+            if self.allocated_last.len() <= i {
+                self.allocated_last.resize(i + 1, false);
+            }
+            self.allocated_last[i] = r.status == 0 && is_allocating(r.kind) && r.ptr != 0;
+        }
+    }
+
+    /// A call of the program's (or a tensor of the framework's).
+    pub(super) fn call(&mut self, r: &Record, torch: bool) {
+        self.events += 1;
+        self.live.apply(r);
+        if torch && let Some(f) = self.framework.get_mut(&r.device) {
+            let reserved = self.live.reserved.get(&r.device).copied().unwrap_or(0);
+            f.reserved_peak_bytes = f.reserved_peak_bytes.max(reserved);
+        }
+        self.note_reserved(r.device);
+        self.first = self.first.min(r.time_ns);
+        self.last = self.last.max(r.time_ns);
+        let a = self.apis[r.api as usize].get_or_insert_with(|| ApiStats {
+            api: r.api.name().to_string(),
+            ..ApiStats::default()
+        });
+        a.calls += 1;
+        if r.failed() {
+            a.failed += 1;
+        } else if is_allocating(r.kind) {
+            self.allocations += 1;
+            a.bytes = a.bytes.saturating_add(r.size);
+        }
+    }
+
+    /// What a ring trace's checkpoint counted of the records before the ring.
+    pub(super) fn add_checkpoint_counts(&mut self) {
+        for (&api, &(calls, bytes, failed)) in &self.live.api_totals {
+            let Some(a) = crate::trace::format::Api::from_u8(api) else {
+                continue;
+            };
+            let s = self.apis[api as usize].get_or_insert_with(|| ApiStats {
+                api: a.name().to_string(),
+                ..ApiStats::default()
+            });
+            s.calls = s.calls.saturating_add(calls);
+            s.failed = s.failed.saturating_add(failed);
+            s.bytes = s.bytes.saturating_add(bytes);
+            self.events = self.events.saturating_add(calls);
+        }
+        for s in self.live.snapshots.iter().filter(|s| s.failure) {
+            *self.ooms.entry(s.device).or_default() += 1;
+        }
+    }
+
+    /// The framework's figures at the end (none without its tensors).
+    pub(super) fn framework_at_end(&mut self) {
+        if !self.live.tensors.recorded() {
+            self.framework.clear();
+            return;
+        }
+        for (&d, &(now, peak)) in &self.live.tensors.bytes {
+            let f = self.framework.entry(d).or_insert_with(|| FrameworkMemory {
+                device: d,
+                ..FrameworkMemory::default()
+            });
+            f.allocated_peak_bytes = peak;
+            f.allocated_at_end_bytes = now;
+            f.tensors_at_end = self
+                .live
+                .live
+                .values()
+                .filter(|l| l.device == d && l.api == crate::trace::format::Api::Torch as u8)
+                .count() as u64;
+        }
+        for f in self.framework.values_mut() {
+            f.reserved_at_end_bytes = self.live.reserved.get(&f.device).copied().unwrap_or(0);
+            f.cached_unused_at_end_bytes = f
+                .reserved_at_end_bytes
+                .saturating_sub(f.allocated_at_end_bytes);
+        }
+    }
+
+    pub(super) fn devices(&self) -> Vec<DeviceSummary> {
+        let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
+        for l in self.live.all_live() {
+            *allocs_at_end.entry(l.device).or_default() += 1;
+        }
+        self.live
+            .peaks()
+            .map(|(d, peak, t)| {
+                let (peak_reserved, live_then) = match self.pool.get(&d) {
+                    Some(&(_, p, l)) => (p, l),
+                    None => (peak, peak),
+                };
+                DeviceSummary {
+                    device: (d != crate::trace::format::DEVICE_UNKNOWN).then_some(d),
+                    peak_live_bytes: peak,
+                    peak_time_ns: t,
+                    live_bytes_at_end: self.live.live_on(d),
+                    live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
+                    peak_reserved_bytes: peak_reserved,
+                    live_at_reserved_peak_bytes: live_then,
+                    fragmentation_at_peak: crate::report::units::fragmentation(
+                        live_then,
+                        peak_reserved,
+                    ),
+                    ooms: self.ooms.get(&d).copied().unwrap_or(0),
+                }
+            })
+            .collect()
+    }
+
+    /// The pool's activity per device, with how long its checkpoints took to pass.
+    pub(super) fn pool_activity(&mut self) -> Vec<PoolActivity> {
+        let lags = &mut self.checkpoint_lags;
+        std::mem::take(&mut self.activity)
+            .into_values()
+            .map(|mut a| {
+                if let Some(l) = lags.get_mut(&a.device) {
+                    l.sort_unstable();
+                    a.checkpoint_pass_median_ns = l.get(l.len() / 2).copied().unwrap_or(0);
+                    a.checkpoint_pass_max_ns = l.last().copied().unwrap_or(0);
+                }
+                a
+            })
+            .collect()
+    }
+}
+
+fn activity_of(all: &mut BTreeMap<u8, PoolActivity>, device: u8) -> &mut PoolActivity {
+    all.entry(device).or_insert_with(|| PoolActivity {
+        device,
+        ..PoolActivity::default()
+    })
+}
