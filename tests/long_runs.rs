@@ -284,3 +284,52 @@ fn a_killed_run_answers_up_to_a_second_before_the_kill() {
         "{after}"
     );
 }
+
+/// A program that keeps more allocations live than a small ring's checkpoint slot lists (a
+/// 4 MiB trace: 16,384 records) still has its whole live set in the checkpoint, the older
+/// allocations summed under their line, and its leak named by that line; a figure that
+/// records lost to a lap make uncertain says so.
+#[test]
+fn a_live_set_larger_than_the_checkpoint_is_kept_by_line() {
+    let dir = tempdir("long_runs_live");
+    let trace = dir.join("small.trace");
+    const KEPT: u64 = 20_000;
+    run_long(&trace, "stacks:native,trace_max:4MiB", KEPT as u32);
+    let summary = report_json(&["summary"], &[&trace]);
+    let health = &summary["health"];
+    assert_eq!(health["checkpoints_failed"], 0, "{health}");
+    assert!(health["summed"].as_u64().unwrap() > 0, "{health}");
+    let leaks = report_json(&["leaks"], &[&trace]);
+    let live = leaks["live_at_exit_bytes"].as_u64().unwrap();
+    let missing = health["unsummarized"].as_u64().unwrap() > 0;
+    if missing {
+        // A lap (a slow machine) makes the figure uncertain: it says so.
+        assert!(leaks["live_figures"].is_string(), "{leaks}");
+    } else {
+        match leaks["live_figures"].as_str() {
+            // No summed allocation was freed later: exact.
+            None => assert_eq!(live, KEPT * 4096, "{leaks}"),
+            Some(w) => {
+                assert!(w.starts_with("at most"), "{w}");
+                assert!(live >= KEPT * 4096, "{leaks}");
+            }
+        }
+    }
+    let it = &leaks["iterations"];
+    assert_eq!(it["growing"][0]["bytes_per_iteration"], 4096, "{it}");
+    assert!(
+        it["growing"][0]["call_site"]
+            .as_str()
+            .unwrap()
+            .starts_with("leak "),
+        "{it}"
+    );
+    let text = gpushim_text(&["leaks", trace.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("live at exit: "), "{text}");
+    assert!(
+        text.contains("counted by call site, not one by one"),
+        "{text}"
+    );
+    assert!(!text.contains("no stack"), "{text}");
+}

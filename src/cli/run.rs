@@ -78,9 +78,14 @@ fn say_trace(t: &std::path::Path) {
                 .unwrap_or(0);
             eprintln!("gpushim: trace {}", gpushim::files::shown(t));
             eprintln!(
-                "gpushim:   {} events, {allocs} allocating calls, {failed} failed; peak live {}",
+                "gpushim:   {} events, {allocs} allocating calls, {failed} failed; peak live {}{}",
                 s.events,
-                human_bytes(peak)
+                human_bytes(peak),
+                if s.health.live_figures.is_some() {
+                    " in the records the trace kept (it is missing some: see summary)"
+                } else {
+                    ""
+                }
             );
             // A run that failed for lack of memory is read from its failures first.
             let next = if failed > 0 { "oom" } else { "summary" };

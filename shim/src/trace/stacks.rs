@@ -498,7 +498,7 @@ unsafe extern "C" fn visit(
         COUNT.store(k + 1, Ordering::Release);
     }
     let module = |kind, size| {
-        RECORDER.append(&Record {
+        RECORDER.append_definition(&Record {
             kind,
             api: Api::Shim,
             device: DEVICE_UNKNOWN,

@@ -44,6 +44,10 @@ pub mod header {
     pub const CHECKPOINT_SLOT_BYTES: usize = 112;
     /// Atomic: checkpoints that did not fit their slot (or could not be written).
     pub const CHECKPOINTS_FAILED: usize = 120;
+    /// Atomic: definitions (strings, stacks, modules) the shim could not keep apart from the
+    /// ring (its log of them was full): one the ring overwrote before it was summarized is
+    /// lost, and the reports say so where they would name it.
+    pub const DEFINITIONS_DROPPED: usize = 3456;
     /// Two checkpoint descriptors of [`super::ring::DESCRIPTOR_BYTES`] each (see
     /// [`super::ring::Descriptor`]).
     pub const CHECKPOINTS: usize = 2304;
@@ -176,6 +180,10 @@ pub mod restore {
     /// One point of the coarse series of memory over time: `device`, `ptr` live bytes, `size`
     /// reserved bytes, `time_ns` when (the highest live of its stretch of time).
     pub const SERIES: u8 = 22;
+    /// Live allocations the checkpoint had no room to list one by one, summed by call site
+    /// into stand-ins (addresses from `SUMMED_BASE`): `device`, `ptr` allocations, `size`
+    /// bytes. A later free of one of them is not matched.
+    pub const SUMMED: u8 = 23;
 
     /// The holding's count of allocations, kept in `thread` (low) and `stream` (high).
     pub fn count_of(r: &super::Record) -> u64 {

@@ -83,6 +83,8 @@ pub struct Replay {
     /// Frees of addresses (or releases of handles) this trace never saw allocated: made before
     /// tracing began, or by a route the trace missed.
     pub unmatched_frees: u64,
+    /// Of them, those a checkpoint counted (the rest came after it).
+    pub unmatched_restored: u64,
     /// The pool's segments (runs with the shim's pool): base -> (size, device).
     pub segments: BTreeMap<u64, (u64, u8)>,
     pub reserved: BTreeMap<u8, u64>,
@@ -744,7 +746,10 @@ impl Replay {
                     },
                 );
             }
-            restore::UNMATCHED => self.unmatched_frees = self.unmatched_frees.saturating_add(r.ptr),
+            restore::UNMATCHED => {
+                self.unmatched_frees = self.unmatched_frees.saturating_add(r.ptr);
+                self.unmatched_restored = self.unmatched_restored.saturating_add(r.ptr);
+            }
             restore::MEM_INFO => {
                 self.facts.mem_info.insert(device, (r.ptr, r.size));
             }

@@ -168,6 +168,12 @@ pub struct DecodeStats {
     /// Ring records overwritten before a checkpoint summarized them (the summarizer fell
     /// behind the writers, or the process died before its first checkpoint).
     pub unsummarized: u64,
+    /// Live allocations the checkpoint summed by call site (its slot had no room to list
+    /// them), and their bytes: a later free of one is not matched.
+    pub summed: u64,
+    pub summed_bytes: u64,
+    /// Definitions (strings, stacks, modules) the shim could not keep apart from the ring.
+    pub definitions_dropped: u64,
     pub damage: Option<Damage>,
 }
 
@@ -200,6 +206,21 @@ impl DecodeStats {
                 self.unsummarized
             ));
         }
+        if self.summed > 0 {
+            parts.push(format!(
+                "{} allocations ({:.2} MiB) live at the checkpoint are counted by call site, not \
+                 one by one (its slot was full; raise trace_max), so a later free of one is not \
+                 matched",
+                self.summed,
+                self.summed_bytes as f64 / 1048576.0
+            ));
+        }
+        if self.definitions_dropped > 0 {
+            parts.push(format!(
+                "{} stack or name definitions did not fit the shim's log of them",
+                self.definitions_dropped
+            ));
+        }
         if let Some(d) = &self.damage {
             parts.push(format!(
                 "damage at offset {} ({}), {} later records not read",
@@ -207,6 +228,22 @@ impl DecodeStats {
             ));
         }
         (!parts.is_empty()).then(|| parts.join("; "))
+    }
+
+    /// How far live figures (live at exit, at a boundary, a line's bytes) can be trusted when
+    /// records are missing: `None` when they are exact. `unmatched_since` is the frees after
+    /// the checkpoint that matched no allocation: with none, no summed allocation was freed.
+    pub fn live_figures(&self, unmatched_since: u64) -> Option<&'static str> {
+        if self.lost > 0 || self.truncated > 0 || self.unsummarized > 0 || self.damage.is_some() {
+            Some(
+                "records are missing, so allocations or frees among them are too: the program \
+                 may have held more or less",
+            )
+        } else if self.summed > 0 && unmatched_since > 0 {
+            Some("at most: frees of the allocations the checkpoint summed cannot be matched")
+        } else {
+            None
+        }
     }
 }
 
@@ -434,6 +471,17 @@ fn checkpoint_summarized(bodies: &[[u8; RECORD_SIZE]]) -> u64 {
         .map_or(0, |r| r.size)
 }
 
+/// The allocations and bytes a checkpoint summed by call site (its `SUMMED` records).
+fn checkpoint_summed(bodies: &[[u8; RECORD_SIZE]]) -> (u64, u64) {
+    bodies
+        .iter()
+        .filter_map(Record::decode)
+        .filter(|r| r.kind == RecordKind::Restore && r.status == format::restore::SUMMED)
+        .fold((0u64, 0u64), |(n, b), r| {
+            (n.saturating_add(r.ptr), b.saturating_add(r.size))
+        })
+}
+
 impl TraceReader {
     /// Opens a trace to read every record, with frames named.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, ReadError> {
@@ -517,10 +565,14 @@ impl TraceReader {
                 })
             })
             .map_or(0, |i| i + 1);
+        let (summed, summed_bytes) = checkpoint_summed(&checkpoint);
         let stats = DecodeStats {
             lost: info.lost,
             truncated,
             unsummarized,
+            summed,
+            summed_bytes,
+            definitions_dropped: le_u64(&h, header::DEFINITIONS_DROPPED),
             ..DecodeStats::default()
         };
         Ok(TraceReader {

@@ -10,6 +10,9 @@
 //!
 //! The shim runs a summarizer on a helper thread (never on a hooked call), so it may allocate.
 
+mod definitions;
+mod live_set;
+
 use crate::fasthash::FastMap;
 use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind, restore};
 use crate::trace::live::{Boundary, BoundaryMark, Change, Live, Replay, Snapshot, size_key};
@@ -17,6 +20,8 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Records wait this long in the reorder window (as in the reader).
 const REORDER_NS: u64 = crate::trace::reader::REORDER_WINDOW_NS;
+/// The reorder window is drained once it holds this many records, at least.
+const DRAIN_AT_LEAST: usize = 1 << 16;
 /// At a checkpoint, records this much younger than the latest stay as they came.
 const TAIL_NS: u64 = 2_000_000;
 /// Failed allocations kept with what was live then: the first half and the latest half.
@@ -264,6 +269,9 @@ impl MarkFinder {
     }
 }
 
+/// Allocations the summarizer learns from before it gives up finding what marks an iteration.
+const LEARN_AT_MOST: u64 = 1 << 20;
+
 /// Learns what marks an iteration until the first checkpoint (when the ring is half full:
 /// most of a ring of records seen), then keeps live bytes by call site at each boundary.
 struct Boundaries {
@@ -281,8 +289,14 @@ impl Boundaries {
         if self.decided {
             return;
         }
-        self.decided = true;
         self.mark = self.finder.choose();
+        // Nothing repeats yet in what was read (a summarizer lapped at the start reads little
+        // before its first checkpoint): it learns on, up to a bound, and tries again at the
+        // next checkpoint.
+        if self.mark.is_none() && self.finder.allocations < LEARN_AT_MOST {
+            return;
+        }
+        self.decided = true;
         // The boundaries before the choice were seen, not sampled: they count.
         self.seen = self.mark.map_or(0, |m| self.finder.count_of(m));
         self.finder = MarkFinder::default();
@@ -448,13 +462,15 @@ struct Failure {
 /// Summarizes the records of a trace as they come (see the module's notes).
 pub struct Summarizer {
     replay: Replay,
-    /// Definitions as they came, bodies verbatim.
-    defs: Vec<[u8; RECORD_SIZE]>,
+    /// Definitions as they came, each once.
+    defs: definitions::Definitions,
     /// Records of kinds kept as they came (threads, streams, the framework's state, notes).
     kept: Vec<Record>,
     /// The thread whose next stack belongs to a kept note.
     kept_stack_of: Option<u16>,
     window: Vec<(u64, u64, Record)>,
+    /// The window's length at which `feed` drains it next.
+    drain_at: usize,
     latest_ns: u64,
     fed: u64,
     applied: u64,
@@ -558,10 +574,11 @@ impl Summarizer {
     pub fn new() -> Summarizer {
         Summarizer {
             replay: Replay::default(),
-            defs: Vec::new(),
+            defs: definitions::Definitions::default(),
             kept: Vec::new(),
             kept_stack_of: None,
             window: Vec::new(),
+            drain_at: DRAIN_AT_LEAST,
             latest_ns: 0,
             fed: 0,
             applied: 0,
@@ -592,21 +609,17 @@ impl Summarizer {
         let Some(r) = Record::decode(body) else {
             return;
         };
-        use RecordKind::*;
-        if matches!(
-            r.kind,
-            String | StringData | Stack | StackData | Module | ModuleBuildId
-        ) {
-            let mut b = *body;
-            b[0] = 0;
-            b[1] = 0;
-            self.defs.push(b);
+        if self.defs.take(&r, body) {
             return;
         }
         self.latest_ns = self.latest_ns.max(r.time_ns);
         self.window.push((r.time_ns, self.fed, r));
-        if self.window.len() >= 1 << 16 {
+        // Drained when it has grown to twice what the last drain left: a fast writer's 20 ms
+        // can be more than 65,536 records, and sorting them all again at every record fed
+        // would take the summarizer quadratic time and let the writers lap it.
+        if self.window.len() >= self.drain_at {
             self.drain(false);
+            self.drain_at = (2 * self.window.len()).max(DRAIN_AT_LEAST);
         }
     }
 
@@ -792,8 +805,11 @@ impl Summarizer {
 
     /// Writes the checkpoint: every record applied so far summarized, then the records still in
     /// the reorder window as they are. `covered` is the ring index up to which every record was
-    /// fed. Returns the records written to `out` (bodies; the caller puts the commit words).
-    pub fn checkpoint(&mut self, covered: u64, out: &mut Vec<[u8; RECORD_SIZE]>) {
+    /// fed; `room` the records the checkpoint's slot holds: a checkpoint that would not fit
+    /// lists fewer live allocations one by one and sums the rest by call site
+    /// (`live_set`), so that it fits whenever what it holds besides them does. Writes the
+    /// bodies to `out` (the caller puts the commit words).
+    pub fn checkpoint(&mut self, covered: u64, room: usize, out: &mut Vec<[u8; RECORD_SIZE]>) {
         // The records still waiting go into the checkpoint as they are: only the last
         // TAIL_NS of them (a writer's block is abandoned within 1 ms, so records further
         // apart than that come in time order), so a fast writer's 20 ms do not fill it.
@@ -801,9 +817,42 @@ impl Summarizer {
         // The first checkpoint decides what marks the iterations, from the records so far.
         self.boundaries.decide();
         self.settle_peaks();
+        self.window.sort_by_key(|x| (x.0, x.1));
+        let start = out.len();
+        self.write_into(covered, None, out);
+        let mut itemize: Option<usize> = None;
+        for _ in 0..6 {
+            let written = out.len() - start;
+            if written <= room {
+                return;
+            }
+            let excess = written - room;
+            let waiting = self.window.len();
+            if waiting > 0 && (waiting >= excess || itemize == Some(0)) {
+                // What does not fit is the records still waiting (a fast writer's last
+                // milliseconds): they are applied now, in the order they have, rather than
+                // leave the ring without a checkpoint. A record another thread claimed earlier
+                // and committed later can then come after one it preceded.
+                self.drain_older_than(None);
+            } else {
+                // Each allocation left out costs a record less; the stand-ins and their sites
+                // take some back, so ask for a little more than the excess each time.
+                let live = self.replay.live.len() + self.replay.physical.len();
+                itemize = Some(
+                    itemize
+                        .unwrap_or(live)
+                        .saturating_sub(excess + excess / 8 + 64),
+                );
+            }
+            out.truncate(start);
+            self.write_into(covered, itemize, out);
+        }
+    }
+
+    fn write_into(&self, covered: u64, itemize: Option<usize>, out: &mut Vec<[u8; RECORD_SIZE]>) {
         let mut w = Writer { out };
         w.restore(restore::BEGIN, 0, covered, self.applied, self.applied_ns);
-        for d in &self.defs {
+        for d in &self.defs.bodies {
             w.out.push(*d);
         }
         for r in &self.kept {
@@ -828,7 +877,7 @@ impl Summarizer {
         for (h, size, d) in rp.framework_physical() {
             w.restore(restore::FRAMEWORK_PHYSICAL, d, h, size, 0);
         }
-        write_live(&mut w, rp, &self.joins.live);
+        live_set::write(&mut w, rp, &self.joins.live, itemize);
         self.write_figures(&mut w);
         for w_ in self.peaks.values() {
             w.snapshot(&w_.snapshot, false);
@@ -842,8 +891,7 @@ impl Summarizer {
         self.write_boundaries(&mut w);
         write_thread_pending(&mut w, &self.replay);
         w.restore(restore::END, 0, 0, 0, 0);
-        // The records not yet applied, as they came.
-        self.window.sort_by_key(|x| (x.0, x.1));
+        // The records not yet applied, as they came (sorted by `checkpoint`).
         for (_, _, r) in &self.window {
             w.record(r);
         }
@@ -950,76 +998,6 @@ impl Summarizer {
 }
 
 /// The live allocations (and VMM handles, and pinned host memory), grouped by call site.
-fn write_live(w: &mut Writer, rp: &Replay, joined: &crate::fasthash::FastMap<u64, u64>) {
-    // The live allocations, by call site (and the forward stack a backward tensor is joined to,
-    // in the site's time field).
-    let joined_of = |p: u64, physical: bool| {
-        if physical {
-            0
-        } else {
-            joined.get(&p).copied().unwrap_or(0)
-        }
-    };
-    let mut live: Vec<(u64, &Live, bool)> = rp
-        .live
-        .iter()
-        .map(|(&p, l)| (p, l, false))
-        .chain(rp.physical.iter().map(|(&h, l)| (h, l, true)))
-        .collect();
-    live.sort_unstable_by_key(|&(p, l, physical)| {
-        (
-            l.stack,
-            l.range,
-            l.caller,
-            joined_of(p, physical),
-            l.time_ns,
-            p,
-        )
-    });
-    let mut site = None;
-    for (p, l, physical) in live {
-        let forward = joined_of(p, physical);
-        if site != Some((l.stack, l.range, l.caller, forward)) {
-            site = Some((l.stack, l.range, l.caller, forward));
-            w.restore(restore::SITE, 0, l.stack, l.range, forward);
-            w.push(Record {
-                kind: RecordKind::Caller,
-                api: Api::Shim,
-                ptr: l.caller[0],
-                size: l.caller[1],
-                ..blank()
-            });
-        }
-        let kind = if physical {
-            RecordKind::PhysCreate
-        } else {
-            RecordKind::from_u8(l.kind).unwrap_or(RecordKind::Alloc)
-        };
-        w.push(Record {
-            kind,
-            api: Api::from_u8(l.api).unwrap_or(Api::Shim),
-            device: l.device,
-            status: 0,
-            thread: l.thread,
-            time_ns: l.time_ns,
-            ptr: p,
-            size: l.size,
-            stream: l.stream,
-        });
-    }
-    let mut host: Vec<(u64, u64)> = rp.host.iter().map(|(&p, &s)| (p, s)).collect();
-    host.sort_unstable();
-    for (p, s) in host {
-        w.push(Record {
-            kind: RecordKind::HostAlloc,
-            api: Api::CudaMallocHost,
-            ptr: p,
-            size: s,
-            ..blank()
-        });
-    }
-}
-
 /// Per thread: what the replay waits for next on it (an allocation's stack, its caller, a
 /// framework segment to claim physical memory).
 fn write_thread_pending(w: &mut Writer, rp: &Replay) {

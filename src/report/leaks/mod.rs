@@ -73,6 +73,9 @@ pub struct Leaks {
     pub running: bool,
     /// What the trace is missing, when it was cut or damaged: the report covers the rest.
     pub trace_cut: Option<String>,
+    /// How far the live figures hold when the trace is missing records (`None`: exact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub live_figures: Option<&'static str>,
 }
 
 /// Keeps at most this many boundaries (evenly thinned past it).
@@ -340,6 +343,9 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         clean_exit: reader.info().clean_exit,
         running: reader.info().running_here(),
         trace_cut: reader.stats().cut(),
+        live_figures: reader
+            .stats()
+            .live_figures(rp.unmatched_frees - rp.unmatched_restored),
     })
 }
 

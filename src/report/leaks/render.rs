@@ -106,13 +106,16 @@ pub fn render_leaks(
         let _ = writeln!(o, "{t}");
         let _ = writeln!(
             o,
-            "{}: {}{}",
+            "{}: {}{}{}",
             if l.running {
                 "live now"
             } else {
                 "live at exit"
             },
             human_bytes(l.live_at_exit_bytes),
+            l.live_figures
+                .map(|w| format!(" in the records the trace kept ({w})"))
+                .unwrap_or_default(),
             if l.clean_exit {
                 ""
             } else if l.running {

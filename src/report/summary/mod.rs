@@ -122,6 +122,13 @@ pub struct TraceHealth {
     /// and records that left the ring before they were summarized.
     pub summarized: u64,
     pub unsummarized: u64,
+    /// Live allocations the checkpoint summed by call site (no room to list them).
+    pub summed: u64,
+    pub summed_bytes: u64,
+    /// Checkpoints that could not be written (did not fit their slot even summed).
+    pub checkpoints_failed: u64,
+    /// How far live figures hold when records are missing (`None`: exact).
+    pub live_figures: Option<&'static str>,
     pub damage: Option<String>,
     pub clean_exit: bool,
     /// The process still runs (what is "at exit" is then "now").
@@ -161,7 +168,7 @@ pub struct Summary {
     pub health: TraceHealth,
 }
 
-fn health(info: &TraceInfo, stats: &DecodeStats) -> TraceHealth {
+fn health(info: &TraceInfo, stats: &DecodeStats, unmatched_since: u64) -> TraceHealth {
     TraceHealth {
         committed: stats.committed,
         torn: stats.torn,
@@ -170,6 +177,10 @@ fn health(info: &TraceInfo, stats: &DecodeStats) -> TraceHealth {
         truncated: stats.truncated,
         summarized: info.summarized,
         unsummarized: stats.unsummarized,
+        summed: stats.summed,
+        summed_bytes: stats.summed_bytes,
+        checkpoints_failed: info.checkpoints_failed,
+        live_figures: stats.live_figures(unmatched_since),
         damage: stats.damage.as_ref().map(|d| {
             format!(
                 "offset {} (record {}): {}; {} later records not decoded",
@@ -270,6 +281,10 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
             .tensors
             .off
             .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
-        health: health(&info, &stats),
+        health: health(
+            &info,
+            &stats,
+            t.live.unmatched_frees - t.live.unmatched_restored,
+        ),
     })
 }

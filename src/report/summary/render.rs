@@ -263,6 +263,27 @@ impl Summary {
                 }
             );
         }
+        if h.summed > 0 {
+            let _ = writeln!(
+                o,
+                "the checkpoint had no room to list {} live allocations ({}) one by one: they \
+                 are summed by call site, and a later free of one is not matched (raise \
+                 trace_max)",
+                h.summed,
+                human_bytes(h.summed_bytes)
+            );
+        }
+        if h.checkpoints_failed > 0 {
+            let _ = writeln!(
+                o,
+                "{} checkpoints did not fit their slot (raise trace_max): the records between \
+                 the last one written and the ring's oldest are counted as left the ring",
+                h.checkpoints_failed
+            );
+        }
+        if let Some(w) = h.live_figures {
+            let _ = writeln!(o, "live figures above: {w}");
+        }
         if let Some(d) = &h.damage {
             let _ = writeln!(o, "damage: {d}");
         }

@@ -3,6 +3,18 @@
 
 use super::*;
 
+/// Bodies of the longest definition: a stack of 64 frames (two per data record) or a string
+/// of 256 bytes (16 per data record), and its head.
+const BLOB_BODIES: usize = 1 + {
+    let stack = crate::trace::unwind::MAX_FRAMES * 8;
+    let longest = if stack > format::STRING_MAX {
+        stack
+    } else {
+        format::STRING_MAX
+    };
+    longest.div_ceil(format::STRING_BYTES_PER_RECORD)
+};
+
 impl Recorder {
     /// The id of a string, writing its definition the first time it is seen. Lock-free; 0
     /// when the table is full or recording is off.
@@ -101,11 +113,8 @@ impl Recorder {
         bytes: &[u8],
     ) {
         let per = format::STRING_BYTES_PER_RECORD;
-        let pieces = bytes.len().div_ceil(per) as u64;
-        let Some(first) = self.claim(1 + pieces) else {
-            return;
-        };
-        let mut body = [0u8; RECORD_SIZE];
+        let mut bodies = [[0u8; RECORD_SIZE]; BLOB_BODIES];
+        let pieces = bytes.len().div_ceil(per).min(BLOB_BODIES - 1);
         Record {
             kind: head,
             api: format::Api::Shim,
@@ -117,16 +126,30 @@ impl Recorder {
             size,
             stream: 0,
         }
-        .encode_body(&mut body);
-        self.write_slot(first, &body);
-        for (i, piece) in bytes.chunks(per).enumerate() {
-            let mut body = [0u8; RECORD_SIZE];
+        .encode_body(&mut bodies[0]);
+        for (piece, body) in bytes.chunks(per).zip(&mut bodies[1..=pieces]) {
             body[format::record::KIND] = data as u8;
             body[format::record::API] = format::Api::Shim as u8;
             let at = format::record::TIME_NS;
             body[at..at + piece.len()].copy_from_slice(piece);
-            self.write_slot(first + 1 + i as u64, &body);
         }
+        let bodies = &bodies[..=pieces];
+        self.log_definition(bodies);
+        let Some(first) = self.claim(bodies.len() as u64) else {
+            return;
+        };
+        for (i, body) in bodies.iter().enumerate() {
+            self.write_slot(first + i as u64, body);
+        }
+    }
+
+    /// Appends a record that defines something later records name (a module), kept apart
+    /// from the ring as strings and stacks are. Returns whether the ring took it.
+    pub fn append_definition(&self, rec: &Record) -> bool {
+        let mut body = [0u8; RECORD_SIZE];
+        rec.encode_body(&mut body);
+        self.log_definition(&[body]);
+        self.append(rec)
     }
 
     /// The interned index of a stream handle (0 for the null stream), and whether this call

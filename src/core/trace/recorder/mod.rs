@@ -18,9 +18,11 @@
 //!
 //! Here: the recorder, opening, and the hot path (claiming and writing a record);
 //! `chunks.rs` grows and maps the file, `intern.rs` gives strings, stacks and streams their
-//! ids, `naming.rs` expands the path pattern and words the errors.
+//! ids, `definitions.rs` keeps a ring's definitions where no lap overwrites them, `naming.rs`
+//! expands the path pattern and words the errors.
 
 mod chunks;
+mod definitions;
 mod intern;
 mod naming;
 mod ring;
@@ -58,6 +60,8 @@ struct SlowPath {
     ahead_stopped: AtomicBool,
     /// Set while the grower maps and populates chunks ahead.
     ahead_busy: AtomicBool,
+    /// A ring's definitions, kept where no lap overwrites them (see `definitions`).
+    definitions: definitions::DefinitionsLog,
 }
 
 /// A thread's claimed slots in one open trace.
@@ -193,6 +197,7 @@ impl Recorder {
                 growing: AtomicBool::new(false),
                 ahead_stopped: AtomicBool::new(false),
                 ahead_busy: AtomicBool::new(false),
+                definitions: definitions::DefinitionsLog::new(),
             },
             streams: [const { AtomicU64::new(0) }; STREAM_SLOTS],
             strings: [const { AtomicU64::new(0) }; STRING_SLOTS],
@@ -314,6 +319,7 @@ impl Recorder {
         self.slow
             .checkpoint_slot
             .store(layout.checkpoint_slot, Ordering::Relaxed);
+        self.open_definitions_log(layout.checkpoint_slot > 0);
 
         let base = match self.map_chunk(0) {
             Ok(b) => b,

@@ -59,6 +59,9 @@ impl Layout {
 
 /// What the summarizer loop does between looks.
 const LOOK_EVERY_MS: u64 = 10;
+/// Between looks while the summarizer is behind: twice the age at which a writer abandons its
+/// block (`MAX_BLOCK_AGE_NS`), so every slot claimed before the previous look is final.
+const LOOK_BEHIND_MS: u64 = 2;
 /// A checkpoint at least this often once the ring is half full.
 const CHECKPOINT_EVERY_NS: u64 = 1_000_000_000;
 
@@ -66,6 +69,11 @@ impl Recorder {
     /// Whether the file is laid out as a ring.
     pub fn is_ring(&self) -> bool {
         self.slow.checkpoint_slot.load(Ordering::Relaxed) > 0
+    }
+
+    /// Records one checkpoint slot holds.
+    fn checkpoint_room(&self) -> usize {
+        (self.slow.checkpoint_slot.load(Ordering::Relaxed) / RECORD_SIZE as u64) as usize
     }
 
     fn descriptor_word(&self, slot: usize, field: usize) -> Option<&AtomicU64> {
@@ -170,16 +178,30 @@ impl Recorder {
         let mut last_covered = 0u64;
         let mut last_at = self.now_ns();
         let mut bodies: Vec<[u8; RECORD_SIZE]> = Vec::new();
+        let mut defined = 0u64;
+        // The first looks come soon: a program's first records come fastest (start-up).
+        let mut behind = true;
         loop {
             let stopping = stop.load(Ordering::Acquire);
+            // Behind the writers (a look found more than a sixteenth of the ring to read): the
+            // next look comes sooner, so that a fast program laps the summarizer less often,
+            // but never before a thread's block of slots is used up or abandoned (1 ms).
             if !stopping {
-                std::thread::sleep(std::time::Duration::from_millis(LOOK_EVERY_MS));
+                let ms = if behind {
+                    LOOK_BEHIND_MS
+                } else {
+                    LOOK_EVERY_MS
+                };
+                std::thread::sleep(std::time::Duration::from_millis(ms));
             }
+            // Definitions first, from the log no lap overwrites.
+            defined = self.read_definitions(defined, |body| s.feed(body));
             let claimed = self.claimed();
             // Records claimed before the previous look are committed by now (all of them when
             // stopping: the process is at its exit).
             let upto = if stopping { claimed } else { seen_claimed };
             seen_claimed = claimed;
+            behind = upto.saturating_sub(next) > capacity / 16;
             if claimed.saturating_sub(next) > capacity {
                 let from = claimed - capacity;
                 if let Some(w) = self.header_word(header::SUMMARY_LOST) {
@@ -200,7 +222,7 @@ impl Recorder {
             let behind = claimed.saturating_sub(last_covered) > capacity / 2;
             if wrapping && (due || behind || (stopping && next > last_covered)) {
                 bodies.clear();
-                s.checkpoint(next, &mut bodies);
+                s.checkpoint(next, self.checkpoint_room(), &mut bodies);
                 if self.write_checkpoint(&mut bodies, next) {
                     last_covered = next;
                 } else if let Some(w) = self.header_word(header::CHECKPOINTS_FAILED) {

@@ -98,3 +98,74 @@ fn a_taken_name_gives_the_trace_another_name() {
     drop(r);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A ring whose writers lap the summarizer loses the records it never read, but not the
+/// definitions among them: a stack interned before the lap and named after it still reads
+/// as its frames, from the checkpoint the summarizer wrote out of the definitions' log.
+#[test]
+fn a_lap_keeps_the_stacks_and_strings_defined_before_it() {
+    use crate::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+    let path = std::env::temp_dir().join(format!("gpushim-lap-{}.trace", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let r = Box::new(Recorder::new());
+    assert!(r.begin_open());
+    r.open(&OpenOptions {
+        path: path.to_str().unwrap().as_bytes(),
+        pid: 1,
+        rank: 0,
+        host: b"h",
+        program: b"p",
+        cmdline: b"p\0",
+        env: b"",
+        trace_max: 4 << 20,
+        ring: true,
+    })
+    .unwrap();
+    // Wrapping on, as a running summarizer turns it on, without one reading yet.
+    r.ring_on.store(true, Ordering::Relaxed);
+    let frames = [0x1000u64, 0x2000, 0x3000];
+    let (stack, written) = r.intern_stack(&frames);
+    assert!(written);
+    let name = r.intern_string(b"step");
+    let rec = |kind, ptr, size| Record {
+        kind,
+        api: Api::CudaMalloc,
+        device: 0,
+        status: 0,
+        thread: 0,
+        time_ns: r.now_ns(),
+        ptr,
+        size,
+        stream: 0,
+    };
+    r.append(&Record {
+        api: Api::Shim,
+        device: DEVICE_UNKNOWN,
+        ..rec(RecordKind::RangePush, name, 0)
+    });
+    // Two laps of records the summarizer never reads.
+    let capacity = r.capacity.load(Ordering::Relaxed);
+    for i in 0..capacity {
+        r.append(&rec(RecordKind::Alloc, 0x10_0000 + i * 512, 512));
+        r.append(&rec(RecordKind::Free, 0x10_0000 + i * 512, 0));
+    }
+    // The same stack again: interned long ago, so no definition is written now.
+    assert_eq!(r.intern_stack(&frames), (stack, false));
+    r.append(&rec(RecordKind::Alloc, 0xa000, 4096));
+    r.append(&Record {
+        api: Api::Shim,
+        ..rec(RecordKind::StackRef, stack, frames.len() as u64)
+    });
+    r.run_summarizer(&AtomicBool::new(true));
+    r.mark_clean_exit();
+    let opts = crate::trace::reader::ReadOptions::default();
+    let (reader, rp) = crate::trace::live::replay_each(&path, &opts, |_, _, _, _| {}).unwrap();
+    assert!(reader.stats().unsummarized > 0, "{:?}", reader.stats());
+    assert_eq!(reader.info().checkpoints_failed, 0);
+    let kept = rp.live.get(&0xa000).map(|l| l.stack);
+    assert_eq!(kept, Some(stack));
+    assert_eq!(reader.stack(stack), Some(&frames[..]));
+    assert_eq!(reader.string(name), Some("step"));
+    drop(reader);
+    std::fs::remove_file(&path).unwrap();
+}

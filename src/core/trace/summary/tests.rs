@@ -158,7 +158,7 @@ fn restored_after(bodies: impl IntoIterator<Item = [u8; RECORD_SIZE]>) -> Replay
     }
     s.drain(true);
     let mut out = Vec::new();
-    s.checkpoint(0, &mut out);
+    s.checkpoint(0, usize::MAX, &mut out);
     let mut restored = Replay::default();
     for b in &out {
         restored.apply(&Record::decode(b).expect("a checkpoint's records decode"));
@@ -205,7 +205,7 @@ proptest! {
             s.feed(&body(r));
         }
         let mut bodies = Vec::new();
-        s.checkpoint(k as u64, &mut bodies);
+        s.checkpoint(k as u64, usize::MAX, &mut bodies);
         let mut restored = Replay::default();
         for b in &bodies {
             restored.apply(&Record::decode(b).expect("a checkpoint's records decode"));
@@ -429,5 +429,89 @@ fn a_checkpoints_peak_is_the_programs_whatever_segments_pytorch_took() {
         assert_eq!(snap.live, want, "{name}: the checkpoint's peak");
         let held: u64 = snap.holdings.iter().map(|h| h.bytes).sum();
         assert_eq!(held, want, "{name}: what held the peak");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A checkpoint with too little room for its live set still fits, and still holds every
+    /// byte by call site and device: the older allocations summed under their site.
+    #[test]
+    fn a_checkpoint_without_room_sums_the_older_allocations_by_site(
+        ops in proptest::collection::vec(op(), 200..600),
+        shrink in 0.0f64..1.0,
+    ) {
+        // Allocations and frees only, three in four kept live: a live set larger than the room.
+        let ops: Vec<Op> = ops
+            .into_iter()
+            .filter(|o| matches!(o, Op::Alloc { .. } | Op::Free(_)))
+            .enumerate()
+            .filter(|(i, o)| !matches!(o, Op::Free(_)) || i % 4 == 0)
+            .map(|(_, o)| match o {
+                // One thread and one kind: sites that repeat, as a leaking loop's do.
+                Op::Alloc { device, size, stack, ranged, .. } => Op::Alloc {
+                    kind: 0,
+                    device,
+                    size,
+                    stack,
+                    thread: 0,
+                    ranged,
+                },
+                o => o,
+            })
+            .collect();
+        let all = records(&ops);
+        let mut whole = Replay::default();
+        for r in &all {
+            whole.apply(r);
+        }
+        let mut s = Summarizer::new();
+        for r in &all {
+            s.feed(&body(r));
+        }
+        s.drain(true);
+        let mut full = Vec::new();
+        s.checkpoint(0, usize::MAX, &mut full);
+        // Room for the checkpoint with up to all of its live allocations summed by site.
+        let sites = {
+            let mut k: Vec<_> = whole
+                .live
+                .values()
+                .map(|l| (l.stack, l.range, l.caller, l.device, l.kind, l.api, l.thread, l.stream))
+                .collect();
+            k.sort_unstable();
+            k.dedup();
+            k.len()
+        };
+        let spare = whole.live.len().saturating_sub(3 * sites + 16);
+        let room = full.len() - (spare as f64 * shrink) as usize;
+        let mut bodies = Vec::new();
+        s.checkpoint(0, room, &mut bodies);
+        let by_site_device = |rp: &Replay| {
+            let mut m: BTreeMap<(u64, u64, u8), u64> = BTreeMap::new();
+            for l in rp.live.values() {
+                *m.entry((l.stack, l.range, l.device)).or_default() += l.size;
+            }
+            m
+        };
+        let mut restored = Replay::default();
+        for b in &bodies {
+            restored.apply(&Record::decode(b).expect("a checkpoint's records decode"));
+        }
+        prop_assert_eq!(by_site_device(&restored), by_site_device(&whole));
+        prop_assert_eq!(restored.total_live(), whole.total_live());
+        if full.len() <= room {
+            prop_assert_eq!(bodies.len(), full.len());
+        } else {
+            prop_assert!(bodies.len() <= room, "{} > {room}", bodies.len());
+            let summed: u64 = bodies
+                .iter()
+                .filter_map(Record::decode)
+                .filter(|r| r.kind == RecordKind::Restore && r.status == restore::SUMMED)
+                .map(|r| r.ptr)
+                .sum();
+            prop_assert!(summed > 0);
+        }
     }
 }
