@@ -219,3 +219,46 @@ fn the_page_and_oom_say_what_fits_when_given_the_runs_batch() {
         stdout(&out)
     );
 }
+
+/// The run's batch is read from its command line when `--at` is not given: `fit` and `oom`
+/// say where they found it, and a run whose command line says none gets the way to give it.
+#[test]
+fn the_runs_batch_comes_from_its_command_line() {
+    let dir = tempdir("fit-cmdline");
+    let t = dir.join("flag.trace");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let out = run(
+        Path::new("python3"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            args: vec![
+                repo().join("tests/clients/kinds/train.py").display().to_string(),
+                lib("libtorch_cpu.so"),
+                lib("libc10_cuda.so"),
+                "3".into(),
+                "--batch-size".into(),
+                "3".into(),
+            ],
+            env: vec![("PYTHONDONTWRITEBYTECODE", "1".into())],
+        },
+    );
+    assert_ok(&out);
+    let found = gpushim_text(&["fit", t.to_str().unwrap(), "--json"]);
+    assert_ok(&found);
+    assert!(
+        String::from_utf8_lossy(&found.stderr).contains("the run's batch is 3, from its command line (--batch-size 3)"),
+        "{}",
+        String::from_utf8_lossy(&found.stderr)
+    );
+    let given = json(&["fit", t.to_str().unwrap(), "--at", "3", "--json"]);
+    let found: Value = serde_json::from_slice(&found.stdout).unwrap();
+    assert_eq!(found, given);
+    // A run at the same batch without the flag: the same prediction only when told.
+    let plain = at_batch(&dir, 3);
+    let none = gpushim_text(&["fit", plain.to_str().unwrap()]);
+    assert!(!none.status.success());
+    let err = String::from_utf8_lossy(&none.stderr);
+    assert!(err.contains("the run's batch is not on its command line"), "{err}");
+    assert!(err.contains("--at 8"), "{err}");
+}

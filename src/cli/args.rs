@@ -287,7 +287,8 @@ pub enum Cmd {
         #[arg(required = true)]
         traces: Vec<PathBuf>,
         /// The batch the run used: says the largest batch that would have fit, under the
-        /// run's setting and with expandable segments (as `gpushim fit` does).
+        /// run's setting and with expandable segments (as `gpushim fit` does). Default: read
+        /// from the run's command line (--batch-size 8, ...), when it says one.
         #[arg(long, value_name = "BATCH")]
         at: Option<u64>,
 
@@ -303,9 +304,11 @@ pub enum Cmd {
     Fit {
         /// The trace of a PyTorch training run (the default run records what it needs).
         trace: PathBuf,
-        /// The batch the run used.
+        /// The batch the run used. Default: read from the run's command line
+        /// (--batch-size 8, --batch_size=8, -b 8, --per_device_train_batch_size 8,
+        /// batch_size=8, ...).
         #[arg(long, value_name = "BATCH")]
-        at: u64,
+        at: Option<u64>,
         /// The batches to show: a list (8,16,32) or a range with a step (8:64:8; 8:64 doubles).
         /// Default: the run's batch, 2x, 4x and 8x.
         #[arg(long, value_name = "LIST", value_parser = batches_arg)]
@@ -545,7 +548,7 @@ impl Cmd {
     }
 }
 
-const FIT_HELP: &str = "Examples:\n  gpushim fit run.trace --at 8                      # 8, 16, 32, 64 and the largest that fits\n  gpushim fit run.trace --at 8 --device-memory l4   # will it fit a 24 GB L4?\n  gpushim fit run.trace --at 8 --batch 8:128        # 8, 16, 32, 64, 128\n\n\
+const FIT_HELP: &str = "Examples:\n  gpushim fit run.trace                             # the batch from the run's --batch-size\n  gpushim fit run.trace --at 8                      # 8, 16, 32, 64 and the largest that fits\n  gpushim fit run.trace --at 8 --device-memory l4   # will it fit a 24 GB L4?\n  gpushim fit run.trace --at 8 --batch 8:128        # 8, 16, 32, 64, 128\n\n\
 Activations, the input and the temporaries of the forward and the backward grow with the \
 batch; parameters, gradients, optimizer state, cuBLAS's workspaces and the optimizer's \
 temporaries do not (the kinds: docs/kinds.md). The run's requests, so resized, are replayed \

@@ -182,6 +182,10 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             json,
             ..
         } => {
+            let at = match at.map_or_else(|| fit::batch_of_run(&trace), Ok) {
+                Ok(at) => at,
+                Err(e) => return fail(e),
+            };
             let ask = gpushim::report::fit::Ask {
                 at,
                 batches: batch.map_or_else(|| vec![at, 2 * at, 4 * at, 8 * at], |b| b.0),

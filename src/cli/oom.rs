@@ -34,7 +34,20 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
                     gpushim::files::shown(t)
                 ),
             }
-            if let Some(at) = at {
+            // The batch as given, else as the run's command line said it.
+            let said = at.map(|n| (n, None)).or_else(|| {
+                gpushim::trace::reader::TraceReader::open(t)
+                    .ok()
+                    .and_then(|r| gpushim::report::fit::batch_from_cmdline(&r.info().cmdline))
+                    .map(|(n, words)| (n, Some(words)))
+            });
+            if let Some((at, words)) = said {
+                if let Some(words) = words {
+                    println!(
+                        "the run's batch, from its command line ({}): {at} (--at says another)",
+                        gpushim::fixedfmt::Escaped(words.as_bytes())
+                    );
+                }
                 print!("{}", batch_that_fits(t, at, opts));
             }
         }

@@ -7,12 +7,16 @@ loop (outside any module), kept until the step ends; and, at the first layer's f
 a 1 MiB workspace kept for the whole run (as PyTorch's for cuBLASLt). With `leak`, the program
 keeps each step's last activation in a list (a metric holding its graph).
 
-usage: train.py LIBTORCH_CPU LIBC10_CUDA STEPS [leak]
+usage: train.py LIBTORCH_CPU LIBC10_CUDA STEPS [leak] [--batch-size N]
 KINDS_PACE set: a 2 ms pause every 50 steps. KINDS_BATCH=N: a batch N times as large (the
-batch, the forward's tensors, the loss and its gradient N times their size; tests/fit.rs)."""
+batch, the forward's tensors, the loss and its gradient N times their size; tests/fit.rs);
+`--batch-size N` at the end of the command line says the same, as a training script's flag."""
 import os
 import sys
 import time
+
+if "--batch-size" in sys.argv[:-1]:
+    os.environ["KINDS_BATCH"] = sys.argv[sys.argv.index("--batch-size") + 1]
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
