@@ -1,0 +1,209 @@
+//! What marks the iterations of a run: where each call site allocated in the sequence of
+//! allocations (the period a step repeats with), NVTX names, and the boundaries the summarizer
+//! keeps once it has chosen.
+
+use super::Thinned;
+use crate::fasthash::FastMap;
+use crate::trace::format::{Record, RecordKind};
+use crate::trace::live::{Boundary, BoundaryMark, Change, Replay, size_key};
+use std::collections::HashMap;
+
+/// Where one call site occurred in the sequence of allocations: how often, first and last,
+/// and its first [`KEPT_POSITIONS`] positions (for the regularity of its gaps).
+#[derive(Clone, Debug, Default)]
+pub struct Occurrences {
+    pub count: u64,
+    pub first: u64,
+    pub last: u64,
+    pub positions: Vec<u64>,
+}
+
+/// Positions kept per call site.
+pub const KEPT_POSITIONS: usize = 4096;
+
+impl Occurrences {
+    pub(super) fn add(&mut self, at: u64) {
+        if self.count == 0 {
+            self.first = at;
+        }
+        self.count += 1;
+        self.last = at;
+        if self.positions.len() < KEPT_POSITIONS {
+            self.positions.push(at);
+        }
+    }
+}
+
+/// The call site that marks the program's repeating unit (its step), from where each site
+/// occurred in the sequence of allocations (`total` allocations in all).
+///
+/// A training step allocates from most of its lines once; a line that allocates many times a
+/// step (a loop inside the step) or only at start (an optimizer's state, made at its first
+/// step) is not the step. So each candidate site (3 occurrences or more, spread over at least
+/// half of the run after its first, its 10th and 90th percentile gaps within 4x of its mean
+/// gap) is scored by how many sites occur about as often as it does (within 10%, or 1); the
+/// best score wins, then the fewest occurrences, then the site seen first. Ties resolve the
+/// same way every time.
+pub fn detect_period<S: std::hash::BuildHasher>(
+    sites: &HashMap<u64, Occurrences, S>,
+    total: u64,
+) -> Option<u64> {
+    let counts: Vec<u64> = sites
+        .values()
+        .map(|o| o.count)
+        .filter(|&n| n >= 3)
+        .collect();
+    let near = |a: u64, b: u64| a.abs_diff(b) <= (b / 10).max(1);
+    sites
+        .iter()
+        .filter(|(_, o)| o.count >= 3 && o.positions.len() >= 3)
+        .filter(|(_, o)| {
+            let span = o.last.saturating_sub(o.first);
+            span.saturating_mul(2) >= total.saturating_sub(o.first)
+        })
+        .filter(|(_, o)| {
+            // Steady: no long absence and no burst against its mean gap (a step's count of
+            // allocations changes with its shapes, so gaps vary by some factor, not by 4).
+            let t = &o.positions;
+            let mut gaps: Vec<u64> = t.windows(2).map(|w| w[1].saturating_sub(w[0])).collect();
+            gaps.sort_unstable();
+            let lo = gaps[gaps.len() / 10];
+            let hi = gaps[(gaps.len() * 9 / 10).min(gaps.len() - 1)];
+            let mean = (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1);
+            lo > 0 && lo.saturating_mul(4) >= mean && hi <= mean.saturating_mul(4)
+        })
+        .max_by_key(|(k, o)| {
+            let score = counts.iter().filter(|&&n| near(n, o.count)).count();
+            (
+                score,
+                std::cmp::Reverse(o.count),
+                std::cmp::Reverse(o.first),
+                std::cmp::Reverse(**k),
+            )
+        })
+        .map(|(k, _)| *k)
+}
+
+/// What marks the iterations, learnt from the records: NVTX names and how often each came,
+/// and where each call site allocated (by stack where stacks were recorded, else by API and
+/// size). Positions in the sequence of allocations, not times: an iteration's allocations come
+/// in the same order every time, while their timing varies with the machine.
+#[derive(Default)]
+pub struct MarkFinder {
+    /// By string id: how often, and whether a range (not a mark).
+    pub names: FastMap<u64, (u64, bool)>,
+    by_stack: FastMap<u64, Occurrences>,
+    by_size: FastMap<u64, Occurrences>,
+    pending: FastMap<u16, u64>,
+    pub allocations: u64,
+}
+
+impl MarkFinder {
+    /// Learns from one record (whose replay made change `c`).
+    pub fn learn(&mut self, r: &Record, c: Change) {
+        match r.kind {
+            RecordKind::RangePush | RecordKind::RangeStart | RecordKind::Mark => {
+                let e = self
+                    .names
+                    .entry(r.ptr)
+                    .or_insert((0, r.kind != RecordKind::Mark));
+                e.0 += 1;
+            }
+            RecordKind::StackRef => {
+                // A segment the framework takes for a tensor has the tensor's stack: it is not
+                // an allocation of that call site's own (see `Change::StackOfRaw`).
+                if let Some(t) = self.pending.remove(&r.thread)
+                    && c != Change::StackOfRaw
+                {
+                    self.by_stack.entry(r.ptr).or_default().add(t);
+                }
+            }
+            _ => {
+                if !r.kind.is_definition() {
+                    self.pending.remove(&r.thread);
+                }
+                if let Change::Alloc { .. } = c {
+                    self.allocations += 1;
+                    self.pending.insert(r.thread, self.allocations);
+                    self.by_size
+                        .entry(size_key(r.api as u8, r.size))
+                        .or_default()
+                        .add(self.allocations);
+                }
+            }
+        }
+    }
+
+    /// How often `mark` came in the records learnt from.
+    pub fn count_of(&self, mark: BoundaryMark) -> u64 {
+        match mark {
+            BoundaryMark::Nvtx(id) => self.names.get(&id).map_or(0, |n| n.0),
+            BoundaryMark::Site(key) => self
+                .by_stack
+                .get(&key)
+                .or_else(|| self.by_size.get(&key))
+                .map_or(0, |o| o.count),
+        }
+    }
+
+    /// The NVTX range (pushed, else a mark) seen most often, 3 times or more; else the call
+    /// site of the detected period, by stack where stacks were recorded, else by API and size.
+    pub fn choose(&self) -> Option<BoundaryMark> {
+        self.names
+            .iter()
+            .filter(|(_, (n, _))| *n >= 3)
+            .max_by_key(|(id, (n, push))| (*push, *n, std::cmp::Reverse(**id)))
+            .map(|(&id, _)| BoundaryMark::Nvtx(id))
+            .or_else(|| {
+                detect_period(&self.by_stack, self.allocations)
+                    .or_else(|| detect_period(&self.by_size, self.allocations))
+                    .map(BoundaryMark::Site)
+            })
+    }
+}
+
+/// Allocations the summarizer learns from before it gives up finding what marks an iteration.
+const LEARN_AT_MOST: u64 = 1 << 20;
+
+/// Learns what marks an iteration until the first checkpoint (when the ring is half full:
+/// most of a ring of records seen), then keeps live bytes by call site at each boundary.
+pub(super) struct Boundaries {
+    pub(super) finder: MarkFinder,
+    pub(super) mark: Option<BoundaryMark>,
+    pub(super) decided: bool,
+    /// Boundaries seen (those before the choice counted too), and the ones kept.
+    pub(super) seen: u64,
+    pub(super) kept: Thinned<Boundary>,
+}
+
+impl Boundaries {
+    /// Chooses the mark from what was learnt, once.
+    pub(super) fn decide(&mut self) {
+        if self.decided {
+            return;
+        }
+        self.mark = self.finder.choose();
+        // Nothing repeats yet in what was read (a summarizer lapped at the start reads little
+        // before its first checkpoint): it learns on, up to a bound, and tries again at the
+        // next checkpoint.
+        if self.mark.is_none() && self.finder.allocations < LEARN_AT_MOST {
+            return;
+        }
+        self.decided = true;
+        // The boundaries before the choice were seen, not sampled: they count.
+        self.seen = self.mark.map_or(0, |m| self.finder.count_of(m));
+        self.finder = MarkFinder::default();
+    }
+
+    pub(super) fn sample(&mut self, rp: &Replay, time_ns: u64) {
+        self.seen += 1;
+        if self.kept.wants() {
+            self.kept.push(Boundary {
+                ordinal: self.seen,
+                time_ns,
+                total: rp.total_live(),
+                by_site: rp.live_by_site(),
+            });
+        }
+    }
+}
