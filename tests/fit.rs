@@ -233,7 +233,10 @@ fn the_runs_batch_comes_from_its_command_line() {
             preload: true,
             trace: Some(&t),
             args: vec![
-                repo().join("tests/clients/kinds/train.py").display().to_string(),
+                repo()
+                    .join("tests/clients/kinds/train.py")
+                    .display()
+                    .to_string(),
                 lib("libtorch_cpu.so"),
                 lib("libc10_cuda.so"),
                 "3".into(),
@@ -247,7 +250,8 @@ fn the_runs_batch_comes_from_its_command_line() {
     let found = gpushim_text(&["fit", t.to_str().unwrap(), "--json"]);
     assert_ok(&found);
     assert!(
-        String::from_utf8_lossy(&found.stderr).contains("the run's batch is 3, from its command line (--batch-size 3)"),
+        String::from_utf8_lossy(&found.stderr)
+            .contains("the run's batch is 3, from its command line (--batch-size 3)"),
         "{}",
         String::from_utf8_lossy(&found.stderr)
     );
@@ -259,6 +263,9 @@ fn the_runs_batch_comes_from_its_command_line() {
     let none = gpushim_text(&["fit", plain.to_str().unwrap()]);
     assert!(!none.status.success());
     let err = String::from_utf8_lossy(&none.stderr);
-    assert!(err.contains("the run's batch is not on its command line"), "{err}");
+    assert!(
+        err.contains("the run's batch is not on its command line"),
+        "{err}"
+    );
     assert!(err.contains("--at 8"), "{err}");
 }

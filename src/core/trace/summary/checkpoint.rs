@@ -5,7 +5,6 @@
 use super::*;
 
 impl Summarizer {
-
     /// Writes the checkpoint: every record applied so far summarized, then the records still in
     /// the reorder window as they are. `covered` is the ring index up to which every record was
     /// fed; `room` the records the checkpoint's slot holds: a checkpoint that would not fit
@@ -52,7 +51,12 @@ impl Summarizer {
         }
     }
 
-    pub(super) fn write_into(&self, covered: u64, itemize: Option<usize>, out: &mut Vec<[u8; RECORD_SIZE]>) {
+    pub(super) fn write_into(
+        &self,
+        covered: u64,
+        itemize: Option<usize>,
+        out: &mut Vec<[u8; RECORD_SIZE]>,
+    ) {
         let mut w = Writer { out };
         w.restore(restore::BEGIN, 0, covered, self.applied, self.applied_ns);
         for d in &self.defs.bodies {

@@ -23,10 +23,10 @@ mod peaks;
 mod thinned;
 
 pub use checkpoint::seal;
-pub use iterations::{KEPT_POSITIONS, MarkFinder, Occurrences, detect_period};
-pub use thinned::Thinned;
 use iterations::Boundaries;
+pub use iterations::{KEPT_POSITIONS, MarkFinder, Occurrences, detect_period};
 use peaks::{PeakWatch, snapshot_now};
+pub use thinned::Thinned;
 
 use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind, restore};
 use crate::trace::live::{BoundaryMark, Change, Live, Replay, Snapshot};
@@ -50,7 +50,6 @@ pub const MAX_BOUNDARIES: usize = 256;
 pub const MAX_SERIES: usize = 1024;
 /// Records of kinds kept as they came (threads, streams, notes) past which they are dropped.
 const MAX_KEPT: usize = 65_536;
-
 
 /// Whether a record is a call of the program, as `summary` counts calls per API: not the
 /// shim's own records (its notes, definitions, the pool's decisions), not a thread's or a
@@ -81,7 +80,6 @@ pub fn is_failure(r: &Record) -> bool {
         _ => false,
     }
 }
-
 
 /// A failed allocation kept: what was live then, and its records (the failure, its stack).
 struct Failure {
@@ -433,7 +431,6 @@ impl Summarizer {
         self.failure_stack_of = Some(r.thread);
     }
 }
-
 
 #[cfg(test)]
 mod tests;

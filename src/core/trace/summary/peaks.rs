@@ -40,7 +40,13 @@ impl PeakWatch {
     /// A new peak: `raw` where a device allocation of the program's (not a tensor) set it.
     /// `raw`: (the allocation's key, whether physical) where a device allocation of the
     /// program's (not a tensor) set it; the peak before it is then taken without it.
-    pub(super) fn passed(&mut self, rp: &Replay, device: u8, time_ns: u64, raw: Option<(u64, bool)>) {
+    pub(super) fn passed(
+        &mut self,
+        rp: &Replay,
+        device: u8,
+        time_ns: u64,
+        raw: Option<(u64, bool)>,
+    ) {
         // Only a framework whose tensors are recorded claims segments (a program allocating
         // with cudaMalloc alone makes a new peak at each allocation, and keeping the one before
         // would copy its live set each time).
@@ -91,7 +97,12 @@ impl PeakWatch {
 
     /// The snapshot of a pending peak, leaving out `made` (key, physical): an allocation
     /// applied after it.
-    pub(super) fn materialize_without(&mut self, rp: &Replay, device: u8, made: Option<(u64, bool)>) {
+    pub(super) fn materialize_without(
+        &mut self,
+        rp: &Replay,
+        device: u8,
+        made: Option<(u64, bool)>,
+    ) {
         if !self.pending {
             return;
         }

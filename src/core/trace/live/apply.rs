@@ -1,0 +1,283 @@
+//! A record applied to the replay: memory calls, VMM physical memory, the framework's and the
+//! pool's segments, what the device said, contexts and device resets.
+
+use super::*;
+
+impl Replay {
+    pub fn apply(&mut self, r: &Record) -> Change {
+        self.index += 1;
+        use RecordKind::*;
+        // A checkpoint's own records carry figures, not times, in `time_ns`.
+        if r.kind == Restore {
+            self.restore(r);
+            return Change::Other;
+        }
+        if !matches!(r.kind, Holding | StringData | StackData) {
+            self.time_ns = self.time_ns.max(r.time_ns);
+        }
+        if self.restoring {
+            match r.kind {
+                Holding => {
+                    self.restore_holding(r);
+                    return Change::Other;
+                }
+                Caller => {
+                    self.restoring_site.2 = [r.ptr, r.size];
+                    return Change::Other;
+                }
+                _ => {}
+            }
+        }
+        let change = self
+            .apply_memory(r)
+            .or_else(|| self.apply_physical(r))
+            .or_else(|| self.apply_segments(r))
+            .or_else(|| self.apply_facts(r))
+            .or_else(|| self.apply_context(r));
+        change.unwrap_or_else(|| {
+            // Any other record of the thread ends the window in which a StackRef belongs to
+            // its allocation.
+            if !r.kind.is_definition() {
+                take_last(&mut self.last_alloc, r.thread);
+            }
+            Change::Other
+        })
+    }
+
+    /// Device and pinned host memory handed out and given back (the program's calls and the
+    /// framework's tensors).
+    pub(super) fn apply_memory(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
+            Alloc | AllocAsync | ManagedAlloc | TensorAlloc if r.status == 0 && r.ptr != 0 => {
+                if r.kind == TensorAlloc {
+                    self.tensors.allocated(device_or_0(r.device), r.size);
+                }
+                let l = self.live_of(r);
+                let device = l.device;
+                if let Some(old) = self.live.insert(r.ptr, l) {
+                    // Freed by a route the trace did not see.
+                    self.sub_bytes(old.device, old.size);
+                }
+                let before = self.add_bytes(device, r.size, r.time_ns);
+                if r.kind == TensorAlloc {
+                    if before.is_some() {
+                        self.peak_by = None;
+                    }
+                } else {
+                    self.note_peak_by(before, device, r.ptr, false);
+                }
+                if !self.restoring {
+                    *slot(&mut self.last_alloc, r.thread) = r.ptr;
+                    *slot(&mut self.awaiting_caller, r.thread) = Some((false, r.ptr));
+                }
+                Change::Alloc { ptr: r.ptr, device }
+            }
+            Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                match self.live.remove(&r.ptr) {
+                    Some(l) => {
+                        self.sub_bytes(l.device, l.size);
+                        if r.kind == TensorFree {
+                            self.tensors.freed(l.device, l.size);
+                        }
+                        Change::Free {
+                            ptr: r.ptr,
+                            live: l,
+                        }
+                    }
+                    // The framework giving a segment back: its release follows.
+                    None if self.tensors.recorded() && self.segments.contains_key(&r.ptr) => {
+                        Change::Other
+                    }
+                    None => {
+                        self.unmatched_frees += 1;
+                        Change::Other
+                    }
+                }
+            }
+            HostAlloc if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                if let Some(old) = self.host.insert(r.ptr, r.size) {
+                    self.host_live = self.host_live.saturating_sub(old);
+                }
+                self.host_live = self.host_live.saturating_add(r.size);
+                self.host_peak = self.host_peak.max(self.host_live);
+                Change::Other
+            }
+            HostFree if r.status == 0 && r.ptr != 0 => {
+                take_last(&mut self.last_alloc, r.thread);
+                match self.host.remove(&r.ptr) {
+                    Some(size) => self.host_live = self.host_live.saturating_sub(size),
+                    None => self.unmatched_frees += 1,
+                }
+                Change::Other
+            }
+            _ => return None,
+        })
+    }
+
+    /// VMM physical memory created and released (an expandable segment's claimed as reserved).
+    pub(super) fn apply_physical(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
+            PhysCreate if r.status == 0 => {
+                let l = Live {
+                    stream: 0,
+                    ..self.live_of(r)
+                };
+                let device = l.device;
+                if let Some(old) = self.physical.insert(r.ptr, l) {
+                    self.sub_bytes(old.device, old.size);
+                    self.add_physical(old.device, old.size, false);
+                }
+                let before = self.add_bytes(device, r.size, r.time_ns);
+                self.note_peak_by(before, device, r.ptr, true);
+                self.add_physical(device, r.size, true);
+                if !self.restoring {
+                    slot(&mut self.pending_physical, r.thread).push(r.ptr);
+                    *slot(&mut self.awaiting_caller, r.thread) = Some((true, r.ptr));
+                }
+                Change::Physical { device }
+            }
+            PhysRelease if r.status == 0 && self.framework_physical.remove(&r.ptr).is_some() => {
+                Change::Other
+            }
+            PhysRelease if r.status == 0 => match self.physical.remove(&r.ptr) {
+                Some(l) => {
+                    self.sub_bytes(l.device, l.size);
+                    self.add_physical(l.device, l.size, false);
+                    Change::Physical { device: l.device }
+                }
+                None => {
+                    self.unmatched_frees += 1;
+                    Change::Other
+                }
+            },
+            _ => return None,
+        })
+    }
+
+    /// Segments taken and given back: the framework's (reserved memory; its `cudaMalloc` is no
+    /// longer the program's) and the shim's pool's.
+    pub(super) fn apply_segments(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
+            // A framework segment: the allocation the shim saw (a `cudaMalloc`) is reserved
+            // memory, not something the program holds; an expandable segment's mapping claims
+            // the physical memory the thread just created.
+            SegmentReserve if r.api == Api::Torch => {
+                let device = device_or_0(r.device);
+                let change = match self.live.remove(&r.ptr) {
+                    Some(l) => {
+                        self.sub_bytes(l.device, l.size);
+                        self.undo_peak_of(r.ptr, false);
+                        Change::Free {
+                            ptr: r.ptr,
+                            live: l,
+                        }
+                    }
+                    None => {
+                        let pending = self
+                            .pending_physical
+                            .get_mut(r.thread as usize)
+                            .map(core::mem::take)
+                            .unwrap_or_default();
+                        for h in pending {
+                            if let Some(l) = self.physical.remove(&h) {
+                                self.sub_bytes(l.device, l.size);
+                                self.undo_peak_of(h, true);
+                                self.add_physical(l.device, l.size, false);
+                                self.framework_physical.insert(h, (l.size, l.device));
+                            }
+                        }
+                        Change::Physical { device }
+                    }
+                };
+                let end = self.segments.entry(r.ptr).or_insert((0, device));
+                end.0 = end.0.saturating_add(r.size);
+                let v = self.reserved.entry(device).or_default();
+                *v = v.saturating_add(r.size);
+                change
+            }
+            SegmentRelease if r.api == Api::Torch => {
+                let device = device_or_0(r.device);
+                if let Some(seg) = self.segments.get_mut(&r.ptr) {
+                    seg.0 = seg.0.saturating_sub(r.size);
+                    if seg.0 == 0 {
+                        self.segments.remove(&r.ptr);
+                    }
+                }
+                let v = self.reserved.entry(device).or_default();
+                *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            SegmentReserve => {
+                self.pooled.insert(r.device);
+                self.segments.insert(r.ptr, (r.size, r.device));
+                {
+                    let v = self.reserved.entry(r.device).or_default();
+                    *v = v.saturating_add(r.size);
+                }
+                Change::Other
+            }
+            SegmentRelease => {
+                self.segments.remove(&r.ptr);
+                let v = self.reserved.entry(r.device).or_default();
+                *v = v.saturating_sub(r.size);
+                Change::Other
+            }
+            _ => return None,
+        })
+    }
+
+    /// What the device and the framework said: NVML's figure, CUDA's pools, `cudaMemGetInfo`
+    /// (the facts tracker's), whether tensors are recorded.
+    pub(super) fn apply_facts(&mut self, r: &Record) -> Option<Change> {
+        match r.kind {
+            RecordKind::Tensors => {
+                if r.size == 0 {
+                    self.tensors.off = Some(r.ptr);
+                }
+                Some(Change::Other)
+            }
+            _ => self.facts.apply(r).then_some(Change::Other),
+        }
+    }
+
+    /// What follows an allocation on its thread (its caller, its stack) and NVTX ranges.
+    pub(super) fn apply_context(&mut self, r: &Record) -> Option<Change> {
+        use RecordKind::*;
+        Some(match r.kind {
+            Caller => {
+                let owner = self
+                    .awaiting_caller
+                    .get_mut(r.thread as usize)
+                    .and_then(Option::take);
+                let l = match owner {
+                    Some((false, p)) => self.live.get_mut(&p),
+                    Some((true, h)) => self.physical.get_mut(&h),
+                    None => None,
+                };
+                if let Some(l) = l {
+                    l.caller = [r.ptr, r.size];
+                }
+                Change::Other
+            }
+            StackRef => {
+                let mut change = Change::Other;
+                if let Some(p) = take_last(&mut self.last_alloc, r.thread)
+                    && let Some(l) = self.live.get_mut(&p)
+                {
+                    l.stack = r.ptr;
+                    if l.kind == RecordKind::Alloc as u8 && self.tensors.recorded() {
+                        change = Change::StackOfRaw;
+                    }
+                }
+                change
+            }
+            _ if self.ranges.apply(r, self.index) => Change::Other,
+            _ => return None,
+        })
+    }
+}
