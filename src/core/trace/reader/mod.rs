@@ -4,6 +4,20 @@
 //! record, counts torn records (claimed, never committed), and stops at the first record that is
 //! neither, saying where. A file cut short (copied while written, a full disk) decodes up to its
 //! end, and the records it is missing are counted.
+//!
+//! Here: the reader, its options, and records put back in time order; `head.rs` the header
+//! read and checked, `checkpoint.rs` a ring's checkpoint read back, `decode.rs` bodies read
+//! and decoded, `stats.rs` what decoding counted.
+
+mod checkpoint;
+mod decode;
+mod head;
+mod stats;
+
+use checkpoint::{checkpoint_summarized, checkpoint_summed, read_checkpoint};
+use head::{info_capacity, le_u64, read_header};
+pub use head::printable;
+pub use stats::{Damage, DecodeStats};
 
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, header};
 use std::collections::HashMap;
@@ -143,109 +157,6 @@ impl fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
-/// Where decoding stopped early, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Damage {
-    pub offset: u64,
-    pub index: u64,
-    pub reason: String,
-    /// Claimed slots after the damage that were not decoded.
-    pub skipped: u64,
-}
-
-/// Counts kept while decoding.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DecodeStats {
-    pub committed: u64,
-    /// Records a writer began and never committed (the process died in between).
-    pub torn: u64,
-    /// Slots claimed and never written: the rest of a thread's block when it stopped or the
-    /// process died. Not records; nothing was lost in them.
-    pub unused: u64,
-    pub lost: u64,
-    /// Claimed slots that lie beyond the end of the file (records, or unused block tails).
-    pub truncated: u64,
-    /// Ring records overwritten before a checkpoint summarized them (the summarizer fell
-    /// behind the writers, or the process died before its first checkpoint).
-    pub unsummarized: u64,
-    /// Live allocations the checkpoint summed by call site (its slot had no room to list
-    /// them), and their bytes: a later free of one is not matched.
-    pub summed: u64,
-    pub summed_bytes: u64,
-    /// Definitions (strings, stacks, modules) the shim could not keep apart from the ring.
-    pub definitions_dropped: u64,
-    pub damage: Option<Damage>,
-}
-
-impl DecodeStats {
-    /// What of the program's records the trace is missing, in words, when anything is: lost
-    /// to a full ring, torn by a crash, past the end of a cut file, after damage.
-    pub fn cut(&self) -> Option<String> {
-        let mut parts = Vec::new();
-        if self.lost > 0 {
-            parts.push(format!(
-                "{} records lost (the trace reached trace_max)",
-                self.lost
-            ));
-        }
-        if self.torn > 0 {
-            parts.push(format!(
-                "{} records torn (begun, never finished)",
-                self.torn
-            ));
-        }
-        if self.truncated > 0 {
-            parts.push(format!(
-                "{} records missing past the end of the file (it was cut short)",
-                self.truncated
-            ));
-        }
-        if self.unsummarized > 0 {
-            parts.push(format!(
-                "{} records left the ring before they were summarized",
-                self.unsummarized
-            ));
-        }
-        if self.summed > 0 {
-            parts.push(format!(
-                "{} allocations ({:.2} MiB) live at the checkpoint are counted by call site, not \
-                 one by one (its slot was full; raise trace_max), so a later free of one is not \
-                 matched",
-                self.summed,
-                self.summed_bytes as f64 / 1048576.0
-            ));
-        }
-        if self.definitions_dropped > 0 {
-            parts.push(format!(
-                "{} stack or name definitions did not fit the shim's log of them",
-                self.definitions_dropped
-            ));
-        }
-        if let Some(d) = &self.damage {
-            parts.push(format!(
-                "damage at offset {} ({}), {} later records not read",
-                d.offset, d.reason, d.skipped
-            ));
-        }
-        (!parts.is_empty()).then(|| parts.join("; "))
-    }
-
-    /// How far live figures (live at exit, at a boundary, a line's bytes) can be trusted when
-    /// records are missing: `None` when they are exact. `unmatched_since` is the frees after
-    /// the checkpoint that matched no allocation: with none, no summed allocation was freed.
-    pub fn live_figures(&self, unmatched_since: u64) -> Option<&'static str> {
-        if self.lost > 0 || self.truncated > 0 || self.unsummarized > 0 || self.damage.is_some() {
-            Some(
-                "records are missing, so allocations or frees among them are too: the program \
-                 may have held more or less",
-            )
-        } else if self.summed > 0 && unmatched_since > 0 {
-            Some("at most: frees of the allocations the checkpoint summed cannot be matched")
-        } else {
-            None
-        }
-    }
-}
 
 pub struct TraceReader {
     info: TraceInfo,
@@ -330,157 +241,8 @@ impl Default for ReadOptions {
     }
 }
 
-/// The header's fields, checked: the magic, the version and the layout this reader knows.
-fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<TraceInfo, ReadError> {
-    if h[..8] != format::MAGIC {
-        return Err(ReadError::BadMagic { path });
-    }
-    let version = le_u32(h, header::VERSION);
-    if version != format::VERSION {
-        return Err(ReadError::Version { path, version });
-    }
-    let record = le_u32(h, header::RECORD_SIZE);
-    let hsize = le_u32(h, header::HEADER_SIZE);
-    if record as usize != RECORD_SIZE || hsize as usize != HEADER_SIZE {
-        return Err(ReadError::Layout {
-            path,
-            record,
-            header: hsize,
-        });
-    }
-    let cmdline = nul_list(&h[header::CMDLINE..header::CMDLINE + header::CMDLINE_LEN]);
-    let env = nul_list(&h[header::ENV..header::ENV + header::ENV_LEN]);
-    Ok(TraceInfo {
-        version,
-        pid: le_u32(h, header::PID),
-        rank: le_u32(h, header::RANK) as i32,
-        host: c_string(&h[header::HOST..header::HOST + header::HOST_LEN]),
-        program: c_string(&h[header::PROGRAM..header::PROGRAM + header::PROGRAM_LEN]),
-        cmdline,
-        env,
-        start_realtime_ns: le_u64(h, header::START_REALTIME_NS),
-        clean_exit: le_u32(h, header::FLAGS) & format::FLAG_CLEAN_EXIT != 0,
-        claimed: le_u64(h, header::CLAIMED),
-        lost: le_u64(h, header::LOST),
-        capacity: le_u64(h, header::CAPACITY),
-        file_len,
-        path,
-        ring: false,
-        summarized: 0,
-        checkpoints_failed: 0,
-    })
-}
-
-/// NUL-separated strings (ending at a double NUL or the field's end), as text.
-fn nul_list(field: &[u8]) -> Vec<String> {
-    let end = field
-        .windows(2)
-        .position(|w| w == [0, 0])
-        .unwrap_or(field.len());
-    field[..end]
-        .split(|&c| c == 0)
-        .filter(|a| !a.is_empty())
-        .map(printable)
-        .collect()
-}
-
-fn le_u32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
-}
-
-fn le_u64(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
-}
-
-fn c_string(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    printable(&b[..end])
-}
-
-/// A string from the trace as reports may print it: invalid UTF-8 replaced, and control
-/// characters other than NUL (an escape sequence in a host or range name would move the
-/// reader's terminal) written as escapes (`\x1b`, `\u{9b}`).
-pub fn printable(b: &[u8]) -> String {
-    let s = String::from_utf8_lossy(b);
-    // NUL stays: it separates the parts of a Python frame's strings, and moves no terminal.
-    let escaped = |c: char| c.is_control() && c != '\0';
-    if !s.chars().any(escaped) {
-        return s.into_owned();
-    }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            c if !escaped(c) => out.push(c),
-            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
-        }
-    }
-    out
-}
-
-fn info_capacity(h: &[u8]) -> u64 {
-    le_u64(h, header::CAPACITY).max(1)
-}
 
 /// The newest whole checkpoint of a ring trace: its descriptor and bodies. A checkpoint whose
-/// checksum does not match (the process died while writing it) gives way to the other one.
-fn read_checkpoint(
-    file: &mut File,
-    h: &[u8],
-    file_len: u64,
-) -> Option<(format::ring::Descriptor, Vec<[u8; RECORD_SIZE]>)> {
-    use std::os::unix::fs::FileExt;
-    let area = le_u64(h, header::CHECKPOINT_AREA);
-    let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
-    let mut found: Vec<(format::ring::Descriptor, usize)> = (0..2)
-        .map(|k| {
-            let at = header::CHECKPOINTS + k * format::ring::DESCRIPTOR_BYTES;
-            (
-                format::ring::Descriptor::decode(&h[at..at + format::ring::DESCRIPTOR_BYTES]),
-                k,
-            )
-        })
-        .filter(|(d, _)| d.seq > 0)
-        .collect();
-    found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
-    for (d, k) in found {
-        let bytes = d.records.checked_mul(RECORD_SIZE as u64)?;
-        let at = area.checked_add((k as u64).checked_mul(slot_bytes)?)?;
-        if bytes > slot_bytes || at.checked_add(bytes)? > file_len {
-            continue;
-        }
-        let mut raw = vec![0u8; bytes as usize];
-        if file.read_exact_at(&mut raw, at).is_err() || format::ring::checksum(&raw) != d.checksum {
-            continue;
-        }
-        let bodies = raw
-            .chunks_exact(RECORD_SIZE)
-            .map(|c| c.try_into().unwrap_or([0; RECORD_SIZE]))
-            .collect();
-        return Some((d, bodies));
-    }
-    None
-}
-
-/// The records a checkpoint summarizes (its `BEGIN` record's `size`).
-fn checkpoint_summarized(bodies: &[[u8; RECORD_SIZE]]) -> u64 {
-    bodies
-        .first()
-        .and_then(Record::decode)
-        .filter(|r| r.kind == RecordKind::Restore && r.status == format::restore::BEGIN)
-        .map_or(0, |r| r.size)
-}
-
-/// The allocations and bytes a checkpoint summed by call site (its `SUMMED` records).
-fn checkpoint_summed(bodies: &[[u8; RECORD_SIZE]]) -> (u64, u64) {
-    bodies
-        .iter()
-        .filter_map(Record::decode)
-        .filter(|r| r.kind == RecordKind::Restore && r.status == format::restore::SUMMED)
-        .fold((0u64, 0u64), |(n, b), r| {
-            (n.saturating_add(r.ptr), b.saturating_add(r.size))
-        })
-}
 
 impl TraceReader {
     /// Opens a trace to read every record, with frames named.
@@ -828,117 +590,3 @@ impl TraceReader {
     }
 }
 
-impl TraceReader {
-    /// The next record body: the checkpoint's first, then the file's (or the ring's).
-    fn next_body(&mut self, buf: &mut [u8; RECORD_SIZE]) -> Option<(u64, bool)> {
-        if self.checkpoint_at < self.checkpoint.len() {
-            *buf = self.checkpoint[self.checkpoint_at];
-            self.checkpoint_at += 1;
-            return Some(((self.checkpoint_at - 1) as u64, true));
-        }
-        if self.next >= self.end {
-            return None;
-        }
-        let index = self.next;
-        self.next += 1;
-        if self.ring > 0 && index % self.ring == 0 && index != self.start {
-            if let Err(e) = io::Seek::seek(&mut self.input, io::SeekFrom::Start(HEADER_SIZE as u64))
-            {
-                self.stop(format!("seek failed: {e}"));
-                return None;
-            }
-        }
-        if let Err(e) = self.input.read_exact(buf) {
-            self.stop(format!("read failed: {e}"));
-            return None;
-        }
-        Some((index, false))
-    }
-
-    fn next_in_file(&mut self) -> Option<Record> {
-        let mut buf = [0u8; RECORD_SIZE];
-        while let Some((index, in_checkpoint)) = self.next_body(&mut buf) {
-            let commit = Record::commit_of(&buf);
-            if commit == 0 {
-                if buf.iter().all(|&b| b == 0) {
-                    self.stats.unused += 1;
-                } else {
-                    self.stats.torn += 1;
-                }
-                continue;
-            }
-            if commit != format::commit_tag(index) && self.ring > 0 && !in_checkpoint {
-                // A slot this lap's writer claimed and left unused: an earlier lap's record.
-                self.stats.unused += 1;
-                continue;
-            }
-            if commit != format::commit_tag(index) {
-                if in_checkpoint {
-                    // The checkpoint's checksum matched: it cannot be damaged; skip it whole.
-                    self.checkpoint_at = self.checkpoint.len();
-                    self.checkpoint_prefix = 0;
-                    continue;
-                }
-                self.stop(format!(
-                    "commit word {commit:#06x} does not belong to record {index} \
-                     (expected {:#06x}): the file is damaged here",
-                    format::commit_tag(index)
-                ));
-                return None;
-            }
-            match Record::decode(&buf) {
-                Some(r) if matches!(r.kind, RecordKind::StringData | RecordKind::StackData) => {
-                    self.stats.committed += 1;
-                    if let Some((kind, id, len, mut bytes)) = self.pending.take() {
-                        let at = format::record::TIME_NS;
-                        bytes.extend_from_slice(&buf[at..at + format::STRING_BYTES_PER_RECORD]);
-                        if bytes.len() < len {
-                            self.pending = Some((kind, id, len, bytes));
-                        } else {
-                            bytes.truncate(len);
-                            self.define(kind, id, bytes);
-                        }
-                    }
-                }
-                Some(r) => {
-                    self.stats.committed += 1;
-                    let len = match r.kind {
-                        RecordKind::String => (r.size as usize).min(format::STRING_MAX),
-                        RecordKind::Stack => {
-                            (r.size as usize).min(crate::trace::unwind::MAX_FRAMES) * 8
-                        }
-                        RecordKind::Module => {
-                            // Another module at this base: its build-id, if any, follows.
-                            self.modules.insert(r.ptr, r.size);
-                            self.build_ids.remove(&r.ptr);
-                            0
-                        }
-                        RecordKind::ModuleBuildId => {
-                            self.build_ids.insert(r.ptr, r.size);
-                            0
-                        }
-                        _ => 0,
-                    };
-                    if matches!(r.kind, RecordKind::String | RecordKind::Stack) {
-                        if len == 0 {
-                            self.define(r.kind, r.ptr, Vec::new());
-                        } else {
-                            self.pending = Some((r.kind, r.ptr, len, Vec::with_capacity(len)));
-                        }
-                    }
-                    return Some(r);
-                }
-                None => {
-                    self.stop(format!(
-                        "record {index} has an unknown kind ({}) or API ({}): the file is damaged \
-                         here or was written by a newer gpushim",
-                        buf[format::record::KIND],
-                        buf[format::record::API]
-                    ));
-                    return None;
-                }
-            }
-        }
-        None
-    }
-}

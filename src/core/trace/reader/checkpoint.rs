@@ -1,0 +1,62 @@
+//! A ring's checkpoint read back: the newest whole one, and what it says of itself.
+
+use super::*;
+
+/// checksum does not match (the process died while writing it) gives way to the other one.
+pub(super) fn read_checkpoint(
+    file: &mut File,
+    h: &[u8],
+    file_len: u64,
+) -> Option<(format::ring::Descriptor, Vec<[u8; RECORD_SIZE]>)> {
+    use std::os::unix::fs::FileExt;
+    let area = le_u64(h, header::CHECKPOINT_AREA);
+    let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
+    let mut found: Vec<(format::ring::Descriptor, usize)> = (0..2)
+        .map(|k| {
+            let at = header::CHECKPOINTS + k * format::ring::DESCRIPTOR_BYTES;
+            (
+                format::ring::Descriptor::decode(&h[at..at + format::ring::DESCRIPTOR_BYTES]),
+                k,
+            )
+        })
+        .filter(|(d, _)| d.seq > 0)
+        .collect();
+    found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
+    for (d, k) in found {
+        let bytes = d.records.checked_mul(RECORD_SIZE as u64)?;
+        let at = area.checked_add((k as u64).checked_mul(slot_bytes)?)?;
+        if bytes > slot_bytes || at.checked_add(bytes)? > file_len {
+            continue;
+        }
+        let mut raw = vec![0u8; bytes as usize];
+        if file.read_exact_at(&mut raw, at).is_err() || format::ring::checksum(&raw) != d.checksum {
+            continue;
+        }
+        let bodies = raw
+            .chunks_exact(RECORD_SIZE)
+            .map(|c| c.try_into().unwrap_or([0; RECORD_SIZE]))
+            .collect();
+        return Some((d, bodies));
+    }
+    None
+}
+
+/// The records a checkpoint summarizes (its `BEGIN` record's `size`).
+pub(super) fn checkpoint_summarized(bodies: &[[u8; RECORD_SIZE]]) -> u64 {
+    bodies
+        .first()
+        .and_then(Record::decode)
+        .filter(|r| r.kind == RecordKind::Restore && r.status == format::restore::BEGIN)
+        .map_or(0, |r| r.size)
+}
+
+/// The allocations and bytes a checkpoint summed by call site (its `SUMMED` records).
+pub(super) fn checkpoint_summed(bodies: &[[u8; RECORD_SIZE]]) -> (u64, u64) {
+    bodies
+        .iter()
+        .filter_map(Record::decode)
+        .filter(|r| r.kind == RecordKind::Restore && r.status == format::restore::SUMMED)
+        .fold((0u64, 0u64), |(n, b), r| {
+            (n.saturating_add(r.ptr), b.saturating_add(r.size))
+        })
+}

@@ -1,0 +1,95 @@
+//! The header read and checked, and the small decoders of its fields.
+
+use super::*;
+
+/// The header's fields, checked: the magic, the version and the layout this reader knows.
+pub(super) fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<TraceInfo, ReadError> {
+    if h[..8] != format::MAGIC {
+        return Err(ReadError::BadMagic { path });
+    }
+    let version = le_u32(h, header::VERSION);
+    if version != format::VERSION {
+        return Err(ReadError::Version { path, version });
+    }
+    let record = le_u32(h, header::RECORD_SIZE);
+    let hsize = le_u32(h, header::HEADER_SIZE);
+    if record as usize != RECORD_SIZE || hsize as usize != HEADER_SIZE {
+        return Err(ReadError::Layout {
+            path,
+            record,
+            header: hsize,
+        });
+    }
+    let cmdline = nul_list(&h[header::CMDLINE..header::CMDLINE + header::CMDLINE_LEN]);
+    let env = nul_list(&h[header::ENV..header::ENV + header::ENV_LEN]);
+    Ok(TraceInfo {
+        version,
+        pid: le_u32(h, header::PID),
+        rank: le_u32(h, header::RANK) as i32,
+        host: c_string(&h[header::HOST..header::HOST + header::HOST_LEN]),
+        program: c_string(&h[header::PROGRAM..header::PROGRAM + header::PROGRAM_LEN]),
+        cmdline,
+        env,
+        start_realtime_ns: le_u64(h, header::START_REALTIME_NS),
+        clean_exit: le_u32(h, header::FLAGS) & format::FLAG_CLEAN_EXIT != 0,
+        claimed: le_u64(h, header::CLAIMED),
+        lost: le_u64(h, header::LOST),
+        capacity: le_u64(h, header::CAPACITY),
+        file_len,
+        path,
+        ring: false,
+        summarized: 0,
+        checkpoints_failed: 0,
+    })
+}
+
+/// NUL-separated strings (ending at a double NUL or the field's end), as text.
+pub(super) fn nul_list(field: &[u8]) -> Vec<String> {
+    let end = field
+        .windows(2)
+        .position(|w| w == [0, 0])
+        .unwrap_or(field.len());
+    field[..end]
+        .split(|&c| c == 0)
+        .filter(|a| !a.is_empty())
+        .map(printable)
+        .collect()
+}
+
+pub(super) fn le_u32(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
+}
+
+pub(super) fn le_u64(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
+}
+
+pub(super) fn c_string(b: &[u8]) -> String {
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    printable(&b[..end])
+}
+
+/// A string from the trace as reports may print it: invalid UTF-8 replaced, and control
+/// characters other than NUL (an escape sequence in a host or range name would move the
+/// reader's terminal) written as escapes (`\x1b`, `\u{9b}`).
+pub fn printable(b: &[u8]) -> String {
+    let s = String::from_utf8_lossy(b);
+    // NUL stays: it separates the parts of a Python frame's strings, and moves no terminal.
+    let escaped = |c: char| c.is_control() && c != '\0';
+    if !s.chars().any(escaped) {
+        return s.into_owned();
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        match c {
+            c if !escaped(c) => out.push(c),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    out
+}
+
+pub(super) fn info_capacity(h: &[u8]) -> u64 {
+    le_u64(h, header::CAPACITY).max(1)
+}
