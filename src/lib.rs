@@ -5,7 +5,6 @@
 //! - the core ([`gpushim_core`], `src/core/`, which the shim compiles too): [`fasthash`],
 //!   [`fixedfmt`], [`config`], [`trace`] (the file format, the writer, the reader) and
 //!   [`engine`] (the caching allocator), re-exported here under their own names;
-//! - [`engine::torch`]: PyTorch's caching allocator, modelled for `simulate --torch`;
 //! - [`report`]: summary, peak, leaks, OOM, what-if replays;
 //! - [`export`]: other viewers' formats and pictures;
 //! - [`files`]: what the command writes and trusts in folders others may share;
@@ -13,10 +12,9 @@
 
 pub use gpushim_core::{config, fasthash, fixedfmt, trace};
 
-/// The core's caching allocator, and PyTorch's modelled beside it (`src/engine/torch/`).
+/// The core's caching allocator (PyTorch's, modelled, is in `report::torch_replay::model`).
 pub mod engine {
     pub use gpushim_core::engine::*;
-    pub mod torch;
 }
 
 pub mod export;

@@ -387,7 +387,7 @@ fn each_module_uses_only_the_layers_below_it_as_the_design_draws_them() {
         (
             "src",
             "- command (",
-            &[&["engine"], &["report"], &["export"], &["run"], &["cli"]],
+            &[&["report"], &["export"], &["run"], &["cli"]],
         ),
         (
             "shim/src",

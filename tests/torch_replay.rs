@@ -8,7 +8,7 @@
 mod common;
 
 use common::gpushim_text;
-use gpushim::engine::torch::TorchConf;
+use gpushim::report::torch_replay::model::TorchConf;
 use gpushim::report::torch_replay::{self, Bounds};
 use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;

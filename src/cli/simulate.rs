@@ -3,7 +3,7 @@
 //! other policies (`--conf`).
 
 use super::output::{fail, print_json};
-use gpushim::engine::torch::TorchConf;
+use gpushim::report::torch_replay::model::TorchConf;
 use gpushim::report::torch_replay::{self, Bounds, Fidelity, Outcome, ReplayError};
 use gpushim::report::units::{human_bytes, human_duration};
 use gpushim::trace::reader::ReadOptions;

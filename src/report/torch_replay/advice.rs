@@ -1,7 +1,7 @@
 //! The settings tried (`--recommend`) and the advice after an out-of-memory.
 
 use super::{Bounds, Ev, Input, Outcome, ReplayError, read, replay};
-use crate::engine::torch::TorchConf;
+use crate::report::torch_replay::model::TorchConf;
 use crate::report::units::human_bytes;
 use crate::trace::reader::ReadOptions;
 use serde::Serialize;
@@ -21,7 +21,8 @@ pub fn candidates(recorded: &TorchConf, fraction: bool) -> Vec<TorchConf> {
                     let mut c = recorded.clone();
                     c.expandable_segments = expandable;
                     c.max_split_size = split.map_or(u64::MAX, |s: u64| s * MIB);
-                    c.roundup_divisions = [div; crate::engine::torch::conf::INTERVALS];
+                    c.roundup_divisions =
+                        [div; crate::report::torch_replay::model::conf::INTERVALS];
                     c.gc_threshold = gc;
                     out.push(c);
                 }

@@ -1,5 +1,5 @@
 //! `gpushim simulate --torch`: the tensors a run's PyTorch allocator handed out and took back,
-//! replayed in order through the model of that allocator (`engine::torch`) under another
+//! replayed in order through the model of that allocator (`model`) under another
 //! `PYTORCH_CUDA_ALLOC_CONF`; and the replay of the setting the run used, checked against the
 //! segments the run really took.
 //!
@@ -15,6 +15,7 @@
 //! out-of-memory).
 
 mod advice;
+pub mod model;
 mod read;
 mod replayer;
 

@@ -1,7 +1,7 @@
 //! Reading a trace's tensors, and what the replay needs to know about the run, in one pass.
 
 use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError};
-use crate::engine::torch::TorchConf;
+use crate::report::torch_replay::model::TorchConf;
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::reader::{ReadOptions, TraceReader};
 use std::collections::{BTreeMap, HashMap};

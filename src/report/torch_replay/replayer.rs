@@ -1,8 +1,8 @@
 //! One replay: a model of PyTorch's allocator per device, fed the run's events in order.
 
 use super::{Bounds, DeviceOutcome, Ev, Event, Failure, Fidelity, Input, Outcome, TOTAL_UNKNOWN};
-use crate::engine::torch::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
 use crate::report::sites::site_label;
+use crate::report::torch_replay::model::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
 use crate::report::units::human_bytes;
 use crate::trace::reader::TraceReader;
 use std::collections::{BTreeMap, HashMap};

@@ -15,8 +15,8 @@ mod head;
 mod stats;
 
 use checkpoint::{checkpoint_summarized, checkpoint_summed, read_checkpoint};
-use head::{info_capacity, le_u64, read_header};
 pub use head::printable;
+use head::{info_capacity, le_u64, read_header};
 pub use stats::{Damage, DecodeStats};
 
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, header};
@@ -157,7 +157,6 @@ impl fmt::Display for ReadError {
 
 impl std::error::Error for ReadError {}
 
-
 pub struct TraceReader {
     info: TraceInfo,
     input: BufReader<File>,
@@ -240,7 +239,6 @@ impl Default for ReadOptions {
         }
     }
 }
-
 
 /// The newest whole checkpoint of a ring trace: its descriptor and bodies. A checkpoint whose
 
@@ -589,4 +587,3 @@ impl TraceReader {
         }
     }
 }
-

@@ -1,7 +1,7 @@
 //! The model against PyTorch's rules, each worked out by hand from
 //! docs/torch-allocator.md, and against its own consistency under random programs.
 
-use super::model::{allocation_size, round_size};
+use super::device::{allocation_size, round_size};
 use super::*;
 use proptest::prelude::*;
 

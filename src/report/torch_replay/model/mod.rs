@@ -3,10 +3,10 @@
 //! what another `PYTORCH_CUDA_ALLOC_CONF` would have reserved.
 
 pub mod conf;
-pub mod model;
+pub mod device;
 
 pub use conf::TorchConf;
-pub use model::{DeviceLimits, Hint, Model, Oom, SegmentEvent, Stats};
+pub use device::{DeviceLimits, Hint, Model, Oom, SegmentEvent, Stats};
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,136 @@
+//! Segments given back: a block's whole segment, the cached ones, what a failed request
+//! frees before it tries again, and the garbage collection threshold's.
+
+use super::*;
+
+impl Model {
+    pub(super) fn whole_segment(&self, ptr: u64) -> bool {
+        self.blocks.get(&ptr).is_some_and(|b| {
+            b.seg == ptr && self.segments.get(&ptr).is_some_and(|s| s.size == b.size)
+        })
+    }
+
+    /// `cudaFree` of a plain segment that is one free block.
+    pub(super) fn release_block(&mut self, ptr: u64) {
+        let Some(b) = self.blocks.remove(&ptr) else {
+            return;
+        };
+        self.free[pool(b.small)].remove(&(b.stream, b.size, ptr));
+        self.segments.remove(&ptr);
+        self.stats.reserved -= b.size;
+        self.stats.device_frees += 1;
+        self.logged(SegmentEvent::Release { ptr, size: b.size });
+    }
+
+    pub(super) fn release_blocks(&mut self, p: usize) {
+        let keys: Vec<(u64, u64, u64)> = self.free[p].iter().copied().collect();
+        let mut to_unmap = Vec::new();
+        for (_, _, ptr) in keys {
+            if self.expandable(ptr) {
+                to_unmap.push(ptr);
+            } else if self.whole_segment(ptr) {
+                self.release_block(ptr);
+            }
+        }
+        for ptr in to_unmap {
+            if let Some(start) = self.unmap_block(ptr)
+                && self.whole_segment(start)
+            {
+                // The whole reservation is unmapped: PyTorch gives the address range back.
+                let b = self.blocks.remove(&start).map(|b| (b.stream, b.small));
+                if let Some((stream, small)) = b {
+                    self.unmapped[pool(small)].remove(&(stream, start));
+                }
+                self.segments.remove(&start);
+            }
+        }
+    }
+
+    /// Every pending free completes, then every wholly free cached segment goes back.
+    pub(super) fn release_cached(&mut self) {
+        let pending: Vec<u64> = std::mem::take(&mut self.pending).into_iter().collect();
+        for ptr in pending {
+            self.free_block(ptr);
+        }
+        self.release_blocks(0);
+        self.release_blocks(1);
+    }
+
+    /// With `max_split_size` set: the smallest oversize cached block that covers the request,
+    /// or oversize blocks from the largest down until they add up to it, go back.
+    pub(super) fn release_available(&mut self, size: u64, stream: u64, small: bool) -> bool {
+        let max_split = self.conf.max_split_size;
+        if max_split == u64::MAX {
+            return false;
+        }
+        let p = pool(small);
+        let key = size.max(max_split);
+        let first = self.free[p].range((stream, key, 0)..).next().copied();
+        if let Some(f) = first
+            && f.0 == stream
+            && !self.expandable(f.2)
+        {
+            self.release_block(f.2);
+            return true;
+        }
+        let below: Vec<(u64, u64, u64)> = self.free[p]
+            .range(..(stream, key, 0))
+            .rev()
+            .take_while(|k| k.1 >= max_split && k.0 == stream)
+            .copied()
+            .collect();
+        let mut released = 0u64;
+        for k in below {
+            if released >= key {
+                break;
+            }
+            if !self.expandable(k.2) {
+                self.release_block(k.2);
+                released += k.1;
+            }
+        }
+        released >= key
+    }
+
+    /// With a memory fraction and `garbage_collection_threshold`: above the threshold, cached
+    /// whole segments of the large pool that waited longer than average go back, until enough
+    /// did.
+    pub(super) fn garbage_collect(&mut self) {
+        let Some(allowed) = self.limits.allowed else {
+            return;
+        };
+        let threshold = (self.conf.gc_threshold * allowed as f64) as u64;
+        if self.stats.reserved <= threshold {
+            return;
+        }
+        let target = self.stats.reserved - threshold;
+        let clock = self.searches[0];
+        let age = |b: &Block| clock.saturating_sub(b.gc_base);
+        let whole: Vec<u64> = self.free[0]
+            .iter()
+            .map(|k| k.2)
+            .filter(|&p| self.prev_of(p).is_none() && self.next_of(p).is_none())
+            .collect();
+        let mut total_age: u64 = whole.iter().map(|p| age(&self.blocks[p])).sum();
+        let mut count = whole.len() as u64;
+        let mut reclaimed = 0u64;
+        let mut freed = true;
+        while reclaimed < target && freed && count > 0 {
+            let mean = total_age as f64 / count as f64;
+            freed = false;
+            let keys: Vec<(u64, u64, u64)> = self.free[0].iter().copied().collect();
+            for (_, size, ptr) in keys {
+                let Some(b) = self.blocks.get(&ptr).copied() else {
+                    continue;
+                };
+                if self.whole_segment(ptr) && !self.expandable(ptr) && age(&b) as f64 >= mean {
+                    freed = true;
+                    reclaimed += size;
+                    total_age = total_age.saturating_sub(age(&b));
+                    count = count.saturating_sub(1);
+                    self.release_block(ptr);
+                }
+            }
+        }
+    }
+}
