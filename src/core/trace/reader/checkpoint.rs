@@ -2,6 +2,7 @@
 
 use super::*;
 
+/// The newest whole checkpoint of a ring trace: its descriptor and bodies. A checkpoint whose
 /// checksum does not match (the process died while writing it) gives way to the other one.
 pub(super) fn read_checkpoint(
     file: &mut File,

@@ -240,8 +240,6 @@ impl Default for ReadOptions {
     }
 }
 
-/// The newest whole checkpoint of a ring trace: its descriptor and bodies. A checkpoint whose
-
 impl TraceReader {
     /// Opens a trace to read every record, with frames named.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, ReadError> {
