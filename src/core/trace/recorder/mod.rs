@@ -19,12 +19,16 @@
 //! Here: the recorder, opening, and the hot path (claiming and writing a record);
 //! `chunks.rs` grows and maps the file, `intern.rs` gives strings, stacks and streams their
 //! ids, `definitions.rs` keeps a ring's definitions where no lap overwrites them, `naming.rs`
-//! expands the path pattern and words the errors.
+//! expands the path pattern and words the errors, `opening.rs` creates the file and writes its
+//! header, `closing.rs` marks it clean and gives back what it does not hold, `ring.rs` lays a
+//! ring out and runs its summarizer.
 
 mod chunks;
+mod closing;
 mod definitions;
 mod intern;
 mod naming;
+mod opening;
 mod ring;
 
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, header};
@@ -241,109 +245,6 @@ impl Recorder {
             .is_ok()
     }
 
-    /// Creates the file (0600, `O_EXCL | O_NOFOLLOW`; under another name when the one asked for
-    /// is taken, see [`naming::another_name`]), writes the header and maps the first chunk.
-    /// The caller must have won [`Recorder::begin_open`].
-    pub fn open(&self, o: &OpenOptions<'_>) -> Result<(), OpenError> {
-        if self.state.load(Ordering::Relaxed) != OPENING {
-            return Err(OpenError::Busy);
-        }
-        let r = self.open_inner(o);
-        self.state
-            .store(if r.is_ok() { READY } else { FAILED }, Ordering::Release);
-        r
-    }
-
-    fn open_inner(&self, o: &OpenOptions<'_>) -> Result<(), OpenError> {
-        if o.path.len() >= PATH_CAP || o.path.contains(&0) {
-            return Err(OpenError::PathTooLong);
-        }
-        // SAFETY: we hold the OPENING state, so no other thread reads or writes `path` now.
-        let path = unsafe { &mut *self.path.get() };
-        path[..o.path.len()].copy_from_slice(o.path);
-        path[o.path.len()] = 0;
-        self.path_len.store(o.path.len() as u32, Ordering::Relaxed);
-
-        let create = |path: &[u8; PATH_CAP]| {
-            // SAFETY: `path` is NUL-terminated; the flags create a new file or fail.
-            unsafe {
-                libc::open(
-                    path.as_ptr().cast(),
-                    libc::O_RDWR
-                        | libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_NOFOLLOW
-                        | libc::O_CLOEXEC,
-                    0o600 as libc::c_uint,
-                )
-            }
-        };
-        let mut fd = create(path);
-        // A name already there (a file, a link, a name made in advance in a shared folder)
-        // never turns recording off: the trace takes another, unguessable one beside it, which
-        // `path()` then gives.
-        let mut tries = 0;
-        while fd < 0 && last_errno() == libc::EEXIST && tries < naming::OTHER_NAMES {
-            tries += 1;
-            let Some(n) = naming::another_name(o.path, naming::unguessable_word(), path) else {
-                break;
-            };
-            self.path_len.store(n as u32, Ordering::Relaxed);
-            fd = create(path);
-        }
-        if fd < 0 {
-            return Err(OpenError::Create(last_errno()));
-        }
-        self.fd.store(fd, Ordering::Relaxed);
-        for (c, p) in self.chunks.iter().zip(&self.populated) {
-            c.store(ptr::null_mut(), Ordering::Relaxed);
-            p.store(false, Ordering::Relaxed);
-        }
-        for s in &self.streams {
-            s.store(0, Ordering::Relaxed);
-        }
-        for s in self.strings.iter().chain(&self.stacks) {
-            s.store(0, Ordering::Relaxed);
-        }
-        self.threads.store(0, Ordering::Relaxed);
-        self.slow.file_len.store(0, Ordering::Relaxed);
-        let chunk_cap = (MAX_CHUNKS as u64 * CHUNK_BYTES - HEADER_SIZE as u64) / RECORD_SIZE as u64;
-        let layout = ring::Layout::of(o.trace_max, o.ring);
-        let capacity = layout.capacity.min(chunk_cap);
-        self.capacity.store(capacity, Ordering::Relaxed);
-        self.ring_on.store(false, Ordering::Relaxed);
-        self.limit.store(u64::MAX, Ordering::Relaxed);
-        self.slow
-            .checkpoint_area
-            .store(layout.checkpoint_area, Ordering::Relaxed);
-        self.slow
-            .checkpoint_slot
-            .store(layout.checkpoint_slot, Ordering::Relaxed);
-        self.open_definitions_log(layout.checkpoint_slot > 0);
-
-        let base = match self.map_chunk(0) {
-            Ok(b) => b,
-            Err(e) => {
-                // SAFETY: `fd` is ours and open; `path` is the file we just created.
-                unsafe {
-                    libc::close(fd);
-                    libc::unlink(path.as_ptr().cast());
-                }
-                return Err(OpenError::Map(e));
-            }
-        };
-        // SAFETY: chunk 0 is mapped read-write and at least HEADER_SIZE bytes long; no producer
-        // writes to the header before READY is published.
-        let origin = unsafe { write_header(base, o, capacity, &layout) };
-        self.origin_ns.store(origin, Ordering::Relaxed);
-        self.serial.store(
-            OPEN_SERIAL.fetch_add(1, Ordering::Relaxed),
-            Ordering::Relaxed,
-        );
-        self.generation.fetch_add(1, Ordering::Release);
-        Ok(())
-    }
-
     /// The device and inode of the open trace's file (what `gpushim run` checks the file it
     /// reads against), or `None` when it is not open.
     pub fn file_id(&self) -> Option<(u64, u64)> {
@@ -552,179 +453,6 @@ impl Recorder {
         n.min(u16::MAX as u32) as u16
     }
 
-    /// Marks the trace as cleanly closed. Producers may still append afterwards (atexit
-    /// handlers of other libraries can free memory): those records are still committed.
-    pub fn mark_clean_exit(&self) {
-        let base = self.chunks[0].load(Ordering::Acquire);
-        if base.is_null() {
-            return;
-        }
-        // SAFETY: the flags word is a 4-byte aligned header field of the mapped chunk 0.
-        let flags = unsafe { AtomicU32::from_ptr(base.add(header::FLAGS).cast()) };
-        flags.fetch_or(format::FLAG_CLEAN_EXIT, Ordering::Release);
-        self.release_unused_tail();
-    }
-
-    /// Gives the disk back for the part of the file past the slots claimed so far (the chunks
-    /// mapped ahead of the writers). A file with no checkpoint yet is cut to what it holds plus
-    /// [`TAIL_KEPT`] (see `cut_to_claimed`); a ring's file with a checkpoint keeps its length
-    /// and gets a hole punched between its last slot and the checkpoint area, where a record
-    /// written later still lands, on a page allocated anew.
-    pub fn release_unused_tail(&self) {
-        let fd = self.fd.load(Ordering::Acquire);
-        if fd < 0 {
-            return;
-        }
-        // The grower maps and populates nothing more ahead; one at work finishes first (it
-        // would give pages of the tail back to the file): a chunk's population can take tens of
-        // milliseconds on a busy machine, so up to two seconds (the grower never blocks for
-        // long: it only maps and populates).
-        self.slow.ahead_stopped.store(true, Ordering::SeqCst);
-        for i in 0..12_000u32 {
-            if !self.slow.ahead_busy.load(Ordering::SeqCst) {
-                break;
-            }
-            if i < 10_000 {
-                // SAFETY: sched_yield has no preconditions.
-                unsafe { libc::sched_yield() };
-            } else {
-                std::thread::sleep(std::time::Duration::from_millis(1));
-            }
-        }
-        let capacity = self.capacity.load(Ordering::Relaxed);
-        let used = HEADER_SIZE as u64
-            + self
-                .claimed()
-                .min(capacity)
-                .saturating_mul(RECORD_SIZE as u64);
-        // A ring's checkpoint area lies past its slots: never given back.
-        let area = self.slow.checkpoint_area.load(Ordering::Relaxed);
-        let from = used
-            .div_ceil(TAIL_KEPT)
-            .saturating_add(1)
-            .saturating_mul(TAIL_KEPT);
-        // SAFETY: an all-zero stat is a valid out-buffer for fstat on our own descriptor.
-        let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: `fd` is the open trace; `st` a valid out-buffer.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 {
-            return;
-        }
-        let size = st.st_size as u64;
-        // A file with a checkpoint keeps it: past `area` lies the newest.
-        let checkpointed = area > 0 && size > area;
-        if !checkpointed && self.cut_to_claimed(fd, size) {
-            return;
-        }
-        let end = if area > 0 { area.min(size) } else { size };
-        if end <= from {
-            return;
-        }
-        // SAFETY: punching a hole in our own file past every claimed slot frees its blocks and
-        // keeps its size; mapped pages there read as zeros, as never-written slots do.
-        unsafe {
-            libc::fallocate(
-                fd,
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                from as libc::off_t,
-                (end - from) as libc::off_t,
-            )
-        };
-    }
-
-    /// In a forked child: forget the parent's trace without touching it, so the child writes
-    /// nothing into the parent's file and opens its own on its first event. Async-signal-safe:
-    /// only atomic stores and `close`.
-    pub fn forget_after_fork(&self) {
-        for c in &self.chunks {
-            c.store(ptr::null_mut(), Ordering::Relaxed);
-        }
-        let fd = self.fd.swap(-1, Ordering::Relaxed);
-        if fd >= 0 {
-            // SAFETY: the descriptor was inherited from the parent and is ours to close; the
-            // parent's copy stays open.
-            unsafe { libc::close(fd) };
-        }
-        self.slow.growing.store(false, Ordering::Relaxed);
-        self.slow.ahead_stopped.store(false, Ordering::Relaxed);
-        self.slow.ahead_busy.store(false, Ordering::Relaxed);
-        self.state.store(CLOSED, Ordering::Release);
-    }
-}
-
-impl Drop for Recorder {
-    /// Unmaps the trace and closes it (tests and benchmarks; the shim's recorder is static and
-    /// lives as long as the process).
-    fn drop(&mut self) {
-        for c in &self.chunks {
-            let p = c.swap(ptr::null_mut(), Ordering::Relaxed);
-            if !p.is_null() {
-                // SAFETY: each non-null entry is a CHUNK_BYTES mapping we made; `&mut self`
-                // means no producer can be using it.
-                unsafe { libc::munmap(p.cast(), CHUNK_BYTES as usize) };
-            }
-        }
-        let fd = self.fd.swap(-1, Ordering::Relaxed);
-        if fd >= 0 {
-            // SAFETY: our own descriptor.
-            unsafe { libc::close(fd) };
-        }
-    }
-}
-
-/// Writes the header; returns the monotonic clock origin it recorded.
-///
-/// # Safety
-/// `base` must point to at least HEADER_SIZE writable bytes that no other thread touches.
-unsafe fn write_header(
-    base: *mut u8,
-    o: &OpenOptions<'_>,
-    capacity: u64,
-    layout: &ring::Layout,
-) -> u64 {
-    // SAFETY: the caller guarantees HEADER_SIZE writable bytes at `base`.
-    let h = unsafe { core::slice::from_raw_parts_mut(base, HEADER_SIZE) };
-    let put =
-        |h: &mut [u8], off: usize, bytes: &[u8]| h[off..off + bytes.len()].copy_from_slice(bytes);
-    put(h, header::VERSION, &format::VERSION.to_le_bytes());
-    put(h, header::RECORD_SIZE, &(RECORD_SIZE as u32).to_le_bytes());
-    put(h, header::HEADER_SIZE, &(HEADER_SIZE as u32).to_le_bytes());
-    put(h, header::PID, &o.pid.to_le_bytes());
-    put(h, header::RANK, &o.rank.to_le_bytes());
-    put(
-        h,
-        header::START_REALTIME_NS,
-        &clock_ns(libc::CLOCK_REALTIME).to_le_bytes(),
-    );
-    let origin = clock_ns(libc::CLOCK_MONOTONIC);
-    put(h, header::START_MONOTONIC_NS, &origin.to_le_bytes());
-    put(h, header::CAPACITY, &capacity.to_le_bytes());
-    if layout.checkpoint_slot > 0 {
-        put(h, header::RING, &1u64.to_le_bytes());
-        put(
-            h,
-            header::CHECKPOINT_AREA,
-            &layout.checkpoint_area.to_le_bytes(),
-        );
-        put(
-            h,
-            header::CHECKPOINT_SLOT_BYTES,
-            &layout.checkpoint_slot.to_le_bytes(),
-        );
-    }
-    let clip = |b: &[u8], n: usize| b.len().min(n - 1);
-    let n = clip(o.host, header::HOST_LEN);
-    put(h, header::HOST, &o.host[..n]);
-    let n = clip(o.program, header::PROGRAM_LEN);
-    put(h, header::PROGRAM, &o.program[..n]);
-    let n = clip(o.cmdline, header::CMDLINE_LEN);
-    put(h, header::CMDLINE, &o.cmdline[..n]);
-    let n = clip(o.env, header::ENV_LEN);
-    put(h, header::ENV, &o.env[..n]);
-    // The magic last: a reader (`gpushim top` on a process just starting) that sees it sees
-    // the whole header.
-    core::sync::atomic::fence(core::sync::atomic::Ordering::Release);
-    put(h, header::MAGIC, &format::MAGIC);
-    origin
 }
 
 /// Nanoseconds on `clock` (through the vDSO: no system call).
