@@ -36,7 +36,12 @@
 //! code objects itself and copies it); before 3.12 by its file name and first line here, and
 //! its name and line table too in `names`.
 
+mod layout;
 mod names;
+mod seen;
+
+use seen::*;
+use layout::{FRAME_OWNED_BY_CSTACK, Layout, layout};
 
 use crate::cuda::real;
 use crate::os::say;
@@ -49,103 +54,6 @@ use names::{code_id, line_at};
 
 type Getter = unsafe extern "C" fn() -> usize;
 type Flag = unsafe extern "C" fn() -> c_int;
-
-/// Where the fields the walk reads lie, for one minor version (x86_64 and aarch64 Linux,
-/// release builds; measured with `offsetof` on each version's headers).
-#[derive(Clone, Copy)]
-struct Layout {
-    /// Thread state -> current frame (through `cframe` in 3.11 and 3.12).
-    tstate_frame: usize,
-    cframe_frame: Option<usize>,
-    frame_code: usize,
-    frame_back: usize,
-    /// `f_lasti` (an int) up to 3.10; the instruction pointer from 3.11.
-    frame_instr: usize,
-    /// `owner` (a char) from 3.11.
-    frame_owner: Option<usize>,
-    code_filename: usize,
-    /// `co_qualname` from 3.11, else `co_name`.
-    code_name: usize,
-    code_firstlineno: usize,
-    /// `co_version` from 3.12: a number CPython gives each code object it creates, from a
-    /// counter that only grows (and stops at 0 once it would wrap), so no two code objects it
-    /// makes ever share one that is not 0. `None` before 3.12.
-    code_version: Option<usize>,
-    code_linetable: usize,
-    /// Where the bytecode starts (`co_code_adaptive`) from 3.11.
-    code_adaptive: usize,
-    ascii_size: usize,
-    compact_size: usize,
-    compact_utf8: usize,
-    compact_utf8_length: usize,
-}
-
-const fn layout(minor: u32) -> Option<Layout> {
-    let (ascii_size, compact_size, compact_utf8, compact_utf8_length) = if minor >= 12 {
-        (40, 56, 48, 40)
-    } else {
-        (48, 72, 56, 48)
-    };
-    let base = Layout {
-        tstate_frame: 24,
-        cframe_frame: None,
-        frame_code: 32,
-        frame_back: 24,
-        frame_instr: 104,
-        frame_owner: None,
-        code_filename: 104,
-        code_name: 112,
-        code_firstlineno: 40,
-        code_version: None,
-        code_linetable: 120,
-        code_adaptive: 0,
-        ascii_size,
-        compact_size,
-        compact_utf8,
-        compact_utf8_length,
-    };
-    match minor {
-        9 => Some(base),
-        10 => Some(Layout {
-            frame_instr: 96,
-            ..base
-        }),
-        11 => Some(Layout {
-            tstate_frame: 56,
-            cframe_frame: Some(8),
-            frame_code: 32,
-            frame_back: 48,
-            frame_instr: 56,
-            frame_owner: Some(69),
-            code_filename: 112,
-            code_name: 128,
-            code_firstlineno: 72,
-            code_linetable: 136,
-            code_adaptive: 184,
-            ..base
-        }),
-        12 | 13 => Some(Layout {
-            tstate_frame: if minor == 12 { 56 } else { 72 },
-            cframe_frame: if minor == 12 { Some(0) } else { None },
-            frame_code: 0,
-            frame_back: 8,
-            frame_instr: 56,
-            frame_owner: Some(70),
-            code_filename: 112,
-            code_name: 128,
-            code_firstlineno: 68,
-            code_version: Some(92),
-            code_linetable: 136,
-            code_adaptive: if minor == 12 { 192 } else { 200 },
-            ..base
-        }),
-        _ => None,
-    }
-}
-
-/// `owner` of a frame that belongs to the C stack (an entry frame, from 3.12): not a frame of
-/// Python code.
-const FRAME_OWNED_BY_CSTACK: u8 = 3;
 
 /// What the walk needs of the running CPython, found once.
 #[derive(Clone, Copy)]
@@ -623,101 +531,4 @@ fn miss(a: &Api, m: Reader, code: usize, offset: c_int) -> Option<Seen> {
         ident,
         filename,
     })
-}
-
-/// What a thread found for a code object at an instruction: the trace frame, and what names
-/// the code object beyond its address. Half a cache line, so that the entries of neighbouring
-/// frames share lines.
-#[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(C, align(32))]
-struct Seen {
-    code: usize,
-    answer: u64,
-    offset: c_int,
-    /// `co_version` from 3.12 (0, which several code objects may have, never matches); the
-    /// first line before.
-    ident: u32,
-    /// The file name's object before 3.12; 0 from 3.12.
-    filename: usize,
-}
-
-const NOTHING: Seen = Seen {
-    code: 0,
-    answer: 0,
-    offset: 0,
-    ident: 0,
-    filename: 0,
-};
-
-/// Entries per thread, slotted by frame address. A training loop allocates from the same
-/// outer frames over and over (the loop, the model's forward, each block's call), each at
-/// the address its depth gives it; only the innermost frames differ between allocations.
-/// The slot is the frame's address in 64-byte units: CPython's frames (72 bytes and more)
-/// each get their own, and a chain of frames, laid out one after another on the thread's
-/// frame stack, reads neighbouring slots, which the hardware prefetches, where a hash of the
-/// address scattered them over the table. An entry answers for its code object and
-/// instruction whichever frame runs them.
-const SEEN_SLOTS: usize = 256;
-
-/// Frames of the last walk remembered for the next one's prefetch.
-const TRAIL: usize = 48;
-
-/// A thread's cache: what it found for the frames it walked ([`Seen`], by frame address), and
-/// where the frames of its last walk and their code objects lay.
-///
-/// The walk follows a chain of pointers, frame to frame, so each frame's memory is asked for only
-/// once the one before it has arrived; between two allocations the program's own work has pushed
-/// those lines out of the nearest caches. The next walk over the same frames (nearly all of
-/// them, in a loop) asks for all of them at once, up front: a prefetch of an address no longer
-/// in use costs nothing and never faults.
-struct Cache {
-    seen: [Seen; SEEN_SLOTS],
-    /// (frame, code object) of each frame written by the last walk.
-    trail: [(usize, usize); TRAIL],
-    trail_len: usize,
-}
-
-thread_local! {
-    static CACHE: UnsafeCell<Cache> = const {
-        UnsafeCell::new(Cache { seen: [NOTHING; SEEN_SLOTS], trail: [(0, 0); TRAIL], trail_len: 0 })
-    };
-}
-
-fn seen_slot(frame: usize) -> usize {
-    (frame >> 6) % SEEN_SLOTS
-}
-
-/// This thread's cache.
-fn cache() -> Option<&'static mut Cache> {
-    CACHE
-        .try_with(|t| {
-            // SAFETY: only this thread touches its cache, and never re-entrantly (the hooks'
-            // guard keeps a capture from starting inside another); the reference is used within
-            // one walk, on this thread, which outlives it.
-            unsafe { &mut *t.get() }
-        })
-        .ok()
-}
-
-/// Asks for the memory the last walk read (each frame, its code object's identity field, its
-/// cache entry), all at once, before the walk reads it one pointer after another.
-#[inline(always)]
-fn prefetch_trail(c: &Cache, l: &Layout) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        let ident = l.code_version.unwrap_or(l.code_firstlineno);
-        for &(frame, code) in &c.trail[..c.trail_len.min(TRAIL)] {
-            // SAFETY: a prefetch only hints the cache; it reads nothing and never faults, whatever
-            // the address.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(frame as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(frame.wrapping_add(l.frame_instr) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>(code.wrapping_add(ident) as *const i8);
-                _mm_prefetch::<_MM_HINT_T0>((&c.seen[seen_slot(frame)] as *const Seen).cast());
-            }
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (c, l);
 }
