@@ -40,8 +40,8 @@ mod layout;
 mod names;
 mod seen;
 
-use seen::*;
 use layout::{FRAME_OWNED_BY_CSTACK, Layout, layout};
+use seen::*;
 
 use crate::cuda::real;
 use crate::os::say;

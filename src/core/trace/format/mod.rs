@@ -74,8 +74,6 @@ pub mod header {
 /// Header flag: the process reached `exit` and closed the trace cleanly.
 pub const FLAG_CLEAN_EXIT: u32 = 1;
 
-
-
 /// Byte offsets inside a record.
 pub mod record {
     /// u16 commit word, written last. Equals [`super::commit_tag`] of the record's index.
@@ -122,7 +120,6 @@ pub const fn status_byte(code: i32) -> u8 {
         STATUS_OTHER
     }
 }
-
 
 /// One decoded record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -452,7 +452,6 @@ impl Recorder {
         let n = self.threads.fetch_add(1, Ordering::Relaxed);
         n.min(u16::MAX as u32) as u16
     }
-
 }
 
 /// Nanoseconds on `clock` (through the vDSO: no system call).

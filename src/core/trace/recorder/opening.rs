@@ -106,7 +106,6 @@ impl Recorder {
         self.generation.fetch_add(1, Ordering::Release);
         Ok(())
     }
-
 }
 
 /// Writes the header; returns the monotonic clock origin it recorded.
