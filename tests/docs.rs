@@ -480,6 +480,81 @@ fn the_quick_start_says_what_it_needs_before_its_commands() {
         before.contains("needs an NVIDIA GPU and PyTorch"),
         "{before}"
     );
-    assert!(before.contains("(#try-it-without-a-gpu)"), "{before}");
-    assert!(readme.contains("## Try it without a GPU"));
+    assert!(before.contains("(#without-a-gpu)"), "{before}");
+    assert!(readme.contains("### Without a GPU"));
+}
+
+/// Every block of output the README shows (each under an `<!-- output: COMMAND WHAT -->`
+/// comment) is what that command prints now: each line of the block is a line of its output,
+/// in order (`...` stands for lines left out), and every block is checked.
+#[test]
+fn every_output_block_in_the_readme_is_what_the_command_prints() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let mut blocks = Vec::new();
+    let mut rest = readme.as_str();
+    while let Some(at) = rest.find("<!-- output: ") {
+        let after = &rest[at + "<!-- output: ".len()..];
+        let (what, after) = after.split_once(" -->").expect("a closed comment");
+        let body = after
+            .trim_start()
+            .strip_prefix("```\n")
+            .unwrap_or_else(|| panic!("a block of output after `{what}`"));
+        let (block, after) = body.split_once("```").expect("a closed block");
+        blocks.push((what.to_string(), block.to_string()));
+        rest = after;
+    }
+    let shown: Vec<&str> = blocks.iter().map(|(w, _)| w.as_str()).collect();
+    assert_eq!(
+        shown,
+        ["leaks torch_leaks", "summary kinds", "recommend resnet50"],
+        "each block needs a producer here"
+    );
+    let dir = tempdir("readme-outputs");
+    for (what, block) in &blocks {
+        let printed = match what.as_str() {
+            "leaks torch_leaks" => {
+                let t = dir.join("torch_leaks.trace");
+                let lib = sim().dir.join("torch/lib/libc10_cuda.so");
+                assert_ok(&run(
+                    std::path::Path::new("python3"),
+                    Run {
+                        preload: true,
+                        trace: Some(&t),
+                        args: vec![
+                            repo().join("tests/clients/torch_leaks.py").display().to_string(),
+                            lib.display().to_string(),
+                        ],
+                        env: vec![("PYTHONDONTWRITEBYTECODE", "1".into())],
+                    },
+                ));
+                gpushim_text(&["leaks", t.to_str().unwrap()])
+            }
+            "summary kinds" => {
+                let t = dir.join("kinds.trace");
+                assert_ok(&kinds_program(&t, 5, false, vec![]));
+                gpushim_text(&["summary", t.to_str().unwrap()])
+            }
+            "recommend resnet50" => {
+                let t = repo().join("tests/data/torch/resnet50.trace");
+                gpushim_text(&["simulate", t.to_str().unwrap(), "--recommend"])
+            }
+            other => panic!("no producer for `{other}`"),
+        };
+        assert_ok(&printed);
+        let out = stdout(&printed);
+        let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
+        let mut from = 0;
+        for want in block.lines().map(str::trim_end) {
+            if want == "..." || want.is_empty() {
+                continue;
+            }
+            match lines[from..].iter().position(|l| *l == want) {
+                Some(i) => from += i + 1,
+                None => panic!(
+                    "the README's `{what}` block shows a line the command no longer prints \
+                     (or not in this order):\n{want}\n--- it prints:\n{out}"
+                ),
+            }
+        }
+    }
 }
