@@ -8,8 +8,7 @@
 //! graphs the program built correctly. `scripts/gpu.sh capture` runs the same client on real
 //! CUDA.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 const MODES: [&str; 3] = ["global", "thread_local", "relaxed"];
 

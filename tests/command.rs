@@ -2,8 +2,7 @@
 //! program, names its traces, takes a folder as the trace; unknown options are refused with the
 //! nearest; help is true; empty answers say why.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Command;
 

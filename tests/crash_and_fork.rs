@@ -1,8 +1,7 @@
 //! Contract 4 and 5 with the shim in a real process: a trace survives SIGKILL mid-storm, and a
 //! process that forks while recording neither hangs nor lets its children into its trace.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::{Api, RecordKind};
 use gpushim::trace::reader::TraceReader;
 use std::io::{BufRead, BufReader};

@@ -3,8 +3,7 @@
 //! device's limit. On the simulator, whose NVML counts the process's allocations and a 512 MiB
 //! context (tests/sim/nvml_sim.c).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// Every device allocation knows its owner, the library whose code asked CUDA for it, also
 /// with stacks off: a library named like NCCL's keeps 12 MiB (runtime and driver calls), the

@@ -2,8 +2,7 @@
 //! layout maps every folder, every command and script the docs show runs, the configuration
 //! page says what `gpushim config` says, and the shim reads its switches from one table.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::process::Command;
 
 #[test]
@@ -521,7 +520,10 @@ fn every_output_block_in_the_readme_is_what_the_command_prints() {
                         preload: true,
                         trace: Some(&t),
                         args: vec![
-                            repo().join("tests/clients/torch_leaks.py").display().to_string(),
+                            repo()
+                                .join("tests/clients/torch_leaks.py")
+                                .display()
+                                .to_string(),
                             lib.display().to_string(),
                         ],
                         env: vec![("PYTHONDONTWRITEBYTECODE", "1".into())],

@@ -3,8 +3,7 @@
 //! reserved covers live, statistics match the model, and a freed block is never handed out
 //! while its fence protects it (contract 3).
 
-mod common;
-use common::XorShift;
+use crate::common::XorShift;
 use gpushim::engine::{AllocError, Engine, FreeKind, MemoryBackend, Policy};
 use std::collections::BTreeMap;
 

@@ -4,8 +4,7 @@
 //! model of PyTorch's allocator (which replays a recorded run to the byte) give the peaks the
 //! prediction must equal, and, under a limit, whether a batch fits.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
 

@@ -14,8 +14,7 @@
 //! `lchown`, and the reader runs as uid 4243 through `setpriv`. Elsewhere the same-user parts
 //! run and the rest says it was skipped.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::{Api, RecordKind};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

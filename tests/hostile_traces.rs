@@ -4,8 +4,7 @@
 //! every report over it in-process, where debug builds also catch arithmetic overflow.
 //! `GPUSHIM_FUZZ_CASES` sets how many mutated traces the property test reads (CI: the default).
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::{Api, RecordKind};
 use proptest::prelude::*;
 use std::path::Path;

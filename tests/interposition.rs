@@ -2,8 +2,7 @@
 //! the simulator: every route reaches the shim, each call is recorded once, results are the
 //! real ones, and the shim stays out of the way when it should.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::{Api, RecordKind};
 
 fn trace_in(dir: &std::path::Path) -> std::path::PathBuf {

@@ -8,8 +8,7 @@
 //! the other temporaries of the forward, the backward and the optimizer are freed within their
 //! phase.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::Path;
 
 const MIB: u64 = 1 << 20;

@@ -4,9 +4,7 @@
 //! frees them, keeps 4 KiB a step from another, takes a 512 MiB spike three quarters of the way
 //! through, and ends with a failed 1 TiB request.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -1,8 +1,7 @@
 //! NVTX injection: ranges and marks become records, in order, on the right thread, with their
 //! text; several libraries may initialize the injection.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::RecordKind;
 use gpushim::trace::reader::TraceReader;
 use std::path::Path;

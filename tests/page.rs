@@ -5,8 +5,7 @@
 //! console error, the kinds and the growing line drawn, hovering a band names it and its line,
 //! the 10^8-event page open in under 2 s, a screenshot kept.
 
-mod common;
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 

@@ -8,8 +8,7 @@
 //! pool's waits in the trace. Without the pool, real `cudaFree` semantics block for most of the
 //! GPU's time. The wall-clock ratio is printed only (a loaded machine gave 2.1x).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 struct Step {
     wall: f64,

@@ -2,8 +2,7 @@
 //! flame graphs, Perfetto's timeline, PyTorch's memory_viz pickle and page; several traces on
 //! one wall clock.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::{Api, RecordKind};
 use std::path::Path;
 use std::process::Command;

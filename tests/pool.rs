@@ -3,8 +3,7 @@
 //! and `cudaMemGetInfo` virtualization, pointer queries and IPC on pooled blocks (contract 2),
 //! pass-through when the pool is off, and the PyTorch pluggable-allocator entry points.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::RecordKind;
 use std::collections::HashMap;
 

@@ -6,8 +6,7 @@
 //! Every test runs under `python3`; set `GPUSHIM_TEST_PYTHONS` to a space-separated list of
 //! interpreters (CPython 3.9 to 3.13) to run them under each.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::report::symbolize::{FrameInfo, frame};
 use gpushim::trace::format::RecordKind;
 use gpushim::trace::reader::TraceReader;

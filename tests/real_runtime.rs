@@ -3,8 +3,7 @@
 //! `.ci/run` downloads the wheel and sets GPUSHIM_CUDART_DIR; without it this test says so and
 //! passes, unless GPUSHIM_REQUIRE_WHEELS=1 (set in CI) makes the missing wheel a failure.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,8 +1,7 @@
 //! The trace writer and reader together: no record lost without being counted, torn records
 //! reported, damage located, and no input that makes the reader panic.
 
-mod common;
-use common::{TestFile, XorShift, tempdir};
+use crate::common::{TestFile, XorShift, tempdir};
 use gpushim::trace::format::{self, Api, HEADER_SIZE, RECORD_SIZE, Record, RecordKind};
 use gpushim::trace::reader::{ReadError, TraceReader};
 use gpushim::trace::recorder::{OpenOptions, Recorder};

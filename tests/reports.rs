@@ -4,8 +4,7 @@
 //! Reports agree with each other and with themselves: the same trace gives the same answer,
 //! call sites that read alike stay apart, and what-if replays match the run.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::{Api, RecordKind};
 use std::process::Command;
 

@@ -1,8 +1,7 @@
 //! The simulator itself returns what real CUDA returns (docs/cuda-facts.md), without the
 //! shim. The same scenarios run on the GPU machine (scripts/gpu.sh check).
 
-mod common;
-use common::*;
+use crate::common::*;
 
 /// What real CUDA printed for `tests/clients/conformance.c`, per docs/cuda-facts.md.
 pub const CUDA_FACTS: &str = "\

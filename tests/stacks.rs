@@ -2,8 +2,7 @@
 //! once however often they recur, the shim's own frames are dropped, and the module map lets
 //! the command name the frames.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::RecordKind;
 use gpushim::trace::reader::TraceReader;
 

@@ -9,8 +9,7 @@
 //! the shim's pool (tensors made through `gpushim_alloc` on the simulator), and under
 //! `--per-tensor` too (through `cudaMalloc`), where PyTorch's own would read 0.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

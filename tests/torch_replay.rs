@@ -5,9 +5,7 @@
 //! made them). The model of PyTorch's allocator, replayed with the setting each run used, must
 //! take the very segments the run took, in order, and put every tensor where PyTorch put it.
 
-mod common;
-
-use common::gpushim_text;
+use crate::common::gpushim_text;
 use gpushim::report::torch_replay::model::TorchConf;
 use gpushim::report::torch_replay::{self, Bounds};
 use gpushim::trace::reader::ReadOptions;
@@ -182,7 +180,7 @@ fn the_command_refuses_a_setting_pytorch_would_refuse_and_a_trace_without_tensor
     let out = gpushim_text(&["simulate", t, "--torch", "", "--device", "0"]);
     assert!(out.status.success());
     // A trace with no tensors of PyTorch's allocator (a C program's) says so.
-    let c_trace = common::train_loop_trace("replay-no-tensors");
+    let c_trace = crate::common::train_loop_trace("replay-no-tensors");
     let out = gpushim_text(&["simulate", c_trace.to_str().unwrap(), "--torch", ""]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -261,7 +259,7 @@ fn the_peak_live_is_the_programs_whatever_segments_pytorch_took() {
         );
     }
     // The plot's legend says the same.
-    let dir = common::tempdir("replay-plot");
+    let dir = crate::common::tempdir("replay-plot");
     let svg = dir.join("r.svg");
     let t = data("resnet50.trace");
     let (summary, _) = peak_live("resnet50.trace");

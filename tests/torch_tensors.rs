@@ -5,8 +5,7 @@
 //! sees, and records tensors with their Python lines; what does not check out is refused, said
 //! once, and the reports speak of segments.
 
-mod common;
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

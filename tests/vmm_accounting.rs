@@ -1,8 +1,7 @@
 //! Device memory the pool does not serve (VMM physical allocations: NCCL's buffers) is part of
 //! what a process holds: `summary` and `peak` count it as live and as reserved, and agree.
 
-mod common;
-use common::*;
+use crate::common::*;
 use gpushim::trace::format::{Api, RecordKind};
 use std::process::Command;
 

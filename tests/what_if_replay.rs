@@ -1,8 +1,7 @@
 //! `gpushim simulate`: a recorded pass-through run replayed through the caching engine, and
 //! the replay agreeing with what the shim's pool really did.
 
-mod common;
-use common::*;
+use crate::common::*;
 
 fn trace_of_train_loop_with(conf: &str) -> TestFile {
     let t = tempdir("simulate").file("loop.trace");

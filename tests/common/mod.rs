@@ -1,8 +1,6 @@
 //! Shared by the integration tests: builds the CUDA simulator and the C clients (once per test
 //! binary), finds libgpushim.so, runs clients with or without the shim, decodes traces.
 
-#![allow(dead_code)]
-
 use gpushim::trace::format::{Record, RecordKind};
 use gpushim::trace::reader::{DecodeStats, TraceReader};
 use std::path::{Path, PathBuf};
@@ -35,7 +33,54 @@ pub fn shim() -> PathBuf {
          (scripts/test.sh does), or set GPUSHIM_LIB",
         p.display()
     );
+    static FRESH: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    if let Err(e) = FRESH.get_or_init(|| shim_is_fresh(&p)) {
+        panic!("{e}");
+    }
     p
+}
+
+/// Whether the shim at `lib` was built after every source it was built from, as cargo's
+/// dependency file beside it lists them (the shim's crate and the core's): `cargo test` alone
+/// does not rebuild a library the tests only load, and a stale one would test yesterday's shim.
+fn shim_is_fresh(lib: &Path) -> Result<(), String> {
+    let built = std::fs::metadata(lib)
+        .and_then(|m| m.modified())
+        .map_err(|e| format!("{}: {e}", lib.display()))?;
+    let deps = lib.with_extension("d");
+    let Ok(listed) = std::fs::read_to_string(&deps) else {
+        // Built elsewhere (no dependency file beside it): nothing to compare.
+        return Ok(());
+    };
+    let mut newer = Vec::new();
+    let sources = listed.split_once(": ").map_or("", |(_, s)| s);
+    // Paths are separated by spaces; a space inside one is escaped.
+    let sources = sources.replace("\\ ", "\u{0}");
+    for path in sources.split_whitespace() {
+        let path = PathBuf::from(path.replace('\u{0}', " "));
+        let changed = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .map_or(true, |m| m > built);
+        if changed {
+            newer.push(
+                path.strip_prefix(repo())
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string(),
+            );
+        }
+    }
+    if newer.is_empty() {
+        Ok(())
+    } else {
+        newer.sort();
+        Err(format!(
+            "{} is older than its sources ({}): the tests would load a stale shim; rebuild it \
+             with `cargo build -p gpushim-shim` (scripts/test.sh does)",
+            lib.display(),
+            newer.join(", ")
+        ))
+    }
 }
 
 /// The `gpushim` command of this build.
@@ -248,7 +293,6 @@ pub fn run(program: &Path, opts: Run<'_>) -> Output {
 }
 
 /// The command `run` would run, to start it without waiting.
-#[allow(dead_code)]
 pub fn command(program: &Path, opts: Run<'_>) -> Command {
     let sim = sim();
     let mut c = Command::new(program);
@@ -317,13 +361,11 @@ pub fn api_names(records: &[Record]) -> Vec<&'static str> {
 
 /// A trace written by hand: a recorder opened on `path`, and one record at a time with
 /// increasing time stamps (1 µs apart), on device 0, thread 0.
-#[allow(dead_code)]
 pub struct HandTrace {
     pub recorder: Box<gpushim::trace::recorder::Recorder>,
     t: u64,
 }
 
-#[allow(dead_code)]
 impl HandTrace {
     pub fn create(path: &Path) -> HandTrace {
         HandTrace::create_on(path, b"test")
@@ -384,7 +426,6 @@ impl HandTrace {
 
 /// The one way the tests run a report: `gpushim ARGS... TRACES... --json`, which must succeed;
 /// its JSON.
-#[allow(dead_code)]
 pub fn report_json(args: &[&str], traces: &[&Path]) -> serde_json::Value {
     let out = Command::new(gpushim_bin())
         .args(args)
@@ -398,7 +439,6 @@ pub fn report_json(args: &[&str], traces: &[&Path]) -> serde_json::Value {
 }
 
 /// Runs the command with `args` (text and paths alike).
-#[allow(dead_code)]
 pub fn gpushim(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     Command::new(gpushim_bin())
         .args(args.iter().map(|a| a.as_ref()))
@@ -407,7 +447,6 @@ pub fn gpushim(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
 }
 
 /// Runs the command with `args` and no `GPUSHIM_CONF` from the environment.
-#[allow(dead_code)]
 pub fn gpushim_text(args: &[&str]) -> std::process::Output {
     Command::new(gpushim_bin())
         .args(args)
@@ -417,7 +456,6 @@ pub fn gpushim_text(args: &[&str]) -> std::process::Output {
 }
 
 /// The bundled example under the shim with stacks, as the demo runs it.
-#[allow(dead_code)]
 pub fn train_loop_trace(name: &str) -> TestFile {
     let t = tempdir(name).file("train.trace");
     let out = run(
@@ -436,7 +474,6 @@ pub fn train_loop_trace(name: &str) -> TestFile {
 /// The report tests' client (`tests/clients/leaky.c`): NVTX "step" iterations, 512 KiB leaked
 /// per step from leak(), a 200 MiB spike from spike() in step 6, one allocation on device 1,
 /// one failed 64 GiB request.
-#[allow(dead_code)]
 pub struct Leaky {
     pub trace: TestFile,
     pub leak_fn: Func,
@@ -444,18 +481,15 @@ pub struct Leaky {
 }
 
 /// A function of the client: its name and where it starts in the executable.
-#[allow(dead_code)]
 pub struct Func {
     pub name: &'static str,
     pub start: u64,
 }
 
-#[allow(dead_code)]
 pub fn leaky() -> Leaky {
     leaky_steps("reports", 12)
 }
 
-#[allow(dead_code)]
 /// Runs the client under the shim for `steps` iterations and reads what it printed.
 pub fn leaky_steps(dir: &str, steps: u32) -> Leaky {
     let t = tempdir(dir).file("leaky.trace");
@@ -498,7 +532,6 @@ pub fn leaky_steps(dir: &str, steps: u32) -> Leaky {
 /// Whether a call site's innermost frame is in `f`: named from the executable's symbol table
 /// (`leak (leaky+0x123b) < ...`), or, with `--no-symbols`, `leaky+0x123b` inside the function
 /// (the client's functions are a few dozen bytes long).
-#[allow(dead_code)]
 pub fn in_function(label: &str, f: &Func) -> bool {
     let first = label.split(" < ").next().unwrap_or("");
     if first.starts_with(&format!("{} (leaky+0x", f.name)) {
@@ -512,10 +545,8 @@ pub fn in_function(label: &str, f: &Func) -> bool {
 }
 
 /// A small deterministic generator, so failures reproduce.
-#[allow(dead_code)]
 pub struct XorShift(pub u64);
 
-#[allow(dead_code)]
 impl XorShift {
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
@@ -581,4 +612,28 @@ pub fn kinds_program(
             env,
         },
     )
+}
+
+/// `cargo test` fails on a stale shim: one whose sources changed after it was built.
+#[test]
+fn a_shim_older_than_its_sources_is_refused() {
+    let dir = tempdir("stale-shim");
+    let lib = dir.join("libgpushim.so");
+    std::fs::write(&lib, b"").unwrap();
+    // The dependency file cargo leaves beside the shim, as it is.
+    std::fs::copy(shim().with_extension("d"), lib.with_extension("d")).unwrap();
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(3600 * 24 * 365 * 30);
+    std::fs::File::options()
+        .write(true)
+        .open(&lib)
+        .unwrap()
+        .set_modified(old)
+        .unwrap();
+    let e = shim_is_fresh(&lib).unwrap_err();
+    assert!(
+        e.contains("older than its sources") && e.contains("shim/src/"),
+        "{e}"
+    );
+    assert!(e.contains("cargo build -p gpushim-shim"), "{e}");
+    assert_eq!(shim_is_fresh(&shim()), Ok(()));
 }

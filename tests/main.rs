@@ -1,0 +1,35 @@
+//! The integration tests, one binary: each module a behaviour of the command, the shim or the
+//! trace, over the CUDA simulator (`tests/sim`), the PyTorch stand-in (`tests/standin`) and
+//! the programs in `tests/clients`; `common` builds them once per run. `docs/internals.md`
+//! says what each proves.
+
+mod common;
+
+mod capture;
+mod command;
+mod crash_and_fork;
+mod device_memory;
+mod docs;
+mod engine_model;
+mod fit;
+mod hostile_folders;
+mod hostile_traces;
+mod interposition;
+mod kinds;
+mod long_runs;
+mod nvtx;
+mod page;
+mod per_tensor;
+mod pictures;
+mod pool;
+mod python_frames;
+mod real_runtime;
+mod recorder;
+mod reports;
+mod simulator_fidelity;
+mod stacks;
+mod torch_pluggable;
+mod torch_replay;
+mod torch_tensors;
+mod vmm_accounting;
+mod what_if_replay;
