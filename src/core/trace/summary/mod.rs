@@ -315,12 +315,17 @@ impl Summarizer {
         if let Change::Free { ptr, .. } = c {
             self.joins.live.remove(&ptr);
         }
+        // The raw `cudaMalloc` (or VMM handle) of a segment PyTorch's record claims a moment
+        // later is not a moment of the series: counted with the segment's tensors it would
+        // read the device higher than it ever was (the page's columns skip it alike).
+        let raw = self.replay.tensors.recorded() && matches!(r.kind, Alloc | PhysCreate);
         if let Change::Alloc { device, .. }
         | Change::Physical { device }
         | Change::Free {
             live: Live { device, .. },
             ..
         } = c
+            && !raw
         {
             let (live, reserved) = (self.replay.live_on(device), self.replay.reserved_on(device));
             self.series

@@ -515,3 +515,47 @@ proptest! {
         }
     }
 }
+
+/// The raw `cudaMalloc` of a segment PyTorch claims a moment later is no moment of the
+/// series: its highest point is the device's peak, never the segment counted twice.
+#[test]
+fn the_series_never_counts_a_claimed_segment_twice() {
+    const MIB: u64 = 1 << 20;
+    let t = |kind, api, at: u64, ptr, size| body(&rec(kind, api, 0, at * 1_000_000, ptr, size));
+    let mut s = Summarizer::new();
+    for b in [
+        t(
+            RecordKind::SegmentReserve,
+            Api::Torch,
+            1,
+            0x1000_0000,
+            2 * MIB,
+        ),
+        t(RecordKind::TensorAlloc, Api::Torch, 2, 0x1000_0000, MIB),
+        // PyTorch takes a second segment: CUDA's call first, then its own record claims it.
+        t(RecordKind::Alloc, Api::CudaMalloc, 3, 0x2000_0000, 2 * MIB),
+        t(
+            RecordKind::SegmentReserve,
+            Api::Torch,
+            4,
+            0x2000_0000,
+            2 * MIB,
+        ),
+        t(RecordKind::TensorAlloc, Api::Torch, 5, 0x2000_0000, MIB),
+    ] {
+        s.feed(&b);
+    }
+    s.drain(true);
+    let mut out = Vec::new();
+    s.checkpoint(0, usize::MAX, &mut out);
+    let records: Vec<Record> = out.iter().filter_map(Record::decode).collect();
+    let of = |what| {
+        records
+            .iter()
+            .filter(|r| r.kind == RecordKind::Restore && r.status == what)
+            .map(|r| r.ptr)
+            .max()
+    };
+    assert_eq!(of(restore::DEVICE_PEAK), Some(2 * MIB));
+    assert_eq!(of(restore::SERIES), of(restore::DEVICE_PEAK));
+}
