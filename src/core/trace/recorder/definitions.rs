@@ -102,6 +102,15 @@ impl Recorder {
         }
     }
 
+    /// Whether the log holds every definition written so far (it is mapped and none was
+    /// dropped for want of room).
+    pub fn definitions_whole(&self) -> bool {
+        !self.slow.definitions.base.load(Ordering::Acquire).is_null()
+            && self
+                .header_word(header::DEFINITIONS_DROPPED)
+                .is_some_and(|w| w.load(Ordering::Relaxed) == 0)
+    }
+
     /// Hands the log's committed bodies from `from` on to `take`, in order, and returns where
     /// to go on next time (the first body not yet committed, or the end).
     pub fn read_definitions(&self, from: u64, mut take: impl FnMut(&[u8; RECORD_SIZE])) -> u64 {

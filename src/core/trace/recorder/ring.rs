@@ -195,7 +195,8 @@ impl Recorder {
                 std::thread::sleep(std::time::Duration::from_millis(ms));
             }
             // Definitions first, from the log no lap overwrites.
-            defined = self.read_definitions(defined, |body| s.feed(body));
+            defined = self.read_definitions(defined, |body| s.feed_definition(body));
+            s.keep_ring_definitions(!self.definitions_whole());
             let claimed = self.claimed();
             // Records claimed before the previous look are committed by now (all of them when
             // stopping: the process is at its exit).

@@ -237,7 +237,7 @@ impl Summarizer {
         let Some(r) = Record::decode(body) else {
             return;
         };
-        if self.defs.take(&r, body) {
+        if self.defs.take(&r, body, definitions::Source::Ring) {
             return;
         }
         self.latest_ns = self.latest_ns.max(r.time_ns);
@@ -248,6 +248,20 @@ impl Summarizer {
         if self.window.len() >= self.drain_at {
             self.drain(false);
             self.drain_at = (2 * self.window.len()).max(DRAIN_AT_LEAST);
+        }
+    }
+
+    /// Whether the ring's own copies of definitions are to be kept too: only when the
+    /// recorder's log of them is missing some (it had no room, or there is none).
+    pub fn keep_ring_definitions(&mut self, keep: bool) {
+        self.defs.ring_ignored = !keep;
+    }
+
+    /// Takes one body of the recorder's log of definitions (`recorder::definitions`): kept
+    /// once, beside the ring's copies of the same definitions.
+    pub fn feed_definition(&mut self, body: &[u8; RECORD_SIZE]) {
+        if let Some(r) = Record::decode(body) {
+            self.defs.take(&r, body, definitions::Source::Log);
         }
     }
 
