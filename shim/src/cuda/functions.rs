@@ -250,6 +250,12 @@ macro_rules! cuda_functions {
         CuDevicePrimaryCtxGetState = cuDevicePrimaryCtxGetState in Driver fn(a0: c_int, a1: *mut u32, a2: *mut c_int);
         CuDevicePrimaryCtxRetain = cuDevicePrimaryCtxRetain in Driver fn(a0: *mut usize, a1: c_int);
         CuDevicePrimaryCtxReleaseV2 = cuDevicePrimaryCtxRelease_v2 in Driver fn(a0: c_int);
+        // The NVML sampler's questions about CUDA's own pools (`trace::device_memory`).
+        CuDeviceGet = cuDeviceGet in Driver fn(a0: *mut c_int, a1: c_int);
+        CuDeviceGetDefaultMemPool = cuDeviceGetDefaultMemPool in Driver fn(a0: *mut *mut c_void, a1: c_int);
+        CuMemPoolGetAttribute = cuMemPoolGetAttribute in Driver fn(a0: *mut c_void, a1: c_int, a2: *mut c_void);
+        CuDeviceGetGraphMemAttribute = cuDeviceGetGraphMemAttribute in Driver fn(a0: c_int, a1: c_int, a2: *mut c_void);
+        CuCtxSetCurrent = cuCtxSetCurrent in Driver fn(a0: usize);
 
         }
     };

@@ -10,6 +10,7 @@
 //! as such.
 
 use crate::cuda::real;
+use crate::cuda::symbols::sig::{self, of};
 use crate::trace;
 use core::ffi::{c_int, c_uint, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
@@ -65,7 +66,6 @@ static LAST: [AtomicU64; MAX_DEVICES] = [const { AtomicU64::new(0) }; MAX_DEVICE
 /// Set by [`poke`]: the device's memory may have moved since the last sample.
 static MOVED: AtomicBool = AtomicBool::new(false);
 /// The driver's functions the sampler asks CUDA's pools with (0: not yet; usize::MAX: none).
-static POOL_FUNCTIONS: [AtomicUsize; 8] = [const { AtomicUsize::new(0) }; 8];
 /// The last figures recorded per device and pool (default, graph, the program's own, as
 /// `Event::cuda_pool` numbers them): reserved + 1, used + 1.
 static LAST_POOL: [[AtomicU64; 6]; MAX_DEVICES] =
@@ -309,14 +309,6 @@ fn sample() {
     }
 }
 
-type DeviceGet = unsafe extern "C" fn(*mut c_int, c_int) -> c_int;
-type DefaultPool = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
-type PoolAttribute = unsafe extern "C" fn(*mut c_void, c_int, *mut c_void) -> c_int;
-type GraphAttribute = unsafe extern "C" fn(c_int, c_int, *mut c_void) -> c_int;
-type PrimaryState = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> c_int;
-type PrimaryRetain = unsafe extern "C" fn(*mut *mut c_void, c_int) -> c_int;
-type SetCurrent = unsafe extern "C" fn(*mut c_void) -> c_int;
-type PrimaryRelease = unsafe extern "C" fn(c_int) -> c_int;
 
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
 const POOL_RESERVED: c_int = 5;
@@ -325,59 +317,57 @@ const POOL_USED: c_int = 7;
 const GRAPH_RESERVED: c_int = 2;
 const GRAPH_USED: c_int = 0;
 
-/// The driver's pool queries, from the libcuda.so.1 the program loaded (never our hooks: none
-/// of these is hooked).
-fn pool_functions() -> Option<[usize; 8]> {
-    if POOL_FUNCTIONS[0].load(Ordering::Acquire) == 0 {
-        let names = [
-            c"cuDeviceGet",
-            c"cuDeviceGetDefaultMemPool",
-            c"cuMemPoolGetAttribute",
-            c"cuDeviceGetGraphMemAttribute",
-            c"cuDevicePrimaryCtxGetState",
-            c"cuDevicePrimaryCtxRetain",
-            c"cuCtxSetCurrent",
-            c"cuDevicePrimaryCtxRelease_v2",
-        ];
-        let found = real::loaded_symbols(c"libcuda.so.1", names)?;
-        for (slot, f) in POOL_FUNCTIONS.iter().zip(found) {
-            slot.store(if f == 0 { usize::MAX } else { f }, Ordering::Release);
-        }
-    }
-    let f: [usize; 8] = core::array::from_fn(|i| POOL_FUNCTIONS[i].load(Ordering::Acquire));
-    f.iter().all(|&x| x != 0 && x != usize::MAX).then_some(f)
+/// The driver's functions the pool questions need, rows of the one table of CUDA functions
+/// (`cuda::functions`; none of them hooked), resolved from the libcuda.so.1 the program
+/// loaded; `None` until it has.
+struct PoolFunctions {
+    device_get: sig::CuDeviceGet,
+    default_pool: sig::CuDeviceGetDefaultMemPool,
+    pool_attr: sig::CuMemPoolGetAttribute,
+    graph_attr: sig::CuDeviceGetGraphMemAttribute,
+    primary_state: sig::CuDevicePrimaryCtxGetState,
+    primary_retain: sig::CuDevicePrimaryCtxRetain,
+    set_current: sig::CuCtxSetCurrent,
+    primary_release: sig::CuDevicePrimaryCtxReleaseV2,
+}
+
+fn pool_functions() -> Option<PoolFunctions> {
+    Some(PoolFunctions {
+        device_get: real::function::<of::CuDeviceGet>()?,
+        default_pool: real::function::<of::CuDeviceGetDefaultMemPool>()?,
+        pool_attr: real::function::<of::CuMemPoolGetAttribute>()?,
+        graph_attr: real::function::<of::CuDeviceGetGraphMemAttribute>()?,
+        primary_state: real::function::<of::CuDevicePrimaryCtxGetState>()?,
+        primary_retain: real::function::<of::CuDevicePrimaryCtxRetain>()?,
+        set_current: real::function::<of::CuCtxSetCurrent>()?,
+        primary_release: real::function::<of::CuDevicePrimaryCtxReleaseV2>()?,
+    })
 }
 
 /// Runs `ask` with the device's primary context current on this thread, if the program has made
 /// it (it is retained meanwhile and released after, and the thread left with none).
-fn with_primary_context(f: &[usize; 8], dev: c_int, ask: impl FnOnce() -> bool) -> bool {
-    // SAFETY: each address was resolved for the driver function of that type.
-    let (state, retain, set, release) = unsafe {
-        (
-            core::mem::transmute::<usize, PrimaryState>(f[4]),
-            core::mem::transmute::<usize, PrimaryRetain>(f[5]),
-            core::mem::transmute::<usize, SetCurrent>(f[6]),
-            core::mem::transmute::<usize, PrimaryRelease>(f[7]),
-        )
-    };
-    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
-    let mut ctx: *mut c_void = core::ptr::null_mut();
+fn with_primary_context(f: &PoolFunctions, dev: c_int, ask: impl FnOnce() -> bool) -> bool {
+    let (mut flags, mut active): (u32, c_int) = (0, 0);
+    let mut ctx: usize = 0;
     // SAFETY: valid out-pointers; the context is retained only while it is active (so never
     // made here), made current on this thread alone, and released once.
     unsafe {
-        if state(dev, &mut flags, &mut active) != 0 || active == 0 || retain(&mut ctx, dev) != 0 {
+        if (f.primary_state)(dev, &mut flags, &mut active) != 0
+            || active == 0
+            || (f.primary_retain)(&mut ctx, dev) != 0
+        {
             return false;
         }
-        let answered = set(ctx) == 0 && ask();
-        set(core::ptr::null_mut());
-        release(dev);
+        let answered = (f.set_current)(ctx) == 0 && ask();
+        (f.set_current)(0);
+        (f.primary_release)(dev);
         answered
     }
 }
 
 /// What the pools the program created on device `d` reserve and use, together; whether it has
 /// any that answered.
-fn ask_created(d: u8, pool_attr: PoolAttribute) -> (bool, u64, u64) {
+fn ask_created(d: u8, pool_attr: sig::CuMemPoolGetAttribute) -> (bool, u64, u64) {
     let (mut any, mut reserved, mut used) = (false, 0u64, 0u64);
     for (i, state) in CREATED_STATE.iter().enumerate() {
         if CREATED_DEVICE[i].load(Ordering::Relaxed) != d
@@ -417,15 +407,8 @@ fn sample_pools(devices: usize) {
     let Some(f) = pool_functions() else {
         return;
     };
-    // SAFETY: each address was resolved for the driver function of that type.
-    let (device_get, default_pool, pool_attr, graph_attr) = unsafe {
-        (
-            core::mem::transmute::<usize, DeviceGet>(f[0]),
-            core::mem::transmute::<usize, DefaultPool>(f[1]),
-            core::mem::transmute::<usize, PoolAttribute>(f[2]),
-            core::mem::transmute::<usize, GraphAttribute>(f[3]),
-        )
-    };
+    let (device_get, default_pool, pool_attr, graph_attr) =
+        (f.device_get, f.default_pool, f.pool_attr, f.graph_attr);
     for (d, last) in LAST_POOL.iter().enumerate().take(devices) {
         let mut dev: c_int = 0;
         // SAFETY: a valid out-pointer; a failure (no such ordinal) leaves the device out.
