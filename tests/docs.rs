@@ -514,21 +514,8 @@ fn every_output_block_in_the_readme_is_what_the_command_prints() {
             "leaks torch_leaks" => {
                 let t = dir.join("torch_leaks.trace");
                 let lib = sim().dir.join("torch/lib/libc10_cuda.so");
-                assert_ok(&run(
-                    std::path::Path::new("python3"),
-                    Run {
-                        preload: true,
-                        trace: Some(&t),
-                        args: vec![
-                            repo()
-                                .join("tests/clients/torch_leaks.py")
-                                .display()
-                                .to_string(),
-                            lib.display().to_string(),
-                        ],
-                        env: vec![("PYTHONDONTWRITEBYTECODE", "1".into())],
-                    },
-                ));
+                let args = vec![lib.display().to_string()];
+                assert_ok(&python_client(&t, "torch_leaks.py", args, vec![]));
                 gpushim_text(&["leaks", t.to_str().unwrap()])
             }
             "summary kinds" => {

@@ -225,26 +225,7 @@ fn the_page_and_oom_say_what_fits_when_given_the_runs_batch() {
 fn the_runs_batch_comes_from_its_command_line() {
     let dir = tempdir("fit-cmdline");
     let t = dir.join("flag.trace");
-    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args: vec![
-                repo()
-                    .join("tests/clients/kinds/train.py")
-                    .display()
-                    .to_string(),
-                lib("libtorch_cpu.so"),
-                lib("libc10_cuda.so"),
-                "3".into(),
-                "--batch-size".into(),
-                "3".into(),
-            ],
-            env: vec![("PYTHONDONTWRITEBYTECODE", "1".into())],
-        },
-    );
+    let out = kinds_program_with(&t, 3, false, &["--batch-size", "3"], vec![]);
     assert_ok(&out);
     let found = gpushim_text(&["fit", t.to_str().unwrap(), "--json"]);
     assert_ok(&found);

@@ -16,6 +16,18 @@ const STEPS: u32 = 6000;
 const BOUND: &str = "trace_max:32MiB";
 const BOUND_BYTES: u64 = 32 << 20;
 
+/// The client's leak, as `leaks --json`'s iterations give it: 4 KiB a step from `leak()`.
+fn assert_leak_grows_4_kib(it: &Value) {
+    assert_eq!(it["growing"][0]["bytes_per_iteration"], 4096, "{it}");
+    assert!(
+        it["growing"][0]["call_site"]
+            .as_str()
+            .unwrap()
+            .starts_with("leak "),
+        "{it}"
+    );
+}
+
 fn run_long(trace: &Path, conf: &str, steps: u32) {
     let out = run(
         &sim().bin("long_run"),
@@ -126,14 +138,7 @@ fn a_trace_of_any_length_answers_as_the_whole_trace_does() {
         it["boundary"].as_str().unwrap().contains("leak"),
         "the step is marked by the line that runs once a step: {it}"
     );
-    assert_eq!(it["growing"][0]["bytes_per_iteration"], 4096, "{it}");
-    assert!(
-        it["growing"][0]["call_site"]
-            .as_str()
-            .unwrap()
-            .starts_with("leak "),
-        "{it}"
-    );
+    assert_leak_grows_4_kib(it);
     for t in [&whole, &bounded] {
         let count = report_json(&["leaks"], &[t])["iterations"]["count"].clone();
         assert_eq!(count, STEPS, "one boundary per step in {}", t.display());
@@ -314,14 +319,7 @@ fn a_live_set_larger_than_the_checkpoint_is_kept_by_line() {
         }
     }
     let it = &leaks["iterations"];
-    assert_eq!(it["growing"][0]["bytes_per_iteration"], 4096, "{it}");
-    assert!(
-        it["growing"][0]["call_site"]
-            .as_str()
-            .unwrap()
-            .starts_with("leak "),
-        "{it}"
-    );
+    assert_leak_grows_4_kib(it);
     let text = gpushim_text(&["leaks", trace.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("live at exit: "), "{text}");

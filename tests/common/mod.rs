@@ -587,14 +587,22 @@ pub fn kinds_program(
     trace: &Path,
     steps: u32,
     leak: bool,
-    mut env: Vec<(&'static str, String)>,
+    env: Vec<(&'static str, String)>,
+) -> Output {
+    kinds_program_with(trace, steps, leak, &[], env)
+}
+
+/// The kinds program as [`kinds_program`] runs it, with `more` words at the end of its command
+/// line (a training script's flags).
+pub fn kinds_program_with(
+    trace: &Path,
+    steps: u32,
+    leak: bool,
+    more: &[&str],
+    env: Vec<(&'static str, String)>,
 ) -> Output {
     let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
     let mut args = vec![
-        repo()
-            .join("tests/clients/kinds/train.py")
-            .display()
-            .to_string(),
         lib("libtorch_cpu.so"),
         lib("libc10_cuda.so"),
         steps.to_string(),
@@ -602,13 +610,33 @@ pub fn kinds_program(
     if leak {
         args.push("leak".into());
     }
+    args.extend(more.iter().map(|w| w.to_string()));
+    python_client(trace, "kinds/train.py", args, env)
+}
+
+/// The Python program `tests/clients/{script}` with `args` under the shim, tracing to `trace`,
+/// with `env` (and no bytecode written into the repository): what it did.
+pub fn python_client(
+    trace: &Path,
+    script: &str,
+    args: Vec<String>,
+    mut env: Vec<(&'static str, String)>,
+) -> Output {
+    let mut all = vec![
+        repo()
+            .join("tests/clients")
+            .join(script)
+            .display()
+            .to_string(),
+    ];
+    all.extend(args);
     env.push(("PYTHONDONTWRITEBYTECODE", "1".into()));
     run(
         Path::new("python3"),
         Run {
             preload: true,
             trace: Some(trace),
-            args,
+            args: all,
             env,
         },
     )

@@ -309,7 +309,6 @@ fn sample() {
     }
 }
 
-
 /// `CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT`, `CU_MEMPOOL_ATTR_USED_MEM_CURRENT`.
 const POOL_RESERVED: c_int = 5;
 const POOL_USED: c_int = 7;

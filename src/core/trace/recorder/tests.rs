@@ -2,6 +2,25 @@
 
 use super::*;
 
+/// A recorder opened on `path` for a test, as the shim opens one.
+fn opened(path: &[u8], trace_max: u64, ring: bool) -> Box<Recorder> {
+    let r = Box::new(Recorder::new());
+    assert!(r.begin_open());
+    r.open(&OpenOptions {
+        path,
+        pid: 1,
+        rank: 0,
+        host: b"h",
+        program: b"p",
+        cmdline: b"p\0",
+        env: b"",
+        trace_max,
+        ring,
+    })
+    .unwrap();
+    r
+}
+
 #[test]
 fn patterns_expand_pid_host_rank_and_percent() {
     let mut out = [0u8; 128];
@@ -72,20 +91,7 @@ fn a_taken_name_gives_the_trace_another_name() {
     let name = dir.join("t.trace");
     std::os::unix::fs::symlink(&victim, &name).unwrap();
     let path = name.to_str().unwrap().as_bytes();
-    let r = Box::new(Recorder::new());
-    assert!(r.begin_open());
-    r.open(&OpenOptions {
-        path,
-        pid: 1,
-        rank: 0,
-        host: b"h",
-        program: b"p",
-        cmdline: b"p\0",
-        env: b"",
-        trace_max: 1 << 20,
-        ring: false,
-    })
-    .unwrap();
+    let r = opened(path, 1 << 20, false);
     let got = std::str::from_utf8(r.path()).unwrap().to_string();
     assert_ne!(got.as_bytes(), path);
     assert!(got.starts_with(dir.join("t.").to_str().unwrap()) && got.ends_with(".trace"));
@@ -107,20 +113,7 @@ fn a_lap_keeps_the_stacks_and_strings_defined_before_it() {
     use crate::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
     let path = std::env::temp_dir().join(format!("gpushim-lap-{}.trace", std::process::id()));
     let _ = std::fs::remove_file(&path);
-    let r = Box::new(Recorder::new());
-    assert!(r.begin_open());
-    r.open(&OpenOptions {
-        path: path.to_str().unwrap().as_bytes(),
-        pid: 1,
-        rank: 0,
-        host: b"h",
-        program: b"p",
-        cmdline: b"p\0",
-        env: b"",
-        trace_max: 4 << 20,
-        ring: true,
-    })
-    .unwrap();
+    let r = opened(path.to_str().unwrap().as_bytes(), 4 << 20, true);
     // Wrapping on, as a running summarizer turns it on, without one reading yet.
     r.ring_on.store(true, Ordering::Relaxed);
     let frames = [0x1000u64, 0x2000, 0x3000];
