@@ -334,6 +334,24 @@ fn the_shims_switches_are_read_from_one_table() {
     }
     assert!(own >= 7, "the table names {own} of the shim's own");
     assert!(all >= own + 4, "the tables name {all} in all");
+    // The shim's own switches are read in one place, into one value (`state::settings`).
+    let mut reading: Vec<String> = rust_files(&repo().join("shim/src"))
+        .into_iter()
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .any(|l| l.contains("Switch::") && (l.contains(".value()") || l.contains(".on()")))
+        })
+        .map(|f| f.strip_prefix(repo()).unwrap().display().to_string())
+        .collect();
+    reading.sort();
+    assert_eq!(
+        reading,
+        ["shim/src/state.rs"],
+        "the switches are read outside state.rs"
+    );
 }
 
 /// The settings reach the shim's parts as values, each part through one place: the pool (its

@@ -91,7 +91,7 @@ static STATE: crate::os::LazyFlag = crate::os::LazyFlag::new();
 
 fn on() -> bool {
     STATE.get_or(
-        || crate::options::Switch::Costs.on(),
+        || crate::state::settings().costs,
         |on| {
             if on {
                 crate::lifecycle::on_exit(report);

@@ -1,6 +1,7 @@
 //! Every environment variable the shim reads, in two tables: its own ([`Switch`]) and those other
-//! programs set that it reads ([`Foreign`]), each with its name and what it does. Each is read
-//! where it is needed and, where it can change nothing later, once (its reader caches it).
+//! programs set that it reads ([`Foreign`]), each with its name and what it does. The shim's
+//! own are read once, into `state::settings()` (the off switch apart, `state::enabled`); the
+//! foreign ones where they are needed.
 //! `GPUSHIM_CONF`'s keys are `gpushim_core::config::KEYS`. A test (`tests/docs.rs`) holds every
 //! variable name the shim's code writes to these tables.
 

@@ -1,8 +1,11 @@
-//! Process-wide settings, read once: the off switch and the configuration.
+//! Process-wide settings, read once: the off switch, and everything else in one value
+//! ([`Settings`]).
 
 use crate::cuda::symbols::Sym;
 use crate::os::say;
 use core::cell::UnsafeCell;
+use core::ffi::CStr;
+use core::mem::MaybeUninit;
 
 use core::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use gpushim_core::config::{self, Conf};
@@ -16,33 +19,73 @@ pub fn enabled() -> bool {
     ENABLED.get(|| !crate::options::Switch::Disable.on())
 }
 
-struct ConfCell(UnsafeCell<Conf>);
-// SAFETY: written once by the thread that moves CONF_STATE from 0 to 1, read only after
-// CONF_STATE is 2 (Release/Acquire).
-unsafe impl Sync for ConfCell {}
+/// Every setting of the shim but the off switch, resolved once, at first use, and read from
+/// here by every layer: the configuration and each environment switch (`options`). The off
+/// switch stays apart ([`enabled`]): `dlsym` and constructors ask it, and it must be answered
+/// there without parsing anything or printing.
+#[derive(Clone, Copy)]
+pub struct Settings {
+    /// `GPUSHIM_CONF`, parsed (the defaults where it is bad, said once).
+    pub conf: Conf,
+    /// `GPUSHIM_TRACE`: the trace path pattern (`None`: the default; `off`: no trace).
+    pub trace: Option<&'static CStr>,
+    /// `GPUSHIM_RUN_REPORT`: the folder `gpushim run` reads its processes' notes from.
+    pub run_report: Option<&'static CStr>,
+    /// `GPUSHIM_COSTS`: the shim's own costs measured, a table at exit.
+    pub costs: bool,
+    /// `GPUSHIM_CTX_EVENTS`: checkpoints as one context-wide event (default off).
+    pub ctx_events: bool,
+    /// `GPUSHIM_SEAL_SPACING` (1 to 1024), for measuring; `None` when unset or out of range.
+    pub seal_spacing: Option<u64>,
+}
 
-static CONF: ConfCell = ConfCell(UnsafeCell::new(Conf::DEFAULT));
-static CONF_STATE: AtomicU8 = AtomicU8::new(0);
+struct SettingsCell(UnsafeCell<MaybeUninit<Settings>>);
+// SAFETY: written once by the thread that moves SETTINGS_STATE from 0 to 1, read only after
+// SETTINGS_STATE is 2 (Release/Acquire).
+unsafe impl Sync for SettingsCell {}
 
-/// The configuration from `GPUSHIM_CONF`, parsed on first use. A bad value prints one line
-/// naming the key and what it accepts, and the defaults apply.
-pub fn conf() -> Conf {
+static SETTINGS: SettingsCell = SettingsCell(UnsafeCell::new(MaybeUninit::uninit()));
+static SETTINGS_STATE: AtomicU8 = AtomicU8::new(0);
+
+/// The shim's settings (see [`Settings`]), resolved by the first caller; others wait for it
+/// (a spin of microseconds, once). No allocation.
+pub fn settings() -> &'static Settings {
     loop {
-        match CONF_STATE.compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire) {
+        match SETTINGS_STATE.compare_exchange(0, 1, Ordering::Acquire, Ordering::Acquire) {
             Ok(_) => {
-                let c = read_conf();
-                // SAFETY: we won the 0 -> 1 transition; nobody reads CONF before state 2.
-                unsafe { *CONF.0.get() = c };
-                CONF_STATE.store(2, Ordering::Release);
-                return c;
+                let s = resolve();
+                // SAFETY: we won the 0 -> 1 transition; nobody reads SETTINGS before state 2.
+                unsafe { (*SETTINGS.0.get()).write(s) };
+                SETTINGS_STATE.store(2, Ordering::Release);
             }
             Err(2) => {
-                // SAFETY: state 2 was published with Release after the write.
-                return unsafe { *CONF.0.get() };
+                // SAFETY: state 2 was published with Release after the value was written.
+                return unsafe { (*SETTINGS.0.get()).assume_init_ref() };
             }
             Err(_) => core::hint::spin_loop(),
         }
     }
+}
+
+fn resolve() -> Settings {
+    use crate::options::Switch;
+    Settings {
+        conf: read_conf(),
+        trace: Switch::Trace.value(),
+        run_report: Switch::RunReport.value(),
+        costs: Switch::Costs.on(),
+        ctx_events: Switch::CtxEvents.value().is_some() && Switch::CtxEvents.on(),
+        seal_spacing: Switch::SealSpacing
+            .value()
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|n| (1..=1024).contains(n)),
+    }
+}
+
+/// The configuration from `GPUSHIM_CONF` ([`Settings::conf`]).
+pub fn conf() -> Conf {
+    settings().conf
 }
 
 fn read_conf() -> Conf {

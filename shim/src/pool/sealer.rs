@@ -205,10 +205,7 @@ const CTX_EVENTS_DEFAULT: bool = false;
 
 /// Whether to try `cuCtxRecordEvent` for this checkpoint.
 pub(super) fn context_events() -> bool {
-    CTX_EVENTS.get(|| match crate::options::Switch::CtxEvents.value() {
-        Some(_) => crate::options::Switch::CtxEvents.on(),
-        None => CTX_EVENTS_DEFAULT,
-    })
+    CTX_EVENTS.get(|| crate::state::settings().ctx_events || CTX_EVENTS_DEFAULT)
 }
 
 /// `cuCtxRecordEvent` answered `rc`: one event per stream from now on, said once.

@@ -174,7 +174,7 @@ fn stop_summarizer() {
 
 #[cold]
 fn open_trace() {
-    let pattern = crate::options::Switch::Trace.value().map(|p| p.to_bytes());
+    let pattern = state::settings().trace.map(|p| p.to_bytes());
     if pattern.is_some_and(|p| p.eq_ignore_ascii_case(b"off")) {
         RECORDER.fail();
         return;
@@ -278,7 +278,7 @@ fn open_trace() {
 fn report_to_run(pid: u32) {
     use core::fmt::Write;
     use gpushim_core::fixedfmt::FixedBuf;
-    let Some(folder) = crate::options::Switch::RunReport.value() else {
+    let Some(folder) = state::settings().run_report else {
         return;
     };
     let folder = folder.to_bytes();
@@ -509,7 +509,7 @@ pub fn at_exit() {
                 RECORDER.claimed()
             )),
         }
-    } else if crate::options::Switch::RunReport.value().is_none() {
+    } else if state::settings().run_report.is_none() {
         // Under `gpushim run`, which names every trace when the command ends.
         say(format_args!("trace written to {path}"));
     }

@@ -17,7 +17,7 @@ use crate::cuda::real;
 use crate::cuda::symbols::sig::of;
 use crate::trace;
 use core::ffi::c_void;
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::Ordering;
 use gpushim_core::engine::{Backend, Event, OutOfMemory};
 use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 use std::collections::VecDeque;
@@ -68,23 +68,12 @@ pub(super) struct SlotFences {
 /// no more than run-to-run noise.
 const SEAL_SPACING: u64 = 64;
 
-/// `GPUSHIM_SEAL_SPACING=N` (1 to 1024) replaces [`SEAL_SPACING`], for measuring; read once.
-static SPACING: AtomicU64 = AtomicU64::new(0);
-
+/// `GPUSHIM_SEAL_SPACING=N` (1 to 1024) replaces [`SEAL_SPACING`], for measuring
+/// (`state::settings`).
 fn seal_spacing() -> u64 {
-    match SPACING.load(Ordering::Relaxed) {
-        0 => {
-            let n = crate::options::Switch::SealSpacing
-                .value()
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .filter(|n| (1..=1024).contains(n))
-                .unwrap_or(SEAL_SPACING);
-            SPACING.store(n, Ordering::Relaxed);
-            n
-        }
-        n => n,
-    }
+    crate::state::settings()
+        .seal_spacing
+        .unwrap_or(SEAL_SPACING)
 }
 
 pub struct CudaBackend {
