@@ -16,6 +16,11 @@
 
 mod advice;
 pub mod model;
+mod render;
+mod simulate;
+
+pub use render::render_report;
+pub use simulate::{TorchReport, simulate};
 mod read;
 mod replayer;
 

@@ -11,6 +11,10 @@
 //! summed, its half-precision copy under autocast). A tensor of unknown kind keeps its size,
 //! and its lines are named (`docs/fit.md`).
 
+mod render;
+
+pub use render::render;
+
 use super::kinds::{Kind, Kinds, Phase, phase_of_stack};
 use super::torch_replay::{self, Bounds, Input, ReplayError};
 use crate::fasthash::FastMap;

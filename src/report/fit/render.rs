@@ -1,0 +1,114 @@
+//! `fit`'s text: a table per setting, the largest batch, the lines kept at their size.
+
+use super::{Fit, LineBytes, setting_name};
+use crate::report::units::human_bytes;
+
+/// The fit as text: a table per setting, the largest batch, what was not scaled.
+pub fn render(f: &Fit) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "from a run at batch {}: {} of its requests grow with the batch, {} do not{}",
+        f.at,
+        human_bytes(f.batch_bytes),
+        human_bytes(f.fixed_bytes),
+        if f.unknown_bytes > 0 {
+            format!(
+                ", {} of unknown kind kept as they are",
+                human_bytes(f.unknown_bytes)
+            )
+        } else {
+            String::new()
+        }
+    );
+    let _ = writeln!(
+        o,
+        "limit: {} ({})",
+        human_bytes(f.limit_bytes),
+        f.limit_from
+    );
+    for s in &f.settings {
+        let _ = writeln!(
+            o,
+            "\n{} ({}):",
+            setting_name(&s.setting),
+            if s.recorded {
+                "the run's setting"
+            } else {
+                "switched"
+            }
+        );
+        let _ = writeln!(
+            o,
+            "  {:>7}  {:>14}  {:>14}",
+            "batch", "peak reserved", "peak allocated"
+        );
+        for r in &s.rows {
+            let _ = writeln!(
+                o,
+                "  {:>7}  {:>14}  {:>14}{}",
+                r.batch,
+                human_bytes(r.peak_reserved_bytes),
+                human_bytes(r.peak_allocated_bytes),
+                if r.failures > 0 { "  does not fit" } else { "" }
+            );
+        }
+        if s.largest_batch == 0 {
+            let _ = writeln!(o, "  not even a batch of 1 fits the limit");
+        } else {
+            let _ = writeln!(
+                o,
+                "  the largest batch that fits: {} (peak reserved {})",
+                s.largest_batch,
+                human_bytes(s.largest_peak_reserved_bytes)
+            );
+        }
+    }
+    if let [a, b] = f.settings.as_slice()
+        && a.largest_batch != b.largest_batch
+    {
+        let (more, less) = if a.largest_batch > b.largest_batch {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let _ = writeln!(
+            o,
+            "\n{} fits {} more than {} (PYTORCH_CUDA_ALLOC_CONF={})",
+            setting_name(&more.setting),
+            more.largest_batch - less.largest_batch,
+            setting_name(&less.setting),
+            more.setting
+        );
+    }
+    lines(
+        &mut o,
+        "kept at their size, their kind unknown (no Python frames)",
+        &f.unknown_lines,
+    );
+    lines(
+        &mut o,
+        "kept at their size, temporaries the size of a parameter (a weight's gradient or copy)",
+        &f.parameter_sized_lines,
+    );
+    o
+}
+
+/// The lines kept at their size, under `title`, if any.
+fn lines(o: &mut String, title: &str, lines: &[LineBytes]) {
+    use std::fmt::Write as _;
+    if lines.is_empty() {
+        return;
+    }
+    let _ = writeln!(o, "\n{title}:");
+    for l in lines {
+        let _ = writeln!(
+            o,
+            "  {:>12} in {:>6}  {}",
+            human_bytes(l.bytes),
+            l.tensors,
+            l.line
+        );
+    }
+}

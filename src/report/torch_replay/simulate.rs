@@ -1,0 +1,78 @@
+//! `simulate --torch`: the trace's tensors replayed under the run's setting, each one asked,
+//! and the best found; one model for the text and `--json`.
+
+use super::model::TorchConf;
+use super::{Bounds, Fidelity, Outcome, RecordedSetting, ReplayError};
+use crate::trace::reader::ReadOptions;
+use serde::Serialize;
+
+/// What `simulate --torch --json` prints for one trace.
+#[derive(Serialize)]
+pub struct TorchReport {
+    pub trace: String,
+    pub tensors: u64,
+    pub recorded_setting: RecordedSetting,
+    /// The recorded setting replayed first, then each `--torch` setting.
+    pub outcomes: Vec<Outcome>,
+    /// The recorded setting's replay against the run, per device.
+    pub fidelity: Vec<Fidelity>,
+    /// With `--recommend`: the best setting found, then the next four.
+    pub recommended: Vec<Outcome>,
+}
+
+/// The trace's tensors replayed under its own setting, then each of `asked`, and with
+/// `recommend` the best settings found; `say` hears what takes a while and what the reader
+/// should know.
+pub fn simulate(
+    trace: &std::path::Path,
+    asked: &[TorchConf],
+    recommend: bool,
+    bounds: &Bounds,
+    opts: &ReadOptions,
+    say: &dyn Fn(String),
+) -> Result<TorchReport, ReplayError> {
+    let input = super::read(trace, opts)?;
+    let recorded = super::recorded_conf(&input)?;
+    let (first, fidelity) = super::replay(&input, &recorded, bounds, true);
+    let mut outcomes = vec![first];
+    for c in asked {
+        outcomes.push(super::replay(&input, c, bounds, false).0);
+    }
+    let mut recommended = Vec::new();
+    if recommend {
+        say(format!(
+            "gpushim: replaying {} settings of PyTorch's allocator over {} tensors...",
+            super::candidates(&recorded, bounds.fraction.is_some()).len(),
+            input.tensors
+        ));
+        recommended = super::recommend(&input, &recorded, bounds);
+        // Settings that come out the same are one row: the shortest text stands for them.
+        let mut seen = std::collections::HashSet::new();
+        recommended.retain(|o| {
+            seen.insert((
+                o.peak_reserved_bytes,
+                o.peak_allocated_bytes,
+                o.device_allocs,
+                o.device_frees,
+                o.failures,
+            ))
+        });
+        recommended.truncate(5);
+    }
+    if input.from_checkpoint {
+        say(format!(
+            "gpushim: {}: the trace's oldest records were folded into its checkpoint (it \
+             reached trace_max): the replay starts where the ring does, with an empty cache, \
+             so it is not the run's; record with a larger trace_max for an exact replay",
+            crate::files::shown(trace)
+        ));
+    }
+    Ok(TorchReport {
+        trace: crate::files::shown(trace).to_string(),
+        tensors: input.tensors,
+        recorded_setting: input.recorded.clone(),
+        outcomes,
+        fidelity,
+        recommended,
+    })
+}
