@@ -354,6 +354,26 @@ fn the_shims_switches_are_read_from_one_table() {
     );
 }
 
+/// The shim builds every record through the constructors of `trace/event.rs`: no other file
+/// writes a `Record` of its own.
+#[test]
+fn the_shim_builds_records_only_through_its_event_constructors() {
+    let mut building: Vec<String> = rust_files(&repo().join("shim/src"))
+        .into_iter()
+        .filter(|f| !f.ends_with("trace/event.rs"))
+        .filter(|f| {
+            std::fs::read_to_string(f)
+                .unwrap()
+                .lines()
+                .map(|l| l.split("//").next().unwrap_or(""))
+                .any(|l| l.contains("Record {"))
+        })
+        .map(|f| f.strip_prefix(repo()).unwrap().display().to_string())
+        .collect();
+    building.sort();
+    assert_eq!(building, Vec::<String>::new(), "records built past trace/event.rs");
+}
+
 /// The settings reach the shim's parts as values, each part through one place: the pool (its
 /// mode, the engine's policy, the trim), the trace (when it opens) and the PyTorch hook (when it
 /// attaches). No other code reads `GPUSHIM_CONF`'s resolved settings.

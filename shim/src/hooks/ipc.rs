@@ -11,7 +11,6 @@ use crate::state;
 use crate::trace;
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, Ordering};
-use gpushim_core::trace::format::RecordKind;
 
 static IPC_SAID: AtomicBool = AtomicBool::new(false);
 
@@ -80,8 +79,7 @@ pub(crate) unsafe fn ipc_get_mem_handle(
         // SAFETY: the caller's handle buffer holds CU_IPC_HANDLE_SIZE bytes.
         unsafe { core::ptr::copy_nonoverlapping(out.as_ptr(), handle.cast::<u8>(), ipc::HANDLE) };
         if rec {
-            trace::record(trace::Event::note(
-                RecordKind::IpcExport,
+            trace::record(trace::Event::ipc_export(
                 p,
                 b.requested,
                 trace::driver_device(),
@@ -129,12 +127,7 @@ pub(crate) unsafe fn ipc_open(
                 // SAFETY: checked non-null above.
                 unsafe { *out = p };
                 if rec {
-                    trace::record(trace::Event::note(
-                        RecordKind::IpcOpen,
-                        p,
-                        0,
-                        trace::driver_device(),
-                    ));
+                    trace::record(trace::Event::ipc_open(p, trace::driver_device()));
                 }
                 0
             }
@@ -153,12 +146,7 @@ pub(crate) unsafe fn ipc_close(real: Real<sig::CuIpcCloseMemHandle>, p: u64) -> 
             ipc::Close::Base(base) => unsafe { f(base) },
         };
         if rec && rc == 0 {
-            trace::record(trace::Event::note(
-                RecordKind::IpcClose,
-                p,
-                0,
-                trace::driver_device(),
-            ));
+            trace::record(trace::Event::ipc_close(p, trace::driver_device()));
         }
         rc
     })

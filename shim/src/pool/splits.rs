@@ -3,7 +3,6 @@
 use super::context::{MAX_CONTEXTS, device_of};
 use crate::trace;
 use core::sync::atomic::{AtomicU64, Ordering};
-use gpushim_core::trace::format::RecordKind;
 
 /// Splits are counted, not recorded one by one: a record costs a few hundred ns inside a
 /// real process (the ring's cache lines are cold after the program's own work), and the
@@ -38,7 +37,7 @@ pub fn flush(forget: bool) {
         let n = counter.swap(if forget { 0 } else { FLUSHED }, Ordering::Relaxed) & !FLUSHED;
         if n > 0 && !forget {
             let slot = slot as u8;
-            trace::record(trace::Event::note(RecordKind::Split, 0, n, device_of(slot)));
+            trace::record(trace::Event::splits(n, device_of(slot)));
         }
     }
 }

@@ -1,8 +1,10 @@
-//! What the shim records: one constructor per kind of record, saying what its numbers mean, and
-//! what each kind brings with it (a stack, the library that asked, a fresh NVML sample) as
-//! methods of the event, so the recorder holds no rule of its own about kinds.
+//! What the shim records: one constructor per kind of record, or per family of kinds whose
+//! numbers mean the same (a CUDA call's outcome, a tensor event of PyTorch's, an NVTX event, a
+//! decision of the pool), saying what its numbers mean; and what each kind brings with it (a
+//! stack, the library that asked, a fresh NVML sample) as methods of the event, so the recorder
+//! holds no rule of its own about kinds. No record is built past them ([`Event::record`]).
 
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{self, Api, DEVICE_UNKNOWN, Record, RecordKind};
 
 /// One record about to be written, before the recorder adds when and which thread.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,10 +92,120 @@ impl Event {
         )
     }
 
-    /// A note of the shim about its own doings (the pool's segments, splits, waits, IPC; what
-    /// the record kind says `ptr` and `size` mean).
-    pub const fn note(kind: RecordKind, ptr: u64, size: u64, device: u8) -> Event {
+    /// A decision of the shim's pool, as the engine's own typed event says it (its segments,
+    /// waits, out-of-memory retries; `pool::backend` maps each to its kind, whose doc in
+    /// `format::RecordKind` says what `ptr` and `size` mean).
+    pub const fn pool_decision(kind: RecordKind, ptr: u64, size: u64, device: u8) -> Event {
         Event::of(kind, Api::Shim, 0, ptr, size, device)
+    }
+
+    /// The pool split cached blocks `splits` times on `device` since its last such record.
+    pub const fn splits(splits: u64, device: u8) -> Event {
+        Event::of(RecordKind::Split, Api::Shim, 0, 0, splits, device)
+    }
+
+    /// The pool's checkpoint `id` on `device` made (`passed` false) or passed by the GPU.
+    pub const fn pool_checkpoint(id: u64, passed: bool, device: u8) -> Event {
+        Event::of(
+            RecordKind::PoolCheckpoint,
+            Api::Shim,
+            0,
+            id,
+            passed as u64,
+            device,
+        )
+    }
+
+    /// A pooled block at `ptr` exported for another process (`bytes` the size it was asked
+    /// for), a block another process exported opened at `ptr`, or one closed.
+    pub const fn ipc_export(ptr: u64, bytes: u64, device: u8) -> Event {
+        Event::of(RecordKind::IpcExport, Api::Shim, 0, ptr, bytes, device)
+    }
+    pub const fn ipc_open(ptr: u64, device: u8) -> Event {
+        Event::of(RecordKind::IpcOpen, Api::Shim, 0, ptr, 0, device)
+    }
+    pub const fn ipc_close(ptr: u64, device: u8) -> Event {
+        Event::of(RecordKind::IpcClose, Api::Shim, 0, ptr, 0, device)
+    }
+
+    /// A thread's first record in this trace: its kernel thread id and its index here.
+    pub const fn thread_start(tid: u64, index: u16) -> Event {
+        Event::of(
+            RecordKind::ThreadStart,
+            Api::Shim,
+            0,
+            tid,
+            index as u64,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// A stream's first use in this trace: its handle and the index records name it by.
+    pub const fn stream_name(handle: u64, index: u16) -> Event {
+        Event::of(
+            RecordKind::StreamName,
+            Api::Shim,
+            0,
+            handle,
+            index as u64,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// The stack of the thread's previous record: its id, and its depth with PyTorch's
+    /// autograd sequence number above it (`format::RecordKind::StackRef`).
+    pub const fn stack_ref(stack: u64, depth_and_sequence: u64) -> Event {
+        Event::of(
+            RecordKind::StackRef,
+            Api::Shim,
+            0,
+            stack,
+            depth_and_sequence,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// Who called CUDA for the thread's previous record: the first return address outside
+    /// the shim and the next one (0: none).
+    pub const fn caller(first: u64, second: u64) -> Event {
+        Event::of(
+            RecordKind::Caller,
+            Api::Shim,
+            0,
+            first,
+            second,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// A loaded module at `base`, its path's string id; and its build-id's string id.
+    pub const fn module(base: u64, path: u64) -> Event {
+        Event::of(RecordKind::Module, Api::Shim, 0, base, path, DEVICE_UNKNOWN)
+    }
+    pub const fn module_build_id(base: u64, id: u64) -> Event {
+        Event::of(
+            RecordKind::ModuleBuildId,
+            Api::Shim,
+            0,
+            base,
+            id,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// The record this event is, written at `time_ns` by `thread` (its stream by index).
+    pub const fn record(self, time_ns: u64, thread: u16, stream: u16) -> Record {
+        Record {
+            kind: self.kind,
+            api: self.api,
+            device: self.device,
+            status: format::status_byte(self.rc),
+            thread,
+            time_ns,
+            ptr: self.ptr,
+            size: self.size,
+            stream,
+        }
     }
 
     /// What NVML says this process uses on `device` (the device's whole use when

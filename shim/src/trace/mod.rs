@@ -15,7 +15,7 @@ use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::fixedfmt::Escaped;
-use gpushim_core::trace::format::{self, DEVICE_UNKNOWN, Record, RecordKind};
+use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 use gpushim_core::trace::recorder::{self, OpenOptions, PATH_CAP, Recorder};
 
 pub static RECORDER: Recorder = Recorder::new();
@@ -42,17 +42,7 @@ pub fn record(e: Event) {
     if e.stream != 0 {
         let (i, new) = RECORDER.intern_stream(e.stream);
         if new {
-            append(
-                Event::note(
-                    RecordKind::StreamName,
-                    e.stream,
-                    u64::from(i),
-                    DEVICE_UNKNOWN,
-                ),
-                now,
-                thread,
-                0,
-            );
+            append(Event::stream_name(e.stream, i), now, thread, 0);
         }
         stream_index = i;
     }
@@ -72,17 +62,7 @@ pub fn record(e: Event) {
 }
 
 fn append(e: Event, time_ns: u64, thread: u16, stream: u16) {
-    RECORDER.append(&Record {
-        kind: e.kind,
-        api: e.api,
-        device: e.device,
-        status: format::status_byte(e.rc),
-        thread,
-        time_ns,
-        ptr: e.ptr,
-        size: e.size,
-        stream,
-    });
+    RECORDER.append(&e.record(time_ns, thread, stream));
 }
 
 fn thread_index(now: u64) -> u16 {
@@ -95,12 +75,7 @@ fn thread_index(now: u64) -> u16 {
     let _ = THREAD.try_with(|t| t.set((generation, i)));
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() } as u64;
-    append(
-        Event::note(RecordKind::ThreadStart, tid, u64::from(i), DEVICE_UNKNOWN),
-        now,
-        i,
-        0,
-    );
+    append(Event::thread_start(tid, i), now, i, 0);
     i
 }
 

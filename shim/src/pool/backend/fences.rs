@@ -176,10 +176,5 @@ pub(super) const ERROR_NOT_READY: i32 = 600;
 
 /// The trace's `pool_checkpoint` record: checkpoint `id` of `slot` made, or passed.
 pub(super) fn note_checkpoint(slot: u8, id: u64, passed: bool) {
-    trace::record(trace::Event::note(
-        RecordKind::PoolCheckpoint,
-        id,
-        u64::from(passed),
-        device_of(slot),
-    ));
+    trace::record(trace::Event::pool_checkpoint(id, passed, device_of(slot)));
 }

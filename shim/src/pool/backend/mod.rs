@@ -415,6 +415,11 @@ impl Backend for CudaBackend {
             Event::LimitHit { device, size } => (RecordKind::LimitHit, device, 0, size),
             Event::Synchronize { device } => (RecordKind::PoolSync, device, 0, 0),
         };
-        trace::record(trace::Event::note(kind, ptr, size, device_of(slot)));
+        trace::record(trace::Event::pool_decision(
+            kind,
+            ptr,
+            size,
+            device_of(slot),
+        ));
     }
 }

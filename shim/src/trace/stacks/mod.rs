@@ -11,7 +11,7 @@ use crate::trace::RECORDER;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use gpushim_core::trace::format::{Api, BUILD_ID_MAX, DEVICE_UNKNOWN, Record, RecordKind};
+use gpushim_core::trace::format::{BUILD_ID_MAX, RecordKind};
 use gpushim_core::trace::unwind::{self, MAX_FRAMES, NATIVE_FRAMES, PYTHON_FRAMES};
 
 /// One memory call in this many gets its native stack; 0 for none. Set when the trace opens.
@@ -226,17 +226,10 @@ pub fn maybe_record(thread: u16, kind: RecordKind, now: u64) {
             })
             .unwrap_or_else(|_| intern(frames, py))
     };
-    RECORDER.append(&Record {
-        kind: RecordKind::StackRef,
-        api: Api::Shim,
-        device: DEVICE_UNKNOWN,
-        status: 0,
-        thread,
-        time_ns: now,
-        ptr: id,
-        size: sequence_bits(frames.len(), sequence),
-        stream: 0,
-    });
+    RECORDER.append(
+        &crate::trace::Event::stack_ref(id, sequence_bits(frames.len(), sequence))
+            .record(now, thread, 0),
+    );
     crate::costs::end(crate::costs::Cost::Intern, t0);
 }
 
@@ -278,17 +271,11 @@ pub fn record_caller(thread: u16) {
     if !known(first) || (second != 0 && !known(second)) {
         scan_modules();
     }
-    RECORDER.append(&Record {
-        kind: RecordKind::Caller,
-        api: Api::Shim,
-        device: DEVICE_UNKNOWN,
-        status: 0,
+    RECORDER.append(&crate::trace::Event::caller(first, second).record(
+        RECORDER.now_ns(),
         thread,
-        time_ns: RECORDER.now_ns(),
-        ptr: first,
-        size: second,
-        stream: 0,
-    });
+        0,
+    ));
 }
 
 /// Whether the unwinder finds unwind tables without the dynamic loader's lock: glibc 2.35 and

@@ -77,24 +77,16 @@ unsafe extern "C" fn visit(
         RANGES[2 * k + 1].store(end, Ordering::Relaxed);
         COUNT.store(k + 1, Ordering::Release);
     }
-    let module = |kind, size| {
-        RECORDER.append_definition(&Record {
-            kind,
-            api: Api::Shim,
-            device: DEVICE_UNKNOWN,
-            status: 0,
-            thread: 0,
-            time_ns: RECORDER.now_ns(),
-            ptr: base,
-            size,
-            stream: 0,
-        })
-    };
-    module(RecordKind::Module, path_id);
+    let define =
+        |e: crate::trace::Event| RECORDER.append_definition(&e.record(RECORDER.now_ns(), 0, 0));
+    define(crate::trace::Event::module(base, path_id));
     let mut hex = [0u8; 2 * BUILD_ID_MAX];
     let n = build_id(info, &mut hex);
     if n > 0 {
-        module(RecordKind::ModuleBuildId, RECORDER.intern_string(&hex[..n]));
+        define(crate::trace::Event::module_build_id(
+            base,
+            RECORDER.intern_string(&hex[..n]),
+        ));
     }
     0
 }
