@@ -371,7 +371,11 @@ fn the_shim_builds_records_only_through_its_event_constructors() {
         .map(|f| f.strip_prefix(repo()).unwrap().display().to_string())
         .collect();
     building.sort();
-    assert_eq!(building, Vec::<String>::new(), "records built past trace/event.rs");
+    assert_eq!(
+        building,
+        Vec::<String>::new(),
+        "records built past trace/event.rs"
+    );
 }
 
 /// The settings reach the shim's parts as values, each part through one place: the pool (its

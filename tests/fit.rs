@@ -249,3 +249,60 @@ fn the_runs_batch_comes_from_its_command_line() {
     );
     assert!(err.contains("--at 8"), "{err}");
 }
+
+/// A buffer that grows with the batch only in part (1 MiB and 256 KiB a sample, from the
+/// program's own line) is scaled wrong from its kind alone; a second run at another batch
+/// gives each request the line through its two sizes, and the peaks at 12 are the run's at 12.
+#[test]
+fn a_second_run_scales_what_the_kinds_cannot() {
+    let dir = tempdir("fit-second");
+    let affine = |batch: u64| {
+        let t = dir.join(format!("a{batch}.trace"));
+        let env = vec![
+            ("KINDS_BATCH", batch.to_string()),
+            ("KINDS_AFFINE", "1".to_string()),
+        ];
+        assert_ok(&kinds_program(&t, 3, false, env));
+        t
+    };
+    let (small, other, real) = (affine(3), affine(6), affine(12));
+    let ask = |more: &[&str]| -> Value {
+        let mut args = vec!["fit", small.to_str().unwrap(), "--at", "3", "--batch", "12"];
+        args.extend(more);
+        args.push("--json");
+        json(&args)
+    };
+    let alone = ask(&[]);
+    let both = ask(&["--with", other.to_str().unwrap(), "--with-at", "6"]);
+    assert!(both["second"]["requests"].as_u64().unwrap() > 0, "{both}");
+    let peak = |fit: &Value, k: usize| {
+        let r = &fit["settings"][k]["rows"][0];
+        (
+            r["peak_reserved_bytes"].as_u64().unwrap(),
+            r["peak_allocated_bytes"].as_u64().unwrap(),
+        )
+    };
+    for k in 0..2 {
+        let setting = both["settings"][k]["setting"].as_str().unwrap();
+        let (reserved, allocated, _) = replayed(&real, setting, None);
+        assert_eq!(peak(&both, k), (reserved, allocated), "under {setting:?}");
+        assert_ne!(
+            peak(&alone, k).1,
+            allocated,
+            "the kinds alone would have been right: the test proves nothing"
+        );
+    }
+    // The second run's batch must differ from the run's.
+    let same = gpushim_text(&[
+        "fit",
+        small.to_str().unwrap(),
+        "--at",
+        "3",
+        "--with",
+        small.to_str().unwrap(),
+        "--with-at",
+        "3",
+    ]);
+    assert!(!same.status.success());
+    assert!(stderr(&same).contains("another batch"), "{}", stderr(&same));
+}

@@ -325,6 +325,14 @@ pub enum Cmd {
         /// The largest batch looked for.
         #[arg(long, value_name = "BATCH", default_value = "4096")]
         max_batch: u64,
+        /// A second run of the same program at another batch: each request then scales as
+        /// the two runs show it (a line whose size does not follow the batch, or follows it
+        /// only in part, comes out right), not as its kind says.
+        #[arg(long = "with", value_name = "TRACE")]
+        with: Option<PathBuf>,
+        /// The second run's batch. Default: read from its command line.
+        #[arg(long, value_name = "BATCH", requires = "with")]
+        with_at: Option<u64>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,

@@ -179,6 +179,8 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             device_memory,
             limit,
             max_batch,
+            with,
+            with_at,
             json,
             ..
         } => {
@@ -192,6 +194,17 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
                 device_memory,
                 limit,
                 max_batch,
+                second: None,
+            };
+            let ask = match with {
+                None => ask,
+                Some(other) => match with_at.map_or_else(|| fit::batch_of_run(&other), Ok) {
+                    Ok(b) => gpushim::report::fit::Ask {
+                        second: Some((other, b)),
+                        ..ask
+                    },
+                    Err(e) => return fail(e),
+                },
             };
             fit::cmd_fit(&trace, &ask, json, opts)
         }

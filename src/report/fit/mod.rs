@@ -32,6 +32,14 @@ enum Scale {
     Fixed,
     /// Kept as it is, for want of a kind.
     Unknown,
+    /// As a second run at another batch showed it: `here` bytes at the run's batch `at`,
+    /// `there` at the second run's `other`; other batches on the line through both.
+    Measured {
+        here: u64,
+        there: u64,
+        at: u64,
+        other: u64,
+    },
 }
 
 /// What the run says of each request: its kind, and how it scales.
@@ -91,6 +99,17 @@ pub struct Fit {
     pub unknown_lines: Vec<LineBytes>,
     /// Temporaries of a forward or backward kept at their size because it is a parameter's.
     pub parameter_sized_lines: Vec<LineBytes>,
+    /// A second run of the program at another batch, when given: the requests it scaled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub second: Option<SecondRun>,
+}
+
+/// A second run at another batch, and how many of the run's requests it scaled.
+#[derive(Clone, Debug, Serialize)]
+pub struct SecondRun {
+    pub trace: String,
+    pub at: u64,
+    pub requests: u64,
 }
 
 /// What `fit` is asked.
@@ -107,6 +126,9 @@ pub struct Ask {
     pub limit: Option<u64>,
     /// The largest batch looked for.
     pub max_batch: u64,
+    /// A second run of the same program at another batch: each request scales as the two
+    /// runs show it, not as its kind says.
+    pub second: Option<(std::path::PathBuf, u64)>,
 }
 
 #[derive(Debug)]
@@ -211,7 +233,68 @@ fn resize(s: Scale, size: u64, at: u64, batch: u64) -> u64 {
             u64::try_from(v.div_ceil(u128::from(at.max(1)))).unwrap_or(u64::MAX)
         }
         Scale::Fixed | Scale::Unknown => size,
+        Scale::Measured {
+            here,
+            there,
+            at,
+            other,
+        } => {
+            // here + (there - here) * (batch - at) / (other - at), rounded up, never below 0.
+            let (here, there) = (i128::from(here), i128::from(there));
+            let num = (there - here) * (i128::from(batch) - i128::from(at));
+            let den = i128::from(other) - i128::from(at);
+            if den == 0 {
+                return size;
+            }
+            let step = if (num >= 0) == (den > 0) {
+                (num.abs() + den.abs() - 1) / den.abs()
+            } else {
+                -(num.abs() / den.abs())
+            };
+            u64::try_from((here + step).max(0)).unwrap_or(u64::MAX)
+        }
     }
+}
+
+/// What a second run of the program at another batch says of each request of this one: the
+/// i-th request of a line here is the i-th of the same line there (the same program, the same
+/// order; only sizes differ), and scales on the line through the two sizes. A request with no
+/// counterpart (a line the second run made fewer times) gets `None`.
+fn measured(input: &Input, at: u64, second: &Input, other: u64) -> Vec<Option<Scale>> {
+    fn labels(inp: &Input) -> Vec<String> {
+        let mut cache: FastMap<u64, String> = FastMap::default();
+        inp.requests()
+            .map(|(_, stack)| {
+                cache
+                    .entry(stack)
+                    .or_insert_with(|| super::sites::site_label(inp.reader(), stack))
+                    .clone()
+            })
+            .collect()
+    }
+    let mut theirs: std::collections::HashMap<String, Vec<u64>> = Default::default();
+    for ((size, _), label) in second.requests().zip(labels(second)) {
+        theirs.entry(label).or_default().push(size);
+    }
+    let mut taken: std::collections::HashMap<String, usize> = Default::default();
+    input
+        .requests()
+        .zip(labels(input))
+        .map(|((here, _), label)| {
+            let n = taken.entry(label.clone()).or_default();
+            let i = *n;
+            *n += 1;
+            theirs
+                .get(&label)
+                .and_then(|v| v.get(i))
+                .map(|&there| Scale::Measured {
+                    here,
+                    there,
+                    at,
+                    other,
+                })
+        })
+        .collect()
 }
 
 /// The fit of the trace at `path`.
@@ -221,7 +304,26 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
     }
     let input = torch_replay::read(path, opts)?;
     let kinds = kinds_of_requests(path, opts)?;
-    let req = classify(&input, kinds);
+    let mut req = classify(&input, kinds);
+    let mut measured_requests = 0u64;
+    if let Some((second_path, other)) = &ask.second {
+        if *other == ask.at {
+            return Err(FitError::Batch(format!(
+                "the second run's batch ({other}) is the run's own: give a run at another batch"
+            )));
+        }
+        let second = torch_replay::read(second_path, opts)?;
+        for (s, m) in req
+            .scale
+            .iter_mut()
+            .zip(measured(&input, ask.at, &second, *other))
+        {
+            if let Some(m) = m {
+                *s = m;
+                measured_requests += 1;
+            }
+        }
+    }
     let recorded = torch_replay::recorded_conf(&input)?;
     let mut expandable = recorded.clone();
     expandable.expandable_segments = !recorded.expandable_segments;
@@ -299,6 +401,10 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
         };
         match s {
             Scale::Batch => batch_bytes = batch_bytes.saturating_add(size),
+            Scale::Measured { here, there, .. } if here == there => {
+                fixed_bytes = fixed_bytes.saturating_add(size);
+            }
+            Scale::Measured { .. } => batch_bytes = batch_bytes.saturating_add(size),
             Scale::Fixed => {
                 fixed_bytes = fixed_bytes.saturating_add(size);
                 if *k == Kind::Temporary {
@@ -338,6 +444,11 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
         unknown_bytes,
         unknown_lines: named(unknown),
         parameter_sized_lines: named(parameter_sized),
+        second: ask.second.as_ref().map(|(p, b)| SecondRun {
+            trace: crate::files::shown(p).to_string(),
+            at: *b,
+            requests: measured_requests,
+        }),
     })
 }
 
@@ -421,6 +532,7 @@ impl Ask {
             device_memory: None,
             limit: None,
             max_batch,
+            second: None,
         }
     }
 }
@@ -450,6 +562,24 @@ mod tests {
     #[test]
     fn a_request_that_follows_the_batch_grows_with_it_and_others_do_not() {
         assert_eq!(resize(Scale::Batch, 4096, 8, 32), 16384);
+        // As two runs showed it: 1 MiB fixed and 256 KiB a sample, at 3 and 6.
+        let measured = Scale::Measured {
+            here: (1 << 20) + 3 * (256 << 10),
+            there: (1 << 20) + 6 * (256 << 10),
+            at: 3,
+            other: 6,
+        };
+        assert_eq!(resize(measured, 0, 3, 12), (1 << 20) + 12 * (256 << 10));
+        assert_eq!(resize(measured, 0, 3, 1), (1 << 20) + (256 << 10));
+        // Shrinking with the batch stops at nothing.
+        let shrinking = Scale::Measured {
+            here: 100,
+            there: 50,
+            at: 1,
+            other: 2,
+        };
+        assert_eq!(resize(shrinking, 100, 1, 5), 0);
+        assert_eq!(resize(shrinking, 100, 1, 3), 0);
         assert_eq!(resize(Scale::Batch, 100, 3, 4), 134);
         assert_eq!(resize(Scale::Fixed, 4096, 8, 32), 4096);
         assert_eq!(resize(Scale::Unknown, 4096, 8, 32), 4096);

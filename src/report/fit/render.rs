@@ -22,6 +22,16 @@ pub fn render(f: &Fit) -> String {
             String::new()
         }
     );
+    if let Some(r) = &f.second {
+        let _ = writeln!(
+            o,
+            "  {} requests scaled as the run at batch {} ({}) showed them: each on the line \
+             through its two sizes",
+            r.requests,
+            r.at,
+            crate::fixedfmt::Escaped(r.trace.as_bytes())
+        );
+    }
     let _ = writeln!(
         o,
         "limit: {} ({})",

@@ -10,7 +10,9 @@ keeps each step's last activation in a list (a metric holding its graph).
 usage: train.py LIBTORCH_CPU LIBC10_CUDA STEPS [leak] [--batch-size N]
 KINDS_PACE set: a 2 ms pause every 50 steps. KINDS_BATCH=N: a batch N times as large (the
 batch, the forward's tensors, the loss and its gradient N times their size; tests/fit.rs);
-`--batch-size N` at the end of the command line says the same, as a training script's flag."""
+`--batch-size N` at the end of the command line says the same, as a training script's flag.
+KINDS_AFFINE set: per step also 1 MiB plus 256 KiB a sample from the program's own line (a
+buffer that grows with the batch only in part), freed at the step's end."""
 import os
 import sys
 import time
@@ -49,10 +51,12 @@ steps = int(sys.argv[3])
 leak = len(sys.argv) > 4 and sys.argv[4] == "leak"
 kept = []
 pace = os.environ.get("KINDS_PACE") is not None
+affine = os.environ.get("KINDS_AFFINE") is not None
 for step in range(steps):
     if pace and step % 50 == 0:
         time.sleep(0.002)  # lets the shim's summarizer keep up with a ring on a busy machine
     x = _standin.empty(1 * MiB * _standin.BATCH)
+    extra = _standin.empty(1 * MiB + 256 * 1024 * _standin.BATCH) if affine else None
     saved = []
     out = model(x, saved)
     loss = _standin.empty(128 * 1024 * _standin.BATCH)  # a loss computed outside any module
@@ -62,4 +66,6 @@ for step in range(steps):
     opt.step()
     _standin.free(loss)
     _standin.free(x)
+    if extra is not None:
+        _standin.free(extra)
 print("trained", steps)
