@@ -347,7 +347,7 @@ fn leaks_on_a_cut_trace_says_what_is_missing() {
 /// A real trace of any length: written by the recorder with its summarizer running, wrapped
 /// many times, with a checkpoint. Returns its bytes and where its checkpoint slots lie.
 fn ring_trace() -> (Vec<u8>, usize, usize) {
-    use gpushim::trace::format::{Record, header};
+    use gpushim::trace::format::header;
     use std::sync::atomic::{AtomicBool, Ordering};
     let path = tempdir("ring-base").file("ring.trace");
     let r = ring_recorder(&path, 2 << 20);
@@ -359,17 +359,7 @@ fn ring_trace() -> (Vec<u8>, usize, usize) {
         for i in 0..30_000u64 {
             let mut rec = |kind, api, ptr, size| {
                 t += 10_000;
-                r.append(&Record {
-                    kind,
-                    api,
-                    device: (i % 2) as u8,
-                    status: 0,
-                    thread: 0,
-                    time_ns: t,
-                    ptr,
-                    size,
-                    stream: 0,
-                });
+                r.append(&record_at(kind, api, (i % 2) as u8, 0, t, ptr, size));
             };
             let p = 0x7f00_0000_0000 + (i % 64) * 4096;
             rec(RecordKind::RangePush, Api::Nvtx, step, 1);

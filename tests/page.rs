@@ -127,7 +127,7 @@ fn the_page_stacks_each_kind_to_the_byte_and_draws_the_growing_line() {
 /// A trace of `events` records in a ring of 64 MiB, written by the recorder with its summarizer
 /// running: a step allocates and frees 8 blocks from 3 lines and keeps one in 1,000.
 fn ring_of(path: &Path, events: u64) {
-    use gpushim::trace::format::{Api, Record, RecordKind};
+    use gpushim::trace::format::{Api, RecordKind};
     use std::sync::atomic::{AtomicBool, Ordering};
     let r = ring_recorder(path, 64 << 20);
     let stop = AtomicBool::new(false);
@@ -141,17 +141,7 @@ fn ring_of(path: &Path, events: u64) {
             let mut rec = |kind, api, ptr, size| {
                 t += 1_000;
                 written += 1;
-                r.append(&Record {
-                    kind,
-                    api,
-                    device: 0,
-                    status: 0,
-                    thread: 0,
-                    time_ns: t,
-                    ptr,
-                    size,
-                    stream: 0,
-                });
+                r.append(&record_at(kind, api, 0, 0, t, ptr, size));
             };
             rec(RecordKind::RangePush, Api::Nvtx, step, 1);
             for b in 0..8u64 {

@@ -334,20 +334,13 @@ fn an_out_of_memory_of_the_framework_names_the_line_that_asked() {
          \x20   kept.append(p)\n",
     )
     .unwrap();
-    let t = dir.join("oom.trace");
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args: vec![
-                script.display().to_string(),
-                standin().display().to_string(),
-            ],
-            env: vec![("GPUSHIM_SIM_MEMORY", (300u64 << 20).to_string())],
-        },
+    let env = vec![("GPUSHIM_SIM_MEMORY", (300u64 << 20).to_string())];
+    let (t, _) = run_script(
+        "tensor-oom-run",
+        &script,
+        &[standin().display().to_string()],
+        env,
     );
-    assert_ok(&out);
     let v = report("oom", &t);
     let ooms = v.as_array().unwrap();
     assert_eq!(ooms.len(), 1, "one request failed: {v}");
@@ -380,20 +373,8 @@ fn an_out_of_memory_under_a_memory_fraction_is_replayed_under_that_fraction() {
          \x20   kept.append(lib.standin_malloc(5 << 18))\n\
          \x20   lib.standin_free(big)\n",
     );
-    let t = script.with_file_name("pin.trace");
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args: vec![
-                script.display().to_string(),
-                standin().display().to_string(),
-            ],
-            env: vec![("STANDIN_ALLOWED", (300u64 << 20).to_string())],
-        },
-    );
-    assert_ok(&out);
+    let env = vec![("STANDIN_ALLOWED", (300u64 << 20).to_string())];
+    let (t, _) = run_script("pin", &script, &[standin().display().to_string()], env);
     let text = {
         let o = gpushim(&[&"oom", &t]);
         assert_ok(&o);

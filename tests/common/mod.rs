@@ -407,17 +407,31 @@ impl HandTrace {
         size: u64,
     ) {
         self.t += 1000;
-        self.recorder.append(&Record {
-            kind,
-            api,
-            device: 0,
-            status: 0,
-            thread,
-            time_ns: self.t,
-            ptr,
-            size,
-            stream: 0,
-        });
+        self.recorder
+            .append(&record_at(kind, api, 0, thread, self.t, ptr, size));
+    }
+}
+
+/// A record of a call that succeeded, on no stream, for the tests that write traces by hand.
+pub fn record_at(
+    kind: RecordKind,
+    api: gpushim::trace::format::Api,
+    device: u8,
+    thread: u16,
+    time_ns: u64,
+    ptr: u64,
+    size: u64,
+) -> Record {
+    Record {
+        kind,
+        api,
+        device,
+        status: 0,
+        thread,
+        time_ns,
+        ptr,
+        size,
+        stream: 0,
     }
 }
 

@@ -22,14 +22,13 @@ pub fn render(f: &Fit) -> String {
             String::new()
         }
     );
+    // The trace's name is as `files::shown` wrote it: escaped already.
     if let Some(r) = &f.second {
         let _ = writeln!(
             o,
             "  {} requests scaled as the run at batch {} ({}) showed them: each on the line \
              through its two sizes",
-            r.requests,
-            r.at,
-            crate::fixedfmt::Escaped(r.trace.as_bytes())
+            r.requests, r.at, r.trace
         );
     }
     let _ = writeln!(
