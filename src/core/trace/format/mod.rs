@@ -8,7 +8,8 @@
 //! it.
 
 mod kinds;
-pub mod restore;
+/// The codes of a `Restore` record: the checkpoint's own format, kept with the rest of it.
+pub use crate::trace::checkpoint::codes as restore;
 pub mod ring;
 
 pub use kinds::{Api, RecordKind, tensors_off};

@@ -3,11 +3,10 @@
 //! summarizer (`trace::summary`) runs the same replay over the ring, and a checkpoint's
 //! `Restore` records put its state back (`Replay::restore`).
 //!
-//! Here: what is live and the queries on it; `apply.rs` a record applied, `restoring.rs` what a
-//! checkpoint's records put back, `walk.rs` a trace replayed from its start.
+//! Here: what is live and the queries on it; `apply.rs` a record applied (what a checkpoint's
+//! records put back: `trace::checkpoint::restore`), `walk.rs` a trace replayed from its start.
 
 mod apply;
-mod restoring;
 mod walk;
 
 pub use walk::{in_range, replay_each, replay_until, replay_until_seeing};
@@ -15,7 +14,7 @@ pub use walk::{in_range, replay_each, replay_until, replay_until_seeing};
 use crate::fasthash::FastMap;
 use crate::trace::facts::DeviceFacts;
 pub use crate::trace::facts::NvmlFigure;
-use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind, restore};
+use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, RecordKind};
 pub use crate::trace::ranges::OpenRanges;
 use crate::trace::ranges::Ranges;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
@@ -56,11 +55,11 @@ pub fn site_key(l: &Live) -> u64 {
 
 /// Live bytes on one device.
 #[derive(Clone, Copy, Default)]
-struct DeviceLive {
-    seen: bool,
+pub(in crate::trace) struct DeviceLive {
+    pub(in crate::trace) seen: bool,
     bytes: u64,
-    peak: u64,
-    peak_time_ns: u64,
+    pub(in crate::trace) peak: u64,
+    pub(in crate::trace) peak_time_ns: u64,
 }
 
 /// The allocation that set the latest peak, and the peak before it.
@@ -82,7 +81,7 @@ pub struct Replay {
     pub physical: FastMap<u64, Live>,
     /// Per device (by ordinal): live bytes, physical allocations included; the most live at
     /// once and the time it was first reached; whether the device was ever seen.
-    devices: Vec<DeviceLive>,
+    pub(in crate::trace) devices: Vec<DeviceLive>,
     /// VMM physical bytes live per device (device memory the pool does not serve).
     pub physical_bytes: BTreeMap<u8, u64>,
     /// Pinned host allocations by address (`cudaMallocHost`, `cudaHostAlloc`): size.
@@ -104,9 +103,9 @@ pub struct Replay {
     pooled: BTreeSet<u8>,
     /// Per thread: VMM physical allocations made since its last framework record, which a
     /// framework segment mapped next claims as reserved memory.
-    pending_physical: Vec<Vec<u64>>,
+    pub(in crate::trace) pending_physical: Vec<Vec<u64>>,
     /// Physical allocations that back the framework's expandable segments: reserved, not live.
-    framework_physical: FastMap<u64, (u64, u8)>,
+    pub(in crate::trace) framework_physical: FastMap<u64, (u64, u8)>,
     /// What the device said of itself: NVML's figure, CUDA's pools, `cudaMemGetInfo`.
     pub facts: DeviceFacts,
     /// The program's allocation that set the latest peak (a raw `cudaMalloc` or VMM handle the
@@ -114,19 +113,19 @@ pub struct Replay {
     peak_by: Option<PeakBy>,
     /// Per thread: its latest device allocation (whether a VMM handle, and its key) until the
     /// `Caller` record that names who made it.
-    awaiting_caller: Vec<Option<(bool, u64)>>,
+    pub(in crate::trace) awaiting_caller: Vec<Option<(bool, u64)>>,
     /// Per thread: the address of its latest allocation while a stack reference may still
     /// follow it (0: none).
-    last_alloc: Vec<u64>,
+    pub(in crate::trace) last_alloc: Vec<u64>,
     /// The NVTX ranges open, which name the allocations made in them.
-    ranges: Ranges,
+    pub(in crate::trace) ranges: Ranges,
     /// Records applied.
     pub index: u64,
     pub time_ns: u64,
     /// Between a checkpoint's `BEGIN` and `END`: the records restore state, they are not calls.
     pub restoring: bool,
     /// The call site the restored allocations take (stack, range, caller).
-    restoring_site: (u64, u64, [u64; 2]),
+    pub(in crate::trace) restoring_site: (u64, u64, [u64; 2]),
     /// Summaries the checkpoint carried: per API (calls, bytes, failures).
     pub api_totals: BTreeMap<u8, (u64, u64, u64)>,
     /// What was live at each moment the checkpoint kept (each device's peak, each failure).
@@ -140,12 +139,6 @@ pub struct Replay {
     /// reserved).
     pub series: Vec<(u64, u8, u64, u64)>,
 }
-
-/// The most boundaries, and call sites per boundary, a checkpoint restores (the summarizer
-/// writes at most `summary::MAX_BOUNDARIES`; more can only come from a hostile file, whose
-/// copies of the series would cost time without end).
-const MAX_RESTORED_BOUNDARIES: usize = 1024;
-const MAX_RESTORED_SITES: usize = 1 << 16;
 
 /// What a checkpoint kept of one moment: a device's peak, or a failed allocation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -527,12 +520,12 @@ impl Replay {
 }
 
 /// A record's device, an unknown one counted as device 0.
-fn device_or_0(device: u8) -> u8 {
+pub(in crate::trace) fn device_or_0(device: u8) -> u8 {
     if device == DEVICE_UNKNOWN { 0 } else { device }
 }
 
 /// The entry of `thread` in a per-thread table, made on first use.
-fn slot<T: Default>(table: &mut Vec<T>, thread: u16) -> &mut T {
+pub(in crate::trace) fn slot<T: Default>(table: &mut Vec<T>, thread: u16) -> &mut T {
     let i = thread as usize;
     if table.len() <= i {
         table.resize_with(i + 1, T::default);

@@ -60,7 +60,7 @@ pub(super) fn le_u32(b: &[u8], o: usize) -> u32 {
     u32::from_le_bytes(b[o..o + 4].try_into().expect("4 bytes"))
 }
 
-pub(super) fn le_u64(b: &[u8], o: usize) -> u64 {
+pub(crate) fn le_u64(b: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(b[o..o + 8].try_into().expect("8 bytes"))
 }
 

@@ -6,15 +6,14 @@
 //! end, and the records it is missing are counted.
 //!
 //! Here: the reader, its options, and records put back in time order; `head.rs` the header
-//! read and checked, `checkpoint.rs` a ring's checkpoint read back, `decode.rs` bodies read
-//! and decoded, `stats.rs` what decoding counted.
+//! read and checked, `decode.rs` bodies read and decoded (a ring's checkpoint, read first,
+//! is read back in `trace::checkpoint::read`), `stats.rs` what decoding counted.
 
-mod checkpoint;
 mod decode;
-mod head;
+pub(crate) mod head;
 mod stats;
 
-use checkpoint::{checkpoint_summarized, checkpoint_summed, read_checkpoint};
+use crate::trace::checkpoint::read::{checkpoint_summarized, checkpoint_summed, read_checkpoint};
 pub use head::printable;
 use head::{info_capacity, le_u64, read_header};
 pub use stats::{Damage, DecodeStats};

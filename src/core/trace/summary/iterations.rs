@@ -22,7 +22,7 @@ pub struct Occurrences {
 pub const KEPT_POSITIONS: usize = 4096;
 
 impl Occurrences {
-    pub(super) fn add(&mut self, at: u64) {
+    pub(in crate::trace) fn add(&mut self, at: u64) {
         if self.count == 0 {
             self.first = at;
         }
@@ -167,18 +167,18 @@ const LEARN_AT_MOST: u64 = 1 << 20;
 
 /// Learns what marks an iteration until the first checkpoint (when the ring is half full:
 /// most of a ring of records seen), then keeps live bytes by call site at each boundary.
-pub(super) struct Boundaries {
-    pub(super) finder: MarkFinder,
-    pub(super) mark: Option<BoundaryMark>,
-    pub(super) decided: bool,
+pub(in crate::trace) struct Boundaries {
+    pub(in crate::trace) finder: MarkFinder,
+    pub(in crate::trace) mark: Option<BoundaryMark>,
+    pub(in crate::trace) decided: bool,
     /// Boundaries seen (those before the choice counted too), and the ones kept.
-    pub(super) seen: u64,
-    pub(super) kept: Thinned<Boundary>,
+    pub(in crate::trace) seen: u64,
+    pub(in crate::trace) kept: Thinned<Boundary>,
 }
 
 impl Boundaries {
     /// Chooses the mark from what was learnt, once.
-    pub(super) fn decide(&mut self) {
+    pub(in crate::trace) fn decide(&mut self) {
         if self.decided {
             return;
         }
@@ -195,7 +195,7 @@ impl Boundaries {
         self.finder = MarkFinder::default();
     }
 
-    pub(super) fn sample(&mut self, rp: &Replay, time_ns: u64) {
+    pub(in crate::trace) fn sample(&mut self, rp: &Replay, time_ns: u64) {
         self.seen += 1;
         if self.kept.wants() {
             self.kept.push(Boundary {

@@ -12,32 +12,30 @@
 //!
 //! Here: the summarizer and what it applies record by record; `iterations.rs` what marks an
 //! iteration and the boundaries kept, `peaks.rs` each device's peak watched, `thinned.rs` a
-//! stream thinned evenly, `checkpoint.rs` the checkpoint written, `live_set.rs` its live
-//! allocations (listed, or summed by line to fit), `definitions.rs` its definitions, each once.
+//! stream thinned evenly. The checkpoint it writes, with its live set and definitions, is in
+//! `trace::checkpoint`.
 
-mod checkpoint;
-mod definitions;
 mod iterations;
-mod live_set;
 mod peaks;
 mod thinned;
 
-pub use checkpoint::seal;
-use iterations::Boundaries;
+use crate::trace::checkpoint::definitions;
+pub use crate::trace::checkpoint::seal;
+pub(in crate::trace) use iterations::Boundaries;
 pub use iterations::{KEPT_POSITIONS, MarkFinder, Occurrences, detect_period};
-use peaks::{PeakWatch, snapshot_now};
+pub(in crate::trace) use peaks::{PeakWatch, snapshot_now};
 pub use thinned::Thinned;
 
-use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind, restore};
-use crate::trace::live::{BoundaryMark, Change, Live, Replay, Snapshot};
-use std::collections::{BTreeMap, HashMap};
+use crate::trace::format::{Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind};
+use crate::trace::live::{Change, Live, Replay, Snapshot};
+use std::collections::BTreeMap;
 
 /// Records wait this long in the reorder window (as in the reader).
 const REORDER_NS: u64 = crate::trace::reader::REORDER_WINDOW_NS;
 /// The reorder window is drained once it holds this many records, at least.
 const DRAIN_AT_LEAST: usize = 1 << 16;
 /// At a checkpoint, records this much younger than the latest stay as they came.
-const TAIL_NS: u64 = 2_000_000;
+pub(in crate::trace) const TAIL_NS: u64 = 2_000_000;
 /// Failed allocations kept with what was live then: the first half and the latest half.
 pub const MAX_FAILURES: usize = 256;
 /// NVML samples kept (thinned evenly over the run past this).
@@ -82,39 +80,39 @@ pub fn is_failure(r: &Record) -> bool {
 }
 
 /// A failed allocation kept: what was live then, and its records (the failure, its stack).
-struct Failure {
-    snapshot: Snapshot,
-    records: Vec<Record>,
+pub(in crate::trace) struct Failure {
+    pub(in crate::trace) snapshot: Snapshot,
+    pub(in crate::trace) records: Vec<Record>,
 }
 
 /// Summarizes the records of a trace as they come (see the module's notes).
 pub struct Summarizer {
-    replay: Replay,
+    pub(in crate::trace) replay: Replay,
     /// Definitions as they came, each once.
-    defs: definitions::Definitions,
+    pub(in crate::trace) defs: definitions::Definitions,
     /// Records of kinds kept as they came (threads, streams, the framework's state, notes).
-    kept: Vec<Record>,
+    pub(in crate::trace) kept: Vec<Record>,
     /// The thread whose next stack belongs to a kept note.
-    kept_stack_of: Option<u16>,
-    window: Vec<(u64, u64, Record)>,
+    pub(in crate::trace) kept_stack_of: Option<u16>,
+    pub(in crate::trace) window: Vec<(u64, u64, Record)>,
     /// The window's length at which `feed` drains it next.
-    drain_at: usize,
-    latest_ns: u64,
-    fed: u64,
-    applied: u64,
-    applied_ns: u64,
-    apis: Vec<(u64, u64, u64)>,
-    peaks: BTreeMap<u8, PeakWatch>,
-    failures: Vec<Failure>,
-    failures_dropped: u64,
+    pub(in crate::trace) drain_at: usize,
+    pub(in crate::trace) latest_ns: u64,
+    pub(in crate::trace) fed: u64,
+    pub(in crate::trace) applied: u64,
+    pub(in crate::trace) applied_ns: u64,
+    pub(in crate::trace) apis: Vec<(u64, u64, u64)>,
+    pub(in crate::trace) peaks: BTreeMap<u8, PeakWatch>,
+    pub(in crate::trace) failures: Vec<Failure>,
+    pub(in crate::trace) failures_dropped: u64,
     /// The thread whose next stack belongs to the latest failure.
-    failure_stack_of: Option<u16>,
-    boundaries: Boundaries,
-    nvml: Thinned<Record>,
-    series: BTreeMap<u8, Series>,
+    pub(in crate::trace) failure_stack_of: Option<u16>,
+    pub(in crate::trace) boundaries: Boundaries,
+    pub(in crate::trace) nvml: Thinned<Record>,
+    pub(in crate::trace) series: BTreeMap<u8, Series>,
     /// Live backward tensors and the forward stack their autograd sequence number joins them
     /// to (see `trace::backward`), so that a checkpoint's live allocations keep the join.
-    joins: AutogradJoins,
+    pub(in crate::trace) joins: AutogradJoins,
 }
 
 /// Forward sequence numbers the summarizer keeps: a backward pass follows its forward within a
@@ -125,11 +123,11 @@ const AUTOGRAD_KEPT: usize = 1 << 16;
 /// allocation another thread's forward stack joins (the reader checks the allocation's stack is
 /// a backward function's before it joins them).
 #[derive(Default)]
-struct AutogradJoins {
+pub(in crate::trace) struct AutogradJoins {
     /// Sequence number -> (thread, stack) of the first allocation that recorded it.
-    forward: BTreeMap<u64, (u16, u64)>,
+    pub(in crate::trace) forward: BTreeMap<u64, (u16, u64)>,
     /// Live allocation -> the forward stack joined to it.
-    live: crate::fasthash::FastMap<u64, u64>,
+    pub(in crate::trace) live: crate::fasthash::FastMap<u64, u64>,
 }
 
 impl AutogradJoins {
@@ -158,9 +156,9 @@ impl AutogradJoins {
 
 /// Live and reserved memory of one device over time, a point per stretch of `every_ns` (the
 /// highest live of the stretch, so peaks stay).
-struct Series {
-    every_ns: u64,
-    points: Vec<(u64, u64, u64)>,
+pub(in crate::trace) struct Series {
+    pub(in crate::trace) every_ns: u64,
+    pub(in crate::trace) points: Vec<(u64, u64, u64)>,
 }
 
 impl Series {
@@ -271,7 +269,7 @@ impl Summarizer {
     }
 
     /// Applies the records more than `window` ns older than the latest fed (all with `None`).
-    fn drain_older_than(&mut self, window: Option<u64>) {
+    pub(in crate::trace) fn drain_older_than(&mut self, window: Option<u64>) {
         self.window.sort_by_key(|w| (w.0, w.1));
         let cut = match window {
             None => self.window.len(),
@@ -427,7 +425,7 @@ impl Summarizer {
         }
     }
 
-    fn settle_peaks(&mut self) {
+    pub(in crate::trace) fn settle_peaks(&mut self) {
         for (&d, w) in self.peaks.iter_mut() {
             w.materialize(&self.replay, d);
         }

@@ -8,28 +8,28 @@ use std::collections::HashMap;
 /// are journalled, and the peak's live set is the current one with the journal undone, taken
 /// when a checkpoint is written or the journal grows past the live set.
 #[derive(Default)]
-pub(super) struct PeakWatch {
-    pub(super) bytes: u64,
-    pub(super) time_ns: u64,
-    pub(super) reserved: u64,
+pub(in crate::trace) struct PeakWatch {
+    pub(in crate::trace) bytes: u64,
+    pub(in crate::trace) time_ns: u64,
+    pub(in crate::trace) reserved: u64,
     /// The peak moved and its snapshot is not taken yet.
-    pub(super) pending: bool,
+    pub(in crate::trace) pending: bool,
     /// Since the peak: (address, None) allocated, (address, Some(what it was)) freed.
-    pub(super) journal: Vec<(u64, Option<Live>)>,
-    pub(super) snapshot: Snapshot,
+    pub(in crate::trace) journal: Vec<(u64, Option<Live>)>,
+    pub(in crate::trace) snapshot: Snapshot,
     /// The peak before this one, where a raw device allocation set this one: the framework's
     /// segment record that claims it a few records later undoes the peak (as the replay does).
-    pub(super) before: Option<Box<PeakBefore>>,
+    pub(in crate::trace) before: Option<Box<PeakBefore>>,
 }
 
 /// A peak kept aside while the allocation that passed it may still turn out to be a segment.
-pub(super) struct PeakBefore {
-    pub(super) bytes: u64,
-    pub(super) time_ns: u64,
-    pub(super) reserved: u64,
-    pub(super) snapshot: Snapshot,
+pub(in crate::trace) struct PeakBefore {
+    pub(in crate::trace) bytes: u64,
+    pub(in crate::trace) time_ns: u64,
+    pub(in crate::trace) reserved: u64,
+    pub(in crate::trace) snapshot: Snapshot,
     /// Set by physical memory (an expandable segment's page): the next page keeps this.
-    pub(super) physical: bool,
+    pub(in crate::trace) physical: bool,
 }
 
 /// Live allocations up to which a peak passed by a raw device allocation keeps the one before
@@ -40,7 +40,7 @@ impl PeakWatch {
     /// A new peak: `raw` where a device allocation of the program's (not a tensor) set it.
     /// `raw`: (the allocation's key, whether physical) where a device allocation of the
     /// program's (not a tensor) set it; the peak before it is then taken without it.
-    pub(super) fn passed(
+    pub(in crate::trace) fn passed(
         &mut self,
         rp: &Replay,
         device: u8,
@@ -77,7 +77,7 @@ impl PeakWatch {
 
     /// The replay undid the peak (a segment record claimed the allocation that set it): back to
     /// the one before.
-    pub(super) fn undo(&mut self, replay_peak: u64) {
+    pub(in crate::trace) fn undo(&mut self, replay_peak: u64) {
         if replay_peak >= self.bytes {
             return;
         }
@@ -91,13 +91,13 @@ impl PeakWatch {
         }
     }
 
-    pub(super) fn materialize(&mut self, rp: &Replay, device: u8) {
+    pub(in crate::trace) fn materialize(&mut self, rp: &Replay, device: u8) {
         self.materialize_without(rp, device, None);
     }
 
     /// The snapshot of a pending peak, leaving out `made` (key, physical): an allocation
     /// applied after it.
-    pub(super) fn materialize_without(
+    pub(in crate::trace) fn materialize_without(
         &mut self,
         rp: &Replay,
         device: u8,
@@ -138,7 +138,7 @@ impl PeakWatch {
 }
 
 /// What was live on `device` now, for a failure: by call site, with the pool's figures.
-pub(super) fn snapshot_now(rp: &Replay, device: u8, time_ns: u64) -> Snapshot {
+pub(in crate::trace) fn snapshot_now(rp: &Replay, device: u8, time_ns: u64) -> Snapshot {
     let mut s = Snapshot::of(
         rp.all_live().filter(|l| l.device == device),
         device,

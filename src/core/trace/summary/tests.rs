@@ -2,8 +2,10 @@
 //! records after it, the state is the state of replaying every record.
 
 use super::*;
+use crate::trace::format::restore;
 use crate::trace::live::Live;
 use proptest::prelude::*;
+use std::collections::HashMap;
 
 /// One step of a random program: allocate (kind, device, size, stack, thread, in an NVTX
 /// range or not), free the n-th live allocation, or fail a request.

@@ -6,7 +6,7 @@ use crate::trace::format::{RECORD_SIZE, Record, RecordKind};
 use std::collections::HashSet;
 
 #[derive(Default)]
-pub(super) struct Definitions {
+pub(crate) struct Definitions {
     /// Bodies verbatim, commit words cleared.
     pub bodies: Vec<[u8; RECORD_SIZE]>,
     /// Strings and stacks kept, by (kind, id); modules by (kind, base, path or build-id).
@@ -22,7 +22,7 @@ pub(super) struct Definitions {
 
 /// Where a definition came from.
 #[derive(Clone, Copy)]
-pub(super) enum Source {
+pub(crate) enum Source {
     Ring = 0,
     Log = 1,
 }

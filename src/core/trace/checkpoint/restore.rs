@@ -1,10 +1,19 @@
 //! What a checkpoint puts back: each `Restore` record of the summarizer's (`trace::summary`,
 //! its format in `format::restore`) restores a part of the replay's state.
 
-use super::*;
+use crate::trace::format::{DEVICE_UNKNOWN, Record, restore};
+use crate::trace::live::{
+    Boundary, BoundaryMark, DeviceLive, Holding, NvmlFigure, Replay, Snapshot, device_or_0, slot,
+};
+
+/// The most boundaries, and call sites per boundary, a checkpoint restores (the summarizer
+/// writes at most `summary::MAX_BOUNDARIES`; more can only come from a hostile file, whose
+/// copies of the series would cost time without end).
+const MAX_RESTORED_BOUNDARIES: usize = 1024;
+const MAX_RESTORED_SITES: usize = 1 << 16;
 
 impl Replay {
-    pub(super) fn restore(&mut self, r: &Record) {
+    pub(in crate::trace) fn restore(&mut self, r: &Record) {
         let device = device_or_0(r.device);
         match r.status {
             restore::BEGIN => self.restoring = true,
@@ -112,7 +121,7 @@ impl Replay {
     }
 
     /// A `Holding` record: one call site's bytes at the snapshot or boundary before it.
-    pub(super) fn restore_holding(&mut self, r: &Record) {
+    pub(in crate::trace) fn restore_holding(&mut self, r: &Record) {
         let count = restore::count_of(r);
         if r.device == DEVICE_UNKNOWN {
             if let Some(b) = self.boundaries.last_mut() {

@@ -2,7 +2,11 @@
 //! replays before the ring's (`restore` records, see `format::restore`; what they put back:
 //! `live::Replay::restore`).
 
-use super::*;
+use super::live_set;
+use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind, restore};
+use crate::trace::live::{BoundaryMark, Replay, Snapshot};
+use crate::trace::summary::{Summarizer, TAIL_NS};
+use std::collections::HashMap;
 
 impl Summarizer {
     /// Writes the checkpoint: every record applied so far summarized, then the records still in

@@ -9,7 +9,7 @@
 //! matched (the replay counts it, and the reports say their live figures are then an upper
 //! bound). The newest are the ones a program frees soonest, so they stay itemized.
 
-use super::checkpoint::{Writer, blank};
+use super::write::{Writer, blank};
 use crate::trace::format::{Api, RecordKind, restore};
 use crate::trace::live::{Live, Replay};
 use std::collections::BTreeMap;

@@ -1,10 +1,12 @@
 //! A ring's checkpoint read back: the newest whole one, and what it says of itself.
 
-use super::*;
+use crate::trace::format::{self, RECORD_SIZE, Record, RecordKind, header};
+use crate::trace::reader::head::le_u64;
+use std::fs::File;
 
 /// The newest whole checkpoint of a ring trace: its descriptor and bodies. A checkpoint whose
 /// checksum does not match (the process died while writing it) gives way to the other one.
-pub(super) fn read_checkpoint(
+pub(crate) fn read_checkpoint(
     file: &mut File,
     h: &[u8],
     file_len: u64,
@@ -43,7 +45,7 @@ pub(super) fn read_checkpoint(
 }
 
 /// The records a checkpoint summarizes (its `BEGIN` record's `size`).
-pub(super) fn checkpoint_summarized(bodies: &[[u8; RECORD_SIZE]]) -> u64 {
+pub(crate) fn checkpoint_summarized(bodies: &[[u8; RECORD_SIZE]]) -> u64 {
     bodies
         .first()
         .and_then(Record::decode)
@@ -52,7 +54,7 @@ pub(super) fn checkpoint_summarized(bodies: &[[u8; RECORD_SIZE]]) -> u64 {
 }
 
 /// The allocations and bytes a checkpoint summed by call site (its `SUMMED` records).
-pub(super) fn checkpoint_summed(bodies: &[[u8; RECORD_SIZE]]) -> (u64, u64) {
+pub(crate) fn checkpoint_summed(bodies: &[[u8; RECORD_SIZE]]) -> (u64, u64) {
     bodies
         .iter()
         .filter_map(Record::decode)

@@ -65,7 +65,7 @@ pub const SERIES: u8 = 22;
 pub const SUMMED: u8 = 23;
 
 /// The holding's count of allocations, kept in `thread` (low) and `stream` (high).
-pub fn count_of(r: &super::Record) -> u64 {
+pub fn count_of(r: &crate::trace::format::Record) -> u64 {
     u64::from(r.thread) | (u64::from(r.stream) << 16)
 }
 
