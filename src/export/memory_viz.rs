@@ -276,7 +276,8 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
         }
         return out;
     }
-    for (&base, &(size, device)) in &rp.segments {
+    for (&base, seg) in &rp.segments {
+        let (size, device) = (seg.size, seg.device);
         let mut blocks = Vec::new();
         // A hostile trace may name a segment that runs past 2^64: saturate.
         let end = base.saturating_add(size);
@@ -315,7 +316,7 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
             stream: 0,
             segment_type: if size <= 2 << 20 { "small" } else { "large" },
             segment_pool_id: (0, 0),
-            is_expandable: false,
+            is_expandable: seg.pages,
             frames: Vec::new(),
             blocks,
         });

@@ -7,9 +7,10 @@ use crate::cuda::ffi::{
 };
 use crate::cuda::symbols::sig;
 use crate::hooks::{Real, out_u64, out_usize, recorded};
+use crate::trace::Event;
 use crate::trace::driver_device;
 use core::ffi::c_void;
-use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::DEVICE_UNKNOWN;
 
 pub(crate) unsafe fn mem_alloc_pitch(
     real: Real<sig::CuMemAllocPitchV2>,
@@ -25,11 +26,11 @@ pub(crate) unsafe fn mem_alloc_pitch(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, pitch, width, height, elem) }
         };
-        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: both out-pointers were written by the successful call.
             let (ptr, pitch) = unsafe { (out_u64(p, rc), out_usize(pitch, rc)) };
             let size = pitch.saturating_mul(height as u64);
-            (ptr, size, driver_device())
+            Event::alloc(api, rc, ptr, size, driver_device())
         })
     })
 }
@@ -49,7 +50,7 @@ pub(crate) unsafe fn mem_create(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(h, size, prop.cast(), flags) }
         };
-        recorded(rec, RecordKind::PhysCreate, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: `h` was written by the successful call; `prop` was read by it.
             let handle = unsafe { out_u64(h, rc) };
             let device = if rc == 0 && !prop.is_null() {
@@ -65,7 +66,7 @@ pub(crate) unsafe fn mem_create(
             } else {
                 DEVICE_UNKNOWN
             };
-            (handle, size as u64, device)
+            Event::phys_create(api, rc, handle, size as u64, device)
         })
     })
 }
@@ -77,9 +78,7 @@ pub(crate) unsafe fn mem_release(real: Real<sig::CuMemRelease>, h: u64) -> i32 {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(h) }
         };
-        recorded(rec, RecordKind::PhysRelease, api, 0, call, |_| {
-            (h, 0, DEVICE_UNKNOWN)
-        })
+        recorded(rec, call, |rc| Event::phys_release(api, rc, h))
     })
 }
 
@@ -97,9 +96,7 @@ pub(crate) unsafe fn mem_map(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, offset, h, flags) }
         };
-        let rc = recorded(rec, RecordKind::Map, api, 0, call, |_| {
-            (p, size as u64, DEVICE_UNKNOWN)
-        });
+        let rc = recorded(rec, call, |rc| Event::map(api, rc, p, size as u64));
         if rec && rc == 0 {
             crate::hooks::torch::after_map(p, size as u64);
         }
@@ -114,9 +111,7 @@ pub(crate) unsafe fn mem_unmap(real: Real<sig::CuMemUnmap>, p: u64, size: usize)
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size) }
         };
-        recorded(rec, RecordKind::Unmap, api, 0, call, |_| {
-            (p, size as u64, DEVICE_UNKNOWN)
-        })
+        recorded(rec, call, |rc| Event::unmap(api, rc, p, size as u64))
     })
 }
 
@@ -134,10 +129,10 @@ pub(crate) unsafe fn mem_address_reserve(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, align, addr, flags) }
         };
-        recorded(rec, RecordKind::AddressReserve, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_u64(p, rc) };
-            (ptr, size as u64, DEVICE_UNKNOWN)
+            Event::address_reserve(api, rc, ptr, size as u64)
         })
     })
 }
@@ -153,9 +148,7 @@ pub(crate) unsafe fn mem_address_free(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size) }
         };
-        recorded(rec, RecordKind::AddressFree, api, 0, call, |_| {
-            (p, size as u64, DEVICE_UNKNOWN)
-        })
+        recorded(rec, call, |rc| Event::address_free(api, rc, p, size as u64))
     })
 }
 
@@ -172,8 +165,6 @@ pub(crate) unsafe fn mem_set_access(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, desc, count) }
         };
-        recorded(rec, RecordKind::SetAccess, api, 0, call, |_| {
-            (p, size as u64, DEVICE_UNKNOWN)
-        })
+        recorded(rec, call, |rc| Event::set_access(api, rc, p, size as u64))
     })
 }

@@ -5,8 +5,8 @@
 use crate::cuda::ffi::{CU_ERROR_NOT_INITIALIZED, CUDA_ERROR_INSUFFICIENT_DRIVER};
 use crate::cuda::symbols::{Lib, Sym, sig};
 use crate::hooks::{Real, out_ptr, recorded};
+use crate::trace::Event;
 use core::ffi::c_void;
-use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 
 /// What a hook answers when its library has no such function: what the runtime answers without
 /// a driver, or what the driver answers before `cuInit`.
@@ -33,10 +33,10 @@ pub(crate) unsafe fn host_alloc(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, flags) }
         };
-        recorded(rec, RecordKind::HostAlloc, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
-            (ptr, size as u64, DEVICE_UNKNOWN)
+            Event::host_alloc(api, rc, ptr, size as u64)
         })
     })
 }
@@ -52,8 +52,6 @@ pub(crate) unsafe fn free_host(real: Real<sig::CudaFreeHost>, p: *mut c_void) ->
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p) }
         };
-        recorded(rec, RecordKind::HostFree, api, 0, call, |_| {
-            (p as u64, 0, DEVICE_UNKNOWN)
-        })
+        recorded(rec, call, |rc| Event::host_free(api, rc, p as u64))
     })
 }

@@ -8,10 +8,11 @@ use crate::cuda::symbols::sig::Stream;
 use crate::hooks::serve::{self, Family};
 use crate::hooks::{Real, recorded};
 use crate::pool;
+use crate::trace::Event;
 use crate::trace::{driver_device, runtime_device};
 use core::ffi::c_void;
 use gpushim_core::engine::FreeKind;
-use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::DEVICE_UNKNOWN;
 
 /// What differs between the runtime's and the driver's memory calls.
 pub(crate) trait Side {
@@ -105,9 +106,10 @@ pub(crate) unsafe fn malloc<S: Side>(real: Real<Malloc<S>>, p: *mut S::Ptr, size
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size) }
         };
-        let rc = recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
+        let rc = recorded(rec, call, |rc| {
             // SAFETY: `p` was written by the successful call.
-            (unsafe { written::<S>(p, rc) }, size as u64, S::device())
+            let ptr = unsafe { written::<S>(p, rc) };
+            Event::alloc(api, rc, ptr, size as u64, S::device())
         });
         if rec && rc == 0 {
             // SAFETY: `p` was written by the successful call.
@@ -123,8 +125,7 @@ pub(crate) unsafe fn free<S: Side>(real: Real<Free<S>>, p: S::Ptr) -> i32 {
     real.forward(S::MISSING, |f, rec| {
         let addr = S::addr(p);
         if rec && pool::holds_blocks() && addr != 0 {
-            let kind = RecordKind::Free;
-            if let Some(rc) = serve::free(S::FAMILY, kind, api, addr, FreeKind::Sync, 0) {
+            if let Some(rc) = serve::free(S::FAMILY, api, addr, FreeKind::Sync, 0) {
                 return rc;
             }
         }
@@ -132,9 +133,7 @@ pub(crate) unsafe fn free<S: Side>(real: Real<Free<S>>, p: S::Ptr) -> i32 {
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p) }
         };
-        recorded(rec, RecordKind::Free, api, 0, call, |_| {
-            (addr, 0, DEVICE_UNKNOWN)
-        })
+        recorded(rec, call, |rc| Event::free(api, rc, addr, DEVICE_UNKNOWN))
     })
 }
 
@@ -166,9 +165,10 @@ pub(crate) unsafe fn malloc_async<S: Side>(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, s) }
         };
-        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: `p` was written by the successful call.
-            (unsafe { written::<S>(p, rc) }, size as u64, S::device())
+            let ptr = unsafe { written::<S>(p, rc) };
+            Event::alloc_async(api, rc, ptr, size as u64, S::device(), s as u64)
         })
     })
 }
@@ -181,8 +181,7 @@ pub(crate) unsafe fn free_async<S: Side>(real: Real<FreeAsync<S>>, p: S::Ptr, s:
         let per_thread = sym.per_thread();
         if rec && pool::holds_blocks() && addr != 0 && !pool::capturing(s, per_thread) {
             let how = FreeKind::OnStream(pool::stream_key(s, per_thread, api));
-            let kind = RecordKind::FreeAsync;
-            if let Some(rc) = serve::free(S::FAMILY, kind, api, addr, how, s as u64) {
+            if let Some(rc) = serve::free(S::FAMILY, api, addr, how, s as u64) {
                 return rc;
             }
         }
@@ -190,8 +189,8 @@ pub(crate) unsafe fn free_async<S: Side>(real: Real<FreeAsync<S>>, p: S::Ptr, s:
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, s) }
         };
-        recorded(rec, RecordKind::FreeAsync, api, s as u64, call, |_| {
-            (addr, 0, DEVICE_UNKNOWN)
+        recorded(rec, call, |rc| {
+            Event::free_async(api, rc, addr, DEVICE_UNKNOWN, s as u64)
         })
     })
 }
@@ -212,9 +211,10 @@ pub(crate) unsafe fn malloc_from_pool<S: Side>(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, pool, s) }
         };
-        recorded(rec, RecordKind::AllocAsync, api, s as u64, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: `p` was written by the successful call.
-            (unsafe { written::<S>(p, rc) }, size as u64, S::device())
+            let ptr = unsafe { written::<S>(p, rc) };
+            Event::alloc_async(api, rc, ptr, size as u64, S::device(), s as u64)
         })
     })
 }
@@ -256,9 +256,9 @@ pub(crate) unsafe fn graph_alloc_node<S: Side>(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(node, graph, deps, n, params) }
         };
-        recorded(rec, RecordKind::AllocAsync, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             if rc != 0 || params.is_null() {
-                return (0, 0, DEVICE_UNKNOWN);
+                return Event::alloc_async(api, rc, 0, 0, DEVICE_UNKNOWN, 0);
             }
             // SAFETY: a successful call read the parameters and wrote the address into them.
             let (kind, id, size, ptr) = unsafe {
@@ -274,7 +274,7 @@ pub(crate) unsafe fn graph_alloc_node<S: Side>(
                 Ok(d) if kind == 1 => d,
                 _ => DEVICE_UNKNOWN,
             };
-            (ptr, size, device)
+            Event::alloc_async(api, rc, ptr, size, device, 0)
         })
     })
 }
@@ -295,8 +295,8 @@ pub(crate) unsafe fn graph_free_node<S: Side>(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(node, graph, deps, n, p) }
         };
-        recorded(rec, RecordKind::FreeAsync, api, 0, call, |_| {
-            (S::addr(p), 0, DEVICE_UNKNOWN)
+        recorded(rec, call, |rc| {
+            Event::free_async(api, rc, S::addr(p), DEVICE_UNKNOWN, 0)
         })
     })
 }
@@ -353,9 +353,10 @@ pub(crate) unsafe fn malloc_managed<S: Side>(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size, flags) }
         };
-        recorded(rec, RecordKind::ManagedAlloc, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: `p` was written by the successful call.
-            (unsafe { written::<S>(p, rc) }, size as u64, S::device())
+            let ptr = unsafe { written::<S>(p, rc) };
+            Event::managed_alloc(api, rc, ptr, size as u64, S::device())
         })
     })
 }

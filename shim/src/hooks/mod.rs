@@ -22,7 +22,7 @@ use crate::cuda::symbols::{SigOf, Sym};
 use crate::pool;
 use crate::trace;
 use core::ffi::c_void;
-use gpushim_core::trace::format::{Api, RecordKind};
+use gpushim_core::trace::format::Api;
 
 /// What a hook's body is handed: the real function of its row, typed by the row's signature
 /// (`None` when it cannot be found), the symbol it stands for and the trace API of its records.
@@ -61,21 +61,17 @@ impl<F: Copy> Real<F> {
 }
 
 /// The body every recorded hook shares once it holds the real function: make the call, and
-/// when this call is recorded (the guard says so), record its outcome. `outcome(rc)` names the
-/// pointer, size and device the record is about (read from what the call wrote, and asked for
-/// only when recording).
+/// when this call is recorded (the guard says so), record its outcome. `outcome(rc)` is the
+/// event of the hook's kind (its constructor in `trace::Event` says what its numbers mean),
+/// read from what the call wrote, and built only when recording.
 pub fn recorded(
     rec: bool,
-    kind: RecordKind,
-    api: Api,
-    stream: u64,
     call: impl FnOnce() -> i32,
-    outcome: impl FnOnce(i32) -> (u64, u64, u8),
+    outcome: impl FnOnce(i32) -> trace::Event,
 ) -> i32 {
     let rc = call();
     if rec {
-        let (ptr, size, device) = outcome(rc);
-        trace::record(trace::Event::call(kind, api, rc, ptr, size, device).on(stream));
+        trace::record(outcome(rc));
     }
     rc
 }

@@ -9,7 +9,6 @@ use crate::{state, trace};
 use core::cell::Cell;
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicU64, Ordering};
-use gpushim_core::trace::format::RecordKind;
 
 type FnSlot = Option<unsafe extern "C" fn()>;
 type GetModuleFunctionTable = unsafe extern "C" fn(c_int, *mut *mut *mut FnSlot, *mut u32) -> c_int;
@@ -163,12 +162,12 @@ unsafe fn attr_message<'a>(attr: *const u8) -> &'a [u8] {
 
 unsafe extern "C" fn mark_a(message: *const c_char) {
     // SAFETY: NVTX passes a NUL-terminated message.
-    trace::record_nvtx(RecordKind::Mark, unsafe { c_bytes(message) }, 0);
+    trace::record_nvtx(unsafe { c_bytes(message) }, trace::Event::mark);
 }
 
 unsafe extern "C" fn mark_ex(attr: *const u8) {
     // SAFETY: NVTX passes its attribute structure.
-    trace::record_nvtx(RecordKind::Mark, unsafe { attr_message(attr) }, 0);
+    trace::record_nvtx(unsafe { attr_message(attr) }, trace::Event::mark);
 }
 
 fn push(text: &[u8]) -> c_int {
@@ -179,7 +178,7 @@ fn push(text: &[u8]) -> c_int {
             v
         })
         .unwrap_or(0);
-    trace::record_nvtx(RecordKind::RangePush, text, level as u64);
+    trace::record_nvtx(text, |id| trace::Event::range_push(id, level as u64));
     level
 }
 
@@ -204,14 +203,14 @@ unsafe extern "C" fn range_pop() -> c_int {
         })
         .unwrap_or(-1);
     if level >= 0 {
-        trace::record_nvtx(RecordKind::RangePop, b"", level as u64);
+        trace::record_nvtx(b"", |_| trace::Event::range_pop(level as u64));
     }
     level
 }
 
 fn start(text: &[u8]) -> u64 {
     let id = NEXT_RANGE_ID.fetch_add(1, Ordering::Relaxed);
-    trace::record_nvtx(RecordKind::RangeStart, text, id);
+    trace::record_nvtx(text, |m| trace::Event::range_start(m, id));
     id
 }
 
@@ -226,7 +225,7 @@ unsafe extern "C" fn range_start_ex(attr: *const u8) -> u64 {
 }
 
 unsafe extern "C" fn range_end(id: u64) {
-    trace::record_nvtx(RecordKind::RangeEnd, b"", id);
+    trace::record_nvtx(b"", |_| trace::Event::range_end(id));
 }
 
 /// A callback as NVTX's generic slot type (`void (*)(void)`).

@@ -12,7 +12,7 @@ use crate::pool::{self};
 use crate::state;
 use core::ffi::{c_int, c_void};
 use gpushim_core::engine::FreeKind;
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN};
 
 use crate::cuda::symbols::sig::Stream;
 
@@ -44,9 +44,8 @@ pub unsafe extern "C" fn gpushim_alloc(size: isize, device: c_int, stream: Strea
         0,
         DEVICE_UNKNOWN,
     ));
-    let (kind, api) = (RecordKind::AllocAsync, Api::Pluggable);
-    let size = size as u64;
-    let e = crate::trace::Event::call(kind, api, rc, ptr, size, dev).on(stream as u64);
+    let (api, size) = (Api::Pluggable, size as u64);
+    let e = crate::trace::Event::alloc_async(api, rc, ptr, size, dev, stream as u64);
     serve::answered(Cost::Malloc, t0, guard.records(), e);
     ptr as *mut c_void
 }
@@ -78,8 +77,8 @@ pub unsafe extern "C" fn gpushim_free(
     let (rc, dev) = serve::freed(pool::free(ptr as u64, FreeKind::OnStream(key)))
         .filter(|&(rc, _)| rc == 0)
         .unwrap_or((ERROR_INVALID_VALUE, DEVICE_UNKNOWN));
-    let (kind, api) = (RecordKind::FreeAsync, Api::Pluggable);
-    let e = crate::trace::Event::call(kind, api, rc, ptr as u64, 0, dev).on(stream as u64);
+    let api = Api::Pluggable;
+    let e = crate::trace::Event::free_async(api, rc, ptr as u64, dev, stream as u64);
     serve::answered(Cost::Free, t0, guard.records(), e);
     if rc != 0 && state::enabled() {
         say(format_args!(

@@ -6,9 +6,9 @@
 use crate::cuda::ffi::{CUDA_ERROR_INSUFFICIENT_DRIVER as MISSING, CudaExtent, CudaPitchedPtr};
 use crate::cuda::symbols::sig;
 use crate::hooks::{Real, out_ptr, out_usize, recorded};
+use crate::trace::Event;
 use crate::trace::runtime_device;
 use core::ffi::c_void;
-use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
 
 pub(crate) unsafe fn malloc_host(
     real: Real<sig::CudaMallocHost>,
@@ -21,10 +21,10 @@ pub(crate) unsafe fn malloc_host(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, size) }
         };
-        recorded(rec, RecordKind::HostAlloc, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: `p` was written by the successful call.
             let ptr = unsafe { out_ptr(p, rc) };
-            (ptr, size as u64, DEVICE_UNKNOWN)
+            Event::host_alloc(api, rc, ptr, size as u64)
         })
     })
 }
@@ -42,11 +42,11 @@ pub(crate) unsafe fn malloc_pitch(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, pitch, width, height) }
         };
-        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             // SAFETY: both out-pointers were written by the successful call.
             let (ptr, pitch) = unsafe { (out_ptr(p, rc), out_usize(pitch, rc)) };
             let size = pitch.saturating_mul(height as u64);
-            (ptr, size, runtime_device())
+            Event::alloc(api, rc, ptr, size, runtime_device())
         })
     })
 }
@@ -62,7 +62,7 @@ pub(crate) unsafe fn malloc_3d(
             // SAFETY: the caller's arguments, unchanged.
             unsafe { f(p, extent) }
         };
-        recorded(rec, RecordKind::Alloc, api, 0, call, |rc| {
+        recorded(rec, call, |rc| {
             let (ptr, size) = if rc == 0 && !p.is_null() {
                 // SAFETY: the successful call filled `*p`.
                 let pp = unsafe { &*p };
@@ -73,7 +73,7 @@ pub(crate) unsafe fn malloc_3d(
             } else {
                 (0, 0)
             };
-            (ptr, size, runtime_device())
+            Event::alloc(api, rc, ptr, size, runtime_device())
         })
     })
 }

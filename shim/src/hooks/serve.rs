@@ -11,7 +11,7 @@ use crate::pool::{self, Freed, Served};
 use crate::trace;
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::engine::FreeKind;
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN};
 
 /// Which API asks. The runtime keeps a last error that a failed call sets (and
 /// `cudaGetLastError` reports); the driver keeps none.
@@ -31,10 +31,13 @@ pub enum Family {
 pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Option<(i32, u64)> {
     let t0 = costs::start();
     let runtime = family == Family::Runtime;
-    let kind = if key == pool::SYNC_KEY {
-        RecordKind::Alloc
-    } else {
-        RecordKind::AllocAsync
+    // What the answer is recorded as: a synchronous allocation, or one in stream order.
+    let event = |rc: i32, ptr: u64, d: u8| {
+        if key == pool::SYNC_KEY {
+            trace::Event::alloc(api, rc, ptr, size as u64, d)
+        } else {
+            trace::Event::alloc_async(api, rc, ptr, size as u64, d, stream)
+        }
     };
     if !runtime && pool::current_context().is_none() {
         // No context on this thread: CUDA's own answer (201), which no capture elsewhere
@@ -46,7 +49,7 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
     {
         // CUDA refused it for a capture under way (and invalidated that capture), as it
         // would have refused the program's own call.
-        trace::record(trace::Event::call(kind, api, rc, 0, size as u64, DEVICE_UNKNOWN).on(stream));
+        trace::record(event(rc, 0, DEVICE_UNKNOWN));
         explain_capture_refusal(api);
         return Some((rc, 0));
     }
@@ -54,7 +57,7 @@ pub fn alloc(family: Family, api: Api, size: usize, key: u64, stream: u64) -> Op
     if rc != 0 && runtime {
         set_last_error_out_of_memory();
     }
-    let e = trace::Event::call(kind, api, rc, ptr, size as u64, d).on(stream);
+    let e = event(rc, ptr, d);
     answered(Cost::Malloc, t0, true, e);
     Some((rc, ptr))
 }
@@ -100,15 +103,16 @@ fn explain_capture_refusal(api: Api) {
 /// (and, for the runtime, sets the last error), as CUDA does. The re-entrancy guard must be
 /// held. Not inlined, as `alloc`.
 #[inline(never)]
-pub fn free(
-    family: Family,
-    kind: RecordKind,
-    api: Api,
-    p: u64,
-    how: FreeKind,
-    stream: u64,
-) -> Option<i32> {
+pub fn free(family: Family, api: Api, p: u64, how: FreeKind, stream: u64) -> Option<i32> {
     let t0 = costs::start();
+    // What the answer is recorded as: a synchronous free, or one in stream order.
+    let event = |rc: i32, d: u8| {
+        if how == FreeKind::Sync {
+            trace::Event::free(api, rc, p, d)
+        } else {
+            trace::Event::free_async(api, rc, p, d, stream)
+        }
+    };
     let runtime = family == Family::Runtime;
     if !runtime && pool::current_context().is_none() {
         return None;
@@ -116,14 +120,14 @@ pub fn free(
     if how == FreeKind::Sync
         && let Some(rc) = pool::capture_forbids(runtime)
     {
-        trace::record(trace::Event::release(kind, api, rc, p).on(stream));
+        trace::record(event(rc, DEVICE_UNKNOWN));
         return Some(rc);
     }
     let (rc, d) = freed(pool::free(p, how))?;
     if rc != 0 && runtime {
         set_last_error_invalid_value();
     }
-    let e = trace::Event::call(kind, api, rc, p, 0, d).on(stream);
+    let e = event(rc, d);
     answered(Cost::Free, t0, true, e);
     Some(rc)
 }

@@ -26,7 +26,7 @@ use crate::{state, trace};
 use core::cell::Cell;
 use core::ffi::{CStr, c_char, c_int, c_void};
 use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
-use gpushim_core::trace::format::{RecordKind, tensors_off};
+use gpushim_core::trace::format::tensors_off;
 
 const UNDECIDED: u8 = 0;
 const ATTACHING: u8 = 1;
@@ -499,12 +499,12 @@ unsafe fn tracked(e: *const u8) {
     }
     let pending = REQUESTED.try_with(|r| r.take()).unwrap_or((0, 0, 0, 0));
     if action == FREE_COMPLETED && pending.0 == addr {
-        trace::record(trace::Event::tensor(RecordKind::TensorFree, addr, size, device).on(stream));
+        trace::record(trace::Event::tensor_free(addr, size, device).on(stream));
         return;
     }
     if pending.0 != 0 {
         let (p, n, d, s) = pending;
-        trace::record(trace::Event::tensor(RecordKind::TensorFreeRequested, p, n, d).on(s));
+        trace::record(trace::Event::tensor_free_requested(p, n, d).on(s));
     }
     if action == FREE_REQUESTED
         && REQUESTED
@@ -513,27 +513,25 @@ unsafe fn tracked(e: *const u8) {
     {
         return;
     }
-    let (kind, ptr) = match action {
-        ALLOC => (RecordKind::TensorAlloc, addr),
-        FREE_REQUESTED => (RecordKind::TensorFreeRequested, addr),
-        FREE_COMPLETED => (RecordKind::TensorFree, addr),
-        SEGMENT_ALLOC | SEGMENT_MAP => (RecordKind::SegmentReserve, addr),
-        SEGMENT_FREE | SEGMENT_UNMAP => (RecordKind::SegmentRelease, addr),
+    // A segment of pages mapped or unmapped (expandable segments) says so.
+    let pages = matches!(action, SEGMENT_MAP | SEGMENT_UNMAP);
+    let e = match action {
+        ALLOC => trace::Event::tensor_alloc(addr, size, device),
+        FREE_REQUESTED => trace::Event::tensor_free_requested(addr, size, device),
+        FREE_COMPLETED => trace::Event::tensor_free(addr, size, device),
+        SEGMENT_ALLOC | SEGMENT_MAP => {
+            trace::Event::framework_segment_reserve(addr, size, device, pages)
+        }
+        SEGMENT_FREE | SEGMENT_UNMAP => {
+            trace::Event::framework_segment_release(addr, size, device, pages)
+        }
         // For an OOM, `addr_` is the free memory CUDA reported.
-        OOM => (RecordKind::TensorOom, addr),
+        OOM => trace::Event::tensor_oom(addr, size, device),
         SNAPSHOT => return,
         _ => {
             off(tensors_off::UNKNOWN_EVENT);
             return;
         }
-    };
-    let e = match kind {
-        // A segment of pages mapped or unmapped (expandable segments) says so.
-        RecordKind::SegmentReserve | RecordKind::SegmentRelease => {
-            let pages = matches!(action, SEGMENT_MAP | SEGMENT_UNMAP);
-            trace::Event::framework_segment(kind, ptr, size, device, pages)
-        }
-        _ => trace::Event::tensor(kind, ptr, size, device),
     };
     trace::record(e.on(stream));
 }

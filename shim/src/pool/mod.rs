@@ -50,7 +50,7 @@ use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::config::{Pool as PoolMode, Trim};
 use gpushim_core::engine::front::Front;
 use gpushim_core::engine::{AllocError, BlockInfo, DeviceStats, FreeKind, Policy};
-use gpushim_core::trace::format::{Api, DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::Api;
 /// Non-blocking streams tracked per context; past this, fences wait for the whole context.
 const MAX_STREAMS: usize = 4096;
 pub use gpushim_core::engine::SYNC_KEY;
@@ -76,14 +76,7 @@ fn note_other_streams(api: Api, stream: u64) {
     if OTHER_STREAMS.load(Ordering::Relaxed) || OTHER_STREAMS.swap(true, Ordering::AcqRel) {
         return;
     }
-    crate::trace::record(crate::trace::Event::call(
-        RecordKind::PoolStreams,
-        api,
-        0,
-        stream,
-        0,
-        DEVICE_UNKNOWN,
-    ));
+    crate::trace::record(crate::trace::Event::pool_streams(api, stream));
     if !capture_active()
         && let Some(sync) = real::function::<of::CuCtxSynchronize>()
     {

@@ -1,6 +1,6 @@
-//! What the shim records: one constructor per kind of record, or per family of kinds whose
-//! numbers mean the same (a CUDA call's outcome, a tensor event of PyTorch's, an NVTX event, a
-//! decision of the pool), saying what its numbers mean; and what each kind brings with it (a
+//! What the shim records: one constructor per kind of record (per kind and source where two
+//! sources write one kind: a segment of PyTorch's or of the pool's), saying what its numbers
+//! mean; and what each kind brings with it (a
 //! stack, the library that asked, a fresh NVML sample) as methods of the event, so the recorder
 //! holds no rule of its own about kinds. No record is built past them ([`Event::record`]).
 
@@ -32,24 +32,100 @@ impl Event {
         }
     }
 
-    /// A CUDA call of the program's that made or released memory (or asked about it), as its
-    /// row in the table of CUDA functions says, or the pool's answer to one (a block it served,
-    /// an IPC export): its result `rc`, the address and size it is about (0 where none), and
-    /// the device.
-    pub const fn call(
-        kind: RecordKind,
+    /// Device memory allocated by a synchronous call (`cudaMalloc`, `cuMemAlloc`, the pitched
+    /// and 3D forms), or the pool's answer to one: the call's result `rc`, the address (0 when
+    /// it failed), the bytes, the device.
+    pub const fn alloc(api: Api, rc: i32, ptr: u64, size: u64, device: u8) -> Event {
+        Event::of(RecordKind::Alloc, api, rc, ptr, size, device)
+    }
+
+    /// Device memory allocated in stream order (`cudaMallocAsync`, from a CUDA pool, a graph's
+    /// memory node), on `stream` (0: none or the legacy stream).
+    pub const fn alloc_async(
         api: Api,
         rc: i32,
         ptr: u64,
         size: u64,
         device: u8,
+        stream: u64,
     ) -> Event {
-        Event::of(kind, api, rc, ptr, size, device)
+        Event::of(RecordKind::AllocAsync, api, rc, ptr, size, device).on(stream)
     }
 
-    /// Device memory given back (`Free`, `FreeAsync`) at `ptr`.
-    pub const fn release(kind: RecordKind, api: Api, rc: i32, ptr: u64) -> Event {
-        Event::of(kind, api, rc, ptr, 0, DEVICE_UNKNOWN)
+    /// Managed memory (`cudaMallocManaged`): address, bytes, the device current then.
+    pub const fn managed_alloc(api: Api, rc: i32, ptr: u64, size: u64, device: u8) -> Event {
+        Event::of(RecordKind::ManagedAlloc, api, rc, ptr, size, device)
+    }
+
+    /// Device memory given back synchronously (`cudaFree`, `cuMemFree`) at `ptr`; the device
+    /// where known (the pool knows its blocks'; CUDA's own call does not say).
+    pub const fn free(api: Api, rc: i32, ptr: u64, device: u8) -> Event {
+        Event::of(RecordKind::Free, api, rc, ptr, 0, device)
+    }
+
+    /// Device memory given back in stream order (`cudaFreeAsync`, a graph's free node) on
+    /// `stream`.
+    pub const fn free_async(api: Api, rc: i32, ptr: u64, device: u8, stream: u64) -> Event {
+        Event::of(RecordKind::FreeAsync, api, rc, ptr, 0, device).on(stream)
+    }
+
+    /// Pinned host memory allocated (`cudaMallocHost`, `cudaHostAlloc`, `cuMemHostAlloc`):
+    /// address and bytes.
+    pub const fn host_alloc(api: Api, rc: i32, ptr: u64, size: u64) -> Event {
+        Event::of(RecordKind::HostAlloc, api, rc, ptr, size, DEVICE_UNKNOWN)
+    }
+
+    /// Pinned host memory freed at `ptr`.
+    pub const fn host_free(api: Api, rc: i32, ptr: u64) -> Event {
+        Event::of(RecordKind::HostFree, api, rc, ptr, 0, DEVICE_UNKNOWN)
+    }
+
+    /// A VMM physical allocation made (`cuMemCreate`): its handle, bytes and device.
+    pub const fn phys_create(api: Api, rc: i32, handle: u64, size: u64, device: u8) -> Event {
+        Event::of(RecordKind::PhysCreate, api, rc, handle, size, device)
+    }
+
+    /// A VMM physical allocation released (`cuMemRelease`): its handle.
+    pub const fn phys_release(api: Api, rc: i32, handle: u64) -> Event {
+        Event::of(RecordKind::PhysRelease, api, rc, handle, 0, DEVICE_UNKNOWN)
+    }
+
+    /// A range of virtual addresses mapped to physical memory (`cuMemMap`): start and bytes.
+    pub const fn map(api: Api, rc: i32, ptr: u64, size: u64) -> Event {
+        Event::of(RecordKind::Map, api, rc, ptr, size, DEVICE_UNKNOWN)
+    }
+
+    /// A mapped range unmapped (`cuMemUnmap`): start and bytes.
+    pub const fn unmap(api: Api, rc: i32, ptr: u64, size: u64) -> Event {
+        Event::of(RecordKind::Unmap, api, rc, ptr, size, DEVICE_UNKNOWN)
+    }
+
+    /// Virtual addresses reserved (`cuMemAddressReserve`): start (0 when it failed) and bytes.
+    pub const fn address_reserve(api: Api, rc: i32, ptr: u64, size: u64) -> Event {
+        Event::of(
+            RecordKind::AddressReserve,
+            api,
+            rc,
+            ptr,
+            size,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// Reserved virtual addresses given back (`cuMemAddressFree`): start and bytes.
+    pub const fn address_free(api: Api, rc: i32, ptr: u64, size: u64) -> Event {
+        Event::of(RecordKind::AddressFree, api, rc, ptr, size, DEVICE_UNKNOWN)
+    }
+
+    /// Access to a mapped range granted (`cuMemSetAccess`): start and bytes.
+    pub const fn set_access(api: Api, rc: i32, ptr: u64, size: u64) -> Event {
+        Event::of(RecordKind::SetAccess, api, rc, ptr, size, DEVICE_UNKNOWN)
+    }
+
+    /// The process used a stream other than the legacy one for the first time (`stream`, by
+    /// the call `api`): the pool's blocks freed with `cudaFree` wait for the device from then.
+    pub const fn pool_streams(api: Api, stream: u64) -> Event {
+        Event::of(RecordKind::PoolStreams, api, 0, stream, 0, DEVICE_UNKNOWN)
     }
 
     /// What `cudaMemGetInfo` answered: free and total bytes.
@@ -62,22 +138,57 @@ impl Event {
         Event::of(RecordKind::MemInfoShown, api, 0, free, total, device)
     }
 
-    /// A tensor event of PyTorch's allocator (`TensorAlloc`, `TensorFreeRequested`,
-    /// `TensorFree`; `TensorOom` with the free memory CUDA reported as `ptr`).
-    pub const fn tensor(kind: RecordKind, ptr: u64, size: u64, device: u8) -> Event {
-        Event::of(kind, Api::Torch, 0, ptr, size, device)
+    /// A tensor PyTorch's allocator handed out: address, bytes (as asked), device.
+    pub const fn tensor_alloc(ptr: u64, size: u64, device: u8) -> Event {
+        Event::of(RecordKind::TensorAlloc, Api::Torch, 0, ptr, size, device)
     }
 
-    /// A segment PyTorch's allocator took or gave back (`SegmentReserve`, `SegmentRelease`);
-    /// `pages`: pages of an expandable segment mapped or unmapped.
-    pub const fn framework_segment(
-        kind: RecordKind,
-        ptr: u64,
-        size: u64,
-        device: u8,
-        pages: bool,
-    ) -> Event {
-        Event::of(kind, Api::Torch, pages as i32, ptr, size, device)
+    /// A tensor PyTorch was asked to free (its block may wait for streams that used it).
+    pub const fn tensor_free_requested(ptr: u64, size: u64, device: u8) -> Event {
+        Event::of(
+            RecordKind::TensorFreeRequested,
+            Api::Torch,
+            0,
+            ptr,
+            size,
+            device,
+        )
+    }
+
+    /// A tensor's block back in PyTorch's cache, reusable.
+    pub const fn tensor_free(ptr: u64, size: u64, device: u8) -> Event {
+        Event::of(RecordKind::TensorFree, Api::Torch, 0, ptr, size, device)
+    }
+
+    /// PyTorch could not make a tensor of `size` bytes: `free` is the free memory CUDA
+    /// reported to it then.
+    pub const fn tensor_oom(free: u64, size: u64, device: u8) -> Event {
+        Event::of(RecordKind::TensorOom, Api::Torch, 0, free, size, device)
+    }
+
+    /// A segment PyTorch's allocator took (`pages`: pages of an expandable segment mapped).
+    pub const fn framework_segment_reserve(ptr: u64, size: u64, device: u8, pages: bool) -> Event {
+        Event::of(
+            RecordKind::SegmentReserve,
+            Api::Torch,
+            pages as i32,
+            ptr,
+            size,
+            device,
+        )
+    }
+
+    /// A segment PyTorch's allocator gave back (`pages`: pages of an expandable segment
+    /// unmapped).
+    pub const fn framework_segment_release(ptr: u64, size: u64, device: u8, pages: bool) -> Event {
+        Event::of(
+            RecordKind::SegmentRelease,
+            Api::Torch,
+            pages as i32,
+            ptr,
+            size,
+            device,
+        )
     }
 
     /// Whether PyTorch's tensors are recorded from here on (`why`: a `tensors_off` code).
@@ -92,11 +203,35 @@ impl Event {
         )
     }
 
-    /// A decision of the shim's pool, as the engine's own typed event says it (its segments,
-    /// waits, out-of-memory retries; `pool::backend` maps each to its kind, whose doc in
-    /// `format::RecordKind` says what `ptr` and `size` mean).
-    pub const fn pool_decision(kind: RecordKind, ptr: u64, size: u64, device: u8) -> Event {
-        Event::of(kind, Api::Shim, 0, ptr, size, device)
+    /// The shim's pool took a segment of `size` bytes at `ptr` from CUDA on `device`.
+    pub const fn pool_segment_reserve(ptr: u64, size: u64, device: u8) -> Event {
+        Event::of(RecordKind::SegmentReserve, Api::Shim, 0, ptr, size, device)
+    }
+
+    /// The shim's pool gave a segment back to CUDA.
+    pub const fn pool_segment_release(ptr: u64, size: u64, device: u8) -> Event {
+        Event::of(RecordKind::SegmentRelease, Api::Shim, 0, ptr, size, device)
+    }
+
+    /// The device had no room for a segment of `size`; the pool released its idle cache and
+    /// the retry succeeded.
+    pub const fn oom_retry(size: u64, device: u8) -> Event {
+        Event::of(RecordKind::OomRetry, Api::Shim, 0, 0, size, device)
+    }
+
+    /// The device had no room for a segment of `size`, even after the cache was released.
+    pub const fn out_of_memory(size: u64, device: u8) -> Event {
+        Event::of(RecordKind::OutOfMemory, Api::Shim, 0, 0, size, device)
+    }
+
+    /// A segment of `size` would have taken the process past `limit`.
+    pub const fn limit_hit(size: u64, device: u8) -> Event {
+        Event::of(RecordKind::LimitHit, Api::Shim, 0, 0, size, device)
+    }
+
+    /// The pool waited for `device` to finish its work (to reuse fenced blocks).
+    pub const fn pool_sync(device: u8) -> Event {
+        Event::of(RecordKind::PoolSync, Api::Shim, 0, 0, 0, device)
     }
 
     /// The pool split cached blocks `splits` times on `device` since its last such record.
@@ -234,10 +369,43 @@ impl Event {
         )
     }
 
-    /// An NVTX range or mark (`RangePush`, `RangePop`, `Mark`, `RangeStart`, `RangeEnd`): `id`
-    /// the string id of its message, `size` the depth or range id.
-    pub const fn nvtx(kind: RecordKind, id: u64, size: u64) -> Event {
-        Event::of(kind, Api::Nvtx, 0, id, size, DEVICE_UNKNOWN)
+    /// An NVTX range pushed on the calling thread: its message's string id, the depth after.
+    pub const fn range_push(message: u64, depth: u64) -> Event {
+        Event::of(
+            RecordKind::RangePush,
+            Api::Nvtx,
+            0,
+            message,
+            depth,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// The calling thread's innermost NVTX range popped: the depth after.
+    pub const fn range_pop(depth: u64) -> Event {
+        Event::of(RecordKind::RangePop, Api::Nvtx, 0, 0, depth, DEVICE_UNKNOWN)
+    }
+
+    /// An NVTX mark: its message's string id.
+    pub const fn mark(message: u64) -> Event {
+        Event::of(RecordKind::Mark, Api::Nvtx, 0, message, 0, DEVICE_UNKNOWN)
+    }
+
+    /// An NVTX start/end range started: its message's string id and its range id.
+    pub const fn range_start(message: u64, range: u64) -> Event {
+        Event::of(
+            RecordKind::RangeStart,
+            Api::Nvtx,
+            0,
+            message,
+            range,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// An NVTX start/end range ended: its range id.
+    pub const fn range_end(range: u64) -> Event {
+        Event::of(RecordKind::RangeEnd, Api::Nvtx, 0, 0, range, DEVICE_UNKNOWN)
     }
 
     /// The same event on stream `stream` (a handle; 0 for none).

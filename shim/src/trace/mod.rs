@@ -15,7 +15,7 @@ use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
 use core::sync::atomic::{AtomicBool, Ordering};
 use gpushim_core::fixedfmt::Escaped;
-use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::DEVICE_UNKNOWN;
 use gpushim_core::trace::recorder::{self, OpenOptions, PATH_CAP, Recorder};
 
 pub static RECORDER: Recorder = Recorder::new();
@@ -500,8 +500,9 @@ pub fn forget_after_fork() {
     device_memory::forget_after_fork();
 }
 
-/// Records an NVTX event; `text` (if not empty) is interned and its id stored in `ptr`.
-pub fn record_nvtx(kind: RecordKind, text: &[u8], size: u64) {
+/// Records an NVTX event: `text` (if not empty) is interned and `event` makes the record from
+/// its string id (0: none).
+pub fn record_nvtx(text: &[u8], event: impl FnOnce(u64) -> Event) {
     if !state::enabled() || !ensure_open() {
         return;
     }
@@ -510,5 +511,5 @@ pub fn record_nvtx(kind: RecordKind, text: &[u8], size: u64) {
     } else {
         RECORDER.intern_string(text)
     };
-    record(Event::nvtx(kind, id, size));
+    record(event(id));
 }

@@ -19,7 +19,7 @@ use crate::trace;
 use core::ffi::c_void;
 use core::sync::atomic::Ordering;
 use gpushim_core::engine::{Backend, Event, OutOfMemory};
-use gpushim_core::trace::format::{DEVICE_UNKNOWN, RecordKind};
+use gpushim_core::trace::format::DEVICE_UNKNOWN;
 use std::collections::VecDeque;
 
 /// One checkpoint: events recorded after every fence it covers.
@@ -399,27 +399,23 @@ impl Backend for CudaBackend {
     }
 
     fn note(&mut self, event: Event) {
-        let (kind, slot, ptr, size) = match event {
+        use trace::Event as E;
+        let e = match event {
             Event::SegmentReserve { device, ptr, size } => {
-                (RecordKind::SegmentReserve, device, ptr, size)
+                E::pool_segment_reserve(ptr, size, device_of(device))
             }
             Event::SegmentRelease { device, ptr, size } => {
-                (RecordKind::SegmentRelease, device, ptr, size)
+                E::pool_segment_release(ptr, size, device_of(device))
             }
             Event::Split { device, .. } => match splits::take(device, SPLITS_PER_RECORD) {
-                Some(n) => (RecordKind::Split, device, 0, n),
+                Some(n) => E::splits(n, device_of(device)),
                 None => return,
             },
-            Event::OomRetry { device, size } => (RecordKind::OomRetry, device, 0, size),
-            Event::OutOfMemory { device, size } => (RecordKind::OutOfMemory, device, 0, size),
-            Event::LimitHit { device, size } => (RecordKind::LimitHit, device, 0, size),
-            Event::Synchronize { device } => (RecordKind::PoolSync, device, 0, 0),
+            Event::OomRetry { device, size } => E::oom_retry(size, device_of(device)),
+            Event::OutOfMemory { device, size } => E::out_of_memory(size, device_of(device)),
+            Event::LimitHit { device, size } => E::limit_hit(size, device_of(device)),
+            Event::Synchronize { device } => E::pool_sync(device_of(device)),
         };
-        trace::record(trace::Event::pool_decision(
-            kind,
-            ptr,
-            size,
-            device_of(slot),
-        ));
+        trace::record(e);
     }
 }

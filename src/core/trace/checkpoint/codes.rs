@@ -12,7 +12,8 @@ pub const END: u8 = 1;
 pub const SITE: u8 = 2;
 /// A VMM physical allocation backing a framework's segment: `ptr` handle, `size`, device.
 pub const FRAMEWORK_PHYSICAL: u8 = 3;
-/// A segment of the framework (`api` torch) or the pool: `ptr` base, `size`, device.
+/// A segment of the framework (`api` torch) or the pool: `ptr` base, `size`, device;
+/// `thread` 1 for pages of an expandable segment mapped there.
 pub const SEGMENT: u8 = 4;
 /// The framework's tensors on `device`: `ptr` bytes live, `size` their peak.
 pub const TENSOR_BYTES: u8 = 5;

@@ -1,9 +1,10 @@
 //! What a checkpoint puts back: each `Restore` record of the summarizer's (`trace::summary`,
 //! its format in `format::restore`) restores a part of the replay's state.
 
-use crate::trace::format::{DEVICE_UNKNOWN, Record, restore};
+use crate::trace::format::{Api, DEVICE_UNKNOWN, Record, restore};
 use crate::trace::live::{
-    Boundary, BoundaryMark, DeviceLive, Holding, NvmlFigure, Replay, Snapshot, device_or_0, slot,
+    Boundary, BoundaryMark, DeviceLive, Holding, NvmlFigure, Replay, Segment, Snapshot,
+    device_or_0, slot,
 };
 
 /// The most boundaries, and call sites per boundary, a checkpoint restores (the summarizer
@@ -26,8 +27,13 @@ impl Replay {
                 self.framework_physical.insert(r.ptr, (r.size, device));
             }
             restore::SEGMENT => {
-                let end = self.segments.entry(r.ptr).or_insert((0, r.device));
-                end.0 = end.0.saturating_add(r.size);
+                let s = self.segments.entry(r.ptr).or_insert(Segment {
+                    device: r.device,
+                    framework: r.api == Api::Torch,
+                    pages: r.thread != 0,
+                    ..Segment::default()
+                });
+                s.size = s.size.saturating_add(r.size);
                 let v = self.reserved.entry(r.device).or_default();
                 *v = v.saturating_add(r.size);
             }

@@ -82,8 +82,12 @@ impl Summarizer {
         for (name, id) in started {
             w.restore(restore::STARTED, 0, name, id, 0);
         }
-        for (base, size, d) in rp.segments() {
-            w.restore(restore::SEGMENT, d, base, size, 0);
+        for (base, s) in rp.segments() {
+            w.push(Record {
+                api: if s.framework { Api::Torch } else { Api::Shim },
+                thread: u16::from(s.pages),
+                ..restore_record(restore::SEGMENT, s.device, base, s.size, 0)
+            });
         }
         for (h, size, d) in rp.framework_physical() {
             w.restore(restore::FRAMEWORK_PHYSICAL, d, h, size, 0);

@@ -194,8 +194,13 @@ impl Replay {
                         Change::Physical { device }
                     }
                 };
-                let end = self.segments.entry(r.ptr).or_insert((0, device));
-                end.0 = end.0.saturating_add(r.size);
+                let s = self.segments.entry(r.ptr).or_insert(Segment {
+                    device,
+                    framework: true,
+                    pages: r.mapped_pages(),
+                    ..Segment::default()
+                });
+                s.size = s.size.saturating_add(r.size);
                 let v = self.reserved.entry(device).or_default();
                 *v = v.saturating_add(r.size);
                 change
@@ -203,8 +208,8 @@ impl Replay {
             SegmentRelease if r.api == Api::Torch => {
                 let device = device_or_0(r.device);
                 if let Some(seg) = self.segments.get_mut(&r.ptr) {
-                    seg.0 = seg.0.saturating_sub(r.size);
-                    if seg.0 == 0 {
+                    seg.size = seg.size.saturating_sub(r.size);
+                    if seg.size == 0 {
                         self.segments.remove(&r.ptr);
                     }
                 }
@@ -214,7 +219,15 @@ impl Replay {
             }
             SegmentReserve => {
                 self.pooled.insert(r.device);
-                self.segments.insert(r.ptr, (r.size, r.device));
+                self.segments.insert(
+                    r.ptr,
+                    Segment {
+                        size: r.size,
+                        device: r.device,
+                        framework: false,
+                        pages: false,
+                    },
+                );
                 {
                     let v = self.reserved.entry(r.device).or_default();
                     *v = v.saturating_add(r.size);

@@ -93,8 +93,8 @@ pub struct Replay {
     pub unmatched_frees: u64,
     /// Of them, those a checkpoint counted (the rest came after it).
     pub unmatched_restored: u64,
-    /// The pool's segments (runs with the shim's pool): base -> (size, device).
-    pub segments: BTreeMap<u64, (u64, u8)>,
+    /// The pool's segments and the framework's, by base.
+    pub segments: BTreeMap<u64, Segment>,
     pub reserved: BTreeMap<u8, u64>,
     /// The framework's tensors: whether recorded, why not, their bytes per device.
     pub tensors: Tensors,
@@ -138,6 +138,18 @@ pub struct Replay {
     /// Live and reserved memory over the time before the ring, coarse: (time, device, live,
     /// reserved).
     pub series: Vec<(u64, u8, u64, u64)>,
+}
+
+/// A segment of the shim's pool or of the framework's allocator (PyTorch's cache).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    pub size: u64,
+    pub device: u8,
+    /// PyTorch's (its `SegmentReserve` records), not the pool's.
+    pub framework: bool,
+    /// Pages of an expandable segment mapped at this address (PyTorch's
+    /// `expandable_segments:True`), not a segment of its own.
+    pub pages: bool,
 }
 
 /// What a checkpoint kept of one moment: a device's peak, or a failed allocation.
@@ -460,9 +472,9 @@ impl Replay {
             .map(|(&h, &(size, d))| (h, size, d))
     }
 
-    /// The pool's or the framework's segments: base, size, device.
-    pub fn segments(&self) -> impl Iterator<Item = (u64, u64, u8)> + '_ {
-        self.segments.iter().map(|(&b, &(size, d))| (b, size, d))
+    /// The pool's and the framework's segments, by base.
+    pub fn segments(&self) -> impl Iterator<Item = (u64, Segment)> + '_ {
+        self.segments.iter().map(|(&b, &s)| (b, s))
     }
 
     pub fn live_on(&self, device: u8) -> u64 {
@@ -502,7 +514,13 @@ impl Replay {
     pub fn largest_free_block(&self, device: u8) -> u64 {
         let sorted = self.live_in_order();
         let mut best = 0;
-        for (&base, &(size, d)) in &self.segments {
+        for (
+            &base,
+            &Segment {
+                size, device: d, ..
+            },
+        ) in &self.segments
+        {
             if d != device {
                 continue;
             }
