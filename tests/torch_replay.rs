@@ -281,3 +281,81 @@ fn the_peak_live_is_the_programs_whatever_segments_pytorch_took() {
         assert!(text.contains(&want), "{want} not in the plot --by {by}");
     }
 }
+
+/// `name` recorded again through a ring of `trace_max` bytes with its summarizer running, as a
+/// run longer than its trace is: the ring begins after the run's first tensors, which only the
+/// checkpoint keeps. Stacks are left out (the replay needs none); four NVTX marks follow each
+/// record, so that runs of a few thousand records lap the smallest ring.
+fn through_ring(name: &str, trace_max: u64, path: &std::path::Path) {
+    use gpushim::trace::format::RecordKind;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let records: Vec<_> = gpushim::trace::reader::TraceReader::open(data(name))
+        .unwrap()
+        .filter(|r| !matches!(r.kind, RecordKind::StackRef | RecordKind::Caller))
+        .collect();
+    let r = crate::common::ring_recorder(path, trace_max);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| r.run_summarizer(&stop));
+        // Paced so that the summarizer keeps up: a sixteenth of the ring, then a pause.
+        let pace = (trace_max / 32 / 16 / 5) as usize;
+        for (i, rec) in records.iter().enumerate() {
+            r.append(rec);
+            for _ in 0..4 {
+                r.append(&gpushim::trace::format::Record {
+                    kind: RecordKind::Mark,
+                    api: gpushim::trace::format::Api::Nvtx,
+                    ptr: 0,
+                    size: 0,
+                    device: gpushim::trace::format::DEVICE_UNKNOWN,
+                    ..*rec
+                });
+            }
+            if i % pace == pace - 1 {
+                std::thread::sleep(std::time::Duration::from_millis(4));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        stop.store(true, Ordering::Release);
+    });
+}
+
+/// A ring that began after the run's first tensors: the replay starts from PyTorch's cache as
+/// the checkpoint kept it (its segments, the tensors live in them, the gaps its free blocks),
+/// so the run's own setting takes the very segments the run took after the ring began. From an
+/// empty cache it would not: the first tensors after the checkpoint would take new segments
+/// where the run reused cached ones.
+#[test]
+fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
+    let dir = crate::common::tempdir("torch-ring");
+    let mut segment_events = 0;
+    for name in ["gpt2.trace", "transformer.trace", "streams.trace"] {
+        let path = dir.join(name);
+        through_ring(name, 1 << 20, &path);
+        let input = torch_replay::read(&path, &ReadOptions::default()).unwrap();
+        assert!(input.from_checkpoint, "{name}: the ring must have wrapped");
+        let (segments, reserved) = input.seed.reserved();
+        assert!(
+            segments > 0 && reserved > 0 && input.seed.tensors() > 0,
+            "{name}: {:?}",
+            input.seed
+        );
+        assert_eq!(input.seed.inexact, None, "{name}");
+        let conf = torch_replay::recorded_conf(&input).unwrap();
+        let (out, fidelity) = torch_replay::replay(&input, &conf, &Bounds::default(), true);
+        assert_eq!(fidelity.len(), 1, "{name}: one device");
+        let f = &fidelity[0];
+        assert_eq!(out.start_not_exact, None, "{name}");
+        segment_events += f.recorded_segment_events;
+        assert_eq!(f.first_difference, None, "{name}: {f:?}");
+        assert_eq!(
+            f.recorded_peak_reserved_bytes, f.replayed_peak_reserved_bytes,
+            "{name}"
+        );
+        assert_eq!(f.tensors_at_recorded_address, f.tensors, "{name}: {f:?}");
+    }
+    assert!(
+        segment_events > 0,
+        "the rings must hold segments taken or given back"
+    );
+}

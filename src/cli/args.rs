@@ -98,6 +98,7 @@ impl Reading {
             progress,
             native_frames: self.native_frames,
             program_frames: self.program_frames,
+            longest_ring: false,
         })
     }
 }

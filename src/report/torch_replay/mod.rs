@@ -92,6 +92,48 @@ pub struct Input {
     pub tensors: u64,
     /// The trace starts at a checkpoint: its first tensors were folded into it.
     pub from_checkpoint: bool,
+    /// What the checkpoint says PyTorch held when the ring began, which the replay starts from.
+    pub seed: Seed,
+}
+
+/// PyTorch's cache as a ring's checkpoint kept it: per device, its segments and the tensors
+/// live in them. A plain segment's free blocks are the gaps between its tensors (PyTorch merges
+/// free neighbours), so segments and tensors are the cache, and a replay that starts from them
+/// goes on as the run did.
+#[derive(Clone, Debug, Default)]
+pub struct Seed {
+    pub devices: BTreeMap<u8, DeviceSeed>,
+    /// Why what the checkpoint kept is not PyTorch's cache to the byte (none: it is).
+    pub inexact: Option<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct DeviceSeed {
+    /// Base and size of each segment.
+    pub segments: Vec<(u64, u64)>,
+    /// Each live tensor: address, bytes asked, stream.
+    pub tensors: Vec<(u64, u64, u16)>,
+}
+
+impl Seed {
+    /// Segments and bytes reserved in all.
+    pub fn reserved(&self) -> (usize, u64) {
+        self.devices.values().fold((0, 0), |(n, b), d| {
+            (
+                n + d.segments.len(),
+                d.segments.iter().fold(b, |b, s| b.saturating_add(s.1)),
+            )
+        })
+    }
+
+    /// Tensors live in all.
+    pub fn tensors(&self) -> usize {
+        self.devices.values().map(|d| d.tensors.len()).sum()
+    }
+
+    fn not_exact(&mut self, why: &str) {
+        self.inexact.get_or_insert_with(|| why.to_string());
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -197,6 +239,10 @@ pub struct Outcome {
     /// For a run that failed a tensor: whether this setting served that request.
     pub serves_recorded_oom: Option<bool>,
     pub devices: Vec<DeviceOutcome>,
+    /// For a ring that began after the run's first tensors: why the cache the replay starts
+    /// from is not PyTorch's to the byte (absent: it is, or the trace holds the whole run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_not_exact: Option<String>,
 }
 
 /// How the replay of the recorded setting compares with the run, device by device.

@@ -1,7 +1,8 @@
 //! Reading a trace's tensors, and what the replay needs to know about the run, in one pass.
 
-use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError};
+use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError, Seed};
 use crate::report::torch_replay::model::TorchConf;
+use crate::trace::format::restore;
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::reader::{ReadOptions, TraceReader};
 use std::collections::{BTreeMap, HashMap};
@@ -14,6 +15,10 @@ struct Gather {
     devices: BTreeMap<u8, DeviceFacts>,
     tensors: u64,
     from_checkpoint: bool,
+    /// Inside a checkpoint's state (between its `BEGIN` and `END`), and in its live set.
+    restoring: bool,
+    in_live_set: bool,
+    seed: Seed,
     pages_seen: bool,
     tensors_off: Option<u64>,
     /// The run's setting collects garbage: a release just before a new segment served it.
@@ -30,6 +35,45 @@ struct Gather {
 }
 
 impl Gather {
+    /// A record of a checkpoint's state: PyTorch's segments and the tensors live in them are
+    /// the seed; the rest is the reports' (the records after `END`, not yet summarized when
+    /// the checkpoint was written, are the run's own and taken as they come).
+    fn restore(&mut self, r: &Record) {
+        if r.kind == RecordKind::Restore {
+            self.in_live_set = r.status == restore::SITE;
+            match r.status {
+                restore::BEGIN => self.restoring = true,
+                restore::END => self.restoring = false,
+                restore::SEGMENT if r.api == Api::Torch && r.thread != 0 => {
+                    self.pages_seen = true;
+                    self.seed.not_exact(
+                        "PyTorch's expandable segments are kept as the pages mapped, not as \
+                         the segment they belong to",
+                    );
+                }
+                restore::SEGMENT if r.api == Api::Torch => {
+                    let d = self.seed.devices.entry(r.device).or_default();
+                    d.segments.push((r.ptr, r.size));
+                    let held = self.reserved.entry(r.device).or_default();
+                    *held = held.saturating_add(r.size);
+                    let most = self.most_reserved.entry(r.device).or_default();
+                    *most = (*most).max(*held);
+                }
+                restore::SUMMED => self.seed.not_exact(
+                    "the checkpoint summed its oldest allocations by line, without their \
+                     addresses",
+                ),
+                _ => {}
+            }
+            return;
+        }
+        if self.in_live_set && r.kind == RecordKind::TensorAlloc {
+            self.tensors += 1;
+            let d = self.seed.devices.entry(r.device).or_default();
+            d.tensors.push((r.ptr, r.size, r.stream));
+        }
+    }
+
     fn take(&mut self, r: &Record) {
         let tensor_event = match r.kind {
             RecordKind::TensorAlloc => Some(Ev::Alloc),
@@ -140,8 +184,11 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
     if opts.filter != only {
         return Err(ReplayError::Filtered);
     }
+    // Of a ring's checkpoints, the one with the most records after it: the replay needs the
+    // tensors one by one, and starts from the cache the checkpoint kept.
     let whole = ReadOptions {
         filter: Default::default(),
+        longest_ring: true,
         ..opts.clone()
     };
     let mut reader = TraceReader::open_with(path, &whole)?;
@@ -157,7 +204,9 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         if r.kind == RecordKind::Restore {
             g.from_checkpoint = true;
         }
-        if !reader.in_checkpoint() {
+        if g.restoring || r.kind == RecordKind::Restore {
+            g.restore(&r);
+        } else {
             g.take(&r);
         }
     }
@@ -169,6 +218,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         });
     }
     if !only.devices.is_empty() {
+        g.seed.devices.retain(|d, _| only.devices.contains(d));
         g.events
             .retain(|e| e.ev == Ev::Reservation || only.devices.contains(&e.device));
         g.devices.retain(|d, _| only.devices.contains(d));
@@ -194,6 +244,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         recorded,
         tensors: g.tensors,
         from_checkpoint: g.from_checkpoint,
+        seed: g.seed,
     })
 }
 

@@ -58,6 +58,9 @@ struct Replayer<'a> {
     same: BTreeMap<u8, (u64, u64)>,
     first_failure: Option<Failure>,
     serves_oom: Option<bool>,
+    /// Per device: the bytes the seed put back (the run's reserved memory when the ring began).
+    seeded: BTreeMap<u8, u64>,
+    start_not_exact: Option<String>,
 }
 
 impl<'a> Replayer<'a> {
@@ -73,7 +76,7 @@ impl<'a> Replayer<'a> {
                 (d, m)
             })
             .collect();
-        Replayer {
+        let mut r = Replayer {
             input,
             bounds,
             models,
@@ -82,7 +85,67 @@ impl<'a> Replayer<'a> {
             same: BTreeMap::new(),
             first_failure: None,
             serves_oom: None,
+            seeded: BTreeMap::new(),
+            start_not_exact: None,
+        };
+        if input.from_checkpoint {
+            r.start_not_exact = r.seed();
         }
+        r
+    }
+
+    /// Starts each device's model from PyTorch's cache as the ring's checkpoint kept it;
+    /// returns why that is not the run's cache to the byte, if it is not.
+    fn seed(&mut self) -> Option<String> {
+        let seed = &self.input.seed;
+        let mut why = seed.inexact.clone();
+        for (&d, ds) in &seed.devices {
+            let Some(m) = self.models.get_mut(&d) else {
+                continue;
+            };
+            let mut segments = ds.segments.clone();
+            segments.sort_unstable();
+            // Each tensor in the segment that holds it.
+            let mut inside: Vec<Vec<(u64, u64)>> = vec![Vec::new(); segments.len()];
+            let mut streams: Vec<Option<u16>> = vec![None; segments.len()];
+            for &(ptr, size, stream) in &ds.tensors {
+                let i = segments.partition_point(|s| s.0 <= ptr);
+                let holder = i
+                    .checked_sub(1)
+                    .filter(|&i| ptr < segments[i].0.saturating_add(segments[i].1));
+                let Some(i) = holder else {
+                    why.get_or_insert_with(|| {
+                        format!("a live tensor at {ptr:#x} lies outside PyTorch's segments")
+                    });
+                    continue;
+                };
+                inside[i].push((ptr, size));
+                if *streams[i].get_or_insert(stream) != stream {
+                    why.get_or_insert_with(|| {
+                        format!(
+                            "the segment at {:#x} holds tensors of two streams",
+                            segments[i].0
+                        )
+                    });
+                }
+            }
+            for (i, &(base, size)) in segments.iter().enumerate() {
+                let stream = u64::from(streams[i].unwrap_or(0));
+                match m.seed_segment(base, size, stream, &inside[i]) {
+                    Ok(()) => {
+                        for &(p, _) in &inside[i] {
+                            self.placed.insert((d, p), p);
+                        }
+                        let s = self.seeded.entry(d).or_default();
+                        *s = s.saturating_add(size);
+                    }
+                    Err(e) => {
+                        why.get_or_insert(e);
+                    }
+                }
+            }
+        }
+        why
     }
 
     /// Applies one event; false once the replay should stop.
@@ -223,6 +286,7 @@ impl<'a> Replayer<'a> {
             first_failure: self.first_failure.clone(),
             serves_recorded_oom: self.serves_oom,
             devices,
+            start_not_exact: self.start_not_exact.clone(),
         }
     }
 
@@ -244,7 +308,10 @@ impl<'a> Replayer<'a> {
                     recorded_segment_events: run.len(),
                     replayed_segment_events: rep.len(),
                     first_difference,
-                    recorded_peak_reserved_bytes: peak_of(run),
+                    recorded_peak_reserved_bytes: peak_of(
+                        self.seeded.get(&d).copied().unwrap_or(0),
+                        run,
+                    ),
                     replayed_peak_reserved_bytes: m.stats().peak_reserved,
                     tensors,
                     tensors_at_recorded_address: at,
@@ -338,8 +405,9 @@ pub fn replay_resized(
     r.outcome(conf)
 }
 
-fn peak_of(log: &[SegmentEvent]) -> u64 {
-    let (mut held, mut peak) = (0u64, 0u64);
+/// The most a run held: `held` at first, then its segment events.
+fn peak_of(mut held: u64, log: &[SegmentEvent]) -> u64 {
+    let mut peak = held;
     for e in log {
         match e {
             SegmentEvent::Reserve { size, .. } => {

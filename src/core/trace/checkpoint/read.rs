@@ -6,10 +6,13 @@ use std::fs::File;
 
 /// The newest whole checkpoint of a ring trace: its descriptor and bodies. A checkpoint whose
 /// checksum does not match (the process died while writing it) gives way to the other one.
+/// With `oldest_in_ring` (the oldest record the ring still holds), the whole checkpoint that
+/// leaves the most of the ring after it comes first: the older, if it covers no less than that.
 pub(crate) fn read_checkpoint(
     file: &mut File,
     h: &[u8],
     file_len: u64,
+    oldest_in_ring: Option<u64>,
 ) -> Option<(format::ring::Descriptor, Vec<[u8; RECORD_SIZE]>)> {
     use std::os::unix::fs::FileExt;
     let area = le_u64(h, header::CHECKPOINT_AREA);
@@ -25,6 +28,17 @@ pub(crate) fn read_checkpoint(
         .filter(|(d, _)| d.seq > 0)
         .collect();
     found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
+    if let Some(oldest) = oldest_in_ring {
+        // Those whose every later record the ring holds, the least covered first; then the
+        // rest, newest first.
+        found.sort_by_key(|(d, _)| {
+            if d.covered >= oldest {
+                (0, d.covered)
+            } else {
+                (1, u64::MAX - d.seq)
+            }
+        });
+    }
     for (d, k) in found {
         let bytes = d.records.checked_mul(RECORD_SIZE as u64)?;
         let at = area.checked_add((k as u64).checked_mul(slot_bytes)?)?;

@@ -224,6 +224,11 @@ pub struct ReadOptions {
     /// Whether call sites show only the program's own Python frames (not those of installed
     /// packages and the standard library), when a stack has any.
     pub program_frames: bool,
+    /// Of a ring's two checkpoints, the one with the most of the ring after it (the older,
+    /// while the ring still holds every record since): for a replay that needs the records
+    /// themselves, not their summary. The newest otherwise (the one written at exit covers the
+    /// whole run).
+    pub longest_ring: bool,
 }
 
 impl Default for ReadOptions {
@@ -235,6 +240,7 @@ impl Default for ReadOptions {
             progress: None,
             native_frames: false,
             program_frames: false,
+            longest_ring: false,
         }
     }
 }
@@ -288,7 +294,8 @@ impl TraceReader {
             end = info.claimed;
             let oldest = info.claimed - info.capacity;
             start = oldest;
-            if let Some((d, bodies)) = read_checkpoint(&mut file, &h, file_len) {
+            let prefer = opts.longest_ring.then_some(oldest);
+            if let Some((d, bodies)) = read_checkpoint(&mut file, &h, file_len, prefer) {
                 checkpoint = bodies;
                 info.summarized = checkpoint_summarized(&checkpoint);
                 if d.covered > oldest {

@@ -19,6 +19,7 @@
 mod blocks;
 mod expandable;
 mod release;
+mod seed;
 
 use super::conf::TorchConf;
 use std::collections::{BTreeMap, BTreeSet};
