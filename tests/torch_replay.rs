@@ -284,9 +284,15 @@ fn the_peak_live_is_the_programs_whatever_segments_pytorch_took() {
 
 /// `name` recorded again through a ring of `trace_max` bytes with its summarizer running, as a
 /// run longer than its trace is: the ring begins after the run's first tensors, which only the
-/// checkpoint keeps. Stacks are left out (the replay needs none); four NVTX marks follow each
-/// record, so that runs of a few thousand records lap the smallest ring.
-fn through_ring(name: &str, trace_max: u64, path: &std::path::Path) {
+/// checkpoint keeps. Stacks are left out (the replay needs none); `marks(record, last)` NVTX
+/// marks follow each record, so that runs of a few thousand records lap the smallest ring
+/// (1 MiB), and the ring begins where the test wants.
+fn through_ring(
+    name: &str,
+    marks: impl Fn(&gpushim::trace::format::Record, bool) -> usize,
+    path: &std::path::Path,
+) {
+    let trace_max = 1 << 20;
     use gpushim::trace::format::RecordKind;
     use std::sync::atomic::{AtomicBool, Ordering};
     let records: Vec<_> = gpushim::trace::reader::TraceReader::open(data(name))
@@ -298,11 +304,19 @@ fn through_ring(name: &str, trace_max: u64, path: &std::path::Path) {
     std::thread::scope(|s| {
         s.spawn(|| r.run_summarizer(&stop));
         // Paced so that the summarizer keeps up: a sixteenth of the ring, then a pause.
-        let pace = (trace_max / 32 / 16 / 5) as usize;
-        for (i, rec) in records.iter().enumerate() {
+        let chunk = trace_max / 32 / 16;
+        let mut written = 0u64;
+        let mut append = |rec: &gpushim::trace::format::Record| {
             r.append(rec);
-            for _ in 0..4 {
-                r.append(&gpushim::trace::format::Record {
+            written += 1;
+            if written % chunk == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(4));
+            }
+        };
+        for (i, rec) in records.iter().enumerate() {
+            append(rec);
+            for _ in 0..marks(rec, i + 1 == records.len()) {
+                append(&gpushim::trace::format::Record {
                     kind: RecordKind::Mark,
                     api: gpushim::trace::format::Api::Nvtx,
                     ptr: 0,
@@ -310,9 +324,6 @@ fn through_ring(name: &str, trace_max: u64, path: &std::path::Path) {
                     device: gpushim::trace::format::DEVICE_UNKNOWN,
                     ..*rec
                 });
-            }
-            if i % pace == pace - 1 {
-                std::thread::sleep(std::time::Duration::from_millis(4));
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
@@ -331,7 +342,7 @@ fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
     let mut segment_events = 0;
     for name in ["gpt2.trace", "transformer.trace", "streams.trace"] {
         let path = dir.join(name);
-        through_ring(name, 1 << 20, &path);
+        through_ring(name, |_, _| 4, &path);
         let input = torch_replay::read(&path, &ReadOptions::default()).unwrap();
         assert!(input.from_checkpoint, "{name}: the ring must have wrapped");
         let (segments, reserved) = input.seed.reserved();
@@ -357,5 +368,69 @@ fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
     assert!(
         segment_events > 0,
         "the rings must hold segments taken or given back"
+    );
+}
+
+/// `oom` on a ring that began late: a failure the ring still holds is replayed from the cache
+/// the checkpoint kept (the run's setting fails there as in the run, and every setting advised
+/// serves it in the replay of the whole trace too); a failure older than the ring's records is not replayed, and `oom`
+/// says why and the `trace_max` that would hold the run.
+#[test]
+fn oom_on_a_ring_replays_from_its_checkpoint_or_says_what_would() {
+    let dir = crate::common::tempdir("torch-ring-oom");
+    let whole = torch_replay::oom_advice(&data("oom.trace"), &ReadOptions::default())
+        .unwrap()
+        .unwrap();
+    let late = dir.join("late.trace");
+    // The ring begins after the 5 MiB tensor split the 500 MiB segment, before the failure.
+    let split = |r: &gpushim::trace::format::Record, _| {
+        if r.kind == gpushim::trace::format::RecordKind::TensorAlloc && r.size == 5 << 20 {
+            30_000
+        } else {
+            0
+        }
+    };
+    through_ring("oom.trace", split, &late);
+    let a = torch_replay::oom_advice(&late, &ReadOptions::default())
+        .unwrap()
+        .expect("the failure is in the ring");
+    let start = a.ring_began_late.as_ref().expect("the ring began late");
+    assert!(start.segments > 0 && start.tensors > 0, "{start:?}");
+    assert_eq!(start.not_exact, None);
+    assert!(a.run_setting_fails_too, "{a:?}");
+    let settings = |a: &torch_replay::OomAdvice| -> Vec<String> {
+        a.serving.iter().map(|o| o.setting.clone()).collect()
+    };
+    // Other settings start from the run's cache too: what serves from it serves in the whole
+    // replay (the cache it would have made itself can only be kinder), not the other way.
+    let (named, all) = (settings(&a), settings(&whole));
+    assert!(
+        !named.is_empty() && !named.contains(&String::new()),
+        "{named:?}"
+    );
+    assert!(
+        named.iter().all(|s| all.contains(s)),
+        "{named:?} against {all:?}"
+    );
+    let text =
+        String::from_utf8_lossy(&gpushim_text(&["oom", late.to_str().unwrap()]).stdout).to_string();
+    assert!(
+        text.contains("the run's own to the byte") && text.contains("fails there too"),
+        "{text}"
+    );
+    // The same failure, then long enough for both checkpoints to cover it.
+    let old = dir.join("old.trace");
+    through_ring("oom.trace", |_, last| if last { 80_000 } else { 0 }, &old);
+    let e = torch_replay::oom_advice(&old, &ReadOptions::default()).unwrap_err();
+    assert!(
+        matches!(e, torch_replay::ReplayError::FailureSummarized { .. }),
+        "{e}"
+    );
+    let text =
+        String::from_utf8_lossy(&gpushim_text(&["oom", old.to_str().unwrap()]).stdout).to_string();
+    assert!(
+        text.contains("no replay of PyTorch's allocator: the failure is older")
+            && text.contains("trace_max:"),
+        "{text}"
     );
 }

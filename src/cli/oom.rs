@@ -24,11 +24,13 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
         if ooms.iter().any(|o| o.api == "torch_allocator") {
             match gpushim::report::torch_replay::oom_advice(t, opts) {
                 Ok(Some(a)) => print!("{}", gpushim::report::torch_replay::render_advice(&a)),
-                Ok(None) => println!(
-                    "no replay of PyTorch's allocator: the trace holds none of its tensors' \
-                     requests (its cudaMallocAsync backend, or a run with --per-tensor); record \
-                     with `gpushim run` and the default settings to have one"
-                ),
+                // Failures of PyTorch's with no tensor of PyTorch's failed: its raw
+                // cudaMalloc attempts only, which the tensor's failure record follows.
+                Ok(None) => {}
+                Err(e @ gpushim::report::torch_replay::ReplayError::NoTensors { .. })
+                | Err(e @ gpushim::report::torch_replay::ReplayError::FailureSummarized { .. }) => {
+                    println!("no replay of PyTorch's allocator: {e}")
+                }
                 Err(e) => eprintln!(
                     "gpushim: {}: no replay of PyTorch's allocator: {e}",
                     gpushim::files::shown(t)

@@ -94,9 +94,8 @@ pub struct OomAdvice {
     /// PyTorch refused the request with no `cudaMalloc` tried: a memory fraction held it, to
     /// at least this many bytes (the most it had reserved before); the replay holds it there.
     pub fraction_bytes: Option<u64>,
-    /// The trace's ring began after the run's first tensors: (records the run made, a
-    /// `trace_max` that would have held them all).
-    pub ring_began_late: Option<(u64, u64)>,
+    /// The trace's ring began after the run's first tensors: where the replay starts.
+    pub ring_began_late: Option<RingStart>,
     pub requested_bytes: u64,
     /// What PyTorch could have held on that device: what it held plus what CUDA said was free.
     pub capacity_bytes: Option<u64>,
@@ -110,24 +109,49 @@ pub struct OomAdvice {
     pub serving: Vec<Outcome>,
 }
 
-/// The advice for the trace's first failed tensor, if it has one.
+/// A replay that starts where a ring's checkpoint stood (the run made more records than its
+/// trace held).
+#[derive(Clone, Debug, Serialize)]
+pub struct RingStart {
+    /// Records the run made.
+    pub records: u64,
+    /// A `trace_max` that would have held them all.
+    pub trace_max_needed: u64,
+    /// PyTorch's cache as the checkpoint kept it: segments, bytes reserved, tensors live.
+    pub segments: usize,
+    pub reserved_bytes: u64,
+    pub tensors: usize,
+    /// Why that is not the run's cache to the byte (absent: it is).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_exact: Option<String>,
+}
+
+/// The advice for the trace's first failed tensor: `None` when the trace has none (or holds
+/// no tensors: see [`ReplayError::NoTensors`] from [`read`] for why). A failure older than
+/// the records the ring still holds is [`ReplayError::FailureSummarized`].
 pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, ReplayError> {
     let input = match read(path, opts) {
-        Ok(i) => i,
-        Err(ReplayError::NoTensors { .. }) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let Some(first) = input.events.iter().find(|e| e.ev == Ev::Oom) else {
-        return Ok(None);
+        Err(ReplayError::Summarized {
+            records,
+            trace_max_needed,
+        }) => {
+            return Err(ReplayError::FailureSummarized {
+                records,
+                trace_max_needed,
+            });
+        }
+        other => other?,
     };
     let info = input.reader.info();
-    // A ring that began after the run's first tensors: the replay starts from what was live
-    // then, not from the segments PyTorch held, so it is not the run's to the byte.
-    let ring_began_late = input.from_checkpoint.then(|| {
-        // Every record the run made, at 32 bytes, and room for the header and tables.
-        let needed = info.claimed.saturating_mul(32).saturating_add(64 << 20);
-        (info.claimed, needed)
-    });
+    let Some(first) = input.events.iter().find(|e| e.ev == Ev::Oom) else {
+        if input.from_checkpoint {
+            return Err(ReplayError::FailureSummarized {
+                records: info.claimed,
+                trace_max_needed: super::trace_max_for(info.claimed),
+            });
+        }
+        return Ok(None);
+    };
     let recorded = recorded_conf(&input)?;
     let bounds = Bounds {
         limit: None,
@@ -135,6 +159,19 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         stop_at_oom: true,
     };
     let (own, _) = replay(&input, &recorded, &bounds, false);
+    // A ring that began after the run's first tensors: the replay starts from the cache the
+    // checkpoint kept.
+    let ring_began_late = input.from_checkpoint.then(|| {
+        let (segments, reserved_bytes) = input.seed.reserved();
+        RingStart {
+            records: info.claimed,
+            trace_max_needed: super::trace_max_for(info.claimed),
+            segments,
+            reserved_bytes,
+            tensors: input.seed.tensors(),
+            not_exact: own.start_not_exact.clone(),
+        }
+    });
     let all = recommend(&input, &recorded, &bounds);
     let tried = all.len();
     let serving = all
@@ -191,15 +228,33 @@ pub fn render_advice(a: &OomAdvice) -> String {
             (None, None) => String::new(),
         }
     );
-    if let Some((records, needed)) = a.ring_began_late {
-        let _ = writeln!(
-            s,
-            "  the trace's ring began after the run's first tensors ({records} records made, \
-             the rest summarized): the replay starts from the tensors live when it began, not \
-             from the segments PyTorch held then, so it is not the run's to the byte; to replay \
-             exactly, record with GPUSHIM_CONF=trace_max:{}MiB or more",
-            needed.div_ceil(1 << 20)
+    if let Some(r) = &a.ring_began_late {
+        let cache = format!(
+            "{} segments of {} with {} tensors live",
+            r.segments,
+            human_bytes(r.reserved_bytes),
+            r.tensors
         );
+        let _ = match &r.not_exact {
+            None => writeln!(
+                s,
+                "  the trace's ring began after the run's first tensors ({} records made): the \
+                 replay starts from PyTorch's cache as the ring's checkpoint kept it ({cache}), \
+                 the run's own to the byte; other settings start from that cache too, so a \
+                 setting named below serves from it, and one that would have kept another cache \
+                 before the ring began (expandable segments) may serve unnamed",
+                r.records
+            ),
+            Some(why) => writeln!(
+                s,
+                "  the trace's ring began after the run's first tensors ({} records made): the \
+                 replay starts from what the ring's checkpoint kept ({cache}), which is not \
+                 PyTorch's cache to the byte: {why}; to replay exactly, record with \
+                 GPUSHIM_CONF=trace_max:{}MiB or more",
+                r.records,
+                r.trace_max_needed.div_ceil(1 << 20)
+            ),
+        };
     }
     if a.run_setting_fails_too {
         let _ = writeln!(
@@ -245,20 +300,43 @@ pub fn render_advice(a: &OomAdvice) -> String {
 
 #[cfg(test)]
 mod tests {
-    #[test]
-    fn a_ring_that_began_late_says_the_replay_is_not_exact_and_the_trace_max_that_would_be() {
-        let a = super::OomAdvice {
+    fn advice(not_exact: Option<&str>) -> super::OomAdvice {
+        super::OomAdvice {
             fraction_bytes: None,
-            ring_began_late: Some((1_000_000, 100 << 20)),
+            ring_began_late: Some(super::RingStart {
+                records: 1_000_000,
+                trace_max_needed: 100 << 20,
+                segments: 3,
+                reserved_bytes: 60 << 20,
+                tensors: 7,
+                not_exact: not_exact.map(str::to_string),
+            }),
             requested_bytes: 1 << 20,
             capacity_bytes: None,
             run_setting: String::new(),
             run_setting_fails_too: true,
             tried: 1,
             serving: Vec::new(),
-        };
+        }
+    }
+
+    #[test]
+    fn a_ring_that_began_late_says_whether_its_start_is_the_runs_cache() {
+        let text = super::render_advice(&advice(None));
+        assert!(text.contains("the run's own to the byte"), "{text}");
+        assert!(
+            text.contains("3 segments of 60.00 MiB with 7 tensors live"),
+            "{text}"
+        );
+        assert!(!text.contains("trace_max"), "{text}");
+    }
+
+    #[test]
+    fn a_ring_that_began_late_says_the_replay_is_not_exact_and_the_trace_max_that_would_be() {
+        let a = advice(Some("the checkpoint summed its oldest allocations by line"));
         let text = super::render_advice(&a);
-        assert!(text.contains("not the run's to the byte"), "{text}");
+        assert!(text.contains("not PyTorch's cache to the byte"), "{text}");
+        assert!(text.contains("summed its oldest allocations"), "{text}");
         assert!(text.contains("GPUSHIM_CONF=trace_max:100MiB"), "{text}");
     }
 }

@@ -96,6 +96,12 @@ pub struct Input {
     pub seed: Seed,
 }
 
+/// A `trace_max` that holds every record of a run of `records`: 32 bytes each, and room for
+/// the header and tables.
+fn trace_max_for(records: u64) -> u64 {
+    records.saturating_mul(32).saturating_add(64 << 20)
+}
+
 /// PyTorch's cache as a ring's checkpoint kept it: per device, its segments and the tensors
 /// live in them. A plain segment's free blocks are the gaps between its tensors (PyTorch merges
 /// free neighbours), so segments and tensors are the cache, and a replay that starts from them
@@ -153,6 +159,17 @@ pub enum ReplayError {
     },
     /// A filter other than `--device`: the replay needs every tensor.
     Filtered,
+    /// The run's failure is older than the records its ring trace still holds: only the
+    /// checkpoint's summary of it is left.
+    FailureSummarized {
+        records: u64,
+        trace_max_needed: u64,
+    },
+    /// The ring holds none of the run's tensor requests: its checkpoint summarized them all.
+    Summarized {
+        records: u64,
+        trace_max_needed: u64,
+    },
     Setting {
         text: String,
         reason: String,
@@ -174,6 +191,27 @@ impl std::fmt::Display for ReplayError {
                 f,
                 "the replay of PyTorch's allocator needs every tensor in order (what a setting \
                  does depends on all that came before): of the filters it takes only --device"
+            ),
+            ReplayError::FailureSummarized {
+                records,
+                trace_max_needed,
+            } => write!(
+                f,
+                "the failure is older than the records the trace's ring still holds (the run \
+                 made {records} records; its checkpoint keeps the failure and what was live, \
+                 not the requests before it); record with GPUSHIM_CONF=trace_max:{}MiB or more \
+                 to replay it",
+                trace_max_needed.div_ceil(1 << 20)
+            ),
+            ReplayError::Summarized {
+                records,
+                trace_max_needed,
+            } => write!(
+                f,
+                "the trace's ring holds none of the run's tensor requests (the run made \
+                 {records} records; its checkpoint summarized them): record with \
+                 GPUSHIM_CONF=trace_max:{}MiB or more to replay them",
+                trace_max_needed.div_ceil(1 << 20)
             ),
         }
     }

@@ -19,6 +19,9 @@ struct Gather {
     restoring: bool,
     in_live_set: bool,
     seed: Seed,
+    /// The checkpoint counted tensors of PyTorch's (the run had them, whether or not any is
+    /// live or in the ring).
+    summarized_tensors: bool,
     pages_seen: bool,
     tensors_off: Option<u64>,
     /// The run's setting collects garbage: a release just before a new segment served it.
@@ -59,6 +62,7 @@ impl Gather {
                     let most = self.most_reserved.entry(r.device).or_default();
                     *most = (*most).max(*held);
                 }
+                restore::TENSOR_BYTES if r.size > 0 => self.summarized_tensors = true,
                 restore::SUMMED => self.seed.not_exact(
                     "the checkpoint summed its oldest allocations by line, without their \
                      addresses",
@@ -209,6 +213,13 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         } else {
             g.take(&r);
         }
+    }
+    if g.tensors == 0 && g.summarized_tensors {
+        let records = reader.info().claimed;
+        return Err(ReplayError::Summarized {
+            records,
+            trace_max_needed: super::trace_max_for(records),
+        });
     }
     if g.tensors == 0 {
         return Err(ReplayError::NoTensors {
