@@ -204,7 +204,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
             .is_some_and(|c| c.gc_threshold > 0.0),
         ..Gather::default()
     };
-    while let Some(r) = reader.next() {
+    for r in reader.by_ref() {
         if r.kind == RecordKind::Restore {
             g.from_checkpoint = true;
         }
