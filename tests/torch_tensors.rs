@@ -392,6 +392,77 @@ fn an_out_of_memory_under_a_memory_fraction_is_replayed_under_that_fraction() {
     assert!(serving.contains("expandable_segments:True"), "{serving}");
 }
 
+/// A private pool (as `torch.cuda.use_mem_pool` makes one) keeps its cached segments from the
+/// default pools: four 40 MiB tensors made and freed in one leave 160 MiB that a 150 MiB request
+/// of the default pool cannot use, and under a fraction that allowed no more, PyTorch refused
+/// it. `oom` replays with the private pool's memory held as the run held it, so the run's own
+/// setting fails there too; a replay that gave that memory to the default pools would empty the
+/// cache and serve it. A failure in the private pool itself is named, and no setting judged on
+/// it. The pool's records come only with the private pool's events.
+#[test]
+fn an_out_of_memory_beside_a_private_pool_counts_what_the_pool_held() {
+    let (_dir, script) = standin_script(
+        "mempool.py",
+        "lib.standin_use_pool.argtypes = (ctypes.c_ulonglong,)\n\
+         lib.standin_use_pool(int(sys.argv[2]))\n\
+         xs = [lib.standin_malloc(40 << 20) for _ in range(4)]\n\
+         for x in xs:\n\
+         \x20   lib.standin_free(x)\n\
+         lib.standin_use_pool(int(sys.argv[3]))\n\
+         assert not lib.standin_malloc(150 << 20)\n",
+    );
+    let env = || vec![("STANDIN_ALLOWED", (300u64 << 20).to_string())];
+    let args = |private: &str, then: &str| {
+        vec![
+            standin().display().to_string(),
+            private.to_string(),
+            then.to_string(),
+        ]
+    };
+    let oom_text = |t: &Path| {
+        let o = gpushim(&[&"oom", &t]);
+        assert_ok(&o);
+        stdout(&o)
+    };
+    let pool_records = |t: &Path| {
+        let o = gpushim(&[&"events", &t]);
+        assert_ok(&o);
+        stdout(&o)
+            .lines()
+            .filter(|l| l.contains(",tensor_pool,"))
+            .count()
+    };
+    // The default pool's request, beside the pool.
+    let (t, _) = run_script("mempool", &script, &args("7", "0"), env());
+    let text = oom_text(&t);
+    assert!(
+        text.contains("private pools (CUDA graphs' pools, torch.cuda.MemPool) held 160.00 MiB"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the run's own setting (the defaults) fails there too"),
+        "{text}"
+    );
+    // Four tensors and their four segments: the frees and the default pool's failure have none.
+    assert_eq!(pool_records(&t), 8, "{text}");
+    // The same program with no private pool: PyTorch would give its cache back and serve the
+    // request, and the replay does (the stand-in, simpler, refuses without giving back, so the
+    // replay says the run's setting does not fail there).
+    let (t, _) = run_script("mempool-none", &script, &args("0", "0"), env());
+    let text = oom_text(&t);
+    assert!(!text.contains("private pools"), "{text}");
+    assert!(text.contains("does not fail there"), "{text}");
+    assert_eq!(pool_records(&t), 0);
+    // The failure in the private pool itself.
+    let (t, _) = run_script("mempool-inside", &script, &args("7", "7"), env());
+    let text = oom_text(&t);
+    assert!(
+        text.contains("the failed request was in one of PyTorch's private pools"),
+        "{text}"
+    );
+    assert!(!text.contains("of them serve it"), "{text}");
+}
+
 /// Runs `script` under the shim with the stand-in libtorch_cpu.so's path as its first argument
 /// (then `more`), tracing to `trace`, with `env`.
 fn run_with_autograd(script: &Path, trace: &Path, more: &[String], env: Vec<(&str, String)>) {

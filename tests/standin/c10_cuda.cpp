@@ -8,7 +8,9 @@
 // history is recorded. It is not PyTorch's code: only its interface is the same.
 //
 // Driven through C functions (ctypes): standin_malloc(size), standin_free(ptr),
-// standin_empty_cache(). Knobs, read once:
+// standin_empty_cache(), standin_use_pool(id) (the pool what follows takes from: 0 the default,
+// another id a private pool, as `torch.cuda.use_mem_pool` makes one; its events carry the id in
+// `mempool_` as {0, id}, and only its own segments serve it). Knobs, read once:
 //   STANDIN_BACKEND=async    the allocator is another class (PyTorch's cudaMallocAsync backend)
 //   STANDIN_LAYOUT=shifted   events carry their fields elsewhere (a layout the shim must refuse)
 #include <cstdlib>
@@ -66,13 +68,14 @@ struct CUDAAllocator {
 
 namespace Native {
 struct Block { char *ptr; size_t size; bool free; };
-struct Segment { char *base; size_t size; std::vector<Block> blocks; };
+struct Segment { char *base; size_t size; std::vector<Block> blocks; unsigned long long pool; };
 
 class NativeCachingAllocator : public CUDAAllocator {
  public:
   std::vector<AllocatorTraceTracker> trackers;
   std::vector<Segment> segments;
   bool shifted = false;
+  unsigned long long pool = 0;
 
   void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) override {
     trackers.push_back(tracker); // a copy, as PyTorch makes one per device
@@ -85,6 +88,7 @@ class NativeCachingAllocator : public CUDAAllocator {
     e.addr_ = shifted ? size : addr;
     e.size_ = shifted ? addr : size;
     e.stream_ = nullptr;
+    e.mempool_ = {0, pool};
     for (const auto &t : trackers) t(e);
   }
 
@@ -94,7 +98,7 @@ class NativeCachingAllocator : public CUDAAllocator {
     Segment *best_seg = nullptr;
     size_t best_i = 0;
     for (auto &s : segments)
-      for (size_t i = 0; i < s.blocks.size(); i++) {
+      for (size_t i = 0; i < s.blocks.size() && s.pool == pool; i++) {
         Block &b = s.blocks[i];
         if (!b.free || b.size < size) continue;
         if (!best_seg || b.size < best_seg->blocks[best_i].size) {
@@ -133,7 +137,7 @@ class NativeCachingAllocator : public CUDAAllocator {
       return nullptr;
     }
     record(TraceEntry::SEGMENT_ALLOC, (size_t)p, seg);
-    Segment s{(char *)p, seg, {}};
+    Segment s{(char *)p, seg, {}, pool};
     s.blocks.push_back(Block{(char *)p, seg, true});
     segments.push_back(s);
     return malloc(size);
@@ -154,6 +158,7 @@ class NativeCachingAllocator : public CUDAAllocator {
     for (size_t i = 0; i < segments.size();) {
       bool idle = true;
       for (auto &b : segments[i].blocks) idle = idle && b.free;
+      idle = idle && segments[i].pool == 0;
       if (!idle) { i++; continue; }
       cudaFree(segments[i].base);
       record(TraceEntry::SEGMENT_FREE, (size_t)segments[i].base, segments[i].size);
@@ -192,3 +197,4 @@ using c10::cuda::CUDACachingAllocator::native;
 extern "C" __attribute__((visibility("default"))) void *standin_malloc(size_t size) { return native.malloc(size); }
 extern "C" __attribute__((visibility("default"))) void standin_free(void *p) { native.free(p); }
 extern "C" __attribute__((visibility("default"))) void standin_empty_cache() { native.empty_cache(); }
+extern "C" __attribute__((visibility("default"))) void standin_use_pool(unsigned long long id) { native.pool = id; }

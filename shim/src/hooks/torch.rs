@@ -25,7 +25,7 @@ use crate::os::say;
 use crate::{state, trace};
 use core::cell::Cell;
 use core::ffi::{CStr, c_char, c_int, c_void};
-use core::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use gpushim_core::trace::format::tensors_off;
 
 const UNDECIDED: u8 = 0;
@@ -87,6 +87,14 @@ const DEVICE: usize = 4;
 const ADDR: usize = 8;
 const STREAM: usize = 32;
 const SIZE: usize = 40;
+/// `mempool_`, the id of the pool the event belongs to (a pair of `unsigned long long`; {0, 0}
+/// for the default pools), from torch 2.8 on: 2.4 to 2.7 have no such field and keep `time_`
+/// here (read from each version's headers, as `SLOTS`).
+const MEMPOOL: usize = 48;
+const MEMPOOL_SINCE: (u32, u32) = (2, 8);
+
+/// Whether the events of the attached allocator carry `mempool_` (its version is 2.8 or later).
+static MEMPOOL_KNOWN: AtomicBool = AtomicBool::new(false);
 
 /// `TraceEntry::Action`.
 const ALLOC: i32 = 0;
@@ -236,6 +244,7 @@ unsafe fn attach(h: *mut c_void) -> Result<(), Option<u64>> {
         .find(|(v, _)| *v == version)
         .map(|&(_, s)| s)
         .ok_or(Some(tensors_off::UNKNOWN_VERSION))?;
+    MEMPOOL_KNOWN.store(version >= MEMPOOL_SINCE, Ordering::Relaxed);
     // SAFETY: as above; the vtable of this version has at least `slot + 1` functions.
     let f = unsafe { *(*(obj as *const *const usize)).add(slot) };
     if library_of(f).map(|l| l.0) != Some(lib.0) {
@@ -513,6 +522,23 @@ unsafe fn tracked(e: *const u8) {
     {
         return;
     }
+    // The pool of a tensor, a segment or a failure: a private one (a CUDA graph's, a
+    // `torch.cuda.MemPool`) says so after the event. Frees need none: they name their tensor.
+    let pool = if MEMPOOL_KNOWN.load(Ordering::Relaxed)
+        && matches!(
+            action,
+            ALLOC | SEGMENT_ALLOC | SEGMENT_MAP | SEGMENT_FREE | SEGMENT_UNMAP | OOM
+        ) {
+        // SAFETY: this version's `TraceEntry` has `mempool_`, two 8-byte words at `MEMPOOL`.
+        unsafe {
+            (
+                e.add(MEMPOOL).cast::<u64>().read_unaligned(),
+                e.add(MEMPOOL + 8).cast::<u64>().read_unaligned(),
+            )
+        }
+    } else {
+        (0, 0)
+    };
     // A segment of pages mapped or unmapped (expandable segments) says so.
     let pages = matches!(action, SEGMENT_MAP | SEGMENT_UNMAP);
     let e = match action {
@@ -534,6 +560,9 @@ unsafe fn tracked(e: *const u8) {
         }
     };
     trace::record(e.on(stream));
+    if pool != (0, 0) {
+        trace::record(trace::Event::tensor_pool(pool.0, pool.1, device));
+    }
 }
 
 #[cfg(test)]

@@ -166,6 +166,12 @@ impl Event {
         Event::of(RecordKind::TensorOom, Api::Torch, 0, free, size, device)
     }
 
+    /// The thread's latest tensor or segment record of PyTorch's belongs to the private pool
+    /// whose id (PyTorch's `MempoolId_t`) is `(first, second)`.
+    pub const fn tensor_pool(first: u64, second: u64, device: u8) -> Event {
+        Event::of(RecordKind::TensorPool, Api::Torch, 0, first, second, device)
+    }
+
     /// A segment PyTorch's allocator took (`pages`: pages of an expandable segment mapped).
     pub const fn framework_segment_reserve(ptr: u64, size: u64, device: u8, pages: bool) -> Event {
         Event::of(
@@ -416,7 +422,7 @@ impl Event {
     /// Whether the allocating thread's stack follows it: every call of the program's and the
     /// framework's (the pool's own notes follow the call that caused them, which has it).
     pub fn takes_stack(&self) -> bool {
-        self.api != Api::Shim
+        self.api != Api::Shim && !matches!(self.kind, RecordKind::TensorPool)
     }
 
     /// Whether the library that asked for it is recorded after it (a `Caller` record): the

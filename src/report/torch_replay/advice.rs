@@ -107,6 +107,11 @@ pub struct OomAdvice {
     pub tried: usize,
     /// Those that serve the request, best first (lowest peak reserved up to it).
     pub serving: Vec<Outcome>,
+    /// What PyTorch's private pools (CUDA graphs' pools, `torch.cuda.MemPool`s) held at the
+    /// failure: memory its default pools could not use.
+    pub private_pool_bytes: u64,
+    /// The failed request was in a private pool: the replay judges no setting on it.
+    pub in_private_pool: bool,
 }
 
 /// A replay that starts where a ring's checkpoint stood (the run made more records than its
@@ -193,6 +198,8 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         tried,
         serving,
         ring_began_late,
+        private_pool_bytes: own.private_pool_bytes_at_oom,
+        in_private_pool: own.oom_in_private_pool,
     }))
 }
 
@@ -256,6 +263,24 @@ pub fn render_advice(a: &OomAdvice) -> String {
             ),
         };
     }
+    if a.private_pool_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "  PyTorch's private pools (CUDA graphs' pools, torch.cuda.MemPool) held {} then, \
+             which its default pools could not use: the replay keeps them as the run had them \
+             and counts them against the limit",
+            human_bytes(a.private_pool_bytes)
+        );
+    }
+    if a.in_private_pool {
+        let _ = writeln!(
+            s,
+            "  the failed request was in one of PyTorch's private pools (a CUDA graph's or a \
+             torch.cuda.MemPool), which the replay keeps as the run had them rather than model: \
+             no setting is judged on it"
+        );
+        return s;
+    }
     if a.run_setting_fails_too {
         let _ = writeln!(
             s,
@@ -317,6 +342,8 @@ mod tests {
             run_setting_fails_too: true,
             tried: 1,
             serving: Vec::new(),
+            private_pool_bytes: 0,
+            in_private_pool: false,
         }
     }
 

@@ -65,6 +65,9 @@ pub(super) struct Event {
     time_ns: u64,
     /// The stack of a request (its Python line), once its `StackRef` is read.
     stack: u64,
+    /// In one of PyTorch's private pools (a CUDA graph's, a `torch.cuda.MemPool`), once its
+    /// `TensorPool` is read: not the default pools the model replays.
+    private: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -281,6 +284,19 @@ pub struct Outcome {
     /// from is not PyTorch's to the byte (absent: it is, or the trace holds the whole run).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub start_not_exact: Option<String>,
+    /// What PyTorch's private pools (CUDA graphs' pools, `torch.cuda.MemPool`s) held at the
+    /// run's failure, as the run held them: the replay counts it against the device and the
+    /// fraction and gives the default pools none of it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub private_pool_bytes_at_oom: u64,
+    /// The run's failed request was in a private pool, which the replay keeps as the run had
+    /// it rather than model: no setting is judged on it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub oom_in_private_pool: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// How the replay of the recorded setting compares with the run, device by device.

@@ -23,6 +23,10 @@ struct Gather {
     /// live or in the ring).
     summarized_tensors: bool,
     pages_seen: bool,
+    /// Per thread: its latest tensor or segment event, which a `TensorPool` record places.
+    pool_for: HashMap<u16, usize>,
+    /// The run's events in private pools.
+    private_events: u64,
     tensors_off: Option<u64>,
     /// The run's setting collects garbage: a release just before a new segment served it.
     collects: bool,
@@ -96,6 +100,19 @@ impl Gather {
                     self.events[i].stack = r.ptr;
                 }
             }
+            RecordKind::TensorPool => {
+                if let Some(i) = self.pool_for.remove(&r.thread) {
+                    self.events[i].private = true;
+                    self.private_events += 1;
+                    // A private pool's segment given back (its pool freed): not empty_cache.
+                    if self.events[i].ev == Ev::Release
+                        && let Some(prev) = i.checked_sub(1)
+                        && self.events[prev].ev == Ev::EmptyCache
+                    {
+                        self.events[prev].ev = Ev::Skip;
+                    }
+                }
+            }
             RecordKind::Tensors if r.size == 0 => self.tensors_off = Some(r.ptr),
             RecordKind::SegmentReserve if r.api == Api::Torch => self.reserve(r),
             RecordKind::SegmentRelease if r.api == Api::Torch => self.release(r),
@@ -136,6 +153,7 @@ impl Gather {
         }
         if matches!(ev, Ev::Alloc | Ev::Oom) {
             self.stack_for.insert(r.thread, self.events.len());
+            self.pool_for.insert(r.thread, self.events.len());
         }
         self.events.push(event(ev, r));
     }
@@ -154,6 +172,7 @@ impl Gather {
         {
             self.events[*i].ev = Ev::Skip;
         }
+        self.pool_for.insert(r.thread, self.events.len());
         self.events.push(event(Ev::Reserve { pages }, r));
     }
 
@@ -172,6 +191,7 @@ impl Gather {
             *open = Some(self.events.len());
             self.events.push(e);
         }
+        self.pool_for.insert(r.thread, self.events.len());
         self.events.push(event(Ev::Release, r));
     }
 }
@@ -268,6 +288,7 @@ fn event(ev: Ev, r: &Record) -> Event {
         size: r.size,
         time_ns: r.time_ns,
         stack: 0,
+        private: false,
     }
 }
 

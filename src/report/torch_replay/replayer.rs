@@ -61,6 +61,12 @@ struct Replayer<'a> {
     /// Per device: the bytes the seed put back (the run's reserved memory when the ring began).
     seeded: BTreeMap<u8, u64>,
     start_not_exact: Option<String>,
+    /// Per device: what PyTorch's private pools hold now, as the run held them.
+    private: BTreeMap<u8, u64>,
+    /// The run's failure was in a private pool, which the replay does not model.
+    oom_in_private_pool: bool,
+    /// What the private pools held at the run's failure.
+    private_at_oom: u64,
 }
 
 impl<'a> Replayer<'a> {
@@ -87,6 +93,9 @@ impl<'a> Replayer<'a> {
             serves_oom: None,
             seeded: BTreeMap::new(),
             start_not_exact: None,
+            private: BTreeMap::new(),
+            oom_in_private_pool: false,
+            private_at_oom: 0,
         };
         if input.from_checkpoint {
             r.start_not_exact = r.seed();
@@ -166,6 +175,22 @@ impl<'a> Replayer<'a> {
         let Some(m) = self.models.get_mut(&e.device) else {
             return true;
         };
+        if e.private {
+            // A private pool (a CUDA graph's, a MemPool) as the run had it: its segments hold
+            // memory the default pools cannot use, its tensors are not theirs.
+            let held = self.private.entry(e.device).or_default();
+            match e.ev {
+                Ev::Reserve { .. } => *held = held.saturating_add(e.size),
+                Ev::Release => *held = held.saturating_sub(e.size),
+                Ev::Oom => {
+                    self.oom_in_private_pool = true;
+                    return !self.bounds.stop_at_oom;
+                }
+                _ => {}
+            }
+            m.set_outside(*held);
+            return true;
+        }
         let run = self.recorded.entry(e.device).or_default();
         match e.ev {
             Ev::Reserve { .. } => {
@@ -235,6 +260,9 @@ impl<'a> Replayer<'a> {
         let Some(m) = self.models.get_mut(&e.device) else {
             return;
         };
+        if self.serves_oom.is_none() {
+            self.private_at_oom = self.private.get(&e.device).copied().unwrap_or(0);
+        }
         let served = match m.malloc(e.size, u64::from(e.stream)) {
             Ok(p) => {
                 // The program never got it: it raised. The block goes back.
@@ -287,6 +315,8 @@ impl<'a> Replayer<'a> {
             serves_recorded_oom: self.serves_oom,
             devices,
             start_not_exact: self.start_not_exact.clone(),
+            private_pool_bytes_at_oom: self.private_at_oom,
+            oom_in_private_pool: self.oom_in_private_pool,
         }
     }
 

@@ -163,6 +163,13 @@ byte_enum! {
         /// (`cudaMemPoolCreate`), together. Written by the shim's sampler once the
         /// program made a stream-ordered allocation, when a figure moved by a MiB or more.
         CudaPool = 52 => "cuda_pool",
+        /// The thread's latest tensor or segment record of PyTorch's allocator (an alloc, a
+        /// segment taken or given back, an out-of-memory) belongs to one of its private pools (a
+        /// CUDA graph's, or a `torch.cuda.MemPool`), not to its default pools: `ptr` and `size`
+        /// are the pool's id (PyTorch's `MempoolId_t`, a pair: the first set for a graph's own
+        /// pool, the second for a pool made by `graph_pool_handle` or `MemPool`). Written after
+        /// that record and its stack; records of the default pools have none.
+        TensorPool = 53 => "tensor_pool",
     }
 }
 

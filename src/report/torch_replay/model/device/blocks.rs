@@ -163,14 +163,14 @@ impl Model {
         small: bool,
     ) -> Option<u64> {
         if let Some(max) = self.limits.allowed
-            && self.stats.reserved.saturating_add(alloc_size) > max
+            && self.held().saturating_add(alloc_size) > max
         {
             return None;
         }
         if self.conf.expandable_segments {
             return self.allocate_expandable(size, stream, small);
         }
-        if self.stats.reserved.saturating_add(alloc_size) > self.limits.capacity {
+        if self.held().saturating_add(alloc_size) > self.limits.capacity {
             return None;
         }
         let (base, _) = self.place(alloc_size, 0);

@@ -116,7 +116,7 @@ impl Model {
         let begin = (ptr - b.seg) / page;
         let end = (ptr - b.seg + size).div_ceil(page);
         let mapped = (end - begin) * page;
-        if self.stats.reserved.saturating_add(mapped) > self.limits.capacity {
+        if self.held().saturating_add(mapped) > self.limits.capacity {
             return None;
         }
         self.unmapped[pool(b.small)].remove(&(b.stream, ptr));

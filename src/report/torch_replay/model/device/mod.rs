@@ -189,6 +189,10 @@ pub struct Model {
     hints: Vec<Hint>,
     next_synthetic: u64,
     log: Option<Vec<SegmentEvent>>,
+    /// Bytes PyTorch holds in its private pools (CUDA graphs' pools, `torch.cuda.MemPool`s),
+    /// as the run held them: the default pools modelled here cannot use them, yet they count
+    /// against the device and the memory fraction, as PyTorch counts them.
+    outside: u64,
 }
 
 fn pool(small: bool) -> usize {
@@ -210,6 +214,7 @@ impl Model {
             hints: Vec::new(),
             next_synthetic: SYNTHETIC_BASE,
             log: None,
+            outside: 0,
         }
     }
 
@@ -238,6 +243,16 @@ impl Model {
 
     pub fn conf(&self) -> &TorchConf {
         &self.conf
+    }
+
+    /// What PyTorch's private pools hold now (the run's figure: they are not modelled).
+    pub fn set_outside(&mut self, bytes: u64) {
+        self.outside = bytes;
+    }
+
+    /// Bytes held against the device and the fraction: the default pools' and the private.
+    pub(super) fn held(&self) -> u64 {
+        self.stats.reserved.saturating_add(self.outside)
     }
 
     /// Offers an address the recorded run got from CUDA for the next segment that fits it;

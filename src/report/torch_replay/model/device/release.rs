@@ -100,10 +100,12 @@ impl Model {
             return;
         };
         let threshold = (self.conf.gc_threshold * allowed as f64) as u64;
-        if self.stats.reserved <= threshold {
+        // PyTorch's collector weighs all it holds, its private pools' too.
+        let held = self.held();
+        if held <= threshold {
             return;
         }
-        let target = self.stats.reserved - threshold;
+        let target = held - threshold;
         let clock = self.searches[0];
         let age = |b: &Block| clock.saturating_sub(b.gc_base);
         let whole: Vec<u64> = self.free[0]
