@@ -570,6 +570,7 @@ const SIMULATE_HELP: &str = "Examples:\n  gpushim simulate run.trace --torch exp
 through a model of that allocator (docs/torch-allocator.md). The setting the run used (kept in \
 the trace) is replayed first and compared with the segments the run really took: when they \
 match, the other rows are what those settings would have reserved for the same program. \
-Graph pools (CUDA graphs, torch.cuda.MemPool) are replayed as the default pool.\n\n\
+CUDA graphs' pools and torch.cuda.MemPool are kept as the run held them (torch 2.8 on), \
+counted against the device and the memory fraction, not replayed under the other setting.\n\n\
 --conf replays the allocation calls through the shim's own pool. That replay assumes the GPU \
 keeps up with the program, so it shows the memory a policy needs, not the waits it would cost.";
