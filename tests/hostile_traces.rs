@@ -428,7 +428,7 @@ fn a_ring_header_claiming_two_to_the_59_records_is_read_as_damage() {
     let (mut bytes, area, slot) = ring_trace();
     bytes[header::CLAIMED + 7] = 8;
     for k in 0..2 {
-        bytes[area + k * slot + RECORD_SIZE + record::KIND] = 53;
+        bytes[area + k * slot + RECORD_SIZE + record::KIND] = 250;
     }
     match_checksums(&mut bytes, area, slot);
     let dir = tempdir("ring-claimed");

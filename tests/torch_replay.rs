@@ -327,8 +327,15 @@ fn record_through_ring(
         // Paced so that the summarizer keeps up: a sixteenth of the ring, then a pause.
         let chunk = trace_max / 32 / 16;
         let mut written = 0u64;
+        // Each record at the recorder's own clock, as the shim writes them: a thread's block
+        // of slots is abandoned by that clock, and the summarizer reads a slot only once its
+        // block must have been (the run's own times, far apart or close together, would keep a
+        // block open across the writer's pauses and its records unread).
         let mut append = |rec: &gpushim::trace::format::Record| {
-            r.append(rec);
+            r.append(&gpushim::trace::format::Record {
+                time_ns: r.now_ns(),
+                ..*rec
+            });
             written += 1;
             if written % chunk == 0 {
                 std::thread::sleep(std::time::Duration::from_millis(4));
