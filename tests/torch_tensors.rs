@@ -452,6 +452,14 @@ fn an_out_of_memory_beside_a_private_pool_counts_what_the_pool_held() {
     let text = oom_text(&t);
     assert!(!text.contains("private pools"), "{text}");
     assert!(text.contains("does not fail there"), "{text}");
+    // Exactly why: the replay gave the cache back at the failure, which the stand-in did not.
+    assert!(
+        text.contains(
+            "its segments part from the run's at segment event 5 (the run: nothing; \
+             the replay: 40.00 MiB at"
+        ),
+        "{text}"
+    );
     assert_eq!(pool_records(&t), 0);
     // The failure in the private pool itself.
     let (t, _) = run_script("mempool-inside", &script, &args("7", "7"), env());

@@ -107,6 +107,8 @@ pub struct OomAdvice {
     pub tried: usize,
     /// Those that serve the request, best first (lowest peak reserved up to it).
     pub serving: Vec<Outcome>,
+    /// The replay of the run's own setting served the request the run failed: why.
+    pub run_setting_serves_it: Option<String>,
     /// What PyTorch's private pools (CUDA graphs' pools, `torch.cuda.MemPool`s) held at the
     /// failure: memory its default pools could not use.
     pub private_pool_bytes: u64,
@@ -163,7 +165,19 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         fraction: None,
         stop_at_oom: true,
     };
-    let (own, _) = replay(&input, &recorded, &bounds, false);
+    let (own, fidelity) = replay(&input, &recorded, &bounds, true);
+    let limit = {
+        let d = input.devices.get(&first.device);
+        d.and_then(|d| d.allowed_at_oom)
+            .or(d.and_then(|d| d.capacity_at_oom))
+    };
+    let run_setting_serves_it = (own.serves_recorded_oom == Some(true)).then(|| {
+        let parted = fidelity
+            .iter()
+            .find(|f| f.device == first.device)
+            .and_then(|f| f.first_difference.clone());
+        why_the_run_setting_serves(parted, limit)
+    });
     // A ring that began after the run's first tensors: the replay starts from the cache the
     // checkpoint kept.
     let ring_began_late = input.from_checkpoint.then(|| {
@@ -195,12 +209,38 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
             .and_then(|d| d.capacity_at_oom),
         run_setting: recorded.to_string(),
         run_setting_fails_too: own.serves_recorded_oom == Some(false),
+        run_setting_serves_it,
         tried,
         serving,
         ring_began_late,
         private_pool_bytes: own.private_pool_bytes_at_oom,
         in_private_pool: own.oom_in_private_pool,
     }))
+}
+
+/// Why the replay of the run's own setting served a request the run failed: its segments
+/// parted from the run's (`parted`: where, the run's event, the replay's), so its cache was not
+/// the run's; or it had the run's cache and the limit found at the failure let it take more
+/// than CUDA did.
+fn why_the_run_setting_serves(
+    parted: Option<(usize, String, String)>,
+    limit: Option<u64>,
+) -> String {
+    match parted {
+        Some((i, run, replay)) => format!(
+            "its segments part from the run's at segment event {} (the run: {run}; the \
+             replay: {replay}), so its cache there is not the run's: the model of PyTorch's \
+             allocator differs from this run",
+            i + 1
+        ),
+        None => format!(
+            "it took the run's very segments up to the failure, so it had the run's cache \
+             there, and the limit found at the failure{} let it take what the run could not: \
+             CUDA gave PyTorch less than that (memory outside PyTorch's allocator grew after \
+             CUDA last said what was free)",
+            limit.map_or(String::new(), |l| format!(" ({})", human_bytes(l)))
+        ),
+    }
 }
 
 /// The advice in words, for `gpushim oom`.
@@ -290,9 +330,12 @@ pub fn render_advice(a: &OomAdvice) -> String {
     } else {
         let _ = writeln!(
             s,
-            "  the replay of the run's own setting ({}) does not fail there: memory outside \
-             PyTorch's allocator changed, so what follows is a rough guide",
-            name(&a.run_setting)
+            "  the replay of the run's own setting ({}) does not fail there: {}; what follows \
+             is a rough guide",
+            name(&a.run_setting),
+            a.run_setting_serves_it
+                .as_deref()
+                .unwrap_or("the replay did not reach the failure")
         );
     }
     match a.serving.first() {
@@ -340,6 +383,7 @@ mod tests {
             capacity_bytes: None,
             run_setting: String::new(),
             run_setting_fails_too: true,
+            run_setting_serves_it: None,
             tried: 1,
             serving: Vec::new(),
             private_pool_bytes: 0,

@@ -60,12 +60,25 @@ pub fn simulate(
         recommended.truncate(5);
     }
     if input.from_checkpoint {
-        say(format!(
-            "gpushim: {}: the trace's oldest records were folded into its checkpoint (it \
-             reached trace_max): the replay starts where the ring does, with an empty cache, \
-             so it is not the run's; record with a larger trace_max for an exact replay",
-            crate::files::shown(trace)
-        ));
+        let (segments, reserved) = input.seed.reserved();
+        say(match &outcomes[0].start_not_exact {
+            None => format!(
+                "gpushim: {}: the trace's oldest records were folded into its checkpoint (it \
+                 reached trace_max): the replay starts from PyTorch's cache as the checkpoint \
+                 kept it ({segments} segments of {}, {} tensors live), the run's own to the \
+                 byte; other settings start from that cache too",
+                crate::files::shown(trace),
+                crate::report::units::human_bytes(reserved),
+                input.seed.tensors()
+            ),
+            Some(why) => format!(
+                "gpushim: {}: the trace's oldest records were folded into its checkpoint (it \
+                 reached trace_max): the replay starts from what the checkpoint kept, which is \
+                 not PyTorch's cache to the byte ({why}); record with a larger trace_max for an \
+                 exact replay",
+                crate::files::shown(trace)
+            ),
+        });
     }
     Ok(TorchReport {
         trace: crate::files::shown(trace).to_string(),
