@@ -306,3 +306,135 @@ fn a_second_run_scales_what_the_kinds_cannot() {
     assert!(!same.status.success());
     assert!(stderr(&same).contains("another batch"), "{}", stderr(&same));
 }
+
+/// The sequence length as a second axis: runs at lengths 2 and 4 (a factor the program's
+/// tensors take, as a model's do) with attention's scores kept in each layer (the square of
+/// the length) tell each request how it follows the length; the peaks predicted at length 8
+/// are those of the run at 8, to the byte, under both settings, and the largest batch that fits
+/// at 8 is the one the run at 8 gives. Without the scores told apart (a line through the run
+/// at 2 alone, as if all grew in proportion) the peak would be lower: the test would prove
+/// nothing otherwise.
+#[test]
+fn a_second_run_at_another_sequence_length_predicts_a_third() {
+    let dir = tempdir("fit-seq");
+    let at_seq = |seq: u64| {
+        let t = dir.join(format!("s{seq}.trace"));
+        let env = vec![
+            ("KINDS_BATCH", "3".to_string()),
+            ("KINDS_ATTENTION", "1".into()),
+        ];
+        let more = ["--seq-len".to_string(), seq.to_string()];
+        let more: Vec<&str> = more.iter().map(String::as_str).collect();
+        assert_ok(&kinds_program_with(&t, 3, false, &more, env));
+        t
+    };
+    let (two, four, eight) = (at_seq(2), at_seq(4), at_seq(8));
+    let limit = "400MiB";
+    // The lengths from the runs' command lines (--seq-len).
+    let fit = json(&[
+        "fit",
+        two.to_str().unwrap(),
+        "--at",
+        "3",
+        "--with",
+        four.to_str().unwrap(),
+        "--seq",
+        "8",
+        "--limit",
+        limit,
+        "--json",
+    ]);
+    let axis = &fit["seq"];
+    assert_eq!(
+        (axis["at"].as_u64(), axis["other"].as_u64()),
+        (Some(2), Some(4)),
+        "{fit}"
+    );
+    // Two layers' scores a step, three steps.
+    assert_eq!(axis["square"][0], 6, "{axis}");
+    assert!(axis["linear"][0].as_u64().unwrap() > 0, "{axis}");
+    let row = &axis["lengths"][0];
+    assert_eq!(row["length"], 8);
+    let truth = json(&[
+        "fit",
+        eight.to_str().unwrap(),
+        "--at",
+        "3",
+        "--limit",
+        limit,
+        "--json",
+    ]);
+    for (k, s) in row["settings"].as_array().unwrap().iter().enumerate() {
+        let setting = s["setting"].as_str().unwrap();
+        let (reserved, allocated, _) = replayed(&eight, setting, None);
+        assert_eq!(
+            (
+                s["row"]["peak_reserved_bytes"].as_u64().unwrap(),
+                s["row"]["peak_allocated_bytes"].as_u64().unwrap()
+            ),
+            (reserved, allocated),
+            "length 8 under {setting:?}: {fit}"
+        );
+        assert_eq!(
+            s["largest_batch"], truth["settings"][k]["largest_batch"],
+            "the largest batch at length 8 under {setting:?}"
+        );
+        assert!(s["largest_batch"].as_u64().unwrap() > 0, "{fit}");
+    }
+    // The scores' square matters: at 8, scaling every forward tensor in proportion (the
+    // batch's rule, from the run at 2 four times as large) would miss them.
+    let as_batch = json(&[
+        "fit",
+        two.to_str().unwrap(),
+        "--at",
+        "3",
+        "--batch",
+        "12",
+        "--json",
+    ]);
+    assert_ne!(
+        as_batch["settings"][0]["rows"][0]["peak_allocated_bytes"],
+        row["settings"][0]["row"]["peak_allocated_bytes"],
+        "{as_batch}"
+    );
+    // The text says how the requests follow the length.
+    let out = gpushim_text(&[
+        "fit",
+        two.to_str().unwrap(),
+        "--at",
+        "3",
+        "--with",
+        four.to_str().unwrap(),
+        "--seq-at",
+        "2",
+        "--with-seq",
+        "4",
+        "--seq",
+        "8",
+    ]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(
+        text.contains("with its square (as attention's scores do)"),
+        "{text}"
+    );
+    // A second run at the run's own length is refused.
+    let same = gpushim_text(&[
+        "fit",
+        two.to_str().unwrap(),
+        "--at",
+        "3",
+        "--with",
+        two.to_str().unwrap(),
+        "--with-seq",
+        "2",
+        "--seq-at",
+        "2",
+    ]);
+    assert!(!same.status.success());
+    assert!(
+        stderr(&same).contains("another length"),
+        "{}",
+        stderr(&same)
+    );
+}

@@ -12,6 +12,9 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
          each try after empty_cache(); prints 'LARGEST {json}'
   MODEL  gpt2 (GPT2LMHeadModel(GPT2Config()), sequence 512), resnet50 (torchvision, 224 x 224),
          vit (torchvision vit_b_16, 224 x 224), bert (BertForMaskedLM(BertConfig()), sequence 256)
+  FIT_SEQ=N      the sequence length of gpt2 and bert instead
+  FIT_ATTN=NAME  their attention implementation (transformers' attn_implementation: eager
+                 keeps attention's scores, the square of the length; sdpa does not)
 """
 import json
 import os
@@ -24,19 +27,22 @@ torch.manual_seed(0)
 
 
 def build(name):
+    attn = {"attn_implementation": os.environ["FIT_ATTN"]} if os.environ.get("FIT_ATTN") else {}
     if name == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
-        model = GPT2LMHeadModel(GPT2Config()).to(dev)
+        model = GPT2LMHeadModel(GPT2Config(**attn)).to(dev)
+        seq = int(os.environ.get("FIT_SEQ", "512"))
 
         def step_of(b):
-            x = torch.randint(0, 50257, (b, 512), device=dev)
+            x = torch.randint(0, 50257, (b, seq), device=dev)
             return model(input_ids=x, labels=x).loss
     elif name == "bert":
         from transformers import BertConfig, BertForMaskedLM
-        model = BertForMaskedLM(BertConfig()).to(dev)
+        model = BertForMaskedLM(BertConfig(**attn)).to(dev)
+        seq = int(os.environ.get("FIT_SEQ", "256"))
 
         def step_of(b):
-            x = torch.randint(0, 30522, (b, 256), device=dev)
+            x = torch.randint(0, 30522, (b, seq), device=dev)
             return model(input_ids=x, labels=x).loss
     elif name in ("resnet50", "vit"):
         import torchvision

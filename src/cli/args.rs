@@ -334,6 +334,26 @@ pub enum Cmd {
         /// The second run's batch. Default: read from its command line.
         #[arg(long, value_name = "BATCH", requires = "with")]
         with_at: Option<u64>,
+        /// The second run is at another sequence length (the same batch), this one: each
+        /// request then follows the length as the two runs show it (not at all, in
+        /// proportion, with its square as attention's scores do, or in part), and the peaks
+        /// and the largest batch are given at the lengths --seq asks. Default, when --seq or
+        /// --seq-at is given: read from its command line (--seq-len, --max_seq_length,
+        /// --block_size, ...).
+        #[arg(
+            long,
+            value_name = "LENGTH",
+            requires = "with",
+            conflicts_with = "with_at"
+        )]
+        with_seq: Option<u64>,
+        /// The run's own sequence length. Default: read from its command line.
+        #[arg(long, value_name = "LENGTH", requires = "with")]
+        seq_at: Option<u64>,
+        /// The sequence lengths to show, as --batch takes batches. Default: the run's, 2x and
+        /// 4x.
+        #[arg(long, value_name = "LIST", value_parser = batches_arg, requires = "with")]
+        seq: Option<Batches>,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -557,7 +577,7 @@ impl Cmd {
     }
 }
 
-const FIT_HELP: &str = "Examples:\n  gpushim fit run.trace                             # the batch from the run's --batch-size\n  gpushim fit run.trace --at 8                      # 8, 16, 32, 64 and the largest that fits\n  gpushim fit run.trace --at 8 --device-memory l4   # will it fit a 24 GB L4?\n  gpushim fit run.trace --at 8 --batch 8:128        # 8, 16, 32, 64, 128\n\n\
+const FIT_HELP: &str = "Examples:\n  gpushim fit run.trace                             # the batch from the run's --batch-size\n  gpushim fit run.trace --at 8                      # 8, 16, 32, 64 and the largest that fits\n  gpushim fit run.trace --at 8 --device-memory l4   # will it fit a 24 GB L4?\n  gpushim fit run.trace --at 8 --batch 8:128        # 8, 16, 32, 64, 128\n  gpushim fit s512.trace --with s1024.trace --seq-at 512 --with-seq 1024 --seq 2048,4096\n                                                    # at sequence lengths 2048 and 4096\n\n\
 Activations, the input and the temporaries of the forward and the backward grow with the \
 batch; parameters, gradients, optimizer state, cuBLAS's workspaces and the optimizer's \
 temporaries do not (the kinds: docs/kinds.md). The run's requests, so resized, are replayed \

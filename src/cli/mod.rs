@@ -181,6 +181,9 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             max_batch,
             with,
             with_at,
+            with_seq,
+            seq_at,
+            seq,
             json,
             ..
         } => {
@@ -190,14 +193,51 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             };
             let ask = gpushim::report::fit::Ask {
                 at,
-                batches: batch.map_or_else(|| vec![at, 2 * at, 4 * at, 8 * at], |b| b.0),
+                batches: batch.map_or_else(
+                    || {
+                        vec![
+                            at,
+                            at.saturating_mul(2),
+                            at.saturating_mul(4),
+                            at.saturating_mul(8),
+                        ]
+                    },
+                    |b| b.0,
+                ),
                 device_memory,
                 limit,
                 max_batch,
                 second: None,
+                seq: None,
             };
+            let by_seq = with_seq.is_some() || seq_at.is_some() || seq.is_some();
             let ask = match with {
                 None => ask,
+                Some(other) if by_seq => {
+                    let lengths = seq_at
+                        .map_or_else(|| fit::seq_of_run(&trace, "--seq-at"), Ok)
+                        .and_then(|at| {
+                            with_seq
+                                .map_or_else(|| fit::seq_of_run(&other, "--with-seq"), Ok)
+                                .map(|o| (at, o))
+                        });
+                    let (seq_at, other_seq) = match lengths {
+                        Ok(l) => l,
+                        Err(e) => return fail(e),
+                    };
+                    gpushim::report::fit::Ask {
+                        seq: Some(gpushim::report::fit::SeqAsk {
+                            at: seq_at,
+                            trace: other,
+                            other: other_seq,
+                            lengths: seq.map_or_else(
+                                || vec![seq_at, seq_at.saturating_mul(2), seq_at.saturating_mul(4)],
+                                |l| l.0,
+                            ),
+                        }),
+                        ..ask
+                    }
+                }
                 Some(other) => match with_at.map_or_else(|| fit::batch_of_run(&other), Ok) {
                     Ok(b) => gpushim::report::fit::Ask {
                         second: Some((other, b)),

@@ -1,4 +1,4 @@
-//! The run's batch as its command line says it.
+//! The run's batch and sequence length as its command line says them.
 
 /// The flags a training script's batch size goes by, as their spelling folds (lower case,
 /// `-` and `_` dropped): argparse's and HuggingFace's usual names, Lightning's, Megatron's.
@@ -14,10 +14,37 @@ const BATCH_FLAGS: [&str; 9] = [
     "localbatchsize",
 ];
 
+/// The flags a sequence length goes by, folded as [`BATCH_FLAGS`]: argparse's usual names,
+/// HuggingFace's (`--max_seq_length`, `--block_size`), nanoGPT's (`block_size=1024`).
+const SEQ_FLAGS: [&str; 10] = [
+    "seqlen",
+    "seqlength",
+    "sequencelength",
+    "maxseqlength",
+    "maxseqlen",
+    "maxlength",
+    "blocksize",
+    "contextlength",
+    "ctxlen",
+    "maxsourcelength",
+];
+
 /// The run's batch as its command line gave it (`--batch-size 8`, `--batch_size=8`, `-b 8`,
 /// `batch_size=8`), with the words that said it; `None` when no flag of a batch is there
 /// or two disagree.
 pub fn batch_from_cmdline(cmdline: &[String]) -> Option<(u64, String)> {
+    value_from_cmdline(cmdline, &BATCH_FLAGS)
+}
+
+/// The run's sequence length as its command line gave it (`--seq-len 512`,
+/// `--max_seq_length=512`, `block_size=1024`), with the words that said it.
+pub fn seq_from_cmdline(cmdline: &[String]) -> Option<(u64, String)> {
+    value_from_cmdline(cmdline, &SEQ_FLAGS)
+}
+
+/// The value of the flags `flags` (folded) on `cmdline`, with the words that said it; `None`
+/// when none is there or two disagree.
+fn value_from_cmdline(cmdline: &[String], flags: &[&str]) -> Option<(u64, String)> {
     let fold = |s: &str| -> String {
         s.trim_start_matches('-')
             .chars()
@@ -29,7 +56,7 @@ pub fn batch_from_cmdline(cmdline: &[String]) -> Option<(u64, String)> {
         let f = fold(name);
         // Hydra-style keys name the batch last: data.batch_size=8.
         let last = name.rsplit('.').next().map(fold).unwrap_or_default();
-        BATCH_FLAGS.contains(&f.as_str()) || BATCH_FLAGS.contains(&last.as_str())
+        flags.contains(&f.as_str()) || flags.contains(&last.as_str())
     };
     let mut found: Option<(u64, String)> = None;
     // The program's own words: past the interpreter and its script (argv[0] and, for python,
@@ -68,7 +95,7 @@ pub fn batch_from_cmdline(cmdline: &[String]) -> Option<(u64, String)> {
 
 #[cfg(test)]
 mod tests {
-    use super::batch_from_cmdline;
+    use super::{batch_from_cmdline, seq_from_cmdline};
 
     fn words(s: &str) -> Vec<String> {
         s.split(' ').map(str::to_string).collect()
@@ -100,5 +127,23 @@ mod tests {
             batch_from_cmdline(&words("python train.py --batch-size 8")).map(|(_, s)| s),
             Some("--batch-size 8".to_string())
         );
+    }
+
+    #[test]
+    fn the_sequence_length_is_read_from_the_usual_flags() {
+        for (line, want) in [
+            ("python train.py --seq-len 512 --batch-size 8", Some(512)),
+            ("python run_clm.py --block_size 1024", Some(1024)),
+            ("python train.py --max_seq_length=384", Some(384)),
+            ("python train.py block_size=256", Some(256)),
+            ("python train.py --batch-size 8", None),
+            ("python train.py --seq-len 512 --max-length 1024", None),
+        ] {
+            assert_eq!(
+                seq_from_cmdline(&words(line)).map(|(n, _)| n),
+                want,
+                "{line}"
+            );
+        }
     }
 }

@@ -12,10 +12,15 @@
 //! and its lines are named (`docs/fit.md`).
 
 mod batch;
+mod largest;
 mod render;
+mod seq;
 
-pub use batch::batch_from_cmdline;
+pub use batch::{batch_from_cmdline, seq_from_cmdline};
 pub use render::render;
+pub use seq::{SeqAsk, SeqAxis};
+
+use largest::largest;
 
 use super::kinds::{Kind, Kinds, Phase, phase_of_stack};
 use super::torch_replay::{self, Bounds, Input, ReplayError};
@@ -104,6 +109,9 @@ pub struct Fit {
     /// A second run of the program at another batch, when given: the requests it scaled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub second: Option<SecondRun>,
+    /// With a second run at another sequence length: each length asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<SeqAxis>,
 }
 
 /// A second run at another batch, and how many of the run's requests it scaled.
@@ -131,6 +139,9 @@ pub struct Ask {
     /// A second run of the same program at another batch: each request scales as the two
     /// runs show it, not as its kind says.
     pub second: Option<(std::path::PathBuf, u64)>,
+    /// A second run at another sequence length: the peaks and the largest batch at the
+    /// lengths asked.
+    pub seq: Option<SeqAsk>,
 }
 
 #[derive(Debug)]
@@ -240,22 +251,26 @@ fn resize(s: Scale, size: u64, at: u64, batch: u64) -> u64 {
             there,
             at,
             other,
-        } => {
-            // here + (there - here) * (batch - at) / (other - at), rounded up, never below 0.
-            let (here, there) = (i128::from(here), i128::from(there));
-            let num = (there - here) * (i128::from(batch) - i128::from(at));
-            let den = i128::from(other) - i128::from(at);
-            if den == 0 {
-                return size;
-            }
-            let step = if (num >= 0) == (den > 0) {
-                (num.abs() + den.abs() - 1) / den.abs()
-            } else {
-                -(num.abs() / den.abs())
-            };
-            u64::try_from((here + step).max(0)).unwrap_or(u64::MAX)
-        }
+        } => on_line(here, there, at, other, batch).unwrap_or(size),
     }
+}
+
+/// At `x`, the line through `here` bytes at `at` and `there` at `other`, rounded up and never
+/// below 0 (`None` when `at` and `other` are one point).
+fn on_line(here: u64, there: u64, at: u64, other: u64, x: u64) -> Option<u64> {
+    // here + (there - here) * (x - at) / (other - at).
+    let (here, there) = (i128::from(here), i128::from(there));
+    let num = (there - here) * (i128::from(x) - i128::from(at));
+    let den = i128::from(other) - i128::from(at);
+    if den == 0 {
+        return None;
+    }
+    let step = if (num >= 0) == (den > 0) {
+        (num.abs() + den.abs() - 1) / den.abs()
+    } else {
+        -(num.abs() / den.abs())
+    };
+    Some(u64::try_from((here + step).max(0)).unwrap_or(u64::MAX))
 }
 
 /// What a second run of the program at another batch says of each request of this one: the
@@ -400,6 +415,19 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             largest_peak_reserved_bytes: peak,
         });
     }
+    let seq = match &ask.seq {
+        None => None,
+        Some(s) => Some(seq::axis(
+            &input,
+            s,
+            &req.scale,
+            ask.at,
+            ask.max_batch,
+            &[&recorded, &expandable],
+            &bounds,
+            opts,
+        )?),
+    };
     let (mut batch_bytes, mut fixed_bytes, mut unknown_bytes) = (0u64, 0u64, 0u64);
     let mut unknown: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut parameter_sized: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
@@ -459,46 +487,8 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             at: *b,
             requests: measured_requests,
         }),
+        seq,
     })
-}
-
-/// The largest batch in `1..=max` whose replay has no failure, and its peak reserved: the
-/// failures rise with the batch, so a doubling then a bisection finds it.
-fn largest(at_batch: &dyn Fn(u64) -> Row, max: u64) -> (u64, u64) {
-    let fits = |b: u64| {
-        let r = at_batch(b);
-        (r.failures == 0).then_some(r.peak_reserved_bytes)
-    };
-    let Some(mut best) = fits(1) else {
-        return (0, 0);
-    };
-    let (mut lo, mut hi) = (1u64, None::<u64>);
-    // Double until one fails (or the top of the search).
-    while hi.is_none() {
-        let next = lo.saturating_mul(2).min(max);
-        if next == lo {
-            return (lo, best);
-        }
-        match fits(next) {
-            Some(p) => {
-                lo = next;
-                best = p;
-            }
-            None => hi = Some(next),
-        }
-    }
-    let mut hi = hi.unwrap_or(lo + 1);
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        match fits(mid) {
-            Some(p) => {
-                lo = mid;
-                best = p;
-            }
-            None => hi = mid,
-        }
-    }
-    (lo, best)
 }
 
 /// What the CUDA context, module code and the libraries held beside PyTorch's allocator at
@@ -543,6 +533,7 @@ impl Ask {
             limit: None,
             max_batch,
             second: None,
+            seq: None,
         }
     }
 }

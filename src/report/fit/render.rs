@@ -1,6 +1,6 @@
 //! `fit`'s text: a table per setting, the largest batch, the lines kept at their size.
 
-use super::{Fit, LineBytes, setting_name};
+use super::{Fit, LineBytes, SeqAxis, setting_name};
 use crate::report::units::human_bytes;
 
 /// The fit as text: a table per setting, the largest batch, what was not scaled.
@@ -91,6 +91,9 @@ pub fn render(f: &Fit) -> String {
             more.setting
         );
     }
+    if let Some(a) = &f.seq {
+        seq_axis(&mut o, a, f.at);
+    }
     lines(
         &mut o,
         "kept at their size, their kind unknown (no Python frames)",
@@ -119,5 +122,60 @@ fn lines(o: &mut String, title: &str, lines: &[LineBytes]) {
             l.tensors,
             l.line
         );
+    }
+}
+
+/// The sequence length's table: how the requests follow it, then per length and setting the
+/// peaks at the run's batch and the largest batch that fits.
+fn seq_axis(o: &mut String, a: &SeqAxis, batch: u64) {
+    use std::fmt::Write as _;
+    let part = |(n, bytes): (u64, u64), what: &str| {
+        (n > 0).then(|| format!("{n} ({}) {what}", human_bytes(bytes)))
+    };
+    let parts: Vec<String> = [
+        part(a.linear, "grow in proportion to the length"),
+        part(a.square, "with its square (as attention's scores do)"),
+        part(a.line, "in part (on the line through their two sizes)"),
+        part(a.same, "not at all"),
+        part(a.kept, "kept, with no counterpart in the second run"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    // The trace's name is as `files::shown` wrote it: escaped already.
+    let _ = writeln!(
+        o,
+        "\nby sequence length, from the run at {} and the one at {} ({}): of the requests, {}",
+        a.at,
+        a.other,
+        a.trace,
+        parts.join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "  {:>7}  {:<28}  {:>14}  {:>14}  {:>13}",
+        "length",
+        "setting",
+        format!("reserved at {batch}"),
+        format!("allocated at {batch}"),
+        "largest batch"
+    );
+    for r in &a.lengths {
+        for s in &r.settings {
+            let _ = writeln!(
+                o,
+                "  {:>7}  {:<28}  {:>14}  {:>14}  {:>13}{}",
+                r.length,
+                setting_name(&s.setting),
+                human_bytes(s.row.peak_reserved_bytes),
+                human_bytes(s.row.peak_allocated_bytes),
+                s.largest_batch,
+                if s.row.failures > 0 {
+                    "  does not fit"
+                } else {
+                    ""
+                }
+            );
+        }
     }
 }

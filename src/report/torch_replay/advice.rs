@@ -61,18 +61,21 @@ pub fn recommend(input: &Input, recorded: &TorchConf, bounds: &Bounds) -> Vec<Ou
             .flat_map(|w| w.join().unwrap_or_default())
             .collect()
     });
+    // The setting's text last: ties come out in one order whichever worker finished first.
     out.sort_by(|a, b| {
         (
             a.failures > 0,
             a.peak_reserved_bytes,
             a.device_allocs,
             a.setting.len(),
+            &a.setting,
         )
             .cmp(&(
                 b.failures > 0,
                 b.peak_reserved_bytes,
                 b.device_allocs,
                 b.setting.len(),
+                &b.setting,
             ))
     });
     out

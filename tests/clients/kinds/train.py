@@ -12,13 +12,18 @@ KINDS_PACE set: a 2 ms pause every 50 steps. KINDS_BATCH=N: a batch N times as l
 batch, the forward's tensors, the loss and its gradient N times their size; tests/fit.rs);
 `--batch-size N` at the end of the command line says the same, as a training script's flag.
 KINDS_AFFINE set: per step also 1 MiB plus 256 KiB a sample from the program's own line (a
-buffer that grows with the batch only in part), freed at the step's end."""
+buffer that grows with the batch only in part), freed at the step's end. KINDS_SEQ=N (or
+`--seq-len N`): a sequence N times as long (the same tensors N times their size again);
+KINDS_ATTENTION set: per layer also attention's scores, kept for the backward, N squared times
+16 KiB."""
 import os
 import sys
 import time
 
 if "--batch-size" in sys.argv[:-1]:
     os.environ["KINDS_BATCH"] = sys.argv[sys.argv.index("--batch-size") + 1]
+if "--seq-len" in sys.argv[:-1]:
+    os.environ["KINDS_SEQ"] = sys.argv[sys.argv.index("--seq-len") + 1]
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -55,11 +60,11 @@ affine = os.environ.get("KINDS_AFFINE") is not None
 for step in range(steps):
     if pace and step % 50 == 0:
         time.sleep(0.002)  # lets the shim's summarizer keep up with a ring on a busy machine
-    x = _standin.empty(1 * MiB * _standin.BATCH)
+    x = _standin.empty(1 * MiB * _standin.BATCH * _standin.SEQ)
     extra = _standin.empty(1 * MiB + 256 * 1024 * _standin.BATCH) if affine else None
     saved = []
     out = model(x, saved)
-    loss = _standin.empty(128 * 1024 * _standin.BATCH)  # a loss computed outside any module
+    loss = _standin.empty(128 * 1024 * _standin.BATCH * _standin.SEQ)  # outside any module
     if leak:
         kept.append(out)
     torch.autograd.backward(saved, model.layers, 4 * MiB, keep=kept)

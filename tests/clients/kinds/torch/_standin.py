@@ -6,6 +6,11 @@ import os
 # The batch: the tensors that follow it (the input, the forward's activations and
 # temporaries, the loss and its gradient) are this many times their size (tests/fit.rs).
 BATCH = int(os.environ.get("KINDS_BATCH", "1"))
+# The sequence length, as a factor: the input, the forward's activations and temporaries and
+# the loss are this many times their size too; with KINDS_ATTENTION each layer also keeps a
+# tensor of attention's scores, SEQ squared times its size (tests/fit.rs).
+SEQ = int(os.environ.get("KINDS_SEQ", "1"))
+ATTENTION = os.environ.get("KINDS_ATTENTION") is not None
 
 _lib = None
 _autograd = None

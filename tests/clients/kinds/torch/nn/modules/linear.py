@@ -18,8 +18,12 @@ class Linear(Module):
             # As PyTorch's first matrix product with a bias on a thread: cuBLASLt's 1 MiB
             # workspace, kept for the whole run.
             _workspace.append(_standin.empty(1 * MiB))
-        t = _standin.empty(512 * KiB * _standin.BATCH)  # a temporary of the forward
+        n = _standin.BATCH * _standin.SEQ
+        t = _standin.empty(512 * KiB * n)  # a temporary of the forward
         _standin.free(t)
-        a = _standin.empty(3 * MiB * _standin.BATCH)  # kept for the backward: an activation
+        if _standin.ATTENTION:
+            # Attention's scores, kept for the backward: the square of the length.
+            saved.append(_standin.empty(16 * KiB * _standin.BATCH * _standin.SEQ**2))
+        a = _standin.empty(3 * MiB * n)  # kept for the backward: an activation
         saved.append(a)
         return a

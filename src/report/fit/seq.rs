@@ -1,0 +1,235 @@
+//! The sequence length as a second axis. One run cannot tell a tensor that grows with the
+//! sequence from one that grows with the batch (both are a factor of its bytes), nor one that
+//! grows with the square of the length (attention's scores, where the attention materializes
+//! them) from one that grows with the length: a second run of the program at another length
+//! can. Its i-th request of a line is this run's i-th of the same line; the ratio of the two
+//! sizes against the ratio of the lengths says how each follows the length: not at all, in
+//! proportion, with its square, or on the line through both sizes (a part fixed, a part that
+//! grows). Each request is resized to the length asked, then to the batch by its kind, and
+//! the run replayed as for the batch alone.
+
+use super::{Row, Scale, largest, measured, on_line, resize};
+use crate::report::torch_replay::{self, Bounds, Input, model::TorchConf};
+use serde::Serialize;
+
+/// A second run of the program at another sequence length.
+#[derive(Clone, Debug)]
+pub struct SeqAsk {
+    /// The run's own sequence length.
+    pub at: u64,
+    /// The second run's trace and length.
+    pub trace: std::path::PathBuf,
+    pub other: u64,
+    /// The lengths to show.
+    pub lengths: Vec<u64>,
+}
+
+/// How one request's size follows the sequence length.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SeqScale {
+    /// The second run made no such request: kept as it is.
+    Kept,
+    Same,
+    Linear,
+    Square,
+    /// On the line through `here` bytes at the run's length and `there` at the other's.
+    Line {
+        here: u64,
+        there: u64,
+    },
+}
+
+/// What the second run said of the run's requests, and the peaks at each length asked.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeqAxis {
+    pub at: u64,
+    pub trace: String,
+    pub other: u64,
+    /// Requests (and their bytes at the run's length) by how they follow the length.
+    pub same: (u64, u64),
+    pub linear: (u64, u64),
+    pub square: (u64, u64),
+    pub line: (u64, u64),
+    pub kept: (u64, u64),
+    pub lengths: Vec<SeqRow>,
+}
+
+/// One length: under each setting, the peaks at the run's batch and the largest batch that
+/// fits.
+#[derive(Clone, Debug, Serialize)]
+pub struct SeqRow {
+    pub length: u64,
+    pub settings: Vec<SeqSetting>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct SeqSetting {
+    pub setting: String,
+    /// At the run's batch.
+    pub row: Row,
+    /// The largest batch that fits at this length (0: not even one).
+    pub largest_batch: u64,
+}
+
+/// How a request of `here` bytes at length `at` that was `there` at `other` follows the length.
+fn classify(here: u64, there: u64, at: u64, other: u64) -> SeqScale {
+    let (h, t, a, o) = (
+        u128::from(here),
+        u128::from(there),
+        u128::from(at),
+        u128::from(other),
+    );
+    if here == there {
+        SeqScale::Same
+    } else if t * a == h * o {
+        SeqScale::Linear
+    } else if t * a * a == h * o * o {
+        SeqScale::Square
+    } else {
+        SeqScale::Line { here, there }
+    }
+}
+
+/// `size` at length `len` for a request recorded at length `at` that follows it as `s`.
+fn resize_seq(s: SeqScale, size: u64, at: u64, other: u64, len: u64) -> u64 {
+    let times = |num: u128, den: u128| {
+        u64::try_from((u128::from(size) * num).div_ceil(den.max(1))).unwrap_or(u64::MAX)
+    };
+    let (l, a) = (u128::from(len), u128::from(at));
+    match s {
+        SeqScale::Kept | SeqScale::Same => size,
+        SeqScale::Linear => times(l, a),
+        SeqScale::Square => times(l * l, a * a),
+        SeqScale::Line { here, there } => on_line(here, there, at, other, len).unwrap_or(size),
+    }
+}
+
+/// The run's requests at each length asked, under each of `confs`, at the run's batch `batch`
+/// and searched for the largest batch up to `max_batch`; `scale` says how each follows the
+/// batch.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn axis(
+    input: &Input,
+    ask: &SeqAsk,
+    scale: &[Scale],
+    batch: u64,
+    max_batch: u64,
+    confs: &[&TorchConf],
+    bounds: &Bounds,
+    opts: &crate::trace::reader::ReadOptions,
+) -> Result<SeqAxis, super::FitError> {
+    if ask.other == ask.at {
+        return Err(super::FitError::Batch(format!(
+            "the second run's sequence length ({}) is the run's own: give a run at another length",
+            ask.other
+        )));
+    }
+    if ask.at == 0 || ask.lengths.contains(&0) {
+        return Err(super::FitError::Batch(
+            "a sequence length is at least 1".into(),
+        ));
+    }
+    let second = torch_replay::read(&ask.trace, opts)?;
+    let seq: Vec<SeqScale> = measured(input, ask.at, &second, ask.other)
+        .into_iter()
+        .map(|m| match m {
+            Some(Scale::Measured { here, there, .. }) => classify(here, there, ask.at, ask.other),
+            _ => SeqScale::Kept,
+        })
+        .collect();
+    let (mut same, mut linear, mut square, mut line, mut kept) =
+        ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0));
+    for ((size, _), s) in input.requests().zip(&seq) {
+        let tally: &mut (u64, u64) = match s {
+            SeqScale::Kept => &mut kept,
+            SeqScale::Same => &mut same,
+            SeqScale::Linear => &mut linear,
+            SeqScale::Square => &mut square,
+            SeqScale::Line { .. } => &mut line,
+        };
+        tally.0 += 1;
+        tally.1 = tally.1.saturating_add(size);
+    }
+    let lengths = ask
+        .lengths
+        .iter()
+        .map(|&len| {
+            let settings = confs
+                .iter()
+                .map(|conf| {
+                    let at_batch = |b: u64| -> Row {
+                        let events = input.resized(|n, size, _| {
+                            let s = seq.get(n).copied().unwrap_or(SeqScale::Kept);
+                            let sized = resize_seq(s, size, ask.at, ask.other, len);
+                            resize(
+                                scale.get(n).copied().unwrap_or(Scale::Fixed),
+                                sized,
+                                batch,
+                                b,
+                            )
+                        });
+                        let o = torch_replay::replay_resized(input, &events, conf, bounds);
+                        Row {
+                            batch: b,
+                            peak_reserved_bytes: o.peak_reserved_bytes,
+                            peak_allocated_bytes: o.peak_allocated_bytes,
+                            failures: o.failures,
+                        }
+                    };
+                    let (largest_batch, _) = largest(&at_batch, max_batch);
+                    SeqSetting {
+                        setting: conf.to_string(),
+                        row: at_batch(batch),
+                        largest_batch,
+                    }
+                })
+                .collect();
+            SeqRow {
+                length: len,
+                settings,
+            }
+        })
+        .collect();
+    Ok(SeqAxis {
+        at: ask.at,
+        trace: crate::files::shown(&ask.trace).to_string(),
+        other: ask.other,
+        same,
+        linear,
+        square,
+        line,
+        kept,
+        lengths,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{SeqScale, classify, resize_seq};
+
+    #[test]
+    fn each_request_follows_the_length_as_its_two_sizes_say() {
+        assert_eq!(classify(100, 100, 512, 1024), SeqScale::Same);
+        assert_eq!(classify(100, 200, 512, 1024), SeqScale::Linear);
+        assert_eq!(classify(100, 400, 512, 1024), SeqScale::Square);
+        let line = classify(100, 300, 512, 1024);
+        assert_eq!(
+            line,
+            SeqScale::Line {
+                here: 100,
+                there: 300
+            }
+        );
+        assert_eq!(resize_seq(SeqScale::Linear, 100, 512, 1024, 2048), 400);
+        assert_eq!(resize_seq(SeqScale::Square, 100, 512, 1024, 2048), 1600);
+        // 100 at 512, 300 at 1024: 700 at 2048, 0 (never below) far below.
+        assert_eq!(resize_seq(line, 100, 512, 1024, 2048), 700);
+        assert_eq!(resize_seq(line, 100, 512, 1024, 1), 0);
+        assert_eq!(resize_seq(SeqScale::Kept, 100, 512, 1024, 2048), 100);
+        // Sizes near 2^64 saturate rather than wrap.
+        assert_eq!(
+            resize_seq(SeqScale::Square, u64::MAX, 1, 2, 1 << 20),
+            u64::MAX
+        );
+    }
+}
