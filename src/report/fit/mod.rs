@@ -273,22 +273,26 @@ fn on_line(here: u64, there: u64, at: u64, other: u64, x: u64) -> Option<u64> {
     Some(u64::try_from((here + step).max(0)).unwrap_or(u64::MAX))
 }
 
+/// Each request's line (its frames), in order: what pairs a request with its counterpart in
+/// another run of the program.
+fn request_labels(inp: &Input) -> Vec<String> {
+    let mut cache: FastMap<u64, String> = FastMap::default();
+    inp.requests()
+        .map(|(_, stack)| {
+            cache
+                .entry(stack)
+                .or_insert_with(|| super::sites::site_label(inp.reader(), stack))
+                .clone()
+        })
+        .collect()
+}
+
 /// What a second run of the program at another batch says of each request of this one: the
 /// i-th request of a line here is the i-th of the same line there (the same program, the same
 /// order; only sizes differ), and scales on the line through the two sizes. A request with no
 /// counterpart (a line the second run made fewer times) gets `None`.
 fn measured(input: &Input, at: u64, second: &Input, other: u64) -> Vec<Option<Scale>> {
-    fn labels(inp: &Input) -> Vec<String> {
-        let mut cache: FastMap<u64, String> = FastMap::default();
-        inp.requests()
-            .map(|(_, stack)| {
-                cache
-                    .entry(stack)
-                    .or_insert_with(|| super::sites::site_label(inp.reader(), stack))
-                    .clone()
-            })
-            .collect()
-    }
+    let labels = request_labels;
     let mut theirs: std::collections::HashMap<String, Vec<u64>> = Default::default();
     for ((size, _), label) in second.requests().zip(labels(second)) {
         theirs.entry(label).or_default().push(size);

@@ -137,7 +137,10 @@ fn seq_axis(o: &mut String, a: &SeqAxis, batch: u64) {
         part(a.square, "with its square (as attention's scores do)"),
         part(a.line, "in part (on the line through their two sizes)"),
         part(a.same, "not at all"),
-        part(a.kept, "kept, with no counterpart in the second run"),
+        part(
+            a.by_kind,
+            "as their kinds say (no counterpart found in the second run)",
+        ),
     ]
     .into_iter()
     .flatten()

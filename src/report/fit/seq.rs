@@ -8,7 +8,7 @@
 //! grows). Each request is resized to the length asked, then to the batch by its kind, and
 //! the run replayed as for the batch alone.
 
-use super::{Row, Scale, largest, measured, on_line, resize};
+use super::{Row, Scale, largest, on_line, request_labels, resize};
 use crate::report::torch_replay::{self, Bounds, Input, model::TorchConf};
 use serde::Serialize;
 
@@ -27,8 +27,11 @@ pub struct SeqAsk {
 /// How one request's size follows the sequence length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SeqScale {
-    /// The second run made no such request: kept as it is.
-    Kept,
+    /// No counterpart found in the second run: as its kind says (a kind that grows with the
+    /// batch grows in proportion to the length, as a model's activations do; the rest keeps).
+    ByKind {
+        grows: bool,
+    },
     Same,
     Linear,
     Square,
@@ -50,7 +53,8 @@ pub struct SeqAxis {
     pub linear: (u64, u64),
     pub square: (u64, u64),
     pub line: (u64, u64),
-    pub kept: (u64, u64),
+    /// With no counterpart found in the second run: as their kinds say.
+    pub by_kind: (u64, u64),
     pub lengths: Vec<SeqRow>,
 }
 
@@ -97,8 +101,8 @@ fn resize_seq(s: SeqScale, size: u64, at: u64, other: u64, len: u64) -> u64 {
     };
     let (l, a) = (u128::from(len), u128::from(at));
     match s {
-        SeqScale::Kept | SeqScale::Same => size,
-        SeqScale::Linear => times(l, a),
+        SeqScale::ByKind { grows: false } | SeqScale::Same => size,
+        SeqScale::ByKind { grows: true } | SeqScale::Linear => times(l, a),
         SeqScale::Square => times(l * l, a * a),
         SeqScale::Line { here, there } => on_line(here, there, at, other, len).unwrap_or(size),
     }
@@ -130,18 +134,12 @@ pub(super) fn axis(
         ));
     }
     let second = torch_replay::read(&ask.trace, opts)?;
-    let seq: Vec<SeqScale> = measured(input, ask.at, &second, ask.other)
-        .into_iter()
-        .map(|m| match m {
-            Some(Scale::Measured { here, there, .. }) => classify(here, there, ask.at, ask.other),
-            _ => SeqScale::Kept,
-        })
-        .collect();
-    let (mut same, mut linear, mut square, mut line, mut kept) =
+    let seq = paired(input, &second, ask.at, ask.other, scale);
+    let (mut same, mut linear, mut square, mut line, mut by_kind) =
         ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0));
     for ((size, _), s) in input.requests().zip(&seq) {
         let tally: &mut (u64, u64) = match s {
-            SeqScale::Kept => &mut kept,
+            SeqScale::ByKind { .. } => &mut by_kind,
             SeqScale::Same => &mut same,
             SeqScale::Linear => &mut linear,
             SeqScale::Square => &mut square,
@@ -159,7 +157,7 @@ pub(super) fn axis(
                 .map(|conf| {
                     let at_batch = |b: u64| -> Row {
                         let events = input.resized(|n, size, _| {
-                            let s = seq.get(n).copied().unwrap_or(SeqScale::Kept);
+                            let s = seq.get(n).copied().unwrap_or(SeqScale::Same);
                             let sized = resize_seq(s, size, ask.at, ask.other, len);
                             resize(
                                 scale.get(n).copied().unwrap_or(Scale::Fixed),
@@ -198,9 +196,63 @@ pub(super) fn axis(
         linear,
         square,
         line,
-        kept,
+        by_kind,
         lengths,
     })
+}
+
+/// How far ahead in a line's requests of the second run a counterpart is looked for.
+const LOOK_AHEAD: usize = 8;
+
+/// Each request of the run paired with its counterpart in the second run, and how it follows
+/// the length. A line's requests pair in order, but one run may make a request the other does
+/// not (a library's choice by shape), and many layers share a line (each `nn.Linear`'s
+/// backward): so the counterpart is the first of the next few of its line whose size is the
+/// request's, or its length's multiple or square multiple. Failing that, the next one when the
+/// line has as many requests in both runs (a part fixed, a part growing); else the request's
+/// kind decides (`scale`).
+fn paired(input: &Input, second: &Input, at: u64, other: u64, scale: &[Scale]) -> Vec<SeqScale> {
+    use std::collections::HashMap;
+    let mine = request_labels(input);
+    let mut theirs: HashMap<String, Vec<u64>> = HashMap::new();
+    for ((size, _), label) in second.requests().zip(request_labels(second)) {
+        theirs.entry(label).or_default().push(size);
+    }
+    let mut count: HashMap<&str, usize> = HashMap::new();
+    for label in &mine {
+        *count.entry(label.as_str()).or_default() += 1;
+    }
+    let mut next: HashMap<&str, usize> = HashMap::new();
+    input
+        .requests()
+        .zip(&mine)
+        .enumerate()
+        .map(|(n, ((here, _), label))| {
+            let by_kind = SeqScale::ByKind {
+                grows: scale.get(n) == Some(&Scale::Batch),
+            };
+            let Some(sizes) = theirs.get(label) else {
+                return by_kind;
+            };
+            let j = next.entry(label.as_str()).or_default();
+            let ahead = sizes.get(*j..).unwrap_or(&[]);
+            let clean = ahead.iter().take(LOOK_AHEAD).position(|&there| {
+                !matches!(classify(here, there, at, other), SeqScale::Line { .. })
+            });
+            let same_count = count.get(label.as_str()) == Some(&sizes.len());
+            match (clean, ahead.first()) {
+                (Some(i), _) => {
+                    *j += i + 1;
+                    classify(here, ahead[i], at, other)
+                }
+                (None, Some(&there)) if same_count => {
+                    *j += 1;
+                    classify(here, there, at, other)
+                }
+                _ => by_kind,
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -225,7 +277,14 @@ mod tests {
         // 100 at 512, 300 at 1024: 700 at 2048, 0 (never below) far below.
         assert_eq!(resize_seq(line, 100, 512, 1024, 2048), 700);
         assert_eq!(resize_seq(line, 100, 512, 1024, 1), 0);
-        assert_eq!(resize_seq(SeqScale::Kept, 100, 512, 1024, 2048), 100);
+        assert_eq!(
+            resize_seq(SeqScale::ByKind { grows: false }, 100, 512, 1024, 2048),
+            100
+        );
+        assert_eq!(
+            resize_seq(SeqScale::ByKind { grows: true }, 100, 512, 1024, 2048),
+            400
+        );
         // Sizes near 2^64 saturate rather than wrap.
         assert_eq!(
             resize_seq(SeqScale::Square, u64::MAX, 1, 2, 1 << 20),
