@@ -34,6 +34,16 @@ impl Model {
         }
         // A 2 MiB segment is the small pool's: the large pool's are 20 MiB, or 10 MiB and up.
         let small = size == SMALL_BUFFER;
+        // A block of this segment (its state set where it goes in).
+        let block = |size: u64, requested: u64| Block {
+            size,
+            stream,
+            seg: base,
+            small,
+            state: State::Allocated,
+            requested,
+            gc_base: 0,
+        };
         let mut sorted = tensors.to_vec();
         sorted.sort_unstable();
         // The blocks, checked before anything changes: (address, size, requested or 0 free).
@@ -53,15 +63,7 @@ impl Model {
             if ptr > at {
                 blocks.push((at, ptr - at, 0));
             }
-            let whole = Block {
-                size: next - ptr,
-                stream,
-                seg: base,
-                small,
-                state: State::Allocated,
-                requested,
-                gc_base: 0,
-            };
+            let whole = block(next - ptr, requested);
             let taken = if self.should_split(&whole, rounded) {
                 rounded
             } else {
@@ -75,15 +77,7 @@ impl Model {
         }
         self.segments.insert(base, Segment { size, page: 0 });
         for (ptr, len, requested) in blocks {
-            let b = Block {
-                size: len,
-                stream,
-                seg: base,
-                small,
-                state: State::Allocated,
-                requested,
-                gc_base: 0,
-            };
+            let b = block(len, requested);
             if requested == 0 {
                 self.insert_free(ptr, b);
             } else {
