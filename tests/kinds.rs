@@ -126,7 +126,10 @@ fn summary_and_peak_give_each_kind_its_bytes_at_the_peak_and_at_exit() {
     let state = line_of("torch/optim/adam.py", "# optimizer state");
     assert!(lines("optimizer_state")[0].contains(&format!("{state} in Adam.step")));
     assert!(lines("gradient")[0].contains("MmBackward0"), "{p}");
-    let batch = line_of("train.py", "x = _standin.empty(1 * MiB * _standin.BATCH)");
+    let batch = line_of(
+        "train.py",
+        "x = _standin.empty(1 * MiB * _standin.BATCH * _standin.SEQ)",
+    );
     assert!(lines("input")[0].contains(&batch), "{p}");
     // diff: the kinds at each trace's peak side by side.
     let leaky = train("kinds-diff", 4, true);

@@ -577,7 +577,7 @@ impl Cmd {
     }
 }
 
-const FIT_HELP: &str = "Examples:\n  gpushim fit run.trace                             # the batch from the run's --batch-size\n  gpushim fit run.trace --at 8                      # 8, 16, 32, 64 and the largest that fits\n  gpushim fit run.trace --at 8 --device-memory l4   # will it fit a 24 GB L4?\n  gpushim fit run.trace --at 8 --batch 8:128        # 8, 16, 32, 64, 128\n  gpushim fit s512.trace --with s1024.trace --seq-at 512 --with-seq 1024 --seq 2048,4096\n                                                    # at sequence lengths 2048 and 4096\n\n\
+const FIT_HELP: &str = "Examples:\n  gpushim fit run.trace                             # the batch from the run's --batch-size\n  gpushim fit run.trace --at 8                      # 8, 16, 32, 64 and the largest that fits\n  gpushim fit run.trace --at 8 --device-memory l4   # will it fit a 24 GB L4?\n  gpushim fit run.trace --at 8 --batch 8:128        # 8, 16, 32, 64, 128\n  gpushim fit s512.trace --at 8 --with s1024.trace --seq-at 512 --with-seq 1024 --seq 2048,4096\n                                                    # at sequence lengths 2048 and 4096\n\n\
 Activations, the input and the temporaries of the forward and the backward grow with the \
 batch; parameters, gradients, optimizer state, cuBLAS's workspaces and the optimizer's \
 temporaries do not (the kinds: docs/kinds.md). The run's requests, so resized, are replayed \
