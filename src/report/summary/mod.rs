@@ -122,6 +122,9 @@ pub struct TraceHealth {
     /// and records that left the ring before they were summarized.
     pub summarized: u64,
     pub unsummarized: u64,
+    /// Records the summarizer read after it had passed their slot (a writer held up between
+    /// claiming it and writing it): summarized, after records that followed them.
+    pub summarized_late: u64,
     /// Live allocations the checkpoint summed by call site (no room to list them).
     pub summed: u64,
     pub summed_bytes: u64,
@@ -177,6 +180,7 @@ fn health(info: &TraceInfo, stats: &DecodeStats, unmatched_since: u64) -> TraceH
         truncated: stats.truncated,
         summarized: info.summarized,
         unsummarized: stats.unsummarized,
+        summarized_late: stats.summarized_late,
         summed: stats.summed,
         summed_bytes: stats.summed_bytes,
         checkpoints_failed: info.checkpoints_failed,

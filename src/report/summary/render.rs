@@ -263,6 +263,15 @@ impl Summary {
                 }
             );
         }
+        if h.summarized_late > 0 {
+            let _ = writeln!(
+                o,
+                "{} records were written after the summarizer passed their place (their \
+                 threads were held up between taking the place and writing it): summarized \
+                 late, after records that followed them",
+                h.summarized_late
+            );
+        }
         if h.summed > 0 {
             let _ = writeln!(
                 o,

@@ -55,6 +55,10 @@ pub mod header {
     /// ring (its log of them was full): one the ring overwrote before it was summarized is
     /// lost, and the reports say so where they would name it.
     pub const DEFINITIONS_DROPPED: usize = 3456;
+    /// Atomic: ring records the summarizer found empty when it passed their slot and read
+    /// later, once written (a writer held up between claiming its slot and writing it): they
+    /// are in the checkpoints from then on, applied after records that followed them.
+    pub const SUMMARY_LATE: usize = 3464;
     /// Two checkpoint descriptors of [`super::ring::DESCRIPTOR_BYTES`] each (see
     /// [`super::ring::Descriptor`]).
     pub const CHECKPOINTS: usize = 2304;

@@ -337,6 +337,7 @@ impl TraceReader {
             summed,
             summed_bytes,
             definitions_dropped: le_u64(&h, header::DEFINITIONS_DROPPED),
+            summarized_late: le_u64(&h, header::SUMMARY_LATE),
             ..DecodeStats::default()
         };
         Ok(TraceReader {

@@ -32,6 +32,9 @@ pub struct DecodeStats {
     pub summed_bytes: u64,
     /// Definitions (strings, stacks, modules) the shim could not keep apart from the ring.
     pub definitions_dropped: u64,
+    /// Ring records the summarizer read only after it had passed their slot (a writer held up
+    /// between claiming the slot and writing it): summarized, after records that followed them.
+    pub summarized_late: u64,
     pub damage: Option<Damage>,
 }
 

@@ -64,6 +64,11 @@ const LOOK_EVERY_MS: u64 = 10;
 const LOOK_BEHIND_MS: u64 = 2;
 /// A checkpoint at least this often once the ring is half full.
 const CHECKPOINT_EVERY_NS: u64 = 1_000_000_000;
+/// How long a slot found empty is looked at again before it is taken for an abandoned block's
+/// unused tail: longer than a writer is held up but for the rarest preemption.
+const HOLE_WAIT_NS: u64 = 200_000_000;
+/// Empty slots kept for another look at most (the rest are taken for unused at once).
+const HOLES_KEPT: usize = 1 << 16;
 
 impl Recorder {
     /// Whether the file is laid out as a ring.
@@ -163,6 +168,36 @@ impl Recorder {
         }
     }
 
+    /// Looks again at the slots found empty when passed (index, when): one written since is
+    /// fed now (late, and counted); one a lap overwrote, or still empty after
+    /// [`HOLE_WAIT_NS`], is dropped (an abandoned block's unused tail stays empty).
+    fn revisit(
+        &self,
+        holes: &mut std::collections::VecDeque<(u64, u64)>,
+        claimed: u64,
+        capacity: u64,
+        now: u64,
+        s: &mut Summarizer,
+    ) {
+        let mut late = 0u64;
+        holes.retain(|&(index, found)| {
+            if claimed.saturating_sub(index) >= capacity {
+                return false;
+            }
+            if let Some(body) = self.read_record(index) {
+                s.feed(&body);
+                late += 1;
+                return false;
+            }
+            now.saturating_sub(found) < HOLE_WAIT_NS
+        });
+        if late > 0
+            && let Some(w) = self.header_word(header::SUMMARY_LATE)
+        {
+            w.fetch_add(late, Ordering::Relaxed);
+        }
+    }
+
     /// Runs the summarizer until `stop` is set (then writes a last checkpoint if the ring has
     /// wrapped). Turns wrapping on first: from here on the trace never drops a record for want
     /// of room. A helper thread's body; it allocates.
@@ -179,6 +214,10 @@ impl Recorder {
         let mut last_at = self.now_ns();
         let mut bodies: Vec<[u8; RECORD_SIZE]> = Vec::new();
         let mut defined = 0u64;
+        // Slots found empty when passed, looked at again for a few looks: a writer held up
+        // between claiming a slot and writing it (preempted) writes it after the look that
+        // passed it. Most are the unused tails of abandoned blocks, which stay empty.
+        let mut holes: std::collections::VecDeque<(u64, u64)> = std::collections::VecDeque::new();
         // The first looks come soon: a program's first records come fastest (start-up).
         let mut behind = true;
         loop {
@@ -210,9 +249,13 @@ impl Recorder {
                 }
                 next = from;
             }
+            let found = self.now_ns();
+            self.revisit(&mut holes, claimed, capacity, found, &mut s);
             while next < upto {
-                if let Some(body) = self.read_record(next) {
-                    s.feed(&body);
+                match self.read_record(next) {
+                    Some(body) => s.feed(&body),
+                    None if holes.len() < HOLES_KEPT => holes.push_back((next, found)),
+                    None => {}
                 }
                 next += 1;
             }

@@ -162,3 +162,64 @@ fn a_lap_keeps_the_stacks_and_strings_defined_before_it() {
     drop(reader);
     std::fs::remove_file(&path).unwrap();
 }
+
+/// A writer held up between claiming its slot and writing it (preempted for longer than the
+/// summarizer's looks) writes after the summarizer passed the slot: the summarizer looks again,
+/// feeds the record late and counts it, so the checkpoint holds what it did after the ring
+/// moved on. Without the second look the allocation it records would be gone from the run.
+#[test]
+fn a_record_written_after_the_summarizer_passed_its_slot_is_summarized_late() {
+    use crate::trace::format::{Api, RecordKind};
+    let path = std::env::temp_dir().join(format!("gpushim-late-{}.trace", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let r = opened(path.to_str().unwrap().as_bytes(), 1 << 20, true);
+    let rec = |kind, ptr, size| Record {
+        kind,
+        api: Api::CudaMalloc,
+        device: 0,
+        status: 0,
+        thread: 0,
+        time_ns: r.now_ns(),
+        ptr,
+        size,
+        stream: 0,
+    };
+    let stop = AtomicBool::new(false);
+    let capacity = r.capacity.load(Ordering::Relaxed);
+    std::thread::scope(|s| {
+        s.spawn(|| r.run_summarizer(&stop));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let held = r.claim(1).expect("a slot");
+        let pairs = |n: u64| {
+            for i in 0..n {
+                r.append(&rec(RecordKind::Alloc, 0x10_0000 + i * 512, 512));
+                r.append(&rec(RecordKind::Free, 0x10_0000 + i * 512, 0));
+                if i % 512 == 511 {
+                    std::thread::sleep(std::time::Duration::from_millis(4));
+                }
+            }
+        };
+        pairs(64);
+        // The summarizer passes the held slot (its looks come every 2 to 10 ms).
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        let mut body = [0u8; RECORD_SIZE];
+        rec(RecordKind::Alloc, 0xa000, 4096).encode_body(&mut body);
+        assert!(r.write_slot(held, &body));
+        // Then the ring laps it: only the checkpoint can say the allocation is live.
+        pairs(capacity);
+        std::thread::sleep(std::time::Duration::from_millis(40));
+        stop.store(true, Ordering::Release);
+    });
+    r.mark_clean_exit();
+    let opts = crate::trace::reader::ReadOptions::default();
+    let (reader, rp) = crate::trace::live::replay_each(&path, &opts, |_, _, _, _| {}).unwrap();
+    assert_eq!(reader.stats().unsummarized, 0, "{:?}", reader.stats());
+    assert!(
+        reader.info().claimed > capacity,
+        "the ring must have lapped"
+    );
+    assert_eq!(reader.stats().summarized_late, 1, "{:?}", reader.stats());
+    assert_eq!(rp.live.get(&0xa000).map(|l| l.size), Some(4096));
+    drop(reader);
+    std::fs::remove_file(&path).unwrap();
+}
