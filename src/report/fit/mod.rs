@@ -260,17 +260,25 @@ fn resize(s: Scale, size: u64, at: u64, batch: u64) -> u64 {
 fn on_line(here: u64, there: u64, at: u64, other: u64, x: u64) -> Option<u64> {
     // here + (there - here) * (x - at) / (other - at).
     let (here, there) = (i128::from(here), i128::from(there));
-    let num = (there - here) * (i128::from(x) - i128::from(at));
     let den = i128::from(other) - i128::from(at);
     if den == 0 {
         return None;
     }
+    let (rise, run) = (there - here, i128::from(x) - i128::from(at));
+    // Past 2^127 (sizes and batches near 2^64): as far as the line goes that way.
+    let Some(num) = rise.checked_mul(run) else {
+        return Some(if ((rise > 0) == (run > 0)) == (den > 0) {
+            u64::MAX
+        } else {
+            0
+        });
+    };
     let step = if (num >= 0) == (den > 0) {
-        (num.abs() + den.abs() - 1) / den.abs()
+        num.abs().saturating_add(den.abs() - 1) / den.abs()
     } else {
         -(num.abs() / den.abs())
     };
-    Some(u64::try_from((here + step).max(0)).unwrap_or(u64::MAX))
+    Some(u64::try_from(here.saturating_add(step).max(0)).unwrap_or(u64::MAX))
 }
 
 /// Each request's line (its frames), in order: what pairs a request with its counterpart in

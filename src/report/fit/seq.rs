@@ -83,11 +83,16 @@ fn classify(here: u64, there: u64, at: u64, other: u64) -> SeqScale {
         u128::from(at),
         u128::from(other),
     );
+    // Products of sizes and lengths a trace or a caller gives: past 2^128 they are unequal.
+    let equal = |x: Option<u128>, y: Option<u128>| x.is_some() && x == y;
     if here == there {
         SeqScale::Same
-    } else if t * a == h * o {
+    } else if equal(t.checked_mul(a), h.checked_mul(o)) {
         SeqScale::Linear
-    } else if t * a * a == h * o * o {
+    } else if equal(
+        t.checked_mul(a).and_then(|v| v.checked_mul(a)),
+        h.checked_mul(o).and_then(|v| v.checked_mul(o)),
+    ) {
         SeqScale::Square
     } else {
         SeqScale::Line { here, there }
@@ -96,14 +101,19 @@ fn classify(here: u64, there: u64, at: u64, other: u64) -> SeqScale {
 
 /// `size` at length `len` for a request recorded at length `at` that follows it as `s`.
 fn resize_seq(s: SeqScale, size: u64, at: u64, other: u64, len: u64) -> u64 {
-    let times = |num: u128, den: u128| {
-        u64::try_from((u128::from(size) * num).div_ceil(den.max(1))).unwrap_or(u64::MAX)
+    // Saturating: a length or size near 2^64 gives u64::MAX bytes, which no device serves.
+    let times = |num: Option<u128>, den: Option<u128>| match (num, den) {
+        (Some(n), Some(d)) => u128::from(size)
+            .checked_mul(n)
+            .and_then(|v| u64::try_from(v.div_ceil(d.max(1))).ok())
+            .unwrap_or(u64::MAX),
+        _ => u64::MAX,
     };
     let (l, a) = (u128::from(len), u128::from(at));
     match s {
         SeqScale::ByKind { grows: false } | SeqScale::Same => size,
-        SeqScale::ByKind { grows: true } | SeqScale::Linear => times(l, a),
-        SeqScale::Square => times(l * l, a * a),
+        SeqScale::ByKind { grows: true } | SeqScale::Linear => times(Some(l), Some(a)),
+        SeqScale::Square => times(l.checked_mul(l), a.checked_mul(a)),
         SeqScale::Line { here, there } => on_line(here, there, at, other, len).unwrap_or(size),
     }
 }
@@ -285,10 +295,18 @@ mod tests {
             resize_seq(SeqScale::ByKind { grows: true }, 100, 512, 1024, 2048),
             400
         );
-        // Sizes near 2^64 saturate rather than wrap.
+        // Sizes and lengths near 2^64 saturate rather than wrap.
         assert_eq!(
             resize_seq(SeqScale::Square, u64::MAX, 1, 2, 1 << 20),
             u64::MAX
         );
+        assert_eq!(
+            resize_seq(SeqScale::Square, u64::MAX, 1, 2, u64::MAX),
+            u64::MAX
+        );
+        assert!(matches!(
+            classify(u64::MAX, u64::MAX - 1, u64::MAX, u64::MAX - 2),
+            SeqScale::Line { .. }
+        ));
     }
 }

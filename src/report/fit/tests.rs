@@ -24,6 +24,22 @@ fn a_request_that_follows_the_batch_grows_with_it_and_others_do_not() {
     assert_eq!(resize(Scale::Batch, 100, 3, 4), 134);
     assert_eq!(resize(Scale::Fixed, 4096, 8, 32), 4096);
     assert_eq!(resize(Scale::Unknown, 4096, 8, 32), 4096);
+    // Sizes and batches near 2^64 (a hostile trace, a caller's --batch) saturate, never wrap.
+    let steep = Scale::Measured {
+        here: 0,
+        there: u64::MAX,
+        at: 1,
+        other: 2,
+    };
+    assert_eq!(resize(steep, 0, 1, u64::MAX), u64::MAX);
+    assert_eq!(resize(Scale::Batch, u64::MAX, 1, u64::MAX), u64::MAX);
+    let falling = Scale::Measured {
+        here: u64::MAX,
+        there: 0,
+        at: 1,
+        other: 2,
+    };
+    assert_eq!(resize(falling, 0, 1, u64::MAX), 0);
 }
 
 #[test]
