@@ -348,5 +348,28 @@ fn a_runtime_api_program_gets_nvmls_figure_too() {
         nvml > 512 << 20 && nvml <= (512 << 20) + peak + pool_chunk,
         "NVML's figure, for a program of the runtime alone: {v}"
     );
-    assert_eq!(m["at_exit"]["held_bytes"], 30 << 20, "{v}");
+    // At exit the program holds its 30 MiB; CUDA's pool may be seen holding a chunk beyond
+    // its allocations or not, as the sampler last looked (a moment the test cannot pick).
+    let parts = m["at_exit"]["parts"].as_array().unwrap();
+    let program = parts
+        .iter()
+        .find(|p| p["owner"] == "the program")
+        .unwrap_or_else(|| panic!("the program's part: {v}"));
+    assert_eq!(program["bytes"], 30 << 20, "{v}");
+    let others: u64 = parts
+        .iter()
+        .filter(|p| p["owner"] != "the program")
+        .map(|p| {
+            assert!(
+                p["owner"].as_str().unwrap_or("").starts_with("CUDA's"),
+                "only CUDA's own pools beside the program: {v}"
+            );
+            p["bytes"].as_u64().unwrap()
+        })
+        .sum();
+    assert_eq!(
+        m["at_exit"]["held_bytes"].as_u64(),
+        Some((30 << 20) + others),
+        "{v}"
+    );
 }
