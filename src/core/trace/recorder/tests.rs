@@ -21,6 +21,21 @@ fn opened(path: &[u8], trace_max: u64, ring: bool) -> Box<Recorder> {
     r
 }
 
+/// A `cudaMalloc`-family record of `kind` on device 0, stamped now by `r`'s clock.
+fn call(r: &Recorder, kind: crate::trace::format::RecordKind, ptr: u64, size: u64) -> Record {
+    Record {
+        kind,
+        api: crate::trace::format::Api::CudaMalloc,
+        device: 0,
+        status: 0,
+        thread: 0,
+        time_ns: r.now_ns(),
+        ptr,
+        size,
+        stream: 0,
+    }
+}
+
 #[test]
 fn patterns_expand_pid_host_rank_and_percent() {
     let mut out = [0u8; 128];
@@ -120,17 +135,7 @@ fn a_lap_keeps_the_stacks_and_strings_defined_before_it() {
     let (stack, written) = r.intern_stack(&frames);
     assert!(written);
     let name = r.intern_string(b"step");
-    let rec = |kind, ptr, size| Record {
-        kind,
-        api: Api::CudaMalloc,
-        device: 0,
-        status: 0,
-        thread: 0,
-        time_ns: r.now_ns(),
-        ptr,
-        size,
-        stream: 0,
-    };
+    let rec = |kind, ptr, size| call(&r, kind, ptr, size);
     r.append(&Record {
         api: Api::Shim,
         device: DEVICE_UNKNOWN,
@@ -169,21 +174,11 @@ fn a_lap_keeps_the_stacks_and_strings_defined_before_it() {
 /// moved on. Without the second look the allocation it records would be gone from the run.
 #[test]
 fn a_record_written_after_the_summarizer_passed_its_slot_is_summarized_late() {
-    use crate::trace::format::{Api, RecordKind};
+    use crate::trace::format::RecordKind;
     let path = std::env::temp_dir().join(format!("gpushim-late-{}.trace", std::process::id()));
     let _ = std::fs::remove_file(&path);
     let r = opened(path.to_str().unwrap().as_bytes(), 1 << 20, true);
-    let rec = |kind, ptr, size| Record {
-        kind,
-        api: Api::CudaMalloc,
-        device: 0,
-        status: 0,
-        thread: 0,
-        time_ns: r.now_ns(),
-        ptr,
-        size,
-        stream: 0,
-    };
+    let rec = |kind, ptr, size| call(&r, kind, ptr, size);
     let stop = AtomicBool::new(false);
     let capacity = r.capacity.load(Ordering::Relaxed);
     std::thread::scope(|s| {
