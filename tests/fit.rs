@@ -293,18 +293,18 @@ fn a_second_run_scales_what_the_kinds_cannot() {
         );
     }
     // The second run's batch must differ from the run's.
-    let same = gpushim_text(&[
-        "fit",
-        small.to_str().unwrap(),
-        "--at",
-        "3",
-        "--with",
-        small.to_str().unwrap(),
-        "--with-at",
-        "3",
-    ]);
-    assert!(!same.status.success());
-    assert!(stderr(&same).contains("another batch"), "{}", stderr(&same));
+    let small = small.to_str().unwrap();
+    refused_with_itself(small, &["--with-at", "3"], "another batch");
+}
+
+/// `fit TRACE --at 3 --with TRACE MORE` (the run given as its own second run) fails and says
+/// `says`.
+fn refused_with_itself(trace: &str, more: &[&str], says: &str) {
+    let mut args = vec!["fit", trace, "--at", "3", "--with", trace];
+    args.extend(more);
+    let out = gpushim_text(&args);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains(says), "{}", stderr(&out));
 }
 
 /// The sequence length as a second axis: runs at lengths 2 and 4 (a factor the program's
@@ -419,22 +419,9 @@ fn a_second_run_at_another_sequence_length_predicts_a_third() {
         "{text}"
     );
     // A second run at the run's own length is refused.
-    let same = gpushim_text(&[
-        "fit",
+    refused_with_itself(
         two.to_str().unwrap(),
-        "--at",
-        "3",
-        "--with",
-        two.to_str().unwrap(),
-        "--with-seq",
-        "2",
-        "--seq-at",
-        "2",
-    ]);
-    assert!(!same.status.success());
-    assert!(
-        stderr(&same).contains("another length"),
-        "{}",
-        stderr(&same)
+        &["--with-seq", "2", "--seq-at", "2"],
+        "another length",
     );
 }
