@@ -425,3 +425,77 @@ fn a_second_run_at_another_sequence_length_predicts_a_third() {
         "another length",
     );
 }
+
+/// A global reduction in the backward (its staging buffer with the rows until the simulated
+/// device, 264 multiprocessors, is full: 18 blocks at batch 3, capped at 33 from 6 on) is sized
+/// as PyTorch sizes it: the peaks at 6 and 12 are the runs'. The trace keeps what the device is
+/// made of; a trace without it (from an older shim) resizes the buffer in proportion, and
+/// misses.
+#[test]
+fn a_reductions_staging_buffer_grows_only_until_the_device_is_full() {
+    let dir = tempdir("fit-reduce");
+    let run = |batch: u64| {
+        let t = dir.join(format!("r{batch}.trace"));
+        let env = vec![
+            ("KINDS_BATCH", batch.to_string()),
+            ("KINDS_REDUCE", "384".to_string()),
+            ("GPUSHIM_SIM_MULTIPROCESSORS", "264".to_string()),
+        ];
+        assert_ok(&kinds_program(&t, 3, false, env));
+        t
+    };
+    let (small, real6, real12) = (run(3), run(6), run(12));
+    let make = gpushim::trace::reader::TraceReader::open(&small)
+        .unwrap()
+        .info()
+        .devices[0];
+    assert_eq!(
+        make.map(|m| (m.multiprocessors, m.threads_per_multiprocessor)),
+        Some((264, 2048)),
+        "the trace keeps what the device is made of"
+    );
+    let ask = |trace: &Path| -> Value {
+        json(&[
+            "fit",
+            trace.to_str().unwrap(),
+            "--at",
+            "3",
+            "--batch",
+            "6,12",
+            "--json",
+        ])
+    };
+    let fit = ask(&small);
+    assert_eq!(fit["reductions"], 3, "one a step: {fit}");
+    let peaks = |fit: &Value, k: usize, row: usize| {
+        let r = &fit["settings"][k]["rows"][row];
+        (
+            r["peak_reserved_bytes"].as_u64().unwrap(),
+            r["peak_allocated_bytes"].as_u64().unwrap(),
+        )
+    };
+    // The same run, its header's word for the device cleared (as an older shim wrote it).
+    let older = dir.join("older.trace");
+    let mut bytes = std::fs::read(&small).unwrap();
+    let at = gpushim::trace::format::header::DEVICES;
+    bytes[at..at + 8].fill(0);
+    std::fs::write(&older, bytes).unwrap();
+    let blind = ask(&older);
+    assert_eq!(blind["reductions"], 0, "{blind}");
+    for k in 0..2 {
+        let setting = fit["settings"][k]["setting"].as_str().unwrap();
+        for (row, real) in [(0, &real6), (1, &real12)] {
+            let (reserved, allocated, _) = replayed(real, setting, None);
+            assert_eq!(
+                peaks(&fit, k, row),
+                (reserved, allocated),
+                "under {setting:?}"
+            );
+        }
+        assert_ne!(
+            peaks(&blind, k, 1).1,
+            replayed(&real12, setting, None).1,
+            "in proportion would have been right: the test proves nothing"
+        );
+    }
+}

@@ -283,6 +283,26 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
     *d = ordinal;
     return CUDA_SUCCESS;
 }
+/* A device's make-up: an H100's by default (132 multiprocessors of 2048 threads each, as
+ * torch.cuda.get_device_properties said on the GPU machine), GPUSHIM_SIM_MULTIPROCESSORS for
+ * another count. Other attributes are not simulated. */
+#define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
+#define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR 39
+EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice d) {
+    configure();
+    if (!value) return CUDA_ERROR_INVALID_VALUE;
+    if (d < 0 || d >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    if (attribute == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT) {
+        const char *m = getenv("GPUSHIM_SIM_MULTIPROCESSORS");
+        *value = m ? atoi(m) : 132;
+        return CUDA_SUCCESS;
+    }
+    if (attribute == CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR) {
+        *value = 2048;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_INVALID_VALUE;
+}
 static int context_made;
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d) {
     configure();

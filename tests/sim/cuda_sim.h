@@ -79,6 +79,7 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **fn, unsi
 CUresult cuInit(unsigned int flags);
 CUresult cuDriverGetVersion(int *v);
 CUresult cuDeviceGet(CUdevice *d, int ordinal);
+CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice d);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice d);
 CUresult cuCtxSetCurrent(CUcontext ctx);

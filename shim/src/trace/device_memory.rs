@@ -191,6 +191,9 @@ pub fn forget_after_fork() {
     for l in LAST.iter().chain(LAST_POOL.iter().flatten()) {
         l.store(0, Ordering::Relaxed);
     }
+    for k in &DEVICES_KEPT {
+        k.store(false, Ordering::Relaxed);
+    }
 }
 
 fn nvml() -> Option<Nvml> {
@@ -259,6 +262,8 @@ fn sample() {
         let through = unsafe { core::mem::transmute::<usize, fn(&mut dyn FnMut())>(through) };
         through(&mut || sample_pools((count as usize).min(MAX_DEVICES)));
     }
+    // What each device is made of (no stream is asked: safe during a capture).
+    ask_devices((count as usize).min(MAX_DEVICES));
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as c_uint;
     for (d, last_of) in LAST.iter().enumerate().take(count as usize) {
@@ -305,6 +310,41 @@ fn sample() {
             }
             last_of.store(bytes + 1, Ordering::Relaxed);
             trace::record(trace::Event::nvml(bytes, mem.total, d as u8, device_wide));
+        }
+    }
+}
+
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`, `CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR`.
+const MULTIPROCESSORS: c_int = 16;
+const THREADS_PER_MULTIPROCESSOR: c_int = 39;
+/// The devices (CUDA's ordinals) whose make-up the trace's header holds.
+static DEVICES_KEPT: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
+
+/// Keeps, once per device, its multiprocessors and threads per multiprocessor in the trace's
+/// header (PyTorch's reductions size their grids, and their scratch buffers, by them); asked
+/// again at later samples until CUDA, once initialized, answers.
+fn ask_devices(devices: usize) {
+    let (Some(device_get), Some(attribute)) = (
+        real::function::<of::CuDeviceGet>(),
+        real::function::<of::CuDeviceGetAttribute>(),
+    ) else {
+        return;
+    };
+    for (d, kept) in DEVICES_KEPT.iter().enumerate().take(devices) {
+        if kept.load(Ordering::Relaxed) {
+            continue;
+        }
+        let (mut dev, mut sms, mut threads): (c_int, c_int, c_int) = (0, 0, 0);
+        // SAFETY: valid out-pointers; CUDA answers an ordinal it does not have (or before its
+        // initialization) with an error, and the device waits for a later sample.
+        let ok = unsafe {
+            device_get(&mut dev, d as c_int) == 0
+                && attribute(&mut sms, MULTIPROCESSORS, dev) == 0
+                && attribute(&mut threads, THREADS_PER_MULTIPROCESSOR, dev) == 0
+        };
+        if ok && sms > 0 && threads > 0 {
+            kept.store(true, Ordering::Relaxed);
+            trace::device(d, sms as u32, threads as u32);
         }
     }
 }

@@ -61,6 +61,15 @@ pub fn record(e: Event) {
     crate::costs::end(crate::costs::Cost::Record, t0);
 }
 
+/// Keeps what CUDA device `device` is made of in the trace's header (see
+/// `format::header::DEVICES`).
+pub fn device(device: usize, multiprocessors: u32, threads_per_multiprocessor: u32) {
+    if !state::enabled() || !ensure_open() {
+        return;
+    }
+    RECORDER.set_device(device, multiprocessors, threads_per_multiprocessor);
+}
+
 fn append(e: Event, time_ns: u64, thread: u16, stream: u16) {
     RECORDER.append(&e.record(time_ns, thread, stream));
 }

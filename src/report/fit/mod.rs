@@ -13,6 +13,7 @@
 
 mod batch;
 mod largest;
+mod reduce;
 mod render;
 mod seq;
 
@@ -39,6 +40,10 @@ enum Scale {
     Fixed,
     /// Kept as it is, for want of a kind.
     Unknown,
+    /// A global reduction's staging buffer: with the batch until the device is full.
+    Reduction(reduce::Reduction),
+    /// A global reduction's semaphore: as many as the blocks across its outputs.
+    Semaphore,
     /// As a second run at another batch showed it: `here` bytes at the run's batch `at`,
     /// `there` at the second run's `other`; other batches on the line through both.
     Measured {
@@ -63,6 +68,31 @@ pub struct Row {
     pub peak_allocated_bytes: u64,
     /// Requests the replay could not serve within the limit.
     pub failures: u64,
+    /// Convolutions' workspaces the replay could not serve within the limit: cuDNN then runs
+    /// an algorithm that needs less (taken as none), so they fail nothing.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub workspaces_done_without: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Each request: whether the program can do without it when memory is short. A
+/// convolution's workspace (a scratch buffer of a line of convolutions, freed before anything
+/// else is asked): PyTorch catches the failure and tries cuDNN's next algorithm, down to those
+/// needing none (`aten/src/ATen/native/cudnn/Conv_v8.cpp`, `try_configs`).
+fn optional_requests(input: &Input) -> Vec<bool> {
+    let labels = request_labels(input);
+    input
+        .scratch()
+        .into_iter()
+        .zip(&labels)
+        .map(|(scratch, label)| {
+            let innermost = label.split(" < ").next().unwrap_or_default();
+            scratch && innermost.to_ascii_lowercase().contains("conv")
+        })
+        .collect()
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -106,6 +136,9 @@ pub struct Fit {
     pub unknown_lines: Vec<LineBytes>,
     /// Temporaries of a forward or backward kept at their size because it is a parameter's.
     pub parameter_sized_lines: Vec<LineBytes>,
+    /// Staging buffers of PyTorch's global reductions resized as PyTorch sizes them (with
+    /// the batch until the device is full), not in proportion.
+    pub reductions: u64,
     /// A second run of the program at another batch, when given: the requests it scaled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub second: Option<SecondRun>,
@@ -235,7 +268,51 @@ fn classify(input: &Input, kinds: Vec<Kind>) -> Requests {
             }
         })
         .collect();
-    Requests { scale, kinds }
+    let mut req = Requests { scale, kinds };
+    mark_reductions(input, &mut req);
+    req
+}
+
+/// Marks the staging buffers of PyTorch's global reductions (a request that grows with the
+/// batch followed at once, from the same line, by its semaphore: see [`reduce`]) to be resized
+/// as PyTorch sizes them, and their semaphores as fixed, where the trace says what the device
+/// is made of (a trace from before it was kept: in proportion, as any other).
+fn mark_reductions(input: &Input, req: &mut Requests) {
+    let Some(make) = input
+        .reader()
+        .info()
+        .devices
+        .iter()
+        .flatten()
+        .next()
+        .copied()
+    else {
+        return;
+    };
+    let sizes: Vec<u64> = input.requests().map(|(size, _)| size).collect();
+    let labels = request_labels(input);
+    for (i, pair) in sizes.windows(2).enumerate() {
+        let [size, next] = [pair[0], pair[1]];
+        if labels[i] != labels[i + 1] || req.scale[i] != Scale::Batch {
+            continue;
+        }
+        if let Some(r) = reduce::Reduction::recognize(size, next, make) {
+            req.scale[i] = Scale::Reduction(r);
+            req.scale[i + 1] = Scale::Semaphore;
+        }
+    }
+}
+
+/// The scales with reductions' buffers in proportion to the batch again: the sequence axis
+/// resizes a request's size first, which a count of blocks does not follow.
+fn proportional(scale: &[Scale]) -> Vec<Scale> {
+    scale
+        .iter()
+        .map(|s| match s {
+            Scale::Reduction(_) => Scale::Batch,
+            s => *s,
+        })
+        .collect()
 }
 
 /// `size` at `batch` for a request recorded at `at` that scales as `s`.
@@ -245,7 +322,8 @@ fn resize(s: Scale, size: u64, at: u64, batch: u64) -> u64 {
             let v = u128::from(size) * u128::from(batch);
             u64::try_from(v.div_ceil(u128::from(at.max(1)))).unwrap_or(u64::MAX)
         }
-        Scale::Fixed | Scale::Unknown => size,
+        Scale::Fixed | Scale::Unknown | Scale::Semaphore => size,
+        Scale::Reduction(r) => r.at(at, batch),
         Scale::Measured {
             here,
             there,
@@ -398,16 +476,18 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             )
         }
     };
+    let optional = optional_requests(&input);
     let mut settings = Vec::new();
     for (conf, is_recorded) in [(&recorded, true), (&expandable, false)] {
         let at_batch = |batch: u64| -> Row {
-            let events = input.resized(|n, size, _| {
-                resize(
+            let events = input.resized_optional(|n, size, _| {
+                let sized = resize(
                     req.scale.get(n).copied().unwrap_or(Scale::Fixed),
                     size,
                     ask.at,
                     batch,
-                )
+                );
+                (sized, optional.get(n).copied().unwrap_or(false))
             });
             let o = torch_replay::replay_resized(&input, &events, conf, &bounds);
             Row {
@@ -415,6 +495,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
                 peak_reserved_bytes: o.peak_reserved_bytes,
                 peak_allocated_bytes: o.peak_allocated_bytes,
                 failures: o.failures,
+                workspaces_done_without: o.done_without,
             }
         };
         let rows: Vec<Row> = ask.batches.iter().map(|&b| at_batch(b)).collect();
@@ -432,7 +513,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
         Some(s) => Some(seq::axis(
             &input,
             s,
-            &req.scale,
+            &proportional(&req.scale),
             ask.at,
             ask.max_batch,
             &[&recorded, &expandable],
@@ -440,6 +521,11 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             opts,
         )?),
     };
+    let reductions = req
+        .scale
+        .iter()
+        .filter(|s| matches!(s, Scale::Reduction(_)))
+        .count() as u64;
     let (mut batch_bytes, mut fixed_bytes, mut unknown_bytes) = (0u64, 0u64, 0u64);
     let mut unknown: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut parameter_sized: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
@@ -450,11 +536,12 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             e.1 += 1;
         };
         match s {
-            Scale::Batch => batch_bytes = batch_bytes.saturating_add(size),
+            Scale::Batch | Scale::Reduction(_) => batch_bytes = batch_bytes.saturating_add(size),
             Scale::Measured { here, there, .. } if here == there => {
                 fixed_bytes = fixed_bytes.saturating_add(size);
             }
             Scale::Measured { .. } => batch_bytes = batch_bytes.saturating_add(size),
+            Scale::Semaphore => fixed_bytes = fixed_bytes.saturating_add(size),
             Scale::Fixed => {
                 fixed_bytes = fixed_bytes.saturating_add(size);
                 if *k == Kind::Temporary {
@@ -494,6 +581,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
         unknown_bytes,
         unknown_lines: named(unknown),
         parameter_sized_lines: named(parameter_sized),
+        reductions,
         second: ask.second.as_ref().map(|(p, b)| SecondRun {
             trace: crate::files::shown(p).to_string(),
             at: *b,

@@ -22,6 +22,14 @@ pub fn render(f: &Fit) -> String {
             String::new()
         }
     );
+    if f.reductions > 0 {
+        let _ = writeln!(
+            o,
+            "  {} staging buffers of PyTorch's reductions grow with the batch only until they \
+             fill the device, as PyTorch sizes them",
+            f.reductions
+        );
+    }
     // The trace's name is as `files::shown` wrote it: escaped already.
     if let Some(r) = &f.second {
         let _ = writeln!(

@@ -182,6 +182,7 @@ pub(super) fn axis(
                             peak_reserved_bytes: o.peak_reserved_bytes,
                             peak_allocated_bytes: o.peak_allocated_bytes,
                             failures: o.failures,
+                            workspaces_done_without: o.done_without,
                         }
                     };
                     let (largest_batch, _) = largest(&at_batch, max_batch);

@@ -49,6 +49,7 @@ fn the_largest_batch_is_found_by_doubling_then_halving() {
         peak_reserved_bytes: b * 10,
         peak_allocated_bytes: 0,
         failures: u64::from(b > 37),
+        workspaces_done_without: 0,
     };
     assert_eq!(largest(&row, 1000), (37, 370));
     assert_eq!(largest(&row, 20), (20, 200));
@@ -57,6 +58,7 @@ fn the_largest_batch_is_found_by_doubling_then_halving() {
         peak_reserved_bytes: 0,
         peak_allocated_bytes: 0,
         failures: 1,
+        workspaces_done_without: 0,
     };
     assert_eq!(largest(&none, 100), (0, 0));
 }

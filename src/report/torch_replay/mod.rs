@@ -68,6 +68,10 @@ pub(super) struct Event {
     /// In one of PyTorch's private pools (a CUDA graph's, a `torch.cuda.MemPool`), once its
     /// `TensorPool` is read: not the default pools the model replays.
     private: bool,
+    /// A request the program can do without when memory is short (a convolution's
+    /// workspace: cuDNN then runs an algorithm that needs less): a replay that cannot serve
+    /// it goes on without it, failing nothing. Only `fit` marks requests so.
+    optional: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -276,6 +280,10 @@ pub struct Outcome {
     pub device_allocs: u64,
     pub device_frees: u64,
     pub failures: u64,
+    /// Requests the program can do without (a convolution's workspace) that the replay could
+    /// not serve: cuDNN would run an algorithm needing less, which the replay takes as none.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub done_without: u64,
     pub first_failure: Option<Failure>,
     /// For a run that failed a tensor: whether this setting served that request.
     pub serves_recorded_oom: Option<bool>,

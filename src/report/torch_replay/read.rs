@@ -289,6 +289,7 @@ fn event(ev: Ev, r: &Record) -> Event {
         time_ns: r.time_ns,
         stack: 0,
         private: false,
+        optional: false,
     }
 }
 

@@ -57,6 +57,8 @@ struct Replayer<'a> {
     /// Per device: tensors, and those placed at the run's own address.
     same: BTreeMap<u8, (u64, u64)>,
     first_failure: Option<Failure>,
+    /// Optional requests (see `Event::optional`) the replay could not serve and went on without.
+    done_without: u64,
     serves_oom: Option<bool>,
     /// Per device: the bytes the seed put back (the run's reserved memory when the ring began).
     seeded: BTreeMap<u8, u64>,
@@ -90,6 +92,7 @@ impl<'a> Replayer<'a> {
             recorded: BTreeMap::new(),
             same: BTreeMap::new(),
             first_failure: None,
+            done_without: 0,
             serves_oom: None,
             seeded: BTreeMap::new(),
             start_not_exact: None,
@@ -239,6 +242,12 @@ impl<'a> Replayer<'a> {
         let stream = u64::from(e.stream);
         let got = match m.malloc(e.size, stream) {
             Ok(p) => p,
+            Err(_) if e.optional => {
+                // Done without: its free, when it comes, finds nothing placed.
+                m.clear_hints();
+                self.done_without += 1;
+                return;
+            }
             Err(oom) => {
                 if self.first_failure.is_none() {
                     self.first_failure = Some(failure(input, e, oom.reserved));
@@ -310,7 +319,12 @@ impl<'a> Replayer<'a> {
             unallocated_at_peak_bytes: top.map_or(0, |d| d.unallocated_at_peak_bytes),
             device_allocs: devices.iter().map(|d| d.device_allocs).sum(),
             device_frees: devices.iter().map(|d| d.device_frees).sum(),
-            failures: devices.iter().map(|d| d.failures).sum(),
+            failures: devices
+                .iter()
+                .map(|d| d.failures)
+                .sum::<u64>()
+                .saturating_sub(self.done_without),
+            done_without: self.done_without,
             first_failure: self.first_failure.clone(),
             serves_recorded_oom: self.serves_oom,
             devices,
@@ -377,6 +391,29 @@ pub fn replay(
 pub struct Resized(Vec<Event>);
 
 impl Input {
+    /// Each tensor request in order: whether it was freed before the program asked for
+    /// anything else (a scratch buffer of the operation that made it).
+    pub fn scratch(&self) -> Vec<bool> {
+        let mut out = Vec::new();
+        let mut open: Option<(u8, u64, usize)> = None;
+        for e in &self.events {
+            match e.ev {
+                Ev::Alloc => {
+                    open = Some((e.device, e.ptr, out.len()));
+                    out.push(false);
+                }
+                Ev::FreeRequested | Ev::Free => {
+                    if let Some((d, p, n)) = open.take_if(|o| (o.0, o.1) == (e.device, e.ptr)) {
+                        let _ = (d, p);
+                        out[n] = true;
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// Each tensor request in order: its size and stack.
     pub fn requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.events
@@ -400,6 +437,12 @@ impl Input {
 
     /// The requests resized by `size(n, recorded size, stack)`, `n` counting the requests.
     pub fn resized(&self, size: impl Fn(usize, u64, u64) -> u64) -> Resized {
+        self.resized_optional(|n, s, stack| (size(n, s, stack), false))
+    }
+
+    /// The requests resized as [`Input::resized`] does, each also said to be one the program
+    /// can do without when memory is short (see `Event::optional`).
+    pub fn resized_optional(&self, size: impl Fn(usize, u64, u64) -> (u64, bool)) -> Resized {
         let mut n = 0;
         Resized(
             self.events
@@ -407,7 +450,7 @@ impl Input {
                 .filter_map(|e| match e.ev {
                     Ev::Alloc => {
                         let mut e = *e;
-                        e.size = size(n, e.size, e.stack);
+                        (e.size, e.optional) = size(n, e.size, e.stack);
                         n += 1;
                         Some(e)
                     }

@@ -15,7 +15,9 @@ KINDS_AFFINE set: per step also 1 MiB plus 256 KiB a sample from the program's o
 buffer that grows with the batch only in part), freed at the step's end. KINDS_SEQ=N (or
 `--seq-len N`): a sequence N times as long (the same tensors N times their size again);
 KINDS_ATTENTION set: per layer also attention's scores, kept for the backward, N squared times
-16 KiB."""
+16 KiB. KINDS_REDUCE=N: in each backward, while the activations are live, a global reduction
+over N rows a sample (its staging buffer sized as PyTorch sizes it: with the rows until the
+device is full)."""
 import os
 import sys
 import time

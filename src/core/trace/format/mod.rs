@@ -59,6 +59,13 @@ pub mod header {
     /// later, once written (a writer held up between claiming its slot and writing it): they
     /// are in the checkpoints from then on, applied after records that followed them.
     pub const SUMMARY_LATE: usize = 3464;
+    /// What each device is made of, as CUDA said (one 8-byte word per CUDA ordinal, up to
+    /// [`DEVICES_MAX`]): its streaming multiprocessors in the low 32 bits, the most threads
+    /// one of them runs at once in the high 32; 0 where not known. PyTorch sizes its
+    /// reductions' grids by them, and with them the scratch buffers of a global reduction
+    /// (see `docs/fit.md`). Zero in traces from before it was kept.
+    pub const DEVICES: usize = 3472;
+    pub const DEVICES_MAX: usize = 16;
     /// Two checkpoint descriptors of [`super::ring::DESCRIPTOR_BYTES`] each (see
     /// [`super::ring::Descriptor`]).
     pub const CHECKPOINTS: usize = 2304;

@@ -40,6 +40,16 @@ pub(super) fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<Trac
         ring: false,
         summarized: 0,
         checkpoints_failed: 0,
+        devices: (0..header::DEVICES_MAX)
+            .map(|d| {
+                let w = le_u64(h, header::DEVICES + 8 * d);
+                let (multiprocessors, threads_per_multiprocessor) = (w as u32, (w >> 32) as u32);
+                (multiprocessors > 0 && threads_per_multiprocessor > 0).then_some(DeviceMake {
+                    multiprocessors,
+                    threads_per_multiprocessor,
+                })
+            })
+            .collect(),
     })
 }
 

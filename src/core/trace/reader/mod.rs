@@ -52,6 +52,17 @@ pub struct TraceInfo {
     pub summarized: u64,
     /// Checkpoints that did not fit the file's checkpoint slots.
     pub checkpoints_failed: u64,
+    /// What each CUDA device was made of (see `format::header::DEVICES`), by ordinal: its
+    /// streaming multiprocessors and the most threads one runs at once; `None` where the
+    /// trace does not say.
+    pub devices: Vec<Option<DeviceMake>>,
+}
+
+/// What a CUDA device is made of, as CUDA said in the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMake {
+    pub multiprocessors: u32,
+    pub threads_per_multiprocessor: u32,
 }
 
 impl TraceInfo {

@@ -282,6 +282,19 @@ impl Recorder {
         Some(unsafe { AtomicU64::from_ptr(base.add(offset).cast()) })
     }
 
+    /// Keeps what device `device` (a CUDA ordinal) is made of in the header: its streaming
+    /// multiprocessors and the most threads one runs at once. Devices past
+    /// [`header::DEVICES_MAX`] are not kept. Lock-free.
+    pub fn set_device(&self, device: usize, multiprocessors: u32, threads_per_multiprocessor: u32) {
+        if device >= header::DEVICES_MAX {
+            return;
+        }
+        if let Some(w) = self.header_word(header::DEVICES + 8 * device) {
+            let word = u64::from(multiprocessors) | u64::from(threads_per_multiprocessor) << 32;
+            w.store(word, Ordering::Relaxed);
+        }
+    }
+
     /// Appends one record. Returns `false` when it was not written (not open, or lost: then it
     /// is counted in the header). Lock-free; no system call except when a new chunk is mapped.
     pub fn append(&self, rec: &Record) -> bool {

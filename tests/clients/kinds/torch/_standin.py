@@ -11,6 +11,11 @@ BATCH = int(os.environ.get("KINDS_BATCH", "1"))
 # tensor of attention's scores, SEQ squared times its size (tests/fit.rs).
 SEQ = int(os.environ.get("KINDS_SEQ", "1"))
 ATTENTION = os.environ.get("KINDS_ATTENTION") is not None
+# Rows a sample of a global reduction in the backward (KINDS_REDUCE=N: as an nn.Linear's bias
+# gradient summed over the batch's N-row samples), and the device's multiprocessors PyTorch
+# sizes its grid by (the simulator's: GPUSHIM_SIM_MULTIPROCESSORS, else an H100's 132).
+REDUCE_ROWS = int(os.environ.get("KINDS_REDUCE", "0"))
+MULTIPROCESSORS = int(os.environ.get("GPUSHIM_SIM_MULTIPROCESSORS", "132"))
 
 _lib = None
 _autograd = None
@@ -41,3 +46,29 @@ def backward_tensor(n):
     p = _autograd.standin_backward_one(n)
     assert p, "out of memory"
     return p
+
+
+def reduction_sizes(rows, outputs):
+    """The staging buffer and semaphore PyTorch's reduction kernel (Reduce.cuh) allocates to
+    sum `rows` rows of `outputs` contiguous fp32 values (blocks of 32 x 4 threads, 4 outputs
+    a thread: 128 outputs a block), on a device of MULTIPROCESSORS x 2048 threads; (0, 0)
+    where it sums within the blocks."""
+    across = -(-outputs // 128)
+    per_thread = -(-rows // 4)
+    target = MULTIPROCESSORS * (2048 // 128)
+    if per_thread < 256 or across > target:
+        return 0, 0
+    blocks = max(min(-(-target // across), -(-per_thread // 16)), -(-per_thread // 256))
+    if blocks < 2:
+        return 0, 0
+    return 4 * outputs * blocks * 128, 4 * across
+
+
+def reduce_sum(rows, outputs):
+    """A global reduction: its staging buffer and semaphore asked together (one line), freed
+    once the kernel is launched."""
+    size, semaphore = reduction_sizes(rows, outputs)
+    if size:
+        buffer, sem = empty(size), empty(semaphore)
+        free(sem)
+        free(buffer)
