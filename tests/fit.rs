@@ -427,7 +427,7 @@ fn a_second_run_at_another_sequence_length_predicts_a_third() {
 }
 
 /// A global reduction in the backward (its staging buffer with the rows until the simulated
-/// device, 264 multiprocessors, is full: 18 blocks at batch 3, capped at 33 from 6 on) is sized
+/// device, 8 multiprocessors, is full: 21 blocks at batch 3, capped at 22 from 6 on) is sized
 /// as PyTorch sizes it: the peaks at 6 and 12 are the runs'. The trace keeps what the device is
 /// made of; a trace without it (from an older shim) resizes the buffer in proportion, and
 /// misses.
@@ -438,8 +438,8 @@ fn a_reductions_staging_buffer_grows_only_until_the_device_is_full() {
         let t = dir.join(format!("r{batch}.trace"));
         let env = vec![
             ("KINDS_BATCH", batch.to_string()),
-            ("KINDS_REDUCE", "384".to_string()),
-            ("GPUSHIM_SIM_MULTIPROCESSORS", "264".to_string()),
+            ("KINDS_REDUCE", "448".to_string()),
+            ("GPUSHIM_SIM_MULTIPROCESSORS", "8".to_string()),
         ];
         assert_ok(&kinds_program(&t, 3, false, env));
         t
@@ -451,7 +451,7 @@ fn a_reductions_staging_buffer_grows_only_until_the_device_is_full() {
         .devices[0];
     assert_eq!(
         make.map(|m| (m.multiprocessors, m.threads_per_multiprocessor)),
-        Some((264, 2048)),
+        Some((8, 2048)),
         "the trace keeps what the device is made of"
     );
     let ask = |trace: &Path| -> Value {
@@ -498,4 +498,68 @@ fn a_reductions_staging_buffer_grows_only_until_the_device_is_full() {
             "in proportion would have been right: the test proves nothing"
         );
     }
+}
+
+/// A convolution's workspace (asked from the convolution's line and freed before anything
+/// else) that a limit leaves no room for is done without, as PyTorch does it (cuDNN's next
+/// algorithm, down to those needing none): the batch fits, and the row says how many were done
+/// without; the program at that batch under that limit runs to its end. The same request from
+/// another line is one the program needs: the batch does not fit.
+#[test]
+fn a_convolutions_workspace_that_cannot_be_had_is_done_without() {
+    let dir = tempdir("fit-workspace");
+    let run = |name: &str, batch: u64, more: &[(&'static str, String)]| {
+        let t = dir.join(format!("{name}.trace"));
+        let mut env = vec![
+            ("KINDS_BATCH", batch.to_string()),
+            ("KINDS_CONV", (16 << 20).to_string()),
+        ];
+        env.extend(more.iter().cloned());
+        let out = kinds_program(&t, 3, false, env);
+        assert_ok(&out);
+        (t, String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let fit12 = |t: &Path| -> Value {
+        let t = t.to_str().unwrap();
+        json(&[
+            "fit", t, "--at", "3", "--batch", "12", "--limit", "200MiB", "--json",
+        ])
+    };
+    let row = |fit: &Value| fit["settings"][0]["rows"][0].clone();
+    let (conv, _) = run("conv", 3, &[]);
+    let fit = fit12(&conv);
+    assert_eq!(row(&fit)["failures"], 0, "{fit}");
+    assert!(
+        row(&fit)["workspaces_done_without"].as_u64() > Some(0),
+        "{fit}"
+    );
+    let text = gpushim_text(&[
+        "fit",
+        conv.to_str().unwrap(),
+        "--at",
+        "3",
+        "--batch",
+        "12",
+        "--limit",
+        "200MiB",
+    ]);
+    assert_ok(&text);
+    assert!(
+        String::from_utf8_lossy(&text.stdout).contains("workspaces done without"),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    let (elsewhere, _) = run("elsewhere", 3, &[("KINDS_CONV_ELSEWHERE", "1".into())]);
+    let needed = fit12(&elsewhere);
+    assert!(row(&needed)["failures"].as_u64() > Some(0), "{needed}");
+    assert_eq!(
+        row(&needed)["workspaces_done_without"],
+        Value::Null,
+        "{needed}"
+    );
+    // The program at 12 under that limit: it runs, doing without.
+    let allowed = (200u64 << 20).to_string();
+    let (_, said) = run("real", 12, &[("STANDIN_ALLOWED", allowed)]);
+    assert!(said.contains("trained 3"), "{said}");
+    assert!(!said.contains("workspaces done without 0"), "{said}");
 }

@@ -67,7 +67,8 @@ struct CUDAAllocator {
 };
 
 namespace Native {
-struct Block { char *ptr; size_t size; bool free; };
+// `asked`: the bytes the caller asked for, which PyTorch's trace gives (docs/cuda-facts.md).
+struct Block { char *ptr; size_t size; bool free; size_t asked; };
 struct Segment { char *base; size_t size; std::vector<Block> blocks; unsigned long long pool; };
 
 class NativeCachingAllocator : public CUDAAllocator {
@@ -92,8 +93,8 @@ class NativeCachingAllocator : public CUDAAllocator {
     for (const auto &t : trackers) t(e);
   }
 
-  void *malloc(size_t size) {
-    size = (size + 511) & ~size_t(511);
+  void *malloc(size_t asked) {
+    size_t size = (asked + 511) & ~size_t(511);
     // Best fit, as PyTorch's: the smallest free block that holds the request.
     Segment *best_seg = nullptr;
     size_t best_i = 0;
@@ -110,10 +111,11 @@ class NativeCachingAllocator : public CUDAAllocator {
       Segment &s = *best_seg;
       size_t i = best_i;
       Block &b = s.blocks[i];
-      if (b.size > size) s.blocks.insert(s.blocks.begin() + i + 1, Block{b.ptr + size, b.size - size, true});
+      if (b.size > size) s.blocks.insert(s.blocks.begin() + i + 1, Block{b.ptr + size, b.size - size, true, 0});
       s.blocks[i].size = size;
       s.blocks[i].free = false;
-      record(TraceEntry::ALLOC, (size_t)s.blocks[i].ptr, size);
+      s.blocks[i].asked = asked;
+      record(TraceEntry::ALLOC, (size_t)s.blocks[i].ptr, asked);
       return s.blocks[i].ptr;
     }
     size_t seg = size < (1u << 20) ? (2u << 20) : (size + (2u << 20) - 1) & ~size_t((2u << 20) - 1);
@@ -138,18 +140,18 @@ class NativeCachingAllocator : public CUDAAllocator {
     }
     record(TraceEntry::SEGMENT_ALLOC, (size_t)p, seg);
     Segment s{(char *)p, seg, {}, pool};
-    s.blocks.push_back(Block{(char *)p, seg, true});
+    s.blocks.push_back(Block{(char *)p, seg, true, 0});
     segments.push_back(s);
-    return malloc(size);
+    return malloc(asked);
   }
 
   void free(void *ptr) {
     for (auto &s : segments)
       for (auto &b : s.blocks)
         if (b.ptr == ptr && !b.free) {
-          record(TraceEntry::FREE_REQUESTED, (size_t)b.ptr, b.size);
+          record(TraceEntry::FREE_REQUESTED, (size_t)b.ptr, b.asked);
           b.free = true;
-          record(TraceEntry::FREE_COMPLETED, (size_t)b.ptr, b.size);
+          record(TraceEntry::FREE_COMPLETED, (size_t)b.ptr, b.asked);
           return;
         }
   }

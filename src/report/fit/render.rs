@@ -68,7 +68,17 @@ pub fn render(f: &Fit) -> String {
                 r.batch,
                 human_bytes(r.peak_reserved_bytes),
                 human_bytes(r.peak_allocated_bytes),
-                if r.failures > 0 { "  does not fit" } else { "" }
+                if r.failures > 0 {
+                    "  does not fit".to_string()
+                } else if r.workspaces_done_without > 0 {
+                    format!(
+                        "  ({} convolution workspaces done without: cuDNN picks algorithms \
+                         needing less)",
+                        r.workspaces_done_without
+                    )
+                } else {
+                    String::new()
+                }
             );
         }
         if s.largest_batch == 0 {

@@ -17,7 +17,9 @@ buffer that grows with the batch only in part), freed at the step's end. KINDS_S
 KINDS_ATTENTION set: per layer also attention's scores, kept for the backward, N squared times
 16 KiB. KINDS_REDUCE=N: in each backward, while the activations are live, a global reduction
 over N rows a sample (its staging buffer sized as PyTorch sizes it: with the rows until the
-device is full)."""
+device is full). KINDS_CONV=N: after each forward, a convolution's workspace of N bytes a
+sample, done without when the allocator refuses it (as cuDNN's next algorithm needs none);
+the program says how many times."""
 import os
 import sys
 import time
@@ -34,6 +36,7 @@ from torch import _standin  # noqa: E402
 _standin.load(sys.argv[1], sys.argv[2])
 
 import torch.autograd  # noqa: E402
+from torch.nn.modules.conv import Conv2d  # noqa: E402
 from torch.nn.modules.linear import Linear  # noqa: E402
 from torch.nn.modules.module import Module  # noqa: E402
 from torch.optim.adam import Adam  # noqa: E402
@@ -59,6 +62,7 @@ leak = len(sys.argv) > 4 and sys.argv[4] == "leak"
 kept = []
 pace = os.environ.get("KINDS_PACE") is not None
 affine = os.environ.get("KINDS_AFFINE") is not None
+conv = Conv2d(int(os.environ["KINDS_CONV"])) if os.environ.get("KINDS_CONV") else None
 for step in range(steps):
     if pace and step % 50 == 0:
         time.sleep(0.002)  # lets the shim's summarizer keep up with a ring on a busy machine
@@ -66,6 +70,8 @@ for step in range(steps):
     extra = _standin.empty(1 * MiB + 256 * 1024 * _standin.BATCH) if affine else None
     saved = []
     out = model(x, saved)
+    if conv is not None:
+        conv(out, saved)
     loss = _standin.empty(128 * 1024 * _standin.BATCH * _standin.SEQ)  # outside any module
     if leak:
         kept.append(out)
@@ -75,4 +81,6 @@ for step in range(steps):
     _standin.free(x)
     if extra is not None:
         _standin.free(extra)
+if conv is not None:
+    print("workspaces done without", conv.done_without)
 print("trained", steps)

@@ -53,6 +53,13 @@ pub(super) fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<Trac
     })
 }
 
+/// What a CUDA device is made of, as CUDA said in the run (`format::header::DEVICES`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMake {
+    pub multiprocessors: u32,
+    pub threads_per_multiprocessor: u32,
+}
+
 /// NUL-separated strings (ending at a double NUL or the field's end), as text.
 pub(super) fn nul_list(field: &[u8]) -> Vec<String> {
     let end = field

@@ -14,7 +14,7 @@ pub(crate) mod head;
 mod stats;
 
 use crate::trace::checkpoint::read::{checkpoint_summarized, checkpoint_summed, read_checkpoint};
-pub use head::printable;
+pub use head::{DeviceMake, printable};
 use head::{info_capacity, le_u64, read_header};
 pub use stats::{Damage, DecodeStats};
 
@@ -56,13 +56,6 @@ pub struct TraceInfo {
     /// streaming multiprocessors and the most threads one runs at once; `None` where the
     /// trace does not say.
     pub devices: Vec<Option<DeviceMake>>,
-}
-
-/// What a CUDA device is made of, as CUDA said in the run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DeviceMake {
-    pub multiprocessors: u32,
-    pub threads_per_multiprocessor: u32,
 }
 
 impl TraceInfo {

@@ -16,6 +16,8 @@ ATTENTION = os.environ.get("KINDS_ATTENTION") is not None
 # sizes its grid by (the simulator's: GPUSHIM_SIM_MULTIPROCESSORS, else an H100's 132).
 REDUCE_ROWS = int(os.environ.get("KINDS_REDUCE", "0"))
 MULTIPROCESSORS = int(os.environ.get("GPUSHIM_SIM_MULTIPROCESSORS", "132"))
+# KINDS_CONV's workspace asked from this file instead of the convolution's line.
+CONV_ELSEWHERE = os.environ.get("KINDS_CONV_ELSEWHERE") is not None
 
 _lib = None
 _autograd = None
@@ -36,6 +38,11 @@ def empty(n):
     p = _lib.standin_malloc(n)
     assert p, "out of memory"
     return p
+
+
+def try_empty(n):
+    """A tensor, or None where the allocator refuses it."""
+    return _lib.standin_malloc(n) or None
 
 
 def free(p):
