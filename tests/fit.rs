@@ -482,6 +482,16 @@ fn a_reductions_staging_buffer_grows_only_until_the_device_is_full() {
     std::fs::write(&older, bytes).unwrap();
     let blind = ask(&older);
     assert_eq!(blind["reductions"], 0, "{blind}");
+    // The same pair kept past another request is no reduction's.
+    let kept = dir.join("kept.trace");
+    let env = vec![
+        ("KINDS_BATCH", "3".to_string()),
+        ("KINDS_REDUCE", "448".to_string()),
+        ("KINDS_REDUCE_KEPT", "1".to_string()),
+        ("GPUSHIM_SIM_MULTIPROCESSORS", "8".to_string()),
+    ];
+    assert_ok(&kinds_program(&kept, 3, false, env));
+    assert_eq!(ask(&kept)["reductions"], 0);
     for k in 0..2 {
         let setting = fit["settings"][k]["setting"].as_str().unwrap();
         for (row, real) in [(0, &real6), (1, &real12)] {

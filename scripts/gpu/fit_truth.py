@@ -12,7 +12,10 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
          each try after empty_cache(); prints 'LARGEST {json}'
   MODEL  gpt2 (GPT2LMHeadModel(GPT2Config()), sequence 512), resnet50 (torchvision, 224 x 224),
          vit (torchvision vit_b_16, 224 x 224), bert (BertForMaskedLM(BertConfig()), sequence 256)
-  FIT_SEQ=N      the sequence length of gpt2 and bert instead
+         llama (LlamaForCausalLM, 8 layers of 1024, no biases, sequence 512), convnext
+         (torchvision convnext_tiny, 224 x 224)
+  FIT_SEQ=N      the sequence length of gpt2, bert and llama instead
+  FIT_AMP=bf16   each step's forward under torch.autocast(bfloat16)
   FIT_ATTN=NAME  their attention implementation (transformers' attn_implementation: eager
                  keeps attention's scores, the square of the length; sdpa does not)
 """
@@ -44,9 +47,21 @@ def build(name):
         def step_of(b):
             x = torch.randint(0, 30522, (b, seq), device=dev)
             return model(input_ids=x, labels=x).loss
-    elif name in ("resnet50", "vit"):
+    elif name == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        model = LlamaForCausalLM(LlamaConfig(
+            hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
+            num_key_value_heads=16, vocab_size=32000, **attn)).to(dev)
+        seq = int(os.environ.get("FIT_SEQ", "512"))
+
+        def step_of(b):
+            x = torch.randint(0, 32000, (b, seq), device=dev)
+            return model(input_ids=x, labels=x).loss
+    elif name in ("resnet50", "vit", "convnext"):
         import torchvision
-        model = (torchvision.models.resnet50() if name == "resnet50" else torchvision.models.vit_b_16()).to(dev)
+        make = {"resnet50": torchvision.models.resnet50, "vit": torchvision.models.vit_b_16,
+                "convnext": torchvision.models.convnext_tiny}[name]
+        model = make().to(dev)
 
         def step_of(b):
             x = torch.randn(b, 3, 224, 224, device=dev)
@@ -59,7 +74,12 @@ def build(name):
     def steps(b, n):
         for _ in range(n):
             opt.zero_grad(set_to_none=True)
-            step_of(b).backward()
+            if os.environ.get("FIT_AMP") == "bf16":
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = step_of(b)
+            else:
+                loss = step_of(b)
+            loss.backward()
             opt.step()
         torch.cuda.synchronize()
     return steps

@@ -10,14 +10,14 @@
 # found, three steps at most). One table (scripts/gpu/fit_table.py): each peak's error (within
 # 3% asked) and the largest batches (within one asked). The traces and the truth are left in
 # $OUT/fit when OUT is set.
-#   bash scripts/gpu.sh fit[:MODEL,...]   MODEL is gpt2, resnet50, vit or bert
+#   bash scripts/gpu.sh fit[:MODEL,...]   MODEL is gpt2, resnet50, vit, bert, llama or convnext (FIT_AMP=bf16: under autocast)
 set -euo pipefail
 models=${*:-gpt2 resnet50 vit bert}
 work=${OUT:+$OUT/fit}
 work=${work:-$(mktemp -d)}
 mkdir -p "$work"
 limit=$((20 << 30))
-declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8)
+declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8 [llama]=2 [convnext]=16)
 truth="$work/truth.jsonl"
 touch "$truth"
 # One run: MODEL BATCH SETTING [LIMIT]; appends its TRUTH line, and says whether it ran.

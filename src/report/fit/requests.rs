@@ -120,9 +120,16 @@ pub(super) fn mark_reductions(input: &Input, req: &mut Requests) {
     };
     let sizes: Vec<u64> = input.requests().map(|(size, _)| size).collect();
     let labels = request_labels(input);
+    // Both freed once the kernel is launched: before the program asks for anything else.
+    let brief = input.freed_within(1);
+    let scratch = input.scratch();
     for (i, pair) in sizes.windows(2).enumerate() {
         let [size, next] = [pair[0], pair[1]];
-        if labels[i] != labels[i + 1] || req.scale[i] != Scale::Batch {
+        if labels[i] != labels[i + 1]
+            || req.scale[i] != Scale::Batch
+            || !brief[i]
+            || !scratch[i + 1]
+        {
             continue;
         }
         if let Some(r) = reduce::Reduction::recognize(size, next, make) {

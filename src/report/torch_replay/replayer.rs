@@ -394,18 +394,23 @@ impl Input {
     /// Each tensor request in order: whether it was freed before the program asked for
     /// anything else (a scratch buffer of the operation that made it).
     pub fn scratch(&self) -> Vec<bool> {
+        self.freed_within(0)
+    }
+
+    /// Each tensor request in order: whether it was freed before more than `later` other
+    /// requests were made after it.
+    pub fn freed_within(&self, later: usize) -> Vec<bool> {
         let mut out = Vec::new();
-        let mut open: Option<(u8, u64, usize)> = None;
+        let mut live: std::collections::HashMap<(u8, u64), usize> = Default::default();
         for e in &self.events {
             match e.ev {
                 Ev::Alloc => {
-                    open = Some((e.device, e.ptr, out.len()));
+                    live.insert((e.device, e.ptr), out.len());
                     out.push(false);
                 }
                 Ev::FreeRequested | Ev::Free => {
-                    if let Some((d, p, n)) = open.take_if(|o| (o.0, o.1) == (e.device, e.ptr)) {
-                        let _ = (d, p);
-                        out[n] = true;
+                    if let Some(n) = live.remove(&(e.device, e.ptr)) {
+                        out[n] = out.len() - 1 - n <= later;
                     }
                 }
                 _ => {}
