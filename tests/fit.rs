@@ -434,16 +434,21 @@ fn a_second_run_at_another_sequence_length_predicts_a_third() {
 #[test]
 fn a_reductions_staging_buffer_grows_only_until_the_device_is_full() {
     let dir = tempdir("fit-reduce");
-    let run = |batch: u64| {
-        let t = dir.join(format!("r{batch}.trace"));
-        let env = vec![
+    // The program at `batch`, its pair kept past another request when `kept`.
+    let traced = |name: &str, batch: u64, kept: bool| {
+        let t = dir.join(format!("{name}.trace"));
+        let mut env = vec![
             ("KINDS_BATCH", batch.to_string()),
             ("KINDS_REDUCE", "448".to_string()),
             ("GPUSHIM_SIM_MULTIPROCESSORS", "8".to_string()),
         ];
+        if kept {
+            env.push(("KINDS_REDUCE_KEPT", "1".to_string()));
+        }
         assert_ok(&kinds_program(&t, 3, false, env));
         t
     };
+    let run = |batch: u64| traced(&format!("r{batch}"), batch, false);
     let (small, real6, real12) = (run(3), run(6), run(12));
     let make = gpushim::trace::reader::TraceReader::open(&small)
         .unwrap()
@@ -483,14 +488,7 @@ fn a_reductions_staging_buffer_grows_only_until_the_device_is_full() {
     let blind = ask(&older);
     assert_eq!(blind["reductions"], 0, "{blind}");
     // The same pair kept past another request is no reduction's.
-    let kept = dir.join("kept.trace");
-    let env = vec![
-        ("KINDS_BATCH", "3".to_string()),
-        ("KINDS_REDUCE", "448".to_string()),
-        ("KINDS_REDUCE_KEPT", "1".to_string()),
-        ("GPUSHIM_SIM_MULTIPROCESSORS", "8".to_string()),
-    ];
-    assert_ok(&kinds_program(&kept, 3, false, env));
+    let kept = traced("kept", 3, true);
     assert_eq!(ask(&kept)["reductions"], 0);
     for k in 0..2 {
         let setting = fit["settings"][k]["setting"].as_str().unwrap();
