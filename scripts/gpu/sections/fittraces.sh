@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# traces for studying fit's misses: ViT-B/16 and ResNet-50 at small batches and near a 20 GiB limit.
+# traces for studying fit's misses: any model of fit_truth.py at the batches given, near a 20 GiB limit or not.
 # On the GPU machine: scripts/gpu/fit_truth.py traced under `gpushim run`, nothing set, 3 steps,
 # for each MODEL:BATCH given (MODEL:BATCH:limited: with PyTorch's allocator held to 20 GiB, as
 # set_per_process_memory_fraction holds it: what the allocator and cuDNN do when memory is short).

@@ -245,7 +245,8 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
     }
     let input = torch_replay::read(path, opts)?;
     let kinds = kinds_of_requests(path, opts)?;
-    let mut req = classify(&input, kinds);
+    let labels = request_labels(&input);
+    let mut req = classify(&input, kinds, &labels);
     let mut measured_requests = 0u64;
     if let Some((second_path, other)) = &ask.second {
         if *other == ask.at {
@@ -310,7 +311,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             )
         }
     };
-    let optional = optional_requests(&input);
+    let optional = optional_requests(&input, &labels);
     let mut settings = Vec::new();
     for (conf, is_recorded) in [(&recorded, true), (&expandable, false)] {
         let at_batch = |batch: u64| -> Row {

@@ -15,12 +15,11 @@ use std::path::Path;
 /// convolution's workspace (a scratch buffer of a line of convolutions, freed before anything
 /// else is asked): PyTorch catches the failure and tries cuDNN's next algorithm, down to those
 /// needing none (`aten/src/ATen/native/cudnn/Conv_v8.cpp`, `try_configs`).
-pub(super) fn optional_requests(input: &Input) -> Vec<bool> {
-    let labels = request_labels(input);
+pub(super) fn optional_requests(input: &Input, labels: &[String]) -> Vec<bool> {
     input
         .scratch()
         .into_iter()
-        .zip(&labels)
+        .zip(labels)
         .map(|(scratch, label)| {
             let innermost = label.split(" < ").next().unwrap_or_default();
             scratch && innermost.to_ascii_lowercase().contains("conv")
@@ -65,7 +64,7 @@ pub(super) fn kinds_of_requests(path: &Path, opts: &ReadOptions) -> Result<Vec<K
 }
 
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
-pub(super) fn classify(input: &Input, kinds: Vec<Kind>) -> Requests {
+pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Requests {
     let reader = input.reader();
     // The sizes a parameter has, and half of each (its copy in 16 bits under autocast).
     let mut parameter_sizes = HashSet::new();
@@ -98,7 +97,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>) -> Requests {
         })
         .collect();
     let mut req = Requests { scale, kinds };
-    mark_reductions(input, &mut req);
+    mark_reductions(input, &mut req, labels);
     req
 }
 
@@ -106,7 +105,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>) -> Requests {
 /// batch followed at once, from the same line, by its semaphore: see [`reduce`]) to be resized
 /// as PyTorch sizes them, and their semaphores as fixed, where the trace says what the device
 /// is made of (a trace from before it was kept: in proportion, as any other).
-pub(super) fn mark_reductions(input: &Input, req: &mut Requests) {
+pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &[String]) {
     let Some(make) = input
         .reader()
         .info()
@@ -119,7 +118,6 @@ pub(super) fn mark_reductions(input: &Input, req: &mut Requests) {
         return;
     };
     let sizes: Vec<u64> = input.requests().map(|(size, _)| size).collect();
-    let labels = request_labels(input);
     // Both freed once the kernel is launched: before the program asks for anything else.
     let brief = input.freed_within(1);
     let scratch = input.scratch();
