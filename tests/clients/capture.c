@@ -172,8 +172,15 @@ static void *race_allocator(void *arg) {
     long rounds = 0, failed = 0;
     while (!race_done) {
         void *p = NULL;
-        if (cudaMalloc(&p, 1 << 20) != 0) { failed++; continue; }
-        if (cudaFree(p) != 0) failed++;
+        int rc = cudaMalloc(&p, 1 << 20);
+        if (rc == 0) rc = cudaFree(p);
+        if (rc != 0) {
+            /* Which call, with what, after how many rounds: the test prints stderr on failure. */
+            if (failed++ == 0)
+                fprintf(stderr, "race: %s answered %d after %ld rounds\n", p ? "cudaFree" : "cudaMalloc", rc,
+                        rounds);
+            continue;
+        }
         rounds++;
     }
     return (void *)(failed > 0 ? (intptr_t)-1 : (intptr_t)rounds);

@@ -66,6 +66,12 @@ pub(super) fn pool_quiet() -> bool {
     capture_active() || RESETS.load(Ordering::Acquire) > 0
 }
 
+/// Whether the pool, though quiet, may give a whole segment back to make room: only for a
+/// capture, never during a device reset (the memory is going away under it).
+pub(super) fn release_while_quiet() -> bool {
+    RESETS.load(Ordering::Acquire) == 0
+}
+
 /// A device reset begins (`true`) or is over (`false`).
 pub(super) fn resetting(begins: bool) {
     if begins {

@@ -63,7 +63,7 @@ impl<B: Backend> Engine<B> {
         let over = |e: &Self| e.reserved(key.device).saturating_add(size) > limit;
         if limit > 0 && over(self) {
             // Room may be made by giving idle cache back.
-            self.empty_cache(key.device);
+            self.make_room(key.device);
             if over(self) {
                 return Err(self.refused(key.device, size, AllocError::LimitReached));
             }
@@ -72,7 +72,7 @@ impl<B: Backend> Engine<B> {
             Ok(p) => p,
             Err(OutOfMemory) => {
                 // Free every idle cached segment and retry once.
-                self.empty_cache(key.device);
+                self.make_room(key.device);
                 match self.backend.reserve(key.device, size) {
                     Ok(p) => {
                         self.retried(key.device, size);
@@ -262,12 +262,40 @@ impl<B: Backend> Engine<B> {
         }
     }
 
+    /// Room for a fresh segment on `device`: the idle cache given back (`empty_cache`), or,
+    /// while the backend is quiet but may still release (a capture under way), every plain
+    /// segment with nothing allocated, whatever its fences: its free waits for the device,
+    /// which is what the program's own frees of its blocks would have done without the pool.
+    pub(super) fn make_room(&mut self, device: u8) {
+        if !self.backend.quiet() {
+            self.empty_cache(device);
+            return;
+        }
+        if !self.backend.release_while_quiet() {
+            return;
+        }
+        let empty: Vec<u64> = self
+            .segments
+            .range(..)
+            .filter(|(_, s)| s.device == device && s.allocated_blocks == 0 && s.range == 0)
+            .map(|(&p, _)| p)
+            .collect();
+        for base in empty {
+            self.give_back_segment(base);
+        }
+    }
+
     /// Gives a segment with nothing allocated back, whatever its fences (the device's own free
     /// waits for the device). Deferred while the backend is quiet.
     pub(super) fn release_segment(&mut self, base: u64) {
         if self.backend.quiet() {
             return;
         }
+        self.give_back_segment(base);
+    }
+
+    /// [`Engine::release_segment`], quiet or not: the caller decided it may.
+    fn give_back_segment(&mut self, base: u64) {
         let Some(seg) = self.segments.get(&base).copied() else {
             return;
         };

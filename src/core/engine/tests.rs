@@ -47,6 +47,47 @@ fn sizes_near_two_to_the_64_are_out_of_memory_and_never_a_cached_block() {
 }
 
 #[test]
+fn out_of_memory_while_quiet_gives_empty_segments_back_where_the_backend_may() {
+    // A capture under way on one thread while another allocates and frees with cudaFree
+    // until the device is full: CUDA, which had those frees, serves; so must the pool,
+    // giving its empty fenced segments back (their free waits for the device), never one
+    // that holds a block.
+    for may in [false, true] {
+        let mut e = engine(32 << 20);
+        let kept = e.alloc(0, 8 << 20, 0).unwrap();
+        e.backend_mut().quiet = true;
+        e.backend_mut().release_while_quiet = may;
+        let mut served = 0;
+        for _ in 0..16 {
+            let Ok(a) = e.alloc(0, 8 << 20, 0) else {
+                break;
+            };
+            e.free(a.ptr, FreeKind::Sync).unwrap();
+            served += 1;
+        }
+        if may {
+            assert_eq!(
+                served, 16,
+                "every request served by giving empty segments back"
+            );
+            assert!(e.backend().release_calls > 0);
+        } else {
+            assert_eq!(served, 3, "a backend that may not release runs out");
+            assert_eq!(e.backend().release_calls, 0);
+        }
+        assert_eq!(
+            e.backend().synchronize_calls,
+            0,
+            "never waited for while quiet"
+        );
+        assert!(
+            e.free(kept.ptr, FreeKind::Sync).is_ok(),
+            "the held block stayed"
+        );
+    }
+}
+
+#[test]
 fn a_quiet_backend_is_neither_waited_for_nor_given_memory_back() {
     let mut e = engine(1 << 30);
     let a = e.alloc(0, 8 << 20, 0).unwrap();

@@ -259,8 +259,10 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
         if rp.restoring || r.kind == RecordKind::Restore {
             return;
         }
-        if let crate::trace::live::Change::Free { live, .. } = &c {
-            together.free(r.thread, live, r.time_ns);
+        match &c {
+            crate::trace::live::Change::Free { live, .. } => together.free(r.thread, live),
+            crate::trace::live::Change::Alloc { .. } => together.allocated(r.thread),
+            _ => {}
         }
         let is_boundary = match &chosen {
             Some((_, Some(id), _)) => BoundaryMark::Nvtx(*id).is_boundary(r, c),
@@ -435,32 +437,51 @@ mod tests {
     }
 
     /// Long-lived allocations of two sites freed in turn on one thread pair up; a young one, one
-    /// on another thread, or one freed more than a millisecond later pairs nothing.
+    /// on another thread, or one freed after the thread allocated or an iteration ended pairs
+    /// nothing, however close in time; frees far apart in time with nothing between still pair
+    /// (a program descheduled in the middle of a chain).
     #[test]
     fn only_long_lived_frees_next_to_each_other_on_one_thread_pair_up() {
         let mut t = FreedTogether::default();
         for b in [1_000, 2_000, 3_000] {
             t.boundary(b);
         }
-        let mut now = 10_000;
         for _ in 0..4 {
             for site in [7, 9] {
-                now += 10;
-                t.free(0, &live(site, 500), now);
+                t.free(0, &live(site, 500));
             }
             // Young (made after the boundary before the latest), and another thread's.
-            t.free(0, &live(11, 2_500), now + 1);
-            t.free(1, &live(13, 500), now + 2);
+            t.free(0, &live(11, 2_500));
+            t.free(1, &live(13, 500));
         }
         assert_eq!(t.together(7, 9), Some(7));
         assert_eq!(
             t.chains(&[7, 9, 11, 13]),
             vec![vec![(1, 7)], vec![(0, 7)], vec![], vec![]]
         );
-        // A free two milliseconds after the last pairs nothing.
-        t.free(0, &live(21, 500), now + 2_000_000);
-        t.free(0, &live(23, 500), now + 4_000_000);
+        // An allocation of the thread between two frees ends the chain; another thread's does
+        // not.
+        for _ in 0..3 {
+            t.free(0, &live(21, 500));
+            t.allocated(0);
+            t.free(0, &live(23, 500));
+            t.allocated(0);
+        }
         assert_eq!(t.together(21, 23), None);
+        for _ in 0..3 {
+            t.free(0, &live(31, 500));
+            t.allocated(1);
+            t.free(0, &live(33, 500));
+        }
+        assert_eq!(t.together(31, 33), Some(5));
+        // So does a boundary.
+        for _ in 0..3 {
+            t.free(0, &live(41, 500));
+            t.boundary(4_000);
+            t.free(0, &live(43, 500));
+            t.allocated(0);
+        }
+        assert_eq!(t.together(41, 43), None);
     }
 
     /// A metric kept with its graph frees the metric and then each activation the graph saved,
@@ -472,11 +493,9 @@ mod tests {
         for b in [1_000, 2_000, 3_000] {
             t.boundary(b);
         }
-        let mut now = 10_000;
         for _ in 0..10 {
             for site in [1, 2, 3, 4] {
-                now += 10;
-                t.free(0, &live(site, 500), now);
+                t.free(0, &live(site, 500));
             }
         }
         let chains = t.chains(&[4, 3, 2, 1, 99]);

@@ -4,9 +4,6 @@
 use crate::report::live::site_key;
 use std::collections::HashMap;
 
-/// Two frees on one thread closer than this are next to each other (a destructor releasing
-/// what it held takes microseconds).
-const NEXT_FREE_NS: u64 = 1_000_000;
 /// Pairs of call sites counted at most; past it, only the pairs already counted go on.
 const MAX_PAIRS: usize = 1 << 16;
 
@@ -15,13 +12,17 @@ const MAX_PAIRS: usize = 1 << 16;
 /// the interpreter's exit), everything it kept goes with it in one chain of frees: a metric,
 /// then the activation its autograd graph saved, then the next metric. Only allocations that
 /// outlived an iteration count, so the frees of every step's temporaries pair nothing.
+/// Two frees are next to each other when the thread allocated nothing between them and no
+/// iteration ended between them: what the records say, never how long the frees took (a
+/// program descheduled for milliseconds in the middle of a chain frees the same chain).
 #[derive(Default)]
 pub(super) struct FreedTogether {
     /// The times of the two latest iteration boundaries (older first) and how many were seen.
     boundaries: [u64; 2],
     seen: u64,
-    /// Per thread: the call site and time of its latest free of a long-lived allocation.
-    last: HashMap<u16, (u64, u64)>,
+    /// Per thread: the call site of its latest free of a long-lived allocation, since the
+    /// thread last allocated and the latest boundary.
+    last: HashMap<u16, u64>,
     /// Per call site: its long-lived allocations freed.
     freed: HashMap<u64, u64>,
     /// Per pair of call sites (smaller key first): frees of one right after the other's.
@@ -32,9 +33,17 @@ impl FreedTogether {
     pub(super) fn boundary(&mut self, time_ns: u64) {
         self.boundaries = [self.boundaries[1], time_ns];
         self.seen = self.seen.saturating_add(1);
+        self.last.clear();
     }
 
-    pub(super) fn free(&mut self, thread: u16, live: &crate::trace::live::Live, time_ns: u64) {
+    /// `thread` allocated: a chain of frees it was in has ended.
+    pub(super) fn allocated(&mut self, thread: u16) {
+        if !self.last.is_empty() {
+            self.last.remove(&thread);
+        }
+    }
+
+    pub(super) fn free(&mut self, thread: u16, live: &crate::trace::live::Live) {
         // Long-lived: made before the boundary before the latest.
         if self.seen < 2 || live.time_ns >= self.boundaries[0] {
             return;
@@ -43,10 +52,10 @@ impl FreedTogether {
         if self.freed.len() < MAX_PAIRS || self.freed.contains_key(&site) {
             *self.freed.entry(site).or_default() += 1;
         }
-        let Some((prev, at)) = self.last.insert(thread, (site, time_ns)) else {
+        let Some(prev) = self.last.insert(thread, site) else {
             return;
         };
-        if prev == site || time_ns.saturating_sub(at) > NEXT_FREE_NS {
+        if prev == site {
             return;
         }
         let key = (prev.min(site), prev.max(site));

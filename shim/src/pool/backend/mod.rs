@@ -6,7 +6,7 @@ mod fences;
 
 use fences::note_checkpoint;
 
-use super::capture::{pool_quiet, relaxed_if_capturing};
+use super::capture::{pool_quiet, relaxed_if_capturing, release_while_quiet};
 use super::context::free_segments;
 use super::context::{MAX_CONTEXTS, device_of, in_context};
 use super::sealer::{Request, Sealer, make_events};
@@ -220,6 +220,12 @@ impl Backend for CudaBackend {
 
     fn quiet(&mut self) -> bool {
         pool_quiet()
+    }
+
+    fn release_while_quiet(&mut self) -> bool {
+        // A capture, not a reset: the segments are freed in relaxed capture mode
+        // (`free_segments`), which no capture refuses (docs/cuda-facts.md).
+        release_while_quiet()
     }
 
     fn now(&mut self) -> u64 {
