@@ -69,6 +69,18 @@ pub fn my_uid() -> u32 {
 /// refers to (see the module's rules); the path returned is the one checked, so using it
 /// involves no link another user could swap.
 pub fn trusted_folder(dir: &Path) -> Result<PathBuf, Untrusted> {
+    checked_folder(dir, false)
+}
+
+/// `dir` made absolute with every link resolved, if no other user controls what is in it: as
+/// [`trusted_folder`], except that `dir` itself may be a shared sticky folder (`/tmp`), where
+/// others may add names but never move, replace or delete ours. A file the user names in such
+/// a folder is theirs to name; a folder another user owns, or can change, is not.
+pub fn others_control(dir: &Path) -> Result<PathBuf, Untrusted> {
+    checked_folder(dir, true)
+}
+
+fn checked_folder(dir: &Path, sticky_last: bool) -> Result<PathBuf, Untrusted> {
     let canonical = dir
         .canonicalize()
         .map_err(|e| Untrusted::Io(dir.to_path_buf(), e))?;
@@ -86,7 +98,7 @@ pub fn trusted_folder(dir: &Path) -> Result<PathBuf, Untrusted> {
         }
         let last = i + 1 == parts.len();
         let sticky = meta.mode() & 0o1000 != 0;
-        if meta.mode() & 0o022 != 0 && (last || !sticky) {
+        if meta.mode() & 0o022 != 0 && ((last && !sticky_last) || !sticky) {
             return Err(Untrusted::Open(at, meta.mode()));
         }
     }
@@ -149,7 +161,10 @@ impl std::error::Error for WriteError {}
 /// and private (0600): into a new file beside it, renamed over `path` once complete. A link
 /// at `path` is replaced, not written through, unless it is this user's or root's own link
 /// (`/dev/stdout`, a link the user made). A name that is not a regular file (`/dev/null`, a
-/// FIFO, a terminal) is written in place, as the user asked.
+/// FIFO, a terminal) is written in place, as the user asked, only when it is this user's or
+/// root's: another user's FIFO or device in a shared folder is refused, never written. It is
+/// opened without blocking (a FIFO nobody reads is an error, not a hang) and checked on the
+/// open descriptor, so nothing swapped in between is written.
 pub fn write_whole<T>(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> io::Result<T>,
@@ -169,17 +184,56 @@ pub fn write_whole<T>(
         },
     };
     if in_place {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .truncate(true)
-            .open(path)
-            .map_err(io)?;
+        let f = open_in_place(path).map_err(io)?;
         let mut w = io::BufWriter::new(f);
         let out = fill(&mut w).map_err(io)?;
         w.flush().map_err(io)?;
         return Ok(out);
     }
     replace_whole(path, 0o600, fill)
+}
+
+/// Opens `path` to be written in place: without blocking (a FIFO with no reader answers at
+/// once), then, on the descriptor itself, refused unless it is this user's or root's; a
+/// regular file (reached through the user's own link) is emptied only after that check, and
+/// the descriptor then blocks as a writer expects.
+fn open_in_place(path: &Path) -> io::Result<File> {
+    // Looked at first, so another user's FIFO is not even opened (its reader would see a
+    // writer come and go); then again on the descriptor, against a swap in between.
+    let owner = |uid: u32| {
+        if uid == my_uid() || uid == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "it belongs to another user (uid {uid}), who would receive what is written: \
+                 name a file of your own"
+            )))
+        }
+    };
+    owner(std::fs::metadata(path)?.uid())?;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ENXIO) => io::Error::other(
+                "a FIFO that nobody is reading: start its reader first, or name a file",
+            ),
+            _ => e,
+        })?;
+    let meta = f.metadata()?;
+    owner(meta.uid())?;
+    if meta.is_file() {
+        f.set_len(0)?;
+    }
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&f);
+    // SAFETY: fcntl on a descriptor this function owns; only the status flags change.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(f)
 }
 
 /// Writes what `fill` writes into a new file beside `path` (mode `mode`, a random name,

@@ -227,7 +227,7 @@ fn default_pictures_never_go_through_a_link_in_a_folder_others_can_write() {
 fn exports_are_private_and_appear_whole() {
     let dir = tempdir("hostile-exports");
     let trace = a_trace(&dir, "t.trace");
-    for format in ["perfetto", "rmm", "memory-viz", "memory-viz-html"] {
+    for format in ["perfetto", "rmm", "memory-viz"] {
         let out_path = dir.join(format!("out-{format}"));
         std::fs::write(&out_path, b"old").unwrap();
         chmod(&out_path, 0o644);
@@ -412,8 +412,13 @@ fn a_name_taken_in_advance_gives_another_name_never_no_recording() {
 }
 
 /// What no terminal, page or file format may receive raw from a trace or a file it names.
+/// A newline that starts a line of its own, escape sequences (ESC and the C1 CSI), markup, a
+/// byte that is not UTF-8, a right-to-left override (U+202E) and a first-strong isolate
+/// (U+2068) that read the rest reversed, a zero-width space (U+200B), and the four characters
+/// `\x1b`, which must not read like the ESC before them.
 const HOSTILE: &[u8] =
-    b"ev\nssh-ed25519 AAAA il\x1b]0;owned\x07\x1b[2J\xc2\x9b1m<b onload=\"x\">'&\xff";
+    b"ev\nssh-ed25519 AAAA il\x1b]0;owned\x07\x1b[2J\xc2\x9b1m<b onload=\"x\">'&\xff\
+    \xe2\x80\xaegnp.exe\xe2\x81\xa8x\xe2\x80\x8by \\x1b";
 
 /// The checks on text meant for a terminal: nothing that moves it, no line the hostile name
 /// starts, valid UTF-8.
@@ -425,10 +430,23 @@ fn terminal_safe(what: &str, bytes: &[u8]) {
             "{what}: control character {c:?} in:\n{text}"
         );
     }
+    unseen_free(what, text);
     assert!(
         !text.lines().any(|l| l.starts_with("ssh-ed25519")),
         "{what}: a name split a line:\n{text}"
     );
+}
+
+/// No character that changes how text reads without being seen (a direction override or
+/// isolate, a zero-width space): what the reader sees is what is there.
+fn unseen_free(what: &str, text: &str) {
+    for c in text.chars() {
+        assert!(
+            !matches!(c as u32, 0x200b..=0x200f | 0x202a..=0x202e | 0x2066..=0x2069 | 0xfeff),
+            "{what}: unseen character U+{:04X} in:\n{text}",
+            c as u32
+        );
+    }
 }
 
 /// Text for SVG or HTML: no markup from a name, no line of its own, no control character.
@@ -565,6 +583,10 @@ fn hostile_names_are_escaped_in_every_command_and_format() {
                 stderr(&out)
             );
             terminal_safe(&format!("{what} stderr"), &out.stderr);
+            if json {
+                // JSON escapes nothing of these by itself: the strings carry them escaped.
+                unseen_free(&what, &String::from_utf8_lossy(&out.stdout));
+            }
             if json && out.status.success() {
                 // `events --json` prints one object per line; the rest one document.
                 let docs: Vec<&[u8]> = if args[0] == "events" {
@@ -606,6 +628,19 @@ fn hostile_names_are_escaped_in_every_command_and_format() {
         "the patched symbol is shown escaped:\n{}",
         stdout(&leaks)
     );
+    // ESC reads `\x1b`; the four characters `\x1b` read `\x5cx1b`; the override is named.
+    let events = stdout(
+        &Command::new(gpushim_bin())
+            .arg("events")
+            .arg(t)
+            .output()
+            .unwrap(),
+    );
+    assert!(
+        events.contains("\\x1b]0;owned") && events.contains("\\x5cx1b"),
+        "{events}"
+    );
+    assert!(events.contains("\\u{202e}gnp.exe"), "{events}");
     let diff = Command::new(gpushim_bin())
         .arg("diff")
         .arg(t)
@@ -638,7 +673,7 @@ fn hostile_names_are_escaped_in_every_command_and_format() {
         gpushim::export::svg_to_png(std::str::from_utf8(&svg).unwrap())
             .unwrap_or_else(|e| panic!("{cmd}: {e}"));
     }
-    for format in ["perfetto", "rmm", "memory-viz", "memory-viz-html"] {
+    for format in ["perfetto", "rmm", "memory-viz"] {
         let o = dir.join(format!("x.{format}"));
         let out = Command::new(gpushim_bin())
             .args(["export", "--format", format, "-o"])
@@ -653,7 +688,6 @@ fn hostile_names_are_escaped_in_every_command_and_format() {
             "perfetto" => {
                 serde_json::from_slice::<serde_json::Value>(&bytes).unwrap();
             }
-            "memory-viz-html" => markup_safe(format, &bytes),
             "rmm" => terminal_safe(format, &bytes),
             _ => {}
         }
@@ -677,4 +711,282 @@ fn hostile_names_are_escaped_in_every_command_and_format() {
         2,
         "a string closed a script"
     );
+}
+
+/// A program on the simulator as `uid` (root only), with the shim preloaded, writing its trace
+/// at `trace`; stdout and stderr kept.
+fn client_as(uid: Option<u32>, cwd: &Path, trace: &Path) -> Output {
+    let mut c = match uid {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args([
+                format!("--reuid={u}"),
+                format!("--regid={u}"),
+                "--clear-groups".into(),
+                "--".into(),
+            ])
+            .arg(sim().bin("train_loop"));
+            c
+        }
+        None => Command::new(sim().bin("train_loop")),
+    };
+    c.arg("2")
+        .current_dir(cwd)
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env("LD_PRELOAD", shim())
+        .env("GPUSHIM_TRACE", trace)
+        .env_remove("GPUSHIM_CONF")
+        .env_remove("GPUSHIM_RUN_REPORT");
+    finish_within(c, Duration::from_secs(60), "the client")
+}
+
+fn mkfifo(p: &Path, mode: u32) {
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), mode) }, 0, "{p:?}");
+    chmod(p, mode);
+}
+
+/// A reader of `fifo` (as root) copying what arrives into `into`.
+fn listen(fifo: &Path, into: &Path) -> std::process::Child {
+    Command::new("cat")
+        .arg(fifo)
+        .stdout(std::fs::File::create(into).unwrap())
+        .spawn()
+        .unwrap()
+}
+
+/// A name the user gives is written in place only when it is the user's (or root's, as
+/// `/dev/null`): another user's FIFO in a shared folder is refused at once, never waited on and
+/// never fed the page; the user's own FIFO with a reader receives the export, and with none
+/// the command says so instead of hanging.
+#[test]
+fn another_users_fifo_is_never_written_and_nothing_waits_on_a_fifo() {
+    let root = tempdir("hostile-fifo");
+    chmod(&root, 0o1777);
+    let trace = a_trace(&root, "mine.trace");
+    chmod(&trace, 0o644);
+    let home = root.join("home");
+    std::fs::create_dir(&home).unwrap();
+    let reader = two_users(&root).then_some(READER);
+    if let Some(r) = reader {
+        for p in [&home, &trace] {
+            give(p, r);
+        }
+    }
+    // Another user's FIFO, open to all, at the name the user gives; someone even reads it.
+    if reader.is_some() {
+        let theirs = root.join("out.html");
+        mkfifo(&theirs, 0o666);
+        give(&theirs, ATTACKER);
+        let got = root.join("received");
+        let listener = listen(&theirs, &got);
+        for args in [
+            vec![OsStr::new("report"), trace.as_os_str(), OsStr::new("-o")],
+            vec![
+                OsStr::new("export"),
+                OsStr::new("--format"),
+                OsStr::new("perfetto"),
+                trace.as_os_str(),
+                OsStr::new("-o"),
+            ],
+        ] {
+            let mut args = args.clone();
+            args.push(theirs.as_os_str());
+            let out = finish_within(
+                gpushim_as(reader, &home, &home, &args),
+                Duration::from_secs(60),
+                "writing to another user's FIFO",
+            );
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+            assert!(err.contains("another user (uid 4242)"), "{err}");
+            assert!(!err.contains("wrote"), "{err}");
+        }
+        // The listener never even saw a writer: nothing of the page reached it.
+        let mut listener = listener;
+        let _ = listener.kill();
+        let _ = listener.wait();
+        assert_eq!(
+            std::fs::read(&got).unwrap_or_default(),
+            b"",
+            "the other user got data"
+        );
+    }
+    // The user's own FIFO with nobody reading: said at once, not a hang.
+    let mine = home.join("mine.fifo");
+    mkfifo(&mine, 0o600);
+    if let Some(r) = reader {
+        give(&mine, r);
+    }
+    let out = finish_within(
+        gpushim_as(
+            reader,
+            &home,
+            &home,
+            &[
+                OsStr::new("export"),
+                OsStr::new("--format"),
+                OsStr::new("perfetto"),
+                trace.as_os_str(),
+                OsStr::new("-o"),
+                mine.as_os_str(),
+            ],
+        ),
+        Duration::from_secs(60),
+        "an export to a FIFO nobody reads",
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nobody is reading"),
+        "{}",
+        stderr(&out)
+    );
+    // With a reader, the user's own FIFO and /dev/null work as before.
+    let got = home.join("got.json");
+    let listener = listen(&mine, &got);
+    std::thread::sleep(Duration::from_millis(200));
+    for target in [mine.as_path(), Path::new("/dev/null")] {
+        let out = finish_within(
+            gpushim_as(
+                reader,
+                &home,
+                &home,
+                &[
+                    OsStr::new("export"),
+                    OsStr::new("--format"),
+                    OsStr::new("perfetto"),
+                    trace.as_os_str(),
+                    OsStr::new("-o"),
+                    target.as_os_str(),
+                ],
+            ),
+            Duration::from_secs(60),
+            "an export to the user's own FIFO",
+        );
+        assert_ok(&out);
+    }
+    let mut listener = listener;
+    listener.wait().unwrap();
+    serde_json::from_slice::<serde_json::Value>(&std::fs::read(&got).unwrap())
+        .expect("the export arrived whole through the user's FIFO");
+}
+
+/// The folder `gpushim run` keeps its processes' notes in is 0700 whatever the umask, with a
+/// private folder and, without one, in the system's temporary folder.
+#[test]
+fn the_runs_notes_folder_is_the_users_alone() {
+    let dir = tempdir("hostile-notes");
+    let home = dir.join("home");
+    std::fs::create_dir(&home).unwrap();
+    for with_home in [true, false] {
+        let mut c = Command::new(gpushim_bin());
+        c.current_dir(&dir)
+            .env_remove("XDG_CACHE_HOME")
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("GPUSHIM_CONF")
+            .env("GPUSHIM_TRACE", "off")
+            .args(["run", "--lib"])
+            .arg(shim())
+            .args([
+                "--",
+                "sh",
+                "-c",
+                r#"umask; stat -c %a "$GPUSHIM_RUN_REPORT""#,
+            ]);
+        if with_home {
+            c.env("HOME", &home);
+        } else {
+            c.env_remove("HOME");
+        }
+        let out = c.output().unwrap();
+        assert_ok(&out);
+        let said = stdout(&out);
+        assert_eq!(
+            said.lines().last(),
+            Some("700"),
+            "HOME set: {with_home}: {said}"
+        );
+    }
+}
+
+/// A trace folder named through a link another user planted, or through the user's own link
+/// into a folder another user owns, is refused by `run` before the program starts; the shim
+/// preloaded without `run` records nothing through the planted link and says why. The real
+/// folder named as it is, and the user's own link into a folder of theirs, work.
+#[test]
+fn a_trace_folder_through_a_link_into_another_users_folder_is_refused_before_the_start() {
+    let root = tempdir("hostile-trace-link");
+    chmod(&root, 0o1777);
+    let home = root.join("home");
+    let theirs = root.join("theirs");
+    let mine = root.join("mine");
+    for d in [&home, &theirs, &mine] {
+        std::fs::create_dir(d).unwrap();
+    }
+    chmod(&theirs, 0o777);
+    let planted = root.join("tr");
+    std::os::unix::fs::symlink(&theirs, &planted).unwrap();
+    let own_link = home.join("to-theirs");
+    std::os::unix::fs::symlink(&theirs, &own_link).unwrap();
+    let good_link = home.join("to-mine");
+    std::os::unix::fs::symlink(&mine, &good_link).unwrap();
+    let Some(reader) = two_users(&root).then_some(READER) else {
+        return;
+    };
+    give(&theirs, ATTACKER);
+    give(&planted, ATTACKER);
+    for p in [&home, &own_link, &good_link, &mine] {
+        give(p, reader);
+    }
+    let marker = home.join("ran");
+    for through in [&planted, &own_link] {
+        let trace = through.join("x.%p.trace");
+        let out = finish_within(
+            {
+                let mut c = gpushim_as(
+                    Some(reader),
+                    &home,
+                    &home,
+                    &[
+                        OsStr::new("run"),
+                        OsStr::new("--lib"),
+                        shim().as_os_str(),
+                        OsStr::new("--trace"),
+                        trace.as_os_str(),
+                        OsStr::new("--"),
+                        OsStr::new("touch"),
+                        marker.as_os_str(),
+                    ],
+                );
+                c.env("LD_LIBRARY_PATH", &sim().dir);
+                c
+            },
+            Duration::from_secs(60),
+            "run",
+        );
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{through:?}: {err}");
+        assert!(
+            err.contains("is reached through the link") && err.contains("Not running"),
+            "{err}"
+        );
+        assert!(!marker.exists(), "the program started");
+    }
+    // Plain LD_PRELOAD through the planted link: nothing lands in the other user's folder.
+    let out = client_as(Some(reader), &home, &planted.join("x.trace"));
+    assert_ok(&out);
+    assert!(
+        stderr(&out).contains("a link another user (uid 4242) owns"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0);
+    // The user's own link into their own folder, and the shared folder named as it is, work.
+    for trace in [good_link.join("y.trace"), root.join("z.trace")] {
+        let out = client_as(Some(reader), &home, &trace);
+        assert_ok(&out);
+        assert!(!stderr(&out).contains("another user"), "{}", stderr(&out));
+        assert!(trace.is_file(), "{trace:?}: {}", stderr(&out));
+    }
 }

@@ -51,7 +51,6 @@ fn a_segment_that_runs_past_two_to_the_64_is_read_by_every_report() {
         vec!["leaks"],
         vec!["export", "--format", "rmm", "-o", "/dev/null"],
         vec!["export", "--format", "memory-viz", "-o", "/dev/null"],
-        vec!["export", "--format", "memory-viz-html", "-o", "/dev/null"],
         vec!["export", "--format", "perfetto", "-o", "/dev/null"],
     ] {
         gpushim(&args, &t);

@@ -442,17 +442,18 @@ wall clock. `gpushim report` draws the same in a page you can hover and click."
     /// Convert a trace for other viewers: Perfetto/Chrome JSON, PyTorch memory_viz pickle,
     /// RMM replay CSV.
     #[command(
-        after_help = "Formats:\n  perfetto         Chrome trace JSON: open in https://ui.perfetto.dev (a counter track per device, NVTX ranges as slices;\n                   several traces become one timeline, a process per rank, aligned by wall clock)\n  memory-viz       PyTorch snapshot pickle: open in https://pytorch.org/memory_viz\n  memory-viz-html  that snapshot inside a page that opens PyTorch's viewer on it\n  rmm          RMM replay log: Thread,Time,Action,Pointer,Size,Stream\n\n\
-        For every record as CSV or JSON lines, see `gpushim events`."
+        after_help = "Formats:\n  perfetto         Chrome trace JSON: open in https://ui.perfetto.dev (a counter track per device, NVTX ranges as slices;\n                   several traces become one timeline, a process per rank, aligned by wall clock)\n  memory-viz       PyTorch snapshot pickle: open in https://pytorch.org/memory_viz\n  rmm              RMM replay log: Thread,Time,Action,Pointer,Size,Stream\n\n\
+        Examples:\n  gpushim export --format perfetto -o run.json rank*.trace\n  gpushim export --format memory-viz -o run.pickle run.trace\n\n\
+        A page of the run that opens offline: `gpushim report`. For every record as CSV or JSON\n\
+        lines: `gpushim events`."
     )]
     Export {
         /// One trace; for perfetto, several (one per rank) make one timeline.
         #[arg(required = true)]
         traces: Vec<PathBuf>,
         /// perfetto: Chrome/Perfetto JSON (ui.perfetto.dev); memory-viz: PyTorch's snapshot
-        /// pickle (pytorch.org/memory_viz); memory-viz-html: a page that opens that viewer on
-        /// the snapshot (needs the network to load the viewer); rmm: RMM's replay CSV.
-        #[arg(long, value_parser = ["perfetto", "memory-viz", "memory-viz-html", "rmm"])]
+        /// pickle (pytorch.org/memory_viz); rmm: RMM's replay CSV.
+        #[arg(long, value_parser = export_formats())]
         format: String,
         /// Output file: created private (0600) and whole (written aside, then renamed into
         /// place); a link another user made at that name is replaced, never written through.
@@ -461,10 +462,6 @@ wall clock. `gpushim report` draws the same in a page you can hover and click."
         /// Pickle protocol for memory-viz (2, 3 or 4).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=4))]
         protocol: u8,
-        /// The first view of memory-viz-html.
-        #[arg(long, default_value = "Active Memory Timeline", value_parser = [
-            "Active Memory Timeline", "Active Cached Segment Timeline", "Allocator State History"])]
-        view: String,
         #[command(flatten)]
         reading: Reading,
     },
@@ -594,3 +591,15 @@ CUDA graphs' pools and torch.cuda.MemPool are kept as the run held them (torch 2
 counted against the device and the memory fraction, not replayed under the other setting.\n\n\
 --conf replays the allocation calls through the shim's own pool. That replay assumes the GPU \
 keeps up with the program, so it shows the memory a policy needs, not the waits it would cost.";
+
+/// The export formats; `memory-viz-html` is still understood, to say why it is no longer
+/// written, and not shown.
+fn export_formats() -> clap::builder::PossibleValuesParser {
+    use clap::builder::PossibleValue;
+    clap::builder::PossibleValuesParser::new([
+        PossibleValue::new("perfetto"),
+        PossibleValue::new("memory-viz"),
+        PossibleValue::new("memory-viz-html").hide(true),
+        PossibleValue::new("rmm"),
+    ])
+}

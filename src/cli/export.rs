@@ -11,9 +11,17 @@ pub fn cmd_export(
     format: &str,
     output: &Path,
     protocol: u8,
-    view: &str,
     opts: &ReadOptions,
 ) -> ExitCode {
+    if format == "memory-viz-html" {
+        return fail(
+            "memory-viz-html is no longer written: its page loaded PyTorch's viewer from the \
+             network (an unpinned CDN address, so whoever controls it ran script in the page, \
+             and offline it never opened). `gpushim report TRACE` writes one page of the run \
+             that opens offline; `--format memory-viz` writes the snapshot for \
+             https://pytorch.org/memory_viz",
+        );
+    }
     let trace = match (format, traces) {
         ("perfetto", _) | (_, [_]) => &traces[0],
         _ => {
@@ -31,9 +39,6 @@ pub fn cmd_export(
         let r = match format {
             "perfetto" => gpushim::export::perfetto(traces, w, opts).map_err(|e| e.to_string()),
             "rmm" => gpushim::export::rmm_csv(trace, w, opts).map_err(|e| e.to_string()),
-            "memory-viz-html" => {
-                gpushim::export::memory_viz_html(trace, w, view, opts).map_err(|e| e.to_string())
-            }
             _ => gpushim::export::memory_viz(trace, w, protocol, opts).map_err(|e| e.to_string()),
         };
         r.map_err(|e| {

@@ -296,9 +296,8 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             format,
             output,
             protocol,
-            view,
             ..
-        } => export::cmd_export(&traces, &format, &output, protocol, &view, opts),
+        } => export::cmd_export(&traces, &format, &output, protocol, opts),
         Cmd::Diff { a, b, json, .. } => diff::cmd_diff(&a, &b, json, opts),
         Cmd::Top {
             trace,

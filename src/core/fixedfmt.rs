@@ -61,9 +61,32 @@ mod tests {
     }
 }
 
+/// Whether `c` changes how the text around it reads without being seen itself: the
+/// bidirectional embeddings, overrides, isolates and marks (U+202E shows a name reversed),
+/// zero-width characters, word joiners, line and paragraph separators, the byte-order mark,
+/// the soft hyphen, interlinear annotations and tag characters (Unicode's format characters
+/// and separators that text shows nothing for). Shown as escapes wherever a string from a
+/// trace or a file is shown, so two names that read the same are the same.
+pub fn hidden(c: char) -> bool {
+    matches!(
+        c as u32,
+        0xad | 0x61c
+            | 0x180e
+            | 0x200b..=0x200f
+            | 0x2028..=0x202e
+            | 0x2060..=0x2064
+            | 0x2066..=0x206f
+            | 0xfeff
+            | 0xfff9..=0xfffb
+            | 0xe0001
+            | 0xe0020..=0xe007f
+    )
+}
+
 /// Bytes (a path, a program name) shown on one line: printable ASCII and valid UTF-8 as they
-/// are, control characters, backslashes and invalid bytes as `\xNN`, so a newline in a file
-/// name cannot split a message. Allocates nothing.
+/// are, control characters, backslashes and invalid bytes as `\xNN`, characters that change
+/// how text reads unseen ([`hidden`]) as `\u{202e}`, so a newline in a file name cannot split
+/// a message and a direction override cannot reverse it. Allocates nothing.
 pub struct Escaped<'a>(pub &'a [u8]);
 
 impl core::fmt::Display for Escaped<'_> {
@@ -75,6 +98,8 @@ impl core::fmt::Display for Escaped<'_> {
                     for b in c.encode_utf8(&mut buf).bytes() {
                         write!(f, "\\x{b:02x}")?;
                     }
+                } else if hidden(c) {
+                    write!(f, "\\u{{{:x}}}", c as u32)?;
                 } else {
                     write!(f, "{c}")?;
                 }
@@ -96,5 +121,21 @@ mod escaped_tests {
         let s = format!("{}", Escaped(b"/tmp/a\nb\\c/\xffd\xc3\xa9.trace"));
         assert_eq!(s, "/tmp/a\\x0ab\\x5cc/\\xffd\u{e9}.trace");
         assert!(!s.contains('\n'));
+    }
+
+    #[test]
+    fn direction_overrides_and_zero_width_characters_are_shown_as_escapes() {
+        // "evil\u{202e}txt.exe" reads "evilexe.txt" raw; a zero-width space hides in a name.
+        let s = format!(
+            "{}",
+            Escaped("evil\u{202e}txt.exe a\u{200b}b \u{2066}i\u{2069}".as_bytes())
+        );
+        assert_eq!(s, "evil\\u{202e}txt.exe a\\u{200b}b \\u{2066}i\\u{2069}");
+        // An escape sequence and the four characters that spell one differ.
+        assert_ne!(
+            format!("{}", Escaped(b"\x1b")),
+            format!("{}", Escaped(b"\\x1b"))
+        );
+        assert!(!super::hidden('a') && !super::hidden('\u{e9}') && super::hidden('\u{feff}'));
     }
 }

@@ -1,4 +1,4 @@
-//! PyTorch's memory_viz snapshot (a pickle) and a page that opens it in the viewer.
+//! PyTorch's memory_viz snapshot (a pickle), for the viewer at pytorch.org/memory_viz.
 
 use super::ExportError;
 use crate::report::{Change, Live, Replay, replay_each};
@@ -210,42 +210,6 @@ pub fn memory_viz(
     out.write_all(&bytes)?;
     Ok(n)
 }
-
-/// The memory_viz snapshot inside a page that opens PyTorch's viewer on it: PyTorch's
-/// `MemoryViz.js`, loaded from its CDN (the page needs the network), given the pickle inline,
-/// as `torch.cuda._memory_viz` writes its own pages. `view` is the viewer's first tab:
-/// "Active Memory Timeline", "Active Cached Segment Timeline" or "Allocator State History".
-pub fn memory_viz_html(
-    path: &Path,
-    out: &mut dyn Write,
-    view: &str,
-    opts: &ReadOptions,
-) -> Result<u64, ExportError> {
-    use base64::Engine;
-    let mut pickle = Vec::new();
-    let n = memory_viz(path, &mut pickle, 3, opts)?;
-    // The viewer decodes in 3-byte groups; trailing zero bytes follow the pickle's STOP.
-    pickle.resize(pickle.len().div_ceil(3) * 3, 0);
-    let data = base64::engine::general_purpose::STANDARD.encode(&pickle);
-    let files = serde_json::json!([{"name": "gpushim.pickle", "base64": data}]);
-    let view = serde_json::Value::String(view.to_string());
-    write!(
-        out,
-        "<!DOCTYPE html>\n<html>\n<head>\n<meta charset=\"utf-8\">\n\
-         <title>gpushim: {title}</title>\n</head>\n<body>\n\
-         <script type=\"module\">\n\
-         import {{add_local_files}} from \"{MEMORY_VIZ_JS}\"\n\
-         const local_files = {files}\n\
-         add_local_files(local_files, {view})\n\
-         </script>\n</body>\n</html>\n",
-        title = super::xml(&path.display().to_string()),
-    )?;
-    Ok(n)
-}
-
-/// PyTorch's memory viewer, as `torch.cuda._memory_viz` loads it.
-pub const MEMORY_VIZ_JS: &str =
-    "https://cdn.jsdelivr.net/gh/pytorch/pytorch@main/torch/utils/viz/MemoryViz.js";
 
 fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
     let block = |p: u64, l: &Live| VizBlock {

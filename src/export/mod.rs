@@ -15,7 +15,7 @@ mod sites;
 mod stacked;
 
 pub use flamegraph::flamegraph_svg;
-pub use memory_viz::{memory_viz, memory_viz_html};
+pub use memory_viz::memory_viz;
 pub use page::page_html;
 pub use perfetto::perfetto;
 pub use plot::plot_svg;
@@ -130,12 +130,12 @@ fn fitted(text: &str, font_size: f64, room: f64) -> String {
 }
 
 /// Text for SVG or HTML, in an element or a double-quoted attribute (the only kind written):
-/// markup characters as entities, and
-/// control characters (a newline in a file name, an escape sequence in a symbol) written as
-/// visible escapes (`\x0a`), so a string from a trace neither adds markup nor starts a line of
-/// its own in the file.
+/// markup characters as entities, and control characters (a newline in a file name, an escape
+/// sequence in a symbol) and characters that change how text reads unseen (a direction
+/// override) written as visible escapes (`\x0a`, `\u{202e}`: an entity would still act), so
+/// a string from a trace neither adds markup, starts a line of its own, nor reads reversed.
 pub(crate) fn xml(s: &str) -> String {
-    crate::trace::reader::printable(s.as_bytes())
+    crate::trace::reader::visible(s)
         .replace('\0', "\\x00")
         .replace('&', "&amp;")
         .replace('<', "&lt;")

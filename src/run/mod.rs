@@ -32,6 +32,14 @@ pub enum RunError {
     TraceFolder(String, FolderProblem),
     /// `gpushim run` with no command.
     NothingToRun,
+    /// The trace's folder (as named) is reached through `link`, into `lands`, which another
+    /// user controls (why).
+    TraceThroughLink {
+        named: PathBuf,
+        link: PathBuf,
+        lands: PathBuf,
+        why: String,
+    },
     /// The folder holding the private folder can be changed by another user.
     Untrusted(crate::files::Untrusted),
     /// Neither `XDG_CACHE_HOME`, `HOME` nor `XDG_RUNTIME_DIR` names a folder to write to.
@@ -104,6 +112,21 @@ impl std::fmt::Display for RunError {
                     "{what} cannot be written by this user: pick another --trace"
                 )
             }
+            RunError::TraceThroughLink {
+                named,
+                link,
+                lands,
+                why,
+            } => write!(
+                f,
+                "the trace's folder {} is reached through the link {} into {}, and {why}: that \
+                 user, not you, would decide where the trace lands and could take it away. \
+                 Not running; name a folder of your own with --trace (or name the real folder \
+                 itself, if you mean it)",
+                crate::files::shown(named),
+                crate::files::shown(link),
+                crate::files::shown(lands)
+            ),
             RunError::NothingToRun => f.write_str(
                 "nothing to run: give a command after --, as in `gpushim run -- python train.py`",
             ),
@@ -235,6 +258,7 @@ pub fn check_trace(pattern: Option<&str>) -> Result<bool, RunError> {
         _ => PathBuf::from("."),
     };
     writable_dir(&dir, &format!("the folder {}", crate::files::shown(&dir)))?;
+    not_through_a_link_to_others(&dir)?;
     if !pattern.contains("%p") && path.symlink_metadata().is_ok() {
         // Traces are never overwritten, and a name already there never turns recording off.
         eprintln!(
@@ -243,6 +267,48 @@ pub fn check_trace(pattern: Option<&str>) -> Result<bool, RunError> {
         );
     }
     Ok(true)
+}
+
+/// Refuses a trace folder named through a link that another user owns, or that leads into a
+/// folder another user controls ([`crate::files::others_control`]): the trace would land where
+/// that user decides and could be replaced there. A folder named as it is, even a shared one
+/// like `/tmp`, is the user's choice; so is a link of the user's own into a folder of theirs.
+fn not_through_a_link_to_others(dir: &Path) -> Result<(), RunError> {
+    use std::os::unix::fs::MetadataExt;
+    let mut at = PathBuf::new();
+    let mut first_link = None;
+    for part in dir.components() {
+        at.push(part);
+        if let Ok(m) = std::fs::symlink_metadata(&at)
+            && m.file_type().is_symlink()
+        {
+            first_link = Some((at.clone(), m.uid()));
+            break;
+        }
+    }
+    let Some((link, owner)) = first_link else {
+        return Ok(());
+    };
+    let lands = dir
+        .canonicalize()
+        .map_err(|e| RunError::Io(dir.to_path_buf(), e))?;
+    let me = crate::files::my_uid();
+    let why = if owner != me && owner != 0 {
+        Some(format!("the link belongs to another user (uid {owner})"))
+    } else {
+        crate::files::others_control(&lands)
+            .err()
+            .map(|e| e.to_string())
+    };
+    match why {
+        None => Ok(()),
+        Some(why) => Err(RunError::TraceThroughLink {
+            named: dir.to_path_buf(),
+            link,
+            lands,
+            why,
+        }),
+    }
 }
 
 fn writable_dir(dir: &Path, what: &str) -> Result<(), RunError> {

@@ -5,8 +5,9 @@ use super::{RunError, private_folder};
 use std::path::{Path, PathBuf};
 
 /// The folder the run's processes leave their notes in (`GPUSHIM_RUN_REPORT`): new, with a
-/// random name, mode 0700, inside [`private_folder`] (or the system's temporary folder when
-/// there is none), removed when the run ends. A note says which file a process wrote
+/// random name, mode 0700 (so its notes lie in a folder only the user can list or write), inside
+/// [`private_folder`] (or, when there is none, the system's temporary folder, whose sticky bit
+/// keeps others from moving or replacing it), removed when the run ends. A note says which file a process wrote
 /// (`DEV INO\nPATH`); a trace is believed only when the file at PATH, opened without following
 /// a link or blocking, is a regular file of this user's with that device and inode and the
 /// trace magic. Nothing else in the trace's folder is read.
@@ -14,8 +15,12 @@ pub(super) struct RunNotes(tempfile::TempDir);
 
 impl RunNotes {
     pub(super) fn new() -> Result<RunNotes, RunError> {
+        use std::os::unix::fs::PermissionsExt;
         let mut b = tempfile::Builder::new();
-        b.prefix("run-");
+        // 0700 whatever the umask: the notes name the run's traces, and in the system's
+        // temporary folder (no private folder) anyone could otherwise list them.
+        b.prefix("run-")
+            .permissions(std::fs::Permissions::from_mode(0o700));
         let made = match private_folder() {
             Ok(base) => b.tempdir_in(&base).map_err(|e| RunError::Io(base, e)),
             Err(_) => b

@@ -86,25 +86,62 @@ pub(super) fn c_string(b: &[u8]) -> String {
     printable(&b[..end])
 }
 
-/// A string from the trace as reports may print it: invalid UTF-8 replaced, and control
-/// characters other than NUL (an escape sequence in a host or range name would move the
-/// reader's terminal) written as escapes (`\x1b`, `\u{9b}`).
+/// A string from the trace as reports may print it, what the reader sees being what is there:
+/// control characters other than NUL (an escape sequence in a host or range name would move the
+/// reader's terminal) written as escapes (`\x1b`, `\u{9b}`), backslashes too (`\x5c`, so the
+/// four characters `\x1b` never read as ESC), characters that change how text reads unseen
+/// (a direction override, a zero-width space: [`crate::fixedfmt::hidden`]) as `\u{202e}`, and
+/// bytes that are not UTF-8 as `\xff`. Every string of a trace passes here once, as it is
+/// read, so every report and format shows it the same way.
 pub fn printable(b: &[u8]) -> String {
-    let s = String::from_utf8_lossy(b);
-    // NUL stays: it separates the parts of a Python frame's strings, and moves no terminal.
-    let escaped = |c: char| c.is_control() && c != '\0';
-    if !s.chars().any(escaped) {
-        return s.into_owned();
+    let plain =
+        |c: char| !(c.is_control() && c != '\0') && c != '\\' && !crate::fixedfmt::hidden(c);
+    if let Ok(s) = std::str::from_utf8(b)
+        && s.chars().all(plain)
+    {
+        return s.to_owned();
     }
-    let mut out = String::with_capacity(s.len() + 8);
-    for c in s.chars() {
-        match c {
-            c if !escaped(c) => out.push(c),
-            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
-            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+    let mut out = String::with_capacity(b.len() + 8);
+    for chunk in b.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if plain(c) {
+                out.push(c);
+            } else {
+                escape_into(&mut out, c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
         }
     }
     out
+}
+
+fn escape_into(out: &mut String, c: char) {
+    if (c as u32) < 0x80 {
+        out.push_str(&format!("\\x{:02x}", c as u32));
+    } else {
+        out.push_str(&format!("\\u{{{:x}}}", c as u32));
+    }
+}
+
+/// Text already shown once ([`printable`], or made by the command) made safe to show again:
+/// control and unseen characters escaped as there, backslashes left as they are (they are the
+/// escapes `printable` wrote).
+pub fn visible(s: &str) -> std::borrow::Cow<'_, str> {
+    let odd = |c: char| (c.is_control() && c != '\0') || crate::fixedfmt::hidden(c);
+    if !s.chars().any(odd) {
+        return std::borrow::Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if odd(c) {
+            escape_into(&mut out, c);
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 pub(super) fn info_capacity(h: &[u8]) -> u64 {

@@ -14,7 +14,7 @@ pub(crate) mod head;
 mod stats;
 
 use crate::trace::checkpoint::read::{checkpoint_summarized, checkpoint_summed, read_checkpoint};
-pub use head::{DeviceMake, printable};
+pub use head::{DeviceMake, printable, visible};
 use head::{info_capacity, le_u64, read_header};
 pub use stats::{Damage, DecodeStats};
 

@@ -39,7 +39,7 @@ use core::sync::atomic::{
 };
 pub use naming::{
     ErrnoText, OpenError, OpenOptions, PatternError, another_name, errno_text, expand_pattern,
-    format_int, unguessable_word,
+    foreign_link, format_int, unguessable_word,
 };
 
 /// Bytes mapped at once. A multiple of every page size Linux uses (4 KiB to 64 KiB).

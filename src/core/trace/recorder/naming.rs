@@ -32,6 +32,9 @@ pub enum OpenError {
     Create(i32),
     /// The first chunk could not be reserved or mapped.
     Map(i32),
+    /// The way to the trace's folder goes through a link that another user (this uid) owns:
+    /// that user, not the one who named the path, decides where the trace lands.
+    ForeignLink(u32),
 }
 
 impl core::fmt::Display for OpenError {
@@ -41,6 +44,11 @@ impl core::fmt::Display for OpenError {
             OpenError::PathTooLong => write!(f, "the trace path is longer than {PATH_CAP} bytes"),
             OpenError::Create(e) => write!(f, "cannot create the file: {}", ErrnoText(*e)),
             OpenError::Map(e) => write!(f, "cannot reserve or map the file: {}", ErrnoText(*e)),
+            OpenError::ForeignLink(uid) => write!(
+                f,
+                "its folder is reached through a link another user (uid {uid}) owns, which \
+                 decides where the trace lands: name a folder of your own in GPUSHIM_TRACE"
+            ),
         }
     }
 }
@@ -222,4 +230,36 @@ pub fn unguessable_word() -> u32 {
     let ids = unsafe { (libc::getpid() as u64) << 32 | libc::gettid() as u64 };
     let mixed = (t ^ ids).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     (mixed >> 32) as u32
+}
+
+/// The owner of the first link on the way to `path`'s folder that belongs neither to this user
+/// nor to root, if there is one: each leading part of the folder (`/tmp/tr`, then
+/// `/tmp/tr/x`, ...) is looked at without following it. The user's own links and the system's
+/// (`/home` on another disk) are followed as named; one planted by another user in a shared
+/// folder is not. Allocates nothing.
+pub fn foreign_link(path: &[u8]) -> Option<u32> {
+    let end = path.iter().rposition(|&b| b == b'/')?;
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    let mut part = [0u8; PATH_CAP];
+    for i in 1..=end {
+        if i < end && path[i] != b'/' {
+            continue;
+        }
+        if i >= PATH_CAP || path[i - 1] == b'/' {
+            continue;
+        }
+        part[..i].copy_from_slice(&path[..i]);
+        part[i] = 0;
+        // SAFETY: an all-zero stat is a valid value; lstat fills it.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: `part` is NUL-terminated; `st` is a valid out-pointer.
+        if unsafe { libc::lstat(part.as_ptr().cast(), &mut st) } != 0 {
+            return None;
+        }
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK && st.st_uid != me && st.st_uid != 0 {
+            return Some(st.st_uid);
+        }
+    }
+    None
 }

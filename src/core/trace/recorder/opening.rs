@@ -21,6 +21,9 @@ impl Recorder {
         if o.path.len() >= PATH_CAP || o.path.contains(&0) {
             return Err(OpenError::PathTooLong);
         }
+        if let Some(uid) = naming::foreign_link(o.path) {
+            return Err(OpenError::ForeignLink(uid));
+        }
         // SAFETY: we hold the OPENING state, so no other thread reads or writes `path` now.
         let path = unsafe { &mut *self.path.get() };
         path[..o.path.len()].copy_from_slice(o.path);
