@@ -571,3 +571,59 @@ fn a_convolutions_workspace_that_cannot_be_had_is_done_without() {
     assert!(said.contains("trained 3"), "{said}");
     assert!(!said.contains("workspaces done without 0"), "{said}");
 }
+
+/// A run long enough to be a ring (4000 steps through a 4 MiB trace, its oldest records
+/// summarized in a checkpoint) is what an OOM after hours of growth leaves: `fit`, `oom` and the
+/// page with `--at` answer it, never abort (the requests and their kinds were once read from two
+/// different checkpoints of the ring and zipped), and the peak allocated at each batch is the one
+/// predicted from a short run of the same program, which the tensors' kinds alone decide.
+#[test]
+fn a_ring_trace_is_answered_by_fit_oom_and_the_page_from_one_read() {
+    let dir = tempdir("fit-ring");
+    let ring = dir.join("ring.trace");
+    let out = kinds_program_with(
+        &ring,
+        4000,
+        false,
+        &["--batch-size", "2"],
+        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
+    );
+    assert_ok(&out);
+    let short = dir.join("short.trace");
+    assert_ok(&kinds_program_with(
+        &short,
+        20,
+        false,
+        &["--batch-size", "2"],
+        vec![],
+    ));
+    let r = ring.to_str().unwrap();
+    let info = json(&["summary", r, "--json"]);
+    assert!(
+        info["health"]["summarized"].as_u64().unwrap() > 0,
+        "the run is a ring: {info}"
+    );
+    let allocated = |t: &str| -> Vec<(u64, u64)> {
+        let v = json(&["fit", t, "--batch", "4,8", "--json"]);
+        v["settings"][0]["rows"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{v}"))
+            .iter()
+            .map(|row| {
+                (
+                    row["batch"].as_u64().unwrap(),
+                    row["peak_allocated_bytes"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let from_ring = allocated(r);
+    assert_eq!(from_ring, allocated(short.to_str().unwrap()));
+    assert_eq!(from_ring.len(), 2, "{from_ring:?}");
+    let oom = gpushim_text(&["oom", r]);
+    assert_ok(&oom);
+    let page = dir.join("ring.html");
+    let o = gpushim_text(&["report", r, "--at", "2", "-o", page.to_str().unwrap()]);
+    assert_ok(&o);
+    assert!(page.is_file());
+}

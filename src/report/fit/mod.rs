@@ -23,7 +23,7 @@ pub use render::render;
 pub use seq::{SeqAsk, SeqAxis};
 
 use largest::largest;
-use requests::{classify, kinds_of_requests, measured, optional_requests, request_labels};
+use requests::{classify, measured, optional_requests, request_labels};
 
 use super::kinds::{Kind, Phase, phase_of_stack};
 use super::torch_replay::{self, Bounds, ReplayError};
@@ -244,7 +244,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
         return Err(FitError::Batch("a batch is at least 1".into()));
     }
     let input = torch_replay::read(path, opts)?;
-    let kinds = kinds_of_requests(path, opts)?;
+    let kinds = input.request_kinds();
     let labels = request_labels(&input);
     let mut req = classify(&input, kinds, &labels);
     let mut measured_requests = 0u64;

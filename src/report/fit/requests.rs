@@ -4,12 +4,9 @@
 
 use super::{Requests, Scale, reduce};
 use crate::fasthash::FastMap;
-use crate::report::kinds::{Kind, Kinds, Phase, phase_of_stack};
-use crate::report::torch_replay::{Input, ReplayError};
-use crate::trace::format::RecordKind;
-use crate::trace::reader::{ReadOptions, TraceReader};
+use crate::report::kinds::{Kind, Phase, phase_of_stack};
+use crate::report::torch_replay::Input;
 use std::collections::HashSet;
-use std::path::Path;
 
 /// Each request: whether the program can do without it when memory is short. A
 /// convolution's workspace (a scratch buffer of a line of convolutions, freed before anything
@@ -25,42 +22,6 @@ pub(super) fn optional_requests(input: &Input, labels: &[String]) -> Vec<bool> {
             scratch && innermost.to_ascii_lowercase().contains("conv")
         })
         .collect()
-}
-
-/// The kind of each request of the trace, in order, and its phase's.
-pub(super) fn kinds_of_requests(path: &Path, opts: &ReadOptions) -> Result<Vec<Kind>, ReplayError> {
-    let whole = ReadOptions {
-        filter: Default::default(),
-        ..opts.clone()
-    };
-    let mut reader = TraceReader::open_with(path, &whole).map_err(ReplayError::Read)?;
-    let mut kinds = Kinds::default();
-    let mut out: Vec<Option<Kind>> = Vec::new();
-    let mut live: FastMap<u64, usize> = FastMap::default();
-    while let Some(r) = reader.next() {
-        let decided = kinds.observe(&reader, &r);
-        if reader.in_checkpoint() {
-            continue;
-        }
-        if r.kind == RecordKind::TensorAlloc {
-            if r.status == 0 && r.ptr != 0 {
-                live.insert(r.ptr, out.len());
-            }
-            out.push(None);
-        }
-        if let Some((ptr, k)) = decided
-            && let Some(n) = live.remove(&ptr)
-        {
-            out[n] = Some(k);
-        }
-    }
-    for (ptr, n) in live {
-        out[n] = Some(kinds.lasting(&reader, ptr, 0));
-    }
-    Ok(out
-        .into_iter()
-        .map(|k| k.unwrap_or(Kind::Unknown))
-        .collect())
 }
 
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.

@@ -72,6 +72,9 @@ pub(super) struct Event {
     /// workspace: cuDNN then runs an algorithm that needs less): a replay that cannot serve
     /// it goes on without it, failing nothing. Only `fit` marks requests so.
     optional: bool,
+    /// A request's kind (parameter, activation, ...), decided in the same read as the request
+    /// itself, so the two can never come from different reads of a ring.
+    kind: crate::report::kinds::Kind,
 }
 
 #[derive(Clone, Copy, Debug, Default)]

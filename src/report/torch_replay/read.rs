@@ -1,6 +1,8 @@
 //! Reading a trace's tensors, and what the replay needs to know about the run, in one pass.
 
 use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError, Seed};
+use crate::fasthash::FastMap;
+use crate::report::kinds::{Kind, Kinds};
 use crate::report::torch_replay::model::TorchConf;
 use crate::trace::format::restore;
 use crate::trace::format::{Api, Record, RecordKind};
@@ -39,6 +41,10 @@ struct Gather {
     /// Per device: the bytes the run's segments held, and the most they held.
     reserved: HashMap<u8, u64>,
     most_reserved: HashMap<u8, u64>,
+    /// The tensors' kinds, decided as the records come.
+    kinds: Kinds,
+    /// Live requests not yet given a kind: their event, by address.
+    undecided: FastMap<u64, usize>,
 }
 
 impl Gather {
@@ -224,7 +230,8 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
             .is_some_and(|c| c.gc_threshold > 0.0),
         ..Gather::default()
     };
-    for r in reader.by_ref() {
+    while let Some(r) = reader.next() {
+        let decided = g.kinds.observe(&reader, &r);
         if r.kind == RecordKind::Restore {
             g.from_checkpoint = true;
         }
@@ -232,7 +239,19 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
             g.restore(&r);
         } else {
             g.take(&r);
+            if r.kind == RecordKind::TensorAlloc && r.status == 0 && r.ptr != 0 {
+                g.undecided.insert(r.ptr, g.events.len() - 1);
+            }
         }
+        if let Some((ptr, k)) = decided
+            && let Some(i) = g.undecided.remove(&ptr)
+        {
+            g.events[i].kind = k;
+        }
+    }
+    // Live at the end: the kind their phase gives what outlives it.
+    for (&ptr, &i) in &g.undecided {
+        g.events[i].kind = g.kinds.lasting(&reader, ptr, 0);
     }
     if g.tensors == 0 && g.summarized_tensors {
         let records = reader.info().claimed;
@@ -290,6 +309,7 @@ fn event(ev: Ev, r: &Record) -> Event {
         stack: 0,
         private: false,
         optional: false,
+        kind: Kind::Unknown,
     }
 }
 

@@ -419,6 +419,15 @@ impl Input {
         out
     }
 
+    /// Each tensor request's kind, in the order of [`Input::requests`]: from the same read.
+    pub fn request_kinds(&self) -> Vec<crate::report::kinds::Kind> {
+        self.events
+            .iter()
+            .filter(|e| e.ev == Ev::Alloc)
+            .map(|e| e.kind)
+            .collect()
+    }
+
     /// Each tensor request in order: its size and stack.
     pub fn requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.events
