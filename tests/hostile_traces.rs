@@ -474,3 +474,91 @@ proptest! {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// The command under an address-space limit of 2 GiB (`prlimit --as`), as a hostile trace's
+/// claims of gigabytes would exceed it: what it printed and how it ended.
+fn gpushim_within_2gib(args: &[&str], trace: &Path) -> std::process::Output {
+    Command::new("prlimit")
+        .arg(format!("--as={}", 2u64 << 30))
+        .arg("--")
+        .arg(gpushim_bin())
+        .args(args)
+        .arg(trace)
+        .output()
+        .expect("prlimit (util-linux) runs the command")
+}
+
+/// A ring header whose checkpoint slots claim 6 GiB over a sparse file of 16 GiB (4 KiB on
+/// disk): the reader once allocated twice the claim before checking it (6.3 GB, 159 s). Now the
+/// claim is checked against the layout a writer makes, every report finishes within 2 GiB, and
+/// the summary says in one line what the header claims and where.
+#[test]
+fn a_checkpoint_claiming_gigabytes_never_sizes_what_is_read() {
+    use gpushim::trace::format::{header, ring};
+    let (base, _, _) = ring_trace();
+    let mut h = base[..4096].to_vec();
+    for k in 0..2 {
+        let d = header::CHECKPOINTS + k * ring::DESCRIPTOR_BYTES;
+        h[d + 8..d + 16].copy_from_slice(&((6u64 << 30) / 32).to_le_bytes());
+    }
+    h[header::CHECKPOINT_SLOT_BYTES..header::CHECKPOINT_SLOT_BYTES + 8]
+        .copy_from_slice(&(6u64 << 30).to_le_bytes());
+    let dir = tempdir("claims-checkpoint");
+    let path = dir.join("sparse.trace");
+    std::fs::write(&path, &h).unwrap();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(16 << 30)
+        .unwrap();
+    let out = gpushim_within_2gib(&["summary"], &path);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let lies: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("the trace lies"))
+        .collect();
+    assert_eq!(lies.len(), 1, "{text}");
+    assert!(
+        lies[0].contains("offset 112") && lies[0].contains("6442450944"),
+        "{text}"
+    );
+    for args in [&["leaks"][..], &["peak"], &["oom"]] {
+        assert_ok(&gpushim_within_2gib(args, &path));
+    }
+}
+
+/// Modules a trace names that would read as gigabytes: `/proc/self/pagemap` (of no length, yet
+/// gigabytes to a reader) and a sparse file of 6 GiB. Neither is read whole: the report
+/// finishes within 2 GiB and names each once, saying why its frames stay module+offset.
+#[test]
+fn modules_that_would_read_as_gigabytes_are_never_read_whole() {
+    let dir = tempdir("claims-modules");
+    let sparse = dir.join("libsparse.so");
+    std::fs::File::create(&sparse)
+        .unwrap()
+        .set_len(6 << 30)
+        .unwrap();
+    for module in [Path::new("/proc/self/pagemap"), sparse.as_path()] {
+        let path = dir.join("m.trace");
+        let _ = std::fs::remove_file(&path);
+        let mut t = HandTrace::create(&path);
+        let base = 0x40_0000u64;
+        let id = t
+            .recorder
+            .intern_string(module.to_str().unwrap().as_bytes());
+        t.rec(RecordKind::Module, Api::Shim, base, id);
+        let (stack, _) = t.recorder.intern_stack(&[base + 0x10, base + 0x20]);
+        t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x1000, 1 << 20);
+        t.rec(RecordKind::StackRef, Api::Shim, stack, 2);
+        drop(t);
+        for cmd in ["leaks", "peak"] {
+            let out = gpushim_within_2gib(&[cmd], &path);
+            assert_ok(&out);
+            let err = stderr(&out);
+            assert_eq!(err.lines().count(), 1, "{module:?} {cmd}: {err}");
+            assert!(err.contains("not a library"), "{module:?} {cmd}: {err}");
+        }
+    }
+}

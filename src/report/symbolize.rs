@@ -29,10 +29,34 @@ fn open_module(path: &str) -> Result<(File, String), String> {
     if !meta.is_file() {
         return Err("not a regular file".into());
     }
+    // A library is some bytes to some gigabytes. A file of no length that still reads (a
+    // `/proc` file such as `/proc/self/pagemap`, gigabytes long to a reader) or one past the
+    // bound (a sparse file) is no module.
+    if meta.len() == 0 || meta.len() > MAX_MODULE_BYTES {
+        return Err(format!(
+            "{} bytes long, not a library (one is between 1 byte and {} GiB)",
+            meta.len(),
+            MAX_MODULE_BYTES >> 30
+        ));
+    }
+    // Nor is a file mostly holes: a library's bytes are on disk (a compressing file system
+    // keeps more than a sixteenth of them).
+    use std::os::unix::fs::MetadataExt;
+    if meta.len() > 1 << 20 && meta.blocks().saturating_mul(512) < meta.len() / 16 {
+        return Err(format!(
+            "{} bytes long with {} on disk, a sparse file, not a library",
+            meta.len(),
+            meta.blocks().saturating_mul(512)
+        ));
+    }
     use std::os::fd::AsRawFd;
     let by_fd = format!("/proc/self/fd/{}", f.as_raw_fd());
     Ok((f, by_fd))
 }
+
+/// The largest module file named from: PyTorch's CUDA library with its debug information is
+/// a few gigabytes.
+const MAX_MODULE_BYTES: u64 = 16 << 30;
 
 /// What is known of one frame.
 #[derive(Clone, Debug, Default)]
@@ -214,7 +238,11 @@ fn same_build(file: Option<&object::File<'_>>, ran: Option<&str>) -> Result<(), 
 /// Opens a module for naming: its debug information and symbols, if it is the file that ran.
 fn load(path: &str, ran: Option<&str>) -> Option<(addr2line::Loader, Symbols)> {
     let opened = open_module(path).and_then(|(file, by_fd)| {
-        let data = std::fs::read(&by_fd).map_err(|e| e.to_string())?;
+        // Mapped, not read: parsing touches the headers and sections it needs, so memory
+        // follows what the module holds, never its claimed length.
+        // SAFETY: a read-only private mapping of a regular file; the bytes are only parsed
+        // (a file cut short meanwhile faults as it would under addr2line's own mapping).
+        let data = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| e.to_string())?;
         let parsed = object::File::parse(&*data).ok();
         if let Err(why) = same_build(parsed.as_ref(), ran) {
             return Ok(Err(why));

@@ -130,6 +130,9 @@ pub struct TraceHealth {
     pub summed_bytes: u64,
     /// Checkpoints that could not be written (did not fit their slot even summed).
     pub checkpoints_failed: u64,
+    /// The header's checkpoint layout is not a writer's: no checkpoint was read (why).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint_refused: Option<String>,
     /// How far live figures hold when records are missing (`None`: exact).
     pub live_figures: Option<&'static str>,
     pub damage: Option<String>,
@@ -184,6 +187,7 @@ fn health(info: &TraceInfo, stats: &DecodeStats, unmatched_since: u64) -> TraceH
         summed: stats.summed,
         summed_bytes: stats.summed_bytes,
         checkpoints_failed: info.checkpoints_failed,
+        checkpoint_refused: info.checkpoint_refused.clone(),
         live_figures: stats.live_figures(unmatched_since),
         damage: stats.damage.as_ref().map(|d| {
             format!(

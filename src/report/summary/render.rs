@@ -282,6 +282,13 @@ impl Summary {
                 human_bytes(h.summed_bytes)
             );
         }
+        if let Some(why) = &h.checkpoint_refused {
+            let _ = writeln!(
+                o,
+                "the trace lies: {why}; its checkpoint is not read, and what it summarized is \
+                 counted as left the ring"
+            );
+        }
         if h.checkpoints_failed > 0 {
             let _ = writeln!(
                 o,

@@ -17,6 +17,9 @@ pub(crate) fn read_checkpoint(
     use std::os::unix::fs::FileExt;
     let area = le_u64(h, header::CHECKPOINT_AREA);
     let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
+    if layout_lie(h).is_some() {
+        return None;
+    }
     let mut found: Vec<(format::ring::Descriptor, usize)> = (0..2)
         .map(|k| {
             let at = header::CHECKPOINTS + k * format::ring::DESCRIPTOR_BYTES;
@@ -45,6 +48,16 @@ pub(crate) fn read_checkpoint(
         if bytes > slot_bytes || at.checked_add(bytes)? > file_len {
             continue;
         }
+        // A checkpoint begins with its BEGIN record: anything else is not one, read no further.
+        let mut first = [0u8; RECORD_SIZE];
+        if bytes == 0
+            || file.read_exact_at(&mut first, at).is_err()
+            || !Record::decode(&first).is_some_and(|r| {
+                r.kind == RecordKind::Restore && r.status == format::restore::BEGIN
+            })
+        {
+            continue;
+        }
         let mut raw = vec![0u8; bytes as usize];
         if file.read_exact_at(&mut raw, at).is_err() || format::ring::checksum(&raw) != d.checksum {
             continue;
@@ -56,6 +69,32 @@ pub(crate) fn read_checkpoint(
         return Some((d, bodies));
     }
     None
+}
+
+/// What is wrong with a ring header's checkpoint layout, if anything: the area must lie right
+/// after the ring's records and the slots be no larger than a writer lays out. A header that
+/// claims more (a sparse file of gigabytes behind it) never sizes what is read.
+pub(crate) fn layout_lie(h: &[u8]) -> Option<String> {
+    let area = le_u64(h, header::CHECKPOINT_AREA);
+    let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
+    let capacity = le_u64(h, header::CAPACITY);
+    if slot_bytes > format::ring::MAX_CHECKPOINT_SLOT {
+        return Some(format!(
+            "the header (offset {}) claims checkpoint slots of {slot_bytes} bytes, more than \
+             the {} a writer lays out",
+            header::CHECKPOINT_SLOT_BYTES,
+            format::ring::MAX_CHECKPOINT_SLOT
+        ));
+    }
+    let want = format::ring::checkpoint_area(capacity);
+    (want != Some(area)).then(|| {
+        format!(
+            "the header (offset {}) puts the checkpoint area at byte {area}, where a ring of \
+             {capacity} records has it at {}",
+            header::CHECKPOINT_AREA,
+            want.map_or("no byte".to_string(), |w| w.to_string())
+        )
+    })
 }
 
 /// The records a checkpoint summarizes (its `BEGIN` record's `size`).

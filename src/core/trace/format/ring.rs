@@ -12,6 +12,19 @@
 /// Bytes of one checkpoint descriptor in the header.
 pub const DESCRIPTOR_BYTES: usize = 32;
 
+/// The largest checkpoint slot a writer lays out (a checkpoint of a million live allocations
+/// and 16,384 deep stacks fits): a reader believes no larger one.
+pub const MAX_CHECKPOINT_SLOT: u64 = 256 << 20;
+
+/// Where the checkpoint area of a ring of `capacity` records starts: the first 4 KiB boundary
+/// after the records (`None` past 2^64).
+pub fn checkpoint_area(capacity: u64) -> Option<u64> {
+    capacity
+        .checked_mul(super::RECORD_SIZE as u64)?
+        .checked_add(super::HEADER_SIZE as u64)?
+        .checked_next_multiple_of(4096)
+}
+
 /// A checkpoint descriptor: `seq` is written last (0: empty), so a reader that finds the
 /// same non-zero `seq` before and after reading the slot read a whole checkpoint.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

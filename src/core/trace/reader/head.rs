@@ -40,6 +40,7 @@ pub(super) fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<Trac
         ring: false,
         summarized: 0,
         checkpoints_failed: 0,
+        checkpoint_refused: None,
         devices: (0..header::DEVICES_MAX)
             .map(|d| {
                 let w = le_u64(h, header::DEVICES + 8 * d);

@@ -52,6 +52,9 @@ pub struct TraceInfo {
     pub summarized: u64,
     /// Checkpoints that did not fit the file's checkpoint slots.
     pub checkpoints_failed: u64,
+    /// The header's checkpoint layout is not a writer's (what is wrong, where): no checkpoint
+    /// was read.
+    pub checkpoint_refused: Option<String>,
     /// What each CUDA device was made of (see `format::header::DEVICES`), by ordinal: its
     /// streaming multiprocessors and the most threads one runs at once; `None` where the
     /// trace does not say.
@@ -299,6 +302,7 @@ impl TraceReader {
             let oldest = info.claimed - info.capacity;
             start = oldest;
             let prefer = opts.longest_ring.then_some(oldest);
+            info.checkpoint_refused = crate::trace::checkpoint::read::layout_lie(&h);
             if let Some((d, bodies)) = read_checkpoint(&mut file, &h, file_len, prefer) {
                 checkpoint = bodies;
                 info.summarized = checkpoint_summarized(&checkpoint);

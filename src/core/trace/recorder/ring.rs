@@ -26,8 +26,8 @@ pub(super) struct Layout {
 
 /// The smallest checkpoint slot.
 const MIN_CHECKPOINT_SLOT: u64 = 64 << 10;
-/// The largest: a checkpoint of a million live allocations and 16,384 deep stacks fits.
-const MAX_CHECKPOINT_SLOT: u64 = 256 << 20;
+/// The largest (a checkpoint of a million live allocations and 16,384 deep stacks fits).
+use crate::trace::format::ring::MAX_CHECKPOINT_SLOT;
 
 impl Layout {
     /// A ring gives an eighth of `trace_max` (256 MiB at most) to each checkpoint slot and the
@@ -48,7 +48,7 @@ impl Layout {
         if capacity % 32768 == 0 {
             capacity -= 1;
         }
-        let area = (HEADER_SIZE as u64 + capacity * RECORD_SIZE as u64).div_ceil(4096) * 4096;
+        let area = crate::trace::format::ring::checkpoint_area(capacity).unwrap_or(u64::MAX);
         Layout {
             capacity,
             checkpoint_area: area,
