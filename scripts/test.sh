@@ -52,6 +52,10 @@ if [ -n "${CI:-}" ]; then
   export GPUSHIM_REQUIRE_BROWSER=1
 fi
 say "every test (cargo test --workspace)"
+# Parts a test had to skip here (no browser, one user, ...) are listed at the end, not hidden in
+# cargo's captured output.
+skips=target/tmp/skipped.txt
+mkdir -p target/tmp && rm -f "$skips"
 cargo test --workspace
 # The Python package as a user installs it: pip install . into a fresh environment (maturin
 # builds the command with the shim inside), then the command and the module from there, on the
@@ -64,3 +68,9 @@ pkg=$(mktemp -d)
 scripts/build-sim.sh "$pkg/sim" >/dev/null
 .venv-check/bin/python tests/python/check_package.py "$pkg/sim" "$pkg"
 rm -rf "$pkg"
+if [ -s "$skips" ]; then
+  say "skipped in this run (what was not tested here, and why):"
+  sort -u "$skips" | sed 's/^/  /' >&2
+else
+  say "nothing was skipped"
+fi

@@ -36,7 +36,7 @@ fn is_root() -> bool {
 /// that need a second user are skipped, and say so).
 fn two_users(dir: &Path) -> bool {
     if !is_root() {
-        eprintln!("not root: the parts with a second user are skipped");
+        skipped("hostile_folders", "not root: the parts with a second user");
         return false;
     }
     let ok = Command::new("setpriv")
@@ -55,8 +55,9 @@ fn two_users(dir: &Path) -> bool {
         .output()
         .is_ok_and(|o| o.status.success());
     if !ok {
-        eprintln!(
-            "uid {READER} cannot reach the build's folders: the parts with a second user are skipped"
+        skipped(
+            "hostile_folders",
+            &format!("uid {READER} cannot reach the build's folders: the parts with a second user"),
         );
     }
     ok
@@ -218,7 +219,10 @@ fn default_pictures_never_go_through_a_link_in_a_folder_others_can_write() {
             assert_eq!(meta.mode() & 0o777, 0o600);
         }
     } else {
-        eprintln!("one user: the -o through another user's link part is skipped");
+        skipped(
+            "hostile_folders",
+            "one user: the -o through another user's link part",
+        );
     }
 }
 

@@ -121,7 +121,10 @@ fn the_real_nvtx_headers_load_the_injection_and_every_kind_is_recorded() {
             std::env::var_os("GPUSHIM_REQUIRE_WHEELS").is_none(),
             "GPUSHIM_REQUIRE_WHEELS is set but GPUSHIM_NVTX_INCLUDE is not"
         );
-        eprintln!("skipped: set GPUSHIM_NVTX_INCLUDE to the nvidia-nvtx wheel's include directory");
+        skipped(
+            "nvtx",
+            "set GPUSHIM_NVTX_INCLUDE to the nvidia-nvtx wheel's include directory",
+        );
         return;
     };
     let dir = tempdir("nvtx-real");

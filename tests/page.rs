@@ -177,6 +177,7 @@ fn ring_of(path: &Path, events: u64) {
 fn in_browser(args: &[&Path]) -> Option<String> {
     let have = std::process::Command::new("python3")
         .args(["-c", "import playwright.sync_api"])
+        .stderr(std::process::Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
         && chromium().is_some();
@@ -186,7 +187,11 @@ fn in_browser(args: &[&Path]) -> Option<String> {
             "GPUSHIM_REQUIRE_BROWSER is set but Chromium or Playwright is missing \
              (scripts/test.sh installs Debian's chromium and Playwright from PyPI)"
         );
-        eprintln!("no Chromium or no Playwright for Python: the browser part is skipped");
+        skipped(
+            "page",
+            "no Chromium or no Playwright for Python here: the page was not opened in a browser \
+             (CI installs both and requires them)",
+        );
         return None;
     }
     let mut cmd = std::process::Command::new("python3");

@@ -37,7 +37,10 @@ fn pythons() -> Vec<String> {
                     && f[3] == "0"
             });
             if !ok {
-                eprintln!("{py}: not CPython 3.9-3.13 with a GIL ({text:?}); not tested here");
+                skipped(
+                    "python_frames",
+                    &format!("{py}: not CPython 3.9-3.13 with a GIL ({text:?})"),
+                );
             }
             ok
         })

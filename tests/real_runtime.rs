@@ -15,8 +15,9 @@ fn cudart_dir() -> Option<PathBuf> {
                 std::env::var_os("GPUSHIM_REQUIRE_WHEELS").is_none(),
                 "GPUSHIM_REQUIRE_WHEELS is set but GPUSHIM_CUDART_DIR is not"
             );
-            eprintln!(
-                "skipped: set GPUSHIM_CUDART_DIR to the wheel's lib directory (scripts/test.sh does)"
+            skipped(
+                "real_runtime",
+                "set GPUSHIM_CUDART_DIR to the wheel's lib directory (scripts/test.sh does)",
             );
             None
         }

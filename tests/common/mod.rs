@@ -674,3 +674,19 @@ fn a_shim_older_than_its_sources_is_refused() {
     assert!(e.contains("cargo build -p gpushim-shim"), "{e}");
     assert_eq!(shim_is_fresh(&shim()), Ok(()));
 }
+
+/// Says that a part of a test was skipped, and why, on stderr and in a list the test run
+/// keeps (`CARGO_TARGET_TMPDIR/skipped.txt`), which `scripts/test.sh` prints at the end of the
+/// run: a skip is never hidden in cargo's captured output.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    eprintln!("skipped: {test}: {why}");
+    let list = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("skipped.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(list)
+    {
+        let _ = writeln!(f, "{test}: {why}");
+    }
+}
