@@ -174,6 +174,95 @@ fn help_lists_report_options_only_for_reports_and_describes_every_argument() {
     assert!(stderr(&out).contains(".svg or .png"), "{}", stderr(&out));
 }
 
+/// Every command's `--help` ends with an example of it, as the README says: the commands are
+/// read from the top-level help, so a new one without an example fails here.
+#[test]
+fn every_commands_help_shows_an_example_of_it() {
+    let top = stdout(&gpushim_text(&["--help"]));
+    let commands: Vec<&str> = top
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|&c| c != "help")
+        .collect();
+    assert!(commands.len() >= 16, "{top}");
+    for cmd in commands {
+        let help = stdout(&gpushim_text(&[cmd, "--help"]));
+        let example = help
+            .lines()
+            .skip_while(|l| !l.starts_with("Example"))
+            .skip(1)
+            .any(|l| l.contains(&format!("gpushim {cmd}")) || l.contains("$(gpushim lib)"));
+        assert!(example, "{cmd}: no example in its help:\n{help}");
+    }
+}
+
+/// A program killed by a signal: `run` returns 128 + the signal, as a shell does, and says which
+/// signal and what usually sends it (the OOM killer, for SIGKILL) instead of a bare 137.
+#[test]
+fn run_says_when_the_program_was_killed() {
+    let dir = tempdir("killed");
+    let script = format!(
+        "'{}' 2 >/dev/null; kill -9 $$",
+        sim().bin("train_loop").display()
+    );
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", &sim().dir)
+        .env_remove("GPUSHIM_CONF")
+        .env_remove("GPUSHIM_TRACE")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(137), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("killed by SIGKILL") && err.contains("out-of-memory killer"),
+        "{err}"
+    );
+    assert!(
+        err.contains("Its trace holds every record up to then"),
+        "{err}"
+    );
+    // A program that exits on its own is not said to be killed.
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .env_remove("GPUSHIM_CONF")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .args(["--trace", "off", "--", "sh", "-c", "exit 137"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(137));
+    assert!(!stderr(&out).contains("killed"), "{}", stderr(&out));
+}
+
+/// A folder given to a report where a trace goes: the error lists the traces inside it.
+#[test]
+fn a_folder_given_to_a_report_names_the_traces_in_it() {
+    let dir = tempdir("folder-report");
+    let t = train_loop_trace("folder-report-trace");
+    std::fs::copy(&*t, dir.join("a.trace")).unwrap();
+    std::fs::copy(&*t, dir.join("b.trace")).unwrap();
+    std::fs::write(dir.join("notes.txt"), b"x").unwrap();
+    let out = gpushim_text(&["summary", dir.to_str().unwrap()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    let a = dir.join("a.trace");
+    let b = dir.join("b.trace");
+    assert!(
+        err.contains("a folder: name the traces in it (2: ")
+            && err.contains(a.to_str().unwrap())
+            && err.contains(b.to_str().unwrap())
+            && !err.contains("notes.txt"),
+        "{err}"
+    );
+}
+
 #[test]
 fn run_takes_the_command_without_a_double_dash() {
     let dir = tempdir("nodash");

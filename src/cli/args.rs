@@ -154,6 +154,9 @@ pub enum Cmd {
         cmd: Vec<OsString>,
     },
     /// Calls, bytes and failures per API; peak and final live memory per device; trace health.
+    #[command(
+        after_help = "Examples:\n  gpushim summary run.trace\n  gpushim summary rank*.trace          # each rank, then the job\n  gpushim summary run.trace --json | jq .health"
+    )]
     Summary {
         /// Trace files (one per process or rank).
         #[arg(required = true)]
@@ -215,7 +218,8 @@ pub enum Cmd {
         line has one from 2^62 up), size (of a stack_ref: the stack's frames in the low 8 bits, \
         PyTorch's autograd sequence number above them), stream (interned index; 0 = the null \
         stream), text (an NVTX range's or mark's name; a stack's frames, innermost first). In a trace that reached trace_max, the records \
-        of kind restore and holding come from its checkpoint: what the run did before the ring."
+        of kind restore and holding come from its checkpoint: what the run did before the ring.\n\n\
+        Examples:\n  gpushim events run.trace > run.csv\n  gpushim events run.trace --json | grep '\"kind\":\"oom\"'"
     )]
     Events {
         /// The trace to print.
@@ -267,6 +271,9 @@ pub enum Cmd {
     },
     /// The moment of peak live memory on each device, and what was live then, by call site and
     /// by NVTX range.
+    #[command(
+        after_help = "Examples:\n  gpushim peak run.trace\n  gpushim peak run.trace --top 20 --device 0\n  gpushim peak rank*.trace --json"
+    )]
     Peak {
         /// Trace files (one per process or rank).
         #[arg(required = true)]
@@ -283,6 +290,9 @@ pub enum Cmd {
     },
     /// Each failed allocation: the request, live and cached memory then, the largest free block
     /// in the pool, and the call sites holding the most.
+    #[command(
+        after_help = "Examples:\n  gpushim run -- python train.py        # says when an allocation failed\n  gpushim oom gpushim-python.1234.trace\n  gpushim oom run.trace --at 8          # also the largest batch that fits (from a run at 8)"
+    )]
     Oom {
         /// Trace files.
         #[arg(required = true)]
@@ -397,7 +407,8 @@ device, and it opens with no network."
 the x axis counts allocations and frees, so start-up and pauses take no width, with the \
 iterations marked on it; the peak is a dot, each failed allocation a red mark at the top. \
 --by total draws live, reserved and NVML's memory over time, the traces of a job on one \
-wall clock. `gpushim report` draws the same in a page you can hover and click."
+wall clock. `gpushim report` draws the same in a page you can hover and click.\n\n\
+Examples:\n  gpushim plot run.trace                  # run.timeline.svg beside it\n  gpushim plot run.trace --by line -o lines.png"
     )]
     Plot {
         /// Trace files (the ranks of a job: a panel each, or one time axis with --by total).
@@ -421,6 +432,9 @@ wall clock. `gpushim report` draws the same in a page you can hover and click."
     },
     /// A flame graph of the memory live at the peak, by stack: SVG, or PNG when the output
     /// ends in .png.
+    #[command(
+        after_help = "Examples:\n  gpushim flamegraph run.trace                 # run.flamegraph.svg beside it\n  gpushim flamegraph run.trace -o peak.png --color name"
+    )]
     Flamegraph {
         /// The trace (Python frames are recorded by default; native stacks with
         /// GPUSHIM_CONF=stacks:on).
@@ -488,6 +502,9 @@ wall clock. `gpushim report` draws the same in a page you can hover and click."
         reading: Reading,
     },
     /// Two traces side by side: peak, live at exit, and live bytes per call site.
+    #[command(
+        after_help = "Example:\n  gpushim diff before.trace after.trace   # what a change did to the peak and each line"
+    )]
     Diff {
         /// The first trace (the baseline).
         a: PathBuf,
@@ -501,7 +518,10 @@ wall clock. `gpushim report` draws the same in a page you can hover and click."
         reading: Reading,
     },
     /// Print the path of the shim library that `gpushim run` preloads (for LD_PRELOAD by hand,
-    /// or PyTorch's pluggable allocator). An installed wheel writes its bundled copy out first.
+    /// or PyTorch's pluggable allocator). An installed wheel writes its bundled copy out first,
+    /// into a folder of the user's alone: $XDG_CACHE_HOME/gpushim, else ~/.cache/gpushim, else
+    /// $XDG_RUNTIME_DIR/gpushim.
+    #[command(after_help = "Example:\n  LD_PRELOAD=$(gpushim lib) python train.py")]
     Lib {
         /// The shim library to check instead of the one found.
         #[arg(long, value_name = "PATH")]
@@ -512,6 +532,9 @@ wall clock. `gpushim report` draws the same in a page you can hover and click."
         sources: bool,
     },
     /// Print the effective configuration from GPUSHIM_CONF and what each key does.
+    #[command(
+        after_help = "Examples:\n  gpushim config\n  gpushim config pool:caching,limit:24GiB   # check a setting before a run"
+    )]
     Config {
         /// Configuration to check instead of $GPUSHIM_CONF.
         conf: Option<String>,

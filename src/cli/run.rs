@@ -165,5 +165,34 @@ pub fn cmd_run(
             all.join(" ")
         );
     }
+    if let Some(sig) = out.signal {
+        eprintln!("gpushim: {}", killed_by(sig, !out.traces.is_empty()));
+    }
     ExitCode::from(out.exit_code.clamp(0, 255) as u8)
+}
+
+/// What a program ended by signal `sig` is told: which signal, what usually sends it, and that
+/// its trace holds what happened up to then.
+fn killed_by(sig: i32, traced: bool) -> String {
+    let (name, usual) = match sig {
+        9 => (
+            "SIGKILL",
+            ": kill -9, or the kernel's out-of-memory killer (see `dmesg`)",
+        ),
+        15 => ("SIGTERM", ": kill, or a scheduler ending the job"),
+        6 => ("SIGABRT", ": the program aborted itself"),
+        11 => ("SIGSEGV", ": an invalid memory access"),
+        7 => ("SIGBUS", ": a bus error"),
+        2 => ("SIGINT", ": Ctrl-C"),
+        _ => ("a signal", ""),
+    };
+    format!(
+        "the program was killed by {name} (signal {sig}{usual}); exit code {}{}",
+        128 + sig,
+        if traced {
+            ". Its trace holds every record up to then"
+        } else {
+            ""
+        }
+    )
 }

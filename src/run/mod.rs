@@ -326,6 +326,8 @@ fn writable_dir(dir: &Path, what: &str) -> Result<(), RunError> {
 }
 pub struct RunOutcome {
     pub exit_code: i32,
+    /// The signal that ended the program, when one did (its exit code is then 128 + it).
+    pub signal: Option<i32>,
     pub traces: Vec<PathBuf>,
 }
 
@@ -496,15 +498,18 @@ pub fn run(
     let status = c
         .status()
         .map_err(|e| RunError::Spawn(PathBuf::from(prog), e))?;
+    use std::os::unix::process::ExitStatusExt;
+    let signal = status.signal();
     let exit_code = match status.code() {
         Some(c) => c,
-        None => {
-            use std::os::unix::process::ExitStatusExt;
-            128 + status.signal().unwrap_or(0)
-        }
+        None => 128 + signal.unwrap_or(0),
     };
     let traces = notes.traces();
-    Ok(RunOutcome { exit_code, traces })
+    Ok(RunOutcome {
+        exit_code,
+        signal,
+        traces,
+    })
 }
 
 #[cfg(test)]
