@@ -263,6 +263,28 @@ fn a_folder_given_to_a_report_names_the_traces_in_it() {
     );
 }
 
+/// A trace cut short (a copy interrupted, a disk full): `oom` and `peak` say so where they
+/// answer, as `leaks` and `summary` do, instead of a bare "0 failed allocation(s)" where the
+/// whole trace has one.
+#[test]
+fn oom_and_peak_say_when_the_trace_was_cut_short() {
+    let whole = repo().join("tests/data/torch/oom.trace");
+    let dir = tempdir("cut-oom");
+    let cut = dir.join("cut.trace");
+    let bytes = std::fs::read(&whole).unwrap();
+    std::fs::write(&cut, &bytes[..5000]).unwrap();
+    let said = |cmd: &str, t: &std::path::Path| stdout(&gpushim_text(&[cmd, t.to_str().unwrap()]));
+    assert!(said("oom", &whole).contains(": 1 failed allocation(s)"));
+    assert!(!said("oom", &whole).contains("incomplete"));
+    for cmd in ["oom", "peak"] {
+        let text = said(cmd, &cut);
+        assert!(
+            text.contains("the trace is incomplete") && text.contains("cut short"),
+            "{cmd}: {text}"
+        );
+    }
+}
+
 #[test]
 fn run_takes_the_command_without_a_double_dash() {
     let dir = tempdir("nodash");

@@ -7,11 +7,20 @@ use std::process::ExitCode;
 
 pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptions) -> ExitCode {
     for t in traces {
-        let ooms = match gpushim::report::oom(t, opts) {
+        let (ooms, cut) = match gpushim::report::oom::oom_read(t, opts) {
             Ok(o) => o,
             Err(e) => return fail(e),
         };
+        let cut = cut.map(|c| {
+            format!(
+                "the trace is incomplete: {c}; a failure among what is missing is not here, \
+                 and this report covers what the trace holds"
+            )
+        });
         if json {
+            if let Some(c) = &cut {
+                eprintln!("gpushim: {}: {c}", gpushim::files::shown(t));
+            }
             print_json(&ooms);
             continue;
         }
@@ -19,6 +28,9 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
             "{}",
             gpushim::report::oom::render_ooms(&gpushim::files::shown(t).to_string(), &ooms)
         );
+        if let Some(c) = &cut {
+            println!("{c}");
+        }
         print!("{}", growth_at_failure(t, &ooms, opts));
         // A tensor PyTorch's allocator could not serve: would another setting have served it?
         if ooms.iter().any(|o| o.api == "torch_allocator") {

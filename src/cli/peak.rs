@@ -7,10 +7,27 @@ use std::process::ExitCode;
 
 pub fn cmd_peak(traces: &[PathBuf], top: usize, json: bool, opts: &ReadOptions) -> ExitCode {
     let mut all = Vec::new();
+    let mut cuts = Vec::new();
     for t in traces {
-        match gpushim::report::peak(t, opts) {
-            Ok(p) => all.push((gpushim::files::shown(t).to_string(), p)),
+        match gpushim::report::peak::peak_read(t, opts) {
+            Ok((p, cut)) => {
+                let name = gpushim::files::shown(t).to_string();
+                if let Some(c) = cut {
+                    cuts.push(format!(
+                        "{name}: the trace is incomplete: {c}; the peak may have been in what is \
+                         missing, and this report covers what the trace holds"
+                    ));
+                }
+                all.push((name, p));
+            }
             Err(e) => return fail(e),
+        }
+    }
+    for c in &cuts {
+        if json {
+            eprintln!("gpushim: {c}");
+        } else {
+            println!("{c}");
         }
     }
     let combined = gpushim::report::combine_peaks(&all);

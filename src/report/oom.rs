@@ -124,6 +124,12 @@ fn failed_request(reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) 
 
 /// Every failed allocation, with what held memory at that moment.
 pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
+    oom_read(path, opts).map(|(o, _)| o)
+}
+
+/// [`oom`], and what the trace is missing when it was cut or damaged (a failure may have been
+/// among what is missing).
+pub fn oom_read(path: &Path, opts: &ReadOptions) -> Result<(Vec<Oom>, Option<String>), ReadError> {
     let mut out: Vec<Oom> = Vec::new();
     let mut limit_pending: HashMap<u16, bool> = HashMap::new();
     // Per thread: the entry whose request's stack comes next; and its latest failed
@@ -131,7 +137,7 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
     let mut site_for: HashMap<u16, usize> = HashMap::new();
     let mut failed_on: HashMap<u16, usize> = HashMap::new();
     let mut kinds = Kinds::default();
-    replay_each(path, opts, |reader, rp, r, _| {
+    let (reader, _) = replay_each(path, opts, |reader, rp, r, _| {
         kinds.observe(reader, r);
         match r.kind {
             RecordKind::Restore => {}
@@ -240,7 +246,7 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
             }
         }
     })?;
-    Ok(out)
+    Ok((out, reader.stats().cut()))
 }
 
 /// Why a request failed while the pool held a free block large enough for it, when the pool's

@@ -39,6 +39,15 @@ type Best = (u64, u64, u64);
 
 /// The moment of peak live memory on each device, and what was live then.
 pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
+    peak_read(path, opts).map(|(p, _)| p)
+}
+
+/// [`peak`], and what the trace is missing when it was cut or damaged (the peak may have been
+/// among what is missing).
+pub fn peak_read(
+    path: &Path,
+    opts: &ReadOptions,
+) -> Result<(Vec<Peak>, Option<String>), ReadError> {
     // Pass 1: when each device peaked (the first record reaching its maximum).
     // (live bytes, record index, time of the record that made the peak)
     let mut best: BTreeMap<u8, Best> = BTreeMap::new();
@@ -91,6 +100,7 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
             _ => {}
         }
     })?;
+    let cut = reader.stats().cut();
     let mut out = Vec::new();
     // A trace of any length: a peak before the ring, as the checkpoint kept it.
     // The checkpoint may keep several moments of one device (one per summarizing pass): its
@@ -159,7 +169,7 @@ pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
         });
     }
     out.sort_by_key(|p| p.device);
-    Ok(out)
+    Ok((out, cut))
 }
 
 /// The frames of stack `stack` as the flame graph names them, innermost first.

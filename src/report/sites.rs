@@ -53,6 +53,10 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
             .into(),
         // Stacks were on (sampled, or this one not written yet): nothing to suggest.
         _ if reader.has_stacks() => "(no stack recorded for these allocations)".into(),
+        // A file cut short: the stack records may be in the part that is gone.
+        _ if reader.stats().truncated > 0 => "(no stack in what the trace holds: the file was \
+             cut short, and its stacks may have been in the part that is gone)"
+            .into(),
         _ => "(no stack: record with GPUSHIM_CONF=stacks:on)".into(),
     }
 }
