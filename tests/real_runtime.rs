@@ -92,4 +92,33 @@ fn the_real_runtime_without_a_driver_returns_35_through_the_shim_as_alone() {
             ("cudaFree", 35)
         ]
     );
+    // A missing driver is not out of memory: `oom` names the code and says so, and `run`
+    // names it and sends the reader to the summary, not to `oom`.
+    let oom = stdout(&gpushim(&[&"oom", &t]));
+    assert!(
+        oom.contains("cudaErrorInsufficientDriver (35, no CUDA driver")
+            && oom.contains("not out of memory")
+            && !oom.contains("holding the most"),
+        "{oom}"
+    );
+    let out = Command::new(gpushim_bin())
+        .current_dir(&dir)
+        .env("LD_LIBRARY_PATH", l)
+        .env_remove("GPUSHIM_CONF")
+        .env_remove("GPUSHIM_TRACE")
+        .args(["run", "--lib"])
+        .arg(shim())
+        .arg("--")
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let err = stderr(&out);
+    assert!(
+        err.contains("failed for another reason than memory")
+            && err.contains("cudaErrorInsufficientDriver")
+            && err.contains("next: gpushim summary")
+            && !err.contains("next: gpushim oom"),
+        "{err}"
+    );
 }

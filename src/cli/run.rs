@@ -87,8 +87,26 @@ fn say_trace(t: &std::path::Path) {
                     ""
                 }
             );
+            // Failures for another reason than memory (a missing driver, no device) are
+            // named with their code: `oom` would only say nothing was held.
+            let otherwise: u64 = s
+                .apis
+                .iter()
+                .filter_map(|a| a.failed_otherwise.as_ref().map(|f| f.0))
+                .sum();
+            if let Some((n, name)) = s.apis.iter().find_map(|a| {
+                a.failed_otherwise
+                    .as_ref()
+                    .map(|(n, name)| (n, format!("{} with {name}", a.api)))
+            }) {
+                eprintln!(
+                    "gpushim:   {otherwise} failed for another reason than memory: {n} {}{}",
+                    name,
+                    if otherwise > *n { ", and others" } else { "" }
+                );
+            }
             // A run that failed for lack of memory is read from its failures first.
-            let next = if failed > 0 { "oom" } else { "summary" };
+            let next = if failed > otherwise { "oom" } else { "summary" };
             eprintln!(
                 "gpushim:   next: gpushim {next} {}",
                 gpushim::files::shown(t)

@@ -57,12 +57,58 @@ pub struct Step {
 
 /// A CUDA error code as its name says it (the runtime's and the driver's agree on these).
 pub fn error_name(code: u8) -> String {
-    match code {
-        1 => "cudaErrorInvalidValue (1)".into(),
-        2 => "cudaErrorMemoryAllocation (2, out of memory)".into(),
-        3 => "cudaErrorInitializationError (3)".into(),
-        n => format!("CUDA error {n}"),
+    error_name_of(code, "cuda")
+}
+
+/// The code a call of `api` failed with, named as that API names it (the runtime's `cuda*`
+/// and the driver's `cu*` number their errors apart), with what it usually means. The trace
+/// keeps codes up to 254; 255 stands for any above.
+pub fn error_name_of(code: u8, api: &str) -> String {
+    let driver = api.starts_with("cu") && !api.starts_with("cuda");
+    let (name, means) = match (code, driver) {
+        (1, false) => ("cudaErrorInvalidValue", "an argument CUDA refuses"),
+        (1, true) => ("CUDA_ERROR_INVALID_VALUE", "an argument CUDA refuses"),
+        (2, false) => ("cudaErrorMemoryAllocation", "out of memory"),
+        (2, true) => ("CUDA_ERROR_OUT_OF_MEMORY", "out of memory"),
+        (3, false) => ("cudaErrorInitializationError", "CUDA could not start"),
+        (3, true) => ("CUDA_ERROR_NOT_INITIALIZED", "cuInit was not called"),
+        (4, false) => ("cudaErrorCudartUnloading", "the runtime is shutting down"),
+        (4, true) => ("CUDA_ERROR_DEINITIALIZED", "the driver is shutting down"),
+        (34, _) => (
+            "cudaErrorStubLibrary",
+            "a stub of the driver library was loaded, not the driver",
+        ),
+        (35, false) => (
+            "cudaErrorInsufficientDriver",
+            "no CUDA driver, or one older than this runtime: see nvidia-smi",
+        ),
+        (100, false) => (
+            "cudaErrorNoDevice",
+            "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)",
+        ),
+        (100, true) => (
+            "CUDA_ERROR_NO_DEVICE",
+            "no CUDA device is visible (CUDA_VISIBLE_DEVICES?)",
+        ),
+        (101, false) => ("cudaErrorInvalidDevice", "no such device"),
+        (101, true) => ("CUDA_ERROR_INVALID_DEVICE", "no such device"),
+        (201, _) => (
+            "CUDA_ERROR_INVALID_CONTEXT",
+            "no current context on the calling thread",
+        ),
+        (255, _) => ("a CUDA error above 254", "the trace keeps codes up to 254"),
+        _ => ("", ""),
+    };
+    if name.is_empty() {
+        format!("CUDA error {code}")
+    } else {
+        format!("{name} ({code}, {means})")
     }
+}
+
+/// Whether a failure with this code is the device (or a limit) out of memory.
+pub fn is_out_of_memory(code: u8) -> bool {
+    code == 2
 }
 
 fn step_of(rp: &Replay, r: &Record, device: u8) -> Step {
@@ -278,7 +324,7 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
             units::human_duration(o.time_ns),
             o.api,
             human_bytes(o.requested_bytes),
-            error_name(o.status),
+            error_name_of(o.status, &o.api),
             o.device,
             if o.limit_hit {
                 " (the pool's limit, not the device)"
@@ -336,10 +382,23 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
         if let Some(why) = unused_room(o) {
             let _ = writeln!(out, "  {why}");
         }
+        if !is_out_of_memory(o.status) && !o.limit_hit && o.api != "torch_allocator" {
+            let _ = writeln!(
+                out,
+                "  not out of memory: no memory freed would have served it; what the code says \
+                 is what to mend"
+            );
+            if o.holders.is_empty() {
+                continue;
+            }
+        }
         if !o.by_kind.0.is_empty() {
             let _ = writeln!(out, "  PyTorch's tensors by kind: {}", o.by_kind.line());
         }
         let _ = writeln!(out, "  holding the most:");
+        if o.holders.is_empty() {
+            let _ = writeln!(out, "    nothing: no allocation was live");
+        }
         out.push_str(&holders_text(&o.holders, 5, "    "));
     }
     out

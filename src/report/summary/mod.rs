@@ -29,6 +29,10 @@ pub struct ApiStats {
     pub api: String,
     pub calls: u64,
     pub failed: u64,
+    /// Of the failures, those for other reasons than memory (the code first met, named), as
+    /// a missing driver: they send the reader to the code, not to `oom`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failed_otherwise: Option<(u64, String)>,
     /// Bytes obtained by the successful allocating calls.
     pub bytes: u64,
 }

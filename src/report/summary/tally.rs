@@ -249,6 +249,12 @@ impl Tally {
         a.calls += 1;
         if r.failed() {
             a.failed += 1;
+            if r.status != 0 && !crate::report::oom::is_out_of_memory(r.status) {
+                let f = a.failed_otherwise.get_or_insert_with(|| {
+                    (0, crate::report::oom::error_name_of(r.status, r.api.name()))
+                });
+                f.0 = f.0.saturating_add(1);
+            }
         } else if is_allocating(r.kind) {
             self.allocations += 1;
             a.bytes = a.bytes.saturating_add(r.size);
