@@ -823,35 +823,9 @@ fn another_users_fifo_is_never_written_and_nothing_waits_on_a_fifo() {
     if let Some(r) = reader {
         give(&mine, r);
     }
-    let out = finish_within(
-        gpushim_as(
-            reader,
-            &home,
-            &home,
-            &[
-                OsStr::new("export"),
-                OsStr::new("--format"),
-                OsStr::new("perfetto"),
-                trace.as_os_str(),
-                OsStr::new("-o"),
-                mine.as_os_str(),
-            ],
-        ),
-        Duration::from_secs(60),
-        "an export to a FIFO nobody reads",
-    );
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("nobody is reading"),
-        "{}",
-        stderr(&out)
-    );
-    // With a reader, the user's own FIFO and /dev/null work as before.
-    let got = home.join("got.json");
-    let listener = listen(&mine, &got);
-    std::thread::sleep(Duration::from_millis(200));
-    for target in [mine.as_path(), Path::new("/dev/null")] {
-        let out = finish_within(
+    // A Perfetto export of the trace to `target`, as the reader, in bounded time.
+    let export_to = |target: &Path, what: &str| {
+        finish_within(
             gpushim_as(
                 reader,
                 &home,
@@ -866,9 +840,22 @@ fn another_users_fifo_is_never_written_and_nothing_waits_on_a_fifo() {
                 ],
             ),
             Duration::from_secs(60),
-            "an export to the user's own FIFO",
-        );
-        assert_ok(&out);
+            what,
+        )
+    };
+    let out = export_to(&mine, "an export to a FIFO nobody reads");
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("nobody is reading"),
+        "{}",
+        stderr(&out)
+    );
+    // With a reader, the user's own FIFO and /dev/null work as before.
+    let got = home.join("got.json");
+    let listener = listen(&mine, &got);
+    std::thread::sleep(Duration::from_millis(200));
+    for target in [mine.as_path(), Path::new("/dev/null")] {
+        assert_ok(&export_to(target, "an export to the user's own FIFO"));
     }
     let mut listener = listener;
     listener.wait().unwrap();
