@@ -154,6 +154,19 @@ fn batches_are_asked_as_a_list_or_a_range_and_nonsense_is_refused() {
         "{}",
         stderr(&unknown)
     );
+    // A size without a unit (24 meant as GB, read as 24 bytes) is refused with the units; a
+    // bare number of a megabyte or more is bytes.
+    for flag in ["--device-memory", "--limit"] {
+        let bare = gpushim_text(&["fit", t, "--at", "3", flag, "24"]);
+        assert_eq!(bare.status.code(), Some(2), "{flag}");
+        assert!(
+            stderr(&bare).contains("'24' has no unit") && stderr(&bare).contains("24GiB"),
+            "{flag}: {}",
+            stderr(&bare)
+        );
+    }
+    let bytes = json(&["fit", t, "--at", "3", "--limit", "167772160", "--json"]);
+    assert_eq!(bytes["limit_bytes"], 167_772_160, "{bytes}");
 }
 
 #[test]

@@ -2,9 +2,20 @@
 //! of batches, a device by its name.
 
 pub fn size_arg(s: &str) -> Result<u64, String> {
+    // A bare number is bytes to the parser, and a device or limit under 1 MiB is never meant
+    // (`--device-memory 24` means 24 GB): the unit is asked for. A larger bare number is bytes.
+    let bare = !s.trim().is_empty() && s.trim().bytes().all(|b| b.is_ascii_digit());
+    if bare && s.trim().parse::<u64>().is_ok_and(|n| n < 1 << 20) {
+        return Err(format!(
+            "'{s}' has no unit: write one, as in {s}GiB, {s}GB or {s}MiB (a bare number would be \
+             bytes)"
+        ));
+    }
     gpushim::config::parse_size(s)
         .filter(|&n| n > 0)
-        .ok_or_else(|| format!("'{s}' is not a size: write bytes or a unit, e.g. 40GiB or 512MiB"))
+        .ok_or_else(|| {
+            format!("'{s}' is not a size: write a number and a unit, e.g. 40GiB or 512MiB")
+        })
 }
 
 /// Batches asked of `fit`.
@@ -63,7 +74,10 @@ pub fn device_arg(s: &str) -> Result<u64, String> {
     if let Some((_, gib)) = known.iter().find(|(n, _)| *n == name) {
         return Ok((gib * GIB) as u64);
     }
-    size_arg(s).map_err(|_| {
+    size_arg(s).map_err(|why| {
+        if why.contains("has no unit") {
+            return why;
+        }
         format!(
             "'{s}' is neither a size (24GiB, 40GB) nor a GPU known here ({})",
             known.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
