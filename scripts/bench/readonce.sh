@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # each report's time and memory on a trace at the default cap, beside reading the file once.
 # One program (tests/clients/long_run.c on the simulator: 48 blocks of 256 KiB allocated and
-# freed a step from one line, 4 KiB kept every step, a 512 MiB spike at three quarters, a failed
+# freed a step from one line, 4 KiB kept every 1000 steps, a 512 MiB spike at three quarters, a failed
 # 1 TiB request at the end) fills a trace of trace_max CAP (default 2GiB) without lapping its
 # ring; then, in the same run, the time to read the file once (`cat > /dev/null`, the file in
 # the page cache) and each report's time, peak memory (max RSS) and how many times it opened the
@@ -21,7 +21,7 @@ shim=$PWD/target/release/libgpushim.so
 gpushim=$PWD/target/release/gpushim
 t=$dir/long.trace
 /usr/bin/time -f "%e" -o "$dir/run.time" env LD_LIBRARY_PATH="$sim" LD_PRELOAD="$shim" \
-  GPUSHIM_CONF="trace_max:$cap" GPUSHIM_TRACE="$t" "$sim/long_run" "$steps" 1 >"$dir/run.out" 2>&1
+  GPUSHIM_CONF="trace_max:$cap" GPUSHIM_TRACE="$t" "$sim/long_run" "$steps" 1000 >"$dir/run.out" 2>&1
 summarized=$("$gpushim" summary --json "$t" | python3 -c 'import json,sys; print(json.load(sys.stdin)["health"]["summarized"])')
 records=$("$gpushim" summary --json "$t" | python3 -c 'import json,sys; print(json.load(sys.stdin)["health"]["committed"])')
 echo "machine: $(nproc) cores, $(date -u +%F); trace_max $cap, $steps steps in $(cat "$dir/run.time") s"

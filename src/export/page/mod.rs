@@ -32,10 +32,10 @@ pub fn page_html(
 ) -> Result<String, ReadError> {
     let mut traces = Vec::new();
     for path in paths {
-        let mut t = trace_data(path, opts, step)?;
+        let (mut t, summary) = trace_data(path, opts, step)?;
         if let Some(at) = at {
             step(&format!("{}: what fits", crate::files::shown(path)));
-            t["fit"] = fit_curve(path, at, opts);
+            t["fit"] = fit_curve(path, at, opts, &summary);
         }
         traces.push(t);
     }
@@ -75,11 +75,21 @@ fn assemble(title: &str, data: &Value) -> String {
 }
 
 /// Peak reserved memory against the batch, under the run's setting and the other, up to past
-/// the largest batch that fits; or why there is none.
-fn fit_curve(path: &Path, at: u64, opts: &ReadOptions) -> Value {
-    use crate::report::fit::{Ask, fit};
+/// the largest batch that fits; or why there is none. The run is read once for both asks, and
+/// its headroom taken from the page's summary of it.
+fn fit_curve(
+    path: &Path,
+    at: u64,
+    opts: &ReadOptions,
+    summary: &crate::report::summary::Summary,
+) -> Value {
+    use crate::report::fit::{Ask, fit_run, read_run};
+    let run = match read_run(path, opts, Some(summary)) {
+        Ok(r) => r,
+        Err(e) => return json!({"error": e.to_string()}),
+    };
     let first = Ask::largest(at, 4096);
-    let largest = match fit(path, &first, opts) {
+    let largest = match fit_run(&run, &first, opts) {
         Ok(f) => f
             .settings
             .iter()
@@ -95,7 +105,7 @@ fn fit_curve(path: &Path, at: u64, opts: &ReadOptions) -> Value {
     batches.sort_unstable();
     batches.dedup();
     let ask = Ask { batches, ..first };
-    match fit(path, &ask, opts) {
+    match fit_run(&run, &ask, opts) {
         Ok(f) => serde_json::to_value(&f).unwrap_or(Value::Null),
         Err(e) => json!({"error": e.to_string()}),
     }
@@ -111,7 +121,11 @@ fn script_safe(json: &str) -> String {
 }
 
 /// Everything the page shows of one trace.
-fn trace_data(path: &Path, opts: &ReadOptions, step: &dyn Fn(&str)) -> Result<Value, ReadError> {
+fn trace_data(
+    path: &Path,
+    opts: &ReadOptions,
+    step: &dyn Fn(&str),
+) -> Result<(Value, crate::report::summary::Summary), ReadError> {
     use crate::report::{leaks, oom, peak, summary::summarize};
     let name = crate::files::shown(path).to_string();
     step(&format!("{name}: summary"));
@@ -218,7 +232,7 @@ fn trace_data(path: &Path, opts: &ReadOptions, step: &dyn Fn(&str)) -> Result<Va
     if let Some(off) = &s.tensors_off {
         notes.push(format!("No tensors of PyTorch's allocator: {off}"));
     }
-    Ok(json!({
+    let data = json!({
         "label": label,
         "path": name,
         "program": s.program,
@@ -235,7 +249,8 @@ fn trace_data(path: &Path, opts: &ReadOptions, step: &dyn Fn(&str)) -> Result<Va
         "ooms": ooms,
         "oom_count": oom_count,
         "notes": notes,
-    }))
+    });
+    Ok((data, s))
 }
 
 #[cfg(test)]

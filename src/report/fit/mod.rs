@@ -238,15 +238,46 @@ fn on_line(here: u64, there: u64, at: u64, other: u64, x: u64) -> Option<u64> {
     Some(u64::try_from(here.saturating_add(step).max(0)).unwrap_or(u64::MAX))
 }
 
+/// The run a fit is made from, read once: PyTorch's requests with their kinds, and what the
+/// CUDA context and libraries held beside PyTorch's allocator. Several asks (the page's two,
+/// for one) are answered from one reading.
+pub struct FitRun {
+    input: torch_replay::Input,
+    headroom: u64,
+}
+
+/// Reads the run at `path` for [`fit_run`]; `summary`, when the caller has the trace's
+/// already, gives the headroom without reading the trace again.
+pub fn read_run(
+    path: &Path,
+    opts: &ReadOptions,
+    summary: Option<&super::summary::Summary>,
+) -> Result<FitRun, FitError> {
+    let input = torch_replay::read(path, opts)?;
+    let headroom = match summary {
+        Some(s) => headroom_of(s),
+        None => headroom(path, opts),
+    };
+    Ok(FitRun { input, headroom })
+}
+
 /// The fit of the trace at `path`.
 pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
     if ask.at == 0 || ask.batches.contains(&0) {
         return Err(FitError::Batch("a batch is at least 1".into()));
     }
-    let input = torch_replay::read(path, opts)?;
+    fit_run(&read_run(path, opts, None)?, ask, opts)
+}
+
+/// The fit of a run read once ([`read_run`]).
+pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
+    if ask.at == 0 || ask.batches.contains(&0) {
+        return Err(FitError::Batch("a batch is at least 1".into()));
+    }
+    let input = &run.input;
     let kinds = input.request_kinds();
-    let labels = request_labels(&input);
-    let mut req = classify(&input, kinds, &labels);
+    let labels = request_labels(input);
+    let mut req = classify(input, kinds, &labels);
     let mut measured_requests = 0u64;
     if let Some((second_path, other)) = &ask.second {
         if *other == ask.at {
@@ -264,7 +295,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             .scale
             .iter_mut()
             .zip(&req.kinds)
-            .zip(measured(&input, ask.at, &second, *other))
+            .zip(measured(input, ask.at, &second, *other))
         {
             let undecided = matches!(k, Kind::Unknown | Kind::Input)
                 || (*k == Kind::Temporary && *s == Scale::Fixed);
@@ -274,10 +305,10 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             }
         }
     }
-    let recorded = torch_replay::recorded_conf(&input)?;
+    let recorded = torch_replay::recorded_conf(input)?;
     let mut expandable = recorded.clone();
     expandable.expandable_segments = !recorded.expandable_segments;
-    let headroom = headroom(path, opts);
+    let headroom = run.headroom;
     let total = input.total_memory();
     let (bounds, limit_bytes, limit_from) = match (ask.limit, ask.device_memory) {
         (Some(l), _) => (
@@ -311,7 +342,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
             )
         }
     };
-    let optional = optional_requests(&input, &labels);
+    let optional = optional_requests(input, &labels);
     let mut settings = Vec::new();
     for (conf, is_recorded) in [(&recorded, true), (&expandable, false)] {
         let at_batch = |batch: u64| -> Row {
@@ -324,7 +355,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
                 );
                 (sized, optional.get(n).copied().unwrap_or(false))
             });
-            let o = torch_replay::replay_resized(&input, &events, conf, &bounds);
+            let o = torch_replay::replay_resized(input, &events, conf, &bounds);
             Row {
                 batch,
                 peak_reserved_bytes: o.peak_reserved_bytes,
@@ -346,7 +377,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
     let seq = match &ask.seq {
         None => None,
         Some(s) => Some(seq::axis(
-            &input,
+            input,
             s,
             &proportional(&req.scale),
             ask.at,
@@ -429,9 +460,11 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
 /// What the CUDA context, module code and the libraries held beside PyTorch's allocator at
 /// NVML's peak in the run (0 without NVML's figure).
 fn headroom(path: &Path, opts: &ReadOptions) -> u64 {
-    let Ok(s) = super::summary::summarize(path, opts) else {
-        return 0;
-    };
+    super::summary::summarize(path, opts).map_or(0, |s| headroom_of(&s))
+}
+
+/// [`headroom`] from the trace's summary.
+fn headroom_of(s: &super::summary::Summary) -> u64 {
     s.device_memory
         .iter()
         .map(|m| {
