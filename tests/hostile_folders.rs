@@ -74,9 +74,9 @@ fn give(p: &Path, uid: u32) {
     assert_eq!(unsafe { libc::lchown(c.as_ptr(), uid, uid) }, 0, "{p:?}");
 }
 
-/// The command, as `uid` when given (root only), in `cwd`, with `HOME` set.
-fn gpushim_as(uid: Option<u32>, cwd: &Path, home: &Path, args: &[&OsStr]) -> Command {
-    let mut c = match uid {
+/// `program`, as `uid` when given (root only: through `setpriv`, with no groups).
+fn as_user(uid: Option<u32>, program: &Path) -> Command {
+    match uid {
         Some(u) => {
             let mut c = Command::new("setpriv");
             c.args([
@@ -85,11 +85,16 @@ fn gpushim_as(uid: Option<u32>, cwd: &Path, home: &Path, args: &[&OsStr]) -> Com
                 "--clear-groups".into(),
                 "--".into(),
             ])
-            .arg(gpushim_bin());
+            .arg(program);
             c
         }
-        None => Command::new(gpushim_bin()),
-    };
+        None => Command::new(program),
+    }
+}
+
+/// The command, as `uid` when given (root only), in `cwd`, with `HOME` set.
+fn gpushim_as(uid: Option<u32>, cwd: &Path, home: &Path, args: &[&OsStr]) -> Command {
+    let mut c = as_user(uid, &gpushim_bin());
     c.args(args)
         .current_dir(cwd)
         .env("HOME", home)
@@ -720,20 +725,7 @@ fn hostile_names_are_escaped_in_every_command_and_format() {
 /// A program on the simulator as `uid` (root only), with the shim preloaded, writing its trace
 /// at `trace`; stdout and stderr kept.
 fn client_as(uid: Option<u32>, cwd: &Path, trace: &Path) -> Output {
-    let mut c = match uid {
-        Some(u) => {
-            let mut c = Command::new("setpriv");
-            c.args([
-                format!("--reuid={u}"),
-                format!("--regid={u}"),
-                "--clear-groups".into(),
-                "--".into(),
-            ])
-            .arg(sim().bin("train_loop"));
-            c
-        }
-        None => Command::new(sim().bin("train_loop")),
-    };
+    let mut c = as_user(uid, &sim().bin("train_loop"));
     c.arg("2")
         .current_dir(cwd)
         .env("LD_LIBRARY_PATH", &sim().dir)
