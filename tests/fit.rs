@@ -640,3 +640,33 @@ fn a_ring_trace_is_answered_by_fit_oom_and_the_page_from_one_read() {
     assert_ok(&o);
     assert!(page.is_file());
 }
+
+/// Answers that are not answers are not given: a trace whose requests have no kind that follows
+/// the batch (no Python frames) says so first and gives no largest batch, where it printed the
+/// search's cap, 4096, as one; a largest batch at the cap is said to be at least that.
+#[test]
+fn no_largest_batch_is_given_when_nothing_scales_or_the_search_ends_at_its_cap() {
+    let gpt2 = repo().join("tests/data/torch/gpt2.trace");
+    let g = gpt2.to_str().unwrap();
+    let text = stdout(&gpushim_text(&["fit", g, "--at", "8"]));
+    assert!(
+        text.starts_with("nothing of this run's requests follows the batch"),
+        "{text}"
+    );
+    assert!(
+        text.contains("the largest batch that fits: not known") && !text.contains(": 4096"),
+        "{text}"
+    );
+    let dir = tempdir("fit-cap");
+    let small = at_batch(&dir, 3);
+    let s = small.to_str().unwrap();
+    let text = stdout(&gpushim_text(&["fit", s, "--at", "3", "--max-batch", "16"]));
+    assert!(
+        text.contains("every batch up to 16 fits (the search's cap"),
+        "{text}"
+    );
+    let v = json(&["fit", s, "--at", "3", "--max-batch", "16", "--json"]);
+    assert_eq!(v["settings"][0]["largest_is_the_cap"], true, "{v}");
+    let v = json(&["fit", s, "--at", "3", "--json"]);
+    assert_eq!(v["settings"][0]["largest_is_the_cap"], false, "{v}");
+}

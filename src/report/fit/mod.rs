@@ -87,6 +87,9 @@ pub struct SettingFit {
     pub rows: Vec<Row>,
     /// The largest batch whose replay never fails under the limit (0: not even one).
     pub largest_batch: u64,
+    /// Every batch looked at fits: the largest is at least `largest_batch`, the search's cap
+    /// (`--max-batch`), not an answer.
+    pub largest_is_the_cap: bool,
     /// Its peak reserved.
     pub largest_peak_reserved_bytes: u64,
 }
@@ -128,6 +131,15 @@ pub struct Fit {
     /// With a second run at another sequence length: each length asked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seq: Option<SeqAxis>,
+}
+
+impl Fit {
+    /// Nothing of the run's requests follows the batch (every one fixed or of unknown kind, and
+    /// no second run measured any): every batch's peak is the run's, and no largest batch can
+    /// be said.
+    pub fn nothing_scales(&self) -> bool {
+        self.batch_bytes == 0
+    }
 }
 
 /// A second run at another batch, and how many of the run's requests it scaled.
@@ -371,6 +383,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
             recorded: is_recorded,
             rows,
             largest_batch: largest,
+            largest_is_the_cap: largest >= ask.max_batch,
             largest_peak_reserved_bytes: peak,
         });
     }
@@ -509,11 +522,19 @@ impl Ask {
 impl Fit {
     /// `N under SETTING (the run's), M under ...`: the largest batch under each setting.
     pub fn largest_by_setting(&self) -> String {
+        if self.nothing_scales() {
+            return "not known (nothing of the run's requests follows the batch)".into();
+        }
         self.settings
             .iter()
             .map(|s| {
                 format!(
-                    "{} under {}{}",
+                    "{}{} under {}{}",
+                    if s.largest_is_the_cap {
+                        "at least "
+                    } else {
+                        ""
+                    },
                     s.largest_batch,
                     setting_name(&s.setting),
                     if s.recorded { " (the run's)" } else { "" }

@@ -7,6 +7,18 @@ use crate::report::units::human_bytes;
 pub fn render(f: &Fit) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
+    if f.nothing_scales() {
+        // The reason that decides comes first.
+        let _ = writeln!(
+            o,
+            "nothing of this run's requests follows the batch ({} of unknown kind, {} fixed): \
+             every batch below replays as the run did, and no largest batch can be said. The \
+             kinds need PyTorch's tensors with their Python frames (the default run records \
+             them); or give a second run at another batch (--with)",
+            human_bytes(f.unknown_bytes),
+            human_bytes(f.fixed_bytes)
+        );
+    }
     let _ = writeln!(
         o,
         "from a run at batch {}: {} of its requests grow with the batch, {} do not{}",
@@ -81,8 +93,19 @@ pub fn render(f: &Fit) -> String {
                 }
             );
         }
-        if s.largest_batch == 0 {
+        if f.nothing_scales() {
+            let _ = writeln!(
+                o,
+                "  the largest batch that fits: not known (nothing scales)"
+            );
+        } else if s.largest_batch == 0 {
             let _ = writeln!(o, "  not even a batch of 1 fits the limit");
+        } else if s.largest_is_the_cap {
+            let _ = writeln!(
+                o,
+                "  every batch up to {} fits (the search's cap; --max-batch looks further)",
+                s.largest_batch
+            );
         } else {
             let _ = writeln!(
                 o,
@@ -94,6 +117,8 @@ pub fn render(f: &Fit) -> String {
     }
     if let [a, b] = f.settings.as_slice()
         && a.largest_batch != b.largest_batch
+        && !f.nothing_scales()
+        && !(a.largest_is_the_cap && b.largest_is_the_cap)
     {
         let (more, less) = if a.largest_batch > b.largest_batch {
             (a, b)
