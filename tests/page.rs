@@ -263,9 +263,16 @@ fn the_page_of_a_ring_of_10_8_events_is_small_and_opens_in_a_browser_offline() {
             .iter()
             .all(|t| !t["lanes"].as_array().unwrap().is_empty())
     );
+    // A run whose allocation failed: its mark, legend entry and table of failures.
+    let oom_page = dir.join("oom.html");
+    let d = data(&report(
+        &[&repo().join("tests/data/torch/oom.trace")],
+        &oom_page,
+    ));
+    assert!(d["traces"][0]["oom_count"].as_u64().unwrap() > 0, "{d}");
     let shot = repo().join("target/test-artifacts/page.png");
     std::fs::create_dir_all(shot.parent().unwrap()).unwrap();
-    let Some(out) = in_browser(&[&kinds_page, &ring_page, &shot, &ranks_page]) else {
+    let Some(out) = in_browser(&[&kinds_page, &ring_page, &shot, &ranks_page, &oom_page]) else {
         return;
     };
     eprintln!("{out}");

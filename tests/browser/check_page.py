@@ -162,6 +162,19 @@ def main():
             fail("the ring's page took %.2f s to open" % took)
         if "longer than its ring" not in ring.inner_text("#notes"):
             fail("the ring's page does not say what came from the checkpoint")
+        if len(sys.argv) > 5:
+            # A run with a failed allocation: its mark has a legend entry, and the lines in the
+            # table of failures wrap between words, never inside a name.
+            oom, _ = open_page(browser, sys.argv[5], problems)
+            if oom.locator("[data-mark=failure]").count() < 1:
+                fail("the failed allocation is not marked")
+            entry = oom.locator("[data-legend=failure]").all_inner_texts()
+            if not entry or "failed allocation" not in entry[0]:
+                fail("the failure mark has no legend entry: %r" % entry)
+            wraps = oom.evaluate(
+                "getComputedStyle(document.querySelector('#ooms td.site')).overflowWrap")
+            if wraps == "anywhere":
+                fail("the failures' lines break anywhere, inside names")
         if len(sys.argv) > 4:
             ranks, _ = open_page(browser, sys.argv[4], problems)
             options = ranks.locator("#rank option").all_inner_texts()

@@ -233,10 +233,10 @@
     svg.appendChild(ax);
     svg.appendChild(sv('rect', { id: 'hover', x: L, y: T, width: W - L - R, height: H - T - B, fill: 'transparent' }));
     svg.appendChild(sv('line', { id: 'cross', x1: 0, x2: 0, y1: T, y2: H - B, stroke: '#555', 'stroke-width': 0.7, visibility: 'hidden' }));
-    legend(bands, c, limitShown);
+    legend(bands, c, limitShown, lane.failures.length);
   }
 
-  function legend(bands, c, limitShown) {
+  function legend(bands, c, limitShown, failures) {
     const lg = document.getElementById('legend');
     lg.textContent = '';
     bands.slice().reverse().forEach(function (b) {
@@ -250,6 +250,10 @@
     lg.appendChild(el('span', {}, '- - reserved'));
     if (state.show === 'all' && c.nvml.some(function (v) { return v > 0; })) lg.appendChild(el('span', { style: 'color:#c0392b' }, '\u2014 NVML (the process)'));
     if (limitShown) lg.appendChild(el('span', { style: 'color:#c0392b' }, '\u00b7\u00b7 device memory'));
+    if (failures) {
+      lg.appendChild(el('span', { style: 'color:#c0392b', 'data-legend': 'failure' },
+        '\u25bc failed allocation' + (failures > 1 ? 's (' + failures + ')' : '') + ': hover the mark, or see Failed allocations below'));
+    }
   }
 
   // The column and band under a point of the chart.
