@@ -146,6 +146,16 @@ fn batches_are_asked_as_a_list_or_a_range_and_nonsense_is_refused() {
         "{}",
         stderr(&bad)
     );
+    // The two usual mistakes are each said for what they are.
+    for (spec, says) in [
+        ("128:8", "runs down from 128 to 8"),
+        ("0", "a batch is at least 1"),
+        ("8,0", "a batch is at least 1"),
+    ] {
+        let out = gpushim_text(&["fit", t, "--at", "3", "--batch", spec]);
+        assert_eq!(out.status.code(), Some(2), "{spec}");
+        assert!(stderr(&out).contains(says), "{spec}: {}", stderr(&out));
+    }
     let gpu = gpushim_text(&["fit", t, "--at", "3", "--device-memory", "l4", "--json"]);
     assert_ok(&gpu);
     let unknown = gpushim_text(&["fit", t, "--at", "3", "--device-memory", "z9"]);

@@ -26,6 +26,21 @@ pub struct Batches(pub Vec<u64>);
 pub fn batches_arg(s: &str) -> Result<Batches, String> {
     let bad =
         || format!("'{s}' is not a list of batches: write 8,16,32 or 8:64 (doubling) or 8:64:8");
+    // The two mistakes people make, each said for what it is.
+    let words: Vec<&str> = s.split([',', ':']).map(str::trim).collect();
+    if words.iter().any(|w| w.parse::<u64>() == Ok(0)) {
+        return Err(format!("'{s}': a batch is at least 1"));
+    }
+    if let [a, b, ..] = words[..]
+        && s.contains(':')
+        && let (Ok(a), Ok(b)) = (a.parse::<u64>(), b.parse::<u64>())
+        && a > b
+    {
+        return Err(format!(
+            "'{s}' runs down from {a} to {b}: a range goes from the smaller batch to the larger, \
+             as in {b}:{a}"
+        ));
+    }
     let num = |t: &str| t.trim().parse::<u64>().ok().filter(|&n| n > 0);
     let out: Vec<u64> = if let Some((a, rest)) = s.split_once(':') {
         let (b, step) = match rest.split_once(':') {
