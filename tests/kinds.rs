@@ -183,6 +183,35 @@ fn a_growing_line_says_its_kind() {
     assert!(text.contains(", activations  "), "{text}");
 }
 
+/// The seeds' metric leak written on the program's own line: a tensor computed from the
+/// forward's output (`h = gelu(lin(x))`), kept with its graph, with more of the forward after it
+/// before the backward. Its line grows 2 MiB a step and is an activation, never input (input is
+/// what the program makes before a step's forward: the batch stays input).
+#[test]
+fn a_program_line_computed_from_the_forwards_output_is_an_activation() {
+    let (t, out) = train_with("kinds-own", 8, false, vec![("KINDS_OWN", "1".into())]);
+    assert_ok(&out);
+    let l = json(&["leaks"], &t);
+    let growing = l["iterations"]["growing"].as_array().unwrap();
+    let own = line_of("train.py", "computed from the forward's output");
+    let g = growing
+        .iter()
+        .find(|g| g["call_site"].as_str().unwrap().contains(&own))
+        .unwrap_or_else(|| panic!("{own} grows: {l}"));
+    assert_eq!(g["kind"], "activation", "{g}");
+    assert_eq!(g["bytes_per_iteration"], 2 * MIB, "{g}");
+    // The batch, made before the forward, is still input.
+    let s = json(&["summary"], &t);
+    let input = s["framework"][0]["kinds_at_peak"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["kind"] == "input")
+        .unwrap_or_else(|| panic!("{s}"))
+        .clone();
+    assert_eq!(input["bytes"], MIB, "{s}");
+}
+
 /// An out-of-memory says what the tensors were when it came: the parameters built before the
 /// first step, whatever else the step had made.
 #[test]

@@ -303,13 +303,22 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         // size. Elsewhere the kinds' rule holds better than a line through two sizes: cuDNN
         // picks its convolutions' workspaces by batch, and two of them say little of an
         // eighth (ResNet-50 on an H100: 10.8% low from 16 and 32 to 128, 0.3% high by kinds).
-        for ((s, k), m) in req
+        // A request of the program's own lines: an input, or what the program computed from
+        // a module's output (an activation of its own line), whose size the kinds cannot say.
+        let mut own: crate::fasthash::FastMap<u64, bool> = Default::default();
+        let mut own_line = |stack: u64| {
+            *own.entry(stack)
+                .or_insert_with(|| phase_of_stack(input.reader(), stack) == Phase::Program)
+        };
+        for (((s, k), m), (_, stack)) in req
             .scale
             .iter_mut()
             .zip(&req.kinds)
             .zip(measured(input, ask.at, &second, *other))
+            .zip(input.requests())
         {
             let undecided = matches!(k, Kind::Unknown | Kind::Input)
+                || (*k == Kind::Activation && own_line(stack))
                 || (*k == Kind::Temporary && *s == Scale::Fixed);
             if let Some(m) = m.filter(|_| undecided) {
                 *s = m;

@@ -36,6 +36,9 @@ pub struct Kinds {
     /// workspace is the first tensor of its size there: PyTorch keeps one per handle (a thread's)
     /// and stream.
     sizes_seen: FastMap<(u16, u16), u32>,
+    /// A forward ran since the last backward or optimizer step: what the program's own lines
+    /// make now is computed from a module's output (`h = gelu(lin(x))`), the forward's.
+    forward_in_step: bool,
 }
 
 /// The run of a tensor a ring's checkpoint restored: none the records show, long ended.
@@ -136,10 +139,19 @@ impl Kinds {
                     .get_mut(r.thread as usize)
                     .map(std::mem::take)
                     .filter(|&p| p != 0)?;
-                let (phase, module_call) = *self
+                let (mut phase, module_call) = *self
                     .by_stack
                     .entry(r.ptr)
                     .or_insert_with(|| phase_and_module_call(reader, r.ptr));
+                match phase {
+                    Phase::Forward => self.forward_in_step = true,
+                    Phase::Backward | Phase::Optimizer => self.forward_in_step = false,
+                    // Input is what the program makes before a step's forward; after it, what
+                    // its own lines make comes from the forward's output: an activation if it
+                    // outlives its run (a metric kept with its graph), else a temporary.
+                    Phase::Program if self.forward_in_step => phase = Phase::Forward,
+                    _ => {}
+                }
                 if phase != Phase::Unknown && self.current != Some(phase) {
                     self.begin_run(phase, r.time_ns);
                 }
