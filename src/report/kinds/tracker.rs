@@ -39,7 +39,17 @@ pub struct Kinds {
     /// A forward ran since the last backward or optimizer step: what the program's own lines
     /// make now is computed from a module's output (`h = gelu(lin(x))`), the forward's.
     forward_in_step: bool,
+    /// A backward ran: the program trains, so its steps end with a backward or an optimizer
+    /// step. A loop of forwards alone has no such end, and its next input comes after a
+    /// forward too: there the program's own lines stay input.
+    trains: bool,
+    /// Before the first backward: the program's own tensors made after a forward (address and
+    /// run), the forward's if a backward comes (at most [`TENTATIVE_MAX`]).
+    tentative: Vec<(u64, u64)>,
 }
+
+/// The most tensors kept waiting for the first backward to say whether they were the forward's.
+const TENTATIVE_MAX: usize = 1 << 16;
 
 /// The run of a tensor a ring's checkpoint restored: none the records show, long ended.
 const RESTORED: u64 = u64::MAX;
@@ -145,15 +155,32 @@ impl Kinds {
                     .or_insert_with(|| phase_and_module_call(reader, r.ptr));
                 match phase {
                     Phase::Forward => self.forward_in_step = true,
-                    Phase::Backward | Phase::Optimizer => self.forward_in_step = false,
+                    Phase::Backward => {
+                        if !self.trains {
+                            self.trains = true;
+                            self.forward_before_the_first_backward();
+                        }
+                        self.forward_in_step = false;
+                    }
+                    Phase::Optimizer => self.forward_in_step = false,
                     // Input is what the program makes before a step's forward; after it, what
                     // its own lines make comes from the forward's output: an activation if it
                     // outlives its run (a metric kept with its graph), else a temporary.
-                    Phase::Program if self.forward_in_step => phase = Phase::Forward,
+                    Phase::Program if self.forward_in_step && self.trains => {
+                        phase = Phase::Forward;
+                    }
                     _ => {}
                 }
                 if phase != Phase::Unknown && self.current != Some(phase) {
                     self.begin_run(phase, r.time_ns);
+                }
+                // Before the program has shown it trains: the forward's if a backward comes.
+                if phase == Phase::Program
+                    && self.forward_in_step
+                    && !self.trains
+                    && self.tentative.len() < TENTATIVE_MAX
+                {
+                    self.tentative.push((ptr, self.run));
                 }
                 if let Some(b) = self.born.get_mut(&ptr) {
                     (b.phase, b.run) = (phase, self.run);
@@ -183,6 +210,19 @@ impl Kinds {
                 None
             }
             _ => None,
+        }
+    }
+
+    /// The first backward came: the program's own tensors made after a forward before it, still
+    /// live and as they were, are the forward's (the first step's metric, as every later one).
+    fn forward_before_the_first_backward(&mut self) {
+        for (ptr, run) in std::mem::take(&mut self.tentative) {
+            if let Some(b) = self.born.get_mut(&ptr)
+                && b.run == run
+                && b.phase == Phase::Program
+            {
+                b.phase = Phase::Forward;
+            }
         }
     }
 
