@@ -7,6 +7,7 @@ mod diff;
 mod events;
 mod export;
 mod fit;
+mod help;
 mod leaks;
 mod oom;
 mod output;

@@ -106,3 +106,15 @@ pub fn fraction_arg(s: &str) -> Result<f64, String> {
         .filter(|f| *f > 0.0 && *f <= 1.0)
         .ok_or_else(|| format!("'{s}' is not a fraction above 0 and at most 1"))
 }
+
+/// The export formats; `memory-viz-html` is still understood, to say why it is no longer
+/// written, and not shown.
+pub fn export_formats() -> clap::builder::PossibleValuesParser {
+    use clap::builder::PossibleValue;
+    clap::builder::PossibleValuesParser::new([
+        PossibleValue::new("perfetto"),
+        PossibleValue::new("memory-viz"),
+        PossibleValue::new("memory-viz-html").hide(true),
+        PossibleValue::new("rmm"),
+    ])
+}

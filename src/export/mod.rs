@@ -129,6 +129,20 @@ fn fitted(text: &str, font_size: f64, room: f64) -> String {
     }
 }
 
+/// `text` in at most `max` characters: whole, or cut after its last whole frame (` < `) or
+/// word that fits, with an ellipsis, never in the middle of a name.
+pub(crate) fn shortened(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(max.saturating_sub(2)).collect();
+    let cut = head
+        .rfind(" < ")
+        .or_else(|| head.rfind(' '))
+        .unwrap_or(head.len());
+    format!("{} \u{2026}", head[..cut].trim_end())
+}
+
 /// Text for SVG or HTML, in an element or a double-quoted attribute (the only kind written):
 /// markup characters as entities, and control characters (a newline in a file name, an escape
 /// sequence in a symbol) and characters that change how text reads unseen (a direction
@@ -193,5 +207,21 @@ mod tests {
         assert_eq!(tick_label(7.5, 2.5), "7.5");
         assert_eq!(tick_label(0.75, 0.25), "0.75");
         assert_eq!(tick_label(400.0, 200.0), "400");
+    }
+}
+
+#[cfg(test)]
+mod shortened_tests {
+    #[test]
+    fn a_long_boundary_is_cut_between_frames_never_inside_a_name() {
+        let text =
+            "detected period: each allocation from a.py:1 in f < b.py:2 in g < module.py:9 in h";
+        assert_eq!(super::shortened(text, 200), text);
+        let short = super::shortened(text, 70);
+        assert_eq!(
+            short,
+            "detected period: each allocation from a.py:1 in f < b.py:2 in g \u{2026}"
+        );
+        assert!(short.chars().count() <= 70);
     }
 }

@@ -365,7 +365,7 @@ fn marks(s: &mut String, d: &Data, sc: &Scale, first: &std::path::Path, opts: &R
     let note = format!(
         "ticks on the time axis: {} iterations ({})",
         it.count,
-        shortened(&it.boundary, 110)
+        super::shortened(&it.boundary, 110)
     );
     caption(s, W - R, T - 4.0, "end", W - R - L, &note);
 }
@@ -568,34 +568,4 @@ pub(super) fn tick_label(v: f64, step: f64) -> String {
         })
         .unwrap_or(6) as usize;
     format!("{v:.decimals$}")
-}
-
-/// `text` in at most `max` characters: whole, or cut after its last whole frame (` < `) or
-/// word that fits, with an ellipsis, never in the middle of a name.
-fn shortened(text: &str, max: usize) -> String {
-    if text.chars().count() <= max {
-        return text.to_string();
-    }
-    let head: String = text.chars().take(max.saturating_sub(2)).collect();
-    let cut = head
-        .rfind(" < ")
-        .or_else(|| head.rfind(' '))
-        .unwrap_or(head.len());
-    format!("{} \u{2026}", head[..cut].trim_end())
-}
-
-#[cfg(test)]
-mod shortened_tests {
-    #[test]
-    fn a_long_boundary_is_cut_between_frames_never_inside_a_name() {
-        let text =
-            "detected period: each allocation from a.py:1 in f < b.py:2 in g < module.py:9 in h";
-        assert_eq!(super::shortened(text, 200), text);
-        let short = super::shortened(text, 70);
-        assert_eq!(
-            short,
-            "detected period: each allocation from a.py:1 in f < b.py:2 in g \u{2026}"
-        );
-        assert!(short.chars().count() <= 70);
-    }
 }

@@ -274,27 +274,29 @@ pub fn check_trace(pattern: Option<&str>) -> Result<bool, RunError> {
 /// that user decides and could be replaced there. A folder named as it is, even a shared one
 /// like `/tmp`, is the user's choice; so is a link of the user's own into a folder of theirs.
 fn not_through_a_link_to_others(dir: &Path) -> Result<(), RunError> {
-    use std::os::unix::fs::MetadataExt;
     let mut at = PathBuf::new();
     let mut first_link = None;
     for part in dir.components() {
         at.push(part);
-        if let Ok(m) = std::fs::symlink_metadata(&at)
-            && m.file_type().is_symlink()
-        {
-            first_link = Some((at.clone(), m.uid()));
+        if std::fs::symlink_metadata(&at).is_ok_and(|m| m.file_type().is_symlink()) {
+            first_link = Some(at.clone());
             break;
         }
     }
-    let Some((link, owner)) = first_link else {
+    let Some(link) = first_link else {
         return Ok(());
     };
     let lands = dir
         .canonicalize()
         .map_err(|e| RunError::Io(dir.to_path_buf(), e))?;
-    let me = crate::files::my_uid();
-    let why = if owner != me && owner != 0 {
-        Some(format!("the link belongs to another user (uid {owner})"))
+    // The shim's own rule first (any link another user owns on the way), so `run` never
+    // starts a program whose trace the shim would then refuse.
+    let mut probe = dir.as_os_str().as_encoded_bytes().to_vec();
+    probe.extend_from_slice(b"/x.trace");
+    let why = if let Some(owner) = crate::trace::recorder::foreign_link(&probe) {
+        Some(format!(
+            "a link on the way belongs to another user (uid {owner})"
+        ))
     } else {
         crate::files::others_control(&lands)
             .err()

@@ -275,17 +275,21 @@ pub fn read_run(
 
 /// The fit of the trace at `path`.
 pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
+    batches_asked(ask)?; // before the trace is read
+    fit_run(&read_run(path, opts, None)?, ask, opts)
+}
+
+/// Every batch asked is at least 1.
+fn batches_asked(ask: &Ask) -> Result<(), FitError> {
     if ask.at == 0 || ask.batches.contains(&0) {
         return Err(FitError::Batch("a batch is at least 1".into()));
     }
-    fit_run(&read_run(path, opts, None)?, ask, opts)
+    Ok(())
 }
 
 /// The fit of a run read once ([`read_run`]).
 pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
-    if ask.at == 0 || ask.batches.contains(&0) {
-        return Err(FitError::Batch("a batch is at least 1".into()));
-    }
+    batches_asked(ask)?;
     let input = &run.input;
     let kinds = input.request_kinds();
     let labels = request_labels(input);

@@ -58,62 +58,7 @@ pub fn render(f: &Fit) -> String {
         f.limit_from
     );
     for s in &f.settings {
-        let _ = writeln!(
-            o,
-            "\n{} ({}):",
-            setting_name(&s.setting),
-            if s.recorded {
-                "the run's setting"
-            } else {
-                "switched"
-            }
-        );
-        let _ = writeln!(
-            o,
-            "  {:>7}  {:>14}  {:>14}",
-            "batch", "peak reserved", "peak allocated"
-        );
-        for r in &s.rows {
-            let _ = writeln!(
-                o,
-                "  {:>7}  {:>14}  {:>14}{}",
-                r.batch,
-                human_bytes(r.peak_reserved_bytes),
-                human_bytes(r.peak_allocated_bytes),
-                if r.failures > 0 {
-                    "  does not fit".to_string()
-                } else if r.workspaces_done_without > 0 {
-                    format!(
-                        "  ({} convolution workspaces done without: cuDNN picks algorithms \
-                         needing less)",
-                        r.workspaces_done_without
-                    )
-                } else {
-                    String::new()
-                }
-            );
-        }
-        if f.nothing_scales() {
-            let _ = writeln!(
-                o,
-                "  the largest batch that fits: not known (nothing scales)"
-            );
-        } else if s.largest_batch == 0 {
-            let _ = writeln!(o, "  not even a batch of 1 fits the limit");
-        } else if s.largest_is_the_cap {
-            let _ = writeln!(
-                o,
-                "  every batch up to {} fits (the search's cap; --max-batch looks further)",
-                s.largest_batch
-            );
-        } else {
-            let _ = writeln!(
-                o,
-                "  the largest batch that fits: {} (peak reserved {})",
-                s.largest_batch,
-                human_bytes(s.largest_peak_reserved_bytes)
-            );
-        }
+        setting_table(&mut o, f, s);
     }
     if let [a, b] = f.settings.as_slice()
         && a.largest_batch != b.largest_batch
@@ -164,6 +109,67 @@ fn lines(o: &mut String, title: &str, lines: &[LineBytes]) {
             human_bytes(l.bytes),
             l.tensors,
             l.line
+        );
+    }
+}
+
+/// One setting's table of batches and its largest batch (or why there is none).
+fn setting_table(o: &mut String, f: &Fit, s: &super::SettingFit) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        o,
+        "\n{} ({}):",
+        setting_name(&s.setting),
+        if s.recorded {
+            "the run's setting"
+        } else {
+            "switched"
+        }
+    );
+    let _ = writeln!(
+        o,
+        "  {:>7}  {:>14}  {:>14}",
+        "batch", "peak reserved", "peak allocated"
+    );
+    for r in &s.rows {
+        let _ = writeln!(
+            o,
+            "  {:>7}  {:>14}  {:>14}{}",
+            r.batch,
+            human_bytes(r.peak_reserved_bytes),
+            human_bytes(r.peak_allocated_bytes),
+            if r.failures > 0 {
+                "  does not fit".to_string()
+            } else if r.workspaces_done_without > 0 {
+                format!(
+                    "  ({} convolution workspaces done without: cuDNN picks algorithms \
+                     needing less)",
+                    r.workspaces_done_without
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    if f.nothing_scales() {
+        let _ = writeln!(
+            o,
+            "  the largest batch that fits: not known (nothing scales)"
+        );
+    } else if s.largest_batch == 0 {
+        let _ = writeln!(o, "  not even a batch of 1 fits the limit");
+    } else if s.largest_is_the_cap {
+        let _ = writeln!(
+            o,
+            "  every batch up to {} fits (the search's cap; --max-batch looks further)",
+            s.largest_batch
+        );
+    } else {
+        let _ = writeln!(
+            o,
+            "  the largest batch that fits: {} (peak reserved {})",
+            s.largest_batch,
+            human_bytes(s.largest_peak_reserved_bytes)
         );
     }
 }

@@ -149,28 +149,11 @@ impl Kinds {
                     .get_mut(r.thread as usize)
                     .map(std::mem::take)
                     .filter(|&p| p != 0)?;
-                let (mut phase, module_call) = *self
+                let (phase, module_call) = *self
                     .by_stack
                     .entry(r.ptr)
                     .or_insert_with(|| phase_and_module_call(reader, r.ptr));
-                match phase {
-                    Phase::Forward => self.forward_in_step = true,
-                    Phase::Backward => {
-                        if !self.trains {
-                            self.trains = true;
-                            self.forward_before_the_first_backward();
-                        }
-                        self.forward_in_step = false;
-                    }
-                    Phase::Optimizer => self.forward_in_step = false,
-                    // Input is what the program makes before a step's forward; after it, what
-                    // its own lines make comes from the forward's output: an activation if it
-                    // outlives its run (a metric kept with its graph), else a temporary.
-                    Phase::Program if self.forward_in_step && self.trains => {
-                        phase = Phase::Forward;
-                    }
-                    _ => {}
-                }
+                let phase = self.in_step(phase);
                 if phase != Phase::Unknown && self.current != Some(phase) {
                     self.begin_run(phase, r.time_ns);
                 }
@@ -211,6 +194,27 @@ impl Kinds {
             }
             _ => None,
         }
+    }
+
+    /// The phase a tensor of `phase`'s frames is made in, where in its step it comes. Input is
+    /// what the program makes before a step's forward; after it, in a program that trains, what
+    /// its own lines make comes from the forward's output: an activation if it outlives its run
+    /// (a metric kept with its graph), else a temporary.
+    fn in_step(&mut self, phase: Phase) -> Phase {
+        match phase {
+            Phase::Forward => self.forward_in_step = true,
+            Phase::Backward => {
+                if !self.trains {
+                    self.trains = true;
+                    self.forward_before_the_first_backward();
+                }
+                self.forward_in_step = false;
+            }
+            Phase::Optimizer => self.forward_in_step = false,
+            Phase::Program if self.forward_in_step && self.trains => return Phase::Forward,
+            _ => {}
+        }
+        phase
     }
 
     /// The first backward came: the program's own tensors made after a forward before it, still

@@ -11,6 +11,7 @@
 
 mod decode;
 pub(crate) mod head;
+mod opening;
 mod stats;
 
 use crate::trace::checkpoint::read::{checkpoint_summarized, checkpoint_summed, read_checkpoint};
@@ -262,24 +263,7 @@ impl TraceReader {
     pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
         let path = path.as_ref().to_path_buf();
         let io_err = |e| ReadError::Io(path.clone(), e);
-        // Without blocking: a FIFO named as a trace would stall the command until a writer came.
-        let mut file = {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-                .open(&path)
-                .map_err(io_err)?
-        };
-        let meta = file.metadata().map_err(io_err)?;
-        if meta.is_dir() {
-            return Err(io_err(std::io::Error::other(folder_of_traces(&path))));
-        }
-        if !meta.is_file() {
-            return Err(io_err(std::io::Error::other(
-                "not a regular file (a trace is one)",
-            )));
-        }
+        let (mut file, meta) = opening::open_trace_file(&path).map_err(io_err)?;
         let file_len = meta.len();
         if file_len < HEADER_SIZE as u64 {
             return Err(ReadError::TooShort {
@@ -601,34 +585,5 @@ impl TraceReader {
             };
             self.ready = old;
         }
-    }
-}
-
-/// What a folder given as a trace is told: the traces in it (names ending `.trace`, at most a
-/// few shown), so the command to run is at hand.
-fn folder_of_traces(dir: &Path) -> String {
-    const SHOWN: usize = 8;
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .take(100_000)
-                .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
-                .map(|e| e.file_name())
-                .filter(|n| n.as_encoded_bytes().ends_with(b".trace"))
-                .map(|n| {
-                    use std::os::unix::ffi::OsStrExt;
-                    crate::fixedfmt::Escaped(dir.join(n).as_os_str().as_bytes()).to_string()
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    match names.len() {
-        0 => "a folder, with no .trace file in it: name a trace file".into(),
-        n => format!(
-            "a folder: name the traces in it ({n}: {}{})",
-            names[..n.min(SHOWN)].join(" "),
-            if n > SHOWN { " ..." } else { "" }
-        ),
     }
 }

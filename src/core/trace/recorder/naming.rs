@@ -241,20 +241,24 @@ pub fn foreign_link(path: &[u8]) -> Option<u32> {
     let end = path.iter().rposition(|&b| b == b'/')?;
     // SAFETY: getuid has no preconditions.
     let me = unsafe { libc::getuid() };
+    if end >= PATH_CAP {
+        return None;
+    }
+    // The folder's path once; each leading part is ended in place by a NUL, then restored.
     let mut part = [0u8; PATH_CAP];
+    part[..end].copy_from_slice(&path[..end]);
     for i in 1..=end {
-        if i < end && path[i] != b'/' {
+        if (i < end && path[i] != b'/') || path[i - 1] == b'/' {
             continue;
         }
-        if i >= PATH_CAP || path[i - 1] == b'/' {
-            continue;
-        }
-        part[..i].copy_from_slice(&path[..i]);
+        let kept = part[i];
         part[i] = 0;
         // SAFETY: an all-zero stat is a valid value; lstat fills it.
         let mut st: libc::stat = unsafe { core::mem::zeroed() };
-        // SAFETY: `part` is NUL-terminated; `st` is a valid out-pointer.
-        if unsafe { libc::lstat(part.as_ptr().cast(), &mut st) } != 0 {
+        // SAFETY: `part` is NUL-terminated at `i`; `st` is a valid out-pointer.
+        let rc = unsafe { libc::lstat(part.as_ptr().cast(), &mut st) };
+        part[i] = kept;
+        if rc != 0 {
             return None;
         }
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK && st.st_uid != me && st.st_uid != 0 {
