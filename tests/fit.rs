@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::path::Path;
 
 /// The kinds program at `batch`, 3 steps, under the shim; its trace.
-fn at_batch(dir: &Path, batch: u64) -> std::path::PathBuf {
+pub(crate) fn at_batch(dir: &Path, batch: u64) -> std::path::PathBuf {
     let t = dir.join(format!("b{batch}.trace"));
     assert_ok(&kinds_program(
         &t,
@@ -20,7 +20,7 @@ fn at_batch(dir: &Path, batch: u64) -> std::path::PathBuf {
     t
 }
 
-fn json(args: &[&str]) -> Value {
+pub(crate) fn json(args: &[&str]) -> Value {
     let out = gpushim_text(args);
     assert_ok(&out);
     serde_json::from_slice(&out.stdout).unwrap()
@@ -593,90 +593,4 @@ fn a_convolutions_workspace_that_cannot_be_had_is_done_without() {
     let (_, said) = run("real", 12, &[("STANDIN_ALLOWED", allowed)]);
     assert!(said.contains("trained 3"), "{said}");
     assert!(!said.contains("workspaces done without 0"), "{said}");
-}
-
-/// A run long enough to be a ring (4000 steps through a 4 MiB trace, its oldest records
-/// summarized in a checkpoint) is what an OOM after hours of growth leaves: `fit`, `oom` and the
-/// page with `--at` answer it, never abort (the requests and their kinds were once read from two
-/// different checkpoints of the ring and zipped), and the peak allocated at each batch is the one
-/// predicted from a short run of the same program, which the tensors' kinds alone decide.
-#[test]
-fn a_ring_trace_is_answered_by_fit_oom_and_the_page_from_one_read() {
-    let dir = tempdir("fit-ring");
-    let ring = dir.join("ring.trace");
-    let out = kinds_program_with(
-        &ring,
-        4000,
-        false,
-        &["--batch-size", "2"],
-        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
-    );
-    assert_ok(&out);
-    let short = dir.join("short.trace");
-    assert_ok(&kinds_program_with(
-        &short,
-        20,
-        false,
-        &["--batch-size", "2"],
-        vec![],
-    ));
-    let r = ring.to_str().unwrap();
-    let info = json(&["summary", r, "--json"]);
-    assert!(
-        info["health"]["summarized"].as_u64().unwrap() > 0,
-        "the run is a ring: {info}"
-    );
-    let allocated = |t: &str| -> Vec<(u64, u64)> {
-        let v = json(&["fit", t, "--batch", "4,8", "--json"]);
-        v["settings"][0]["rows"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{v}"))
-            .iter()
-            .map(|row| {
-                (
-                    row["batch"].as_u64().unwrap(),
-                    row["peak_allocated_bytes"].as_u64().unwrap(),
-                )
-            })
-            .collect()
-    };
-    let from_ring = allocated(r);
-    assert_eq!(from_ring, allocated(short.to_str().unwrap()));
-    assert_eq!(from_ring.len(), 2, "{from_ring:?}");
-    let oom = gpushim_text(&["oom", r]);
-    assert_ok(&oom);
-    let page = dir.join("ring.html");
-    let o = gpushim_text(&["report", r, "--at", "2", "-o", page.to_str().unwrap()]);
-    assert_ok(&o);
-    assert!(page.is_file());
-}
-
-/// Answers that are not answers are not given: a trace whose requests have no kind that follows
-/// the batch (no Python frames) says so first and gives no largest batch, where it printed the
-/// search's cap, 4096, as one; a largest batch at the cap is said to be at least that.
-#[test]
-fn no_largest_batch_is_given_when_nothing_scales_or_the_search_ends_at_its_cap() {
-    let gpt2 = repo().join("tests/data/torch/gpt2.trace");
-    let g = gpt2.to_str().unwrap();
-    let text = stdout(&gpushim_text(&["fit", g, "--at", "8"]));
-    assert!(
-        text.starts_with("nothing of this run's requests follows the batch"),
-        "{text}"
-    );
-    assert!(
-        text.contains("the largest batch that fits: not known") && !text.contains(": 4096"),
-        "{text}"
-    );
-    let dir = tempdir("fit-cap");
-    let small = at_batch(&dir, 3);
-    let s = small.to_str().unwrap();
-    let text = stdout(&gpushim_text(&["fit", s, "--at", "3", "--max-batch", "16"]));
-    assert!(
-        text.contains("every batch up to 16 fits (the search's cap"),
-        "{text}"
-    );
-    let v = json(&["fit", s, "--at", "3", "--max-batch", "16", "--json"]);
-    assert_eq!(v["settings"][0]["largest_is_the_cap"], true, "{v}");
-    let v = json(&["fit", s, "--at", "3", "--json"]);
-    assert_eq!(v["settings"][0]["largest_is_the_cap"], false, "{v}");
 }
