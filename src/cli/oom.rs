@@ -7,10 +7,18 @@ use std::process::ExitCode;
 
 pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptions) -> ExitCode {
     for t in traces {
-        let (ooms, cut) = match gpushim::report::oom::oom_read(t, opts) {
-            Ok(o) => o,
+        // The failures, and what grew every iteration until them: one analysis.
+        let wants = gpushim::report::analysis::Wants {
+            oom: true,
+            leaks: Some(None),
+            leaks_only_with_failures: true,
+            ..Default::default()
+        };
+        let a = match gpushim::report::analysis::analyze(t, opts, &wants) {
+            Ok(a) => a,
             Err(e) => return fail(e),
         };
+        let (ooms, cut) = (a.ooms.unwrap_or_default(), a.cut);
         let cut = cut.map(|c| {
             format!(
                 "the trace is incomplete: {c}; a failure among what is missing is not here, \
@@ -31,7 +39,9 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
         if let Some(c) = &cut {
             println!("{c}");
         }
-        print!("{}", growth_at_failure(t, &ooms, opts));
+        if let Some(l) = a.leaks {
+            print!("{}", growth_at_failure(l, &ooms));
+        }
         // A tensor PyTorch's allocator could not serve: would another setting have served it?
         if ooms.iter().any(|o| o.api == "torch_allocator") {
             match gpushim::report::torch_replay::oom_advice(t, opts) {
@@ -50,9 +60,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
             }
             // The batch as given, else as the run's command line said it.
             let said = at.map(|n| (n, None)).or_else(|| {
-                gpushim::trace::reader::TraceReader::open(t)
-                    .ok()
-                    .and_then(|r| gpushim::report::fit::batch_from_cmdline(&r.info().cmdline))
+                gpushim::report::fit::batch_from_cmdline(&a.info.cmdline)
                     .map(|(n, words)| (n, Some(words)))
             });
             if let Some((at, words)) = said {
@@ -84,18 +92,11 @@ fn batch_that_fits(t: &std::path::Path, at: u64, opts: &ReadOptions) -> String {
 }
 /// When lines grow every iteration: what they held of what was live at each failure, with
 /// their kinds (the leak that filled the device, named).
-fn growth_at_failure(
-    t: &std::path::Path,
-    ooms: &[gpushim::report::Oom],
-    opts: &ReadOptions,
-) -> String {
+fn growth_at_failure(l: gpushim::report::Leaks, ooms: &[gpushim::report::Oom]) -> String {
     use gpushim::report::units::human_bytes;
     if ooms.is_empty() {
         return String::new();
     }
-    let Ok(l) = gpushim::report::leaks(t, None, opts) else {
-        return String::new();
-    };
     let Some(it) = l.iterations.filter(|i| !i.growing.is_empty()) else {
         return String::new();
     };

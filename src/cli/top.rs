@@ -1,7 +1,6 @@
 //! `gpushim top`: a live view of a running program's trace, refreshed.
 
 use super::output::{fail, print_holders};
-use gpushim::report::summary;
 use gpushim::report::units::{self, human_bytes};
 use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
@@ -46,21 +45,23 @@ pub fn cmd_top(
         // a header finished during a failed read is read again rather than reported.
         let young = shown == 0 && started.elapsed() < std::time::Duration::from_secs(10);
         let pending = young && header_pending(trace);
-        let s = match summary::summarize(trace, opts) {
-            Ok(s) => s,
+        let wants = gpushim::report::analysis::Wants {
+            summary: true,
+            leaks: Some(None),
+            ..Default::default()
+        };
+        let a = match gpushim::report::analysis::analyze(trace, opts, &wants) {
+            Ok(a) => a,
             Err(_) if young && (pending || header_pending(trace)) => {
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 continue;
             }
             Err(e) => return fail(e),
         };
-        let l = match gpushim::report::leaks(trace, None, opts) {
-            Ok(l) => l,
-            Err(e) => return fail(e),
+        let running = a.info.still_running();
+        let (Some(s), Some(l)) = (a.summary, a.leaks) else {
+            return ExitCode::FAILURE;
         };
-        let running = gpushim::trace::reader::TraceReader::open(trace)
-            .map(|r| r.info().still_running())
-            .unwrap_or(false);
         if tty {
             print!("\x1b[H\x1b[2J");
         } else if shown > 0 {

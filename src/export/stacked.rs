@@ -7,7 +7,7 @@
 use super::plot::{nice_step, tick_label};
 use super::xml;
 use crate::report::kinds::Kind;
-use crate::report::timeline::{Boundaries, Lane, timeline};
+use crate::report::timeline::{Boundaries, Lane, named};
 use crate::report::units::human_bytes;
 use crate::trace::reader::{ReadError, ReadOptions};
 use std::fmt::Write as _;
@@ -63,7 +63,15 @@ pub fn stacked_svg(
 ) -> Result<String, ReadError> {
     let mut lanes = Vec::new();
     for path in paths {
-        let l = crate::report::leaks(path, None, opts)?;
+        let wants = crate::report::analysis::Wants {
+            leaks: Some(None),
+            timeline: Some(Vec::new()),
+            ..Default::default()
+        };
+        let a = crate::report::analysis::analyze(path, opts, &wants)?;
+        let Some(l) = a.leaks else {
+            continue;
+        };
         let growing_lines: Vec<&str> = l
             .iterations
             .iter()
@@ -76,7 +84,7 @@ pub fn stacked_svg(
             growing: &growing_lines,
         });
         let label = crate::files::shown(path).to_string();
-        lanes.extend(timeline(path, &label, steps, opts)?);
+        lanes.extend(named(a.lanes.unwrap_or_default(), &label, steps));
     }
     let mut body = String::new();
     let mut top = 0.0;

@@ -7,11 +7,10 @@
 use super::live::Replay;
 use super::owners::{OwnerBytes, held_by_owner_kinds};
 use super::units::{human_bytes, human_duration};
-use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::reader::TraceReader;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 /// What the part of NVML's figure that no allocating call made is called.
 pub const NOT_ALLOCATED: &str = "no allocating call (CUDA context, module code, local memory)";
@@ -51,15 +50,13 @@ pub struct NvmlPeak {
 }
 
 /// Splits NVML's figures of `live` (a replay of the whole trace) by owner; `held_at_exit` is
-/// [`held_by_owner`] of it. The moment of each peak is replayed again from the start.
+/// [`held_by_owner`] of it. Each peak is split as at exit until [`at_peaks`] has its moment.
 pub fn reckon(
-    path: &Path,
-    opts: &ReadOptions,
     live: &Replay,
     held_at_exit: &[OwnerBytes],
     peaks: &BTreeMap<u8, NvmlPeak>,
     last_sample_ns: &BTreeMap<u8, u64>,
-) -> Result<Vec<DeviceMemory>, ReadError> {
+) -> Vec<DeviceMemory> {
     let mut out = Vec::new();
     for (&device, f) in &live.facts.nvml {
         let at_exit = split(
@@ -68,24 +65,42 @@ pub fn reckon(
             last_sample_ns.get(&device).copied().unwrap_or(0),
             held_at_exit,
         );
-        let at_peak = match peaks.get(&device) {
-            Some(p) => {
-                let mut reader = TraceReader::open_with(path, opts)?;
-                let (rp, kinds) = super::kinds::replay_with_kinds(&mut reader, p.record);
-                let held = held_by_owner_kinds(&reader, &rp, &|ptr, _| kinds.get(&ptr).copied());
-                split(device, f.peak, p.time_ns, &held)
-            }
-            None => at_exit.clone(),
-        };
         out.push(DeviceMemory {
             device,
             device_total_bytes: f.total,
             device_wide: f.device_wide,
-            at_peak,
+            at_peak: if peaks.contains_key(&device) {
+                Reckoning {
+                    nvml_bytes: f.peak,
+                    ..at_exit.clone()
+                }
+            } else {
+                at_exit.clone()
+            },
             at_exit,
         });
     }
-    Ok(out)
+    out
+}
+
+/// Each device's NVML peak split by owner, from the moment of its record (`peaks`), which the
+/// second pass took.
+pub fn at_peaks(
+    all: &mut [DeviceMemory],
+    peaks: &[(u8, NvmlPeak)],
+    reader: &TraceReader,
+    moments: &[crate::report::moments::Moment],
+) {
+    for m in all.iter_mut() {
+        let Some(&(_, p)) = peaks.iter().find(|(d, _)| *d == m.device) else {
+            continue;
+        };
+        let Some(at) = crate::report::moments::of(moments, p.record, m.device) else {
+            continue;
+        };
+        let held = held_by_owner_kinds(reader, &at.replay, &|ptr, _| at.kinds.get(&ptr).copied());
+        m.at_peak = split(m.device, m.at_peak.nvml_bytes, p.time_ns, &held);
+    }
 }
 
 fn split(device: u8, nvml: u64, time_ns: u64, held: &[OwnerBytes]) -> Reckoning {

@@ -5,6 +5,7 @@
 //! call sites, never with the length of the trace. Reports that need a moment found by a first
 //! pass (the peak) read the trace twice.
 
+pub mod analysis;
 pub mod device_memory;
 pub mod fit;
 pub mod holds;
@@ -12,6 +13,7 @@ pub mod job;
 pub mod kinds;
 pub mod leaks;
 pub mod live;
+pub mod moments;
 pub mod oom;
 pub mod owners;
 pub mod peak;

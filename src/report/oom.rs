@@ -1,7 +1,7 @@
 //! `oom`: each failed allocation, with what the device held at that moment.
 
 use super::kinds::{ByKind, Kinds};
-use super::live::{Replay, replay_each};
+use super::live::Replay;
 use super::sites::holders_text;
 use super::sites::{Holder, holders, site_label};
 use super::units::{self, human_bytes};
@@ -176,15 +176,24 @@ pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
 /// [`oom`], and what the trace is missing when it was cut or damaged (a failure may have been
 /// among what is missing).
 pub fn oom_read(path: &Path, opts: &ReadOptions) -> Result<(Vec<Oom>, Option<String>), ReadError> {
-    let mut out: Vec<Oom> = Vec::new();
-    let mut limit_pending: HashMap<u16, bool> = HashMap::new();
-    // Per thread: the entry whose request's stack comes next; and its latest failed
-    // allocation, which a framework's out-of-memory event right after explains.
-    let mut site_for: HashMap<u16, usize> = HashMap::new();
-    let mut failed_on: HashMap<u16, usize> = HashMap::new();
-    let mut kinds = Kinds::default();
-    let (reader, _) = replay_each(path, opts, |reader, rp, r, _| {
-        kinds.observe(reader, r);
+    let a = super::analysis::analyze(path, opts, &super::analysis::Wants::oom())?;
+    Ok((a.ooms.unwrap_or_default(), a.cut))
+}
+
+/// The failed allocations of a trace, record by record (a part of the analysis's first pass).
+#[derive(Default)]
+pub struct OomPass {
+    out: Vec<Oom>,
+    limit_pending: HashMap<u16, bool>,
+    /// Per thread: the entry whose request's stack comes next; and its latest failed
+    /// allocation, which a framework's out-of-memory event right after explains.
+    site_for: HashMap<u16, usize>,
+    failed_on: HashMap<u16, usize>,
+}
+
+impl OomPass {
+    /// One record, after `rp` applied it and `kinds` observed it.
+    pub fn see(&mut self, reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) {
         match r.kind {
             RecordKind::Restore => {}
             // A failure the checkpoint of a ring trace kept, with what was live then.
@@ -198,7 +207,7 @@ pub fn oom_read(path: &Path, opts: &ReadOptions) -> Result<(Vec<Oom>, Option<Str
                         |k| site_label(reader, k),
                     );
                     holders.truncate(10);
-                    out.push(Oom {
+                    self.out.push(Oom {
                         time_ns: r.time_ns,
                         api: r.api.name().to_string(),
                         status: if r.status == 0 { 2 } else { r.status },
@@ -219,36 +228,36 @@ pub fn oom_read(path: &Path, opts: &ReadOptions) -> Result<(Vec<Oom>, Option<Str
                         holders,
                         steps: Vec::new(),
                     });
-                    site_for.insert(r.thread, out.len() - 1);
+                    self.site_for.insert(r.thread, self.out.len() - 1);
                 } else if r.kind == RecordKind::StackRef
-                    && let Some(i) = site_for.remove(&r.thread)
+                    && let Some(i) = self.site_for.remove(&r.thread)
                 {
-                    out[i].request_site = Some(site_label(reader, r.ptr));
+                    self.out[i].request_site = Some(site_label(reader, r.ptr));
                 }
             }
             RecordKind::LimitHit => {
-                limit_pending.insert(r.thread, true);
+                self.limit_pending.insert(r.thread, true);
             }
             RecordKind::StackRef => {
-                if let Some(i) = site_for.remove(&r.thread) {
-                    out[i].request_site = Some(site_label(reader, r.ptr));
+                if let Some(i) = self.site_for.remove(&r.thread) {
+                    self.out[i].request_site = Some(site_label(reader, r.ptr));
                 }
             }
             // The framework could not get memory for a tensor: the failed segment request just
             // before on the thread (if the trace has it) becomes this request, with its line.
             RecordKind::TensorOom => {
-                let i = failed_on.remove(&r.thread).unwrap_or_else(|| {
-                    out.push(failed_request(reader, rp, &kinds, r));
-                    out.len() - 1
+                let i = self.failed_on.remove(&r.thread).unwrap_or_else(|| {
+                    self.out.push(failed_request(reader, rp, kinds, r));
+                    self.out.len() - 1
                 });
-                let o = &mut out[i];
+                let o = &mut self.out[i];
                 if !o.steps.is_empty() {
                     o.steps.push(step_of(rp, r, o.device));
                 }
                 o.api = r.api.name().to_string();
                 o.requested_bytes = r.size;
                 o.device_free_bytes = Some(r.ptr);
-                site_for.insert(r.thread, i);
+                self.site_for.insert(r.thread, i);
             }
             RecordKind::Alloc
             | RecordKind::AllocAsync
@@ -256,16 +265,16 @@ pub fn oom_read(path: &Path, opts: &ReadOptions) -> Result<(Vec<Oom>, Option<Str
             | RecordKind::TensorAlloc
                 if r.status == 0 =>
             {
-                failed_on.remove(&r.thread);
-                site_for.remove(&r.thread);
+                self.failed_on.remove(&r.thread);
+                self.site_for.remove(&r.thread);
             }
             // A second failed call on the thread with no success between (PyTorch's attempt
             // after giving back its cache) is a step of the same failure.
             RecordKind::Alloc | RecordKind::AllocAsync | RecordKind::ManagedAlloc
                 if r.status != 0 && r.size > 0 =>
             {
-                if let Some(&i) = failed_on.get(&r.thread) {
-                    let o = &mut out[i];
+                if let Some(&i) = self.failed_on.get(&r.thread) {
+                    let o = &mut self.out[i];
                     if o.steps.is_empty() {
                         o.steps.push(Step {
                             time_ns: o.time_ns,
@@ -275,24 +284,27 @@ pub fn oom_read(path: &Path, opts: &ReadOptions) -> Result<(Vec<Oom>, Option<Str
                         });
                     }
                     o.steps.push(step_of(rp, r, o.device));
-                    o.limit_hit |= limit_pending.remove(&r.thread).unwrap_or(false);
-                    site_for.insert(r.thread, i);
+                    o.limit_hit |= self.limit_pending.remove(&r.thread).unwrap_or(false);
+                    self.site_for.insert(r.thread, i);
                     return;
                 }
-                let mut o = failed_request(reader, rp, &kinds, r);
-                o.limit_hit = limit_pending.remove(&r.thread).unwrap_or(false);
-                out.push(o);
-                site_for.insert(r.thread, out.len() - 1);
-                failed_on.insert(r.thread, out.len() - 1);
+                let mut o = failed_request(reader, rp, kinds, r);
+                o.limit_hit = self.limit_pending.remove(&r.thread).unwrap_or(false);
+                self.out.push(o);
+                self.site_for.insert(r.thread, self.out.len() - 1);
+                self.failed_on.insert(r.thread, self.out.len() - 1);
             }
             _ => {
                 if !r.kind.is_definition() {
-                    site_for.remove(&r.thread);
+                    self.site_for.remove(&r.thread);
                 }
             }
         }
-    })?;
-    Ok((out, reader.stats().cut()))
+    }
+
+    pub fn finish(self) -> Vec<Oom> {
+        self.out
+    }
 }
 
 /// Why a request failed while the pool held a free block large enough for it, when the pool's

@@ -1,11 +1,13 @@
 //! `peak`: the moment of most live memory on each device, and who held it then.
 
 use super::kinds::{Kind, KindHolders};
-use super::live::{Change, Live, replay_each};
+use super::live::{Change, Live, Replay};
+use super::moments::Moment;
 use super::sites::holders_text_all;
 use super::sites::{Holder, holders, merge_holders, range_label, site_label};
 use super::units::{self, human_bytes};
 use crate::trace::format::Api;
+use crate::trace::format::Record;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -48,14 +50,33 @@ pub fn peak_read(
     path: &Path,
     opts: &ReadOptions,
 ) -> Result<(Vec<Peak>, Option<String>), ReadError> {
-    // Pass 1: when each device peaked (the first record reaching its maximum).
-    // (live bytes, record index, time of the record that made the peak)
-    let mut best: BTreeMap<u8, Best> = BTreeMap::new();
-    // Per device: the best before a peak the program's own allocation set (a `cudaMalloc` or
-    // VMM handle the framework's segment record may yet claim as its segment: never live).
-    // (the best before, the allocation's address or handle, whether a handle)
-    let mut before_raw: BTreeMap<u8, (Best, u64, bool)> = BTreeMap::new();
-    let (reader, whole) = replay_each(path, opts, |_, rp, r, c| {
+    let a = super::analysis::analyze(path, opts, &super::analysis::Wants::peak())?;
+    Ok((a.peaks.unwrap_or_default(), a.cut))
+}
+
+/// When each device peaked, record by record (the analysis's first pass): the first record
+/// reaching its maximum.
+#[derive(Default)]
+pub struct PeakFinder {
+    /// (live bytes, record index, time of the record that made the peak)
+    best: BTreeMap<u8, Best>,
+    /// Per device: the best before a peak the program's own allocation set (a `cudaMalloc` or
+    /// VMM handle the framework's segment record may yet claim as its segment: never live).
+    /// (the best before, the allocation's address or handle, whether a handle)
+    before_raw: BTreeMap<u8, (Best, u64, bool)>,
+}
+
+/// What the first pass found of the peaks: those a ring's checkpoint kept (whole), and the
+/// moments of the others, to be taken in the second pass.
+pub struct PeaksFound {
+    pub kept: Vec<Peak>,
+    /// (device, record index, time)
+    pub wanted: Vec<(u8, u64, u64)>,
+}
+
+impl PeakFinder {
+    /// One record, after `rp` applied it (the change it made is `c`).
+    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
         use crate::trace::format::{Api, RecordKind};
         if rp.restoring || r.kind == RecordKind::Restore {
             return;
@@ -64,112 +85,138 @@ pub fn peak_read(
         match c {
             Change::Alloc { device, .. } | Change::Physical { device } if !framework_segment => {
                 let live = rp.live_on(device);
-                let e = best.entry(device).or_insert((0, 0, 0));
+                let e = self.best.entry(device).or_insert((0, 0, 0));
                 if live > e.0 {
                     let mut was = *e;
                     *e = (live, rp.index, r.time_ns);
                     let physical = r.kind == RecordKind::PhysCreate;
                     if physical || r.kind == RecordKind::Alloc {
-                        // Pages of one segment: the best before the first of them.
-                        if let Some(&(first, _, true)) = before_raw.get(&device)
+                        // Pages of one segment: the self.best before the first of them.
+                        if let Some(&(first, _, true)) = self.before_raw.get(&device)
                             && physical
                         {
                             was = first;
                         }
-                        before_raw.insert(device, (was, r.ptr, physical));
+                        self.before_raw.insert(device, (was, r.ptr, physical));
                     } else {
-                        before_raw.remove(&device);
+                        self.before_raw.remove(&device);
                     }
                 }
             }
             // The framework's segment claimed the allocation that set the peak.
             Change::Free { ptr, live } if framework_segment => {
-                if let Some(&(was, key, false)) = before_raw.get(&live.device)
+                if let Some(&(was, key, false)) = self.before_raw.get(&live.device)
                     && key == ptr
                 {
-                    best.insert(live.device, was);
-                    before_raw.remove(&live.device);
+                    self.best.insert(live.device, was);
+                    self.before_raw.remove(&live.device);
                 }
             }
             Change::Physical { device } if framework_segment => {
-                if let Some(&(was, _, true)) = before_raw.get(&device) {
-                    best.insert(device, was);
-                    before_raw.remove(&device);
+                if let Some(&(was, _, true)) = self.before_raw.get(&device) {
+                    self.best.insert(device, was);
+                    self.before_raw.remove(&device);
                 }
             }
             _ => {}
         }
-    })?;
-    let cut = reader.stats().cut();
-    let mut out = Vec::new();
-    // A trace of any length: a peak before the ring, as the checkpoint kept it.
-    // The checkpoint may keep several moments of one device (one per summarizing pass): its
-    // peak is the highest of them.
-    let mut highest: BTreeMap<u8, &crate::trace::live::Snapshot> = BTreeMap::new();
-    for snap in whole.snapshots.iter().filter(|s| !s.failure) {
-        if !opts.filter.devices.is_empty() && !opts.filter.devices.contains(&snap.device) {
-            continue;
-        }
-        let e = highest.entry(snap.device).or_insert(snap);
-        if snap.live > e.live {
-            *e = snap;
-        }
     }
-    for (device, snap) in highest {
-        if best.get(&device).is_some_and(|b| b.0 > snap.live) {
-            continue;
+
+    /// The peaks a checkpoint kept, and the moments to take for the others; `whole` is the
+    /// first pass's replay, `reader` its reader (the checkpoint's stacks are named from it).
+    pub fn finish(
+        mut self,
+        reader: &TraceReader,
+        whole: &Replay,
+        opts: &ReadOptions,
+    ) -> PeaksFound {
+        let mut kept = Vec::new();
+        // A trace of any length: a peak before the ring, as the checkpoint kept it.
+        // The checkpoint may keep several moments of one device (one per summarizing pass): its
+        // peak is the highest of them.
+        let mut highest: BTreeMap<u8, &crate::trace::live::Snapshot> = BTreeMap::new();
+        for snap in whole.snapshots.iter().filter(|s| !s.failure) {
+            if !opts.filter.devices.is_empty() && !opts.filter.devices.contains(&snap.device) {
+                continue;
+            }
+            let e = highest.entry(snap.device).or_insert(snap);
+            if snap.live > e.live {
+                *e = snap;
+            }
         }
-        best.remove(&device);
-        out.push(from_snapshot(&reader, snap));
+        for (device, snap) in highest {
+            if self.best.get(&device).is_some_and(|b| b.0 > snap.live) {
+                continue;
+            }
+            self.best.remove(&device);
+            kept.push(from_snapshot(reader, snap));
+        }
+        let wanted = self
+            .best
+            .iter()
+            .map(|(&d, &(_, at, t))| (d, at, t))
+            .collect();
+        PeaksFound { kept, wanted }
     }
-    for (&device, &(_, at, peak_time)) in &best {
-        let mut reader = TraceReader::open_with(path, opts)?;
-        let (rp, kinds) = super::kinds::replay_with_kinds(&mut reader, at);
-        let in_order = rp.live_in_order();
-        let tensors: Vec<(Kind, &Live)> = rp
-            .live
-            .iter()
-            .filter(|(_, l)| l.device == device && l.api == Api::Torch as u8)
-            .map(|(p, l)| (kinds.get(p).copied().unwrap_or(Kind::Unknown), l))
-            .collect();
-        let by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(&reader, k));
-        let stacks = in_order
-            .iter()
-            .map(|&(p, l)| (p, l))
-            .chain(rp.physical.values().map(|l| (0, l)))
-            .filter(|(_, l)| l.device == device)
-            .map(|(p, l)| {
-                let frames = frames_of(&reader, l.stack);
-                let kind = (l.api == Api::Torch as u8)
-                    .then(|| kinds.get(&p).copied().unwrap_or(Kind::Unknown));
-                (frames, l.size, kind)
-            })
-            .collect();
-        out.push(Peak {
-            device,
-            live_bytes: rp.live_on(device),
-            reserved_bytes: rp.reserved_on(device),
-            // The allocation that made the peak, not the stack records read after it.
-            time_ns: peak_time,
-            by_kind,
-            kinds_from_lines: false,
-            by_call_site: holders(
-                rp.all_live(),
-                Some(device),
-                |l| l.stack,
-                |k| site_label(&reader, k),
-            ),
-            by_range: holders(
-                rp.all_live(),
-                Some(device),
-                |l| l.range,
-                |k| range_label(&reader, k),
-            ),
-            stacks,
-        });
+}
+
+/// Every device's peak: those the checkpoint kept, and the others from their moments.
+pub fn peaks(reader: &TraceReader, found: PeaksFound, moments: &[Moment]) -> Vec<Peak> {
+    let mut out = found.kept;
+    for (device, at, peak_time) in found.wanted {
+        if let Some(m) = super::moments::of(moments, at, device) {
+            out.push(at_moment(reader, m, peak_time));
+        }
     }
     out.sort_by_key(|p| p.device);
-    Ok((out, cut))
+    out
+}
+
+/// A device's peak from its moment (`peak_time`: the time of the allocation that made it, not
+/// of the stack records read after it).
+fn at_moment(reader: &TraceReader, m: &Moment, peak_time: u64) -> Peak {
+    let (rp, kinds, device) = (&m.replay, &m.kinds, m.device);
+    let in_order = rp.live_in_order();
+    let tensors: Vec<(Kind, &Live)> = rp
+        .live
+        .iter()
+        .filter(|(_, l)| l.device == device && l.api == Api::Torch as u8)
+        .map(|(p, l)| (kinds.get(p).copied().unwrap_or(Kind::Unknown), l))
+        .collect();
+    let by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(reader, k));
+    let stacks = in_order
+        .iter()
+        .map(|&(p, l)| (p, l))
+        .chain(rp.physical.values().map(|l| (0, l)))
+        .filter(|(_, l)| l.device == device)
+        .map(|(p, l)| {
+            let frames = frames_of(reader, l.stack);
+            let kind = (l.api == Api::Torch as u8)
+                .then(|| kinds.get(&p).copied().unwrap_or(Kind::Unknown));
+            (frames, l.size, kind)
+        })
+        .collect();
+    Peak {
+        device,
+        live_bytes: rp.live_on(device),
+        reserved_bytes: rp.reserved_on(device),
+        time_ns: peak_time,
+        by_kind,
+        kinds_from_lines: false,
+        by_call_site: holders(
+            rp.all_live(),
+            Some(device),
+            |l| l.stack,
+            |k| site_label(reader, k),
+        ),
+        by_range: holders(
+            rp.all_live(),
+            Some(device),
+            |l| l.range,
+            |k| range_label(reader, k),
+        ),
+        stacks,
+    }
 }
 
 /// The frames of stack `stack` as the flame graph names them, innermost first.

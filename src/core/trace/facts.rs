@@ -14,7 +14,7 @@ pub struct NvmlFigure {
     pub device_wide: bool,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct DeviceFacts {
     /// Per device (NVML's index): what NVML said this process used, latest and highest, the
     /// device's total, and whether the figure was the whole device's (`DeviceMemory` records).

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 /// id), oldest first.
 pub type OpenRanges = (Vec<(u16, Vec<u64>)>, Vec<(u64, u64)>);
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Ranges {
     /// Per thread: its open push/pop ranges' string ids, innermost last.
     per_thread: Vec<Vec<u64>>,

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Tensors {
     /// Why tensors are not recorded, if the shim said (`tensors_off` codes).
     pub off: Option<u64>,

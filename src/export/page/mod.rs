@@ -8,7 +8,7 @@
 //! script puts strings on the page only as text (`textContent`), never as markup.
 
 use super::xml;
-use crate::report::timeline::{Lane, timeline};
+use crate::report::timeline::{Lane, named};
 use crate::trace::reader::{ReadError, ReadOptions};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -126,10 +126,19 @@ fn trace_data(
     opts: &ReadOptions,
     step: &dyn Fn(&str),
 ) -> Result<(Value, crate::report::summary::Summary), ReadError> {
-    use crate::report::{leaks, oom, peak, summary::summarize};
+    use crate::report::analysis::{Wants, analyze};
     let name = crate::files::shown(path).to_string();
-    step(&format!("{name}: summary"));
-    let s = summarize(path, opts)?;
+    step(&format!("{name}: reading"));
+    let a = analyze(path, opts, &Wants::page())?;
+    let missing = || {
+        ReadError::Io(
+            path.to_path_buf(),
+            std::io::Error::other("a part is missing"),
+        )
+    };
+    let (Some(s), Some(l), Some(peaks), Some(ooms)) = (a.summary, a.leaks, a.peaks, a.ooms) else {
+        return Err(missing());
+    };
     let label = match s.rank {
         Some(r) => format!("rank {r}"),
         None => path
@@ -137,13 +146,6 @@ fn trace_data(
             .map(|n| crate::files::shown(Path::new(n)).to_string())
             .unwrap_or_else(|| name.clone()),
     };
-    step(&format!("{name}: growing lines"));
-    let l = leaks(path, None, opts)?;
-    step(&format!("{name}: the peak"));
-    let peaks = peak(path, opts)?;
-    step(&format!("{name}: failed allocations"));
-    let ooms = oom(path, opts)?;
-    step(&format!("{name}: memory over the run"));
     let growing_lines: Vec<&str> = l
         .iterations
         .iter()
@@ -158,7 +160,7 @@ fn trace_data(
             times_ns: &i.boundary_times_ns,
             growing: &growing_lines,
         });
-    let lanes: Vec<Lane> = timeline(path, &label, steps, opts)?;
+    let lanes: Vec<Lane> = named(a.lanes.unwrap_or_default(), &label, steps);
     let growing: Vec<Value> = l
         .iterations
         .as_ref()

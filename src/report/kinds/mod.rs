@@ -13,7 +13,7 @@ mod phase;
 mod tracker;
 
 pub use phase::{Phase, phase_of_stack, workspace_sizes};
-pub use tracker::{Kinds, replay_with_kinds};
+pub use tracker::{Kinds, Settling, replay_with_kinds};
 
 use serde::Serialize;
 

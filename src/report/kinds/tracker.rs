@@ -334,56 +334,92 @@ impl Kinds {
         let mut freed = FastMap::default();
         for r in window {
             if let Some((ptr, k)) = self.observe(reader, r) {
-                // The first free at an address is the live tensor's: the address may be
-                // handed out again and freed again within the window.
                 freed.entry(ptr).or_insert(k);
             }
         }
-        let mut out = FastMap::default();
-        let mut open = FastMap::default();
-        for (ptr, stack) in ptrs {
-            if let Some(&k) = freed.get(&ptr) {
-                out.insert(ptr, k);
-                continue;
-            }
-            match self.so_far(ptr) {
-                Some(k) => {
-                    out.insert(ptr, k);
-                }
-                None if self.born.contains_key(&ptr) => {
-                    open.insert(ptr, ());
-                }
-                None => {
-                    out.insert(ptr, self.lasting(reader, ptr, stack));
-                }
-            }
-        }
-        while !open.is_empty() {
+        let mut s = self.settling(reader, ptrs, &freed);
+        while !s.open.is_empty() {
             let Some(r) = reader.next() else {
                 break;
             };
             let before = self.run;
-            if let Some((ptr, k)) = self.observe(reader, &r)
-                && open.remove(&ptr).is_some()
-            {
-                out.insert(ptr, k);
+            let decided = self.observe(reader, &r);
+            self.settle_on(&mut s, decided, before);
+        }
+        self.settled(reader, s)
+    }
+
+    /// The first step of [`Kinds::settle`], once the window after the moment is read: `freed`
+    /// holds the first kind decided at each address in the window (the address may be handed
+    /// out again and freed again within it; the first free is the live tensor's).
+    pub fn settling(
+        &self,
+        reader: &TraceReader,
+        ptrs: impl IntoIterator<Item = (u64, u64)>,
+        freed: &FastMap<u64, Kind>,
+    ) -> Settling {
+        let mut s = Settling::default();
+        for (ptr, stack) in ptrs {
+            if let Some(&k) = freed.get(&ptr) {
+                s.known.insert(ptr, k);
+                continue;
             }
-            if self.run != before {
-                // A new run began: every tensor of the old one still live outlived it.
-                open.retain(|&ptr, _| match self.so_far(ptr) {
-                    Some(k) => {
-                        out.insert(ptr, k);
-                        false
-                    }
-                    None => true,
-                });
+            match self.so_far(ptr) {
+                Some(k) => {
+                    s.known.insert(ptr, k);
+                }
+                None if self.born.contains_key(&ptr) => {
+                    s.open.insert(ptr, ());
+                }
+                None => {
+                    s.known.insert(ptr, self.lasting(reader, ptr, stack));
+                }
             }
         }
-        for (ptr, _) in open {
+        s
+    }
+
+    /// One record read on after the window: `decided` is what [`Kinds::observe`] said of it,
+    /// `run_before` the run before it.
+    pub fn settle_on(&self, s: &mut Settling, decided: Option<(u64, Kind)>, run_before: u64) {
+        if let Some((ptr, k)) = decided
+            && s.open.remove(&ptr).is_some()
+        {
+            s.known.insert(ptr, k);
+        }
+        if self.run != run_before {
+            // A new run began: every tensor of the old one still live outlived it.
+            s.open.retain(|&ptr, _| match self.so_far(ptr) {
+                Some(k) => {
+                    s.known.insert(ptr, k);
+                    false
+                }
+                None => true,
+            });
+        }
+    }
+
+    /// The kinds once read on as far as needed (or to the end of the trace).
+    pub fn settled(&self, reader: &TraceReader, s: Settling) -> FastMap<u64, Kind> {
+        let mut out = s.known;
+        for (ptr, _) in s.open {
             out.insert(ptr, self.lasting(reader, ptr, 0));
         }
         out
     }
+
+    /// The phase run now going on (a new one begins as the phase changes).
+    pub fn run(&self) -> u64 {
+        self.run
+    }
+}
+
+/// The kinds of a moment's live tensors while they are being settled: those known, and those
+/// whose run still goes on.
+#[derive(Debug, Default)]
+pub struct Settling {
+    pub known: FastMap<u64, Kind>,
+    pub open: FastMap<u64, ()>,
 }
 
 /// The replay of the first `at` records of `reader` (as [`crate::report::live::replay_until`] makes

@@ -1,7 +1,8 @@
 //! `leaks`: what is still held at the end, and what grows every iteration, by call site.
 
-use super::live::{replay_each, site_key};
+use super::live::{Change, Replay, site_key};
 use super::sites::{Holder, holders, site_label};
+use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
 use crate::trace::live::{Boundary, BoundaryMark};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
@@ -208,48 +209,107 @@ fn growing_sites(
 }
 
 pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<Leaks, ReadError> {
-    // Pass 1: candidate boundaries (NVTX names) and allocation sites for period detection.
-    let mut finder = MarkFinder::default();
-    let (reader, first_pass) = replay_each(path, opts, |_, rp, r, c| {
+    let wants = super::analysis::Wants::leaks(boundary);
+    let a = super::analysis::analyze(path, opts, &wants)?;
+    a.leaks
+        .ok_or_else(|| ReadError::Io(path.to_path_buf(), std::io::Error::other("no leaks")))
+}
+
+/// The analysis's first pass for `leaks`: candidate boundaries (NVTX names) and allocation
+/// sites for period detection.
+#[derive(Default)]
+pub struct LeaksFinder {
+    finder: MarkFinder,
+}
+
+impl LeaksFinder {
+    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
         // A checkpoint's records restore state; the boundaries it kept come with it.
         if !(rp.restoring || r.kind == RecordKind::Restore) {
-            finder.learn(r, c);
+            self.finder.learn(r, c);
         }
-    })?;
-    // A trace of any length: what marked the iterations before the ring, as the summarizer
-    // chose it from the run's first allocations.
-    let restored_mark = first_pass.boundary_mark;
-    let chosen = choose(&reader, &finder, restored_mark, boundary);
-    let chosen_missing = chosen.is_none();
-    let name_ids: Vec<u64> = finder.names.keys().copied().collect();
-    // The boundaries the checkpoint of a ring trace kept come first, when it marked them as
-    // this report does; the ring's boundaries are numbered on from its count.
-    let restored_matches = matches!(
-        (&chosen, restored_mark),
-        (Some((_, Some(id), None)), Some(BoundaryMark::Nvtx(m))) if *id == m
-    ) || matches!(
-        (&chosen, restored_mark),
-        (Some((_, None, Some(key))), Some(BoundaryMark::Site(m))) if *key == m
-    );
-    // Pass 2: live bytes per call site at each boundary, from the live set (the stacks of
-    // earlier allocations are all in by then); past MAX_BOUNDARIES, every other one is let go
-    // and then only every `stride`-th kept, so the samples stay spread over the whole run.
-    let mut samples: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
-    let mut seen = 0u64;
-    let mut together = FreedTogether::default();
-    let mut kinds = super::kinds::Kinds::default();
-    // Per call site: the bytes of its tensors by the kind each turned out to be, freed or live
-    // at the end (for the kind of a growing line).
-    let mut decided: HashMap<u64, super::kinds::Kind> = HashMap::new();
-    let mut site_kinds: HashMap<u64, BTreeMap<super::kinds::Kind, u64>> = HashMap::new();
-    let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
-        if let Some((ptr, k)) = kinds.observe(reader, r) {
-            decided.insert(ptr, k);
+    }
+
+    /// What marks the iterations (`boundary`, the user's, or as found), and the second pass that
+    /// samples at each: `whole` and `reader` are the first pass's.
+    pub fn finish(
+        self,
+        reader: &TraceReader,
+        whole: &Replay,
+        boundary: Option<&str>,
+    ) -> LeaksSampler {
+        let finder = self.finder;
+        // A trace of any length: what marked the iterations before the ring, as the summarizer
+        // chose it from the run's first allocations.
+        let restored_mark = whole.boundary_mark;
+        let chosen = choose(reader, &finder, restored_mark, boundary);
+        let boundary_not_found = boundary.filter(|_| chosen.is_none()).map(|_| {
+            let mut seen: Vec<String> = finder
+                .names
+                .keys()
+                .filter_map(|&id| reader.string(id).map(str::to_string))
+                .collect();
+            seen.sort();
+            seen.dedup();
+            seen
+        });
+        // The boundaries the checkpoint of a ring trace kept come first, when it marked them as
+        // this report does; the ring's boundaries are numbered on from its count.
+        let restored_matches = matches!(
+            (&chosen, restored_mark),
+            (Some((_, Some(id), None)), Some(BoundaryMark::Nvtx(m))) if *id == m
+        ) || matches!(
+            (&chosen, restored_mark),
+            (Some((_, None, Some(key))), Some(BoundaryMark::Site(m))) if *key == m
+        );
+        LeaksSampler {
+            chosen,
+            boundary_not_found,
+            restored_matches,
+            samples: Thinned::new(MAX_BOUNDARIES),
+            seen: 0,
+            together: FreedTogether::default(),
+            decided: HashMap::new(),
+            site_kinds: HashMap::new(),
+        }
+    }
+}
+
+/// The analysis's second pass for `leaks`: live bytes per call site at each boundary, from the
+/// live set (the stacks of earlier allocations are all in by then); past MAX_BOUNDARIES, every
+/// other one is let go and then only every `stride`-th kept, so the samples stay spread over
+/// the whole run.
+pub struct LeaksSampler {
+    chosen: Option<Chosen>,
+    boundary_not_found: Option<Vec<String>>,
+    restored_matches: bool,
+    samples: Thinned<Boundary>,
+    seen: u64,
+    together: FreedTogether,
+    /// Per call site: the bytes of its tensors by the kind each turned out to be, freed or live
+    /// at the end (for the kind of a growing line).
+    decided: HashMap<u64, super::kinds::Kind>,
+    site_kinds: HashMap<u64, BTreeMap<super::kinds::Kind, u64>>,
+}
+
+impl LeaksSampler {
+    /// One record, after `rp` applied it (making change `c`) and the kinds observed it
+    /// (deciding `decided`).
+    pub fn see(
+        &mut self,
+        rp: &Replay,
+        r: &Record,
+        c: Change,
+        decided: Option<(u64, super::kinds::Kind)>,
+    ) {
+        if let Some((ptr, k)) = decided {
+            self.decided.insert(ptr, k);
         }
         if let crate::trace::live::Change::Free { ptr, live } = &c
-            && let Some(k) = decided.remove(ptr)
+            && let Some(k) = self.decided.remove(ptr)
         {
-            let e = site_kinds
+            let e = self
+                .site_kinds
                 .entry(site_key(live))
                 .or_default()
                 .entry(k)
@@ -260,95 +320,98 @@ pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<
             return;
         }
         match &c {
-            crate::trace::live::Change::Free { live, .. } => together.free(r.thread, live),
-            crate::trace::live::Change::Alloc { .. } => together.allocated(r.thread),
+            crate::trace::live::Change::Free { live, .. } => self.together.free(r.thread, live),
+            crate::trace::live::Change::Alloc { .. } => self.together.allocated(r.thread),
             _ => {}
         }
-        let is_boundary = match &chosen {
+        let is_boundary = match &self.chosen {
             Some((_, Some(id), _)) => BoundaryMark::Nvtx(*id).is_boundary(r, c),
             Some((_, None, Some(key))) => BoundaryMark::Site(*key).is_boundary(r, c),
             _ => false,
         };
         if is_boundary {
-            seen += 1;
-            together.boundary(r.time_ns);
-            if samples.wants() {
-                let base = if restored_matches {
+            self.seen += 1;
+            self.together.boundary(r.time_ns);
+            if self.samples.wants() {
+                let base = if self.restored_matches {
                     rp.boundary_count
                 } else {
                     0
                 };
-                samples.push(Boundary {
-                    ordinal: base + seen,
+                self.samples.push(Boundary {
+                    ordinal: base + self.seen,
                     time_ns: r.time_ns,
                     total: rp.total_live(),
                     by_site: rp.live_by_site(),
                 });
             }
         }
-    })?;
-    let kept: Vec<Boundary> = if restored_matches && !rp.boundaries.is_empty() {
-        // The checkpoint's boundaries, then the ring's, thinned together.
-        let mut all: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
-        for b in rp.boundaries.iter().cloned().chain(samples.into_items()) {
-            if all.wants() {
-                all.push(b);
-            }
-        }
-        seen = seen.saturating_add(rp.boundary_count);
-        all.into_items()
-    } else {
-        samples.into_items()
-    };
-    let ordinals: Vec<u64> = kept.iter().map(|b| b.ordinal).collect();
-    let totals: Vec<u64> = kept.iter().map(|b| b.total).collect();
-    let times: Vec<u64> = kept.iter().map(|b| b.time_ns).collect();
-    let series: Vec<HashMap<u64, u64>> = kept.into_iter().map(|b| b.by_site).collect();
-    let mut iterations = chosen.map(|(boundary, _, _)| Iterations {
-        boundary,
-        count: seen,
-        live_at_boundaries: totals.clone(),
-        boundary_times_ns: times.clone(),
-        growing: growing_sites(
-            &reader,
-            &series,
-            &ordinals,
-            &together,
-            rp.tensors.recorded(),
-        ),
-    });
-    let boundary_not_found = boundary.filter(|_| chosen_missing).map(|_| {
-        let mut seen: Vec<String> = name_ids
-            .iter()
-            .filter_map(|&id| reader.string(id).map(str::to_string))
-            .collect();
-        seen.sort();
-        seen.dedup();
-        seen
-    });
-    let tensors: Vec<(super::kinds::Kind, &crate::trace::live::Live)> = rp
-        .live
-        .iter()
-        .filter(|(_, l)| l.api == crate::trace::format::Api::Torch as u8)
-        .map(|(&p, l)| (kinds.lasting(&reader, p, l.stack), l))
-        .collect();
-    let live_at_exit_by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(&reader, k));
-    if let Some(it) = iterations.as_mut() {
-        name_kinds(&reader, &mut it.growing, site_kinds, &tensors);
     }
-    Ok(Leaks {
-        boundary_not_found,
-        live_at_exit_bytes: rp.total_live(),
-        live_at_exit_by_kind,
-        live_at_exit: holders(rp.all_live(), None, site_key, |k| site_label(&reader, k)),
-        iterations,
-        clean_exit: reader.info().clean_exit,
-        running: reader.info().running_here(),
-        trace_cut: reader.stats().cut(),
-        live_figures: reader
-            .stats()
-            .live_figures(rp.unmatched_frees - rp.unmatched_restored),
-    })
+
+    /// The report, once the second pass read the whole trace (`rp`, `kinds` and `reader` as it
+    /// left them).
+    pub fn finish(self, reader: &TraceReader, rp: &Replay, kinds: &super::kinds::Kinds) -> Leaks {
+        let mut seen = self.seen;
+        let kept: Vec<Boundary> = if self.restored_matches && !rp.boundaries.is_empty() {
+            // The checkpoint's boundaries, then the ring's, thinned together.
+            let mut all: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
+            for b in rp
+                .boundaries
+                .iter()
+                .cloned()
+                .chain(self.samples.into_items())
+            {
+                if all.wants() {
+                    all.push(b);
+                }
+            }
+            seen = seen.saturating_add(rp.boundary_count);
+            all.into_items()
+        } else {
+            self.samples.into_items()
+        };
+        let ordinals: Vec<u64> = kept.iter().map(|b| b.ordinal).collect();
+        let totals: Vec<u64> = kept.iter().map(|b| b.total).collect();
+        let times: Vec<u64> = kept.iter().map(|b| b.time_ns).collect();
+        let series: Vec<HashMap<u64, u64>> = kept.into_iter().map(|b| b.by_site).collect();
+        let mut iterations = self.chosen.map(|(boundary, _, _)| Iterations {
+            boundary,
+            count: seen,
+            live_at_boundaries: totals,
+            boundary_times_ns: times,
+            growing: growing_sites(
+                reader,
+                &series,
+                &ordinals,
+                &self.together,
+                rp.tensors.recorded(),
+            ),
+        });
+        let tensors: Vec<(super::kinds::Kind, &crate::trace::live::Live)> = rp
+            .live
+            .iter()
+            .filter(|(_, l)| l.api == crate::trace::format::Api::Torch as u8)
+            .map(|(&p, l)| (kinds.lasting(reader, p, l.stack), l))
+            .collect();
+        let live_at_exit_by_kind =
+            super::kinds::by_kind_and_site(&tensors, |k| site_label(reader, k));
+        if let Some(it) = iterations.as_mut() {
+            name_kinds(reader, &mut it.growing, self.site_kinds, &tensors);
+        }
+        Leaks {
+            boundary_not_found: self.boundary_not_found,
+            live_at_exit_bytes: rp.total_live(),
+            live_at_exit_by_kind,
+            live_at_exit: holders(rp.all_live(), None, site_key, |k| site_label(reader, k)),
+            iterations,
+            clean_exit: reader.info().clean_exit,
+            running: reader.info().running_here(),
+            trace_cut: reader.stats().cut(),
+            live_figures: reader
+                .stats()
+                .live_figures(rp.unmatched_frees - rp.unmatched_restored),
+        }
+    }
 }
 
 /// A growing line's kind is what its tensors turned out to be, as the kinds' tracker tells

@@ -205,17 +205,82 @@ fn health(info: &TraceInfo, stats: &DecodeStats, unmatched_since: u64) -> TraceH
 }
 
 pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> {
-    let mut reader = TraceReader::open_with(path, opts)?;
-    let info: TraceInfo = reader.info().clone();
-    let mut t = Tally::new();
-    let mut kinds = super::kinds::Kinds::default();
-    // Per device: the tensors' peak so far and the record that reached it.
-    let mut tensor_peaks: BTreeMap<u8, (u64, u64)> = BTreeMap::new();
-    let mut read = 0u64;
-    while let Some(r) = reader.next() {
-        read += 1;
-        t.take(&reader, &r);
-        kinds.observe(&reader, &r);
+    let a = super::analysis::analyze(path, opts, &super::analysis::Wants::summary())?;
+    a.summary
+        .ok_or_else(|| ReadError::Io(path.to_path_buf(), std::io::Error::other("no summary")))
+}
+
+/// The summary, record by record (a part of the analysis's first pass).
+pub struct SummaryPass {
+    t: Tally,
+    /// Per device: the tensors' peak so far and the record that reached it.
+    tensor_peaks: BTreeMap<u8, (u64, u64)>,
+    read: u64,
+}
+
+/// The summary once the first pass is read, but for what it says of two moments of each
+/// device: its tensors' peak and NVML's (their records, to take in the second pass).
+pub struct SummaryFound {
+    summary: Summary,
+    /// (device, record) of the tensors' peak, where the ring's records reach it.
+    tensor_peaks: Vec<(u8, u64)>,
+    /// (device, where NVML's figure peaked)
+    nvml_peaks: Vec<(u8, super::device_memory::NvmlPeak)>,
+}
+
+impl SummaryFound {
+    /// The moments the summary needs: (record, device).
+    pub fn moments(&self) -> impl Iterator<Item = (u64, u8)> + '_ {
+        self.tensor_peaks
+            .iter()
+            .map(|&(d, at)| (at, d))
+            .chain(self.nvml_peaks.iter().map(|&(d, p)| (p.record, d)))
+    }
+
+    /// The summary, with the kinds at each device's tensor peak and the owners at NVML's, from
+    /// the moments the second pass took.
+    pub fn finish(mut self, reader: &TraceReader, moments: &[super::moments::Moment]) -> Summary {
+        for (d, at) in self.tensor_peaks {
+            let (Some(m), Some(f)) = (
+                super::moments::of(moments, at, d),
+                self.summary.framework.iter_mut().find(|f| f.device == d),
+            ) else {
+                continue;
+            };
+            f.kinds_at_peak = super::kinds::ByKind::of(
+                m.replay
+                    .live
+                    .iter()
+                    .filter(|(_, l)| l.device == d && l.api == Api::Torch as u8)
+                    .map(|(p, l)| (m.kinds.get(p).copied().unwrap_or(Kind::Unknown), l.size)),
+            );
+        }
+        super::device_memory::at_peaks(
+            &mut self.summary.device_memory,
+            &self.nvml_peaks,
+            reader,
+            moments,
+        );
+        self.summary
+    }
+}
+
+impl Default for SummaryPass {
+    fn default() -> SummaryPass {
+        SummaryPass {
+            t: Tally::new(),
+            tensor_peaks: BTreeMap::new(),
+            read: 0,
+        }
+    }
+}
+
+impl SummaryPass {
+    /// One record of the first pass.
+    pub fn see(&mut self, reader: &TraceReader, r: &Record) {
+        let t = &mut self.t;
+        self.read += 1;
+        t.take(reader, r);
         if r.kind == RecordKind::TensorAlloc && !t.live.restoring {
             let d = if r.device == crate::trace::format::DEVICE_UNKNOWN {
                 0
@@ -223,80 +288,85 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
                 r.device
             };
             let live = t.live.tensors.live_on(d);
-            let e = tensor_peaks.entry(d).or_default();
+            let e = self.tensor_peaks.entry(d).or_default();
             if live > e.0 {
-                *e = (live, read);
+                *e = (live, self.read);
             }
         }
     }
-    t.add_checkpoint_counts();
-    t.framework_at_end();
-    let lasting = |p: u64, l: &super::live::Live| Some(kinds.lasting(&reader, p, l.stack));
-    for f in t.framework.values_mut() {
-        f.activations_peak_bytes = kinds.activation_peaks().get(&f.device).map_or(0, |p| p.0);
-        f.kinds_at_exit = super::kinds::ByKind::of(
-            t.live
-                .live
-                .iter()
-                .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
-                .filter_map(|(&p, l)| Some((lasting(p, l)?, l.size))),
-        );
-        // The peak as the ring's records show it (not one a checkpoint kept from before).
-        if let Some(&(bytes, at)) = tensor_peaks.get(&f.device)
-            && bytes == f.allocated_peak_bytes
-        {
-            let mut again = TraceReader::open_with(path, opts)?;
-            let (rp, by_ptr) = super::kinds::replay_with_kinds(&mut again, at);
-            f.kinds_at_peak = super::kinds::ByKind::of(
-                rp.live
+
+    /// The summary once the first pass has read the whole trace (`reader` and `kinds` as it
+    /// left them).
+    pub fn finish(self, reader: &TraceReader, kinds: &super::kinds::Kinds) -> SummaryFound {
+        let SummaryPass {
+            mut t,
+            tensor_peaks,
+            ..
+        } = self;
+        t.add_checkpoint_counts();
+        t.framework_at_end();
+        let lasting = |p: u64, l: &super::live::Live| Some(kinds.lasting(reader, p, l.stack));
+        let mut peaks_wanted = Vec::new();
+        for f in t.framework.values_mut() {
+            f.activations_peak_bytes = kinds.activation_peaks().get(&f.device).map_or(0, |p| p.0);
+            f.kinds_at_exit = super::kinds::ByKind::of(
+                t.live
+                    .live
                     .iter()
                     .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
-                    .map(|(p, l)| (by_ptr.get(p).copied().unwrap_or(Kind::Unknown), l.size)),
+                    .filter_map(|(&p, l)| Some((lasting(p, l)?, l.size))),
             );
+            // The peak as the ring's records show it (not one a checkpoint kept from before).
+            if let Some(&(bytes, at)) = tensor_peaks.get(&f.device)
+                && bytes == f.allocated_peak_bytes
+            {
+                peaks_wanted.push((f.device, at));
+            }
+        }
+        let held_at_exit = super::owners::held_by_owner_kinds(reader, &t.live, &lasting);
+        let device_memory =
+            super::device_memory::reckon(&t.live, &held_at_exit, &t.nvml_peaks, &t.nvml_last);
+        let nvml_peaks = t.nvml_peaks.iter().map(|(&d, &p)| (d, p)).collect();
+        let info = reader.info();
+        let stats: DecodeStats = reader.stats().clone();
+        let devices = t.devices();
+        let summary = Summary {
+            path: crate::files::shown(&info.path).to_string(),
+            program: info.program.clone(),
+            pid: info.pid,
+            host: info.host.clone(),
+            rank: (info.rank >= 0).then_some(info.rank),
+            // Since the trace started (times are relative to its start).
+            duration_ns: if t.events > 0 { t.last.max(t.first) } else { 0 },
+            events: t.events,
+            apis: std::mem::take(&mut t.apis).into_iter().flatten().collect(),
+            devices,
+            pinned_host_peak_bytes: t.live.host_peak,
+            unmatched_frees: t.live.unmatched_frees,
+            python_frames: (t.with_python > 0).then_some(PythonFrames {
+                allocations_with: t.with_python,
+                allocations: t.allocations,
+            }),
+            pool: t.pool_activity(),
+            streams_left_legacy: t.streams_left.take(),
+            framework: std::mem::take(&mut t.framework).into_values().collect(),
+            held_at_exit,
+            device_memory,
+            tensors_off: t
+                .live
+                .tensors
+                .off
+                .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
+            health: health(
+                info,
+                &stats,
+                t.live.unmatched_frees - t.live.unmatched_restored,
+            ),
+        };
+        SummaryFound {
+            summary,
+            tensor_peaks: peaks_wanted,
+            nvml_peaks,
         }
     }
-    let held_at_exit = super::owners::held_by_owner_kinds(&reader, &t.live, &lasting);
-    let device_memory = super::device_memory::reckon(
-        path,
-        opts,
-        &t.live,
-        &held_at_exit,
-        &t.nvml_peaks,
-        &t.nvml_last,
-    )?;
-    let stats: DecodeStats = reader.stats().clone();
-    let devices = t.devices();
-    Ok(Summary {
-        path: crate::files::shown(&info.path).to_string(),
-        program: info.program.clone(),
-        pid: info.pid,
-        host: info.host.clone(),
-        rank: (info.rank >= 0).then_some(info.rank),
-        // Since the trace started (times are relative to its start).
-        duration_ns: if t.events > 0 { t.last.max(t.first) } else { 0 },
-        events: t.events,
-        apis: std::mem::take(&mut t.apis).into_iter().flatten().collect(),
-        devices,
-        pinned_host_peak_bytes: t.live.host_peak,
-        unmatched_frees: t.live.unmatched_frees,
-        python_frames: (t.with_python > 0).then_some(PythonFrames {
-            allocations_with: t.with_python,
-            allocations: t.allocations,
-        }),
-        pool: t.pool_activity(),
-        streams_left_legacy: t.streams_left.take(),
-        framework: std::mem::take(&mut t.framework).into_values().collect(),
-        held_at_exit,
-        device_memory,
-        tensors_off: t
-            .live
-            .tensors
-            .off
-            .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
-        health: health(
-            &info,
-            &stats,
-            t.live.unmatched_frees - t.live.unmatched_restored,
-        ),
-    })
 }

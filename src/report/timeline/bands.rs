@@ -7,11 +7,11 @@ use super::columns::{Found, LaneFound, changed};
 use super::{Columns, Failure, Lane, Line, MAX_COLUMNS, Mark, NOT_A_TENSOR, TOP_LINES};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Kinds};
-use crate::report::live::{Change, Live, replay_each, site_key};
+use crate::report::live::{Change, Live, Replay, site_key};
 use crate::trace::format::Api;
-use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::format::Record;
+use crate::trace::reader::TraceReader;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// Distinct (kind, line) pairs followed per lane; past it, a kind's new lines are summed as
 /// one (a hostile or enormous trace costs no more than this).
@@ -50,52 +50,63 @@ impl Adds<'_> {
     }
 }
 
-/// The second pass over the trace at `path`: the lanes, each column split by kind and line.
-pub(super) fn split(
-    path: &Path,
-    opts: &ReadOptions,
-    found: &Found,
-    keep: &[&str],
-) -> Result<Vec<Lane>, ReadError> {
-    let mut adds: BTreeMap<u8, Adds> = found
-        .lanes
-        .iter()
-        .map(|(&d, f)| {
-            let adds = Adds {
-                found: f,
-                best: f.cols.iter().map(|c| c.best).collect(),
-                diffs: FastMap::default(),
-                changes: 0,
-            };
-            (d, adds)
-        })
-        .collect();
-    let mut kinds = Kinds::default();
-    // Per live allocation: the change after which it was live.
-    let mut made: FastMap<u64, u64> = FastMap::default();
-    // Tensors whose kind was decided by the record asking for their free.
-    let mut decided: FastMap<u64, Kind> = FastMap::default();
-    let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
-        if let Some((ptr, k)) = kinds.observe(reader, r) {
-            decided.insert(ptr, k);
+/// The second pass: the lanes, each column split by kind and line, record by record.
+pub struct BandsPass<'a> {
+    found: &'a Found,
+    adds: BTreeMap<u8, Adds<'a>>,
+    /// Per live allocation: the change after which it was live.
+    made: FastMap<u64, u64>,
+    /// Tensors whose kind was decided by the record asking for their free.
+    decided: FastMap<u64, Kind>,
+}
+
+impl<'a> BandsPass<'a> {
+    pub fn new(found: &'a Found) -> BandsPass<'a> {
+        let adds = found
+            .lanes
+            .iter()
+            .map(|(&d, f)| {
+                let adds = Adds {
+                    found: f,
+                    best: f.cols.iter().map(|c| c.best).collect(),
+                    diffs: FastMap::default(),
+                    changes: 0,
+                };
+                (d, adds)
+            })
+            .collect();
+        BandsPass {
+            found,
+            adds,
+            made: FastMap::default(),
+            decided: FastMap::default(),
+        }
+    }
+
+    /// One record, after `rp` applied it (making change `c`) and the kinds observed it
+    /// (deciding `decided`).
+    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change, decided: Option<(u64, Kind)>) {
+        if let Some((ptr, k)) = decided {
+            self.decided.insert(ptr, k);
         }
         let counted = changed(rp, r, c);
         if let Some(d) = counted
-            && let Some(a) = adds.get_mut(&d)
+            && let Some(a) = self.adds.get_mut(&d)
         {
             a.changes += 1;
         }
         match c {
             Change::Alloc { ptr, device } => {
-                let now = adds.get(&device).map_or(0, |a| a.changes);
+                let now = self.adds.get(&device).map_or(0, |a| a.changes);
                 // One the axis does not count is live from the next change on.
-                made.insert(ptr, if counted.is_some() { now } else { now + 1 });
-                decided.remove(&ptr);
+                self.made
+                    .insert(ptr, if counted.is_some() { now } else { now + 1 });
+                self.decided.remove(&ptr);
             }
             Change::Free { ptr, live } => {
-                let from = made.remove(&ptr);
-                let kind = decided.remove(&ptr);
-                if let (Some(from), Some(a)) = (from, adds.get_mut(&live.device)) {
+                let from = self.made.remove(&ptr);
+                let kind = self.decided.remove(&ptr);
+                if let (Some(from), Some(a)) = (from, self.adds.get_mut(&live.device)) {
                     let to = a.changes;
                     let slot = slot_of(&live, kind.unwrap_or(Kind::Unknown));
                     a.add(slot, site_key(&live), live.size, from, to);
@@ -103,32 +114,51 @@ pub(super) fn split(
             }
             _ => {}
         }
-    })?;
-    // What is live at the end stays to the last column.
-    for (ptr, l) in rp.live.iter() {
-        let Some(&from) = made.get(ptr) else {
-            continue;
-        };
-        if let Some(a) = adds.get_mut(&l.device) {
-            let kind = kinds.lasting(&reader, *ptr, l.stack);
-            a.add(slot_of(l, kind), site_key(l), l.size, from, u64::MAX);
-        }
     }
-    let mut lanes = Vec::new();
-    for (d, a) in adds {
-        let before: Vec<(u64, u64, u64)> = found
-            .series
-            .iter()
-            .filter(|s| s.1 == d)
-            .map(|&(t, _, live, reserved)| (t, live, reserved))
-            .collect();
-        let mut l = lane(&reader, d, a, &thin(&before), found.tensors_recorded, keep);
-        if let Some(&(bytes, time_ns)) = found.peak_before.get(&d) {
-            peak_before_ring(&mut l, bytes, time_ns);
+
+    /// The lanes, once the pass read the whole trace (`rp`, `kinds` and `reader` as it left
+    /// them); the lines of `keep` are drawn on their own however little they hold.
+    pub fn finish(
+        mut self,
+        reader: &TraceReader,
+        rp: &Replay,
+        kinds: &Kinds,
+        keep: &[&str],
+    ) -> Vec<Lane> {
+        // What is live at the end stays to the last column.
+        for (ptr, l) in rp.live.iter() {
+            let Some(&from) = self.made.get(ptr) else {
+                continue;
+            };
+            if let Some(a) = self.adds.get_mut(&l.device) {
+                let kind = kinds.lasting(reader, *ptr, l.stack);
+                a.add(slot_of(l, kind), site_key(l), l.size, from, u64::MAX);
+            }
         }
-        lanes.push(l);
+        let mut lanes = Vec::new();
+        for (d, a) in self.adds {
+            let before: Vec<(u64, u64, u64)> = self
+                .found
+                .series
+                .iter()
+                .filter(|s| s.1 == d)
+                .map(|&(t, _, live, reserved)| (t, live, reserved))
+                .collect();
+            let mut l = lane(
+                reader,
+                d,
+                a,
+                &thin(&before),
+                self.found.tensors_recorded,
+                keep,
+            );
+            if let Some(&(bytes, time_ns)) = self.found.peak_before.get(&d) {
+                peak_before_ring(&mut l, bytes, time_ns);
+            }
+            lanes.push(l);
+        }
+        lanes
     }
-    Ok(lanes)
 }
 
 /// A peak before the ring's detail, higher than any the detail shows: marked in the column of

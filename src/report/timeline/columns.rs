@@ -4,15 +4,13 @@
 //! the failed allocations and a ring checkpoint's coarse series of the time before its detail.
 
 use super::MAX_COLUMNS;
-use crate::report::live::{Change, Replay, replay_each};
+use crate::report::live::{Change, Replay};
 use crate::trace::format::{DEVICE_UNKNOWN, Record, RecordKind};
-use crate::trace::reader::{ReadError, ReadOptions};
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// One stretch of a lane and its moment of most live memory.
 #[derive(Clone, Copy, Debug, Default)]
-pub(super) struct Col {
+pub struct Col {
     /// The moment: the change after which it was.
     pub best: u64,
     pub time_ns: u64,
@@ -24,7 +22,7 @@ pub(super) struct Col {
 
 /// What the first pass found of one device.
 #[derive(Debug, Default)]
-pub(super) struct LaneFound {
+pub struct LaneFound {
     /// Changes per column.
     pub width: u64,
     pub cols: Vec<Col>,
@@ -121,7 +119,7 @@ impl LaneFound {
 /// What the first pass found: per device, and the checkpoint's series before the ring's detail
 /// (time, device, live, reserved).
 #[derive(Debug, Default)]
-pub(super) struct Found {
+pub struct Found {
     pub lanes: BTreeMap<u8, LaneFound>,
     pub series: Vec<(u64, u8, u64, u64)>,
     /// Per device: the most live memory before the ring's detail, as its checkpoint kept it
@@ -145,14 +143,23 @@ pub(super) fn changed(rp: &Replay, r: &Record, c: Change) -> Option<u8> {
     }
 }
 
-/// The first pass over the trace at `path`.
-pub(super) fn find(path: &Path, opts: &ReadOptions) -> Result<Found, ReadError> {
-    let mut found = Found::default();
-    let (_, rp) = replay_each(path, opts, |_, rp, r, c| {
+/// The first pass: each device's columns, record by record.
+#[derive(Default)]
+pub struct ColumnsPass {
+    found: Found,
+}
+
+impl ColumnsPass {
+    /// One record, after `rp` applied it (making change `c`).
+    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
         if let Some(d) = changed(rp, r, c) {
-            found.lanes.entry(d).or_default().change(rp, d, r.time_ns);
+            self.found
+                .lanes
+                .entry(d)
+                .or_default()
+                .change(rp, d, r.time_ns);
         } else if r.kind == RecordKind::DeviceMemory {
-            found
+            self.found
                 .lanes
                 .entry(r.device)
                 .or_default()
@@ -163,25 +170,30 @@ pub(super) fn find(path: &Path, opts: &ReadOptions) -> Result<Found, ReadError> 
             } else {
                 r.device
             };
-            found.lanes.entry(d).or_default().failure(r);
-        }
-    })?;
-    found.series = rp.series.clone();
-    for snap in rp.snapshots.iter().filter(|s| !s.failure) {
-        let e = found.peak_before.entry(snap.device).or_default();
-        if snap.live > e.0 {
-            *e = (snap.live, snap.time_ns);
+            self.found.lanes.entry(d).or_default().failure(r);
         }
     }
-    found.tensors_recorded = rp.tensors.recorded();
-    for (d, (_, total)) in &rp.facts.mem_info {
-        if let Some(l) = found.lanes.get_mut(d)
-            && l.device_total == 0
-        {
-            l.device_total = *total;
+
+    /// What the pass found; `rp` is its replay at the end.
+    pub fn finish(self, rp: &Replay) -> Found {
+        let mut found = self.found;
+        found.series = rp.series.clone();
+        for snap in rp.snapshots.iter().filter(|s| !s.failure) {
+            let e = found.peak_before.entry(snap.device).or_default();
+            if snap.live > e.0 {
+                *e = (snap.live, snap.time_ns);
+            }
         }
+        found.tensors_recorded = rp.tensors.recorded();
+        for (d, (_, total)) in &rp.facts.mem_info {
+            if let Some(l) = found.lanes.get_mut(d)
+                && l.device_total == 0
+            {
+                l.device_total = *total;
+            }
+        }
+        // A device seen only in NVML's samples, with no allocation: nothing to draw.
+        found.lanes.retain(|_, l| l.changes > 0);
+        found
     }
-    // A device seen only in NVML's samples, with no allocation: nothing to draw.
-    found.lanes.retain(|_, l| l.changes > 0);
-    Ok(found)
 }

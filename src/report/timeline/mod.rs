@@ -9,13 +9,11 @@
 //! column's moment; [`bands`] splits it), memory growing with the live allocations and the lines,
 //! never with the length of the trace: a ring of any size gives a page of the same size.
 
-mod bands;
-mod columns;
+pub(crate) mod bands;
+pub(crate) mod columns;
 
 use super::kinds::Kind;
-use crate::trace::reader::{ReadError, ReadOptions};
 use serde::Serialize;
-use std::path::Path;
 
 /// At most this many columns per lane: a long trace's stretches are merged two by two when
 /// they reach it, so a lane has between half of it and all of it.
@@ -146,17 +144,8 @@ pub struct Boundaries<'a> {
     pub growing: &'a [&'a str],
 }
 
-/// The lanes of one trace (one per device it used), `label` naming the trace, with its
-/// iteration boundaries if known.
-pub fn timeline(
-    path: &Path,
-    label: &str,
-    steps: Option<Boundaries>,
-    opts: &ReadOptions,
-) -> Result<Vec<Lane>, ReadError> {
-    let found = columns::find(path, opts)?;
-    let keep = steps.map_or(&[][..], |b| b.growing);
-    let mut lanes = bands::split(path, opts, &found, keep)?;
+/// `lanes` named for their trace (`label`), with its iteration boundaries if known.
+pub fn named(mut lanes: Vec<Lane>, label: &str, steps: Option<Boundaries>) -> Vec<Lane> {
     for lane in &mut lanes {
         lane.trace = label.to_string();
         if let Some(b) = steps {
@@ -179,7 +168,7 @@ pub fn timeline(
             }
         }
     }
-    Ok(lanes)
+    lanes
 }
 
 /// The column in which time `t` falls: the last whose moment is at or before it.

@@ -72,7 +72,7 @@ struct PeakBy {
 }
 
 /// The allocation state of a trace at one moment, updated record by record.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Replay {
     /// By address (hashed: the hot path of every report; [`Replay::live_in_order`] sorts).
     pub live: crate::fasthash::FastMap<u64, Live>,
@@ -334,6 +334,41 @@ impl Replay {
         let mut v: Vec<(u64, &Live)> = self.live.iter().map(|(&p, l)| (p, l)).collect();
         v.sort_unstable_by_key(|&(p, _)| p);
         v
+    }
+
+    /// This moment as far as device `device` goes: its allocations and physical memory, with
+    /// every count and segment (small, per device), without another device's allocations nor
+    /// what a checkpoint kept of earlier moments. What a report keeps of one device's moment
+    /// grows with that device's live set, not with every device's.
+    pub fn for_device(&self, device: u8) -> Replay {
+        let on = |m: &FastMap<u64, Live>| -> FastMap<u64, Live> {
+            m.iter()
+                .filter(|(_, l)| l.device == device)
+                .map(|(&k, &l)| (k, l))
+                .collect()
+        };
+        Replay {
+            live: on(&self.live),
+            physical: on(&self.physical),
+            devices: self.devices.clone(),
+            physical_bytes: self.physical_bytes.clone(),
+            host: FastMap::default(),
+            segments: self.segments.clone(),
+            reserved: self.reserved.clone(),
+            tensors: self.tensors.clone(),
+            pooled: self.pooled.clone(),
+            pending_physical: self.pending_physical.clone(),
+            framework_physical: self.framework_physical.clone(),
+            facts: self.facts.clone(),
+            awaiting_caller: self.awaiting_caller.clone(),
+            last_alloc: self.last_alloc.clone(),
+            ranges: self.ranges.clone(),
+            snapshots: Vec::new(),
+            boundaries: Vec::new(),
+            series: Vec::new(),
+            api_totals: BTreeMap::new(),
+            ..*self
+        }
     }
 
     /// Everything live: allocations (in no particular order), then physical allocations.

@@ -212,6 +212,23 @@ pub struct TraceReader {
     progress: Option<fn(u64, u64)>,
     /// Records returned since the progress hook was last called.
     since_progress: u32,
+    /// Where the first pass began and what it knew before its first record, for
+    /// [`TraceReader::rewind`]: every pass reads the extent the header gave at opening.
+    first_offset: u64,
+    first_stats: DecodeStats,
+    filter: crate::trace::filter::Filter,
+}
+
+/// Traces opened, and passes begun over them (an opening's first included), by this process:
+/// a command reads its trace in a known number of passes (`GPUSHIM_READS=1` has the command
+/// say them; the tests count them).
+static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// (traces opened, passes read) by this process so far.
+pub fn reads() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (OPENED.load(Relaxed), PASSES.load(Relaxed))
 }
 
 /// How a report reads traces: the command's reading options, passed as a value to every
@@ -324,6 +341,8 @@ impl TraceReader {
                 })
             })
             .map_or(0, |i| i + 1);
+        let first_offset = io::Seek::stream_position(&mut file)
+            .map_err(|e| ReadError::Io(info.path.clone(), e))?;
         let (summed, summed_bytes) = checkpoint_summed(&checkpoint);
         let stats = DecodeStats {
             lost: info.lost,
@@ -345,7 +364,7 @@ impl TraceReader {
             checkpoint,
             checkpoint_at: 0,
             checkpoint_prefix,
-            stats,
+            stats: stats.clone(),
             strings: HashMap::new(),
             stacks: HashMap::new(),
             joins: Default::default(),
@@ -365,7 +384,45 @@ impl TraceReader {
             program_frames: opts.program_frames,
             python_frames: false,
             since_progress: 0,
-        })
+            first_offset,
+            first_stats: stats,
+            filter: opts.filter.clone(),
+        }
+        .counted())
+    }
+
+    fn counted(self) -> TraceReader {
+        use std::sync::atomic::Ordering::Relaxed;
+        OPENED.fetch_add(1, Relaxed);
+        PASSES.fetch_add(1, Relaxed);
+        self
+    }
+
+    /// Reads the trace again from its first record, through the descriptor it was opened with
+    /// (the same file, whatever has been renamed or linked since) and over the extent its
+    /// header gave then: a second pass sees the records the first saw, in the same order, at
+    /// the same indices. What the first pass learnt is forgotten.
+    pub fn rewind(&mut self) -> Result<(), ReadError> {
+        io::Seek::seek(&mut self.input, io::SeekFrom::Start(self.first_offset))
+            .map_err(|e| ReadError::Io(self.info.path.clone(), e))?;
+        self.next = self.start;
+        self.checkpoint_at = 0;
+        self.stats = self.first_stats.clone();
+        self.strings.clear();
+        self.stacks.clear();
+        self.joins = Default::default();
+        self.modules.clear();
+        self.build_ids.clear();
+        self.pending = None;
+        self.window.clear();
+        (self.ready, self.taken, self.latest_ns) = (0, 0, 0);
+        self.drained = false;
+        self.filtering = (!self.filter.is_empty())
+            .then(|| crate::trace::filter::Filtering::new(self.filter.clone()));
+        self.python_frames = false;
+        self.since_progress = 0;
+        PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
     }
 
     /// Whether frames are to be named from the binaries (see [`ReadOptions::symbols`]).

@@ -1,0 +1,207 @@
+//! One analysis per command: a trace is opened once and read in at most two passes, every
+//! report the command asks for taking its part of each pass, into one value the renderers take.
+//!
+//! 1. **The run** (every record, in time order): the summary's tallies, the failed allocations
+//!    with what was live at each (`oom`), when each device peaked (`peak`), what could mark the
+//!    iterations (`leaks`), the columns of the memory-over-time picture (`timeline`). Each
+//!    is a tracker fed the same record, after one replay of the live set applied it and one
+//!    tracker of the tensors' kinds observed it.
+//! 2. **At the marks** (the same descriptor, rewound): the moments the first pass found
+//!    (each device's peak, its tensors' peak, NVML's peak) taken as the replay passes them,
+//!    their tensors' kinds settled by reading on ([`super::moments`]); the live bytes per line
+//!    at each iteration boundary (`leaks`); each column split by kind and line (`timeline`).
+//!    A command that needs only moments stops once the last is settled.
+//!
+//! The passes see the same records at the same indices (the extent the header gave when the
+//! trace was opened), so the requests, the moments and the kinds cannot disagree. Memory grows
+//! with the live set and the distinct lines, never with the file's length.
+
+use super::kinds::Kinds;
+use super::leaks::{Leaks, LeaksFinder};
+use super::live::Replay;
+use super::moments::Moments;
+use super::oom::{Oom, OomPass};
+use super::peak::{Peak, PeakFinder};
+use super::summary::{Summary, SummaryPass};
+use super::timeline::Lane;
+use super::timeline::bands::BandsPass;
+use super::timeline::columns::ColumnsPass;
+use crate::trace::reader::{ReadError, ReadOptions, TraceInfo, TraceReader};
+use std::path::Path;
+
+/// What a command asks of a trace.
+#[derive(Clone, Debug, Default)]
+pub struct Wants {
+    pub summary: bool,
+    pub peak: bool,
+    pub oom: bool,
+    /// `leaks`, with the boundary the user named (`None`: as found).
+    pub leaks: Option<Option<String>>,
+    /// The memory-over-time picture, with lines drawn on their own however little they hold
+    /// (besides the growing lines `leaks` finds, when asked too).
+    pub timeline: Option<Vec<String>>,
+    /// `leaks` only when the first pass found a failed allocation (what grew until it).
+    pub leaks_only_with_failures: bool,
+}
+
+impl Wants {
+    pub fn summary() -> Wants {
+        Wants {
+            summary: true,
+            ..Wants::default()
+        }
+    }
+
+    pub fn peak() -> Wants {
+        Wants {
+            peak: true,
+            ..Wants::default()
+        }
+    }
+
+    pub fn oom() -> Wants {
+        Wants {
+            oom: true,
+            ..Wants::default()
+        }
+    }
+
+    pub fn leaks(boundary: Option<&str>) -> Wants {
+        Wants {
+            leaks: Some(boundary.map(str::to_string)),
+            ..Wants::default()
+        }
+    }
+
+    /// Everything the page shows.
+    pub fn page() -> Wants {
+        Wants {
+            summary: true,
+            peak: true,
+            oom: true,
+            leaks: Some(None),
+            timeline: Some(Vec::new()),
+            leaks_only_with_failures: false,
+        }
+    }
+}
+
+/// What the passes found: each report asked for, and what the trace is missing when it was cut
+/// or damaged.
+pub struct Analysis {
+    /// The trace's header, as read when it was opened.
+    pub info: TraceInfo,
+    pub summary: Option<Summary>,
+    pub peaks: Option<Vec<Peak>>,
+    pub ooms: Option<Vec<Oom>>,
+    pub leaks: Option<Leaks>,
+    pub lanes: Option<Vec<Lane>>,
+    pub cut: Option<String>,
+}
+
+/// The first pass's trackers, each only when asked for.
+struct RunPass {
+    summary: Option<SummaryPass>,
+    peak: Option<PeakFinder>,
+    oom: Option<OomPass>,
+    leaks: Option<LeaksFinder>,
+    columns: Option<ColumnsPass>,
+}
+
+/// Opens the trace at `path` once and reads it in the passes `wants` needs.
+pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
+    let mut run = RunPass {
+        summary: wants.summary.then(SummaryPass::default),
+        peak: wants.peak.then(PeakFinder::default),
+        oom: wants.oom.then(OomPass::default),
+        leaks: wants.leaks.is_some().then(LeaksFinder::default),
+        columns: wants.timeline.is_some().then(ColumnsPass::default),
+    };
+    let mut rp = Replay::default();
+    let mut kinds = Kinds::default();
+    let with_kinds = wants.summary || wants.oom;
+    while let Some(r) = reader.next() {
+        let c = rp.apply(&r);
+        if with_kinds {
+            kinds.observe(&reader, &r);
+        }
+        if let Some(p) = &mut run.summary {
+            p.see(&reader, &r);
+        }
+        if let Some(p) = &mut run.peak {
+            p.see(&rp, &r, c);
+        }
+        if let Some(p) = &mut run.oom {
+            p.see(&reader, &rp, &kinds, &r);
+        }
+        if let Some(p) = &mut run.leaks {
+            p.see(&rp, &r, c);
+        }
+        if let Some(p) = &mut run.columns {
+            p.see(&rp, &r, c);
+        }
+    }
+    // What the first pass alone tells, named from its reader before the second pass rewinds it.
+    let mut a = Analysis {
+        info: reader.info().clone(),
+        cut: reader.stats().cut(),
+        ooms: run.oom.map(OomPass::finish),
+        summary: None,
+        peaks: None,
+        leaks: None,
+        lanes: None,
+    };
+    if wants.leaks_only_with_failures && a.ooms.as_ref().is_some_and(Vec::is_empty) {
+        run.leaks = None;
+    }
+    let summary = run.summary.map(|p| p.finish(&reader, &kinds));
+    let peaks = run.peak.map(|p| p.finish(&reader, &rp, opts));
+    let boundary = wants.leaks.as_ref().and_then(|b| b.as_deref());
+    let mut leaks = run.leaks.map(|p| p.finish(&reader, &rp, boundary));
+    let found = run.columns.map(|p| p.finish(&rp));
+    let mut bands = found.as_ref().map(BandsPass::new);
+    let mut moments = Moments::default();
+    for (at, device) in summary.iter().flat_map(|s| s.moments()) {
+        moments.want(at, device);
+    }
+    for &(device, at, _) in peaks.iter().flat_map(|p| &p.wanted) {
+        moments.want(at, device);
+    }
+    if moments.is_empty() && leaks.is_none() && bands.is_none() {
+        a.summary = summary.map(|s| s.finish(&reader, &[]));
+        a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &[]));
+        return Ok(a);
+    }
+    // The second pass.
+    reader.rewind()?;
+    let mut rp = Replay::default();
+    let mut kinds = Kinds::default();
+    let only_moments = leaks.is_none() && bands.is_none();
+    while let Some(r) = reader.next() {
+        let c = rp.apply(&r);
+        let run_before = kinds.run();
+        let decided = kinds.observe(&reader, &r);
+        moments.see(&reader, &rp, &kinds, &r, decided, run_before);
+        if let Some(p) = &mut leaks {
+            p.see(&rp, &r, c, decided);
+        }
+        if let Some(p) = &mut bands {
+            p.see(&rp, &r, c, decided);
+        }
+        if only_moments && moments.done() {
+            break;
+        }
+    }
+    let moments = moments.finish(&reader, &kinds);
+    a.summary = summary.map(|s| s.finish(&reader, &moments));
+    a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &moments));
+    a.leaks = leaks.map(|p| p.finish(&reader, &rp, &kinds));
+    if let (Some(b), Some(keep)) = (bands, &wants.timeline) {
+        let growing = a.leaks.iter().filter_map(|l| l.iterations.as_ref());
+        let mut drawn: Vec<&str> = keep.iter().map(String::as_str).collect();
+        drawn.extend(growing.flat_map(|i| i.growing.iter().map(|g| g.call_site.as_str())));
+        a.lanes = Some(b.finish(&reader, &rp, &kinds, &drawn));
+    }
+    Ok(a)
+}
