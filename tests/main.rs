@@ -26,6 +26,7 @@ mod per_tensor;
 mod pictures;
 mod pool;
 mod python_frames;
+mod read_once;
 mod real_runtime;
 mod recorder;
 mod reports;

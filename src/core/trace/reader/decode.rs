@@ -11,23 +11,59 @@ impl TraceReader {
             self.checkpoint_at += 1;
             return Some(((self.checkpoint_at - 1) as u64, true));
         }
-        if self.next >= self.end {
+        if self.chunk_at == self.chunk_len && !self.refill() {
             return None;
         }
+        let at = self.chunk_at * RECORD_SIZE;
+        buf.copy_from_slice(&self.chunk[at..at + RECORD_SIZE]);
+        self.chunk_at += 1;
         let index = self.next;
         self.next += 1;
-        if self.ring > 0 && index % self.ring == 0 && index != self.start {
-            if let Err(e) = io::Seek::seek(&mut self.input, io::SeekFrom::Start(HEADER_SIZE as u64))
-            {
-                self.stop(format!("seek failed: {e}"));
-                return None;
+        Some((index, false))
+    }
+
+    /// Reads the next records of the file into the chunk, as many as it holds and no further
+    /// than the ring's end (where the next lap begins at the first slot): `false` at the end,
+    /// or where the file cannot be read (said as damage).
+    fn refill(&mut self) -> bool {
+        if self.next >= self.end {
+            return false;
+        }
+        let index = self.next;
+        let mut n = (self.end - index).min(CHUNK_RECORDS as u64);
+        if self.ring > 0 {
+            if index % self.ring == 0 && index != self.start {
+                let home = io::SeekFrom::Start(HEADER_SIZE as u64);
+                if let Err(e) = io::Seek::seek(&mut self.input, home) {
+                    self.stop(format!("seek failed: {e}"));
+                    return false;
+                }
+            }
+            n = n.min(self.ring - index % self.ring);
+        }
+        let want = n as usize * RECORD_SIZE;
+        self.chunk.resize(CHUNK_RECORDS * RECORD_SIZE, 0);
+        let mut got = 0;
+        while got < want {
+            match self.input.read(&mut self.chunk[got..want]) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.next += 1;
+                    self.stop(format!("read failed: {e}"));
+                    return false;
+                }
             }
         }
-        if let Err(e) = self.input.read_exact(buf) {
-            self.stop(format!("read failed: {e}"));
-            return None;
+        (self.chunk_at, self.chunk_len) = (0, got / RECORD_SIZE);
+        if self.chunk_len == 0 {
+            // The file is shorter than when it was opened.
+            self.next += 1;
+            self.stop("read failed: the file ends early (it shrank while being read)".into());
+            return false;
         }
-        Some((index, false))
+        true
     }
 
     pub(super) fn next_in_file(&mut self) -> Option<Record> {

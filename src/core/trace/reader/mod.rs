@@ -217,7 +217,14 @@ pub struct TraceReader {
     first_offset: u64,
     first_stats: DecodeStats,
     filter: crate::trace::filter::Filter,
+    /// Record bodies read from the file in one read, the next to decode, and how many.
+    chunk: Vec<u8>,
+    chunk_at: usize,
+    chunk_len: usize,
 }
+
+/// Records read from the file at a time (256 KiB: the chunk stays in the cache).
+const CHUNK_RECORDS: usize = 1 << 13;
 
 /// Traces opened, and passes begun over them (an opening's first included), by this process:
 /// a command reads its trace in a known number of passes (`GPUSHIM_READS=1` has the command
@@ -387,6 +394,9 @@ impl TraceReader {
             first_offset,
             first_stats: stats,
             filter: opts.filter.clone(),
+            chunk: Vec::new(),
+            chunk_at: 0,
+            chunk_len: 0,
         }
         .counted())
     }
@@ -421,6 +431,7 @@ impl TraceReader {
             .then(|| crate::trace::filter::Filtering::new(self.filter.clone()));
         self.python_frames = false;
         self.since_progress = 0;
+        (self.chunk_at, self.chunk_len) = (0, 0);
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -545,6 +556,7 @@ impl TraceReader {
             skipped: self.end - self.next,
         });
         self.next = self.end;
+        (self.chunk_at, self.chunk_len) = (0, 0);
     }
 }
 
@@ -556,8 +568,8 @@ pub const REORDER_WINDOW_NS: u64 = 20_000_000;
 /// The reorder window never holds more records than this, whatever their times.
 pub const REORDER_MAX: usize = 1 << 20;
 
-/// A record waiting in the reorder window, ordered by (time, position in the file).
-struct Waiting(u64, u64, Record);
+/// A record waiting in the reorder window, by its time (records of one time in file order).
+struct Waiting(u64, Record);
 
 /// Records read from the file per refill of the window, at least.
 const BATCH: usize = 1 << 16;
@@ -612,7 +624,7 @@ impl TraceReader {
         loop {
             if self.taken < self.ready {
                 self.taken += 1;
-                return Some(self.window[self.taken - 1].2);
+                return Some(self.window[self.taken - 1].1);
             }
             self.window.drain(..self.ready);
             (self.ready, self.taken) = (0, 0);
@@ -620,11 +632,15 @@ impl TraceReader {
                 return None;
             }
             let want = BATCH.max(self.window.len());
+            // The window is sorted; the batch keeps it so while each record comes no earlier
+            // than every one before it (one thread's records, or threads that kept in step).
+            let mut in_order = true;
             for _ in 0..want {
                 match self.next_in_file() {
                     Some(r) => {
+                        in_order &= r.time_ns >= self.latest_ns;
                         self.latest_ns = self.latest_ns.max(r.time_ns);
-                        self.window.push(Waiting(r.time_ns, self.next, r));
+                        self.window.push(Waiting(r.time_ns, r));
                     }
                     None => {
                         self.drained = true;
@@ -632,7 +648,10 @@ impl TraceReader {
                     }
                 }
             }
-            self.window.sort_by_key(|w| (w.0, w.1));
+            if !in_order {
+                // Stable, by time: records of one time stay in file order, as pushed.
+                self.window.sort_by_key(|w| w.0);
+            }
             let old = if self.drained {
                 self.window.len()
             } else {

@@ -1,0 +1,105 @@
+//! One analysis per command: each report opens its trace once and reads it in at most two
+//! passes (the run, then its marks), counted by the reader itself (`GPUSHIM_READS=1`); the
+//! moments of many devices cost one pass, not one each.
+
+use crate::common::*;
+use gpushim::trace::format::{Api, RecordKind};
+use std::path::Path;
+use std::process::Command;
+
+/// `gpushim ARGS TRACE`, which must succeed: (opened, passes) as the command counted them, and
+/// what it printed.
+fn reads(args: &[&str], trace: &Path) -> ((u64, u64), String) {
+    let out = Command::new(gpushim_bin())
+        .args(args)
+        .arg(trace)
+        .arg("--no-symbols")
+        .env("GPUSHIM_READS", "1")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find_map(|l| l.strip_prefix("gpushim: opened "))
+        .unwrap_or_else(|| panic!("no count of reads in: {err}"));
+    let mut n = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse::<u64>().unwrap());
+    (
+        (n.next().unwrap(), n.next().unwrap()),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+#[test]
+fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    let page = tempdir("read-once").file("page.html");
+    let svg = tempdir("read-once").file("mem.svg");
+    let page = page.to_str().unwrap();
+    let svg = svg.to_str().unwrap();
+    for args in [
+        &["summary"][..],
+        &["summary", "--json"],
+        &["peak"],
+        &["leaks"],
+        &["oom"],
+        &["report", "-o", page],
+        &["plot", "--by", "kind", "-o", svg],
+    ] {
+        let ((opened, passes), _) = reads(args, &trace);
+        assert_eq!(opened, 1, "{args:?} opened the trace {opened} times");
+        assert!(passes <= 2, "{args:?} read the trace {passes} times");
+    }
+}
+
+#[test]
+fn the_peaks_of_many_devices_are_taken_in_one_pass() {
+    // 255 devices (as many as a trace can name), each with a peak of its own (device d: d+1 blocks of 1 MiB, then all freed
+    // but one): one pass finds the peaks, one more takes every device's moment.
+    let path = tempdir("many-devices").file("devices.trace");
+    let mut t = HandTrace::create(&path);
+    let mut time = 0;
+    let mut rec = |kind, device: u8, ptr: u64, size: u64| {
+        time += 1000;
+        let api = if kind == RecordKind::Free {
+            Api::CudaFree
+        } else {
+            Api::CudaMalloc
+        };
+        t.recorder
+            .append(&record_at(kind, api, device, 0, time, ptr, size));
+    };
+    for d in 0..255u8 {
+        let base = (u64::from(d) + 1) << 40;
+        for i in 0..=u64::from(d) {
+            rec(RecordKind::Alloc, d, base + (i << 20), 1 << 20);
+        }
+        for i in 1..=u64::from(d) {
+            rec(RecordKind::Free, d, base + (i << 20), 0);
+        }
+    }
+    drop(t);
+    let ((opened, passes), _) = reads(&["peak"], &path);
+    assert_eq!((opened, passes), (1, 2));
+    let v = report_json(&["peak"], &[&path]);
+    let peaks = v.as_array().expect("one trace: a list of peaks");
+    assert_eq!(peaks.len(), 255);
+    for p in peaks {
+        let d = p["device"].as_u64().unwrap();
+        assert_eq!(
+            p["live_bytes"].as_u64().unwrap(),
+            (d + 1) << 20,
+            "device {d}"
+        );
+        let held: u64 = p["by_call_site"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["bytes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(held, (d + 1) << 20, "device {d}: its holders at its peak");
+    }
+}
