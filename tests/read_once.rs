@@ -60,7 +60,7 @@ fn the_peaks_of_many_devices_are_taken_in_one_pass() {
     // 255 devices (as many as a trace can name), each with a peak of its own (device d: d+1 blocks of 1 MiB, then all freed
     // but one): one pass finds the peaks, one more takes every device's moment.
     let path = tempdir("many-devices").file("devices.trace");
-    let mut t = HandTrace::create(&path);
+    let t = HandTrace::create(&path);
     let mut time = 0;
     let mut rec = |kind, device: u8, ptr: u64, size: u64| {
         time += 1000;
