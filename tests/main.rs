@@ -17,6 +17,7 @@ mod hostile_folders;
 mod hostile_traces;
 mod hostile_writes;
 mod interposition;
+mod job_on_hosts;
 mod kinds;
 mod long_runs;
 mod newcomer;

@@ -1,6 +1,6 @@
 //! The command line: every command, its options and their help.
 
-use super::help::{FIT_HELP, SIMULATE_HELP};
+use super::help::{ANALYZE_HELP, FIT_HELP, SIMULATE_HELP};
 use super::values::{Batches, batches_arg, device_arg, export_formats, fraction_arg, size_arg};
 use clap::{Parser, Subcommand};
 use gpushim::trace::reader::ReadOptions;
@@ -371,6 +371,20 @@ pub enum Cmd {
         #[command(flatten)]
         reading: Reading,
     },
+    /// Analyse traces where they lie and save the analysis, for a job on many hosts: one step
+    /// per host (srun, torchrun, ...) saves its ranks' analyses; summary, leaks, peak, oom and
+    /// report then take the saved files in place of traces and join them into the job's.
+    #[command(after_help = ANALYZE_HELP)]
+    Analyze {
+        /// This host's trace files.
+        #[arg(required = true)]
+        traces: Vec<PathBuf>,
+        /// The file to save the analysis in (created private, 0600, and appearing whole).
+        #[arg(short, long, required = true)]
+        output: PathBuf,
+        #[command(flatten)]
+        reading: Reading,
+    },
     /// The whole run in one HTML page that opens offline: memory over the run stacked by kind
     /// (parameters, gradients, optimizer state, activations, ...) or by line, the peak and
     /// every failed allocation marked, the lines that grow every iteration, the peak's holders
@@ -568,6 +582,7 @@ impl Cmd {
             | Cmd::Oom { traces, .. }
             | Cmd::Plot { traces, .. }
             | Cmd::Report { traces, .. }
+            | Cmd::Analyze { traces, .. }
             | Cmd::Simulate { traces, .. }
             | Cmd::Export { traces, .. } => traces.clone(),
             Cmd::Events { trace, .. } | Cmd::Flamegraph { trace, .. } | Cmd::Fit { trace, .. } => {
@@ -588,6 +603,7 @@ impl Cmd {
             | Cmd::Oom { reading, .. }
             | Cmd::Plot { reading, .. }
             | Cmd::Report { reading, .. }
+            | Cmd::Analyze { reading, .. }
             | Cmd::Fit { reading, .. }
             | Cmd::Flamegraph { reading, .. }
             | Cmd::Export { reading, .. }

@@ -17,3 +17,9 @@ CUDA graphs' pools and torch.cuda.MemPool are kept as the run held them (torch 2
 counted against the device and the memory fraction, not replayed under the other setting.\n\n\
 --conf replays the allocation calls through the shim's own pool. That replay assumes the GPU \
 keeps up with the program, so it shows the memory a policy needs, not the waits it would cost.";
+
+pub(super) const ANALYZE_HELP: &str = "Examples:\n  # each host analyses its own ranks' traces, beside them, one core per trace:\n  srun --ntasks-per-node=1 sh -c 'gpushim analyze /local/traces/*.trace -o /shared/job/$(hostname).analysis'\n  # then, anywhere, the job's reports from the saved analyses:\n  gpushim summary /shared/job/*.analysis\n  gpushim leaks /shared/job/*.analysis\n  gpushim report /shared/job/*.analysis -o job.html\n\n\
+A saved analysis holds every report the page shows, as this host made them (a few hundred KB \
+per trace, whatever the trace's length): summary, leaks, peak and oom read it as they read a \
+trace, naming each trace HOST:TRACE. Filters (--device, --from, ...) apply when saving; \
+--boundary, fit and the page's what-fits curve need the traces themselves.";

@@ -12,13 +12,15 @@ pub fn cmd_leaks(
     json: bool,
     opts: &ReadOptions,
 ) -> ExitCode {
-    let mut all = Vec::new();
-    for t in traces {
-        match gpushim::report::leaks(t, boundary, opts) {
-            Ok(l) => all.push((gpushim::files::shown(t).to_string(), l)),
+    use gpushim::report::analysis::{Wants, analyze_job};
+    let all: Vec<(String, gpushim::report::Leaks)> =
+        match analyze_job(traces, opts, &Wants::leaks(boundary)) {
+            Ok(j) => j
+                .into_iter()
+                .filter_map(|(name, a)| Some((name, a.leaks?)))
+                .collect(),
             Err(e) => return fail(e),
-        }
-    }
+        };
     let combined = gpushim::report::combine_leaks(&all);
     if json {
         print_json_set(&all, &combined);

@@ -47,6 +47,9 @@ pub fn main() -> ExitCode {
         // A filter that keeps nothing would read like "no leak": it is an error that says
         // what the trace holds instead.
         for t in cli.command.trace_paths() {
+            if gpushim::report::saved::is_saved(&t) {
+                continue;
+            }
             if let Err(e) = gpushim::report::filter_keeps_any(&t, &opts) {
                 return fail(e);
             }
@@ -286,6 +289,7 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
         Cmd::Report {
             traces, output, at, ..
         } => pictures::cmd_report(&traces, output, at, opts),
+        Cmd::Analyze { traces, output, .. } => pictures::cmd_analyze(&traces, &output, opts),
         Cmd::Flamegraph {
             trace,
             output,

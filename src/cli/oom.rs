@@ -1,23 +1,26 @@
 //! `gpushim oom`: each failed allocation, with what the device held at that moment.
 
-use super::output::{fail, print_json};
+use super::output::{fail, print_json_set};
 use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptions) -> ExitCode {
-    for t in traces {
-        // The failures, and what grew every iteration until them: one analysis.
-        let wants = gpushim::report::analysis::Wants {
-            oom: true,
-            leaks: Some(None),
-            leaks_only_with_failures: true,
-            ..Default::default()
-        };
-        let a = match gpushim::report::analysis::analyze(t, opts, &wants) {
-            Ok(a) => a,
-            Err(e) => return fail(e),
-        };
+    // The failures, and what grew every iteration until them: one analysis per trace.
+    let wants = gpushim::report::analysis::Wants {
+        oom: true,
+        leaks: Some(None),
+        leaks_only_with_failures: true,
+        ..Default::default()
+    };
+    let job = match gpushim::report::analysis::analyze_job(traces, opts, &wants) {
+        Ok(j) => j,
+        Err(e) => return fail(e),
+    };
+    // --json: one document, every trace's failures in it.
+    let mut json_all = Vec::new();
+    for (name, a) in job {
+        let t = a.info.path.as_path();
         let (ooms, cut) = (a.ooms.unwrap_or_default(), a.cut);
         let cut = cut.map(|c| {
             format!(
@@ -27,15 +30,12 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
         });
         if json {
             if let Some(c) = &cut {
-                eprintln!("gpushim: {}: {c}", gpushim::files::shown(t));
+                eprintln!("gpushim: {name}: {c}");
             }
-            print_json(&ooms);
+            json_all.push((name, ooms));
             continue;
         }
-        print!(
-            "{}",
-            gpushim::report::oom::render_ooms(&gpushim::files::shown(t).to_string(), &ooms)
-        );
+        print!("{}", gpushim::report::oom::render_ooms(&name, &ooms));
         if let Some(c) = &cut {
             println!("{c}");
         }
@@ -43,7 +43,13 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
             print!("{}", growth_at_failure(l, &ooms));
         }
         // A tensor PyTorch's allocator could not serve: would another setting have served it?
-        if ooms.iter().any(|o| o.api == "torch_allocator") {
+        // (A replay of the run's requests: from its trace, not from a saved analysis.)
+        let torch_failed = ooms.iter().any(|o| o.api == "torch_allocator");
+        if torch_failed && gpushim::report::saved::is_saved(t) {
+            println!(
+                "no replay of PyTorch's allocator from a saved analysis: run oom on {name}'s trace"
+            );
+        } else if torch_failed {
             match gpushim::report::torch_replay::oom_advice(t, opts) {
                 Ok(Some(a)) => print!("{}", gpushim::report::torch_replay::render_advice(&a)),
                 // Failures of PyTorch's with no tensor of PyTorch's failed: its raw
@@ -73,6 +79,13 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
                 print!("{}", batch_that_fits(t, at, opts));
             }
         }
+    }
+    if json {
+        let failed: usize = json_all.iter().map(|(_, o)| o.len()).sum();
+        print_json_set(
+            &json_all,
+            serde_json::json!({ "failed_allocations": failed }),
+        );
     }
     ExitCode::SUCCESS
 }

@@ -8,20 +8,19 @@ use std::process::ExitCode;
 pub fn cmd_peak(traces: &[PathBuf], top: usize, json: bool, opts: &ReadOptions) -> ExitCode {
     let mut all = Vec::new();
     let mut cuts = Vec::new();
-    for t in traces {
-        match gpushim::report::peak::peak_read(t, opts) {
-            Ok((p, cut)) => {
-                let name = gpushim::files::shown(t).to_string();
-                if let Some(c) = cut {
-                    cuts.push(format!(
-                        "{name}: the trace is incomplete: {c}; the peak may have been in what is \
-                         missing, and this report covers what the trace holds"
-                    ));
-                }
-                all.push((name, p));
-            }
-            Err(e) => return fail(e),
+    let wants = gpushim::report::analysis::Wants::peak();
+    let job = match gpushim::report::analysis::analyze_job(traces, opts, &wants) {
+        Ok(j) => j,
+        Err(e) => return fail(e),
+    };
+    for (name, a) in job {
+        if let Some(c) = a.cut {
+            cuts.push(format!(
+                "{name}: the trace is incomplete: {c}; the peak may have been in what is \
+                 missing, and this report covers what the trace holds"
+            ));
         }
+        all.push((name, a.peaks.unwrap_or_default()));
     }
     for c in &cuts {
         if json {

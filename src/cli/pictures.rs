@@ -77,6 +77,30 @@ pub fn cmd_report(
     }
 }
 
+/// `gpushim analyze`: this host's traces analysed (one core each) and saved, for the job's
+/// reports to join.
+pub fn cmd_analyze(
+    traces: &[std::path::PathBuf],
+    output: &std::path::Path,
+    opts: &ReadOptions,
+) -> ExitCode {
+    use gpushim::report::analysis::{Wants, analyze_job};
+    if let Some(t) = traces.iter().find(|t| gpushim::report::saved::is_saved(t)) {
+        return fail(format!(
+            "{}: a saved analysis already; analyze reads traces",
+            gpushim::files::shown(t)
+        ));
+    }
+    let all = match analyze_job(traces, opts, &Wants::page()) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    match gpushim::report::saved::save(&all) {
+        Ok(json) => super::output::write_file(output, json.as_bytes()),
+        Err(e) => fail(e),
+    }
+}
+
 /// `gpushim flamegraph`: the memory live at the peak, by stack.
 pub fn cmd_flamegraph(
     trace: &std::path::Path,

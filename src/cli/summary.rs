@@ -12,22 +12,26 @@ pub fn cmd_summary(
     at: Option<u64>,
     opts: &ReadOptions,
 ) -> ExitCode {
-    let mut all = Vec::new();
-    for t in traces {
-        match summary::summarize(t, opts) {
-            Ok(s) => all.push(s),
-            Err(e) => return fail(e),
-        }
-    }
-    // With the run's batch: how many batches of headroom, as `fit` finds it.
-    let fits: Vec<Option<gpushim::report::fit::Fit>> = traces
+    use gpushim::report::analysis::{Wants, analyze_job};
+    let job = match analyze_job(traces, opts, &Wants::summary()) {
+        Ok(j) => j,
+        Err(e) => return fail(e),
+    };
+    // With the run's batch: how many batches of headroom, as `fit` finds it (from a trace,
+    // not a saved analysis).
+    let fits: Vec<Option<gpushim::report::fit::Fit>> = job
         .iter()
-        .map(|t| {
+        .map(|(_, a)| {
             let at = at?;
+            let t = &a.info.path;
+            if gpushim::report::saved::is_saved(t) {
+                return None;
+            }
             let ask = gpushim::report::fit::Ask::largest(at, 4096);
             gpushim::report::fit::fit(t, &ask, opts).ok()
         })
         .collect();
+    let all: Vec<summary::Summary> = job.into_iter().filter_map(|(_, a)| a.summary).collect();
     if json {
         let with = |s: &summary::Summary, f: &Option<gpushim::report::fit::Fit>| {
             let mut v = serde_json::to_value(s).unwrap_or_default();

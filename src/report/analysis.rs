@@ -205,3 +205,94 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     }
     Ok(a)
 }
+
+/// The analyses of a job's inputs, in their order, each named: traces analysed as `wants`
+/// says, several at once (one core each); saved analyses (`gpushim analyze -o`, one per host)
+/// read as saved, one per trace they hold.
+pub fn analyze_job(
+    paths: &[std::path::PathBuf],
+    opts: &ReadOptions,
+    wants: &Wants,
+) -> Result<Vec<(String, Analysis)>, ReadError> {
+    let saved: Vec<bool> = paths.iter().map(|p| super::saved::is_saved(p)).collect();
+    let traces: Vec<&std::path::PathBuf> = paths
+        .iter()
+        .zip(&saved)
+        .filter(|(_, s)| !**s)
+        .map(|(p, _)| p)
+        .collect();
+    let mut read = analyze_in_parallel(&traces, opts, wants).into_iter();
+    let mut out = Vec::new();
+    for (path, saved) in paths.iter().zip(saved) {
+        if !saved {
+            let a = read.next().unwrap_or_else(|| {
+                Err(ReadError::Io(
+                    path.clone(),
+                    std::io::Error::other("not read"),
+                ))
+            })?;
+            out.push((crate::files::shown(path).to_string(), a));
+            continue;
+        }
+        let refuse = |why: &str| {
+            let m = format!("a saved analysis holds the reports as they were saved: {why}");
+            ReadError::Io(path.clone(), std::io::Error::other(m))
+        };
+        if !opts.filter.is_empty() {
+            return Err(refuse(
+                "filter the traces when saving (gpushim analyze --device ...)",
+            ));
+        }
+        if wants.leaks.as_ref().is_some_and(Option::is_some) {
+            return Err(refuse("--boundary needs the traces themselves"));
+        }
+        out.extend(super::saved::load(path)?);
+    }
+    Ok(out)
+}
+
+/// [`analyze`] of each trace, at most as many at once as there are cores.
+fn analyze_in_parallel(
+    traces: &[&std::path::PathBuf],
+    opts: &ReadOptions,
+    wants: &Wants,
+) -> Vec<Result<Analysis, ReadError>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = cores.min(traces.len());
+    if workers <= 1 {
+        return traces.iter().map(|p| analyze(p, opts, wants)).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let done: std::sync::Mutex<Vec<Option<Result<Analysis, ReadError>>>> =
+        std::sync::Mutex::new((0..traces.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(p) = traces.get(i) else {
+                        break;
+                    };
+                    let a = analyze(p, opts, wants);
+                    if let Ok(mut d) = done.lock() {
+                        d[i] = Some(a);
+                    }
+                }
+            });
+        }
+    });
+    done.into_inner()
+        .unwrap_or_default()
+        .into_iter()
+        .zip(traces)
+        .map(|(a, p)| {
+            a.unwrap_or_else(|| {
+                Err(ReadError::Io(
+                    (*p).clone(),
+                    std::io::Error::other("not read"),
+                ))
+            })
+        })
+        .collect()
+}

@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 pub const NOT_ALLOCATED: &str = "no allocating call (CUDA context, module code, local memory)";
 
 /// One device as NVML saw this process, split by owner at NVML's peak and at exit.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct DeviceMemory {
     /// NVML's index of the device (the CUDA ordinal too, unless CUDA_VISIBLE_DEVICES reorders).
     pub device: u8,
@@ -29,7 +29,7 @@ pub struct DeviceMemory {
 
 /// NVML's figure at one moment and what it is made of: the parts add up to it exactly, the
 /// last part being the rest.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct Reckoning {
     /// Since the trace started (at exit: the last sample).
     pub time_ns: u64,

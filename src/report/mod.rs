@@ -17,6 +17,7 @@ pub mod moments;
 pub mod oom;
 pub mod owners;
 pub mod peak;
+pub mod saved;
 pub mod simulate;
 pub mod sites;
 pub mod summary;

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Oom {
     pub time_ns: u64,
     pub api: String,
@@ -41,12 +41,12 @@ pub struct Oom {
     pub holders: Vec<Holder>,
     /// The steps of one failure, in order, where it took more than one: PyTorch's `cudaMalloc`
     /// before it gives back its cache, the one after, and the tensor it could not make.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<Step>,
 }
 
 /// One call of a failure.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Step {
     pub time_ns: u64,
     pub api: String,

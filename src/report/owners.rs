@@ -90,7 +90,7 @@ fn python_package(path: &str) -> Option<&str> {
 }
 
 /// Bytes one owner holds on one device.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct OwnerBytes {
     pub device: u8,
     pub owner: String,

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Peak {
     pub device: u8,
     pub live_bytes: u64,
@@ -26,7 +26,7 @@ pub struct Peak {
     /// The kinds are told from the lines alone (a peak a ring's checkpoint kept: it keeps no
     /// lifetimes, so a phase's temporaries count with what it keeps, and workspaces with the
     /// line that made them).
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub kinds_from_lines: bool,
     pub by_call_site: Vec<Holder>,
     pub by_range: Vec<Holder>,
@@ -293,7 +293,7 @@ fn kinds_of_holdings(
 }
 
 /// The peaks of a job's traces (one per rank) together.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct JobPeak {
     pub traces: usize,
     /// Every device's peak added up: what the job needs if the peaks coincide.

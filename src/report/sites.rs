@@ -72,7 +72,7 @@ pub fn range_label(reader: &TraceReader, range: u64) -> String {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Holder {
     pub label: String,
     pub bytes: u64,

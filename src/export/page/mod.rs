@@ -30,12 +30,23 @@ pub fn page_html(
     opts: &ReadOptions,
     step: &dyn Fn(&str),
 ) -> Result<String, ReadError> {
+    use crate::report::analysis::{Wants, analyze_job};
+    step(&match paths {
+        [one] => crate::files::shown(one).to_string(),
+        many => format!("{} traces, one core each", many.len()),
+    });
     let mut traces = Vec::new();
-    for path in paths {
-        let (mut t, summary) = trace_data(path, opts, step)?;
+    for (name, a) in analyze_job(paths, opts, &Wants::page())? {
+        let path = a.info.path.clone();
+        let saved = crate::report::saved::is_saved(&path);
+        let (mut t, summary) = trace_data(&name, saved, a)?;
         if let Some(at) = at {
-            step(&format!("{}: what fits", crate::files::shown(path)));
-            t["fit"] = fit_curve(path, at, opts, &summary);
+            step(&format!("{name}: what fits"));
+            t["fit"] = if saved {
+                json!({"error": "what fits needs the trace itself, not a saved analysis"})
+            } else {
+                fit_curve(&path, at, opts, &summary)
+            };
         }
         traces.push(t);
     }
@@ -120,32 +131,36 @@ fn script_safe(json: &str) -> String {
         .replace('\u{2029}', "\\u2029")
 }
 
-/// Everything the page shows of one trace.
+/// Everything the page shows of one trace: its analysis, named `name` (a saved analysis's
+/// trace is named by the host that saved it).
 fn trace_data(
-    path: &Path,
-    opts: &ReadOptions,
-    step: &dyn Fn(&str),
+    name: &str,
+    saved: bool,
+    a: crate::report::analysis::Analysis,
 ) -> Result<(Value, crate::report::summary::Summary), ReadError> {
-    use crate::report::analysis::{Wants, analyze};
-    let name = crate::files::shown(path).to_string();
-    step(&format!("{name}: reading"));
-    let a = analyze(path, opts, &Wants::page())?;
-    let missing = || {
-        ReadError::Io(
-            path.to_path_buf(),
-            std::io::Error::other("a part is missing"),
-        )
-    };
-    let (Some(s), Some(l), Some(peaks), Some(ooms)) = (a.summary, a.leaks, a.peaks, a.ooms) else {
-        return Err(missing());
+    let crate::report::analysis::Analysis {
+        info,
+        summary,
+        leaks,
+        peaks,
+        ooms,
+        lanes,
+        ..
+    } = a;
+    let (Some(s), Some(l), Some(peaks), Some(ooms)) = (summary, leaks, peaks, ooms) else {
+        let why = std::io::Error::other("the analysis is not whole");
+        return Err(ReadError::Io(info.path, why));
     };
     let label = match s.rank {
         Some(r) => format!("rank {r}"),
-        None => path
+        None if saved => name.to_string(),
+        None => info
+            .path
             .file_name()
             .map(|n| crate::files::shown(Path::new(n)).to_string())
-            .unwrap_or_else(|| name.clone()),
+            .unwrap_or_else(|| name.to_string()),
     };
+    let name = name.to_string();
     let growing_lines: Vec<&str> = l
         .iterations
         .iter()
@@ -160,7 +175,7 @@ fn trace_data(
             times_ns: &i.boundary_times_ns,
             growing: &growing_lines,
         });
-    let lanes: Vec<Lane> = named(a.lanes.unwrap_or_default(), &label, steps);
+    let lanes: Vec<Lane> = named(lanes.unwrap_or_default(), &label, steps);
     let growing: Vec<Value> = l
         .iterations
         .as_ref()

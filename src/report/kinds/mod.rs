@@ -18,7 +18,9 @@ pub use tracker::{Kinds, Settling, replay_with_kinds};
 use serde::Serialize;
 
 /// What a tensor is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Kind {
     Parameter,
@@ -62,7 +64,7 @@ impl Kind {
 }
 
 /// One kind of tensor live at a moment: its bytes and the call sites that made them.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct KindHolders {
     pub kind: Kind,
     pub bytes: u64,
@@ -95,10 +97,10 @@ pub fn by_kind_and_site(
 }
 
 /// Bytes per kind, in [`Kind::ALL`]'s order, kinds with no bytes left out.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct ByKind(pub Vec<KindBytes>);
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct KindBytes {
     pub kind: Kind,
     pub bytes: u64,

@@ -17,7 +17,7 @@ mod together;
 
 pub use render::{JobGrowth, JobLeaks, combine_leaks, render_leaks};
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Growth {
     pub call_site: String,
     /// What the line's tensors are (PyTorch's tensors only): an activation kept alive by a
@@ -31,12 +31,12 @@ pub struct Growth {
     /// Other growing call sites whose allocations, once they had outlived an iteration, were
     /// freed right next to this one's: what keeps one alive keeps the other (a metric and the
     /// activation its autograd graph saved). Empty when the trace shows no such frees.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub kept_with: Vec<KeptWith>,
 }
 
 /// A call site whose allocations live and die with another's.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct KeptWith {
     pub call_site: String,
     /// How many times a free of one came right after a free of the other on the same thread
@@ -45,7 +45,7 @@ pub struct KeptWith {
     pub freed_together: u64,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Iterations {
     /// What marks an iteration: an NVTX range or mark name, or a detected period.
     pub boundary: String,
@@ -58,7 +58,7 @@ pub struct Iterations {
     pub growing: Vec<Growth>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Leaks {
     /// `--boundary NAME` named no NVTX range or mark of the trace: the names it holds.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,7 +66,7 @@ pub struct Leaks {
     pub live_at_exit_bytes: u64,
     pub live_at_exit: Vec<Holder>,
     /// PyTorch's tensors live at exit by kind, each kind's call sites under it.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub live_at_exit_by_kind: Vec<super::kinds::KindHolders>,
     pub iterations: Option<Iterations>,
     pub clean_exit: bool,
@@ -76,7 +76,7 @@ pub struct Leaks {
     pub trace_cut: Option<String>,
     /// How far the live figures hold when the trace is missing records (`None`: exact).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub live_figures: Option<&'static str>,
+    pub live_figures: Option<String>,
 }
 
 /// Keeps at most this many boundaries (evenly thinned past it).
@@ -409,7 +409,8 @@ impl LeaksSampler {
             trace_cut: reader.stats().cut(),
             live_figures: reader
                 .stats()
-                .live_figures(rp.unmatched_frees - rp.unmatched_restored),
+                .live_figures(rp.unmatched_frees - rp.unmatched_restored)
+                .map(str::to_string),
         }
     }
 }

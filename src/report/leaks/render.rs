@@ -114,6 +114,7 @@ pub fn render_leaks(
             },
             human_bytes(l.live_at_exit_bytes),
             l.live_figures
+                .as_ref()
                 .map(|w| format!(" in the records the trace kept ({w})"))
                 .unwrap_or_default(),
             if l.clean_exit {

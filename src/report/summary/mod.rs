@@ -18,13 +18,13 @@ mod tally;
 use tally::Tally;
 
 /// Allocations with Python frames against all successful allocations.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct PythonFrames {
     pub allocations_with: u64,
     pub allocations: u64,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct ApiStats {
     pub api: String,
     pub calls: u64,
@@ -37,7 +37,7 @@ pub struct ApiStats {
     pub bytes: u64,
 }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq)]
 pub struct DeviceSummary {
     /// CUDA device ordinal, or null when the shim could not tell.
     pub device: Option<u8>,
@@ -58,7 +58,7 @@ pub struct DeviceSummary {
 
 /// The framework's own caching allocator on one device, from its allocator trace (PyTorch):
 /// what `torch.cuda.memory_allocated` and `memory_reserved` read, at their peaks and at exit.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct FrameworkMemory {
     pub device: u8,
     /// Bytes of live tensors: at their peak, and at exit.
@@ -85,7 +85,7 @@ pub struct FrameworkMemory {
 
 /// What the shim's pool did on one device (its own records): how often it went to the device
 /// for memory and gave it back, split blocks, and waited for the GPU.
-#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct PoolActivity {
     pub device: u8,
     pub segments_reserved: u64,
@@ -104,7 +104,7 @@ pub struct PoolActivity {
 }
 
 /// When the process left the legacy stream, which ends the pool's single-stream rule.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq, Eq)]
 pub struct StreamsLeft {
     pub time_ns: u64,
     /// The call that created or used the other stream.
@@ -114,7 +114,7 @@ pub struct StreamsLeft {
     pub site: Option<String>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct TraceHealth {
     pub committed: u64,
     pub torn: u64,
@@ -138,14 +138,14 @@ pub struct TraceHealth {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint_refused: Option<String>,
     /// How far live figures hold when records are missing (`None`: exact).
-    pub live_figures: Option<&'static str>,
+    pub live_figures: Option<String>,
     pub damage: Option<String>,
     pub clean_exit: bool,
     /// The process still runs (what is "at exit" is then "now").
     pub running: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Summary {
     pub path: String,
     pub program: String,
@@ -192,7 +192,7 @@ fn health(info: &TraceInfo, stats: &DecodeStats, unmatched_since: u64) -> TraceH
         summed_bytes: stats.summed_bytes,
         checkpoints_failed: info.checkpoints_failed,
         checkpoint_refused: info.checkpoint_refused.clone(),
-        live_figures: stats.live_figures(unmatched_since),
+        live_figures: stats.live_figures(unmatched_since).map(str::to_string),
         damage: stats.damage.as_ref().map(|d| {
             format!(
                 "offset {} (record {}): {}; {} later records not decoded",

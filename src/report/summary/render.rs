@@ -297,7 +297,7 @@ impl Summary {
                 h.checkpoints_failed
             );
         }
-        if let Some(w) = h.live_figures {
+        if let Some(w) = &h.live_figures {
             let _ = writeln!(o, "live figures above: {w}");
         }
         if let Some(d) = &h.damage {

@@ -25,7 +25,7 @@ pub const TOP_LINES: usize = 24;
 pub const NOT_A_TENSOR: usize = Kind::ALL.len();
 
 /// One device of one trace over the run.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Lane {
     /// The trace's label (its rank, else its file name) and the device.
     pub trace: String,
@@ -53,7 +53,7 @@ pub struct Lane {
 }
 
 /// The columns, field by field (arrays, for the page's script).
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Columns {
     /// The change the column shows (its moment), counted from the first.
     pub change: Vec<u64>,
@@ -99,7 +99,7 @@ impl Columns {
 }
 
 /// One line (a call site) over the columns.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Line {
     pub label: String,
     /// Its tensors' kind (`None`: not PyTorch's tensors).
@@ -110,7 +110,7 @@ pub struct Line {
 }
 
 /// A column marked: where, what, when.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Copy, Debug, Serialize, serde::Deserialize)]
 pub struct Mark {
     pub column: usize,
     pub bytes: u64,
@@ -118,14 +118,14 @@ pub struct Mark {
 }
 
 /// An iteration boundary on the axis.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Step {
     pub column: usize,
     pub n: u64,
 }
 
 /// A failed allocation.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Failure {
     pub column: usize,
     pub requested_bytes: u64,

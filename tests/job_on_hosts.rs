@@ -1,0 +1,171 @@
+//! A job across hosts: each host analyses the traces it keeps (`gpushim analyze ... -o`), and
+//! the reports join the saved analyses into the job's, with the figures the traces themselves
+//! give. Separate folders stand for separate hosts; a saved file from elsewhere is read as
+//! anyone's file.
+
+use crate::common::*;
+use std::path::{Path, PathBuf};
+
+/// Three ranks' traces, each kept in a folder of its own (its host's disk).
+fn ranks() -> (Vec<TestFile>, Vec<PathBuf>) {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let mut kept = Vec::new();
+    let mut paths = Vec::new();
+    for (i, name) in ["gpt2.trace", "oom.trace", "streams.trace"]
+        .iter()
+        .enumerate()
+    {
+        let f = tempdir(&format!("host{i}")).file(name);
+        std::fs::copy(data.join(name), &*f).unwrap();
+        paths.push(f.to_path_buf());
+        kept.push(f);
+    }
+    (kept, paths)
+}
+
+/// Each host's step: its traces analysed and saved beside them.
+fn analyse_each(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .map(|p| {
+            let saved = p.with_extension("analysis");
+            let out = gpushim(&[&"analyze", p, &"-o", &saved]);
+            assert_ok(&out);
+            saved
+        })
+        .collect()
+}
+
+/// The reports of a job, each trace's report named as the traces or the saved files name it:
+/// the names aside, what joined saved analyses say is what the traces say.
+fn without_names(mut v: serde_json::Value) -> serde_json::Value {
+    if let Some(all) = v["traces"].as_array_mut() {
+        for t in all {
+            t["trace"] = serde_json::Value::Null;
+            if t["report"]["path"].is_string() {
+                t["report"]["path"] = serde_json::Value::Null;
+            }
+        }
+    }
+    let text = v.to_string();
+    // The combined reports name the trace that holds the largest peak, or is nearest its limit.
+    let cleaned = text
+        .split('"')
+        .map(|s| {
+            if s.ends_with(".trace") {
+                Path::new(s)
+                    .file_name()
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string()
+            } else {
+                s.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\"");
+    serde_json::from_str(&cleaned).unwrap()
+}
+
+#[test]
+fn saved_analyses_of_separate_hosts_join_into_the_reports_of_their_traces() {
+    let (_kept, paths) = ranks();
+    let saved = analyse_each(&paths);
+    let traces: Vec<&Path> = paths.iter().map(PathBuf::as_path).collect();
+    let joined: Vec<&Path> = saved.iter().map(PathBuf::as_path).collect();
+    for report in ["summary", "leaks", "peak", "oom"] {
+        let direct = without_names(report_json(&[report], &traces));
+        let from_saved = without_names(report_json(&[report], &joined));
+        assert_eq!(direct, from_saved, "{report}: the joined analyses differ");
+    }
+    // Each trace is named by its host, then as that host named it.
+    let v = report_json(&["leaks"], &joined);
+    let names: Vec<&str> = v["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["trace"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 3);
+    for (n, p) in names.iter().zip(&paths) {
+        let (host, name) = n.split_once(':').expect("HOST:TRACE");
+        assert!(!host.is_empty());
+        assert!(
+            name.ends_with(p.file_name().unwrap().to_str().unwrap()),
+            "{n}"
+        );
+    }
+    // The job's page from the saved analyses: every trace behind the picker.
+    let page = tempdir("job-page").file("job.html");
+    let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"report", &"-o", &page];
+    for s in &saved {
+        args.push(s);
+    }
+    assert_ok(&gpushim(&args));
+    let html = std::fs::read_to_string(&*page).unwrap();
+    let data = html
+        .split("<script id=\"gpushim-data\" type=\"application/json\">")
+        .nth(1)
+        .and_then(|s| s.split("</script>").next())
+        .unwrap();
+    let data: serde_json::Value = serde_json::from_str(data).unwrap();
+    assert_eq!(data["traces"].as_array().unwrap().len(), 3);
+    assert!(
+        data["traces"][1]["ooms"]
+            .as_array()
+            .is_some_and(|o| !o.is_empty()),
+        "the failure of the second host's rank is on the page"
+    );
+}
+
+#[test]
+fn what_a_saved_analysis_cannot_answer_is_said() {
+    let (_kept, paths) = ranks();
+    let saved = analyse_each(&paths[..1]);
+    let out = gpushim(&[&"leaks", &saved[0], &"--boundary", &"step"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--boundary needs the traces themselves"),
+        "{}",
+        stderr(&out)
+    );
+    let out = gpushim(&[&"peak", &saved[0], &"--device", &"0"]);
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("filter the traces when saving"),
+        "{}",
+        stderr(&out)
+    );
+    // Another version, or what is not one at all.
+    let dir = tempdir("saved-other");
+    let other = dir.file("other.analysis");
+    std::fs::write(
+        &*other,
+        r#"{"format":"gpushim-analysis","version":99,"traces":[]}"#,
+    )
+    .unwrap();
+    let out = gpushim(&[&"summary", &other]);
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("version 99"), "{}", stderr(&out));
+}
+
+#[test]
+fn strings_in_a_saved_analysis_reach_the_terminal_escaped() {
+    let (_kept, paths) = ranks();
+    let saved = analyse_each(&paths[..1]);
+    // Someone else's saved file: a program name carrying a terminal escape and a bidi override.
+    let text = std::fs::read_to_string(&saved[0]).unwrap();
+    let hostile = text.replacen(
+        "\"program\":\"",
+        "\"program\":\"\\u001b]0;owned\\u0007\\u202e",
+        2,
+    );
+    assert_ne!(hostile, text);
+    std::fs::write(&saved[0], hostile).unwrap();
+    let out = gpushim(&[&"summary", &saved[0]]);
+    assert_ok(&out);
+    let shown = stdout(&out);
+    assert!(!shown.contains('\u{1b}') && !shown.contains('\u{7}') && !shown.contains('\u{202e}'));
+    assert!(shown.contains("\\u{1b}]0;owned"), "{shown}");
+}
