@@ -89,3 +89,22 @@ fn no_largest_batch_is_given_when_nothing_scales_or_the_search_ends_at_its_cap()
     let v = json(&["fit", s, "--at", "3", "--json"]);
     assert_eq!(v["settings"][0]["largest_is_the_cap"], false, "{v}");
 }
+
+#[test]
+fn the_device_limit_is_cudas_total_not_nvmls() {
+    // On a real device NVML's total is larger than CUDA's by what the driver keeps (480 MiB
+    // on an H100 80GB), which no process can allocate; the simulator does the same. The shim
+    // keeps CUDA's total in the header, and `fit` takes its limit from it.
+    let dir = tempdir("fit-cuda-total");
+    let t = crate::fit::at_batch(&dir, 3);
+    let reader = gpushim::trace::reader::TraceReader::open(&t).unwrap();
+    let made = reader.info().devices[0].expect("device 0's make-up in the header");
+    assert_eq!(made.memory, 16 << 30, "CUDA's total, as cuMemGetInfo says it");
+    let s = crate::fit::json(&["summary", t.to_str().unwrap(), "--json"]);
+    let nvml_total = s["device_memory"][0]["device_total_bytes"].as_u64().unwrap();
+    assert_eq!(nvml_total, (16 << 30) + (480 << 20), "NVML's total");
+    let f = crate::fit::json(&["fit", t.to_str().unwrap(), "--at", "3", "--json"]);
+    let headroom = f["headroom_bytes"].as_u64().unwrap();
+    assert!(headroom > 0, "{f}");
+    assert_eq!(f["limit_bytes"].as_u64().unwrap(), (16 << 30) - headroom, "{f}");
+}

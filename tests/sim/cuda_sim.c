@@ -288,6 +288,16 @@ EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
  * another count. Other attributes are not simulated. */
 #define CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT 16
 #define CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR 39
+/* The device's memory as CUDA counts it: the simulator's limit (what cuMemGetInfo calls the
+ * total). NVML's total is larger, as on a real device (see nvml_sim.c). */
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d) {
+    configure();
+    if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+    if (d < 0 || d >= ndevices) return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = limit_bytes;
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice d) {
     configure();
     if (!value) return CUDA_ERROR_INVALID_VALUE;

@@ -80,6 +80,7 @@ CUresult cuInit(unsigned int flags);
 CUresult cuDriverGetVersion(int *v);
 CUresult cuDeviceGet(CUdevice *d, int ordinal);
 CUresult cuDeviceGetAttribute(int *value, int attribute, CUdevice d);
+CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice d);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice d);
 CUresult cuDevicePrimaryCtxReset_v2(CUdevice d);
 CUresult cuCtxSetCurrent(CUcontext ctx);
@@ -179,6 +180,7 @@ CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, uint64
 #define cuMemFree cuMemFree_v2
 #define cuMemAllocPitch cuMemAllocPitch_v2
 #define cuMemGetInfo cuMemGetInfo_v2
+#define cuDeviceTotalMem cuDeviceTotalMem_v2
 #define cuMemcpyHtoD cuMemcpyHtoD_v2
 #define cuMemcpyDtoH cuMemcpyDtoH_v2
 #define cuStreamDestroy cuStreamDestroy_v2

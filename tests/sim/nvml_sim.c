@@ -1,7 +1,9 @@
 /* libnvidia-ml.so.1 for machines without a GPU: what NVML would say of this process on the
  * simulator's device. A process that made a CUDA context shows its device memory (the
  * simulator's allocations) plus the context's own (GPUSHIM_SIM_CONTEXT_BYTES, default 512 MiB,
- * about what a CUDA 13 context takes on an H100); the device total is the simulator's limit. */
+ * about what a CUDA 13 context takes on an H100); the device total is the simulator's limit
+ * plus what the driver keeps for itself (GPUSHIM_SIM_NVML_RESERVED, default 480 MiB, as on an
+ * H100 80GB: NVML's total 81,559 MiB, CUDA's 81,079), which no process can allocate. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdint.h>
@@ -75,7 +77,8 @@ EXPORT int nvmlDeviceGetMemoryInfo(void *h, nvmlMemory_t *m) {
     (void)h;
     if (!m) return NVML_ERROR_INVALID_ARGUMENT;
     find();
-    m->total = limit_fn ? limit_fn() : 16ull << 30;
+    const char *kept = getenv("GPUSHIM_SIM_NVML_RESERVED");
+    m->total = (limit_fn ? limit_fn() : 16ull << 30) + (kept ? strtoull(kept, NULL, 0) : 480ull << 20);
     m->used = process_bytes();
     m->free = m->total > m->used ? m->total - m->used : 0;
     return NVML_SUCCESS;

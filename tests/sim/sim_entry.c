@@ -34,6 +34,7 @@ static const struct entry entries[] = {
     { "cuDeviceGet", 2000, (void *)cuDeviceGet, NULL },
     { "cuDeviceGetCount", 2000, (void *)cuDeviceGetCount, NULL },
     { "cuDeviceGetAttribute", 2000, (void *)cuDeviceGetAttribute, NULL },
+    { "cuDeviceTotalMem", 3020, (void *)cuDeviceTotalMem_v2, NULL },
     { "cuDevicePrimaryCtxRetain", 7000, (void *)cuDevicePrimaryCtxRetain, NULL },
     { "cuDevicePrimaryCtxReset", 11000, (void *)cuDevicePrimaryCtxReset_v2, NULL },
     { "cuDevicePrimaryCtxGetState", 7000, (void *)cuDevicePrimaryCtxGetState, NULL },

@@ -253,6 +253,7 @@ macro_rules! cuda_functions {
         // The NVML sampler's questions about CUDA's own pools (`trace::device_memory`).
         CuDeviceGet = cuDeviceGet in Driver fn(a0: *mut c_int, a1: c_int);
         CuDeviceGetAttribute = cuDeviceGetAttribute in Driver fn(a0: *mut c_int, a1: c_int, a2: c_int);
+        CuDeviceTotalMemV2 = cuDeviceTotalMem_v2 in Driver fn(a0: *mut usize, a1: c_int);
         CuDeviceGetDefaultMemPool = cuDeviceGetDefaultMemPool in Driver fn(a0: *mut *mut c_void, a1: c_int);
         CuMemPoolGetAttribute = cuMemPoolGetAttribute in Driver fn(a0: *mut c_void, a1: c_int, a2: *mut c_void);
         CuDeviceGetGraphMemAttribute = cuDeviceGetGraphMemAttribute in Driver fn(a0: c_int, a1: c_int, a2: *mut c_void);

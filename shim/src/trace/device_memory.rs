@@ -321,8 +321,9 @@ const THREADS_PER_MULTIPROCESSOR: c_int = 39;
 static DEVICES_KEPT: [AtomicBool; MAX_DEVICES] = [const { AtomicBool::new(false) }; MAX_DEVICES];
 
 /// Keeps, once per device, its multiprocessors and threads per multiprocessor in the trace's
-/// header (PyTorch's reductions size their grids, and their scratch buffers, by them); asked
-/// again at later samples until CUDA, once initialized, answers.
+/// header (PyTorch's reductions size their grids, and their scratch buffers, by them), and its
+/// memory as CUDA counts it (the most a process can have: NVML's total less what the driver
+/// keeps); asked again at later samples until CUDA, once initialized, answers.
 fn ask_devices(devices: usize) {
     let (Some(device_get), Some(attribute)) = (
         real::function::<of::CuDeviceGet>(),
@@ -343,8 +344,16 @@ fn ask_devices(devices: usize) {
                 && attribute(&mut threads, THREADS_PER_MULTIPROCESSOR, dev) == 0
         };
         if ok && sms > 0 && threads > 0 {
+            let mut memory: usize = 0;
+            if let Some(total) = real::function::<of::CuDeviceTotalMemV2>() {
+                // SAFETY: a valid out-pointer and a device CUDA just named; on an error the
+                // figure stays 0 (not known).
+                if unsafe { total(&mut memory, dev) } != 0 {
+                    memory = 0;
+                }
+            }
             kept.store(true, Ordering::Relaxed);
-            trace::device(d, sms as u32, threads as u32);
+            trace::device(d, sms as u32, threads as u32, memory as u64);
         }
     }
 }

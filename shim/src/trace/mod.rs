@@ -63,11 +63,12 @@ pub fn record(e: Event) {
 
 /// Keeps what CUDA device `device` is made of in the trace's header (see
 /// `format::header::DEVICES`).
-pub fn device(device: usize, multiprocessors: u32, threads_per_multiprocessor: u32) {
+pub fn device(device: usize, multiprocessors: u32, threads_per_multiprocessor: u32, memory: u64) {
     if !state::enabled() || !ensure_open() {
         return;
     }
     RECORDER.set_device(device, multiprocessors, threads_per_multiprocessor);
+    RECORDER.set_device_memory(device, memory);
 }
 
 fn append(e: Event, time_ns: u64, thread: u16, stream: u16) {

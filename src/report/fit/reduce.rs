@@ -92,6 +92,7 @@ mod tests {
     const H100: DeviceMake = DeviceMake {
         multiprocessors: 132,
         threads_per_multiprocessor: 2048,
+        memory: 0,
     };
 
     #[test]

@@ -249,6 +249,15 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
             g.events[i].kind = k;
         }
     }
+    // Each device's total as CUDA counts it, from the header where no `cudaMemGetInfo` said
+    // it: NVML's total is larger by what the driver keeps, which no process can have.
+    for (d, m) in reader.info().devices.iter().enumerate() {
+        if let (Some(m), Ok(d)) = (m, u8::try_from(d))
+            && m.memory > 0
+        {
+            g.devices.entry(d).or_default().total.get_or_insert(m.memory);
+        }
+    }
     // Live at the end: the kind their phase gives what outlives it.
     for (&ptr, &i) in &g.undecided {
         g.events[i].kind = g.kinds.lasting(&reader, ptr, 0);

@@ -66,6 +66,11 @@ pub mod header {
     /// (see `docs/fit.md`). Zero in traces from before it was kept.
     pub const DEVICES: usize = 3472;
     pub const DEVICES_MAX: usize = 16;
+    /// Each device's memory as CUDA counts it (`cuDeviceTotalMem`: the total `cudaMemGetInfo`
+    /// and PyTorch give), one 8-byte word per CUDA ordinal up to [`DEVICES_MAX`]; 0 where not
+    /// known. NVML's total is larger by what the driver keeps for itself, which no process
+    /// can allocate: `fit`'s limit is this one (see `docs/fit.md`).
+    pub const DEVICE_MEMORY: usize = 3600;
     /// Two checkpoint descriptors of [`super::ring::DESCRIPTOR_BYTES`] each (see
     /// [`super::ring::Descriptor`]).
     pub const CHECKPOINTS: usize = 2304;

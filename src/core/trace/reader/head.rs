@@ -48,6 +48,7 @@ pub(super) fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<Trac
                 (multiprocessors > 0 && threads_per_multiprocessor > 0).then_some(DeviceMake {
                     multiprocessors,
                     threads_per_multiprocessor,
+                    memory: le_u64(h, header::DEVICE_MEMORY + 8 * d),
                 })
             })
             .collect(),
@@ -59,6 +60,8 @@ pub(super) fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<Trac
 pub struct DeviceMake {
     pub multiprocessors: u32,
     pub threads_per_multiprocessor: u32,
+    /// Its memory as CUDA counts it (`format::header::DEVICE_MEMORY`); 0 where not known.
+    pub memory: u64,
 }
 
 /// NUL-separated strings (ending at a double NUL or the field's end), as text.

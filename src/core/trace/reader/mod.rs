@@ -193,7 +193,7 @@ pub struct TraceReader {
     /// A definition whose data records are still being read: kind, id, byte length, bytes.
     pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
     /// The reorder window (see [`REORDER_WINDOW_NS`]).
-    window: Vec<Waiting>,
+    window: std::collections::VecDeque<Record>,
     /// `window[..ready]` is out of the window, in time order: returned next, from `taken`.
     ready: usize,
     taken: usize,
@@ -378,7 +378,7 @@ impl TraceReader {
             modules: std::collections::BTreeMap::new(),
             build_ids: HashMap::new(),
             pending: None,
-            window: Vec::new(),
+            window: std::collections::VecDeque::new(),
             ready: 0,
             taken: 0,
             latest_ns: 0,
@@ -568,11 +568,8 @@ pub const REORDER_WINDOW_NS: u64 = 20_000_000;
 /// The reorder window never holds more records than this, whatever their times.
 pub const REORDER_MAX: usize = 1 << 20;
 
-/// A record waiting in the reorder window, by its time (records of one time in file order).
-struct Waiting(u64, Record);
-
 /// Records read from the file per refill of the window, at least.
-const BATCH: usize = 1 << 16;
+const BATCH: usize = 1 << 14;
 
 impl Iterator for TraceReader {
     type Item = Record;
@@ -610,7 +607,7 @@ impl Iterator for TraceReader {
 impl TraceReader {
     /// The next record in time order, unfiltered.
     ///
-    /// The window is a vector kept sorted: each refill reads a batch from the file (as many
+    /// The window is a queue kept sorted: each refill reads a batch from the file (as many
     /// records as wait already, so each record is merged a bounded number of times), sorts
     /// (a stable sort merges the sorted rest and the nearly sorted batch in linear time), and
     /// releases the records older than the window.
@@ -624,9 +621,8 @@ impl TraceReader {
         loop {
             if self.taken < self.ready {
                 self.taken += 1;
-                return Some(self.window[self.taken - 1].1);
+                return self.window.pop_front();
             }
-            self.window.drain(..self.ready);
             (self.ready, self.taken) = (0, 0);
             if self.drained && self.window.is_empty() {
                 return None;
@@ -640,7 +636,7 @@ impl TraceReader {
                     Some(r) => {
                         in_order &= r.time_ns >= self.latest_ns;
                         self.latest_ns = self.latest_ns.max(r.time_ns);
-                        self.window.push(Waiting(r.time_ns, r));
+                        self.window.push_back(r);
                     }
                     None => {
                         self.drained = true;
@@ -650,13 +646,13 @@ impl TraceReader {
             }
             if !in_order {
                 // Stable, by time: records of one time stay in file order, as pushed.
-                self.window.sort_by_key(|w| w.0);
+                self.window.make_contiguous().sort_by_key(|r| r.time_ns);
             }
             let old = if self.drained {
                 self.window.len()
             } else {
                 let cut = self.latest_ns.saturating_sub(REORDER_WINDOW_NS);
-                let by_time = self.window.partition_point(|w| w.0 < cut);
+                let by_time = self.window.partition_point(|r| r.time_ns < cut);
                 by_time.max(self.window.len().saturating_sub(REORDER_MAX))
             };
             self.ready = old;

@@ -295,6 +295,16 @@ impl Recorder {
         }
     }
 
+    /// Keeps device `device`'s memory as CUDA counts it in the header.
+    pub fn set_device_memory(&self, device: usize, bytes: u64) {
+        if device >= header::DEVICES_MAX {
+            return;
+        }
+        if let Some(w) = self.header_word(header::DEVICE_MEMORY + 8 * device) {
+            w.store(bytes, Ordering::Relaxed);
+        }
+    }
+
     /// Appends one record. Returns `false` when it was not written (not open, or lost: then it
     /// is counted in the header). Lock-free; no system call except when a new chunk is mapped.
     pub fn append(&self, rec: &Record) -> bool {
