@@ -99,12 +99,22 @@ fn the_device_limit_is_cudas_total_not_nvmls() {
     let t = crate::fit::at_batch(&dir, 3);
     let reader = gpushim::trace::reader::TraceReader::open(&t).unwrap();
     let made = reader.info().devices[0].expect("device 0's make-up in the header");
-    assert_eq!(made.memory, 16 << 30, "CUDA's total, as cuMemGetInfo says it");
+    assert_eq!(
+        made.memory,
+        16 << 30,
+        "CUDA's total, as cuMemGetInfo says it"
+    );
     let s = crate::fit::json(&["summary", t.to_str().unwrap(), "--json"]);
-    let nvml_total = s["device_memory"][0]["device_total_bytes"].as_u64().unwrap();
+    let nvml_total = s["device_memory"][0]["device_total_bytes"]
+        .as_u64()
+        .unwrap();
     assert_eq!(nvml_total, (16 << 30) + (480 << 20), "NVML's total");
     let f = crate::fit::json(&["fit", t.to_str().unwrap(), "--at", "3", "--json"]);
     let headroom = f["headroom_bytes"].as_u64().unwrap();
     assert!(headroom > 0, "{f}");
-    assert_eq!(f["limit_bytes"].as_u64().unwrap(), (16 << 30) - headroom, "{f}");
+    assert_eq!(
+        f["limit_bytes"].as_u64().unwrap(),
+        (16 << 30) - headroom,
+        "{f}"
+    );
 }

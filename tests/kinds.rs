@@ -282,3 +282,51 @@ fn every_kind_is_explained_in_the_docs() {
         assert!(doc.contains(&format!("**{}**", k.name())), "{}", k.name());
     }
 }
+
+#[test]
+fn the_kinds_as_the_programs_code_ended_are_said_beside_what_pythons_shutdown_left() {
+    // The program's last lines hold the parameters, their gradients and the optimizer state;
+    // the interpreter's shutdown frees them with no line of the program's. Summary's kinds at
+    // exit are what the shutdown left; before it, as the code ended, they are all there.
+    let dir = tempdir("kinds-shutdown");
+    let t = dir.join("k.trace");
+    assert_ok(&kinds_program(
+        &t,
+        3,
+        false,
+        vec![("KINDS_SHUTDOWN", "1".into())],
+    ));
+    let s = report_json(&["summary"], &[&t]);
+    let f = &s["framework"][0];
+    let bytes = |v: &serde_json::Value, kind: &str| -> u64 {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["kind"] == kind)
+            .map_or(0, |k| k["bytes"].as_u64().unwrap())
+    };
+    let before = &f["kinds_before_shutdown"]["kinds"];
+    assert!(before.is_array(), "no kinds before the shutdown: {f}");
+    // Two layers' 4 MiB parameters and the 2 MiB buffer the model's move made.
+    assert_eq!(bytes(before, "parameter"), 10 << 20, "{before}");
+    assert_eq!(bytes(before, "gradient"), 8 << 20, "{before}");
+    assert_eq!(bytes(before, "optimizer_state"), 16 << 20, "{before}");
+    let exit = &f["kinds_at_exit"];
+    assert_eq!(bytes(exit, "optimizer_state"), 0, "{exit}");
+    assert_eq!(bytes(exit, "parameter"), 2 << 20, "the buffer only: {exit}");
+    assert_eq!(bytes(exit, "gradient"), 0, "{exit}");
+    let text = stdout(&gpushim(&[&"summary", &t]));
+    assert!(
+        text.contains("tensors by kind as the program's code ended")
+            && text.contains("at exit, after Python's shutdown freed what the program still held"),
+        "{text}"
+    );
+    // Without a shutdown that frees anything, one line, as before.
+    let plain = dir.join("plain.trace");
+    assert_ok(&kinds_program(&plain, 3, false, vec![]));
+    let s = report_json(&["summary"], &[&plain]);
+    assert!(
+        s["framework"][0].get("kinds_before_shutdown").is_none(),
+        "{s}"
+    );
+}

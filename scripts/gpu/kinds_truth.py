@@ -18,6 +18,8 @@ usage: kinds_truth.py MODEL STEPS [VARIANT]
            peak (the default drops them at each step's start, as PyTorch does by default)
            frozen: the first half of the parameters frozen (requires_grad False)
            accum: gradient accumulation, two backward passes per optimizer step
+           shutdown: the model and the optimizer freed as the interpreter's shutdown begins
+           (judged against summary's kinds as the program's code ended)
            ckpt: activation checkpointing (GPT-2's gradient_checkpointing_enable: every
            block's forward recomputed in the backward)
            late: the optimizer made before the model is moved to the GPU
@@ -177,3 +179,10 @@ truth = {
     "allocated_at_exit": torch.cuda.memory_allocated(),
 }
 print("TRUTH " + json.dumps(truth))
+if variant == "shutdown":
+    # As the interpreter's shutdown does with what a program's last lines hold: the model,
+    # its gradients and the optimizer's state freed as shutdown begins, no line of the program's.
+    import atexit
+    import gc
+
+    atexit.register(lambda: (globals().clear(), gc.collect()))

@@ -13,7 +13,7 @@
 #   bash scripts/gpu.sh kinds[:RUN,...]   RUN is MODEL or MODEL-VARIANT (gpt2-keepgrad, ...);
 #   the variant ring runs 60 steps through an 8 MiB ring (the trace of any length)
 set -euo pipefail
-runs=${*:-gpt2 gpt2-keepgrad resnet50 resnet50-keepgrad amp amp-keepgrad gpt2-frozen resnet50-accum gpt2-ckpt resnet50-late amp-twoopt gpt2-ring}
+runs=${*:-gpt2 gpt2-keepgrad resnet50 resnet50-keepgrad amp amp-keepgrad gpt2-frozen resnet50-accum gpt2-ckpt resnet50-late amp-twoopt gpt2-ring gpt2-shutdown}
 work=$(mktemp -d)
 for r in $runs; do
   model=${r%%-*}; variant=""; [ "$model" != "$r" ] && variant=${r#*-}
@@ -34,7 +34,8 @@ import json, os, sys
 work, runs = sys.argv[1], sys.argv[2:]
 MiB = 1 << 20
 print(f"{'run':16} {'kind':16} {'truth':>11} {'at exit':>11} {'err':>7} {'at peak':>11} {'err':>7}")
-print("(activations: 'at exit' holds gpushim's activations at their most, as a backward began, which the truth measures)")
+print("(activations: 'at exit' holds gpushim's activations at their most, as a backward began, which the truth measures;")
+print(" after a shutdown that freed what the program held, 'at exit' is summary's kinds as the program's code ended)")
 bad = 0
 for r in runs:
     try:
@@ -45,6 +46,9 @@ for r in runs:
     f = s["framework"][0]
     of = lambda key: {k["kind"]: k["bytes"] for k in f.get(key, [])}
     exit_, peak = of("kinds_at_exit"), of("kinds_at_peak")
+    # After a shutdown that freed what the program held: the kinds as its code ended.
+    if f.get("kinds_before_shutdown"):
+        exit_ = {k["kind"]: k["bytes"] for k in f["kinds_before_shutdown"]["kinds"]}
     keep = r.endswith("keepgrad")
     # Through a ring, the kinds at exit come through the checkpoint; the peak and the backward
     # passes lie before the ring's detail, where summary gives no kinds yet (docs/kinds.md).
@@ -67,6 +71,9 @@ for r in runs:
             bad += abs(err) > limit and not ring
             cells[0] = f"{v / MiB:10.1f}M {err:+6.2f}%" + ("~" if ring else "" if abs(err) <= limit else " FAIL")
         print(f"{r:16} {kind:16} {t / MiB:10.1f}M {cells[0]:>20} {cells[1]:>20}")
+    if f.get("kinds_before_shutdown"):
+        after = ", ".join(f"{k} {v / MiB:.1f}M" for k, v in of("kinds_at_exit").items())
+        print(f"{r:16} {'(shutdown)':16} at exit, after Python's shutdown freed what the program held: {after or 'nothing'}")
     rest = {k: v for k, v in peak.items() if k not in ("parameter", "gradient", "optimizer_state", "activation")}
     print(f"{r:16} {'(peak)':16} {truth['peak'] / MiB:10.1f}M gpushim {f['allocated_peak_bytes'] / MiB:.1f}M; "
           f"the rest at the peak: " + ", ".join(f"{k} {v / MiB:.1f}M" for k, v in rest.items())

@@ -81,6 +81,18 @@ pub struct FrameworkMemory {
     /// The most bytes of activations live at once (as a backward began: what the forward left
     /// for it), which may come before or after the tensors' peak; 0 with no backward.
     pub activations_peak_bytes: u64,
+    /// The live tensors by kind as the program's own code ended, before Python's shutdown freed
+    /// what its last lines still held (after a clean exit, when the two differ): at the last
+    /// allocation made with Python frames.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds_before_shutdown: Option<BeforeShutdown>,
+}
+
+/// The live tensors by kind at a moment before Python's shutdown.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize, PartialEq, Eq)]
+pub struct BeforeShutdown {
+    pub time_ns: u64,
+    pub kinds: super::kinds::ByKind,
 }
 
 /// What the shim's pool did on one device (its own records): how often it went to the device
@@ -226,6 +238,8 @@ pub struct SummaryFound {
     tensor_peaks: Vec<(u8, u64)>,
     /// (device, where NVML's figure peaked)
     nvml_peaks: Vec<(u8, super::device_memory::NvmlPeak)>,
+    /// After a clean exit with Python frames: (record, time) of the last allocation with them.
+    before_shutdown: Option<(u64, u64)>,
 }
 
 impl SummaryFound {
@@ -235,6 +249,11 @@ impl SummaryFound {
             .iter()
             .map(|&(d, at)| (at, d))
             .chain(self.nvml_peaks.iter().map(|&(d, p)| (p.record, d)))
+            .chain(
+                self.before_shutdown.iter().flat_map(|&(at, _)| {
+                    self.summary.framework.iter().map(move |f| (at, f.device))
+                }),
+            )
     }
 
     /// The summary, with the kinds at each device's tensor peak and the owners at NVML's, from
@@ -254,6 +273,29 @@ impl SummaryFound {
                     .filter(|(_, l)| l.device == d && l.api == Api::Torch as u8)
                     .map(|(p, l)| (m.kinds.get(p).copied().unwrap_or(Kind::Unknown), l.size)),
             );
+        }
+        if let Some((at, time_ns)) = self.before_shutdown {
+            for f in &mut self.summary.framework {
+                let Some(m) = super::moments::of(moments, at, f.device) else {
+                    continue;
+                };
+                let kinds = super::kinds::ByKind::of(
+                    m.replay
+                        .live
+                        .iter()
+                        .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
+                        .map(|(p, l)| (m.kinds.get(p).copied().unwrap_or(Kind::Unknown), l.size)),
+                );
+                // Only where the shutdown freed what outlives a step: the last step's own
+                // tensors the program freed after its last allocation are not the shutdown's.
+                let lasting = [Kind::Parameter, Kind::Gradient, Kind::OptimizerState];
+                if lasting
+                    .iter()
+                    .any(|&k| kinds.bytes(k) != f.kinds_at_exit.bytes(k))
+                {
+                    f.kinds_before_shutdown = Some(BeforeShutdown { time_ns, kinds });
+                }
+            }
         }
         super::device_memory::at_peaks(
             &mut self.summary.device_memory,
@@ -363,10 +405,14 @@ impl SummaryPass {
                 t.live.unmatched_frees - t.live.unmatched_restored,
             ),
         };
+        // Python's shutdown frees what the program's last lines held: after a clean exit, the
+        // kinds as its code ended are those at its last allocation with Python frames.
+        let before_shutdown = t.last_python.filter(|_| info.clean_exit);
         SummaryFound {
             summary,
             tensor_peaks: peaks_wanted,
             nvml_peaks,
+            before_shutdown,
         }
     }
 }

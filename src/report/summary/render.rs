@@ -113,8 +113,24 @@ impl Summary {
                     human_bytes(f.activations_peak_bytes)
                 );
             }
+            if let Some(b) = &f.kinds_before_shutdown {
+                let _ = writeln!(
+                    o,
+                    "  tensors by kind as the program's code ended ({}, its last allocation \
+                     with Python frames): {}",
+                    human_duration(b.time_ns),
+                    b.kinds.line()
+                );
+            }
             if !f.kinds_at_exit.0.is_empty() {
-                let _ = writeln!(o, "  tensors by kind at exit: {}", f.kinds_at_exit.line());
+                let when = if self.health.running {
+                    "now (the process is still running)"
+                } else if f.kinds_before_shutdown.is_some() {
+                    "at exit, after Python's shutdown freed what the program still held"
+                } else {
+                    "at exit"
+                };
+                let _ = writeln!(o, "  tensors by kind {when}: {}", f.kinds_at_exit.line());
             }
         }
     }

@@ -34,6 +34,9 @@ pub(super) struct Tally {
     pub(super) nvml_peaks: BTreeMap<u8, crate::report::device_memory::NvmlPeak>,
     pub(super) nvml_last: BTreeMap<u8, u64>,
     pub(super) nth: u64,
+    /// The record (its position, its time) of the last allocation with Python frames: the
+    /// program's own code still ran then.
+    pub(super) last_python: Option<(u64, u64)>,
 }
 
 impl Tally {
@@ -58,6 +61,7 @@ impl Tally {
             nvml_peaks: BTreeMap::new(),
             nvml_last: BTreeMap::new(),
             nth: 0,
+            last_python: None,
         }
     }
 
@@ -221,6 +225,7 @@ impl Tally {
                 .is_some_and(|&f| crate::trace::format::as_py_frame(f).is_some())
         {
             self.with_python += 1;
+            self.last_python = Some((self.nth, r.time_ns));
         }
         if !r.kind.is_definition() {
             let i = r.thread as usize;

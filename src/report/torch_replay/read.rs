@@ -255,7 +255,11 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         if let (Some(m), Ok(d)) = (m, u8::try_from(d))
             && m.memory > 0
         {
-            g.devices.entry(d).or_default().total.get_or_insert(m.memory);
+            g.devices
+                .entry(d)
+                .or_default()
+                .total
+                .get_or_insert(m.memory);
         }
     }
     // Live at the end: the kind their phase gives what outlives it.

@@ -21,7 +21,10 @@ device is full). KINDS_CONV=N: after each forward, a convolution's workspace of 
 sample, done without when the allocator refuses it (as cuDNN's next algorithm needs none);
 the program says how many times. KINDS_OWN set: after the forward, the program's own line makes
 a 2 MiB tensor from its output (as `h = gelu(lin(x))`), kept in a list with its graph (a
-metric's leak), then the last layer runs once more before the backward."""
+metric's leak), then the last layer runs once more before the backward. KINDS_SHUTDOWN set: as
+the interpreter's shutdown begins (an atexit handler), the parameters, their gradients and the
+optimizer state are freed with no line of the program's, as Python's shutdown frees what a
+program's last lines still held."""
 import os
 import sys
 import time
@@ -58,6 +61,18 @@ class Net(Module):
 
 model = Net()
 model.to(2 * MiB)
+if os.environ.get("KINDS_SHUTDOWN") is not None:
+    import atexit
+
+    def _shutdown():
+        for state in opt.state.values():
+            _standin.free(state)
+        for layer in model.layers:
+            _standin.free(layer.weight)
+            if layer.grad:
+                _standin.free(layer.grad)
+
+    atexit.register(_shutdown)
 opt = Adam(model.layers, 8 * MiB)
 steps = int(sys.argv[3])
 leak = len(sys.argv) > 4 and sys.argv[4] == "leak"
