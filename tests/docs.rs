@@ -162,6 +162,19 @@ fn the_commands_and_scripts_the_docs_show_run() {
                 // The repository's own recorded traces (PyTorch runs) are used as they are.
                 args.push(repo().join(w).into_os_string());
                 has_trace = true;
+            } else if w.contains(".analysis") {
+                // A saved analysis: the one `analyze` writes here, or one of the trace.
+                let saved = dir.join("shown.analysis");
+                if words[0] != "analyze" && !saved.exists() {
+                    let out = Command::new(gpushim_bin())
+                        .args(["analyze".as_ref(), trace.as_os_str(), "-o".as_ref()])
+                        .arg(&saved)
+                        .output()
+                        .unwrap();
+                    assert_ok(&out);
+                }
+                args.push(saved.into_os_string());
+                has_trace = true;
             } else if w.contains(".trace") && !is_run {
                 // What replays PyTorch's allocator needs its tensors: a recorded GPT-2 run.
                 if words[0] == "fit" || words.iter().any(|w| w == "--torch") {

@@ -4,9 +4,11 @@
 # freed a step from one line, 4 KiB kept every 1000 steps, a 512 MiB spike at three quarters, a failed
 # 1 TiB request at the end) fills a trace of trace_max CAP (default 2GiB) without lapping its
 # ring; then, in the same run, the time to read the file once (`cat > /dev/null`, the file in
-# the page cache) and each report's time, peak memory (max RSS) and how many times it opened the
-# trace (strace, when there). The goal (docs/limits.md says how far it is): every report within
-# 3x the read, memory growing with the live set and the stacks, never with the file.
+# the page cache) and each report's time, peak memory (max RSS), and how many times it opened the
+# trace and read it through (as the command counts them, GPUSHIM_READS=1). Then the same trace
+# saved as a host's analysis (`analyze`) and the job's summary from the saved file. The goal
+# (docs/limits.md says how far it is): every report within 3x the read, memory growing with the
+# live set and the stacks, never with the file.
 # Usage: scripts/bench.sh readonce[:CAP,STEPS]  (default 2GiB and 200000 steps, about 1.5 GB of records in a
 # 2 GiB file: a few minutes to make, then the reports; 2 GB of disk in $TMPDIR).
 set -euo pipefail
@@ -29,21 +31,17 @@ echo "trace: $(stat -c %s "$t") bytes, $records records, $summarized summarized 
 cat "$t" >/dev/null # into the page cache
 /usr/bin/time -f "%e %M" -o "$dir/cat.time" cat "$t" >/dev/null
 read -r read_s _ < "$dir/cat.time"
-opens() { # COMMAND...: how many times the command opened the trace
-  if command -v strace >/dev/null; then
-    strace -f -e trace=openat -o "$dir/strace" "$@" >/dev/null 2>&1 || true
-    grep -c "$(basename "$t")\" *, *O_RDONLY" "$dir/strace" || true
-  else
-    echo "-"
-  fi
+printf "%-10s %10s %10s %10s %8s\n" report seconds "x read" "max RSS" "opens/passes"
+printf "%-10s %10s %10s %10s %8s\n" "cat" "$read_s" "1.0" "-" "1/1"
+one() { # NAME COMMAND...: its time, memory and reads
+  local name=$1; shift
+  GPUSHIM_READS=1 /usr/bin/time -f "%e %M" -o "$dir/$name.time" "$gpushim" "$@" >/dev/null 2>"$dir/$name.err" || true
+  read -r s kib < "$dir/$name.time"
+  reads=$(sed -n 's/^gpushim: opened \([0-9]*\) trace file(s), read \([0-9]*\) pass(es)$/\1\/\2/p' "$dir/$name.err")
+  printf "%-10s %10s %10.1f %7s MiB %8s\n" "$name" "$s" "$(echo "$s / $read_s" | bc -l)" "$((kib / 1024))" "${reads:--}"
 }
-printf "%-10s %10s %10s %10s %8s\n" report seconds "x read" "max RSS" opens
-printf "%-10s %10s %10s %10s %8s\n" "cat" "$read_s" "1.0" "-" 1
-for r in summary peak leaks oom report; do
-  args=("$r" "$t")
-  [ "$r" = report ] && args+=(-o "$dir/page.html")
-  /usr/bin/time -f "%e %M" -o "$dir/$r.time" "$gpushim" "${args[@]}" >/dev/null 2>"$dir/$r.err" || true
-  read -r s kib < "$dir/$r.time"
-  n=$(opens "$gpushim" "${args[@]}")
-  printf "%-10s %10s %10.1f %7s MiB %8s\n" "$r" "$s" "$(echo "$s / $read_s" | bc -l)" "$((kib / 1024))" "$n"
-done
+for r in summary peak leaks oom; do one "$r" "$r" "$t"; done
+one report report "$t" -o "$dir/page.html"
+one analyze analyze "$t" -o "$dir/host.analysis"
+one "summary*" summary "$dir/host.analysis"
+echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"

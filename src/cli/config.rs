@@ -75,3 +75,26 @@ pub fn cmd_config(conf: Option<String>) -> ExitCode {
     );
     ExitCode::SUCCESS
 }
+
+/// `gpushim lib`: the shim's path for `LD_PRELOAD` by hand, or (`--sources`) the bundled sources.
+pub fn cmd_lib(lib: Option<std::path::PathBuf>, sources: bool) -> ExitCode {
+    if sources {
+        return match gpushim::run::bundled_sources() {
+            Some(f) => {
+                println!("{f}");
+                ExitCode::SUCCESS
+            }
+            None => super::output::fail(
+                "this gpushim carries no shim (built without the bundle-shim feature): its \
+                 shim is the libgpushim.so built beside it",
+            ),
+        };
+    }
+    match gpushim::run::find_shim(lib.as_deref()) {
+        Ok(p) => {
+            println!("{}", p.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => super::output::fail(e),
+    }
+}

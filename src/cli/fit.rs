@@ -68,3 +68,86 @@ fn of_run(
         )),
     }
 }
+
+/// `gpushim fit` from its options: the batches, the device, and a second run at another batch
+/// or sequence length, as asked.
+pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
+    let super::args::Cmd::Fit {
+        trace,
+        at,
+        batch,
+        device_memory,
+        limit,
+        max_batch,
+        with,
+        with_at,
+        with_seq,
+        seq_at,
+        seq,
+        json,
+        ..
+    } = command
+    else {
+        return super::output::fail("not fit's options");
+    };
+    let at = match at.map_or_else(|| batch_of_run(&trace), Ok) {
+        Ok(at) => at,
+        Err(e) => return fail(e),
+    };
+    let ask = gpushim::report::fit::Ask {
+        at,
+        batches: batch.map_or_else(
+            || {
+                vec![
+                    at,
+                    at.saturating_mul(2),
+                    at.saturating_mul(4),
+                    at.saturating_mul(8),
+                ]
+            },
+            |b| b.0,
+        ),
+        device_memory,
+        limit,
+        max_batch,
+        second: None,
+        seq: None,
+    };
+    let by_seq = with_seq.is_some() || seq_at.is_some() || seq.is_some();
+    let ask = match with {
+        None => ask,
+        Some(other) if by_seq => {
+            let lengths = seq_at
+                .map_or_else(|| seq_of_run(&trace, "--seq-at"), Ok)
+                .and_then(|at| {
+                    with_seq
+                        .map_or_else(|| seq_of_run(&other, "--with-seq"), Ok)
+                        .map(|o| (at, o))
+                });
+            let (seq_at, other_seq) = match lengths {
+                Ok(l) => l,
+                Err(e) => return fail(e),
+            };
+            gpushim::report::fit::Ask {
+                seq: Some(gpushim::report::fit::SeqAsk {
+                    at: seq_at,
+                    trace: other,
+                    other: other_seq,
+                    lengths: seq.map_or_else(
+                        || vec![seq_at, seq_at.saturating_mul(2), seq_at.saturating_mul(4)],
+                        |l| l.0,
+                    ),
+                }),
+                ..ask
+            }
+        }
+        Some(other) => match with_at.map_or_else(|| batch_of_run(&other), Ok) {
+            Ok(b) => gpushim::report::fit::Ask {
+                second: Some((other, b)),
+                ..ask
+            },
+            Err(e) => return fail(e),
+        },
+    };
+    cmd_fit(&trace, &ask, json, opts)
+}

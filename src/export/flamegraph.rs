@@ -82,67 +82,6 @@ pub fn flamegraph_svg(peak: &Peak, title: &str, by_kind: bool) -> String {
             x += 30.0 + k.len() as f64 * 7.0;
         }
     }
-    #[allow(clippy::too_many_arguments)]
-    fn draw(
-        s: &mut String,
-        name: &str,
-        n: &Node,
-        x: f64,
-        w: f64,
-        level: usize,
-        h: f64,
-        total: u64,
-        by_kind: bool,
-    ) {
-        const ROW: f64 = 18.0;
-        if w < 0.5 {
-            return;
-        }
-        let y = h - 10.0 - ROW * (level as f64 + 1.0);
-        let fill = if by_kind {
-            n.kind().map_or("#86bcb6", super::kind_color).to_string()
-        } else {
-            format!("hsl({},85%,60%)", 20 + (name.len() * 37 % 40))
-        };
-        let label = format!(
-            "{name} ({}, {:.1}%)",
-            human_bytes(n.bytes),
-            100.0 * n.bytes as f64 / total.max(1) as f64
-        );
-        let _ = writeln!(
-            s,
-            r#"<g><title>{}</title><rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{}" fill="{fill}" stroke="white"/>"#,
-            xml(&label),
-            w,
-            ROW - 1.0
-        );
-        let chars = ((w - 6.0) / 6.6) as usize;
-        if chars > 3 {
-            let text: String = if label.chars().count() > chars {
-                label
-                    .chars()
-                    .take(chars.saturating_sub(2))
-                    .collect::<String>()
-                    + ".."
-            } else {
-                label.clone()
-            };
-            let _ = writeln!(
-                s,
-                r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
-                x + 3.0,
-                y + 12.5,
-                xml(&text)
-            );
-        }
-        s.push_str("</g>\n");
-        let mut cx = x;
-        for (child, c) in &n.children {
-            let cw = w * c.bytes as f64 / n.bytes.max(1) as f64;
-            draw(s, child, c, cx, cw, level + 1, h, total, by_kind);
-            cx += cw;
-        }
-    }
     let total = root.bytes;
     draw(
         &mut s,
@@ -157,4 +96,67 @@ pub fn flamegraph_svg(peak: &Peak, title: &str, by_kind: bool) -> String {
     );
     s.push_str("</svg>\n");
     s
+}
+
+/// One frame's box, then its callees' above it, each as wide as its share of the bytes.
+#[allow(clippy::too_many_arguments)]
+fn draw(
+    s: &mut String,
+    name: &str,
+    n: &Node,
+    x: f64,
+    w: f64,
+    level: usize,
+    h: f64,
+    total: u64,
+    by_kind: bool,
+) {
+    const ROW: f64 = 18.0;
+    if w < 0.5 {
+        return;
+    }
+    let y = h - 10.0 - ROW * (level as f64 + 1.0);
+    let fill = if by_kind {
+        n.kind().map_or("#86bcb6", super::kind_color).to_string()
+    } else {
+        format!("hsl({},85%,60%)", 20 + (name.len() * 37 % 40))
+    };
+    let label = format!(
+        "{name} ({}, {:.1}%)",
+        human_bytes(n.bytes),
+        100.0 * n.bytes as f64 / total.max(1) as f64
+    );
+    let _ = writeln!(
+        s,
+        r#"<g><title>{}</title><rect x="{x:.1}" y="{y:.1}" width="{:.1}" height="{}" fill="{fill}" stroke="white"/>"#,
+        xml(&label),
+        w,
+        ROW - 1.0
+    );
+    let chars = ((w - 6.0) / 6.6) as usize;
+    if chars > 3 {
+        let text: String = if label.chars().count() > chars {
+            label
+                .chars()
+                .take(chars.saturating_sub(2))
+                .collect::<String>()
+                + ".."
+        } else {
+            label.clone()
+        };
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{:.1}">{}</text>"#,
+            x + 3.0,
+            y + 12.5,
+            xml(&text)
+        );
+    }
+    s.push_str("</g>\n");
+    let mut cx = x;
+    for (child, c) in &n.children {
+        let cw = w * c.bytes as f64 / n.bytes.max(1) as f64;
+        draw(s, child, c, cx, cw, level + 1, h, total, by_kind);
+        cx += cw;
+    }
 }

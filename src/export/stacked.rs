@@ -233,41 +233,7 @@ fn panel(s: &mut String, lane: &Lane, by: StackBy, top: f64) -> f64 {
             L + (W - L - R) / 2.0
         }
     };
-    let how = match by {
-        StackBy::Kind => "by kind",
-        StackBy::Line => "by line",
-    };
-    let title = format!("{}, device {}: memory {how}", lane.trace, lane.device);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" font-size="15" text-anchor="middle"{}>{}</text>"#,
-        W / 2.0,
-        top + 20.0,
-        super::fitted(&title, 15.0, W - 20.0),
-        xml(&title)
-    );
-    let mut note = Vec::new();
-    if dwarfs {
-        let nvml = c.nvml.iter().copied().max().unwrap_or(0);
-        note.push(format!(
-            "NVML's figure (up to {}) is left off: mostly what no allocating call made (the CUDA context)",
-            human_bytes(nvml)
-        ));
-    }
-    if lane.before_ring > 0 {
-        note.push("left: the checkpoint's series of the time before the ring's detail".into());
-    }
-    if !note.is_empty() {
-        let text = note.join("; ");
-        let _ = writeln!(
-            s,
-            r##"<text x="{}" y="{}" text-anchor="middle" fill="#555"{}>{}</text>"##,
-            W / 2.0,
-            top + 36.0,
-            super::fitted(&text, 12.0, W - 20.0),
-            xml(&text)
-        );
-    }
+    panel_title(s, lane, by, top, dwarfs);
     // Grid.
     for i in 0..=yticks {
         let v = f64::from(i) * ystep;
@@ -325,7 +291,54 @@ fn panel(s: &mut String, lane: &Lane, by: StackBy, top: f64) -> f64 {
         s,
         r##"<path d="{d}" fill="none" stroke="#333" stroke-width="1.2" stroke-dasharray="5 3"/>"##
     );
-    // The peak and the failures.
+    marks(s, lane, &x, &y, y0);
+    axis(s, lane, y0 + CHART, &x);
+    legend(s, &bands, y0 + CHART + AXIS)
+}
+
+/// A panel's title, and what it leaves off or shows differently.
+fn panel_title(s: &mut String, lane: &Lane, by: StackBy, top: f64, dwarfs: bool) {
+    let c = &lane.columns;
+    let how = match by {
+        StackBy::Kind => "by kind",
+        StackBy::Line => "by line",
+    };
+    let title = format!("{}, device {}: memory {how}", lane.trace, lane.device);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" font-size="15" text-anchor="middle"{}>{}</text>"#,
+        W / 2.0,
+        top + 20.0,
+        super::fitted(&title, 15.0, W - 20.0),
+        xml(&title)
+    );
+    let mut note = Vec::new();
+    if dwarfs {
+        let nvml = c.nvml.iter().copied().max().unwrap_or(0);
+        note.push(format!(
+            "NVML's figure (up to {}) is left off: mostly what no allocating call made (the CUDA context)",
+            human_bytes(nvml)
+        ));
+    }
+    if lane.before_ring > 0 {
+        note.push("left: the checkpoint's series of the time before the ring's detail".into());
+    }
+    if !note.is_empty() {
+        let text = note.join("; ");
+        let _ = writeln!(
+            s,
+            r##"<text x="{}" y="{}" text-anchor="middle" fill="#555"{}>{}</text>"##,
+            W / 2.0,
+            top + 36.0,
+            super::fitted(&text, 12.0, W - 20.0),
+            xml(&text)
+        );
+    }
+}
+
+/// The peak (a dot) and each failed allocation (a red mark at the top).
+fn marks(s: &mut String, lane: &Lane, x: &dyn Fn(usize) -> f64, y: &dyn Fn(u64) -> f64, y0: f64) {
+    let n = lane.columns.len();
     if let Some(p) = lane.peak {
         let (px, py) = (x(p.column), y(p.bytes));
         let right = px > W - 220.0;
@@ -351,8 +364,6 @@ fn panel(s: &mut String, lane: &Lane, by: StackBy, top: f64) -> f64 {
             y0 + CHART
         );
     }
-    axis(s, lane, y0 + CHART, &x);
-    legend(s, &bands, y0 + CHART + AXIS)
 }
 
 /// The x axis: iterations where the run has them, else the changes counted.

@@ -121,8 +121,15 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     let mut rp = Replay::default();
     let mut kinds = Kinds::default();
     let with_kinds = wants.summary || wants.oom;
+    // The summary keeps a replay of its own (of the program's calls): the shared one only when
+    // another tracker reads it.
+    let with_replay = wants.peak || wants.oom || wants.leaks.is_some() || wants.timeline.is_some();
     while let Some(r) = reader.next() {
-        let c = rp.apply(&r);
+        let c = if with_replay {
+            rp.apply(&r)
+        } else {
+            crate::trace::live::Change::Other
+        };
         if with_kinds {
             kinds.observe(&reader, &r);
         }

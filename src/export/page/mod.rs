@@ -176,69 +176,10 @@ fn trace_data(
             growing: &growing_lines,
         });
     let lanes: Vec<Lane> = named(lanes.unwrap_or_default(), &label, steps);
-    let growing: Vec<Value> = l
-        .iterations
-        .as_ref()
-        .map(|i| {
-            i.growing
-                .iter()
-                .map(|g| {
-                    json!({
-                        "line": g.call_site,
-                        "kind": g.kind,
-                        "per_step": g.bytes_per_iteration,
-                        "first": g.live_at_first_boundary,
-                        "last": g.live_at_last_boundary,
-                        "kept_with": g.kept_with.iter().map(|k| &k.call_site).collect::<Vec<_>>(),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let peaks: Vec<Value> = peaks
-        .iter()
-        .map(|p| {
-            let by_kind: Vec<Value> = p
-                .by_kind
-                .iter()
-                .map(|k| {
-                    json!({
-                        "kind": k.kind,
-                        "bytes": k.bytes,
-                        "tensors": k.tensors,
-                        "lines": k.by_call_site.iter().take(PER_KIND).collect::<Vec<_>>(),
-                    })
-                })
-                .collect();
-            json!({
-                "device": p.device,
-                "live": p.live_bytes,
-                "reserved": p.reserved_bytes,
-                "time_ns": p.time_ns,
-                "by_kind": by_kind,
-                "kinds_from_lines": p.kinds_from_lines,
-                "lines": p.by_call_site.iter().take(HOLDERS).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
+    let growing = growing_json(&l);
+    let peaks = peaks_json(&peaks);
     let oom_count = ooms.len();
-    let ooms: Vec<Value> = ooms
-        .iter()
-        .take(OOMS)
-        .map(|o| {
-            json!({
-                "time_ns": o.time_ns,
-                "api": o.api,
-                "device": o.device,
-                "requested": o.requested_bytes,
-                "live": o.live_bytes,
-                "reserved": o.reserved_bytes,
-                "site": o.request_site,
-                "by_kind": o.by_kind,
-                "holders": o.holders.iter().take(5).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
+    let ooms = ooms_json(&ooms);
     let mut notes = Vec::new();
     if let Some(cut) = &l.trace_cut {
         notes.push(format!("The trace is incomplete: {cut}"));
@@ -268,6 +209,78 @@ fn trace_data(
         "notes": notes,
     });
     Ok((data, s))
+}
+
+/// The growing lines, as the page lists them.
+fn growing_json(l: &crate::report::Leaks) -> Vec<Value> {
+    l.iterations
+        .as_ref()
+        .map(|i| {
+            i.growing
+                .iter()
+                .map(|g| {
+                    json!({
+                        "line": g.call_site,
+                        "kind": g.kind,
+                        "per_step": g.bytes_per_iteration,
+                        "first": g.live_at_first_boundary,
+                        "last": g.live_at_last_boundary,
+                        "kept_with": g.kept_with.iter().map(|k| &k.call_site).collect::<Vec<_>>(),
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Each device's peak, its kinds and lines, as the page shows them.
+fn peaks_json(peaks: &[crate::report::peak::Peak]) -> Vec<Value> {
+    peaks
+        .iter()
+        .map(|p| {
+            let by_kind: Vec<Value> = p
+                .by_kind
+                .iter()
+                .map(|k| {
+                    json!({
+                        "kind": k.kind,
+                        "bytes": k.bytes,
+                        "tensors": k.tensors,
+                        "lines": k.by_call_site.iter().take(PER_KIND).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            json!({
+                "device": p.device,
+                "live": p.live_bytes,
+                "reserved": p.reserved_bytes,
+                "time_ns": p.time_ns,
+                "by_kind": by_kind,
+                "kinds_from_lines": p.kinds_from_lines,
+                "lines": p.by_call_site.iter().take(HOLDERS).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
+}
+
+/// The failed allocations listed in full (the first [`OOMS`]).
+fn ooms_json(ooms: &[crate::report::oom::Oom]) -> Vec<Value> {
+    ooms.iter()
+        .take(OOMS)
+        .map(|o| {
+            json!({
+                "time_ns": o.time_ns,
+                "api": o.api,
+                "device": o.device,
+                "requested": o.requested_bytes,
+                "live": o.live_bytes,
+                "reserved": o.reserved_bytes,
+                "site": o.request_site,
+                "by_kind": o.by_kind,
+                "holders": o.holders.iter().take(5).collect::<Vec<_>>(),
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -294,48 +294,106 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     let kinds = input.request_kinds();
     let labels = request_labels(input);
     let mut req = classify(input, kinds, &labels);
-    let mut measured_requests = 0u64;
-    if let Some((second_path, other)) = &ask.second {
-        if *other == ask.at {
-            return Err(FitError::Batch(format!(
-                "the second run's batch ({other}) is the run's own: give a run at another batch"
-            )));
-        }
-        let second = torch_replay::read(second_path, opts)?;
-        // The second run decides where the kinds cannot: a tensor of unknown kind, one of the
-        // program's own lines (any buffer it makes), and a temporary kept for its parameter's
-        // size. Elsewhere the kinds' rule holds better than a line through two sizes: cuDNN
-        // picks its convolutions' workspaces by batch, and two of them say little of an
-        // eighth (ResNet-50 on an H100: 10.8% low from 16 and 32 to 128, 0.3% high by kinds).
-        // A request of the program's own lines: an input, or what the program computed from
-        // a module's output (an activation of its own line), whose size the kinds cannot say.
-        let mut own: crate::fasthash::FastMap<u64, bool> = Default::default();
-        let mut own_line = |stack: u64| {
-            *own.entry(stack)
-                .or_insert_with(|| phase_of_stack(input.reader(), stack) == Phase::Program)
-        };
-        for (((s, k), m), (_, stack)) in req
-            .scale
-            .iter_mut()
-            .zip(&req.kinds)
-            .zip(measured(input, ask.at, &second, *other))
-            .zip(input.requests())
-        {
-            let undecided = matches!(k, Kind::Unknown | Kind::Input)
-                || (*k == Kind::Activation && own_line(stack))
-                || (*k == Kind::Temporary && *s == Scale::Fixed);
-            if let Some(m) = m.filter(|_| undecided) {
-                *s = m;
-                measured_requests += 1;
-            }
-        }
-    }
+    let measured_requests = match &ask.second {
+        Some((path, other)) => measure_by_second_run(input, &mut req, ask.at, path, *other, opts)?,
+        None => 0,
+    };
     let recorded = torch_replay::recorded_conf(input)?;
     let mut expandable = recorded.clone();
     expandable.expandable_segments = !recorded.expandable_segments;
     let headroom = run.headroom;
-    let total = input.total_memory();
-    let (bounds, limit_bytes, limit_from) = match (ask.limit, ask.device_memory) {
+    let (bounds, limit_bytes, limit_from) = limit_of(ask, input.total_memory(), headroom);
+    let optional = optional_requests(input, &labels);
+    let settings = [(&recorded, true), (&expandable, false)]
+        .into_iter()
+        .map(|(conf, recorded)| setting_fit(input, &req, &optional, ask, (conf, recorded), &bounds))
+        .collect();
+    let seq = match &ask.seq {
+        None => None,
+        Some(s) => Some(seq::axis(
+            input,
+            s,
+            &proportional(&req.scale),
+            ask.at,
+            ask.max_batch,
+            &[&recorded, &expandable],
+            &bounds,
+            opts,
+        )?),
+    };
+    let t = tally(input, &req);
+    Ok(Fit {
+        at: ask.at,
+        limit_bytes,
+        limit_from,
+        headroom_bytes: headroom,
+        settings,
+        batch_bytes: t.batch_bytes,
+        fixed_bytes: t.fixed_bytes,
+        unknown_bytes: t.unknown_bytes,
+        unknown_lines: t.unknown_lines,
+        parameter_sized_lines: t.parameter_sized_lines,
+        reductions: t.reductions,
+        second: ask.second.as_ref().map(|(p, b)| SecondRun {
+            trace: crate::files::shown(p).to_string(),
+            at: *b,
+            requests: measured_requests,
+        }),
+        seq,
+    })
+}
+
+/// A second run at batch `other` decides the scale of the requests the kinds cannot (see
+/// below); how many it measured.
+fn measure_by_second_run(
+    input: &torch_replay::Input,
+    req: &mut Requests,
+    at: u64,
+    second_path: &Path,
+    other: u64,
+    opts: &ReadOptions,
+) -> Result<u64, FitError> {
+    let mut measured_requests = 0u64;
+    if other == at {
+        return Err(FitError::Batch(format!(
+            "the second run's batch ({other}) is the run's own: give a run at another batch"
+        )));
+    }
+    let second = torch_replay::read(second_path, opts)?;
+    // The second run decides where the kinds cannot: a tensor of unknown kind, one of the
+    // program's own lines (any buffer it makes), and a temporary kept for its parameter's
+    // size. Elsewhere the kinds' rule holds better than a line through two sizes: cuDNN
+    // picks its convolutions' workspaces by batch, and two of them say little of an
+    // eighth (ResNet-50 on an H100: 10.8% low from 16 and 32 to 128, 0.3% high by kinds).
+    // A request of the program's own lines: an input, or what the program computed from
+    // a module's output (an activation of its own line), whose size the kinds cannot say.
+    let mut own: crate::fasthash::FastMap<u64, bool> = Default::default();
+    let mut own_line = |stack: u64| {
+        *own.entry(stack)
+            .or_insert_with(|| phase_of_stack(input.reader(), stack) == Phase::Program)
+    };
+    for (((s, k), m), (_, stack)) in req
+        .scale
+        .iter_mut()
+        .zip(&req.kinds)
+        .zip(measured(input, at, &second, other))
+        .zip(input.requests())
+    {
+        let undecided = matches!(k, Kind::Unknown | Kind::Input)
+            || (*k == Kind::Activation && own_line(stack))
+            || (*k == Kind::Temporary && *s == Scale::Fixed);
+        if let Some(m) = m.filter(|_| undecided) {
+            *s = m;
+            measured_requests += 1;
+        }
+    }
+    Ok(measured_requests)
+}
+
+/// What the replays may hold, and where that came from in words: the limit given, else the
+/// device's memory (the one named, or the run's as CUDA counts it) less the run's headroom.
+fn limit_of(ask: &Ask, total: u64, headroom: u64) -> (Bounds, u64, String) {
+    match (ask.limit, ask.device_memory) {
         (Some(l), _) => (
             Bounds {
                 fraction: Some(l as f64 / total.max(1) as f64),
@@ -366,53 +424,61 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
                 ),
             )
         }
-    };
-    let optional = optional_requests(input, &labels);
-    let mut settings = Vec::new();
-    for (conf, is_recorded) in [(&recorded, true), (&expandable, false)] {
-        let at_batch = |batch: u64| -> Row {
-            let events = input.resized_optional(|n, size, _| {
-                let sized = resize(
-                    req.scale.get(n).copied().unwrap_or(Scale::Fixed),
-                    size,
-                    ask.at,
-                    batch,
-                );
-                (sized, optional.get(n).copied().unwrap_or(false))
-            });
-            let o = torch_replay::replay_resized(input, &events, conf, &bounds);
-            Row {
-                batch,
-                peak_reserved_bytes: o.peak_reserved_bytes,
-                peak_allocated_bytes: o.peak_allocated_bytes,
-                failures: o.failures,
-                workspaces_done_without: o.done_without,
-            }
-        };
-        let rows: Vec<Row> = ask.batches.iter().map(|&b| at_batch(b)).collect();
-        let (largest, peak) = largest(&at_batch, ask.max_batch);
-        settings.push(SettingFit {
-            setting: conf.to_string(),
-            recorded: is_recorded,
-            rows,
-            largest_batch: largest,
-            largest_is_the_cap: largest >= ask.max_batch,
-            largest_peak_reserved_bytes: peak,
-        });
     }
-    let seq = match &ask.seq {
-        None => None,
-        Some(s) => Some(seq::axis(
-            input,
-            s,
-            &proportional(&req.scale),
-            ask.at,
-            ask.max_batch,
-            &[&recorded, &expandable],
-            &bounds,
-            opts,
-        )?),
+}
+
+/// One setting's rows and largest batch.
+fn setting_fit(
+    input: &torch_replay::Input,
+    req: &Requests,
+    optional: &[bool],
+    ask: &Ask,
+    (conf, is_recorded): (&torch_replay::model::TorchConf, bool),
+    bounds: &Bounds,
+) -> SettingFit {
+    let at_batch = |batch: u64| -> Row {
+        let events = input.resized_optional(|n, size, _| {
+            let sized = resize(
+                req.scale.get(n).copied().unwrap_or(Scale::Fixed),
+                size,
+                ask.at,
+                batch,
+            );
+            (sized, optional.get(n).copied().unwrap_or(false))
+        });
+        let o = torch_replay::replay_resized(input, &events, conf, bounds);
+        Row {
+            batch,
+            peak_reserved_bytes: o.peak_reserved_bytes,
+            peak_allocated_bytes: o.peak_allocated_bytes,
+            failures: o.failures,
+            workspaces_done_without: o.done_without,
+        }
     };
+    let rows: Vec<Row> = ask.batches.iter().map(|&b| at_batch(b)).collect();
+    let (largest, peak) = largest(&at_batch, ask.max_batch);
+    SettingFit {
+        setting: conf.to_string(),
+        recorded: is_recorded,
+        rows,
+        largest_batch: largest,
+        largest_is_the_cap: largest >= ask.max_batch,
+        largest_peak_reserved_bytes: peak,
+    }
+}
+
+/// The requests at the run's batch by how they scale, and the lines of those whose scale is not
+/// known or that are as large as a parameter.
+struct Tally {
+    batch_bytes: u64,
+    fixed_bytes: u64,
+    unknown_bytes: u64,
+    unknown_lines: Vec<LineBytes>,
+    parameter_sized_lines: Vec<LineBytes>,
+    reductions: u64,
+}
+
+fn tally(input: &torch_replay::Input, req: &Requests) -> Tally {
     let reductions = req
         .scale
         .iter()
@@ -462,25 +528,14 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         v.truncate(8);
         v
     };
-    Ok(Fit {
-        at: ask.at,
-        limit_bytes,
-        limit_from,
-        headroom_bytes: headroom,
-        settings,
+    Tally {
         batch_bytes,
         fixed_bytes,
         unknown_bytes,
         unknown_lines: named(unknown),
         parameter_sized_lines: named(parameter_sized),
         reductions,
-        second: ask.second.as_ref().map(|(p, b)| SecondRun {
-            trace: crate::files::shown(p).to_string(),
-            at: *b,
-            requests: measured_requests,
-        }),
-        seq,
-    })
+    }
 }
 
 /// What the CUDA context, module code and the libraries held beside PyTorch's allocator at

@@ -88,32 +88,7 @@ impl Kinds {
                 None
             }
             RecordKind::TensorAlloc if r.ptr != 0 && self.restoring.is_some() => {
-                let stack = self.restoring.unwrap_or(0);
-                let (phase, module_call) = *self
-                    .by_stack
-                    .entry(stack)
-                    .or_insert_with(|| phase_and_module_call(reader, stack));
-                let workspace_size = self.workspace_size(reader, r.size);
-                // Whether it was the first of its size there is lost with the older records.
-                let candidate =
-                    workspace_size.is_some_and(|i| self.workspace_fits(phase, module_call, i));
-                self.born.insert(
-                    r.ptr,
-                    Born {
-                        phase,
-                        run: RESTORED,
-                        candidate,
-                        workspace_size,
-                        thread: r.thread,
-                        stream: r.stream,
-                        size: r.size,
-                        device: if r.device == format::DEVICE_UNKNOWN {
-                            0
-                        } else {
-                            r.device
-                        },
-                    },
-                );
+                self.restored(reader, r);
                 None
             }
             RecordKind::TensorAlloc if r.status == 0 && r.ptr != 0 => {
@@ -194,6 +169,36 @@ impl Kinds {
             }
             _ => None,
         }
+    }
+
+    /// A tensor a ring's checkpoint restores: made before any run the records show, by the
+    /// phase its line says.
+    fn restored(&mut self, reader: &TraceReader, r: &Record) {
+        let stack = self.restoring.unwrap_or(0);
+        let (phase, module_call) = *self
+            .by_stack
+            .entry(stack)
+            .or_insert_with(|| phase_and_module_call(reader, stack));
+        let workspace_size = self.workspace_size(reader, r.size);
+        // Whether it was the first of its size there is lost with the older records.
+        let candidate = workspace_size.is_some_and(|i| self.workspace_fits(phase, module_call, i));
+        self.born.insert(
+            r.ptr,
+            Born {
+                phase,
+                run: RESTORED,
+                candidate,
+                workspace_size,
+                thread: r.thread,
+                stream: r.stream,
+                size: r.size,
+                device: if r.device == format::DEVICE_UNKNOWN {
+                    0
+                } else {
+                    r.device
+                },
+            },
+        );
     }
 
     /// The phase a tensor of `phase`'s frames is made in, where in its step it comes. Input is

@@ -189,27 +189,32 @@ pub fn render_leaks(
         }
     }
     if all.len() > 1 {
-        let c = &combined;
-        let _ = writeln!(o);
-        let _ = writeln!(o, "all {} traces together", c.traces);
-        let _ = writeln!(o, "live at exit: {}", human_bytes(c.live_at_exit_bytes));
-        o.push_str(&holders_text_all(&c.live_at_exit, top, "  "));
-        if !c.unclean.is_empty() {
-            let _ = writeln!(o, "did not exit cleanly: {}", c.unclean.join(", "));
-        }
-        if c.growing.is_empty() {
-            let _ = writeln!(o, "no call site grows steadily in any trace");
-        }
-        for g in &c.growing {
-            let _ = writeln!(
-                o,
-                "  grows {} per iteration in {} of {} traces  {}",
-                human_bytes(g.bytes_per_iteration),
-                g.traces,
-                c.traces,
-                g.call_site
-            );
-        }
+        render_job(&mut o, combined, top);
     }
     o
+}
+
+/// Every trace of a job together: what is live at exit, and the lines growing in each.
+fn render_job(o: &mut String, combined: &JobLeaks, top: usize) {
+    let c = combined;
+    let _ = writeln!(o);
+    let _ = writeln!(o, "all {} traces together", c.traces);
+    let _ = writeln!(o, "live at exit: {}", human_bytes(c.live_at_exit_bytes));
+    o.push_str(&holders_text_all(&c.live_at_exit, top, "  "));
+    if !c.unclean.is_empty() {
+        let _ = writeln!(o, "did not exit cleanly: {}", c.unclean.join(", "));
+    }
+    if c.growing.is_empty() {
+        let _ = writeln!(o, "no call site grows steadily in any trace");
+    }
+    for g in &c.growing {
+        let _ = writeln!(
+            o,
+            "  grows {} per iteration in {} of {} traces  {}",
+            human_bytes(g.bytes_per_iteration),
+            g.traces,
+            c.traces,
+            g.call_site
+        );
+    }
 }

@@ -246,6 +246,37 @@ fn why_the_run_setting_serves(
     }
 }
 
+/// Where the replay starts when the trace's ring began after the run's first tensors.
+fn ring_began_late(s: &mut String, r: &RingStart) {
+    use std::fmt::Write as _;
+    let cache = format!(
+        "{} segments of {} with {} tensors live",
+        r.segments,
+        human_bytes(r.reserved_bytes),
+        r.tensors
+    );
+    let _ = match &r.not_exact {
+        None => writeln!(
+            s,
+            "  the trace's ring began after the run's first tensors ({} records made): the \
+             replay starts from PyTorch's cache as the ring's checkpoint kept it ({cache}), \
+             the run's own to the byte; other settings start from that cache too, so a \
+             setting named below serves from it, and one that would have kept another cache \
+             before the ring began (expandable segments) may serve unnamed",
+            r.records
+        ),
+        Some(why) => writeln!(
+            s,
+            "  the trace's ring began after the run's first tensors ({} records made): the \
+             replay starts from what the ring's checkpoint kept ({cache}), which is not \
+             PyTorch's cache to the byte: {why}; to replay exactly, record with \
+             GPUSHIM_CONF=trace_max:{}MiB or more",
+            r.records,
+            r.trace_max_needed.div_ceil(1 << 20)
+        ),
+    };
+}
+
 /// The advice in words, for `gpushim oom`.
 pub fn render_advice(a: &OomAdvice) -> String {
     use std::fmt::Write as _;
@@ -279,32 +310,7 @@ pub fn render_advice(a: &OomAdvice) -> String {
         }
     );
     if let Some(r) = &a.ring_began_late {
-        let cache = format!(
-            "{} segments of {} with {} tensors live",
-            r.segments,
-            human_bytes(r.reserved_bytes),
-            r.tensors
-        );
-        let _ = match &r.not_exact {
-            None => writeln!(
-                s,
-                "  the trace's ring began after the run's first tensors ({} records made): the \
-                 replay starts from PyTorch's cache as the ring's checkpoint kept it ({cache}), \
-                 the run's own to the byte; other settings start from that cache too, so a \
-                 setting named below serves from it, and one that would have kept another cache \
-                 before the ring began (expandable segments) may serve unnamed",
-                r.records
-            ),
-            Some(why) => writeln!(
-                s,
-                "  the trace's ring began after the run's first tensors ({} records made): the \
-                 replay starts from what the ring's checkpoint kept ({cache}), which is not \
-                 PyTorch's cache to the byte: {why}; to replay exactly, record with \
-                 GPUSHIM_CONF=trace_max:{}MiB or more",
-                r.records,
-                r.trace_max_needed.div_ceil(1 << 20)
-            ),
-        };
+        ring_began_late(&mut s, r);
     }
     if a.private_pool_bytes > 0 {
         let _ = writeln!(
