@@ -118,3 +118,15 @@ fn the_device_limit_is_cudas_total_not_nvmls() {
         "{f}"
     );
 }
+
+#[test]
+fn a_trace_without_tensors_is_told_so_before_being_asked_for_its_batch() {
+    // The reason that decides comes first: with no tensor to replay no batch helps, so `fit`
+    // says that, not "give --at" (a C program's trace: no PyTorch, no batch on its line).
+    let t = train_loop_trace("fit-no-tensors");
+    let out = gpushim_text(&["fit", t.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let said = stderr(&out);
+    assert!(said.contains("holds no tensors"), "{said}");
+    assert!(!said.contains("--at"), "asked for the batch first: {said}");
+}

@@ -49,9 +49,9 @@ fn of_run(
     read: fn(&[String]) -> Option<(u64, String)>,
 ) -> Result<u64, String> {
     let reader = gpushim::trace::reader::TraceReader::open(trace).map_err(|e| e.to_string())?;
-    let cmdline = &reader.info().cmdline;
+    let cmdline = reader.info().cmdline.clone();
     let shown = gpushim::files::shown(trace);
-    match read(cmdline) {
+    match read(&cmdline) {
         Some((n, said)) => {
             eprintln!(
                 "fit: {shown}: the run's {what} is {n}, from its command line ({}); {} says \
@@ -61,12 +61,25 @@ fn of_run(
             );
             Ok(n)
         }
+        // The reason that decides comes first: with no tensor to replay, no batch helps.
+        None if !holds_tensors(reader) => Err(format!(
+            "fit: {shown} holds no tensors of PyTorch's caching allocator, so nothing to scale \
+             by the batch: record a PyTorch run with tensors on (the default) and fit that"
+        )),
         None => Err(format!(
             "fit: the run's {what} is not on its command line ({}); give it, as in \
              `gpushim fit {shown} {example}`",
             gpushim::fixedfmt::Escaped(cmdline.join(" ").as_bytes()),
         )),
     }
+}
+
+/// Whether the trace holds a tensor of PyTorch's allocator (read until the first one).
+fn holds_tensors(reader: gpushim::trace::reader::TraceReader) -> bool {
+    use gpushim::trace::format::RecordKind;
+    reader
+        .into_iter()
+        .any(|r| r.kind == RecordKind::TensorAlloc)
 }
 
 /// `gpushim fit` from its options: the batches, the device, and a second run at another batch
