@@ -103,3 +103,41 @@ fn the_peaks_of_many_devices_are_taken_in_one_pass() {
         assert_eq!(held, (d + 1) << 20, "device {d}: its holders at its peak");
     }
 }
+
+#[test]
+fn decoding_on_a_thread_of_its_own_reads_what_decoding_in_turn_reads() {
+    // Where there is a second core the records are decoded on a thread of their own, a few
+    // batches ahead of the reports; every report must read the same as when they are decoded
+    // in turn (GPUSHIM_READ_INLINE=1), on a real run's trace and on a ring's.
+    let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    let ring = tempdir("read-inline").file("ring.trace");
+    assert_ok(&kinds_program_with(
+        &ring,
+        3000,
+        false,
+        &[],
+        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
+    ));
+    let lapped = gpushim::trace::reader::TraceReader::open(&*ring).unwrap();
+    assert!(lapped.info().summarized > 0, "the ring never lapped");
+    for trace in [gpt2.as_path(), &*ring] {
+        for report in ["summary", "peak", "leaks", "oom"] {
+            let run = |inline: bool| {
+                let mut c = Command::new(gpushim_bin());
+                c.args([report, "--json", "--no-symbols"]).arg(trace);
+                if inline {
+                    c.env("GPUSHIM_READ_INLINE", "1");
+                }
+                let out = c.output().unwrap();
+                assert_ok(&out);
+                out.stdout
+            };
+            assert_eq!(
+                run(false),
+                run(true),
+                "{report} of {}: the threaded decoder read otherwise",
+                trace.display()
+            );
+        }
+    }
+}

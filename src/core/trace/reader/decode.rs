@@ -1,9 +1,156 @@
 //! Record bodies read from the checkpoint, then the file (or the ring), and decoded: commit
-//! words checked, definitions gathered from their data records.
+//! words checked, definitions gathered from their data records, records put in time order in
+//! the reorder window and handed on in batches, each with the definitions read while it was
+//! gathered. A [`Decoder`] runs on a thread of its own when the machine has a second core,
+//! while the reports read the batches before it (see [`Source`]).
 
 use super::*;
 
-impl TraceReader {
+/// A definition read from the file, applied by the reader before the records of its batch.
+pub(super) enum Def {
+    String(u64, String),
+    Stack(u64, Vec<u64>),
+    /// A module loaded at a base: its path's string id.
+    Module(u64, u64),
+    /// A module's build-id: the string id of its hex.
+    BuildId(u64, u64),
+}
+
+/// Records in time order and what the reader needs to know with them.
+pub(super) struct Batch {
+    pub defs: Vec<Def>,
+    pub records: Vec<Record>,
+    /// The records restore a checkpoint's state (filters do not apply to them).
+    pub restoring: bool,
+    pub stats: DecodeStats,
+    /// The next record index to read, for progress.
+    pub next: u64,
+    /// The file is read to its end: no batch follows.
+    pub last: bool,
+}
+
+/// The decoding side of a reader: the file, the checkpoint, the reorder window.
+pub(super) struct Decoder {
+    pub input: BufReader<File>,
+    pub next: u64,
+    pub end: u64,
+    /// The first ring index read (records before it are in the checkpoint, or lost).
+    pub start: u64,
+    /// A ring's slots (0: the records lie one after the other).
+    pub ring: u64,
+    /// The checkpoint read first, its bodies; the next to read; and how many of them restore
+    /// state (up to its `END`), which bypass the reorder window.
+    pub checkpoint: Vec<[u8; RECORD_SIZE]>,
+    pub checkpoint_at: usize,
+    pub checkpoint_prefix: usize,
+    pub first_prefix: usize,
+    pub stats: DecodeStats,
+    /// A definition whose data records are still being read: kind, id, byte length, bytes.
+    pub pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
+    /// The reorder window (see [`REORDER_WINDOW_NS`]).
+    pub window: std::collections::VecDeque<Record>,
+    /// The latest record time read from the file so far.
+    pub latest_ns: u64,
+    /// Whether the file has been read to its end.
+    pub drained: bool,
+    /// Where the first pass began and what it knew before its first record.
+    pub first_offset: u64,
+    pub first_stats: DecodeStats,
+    /// Record bodies read from the file in one read, the next to decode, and how many.
+    pub chunk: Vec<u8>,
+    pub chunk_at: usize,
+    pub chunk_len: usize,
+    /// Definitions read since the last batch.
+    pub defs: Vec<Def>,
+    /// The last batch was handed on.
+    pub finished: bool,
+}
+
+impl Decoder {
+    /// Back to the first record, through the same descriptor.
+    pub fn rewind(&mut self) -> io::Result<()> {
+        io::Seek::seek(&mut self.input, io::SeekFrom::Start(self.first_offset))?;
+        self.next = self.start;
+        self.checkpoint_at = 0;
+        self.checkpoint_prefix = self.first_prefix;
+        self.stats = self.first_stats.clone();
+        self.pending = None;
+        self.window.clear();
+        self.latest_ns = 0;
+        self.drained = false;
+        (self.chunk_at, self.chunk_len) = (0, 0);
+        self.defs.clear();
+        self.finished = false;
+        Ok(())
+    }
+
+    /// The next batch: a checkpoint's restoring records one at a time, in their own order;
+    /// then the records the reorder window lets go, in time order; then a last, empty one.
+    pub fn step(&mut self) -> Batch {
+        let records = self.next_records();
+        let last = records.is_empty();
+        self.finished = last;
+        Batch {
+            defs: std::mem::take(&mut self.defs),
+            restoring: self.checkpoint_at <= self.checkpoint_prefix
+                && self.checkpoint_prefix > 0
+                && self.next == self.start,
+            stats: self.stats.clone(),
+            next: self.next,
+            last,
+            records,
+        }
+    }
+
+    /// The window is a queue kept sorted: each refill reads a batch from the file (as many
+    /// records as wait already, so each record is merged a bounded number of times), sorts
+    /// (a stable sort merges the sorted rest and the nearly sorted batch in linear time), and
+    /// lets go the records older than the window.
+    fn next_records(&mut self) -> Vec<Record> {
+        // A checkpoint's records up to its END restore state: in their own order, first.
+        while self.checkpoint_at < self.checkpoint_prefix {
+            if let Some(r) = self.next_in_file() {
+                return vec![r];
+            }
+        }
+        loop {
+            if self.drained && self.window.is_empty() {
+                return Vec::new();
+            }
+            let want = BATCH.max(self.window.len());
+            // The window is sorted; the batch keeps it so while each record comes no earlier
+            // than every one before it (one thread's records, or threads that kept in step).
+            let mut in_order = true;
+            for _ in 0..want {
+                match self.next_in_file() {
+                    Some(r) => {
+                        in_order &= r.time_ns >= self.latest_ns;
+                        self.latest_ns = self.latest_ns.max(r.time_ns);
+                        self.window.push_back(r);
+                    }
+                    None => {
+                        self.drained = true;
+                        break;
+                    }
+                }
+            }
+            if !in_order {
+                // Stable, by time: records of one time stay in file order, as pushed.
+                self.window.make_contiguous().sort_by_key(|r| r.time_ns);
+            }
+            let old = if self.drained {
+                self.window.len()
+            } else {
+                let cut = self.latest_ns.saturating_sub(REORDER_WINDOW_NS);
+                let by_time = self.window.partition_point(|r| r.time_ns < cut);
+                by_time.max(self.window.len().saturating_sub(REORDER_MAX))
+            };
+            if old > 0 {
+                return self.window.drain(..old).collect();
+            }
+        }
+    }
+
     /// The next record body: the checkpoint's first, then the file's (or the ring's).
     pub(super) fn next_body(&mut self, buf: &mut [u8; RECORD_SIZE]) -> Option<(u64, bool)> {
         if self.checkpoint_at < self.checkpoint.len() {
@@ -156,12 +303,11 @@ impl TraceReader {
                         }
                         RecordKind::Module => {
                             // Another module at this base: its build-id, if any, follows.
-                            self.modules.insert(r.ptr, r.size);
-                            self.build_ids.remove(&r.ptr);
+                            self.defs.push(Def::Module(r.ptr, r.size));
                             0
                         }
                         RecordKind::ModuleBuildId => {
-                            self.build_ids.insert(r.ptr, r.size);
+                            self.defs.push(Def::BuildId(r.ptr, r.size));
                             0
                         }
                         _ => 0,
@@ -187,5 +333,126 @@ impl TraceReader {
             }
         }
         None
+    }
+
+    fn define(&mut self, kind: RecordKind, id: u64, bytes: Vec<u8>) {
+        if kind == RecordKind::Stack {
+            let frames: Vec<u64> = bytes
+                .chunks_exact(8)
+                .map(|c| {
+                    let mut w = [0u8; 8];
+                    w.copy_from_slice(c);
+                    u64::from_le_bytes(w)
+                })
+                .collect();
+            self.defs.push(Def::Stack(id, frames));
+        } else {
+            self.defs.push(Def::String(id, printable(&bytes)));
+        }
+    }
+
+    fn stop(&mut self, reason: String) {
+        let index = self.next.saturating_sub(1);
+        // Where the record lies in the file: a ring's index wraps at its capacity. A damaged
+        // header can claim any count, so the arithmetic saturates.
+        let slot = if self.ring > 0 {
+            index % self.ring
+        } else {
+            index
+        };
+        self.stats.damage = Some(Damage {
+            offset: (HEADER_SIZE as u64).saturating_add(slot.saturating_mul(RECORD_SIZE as u64)),
+            index,
+            reason,
+            skipped: self.end - self.next,
+        });
+        self.next = self.end;
+        (self.chunk_at, self.chunk_len) = (0, 0);
+    }
+}
+
+/// Where a reader's batches come from: its decoder, called in turn, or the decoder's thread
+/// before it (a bounded channel of a few batches between them). A reader dropped mid-way drops
+/// the receiving end: the thread ends at its next send.
+pub(super) enum Source {
+    Inline(Box<Decoder>),
+    Threaded {
+        /// In a mutex only so that a reader can be shared between threads (read-only: the
+        /// what-if replays), as a receiver alone cannot be.
+        batches: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>>,
+        thread: Option<std::thread::JoinHandle<Option<Box<Decoder>>>>,
+    },
+    /// Between a stop and a start (never seen by a caller).
+    Gone,
+}
+
+/// Batches decoded ahead of the reports on the decoder's thread.
+const AHEAD: usize = 4;
+
+impl Source {
+    /// The decoder, on a thread of its own when the machine has more than one core and a
+    /// thread can be had, else called in turn.
+    pub fn start(d: Box<Decoder>) -> Source {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // GPUSHIM_READ_INLINE=1: decode in turn whatever the cores (the tests compare the two).
+        let inline = std::env::var_os("GPUSHIM_READ_INLINE").is_some_and(|v| v == "1");
+        if cores < 2 || inline {
+            return Source::Inline(d);
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
+        // The decoder comes back through the join, for a second pass.
+        let holder = std::sync::Arc::new(std::sync::Mutex::new(Some(d)));
+        let theirs = holder.clone();
+        let spawned = std::thread::Builder::new()
+            .name("gpushim-decode".into())
+            .spawn(move || {
+                let mut d = theirs.lock().ok().and_then(|mut g| g.take())?;
+                loop {
+                    let b = d.step();
+                    let last = b.last;
+                    if tx.send(b).is_err() || last {
+                        break;
+                    }
+                }
+                Some(d)
+            });
+        match spawned {
+            Ok(thread) => Source::Threaded {
+                batches: Some(std::sync::Mutex::new(rx)),
+                thread: Some(thread),
+            },
+            // No thread to be had: the decoder, unmoved, called in turn.
+            Err(_) => match holder.lock().ok().and_then(|mut g| g.take()) {
+                Some(d) => Source::Inline(d),
+                None => Source::Gone,
+            },
+        }
+    }
+
+    /// The next batch, `None` once the last was handed on.
+    pub fn next_batch(&mut self) -> Option<Batch> {
+        match self {
+            Source::Inline(d) if !d.finished => Some(d.step()),
+            Source::Threaded {
+                batches: Some(rx), ..
+            } => rx.get_mut().ok()?.recv().ok(),
+            _ => None,
+        }
+    }
+
+    /// The decoder back, its thread stopped.
+    pub fn stop(&mut self) -> Option<Box<Decoder>> {
+        match std::mem::replace(self, Source::Gone) {
+            Source::Inline(d) => Some(d),
+            Source::Threaded {
+                mut batches,
+                mut thread,
+            } => {
+                // Dropping the receiver ends the thread at its next send.
+                batches.take();
+                thread.take().and_then(|t| t.join().ok()).flatten()
+            }
+            Source::Gone => None,
+        }
     }
 }

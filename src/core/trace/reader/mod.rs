@@ -166,18 +166,13 @@ impl std::error::Error for ReadError {}
 
 pub struct TraceReader {
     info: TraceInfo,
-    input: BufReader<File>,
+    /// The records, in batches, from the decoder (on its own thread where there is a core).
+    source: decode::Source,
+    /// The batch being returned, and what came with it.
+    batch: std::collections::VecDeque<Record>,
+    restoring: bool,
     next: u64,
     end: u64,
-    /// The first ring index read (records before it are in the checkpoint, or lost).
-    start: u64,
-    /// A ring's slots (0: the records lie one after the other).
-    ring: u64,
-    /// The checkpoint read first, its bodies; the next to read; and how many of them restore
-    /// state (up to its `END`), which bypass the reorder window.
-    checkpoint: Vec<[u8; RECORD_SIZE]>,
-    checkpoint_at: usize,
-    checkpoint_prefix: usize,
     stats: DecodeStats,
     /// Strings defined so far (NVTX messages, module paths), by id.
     strings: HashMap<u64, String>,
@@ -190,17 +185,6 @@ pub struct TraceReader {
     modules: std::collections::BTreeMap<u64, u64>,
     /// The string id of each module's build-id (hex), by load base, when the shim found one.
     build_ids: HashMap<u64, u64>,
-    /// A definition whose data records are still being read: kind, id, byte length, bytes.
-    pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
-    /// The reorder window (see [`REORDER_WINDOW_NS`]).
-    window: std::collections::VecDeque<Record>,
-    /// `window[..ready]` is out of the window, in time order: returned next, from `taken`.
-    ready: usize,
-    taken: usize,
-    /// The latest record time read from the file so far.
-    latest_ns: u64,
-    /// Whether the file has been read to its end.
-    drained: bool,
     /// The report's filter, if it keeps less than everything.
     filtering: Option<crate::trace::filter::Filtering>,
     /// Whether frames are named from the binaries.
@@ -212,15 +196,7 @@ pub struct TraceReader {
     progress: Option<fn(u64, u64)>,
     /// Records returned since the progress hook was last called.
     since_progress: u32,
-    /// Where the first pass began and what it knew before its first record, for
-    /// [`TraceReader::rewind`]: every pass reads the extent the header gave at opening.
-    first_offset: u64,
-    first_stats: DecodeStats,
     filter: crate::trace::filter::Filter,
-    /// Record bodies read from the file in one read, the next to decode, and how many.
-    chunk: Vec<u8>,
-    chunk_at: usize,
-    chunk_len: usize,
 }
 
 /// Records read from the file at a time (256 KiB: the chunk stays in the cache).
@@ -361,8 +337,7 @@ impl TraceReader {
             summarized_late: le_u64(&h, header::SUMMARY_LATE),
             ..DecodeStats::default()
         };
-        Ok(TraceReader {
-            info,
+        let decoder = decode::Decoder {
             input: BufReader::with_capacity(1 << 20, file),
             next: start,
             end,
@@ -371,18 +346,33 @@ impl TraceReader {
             checkpoint,
             checkpoint_at: 0,
             checkpoint_prefix,
+            first_prefix: checkpoint_prefix,
             stats: stats.clone(),
+            pending: None,
+            window: std::collections::VecDeque::new(),
+            latest_ns: 0,
+            drained: false,
+            first_offset,
+            first_stats: stats.clone(),
+            chunk: Vec::new(),
+            chunk_at: 0,
+            chunk_len: 0,
+            defs: Vec::new(),
+            finished: false,
+        };
+        Ok(TraceReader {
+            info,
+            source: decode::Source::start(Box::new(decoder)),
+            batch: std::collections::VecDeque::new(),
+            restoring: false,
+            next: start,
+            end,
+            stats,
             strings: HashMap::new(),
             stacks: HashMap::new(),
             joins: Default::default(),
             modules: std::collections::BTreeMap::new(),
             build_ids: HashMap::new(),
-            pending: None,
-            window: std::collections::VecDeque::new(),
-            ready: 0,
-            taken: 0,
-            latest_ns: 0,
-            drained: false,
             filtering: (!opts.filter.is_empty())
                 .then(|| crate::trace::filter::Filtering::new(opts.filter.clone())),
             symbols: opts.symbols,
@@ -391,12 +381,7 @@ impl TraceReader {
             program_frames: opts.program_frames,
             python_frames: false,
             since_progress: 0,
-            first_offset,
-            first_stats: stats,
             filter: opts.filter.clone(),
-            chunk: Vec::new(),
-            chunk_at: 0,
-            chunk_len: 0,
         }
         .counted())
     }
@@ -413,25 +398,27 @@ impl TraceReader {
     /// header gave then: a second pass sees the records the first saw, in the same order, at
     /// the same indices. What the first pass learnt is forgotten.
     pub fn rewind(&mut self) -> Result<(), ReadError> {
-        io::Seek::seek(&mut self.input, io::SeekFrom::Start(self.first_offset))
-            .map_err(|e| ReadError::Io(self.info.path.clone(), e))?;
-        self.next = self.start;
-        self.checkpoint_at = 0;
-        self.stats = self.first_stats.clone();
+        let gone = || io::Error::other("the decoding thread ended early");
+        let path = self.info.path.clone();
+        let mut d = self
+            .source
+            .stop()
+            .ok_or_else(|| ReadError::Io(path.clone(), gone()))?;
+        d.rewind().map_err(|e| ReadError::Io(path, e))?;
+        self.next = d.start;
+        self.stats = d.first_stats.clone();
+        self.source = decode::Source::start(d);
+        self.batch.clear();
+        self.restoring = false;
         self.strings.clear();
         self.stacks.clear();
         self.joins = Default::default();
         self.modules.clear();
         self.build_ids.clear();
-        self.pending = None;
-        self.window.clear();
-        (self.ready, self.taken, self.latest_ns) = (0, 0, 0);
-        self.drained = false;
         self.filtering = (!self.filter.is_empty())
             .then(|| crate::trace::filter::Filtering::new(self.filter.clone()));
         self.python_frames = false;
         self.since_progress = 0;
-        (self.chunk_at, self.chunk_len) = (0, 0);
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -508,7 +495,7 @@ impl TraceReader {
     /// Whether the records returned so far came from a checkpoint (a ring trace's summary of
     /// its oldest records) and the next one may too.
     pub fn in_checkpoint(&self) -> bool {
-        self.checkpoint_at < self.checkpoint_prefix
+        self.restoring
     }
 
     /// Whether call sites show only the program's own Python frames (see
@@ -522,41 +509,31 @@ impl TraceReader {
         (self.next, self.end)
     }
 
-    fn define(&mut self, kind: RecordKind, id: u64, bytes: Vec<u8>) {
-        if kind == RecordKind::Stack {
-            let frames: Vec<u64> = bytes
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-                .collect();
-            if frames
-                .first()
-                .is_some_and(|&f| format::as_py_frame(f).is_some())
-            {
-                self.python_frames = true;
+    /// The definitions of a batch, before its records.
+    fn apply(&mut self, defs: Vec<decode::Def>) {
+        for d in defs {
+            match d {
+                decode::Def::String(id, text) => {
+                    self.strings.insert(id, text);
+                }
+                decode::Def::Stack(id, frames) => {
+                    if frames
+                        .first()
+                        .is_some_and(|&f| format::as_py_frame(f).is_some())
+                    {
+                        self.python_frames = true;
+                    }
+                    self.stacks.insert(id, frames);
+                }
+                decode::Def::Module(base, path) => {
+                    self.modules.insert(base, path);
+                    self.build_ids.remove(&base);
+                }
+                decode::Def::BuildId(base, id) => {
+                    self.build_ids.insert(base, id);
+                }
             }
-            self.stacks.insert(id, frames);
-        } else {
-            self.strings.insert(id, printable(&bytes));
         }
-    }
-
-    fn stop(&mut self, reason: String) {
-        let index = self.next.saturating_sub(1);
-        // Where the record lies in the file: a ring's index wraps at its capacity. A damaged
-        // header can claim any count, so the arithmetic saturates.
-        let slot = if self.ring > 0 {
-            index % self.ring
-        } else {
-            index
-        };
-        self.stats.damage = Some(Damage {
-            offset: (HEADER_SIZE as u64).saturating_add(slot.saturating_mul(RECORD_SIZE as u64)),
-            index,
-            reason,
-            skipped: self.end - self.next,
-        });
-        self.next = self.end;
-        (self.chunk_at, self.chunk_len) = (0, 0);
     }
 }
 
@@ -578,7 +555,13 @@ impl Iterator for TraceReader {
     /// resolved as they are read, before any record that refers to them is returned.
     fn next(&mut self) -> Option<Record> {
         loop {
-            let r = self.next_sorted()?;
+            let Some(r) = self.batch.pop_front() else {
+                let b = self.source.next_batch()?;
+                self.apply(b.defs);
+                (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
+                self.batch = b.records.into();
+                continue;
+            };
             let r = self.joins.apply(r, &mut self.stacks, &self.strings);
             self.since_progress += 1;
             if self.since_progress == 1 << 20 {
@@ -589,73 +572,14 @@ impl Iterator for TraceReader {
             }
             // A checkpoint's state is the whole run's before the ring: filters apply to the
             // records after it.
-            let restoring = self.checkpoint_at <= self.checkpoint_prefix
-                && self.checkpoint_prefix > 0
-                && self.next == self.start;
             let keep = match &mut self.filtering {
                 None => true,
-                Some(_) if restoring => true,
+                Some(_) if self.restoring => true,
                 Some(f) => f.keep(&r, &self.strings),
             };
             if keep {
                 return Some(r);
             }
-        }
-    }
-}
-
-impl TraceReader {
-    /// The next record in time order, unfiltered.
-    ///
-    /// The window is a queue kept sorted: each refill reads a batch from the file (as many
-    /// records as wait already, so each record is merged a bounded number of times), sorts
-    /// (a stable sort merges the sorted rest and the nearly sorted batch in linear time), and
-    /// releases the records older than the window.
-    fn next_sorted(&mut self) -> Option<Record> {
-        // A checkpoint's records up to its END restore state: in their own order, first.
-        while self.checkpoint_at < self.checkpoint_prefix {
-            if let Some(r) = self.next_in_file() {
-                return Some(r);
-            }
-        }
-        loop {
-            if self.taken < self.ready {
-                self.taken += 1;
-                return self.window.pop_front();
-            }
-            (self.ready, self.taken) = (0, 0);
-            if self.drained && self.window.is_empty() {
-                return None;
-            }
-            let want = BATCH.max(self.window.len());
-            // The window is sorted; the batch keeps it so while each record comes no earlier
-            // than every one before it (one thread's records, or threads that kept in step).
-            let mut in_order = true;
-            for _ in 0..want {
-                match self.next_in_file() {
-                    Some(r) => {
-                        in_order &= r.time_ns >= self.latest_ns;
-                        self.latest_ns = self.latest_ns.max(r.time_ns);
-                        self.window.push_back(r);
-                    }
-                    None => {
-                        self.drained = true;
-                        break;
-                    }
-                }
-            }
-            if !in_order {
-                // Stable, by time: records of one time stay in file order, as pushed.
-                self.window.make_contiguous().sort_by_key(|r| r.time_ns);
-            }
-            let old = if self.drained {
-                self.window.len()
-            } else {
-                let cut = self.latest_ns.saturating_sub(REORDER_WINDOW_NS);
-                let by_time = self.window.partition_point(|r| r.time_ns < cut);
-                by_time.max(self.window.len().saturating_sub(REORDER_MAX))
-            };
-            self.ready = old;
         }
     }
 }
