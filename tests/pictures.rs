@@ -457,3 +457,52 @@ fn a_title_longer_than_the_picture_is_squeezed_in_not_cut() {
         .unwrap_or_default();
     assert!(!title.contains("textLength"), "{title}");
 }
+
+#[test]
+fn the_time_axis_ends_with_the_runs_memory_not_with_the_samples_after_it() {
+    // After its last free a program still exits, and the NVML sampler's last figure comes as
+    // it does: the axis ended there, squeezing the run into the first part of the picture.
+    // It ends with the last change of memory; a figure sampled only then is a dot.
+    let trace = train_loop_trace("plot-axis-end");
+    let reader = gpushim::trace::reader::TraceReader::open(&*trace).unwrap();
+    let records: Vec<_> = reader.collect();
+    let last_change = records
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.kind,
+                gpushim::trace::format::RecordKind::Alloc
+                    | gpushim::trace::format::RecordKind::Free
+            )
+        })
+        .map(|r| r.time_ns)
+        .max()
+        .unwrap();
+    let last = records.iter().map(|r| r.time_ns).max().unwrap();
+    let svg = tempdir("plot-axis-end").file("total.svg");
+    assert_ok(&gpushim(&[&"plot", &"--by", &"total", &trace, &"-o", &svg]));
+    let text = std::fs::read_to_string(&*svg).unwrap();
+    // The live line: the first solid path; its last point's x against the axis (80 to 980).
+    let live = text
+        .lines()
+        .find(|l| l.starts_with("<path d=\"M") && l.contains("stroke-dasharray=\"\""))
+        .expect("the live line");
+    let d = live.split('"').nth(1).unwrap();
+    let xs: Vec<f64> = d
+        .split(['M', 'L', 'H', 'V'])
+        .filter_map(|p| p.split(',').next()?.trim().parse().ok())
+        .collect();
+    let right = xs.iter().copied().fold(0.0, f64::max);
+    let first_alloc = records
+        .iter()
+        .filter(|r| r.kind == gpushim::trace::format::RecordKind::Alloc)
+        .map(|r| r.time_ns)
+        .min()
+        .unwrap();
+    let share = (last_change - first_alloc) as f64 / (last - first_alloc) as f64;
+    assert!(
+        right > 80.0 + 0.6 * 900.0,
+        "the run ends at x {right:.0} of 80..980 (its last change is {:.0}% of the way to the trace's last record)",
+        100.0 * share
+    );
+}

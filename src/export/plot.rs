@@ -110,8 +110,16 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
             before.append(pts);
             *pts = before;
         }
-        let trace_end = rp.time_ns + offset;
+        // The run's memory ends with its last change: what the trace records after it (the
+        // NVML sampler's last figure as the process exits, its thread's start) would stretch
+        // the axis past the run, squeezing it into the first part of the picture.
+        let last_change = points
+            .range((n, 0)..=(n, u8::MAX))
+            .filter_map(|(_, pts)| pts.last().map(|p| p.0))
+            .max();
+        let trace_end = last_change.unwrap_or(rp.time_ns + offset);
         end = end.max(trace_end);
+        clamp_to_end(&mut nvml, n, trace_end);
         hold_to_end(&mut points, &mut nvml, n, trace_end);
         if n == 0 {
             first_reader = Some(reader);
@@ -131,6 +139,20 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
     };
     d.start_at_first_allocation();
     Ok(Some(d))
+}
+
+/// NVML's samples of trace `n` after its memory's last change, taken as at that change: the
+/// figure as the run's memory ended (one sample past it: the latest).
+fn clamp_to_end(nvml: &mut BTreeMap<(usize, u8), Vec<(u64, u64)>>, n: usize, trace_end: u64) {
+    for (_, pts) in nvml.range_mut((n, 0)..=(n, u8::MAX)) {
+        let inside = pts.partition_point(|p| p.0 <= trace_end);
+        if let Some(&(_, bytes)) = pts.last()
+            && inside < pts.len()
+        {
+            pts.truncate(inside);
+            pts.push((trace_end, bytes));
+        }
+    }
 }
 
 /// Memory holds its last value until trace `n` ends (at `trace_end`), not until its last
@@ -458,6 +480,19 @@ fn series(s: &mut String, d: &Data, sc: &Scale) {
                 s,
                 r#"<path d="{path}" fill="none" stroke="{c}" stroke-width="1" stroke-dasharray="1 3"/>"#
             );
+            // Sampled once, at the run's end (a run shorter than the sampler's period): a dot,
+            // where a line would have no length.
+            if let Some(&(t, bytes)) = samples.last()
+                && samples.iter().all(|p| p.0 == t)
+            {
+                let _ = writeln!(
+                    s,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="none" stroke="{c}"><title>NVML: {}</title></circle>"#,
+                    sc.x(t),
+                    sc.y(bytes.min(sc.ymax)),
+                    human_bytes(bytes)
+                );
+            }
             let name = format!(
                 "{who}device {dev} as NVML saw the process (its CUDA context and code included)"
             );
