@@ -562,7 +562,12 @@ impl Iterator for TraceReader {
                 self.batch = b.records.into();
                 continue;
             };
-            let r = self.joins.apply(r, &mut self.stacks, &self.strings);
+            // Only a stack reference (or a checkpoint's site) can be joined to its forward.
+            let r = if matches!(r.kind, RecordKind::StackRef | RecordKind::Restore) {
+                self.joins.apply(r, &mut self.stacks, &self.strings)
+            } else {
+                r
+            };
             self.since_progress += 1;
             if self.since_progress == 1 << 20 {
                 self.since_progress = 0;
