@@ -375,6 +375,8 @@ impl Decoder {
 /// before it (a bounded channel of a few batches between them). A reader dropped mid-way drops
 /// the receiving end: the thread ends at its next send.
 pub(super) enum Source {
+    /// Not read yet: a reader opened for its header alone starts no thread.
+    Pending(Box<Decoder>),
     Inline(Box<Decoder>),
     Threaded {
         /// In a mutex only so that a reader can be shared between threads (read-only: the
@@ -431,6 +433,11 @@ impl Source {
 
     /// The next batch, `None` once the last was handed on.
     pub fn next_batch(&mut self) -> Option<Batch> {
+        if let Source::Pending(_) = self
+            && let Source::Pending(d) = std::mem::replace(self, Source::Gone)
+        {
+            *self = Source::start(d);
+        }
         match self {
             Source::Inline(d) if !d.finished => Some(d.step()),
             Source::Threaded {
@@ -443,7 +450,7 @@ impl Source {
     /// The decoder back, its thread stopped.
     pub fn stop(&mut self) -> Option<Box<Decoder>> {
         match std::mem::replace(self, Source::Gone) {
-            Source::Inline(d) => Some(d),
+            Source::Pending(d) | Source::Inline(d) => Some(d),
             Source::Threaded {
                 mut batches,
                 mut thread,

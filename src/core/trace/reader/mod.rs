@@ -362,7 +362,7 @@ impl TraceReader {
         };
         Ok(TraceReader {
             info,
-            source: decode::Source::start(Box::new(decoder)),
+            source: decode::Source::Pending(Box::new(decoder)),
             batch: std::collections::VecDeque::new(),
             restoring: false,
             next: start,
@@ -407,7 +407,7 @@ impl TraceReader {
         d.rewind().map_err(|e| ReadError::Io(path, e))?;
         self.next = d.start;
         self.stats = d.first_stats.clone();
-        self.source = decode::Source::start(d);
+        self.source = decode::Source::Pending(d);
         self.batch.clear();
         self.restoring = false;
         self.strings.clear();
