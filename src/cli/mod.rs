@@ -14,6 +14,7 @@ mod output;
 mod peak;
 mod pictures;
 mod progress;
+mod reading;
 mod run;
 mod simulate;
 mod summary;

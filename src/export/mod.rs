@@ -13,6 +13,7 @@ mod png;
 mod rmm;
 mod sites;
 mod stacked;
+mod ticks;
 
 pub use flamegraph::flamegraph_svg;
 pub use memory_viz::memory_viz;
@@ -184,7 +185,7 @@ mod tests {
         assert!(e.to_string().starts_with("cannot read the SVG: "), "{e}");
     }
 
-    use super::plot::{nice_step, tick_label};
+    use super::ticks::{nice_step, tick_label};
 
     #[test]
     fn png_text_is_drawn_with_the_built_in_fonts() {

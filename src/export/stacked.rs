@@ -4,7 +4,7 @@
 //! pauses take no width) with the iterations marked on it, the peak and every failed allocation
 //! marked, reserved memory dashed.
 
-use super::plot::{nice_step, tick_label};
+use super::ticks::{nice_step, tick_label};
 use super::xml;
 use crate::report::kinds::Kind;
 use crate::report::timeline::{Boundaries, Lane, named};

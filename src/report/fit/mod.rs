@@ -17,13 +17,15 @@ mod reduce;
 mod render;
 mod requests;
 mod seq;
+mod steps;
 
 pub use batch::{batch_from_cmdline, seq_from_cmdline};
 pub use render::render;
 pub use seq::{SeqAsk, SeqAxis};
 
 use largest::largest;
-use requests::{classify, measured, optional_requests, request_labels};
+use requests::{classify, optional_requests, request_labels};
+use steps::{limit_of, measure_by_second_run, setting_fit, tally};
 
 use super::kinds::{Kind, Phase, phase_of_stack};
 use super::torch_replay::{self, Bounds, ReplayError};
@@ -341,201 +343,6 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         }),
         seq,
     })
-}
-
-/// A second run at batch `other` decides the scale of the requests the kinds cannot (see
-/// below); how many it measured.
-fn measure_by_second_run(
-    input: &torch_replay::Input,
-    req: &mut Requests,
-    at: u64,
-    second_path: &Path,
-    other: u64,
-    opts: &ReadOptions,
-) -> Result<u64, FitError> {
-    let mut measured_requests = 0u64;
-    if other == at {
-        return Err(FitError::Batch(format!(
-            "the second run's batch ({other}) is the run's own: give a run at another batch"
-        )));
-    }
-    let second = torch_replay::read(second_path, opts)?;
-    // The second run decides where the kinds cannot: a tensor of unknown kind, one of the
-    // program's own lines (any buffer it makes), and a temporary kept for its parameter's
-    // size. Elsewhere the kinds' rule holds better than a line through two sizes: cuDNN
-    // picks its convolutions' workspaces by batch, and two of them say little of an
-    // eighth (ResNet-50 on an H100: 10.8% low from 16 and 32 to 128, 0.3% high by kinds).
-    // A request of the program's own lines: an input, or what the program computed from
-    // a module's output (an activation of its own line), whose size the kinds cannot say.
-    let mut own: crate::fasthash::FastMap<u64, bool> = Default::default();
-    let mut own_line = |stack: u64| {
-        *own.entry(stack)
-            .or_insert_with(|| phase_of_stack(input.reader(), stack) == Phase::Program)
-    };
-    for (((s, k), m), (_, stack)) in req
-        .scale
-        .iter_mut()
-        .zip(&req.kinds)
-        .zip(measured(input, at, &second, other))
-        .zip(input.requests())
-    {
-        let undecided = matches!(k, Kind::Unknown | Kind::Input)
-            || (*k == Kind::Activation && own_line(stack))
-            || (*k == Kind::Temporary && *s == Scale::Fixed);
-        if let Some(m) = m.filter(|_| undecided) {
-            *s = m;
-            measured_requests += 1;
-        }
-    }
-    Ok(measured_requests)
-}
-
-/// What the replays may hold, and where that came from in words: the limit given, else the
-/// device's memory (the one named, or the run's as CUDA counts it) less the run's headroom.
-fn limit_of(ask: &Ask, total: u64, headroom: u64) -> (Bounds, u64, String) {
-    match (ask.limit, ask.device_memory) {
-        (Some(l), _) => (
-            Bounds {
-                fraction: Some(l as f64 / total.max(1) as f64),
-                ..Bounds::default()
-            },
-            l,
-            "the limit given (PyTorch's allocator alone, as a memory fraction holds it)"
-                .to_string(),
-        ),
-        (None, d) => {
-            let device = d.unwrap_or(total);
-            let limit = device.saturating_sub(headroom);
-            (
-                Bounds {
-                    limit: Some(limit),
-                    ..Bounds::default()
-                },
-                limit,
-                format!(
-                    "{} of {}, less the {} the CUDA context and libraries took in the run",
-                    super::units::human_bytes(device),
-                    if d.is_some() {
-                        "the device named"
-                    } else {
-                        "the run's device"
-                    },
-                    super::units::human_bytes(headroom)
-                ),
-            )
-        }
-    }
-}
-
-/// One setting's rows and largest batch.
-fn setting_fit(
-    input: &torch_replay::Input,
-    req: &Requests,
-    optional: &[bool],
-    ask: &Ask,
-    (conf, is_recorded): (&torch_replay::model::TorchConf, bool),
-    bounds: &Bounds,
-) -> SettingFit {
-    let at_batch = |batch: u64| -> Row {
-        let events = input.resized_optional(|n, size, _| {
-            let sized = resize(
-                req.scale.get(n).copied().unwrap_or(Scale::Fixed),
-                size,
-                ask.at,
-                batch,
-            );
-            (sized, optional.get(n).copied().unwrap_or(false))
-        });
-        let o = torch_replay::replay_resized(input, &events, conf, bounds);
-        Row {
-            batch,
-            peak_reserved_bytes: o.peak_reserved_bytes,
-            peak_allocated_bytes: o.peak_allocated_bytes,
-            failures: o.failures,
-            workspaces_done_without: o.done_without,
-        }
-    };
-    let rows: Vec<Row> = ask.batches.iter().map(|&b| at_batch(b)).collect();
-    let (largest, peak) = largest(&at_batch, ask.max_batch);
-    SettingFit {
-        setting: conf.to_string(),
-        recorded: is_recorded,
-        rows,
-        largest_batch: largest,
-        largest_is_the_cap: largest >= ask.max_batch,
-        largest_peak_reserved_bytes: peak,
-    }
-}
-
-/// The requests at the run's batch by how they scale, and the lines of those whose scale is not
-/// known or that are as large as a parameter.
-struct Tally {
-    batch_bytes: u64,
-    fixed_bytes: u64,
-    unknown_bytes: u64,
-    unknown_lines: Vec<LineBytes>,
-    parameter_sized_lines: Vec<LineBytes>,
-    reductions: u64,
-}
-
-fn tally(input: &torch_replay::Input, req: &Requests) -> Tally {
-    let reductions = req
-        .scale
-        .iter()
-        .filter(|s| matches!(s, Scale::Reduction(_)))
-        .count() as u64;
-    let (mut batch_bytes, mut fixed_bytes, mut unknown_bytes) = (0u64, 0u64, 0u64);
-    let mut unknown: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    let mut parameter_sized: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
-    for (((size, stack), s), k) in input.requests().zip(&req.scale).zip(&req.kinds) {
-        let tally = |m: &mut BTreeMap<u64, (u64, u64)>| {
-            let e = m.entry(stack).or_default();
-            e.0 = e.0.saturating_add(size);
-            e.1 += 1;
-        };
-        match s {
-            Scale::Batch | Scale::Reduction(_) => batch_bytes = batch_bytes.saturating_add(size),
-            Scale::Measured { here, there, .. } if here == there => {
-                fixed_bytes = fixed_bytes.saturating_add(size);
-            }
-            Scale::Measured { .. } => batch_bytes = batch_bytes.saturating_add(size),
-            Scale::Semaphore => fixed_bytes = fixed_bytes.saturating_add(size),
-            Scale::Fixed => {
-                fixed_bytes = fixed_bytes.saturating_add(size);
-                if *k == Kind::Temporary {
-                    let phase = phase_of_stack(input.reader(), stack);
-                    if phase != Phase::Optimizer {
-                        tally(&mut parameter_sized);
-                    }
-                }
-            }
-            Scale::Unknown => {
-                unknown_bytes = unknown_bytes.saturating_add(size);
-                tally(&mut unknown);
-            }
-        }
-    }
-    let named = |m: BTreeMap<u64, (u64, u64)>| -> Vec<LineBytes> {
-        let mut v: Vec<LineBytes> = m
-            .into_iter()
-            .map(|(stack, (bytes, tensors))| LineBytes {
-                line: super::sites::site_label(input.reader(), stack),
-                bytes,
-                tensors,
-            })
-            .collect();
-        v.sort_by(|a, b| b.bytes.cmp(&a.bytes).then(a.line.cmp(&b.line)));
-        v.truncate(8);
-        v
-    };
-    Tally {
-        batch_bytes,
-        fixed_bytes,
-        unknown_bytes,
-        unknown_lines: named(unknown),
-        parameter_sized_lines: named(parameter_sized),
-        reductions,
-    }
 }
 
 /// What the CUDA context, module code and the libraries held beside PyTorch's allocator at

@@ -1,0 +1,83 @@
+//! The options every report takes: how traces are read (frames, filters, progress).
+
+use gpushim::trace::reader::ReadOptions;
+
+/// Options every report takes. The filters keep the allocations that match (all of the given
+/// conditions) and the frees of those allocations; everything else is left out of the report.
+#[derive(clap::Args)]
+#[command(next_help_heading = "Reading traces (every report)")]
+pub struct Reading {
+    /// Only allocations on device N (repeat for several).
+    #[arg(long = "device", value_name = "N")]
+    devices: Vec<u8>,
+    /// Only allocations by thread T, numbered as in `gpushim events` (repeat for several).
+    #[arg(long = "thread", value_name = "T")]
+    threads: Vec<u16>,
+    /// Only allocations on stream S, numbered as in `gpushim events` (repeat for several).
+    #[arg(long = "stream", value_name = "S")]
+    streams: Vec<u16>,
+    /// Only allocations made at or after TIME since the trace began: 1.5s, 200ms, 300us.
+    #[arg(long, value_name = "TIME")]
+    from: Option<String>,
+    /// Only allocations made before TIME since the trace began.
+    #[arg(long, value_name = "TIME")]
+    to: Option<String>,
+    /// Only allocations made inside NVTX ranges named NAME: a push/pop range of their thread (at
+    /// any depth), or a start/end range open at the time, whichever thread started it.
+    #[arg(long, value_name = "NAME")]
+    range: Option<String>,
+    /// Name frames module+offset; do not read the binaries for function names and lines.
+    #[arg(long)]
+    no_symbols: bool,
+    /// No progress bar on long reads.
+    #[arg(long)]
+    quiet: bool,
+    /// Show native frames after the Python frames of stacks that have both (stacks without
+    /// Python frames always show their native frames).
+    #[arg(long)]
+    native_frames: bool,
+    /// Show only the program's own Python frames in call sites (leave out those of installed
+    /// packages such as torch and transformers, and of the standard library), when a stack has
+    /// any.
+    #[arg(long)]
+    program_frames: bool,
+}
+
+impl Reading {
+    /// The reading options as the reports take them.
+    pub fn options(&self) -> Result<ReadOptions, String> {
+        let time = |flag: &str, t: &Option<String>| {
+            t.as_deref()
+                .map(gpushim::trace::filter::parse_time)
+                .transpose()
+                .map_err(|e| format!("--{flag}: {e}"))
+        };
+        let filter = gpushim::trace::filter::Filter {
+            devices: self.devices.clone(),
+            threads: self.threads.clone(),
+            streams: self.streams.clone(),
+            from_ns: time("from", &self.from)?,
+            to_ns: time("to", &self.to)?,
+            range: self.range.clone(),
+        };
+        if let (Some(a), Some(b)) = (filter.from_ns, filter.to_ns)
+            && a >= b
+        {
+            return Err(format!(
+                "--from {} is not before --to {}: the window is empty",
+                self.from.as_deref().unwrap_or(""),
+                self.to.as_deref().unwrap_or("")
+            ));
+        }
+        let progress = (!self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .then_some(super::progress::show_progress as fn(u64, u64));
+        Ok(ReadOptions {
+            filter,
+            symbols: !self.no_symbols,
+            progress,
+            native_frames: self.native_frames,
+            program_frames: self.program_frames,
+            longest_ring: false,
+        })
+    }
+}
