@@ -210,6 +210,12 @@ fn open_trace() {
         trace_max: conf.trace_max,
         ring: true,
     };
+    // Set before the trace is ready: another thread may record the moment it is.
+    crate::trace::stacks::configure(
+        conf.stacks.native_every(),
+        conf.stacks.python(),
+        conf.stacks.native_without_python(),
+    );
     if let Err(e) = RECORDER.open(&opts) {
         say(format_args!(
             "cannot write the trace {}: {e}; recording is off for this process",
@@ -225,11 +231,7 @@ fn open_trace() {
         ));
     }
     report_to_run(pid);
-    crate::trace::stacks::on_open(
-        conf.stacks.native_every(),
-        conf.stacks.python(),
-        conf.stacks.native_without_python(),
-    );
+    crate::trace::stacks::on_open();
     install_sigbus_handler();
     // The grower keeps the next chunks of the file mapped and populated, so producers take no
     // page faults. Without it (spawn failed) producers map chunks themselves: slower, correct.

@@ -102,11 +102,17 @@ fn api() -> Option<&'static Api> {
         READY => Some(unsafe { (*API.0.get()).assume_init_ref() }),
         ABSENT => None,
         RESOLVING => {
-            // Another thread is looking the functions up (a few dlsym calls): wait for it,
-            // boundedly (it may need the loader's lock, which this thread might hold).
-            for _ in 0..100_000 {
+            // Another thread is looking the functions up (a few dlsym calls, microseconds):
+            // wait for it, spinning first, then giving the processor up (it may have been
+            // preempted on a loaded machine); boundedly, as it may need the loader's lock,
+            // which this thread might hold.
+            for i in 0..200_000u32 {
                 match STATE.load(Ordering::Acquire) {
-                    RESOLVING => core::hint::spin_loop(),
+                    RESOLVING if i < 1_000 => core::hint::spin_loop(),
+                    // SAFETY: sched_yield has no preconditions.
+                    RESOLVING => unsafe {
+                        libc::sched_yield();
+                    },
                     // SAFETY: as above.
                     READY => return Some(unsafe { (*API.0.get()).assume_init_ref() }),
                     _ => return None,

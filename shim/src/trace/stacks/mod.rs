@@ -85,14 +85,20 @@ thread_local! {
     static CALLS: Cell<u32> = const { Cell::new(0) };
 }
 
-/// Called at trace open: forget the modules of any earlier trace (a forked child's parent)
-/// and write the current module map if stacks are on.
-pub fn on_open(every: u32, python: bool, native_without_python: bool) {
+/// Called before the trace is opened, so that what another thread records the moment the
+/// trace is ready already gets the stack its configuration asks for: which stacks to take, and
+/// no modules known of an earlier trace (a forked child's parent's).
+pub fn configure(every: u32, python: bool, native_without_python: bool) {
     EVERY.store(every, Ordering::Relaxed);
     PYTHON.store(python, Ordering::Relaxed);
     NATIVE_WITHOUT_PYTHON.store(native_without_python, Ordering::Relaxed);
-    COUNT.store(0, Ordering::Relaxed);
-    if every != 0 {
+    COUNT.store(0, Ordering::Release);
+}
+
+/// Called once the trace is open: writes the current module map if native stacks are sampled
+/// (a stack taken before it is done writes the modules it needs itself, see [`intern`]).
+pub fn on_open() {
+    if EVERY.load(Ordering::Relaxed) != 0 {
         scan_modules();
     }
 }

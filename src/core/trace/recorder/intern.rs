@@ -86,12 +86,18 @@ impl Recorder {
                 }
             }
             if seen == claimed {
-                // Another thread is writing the definition: wait for it (a few hundred ns).
-                for _ in 0..1_000_000 {
+                // Another thread is writing the definition: wait for it (a few hundred ns, or
+                // longer where it was preempted: then this thread gives the processor up), so
+                // that the reference this thread writes next follows the definition.
+                for i in 0..200_000u32 {
                     if keys[k].load(Ordering::Acquire) == hash {
                         break;
                     }
-                    core::hint::spin_loop();
+                    if i < 1_000 {
+                        core::hint::spin_loop();
+                    } else {
+                        std::thread::yield_now();
+                    }
                 }
                 return (id, false);
             }
