@@ -18,6 +18,9 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
   FIT_AMP=bf16   each step's forward under torch.autocast(bfloat16)
   FIT_ATTN=NAME  their attention implementation (transformers' attn_implementation: eager
                  keeps attention's scores, the square of the length; sdpa does not)
+  FIT_CKPT=1     activation checkpointing of the repeated blocks: gpt2, bert and llama through
+                 transformers' gradient_checkpointing_enable(), vit each encoder block through
+                 torch.utils.checkpoint (use_reentrant=False)
 """
 import json
 import os
@@ -69,6 +72,24 @@ def build(name):
             return torch.nn.functional.cross_entropy(model(x), y)
     else:
         sys.exit(f"unknown model {name}")
+    if os.environ.get("FIT_CKPT") == "1":
+        if hasattr(model, "gradient_checkpointing_enable"):
+            model.gradient_checkpointing_enable()
+        elif name == "vit":
+            import torch.utils.checkpoint as ckpt
+
+            class Checkpointed(torch.nn.Module):
+                def __init__(self, block):
+                    super().__init__()
+                    self.block = block
+
+                def forward(self, x):
+                    return ckpt.checkpoint(self.block, x, use_reentrant=False)
+            layers = model.encoder.layers
+            for i, name_ in enumerate(list(layers._modules)):
+                layers._modules[name_] = Checkpointed(layers._modules[name_])
+        else:
+            sys.exit(f"FIT_CKPT: no checkpointing for {name}")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def steps(b, n):

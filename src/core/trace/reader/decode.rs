@@ -121,12 +121,19 @@ impl Decoder {
             // The window is sorted; the batch keeps it so while each record comes no earlier
             // than every one before it (one thread's records, or threads that kept in step).
             let mut in_order = true;
-            for _ in 0..want {
+            let mut got = 0;
+            while got < want {
+                // Most records are plain: decoded straight from the chunk, in a tight loop.
+                got += self.plain_run(want - got, &mut in_order);
+                if got == want {
+                    break;
+                }
                 match self.next_in_file() {
                     Some(r) => {
                         in_order &= r.time_ns >= self.latest_ns;
                         self.latest_ns = self.latest_ns.max(r.time_ns);
                         self.window.push_back(r);
+                        got += 1;
                     }
                     None => {
                         self.drained = true;
@@ -146,7 +153,14 @@ impl Decoder {
                 by_time.max(self.window.len().saturating_sub(REORDER_MAX))
             };
             if old > 0 {
-                return self.window.drain(..old).collect();
+                // Copied out as slices (a drain's iterator moves one record at a time).
+                let mut out = Vec::with_capacity(old);
+                let (a, b) = self.window.as_slices();
+                let from_a = old.min(a.len());
+                out.extend_from_slice(&a[..from_a]);
+                out.extend_from_slice(&b[..old - from_a]);
+                self.window.drain(..old);
+                return out;
             }
         }
     }
@@ -244,6 +258,52 @@ impl Decoder {
         self.next += 1;
         self.stats.committed += 1;
         Some(r)
+    }
+
+    /// Decodes up to `most` plain records (see [`Decoder::plain_from_chunk`]) from the chunk into
+    /// the window, stopping at the first that is not; how many. `in_order` is cleared when one
+    /// comes earlier than a record before it.
+    fn plain_run(&mut self, most: usize, in_order: &mut bool) -> usize {
+        if self.checkpoint_at < self.checkpoint.len() || self.pending.is_some() {
+            return 0;
+        }
+        let end = self.chunk_len.min(self.chunk_at.saturating_add(most));
+        let start = self.chunk_at;
+        let mut latest = self.latest_ns;
+        let mut ordered = true;
+        let mut next = self.next;
+        let mut at = start;
+        while at < end {
+            let o = at * RECORD_SIZE;
+            let Some(body) = self
+                .chunk
+                .get(o..o + RECORD_SIZE)
+                .and_then(|b| <&[u8; RECORD_SIZE]>::try_from(b).ok())
+            else {
+                break;
+            };
+            if Record::commit_of(body) != format::commit_tag(next) {
+                break;
+            }
+            let Some(r) = Record::decode(body) else {
+                break;
+            };
+            if r.kind.is_definition() && r.kind != RecordKind::Caller {
+                break;
+            }
+            ordered &= r.time_ns >= latest;
+            latest = latest.max(r.time_ns);
+            self.window.push_back(r);
+            at += 1;
+            next += 1;
+        }
+        let n = at - start;
+        self.chunk_at = at;
+        self.next = next;
+        self.latest_ns = latest;
+        self.stats.committed += n as u64;
+        *in_order &= ordered;
+        n
     }
 
     pub(super) fn next_in_file(&mut self) -> Option<Record> {

@@ -546,7 +546,7 @@ pub const REORDER_WINDOW_NS: u64 = 20_000_000;
 pub const REORDER_MAX: usize = 1 << 20;
 
 /// Records read from the file per refill of the window, at least.
-const BATCH: usize = 1 << 14;
+const BATCH: usize = 1 << 12;
 
 impl Iterator for TraceReader {
     type Item = Record;
