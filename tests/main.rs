@@ -13,6 +13,7 @@ mod docs;
 mod engine_model;
 mod fit;
 mod fit_answers;
+mod fit_checkpoint;
 mod hostile_folders;
 mod hostile_traces;
 mod hostile_writes;

@@ -26,6 +26,8 @@ for m in models:
             bad += abs(err) > 0.03
             print(f"{m:9} {name:25} {r['batch']:>5} {r['peak_reserved_bytes'] / GiB:>9.2f}G {real['reserved'] / GiB:>9.2f}G {100 * err:>+6.2f}%")
         runs = {t["batch"]: not t.get("oom") for t in mine if t.get("limit")}
+        if not runs:
+            continue  # no largest batch looked for under this setting
         p = s["largest_batch"]
         fits = [b for b, ok in runs.items() if ok]
         fails = [b for b, ok in runs.items() if not ok]

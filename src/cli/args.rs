@@ -257,6 +257,12 @@ pub enum Cmd {
         /// The largest batch looked for.
         #[arg(long, value_name = "BATCH", default_value = "4096")]
         max_batch: u64,
+        /// What-if: the run's repeated blocks under activation checkpointing
+        /// (torch.utils.checkpoint, transformers' gradient_checkpointing_enable()), from this
+        /// run without it: the blocks of a module class (GPT2Block, EncoderBlock, as the frames
+        /// name it), or `auto` for the outermost class whose forward runs more than once a step.
+        #[arg(long, value_name = "CLASS|auto", conflicts_with_all = ["with", "seq"])]
+        checkpoint: Option<String>,
         /// A second run of the same program at another batch: each request then scales as
         /// the two runs show it (a line whose size does not follow the batch, or follows it
         /// only in part, comes out right), not as its kind says.

@@ -97,6 +97,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         with_seq,
         seq_at,
         seq,
+        checkpoint,
         json,
         ..
     } = command
@@ -125,6 +126,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         max_batch,
         second: None,
         seq: None,
+        checkpoint: checkpoint.map(|c| (c != "auto").then_some(c)),
     };
     let by_seq = with_seq.is_some() || seq_at.is_some() || seq.is_some();
     let ask = match with {

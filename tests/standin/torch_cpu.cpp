@@ -13,7 +13,9 @@
 // node (taking the thread's next sequence number), then allocates its output (the caller's
 // Python line records the number after it), and keeps the node; standin_backward_kept(size)
 // then runs every kept node on an engine thread, each allocating `size` bytes;
-// standin_backward_one(size) one node, one tensor (below).
+// standin_backward_one(size) one node, one tensor (below); standin_backward_node(i, size) the
+// i-th kept node alone (nodes are kept in the order made), as the engine runs a graph's nodes
+// one by one in reverse.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -95,6 +97,23 @@ extern "C" __attribute__((visibility("default"))) void *standin_backward_one(siz
   void *out = nullptr;
   std::thread engine([&] {
     current_evaluating_node = std::make_shared<generated::MmBackward0>();
+    out = current_evaluating_node->apply(size);
+    current_evaluating_node.reset();
+  });
+  engine.join();
+  return out;
+}
+
+// standin_backward_node(i, size): the i-th node made by standin_forward_mm, run on an engine
+// thread, allocates one tensor of `size` bytes and returns it (null: no such node).
+extern "C" __attribute__((visibility("default"))) void *standin_backward_node(size_t i,
+                                                                              size_t size) {
+  if (i >= kept.size()) {
+    return nullptr;
+  }
+  void *out = nullptr;
+  std::thread engine([&] {
+    current_evaluating_node = kept[i];
     out = current_evaluating_node->apply(size);
     current_evaluating_node.reset();
   });

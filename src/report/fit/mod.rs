@@ -133,6 +133,26 @@ pub struct Fit {
     /// With a second run at another sequence length: each length asked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub seq: Option<SeqAxis>,
+    /// The what-if of activation checkpointing, when asked: every row is under it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub checkpoint: Option<CheckpointWhatIf>,
+}
+
+/// The blocks a `--checkpoint` what-if checkpointed.
+#[derive(Clone, Debug, Serialize)]
+pub struct CheckpointWhatIf {
+    /// The module class whose blocks are checkpointed, and whether it was found from the
+    /// frames (not named).
+    pub class: String,
+    pub found: bool,
+    /// Blocks in the run, the most in one step, and those whose backward was found (the
+    /// others run as they did).
+    pub blocks: usize,
+    pub per_step: usize,
+    pub checkpointed: usize,
+    /// What the checkpointed blocks kept for their backward in the run, at its batch: freed at
+    /// each block's end, made again one block at a time in the backward.
+    pub saved_bytes: u64,
 }
 
 impl Fit {
@@ -172,6 +192,9 @@ pub struct Ask {
     /// A second run at another sequence length: the peaks and the largest batch at the
     /// lengths asked.
     pub seq: Option<SeqAsk>,
+    /// What-if: the repeated blocks checkpointed, of the class named (`Some(None)`: found from
+    /// the frames).
+    pub checkpoint: Option<Option<String>>,
 }
 
 #[derive(Debug)]
@@ -179,6 +202,8 @@ pub enum FitError {
     Replay(ReplayError),
     /// A batch of 0, or more than the search covers.
     Batch(String),
+    /// The blocks to checkpoint cannot be found.
+    Checkpoint(String),
 }
 
 impl std::fmt::Display for FitError {
@@ -186,6 +211,7 @@ impl std::fmt::Display for FitError {
         match self {
             FitError::Replay(e) => e.fmt(f),
             FitError::Batch(s) => f.write_str(s),
+            FitError::Checkpoint(s) => write!(f, "--checkpoint: {s}"),
         }
     }
 }
@@ -306,9 +332,27 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     let headroom = run.headroom;
     let (bounds, limit_bytes, limit_from) = limit_of(ask, input.total_memory(), headroom);
     let optional = optional_requests(input, &labels);
+    let checkpointing = match &ask.checkpoint {
+        Some(class) => Some(
+            input
+                .checkpointing(class.as_deref())
+                .map_err(FitError::Checkpoint)?,
+        ),
+        None => None,
+    };
     let settings = [(&recorded, true), (&expandable, false)]
         .into_iter()
-        .map(|(conf, recorded)| setting_fit(input, &req, &optional, ask, (conf, recorded), &bounds))
+        .map(|(conf, recorded)| {
+            setting_fit(
+                input,
+                &req,
+                &optional,
+                ask,
+                (conf, recorded),
+                &bounds,
+                checkpointing.as_ref(),
+            )
+        })
         .collect();
     let seq = match &ask.seq {
         None => None,
@@ -342,6 +386,14 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
             requests: measured_requests,
         }),
         seq,
+        checkpoint: checkpointing.map(|c| CheckpointWhatIf {
+            class: c.class,
+            found: c.found,
+            blocks: c.blocks,
+            per_step: c.per_step,
+            checkpointed: c.checkpointed,
+            saved_bytes: c.saved_bytes,
+        }),
     })
 }
 
@@ -390,6 +442,7 @@ impl Ask {
             max_batch,
             second: None,
             seq: None,
+            checkpoint: None,
         }
     }
 }

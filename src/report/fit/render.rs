@@ -51,6 +51,33 @@ pub fn render(f: &Fit) -> String {
             r.requests, r.at, r.trace
         );
     }
+    if let Some(c) = &f.checkpoint {
+        // The class is an identifier (checkpoint.rs keeps no other name).
+        let _ = writeln!(
+            o,
+            "with activation checkpointing of {} ({} blocks a step, {}): what the blocks kept \
+             for the backward ({} at batch {}) goes once used in the forward, and is made \
+             again one block at a time in the backward{}",
+            crate::fixedfmt::Escaped(c.class.as_bytes()),
+            c.per_step,
+            if c.found {
+                "found from the frames"
+            } else {
+                "named"
+            },
+            human_bytes(c.saved_bytes),
+            f.at,
+            if c.checkpointed < c.blocks {
+                format!(
+                    " ({} of {} blocks whose backward was not found run as they did)",
+                    c.blocks - c.checkpointed,
+                    c.blocks
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
     let _ = writeln!(
         o,
         "limit: {} ({})",

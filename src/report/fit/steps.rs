@@ -97,9 +97,10 @@ pub(super) fn setting_fit(
     ask: &Ask,
     (conf, is_recorded): (&torch_replay::model::TorchConf, bool),
     bounds: &Bounds,
+    checkpointing: Option<&torch_replay::Checkpointing>,
 ) -> SettingFit {
     let at_batch = |batch: u64| -> Row {
-        let events = input.resized_optional(|n, size, _| {
+        let size = |n: usize, size: u64, _| {
             let sized = resize(
                 req.scale.get(n).copied().unwrap_or(Scale::Fixed),
                 size,
@@ -107,7 +108,11 @@ pub(super) fn setting_fit(
                 batch,
             );
             (sized, optional.get(n).copied().unwrap_or(false))
-        });
+        };
+        let events = match checkpointing {
+            Some(c) => input.resized_checkpointed(c, size),
+            None => input.resized_optional(size),
+        };
         let o = torch_replay::replay_resized(input, &events, conf, bounds);
         Row {
             batch,

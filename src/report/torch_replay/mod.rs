@@ -21,8 +21,11 @@ mod simulate;
 
 pub use render::render_report;
 pub use simulate::{TorchReport, simulate};
+mod checkpoint;
 mod read;
 mod replayer;
+
+pub use checkpoint::Checkpointing;
 
 pub use advice::{OomAdvice, candidates, oom_advice, recommend, recorded_conf, render_advice};
 pub use read::read;
@@ -65,6 +68,9 @@ pub(super) struct Event {
     time_ns: u64,
     /// The stack of a request (its Python line), once its `StackRef` is read.
     stack: u64,
+    /// PyTorch's autograd sequence number its `StackRef` carried (0: none): a forward tensor's
+    /// op and the backward tensors of that op's node share it.
+    sequence: u64,
     /// In one of PyTorch's private pools (a CUDA graph's, a `torch.cuda.MemPool`), once its
     /// `TensorPool` is read: not the default pools the model replays.
     private: bool,

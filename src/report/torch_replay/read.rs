@@ -104,6 +104,7 @@ impl Gather {
             RecordKind::StackRef => {
                 if let Some(i) = self.stack_for.remove(&r.thread) {
                     self.events[i].stack = r.ptr;
+                    self.events[i].sequence = r.size >> 8;
                 }
             }
             RecordKind::TensorPool => {
@@ -320,6 +321,7 @@ fn event(ev: Ev, r: &Record) -> Event {
         size: r.size,
         time_ns: r.time_ns,
         stack: 0,
+        sequence: 0,
         private: false,
         optional: false,
         kind: Kind::Unknown,

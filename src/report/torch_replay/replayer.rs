@@ -388,7 +388,7 @@ pub fn replay(
 /// the run as it was but for its failures (another run need not fail there). The run's own
 /// segments stay as hints: the model takes a recorded address only for a segment of the
 /// recorded length, so at the run's own sizes the replay is the run's, to the byte.
-pub struct Resized(Vec<Event>);
+pub struct Resized(pub(super) Vec<Event>);
 
 impl Input {
     /// Each tensor request in order: whether it was freed before the program asked for

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# activation checkpointing as a what-if: peaks at 4x and 8x the batch and the largest batch under a limit, predicted from one run without it, against real runs with it.
+# On the GPU machine: each model (scripts/gpu/fit_truth.py: GPT-2 and ViT-B/16; AdamW, 3 steps)
+# traced at a small batch under `gpushim run` WITHOUT checkpointing; `gpushim fit --checkpoint
+# auto` on that trace predicts the peak reserved memory at 4x and 8x the batch with the blocks
+# checkpointed (the class found from the frames), under the defaults and under expandable
+# segments, and the largest batch that runs with PyTorch's allocator held to 20 GiB. Real runs
+# with checkpointing (FIT_CKPT=1: transformers' gradient_checkpointing_enable() for GPT-2,
+# torch.utils.checkpoint per encoder block for the ViT), a fresh process each, give
+# max_memory_reserved() at 4x and 8x and, under the limit and the run's setting, whether the
+# predicted largest batch runs and the next does not (stepping until the truth is found, three
+# steps at most). One table (scripts/gpu/fit_table.py). The traces and the truth are left in
+# $OUT/fitckpt when OUT is set.
+#   bash scripts/gpu.sh fitckpt[:MODEL,...]   MODEL is gpt2 or vit
+set -euo pipefail
+models=${*:-gpt2 vit}
+work=${OUT:+$OUT/fitckpt}
+work=${work:-$(mktemp -d)}
+mkdir -p "$work"
+limit=$((20 << 30))
+declare -A base=([gpt2]=2 [vit]=8)
+truth="$work/truth.jsonl"
+touch "$truth"
+# One real run with checkpointing: MODEL BATCH SETTING [LIMIT]; appends its TRUTH line, and
+# says whether it ran.
+one() {
+  local line
+  line=$(FIT_CKPT=1 PYTORCH_CUDA_ALLOC_CONF=$3 python3 scripts/gpu/fit_truth.py run "$1" "$2" 3 ${4:-} 2>/dev/null | grep '^TRUTH' | sed 's/^TRUTH //') || true
+  [ -n "$line" ] || { echo "$1 batch $2 '$3': the run failed" >&2; return 2; }
+  echo "$line" >> "$truth"
+  ! grep -q '"oom": true' <<< "$line"
+}
+for m in $models; do
+  b=${base[$m]}
+  "$GPUSHIM_BIN" run --trace "$work/$m.trace" -- python3 scripts/gpu/fit_truth.py run "$m" "$b" 3 \
+    >/dev/null 2>"$work/$m.err" || { echo "$m: traced run failed"; tail -3 "$work/$m.err"; continue; }
+  "$GPUSHIM_BIN" fit "$work/$m.trace" --at "$b" --batch "$b,$((4 * b)),$((8 * b))" \
+    --limit "$limit" --checkpoint auto --json > "$work/$m.fit.json"
+  python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['checkpoint']; print(sys.argv[2], 'blocks:', c['class'], c['per_step'], 'a step')" "$work/$m.fit.json" "$m"
+  for setting in "" "expandable_segments:True"; do
+    for k in 4 8; do one "$m" $((b * k)) "$setting" || true; done
+  done
+  # The largest under the limit, under the run's setting (the defaults).
+  predicted=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(next(s['largest_batch'] for s in d['settings'] if s['setting'] == ''))" "$work/$m.fit.json")
+  if one "$m" "$predicted" "" "$limit"; then
+    for n in 1 2 3; do one "$m" $((predicted + n)) "" "$limit" || break; done
+  else
+    for n in 1 2 3; do [ $((predicted - n)) -ge 1 ] || break; ! one "$m" $((predicted - n)) "" "$limit" || break; done
+  fi
+done
+python3 scripts/gpu/fit_table.py "$work" $models

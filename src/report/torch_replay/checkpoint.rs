@@ -1,0 +1,434 @@
+//! A run without activation checkpointing replayed as if its repeated blocks were checkpointed
+//! (`gpushim fit --checkpoint`): what `torch.utils.checkpoint` (and transformers'
+//! `gradient_checkpointing_enable()`, which calls it per block) changes in the requests.
+//!
+//! - **Forward.** A checkpointed block runs without keeping what its backward needs: each
+//!   tensor the block made that outlived the block's forward (saved for the backward) lives as
+//!   long as the block's own temporaries did (their mean lifetime, in the block's requests made
+//!   meanwhile: the run says how soon this block's ops let go of what they used), and at the
+//!   latest to the block's end; but the block's output (the last such tensor it made: the next
+//!   block's input, which the next checkpoint keeps).
+//! - **Backward.** Before the block's backward begins, its forward runs again: the block's
+//!   requests, in their order, with their frees inside the block, are made once more; what
+//!   outlived the block is then freed where the run freed it in that backward, the output's
+//!   copy once made (the gradients flow through it at once).
+//!
+//! Blocks are found from the frames: a request of the forward made under `CLASS.forward` belongs
+//! to a block, and a new block begins where the line in `CLASS.forward` goes back up, or where
+//! the block's first line comes again after another, or after a request made outside it. A
+//! block's backward begins at the first backward request whose autograd sequence number is one
+//! of the block's forward ops' (the shim records both). Without `CLASS`, the repeated blocks are
+//! the outermost module class whose `forward` runs more than once in one step (containers
+//! aside).
+
+use super::{Ev, Event, Input};
+use crate::fasthash::FastMap;
+use crate::report::kinds::{Phase, phase_of_stack};
+use crate::trace::format;
+use crate::trace::reader::TraceReader;
+
+/// What checkpointing the blocks of a class changes in a run's events.
+#[derive(Clone, Debug)]
+pub struct Checkpointing {
+    /// The module class whose blocks are checkpointed.
+    pub class: String,
+    /// Whether the class was found from the frames (not named).
+    pub found: bool,
+    /// Blocks in the run, and in its step with the most.
+    pub blocks: usize,
+    pub per_step: usize,
+    /// Blocks whose backward was found (the others are left as they ran).
+    pub checkpointed: usize,
+    /// Bytes the checkpointed blocks kept for their backward in the run: freed at each block's
+    /// end, made again one block at a time.
+    pub saved_bytes: u64,
+    /// Before each event (and at the end): what to insert.
+    inserts: Vec<Vec<Insert>>,
+    /// Each block's forward as made again: its requests and their frees inside it (event
+    /// indices, in order).
+    recompute: Vec<Vec<usize>>,
+    /// Each event: the block whose recomputed copy it frees instead (a saved tensor's free).
+    remap: Vec<Option<u32>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Insert {
+    /// Free the tensor of this request (an event index): a saved tensor at its block's end.
+    Free(usize),
+    /// Block `k`'s forward once more: its requests and their frees inside the block.
+    Recompute(u32),
+    /// Free block `k`'s copy of this request.
+    FreeCopy(usize, u32),
+}
+
+/// One block's run of the forward.
+#[derive(Clone, Debug, Default)]
+struct Block {
+    /// Its requests (event indices), in order.
+    allocs: Vec<usize>,
+    /// Where its forward ends: the next request's event index.
+    end: usize,
+    /// Its ops' autograd sequence numbers, lowest and highest (0, 0: none).
+    seq: (u64, u64),
+}
+
+/// Container classes, whose `forward` only calls others: not a block.
+const CONTAINERS: [&str; 4] = ["Sequential", "ModuleList", "ModuleDict", "Module"];
+
+/// The classes whose `forward` frames a stack holds, outermost last: (class, its line).
+fn forward_frames(reader: &TraceReader, stack: u64) -> Vec<(String, u32)> {
+    let Some(frames) = reader.stack(stack) else {
+        return Vec::new();
+    };
+    frames
+        .iter()
+        .filter_map(|&f| format::as_py_frame(f))
+        .filter_map(|(id, line)| {
+            let text = reader.string(id)?;
+            let function = text.split_once('\0').map_or(text, |(_, f)| f);
+            let class = function.strip_suffix(".forward")?;
+            // A class's name: an identifier (a nested function's `<locals>` is none).
+            let identifier =
+                !class.is_empty() && class.chars().all(|c| c.is_alphanumeric() || c == '_');
+            identifier.then(|| (class.to_string(), line))
+        })
+        .collect()
+}
+
+/// What the requests say of their stacks, asked once per stack.
+struct Stacks<'a> {
+    reader: &'a TraceReader,
+    seen: FastMap<u64, (Phase, Vec<(String, u32)>)>,
+}
+
+impl Stacks<'_> {
+    fn of(&mut self, stack: u64) -> &(Phase, Vec<(String, u32)>) {
+        let reader = self.reader;
+        self.seen.entry(stack).or_insert_with(|| {
+            let phase = phase_of_stack(reader, stack);
+            let frames = if phase == Phase::Forward {
+                forward_frames(reader, stack)
+            } else {
+                Vec::new()
+            };
+            (phase, frames)
+        })
+    }
+}
+
+impl Input {
+    /// The run's blocks of `class` (found from the frames when `None`) and what checkpointing
+    /// them changes; `Err` says why no block can be found.
+    pub fn checkpointing(&self, class: Option<&str>) -> Result<Checkpointing, String> {
+        let mut stacks = Stacks {
+            reader: &self.reader,
+            seen: FastMap::default(),
+        };
+        let (class, found) = match class {
+            Some(c) => (c.to_string(), false),
+            None => (self.repeated_class(&mut stacks)?, true),
+        };
+        let (blocks, per_step) = self.blocks_of(&class, &mut stacks);
+        if blocks.is_empty() {
+            return Err(format!(
+                "no request of the run's forward was made under {}.forward (the class of a \
+                 module whose forward the frames show, as `gpushim leaks` names them)",
+                crate::fixedfmt::Escaped(class.as_bytes())
+            ));
+        }
+        Ok(self.plan(class, found, blocks, per_step, &mut stacks))
+    }
+
+    /// The outermost module class whose `forward` runs more than once in a step.
+    fn repeated_class(&self, stacks: &mut Stacks<'_>) -> Result<String, String> {
+        // Each class's outermost place in the stacks (counted from the root).
+        let mut depth: FastMap<String, usize> = FastMap::default();
+        for e in self
+            .events
+            .iter()
+            .filter(|e| e.ev == Ev::Alloc && !e.private)
+        {
+            let (_, frames) = stacks.of(e.stack);
+            let n = frames.len();
+            for (i, (class, _)) in frames.iter().enumerate() {
+                if CONTAINERS.contains(&class.as_str()) {
+                    continue;
+                }
+                let d = depth.entry(class.clone()).or_insert(usize::MAX);
+                *d = (*d).min(n - 1 - i);
+            }
+        }
+        // The class whose blocks hold the most of the forward's requests: an outer block
+        // holds its inner modules' requests, so this is the outermost that repeats; ties go
+        // to the outer.
+        let mut best: Option<(u64, usize, String)> = None;
+        for (class, d) in depth {
+            let (blocks, per_step) = self.blocks_of(&class, stacks);
+            if per_step < 2 {
+                continue;
+            }
+            let bytes = blocks
+                .iter()
+                .flat_map(|b| &b.allocs)
+                .fold(0u64, |sum, &a| sum.saturating_add(self.events[a].size));
+            let key = (bytes, d, class);
+            if best.as_ref().is_none_or(|b| key > *b) {
+                best = Some(key);
+            }
+        }
+        best.map(|b| b.2).ok_or_else(|| {
+            "no module's forward runs more than once in a step among the run's frames: name \
+             the block's class (--checkpoint CLASS)"
+                .to_string()
+        })
+    }
+
+    /// The blocks of `class` in the forward, in order, and the most in one step.
+    fn blocks_of(&self, class: &str, stacks: &mut Stacks<'_>) -> (Vec<Block>, usize) {
+        let mut blocks: Vec<Block> = Vec::new();
+        let (mut open, mut first, mut prev) = (false, None::<u64>, (0u64, 0u32));
+        let (mut in_step, mut per_step, mut backward_since) = (0usize, 0usize, true);
+        for (i, e) in self.events.iter().enumerate() {
+            if e.ev != Ev::Alloc || e.private {
+                continue;
+            }
+            let (phase, frames) = stacks.of(e.stack);
+            let line = frames.iter().find(|(c, _)| c == class).map(|(_, l)| *l);
+            if let Some(b) = blocks.last_mut().filter(|_| open) {
+                b.end = i;
+            }
+            let Some(line) = line.filter(|_| *phase == Phase::Forward) else {
+                open = false;
+                if *phase == Phase::Backward || *phase == Phase::Optimizer {
+                    backward_since = true;
+                }
+                continue;
+            };
+            let again = first == Some(e.stack) && prev.0 != e.stack;
+            if !open || line < prev.1 || again {
+                if backward_since {
+                    (in_step, backward_since) = (0, false);
+                }
+                in_step += 1;
+                per_step = per_step.max(in_step);
+                blocks.push(Block::default());
+                first.get_or_insert(e.stack);
+                open = true;
+            }
+            let Some(b) = blocks.last_mut() else {
+                continue;
+            };
+            b.allocs.push(i);
+            b.end = i + 1;
+            if e.sequence != 0 {
+                b.seq = if b.seq.0 == 0 {
+                    (e.sequence, e.sequence)
+                } else {
+                    (b.seq.0.min(e.sequence), b.seq.1.max(e.sequence))
+                };
+            }
+            prev = (e.stack, line);
+        }
+        (blocks, per_step)
+    }
+}
+
+/// The address of block `k`'s recomputed copy of a tensor at `ptr`: no address CUDA gives.
+fn copy_ptr(ptr: u64, k: u32) -> u64 {
+    ptr | 1 << 63 | ((u64::from(k) & 0x7fff) << 48)
+}
+
+impl Input {
+    /// What checkpointing `blocks` changes: where each saved tensor is freed, where each
+    /// block's forward is made again.
+    fn plan(
+        &self,
+        class: String,
+        found: bool,
+        blocks: Vec<Block>,
+        per_step: usize,
+        stacks: &mut Stacks<'_>,
+    ) -> Checkpointing {
+        let n = self.events.len();
+        // Each request's frees (a free asked, then done), by event index.
+        let mut frees: FastMap<usize, Vec<usize>> = FastMap::default();
+        let mut live: FastMap<(u8, u64), usize> = FastMap::default();
+        for (i, e) in self.events.iter().enumerate() {
+            match e.ev {
+                Ev::Alloc => {
+                    live.insert((e.device, e.ptr), i);
+                }
+                Ev::FreeRequested => {
+                    if let Some(&a) = live.get(&(e.device, e.ptr)) {
+                        frees.entry(a).or_default().push(i);
+                    }
+                }
+                Ev::Free => {
+                    if let Some(a) = live.remove(&(e.device, e.ptr)) {
+                        frees.entry(a).or_default().push(i);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // Where each block's backward begins: the first backward request of one of its ops.
+        let mut begins: Vec<Option<usize>> = vec![None; blocks.len()];
+        let ranged: Vec<(u64, u64, usize)> = blocks
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.seq.0 != 0)
+            .map(|(k, b)| (b.seq.0, b.seq.1, k))
+            .collect();
+        for (i, e) in self.events.iter().enumerate() {
+            if e.ev != Ev::Alloc || e.private || e.sequence == 0 {
+                continue;
+            }
+            if stacks.of(e.stack).0 != Phase::Backward {
+                continue;
+            }
+            let at = ranged.partition_point(|r| r.0 <= e.sequence);
+            if let Some(&(_, hi, k)) = at.checked_sub(1).and_then(|j| ranged.get(j))
+                && e.sequence <= hi
+                && i >= blocks[k].end
+                && begins[k].is_none()
+            {
+                begins[k] = Some(i);
+            }
+        }
+        let mut ck = Checkpointing {
+            class,
+            found,
+            blocks: blocks.len(),
+            per_step,
+            checkpointed: 0,
+            saved_bytes: 0,
+            inserts: vec![Vec::new(); n + 1],
+            recompute: vec![Vec::new(); blocks.len()],
+            remap: vec![None; n],
+        };
+        for (k, (b, begin)) in blocks.iter().zip(begins).enumerate() {
+            let Some(begin) = begin else {
+                continue;
+            };
+            let k32 = k as u32;
+            let first_free = |a: usize| frees.get(&a).and_then(|f| f.first().copied());
+            let survivors: Vec<usize> = b
+                .allocs
+                .iter()
+                .copied()
+                .filter(|&a| first_free(a).is_none_or(|f| f >= b.end))
+                .collect();
+            let output = survivors.last().copied();
+            // How long the block's own temporaries lived, in the block's requests made
+            // meanwhile (their mean, rounded): a tensor no longer kept for the backward lives
+            // as long.
+            let lags: Vec<usize> = b
+                .allocs
+                .iter()
+                .enumerate()
+                .filter_map(|(p, &a)| {
+                    let f = first_free(a).filter(|&f| f < b.end)?;
+                    Some(b.allocs[p + 1..].iter().take_while(|&&x| x < f).count())
+                })
+                .collect();
+            let lag = match lags.len() {
+                0 => usize::MAX,
+                n => (lags.iter().sum::<usize>() + n / 2) / n,
+            }
+            .max(1);
+            let mut span = Vec::new();
+            for &a in &b.allocs {
+                span.push(a);
+                span.extend(frees.get(&a).into_iter().flatten().filter(|&&f| f < b.end));
+            }
+            span.sort_unstable();
+            ck.recompute[k] = span;
+            ck.inserts[begin].push(Insert::Recompute(k32));
+            for &a in &survivors {
+                let saved = Some(a) != output && first_free(a).is_some_and(|f| f > begin);
+                if saved {
+                    let pos = b.allocs.iter().position(|&x| x == a).unwrap_or(0);
+                    let at = b.allocs.get(pos + lag).map_or(b.end, |&x| x + 1).min(b.end);
+                    ck.inserts[at].push(Insert::Free(a));
+                    for &f in frees.get(&a).into_iter().flatten() {
+                        ck.remap[f] = Some(k32);
+                    }
+                    ck.saved_bytes = ck.saved_bytes.saturating_add(self.events[a].size);
+                } else {
+                    ck.inserts[begin].push(Insert::FreeCopy(a, k32));
+                }
+            }
+            ck.checkpointed += 1;
+        }
+        ck
+    }
+
+    /// The requests resized as [`Input::resized_optional`] does, with the blocks of `ck`
+    /// checkpointed.
+    pub fn resized_checkpointed(
+        &self,
+        ck: &Checkpointing,
+        size: impl Fn(usize, u64, u64) -> (u64, bool),
+    ) -> super::Resized {
+        let mut index = vec![0usize; self.events.len()];
+        let mut n = 0;
+        for (i, e) in self.events.iter().enumerate() {
+            if e.ev == Ev::Alloc {
+                index[i] = n;
+                n += 1;
+            }
+        }
+        let sized = |i: usize| -> Event {
+            let mut e = self.events[i];
+            (e.size, e.optional) = size(index[i], e.size, e.stack);
+            e
+        };
+        let freed = |a: usize, ptr: u64, time_ns: u64| -> Event {
+            let mut e = self.events[a];
+            (e.ev, e.ptr, e.size, e.time_ns) = (Ev::Free, ptr, 0, time_ns);
+            e
+        };
+        let mut out = Vec::with_capacity(self.events.len() + self.events.len() / 4);
+        for i in 0..=self.events.len() {
+            let at = self
+                .events
+                .get(i)
+                .or(self.events.last())
+                .map_or(0, |e| e.time_ns);
+            for x in ck.inserts.get(i).into_iter().flatten() {
+                match *x {
+                    Insert::Free(a) => out.push(freed(a, self.events[a].ptr, at)),
+                    Insert::FreeCopy(a, k) => {
+                        out.push(freed(a, copy_ptr(self.events[a].ptr, k), at));
+                    }
+                    Insert::Recompute(k) => {
+                        for &j in ck.recompute.get(k as usize).into_iter().flatten() {
+                            let mut e = if self.events[j].ev == Ev::Alloc {
+                                sized(j)
+                            } else {
+                                self.events[j]
+                            };
+                            (e.ptr, e.time_ns) = (copy_ptr(e.ptr, k), at);
+                            out.push(e);
+                        }
+                    }
+                }
+            }
+            let Some(e) = self.events.get(i) else {
+                break;
+            };
+            match e.ev {
+                Ev::Oom | Ev::Skip => {}
+                Ev::Alloc => out.push(sized(i)),
+                _ => {
+                    let mut e = *e;
+                    if let Some(k) = ck.remap[i] {
+                        e.ptr = copy_ptr(e.ptr, k);
+                    }
+                    out.push(e);
+                }
+            }
+        }
+        super::Resized(out)
+    }
+}

@@ -1,0 +1,133 @@
+"""A model of repeated blocks on the stand-ins for PyTorch (tests/fit_checkpoint.rs), run as
+it is or with each block checkpointed, as torch.utils.checkpoint runs it: what `gpushim fit
+--checkpoint` predicts from the plain run, this program does when asked.
+
+Per step: a batch; BLOCKS blocks of three ops, each op a temporary (freed once its output is
+made) and an output made by an autograd node (saved for the backward; the third op's is the
+block's output, the next block's input); a loss; the backward, block by block in reverse, op by
+op: the node's gradient on the engine thread, then the op's saved output freed, the previous
+gradient freed; an optimizer step (its state made at the first).
+
+Checkpointed (`ckpt`): the forward keeps nothing for the backward, each op's input freed once
+the next op has made its temporary (as it is under no_grad, when nothing else holds it); the
+block's output is kept. The backward of each block first runs the block's forward again (the
+same requests, with their frees inside the block), frees the copy of the block's output, then
+runs the backward as above on what it made.
+
+usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt] [--batch-size N]"""
+import ctypes
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+batch = 1
+if "--batch-size" in sys.argv[:-1]:
+    batch = int(sys.argv[sys.argv.index("--batch-size") + 1])
+    os.environ["KINDS_BATCH"] = str(batch)
+
+from torch import _standin  # noqa: E402
+
+_standin.load(sys.argv[1], sys.argv[2])
+
+from torch.nn.modules.linear import Linear  # noqa: E402
+from torch.nn.modules.module import Module  # noqa: E402
+from torch.optim.adam import Adam  # noqa: E402
+
+KiB = 1 << 10
+MiB = 1 << 20
+BLOCKS = 4
+steps = int(sys.argv[3])
+ckpt = "ckpt" in sys.argv[4:]
+
+autograd = ctypes.CDLL(sys.argv[1])
+autograd.standin_forward_mm.restype = ctypes.c_void_p
+autograd.standin_forward_mm.argtypes = (ctypes.c_size_t,)
+autograd.standin_backward_node.restype = ctypes.c_void_p
+autograd.standin_backward_node.argtypes = (ctypes.c_size_t, ctypes.c_size_t)
+nodes = 0  # nodes made so far: the next one's index
+
+
+def op_output(n):
+    """An op's output, made by a new autograd node: (its node's index, the tensor)."""
+    global nodes
+    p = autograd.standin_forward_mm(n)
+    assert p, "out of memory"
+    nodes += 1
+    return nodes - 1, p
+
+
+class Block(Module):
+    def __init__(self):
+        self.weight = _standin.empty(1 * MiB)
+        self.grad = None
+
+    def op(self, size, outs, keep):
+        t = _standin.empty(128 * KiB * batch)
+        if not keep and outs:
+            _standin.free(outs[-1][1])  # the previous op's output: used, not kept
+        outs.append(op_output(size * batch))
+        _standin.free(t)
+
+    def forward(self, x, saved, keep):
+        # Three ops, each from a line of its own (as a block's forward reads: no loop).
+        outs = []
+        self.op(768 * KiB, outs, keep)
+        self.op(512 * KiB, outs, keep)
+        self.op(256 * KiB, outs, keep)
+        if keep:
+            saved.extend(outs)
+        else:
+            saved.append(outs[-1])  # the block's output, the next one's input
+        return outs[-1][1]
+
+
+class Net(Module):
+    def __init__(self):
+        self.blocks = [Block() for _ in range(BLOCKS)]
+
+    def forward(self, x, per_block, keep):
+        for b in self.blocks:
+            saved = []
+            x = b(x, saved, keep)
+            per_block.append(saved)
+        return x
+
+
+def backward_ops(ops, grad_bytes):
+    """The backward of a block's ops, in reverse: each node's gradient, then its saved output
+    freed, then the previous gradient."""
+    prev = None
+    for node, out in reversed(ops):
+        g = autograd.standin_backward_node(node, grad_bytes)
+        assert g, "out of memory"
+        _standin.free(out)
+        if prev is not None:
+            _standin.free(prev)
+        prev = g
+    _standin.free(prev)
+
+
+model = Net()
+opt = Adam(model.blocks, 2 * MiB)
+for step in range(steps):
+    x = _standin.empty(1 * MiB * batch)
+    per_block = []
+    out = model(x, per_block, not ckpt)
+    loss = _standin.empty(64 * KiB * batch)
+    for i in reversed(range(BLOCKS)):
+        if ckpt:
+            kept_output = per_block[i][0]
+            again = []
+            model.blocks[i](x, again, True)
+            # The copy of the block's output goes at once; the run's own goes in the backward.
+            node, copy = again.pop()
+            _standin.free(copy)
+            again.append(kept_output)
+            backward_ops(again, 256 * KiB * batch)
+        else:
+            backward_ops(per_block[i], 256 * KiB * batch)
+    opt.step()
+    _standin.free(loss)
+    _standin.free(x)
+print("trained", steps)

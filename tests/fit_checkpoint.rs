@@ -1,0 +1,170 @@
+//! `fit --checkpoint`: a run without activation checkpointing answers for the same program with
+//! its blocks checkpointed. The program of repeated blocks on the PyTorch stand-in
+//! (`tests/clients/kinds/blocks.py`) runs both ways; what `fit` predicts from the plain run at
+//! batch 1 is what the checkpointed program did at batches 1, 2 and 4.
+
+use crate::common::*;
+use crate::fit::json;
+use std::path::{Path, PathBuf};
+
+/// The blocks program at `batch`, checkpointed or not: its trace.
+fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
+    let t = dir.join(format!("b{batch}{}.trace", if ckpt { "-ckpt" } else { "" }));
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let mut args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "2".into()];
+    if ckpt {
+        args.push("ckpt".into());
+    }
+    args.extend(["--batch-size".into(), batch.to_string()]);
+    assert_ok(&python_client(&t, "kinds/blocks.py", args, Vec::new()));
+    t
+}
+
+/// Each setting's rows: (setting, batch, peak reserved, peak allocated).
+fn rows(v: &serde_json::Value) -> Vec<(String, u64, u64, u64)> {
+    let mut out = Vec::new();
+    for s in v["settings"].as_array().unwrap_or_else(|| panic!("{v}")) {
+        for r in s["rows"].as_array().unwrap() {
+            out.push((
+                s["setting"].as_str().unwrap().to_string(),
+                r["batch"].as_u64().unwrap(),
+                r["peak_reserved_bytes"].as_u64().unwrap(),
+                r["peak_allocated_bytes"].as_u64().unwrap(),
+            ));
+        }
+    }
+    out
+}
+
+/// From the plain run at batch 1, with its blocks named or found: the peak reserved and
+/// allocated of the checkpointed program at 1, 2 and 4, to the byte under the run's setting
+/// (the replay of the setting a run used is that run's own), and its peak allocated under
+/// expandable segments; and not what the plain program holds.
+#[test]
+fn a_plain_run_predicts_the_checkpointed_programs_peaks() {
+    let dir = tempdir("fit-ckpt");
+    let plain = blocks(&dir, 1, false);
+    let p = plain.to_str().unwrap();
+    let predicted = json(&[
+        "fit",
+        p,
+        "--at",
+        "1",
+        "--batch",
+        "1,2,4",
+        "--checkpoint",
+        "Block",
+        "--json",
+    ]);
+    let ck = &predicted["checkpoint"];
+    assert_eq!(ck["class"], "Block", "{ck}");
+    assert_eq!(ck["found"], false);
+    assert_eq!(ck["per_step"], 4, "four blocks a step: {ck}");
+    assert_eq!(ck["blocks"], 8, "two steps: {ck}");
+    assert_eq!(ck["checkpointed"], 8, "{ck}");
+    // Each block kept its first two ops' outputs (768 + 512 KiB) for the backward.
+    assert_eq!(ck["saved_bytes"], 8 * (768 + 512) * 1024, "{ck}");
+    let predicted = rows(&predicted);
+    for batch in [1u64, 2, 4] {
+        let real = blocks(&dir, batch, true);
+        let r = real.to_str().unwrap();
+        let b = batch.to_string();
+        let truth = rows(&json(&["fit", r, "--at", &b, "--batch", &b, "--json"]));
+        let of = |rows: &[(String, u64, u64, u64)], setting: &str| {
+            rows.iter()
+                .find(|x| x.0 == setting && x.1 == batch)
+                .cloned()
+                .unwrap_or_else(|| panic!("no row at {batch} under '{setting}': {rows:?}"))
+        };
+        assert_eq!(of(&predicted, ""), of(&truth, ""), "batch {batch}");
+        let (p, t) = (
+            of(&predicted, "expandable_segments:True"),
+            of(&truth, "expandable_segments:True"),
+        );
+        assert_eq!(p.3, t.3, "allocated under expandable segments at {batch}");
+    }
+    // The what-if changes the answer: the plain program holds more.
+    let plain_rows = rows(&json(&[
+        "fit", p, "--at", "1", "--batch", "1,2,4", "--json",
+    ]));
+    for (w, without) in predicted.iter().zip(&plain_rows) {
+        assert!(
+            w.3 < without.3,
+            "checkpointed {w:?} against plain {without:?}"
+        );
+    }
+    // Found from the frames: the same blocks, the same answer.
+    let found = json(&[
+        "fit",
+        p,
+        "--at",
+        "1",
+        "--batch",
+        "1,2,4",
+        "--checkpoint",
+        "auto",
+        "--json",
+    ]);
+    assert_eq!(
+        found["checkpoint"]["class"], "Block",
+        "{}",
+        found["checkpoint"]
+    );
+    assert_eq!(found["checkpoint"]["found"], true);
+    assert_eq!(rows(&found), predicted);
+    // The text says what was checkpointed and from what.
+    let text = gpushim_text(&["fit", p, "--at", "1", "--checkpoint", "auto"]);
+    assert_ok(&text);
+    let said = stdout(&text);
+    assert!(
+        said.contains(
+            "with activation checkpointing of Block (4 blocks a step, found from the frames)"
+        ),
+        "{said}"
+    );
+}
+
+/// A class no request was made under is refused with the reason; a run without repeated
+/// blocks says so and how to name one; `--checkpoint` and a second run are not taken together.
+#[test]
+fn blocks_that_cannot_be_found_are_said_so() {
+    let dir = tempdir("fit-ckpt-none");
+    let plain = blocks(&dir, 1, false);
+    let p = plain.to_str().unwrap();
+    let o = gpushim_text(&["fit", p, "--at", "1", "--checkpoint", "GPT2Block"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains(
+            "--checkpoint: no request of the run's forward was made under GPT2Block.forward"
+        ),
+        "{err}"
+    );
+    // The kinds program has one module class whose forward runs twice a step (Linear): found.
+    let t = dir.join("kinds.trace");
+    assert_ok(&kinds_program(&t, 3, false, Vec::new()));
+    let v = json(&[
+        "fit",
+        t.to_str().unwrap(),
+        "--at",
+        "1",
+        "--checkpoint",
+        "auto",
+        "--json",
+    ]);
+    assert_eq!(v["checkpoint"]["class"], "Linear", "{}", v["checkpoint"]);
+    let o = gpushim_text(&[
+        "fit",
+        p,
+        "--at",
+        "1",
+        "--checkpoint",
+        "auto",
+        "--with",
+        p,
+        "--with-at",
+        "2",
+    ]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("cannot be used with"), "{}", stderr(&o));
+}
