@@ -176,13 +176,23 @@ fn the_commands_and_scripts_the_docs_show_run() {
                 args.push(saved.into_os_string());
                 has_trace = true;
             } else if w.contains(".trace") && !is_run {
-                // What replays PyTorch's allocator needs its tensors: a recorded GPT-2 run.
-                if words[0] == "fit" || words.iter().any(|w| w == "--torch") {
+                // What replays PyTorch's allocator needs its tensors: a recorded GPT-2 run; a
+                // what-if of checkpointing, blocks in its frames: the blocks program's run.
+                if words.iter().any(|w| w == "--checkpoint") {
+                    let blocks = dir.join("b1.trace");
+                    if !blocks.exists() {
+                        crate::fit_checkpoint::blocks(&dir, 1, false);
+                    }
+                    args.push(blocks.into_os_string());
+                } else if words[0] == "fit" || words.iter().any(|w| w == "--torch") {
                     args.push(repo().join("tests/data/torch/gpt2.trace").into_os_string());
                 } else {
                     args.push(trace.as_os_str().to_owned());
                 }
                 has_trace = true;
+            } else if args.last().is_some_and(|a| a == "--checkpoint") && w != "auto" {
+                // The class the docs name is the blocks program's.
+                args.push("Block".into());
             } else {
                 args.push(w.into());
             }

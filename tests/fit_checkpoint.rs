@@ -8,7 +8,7 @@ use crate::fit::json;
 use std::path::{Path, PathBuf};
 
 /// The blocks program at `batch`, checkpointed or not: its trace.
-fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
+pub(crate) fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
     let t = dir.join(format!("b{batch}{}.trace", if ckpt { "-ckpt" } else { "" }));
     let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
     let mut args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "2".into()];
