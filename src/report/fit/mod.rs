@@ -135,24 +135,7 @@ pub struct Fit {
     pub seq: Option<SeqAxis>,
     /// The what-if of activation checkpointing, when asked: every row is under it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<CheckpointWhatIf>,
-}
-
-/// The blocks a `--checkpoint` what-if checkpointed.
-#[derive(Clone, Debug, Serialize)]
-pub struct CheckpointWhatIf {
-    /// The module class whose blocks are checkpointed, and whether it was found from the
-    /// frames (not named).
-    pub class: String,
-    pub found: bool,
-    /// Blocks in the run, the most in one step, and those whose backward was found (the
-    /// others run as they did).
-    pub blocks: usize,
-    pub per_step: usize,
-    pub checkpointed: usize,
-    /// What the checkpointed blocks kept for their backward in the run, at its batch: freed at
-    /// each block's end, made again one block at a time in the backward.
-    pub saved_bytes: u64,
+    pub checkpoint: Option<torch_replay::Blocks>,
 }
 
 impl Fit {
@@ -386,14 +369,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
             requests: measured_requests,
         }),
         seq,
-        checkpoint: checkpointing.map(|c| CheckpointWhatIf {
-            class: c.class,
-            found: c.found,
-            blocks: c.blocks,
-            per_step: c.per_step,
-            checkpointed: c.checkpointed,
-            saved_bytes: c.saved_bytes,
-        }),
+        checkpoint: checkpointing.map(|c| c.blocks),
     })
 }
 

@@ -27,21 +27,27 @@ use crate::report::kinds::{Phase, phase_of_stack};
 use crate::trace::format;
 use crate::trace::reader::TraceReader;
 
+/// The blocks a `--checkpoint` what-if checkpointed.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Blocks {
+    /// The module class whose blocks are checkpointed, and whether it was found from the
+    /// frames (not named).
+    pub class: String,
+    pub found: bool,
+    /// Blocks in the run, the most in one step, and those whose backward was found (the
+    /// others run as they did).
+    pub blocks: usize,
+    pub per_step: usize,
+    pub checkpointed: usize,
+    /// What the checkpointed blocks kept for their backward in the run, at its batch: gone
+    /// once used in the forward, made again one block at a time in the backward.
+    pub saved_bytes: u64,
+}
+
 /// What checkpointing the blocks of a class changes in a run's events.
 #[derive(Clone, Debug)]
 pub struct Checkpointing {
-    /// The module class whose blocks are checkpointed.
-    pub class: String,
-    /// Whether the class was found from the frames (not named).
-    pub found: bool,
-    /// Blocks in the run, and in its step with the most.
-    pub blocks: usize,
-    pub per_step: usize,
-    /// Blocks whose backward was found (the others are left as they ran).
-    pub checkpointed: usize,
-    /// Bytes the checkpointed blocks kept for their backward in the run: freed at each block's
-    /// end, made again one block at a time.
-    pub saved_bytes: u64,
+    pub blocks: Blocks,
     /// Before each event (and at the end): what to insert.
     inserts: Vec<Vec<Insert>>,
     /// Each block's forward as made again: its requests and their frees inside it (event
@@ -296,12 +302,14 @@ impl Input {
             }
         }
         let mut ck = Checkpointing {
-            class,
-            found,
-            blocks: blocks.len(),
-            per_step,
-            checkpointed: 0,
-            saved_bytes: 0,
+            blocks: Blocks {
+                class,
+                found,
+                blocks: blocks.len(),
+                per_step,
+                checkpointed: 0,
+                saved_bytes: 0,
+            },
             inserts: vec![Vec::new(); n + 1],
             recompute: vec![Vec::new(); blocks.len()],
             remap: vec![None; n],
@@ -353,12 +361,13 @@ impl Input {
                     for &f in frees.get(&a).into_iter().flatten() {
                         ck.remap[f] = Some(k32);
                     }
-                    ck.saved_bytes = ck.saved_bytes.saturating_add(self.events[a].size);
+                    ck.blocks.saved_bytes =
+                        ck.blocks.saved_bytes.saturating_add(self.events[a].size);
                 } else {
                     ck.inserts[begin].push(Insert::FreeCopy(a, k32));
                 }
             }
-            ck.checkpointed += 1;
+            ck.blocks.checkpointed += 1;
         }
         ck
     }

@@ -25,7 +25,7 @@ mod checkpoint;
 mod read;
 mod replayer;
 
-pub use checkpoint::Checkpointing;
+pub use checkpoint::{Blocks, Checkpointing};
 
 pub use advice::{OomAdvice, candidates, oom_advice, recommend, recorded_conf, render_advice};
 pub use read::read;
