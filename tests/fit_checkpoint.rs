@@ -140,6 +140,27 @@ fn blocks_that_cannot_be_found_are_said_so() {
         ),
         "{err}"
     );
+    // One block a step: no module's forward repeats, and the way out is named.
+    let single = dir.join("single.trace");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "2".into()];
+    let env = vec![("BLOCKS_COUNT", "1".to_string())];
+    assert_ok(&python_client(&single, "kinds/blocks.py", args, env));
+    let o = gpushim_text(&[
+        "fit",
+        single.to_str().unwrap(),
+        "--at",
+        "1",
+        "--checkpoint",
+        "auto",
+    ]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("no module's forward runs more than once in a step")
+            && err.contains("--checkpoint CLASS"),
+        "{err}"
+    );
     // The kinds program has one module class whose forward runs twice a step (Linear): found.
     let t = dir.join("kinds.trace");
     assert_ok(&kinds_program(&t, 3, false, Vec::new()));

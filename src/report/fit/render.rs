@@ -52,31 +52,7 @@ pub fn render(f: &Fit) -> String {
         );
     }
     if let Some(c) = &f.checkpoint {
-        // The class is an identifier (checkpoint.rs keeps no other name).
-        let _ = writeln!(
-            o,
-            "with activation checkpointing of {} ({} blocks a step, {}): what the blocks kept \
-             for the backward ({} at batch {}) goes once used in the forward, and is made \
-             again one block at a time in the backward{}",
-            crate::fixedfmt::Escaped(c.class.as_bytes()),
-            c.per_step,
-            if c.found {
-                "found from the frames"
-            } else {
-                "named"
-            },
-            human_bytes(c.saved_bytes),
-            f.at,
-            if c.checkpointed < c.blocks {
-                format!(
-                    " ({} of {} blocks whose backward was not found run as they did)",
-                    c.blocks - c.checkpointed,
-                    c.blocks
-                )
-            } else {
-                String::new()
-            }
-        );
+        checkpoint_line(&mut o, f.at, c);
     }
     let _ = writeln!(
         o,
@@ -257,4 +233,34 @@ fn seq_axis(o: &mut String, a: &SeqAxis, batch: u64) {
             );
         }
     }
+}
+
+/// What a `--checkpoint` what-if checkpointed, in one line.
+fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_replay::Blocks) {
+    use std::fmt::Write as _;
+    // The class is an identifier (checkpoint.rs finds no other name); escaped all the same.
+    let _ = writeln!(
+        o,
+        "with activation checkpointing of {} ({} blocks a step, {}): what the blocks kept \
+         for the backward ({} at batch {}) goes once used in the forward, and is made \
+         again one block at a time in the backward{}",
+        crate::fixedfmt::Escaped(c.class.as_bytes()),
+        c.per_step,
+        if c.found {
+            "found from the frames"
+        } else {
+            "named"
+        },
+        human_bytes(c.saved_bytes),
+        at,
+        if c.checkpointed < c.blocks {
+            format!(
+                " ({} of {} blocks whose backward was not found run as they did)",
+                c.blocks - c.checkpointed,
+                c.blocks
+            )
+        } else {
+            String::new()
+        }
+    );
 }

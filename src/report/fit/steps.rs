@@ -109,10 +109,7 @@ pub(super) fn setting_fit(
             );
             (sized, optional.get(n).copied().unwrap_or(false))
         };
-        let events = match checkpointing {
-            Some(c) => input.resized_checkpointed(c, size),
-            None => input.resized_optional(size),
-        };
+        let events = input.resized_optional(checkpointing, size);
         let o = torch_replay::replay_resized(input, &events, conf, bounds);
         Row {
             batch,

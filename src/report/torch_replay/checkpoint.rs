@@ -245,18 +245,8 @@ fn copy_ptr(ptr: u64, k: u32) -> u64 {
 }
 
 impl Input {
-    /// What checkpointing `blocks` changes: where each saved tensor is freed, where each
-    /// block's forward is made again.
-    fn plan(
-        &self,
-        class: String,
-        found: bool,
-        blocks: Vec<Block>,
-        per_step: usize,
-        stacks: &mut Stacks<'_>,
-    ) -> Checkpointing {
-        let n = self.events.len();
-        // Each request's frees (a free asked, then done), by event index.
+    /// Each request's frees (a free asked, then done), by event index.
+    fn frees(&self) -> FastMap<usize, Vec<usize>> {
         let mut frees: FastMap<usize, Vec<usize>> = FastMap::default();
         let mut live: FastMap<(u8, u64), usize> = FastMap::default();
         for (i, e) in self.events.iter().enumerate() {
@@ -277,8 +267,14 @@ impl Input {
                 _ => {}
             }
         }
-        // Where each block's backward begins: the first backward request of one of its ops.
+        frees
+    }
+
+    /// Where each block's backward begins: the first backward request (an event index) of one
+    /// of its ops, by autograd sequence number; `None` where none is found.
+    fn backward_begins(&self, blocks: &[Block], stacks: &mut Stacks<'_>) -> Vec<Option<usize>> {
         let mut begins: Vec<Option<usize>> = vec![None; blocks.len()];
+        // The blocks' ranges of numbers, in order (numbers grow through a forward).
         let ranged: Vec<(u64, u64, usize)> = blocks
             .iter()
             .enumerate()
@@ -301,6 +297,22 @@ impl Input {
                 begins[k] = Some(i);
             }
         }
+        begins
+    }
+
+    /// What checkpointing `blocks` changes: where each saved tensor is freed, where each
+    /// block's forward is made again.
+    fn plan(
+        &self,
+        class: String,
+        found: bool,
+        blocks: Vec<Block>,
+        per_step: usize,
+        stacks: &mut Stacks<'_>,
+    ) -> Checkpointing {
+        let n = self.events.len();
+        let frees = self.frees();
+        let begins = self.backward_begins(&blocks, stacks);
         let mut ck = Checkpointing {
             blocks: Blocks {
                 class,
@@ -371,73 +383,48 @@ impl Input {
         }
         ck
     }
+}
 
-    /// The requests resized as [`Input::resized_optional`] does, with the blocks of `ck`
-    /// checkpointed.
-    pub fn resized_checkpointed(
+impl Checkpointing {
+    /// What goes before event `i` of `events` (at `at`, or at the end for `events.len()`):
+    /// saved tensors freed, a block's forward made again (its requests sized by `sized`, as
+    /// their originals), copies freed; appended to `out`.
+    pub(super) fn insert_before(
         &self,
-        ck: &Checkpointing,
-        size: impl Fn(usize, u64, u64) -> (u64, bool),
-    ) -> super::Resized {
-        let mut index = vec![0usize; self.events.len()];
-        let mut n = 0;
-        for (i, e) in self.events.iter().enumerate() {
-            if e.ev == Ev::Alloc {
-                index[i] = n;
-                n += 1;
-            }
-        }
-        let sized = |i: usize| -> Event {
-            let mut e = self.events[i];
-            (e.size, e.optional) = size(index[i], e.size, e.stack);
+        events: &[Event],
+        i: usize,
+        at: u64,
+        sized: impl Fn(usize) -> Event,
+        out: &mut Vec<Event>,
+    ) {
+        let freed = |a: usize, ptr: u64| -> Event {
+            let mut e = events[a];
+            (e.ev, e.ptr, e.size, e.time_ns) = (Ev::Free, ptr, 0, at);
             e
         };
-        let freed = |a: usize, ptr: u64, time_ns: u64| -> Event {
-            let mut e = self.events[a];
-            (e.ev, e.ptr, e.size, e.time_ns) = (Ev::Free, ptr, 0, time_ns);
-            e
-        };
-        let mut out = Vec::with_capacity(self.events.len() + self.events.len() / 4);
-        for i in 0..=self.events.len() {
-            let at = self
-                .events
-                .get(i)
-                .or(self.events.last())
-                .map_or(0, |e| e.time_ns);
-            for x in ck.inserts.get(i).into_iter().flatten() {
-                match *x {
-                    Insert::Free(a) => out.push(freed(a, self.events[a].ptr, at)),
-                    Insert::FreeCopy(a, k) => {
-                        out.push(freed(a, copy_ptr(self.events[a].ptr, k), at));
-                    }
-                    Insert::Recompute(k) => {
-                        for &j in ck.recompute.get(k as usize).into_iter().flatten() {
-                            let mut e = if self.events[j].ev == Ev::Alloc {
-                                sized(j)
-                            } else {
-                                self.events[j]
-                            };
-                            (e.ptr, e.time_ns) = (copy_ptr(e.ptr, k), at);
-                            out.push(e);
-                        }
+        for x in self.inserts.get(i).into_iter().flatten() {
+            match *x {
+                Insert::Free(a) => out.push(freed(a, events[a].ptr)),
+                Insert::FreeCopy(a, k) => out.push(freed(a, copy_ptr(events[a].ptr, k))),
+                Insert::Recompute(k) => {
+                    for &j in self.recompute.get(k as usize).into_iter().flatten() {
+                        let mut e = if events[j].ev == Ev::Alloc {
+                            sized(j)
+                        } else {
+                            events[j]
+                        };
+                        (e.ptr, e.time_ns) = (copy_ptr(e.ptr, k), at);
+                        out.push(e);
                     }
                 }
             }
-            let Some(e) = self.events.get(i) else {
-                break;
-            };
-            match e.ev {
-                Ev::Oom | Ev::Skip => {}
-                Ev::Alloc => out.push(sized(i)),
-                _ => {
-                    let mut e = *e;
-                    if let Some(k) = ck.remap[i] {
-                        e.ptr = copy_ptr(e.ptr, k);
-                    }
-                    out.push(e);
-                }
-            }
         }
-        super::Resized(out)
+    }
+
+    /// Event `i`, a saved tensor's free, frees its block's recomputed copy instead.
+    pub(super) fn remap(&self, i: usize, e: &mut Event) {
+        if let Some(&Some(k)) = self.remap.get(i) {
+            e.ptr = copy_ptr(e.ptr, k);
+        }
     }
 }

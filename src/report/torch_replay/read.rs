@@ -104,7 +104,7 @@ impl Gather {
             RecordKind::StackRef => {
                 if let Some(i) = self.stack_for.remove(&r.thread) {
                     self.events[i].stack = r.ptr;
-                    self.events[i].sequence = r.size >> 8;
+                    self.events[i].sequence = crate::trace::backward::sequence_of(r);
                 }
             }
             RecordKind::TensorPool => {

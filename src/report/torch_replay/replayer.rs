@@ -388,7 +388,7 @@ pub fn replay(
 /// the run as it was but for its failures (another run need not fail there). The run's own
 /// segments stay as hints: the model takes a recorded address only for a segment of the
 /// recorded length, so at the run's own sizes the replay is the run's, to the byte.
-pub struct Resized(pub(super) Vec<Event>);
+pub struct Resized(Vec<Event>);
 
 impl Input {
     /// Each tensor request in order: whether it was freed before the program asked for
@@ -451,28 +451,56 @@ impl Input {
 
     /// The requests resized by `size(n, recorded size, stack)`, `n` counting the requests.
     pub fn resized(&self, size: impl Fn(usize, u64, u64) -> u64) -> Resized {
-        self.resized_optional(|n, s, stack| (size(n, s, stack), false))
+        self.resized_optional(None, |n, s, stack| (size(n, s, stack), false))
     }
 
     /// The requests resized as [`Input::resized`] does, each also said to be one the program
-    /// can do without when memory is short (see `Event::optional`).
-    pub fn resized_optional(&self, size: impl Fn(usize, u64, u64) -> (u64, bool)) -> Resized {
+    /// can do without when memory is short (see `Event::optional`); with `checkpointing`, the
+    /// blocks it names checkpointed (a recomputed request sized as its original).
+    pub fn resized_optional(
+        &self,
+        checkpointing: Option<&super::Checkpointing>,
+        size: impl Fn(usize, u64, u64) -> (u64, bool),
+    ) -> Resized {
+        // Each event's place among the requests.
+        let mut index = Vec::with_capacity(self.events.len());
         let mut n = 0;
-        Resized(
-            self.events
-                .iter()
-                .filter_map(|e| match e.ev {
-                    Ev::Alloc => {
-                        let mut e = *e;
-                        (e.size, e.optional) = size(n, e.size, e.stack);
-                        n += 1;
-                        Some(e)
+        for e in &self.events {
+            index.push(n);
+            n += usize::from(e.ev == Ev::Alloc);
+        }
+        let sized = |i: usize| -> Event {
+            let mut e = self.events[i];
+            (e.size, e.optional) = size(index[i], e.size, e.stack);
+            e
+        };
+        let mut out = Vec::with_capacity(self.events.len());
+        for (i, e) in self.events.iter().enumerate() {
+            if let Some(c) = checkpointing {
+                c.insert_before(&self.events, i, e.time_ns, sized, &mut out);
+            }
+            match e.ev {
+                Ev::Oom | Ev::Skip => {}
+                Ev::Alloc => out.push(sized(i)),
+                _ => {
+                    let mut e = *e;
+                    if let Some(c) = checkpointing {
+                        c.remap(i, &mut e);
                     }
-                    Ev::Oom | Ev::Skip => None,
-                    _ => Some(*e),
-                })
-                .collect(),
-        )
+                    out.push(e);
+                }
+            }
+        }
+        if let (Some(c), Some(last)) = (checkpointing, self.events.last()) {
+            c.insert_before(
+                &self.events,
+                self.events.len(),
+                last.time_ns,
+                sized,
+                &mut out,
+            );
+        }
+        Resized(out)
     }
 }
 

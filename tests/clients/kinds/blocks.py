@@ -14,7 +14,8 @@ block's output is kept. The backward of each block first runs the block's forwar
 same requests, with their frees inside the block), frees the copy of the block's output, then
 runs the backward as above on what it made.
 
-usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt] [--batch-size N]"""
+usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt] [--batch-size N]
+BLOCKS_COUNT=N: N blocks (default 4)."""
 import ctypes
 import os
 import sys
@@ -36,7 +37,7 @@ from torch.optim.adam import Adam  # noqa: E402
 
 KiB = 1 << 10
 MiB = 1 << 20
-BLOCKS = 4
+BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 steps = int(sys.argv[3])
 ckpt = "ckpt" in sys.argv[4:]
 

@@ -116,3 +116,15 @@ pub(crate) fn checkpoint_summed(bodies: &[[u8; RECORD_SIZE]]) -> (u64, u64) {
             (n.saturating_add(r.ptr), b.saturating_add(r.size))
         })
 }
+
+/// How many of a checkpoint's records restore state (up to and with its `END`): the reader
+/// hands them on first, in their own order; 0 without an `END`.
+pub(crate) fn restoring_prefix(bodies: &[[u8; RECORD_SIZE]]) -> usize {
+    bodies
+        .iter()
+        .position(|b| {
+            Record::decode(b)
+                .is_some_and(|r| r.kind == RecordKind::Restore && r.status == format::restore::END)
+        })
+        .map_or(0, |i| i + 1)
+}

@@ -227,42 +227,10 @@ impl Decoder {
         true
     }
 
-    /// The next record when it is a plain one (committed, in the chunk, no definition under
-    /// way, not a definition itself): most records, decoded straight from the chunk.
-    #[inline]
-    fn plain_from_chunk(&mut self) -> Option<Record> {
-        if self.chunk_at >= self.chunk_len
-            || self.checkpoint_at < self.checkpoint.len()
-            || self.pending.is_some()
-        {
-            return None;
-        }
-        let at = self.chunk_at * RECORD_SIZE;
-        let body: &[u8; RECORD_SIZE] = self.chunk.get(at..at + RECORD_SIZE)?.try_into().ok()?;
-        if Record::commit_of(body) != format::commit_tag(self.next) {
-            return None;
-        }
-        let r = Record::decode(body)?;
-        if matches!(
-            r.kind,
-            RecordKind::String
-                | RecordKind::Stack
-                | RecordKind::StringData
-                | RecordKind::StackData
-                | RecordKind::Module
-                | RecordKind::ModuleBuildId
-        ) {
-            return None;
-        }
-        self.chunk_at += 1;
-        self.next += 1;
-        self.stats.committed += 1;
-        Some(r)
-    }
-
-    /// Decodes up to `most` plain records (see [`Decoder::plain_from_chunk`]) from the chunk into
-    /// the window, stopping at the first that is not; how many. `in_order` is cleared when one
-    /// comes earlier than a record before it.
+    /// Decodes up to `most` plain records (committed, in the chunk, no definition under way,
+    /// not a definition themselves: most records) from the chunk into the window, stopping at
+    /// the first that is not; how many. `in_order` is cleared when one comes earlier than a
+    /// record before it. The rest go through [`Decoder::next_in_file`].
     fn plain_run(&mut self, most: usize, in_order: &mut bool) -> usize {
         if self.checkpoint_at < self.checkpoint.len() || self.pending.is_some() {
             return 0;
@@ -306,10 +274,9 @@ impl Decoder {
         n
     }
 
+    /// The next record from the checkpoint or the file, whatever it is: definitions gathered,
+    /// slots left unused skipped, damage said.
     pub(super) fn next_in_file(&mut self) -> Option<Record> {
-        if let Some(r) = self.plain_from_chunk() {
-            return Some(r);
-        }
         let mut buf = [0u8; RECORD_SIZE];
         while let Some((index, in_checkpoint)) = self.next_body(&mut buf) {
             let commit = Record::commit_of(&buf);

@@ -14,7 +14,9 @@ pub(crate) mod head;
 mod opening;
 mod stats;
 
-use crate::trace::checkpoint::read::{checkpoint_summarized, checkpoint_summed, read_checkpoint};
+use crate::trace::checkpoint::read::{
+    checkpoint_summarized, checkpoint_summed, read_checkpoint, restoring_prefix,
+};
 pub use head::{DeviceMake, printable, visible};
 use head::{info_capacity, le_u64, read_header};
 pub use stats::{Damage, DecodeStats};
@@ -316,14 +318,7 @@ impl TraceReader {
             io::Seek::seek(&mut file, io::SeekFrom::Start(HEADER_SIZE as u64))
                 .map_err(|e| ReadError::Io(info.path.clone(), e))?;
         }
-        let checkpoint_prefix = checkpoint
-            .iter()
-            .position(|b| {
-                Record::decode(b).is_some_and(|r| {
-                    r.kind == RecordKind::Restore && r.status == format::restore::END
-                })
-            })
-            .map_or(0, |i| i + 1);
+        let checkpoint_prefix = restoring_prefix(&checkpoint);
         let first_offset = io::Seek::stream_position(&mut file)
             .map_err(|e| ReadError::Io(info.path.clone(), e))?;
         let (summed, summed_bytes) = checkpoint_summed(&checkpoint);
