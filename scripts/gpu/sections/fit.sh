@@ -20,14 +20,7 @@ limit=$((20 << 30))
 declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8 [llama]=2 [convnext]=16)
 truth="$work/truth.jsonl"
 touch "$truth"
-# One run: MODEL BATCH SETTING [LIMIT]; appends its TRUTH line, and says whether it ran.
-one() {
-  local line
-  line=$(PYTORCH_CUDA_ALLOC_CONF=$3 python3 scripts/gpu/fit_truth.py run "$1" "$2" 3 ${4:-} 2>/dev/null | grep '^TRUTH' | sed 's/^TRUTH //') || true
-  [ -n "$line" ] || { echo "$1 batch $2 '$3': the run failed" >&2; return 2; }
-  echo "$line" >> "$truth"
-  ! grep -q '"oom": true' <<< "$line"
-}
+source scripts/gpu/fit_runs.sh
 for m in $models; do
   b=${base[$m]}
   "$GPUSHIM_BIN" run --trace "$work/$m.trace" -- python3 scripts/gpu/fit_truth.py run "$m" "$b" 3 \
@@ -35,14 +28,9 @@ for m in $models; do
   "$GPUSHIM_BIN" fit "$work/$m.trace" --at "$b" --batch "$b,$((4 * b)),$((8 * b))" \
     --limit "$limit" --json > "$work/$m.fit.json"
   for setting in "" "expandable_segments:True"; do
-    for k in 4 8; do one "$m" $((b * k)) "$setting" || true; done
+    for k in 4 8; do fit_one "$m" $((b * k)) "$setting" || true; done
     predicted=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(next(s['largest_batch'] for s in d['settings'] if s['setting'] == sys.argv[2]))" "$work/$m.fit.json" "$setting")
-    # The truth about the predicted largest: it runs and the next does not, or step until so.
-    if one "$m" "$predicted" "$setting" "$limit"; then
-      for n in 1 2 3; do one "$m" $((predicted + n)) "$setting" "$limit" || break; done
-    else
-      for n in 1 2 3; do [ $((predicted - n)) -ge 1 ] || break; ! one "$m" $((predicted - n)) "$setting" "$limit" || break; done
-    fi
+    fit_largest "$m" "$predicted" "$setting" "$limit"
   done
 done
 python3 scripts/gpu/fit_table.py "$work" $models

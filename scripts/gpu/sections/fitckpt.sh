@@ -21,15 +21,7 @@ limit=$((20 << 30))
 declare -A base=([gpt2]=2 [vit]=8)
 truth="$work/truth.jsonl"
 touch "$truth"
-# One real run with checkpointing: MODEL BATCH SETTING [LIMIT]; appends its TRUTH line, and
-# says whether it ran.
-one() {
-  local line
-  line=$(FIT_CKPT=1 PYTORCH_CUDA_ALLOC_CONF=$3 python3 scripts/gpu/fit_truth.py run "$1" "$2" 3 ${4:-} 2>/dev/null | grep '^TRUTH' | sed 's/^TRUTH //') || true
-  [ -n "$line" ] || { echo "$1 batch $2 '$3': the run failed" >&2; return 2; }
-  echo "$line" >> "$truth"
-  ! grep -q '"oom": true' <<< "$line"
-}
+source scripts/gpu/fit_runs.sh
 for m in $models; do
   b=${base[$m]}
   "$GPUSHIM_BIN" run --trace "$work/$m.trace" -- python3 scripts/gpu/fit_truth.py run "$m" "$b" 3 \
@@ -38,14 +30,10 @@ for m in $models; do
     --limit "$limit" --checkpoint auto --json > "$work/$m.fit.json"
   python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['checkpoint']; print(sys.argv[2], 'blocks:', c['class'], c['per_step'], 'a step')" "$work/$m.fit.json" "$m"
   for setting in "" "expandable_segments:True"; do
-    for k in 4 8; do one "$m" $((b * k)) "$setting" || true; done
+    for k in 4 8; do FIT_CKPT=1 fit_one "$m" $((b * k)) "$setting" || true; done
   done
   # The largest under the limit, under the run's setting (the defaults).
   predicted=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(next(s['largest_batch'] for s in d['settings'] if s['setting'] == ''))" "$work/$m.fit.json")
-  if one "$m" "$predicted" "" "$limit"; then
-    for n in 1 2 3; do one "$m" $((predicted + n)) "" "$limit" || break; done
-  else
-    for n in 1 2 3; do [ $((predicted - n)) -ge 1 ] || break; ! one "$m" $((predicted - n)) "" "$limit" || break; done
-  fi
+  FIT_CKPT=1 fit_largest "$m" "$predicted" "" "$limit"
 done
 python3 scripts/gpu/fit_table.py "$work" $models
