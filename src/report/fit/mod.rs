@@ -7,9 +7,9 @@
 //! Which tensors follow the batch comes from their kinds ([`super::kinds`]): activations, the
 //! input and the temporaries of the forward, the backward and the program's own lines grow with
 //! it; parameters, gradients, optimizer state, cuBLAS's workspaces and the optimizer's
-//! temporaries do not, nor a temporary the size of a parameter (a weight's gradient being
-//! summed, its half-precision copy under autocast). A tensor of unknown kind keeps its size,
-//! and its lines are named (`docs/fit.md`).
+//! temporaries do not, nor a temporary outside the forward the size of a parameter (a weight's
+//! gradient being summed), nor one of half a parameter's size (its half-precision copy under
+//! autocast). A tensor of unknown kind keeps its size, and its lines are named (`docs/fit.md`).
 
 mod batch;
 mod largest;

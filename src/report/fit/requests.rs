@@ -27,14 +27,19 @@ pub(super) fn optional_requests(input: &Input, labels: &[String]) -> Vec<bool> {
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
 pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Requests {
     let reader = input.reader();
-    // The sizes a parameter has, and half of each (its copy in 16 bits under autocast).
+    // The sizes a parameter has (a weight's gradient being summed in the backward), and half
+    // of each (its copy in 16 bits under autocast, made in the forward).
     let mut parameter_sizes = HashSet::new();
+    let mut half_sizes = HashSet::new();
     for ((size, _), k) in input.requests().zip(&kinds) {
         if matches!(k, Kind::Parameter | Kind::Gradient) {
             parameter_sizes.insert(size);
-            parameter_sizes.insert(size / 2);
+            half_sizes.insert(size / 2);
         }
     }
+    // A temporary of the forward the full size of a parameter is an activation's that happens
+    // to match (GPT-2's at 2 x 512 tokens are its position table's size, a dropout mask at 8
+    // x 512 too): the forward makes no full-size copy of a weight.
     let mut phases: FastMap<u64, Phase> = FastMap::default();
     let scale = input
         .requests()
@@ -45,7 +50,9 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
                 let phase = *phases
                     .entry(stack)
                     .or_insert_with(|| phase_of_stack(reader, stack));
-                if phase == Phase::Optimizer || parameter_sizes.contains(&size) {
+                let weight_sized = half_sizes.contains(&size)
+                    || (phase != Phase::Forward && parameter_sizes.contains(&size));
+                if phase == Phase::Optimizer || weight_sized {
                     Scale::Fixed
                 } else {
                     Scale::Batch
