@@ -9,11 +9,20 @@ use std::path::{Path, PathBuf};
 
 /// The blocks program at `batch`, checkpointed or not: its trace.
 pub(crate) fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
-    let t = dir.join(format!("b{batch}{}.trace", if ckpt { "-ckpt" } else { "" }));
+    blocks_in(dir, batch, if ckpt { "ckpt" } else { "" })
+}
+
+/// The blocks program at `batch` in `mode` ("", "ckpt" or "amp"): its trace.
+fn blocks_in(dir: &Path, batch: u64, mode: &str) -> PathBuf {
+    let t = if mode.is_empty() {
+        dir.join(format!("b{batch}.trace"))
+    } else {
+        dir.join(format!("b{batch}-{mode}.trace"))
+    };
     let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
     let mut args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "2".into()];
-    if ckpt {
-        args.push("ckpt".into());
+    if !mode.is_empty() {
+        args.push(mode.into());
     }
     args.extend(["--batch-size".into(), batch.to_string()]);
     assert_ok(&python_client(&t, "kinds/blocks.py", args, Vec::new()));
@@ -230,6 +239,51 @@ fn a_forward_temporary_the_size_of_a_parameter_grows() {
             assert_eq!(p.3, t.3, "peak allocated, checkpointed");
         } else {
             assert_eq!(p, t, "plain");
+        }
+    }
+}
+
+/// Under autocast each weight's 16-bit copy is kept for the backward, as activations are, but
+/// does not grow with the batch; an op's output that is half a weight's size by chance (the
+/// blocks' second op at batch 1) does. The copies are told by their op (a cast: its node is
+/// `ToCopyBackward0`): from the run at 1, the runs at 2 and 4 to the byte.
+#[test]
+fn autocast_weight_copies_keep_their_size() {
+    let dir = tempdir("fit-amp");
+    let one = blocks_in(&dir, 1, "amp");
+    let predicted = rows(&json(&[
+        "fit",
+        one.to_str().unwrap(),
+        "--at",
+        "1",
+        "--batch",
+        "2,4",
+        "--json",
+    ]));
+    for batch in [2u64, 4] {
+        let real = blocks_in(&dir, batch, "amp");
+        let b = batch.to_string();
+        let truth = rows(&json(&[
+            "fit",
+            real.to_str().unwrap(),
+            "--at",
+            &b,
+            "--batch",
+            &b,
+            "--json",
+        ]));
+        for setting in ["", "expandable_segments:True"] {
+            let of = |rows: &[(String, u64, u64, u64)]| {
+                rows.iter()
+                    .find(|x| x.0 == setting && x.1 == batch)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no row at {batch} under '{setting}': {rows:?}"))
+            };
+            assert_eq!(
+                of(&predicted),
+                of(&truth),
+                "batch {batch} under '{setting}'"
+            );
         }
     }
 }

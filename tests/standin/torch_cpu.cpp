@@ -11,7 +11,8 @@
 // of `size` bytes through the c10 stand-in, AddBackward0 another, and both stay live; it
 // returns the first. standin_forward_mm(size) is an op of a forward: it makes an MmBackward0
 // node (taking the thread's next sequence number), then allocates its output (the caller's
-// Python line records the number after it), and keeps the node; standin_backward_kept(size)
+// Python line records the number after it), and keeps the node (standin_forward_cast(size)
+// the same with a ToCopyBackward0, a cast); standin_backward_kept(size)
 // then runs every kept node on an engine thread, each allocating `size` bytes;
 // standin_backward_one(size) one node, one tensor (below); standin_backward_node(i, size) the
 // i-th kept node alone (nodes are kept in the order made), as the engine runs a graph's nodes
@@ -48,6 +49,7 @@ struct Node : std::enable_shared_from_this<Node> {
 namespace generated {
 struct MmBackward0 : Node {};
 struct AddBackward0 : Node {};
+struct ToCopyBackward0 : Node {};
 } // namespace generated
 
 static thread_local std::shared_ptr<Node> current_evaluating_node;
@@ -64,6 +66,13 @@ static std::vector<std::shared_ptr<Node>> kept;
 
 extern "C" __attribute__((visibility("default"))) void *standin_forward_mm(size_t size) {
   kept.push_back(std::make_shared<generated::MmBackward0>());
+  return standin_malloc(size);
+}
+
+// standin_forward_cast(size): a cast of a forward (autocast's 16-bit copy of a weight): a
+// ToCopyBackward0 node, then its output, as standin_forward_mm.
+extern "C" __attribute__((visibility("default"))) void *standin_forward_cast(size_t size) {
+  kept.push_back(std::make_shared<generated::ToCopyBackward0>());
   return standin_malloc(size);
 }
 

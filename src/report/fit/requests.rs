@@ -6,7 +6,6 @@ use super::{Requests, Scale, reduce};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Phase, phase_of_stack};
 use crate::report::torch_replay::Input;
-use std::collections::HashSet;
 
 /// Each request: whether the program can do without it when memory is short. A
 /// convolution's workspace (a scratch buffer of a line of convolutions, freed before anything
@@ -27,32 +26,28 @@ pub(super) fn optional_requests(input: &Input, labels: &[String]) -> Vec<bool> {
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
 pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Requests {
     let reader = input.reader();
-    // The sizes a parameter has (a weight's gradient being summed in the backward), and half
-    // of each (its copy in 16 bits under autocast, made in the forward).
-    let mut parameter_sizes = HashSet::new();
-    let mut half_sizes = HashSet::new();
-    for ((size, _), k) in input.requests().zip(&kinds) {
-        if matches!(k, Kind::Parameter | Kind::Gradient) {
-            parameter_sizes.insert(size);
-            half_sizes.insert(size / 2);
-        }
-    }
-    // A temporary of the forward the full size of a parameter is an activation's that happens
-    // to match (GPT-2's at 2 x 512 tokens are its position table's size, a dropout mask at 8
-    // x 512 too): the forward makes no full-size copy of a weight.
-    let mut phases: FastMap<u64, Phase> = FastMap::default();
+    let mut cache: FastMap<u64, Phase> = FastMap::default();
+    let phases: Vec<Phase> = input
+        .requests()
+        .map(|(_, stack)| {
+            *cache
+                .entry(stack)
+                .or_insert_with(|| phase_of_stack(reader, stack))
+        })
+        .collect();
+    let weights = WeightSized::new(input, &kinds, &phases, labels);
+    let sequences: Vec<u64> = input.request_sequences().collect();
     let scale = input
         .requests()
         .zip(&kinds)
-        .map(|((size, stack), k)| match k {
+        .enumerate()
+        .map(|(i, ((size, stack), k))| match k {
+            Kind::Activation if weights.copy(size, stack, phases[i], sequences[i]) => Scale::Fixed,
             Kind::Activation | Kind::Input => Scale::Batch,
             Kind::Temporary => {
-                let phase = *phases
-                    .entry(stack)
-                    .or_insert_with(|| phase_of_stack(reader, stack));
-                let weight_sized = half_sizes.contains(&size)
-                    || (phase != Phase::Forward && parameter_sizes.contains(&size));
-                if phase == Phase::Optimizer || weight_sized {
+                let phase = phases[i];
+                let node = labels.get(i).map_or("", |l| backward_node(l));
+                if phase == Phase::Optimizer || weights.temporary(size, stack, phase, node) {
                     Scale::Fixed
                 } else {
                     Scale::Batch
@@ -67,6 +62,129 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
     let mut req = Requests { scale, kinds };
     mark_reductions(input, &mut req, labels);
     req
+}
+
+/// The autograd node that made a backward request, as its label's first frame names it
+/// (`MmBackward0 (autograd's backward) < ...`); empty for any other request.
+fn backward_node(label: &str) -> &str {
+    let first = label.split(" < ").next().unwrap_or_default();
+    first
+        .strip_suffix(" (autograd's backward)")
+        .unwrap_or_default()
+}
+
+/// The nodes whose backward makes a weight's gradient (or casts one), of all autograd's: a
+/// temporary of a weight's size from any other node (a split's, a normalization's, a
+/// dropout's) is an activation's gradient of that size by chance.
+const WEIGHT_GRADIENT_NODES: [&str; 6] =
+    ["Mm", "Bmm", "Addmm", "Convolution", "Embedding", "ToCopy"];
+
+/// Requests that are a weight's size without following the batch: a weight's gradient being
+/// summed or cast in the backward, its 16-bit copy under autocast (made in the forward, kept
+/// for the backward). A size alone is a poor witness: at 2 x 512 tokens GPT-2's activations of
+/// the hidden width are its position table's size (fp32) or half of it (bf16), and a dropout
+/// mask at 8 x 512 is too. So a line counts as making weights' copies or gradients only where
+/// it makes no more of that size a step than twice the parameters of that size, and a forward
+/// tensor only at half a parameter's size (the forward makes no full-size copy of a weight).
+struct WeightSized {
+    /// Parameters by size.
+    full: FastMap<u64, u64>,
+    /// Requests by (line, size), over the run.
+    by_line: FastMap<(u64, u64), u64>,
+    steps: u64,
+    /// The autograd node of each sequence number whose backward made a tensor: the op that
+    /// made a forward tensor of that number.
+    nodes: FastMap<u64, String>,
+}
+
+impl WeightSized {
+    fn new(input: &Input, kinds: &[Kind], phases: &[Phase], labels: &[String]) -> WeightSized {
+        let mut full: FastMap<u64, u64> = FastMap::default();
+        let mut grads: FastMap<u64, u64> = FastMap::default();
+        let mut by_line: FastMap<(u64, u64), u64> = FastMap::default();
+        for ((size, stack), k) in input.requests().zip(kinds) {
+            match k {
+                Kind::Parameter => *full.entry(size).or_default() += 1,
+                Kind::Gradient => *grads.entry(size).or_default() += 1,
+                _ => {}
+            }
+            *by_line.entry((stack, size)).or_default() += 1;
+        }
+        // A trace that begins after the model was built has its gradients, not its parameters.
+        if full.is_empty() {
+            full = grads;
+        }
+        let mut nodes = FastMap::default();
+        for (sequence, label) in input.request_sequences().zip(labels) {
+            let node = backward_node(label);
+            if sequence != 0 && !node.is_empty() {
+                nodes.entry(sequence).or_insert_with(|| node.to_string());
+            }
+        }
+        WeightSized {
+            full,
+            by_line,
+            steps: steps_of(phases),
+            nodes,
+        }
+    }
+
+    /// Whether a line's requests of `size` are few enough a step to be `parameters`' copies or
+    /// gradients (at most two for each).
+    fn few(&self, size: u64, stack: u64, parameters: u64) -> bool {
+        let made = self.by_line.get(&(stack, size)).copied().unwrap_or(0);
+        parameters > 0 && made <= parameters.saturating_mul(2).saturating_mul(self.steps)
+    }
+
+    fn half_of(&self, size: u64) -> u64 {
+        size.checked_mul(2)
+            .and_then(|d| self.full.get(&d))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// A forward tensor kept for the backward that is a weight's 16-bit copy: made by a cast
+    /// (`ToCopyBackward0`, where its op's backward made a tensor: an activation that is half a
+    /// weight's size by chance is not), few a step.
+    fn copy(&self, size: u64, stack: u64, phase: Phase, sequence: u64) -> bool {
+        let cast = self
+            .nodes
+            .get(&sequence)
+            .is_none_or(|n| n.starts_with("ToCopyBackward"));
+        phase == Phase::Forward && cast && self.few(size, stack, self.half_of(size))
+    }
+
+    /// A temporary that is a weight's gradient or copy (`node`: the autograd node that made
+    /// it, empty outside the backward's nodes).
+    fn temporary(&self, size: u64, stack: u64, phase: Phase, node: &str) -> bool {
+        if !node.is_empty()
+            && !WEIGHT_GRADIENT_NODES.iter().any(|n| {
+                node.strip_prefix(n)
+                    .is_some_and(|rest| rest.starts_with("Backward"))
+            })
+        {
+            return false;
+        }
+        let full = if phase == Phase::Forward {
+            0
+        } else {
+            self.full.get(&size).copied().unwrap_or(0)
+        };
+        self.few(size, stack, full.saturating_add(self.half_of(size)))
+    }
+}
+
+/// The run's steps: its optimizer's runs of requests, else its backward's, else one.
+fn steps_of(phases: &[Phase]) -> u64 {
+    let runs = |p: Phase| -> u64 {
+        let starts = phases.windows(2).filter(|w| w[1] == p && w[0] != p).count();
+        (starts + usize::from(phases.first() == Some(&p))) as u64
+    };
+    [Phase::Optimizer, Phase::Backward]
+        .into_iter()
+        .map(runs)
+        .find(|&n| n > 0)
+        .unwrap_or(1)
 }
 
 /// Marks the staging buffers of PyTorch's global reductions (a request that grows with the

@@ -429,6 +429,15 @@ impl Input {
     }
 
     /// Each tensor request in order: its size and stack.
+    /// Each tensor request's autograd sequence number, in order (0: none recorded): a
+    /// forward tensor's and its op's node's backward tensors' are the same.
+    pub fn request_sequences(&self) -> impl Iterator<Item = u64> + '_ {
+        self.events
+            .iter()
+            .filter(|e| e.ev == Ev::Alloc)
+            .map(|e| e.sequence)
+    }
+
     pub fn requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.events
             .iter()

@@ -14,7 +14,12 @@ block's output is kept. The backward of each block first runs the block's forwar
 same requests, with their frees inside the block), frees the copy of the block's output, then
 runs the backward as above on what it made.
 
-usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt] [--batch-size N]
+Under autocast (`amp`, not with `ckpt`): each op first makes its weight's 16-bit copy (half
+the weight, by a cast's node, ToCopyBackward0), kept for the backward with the op's output;
+its backward, after the op's, makes the weight's gradient cast back (the weight's size, freed
+at once) and frees the copy.
+
+usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt|amp] [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4)."""
 import ctypes
 import os
@@ -40,20 +45,28 @@ MiB = 1 << 20
 BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 steps = int(sys.argv[3])
 ckpt = "ckpt" in sys.argv[4:]
+amp = "amp" in sys.argv[4:]
+assert not (ckpt and amp), "ckpt or amp, not both"
 
 autograd = ctypes.CDLL(sys.argv[1])
 autograd.standin_forward_mm.restype = ctypes.c_void_p
 autograd.standin_forward_mm.argtypes = (ctypes.c_size_t,)
+autograd.standin_forward_cast.restype = ctypes.c_void_p
+autograd.standin_forward_cast.argtypes = (ctypes.c_size_t,)
 autograd.standin_backward_node.restype = ctypes.c_void_p
 autograd.standin_backward_node.argtypes = (ctypes.c_size_t, ctypes.c_size_t)
 nodes = 0  # nodes made so far: the next one's index
+casts = set()  # the indices of the casts' nodes
 
 
-def op_output(n):
-    """An op's output, made by a new autograd node: (its node's index, the tensor)."""
+def op_output(n, cast=False):
+    """An op's output, made by a new autograd node (a cast's if `cast`): (its node's index, the
+    tensor)."""
     global nodes
-    p = autograd.standin_forward_mm(n)
+    p = (autograd.standin_forward_cast if cast else autograd.standin_forward_mm)(n)
     assert p, "out of memory"
+    if cast:
+        casts.add(nodes)
     nodes += 1
     return nodes - 1, p
 
@@ -64,6 +77,8 @@ class Block(Module):
         self.grad = None
 
     def op(self, size, outs, keep):
+        if amp:
+            outs.append(op_output(512 * KiB, cast=True))  # the weight's copy
         t = _standin.empty(128 * KiB * batch)
         if not keep and outs:
             _standin.free(outs[-1][1])  # the previous op's output: used, not kept
@@ -100,6 +115,13 @@ def backward_ops(ops, grad_bytes):
     freed, then the previous gradient."""
     prev = None
     for node, out in reversed(ops):
+        if amp and node in casts:
+            # The weight's gradient cast back to its size, summed into .grad at once.
+            g = autograd.standin_backward_node(node, 1 * MiB)
+            assert g, "out of memory"
+            _standin.free(g)
+            _standin.free(out)
+            continue
         g = autograd.standin_backward_node(node, grad_bytes)
         assert g, "out of memory"
         _standin.free(out)
