@@ -267,3 +267,36 @@ pub(super) fn measured(input: &Input, at: u64, second: &Input, other: u64) -> Ve
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_backward_request_names_its_node_and_others_none() {
+        assert_eq!(
+            backward_node("MmBackward0 (autograd's backward) < torch/nn/modules/linear.py:134"),
+            "MmBackward0"
+        );
+        assert_eq!(backward_node("torch/nn/functional.py:1443 in dropout"), "");
+        assert_eq!(backward_node(""), "");
+    }
+
+    #[test]
+    fn the_steps_are_the_optimizers_runs_else_the_backwards() {
+        use Phase::*;
+        let run = [
+            Build, Forward, Backward, Optimizer, Forward, Backward, Optimizer, Program,
+        ];
+        assert_eq!(steps_of(&run), 2);
+        // No optimizer (a frozen model, gradients only): the backward's runs.
+        assert_eq!(
+            steps_of(&[Forward, Backward, Forward, Backward, Backward]),
+            2
+        );
+        // A trace that begins in an optimizer step counts it.
+        assert_eq!(steps_of(&[Optimizer, Forward, Backward, Optimizer]), 2);
+        assert_eq!(steps_of(&[Forward, Forward]), 1);
+        assert_eq!(steps_of(&[]), 1);
+    }
+}
