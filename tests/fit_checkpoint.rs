@@ -45,6 +45,21 @@ fn rows(v: &serde_json::Value) -> Vec<(String, u64, u64, u64)> {
     out
 }
 
+/// The row at `batch` under `setting` ("" for the run's).
+fn row(rows: &[(String, u64, u64, u64)], setting: &str, batch: u64) -> (String, u64, u64, u64) {
+    rows.iter()
+        .find(|x| x.0 == setting && x.1 == batch)
+        .cloned()
+        .unwrap_or_else(|| panic!("no row at {batch} under '{setting}': {rows:?}"))
+}
+
+/// A run's own rows at its batch: the truth the predictions are held to.
+fn own_rows(trace: &Path, batch: u64) -> Vec<(String, u64, u64, u64)> {
+    let b = batch.to_string();
+    let t = trace.to_str().unwrap();
+    rows(&json(&["fit", t, "--at", &b, "--batch", &b, "--json"]))
+}
+
 /// From the plain run at batch 1, with its blocks named or found: the peak reserved and
 /// allocated of the checkpointed program at 1, 2 and 4, to the byte under the run's setting
 /// (the replay of the setting a run used is that run's own), and its peak allocated under
@@ -75,21 +90,11 @@ fn a_plain_run_predicts_the_checkpointed_programs_peaks() {
     assert_eq!(ck["saved_bytes"], 8 * (768 + 512) * 1024, "{ck}");
     let predicted = rows(&predicted);
     for batch in [1u64, 2, 4] {
-        let real = blocks(&dir, batch, true);
-        let r = real.to_str().unwrap();
-        let b = batch.to_string();
-        let truth = rows(&json(&["fit", r, "--at", &b, "--batch", &b, "--json"]));
-        let of = |rows: &[(String, u64, u64, u64)], setting: &str| {
-            rows.iter()
-                .find(|x| x.0 == setting && x.1 == batch)
-                .cloned()
-                .unwrap_or_else(|| panic!("no row at {batch} under '{setting}': {rows:?}"))
-        };
-        assert_eq!(of(&predicted, ""), of(&truth, ""), "batch {batch}");
-        let (p, t) = (
-            of(&predicted, "expandable_segments:True"),
-            of(&truth, "expandable_segments:True"),
-        );
+        let truth = own_rows(&blocks(&dir, batch, true), batch);
+        let (p, t) = (row(&predicted, "", batch), row(&truth, "", batch));
+        assert_eq!(p, t, "batch {batch}");
+        let es = "expandable_segments:True";
+        let (p, t) = (row(&predicted, es, batch), row(&truth, es, batch));
         assert_eq!(p.3, t.3, "allocated under expandable segments at {batch}");
     }
     // The what-if changes the answer: the plain program holds more.
@@ -215,23 +220,8 @@ fn a_forward_temporary_the_size_of_a_parameter_grows() {
             args.extend(["--checkpoint", "Block"]);
         }
         let predicted = rows(&json(&args));
-        let real = blocks(&dir, 16, ckpt);
-        let truth = rows(&json(&[
-            "fit",
-            real.to_str().unwrap(),
-            "--at",
-            "16",
-            "--batch",
-            "16",
-            "--json",
-        ]));
-        let under = |rows: &[(String, u64, u64, u64)]| {
-            rows.iter()
-                .find(|x| x.0.is_empty())
-                .cloned()
-                .unwrap_or_else(|| panic!("no row under the defaults: {rows:?}"))
-        };
-        let (p, t) = (under(&predicted), under(&truth));
+        let truth = own_rows(&blocks(&dir, 16, ckpt), 16);
+        let (p, t) = (row(&predicted, "", 16), row(&truth, "", 16));
         if ckpt {
             // The what-if's order of frees is the program's only near enough for the blocks
             // to land as they did where blocks are a few MiB (docs/fit.md): what is held is
@@ -261,29 +251,10 @@ fn autocast_weight_copies_keep_their_size() {
         "--json",
     ]));
     for batch in [2u64, 4] {
-        let real = blocks_in(&dir, batch, "amp");
-        let b = batch.to_string();
-        let truth = rows(&json(&[
-            "fit",
-            real.to_str().unwrap(),
-            "--at",
-            &b,
-            "--batch",
-            &b,
-            "--json",
-        ]));
+        let truth = own_rows(&blocks_in(&dir, batch, "amp"), batch);
         for setting in ["", "expandable_segments:True"] {
-            let of = |rows: &[(String, u64, u64, u64)]| {
-                rows.iter()
-                    .find(|x| x.0 == setting && x.1 == batch)
-                    .cloned()
-                    .unwrap_or_else(|| panic!("no row at {batch} under '{setting}': {rows:?}"))
-            };
-            assert_eq!(
-                of(&predicted),
-                of(&truth),
-                "batch {batch} under '{setting}'"
-            );
+            let (p, t) = (row(&predicted, setting, batch), row(&truth, setting, batch));
+            assert_eq!(p, t, "batch {batch} under '{setting}'");
         }
     }
 }
