@@ -122,7 +122,8 @@ pub struct Fit {
     /// Requests of tensors whose kind is unknown: kept at their size (their lines below).
     pub unknown_bytes: u64,
     pub unknown_lines: Vec<LineBytes>,
-    /// Temporaries of a forward or backward kept at their size because it is a parameter's.
+    /// Requests of a forward or backward kept at their size as a weight's gradient or 16-bit
+    /// copy (a parameter's size or half of it).
     pub parameter_sized_lines: Vec<LineBytes>,
     /// Staging buffers of PyTorch's global reductions resized as PyTorch sizes them (with
     /// the batch until the device is full), not in proportion.

@@ -92,7 +92,7 @@ pub fn render(f: &Fit) -> String {
     );
     lines(
         &mut o,
-        "kept at their size, temporaries the size of a parameter (a weight's gradient or copy)",
+        "kept at their size, a weight's gradient or 16-bit copy (a parameter's size or half)",
         &f.parameter_sized_lines,
     );
     o

@@ -166,7 +166,7 @@ pub(super) fn tally(input: &torch_replay::Input, req: &Requests) -> Tally {
             Scale::Semaphore => fixed_bytes = fixed_bytes.saturating_add(size),
             Scale::Fixed => {
                 fixed_bytes = fixed_bytes.saturating_add(size);
-                if *k == Kind::Temporary {
+                if matches!(k, Kind::Temporary | Kind::Activation) {
                     let phase = phase_of_stack(input.reader(), stack);
                     if phase != Phase::Optimizer {
                         tally(&mut parameter_sized);
