@@ -74,10 +74,36 @@ fn backward_node(label: &str) -> &str {
 }
 
 /// The nodes whose backward makes a weight's gradient (or casts one), of all autograd's: a
-/// temporary of a weight's size from any other node (a split's, a normalization's, a
-/// dropout's) is an activation's gradient of that size by chance.
-const WEIGHT_GRADIENT_NODES: [&str; 6] =
-    ["Mm", "Bmm", "Addmm", "Convolution", "Embedding", "ToCopy"];
+/// temporary of a weight's size from any other node (a split's, a view's, a dropout's, an
+/// attention kernel's) is an activation's gradient of that size by chance. Normalizations
+/// have weights too (small ones); `AccumulateGrad` sums a gradient into `.grad`.
+const WEIGHT_GRADIENT_NODES: [&str; 16] = [
+    "Mm",
+    "Bmm",
+    "Addmm",
+    "Baddbmm",
+    "Addbmm",
+    "Addmv",
+    "Mv",
+    "Convolution",
+    "CudnnConvolution",
+    "Embedding",
+    "EmbeddingBag",
+    "ToCopy",
+    "NativeLayerNorm",
+    "NativeGroupNorm",
+    "NativeBatchNorm",
+    "CudnnBatchNorm",
+];
+
+/// Whether `node` (a backward request's node, `MmBackward0`) makes weights' gradients.
+fn makes_weight_gradients(node: &str) -> bool {
+    node == "AccumulateGrad"
+        || WEIGHT_GRADIENT_NODES.iter().any(|n| {
+            node.strip_prefix(n)
+                .is_some_and(|rest| rest.starts_with("Backward"))
+        })
+}
 
 /// Requests that are a weight's size without following the batch: a weight's gradient being
 /// summed or cast in the backward, its 16-bit copy under autocast (made in the forward, kept
@@ -157,12 +183,7 @@ impl WeightSized {
     /// A temporary that is a weight's gradient or copy (`node`: the autograd node that made
     /// it, empty outside the backward's nodes).
     fn temporary(&self, size: u64, stack: u64, phase: Phase, node: &str) -> bool {
-        if !node.is_empty()
-            && !WEIGHT_GRADIENT_NODES.iter().any(|n| {
-                node.strip_prefix(n)
-                    .is_some_and(|rest| rest.starts_with("Backward"))
-            })
-        {
+        if !node.is_empty() && !makes_weight_gradients(node) {
             return false;
         }
         let full = if phase == Phase::Forward {
@@ -280,6 +301,27 @@ mod tests {
         );
         assert_eq!(backward_node("torch/nn/functional.py:1443 in dropout"), "");
         assert_eq!(backward_node(""), "");
+    }
+
+    #[test]
+    fn weights_gradients_come_from_their_ops_nodes() {
+        for node in [
+            "MmBackward0",
+            "AddmmBackward0",
+            "ConvolutionBackward0",
+            "AccumulateGrad",
+        ] {
+            assert!(makes_weight_gradients(node), "{node}");
+        }
+        for node in [
+            "SplitBackward0",
+            "NativeDropoutBackward0",
+            "MmaBackward0",
+            "Mm",
+            "",
+        ] {
+            assert!(!makes_weight_gradients(node), "{node}");
+        }
     }
 
     #[test]
