@@ -69,17 +69,20 @@ fn a_plain_run_predicts_the_checkpointed_programs_peaks() {
     let dir = tempdir("fit-ckpt");
     let plain = blocks(&dir, 1, false);
     let p = plain.to_str().unwrap();
-    let predicted = json(&[
-        "fit",
-        p,
-        "--at",
-        "1",
-        "--batch",
-        "1,2,4",
-        "--checkpoint",
-        "Block",
-        "--json",
-    ]);
+    let checkpointed = |class: &str| {
+        json(&[
+            "fit",
+            p,
+            "--at",
+            "1",
+            "--batch",
+            "1,2,4",
+            "--checkpoint",
+            class,
+            "--json",
+        ])
+    };
+    let predicted = checkpointed("Block");
     let ck = &predicted["checkpoint"];
     assert_eq!(ck["class"], "Block", "{ck}");
     assert_eq!(ck["found"], false);
@@ -108,17 +111,7 @@ fn a_plain_run_predicts_the_checkpointed_programs_peaks() {
         );
     }
     // Found from the frames: the same blocks, the same answer.
-    let found = json(&[
-        "fit",
-        p,
-        "--at",
-        "1",
-        "--batch",
-        "1,2,4",
-        "--checkpoint",
-        "auto",
-        "--json",
-    ]);
+    let found = checkpointed("auto");
     assert_eq!(
         found["checkpoint"]["class"], "Block",
         "{}",

@@ -13,24 +13,15 @@
 #   bash scripts/gpu.sh fit[:MODEL,...]   MODEL is gpt2, resnet50, vit, bert, llama or convnext (FIT_AMP=bf16: under autocast)
 set -euo pipefail
 models=${*:-gpt2 resnet50 vit bert}
-work=${OUT:+$OUT/fit}
-work=${work:-$(mktemp -d)}
-mkdir -p "$work"
-limit=$((20 << 30))
 declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8 [llama]=2 [convnext]=16)
-truth="$work/truth.jsonl"
-touch "$truth"
 source scripts/gpu/fit_runs.sh
+fit_setup fit
 for m in $models; do
   b=${base[$m]}
-  "$GPUSHIM_BIN" run --trace "$work/$m.trace" -- python3 scripts/gpu/fit_truth.py run "$m" "$b" 3 \
-    >/dev/null 2>"$work/$m.err" || { echo "$m: traced run failed"; tail -3 "$work/$m.err"; continue; }
-  "$GPUSHIM_BIN" fit "$work/$m.trace" --at "$b" --batch "$b,$((4 * b)),$((8 * b))" \
-    --limit "$limit" --json > "$work/$m.fit.json"
+  fit_traced "$m" "$b" || continue
   for setting in "" "expandable_segments:True"; do
     for k in 4 8; do fit_one "$m" $((b * k)) "$setting" || true; done
-    predicted=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(next(s['largest_batch'] for s in d['settings'] if s['setting'] == sys.argv[2]))" "$work/$m.fit.json" "$setting")
-    fit_largest "$m" "$predicted" "$setting" "$limit"
+    fit_largest "$m" "$(fit_predicted "$m" "$setting")" "$setting" "$limit"
   done
 done
 python3 scripts/gpu/fit_table.py "$work" $models

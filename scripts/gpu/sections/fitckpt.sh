@@ -14,26 +14,17 @@
 #   bash scripts/gpu.sh fitckpt[:MODEL,...]   MODEL is gpt2 or vit
 set -euo pipefail
 models=${*:-gpt2 vit}
-work=${OUT:+$OUT/fitckpt}
-work=${work:-$(mktemp -d)}
-mkdir -p "$work"
-limit=$((20 << 30))
 declare -A base=([gpt2]=2 [vit]=8)
-truth="$work/truth.jsonl"
-touch "$truth"
 source scripts/gpu/fit_runs.sh
+fit_setup fitckpt
 for m in $models; do
   b=${base[$m]}
-  "$GPUSHIM_BIN" run --trace "$work/$m.trace" -- python3 scripts/gpu/fit_truth.py run "$m" "$b" 3 \
-    >/dev/null 2>"$work/$m.err" || { echo "$m: traced run failed"; tail -3 "$work/$m.err"; continue; }
-  "$GPUSHIM_BIN" fit "$work/$m.trace" --at "$b" --batch "$b,$((4 * b)),$((8 * b))" \
-    --limit "$limit" --checkpoint auto --json > "$work/$m.fit.json"
+  fit_traced "$m" "$b" --checkpoint auto || continue
   python3 -c "import json,sys; c=json.load(open(sys.argv[1]))['checkpoint']; print(sys.argv[2], 'blocks:', c['class'], c['per_step'], 'a step')" "$work/$m.fit.json" "$m"
   for setting in "" "expandable_segments:True"; do
     for k in 4 8; do FIT_CKPT=1 fit_one "$m" $((b * k)) "$setting" || true; done
   done
   # The largest under the limit, under the run's setting (the defaults).
-  predicted=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(next(s['largest_batch'] for s in d['settings'] if s['setting'] == ''))" "$work/$m.fit.json")
-  FIT_CKPT=1 fit_largest "$m" "$predicted" "" "$limit"
+  FIT_CKPT=1 fit_largest "$m" "$(fit_predicted "$m" "")" "" "$limit"
 done
 python3 scripts/gpu/fit_table.py "$work" $models

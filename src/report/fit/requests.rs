@@ -4,7 +4,7 @@
 
 use super::{Requests, Scale, reduce};
 use crate::fasthash::FastMap;
-use crate::report::kinds::{Kind, Phase, phase_of_stack};
+use crate::report::kinds::{Kind, Phase, backward_node_of, phase_of_stack};
 use crate::report::torch_replay::Input;
 
 /// Each request: whether the program can do without it when memory is short. A
@@ -35,7 +35,12 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
                 .or_insert_with(|| phase_of_stack(reader, stack))
         })
         .collect();
-    let weights = WeightSized::new(input, &kinds, &phases, labels);
+    // The autograd node of each backward request ("" for the others).
+    let nodes: Vec<&str> = input
+        .requests()
+        .map(|(_, stack)| backward_node_of(reader, stack).unwrap_or_default())
+        .collect();
+    let weights = WeightSized::new(input, &kinds, &phases, &nodes);
     let sequences: Vec<u64> = input.request_sequences().collect();
     let scale = input
         .requests()
@@ -46,8 +51,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
             Kind::Activation | Kind::Input => Scale::Batch,
             Kind::Temporary => {
                 let phase = phases[i];
-                let node = labels.get(i).map_or("", |l| backward_node(l));
-                if phase == Phase::Optimizer || weights.temporary(size, stack, phase, node) {
+                if phase == Phase::Optimizer || weights.temporary(size, stack, phase, nodes[i]) {
                     Scale::Fixed
                 } else {
                     Scale::Batch
@@ -62,15 +66,6 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
     let mut req = Requests { scale, kinds };
     mark_reductions(input, &mut req, labels);
     req
-}
-
-/// The autograd node that made a backward request, as its label's first frame names it
-/// (`MmBackward0 (autograd's backward) < ...`); empty for any other request.
-fn backward_node(label: &str) -> &str {
-    let first = label.split(" < ").next().unwrap_or_default();
-    first
-        .strip_suffix(" (autograd's backward)")
-        .unwrap_or_default()
 }
 
 /// The nodes whose backward makes a weight's gradient (or casts one), of all autograd's: a
@@ -124,7 +119,7 @@ struct WeightSized {
 }
 
 impl WeightSized {
-    fn new(input: &Input, kinds: &[Kind], phases: &[Phase], labels: &[String]) -> WeightSized {
+    fn new(input: &Input, kinds: &[Kind], phases: &[Phase], nodes: &[&str]) -> WeightSized {
         let mut full: FastMap<u64, u64> = FastMap::default();
         let mut grads: FastMap<u64, u64> = FastMap::default();
         let mut by_line: FastMap<(u64, u64), u64> = FastMap::default();
@@ -140,18 +135,19 @@ impl WeightSized {
         if full.is_empty() {
             full = grads;
         }
-        let mut nodes = FastMap::default();
-        for (sequence, label) in input.request_sequences().zip(labels) {
-            let node = backward_node(label);
+        let mut by_sequence = FastMap::default();
+        for (sequence, &node) in input.request_sequences().zip(nodes) {
             if sequence != 0 && !node.is_empty() {
-                nodes.entry(sequence).or_insert_with(|| node.to_string());
+                by_sequence
+                    .entry(sequence)
+                    .or_insert_with(|| node.to_string());
             }
         }
         WeightSized {
             full,
             by_line,
             steps: steps_of(phases),
-            nodes,
+            nodes: by_sequence,
         }
     }
 
@@ -292,37 +288,6 @@ pub(super) fn measured(input: &Input, at: u64, second: &Input, other: u64) -> Ve
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_backward_request_names_its_node_and_others_none() {
-        assert_eq!(
-            backward_node("MmBackward0 (autograd's backward) < torch/nn/modules/linear.py:134"),
-            "MmBackward0"
-        );
-        assert_eq!(backward_node("torch/nn/functional.py:1443 in dropout"), "");
-        assert_eq!(backward_node(""), "");
-    }
-
-    #[test]
-    fn weights_gradients_come_from_their_ops_nodes() {
-        for node in [
-            "MmBackward0",
-            "AddmmBackward0",
-            "ConvolutionBackward0",
-            "AccumulateGrad",
-        ] {
-            assert!(makes_weight_gradients(node), "{node}");
-        }
-        for node in [
-            "SplitBackward0",
-            "NativeDropoutBackward0",
-            "MmaBackward0",
-            "Mm",
-            "",
-        ] {
-            assert!(!makes_weight_gradients(node), "{node}");
-        }
-    }
 
     #[test]
     fn the_steps_are_the_optimizers_runs_else_the_backwards() {

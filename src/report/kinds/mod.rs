@@ -12,7 +12,7 @@
 mod phase;
 mod tracker;
 
-pub use phase::{Phase, phase_of_stack, workspace_sizes};
+pub use phase::{Phase, backward_node_of, phase_of_stack, workspace_sizes};
 pub use tracker::{Kinds, Settling, replay_with_kinds};
 
 use serde::Serialize;

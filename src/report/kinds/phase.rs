@@ -135,6 +135,15 @@ pub fn phase_of_stack(reader: &TraceReader, stack: u64) -> Phase {
     phase_and_module_call(reader, stack).0
 }
 
+/// The autograd node that made a backward tensor, as its stack's engine frame names it
+/// (`MmBackward0`); `None` for a tensor the engine did not make.
+pub fn backward_node_of(reader: &TraceReader, stack: u64) -> Option<&str> {
+    let &first = reader.stack(stack)?.first()?;
+    let (id, _) = format::as_py_frame(first)?;
+    let (file, function) = reader.string(id)?.split_once('\0')?;
+    (file == crate::report::symbolize::BACKWARD).then_some(function)
+}
+
 /// [`phase_of_stack`], and whether a module's call is among the frames (in a backward: a
 /// forward recomputed there, as activation checkpointing does).
 pub(super) fn phase_and_module_call(reader: &TraceReader, stack: u64) -> (Phase, bool) {
