@@ -141,3 +141,51 @@ fn decoding_on_a_thread_of_its_own_reads_what_decoding_in_turn_reads() {
         }
     }
 }
+
+#[test]
+fn a_batch_at_a_time_reads_what_a_record_at_a_time_reads() {
+    // The reports' loops read a batch at a time (`next_batch`); the records, their joins to the
+    // forward and what a filter keeps must be those the iterator returns one by one, also
+    // across a ring's checkpoint and with a filter that keeps part of the records.
+    let ring = tempdir("read-batches").file("ring.trace");
+    assert_ok(&kinds_program_with(
+        &ring,
+        3000,
+        false,
+        &[],
+        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
+    ));
+    let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    for trace in [gpt2.as_path(), &*ring] {
+        let mut all = 0;
+        for from_ns in [None, Some(5_000_000)] {
+            let mut opts = gpushim::trace::reader::ReadOptions::default();
+            opts.filter.from_ns = from_ns;
+            let open = || gpushim::trace::reader::TraceReader::open_with(trace, &opts).unwrap();
+            let one_by_one: Vec<_> = open().collect();
+            let mut reader = open();
+            let (mut batched, mut batch) = (Vec::new(), Vec::new());
+            while reader.next_batch(&mut batch) {
+                assert!(!batch.is_empty(), "an empty batch before the end");
+                batched.extend_from_slice(&batch);
+            }
+            assert!(!one_by_one.is_empty());
+            assert_eq!(
+                batched.len(),
+                one_by_one.len(),
+                "{} from {from_ns:?}",
+                trace.display()
+            );
+            assert!(
+                batched == one_by_one,
+                "{}: the records differ",
+                trace.display()
+            );
+            if from_ns.is_none() {
+                all = batched.len();
+            } else {
+                assert!(batched.len() < all, "the filter kept every record");
+            }
+        }
+    }
+}

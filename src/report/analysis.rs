@@ -108,6 +108,45 @@ struct RunPass {
     columns: Option<ColumnsPass>,
 }
 
+impl RunPass {
+    /// One record of the first pass: applied to the replay (when a tracker reads it) and
+    /// observed by the kinds (when asked), then handed to each tracker.
+    #[inline]
+    fn see(
+        &mut self,
+        reader: &TraceReader,
+        rp: &mut Replay,
+        kinds: &mut Kinds,
+        r: &crate::trace::format::Record,
+        with_replay: bool,
+        with_kinds: bool,
+    ) {
+        let c = if with_replay {
+            rp.apply(r)
+        } else {
+            crate::trace::live::Change::Other
+        };
+        if with_kinds {
+            kinds.observe(reader, r);
+        }
+        if let Some(p) = &mut self.summary {
+            p.see(reader, r);
+        }
+        if let Some(p) = &mut self.peak {
+            p.see(rp, r, c);
+        }
+        if let Some(p) = &mut self.oom {
+            p.see(reader, rp, kinds, r);
+        }
+        if let Some(p) = &mut self.leaks {
+            p.see(rp, r, c);
+        }
+        if let Some(p) = &mut self.columns {
+            p.see(rp, r, c);
+        }
+    }
+}
+
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
 pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
     let mut reader = TraceReader::open_with(path, opts)?;
@@ -124,29 +163,10 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     // The summary keeps a replay of its own (of the program's calls): the shared one only when
     // another tracker reads it.
     let with_replay = wants.peak || wants.oom || wants.leaks.is_some() || wants.timeline.is_some();
-    while let Some(r) = reader.next() {
-        let c = if with_replay {
-            rp.apply(&r)
-        } else {
-            crate::trace::live::Change::Other
-        };
-        if with_kinds {
-            kinds.observe(&reader, &r);
-        }
-        if let Some(p) = &mut run.summary {
-            p.see(&reader, &r);
-        }
-        if let Some(p) = &mut run.peak {
-            p.see(&rp, &r, c);
-        }
-        if let Some(p) = &mut run.oom {
-            p.see(&reader, &rp, &kinds, &r);
-        }
-        if let Some(p) = &mut run.leaks {
-            p.see(&rp, &r, c);
-        }
-        if let Some(p) = &mut run.columns {
-            p.see(&rp, &r, c);
+    let mut batch = Vec::new();
+    while reader.next_batch(&mut batch) {
+        for r in &batch {
+            run.see(&reader, &mut rp, &mut kinds, r, with_replay, with_kinds);
         }
     }
     // What the first pass alone tells, named from its reader before the second pass rewinds it.
@@ -185,19 +205,21 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     let mut rp = Replay::default();
     let mut kinds = Kinds::default();
     let only_moments = leaks.is_none() && bands.is_none();
-    while let Some(r) = reader.next() {
-        let c = rp.apply(&r);
-        let run_before = kinds.run();
-        let decided = kinds.observe(&reader, &r);
-        moments.see(&reader, &rp, &kinds, &r, decided, run_before);
-        if let Some(p) = &mut leaks {
-            p.see(&rp, &r, c, decided);
-        }
-        if let Some(p) = &mut bands {
-            p.see(&rp, &r, c, decided);
-        }
-        if only_moments && moments.done() {
-            break;
+    'pass: while reader.next_batch(&mut batch) {
+        for r in &batch {
+            let c = rp.apply(r);
+            let run_before = kinds.run();
+            let decided = kinds.observe(&reader, r);
+            moments.see(&reader, &rp, &kinds, r, decided, run_before);
+            if let Some(p) = &mut leaks {
+                p.see(&rp, r, c, decided);
+            }
+            if let Some(p) = &mut bands {
+                p.see(&rp, r, c, decided);
+            }
+            if only_moments && moments.done() {
+                break 'pass;
+            }
         }
     }
     let moments = moments.finish(&reader, &kinds);
