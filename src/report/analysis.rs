@@ -12,10 +12,15 @@
 //!    at each iteration boundary (`leaks`); each column split by kind and line (`timeline`).
 //!    A command that needs only moments stops once the last is settled.
 //!
+//! The summary's and the peaks' moments are taken in the first pass as their trackers find
+//! them where a budget allows ([`super::early`]): a command that wants nothing else reads its
+//! trace once.
+//!
 //! The passes see the same records at the same indices (the extent the header gave when the
 //! trace was opened), so the requests, the moments and the kinds cannot disagree. Memory grows
 //! with the live set and the distinct lines, never with the file's length.
 
+use super::early::EarlyMoments;
 use super::kinds::Kinds;
 use super::leaks::{Leaks, LeaksFinder};
 use super::live::Replay;
@@ -106,34 +111,39 @@ struct RunPass {
     oom: Option<OomPass>,
     leaks: Option<LeaksFinder>,
     columns: Option<ColumnsPass>,
+    /// The replay and the kinds, each kept only when a tracker reads it.
+    rp: Replay,
+    kinds: Kinds,
+    with_replay: bool,
+    with_kinds: bool,
+    /// The moments taken as the trackers find them.
+    early: Option<EarlyMoments>,
 }
 
 impl RunPass {
     /// One record of the first pass: applied to the replay (when a tracker reads it) and
     /// observed by the kinds (when asked), then handed to each tracker.
     #[inline]
-    fn see(
-        &mut self,
-        reader: &TraceReader,
-        rp: &mut Replay,
-        kinds: &mut Kinds,
-        r: &crate::trace::format::Record,
-        with_replay: bool,
-        with_kinds: bool,
-    ) {
-        let c = if with_replay {
+    fn see(&mut self, reader: &TraceReader, r: &crate::trace::format::Record) {
+        let (rp, kinds, early) = (&mut self.rp, &mut self.kinds, &mut self.early);
+        let c = if self.with_replay {
             rp.apply(r)
         } else {
             crate::trace::live::Change::Other
         };
-        if with_kinds {
-            kinds.observe(reader, r);
-        }
+        let run_before = kinds.run();
+        let decided = if self.with_kinds {
+            kinds.observe(reader, r)
+        } else {
+            None
+        };
+        let mut none = Vec::new();
+        let said = early.as_mut().map_or(&mut none, |e| &mut e.said);
         if let Some(p) = &mut self.summary {
-            p.see(reader, r);
+            p.see(reader, r, said);
         }
         if let Some(p) = &mut self.peak {
-            p.see(rp, r, c);
+            p.see(rp, r, c, said);
         }
         if let Some(p) = &mut self.oom {
             p.see(reader, rp, kinds, r);
@@ -144,31 +154,48 @@ impl RunPass {
         if let Some(p) = &mut self.columns {
             p.see(rp, r, c);
         }
+        if let Some(e) = early {
+            e.see(reader, rp, kinds, r, decided, run_before);
+        }
     }
 }
 
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
 pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
     let mut reader = TraceReader::open_with(path, opts)?;
+    // The moments of the summary and the peaks are taken in this pass where they can be
+    // (`early`): with the shared replay and the kinds, read whatever else is asked.
+    // GPUSHIM_READ_EARLY=0: every moment in the second pass (the tests compare the two).
+    let early_off = std::env::var_os("GPUSHIM_READ_EARLY").is_some_and(|v| v == "0");
+    let early = (!early_off && (wants.summary || wants.peak)).then(EarlyMoments::default);
     let mut run = RunPass {
         summary: wants.summary.then(SummaryPass::default),
         peak: wants.peak.then(PeakFinder::default),
         oom: wants.oom.then(OomPass::default),
         leaks: wants.leaks.is_some().then(LeaksFinder::default),
         columns: wants.timeline.is_some().then(ColumnsPass::default),
+        rp: Replay::default(),
+        kinds: Kinds::default(),
+        with_kinds: wants.summary || wants.oom || early.is_some(),
+        with_replay: early.is_some()
+            || wants.peak
+            || wants.oom
+            || wants.leaks.is_some()
+            || wants.timeline.is_some(),
+        early,
     };
-    let mut rp = Replay::default();
-    let mut kinds = Kinds::default();
-    let with_kinds = wants.summary || wants.oom;
-    // The summary keeps a replay of its own (of the program's calls): the shared one only when
-    // another tracker reads it.
-    let with_replay = wants.peak || wants.oom || wants.leaks.is_some() || wants.timeline.is_some();
     let mut batch = Vec::new();
     while reader.next_batch(&mut batch) {
         for r in &batch {
-            run.see(&reader, &mut rp, &mut kinds, r, with_replay, with_kinds);
+            run.see(&reader, r);
         }
     }
+    let (rp, kinds, early) = (
+        std::mem::take(&mut run.rp),
+        std::mem::take(&mut run.kinds),
+        run.early.take(),
+    );
+    let taken = early.map_or_else(Vec::new, |e| e.finish(&reader, &kinds));
     // What the first pass alone tells, named from its reader before the second pass rewinds it.
     let mut a = Analysis {
         info: reader.info().clone(),
@@ -188,16 +215,33 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     let mut leaks = run.leaks.map(|p| p.finish(&reader, &rp, boundary));
     let found = run.columns.map(|p| p.finish(&rp));
     let mut bands = found.as_ref().map(BandsPass::new);
+    // The moments wanted: those the first pass took, the others taken in the second.
     let mut moments = Moments::default();
-    for (at, device) in summary.iter().flat_map(|s| s.moments()) {
-        moments.want(at, device);
+    let wanted = summary.iter().flat_map(|s| s.moments()).chain(
+        peaks
+            .iter()
+            .flat_map(|p| &p.wanted)
+            .map(|&(device, at, _)| (at, device)),
+    );
+    let mut early_used = Vec::new();
+    for (at, device) in wanted {
+        match taken
+            .iter()
+            .position(|m| m.index == at && m.device == device)
+        {
+            Some(i) => early_used.push(i),
+            None => moments.want(at, device),
+        }
     }
-    for &(device, at, _) in peaks.iter().flat_map(|p| &p.wanted) {
-        moments.want(at, device);
-    }
+    let mut taken: Vec<super::moments::Moment> = taken
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| early_used.contains(i))
+        .map(|(_, m)| m)
+        .collect();
     if moments.is_empty() && leaks.is_none() && bands.is_none() {
-        a.summary = summary.map(|s| s.finish(&reader, &[]));
-        a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &[]));
+        a.summary = summary.map(|s| s.finish(&reader, &taken));
+        a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &taken));
         return Ok(a);
     }
     // The second pass.
@@ -222,7 +266,8 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
             }
         }
     }
-    let moments = moments.finish(&reader, &kinds);
+    let mut moments = moments.finish(&reader, &kinds);
+    moments.append(&mut taken);
     a.summary = summary.map(|s| s.finish(&reader, &moments));
     a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &moments));
     a.leaks = leaks.map(|p| p.finish(&reader, &rp, &kinds));

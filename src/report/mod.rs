@@ -7,6 +7,7 @@
 
 pub mod analysis;
 pub mod device_memory;
+pub mod early;
 pub mod fit;
 pub mod holds;
 pub mod job;

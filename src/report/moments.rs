@@ -15,7 +15,7 @@ use crate::trace::reader::TraceReader;
 use std::collections::BTreeMap;
 
 /// Records read after a moment for the call stacks of its last allocations.
-const STACK_WINDOW: u32 = 64;
+pub(super) const STACK_WINDOW: u32 = 64;
 
 /// A device at one record: the replay then (its allocations only) and its tensors' kinds.
 pub struct Moment {
@@ -26,7 +26,7 @@ pub struct Moment {
 }
 
 /// A moment being taken: still reading its stack window, then settling its kinds.
-struct Taking {
+pub(super) struct Taking {
     moment: Moment,
     window_left: u32,
     /// The first kind decided at each address in the window.
@@ -73,32 +73,11 @@ impl Moments {
         run_before: u64,
     ) {
         for t in &mut self.taking {
-            match &mut t.settling {
-                None => {
-                    if r.kind == RecordKind::StackRef {
-                        let index = t.moment.replay.index;
-                        t.moment.replay.apply(r);
-                        t.moment.replay.index = index;
-                    }
-                    if let Some((ptr, k)) = decided {
-                        t.freed.entry(ptr).or_insert(k);
-                    }
-                    t.window_left -= 1;
-                    if t.window_left == 0 {
-                        t.settling = Some(start(reader, kinds, &t.moment, &t.freed));
-                        t.freed = FastMap::default();
-                    }
-                }
-                Some(s) => kinds.settle_on(s, decided, run_before),
-            }
+            t.step(reader, kinds, r, decided, run_before);
         }
         let mut i = 0;
         while i < self.taking.len() {
-            if self.taking[i]
-                .settling
-                .as_ref()
-                .is_some_and(|s| s.open.is_empty())
-            {
+            if self.taking[i].settled() {
                 let t = self.taking.swap_remove(i);
                 self.taken.push(finish(reader, kinds, t));
             } else {
@@ -107,17 +86,7 @@ impl Moments {
         }
         if let Some(devices) = self.wanted.remove(&rp.index) {
             for device in devices {
-                self.taking.push(Taking {
-                    moment: Moment {
-                        index: rp.index,
-                        device,
-                        replay: rp.for_device(device),
-                        kinds: FastMap::default(),
-                    },
-                    window_left: STACK_WINDOW,
-                    freed: FastMap::default(),
-                    settling: None,
-                });
+                self.taking.push(Taking::new(rp, device));
             }
         }
     }
@@ -125,13 +94,71 @@ impl Moments {
     /// The moments taken, once the pass has read what it reads: those still settling take what
     /// the records so far say. Moments past the records read are not taken.
     pub fn finish(mut self, reader: &TraceReader, kinds: &Kinds) -> Vec<Moment> {
-        for mut t in std::mem::take(&mut self.taking) {
-            if t.settling.is_none() {
-                t.settling = Some(start(reader, kinds, &t.moment, &t.freed));
-            }
-            self.taken.push(finish(reader, kinds, t));
+        for t in std::mem::take(&mut self.taking) {
+            self.taken.push(t.finish(reader, kinds));
         }
         self.taken
+    }
+}
+
+impl Taking {
+    /// A moment to take after record `at` of `replay` (a replay of every device then).
+    pub(super) fn new(replay: &Replay, device: u8) -> Taking {
+        Taking {
+            moment: Moment {
+                index: replay.index,
+                device,
+                replay: replay.for_device(device),
+                kinds: FastMap::default(),
+            },
+            window_left: STACK_WINDOW,
+            freed: FastMap::default(),
+            settling: None,
+        }
+    }
+
+    /// One record read after the moment: in its stack window, a stack applied and the first
+    /// kind decided at each address kept; then, its kinds settled on.
+    pub(super) fn step(
+        &mut self,
+        reader: &TraceReader,
+        kinds: &Kinds,
+        r: &Record,
+        decided: Option<(u64, Kind)>,
+        run_before: u64,
+    ) {
+        match &mut self.settling {
+            None => {
+                if r.kind == RecordKind::StackRef {
+                    let index = self.moment.replay.index;
+                    self.moment.replay.apply(r);
+                    self.moment.replay.index = index;
+                }
+                if let Some((ptr, k)) = decided {
+                    self.freed.entry(ptr).or_insert(k);
+                }
+                self.window_left -= 1;
+                if self.window_left == 0 {
+                    self.settling = Some(start(reader, kinds, &self.moment, &self.freed));
+                    self.freed = FastMap::default();
+                }
+            }
+            Some(s) => kinds.settle_on(s, decided, run_before),
+        }
+    }
+
+    /// Whether every tensor's kind is known.
+    pub(super) fn settled(&self) -> bool {
+        self.settling.as_ref().is_some_and(|s| s.open.is_empty())
+    }
+
+    /// The moment, once the pass has read what it reads: still in its window, its kinds are
+    /// settled from what the records so far say.
+    pub(super) fn finish(mut self, reader: &TraceReader, kinds: &Kinds) -> Moment {
+        if self.settling.is_none() {
+            self.settling = Some(start(reader, kinds, &self.moment, &self.freed));
+        }
+        finish(reader, kinds, self)
     }
 }
 

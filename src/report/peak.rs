@@ -1,5 +1,6 @@
 //! `peak`: the moment of most live memory on each device, and who held it then.
 
+use super::early::{Said, Slot};
 use super::kinds::{Kind, KindHolders};
 use super::live::{Change, Live, Replay};
 use super::moments::Moment;
@@ -76,7 +77,7 @@ pub struct PeaksFound {
 
 impl PeakFinder {
     /// One record, after `rp` applied it (the change it made is `c`).
-    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
+    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change, said: &mut Vec<Said>) {
         use crate::trace::format::{Api, RecordKind};
         if rp.restoring || r.kind == RecordKind::Restore {
             return;
@@ -96,11 +97,18 @@ impl PeakFinder {
                             && physical
                         {
                             was = first;
+                        } else {
+                            said.push(Said::Move {
+                                from: Slot::Peak(device),
+                                to: Slot::BeforeRaw(device),
+                            });
                         }
                         self.before_raw.insert(device, (was, r.ptr, physical));
                     } else {
                         self.before_raw.remove(&device);
+                        said.push(Said::Forget(Slot::BeforeRaw(device)));
                     }
+                    said.push(Said::Here(Slot::Peak(device)));
                 }
             }
             // The framework's segment claimed the allocation that set the peak.
@@ -110,12 +118,20 @@ impl PeakFinder {
                 {
                     self.best.insert(live.device, was);
                     self.before_raw.remove(&live.device);
+                    said.push(Said::Move {
+                        from: Slot::BeforeRaw(live.device),
+                        to: Slot::Peak(live.device),
+                    });
                 }
             }
             Change::Physical { device } if framework_segment => {
                 if let Some(&(was, _, true)) = self.before_raw.get(&device) {
                     self.best.insert(device, was);
                     self.before_raw.remove(&device);
+                    said.push(Said::Move {
+                        from: Slot::BeforeRaw(device),
+                        to: Slot::Peak(device),
+                    });
                 }
             }
             _ => {}

@@ -1,6 +1,7 @@
 //! `gpushim summary`: calls, bytes and failures per API, peak live memory per device, and the
 //! health of the trace itself (torn, lost, truncated, damaged).
 
+use super::early::{Said, Slot};
 use super::kinds::Kind;
 use super::live::Replay;
 use super::units::{human_bytes, human_duration};
@@ -319,10 +320,28 @@ impl Default for SummaryPass {
 
 impl SummaryPass {
     /// One record of the first pass.
-    pub fn see(&mut self, reader: &TraceReader, r: &Record) {
+    pub fn see(&mut self, reader: &TraceReader, r: &Record, said: &mut Vec<Said>) {
         let t = &mut self.t;
         self.read += 1;
         t.take(reader, r);
+        if r.kind == RecordKind::DeviceMemory
+            && t.nvml_peaks
+                .get(&r.device)
+                .is_some_and(|p| p.record == t.nth)
+        {
+            said.push(Said::Here(Slot::Nvml(r.device)));
+        }
+        if reader.info().clean_exit && t.last_python.is_some_and(|(at, _)| at == t.nth) {
+            // The devices the summary will name the framework's: those it has, and those its
+            // tensors are on.
+            let on = t.framework.keys().chain(t.live.tensors.bytes.keys());
+            let mut devices: Vec<u8> = on.copied().collect();
+            devices.sort_unstable();
+            devices.dedup();
+            for d in devices {
+                said.push(Said::Here(Slot::BeforeShutdown(d)));
+            }
+        }
         if r.kind == RecordKind::TensorAlloc && !t.live.restoring {
             let d = if r.device == crate::trace::format::DEVICE_UNKNOWN {
                 0
@@ -333,6 +352,7 @@ impl SummaryPass {
             let e = self.tensor_peaks.entry(d).or_default();
             if live > e.0 {
                 *e = (live, self.read);
+                said.push(Said::Here(Slot::TensorPeak(d)));
             }
         }
     }

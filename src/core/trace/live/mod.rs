@@ -341,9 +341,14 @@ impl Replay {
     /// what a checkpoint kept of earlier moments. What a report keeps of one device's moment
     /// grows with that device's live set, not with every device's.
     pub fn for_device(&self, device: u8) -> Replay {
+        self.for_devices(|d| d == device)
+    }
+
+    /// [`Replay::for_device`] of the devices `keep` keeps (every device's, to replay on from).
+    pub fn for_devices(&self, keep: impl Fn(u8) -> bool) -> Replay {
         let on = |m: &FastMap<u64, Live>| -> FastMap<u64, Live> {
             m.iter()
-                .filter(|(_, l)| l.device == device)
+                .filter(|(_, l)| keep(l.device))
                 .map(|(&k, &l)| (k, l))
                 .collect()
         };

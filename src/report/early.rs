@@ -1,0 +1,233 @@
+//! Moments taken in the first pass, as the trackers find them, so that a command whose
+//! moments are all taken there reads its trace once.
+//!
+//! A tracker says which record is its moment so far (a device's peak, its tensors' peak,
+//! NVML's peak, the program's last allocation with Python frames) as it reads: each *slot*
+//! holds one candidate. Taking a moment costs the device's live set, and a peak moves at every
+//! allocation while memory climbs, so a candidate is taken lazily: one replay of every device
+//! is kept from an earlier record with the records read since (at most twice the live set, or
+//! [`LOG_MIN`]), and only when a candidate has stood for the stack window after it is that
+//! replay rolled forward to it and the moment taken (candidates' windows end in the order of
+//! their records, so the one replay serves them all), exactly as the second pass would take it
+//! there ([`super::moments`]: the same window, its kinds settled by reading on with the same
+//! tracker). What these copies cost is held to a budget of a few times the records read, so
+//! no trace makes the first pass quadratic: a candidate the budget refuses is *missed*.
+//!
+//! The trackers still say at the end which moments they want; the analysis uses a moment taken
+//! here only where its record and device are those wanted, and takes any other in a second
+//! pass. A candidate taken here is therefore a saving, never a different answer.
+
+use super::kinds::{Kind, Kinds};
+use super::live::Replay;
+use super::moments::{Moment, STACK_WINDOW, Taking};
+use crate::trace::format::Record;
+use crate::trace::reader::TraceReader;
+use std::collections::{BTreeMap, VecDeque};
+
+/// The fewest records a slot's log may hold before its replay is let go.
+const LOG_MIN: usize = 1 << 14;
+
+/// Work (live entries copied) allowed beyond this many per record read.
+const BUDGET_PER_RECORD: u64 = 4;
+/// Work allowed before any record is read (a model's parameters are many allocations).
+const BUDGET_START: u64 = 1 << 22;
+
+/// Which moment a candidate is, and of which device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Slot {
+    /// The device's peak of live memory (`peak`).
+    Peak(u8),
+    /// The device's peak before an allocation the framework's segment may yet claim.
+    BeforeRaw(u8),
+    /// The most bytes of the framework's tensors (`summary`).
+    TensorPeak(u8),
+    /// NVML's highest figure (`summary`).
+    Nvml(u8),
+    /// The program's last allocation with Python frames (`summary`).
+    BeforeShutdown(u8),
+}
+
+impl Slot {
+    fn device(self) -> u8 {
+        match self {
+            Slot::Peak(d)
+            | Slot::BeforeRaw(d)
+            | Slot::TensorPeak(d)
+            | Slot::Nvml(d)
+            | Slot::BeforeShutdown(d) => d,
+        }
+    }
+}
+
+/// What a tracker says of its moment as it reads, after the record that moved it.
+#[derive(Clone, Copy, Debug)]
+pub enum Said {
+    /// The record just read is the slot's moment now.
+    Here(Slot),
+    /// Slot `from`'s candidate becomes slot `to`'s (`from` is left empty).
+    Move { from: Slot, to: Slot },
+    /// The slot has no candidate.
+    Forget(Slot),
+}
+
+/// One slot's candidate.
+struct Candidate {
+    /// The record proposed.
+    at: u64,
+    /// Once the window after `at` is read: the moment being taken.
+    taking: Option<Taking>,
+    /// The budget refused it: it is taken in a second pass, if wanted.
+    missed: bool,
+}
+
+/// The first pass's candidates and what the trackers said at the last record.
+#[derive(Default)]
+pub struct EarlyMoments {
+    slots: BTreeMap<Slot, Candidate>,
+    /// A replay of every device at an earlier record (at most every waiting candidate's), and
+    /// each record read since with what the kinds decided of it.
+    base: Option<Replay>,
+    log: VecDeque<(Record, Option<(u64, Kind)>)>,
+    /// Filled by the trackers while they read a record, emptied after it.
+    pub said: Vec<Said>,
+    read: u64,
+    spent: u64,
+}
+
+impl EarlyMoments {
+    /// Whether the budget allows `work` more.
+    fn afford(&mut self, work: u64) -> bool {
+        let allowed = BUDGET_START.saturating_add(self.read.saturating_mul(BUDGET_PER_RECORD));
+        let after = self.spent.saturating_add(work);
+        if after > allowed {
+            return false;
+        }
+        self.spent = after;
+        true
+    }
+
+    /// One record of the first pass, after the replay applied it, the kinds observed it
+    /// (`decided`, with `run_before` their run before it) and every tracker read it.
+    pub fn see(
+        &mut self,
+        reader: &TraceReader,
+        rp: &Replay,
+        kinds: &Kinds,
+        r: &Record,
+        decided: Option<(u64, Kind)>,
+        run_before: u64,
+    ) {
+        self.read = rp.index;
+        if self.base.is_some() {
+            self.log.push_back((*r, decided));
+        }
+        let mut slots = std::mem::take(&mut self.slots);
+        for (slot, c) in &mut slots {
+            if let Some(t) = &mut c.taking {
+                t.step(reader, kinds, r, decided, run_before);
+            } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
+                self.take(*slot, c, reader, kinds, run_before);
+            }
+        }
+        self.slots = slots;
+        for said in std::mem::take(&mut self.said) {
+            match said {
+                Said::Here(slot) => self.here(slot, rp),
+                Said::Move { from, to } => match self.slots.remove(&from) {
+                    Some(c) => {
+                        self.slots.insert(to, c);
+                    }
+                    None => {
+                        self.slots.remove(&to);
+                    }
+                },
+                Said::Forget(slot) => {
+                    self.slots.remove(&slot);
+                }
+            }
+        }
+        let kept = self.base.as_ref().map_or(0, |b| b.live.len());
+        let waiting = self.slots.values().any(|c| c.taking.is_none() && !c.missed);
+        if self.log.len() > LOG_MIN.max(2 * kept) && !waiting {
+            // Every moment is taken (or cannot be): the replay is let go until another comes.
+            (self.base, self.log) = (None, VecDeque::new());
+        }
+    }
+
+    /// The end of candidate `c`'s window: the replay rolled forward to its record, its moment
+    /// taken there, and the window's records read through the taking (the last starts the
+    /// settling of its kinds, as the second pass would at the same record).
+    fn take(
+        &mut self,
+        slot: Slot,
+        c: &mut Candidate,
+        reader: &TraceReader,
+        kinds: &Kinds,
+        run: u64,
+    ) {
+        let live = self.base.as_ref().map_or(0, |b| b.live.len()) as u64;
+        if self.base.is_none() || !self.afford(live.saturating_add(self.log.len() as u64)) {
+            c.missed = true;
+            return;
+        }
+        let Some(base) = &mut self.base else {
+            return;
+        };
+        while base.index < c.at {
+            let Some((r, _)) = self.log.pop_front() else {
+                break;
+            };
+            base.apply(&r);
+        }
+        if base.index != c.at {
+            c.missed = true;
+            return;
+        }
+        let mut t = Taking::new(base, slot.device());
+        for (r, decided) in &self.log {
+            t.step(reader, kinds, r, *decided, run);
+        }
+        c.taking = Some(t);
+    }
+
+    /// The record just read (`rp` after it) is the slot's moment now.
+    fn here(&mut self, slot: Slot, rp: &Replay) {
+        let at = rp.index;
+        if self.base.is_none() && self.afford(rp.live.len() as u64 + rp.physical.len() as u64) {
+            let mut b = rp.for_devices(|_| true);
+            b.host = rp.host.clone();
+            self.base = Some(b);
+        }
+        let missed = self.base.is_none();
+        self.slots.insert(
+            slot,
+            Candidate {
+                at,
+                taking: None,
+                missed,
+            },
+        );
+    }
+
+    /// The moments taken (those whose window the trace cut short taken from what was read),
+    /// each once: the slots' candidates, but those missed.
+    pub fn finish(mut self, reader: &TraceReader, kinds: &Kinds) -> Vec<Moment> {
+        let mut out: Vec<Moment> = Vec::new();
+        let slots = std::mem::take(&mut self.slots);
+        let mut waiting: Vec<(Slot, Candidate)> = slots.into_iter().collect();
+        waiting.sort_by_key(|(_, c)| c.at);
+        for (slot, mut c) in waiting {
+            if c.taking.is_none() && !c.missed {
+                self.take(slot, &mut c, reader, kinds, kinds.run());
+            }
+            let Some(t) = c.taking else {
+                continue;
+            };
+            let m = t.finish(reader, kinds);
+            if super::moments::of(&out, m.index, m.device).is_none() {
+                out.push(m);
+            }
+        }
+        out
+    }
+}
