@@ -22,7 +22,7 @@ use super::live::Replay;
 use super::moments::{Moment, STACK_WINDOW, Taking};
 use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 /// The fewest records a slot's log may hold before its replay is let go.
 const LOG_MIN: usize = 1 << 14;
@@ -80,10 +80,21 @@ struct Candidate {
     missed: bool,
 }
 
+impl Candidate {
+    fn missed(at: u64) -> Candidate {
+        Candidate {
+            at,
+            taking: None,
+            missed: true,
+        }
+    }
+}
+
 /// The first pass's candidates and what the trackers said at the last record.
 #[derive(Default)]
 pub struct EarlyMoments {
-    slots: BTreeMap<Slot, Candidate>,
+    /// A few per device: looked up by a scan.
+    slots: Vec<(Slot, Candidate)>,
     /// A replay of every device at an earlier record (at most every waiting candidate's), and
     /// each record read since with what the kinds decided of it.
     base: Option<Replay>,
@@ -121,33 +132,41 @@ impl EarlyMoments {
         if self.base.is_some() {
             self.log.push_back((*r, decided));
         }
-        let mut slots = std::mem::take(&mut self.slots);
-        for (slot, c) in &mut slots {
+        for i in 0..self.slots.len() {
+            let (slot, c) = &mut self.slots[i];
             if let Some(t) = &mut c.taking {
                 t.step(reader, kinds, r, decided, run_before);
             } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
-                self.take(*slot, c, reader, kinds, run_before);
+                let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
+                self.take(slot, &mut c, reader, kinds, run_before);
+                self.slots[i].1 = c;
             }
         }
-        self.slots = slots;
-        for said in std::mem::take(&mut self.said) {
-            match said {
-                Said::Here(slot) => self.here(slot, rp),
-                Said::Move { from, to } => match self.slots.remove(&from) {
-                    Some(c) => {
-                        self.slots.insert(to, c);
+        if !self.said.is_empty() {
+            for said in std::mem::take(&mut self.said) {
+                match said {
+                    Said::Here(slot) => self.here(slot, rp),
+                    Said::Move { from, to } => {
+                        let c = self.remove(from);
+                        self.remove(to);
+                        if let Some(c) = c {
+                            self.slots.push((to, c));
+                        }
                     }
-                    None => {
-                        self.slots.remove(&to);
+                    Said::Forget(slot) => {
+                        self.remove(slot);
                     }
-                },
-                Said::Forget(slot) => {
-                    self.slots.remove(&slot);
                 }
             }
         }
+        if self.base.is_none() {
+            return;
+        }
         let kept = self.base.as_ref().map_or(0, |b| b.live.len());
-        let waiting = self.slots.values().any(|c| c.taking.is_none() && !c.missed);
+        let waiting = self
+            .slots
+            .iter()
+            .any(|(_, c)| c.taking.is_none() && !c.missed);
         if self.log.len() > LOG_MIN.max(2 * kept) && !waiting {
             // Every moment is taken (or cannot be): the replay is let go until another comes.
             (self.base, self.log) = (None, VecDeque::new());
@@ -199,22 +218,28 @@ impl EarlyMoments {
             self.base = Some(b);
         }
         let missed = self.base.is_none();
-        self.slots.insert(
+        self.remove(slot);
+        self.slots.push((
             slot,
             Candidate {
                 at,
                 taking: None,
                 missed,
             },
-        );
+        ));
+    }
+
+    /// The slot's candidate, taken out.
+    fn remove(&mut self, slot: Slot) -> Option<Candidate> {
+        let i = self.slots.iter().position(|(s, _)| *s == slot)?;
+        Some(self.slots.swap_remove(i).1)
     }
 
     /// The moments taken (those whose window the trace cut short taken from what was read),
     /// each once: the slots' candidates, but those missed.
     pub fn finish(mut self, reader: &TraceReader, kinds: &Kinds) -> Vec<Moment> {
         let mut out: Vec<Moment> = Vec::new();
-        let slots = std::mem::take(&mut self.slots);
-        let mut waiting: Vec<(Slot, Candidate)> = slots.into_iter().collect();
+        let mut waiting = std::mem::take(&mut self.slots);
         waiting.sort_by_key(|(_, c)| c.at);
         for (slot, mut c) in waiting {
             if c.taking.is_none() && !c.missed {
