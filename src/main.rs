@@ -9,7 +9,12 @@ fn main() -> std::process::ExitCode {
         // How many times the command opened a trace and read one through (the tests and the
         // benchmark count them: a report reads its trace in a known number of passes).
         let (opened, passes) = gpushim::trace::reader::reads();
-        eprintln!("gpushim: opened {opened} trace file(s), read {passes} pass(es)");
+        let (held, decoded) = gpushim::trace::reader::records_read();
+        let times = decoded as f64 / held.max(1) as f64;
+        eprintln!(
+            "gpushim: opened {opened} trace file(s), read {passes} pass(es): {times:.2} times \
+             their records"
+        );
     }
     code
 }

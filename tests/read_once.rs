@@ -198,6 +198,12 @@ fn a_batch_at_a_time_reads_what_a_record_at_a_time_reads() {
 /// `gpushim REPORT --json TRACE`, with the moments taken in the first pass or (`early` false,
 /// GPUSHIM_READ_EARLY=0) all in a second: what it printed and how many passes it read.
 fn report_early(report: &str, trace: &Path, early: bool) -> (Vec<u8>, u64) {
+    let (out, passes, _) = report_early_read(report, trace, early);
+    (out, passes)
+}
+
+/// [`report_early`], and how many times the trace's records the command decoded.
+fn report_early_read(report: &str, trace: &Path, early: bool) -> (Vec<u8>, u64, f64) {
     let mut c = Command::new(gpushim_bin());
     c.args([report, "--json", "--no-symbols"])
         .arg(trace)
@@ -208,13 +214,59 @@ fn report_early(report: &str, trace: &Path, early: bool) -> (Vec<u8>, u64) {
     let out = c.output().unwrap();
     assert_ok(&out);
     let err = String::from_utf8_lossy(&out.stderr);
-    let passes = err
+    let line = err
         .lines()
         .find_map(|l| l.strip_prefix("gpushim: opened 1 trace file(s), read "))
-        .and_then(|l| l.split(' ').next())
-        .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no count of reads in: {err}"));
-    (out.stdout, passes)
+    let passes = line.split(' ').next().and_then(|n| n.parse().ok());
+    let times = line
+        .split(": ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok());
+    let (Some(passes), Some(times)) = (passes, times) else {
+        panic!("no count of reads in: {line}");
+    };
+    (out.stdout, passes, times)
+}
+
+#[test]
+fn leaks_sampled_from_the_first_pass_are_those_a_second_pass_samples() {
+    // `leaks` begins its sampling in the first pass at a sixteenth of the trace, with the
+    // boundary the finder would choose there, the records before it read again by a second
+    // reader; where the final choice is the same (a steady loop) it needs no second pass.
+    // What it says must be what a whole second pass says: a ring of the kinds program with its
+    // leak, and the same program's whole trace (no ring).
+    let ring = tempdir("leaks-early").file("ring.trace");
+    assert_ok(&kinds_program_with(
+        &ring,
+        3000,
+        true,
+        &[],
+        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
+    ));
+    let long = tempdir("leaks-early-long").file("long.trace");
+    assert_ok(&kinds_program_with(&long, 2000, true, &[], Vec::new()));
+    for trace in [&*ring, &*long] {
+        for report in ["leaks", "oom"] {
+            let (early, _, times) = report_early_read(report, trace, true);
+            let (late, _, late_times) = report_early_read(report, trace, false);
+            assert!(
+                early == late,
+                "{report} of {}: the first pass's samples differ from a second pass's:\n{}\n{}",
+                trace.display(),
+                String::from_utf8_lossy(&early),
+                String::from_utf8_lossy(&late)
+            );
+            if report == "leaks" {
+                assert!(
+                    times < 1.5 && late_times - times > 0.5,
+                    "{}: read {times} times its records (a second pass {late_times})",
+                    trace.display()
+                );
+            }
+        }
+    }
 }
 
 #[test]

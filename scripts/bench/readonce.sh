@@ -31,14 +31,16 @@ echo "trace: $(stat -c %s "$t") bytes, $records records, $summarized summarized 
 cat "$t" >/dev/null # into the page cache
 /usr/bin/time -f "%e %M" -o "$dir/cat.time" cat "$t" >/dev/null
 read -r read_s _ < "$dir/cat.time"
-printf "%-10s %10s %10s %10s %8s\n" report seconds "x read" "max RSS" "opens/passes"
-printf "%-10s %10s %10s %10s %8s\n" "cat" "$read_s" "1.0" "-" "1/1"
-one() { # NAME COMMAND...: its time, memory and reads
+printf "%-10s %10s %10s %10s %13s %8s\n" report seconds "x read" "max RSS" "opens/passes" "records"
+printf "%-10s %10s %10s %10s %13s %8s\n" "cat" "$read_s" "1.0" "-" "1/1" "1.00x"
+one() { # NAME COMMAND...: its time, memory and reads (opened, passes begun, the records decoded
+  # as a multiple of the trace's: a pass that reads only the first part counts for that part)
   local name=$1; shift
   GPUSHIM_READS=1 /usr/bin/time -f "%e %M" -o "$dir/$name.time" "$gpushim" "$@" >/dev/null 2>"$dir/$name.err" || true
   read -r s kib < "$dir/$name.time"
-  reads=$(sed -n 's/^gpushim: opened \([0-9]*\) trace file(s), read \([0-9]*\) pass(es)$/\1\/\2/p' "$dir/$name.err")
-  printf "%-10s %10s %10.1f %7s MiB %8s\n" "$name" "$s" "$(echo "$s / $read_s" | bc -l)" "$((kib / 1024))" "${reads:--}"
+  reads=$(sed -n 's/^gpushim: opened \([0-9]*\) trace file(s), read \([0-9]*\) pass(es): .*$/\1\/\2/p' "$dir/$name.err")
+  times=$(sed -n 's/^gpushim: opened .*: \([0-9.]*\) times their records$/\1x/p' "$dir/$name.err")
+  printf "%-10s %10s %10.1f %7s MiB %13s %8s\n" "$name" "$s" "$(echo "$s / $read_s" | bc -l)" "$((kib / 1024))" "${reads:--}" "${times:--}"
 }
 for r in summary peak leaks oom; do one "$r" "$r" "$t"; done
 one report report "$t" -o "$dir/page.html"

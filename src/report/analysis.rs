@@ -20,7 +20,7 @@
 //! trace was opened), so the requests, the moments and the kinds cannot disagree. Memory grows
 //! with the live set and the distinct lines, never with the file's length.
 
-use super::early::EarlyMoments;
+use super::early::{EarlyLeaks, EarlyMoments};
 use super::kinds::Kinds;
 use super::leaks::{Leaks, LeaksFinder};
 use super::live::Replay;
@@ -118,6 +118,8 @@ struct RunPass {
     with_kinds: bool,
     /// The moments taken as the trackers find them.
     early: Option<EarlyMoments>,
+    /// The leaks' sampler begun in this pass.
+    early_leaks: Option<EarlyLeaks>,
 }
 
 impl RunPass {
@@ -150,6 +152,13 @@ impl RunPass {
         }
         if let Some(p) = &mut self.leaks {
             p.see(rp, r, c);
+            if let Some(e) = &mut self.early_leaks {
+                if rp.index > e.at {
+                    e.see(rp, r, c, decided);
+                } else if rp.index == e.at {
+                    e.begin(reader, p, rp);
+                }
+            }
         }
         if let Some(p) = &mut self.columns {
             p.see(rp, r, c);
@@ -176,13 +185,18 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
         columns: wants.timeline.is_some().then(ColumnsPass::default),
         rp: Replay::default(),
         kinds: Kinds::default(),
-        with_kinds: wants.summary || wants.oom || early.is_some(),
+        with_kinds: wants.summary || wants.oom || wants.leaks.is_some() || early.is_some(),
         with_replay: early.is_some()
             || wants.peak
             || wants.oom
             || wants.leaks.is_some()
             || wants.timeline.is_some(),
         early,
+        early_leaks: wants
+            .leaks
+            .as_ref()
+            .filter(|_| !early_off)
+            .map(|b| EarlyLeaks::new(&reader, b.clone())),
     };
     let mut batch = Vec::new();
     while reader.next_batch(&mut batch) {
@@ -213,6 +227,13 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     let peaks = run.peak.map(|p| p.finish(&reader, &rp, opts));
     let boundary = wants.leaks.as_ref().and_then(|b| b.as_deref());
     let mut leaks = run.leaks.map(|p| p.finish(&reader, &rp, boundary));
+    // The leaks sampled in the first pass, if it sampled what was chosen at the end.
+    if let (Some(chosen), Some(e)) = (&leaks, run.early_leaks.take())
+        && let Some(sampled) = e.finish(chosen)
+    {
+        a.leaks = Some(sampled.finish(&reader, &rp, &kinds));
+        leaks = None;
+    }
     let found = run.columns.map(|p| p.finish(&rp));
     let mut bands = found.as_ref().map(BandsPass::new);
     // The moments wanted: those the first pass took, the others taken in the second.
@@ -270,7 +291,9 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     moments.append(&mut taken);
     a.summary = summary.map(|s| s.finish(&reader, &moments));
     a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &moments));
-    a.leaks = leaks.map(|p| p.finish(&reader, &rp, &kinds));
+    if let Some(p) = leaks {
+        a.leaks = Some(p.finish(&reader, &rp, &kinds));
+    }
     if let (Some(b), Some(keep)) = (bands, &wants.timeline) {
         let growing = a.leaks.iter().filter_map(|l| l.iterations.as_ref());
         let mut drawn: Vec<&str> = keep.iter().map(String::as_str).collect();

@@ -238,11 +238,21 @@ impl LeaksFinder {
         whole: &Replay,
         boundary: Option<&str>,
     ) -> LeaksSampler {
-        let finder = self.finder;
+        self.sampler(reader, whole, boundary)
+    }
+
+    /// The sampler [`LeaksFinder::finish`] would give if the trace ended here.
+    pub fn sampler(
+        &self,
+        reader: &TraceReader,
+        whole: &Replay,
+        boundary: Option<&str>,
+    ) -> LeaksSampler {
+        let finder = &self.finder;
         // A trace of any length: what marked the iterations before the ring, as the summarizer
         // chose it from the run's first allocations.
         let restored_mark = whole.boundary_mark;
-        let chosen = choose(reader, &finder, restored_mark, boundary);
+        let chosen = choose(reader, finder, restored_mark, boundary);
         let boundary_not_found = boundary.filter(|_| chosen.is_none()).map(|_| {
             let mut seen: Vec<String> = finder
                 .names
@@ -293,6 +303,13 @@ pub struct LeaksSampler {
 }
 
 impl LeaksSampler {
+    /// Whether `other` samples at the same boundaries, numbered alike (the same choice).
+    pub fn same_choice(&self, other: &LeaksSampler) -> bool {
+        self.chosen == other.chosen
+            && self.restored_matches == other.restored_matches
+            && self.boundary_not_found == other.boundary_not_found
+    }
+
     /// One record, after `rp` applied it (making change `c`) and the kinds observed it
     /// (deciding `decided`).
     pub fn see(

@@ -40,7 +40,7 @@ pub(super) struct Decoder {
     pub ring: u64,
     /// The checkpoint read first, its bodies; the next to read; and how many of them restore
     /// state (up to its `END`), which bypass the reorder window.
-    pub checkpoint: Vec<[u8; RECORD_SIZE]>,
+    pub checkpoint: std::sync::Arc<Vec<[u8; RECORD_SIZE]>>,
     pub checkpoint_at: usize,
     pub checkpoint_prefix: usize,
     pub first_prefix: usize,

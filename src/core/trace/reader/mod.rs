@@ -10,6 +10,7 @@
 //! is read back in `trace::checkpoint::read`), `stats.rs` what decoding counted.
 
 mod decode;
+mod fork;
 pub(crate) mod head;
 mod opening;
 mod stats;
@@ -199,6 +200,8 @@ pub struct TraceReader {
     /// Records returned since the progress hook was last called.
     since_progress: u32,
     filter: crate::trace::filter::Filter,
+    /// What a second reader of the same file starts from ([`TraceReader::fork`]).
+    template: fork::Template,
 }
 
 /// Records read from the file at a time (256 KiB: the chunk stays in the cache).
@@ -209,11 +212,21 @@ const CHUNK_RECORDS: usize = 1 << 13;
 /// say them; the tests count them).
 static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Records the traces opened hold, and records decoded from them by every pass (a pass that
+/// stops early, or reads only the first part again, decodes fewer than its trace holds).
+static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(super) static DECODED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// (traces opened, passes read) by this process so far.
 pub fn reads() -> (u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
     (OPENED.load(Relaxed), PASSES.load(Relaxed))
+}
+
+/// (records the traces opened hold, records decoded from them) by this process so far.
+pub fn records_read() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (HELD.load(Relaxed), DECODED.load(Relaxed))
 }
 
 /// How a report reads traces: the command's reading options, passed as a value to every
@@ -321,6 +334,7 @@ impl TraceReader {
         let checkpoint_prefix = restoring_prefix(&checkpoint);
         let first_offset = io::Seek::stream_position(&mut file)
             .map_err(|e| ReadError::Io(info.path.clone(), e))?;
+        let checkpoint = std::sync::Arc::new(checkpoint);
         let (summed, summed_bytes) = checkpoint_summed(&checkpoint);
         let stats = DecodeStats {
             lost: info.lost,
@@ -332,12 +346,15 @@ impl TraceReader {
             summarized_late: le_u64(&h, header::SUMMARY_LATE),
             ..DecodeStats::default()
         };
+        let ring = if wrapped { info_capacity(&h) } else { 0 };
+        let extent = (start, end, ring);
+        let template = fork::Template::of(&file, &meta, &checkpoint, first_offset, &stats, extent);
         let decoder = decode::Decoder {
             input: BufReader::with_capacity(1 << 20, file),
             next: start,
             end,
             start,
-            ring: if wrapped { info_capacity(&h) } else { 0 },
+            ring,
             checkpoint,
             checkpoint_at: 0,
             checkpoint_prefix,
@@ -377,6 +394,7 @@ impl TraceReader {
             python_frames: false,
             since_progress: 0,
             filter: opts.filter.clone(),
+            template,
         }
         .counted())
     }
@@ -385,6 +403,8 @@ impl TraceReader {
         use std::sync::atomic::Ordering::Relaxed;
         OPENED.fetch_add(1, Relaxed);
         PASSES.fetch_add(1, Relaxed);
+        let held = self.end.saturating_sub(self.next);
+        HELD.fetch_add(held.saturating_add(self.template.restored()), Relaxed);
         self
     }
 
@@ -543,51 +563,6 @@ pub const REORDER_MAX: usize = 1 << 20;
 /// Records read from the file per refill of the window, at least.
 const BATCH: usize = 1 << 12;
 
-impl TraceReader {
-    /// The next records in time order that the filter keeps, as [`Iterator::next`] returns them
-    /// one by one, a batch at a time into `out` (cleared first; its allocation may be replaced):
-    /// `false` once every record was returned. The hot loops of the reports read this way, a
-    /// record costing them no call. Definitions are applied before the batch's records.
-    pub fn next_batch(&mut self, out: &mut Vec<Record>) -> bool {
-        out.clear();
-        while out.is_empty() {
-            if self.batch.is_empty() {
-                let Some(b) = self.source.next_batch() else {
-                    return false;
-                };
-                self.apply(b.defs);
-                (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
-                *out = b.records;
-            } else {
-                out.extend(self.batch.drain(..));
-            }
-            for r in out.iter_mut() {
-                // Only a stack reference (or a checkpoint's site) can be joined to its forward.
-                if matches!(r.kind, RecordKind::StackRef | RecordKind::Restore) {
-                    *r = self.joins.apply(*r, &mut self.stacks, &self.strings);
-                }
-            }
-            let n = u32::try_from(out.len()).unwrap_or(u32::MAX);
-            self.since_progress = self.since_progress.saturating_add(n);
-            if self.since_progress >= 1 << 20 {
-                self.since_progress = 0;
-                if let Some(hook) = self.progress {
-                    hook(self.next, self.end);
-                }
-            }
-            // A checkpoint's state is the whole run's before the ring: filters apply to the
-            // records after it.
-            if let Some(f) = &mut self.filtering
-                && !self.restoring
-            {
-                let strings = &self.strings;
-                out.retain(|r| f.keep(r, strings));
-            }
-        }
-        true
-    }
-}
-
 impl Iterator for TraceReader {
     type Item = Record;
 
@@ -597,6 +572,7 @@ impl Iterator for TraceReader {
         loop {
             let Some(r) = self.batch.pop_front() else {
                 let b = self.source.next_batch()?;
+                DECODED.fetch_add(b.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
                 self.apply(b.defs);
                 (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
                 self.batch = b.records.into();

@@ -1,0 +1,169 @@
+//! Reading a batch at a time, and a second reader of the same file from its first record
+//! while the first reads on.
+
+use super::*;
+
+/// What a reader's decoder started from, kept so that a second reader of the same open file
+/// can start there too.
+pub(super) struct Template {
+    /// The descriptor the trace was opened with, and the file it named then (device, inode).
+    fd: std::os::fd::RawFd,
+    id: (u64, u64),
+    checkpoint: std::sync::Arc<Vec<[u8; RECORD_SIZE]>>,
+    first_offset: u64,
+    stats: DecodeStats,
+    /// The first record index, the end of the extent, a ring's slots (0: none).
+    extent: (u64, u64, u64),
+}
+
+impl Template {
+    pub(super) fn of(
+        file: &File,
+        meta: &std::fs::Metadata,
+        checkpoint: &std::sync::Arc<Vec<[u8; RECORD_SIZE]>>,
+        first_offset: u64,
+        stats: &DecodeStats,
+        extent: (u64, u64, u64),
+    ) -> Template {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        Template {
+            fd: file.as_raw_fd(),
+            id: (meta.dev(), meta.ino()),
+            checkpoint: checkpoint.clone(),
+            first_offset,
+            stats: stats.clone(),
+            extent,
+        }
+    }
+}
+
+impl Template {
+    /// Records the checkpoint holds.
+    pub(super) fn restored(&self) -> u64 {
+        self.checkpoint.len() as u64
+    }
+}
+
+impl TraceReader {
+    /// The next records in time order that the filter keeps, as [`Iterator::next`] returns them
+    /// one by one, a batch at a time into `out` (cleared first; its allocation may be replaced):
+    /// `false` once every record was returned. The hot loops of the reports read this way, a
+    /// record costing them no call. Definitions are applied before the batch's records.
+    pub fn next_batch(&mut self, out: &mut Vec<Record>) -> bool {
+        out.clear();
+        while out.is_empty() {
+            if self.batch.is_empty() {
+                let Some(b) = self.source.next_batch() else {
+                    return false;
+                };
+                DECODED.fetch_add(b.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                self.apply(b.defs);
+                (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
+                *out = b.records;
+            } else {
+                out.extend(self.batch.drain(..));
+            }
+            for r in out.iter_mut() {
+                // Only a stack reference (or a checkpoint's site) can be joined to its forward.
+                if matches!(r.kind, RecordKind::StackRef | RecordKind::Restore) {
+                    *r = self.joins.apply(*r, &mut self.stacks, &self.strings);
+                }
+            }
+            let n = u32::try_from(out.len()).unwrap_or(u32::MAX);
+            self.since_progress = self.since_progress.saturating_add(n);
+            if self.since_progress >= 1 << 20 {
+                self.since_progress = 0;
+                if let Some(hook) = self.progress {
+                    hook(self.next, self.end);
+                }
+            }
+            // A checkpoint's state is the whole run's before the ring: filters apply to the
+            // records after it.
+            if let Some(f) = &mut self.filtering
+                && !self.restoring
+            {
+                let strings = &self.strings;
+                out.retain(|r| f.keep(r, strings));
+            }
+        }
+        true
+    }
+
+    /// A second reader of this trace, from its first record: the same file (the descriptor
+    /// this one was opened with, opened anew for an offset of its own, and checked to be the
+    /// same file), the same extent and checkpoint, the same options but no progress; it reads
+    /// the records this one reads, at the same indices, while this one reads on. Counted as a
+    /// pass, not an opening.
+    pub fn fork(&self) -> Result<TraceReader, ReadError> {
+        use std::os::unix::fs::MetadataExt;
+        let t = &self.template;
+        let path = self.info.path.clone();
+        let io_err = |e| ReadError::Io(path.clone(), e);
+        let file = File::open(format!("/proc/self/fd/{}", t.fd)).map_err(io_err)?;
+        let meta = file.metadata().map_err(io_err)?;
+        if (meta.dev(), meta.ino()) != t.id {
+            return Err(io_err(io::Error::other(
+                "the trace's descriptor names another file",
+            )));
+        }
+        let mut d = decode::Decoder {
+            input: BufReader::with_capacity(1 << 20, file),
+            next: 0,
+            end: 0,
+            start: 0,
+            ring: 0,
+            checkpoint: t.checkpoint.clone(),
+            checkpoint_at: 0,
+            checkpoint_prefix: 0,
+            first_prefix: restoring_prefix(&t.checkpoint),
+            stats: t.stats.clone(),
+            pending: None,
+            window: std::collections::VecDeque::new(),
+            latest_ns: 0,
+            drained: false,
+            first_offset: t.first_offset,
+            first_stats: t.stats.clone(),
+            chunk: Vec::new(),
+            chunk_at: 0,
+            chunk_len: 0,
+            defs: Vec::new(),
+            finished: false,
+        };
+        (d.start, d.end, d.ring) = t.extent;
+        d.rewind().map_err(io_err)?;
+        let reader = TraceReader {
+            info: self.info.clone(),
+            source: decode::Source::Pending(Box::new(d)),
+            batch: std::collections::VecDeque::new(),
+            restoring: false,
+            next: t.extent.0,
+            end: self.end,
+            stats: t.stats.clone(),
+            strings: HashMap::new(),
+            stacks: HashMap::new(),
+            joins: Default::default(),
+            modules: std::collections::BTreeMap::new(),
+            build_ids: HashMap::new(),
+            filtering: (!self.filter.is_empty())
+                .then(|| crate::trace::filter::Filtering::new(self.filter.clone())),
+            symbols: self.symbols,
+            progress: None,
+            native_frames: self.native_frames,
+            program_frames: self.program_frames,
+            python_frames: false,
+            since_progress: 0,
+            filter: self.filter.clone(),
+            template: Template {
+                fd: t.fd,
+                id: t.id,
+                checkpoint: t.checkpoint.clone(),
+                first_offset: t.first_offset,
+                stats: t.stats.clone(),
+                extent: t.extent,
+            },
+        };
+        PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(reader)
+    }
+}
