@@ -123,6 +123,36 @@ struct RunPass {
 }
 
 impl RunPass {
+    /// The trackers `wants` asks for, and what they read.
+    fn new(reader: &TraceReader, wants: &Wants) -> RunPass {
+        // The moments of the summary and the peaks are taken in this pass where they can be
+        // (`early`): with the shared replay and the kinds, read whatever else is asked.
+        // GPUSHIM_READ_EARLY=0: every moment in the second pass (the tests compare the two).
+        let early_off = std::env::var_os("GPUSHIM_READ_EARLY").is_some_and(|v| v == "0");
+        let early = (!early_off && (wants.summary || wants.peak)).then(EarlyMoments::default);
+        RunPass {
+            summary: wants.summary.then(SummaryPass::default),
+            peak: wants.peak.then(PeakFinder::default),
+            oom: wants.oom.then(OomPass::default),
+            leaks: wants.leaks.is_some().then(LeaksFinder::default),
+            columns: wants.timeline.is_some().then(ColumnsPass::default),
+            rp: Replay::default(),
+            kinds: Kinds::default(),
+            with_kinds: wants.summary || wants.oom || wants.leaks.is_some() || early.is_some(),
+            with_replay: early.is_some()
+                || wants.peak
+                || wants.oom
+                || wants.leaks.is_some()
+                || wants.timeline.is_some(),
+            early,
+            early_leaks: wants
+                .leaks
+                .as_ref()
+                .filter(|_| !early_off)
+                .map(|b| EarlyLeaks::new(reader, b.clone())),
+        }
+    }
+
     /// One record of the first pass: applied to the replay (when a tracker reads it) and
     /// observed by the kinds (when asked), then handed to each tracker.
     #[inline]
@@ -172,32 +202,7 @@ impl RunPass {
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
 pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
     let mut reader = TraceReader::open_with(path, opts)?;
-    // The moments of the summary and the peaks are taken in this pass where they can be
-    // (`early`): with the shared replay and the kinds, read whatever else is asked.
-    // GPUSHIM_READ_EARLY=0: every moment in the second pass (the tests compare the two).
-    let early_off = std::env::var_os("GPUSHIM_READ_EARLY").is_some_and(|v| v == "0");
-    let early = (!early_off && (wants.summary || wants.peak)).then(EarlyMoments::default);
-    let mut run = RunPass {
-        summary: wants.summary.then(SummaryPass::default),
-        peak: wants.peak.then(PeakFinder::default),
-        oom: wants.oom.then(OomPass::default),
-        leaks: wants.leaks.is_some().then(LeaksFinder::default),
-        columns: wants.timeline.is_some().then(ColumnsPass::default),
-        rp: Replay::default(),
-        kinds: Kinds::default(),
-        with_kinds: wants.summary || wants.oom || wants.leaks.is_some() || early.is_some(),
-        with_replay: early.is_some()
-            || wants.peak
-            || wants.oom
-            || wants.leaks.is_some()
-            || wants.timeline.is_some(),
-        early,
-        early_leaks: wants
-            .leaks
-            .as_ref()
-            .filter(|_| !early_off)
-            .map(|b| EarlyLeaks::new(&reader, b.clone())),
-    };
+    let mut run = RunPass::new(&reader, wants);
     let mut batch = Vec::new();
     while reader.next_batch(&mut batch) {
         for r in &batch {
@@ -237,29 +242,7 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     let found = run.columns.map(|p| p.finish(&rp));
     let mut bands = found.as_ref().map(BandsPass::new);
     // The moments wanted: those the first pass took, the others taken in the second.
-    let mut moments = Moments::default();
-    let wanted = summary.iter().flat_map(|s| s.moments()).chain(
-        peaks
-            .iter()
-            .flat_map(|p| &p.wanted)
-            .map(|&(device, at, _)| (at, device)),
-    );
-    let mut early_used = Vec::new();
-    for (at, device) in wanted {
-        match taken
-            .iter()
-            .position(|m| m.index == at && m.device == device)
-        {
-            Some(i) => early_used.push(i),
-            None => moments.want(at, device),
-        }
-    }
-    let mut taken: Vec<super::moments::Moment> = taken
-        .into_iter()
-        .enumerate()
-        .filter(|(i, _)| early_used.contains(i))
-        .map(|(_, m)| m)
-        .collect();
+    let (mut moments, mut taken) = wanted(taken, summary.as_ref(), peaks.as_ref());
     if moments.is_empty() && leaks.is_none() && bands.is_none() {
         a.summary = summary.map(|s| s.finish(&reader, &taken));
         a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &taken));
@@ -301,6 +284,39 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
         a.lanes = Some(b.finish(&reader, &rp, &kinds, &drawn));
     }
     Ok(a)
+}
+
+/// The moments the summary and the peaks want: those among `taken` (the first pass's), and the
+/// others to take in the second pass.
+fn wanted(
+    taken: Vec<super::moments::Moment>,
+    summary: Option<&super::summary::SummaryFound>,
+    peaks: Option<&super::peak::PeaksFound>,
+) -> (Moments, Vec<super::moments::Moment>) {
+    let mut moments = Moments::default();
+    let wanted = summary.into_iter().flat_map(|s| s.moments()).chain(
+        peaks
+            .into_iter()
+            .flat_map(|p| &p.wanted)
+            .map(|&(device, at, _)| (at, device)),
+    );
+    let mut used = Vec::new();
+    for (at, device) in wanted {
+        match taken
+            .iter()
+            .position(|m| m.index == at && m.device == device)
+        {
+            Some(i) => used.push(i),
+            None => moments.want(at, device),
+        }
+    }
+    let taken = taken
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| used.contains(i))
+        .map(|(_, m)| m)
+        .collect();
+    (moments, taken)
 }
 
 /// The analyses of a job's inputs, in their order, each named: traces analysed as `wants`

@@ -39,6 +39,35 @@ impl Template {
 }
 
 impl Template {
+    /// A decoder of `file` at its first record (the file positioned there, or rewound).
+    pub(super) fn decoder(&self, file: File) -> decode::Decoder {
+        let prefix = restoring_prefix(&self.checkpoint);
+        let (start, end, ring) = self.extent;
+        decode::Decoder {
+            input: BufReader::with_capacity(1 << 20, file),
+            next: start,
+            end,
+            start,
+            ring,
+            checkpoint: self.checkpoint.clone(),
+            checkpoint_at: 0,
+            checkpoint_prefix: prefix,
+            first_prefix: prefix,
+            stats: self.stats.clone(),
+            pending: None,
+            window: std::collections::VecDeque::new(),
+            latest_ns: 0,
+            drained: false,
+            first_offset: self.first_offset,
+            first_stats: self.stats.clone(),
+            chunk: Vec::new(),
+            chunk_at: 0,
+            chunk_len: 0,
+            defs: Vec::new(),
+            finished: false,
+        }
+    }
+
     /// Records the checkpoint holds.
     pub(super) fn restored(&self) -> u64 {
         self.checkpoint.len() as u64
@@ -107,30 +136,7 @@ impl TraceReader {
                 "the trace's descriptor names another file",
             )));
         }
-        let mut d = decode::Decoder {
-            input: BufReader::with_capacity(1 << 20, file),
-            next: 0,
-            end: 0,
-            start: 0,
-            ring: 0,
-            checkpoint: t.checkpoint.clone(),
-            checkpoint_at: 0,
-            checkpoint_prefix: 0,
-            first_prefix: restoring_prefix(&t.checkpoint),
-            stats: t.stats.clone(),
-            pending: None,
-            window: std::collections::VecDeque::new(),
-            latest_ns: 0,
-            drained: false,
-            first_offset: t.first_offset,
-            first_stats: t.stats.clone(),
-            chunk: Vec::new(),
-            chunk_at: 0,
-            chunk_len: 0,
-            defs: Vec::new(),
-            finished: false,
-        };
-        (d.start, d.end, d.ring) = t.extent;
+        let mut d = t.decoder(file);
         d.rewind().map_err(io_err)?;
         let reader = TraceReader {
             info: self.info.clone(),

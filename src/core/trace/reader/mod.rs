@@ -331,7 +331,6 @@ impl TraceReader {
             io::Seek::seek(&mut file, io::SeekFrom::Start(HEADER_SIZE as u64))
                 .map_err(|e| ReadError::Io(info.path.clone(), e))?;
         }
-        let checkpoint_prefix = restoring_prefix(&checkpoint);
         let first_offset = io::Seek::stream_position(&mut file)
             .map_err(|e| ReadError::Io(info.path.clone(), e))?;
         let checkpoint = std::sync::Arc::new(checkpoint);
@@ -349,29 +348,7 @@ impl TraceReader {
         let ring = if wrapped { info_capacity(&h) } else { 0 };
         let extent = (start, end, ring);
         let template = fork::Template::of(&file, &meta, &checkpoint, first_offset, &stats, extent);
-        let decoder = decode::Decoder {
-            input: BufReader::with_capacity(1 << 20, file),
-            next: start,
-            end,
-            start,
-            ring,
-            checkpoint,
-            checkpoint_at: 0,
-            checkpoint_prefix,
-            first_prefix: checkpoint_prefix,
-            stats: stats.clone(),
-            pending: None,
-            window: std::collections::VecDeque::new(),
-            latest_ns: 0,
-            drained: false,
-            first_offset,
-            first_stats: stats.clone(),
-            chunk: Vec::new(),
-            chunk_at: 0,
-            chunk_len: 0,
-            defs: Vec::new(),
-            finished: false,
-        };
+        let decoder = template.decoder(file);
         Ok(TraceReader {
             info,
             source: decode::Source::Pending(Box::new(decoder)),
