@@ -148,7 +148,8 @@ impl RunPass {
             early_leaks: wants
                 .leaks
                 .as_ref()
-                .filter(|_| !early_off)
+                // The picture's bands take a second pass, which samples the leaks too.
+                .filter(|_| !early_off && wants.timeline.is_none())
                 .map(|b| EarlyLeaks::new(reader, b.clone())),
         }
     }

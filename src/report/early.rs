@@ -4,11 +4,13 @@
 //! A tracker says which record is its moment so far (a device's peak, its tensors' peak,
 //! NVML's peak, the program's last allocation with Python frames) as it reads: each *slot*
 //! holds one candidate. Taking a moment costs the device's live set, and a peak moves at every
-//! allocation while memory climbs, so a candidate is taken lazily: one replay of every device
-//! is kept from an earlier record with the records read since (at most twice the live set, or
-//! [`LOG_MIN`]), and only when a candidate has stood for the stack window after it is that
-//! replay rolled forward to it and the moment taken (candidates' windows end in the order of
-//! their records, so the one replay serves them all), exactly as the second pass would take it
+//! allocation while memory climbs, so a candidate is taken lazily: while any candidate is in
+//! its stack window, one replay of every device is kept from a record no later than it, with
+//! the records read since (rolled forward past [`LOG_MIN`] of them); only when a candidate has
+//! stood for its window is that replay rolled forward to it and the moment taken (candidates'
+//! windows end in the order of their records, so the one replay serves them all), and once no
+//! candidate waits the replay is let go: a burst of proposals (a forward's allocations) costs
+//! one copy of the live set, exactly as the second pass would take it
 //! there ([`super::moments`]: the same window, its kinds settled by reading on with the same
 //! tracker). What these copies cost is held to a budget of a few times the records read, so
 //! no trace makes the first pass quadratic: a candidate the budget refuses is *missed*.
@@ -24,7 +26,8 @@ use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
 use std::collections::VecDeque;
 
-/// The fewest records a slot's log may hold before its replay is let go.
+/// Records the log holds before the kept replay is rolled forward to the earliest candidate
+/// still in its window.
 const LOG_MIN: usize = 1 << 14;
 
 /// Work (live entries copied) allowed beyond this many per record read.
@@ -135,7 +138,9 @@ impl EarlyMoments {
         for i in 0..self.slots.len() {
             let (slot, c) = &mut self.slots[i];
             if let Some(t) = &mut c.taking {
-                t.step(reader, kinds, r, decided, run_before);
+                if !t.settled() {
+                    t.step(reader, kinds, r, decided, run_before);
+                }
             } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
                 let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
                 self.take(slot, &mut c, reader, kinds, run_before);
@@ -162,14 +167,32 @@ impl EarlyMoments {
         if self.base.is_none() {
             return;
         }
-        let kept = self.base.as_ref().map_or(0, |b| b.live.len());
         let waiting = self
             .slots
             .iter()
-            .any(|(_, c)| c.taking.is_none() && !c.missed);
-        if self.log.len() > LOG_MIN.max(2 * kept) && !waiting {
+            .filter(|(_, c)| c.taking.is_none() && !c.missed)
+            .map(|(_, c)| c.at)
+            .min();
+        match waiting {
             // Every moment is taken (or cannot be): the replay is let go until another comes.
-            (self.base, self.log) = (None, VecDeque::new());
+            None => (self.base, self.log) = (None, VecDeque::new()),
+            // The log holds no more than the records since the earliest waiting candidate
+            // (fewer than its window) and a bounded batch before it.
+            Some(at) if self.log.len() > LOG_MIN => self.roll_to(at),
+            Some(_) => {}
+        }
+    }
+
+    /// The kept replay rolled forward to record `at` (no further than the log reaches).
+    fn roll_to(&mut self, at: u64) {
+        let Some(base) = &mut self.base else {
+            return;
+        };
+        while base.index < at {
+            let Some((r, _)) = self.log.pop_front() else {
+                break;
+            };
+            base.apply(&r);
         }
     }
 
@@ -189,15 +212,10 @@ impl EarlyMoments {
             c.missed = true;
             return;
         }
-        let Some(base) = &mut self.base else {
+        self.roll_to(c.at);
+        let Some(base) = &self.base else {
             return;
         };
-        while base.index < c.at {
-            let Some((r, _)) = self.log.pop_front() else {
-                break;
-            };
-            base.apply(&r);
-        }
         if base.index != c.at {
             c.missed = true;
             return;
