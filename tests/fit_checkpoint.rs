@@ -12,7 +12,7 @@ pub(crate) fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
     blocks_in(dir, batch, if ckpt { "ckpt" } else { "" })
 }
 
-/// The blocks program at `batch` in `mode` ("", "ckpt" or "amp"): its trace.
+/// The blocks program at `batch` in `mode` ("", "ckpt", "amp" or "amp-grads"): its trace.
 fn blocks_in(dir: &Path, batch: u64, mode: &str) -> PathBuf {
     let t = if mode.is_empty() {
         dir.join(format!("b{batch}.trace"))
@@ -245,6 +245,33 @@ fn autocast_weight_copies_keep_their_size() {
     ]));
     for batch in [2u64, 4] {
         let truth = own_rows(&blocks_in(&dir, batch, "amp"), batch);
+        for setting in ["", "expandable_segments:True"] {
+            let (p, t) = (row(&predicted, setting, batch), row(&truth, setting, batch));
+            assert_eq!(p, t, "batch {batch} under '{setting}'");
+        }
+    }
+}
+
+/// Under autocast as PyTorch runs it, each op casts its input too, on the op's line and by the
+/// same node as the weight's copy: at batch 1 the input's copy is the weight's copy's size. The
+/// weight's copy hands its gradient to the weight (its `.grad` until the optimizer's step), the
+/// input's hands it on: by that the input's copies grow and the weights' do not. From the run
+/// at 1, the runs at 2 and 4 to the byte.
+#[test]
+fn an_inputs_cast_the_size_of_a_weights_copy_grows() {
+    let dir = tempdir("fit-amp-grads");
+    let one = blocks_in(&dir, 1, "amp-grads");
+    let predicted = rows(&json(&[
+        "fit",
+        one.to_str().unwrap(),
+        "--at",
+        "1",
+        "--batch",
+        "2,4",
+        "--json",
+    ]));
+    for batch in [2u64, 4] {
+        let truth = own_rows(&blocks_in(&dir, batch, "amp-grads"), batch);
         for setting in ["", "expandable_segments:True"] {
             let (p, t) = (row(&predicted, setting, batch), row(&truth, setting, batch));
             assert_eq!(p, t, "batch {batch} under '{setting}'");

@@ -51,7 +51,8 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
             Kind::Activation | Kind::Input => Scale::Batch,
             Kind::Temporary => {
                 let phase = phases[i];
-                if phase == Phase::Optimizer || weights.temporary(size, stack, phase, nodes[i]) {
+                let weight = weights.temporary(size, stack, phase, nodes[i], sequences[i]);
+                if phase == Phase::Optimizer || weight {
                     Scale::Fixed
                 } else {
                     Scale::Batch
@@ -116,6 +117,11 @@ struct WeightSized {
     /// The autograd node of each sequence number whose backward made a tensor: the op that
     /// made a forward tensor of that number.
     nodes: FastMap<u64, String>,
+    /// Of those sequence numbers, whether the backward's tensor became a parameter's gradient
+    /// (a weight's cast hands its gradient to the weight; an activation's cast hands it on).
+    to_weight: FastMap<u64, bool>,
+    /// Whether the run's backward made its parameters' gradients (each step, or once).
+    gradients_made: bool,
 }
 
 impl WeightSized {
@@ -136,18 +142,22 @@ impl WeightSized {
             full = grads;
         }
         let mut by_sequence = FastMap::default();
-        for (sequence, &node) in input.request_sequences().zip(nodes) {
+        let mut to_weight: FastMap<u64, bool> = FastMap::default();
+        for ((sequence, &node), k) in input.request_sequences().zip(nodes).zip(kinds) {
             if sequence != 0 && !node.is_empty() {
                 by_sequence
                     .entry(sequence)
                     .or_insert_with(|| node.to_string());
+                *to_weight.entry(sequence).or_default() |= *k == Kind::Gradient;
             }
         }
         WeightSized {
             full,
             by_line,
             steps: steps_of(phases),
+            gradients_made: to_weight.values().any(|&w| w),
             nodes: by_sequence,
+            to_weight,
         }
     }
 
@@ -173,13 +183,29 @@ impl WeightSized {
             .nodes
             .get(&sequence)
             .is_none_or(|n| n.starts_with("ToCopyBackward"));
-        phase == Phase::Forward && cast && self.few(size, stack, self.half_of(size))
+        // Where the run's gradients are made anew each step (`zero_grad()` sets them to None),
+        // a weight's cast hands the weight its gradient: a cast whose backward handed on a
+        // tensor that became none is an activation's (at 2 x 512 tokens a Llama's hidden
+        // states are its projections' size, cast alike on the same line).
+        let activation = self.activation_cast(sequence);
+        phase == Phase::Forward && cast && !activation && self.few(size, stack, self.half_of(size))
+    }
+
+    /// Whether the cast of autograd number `sequence` is an activation's: the run makes its
+    /// parameters' gradients anew each step, and the cast's backward made none of them.
+    fn activation_cast(&self, sequence: u64) -> bool {
+        self.gradients_made && self.to_weight.get(&sequence) == Some(&false)
     }
 
     /// A temporary that is a weight's gradient or copy (`node`: the autograd node that made
     /// it, empty outside the backward's nodes).
-    fn temporary(&self, size: u64, stack: u64, phase: Phase, node: &str) -> bool {
+    fn temporary(&self, size: u64, stack: u64, phase: Phase, node: &str, sequence: u64) -> bool {
         if !node.is_empty() && !makes_weight_gradients(node) {
+            return false;
+        }
+        // A cast's backward whose gradients went to no weight casts an activation's gradient
+        // (where the run makes its gradients anew, as `copy` says).
+        if node.starts_with("ToCopyBackward") && self.activation_cast(sequence) {
             return false;
         }
         let full = if phase == Phase::Forward {

@@ -17,9 +17,12 @@ runs the backward as above on what it made.
 Under autocast (`amp`, not with `ckpt`): each op first makes its weight's 16-bit copy (half
 the weight, by a cast's node, ToCopyBackward0), kept for the backward with the op's output;
 its backward, after the op's, makes the weight's gradient cast back (the weight's size, freed
-at once) and frees the copy.
+at once) and frees the copy. `amp-grads` is PyTorch's own order: each op first casts its input
+too (a copy of half a weight's size a sample, kept for the backward, whose backward hands a
+gradient of twice that on, freed at once), and the weight's gradient cast back is the weight's
+`.grad` until the optimizer's step (`zero_grad()` setting it to None after).
 
-usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt|amp] [--batch-size N]
+usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt|amp|amp-grads] [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4)."""
 import ctypes
 import os
@@ -45,7 +48,8 @@ MiB = 1 << 20
 BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 steps = int(sys.argv[3])
 ckpt = "ckpt" in sys.argv[4:]
-amp = "amp" in sys.argv[4:]
+grads = "amp-grads" in sys.argv[4:]
+amp = "amp" in sys.argv[4:] or grads
 assert not (ckpt and amp), "ckpt or amp, not both"
 
 autograd = ctypes.CDLL(sys.argv[1])
@@ -56,17 +60,22 @@ autograd.standin_forward_cast.argtypes = (ctypes.c_size_t,)
 autograd.standin_backward_node.restype = ctypes.c_void_p
 autograd.standin_backward_node.argtypes = (ctypes.c_size_t, ctypes.c_size_t)
 nodes = 0  # nodes made so far: the next one's index
-casts = set()  # the indices of the casts' nodes
+casts = set()  # the indices of the weights' casts' nodes
+input_casts = set()  # the indices of the inputs' casts' nodes
+kept_grads = []  # the weights' gradients until the optimizer's step
 
 
-def op_output(n, cast=False):
-    """An op's output, made by a new autograd node (a cast's if `cast`): (its node's index, the
-    tensor)."""
+def op_output(n, cast=False, cast_input=False):
+    """An op's output, made by a new autograd node (a cast's if `cast` or `cast_input`): (its
+    node's index, the tensor)."""
     global nodes
-    p = (autograd.standin_forward_cast if cast else autograd.standin_forward_mm)(n)
+    made = autograd.standin_forward_cast if cast or cast_input else autograd.standin_forward_mm
+    p = made(n)
     assert p, "out of memory"
     if cast:
         casts.add(nodes)
+    if cast_input:
+        input_casts.add(nodes)
     nodes += 1
     return nodes - 1, p
 
@@ -77,6 +86,8 @@ class Block(Module):
         self.grad = None
 
     def op(self, size, outs, keep):
+        if grads:
+            outs.append(op_output(512 * KiB * batch, cast_input=True))  # the input's copy
         if amp:
             outs.append(op_output(512 * KiB, cast=True))  # the weight's copy
         t = _standin.empty(128 * KiB * batch)
@@ -116,8 +127,19 @@ def backward_ops(ops, grad_bytes):
     prev = None
     for node, out in reversed(ops):
         if amp and node in casts:
-            # The weight's gradient cast back to its size, summed into .grad at once.
+            # The weight's gradient cast back to its size: summed into .grad at once, or the
+            # weight's .grad until the optimizer's step.
             g = autograd.standin_backward_node(node, 1 * MiB)
+            assert g, "out of memory"
+            if grads:
+                kept_grads.append(g)
+            else:
+                _standin.free(g)
+            _standin.free(out)
+            continue
+        if node in input_casts:
+            # The input's gradient cast back, handed on to the op before.
+            g = autograd.standin_backward_node(node, 1 * MiB * batch)
             assert g, "out of memory"
             _standin.free(g)
             _standin.free(out)
@@ -151,6 +173,9 @@ for step in range(steps):
         else:
             backward_ops(per_block[i], 256 * KiB * batch)
     opt.step()
+    for g in kept_grads:
+        _standin.free(g)
+    kept_grads.clear()
     _standin.free(loss)
     _standin.free(x)
 print("trained", steps)
