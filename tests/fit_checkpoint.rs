@@ -232,24 +232,7 @@ fn a_forward_temporary_the_size_of_a_parameter_grows() {
 /// `ToCopyBackward0`): from the run at 1, the runs at 2 and 4 to the byte.
 #[test]
 fn autocast_weight_copies_keep_their_size() {
-    let dir = tempdir("fit-amp");
-    let one = blocks_in(&dir, 1, "amp");
-    let predicted = rows(&json(&[
-        "fit",
-        one.to_str().unwrap(),
-        "--at",
-        "1",
-        "--batch",
-        "2,4",
-        "--json",
-    ]));
-    for batch in [2u64, 4] {
-        let truth = own_rows(&blocks_in(&dir, batch, "amp"), batch);
-        for setting in ["", "expandable_segments:True"] {
-            let (p, t) = (row(&predicted, setting, batch), row(&truth, setting, batch));
-            assert_eq!(p, t, "batch {batch} under '{setting}'");
-        }
-    }
+    from_one_to_two_and_four("amp");
 }
 
 /// Under autocast as PyTorch runs it, each op casts its input too, on the op's line and by the
@@ -259,8 +242,14 @@ fn autocast_weight_copies_keep_their_size() {
 /// at 1, the runs at 2 and 4 to the byte.
 #[test]
 fn an_inputs_cast_the_size_of_a_weights_copy_grows() {
-    let dir = tempdir("fit-amp-grads");
-    let one = blocks_in(&dir, 1, "amp-grads");
+    from_one_to_two_and_four("amp-grads");
+}
+
+/// The blocks program in `mode`: `fit` from its run at 1 gives its runs at 2 and 4 to the
+/// byte, under the run's setting and expandable segments.
+fn from_one_to_two_and_four(mode: &str) {
+    let dir = tempdir(&format!("fit-{mode}"));
+    let one = blocks_in(&dir, 1, mode);
     let predicted = rows(&json(&[
         "fit",
         one.to_str().unwrap(),
@@ -271,10 +260,10 @@ fn an_inputs_cast_the_size_of_a_weights_copy_grows() {
         "--json",
     ]));
     for batch in [2u64, 4] {
-        let truth = own_rows(&blocks_in(&dir, batch, "amp-grads"), batch);
+        let truth = own_rows(&blocks_in(&dir, batch, mode), batch);
         for setting in ["", "expandable_segments:True"] {
             let (p, t) = (row(&predicted, setting, batch), row(&truth, setting, batch));
-            assert_eq!(p, t, "batch {batch} under '{setting}'");
+            assert_eq!(p, t, "{mode}: batch {batch} under '{setting}'");
         }
     }
 }

@@ -3,7 +3,7 @@
 //! moments of many devices cost one pass, not one each.
 
 use crate::common::*;
-use gpushim::trace::format::{Api, RecordKind};
+use gpushim::trace::format::RecordKind;
 use std::path::Path;
 use std::process::Command;
 
@@ -65,25 +65,14 @@ fn the_peaks_of_many_devices_are_taken_in_one_pass() {
     // blocks of 1 MiB, then all freed but one): one pass finds the peaks and takes every
     // device's moment as it goes.
     let path = tempdir("many-devices").file("devices.trace");
-    let t = HandTrace::create(&path);
-    let mut time = 0;
-    let mut rec = |kind, device: u8, ptr: u64, size: u64| {
-        time += 1000;
-        let api = if kind == RecordKind::Free {
-            Api::CudaFree
-        } else {
-            Api::CudaMalloc
-        };
-        t.recorder
-            .append(&record_at(kind, api, device, 0, time, ptr, size));
-    };
+    let mut t = HandTrace::create(&path);
     for d in 0..255u8 {
         let base = (u64::from(d) + 1) << 40;
         for i in 0..=u64::from(d) {
-            rec(RecordKind::Alloc, d, base + (i << 20), 1 << 20);
+            t.call(RecordKind::Alloc, d, 0, base + (i << 20), 1 << 20);
         }
         for i in 1..=u64::from(d) {
-            rec(RecordKind::Free, d, base + (i << 20), 0);
+            t.call(RecordKind::Free, d, 0, base + (i << 20), 0);
         }
     }
     drop(t);
@@ -286,18 +275,9 @@ fn moments_taken_in_the_first_pass_are_those_the_second_takes() {
         vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
     ));
     let climb = tempdir("read-early-climb").file("climb.trace");
-    let t = HandTrace::create(&climb);
+    let mut t = HandTrace::create(&climb);
     for i in 0..50_000u64 {
-        let ptr = (1 << 40) + (i << 12);
-        t.recorder.append(&record_at(
-            RecordKind::Alloc,
-            Api::CudaMalloc,
-            0,
-            0,
-            1000 * (i + 1),
-            ptr,
-            4096,
-        ));
+        t.call(RecordKind::Alloc, 0, 0, (1 << 40) + (i << 12), 4096);
     }
     drop(t);
     for trace in [gpt2.as_path(), &*ring, &*climb] {
@@ -325,34 +305,23 @@ fn a_peak_that_moves_too_often_to_copy_is_taken_in_a_second_pass() {
     // first pass stops copying within its budget and the moment is taken in a second pass,
     // right: the first pass stays linear in what the trace holds.
     let path = tempdir("read-early-budget").file("moves.trace");
-    let t = HandTrace::create(&path);
-    let mut time = 0;
-    let mut rec = |kind, thread: u16, ptr: u64, size: u64| {
-        time += 1000;
-        let api = if kind == RecordKind::Free {
-            Api::CudaFree
-        } else {
-            Api::CudaMalloc
-        };
-        t.recorder
-            .append(&record_at(kind, api, 0, thread, time, ptr, size));
-    };
+    let mut t = HandTrace::create(&path);
     let live = 40_000u64;
     for i in 0..live {
-        rec(RecordKind::Alloc, 0, (1 << 40) + (i << 16), 4096);
+        t.call(RecordKind::Alloc, 0, 0, (1 << 40) + (i << 16), 4096);
     }
     let small = |k: u64| (2 << 40) + (k << 16);
     for k in 0..34u64 {
-        rec(RecordKind::Alloc, 1, small(k), 1);
+        t.call(RecordKind::Alloc, 0, 1, small(k), 1);
     }
     let moves = 3000u64;
     for m in 0..moves {
         let old = (1 << 40) + (m << 16);
-        rec(RecordKind::Free, 0, old, 0);
-        rec(RecordKind::Alloc, 0, old, 4096 * 2 + m);
+        t.call(RecordKind::Free, 0, 0, old, 0);
+        t.call(RecordKind::Alloc, 0, 0, old, 4096 * 2 + m);
         for k in 0..34u64 {
-            rec(RecordKind::Free, 1, small(k), 0);
-            rec(RecordKind::Alloc, 1, small(k), 1);
+            t.call(RecordKind::Free, 0, 1, small(k), 0);
+            t.call(RecordKind::Alloc, 0, 1, small(k), 1);
         }
     }
     drop(t);

@@ -410,6 +410,19 @@ impl HandTrace {
         self.recorder
             .append(&record_at(kind, api, 0, thread, self.t, ptr, size));
     }
+
+    /// A `cudaMalloc` (`kind` an allocation) or `cudaFree` on `device` from `thread`.
+    pub fn call(&mut self, kind: RecordKind, device: u8, thread: u16, ptr: u64, size: u64) {
+        use gpushim::trace::format::Api;
+        let api = if kind == RecordKind::Free {
+            Api::CudaFree
+        } else {
+            Api::CudaMalloc
+        };
+        self.t += 1000;
+        self.recorder
+            .append(&record_at(kind, api, device, thread, self.t, ptr, size));
+    }
 }
 
 /// A record of a call that succeeded, on no stream, for the tests that write traces by hand.
