@@ -33,6 +33,19 @@ fn reads(args: &[&str], trace: &Path) -> ((u64, u64), String) {
     )
 }
 
+/// The kinds program, 3000 steps (with its leak if `leak`), into a ring of 4 MiB that laps.
+fn ring_trace(name: &str, leak: bool) -> TestFile {
+    let ring = tempdir(name).file("ring.trace");
+    assert_ok(&kinds_program_with(
+        &ring,
+        3000,
+        leak,
+        &[],
+        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
+    ));
+    ring
+}
+
 #[test]
 fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
     let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
@@ -104,14 +117,7 @@ fn decoding_on_a_thread_of_its_own_reads_what_decoding_in_turn_reads() {
     // batches ahead of the reports; every report must read the same as when they are decoded
     // in turn (GPUSHIM_READ_INLINE=1), on a real run's trace and on a ring's.
     let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
-    let ring = tempdir("read-inline").file("ring.trace");
-    assert_ok(&kinds_program_with(
-        &ring,
-        3000,
-        false,
-        &[],
-        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
-    ));
+    let ring = ring_trace("read-inline", false);
     let lapped = gpushim::trace::reader::TraceReader::open(&*ring).unwrap();
     assert!(lapped.info().summarized > 0, "the ring never lapped");
     for trace in [gpt2.as_path(), &*ring] {
@@ -141,14 +147,7 @@ fn a_batch_at_a_time_reads_what_a_record_at_a_time_reads() {
     // The reports' loops read a batch at a time (`next_batch`); the records, their joins to the
     // forward and what a filter keeps must be those the iterator returns one by one, also
     // across a ring's checkpoint and with a filter that keeps part of the records.
-    let ring = tempdir("read-batches").file("ring.trace");
-    assert_ok(&kinds_program_with(
-        &ring,
-        3000,
-        false,
-        &[],
-        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
-    ));
+    let ring = ring_trace("read-batches", false);
     let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
     for trace in [gpt2.as_path(), &*ring] {
         let mut all = 0;
@@ -226,14 +225,7 @@ fn leaks_sampled_from_the_first_pass_are_those_a_second_pass_samples() {
     // reader; where the final choice is the same (a steady loop) it needs no second pass.
     // What it says must be what a whole second pass says: a ring of the kinds program with its
     // leak, and the same program's whole trace (no ring).
-    let ring = tempdir("leaks-early").file("ring.trace");
-    assert_ok(&kinds_program_with(
-        &ring,
-        3000,
-        true,
-        &[],
-        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
-    ));
+    let ring = ring_trace("leaks-early", true);
     let long = tempdir("leaks-early-long").file("long.trace");
     assert_ok(&kinds_program_with(&long, 2000, true, &[], Vec::new()));
     for trace in [&*ring, &*long] {
@@ -266,14 +258,7 @@ fn moments_taken_in_the_first_pass_are_those_the_second_takes() {
     // a second pass says: on a real run's trace (the framework's segments claiming the raw
     // allocations that set a peak), a ring's, and one whose peak climbs at every allocation.
     let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
-    let ring = tempdir("read-early").file("ring.trace");
-    assert_ok(&kinds_program_with(
-        &ring,
-        3000,
-        true,
-        &[],
-        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
-    ));
+    let ring = ring_trace("read-early", true);
     let climb = tempdir("read-early-climb").file("climb.trace");
     let mut t = HandTrace::create(&climb);
     for i in 0..50_000u64 {
