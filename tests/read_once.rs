@@ -323,3 +323,54 @@ fn a_peak_that_moves_too_often_to_copy_is_taken_in_a_second_pass() {
     let want = live * 4096 + 34 + (0..moves).map(|m| 4096 + m).sum::<u64>();
     assert_eq!(v[0]["live_bytes"].as_u64(), Some(want));
 }
+
+#[test]
+fn the_pictures_bands_taken_in_the_first_pass_are_those_the_second_takes() {
+    // The page's bands (each column's moment split by kind and line) are added in the first
+    // pass as each allocation ends, beside the columns being found and merged two by two; the
+    // page must be what adding them in a second pass gives, byte for byte: on a real run's
+    // trace, a lapped ring of the kinds program with its leak (thousands of changes a lane, so
+    // its columns are merged), and a whole trace of it.
+    let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    let ring = ring_trace("bands-early", true);
+    let long = tempdir("bands-early-long").file("long.trace");
+    assert_ok(&kinds_program_with(&long, 2000, true, &[], Vec::new()));
+    let pages = tempdir("bands-early-pages").file("page");
+    for (i, trace) in [gpt2.as_path(), &*ring, &*long].into_iter().enumerate() {
+        let page = |early: bool| {
+            let out = format!("{}-{i}-{early}.html", pages.display());
+            let mut c = Command::new(gpushim_bin());
+            c.args(["report", "--no-symbols", "-o"])
+                .arg(&out)
+                .arg(trace)
+                .env("GPUSHIM_READS", "1");
+            if !early {
+                c.env("GPUSHIM_READ_EARLY", "0");
+            }
+            let run = c.output().unwrap();
+            assert_ok(&run);
+            let err = String::from_utf8_lossy(&run.stderr).into_owned();
+            (std::fs::read(&out).unwrap(), err)
+        };
+        let ((early, said), (late, said_late)) = (page(true), page(false));
+        assert!(
+            early == late,
+            "{}: the first pass's bands differ from the second's",
+            trace.display()
+        );
+        let times = |s: &str| -> f64 {
+            s.split(": ")
+                .filter_map(|p| p.split(' ').next()?.parse().ok())
+                .next()
+                .unwrap_or_else(|| panic!("no count of reads in: {s}"))
+        };
+        // The real run's trace is shorter than the sixteenth the leaks read again.
+        if i > 0 {
+            assert!(
+                times(&said) < times(&said_late) - 0.4,
+                "{}: {said} (a second pass: {said_late})",
+                trace.display()
+            );
+        }
+    }
+}

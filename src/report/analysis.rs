@@ -31,6 +31,7 @@ use super::summary::{Summary, SummaryPass};
 use super::timeline::Lane;
 use super::timeline::bands::BandsPass;
 use super::timeline::columns::ColumnsPass;
+use super::timeline::early_bands::EarlyBands;
 use crate::trace::reader::{ReadError, ReadOptions, TraceInfo, TraceReader};
 use std::path::Path;
 
@@ -120,6 +121,8 @@ struct RunPass {
     early: Option<EarlyMoments>,
     /// The leaks' sampler begun in this pass.
     early_leaks: Option<EarlyLeaks>,
+    /// The picture's bands taken in this pass.
+    early_bands: Option<EarlyBands>,
 }
 
 impl RunPass {
@@ -138,7 +141,11 @@ impl RunPass {
             columns: wants.timeline.is_some().then(ColumnsPass::default),
             rp: Replay::default(),
             kinds: Kinds::default(),
-            with_kinds: wants.summary || wants.oom || wants.leaks.is_some() || early.is_some(),
+            with_kinds: wants.summary
+                || wants.oom
+                || wants.leaks.is_some()
+                || wants.timeline.is_some()
+                || early.is_some(),
             with_replay: early.is_some()
                 || wants.peak
                 || wants.oom
@@ -148,9 +155,13 @@ impl RunPass {
             early_leaks: wants
                 .leaks
                 .as_ref()
-                // The picture's bands take a second pass, which samples the leaks too.
-                .filter(|_| !early_off && wants.timeline.is_none())
+                .filter(|_| !early_off)
                 .map(|b| EarlyLeaks::new(reader, b.clone())),
+            early_bands: wants
+                .timeline
+                .as_ref()
+                .filter(|_| !early_off)
+                .map(|_| EarlyBands::default()),
         }
     }
 
@@ -193,6 +204,9 @@ impl RunPass {
         }
         if let Some(p) = &mut self.columns {
             p.see(rp, r, c);
+            if let Some(b) = &mut self.early_bands {
+                b.see(p.lanes(), rp, r, c, decided);
+            }
         }
         if let Some(e) = early {
             e.see(reader, rp, kinds, r, decided, run_before);
@@ -241,7 +255,18 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
         leaks = None;
     }
     let found = run.columns.map(|p| p.finish(&rp));
-    let mut bands = found.as_ref().map(BandsPass::new);
+    // The picture's bands, from the first pass where it took them, else in the second.
+    let mut early_bands = run.early_bands.take().filter(|b| !b.given_up);
+    let mut bands = match early_bands {
+        Some(_) => None,
+        None => found.as_ref().map(BandsPass::new),
+    };
+    if leaks.is_none()
+        && let (Some(b), Some(found), Some(keep)) = (early_bands.take(), &found, &wants.timeline)
+    {
+        // The leaks are known: the lanes now, from the reader as the first pass left it.
+        a.lanes = Some(b.finish(found, &reader, &rp, &kinds, &drawn(&a, keep)));
+    }
     // The moments wanted: those the first pass took, the others taken in the second.
     let (mut moments, mut taken) = wanted(taken, summary.as_ref(), peaks.as_ref());
     if moments.is_empty() && leaks.is_none() && bands.is_none() {
@@ -251,6 +276,7 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     }
     // The second pass.
     reader.rewind()?;
+    let (first_rp, first_kinds) = (rp, kinds);
     let mut rp = Replay::default();
     let mut kinds = Kinds::default();
     let only_moments = leaks.is_none() && bands.is_none();
@@ -279,12 +305,23 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
         a.leaks = Some(p.finish(&reader, &rp, &kinds));
     }
     if let (Some(b), Some(keep)) = (bands, &wants.timeline) {
-        let growing = a.leaks.iter().filter_map(|l| l.iterations.as_ref());
-        let mut drawn: Vec<&str> = keep.iter().map(String::as_str).collect();
-        drawn.extend(growing.flat_map(|i| i.growing.iter().map(|g| g.call_site.as_str())));
-        a.lanes = Some(b.finish(&reader, &rp, &kinds, &drawn));
+        a.lanes = Some(b.finish(&reader, &rp, &kinds, &drawn(&a, keep)));
+    }
+    // Bands of the first pass whose leaks came from this one (read to its end).
+    if let (Some(b), Some(found), Some(keep)) = (early_bands, &found, &wants.timeline) {
+        let drawn = drawn(&a, keep);
+        a.lanes = Some(b.finish(found, &reader, &first_rp, &first_kinds, &drawn));
     }
     Ok(a)
+}
+
+/// The lines the picture draws on their own however little they hold: those asked (`keep`)
+/// and the growing ones `leaks` found.
+fn drawn<'a>(a: &'a Analysis, keep: &'a [String]) -> Vec<&'a str> {
+    let growing = a.leaks.iter().filter_map(|l| l.iterations.as_ref());
+    let mut drawn: Vec<&str> = keep.iter().map(String::as_str).collect();
+    drawn.extend(growing.flat_map(|i| i.growing.iter().map(|g| g.call_site.as_str())));
+    drawn
 }
 
 /// The moments the summary and the peaks want: those among `taken` (the first pass's), and the

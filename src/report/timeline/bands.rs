@@ -15,18 +15,18 @@ use std::collections::BTreeMap;
 
 /// Distinct (kind, line) pairs followed per lane; past it, a kind's new lines are summed as
 /// one (a hostile or enormous trace costs no more than this).
-const MAX_KEYS: usize = 8192;
+pub(super) const MAX_KEYS: usize = 8192;
 /// Points of a checkpoint's coarse series shown per lane at most (evenly thinned past it).
 const MAX_BEFORE: usize = 300;
 
 /// One lane's additions: by (slot, site), a difference array over its columns.
-struct Adds<'a> {
-    found: &'a LaneFound,
+pub(super) struct Adds<'a> {
+    pub(super) found: &'a LaneFound,
     /// Each column's moment, rising.
-    best: Vec<u64>,
-    diffs: FastMap<(u8, u64), Vec<i64>>,
+    pub(super) best: Vec<u64>,
+    pub(super) diffs: FastMap<(u8, u64), Vec<i64>>,
     /// Changes so far.
-    changes: u64,
+    pub(super) changes: u64,
 }
 
 impl Adds<'_> {
@@ -135,30 +135,32 @@ impl<'a> BandsPass<'a> {
                 a.add(slot_of(l, kind), site_key(l), l.size, from, u64::MAX);
             }
         }
-        let mut lanes = Vec::new();
-        for (d, a) in self.adds {
-            let before: Vec<(u64, u64, u64)> = self
-                .found
-                .series
-                .iter()
-                .filter(|s| s.1 == d)
-                .map(|&(t, _, live, reserved)| (t, live, reserved))
-                .collect();
-            let mut l = lane(
-                reader,
-                d,
-                a,
-                &thin(&before),
-                self.found.tensors_recorded,
-                keep,
-            );
-            if let Some(&(bytes, time_ns)) = self.found.peak_before.get(&d) {
-                peak_before_ring(&mut l, bytes, time_ns);
-            }
-            lanes.push(l);
-        }
-        lanes
+        lanes_of(self.found, self.adds, reader, keep)
     }
+}
+
+/// The lanes from each device's additions, with the checkpoint's series before them.
+pub(super) fn lanes_of(
+    found: &Found,
+    adds: BTreeMap<u8, Adds>,
+    reader: &TraceReader,
+    keep: &[&str],
+) -> Vec<Lane> {
+    let mut lanes = Vec::new();
+    for (d, a) in adds {
+        let before: Vec<(u64, u64, u64)> = found
+            .series
+            .iter()
+            .filter(|s| s.1 == d)
+            .map(|&(t, _, live, reserved)| (t, live, reserved))
+            .collect();
+        let mut l = lane(reader, d, a, &thin(&before), found.tensors_recorded, keep);
+        if let Some(&(bytes, time_ns)) = found.peak_before.get(&d) {
+            peak_before_ring(&mut l, bytes, time_ns);
+        }
+        lanes.push(l);
+    }
+    lanes
 }
 
 /// A peak before the ring's detail, higher than any the detail shows: marked in the column of
@@ -183,7 +185,7 @@ fn peak_before_ring(lane: &mut Lane, bytes: u64, time_ns: u64) {
 }
 
 /// The slot of an allocation in the difference arrays: its kind, or not a tensor.
-fn slot_of(l: &Live, kind: Kind) -> usize {
+pub(super) fn slot_of(l: &Live, kind: Kind) -> usize {
     if l.api == Api::Torch as u8 {
         kind as usize
     } else {

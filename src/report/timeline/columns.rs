@@ -33,6 +33,11 @@ pub struct LaneFound {
     pub failures: Vec<(u64, u64, &'static str, u64)>,
     nvml: u64,
     pub device_total: u64,
+    /// At the last change: whether it began a column, and, where the columns were merged two
+    /// by two first, which of each pair was kept (`true`: the second). Read by the first
+    /// pass's bands ([`super::early_bands`]).
+    pub began: bool,
+    pub merged: Vec<bool>,
 }
 
 impl LaneFound {
@@ -47,18 +52,24 @@ impl LaneFound {
         if self.width == 0 {
             self.width = 1;
         }
+        self.merged.clear();
         let mut at = self.column_of(self.changes);
         if at == MAX_COLUMNS {
+            let merged = &mut self.merged;
             self.cols = self
                 .cols
                 .chunks(2)
                 .map(|p| match p {
                     [a, b] => {
+                        merged.push(b.live > a.live);
                         let mut m = if b.live > a.live { *b } else { *a };
                         m.nvml = a.nvml.max(b.nvml);
                         m
                     }
-                    [a] => *a,
+                    [a] => {
+                        merged.push(false);
+                        *a
+                    }
                     _ => Col::default(),
                 })
                 .collect();
@@ -73,6 +84,7 @@ impl LaneFound {
             reserved: rp.reserved_on(device),
             nvml: self.nvml,
         };
+        self.began = at >= self.cols.len();
         match self.cols.get_mut(at) {
             None => self.cols.push(now),
             Some(c) if live > c.live => {
@@ -150,6 +162,11 @@ pub struct ColumnsPass {
 }
 
 impl ColumnsPass {
+    /// Each device's columns so far.
+    pub fn lanes(&self) -> &BTreeMap<u8, LaneFound> {
+        &self.found.lanes
+    }
+
     /// One record, after `rp` applied it (making change `c`).
     pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
         if let Some(d) = changed(rp, r, c) {

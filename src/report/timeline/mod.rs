@@ -5,12 +5,14 @@
 //!
 //! The x axis counts *changes* (an allocation made or freed), not seconds: the minutes of
 //! start-up before the first allocation and the pauses between steps take no width, and a step
-//! takes the width of the memory it moves. Two passes over the trace ([`columns`] finds each
-//! column's moment; [`bands`] splits it), memory growing with the live allocations and the lines,
-//! never with the length of the trace: a ring of any size gives a page of the same size.
+//! takes the width of the memory it moves. [`columns`] finds each column's moment and
+//! [`early_bands`] splits it in the same pass where it can ([`bands`] in a second pass where
+//! not), memory growing with the live allocations and the lines, never with the length of the
+//! trace: a ring of any size gives a page of the same size.
 
 pub(crate) mod bands;
 pub(crate) mod columns;
+pub(crate) mod early_bands;
 
 use super::kinds::Kind;
 use serde::Serialize;

@@ -67,14 +67,23 @@ impl Template {
             finished: false,
         }
     }
-
-    /// Records the checkpoint holds.
-    pub(super) fn restored(&self) -> u64 {
-        self.checkpoint.len() as u64
-    }
 }
 
 impl TraceReader {
+    /// `n` records decoded, for [`records_read`].
+    pub(super) fn decoded(&mut self, n: usize) {
+        DECODED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        self.pass_decoded = self.pass_decoded.saturating_add(n as u64);
+    }
+
+    /// The records read to their end: the first time, what a whole pass decodes is counted.
+    pub(super) fn pass_ended(&mut self) {
+        if !self.whole_counted {
+            self.whole_counted = true;
+            HELD.fetch_add(self.pass_decoded, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// The next records in time order that the filter keeps, as [`Iterator::next`] returns them
     /// one by one, a batch at a time into `out` (cleared first; its allocation may be replaced):
     /// `false` once every record was returned. The hot loops of the reports read this way, a
@@ -84,9 +93,10 @@ impl TraceReader {
         while out.is_empty() {
             if self.batch.is_empty() {
                 let Some(b) = self.source.next_batch() else {
+                    self.pass_ended();
                     return false;
                 };
-                DECODED.fetch_add(b.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                self.decoded(b.records.len());
                 self.apply(b.defs);
                 (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
                 *out = b.records;
@@ -168,6 +178,8 @@ impl TraceReader {
                 stats: t.stats.clone(),
                 extent: t.extent,
             },
+            pass_decoded: 0,
+            whole_counted: true,
         };
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(reader)

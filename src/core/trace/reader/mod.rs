@@ -202,6 +202,10 @@ pub struct TraceReader {
     filter: crate::trace::filter::Filter,
     /// What a second reader of the same file starts from ([`TraceReader::fork`]).
     template: fork::Template,
+    /// Records this pass decoded so far, and whether a whole pass was counted (a second
+    /// reader's never is).
+    pass_decoded: u64,
+    whole_counted: bool,
 }
 
 /// Records read from the file at a time (256 KiB: the chunk stays in the cache).
@@ -212,9 +216,10 @@ const CHUNK_RECORDS: usize = 1 << 13;
 /// say them; the tests count them).
 static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// Records the traces opened hold, and records decoded from them by every pass (a pass that
-/// stops early, or reads only the first part again, decodes fewer than its trace holds).
-static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Records a whole pass over each trace opened decodes (counted when its first pass ends), and
+/// records decoded by every pass (one that stops early, or reads only the first part again,
+/// decodes fewer).
+pub(super) static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub(super) static DECODED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// (traces opened, passes read) by this process so far.
@@ -223,7 +228,8 @@ pub fn reads() -> (u64, u64) {
     (OPENED.load(Relaxed), PASSES.load(Relaxed))
 }
 
-/// (records the traces opened hold, records decoded from them) by this process so far.
+/// (records a whole pass over the traces opened decodes, records decoded from them) by this
+/// process so far.
 pub fn records_read() -> (u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
     (HELD.load(Relaxed), DECODED.load(Relaxed))
@@ -372,6 +378,8 @@ impl TraceReader {
             since_progress: 0,
             filter: opts.filter.clone(),
             template,
+            pass_decoded: 0,
+            whole_counted: false,
         }
         .counted())
     }
@@ -380,8 +388,6 @@ impl TraceReader {
         use std::sync::atomic::Ordering::Relaxed;
         OPENED.fetch_add(1, Relaxed);
         PASSES.fetch_add(1, Relaxed);
-        let held = self.end.saturating_sub(self.next);
-        HELD.fetch_add(held.saturating_add(self.template.restored()), Relaxed);
         self
     }
 
@@ -411,6 +417,7 @@ impl TraceReader {
             .then(|| crate::trace::filter::Filtering::new(self.filter.clone()));
         self.python_frames = false;
         self.since_progress = 0;
+        self.pass_decoded = 0;
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
@@ -548,8 +555,11 @@ impl Iterator for TraceReader {
     fn next(&mut self) -> Option<Record> {
         loop {
             let Some(r) = self.batch.pop_front() else {
-                let b = self.source.next_batch()?;
-                DECODED.fetch_add(b.records.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                let Some(b) = self.source.next_batch() else {
+                    self.pass_ended();
+                    return None;
+                };
+                self.decoded(b.records.len());
                 self.apply(b.defs);
                 (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
                 self.batch = b.records.into();
