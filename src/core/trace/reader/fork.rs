@@ -70,18 +70,24 @@ impl Template {
 }
 
 impl TraceReader {
-    /// `n` records decoded, for [`records_read`].
-    pub(super) fn decoded(&mut self, n: usize) {
-        DECODED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-        self.pass_decoded = self.pass_decoded.saturating_add(n as u64);
-    }
-
-    /// The records read to their end: the first time, what a whole pass decodes is counted.
-    pub(super) fn pass_ended(&mut self) {
-        if !self.whole_counted {
-            self.whole_counted = true;
-            HELD.fetch_add(self.pass_decoded, std::sync::atomic::Ordering::Relaxed);
-        }
+    /// The decoder's next batch, its definitions applied and its records counted (for
+    /// [`records_read`]); `None` at the end, where the first time what a whole pass decodes is
+    /// counted.
+    pub(super) fn take_batch(&mut self) -> Option<Vec<Record>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let Some(b) = self.source.next_batch() else {
+            if !self.whole_counted {
+                self.whole_counted = true;
+                HELD.fetch_add(self.pass_decoded, Relaxed);
+            }
+            return None;
+        };
+        let n = b.records.len() as u64;
+        DECODED.fetch_add(n, Relaxed);
+        self.pass_decoded = self.pass_decoded.saturating_add(n);
+        self.apply(b.defs);
+        (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
+        Some(b.records)
     }
 
     /// The next records in time order that the filter keeps, as [`Iterator::next`] returns them
@@ -92,14 +98,10 @@ impl TraceReader {
         out.clear();
         while out.is_empty() {
             if self.batch.is_empty() {
-                let Some(b) = self.source.next_batch() else {
-                    self.pass_ended();
+                let Some(records) = self.take_batch() else {
                     return false;
                 };
-                self.decoded(b.records.len());
-                self.apply(b.defs);
-                (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
-                *out = b.records;
+                *out = records;
             } else {
                 out.extend(self.batch.drain(..));
             }

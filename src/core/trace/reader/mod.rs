@@ -555,14 +555,7 @@ impl Iterator for TraceReader {
     fn next(&mut self) -> Option<Record> {
         loop {
             let Some(r) = self.batch.pop_front() else {
-                let Some(b) = self.source.next_batch() else {
-                    self.pass_ended();
-                    return None;
-                };
-                self.decoded(b.records.len());
-                self.apply(b.defs);
-                (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
-                self.batch = b.records.into();
+                self.batch = self.take_batch()?.into();
                 continue;
             };
             // Only a stack reference (or a checkpoint's site) can be joined to its forward.
