@@ -10,11 +10,12 @@ fn main() -> std::process::ExitCode {
         // benchmark count them: a report reads its trace in a known number of passes).
         let (opened, passes) = gpushim::trace::reader::reads();
         let (held, decoded) = gpushim::trace::reader::records_read();
-        let times = decoded as f64 / held.max(1) as f64;
-        eprintln!(
-            "gpushim: opened {opened} trace file(s), read {passes} pass(es): {times:.2} times \
-             their records"
-        );
+        // Against a whole pass's records, where a pass was read to its end.
+        let times = match held {
+            0 => String::new(),
+            _ => format!(": {:.2} times their records", decoded as f64 / held as f64),
+        };
+        eprintln!("gpushim: opened {opened} trace file(s), read {passes} pass(es){times}");
     }
     code
 }

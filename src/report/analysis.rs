@@ -12,9 +12,11 @@
 //!    at each iteration boundary (`leaks`); each column split by kind and line (`timeline`).
 //!    A command that needs only moments stops once the last is settled.
 //!
-//! The summary's and the peaks' moments are taken in the first pass as their trackers find
-//! them where a budget allows ([`super::early`]): a command that wants nothing else reads its
-//! trace once.
+//! Where it can, the first pass also does the second's work ([`super::early`]): the summary's
+//! and the peaks' moments are taken as their trackers find them, within a budget; the leaks'
+//! sampling begins at a sixteenth of the trace, the records before it read again by a second
+//! reader of the file; the picture's bands are added as the columns are found
+//! ([`super::timeline::early_bands`]). What it could not do, the second pass does, as before.
 //!
 //! The passes see the same records at the same indices (the extent the header gave when the
 //! trace was opened), so the requests, the moments and the kinds cannot disagree. Memory grows
@@ -117,8 +119,10 @@ struct RunPass {
     kinds: Kinds,
     with_replay: bool,
     with_kinds: bool,
-    /// The moments taken as the trackers find them.
+    /// The moments taken as the trackers find them, and what the trackers said of them at
+    /// the record being read.
     early: Option<EarlyMoments>,
+    said: Vec<super::early::Said>,
     /// The leaks' sampler begun in this pass.
     early_leaks: Option<EarlyLeaks>,
     /// The picture's bands taken in this pass.
@@ -152,6 +156,7 @@ impl RunPass {
                 || wants.leaks.is_some()
                 || wants.timeline.is_some(),
             early,
+            said: Vec::new(),
             early_leaks: wants
                 .leaks
                 .as_ref()
@@ -181,8 +186,7 @@ impl RunPass {
         } else {
             None
         };
-        let mut none = Vec::new();
-        let said = early.as_mut().map_or(&mut none, |e| &mut e.said);
+        let said = &mut self.said;
         if let Some(p) = &mut self.summary {
             p.see(reader, r, said);
         }
@@ -208,8 +212,9 @@ impl RunPass {
                 b.see(p.lanes(), rp, r, c, decided);
             }
         }
-        if let Some(e) = early {
-            e.see(reader, rp, kinds, r, decided, run_before);
+        match early {
+            Some(e) => e.see(reader, rp, kinds, r, decided, run_before, said),
+            None => said.clear(),
         }
     }
 }
@@ -338,21 +343,20 @@ fn wanted(
             .flat_map(|p| &p.wanted)
             .map(|&(device, at, _)| (at, device)),
     );
-    let mut used = Vec::new();
+    let mut used = vec![false; taken.len()];
     for (at, device) in wanted {
         match taken
             .iter()
             .position(|m| m.index == at && m.device == device)
         {
-            Some(i) => used.push(i),
+            Some(i) => used[i] = true,
             None => moments.want(at, device),
         }
     }
     let taken = taken
         .into_iter()
-        .enumerate()
-        .filter(|(i, _)| used.contains(i))
-        .map(|(_, m)| m)
+        .zip(used)
+        .filter_map(|(m, used)| used.then_some(m))
         .collect();
     (moments, taken)
 }

@@ -9,8 +9,8 @@
 //! the records read since (rolled forward past [`LOG_MIN`] of them); only when a candidate has
 //! stood for its window is that replay rolled forward to it and the moment taken (candidates'
 //! windows end in the order of their records, so the one replay serves them all), and once no
-//! candidate waits the replay is let go: a burst of proposals (a forward's allocations) costs
-//! one copy of the live set, exactly as the second pass would take it
+//! candidate waits the replay is let go, so a burst of proposals (a forward's allocations)
+//! costs one copy of the live set. A moment is taken exactly as the second pass would take it
 //! there ([`super::moments`]: the same window, its kinds settled by reading on with the same
 //! tracker). What these copies cost is held to a budget of a few times the records read, so
 //! no trace makes the first pass quadratic: a candidate the budget refuses is *missed*.
@@ -93,7 +93,7 @@ impl Candidate {
     }
 }
 
-/// The first pass's candidates and what the trackers said at the last record.
+/// The first pass's candidates.
 #[derive(Default)]
 pub struct EarlyMoments {
     /// A few per device: looked up by a scan.
@@ -102,8 +102,6 @@ pub struct EarlyMoments {
     /// each record read since with what the kinds decided of it.
     base: Option<Replay>,
     log: VecDeque<(Record, Option<(u64, Kind)>)>,
-    /// Filled by the trackers while they read a record, emptied after it.
-    pub said: Vec<Said>,
     read: u64,
     spent: u64,
 }
@@ -121,7 +119,9 @@ impl EarlyMoments {
     }
 
     /// One record of the first pass, after the replay applied it, the kinds observed it
-    /// (`decided`, with `run_before` their run before it) and every tracker read it.
+    /// (`decided`, with `run_before` their run before it) and every tracker read it, saying
+    /// `said` of their moments (emptied here).
+    #[allow(clippy::too_many_arguments)]
     pub fn see(
         &mut self,
         reader: &TraceReader,
@@ -130,6 +130,7 @@ impl EarlyMoments {
         r: &Record,
         decided: Option<(u64, Kind)>,
         run_before: u64,
+        said: &mut Vec<Said>,
     ) {
         self.read = rp.index;
         if self.base.is_some() {
@@ -147,20 +148,18 @@ impl EarlyMoments {
                 self.slots[i].1 = c;
             }
         }
-        if !self.said.is_empty() {
-            for said in std::mem::take(&mut self.said) {
-                match said {
-                    Said::Here(slot) => self.here(slot, rp),
-                    Said::Move { from, to } => {
-                        let c = self.remove(from);
-                        self.remove(to);
-                        if let Some(c) = c {
-                            self.slots.push((to, c));
-                        }
+        for s in said.drain(..) {
+            match s {
+                Said::Here(slot) => self.here(slot, rp),
+                Said::Move { from, to } => {
+                    let c = self.remove(from);
+                    self.remove(to);
+                    if let Some(c) = c {
+                        self.slots.push((to, c));
                     }
-                    Said::Forget(slot) => {
-                        self.remove(slot);
-                    }
+                }
+                Said::Forget(slot) => {
+                    self.remove(slot);
                 }
             }
         }

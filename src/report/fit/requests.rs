@@ -114,12 +114,11 @@ struct WeightSized {
     /// Requests by (line, size), over the run.
     by_line: FastMap<(u64, u64), u64>,
     steps: u64,
-    /// The autograd node of each sequence number whose backward made a tensor: the op that
-    /// made a forward tensor of that number.
-    nodes: FastMap<u64, String>,
-    /// Of those sequence numbers, whether the backward's tensor became a parameter's gradient
-    /// (a weight's cast hands its gradient to the weight; an activation's cast hands it on).
-    to_weight: FastMap<u64, bool>,
+    /// The autograd node of each sequence number whose backward made a tensor (the op that
+    /// made a forward tensor of that number), and whether a tensor it made became a
+    /// parameter's gradient (a weight's cast hands its gradient to the weight; an activation's
+    /// cast hands it on).
+    nodes: FastMap<u64, (String, bool)>,
     /// Whether the run's backward made its parameters' gradients (each step, or once).
     gradients_made: bool,
 }
@@ -141,23 +140,21 @@ impl WeightSized {
         if full.is_empty() {
             full = grads;
         }
-        let mut by_sequence = FastMap::default();
-        let mut to_weight: FastMap<u64, bool> = FastMap::default();
+        let mut by_sequence: FastMap<u64, (String, bool)> = FastMap::default();
         for ((sequence, &node), k) in input.request_sequences().zip(nodes).zip(kinds) {
             if sequence != 0 && !node.is_empty() {
-                by_sequence
+                let e = by_sequence
                     .entry(sequence)
-                    .or_insert_with(|| node.to_string());
-                *to_weight.entry(sequence).or_default() |= *k == Kind::Gradient;
+                    .or_insert_with(|| (node.to_string(), false));
+                e.1 |= *k == Kind::Gradient;
             }
         }
         WeightSized {
             full,
             by_line,
             steps: steps_of(phases),
-            gradients_made: to_weight.values().any(|&w| w),
+            gradients_made: by_sequence.values().any(|&(_, w)| w),
             nodes: by_sequence,
-            to_weight,
         }
     }
 
@@ -182,11 +179,11 @@ impl WeightSized {
         let cast = self
             .nodes
             .get(&sequence)
-            .is_none_or(|n| n.starts_with("ToCopyBackward"));
+            .is_none_or(|(n, _)| n.starts_with("ToCopyBackward"));
         // Where the run's gradients are made anew each step (`zero_grad()` sets them to None),
-        // a weight's cast hands the weight its gradient: a cast whose backward handed on a
-        // tensor that became none is an activation's (at 2 x 512 tokens a Llama's hidden
-        // states are its projections' size, cast alike on the same line).
+        // a weight's cast hands the weight its gradient: a cast whose backward made no
+        // parameter's gradient is an activation's (at 2 x 512 tokens a Llama's hidden states
+        // are its projections' size, cast alike on the same line).
         let activation = self.activation_cast(sequence);
         phase == Phase::Forward && cast && !activation && self.few(size, stack, self.half_of(size))
     }
@@ -194,7 +191,7 @@ impl WeightSized {
     /// Whether the cast of autograd number `sequence` is an activation's: the run makes its
     /// parameters' gradients anew each step, and the cast's backward made none of them.
     fn activation_cast(&self, sequence: u64) -> bool {
-        self.gradients_made && self.to_weight.get(&sequence) == Some(&false)
+        self.gradients_made && self.nodes.get(&sequence).is_some_and(|&(_, w)| !w)
     }
 
     /// A temporary that is a weight's gradient or copy (`node`: the autograd node that made

@@ -334,11 +334,9 @@ impl SummaryPass {
         if reader.info().clean_exit && t.last_python.is_some_and(|(at, _)| at == t.nth) {
             // The devices the summary will name the framework's: those it has, and those its
             // tensors are on.
-            let on = t.framework.keys().chain(t.live.tensors.bytes.keys());
-            let mut devices: Vec<u8> = on.copied().collect();
-            devices.sort_unstable();
-            devices.dedup();
-            for d in devices {
+            let more = t.live.tensors.bytes.keys();
+            let more = more.filter(|d| !t.framework.contains_key(d));
+            for &d in t.framework.keys().chain(more) {
                 said.push(Said::Here(Slot::BeforeShutdown(d)));
             }
         }

@@ -428,7 +428,6 @@ impl Input {
             .collect()
     }
 
-    /// Each tensor request in order: its size and stack.
     /// Each tensor request's autograd sequence number, in order (0: none recorded): a
     /// forward tensor's and its op's node's backward tensors' are the same.
     pub fn request_sequences(&self) -> impl Iterator<Item = u64> + '_ {
@@ -438,6 +437,7 @@ impl Input {
             .map(|e| e.sequence)
     }
 
+    /// Each tensor request in order: its size and stack.
     pub fn requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.events
             .iter()

@@ -5,6 +5,7 @@ use super::*;
 
 /// What a reader's decoder started from, kept so that a second reader of the same open file
 /// can start there too.
+#[derive(Clone)]
 pub(super) struct Template {
     /// The descriptor the trace was opened with, and the file it named then (device, inode).
     fd: std::os::fd::RawFd,
@@ -36,9 +37,7 @@ impl Template {
             extent,
         }
     }
-}
 
-impl Template {
     /// A decoder of `file` at its first record (the file positioned there, or rewound).
     pub(super) fn decoder(&self, file: File) -> decode::Decoder {
         let prefix = restoring_prefix(&self.checkpoint);
@@ -172,14 +171,7 @@ impl TraceReader {
             python_frames: false,
             since_progress: 0,
             filter: self.filter.clone(),
-            template: Template {
-                fd: t.fd,
-                id: t.id,
-                checkpoint: t.checkpoint.clone(),
-                first_offset: t.first_offset,
-                stats: t.stats.clone(),
-                extent: t.extent,
-            },
+            template: t.clone(),
             pass_decoded: 0,
             whole_counted: true,
         };
