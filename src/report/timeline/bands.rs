@@ -50,14 +50,46 @@ impl Adds<'_> {
     }
 }
 
+/// Each live allocation's first change on its lane's axis, and the kind decided for it by the
+/// record asking for its free.
+#[derive(Default)]
+pub(super) struct Lives {
+    made: FastMap<u64, u64>,
+    decided: FastMap<u64, Kind>,
+}
+
+impl Lives {
+    /// What the kinds decided at the record being read.
+    pub(super) fn decided(&mut self, decided: Option<(u64, Kind)>) {
+        if let Some((ptr, k)) = decided {
+            self.decided.insert(ptr, k);
+        }
+    }
+
+    /// `ptr` made after `now` changes of its lane; one the axis does not count (`counted`
+    /// false) is live from the next change on.
+    pub(super) fn made(&mut self, ptr: u64, now: u64, counted: bool) {
+        self.made.insert(ptr, if counted { now } else { now + 1 });
+        self.decided.remove(&ptr);
+    }
+
+    /// `ptr` freed: its first change and its kind, if it was made on the axis.
+    pub(super) fn freed(&mut self, ptr: u64) -> Option<(u64, Kind)> {
+        let kind = self.decided.remove(&ptr).unwrap_or(Kind::Unknown);
+        self.made.remove(&ptr).map(|from| (from, kind))
+    }
+
+    /// The first change of `ptr`, still live.
+    pub(super) fn first_change(&self, ptr: u64) -> Option<u64> {
+        self.made.get(&ptr).copied()
+    }
+}
+
 /// The second pass: the lanes, each column split by kind and line, record by record.
 pub struct BandsPass<'a> {
     found: &'a Found,
     adds: BTreeMap<u8, Adds<'a>>,
-    /// Per live allocation: the change after which it was live.
-    made: FastMap<u64, u64>,
-    /// Tensors whose kind was decided by the record asking for their free.
-    decided: FastMap<u64, Kind>,
+    lives: Lives,
 }
 
 impl<'a> BandsPass<'a> {
@@ -78,17 +110,14 @@ impl<'a> BandsPass<'a> {
         BandsPass {
             found,
             adds,
-            made: FastMap::default(),
-            decided: FastMap::default(),
+            lives: Lives::default(),
         }
     }
 
     /// One record, after `rp` applied it (making change `c`) and the kinds observed it
     /// (deciding `decided`).
     pub fn see(&mut self, rp: &Replay, r: &Record, c: Change, decided: Option<(u64, Kind)>) {
-        if let Some((ptr, k)) = decided {
-            self.decided.insert(ptr, k);
-        }
+        self.lives.decided(decided);
         let counted = changed(rp, r, c);
         if let Some(d) = counted
             && let Some(a) = self.adds.get_mut(&d)
@@ -98,17 +127,14 @@ impl<'a> BandsPass<'a> {
         match c {
             Change::Alloc { ptr, device } => {
                 let now = self.adds.get(&device).map_or(0, |a| a.changes);
-                // One the axis does not count is live from the next change on.
-                self.made
-                    .insert(ptr, if counted.is_some() { now } else { now + 1 });
-                self.decided.remove(&ptr);
+                self.lives.made(ptr, now, counted.is_some());
             }
             Change::Free { ptr, live } => {
-                let from = self.made.remove(&ptr);
-                let kind = self.decided.remove(&ptr);
-                if let (Some(from), Some(a)) = (from, self.adds.get_mut(&live.device)) {
+                if let (Some((from, kind)), Some(a)) =
+                    (self.lives.freed(ptr), self.adds.get_mut(&live.device))
+                {
                     let to = a.changes;
-                    let slot = slot_of(&live, kind.unwrap_or(Kind::Unknown));
+                    let slot = slot_of(&live, kind);
                     a.add(slot, site_key(&live), live.size, from, to);
                 }
             }
@@ -127,7 +153,7 @@ impl<'a> BandsPass<'a> {
     ) -> Vec<Lane> {
         // What is live at the end stays to the last column.
         for (ptr, l) in rp.live.iter() {
-            let Some(&from) = self.made.get(ptr) else {
+            let Some(from) = self.lives.first_change(*ptr) else {
                 continue;
             };
             if let Some(a) = self.adds.get_mut(&l.device) {

@@ -12,7 +12,7 @@
 //! own additions; there the first pass gives up, and the second pass takes the bands.
 
 use super::Lane;
-use super::bands::{Adds, MAX_KEYS, lanes_of, slot_of};
+use super::bands::{Adds, Lives, MAX_KEYS, lanes_of, slot_of};
 use super::columns::{Found, LaneFound, changed};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Kinds};
@@ -85,8 +85,7 @@ impl LaneBands {
 #[derive(Default)]
 pub struct EarlyBands {
     lanes: BTreeMap<u8, LaneBands>,
-    made: FastMap<u64, u64>,
-    decided: FastMap<u64, Kind>,
+    lives: Lives,
     /// Too many kinds and lines: the second pass takes the bands.
     pub given_up: bool,
 }
@@ -105,9 +104,7 @@ impl EarlyBands {
         if self.given_up {
             return;
         }
-        if let Some((ptr, k)) = decided {
-            self.decided.insert(ptr, k);
-        }
+        self.lives.decided(decided);
         let counted = changed(rp, r, c);
         if let Some(d) = counted
             && let Some(f) = lanes.get(&d)
@@ -119,15 +116,11 @@ impl EarlyBands {
         match c {
             Change::Alloc { ptr, device } => {
                 let now = self.lanes.get(&device).map_or(0, |b| b.changes);
-                self.made
-                    .insert(ptr, if counted.is_some() { now } else { now + 1 });
-                self.decided.remove(&ptr);
+                self.lives.made(ptr, now, counted.is_some());
             }
             Change::Free { ptr, live } => {
-                let from = self.made.remove(&ptr);
-                let kind = self.decided.remove(&ptr).unwrap_or(Kind::Unknown);
-                if let (Some(from), Some(b), Some(f)) = (
-                    from,
+                if let (Some((from, kind)), Some(b), Some(f)) = (
+                    self.lives.freed(ptr),
                     self.lanes.get_mut(&live.device),
                     lanes.get(&live.device),
                 ) {
@@ -178,7 +171,7 @@ impl EarlyBands {
         }
         // What is live at the end stays to the last column.
         for (ptr, l) in rp.live.iter() {
-            let Some(&from) = self.made.get(ptr) else {
+            let Some(from) = self.lives.first_change(*ptr) else {
                 continue;
             };
             if let (Some(b), Some(f)) = (self.lanes.get_mut(&l.device), found.lanes.get(&l.device))
