@@ -186,14 +186,16 @@ fn a_batch_at_a_time_reads_what_a_record_at_a_time_reads() {
 /// `gpushim REPORT --json TRACE`, with the moments taken in the first pass or (`early` false,
 /// GPUSHIM_READ_EARLY=0) all in a second: what it printed and how many passes it read.
 fn report_early(report: &str, trace: &Path, early: bool) -> (Vec<u8>, u64) {
-    let (out, passes, _) = report_early_read(report, trace, early);
+    let (out, passes, _) = report_early_read(&[report, "--json"], trace, early);
     (out, passes)
 }
 
-/// [`report_early`], and how many times the trace's records the command decoded.
-fn report_early_read(report: &str, trace: &Path, early: bool) -> (Vec<u8>, u64, f64) {
+/// `gpushim ARGS TRACE --no-symbols` as [`report_early`] runs it: what it printed, the passes
+/// it read and how many times a whole pass's records it decoded.
+fn report_early_read(args: &[&str], trace: &Path, early: bool) -> (Vec<u8>, u64, f64) {
     let mut c = Command::new(gpushim_bin());
-    c.args([report, "--json", "--no-symbols"])
+    c.args(args)
+        .arg("--no-symbols")
         .arg(trace)
         .env("GPUSHIM_READS", "1");
     if !early {
@@ -230,8 +232,8 @@ fn leaks_sampled_from_the_first_pass_are_those_a_second_pass_samples() {
     assert_ok(&kinds_program_with(&long, 2000, true, &[], Vec::new()));
     for trace in [&*ring, &*long] {
         for report in ["leaks", "oom"] {
-            let (early, _, times) = report_early_read(report, trace, true);
-            let (late, _, late_times) = report_early_read(report, trace, false);
+            let (early, _, times) = report_early_read(&[report, "--json"], trace, true);
+            let (late, _, late_times) = report_early_read(&[report, "--json"], trace, false);
             assert!(
                 early == late,
                 "{report} of {}: the first pass's samples differ from a second pass's:\n{}\n{}",
@@ -339,36 +341,20 @@ fn the_pictures_bands_taken_in_the_first_pass_are_those_the_second_takes() {
     for (i, trace) in [gpt2.as_path(), &*ring, &*long].into_iter().enumerate() {
         let page = |early: bool| {
             let out = format!("{}-{i}-{early}.html", pages.display());
-            let mut c = Command::new(gpushim_bin());
-            c.args(["report", "--no-symbols", "-o"])
-                .arg(&out)
-                .arg(trace)
-                .env("GPUSHIM_READS", "1");
-            if !early {
-                c.env("GPUSHIM_READ_EARLY", "0");
-            }
-            let run = c.output().unwrap();
-            assert_ok(&run);
-            let err = String::from_utf8_lossy(&run.stderr).into_owned();
-            (std::fs::read(&out).unwrap(), err)
+            let (_, _, times) = report_early_read(&["report", "-o", &out], trace, early);
+            (std::fs::read(&out).unwrap(), times)
         };
-        let ((early, said), (late, said_late)) = (page(true), page(false));
+        let ((early, times), (late, late_times)) = (page(true), page(false));
         assert!(
             early == late,
             "{}: the first pass's bands differ from the second's",
             trace.display()
         );
-        let times = |s: &str| -> f64 {
-            s.split(": ")
-                .filter_map(|p| p.split(' ').next()?.parse().ok())
-                .next()
-                .unwrap_or_else(|| panic!("no count of reads in: {s}"))
-        };
         // The real run's trace is shorter than the sixteenth the leaks read again.
         if i > 0 {
             assert!(
-                times(&said) < times(&said_late) - 0.4,
-                "{}: {said} (a second pass: {said_late})",
+                times < late_times - 0.4,
+                "{}: read {times} times a pass (a second pass: {late_times})",
                 trace.display()
             );
         }
