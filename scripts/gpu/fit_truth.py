@@ -18,6 +18,10 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
   FIT_AMP=bf16   each step's forward under torch.autocast(bfloat16)
   FIT_ATTN=NAME  their attention implementation (transformers' attn_implementation: eager
                  keeps attention's scores, the square of the length; sdpa does not)
+  FIT_GRAPH=PATH the second step's autograd graph written to PATH as JSON lines, one node
+                 each (walked from the loss before its backward): its sequence number, class,
+                 the nodes its inputs came from, the metadata of the tensors it takes the
+                 gradients of, and the shapes and dtypes of what it saved for the backward
   FIT_CKPT=1     activation checkpointing of the repeated blocks: gpt2, bert and llama through
                  transformers' gradient_checkpointing_enable(), vit each encoder block through
                  torch.utils.checkpoint (use_reentrant=False)
@@ -93,17 +97,64 @@ def build(name):
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
     def steps(b, n):
-        for _ in range(n):
+        for i in range(n):
             opt.zero_grad(set_to_none=True)
             if os.environ.get("FIT_AMP") == "bf16":
                 with torch.autocast("cuda", dtype=torch.bfloat16):
                     loss = step_of(b)
             else:
                 loss = step_of(b)
+            if i == 1 and os.environ.get("FIT_GRAPH"):
+                write_graph(loss.grad_fn, os.environ["FIT_GRAPH"])
             loss.backward()
             opt.step()
         torch.cuda.synchronize()
     return steps
+
+
+def write_graph(root, path):
+    """The autograd graph under `root`, a node a line (see FIT_GRAPH above)."""
+    def tensor(t):
+        return {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", ""),
+                "leaf": bool(t.is_leaf and t.requires_grad)}
+    seen, todo, lines = set(), [root], []
+    while todo:
+        node = todo.pop()
+        # A node's Python object is made anew at each access, and ids are reused.
+        if node is None or (node.name(), node._sequence_nr()) in seen:
+            continue
+        seen.add((node.name(), node._sequence_nr()))
+        out = {"seq": node._sequence_nr(), "name": node.name(), "next": []}
+        for child, nr in node.next_functions:
+            if child is None:
+                out["next"].append(None)
+            elif hasattr(child, "variable"):
+                out["next"].append({"leaf": tensor(child.variable)})
+            else:
+                out["next"].append({"seq": child._sequence_nr(), "nr": nr})
+                todo.append(child)
+        try:
+            out["inputs"] = [{"shape": list(m.shape) if hasattr(m, "shape") else None,
+                              "dtype": str(getattr(m, "dtype", "")).replace("torch.", "")}
+                             for m in node._input_metadata]
+        except Exception:
+            pass
+        saved = {}
+        for attr in dir(node):
+            if attr.startswith("_saved_"):
+                try:
+                    v = getattr(node, attr)
+                except Exception:
+                    continue
+                if isinstance(v, torch.Tensor):
+                    saved[attr[7:]] = tensor(v)
+                elif isinstance(v, (tuple, list)) and v and all(isinstance(x, torch.Tensor) for x in v):
+                    saved[attr[7:]] = [tensor(x) for x in v]
+        out["saved"] = saved
+        lines.append(out)
+    with open(path, "w") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
 
 
 def run(name, batch, n, limit=None):
