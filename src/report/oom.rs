@@ -5,13 +5,13 @@ use super::live::Replay;
 use super::sites::holders_text;
 use super::sites::{Holder, holders, site_label};
 use super::units::{self, human_bytes};
+use crate::fasthash::FastMap;
 use crate::trace::format::Api;
 use crate::trace::format::DEVICE_UNKNOWN;
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use serde::Serialize;
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -184,11 +184,11 @@ pub fn oom_read(path: &Path, opts: &ReadOptions) -> Result<(Vec<Oom>, Option<Str
 #[derive(Default)]
 pub struct OomPass {
     out: Vec<Oom>,
-    limit_pending: HashMap<u16, bool>,
+    limit_pending: FastMap<u16, bool>,
     /// Per thread: the entry whose request's stack comes next; and its latest failed
     /// allocation, which a framework's out-of-memory event right after explains.
-    site_for: HashMap<u16, usize>,
-    failed_on: HashMap<u16, usize>,
+    site_for: FastMap<u16, usize>,
+    failed_on: FastMap<u16, usize>,
 }
 
 impl OomPass {

@@ -279,8 +279,8 @@ impl LeaksFinder {
             samples: Thinned::new(MAX_BOUNDARIES),
             seen: 0,
             together: FreedTogether::default(),
-            decided: HashMap::new(),
-            site_kinds: HashMap::new(),
+            decided: Default::default(),
+            site_kinds: Default::default(),
         }
     }
 }
@@ -298,8 +298,8 @@ pub struct LeaksSampler {
     together: FreedTogether,
     /// Per call site: the bytes of its tensors by the kind each turned out to be, freed or live
     /// at the end (for the kind of a growing line).
-    decided: HashMap<u64, super::kinds::Kind>,
-    site_kinds: HashMap<u64, BTreeMap<super::kinds::Kind, u64>>,
+    decided: crate::fasthash::FastMap<u64, super::kinds::Kind>,
+    site_kinds: crate::fasthash::FastMap<u64, BTreeMap<super::kinds::Kind, u64>>,
 }
 
 impl LeaksSampler {
@@ -439,7 +439,7 @@ impl LeaksSampler {
 fn name_kinds(
     reader: &TraceReader,
     growing: &mut [Growth],
-    mut site_kinds: HashMap<u64, BTreeMap<super::kinds::Kind, u64>>,
+    mut site_kinds: crate::fasthash::FastMap<u64, BTreeMap<super::kinds::Kind, u64>>,
     tensors: &[(super::kinds::Kind, &crate::trace::live::Live)],
 ) {
     if growing.is_empty() {
