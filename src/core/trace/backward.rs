@@ -30,7 +30,7 @@ pub struct BackwardJoins {
     /// once two threads recorded it.
     forward: BTreeMap<u64, Option<(u16, u64)>>,
     /// Stack id -> whether it is a backward function's frame.
-    is_backward: HashMap<u64, bool>,
+    is_backward: crate::fasthash::FastMap<u64, bool>,
     /// (backward stack, forward stack) -> the joined stack's id.
     joined: HashMap<(u64, u64), u64>,
 }
@@ -41,7 +41,7 @@ impl BackwardJoins {
     pub fn apply(
         &mut self,
         mut r: Record,
-        stacks: &mut HashMap<u64, Vec<u64>>,
+        stacks: &mut crate::fasthash::FastMap<u64, Vec<u64>>,
         strings: &HashMap<u64, String>,
     ) -> Record {
         // A checkpoint's live backward tensors carry the forward stack their join found.
@@ -80,7 +80,7 @@ impl BackwardJoins {
     fn is_backward(
         &mut self,
         id: u64,
-        stacks: &HashMap<u64, Vec<u64>>,
+        stacks: &crate::fasthash::FastMap<u64, Vec<u64>>,
         strings: &HashMap<u64, String>,
     ) -> bool {
         *self.is_backward.entry(id).or_insert_with(|| {
@@ -94,7 +94,12 @@ impl BackwardJoins {
     }
 
     /// The id of the stack joining `backward` and `forward`, defined in `stacks` on first use.
-    fn joined(&mut self, backward: u64, forward: u64, stacks: &mut HashMap<u64, Vec<u64>>) -> u64 {
+    fn joined(
+        &mut self,
+        backward: u64,
+        forward: u64,
+        stacks: &mut crate::fasthash::FastMap<u64, Vec<u64>>,
+    ) -> u64 {
         let next = JOINED_BASE + self.joined.len() as u64;
         let id = *self.joined.entry((backward, forward)).or_insert(next);
         if id == next {
@@ -133,12 +138,13 @@ mod tests {
             (2, "train.py\0step".to_string()),
         ]
         .into();
-        let mut stacks: HashMap<u64, Vec<u64>> = [
+        let mut stacks: crate::fasthash::FastMap<u64, Vec<u64>> = [
             (10, vec![format::py_frame(1, 0)]),
             (20, vec![format::py_frame(2, 6)]),
             (21, vec![format::py_frame(2, 7)]),
         ]
-        .into();
+        .into_iter()
+        .collect();
         let mut j = BackwardJoins::default();
         // Thread 0 runs the forward: numbers 5 and 6; thread 2 records 6 too.
         for r in [

@@ -158,7 +158,7 @@ impl TraceReader {
             end: self.end,
             stats: t.stats.clone(),
             strings: HashMap::new(),
-            stacks: HashMap::new(),
+            stacks: Default::default(),
             joins: Default::default(),
             modules: std::collections::BTreeMap::new(),
             build_ids: HashMap::new(),

@@ -180,7 +180,7 @@ pub struct TraceReader {
     /// Strings defined so far (NVTX messages, module paths), by id.
     strings: HashMap<u64, String>,
     /// Call stacks defined so far, by id: return addresses, innermost first.
-    stacks: HashMap<u64, Vec<u64>>,
+    stacks: crate::fasthash::FastMap<u64, Vec<u64>>,
     /// Backward tensors joined to their forward's line (see `trace::backward`).
     joins: crate::trace::backward::BackwardJoins,
     /// Loaded modules seen so far: the string id of the path by load base (ordered, so naming a
@@ -364,7 +364,7 @@ impl TraceReader {
             end,
             stats,
             strings: HashMap::new(),
-            stacks: HashMap::new(),
+            stacks: Default::default(),
             joins: Default::default(),
             modules: std::collections::BTreeMap::new(),
             build_ids: HashMap::new(),
