@@ -6,7 +6,7 @@
 //! a tree descent at each split, merge and neighbour lookup, each a handful of cache misses in
 //! a real process, where the program evicts the engine from the caches between two requests.
 
-use crate::fasthash::FastMap;
+use crate::fasthash::AddressMap;
 use std::collections::BTreeSet;
 use std::ops::RangeBounds;
 
@@ -14,7 +14,7 @@ pub(super) struct BlockMap<V> {
     /// Values by slot; `None` while vacant.
     slots: Vec<Option<V>>,
     vacant: Vec<u32>,
-    by_address: FastMap<u64, u32>,
+    by_address: AddressMap<u64, u32>,
     starts: BTreeSet<u64>,
 }
 
@@ -23,7 +23,7 @@ impl<V> BlockMap<V> {
         BlockMap {
             slots: Vec::new(),
             vacant: Vec::new(),
-            by_address: FastMap::default(),
+            by_address: AddressMap::default(),
             starts: BTreeSet::new(),
         }
     }

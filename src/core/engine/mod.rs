@@ -36,7 +36,7 @@ mod trim;
 
 use slab::{Block, Ix};
 
-use crate::fasthash::FastMap;
+use crate::fasthash::AddressMap;
 pub use backend::{Backend, Event, MemoryBackend, OutOfMemory};
 pub use policy::{
     GRANULE, LARGE_SEGMENT_ROUND, MAX_REQUEST, MEDIUM_REQUEST, Policy, SMALL_REQUEST,
@@ -130,11 +130,11 @@ pub struct Engine<B: Backend> {
     /// Slots of blocks merged away or given back, reused newest first (still warm).
     vacant: Vec<Ix>,
     /// Blocks by address: only for the pointer a call names (a free, a lookup).
-    index: FastMap<u64, Ix>,
+    index: AddressMap<u64, Ix>,
     /// For interior-pointer lookups: per 64 KiB of address (`HINT_SHIFT`), the block start
     /// that covered its beginning when an earlier lookup walked there (checked before use:
     /// the block may have been merged away since).
-    hints: core::cell::RefCell<FastMap<u64, u64>>,
+    hints: core::cell::RefCell<AddressMap<u64, u64>>,
     /// Segments by base address: a hash lookup per request, and an ordered set of bases for
     /// the segment holding an interior pointer.
     segments: blocks::BlockMap<Segment>,
@@ -185,7 +185,7 @@ impl<B: Backend> Engine<B> {
             policy,
             slab: vec![Block::free(0, 0, (0, 0), slab::NO_POOL)],
             vacant: Vec::new(),
-            index: FastMap::default(),
+            index: AddressMap::default(),
             hints: Default::default(),
             segments: blocks::BlockMap::new(),
             free: bins::Pools::default(),
