@@ -12,7 +12,8 @@ pub(crate) fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
     blocks_in(dir, batch, if ckpt { "ckpt" } else { "" })
 }
 
-/// The blocks program at `batch` in `mode` ("", "ckpt", "amp" or "amp-grads"): its trace.
+/// The blocks program at `batch` in `mode` ("", "ckpt", "amp", "amp-grads", "amp-full" or
+/// "amp-temps"): its trace.
 fn blocks_in(dir: &Path, batch: u64, mode: &str) -> PathBuf {
     let t = if mode.is_empty() {
         dir.join(format!("b{batch}.trace"))
@@ -243,6 +244,25 @@ fn autocast_weight_copies_keep_their_size() {
 #[test]
 fn an_inputs_cast_the_size_of_a_weights_copy_grows() {
     from_one_to_two_and_four("amp-grads");
+}
+
+/// Under autocast as PyTorch runs it, an op's backward makes its input's 16-bit gradient and
+/// its weight's, of one size at batch 1 (half a weight: a Llama's at 2 x 512 tokens, its
+/// hidden size). The weight's is let go as soon as its cast has made the weight's gradient of
+/// it; the input's, once cast back for the op before. By that the input's gradients grow and
+/// the weights' do not: from the run at 1, the runs at 2 and 4 to the byte (both were kept at
+/// their size before, as a weight's gradient).
+#[test]
+fn a_16_bit_gradient_the_size_of_a_weights_grows_unless_it_became_the_weights() {
+    from_one_to_two_and_four("amp-full");
+}
+
+/// A forward temporary of half a weight's size made by an op that is not a cast (a Llama's
+/// projection outputs and rotary halves at 2 x 512 tokens) grows: from the run at 1, the runs
+/// at 2 and 4 to the byte (it was kept at its size before, as a weight's 16-bit copy).
+#[test]
+fn a_forward_temporary_the_size_of_a_weights_copy_grows_unless_a_cast_made_it() {
+    from_one_to_two_and_four("amp-temps");
 }
 
 /// The blocks program in `mode`: `fit` from its run at 1 gives its runs at 2 and 4 to the

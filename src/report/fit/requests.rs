@@ -42,6 +42,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
         .collect();
     let weights = WeightSized::new(input, &kinds, &phases, &nodes);
     let sequences: Vec<u64> = input.request_sequences().collect();
+    let cast_back = cast_to_gradient(input, &kinds);
     let scale = input
         .requests()
         .zip(&kinds)
@@ -51,7 +52,8 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
             Kind::Activation | Kind::Input => Scale::Batch,
             Kind::Temporary => {
                 let phase = phases[i];
-                let weight = weights.temporary(size, stack, phase, nodes[i], sequences[i]);
+                let weight = weights.temporary(size, stack, phase, nodes[i], sequences[i])
+                    && !weights.activation_gradient(size, phase, nodes[i], cast_back[i]);
                 if phase == Phase::Optimizer || weight {
                     Scale::Fixed
                 } else {
@@ -194,6 +196,22 @@ impl WeightSized {
         self.gradients_made && self.nodes.get(&sequence).is_some_and(|&(_, w)| !w)
     }
 
+    /// A backward temporary of half a weight's size, from a node that makes weights'
+    /// gradients, that is an activation's gradient: where the run makes its gradients anew
+    /// each step, a 16-bit weight gradient is cast to the weight's dtype, handed to the weight
+    /// as its gradient, and let go at once (`cast_back`); an activation's gradient of that size
+    /// by chance (a Llama's at 2 x 512 tokens, its hidden size) is not.
+    fn activation_gradient(&self, size: u64, phase: Phase, node: &str, cast_back: bool) -> bool {
+        self.gradients_made
+            && phase == Phase::Backward
+            && !node.is_empty()
+            && !node.starts_with("ToCopyBackward")
+            && makes_weight_gradients(node)
+            && self.half_of(size) > 0
+            && !self.full.contains_key(&size)
+            && !cast_back
+    }
+
     /// A temporary that is a weight's gradient or copy (`node`: the autograd node that made
     /// it, empty outside the backward's nodes).
     fn temporary(&self, size: u64, stack: u64, phase: Phase, node: &str, sequence: u64) -> bool {
@@ -205,6 +223,18 @@ impl WeightSized {
         if node.starts_with("ToCopyBackward") && self.activation_cast(sequence) {
             return false;
         }
+        // In the forward, only a cast's copy, or what an op whose backward made a weight's
+        // gradient looked up from it (GPT-2's position embeddings, one row a position, the
+        // same at every batch): a temporary of half a weight's size made by another op (a
+        // 16-bit projection's output, whose weight's gradient the cast makes, or a
+        // concatenation, at a Llama's 2 x 512 tokens, its hidden size) is an activation's.
+        let weighty = self
+            .nodes
+            .get(&sequence)
+            .is_some_and(|(n, w)| n.starts_with("ToCopyBackward") || *w);
+        if phase == Phase::Forward && !weighty {
+            return false;
+        }
         let full = if phase == Phase::Forward {
             0
         } else {
@@ -212,6 +242,23 @@ impl WeightSized {
         };
         self.few(size, stack, full.saturating_add(self.half_of(size)))
     }
+}
+
+/// Each request: whether the last request made before it was freed is a parameter's gradient
+/// of twice its size (a 16-bit weight gradient cast to the weight's dtype, then let go).
+fn cast_to_gradient(input: &Input, kinds: &[Kind]) -> Vec<bool> {
+    let sizes: Vec<u64> = input.requests().map(|(size, _)| size).collect();
+    input
+        .last_before_free()
+        .into_iter()
+        .enumerate()
+        .map(|(i, last)| {
+            last.filter(|&j| j > i).is_some_and(|j| {
+                kinds.get(j) == Some(&Kind::Gradient)
+                    && sizes.get(j).copied() == sizes[i].checked_mul(2)
+            })
+        })
+        .collect()
 }
 
 /// The run's steps: its optimizer's runs of requests, else its backward's, else one.

@@ -419,6 +419,28 @@ impl Input {
         out
     }
 
+    /// For each tensor request, the last request made before it was freed (itself, where
+    /// none came between; `None` where it was never freed).
+    pub fn last_before_free(&self) -> Vec<Option<usize>> {
+        let mut out = Vec::new();
+        let mut live: crate::fasthash::FastMap<(u8, u64), usize> = Default::default();
+        for e in &self.events {
+            match e.ev {
+                Ev::Alloc => {
+                    live.insert((e.device, e.ptr), out.len());
+                    out.push(None);
+                }
+                Ev::FreeRequested | Ev::Free => {
+                    if let Some(n) = live.remove(&(e.device, e.ptr)) {
+                        out[n] = Some(out.len() - 1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
     /// Each tensor request's kind, in the order of [`Input::requests`]: from the same read.
     pub fn request_kinds(&self) -> Vec<crate::report::kinds::Kind> {
         self.events

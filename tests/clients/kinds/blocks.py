@@ -20,9 +20,15 @@ its backward, after the op's, makes the weight's gradient cast back (the weight'
 at once) and frees the copy. `amp-grads` is PyTorch's own order: each op first casts its input
 too (a copy of half a weight's size a sample, kept for the backward, whose backward hands a
 gradient of twice that on, freed at once), and the weight's gradient cast back is the weight's
-`.grad` until the optimizer's step (`zero_grad()` setting it to None after).
+`.grad` until the optimizer's step (`zero_grad()` setting it to None after). `amp-full` is
+`amp-grads` with the 16-bit gradients of each op's backward as PyTorch makes them: the op's
+node makes its input's gradient and its weight's, both 16-bit and half a weight's size at batch
+1, each let go once its cast's node has cast it back (the weight's becoming its `.grad`).
+`amp-temps` is `amp-full` whose forward ends with six temporaries of its last op at once
+(made after its node, as PyTorch's kernels make theirs), half a weight's size a sample.
 
-usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt|amp|amp-grads] [--batch-size N]
+usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt|amp|amp-grads|amp-full|amp-temps]
+                 [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4)."""
 import ctypes
 import os
@@ -48,7 +54,9 @@ MiB = 1 << 20
 BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 steps = int(sys.argv[3])
 ckpt = "ckpt" in sys.argv[4:]
-grads = "amp-grads" in sys.argv[4:]
+temps = "amp-temps" in sys.argv[4:]
+full = "amp-full" in sys.argv[4:] or temps
+grads = "amp-grads" in sys.argv[4:] or full
 amp = "amp" in sys.argv[4:] or grads
 assert not (ckpt and amp), "ckpt or amp, not both"
 
@@ -63,6 +71,7 @@ nodes = 0  # nodes made so far: the next one's index
 casts = set()  # the indices of the weights' casts' nodes
 input_casts = set()  # the indices of the inputs' casts' nodes
 kept_grads = []  # the weights' gradients until the optimizer's step
+sixteen = {}  # `amp-full`: each cast's node index -> the 16-bit gradient it casts back
 
 
 def op_output(n, cast=False, cast_input=False):
@@ -90,6 +99,9 @@ class Block(Module):
             outs.append(op_output(512 * KiB * batch, cast_input=True))  # the input's copy
         if amp:
             outs.append(op_output(512 * KiB, cast=True))  # the weight's copy
+        if full:
+            outs.append(op_output(size * batch))
+            return
         t = _standin.empty(128 * KiB * batch)
         if not keep and outs:
             _standin.free(outs[-1][1])  # the previous op's output: used, not kept
@@ -118,6 +130,12 @@ class Net(Module):
             saved = []
             x = b(x, saved, keep)
             per_block.append(saved)
+        if temps:
+            # The forward's last op's temporaries, half a weight's size a sample, six at once
+            # (the most the forward holds).
+            held = [_standin.empty(512 * KiB * batch) for _ in range(6)]
+            for t in held:
+                _standin.free(t)
         return x
 
 
@@ -135,6 +153,8 @@ def backward_ops(ops, grad_bytes):
                 kept_grads.append(g)
             else:
                 _standin.free(g)
+            if node in sixteen:
+                _standin.free(sixteen.pop(node))
             _standin.free(out)
             continue
         if node in input_casts:
@@ -142,10 +162,18 @@ def backward_ops(ops, grad_bytes):
             g = autograd.standin_backward_node(node, 1 * MiB * batch)
             assert g, "out of memory"
             _standin.free(g)
+            if node in sixteen:
+                _standin.free(sixteen.pop(node))
             _standin.free(out)
             continue
         g = autograd.standin_backward_node(node, grad_bytes)
         assert g, "out of memory"
+        if full:
+            # The op's own 16-bit gradients, for its two casts (made just before it, the
+            # weight's last) to cast back.
+            for cast, size in ((node - 1, 512 * KiB), (node - 2, 512 * KiB * batch)):
+                sixteen[cast] = autograd.standin_backward_node(node, size)
+                assert sixteen[cast], "out of memory"
         _standin.free(out)
         if prev is not None:
             _standin.free(prev)
