@@ -12,8 +12,8 @@ pub(crate) fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
     blocks_in(dir, batch, if ckpt { "ckpt" } else { "" })
 }
 
-/// The blocks program at `batch` in `mode` ("", "ckpt", "amp", "amp-grads", "amp-full" or
-/// "amp-temps"): its trace.
+/// The blocks program at `batch` in `mode` ("", "ckpt", "amp", "amp-grads", "amp-full",
+/// "amp-temps" or "grads"): its trace.
 fn blocks_in(dir: &Path, batch: u64, mode: &str) -> PathBuf {
     let t = if mode.is_empty() {
         dir.join(format!("b{batch}.trace"))
@@ -263,6 +263,16 @@ fn a_16_bit_gradient_the_size_of_a_weights_grows_unless_it_became_the_weights() 
 #[test]
 fn a_forward_temporary_the_size_of_a_weights_copy_grows_unless_a_cast_made_it() {
     from_one_to_two_and_four("amp-temps");
+}
+
+/// Where a run makes its weights' gradients anew each step, a weight's gradient is its
+/// `.grad`, not a temporary: an op's backward temporary of a weight's size at batch 1 (an fp32
+/// Llama's input gradients at 2 x 512 tokens) is an activation's gradient handed to the op
+/// before, and grows. From the run at 1, the runs at 2 and 4 to the byte (it was kept at its
+/// size before, as a weight's gradient being summed).
+#[test]
+fn a_gradient_the_size_of_a_weight_handed_on_grows() {
+    from_one_to_two_and_four("grads");
 }
 
 /// The blocks program in `mode`: `fit` from its run at 1 gives its runs at 2 and 4 to the

@@ -42,7 +42,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
         .collect();
     let weights = WeightSized::new(input, &kinds, &phases, &nodes);
     let sequences: Vec<u64> = input.request_sequences().collect();
-    let cast_back = cast_to_gradient(input, &kinds);
+    let ends = gradient_ends(input, &kinds, &sequences);
     let scale = input
         .requests()
         .zip(&kinds)
@@ -53,7 +53,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
             Kind::Temporary => {
                 let phase = phases[i];
                 let weight = weights.temporary(size, stack, phase, nodes[i], sequences[i])
-                    && !weights.activation_gradient(size, phase, nodes[i], cast_back[i]);
+                    && !weights.activation_gradient(size, phase, nodes[i], ends[i]);
                 if phase == Phase::Optimizer || weight {
                     Scale::Fixed
                 } else {
@@ -196,20 +196,24 @@ impl WeightSized {
         self.gradients_made && self.nodes.get(&sequence).is_some_and(|&(_, w)| !w)
     }
 
-    /// A backward temporary of half a weight's size, from a node that makes weights'
-    /// gradients, that is an activation's gradient: where the run makes its gradients anew
-    /// each step, a 16-bit weight gradient is cast to the weight's dtype, handed to the weight
-    /// as its gradient, and let go at once (`cast_back`); an activation's gradient of that size
-    /// by chance (a Llama's at 2 x 512 tokens, its hidden size) is not.
-    fn activation_gradient(&self, size: u64, phase: Phase, node: &str, cast_back: bool) -> bool {
-        self.gradients_made
-            && phase == Phase::Backward
-            && !node.is_empty()
-            && !node.starts_with("ToCopyBackward")
-            && makes_weight_gradients(node)
-            && self.half_of(size) > 0
-            && !self.full.contains_key(&size)
-            && !cast_back
+    /// A backward temporary of a weight's size or half, from a node that makes weights'
+    /// gradients, that is an activation's gradient. Where the run makes its gradients anew each
+    /// step, a weight's gradient is the weight's `.grad` itself (a parameter's gradient, not a
+    /// temporary); a temporary one is a 16-bit gradient cast to the weight's dtype and let go
+    /// at once, or a tied weight's second gradient summed into its `.grad` before any other node
+    /// runs. An activation's gradient of that size by chance (a Llama's at 2 x 512 tokens, its
+    /// hidden size) is handed on instead.
+    fn activation_gradient(&self, size: u64, phase: Phase, node: &str, end: GradientEnd) -> bool {
+        let weight_node =
+            !node.is_empty() && !node.starts_with("ToCopyBackward") && makes_weight_gradients(node);
+        if !(self.gradients_made && phase == Phase::Backward && weight_node) {
+            return false;
+        }
+        if self.full.contains_key(&size) {
+            !(end.at_home || end.copied)
+        } else {
+            self.half_of(size) > 0 && !end.cast_back
+        }
     }
 
     /// A temporary that is a weight's gradient or copy (`node`: the autograd node that made
@@ -244,19 +248,35 @@ impl WeightSized {
     }
 }
 
-/// Each request: whether the last request made before it was freed is a parameter's gradient
-/// of twice its size (a 16-bit weight gradient cast to the weight's dtype, then let go).
-fn cast_to_gradient(input: &Input, kinds: &[Kind]) -> Vec<bool> {
+/// How a request ended, as a weight's gradient ends: let go right after a parameter's
+/// gradient of twice its size was made (a 16-bit gradient cast to the weight's dtype) or of
+/// its size (copied to be the weight's `.grad`: a transposed one, as a tied output layer's), or
+/// before anything was asked by another autograd node (summed into the weight's `.grad` where
+/// it was made). An activation's gradient is handed on: the node before asks first.
+#[derive(Clone, Copy, Default)]
+pub(super) struct GradientEnd {
+    cast_back: bool,
+    copied: bool,
+    at_home: bool,
+}
+
+fn gradient_ends(input: &Input, kinds: &[Kind], sequences: &[u64]) -> Vec<GradientEnd> {
     let sizes: Vec<u64> = input.requests().map(|(size, _)| size).collect();
     input
         .last_before_free()
         .into_iter()
         .enumerate()
-        .map(|(i, last)| {
-            last.filter(|&j| j > i).is_some_and(|j| {
-                kinds.get(j) == Some(&Kind::Gradient)
-                    && sizes.get(j).copied() == sizes[i].checked_mul(2)
-            })
+        .map(|(i, last)| match last {
+            Some(j) if j >= i => {
+                let gradient = j > i && kinds.get(j) == Some(&Kind::Gradient);
+                let size = sizes.get(j).copied();
+                GradientEnd {
+                    cast_back: gradient && size == sizes[i].checked_mul(2),
+                    copied: gradient && size == Some(sizes[i]),
+                    at_home: j == i || sequences.get(j) == sequences.get(i),
+                }
+            }
+            _ => GradientEnd::default(),
         })
         .collect()
 }

@@ -27,7 +27,11 @@ node makes its input's gradient and its weight's, both 16-bit and half a weight'
 `amp-temps` is `amp-full` whose forward ends with six temporaries of its last op at once
 (made after its node, as PyTorch's kernels make theirs), half a weight's size a sample.
 
-usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt|amp|amp-grads|amp-full|amp-temps]
+`grads` (fp32, no autocast): each op's backward makes its weight's gradient (the weight's
+`.grad` until the optimizer's step) and its input's, a weight's size a sample, handed on to the
+op before (let go once that op's node has made its own).
+
+usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt|amp|amp-grads|amp-full|amp-temps|grads]
                  [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4)."""
 import ctypes
@@ -54,6 +58,7 @@ MiB = 1 << 20
 BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 steps = int(sys.argv[3])
 ckpt = "ckpt" in sys.argv[4:]
+handed = "grads" in sys.argv[4:]
 temps = "amp-temps" in sys.argv[4:]
 full = "amp-full" in sys.argv[4:] or temps
 grads = "amp-grads" in sys.argv[4:] or full
@@ -139,10 +144,16 @@ class Net(Module):
         return x
 
 
-def backward_ops(ops, grad_bytes):
+passed = None  # `grads`: the input's gradient handed to the op before
+
+
+def backward_ops(ops, grad_bytes, first=False):
     """The backward of a block's ops, in reverse: each node's gradient, then its saved output
-    freed, then the previous gradient."""
+    freed, then the previous gradient. `first`: the model's first block, whose first op's
+    input (the batch) takes no gradient."""
+    global passed
     prev = None
+    first_op = min(node for node, _ in ops) if first else None
     for node, out in reversed(ops):
         if amp and node in casts:
             # The weight's gradient cast back to its size: summed into .grad at once, or the
@@ -168,6 +179,16 @@ def backward_ops(ops, grad_bytes):
             continue
         g = autograd.standin_backward_node(node, grad_bytes)
         assert g, "out of memory"
+        if passed is not None:
+            _standin.free(passed)
+            passed = None
+        if handed:
+            w = autograd.standin_backward_node(node, 1 * MiB)
+            assert w, "out of memory"
+            kept_grads.append(w)
+            if node != first_op:
+                passed = autograd.standin_backward_node(node, 1 * MiB * batch)
+                assert passed, "out of memory"
         if full:
             # The op's own 16-bit gradients, for its two casts (made just before it, the
             # weight's last) to cast back.
@@ -199,7 +220,7 @@ for step in range(steps):
             again.append(kept_output)
             backward_ops(again, 256 * KiB * batch)
         else:
-            backward_ops(per_block[i], 256 * KiB * batch)
+            backward_ops(per_block[i], 256 * KiB * batch, i == 0)
     opt.step()
     for g in kept_grads:
         _standin.free(g)
