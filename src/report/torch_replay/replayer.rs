@@ -400,23 +400,11 @@ impl Input {
     /// Each tensor request in order: whether it was freed before more than `later` other
     /// requests were made after it.
     pub fn freed_within(&self, later: usize) -> Vec<bool> {
-        let mut out = Vec::new();
-        let mut live: std::collections::HashMap<(u8, u64), usize> = Default::default();
-        for e in &self.events {
-            match e.ev {
-                Ev::Alloc => {
-                    live.insert((e.device, e.ptr), out.len());
-                    out.push(false);
-                }
-                Ev::FreeRequested | Ev::Free => {
-                    if let Some(n) = live.remove(&(e.device, e.ptr)) {
-                        out[n] = out.len() - 1 - n <= later;
-                    }
-                }
-                _ => {}
-            }
-        }
-        out
+        self.last_before_free()
+            .into_iter()
+            .enumerate()
+            .map(|(n, last)| last.is_some_and(|j| j.saturating_sub(n) <= later))
+            .collect()
     }
 
     /// For each tensor request, the last request made before it was freed (itself, where
