@@ -269,10 +269,10 @@ fn gradient_ends(input: &Input, kinds: &[Kind], sequences: &[u64]) -> Vec<Gradie
         .map(|(i, last)| match last {
             Some(j) if j >= i => {
                 let gradient = j > i && kinds.get(j) == Some(&Kind::Gradient);
-                let size = sizes.get(j).copied();
+                let (own, size) = (sizes.get(i).copied(), sizes.get(j).copied());
                 GradientEnd {
-                    cast_back: gradient && size == sizes[i].checked_mul(2),
-                    copied: gradient && size == Some(sizes[i]),
+                    cast_back: gradient && size == own.and_then(|s| s.checked_mul(2)),
+                    copied: gradient && size == own,
                     at_home: j == i || sequences.get(j) == sequences.get(i),
                 }
             }
