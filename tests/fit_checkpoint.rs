@@ -13,7 +13,7 @@ pub(crate) fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
 }
 
 /// The blocks program at `batch` in `mode` ("", "ckpt", "amp", "amp-grads", "amp-full",
-/// "amp-temps" or "grads"): its trace.
+/// "amp-temps", "amp-summed" or "grads"): its trace.
 fn blocks_in(dir: &Path, batch: u64, mode: &str) -> PathBuf {
     let t = if mode.is_empty() {
         dir.join(format!("b{batch}.trace"))
@@ -273,6 +273,15 @@ fn a_forward_temporary_the_size_of_a_weights_copy_grows_unless_a_cast_made_it() 
 #[test]
 fn a_gradient_the_size_of_a_weight_handed_on_grows() {
     from_one_to_two_and_four("grads");
+}
+
+/// A run that sums its gradients into `.grad` kept from step to step makes them at its first
+/// step only: its later steps' weight copies, whose casts then make no parameter's gradient,
+/// are weights' copies still (not activations' casts). From the run at 1, the runs at 2 and 4
+/// to the byte.
+#[test]
+fn weight_copies_stay_where_gradients_are_summed_into_a_kept_grad() {
+    from_one_to_two_and_four("amp-summed");
 }
 
 /// The blocks program in `mode`: `fit` from its run at 1 gives its runs at 2 and 4 to the

@@ -121,7 +121,7 @@ struct WeightSized {
     /// parameter's gradient (a weight's cast hands its gradient to the weight; an activation's
     /// cast hands it on).
     nodes: FastMap<u64, (String, bool)>,
-    /// Whether the run's backward made its parameters' gradients (each step, or once).
+    /// Whether the run makes its parameters' gradients anew each step ([`gradients_anew`]).
     gradients_made: bool,
 }
 
@@ -155,7 +155,7 @@ impl WeightSized {
             full,
             by_line,
             steps: steps_of(phases),
-            gradients_made: by_sequence.values().any(|&(_, w)| w),
+            gradients_made: gradients_anew(kinds, phases),
             nodes: by_sequence,
         }
     }
@@ -279,6 +279,26 @@ fn gradient_ends(input: &Input, kinds: &[Kind], sequences: &[u64]) -> Vec<Gradie
             _ => GradientEnd::default(),
         })
         .collect()
+}
+
+/// Whether the run makes its parameters' gradients anew each step (`zero_grad()` setting them
+/// to None, PyTorch's default): one is made after its optimizer's first step. A run that sums
+/// into `.grad` kept from step to step makes them at its first step only, and later steps'
+/// casts make none; a run without an optimizer's step, whether it made any.
+fn gradients_anew(kinds: &[Kind], phases: &[Phase]) -> bool {
+    let mut stepped = false;
+    let mut made = false;
+    for (k, p) in kinds.iter().zip(phases) {
+        if *p == Phase::Optimizer {
+            stepped = true;
+        } else if *k == Kind::Gradient {
+            if stepped {
+                return true;
+            }
+            made = true;
+        }
+    }
+    made && !stepped
 }
 
 /// The run's steps: its optimizer's runs of requests, else its backward's, else one.

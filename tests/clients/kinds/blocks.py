@@ -27,11 +27,16 @@ node makes its input's gradient and its weight's, both 16-bit and half a weight'
 `amp-temps` is `amp-full` whose forward ends with six temporaries of its last op at once
 (made after its node, as PyTorch's kernels make theirs), half a weight's size a sample.
 
+`amp-summed` is `amp` summing into `.grad` kept from step to step: the first step's cast-back
+gradients are the weights' `.grad` for the whole run, later ones are summed into them and let
+go at once.
+
 `grads` (fp32, no autocast): each op's backward makes its weight's gradient (the weight's
 `.grad` until the optimizer's step) and its input's, a weight's size a sample, handed on to the
 op before (let go once that op's node has made its own).
 
-usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS [ckpt|amp|amp-grads|amp-full|amp-temps|grads]
+usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS
+                 [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads]
                  [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4)."""
 import ctypes
@@ -59,10 +64,11 @@ BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 steps = int(sys.argv[3])
 ckpt = "ckpt" in sys.argv[4:]
 handed = "grads" in sys.argv[4:]
+summed = "amp-summed" in sys.argv[4:]
 temps = "amp-temps" in sys.argv[4:]
 full = "amp-full" in sys.argv[4:] or temps
 grads = "amp-grads" in sys.argv[4:] or full
-amp = "amp" in sys.argv[4:] or grads
+amp = "amp" in sys.argv[4:] or grads or summed
 assert not (ckpt and amp), "ckpt or amp, not both"
 
 autograd = ctypes.CDLL(sys.argv[1])
@@ -77,6 +83,8 @@ casts = set()  # the indices of the weights' casts' nodes
 input_casts = set()  # the indices of the inputs' casts' nodes
 kept_grads = []  # the weights' gradients until the optimizer's step
 sixteen = {}  # `amp-full`: each cast's node index -> the 16-bit gradient it casts back
+dot_grad = []  # `amp-summed`: the weights' `.grad`, made at the first step, for the run
+step_now = 0
 
 
 def op_output(n, cast=False, cast_input=False):
@@ -162,6 +170,8 @@ def backward_ops(ops, grad_bytes, first=False):
             assert g, "out of memory"
             if grads:
                 kept_grads.append(g)
+            elif summed and step_now == 0:
+                dot_grad.append(g)  # the first step's: the weight's `.grad` from now on
             else:
                 _standin.free(g)
             if node in sixteen:
@@ -205,6 +215,7 @@ def backward_ops(ops, grad_bytes, first=False):
 model = Net()
 opt = Adam(model.blocks, 2 * MiB)
 for step in range(steps):
+    step_now = step
     x = _standin.empty(1 * MiB * batch)
     per_block = []
     out = model(x, per_block, not ckpt)
