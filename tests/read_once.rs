@@ -190,6 +190,16 @@ fn report_early(report: &str, trace: &Path, early: bool) -> (Vec<u8>, u64) {
     (out, passes)
 }
 
+/// That a report said the same from the first pass (`early`) as from a second (`late`).
+fn assert_same(early: &[u8], late: &[u8], what: &str) {
+    assert!(
+        early == late,
+        "{what}: the first pass's answer differs from a second pass's:\n{}\n{}",
+        String::from_utf8_lossy(early),
+        String::from_utf8_lossy(late)
+    );
+}
+
 /// `gpushim ARGS TRACE --no-symbols` as [`report_early`] runs it: what it printed, the passes
 /// it read and how many times a whole pass's records it decoded.
 fn report_early_read(args: &[&str], trace: &Path, early: bool) -> (Vec<u8>, u64, f64) {
@@ -234,13 +244,7 @@ fn leaks_sampled_from_the_first_pass_are_those_a_second_pass_samples() {
         for report in ["leaks", "oom"] {
             let (early, _, times) = report_early_read(&[report, "--json"], trace, true);
             let (late, _, late_times) = report_early_read(&[report, "--json"], trace, false);
-            assert!(
-                early == late,
-                "{report} of {}: the first pass's samples differ from a second pass's:\n{}\n{}",
-                trace.display(),
-                String::from_utf8_lossy(&early),
-                String::from_utf8_lossy(&late)
-            );
+            assert_same(&early, &late, &format!("{report} of {}", trace.display()));
             if report == "leaks" {
                 assert!(
                     times < 1.5 && late_times - times > 0.5,
@@ -273,13 +277,7 @@ fn moments_taken_in_the_first_pass_are_those_the_second_takes() {
             let (late, late_passes) = report_early(report, trace, false);
             assert_eq!(passes, 1, "{report} of {}", trace.display());
             assert!(late_passes >= passes, "{report} of {}", trace.display());
-            assert!(
-                early == late,
-                "{report} of {}: the first pass's moments differ from the second's:\n{}\n{}",
-                trace.display(),
-                String::from_utf8_lossy(&early),
-                String::from_utf8_lossy(&late)
-            );
+            assert_same(&early, &late, &format!("{report} of {}", trace.display()));
         }
     }
 }
@@ -315,12 +313,7 @@ fn a_peak_that_moves_too_often_to_copy_is_taken_in_a_second_pass() {
     let (early, passes) = report_early("peak", &path, true);
     let (late, _) = report_early("peak", &path, false);
     assert_eq!(passes, 2, "every move was copied");
-    assert!(
-        early == late,
-        "{}\n{}",
-        String::from_utf8_lossy(&early),
-        String::from_utf8_lossy(&late)
-    );
+    assert_same(&early, &late, "peak");
     let v: serde_json::Value = serde_json::from_slice(&early).unwrap();
     let want = live * 4096 + 34 + (0..moves).map(|m| 4096 + m).sum::<u64>();
     assert_eq!(v[0]["live_bytes"].as_u64(), Some(want));

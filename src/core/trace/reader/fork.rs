@@ -149,32 +149,24 @@ impl TraceReader {
         }
         let mut d = t.decoder(file);
         d.rewind().map_err(io_err)?;
-        let reader = TraceReader {
-            info: self.info.clone(),
-            source: decode::Source::Pending(Box::new(d)),
-            batch: std::collections::VecDeque::new(),
-            restoring: false,
-            next: t.extent.0,
-            end: self.end,
-            stats: t.stats.clone(),
-            strings: HashMap::new(),
-            stacks: Default::default(),
-            joins: Default::default(),
-            modules: std::collections::BTreeMap::new(),
-            build_ids: HashMap::new(),
-            filtering: (!self.filter.is_empty())
-                .then(|| crate::trace::filter::Filtering::new(self.filter.clone())),
+        let opts = ReadOptions {
+            filter: self.filter.clone(),
             symbols: self.symbols,
             progress: None,
             native_frames: self.native_frames,
             program_frames: self.program_frames,
-            python_frames: false,
-            since_progress: 0,
-            filter: self.filter.clone(),
-            template: t.clone(),
-            pass_decoded: 0,
-            whole_counted: true,
+            ..ReadOptions::default()
         };
+        let extent = (t.extent.0, self.end);
+        let mut reader = TraceReader::at_start(
+            self.info.clone(),
+            d,
+            t.clone(),
+            t.stats.clone(),
+            extent,
+            &opts,
+        );
+        reader.whole_counted = true;
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(reader)
     }

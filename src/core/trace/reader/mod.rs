@@ -355,12 +355,25 @@ impl TraceReader {
         let extent = (start, end, ring);
         let template = fork::Template::of(&file, &meta, &checkpoint, first_offset, &stats, extent);
         let decoder = template.decoder(file);
-        Ok(TraceReader {
+        Ok(TraceReader::at_start(info, decoder, template, stats, (start, end), opts).counted())
+    }
+
+    /// A reader before its first record (`next`, `end`: the records it reads), nothing defined
+    /// yet, reading as `opts` asks.
+    fn at_start(
+        info: TraceInfo,
+        decoder: decode::Decoder,
+        template: fork::Template,
+        stats: DecodeStats,
+        (next, end): (u64, u64),
+        opts: &ReadOptions,
+    ) -> TraceReader {
+        TraceReader {
             info,
             source: decode::Source::Pending(Box::new(decoder)),
             batch: std::collections::VecDeque::new(),
             restoring: false,
-            next: start,
+            next,
             end,
             stats,
             strings: HashMap::new(),
@@ -381,7 +394,6 @@ impl TraceReader {
             pass_decoded: 0,
             whole_counted: false,
         }
-        .counted())
     }
 
     fn counted(self) -> TraceReader {
