@@ -6,7 +6,8 @@
 //! of them (a few megabytes of trace, hours of reading). Each process therefore starts its
 //! hashes from a random seed ([`SeededState`]): keys that differ only above the bits a table
 //! indexes by still collide (whatever the seed), but there are at most 2^26 / n of them for a
-//! table of n entries, so no trace makes a map's work grow faster than its entries.
+//! table of n entries, so no trace makes a map's work grow faster than its entries. (The
+//! shim's ring summarizer, which uses the same maps, draws the seed on its own helper thread.)
 //! [`AddressMap`] keeps the fixed start for the pool's own addresses (the engine, which the
 //! shim runs on allocation paths where nothing may take a lock or read randomness).
 
