@@ -5,6 +5,7 @@
 
 mod common;
 
+mod autograd_graph;
 mod capture;
 mod command;
 mod crash_and_fork;
@@ -13,6 +14,7 @@ mod docs;
 mod engine_model;
 mod fit;
 mod fit_answers;
+mod fit_autocast;
 mod fit_checkpoint;
 mod hostile_folders;
 mod hostile_traces;

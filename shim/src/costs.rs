@@ -58,9 +58,12 @@ pub enum Cost {
     /// One call of PyTorch's allocator trace into the shim (a tensor's allocation, its free,
     /// a segment), whatever it records.
     Tensor,
+    /// A walk of PyTorch's autograd graph when a backward pass began (`hooks::graph`), a part
+    /// of [`Cost::Tensor`].
+    GraphWalk,
 }
 
-const NAMES: [&str; 20] = [
+const NAMES: [&str; 21] = [
     "malloc hook",
     "free hook",
     "pool lock wait",
@@ -81,6 +84,7 @@ const NAMES: [&str; 20] = [
     "python frames",
     "  of which not cached",
     "tensor event",
+    "  of which graph walks",
 ];
 const KINDS: usize = NAMES.len();
 

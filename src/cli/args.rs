@@ -263,6 +263,12 @@ pub enum Cmd {
         /// name it), or `auto` for the outermost class whose forward runs more than once a step.
         #[arg(long, value_name = "CLASS|auto", conflicts_with_all = ["with", "seq"])]
         checkpoint: Option<String>,
+        /// What-if: the forward under torch.autocast to 16 bits (bf16 or fp16: the same
+        /// sizes), from this run in 32 bits: which ops then run in 16 bits, the copies autocast
+        /// makes of their inputs and of the parameters, and the 16-bit gradients, from the
+        /// autograd graph the shim records (docs/fit.md says where it can be wrong).
+        #[arg(long, value_name = "bf16|fp16", value_parser = ["bf16", "fp16"], conflicts_with_all = ["with", "seq", "checkpoint"])]
+        autocast: Option<String>,
         /// A second run of the same program at another batch: each request then scales as
         /// the two runs show it (a line whose size does not follow the batch, or follows it
         /// only in part, comes out right), not as its kind says.

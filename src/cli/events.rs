@@ -35,6 +35,8 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
                 .map(|&ip| gpushim::report::symbolize::describe(&reader, ip))
                 .collect::<Vec<_>>()
                 .join(" < "),
+            RecordKind::GraphNode => reader.string(r.size).unwrap_or("").to_string(),
+            RecordKind::GraphEdge | RecordKind::Graph => graph_text(&r),
             _ => String::new(),
         };
         let device = if r.device == gpushim::trace::format::DEVICE_UNKNOWN {
@@ -81,6 +83,24 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// What a record of the autograd graph says, in words: where an input came from, or how a
+/// walk ended.
+fn graph_text(r: &gpushim::trace::format::Record) -> String {
+    use gpushim::trace::format::graph;
+    if r.kind == RecordKind::Graph {
+        return format!("walk {}", graph::outcome(r.status));
+    }
+    let (node, input) = graph::unpack(r.ptr);
+    match r.status {
+        graph::FROM_NODE => {
+            let (from, output) = graph::unpack(r.size);
+            format!("input {input} of node {node} from node {from} (its output {output})")
+        }
+        graph::FROM_LEAF => format!("input {input} of node {node} from a leaf at {:#x}", r.size),
+        _ => format!("input {input} of node {node} takes no gradient"),
+    }
 }
 
 /// A CSV field, quoted when it holds a comma, a quote or a line break; a text that a

@@ -98,6 +98,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         seq_at,
         seq,
         checkpoint,
+        autocast,
         json,
         ..
     } = command
@@ -127,6 +128,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         second: None,
         seq: None,
         checkpoint: checkpoint.map(|c| (c != "auto").then_some(c)),
+        autocast,
     };
     let by_seq = with_seq.is_some() || seq_at.is_some() || seq.is_some();
     let ask = match with {

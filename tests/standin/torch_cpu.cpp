@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -35,21 +36,37 @@ __attribute__((visibility("default"))) uint64_t get_and_increment() { return nex
 
 namespace torch {
 namespace autograd {
+struct Node;
+// Where one input of a node came from: the node that made it (empty: none), and which of that
+// node's outputs.
+struct Edge {
+  std::shared_ptr<Node> function;
+  uint32_t input_nr = 0;
+};
 struct Node : std::enable_shared_from_this<Node> {
   Node() : sequence_nr_(at::sequence_number::get_and_increment()) {}
+  explicit Node(uint64_t sequence_nr) : sequence_nr_(sequence_nr) {}
   virtual ~Node() {}
   virtual void *apply(size_t size) { return standin_malloc(size); }
   // PyTorch's Node begins its fields so (after the vtable pointer and the weak pointer of
-  // enable_shared_from_this).
+  // enable_shared_from_this), its mutex and its inputs' edges next.
   const uint64_t sequence_nr_;
   uint64_t topological_nr_ = 0;
   mutable bool has_parent_ = false;
   uint64_t thread_id_ = 1;
+  std::mutex mutex_;
+  std::vector<Edge> next_edges_;
+};
+// A parameter's node: no sequence number (PyTorch gives it UINT64_MAX).
+struct AccumulateGrad : Node {
+  AccumulateGrad() : Node(UINT64_MAX) {}
 };
 namespace generated {
 struct MmBackward0 : Node {};
 struct AddBackward0 : Node {};
 struct ToCopyBackward0 : Node {};
+struct NativeLayerNormBackward0 : Node {};
+struct NllLossBackward0 : Node {};
 } // namespace generated
 
 static thread_local std::shared_ptr<Node> current_evaluating_node;
@@ -63,6 +80,58 @@ __attribute__((visibility("default"))) std::shared_ptr<Node> get_current_node() 
 using namespace torch::autograd;
 
 static std::vector<std::shared_ptr<Node>> kept;
+
+// standin_forward_op(kind, size): an op of a forward making a node of class `kind` (0
+// MmBackward0, 1 ToCopyBackward0, 2 AddBackward0, 3 NativeLayerNormBackward0, 4
+// NllLossBackward0), then its output of `size` bytes (none for 0), as standin_forward_mm.
+extern "C" __attribute__((visibility("default"))) void *standin_forward_op(int kind, size_t size) {
+  std::shared_ptr<Node> node;
+  switch (kind) {
+  case 0: node = std::make_shared<generated::MmBackward0>(); break;
+  case 1: node = std::make_shared<generated::ToCopyBackward0>(); break;
+  case 2: node = std::make_shared<generated::AddBackward0>(); break;
+  case 3: node = std::make_shared<generated::NativeLayerNormBackward0>(); break;
+  default: node = std::make_shared<generated::NllLossBackward0>(); break;
+  }
+  kept.push_back(node);
+  return size ? standin_malloc(size) : nullptr;
+}
+
+// standin_link(i, j): the next input of the i-th kept node came from the j-th kept node's
+// output 0; standin_link_leaf(i): from a parameter (an AccumulateGrad of its own);
+// standin_link_none(i): from a tensor that takes no gradient. The engine's walk of a graph
+// follows these, as PyTorch's `next_edges_`.
+extern "C" __attribute__((visibility("default"))) void standin_link(size_t i, size_t j) {
+  if (i < kept.size() && j < kept.size()) {
+    kept[i]->next_edges_.push_back(Edge{kept[j], 0});
+  }
+}
+
+extern "C" __attribute__((visibility("default"))) void standin_link_leaf(size_t i) {
+  if (i < kept.size()) {
+    kept[i]->next_edges_.push_back(Edge{std::make_shared<AccumulateGrad>(), 0});
+  }
+}
+
+// standin_forward_broken(size): as standin_forward_mm, but the node's edges lead to memory
+// nobody mapped (what a PyTorch whose Node is laid out otherwise would show the shim). The
+// node is never destroyed: its vector is not one.
+extern "C" __attribute__((visibility("default"))) void *standin_forward_broken(size_t size) {
+  auto *node = new generated::MmBackward0();
+  auto **words = reinterpret_cast<uintptr_t **>(&node->next_edges_);
+  uintptr_t *nowhere = reinterpret_cast<uintptr_t *>(uintptr_t{4096});
+  words[0] = nowhere;
+  words[1] = nowhere + 6;
+  words[2] = nowhere + 6;
+  kept.push_back(std::shared_ptr<Node>(node, [](Node *) {}));
+  return standin_malloc(size);
+}
+
+extern "C" __attribute__((visibility("default"))) void standin_link_none(size_t i) {
+  if (i < kept.size()) {
+    kept[i]->next_edges_.push_back(Edge{});
+  }
+}
 
 extern "C" __attribute__((visibility("default"))) void *standin_forward_mm(size_t size) {
   kept.push_back(std::make_shared<generated::MmBackward0>());

@@ -7,6 +7,7 @@
 //! the re-entrancy guard, call, record.
 
 pub mod driver;
+pub mod graph;
 pub mod host;
 pub mod ipc;
 pub mod memory;

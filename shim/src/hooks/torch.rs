@@ -145,10 +145,12 @@ fn maybe_attach() {
     {
         return;
     }
-    if !state::conf().tensors {
+    let conf = state::conf();
+    if !conf.tensors {
         off(tensors_off::CONFIGURED);
         return;
     }
+    super::graph::configure(conf.graph);
     // SAFETY: a NUL-terminated name; RTLD_NOLOAD only finds a library already loaded.
     let h = unsafe {
         libc::dlopen(
@@ -353,6 +355,7 @@ fn autograd_frame() -> (u64, u64) {
     }
     // SAFETY: the engine holds the node it runs.
     let sequence = unsafe { node_sequence(node) };
+    super::graph::on_backward(node, sequence);
     // SAFETY: a live `Node`, a polymorphic class with no polymorphic base: its vtable pointer
     // is its first word.
     let vptr = unsafe { *(node as *const usize) };
@@ -388,7 +391,7 @@ fn autograd_frame() -> (u64, u64) {
 
 /// The innermost name of a mangled class name (`N5torch8autograd9generated11MmBackward0E` is
 /// `MmBackward0`), if it reads as one: lengths and identifiers, at most 128 bytes.
-fn class_name(m: &[u8]) -> Option<&[u8]> {
+pub(super) fn class_name(m: &[u8]) -> Option<&[u8]> {
     let nested = m.first() == Some(&b'N');
     let mut rest = if nested { &m[1..] } else { m };
     let mut last: Option<&[u8]> = None;

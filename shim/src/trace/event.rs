@@ -172,6 +172,44 @@ impl Event {
         Event::of(RecordKind::TensorPool, Api::Torch, 0, first, second, device)
     }
 
+    /// A node of PyTorch's autograd graph: its sequence number, the string id of its class.
+    pub const fn graph_node(sequence: u64, class: u64) -> Event {
+        Event::of(
+            RecordKind::GraphNode,
+            Api::Torch,
+            0,
+            sequence,
+            class,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// Input `index` of node `sequence` came from `from` (`format::graph` says how each
+    /// `status` reads `size`).
+    pub const fn graph_edge(sequence: u64, index: u64, status: u8, from: u64) -> Event {
+        Event::of(
+            RecordKind::GraphEdge,
+            Api::Torch,
+            status as i32,
+            format::graph::pack(sequence, index),
+            from,
+            DEVICE_UNKNOWN,
+        )
+    }
+
+    /// A walk of the graph ended (`outcome`, a `format::graph` code) after `nodes` nodes and
+    /// `edges` edges.
+    pub const fn graph_walked(nodes: u64, edges: u64, outcome: u8) -> Event {
+        Event::of(
+            RecordKind::Graph,
+            Api::Torch,
+            outcome as i32,
+            nodes,
+            edges,
+            DEVICE_UNKNOWN,
+        )
+    }
+
     /// A segment PyTorch's allocator took (`pages`: pages of an expandable segment mapped).
     pub const fn framework_segment_reserve(ptr: u64, size: u64, device: u8, pages: bool) -> Event {
         Event::of(
@@ -422,7 +460,14 @@ impl Event {
     /// Whether the allocating thread's stack follows it: every call of the program's and the
     /// framework's (the pool's own notes follow the call that caused them, which has it).
     pub fn takes_stack(&self) -> bool {
-        self.api != Api::Shim && !matches!(self.kind, RecordKind::TensorPool)
+        self.api != Api::Shim
+            && !matches!(
+                self.kind,
+                RecordKind::TensorPool
+                    | RecordKind::GraphNode
+                    | RecordKind::GraphEdge
+                    | RecordKind::Graph
+            )
     }
 
     /// Whether the library that asked for it is recorded after it (a `Caller` record): the

@@ -7,6 +7,7 @@ pub mod checkpoint;
 pub mod facts;
 pub mod filter;
 pub mod format;
+pub mod graph;
 pub mod live;
 pub mod ranges;
 pub mod reader;

@@ -137,6 +137,9 @@ pub struct Fit {
     /// The what-if of activation checkpointing, when asked: every row is under it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub checkpoint: Option<torch_replay::Blocks>,
+    /// The what-if of autocast, when asked: every row is under it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autocast: Option<torch_replay::AutocastSummary>,
 }
 
 impl Fit {
@@ -179,6 +182,8 @@ pub struct Ask {
     /// What-if: the repeated blocks checkpointed, of the class named (`Some(None)`: found from
     /// the frames).
     pub checkpoint: Option<Option<String>>,
+    /// What-if: the forward under autocast to this 16-bit type (`bf16`, `fp16`).
+    pub autocast: Option<String>,
 }
 
 #[derive(Debug)]
@@ -188,6 +193,8 @@ pub enum FitError {
     Batch(String),
     /// The blocks to checkpoint cannot be found.
     Checkpoint(String),
+    /// The autocast what-if cannot be made of this run.
+    Autocast(String),
 }
 
 impl std::fmt::Display for FitError {
@@ -196,6 +203,7 @@ impl std::fmt::Display for FitError {
             FitError::Replay(e) => e.fmt(f),
             FitError::Batch(s) => f.write_str(s),
             FitError::Checkpoint(s) => write!(f, "--checkpoint: {s}"),
+            FitError::Autocast(s) => write!(f, "--autocast: {s}"),
         }
     }
 }
@@ -324,6 +332,14 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         ),
         None => None,
     };
+    let autocast = match &ask.autocast {
+        Some(dtype) => Some(input.autocast(dtype).map_err(FitError::Autocast)?),
+        None => None,
+    };
+    let what_if = steps::WhatIfs {
+        checkpointing: checkpointing.as_ref(),
+        autocast: autocast.as_ref(),
+    };
     let settings = [(&recorded, true), (&expandable, false)]
         .into_iter()
         .map(|(conf, recorded)| {
@@ -334,7 +350,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
                 ask,
                 (conf, recorded),
                 &bounds,
-                checkpointing.as_ref(),
+                &what_if,
             )
         })
         .collect();
@@ -371,6 +387,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         }),
         seq,
         checkpoint: checkpointing.map(|c| c.blocks),
+        autocast: autocast.map(|a| a.summary),
     })
 }
 
@@ -420,6 +437,7 @@ impl Ask {
             second: None,
             seq: None,
             checkpoint: None,
+            autocast: None,
         }
     }
 }

@@ -89,6 +89,12 @@ pub(super) fn limit_of(ask: &Ask, total: u64, headroom: u64) -> (Bounds, u64, St
     }
 }
 
+/// The what-ifs a fit is asked for.
+pub(super) struct WhatIfs<'a> {
+    pub(super) checkpointing: Option<&'a torch_replay::Checkpointing>,
+    pub(super) autocast: Option<&'a torch_replay::Autocast>,
+}
+
 /// One setting's rows and largest batch.
 pub(super) fn setting_fit(
     input: &torch_replay::Input,
@@ -97,19 +103,30 @@ pub(super) fn setting_fit(
     ask: &Ask,
     (conf, is_recorded): (&torch_replay::model::TorchConf, bool),
     bounds: &Bounds,
-    checkpointing: Option<&torch_replay::Checkpointing>,
+    what_if: &WhatIfs<'_>,
 ) -> SettingFit {
+    let scale = |n: usize| req.scale.get(n).copied().unwrap_or(Scale::Fixed);
     let at_batch = |batch: u64| -> Row {
         let size = |n: usize, size: u64, _| {
-            let sized = resize(
-                req.scale.get(n).copied().unwrap_or(Scale::Fixed),
-                size,
-                ask.at,
-                batch,
-            );
+            // Under autocast, a request made in 16 bits is half its recorded size first.
+            let half = what_if.autocast.is_some_and(|a| a.half(n));
+            let base = if half { size / 2 } else { size };
+            let sized = resize(scale(n), base, ask.at, batch);
             (sized, optional.get(n).copied().unwrap_or(false))
         };
-        let events = input.resized_optional(checkpointing, size);
+        // An autocast copy scales as the request it copies does, where that follows the batch.
+        let copy_size = |bytes: u64, like: Option<usize>| match like.map(scale) {
+            Some(Scale::Batch) => resize(Scale::Batch, bytes, ask.at, batch),
+            _ => bytes,
+        };
+        let events = input.resized_optional(
+            &torch_replay::WhatIf {
+                checkpointing: what_if.checkpointing,
+                autocast: what_if.autocast,
+                copy_size: &copy_size,
+            },
+            size,
+        );
         let o = torch_replay::replay_resized(input, &events, conf, bounds);
         Row {
             batch,

@@ -21,15 +21,17 @@ mod simulate;
 
 pub use render::render_report;
 pub use simulate::{TorchReport, simulate};
+mod autocast;
 mod checkpoint;
 mod read;
 mod replayer;
 
+pub use autocast::{Autocast, AutocastSummary};
 pub use checkpoint::{Blocks, Checkpointing};
 
 pub use advice::{OomAdvice, candidates, oom_advice, recommend, recorded_conf, render_advice};
 pub use read::read;
-pub use replayer::{Resized, replay, replay_resized};
+pub use replayer::{Resized, WhatIf, replay, replay_resized};
 
 use crate::trace::reader::{ReadError, TraceReader};
 use serde::Serialize;
@@ -110,6 +112,8 @@ pub struct Input {
     pub from_checkpoint: bool,
     /// What the checkpoint says PyTorch held when the ring began, which the replay starts from.
     pub seed: Seed,
+    /// The autograd graph the shim walked when backward passes began (for `--autocast`).
+    pub graph: crate::trace::graph::Walks,
 }
 
 /// A `trace_max` that holds every record of a run of `records`: 32 bytes each, and room for

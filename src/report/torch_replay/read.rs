@@ -45,6 +45,8 @@ struct Gather {
     kinds: Kinds,
     /// Live requests not yet given a kind: their event, by address.
     undecided: FastMap<u64, usize>,
+    /// The autograd graph's walks (a ring's checkpoint keeps the latest).
+    graph: crate::trace::graph::Walks,
 }
 
 impl Gather {
@@ -236,6 +238,13 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         if r.kind == RecordKind::Restore {
             g.from_checkpoint = true;
         }
+        if matches!(
+            r.kind,
+            RecordKind::GraphNode | RecordKind::GraphEdge | RecordKind::Graph
+        ) {
+            g.graph.see(&r, |id| reader.string(id).map(str::to_string));
+            continue;
+        }
         if g.restoring || r.kind == RecordKind::Restore {
             g.restore(&r);
         } else {
@@ -309,6 +318,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         tensors: g.tensors,
         from_checkpoint: g.from_checkpoint,
         seed: g.seed,
+        graph: g.graph,
     })
 }
 

@@ -470,15 +470,16 @@ impl Input {
 
     /// The requests resized by `size(n, recorded size, stack)`, `n` counting the requests.
     pub fn resized(&self, size: impl Fn(usize, u64, u64) -> u64) -> Resized {
-        self.resized_optional(None, |n, s, stack| (size(n, s, stack), false))
+        self.resized_optional(&WhatIf::default(), |n, s, stack| (size(n, s, stack), false))
     }
 
     /// The requests resized as [`Input::resized`] does, each also said to be one the program
-    /// can do without when memory is short (see `Event::optional`); with `checkpointing`, the
-    /// blocks it names checkpointed (a recomputed request sized as its original).
+    /// can do without when memory is short (see `Event::optional`), under the what-ifs asked:
+    /// the blocks `checkpointing` names checkpointed (a recomputed request sized as its
+    /// original), the forward under `autocast` (its copies sized by `copy_size`).
     pub fn resized_optional(
         &self,
-        checkpointing: Option<&super::Checkpointing>,
+        what_if: &WhatIf<'_>,
         size: impl Fn(usize, u64, u64) -> (u64, bool),
     ) -> Resized {
         // Each event's place among the requests.
@@ -493,10 +494,18 @@ impl Input {
             (e.size, e.optional) = size(index[i], e.size, e.stack);
             e
         };
+        let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
+        let copy_size = |bytes: u64, like: Option<usize>| (what_if.copy_size)(bytes, like);
         let mut out = Vec::with_capacity(self.events.len());
         for (i, e) in self.events.iter().enumerate() {
             if let Some(c) = checkpointing {
                 c.insert_before(&self.events, i, e.time_ns, sized, &mut out);
+            }
+            if let Some(a) = autocast {
+                a.insert_before(&self.events, i, e.time_ns, &copy_size, &mut out);
+                if a.skips(i) {
+                    continue;
+                }
             }
             match e.ev {
                 Ev::Oom | Ev::Skip => {}
@@ -510,16 +519,35 @@ impl Input {
                 }
             }
         }
-        if let (Some(c), Some(last)) = (checkpointing, self.events.last()) {
-            c.insert_before(
-                &self.events,
-                self.events.len(),
-                last.time_ns,
-                sized,
-                &mut out,
-            );
+        if let Some(last) = self.events.last() {
+            let end = self.events.len();
+            if let Some(c) = checkpointing {
+                c.insert_before(&self.events, end, last.time_ns, sized, &mut out);
+            }
+            if let Some(a) = autocast {
+                a.insert_before(&self.events, end, last.time_ns, &copy_size, &mut out);
+            }
         }
         Resized(out)
+    }
+}
+
+/// The what-ifs a replay is asked to make of the run (none by default).
+pub struct WhatIf<'a> {
+    pub checkpointing: Option<&'a super::Checkpointing>,
+    pub autocast: Option<&'a super::Autocast>,
+    /// The bytes at the replay's batch of an autocast copy of `bytes` at the run's, which
+    /// scales as the request it copies (`Some(n)`) or not at all.
+    pub copy_size: &'a dyn Fn(u64, Option<usize>) -> u64,
+}
+
+impl Default for WhatIf<'_> {
+    fn default() -> Self {
+        WhatIf {
+            checkpointing: None,
+            autocast: None,
+            copy_size: &|bytes, _| bytes,
+        }
     }
 }
 

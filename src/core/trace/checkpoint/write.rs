@@ -25,7 +25,10 @@ impl Summarizer {
         self.settle_peaks();
         self.window.sort_by_key(|x| (x.0, x.1));
         let start = out.len();
-        self.write_into(covered, None, out);
+        // The latest walk of the autograd graph, where it takes no more than a quarter of the
+        // slot (a model of thousands of layers in a small ring goes without).
+        let graph = self.graph.last.len() <= room / 4;
+        self.write_into(covered, None, graph, out);
         let mut itemize: Option<usize> = None;
         for _ in 0..6 {
             let written = out.len() - start;
@@ -51,7 +54,7 @@ impl Summarizer {
                 );
             }
             out.truncate(start);
-            self.write_into(covered, itemize, out);
+            self.write_into(covered, itemize, graph, out);
         }
     }
 
@@ -59,6 +62,7 @@ impl Summarizer {
         &self,
         covered: u64,
         itemize: Option<usize>,
+        graph: bool,
         out: &mut Vec<[u8; RECORD_SIZE]>,
     ) {
         let mut w = Writer { out };
@@ -68,6 +72,11 @@ impl Summarizer {
         }
         for r in &self.kept {
             w.record(r);
+        }
+        if graph {
+            for r in &self.graph.last {
+                w.record(r);
+            }
         }
         let rp = &self.replay;
         let (threads, started) = rp.open_ranges();

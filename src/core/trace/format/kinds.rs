@@ -170,6 +170,65 @@ byte_enum! {
         /// pool, the second for a pool made by `graph_pool_handle` or `MemPool`). Written after
         /// that record and its stack; records of the default pools have none.
         TensorPool = 53 => "tensor_pool",
+        /// A node of PyTorch's autograd graph, read when a backward pass began (see
+        /// `GraphEdge` and `Graph`): `ptr` its sequence number (what its forward op's tensors
+        /// record, less one), `size` the string id of its class name (`MmBackward0`).
+        GraphNode = 54 => "graph_node",
+        /// Where one input of a graph node came from: `ptr` the node's sequence number, with
+        /// the input's index above bit 40 ([`graph`] says how to read both words); `size`, by
+        /// `status`: 0, the node that made it (its sequence number, and above bit 40 which of
+        /// that node's outputs); 1, a node without a sequence number (a parameter's
+        /// `AccumulateGrad`), named by its address; 2, none (an input that takes no gradient).
+        GraphEdge = 55 => "graph_edge",
+        /// The end of one walk of the graph, from the first node of a backward pass that
+        /// allocated: `ptr` the nodes and `size` the edges written before it by this thread
+        /// since its previous walk; `status` how the walk ended (see [`graph`]).
+        Graph = 56 => "graph",
+    }
+}
+
+/// How to read the autograd graph's records (`GraphNode`, `GraphEdge`, `Graph`).
+pub mod graph {
+    /// Sequence numbers lie below this bit; what a word holds above it is an index.
+    pub const SHIFT: u32 = 40;
+    /// `GraphEdge`'s `status`: the input came from the node numbered in `size`.
+    pub const FROM_NODE: u8 = 0;
+    /// The input came from a node without a sequence number (`AccumulateGrad`: a leaf the
+    /// program made, a parameter), `size` its address.
+    pub const FROM_LEAF: u8 = 1;
+    /// The input takes no gradient.
+    pub const FROM_NONE: u8 = 2;
+    /// `Graph`'s `status`: the walk reached every node below the first.
+    pub const WHOLE: u8 = 0;
+    /// The walk stopped at the most nodes one walk records ([`NODES_MAX`]).
+    pub const CUT: u8 = 1;
+    /// A node did not read as PyTorch's `Node` does: the walk stopped, and no other follows.
+    pub const LAYOUT: u8 = 2;
+    /// The process may not read its own memory through `process_vm_readv` (a seccomp
+    /// profile): no walk is made.
+    pub const UNREADABLE: u8 = 3;
+    /// The most nodes one walk records.
+    pub const NODES_MAX: u64 = 1 << 15;
+
+    /// A number and the index above it, as one word.
+    pub const fn pack(number: u64, index: u64) -> u64 {
+        (number & ((1 << SHIFT) - 1)) | (index << SHIFT)
+    }
+
+    /// The number and the index of a word made by [`pack`].
+    pub const fn unpack(word: u64) -> (u64, u64) {
+        (word & ((1 << SHIFT) - 1), word >> SHIFT)
+    }
+
+    /// Why a walk ended, in words.
+    pub fn outcome(code: u8) -> &'static str {
+        match code {
+            WHOLE => "whole",
+            CUT => "cut at its most nodes",
+            LAYOUT => "a node did not read as PyTorch's Node",
+            UNREADABLE => "the process may not read its own memory (process_vm_readv)",
+            _ => "unknown",
+        }
     }
 }
 

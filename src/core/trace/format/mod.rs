@@ -12,7 +12,7 @@ mod kinds;
 pub use crate::trace::checkpoint::codes as restore;
 pub mod ring;
 
-pub use kinds::{Api, RecordKind, tensors_off};
+pub use kinds::{Api, RecordKind, graph, tensors_off};
 
 /// First eight bytes of every trace.
 pub const MAGIC: [u8; 8] = *b"GPUSHIM\0";

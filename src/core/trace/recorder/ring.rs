@@ -76,6 +76,15 @@ impl Recorder {
         self.slow.checkpoint_slot.load(Ordering::Relaxed) > 0
     }
 
+    /// The ring's slots (0: the file is not a ring).
+    pub fn ring_slots(&self) -> u64 {
+        if self.is_ring() {
+            self.capacity.load(Ordering::Relaxed)
+        } else {
+            0
+        }
+    }
+
     /// Records one checkpoint slot holds.
     fn checkpoint_room(&self) -> usize {
         (self.slow.checkpoint_slot.load(Ordering::Relaxed) / RECORD_SIZE as u64) as usize

@@ -56,8 +56,44 @@ pub fn is_call(r: &Record) -> bool {
     r.api != Api::Shim
         && !matches!(
             r.kind,
-            RecordKind::ThreadStart | RecordKind::StreamName | RecordKind::String
+            RecordKind::ThreadStart
+                | RecordKind::StreamName
+                | RecordKind::String
+                | RecordKind::GraphNode
+                | RecordKind::GraphEdge
+                | RecordKind::Graph
         )
+}
+
+/// Records of one walk of the autograd graph kept at most: a walk past it is not kept.
+const GRAPH_KEPT: usize = 4 * crate::trace::format::graph::NODES_MAX as usize;
+
+/// The latest walk of the autograd graph (`GraphNode`, `GraphEdge` and its `Graph` record),
+/// which each checkpoint carries, and the one being read.
+#[derive(Default)]
+pub(in crate::trace) struct GraphKept {
+    pub(in crate::trace) walking: Vec<Record>,
+    pub(in crate::trace) last: Vec<Record>,
+}
+
+impl GraphKept {
+    fn see(&mut self, r: &Record) {
+        use crate::trace::format::graph;
+        match r.kind {
+            RecordKind::GraphNode | RecordKind::GraphEdge if self.walking.len() < GRAPH_KEPT => {
+                self.walking.push(*r);
+            }
+            RecordKind::Graph => {
+                let read = matches!(r.status, graph::WHOLE | graph::CUT);
+                if read && self.walking.len() < GRAPH_KEPT {
+                    self.walking.push(*r);
+                    self.last = std::mem::take(&mut self.walking);
+                }
+                self.walking.clear();
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Whether a record's kind makes memory (the bytes `summary` counts per API).
@@ -113,6 +149,7 @@ pub struct Summarizer {
     /// Live backward tensors and the forward stack their autograd sequence number joins them
     /// to (see `trace::backward`), so that a checkpoint's live allocations keep the join.
     pub(in crate::trace) joins: AutogradJoins,
+    pub(in crate::trace) graph: GraphKept,
 }
 
 /// Forward sequence numbers the summarizer keeps: a backward pass follows its forward within a
@@ -224,6 +261,7 @@ impl Summarizer {
             nvml: Thinned::new(MAX_NVML_SAMPLES),
             series: BTreeMap::new(),
             joins: AutogradJoins::default(),
+            graph: GraphKept::default(),
         }
     }
 
@@ -309,6 +347,7 @@ impl Summarizer {
                 self.kept_stack_of = Some(r.thread);
             }
             DeviceMemory if self.nvml.wants() => self.nvml.push(*r),
+            GraphNode | GraphEdge | Graph => self.graph.see(r),
             _ => {}
         }
         // VMM memory and framework segments change what is live without an address the

@@ -1,0 +1,121 @@
+//! `fit --autocast`: a run in 32 bits answers for the same program under `torch.autocast` to 16
+//! bits. The program of residual layers on the PyTorch stand-in
+//! (`tests/clients/kinds/autocast.py`, whose nodes link their inputs as PyTorch's do, so the
+//! shim records its autograd graph) runs both ways; what `fit` predicts from the 32-bit run at
+//! batch 1 is what the 16-bit program did at batches 1, 2 and 4.
+
+use crate::common::*;
+use crate::fit::json;
+use std::path::{Path, PathBuf};
+
+/// The program at `batch`, under autocast or not: its trace.
+fn layers(dir: &Path, batch: u64, amp: bool) -> PathBuf {
+    let t = dir.join(format!("b{batch}{}.trace", if amp { "-amp" } else { "" }));
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let mut args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "2".into()];
+    if amp {
+        args.push("amp".into());
+    }
+    args.extend(["--batch-size".into(), batch.to_string()]);
+    assert_ok(&python_client(&t, "kinds/autocast.py", args, Vec::new()));
+    t
+}
+
+/// Each setting's rows: (setting, batch, peak reserved, peak allocated).
+fn rows(v: &serde_json::Value) -> Vec<(String, u64, u64, u64)> {
+    let mut out = Vec::new();
+    for s in v["settings"].as_array().unwrap_or_else(|| panic!("{v}")) {
+        for r in s["rows"].as_array().unwrap() {
+            out.push((
+                s["setting"].as_str().unwrap().to_string(),
+                r["batch"].as_u64().unwrap(),
+                r["peak_reserved_bytes"].as_u64().unwrap(),
+                r["peak_allocated_bytes"].as_u64().unwrap(),
+            ));
+        }
+    }
+    out
+}
+
+fn fit_rows(trace: &Path, at: u64, batches: &str, more: &[&str]) -> Vec<(String, u64, u64, u64)> {
+    let at = at.to_string();
+    let mut args = vec![
+        "fit",
+        trace.to_str().unwrap(),
+        "--at",
+        &at,
+        "--batch",
+        batches,
+    ];
+    args.extend_from_slice(more);
+    args.push("--json");
+    rows(&json(&args))
+}
+
+/// From the 32-bit run at batch 1: the peak reserved and allocated of the 16-bit program at 1,
+/// 2 and 4 to the byte, under the run's setting and expandable segments (each run's own
+/// replay is its truth); and not what the 32-bit program holds.
+#[test]
+fn a_32_bit_run_predicts_the_autocast_programs_peaks() {
+    let dir = tempdir("fit-autocast");
+    let plain = layers(&dir, 1, false);
+    let v = json(&[
+        "fit",
+        plain.to_str().unwrap(),
+        "--at",
+        "1",
+        "--batch",
+        "1,2,4",
+        "--autocast",
+        "bf16",
+        "--json",
+    ]);
+    let a = &v["autocast"];
+    // Three layers a step: each product's weight and input copied, and the 32-bit input let
+    // go once copied.
+    assert_eq!(a["parameter_copies"].as_u64(), Some(3), "{a}");
+    assert_eq!(a["activation_copies"].as_u64(), Some(3), "{a}");
+    let predicted = rows(&v);
+    let as_is = fit_rows(&plain, 1, "1,2,4", &[]);
+    for batch in [1u64, 2, 4] {
+        let amp = layers(&dir, batch, true);
+        let b = batch.to_string();
+        let truth = fit_rows(&amp, batch, &b, &[]);
+        for setting in ["", "expandable_segments:True"] {
+            let find = |rs: &[(String, u64, u64, u64)]| {
+                rs.iter()
+                    .find(|x| x.0 == setting && x.1 == batch)
+                    .cloned()
+                    .unwrap_or_else(|| panic!("no row at {batch} under '{setting}': {rs:?}"))
+            };
+            let (p, t) = (find(&predicted), find(&truth));
+            assert_eq!(p, t, "batch {batch} under '{setting}'");
+            assert_ne!(
+                find(&as_is).3,
+                t.3,
+                "the 32-bit run holds what the 16-bit one does"
+            );
+        }
+    }
+}
+
+/// A run already under autocast (its graph casts parameters) is refused, saying why; so is a
+/// trace without the graph, saying how to get one.
+#[test]
+fn what_the_what_if_cannot_start_from_is_said() {
+    let dir = tempdir("fit-autocast-refused");
+    let amp = layers(&dir, 1, true);
+    let out = gpushim(&[&"fit", &amp, &"--at", &"1", &"--autocast", &"bf16"]);
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(said.contains("already casts its parameters"), "{said}");
+    let plain = dir.join("plain.trace");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "2".into()];
+    let off = vec![("GPUSHIM_CONF", "graph:off".to_string())];
+    assert_ok(&python_client(&plain, "kinds/autocast.py", args, off));
+    let out = gpushim(&[&"fit", &plain, &"--at", &"1", &"--autocast", &"bf16"]);
+    assert!(!out.status.success());
+    let said = stderr(&out);
+    assert!(said.contains("holds no autograd graph"), "{said}");
+}
