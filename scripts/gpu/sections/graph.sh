@@ -9,10 +9,10 @@
 # did not reach (those above the first node that allocates: the loss's), the walks in the
 # trace, and the time one walk took (the shim's own count). The traces are left in $OUT/graph
 # when OUT is set.
-#   bash scripts/gpu.sh graph[:MODEL,...]   MODEL is gpt2, vit or llama
+#   bash scripts/gpu.sh graph[:MODEL,...]   MODEL is gpt2, vit, llama, bert or resnet50
 set -euo pipefail
 models=${*:-gpt2 vit llama}
-declare -A base=([gpt2]=2 [vit]=8 [llama]=2)
+declare -A base=([gpt2]=2 [vit]=8 [llama]=2 [bert]=8 [resnet50]=16)
 work=${OUT:+$OUT/graph}
 work=${work:-$(mktemp -d)}
 mkdir -p "$work"

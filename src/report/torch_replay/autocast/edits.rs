@@ -59,7 +59,7 @@ impl Model<'_> {
         }
         let mut params: BTreeMap<(i64, u64), ParamCopy> = BTreeMap::new();
         let outputs: Vec<((i64, u64), usize)> =
-            self.outputs.iter().map(|(&a, &b)| (a, b)).collect();
+            self.anchors.iter().map(|(&a, &b)| (a, b)).collect();
         for ((k, node), out) in outputs {
             let Some(g) = self.walk.nodes.get(&node) else {
                 continue;

@@ -31,7 +31,7 @@ use crate::fasthash::FastMap;
 use crate::report::kinds::backward_node_of;
 use crate::trace::graph::{Source, Walk};
 use ops::Cast;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What the what-if changed, at the run's batch, for the output.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -237,8 +237,10 @@ struct Model<'a> {
     spans: &'a Spans,
     /// Each node's type under autocast: 16 bits or not.
     sixteen: BTreeMap<u64, bool>,
-    /// Each step's forward output of each node (a request index).
+    /// Each step's forward output of each node (a request index), and the request each
+    /// node's copies are made before (its output, however small).
     outputs: BTreeMap<(i64, u64), usize>,
+    anchors: BTreeMap<(i64, u64), usize>,
     /// Per step: parameter copies and their bytes, activation copies and theirs.
     step_counts: BTreeMap<i64, (usize, u64, usize, u64)>,
     /// Per step and node: the run's sizes of the 32-bit inputs it copied to 16 bits (their
@@ -255,8 +257,9 @@ impl<'a> Model<'a> {
             walk,
             reqs,
             spans,
-            sixteen: types(walk),
+            sixteen: types(walk, &cross_entropies(input, walk, reqs)),
             outputs: BTreeMap::new(),
+            anchors: BTreeMap::new(),
             step_counts: BTreeMap::new(),
             copied: BTreeMap::new(),
             ac: Autocast {
@@ -293,12 +296,28 @@ impl<'a> Model<'a> {
             if ops::is_view(&g.class) {
                 continue;
             }
-            // The largest, and of those the one kept longest (not a copy of an input the op
-            // lets go of at once).
+            // Not a temporary of the op (a workspace, a copy of an input), let go before
+            // anything else is asked for; then the largest (the first, for an op that makes
+            // its output before larger indices), and of those the one kept longest.
+            let last = ns.iter().map(|&n| self.reqs[n].event).max().unwrap_or(0);
+            let next = self.next_request(last);
+            let kept: Vec<usize> = ns
+                .iter()
+                .copied()
+                .filter(|&n| self.reqs[n].free.is_none_or(|f| f > next))
+                .collect();
+            let ns = if kept.is_empty() { ns } else { kept };
             let key = |n: &usize| (self.reqs[*n].size, self.reqs[*n].free.unwrap_or(usize::MAX));
-            let Some(out) = ns.iter().copied().max_by_key(key) else {
+            let out = if ops::output_first(&g.class) {
+                ns.first().copied()
+            } else {
+                ns.iter().copied().max_by_key(key)
+            };
+            let Some(out) = out else {
                 continue;
             };
+            // A scalar (a loss) is no output to halve, but its op still copies its inputs.
+            self.anchors.insert((k, node), out);
             if self.reqs[out].size < 512 {
                 continue;
             }
@@ -325,6 +344,12 @@ impl<'a> Model<'a> {
 }
 
 impl Model<'_> {
+    /// The event of the first request made after event `i` (the end: none).
+    fn next_request(&self, i: usize) -> usize {
+        let at = self.reqs.partition_point(|r| r.event <= i);
+        self.reqs.get(at).map_or(usize::MAX, |r| r.event)
+    }
+
     /// Whether `node` copies an attention's output into order (`.contiguous()` after a
     /// permute), which 16-bit attention makes needless.
     fn layout_copy(&self, node: u64) -> bool {
@@ -343,11 +368,60 @@ impl Model<'_> {
     }
 }
 
+/// The log-softmaxes of cross entropies (one whose output a negative log-likelihood takes),
+/// which run in their input's type: `cross_entropy` asks `log_softmax` for its input's type,
+/// which autocast leaves as it is, and `nll_loss` copies the result to 32 bits. Not those
+/// that transformers' loss functions (`transformers/loss/loss_utils.py`) make, which cast the
+/// logits to 32 bits first (a copy a 32-bit run does not show).
+fn cross_entropies(input: &Input, walk: &Walk, reqs: &[Req]) -> BTreeSet<u64> {
+    let nll = |s: &u64| {
+        walk.nodes.values().any(|n| {
+            n.class.starts_with("NllLoss")
+                && n.inputs.iter().any(|i| {
+                    matches!(i, Source::Node { sequence, .. }
+                        if storage(walk, *sequence).is_some_and(|(x, _)| x == *s))
+                })
+        })
+    };
+    let upcast = |s: u64| {
+        reqs.iter()
+            .filter(|r| !r.backward && r.place.is_some_and(|(_, n)| n == s))
+            .take(1)
+            .any(|r| frames_mention(input, input.events[r.event].stack, "transformers/loss/"))
+    };
+    walk.nodes
+        .iter()
+        .filter(|(s, n)| n.class == "LogSoftmaxBackward0" && nll(s) && !upcast(**s))
+        .map(|(&s, _)| s)
+        .collect()
+}
+
+/// Whether a Python frame of `stack` lies in a file whose path holds `part`.
+fn frames_mention(input: &Input, stack: u64, part: &str) -> bool {
+    let reader = &input.reader;
+    reader.stack(stack).is_some_and(|frames| {
+        frames.iter().any(|&f| {
+            crate::trace::format::as_py_frame(f)
+                .and_then(|(id, _)| reader.string(id))
+                .is_some_and(|t| {
+                    t.split_once('\0')
+                        .map_or(t, |(file, _)| file)
+                        .contains(part)
+                })
+        })
+    })
+}
+
 /// Each node's type under autocast, in the order the forward made them.
-fn types(walk: &Walk) -> BTreeMap<u64, bool> {
+fn types(walk: &Walk, as_input: &BTreeSet<u64>) -> BTreeMap<u64, bool> {
     let mut sixteen: BTreeMap<u64, bool> = BTreeMap::new();
     for (&s, n) in &walk.nodes {
-        let t = match ops::cast_of(&n.class) {
+        let cast = if as_input.contains(&s) {
+            Cast::AsInput
+        } else {
+            ops::cast_of(&n.class)
+        };
+        let t = match cast {
             Cast::Sixteen => true,
             Cast::ThirtyTwo => false,
             Cast::AsInput => match n.inputs.first() {

@@ -110,6 +110,20 @@ const AS_INPUT: &[&str] = &[
     "MiopenBatchNormBackward0",
 ];
 
+/// Ops that make their output before a larger tensor they also keep (max pooling's indices,
+/// 64-bit, twice a 32-bit output).
+const OUTPUT_FIRST: &[&str] = &[
+    "MaxPool2DWithIndicesBackward0",
+    "MaxPool3DWithIndicesBackward0",
+    "AdaptiveMaxPool2DBackward0",
+    "AdaptiveMaxPool3DBackward0",
+];
+
+/// Whether an op of `class` makes its output first among what it keeps.
+pub fn output_first(class: &str) -> bool {
+    OUTPUT_FIRST.contains(&class)
+}
+
 /// How autocast runs an op.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Cast {
