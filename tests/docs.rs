@@ -184,6 +184,15 @@ fn the_commands_and_scripts_the_docs_show_run() {
                         crate::fit_checkpoint::blocks(&dir, 1, false);
                     }
                     args.push(blocks.into_os_string());
+                } else if words.iter().any(|w| w == "--autocast") {
+                    // The what-if of autocast needs the graph: the residual layers' fp32 run.
+                    let own = dir.join("autocast");
+                    let layers = own.join("b1.trace");
+                    if !layers.exists() {
+                        std::fs::create_dir_all(&own).unwrap();
+                        crate::fit_autocast::layers(&own, 1, false);
+                    }
+                    args.push(layers.into_os_string());
                 } else if words[0] == "fit" || words.iter().any(|w| w == "--torch") {
                     args.push(repo().join("tests/data/torch/gpt2.trace").into_os_string());
                 } else {

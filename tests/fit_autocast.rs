@@ -9,7 +9,7 @@ use crate::fit::json;
 use std::path::{Path, PathBuf};
 
 /// The program at `batch`, under autocast or not: its trace.
-fn layers(dir: &Path, batch: u64, amp: bool) -> PathBuf {
+pub(crate) fn layers(dir: &Path, batch: u64, amp: bool) -> PathBuf {
     let t = dir.join(format!("b{batch}{}.trace", if amp { "-amp" } else { "" }));
     let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
     let mut args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "2".into()];

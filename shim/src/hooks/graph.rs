@@ -1,7 +1,7 @@
 //! PyTorch's autograd graph, read when a backward pass begins: each node's class and where
 //! each of its inputs came from (another node, a parameter, or nothing that takes a gradient).
 //! What an op makes under `torch.autocast` depends on the ops whose outputs it took, which the
-//! tensors alone do not tell (`docs/autograd-graph.md`).
+//! tensors alone do not tell (`docs/fit.md`, "Autocast as a what-if").
 //!
 //! When the autograd engine runs a node numbered above every node seen so far (the first node
 //! of a newer graph to allocate), the shim walks the graph below it and writes a `GraphNode`

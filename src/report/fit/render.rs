@@ -54,6 +54,9 @@ pub fn render(f: &Fit) -> String {
     if let Some(c) = &f.checkpoint {
         checkpoint_line(&mut o, f.at, c);
     }
+    if let Some(a) = &f.autocast {
+        autocast_line(&mut o, f.at, a);
+    }
     let _ = writeln!(
         o,
         "limit: {} ({})",
@@ -262,5 +265,25 @@ fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_replay::Blo
         } else {
             String::new()
         }
+    );
+}
+
+/// What an `--autocast` what-if changed, in one line.
+fn autocast_line(o: &mut String, at: u64, a: &crate::report::torch_replay::AutocastSummary) {
+    use std::fmt::Write as _;
+    let _ = writeln!(
+        o,
+        "as under autocast to {} (from the autograd graph, {} nodes a step): requests made \
+         in 16 bits save {} over the run at batch {at}; a step copies {} parameters ({}) and \
+         {} activations ({} at batch {at}); {} 32-bit tensors are no longer kept for the \
+         backward (docs/fit.md says where it can be wrong)",
+        if a.dtype == "fp16" { "fp16" } else { "bf16" },
+        a.graph_nodes,
+        human_bytes(a.halved_bytes),
+        a.parameter_copies,
+        human_bytes(a.parameter_copy_bytes),
+        a.activation_copies,
+        human_bytes(a.activation_copy_bytes),
+        a.freed_earlier,
     );
 }
