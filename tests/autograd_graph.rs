@@ -27,16 +27,23 @@ fn program(name: &str, body: &str) -> (TestDir, std::path::PathBuf) {
     (dir, script)
 }
 
-/// Runs `script` under the shim with the stand-in as its argument; the trace.
-fn traced(dir: &TestDir, script: &Path, env: Vec<(&str, String)>) -> std::path::PathBuf {
+/// Runs `script` under the shim with the stand-in as its argument (then `more`); the trace.
+fn traced(
+    dir: &TestDir,
+    script: &Path,
+    more: &[std::path::PathBuf],
+    env: Vec<(&str, String)>,
+) -> std::path::PathBuf {
     let t = dir.join("t.trace");
     let autograd = sim().dir.join("torch/lib/libtorch_cpu.so");
+    let mut args = vec![script.display().to_string(), autograd.display().to_string()];
+    args.extend(more.iter().map(|p| p.display().to_string()));
     let out = run(
         Path::new("python3"),
         Run {
             preload: true,
             trace: Some(&t),
-            args: vec![script.display().to_string(), autograd.display().to_string()],
+            args,
             env,
         },
     );
@@ -94,7 +101,7 @@ fn a_backward_pass_writes_its_graph_once() {
          autograd.standin_backward_node(1, 1 << 20)\n\
          autograd.standin_backward_node(0, 1 << 20)\n",
     );
-    let t = traced(&dir, &script, vec![]);
+    let t = traced(&dir, &script, &[], vec![]);
     let g = graph_records(&t);
     let said = format!("{g:#?}");
     let kinds: Vec<&str> = g.iter().map(|r| r.0.as_str()).collect();
@@ -121,6 +128,21 @@ fn a_backward_pass_writes_its_graph_once() {
     assert!(g[4].3 > 4096 && g[4].4.contains("from a leaf"), "{said}");
     // The walk: whole, two nodes, three edges.
     assert_eq!((g[5].1, g[5].2, g[5].3), (0, 2, 3), "{said}");
+    // After the record that found it due (the segment the backward's tensor took) and that
+    // record's stack, never between them; the tensor keeps its name.
+    let events = gpushim_text(&["events", "--json", t.to_str().unwrap()]);
+    let kinds: Vec<String> = String::from_utf8_lossy(&events.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| v["kind"].as_str().unwrap_or("").to_string())
+        .collect();
+    let first = kinds.iter().position(|k| k == "graph_node").unwrap();
+    assert_eq!(kinds[first - 1], "stack_ref", "{kinds:?}");
+    let leaks = report_json(&["leaks"], &[&t]).to_string();
+    assert!(
+        leaks.contains("MmBackward0 (autograd's backward)"),
+        "{leaks}"
+    );
 }
 
 /// A node whose edges lead to memory nobody mapped (a PyTorch laid out otherwise) ends the walk
@@ -135,7 +157,7 @@ fn a_graph_that_does_not_read_as_pytorchs_ends_the_walk_and_the_program_runs_on(
          autograd.standin_backward_node(1, 1 << 20)\n\
          open(sys.argv[0] + '.ran', 'w').write('to its end')\n",
     );
-    let t = traced(&dir, &script, vec![]);
+    let t = traced(&dir, &script, &[], vec![]);
     assert!(dir.join("train.py.ran").exists());
     let g = graph_records(&t);
     let walks: Vec<_> = g.iter().filter(|r| r.0 == "graph").collect();
@@ -168,23 +190,9 @@ fn a_ring_keeps_a_recent_graph() {
          \x20       if i % 1000 == 999:\n\
          \x20           time.sleep(0.02)\n",
     );
-    let t = dir.join("t.trace");
-    let autograd = sim().dir.join("torch/lib/libtorch_cpu.so");
     let c10 = sim().dir.join("torch/lib/libc10_cuda.so");
-    let out = run(
-        Path::new("python3"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            args: vec![
-                script.display().to_string(),
-                autograd.display().to_string(),
-                c10.display().to_string(),
-            ],
-            env: vec![("GPUSHIM_CONF", "trace_max:4MiB".to_string())],
-        },
-    );
-    assert_ok(&out);
+    let conf = vec![("GPUSHIM_CONF", "trace_max:4MiB".to_string())];
+    let t = traced(&dir, &script, &[c10], conf);
     let s = report_json(&["summary"], &[&t]);
     assert!(s["health"]["summarized"].as_u64().unwrap() > 100_000, "{s}");
     let g = graph_records(&t);

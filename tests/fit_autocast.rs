@@ -6,6 +6,7 @@
 
 use crate::common::*;
 use crate::fit::json;
+use crate::fit_checkpoint::rows;
 use std::path::{Path, PathBuf};
 
 /// The program at `batch`, under autocast or not: its trace.
@@ -19,22 +20,6 @@ pub(crate) fn layers(dir: &Path, batch: u64, amp: bool) -> PathBuf {
     args.extend(["--batch-size".into(), batch.to_string()]);
     assert_ok(&python_client(&t, "kinds/autocast.py", args, Vec::new()));
     t
-}
-
-/// Each setting's rows: (setting, batch, peak reserved, peak allocated).
-fn rows(v: &serde_json::Value) -> Vec<(String, u64, u64, u64)> {
-    let mut out = Vec::new();
-    for s in v["settings"].as_array().unwrap_or_else(|| panic!("{v}")) {
-        for r in s["rows"].as_array().unwrap() {
-            out.push((
-                s["setting"].as_str().unwrap().to_string(),
-                r["batch"].as_u64().unwrap(),
-                r["peak_reserved_bytes"].as_u64().unwrap(),
-                r["peak_allocated_bytes"].as_u64().unwrap(),
-            ));
-        }
-    }
-    out
 }
 
 fn fit_rows(trace: &Path, at: u64, batches: &str, more: &[&str]) -> Vec<(String, u64, u64, u64)> {

@@ -31,7 +31,7 @@ fn blocks_in(dir: &Path, batch: u64, mode: &str) -> PathBuf {
 }
 
 /// Each setting's rows: (setting, batch, peak reserved, peak allocated).
-fn rows(v: &serde_json::Value) -> Vec<(String, u64, u64, u64)> {
+pub(crate) fn rows(v: &serde_json::Value) -> Vec<(String, u64, u64, u64)> {
     let mut out = Vec::new();
     for s in v["settings"].as_array().unwrap_or_else(|| panic!("{v}")) {
         for r in s["rows"].as_array().unwrap() {

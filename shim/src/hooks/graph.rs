@@ -4,7 +4,8 @@
 //! tensors alone do not tell (`docs/fit.md`, "Autocast as a what-if").
 //!
 //! When the autograd engine runs a node numbered above every node seen so far (the first node
-//! of a newer graph to allocate), the shim walks the graph below it and writes a `GraphNode`
+//! of a newer graph to allocate), the shim walks the graph below it, once that allocation's
+//! record has its stack (a record and its `StackRef` stay together), and writes a `GraphNode`
 //! record per node, a `GraphEdge` per input and a `Graph` record at the end. It walks the
 //! first three backward passes of a trace and, in a ring, again each time half the ring has
 //! been written since the last walk, so that a ring keeps a recent one.
@@ -17,7 +18,7 @@
 //! walk at a time (a thread that finds one under way goes on without).
 
 use crate::trace::{self, Event};
-use core::cell::UnsafeCell;
+use core::cell::{Cell, UnsafeCell};
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use gpushim_core::trace::format::graph;
 
@@ -85,9 +86,16 @@ pub fn configure(on: bool) {
     }
 }
 
+thread_local! {
+    /// A node whose graph is due to be walked once the record being written has its stack
+    /// (0: none): the walk's records must not come between a record and its `StackRef`.
+    static PENDING: Cell<usize> = const { Cell::new(0) };
+}
+
 /// The autograd engine runs `node` on this thread (its sequence number + 1: `sequence`, 0 when
-/// the node does not read as one), which allocates: the graph below it is walked if it begins
-/// a newer graph and a walk is due.
+/// the node does not read as one), which allocates: the graph below it is walked, once the
+/// allocation's record is whole ([`walk_pending`]), if it begins a newer graph and a walk is
+/// due.
 pub fn on_backward(node: usize, sequence: u64) {
     if sequence == 0 || node == 0 || OFF.load(Ordering::Relaxed) {
         return;
@@ -104,15 +112,26 @@ pub fn on_backward(node: usize, sequence: u64) {
             unsafe { (*TABLES.0.get()).classes = [(0, 0); CLASSES] };
         }
         if due() {
-            crate::costs::measure(crate::costs::Cost::GraphWalk, || walk(node));
-            WALKS.fetch_add(1, Ordering::Relaxed);
-            let slots = trace::RECORDER.ring_slots();
-            DUE_AT.store(
-                trace::RECORDER.claimed().saturating_add(slots / 2),
-                Ordering::Relaxed,
-            );
+            let _ = PENDING.try_with(|p| p.set(node));
         }
     }
+    BUSY.store(false, Ordering::Release);
+}
+
+/// Walks the graph this thread found due, if any: called once a record and its stack are
+/// written, while the engine still runs the node (it is the same call).
+pub fn walk_pending() {
+    let node = PENDING.try_with(|p| p.replace(0)).unwrap_or(0);
+    if node == 0 || BUSY.swap(true, Ordering::Acquire) {
+        return;
+    }
+    crate::costs::measure(crate::costs::Cost::GraphWalk, || walk(node));
+    WALKS.fetch_add(1, Ordering::Relaxed);
+    let slots = trace::RECORDER.ring_slots();
+    DUE_AT.store(
+        trace::RECORDER.claimed().saturating_add(slots / 2),
+        Ordering::Relaxed,
+    );
     BUSY.store(false, Ordering::Release);
 }
 

@@ -57,6 +57,8 @@ pub fn record(e: Event) {
         if e.names_caller() {
             crate::trace::stacks::record_caller(thread);
         }
+        // A walk of the autograd graph its stack found due comes after the record is whole.
+        crate::hooks::graph::walk_pending();
     }
     crate::costs::end(crate::costs::Cost::Record, t0);
 }
