@@ -283,6 +283,7 @@ fn find_current_node() {
     if f != 0 {
         CURRENT_NODE_FN.store(f, Ordering::Release);
         trace::stacks::set_no_python_frame(autograd_frame);
+        trace::stacks::set_after_stack(super::graph::walk_pending);
     }
     if peek != 0 && f != 0 {
         // SAFETY: `peek` is `uint64_t at::sequence_number::peek()`: no arguments, an integer

@@ -58,7 +58,7 @@ pub fn record(e: Event) {
             crate::trace::stacks::record_caller(thread);
         }
         // A walk of the autograd graph its stack found due comes after the record is whole.
-        crate::hooks::graph::walk_pending();
+        crate::trace::stacks::after_stack();
     }
     crate::costs::end(crate::costs::Cost::Record, t0);
 }

@@ -45,6 +45,26 @@ pub fn set_no_python_frame(f: fn() -> (u64, u64)) {
     NO_PYTHON_FRAME.store(f as usize, Ordering::Release);
 }
 
+/// What runs once a record and its stack are written (a walk of the autograd graph the stack
+/// found due), registered by hooks/torch.rs with the frame above.
+static AFTER_STACK: AtomicUsize = AtomicUsize::new(0);
+
+/// Registers what runs once a record and its stack are written.
+pub fn set_after_stack(f: fn()) {
+    AFTER_STACK.store(f as usize, Ordering::Release);
+}
+
+/// Runs what is registered to run once a record and its stack are written, if anything.
+pub fn after_stack() {
+    let f = AFTER_STACK.load(Ordering::Acquire);
+    if f == 0 {
+        return;
+    }
+    // SAFETY: only `set_after_stack` stores here, always a `fn()`.
+    let f = unsafe { core::mem::transmute::<usize, fn()>(f) };
+    f()
+}
+
 /// Registers where a tensor allocated by a thread running Python reads its autograd sequence
 /// number.
 pub fn set_forward_sequence(f: unsafe extern "C" fn() -> u64) {
