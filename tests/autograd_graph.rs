@@ -131,13 +131,19 @@ fn a_backward_pass_writes_its_graph_once() {
     // After the record that found it due (the segment the backward's tensor took) and that
     // record's stack, never between them; the tensor keeps its name.
     let events = gpushim_text(&["events", "--json", t.to_str().unwrap()]);
-    let kinds: Vec<String> = String::from_utf8_lossy(&events.stdout)
+    let all: Vec<(String, u64)> = String::from_utf8_lossy(&events.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .map(|v| v["kind"].as_str().unwrap_or("").to_string())
+        .map(|v| {
+            let kind = v["kind"].as_str().unwrap_or("").to_string();
+            (kind, v["thread"].as_u64().unwrap_or(u64::MAX))
+        })
         .collect();
-    let first = kinds.iter().position(|k| k == "graph_node").unwrap();
-    assert_eq!(kinds[first - 1], "stack_ref", "{kinds:?}");
+    let first = all.iter().position(|(k, _)| k == "graph_node").unwrap();
+    // Another thread's record (an NVML sample) may come between: the walking thread's own.
+    let thread = all[first].1;
+    let before = all[..first].iter().rev().find(|(_, t)| *t == thread);
+    assert_eq!(before.map(|b| b.0.as_str()), Some("stack_ref"), "{all:?}");
     let leaks = report_json(&["leaks"], &[&t]).to_string();
     assert!(
         leaks.contains("MmBackward0 (autograd's backward)"),
