@@ -374,24 +374,33 @@ impl Model<'_> {
 /// that transformers' loss functions (`transformers/loss/loss_utils.py`) make, which cast the
 /// logits to 32 bits first (a copy a 32-bit run does not show).
 fn cross_entropies(input: &Input, walk: &Walk, reqs: &[Req]) -> BTreeSet<u64> {
-    let nll = |s: &u64| {
-        walk.nodes.values().any(|n| {
-            n.class.starts_with("NllLoss")
-                && n.inputs.iter().any(|i| {
-                    matches!(i, Source::Node { sequence, .. }
-                        if storage(walk, *sequence).is_some_and(|(x, _)| x == *s))
-                })
+    // What the losses take (through views), and each node's first forward request: once each.
+    let taken_by_loss: BTreeSet<u64> = walk
+        .nodes
+        .values()
+        .filter(|n| n.class.starts_with("NllLoss"))
+        .flat_map(|n| n.inputs.iter())
+        .filter_map(|i| match i {
+            Source::Node { sequence, .. } => storage(walk, *sequence).map(|(x, _)| x),
+            _ => None,
         })
-    };
+        .collect();
+    let mut first: BTreeMap<u64, usize> = BTreeMap::new();
+    for r in reqs.iter().filter(|r| !r.backward) {
+        if let Some((_, n)) = r.place {
+            first.entry(n).or_insert(r.event);
+        }
+    }
     let upcast = |s: u64| {
-        reqs.iter()
-            .filter(|r| !r.backward && r.place.is_some_and(|(_, n)| n == s))
-            .take(1)
-            .any(|r| frames_mention(input, input.events[r.event].stack, "transformers/loss/"))
+        first
+            .get(&s)
+            .is_some_and(|&e| frames_mention(input, input.events[e].stack, "transformers/loss/"))
     };
     walk.nodes
         .iter()
-        .filter(|(s, n)| n.class == "LogSoftmaxBackward0" && nll(s) && !upcast(**s))
+        .filter(|(s, n)| {
+            n.class == "LogSoftmaxBackward0" && taken_by_loss.contains(s) && !upcast(**s)
+        })
         .map(|(&s, _)| s)
         .collect()
 }
@@ -465,11 +474,16 @@ fn is_bias_add(walk: &Walk, n: &crate::trace::graph::Node) -> bool {
         })
 }
 
+/// The most views one after the other that [`storage`] follows.
+const VIEW_CHAIN_MAX: usize = 64;
+
 /// The node whose memory a node's output is (through views), or the parameter it views: the
 /// node and `false`, or the leaf's address and `true`; `None` where a view's input takes no
 /// gradient.
 fn storage(walk: &Walk, mut s: u64) -> Option<(u64, bool)> {
-    for _ in 0..walk.nodes.len().max(1) {
+    // Chains of views are short; a graph that claims one longer is taken for none, so that
+    // no graph makes this more than a bounded walk.
+    for _ in 0..VIEW_CHAIN_MAX {
         let n = walk.nodes.get(&s)?;
         if !ops::is_view(&n.class) {
             return Some((s, false));
