@@ -498,3 +498,44 @@ fn storage(walk: &Walk, mut s: u64) -> Option<(u64, bool)> {
 }
 
 mod edits;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::trace::graph::Node;
+
+    fn view_chain(n: u64) -> Walk {
+        let mut w = Walk::default();
+        w.nodes.insert(
+            0,
+            Node {
+                class: "MmBackward0".into(),
+                inputs: vec![Source::Leaf(0x1000)],
+            },
+        );
+        for s in 1..=n {
+            let input = Source::Node {
+                sequence: s - 1,
+                output: 0,
+            };
+            w.nodes.insert(
+                s,
+                Node {
+                    class: "ViewBackward0".into(),
+                    inputs: vec![input],
+                },
+            );
+        }
+        w
+    }
+
+    /// A view's memory is its base's, through a chain of views; a chain longer than any
+    /// model makes (a trace that claims one) is taken for none, so no graph makes the
+    /// what-if walk it for every node.
+    #[test]
+    fn a_chain_of_views_leads_to_its_base_within_a_bound() {
+        assert_eq!(storage(&view_chain(10), 10), Some((0, false)));
+        assert_eq!(storage(&view_chain(10_000), 10_000), None);
+        assert_eq!(types(&view_chain(3), &BTreeSet::new()).get(&3), Some(&true));
+    }
+}
