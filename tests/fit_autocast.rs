@@ -6,7 +6,7 @@
 
 use crate::common::*;
 use crate::fit::json;
-use crate::fit_checkpoint::rows;
+use crate::fit_checkpoint::{own_rows, rows};
 use std::path::{Path, PathBuf};
 
 /// The program at `batch`, under autocast or not: its trace.
@@ -22,21 +22,6 @@ pub(crate) fn layers(dir: &Path, batch: u64, amp: bool) -> PathBuf {
     t
 }
 
-fn fit_rows(trace: &Path, at: u64, batches: &str, more: &[&str]) -> Vec<(String, u64, u64, u64)> {
-    let at = at.to_string();
-    let mut args = vec![
-        "fit",
-        trace.to_str().unwrap(),
-        "--at",
-        &at,
-        "--batch",
-        batches,
-    ];
-    args.extend_from_slice(more);
-    args.push("--json");
-    rows(&json(&args))
-}
-
 /// From the 32-bit run at batch 1: the peak reserved and allocated of the 16-bit program at 1,
 /// 2 and 4 to the byte, under the run's setting and expandable segments (each run's own
 /// replay is its truth); and not what the 32-bit program holds.
@@ -44,28 +29,23 @@ fn fit_rows(trace: &Path, at: u64, batches: &str, more: &[&str]) -> Vec<(String,
 fn a_32_bit_run_predicts_the_autocast_programs_peaks() {
     let dir = tempdir("fit-autocast");
     let plain = layers(&dir, 1, false);
-    let v = json(&[
-        "fit",
-        plain.to_str().unwrap(),
-        "--at",
-        "1",
-        "--batch",
-        "1,2,4",
-        "--autocast",
-        "bf16",
-        "--json",
-    ]);
+    let p = plain.to_str().unwrap();
+    let fit = |more: &[&str]| {
+        let mut args = vec!["fit", p, "--at", "1", "--batch", "1,2,4", "--json"];
+        args.extend_from_slice(more);
+        json(&args)
+    };
+    let v = fit(&["--autocast", "bf16"]);
     let a = &v["autocast"];
     // Three layers a step: each product's weight and input copied, and the 32-bit input let
     // go once copied.
     assert_eq!(a["parameter_copies"].as_u64(), Some(3), "{a}");
     assert_eq!(a["activation_copies"].as_u64(), Some(3), "{a}");
     let predicted = rows(&v);
-    let as_is = fit_rows(&plain, 1, "1,2,4", &[]);
+    let as_is = rows(&fit(&[]));
     for batch in [1u64, 2, 4] {
         let amp = layers(&dir, batch, true);
-        let b = batch.to_string();
-        let truth = fit_rows(&amp, batch, &b, &[]);
+        let truth = own_rows(&amp, batch);
         for setting in ["", "expandable_segments:True"] {
             let find = |rs: &[(String, u64, u64, u64)]| {
                 rs.iter()

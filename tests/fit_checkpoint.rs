@@ -55,7 +55,7 @@ fn row(rows: &[(String, u64, u64, u64)], setting: &str, batch: u64) -> (String, 
 }
 
 /// A run's own rows at its batch: the truth the predictions are held to.
-fn own_rows(trace: &Path, batch: u64) -> Vec<(String, u64, u64, u64)> {
+pub(crate) fn own_rows(trace: &Path, batch: u64) -> Vec<(String, u64, u64, u64)> {
     let b = batch.to_string();
     let t = trace.to_str().unwrap();
     rows(&json(&["fit", t, "--at", &b, "--batch", &b, "--json"]))

@@ -246,7 +246,7 @@ fn copy_ptr(ptr: u64, k: u32) -> u64 {
 
 impl Input {
     /// Each request's frees (a free asked, then done), by event index.
-    fn frees(&self) -> FastMap<usize, Vec<usize>> {
+    pub(super) fn frees(&self) -> FastMap<usize, Vec<usize>> {
         let mut frees: FastMap<usize, Vec<usize>> = FastMap::default();
         let mut live: FastMap<(u8, u64), usize> = FastMap::default();
         for (i, e) in self.events.iter().enumerate() {

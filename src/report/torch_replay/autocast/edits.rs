@@ -2,7 +2,7 @@
 //! backward's 16-bit gradients; and how the replay applies them.
 
 use super::ops::{self, Cast};
-use super::{Autocast, Copy, Ev, Event, Insert, Model, Req, copy_ptr, storage};
+use super::{Added, Autocast, Ev, Event, Insert, Model, Req, copy_ptr, storage};
 use crate::trace::graph::Source;
 use std::collections::BTreeMap;
 
@@ -126,7 +126,7 @@ impl Model<'_> {
     fn copy(&mut self, at: Req, bytes: u64, like: Option<usize>, made: usize, gone: usize) {
         let e = &self.input.events[at.event];
         let id = self.ac.copies.len() as u32;
-        self.ac.copies.push(Copy {
+        self.ac.copies.push(Added {
             bytes,
             like,
             device: e.device,

@@ -19,7 +19,8 @@
 //! - **What is no longer kept.** A 32-bit output every op keeping it now keeps a copy of
 //!   instead goes once the last op that took it has run.
 //! - **Backward.** An op that ran in 16 bits makes 16-bit gradients: its temporaries halve;
-//!   a parameter's gradient is made in 16 bits, then cast to 32 (both live for a moment).
+//!   the gradient of an input it copied from 32 bits (a parameter's, an activation's) is made
+//!   in 16 bits, then cast to 32 (both live for a moment).
 //!
 //! Steps are matched to the graph by sequence number: the graph of one step numbers its nodes
 //! `lo..=hi`, and each step's ops take the same numbers shifted by a whole number of steps.
@@ -64,7 +65,7 @@ pub struct Autocast {
     skip: Vec<bool>,
     /// Before each event (and at the end): what to insert.
     inserts: Vec<Vec<Insert>>,
-    copies: Vec<Copy>,
+    copies: Vec<Added>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -80,9 +81,9 @@ enum Insert {
 /// A tensor the what-if adds: its bytes at the run's batch, and the request whose scale it
 /// follows (`None`: fixed, a parameter's copy).
 #[derive(Clone, Copy, Debug)]
-pub struct Copy {
-    pub bytes: u64,
-    pub like: Option<usize>,
+struct Added {
+    bytes: u64,
+    like: Option<usize>,
     device: u8,
     stream: u16,
 }
@@ -181,49 +182,34 @@ impl Input {
         Ok(walk)
     }
 
-    /// Every request, placed in its step and at its op's node.
+    /// Every request, placed in its step and at its op's node, with its frees.
     fn requests_placed(&self, lo: u64, period: u64) -> Vec<Req> {
+        let frees = self.frees();
         let mut backward: FastMap<u64, bool> = FastMap::default();
-        let mut live: FastMap<u64, usize> = FastMap::default();
         let mut reqs: Vec<Req> = Vec::new();
         for (i, e) in self.events.iter().enumerate() {
-            match e.ev {
-                Ev::Alloc => {
-                    let b = *backward
-                        .entry(e.stack)
-                        .or_insert_with(|| backward_node_of(&self.reader, e.stack).is_some());
-                    let place = e
-                        .sequence
-                        .checked_sub(1)
-                        .filter(|_| e.sequence > 0)
-                        .map(|s| {
-                            let d = i128::from(s) - i128::from(lo);
-                            let p = i128::from(period);
-                            let node = lo + u64::try_from(d.rem_euclid(p)).unwrap_or(0);
-                            (i64::try_from(d.div_euclid(p)).unwrap_or(i64::MIN), node)
-                        });
-                    live.insert(e.ptr, reqs.len());
-                    reqs.push(Req {
-                        event: i,
-                        size: e.size,
-                        place,
-                        backward: b,
-                        free: None,
-                        free_requested: None,
-                    });
-                }
-                Ev::FreeRequested => {
-                    if let Some(&n) = live.get(&e.ptr) {
-                        reqs[n].free_requested = Some(i);
-                    }
-                }
-                Ev::Free => {
-                    if let Some(n) = live.remove(&e.ptr) {
-                        reqs[n].free = Some(i);
-                    }
-                }
-                _ => {}
+            if e.ev != Ev::Alloc {
+                continue;
             }
+            let b = *backward
+                .entry(e.stack)
+                .or_insert_with(|| backward_node_of(&self.reader, e.stack).is_some());
+            let place = e.sequence.checked_sub(1).map(|s| {
+                let d = i128::from(s) - i128::from(lo);
+                let p = i128::from(period);
+                let node = lo + u64::try_from(d.rem_euclid(p)).unwrap_or(0);
+                (i64::try_from(d.div_euclid(p)).unwrap_or(i64::MIN), node)
+            });
+            let of = frees.get(&i).map_or(&[][..], Vec::as_slice);
+            let find = |ev: Ev| of.iter().copied().find(|&f| self.events[f].ev == ev);
+            reqs.push(Req {
+                event: i,
+                size: e.size,
+                place,
+                backward: b,
+                free: find(Ev::Free),
+                free_requested: find(Ev::FreeRequested),
+            });
         }
         reqs
     }
