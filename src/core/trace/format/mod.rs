@@ -190,6 +190,9 @@ impl Record {
     }
 
     /// Decodes a committed record body; `None` when the kind or API byte is not one we know.
+    // Always inlined: called, its record comes back through memory, and reading it there
+    // stalled the decoder's loop (store forwarding) for longer than the decoding took.
+    #[inline(always)]
     pub fn decode(bytes: &[u8; RECORD_SIZE]) -> Option<Record> {
         let u16_at = |o: usize| u16::from_le_bytes([bytes[o], bytes[o + 1]]);
         let u64_at = |o: usize| {
@@ -211,6 +214,7 @@ impl Record {
         })
     }
 
+    #[inline]
     pub fn commit_of(bytes: &[u8; RECORD_SIZE]) -> u16 {
         u16::from_le_bytes([bytes[record::COMMIT], bytes[record::COMMIT + 1]])
     }

@@ -31,7 +31,8 @@ pub(super) struct Batch {
 
 /// The decoding side of a reader: the file, the checkpoint, the reorder window.
 pub(super) struct Decoder {
-    pub input: BufReader<File>,
+    /// Read in chunks of its own (a buffered reader's copy would be a second one).
+    pub input: File,
     pub next: u64,
     pub end: u64,
     /// The first ring index read (records before it are in the checkpoint, or lost).
@@ -47,8 +48,9 @@ pub(super) struct Decoder {
     pub stats: DecodeStats,
     /// A definition whose data records are still being read: kind, id, byte length, bytes.
     pub pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
-    /// The reorder window (see [`REORDER_WINDOW_NS`]).
-    pub window: std::collections::VecDeque<Record>,
+    /// The reorder window (see [`REORDER_WINDOW_NS`]): the records read but not handed on,
+    /// sorted by time.
+    pub window: Vec<Record>,
     /// The latest record time read from the file so far.
     pub latest_ns: u64,
     /// Whether the file has been read to its end.
@@ -64,6 +66,40 @@ pub(super) struct Decoder {
     pub defs: Vec<Def>,
     /// The last batch was handed on.
     pub finished: bool,
+    /// Batches the reader is done with, to be filled again.
+    pub spares: std::sync::Arc<Spares>,
+}
+
+/// Batches handed back by the reader once read, filled again by the decoder: a fresh batch
+/// each time would be fresh pages each time (a batch is larger than what the allocator keeps
+/// for reuse), and faulting them in cost more than decoding their records.
+#[derive(Default)]
+pub struct Spares(std::sync::Mutex<Vec<Vec<Record>>>);
+
+/// Spare batches kept at most: those on their way, and one or two being read.
+const SPARES: usize = AHEAD + 2;
+
+impl Spares {
+    /// An empty batch with room for `n` records.
+    fn take(&self, n: usize) -> Vec<Record> {
+        let spare = self.0.lock().ok().and_then(|mut s| s.pop());
+        let mut v = spare.unwrap_or_default();
+        v.clear();
+        v.reserve(n);
+        v
+    }
+
+    /// A batch read, kept for a refill while there is room.
+    pub fn give(&self, v: Vec<Record>) {
+        if v.capacity() == 0 {
+            return;
+        }
+        if let Ok(mut s) = self.0.lock()
+            && s.len() < SPARES
+        {
+            s.push(v);
+        }
+    }
 }
 
 impl Decoder {
@@ -102,10 +138,12 @@ impl Decoder {
         }
     }
 
-    /// The window is a queue kept sorted: each refill reads a batch from the file (as many
-    /// records as wait already, so each record is merged a bounded number of times), sorts
-    /// (a stable sort merges the sorted rest and the nearly sorted batch in linear time), and
-    /// lets go the records older than the window.
+    /// Each refill reads a batch from the file behind the records the window holds (at least
+    /// twice as many, so each record is copied a bounded number of times), sorts the whole
+    /// when a record came out of order (a stable sort merges the sorted window and the nearly
+    /// sorted batch in linear time), hands on the records older than the window, and keeps
+    /// the rest. The records are decoded straight into the batch handed on: only the window's
+    /// are copied, into the batch and back.
     fn next_records(&mut self) -> Vec<Record> {
         // A checkpoint's records up to its END restore state: in their own order, first.
         while self.checkpoint_at < self.checkpoint_prefix {
@@ -117,14 +155,17 @@ impl Decoder {
             if self.drained && self.window.is_empty() {
                 return Vec::new();
             }
-            let want = BATCH.max(self.window.len());
+            let want = BATCH.max(2 * self.window.len());
+            let mut out = self.spares.take(want + self.window.len());
+            out.extend_from_slice(&self.window);
+            self.window.clear();
             // The window is sorted; the batch keeps it so while each record comes no earlier
             // than every one before it (one thread's records, or threads that kept in step).
             let mut in_order = true;
             let mut got = 0;
             while got < want {
                 // Most records are plain: decoded straight from the chunk, in a tight loop.
-                got += self.plain_run(want - got, &mut in_order);
+                got += self.plain_run(&mut out, want - got, &mut in_order);
                 if got == want {
                     break;
                 }
@@ -132,7 +173,7 @@ impl Decoder {
                     Some(r) => {
                         in_order &= r.time_ns >= self.latest_ns;
                         self.latest_ns = self.latest_ns.max(r.time_ns);
-                        self.window.push_back(r);
+                        out.push(r);
                         got += 1;
                     }
                     None => {
@@ -142,24 +183,18 @@ impl Decoder {
                 }
             }
             if !in_order {
-                // Stable, by time: records of one time stay in file order, as pushed.
-                self.window.make_contiguous().sort_by_key(|r| r.time_ns);
+                super::order::sort_by_time(&mut out);
             }
             let old = if self.drained {
-                self.window.len()
+                out.len()
             } else {
                 let cut = self.latest_ns.saturating_sub(REORDER_WINDOW_NS);
-                let by_time = self.window.partition_point(|r| r.time_ns < cut);
-                by_time.max(self.window.len().saturating_sub(REORDER_MAX))
+                let by_time = out.partition_point(|r| r.time_ns < cut);
+                by_time.max(out.len().saturating_sub(REORDER_MAX))
             };
+            self.window.extend_from_slice(&out[old..]);
+            out.truncate(old);
             if old > 0 {
-                // Copied out as slices (a drain's iterator moves one record at a time).
-                let mut out = Vec::with_capacity(old);
-                let (a, b) = self.window.as_slices();
-                let from_a = old.min(a.len());
-                out.extend_from_slice(&a[..from_a]);
-                out.extend_from_slice(&b[..old - from_a]);
-                self.window.drain(..old);
                 return out;
             }
         }
@@ -231,7 +266,7 @@ impl Decoder {
     /// not a definition themselves: most records) from the chunk into the window, stopping at
     /// the first that is not; how many. `in_order` is cleared when one comes earlier than a
     /// record before it. The rest go through [`Decoder::next_in_file`].
-    fn plain_run(&mut self, most: usize, in_order: &mut bool) -> usize {
+    fn plain_run(&mut self, out: &mut Vec<Record>, most: usize, in_order: &mut bool) -> usize {
         if self.checkpoint_at < self.checkpoint.len() || self.pending.is_some() {
             return 0;
         }
@@ -261,7 +296,7 @@ impl Decoder {
             }
             ordered &= r.time_ns >= latest;
             latest = latest.max(r.time_ns);
-            self.window.push_back(r);
+            out.push(r);
             at += 1;
             next += 1;
         }
@@ -414,6 +449,10 @@ pub(super) enum Source {
     /// Between a stop and a start (never seen by a caller).
     Gone,
 }
+
+/// Records read from the file per refill of the window, at least (a batch of them, 1.3 MB,
+/// stays in the cache between its decoding and its reading).
+const BATCH: usize = 1 << 15;
 
 /// Batches decoded ahead of the reports on the decoder's thread.
 const AHEAD: usize = 4;

@@ -43,7 +43,7 @@ impl Template {
         let prefix = restoring_prefix(&self.checkpoint);
         let (start, end, ring) = self.extent;
         decode::Decoder {
-            input: BufReader::with_capacity(1 << 20, file),
+            input: file,
             next: start,
             end,
             start,
@@ -54,7 +54,7 @@ impl Template {
             first_prefix: prefix,
             stats: self.stats.clone(),
             pending: None,
-            window: std::collections::VecDeque::new(),
+            window: Vec::new(),
             latest_ns: 0,
             drained: false,
             first_offset: self.first_offset,
@@ -64,6 +64,7 @@ impl Template {
             chunk_len: 0,
             defs: Vec::new(),
             finished: false,
+            spares: Default::default(),
         }
     }
 }
@@ -100,7 +101,7 @@ impl TraceReader {
                 let Some(records) = self.take_batch() else {
                     return false;
                 };
-                *out = records;
+                self.spares.give(std::mem::replace(out, records));
             } else {
                 out.extend(self.batch.drain(..));
             }

@@ -13,6 +13,7 @@ mod decode;
 mod fork;
 pub(crate) mod head;
 mod opening;
+mod order;
 mod stats;
 
 use crate::trace::checkpoint::read::{
@@ -26,7 +27,7 @@ use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, h
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufReader, Read};
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// What the header says about the traced process.
@@ -173,6 +174,8 @@ pub struct TraceReader {
     source: decode::Source,
     /// The batch being returned, and what came with it.
     batch: std::collections::VecDeque<Record>,
+    /// Where batches read go back to the decoder.
+    spares: std::sync::Arc<decode::Spares>,
     restoring: bool,
     next: u64,
     end: u64,
@@ -370,6 +373,7 @@ impl TraceReader {
     ) -> TraceReader {
         TraceReader {
             info,
+            spares: decoder.spares.clone(),
             source: decode::Source::Pending(Box::new(decoder)),
             batch: std::collections::VecDeque::new(),
             restoring: false,
@@ -555,9 +559,6 @@ impl TraceReader {
 pub const REORDER_WINDOW_NS: u64 = 20_000_000;
 /// The reorder window never holds more records than this, whatever their times.
 pub const REORDER_MAX: usize = 1 << 20;
-
-/// Records read from the file per refill of the window, at least.
-const BATCH: usize = 1 << 12;
 
 impl Iterator for TraceReader {
     type Item = Record;
