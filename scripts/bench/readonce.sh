@@ -4,7 +4,8 @@
 # freed a step from one line, 4 KiB kept every 1000 steps, a 512 MiB spike at three quarters, a failed
 # 1 TiB request at the end) fills a trace of trace_max CAP (default 2GiB) without lapping its
 # ring; then, in the same run, the time to read the file once (`cat > /dev/null`, the file in
-# the page cache) and each report's time, peak memory (max RSS), and how many times it opened the
+# the page cache), the reader's alone, and each report's time (each the best of three runs), peak
+# memory (max RSS), and how many times it opened the
 # trace and read it through (as the command counts them, GPUSHIM_READS=1). Then the same trace
 # saved as a host's analysis (`analyze`) and the job's summary from the saved file. The goal
 # (docs/limits.md says how far it is): every report within 3x the read, memory growing with the
@@ -19,6 +20,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$sim" "$dir"' EXIT
 scripts/build-sim.sh "$sim" >/dev/null
 cargo build --release --quiet -p gpushim -p gpushim-shim
+cargo build --release --quiet --example read_only
 shim=$PWD/target/release/libgpushim.so
 gpushim=$PWD/target/release/gpushim
 t=$dir/long.trace
@@ -29,19 +31,33 @@ records=$("$gpushim" summary --json "$t" | python3 -c 'import json,sys; print(js
 echo "machine: $(nproc) cores, $(date -u +%F); trace_max $cap, $steps steps in $(cat "$dir/run.time") s"
 echo "trace: $(stat -c %s "$t") bytes, $records records, $summarized summarized (0: the ring never lapped)"
 cat "$t" >/dev/null # into the page cache
-/usr/bin/time -f "%e %M" -o "$dir/cat.time" cat "$t" >/dev/null
-read -r read_s _ < "$dir/cat.time"
+read_s=999999
+for _ in 1 2 3; do
+  /usr/bin/time -f "%e %M" -o "$dir/cat.time" cat "$t" >/dev/null
+  read -r c _ < "$dir/cat.time"
+  read_s=$(echo "if ($c < $read_s) $c else $read_s" | bc -l)
+done
 printf "%-10s %10s %10s %10s %13s %8s\n" report seconds "x read" "max RSS" "opens/passes" "records"
-printf "%-10s %10s %10s %10s %13s %8s\n" "cat" "$read_s" "1.0" "-" "1/1" "1.00x"
-one() { # NAME COMMAND...: its time, memory and reads (opened, passes begun, the records decoded
-  # as a multiple of the trace's: a pass that reads only the first part counts for that part)
+printf "%-10s %10.2f %10s %10s %13s %8s\n" "cat" "$read_s" "1.0" "-" "1/1" "1.00x"
+one() { # NAME [PROGRAM] ARGS...: its time, memory and reads (opened, passes begun, the records decoded
+  # as a multiple of the trace's: a pass that reads only the first part counts for that part); PROGRAM, a path, in place of gpushim
   local name=$1; shift
-  GPUSHIM_READS=1 /usr/bin/time -f "%e %M" -o "$dir/$name.time" "$gpushim" "$@" >/dev/null 2>"$dir/$name.err" || true
-  read -r s kib < "$dir/$name.time"
+  local bin=$gpushim
+  if [ "${1#/}" != "$1" ]; then bin=$1; shift; fi
+  # The best of three runs (a shared machine's noise is all upward), its memory the most any took.
+  local s=999999 kib=0 s1 kib1
+  for _ in 1 2 3; do
+    GPUSHIM_READS=1 /usr/bin/time -f "%e %M" -o "$dir/$name.time" "$bin" "$@" >/dev/null 2>"$dir/$name.err" || true
+    read -r s1 kib1 < "$dir/$name.time"
+    s=$(echo "if ($s1 < $s) $s1 else $s" | bc -l)
+    kib=$((kib1 > kib ? kib1 : kib))
+  done
   reads=$(sed -n 's/^gpushim: opened \([0-9]*\) trace file(s), read \([0-9]*\) pass(es): .*$/\1\/\2/p' "$dir/$name.err")
   times=$(sed -n 's/^gpushim: opened .*: \([0-9.]*\) times their records$/\1x/p' "$dir/$name.err")
-  printf "%-10s %10s %10.1f %7s MiB %13s %8s\n" "$name" "$s" "$(echo "$s / $read_s" | bc -l)" "$((kib / 1024))" "${reads:--}" "${times:--}"
+  printf "%-10s %10.2f %10.1f %7s MiB %13s %8s\n" "$name" "$s" "$(echo "$s / $read_s" | bc -l)" "$((kib / 1024))" "${reads:--}" "${times:--}"
 }
+# The reader alone (examples/read_only.rs): decoded, ordered, handed on, nothing more.
+one reader "$PWD/target/release/examples/read_only" "$t"
 for r in summary peak leaks oom; do one "$r" "$r" "$t"; done
 one report report "$t" -o "$dir/page.html"
 one analyze analyze "$t" -o "$dir/host.analysis"

@@ -150,7 +150,8 @@ impl RunPass {
                 || wants.leaks.is_some()
                 || wants.timeline.is_some()
                 || early.is_some(),
-            with_replay: early.is_some()
+            with_replay: wants.summary
+                || early.is_some()
                 || wants.peak
                 || wants.oom
                 || wants.leaks.is_some()
@@ -188,7 +189,7 @@ impl RunPass {
         };
         let said = &mut self.said;
         if let Some(p) = &mut self.summary {
-            p.see(reader, r, said);
+            p.see(reader, rp, r, said);
         }
         if let Some(p) = &mut self.peak {
             p.see(rp, r, c, said);
@@ -248,7 +249,7 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
     if wants.leaks_only_with_failures && a.ooms.as_ref().is_some_and(Vec::is_empty) {
         run.leaks = None;
     }
-    let summary = run.summary.map(|p| p.finish(&reader, &kinds));
+    let summary = run.summary.map(|p| p.finish(&reader, &rp, &kinds));
     let peaks = run.peak.map(|p| p.finish(&reader, &rp, opts));
     let boundary = wants.leaks.as_ref().and_then(|b| b.as_deref());
     let mut leaks = run.leaks.map(|p| p.finish(&reader, &rp, boundary));

@@ -320,10 +320,11 @@ impl Default for SummaryPass {
 
 impl SummaryPass {
     /// One record of the first pass.
-    pub fn see(&mut self, reader: &TraceReader, r: &Record, said: &mut Vec<Said>) {
+    /// One record of the first pass, after `rp` (the analysis's replay) applied it.
+    pub fn see(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
         let t = &mut self.t;
         self.read += 1;
-        t.take(reader, r);
+        t.take(reader, rp, r);
         if r.kind == RecordKind::DeviceMemory
             && t.nvml_peaks
                 .get(&r.device)
@@ -334,19 +335,19 @@ impl SummaryPass {
         if reader.info().clean_exit && t.last_python.is_some_and(|(at, _)| at == t.nth) {
             // The devices the summary will name the framework's: those it has, and those its
             // tensors are on.
-            let more = t.live.tensors.bytes.keys();
+            let more = rp.tensors.bytes.keys();
             let more = more.filter(|d| !t.framework.contains_key(d));
             for &d in t.framework.keys().chain(more) {
                 said.push(Said::Here(Slot::BeforeShutdown(d)));
             }
         }
-        if r.kind == RecordKind::TensorAlloc && !t.live.restoring {
+        if r.kind == RecordKind::TensorAlloc && !rp.restoring {
             let d = if r.device == crate::trace::format::DEVICE_UNKNOWN {
                 0
             } else {
                 r.device
             };
-            let live = t.live.tensors.live_on(d);
+            let live = rp.tensors.live_on(d);
             let e = self.tensor_peaks.entry(d).or_default();
             if live > e.0 {
                 *e = (live, self.read);
@@ -357,21 +358,25 @@ impl SummaryPass {
 
     /// The summary once the first pass has read the whole trace (`reader` and `kinds` as it
     /// left them).
-    pub fn finish(self, reader: &TraceReader, kinds: &super::kinds::Kinds) -> SummaryFound {
+    pub fn finish(
+        self,
+        reader: &TraceReader,
+        rp: &Replay,
+        kinds: &super::kinds::Kinds,
+    ) -> SummaryFound {
         let SummaryPass {
             mut t,
             tensor_peaks,
             ..
         } = self;
-        t.add_checkpoint_counts();
-        t.framework_at_end();
+        t.add_checkpoint_counts(rp);
+        t.framework_at_end(rp);
         let lasting = |p: u64, l: &super::live::Live| Some(kinds.lasting(reader, p, l.stack));
         let mut peaks_wanted = Vec::new();
         for f in t.framework.values_mut() {
             f.activations_peak_bytes = kinds.activation_peaks().get(&f.device).map_or(0, |p| p.0);
             f.kinds_at_exit = super::kinds::ByKind::of(
-                t.live
-                    .live
+                rp.live
                     .iter()
                     .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
                     .filter_map(|(&p, l)| Some((lasting(p, l)?, l.size))),
@@ -383,13 +388,13 @@ impl SummaryPass {
                 peaks_wanted.push((f.device, at));
             }
         }
-        let held_at_exit = super::owners::held_by_owner_kinds(reader, &t.live, &lasting);
+        let held_at_exit = super::owners::held_by_owner_kinds(reader, rp, &lasting);
         let device_memory =
-            super::device_memory::reckon(&t.live, &held_at_exit, &t.nvml_peaks, &t.nvml_last);
+            super::device_memory::reckon(rp, &held_at_exit, &t.nvml_peaks, &t.nvml_last);
         let nvml_peaks = t.nvml_peaks.iter().map(|(&d, &p)| (d, p)).collect();
         let info = reader.info();
         let stats: DecodeStats = reader.stats().clone();
-        let devices = t.devices();
+        let devices = t.devices(rp);
         let summary = Summary {
             path: crate::files::shown(&info.path).to_string(),
             program: info.program.clone(),
@@ -401,8 +406,8 @@ impl SummaryPass {
             events: t.events,
             apis: std::mem::take(&mut t.apis).into_iter().flatten().collect(),
             devices,
-            pinned_host_peak_bytes: t.live.host_peak,
-            unmatched_frees: t.live.unmatched_frees,
+            pinned_host_peak_bytes: rp.host_peak,
+            unmatched_frees: rp.unmatched_frees,
             python_frames: (t.with_python > 0).then_some(PythonFrames {
                 allocations_with: t.with_python,
                 allocations: t.allocations,
@@ -412,16 +417,11 @@ impl SummaryPass {
             framework: std::mem::take(&mut t.framework).into_values().collect(),
             held_at_exit,
             device_memory,
-            tensors_off: t
-                .live
+            tensors_off: rp
                 .tensors
                 .off
                 .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
-            health: health(
-                info,
-                &stats,
-                t.live.unmatched_frees - t.live.unmatched_restored,
-            ),
+            health: health(info, &stats, rp.unmatched_frees - rp.unmatched_restored),
         };
         // Python's shutdown frees what the program's last lines held: after a clean exit, the
         // kinds as its code ended are those at its last allocation with Python frames.

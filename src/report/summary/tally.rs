@@ -1,5 +1,6 @@
-//! What `summarize` gathers, record by record: calls per API, the live replay, the pool's
-//! activity, PyTorch's counters, NVML's peaks.
+//! What `summarize` gathers, record by record: calls per API, the pool's activity, PyTorch's
+//! counters, NVML's peaks; what is live, from the analysis's one replay, which has applied each
+//! record before the tally takes it.
 
 use super::*;
 
@@ -7,7 +8,6 @@ use super::*;
 pub(super) struct Tally {
     /// Indexed by the API byte: no lookup on the per-record path.
     pub(super) apis: Vec<Option<ApiStats>>,
-    pub(super) live: Replay,
     pub(super) first: u64,
     pub(super) last: u64,
     pub(super) events: u64,
@@ -33,6 +33,9 @@ pub(super) struct Tally {
     /// Per device: where NVML's figure peaked (the record's position), and its last sample.
     pub(super) nvml_peaks: BTreeMap<u8, crate::report::device_memory::NvmlPeak>,
     pub(super) nvml_last: BTreeMap<u8, u64>,
+    /// Per device: NVML's highest figure before the record being taken (the replay's facts
+    /// as they were after the last record that could move them).
+    pub(super) nvml_before: BTreeMap<u8, u64>,
     pub(super) nth: u64,
     /// The record (its position, its time) of the last allocation with Python frames: the
     /// program's own code still ran then.
@@ -43,7 +46,6 @@ impl Tally {
     pub(super) fn new() -> Tally {
         Tally {
             apis: vec![None; 256],
-            live: Replay::default(),
             first: u64::MAX,
             last: 0,
             events: 0,
@@ -60,18 +62,19 @@ impl Tally {
             allocated_last: Vec::new(),
             nvml_peaks: BTreeMap::new(),
             nvml_last: BTreeMap::new(),
+            nvml_before: BTreeMap::new(),
             nth: 0,
             last_python: None,
         }
     }
 
     /// Reserved memory of device `d`'s pool may have moved: its peak, and the most live then.
-    pub(super) fn note_reserved(&mut self, d: u8) {
+    pub(super) fn note_reserved(&mut self, rp: &Replay, d: u8) {
         let Some(p) = self.pool.get_mut(&d) else {
             return;
         };
-        let physical = self.live.physical_bytes.get(&d).copied().unwrap_or(0);
-        let live_now = self.live.live_on(d);
+        let physical = rp.physical_bytes.get(&d).copied().unwrap_or(0);
+        let live_now = rp.live_on(d);
         if p.0 + physical > p.1 {
             p.1 = p.0 + physical;
             p.2 = live_now;
@@ -81,18 +84,23 @@ impl Tally {
         }
     }
 
-    pub(super) fn take(&mut self, reader: &TraceReader, r: &Record) {
+    /// One record, after `rp` applied it.
+    pub(super) fn take(&mut self, reader: &TraceReader, rp: &Replay, r: &Record) {
         self.nth += 1;
         // A checkpoint's records restore what the run did before the ring: state, not calls.
-        if r.kind == RecordKind::Restore || self.live.restoring {
-            self.live.apply(r);
+        // (Only a `Restore` record begins or ends restoring.)
+        if r.kind == RecordKind::Restore || rp.restoring {
+            if r.kind == RecordKind::Restore {
+                self.nvml_before
+                    .extend(rp.facts.nvml.iter().map(|(&d, f)| (d, f.peak)));
+            }
             return;
         }
         if r.kind == RecordKind::DeviceMemory {
-            self.nvml(r);
+            self.nvml(rp, r);
         }
         let torch = r.api == crate::trace::format::Api::Torch;
-        self.segments_and_pool(r, torch);
+        self.segments_and_pool(rp, r, torch);
         if self.site_of == Some(r.thread) && !r.kind.is_definition() {
             self.site_of = None;
             if r.kind == RecordKind::StackRef {
@@ -125,19 +133,15 @@ impl Tally {
         self.python_frames(reader, r);
         // The calls of the program, counted as the summarizer of a ring trace counts them.
         if !crate::trace::summary::is_call(r) {
-            // The pool's own decisions (and the shim's notes) still change what is live.
-            if r.api == crate::trace::format::Api::Shim
-                && !matches!(r.kind, RecordKind::ThreadStart | RecordKind::StreamName)
-            {
-                self.live.apply(r);
-            }
             return;
         }
-        self.call(r, torch);
+        self.call(rp, r, torch);
     }
 
-    pub(super) fn nvml(&mut self, r: &Record) {
-        let peak = self.live.facts.nvml.get(&r.device).map_or(0, |f| f.peak);
+    pub(super) fn nvml(&mut self, rp: &Replay, r: &Record) {
+        let peak = self.nvml_before.get(&r.device).copied().unwrap_or(0);
+        let after = rp.facts.nvml.get(&r.device).map_or(0, |f| f.peak);
+        self.nvml_before.insert(r.device, after);
         if r.ptr > peak || !self.nvml_peaks.contains_key(&r.device) {
             self.nvml_peaks.insert(
                 r.device,
@@ -151,7 +155,7 @@ impl Tally {
     }
 
     /// The framework's segments and the shim's pool: segments, splits, waits, checkpoints.
-    pub(super) fn segments_and_pool(&mut self, r: &Record, torch: bool) {
+    pub(super) fn segments_and_pool(&mut self, rp: &Replay, r: &Record, torch: bool) {
         match r.kind {
             RecordKind::SegmentReserve | RecordKind::SegmentRelease | RecordKind::TensorOom
                 if torch =>
@@ -172,7 +176,7 @@ impl Tally {
             RecordKind::SegmentReserve => {
                 let e = self.pool.entry(r.device).or_default();
                 e.0 = e.0.saturating_add(r.size);
-                self.note_reserved(r.device);
+                self.note_reserved(rp, r.device);
                 let a = activity_of(&mut self.activity, r.device);
                 a.segments_reserved += 1;
                 a.bytes_reserved = a.bytes_reserved.saturating_add(r.size);
@@ -237,14 +241,13 @@ impl Tally {
     }
 
     /// A call of the program's (or a tensor of the framework's).
-    pub(super) fn call(&mut self, r: &Record, torch: bool) {
+    pub(super) fn call(&mut self, rp: &Replay, r: &Record, torch: bool) {
         self.events += 1;
-        self.live.apply(r);
         if torch && let Some(f) = self.framework.get_mut(&r.device) {
-            let reserved = self.live.reserved.get(&r.device).copied().unwrap_or(0);
+            let reserved = rp.reserved.get(&r.device).copied().unwrap_or(0);
             f.reserved_peak_bytes = f.reserved_peak_bytes.max(reserved);
         }
-        self.note_reserved(r.device);
+        self.note_reserved(rp, r.device);
         self.first = self.first.min(r.time_ns);
         self.last = self.last.max(r.time_ns);
         let a = self.apis[r.api as usize].get_or_insert_with(|| ApiStats {
@@ -267,8 +270,8 @@ impl Tally {
     }
 
     /// What a ring trace's checkpoint counted of the records before the ring.
-    pub(super) fn add_checkpoint_counts(&mut self) {
-        for (&api, &(calls, bytes, failed)) in &self.live.api_totals {
+    pub(super) fn add_checkpoint_counts(&mut self, rp: &Replay) {
+        for (&api, &(calls, bytes, failed)) in &rp.api_totals {
             let Some(a) = crate::trace::format::Api::from_u8(api) else {
                 continue;
             };
@@ -281,46 +284,44 @@ impl Tally {
             s.bytes = s.bytes.saturating_add(bytes);
             self.events = self.events.saturating_add(calls);
         }
-        for s in self.live.snapshots.iter().filter(|s| s.failure) {
+        for s in rp.snapshots.iter().filter(|s| s.failure) {
             *self.ooms.entry(s.device).or_default() += 1;
         }
     }
 
     /// The framework's figures at the end (none without its tensors).
-    pub(super) fn framework_at_end(&mut self) {
-        if !self.live.tensors.recorded() {
+    pub(super) fn framework_at_end(&mut self, rp: &Replay) {
+        if !rp.tensors.recorded() {
             self.framework.clear();
             return;
         }
-        for (&d, &(now, peak)) in &self.live.tensors.bytes {
+        for (&d, &(now, peak)) in &rp.tensors.bytes {
             let f = self.framework.entry(d).or_insert_with(|| FrameworkMemory {
                 device: d,
                 ..FrameworkMemory::default()
             });
             f.allocated_peak_bytes = peak;
             f.allocated_at_end_bytes = now;
-            f.tensors_at_end = self
-                .live
+            f.tensors_at_end = rp
                 .live
                 .values()
                 .filter(|l| l.device == d && l.api == crate::trace::format::Api::Torch as u8)
                 .count() as u64;
         }
         for f in self.framework.values_mut() {
-            f.reserved_at_end_bytes = self.live.reserved.get(&f.device).copied().unwrap_or(0);
+            f.reserved_at_end_bytes = rp.reserved.get(&f.device).copied().unwrap_or(0);
             f.cached_unused_at_end_bytes = f
                 .reserved_at_end_bytes
                 .saturating_sub(f.allocated_at_end_bytes);
         }
     }
 
-    pub(super) fn devices(&self) -> Vec<DeviceSummary> {
+    pub(super) fn devices(&self, rp: &Replay) -> Vec<DeviceSummary> {
         let mut allocs_at_end: BTreeMap<u8, u64> = BTreeMap::new();
-        for l in self.live.all_live() {
+        for l in rp.all_live() {
             *allocs_at_end.entry(l.device).or_default() += 1;
         }
-        self.live
-            .peaks()
+        rp.peaks()
             .map(|(d, peak, t)| {
                 let (peak_reserved, live_then) = match self.pool.get(&d) {
                     Some(&(_, p, l)) => (p, l),
@@ -330,7 +331,7 @@ impl Tally {
                     device: (d != crate::trace::format::DEVICE_UNKNOWN).then_some(d),
                     peak_live_bytes: peak,
                     peak_time_ns: t,
-                    live_bytes_at_end: self.live.live_on(d),
+                    live_bytes_at_end: rp.live_on(d),
                     live_allocations_at_end: allocs_at_end.get(&d).copied().unwrap_or(0),
                     peak_reserved_bytes: peak_reserved,
                     live_at_reserved_peak_bytes: live_then,
