@@ -36,24 +36,38 @@ pub struct BackwardJoins {
 }
 
 impl BackwardJoins {
-    /// `r` as reports should see it: a backward tensor's `StackRef` names the joined stack
-    /// (defined in `stacks` on first use); every other record unchanged.
+    /// Whether [`BackwardJoins::apply`] may change `r`: a `StackRef` with the autograd
+    /// sequence number of its op, or a checkpoint's site with its forward's stack (the
+    /// reader's loop asks this of every record, the rest only of these).
+    #[inline]
+    pub fn may_join(r: &Record) -> bool {
+        match r.kind {
+            RecordKind::StackRef => sequence_of(r) != 0,
+            RecordKind::Restore => r.status == format::restore::SITE && r.time_ns != 0,
+            _ => false,
+        }
+    }
+
+    /// `r` made as reports should see it: a backward tensor's `StackRef` names the joined
+    /// stack (defined in `stacks` on first use); every other record unchanged. Changed in
+    /// place: a record returned by value came back through memory and stalled the reader's
+    /// loop at every stack.
     pub fn apply(
         &mut self,
-        mut r: Record,
+        r: &mut Record,
         stacks: &mut crate::fasthash::FastMap<u64, Vec<u64>>,
         strings: &HashMap<u64, String>,
-    ) -> Record {
+    ) {
         // A checkpoint's live backward tensors carry the forward stack their join found.
         if r.kind == RecordKind::Restore && r.status == format::restore::SITE && r.time_ns != 0 {
             if self.is_backward(r.ptr, stacks, strings) {
                 r.ptr = self.joined(r.ptr, r.time_ns, stacks);
             }
-            return r;
+            return;
         }
-        let sequence = sequence_of(&r);
+        let sequence = sequence_of(r);
         if r.kind != RecordKind::StackRef || sequence == 0 {
-            return r;
+            return;
         }
         let backward = self.is_backward(r.ptr, stacks, strings);
         if !backward {
@@ -67,13 +81,12 @@ impl BackwardJoins {
             while self.forward.len() > KEPT {
                 self.forward.pop_first();
             }
-            return r;
+            return;
         }
         let Some(Some((_, forward))) = self.forward.get(&sequence).copied() else {
-            return r;
+            return;
         };
         r.ptr = self.joined(r.ptr, forward, stacks);
-        r
     }
 
     /// Whether stack `id` is a backward function's frame.
@@ -115,6 +128,17 @@ impl BackwardJoins {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `r` as the join leaves it.
+    fn applied(
+        j: &mut BackwardJoins,
+        mut r: Record,
+        stacks: &mut crate::fasthash::FastMap<u64, Vec<u64>>,
+        strings: &HashMap<u64, String>,
+    ) -> Record {
+        j.apply(&mut r, stacks, strings);
+        r
+    }
     use crate::trace::format::{Api, DEVICE_UNKNOWN};
 
     fn stack_ref(thread: u16, stack: u64, sequence: u64) -> Record {
@@ -153,12 +177,12 @@ mod tests {
             stack_ref(2, 21, 6),
         ] {
             assert_eq!(
-                j.apply(r, &mut stacks, &strings),
+                applied(&mut j, r, &mut stacks, &strings),
                 r,
                 "forward records pass unchanged"
             );
         }
-        let joined = j.apply(stack_ref(1, 10, 5), &mut stacks, &strings);
+        let joined = applied(&mut j, stack_ref(1, 10, 5), &mut stacks, &strings);
         assert!(joined.ptr >= JOINED_BASE);
         assert_eq!(
             stacks[&joined.ptr],
@@ -166,13 +190,13 @@ mod tests {
         );
         // The same pair again: the same joined stack.
         assert_eq!(
-            j.apply(stack_ref(1, 10, 5), &mut stacks, &strings).ptr,
+            applied(&mut j, stack_ref(1, 10, 5), &mut stacks, &strings).ptr,
             joined.ptr
         );
         // Number 6 is ambiguous, 9 unknown: the backward frame alone.
         for n in [6, 9, 0] {
             assert_eq!(
-                j.apply(stack_ref(1, 10, n), &mut stacks, &strings).ptr,
+                applied(&mut j, stack_ref(1, 10, n), &mut stacks, &strings).ptr,
                 10,
                 "{n}"
             );

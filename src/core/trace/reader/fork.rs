@@ -107,8 +107,8 @@ impl TraceReader {
             }
             for r in out.iter_mut() {
                 // Only a stack reference (or a checkpoint's site) can be joined to its forward.
-                if matches!(r.kind, RecordKind::StackRef | RecordKind::Restore) {
-                    *r = self.joins.apply(*r, &mut self.stacks, &self.strings);
+                if crate::trace::backward::BackwardJoins::may_join(r) {
+                    self.joins.apply(r, &mut self.stacks, &self.strings);
                 }
             }
             let n = u32::try_from(out.len()).unwrap_or(u32::MAX);

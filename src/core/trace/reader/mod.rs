@@ -567,16 +567,14 @@ impl Iterator for TraceReader {
     /// resolved as they are read, before any record that refers to them is returned.
     fn next(&mut self) -> Option<Record> {
         loop {
-            let Some(r) = self.batch.pop_front() else {
+            let Some(mut r) = self.batch.pop_front() else {
                 self.batch = self.take_batch()?.into();
                 continue;
             };
             // Only a stack reference (or a checkpoint's site) can be joined to its forward.
-            let r = if matches!(r.kind, RecordKind::StackRef | RecordKind::Restore) {
-                self.joins.apply(r, &mut self.stacks, &self.strings)
-            } else {
-                r
-            };
+            if crate::trace::backward::BackwardJoins::may_join(&r) {
+                self.joins.apply(&mut r, &mut self.stacks, &self.strings);
+            }
             self.since_progress += 1;
             if self.since_progress == 1 << 20 {
                 self.since_progress = 0;
