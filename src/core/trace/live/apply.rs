@@ -55,9 +55,16 @@ impl Replay {
                 }
                 let l = self.live_of(r);
                 let device = l.device;
-                if let Some(old) = self.live.insert(r.ptr, l) {
-                    // Freed by a route the trace did not see.
-                    self.sub_bytes(old.device, old.size);
+                // By its entry: the value an insert hands back comes through memory.
+                match self.live.entry(r.ptr) {
+                    std::collections::hash_map::Entry::Occupied(mut o) => {
+                        let old = o.insert(l);
+                        // Freed by a route the trace did not see.
+                        self.sub_bytes(old.device, old.size);
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        v.insert(l);
+                    }
                 }
                 let before = self.add_bytes(device, r.size, r.time_ns);
                 if r.kind == TensorAlloc {
@@ -75,7 +82,14 @@ impl Replay {
             }
             Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => {
                 take_last(&mut self.last_alloc, r.thread);
-                match self.live.remove(&r.ptr) {
+                // Read in place, then removed: the value a removal hands back comes through
+                // memory written piecewise, and reading it whole stalled the replay at every
+                // free (a second probe of a table in the cache costs less).
+                let freed = self.live.get(&r.ptr).copied();
+                if freed.is_some() {
+                    self.live.remove(&r.ptr);
+                }
+                match freed {
                     Some(l) => {
                         self.sub_bytes(l.device, l.size);
                         if r.kind == TensorFree {

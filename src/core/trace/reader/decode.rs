@@ -66,6 +66,8 @@ pub(super) struct Decoder {
     pub defs: Vec<Def>,
     /// The last batch was handed on.
     pub finished: bool,
+    /// The size of the last batch read from the file (see [`BATCH`]); 0 before the first.
+    pub batch: usize,
     /// Batches the reader is done with, to be filled again.
     pub spares: std::sync::Arc<Spares>,
 }
@@ -117,6 +119,7 @@ impl Decoder {
         (self.chunk_at, self.chunk_len) = (0, 0);
         self.defs.clear();
         self.finished = false;
+        self.batch = 0;
         Ok(())
     }
 
@@ -155,7 +158,10 @@ impl Decoder {
             if self.drained && self.window.is_empty() {
                 return Vec::new();
             }
-            let want = BATCH.max(2 * self.window.len());
+            // Small batches first (a pass that stops early, or a second reader of the first
+            // part, decodes little past what it needs), doubling to BATCH.
+            self.batch = self.batch.clamp(BATCH_FIRST, BATCH / 2) * 2;
+            let want = self.batch.max(2 * self.window.len());
             let mut out = self.spares.take(want + self.window.len());
             out.extend_from_slice(&self.window);
             self.window.clear();
@@ -453,6 +459,8 @@ pub(super) enum Source {
 /// Records read from the file per refill of the window, at least (a batch of them, 1.3 MB,
 /// stays in the cache between its decoding and its reading).
 const BATCH: usize = 1 << 15;
+/// The first batch of a pass.
+const BATCH_FIRST: usize = 1 << 11;
 
 /// Batches decoded ahead of the reports on the decoder's thread.
 const AHEAD: usize = 4;

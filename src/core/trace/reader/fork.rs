@@ -64,6 +64,7 @@ impl Template {
             chunk_len: 0,
             defs: Vec::new(),
             finished: false,
+            batch: 0,
             spares: Default::default(),
         }
     }
