@@ -80,6 +80,8 @@ pub struct Spares(std::sync::Mutex<Vec<Vec<Record>>>);
 
 /// Spare batches kept at most: those on their way, and one or two being read.
 const SPARES: usize = AHEAD + 2;
+/// Records a spare batch may have room for: a few full batches.
+const SPARE_MAX: usize = 4 * BATCH;
 
 impl Spares {
     /// An empty batch with room for `n` records.
@@ -91,9 +93,10 @@ impl Spares {
         v
     }
 
-    /// A batch read, kept for a refill while there is room.
+    /// A batch read, kept for a refill while there is room: not one grown past a few batches
+    /// (a reorder window that a trace's times filled), which goes back to the allocator.
     pub fn give(&self, v: Vec<Record>) {
-        if v.capacity() == 0 {
+        if v.capacity() == 0 || v.capacity() > SPARE_MAX {
             return;
         }
         if let Ok(mut s) = self.0.lock()
@@ -142,7 +145,7 @@ impl Decoder {
     }
 
     /// Each refill reads a batch from the file behind the records the window holds (at least
-    /// twice as many, so each record is copied a bounded number of times), sorts the whole
+    /// as many, so each record is copied a bounded number of times), sorts the whole
     /// when a record came out of order (a stable sort merges the sorted window and the nearly
     /// sorted batch in linear time), hands on the records older than the window, and keeps
     /// the rest. The records are decoded straight into the batch handed on: only the window's
@@ -161,7 +164,7 @@ impl Decoder {
             // Small batches first (a pass that stops early, or a second reader of the first
             // part, decodes little past what it needs), doubling to BATCH.
             self.batch = self.batch.clamp(BATCH_FIRST, BATCH / 2) * 2;
-            let want = self.batch.max(2 * self.window.len());
+            let want = self.batch.max(self.window.len());
             let mut out = self.spares.take(want + self.window.len());
             out.extend_from_slice(&self.window);
             self.window.clear();

@@ -94,7 +94,9 @@ pub struct MarkFinder {
     pub names: FastMap<u64, (u64, bool)>,
     by_stack: FastMap<u64, Occurrences>,
     by_size: FastMap<u64, Occurrences>,
-    pending: FastMap<u16, u64>,
+    /// By thread: the position of its allocation whose stack may come next (0: none). Indexed,
+    /// not hashed: every record of a thread reads it.
+    pending: Vec<u64>,
     pub allocations: u64,
 }
 
@@ -112,7 +114,7 @@ impl MarkFinder {
             RecordKind::StackRef => {
                 // A segment the framework takes for a tensor has the tensor's stack: it is not
                 // an allocation of that call site's own (see `Change::StackOfRaw`).
-                if let Some(t) = self.pending.remove(&r.thread)
+                if let Some(t) = self.take_pending(r.thread)
                     && c != Change::StackOfRaw
                 {
                     self.by_stack.entry(r.ptr).or_default().add(t);
@@ -120,11 +122,15 @@ impl MarkFinder {
             }
             _ => {
                 if !r.kind.is_definition() {
-                    self.pending.remove(&r.thread);
+                    self.take_pending(r.thread);
                 }
                 if let Change::Alloc { .. } = c {
                     self.allocations += 1;
-                    self.pending.insert(r.thread, self.allocations);
+                    let i = usize::from(r.thread);
+                    if self.pending.len() <= i {
+                        self.pending.resize(i + 1, 0);
+                    }
+                    self.pending[i] = self.allocations;
                     self.by_size
                         .entry(size_key(r.api as u8, r.size))
                         .or_default()
@@ -132,6 +138,12 @@ impl MarkFinder {
                 }
             }
         }
+    }
+
+    /// The position of `thread`'s allocation awaiting its stack, no longer awaiting.
+    fn take_pending(&mut self, thread: u16) -> Option<u64> {
+        let p = self.pending.get_mut(usize::from(thread))?;
+        Some(std::mem::take(p)).filter(|&t| t != 0)
     }
 
     /// How often `mark` came in the records learnt from.
