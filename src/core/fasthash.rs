@@ -57,6 +57,17 @@ impl Hasher for FastHasher {
 /// A map whose keys a trace chooses: hashed from this process's random seed.
 pub type FastMap<K, V> = HashMap<K, V, SeededState>;
 
+/// `key`'s entry taken out of `map`, an empty map not hashed into: the reports keep maps of
+/// what is under way on a thread (a failure, a chain of frees, a kind decided) that are
+/// nearly always empty, and every record asks them.
+#[inline]
+pub fn remove_if_any<K: std::hash::Hash + Eq, V>(map: &mut FastMap<K, V>, key: &K) -> Option<V> {
+    if map.is_empty() {
+        return None;
+    }
+    map.remove(key)
+}
+
 /// A map of the pool's own addresses: hashed from a fixed start (no randomness read).
 pub type AddressMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 

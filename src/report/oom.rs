@@ -5,7 +5,7 @@ use super::live::Replay;
 use super::sites::holders_text;
 use super::sites::{Holder, holders, site_label};
 use super::units::{self, human_bytes};
-use crate::fasthash::FastMap;
+use crate::fasthash::{FastMap, remove_if_any};
 use crate::trace::format::Api;
 use crate::trace::format::DEVICE_UNKNOWN;
 use crate::trace::format::Record;
@@ -230,7 +230,7 @@ impl OomPass {
                     });
                     self.site_for.insert(r.thread, self.out.len() - 1);
                 } else if r.kind == RecordKind::StackRef
-                    && let Some(i) = take(&mut self.site_for, r.thread)
+                    && let Some(i) = remove_if_any(&mut self.site_for, &r.thread)
                 {
                     self.out[i].request_site = Some(site_label(reader, r.ptr));
                 }
@@ -239,14 +239,14 @@ impl OomPass {
                 self.limit_pending.insert(r.thread, true);
             }
             RecordKind::StackRef => {
-                if let Some(i) = take(&mut self.site_for, r.thread) {
+                if let Some(i) = remove_if_any(&mut self.site_for, &r.thread) {
                     self.out[i].request_site = Some(site_label(reader, r.ptr));
                 }
             }
             // The framework could not get memory for a tensor: the failed segment request just
             // before on the thread (if the trace has it) becomes this request, with its line.
             RecordKind::TensorOom => {
-                let i = take(&mut self.failed_on, r.thread).unwrap_or_else(|| {
+                let i = remove_if_any(&mut self.failed_on, &r.thread).unwrap_or_else(|| {
                     self.out.push(failed_request(reader, rp, kinds, r));
                     self.out.len() - 1
                 });
@@ -265,8 +265,8 @@ impl OomPass {
             | RecordKind::TensorAlloc
                 if r.status == 0 =>
             {
-                take(&mut self.failed_on, r.thread);
-                take(&mut self.site_for, r.thread);
+                remove_if_any(&mut self.failed_on, &r.thread);
+                remove_if_any(&mut self.site_for, &r.thread);
             }
             // A second failed call on the thread with no success between (PyTorch's attempt
             // after giving back its cache) is a step of the same failure.
@@ -284,19 +284,20 @@ impl OomPass {
                         });
                     }
                     o.steps.push(step_of(rp, r, o.device));
-                    o.limit_hit |= take(&mut self.limit_pending, r.thread).unwrap_or(false);
+                    o.limit_hit |=
+                        remove_if_any(&mut self.limit_pending, &r.thread).unwrap_or(false);
                     self.site_for.insert(r.thread, i);
                     return;
                 }
                 let mut o = failed_request(reader, rp, kinds, r);
-                o.limit_hit = take(&mut self.limit_pending, r.thread).unwrap_or(false);
+                o.limit_hit = remove_if_any(&mut self.limit_pending, &r.thread).unwrap_or(false);
                 self.out.push(o);
                 self.site_for.insert(r.thread, self.out.len() - 1);
                 self.failed_on.insert(r.thread, self.out.len() - 1);
             }
             _ => {
                 if !r.kind.is_definition() {
-                    take(&mut self.site_for, r.thread);
+                    remove_if_any(&mut self.site_for, &r.thread);
                 }
             }
         }
@@ -414,16 +415,6 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
         out.push_str(&holders_text(&o.holders, 5, "    "));
     }
     out
-}
-
-/// `thread`'s entry taken out of `map`: the maps of failures under way are nearly always
-/// empty, and every record of the run asks them, so an empty one is not hashed into.
-#[inline]
-fn take<V>(map: &mut FastMap<u16, V>, thread: u16) -> Option<V> {
-    if map.is_empty() {
-        return None;
-    }
-    map.remove(&thread)
 }
 
 #[cfg(test)]

@@ -19,6 +19,11 @@ pub const KEPT: usize = 1 << 20;
 /// The ids the reader gives joined stacks: above any id the trace's own table gives.
 pub const JOINED_BASE: u64 = 1 << 62;
 
+/// Whether a checkpoint's record is a live allocation's site with its forward's stack.
+fn restored_site(r: &Record) -> bool {
+    r.status == format::restore::SITE && r.time_ns != 0
+}
+
 /// The sequence number a `StackRef`'s `size` carries above its frame count (0: none).
 pub fn sequence_of(stack_ref: &Record) -> u64 {
     stack_ref.size >> 8
@@ -43,7 +48,7 @@ impl BackwardJoins {
     pub fn may_join(r: &Record) -> bool {
         match r.kind {
             RecordKind::StackRef => sequence_of(r) != 0,
-            RecordKind::Restore => r.status == format::restore::SITE && r.time_ns != 0,
+            RecordKind::Restore => restored_site(r),
             _ => false,
         }
     }
@@ -59,7 +64,7 @@ impl BackwardJoins {
         strings: &HashMap<u64, String>,
     ) {
         // A checkpoint's live backward tensors carry the forward stack their join found.
-        if r.kind == RecordKind::Restore && r.status == format::restore::SITE && r.time_ns != 0 {
+        if r.kind == RecordKind::Restore && restored_site(r) {
             if self.is_backward(r.ptr, stacks, strings) {
                 r.ptr = self.joined(r.ptr, r.time_ns, stacks);
             }
@@ -128,6 +133,7 @@ impl BackwardJoins {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::trace::format::{Api, DEVICE_UNKNOWN};
 
     /// `r` as the join leaves it.
     fn applied(
@@ -139,7 +145,6 @@ mod tests {
         j.apply(&mut r, stacks, strings);
         r
     }
-    use crate::trace::format::{Api, DEVICE_UNKNOWN};
 
     fn stack_ref(thread: u16, stack: u64, sequence: u64) -> Record {
         Record {

@@ -38,9 +38,7 @@ impl FreedTogether {
 
     /// `thread` allocated: a chain of frees it was in has ended.
     pub(super) fn allocated(&mut self, thread: u16) {
-        if !self.last.is_empty() {
-            self.last.remove(&thread);
-        }
+        crate::fasthash::remove_if_any(&mut self.last, &thread);
     }
 
     pub(super) fn free(&mut self, thread: u16, live: &crate::trace::live::Live) {

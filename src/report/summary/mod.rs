@@ -319,7 +319,6 @@ impl Default for SummaryPass {
 }
 
 impl SummaryPass {
-    /// One record of the first pass.
     /// One record of the first pass, after `rp` (the analysis's replay) applied it.
     pub fn see(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
         let t = &mut self.t;

@@ -70,19 +70,12 @@ impl Lives {
     /// false) is live from the next change on.
     pub(super) fn made(&mut self, ptr: u64, now: u64, counted: bool) {
         self.made.insert(ptr, if counted { now } else { now + 1 });
-        // Empty in a run without the framework's tensors: not hashed into.
-        if !self.decided.is_empty() {
-            self.decided.remove(&ptr);
-        }
+        crate::fasthash::remove_if_any(&mut self.decided, &ptr);
     }
 
     /// `ptr` freed: its first change and its kind, if it was made on the axis.
     pub(super) fn freed(&mut self, ptr: u64) -> Option<(u64, Kind)> {
-        let kind = if self.decided.is_empty() {
-            Kind::Unknown
-        } else {
-            self.decided.remove(&ptr).unwrap_or(Kind::Unknown)
-        };
+        let kind = crate::fasthash::remove_if_any(&mut self.decided, &ptr).unwrap_or(Kind::Unknown);
         self.made.remove(&ptr).map(|from| (from, kind))
     }
 
