@@ -362,3 +362,69 @@ fn the_pictures_bands_taken_in_the_first_pass_are_those_the_second_takes() {
         }
     }
 }
+
+#[test]
+fn the_page_read_by_two_threads_is_the_page_read_by_one() {
+    // Where there is a second core, the page's and `analyze`'s trackers are two groups, each
+    // on a thread with a replay and kinds of its own, fed copies of the same decoded batches
+    // (GPUSHIM_READ_SPLIT=0: one group). The page, the saved analysis and `oom` (the failures
+    // and what grew until them) must be the same to the byte, the file decoded no more often,
+    // on a real run's trace, a ring's (a checkpoint restored first) and a leaking loop's
+    // whole trace.
+    let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    let ring = ring_trace("read-split", true);
+    let long = tempdir("read-split").file("long.trace");
+    assert_ok(&kinds_program_with(&long, 2000, true, &[], Vec::new()));
+    let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+    for trace in [gpt2.as_path(), &*ring, &*long] {
+        for args in [
+            ["report", "-o", "html"],
+            ["analyze", "-o", "analysis"],
+            ["oom", "--json", ""],
+        ] {
+            let read = |split: bool| {
+                let out_file = long.with_file_name(format!("{split}.{}", args[2]));
+                let mut c = Command::new(gpushim_bin());
+                c.arg(args[0]).arg("--no-symbols").arg(trace);
+                if args[1] == "-o" {
+                    c.arg("-o").arg(&out_file);
+                } else {
+                    c.arg(args[1]);
+                }
+                c.env("GPUSHIM_READS", "1");
+                if !split {
+                    c.env("GPUSHIM_READ_SPLIT", "0");
+                }
+                let out = c.output().unwrap();
+                assert_ok(&out);
+                let err = String::from_utf8_lossy(&out.stderr).to_string();
+                let printed = if args[1] == "-o" {
+                    std::fs::read(&out_file).unwrap()
+                } else {
+                    out.stdout
+                };
+                (printed, err)
+            };
+            let ((two, said), (one, said_one)) = (read(true), read(false));
+            let what = format!("{} of {}", args[0], trace.display());
+            assert!(two == one, "{what}: two threads read otherwise than one");
+            let paired = said.contains("read by two threads at once");
+            // `oom` reads its leaks only where an allocation failed: no second group.
+            if args[0] != "oom" {
+                assert_eq!(paired, two_cores, "{what}: {said}");
+            }
+            assert!(!said_one.contains("two threads"), "{what}: {said_one}");
+            // The copies are not decoding: the records read as often either way.
+            let times = |s: &str| {
+                s.lines()
+                    .filter(|l| l.starts_with("gpushim: opened "))
+                    .find_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<f64>().ok())
+            };
+            assert_eq!(
+                times(&said),
+                times(&said_one),
+                "{what}: {said} / {said_one}"
+            );
+        }
+    }
+}

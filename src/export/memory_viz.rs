@@ -112,7 +112,8 @@ fn viz_event(
         }
         // A framework's segment: the cudaMalloc just traced as a block was the segment (its
         // record follows the call). One segment, no block that came and went.
-        Change::Free { ptr, live } if r.kind == RecordKind::SegmentReserve => {
+        Change::Free { ptr } if r.kind == RecordKind::SegmentReserve => {
+            let live = rp.freed;
             let list = traces.entry(live.device).or_default();
             if let Some(i) = list
                 .iter()
@@ -122,11 +123,17 @@ fn viz_event(
             }
             (live.device, viz("segment_alloc", r.ptr, r.size, 0, us))
         }
-        Change::Free { ptr, live } => (
-            live.device,
+        Change::Free { ptr } => (
+            rp.freed.device,
             VizTrace {
-                frames: frames(reader, live.stack),
-                ..viz("free_completed", ptr, live.size, u64::from(live.stream), us)
+                frames: frames(reader, rp.freed.stack),
+                ..viz(
+                    "free_completed",
+                    ptr,
+                    rp.freed.size,
+                    u64::from(rp.freed.stream),
+                    us,
+                )
             },
         ),
         // memory_viz has no place for memory outside an address range.

@@ -91,7 +91,7 @@ pub fn perfetto(
             let device = match c {
                 Change::Alloc { .. } | Change::Physical { .. } if raw => None,
                 Change::Alloc { device, .. } | Change::Physical { device } => Some(device),
-                Change::Free { live, .. } => Some(live.device),
+                Change::Free { .. } => Some(rp.freed.device),
                 Change::Other
                     if matches!(
                         r.kind,

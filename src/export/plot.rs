@@ -90,7 +90,7 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
             let d = match c {
                 Change::Alloc { .. } | Change::Physical { .. } if raw => return,
                 Change::Alloc { device, .. } | Change::Physical { device } => device,
-                Change::Free { live, .. } => live.device,
+                Change::Free { .. } => rp.freed.device,
                 Change::Other | Change::StackOfRaw => return,
             };
             points

@@ -10,10 +10,10 @@ use std::path::Path;
 pub fn rmm_csv(path: &Path, out: &mut dyn Write, opts: &ReadOptions) -> Result<u64, ReadError> {
     let _ = writeln!(out, "Thread,Time,Action,Pointer,Size,Stream");
     let mut rows = 0;
-    replay_each(path, opts, |_, _, r, c| {
+    replay_each(path, opts, |_, rp, r, c| {
         let (action, ptr, size) = match c {
             Change::Alloc { ptr, .. } => ("allocate", ptr, r.size),
-            Change::Free { ptr, live } => ("free", ptr, live.size),
+            Change::Free { ptr } => ("free", ptr, rp.freed.size),
             Change::Other | Change::StackOfRaw | Change::Physical { .. } => return,
         };
         rows += 1;

@@ -220,16 +220,77 @@ impl RunPass {
     }
 }
 
-/// Opens the trace at `path` once and reads it in the passes `wants` needs.
-pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
-    let mut reader = TraceReader::open_with(path, opts)?;
-    let mut run = RunPass::new(&reader, wants);
+/// Every record of `reader` to `run`'s trackers.
+fn read_all(reader: &mut TraceReader, run: &mut RunPass) {
     let mut batch = Vec::new();
     while reader.next_batch(&mut batch) {
         for r in &batch {
-            run.see(&reader, r);
+            run.see(reader, r);
         }
     }
+}
+
+/// The first pass. Where `wants` asks for the trackers of the moments and failures and for
+/// those of the iterations and the picture (the page, `analyze`), they are two groups, each on
+/// a thread with a replay and kinds of its own, reading the same batches (decoded once:
+/// [`TraceReader::pair`]); their replays and kinds end the same (the same records applied the
+/// same way), so the first group's serve both after the pass. `GPUSHIM_READ_SPLIT=0`: one
+/// group whatever the cores (the tests compare the two).
+fn first_pass(reader: &mut TraceReader, wants: &Wants) -> Result<RunPass, ReadError> {
+    let split_off = std::env::var_os("GPUSHIM_READ_SPLIT").is_some_and(|v| v == "0");
+    let (moments, iterations) = (
+        Wants {
+            leaks: None,
+            timeline: None,
+            ..wants.clone()
+        },
+        Wants {
+            summary: false,
+            peak: false,
+            oom: false,
+            ..wants.clone()
+        },
+    );
+    let two = (moments.summary || moments.oom) && iterations.leaks.is_some();
+    let second = if two && !split_off {
+        reader.pair()
+    } else {
+        None
+    };
+    let Some(mut second) = second else {
+        let mut run = RunPass::new(reader, wants);
+        read_all(reader, &mut run);
+        return Ok(run);
+    };
+    let (mut run, theirs) = std::thread::scope(|s| {
+        let theirs = s.spawn(|| {
+            let mut run = RunPass::new(&second, &iterations);
+            read_all(&mut second, &mut run);
+            // Dropped on this thread, so the decoder's thread ends before the first reader
+            // is rewound.
+            drop(second);
+            run
+        });
+        let mut run = RunPass::new(reader, &moments);
+        read_all(reader, &mut run);
+        (run, theirs.join())
+    });
+    let theirs = theirs.map_err(|_| {
+        let why = std::io::Error::other("the second reading thread failed");
+        ReadError::Io(reader.info().path.clone(), why)
+    })?;
+    run.leaks = theirs.leaks;
+    run.columns = theirs.columns;
+    run.early_leaks = theirs.early_leaks;
+    run.early_bands = theirs.early_bands;
+    Ok(run)
+}
+
+/// Opens the trace at `path` once and reads it in the passes `wants` needs.
+pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
+    let mut reader = TraceReader::open_with(path, opts)?;
+    let mut run = first_pass(&mut reader, wants)?;
+    let mut batch = Vec::new();
     let (rp, kinds, early) = (
         std::mem::take(&mut run.rp),
         std::mem::take(&mut run.kinds),

@@ -112,7 +112,8 @@ impl PeakFinder {
                 }
             }
             // The framework's segment claimed the allocation that set the peak.
-            Change::Free { ptr, live } if framework_segment => {
+            Change::Free { ptr } if framework_segment => {
+                let live = rp.freed;
                 if let Some(&(was, key, false)) = self.before_raw.get(&live.device)
                     && key == ptr
                 {

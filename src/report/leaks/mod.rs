@@ -322,22 +322,22 @@ impl LeaksSampler {
         if let Some((ptr, k)) = decided {
             self.decided.insert(ptr, k);
         }
-        if let crate::trace::live::Change::Free { ptr, live } = &c
+        if let crate::trace::live::Change::Free { ptr } = &c
             && let Some(k) = self.decided.remove(ptr)
         {
             let e = self
                 .site_kinds
-                .entry(site_key(live))
+                .entry(site_key(&rp.freed))
                 .or_default()
                 .entry(k)
                 .or_default();
-            *e = e.saturating_add(live.size);
+            *e = e.saturating_add(rp.freed.size);
         }
         if rp.restoring || r.kind == RecordKind::Restore {
             return;
         }
         match &c {
-            crate::trace::live::Change::Free { live, .. } => self.together.free(r.thread, live),
+            crate::trace::live::Change::Free { .. } => self.together.free(r.thread, &rp.freed),
             crate::trace::live::Change::Alloc { .. } => self.together.allocated(r.thread),
             _ => {}
         }

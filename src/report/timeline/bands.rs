@@ -129,13 +129,14 @@ impl<'a> BandsPass<'a> {
                 let now = self.adds.get(&device).map_or(0, |a| a.changes);
                 self.lives.made(ptr, now, counted.is_some());
             }
-            Change::Free { ptr, live } => {
+            Change::Free { ptr } => {
+                let live = &rp.freed;
                 if let (Some((from, kind)), Some(a)) =
                     (self.lives.freed(ptr), self.adds.get_mut(&live.device))
                 {
                     let to = a.changes;
-                    let slot = slot_of(&live, kind);
-                    a.add(slot, site_key(&live), live.size, from, to);
+                    let slot = slot_of(live, kind);
+                    a.add(slot, site_key(live), live.size, from, to);
                 }
             }
             _ => {}

@@ -150,7 +150,7 @@ pub(super) fn changed(rp: &Replay, r: &Record, c: Change) -> Option<u8> {
     let raw = rp.tensors.recorded() && matches!(r.kind, RecordKind::Alloc | RecordKind::PhysCreate);
     match c {
         Change::Alloc { device, .. } | Change::Physical { device } if !raw => Some(device),
-        Change::Free { live, .. } => Some(live.device),
+        Change::Free { .. } => Some(rp.freed.device),
         _ => None,
     }
 }

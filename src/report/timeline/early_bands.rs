@@ -118,13 +118,14 @@ impl EarlyBands {
                 let now = self.lanes.get(&device).map_or(0, |b| b.changes);
                 self.lives.made(ptr, now, counted.is_some());
             }
-            Change::Free { ptr, live } => {
+            Change::Free { ptr } => {
+                let live = &rp.freed;
                 if let (Some((from, kind)), Some(b), Some(f)) = (
                     self.lives.freed(ptr),
                     self.lanes.get_mut(&live.device),
                     lanes.get(&live.device),
                 ) {
-                    let key = (slot_of(&live, kind) as u8, site_key(&live));
+                    let key = (slot_of(live, kind) as u8, site_key(live));
                     let to = b.changes;
                     // The closed columns whose moments the life spans, and the open one's.
                     let closed = &f.cols[..f.cols.len().saturating_sub(1)];

@@ -4,7 +4,47 @@
 use super::*;
 
 impl Replay {
+    /// Applies one record; what it changed.
+    ///
+    /// Nearly every record of a trace is an allocation, its caller, its stack or a free: those
+    /// go straight to their handler, inlined into the caller's loop; the rest (a checkpoint's,
+    /// the segments', what the device said, a failed call) through [`Replay::apply_any`],
+    /// which tries each handler in turn. The two give the same answer for every record: a
+    /// fast-path kind never reaches a handler before its own in the chain (none of them takes
+    /// it).
+    #[inline]
     pub fn apply(&mut self, r: &Record) -> Change {
+        use RecordKind::*;
+        let memory = matches!(
+            r.kind,
+            Alloc
+                | AllocAsync
+                | ManagedAlloc
+                | TensorAlloc
+                | Free
+                | FreeAsync
+                | TensorFree
+                | HostAlloc
+                | HostFree
+        ) && r.status == 0
+            && r.ptr != 0;
+        let context = matches!(r.kind, Caller | StackRef);
+        if (memory || context) && !self.restoring {
+            self.index += 1;
+            self.time_ns = self.time_ns.max(r.time_ns);
+            let c = if context {
+                self.apply_context(r)
+            } else {
+                self.apply_memory(r)
+            };
+            return c.unwrap_or(Change::Other);
+        }
+        self.apply_any(r)
+    }
+
+    /// [`Replay::apply`] of any record.
+    #[inline(never)]
+    fn apply_any(&mut self, r: &Record) -> Change {
         self.index += 1;
         use RecordKind::*;
         // A checkpoint's own records carry figures, not times, in `time_ns`.
@@ -46,6 +86,7 @@ impl Replay {
 
     /// Device and pinned host memory handed out and given back (the program's calls and the
     /// framework's tensors).
+    #[inline]
     pub(super) fn apply_memory(&mut self, r: &Record) -> Option<Change> {
         use RecordKind::*;
         Some(match r.kind {
@@ -55,16 +96,9 @@ impl Replay {
                 }
                 let l = self.live_of(r);
                 let device = l.device;
-                // By its entry: the value an insert hands back comes through memory.
-                match self.live.entry(r.ptr) {
-                    std::collections::hash_map::Entry::Occupied(mut o) => {
-                        let old = o.insert(l);
-                        // Freed by a route the trace did not see.
-                        self.sub_bytes(old.device, old.size);
-                    }
-                    std::collections::hash_map::Entry::Vacant(v) => {
-                        v.insert(l);
-                    }
+                if let Some(old) = self.live.insert(r.ptr, l) {
+                    // Freed by a route the trace did not see.
+                    self.sub_bytes(old.device, old.size);
                 }
                 let before = self.add_bytes(device, r.size, r.time_ns);
                 if r.kind == TensorAlloc {
@@ -82,32 +116,21 @@ impl Replay {
             }
             Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => {
                 take_last(&mut self.last_alloc, r.thread);
-                // Read in place, then removed: the value a removal hands back comes through
-                // memory written piecewise, and reading it whole stalled the replay at every
-                // free (a second probe of a table in the cache costs less).
-                let freed = self.live.get(&r.ptr).copied();
-                if freed.is_some() {
-                    self.live.remove(&r.ptr);
-                }
-                match freed {
-                    Some(l) => {
-                        self.sub_bytes(l.device, l.size);
-                        if r.kind == TensorFree {
-                            self.tensors.freed(l.device, l.size);
-                        }
-                        Change::Free {
-                            ptr: r.ptr,
-                            live: l,
-                        }
+                // Copied into place: the value a removal hands back comes through memory
+                // written piecewise, and reading it whole stalled the replay at every free.
+                if self.live.remove_into(&r.ptr, &mut self.freed) {
+                    let (device, size) = (self.freed.device, self.freed.size);
+                    self.sub_bytes(device, size);
+                    if r.kind == TensorFree {
+                        self.tensors.freed(device, size);
                     }
+                    Change::Free { ptr: r.ptr }
+                } else if self.tensors.recorded() && self.segments.contains_key(&r.ptr) {
                     // The framework giving a segment back: its release follows.
-                    None if self.tensors.recorded() && self.segments.contains_key(&r.ptr) => {
-                        Change::Other
-                    }
-                    None => {
-                        self.unmatched_frees += 1;
-                        Change::Other
-                    }
+                    Change::Other
+                } else {
+                    self.unmatched_frees += 1;
+                    Change::Other
                 }
             }
             HostAlloc if r.status == 0 && r.ptr != 0 => {
@@ -186,10 +209,8 @@ impl Replay {
                     Some(l) => {
                         self.sub_bytes(l.device, l.size);
                         self.undo_peak_of(r.ptr, false);
-                        Change::Free {
-                            ptr: r.ptr,
-                            live: l,
-                        }
+                        self.freed = l;
+                        Change::Free { ptr: r.ptr }
                     }
                     None => {
                         let pending = self
@@ -273,6 +294,7 @@ impl Replay {
     }
 
     /// What follows an allocation on its thread (its caller, its stack) and NVTX ranges.
+    #[inline]
     pub(super) fn apply_context(&mut self, r: &Record) -> Option<Change> {
         use RecordKind::*;
         Some(match r.kind {

@@ -7,7 +7,10 @@
 //! records put back: `trace::checkpoint::restore`), `walk.rs` a trace replayed from its start.
 
 mod apply;
+mod set;
 mod walk;
+
+pub use set::LiveSet;
 
 pub use walk::{in_range, replay_each, replay_until, replay_until_seeing};
 
@@ -23,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 /// A live allocation as the replay knows it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Live {
     pub size: u64,
     pub device: u8,
@@ -75,7 +78,7 @@ struct PeakBy {
 #[derive(Clone, Default)]
 pub struct Replay {
     /// By address (hashed: the hot path of every report; [`Replay::live_in_order`] sorts).
-    pub live: crate::fasthash::FastMap<u64, Live>,
+    pub live: LiveSet,
     /// VMM physical allocations (`cuMemCreate`: NCCL's buffers, say) by handle: device memory
     /// held, though not at an address of its own.
     pub physical: FastMap<u64, Live>,
@@ -119,6 +122,8 @@ pub struct Replay {
     pub(in crate::trace) last_alloc: Vec<u64>,
     /// The NVTX ranges open, which name the allocations made in them.
     pub(in crate::trace) ranges: Ranges,
+    /// The allocation the latest [`Change::Free`] took out of `live`.
+    pub freed: Live,
     /// Records applied.
     pub index: u64,
     pub time_ns: u64,
@@ -277,9 +282,12 @@ pub enum Change {
     Physical {
         device: u8,
     },
+    /// The allocation at `ptr` was freed (or claimed by the framework's segment): what it was
+    /// is [`Replay::freed`] until the next record applied. (Carried by value, the 56 bytes were
+    /// copied through the stack at every free and every tracker's call, piecewise, and reading
+    /// them back whole stalled the replay on store forwarding.)
     Free {
         ptr: u64,
-        live: Live,
     },
     /// A stack named a device allocation made through CUDA itself while the framework records
     /// its tensors: most likely a segment the framework takes for the tensor whose own stack
@@ -353,7 +361,12 @@ impl Replay {
                 .collect()
         };
         Replay {
-            live: on(&self.live),
+            live: self
+                .live
+                .iter()
+                .filter(|(_, l)| keep(l.device))
+                .map(|(&k, &l)| (k, l))
+                .collect(),
             physical: on(&self.physical),
             devices: self.devices.clone(),
             physical_bytes: self.physical_bytes.clone(),

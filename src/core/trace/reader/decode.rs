@@ -7,6 +7,7 @@
 use super::*;
 
 /// A definition read from the file, applied by the reader before the records of its batch.
+#[derive(Clone)]
 pub(super) enum Def {
     String(u64, String),
     Stack(u64, Vec<u64>),
@@ -27,6 +28,22 @@ pub(super) struct Batch {
     pub next: u64,
     /// The file is read to its end: no batch follows.
     pub last: bool,
+}
+
+impl Batch {
+    /// A copy for a second reader, its records in a spare batch.
+    fn copy(&self, spares: &Spares) -> Batch {
+        let mut records = spares.take(self.records.len());
+        records.extend_from_slice(&self.records);
+        Batch {
+            defs: self.defs.clone(),
+            records,
+            restoring: self.restoring,
+            stats: self.stats.clone(),
+            next: self.next,
+            last: self.last,
+        }
+    }
 }
 
 /// The decoding side of a reader: the file, the checkpoint, the reorder window.
@@ -78,8 +95,9 @@ pub(super) struct Decoder {
 #[derive(Default)]
 pub struct Spares(std::sync::Mutex<Vec<Vec<Record>>>);
 
-/// Spare batches kept at most: those on their way, and one or two being read.
-const SPARES: usize = AHEAD + 2;
+/// Spare batches kept at most: those on their way to two readers, and one or two being read
+/// by each.
+const SPARES: usize = 2 * (AHEAD + 2);
 /// Records a spare batch may have room for: a few full batches.
 const SPARE_MAX: usize = 4 * BATCH;
 
@@ -455,6 +473,8 @@ pub(super) enum Source {
         batches: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>>,
         thread: Option<std::thread::JoinHandle<Option<Box<Decoder>>>>,
     },
+    /// A copy of each batch another reader's decoding thread reads (see [`Source::start_pair`]).
+    Copies(std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>),
     /// Between a stop and a start (never seen by a caller).
     Gone,
 }
@@ -508,6 +528,59 @@ impl Source {
         }
     }
 
+    /// Two sources of the same batches from one decoder on a thread of its own: the first
+    /// (which gets the decoder back when stopped) reads the batches, the second a copy of each,
+    /// made on the decoding thread. `Err`: the decoder back, where a thread cannot be had or
+    /// decoding is asked to stay in turn (one core, `GPUSHIM_READ_INLINE=1`).
+    ///
+    /// The thread waits for both readers (a few batches ahead of the slower): the second is
+    /// read to its end or dropped before the first is stopped, or the stop waits for it.
+    pub fn start_pair(d: Box<Decoder>) -> Result<(Source, Source), Box<Decoder>> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let inline = std::env::var_os("GPUSHIM_READ_INLINE").is_some_and(|v| v == "1");
+        if cores < 2 || inline {
+            return Err(d);
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
+        let (tx_copy, rx_copy) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
+        let holder = std::sync::Arc::new(std::sync::Mutex::new(Some(d)));
+        let theirs = holder.clone();
+        let spawned = std::thread::Builder::new()
+            .name("gpushim-decode".into())
+            .spawn(move || {
+                let mut d = theirs.lock().ok().and_then(|mut g| g.take())?;
+                let (mut first, mut second) = (true, true);
+                loop {
+                    let b = d.step();
+                    let last = b.last;
+                    if second {
+                        second = tx_copy.send(b.copy(&d.spares)).is_ok();
+                    }
+                    if first {
+                        first = tx.send(b).is_ok();
+                    }
+                    if last || !(first || second) {
+                        break;
+                    }
+                }
+                Some(d)
+            });
+        match spawned {
+            Ok(thread) => Ok((
+                Source::Threaded {
+                    batches: Some(std::sync::Mutex::new(rx)),
+                    thread: Some(thread),
+                },
+                Source::Copies(std::sync::Mutex::new(rx_copy)),
+            )),
+            // No thread: the decoder, unmoved (the closure never ran), back to the caller.
+            Err(_) => match holder.lock().ok().and_then(|mut g| g.take()) {
+                Some(d) => Err(d),
+                None => Ok((Source::Gone, Source::Gone)),
+            },
+        }
+    }
+
     /// The next batch, `None` once the last was handed on.
     pub fn next_batch(&mut self) -> Option<Batch> {
         if let Source::Pending(_) = self
@@ -519,7 +592,8 @@ impl Source {
             Source::Inline(d) if !d.finished => Some(d.step()),
             Source::Threaded {
                 batches: Some(rx), ..
-            } => rx.get_mut().ok()?.recv().ok(),
+            }
+            | Source::Copies(rx) => rx.get_mut().ok()?.recv().ok(),
             _ => None,
         }
     }
@@ -536,7 +610,7 @@ impl Source {
                 batches.take();
                 thread.take().and_then(|t| t.join().ok()).flatten()
             }
-            Source::Gone => None,
+            Source::Copies(_) | Source::Gone => None,
         }
     }
 }

@@ -84,8 +84,10 @@ impl TraceReader {
             return None;
         };
         let n = b.records.len() as u64;
-        DECODED.fetch_add(n, Relaxed);
-        self.pass_decoded = self.pass_decoded.saturating_add(n);
+        if !self.copies {
+            DECODED.fetch_add(n, Relaxed);
+            self.pass_decoded = self.pass_decoded.saturating_add(n);
+        }
         self.apply(b.defs);
         (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
         Some(b.records)
@@ -130,6 +132,49 @@ impl TraceReader {
             }
         }
         true
+    }
+
+    /// A second reader of the records this one is about to read, for work on another thread:
+    /// this reader's decoder hands it a copy of each batch it decodes, so the file is read and
+    /// decoded once for both. Only before the first record is read (`None` after, or where the
+    /// decoder cannot have a thread of its own: one core, `GPUSHIM_READ_INLINE=1`). The two
+    /// read in step, a few batches apart at most: each must be read on (or dropped), and the
+    /// second read to its end or dropped before this one is rewound.
+    pub fn pair(&mut self) -> Option<TraceReader> {
+        let decode::Source::Pending(_) = &self.source else {
+            return None;
+        };
+        let decode::Source::Pending(d) = std::mem::replace(&mut self.source, decode::Source::Gone)
+        else {
+            return None;
+        };
+        let (mine, theirs) = match decode::Source::start_pair(d) {
+            Ok(pair) => pair,
+            Err(d) => {
+                self.source = decode::Source::Pending(d);
+                return None;
+            }
+        };
+        self.source = mine;
+        let opts = ReadOptions {
+            filter: self.filter.clone(),
+            symbols: self.symbols,
+            progress: None,
+            native_frames: self.native_frames,
+            program_frames: self.program_frames,
+            ..ReadOptions::default()
+        };
+        let mut reader = TraceReader::with_source(
+            self.info.clone(),
+            (theirs, self.spares.clone()),
+            self.template.clone(),
+            self.stats.clone(),
+            (self.next, self.end),
+            &opts,
+        );
+        (reader.whole_counted, reader.copies) = (true, true);
+        PAIRED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Some(reader)
     }
 
     /// A second reader of this trace, from its first record: the same file (the descriptor

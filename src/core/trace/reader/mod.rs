@@ -209,6 +209,9 @@ pub struct TraceReader {
     /// reader's never is).
     pass_decoded: u64,
     whole_counted: bool,
+    /// Reads copies of another reader's batches ([`TraceReader::pair`]): nothing decoded of
+    /// its own, nothing counted.
+    copies: bool,
 }
 
 /// Records read from the file at a time (256 KiB: the chunk stays in the cache).
@@ -224,6 +227,13 @@ static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(
 /// decodes fewer).
 pub(super) static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub(super) static DECODED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Passes whose batches a second reader read too, on another thread ([`TraceReader::pair`]).
+pub(super) static PAIRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Passes read by two readers at once ([`TraceReader::pair`]) by this process so far.
+pub fn paired() -> u64 {
+    PAIRED.load(std::sync::atomic::Ordering::Relaxed)
+}
 
 /// (traces opened, passes read) by this process so far.
 pub fn reads() -> (u64, u64) {
@@ -368,13 +378,27 @@ impl TraceReader {
         decoder: decode::Decoder,
         template: fork::Template,
         stats: DecodeStats,
+        extent: (u64, u64),
+        opts: &ReadOptions,
+    ) -> TraceReader {
+        let spares = decoder.spares.clone();
+        let source = decode::Source::Pending(Box::new(decoder));
+        TraceReader::with_source(info, (source, spares), template, stats, extent, opts)
+    }
+
+    /// [`TraceReader::at_start`] with its batches from `source`.
+    fn with_source(
+        info: TraceInfo,
+        (source, spares): (decode::Source, std::sync::Arc<decode::Spares>),
+        template: fork::Template,
+        stats: DecodeStats,
         (next, end): (u64, u64),
         opts: &ReadOptions,
     ) -> TraceReader {
         TraceReader {
             info,
-            spares: decoder.spares.clone(),
-            source: decode::Source::Pending(Box::new(decoder)),
+            spares,
+            source,
             batch: std::collections::VecDeque::new(),
             restoring: false,
             next,
@@ -397,6 +421,7 @@ impl TraceReader {
             template,
             pass_decoded: 0,
             whole_counted: false,
+            copies: false,
         }
     }
 

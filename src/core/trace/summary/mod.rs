@@ -27,7 +27,7 @@ pub(in crate::trace) use peaks::{PeakWatch, snapshot_now};
 pub use thinned::Thinned;
 
 use crate::trace::format::{Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind};
-use crate::trace::live::{Change, Live, Replay, Snapshot};
+use crate::trace::live::{Change, Replay, Snapshot};
 use std::collections::BTreeMap;
 
 /// Records wait this long in the reorder window (as in the reader).
@@ -370,12 +370,12 @@ impl Summarizer {
         // later is not a moment of the series: counted with the segment's tensors it would
         // read the device higher than it ever was (the page's columns skip it alike).
         let raw = self.replay.tensors.recorded() && matches!(r.kind, Alloc | PhysCreate);
-        if let Change::Alloc { device, .. }
-        | Change::Physical { device }
-        | Change::Free {
-            live: Live { device, .. },
-            ..
-        } = c
+        let changed = match c {
+            Change::Alloc { device, .. } | Change::Physical { device } => Some(device),
+            Change::Free { .. } => Some(self.replay.freed.device),
+            Change::Other | Change::StackOfRaw => None,
+        };
+        if let Some(device) = changed
             && !raw
         {
             let (live, reserved) = (self.replay.live_on(device), self.replay.reserved_on(device));
@@ -402,7 +402,8 @@ impl Summarizer {
                     w.journal.push((ptr, None));
                 }
             }
-            Change::Free { ptr, live } => {
+            Change::Free { ptr } => {
+                let live = self.replay.freed;
                 if let Some(w) = self.peaks.get_mut(&live.device)
                     && w.pending
                 {

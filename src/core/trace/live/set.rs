@@ -1,0 +1,206 @@
+//! The live allocations by address, as the replay keeps them: each in a slot of a vector, an
+//! index from address to slot beside it.
+//!
+//! The replay's hot path is four records per allocation (made, its caller, its stack, freed),
+//! and three of them ask for the allocation just made or the one being freed. Kept in a map of
+//! whole entries, each of those was a probe of a table of 64-byte buckets; here the index's
+//! buckets are 16 bytes, the allocation most recently made is found without hashing (its
+//! caller and its stack follow it), and a free reads its slot once. The slots freed are reused
+//! first, so a loop's allocations stay in the same few cache lines.
+
+use super::Live;
+use crate::fasthash::FastMap;
+
+/// Live allocations by address: [`LiveSet::get`] and [`LiveSet::iter`] as a map's.
+#[derive(Clone, Default)]
+pub struct LiveSet {
+    /// Address to slot.
+    index: FastMap<u64, u32>,
+    /// The allocations, by slot; `None`: a slot free for reuse.
+    slots: Vec<Option<(u64, Live)>>,
+    /// The slots free, the latest freed last.
+    free: Vec<u32>,
+    /// The latest allocation put in, and its slot (its caller and stack records follow it).
+    last: (u64, u32),
+}
+
+impl LiveSet {
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// The slot of `ptr`, the latest put in found without hashing.
+    #[inline]
+    fn slot_of(&self, ptr: u64) -> Option<usize> {
+        let (p, s) = self.last;
+        let s = s as usize;
+        if p == ptr && matches!(self.slots.get(s), Some(Some((q, _))) if *q == ptr) {
+            return Some(s);
+        }
+        self.index.get(&ptr).map(|&s| s as usize)
+    }
+
+    pub fn get(&self, ptr: &u64) -> Option<&Live> {
+        let s = self.slot_of(*ptr)?;
+        self.slots.get(s)?.as_ref().map(|(_, l)| l)
+    }
+
+    pub fn get_mut(&mut self, ptr: &u64) -> Option<&mut Live> {
+        let s = self.slot_of(*ptr)?;
+        self.slots.get_mut(s)?.as_mut().map(|(_, l)| l)
+    }
+
+    pub fn contains_key(&self, ptr: &u64) -> bool {
+        self.slot_of(*ptr).is_some()
+    }
+
+    /// Puts `live` at `ptr`; what was there before, if anything (freed by a route the trace
+    /// did not see).
+    pub fn insert(&mut self, ptr: u64, live: Live) -> Option<Live> {
+        use std::collections::hash_map::Entry;
+        match self.index.entry(ptr) {
+            Entry::Occupied(o) => {
+                let s = *o.get();
+                self.last = (ptr, s);
+                let old = self.slots.get_mut(s as usize)?.replace((ptr, live));
+                old.map(|(_, l)| l)
+            }
+            Entry::Vacant(v) => {
+                let s = match self.free.pop() {
+                    Some(s) => s,
+                    None => {
+                        // More live at once than a u32 counts cannot come from a trace the
+                        // reader bounds, but a slot is never shared: past it, none is kept.
+                        let Ok(s) = u32::try_from(self.slots.len()) else {
+                            return None;
+                        };
+                        self.slots.push(None);
+                        s
+                    }
+                };
+                v.insert(s);
+                self.last = (ptr, s);
+                if let Some(slot) = self.slots.get_mut(s as usize) {
+                    *slot = Some((ptr, live));
+                }
+                None
+            }
+        }
+    }
+
+    /// Takes out the allocation at `ptr`, copied into `out`; whether there was one.
+    #[inline]
+    pub fn remove_into(&mut self, ptr: &u64, out: &mut Live) -> bool {
+        let Some(s) = self.index.remove(ptr) else {
+            return false;
+        };
+        match self.slots.get_mut(s as usize).and_then(Option::take) {
+            Some((_, l)) => {
+                *out = l;
+                self.free.push(s);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Takes out the allocation at `ptr`.
+    pub fn remove(&mut self, ptr: &u64) -> Option<Live> {
+        let mut l = Live::default();
+        self.remove_into(ptr, &mut l).then_some(l)
+    }
+
+    /// Every live allocation and its address, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (&u64, &Live)> {
+        self.slots.iter().flatten().map(|(p, l)| (p, l))
+    }
+
+    pub fn values(&self) -> impl Iterator<Item = &Live> {
+        self.slots.iter().flatten().map(|(_, l)| l)
+    }
+}
+
+impl FromIterator<(u64, Live)> for LiveSet {
+    fn from_iter<I: IntoIterator<Item = (u64, Live)>>(iter: I) -> Self {
+        let mut set = LiveSet::default();
+        for (p, l) in iter {
+            set.insert(p, l);
+        }
+        set
+    }
+}
+
+impl std::fmt::Debug for LiveSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_map().entries(self.iter()).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashMap;
+
+    fn live(size: u64) -> Live {
+        Live {
+            size,
+            ..Live::default()
+        }
+    }
+
+    proptest! {
+        /// Whatever the order of puts, takes and changes, the set holds what a map would,
+        /// and the latest put is found as any other.
+        #[test]
+        fn holds_what_a_map_holds(ops in proptest::collection::vec((0u8..4, 0u64..24, 1u64..1000), 0..400)) {
+            let mut set = LiveSet::default();
+            let mut map: HashMap<u64, Live> = HashMap::new();
+            for (op, ptr, size) in ops {
+                match op {
+                    0 => prop_assert_eq!(set.insert(ptr, live(size)), map.insert(ptr, live(size))),
+                    1 => prop_assert_eq!(set.remove(&ptr), map.remove(&ptr)),
+                    2 => {
+                        if let (Some(a), Some(b)) = (set.get_mut(&ptr), map.get_mut(&ptr)) {
+                            a.stack = size;
+                            b.stack = size;
+                        }
+                    }
+                    _ => prop_assert_eq!(set.get(&ptr), map.get(&ptr)),
+                }
+                prop_assert_eq!(set.len(), map.len());
+                prop_assert_eq!(set.contains_key(&ptr), map.contains_key(&ptr));
+            }
+            let mut held: Vec<(u64, Live)> = set.iter().map(|(&p, &l)| (p, l)).collect();
+            let mut want: Vec<(u64, Live)> = map.into_iter().collect();
+            held.sort_by_key(|&(p, _)| p);
+            want.sort_by_key(|&(p, _)| p);
+            prop_assert_eq!(held, want);
+        }
+    }
+
+    #[test]
+    fn a_freed_slot_is_used_again_before_the_set_grows() {
+        let mut set = LiveSet::default();
+        for p in 1..=8 {
+            set.insert(p, live(p));
+        }
+        for _ in 0..100 {
+            assert_eq!(set.remove(&3), Some(live(3)));
+            set.insert(3, live(3));
+        }
+        assert_eq!(set.slots.len(), 8);
+        // The latest put is found through its slot: a stale hint (its address freed and put
+        // elsewhere) is not believed.
+        set.remove(&3);
+        set.insert(9, live(9));
+        set.insert(3, live(30));
+        set.last = (3, 2);
+        assert_eq!(set.get(&9), Some(&live(9)));
+        assert_eq!(set.get(&3), Some(&live(30)));
+    }
+}
