@@ -365,12 +365,12 @@ fn the_pictures_bands_taken_in_the_first_pass_are_those_the_second_takes() {
 
 #[test]
 fn the_page_read_by_two_threads_is_the_page_read_by_one() {
-    // Where there is a second core, the page's and `analyze`'s trackers are two groups, each
+    // Where there are cores for it, the page's and `analyze`'s trackers are two groups, each
     // on a thread with a replay and kinds of its own, fed copies of the same decoded batches
-    // (GPUSHIM_READ_SPLIT=0: one group). The page, the saved analysis and `oom` (the failures
-    // and what grew until them) must be the same to the byte, the file decoded no more often,
-    // on a real run's trace, a ring's (a checkpoint restored first) and a leaking loop's
-    // whole trace.
+    // (GPUSHIM_READ_SPLIT=1: wherever there is a second core; 0: one group). The page and the
+    // saved analysis must be the same to the byte, the file decoded no more often, on a real
+    // run's trace, a ring's (a checkpoint restored first) and a leaking loop's whole trace;
+    // `oom` (its failures, and what grew until them) is read by one group either way.
     let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
     let ring = ring_trace("read-split", true);
     let long = tempdir("read-split").file("long.trace");
@@ -392,9 +392,7 @@ fn the_page_read_by_two_threads_is_the_page_read_by_one() {
                     c.arg(args[1]);
                 }
                 c.env("GPUSHIM_READS", "1");
-                if !split {
-                    c.env("GPUSHIM_READ_SPLIT", "0");
-                }
+                c.env("GPUSHIM_READ_SPLIT", if split { "1" } else { "0" });
                 let out = c.output().unwrap();
                 assert_ok(&out);
                 let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -409,10 +407,7 @@ fn the_page_read_by_two_threads_is_the_page_read_by_one() {
             let what = format!("{} of {}", args[0], trace.display());
             assert!(two == one, "{what}: two threads read otherwise than one");
             let paired = said.contains("read by two threads at once");
-            // `oom` reads its leaks only where an allocation failed: no second group.
-            if args[0] != "oom" {
-                assert_eq!(paired, two_cores, "{what}: {said}");
-            }
+            assert_eq!(paired, two_cores && args[0] != "oom", "{what}: {said}");
             assert!(!said_one.contains("two threads"), "{what}: {said_one}");
             // The copies are not decoding: the records read as often either way.
             let times = |s: &str| {

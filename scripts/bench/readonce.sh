@@ -10,8 +10,12 @@
 # saved as a host's analysis (`analyze`) and the job's summary from the saved file. The goal
 # (docs/limits.md says how far it is): every report within 3x the read, memory growing with the
 # live set and the stacks, never with the file.
+# The page and `analyze` read by two groups of trackers on two threads where the machine has
+# three cores or more: each is also timed with one (GPUSHIM_READ_SPLIT=0), in the same run.
 # Usage: scripts/bench.sh readonce[:CAP,STEPS]  (default 2GiB and 200000 steps, about 1.5 GB of records in a
 # 2 GiB file: a few minutes to make, then the reports; 2 GB of disk in $TMPDIR).
+# Without cargo (a machine with more cores): GPUSHIM_PREBUILT=DIR holding gpushim,
+# libgpushim.so and read_only, built elsewhere (target/release/, target/release/examples/).
 set -euo pipefail
 cap=${1:-2GiB}
 steps=${2:-200000}
@@ -19,10 +23,15 @@ sim=$(mktemp -d)
 dir=$(mktemp -d)
 trap 'rm -rf "$sim" "$dir"' EXIT
 scripts/build-sim.sh "$sim" >/dev/null
-cargo build --release --quiet -p gpushim -p gpushim-shim
-cargo build --release --quiet --example read_only
-shim=$PWD/target/release/libgpushim.so
-gpushim=$PWD/target/release/gpushim
+if [ -n "${GPUSHIM_PREBUILT:-}" ]; then
+  prebuilt=$(cd "$GPUSHIM_PREBUILT" && pwd)
+  shim=$prebuilt/libgpushim.so gpushim=$prebuilt/gpushim reader=$prebuilt/read_only
+else
+  cargo build --release --quiet -p gpushim -p gpushim-shim
+  cargo build --release --quiet --example read_only
+  shim=$PWD/target/release/libgpushim.so gpushim=$PWD/target/release/gpushim
+  reader=$PWD/target/release/examples/read_only
+fi
 t=$dir/long.trace
 /usr/bin/time -f "%e" -o "$dir/run.time" env LD_LIBRARY_PATH="$sim" LD_PRELOAD="$shim" \
   GPUSHIM_CONF="trace_max:$cap" GPUSHIM_TRACE="$t" "$sim/long_run" "$steps" 1000 >"$dir/run.out" 2>&1
@@ -35,7 +44,7 @@ read_s=999999
 for _ in 1 2 3; do
   /usr/bin/time -f "%e %M" -o "$dir/cat.time" cat "$t" >/dev/null
   read -r c _ < "$dir/cat.time"
-  read_s=$(echo "if ($c < $read_s) $c else $read_s" | bc -l)
+  read_s=$(awk -v a="$c" -v b="$read_s" 'BEGIN { print (a < b ? a : b) }')
 done
 printf "%-10s %10s %10s %10s %13s %8s\n" report seconds "x read" "max RSS" "opens/passes" "records"
 printf "%-10s %10.2f %10s %10s %13s %8s\n" "cat" "$read_s" "1.0" "-" "1/1" "1.00x"
@@ -49,17 +58,22 @@ one() { # NAME [PROGRAM] ARGS...: its time, memory and reads (opened, passes beg
   for _ in 1 2 3; do
     GPUSHIM_READS=1 /usr/bin/time -f "%e %M" -o "$dir/$name.time" "$bin" "$@" >/dev/null 2>"$dir/$name.err" || true
     read -r s1 kib1 < "$dir/$name.time"
-    s=$(echo "if ($s1 < $s) $s1 else $s" | bc -l)
+    s=$(awk -v a="$s1" -v b="$s" 'BEGIN { print (a < b ? a : b) }')
     kib=$((kib1 > kib ? kib1 : kib))
   done
   reads=$(sed -n 's/^gpushim: opened \([0-9]*\) trace file(s), read \([0-9]*\) pass(es): .*$/\1\/\2/p' "$dir/$name.err")
   times=$(sed -n 's/^gpushim: opened .*: \([0-9.]*\) times their records$/\1x/p' "$dir/$name.err")
-  printf "%-10s %10.2f %10.1f %7s MiB %13s %8s\n" "$name" "$s" "$(echo "$s / $read_s" | bc -l)" "$((kib / 1024))" "${reads:--}" "${times:--}"
+  printf "%-10s %10.2f %10.1f %7s MiB %13s %8s\n" "$name" "$s" "$(awk -v a="$s" -v b="$read_s" 'BEGIN { print a / b }')" "$((kib / 1024))" "${reads:--}" "${times:--}"
 }
 # The reader alone (examples/read_only.rs): decoded, ordered, handed on, nothing more.
-one reader "$PWD/target/release/examples/read_only" "$t"
+one reader "$reader" "$t"
 for r in summary peak leaks oom; do one "$r" "$r" "$t"; done
 one report report "$t" -o "$dir/page.html"
+one "report/1" /usr/bin/env GPUSHIM_READ_SPLIT=0 "$gpushim" report "$t" -o "$dir/page1.html"
 one analyze analyze "$t" -o "$dir/host.analysis"
+one "analyze/1" /usr/bin/env GPUSHIM_READ_SPLIT=0 "$gpushim" analyze "$t" -o "$dir/host1.analysis"
+cmp -s "$dir/page.html" "$dir/page1.html" && cmp -s "$dir/host.analysis" "$dir/host1.analysis" \
+  || echo "the page or the analysis read by two threads differs from one thread's"
 one "summary*" summary "$dir/host.analysis"
+echo "(report/1, analyze/1: their trackers in one group, GPUSHIM_READ_SPLIT=0; two groups on two threads where $(nproc) cores allow, three or more)"
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"

@@ -230,14 +230,22 @@ fn read_all(reader: &mut TraceReader, run: &mut RunPass) {
     }
 }
 
-/// The first pass. Where `wants` asks for the trackers of the moments and failures and for
-/// those of the iterations and the picture (the page, `analyze`), they are two groups, each on
-/// a thread with a replay and kinds of its own, reading the same batches (decoded once:
-/// [`TraceReader::pair`]); their replays and kinds end the same (the same records applied the
-/// same way), so the first group's serve both after the pass. `GPUSHIM_READ_SPLIT=0`: one
-/// group whatever the cores (the tests compare the two).
+/// The first pass. Where `wants` asks for the summary and the moments and failures as well as
+/// the iterations and the picture (the page, `analyze`: the most trackers), they are two
+/// groups, each on a thread with a replay and kinds of its own, reading the same batches
+/// (decoded once: [`TraceReader::pair`]); their replays and kinds end the same (the same
+/// records applied the same way), so the first group's serve both after the pass. Only where
+/// the decoder and the two groups can each have a core: on two cores the three threads take
+/// turns, and the second replay costs about what the split saves. `GPUSHIM_READ_SPLIT=1`: two
+/// groups wherever there is a second core; `0`: one group whatever the cores (the tests
+/// compare the two).
 fn first_pass(reader: &mut TraceReader, wants: &Wants) -> Result<RunPass, ReadError> {
-    let split_off = std::env::var_os("GPUSHIM_READ_SPLIT").is_some_and(|v| v == "0");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let split = match std::env::var("GPUSHIM_READ_SPLIT").as_deref() {
+        Ok("0") => false,
+        Ok("1") => true,
+        _ => cores >= 3,
+    };
     let (moments, iterations) = (
         Wants {
             leaks: None,
@@ -251,8 +259,7 @@ fn first_pass(reader: &mut TraceReader, wants: &Wants) -> Result<RunPass, ReadEr
             ..wants.clone()
         },
     );
-    let two = (moments.summary || moments.oom) && iterations.leaks.is_some();
-    let second = if two && !split_off {
+    let second = if split && moments.summary && iterations.leaks.is_some() {
         reader.pair()
     } else {
         None

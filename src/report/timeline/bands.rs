@@ -54,7 +54,10 @@ impl Adds<'_> {
 /// record asking for its free.
 #[derive(Default)]
 pub(super) struct Lives {
-    made: FastMap<u64, u64>,
+    /// By the replay's place of each live allocation (`LiveSet::last_put`): its first change,
+    /// plus one (0: not made on the axis). A vector, not a map by address: every allocation
+    /// and free of the trace comes here.
+    made: Vec<u64>,
     decided: FastMap<u64, Kind>,
 }
 
@@ -66,22 +69,27 @@ impl Lives {
         }
     }
 
-    /// `ptr` made after `now` changes of its lane; one the axis does not count (`counted`
-    /// false) is live from the next change on.
-    pub(super) fn made(&mut self, ptr: u64, now: u64, counted: bool) {
-        self.made.insert(ptr, if counted { now } else { now + 1 });
+    /// `ptr` made (at `place`) after `now` changes of its lane; one the axis does not count
+    /// (`counted` false) is live from the next change on.
+    pub(super) fn made(&mut self, ptr: u64, place: u32, now: u64, counted: bool) {
+        let i = place as usize;
+        if self.made.len() <= i {
+            self.made.resize(i + 1, 0);
+        }
+        self.made[i] = (if counted { now } else { now + 1 }).saturating_add(1);
         crate::fasthash::remove_if_any(&mut self.decided, &ptr);
     }
 
-    /// `ptr` freed: its first change and its kind, if it was made on the axis.
-    pub(super) fn freed(&mut self, ptr: u64) -> Option<(u64, Kind)> {
+    /// `ptr` freed (from `place`): its first change and its kind, if it was made on the axis.
+    pub(super) fn freed(&mut self, ptr: u64, place: u32) -> Option<(u64, Kind)> {
         let kind = crate::fasthash::remove_if_any(&mut self.decided, &ptr).unwrap_or(Kind::Unknown);
-        self.made.remove(&ptr).map(|from| (from, kind))
+        let made = self.made.get_mut(place as usize).map_or(0, std::mem::take);
+        made.checked_sub(1).map(|from| (from, kind))
     }
 
-    /// The first change of `ptr`, still live.
-    pub(super) fn first_change(&self, ptr: u64) -> Option<u64> {
-        self.made.get(&ptr).copied()
+    /// The first change of the allocation live at `place`.
+    pub(super) fn first_change(&self, place: u32) -> Option<u64> {
+        self.made.get(place as usize)?.checked_sub(1)
     }
 }
 
@@ -127,13 +135,15 @@ impl<'a> BandsPass<'a> {
         match c {
             Change::Alloc { ptr, device } => {
                 let now = self.adds.get(&device).map_or(0, |a| a.changes);
-                self.lives.made(ptr, now, counted.is_some());
+                self.lives
+                    .made(ptr, rp.live.last_put(), now, counted.is_some());
             }
             Change::Free { ptr } => {
                 let live = &rp.freed;
-                if let (Some((from, kind)), Some(a)) =
-                    (self.lives.freed(ptr), self.adds.get_mut(&live.device))
-                {
+                if let (Some((from, kind)), Some(a)) = (
+                    self.lives.freed(ptr, rp.live.last_taken()),
+                    self.adds.get_mut(&live.device),
+                ) {
                     let to = a.changes;
                     let slot = slot_of(live, kind);
                     a.add(slot, site_key(live), live.size, from, to);
@@ -153,8 +163,8 @@ impl<'a> BandsPass<'a> {
         keep: &[&str],
     ) -> Vec<Lane> {
         // What is live at the end stays to the last column.
-        for (ptr, l) in rp.live.iter() {
-            let Some(from) = self.lives.first_change(*ptr) else {
+        for (place, ptr, l) in rp.live.iter_placed() {
+            let Some(from) = self.lives.first_change(place) else {
                 continue;
             };
             if let Some(a) = self.adds.get_mut(&l.device) {

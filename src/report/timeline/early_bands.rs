@@ -116,12 +116,13 @@ impl EarlyBands {
         match c {
             Change::Alloc { ptr, device } => {
                 let now = self.lanes.get(&device).map_or(0, |b| b.changes);
-                self.lives.made(ptr, now, counted.is_some());
+                self.lives
+                    .made(ptr, rp.live.last_put(), now, counted.is_some());
             }
             Change::Free { ptr } => {
                 let live = &rp.freed;
                 if let (Some((from, kind)), Some(b), Some(f)) = (
-                    self.lives.freed(ptr),
+                    self.lives.freed(ptr, rp.live.last_taken()),
                     self.lanes.get_mut(&live.device),
                     lanes.get(&live.device),
                 ) {
@@ -171,8 +172,8 @@ impl EarlyBands {
             }
         }
         // What is live at the end stays to the last column.
-        for (ptr, l) in rp.live.iter() {
-            let Some(from) = self.lives.first_change(*ptr) else {
+        for (place, ptr, l) in rp.live.iter_placed() {
+            let Some(from) = self.lives.first_change(place) else {
                 continue;
             };
             if let (Some(b), Some(f)) = (self.lanes.get_mut(&l.device), found.lanes.get(&l.device))

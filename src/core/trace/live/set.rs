@@ -22,6 +22,8 @@ pub struct LiveSet {
     free: Vec<u32>,
     /// The latest allocation put in, and its slot (its caller and stack records follow it).
     last: (u64, u32),
+    /// The slot of the latest allocation taken out.
+    taken: u32,
 }
 
 impl LiveSet {
@@ -52,6 +54,20 @@ impl LiveSet {
     pub fn get_mut(&mut self, ptr: &u64) -> Option<&mut Live> {
         let s = self.slot_of(*ptr)?;
         self.slots.get_mut(s)?.as_mut().map(|(_, l)| l)
+    }
+
+    /// The place of the latest allocation put in: an index, each live allocation's own while
+    /// it lives (reused once it is freed), so that a tracker can keep what it knows of each
+    /// live allocation in a vector by place rather than in a map by address.
+    #[inline]
+    pub fn last_put(&self) -> u32 {
+        self.last.1
+    }
+
+    /// The place the latest allocation taken out had.
+    #[inline]
+    pub fn last_taken(&self) -> u32 {
+        self.taken
     }
 
     pub fn contains_key(&self, ptr: &u64) -> bool {
@@ -102,6 +118,7 @@ impl LiveSet {
             Some((_, l)) => {
                 *out = l;
                 self.free.push(s);
+                self.taken = s;
                 true
             }
             None => false,
@@ -117,6 +134,12 @@ impl LiveSet {
     /// Every live allocation and its address, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&u64, &Live)> {
         self.slots.iter().flatten().map(|(p, l)| (p, l))
+    }
+
+    /// Every live allocation with its place and address.
+    pub fn iter_placed(&self) -> impl Iterator<Item = (u32, &u64, &Live)> {
+        let placed = self.slots.iter().zip(0u32..);
+        placed.filter_map(|(s, i)| s.as_ref().map(|(p, l)| (i, p, l)))
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Live> {
@@ -194,6 +217,18 @@ mod tests {
             set.insert(3, live(3));
         }
         assert_eq!(set.slots.len(), 8);
+        // Each live allocation keeps its place; a place freed is the next one put in's.
+        let places: Vec<(u32, u64)> = set.iter_placed().map(|(i, &p, _)| (i, p)).collect();
+        assert_eq!(places.len(), 8);
+        assert!(
+            places
+                .iter()
+                .all(|&(i, p)| set.slot_of(p) == Some(i as usize))
+        );
+        set.remove(&5);
+        let freed = set.last_taken();
+        set.insert(50, live(50));
+        assert_eq!(set.last_put(), freed);
         // The latest put is found through its slot: a stale hint (its address freed and put
         // elsewhere) is not believed.
         set.remove(&3);
