@@ -69,11 +69,11 @@ one() { # NAME [PROGRAM] ARGS...: its time, memory and reads (opened, passes beg
 one reader "$reader" "$t"
 for r in summary peak leaks oom; do one "$r" "$r" "$t"; done
 one report report "$t" -o "$dir/page.html"
-one "report/1" /usr/bin/env GPUSHIM_READ_SPLIT=0 "$gpushim" report "$t" -o "$dir/page1.html"
+one "report-1" /usr/bin/env GPUSHIM_READ_SPLIT=0 "$gpushim" report "$t" -o "$dir/page1.html"
 one analyze analyze "$t" -o "$dir/host.analysis"
-one "analyze/1" /usr/bin/env GPUSHIM_READ_SPLIT=0 "$gpushim" analyze "$t" -o "$dir/host1.analysis"
+one "analyze-1" /usr/bin/env GPUSHIM_READ_SPLIT=0 "$gpushim" analyze "$t" -o "$dir/host1.analysis"
 cmp -s "$dir/page.html" "$dir/page1.html" && cmp -s "$dir/host.analysis" "$dir/host1.analysis" \
   || echo "the page or the analysis read by two threads differs from one thread's"
 one "summary*" summary "$dir/host.analysis"
-echo "(report/1, analyze/1: their trackers in one group, GPUSHIM_READ_SPLIT=0; two groups on two threads where $(nproc) cores allow, three or more)"
+echo "(report-1, analyze-1: their trackers in one group, GPUSHIM_READ_SPLIT=0; two groups on two threads where $(nproc) cores allow, three or more)"
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"
