@@ -492,39 +492,9 @@ impl Source {
     /// The decoder, on a thread of its own when the machine has more than one core and a
     /// thread can be had, else called in turn.
     pub fn start(d: Box<Decoder>) -> Source {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // GPUSHIM_READ_INLINE=1: decode in turn whatever the cores (the tests compare the two).
-        let inline = std::env::var_os("GPUSHIM_READ_INLINE").is_some_and(|v| v == "1");
-        if cores < 2 || inline {
-            return Source::Inline(d);
-        }
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
-        // The decoder comes back through the join, for a second pass.
-        let holder = std::sync::Arc::new(std::sync::Mutex::new(Some(d)));
-        let theirs = holder.clone();
-        let spawned = std::thread::Builder::new()
-            .name("gpushim-decode".into())
-            .spawn(move || {
-                let mut d = theirs.lock().ok().and_then(|mut g| g.take())?;
-                loop {
-                    let b = d.step();
-                    let last = b.last;
-                    if tx.send(b).is_err() || last {
-                        break;
-                    }
-                }
-                Some(d)
-            });
-        match spawned {
-            Ok(thread) => Source::Threaded {
-                batches: Some(std::sync::Mutex::new(rx)),
-                thread: Some(thread),
-            },
-            // No thread to be had: the decoder, unmoved, called in turn.
-            Err(_) => match holder.lock().ok().and_then(|mut g| g.take()) {
-                Some(d) => Source::Inline(d),
-                None => Source::Gone,
-            },
+        match Source::spawn(d, false) {
+            Ok((source, _)) => source,
+            Err(d) => Source::Inline(d),
         }
     }
 
@@ -536,30 +506,52 @@ impl Source {
     /// The thread waits for both readers (a few batches ahead of the slower): the second is
     /// read to its end or dropped before the first is stopped, or the stop waits for it.
     pub fn start_pair(d: Box<Decoder>) -> Result<(Source, Source), Box<Decoder>> {
+        match Source::spawn(d, true)? {
+            (first, Some(second)) => Ok((first, second)),
+            (first, None) => Ok((first, Source::Gone)),
+        }
+    }
+
+    /// The decoder on a thread of its own, its batches for a reader and (`copies`) a copy of
+    /// each for a second; `Err`: the decoder back, unmoved, where there is one core, decoding
+    /// is asked to stay in turn (`GPUSHIM_READ_INLINE=1`), or no thread can be had.
+    fn spawn(d: Box<Decoder>, copies: bool) -> Result<(Source, Option<Source>), Box<Decoder>> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // GPUSHIM_READ_INLINE=1: decode in turn whatever the cores (the tests compare the two).
         let inline = std::env::var_os("GPUSHIM_READ_INLINE").is_some_and(|v| v == "1");
         if cores < 2 || inline {
             return Err(d);
         }
         let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
-        let (tx_copy, rx_copy) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
+        let (tx_copy, rx_copy) = if copies {
+            let (t, r) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
+            (Some(t), Some(r))
+        } else {
+            (None, None)
+        };
+        // The decoder comes back through the join, for a second pass.
         let holder = std::sync::Arc::new(std::sync::Mutex::new(Some(d)));
         let theirs = holder.clone();
         let spawned = std::thread::Builder::new()
             .name("gpushim-decode".into())
             .spawn(move || {
                 let mut d = theirs.lock().ok().and_then(|mut g| g.take())?;
-                let (mut first, mut second) = (true, true);
+                let (mut first, mut second) = (Some(tx), tx_copy);
                 loop {
                     let b = d.step();
                     let last = b.last;
-                    if second {
-                        second = tx_copy.send(b.copy(&d.spares)).is_ok();
+                    // A reader gone (dropped) is sent no more.
+                    if let Some(t) = &second
+                        && t.send(b.copy(&d.spares)).is_err()
+                    {
+                        second = None;
                     }
-                    if first {
-                        first = tx.send(b).is_ok();
+                    if let Some(t) = &first
+                        && t.send(b).is_err()
+                    {
+                        first = None;
                     }
-                    if last || !(first || second) {
+                    if last || (first.is_none() && second.is_none()) {
                         break;
                     }
                 }
@@ -571,12 +563,12 @@ impl Source {
                     batches: Some(std::sync::Mutex::new(rx)),
                     thread: Some(thread),
                 },
-                Source::Copies(std::sync::Mutex::new(rx_copy)),
+                rx_copy.map(|r| Source::Copies(std::sync::Mutex::new(r))),
             )),
-            // No thread: the decoder, unmoved (the closure never ran), back to the caller.
+            // No thread to be had: the decoder, unmoved (the closure never ran).
             Err(_) => match holder.lock().ok().and_then(|mut g| g.take()) {
                 Some(d) => Err(d),
-                None => Ok((Source::Gone, Source::Gone)),
+                None => Ok((Source::Gone, None)),
             },
         }
     }

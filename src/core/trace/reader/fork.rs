@@ -134,6 +134,18 @@ impl TraceReader {
         true
     }
 
+    /// What a second reader of this trace reads with: this one's options, but no progress.
+    fn second_options(&self) -> ReadOptions {
+        ReadOptions {
+            filter: self.filter.clone(),
+            symbols: self.symbols,
+            progress: None,
+            native_frames: self.native_frames,
+            program_frames: self.program_frames,
+            ..ReadOptions::default()
+        }
+    }
+
     /// A second reader of the records this one is about to read, for work on another thread:
     /// this reader's decoder hands it a copy of each batch it decodes, so the file is read and
     /// decoded once for both. Only before the first record is read (`None` after, or where the
@@ -156,14 +168,7 @@ impl TraceReader {
             }
         };
         self.source = mine;
-        let opts = ReadOptions {
-            filter: self.filter.clone(),
-            symbols: self.symbols,
-            progress: None,
-            native_frames: self.native_frames,
-            program_frames: self.program_frames,
-            ..ReadOptions::default()
-        };
+        let opts = self.second_options();
         let mut reader = TraceReader::with_source(
             self.info.clone(),
             (theirs, self.spares.clone()),
@@ -196,14 +201,7 @@ impl TraceReader {
         }
         let mut d = t.decoder(file);
         d.rewind().map_err(io_err)?;
-        let opts = ReadOptions {
-            filter: self.filter.clone(),
-            symbols: self.symbols,
-            progress: None,
-            native_frames: self.native_frames,
-            program_frames: self.program_frames,
-            ..ReadOptions::default()
-        };
+        let opts = self.second_options();
         let extent = (t.extent.0, self.end);
         let mut reader = TraceReader::at_start(
             self.info.clone(),
