@@ -369,8 +369,9 @@ fn the_page_read_by_two_threads_is_the_page_read_by_one() {
     // on a thread with a replay and kinds of its own, fed copies of the same decoded batches
     // (GPUSHIM_READ_SPLIT=1: wherever there is a second core; 0: one group). The page and the
     // saved analysis must be the same to the byte, the file decoded no more often, on a real
-    // run's trace, a ring's (a checkpoint restored first) and a leaking loop's whole trace;
-    // `oom` (its failures, and what grew until them) is read by one group either way.
+    // run's trace, a ring's (a checkpoint restored first) and a leaking loop's whole trace,
+    // also filtered (the second reader filters as the first); `oom` (its failures, and what
+    // grew until them) is read by one group either way.
     let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
     let ring = ring_trace("read-split", true);
     let long = tempdir("read-split").file("long.trace");
@@ -378,14 +379,15 @@ fn the_page_read_by_two_threads_is_the_page_read_by_one() {
     let two_cores = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
     for trace in [gpt2.as_path(), &*ring, &*long] {
         for args in [
-            ["report", "-o", "html"],
-            ["analyze", "-o", "analysis"],
-            ["oom", "--json", ""],
+            ["report", "-o", "html", "--quiet"],
+            ["report", "-o", "html", "--thread=0"],
+            ["analyze", "-o", "analysis", "--quiet"],
+            ["oom", "--json", "", "--quiet"],
         ] {
             let read = |split: bool| {
                 let out_file = long.with_file_name(format!("{split}.{}", args[2]));
                 let mut c = Command::new(gpushim_bin());
-                c.arg(args[0]).arg("--no-symbols").arg(trace);
+                c.args([args[0], "--no-symbols", args[3]]).arg(trace);
                 if args[1] == "-o" {
                     c.arg("-o").arg(&out_file);
                 } else {
@@ -404,7 +406,7 @@ fn the_page_read_by_two_threads_is_the_page_read_by_one() {
                 (printed, err)
             };
             let ((two, said), (one, said_one)) = (read(true), read(false));
-            let what = format!("{} of {}", args[0], trace.display());
+            let what = format!("{} {} of {}", args[0], args[3], trace.display());
             assert!(two == one, "{what}: two threads read otherwise than one");
             let paired = said.contains("read by two threads at once");
             assert_eq!(paired, two_cores && args[0] != "oom", "{what}: {said}");
