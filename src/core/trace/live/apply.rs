@@ -8,7 +8,7 @@ impl Replay {
     ///
     /// Nearly every record of a trace is an allocation, its caller, its stack or a free: those
     /// go straight to their handler, inlined into the caller's loop; the rest (a checkpoint's,
-    /// the segments', what the device said, a failed call) through [`Replay::apply_any`],
+    /// the segments', what the device said, a failed call) through `apply_any`,
     /// which tries each handler in turn. The two give the same answer for every record: a
     /// fast-path kind never reaches a handler before its own in the chain (none of them takes
     /// it).

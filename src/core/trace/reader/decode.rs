@@ -2,7 +2,7 @@
 //! words checked, definitions gathered from their data records, records put in time order in
 //! the reorder window and handed on in batches, each with the definitions read while it was
 //! gathered. A [`Decoder`] runs on a thread of its own when the machine has a second core,
-//! while the reports read the batches before it (see [`Source`]).
+//! while the reports read the batches before it (see [`super::source::Source`]).
 
 use super::*;
 
@@ -32,7 +32,7 @@ pub(super) struct Batch {
 
 impl Batch {
     /// A copy for a second reader, its records in a spare batch.
-    fn copy(&self, spares: &Spares) -> Batch {
+    pub(super) fn copy(&self, spares: &Spares) -> Batch {
         let mut records = spares.take(self.records.len());
         records.extend_from_slice(&self.records);
         Batch {
@@ -460,25 +460,6 @@ impl Decoder {
     }
 }
 
-/// Where a reader's batches come from: its decoder, called in turn, or the decoder's thread
-/// before it (a bounded channel of a few batches between them). A reader dropped mid-way drops
-/// the receiving end: the thread ends at its next send.
-pub(super) enum Source {
-    /// Not read yet: a reader opened for its header alone starts no thread.
-    Pending(Box<Decoder>),
-    Inline(Box<Decoder>),
-    Threaded {
-        /// In a mutex only so that a reader can be shared between threads (read-only: the
-        /// what-if replays), as a receiver alone cannot be.
-        batches: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>>,
-        thread: Option<std::thread::JoinHandle<Option<Box<Decoder>>>>,
-    },
-    /// A copy of each batch another reader's decoding thread reads (see [`Source::start_pair`]).
-    Copies(std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>),
-    /// Between a stop and a start (never seen by a caller).
-    Gone,
-}
-
 /// Records read from the file per refill of the window, at least (a batch of them, 1.3 MB,
 /// stays in the cache between its decoding and its reading).
 const BATCH: usize = 1 << 15;
@@ -486,123 +467,4 @@ const BATCH: usize = 1 << 15;
 const BATCH_FIRST: usize = 1 << 11;
 
 /// Batches decoded ahead of the reports on the decoder's thread.
-const AHEAD: usize = 4;
-
-impl Source {
-    /// The decoder, on a thread of its own when the machine has more than one core and a
-    /// thread can be had, else called in turn.
-    pub fn start(d: Box<Decoder>) -> Source {
-        match Source::spawn(d, false) {
-            Ok((source, _)) => source,
-            Err(d) => Source::Inline(d),
-        }
-    }
-
-    /// Two sources of the same batches from one decoder on a thread of its own: the first
-    /// (which gets the decoder back when stopped) reads the batches, the second a copy of each,
-    /// made on the decoding thread. `Err`: the decoder back, where a thread cannot be had or
-    /// decoding is asked to stay in turn (one core, `GPUSHIM_READ_INLINE=1`).
-    ///
-    /// The thread waits for both readers (a few batches ahead of the slower): the second is
-    /// read to its end or dropped before the first is stopped, or the stop waits for it.
-    pub fn start_pair(d: Box<Decoder>) -> Result<(Source, Source), Box<Decoder>> {
-        match Source::spawn(d, true)? {
-            (first, Some(second)) => Ok((first, second)),
-            (first, None) => Ok((first, Source::Gone)),
-        }
-    }
-
-    /// The decoder on a thread of its own, its batches for a reader and (`copies`) a copy of
-    /// each for a second; `Err`: the decoder back, unmoved, where there is one core, decoding
-    /// is asked to stay in turn (`GPUSHIM_READ_INLINE=1`), or no thread can be had.
-    fn spawn(d: Box<Decoder>, copies: bool) -> Result<(Source, Option<Source>), Box<Decoder>> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // GPUSHIM_READ_INLINE=1: decode in turn whatever the cores (the tests compare the two).
-        let inline = std::env::var_os("GPUSHIM_READ_INLINE").is_some_and(|v| v == "1");
-        if cores < 2 || inline {
-            return Err(d);
-        }
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
-        let (tx_copy, rx_copy) = if copies {
-            let (t, r) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
-            (Some(t), Some(r))
-        } else {
-            (None, None)
-        };
-        // The decoder comes back through the join, for a second pass.
-        let holder = std::sync::Arc::new(std::sync::Mutex::new(Some(d)));
-        let theirs = holder.clone();
-        let spawned = std::thread::Builder::new()
-            .name("gpushim-decode".into())
-            .spawn(move || {
-                let mut d = theirs.lock().ok().and_then(|mut g| g.take())?;
-                let (mut first, mut second) = (Some(tx), tx_copy);
-                loop {
-                    let b = d.step();
-                    let last = b.last;
-                    // A reader gone (dropped) is sent no more.
-                    if let Some(t) = &second
-                        && t.send(b.copy(&d.spares)).is_err()
-                    {
-                        second = None;
-                    }
-                    if let Some(t) = &first
-                        && t.send(b).is_err()
-                    {
-                        first = None;
-                    }
-                    if last || (first.is_none() && second.is_none()) {
-                        break;
-                    }
-                }
-                Some(d)
-            });
-        match spawned {
-            Ok(thread) => Ok((
-                Source::Threaded {
-                    batches: Some(std::sync::Mutex::new(rx)),
-                    thread: Some(thread),
-                },
-                rx_copy.map(|r| Source::Copies(std::sync::Mutex::new(r))),
-            )),
-            // No thread to be had: the decoder, unmoved (the closure never ran).
-            Err(_) => match holder.lock().ok().and_then(|mut g| g.take()) {
-                Some(d) => Err(d),
-                None => Ok((Source::Gone, None)),
-            },
-        }
-    }
-
-    /// The next batch, `None` once the last was handed on.
-    pub fn next_batch(&mut self) -> Option<Batch> {
-        if let Source::Pending(_) = self
-            && let Source::Pending(d) = std::mem::replace(self, Source::Gone)
-        {
-            *self = Source::start(d);
-        }
-        match self {
-            Source::Inline(d) if !d.finished => Some(d.step()),
-            Source::Threaded {
-                batches: Some(rx), ..
-            }
-            | Source::Copies(rx) => rx.get_mut().ok()?.recv().ok(),
-            _ => None,
-        }
-    }
-
-    /// The decoder back, its thread stopped.
-    pub fn stop(&mut self) -> Option<Box<Decoder>> {
-        match std::mem::replace(self, Source::Gone) {
-            Source::Pending(d) | Source::Inline(d) => Some(d),
-            Source::Threaded {
-                mut batches,
-                mut thread,
-            } => {
-                // Dropping the receiver ends the thread at its next send.
-                batches.take();
-                thread.take().and_then(|t| t.join().ok()).flatten()
-            }
-            Source::Copies(_) | Source::Gone => None,
-        }
-    }
-}
+pub(super) const AHEAD: usize = 4;

@@ -153,17 +153,17 @@ impl TraceReader {
     /// read in step, a few batches apart at most: each must be read on (or dropped), and the
     /// second read to its end or dropped before this one is rewound.
     pub fn pair(&mut self) -> Option<TraceReader> {
-        let decode::Source::Pending(_) = &self.source else {
+        let source::Source::Pending(_) = &self.source else {
             return None;
         };
-        let decode::Source::Pending(d) = std::mem::replace(&mut self.source, decode::Source::Gone)
+        let source::Source::Pending(d) = std::mem::replace(&mut self.source, source::Source::Gone)
         else {
             return None;
         };
-        let (mine, theirs) = match decode::Source::start_pair(d) {
+        let (mine, theirs) = match source::Source::start_pair(d) {
             Ok(pair) => pair,
             Err(d) => {
-                self.source = decode::Source::Pending(d);
+                self.source = source::Source::Pending(d);
                 return None;
             }
         };

@@ -9,16 +9,20 @@
 //! read and checked, `decode.rs` bodies read and decoded (a ring's checkpoint, read first,
 //! is read back in `trace::checkpoint::read`), `stats.rs` what decoding counted.
 
+mod counts;
 mod decode;
 mod fork;
 pub(crate) mod head;
 mod opening;
 mod order;
+mod source;
 mod stats;
 
 use crate::trace::checkpoint::read::{
     checkpoint_summarized, checkpoint_summed, read_checkpoint, restoring_prefix,
 };
+use counts::{DECODED, HELD, OPENED, PAIRED, PASSES};
+pub use counts::{paired, reads, records_read};
 pub use head::{DeviceMake, printable, visible};
 use head::{info_capacity, le_u64, read_header};
 pub use stats::{Damage, DecodeStats};
@@ -171,7 +175,7 @@ impl std::error::Error for ReadError {}
 pub struct TraceReader {
     info: TraceInfo,
     /// The records, in batches, from the decoder (on its own thread where there is a core).
-    source: decode::Source,
+    source: source::Source,
     /// The batch being returned, and what came with it.
     batch: std::collections::VecDeque<Record>,
     /// Where batches read go back to the decoder.
@@ -216,37 +220,6 @@ pub struct TraceReader {
 
 /// Records read from the file at a time (256 KiB: the chunk stays in the cache).
 const CHUNK_RECORDS: usize = 1 << 13;
-
-/// Traces opened, and passes begun over them (an opening's first included), by this process:
-/// a command reads its trace in a known number of passes (`GPUSHIM_READS=1` has the command
-/// say them; the tests count them).
-static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// Records a whole pass over each trace opened decodes (counted when its first pass ends), and
-/// records decoded by every pass (one that stops early, or reads only the first part again,
-/// decodes fewer).
-pub(super) static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-pub(super) static DECODED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// Passes whose batches a second reader read too, on another thread ([`TraceReader::pair`]).
-pub(super) static PAIRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Passes read by two readers at once ([`TraceReader::pair`]) by this process so far.
-pub fn paired() -> u64 {
-    PAIRED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// (traces opened, passes read) by this process so far.
-pub fn reads() -> (u64, u64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    (OPENED.load(Relaxed), PASSES.load(Relaxed))
-}
-
-/// (records a whole pass over the traces opened decodes, records decoded from them) by this
-/// process so far.
-pub fn records_read() -> (u64, u64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    (HELD.load(Relaxed), DECODED.load(Relaxed))
-}
 
 /// How a report reads traces: the command's reading options, passed as a value to every
 /// report (nothing process-wide).
@@ -382,14 +355,14 @@ impl TraceReader {
         opts: &ReadOptions,
     ) -> TraceReader {
         let spares = decoder.spares.clone();
-        let source = decode::Source::Pending(Box::new(decoder));
+        let source = source::Source::Pending(Box::new(decoder));
         TraceReader::with_source(info, (source, spares), template, stats, extent, opts)
     }
 
     /// [`TraceReader::at_start`] with its batches from `source`.
     fn with_source(
         info: TraceInfo,
-        (source, spares): (decode::Source, std::sync::Arc<decode::Spares>),
+        (source, spares): (source::Source, std::sync::Arc<decode::Spares>),
         template: fork::Template,
         stats: DecodeStats,
         (next, end): (u64, u64),
@@ -446,7 +419,7 @@ impl TraceReader {
         d.rewind().map_err(|e| ReadError::Io(path, e))?;
         self.next = d.start;
         self.stats = d.first_stats.clone();
-        self.source = decode::Source::Pending(d);
+        self.source = source::Source::Pending(d);
         self.batch.clear();
         self.restoring = false;
         self.strings.clear();
