@@ -330,3 +330,47 @@ impl Replay {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The VMM bytes kept per device are what the physical allocations live sum to, as
+        /// handles are created, released, replaced and claimed by the framework's segments.
+        #[test]
+        fn the_physical_bytes_kept_are_the_sum_of_the_handles_live(
+            ops in proptest::collection::vec((0u8..4, 0u64..8, 0u8..2, 1u64..1 << 40), 0..300),
+        ) {
+            let mut rp = Replay::default();
+            for (n, &(op, handle, device, size)) in ops.iter().enumerate() {
+                let (kind, api, ptr) = match op {
+                    0 => (RecordKind::PhysCreate, Api::CuMemCreate, handle),
+                    1 => (RecordKind::PhysRelease, Api::CuMemRelease, handle),
+                    2 => (RecordKind::SegmentReserve, Api::Torch, 0x7f00_0000_0000 + handle),
+                    _ => (RecordKind::Alloc, Api::CudaMalloc, 0x7e00_0000_0000 + handle),
+                };
+                rp.apply(&Record {
+                    kind,
+                    api,
+                    device,
+                    status: 0,
+                    thread: 0,
+                    time_ns: n as u64,
+                    ptr,
+                    size,
+                    stream: 0,
+                });
+                for d in 0..2u8 {
+                    let sum = rp
+                        .physical
+                        .values()
+                        .filter(|l| l.device == d)
+                        .fold(0u64, |a, l| a.saturating_add(l.size));
+                    prop_assert_eq!(rp.physical_bytes.get(&d).copied().unwrap_or(0), sum);
+                }
+            }
+        }
+    }
+}

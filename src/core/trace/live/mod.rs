@@ -493,12 +493,9 @@ impl Replay {
         if self.segments.is_empty() && self.reserved.is_empty() {
             self.live_on(device)
         } else {
-            let physical: u64 = self
-                .physical
-                .values()
-                .filter(|l| l.device == device)
-                .map(|l| l.size)
-                .sum();
+            // Kept as the physical allocations come and go: summing them here made every
+            // change cost as many steps as handles were live (a trace could make it quadratic).
+            let physical = self.physical_bytes.get(&device).copied().unwrap_or(0);
             let outside = if self.pooled.contains(&device) {
                 0
             } else {
