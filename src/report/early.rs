@@ -94,7 +94,6 @@ impl Candidate {
 }
 
 /// The first pass's candidates.
-#[derive(Default)]
 pub struct EarlyMoments {
     /// A few per device: looked up by a scan.
     slots: Vec<(Slot, Candidate)>,
@@ -104,6 +103,26 @@ pub struct EarlyMoments {
     log: VecDeque<(Record, Option<(u64, Kind)>)>,
     read: u64,
     spent: u64,
+    /// Whether a moment being taken still reads on (its window or its kinds), and the record
+    /// at which the earliest candidate waiting has stood for its window (`u64::MAX`: none):
+    /// a record that is neither looks at no slot (a process on 8 devices has dozens, and every
+    /// record used to visit them all).
+    stepping: bool,
+    due: u64,
+}
+
+impl Default for EarlyMoments {
+    fn default() -> EarlyMoments {
+        EarlyMoments {
+            slots: Vec::new(),
+            base: None,
+            log: VecDeque::new(),
+            read: 0,
+            spent: 0,
+            stepping: false,
+            due: u64::MAX,
+        }
+    }
 }
 
 impl EarlyMoments {
@@ -136,17 +155,10 @@ impl EarlyMoments {
         if self.base.is_some() {
             self.log.push_back((*r, decided));
         }
-        for i in 0..self.slots.len() {
-            let (slot, c) = &mut self.slots[i];
-            if let Some(t) = &mut c.taking {
-                if !t.settled() {
-                    t.step(reader, kinds, r, decided, run_before);
-                }
-            } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
-                let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
-                self.take(slot, &mut c, reader, kinds, run_before);
-                self.slots[i].1 = c;
-            }
+        let mut changed = !said.is_empty();
+        if self.stepping || self.read == self.due {
+            changed = true;
+            self.visit(reader, kinds, r, decided, run_before);
         }
         for s in said.drain(..) {
             match s {
@@ -163,15 +175,15 @@ impl EarlyMoments {
                 }
             }
         }
+        if changed {
+            self.refresh();
+        }
         if self.base.is_none() {
             return;
         }
-        let waiting = self
-            .slots
-            .iter()
-            .filter(|(_, c)| c.taking.is_none() && !c.missed)
-            .map(|(_, c)| c.at)
-            .min();
+        // The earliest candidate waiting stood for its window at `due`.
+        let waiting =
+            (self.due != u64::MAX).then(|| self.due.saturating_sub(u64::from(STACK_WINDOW)));
         match waiting {
             // Every moment is taken (or cannot be): the replay is let go until another comes.
             None => (self.base, self.log) = (None, VecDeque::new()),
@@ -180,6 +192,43 @@ impl EarlyMoments {
             Some(at) if self.log.len() > LOG_MIN => self.roll_to(at),
             Some(_) => {}
         }
+    }
+
+    /// Each slot at the record just read: a moment being taken reads it, a candidate that has
+    /// stood for its window is taken.
+    fn visit(
+        &mut self,
+        reader: &TraceReader,
+        kinds: &Kinds,
+        r: &Record,
+        decided: Option<(u64, Kind)>,
+        run_before: u64,
+    ) {
+        for i in 0..self.slots.len() {
+            let (slot, c) = &mut self.slots[i];
+            if let Some(t) = &mut c.taking {
+                if !t.settled() {
+                    t.step(reader, kinds, r, decided, run_before);
+                }
+            } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
+                let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
+                self.take(slot, &mut c, reader, kinds, run_before);
+                self.slots[i].1 = c;
+            }
+        }
+    }
+
+    /// What the next records must do with the slots (see `stepping` and `due`).
+    fn refresh(&mut self) {
+        let slots = self.slots.iter().map(|(_, c)| c);
+        self.stepping = slots
+            .clone()
+            .any(|c| c.taking.as_ref().is_some_and(|t| !t.settled()));
+        self.due = slots
+            .filter(|c| c.taking.is_none() && !c.missed)
+            .map(|c| c.at.saturating_add(u64::from(STACK_WINDOW)))
+            .min()
+            .unwrap_or(u64::MAX);
     }
 
     /// The kept replay rolled forward to record `at` (no further than the log reaches).
