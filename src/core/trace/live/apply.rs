@@ -337,6 +337,8 @@ mod tests {
     use proptest::prelude::*;
 
     proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
         /// The VMM bytes kept per device are what the physical allocations live sum to, as
         /// handles are created, released, replaced and claimed by the framework's segments.
         #[test]

@@ -177,6 +177,8 @@ mod tests {
     }
 
     proptest! {
+        #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]
+
         /// Whatever the order of puts, takes and changes, the set holds what a map would,
         /// and the latest put is found as any other.
         #[test]
