@@ -157,8 +157,7 @@ impl EarlyMoments {
         }
         let mut changed = !said.is_empty();
         if self.stepping || self.read == self.due {
-            changed = true;
-            self.visit(reader, kinds, r, decided, run_before);
+            changed |= self.visit(reader, kinds, r, decided, run_before);
         }
         for s in said.drain(..) {
             match s {
@@ -195,7 +194,8 @@ impl EarlyMoments {
     }
 
     /// Each slot at the record just read: a moment being taken reads it, a candidate that has
-    /// stood for its window is taken.
+    /// stood for its window is taken. Whether a slot changed (a candidate taken, or a moment
+    /// settled).
     fn visit(
         &mut self,
         reader: &TraceReader,
@@ -203,19 +203,23 @@ impl EarlyMoments {
         r: &Record,
         decided: Option<(u64, Kind)>,
         run_before: u64,
-    ) {
+    ) -> bool {
+        let mut changed = false;
         for i in 0..self.slots.len() {
             let (slot, c) = &mut self.slots[i];
             if let Some(t) = &mut c.taking {
                 if !t.settled() {
                     t.step(reader, kinds, r, decided, run_before);
+                    changed |= t.settled();
                 }
             } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
                 let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
                 self.take(slot, &mut c, reader, kinds, run_before);
                 self.slots[i].1 = c;
+                changed = true;
             }
         }
+        changed
     }
 
     /// What the next records must do with the slots (see `stepping` and `due`).

@@ -5,46 +5,7 @@ use super::*;
 
 impl Replay {
     /// Applies one record; what it changed.
-    ///
-    /// Nearly every record of a trace is an allocation, its caller, its stack or a free: those
-    /// go straight to their handler, inlined into the caller's loop; the rest (a checkpoint's,
-    /// the segments', what the device said, a failed call) through `apply_any`,
-    /// which tries each handler in turn. The two give the same answer for every record: a
-    /// fast-path kind never reaches a handler before its own in the chain (none of them takes
-    /// it).
-    #[inline]
     pub fn apply(&mut self, r: &Record) -> Change {
-        use RecordKind::*;
-        let memory = matches!(
-            r.kind,
-            Alloc
-                | AllocAsync
-                | ManagedAlloc
-                | TensorAlloc
-                | Free
-                | FreeAsync
-                | TensorFree
-                | HostAlloc
-                | HostFree
-        ) && r.status == 0
-            && r.ptr != 0;
-        let context = matches!(r.kind, Caller | StackRef);
-        if (memory || context) && !self.restoring {
-            self.index += 1;
-            self.time_ns = self.time_ns.max(r.time_ns);
-            let c = if context {
-                self.apply_context(r)
-            } else {
-                self.apply_memory(r)
-            };
-            return c.unwrap_or(Change::Other);
-        }
-        self.apply_any(r)
-    }
-
-    /// [`Replay::apply`] of any record.
-    #[inline(never)]
-    fn apply_any(&mut self, r: &Record) -> Change {
         self.index += 1;
         use RecordKind::*;
         // A checkpoint's own records carry figures, not times, in `time_ns`.
@@ -86,7 +47,6 @@ impl Replay {
 
     /// Device and pinned host memory handed out and given back (the program's calls and the
     /// framework's tensors).
-    #[inline]
     pub(super) fn apply_memory(&mut self, r: &Record) -> Option<Change> {
         use RecordKind::*;
         Some(match r.kind {
@@ -294,7 +254,6 @@ impl Replay {
     }
 
     /// What follows an allocation on its thread (its caller, its stack) and NVTX ranges.
-    #[inline]
     pub(super) fn apply_context(&mut self, r: &Record) -> Option<Change> {
         use RecordKind::*;
         Some(match r.kind {

@@ -79,7 +79,8 @@ struct PeakBy {
 /// The allocation state of a trace at one moment, updated record by record.
 #[derive(Clone, Default)]
 pub struct Replay {
-    /// By address (hashed: the hot path of every report; [`Replay::live_in_order`] sorts).
+    /// By address, in slots (the hot path of every report: `set.rs`; [`Replay::live_in_order`]
+    /// sorts).
     pub live: LiveSet,
     /// VMM physical allocations (`cuMemCreate`: NCCL's buffers, say) by handle: device memory
     /// held, though not at an address of its own.
@@ -305,20 +306,9 @@ impl Replay {
 
     /// [`Replay::for_device`] of the devices `keep` keeps (every device's, to replay on from).
     pub fn for_devices(&self, keep: impl Fn(u8) -> bool) -> Replay {
-        let on = |m: &FastMap<u64, Live>| -> FastMap<u64, Live> {
-            m.iter()
-                .filter(|(_, l)| keep(l.device))
-                .map(|(&k, &l)| (k, l))
-                .collect()
-        };
         Replay {
-            live: self
-                .live
-                .iter()
-                .filter(|(_, l)| keep(l.device))
-                .map(|(&k, &l)| (k, l))
-                .collect(),
-            physical: on(&self.physical),
+            live: kept(self.live.iter(), &keep),
+            physical: kept(self.physical.iter(), &keep),
             devices: self.devices.clone(),
             physical_bytes: self.physical_bytes.clone(),
             host: FastMap::default(),
@@ -536,6 +526,16 @@ impl Replay {
         }
         best
     }
+}
+
+/// The allocations of `live` on the devices `keep` keeps.
+fn kept<'a, C: FromIterator<(u64, Live)>>(
+    live: impl Iterator<Item = (&'a u64, &'a Live)>,
+    keep: impl Fn(u8) -> bool,
+) -> C {
+    live.filter(|(_, l)| keep(l.device))
+        .map(|(&k, &l)| (k, l))
+        .collect()
 }
 
 /// A record's device, an unknown one counted as device 0.

@@ -7,7 +7,9 @@
 //!
 //! Here: the reader, its options, and records put back in time order; `head.rs` the header
 //! read and checked, `decode.rs` bodies read and decoded (a ring's checkpoint, read first,
-//! is read back in `trace::checkpoint::read`), `stats.rs` what decoding counted.
+//! is read back in `trace::checkpoint::read`), `source.rs` the decoder on a thread of its own
+//! (with a copy of each batch for a second reader), `fork.rs` a batch at a time and second
+//! readers, `stats.rs` what decoding counted, `counts.rs` what the process read.
 
 mod counts;
 mod decode;
