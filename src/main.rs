@@ -16,6 +16,12 @@ fn main() -> std::process::ExitCode {
             _ => format!(": {:.2} times their records", decoded as f64 / held as f64),
         };
         eprintln!("gpushim: opened {opened} trace file(s), read {passes} pass(es){times}");
+        let (reading, at_end) = gpushim::report::early::moments_taken();
+        if reading + at_end > 0 {
+            eprintln!(
+                "gpushim: {reading} moment(s) taken as the trace was read, {at_end} at its end"
+            );
+        }
         let paired = gpushim::trace::reader::paired();
         if paired > 0 {
             eprintln!("gpushim: {paired} pass(es) read by two threads at once");

@@ -291,6 +291,70 @@ fn moments_taken_in_the_first_pass_are_those_the_second_takes() {
     }
 }
 
+/// `gpushim REPORT --json TRACE`'s moments as it counted them: (taken as the trace was read,
+/// taken at the first pass's end).
+fn moments_taken(report: &str, trace: &Path) -> (u64, u64) {
+    let out = Command::new(gpushim_bin())
+        .args([report, "--json", "--no-symbols"])
+        .arg(trace)
+        .env("GPUSHIM_READS", "1")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let Some(line) = err.lines().find(|l| l.contains("moment(s) taken")) else {
+        return (0, 0);
+    };
+    let mut n = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|w| !w.is_empty())
+        .map(|w| w.parse::<u64>().unwrap());
+    (n.next().unwrap(), n.next().unwrap())
+}
+
+#[test]
+fn a_moment_is_taken_when_its_window_ends_not_at_the_end_of_the_pass() {
+    // A moment taken at the end of the pass is still right (from the replay kept behind the
+    // pass), but keeping that replay to the end costs its copy and a log of every record since:
+    // a peak early in a long trace must be taken as its window ends. Here the peak is at the
+    // 1000th of 41,000 records; in a trace that climbs to its last record, the window is cut
+    // short and the moment is taken at the end.
+    let early = tempdir("read-early-when").file("early.trace");
+    let mut t = HandTrace::create(&early);
+    for i in 0..1000u64 {
+        t.call(RecordKind::Alloc, 0, 0, (1 << 40) + (i << 12), 4096);
+    }
+    for i in 0..1000u64 {
+        t.call(RecordKind::Free, 0, 0, (1 << 40) + (i << 12), 0);
+    }
+    for _ in 0..19_500u64 {
+        t.call(RecordKind::Alloc, 0, 0, 2 << 40, 64);
+        t.call(RecordKind::Free, 0, 0, 2 << 40, 0);
+    }
+    drop(t);
+    let climb = tempdir("read-early-when-climb").file("climb.trace");
+    let mut t = HandTrace::create(&climb);
+    for i in 0..5000u64 {
+        t.call(RecordKind::Alloc, 0, 0, (1 << 40) + (i << 12), 4096);
+    }
+    drop(t);
+    let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    // GPT-2's trace: the summary's moments (its tensors' peak, NVML's, the last allocation with
+    // Python frames) and the peaks, all before the end of the run.
+    for (report, trace) in [("peak", &*early), ("summary", &gpt2), ("peak", &gpt2)] {
+        let (reading, at_end) = moments_taken(report, trace);
+        let what = format!("{report} of {}", trace.display());
+        assert!(
+            reading >= 1,
+            "{what}: no moment taken as the trace was read"
+        );
+        assert_eq!(at_end, 0, "{what}: a moment waited for the end of the pass");
+    }
+    let (reading, at_end) = moments_taken("peak", &climb);
+    assert_eq!(reading, 0, "a peak at the last record taken before the end");
+    assert!(at_end >= 1, "a peak at the last record not taken");
+}
+
 #[test]
 fn a_peak_that_moves_too_often_to_copy_is_taken_in_a_second_pass() {
     // 40,000 allocations live, then a peak that moves every 70 records (a block freed, a

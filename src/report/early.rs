@@ -26,6 +26,19 @@ use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
 use std::collections::VecDeque;
 
+/// Moments this process took in a first pass as its window ended, and at the pass's end (a
+/// candidate whose window the trace cut short, or one the pass did not take when it could):
+/// `GPUSHIM_READS=1` has the command say both, so that the tests see *when* a moment was
+/// taken, not only that it was right.
+static TAKEN_READING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static TAKEN_AT_END: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Moments taken in first passes so far: (as the trace was read, at a pass's end).
+pub fn moments_taken() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (TAKEN_READING.load(Relaxed), TAKEN_AT_END.load(Relaxed))
+}
+
 /// Records the log holds before the kept replay is rolled forward to the earliest candidate
 /// still in its window.
 const LOG_MIN: usize = 1 << 14;
@@ -215,6 +228,9 @@ impl EarlyMoments {
             } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
                 let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
                 self.take(slot, &mut c, reader, kinds, run_before);
+                if c.taking.is_some() {
+                    TAKEN_READING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
                 self.slots[i].1 = c;
                 changed = true;
             }
@@ -314,6 +330,9 @@ impl EarlyMoments {
         for (slot, mut c) in waiting {
             if c.taking.is_none() && !c.missed {
                 self.take(slot, &mut c, reader, kinds, kinds.run());
+                if c.taking.is_some() {
+                    TAKEN_AT_END.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
             }
             let Some(t) = c.taking else {
                 continue;
