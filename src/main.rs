@@ -22,9 +22,9 @@ fn main() -> std::process::ExitCode {
                 "gpushim: {reading} moment(s) taken as the trace was read, {at_end} at its end"
             );
         }
-        let paired = gpushim::trace::reader::paired();
+        let (paired, readers) = gpushim::trace::reader::paired();
         if paired > 0 {
-            eprintln!("gpushim: {paired} pass(es) read by two threads at once");
+            eprintln!("gpushim: {paired} pass(es) read by {readers} threads at once");
         }
     }
     code

@@ -428,10 +428,11 @@ fn the_pictures_bands_taken_in_the_first_pass_are_those_the_second_takes() {
 }
 
 #[test]
-fn the_page_read_by_two_threads_is_the_page_read_by_one() {
-    // Where there are cores for it, the page's and `analyze`'s trackers are two groups, each
-    // on a thread with a replay and kinds of its own, fed copies of the same decoded batches
-    // (GPUSHIM_READ_SPLIT=1: wherever there is a second core; 0: one group). The page and the
+fn the_page_read_by_several_threads_is_the_page_read_by_one() {
+    // Where there are cores for it, the page's and `analyze`'s trackers are groups, each on a
+    // thread with a replay and kinds of its own, fed copies of the same decoded batches
+    // (GPUSHIM_READ_SPLIT=1: three groups wherever there is a second core; 2: two; 0: one
+    // group): the moments' and failures', the iterations', the picture's. The page and the
     // saved analysis must be the same to the byte, the file decoded no more often, on a real
     // run's trace, a ring's (a checkpoint restored first) and a leaking loop's whole trace,
     // also filtered (the second reader filters as the first); `oom` (its failures, and what
@@ -448,7 +449,7 @@ fn the_page_read_by_two_threads_is_the_page_read_by_one() {
             ["analyze", "-o", "analysis", "--quiet"],
             ["oom", "--json", "", "--quiet"],
         ] {
-            let read = |split: bool| {
+            let read = |split: &str| {
                 let out_file = long.with_file_name(format!("{split}.{}", args[2]));
                 let mut c = Command::new(gpushim_bin());
                 c.args([args[0], "--no-symbols", args[3]]).arg(trace);
@@ -458,7 +459,7 @@ fn the_page_read_by_two_threads_is_the_page_read_by_one() {
                     c.arg(args[1]);
                 }
                 c.env("GPUSHIM_READS", "1");
-                c.env("GPUSHIM_READ_SPLIT", if split { "1" } else { "0" });
+                c.env("GPUSHIM_READ_SPLIT", split);
                 let out = c.output().unwrap();
                 assert_ok(&out);
                 let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -469,23 +470,34 @@ fn the_page_read_by_two_threads_is_the_page_read_by_one() {
                 };
                 (printed, err)
             };
-            let ((two, said), (one, said_one)) = (read(true), read(false));
-            let what = format!("{} {} of {}", args[0], args[3], trace.display());
-            assert!(two == one, "{what}: two threads read otherwise than one");
-            let paired = said.contains("read by two threads at once");
-            assert_eq!(paired, two_cores && args[0] != "oom", "{what}: {said}");
-            assert!(!said_one.contains("two threads"), "{what}: {said_one}");
+            let (one, said_one) = read("0");
+            assert!(!said_one.contains("threads at once"), "{said_one}");
             // The copies are not decoding: the records read as often either way.
             let times = |s: &str| {
                 s.lines()
                     .filter(|l| l.starts_with("gpushim: opened "))
                     .find_map(|l| l.split(": ").nth(2)?.split(' ').next()?.parse::<f64>().ok())
             };
-            assert_eq!(
-                times(&said),
-                times(&said_one),
-                "{what}: {said} / {said_one}"
-            );
+            for (split, threads) in [("2", 2), ("1", 3)] {
+                let (several, said) = read(split);
+                let what = format!(
+                    "{} {} of {} split {split}",
+                    args[0],
+                    args[3],
+                    trace.display()
+                );
+                assert!(
+                    several == one,
+                    "{what}: {threads} threads read otherwise than one"
+                );
+                let paired = said.contains(&format!("read by {threads} threads at once"));
+                assert_eq!(paired, two_cores && args[0] != "oom", "{what}: {said}");
+                assert_eq!(
+                    times(&said),
+                    times(&said_one),
+                    "{what}: {said} / {said_one}"
+                );
+            }
         }
     }
 }

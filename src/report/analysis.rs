@@ -231,66 +231,94 @@ fn read_all(reader: &mut TraceReader, run: &mut RunPass) {
 }
 
 /// The first pass. Where `wants` asks for the summary and the moments and failures as well as
-/// the iterations and the picture (the page, `analyze`: the most trackers), they are two
-/// groups, each on a thread with a replay and kinds of its own, reading the same batches
-/// (decoded once: [`TraceReader::pair`]); their replays and kinds end the same (the same
-/// records applied the same way), so the first group's serve both after the pass. Only where
-/// the decoder and the two groups can each have a core: on two cores the three threads take
-/// turns, and the second replay costs about what the split saves. `GPUSHIM_READ_SPLIT=1`: two
-/// groups wherever there is a second core; `0`: one group whatever the cores (the tests
-/// compare the two).
+/// the iterations and the picture (the page, `analyze`: the most trackers), they are groups,
+/// each on a thread with a replay and kinds of its own, reading the same batches (decoded
+/// once: [`TraceReader::pairs`]): the moments' and failures', the iterations' (`leaks`) and the
+/// picture's; on three cores the last two are one group. Their replays and kinds end the
+/// same (the same records applied the same way), so the first group's serve all after the
+/// pass. Only where the decoder and the groups can each have a core: on two cores the threads
+/// take turns, and each replay more costs about what the split saves. `GPUSHIM_READ_SPLIT=1`:
+/// as many groups as asked for wherever there is a second core; `2`: two at most; `0`: one
+/// group whatever the cores (the tests compare them).
 fn first_pass(reader: &mut TraceReader, wants: &Wants) -> Result<RunPass, ReadError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let split = match std::env::var("GPUSHIM_READ_SPLIT").as_deref() {
-        Ok("0") => false,
-        Ok("1") => true,
-        _ => cores >= 3,
+    let most = match std::env::var("GPUSHIM_READ_SPLIT").as_deref() {
+        Ok("0") => 1,
+        Ok("1") => 3,
+        Ok("2") => 2,
+        _ => cores.saturating_sub(1).min(3),
     };
-    let (moments, iterations) = (
-        Wants {
-            leaks: None,
-            timeline: None,
-            ..wants.clone()
-        },
-        Wants {
-            summary: false,
-            peak: false,
-            oom: false,
-            ..wants.clone()
-        },
-    );
-    let second = if split && moments.summary && iterations.leaks.is_some() {
-        reader.pair()
-    } else {
-        None
-    };
-    let Some(mut second) = second else {
+    let groups = groups_of(wants, most);
+    let mut others = reader.pairs(groups.len().saturating_sub(1));
+    let Some(first) = groups.first().filter(|_| !others.is_empty()) else {
         let mut run = RunPass::new(reader, wants);
         read_all(reader, &mut run);
         return Ok(run);
     };
     let (mut run, theirs) = std::thread::scope(|s| {
-        let theirs = s.spawn(|| {
-            let mut run = RunPass::new(&second, &iterations);
-            read_all(&mut second, &mut run);
-            // Dropped on this thread, so the decoder's thread ends before the first reader
-            // is rewound.
-            drop(second);
-            run
-        });
-        let mut run = RunPass::new(reader, &moments);
+        let threads: Vec<_> = others
+            .drain(..)
+            .zip(groups.iter().skip(1))
+            .map(|(mut other, group)| {
+                s.spawn(move || {
+                    let mut run = RunPass::new(&other, group);
+                    read_all(&mut other, &mut run);
+                    // Dropped on this thread, so the decoder's thread ends before the first
+                    // reader is rewound.
+                    drop(other);
+                    run
+                })
+            })
+            .collect();
+        let mut run = RunPass::new(reader, first);
         read_all(reader, &mut run);
-        (run, theirs.join())
+        let theirs: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
+        (run, theirs)
     });
-    let theirs = theirs.map_err(|_| {
-        let why = std::io::Error::other("the second reading thread failed");
-        ReadError::Io(reader.info().path.clone(), why)
-    })?;
-    run.leaks = theirs.leaks;
-    run.columns = theirs.columns;
-    run.early_leaks = theirs.early_leaks;
-    run.early_bands = theirs.early_bands;
+    for t in theirs {
+        let t = t.map_err(|_| {
+            let why = std::io::Error::other("a reading thread failed");
+            ReadError::Io(reader.info().path.clone(), why)
+        })?;
+        if t.leaks.is_some() {
+            (run.leaks, run.early_leaks) = (t.leaks, t.early_leaks);
+        }
+        if t.columns.is_some() {
+            (run.columns, run.early_bands) = (t.columns, t.early_bands);
+        }
+    }
     Ok(run)
+}
+
+/// What each group of trackers of the first pass reads (see [`first_pass`]), `most` groups at
+/// most: one, `wants` itself, unless the summary's moments and the iterations are both asked.
+fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
+    if most < 2 || !wants.summary || wants.leaks.is_none() {
+        return vec![wants.clone()];
+    }
+    let moments = Wants {
+        leaks: None,
+        timeline: None,
+        ..wants.clone()
+    };
+    let iterations = Wants {
+        summary: false,
+        peak: false,
+        oom: false,
+        ..wants.clone()
+    };
+    if most < 3 || wants.timeline.is_none() {
+        return vec![moments, iterations];
+    }
+    let picture = Wants {
+        leaks: None,
+        ..iterations.clone()
+    };
+    let leaks = Wants {
+        timeline: None,
+        ..iterations
+    };
+    vec![moments, leaks, picture]
 }
 
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.

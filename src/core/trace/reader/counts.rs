@@ -11,12 +11,16 @@ pub(super) static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::Atom
 /// decodes fewer).
 pub(super) static HELD: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub(super) static DECODED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// Passes whose batches a second reader read too, on another thread ([`super::TraceReader::pair`]).
+/// Passes whose batches more readers read too, each on a thread of its own
+/// ([`super::TraceReader::pairs`]), and the most readers one such pass had.
 pub(super) static PAIRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub(super) static READERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Passes read by two readers at once ([`super::TraceReader::pair`]) by this process so far.
-pub fn paired() -> u64 {
-    PAIRED.load(std::sync::atomic::Ordering::Relaxed)
+/// (passes read by several readers at once, the most readers of one) by this process so far
+/// ([`super::TraceReader::pairs`]).
+pub fn paired() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (PAIRED.load(Relaxed), READERS.load(Relaxed))
 }
 
 /// (traces opened, passes read) by this process so far.

@@ -95,9 +95,9 @@ pub(super) struct Decoder {
 #[derive(Default)]
 pub struct Spares(std::sync::Mutex<Vec<Vec<Record>>>);
 
-/// Spare batches kept at most: those on their way to two readers, and one or two being read
-/// by each.
-const SPARES: usize = 2 * (AHEAD + 2);
+/// Spare batches kept at most: those on their way to up to four readers, and one or two being
+/// read by each.
+const SPARES: usize = 4 * (AHEAD + 2);
 /// Records a spare batch may have room for: a few full batches.
 const SPARE_MAX: usize = 4 * BATCH;
 

@@ -146,40 +146,58 @@ impl TraceReader {
         }
     }
 
-    /// A second reader of the records this one is about to read, for work on another thread:
-    /// this reader's decoder hands it a copy of each batch it decodes, so the file is read and
-    /// decoded once for both. Only before the first record is read (`None` after, or where the
-    /// decoder cannot have a thread of its own: one core, `GPUSHIM_READ_INLINE=1`). The two
+    /// `n` more readers of the records this one is about to read, for work on other threads:
+    /// this reader's decoder hands each a copy of each batch it decodes, so the file is read
+    /// and decoded once for all. Only before the first record is read (empty after, or where
+    /// the decoder cannot have a thread of its own: one core, `GPUSHIM_READ_INLINE=1`). They
     /// read in step, a few batches apart at most: each must be read on (or dropped), and the
-    /// second read to its end or dropped before this one is rewound.
-    pub fn pair(&mut self) -> Option<TraceReader> {
+    /// others read to their end or dropped before this one is rewound.
+    pub fn pairs(&mut self, n: usize) -> Vec<TraceReader> {
+        if n == 0 {
+            return Vec::new();
+        }
         let source::Source::Pending(_) = &self.source else {
-            return None;
+            return Vec::new();
         };
         let source::Source::Pending(d) = std::mem::replace(&mut self.source, source::Source::Gone)
         else {
-            return None;
+            return Vec::new();
         };
-        let (mine, theirs) = match source::Source::start_pair(d) {
-            Ok(pair) => pair,
+        let (mine, theirs) = match source::Source::start_copies(d, n) {
+            Ok(sources) => sources,
             Err(d) => {
                 self.source = source::Source::Pending(d);
-                return None;
+                return Vec::new();
             }
         };
         self.source = mine;
         let opts = self.second_options();
-        let mut reader = TraceReader::with_source(
-            self.info.clone(),
-            (theirs, self.spares.clone()),
-            self.template.clone(),
-            self.stats.clone(),
-            (self.next, self.end),
-            &opts,
-        );
-        (reader.whole_counted, reader.copies) = (true, true);
-        PAIRED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Some(reader)
+        let readers: Vec<TraceReader> = theirs
+            .into_iter()
+            .map(|theirs| {
+                let mut reader = TraceReader::with_source(
+                    self.info.clone(),
+                    (theirs, self.spares.clone()),
+                    self.template.clone(),
+                    self.stats.clone(),
+                    (self.next, self.end),
+                    &opts,
+                );
+                (reader.whole_counted, reader.copies) = (true, true);
+                reader
+            })
+            .collect();
+        if !readers.is_empty() {
+            use std::sync::atomic::Ordering::Relaxed;
+            PAIRED.fetch_add(1, Relaxed);
+            READERS.fetch_max(readers.len() as u64 + 1, Relaxed);
+        }
+        readers
+    }
+
+    /// A second reader of the records this one is about to read (see [`TraceReader::pairs`]).
+    pub fn pair(&mut self) -> Option<TraceReader> {
+        self.pairs(1).pop()
     }
 
     /// A second reader of this trace, from its first record: the same file (the descriptor

@@ -23,7 +23,7 @@ mod stats;
 use crate::trace::checkpoint::read::{
     checkpoint_summarized, checkpoint_summed, read_checkpoint, restoring_prefix,
 };
-use counts::{DECODED, HELD, OPENED, PAIRED, PASSES};
+use counts::{DECODED, HELD, OPENED, PAIRED, PASSES, READERS};
 pub use counts::{paired, reads, records_read};
 pub use head::{DeviceMake, printable, visible};
 use head::{info_capacity, le_u64, read_header};

@@ -17,7 +17,7 @@ pub(super) enum Source {
         batches: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>>,
         thread: Option<std::thread::JoinHandle<Option<Box<Decoder>>>>,
     },
-    /// A copy of each batch another reader's decoding thread reads (see [`Source::start_pair`]).
+    /// A copy of each batch another reader's decoding thread reads (see [`Source::start_copies`]).
     Copies(std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>),
     /// Between a stop and a start (never seen by a caller).
     Gone,
@@ -27,30 +27,30 @@ impl Source {
     /// The decoder, on a thread of its own when the machine has more than one core and a
     /// thread can be had, else called in turn.
     pub fn start(d: Box<Decoder>) -> Source {
-        match Source::spawn(d, false) {
+        match Source::spawn(d, 0) {
             Ok((source, _)) => source,
             Err(d) => Source::Inline(d),
         }
     }
 
-    /// Two sources of the same batches from one decoder on a thread of its own: the first
-    /// (which gets the decoder back when stopped) reads the batches, the second a copy of each,
-    /// made on the decoding thread. `Err`: the decoder back, where a thread cannot be had or
-    /// decoding is asked to stay in turn (one core, `GPUSHIM_READ_INLINE=1`).
+    /// Sources of the same batches from one decoder on a thread of its own: the first (which
+    /// gets the decoder back when stopped) reads the batches, each of the `copies` others a
+    /// copy of each, made on the decoding thread. `Err`: the decoder back, where a thread
+    /// cannot be had or decoding is asked to stay in turn (one core, `GPUSHIM_READ_INLINE=1`).
     ///
-    /// The thread waits for both readers (a few batches ahead of the slower): the second is
+    /// The thread waits for every reader (a few batches ahead of the slowest): each copy is
     /// read to its end or dropped before the first is stopped, or the stop waits for it.
-    pub fn start_pair(d: Box<Decoder>) -> Result<(Source, Source), Box<Decoder>> {
-        match Source::spawn(d, true)? {
-            (first, Some(second)) => Ok((first, second)),
-            (first, None) => Ok((first, Source::Gone)),
-        }
+    pub fn start_copies(
+        d: Box<Decoder>,
+        copies: usize,
+    ) -> Result<(Source, Vec<Source>), Box<Decoder>> {
+        Source::spawn(d, copies)
     }
 
-    /// The decoder on a thread of its own, its batches for a reader and (`copies`) a copy of
-    /// each for a second; `Err`: the decoder back, unmoved, where there is one core, decoding
-    /// is asked to stay in turn (`GPUSHIM_READ_INLINE=1`), or no thread can be had.
-    fn spawn(d: Box<Decoder>, copies: bool) -> Result<(Source, Option<Source>), Box<Decoder>> {
+    /// The decoder on a thread of its own, its batches for a reader and a copy of each for
+    /// `copies` more; `Err`: the decoder back, unmoved, where there is one core, decoding is
+    /// asked to stay in turn (`GPUSHIM_READ_INLINE=1`), or no thread can be had.
+    fn spawn(d: Box<Decoder>, copies: usize) -> Result<(Source, Vec<Source>), Box<Decoder>> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // GPUSHIM_READ_INLINE=1: decode in turn whatever the cores (the tests compare the two).
         let inline = std::env::var_os("GPUSHIM_READ_INLINE").is_some_and(|v| v == "1");
@@ -58,12 +58,12 @@ impl Source {
             return Err(d);
         }
         let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
-        let (tx_copy, rx_copy) = if copies {
+        let (mut to_copies, mut from_copies) = (Vec::new(), Vec::new());
+        for _ in 0..copies {
             let (t, r) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
-            (Some(t), Some(r))
-        } else {
-            (None, None)
-        };
+            to_copies.push(Some(t));
+            from_copies.push(r);
+        }
         // The decoder comes back through the join, for a second pass.
         let holder = std::sync::Arc::new(std::sync::Mutex::new(Some(d)));
         let theirs = holder.clone();
@@ -71,22 +71,24 @@ impl Source {
             .name("gpushim-decode".into())
             .spawn(move || {
                 let mut d = theirs.lock().ok().and_then(|mut g| g.take())?;
-                let (mut first, mut second) = (Some(tx), tx_copy);
+                let mut first = Some(tx);
                 loop {
                     let b = d.step();
                     let last = b.last;
                     // A reader gone (dropped) is sent no more.
-                    if let Some(t) = &second
-                        && t.send(b.copy(&d.spares)).is_err()
-                    {
-                        second = None;
+                    for t in &mut to_copies {
+                        if let Some(tx) = t
+                            && tx.send(b.copy(&d.spares)).is_err()
+                        {
+                            *t = None;
+                        }
                     }
                     if let Some(t) = &first
                         && t.send(b).is_err()
                     {
                         first = None;
                     }
-                    if last || (first.is_none() && second.is_none()) {
+                    if last || (first.is_none() && to_copies.iter().all(Option::is_none)) {
                         break;
                     }
                 }
@@ -98,12 +100,15 @@ impl Source {
                     batches: Some(std::sync::Mutex::new(rx)),
                     thread: Some(thread),
                 },
-                rx_copy.map(|r| Source::Copies(std::sync::Mutex::new(r))),
+                from_copies
+                    .into_iter()
+                    .map(|r| Source::Copies(std::sync::Mutex::new(r)))
+                    .collect(),
             )),
             // No thread to be had: the decoder, unmoved (the closure never ran).
             Err(_) => match holder.lock().ok().and_then(|mut g| g.take()) {
                 Some(d) => Err(d),
-                None => Ok((Source::Gone, None)),
+                None => Ok((Source::Gone, Vec::new())),
             },
         }
     }
