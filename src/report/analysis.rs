@@ -233,20 +233,23 @@ fn read_all(reader: &mut TraceReader, run: &mut RunPass) {
 /// The first pass. Where `wants` asks for the summary and the moments and failures as well as
 /// the iterations and the picture (the page, `analyze`: the most trackers), they are groups,
 /// each on a thread with a replay and kinds of its own, reading the same batches (decoded
-/// once: [`TraceReader::pairs`]): the moments' and failures', the iterations' (`leaks`) and the
-/// picture's; on three cores the last two are one group. Their replays and kinds end the
-/// same (the same records applied the same way), so the first group's serve all after the
-/// pass. Only where the decoder and the groups can each have a core: on two cores the threads
-/// take turns, and each replay more costs about what the split saves. `GPUSHIM_READ_SPLIT=1`:
-/// as many groups as asked for wherever there is a second core; `2`: two at most; `0`: one
+/// once: [`TraceReader::pairs`]): the moments' and failures', and the iterations' (`leaks`)
+/// with the picture's, or each of these two on its own. Their replays and kinds end the same
+/// (the same records applied the same way), so the first group's serve all after the pass.
+/// Two groups where the decoder and each group can have a core (three cores); three only when
+/// asked (`GPUSHIM_READ_SPLIT=3`): on a 16-core host three were no faster than two, measured
+/// alternately (each thread slowed as more ran), and cost a third replay's memory and CPU. On
+/// two cores the threads take turns, and a second replay costs about what the split saves.
+/// `GPUSHIM_READ_SPLIT=1`: two groups wherever there is a second core; `3`: three; `0`: one
 /// group whatever the cores (the tests compare them).
 fn first_pass(reader: &mut TraceReader, wants: &Wants) -> Result<RunPass, ReadError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let most = match std::env::var("GPUSHIM_READ_SPLIT").as_deref() {
         Ok("0") => 1,
-        Ok("1") => 3,
-        Ok("2") => 2,
-        _ => cores.saturating_sub(1).min(3),
+        Ok("1") => 2,
+        Ok("3") => 3,
+        _ if cores >= 3 => 2,
+        _ => 1,
     };
     let groups = groups_of(wants, most);
     let mut others = reader.pairs(groups.len().saturating_sub(1));
