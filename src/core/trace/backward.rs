@@ -9,12 +9,14 @@
 //!
 //! Where it cannot be known, nothing is joined: a sequence number two threads running Python
 //! both recorded (each thread counts its own), a node whose op allocated nothing (a view), an
-//! `AccumulateGrad` (it has no forward op), a forward older than the last [`KEPT`] numbers.
+//! `AccumulateGrad` (it has no forward op), a forward [`KEPT`] numbers or more older than one
+//! recorded since in its place (see [`Forwards`]).
 
 use crate::trace::format::{self, Record, RecordKind};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-/// Forward sequence numbers kept, the most recent (a training step makes thousands).
+/// Forward sequence numbers kept: a number is forgotten once one this much newer is recorded
+/// (a training step makes thousands).
 pub const KEPT: usize = 1 << 20;
 /// The ids the reader gives joined stacks: above any id the trace's own table gives.
 pub const JOINED_BASE: u64 = 1 << 62;
@@ -29,15 +31,88 @@ pub fn sequence_of(stack_ref: &Record) -> u64 {
     stack_ref.size >> 8
 }
 
+/// Forward sequence number -> (thread, stack) of the first tensor allocated with it, `None`
+/// once two threads recorded it: a table by the number's low bits, each entry with its number.
+/// Every stack of a run's forward records a number (most one more than the last), so this is
+/// asked at every tensor: a lookup is one index, where an ordered map of a million numbers
+/// was a search of a deep tree, most of a real trace's reading. The table doubles while a
+/// number would take the place of one less than [`KEPT`] older, up to [`KEPT`] places: then
+/// two numbers share a place only if they are [`KEPT`] or more apart, and the newer stays.
+#[derive(Default)]
+struct Forwards {
+    /// (number, thread, stack, state): state 0 empty, 1 one thread's, 2 two threads'.
+    table: Vec<(u64, u16, u64, u8)>,
+}
+
+/// The table's first size.
+const FORWARDS_FIRST: usize = 1 << 12;
+
+impl Forwards {
+    #[inline]
+    fn place(&self, sequence: u64) -> usize {
+        (sequence as usize) & self.table.len().wrapping_sub(1)
+    }
+
+    /// Who recorded `sequence`, if it is kept.
+    fn get(&self, sequence: u64) -> Option<Option<(u16, u64)>> {
+        match self.table.get(self.place(sequence)) {
+            Some(&(n, thread, stack, 1)) if n == sequence => Some(Some((thread, stack))),
+            Some(&(n, _, _, 2)) if n == sequence => Some(None),
+            _ => None,
+        }
+    }
+
+    /// `thread` recorded `sequence` with `stack`: the first to, or another thread too.
+    fn record(&mut self, sequence: u64, thread: u16, stack: u64) {
+        loop {
+            let (place, len) = (self.place(sequence), self.table.len());
+            let Some(e) = self.table.get_mut(place) else {
+                self.grow();
+                continue;
+            };
+            match *e {
+                (_, _, _, 0) => *e = (sequence, thread, stack, 1),
+                (n, t, _, 1) if n == sequence => {
+                    if t != thread {
+                        e.3 = 2;
+                    }
+                }
+                (n, _, _, _) if n == sequence => {}
+                (n, _, _, _) if n.abs_diff(sequence) < KEPT as u64 && len < KEPT => {
+                    self.grow();
+                    continue;
+                }
+                // The older of two numbers KEPT or more apart is forgotten.
+                (n, _, _, _) if n < sequence => *e = (sequence, thread, stack, 1),
+                _ => {}
+            }
+            return;
+        }
+    }
+
+    /// Twice the places (at least [`FORWARDS_FIRST`]), every entry put in again.
+    #[cold]
+    fn grow(&mut self) {
+        let size = (self.table.len() * 2).clamp(FORWARDS_FIRST, KEPT);
+        let old = std::mem::replace(&mut self.table, vec![(0, 0, 0, 0); size]);
+        for e in old.into_iter().filter(|e| e.3 != 0) {
+            let place = self.place(e.0);
+            if let Some(slot) = self.table.get_mut(place)
+                && (slot.3 == 0 || slot.0 < e.0)
+            {
+                *slot = e;
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct BackwardJoins {
-    /// Forward sequence number -> (thread, stack) of the first tensor allocated with it; `None`
-    /// once two threads recorded it.
-    forward: BTreeMap<u64, Option<(u16, u64)>>,
+    forward: Forwards,
     /// Stack id -> whether it is a backward function's frame.
     is_backward: crate::fasthash::FastMap<u64, bool>,
     /// (backward stack, forward stack) -> the joined stack's id.
-    joined: HashMap<(u64, u64), u64>,
+    joined: crate::fasthash::FastMap<(u64, u64), u64>,
 }
 
 impl BackwardJoins {
@@ -76,19 +151,10 @@ impl BackwardJoins {
         }
         let backward = self.is_backward(r.ptr, stacks, strings);
         if !backward {
-            let e = self
-                .forward
-                .entry(sequence)
-                .or_insert(Some((r.thread, r.ptr)));
-            if e.is_some_and(|(t, _)| t != r.thread) {
-                *e = None;
-            }
-            while self.forward.len() > KEPT {
-                self.forward.pop_first();
-            }
+            self.forward.record(sequence, r.thread, r.ptr);
             return;
         }
-        let Some(Some((_, forward))) = self.forward.get(&sequence).copied() else {
+        let Some(Some((_, forward))) = self.forward.get(sequence) else {
             return;
         };
         r.ptr = self.joined(r.ptr, forward, stacks);
@@ -205,6 +271,53 @@ mod tests {
                 10,
                 "{n}"
             );
+        }
+    }
+
+    #[test]
+    fn a_forward_is_forgotten_only_for_one_kept_or_more_newer() {
+        let mut f = Forwards::default();
+        for n in 0..10_000u64 {
+            f.record(n, 0, n + 100);
+        }
+        // The table grew to keep each of them.
+        assert!((0..10_000u64).all(|n| f.get(n) == Some(Some((0, n + 100)))));
+        let far = KEPT as u64;
+        f.record(far + 5, 0, 7);
+        assert_eq!(f.get(5), None, "a number KEPT newer takes its place");
+        assert_eq!(f.get(far + 5), Some(Some((0, 7))));
+        // An older number does not put out a newer one in its place.
+        f.record(5, 0, 8);
+        assert_eq!(f.get(far + 5), Some(Some((0, 7))));
+        assert_eq!(f.get(5), None);
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { failure_persistence: None, ..proptest::prelude::ProptestConfig::default() })]
+
+        /// Numbers within KEPT of each other are all kept, each with the first thread and stack
+        /// that recorded it, or none once a second thread did; an unrecorded number is unknown.
+        #[test]
+        fn numbers_within_kept_are_all_kept(
+            base in 0u64..(1 << 40),
+            records in proptest::collection::vec((0u64..(KEPT as u64 - 1), 0u16..3, 1u64..50), 0..300),
+        ) {
+            let mut f = Forwards::default();
+            let mut model: HashMap<u64, Option<(u16, u64)>> = HashMap::new();
+            for &(n, thread, stack) in &records {
+                f.record(base + n, thread, stack);
+                let e = model.entry(base + n).or_insert(Some((thread, stack)));
+                if e.is_some_and(|(t, _)| t != thread) {
+                    *e = None;
+                }
+            }
+            for &(n, _, _) in &records {
+                proptest::prop_assert_eq!(f.get(base + n), model.get(&(base + n)).copied());
+            }
+            let unrecorded = (0..KEPT as u64).find(|n| !model.contains_key(&(base + n)));
+            if let Some(n) = unrecorded {
+                proptest::prop_assert_eq!(f.get(base + n), None);
+            }
         }
     }
 }

@@ -306,9 +306,22 @@ impl Replay {
 
     /// [`Replay::for_device`] of the devices `keep` keeps (every device's, to replay on from).
     pub fn for_devices(&self, keep: impl Fn(u8) -> bool) -> Replay {
+        // Every entry kept (one device, or all asked for: nearly always): copied whole, a
+        // copy of the vectors, not an insertion of each (a real run's moments copy the live
+        // set at every new peak, and insertions cost them ten times as much).
+        let live = if self.live.values().all(|l| keep(l.device)) {
+            self.live.clone()
+        } else {
+            kept(self.live.iter(), &keep)
+        };
+        let physical = if self.physical.values().all(|l| keep(l.device)) {
+            self.physical.clone()
+        } else {
+            kept(self.physical.iter(), &keep)
+        };
         Replay {
-            live: kept(self.live.iter(), &keep),
-            physical: kept(self.physical.iter(), &keep),
+            live,
+            physical,
             devices: self.devices.clone(),
             physical_bytes: self.physical_bytes.clone(),
             host: FastMap::default(),
