@@ -72,11 +72,7 @@ impl Forwards {
             };
             match *e {
                 (_, _, _, 0) => *e = (sequence, thread, stack, 1),
-                (n, t, _, 1) if n == sequence => {
-                    if t != thread {
-                        e.3 = 2;
-                    }
-                }
+                (n, t, _, 1) if n == sequence && t != thread => e.3 = 2,
                 (n, _, _, _) if n == sequence => {}
                 (n, _, _, _) if n.abs_diff(sequence) < KEPT as u64 && len < KEPT => {
                     self.grow();
