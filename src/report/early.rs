@@ -91,7 +91,9 @@ struct Candidate {
     /// The record proposed.
     at: u64,
     /// Once the window after `at` is read: the moment being taken.
-    taking: Option<Taking>,
+    /// Boxed: a candidate moves at every record that proposes one (the last allocation with
+    /// Python frames is every one of them), and a moment being taken holds a whole replay.
+    taking: Option<Box<Taking>>,
     /// The budget refused it: it is taken in a second pass, if wanted.
     missed: bool,
 }
@@ -198,7 +200,13 @@ impl EarlyMoments {
             (self.due != u64::MAX).then(|| self.due.saturating_sub(u64::from(STACK_WINDOW)));
         match waiting {
             // Every moment is taken (or cannot be): the replay is let go until another comes.
-            None => (self.base, self.log) = (None, VecDeque::new()),
+            // The log keeps its room (a few thousand records at most, see `LOG_MIN`): made
+            // anew, it grew again by doubling each time, the copies a tenth of a real trace's
+            // first pass.
+            None => {
+                self.base = None;
+                self.log.clear();
+            }
             // The log holds no more than the records since the earliest waiting candidate
             // (fewer than its window) and a bounded batch before it.
             Some(at) if self.log.len() > LOG_MIN => self.roll_to(at),
@@ -292,7 +300,7 @@ impl EarlyMoments {
         for (r, decided) in &self.log {
             t.step(reader, kinds, r, *decided, run);
         }
-        c.taking = Some(t);
+        c.taking = Some(Box::new(t));
     }
 
     /// The record just read (`rp` after it) is the slot's moment now.
@@ -334,7 +342,7 @@ impl EarlyMoments {
                     TAKEN_AT_END.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
             }
-            let Some(t) = c.taking else {
+            let Some(t) = c.taking.map(|t| *t) else {
                 continue;
             };
             let m = t.finish(reader, kinds);
