@@ -128,7 +128,7 @@ fn choose(
 /// live bytes by site each, at iteration `ordinals`), the fastest first.
 fn growing_sites(
     reader: &TraceReader,
-    series: &[HashMap<u64, u64>],
+    series: &[crate::fasthash::FastMap<u64, u64>],
     ordinals: &[u64],
     together: &FreedTogether,
     tensors: bool,
@@ -390,7 +390,8 @@ impl LeaksSampler {
         let ordinals: Vec<u64> = kept.iter().map(|b| b.ordinal).collect();
         let totals: Vec<u64> = kept.iter().map(|b| b.total).collect();
         let times: Vec<u64> = kept.iter().map(|b| b.time_ns).collect();
-        let series: Vec<HashMap<u64, u64>> = kept.into_iter().map(|b| b.by_site).collect();
+        let series: Vec<crate::fasthash::FastMap<u64, u64>> =
+            kept.into_iter().map(|b| b.by_site).collect();
         let mut iterations = self.chosen.map(|(boundary, _, _)| Iterations {
             boundary,
             count: seen,

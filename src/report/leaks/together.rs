@@ -1,6 +1,7 @@
 //! Which call sites' long-lived allocations are freed next to each other: what keeps one
 //! alive keeps the other.
 
+use crate::fasthash::FastMap;
 use crate::report::live::site_key;
 use std::collections::HashMap;
 
@@ -24,9 +25,9 @@ pub(super) struct FreedTogether {
     /// thread last allocated and the latest boundary.
     last: crate::fasthash::FastMap<u16, u64>,
     /// Per call site: its long-lived allocations freed.
-    freed: HashMap<u64, u64>,
+    freed: FastMap<u64, u64>,
     /// Per pair of call sites (smaller key first): frees of one right after the other's.
-    pairs: HashMap<(u64, u64), u64>,
+    pairs: FastMap<(u64, u64), u64>,
 }
 
 impl FreedTogether {

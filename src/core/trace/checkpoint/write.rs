@@ -6,7 +6,6 @@ use super::live_set;
 use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, RecordKind, restore};
 use crate::trace::live::{BoundaryMark, Replay, Snapshot};
 use crate::trace::summary::{Summarizer, TAIL_NS};
-use std::collections::HashMap;
 
 impl Summarizer {
     /// Writes the checkpoint: every record applied so far summarized, then the records still in
@@ -188,7 +187,7 @@ impl Summarizer {
                 thread,
                 ..restore_record(restore::BOUNDARY_MARK, 0, key, self.boundaries.seen, 0)
             });
-            let empty: HashMap<u64, u64> = HashMap::new();
+            let empty: crate::fasthash::FastMap<u64, u64> = Default::default();
             let mut before = &empty;
             for b in self.boundaries.kept.items() {
                 let by = &b.by_site;

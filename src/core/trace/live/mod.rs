@@ -24,7 +24,7 @@ pub use crate::trace::ranges::OpenRanges;
 use crate::trace::ranges::Ranges;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use crate::trace::tensors::Tensors;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 /// A live allocation as the replay knows it.
@@ -179,7 +179,7 @@ pub struct Boundary {
     pub ordinal: u64,
     pub time_ns: u64,
     pub total: u64,
-    pub by_site: HashMap<u64, u64>,
+    pub by_site: FastMap<u64, u64>,
 }
 
 /// What marks the boundaries a checkpoint kept.
@@ -418,8 +418,8 @@ impl Replay {
     }
 
     /// Live bytes by call-site key ([`site_key`]), every device together.
-    pub fn live_by_site(&self) -> HashMap<u64, u64> {
-        let mut by: HashMap<u64, u64> = HashMap::new();
+    pub fn live_by_site(&self) -> FastMap<u64, u64> {
+        let mut by: FastMap<u64, u64> = FastMap::default();
         for l in self.all_live() {
             let v = by.entry(site_key(l)).or_default();
             *v = v.saturating_add(l.size);
