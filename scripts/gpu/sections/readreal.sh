@@ -7,7 +7,8 @@
 # then, the file in the page cache, the time to read it (`cat`), and each report's time (the
 # best of three), with frames named from the binaries (the default) and without
 # (`--no-symbols`: what naming them costs), and the page's. A row: seconds, and in brackets
-# the multiple of the read.
+# the multiple of the read. GPUSHIM_BEFORE=PATH: another build of the command timed on the
+# same traces, alternated with this one (a row "before" under each workload's).
 # Usage: bash scripts/gpu.sh readreal[:STEPS]  (default 400)
 set -euo pipefail
 steps=${1:-400}
@@ -22,6 +23,20 @@ best() { # COMMAND...: the best of three runs' seconds
   done
   echo "$b"
 }
+row() { # NAME BIN: a row of the reports' times by BIN on the workload's trace $t
+  local name=$1 bin=$2 s r
+  printf "%-12s %9s %8.0f %6.2f" "$name" "$records" "$(awk -v s="$(stat -c %s "$t")" 'BEGIN { print s / 1e6 }')" "$c"
+  for r in summary peak leaks oom page; do
+    if [ "$r" = page ]; then
+      s=$(best "$bin" report "$t" -o "$work/$w.html")
+    else
+      s=$(best "$bin" "$r" "$t")
+    fi
+    printf " %6.2f (%4.0fx)" "$s" "$(awk -v a="$s" -v b="$base" 'BEGIN { print a / b }')"
+  done
+  s=$(best "$bin" leaks --no-symbols "$t")
+  printf " %6.2f (%4.0fx)\n" "$s" "$(awk -v a="$s" -v b="$base" 'BEGIN { print a / b }')"
+}
 printf "%-12s %9s %8s %6s" workload records MB cat
 for r in summary peak leaks oom page; do printf " %13s" "$r"; done
 printf " %13s\n" "leaks -n"
@@ -35,15 +50,9 @@ for w in gpt2 resnet50 transformer; do
   c=$(best cat "$t")
   # The read of a small file is a few milliseconds: the multiples are of at least 10 ms.
   base=$(awk -v c="$c" 'BEGIN { print (c > 0.01 ? c : 0.01) }')
-  printf "%-12s %9s %8.0f %6.2f" "$w" "$records" "$(awk -v s="$(stat -c %s "$t")" 'BEGIN { print s / 1e6 }')" "$c"
-  for r in summary peak leaks oom page; do
-    if [ "$r" = page ]; then
-      s=$(best "$GPUSHIM_BIN" report "$t" -o "$work/$w.html")
-    else
-      s=$(best "$GPUSHIM_BIN" "$r" "$t")
-    fi
-    printf " %6.2f (%4.0fx)" "$s" "$(awk -v a="$s" -v b="$base" 'BEGIN { print a / b }')"
-  done
-  s=$(best "$GPUSHIM_BIN" leaks --no-symbols "$t")
-  printf " %6.2f (%4.0fx)\n" "$s" "$(awk -v a="$s" -v b="$base" 'BEGIN { print a / b }')"
+  row "$w" "$GPUSHIM_BIN"
+  if [ -n "${GPUSHIM_BEFORE:-}" ]; then
+    row "  before" "$GPUSHIM_BEFORE"
+    row "  again" "$GPUSHIM_BIN"
+  fi
 done
