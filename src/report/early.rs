@@ -200,7 +200,7 @@ impl EarlyMoments {
             (self.due != u64::MAX).then(|| self.due.saturating_sub(u64::from(STACK_WINDOW)));
         match waiting {
             // Every moment is taken (or cannot be): the replay is let go until another comes.
-            // The log keeps its room (a few thousand records at most, see `LOG_MIN`): made
+            // The log keeps its room (some `LOG_MIN` records at most): made
             // anew, it grew again by doubling each time, the copies a tenth of a real trace's
             // first pass.
             None => {

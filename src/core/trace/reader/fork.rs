@@ -195,11 +195,6 @@ impl TraceReader {
         readers
     }
 
-    /// A second reader of the records this one is about to read (see [`TraceReader::pairs`]).
-    pub fn pair(&mut self) -> Option<TraceReader> {
-        self.pairs(1).pop()
-    }
-
     /// A second reader of this trace, from its first record: the same file (the descriptor
     /// this one was opened with, opened anew for an offset of its own, and checked to be the
     /// same file), the same extent and checkpoint, the same options but no progress; it reads

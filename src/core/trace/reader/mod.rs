@@ -215,7 +215,7 @@ pub struct TraceReader {
     /// reader's never is).
     pass_decoded: u64,
     whole_counted: bool,
-    /// Reads copies of another reader's batches ([`TraceReader::pair`]): nothing decoded of
+    /// Reads copies of another reader's batches ([`TraceReader::pairs`]): nothing decoded of
     /// its own, nothing counted.
     copies: bool,
 }

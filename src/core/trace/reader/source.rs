@@ -27,7 +27,7 @@ impl Source {
     /// The decoder, on a thread of its own when the machine has more than one core and a
     /// thread can be had, else called in turn.
     pub fn start(d: Box<Decoder>) -> Source {
-        match Source::spawn(d, 0) {
+        match Source::start_copies(d, 0) {
             Ok((source, _)) => source,
             Err(d) => Source::Inline(d),
         }
@@ -44,13 +44,6 @@ impl Source {
         d: Box<Decoder>,
         copies: usize,
     ) -> Result<(Source, Vec<Source>), Box<Decoder>> {
-        Source::spawn(d, copies)
-    }
-
-    /// The decoder on a thread of its own, its batches for a reader and a copy of each for
-    /// `copies` more; `Err`: the decoder back, unmoved, where there is one core, decoding is
-    /// asked to stay in turn (`GPUSHIM_READ_INLINE=1`), or no thread can be had.
-    fn spawn(d: Box<Decoder>, copies: usize) -> Result<(Source, Vec<Source>), Box<Decoder>> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // GPUSHIM_READ_INLINE=1: decode in turn whatever the cores (the tests compare the two).
         let inline = std::env::var_os("GPUSHIM_READ_INLINE").is_some_and(|v| v == "1");
