@@ -266,6 +266,29 @@ fn leaks_sampled_from_the_first_pass_are_those_a_second_pass_samples() {
 }
 
 #[test]
+fn leaks_begun_mid_step_choose_what_the_end_chooses() {
+    // A sixteenth into a trace falls inside a step, where the step's later lines have one
+    // allocation fewer than its earlier ones: the choice made there must be the one made at
+    // the end (the step's first line), or the leaks are sampled again in a second pass. The
+    // two-leak loop on the stand-in, 2,000 steps (about 34,000 records).
+    let t = tempdir("leaks-mid-step").file("loop.trace");
+    let lib = sim().dir.join("torch/lib/libc10_cuda.so");
+    let args = vec![lib.display().to_string(), "2000".to_string()];
+    assert_ok(&python_client(&t, "torch_leaks.py", args, vec![]));
+    let (early, _, times) = report_early_read(&["leaks", "--json"], &t, true);
+    let (late, _, late_times) = report_early_read(&["leaks", "--json"], &t, false);
+    assert_same(&early, &late, "leaks of the two-leak loop");
+    assert!(
+        late_times - times > 0.2,
+        "read {times} times its records, a second pass {late_times}: the sampling begun \
+         in the first pass was not used"
+    );
+    let v: serde_json::Value = serde_json::from_slice(&early).unwrap();
+    let b = v["iterations"]["boundary"].as_str().unwrap();
+    assert!(b.contains("torch_leaks.py:39 in train"), "{b}");
+}
+
+#[test]
 fn moments_taken_in_the_first_pass_are_those_the_second_takes() {
     // The summary's and the peak's moments (each device's peak, its tensors', NVML's, the last
     // allocation with Python frames) are taken as the first pass finds them, from a replay

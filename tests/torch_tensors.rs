@@ -106,6 +106,13 @@ fn the_default_run_names_both_leaking_lines_with_their_growth() {
         assert!(!err.contains("tensors are not recorded"), "{conf}: {err}");
         let g = growing(&t);
         assert_eq!(g.len(), 2, "{conf}: {g:?}");
+        // One boundary a step, at its first allocation: the first step's segment, taken before
+        // the stand-in's tensors were known, carries the same stack as its tensor and must not
+        // count that line twice (which made it lose to the step's second line).
+        let it = &report("leaks", &t)["iterations"];
+        assert_eq!(it["count"], 30, "{conf}: {it}");
+        let b = it["boundary"].as_str().unwrap();
+        assert!(b.contains("torch_leaks.py:39 in train"), "{conf}: {b}");
         for line in [LAYER_LINE, METRIC_LINE] {
             assert!(
                 g.iter()

@@ -167,6 +167,11 @@ impl Replay {
                 let device = device_or_0(r.device);
                 let change = match self.live.remove(&r.ptr) {
                     Some(l) => {
+                        if let Some(c) = self.counted_raw.get_mut(r.thread as usize)
+                            && *c == Some(CountedRaw::Made(r.ptr))
+                        {
+                            *c = Some(CountedRaw::Claimed(l.stack));
+                        }
                         self.sub_bytes(l.device, l.size);
                         self.undo_peak_of(r.ptr, false);
                         self.freed = l;
@@ -274,11 +279,23 @@ impl Replay {
             }
             StackRef => {
                 let mut change = Change::Other;
+                let counted = self
+                    .counted_raw
+                    .get_mut(r.thread as usize)
+                    .and_then(Option::take);
                 if let Some(p) = take_last(&mut self.last_alloc, r.thread)
                     && let Some(l) = self.live.get_mut(&p)
                 {
                     l.stack = r.ptr;
                     if l.kind == RecordKind::Alloc as u8 && self.tensors.recorded() {
+                        change = Change::StackOfRaw;
+                    } else if l.kind == RecordKind::Alloc as u8 && !self.restoring {
+                        // Counted as its call site's own: a segment the framework may yet
+                        // claim, the tensor's stack (the same) following.
+                        *slot(&mut self.counted_raw, r.thread) = Some(CountedRaw::Made(p));
+                    } else if l.kind == RecordKind::TensorAlloc as u8
+                        && counted == Some(CountedRaw::Claimed(r.ptr))
+                    {
                         change = Change::StackOfRaw;
                     }
                 }
@@ -294,6 +311,56 @@ impl Replay {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn record(kind: RecordKind, api: Api, ptr: u64, size: u64) -> Record {
+        Record {
+            kind,
+            api,
+            device: 0,
+            status: 0,
+            thread: 0,
+            time_ns: 1,
+            ptr,
+            size,
+            stream: 0,
+        }
+    }
+
+    /// The framework's first segment, taken before the record that says its tensors are
+    /// recorded, counts its call site; the tensor's own stack after it is the same call, and
+    /// says so (`StackOfRaw`), as a later segment's stack does.
+    #[test]
+    fn a_call_is_counted_once_though_its_segment_came_before_the_tensors_were_known() {
+        use Api::{CudaMalloc, Shim, Torch};
+        use RecordKind::*;
+        let (p, q, stack, other) = (0x7f00_0000_0000, 0x7f00_1000_0000, 0x18d, 0x2041);
+        let mut rp = Replay::default();
+        let mut changes = Vec::new();
+        for r in [
+            record(Alloc, CudaMalloc, p, 1 << 21),
+            record(StackRef, Shim, stack, 3),
+            record(Tensors, Torch, 0, 1),
+            record(SegmentReserve, Torch, p, 1 << 21),
+            record(TensorAlloc, Torch, p, 1 << 21),
+            record(StackRef, Shim, stack, 3),
+            // A later segment: its stack is the segment's, the tensor's counts.
+            record(Alloc, CudaMalloc, q, 1 << 21),
+            record(StackRef, Shim, other, 3),
+            record(SegmentReserve, Torch, q, 1 << 21),
+            record(TensorAlloc, Torch, q, 1 << 20),
+            record(StackRef, Shim, other, 3),
+            // The first call again, from the cache: counted.
+            record(TensorAlloc, Torch, p + (1 << 20), 1 << 20),
+            record(StackRef, Shim, stack, 3),
+        ] {
+            if r.kind == StackRef {
+                changes.push(rp.apply(&r) == Change::StackOfRaw);
+            } else {
+                rp.apply(&r);
+            }
+        }
+        assert_eq!(changes, [false, true, true, false, false]);
+    }
 
     proptest! {
         #![proptest_config(ProptestConfig { failure_persistence: None, ..ProptestConfig::default() })]

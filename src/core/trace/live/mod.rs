@@ -123,6 +123,10 @@ pub struct Replay {
     /// Per thread: the address of its latest allocation while a stack reference may still
     /// follow it (0: none).
     pub(in crate::trace) last_alloc: Vec<u64>,
+    /// Per thread: a device allocation made through CUDA whose stack counted as its call
+    /// site's own (made before the framework's tensors were known), then, once the framework's
+    /// segment claims it, its stack (see [`Change::StackOfRaw`]).
+    pub(in crate::trace) counted_raw: Vec<Option<CountedRaw>>,
     /// The NVTX ranges open, which name the allocations made in them.
     pub(in crate::trace) ranges: Ranges,
     /// The allocation the latest [`Change::Free`] took out of `live`.
@@ -158,6 +162,14 @@ pub struct Segment {
     /// Pages of an expandable segment mapped at this address (PyTorch's
     /// `expandable_segments:True`), not a segment of its own.
     pub pages: bool,
+}
+
+/// A device allocation through CUDA whose stack counted as a call site's allocation, before
+/// the framework's tensors were known: made, or claimed by the framework's segment (its stack).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(in crate::trace) enum CountedRaw {
+    Made(u64),
+    Claimed(u64),
 }
 
 /// What a record to come may still refer to on one thread (see [`Replay::thread_pending`]).
@@ -243,7 +255,10 @@ pub enum Change {
     },
     /// A stack named a device allocation made through CUDA itself while the framework records
     /// its tensors: most likely a segment the framework takes for the tensor whose own stack
-    /// (the same) follows, so it marks no call site's allocation of its own.
+    /// (the same) follows, so it marks no call site's allocation of its own. Also the stack of
+    /// a tensor whose segment was taken before the framework's tensors were known (the
+    /// program's first allocation, whose segment precedes the record that says the framework
+    /// records tensors): that segment's stack, the same, already counted the call.
     StackOfRaw,
     Other,
 }
@@ -334,6 +349,7 @@ impl Replay {
             facts: self.facts.clone(),
             awaiting_caller: self.awaiting_caller.clone(),
             last_alloc: self.last_alloc.clone(),
+            counted_raw: self.counted_raw.clone(),
             ranges: self.ranges.clone(),
             snapshots: Vec::new(),
             boundaries: Vec::new(),

@@ -41,9 +41,13 @@ impl Occurrences {
 /// step (a loop inside the step) or only at start (an optimizer's state, made at its first
 /// step) is not the step. So each candidate site (3 occurrences or more, spread over at least
 /// half of the run after its first, its 10th and 90th percentile gaps within 4x of its mean
-/// gap) is scored by how many sites occur about as often as it does (within 10%, or 1); the
-/// best score wins, then the fewest occurrences, then the site seen first. Ties resolve the
-/// same way every time.
+/// gap) is scored by how many sites occur about as often as it does (within 10%, or 1). Of
+/// the sites scored about the best (within 10% of it, or 1), those about as often as the
+/// fewest (within 10% of it, or 1) tie, and of those the site seen first wins. Each "about"
+/// is there for a trace cut mid-step (a crash, an OOM, or a first look at a sixteenth of it):
+/// the lines after the cut have one occurrence fewer than those before it, which moves their
+/// scores by one and made the fewest alone pick the first line after the cut, so the choice
+/// moved with where the trace ended. Ties resolve the same way every time.
 pub fn detect_period<S: std::hash::BuildHasher>(
     sites: &HashMap<u64, Occurrences, S>,
     total: u64,
@@ -54,7 +58,7 @@ pub fn detect_period<S: std::hash::BuildHasher>(
         .filter(|&n| n >= 3)
         .collect();
     let near = |a: u64, b: u64| a.abs_diff(b) <= (b / 10).max(1);
-    sites
+    let mut scored: Vec<(usize, u64, u64, u64)> = sites
         .iter()
         .filter(|(_, o)| o.count >= 3 && o.positions.len() >= 3)
         .filter(|(_, o)| {
@@ -72,16 +76,19 @@ pub fn detect_period<S: std::hash::BuildHasher>(
             let mean = (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1);
             lo > 0 && lo.saturating_mul(4) >= mean && hi <= mean.saturating_mul(4)
         })
-        .max_by_key(|(k, o)| {
+        .map(|(&k, o)| {
             let score = counts.iter().filter(|&&n| near(n, o.count)).count();
-            (
-                score,
-                std::cmp::Reverse(o.count),
-                std::cmp::Reverse(o.first),
-                std::cmp::Reverse(**k),
-            )
+            (score, o.count, o.first, k)
         })
-        .map(|(k, _)| *k)
+        .collect();
+    let best = scored.iter().map(|s| s.0).max()?;
+    scored.retain(|s| s.0.saturating_add((best / 10).max(1)) >= best);
+    let fewest = scored.iter().map(|s| s.1).min()?;
+    scored
+        .iter()
+        .filter(|s| s.1 <= fewest.saturating_add((fewest / 10).max(1)))
+        .min_by_key(|s| (s.2, s.3))
+        .map(|s| s.3)
 }
 
 /// What marks the iterations, learnt from the records: NVTX names and how often each came,

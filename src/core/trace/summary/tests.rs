@@ -330,6 +330,30 @@ fn the_step_is_the_site_that_recurs_once_a_step_not_the_loop_inside_it() {
     assert_eq!(detect_period(&sites, n), Some(10));
 }
 
+#[test]
+fn the_step_chosen_does_not_move_with_where_the_trace_is_cut() {
+    // Ten lines once a step, one line twice, 40 steps: cut after any allocation from the
+    // fourth step on (a crash, an OOM, the first look at a sixteenth of a trace), the step's
+    // first line marks it, as at the end. Cut mid-step, the lines after the cut have one
+    // occurrence fewer than those before it.
+    let mut order = Vec::new();
+    for _ in 0..40 {
+        for line in 10..20 {
+            order.push(line);
+            if line == 15 {
+                order.extend([99, 99]);
+            }
+        }
+    }
+    let mut sites: HashMap<u64, Occurrences> = HashMap::new();
+    for (n, &site) in (1u64..).zip(&order) {
+        sites.entry(site).or_default().add(n);
+        if n >= 36 {
+            assert_eq!(detect_period(&sites, n), Some(10), "cut after {n}");
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
