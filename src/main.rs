@@ -26,6 +26,16 @@ fn main() -> std::process::ExitCode {
         if paired > 0 {
             eprintln!("gpushim: {paired} pass(es) read by {readers} threads at once");
         }
+        // Where a first pass's time went: a thread whose CPU time is near the pass's is what
+        // the pass waited for.
+        let (wall, tracking, most) = gpushim::report::analysis::first_pass_times();
+        if wall > 0.0 {
+            let decoding = gpushim::trace::reader::decoding_cpu_s();
+            eprintln!(
+                "gpushim: first pass {wall:.2} s; CPU: decoding {decoding:.2} s, trackers \
+                 {tracking:.2} s (the busiest thread {most:.2} s)"
+            );
+        }
     }
     code
 }

@@ -47,8 +47,8 @@ for _ in 1 2 3; do
   read -r c _ < "$dir/cat.time"
   read_s=$(awk -v a="$c" -v b="$read_s" 'BEGIN { print (a < b ? a : b) }')
 done
-printf "%-10s %10s %10s %10s %13s %8s\n" report seconds "x read" "max RSS" "opens/passes" "records"
-printf "%-10s %10.2f %10s %10s %13s %8s\n" "cat" "$read_s" "1.0" "-" "1/1" "1.00x"
+printf "%-10s %10s %10s %10s %13s %8s %8s %8s\n" report seconds "x read" "max RSS" "opens/passes" "records" "decode" "busiest"
+printf "%-10s %10.2f %10s %10s %13s %8s %8s %8s\n" "cat" "$read_s" "1.0" "-" "1/1" "1.00x" "-" "-"
 one() { # NAME [PROGRAM] ARGS...: its time, memory and reads (opened, passes begun, the records decoded
   # as a multiple of the trace's: a pass that reads only the first part counts for that part); PROGRAM, a path, in place of gpushim
   local name=$1; shift
@@ -64,7 +64,11 @@ one() { # NAME [PROGRAM] ARGS...: its time, memory and reads (opened, passes beg
   done
   reads=$(sed -n 's/^gpushim: opened \([0-9]*\) trace file(s), read \([0-9]*\) pass(es): .*$/\1\/\2/p' "$dir/$name.err")
   times=$(sed -n 's/^gpushim: opened .*: \([0-9.]*\) times their records$/\1x/p' "$dir/$name.err")
-  printf "%-10s %10.2f %10.1f %7s MiB %13s %8s\n" "$name" "$s" "$(awk -v a="$s" -v b="$read_s" 'BEGIN { print a / b }')" "$((kib / 1024))" "${reads:--}" "${times:--}"
+  # The last run's CPU seconds of its first pass: the decoding thread(s), and the busiest
+  # thread of trackers (near the report's time: the trackers are what it waited for).
+  decode=$(sed -n 's/^gpushim: first pass .*decoding \([0-9.]*\) s.*$/\1/p' "$dir/$name.err")
+  busiest=$(sed -n 's/^gpushim: first pass .*busiest thread \([0-9.]*\) s.*$/\1/p' "$dir/$name.err")
+  printf "%-10s %10.2f %10.1f %7s MiB %13s %8s %8s %8s\n" "$name" "$s" "$(awk -v a="$s" -v b="$read_s" 'BEGIN { print a / b }')" "$((kib / 1024))" "${reads:--}" "${times:--}" "${decode:--}" "${busiest:--}"
 }
 # The reader alone (examples/read_only.rs): decoded, ordered, handed on, nothing more.
 one reader "$reader" "$t"
@@ -82,3 +86,4 @@ done
 one "summary*" summary "$dir/host.analysis"
 echo "(report-N, analyze-N: their trackers in N groups, GPUSHIM_READ_SPLIT=0 or 3; by default two groups where $(nproc) cores allow, three or more)"
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"
+echo "(decode, busiest: CPU seconds of the first pass's decoding thread(s) and of its busiest thread of trackers, the last run's)"

@@ -222,12 +222,30 @@ impl RunPass {
 
 /// Every record of `reader` to `run`'s trackers.
 fn read_all(reader: &mut TraceReader, run: &mut RunPass) {
+    let cpu = crate::trace::reader::thread_cpu_ns();
     let mut batch = Vec::new();
     while reader.next_batch(&mut batch) {
         for r in &batch {
             run.see(reader, r);
         }
     }
+    let cpu = crate::trace::reader::thread_cpu_ns().saturating_sub(cpu);
+    use std::sync::atomic::Ordering::Relaxed;
+    TRACKING_NS.fetch_add(cpu, Relaxed);
+    TRACKING_MOST_NS.fetch_max(cpu, Relaxed);
+}
+
+/// CPU time of the threads that ran first passes' trackers (summed, and the most one took),
+/// and the first passes' time: `GPUSHIM_READS=1` says how a pass's work was shared.
+static TRACKING_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static TRACKING_MOST_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FIRST_PASS_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Seconds: (the first passes took, CPU of their trackers' threads, the most one thread took).
+pub fn first_pass_times() -> (f64, f64, f64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed) as f64 / 1e9;
+    (s(&FIRST_PASS_NS), s(&TRACKING_NS), s(&TRACKING_MOST_NS))
 }
 
 /// The first pass. Where `wants` asks for the summary and the moments and failures as well as
@@ -327,7 +345,10 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
 pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
     let mut reader = TraceReader::open_with(path, opts)?;
+    let started = std::time::Instant::now();
     let mut run = first_pass(&mut reader, wants)?;
+    let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    FIRST_PASS_NS.fetch_add(took, std::sync::atomic::Ordering::Relaxed);
     let mut batch = Vec::new();
     let (rp, kinds, early) = (
         std::mem::take(&mut run.rp),

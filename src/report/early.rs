@@ -306,13 +306,27 @@ impl EarlyMoments {
     /// The record just read (`rp` after it) is the slot's moment now.
     fn here(&mut self, slot: Slot, rp: &Replay) {
         let at = rp.index;
-        if self.base.is_none() && self.afford(rp.live.len() as u64 + rp.physical.len() as u64) {
+        self.remove(slot);
+        let live = rp.live.len() as u64 + rp.physical.len() as u64;
+        // The kept replay behind by at least half as many records as it holds entries, and no
+        // other candidate waiting on it: a copy of the replay here costs less than rolling it
+        // forward (an entry copied costs a fraction of a record applied), and the log starts
+        // over. The program's last allocation with Python frames is proposed at every
+        // allocation: rolled forward, the kept replay applied nearly every record a second time.
+        let others_wait = self
+            .slots
+            .iter()
+            .any(|(_, c)| c.taking.is_none() && !c.missed);
+        let renew = self.base.is_some()
+            && !others_wait
+            && (self.log.len() as u64).saturating_mul(2) >= live;
+        if (self.base.is_none() || renew) && self.afford(live) {
             let mut b = rp.for_devices(|_| true);
             b.host = rp.host.clone();
             self.base = Some(b);
+            self.log.clear();
         }
         let missed = self.base.is_none();
-        self.remove(slot);
         self.slots.push((
             slot,
             Candidate {

@@ -102,7 +102,13 @@ impl Forwards {
     #[cold]
     fn grow(&mut self) {
         let size = (self.table.len() * 2).clamp(FORWARDS_FIRST, KEPT);
-        let old = std::mem::replace(&mut self.table, vec![(0, 0, 0, 0); size]);
+        // Written whole here rather than allocated zeroed: a zeroed allocation is the kernel's
+        // zero page until written, and each first write after a read was a copy-on-write fault
+        // that flushed every core's TLB (the decoder's thread shares the memory), a tenth of
+        // `summary` on a real model's trace.
+        let mut table = Vec::with_capacity(size);
+        table.resize(size, (0, 0, 0, 0));
+        let old = std::mem::replace(&mut self.table, table);
         self.taken = 0;
         for e in old.into_iter().filter(|e| e.3 != 0) {
             let place = self.place(e.0);

@@ -35,3 +35,28 @@ pub fn records_read() -> (u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
     (HELD.load(Relaxed), DECODED.load(Relaxed))
 }
+
+/// CPU time of the decoding threads, in nanoseconds, summed as each ends.
+pub(super) static DECODING_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// CPU time the calling thread has run, in nanoseconds (0 where the clock cannot be read):
+/// `GPUSHIM_READS=1` says how the work of a pass was shared between its threads.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is a constant of the platform.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
+    let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
+    secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// CPU seconds the decoding threads of this process have run, as they ended.
+pub fn decoding_cpu_s() -> f64 {
+    DECODING_NS.load(std::sync::atomic::Ordering::Relaxed) as f64 / 1e9
+}

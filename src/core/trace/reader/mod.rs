@@ -23,8 +23,8 @@ mod stats;
 use crate::trace::checkpoint::read::{
     checkpoint_summarized, checkpoint_summed, read_checkpoint, restoring_prefix,
 };
-use counts::{DECODED, HELD, OPENED, PAIRED, PASSES, READERS};
-pub use counts::{paired, reads, records_read};
+use counts::{DECODED, DECODING_NS, HELD, OPENED, PAIRED, PASSES, READERS};
+pub use counts::{decoding_cpu_s, paired, reads, records_read, thread_cpu_ns};
 pub use head::{DeviceMake, printable, visible};
 use head::{info_capacity, le_u64, read_header};
 pub use stats::{Damage, DecodeStats};

@@ -85,6 +85,8 @@ impl Source {
                         break;
                     }
                 }
+                let cpu = super::thread_cpu_ns();
+                super::DECODING_NS.fetch_add(cpu, std::sync::atomic::Ordering::Relaxed);
                 Some(d)
             });
         match spawned {
