@@ -52,12 +52,12 @@ pub fn detect_period<S: std::hash::BuildHasher>(
     sites: &HashMap<u64, Occurrences, S>,
     total: u64,
 ) -> Option<u64> {
-    let counts: Vec<u64> = sites
+    let mut counts: Vec<u64> = sites
         .values()
         .map(|o| o.count)
         .filter(|&n| n >= 3)
         .collect();
-    let near = |a: u64, b: u64| a.abs_diff(b) <= (b / 10).max(1);
+    counts.sort_unstable();
     let mut scored: Vec<(usize, u64, u64, u64)> = sites
         .iter()
         .filter(|(_, o)| o.count >= 3 && o.positions.len() >= 3)
@@ -76,10 +76,7 @@ pub fn detect_period<S: std::hash::BuildHasher>(
             let mean = (t[t.len() - 1] - t[0]) / (t.len() as u64 - 1);
             lo > 0 && lo.saturating_mul(4) >= mean && hi <= mean.saturating_mul(4)
         })
-        .map(|(&k, o)| {
-            let score = counts.iter().filter(|&&n| near(n, o.count)).count();
-            (score, o.count, o.first, k)
-        })
+        .map(|(&k, o)| (about_as_often(&counts, o.count), o.count, o.first, k))
         .collect();
     let best = scored.iter().map(|s| s.0).max()?;
     scored.retain(|s| s.0.saturating_add((best / 10).max(1)) >= best);
@@ -89,6 +86,17 @@ pub fn detect_period<S: std::hash::BuildHasher>(
         .filter(|s| s.1 <= fewest.saturating_add((fewest / 10).max(1)))
         .min_by_key(|s| (s.2, s.3))
         .map(|s| s.3)
+}
+
+/// How many of `sorted` (counts of occurrences, in order) are about `count` (within a tenth
+/// of it, or 1): two binary searches, so that scoring every site is not quadratic in the sites
+/// a trace names.
+pub(super) fn about_as_often(sorted: &[u64], count: u64) -> usize {
+    let near = (count / 10).max(1);
+    let (lo, hi) = (count.saturating_sub(near), count.saturating_add(near));
+    sorted
+        .partition_point(|&n| n <= hi)
+        .saturating_sub(sorted.partition_point(|&n| n < lo))
 }
 
 /// What marks the iterations, learnt from the records: NVTX names and how often each came,

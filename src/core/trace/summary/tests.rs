@@ -355,6 +355,23 @@ fn the_step_chosen_does_not_move_with_where_the_trace_is_cut() {
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// A site's score, found by two binary searches of the sorted counts, is the number of
+    /// counts about its own (within a tenth, or 1), as counting them one by one finds.
+    #[test]
+    fn the_score_by_search_is_the_score_by_counting(
+        mut counts in proptest::collection::vec(3u64..400, 0..60),
+        count in 3u64..400,
+    ) {
+        counts.sort_unstable();
+        let near = |a: u64, b: u64| a.abs_diff(b) <= (b / 10).max(1);
+        let by_counting = counts.iter().filter(|&&n| near(n, count)).count();
+        prop_assert_eq!(super::iterations::about_as_often(&counts, count), by_counting);
+    }
+}
+
+proptest! {
     #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
 
     /// The journal undone from the live set is the live set at the peak: the same holdings as
