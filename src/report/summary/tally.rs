@@ -221,7 +221,9 @@ impl Tally {
 
     /// A stack with Python frames right after a successful allocation of its thread counts.
     pub(super) fn python_frames(&mut self, reader: &TraceReader, r: &Record) {
+        // No stack read so far with Python frames (a C program's trace): none to look up.
         if r.kind == RecordKind::StackRef
+            && reader.has_python_frames()
             && self.allocated_last.get(r.thread as usize) == Some(&true)
             && reader
                 .stack(r.ptr)
