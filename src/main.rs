@@ -27,13 +27,14 @@ fn main() -> std::process::ExitCode {
             eprintln!("gpushim: {paired} pass(es) read by {readers} threads at once");
         }
         // Where a first pass's time went: a thread whose CPU time is near the pass's is what
-        // the pass waited for.
+        // the pass waited for. The decoding threads are every pass's (a second pass, a second
+        // reader of the first part), the trackers' the first pass's.
         let (wall, tracking, most) = gpushim::report::analysis::first_pass_times();
         if wall > 0.0 {
             let decoding = gpushim::trace::reader::decoding_cpu_s();
             eprintln!(
-                "gpushim: first pass {wall:.2} s; CPU: decoding {decoding:.2} s, trackers \
-                 {tracking:.2} s (the busiest thread {most:.2} s)"
+                "gpushim: first pass {wall:.2} s; CPU: decoding {decoding:.2} s (every pass), \
+                 trackers {tracking:.2} s (the busiest thread {most:.2} s)"
             );
         }
     }

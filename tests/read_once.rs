@@ -73,6 +73,37 @@ fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
 }
 
 #[test]
+fn the_first_pass_says_where_its_time_went() {
+    // `GPUSHIM_READS=1`: the first pass's time, the decoding threads' CPU time and the
+    // trackers' threads' (summed, and the busiest). One thread cannot run longer than the pass;
+    // with one group of trackers the busiest is all of them.
+    let t = tempdir("pass-times").file("long.trace");
+    assert_ok(&kinds_program_with(&t, 2000, false, &[], Vec::new()));
+    let out = Command::new(gpushim_bin())
+        .args(["summary", "--no-symbols"])
+        .arg(&*t)
+        .env("GPUSHIM_READS", "1")
+        .env("GPUSHIM_READ_SPLIT", "0")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("gpushim: first pass "))
+        .unwrap_or_else(|| panic!("no first pass's times in: {err}"));
+    let n: Vec<f64> = line
+        .split(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [wall, _decoding, trackers, busiest] = n[..] else {
+        panic!("four figures in: {line}");
+    };
+    assert!(busiest > 0.0 && busiest <= wall + 0.01, "{line}");
+    assert!((trackers - busiest).abs() <= 0.01, "{line}");
+}
+
+#[test]
 fn the_peaks_of_many_devices_are_taken_in_one_pass() {
     // 255 devices (as many as a trace can name), each with a peak of its own (device d: d+1
     // blocks of 1 MiB, then all freed but one): one pass finds the peaks and takes every

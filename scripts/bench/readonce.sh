@@ -64,7 +64,7 @@ one() { # NAME [PROGRAM] ARGS...: its time, memory and reads (opened, passes beg
   done
   reads=$(sed -n 's/^gpushim: opened \([0-9]*\) trace file(s), read \([0-9]*\) pass(es): .*$/\1\/\2/p' "$dir/$name.err")
   times=$(sed -n 's/^gpushim: opened .*: \([0-9.]*\) times their records$/\1x/p' "$dir/$name.err")
-  # The last run's CPU seconds of its first pass: the decoding thread(s), and the busiest
+  # The last run's CPU seconds: its decoding threads (every pass), and the first pass's busiest
   # thread of trackers (near the report's time: the trackers are what it waited for).
   decode=$(sed -n 's/^gpushim: first pass .*decoding \([0-9.]*\) s.*$/\1/p' "$dir/$name.err")
   busiest=$(sed -n 's/^gpushim: first pass .*busiest thread \([0-9.]*\) s.*$/\1/p' "$dir/$name.err")
@@ -86,4 +86,4 @@ done
 one "summary*" summary "$dir/host.analysis"
 echo "(report-N, analyze-N: their trackers in N groups, GPUSHIM_READ_SPLIT=0 or 3; by default two groups where $(nproc) cores allow, three or more)"
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"
-echo "(decode, busiest: CPU seconds of the first pass's decoding thread(s) and of its busiest thread of trackers, the last run's)"
+echo "(decode, busiest: CPU seconds of the decoding threads, every pass, and of the first pass's busiest thread of trackers, the last run's)"

@@ -23,7 +23,7 @@ pub(super) struct FreedTogether {
     seen: u64,
     /// Per thread: the call site of its latest free of a long-lived allocation, since the
     /// thread last allocated and the latest boundary.
-    last: crate::fasthash::FastMap<u16, u64>,
+    last: FastMap<u16, u64>,
     /// Per call site: its long-lived allocations freed.
     freed: FastMap<u64, u64>,
     /// Per pair of call sites (smaller key first): frees of one right after the other's.
