@@ -7,30 +7,37 @@ use gpushim::trace::format::RecordKind;
 use std::path::Path;
 use std::process::Command;
 
-/// `gpushim ARGS TRACE`, which must succeed: (opened, passes) as the command counted them, and
-/// what it printed.
-fn reads(args: &[&str], trace: &Path) -> ((u64, u64), String) {
+/// `gpushim ARGS TRACE --no-symbols` with `GPUSHIM_READS=1` and `env`, which must succeed: the
+/// rest of the line of its counts that begins `gpushim: WHAT`, and what it printed.
+fn said(args: &[&str], trace: &Path, env: &[(&str, &str)], what: &str) -> (String, String) {
     let out = Command::new(gpushim_bin())
         .args(args)
         .arg(trace)
         .arg("--no-symbols")
         .env("GPUSHIM_READS", "1")
+        .envs(env.iter().copied())
         .output()
         .unwrap();
     assert_ok(&out);
     let err = String::from_utf8_lossy(&out.stderr);
+    let prefix = format!("gpushim: {what}");
     let line = err
         .lines()
-        .find_map(|l| l.strip_prefix("gpushim: opened "))
-        .unwrap_or_else(|| panic!("no count of reads in: {err}"));
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .unwrap_or_else(|| panic!("no '{prefix}' in: {err}"))
+        .to_string();
+    (line, String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// `gpushim ARGS TRACE`, which must succeed: (opened, passes) as the command counted them, and
+/// what it printed.
+fn reads(args: &[&str], trace: &Path) -> ((u64, u64), String) {
+    let (line, printed) = said(args, trace, &[], "opened ");
     let mut n = line
         .split(|c: char| !c.is_ascii_digit())
         .filter(|w| !w.is_empty())
         .map(|w| w.parse::<u64>().unwrap());
-    (
-        (n.next().unwrap(), n.next().unwrap()),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    ((n.next().unwrap(), n.next().unwrap()), printed)
 }
 
 /// The kinds program, 3000 steps (with its leak if `leak`), into a ring of 4 MiB that laps.
@@ -79,19 +86,12 @@ fn the_first_pass_says_where_its_time_went() {
     // with one group of trackers the busiest is all of them.
     let t = tempdir("pass-times").file("long.trace");
     assert_ok(&kinds_program_with(&t, 2000, false, &[], Vec::new()));
-    let out = Command::new(gpushim_bin())
-        .args(["summary", "--no-symbols"])
-        .arg(&*t)
-        .env("GPUSHIM_READS", "1")
-        .env("GPUSHIM_READ_SPLIT", "0")
-        .output()
-        .unwrap();
-    assert_ok(&out);
-    let err = String::from_utf8_lossy(&out.stderr);
-    let line = err
-        .lines()
-        .find(|l| l.starts_with("gpushim: first pass "))
-        .unwrap_or_else(|| panic!("no first pass's times in: {err}"));
+    let (line, _) = said(
+        &["summary"],
+        &t,
+        &[("GPUSHIM_READ_SPLIT", "0")],
+        "first pass ",
+    );
     let n: Vec<f64> = line
         .split(|c: char| !(c.is_ascii_digit() || c == '.'))
         .filter_map(|w| w.parse().ok())
