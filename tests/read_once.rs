@@ -345,6 +345,36 @@ fn moments_taken_in_the_first_pass_are_those_the_second_takes() {
     }
 }
 
+#[test]
+fn the_last_allocation_with_python_frames_is_taken_in_the_first_pass_near_the_end_only() {
+    // The program's last allocation with Python frames is proposed at every one of them; the
+    // first pass takes it only in the trace's last sixteenth (at least 65,536 records), where
+    // a clean exit puts it. One earlier (70,000 tensors made at the end, then as many frees)
+    // is taken in a second pass. Either way the summary says what taking
+    // every moment in a second pass says, the kinds as the program's code ended among it.
+    let near = tempdir("read-early-shutdown").file("near.trace");
+    let far = tempdir("read-early-shutdown-far").file("far.trace");
+    let shutdown = || ("KINDS_SHUTDOWN", "1".to_string());
+    assert_ok(&kinds_program(&near, 3000, false, vec![shutdown()]));
+    let tail = vec![shutdown(), ("KINDS_TAIL", "70000".to_string())];
+    assert_ok(&kinds_program(&far, 20, false, tail));
+    for (trace, want) in [(&*near, 1), (&*far, 2)] {
+        let (records, _) = decode(trace);
+        let (early, passes) = report_early("summary", trace, true);
+        let (late, _) = report_early("summary", trace, false);
+        let what = format!("summary of {} ({} records)", trace.display(), records.len());
+        assert!(records.len() > 100_000, "{what}: too short to have a tail");
+        assert_same(&early, &late, &what);
+        assert_eq!(passes, want, "{what}");
+        let v: serde_json::Value = serde_json::from_slice(&early).unwrap();
+        let before = &v["framework"][0]["kinds_before_shutdown"]["kinds"];
+        assert!(
+            before.is_array(),
+            "{what}: no kinds before the shutdown: {v}"
+        );
+    }
+}
+
 /// `gpushim REPORT --json TRACE`'s moments as it counted them: (taken as the trace was read,
 /// taken at the first pass's end).
 fn moments_taken(report: &str, trace: &Path) -> (u64, u64) {

@@ -136,7 +136,8 @@ impl RunPass {
         // (`early`): with the shared replay and the kinds, read whatever else is asked.
         // GPUSHIM_READ_EARLY=0: every moment in the second pass (the tests compare the two).
         let early_off = std::env::var_os("GPUSHIM_READ_EARLY").is_some_and(|v| v == "0");
-        let early = (!early_off && (wants.summary || wants.peak)).then(EarlyMoments::default);
+        let early =
+            (!early_off && (wants.summary || wants.peak)).then(|| EarlyMoments::new(reader));
         RunPass {
             summary: wants.summary.then(SummaryPass::default),
             peak: wants.peak.then(PeakFinder::default),

@@ -48,6 +48,15 @@ const BUDGET_PER_RECORD: u64 = 4;
 /// Work allowed before any record is read (a model's parameters are many allocations).
 const BUDGET_START: u64 = 1 << 22;
 
+/// The program's last allocation with Python frames is proposed at every one of them (most of
+/// a real model's allocations), and keeping a replay behind each until the next supersedes it
+/// cost a third of `summary` on a real model's long trace (a log of nearly every record and a
+/// copy of the live set every few hundred), though only the last is wanted. After a clean exit
+/// the last lies at the trace's end (Python's shutdown follows it), so it is proposed only in
+/// the trace's last sixteenth (at least this many records); one earlier (a program whose
+/// Python code ended long before its process) is taken in a second pass, the same moment.
+const SHUTDOWN_TAIL_MIN: u64 = 1 << 16;
+
 /// Which moment a candidate is, and of which device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Slot {
@@ -124,10 +133,21 @@ pub struct EarlyMoments {
     /// record used to visit them all).
     stepping: bool,
     due: u64,
+    /// Whether a moment being taken still reads its stack window: one only settling its kinds
+    /// has nothing to do at a record the kinds decided nothing of and that began no new run
+    /// (most records; a moment whose tensors never all settle read every one to the end).
+    windowing: bool,
+    /// The first record at which the last allocation with Python frames is taken here (see
+    /// [`SHUTDOWN_TAIL_MIN`]).
+    shutdown_from: u64,
 }
 
-impl Default for EarlyMoments {
-    fn default() -> EarlyMoments {
+impl EarlyMoments {
+    /// The first pass's candidates for the records `reader` is to read.
+    pub fn new(reader: &TraceReader) -> EarlyMoments {
+        let (first, end) = reader.progress();
+        let records = end.saturating_sub(first);
+        let tail = (records / 16).max(SHUTDOWN_TAIL_MIN);
         EarlyMoments {
             slots: Vec::new(),
             base: None,
@@ -136,11 +156,11 @@ impl Default for EarlyMoments {
             spent: 0,
             stepping: false,
             due: u64::MAX,
+            windowing: false,
+            shutdown_from: records.saturating_sub(tail),
         }
     }
-}
 
-impl EarlyMoments {
     /// Whether the budget allows `work` more.
     fn afford(&mut self, work: u64) -> bool {
         let allowed = BUDGET_START.saturating_add(self.read.saturating_mul(BUDGET_PER_RECORD));
@@ -170,8 +190,13 @@ impl EarlyMoments {
         if self.base.is_some() {
             self.log.push_back((*r, decided));
         }
+        if self.read < self.shutdown_from {
+            // Not taken here (see [`SHUTDOWN_TAIL_MIN`]): no candidate of the slot to replace.
+            said.retain(|s| !matches!(s, Said::Here(Slot::BeforeShutdown(_))));
+        }
         let mut changed = !said.is_empty();
-        if self.stepping || self.read == self.due {
+        let quiet = !self.windowing && decided.is_none() && kinds.run() == run_before;
+        if (self.stepping && !quiet) || self.read == self.due {
             changed |= self.visit(reader, kinds, r, decided, run_before);
         }
         for s in said.drain(..) {
@@ -230,8 +255,9 @@ impl EarlyMoments {
             let (slot, c) = &mut self.slots[i];
             if let Some(t) = &mut c.taking {
                 if !t.settled() {
+                    let window = t.in_window();
                     t.step(reader, kinds, r, decided, run_before);
-                    changed |= t.settled();
+                    changed |= t.settled() || window != t.in_window();
                 }
             } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
                 let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
@@ -252,6 +278,9 @@ impl EarlyMoments {
         self.stepping = slots
             .clone()
             .any(|c| c.taking.as_ref().is_some_and(|t| !t.settled()));
+        self.windowing = slots
+            .clone()
+            .any(|c| c.taking.as_ref().is_some_and(|t| t.in_window()));
         self.due = slots
             .filter(|c| c.taking.is_none() && !c.missed)
             .map(|c| c.at.saturating_add(u64::from(STACK_WINDOW)))

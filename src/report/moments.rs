@@ -147,6 +147,11 @@ impl Taking {
         }
     }
 
+    /// Whether it still reads its stack window (its kinds not yet being settled).
+    pub(super) fn in_window(&self) -> bool {
+        self.settling.is_none()
+    }
+
     /// Whether every tensor's kind is known.
     pub(super) fn settled(&self) -> bool {
         self.settling.as_ref().is_some_and(|s| s.open.is_empty())

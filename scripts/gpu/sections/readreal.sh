@@ -9,6 +9,8 @@
 # (`--no-symbols`: what naming them costs), and the page's. A row: seconds, and in brackets
 # the multiple of the read. GPUSHIM_BEFORE=PATH: another build of the command timed on the
 # same traces, alternated with this one (a row "before" under each workload's).
+# GPUSHIM_KEEP=DIR: each workload's trace also kept there, compressed (NAME.trace.xz), to be
+# read again on a machine without a GPU.
 # Usage: bash scripts/gpu.sh readreal[:STEPS]  (default 400)
 set -euo pipefail
 steps=${1:-400}
@@ -46,6 +48,9 @@ for w in gpt2 resnet50 transformer; do
     python3 scripts/gpu/workloads.py "$w" default "$steps" >"$work/$w.out" 2>&1 \
     || { echo "$w: the run failed"; tail -5 "$work/$w.out"; continue; }
   records=$("$GPUSHIM_BIN" summary --json "$t" | python3 -c 'import json,sys; print(json.load(sys.stdin)["health"]["committed"])')
+  if [ -n "${GPUSHIM_KEEP:-}" ]; then
+    mkdir -p "$GPUSHIM_KEEP" && xz -T4 -6 -c "$t" >"$GPUSHIM_KEEP/$w.trace.xz"
+  fi
   cat "$t" >/dev/null
   c=$(best cat "$t")
   # The read of a small file is a few milliseconds: the multiples are of at least 10 ms.

@@ -227,7 +227,8 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
 pub struct SummaryPass {
     t: Tally,
     /// Per device: the tensors' peak so far and the record that reached it.
-    tensor_peaks: BTreeMap<u8, (u64, u64)>,
+    /// By device (indexed; a lookup at every tensor made).
+    tensor_peaks: Vec<Option<(u64, u64)>>,
     read: u64,
 }
 
@@ -312,7 +313,7 @@ impl Default for SummaryPass {
     fn default() -> SummaryPass {
         SummaryPass {
             t: Tally::new(),
-            tensor_peaks: BTreeMap::new(),
+            tensor_peaks: Vec::new(),
             read: 0,
         }
     }
@@ -347,7 +348,11 @@ impl SummaryPass {
                 r.device
             };
             let live = rp.tensors.live_on(d);
-            let e = self.tensor_peaks.entry(d).or_default();
+            let i = usize::from(d);
+            if self.tensor_peaks.len() <= i {
+                self.tensor_peaks.resize(i + 1, None);
+            }
+            let e = self.tensor_peaks[i].get_or_insert_default();
             if live > e.0 {
                 *e = (live, self.read);
                 said.push(Said::Here(Slot::TensorPeak(d)));
@@ -381,7 +386,7 @@ impl SummaryPass {
                     .filter_map(|(&p, l)| Some((lasting(p, l)?, l.size))),
             );
             // The peak as the ring's records show it (not one a checkpoint kept from before).
-            if let Some(&(bytes, at)) = tensor_peaks.get(&f.device)
+            if let Some(&Some((bytes, at))) = tensor_peaks.get(usize::from(f.device))
                 && bytes == f.allocated_peak_bytes
             {
                 peaks_wanted.push((f.device, at));

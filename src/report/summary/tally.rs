@@ -245,7 +245,16 @@ impl Tally {
     /// A call of the program's (or a tensor of the framework's).
     pub(super) fn call(&mut self, rp: &Replay, r: &Record, torch: bool) {
         self.events += 1;
-        if torch && let Some(f) = self.framework.get_mut(&r.device) {
+        // The framework's reserved memory moves only at its segments' records, which are also
+        // the records that make a device the framework's: its peak is looked for there, not at
+        // every tensor.
+        if torch
+            && matches!(
+                r.kind,
+                RecordKind::SegmentReserve | RecordKind::SegmentRelease | RecordKind::TensorOom
+            )
+            && let Some(f) = self.framework.get_mut(&r.device)
+        {
             let reserved = rp.reserved.get(&r.device).copied().unwrap_or(0);
             f.reserved_peak_bytes = f.reserved_peak_bytes.max(reserved);
         }

@@ -24,7 +24,8 @@ a 2 MiB tensor from its output (as `h = gelu(lin(x))`), kept in a list with its 
 metric's leak), then the last layer runs once more before the backward. KINDS_SHUTDOWN set: as
 the interpreter's shutdown begins (an atexit handler), the parameters, their gradients and the
 optimizer state are freed with no line of the program's, as Python's shutdown frees what a
-program's last lines still held."""
+program's last lines still held. KINDS_TAIL=N: after the last step, N tensors of 4 KiB made, then all
+freed: the program's last allocation followed by N records of frees."""
 import os
 import sys
 import time
@@ -103,6 +104,9 @@ for step in range(steps):
     _standin.free(x)
     if extra is not None:
         _standin.free(extra)
+tail = [_standin.empty(4096) for _ in range(int(os.environ.get("KINDS_TAIL", "0")))]
+for t in tail:
+    _standin.free(t)
 if conv is not None:
     print("workspaces done without", conv.done_without)
 print("trained", steps)
