@@ -319,11 +319,18 @@ impl LeaksSampler {
         c: Change,
         decided: Option<(u64, super::kinds::Kind)>,
     ) {
+        // A tensor's kind is decided as it is freed (most), or as its free is asked for (then
+        // kept until the free): only the second goes through the map.
+        let mut now = None;
         if let Some((ptr, k)) = decided {
-            self.decided.insert(ptr, k);
+            if matches!(c, crate::trace::live::Change::Free { ptr: p } if p == ptr) {
+                now = Some(k);
+            } else {
+                self.decided.insert(ptr, k);
+            }
         }
         if let crate::trace::live::Change::Free { ptr } = &c
-            && let Some(k) = self.decided.remove(ptr)
+            && let Some(k) = now.or(crate::fasthash::remove_if_any(&mut self.decided, ptr))
         {
             let e = self
                 .site_kinds
