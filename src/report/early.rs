@@ -190,13 +190,15 @@ impl EarlyMoments {
         if self.base.is_some() {
             self.log.push_back((*r, decided));
         }
-        if self.read < self.shutdown_from {
+        if !said.is_empty() && self.read < self.shutdown_from {
             // Not taken here (see [`SHUTDOWN_TAIL_MIN`]): no candidate of the slot to replace.
             said.retain(|s| !matches!(s, Said::Here(Slot::BeforeShutdown(_))));
         }
         let mut changed = !said.is_empty();
-        let quiet = !self.windowing && decided.is_none() && kinds.run() == run_before;
-        if (self.stepping && !quiet) || self.read == self.due {
+        // A moment only settling its kinds has nothing to do at a record that decided nothing
+        // and began no new run.
+        let busy = || self.windowing || decided.is_some() || kinds.run() != run_before;
+        if self.read == self.due || (self.stepping && busy()) {
             changed |= self.visit(reader, kinds, r, decided, run_before);
         }
         for s in said.drain(..) {
