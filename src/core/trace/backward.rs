@@ -13,7 +13,6 @@
 //! recorded since in its place (see [`Forwards`]).
 
 use crate::trace::format::{self, Record, RecordKind};
-use std::collections::HashMap;
 
 /// Forward sequence numbers kept: a number is forgotten once one this much newer is recorded
 /// (a training step makes thousands).
@@ -124,19 +123,51 @@ impl Forwards {
     }
 }
 
+/// The joins of one pass, made where the records are decoded (the decoder's thread): each
+/// batch's definitions told first ([`BackwardJoins::define`]), then its records joined in
+/// order, each join made for the first time handed on as a definition
+/// ([`Join`]: the reader puts its stack together from the stacks it holds, [`joined_frames`]).
+/// What it keeps of the definitions is a stack's first frame and the strings that name a
+/// backward function, not the stacks.
 #[derive(Default)]
 pub struct BackwardJoins {
     forward: Forwards,
-    /// Stack id -> whether it is a backward function's frame.
+    /// Stack id -> its first frame, as defined so far.
+    firsts: crate::fasthash::FastMap<u64, u64>,
+    /// String ids whose text begins `<backward>`, as defined so far.
+    backward_strings: crate::fasthash::FastMap<u64, ()>,
+    /// Stack id -> whether it is a backward function's frame (as the definitions said when it
+    /// was first asked).
     is_backward: crate::fasthash::FastMap<u64, bool>,
     /// (backward stack, forward stack) -> the joined stack's id.
     joined: crate::fasthash::FastMap<(u64, u64), u64>,
 }
 
+/// A joined stack made for the first time: its id, the backward stack's and the forward's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Join {
+    pub id: u64,
+    pub backward: u64,
+    pub forward: u64,
+}
+
+/// The frames of a joined stack: the backward function's, then the forward's (as many as a
+/// stack holds, and one more).
+pub fn joined_frames(
+    stacks: &crate::fasthash::FastMap<u64, Vec<u64>>,
+    backward: u64,
+    forward: u64,
+) -> Vec<u64> {
+    let mut frames = stacks.get(&backward).cloned().unwrap_or_default();
+    frames.extend(stacks.get(&forward).into_iter().flatten().copied());
+    frames.truncate(crate::trace::unwind::MAX_FRAMES + 1);
+    frames
+}
+
 impl BackwardJoins {
     /// Whether [`BackwardJoins::apply`] may change `r`: a `StackRef` with the autograd
     /// sequence number of its op, or a checkpoint's site with its forward's stack (the
-    /// reader's loop asks this of every record, the rest only of these).
+    /// decoder's loop asks this of every record, the rest only of these).
     #[inline]
     pub fn may_join(r: &Record) -> bool {
         match r.kind {
@@ -146,71 +177,79 @@ impl BackwardJoins {
         }
     }
 
+    /// A string defined (or defined again).
+    pub fn define_string(&mut self, id: u64, text: &str) {
+        if text.starts_with("<backward>") {
+            self.backward_strings.insert(id, ());
+        } else {
+            crate::fasthash::remove_if_any(&mut self.backward_strings, &id);
+        }
+    }
+
+    /// A stack defined (or defined again).
+    pub fn define_stack(&mut self, id: u64, frames: &[u64]) {
+        match frames.first() {
+            Some(&f) => {
+                self.firsts.insert(id, f);
+            }
+            None => {
+                self.firsts.remove(&id);
+            }
+        }
+    }
+
     /// `r` made as reports should see it: a backward tensor's `StackRef` names the joined
-    /// stack (defined in `stacks` on first use); every other record unchanged. Changed in
-    /// place: a record returned by value came back through memory and stalled the reader's
-    /// loop at every stack.
-    pub fn apply(
-        &mut self,
-        r: &mut Record,
-        stacks: &mut crate::fasthash::FastMap<u64, Vec<u64>>,
-        strings: &HashMap<u64, String>,
-    ) {
+    /// stack; every other record unchanged. Changed in place (a record returned by value came
+    /// back through memory and stalled the loop at every stack); the join, when made for the
+    /// first time.
+    pub fn apply(&mut self, r: &mut Record) -> Option<Join> {
         // A checkpoint's live backward tensors carry the forward stack their join found.
         if r.kind == RecordKind::Restore && restored_site(r) {
-            if self.is_backward(r.ptr, stacks, strings) {
-                r.ptr = self.joined(r.ptr, r.time_ns, stacks);
+            if self.is_backward(r.ptr) {
+                let made;
+                (r.ptr, made) = self.joined(r.ptr, r.time_ns);
+                return made;
             }
-            return;
+            return None;
         }
         let sequence = sequence_of(r);
         if r.kind != RecordKind::StackRef || sequence == 0 {
-            return;
+            return None;
         }
-        let backward = self.is_backward(r.ptr, stacks, strings);
+        let backward = self.is_backward(r.ptr);
         if !backward {
             self.forward.record(sequence, r.thread, r.ptr);
-            return;
+            return None;
         }
         let Some(Some((_, forward))) = self.forward.get(sequence) else {
-            return;
+            return None;
         };
-        r.ptr = self.joined(r.ptr, forward, stacks);
+        let made;
+        (r.ptr, made) = self.joined(r.ptr, forward);
+        made
     }
 
     /// Whether stack `id` is a backward function's frame.
-    fn is_backward(
-        &mut self,
-        id: u64,
-        stacks: &crate::fasthash::FastMap<u64, Vec<u64>>,
-        strings: &HashMap<u64, String>,
-    ) -> bool {
+    fn is_backward(&mut self, id: u64) -> bool {
+        let (firsts, strings) = (&self.firsts, &self.backward_strings);
         *self.is_backward.entry(id).or_insert_with(|| {
-            stacks
+            firsts
                 .get(&id)
-                .and_then(|f| f.first())
                 .and_then(|&f| format::as_py_frame(f))
-                .and_then(|(s, _)| strings.get(&s))
-                .is_some_and(|s| s.starts_with("<backward>"))
+                .is_some_and(|(s, _)| strings.contains_key(&s))
         })
     }
 
-    /// The id of the stack joining `backward` and `forward`, defined in `stacks` on first use.
-    fn joined(
-        &mut self,
-        backward: u64,
-        forward: u64,
-        stacks: &mut crate::fasthash::FastMap<u64, Vec<u64>>,
-    ) -> u64 {
+    /// The id of the stack joining `backward` and `forward`, and the join if made now.
+    fn joined(&mut self, backward: u64, forward: u64) -> (u64, Option<Join>) {
         let next = JOINED_BASE + self.joined.len() as u64;
         let id = *self.joined.entry((backward, forward)).or_insert(next);
-        if id == next {
-            let mut frames = stacks.get(&backward).cloned().unwrap_or_default();
-            frames.extend(stacks.get(&forward).into_iter().flatten().copied());
-            frames.truncate(crate::trace::unwind::MAX_FRAMES + 1);
-            stacks.insert(id, frames);
-        }
-        id
+        let made = (id == next).then_some(Join {
+            id,
+            backward,
+            forward,
+        });
+        (id, made)
     }
 }
 
@@ -218,15 +257,26 @@ impl BackwardJoins {
 mod tests {
     use super::*;
     use crate::trace::format::{Api, DEVICE_UNKNOWN};
+    use std::collections::HashMap;
 
-    /// `r` as the join leaves it.
+    /// `r` as the join leaves it, `strings` and `stacks` defined first, a joined stack made
+    /// put in `stacks` as the reader puts it.
     fn applied(
         j: &mut BackwardJoins,
         mut r: Record,
         stacks: &mut crate::fasthash::FastMap<u64, Vec<u64>>,
         strings: &HashMap<u64, String>,
     ) -> Record {
-        j.apply(&mut r, stacks, strings);
+        for (&id, text) in strings {
+            j.define_string(id, text);
+        }
+        for (&id, frames) in stacks.iter() {
+            j.define_stack(id, frames);
+        }
+        if let Some(made) = j.apply(&mut r) {
+            let frames = joined_frames(stacks, made.backward, made.forward);
+            stacks.insert(made.id, frames);
+        }
         r
     }
 

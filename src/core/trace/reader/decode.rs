@@ -15,6 +15,9 @@ pub(super) enum Def {
     Module(u64, u64),
     /// A module's build-id: the string id of its hex.
     BuildId(u64, u64),
+    /// A backward function's stack joined to its forward's (see [`crate::trace::backward`]):
+    /// the joined stack's id, the backward stack's and the forward's.
+    Join(u64, u64, u64),
 }
 
 /// Records in time order and what the reader needs to know with them.
@@ -87,6 +90,9 @@ pub(super) struct Decoder {
     pub batch: usize,
     /// Batches the reader is done with, to be filled again.
     pub spares: std::sync::Arc<Spares>,
+    /// The backward tensors' stacks joined to their forwards', here rather than where the
+    /// reports read (a real model's trace: some 50 instructions a record off their threads).
+    pub joins: crate::trace::backward::BackwardJoins,
 }
 
 /// Batches handed back by the reader once read, filled again by the decoder: a fresh batch
@@ -141,13 +147,15 @@ impl Decoder {
         self.defs.clear();
         self.finished = false;
         self.batch = 0;
+        self.joins = Default::default();
         Ok(())
     }
 
     /// The next batch: a checkpoint's restoring records one at a time, in their own order;
     /// then the records the reorder window lets go, in time order; then a last, empty one.
     pub fn step(&mut self) -> Batch {
-        let records = self.next_records();
+        let mut records = self.next_records();
+        self.join(&mut records);
         let last = records.is_empty();
         self.finished = last;
         Batch {
@@ -159,6 +167,28 @@ impl Decoder {
             next: self.next,
             last,
             records,
+        }
+    }
+
+    /// The batch's backward stacks joined to their forwards', as the reader would join them
+    /// once it has the batch's definitions: those told to the joins first, then each record in
+    /// order; each joined stack made for the first time goes to the reader as a definition,
+    /// after the batch's others.
+    fn join(&mut self, records: &mut [Record]) {
+        use crate::trace::backward::BackwardJoins;
+        for d in &self.defs {
+            match d {
+                Def::String(id, text) => self.joins.define_string(*id, text),
+                Def::Stack(id, frames) => self.joins.define_stack(*id, frames),
+                _ => {}
+            }
+        }
+        for r in records.iter_mut() {
+            if BackwardJoins::may_join(r)
+                && let Some(j) = self.joins.apply(r)
+            {
+                self.defs.push(Def::Join(j.id, j.backward, j.forward));
+            }
         }
     }
 

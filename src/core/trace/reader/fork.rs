@@ -66,6 +66,7 @@ impl Template {
             finished: false,
             batch: 0,
             spares: Default::default(),
+            joins: Default::default(),
         }
     }
 }
@@ -107,12 +108,6 @@ impl TraceReader {
                 self.spares.give(std::mem::replace(out, records));
             } else {
                 out.extend(self.batch.drain(..));
-            }
-            for r in out.iter_mut() {
-                // Only a stack reference (or a checkpoint's site) can be joined to its forward.
-                if crate::trace::backward::BackwardJoins::may_join(r) {
-                    self.joins.apply(r, &mut self.stacks, &self.strings);
-                }
             }
             let n = u32::try_from(out.len()).unwrap_or(u32::MAX);
             self.since_progress = self.since_progress.saturating_add(n);

@@ -190,8 +190,6 @@ pub struct TraceReader {
     strings: HashMap<u64, String>,
     /// Call stacks defined so far, by id: return addresses, innermost first.
     stacks: crate::fasthash::FastMap<u64, Vec<u64>>,
-    /// Backward tensors joined to their forward's line (see `trace::backward`).
-    joins: crate::trace::backward::BackwardJoins,
     /// Loaded modules seen so far: the string id of the path by load base (ordered, so naming a
     /// frame is a logarithmic lookup however many modules a trace holds).
     modules: std::collections::BTreeMap<u64, u64>,
@@ -381,7 +379,6 @@ impl TraceReader {
             stats,
             strings: HashMap::new(),
             stacks: Default::default(),
-            joins: Default::default(),
             modules: std::collections::BTreeMap::new(),
             build_ids: HashMap::new(),
             filtering: (!opts.filter.is_empty())
@@ -426,7 +423,6 @@ impl TraceReader {
         self.restoring = false;
         self.strings.clear();
         self.stacks.clear();
-        self.joins = Default::default();
         self.modules.clear();
         self.build_ids.clear();
         self.filtering = (!self.filter.is_empty())
@@ -547,6 +543,11 @@ impl TraceReader {
                 decode::Def::BuildId(base, id) => {
                     self.build_ids.insert(base, id);
                 }
+                decode::Def::Join(id, backward, forward) => {
+                    let frames =
+                        crate::trace::backward::joined_frames(&self.stacks, backward, forward);
+                    self.stacks.insert(id, frames);
+                }
             }
         }
     }
@@ -567,14 +568,10 @@ impl Iterator for TraceReader {
     /// resolved as they are read, before any record that refers to them is returned.
     fn next(&mut self) -> Option<Record> {
         loop {
-            let Some(mut r) = self.batch.pop_front() else {
+            let Some(r) = self.batch.pop_front() else {
                 self.batch = self.take_batch()?.into();
                 continue;
             };
-            // Only a stack reference (or a checkpoint's site) can be joined to its forward.
-            if crate::trace::backward::BackwardJoins::may_join(&r) {
-                self.joins.apply(&mut r, &mut self.stacks, &self.strings);
-            }
             self.since_progress += 1;
             if self.since_progress == 1 << 20 {
                 self.since_progress = 0;
