@@ -124,7 +124,8 @@ impl Forwards {
 }
 
 /// The joins of one pass, made where the records are decoded (the decoder's thread): each
-/// batch's definitions told first ([`BackwardJoins::define`]), then its records joined in
+/// batch's definitions told first ([`BackwardJoins::define_string`],
+/// [`BackwardJoins::define_stack`]), then its records joined in
 /// order, each join made for the first time handed on as a definition
 /// ([`Join`]: the reader puts its stack together from the stacks it holds, [`joined_frames`]).
 /// What it keeps of the definitions is a stack's first frame and the strings that name a
