@@ -9,9 +9,11 @@
 //! run that made it is a temporary, one that outlives it is what its phase keeps. Here: the
 //! kinds and their sums.
 
+mod decided;
 mod phase;
 mod tracker;
 
+pub use decided::Decided;
 pub use phase::{Phase, backward_node_of, phase_of_stack, workspace_sizes};
 pub use tracker::{Kinds, Settling, replay_with_kinds};
 

@@ -296,9 +296,10 @@ pub struct LeaksSampler {
     samples: Thinned<Boundary>,
     seen: u64,
     together: FreedTogether,
+    /// The kinds decided for tensors not yet freed.
+    decided: super::kinds::Decided,
     /// Per call site: the bytes of its tensors by the kind each turned out to be, freed or live
     /// at the end (for the kind of a growing line).
-    decided: crate::fasthash::FastMap<u64, super::kinds::Kind>,
     site_kinds: crate::fasthash::FastMap<u64, BTreeMap<super::kinds::Kind, u64>>,
 }
 
@@ -320,25 +321,24 @@ impl LeaksSampler {
         decided: Option<(u64, super::kinds::Kind)>,
     ) {
         // A tensor's kind is decided as it is freed (most), or as its free is asked for (then
-        // kept until the free): only the second goes through the map.
-        let mut now = None;
-        if let Some((ptr, k)) = decided {
-            if matches!(c, crate::trace::live::Change::Free { ptr: p } if p == ptr) {
-                now = Some(k);
-            } else {
-                self.decided.insert(ptr, k);
+        // kept until the free); a new allocation at an address drops a kind left there.
+        self.decided.note(decided);
+        match &c {
+            crate::trace::live::Change::Free { ptr } => {
+                if let Some(k) = self.decided.take(*ptr) {
+                    let e = self
+                        .site_kinds
+                        .entry(site_key(&rp.freed))
+                        .or_default()
+                        .entry(k)
+                        .or_default();
+                    *e = e.saturating_add(rp.freed.size);
+                }
             }
-        }
-        if let crate::trace::live::Change::Free { ptr } = &c
-            && let Some(k) = now.or(crate::fasthash::remove_if_any(&mut self.decided, ptr))
-        {
-            let e = self
-                .site_kinds
-                .entry(site_key(&rp.freed))
-                .or_default()
-                .entry(k)
-                .or_default();
-            *e = e.saturating_add(rp.freed.size);
+            crate::trace::live::Change::Alloc { ptr, .. } => {
+                self.decided.take(*ptr);
+            }
+            _ => {}
         }
         if rp.restoring || r.kind == RecordKind::Restore {
             return;

@@ -6,7 +6,7 @@
 use super::columns::{Found, LaneFound, changed};
 use super::{Columns, Failure, Lane, Line, MAX_COLUMNS, Mark, NOT_A_TENSOR, TOP_LINES};
 use crate::fasthash::FastMap;
-use crate::report::kinds::{Kind, Kinds};
+use crate::report::kinds::{Decided, Kind, Kinds};
 use crate::report::live::{Change, Live, Replay, site_key};
 use crate::trace::format::Api;
 use crate::trace::format::Record;
@@ -58,30 +58,14 @@ pub(super) struct Lives {
     /// plus one (0: not made on the axis). A vector, not a map by address: every allocation
     /// and free of the trace comes here.
     made: Vec<u64>,
-    decided: FastMap<u64, Kind>,
-    /// The kind decided at the record being read, put in `decided` only at the next: most are
-    /// decided as their tensor is freed, at that record, and never go through the map.
-    now: Option<(u64, Kind)>,
+    /// The kinds decided for tensors not yet freed.
+    decided: Decided,
 }
 
 impl Lives {
     /// What the kinds decided at the record being read.
     pub(super) fn decided(&mut self, decided: Option<(u64, Kind)>) {
-        if let Some((ptr, k)) = std::mem::replace(&mut self.now, decided) {
-            self.decided.insert(ptr, k);
-        }
-    }
-
-    /// The kind decided for `ptr`, taken out.
-    fn take_decided(&mut self, ptr: u64) -> Option<Kind> {
-        let kept = crate::fasthash::remove_if_any(&mut self.decided, &ptr);
-        match self.now {
-            Some((p, k)) if p == ptr => {
-                self.now = None;
-                Some(k)
-            }
-            _ => kept,
-        }
+        self.decided.note(decided);
     }
 
     /// `ptr` made (at `place`) after `now` changes of its lane; one the axis does not count
@@ -92,12 +76,12 @@ impl Lives {
             self.made.resize(i + 1, 0);
         }
         self.made[i] = (if counted { now } else { now + 1 }).saturating_add(1);
-        self.take_decided(ptr);
+        self.decided.take(ptr);
     }
 
     /// `ptr` freed (from `place`): its first change and its kind, if it was made on the axis.
     pub(super) fn freed(&mut self, ptr: u64, place: u32) -> Option<(u64, Kind)> {
-        let kind = self.take_decided(ptr).unwrap_or(Kind::Unknown);
+        let kind = self.decided.take(ptr).unwrap_or(Kind::Unknown);
         let made = self.made.get_mut(place as usize).map_or(0, std::mem::take);
         made.checked_sub(1).map(|from| (from, kind))
     }
