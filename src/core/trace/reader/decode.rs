@@ -4,6 +4,7 @@
 //! gathered. A [`Decoder`] runs on a thread of its own when the machine has a second core,
 //! while the reports read the batches before it (see [`super::source::Source`]).
 
+use super::order::Ordering;
 use super::*;
 
 /// A definition read from the file, applied by the reader before the records of its batch.
@@ -93,6 +94,9 @@ pub(super) struct Decoder {
     /// The backward tensors' stacks joined to their forwards', here rather than where the
     /// reports read (a real model's trace: some 50 instructions a record off their threads).
     pub joins: crate::trace::backward::BackwardJoins,
+    /// A record that may be joined was read in this pass: until one is, no batch is looked
+    /// through for them (a C program's trace has none).
+    pub joinable: bool,
 }
 
 /// Batches handed back by the reader once read, filled again by the decoder: a fresh batch
@@ -148,6 +152,7 @@ impl Decoder {
         self.finished = false;
         self.batch = 0;
         self.joins = Default::default();
+        self.joinable = false;
         Ok(())
     }
 
@@ -183,6 +188,9 @@ impl Decoder {
                 _ => {}
             }
         }
+        if !self.joinable {
+            return;
+        }
         for r in records.iter_mut() {
             if BackwardJoins::may_join(r)
                 && let Some(j) = self.joins.apply(r)
@@ -193,15 +201,16 @@ impl Decoder {
     }
 
     /// Each refill reads a batch from the file behind the records the window holds (at least
-    /// as many, so each record is copied a bounded number of times), sorts the whole
-    /// when a record came out of order (a stable sort merges the sorted window and the nearly
-    /// sorted batch in linear time), hands on the records older than the window, and keeps
-    /// the rest. The records are decoded straight into the batch handed on: only the window's
-    /// are copied, into the batch and back.
+    /// as many, so each record is copied a bounded number of times), each record put in time
+    /// order as it comes (moved back past the later ones before it, few in a trace: one
+    /// thread's records come in order; past a budget of moves, a stable sort at the end), hands
+    /// on the records older than the window, and keeps the rest. The records are decoded
+    /// straight behind the window's, and only the window's are copied, once a refill.
     fn next_records(&mut self) -> Vec<Record> {
         // A checkpoint's records up to its END restore state: in their own order, first.
         while self.checkpoint_at < self.checkpoint_prefix {
             if let Some(r) = self.next_in_file() {
+                self.joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
                 return vec![r];
             }
         }
@@ -213,24 +222,21 @@ impl Decoder {
             // part, decodes little past what it needs), doubling to BATCH.
             self.batch = self.batch.clamp(BATCH_FIRST, BATCH / 2) * 2;
             let want = self.batch.max(self.window.len());
-            let mut out = self.spares.take(want + self.window.len());
-            out.extend_from_slice(&self.window);
-            self.window.clear();
-            // The window is sorted; the batch keeps it so while each record comes no earlier
-            // than every one before it (one thread's records, or threads that kept in step).
-            let mut in_order = true;
+            let mut out = std::mem::take(&mut self.window);
+            out.reserve(want);
+            let mut order = Ordering::new(out.len() + want);
             let mut got = 0;
             while got < want {
                 // Most records are plain: decoded straight from the chunk, in a tight loop.
-                got += self.plain_run(&mut out, want - got, &mut in_order);
+                got += self.plain_run(&mut out, want - got, &mut order);
                 if got == want {
                     break;
                 }
                 match self.next_in_file() {
                     Some(r) => {
-                        in_order &= r.time_ns >= self.latest_ns;
+                        self.joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
                         self.latest_ns = self.latest_ns.max(r.time_ns);
-                        out.push(r);
+                        order.push(&mut out, r);
                         got += 1;
                     }
                     None => {
@@ -239,9 +245,7 @@ impl Decoder {
                     }
                 }
             }
-            if !in_order {
-                super::order::sort_by_time(&mut out);
-            }
+            order.finish(&mut out);
             let old = if self.drained {
                 out.len()
             } else {
@@ -249,11 +253,16 @@ impl Decoder {
                 let by_time = out.partition_point(|r| r.time_ns < cut);
                 by_time.max(out.len().saturating_sub(REORDER_MAX))
             };
-            self.window.extend_from_slice(&out[old..]);
+            // Room for the next refill behind it, so that it is not moved again.
+            let tail = out.len() - old;
+            let mut window = self.spares.take(tail + tail.max(BATCH));
+            window.extend_from_slice(&out[old..]);
+            self.window = window;
             out.truncate(old);
             if old > 0 {
                 return out;
             }
+            self.spares.give(out);
         }
     }
 
@@ -320,17 +329,17 @@ impl Decoder {
     }
 
     /// Decodes up to `most` plain records (committed, in the chunk, no definition under way,
-    /// not a definition themselves: most records) from the chunk into the window, stopping at
-    /// the first that is not; how many. `in_order` is cleared when one comes earlier than a
-    /// record before it. The rest go through [`Decoder::next_in_file`].
-    fn plain_run(&mut self, out: &mut Vec<Record>, most: usize, in_order: &mut bool) -> usize {
+    /// not a definition themselves: most records) from the chunk behind `out`, each in time
+    /// order ([`Ordering`]), stopping at the first that is not; how many. The rest go through
+    /// [`Decoder::next_in_file`].
+    fn plain_run(&mut self, out: &mut Vec<Record>, most: usize, order: &mut Ordering) -> usize {
         if self.checkpoint_at < self.checkpoint.len() || self.pending.is_some() {
             return 0;
         }
         let end = self.chunk_len.min(self.chunk_at.saturating_add(most));
         let start = self.chunk_at;
         let mut latest = self.latest_ns;
-        let mut ordered = true;
+        let mut joinable = false;
         let mut next = self.next;
         let mut at = start;
         while at < end {
@@ -351,9 +360,13 @@ impl Decoder {
             if r.kind.is_definition() && r.kind != RecordKind::Caller {
                 break;
             }
-            ordered &= r.time_ns >= latest;
-            latest = latest.max(r.time_ns);
-            out.push(r);
+            joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
+            if r.time_ns >= latest {
+                latest = r.time_ns;
+                out.push(r);
+            } else {
+                order.push(out, r);
+            }
             at += 1;
             next += 1;
         }
@@ -361,8 +374,8 @@ impl Decoder {
         self.chunk_at = at;
         self.next = next;
         self.latest_ns = latest;
+        self.joinable |= joinable;
         self.stats.committed += n as u64;
-        *in_order &= ordered;
         n
     }
 

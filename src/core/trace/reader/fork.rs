@@ -67,6 +67,7 @@ impl Template {
             batch: 0,
             spares: Default::default(),
             joins: Default::default(),
+            joinable: false,
         }
     }
 }

@@ -2,29 +2,56 @@
 
 use crate::trace::format::Record;
 
-/// Sorts records by time, stably (records of one time stay in the order read). Records come
-/// nearly in order: each out of place by a few places, where a writer's clock read and its
-/// claim of a slot were apart. Moved back one by one, that costs the records and their
-/// displacements; past a budget (records far out of place, or a trace that lies), a merge
-/// sort finishes it in O(n log n).
-pub(super) fn sort_by_time(records: &mut [Record]) {
-    let mut budget = records.len().saturating_mul(8);
-    for i in 1..records.len() {
-        let t = records[i].time_ns;
-        if records[i - 1].time_ns <= t {
-            continue;
+/// Records put in time order as they come, stably (records of one time stay in the order
+/// read): each moved back past the later records before it. Records come nearly in order,
+/// each out of place by a few places, where a writer's clock read and its claim of a slot were
+/// apart, so that costs the records and their displacements, and each record is touched while
+/// it is still in the cache (a sort after the batch was read went through it again). Past a
+/// budget of moves (records far out of place, or a trace that lies), the rest are left where
+/// they come and [`Ordering::finish`] sorts the whole once, stably: the same order, in
+/// O(n log n).
+pub(super) struct Ordering {
+    budget: usize,
+    /// The budget is spent: the records are to be sorted.
+    unsorted: bool,
+}
+
+impl Ordering {
+    /// For a vector that will hold about `n` records, in order so far.
+    pub fn new(n: usize) -> Ordering {
+        Ordering {
+            budget: n.saturating_mul(8),
+            unsorted: false,
         }
-        let mut j = i - 1;
-        while j > 0 && records[j - 1].time_ns > t {
-            j -= 1;
-        }
-        let moved = i - j;
-        if moved > budget {
-            records.sort_by_key(|r| r.time_ns);
+    }
+
+    /// `r` put behind `out`'s records, in its place.
+    #[inline]
+    pub fn push(&mut self, out: &mut Vec<Record>, r: Record) {
+        let t = r.time_ns;
+        out.push(r);
+        if self.unsorted {
             return;
         }
-        budget -= moved;
-        records[j..=i].rotate_right(1);
+        let last = out.len() - 1;
+        let mut j = last;
+        while j > 0 && out[j - 1].time_ns > t {
+            j -= 1;
+        }
+        let moved = last - j;
+        if moved > self.budget {
+            self.unsorted = true;
+            return;
+        }
+        self.budget -= moved;
+        out[j..].rotate_right(1);
+    }
+
+    /// `out` in order, once every record is in.
+    pub fn finish(self, out: &mut [Record]) {
+        if self.unsorted {
+            out.sort_by_key(|r| r.time_ns);
+        }
     }
 }
 
@@ -53,13 +80,25 @@ mod tests {
             .collect()
     }
 
+    /// `times` pushed one by one, with the budget of a vector of `n` records.
+    fn ordered(times: &[u64], n: usize) -> Vec<Record> {
+        let mut o = Ordering::new(n);
+        let mut out = Vec::new();
+        for r in records(times) {
+            o.push(&mut out, r);
+        }
+        o.finish(&mut out);
+        out
+    }
+
     fn order(rs: &[Record]) -> Vec<(u64, u64)> {
         rs.iter().map(|r| (r.time_ns, r.ptr)).collect()
     }
 
     proptest! {
         /// Nearly in order (each time a few places out) and in no order at all (past the
-        /// budget): the same order as a stable sort, ties in the order read.
+        /// budget), and with budgets spent part way: the same order as a stable sort, ties in
+        /// the order read.
         #[test]
         fn sorts_as_a_stable_sort_does(
             steps in proptest::collection::vec((0u64..4, 0u64..50), 0..400),
@@ -74,11 +113,12 @@ mod tests {
                 })
                 .collect();
             for times in [nearly, shuffled] {
-                let mut got = records(&times);
-                sort_by_time(&mut got);
                 let mut want = records(&times);
                 want.sort_by_key(|r| r.time_ns);
-                prop_assert_eq!(order(&got), order(&want));
+                for n in [times.len(), times.len() / 8, 1, 0] {
+                    let got = ordered(&times, n);
+                    prop_assert_eq!(order(&got), order(&want));
+                }
             }
         }
     }
@@ -87,8 +127,7 @@ mod tests {
     fn records_far_out_of_place_fall_back_to_the_merge_sort() {
         // Descending: every record moves all the way back, far past the budget.
         let times: Vec<u64> = (0..5000u64).rev().collect();
-        let mut got = records(&times);
-        sort_by_time(&mut got);
+        let got = ordered(&times, times.len());
         assert!(got.windows(2).all(|w| w[0].time_ns <= w[1].time_ns));
         assert_eq!(got[0].ptr, 4999);
     }
