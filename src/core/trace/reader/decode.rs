@@ -361,11 +361,12 @@ impl Decoder {
                 break;
             }
             joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
-            if r.time_ns >= latest {
-                latest = r.time_ns;
-                out.push(r);
+            let t = r.time_ns;
+            out.push(r);
+            if t >= latest {
+                latest = t;
             } else {
-                order.push(out, r);
+                order.place_last(out);
             }
             at += 1;
             next += 1;

@@ -28,12 +28,18 @@ impl Ordering {
     /// `r` put behind `out`'s records, in its place.
     #[inline]
     pub fn push(&mut self, out: &mut Vec<Record>, r: Record) {
-        let t = r.time_ns;
         out.push(r);
-        if self.unsorted {
+        self.place_last(out);
+    }
+
+    /// The last of `out`'s records moved back to its place.
+    #[inline]
+    pub fn place_last(&mut self, out: &mut [Record]) {
+        if self.unsorted || out.is_empty() {
             return;
         }
         let last = out.len() - 1;
+        let t = out[last].time_ns;
         let mut j = last;
         while j > 0 && out[j - 1].time_ns > t {
             j -= 1;
