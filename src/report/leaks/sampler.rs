@@ -1,0 +1,206 @@
+//! The second pass of `leaks` (or the first pass's, begun part way): the live bytes per call
+//! site at each iteration boundary, the kinds the lines' tensors turned out to be, and the
+//! report made of them.
+
+use super::*;
+
+/// The analysis's second pass for `leaks`: live bytes per call site at each boundary, from the
+/// live set (the stacks of earlier allocations are all in by then); past MAX_BOUNDARIES, every
+/// other one is let go and then only every `stride`-th kept, so the samples stay spread over
+/// the whole run.
+pub struct LeaksSampler {
+    pub(super) chosen: Option<Chosen>,
+    pub(super) boundary_not_found: Option<Vec<String>>,
+    pub(super) restored_matches: bool,
+    pub(super) samples: Thinned<Boundary>,
+    pub(super) seen: u64,
+    pub(super) together: FreedTogether,
+    /// The kinds decided for tensors not yet freed.
+    pub(super) decided: crate::report::kinds::Decided,
+    /// Per call site: the bytes of its tensors by the kind each turned out to be, freed or live
+    /// at the end (for the kind of a growing line).
+    pub(super) site_kinds: crate::fasthash::FastMap<u64, BTreeMap<crate::report::kinds::Kind, u64>>,
+}
+
+impl LeaksSampler {
+    /// Whether `other` samples at the same boundaries, numbered alike (the same choice).
+    pub fn same_choice(&self, other: &LeaksSampler) -> bool {
+        self.chosen == other.chosen
+            && self.restored_matches == other.restored_matches
+            && self.boundary_not_found == other.boundary_not_found
+    }
+
+    /// One record, after `rp` applied it (making change `c`) and the kinds observed it
+    /// (deciding `decided`).
+    pub fn see(
+        &mut self,
+        rp: &Replay,
+        r: &Record,
+        c: Change,
+        decided: Option<(u64, crate::report::kinds::Kind)>,
+    ) {
+        // A tensor's kind is decided as it is freed (most), or as its free is asked for (then
+        // kept until the free); a new allocation at an address drops a kind left there.
+        self.decided.note(decided);
+        match &c {
+            crate::trace::live::Change::Free { ptr } => {
+                if let Some(k) = self.decided.take(*ptr) {
+                    let e = self
+                        .site_kinds
+                        .entry(site_key(&rp.freed))
+                        .or_default()
+                        .entry(k)
+                        .or_default();
+                    *e = e.saturating_add(rp.freed.size);
+                }
+            }
+            crate::trace::live::Change::Alloc { ptr, .. } => {
+                self.decided.take(*ptr);
+            }
+            _ => {}
+        }
+        if rp.restoring || r.kind == RecordKind::Restore {
+            return;
+        }
+        match &c {
+            crate::trace::live::Change::Free { .. } => self.together.free(r.thread, &rp.freed),
+            crate::trace::live::Change::Alloc { .. } => self.together.allocated(r.thread),
+            _ => {}
+        }
+        let is_boundary = match &self.chosen {
+            Some((_, Some(id), _)) => BoundaryMark::Nvtx(*id).is_boundary(r, c),
+            Some((_, None, Some(key))) => BoundaryMark::Site(*key).is_boundary(r, c),
+            _ => false,
+        };
+        if is_boundary {
+            self.seen += 1;
+            self.together.boundary(r.time_ns);
+            if self.samples.wants() {
+                let base = if self.restored_matches {
+                    rp.boundary_count
+                } else {
+                    0
+                };
+                self.samples.push(Boundary {
+                    ordinal: base + self.seen,
+                    time_ns: r.time_ns,
+                    total: rp.total_live(),
+                    by_site: rp.live_by_site(),
+                });
+            }
+        }
+    }
+
+    /// The report, once the second pass read the whole trace (`rp`, `kinds` and `reader` as it
+    /// left them).
+    pub fn finish(
+        self,
+        reader: &TraceReader,
+        rp: &Replay,
+        kinds: &crate::report::kinds::Kinds,
+    ) -> Leaks {
+        let mut seen = self.seen;
+        let kept: Vec<Boundary> = if self.restored_matches && !rp.boundaries.is_empty() {
+            // The checkpoint's boundaries, then the ring's, thinned together.
+            let mut all: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
+            for b in rp
+                .boundaries
+                .iter()
+                .cloned()
+                .chain(self.samples.into_items())
+            {
+                if all.wants() {
+                    all.push(b);
+                }
+            }
+            seen = seen.saturating_add(rp.boundary_count);
+            all.into_items()
+        } else {
+            self.samples.into_items()
+        };
+        let ordinals: Vec<u64> = kept.iter().map(|b| b.ordinal).collect();
+        let totals: Vec<u64> = kept.iter().map(|b| b.total).collect();
+        let times: Vec<u64> = kept.iter().map(|b| b.time_ns).collect();
+        let series: Vec<crate::fasthash::FastMap<u64, u64>> =
+            kept.into_iter().map(|b| b.by_site).collect();
+        let mut iterations = self.chosen.map(|(boundary, _, _)| Iterations {
+            boundary,
+            count: seen,
+            live_at_boundaries: totals,
+            boundary_times_ns: times,
+            growing: growing_sites(
+                reader,
+                &series,
+                &ordinals,
+                &self.together,
+                rp.tensors.recorded(),
+            ),
+        });
+        let tensors: Vec<(crate::report::kinds::Kind, &crate::trace::live::Live)> = rp
+            .live
+            .iter()
+            .filter(|(_, l)| l.api == crate::trace::format::Api::Torch as u8)
+            .map(|(&p, l)| (kinds.lasting(reader, p, l.stack), l))
+            .collect();
+        let live_at_exit_by_kind =
+            crate::report::kinds::by_kind_and_site(&tensors, |k| site_label(reader, k));
+        if let Some(it) = iterations.as_mut() {
+            name_kinds(reader, &mut it.growing, self.site_kinds, &tensors);
+        }
+        Leaks {
+            boundary_not_found: self.boundary_not_found,
+            live_at_exit_bytes: rp.total_live(),
+            live_at_exit_by_kind,
+            live_at_exit: holders(rp.all_live(), None, site_key, |k| site_label(reader, k)),
+            iterations,
+            clean_exit: reader.info().clean_exit,
+            running: reader.info().running_here(),
+            trace_cut: reader.stats().cut(),
+            live_figures: reader
+                .stats()
+                .live_figures(rp.unmatched_frees - rp.unmatched_restored)
+                .map(str::to_string),
+        }
+    }
+}
+
+/// A growing line's kind is what its tensors turned out to be, as the kinds' tracker tells
+/// them (freed, `site_kinds`, or live at the end, `tensors`): a metric computed between a
+/// forward and its backward keeps the forward's graph, an activation, where its phase alone
+/// would say less. What grows is kept: a temporary of the same line does not name it.
+fn name_kinds(
+    reader: &TraceReader,
+    growing: &mut [Growth],
+    mut site_kinds: crate::fasthash::FastMap<u64, BTreeMap<crate::report::kinds::Kind, u64>>,
+    tensors: &[(crate::report::kinds::Kind, &crate::trace::live::Live)],
+) {
+    if growing.is_empty() {
+        return;
+    }
+    for (k, l) in tensors {
+        let e = site_kinds
+            .entry(site_key(l))
+            .or_default()
+            .entry(*k)
+            .or_default();
+        *e = e.saturating_add(l.size);
+    }
+    let mut by_line: HashMap<String, BTreeMap<crate::report::kinds::Kind, u64>> = HashMap::new();
+    for (site, kinds) in site_kinds {
+        let line = by_line.entry(site_label(reader, site)).or_default();
+        for (k, b) in kinds {
+            let e = line.entry(k).or_default();
+            *e = e.saturating_add(b);
+        }
+    }
+    for g in growing {
+        if let Some(kinds) = by_line.get(&g.call_site)
+            && let Some((&k, _)) = kinds
+                .iter()
+                .filter(|&(k, _)| *k != crate::report::kinds::Kind::Temporary)
+                .max_by_key(|&(k, b)| (*b, std::cmp::Reverse(*k)))
+        {
+            g.kind = Some(k);
+        }
+    }
+}
