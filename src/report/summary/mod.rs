@@ -226,8 +226,8 @@ pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> 
 /// The summary, record by record (a part of the analysis's first pass).
 pub struct SummaryPass {
     t: Tally,
-    /// Per device: the tensors' peak so far and the record that reached it.
-    /// By device (indexed; a lookup at every tensor made).
+    /// Per device (indexed by it: a lookup at every tensor made): the tensors' peak so far and
+    /// the record that reached it.
     tensor_peaks: Vec<Option<(u64, u64)>>,
     read: u64,
 }

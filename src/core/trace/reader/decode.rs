@@ -4,7 +4,7 @@
 //! gathered. A [`Decoder`] runs on a thread of its own when the machine has a second core,
 //! while the reports read the batches before it (see [`super::source::Source`]).
 
-use super::order::Ordering;
+use super::order::TimeOrder;
 use super::*;
 
 /// A definition read from the file, applied by the reader before the records of its batch.
@@ -224,7 +224,7 @@ impl Decoder {
             let want = self.batch.max(self.window.len());
             let mut out = std::mem::take(&mut self.window);
             out.reserve(want);
-            let mut order = Ordering::new(out.len() + want);
+            let mut order = TimeOrder::new(out.len() + want);
             let mut got = 0;
             while got < want {
                 // Most records are plain: decoded straight from the chunk, in a tight loop.
@@ -330,9 +330,9 @@ impl Decoder {
 
     /// Decodes up to `most` plain records (committed, in the chunk, no definition under way,
     /// not a definition themselves: most records) from the chunk behind `out`, each in time
-    /// order ([`Ordering`]), stopping at the first that is not; how many. The rest go through
+    /// order ([`TimeOrder`]), stopping at the first that is not; how many. The rest go through
     /// [`Decoder::next_in_file`].
-    fn plain_run(&mut self, out: &mut Vec<Record>, most: usize, order: &mut Ordering) -> usize {
+    fn plain_run(&mut self, out: &mut Vec<Record>, most: usize, order: &mut TimeOrder) -> usize {
         if self.checkpoint_at < self.checkpoint.len() || self.pending.is_some() {
             return 0;
         }

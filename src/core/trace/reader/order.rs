@@ -8,18 +8,18 @@ use crate::trace::format::Record;
 /// apart, so that costs the records and their displacements, and each record is touched while
 /// it is still in the cache (a sort after the batch was read went through it again). Past a
 /// budget of moves (records far out of place, or a trace that lies), the rest are left where
-/// they come and [`Ordering::finish`] sorts the whole once, stably: the same order, in
+/// they come and [`TimeOrder::finish`] sorts the whole once, stably: the same order, in
 /// O(n log n).
-pub(super) struct Ordering {
+pub(super) struct TimeOrder {
     budget: usize,
     /// The budget is spent: the records are to be sorted.
     unsorted: bool,
 }
 
-impl Ordering {
+impl TimeOrder {
     /// For a vector that will hold about `n` records, in order so far.
-    pub fn new(n: usize) -> Ordering {
-        Ordering {
+    pub fn new(n: usize) -> TimeOrder {
+        TimeOrder {
             budget: n.saturating_mul(8),
             unsorted: false,
         }
@@ -88,7 +88,7 @@ mod tests {
 
     /// `times` pushed one by one, with the budget of a vector of `n` records.
     fn ordered(times: &[u64], n: usize) -> Vec<Record> {
-        let mut o = Ordering::new(n);
+        let mut o = TimeOrder::new(n);
         let mut out = Vec::new();
         for r in records(times) {
             o.push(&mut out, r);
