@@ -127,6 +127,8 @@ struct RunPass {
     early_leaks: Option<EarlyLeaks>,
     /// The picture's bands taken in this pass.
     early_bands: Option<EarlyBands>,
+    /// The moments a group on a thread of its own took (its `early` finished there).
+    taken: Vec<super::moments::Moment>,
 }
 
 impl RunPass {
@@ -146,17 +148,8 @@ impl RunPass {
             columns: wants.timeline.is_some().then(ColumnsPass::default),
             rp: Replay::default(),
             kinds: Kinds::default(),
-            with_kinds: wants.summary
-                || wants.oom
-                || wants.leaks.is_some()
-                || wants.timeline.is_some()
-                || early.is_some(),
-            with_replay: wants.summary
-                || early.is_some()
-                || wants.peak
-                || wants.oom
-                || wants.leaks.is_some()
-                || wants.timeline.is_some(),
+            with_kinds: reads(wants, early.is_some()).1,
+            with_replay: reads(wants, early.is_some()).0,
             early,
             said: Vec::new(),
             early_leaks: wants
@@ -169,6 +162,7 @@ impl RunPass {
                 .as_ref()
                 .filter(|_| !early_off)
                 .map(|_| EarlyBands::default()),
+            taken: Vec::new(),
         }
     }
 
@@ -221,12 +215,21 @@ impl RunPass {
     }
 }
 
+/// Whether the trackers `wants` asks for read the replay, and the kinds (`early`: with the
+/// moments taken in the first pass).
+fn reads(wants: &Wants, early: bool) -> (bool, bool) {
+    let iterations = wants.oom || wants.leaks.is_some() || wants.timeline.is_some();
+    let kinds = wants.summary || iterations || early;
+    (kinds || wants.peak, kinds)
+}
+
 /// Every record of `reader` to `run`'s trackers.
 fn read_all(reader: &mut TraceReader, run: &mut RunPass) {
     let cpu = crate::trace::reader::thread_cpu_ns();
-    let mut batch = Vec::new();
-    while reader.next_batch(&mut batch) {
-        for r in &batch {
+    // Read where the decoder left each batch: the groups of a page share one.
+    let mut held = crate::trace::reader::Held::default();
+    while reader.next_held(&mut held) {
+        for r in held.records() {
             run.see(reader, r);
         }
     }
@@ -249,25 +252,25 @@ pub fn first_pass_times() -> (f64, f64, f64) {
     (s(&FIRST_PASS_NS), s(&TRACKING_NS), s(&TRACKING_MOST_NS))
 }
 
-/// The first pass. Where `wants` asks for the summary and the moments and failures as well as
-/// the iterations and the picture (the page, `analyze`: the most trackers), they are groups,
-/// each on a thread with a replay and kinds of its own, reading the same batches (decoded
-/// once: [`TraceReader::pairs`]): the moments' and failures', and the iterations' (`leaks`)
-/// with the picture's, or each of these two on its own. Their replays and kinds end the same
-/// (the same records applied the same way), so the first group's serve all after the pass.
-/// Two groups where the decoder and each group can have a core (three cores); three only when
-/// asked (`GPUSHIM_READ_SPLIT=3`): on a 16-core host three were no faster than two, measured
-/// alternately (each thread slowed as more ran), and cost a third replay's memory and CPU. On
-/// two cores the threads take turns, and a second replay costs about what the split saves.
-/// `GPUSHIM_READ_SPLIT=1`: two groups wherever there is a second core; `3`: three; `0`: one
-/// group whatever the cores (the tests compare them).
-fn first_pass(reader: &mut TraceReader, wants: &Wants) -> Result<RunPass, ReadError> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let most = match std::env::var("GPUSHIM_READ_SPLIT").as_deref() {
-        Ok("0") => 1,
-        Ok("1") => 2,
-        Ok("3") => 3,
-        _ if cores >= 3 => 2,
+/// The first pass. Where `wants` asks for several reports (the page, `analyze`, `oom` with
+/// what grew until it), they are groups, each on a thread with a replay and kinds of its own,
+/// reading the same batches (decoded once and shared: [`TraceReader::pairs`]): as many as
+/// there are cores beside the decoder's, up to one a report (the summary, the peaks, the
+/// failures, the iterations, the picture), the lighter reports together first (see
+/// [`groups_of`]). Their replays and kinds end the same (the same records applied the same
+/// way), so the first group's serve all after the pass; a group's moments are taken on its own
+/// thread. On a 16-core host the cores add up (`scripts/bench.sh scaling`: a copy of a report
+/// run beside others slows by a tenth to a third): the page in one group 1.10 s, two 0.79,
+/// three 0.64. On two cores the threads take turns, and a second replay costs about what the
+/// split saves, so one group is read. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
+/// cores (`0`: one; the tests compare them).
+fn first_pass(reader: &mut TraceReader, wants: &Wants, cores: usize) -> Result<RunPass, ReadError> {
+    let most = match std::env::var("GPUSHIM_READ_SPLIT")
+        .ok()
+        .map(|v| v.parse::<usize>())
+    {
+        Some(Ok(n)) => n.max(1),
+        _ if cores >= 3 => cores - 1,
         _ => 1,
     };
     let groups = groups_of(wants, most);
@@ -285,6 +288,9 @@ fn first_pass(reader: &mut TraceReader, wants: &Wants) -> Result<RunPass, ReadEr
                 s.spawn(move || {
                     let mut run = RunPass::new(&other, group);
                     read_all(&mut other, &mut run);
+                    if let Some(e) = run.early.take() {
+                        run.taken = e.finish(&other, &run.kinds);
+                    }
                     // Dropped on this thread, so the decoder's thread ends before the first
                     // reader is rewound.
                     drop(other);
@@ -293,61 +299,126 @@ fn first_pass(reader: &mut TraceReader, wants: &Wants) -> Result<RunPass, ReadEr
             })
             .collect();
         let mut run = RunPass::new(reader, first);
+        // The first group's replay and kinds serve every report after the pass.
+        let (replay, kinds) = reads(wants, run.early.is_some());
+        (run.with_replay, run.with_kinds) = (run.with_replay || replay, run.with_kinds || kinds);
         read_all(reader, &mut run);
         let theirs: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
         (run, theirs)
     });
     for t in theirs {
-        let t = t.map_err(|_| {
+        let mut t = t.map_err(|_| {
             let why = std::io::Error::other("a reading thread failed");
             ReadError::Io(reader.info().path.clone(), why)
         })?;
+        run.summary = run.summary.or(t.summary);
+        run.peak = run.peak.or(t.peak);
+        run.oom = run.oom.or(t.oom);
         if t.leaks.is_some() {
             (run.leaks, run.early_leaks) = (t.leaks, t.early_leaks);
         }
         if t.columns.is_some() {
             (run.columns, run.early_bands) = (t.columns, t.early_bands);
         }
+        run.taken.append(&mut t.taken);
     }
     Ok(run)
 }
 
 /// What each group of trackers of the first pass reads (see [`first_pass`]), `most` groups at
-/// most: one, `wants` itself, unless the summary's moments and the iterations are both asked.
+/// most: one a report asked for, then, while there are too many, the lighter ones together
+/// (the failures with the peaks, then with the summary; the picture with the iterations last),
+/// so that two groups are the summary's, the peaks' and the failures' against the iterations'
+/// and the picture's, and three the same with the last two apart.
 fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
-    if most < 2 || !wants.summary || wants.leaks.is_none() {
-        return vec![wants.clone()];
-    }
-    let moments = Wants {
-        leaks: None,
-        timeline: None,
-        ..wants.clone()
-    };
-    let iterations = Wants {
+    let none = Wants {
         summary: false,
         peak: false,
         oom: false,
+        leaks: None,
+        timeline: None,
         ..wants.clone()
     };
-    if most < 3 || wants.timeline.is_none() {
-        return vec![moments, iterations];
+    let mut moments: Vec<Wants> = Vec::new();
+    if wants.summary {
+        moments.push(Wants {
+            summary: true,
+            ..none.clone()
+        });
     }
-    let picture = Wants {
-        leaks: None,
-        ..iterations.clone()
+    if wants.peak {
+        moments.push(Wants {
+            peak: true,
+            ..none.clone()
+        });
+    }
+    if wants.oom {
+        moments.push(Wants {
+            oom: true,
+            ..none.clone()
+        });
+    }
+    let mut iterations: Vec<Wants> = Vec::new();
+    if wants.leaks.is_some() {
+        iterations.push(Wants {
+            leaks: wants.leaks.clone(),
+            ..none.clone()
+        });
+    }
+    if wants.timeline.is_some() {
+        iterations.push(Wants {
+            timeline: wants.timeline.clone(),
+            ..none.clone()
+        });
+    }
+    let together = |a: Wants, b: Wants| Wants {
+        summary: a.summary || b.summary,
+        peak: a.peak || b.peak,
+        oom: a.oom || b.oom,
+        leaks: a.leaks.or(b.leaks),
+        timeline: a.timeline.or(b.timeline),
+        ..a
     };
-    let leaks = Wants {
-        timeline: None,
-        ..iterations
-    };
-    vec![moments, leaks, picture]
+    let most = most.max(1);
+    while moments.len() + iterations.len() > most {
+        let side = if moments.len() > 1 {
+            &mut moments
+        } else {
+            &mut iterations
+        };
+        match (side.pop(), side.pop()) {
+            (Some(b), Some(a)) => side.push(together(a, b)),
+            (Some(b), None) => {
+                // One of each side left, and one group wanted.
+                let a = moments.pop().unwrap_or_else(|| none.clone());
+                moments.push(together(a, b));
+            }
+            _ => break,
+        }
+    }
+    moments.append(&mut iterations);
+    if moments.is_empty() {
+        moments.push(wants.clone());
+    }
+    moments
 }
 
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
 pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    analyze_on(path, opts, wants, cores)
+}
+
+/// [`analyze`] with `cores` of the machine's for its threads.
+fn analyze_on(
+    path: &Path,
+    opts: &ReadOptions,
+    wants: &Wants,
+    cores: usize,
+) -> Result<Analysis, ReadError> {
     let mut reader = TraceReader::open_with(path, opts)?;
     let started = std::time::Instant::now();
-    let mut run = first_pass(&mut reader, wants)?;
+    let mut run = first_pass(&mut reader, wants, cores)?;
     let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     FIRST_PASS_NS.fetch_add(took, std::sync::atomic::Ordering::Relaxed);
     let mut batch = Vec::new();
@@ -356,7 +427,9 @@ pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysi
         std::mem::take(&mut run.kinds),
         run.early.take(),
     );
-    let taken = early.map_or_else(Vec::new, |e| e.finish(&reader, &kinds));
+    let mut taken = early.map_or_else(Vec::new, |e| e.finish(&reader, &kinds));
+    // The moments groups on threads of their own took (the same moment, where two took it).
+    taken.append(&mut run.taken);
     // What the first pass alone tells, named from its reader before the second pass rewinds it.
     let mut a = Analysis {
         info: reader.info().clone(),
@@ -528,7 +601,8 @@ pub fn analyze_job(
     Ok(out)
 }
 
-/// [`analyze`] of each trace, at most as many at once as there are cores.
+/// [`analyze`] of each trace, at most as many at once as there are cores, each trace's groups
+/// of trackers sharing the cores left to it.
 fn analyze_in_parallel(
     traces: &[&std::path::PathBuf],
     opts: &ReadOptions,
@@ -540,6 +614,7 @@ fn analyze_in_parallel(
     if workers <= 1 {
         return traces.iter().map(|p| analyze(p, opts, wants)).collect();
     }
+    let each = cores / workers;
     let next = AtomicUsize::new(0);
     let done: std::sync::Mutex<Vec<Option<Result<Analysis, ReadError>>>> =
         std::sync::Mutex::new((0..traces.len()).map(|_| None).collect());
@@ -551,7 +626,7 @@ fn analyze_in_parallel(
                     let Some(p) = traces.get(i) else {
                         break;
                     };
-                    let a = analyze(p, opts, wants);
+                    let a = analyze_on(p, opts, wants, each);
                     if let Ok(mut d) = done.lock() {
                         d[i] = Some(a);
                     }

@@ -72,13 +72,47 @@ impl Template {
     }
 }
 
+/// Records a reader handed on by [`TraceReader::next_held`]: a batch of its own, or one it
+/// shares with other readers of the same records.
+#[derive(Default)]
+pub struct Held {
+    own: Vec<Record>,
+    shared: Option<source::Shared>,
+}
+
+impl Held {
+    /// The records, in time order.
+    pub fn records(&self) -> &[Record] {
+        match &self.shared {
+            Some(b) => &b.records,
+            None => &self.own,
+        }
+    }
+
+    /// Lets go of a shared batch: the last of its readers keeps its room for the decoder.
+    fn release(&mut self, spares: &decode::Spares) {
+        if let Some(b) = self.shared.take().and_then(std::sync::Arc::into_inner) {
+            spares.give(b.records);
+        }
+    }
+}
+
 impl TraceReader {
     /// The decoder's next batch, its definitions applied and its records counted (for
     /// [`records_read`]); `None` at the end, where the first time what a whole pass decodes is
     /// counted.
     pub(super) fn take_batch(&mut self) -> Option<Vec<Record>> {
+        let b = self.take_shared()?;
+        let mut b = source::own(b, &self.spares);
+        self.apply(std::mem::take(&mut b.defs));
+        Some(b.records)
+    }
+
+    /// [`TraceReader::take_batch`] as the source hands the batch on, shared with any other
+    /// reader of it: counted, and its fields but its definitions taken (applied by the caller).
+    fn take_shared(&mut self) -> Option<source::Shared> {
         use std::sync::atomic::Ordering::Relaxed;
-        let Some(b) = self.source.next_batch() else {
+        let Some(b) = self.source.next_shared() else {
             if !self.whole_counted {
                 self.whole_counted = true;
                 HELD.fetch_add(self.pass_decoded, Relaxed);
@@ -90,9 +124,39 @@ impl TraceReader {
             DECODED.fetch_add(n, Relaxed);
             self.pass_decoded = self.pass_decoded.saturating_add(n);
         }
-        self.apply(b.defs);
-        (self.restoring, self.stats, self.next) = (b.restoring, b.stats, b.next);
-        Some(b.records)
+        (self.restoring, self.stats, self.next) = (b.restoring, b.stats.clone(), b.next);
+        Some(b)
+    }
+
+    /// The next records in time order, as [`TraceReader::next_batch`] gives them, but held in
+    /// `held` as the decoder handed them on: a batch shared by several readers of the same
+    /// records (the page's groups of trackers) is read where it lies, not copied for each.
+    /// A filtered reader, or one that has read records one by one, reads its own copy.
+    pub fn next_held(&mut self, held: &mut Held) -> bool {
+        if self.filtering.is_some() || !self.batch.is_empty() {
+            held.release(&self.spares);
+            return self.next_batch(&mut held.own);
+        }
+        loop {
+            held.release(&self.spares);
+            let Some(b) = self.take_shared() else {
+                return false;
+            };
+            self.apply(b.defs.clone());
+            let n = u32::try_from(b.records.len()).unwrap_or(u32::MAX);
+            held.shared = Some(b);
+            if n == 0 {
+                continue;
+            }
+            self.since_progress = self.since_progress.saturating_add(n);
+            if self.since_progress >= 1 << 20 {
+                self.since_progress = 0;
+                if let Some(hook) = self.progress {
+                    hook(self.next, self.end);
+                }
+            }
+            return true;
+        }
     }
 
     /// The next records in time order that the filter keeps, as [`Iterator::next`] returns them
@@ -143,8 +207,8 @@ impl TraceReader {
     }
 
     /// `n` more readers of the records this one is about to read, for work on other threads:
-    /// this reader's decoder hands each a copy of each batch it decodes, so the file is read
-    /// and decoded once for all. Only before the first record is read (empty after, or where
+    /// this reader's decoder hands each batch it decodes to all of them, shared (read where it
+    /// lies with [`TraceReader::next_held`]), so the file is read and decoded once for all. Only before the first record is read (empty after, or where
     /// the decoder cannot have a thread of its own: one core, `GPUSHIM_READ_INLINE=1`). They
     /// read in step, a few batches apart at most: each must be read on (or dropped), and the
     /// others read to their end or dropped before this one is rewound.

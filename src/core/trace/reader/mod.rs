@@ -8,7 +8,7 @@
 //! Here: the reader, its options, and records put back in time order; `head.rs` the header
 //! read and checked, `decode.rs` bodies read and decoded (a ring's checkpoint, read first,
 //! is read back in `trace::checkpoint::read`), `source.rs` the decoder on a thread of its own
-//! (with a copy of each batch for a second reader), `fork.rs` a batch at a time and second
+//! (each batch shared with any second reader), `fork.rs` a batch at a time and second
 //! readers, `stats.rs` what decoding counted, `counts.rs` what the process read.
 
 mod counts;
@@ -25,6 +25,7 @@ use crate::trace::checkpoint::read::{
 };
 use counts::{DECODED, DECODING_NS, HELD, OPENED, PAIRED, PASSES, READERS};
 pub use counts::{decoding_cpu_s, paired, reads, records_read, thread_cpu_ns};
+pub use fork::Held;
 pub use head::{DeviceMake, printable, visible};
 use head::{info_capacity, le_u64, read_header};
 pub use stats::{Damage, DecodeStats};

@@ -1,8 +1,19 @@
 //! Where a reader's batches come from: its decoder called in turn, or the decoder on a thread
-//! of its own a few batches ahead, handing each batch to the reader and, for a second reader
-//! on another thread, a copy of it.
+//! of its own a few batches ahead, handing each batch to the reader and to any other reader
+//! of the same records on another thread: one batch shared by all, each copied (if at all) by
+//! the reader that takes it, so the decoding thread's work does not grow with the readers.
 
-use super::decode::{AHEAD, Batch, Decoder};
+use super::decode::{AHEAD, Batch, Decoder, Spares};
+use std::sync::Arc;
+
+/// A batch as the decoding thread hands it on: shared by every reader of the same records.
+pub(super) type Shared = Arc<Batch>;
+
+/// The batch itself: the last reader to take it has it whole, the others a copy of it (made
+/// on their own thread, into a spare batch).
+pub(super) fn own(b: Shared, spares: &Spares) -> Batch {
+    Arc::try_unwrap(b).unwrap_or_else(|b| b.copy(spares))
+}
 
 /// Where a reader's batches come from: its decoder, called in turn, or the decoder's thread
 /// before it (a bounded channel of a few batches between them). A reader dropped mid-way drops
@@ -14,11 +25,11 @@ pub(super) enum Source {
     Threaded {
         /// In a mutex only so that a reader can be shared between threads (read-only: the
         /// what-if replays), as a receiver alone cannot be.
-        batches: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>>,
+        batches: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Shared>>>,
         thread: Option<std::thread::JoinHandle<Option<Box<Decoder>>>>,
     },
-    /// A copy of each batch another reader's decoding thread reads (see [`Source::start_copies`]).
-    Copies(std::sync::Mutex<std::sync::mpsc::Receiver<Batch>>),
+    /// Each batch another reader's decoding thread reads (see [`Source::start_copies`]).
+    Copies(std::sync::Mutex<std::sync::mpsc::Receiver<Shared>>),
     /// Between a stop and a start (never seen by a caller).
     Gone,
 }
@@ -34,8 +45,8 @@ impl Source {
     }
 
     /// Sources of the same batches from one decoder on a thread of its own: the first (which
-    /// gets the decoder back when stopped) reads the batches, each of the `copies` others a
-    /// copy of each, made on the decoding thread. `Err`: the decoder back, where a thread
+    /// gets the decoder back when stopped) and each of the `copies` others read every batch,
+    /// shared (see [`own`]). `Err`: the decoder back, where a thread
     /// cannot be had or decoding is asked to stay in turn (one core, `GPUSHIM_READ_INLINE=1`).
     ///
     /// The thread waits for every reader (a few batches ahead of the slowest): each copy is
@@ -50,10 +61,10 @@ impl Source {
         if cores < 2 || inline {
             return Err(d);
         }
-        let (tx, rx) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Shared>(AHEAD);
         let (mut to_copies, mut from_copies) = (Vec::new(), Vec::new());
         for _ in 0..copies {
-            let (t, r) = std::sync::mpsc::sync_channel::<Batch>(AHEAD);
+            let (t, r) = std::sync::mpsc::sync_channel::<Shared>(AHEAD);
             to_copies.push(Some(t));
             from_copies.push(r);
         }
@@ -66,12 +77,12 @@ impl Source {
                 let mut d = theirs.lock().ok().and_then(|mut g| g.take())?;
                 let mut first = Some(tx);
                 loop {
-                    let b = d.step();
+                    let b = Arc::new(d.step());
                     let last = b.last;
                     // A reader gone (dropped) is sent no more.
                     for t in &mut to_copies {
                         if let Some(tx) = t
-                            && tx.send(b.copy(&d.spares)).is_err()
+                            && tx.send(b.clone()).is_err()
                         {
                             *t = None;
                         }
@@ -108,15 +119,16 @@ impl Source {
         }
     }
 
-    /// The next batch, `None` once the last was handed on.
-    pub fn next_batch(&mut self) -> Option<Batch> {
+    /// The next batch as it was handed on, shared with any other reader of it (not copied),
+    /// `None` once the last was handed on.
+    pub fn next_shared(&mut self) -> Option<Shared> {
         if let Source::Pending(_) = self
             && let Source::Pending(d) = std::mem::replace(self, Source::Gone)
         {
             *self = Source::start(d);
         }
         match self {
-            Source::Inline(d) if !d.finished => Some(d.step()),
+            Source::Inline(d) if !d.finished => Some(Arc::new(d.step())),
             Source::Threaded {
                 batches: Some(rx), ..
             }
@@ -132,6 +144,7 @@ impl Source {
             Source::Threaded {
                 mut batches,
                 mut thread,
+                ..
             } => {
                 // Dropping the receiver ends the thread at its next send.
                 batches.take();
