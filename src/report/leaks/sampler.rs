@@ -204,3 +204,74 @@ fn name_kinds(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::kinds::Kind;
+    use crate::trace::format::Api;
+
+    fn sampler() -> LeaksSampler {
+        LeaksSampler {
+            chosen: None,
+            boundary_not_found: None,
+            restored_matches: false,
+            samples: Thinned::new(MAX_BOUNDARIES),
+            seen: 0,
+            together: FreedTogether::default(),
+            decided: Default::default(),
+            site_kinds: Default::default(),
+        }
+    }
+
+    fn record(kind: RecordKind, api: Api, ptr: u64, size: u64) -> Record {
+        Record {
+            kind,
+            api,
+            device: 0,
+            status: 0,
+            thread: 1,
+            time_ns: ptr + size,
+            ptr,
+            size,
+            stream: 0,
+        }
+    }
+
+    /// Each record applied to the replay, then seen by the sampler with the kind decided there.
+    fn read(records: &[(Record, Option<(u64, Kind)>)]) -> LeaksSampler {
+        let (mut rp, mut s) = (Replay::default(), sampler());
+        for (r, decided) in records {
+            let c = rp.apply(r);
+            s.see(&rp, r, c, *decided);
+        }
+        s
+    }
+
+    #[test]
+    fn a_kind_left_at_an_address_goes_to_no_later_allocation_there() {
+        let alloc = |ptr, size| (record(RecordKind::Alloc, Api::CudaMalloc, ptr, size), None);
+        let free = |ptr| (record(RecordKind::Free, Api::CudaFree, ptr, 0), None);
+        let asked = |ptr, kind| {
+            let r = record(RecordKind::TensorFreeRequested, Api::Torch, ptr, 0);
+            (r, Some((ptr, kind)))
+        };
+        // A tensor's kind decided as its free was asked for, and the free never seen: the
+        // address is handed out again (freed by a route the trace did not see), and that
+        // allocation, freed, has no kind of its own. Then a second address whose kind is
+        // decided the same way and whose free is seen.
+        let s = read(&[
+            alloc(0x10, 100),
+            asked(0x10, Kind::Activation),
+            alloc(0x10, 200),
+            free(0x10),
+            alloc(0x20, 300),
+            asked(0x20, Kind::Temporary),
+            free(0x20),
+        ]);
+        // Only the second address's line has a kind: the first's kind did not go to the
+        // allocation of 200 bytes made at its address after it.
+        let kinds: Vec<&BTreeMap<Kind, u64>> = s.site_kinds.values().collect();
+        assert_eq!(kinds, vec![&BTreeMap::from([(Kind::Temporary, 300)])]);
+    }
+}
