@@ -10,13 +10,8 @@
 set -euo pipefail
 steps=${1:-1030000}
 every=${2:-1000}
-sim=$(mktemp -d)
-dir=$(mktemp -d)
-trap 'rm -rf "$sim" "$dir"' EXIT
-scripts/build-sim.sh "$sim" >/dev/null
-cargo build --release --quiet -p gpushim -p gpushim-shim
-shim=$PWD/target/release/libgpushim.so
-gpushim=$PWD/target/release/gpushim
+source scripts/sim-env.sh
+bench_binaries
 run() { # NAME TRACE_MAX
   /usr/bin/time -f "%e %M" -o "$dir/$1.time" env LD_LIBRARY_PATH="$sim" LD_PRELOAD="$shim" \
     GPUSHIM_CONF="stacks:native,trace_max:$2" GPUSHIM_TRACE="$dir/$1.trace" \

@@ -21,19 +21,8 @@
 set -euo pipefail
 cap=${1:-2GiB}
 steps=${2:-200000}
-sim=$(mktemp -d)
-dir=$(mktemp -d)
-trap 'rm -rf "$sim" "$dir"' EXIT
-scripts/build-sim.sh "$sim" >/dev/null
-if [ -n "${GPUSHIM_PREBUILT:-}" ]; then
-  prebuilt=$(cd "$GPUSHIM_PREBUILT" && pwd)
-  shim=$prebuilt/libgpushim.so gpushim=$prebuilt/gpushim reader=$prebuilt/read_only
-else
-  cargo build --release --quiet -p gpushim -p gpushim-shim
-  cargo build --release --quiet --example read_only
-  shim=$PWD/target/release/libgpushim.so gpushim=$PWD/target/release/gpushim
-  reader=$PWD/target/release/examples/read_only
-fi
+source scripts/sim-env.sh
+bench_binaries
 t=$dir/long.trace
 /usr/bin/time -f "%e" -o "$dir/run.time" env LD_LIBRARY_PATH="$sim" LD_PRELOAD="$shim" \
   GPUSHIM_CONF="trace_max:$cap" GPUSHIM_TRACE="$t" "$sim/long_run" "$steps" 1000 >"$dir/run.out" 2>&1

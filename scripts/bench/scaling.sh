@@ -11,21 +11,12 @@
 # Each figure is the best of three. "slowdown": the time of N copies at once over one alone
 # (1.00: the cores add up; 2.00: N copies take twice as long as one, as if they shared a core).
 # Usage: scripts/bench.sh scaling[:STEPS,COPIES]  (COPIES, default 4: the most copies run at once)
-# Without cargo: GPUSHIM_PREBUILT=DIR holding gpushim and libgpushim.so built elsewhere.
+# Without cargo: GPUSHIM_PREBUILT=DIR holding gpushim, libgpushim.so and read_only built elsewhere.
 set -euo pipefail
 steps=${1:-50000}
 most=${2:-4}
-sim=$(mktemp -d)
-dir=$(mktemp -d)
-trap 'rm -rf "$sim" "$dir"' EXIT
-scripts/build-sim.sh "$sim" >/dev/null
-if [ -n "${GPUSHIM_PREBUILT:-}" ]; then
-  prebuilt=$(cd "$GPUSHIM_PREBUILT" && pwd)
-  shim=$prebuilt/libgpushim.so gpushim=$prebuilt/gpushim
-else
-  cargo build --release --quiet -p gpushim -p gpushim-shim
-  shim=$PWD/target/release/libgpushim.so gpushim=$PWD/target/release/gpushim
-fi
+source scripts/sim-env.sh
+bench_binaries
 t=$dir/loop.trace
 env LD_LIBRARY_PATH="$sim" LD_PRELOAD="$shim" GPUSHIM_CONF="trace_max:2GiB" \
   GPUSHIM_TRACE="$t" "$sim/long_run" "$steps" 1000 >"$dir/run.out" 2>&1

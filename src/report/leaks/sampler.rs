@@ -224,19 +224,18 @@ mod tests {
         }
     }
 
-    fn record(kind: RecordKind, api: Api, ptr: u64, size: u64) -> Record {
-        Record {
-            kind,
-            api,
-            device: 0,
-            status: 0,
-            thread: 1,
-            time_ns: ptr + size,
-            ptr,
-            size,
-            stream: 0,
-        }
-    }
+    /// A successful call of thread 1 on device 0; each record below changes what it names.
+    const CALL: Record = Record {
+        kind: RecordKind::Alloc,
+        api: Api::CudaMalloc,
+        device: 0,
+        status: 0,
+        thread: 1,
+        time_ns: 1,
+        ptr: 0,
+        size: 0,
+        stream: 0,
+    };
 
     /// Each record applied to the replay, then seen by the sampler with the kind decided there.
     fn read(records: &[(Record, Option<(u64, Kind)>)]) -> LeaksSampler {
@@ -250,11 +249,30 @@ mod tests {
 
     #[test]
     fn a_kind_left_at_an_address_goes_to_no_later_allocation_there() {
-        let alloc = |ptr, size| (record(RecordKind::Alloc, Api::CudaMalloc, ptr, size), None);
-        let free = |ptr| (record(RecordKind::Free, Api::CudaFree, ptr, 0), None);
-        let asked = |ptr, kind| {
-            let r = record(RecordKind::TensorFreeRequested, Api::Torch, ptr, 0);
-            (r, Some((ptr, kind)))
+        let alloc = |ptr, size| (Record { ptr, size, ..CALL }, None);
+        let free = |ptr| {
+            let (kind, api) = (RecordKind::Free, Api::CudaFree);
+            (
+                Record {
+                    kind,
+                    api,
+                    ptr,
+                    ..CALL
+                },
+                None,
+            )
+        };
+        let asked = |ptr, k| {
+            let (kind, api) = (RecordKind::TensorFreeRequested, Api::Torch);
+            (
+                Record {
+                    kind,
+                    api,
+                    ptr,
+                    ..CALL
+                },
+                Some((ptr, k)),
+            )
         };
         // A tensor's kind decided as its free was asked for, and the free never seen: the
         // address is handed out again (freed by a route the trace did not see), and that
