@@ -22,6 +22,10 @@ fn main() -> std::process::ExitCode {
                 "gpushim: {reading} moment(s) taken as the trace was read, {at_end} at its end"
             );
         }
+        let sampled = gpushim::report::early::leaks_sampled_reading();
+        if sampled > 0 {
+            eprintln!("gpushim: {sampled} time(s) the leaks were sampled as the trace was read");
+        }
         let (paired, readers) = gpushim::trace::reader::paired();
         if paired > 0 {
             eprintln!("gpushim: {paired} pass(es) read by {readers} threads at once");

@@ -33,6 +33,15 @@ use std::collections::VecDeque;
 static TAKEN_READING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 static TAKEN_AT_END: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Leaks whose sampling begun in the first pass was used (no second pass for them): said with
+/// `GPUSHIM_READS=1`, so that the tests see the sampling used whatever the batches decoded.
+static LEAKS_SAMPLED_READING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times the leaks' sampling begun in the first pass was used.
+pub fn leaks_sampled_reading() -> u64 {
+    LEAKS_SAMPLED_READING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Moments taken in first passes so far: (as the trace was read, at a pass's end).
 pub fn moments_taken() -> (u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
@@ -460,6 +469,10 @@ impl EarlyLeaks {
 
     /// The sampler, if it samples what the finder chose at the end (`chosen`).
     pub fn finish(self, chosen: &super::leaks::LeaksSampler) -> Option<super::leaks::LeaksSampler> {
-        self.sampler.filter(|s| s.same_choice(chosen))
+        let used = self.sampler.filter(|s| s.same_choice(chosen));
+        if used.is_some() {
+            LEAKS_SAMPLED_READING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        used
     }
 }
