@@ -259,10 +259,11 @@ pub fn first_pass_times() -> (f64, f64, f64) {
 /// failures, the iterations, the picture), the lighter reports together first (see
 /// [`groups_of`]). Their replays and kinds end the same (the same records applied the same
 /// way), so the first group's serve all after the pass; a group's moments are taken on its own
-/// thread. On a 16-core host the cores add up (`scripts/bench.sh scaling`: a copy of a report
-/// run beside others slows by a tenth to a third): the page in one group 1.10 s, two 0.79,
-/// three 0.64. On two cores the threads take turns, and a second replay costs about what the
-/// split saves, so one group is read. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
+/// thread. On a 16-core host the cores add up in part (`scripts/bench.sh scaling`: a copy of
+/// a report run beside three others took up to half as long again as alone): the page of the
+/// bench's 1.88 GB trace took 2.33 s in five groups, 2.86 s in two, 3.83 s in one
+/// (`docs/gpu-checks.md`). On two cores the threads take turns, and a second replay costs
+/// about what the split saves, so one group is read. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
 /// cores (`0`: one; the tests compare them).
 fn first_pass(reader: &mut TraceReader, wants: &Wants, cores: usize) -> Result<RunPass, ReadError> {
     let most = match std::env::var("GPUSHIM_READ_SPLIT")
