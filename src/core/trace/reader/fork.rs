@@ -120,7 +120,7 @@ impl TraceReader {
             return None;
         };
         let n = b.records.len() as u64;
-        if !self.copies {
+        if !self.second {
             DECODED.fetch_add(n, Relaxed);
             self.pass_decoded = self.pass_decoded.saturating_add(n);
         }
@@ -143,18 +143,12 @@ impl TraceReader {
                 return false;
             };
             self.apply(b.defs.clone());
-            let n = u32::try_from(b.records.len()).unwrap_or(u32::MAX);
+            let n = b.records.len();
             held.shared = Some(b);
             if n == 0 {
                 continue;
             }
-            self.since_progress = self.since_progress.saturating_add(n);
-            if self.since_progress >= 1 << 20 {
-                self.since_progress = 0;
-                if let Some(hook) = self.progress {
-                    hook(self.next, self.end);
-                }
-            }
+            self.handed_on(n);
             return true;
         }
     }
@@ -174,14 +168,7 @@ impl TraceReader {
             } else {
                 out.extend(self.batch.drain(..));
             }
-            let n = u32::try_from(out.len()).unwrap_or(u32::MAX);
-            self.since_progress = self.since_progress.saturating_add(n);
-            if self.since_progress >= 1 << 20 {
-                self.since_progress = 0;
-                if let Some(hook) = self.progress {
-                    hook(self.next, self.end);
-                }
-            }
+            self.handed_on(out.len());
             // A checkpoint's state is the whole run's before the ring: filters apply to the
             // records after it.
             if let Some(f) = &mut self.filtering
@@ -192,6 +179,18 @@ impl TraceReader {
             }
         }
         true
+    }
+
+    /// `n` more records handed on: progress said every million or so.
+    fn handed_on(&mut self, n: usize) {
+        let n = u32::try_from(n).unwrap_or(u32::MAX);
+        self.since_progress = self.since_progress.saturating_add(n);
+        if self.since_progress >= 1 << 20 {
+            self.since_progress = 0;
+            if let Some(hook) = self.progress {
+                hook(self.next, self.end);
+            }
+        }
     }
 
     /// What a second reader of this trace reads with: this one's options, but no progress.
@@ -208,8 +207,9 @@ impl TraceReader {
 
     /// `n` more readers of the records this one is about to read, for work on other threads:
     /// this reader's decoder hands each batch it decodes to all of them, shared (read where it
-    /// lies with [`TraceReader::next_held`]), so the file is read and decoded once for all. Only before the first record is read (empty after, or where
-    /// the decoder cannot have a thread of its own: one core, `GPUSHIM_READ_INLINE=1`). They
+    /// lies with [`TraceReader::next_held`]), so the file is read and decoded once for all.
+    /// Only before the first record is read (empty after, or where the decoder cannot have a
+    /// thread of its own: one core, `GPUSHIM_READ_INLINE=1`). They
     /// read in step, a few batches apart at most: each must be read on (or dropped), and the
     /// others read to their end or dropped before this one is rewound.
     pub fn pairs(&mut self, n: usize) -> Vec<TraceReader> {
@@ -223,7 +223,7 @@ impl TraceReader {
         else {
             return Vec::new();
         };
-        let (mine, theirs) = match source::Source::start_copies(d, n) {
+        let (mine, theirs) = match source::Source::start_shared(d, n) {
             Ok(sources) => sources,
             Err(d) => {
                 self.source = source::Source::Pending(d);
@@ -243,7 +243,7 @@ impl TraceReader {
                     (self.next, self.end),
                     &opts,
                 );
-                (reader.whole_counted, reader.copies) = (true, true);
+                (reader.whole_counted, reader.second) = (true, true);
                 reader
             })
             .collect();

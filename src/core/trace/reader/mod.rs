@@ -214,9 +214,9 @@ pub struct TraceReader {
     /// reader's never is).
     pass_decoded: u64,
     whole_counted: bool,
-    /// Reads copies of another reader's batches ([`TraceReader::pairs`]): nothing decoded of
-    /// its own, nothing counted.
-    copies: bool,
+    /// Reads another reader's batches ([`TraceReader::pairs`]): nothing decoded of its own,
+    /// nothing counted.
+    second: bool,
 }
 
 /// Records read from the file at a time (256 KiB: the chunk stays in the cache).
@@ -394,7 +394,7 @@ impl TraceReader {
             template,
             pass_decoded: 0,
             whole_counted: false,
-            copies: false,
+            second: false,
         }
     }
 

@@ -28,8 +28,8 @@ pub(super) enum Source {
         batches: Option<std::sync::Mutex<std::sync::mpsc::Receiver<Shared>>>,
         thread: Option<std::thread::JoinHandle<Option<Box<Decoder>>>>,
     },
-    /// Each batch another reader's decoding thread reads (see [`Source::start_copies`]).
-    Copies(std::sync::Mutex<std::sync::mpsc::Receiver<Shared>>),
+    /// Each batch another reader's decoding thread reads (see [`Source::start_shared`]).
+    Second(std::sync::Mutex<std::sync::mpsc::Receiver<Shared>>),
     /// Between a stop and a start (never seen by a caller).
     Gone,
 }
@@ -38,22 +38,23 @@ impl Source {
     /// The decoder, on a thread of its own when the machine has more than one core and a
     /// thread can be had, else called in turn.
     pub fn start(d: Box<Decoder>) -> Source {
-        match Source::start_copies(d, 0) {
+        match Source::start_shared(d, 0) {
             Ok((source, _)) => source,
             Err(d) => Source::Inline(d),
         }
     }
 
     /// Sources of the same batches from one decoder on a thread of its own: the first (which
-    /// gets the decoder back when stopped) and each of the `copies` others read every batch,
-    /// shared (see [`own`]). `Err`: the decoder back, where a thread
-    /// cannot be had or decoding is asked to stay in turn (one core, `GPUSHIM_READ_INLINE=1`).
+    /// gets the decoder back when stopped) and each of the `others` read every batch, shared
+    /// (see [`own`]). `Err`: the decoder back, where a thread cannot be had or decoding is
+    /// asked to stay in turn (one core, `GPUSHIM_READ_INLINE=1`).
     ///
-    /// The thread waits for every reader (a few batches ahead of the slowest): each copy is
-    /// read to its end or dropped before the first is stopped, or the stop waits for it.
-    pub fn start_copies(
+    /// The thread waits for every reader (a few batches ahead of the slowest): each of the
+    /// others is read to its end or dropped before the first is stopped, or the stop waits
+    /// for it.
+    pub fn start_shared(
         d: Box<Decoder>,
-        copies: usize,
+        others: usize,
     ) -> Result<(Source, Vec<Source>), Box<Decoder>> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // GPUSHIM_READ_INLINE=1: decode in turn whatever the cores (the tests compare the two).
@@ -62,11 +63,11 @@ impl Source {
             return Err(d);
         }
         let (tx, rx) = std::sync::mpsc::sync_channel::<Shared>(AHEAD);
-        let (mut to_copies, mut from_copies) = (Vec::new(), Vec::new());
-        for _ in 0..copies {
+        let (mut to_others, mut from_others) = (Vec::new(), Vec::new());
+        for _ in 0..others {
             let (t, r) = std::sync::mpsc::sync_channel::<Shared>(AHEAD);
-            to_copies.push(Some(t));
-            from_copies.push(r);
+            to_others.push(Some(t));
+            from_others.push(r);
         }
         // The decoder comes back through the join, for a second pass.
         let holder = std::sync::Arc::new(std::sync::Mutex::new(Some(d)));
@@ -80,7 +81,7 @@ impl Source {
                     let b = Arc::new(d.step());
                     let last = b.last;
                     // A reader gone (dropped) is sent no more.
-                    for t in &mut to_copies {
+                    for t in &mut to_others {
                         if let Some(tx) = t
                             && tx.send(b.clone()).is_err()
                         {
@@ -92,7 +93,7 @@ impl Source {
                     {
                         first = None;
                     }
-                    if last || (first.is_none() && to_copies.iter().all(Option::is_none)) {
+                    if last || (first.is_none() && to_others.iter().all(Option::is_none)) {
                         break;
                     }
                 }
@@ -106,9 +107,9 @@ impl Source {
                     batches: Some(std::sync::Mutex::new(rx)),
                     thread: Some(thread),
                 },
-                from_copies
+                from_others
                     .into_iter()
-                    .map(|r| Source::Copies(std::sync::Mutex::new(r)))
+                    .map(|r| Source::Second(std::sync::Mutex::new(r)))
                     .collect(),
             )),
             // No thread to be had: the decoder, unmoved (the closure never ran).
@@ -132,7 +133,7 @@ impl Source {
             Source::Threaded {
                 batches: Some(rx), ..
             }
-            | Source::Copies(rx) => rx.get_mut().ok()?.recv().ok(),
+            | Source::Second(rx) => rx.get_mut().ok()?.recv().ok(),
             _ => None,
         }
     }
@@ -150,7 +151,7 @@ impl Source {
                 batches.take();
                 thread.take().and_then(|t| t.join().ok()).flatten()
             }
-            Source::Copies(_) | Source::Gone => None,
+            Source::Second(_) | Source::Gone => None,
         }
     }
 }

@@ -1,0 +1,331 @@
+//! The first pass: its trackers, each only when asked for, fed every record after one replay
+//! of the live set applied it and one tracker of the kinds observed it; on a machine with the
+//! cores, in groups (up to one a report), each on a thread of its own reading the batches one
+//! decoder shares; and where its time went (`GPUSHIM_READS=1`).
+
+use super::Wants;
+use crate::report::early::{EarlyLeaks, EarlyMoments};
+use crate::report::kinds::Kinds;
+use crate::report::leaks::LeaksFinder;
+use crate::report::live::Replay;
+use crate::report::oom::OomPass;
+use crate::report::peak::PeakFinder;
+use crate::report::summary::SummaryPass;
+use crate::report::timeline::columns::ColumnsPass;
+use crate::report::timeline::early_bands::EarlyBands;
+use crate::trace::reader::{ReadError, TraceReader};
+
+/// The first pass's trackers, each only when asked for.
+pub(super) struct RunPass {
+    pub(super) summary: Option<SummaryPass>,
+    pub(super) peak: Option<PeakFinder>,
+    pub(super) oom: Option<OomPass>,
+    pub(super) leaks: Option<LeaksFinder>,
+    pub(super) columns: Option<ColumnsPass>,
+    /// The replay and the kinds, each kept only when a tracker reads it.
+    pub(super) rp: Replay,
+    pub(super) kinds: Kinds,
+    with_replay: bool,
+    with_kinds: bool,
+    /// The moments taken as the trackers find them, and what the trackers said of them at
+    /// the record being read.
+    pub(super) early: Option<EarlyMoments>,
+    said: Vec<crate::report::early::Said>,
+    /// The leaks' sampler begun in this pass.
+    pub(super) early_leaks: Option<EarlyLeaks>,
+    /// The picture's bands taken in this pass.
+    pub(super) early_bands: Option<EarlyBands>,
+    /// The moments a group on a thread of its own took (its `early` finished there).
+    pub(super) taken: Vec<crate::report::moments::Moment>,
+}
+
+impl RunPass {
+    /// The trackers `wants` asks for, and what they read.
+    fn new(reader: &TraceReader, wants: &Wants) -> RunPass {
+        // The moments of the summary and the peaks are taken in this pass where they can be
+        // (`early`): with the shared replay and the kinds, read whatever else is asked.
+        // GPUSHIM_READ_EARLY=0: every moment in the second pass (the tests compare the two).
+        let early_off = std::env::var_os("GPUSHIM_READ_EARLY").is_some_and(|v| v == "0");
+        let early =
+            (!early_off && (wants.summary || wants.peak)).then(|| EarlyMoments::new(reader));
+        let (with_replay, with_kinds) = reads(wants, early.is_some());
+        RunPass {
+            summary: wants.summary.then(SummaryPass::default),
+            peak: wants.peak.then(PeakFinder::default),
+            oom: wants.oom.then(OomPass::default),
+            leaks: wants.leaks.is_some().then(LeaksFinder::default),
+            columns: wants.timeline.is_some().then(ColumnsPass::default),
+            rp: Replay::default(),
+            kinds: Kinds::default(),
+            with_replay,
+            with_kinds,
+            early,
+            said: Vec::new(),
+            early_leaks: wants
+                .leaks
+                .as_ref()
+                .filter(|_| !early_off)
+                .map(|b| EarlyLeaks::new(reader, b.clone())),
+            early_bands: wants
+                .timeline
+                .as_ref()
+                .filter(|_| !early_off)
+                .map(|_| EarlyBands::default()),
+            taken: Vec::new(),
+        }
+    }
+
+    /// One record of the first pass: applied to the replay (when a tracker reads it) and
+    /// observed by the kinds (when asked), then handed to each tracker.
+    #[inline]
+    fn see(&mut self, reader: &TraceReader, r: &crate::trace::format::Record) {
+        let (rp, kinds, early) = (&mut self.rp, &mut self.kinds, &mut self.early);
+        let c = if self.with_replay {
+            rp.apply(r)
+        } else {
+            crate::trace::live::Change::Other
+        };
+        let run_before = kinds.run();
+        let decided = if self.with_kinds {
+            kinds.observe(reader, r)
+        } else {
+            None
+        };
+        let said = &mut self.said;
+        if let Some(p) = &mut self.summary {
+            p.see(reader, rp, r, said);
+        }
+        if let Some(p) = &mut self.peak {
+            p.see(rp, r, c, said);
+        }
+        if let Some(p) = &mut self.oom {
+            p.see(reader, rp, kinds, r);
+        }
+        if let Some(p) = &mut self.leaks {
+            p.see(rp, r, c);
+            if let Some(e) = &mut self.early_leaks {
+                if rp.index > e.at {
+                    e.see(rp, r, c, decided);
+                } else if rp.index == e.at {
+                    e.begin(reader, p, rp);
+                }
+            }
+        }
+        if let Some(p) = &mut self.columns {
+            p.see(rp, r, c);
+            if let Some(b) = &mut self.early_bands {
+                b.see(p.lanes(), rp, r, c, decided);
+            }
+        }
+        match early {
+            Some(e) => e.see(reader, rp, kinds, r, decided, run_before, said),
+            None => said.clear(),
+        }
+    }
+}
+
+/// Whether the trackers `wants` asks for read the replay, and the kinds (`early`: with the
+/// moments taken in the first pass).
+fn reads(wants: &Wants, early: bool) -> (bool, bool) {
+    let iterations = wants.oom || wants.leaks.is_some() || wants.timeline.is_some();
+    let kinds = wants.summary || iterations || early;
+    (kinds || wants.peak, kinds)
+}
+
+/// Every record of `reader` to `run`'s trackers.
+fn read_all(reader: &mut TraceReader, run: &mut RunPass) {
+    let cpu = crate::trace::reader::thread_cpu_ns();
+    // Read where the decoder left each batch: the groups of a page share one.
+    let mut held = crate::trace::reader::Held::default();
+    while reader.next_held(&mut held) {
+        for r in held.records() {
+            run.see(reader, r);
+        }
+    }
+    let cpu = crate::trace::reader::thread_cpu_ns().saturating_sub(cpu);
+    use std::sync::atomic::Ordering::Relaxed;
+    TRACKING_NS.fetch_add(cpu, Relaxed);
+    TRACKING_MOST_NS.fetch_max(cpu, Relaxed);
+}
+
+/// CPU time of the threads that ran first passes' trackers (summed, and the most one took),
+/// and the first passes' time: `GPUSHIM_READS=1` says how a pass's work was shared.
+static TRACKING_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static TRACKING_MOST_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static FIRST_PASS_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Seconds: (the first passes took, CPU of their trackers' threads, the most one thread took).
+pub fn first_pass_times() -> (f64, f64, f64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let s = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed) as f64 / 1e9;
+    (s(&FIRST_PASS_NS), s(&TRACKING_NS), s(&TRACKING_MOST_NS))
+}
+
+/// The first pass. Where `wants` asks for several reports (the page, `analyze`, `oom` with
+/// what grew until it), they are groups, each on a thread with a replay and kinds of its own,
+/// reading the same batches (decoded once and shared: [`TraceReader::pairs`]): as many as
+/// there are cores beside the decoder's, up to one a report (the summary, the peaks, the
+/// failures, the iterations, the picture), the lighter reports together first (see
+/// [`groups_of`]). Their replays and kinds end the same (the same records applied the same
+/// way), so the first group's serve all after the pass; a group's moments are taken on its own
+/// thread. On a 16-core host the cores add up in part (`scripts/bench.sh scaling`: a copy of
+/// a report run beside three others took up to half as long again as alone): the page of the
+/// bench's 1.88 GB trace took 2.33 s in five groups, 2.86 s in two, 3.83 s in one
+/// (`docs/gpu-checks.md`). On two cores the threads take turns, and a second replay costs
+/// about what the split saves, so one group is read. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
+/// cores (`0`: one; the tests compare them).
+pub(super) fn first_pass(
+    reader: &mut TraceReader,
+    wants: &Wants,
+    cores: usize,
+) -> Result<RunPass, ReadError> {
+    let started = std::time::Instant::now();
+    let run = first_pass_on(reader, wants, cores);
+    let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+    FIRST_PASS_NS.fetch_add(took, std::sync::atomic::Ordering::Relaxed);
+    run
+}
+
+/// [`first_pass`], untimed.
+fn first_pass_on(
+    reader: &mut TraceReader,
+    wants: &Wants,
+    cores: usize,
+) -> Result<RunPass, ReadError> {
+    let most = match std::env::var("GPUSHIM_READ_SPLIT")
+        .ok()
+        .map(|v| v.parse::<usize>())
+    {
+        Some(Ok(n)) => n.max(1),
+        _ if cores >= 3 => cores - 1,
+        _ => 1,
+    };
+    let groups = groups_of(wants, most);
+    let mut others = reader.pairs(groups.len().saturating_sub(1));
+    let Some(first) = groups.first().filter(|_| !others.is_empty()) else {
+        let mut run = RunPass::new(reader, wants);
+        read_all(reader, &mut run);
+        return Ok(run);
+    };
+    let (mut run, theirs) = std::thread::scope(|s| {
+        let threads: Vec<_> = others
+            .drain(..)
+            .zip(groups.iter().skip(1))
+            .map(|(mut other, group)| {
+                s.spawn(move || {
+                    let mut run = RunPass::new(&other, group);
+                    read_all(&mut other, &mut run);
+                    if let Some(e) = run.early.take() {
+                        run.taken = e.finish(&other, &run.kinds);
+                    }
+                    // Dropped on this thread, so the decoder's thread ends before the first
+                    // reader is rewound.
+                    drop(other);
+                    run
+                })
+            })
+            .collect();
+        let mut run = RunPass::new(reader, first);
+        // The first group's replay and kinds serve every report after the pass.
+        let (replay, kinds) = reads(wants, run.early.is_some());
+        (run.with_replay, run.with_kinds) = (run.with_replay || replay, run.with_kinds || kinds);
+        read_all(reader, &mut run);
+        let theirs: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
+        (run, theirs)
+    });
+    for t in theirs {
+        let mut t = t.map_err(|_| {
+            let why = std::io::Error::other("a reading thread failed");
+            ReadError::Io(reader.info().path.clone(), why)
+        })?;
+        run.summary = run.summary.or(t.summary);
+        run.peak = run.peak.or(t.peak);
+        run.oom = run.oom.or(t.oom);
+        if t.leaks.is_some() {
+            (run.leaks, run.early_leaks) = (t.leaks, t.early_leaks);
+        }
+        if t.columns.is_some() {
+            (run.columns, run.early_bands) = (t.columns, t.early_bands);
+        }
+        run.taken.append(&mut t.taken);
+    }
+    Ok(run)
+}
+
+/// What each group of trackers of the first pass reads (see [`first_pass`]), `most` groups at
+/// most: one a report asked for, then, while there are too many, the lighter ones together
+/// (the failures with the peaks, then with the summary; the picture with the iterations last),
+/// so that two groups are the summary's, the peaks' and the failures' against the iterations'
+/// and the picture's, and three the same with the last two apart.
+fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
+    let none = Wants {
+        summary: false,
+        peak: false,
+        oom: false,
+        leaks: None,
+        timeline: None,
+        ..wants.clone()
+    };
+    let mut moments: Vec<Wants> = Vec::new();
+    if wants.summary {
+        moments.push(Wants {
+            summary: true,
+            ..none.clone()
+        });
+    }
+    if wants.peak {
+        moments.push(Wants {
+            peak: true,
+            ..none.clone()
+        });
+    }
+    if wants.oom {
+        moments.push(Wants {
+            oom: true,
+            ..none.clone()
+        });
+    }
+    let mut iterations: Vec<Wants> = Vec::new();
+    if wants.leaks.is_some() {
+        iterations.push(Wants {
+            leaks: wants.leaks.clone(),
+            ..none.clone()
+        });
+    }
+    if wants.timeline.is_some() {
+        iterations.push(Wants {
+            timeline: wants.timeline.clone(),
+            ..none.clone()
+        });
+    }
+    let together = |a: Wants, b: Wants| Wants {
+        summary: a.summary || b.summary,
+        peak: a.peak || b.peak,
+        oom: a.oom || b.oom,
+        leaks: a.leaks.or(b.leaks),
+        timeline: a.timeline.or(b.timeline),
+        ..a
+    };
+    let most = most.max(1);
+    while moments.len() + iterations.len() > most {
+        let side = if moments.len() > 1 {
+            &mut moments
+        } else {
+            &mut iterations
+        };
+        match (side.pop(), side.pop()) {
+            (Some(b), Some(a)) => side.push(together(a, b)),
+            (Some(b), None) => {
+                // One of each side left, and one group wanted.
+                let a = moments.pop().unwrap_or_else(|| none.clone());
+                moments.push(together(a, b));
+            }
+            _ => break,
+        }
+    }
+    moments.append(&mut iterations);
+    if moments.is_empty() {
+        moments.push(wants.clone());
+    }
+    moments
+}
