@@ -295,9 +295,23 @@ fn through_ring(
     marks: impl Fn(&gpushim::trace::format::Record, bool) -> usize,
     path: &std::path::Path,
 ) {
+    through_ring_from(name, &marks, None, path)
+}
+
+/// [`through_ring`], with a checkpoint taken right before record `from` (of those recorded):
+/// marks are written there until the ring has lapped and then until the summarizer takes one,
+/// so the ring's replay begins at that record whatever the machine's timing (the summarizer
+/// checkpoints each half ring it reads).
+/// The records from there on are written without marks, and must fill less than half the ring.
+fn through_ring_from(
+    name: &str,
+    marks: impl Fn(&gpushim::trace::format::Record, bool) -> usize,
+    from: Option<usize>,
+    path: &std::path::Path,
+) {
     for _ in 0..8 {
         let _ = std::fs::remove_file(path);
-        record_through_ring(name, &marks, path);
+        record_through_ring(name, &marks, from, path);
         let mut r = gpushim::trace::reader::TraceReader::open(path).unwrap();
         r.by_ref().for_each(drop);
         let s = r.stats();
@@ -311,6 +325,7 @@ fn through_ring(
 fn record_through_ring(
     name: &str,
     marks: impl Fn(&gpushim::trace::format::Record, bool) -> usize,
+    from: Option<usize>,
     path: &std::path::Path,
 ) {
     let trace_max = 1 << 20;
@@ -341,22 +356,68 @@ fn record_through_ring(
                 std::thread::sleep(std::time::Duration::from_millis(4));
             }
         };
+        let mark = |rec: &gpushim::trace::format::Record| gpushim::trace::format::Record {
+            kind: RecordKind::Mark,
+            api: gpushim::trace::format::Api::Nvtx,
+            ptr: 0,
+            size: 0,
+            device: gpushim::trace::format::DEVICE_UNKNOWN,
+            ..*rec
+        };
         for (i, rec) in records.iter().enumerate() {
+            if Some(i) == from {
+                // The ring lapped first (a ring that began late), then a checkpoint after it.
+                while r.claimed() < ring_capacity(path) {
+                    append(&mark(rec));
+                }
+                let seq = newest_checkpoint(path);
+                let mut more = 0u64;
+                while newest_checkpoint(path) == seq {
+                    append(&mark(rec));
+                    more += 1;
+                    assert!(more < trace_max, "{name}: no checkpoint after {more} marks");
+                }
+            }
             append(rec);
-            for _ in 0..marks(rec, i + 1 == records.len()) {
-                append(&gpushim::trace::format::Record {
-                    kind: RecordKind::Mark,
-                    api: gpushim::trace::format::Api::Nvtx,
-                    ptr: 0,
-                    size: 0,
-                    device: gpushim::trace::format::DEVICE_UNKNOWN,
-                    ..*rec
-                });
+            let bare = from.is_some_and(|f| i >= f);
+            for _ in 0..if bare {
+                0
+            } else {
+                marks(rec, i + 1 == records.len())
+            } {
+                append(&mark(rec));
             }
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
         stop.store(true, Ordering::Release);
     });
+}
+
+/// The records the ring trace at `path` holds before it laps, from the file's header.
+fn ring_capacity(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::FileExt;
+    let mut w = [0u8; 8];
+    let f = std::fs::File::open(path).unwrap();
+    f.read_exact_at(&mut w, gpushim::trace::format::header::CAPACITY as u64)
+        .unwrap();
+    u64::from_le_bytes(w)
+}
+
+/// The sequence number of the newest checkpoint the ring trace at `path` holds (0: none yet),
+/// read from the file's header as a reader would.
+fn newest_checkpoint(path: &std::path::Path) -> u64 {
+    use gpushim::trace::format::{header, ring};
+    use std::os::unix::fs::FileExt;
+    let mut h = vec![0u8; gpushim::trace::format::HEADER_SIZE];
+    let f = std::fs::File::open(path).unwrap();
+    f.read_exact_at(&mut h, 0).unwrap();
+    (0..2)
+        .map(|k| {
+            let at = header::CHECKPOINTS + k * ring::DESCRIPTOR_BYTES;
+            ring::Descriptor::decode(&h[at..at + ring::DESCRIPTOR_BYTES]).seq
+        })
+        .max()
+        .unwrap_or(0)
 }
 
 /// A ring that began after the run's first tensors: the replay starts from PyTorch's cache as
@@ -366,11 +427,27 @@ fn record_through_ring(
 /// where the run reused cached ones.
 #[test]
 fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
+    use gpushim::trace::format::RecordKind;
     let dir = crate::common::tempdir("torch-ring");
-    let mut segment_events = 0;
     for name in ["gpt2.trace", "transformer.trace", "streams.trace"] {
         let path = dir.join(name);
-        through_ring(name, |_, _| 4, &path);
+        // The ring begins at the run's last segment taken or given back (a checkpoint right
+        // before it), after the records before it lapped the ring four marks apiece: the replay
+        // starts from a cache the checkpoint kept and must take that segment as the run did.
+        let recorded: Vec<_> = gpushim::trace::reader::TraceReader::open(data(name))
+            .unwrap()
+            .filter(|r| !matches!(r.kind, RecordKind::StackRef | RecordKind::Caller))
+            .collect();
+        let last = recorded
+            .iter()
+            .rposition(|r| {
+                matches!(
+                    r.kind,
+                    RecordKind::SegmentReserve | RecordKind::SegmentRelease
+                )
+            })
+            .expect("the run takes segments");
+        through_ring_from(name, |_, _| 4, Some(last), &path);
         let input = torch_replay::read(&path, &ReadOptions::default()).unwrap();
         assert!(input.from_checkpoint, "{name}: the ring must have wrapped");
         let (segments, reserved) = input.seed.reserved();
@@ -385,7 +462,10 @@ fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
         assert_eq!(fidelity.len(), 1, "{name}: one device");
         let f = &fidelity[0];
         assert_eq!(out.start_not_exact, None, "{name}");
-        segment_events += f.recorded_segment_events;
+        assert!(
+            f.recorded_segment_events > 0,
+            "{name}: the ring holds the segment"
+        );
         assert_eq!(f.first_difference, None, "{name}: {f:?}");
         assert_eq!(
             f.recorded_peak_reserved_bytes, f.replayed_peak_reserved_bytes,
@@ -393,10 +473,6 @@ fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
         );
         assert_eq!(f.tensors_at_recorded_address, f.tensors, "{name}: {f:?}");
     }
-    assert!(
-        segment_events > 0,
-        "the rings must hold segments taken or given back"
-    );
 }
 
 /// `oom` on a ring that began late: a failure the ring still holds is replayed from the cache
