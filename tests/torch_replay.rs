@@ -302,7 +302,9 @@ fn through_ring(
 /// marks are written there until the ring has lapped and then until the summarizer takes one,
 /// so the ring's replay begins at that record whatever the machine's timing (the summarizer
 /// checkpoints each half ring it reads).
-/// The records from there on are written without marks, and must fill less than half the ring.
+/// The records from there on are written without marks, and must fill less than half the ring;
+/// then a few marks a while later, as a run's exit writes, and the summarizer's next
+/// checkpoint, which covers them all, is waited for.
 fn through_ring_from(
     name: &str,
     marks: impl Fn(&gpushim::trace::format::Record, bool) -> usize,
@@ -388,6 +390,25 @@ fn record_through_ring(
                 append(&mark(rec));
             }
         }
+        if let Some(last) = records.last().filter(|_| from.is_some()) {
+            // What a run writes as it exits comes a while later (the summarizer keeps the
+            // last 2 ms of records back, in time order, and applies the rest); then nothing:
+            // the summarizer's next checkpoint (a second after the one before `from`) covers
+            // every record, as the one a run writes at its exit does.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            for _ in 0..8 {
+                append(&mark(last));
+            }
+            let seq = newest_checkpoint(path);
+            let waited = std::time::Instant::now();
+            while newest_checkpoint(path) == seq {
+                assert!(
+                    waited.elapsed().as_secs() < 10,
+                    "{name}: no last checkpoint"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
         std::thread::sleep(std::time::Duration::from_millis(50));
         stop.store(true, Ordering::Release);
     });
@@ -395,12 +416,22 @@ fn record_through_ring(
 
 /// The records the ring trace at `path` holds before it laps, from the file's header.
 fn ring_capacity(path: &std::path::Path) -> u64 {
+    header_word(path, gpushim::trace::format::header::CAPACITY)
+}
+
+/// The word at `at` of the header of the trace at `path`.
+fn header_word(path: &std::path::Path, at: usize) -> u64 {
     use std::os::unix::fs::FileExt;
     let mut w = [0u8; 8];
     let f = std::fs::File::open(path).unwrap();
-    f.read_exact_at(&mut w, gpushim::trace::format::header::CAPACITY as u64)
-        .unwrap();
+    f.read_exact_at(&mut w, at as u64).unwrap();
     u64::from_le_bytes(w)
+}
+
+/// The ring records each of the two checkpoints of the trace at `path` covers (0: none).
+fn checkpoints_covered(path: &std::path::Path) -> [u64; 2] {
+    use gpushim::trace::format::{header, ring};
+    [0, 1].map(|k| header_word(path, header::CHECKPOINTS + k * ring::DESCRIPTOR_BYTES + 16))
 }
 
 /// The sequence number of the newest checkpoint the ring trace at `path` holds (0: none yet),
@@ -537,4 +568,64 @@ fn oom_on_a_ring_replays_from_its_checkpoint_or_says_what_would() {
             && text.contains("trace_max:"),
         "{text}"
     );
+}
+
+/// A run that dies of its out-of-memory error writes a last checkpoint at its exit, which
+/// covers the whole run, while the ring still holds the failure's records after the
+/// checkpoint before it. `oom` reads that detail: the one failure in three steps (the failed
+/// segment, the failed retry after PyTorch gave back its cache, PyTorch's error), with the
+/// kinds and CUDA's free bytes at the failure, as from the whole trace. Read from the last
+/// checkpoint's summary instead, each failed call came back as a failure of its own, without
+/// its steps or kinds, CUDA's free bytes from before.
+#[test]
+fn an_out_of_memory_shortly_before_the_exit_reads_from_the_rings_detail() {
+    use gpushim::trace::format::RecordKind;
+    let dir = crate::common::tempdir("torch-ring-exit-oom");
+    let ring = dir.join("ring.trace");
+    let recorded: Vec<_> = gpushim::trace::reader::TraceReader::open(data("oom.trace"))
+        .unwrap()
+        .filter(|r| !matches!(r.kind, RecordKind::StackRef | RecordKind::Caller))
+        .collect();
+    let failed = recorded
+        .iter()
+        .position(|r| r.kind == RecordKind::Alloc && r.status != 0)
+        .expect("the run fails");
+    // The ring laps, a checkpoint comes right before the failure, the run's last records
+    // follow, and a last checkpoint covers them all.
+    through_ring_from("oom.trace", |_, _| 4, Some(failed), &ring);
+    // The newest checkpoint covers every record the ring holds, the older one does not.
+    let covered = checkpoints_covered(&ring);
+    let claimed = header_word(&ring, gpushim::trace::format::header::CLAIMED);
+    assert!(
+        covered.iter().max() == Some(&claimed) && covered.iter().min() < Some(&claimed),
+        "{covered:?} of {claimed}"
+    );
+    // Times are the recorder's own clock, and the request's line and the lines that tell the
+    // kinds apart are stacks the ring recording leaves out: the rest must be the whole
+    // trace's, the kinds' bytes included.
+    fn without_times_and_lines(v: serde_json::Value) -> serde_json::Value {
+        match v {
+            serde_json::Value::Object(m) => m
+                .into_iter()
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "time_ns" | "request_site" | "holders" | "kind")
+                })
+                .map(|(k, v)| (k, without_times_and_lines(v)))
+                .collect(),
+            serde_json::Value::Array(a) => a.into_iter().map(without_times_and_lines).collect(),
+            v => v,
+        }
+    }
+    let ooms = |p: &std::path::Path| {
+        let o = gpushim::report::oom::oom(p, &ReadOptions::default()).unwrap();
+        without_times_and_lines(serde_json::to_value(o).unwrap())
+    };
+    let (whole, from_ring) = (ooms(&data("oom.trace")), ooms(&ring));
+    assert_eq!(whole.as_array().map(Vec::len), Some(1), "{whole}");
+    assert_eq!(
+        whole[0]["steps"].as_array().map(Vec::len),
+        Some(3),
+        "{whole}"
+    );
+    assert_eq!(from_ring, whole);
 }

@@ -1,22 +1,28 @@
-//! A ring's checkpoint read back: the newest whole one, and what it says of itself.
+//! A ring's checkpoint read back (the newest whole one, or the older where it leaves in detail
+//! what the reports need), and what it says of itself.
 
 use crate::trace::format::{self, RECORD_SIZE, Record, RecordKind, header};
 use crate::trace::reader::head::le_u64;
 use std::fs::File;
 
-/// The newest whole checkpoint of a ring trace: its descriptor and bodies. A checkpoint whose
-/// checksum does not match (the process died while writing it) gives way to the other one.
-/// With `oldest_in_ring` (the oldest record the ring still holds), the whole checkpoint that
-/// leaves the most of the ring after it comes first: the older, if it covers no less than that.
+/// Which whole checkpoint of a ring trace to read back, and its descriptor and bodies. A
+/// checkpoint whose checksum does not match (the process died while writing it) gives way to
+/// the other one. `oldest_in_ring` is the oldest record the ring still holds; a checkpoint
+/// that covers no less leaves every record after it in the ring, in detail.
+/// - `longest`: of those, the one that leaves the most of the ring after it (the older).
+/// - Otherwise the newest, but for a failure (an out-of-memory error) that only the newest
+///   holds: then the older, so that the failure is read in detail (its steps, the kinds and
+///   the request's line then) rather than as the newest kept it. A run that dies of its
+///   failure writes, at its exit, a checkpoint that covers the failure's records too.
+///
+/// Else the newest whole one.
 pub(crate) fn read_checkpoint(
     file: &mut File,
     h: &[u8],
     file_len: u64,
     oldest_in_ring: Option<u64>,
+    longest: bool,
 ) -> Option<(format::ring::Descriptor, Vec<[u8; RECORD_SIZE]>)> {
-    use std::os::unix::fs::FileExt;
-    let area = le_u64(h, header::CHECKPOINT_AREA);
-    let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
     if layout_lie(h).is_some() {
         return None;
     }
@@ -31,44 +37,72 @@ pub(crate) fn read_checkpoint(
         .filter(|(d, _)| d.seq > 0)
         .collect();
     found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
-    if let Some(oldest) = oldest_in_ring {
-        // Those whose every later record the ring holds, the least covered first; then the
-        // rest, newest first.
-        found.sort_by_key(|(d, _)| {
-            if d.covered >= oldest {
-                (0, d.covered)
-            } else {
-                (1, u64::MAX - d.seq)
-            }
-        });
+    // Newest first, each read whole (two slots, each no larger than the layout allows).
+    let mut whole: Vec<_> = found
+        .into_iter()
+        .filter_map(|(d, k)| read_slot(file, h, file_len, &d, k).map(|b| (d, b)))
+        .collect();
+    let in_ring = |d: &format::ring::Descriptor| oldest_in_ring.is_some_and(|o| d.covered >= o);
+    let pick = if longest {
+        (0..whole.len())
+            .filter(|&i| in_ring(&whole[i].0))
+            .min_by_key(|&i| whole[i].0.covered)
+    } else {
+        (whole.len() > 1
+            && in_ring(&whole[1].0)
+            && failures_in(&whole[0].1) > failures_in(&whole[1].1))
+        .then_some(1)
+    };
+    let i = pick.unwrap_or(0);
+    (i < whole.len()).then(|| whole.swap_remove(i))
+}
+
+/// Slot `k`'s bodies as descriptor `d` says, if they are a whole checkpoint (its `BEGIN`
+/// record first, its checksum right).
+fn read_slot(
+    file: &mut File,
+    h: &[u8],
+    file_len: u64,
+    d: &format::ring::Descriptor,
+    k: usize,
+) -> Option<Vec<[u8; RECORD_SIZE]>> {
+    use std::os::unix::fs::FileExt;
+    let area = le_u64(h, header::CHECKPOINT_AREA);
+    let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
+    let bytes = d.records.checked_mul(RECORD_SIZE as u64)?;
+    let at = area.checked_add((k as u64).checked_mul(slot_bytes)?)?;
+    if bytes > slot_bytes || at.checked_add(bytes)? > file_len {
+        return None;
     }
-    for (d, k) in found {
-        let bytes = d.records.checked_mul(RECORD_SIZE as u64)?;
-        let at = area.checked_add((k as u64).checked_mul(slot_bytes)?)?;
-        if bytes > slot_bytes || at.checked_add(bytes)? > file_len {
-            continue;
-        }
-        // A checkpoint begins with its BEGIN record: anything else is not one, read no further.
-        let mut first = [0u8; RECORD_SIZE];
-        if bytes == 0
-            || file.read_exact_at(&mut first, at).is_err()
-            || !Record::decode(&first).is_some_and(|r| {
-                r.kind == RecordKind::Restore && r.status == format::restore::BEGIN
-            })
-        {
-            continue;
-        }
-        let mut raw = vec![0u8; bytes as usize];
-        if file.read_exact_at(&mut raw, at).is_err() || format::ring::checksum(&raw) != d.checksum {
-            continue;
-        }
-        let bodies = raw
-            .chunks_exact(RECORD_SIZE)
+    // A checkpoint begins with its BEGIN record: anything else is not one, read no further.
+    let mut first = [0u8; RECORD_SIZE];
+    if bytes == 0
+        || file.read_exact_at(&mut first, at).is_err()
+        || !Record::decode(&first)
+            .is_some_and(|r| r.kind == RecordKind::Restore && r.status == format::restore::BEGIN)
+    {
+        return None;
+    }
+    let mut raw = vec![0u8; bytes as usize];
+    if file.read_exact_at(&mut raw, at).is_err() || format::ring::checksum(&raw) != d.checksum {
+        return None;
+    }
+    Some(
+        raw.chunks_exact(RECORD_SIZE)
             .map(|c| c.try_into().unwrap_or([0; RECORD_SIZE]))
-            .collect();
-        return Some((d, bodies));
-    }
-    None
+            .collect(),
+    )
+}
+
+/// The failures a checkpoint keeps (each a snapshot of what was live then).
+fn failures_in(bodies: &[[u8; RECORD_SIZE]]) -> usize {
+    bodies
+        .iter()
+        .filter_map(Record::decode)
+        .filter(|r| {
+            r.kind == RecordKind::Restore && r.status == format::restore::SNAPSHOT && r.thread != 0
+        })
+        .count()
 }
 
 /// What is wrong with a ring header's checkpoint layout, if anything: the area must lie right

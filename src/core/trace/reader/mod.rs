@@ -242,8 +242,9 @@ pub struct ReadOptions {
     pub program_frames: bool,
     /// Of a ring's two checkpoints, the one with the most of the ring after it (the older,
     /// while the ring still holds every record since): for a replay that needs the records
-    /// themselves, not their summary. The newest otherwise (the one written at exit covers the
-    /// whole run).
+    /// themselves, not their summary. Off (the reports): the newest (the one written at exit
+    /// covers the whole run), but for a failure only it holds, which is read in detail from
+    /// the older (see `checkpoint::read::read_checkpoint`).
     pub longest_ring: bool,
 }
 
@@ -296,9 +297,11 @@ impl TraceReader {
             end = info.claimed;
             let oldest = info.claimed - info.capacity;
             start = oldest;
-            let prefer = opts.longest_ring.then_some(oldest);
             info.checkpoint_refused = crate::trace::checkpoint::read::layout_lie(&h);
-            if let Some((d, bodies)) = read_checkpoint(&mut file, &h, file_len, prefer) {
+            let longest = opts.longest_ring;
+            if let Some((d, bodies)) =
+                read_checkpoint(&mut file, &h, file_len, Some(oldest), longest)
+            {
                 checkpoint = bodies;
                 info.summarized = checkpoint_summarized(&checkpoint);
                 if d.covered > oldest {
