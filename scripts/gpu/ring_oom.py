@@ -1,7 +1,7 @@
 """GPT-2 training that keeps every step's logits (a leak of some 400 MiB a step at batch 4 x 512)
 until the device runs out, for scripts/gpu.sh ringoom. All of the device but FREE_GIB (the
 environment, default 40) is first taken by a plain cudaMalloc outside PyTorch, so the run fails
-within some 80 steps. The out-of-memory error is not caught: the program dies of it, as a
+within some 90 steps. The out-of-memory error is not caught: the program dies of it, as a
 real run does. Prints 'STEP N' after each step.
 usage: ring_oom.py [--batch-size B] [--steps N]"""
 import argparse

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # a real run that grows until the device is out, read from a small ring: every report answers, as from the whole trace.
 # On the GPU machine: scripts/gpu/ring_oom.py (GPT-2, batch 4 x 512, keeping every step's logits
-# until CUDA is out of memory; all but FREE_GIB of the device taken first, default 40: some 80
+# until CUDA is out of memory; all but FREE_GIB of the device taken first, default 40: some 90
 # steps) runs twice under `gpushim run`: through a 4 MiB ring (`trace_max:4MiB`, the least it
-# takes, lapped a few times before the failure: what long runs always are) and into a whole trace (16 GiB). Every report is run
-# on both: summary, leaks, peak, oom, fit, the page, and the page at the run's batch
-# (`report --at`, which runs `fit`'s model). One table: each report's exit status and seconds
-# on the ring, whether it panicked, and its answer from the ring beside the whole trace's. The
-# two traces are left in $OUT/ringoom/ when OUT is set.
+# takes, lapped a few times before the failure: what long runs always are) and into a whole
+# trace (16 GiB). Every report is run on both: summary, leaks, peak, oom, fit, the page, and
+# the page at the run's batch (`report --at`, which runs `fit`'s model). One table: each
+# report's exit status and seconds on the ring, whether it panicked, and its answer from the
+# ring beside the whole trace's (`fit`'s failures per batch count what its replay meets over
+# the records it replays: through the ring, the last steps only). The two traces are left in
+# $OUT/ringoom/ when OUT is set.
 #   bash scripts/gpu.sh ringoom[:FREE_GIB]
 set -euo pipefail
 export FREE_GIB=${1:-40}
