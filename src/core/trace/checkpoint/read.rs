@@ -15,7 +15,8 @@ use std::fs::File;
 ///   the request's line then) rather than as the newest kept it. A run that dies of its
 ///   failure writes, at its exit, a checkpoint that covers the failure's records too.
 ///
-/// Else the newest whole one.
+/// Else the newest whole one. One slot's bodies are held at a time (a slot may be as large as
+/// the layout allows, 256 MiB): the memory is no more than before the older could be chosen.
 pub(crate) fn read_checkpoint(
     file: &mut File,
     h: &[u8],
@@ -37,24 +38,36 @@ pub(crate) fn read_checkpoint(
         .filter(|(d, _)| d.seq > 0)
         .collect();
     found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
-    // Newest first, each read whole (two slots, each no larger than the layout allows).
-    let mut whole: Vec<_> = found
-        .into_iter()
-        .filter_map(|(d, k)| read_slot(file, h, file_len, &d, k).map(|b| (d, b)))
-        .collect();
     let in_ring = |d: &format::ring::Descriptor| oldest_in_ring.is_some_and(|o| d.covered >= o);
-    let pick = if longest {
-        (0..whole.len())
-            .filter(|&i| in_ring(&whole[i].0))
-            .min_by_key(|&i| whole[i].0.covered)
-    } else {
-        (whole.len() > 1
-            && in_ring(&whole[1].0)
-            && failures_in(&whole[0].1) > failures_in(&whole[1].1))
-        .then_some(1)
+    if longest {
+        // Those whose every later record the ring holds, the least covered first; then the
+        // rest, newest first.
+        found.sort_by_key(|(d, _)| {
+            if in_ring(d) {
+                (0, d.covered)
+            } else {
+                (1, u64::MAX - d.seq)
+            }
+        });
+    }
+    // One slot held at a time (each may be as large as the layout allows): the newest is let
+    // go before the older is read, and read again if it is the one after all.
+    let mut read = |i: usize| {
+        let (d, k) = found.get(i)?;
+        read_slot(file, h, file_len, d, *k).map(|b| (*d, b))
     };
-    let i = pick.unwrap_or(0);
-    (i < whole.len()).then(|| whole.swap_remove(i))
+    let Some(first) = read(0) else {
+        return read(1);
+    };
+    let failures = failures_in(&first.1);
+    if longest || failures == 0 || !found.get(1).is_some_and(|(d, _)| in_ring(d)) {
+        return Some(first);
+    }
+    drop(first);
+    match read(1) {
+        Some(older) if failures_in(&older.1) < failures => Some(older),
+        older => read(0).or(older),
+    }
 }
 
 /// Slot `k`'s bodies as descriptor `d` says, if they are a whole checkpoint (its `BEGIN`
