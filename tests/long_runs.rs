@@ -43,22 +43,8 @@ fn run_long(trace: &Path, conf: &str, steps: u32) {
 }
 
 /// `v` without its times (two runs of one program differ in them, nothing else).
-fn timeless(mut v: Value) -> Value {
-    match &mut v {
-        Value::Object(m) => {
-            m.retain(|k, _| !k.ends_with("time_ns"));
-            for x in m.values_mut() {
-                *x = timeless(x.take());
-            }
-        }
-        Value::Array(a) => {
-            for x in a.iter_mut() {
-                *x = timeless(x.take());
-            }
-        }
-        _ => {}
-    }
-    v
+fn timeless(v: Value) -> Value {
+    crate::common::json::without_keys(v, &|k| k.ends_with("time_ns"))
 }
 
 /// The parts of each report a trace of any length must answer exactly.

@@ -6,6 +6,8 @@
 //! take the very segments the run took, in order, and put every tensor where PyTorch put it.
 
 use crate::common::gpushim_text;
+use crate::common::json::without_keys;
+use crate::common::rings::{checkpoints, header_word, recorded, through_ring, through_ring_from};
 use gpushim::report::torch_replay::model::TorchConf;
 use gpushim::report::torch_replay::{self, Bounds};
 use gpushim::trace::reader::ReadOptions;
@@ -282,175 +284,6 @@ fn the_peak_live_is_the_programs_whatever_segments_pytorch_took() {
     }
 }
 
-/// `name` recorded again through a ring of `trace_max` bytes with its summarizer running, as a
-/// run longer than its trace is: the ring begins after the run's first tensors, which only the
-/// checkpoint keeps. Stacks are left out (the replay needs none); `marks(record, last)` NVTX
-/// marks follow each record, so that runs of a few thousand records lap the smallest ring
-/// (1 MiB), and the ring begins where the test wants. A recording whose summarizer the writer
-/// lapped (a loaded machine can keep its thread off the CPU for longer than the ring lasts) is
-/// made again: these tests are of the replay from a checkpoint, which such a trace lacks, and
-/// the reports say so of it (`long_runs` holds that).
-fn through_ring(
-    name: &str,
-    marks: impl Fn(&gpushim::trace::format::Record, bool) -> usize,
-    path: &std::path::Path,
-) {
-    through_ring_from(name, &marks, None, path)
-}
-
-/// [`through_ring`], with a checkpoint taken right before record `from` (of those recorded):
-/// marks are written there until the ring has lapped and then until the summarizer takes one,
-/// so the ring's replay begins at that record whatever the machine's timing (the summarizer
-/// checkpoints each half ring it reads).
-/// The records from there on are written without marks, and must fill less than half the ring;
-/// then a few marks a while later, as a run's exit writes, and the summarizer's next
-/// checkpoint, which covers them all, is waited for.
-fn through_ring_from(
-    name: &str,
-    marks: impl Fn(&gpushim::trace::format::Record, bool) -> usize,
-    from: Option<usize>,
-    path: &std::path::Path,
-) {
-    for _ in 0..8 {
-        let _ = std::fs::remove_file(path);
-        record_through_ring(name, &marks, from, path);
-        let mut r = gpushim::trace::reader::TraceReader::open(path).unwrap();
-        r.by_ref().for_each(drop);
-        let s = r.stats();
-        if s.unsummarized == 0 && s.lost == 0 {
-            return;
-        }
-    }
-    panic!("{name}: the summarizer was lapped in 8 recordings out of 8");
-}
-
-fn record_through_ring(
-    name: &str,
-    marks: impl Fn(&gpushim::trace::format::Record, bool) -> usize,
-    from: Option<usize>,
-    path: &std::path::Path,
-) {
-    let trace_max = 1 << 20;
-    use gpushim::trace::format::RecordKind;
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let records: Vec<_> = gpushim::trace::reader::TraceReader::open(data(name))
-        .unwrap()
-        .filter(|r| !matches!(r.kind, RecordKind::StackRef | RecordKind::Caller))
-        .collect();
-    let r = crate::common::ring_recorder(path, trace_max);
-    let stop = AtomicBool::new(false);
-    std::thread::scope(|s| {
-        s.spawn(|| r.run_summarizer(&stop));
-        // Paced so that the summarizer keeps up: a sixteenth of the ring, then a pause.
-        let chunk = trace_max / 32 / 16;
-        let mut written = 0u64;
-        // Each record at the recorder's own clock, as the shim writes them: a thread's block
-        // of slots is abandoned by that clock, and the summarizer reads a slot only once its
-        // block must have been (the run's own times, far apart or close together, would keep a
-        // block open across the writer's pauses and its records unread).
-        let mut append = |rec: &gpushim::trace::format::Record| {
-            r.append(&gpushim::trace::format::Record {
-                time_ns: r.now_ns(),
-                ..*rec
-            });
-            written += 1;
-            if written % chunk == 0 {
-                std::thread::sleep(std::time::Duration::from_millis(4));
-            }
-        };
-        let mark = |rec: &gpushim::trace::format::Record| gpushim::trace::format::Record {
-            kind: RecordKind::Mark,
-            api: gpushim::trace::format::Api::Nvtx,
-            ptr: 0,
-            size: 0,
-            device: gpushim::trace::format::DEVICE_UNKNOWN,
-            ..*rec
-        };
-        for (i, rec) in records.iter().enumerate() {
-            if Some(i) == from {
-                // The ring lapped first (a ring that began late), then a checkpoint after it.
-                while r.claimed() < ring_capacity(path) {
-                    append(&mark(rec));
-                }
-                let seq = newest_checkpoint(path);
-                let mut more = 0u64;
-                while newest_checkpoint(path) == seq {
-                    append(&mark(rec));
-                    more += 1;
-                    assert!(more < trace_max, "{name}: no checkpoint after {more} marks");
-                }
-            }
-            append(rec);
-            let bare = from.is_some_and(|f| i >= f);
-            for _ in 0..if bare {
-                0
-            } else {
-                marks(rec, i + 1 == records.len())
-            } {
-                append(&mark(rec));
-            }
-        }
-        if let Some(last) = records.last().filter(|_| from.is_some()) {
-            // What a run writes as it exits comes a while later (the summarizer keeps the
-            // last 2 ms of records back, in time order, and applies the rest); then nothing:
-            // the summarizer's next checkpoint (a second after the one before `from`) covers
-            // every record, as the one a run writes at its exit does.
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            for _ in 0..8 {
-                append(&mark(last));
-            }
-            let seq = newest_checkpoint(path);
-            let waited = std::time::Instant::now();
-            while newest_checkpoint(path) == seq {
-                assert!(
-                    waited.elapsed().as_secs() < 10,
-                    "{name}: no last checkpoint"
-                );
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        stop.store(true, Ordering::Release);
-    });
-}
-
-/// The records the ring trace at `path` holds before it laps, from the file's header.
-fn ring_capacity(path: &std::path::Path) -> u64 {
-    header_word(path, gpushim::trace::format::header::CAPACITY)
-}
-
-/// The word at `at` of the header of the trace at `path`.
-fn header_word(path: &std::path::Path, at: usize) -> u64 {
-    use std::os::unix::fs::FileExt;
-    let mut w = [0u8; 8];
-    let f = std::fs::File::open(path).unwrap();
-    f.read_exact_at(&mut w, at as u64).unwrap();
-    u64::from_le_bytes(w)
-}
-
-/// The ring records each of the two checkpoints of the trace at `path` covers (0: none).
-fn checkpoints_covered(path: &std::path::Path) -> [u64; 2] {
-    use gpushim::trace::format::{header, ring};
-    [0, 1].map(|k| header_word(path, header::CHECKPOINTS + k * ring::DESCRIPTOR_BYTES + 16))
-}
-
-/// The sequence number of the newest checkpoint the ring trace at `path` holds (0: none yet),
-/// read from the file's header as a reader would.
-fn newest_checkpoint(path: &std::path::Path) -> u64 {
-    use gpushim::trace::format::{header, ring};
-    use std::os::unix::fs::FileExt;
-    let mut h = vec![0u8; gpushim::trace::format::HEADER_SIZE];
-    let f = std::fs::File::open(path).unwrap();
-    f.read_exact_at(&mut h, 0).unwrap();
-    (0..2)
-        .map(|k| {
-            let at = header::CHECKPOINTS + k * ring::DESCRIPTOR_BYTES;
-            ring::Descriptor::decode(&h[at..at + ring::DESCRIPTOR_BYTES]).seq
-        })
-        .max()
-        .unwrap_or(0)
-}
-
 /// A ring that began after the run's first tensors: the replay starts from PyTorch's cache as
 /// the checkpoint kept it (its segments, the tensors live in them, the gaps its free blocks),
 /// so the run's own setting takes the very segments the run took after the ring began. From an
@@ -465,11 +298,7 @@ fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
         // The ring begins at the run's last segment taken or given back (a checkpoint right
         // before it), after the records before it lapped the ring four marks apiece: the replay
         // starts from a cache the checkpoint kept and must take that segment as the run did.
-        let recorded: Vec<_> = gpushim::trace::reader::TraceReader::open(data(name))
-            .unwrap()
-            .filter(|r| !matches!(r.kind, RecordKind::StackRef | RecordKind::Caller))
-            .collect();
-        let last = recorded
+        let last = recorded(name)
             .iter()
             .rposition(|r| {
                 matches!(
@@ -582,11 +411,7 @@ fn an_out_of_memory_shortly_before_the_exit_reads_from_the_rings_detail() {
     use gpushim::trace::format::RecordKind;
     let dir = crate::common::tempdir("torch-ring-exit-oom");
     let ring = dir.join("ring.trace");
-    let recorded: Vec<_> = gpushim::trace::reader::TraceReader::open(data("oom.trace"))
-        .unwrap()
-        .filter(|r| !matches!(r.kind, RecordKind::StackRef | RecordKind::Caller))
-        .collect();
-    let failed = recorded
+    let failed = recorded("oom.trace")
         .iter()
         .position(|r| r.kind == RecordKind::Alloc && r.status != 0)
         .expect("the run fails");
@@ -594,7 +419,7 @@ fn an_out_of_memory_shortly_before_the_exit_reads_from_the_rings_detail() {
     // follow, and a last checkpoint covers them all.
     through_ring_from("oom.trace", |_, _| 4, Some(failed), &ring);
     // The newest checkpoint covers every record the ring holds, the older one does not.
-    let covered = checkpoints_covered(&ring);
+    let covered = checkpoints(&ring).map(|d| d.covered);
     let claimed = header_word(&ring, gpushim::trace::format::header::CLAIMED);
     assert!(
         covered.iter().max() == Some(&claimed) && covered.iter().min() < Some(&claimed),
@@ -603,22 +428,10 @@ fn an_out_of_memory_shortly_before_the_exit_reads_from_the_rings_detail() {
     // Times are the recorder's own clock, and the request's line and the lines that tell the
     // kinds apart are stacks the ring recording leaves out: the rest must be the whole
     // trace's, the kinds' bytes included.
-    fn without_times_and_lines(v: serde_json::Value) -> serde_json::Value {
-        match v {
-            serde_json::Value::Object(m) => m
-                .into_iter()
-                .filter(|(k, _)| {
-                    !matches!(k.as_str(), "time_ns" | "request_site" | "holders" | "kind")
-                })
-                .map(|(k, v)| (k, without_times_and_lines(v)))
-                .collect(),
-            serde_json::Value::Array(a) => a.into_iter().map(without_times_and_lines).collect(),
-            v => v,
-        }
-    }
     let ooms = |p: &std::path::Path| {
         let o = gpushim::report::oom::oom(p, &ReadOptions::default()).unwrap();
-        without_times_and_lines(serde_json::to_value(o).unwrap())
+        let lines = ["time_ns", "request_site", "holders", "kind"];
+        without_keys(serde_json::to_value(o).unwrap(), &|k| lines.contains(&k))
     };
     let (whole, from_ring) = (ooms(&data("oom.trace")), ooms(&ring));
     assert_eq!(whole.as_array().map(Vec::len), Some(1), "{whole}");

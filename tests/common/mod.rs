@@ -1,6 +1,9 @@
 //! Shared by the integration tests: builds the CUDA simulator and the C clients (once per test
 //! binary), finds libgpushim.so, runs clients with or without the shim, decodes traces.
 
+pub mod json;
+pub mod rings;
+
 use gpushim::trace::format::{Record, RecordKind};
 use gpushim::trace::reader::{DecodeStats, TraceReader};
 use std::path::{Path, PathBuf};

@@ -16,12 +16,13 @@ use std::fs::File;
 ///   failure writes, at its exit, a checkpoint that covers the failure's records too.
 ///
 /// Else the newest whole one. One slot's bodies are held at a time (a slot may be as large as
-/// the layout allows, 256 MiB): the memory is no more than before the older could be chosen.
+/// the layout allows, 256 MiB): the older's failures are counted as it is read through in
+/// pieces, and it is read whole only when it is the one.
 pub(crate) fn read_checkpoint(
-    file: &mut File,
+    file: &File,
     h: &[u8],
     file_len: u64,
-    oldest_in_ring: Option<u64>,
+    oldest_in_ring: u64,
     longest: bool,
 ) -> Option<(format::ring::Descriptor, Vec<[u8; RECORD_SIZE]>)> {
     if layout_lie(h).is_some() {
@@ -38,7 +39,7 @@ pub(crate) fn read_checkpoint(
         .filter(|(d, _)| d.seq > 0)
         .collect();
     found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
-    let in_ring = |d: &format::ring::Descriptor| oldest_in_ring.is_some_and(|o| d.covered >= o);
+    let in_ring = |d: &format::ring::Descriptor| d.covered >= oldest_in_ring;
     if longest {
         // Those whose every later record the ring holds, the least covered first; then the
         // rest, newest first.
@@ -50,9 +51,7 @@ pub(crate) fn read_checkpoint(
             }
         });
     }
-    // One slot held at a time (each may be as large as the layout allows): the newest is let
-    // go before the older is read, and read again if it is the one after all.
-    let mut read = |i: usize| {
+    let read = |i: usize| {
         let (d, k) = found.get(i)?;
         read_slot(file, h, file_len, d, *k).map(|b| (*d, b))
     };
@@ -60,43 +59,58 @@ pub(crate) fn read_checkpoint(
         return read(1);
     };
     let failures = failures_in(&first.1);
-    if longest || failures == 0 || !found.get(1).is_some_and(|(d, _)| in_ring(d)) {
-        return Some(first);
+    let older = found
+        .get(1)
+        .filter(|(d, _)| !longest && failures > 0 && in_ring(d));
+    match older {
+        Some((d, k))
+            if failures_in_slot(file, h, file_len, d, *k).is_some_and(|n| n < failures) =>
+        {
+            drop(first);
+            // Whole as it was counted, unless the file changed since: then the newest again.
+            read(1).or_else(|| read(0))
+        }
+        _ => Some(first),
     }
-    drop(first);
-    match read(1) {
-        Some(older) if failures_in(&older.1) < failures => Some(older),
-        older => read(0).or(older),
+}
+
+/// Where slot `k` lies in the file and its bytes, as descriptor `d` says, if that fits the
+/// slot and the file and the slot begins with a checkpoint's `BEGIN` record.
+fn slot_of(
+    file: &File,
+    h: &[u8],
+    file_len: u64,
+    d: &format::ring::Descriptor,
+    k: usize,
+) -> Option<(u64, u64)> {
+    use std::os::unix::fs::FileExt;
+    let area = le_u64(h, header::CHECKPOINT_AREA);
+    let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
+    let bytes = d.records.checked_mul(RECORD_SIZE as u64)?;
+    let at = area.checked_add((k as u64).checked_mul(slot_bytes)?)?;
+    if bytes == 0 || bytes > slot_bytes || at.checked_add(bytes)? > file_len {
+        return None;
     }
+    // A checkpoint begins with its BEGIN record: anything else is not one, read no further.
+    let mut first = [0u8; RECORD_SIZE];
+    let begins = file.read_exact_at(&mut first, at).is_ok()
+        && Record::decode(&first)
+            .is_some_and(|r| r.kind == RecordKind::Restore && r.status == format::restore::BEGIN);
+    begins.then_some((at, bytes))
 }
 
 /// Slot `k`'s bodies as descriptor `d` says, if they are a whole checkpoint (its `BEGIN`
 /// record first, its checksum right).
 fn read_slot(
-    file: &mut File,
+    file: &File,
     h: &[u8],
     file_len: u64,
     d: &format::ring::Descriptor,
     k: usize,
 ) -> Option<Vec<[u8; RECORD_SIZE]>> {
     use std::os::unix::fs::FileExt;
-    let area = le_u64(h, header::CHECKPOINT_AREA);
-    let slot_bytes = le_u64(h, header::CHECKPOINT_SLOT_BYTES);
-    let bytes = d.records.checked_mul(RECORD_SIZE as u64)?;
-    let at = area.checked_add((k as u64).checked_mul(slot_bytes)?)?;
-    if bytes > slot_bytes || at.checked_add(bytes)? > file_len {
-        return None;
-    }
-    // A checkpoint begins with its BEGIN record: anything else is not one, read no further.
-    let mut first = [0u8; RECORD_SIZE];
-    if bytes == 0
-        || file.read_exact_at(&mut first, at).is_err()
-        || !Record::decode(&first)
-            .is_some_and(|r| r.kind == RecordKind::Restore && r.status == format::restore::BEGIN)
-    {
-        return None;
-    }
-    let mut raw = vec![0u8; bytes as usize];
+    let (at, bytes) = slot_of(file, h, file_len, d, k)?;
+    let mut raw = vec![0u8; usize::try_from(bytes).ok()?];
     if file.read_exact_at(&mut raw, at).is_err() || format::ring::checksum(&raw) != d.checksum {
         return None;
     }
@@ -107,15 +121,50 @@ fn read_slot(
     )
 }
 
+/// The failures slot `k` keeps, if it is a whole checkpoint: read through in pieces of
+/// 64 KiB, none held whole, its checksum taken on the way.
+fn failures_in_slot(
+    file: &File,
+    h: &[u8],
+    file_len: u64,
+    d: &format::ring::Descriptor,
+    k: usize,
+) -> Option<usize> {
+    use std::os::unix::fs::FileExt;
+    let (at, bytes) = slot_of(file, h, file_len, d, k)?;
+    let mut piece = vec![0u8; 2048 * RECORD_SIZE];
+    let (mut sum, mut failures, mut done) = (format::ring::CHECKSUM_START, 0, 0u64);
+    while done < bytes {
+        let n = (bytes - done).min(piece.len() as u64) as usize;
+        let piece = &mut piece[..n];
+        file.read_exact_at(piece, at + done).ok()?;
+        sum = format::ring::checksum_on(sum, piece);
+        failures += piece
+            .chunks_exact(RECORD_SIZE)
+            .filter_map(|c| {
+                c.try_into()
+                    .ok()
+                    .and_then(|b: [u8; RECORD_SIZE]| Record::decode(&b))
+            })
+            .filter(is_failure_snapshot)
+            .count();
+        done += n as u64;
+    }
+    (sum == d.checksum).then_some(failures)
+}
+
 /// The failures a checkpoint keeps (each a snapshot of what was live then).
 fn failures_in(bodies: &[[u8; RECORD_SIZE]]) -> usize {
     bodies
         .iter()
         .filter_map(Record::decode)
-        .filter(|r| {
-            r.kind == RecordKind::Restore && r.status == format::restore::SNAPSHOT && r.thread != 0
-        })
+        .filter(is_failure_snapshot)
         .count()
+}
+
+/// Whether a checkpoint's record is the snapshot of a failure (a peak's says 0 in `thread`).
+fn is_failure_snapshot(r: &Record) -> bool {
+    r.kind == RecordKind::Restore && r.status == format::restore::SNAPSHOT && r.thread != 0
 }
 
 /// What is wrong with a ring header's checkpoint layout, if anything: the area must lie right

@@ -53,7 +53,15 @@ impl Descriptor {
 
 /// The checksum of a checkpoint's bytes.
 pub fn checksum(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    checksum_on(CHECKSUM_START, bytes)
+}
+
+/// Where [`checksum`] starts: a checkpoint read in pieces goes on from it with
+/// [`checksum_on`].
+pub const CHECKSUM_START: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// The checksum `h` of the bytes before, taken on through `bytes`.
+pub fn checksum_on(mut h: u64, bytes: &[u8]) -> u64 {
     for &b in bytes {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0100_0000_01b3);

@@ -298,9 +298,8 @@ impl TraceReader {
             let oldest = info.claimed - info.capacity;
             start = oldest;
             info.checkpoint_refused = crate::trace::checkpoint::read::layout_lie(&h);
-            let longest = opts.longest_ring;
             if let Some((d, bodies)) =
-                read_checkpoint(&mut file, &h, file_len, Some(oldest), longest)
+                read_checkpoint(&file, &h, file_len, oldest, opts.longest_ring)
             {
                 checkpoint = bodies;
                 info.summarized = checkpoint_summarized(&checkpoint);
