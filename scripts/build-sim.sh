@@ -23,7 +23,7 @@ else
   ln -sf libcudart.so.13 "$out/libcudart.so"
   link=(-L "$out" -lcudart -lcuda -ldl)
 fi
-for client in coverage conformance entry_points runtime_route bench_calls storm forker nvtx_loader ipc capture exit_free; do
+for client in coverage conformance entry_points runtime_route bench_calls storm forker nvtx_loader ipc capture exit_free thread_churn; do
   $CC -O1 -Wall $inc -o "$out/$client" "$here/tests/clients/$client.c" "${link[@]}" -lpthread -ldl
 done
 $CC -O1 -g -Wall $inc -o "$out/stackcache" "$here/tests/clients/stackcache.c" "${link[@]}"

@@ -273,6 +273,60 @@ fn a_run_longer_than_its_ring_keeps_its_kinds() {
     assert_eq!(kinds[0], ("parameter".to_string(), 10 * MIB), "{p}");
 }
 
+/// A ring read from a checkpoint taken inside an optimizer step (its temporaries part made, as
+/// PyTorch's foreach step makes them all before freeing any): the temporaries made before the
+/// checkpoint, which restores them, are temporaries as the whole trace says, not optimizer
+/// state. Read from the older checkpoint, as `fit`'s replay and the post-mortem of a failure
+/// only the newest holds read a ring; the last step's temporaries are then live at the
+/// program's last allocation with Python frames.
+#[test]
+fn a_checkpoint_inside_an_optimizer_step_leaves_its_temporaries_temporaries() {
+    let (t, out) = train_with(
+        "kinds-ring-step",
+        5000,
+        false,
+        vec![
+            ("GPUSHIM_CONF", "trace_max:4MiB".into()),
+            ("KINDS_PACE", "1".into()),
+            ("KINDS_OPT_PAUSE", "2.5".into()),
+        ],
+    );
+    assert_ok(&out);
+    // The older checkpoint was taken in the pause (the summarizer takes one each second): only
+    // the step's last records and the exit's lie between it and the exit's.
+    let mut cps = crate::common::rings::checkpoints(&t);
+    cps.sort_by_key(|d| d.seq);
+    let [older, newest] = cps;
+    assert!(
+        older.seq > 0 && newest.covered - older.covered < 200,
+        "the older checkpoint is not the pause's: {older:?} {newest:?}"
+    );
+    let read = |longest_ring: bool| {
+        let opts = gpushim::trace::reader::ReadOptions {
+            longest_ring,
+            ..Default::default()
+        };
+        let wants = gpushim::report::analysis::Wants::summary();
+        let a = gpushim::report::analysis::analyze(&t, &opts, &wants).unwrap();
+        a.summary.unwrap().framework.remove(0)
+    };
+    for longest_ring in [false, true] {
+        let f = read(longest_ring);
+        let state = f
+            .kinds_at_exit
+            .bytes(gpushim::report::kinds::Kind::OptimizerState);
+        assert_eq!(state, 16 * MIB);
+        // As the program's code ended (the second temporary made), the kinds that last are
+        // exit's: the first temporary is no optimizer state.
+        assert!(
+            f.kinds_before_shutdown.is_none(),
+            "read from the {} checkpoint: {:?}",
+            if longest_ring { "older" } else { "newest" },
+            f.kinds_before_shutdown
+        );
+    }
+}
+
 /// Where the kinds come from is said in docs/kinds.md, and every kind a report can print is
 /// explained there.
 #[test]

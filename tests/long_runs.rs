@@ -315,3 +315,36 @@ fn a_live_set_larger_than_the_checkpoint_is_kept_by_line() {
     );
     assert!(!text.contains("no stack"), "{text}");
 }
+
+/// A program whose threads come and go by the ten thousand, through a small ring (a 4 MiB
+/// trace's checkpoint slot holds 16,384 records, and each thread is announced by one): every
+/// checkpoint still fits, the oldest threads' announcements left out (no report reads them),
+/// so the summary counts every call of the run.
+#[test]
+fn threads_that_come_and_go_leave_every_checkpoint_fitting() {
+    let dir = tempdir("long_runs_threads");
+    let trace = dir.join("threads.trace");
+    const THREADS: u64 = 20_000;
+    let out = run(
+        &sim().bin("thread_churn"),
+        Run {
+            preload: true,
+            trace: Some(&trace),
+            env: vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
+            args: vec![THREADS.to_string()],
+        },
+    );
+    assert_ok(&out);
+    assert!(stdout(&out).contains(&format!("threads {THREADS}")));
+    let s = report_json(&["summary"], &[&trace]);
+    let health = &s["health"];
+    assert_eq!(health["checkpoints_failed"], 0, "{health}");
+    assert!(health["summarized"].as_u64().unwrap() > 0, "{health}");
+    let malloc = s["apis"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["api"] == "cudaMalloc")
+        .map(|a| a["calls"].as_u64().unwrap());
+    assert_eq!(malloc, Some(THREADS + THREADS / 1000), "{}", s["apis"]);
+}

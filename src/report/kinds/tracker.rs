@@ -46,6 +46,10 @@ pub struct Kinds {
     /// Before the first backward: the program's own tensors made after a forward (address and
     /// run), the forward's if a backward comes (at most [`TENTATIVE_MAX`]).
     tentative: Vec<(u64, u64)>,
+    /// The tensors a ring's checkpoint restored whose lifetime decides their kind (when made,
+    /// address, phase), until the records' first run begins: those its run may have made (see
+    /// [`Kinds::join_the_run_in_progress`]).
+    restored_recent: Vec<(u64, u64, Phase)>,
 }
 
 /// The most tensors kept waiting for the first backward to say whether they were the forward's.
@@ -182,6 +186,9 @@ impl Kinds {
         let workspace_size = self.workspace_size(reader, r.size);
         // Whether it was the first of its size there is lost with the older records.
         let candidate = workspace_size.is_some_and(|i| self.workspace_fits(phase, module_call, i));
+        if phase.by_lifetime() && self.current.is_none() {
+            self.restored_recent.push((r.time_ns, r.ptr, phase));
+        }
         self.born.insert(
             r.ptr,
             Born {
@@ -282,9 +289,38 @@ impl Kinds {
                 }
             }
         }
+        let first = self.current.is_none();
         self.previous = self.current;
         self.current = Some(phase);
         self.run += 1;
+        if first {
+            self.join_the_run_in_progress(phase);
+        }
+    }
+
+    /// The records' first run (of `phase`) has begun, after a ring's checkpoint restored the
+    /// tensors live when the ring began: those of the same phase made since the newest restored
+    /// tensor of any other phase were made by this same run, in progress when the checkpoint
+    /// was taken (a checkpoint can fall inside an optimizer step, its temporaries part made).
+    /// They join it, so that one freed before it ends is a temporary, as the whole trace says,
+    /// where a tensor of a run long ended would take its line's lasting kind. A restored tensor
+    /// freed before any run begins keeps the lasting kind: which run it was is not known
+    /// there (a step's gradients freed by `zero_grad` come right after an optimizer step).
+    fn join_the_run_in_progress(&mut self, phase: Phase) {
+        let restored = std::mem::take(&mut self.restored_recent);
+        let since = restored
+            .iter()
+            .filter(|&&(_, _, p)| p != phase)
+            .map(|&(t, _, _)| t)
+            .max();
+        for (t, ptr, p) in restored {
+            if p != phase || since.is_some_and(|s| t <= s) {
+                continue;
+            }
+            if let Some(b) = self.born.get_mut(&ptr).filter(|b| b.run == RESTORED) {
+                b.run = self.run;
+            }
+        }
     }
 
     /// Per device: the most bytes of activations live at once (as a backward began), and when.

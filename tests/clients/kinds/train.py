@@ -25,7 +25,9 @@ metric's leak), then the last layer runs once more before the backward. KINDS_SH
 the interpreter's shutdown begins (an atexit handler), the parameters, their gradients and the
 optimizer state are freed with no line of the program's, as Python's shutdown frees what a
 program's last lines still held. KINDS_TAIL=N: after the last step, N tensors of 4 KiB made, then all
-freed: the program's last allocation followed by N records of frees."""
+freed: the program's last allocation followed by N records of frees. KINDS_OPT_PAUSE=S: the
+last step's optimizer makes its temporaries all first, as PyTorch's foreach steps do, with a
+pause of S seconds after the first (a ring's checkpoint taken inside the step)."""
 import os
 import sys
 import time
@@ -82,6 +84,7 @@ pace = os.environ.get("KINDS_PACE") is not None
 affine = os.environ.get("KINDS_AFFINE") is not None
 conv = Conv2d(int(os.environ["KINDS_CONV"])) if os.environ.get("KINDS_CONV") else None
 own = os.environ.get("KINDS_OWN") is not None
+opt_pause = float(os.environ.get("KINDS_OPT_PAUSE", "0"))
 metrics = []
 for step in range(steps):
     if pace and step % 50 == 0:
@@ -99,7 +102,7 @@ for step in range(steps):
     if leak:
         kept.append(out)
     torch.autograd.backward(saved, model.layers, 4 * MiB, keep=kept)
-    opt.step()
+    opt.step(opt_pause if step == steps - 1 else 0.0)
     _standin.free(loss)
     _standin.free(x)
     if extra is not None:

@@ -7,6 +7,15 @@ use crate::trace::format::{self, Api, DEVICE_UNKNOWN, RECORD_SIZE, Record, Recor
 use crate::trace::live::{BoundaryMark, Replay, Snapshot};
 use crate::trace::summary::{Summarizer, TAIL_NS};
 
+/// What a checkpoint leaves out so that it fits its slot.
+#[derive(Default)]
+pub(super) struct Fit {
+    /// The oldest threads' announcements (`ThreadStart`) left out.
+    thread_starts_left_out: usize,
+    /// At most this many live allocations one by one, the older summed by call site.
+    itemize: Option<usize>,
+}
+
 impl Summarizer {
     /// Writes the checkpoint: every record applied so far summarized, then the records still in
     /// the reorder window as they are. `covered` is the ring index up to which every record was
@@ -27,16 +36,26 @@ impl Summarizer {
         // The latest walk of the autograd graph, where it takes no more than a quarter of the
         // slot (a model of thousands of layers in a small ring goes without).
         let graph = self.graph.last.len() <= room / 4;
-        self.write_into(covered, None, graph, out);
-        let mut itemize: Option<usize> = None;
-        for _ in 0..6 {
+        let mut fit = Fit::default();
+        self.write_into(covered, &fit, graph, out);
+        let starts = self
+            .kept
+            .iter()
+            .filter(|r| r.kind == RecordKind::ThreadStart)
+            .count();
+        for _ in 0..7 {
             let written = out.len() - start;
             if written <= room {
                 return;
             }
             let excess = written - room;
             let waiting = self.window.len();
-            if waiting > 0 && (waiting >= excess || itemize == Some(0)) {
+            if fit.thread_starts_left_out < starts {
+                // Threads' announcements first: no report reads them (a thread's records name
+                // it by its index), and a program whose threads come and go by the thousand
+                // would otherwise leave a small ring without checkpoints. The oldest go.
+                fit.thread_starts_left_out = starts.min(fit.thread_starts_left_out + excess + 64);
+            } else if waiting > 0 && (waiting >= excess || fit.itemize == Some(0)) {
                 // What does not fit is the records still waiting (a fast writer's last
                 // milliseconds): they are applied now, in the order they have, rather than
                 // leave the ring without a checkpoint. A record another thread claimed earlier
@@ -46,21 +65,21 @@ impl Summarizer {
                 // Each allocation left out costs a record less; the stand-ins and their sites
                 // take some back, so ask for a little more than the excess each time.
                 let live = self.replay.live.len() + self.replay.physical.len();
-                itemize = Some(
-                    itemize
+                fit.itemize = Some(
+                    fit.itemize
                         .unwrap_or(live)
                         .saturating_sub(excess + excess / 8 + 64),
                 );
             }
             out.truncate(start);
-            self.write_into(covered, itemize, graph, out);
+            self.write_into(covered, &fit, graph, out);
         }
     }
 
     pub(super) fn write_into(
         &self,
         covered: u64,
-        itemize: Option<usize>,
+        fit: &Fit,
         graph: bool,
         out: &mut Vec<[u8; RECORD_SIZE]>,
     ) {
@@ -69,7 +88,12 @@ impl Summarizer {
         for d in &self.defs.bodies {
             w.out.push(*d);
         }
+        let mut starts_skipped = 0;
         for r in &self.kept {
+            if r.kind == RecordKind::ThreadStart && starts_skipped < fit.thread_starts_left_out {
+                starts_skipped += 1;
+                continue;
+            }
             w.record(r);
         }
         if graph {
@@ -100,7 +124,7 @@ impl Summarizer {
         for (h, size, d) in rp.framework_physical() {
             w.restore(restore::FRAMEWORK_PHYSICAL, d, h, size, 0);
         }
-        live_set::write(&mut w, rp, &self.joins.live, itemize);
+        live_set::write(&mut w, rp, &self.joins.live, fit.itemize);
         self.write_figures(&mut w);
         for w_ in self.peaks.values() {
             w.snapshot(&w_.snapshot, false);

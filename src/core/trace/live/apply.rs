@@ -70,7 +70,17 @@ impl Replay {
                 }
                 if !self.restoring {
                     *slot(&mut self.last_alloc, r.thread) = r.ptr;
-                    *slot(&mut self.awaiting_caller, r.thread) = Some((false, r.ptr));
+                    // A `Caller` follows only the program's own allocations (the shim names no
+                    // caller of the framework's tensors, whose owner is the framework), so a
+                    // tensor leaves none awaited: a thread whose last allocation was a tensor
+                    // holds nothing a checkpoint must carry (threads come and go by thousands).
+                    let names_caller = r.kind != TensorAlloc
+                        && !matches!(
+                            r.api,
+                            crate::trace::format::Api::Torch | crate::trace::format::Api::Pluggable
+                        );
+                    *slot(&mut self.awaiting_caller, r.thread) =
+                        names_caller.then_some((false, r.ptr));
                 }
                 Change::Alloc { ptr: r.ptr, device }
             }
