@@ -173,6 +173,8 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
                     limit,
                     fraction,
                     stop_at_oom: false,
+                    // Peaks under each setting, from a ring as a run under it would stand.
+                    afresh: true,
                 };
                 simulate::cmd_simulate_torch(&traces, &torch, recommend, &bounds, json, opts)
             }

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # what fits, from a ring: the same predictions from a long run read through a small ring as from its whole trace.
 # On the GPU machine: each model (scripts/gpu/fit_truth.py: GPT-2, ResNet-50, ViT-B/16, BERT;
-# AdamW) trains STEPS steps (default 40) at its small batch under `gpushim run` twice: through
-# an 8 MiB ring (`trace_max:8MiB`, lapped many times: what a run past a quarter hour always is)
+# AdamW) trains STEPS steps (default 120) at its small batch under `gpushim run` twice: through
+# a 4 MiB ring (`trace_max:4MiB`, lapped several times: what a run past a quarter hour always is)
 # and into a whole trace. `gpushim fit` on each predicts the peak reserved memory at 4x and 8x
 # the batch, under the defaults and under expandable segments, and the largest batch under
 # 20 GiB. The whole trace's predictions are those `scripts/gpu.sh fit` holds to real runs
-# (within 3%); here the ring's are held to them: each peak within 1%, the same largest batch.
+# (within 3%); here the ring's are held to them: each peak within 1%, the same largest batch
+# (a ring that never lapped counts as off: it would prove nothing).
 # One table. The traces and predictions are left in $OUT/fitring when OUT is set.
 #   bash scripts/gpu.sh fitring[:STEPS]
 set -euo pipefail
-steps=${1:-40}
+steps=${1:-120}
 models="gpt2 resnet50 vit bert"
 declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8)
 work=${OUT:+$OUT/fitring}
@@ -20,7 +21,7 @@ limit=$((20 << 30))
 for m in $models; do
   b=${base[$m]}
   for t in ring whole; do
-    case $t in ring) max=8MiB ;; whole) max=16GiB ;; esac
+    case $t in ring) max=4MiB ;; whole) max=16GiB ;; esac
     if ! "$GPUSHIM_BIN" run --conf "trace_max:$max" --trace "$work/$m.$t.trace" -- \
         python3 scripts/gpu/fit_truth.py run "$m" "$b" "$steps" >/dev/null 2>"$work/$m.$t.err"; then
       echo "$m $t: traced run failed"; tail -3 "$work/$m.$t.err"; continue
@@ -45,7 +46,9 @@ bad = 0
 for m in models:
     w, r = load(f"{work}/{m}.whole.fit.json"), load(f"{work}/{m}.ring.fit.json")
     s = load(f"{work}/{m}.ring.summary.json") or {}
-    lapped = s.get("health", {}).get("summarized", "?")
+    lapped = s.get("health", {}).get("summarized", 0)
+    if not lapped:
+        print(f"{m:9} the ring never lapped: more steps"); bad += 1
     if not w or not r:
         print(f"{m:9} (no prediction: whole {bool(w)}, ring {bool(r)})"); bad += 1; continue
     for ws in w["settings"]:

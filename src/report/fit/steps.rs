@@ -59,6 +59,7 @@ pub(super) fn limit_of(ask: &Ask, total: u64, headroom: u64) -> (Bounds, u64, St
         (Some(l), _) => (
             Bounds {
                 fraction: Some(l as f64 / total.max(1) as f64),
+                afresh: true,
                 ..Bounds::default()
             },
             l,
@@ -71,6 +72,7 @@ pub(super) fn limit_of(ask: &Ask, total: u64, headroom: u64) -> (Bounds, u64, St
             (
                 Bounds {
                     limit: Some(limit),
+                    afresh: true,
                     ..Bounds::default()
                 },
                 limit,

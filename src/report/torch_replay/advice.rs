@@ -167,6 +167,7 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         limit: None,
         fraction: None,
         stop_at_oom: true,
+        afresh: false,
     };
     let (own, fidelity) = replay(&input, &recorded, &bounds, true);
     let limit = {

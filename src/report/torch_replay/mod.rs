@@ -137,8 +137,8 @@ pub struct Seed {
 pub struct DeviceSeed {
     /// Base and size of each segment.
     pub segments: Vec<(u64, u64)>,
-    /// Each live tensor: address, bytes asked, stream.
-    pub tensors: Vec<(u64, u64, u16)>,
+    /// Each live tensor: address, bytes asked, stream, when it was made.
+    pub tensors: Vec<(u64, u64, u16, u64)>,
 }
 
 impl Seed {
@@ -254,6 +254,11 @@ pub struct Bounds {
     pub fraction: Option<f64>,
     /// Stop after the run's first failed tensor (what a setting would have done there).
     pub stop_at_oom: bool,
+    /// From a ring's checkpoint, a setting other than the run's starts from the tensors the
+    /// checkpoint kept live, asked for again in a cache of its own (as a run under it would
+    /// hold them: `fit`'s peaks), not from the run's cache. Off (the post-mortem's advice): what
+    /// serves a failure from the run's cache, fragments and all, would have served it in the run.
+    pub afresh: bool,
 }
 
 /// A request the replay could not serve.

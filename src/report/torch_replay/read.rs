@@ -86,7 +86,7 @@ impl Gather {
         if self.in_live_set && r.kind == RecordKind::TensorAlloc {
             self.tensors += 1;
             let d = self.seed.devices.entry(r.device).or_default();
-            d.tensors.push((r.ptr, r.size, r.stream));
+            d.tensors.push((r.ptr, r.size, r.stream, r.time_ns));
         }
     }
 

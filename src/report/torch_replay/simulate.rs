@@ -66,7 +66,7 @@ pub fn simulate(
                 "gpushim: {}: the trace's oldest records were folded into its checkpoint (it \
                  reached trace_max): the replay starts from PyTorch's cache as the checkpoint \
                  kept it ({segments} segments of {}, {} tensors live), the run's own to the \
-                 byte; other settings start from that cache too",
+                 byte; other settings start from the tensors it kept live, in a cache of their own",
                 crate::files::shown(trace),
                 crate::report::units::human_bytes(reserved),
                 input.seed.tensors()
