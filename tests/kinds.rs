@@ -273,12 +273,14 @@ fn a_run_longer_than_its_ring_keeps_its_kinds() {
     assert_eq!(kinds[0], ("parameter".to_string(), 10 * MIB), "{p}");
 }
 
-/// A ring read from a checkpoint taken inside an optimizer step (its temporaries part made, as
-/// PyTorch's foreach step makes them all before freeing any): the temporaries made before the
+/// A ring's checkpoint taken inside an optimizer step (its temporaries part made, as PyTorch's
+/// foreach step makes them all before freeing any): the temporaries made before the
 /// checkpoint, which restores them, are temporaries as the whole trace says, not optimizer
-/// state. Read from the older checkpoint, as `fit`'s replay and the post-mortem of a failure
-/// only the newest holds read a ring; the last step's temporaries are then live at the
-/// program's last allocation with Python frames.
+/// state. The stand-in's last step pauses after its first temporary; the exit's checkpoint
+/// applies every record more than 2 ms older than the last (that temporary among them) and
+/// keeps the rest as they came (the second temporary, the frees). The program's last
+/// allocation with Python frames is the second temporary, with the first still live. Read
+/// from either checkpoint (the reports' newest; the older, as `fit` reads a ring).
 #[test]
 fn a_checkpoint_inside_an_optimizer_step_leaves_its_temporaries_temporaries() {
     let (t, out) = train_with(
@@ -288,18 +290,14 @@ fn a_checkpoint_inside_an_optimizer_step_leaves_its_temporaries_temporaries() {
         vec![
             ("GPUSHIM_CONF", "trace_max:4MiB".into()),
             ("KINDS_PACE", "1".into()),
-            ("KINDS_OPT_PAUSE", "2.5".into()),
+            ("KINDS_OPT_PAUSE", "1.5".into()),
         ],
     );
     assert_ok(&out);
-    // The older checkpoint was taken in the pause (the summarizer takes one each second): only
-    // the step's last records and the exit's lie between it and the exit's.
-    let mut cps = crate::common::rings::checkpoints(&t);
-    cps.sort_by_key(|d| d.seq);
-    let [older, newest] = cps;
+    let health = &json(&["summary"], &t)["health"];
     assert!(
-        older.seq > 0 && newest.covered - older.covered < 200,
-        "the older checkpoint is not the pause's: {older:?} {newest:?}"
+        health["summarized"].as_u64().unwrap_or(0) > 0,
+        "the ring must have wrapped: {health}"
     );
     let read = |longest_ring: bool| {
         let opts = gpushim::trace::reader::ReadOptions {

@@ -348,3 +348,73 @@ fn threads_that_come_and_go_leave_every_checkpoint_fitting() {
         .map(|a| a["calls"].as_u64().unwrap());
     assert_eq!(malloc, Some(THREADS + THREADS / 1000), "{}", s["apis"]);
 }
+
+/// A run that slows down after its ring lapped (its last steps, its evaluation, its exit): the
+/// older checkpoint stays where it was while it lies within the ring's newest three quarters, each new
+/// checkpoint taking the newest's place, so a replay from the older (`fit`, a failure read in
+/// detail) has every record since. Alternating slots left the older one checkpoint back: a
+/// second's records, and none of the training before a quiet last second.
+#[test]
+fn the_older_checkpoint_stays_far_back_while_the_ring_holds_it() {
+    use gpushim::trace::format::{Api, RecordKind};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let path = tempdir("long_runs_older").file("ring.trace");
+    let r = ring_recorder(&path, 1 << 20);
+    let stop = AtomicBool::new(false);
+    let newest = || {
+        let c = crate::common::rings::checkpoints(&path);
+        c[0].seq.max(c[1].seq)
+    };
+    let capacity =
+        crate::common::rings::header_word(&path, gpushim::trace::format::header::CAPACITY);
+    const ROUND: u64 = 100;
+    std::thread::scope(|s| {
+        s.spawn(|| r.run_summarizer(&stop));
+        let mark = || {
+            r.append(&record_at(
+                RecordKind::Mark,
+                Api::Nvtx,
+                0,
+                0,
+                r.now_ns(),
+                0,
+                0,
+            ));
+        };
+        // Fast: until the ring has lapped and a checkpoint came after, paced so that the
+        // summarizer keeps up.
+        let mut n = 0u64;
+        while r.claimed() < capacity || newest() < 2 {
+            mark();
+            n += 1;
+            if n % 2000 == 0 {
+                std::thread::sleep(Duration::from_millis(4));
+            }
+        }
+        // Slow: three rounds of a few records, each with a checkpoint of its own.
+        for _ in 0..3 {
+            let seq = newest();
+            for _ in 0..ROUND {
+                mark();
+            }
+            let waited = Instant::now();
+            while newest() == seq {
+                assert!(waited.elapsed() < Duration::from_secs(10), "no checkpoint");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        stop.store(true, Ordering::Release);
+    });
+    let mut c = crate::common::rings::checkpoints(&path);
+    c.sort_by_key(|d| d.seq);
+    let [older, newest] = c;
+    assert!(older.seq > 0, "{c:?}");
+    assert!(
+        newest.covered - older.covered >= 3 * ROUND,
+        "the older checkpoint is one round back: {older:?} {newest:?}"
+    );
+    assert!(
+        gpushim::trace::reader::TraceReader::open(&path).is_ok(),
+        "the trace reads"
+    );
+}

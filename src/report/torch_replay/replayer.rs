@@ -72,7 +72,14 @@ struct Replayer<'a> {
 }
 
 impl<'a> Replayer<'a> {
-    fn new(input: &'a Input, conf: &TorchConf, bounds: &'a Bounds, compare: bool) -> Self {
+    /// `as_run`: the run's own requests at their own sizes, no what-if.
+    fn new(
+        input: &'a Input,
+        conf: &TorchConf,
+        bounds: &'a Bounds,
+        compare: bool,
+        as_run: bool,
+    ) -> Self {
         let models = input
             .devices
             .keys()
@@ -102,11 +109,9 @@ impl<'a> Replayer<'a> {
         };
         if input.from_checkpoint {
             let recorded = TorchConf::parse(&input.recorded.text).ok();
-            // Under the run's own setting, its cache (at other sizes too: through a 4 MiB
-            // ring, GPT-2, ResNet-50 and BERT at 4 and 8 times their batch came within 2%, 5%
-            // and 6% of their whole traces' either way, and leaving out its segments that held
-            // no tensor moved them by less than half a point); under another, afresh.
-            r.start_not_exact = if !bounds.afresh || recorded.as_ref() == Some(conf) {
+            // The run itself (its own requests under its own setting) from its own cache, to
+            // the byte; another run (`fit`'s other batches and settings) afresh.
+            r.start_not_exact = if !bounds.afresh || (as_run && recorded.as_ref() == Some(conf)) {
                 r.seed()
             } else {
                 r.seed_afresh()
@@ -115,13 +120,15 @@ impl<'a> Replayer<'a> {
         r
     }
 
-    /// Starts each device's model as a run under another setting would stand when the ring
-    /// began: the tensors the checkpoint kept live, each asked for again in the order they
-    /// were made, from a cache that held nothing. The run's own cache is its setting's: started
-    /// from it, another setting's replay kept the run's segments beside its own (GPT-2, ResNet-50
-    /// and BERT under expandable segments through a 4 MiB ring 4% to 7% above their whole
-    /// traces' at their own batch; afresh within 1.2% at every batch). What the earlier steps
-    /// left cached beyond those tensors is not known; the ring's steps build it again.
+    /// Starts each device's model as another run (another setting, another batch) would stand
+    /// when the ring began: the tensors the checkpoint kept live, each asked for again in the
+    /// order they were made, from a cache that held nothing. The run's cache is its own: its
+    /// segments were sized for its requests under its setting, and started from them, another
+    /// setting's replay kept them beside its own (GPT-2, ResNet-50 and BERT under expandable
+    /// segments through a 4 MiB ring 4% to 7% above their whole traces' at their own batch,
+    /// afresh within 1.2% at every batch), and another batch's at the run's setting came out
+    /// up to 11% high (ViT at 8 times its batch, afresh 4%). What the earlier steps left cached
+    /// beyond those tensors is not known; the ring's steps build it again.
     fn seed_afresh(&mut self) -> Option<String> {
         let seed = &self.input.seed;
         for (&d, ds) in &seed.devices {
@@ -142,8 +149,8 @@ impl<'a> Replayer<'a> {
             }
         }
         Some(seed.inexact.clone().unwrap_or_else(|| {
-            "another setting starts from the tensors the checkpoint kept live, not from the \
-             run's cache"
+            "another run starts from the tensors the checkpoint kept live, not from the run's \
+             cache"
                 .to_string()
         }))
     }
@@ -415,7 +422,7 @@ pub fn replay(
     bounds: &Bounds,
     compare: bool,
 ) -> (Outcome, Vec<Fidelity>) {
-    let mut r = Replayer::new(input, conf, bounds, compare);
+    let mut r = Replayer::new(input, conf, bounds, compare, true);
     for e in &input.events {
         if !r.apply(e) {
             break;
@@ -430,7 +437,11 @@ pub fn replay(
 /// the run as it was but for its failures (another run need not fail there). The run's own
 /// segments stay as hints: the model takes a recorded address only for a segment of the
 /// recorded length, so at the run's own sizes the replay is the run's, to the byte.
-pub struct Resized(Vec<Event>);
+pub struct Resized {
+    events: Vec<Event>,
+    /// Every request at the run's own size, and no what-if: the run's own requests.
+    as_run: bool,
+}
 
 impl Input {
     /// Each tensor request in order: whether it was freed before the program asked for
@@ -531,9 +542,15 @@ impl Input {
             index.push(n);
             n += usize::from(e.ev == Ev::Alloc);
         }
+        let no_what_if = what_if.checkpointing.is_none() && what_if.autocast.is_none();
+        let as_run = std::cell::Cell::new(no_what_if);
         let sized = |i: usize| -> Event {
             let mut e = self.events[i];
+            let recorded = e.size;
             (e.size, e.optional) = size(index[i], e.size, e.stack);
+            if e.size != recorded {
+                as_run.set(false);
+            }
             e
         };
         let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
@@ -570,7 +587,10 @@ impl Input {
                 a.insert_before(&self.events, end, last.time_ns, &copy_size, &mut out);
             }
         }
-        Resized(out)
+        Resized {
+            events: out,
+            as_run: as_run.get(),
+        }
     }
 }
 
@@ -600,8 +620,8 @@ pub fn replay_resized(
     conf: &TorchConf,
     bounds: &Bounds,
 ) -> Outcome {
-    let mut r = Replayer::new(input, conf, bounds, false);
-    for e in &events.0 {
+    let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
+    for e in &events.events {
         if !r.apply(e) {
             break;
         }
