@@ -137,8 +137,19 @@ pub struct Seed {
 pub struct DeviceSeed {
     /// Base and size of each segment.
     pub segments: Vec<(u64, u64)>,
-    /// Each live tensor: address, bytes asked, stream, when it was made.
-    pub tensors: Vec<(u64, u64, u16, u64)>,
+    /// Each live tensor.
+    pub tensors: Vec<SeedTensor>,
+}
+
+/// A tensor live when the ring began, as the checkpoint kept it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SeedTensor {
+    pub ptr: u64,
+    /// Bytes asked.
+    pub size: u64,
+    pub stream: u16,
+    /// When it was made.
+    pub made_ns: u64,
 }
 
 impl Seed {

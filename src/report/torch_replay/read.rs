@@ -1,6 +1,6 @@
 //! Reading a trace's tensors, and what the replay needs to know about the run, in one pass.
 
-use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError, Seed};
+use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError, Seed, SeedTensor};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Kinds};
 use crate::report::torch_replay::model::TorchConf;
@@ -20,6 +20,7 @@ struct Gather {
     /// Inside a checkpoint's state (between its `BEGIN` and `END`), and in its live set.
     restoring: bool,
     in_live_set: bool,
+
     seed: Seed,
     /// The checkpoint counted tensors of PyTorch's (the run had them, whether or not any is
     /// live or in the ring).
@@ -56,6 +57,7 @@ impl Gather {
     fn restore(&mut self, r: &Record) {
         if r.kind == RecordKind::Restore {
             self.in_live_set = r.status == restore::SITE;
+
             match r.status {
                 restore::BEGIN => self.restoring = true,
                 restore::END => self.restoring = false,
@@ -86,7 +88,12 @@ impl Gather {
         if self.in_live_set && r.kind == RecordKind::TensorAlloc {
             self.tensors += 1;
             let d = self.seed.devices.entry(r.device).or_default();
-            d.tensors.push((r.ptr, r.size, r.stream, r.time_ns));
+            d.tensors.push(SeedTensor {
+                ptr: r.ptr,
+                size: r.size,
+                stream: r.stream,
+                made_ns: r.time_ns,
+            });
         }
     }
 

@@ -1,6 +1,8 @@
 //! One replay: a model of PyTorch's allocator per device, fed the run's events in order.
 
-use super::{Bounds, DeviceOutcome, Ev, Event, Failure, Fidelity, Input, Outcome, TOTAL_UNKNOWN};
+use super::{
+    Bounds, DeviceOutcome, Ev, Event, Failure, Fidelity, Input, Outcome, SeedTensor, TOTAL_UNKNOWN,
+};
 use crate::report::sites::site_label;
 use crate::report::torch_replay::model::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
 use crate::report::units::human_bytes;
@@ -72,13 +74,13 @@ struct Replayer<'a> {
 }
 
 impl<'a> Replayer<'a> {
-    /// `as_run`: the run's own requests at their own sizes, no what-if.
+    /// `resized`: the requests replayed, where they are not the run's own.
     fn new(
         input: &'a Input,
         conf: &TorchConf,
         bounds: &'a Bounds,
         compare: bool,
-        as_run: bool,
+        resized: Option<&Resized>,
     ) -> Self {
         let models = input
             .devices
@@ -111,6 +113,7 @@ impl<'a> Replayer<'a> {
             let recorded = TorchConf::parse(&input.recorded.text).ok();
             // The run itself (its own requests under its own setting) from its own cache, to
             // the byte; another run (`fit`'s other batches and settings) afresh.
+            let as_run = resized.is_none_or(|e| e.as_run);
             r.start_not_exact = if !bounds.afresh || (as_run && recorded.as_ref() == Some(conf)) {
                 r.seed()
             } else {
@@ -136,15 +139,16 @@ impl<'a> Replayer<'a> {
                 continue;
             };
             let mut tensors = ds.tensors.clone();
-            tensors.sort_unstable_by_key(|&(ptr, _, _, made)| (made, ptr));
-            for (ptr, size, stream, _) in tensors {
-                let stream = u64::from(stream);
+            tensors.sort_unstable_by_key(|t| (t.made_ns, t.ptr));
+            for t in tensors {
+                let size = t.size;
+                let stream = u64::from(t.stream);
                 let got = m
                     .malloc(size, stream)
                     .or_else(|_| m.unlimited(|m| m.malloc(size, stream)));
                 m.clear_hints();
                 if let Ok(p) = got {
-                    self.placed.insert((d, ptr), p);
+                    self.placed.insert((d, t.ptr), p);
                 }
             }
         }
@@ -169,7 +173,10 @@ impl<'a> Replayer<'a> {
             // Each tensor in the segment that holds it.
             let mut inside: Vec<Vec<(u64, u64)>> = vec![Vec::new(); segments.len()];
             let mut streams: Vec<Option<u16>> = vec![None; segments.len()];
-            for &(ptr, size, stream, _) in &ds.tensors {
+            for &SeedTensor {
+                ptr, size, stream, ..
+            } in &ds.tensors
+            {
                 let i = segments.partition_point(|s| s.0 <= ptr);
                 let holder = i
                     .checked_sub(1)
@@ -422,7 +429,7 @@ pub fn replay(
     bounds: &Bounds,
     compare: bool,
 ) -> (Outcome, Vec<Fidelity>) {
-    let mut r = Replayer::new(input, conf, bounds, compare, true);
+    let mut r = Replayer::new(input, conf, bounds, compare, None);
     for e in &input.events {
         if !r.apply(e) {
             break;
@@ -620,7 +627,7 @@ pub fn replay_resized(
     conf: &TorchConf,
     bounds: &Bounds,
 ) -> Outcome {
-    let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
+    let mut r = Replayer::new(input, conf, bounds, false, Some(events));
     for e in &events.events {
         if !r.apply(e) {
             break;
