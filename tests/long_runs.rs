@@ -350,7 +350,7 @@ fn threads_that_come_and_go_leave_every_checkpoint_fitting() {
 }
 
 /// A run that slows down after its ring lapped (its last steps, its evaluation, its exit): the
-/// older checkpoint stays where it was while it lies within the ring's newest three quarters, each new
+/// older checkpoint stays where it was while it lies within most of the ring (seven eighths), each new
 /// checkpoint taking the newest's place, so a replay from the older (`fit`, a failure read in
 /// detail) has every record since. Alternating slots left the older one checkpoint back: a
 /// second's records, and none of the training before a quiet last second.

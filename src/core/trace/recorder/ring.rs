@@ -6,7 +6,7 @@
 //! claim; a block's unused tail is abandoned within 1 ms), feeds them to a [`Summarizer`], and,
 //! once the ring is half full, writes a checkpoint every second and whenever the writers are
 //! half a ring ahead of the last one. A checkpoint takes the newest's place while the older
-//! lies within the ring's newest three quarters, else the older's (so the older stays far back: a replay
+//! lies within the ring's newest seven eighths, else the older's (so the older stays far back: a replay
 //! from it has many records), then its descriptor's `seq` is stored last: a process killed at
 //! any moment leaves a whole checkpoint at most a second old, and the ring still holds every
 //! record after it unless the writers lapped the summarizer (then the records between are
@@ -64,12 +64,17 @@ const LOOK_EVERY_MS: u64 = 10;
 /// Between looks while the summarizer is behind: twice the age at which a writer abandons its
 /// block (`MAX_BLOCK_AGE_NS`), so every slot claimed before the previous look is final.
 const LOOK_BEHIND_MS: u64 = 2;
-/// The older checkpoint is kept while it lies within the ring's newest this many quarters:
-/// more than the half a ring after which a checkpoint is written whatever the time, so that
-/// a fast run's older one outlives a quiet last second (a fast run's checkpoints come every
-/// half ring, and the older then lies a half to a whole ring back), and a quarter of the ring
-/// left before a lap could take it while the newest's place is being written.
-const OLDER_KEPT_WITHIN_QUARTERS: u64 = 3;
+/// The older checkpoint is kept while it lies within the ring's newest this many sixteenths
+/// (at the exit, [`OLDER_KEPT_AT_EXIT`]): more than the half a ring after which a checkpoint is
+/// written whatever the time, so that a fast run's older one outlives a quiet last second (its
+/// checkpoints come every half ring, and the older then lies a half to a whole ring back), and
+/// an eighth of the ring left before a lap could take it while the newest's place is being
+/// written (a slot takes milliseconds; a ring, a second at the least).
+const OLDER_KEPT_WITHIN: u64 = 14;
+/// At the exit no program thread writes on: the older is kept while the ring holds it, but for
+/// a sixteenth. Three quarters had let the exit's checkpoint take the slot of an older one
+/// still in the ring, leaving the older a second back (ViT-B/16 through 4 MiB: 1,150 records).
+const OLDER_KEPT_AT_EXIT: u64 = 15;
 
 /// A checkpoint at least this often once the ring is half full.
 const CHECKPOINT_EVERY_NS: u64 = 1_000_000_000;
@@ -104,15 +109,15 @@ impl Recorder {
     }
 
     /// Which slot the next checkpoint goes to: an empty one first; then the newest's, in its
-    /// place, while the older still lies within [`OLDER_KEPT_WITHIN_QUARTERS`] of the ring's
+    /// place, while the older still lies within [`OLDER_KEPT_WITHIN`] sixteenths of the ring's
     /// head; else the older's. So the older stays as far back as the ring allows, and a replay
-    /// from it (PyTorch's allocator for `fit`, a failure in detail) has up to 3/4 of the ring,
+    /// from it (PyTorch's allocator for `fit`, a failure in detail) has most of the ring,
     /// where alternating slots left it a second's: a run whose last second was no training (its
     /// evaluation, its teardown) gave `fit` nothing to replay. A slot being written holds no
     /// checkpoint (its `seq` is 0 until done), so the other must stay whole: the newest's
     /// place is taken only while the older is well inside the ring, and the older's only
     /// while the newest is there to read.
-    fn slot_for_next(&self, s0: u64, s1: u64) -> usize {
+    fn slot_for_next(&self, s0: u64, s1: u64, exiting: bool) -> usize {
         if s0 == 0 || s1 == 0 {
             return usize::from(s0 != 0);
         }
@@ -122,7 +127,12 @@ impl Recorder {
             .map_or(0, |w| w.load(Ordering::Relaxed));
         let capacity = self.capacity.load(Ordering::Relaxed);
         let behind = self.claimed().saturating_sub(covered);
-        if behind < capacity / 4 * OLDER_KEPT_WITHIN_QUARTERS {
+        let within = if exiting {
+            OLDER_KEPT_AT_EXIT
+        } else {
+            OLDER_KEPT_WITHIN
+        };
+        if behind < capacity / 16 * within {
             newest
         } else {
             older
@@ -130,9 +140,14 @@ impl Recorder {
     }
 
     /// Writes a checkpoint of `bodies` (commit words put here) covering ring records before
-    /// `covered`, into the slot [`Recorder::slot_for_next`] picks. Returns false when it did
-    /// not fit or could not be written.
-    pub fn write_checkpoint(&self, bodies: &mut [[u8; RECORD_SIZE]], covered: u64) -> bool {
+    /// `covered`, into the slot [`Recorder::slot_for_next`] picks (`exiting`: the process's
+    /// last). Returns false when it did not fit or could not be written.
+    pub fn write_checkpoint(
+        &self,
+        bodies: &mut [[u8; RECORD_SIZE]],
+        covered: u64,
+        exiting: bool,
+    ) -> bool {
         let fd = self.fd.load(Ordering::Acquire);
         let area = self.slow.checkpoint_area.load(Ordering::Relaxed);
         let slot_bytes = self.slow.checkpoint_slot.load(Ordering::Relaxed);
@@ -146,7 +161,7 @@ impl Recorder {
         };
         let (s0, s1) = (seq(0), seq(1));
         let next_seq = s0.max(s1) + 1;
-        let k = self.slot_for_next(s0, s1);
+        let k = self.slot_for_next(s0, s1, exiting);
         let Some(seq_word) = self.descriptor_word(k, 0) else {
             return false;
         };
@@ -311,7 +326,7 @@ impl Recorder {
             if wrapping && (due || behind || (stopping && next > last_covered)) {
                 bodies.clear();
                 s.checkpoint(next, self.checkpoint_room(), &mut bodies);
-                if self.write_checkpoint(&mut bodies, next) {
+                if self.write_checkpoint(&mut bodies, next, stopping) {
                     last_covered = next;
                 } else if let Some(w) = self.header_word(header::CHECKPOINTS_FAILED) {
                     w.fetch_add(1, Ordering::Relaxed);
