@@ -20,7 +20,6 @@ struct Gather {
     /// Inside a checkpoint's state (between its `BEGIN` and `END`), and in its live set.
     restoring: bool,
     in_live_set: bool,
-
     seed: Seed,
     /// The checkpoint counted tensors of PyTorch's (the run had them, whether or not any is
     /// live or in the ring).
@@ -57,7 +56,6 @@ impl Gather {
     fn restore(&mut self, r: &Record) {
         if r.kind == RecordKind::Restore {
             self.in_live_set = r.status == restore::SITE;
-
             match r.status {
                 restore::BEGIN => self.restoring = true,
                 restore::END => self.restoring = false,

@@ -1,13 +1,13 @@
 //! One replay: a model of PyTorch's allocator per device, fed the run's events in order.
 
-use super::{
-    Bounds, DeviceOutcome, Ev, Event, Failure, Fidelity, Input, Outcome, SeedTensor, TOTAL_UNKNOWN,
-};
+use super::{Bounds, DeviceOutcome, Ev, Event, Failure, Fidelity, Input, Outcome, TOTAL_UNKNOWN};
 use crate::report::sites::site_label;
 use crate::report::torch_replay::model::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
 use crate::report::units::human_bytes;
 use crate::trace::reader::TraceReader;
 use std::collections::{BTreeMap, HashMap};
+
+mod seed;
 
 fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
     let facts = input.devices.get(&device).copied().unwrap_or_default();
@@ -74,13 +74,13 @@ struct Replayer<'a> {
 }
 
 impl<'a> Replayer<'a> {
-    /// `resized`: the requests replayed, where they are not the run's own.
+    /// `as_run`: the run's own requests at their own sizes, no what-if.
     fn new(
         input: &'a Input,
         conf: &TorchConf,
         bounds: &'a Bounds,
         compare: bool,
-        resized: Option<&Resized>,
+        as_run: bool,
     ) -> Self {
         let models = input
             .devices
@@ -113,7 +113,6 @@ impl<'a> Replayer<'a> {
             let recorded = TorchConf::parse(&input.recorded.text).ok();
             // The run itself (its own requests under its own setting) from its own cache, to
             // the byte; another run (`fit`'s other batches and settings) afresh.
-            let as_run = resized.is_none_or(|e| e.as_run);
             r.start_not_exact = if !bounds.afresh || (as_run && recorded.as_ref() == Some(conf)) {
                 r.seed()
             } else {
@@ -121,99 +120,6 @@ impl<'a> Replayer<'a> {
             };
         }
         r
-    }
-
-    /// Starts each device's model as another run (another setting, another batch) would stand
-    /// when the ring began: the tensors the checkpoint kept live, each asked for again in the
-    /// order they were made, from a cache that held nothing. The run's cache is its own: its
-    /// segments were sized for its requests under its setting, and started from them, another
-    /// setting's replay kept them beside its own (GPT-2, ResNet-50 and BERT under expandable
-    /// segments through a 4 MiB ring 4% to 7% above their whole traces' at their own batch,
-    /// afresh within 1.2% at every batch), and another batch's at the run's setting came out
-    /// up to 11% high (ViT at 8 times its batch, afresh 4%). What the earlier steps left cached
-    /// beyond those tensors is not known; the ring's steps build it again.
-    fn seed_afresh(&mut self) -> Option<String> {
-        let seed = &self.input.seed;
-        for (&d, ds) in &seed.devices {
-            let Some(m) = self.models.get_mut(&d) else {
-                continue;
-            };
-            let mut tensors = ds.tensors.clone();
-            tensors.sort_unstable_by_key(|t| (t.made_ns, t.ptr));
-            for t in tensors {
-                let size = t.size;
-                let stream = u64::from(t.stream);
-                let got = m
-                    .malloc(size, stream)
-                    .or_else(|_| m.unlimited(|m| m.malloc(size, stream)));
-                m.clear_hints();
-                if let Ok(p) = got {
-                    self.placed.insert((d, t.ptr), p);
-                }
-            }
-        }
-        Some(seed.inexact.clone().unwrap_or_else(|| {
-            "another run starts from the tensors the checkpoint kept live, not from the run's \
-             cache"
-                .to_string()
-        }))
-    }
-
-    /// Starts each device's model from PyTorch's cache as the ring's checkpoint kept it;
-    /// returns why that is not the run's cache to the byte, if it is not.
-    fn seed(&mut self) -> Option<String> {
-        let seed = &self.input.seed;
-        let mut why = seed.inexact.clone();
-        for (&d, ds) in &seed.devices {
-            let Some(m) = self.models.get_mut(&d) else {
-                continue;
-            };
-            let mut segments = ds.segments.clone();
-            segments.sort_unstable();
-            // Each tensor in the segment that holds it.
-            let mut inside: Vec<Vec<(u64, u64)>> = vec![Vec::new(); segments.len()];
-            let mut streams: Vec<Option<u16>> = vec![None; segments.len()];
-            for &SeedTensor {
-                ptr, size, stream, ..
-            } in &ds.tensors
-            {
-                let i = segments.partition_point(|s| s.0 <= ptr);
-                let holder = i
-                    .checked_sub(1)
-                    .filter(|&i| ptr < segments[i].0.saturating_add(segments[i].1));
-                let Some(i) = holder else {
-                    why.get_or_insert_with(|| {
-                        format!("a live tensor at {ptr:#x} lies outside PyTorch's segments")
-                    });
-                    continue;
-                };
-                inside[i].push((ptr, size));
-                if *streams[i].get_or_insert(stream) != stream {
-                    why.get_or_insert_with(|| {
-                        format!(
-                            "the segment at {:#x} holds tensors of two streams",
-                            segments[i].0
-                        )
-                    });
-                }
-            }
-            for (i, &(base, size)) in segments.iter().enumerate() {
-                let stream = u64::from(streams[i].unwrap_or(0));
-                match m.seed_segment(base, size, stream, &inside[i]) {
-                    Ok(()) => {
-                        for &(p, _) in &inside[i] {
-                            self.placed.insert((d, p), p);
-                        }
-                        let s = self.seeded.entry(d).or_default();
-                        *s = s.saturating_add(size);
-                    }
-                    Err(e) => {
-                        why.get_or_insert(e);
-                    }
-                }
-            }
-        }
-        why
     }
 
     /// Applies one event; false once the replay should stop.
@@ -429,7 +335,7 @@ pub fn replay(
     bounds: &Bounds,
     compare: bool,
 ) -> (Outcome, Vec<Fidelity>) {
-    let mut r = Replayer::new(input, conf, bounds, compare, None);
+    let mut r = Replayer::new(input, conf, bounds, compare, true);
     for e in &input.events {
         if !r.apply(e) {
             break;
@@ -627,7 +533,7 @@ pub fn replay_resized(
     conf: &TorchConf,
     bounds: &Bounds,
 ) -> Outcome {
-    let mut r = Replayer::new(input, conf, bounds, false, Some(events));
+    let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
     for e in &events.events {
         if !r.apply(e) {
             break;
