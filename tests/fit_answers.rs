@@ -52,12 +52,57 @@ fn a_ring_trace_is_answered_by_fit_oom_and_the_page_from_one_read() {
     let from_ring = allocated(r);
     assert_eq!(from_ring, allocated(short.to_str().unwrap()));
     assert_eq!(from_ring.len(), 2, "{from_ring:?}");
+    // How much of the run the ring's records hold is said, with no warning: many steps.
+    let held = json(&["fit", r, "--batch", "4", "--json"])["ring"].clone();
+    let backwards = held["backwards"].as_u64().unwrap_or(0);
+    assert!((3..4000).contains(&backwards), "{held}");
+    let forwards = held["forwards"].as_u64().unwrap_or(0);
+    assert!(forwards.abs_diff(backwards) <= 1, "{held}");
+    let text = stdout(&gpushim_text(&["fit", r, "--batch", "4"]));
+    assert!(
+        text.contains(&format!("{backwards} backward pass(es)")),
+        "{text}"
+    );
+    assert!(!text.contains("warning:"), "{text}");
+    let short_fit = json(&["fit", short.to_str().unwrap(), "--batch", "4", "--json"]);
+    assert!(short_fit.get("ring").is_none(), "{short_fit}");
     let oom = gpushim_text(&["oom", r]);
     assert_ok(&oom);
     let page = dir.join("ring.html");
     let o = gpushim_text(&["report", r, "--at", "2", "-o", page.to_str().unwrap()]);
     assert_ok(&o);
     assert!(page.is_file());
+}
+
+/// A ring whose records hold a pass or two of the training (here none: the program's last
+/// tensors, made and freed after the training, fill the ring) gets `fit`'s answers with a
+/// warning that they are of those records alone, where it said nothing.
+#[test]
+fn fit_from_a_ring_that_holds_few_steps_says_so() {
+    let dir = tempdir("fit-ring-tail");
+    let ring = dir.join("ring.trace");
+    let out = kinds_program_with(
+        &ring,
+        200,
+        false,
+        &["--batch-size", "2"],
+        vec![
+            ("GPUSHIM_CONF", "trace_max:4MiB".into()),
+            ("KINDS_TAIL", "40000".into()),
+        ],
+    );
+    assert_ok(&out);
+    let r = ring.to_str().unwrap();
+    let v = json(&["fit", r, "--batch", "4", "--json"]);
+    let backwards = v["ring"]["backwards"].as_u64();
+    assert!(backwards.is_some_and(|b| b < 3), "{v}");
+    let text = stdout(&gpushim_text(&["fit", r, "--batch", "4"]));
+    assert!(
+        text.contains(
+            "warning: the trace is a ring, and the records its replay starts from hold only"
+        ),
+        "{text}"
+    );
 }
 
 /// Answers that are not answers are not given: a trace whose requests have no kind that follows

@@ -44,12 +44,13 @@ def load(p):
         return json.load(open(p))
     except (OSError, ValueError):
         return None
-print(f"{'model':9} {'setting':25} {'batch':>5} {'whole':>9} {'ring':>9} {'diff':>7}   largest: whole, ring   ring lapped (records summarized)")
+print(f"{'model':9} {'setting':25} {'batch':>5} {'whole':>9} {'ring':>9} {'diff':>7}   largest: whole, ring   ring lapped (records summarized), backward passes its replay holds")
 bad = 0
 for m in models:
     w, r = load(f"{work}/{m}.whole.fit.json"), load(f"{work}/{m}.ring.fit.json")
     s = load(f"{work}/{m}.ring.summary.json") or {}
     lapped = s.get("health", {}).get("summarized", 0)
+    passes = ((r or {}).get("ring") or {}).get("backwards", "-")
     if not lapped:
         print(f"{m:9} the ring never lapped: more steps"); bad += 1
     if not w or not r:
@@ -69,7 +70,7 @@ for m in models:
             print(f"{m:9} {name:25} {wr['batch']:>5} {a / GiB:>8.2f}G {b / GiB:>8.2f}G {100 * d:>+6.2f}%")
         same = abs(ws["largest_batch"] - rs["largest_batch"]) <= max(1, ws["largest_batch"] // 10)
         bad += not same
-        print(f"{m:9} {name:25} {'':>5} {'':>9} {'':>9} {'':>7}   {ws['largest_batch']}, {rs['largest_batch']}{'' if same else '  OFF'}   {lapped}")
+        print(f"{m:9} {name:25} {'':>5} {'':>9} {'':>9} {'':>7}   {ws['largest_batch']}, {rs['largest_batch']}{'' if same else '  OFF'}   {lapped}, {passes}")
 print(f"every ring's peak within {within:g}% of the whole trace's, its largest batch within a tenth" if not bad else f"{bad} off")
 sys.exit(1 if bad else 0)
 PY

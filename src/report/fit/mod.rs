@@ -140,7 +140,13 @@ pub struct Fit {
     /// The what-if of autocast, when asked: every row is under it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autocast: Option<torch_replay::AutocastSummary>,
+    /// From a ring: how much of the run its records hold (every replay above is of those).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ring: Option<crate::report::kinds::StepsBegun>,
 }
+
+/// Fewer passes than this in a ring's records, and `fit` says its answers are of those alone.
+pub const FEW_PASSES: u64 = 3;
 
 impl Fit {
     /// Nothing of the run's requests follows the batch (every one fixed or of unknown kind, and
@@ -388,6 +394,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         seq,
         checkpoint: checkpointing.map(|c| c.blocks),
         autocast: autocast.map(|a| a.summary),
+        ring: input.from_checkpoint.then_some(input.steps_begun),
     })
 }
 

@@ -15,7 +15,7 @@ mod tracker;
 
 pub use decided::Decided;
 pub use phase::{Phase, backward_node_of, phase_of_stack, workspace_sizes};
-pub use tracker::{Kinds, Settling, replay_with_kinds};
+pub use tracker::{Kinds, Settling, StepsBegun, replay_with_kinds};
 
 use serde::Serialize;
 

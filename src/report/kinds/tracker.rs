@@ -50,6 +50,29 @@ pub struct Kinds {
     /// address, phase), until the records' first run begins: those its run may have made (see
     /// [`Kinds::join_the_run_in_progress`]).
     restored_recent: Vec<(u64, u64, Phase)>,
+    /// How many runs of the forward, the backward and the optimizer began in the records (a
+    /// checkpoint's restored tensors begin none): how much of the run a ring's records hold.
+    begun: StepsBegun,
+}
+
+/// How many forwards, backward passes and optimizer steps began.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StepsBegun {
+    pub forwards: u64,
+    pub backwards: u64,
+    pub optimizer_steps: u64,
+}
+
+impl StepsBegun {
+    /// The passes a what-if replays: the backward passes of a run that trains, else its
+    /// forwards.
+    pub fn passes(&self) -> u64 {
+        if self.backwards > 0 {
+            self.backwards
+        } else {
+            self.forwards
+        }
+    }
 }
 
 /// The most tensors kept waiting for the first backward to say whether they were the forward's.
@@ -289,6 +312,12 @@ impl Kinds {
                 }
             }
         }
+        match phase {
+            Phase::Forward => self.begun.forwards += 1,
+            Phase::Backward => self.begun.backwards += 1,
+            Phase::Optimizer => self.begun.optimizer_steps += 1,
+            _ => {}
+        }
         let first = self.current.is_none();
         self.previous = self.current;
         self.current = Some(phase);
@@ -452,6 +481,11 @@ impl Kinds {
     /// The phase run now going on (a new one begins as the phase changes).
     pub fn run(&self) -> u64 {
         self.run
+    }
+
+    /// How many forwards, backward passes and optimizer steps began in the records read so far.
+    pub fn steps_begun(&self) -> StepsBegun {
+        self.begun
     }
 }
 

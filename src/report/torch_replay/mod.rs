@@ -110,6 +110,9 @@ pub struct Input {
     pub tensors: u64,
     /// The trace starts at a checkpoint: its first tensors were folded into it.
     pub from_checkpoint: bool,
+    /// The forwards, backward passes and optimizer steps that began in the records (a ring's:
+    /// how much of the run its replay holds).
+    pub steps_begun: crate::report::kinds::StepsBegun,
     /// What the checkpoint says PyTorch held when the ring began, which the replay starts from.
     pub seed: Seed,
     /// The autograd graph the shim walked when backward passes began (for `--autocast`).

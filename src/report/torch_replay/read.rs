@@ -322,6 +322,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         recorded,
         tensors: g.tensors,
         from_checkpoint: g.from_checkpoint,
+        steps_begun: g.kinds.steps_begun(),
         seed: g.seed,
         graph: g.graph,
     })

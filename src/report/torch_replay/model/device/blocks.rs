@@ -3,6 +3,9 @@
 
 use super::*;
 
+/// The most blocks freed since a release kept one by one (see `Model::released`).
+const FRESH_MOST: usize = 1 << 16;
+
 impl Model {
     pub(super) fn next_of(&self, ptr: u64) -> Option<(u64, Block)> {
         let b = self.blocks.get(&ptr)?;
@@ -82,7 +85,17 @@ impl Model {
     pub(super) fn insert_free(&mut self, ptr: u64, mut b: Block) {
         b.state = State::Free;
         b.gc_base = self.searches[pool(b.small)];
-        self.free[pool(b.small)].insert((b.stream, b.size, ptr));
+        let p = pool(b.small);
+        if self.released[p] {
+            if self.fresh[p].len() < FRESH_MOST {
+                self.fresh[p].push(ptr);
+            } else {
+                // The next release looks through the whole free set (as costly as these).
+                self.released[p] = false;
+                self.fresh[p] = Vec::new();
+            }
+        }
+        self.free[p].insert((b.stream, b.size, ptr));
         self.blocks.insert(ptr, b);
     }
 

@@ -23,7 +23,23 @@ impl Model {
     }
 
     pub(super) fn release_blocks(&mut self, p: usize) {
-        let keys: Vec<(u64, u64, u64)> = self.free[p].iter().copied().collect();
+        // After a release, only the blocks freed since can go back (see `released`), looked
+        // at in the free set's order as the whole set would be.
+        let keys: Vec<(u64, u64, u64)> = if self.released[p] {
+            let mut keys: Vec<_> = std::mem::take(&mut self.fresh[p])
+                .into_iter()
+                .filter_map(|ptr| {
+                    let b = self.blocks.get(&ptr).filter(|b| b.state == State::Free)?;
+                    let k = (b.stream, b.size, ptr);
+                    self.free[p].contains(&k).then_some(k)
+                })
+                .collect();
+            keys.sort_unstable();
+            keys.dedup();
+            keys
+        } else {
+            self.free[p].iter().copied().collect()
+        };
         let mut to_unmap = Vec::new();
         for (_, _, ptr) in keys {
             if self.expandable(ptr) {
@@ -44,6 +60,18 @@ impl Model {
                 self.segments.remove(&start);
             }
         }
+        // What the unmapping left free (the part pages of a block) goes back only once it
+        // joins a block freed later.
+        self.released[p] = true;
+        self.fresh[p].clear();
+    }
+
+    /// The next release looks through every free block, as before any release (the tests
+    /// compare the two).
+    #[cfg(test)]
+    pub fn forget_releases(&mut self) {
+        self.released = [false; 2];
+        self.fresh = [Vec::new(), Vec::new()];
     }
 
     /// Every pending free completes, then every wholly free cached segment goes back.
