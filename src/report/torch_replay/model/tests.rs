@@ -288,7 +288,7 @@ fn a_retry_completes_the_pending_frees_first() {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
     /// Random programs under random settings: the model's books always balance.
     #[test]
     fn the_model_stays_consistent(
