@@ -333,20 +333,28 @@ proptest! {
         }
     }
 
-    /// A release after a release looks only at the blocks freed since (`Model::released`):
-    /// the same program on a device small enough to fail often, once so and once looking
-    /// through every free block at each release, gives the same addresses, failures, books
-    /// and segment log.
+    /// A release after a release looks only at the blocks freed since (`Model::released`),
+    /// and the collector only at the whole segments it left and the blocks freed since
+    /// (`Model::gc_whole`): the same program on a device small enough to fail often, once so
+    /// and once looking through every free block each time, gives the same addresses,
+    /// failures, books and segment log.
     #[test]
     fn a_release_after_a_release_finds_what_looking_through_every_block_finds(
         ops in prop::collection::vec((0u8..10, 1u64..(48 * MIB), 0u64..2), 1..400),
         expandable in any::<bool>(),
         split in prop::option::of(20u64..200),
+        gc in prop::option::of(1u64..10),
     ) {
         let mut text = format!("expandable_segments:{}", if expandable { "True" } else { "False" });
         if let Some(s) = split { text.push_str(&format!(",max_split_size_mb:{s}")); }
+        let mut lim = limits(160 * MIB);
+        if let Some(g) = gc {
+            // The collector runs only under a memory fraction.
+            text.push_str(&format!(",garbage_collection_threshold:0.{g}"));
+            lim.allowed = Some(144 * MIB);
+        }
         let conf = TorchConf::parse(&text).unwrap();
-        let (mut a, mut b) = (Model::new(conf.clone(), limits(160 * MIB)), Model::new(conf, limits(160 * MIB)));
+        let (mut a, mut b) = (Model::new(conf.clone(), lim), Model::new(conf, lim));
         a.keep_log();
         b.keep_log();
         let mut live: Vec<u64> = Vec::new();

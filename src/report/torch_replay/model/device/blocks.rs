@@ -95,6 +95,14 @@ impl Model {
                 self.fresh[p] = Vec::new();
             }
         }
+        if p == 0 && self.gc_whole.is_some() {
+            if self.gc_fresh.len() < FRESH_MOST {
+                self.gc_fresh.push(ptr);
+            } else {
+                self.gc_whole = None;
+                self.gc_fresh = Vec::new();
+            }
+        }
         self.free[p].insert((b.stream, b.size, ptr));
         self.blocks.insert(ptr, b);
     }

@@ -187,6 +187,13 @@ pub struct Model {
     /// each (200 s of `fit` on a 4 MiB ring of many small tensors).
     released: [bool; 2],
     fresh: [Vec<u64>; 2],
+    /// The collector's like: after it looked through the large pool, the whole segments it
+    /// left there (`Some`), and the blocks put in that pool's free set since. A block becomes
+    /// a whole free segment only by being put in the free set, so these are every whole free
+    /// segment the collector can find, where it looked through every free block at every
+    /// search that missed.
+    gc_whole: Option<Vec<u64>>,
+    gc_fresh: Vec<u64>,
     /// Per pool: unmapped ranges of expandable segments as (stream, address).
     unmapped: [BTreeSet<(u64, u64)>; 2],
     segments: BTreeMap<u64, Segment>,
@@ -217,6 +224,8 @@ impl Model {
             free: [BTreeSet::new(), BTreeSet::new()],
             released: [false; 2],
             fresh: [Vec::new(), Vec::new()],
+            gc_whole: None,
+            gc_fresh: Vec::new(),
             unmapped: [BTreeSet::new(), BTreeSet::new()],
             segments: BTreeMap::new(),
             pending: BTreeSet::new(),

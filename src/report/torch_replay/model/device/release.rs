@@ -66,12 +66,14 @@ impl Model {
         self.fresh[p].clear();
     }
 
-    /// The next release looks through every free block, as before any release (the tests
-    /// compare the two).
+    /// The next release and the next collection look through every free block, as before
+    /// any (the tests compare the two).
     #[cfg(test)]
     pub fn forget_releases(&mut self) {
         self.released = [false; 2];
         self.fresh = [Vec::new(), Vec::new()];
+        self.gc_whole = None;
+        self.gc_fresh = Vec::new();
     }
 
     /// Every pending free completes, then every wholly free cached segment goes back.
@@ -136,20 +138,41 @@ impl Model {
         let target = held - threshold;
         let clock = self.searches[0];
         let age = |b: &Block| clock.saturating_sub(b.gc_base);
-        let whole: Vec<u64> = self.free[0]
-            .iter()
-            .map(|k| k.2)
-            .filter(|&p| self.prev_of(p).is_none() && self.next_of(p).is_none())
-            .collect();
-        let mut total_age: u64 = whole.iter().map(|p| age(&self.blocks[p])).sum();
-        let mut count = whole.len() as u64;
+        let whole_free = |m: &Model, ptr: u64| -> Option<(u64, u64, u64)> {
+            let b = m.blocks.get(&ptr).filter(|b| b.state == State::Free)?;
+            let k = (b.stream, b.size, ptr);
+            let whole = m.prev_of(ptr).is_none() && m.next_of(ptr).is_none();
+            (whole && m.free[0].contains(&k)).then_some(k)
+        };
+        // The whole free segments of the large pool, in the free set's order (see `gc_whole`).
+        let mut keys: Vec<(u64, u64, u64)> = match self.gc_whole.take() {
+            Some(known) => {
+                let fresh = std::mem::take(&mut self.gc_fresh);
+                let mut keys: Vec<_> = known
+                    .into_iter()
+                    .chain(fresh)
+                    .filter_map(|p| whole_free(self, p))
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                keys
+            }
+            None => {
+                let all: Vec<u64> = self.free[0].iter().map(|k| k.2).collect();
+                all.into_iter()
+                    .filter_map(|p| whole_free(self, p))
+                    .collect()
+            }
+        };
+        self.gc_fresh.clear();
+        let mut total_age: u64 = keys.iter().map(|k| age(&self.blocks[&k.2])).sum();
+        let mut count = keys.len() as u64;
         let mut reclaimed = 0u64;
         let mut freed = true;
         while reclaimed < target && freed && count > 0 {
             let mean = total_age as f64 / count as f64;
             freed = false;
-            let keys: Vec<(u64, u64, u64)> = self.free[0].iter().copied().collect();
-            for (_, size, ptr) in keys {
+            for &(_, size, ptr) in &keys {
                 let Some(b) = self.blocks.get(&ptr).copied() else {
                     continue;
                 };
@@ -162,5 +185,7 @@ impl Model {
                 }
             }
         }
+        keys.retain(|k| self.blocks.contains_key(&k.2));
+        self.gc_whole = Some(keys.into_iter().map(|k| k.2).collect());
     }
 }
