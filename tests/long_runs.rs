@@ -417,4 +417,33 @@ fn the_older_checkpoint_stays_far_back_while_the_ring_holds_it() {
         gpushim::trace::reader::TraceReader::open(&path).is_ok(),
         "the trace reads"
     );
+    // `events` and `export` list the records from the older checkpoint on, in detail: every
+    // round's marks, where from the newest they had the last round's alone.
+    let t = path.to_str().unwrap();
+    let listed = stdout(&gpushim_text(&["events", t]));
+    let marks = listed.lines().filter(|l| l.contains(",mark,")).count() as u64;
+    assert!(
+        marks >= newest.covered - older.covered,
+        "{marks} marks listed, {} records between the checkpoints",
+        newest.covered - older.covered
+    );
+    let out = tempdir("long_runs_older_export").file("ring.json");
+    let o = gpushim_text(&[
+        "export",
+        "--format",
+        "perfetto",
+        "-o",
+        out.to_str().unwrap(),
+        t,
+    ]);
+    assert_ok(&o);
+    let instants = std::fs::read_to_string(&out)
+        .unwrap()
+        .matches("\"ph\":\"i\"")
+        .count() as u64;
+    assert!(
+        instants >= newest.covered - older.covered,
+        "{instants} marks exported, {} records between the checkpoints",
+        newest.covered - older.covered
+    );
 }

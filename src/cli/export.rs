@@ -62,8 +62,8 @@ pub fn cmd_export(
                 }
             );
             for t in traces {
-                let summarized =
-                    gpushim::trace::reader::TraceReader::open(t).map_or(0, |r| r.info().summarized);
+                let summarized = gpushim::trace::reader::TraceReader::open_with(t, opts)
+                    .map_or(0, |r| r.info().summarized);
                 if summarized > 0 {
                     eprintln!(
                         "gpushim: {} is a trace of any length: its {summarized} oldest records are \

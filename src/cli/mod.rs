@@ -135,6 +135,17 @@ fn missing_trace(t: &std::path::Path) -> Option<String> {
     Some(o)
 }
 
+/// `opts` for a command that lists a trace's records rather than reporting on the run: of a
+/// ring's two checkpoints, the one with the most records after it in detail (the older, up to
+/// seven eighths of the ring back), where the reports read the newest (its summary covers the
+/// whole run, and only a second or so of the records follow it).
+fn in_full(opts: &ReadOptions) -> ReadOptions {
+    ReadOptions {
+        longest_ring: true,
+        ..opts.clone()
+    }
+}
+
 fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
     match command {
         Cmd::Run {
@@ -155,7 +166,8 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
         Cmd::Summary {
             traces, json, at, ..
         } => summary::cmd_summary(&traces, json, at, opts),
-        Cmd::Events { trace, json, .. } => events::cmd_events(&trace, json, opts),
+        // The records themselves: from a ring's checkpoint with the most of the ring after it.
+        Cmd::Events { trace, json, .. } => events::cmd_events(&trace, json, &in_full(opts)),
         Cmd::Simulate {
             traces,
             conf,
@@ -214,7 +226,7 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             output,
             protocol,
             ..
-        } => export::cmd_export(&traces, &format, &output, protocol, opts),
+        } => export::cmd_export(&traces, &format, &output, protocol, &in_full(opts)),
         Cmd::Diff { a, b, json, .. } => diff::cmd_diff(&a, &b, json, opts),
         Cmd::Top {
             trace,
