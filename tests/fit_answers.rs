@@ -103,6 +103,15 @@ fn fit_from_a_ring_that_holds_few_steps_says_so() {
         ),
         "{text}"
     );
+    // `simulate --torch` says the same of its replay.
+    let sim = gpushim_text(&["simulate", "--torch", "expandable_segments:True", r]);
+    assert_ok(&sim);
+    let said = String::from_utf8_lossy(&sim.stderr);
+    assert!(
+        said.contains("0 backward pass(es)")
+            && said.contains("every figure below is of those alone"),
+        "{said}"
+    );
 }
 
 /// Answers that are not answers are not given: a trace whose requests have no kind that follows

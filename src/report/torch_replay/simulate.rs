@@ -79,6 +79,20 @@ pub fn simulate(
                 crate::files::shown(trace)
             ),
         });
+        let b = input.steps_begun;
+        say(format!(
+            "gpushim: {}: the records after it hold {} forward(s), {} backward pass(es) and {} \
+             optimizer step(s) of the run{}",
+            crate::files::shown(trace),
+            b.forwards,
+            b.backwards,
+            b.optimizer_steps,
+            if b.passes() < crate::report::fit::FEW_PASSES {
+                ": every figure below is of those alone; a larger trace_max keeps more of the run"
+            } else {
+                ""
+            }
+        ));
     }
     Ok(TorchReport {
         trace: crate::files::shown(trace).to_string(),
