@@ -10,7 +10,8 @@
 # each largest batch within a tenth (a ring that never lapped counts as off: it would prove
 # nothing). A ring does not hold the run's first steps, whose fragmentation under the
 # defaults the whole trace replays (docs/fit.md): the bound is the ring's, not the truth's.
-# One table. The traces and predictions are left in $OUT/fitring when OUT is set.
+# One table; its last column, how many backward passes the ring's replay held (`fit`'s `ring`),
+# says whether the replay saw the training (fewer than three, and `fit` warns). The traces and predictions are left in $OUT/fitring when OUT is set.
 #   bash scripts/gpu.sh fitring[:STEPS]
 set -euo pipefail
 steps=${1:-120}
