@@ -478,3 +478,41 @@ fn another_setting_from_a_ring_starts_from_the_live_tensors_in_a_cache_of_its_ow
         assert_eq!(afresh, whole, "{name}: from the run's cache {kept}");
     }
 }
+
+/// `fit`'s search asks a replay only whether the requests fit (`Bounds::stop_at_failure`):
+/// one that stops at its first failed request says so, as the whole replay does, and where
+/// nothing fails gives the same peak; where many fail it counted one, so it stopped there.
+#[test]
+fn a_replay_asked_only_whether_it_fits_stops_at_its_first_failure_and_answers_the_same() {
+    let input = torch_replay::read(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
+    let conf = TorchConf::parse("").unwrap();
+    let limit = torch_replay::replay(&input, &conf, &Bounds::default(), false)
+        .0
+        .peak_reserved_bytes;
+    let mut stopped_early = 0;
+    for times in [1u64, 2, 3, 4, 8] {
+        let resized = input.resized_optional(&torch_replay::WhatIf::default(), |_, size, _| {
+            (size.saturating_mul(times), false)
+        });
+        let run = |stop_at_failure: bool| {
+            let bounds = Bounds {
+                limit: Some(limit * 2),
+                stop_at_failure,
+                ..Bounds::default()
+            };
+            torch_replay::replay_resized(&input, &resized, &conf, &bounds)
+        };
+        let (whole, asked) = (run(false), run(true));
+        assert_eq!(whole.failures == 0, asked.failures == 0, "x{times}");
+        if whole.failures == 0 {
+            assert_eq!(
+                whole.peak_reserved_bytes, asked.peak_reserved_bytes,
+                "x{times}"
+            );
+        } else {
+            assert_eq!(asked.failures, 1, "x{times}: {}", whole.failures);
+            stopped_early += usize::from(whole.failures > 1);
+        }
+    }
+    assert!(stopped_early > 0, "no size made more than one request fail");
+}

@@ -346,20 +346,29 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         checkpointing: checkpointing.as_ref(),
         autocast: autocast.as_ref(),
     };
-    let settings = [(&recorded, true), (&expandable, false)]
-        .into_iter()
-        .map(|(conf, recorded)| {
-            setting_fit(
-                input,
-                &req,
-                &optional,
-                ask,
-                (conf, recorded),
-                &bounds,
-                &what_if,
-            )
+    let one = |conf, recorded| {
+        setting_fit(
+            input,
+            &req,
+            &optional,
+            ask,
+            (conf, recorded),
+            &bounds,
+            &what_if,
+        )
+    };
+    // The two settings' replays are each their own: on two threads where there are two cores.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let settings = if cores >= 2 {
+        std::thread::scope(|s| {
+            let other = s.spawn(|| one(&expandable, false));
+            let first = one(&recorded, true);
+            let second = other.join().unwrap_or_else(|_| one(&expandable, false));
+            vec![first, second]
         })
-        .collect();
+    } else {
+        vec![one(&recorded, true), one(&expandable, false)]
+    };
     let seq = match &ask.seq {
         None => None,
         Some(s) => Some(seq::axis(

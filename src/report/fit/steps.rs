@@ -108,7 +108,7 @@ pub(super) fn setting_fit(
     what_if: &WhatIfs<'_>,
 ) -> SettingFit {
     let scale = |n: usize| req.scale.get(n).copied().unwrap_or(Scale::Fixed);
-    let at_batch = |batch: u64| -> Row {
+    let at_batch = |batch: u64, bounds: &Bounds| -> Row {
         let size = |n: usize, size: u64, _| {
             // Under autocast, a request made in 16 bits is half its recorded size first.
             let half = what_if.autocast.is_some_and(|a| a.half(n));
@@ -138,8 +138,13 @@ pub(super) fn setting_fit(
             workspaces_done_without: o.done_without,
         }
     };
-    let rows: Vec<Row> = ask.batches.iter().map(|&b| at_batch(b)).collect();
-    let (largest, peak) = largest(&at_batch, ask.max_batch);
+    let rows: Vec<Row> = ask.batches.iter().map(|&b| at_batch(b, bounds)).collect();
+    // The search asks only whether a batch fits: a replay stops at its first failure.
+    let search = Bounds {
+        stop_at_failure: true,
+        ..*bounds
+    };
+    let (largest, peak) = largest(&|b| at_batch(b, &search), ask.max_batch);
     SettingFit {
         setting: conf.to_string(),
         recorded: is_recorded,

@@ -273,6 +273,9 @@ pub struct Bounds {
     /// hold them: `fit`'s peaks), not from the run's cache. Off (the post-mortem's advice): what
     /// serves a failure from the run's cache, fragments and all, would have served it in the run.
     pub afresh: bool,
+    /// Stop at the replay's own first failed request: whether the requests fit is all that is
+    /// asked (`fit`'s search for the largest batch), not how many failed.
+    pub stop_at_failure: bool,
 }
 
 /// A request the replay could not serve.

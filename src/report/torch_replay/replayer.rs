@@ -71,6 +71,8 @@ struct Replayer<'a> {
     oom_in_private_pool: bool,
     /// What the private pools held at the run's failure.
     private_at_oom: u64,
+    /// A request failed and the bounds ask to stop there.
+    stopped: bool,
 }
 
 impl<'a> Replayer<'a> {
@@ -108,6 +110,7 @@ impl<'a> Replayer<'a> {
             private: BTreeMap::new(),
             oom_in_private_pool: false,
             private_at_oom: 0,
+            stopped: false,
         };
         if input.from_checkpoint {
             let recorded = TorchConf::parse(&input.recorded.text).ok();
@@ -174,7 +177,10 @@ impl<'a> Replayer<'a> {
                 size: e.size,
             }),
             Ev::EmptyCache => m.empty_cache(),
-            Ev::Alloc => self.alloc(e),
+            Ev::Alloc => {
+                self.alloc(e);
+                return !self.stopped;
+            }
             Ev::FreeRequested => {
                 if let Some(&p) = self.placed.get(&(e.device, e.ptr)) {
                     m.free_requested(p);
@@ -213,6 +219,10 @@ impl<'a> Replayer<'a> {
             Err(oom) => {
                 if self.first_failure.is_none() {
                     self.first_failure = Some(failure(input, e, oom.reserved));
+                }
+                if self.bounds.stop_at_failure {
+                    self.stopped = true;
+                    return;
                 }
                 // The run went on: so does the replay, as if the memory were there.
                 m.unlimited(|m| m.malloc(e.size, stream))
