@@ -145,9 +145,6 @@ pub struct Fit {
     pub ring: Option<crate::report::kinds::StepsBegun>,
 }
 
-/// Fewer passes than this in a ring's records, and `fit` says its answers are of those alone.
-pub const FEW_PASSES: u64 = 3;
-
 impl Fit {
     /// Nothing of the run's requests follows the batch (every one fixed or of unknown kind, and
     /// no second run measured any): every batch's peak is the run's, and no largest batch can

@@ -294,21 +294,17 @@ fn autocast_line(o: &mut String, at: u64, a: &crate::report::torch_replay::Autoc
 /// How much of the run a ring's records hold, and a warning where it is a pass or two.
 fn ring_line(o: &mut String, r: &crate::report::kinds::StepsBegun) {
     use std::fmt::Write as _;
-    let held = format!(
-        "{} forward(s), {} backward pass(es) and {} optimizer step(s)",
-        r.forwards, r.backwards, r.optimizer_steps
-    );
-    if r.passes() < super::FEW_PASSES {
+    if r.few() {
         let _ = writeln!(
             o,
             "warning: the trace is a ring, and the records its replay starts from hold only \
-             {held} of the run: every peak and batch below is of those alone. A larger \
+             {r} of the run: every peak and batch below is of those alone. A larger \
              trace_max (GPUSHIM_CONF=trace_max:...) keeps more of the run"
         );
     } else {
         let _ = writeln!(
             o,
-            "  the trace is a ring: replayed from its checkpoint on, {held} (the run's first \
+            "  the trace is a ring: replayed from its checkpoint on, {r} (the run's first \
              steps are not in it)"
         );
     }

@@ -73,6 +73,21 @@ impl StepsBegun {
             self.forwards
         }
     }
+
+    /// Too few passes for a replay of them to stand for the run (`fit` and `simulate` warn).
+    pub fn few(&self) -> bool {
+        self.passes() < 3
+    }
+}
+
+impl std::fmt::Display for StepsBegun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} forward(s), {} backward pass(es) and {} optimizer step(s)",
+            self.forwards, self.backwards, self.optimizer_steps
+        )
+    }
 }
 
 /// The most tensors kept waiting for the first backward to say whether they were the forward's.

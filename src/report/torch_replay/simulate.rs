@@ -81,13 +81,9 @@ pub fn simulate(
         });
         let b = input.steps_begun;
         say(format!(
-            "gpushim: {}: the records after it hold {} forward(s), {} backward pass(es) and {} \
-             optimizer step(s) of the run{}",
+            "gpushim: {}: the records after it hold {b} of the run{}",
             crate::files::shown(trace),
-            b.forwards,
-            b.backwards,
-            b.optimizer_steps,
-            if b.passes() < crate::report::fit::FEW_PASSES {
+            if b.few() {
                 ": every figure below is of those alone; a larger trace_max keeps more of the run"
             } else {
                 ""

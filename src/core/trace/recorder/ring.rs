@@ -6,11 +6,11 @@
 //! claim; a block's unused tail is abandoned within 1 ms), feeds them to a [`Summarizer`], and,
 //! once the ring is half full, writes a checkpoint every second and whenever the writers are
 //! half a ring ahead of the last one. A checkpoint takes the newest's place while the older
-//! lies within the ring's newest seven eighths, else the older's (so the older stays far back: a replay
-//! from it has many records), then its descriptor's `seq` is stored last: a process killed at
-//! any moment leaves a whole checkpoint at most a second old, and the ring still holds every
-//! record after it unless the writers lapped the summarizer (then the records between are
-//! counted in the header).
+//! lies within the ring's newest seven eighths, else the older's (so the older stays far back:
+//! a replay from it has many records), then its descriptor's `seq` is stored last: a process
+//! killed at any moment leaves a whole checkpoint at most a second old, and the ring still
+//! holds every record after it unless the writers lapped the summarizer (then the records
+//! between are counted in the header).
 
 use super::*;
 use crate::trace::format::ring::{DESCRIPTOR_BYTES, checksum};

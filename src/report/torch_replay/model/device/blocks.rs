@@ -3,8 +3,41 @@
 
 use super::*;
 
-/// The most blocks freed since a release kept one by one (see `Model::released`).
+/// The most blocks freed since a look kept one by one (see [`FreedSince`]).
 const FRESH_MOST: usize = 1 << 16;
+
+/// The blocks put in a free set since a look through all of it found every block it looks
+/// for, while one did (see `Model::fresh`). Past [`FRESH_MOST`] it forgets the look: the next
+/// one goes through the whole set, as costly as these.
+#[derive(Debug, Default)]
+pub(super) struct FreedSince {
+    looked: bool,
+    blocks: Vec<u64>,
+}
+
+impl FreedSince {
+    pub(super) fn note(&mut self, ptr: u64) {
+        if !self.looked {
+            return;
+        }
+        if self.blocks.len() < FRESH_MOST {
+            self.blocks.push(ptr);
+        } else {
+            *self = FreedSince::default();
+        }
+    }
+
+    /// The blocks freed since the last look, if there was one.
+    pub(super) fn take(&mut self) -> Option<Vec<u64>> {
+        self.looked.then(|| std::mem::take(&mut self.blocks))
+    }
+
+    /// A look has found every block it looks for.
+    pub(super) fn looked(&mut self) {
+        self.looked = true;
+        self.blocks.clear();
+    }
+}
 
 impl Model {
     pub(super) fn next_of(&self, ptr: u64) -> Option<(u64, Block)> {
@@ -86,22 +119,9 @@ impl Model {
         b.state = State::Free;
         b.gc_base = self.searches[pool(b.small)];
         let p = pool(b.small);
-        if self.released[p] {
-            if self.fresh[p].len() < FRESH_MOST {
-                self.fresh[p].push(ptr);
-            } else {
-                // The next release looks through the whole free set (as costly as these).
-                self.released[p] = false;
-                self.fresh[p] = Vec::new();
-            }
-        }
-        if p == 0 && self.gc_whole.is_some() {
-            if self.gc_fresh.len() < FRESH_MOST {
-                self.gc_fresh.push(ptr);
-            } else {
-                self.gc_whole = None;
-                self.gc_fresh = Vec::new();
-            }
+        self.fresh[p].note(ptr);
+        if p == 0 {
+            self.gc_fresh.note(ptr);
         }
         self.free[p].insert((b.stream, b.size, ptr));
         self.blocks.insert(ptr, b);

@@ -178,22 +178,20 @@ pub struct Model {
     blocks: BTreeMap<u64, Block>,
     /// Per pool (0 large, 1 small): free mapped blocks as (stream, size, address).
     free: [BTreeSet<(u64, u64, u64)>; 2],
-    /// Per pool: a release found every block of `free` that could go back, and since then the
-    /// blocks put in `free` are in `fresh`. Only a block put in the free set can be one that
-    /// goes back (a whole segment, or an expandable segment's whole pages): one left there by a
-    /// release changes only by being taken out (joined to a neighbour freed, or allocated). So
-    /// the next release looks at `fresh` alone: a run that fails allocation after allocation,
-    /// as a what-if at a batch far past the device does, looked through every free block at
-    /// each (200 s of `fit` on a 4 MiB ring of many small tensors).
-    released: [bool; 2],
-    fresh: [Vec<u64>; 2],
-    /// The collector's like: after it looked through the large pool, the whole segments it
-    /// left there (`Some`), and the blocks put in that pool's free set since. A block becomes
-    /// a whole free segment only by being put in the free set, so these are every whole free
-    /// segment the collector can find, where it looked through every free block at every
-    /// search that missed.
-    gc_whole: Option<Vec<u64>>,
-    gc_fresh: Vec<u64>,
+    /// Per pool: the blocks put in `free` since a release found every block there that could
+    /// go back. Only a block put in the free set can be one that goes back (a whole segment,
+    /// or an expandable segment's whole pages): one left there by a release changes only by
+    /// being taken out (joined to a neighbour freed, or allocated). So the next release looks
+    /// at these alone: a run that fails allocation after allocation, as a what-if at a batch
+    /// far past the device does, looked through every free block at each (200 s of `fit` on
+    /// a 4 MiB ring of many small tensors).
+    fresh: [blocks::FreedSince; 2],
+    /// The collector's like: the whole segments of the large pool it left after its last look,
+    /// and the blocks put in that pool's free set since. A block becomes a whole free segment
+    /// only by being put in the free set, so these are every whole free segment the collector
+    /// can find, where it looked through every free block at every search that missed.
+    gc_whole: Vec<u64>,
+    gc_fresh: blocks::FreedSince,
     /// Per pool: unmapped ranges of expandable segments as (stream, address).
     unmapped: [BTreeSet<(u64, u64)>; 2],
     segments: BTreeMap<u64, Segment>,
@@ -222,10 +220,9 @@ impl Model {
             limits,
             blocks: BTreeMap::new(),
             free: [BTreeSet::new(), BTreeSet::new()],
-            released: [false; 2],
-            fresh: [Vec::new(), Vec::new()],
-            gc_whole: None,
-            gc_fresh: Vec::new(),
+            fresh: Default::default(),
+            gc_whole: Vec::new(),
+            gc_fresh: Default::default(),
             unmapped: [BTreeSet::new(), BTreeSet::new()],
             segments: BTreeMap::new(),
             pending: BTreeSet::new(),

@@ -23,10 +23,10 @@ impl Model {
     }
 
     pub(super) fn release_blocks(&mut self, p: usize) {
-        // After a release, only the blocks freed since can go back (see `released`), looked
-        // at in the free set's order as the whole set would be.
-        let keys: Vec<(u64, u64, u64)> = if self.released[p] {
-            let mut keys: Vec<_> = std::mem::take(&mut self.fresh[p])
+        // After a release, only the blocks freed since can go back (see `fresh`), looked at in
+        // the free set's order as the whole set would be.
+        let keys: Vec<(u64, u64, u64)> = if let Some(fresh) = self.fresh[p].take() {
+            let mut keys: Vec<_> = fresh
                 .into_iter()
                 .filter_map(|ptr| {
                     let b = self.blocks.get(&ptr).filter(|b| b.state == State::Free)?;
@@ -62,18 +62,15 @@ impl Model {
         }
         // What the unmapping left free (the part pages of a block) goes back only once it
         // joins a block freed later.
-        self.released[p] = true;
-        self.fresh[p].clear();
+        self.fresh[p].looked();
     }
 
     /// The next release and the next collection look through every free block, as before
     /// any (the tests compare the two).
     #[cfg(test)]
     pub fn forget_releases(&mut self) {
-        self.released = [false; 2];
-        self.fresh = [Vec::new(), Vec::new()];
-        self.gc_whole = None;
-        self.gc_fresh = Vec::new();
+        self.fresh = Default::default();
+        self.gc_fresh = Default::default();
     }
 
     /// Every pending free completes, then every wholly free cached segment goes back.
@@ -145,10 +142,9 @@ impl Model {
             (whole && m.free[0].contains(&k)).then_some(k)
         };
         // The whole free segments of the large pool, in the free set's order (see `gc_whole`).
-        let mut keys: Vec<(u64, u64, u64)> = match self.gc_whole.take() {
-            Some(known) => {
-                let fresh = std::mem::take(&mut self.gc_fresh);
-                let mut keys: Vec<_> = known
+        let mut keys: Vec<(u64, u64, u64)> = match self.gc_fresh.take() {
+            Some(fresh) => {
+                let mut keys: Vec<_> = std::mem::take(&mut self.gc_whole)
                     .into_iter()
                     .chain(fresh)
                     .filter_map(|p| whole_free(self, p))
@@ -164,7 +160,6 @@ impl Model {
                     .collect()
             }
         };
-        self.gc_fresh.clear();
         let mut total_age: u64 = keys.iter().map(|k| age(&self.blocks[&k.2])).sum();
         let mut count = keys.len() as u64;
         let mut reclaimed = 0u64;
@@ -186,6 +181,7 @@ impl Model {
             }
         }
         keys.retain(|k| self.blocks.contains_key(&k.2));
-        self.gc_whole = Some(keys.into_iter().map(|k| k.2).collect());
+        self.gc_whole = keys.into_iter().map(|k| k.2).collect();
+        self.gc_fresh.looked();
     }
 }
