@@ -26,6 +26,13 @@ fn main() -> std::process::ExitCode {
         if sampled > 0 {
             eprintln!("gpushim: {sampled} time(s) the leaks were sampled as the trace was read");
         }
+        let (replays, events, passed) = gpushim::report::torch_replay::replays_counted();
+        if replays > 0 {
+            eprintln!(
+                "gpushim: {replays} replay(s) of PyTorch's allocator applied {events} events, \
+                 passed over {passed} as repeats"
+            );
+        }
         let (paired, readers) = gpushim::trace::reader::paired();
         if paired > 0 {
             eprintln!("gpushim: {paired} pass(es) read by {readers} threads at once");

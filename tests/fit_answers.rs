@@ -3,6 +3,8 @@
 
 use crate::common::*;
 use crate::fit::{at_batch, json};
+use std::path::Path;
+use std::process::Command;
 
 /// A run long enough to be a ring (4000 steps through a 4 MiB trace, its oldest records
 /// summarized in a checkpoint) is what an OOM after hours of growth leaves: `fit`, `oom` and the
@@ -183,4 +185,101 @@ fn a_trace_without_tensors_is_told_so_before_being_asked_for_its_batch() {
     let said = stderr(&out);
     assert!(said.contains("holds no tensors"), "{said}");
     assert!(!said.contains("--at"), "asked for the batch first: {said}");
+}
+
+/// `fit ARGS TRACE --json` with `env`, which must succeed: what it printed, and the events its
+/// replays applied and passed over as repeats (`GPUSHIM_READS=1`).
+fn fit_counted(trace: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, u64, u64) {
+    let out = Command::new(gpushim_bin())
+        .arg("fit")
+        .arg(trace)
+        .args(args)
+        .arg("--json")
+        .env_remove("GPUSHIM_CONF")
+        .env("GPUSHIM_READS", "1")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let err = stderr(&out);
+    let line = err
+        .lines()
+        .filter_map(|l| l.strip_prefix("gpushim: "))
+        .find(|l| l.contains("replay(s) of PyTorch's allocator"))
+        .unwrap_or_else(|| panic!("no count of the replays: {err}"));
+    let number_after = |word: &str| -> u64 {
+        let rest = &line[line.find(word).unwrap_or_else(|| panic!("{line}")) + word.len()..];
+        let digits: String = rest
+            .trim_start()
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.parse().unwrap_or_else(|_| panic!("{line}"))
+    };
+    (
+        stdout(&out),
+        number_after("applied"),
+        number_after("passed over"),
+    )
+}
+
+/// A training loop asks for the same tensors every step, and once the cache has settled the
+/// replay of a step goes as the one before it went: `fit` passes over such repeats (counting
+/// what they count) where it replayed every one some twenty times per setting. Its answers are
+/// those of replaying every event, to the byte, on a whole run and on a ring, with rows that
+/// fail at every step and optional workspaces done without at every step (what a repeat counts
+/// is counted again for each repeat passed over), and the repeats passed over are most of what
+/// the replays went through.
+#[test]
+fn fit_passes_over_repeating_steps_and_answers_as_replaying_every_event() {
+    let dir = tempdir("fit-repeats");
+    let conv = ("KINDS_CONV", (1u64 << 20).to_string());
+    let whole = dir.join("whole.trace");
+    assert_ok(&kinds_program_with(
+        &whole,
+        300,
+        false,
+        &["--batch-size", "2"],
+        vec![conv.clone()],
+    ));
+    let ring = dir.join("ring.trace");
+    assert_ok(&kinds_program_with(
+        &ring,
+        3000,
+        false,
+        &["--batch-size", "2"],
+        vec![conv, ("GPUSHIM_CONF", "trace_max:4MiB".into())],
+    ));
+    let (mut failed, mut done_without) = (false, false);
+    for trace in [&whole, &ring] {
+        for args in [
+            &["--batch", "4,8"][..],
+            &["--batch", "2,64", "--limit", "96MiB"],
+            &["--batch", "16", "--device-memory", "200MiB"],
+        ] {
+            let (fast, applied, passed) = fit_counted(trace, args, &[]);
+            let (every, _, none) = fit_counted(trace, args, &[("GPUSHIM_REPLAY_EVERY", "1")]);
+            assert_eq!(fast, every, "{} {args:?}", trace.display());
+            assert_eq!(none, 0);
+            assert!(
+                passed > applied,
+                "{} {args:?}: applied {applied}, passed over {passed}",
+                trace.display()
+            );
+            let v: serde_json::Value = serde_json::from_str(&fast).unwrap();
+            for row in v["settings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|s| s["rows"].as_array().unwrap().iter())
+            {
+                failed |= row["failures"].as_u64().unwrap_or(0) > 100;
+                done_without |= row["workspaces_done_without"].as_u64().unwrap_or(0) > 100;
+            }
+        }
+    }
+    assert!(
+        failed && done_without,
+        "rows that fail and do without at every step"
+    );
 }

@@ -187,7 +187,7 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
                     stop_at_oom: false,
                     // Peaks under each setting, from a ring as a run under it would stand.
                     afresh: true,
-                    stop_at_failure: false,
+                    ..Default::default()
                 };
                 simulate::cmd_simulate_torch(&traces, &torch, recommend, &bounds, json, opts)
             }

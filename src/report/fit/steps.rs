@@ -108,27 +108,33 @@ pub(super) fn setting_fit(
     what_if: &WhatIfs<'_>,
 ) -> SettingFit {
     let scale = |n: usize| req.scale.get(n).copied().unwrap_or(Scale::Fixed);
+    let optional_at = |n: usize| optional.get(n).copied().unwrap_or(false);
+    // Each size below reads of a request only its scale and whether it is optional (and,
+    // under autocast, whose replays pass over nothing, whether it is made in 16 bits).
+    let repeating = input.repeating(|n| (scale(n), optional_at(n)));
     let at_batch = |batch: u64, bounds: &Bounds| -> Row {
         let size = |n: usize, size: u64, _| {
             // Under autocast, a request made in 16 bits is half its recorded size first.
             let half = what_if.autocast.is_some_and(|a| a.half(n));
             let base = if half { size / 2 } else { size };
             let sized = resize(scale(n), base, ask.at, batch);
-            (sized, optional.get(n).copied().unwrap_or(false))
+            (sized, optional_at(n))
         };
         // An autocast copy scales as the request it copies does, where that follows the batch.
         let copy_size = |bytes: u64, like: Option<usize>| match like.map(scale) {
             Some(Scale::Batch) => resize(Scale::Batch, bytes, ask.at, batch),
             _ => bytes,
         };
-        let events = input.resized_optional(
-            &torch_replay::WhatIf {
-                checkpointing: what_if.checkpointing,
-                autocast: what_if.autocast,
-                copy_size: &copy_size,
-            },
-            size,
-        );
+        let events = input
+            .resized_optional(
+                &torch_replay::WhatIf {
+                    checkpointing: what_if.checkpointing,
+                    autocast: what_if.autocast,
+                    copy_size: &copy_size,
+                },
+                size,
+            )
+            .knowing(repeating);
         let o = torch_replay::replay_resized(input, &events, conf, bounds);
         Row {
             batch,

@@ -168,7 +168,7 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         fraction: None,
         stop_at_oom: true,
         afresh: false,
-        stop_at_failure: false,
+        ..Bounds::default()
     };
     let (own, fidelity) = replay(&input, &recorded, &bounds, true);
     let limit = {

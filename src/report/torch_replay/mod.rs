@@ -31,7 +31,7 @@ pub use checkpoint::{Blocks, Checkpointing};
 
 pub use advice::{OomAdvice, candidates, oom_advice, recommend, recorded_conf, render_advice};
 pub use read::read;
-pub use replayer::{Resized, WhatIf, replay, replay_resized};
+pub use replayer::{Repeating, Resized, WhatIf, replay, replay_resized, replays_counted};
 
 use crate::trace::reader::{ReadError, TraceReader};
 use serde::Serialize;
@@ -117,6 +117,8 @@ pub struct Input {
     pub seed: Seed,
     /// The autograd graph the shim walked when backward passes began (for `--autocast`).
     pub graph: crate::trace::graph::Walks,
+    /// Where the events repeat, found when a replay first asks.
+    period: std::sync::OnceLock<Option<replayer::Period>>,
 }
 
 /// A `trace_max` that holds every record of a run of `records`: 32 bytes each, and room for
@@ -276,6 +278,9 @@ pub struct Bounds {
     /// Stop at the replay's own first failed request: whether the requests fit is all that is
     /// asked (`fit`'s search for the largest batch), not how many failed.
     pub stop_at_failure: bool,
+    /// Replay every event, where the repeats of a training loop that go as one already
+    /// replayed went are otherwise passed over (the tests compare the two).
+    pub every_event: bool,
 }
 
 /// A request the replay could not serve.

@@ -325,6 +325,7 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         steps_begun: g.kinds.steps_begun(),
         seed: g.seed,
         graph: g.graph,
+        period: std::sync::OnceLock::new(),
     })
 }
 

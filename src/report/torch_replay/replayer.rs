@@ -5,9 +5,13 @@ use crate::report::sites::site_label;
 use crate::report::torch_replay::model::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
 use crate::report::units::human_bytes;
 use crate::trace::reader::TraceReader;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
+mod repeat;
 mod seed;
+
+pub use repeat::Repeating;
+pub(super) use repeat::{Period, period_of};
 
 fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
     let facts = input.devices.get(&device).copied().unwrap_or_default();
@@ -53,7 +57,7 @@ struct Replayer<'a> {
     bounds: &'a Bounds,
     models: BTreeMap<u8, Model>,
     /// (device, the run's address) -> the replay's address.
-    placed: HashMap<(u8, u64), u64>,
+    placed: crate::fasthash::FastMap<(u8, u64), u64>,
     /// The run's own segment events, per device.
     recorded: BTreeMap<u8, Vec<SegmentEvent>>,
     /// Per device: tensors, and those placed at the run's own address.
@@ -99,7 +103,7 @@ impl<'a> Replayer<'a> {
             input,
             bounds,
             models,
-            placed: HashMap::new(),
+            placed: Default::default(),
             recorded: BTreeMap::new(),
             same: BTreeMap::new(),
             first_failure: None,
@@ -360,10 +364,99 @@ pub fn replay(
 /// the run as it was but for its failures (another run need not fail there). The run's own
 /// segments stay as hints: the model takes a recorded address only for a segment of the
 /// recorded length, so at the run's own sizes the replay is the run's, to the byte.
-pub struct Resized {
-    events: Vec<Event>,
+///
+/// Made as the replay reads it, never held whole: a replay of a ring's tens of millions of
+/// events read a copy of them written first (twice the requests' memory, and a search that
+/// stops at its first failure wrote them all).
+pub struct Resized<'a> {
+    input: &'a Input,
+    what_if: WhatIf<'a>,
+    size: Box<dyn Fn(usize, u64, u64) -> (u64, bool) + 'a>,
     /// Every request at the run's own size, and no what-if: the run's own requests.
     as_run: bool,
+    /// Where `size` repeats with the run's events, as its caller checked (see
+    /// [`Resized::knowing`]).
+    repeating: Option<Repeating>,
+}
+
+impl Resized<'_> {
+    /// Its sizes said to be a function of each request's class as `repeating` was found with
+    /// (see [`Input::repeating`]), its recorded size and its stack: a replay then passes over
+    /// repeats without checking their requests' sizes one by one.
+    pub fn knowing(self, repeating: Option<Repeating>) -> Self {
+        Resized { repeating, ..self }
+    }
+
+    /// Each event in order to `sink`, until it says stop (false).
+    fn each(&self, sink: &mut dyn FnMut(&Event) -> bool) {
+        let (events, what_if) = (&self.input.events, &self.what_if);
+        let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
+        // Each event's place among the requests, for a checkpoint's recomputed requests
+        // (sized as their originals); without one the count as the events go is enough.
+        let index: Vec<usize> = match checkpointing {
+            Some(_) => events
+                .iter()
+                .scan(0usize, |n, e| {
+                    let at = *n;
+                    *n += usize::from(e.ev == Ev::Alloc);
+                    Some(at)
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        let sized_as = |i: usize, n: usize| -> Event {
+            let mut e = events[i];
+            (e.size, e.optional) = (self.size)(n, e.size, e.stack);
+            e
+        };
+        let sized = |i: usize| sized_as(i, index.get(i).copied().unwrap_or(0));
+        let copy_size = |bytes: u64, like: Option<usize>| (what_if.copy_size)(bytes, like);
+        // What goes before an event (a checkpoint's recomputation, autocast's copies), then
+        // the event: a few at a time.
+        let mut out: Vec<Event> = Vec::new();
+        let mut n = 0usize;
+        let mut flush = |out: &mut Vec<Event>| out.drain(..).all(|e| sink(&e));
+        for (i, e) in events.iter().enumerate() {
+            if let Some(c) = checkpointing {
+                c.insert_before(events, i, e.time_ns, sized, &mut out);
+            }
+            let skipped = match autocast {
+                Some(a) => {
+                    a.insert_before(events, i, e.time_ns, &copy_size, &mut out);
+                    a.skips(i)
+                }
+                None => false,
+            };
+            let this = n;
+            n += usize::from(e.ev == Ev::Alloc);
+            if !skipped {
+                match e.ev {
+                    Ev::Oom | Ev::Skip => {}
+                    Ev::Alloc => out.push(sized_as(i, this)),
+                    _ => {
+                        let mut e = *e;
+                        if let Some(c) = checkpointing {
+                            c.remap(i, &mut e);
+                        }
+                        out.push(e);
+                    }
+                }
+            }
+            if !flush(&mut out) {
+                return;
+            }
+        }
+        if let Some(last) = events.last() {
+            let end = events.len();
+            if let Some(c) = checkpointing {
+                c.insert_before(events, end, last.time_ns, sized, &mut out);
+            }
+            if let Some(a) = autocast {
+                a.insert_before(events, end, last.time_ns, &copy_size, &mut out);
+            }
+            flush(&mut out);
+        }
+    }
 }
 
 impl Input {
@@ -440,84 +533,51 @@ impl Input {
             .unwrap_or(TOTAL_UNKNOWN)
     }
 
+    /// The longest stretch of the run's events that repeats (see [`period_of`]), found once.
+    pub(super) fn period(&self) -> Option<Period> {
+        *self.period.get_or_init(|| period_of(&self.events))
+    }
+
     pub fn reader(&self) -> &TraceReader {
         &self.reader
     }
 
     /// The requests resized by `size(n, recorded size, stack)`, `n` counting the requests.
-    pub fn resized(&self, size: impl Fn(usize, u64, u64) -> u64) -> Resized {
-        self.resized_optional(&WhatIf::default(), |n, s, stack| (size(n, s, stack), false))
+    pub fn resized<'a>(&'a self, size: impl Fn(usize, u64, u64) -> u64 + 'a) -> Resized<'a> {
+        self.resized_optional(&WhatIf::default(), move |n, s, stack| {
+            (size(n, s, stack), false)
+        })
     }
 
     /// The requests resized as [`Input::resized`] does, each also said to be one the program
     /// can do without when memory is short (see `Event::optional`), under the what-ifs asked:
     /// the blocks `checkpointing` names checkpointed (a recomputed request sized as its
     /// original), the forward under `autocast` (its copies sized by `copy_size`).
-    pub fn resized_optional(
-        &self,
-        what_if: &WhatIf<'_>,
-        size: impl Fn(usize, u64, u64) -> (u64, bool),
-    ) -> Resized {
-        // Each event's place among the requests.
-        let mut index = Vec::with_capacity(self.events.len());
-        let mut n = 0;
-        for e in &self.events {
-            index.push(n);
-            n += usize::from(e.ev == Ev::Alloc);
-        }
+    pub fn resized_optional<'a>(
+        &'a self,
+        what_if: &WhatIf<'a>,
+        size: impl Fn(usize, u64, u64) -> (u64, bool) + 'a,
+    ) -> Resized<'a> {
         let no_what_if = what_if.checkpointing.is_none() && what_if.autocast.is_none();
-        let as_run = std::cell::Cell::new(no_what_if);
-        let sized = |i: usize| -> Event {
-            let mut e = self.events[i];
-            let recorded = e.size;
-            (e.size, e.optional) = size(index[i], e.size, e.stack);
-            if e.size != recorded {
-                as_run.set(false);
-            }
-            e
-        };
-        let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
-        let copy_size = |bytes: u64, like: Option<usize>| (what_if.copy_size)(bytes, like);
-        let mut out = Vec::with_capacity(self.events.len());
-        for (i, e) in self.events.iter().enumerate() {
-            if let Some(c) = checkpointing {
-                c.insert_before(&self.events, i, e.time_ns, sized, &mut out);
-            }
-            if let Some(a) = autocast {
-                a.insert_before(&self.events, i, e.time_ns, &copy_size, &mut out);
-                if a.skips(i) {
-                    continue;
-                }
-            }
-            match e.ev {
-                Ev::Oom | Ev::Skip => {}
-                Ev::Alloc => out.push(sized(i)),
-                _ => {
-                    let mut e = *e;
-                    if let Some(c) = checkpointing {
-                        c.remap(i, &mut e);
-                    }
-                    out.push(e);
-                }
-            }
-        }
-        if let Some(last) = self.events.last() {
-            let end = self.events.len();
-            if let Some(c) = checkpointing {
-                c.insert_before(&self.events, end, last.time_ns, sized, &mut out);
-            }
-            if let Some(a) = autocast {
-                a.insert_before(&self.events, end, last.time_ns, &copy_size, &mut out);
-            }
-        }
+        let as_run = no_what_if
+            && self
+                .events
+                .iter()
+                .filter(|e| e.ev == Ev::Alloc)
+                .enumerate()
+                .all(|(n, e)| size(n, e.size, e.stack).0 == e.size);
         Resized {
-            events: out,
-            as_run: as_run.get(),
+            input: self,
+            what_if: *what_if,
+            size: Box::new(size),
+            as_run,
+            repeating: None,
         }
     }
 }
 
 /// The what-ifs a replay is asked to make of the run (none by default).
+#[derive(Clone, Copy)]
 pub struct WhatIf<'a> {
     pub checkpointing: Option<&'a super::Checkpointing>,
     pub autocast: Option<&'a super::Autocast>,
@@ -536,19 +596,48 @@ impl Default for WhatIf<'_> {
     }
 }
 
-/// Replays resized requests under `conf` (see [`Resized`]).
+/// In this process: the replays of resized requests, their events, and those passed over
+/// because they repeated (see `repeat.rs`); `GPUSHIM_READS=1` says them, and the tests see
+/// that a replay did pass some.
+static REPLAYS: [std::sync::atomic::AtomicU64; 3] =
+    [const { std::sync::atomic::AtomicU64::new(0) }; 3];
+
+/// (replays of resized requests, the events they applied, the events passed over as repeats).
+pub fn replays_counted() -> (u64, u64, u64) {
+    let n = |i: usize| REPLAYS[i].load(std::sync::atomic::Ordering::Relaxed);
+    (n(0), n(1), n(2))
+}
+
+/// Replays resized requests under `conf` (see [`Resized`]). Without a what-if, the repeats of
+/// a training loop that go as one just replayed went are passed over (see `repeat.rs`;
+/// `Bounds::every_event` or `GPUSHIM_REPLAY_EVERY=1`: every event replayed).
 pub fn replay_resized(
     input: &Input,
-    events: &Resized,
+    events: &Resized<'_>,
     conf: &TorchConf,
     bounds: &Bounds,
 ) -> Outcome {
     let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
-    for e in &events.events {
-        if !r.apply(e) {
-            break;
+    let what_if = events.what_if.checkpointing.is_some() || events.what_if.autocast.is_some();
+    let every = bounds.every_event
+        || what_if
+        || std::env::var_os("GPUSHIM_REPLAY_EVERY").is_some_and(|v| v == "1");
+    match input.period().filter(|_| !every) {
+        Some(p) => {
+            let (applied, passed) = r.replay_repeating(events, p);
+            REPLAYS[1].fetch_add(applied as u64, std::sync::atomic::Ordering::Relaxed);
+            REPLAYS[2].fetch_add(passed as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        None => {
+            let mut applied = 0u64;
+            events.each(&mut |e| {
+                applied += 1;
+                r.apply(e)
+            });
+            REPLAYS[1].fetch_add(applied, std::sync::atomic::Ordering::Relaxed);
         }
     }
+    REPLAYS[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     r.outcome(conf)
 }
 

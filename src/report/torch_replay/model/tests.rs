@@ -394,4 +394,94 @@ proptest! {
             pending.retain(|&p| a.is_pending(p));
         }
     }
+
+    /// A model that goes on as another (`Model::goes_on_as`, what lets a replay pass over a
+    /// repeat) answers whatever comes next as the other does. One model runs a program; a copy
+    /// then makes a round trip (requests made and all freed again, which may leave its cache as
+    /// it was or not); where the two are said to go on alike, the same requests and frees after
+    /// get the same addresses, failures and bytes held from both. Saying so of a copy that
+    /// cached more than the other fails here.
+    #[test]
+    fn a_model_that_goes_on_as_another_answers_what_comes_next_as_it_does(
+        ops in prop::collection::vec((0u8..10, 1u64..(48 * MIB), 0u64..2), 1..200),
+        trip in prop::collection::vec((1u64..(48 * MIB), 0u64..2), 0..6),
+        next in prop::collection::vec((0u8..10, 1u64..(48 * MIB), 0u64..2), 1..200),
+        expandable in any::<bool>(),
+        split in prop::option::of(20u64..200),
+        gc in prop::option::of(1u64..10),
+    ) {
+        let mut text = format!("expandable_segments:{}", if expandable { "True" } else { "False" });
+        if let Some(s) = split { text.push_str(&format!(",max_split_size_mb:{s}")); }
+        let mut lim = limits(160 * MIB);
+        if let Some(g) = gc {
+            text.push_str(&format!(",garbage_collection_threshold:0.{g}"));
+            lim.allowed = Some(144 * MIB);
+        }
+        let mut a = Model::new(TorchConf::parse(&text).unwrap(), lim);
+        let (mut live, mut pending) = (Vec::new(), Vec::new());
+        for &op in &ops {
+            step(&mut a, op, &mut live, &mut pending);
+        }
+        let mut b = a.clone();
+        prop_assert!(b.goes_on_as(&a));
+        let made: Vec<u64> = trip.iter().filter_map(|&(size, stream)| b.malloc(size, stream).ok()).collect();
+        for p in made {
+            prop_assert!(b.free_completed(p));
+        }
+        if b.goes_on_as(&a) {
+            let (mut live_b, mut pending_b) = (live.clone(), pending.clone());
+            for &op in &next {
+                let x = step(&mut a, op, &mut live, &mut pending);
+                let y = step(&mut b, op, &mut live_b, &mut pending_b);
+                prop_assert_eq!(x, y);
+                let (s, t) = (a.stats(), b.stats());
+                prop_assert_eq!((s.reserved, s.allocated), (t.reserved, t.allocated));
+            }
+        }
+    }
+}
+
+/// One operation of a random program on `m` (as the proptests above make them): a request,
+/// a free, a free on another stream and its completion, or `empty_cache`; the address a
+/// request got (0: it failed).
+fn step(
+    m: &mut Model,
+    (op, size, stream): (u8, u64, u64),
+    live: &mut Vec<u64>,
+    pending: &mut Vec<u64>,
+) -> u64 {
+    let got = match op {
+        0..=5 => {
+            let size = if op < 3 { size % MIB + 1 } else { size };
+            let p = m.malloc(size, stream).unwrap_or(0);
+            if p != 0 {
+                live.push(p);
+            }
+            p
+        }
+        6 if !live.is_empty() => {
+            let p = live.swap_remove(size as usize % live.len());
+            m.free_completed(p);
+            p
+        }
+        7 if !live.is_empty() => {
+            let p = live.swap_remove(size as usize % live.len());
+            m.free_requested(p);
+            pending.push(p);
+            p
+        }
+        8 if !pending.is_empty() => {
+            let p = pending.swap_remove(size as usize % pending.len());
+            m.free_completed(p);
+            p
+        }
+        9 => {
+            m.empty_cache();
+            pending.clear();
+            0
+        }
+        _ => 0,
+    };
+    pending.retain(|&p| m.is_pending(p));
+    got
 }

@@ -9,7 +9,7 @@ const FRESH_MOST: usize = 1 << 16;
 /// The blocks put in a free set since a look through all of it found every block it looks
 /// for, while one did (see `Model::fresh`). Past [`FRESH_MOST`] it forgets the look: the next
 /// one goes through the whole set, as costly as these.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub(super) struct FreedSince {
     looked: bool,
     blocks: Vec<u64>,

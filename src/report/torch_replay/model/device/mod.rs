@@ -19,6 +19,7 @@
 mod blocks;
 mod expandable;
 mod release;
+mod repeat;
 mod seed;
 
 use super::conf::TorchConf;
@@ -88,7 +89,7 @@ enum State {
     Unmapped,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Block {
     size: u64,
     stream: u64,
@@ -101,7 +102,7 @@ struct Block {
     gc_base: u64,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Segment {
     /// Bytes of address range (an expandable segment's whole reservation).
     size: u64,
@@ -148,7 +149,7 @@ pub struct Oom {
 }
 
 /// Where the memory comes from: how much CUDA will give, and the program's memory fraction.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceLimits {
     /// Bytes the allocator may hold before CUDA refuses (u64::MAX: no limit).
     pub capacity: u64,
@@ -172,6 +173,7 @@ pub struct Hint {
 /// Addresses for segments the recorded run never had start here, above any real address.
 const SYNTHETIC_BASE: u64 = 1 << 52;
 
+#[derive(Clone)]
 pub struct Model {
     conf: TorchConf,
     limits: DeviceLimits,
