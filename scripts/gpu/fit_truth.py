@@ -22,6 +22,8 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
                  each (walked from the loss before its backward): its sequence number, class,
                  the nodes its inputs came from, the metadata of the tensors it takes the
                  gradients of, and the shapes and dtypes of what it saved for the backward
+  FIT_VARY=1     gpt2, bert and llama: each step's sequence a length of its own, drawn between
+                 half the sequence and the whole (seeded): shapes that change every step
   FIT_CKPT=1     activation checkpointing of the repeated blocks: gpt2, bert and llama through
                  transformers' gradient_checkpointing_enable(), vit each encoder block through
                  torch.utils.checkpoint (use_reentrant=False)
@@ -36,6 +38,16 @@ dev = "cuda"
 torch.manual_seed(0)
 
 
+_lengths = __import__("random").Random(0)
+
+
+def length(seq):
+    """The step's sequence length: `seq`, or under FIT_VARY=1 one drawn for the step."""
+    if os.environ.get("FIT_VARY") == "1":
+        return _lengths.randint(seq // 2, seq)
+    return seq
+
+
 def build(name):
     attn = {"attn_implementation": os.environ["FIT_ATTN"]} if os.environ.get("FIT_ATTN") else {}
     if name == "gpt2":
@@ -44,7 +56,7 @@ def build(name):
         seq = int(os.environ.get("FIT_SEQ", "512"))
 
         def step_of(b):
-            x = torch.randint(0, 50257, (b, seq), device=dev)
+            x = torch.randint(0, 50257, (b, length(seq)), device=dev)
             return model(input_ids=x, labels=x).loss
     elif name == "bert":
         from transformers import BertConfig, BertForMaskedLM
@@ -52,7 +64,7 @@ def build(name):
         seq = int(os.environ.get("FIT_SEQ", "256"))
 
         def step_of(b):
-            x = torch.randint(0, 30522, (b, seq), device=dev)
+            x = torch.randint(0, 30522, (b, length(seq)), device=dev)
             return model(input_ids=x, labels=x).loss
     elif name == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -62,7 +74,7 @@ def build(name):
         seq = int(os.environ.get("FIT_SEQ", "512"))
 
         def step_of(b):
-            x = torch.randint(0, 32000, (b, seq), device=dev)
+            x = torch.randint(0, 32000, (b, length(seq)), device=dev)
             return model(input_ids=x, labels=x).loss
     elif name in ("resnet50", "vit", "convnext"):
         import torchvision
