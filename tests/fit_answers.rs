@@ -282,4 +282,35 @@ fn fit_passes_over_repeating_steps_and_answers_as_replaying_every_event() {
         failed && done_without,
         "rows that fail and do without at every step"
     );
+    // The peaks at another sequence length, from two runs at two lengths, likewise.
+    let at_seq = |seq: &str| {
+        let t = dir.join(format!("s{seq}.trace"));
+        let env = vec![
+            ("KINDS_BATCH", "3".to_string()),
+            ("KINDS_ATTENTION", "1".into()),
+        ];
+        assert_ok(&kinds_program_with(
+            &t,
+            200,
+            false,
+            &["--seq-len", seq],
+            env,
+        ));
+        t
+    };
+    let (two, four) = (at_seq("2"), at_seq("4"));
+    let args = [
+        "--at",
+        "3",
+        "--with",
+        four.to_str().unwrap(),
+        "--seq",
+        "8,16",
+        "--limit",
+        "400MiB",
+    ];
+    let (fast, applied, passed) = fit_counted(&two, &args, &[]);
+    let (every, _, _) = fit_counted(&two, &args, &[("GPUSHIM_REPLAY_EVERY", "1")]);
+    assert_eq!(fast, every);
+    assert!(passed > applied, "applied {applied}, passed over {passed}");
 }

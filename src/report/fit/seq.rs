@@ -158,6 +158,8 @@ pub(super) fn axis(
         tally.0 += 1;
         tally.1 = tally.1.saturating_add(size);
     }
+    // Each size below reads of a request only how it follows the length and the batch.
+    let repeating = input.repeating(|n| (seq.get(n).copied(), scale.get(n).copied()));
     let lengths = ask
         .lengths
         .iter()
@@ -166,16 +168,18 @@ pub(super) fn axis(
                 .iter()
                 .map(|conf| {
                     let at_batch = |b: u64| -> Row {
-                        let events = input.resized(|n, size, _| {
-                            let s = seq.get(n).copied().unwrap_or(SeqScale::Same);
-                            let sized = resize_seq(s, size, ask.at, ask.other, len);
-                            resize(
-                                scale.get(n).copied().unwrap_or(Scale::Fixed),
-                                sized,
-                                batch,
-                                b,
-                            )
-                        });
+                        let events = input
+                            .resized(|n, size, _| {
+                                let s = seq.get(n).copied().unwrap_or(SeqScale::Same);
+                                let sized = resize_seq(s, size, ask.at, ask.other, len);
+                                resize(
+                                    scale.get(n).copied().unwrap_or(Scale::Fixed),
+                                    sized,
+                                    batch,
+                                    b,
+                                )
+                            })
+                            .knowing(repeating);
                         let o = torch_replay::replay_resized(input, &events, conf, bounds);
                         Row {
                             batch: b,
