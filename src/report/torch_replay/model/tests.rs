@@ -345,15 +345,7 @@ proptest! {
         split in prop::option::of(20u64..200),
         gc in prop::option::of(1u64..10),
     ) {
-        let mut text = format!("expandable_segments:{}", if expandable { "True" } else { "False" });
-        if let Some(s) = split { text.push_str(&format!(",max_split_size_mb:{s}")); }
-        let mut lim = limits(160 * MIB);
-        if let Some(g) = gc {
-            // The collector runs only under a memory fraction.
-            text.push_str(&format!(",garbage_collection_threshold:0.{g}"));
-            lim.allowed = Some(144 * MIB);
-        }
-        let conf = TorchConf::parse(&text).unwrap();
+        let (conf, lim) = small_device(expandable, split, gc);
         let (mut a, mut b) = (Model::new(conf.clone(), lim), Model::new(conf, lim));
         a.keep_log();
         b.keep_log();
@@ -410,14 +402,8 @@ proptest! {
         split in prop::option::of(20u64..200),
         gc in prop::option::of(1u64..10),
     ) {
-        let mut text = format!("expandable_segments:{}", if expandable { "True" } else { "False" });
-        if let Some(s) = split { text.push_str(&format!(",max_split_size_mb:{s}")); }
-        let mut lim = limits(160 * MIB);
-        if let Some(g) = gc {
-            text.push_str(&format!(",garbage_collection_threshold:0.{g}"));
-            lim.allowed = Some(144 * MIB);
-        }
-        let mut a = Model::new(TorchConf::parse(&text).unwrap(), lim);
+        let (conf, lim) = small_device(expandable, split, gc);
+        let mut a = Model::new(conf, lim);
         let (mut live, mut pending) = (Vec::new(), Vec::new());
         for &op in &ops {
             step(&mut a, op, &mut live, &mut pending);
@@ -439,6 +425,29 @@ proptest! {
             }
         }
     }
+}
+
+/// A setting and a device of 160 MiB for the random programs above: expandable segments or
+/// not, `max_split_size_mb` if `split`, and with `gc` a collector's threshold (0.1 to 0.9)
+/// under a memory fraction of 144 MiB (the collector runs only under one).
+fn small_device(
+    expandable: bool,
+    split: Option<u64>,
+    gc: Option<u64>,
+) -> (TorchConf, DeviceLimits) {
+    let mut text = format!(
+        "expandable_segments:{}",
+        if expandable { "True" } else { "False" }
+    );
+    if let Some(s) = split {
+        text.push_str(&format!(",max_split_size_mb:{s}"));
+    }
+    let mut lim = limits(160 * MIB);
+    if let Some(g) = gc {
+        text.push_str(&format!(",garbage_collection_threshold:0.{g}"));
+        lim.allowed = Some(144 * MIB);
+    }
+    (TorchConf::parse(&text).unwrap(), lim)
 }
 
 /// One operation of a random program on `m` (as the proptests above make them): a request,
