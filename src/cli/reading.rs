@@ -69,12 +69,13 @@ impl Reading {
                 self.to.as_deref().unwrap_or("")
             ));
         }
-        let progress = (!self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .then_some(super::progress::show_progress as fn(u64, u64));
+        let shown = !self.quiet && std::io::IsTerminal::is_terminal(&std::io::stderr());
+        let progress = shown.then_some(super::progress::show_progress as fn(u64, u64));
         Ok(ReadOptions {
             filter,
             symbols: !self.no_symbols,
             progress,
+            working: shown.then_some(super::progress::show_working as fn(&str)),
             native_frames: self.native_frames,
             program_frames: self.program_frames,
             longest_ring: false,

@@ -339,9 +339,12 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         Some(dtype) => Some(input.autocast(dtype).map_err(FitError::Autocast)?),
         None => None,
     };
+    let done = std::sync::atomic::AtomicU64::new(0);
     let what_if = steps::WhatIfs {
         checkpointing: checkpointing.as_ref(),
         autocast: autocast.as_ref(),
+        working: opts.working,
+        done: &done,
     };
     let one = |conf, recorded| {
         setting_fit(

@@ -91,10 +91,13 @@ pub(super) fn limit_of(ask: &Ask, total: u64, headroom: u64) -> (Bounds, u64, St
     }
 }
 
-/// The what-ifs a fit is asked for.
+/// The what-ifs a fit is asked for, and where to say how its replays go.
 pub(super) struct WhatIfs<'a> {
     pub(super) checkpointing: Option<&'a torch_replay::Checkpointing>,
     pub(super) autocast: Option<&'a torch_replay::Autocast>,
+    /// Said before each replay: its setting and batch, and how many replays are done.
+    pub(super) working: Option<fn(&str)>,
+    pub(super) done: &'a std::sync::atomic::AtomicU64,
 }
 
 /// One setting's rows and largest batch.
@@ -112,7 +115,18 @@ pub(super) fn setting_fit(
     // Each size below reads of a request only its scale and whether it is optional (and,
     // under autocast, whose replays pass over nothing, whether it is made in 16 bits).
     let repeating = input.repeating(|n| (scale(n), optional_at(n)));
+    let setting = match conf.to_string() {
+        t if t.is_empty() => "the defaults".to_string(),
+        t => t,
+    };
     let at_batch = |batch: u64, bounds: &Bounds| -> Row {
+        if let Some(say) = what_if.working {
+            use std::sync::atomic::Ordering::Relaxed;
+            let done = what_if.done.fetch_add(1, Relaxed);
+            say(&format!(
+                "fit: replaying {setting} at batch {batch} ({done} replays before it)"
+            ));
+        }
         let size = |n: usize, size: u64, _| {
             // Under autocast, a request made in 16 bits is half its recorded size first.
             let half = what_if.autocast.is_some_and(|a| a.half(n));

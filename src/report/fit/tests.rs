@@ -62,3 +62,46 @@ fn the_largest_batch_is_found_by_doubling_then_halving() {
     };
     assert_eq!(largest(&none, 100), (0, 0));
 }
+
+static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+fn note(line: &str) {
+    if let Ok(mut said) = SAID.lock() {
+        said.push(line.to_string());
+    }
+}
+
+/// Where progress is shown, `fit` says before each replay which setting and batch it replays
+/// and how many replays are done: every row asked for under both settings, then the search,
+/// the count going up to the replays made.
+#[test]
+fn fit_says_which_replay_it_is_on() {
+    let trace =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    let opts = ReadOptions {
+        working: Some(note),
+        ..ReadOptions::default()
+    };
+    let mut ask = Ask::largest(10, 64);
+    ask.batches = vec![10, 20, 40];
+    let f = fit(&trace, &ask, &opts).unwrap();
+    let said = SAID.lock().unwrap().clone();
+    for setting in ["the defaults", "expandable_segments:True"] {
+        for batch in [10, 20, 40] {
+            let line = format!("fit: replaying {setting} at batch {batch} (");
+            assert!(
+                said.iter().any(|l| l.starts_with(&line)),
+                "{line} in {said:?}"
+            );
+        }
+    }
+    assert_eq!(f.settings.len(), 2);
+    // Each replay said once, numbered from 0.
+    let mut counts: Vec<u64> = said
+        .iter()
+        .filter_map(|l| l.rsplit_once('(')?.1.split(' ').next()?.parse().ok())
+        .collect();
+    counts.sort_unstable();
+    assert_eq!(counts, (0..said.len() as u64).collect::<Vec<_>>());
+    assert!(said.len() > 6, "the search replays too: {said:?}");
+}

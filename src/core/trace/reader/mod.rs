@@ -234,6 +234,9 @@ pub struct ReadOptions {
     pub symbols: bool,
     /// Called as `progress(records read, records in the file)` every million records.
     pub progress: Option<fn(u64, u64)>,
+    /// Called with a line that says what long work after the read is under way (`fit`'s
+    /// replays), where progress is shown.
+    pub working: Option<fn(&str)>,
     /// Whether stacks with Python frames show their native frames too (after the Python
     /// ones); without Python frames a stack always shows its native frames.
     pub native_frames: bool,
@@ -255,6 +258,7 @@ impl Default for ReadOptions {
             filter: crate::trace::filter::Filter::default(),
             symbols: true,
             progress: None,
+            working: None,
             native_frames: false,
             program_frames: false,
             longest_ring: false,
