@@ -278,9 +278,6 @@ pub struct Bounds {
     /// Stop at the replay's own first failed request: whether the requests fit is all that is
     /// asked (`fit`'s search for the largest batch), not how many failed.
     pub stop_at_failure: bool,
-    /// Replay every event, where the repeats of a training loop that go as one already
-    /// replayed went are otherwise passed over (the tests compare the two).
-    pub every_event: bool,
 }
 
 /// A request the replay could not serve.

@@ -610,7 +610,7 @@ pub fn replays_counted() -> (u64, u64, u64) {
 
 /// Replays resized requests under `conf` (see [`Resized`]). Without a what-if, the repeats of
 /// a training loop that go as one just replayed went are passed over (see `repeat.rs`;
-/// `Bounds::every_event` or `GPUSHIM_REPLAY_EVERY=1`: every event replayed).
+/// `GPUSHIM_REPLAY_EVERY=1`: every event replayed, which the tests compare).
 pub fn replay_resized(
     input: &Input,
     events: &Resized<'_>,
@@ -619,9 +619,7 @@ pub fn replay_resized(
 ) -> Outcome {
     let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
     let what_if = events.what_if.checkpointing.is_some() || events.what_if.autocast.is_some();
-    let every = bounds.every_event
-        || what_if
-        || std::env::var_os("GPUSHIM_REPLAY_EVERY").is_some_and(|v| v == "1");
+    let every = what_if || std::env::var_os("GPUSHIM_REPLAY_EVERY").is_some_and(|v| v == "1");
     match input.period().filter(|_| !every) {
         Some(p) => {
             let (applied, passed) = r.replay_repeating(events, p);
