@@ -9,12 +9,12 @@
 # passed over) and with every event replayed (GPUSHIM_REPLAY_EVERY=1). One table: per model,
 # the ring's records and backward passes, the events the replays applied and passed over, each
 # way's times, and whether the four answers were the same to the byte (they must be).
-# FITREPEAT_MODELS="gpt2 bert": those alone.
+# FITREPEAT_MODELS="gpt2 bert": those alone (also llama, convnext, and llama-vary).
 #   bash scripts/gpu.sh fitrepeat[:STEPS,RING]
 set -euo pipefail
 steps=${1:-800}
 ring=${2:-32MiB}
-declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8 [gpt2-vary]=2)
+declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8 [gpt2-vary]=2 [llama]=2 [convnext]=16 [llama-vary]=2)
 work=${OUT:+$OUT/fitrepeat}
 work=${work:-$(mktemp -d)}
 mkdir -p "$work"
@@ -24,7 +24,7 @@ bad=0
 for m in ${FITREPEAT_MODELS:-gpt2 resnet50 vit bert gpt2-vary}; do
   b=${base[$m]}
   model=${m%-vary}
-  vary=$([ "$m" = gpt2-vary ] && echo 1 || echo 0)
+  vary=$([ "$model" != "$m" ] && echo 1 || echo 0)
   t=$work/$m.trace
   if ! FIT_VARY=$vary "$GPUSHIM_BIN" run --conf "trace_max:$ring" --trace "$t" -- \
       python3 scripts/gpu/fit_truth.py run "$model" "$b" "$steps" >/dev/null 2>"$work/$m.err"; then
