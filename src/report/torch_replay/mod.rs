@@ -118,7 +118,7 @@ pub struct Input {
     /// The autograd graph the shim walked when backward passes began (for `--autocast`).
     pub graph: crate::trace::graph::Walks,
     /// Where the events repeat, found when a replay first asks.
-    period: std::sync::OnceLock<Option<replayer::Period>>,
+    period: std::sync::OnceLock<Option<replayer::Stretch>>,
 }
 
 /// A `trace_max` that holds every record of a run of `records`: 32 bytes each, and room for

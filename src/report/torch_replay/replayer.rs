@@ -11,7 +11,7 @@ mod repeat;
 mod seed;
 
 pub use repeat::Repeating;
-pub(super) use repeat::{Period, period_of};
+pub(super) use repeat::{Period, Stretch, stretch_of};
 
 fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
     let facts = input.devices.get(&device).copied().unwrap_or_default();
@@ -533,9 +533,15 @@ impl Input {
             .unwrap_or(TOTAL_UNKNOWN)
     }
 
-    /// The longest stretch of the run's events that repeats (see [`period_of`]), found once.
+    /// The longest stretch of the run's events that repeats (see [`stretch_of`]), found once.
+    pub(super) fn stretch(&self) -> Option<&Stretch> {
+        self.period
+            .get_or_init(|| stretch_of(&self.events))
+            .as_ref()
+    }
+
     pub(super) fn period(&self) -> Option<Period> {
-        *self.period.get_or_init(|| period_of(&self.events))
+        self.stretch().map(|s| s.period)
     }
 
     pub fn reader(&self) -> &TraceReader {
@@ -620,9 +626,9 @@ pub fn replay_resized(
     let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
     let what_if = events.what_if.checkpointing.is_some() || events.what_if.autocast.is_some();
     let every = what_if || std::env::var_os("GPUSHIM_REPLAY_EVERY").is_some_and(|v| v == "1");
-    match input.period().filter(|_| !every) {
-        Some(p) => {
-            let (applied, passed) = r.replay_repeating(events, p);
+    match input.stretch().filter(|_| !every) {
+        Some(st) => {
+            let (applied, passed) = r.replay_repeating(events, st);
             REPLAYS[1].fetch_add(applied as u64, std::sync::atomic::Ordering::Relaxed);
             REPLAYS[2].fetch_add(passed as u64, std::sync::atomic::Ordering::Relaxed);
         }
