@@ -8,10 +8,12 @@ use crate::trace::reader::TraceReader;
 use std::collections::BTreeMap;
 
 mod repeat;
+mod resized;
 mod seed;
 
 pub use repeat::Repeating;
 pub(super) use repeat::{Period, Stretch, stretch_of};
+pub use resized::{Resized, WhatIf};
 
 fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
     let facts = input.devices.get(&device).copied().unwrap_or_default();
@@ -359,106 +361,6 @@ pub fn replay(
     (r.outcome(conf), fidelity)
 }
 
-/// The run's tensor requests as another run would make them: each request's size as `size`
-/// gives it (from its place among the requests, its recorded size and its stack), the rest of
-/// the run as it was but for its failures (another run need not fail there). The run's own
-/// segments stay as hints: the model takes a recorded address only for a segment of the
-/// recorded length, so at the run's own sizes the replay is the run's, to the byte.
-///
-/// Made as the replay reads it, never held whole: a replay of a ring's tens of millions of
-/// events read a copy of them written first (twice the requests' memory, and a search that
-/// stops at its first failure wrote them all).
-pub struct Resized<'a> {
-    input: &'a Input,
-    what_if: WhatIf<'a>,
-    size: Box<dyn Fn(usize, u64, u64) -> (u64, bool) + 'a>,
-    /// Every request at the run's own size, and no what-if: the run's own requests.
-    as_run: bool,
-    /// Where `size` repeats with the run's events, as its caller checked (see
-    /// [`Resized::knowing`]).
-    repeating: Option<Repeating>,
-}
-
-impl Resized<'_> {
-    /// Its sizes said to be a function of each request's class as `repeating` was found with
-    /// (see [`Input::repeating`]), its recorded size and its stack: a replay then passes over
-    /// repeats without checking their requests' sizes one by one.
-    pub fn knowing(self, repeating: Option<Repeating>) -> Self {
-        Resized { repeating, ..self }
-    }
-
-    /// Each event in order to `sink`, until it says stop (false).
-    fn each(&self, sink: &mut dyn FnMut(&Event) -> bool) {
-        let (events, what_if) = (&self.input.events, &self.what_if);
-        let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
-        // Each event's place among the requests, for a checkpoint's recomputed requests
-        // (sized as their originals); without one the count as the events go is enough.
-        let index: Vec<usize> = match checkpointing {
-            Some(_) => events
-                .iter()
-                .scan(0usize, |n, e| {
-                    let at = *n;
-                    *n += usize::from(e.ev == Ev::Alloc);
-                    Some(at)
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let sized_as = |i: usize, n: usize| -> Event {
-            let mut e = events[i];
-            (e.size, e.optional) = (self.size)(n, e.size, e.stack);
-            e
-        };
-        let sized = |i: usize| sized_as(i, index.get(i).copied().unwrap_or(0));
-        let copy_size = |bytes: u64, like: Option<usize>| (what_if.copy_size)(bytes, like);
-        // What goes before an event (a checkpoint's recomputation, autocast's copies), then
-        // the event: a few at a time.
-        let mut out: Vec<Event> = Vec::new();
-        let mut n = 0usize;
-        let mut flush = |out: &mut Vec<Event>| out.drain(..).all(|e| sink(&e));
-        for (i, e) in events.iter().enumerate() {
-            if let Some(c) = checkpointing {
-                c.insert_before(events, i, e.time_ns, sized, &mut out);
-            }
-            let skipped = match autocast {
-                Some(a) => {
-                    a.insert_before(events, i, e.time_ns, &copy_size, &mut out);
-                    a.skips(i)
-                }
-                None => false,
-            };
-            let this = n;
-            n += usize::from(e.ev == Ev::Alloc);
-            if !skipped {
-                match e.ev {
-                    Ev::Oom | Ev::Skip => {}
-                    Ev::Alloc => out.push(sized_as(i, this)),
-                    _ => {
-                        let mut e = *e;
-                        if let Some(c) = checkpointing {
-                            c.remap(i, &mut e);
-                        }
-                        out.push(e);
-                    }
-                }
-            }
-            if !flush(&mut out) {
-                return;
-            }
-        }
-        if let Some(last) = events.last() {
-            let end = events.len();
-            if let Some(c) = checkpointing {
-                c.insert_before(events, end, last.time_ns, sized, &mut out);
-            }
-            if let Some(a) = autocast {
-                a.insert_before(events, end, last.time_ns, &copy_size, &mut out);
-            }
-            flush(&mut out);
-        }
-    }
-}
-
 impl Input {
     /// Each tensor request in order: whether it was freed before the program asked for
     /// anything else (a scratch buffer of the operation that made it).
@@ -546,59 +448,6 @@ impl Input {
 
     pub fn reader(&self) -> &TraceReader {
         &self.reader
-    }
-
-    /// The requests resized by `size(n, recorded size, stack)`, `n` counting the requests.
-    pub fn resized<'a>(&'a self, size: impl Fn(usize, u64, u64) -> u64 + 'a) -> Resized<'a> {
-        self.resized_optional(&WhatIf::default(), move |n, s, stack| {
-            (size(n, s, stack), false)
-        })
-    }
-
-    /// The requests resized as [`Input::resized`] does, each also said to be one the program
-    /// can do without when memory is short (see `Event::optional`), under the what-ifs asked:
-    /// the blocks `checkpointing` names checkpointed (a recomputed request sized as its
-    /// original), the forward under `autocast` (its copies sized by `copy_size`).
-    pub fn resized_optional<'a>(
-        &'a self,
-        what_if: &WhatIf<'a>,
-        size: impl Fn(usize, u64, u64) -> (u64, bool) + 'a,
-    ) -> Resized<'a> {
-        let no_what_if = what_if.checkpointing.is_none() && what_if.autocast.is_none();
-        let as_run = no_what_if
-            && self
-                .events
-                .iter()
-                .filter(|e| e.ev == Ev::Alloc)
-                .enumerate()
-                .all(|(n, e)| size(n, e.size, e.stack).0 == e.size);
-        Resized {
-            input: self,
-            what_if: *what_if,
-            size: Box::new(size),
-            as_run,
-            repeating: None,
-        }
-    }
-}
-
-/// The what-ifs a replay is asked to make of the run (none by default).
-#[derive(Clone, Copy)]
-pub struct WhatIf<'a> {
-    pub checkpointing: Option<&'a super::Checkpointing>,
-    pub autocast: Option<&'a super::Autocast>,
-    /// The bytes at the replay's batch of an autocast copy of `bytes` at the run's, which
-    /// scales as the request it copies (`Some(n)`) or not at all.
-    pub copy_size: &'a dyn Fn(u64, Option<usize>) -> u64,
-}
-
-impl Default for WhatIf<'_> {
-    fn default() -> Self {
-        WhatIf {
-            checkpointing: None,
-            autocast: None,
-            copy_size: &|bytes, _| bytes,
-        }
     }
 }
 

@@ -234,8 +234,7 @@ pub struct ReadOptions {
     pub symbols: bool,
     /// Called as `progress(records read, records in the file)` every million records.
     pub progress: Option<fn(u64, u64)>,
-    /// Called with a line that says what long work after the read is under way (`fit`'s
-    /// replays), where progress is shown.
+    /// Called with a line saying what long work follows the read (`fit`'s replays).
     pub working: Option<fn(&str)>,
     /// Whether stacks with Python frames show their native frames too (after the Python
     /// ones); without Python frames a stack always shows its native frames.
