@@ -187,14 +187,17 @@ fn a_trace_without_tensors_is_told_so_before_being_asked_for_its_batch() {
     assert!(!said.contains("--at"), "asked for the batch first: {said}");
 }
 
-/// `fit ARGS TRACE --json` with `env`, which must succeed: what it printed, and the events its
-/// replays applied and passed over as repeats (`GPUSHIM_READS=1`).
+/// `fit TRACE ARGS --json` with `env`, as [`replays_counted`] runs it.
 fn fit_counted(trace: &Path, args: &[&str], env: &[(&str, &str)]) -> (String, u64, u64) {
+    let t = trace.to_str().unwrap();
+    replays_counted(&[&["fit", t][..], args, &["--json"]].concat(), env)
+}
+
+/// `gpushim ARGS` with `env`, which must succeed: what it printed, and the events its
+/// replays applied and passed over as repeats (`GPUSHIM_READS=1`).
+fn replays_counted(args: &[&str], env: &[(&str, &str)]) -> (String, u64, u64) {
     let out = Command::new(gpushim_bin())
-        .arg("fit")
-        .arg(trace)
         .args(args)
-        .arg("--json")
         .env_remove("GPUSHIM_CONF")
         .env("GPUSHIM_READS", "1")
         .envs(env.iter().copied())
@@ -282,6 +285,28 @@ fn fit_passes_over_repeating_steps_and_answers_as_replaying_every_event() {
         failed && done_without,
         "rows that fail and do without at every step"
     );
+    // `simulate --torch` under settings other than the run's, and `--recommend`, likewise
+    // (the run's own setting is replayed event by event, its segments compared with the run's).
+    let r = ring.to_str().unwrap();
+    for args in [
+        &[
+            "simulate",
+            "--torch",
+            "expandable_segments:True",
+            "--json",
+            r,
+        ][..],
+        &["simulate", "--recommend", "--json", r],
+    ] {
+        let (fast, applied, passed) = replays_counted(args, &[]);
+        let (every, _, _) = replays_counted(args, &[("GPUSHIM_REPLAY_EVERY", "1")]);
+        assert_eq!(fast, every, "{args:?}");
+        // The run's own setting's replay applies every event.
+        assert!(
+            passed > applied / 2,
+            "{args:?}: applied {applied}, passed over {passed}"
+        );
+    }
     // The peaks at another sequence length, from two runs at two lengths, likewise.
     let at_seq = |seq: &str| {
         let t = dir.join(format!("s{seq}.trace"));

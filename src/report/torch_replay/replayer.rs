@@ -352,9 +352,22 @@ pub fn replay(
     compare: bool,
 ) -> (Outcome, Vec<Fidelity>) {
     let mut r = Replayer::new(input, conf, bounds, compare, true);
-    for e in &input.events {
-        if !r.apply(e) {
-            break;
+    // Without the segment log to compare, repeats are passed over as `fit`'s are.
+    match input.stretch().filter(|_| !compare && !every_event()) {
+        Some(st) => {
+            let rs = input.resized(|_, size, _| size);
+            let (applied, passed) = r.replay_repeating(&rs, st, true);
+            counted(applied, passed);
+        }
+        None => {
+            let mut applied = 0;
+            for e in &input.events {
+                applied += 1;
+                if !r.apply(e) {
+                    break;
+                }
+            }
+            counted(applied, 0);
         }
     }
     let fidelity = if compare { r.fidelity() } else { Vec::new() };
@@ -451,16 +464,29 @@ impl Input {
     }
 }
 
-/// In this process: the replays of resized requests, their events, and those passed over
-/// because they repeated (see `repeat.rs`); `GPUSHIM_READS=1` says them, and the tests see
-/// that a replay did pass some.
+/// In this process: the replays, the events they applied, and those passed over because they
+/// repeated (see `repeat.rs`); `GPUSHIM_READS=1` says them, and the tests see that a replay
+/// did pass some.
 static REPLAYS: [std::sync::atomic::AtomicU64; 3] =
     [const { std::sync::atomic::AtomicU64::new(0) }; 3];
 
-/// (replays of resized requests, the events they applied, the events passed over as repeats).
+/// (replays, the events they applied, the events passed over as repeats).
 pub fn replays_counted() -> (u64, u64, u64) {
     let n = |i: usize| REPLAYS[i].load(std::sync::atomic::Ordering::Relaxed);
     (n(0), n(1), n(2))
+}
+
+/// One replay more, that applied and passed over so many events.
+fn counted(applied: usize, passed: usize) {
+    use std::sync::atomic::Ordering::Relaxed;
+    REPLAYS[0].fetch_add(1, Relaxed);
+    REPLAYS[1].fetch_add(applied as u64, Relaxed);
+    REPLAYS[2].fetch_add(passed as u64, Relaxed);
+}
+
+/// Every event replayed, none passed over (`GPUSHIM_REPLAY_EVERY=1`; the tests compare).
+fn every_event() -> bool {
+    std::env::var_os("GPUSHIM_REPLAY_EVERY").is_some_and(|v| v == "1")
 }
 
 /// Replays resized requests under `conf` (see [`Resized`]). Without a what-if, the repeats of
@@ -474,23 +500,20 @@ pub fn replay_resized(
 ) -> Outcome {
     let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
     let what_if = events.what_if.checkpointing.is_some() || events.what_if.autocast.is_some();
-    let every = what_if || std::env::var_os("GPUSHIM_REPLAY_EVERY").is_some_and(|v| v == "1");
-    match input.stretch().filter(|_| !every) {
+    match input.stretch().filter(|_| !what_if && !every_event()) {
         Some(st) => {
-            let (applied, passed) = r.replay_repeating(events, st);
-            REPLAYS[1].fetch_add(applied as u64, std::sync::atomic::Ordering::Relaxed);
-            REPLAYS[2].fetch_add(passed as u64, std::sync::atomic::Ordering::Relaxed);
+            let (applied, passed) = r.replay_repeating(events, st, false);
+            counted(applied, passed);
         }
         None => {
-            let mut applied = 0u64;
+            let mut applied = 0;
             events.each(&mut |e| {
                 applied += 1;
                 r.apply(e)
             });
-            REPLAYS[1].fetch_add(applied, std::sync::atomic::Ordering::Relaxed);
+            counted(applied, 0);
         }
     }
-    REPLAYS[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     r.outcome(conf)
 }
 

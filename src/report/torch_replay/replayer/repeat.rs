@@ -368,12 +368,19 @@ impl Replayer<'_> {
         }
     }
 
-    /// Every event of `rs` (no what-if: the run's events, resized) applied in order, but for
-    /// the repeats of `p` that go as one just replayed went: at each of its boundaries the
-    /// replay is compared with a mark taken at the first, second, fourth, eighth ... boundary,
-    /// and where it is the same and the events ahead repeat, as many whole repeats as the
-    /// stretch holds are counted and passed. Returns the events applied, and those passed so.
-    pub(super) fn replay_repeating(&mut self, rs: &Resized<'_>, st: &Stretch) -> (usize, usize) {
+    /// Every event of `rs` (no what-if: the run's events, resized; with `run_failures`, the
+    /// run's failed requests too, asking whether the setting serves them) applied in order,
+    /// but for the repeats of `p` that go as one just replayed went: at each of its boundaries
+    /// the replay is compared with a mark taken at the first, second, fourth, eighth ...
+    /// boundary, and where it is the same and the events ahead repeat, as many whole repeats
+    /// as the stretch holds are counted and passed. Returns the events applied, and those
+    /// passed so.
+    pub(super) fn replay_repeating(
+        &mut self,
+        rs: &Resized<'_>,
+        st: &Stretch,
+        run_failures: bool,
+    ) -> (usize, usize) {
         let (events, p, made) = (&rs.input.events, st.period, &st.made);
         let (mut i, mut request) = (0usize, 0usize);
         let (mut mark, mut next_mark, mut passed) = (None::<Mark>, 0usize, 0usize);
@@ -419,6 +426,7 @@ impl Replayer<'_> {
             }
             i += 1;
             let go_on = match e.ev {
+                Ev::Oom if run_failures => self.apply(&named),
                 Ev::Oom | Ev::Skip => true,
                 Ev::Alloc => {
                     (named.size, named.optional) = (rs.size)(request, e.size, e.stack);
@@ -540,7 +548,7 @@ mod tests {
         // One step, though the run's addresses repeat only every second one.
         assert_eq!(st.period.len, 4);
         let mut passing = Replayer::new(&input, &conf, &bounds, false, rs.as_run);
-        let (applied, passed) = passing.replay_repeating(&rs, st);
+        let (applied, passed) = passing.replay_repeating(&rs, st, false);
         assert!(passed > applied, "applied {applied}, passed over {passed}");
         let (a, b) = (every.outcome(&conf), passing.outcome(&conf));
         assert_eq!(format!("{:?}", a.devices), format!("{:?}", b.devices));
