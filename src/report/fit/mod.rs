@@ -431,12 +431,14 @@ fn headroom_of(s: &super::summary::Summary) -> u64 {
         .unwrap_or(0)
 }
 
-/// A setting as the text names it: its `PYTORCH_CUDA_ALLOC_CONF`, or "the defaults".
+/// A setting as the text names it: its `PYTORCH_CUDA_ALLOC_CONF`, or "the defaults"; escaped
+/// for a terminal (the run's setting is the trace's text, and a key PyTorch accepts may carry
+/// any value).
 pub fn setting_name(s: &str) -> String {
     if s.is_empty() {
         "the defaults".into()
     } else {
-        s.to_string()
+        crate::fixedfmt::Escaped(s.as_bytes()).to_string()
     }
 }
 

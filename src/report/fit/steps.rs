@@ -115,10 +115,7 @@ pub(super) fn setting_fit(
     // Each size below reads of a request only its scale and whether it is optional (and,
     // under autocast, whose replays pass over nothing, whether it is made in 16 bits).
     let repeating = input.repeating(|n| (scale(n), optional_at(n)));
-    let setting = match conf.to_string() {
-        t if t.is_empty() => "the defaults".to_string(),
-        t => t,
-    };
+    let setting = super::setting_name(&conf.to_string());
     let at_batch = |batch: u64, bounds: &Bounds| -> Row {
         if let Some(say) = what_if.working {
             use std::sync::atomic::Ordering::Relaxed;

@@ -105,3 +105,15 @@ fn fit_says_which_replay_it_is_on() {
     assert_eq!(counts, (0..said.len() as u64).collect::<Vec<_>>());
     assert!(said.len() > 6, "the search replays too: {said:?}");
 }
+
+/// A setting is the trace's text: named for a terminal with its control characters escaped.
+#[test]
+fn a_settings_name_escapes_what_a_terminal_would_obey() {
+    let named = setting_name("pinned_use_cuda_host_register:\u{1b}[2J");
+    assert!(!named.contains('\u{1b}'), "{named}");
+    assert!(
+        named.starts_with("pinned_use_cuda_host_register:"),
+        "{named}"
+    );
+    assert_eq!(setting_name(""), "the defaults");
+}

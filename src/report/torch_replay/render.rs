@@ -5,11 +5,12 @@ use super::simulate::TorchReport;
 use super::{Bounds, Fidelity, Outcome};
 use crate::report::units::{human_bytes, human_duration};
 
+/// A setting's name in the table, escaped for a terminal (the run's is the trace's text).
 fn setting_name(text: &str) -> String {
     if text.is_empty() {
         "(defaults)".into()
     } else {
-        text.into()
+        crate::fixedfmt::Escaped(text.as_bytes()).to_string()
     }
 }
 
