@@ -114,8 +114,26 @@ struct Born {
 }
 
 impl Kinds {
-    /// Takes in one record of the trace, in order.
+    /// Takes in one record of the trace, in order. A definition (a caller among them) changes
+    /// nothing, and a call of the program's own ends its thread's window for a stack: each
+    /// record of a step asks, so those are answered here, without a call.
+    #[inline]
     pub fn observe(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
+        match r.kind {
+            k if k.is_definition() => None,
+            RecordKind::Alloc | RecordKind::Free => {
+                if let Some(p) = self.awaiting.get_mut(r.thread as usize) {
+                    *p = 0;
+                }
+                None
+            }
+            _ => self.observe_any(reader, r),
+        }
+    }
+
+    /// [`Kinds::observe`], any record.
+    #[inline(never)]
+    fn observe_any(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
         use crate::trace::format::restore;
         match r.kind {
             // A ring's checkpoint restores the tensors live when the ring began, each after its

@@ -4,8 +4,30 @@
 use super::*;
 
 impl Replay {
-    /// Applies one record; what it changed.
+    /// Applies one record; what it changed. The records of nearly every step (an allocation,
+    /// its stack, a free, each a call that succeeded) take a short road of their own: the
+    /// replay is the hot path of every report, and each record asked five appliers in turn.
+    #[inline]
     pub fn apply(&mut self, r: &Record) -> Change {
+        use RecordKind::*;
+        if !self.restoring && r.status == 0 && r.ptr != 0 {
+            let f = match r.kind {
+                Alloc | TensorAlloc => Self::allocated,
+                Free | TensorFree => Self::freed,
+                StackRef => Self::stack_ref,
+                Caller => Self::caller,
+                _ => return self.apply_any(r),
+            };
+            self.index += 1;
+            self.time_ns = self.time_ns.max(r.time_ns);
+            return f(self, r);
+        }
+        self.apply_any(r)
+    }
+
+    /// [`Replay::apply`] for any record.
+    #[inline(never)]
+    fn apply_any(&mut self, r: &Record) -> Change {
         self.index += 1;
         use RecordKind::*;
         // A checkpoint's own records carry figures, not times, in `time_ns`.
@@ -51,58 +73,9 @@ impl Replay {
         use RecordKind::*;
         Some(match r.kind {
             Alloc | AllocAsync | ManagedAlloc | TensorAlloc if r.status == 0 && r.ptr != 0 => {
-                if r.kind == TensorAlloc {
-                    self.tensors.allocated(device_or_0(r.device), r.size);
-                }
-                let l = self.live_of(r);
-                let device = l.device;
-                if let Some(old) = self.live.insert(r.ptr, l) {
-                    // Freed by a route the trace did not see.
-                    self.sub_bytes(old.device, old.size);
-                }
-                let before = self.add_bytes(device, r.size, r.time_ns);
-                if r.kind == TensorAlloc {
-                    if before.is_some() {
-                        self.peak_by = None;
-                    }
-                } else {
-                    self.note_peak_by(before, device, r.ptr, false);
-                }
-                if !self.restoring {
-                    *slot(&mut self.last_alloc, r.thread) = r.ptr;
-                    // A `Caller` follows only the program's own allocations (the shim names no
-                    // caller of the framework's tensors, whose owner is the framework), so a
-                    // tensor leaves none awaited: a thread whose last allocation was a tensor
-                    // holds nothing a checkpoint must carry (threads come and go by thousands).
-                    let names_caller = r.kind != TensorAlloc
-                        && !matches!(
-                            r.api,
-                            crate::trace::format::Api::Torch | crate::trace::format::Api::Pluggable
-                        );
-                    *slot(&mut self.awaiting_caller, r.thread) =
-                        names_caller.then_some((false, r.ptr));
-                }
-                Change::Alloc { ptr: r.ptr, device }
+                self.allocated(r)
             }
-            Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => {
-                take_last(&mut self.last_alloc, r.thread);
-                // Copied into place: the value a removal hands back comes through memory
-                // written piecewise, and reading it whole stalled the replay at every free.
-                if self.live.remove_into(&r.ptr, &mut self.freed) {
-                    let (device, size) = (self.freed.device, self.freed.size);
-                    self.sub_bytes(device, size);
-                    if r.kind == TensorFree {
-                        self.tensors.freed(device, size);
-                    }
-                    Change::Free { ptr: r.ptr }
-                } else if self.tensors.recorded() && self.segments.contains_key(&r.ptr) {
-                    // The framework giving a segment back: its release follows.
-                    Change::Other
-                } else {
-                    self.unmatched_frees += 1;
-                    Change::Other
-                }
-            }
+            Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => self.freed(r),
             HostAlloc if r.status == 0 && r.ptr != 0 => {
                 take_last(&mut self.last_alloc, r.thread);
                 if let Some(old) = self.host.insert(r.ptr, r.size) {
@@ -122,6 +95,111 @@ impl Replay {
             }
             _ => return None,
         })
+    }
+
+    /// An allocation that succeeded (device, managed, stream-ordered, a tensor).
+    #[inline]
+    fn allocated(&mut self, r: &Record) -> Change {
+        use RecordKind::*;
+        if r.kind == TensorAlloc {
+            self.tensors.allocated(device_or_0(r.device), r.size);
+        }
+        let l = self.live_of(r);
+        let device = l.device;
+        if let Some(old) = self.live.insert(r.ptr, l) {
+            // Freed by a route the trace did not see.
+            self.sub_bytes(old.device, old.size);
+        }
+        let before = self.add_bytes(device, r.size, r.time_ns);
+        if r.kind == TensorAlloc {
+            if before.is_some() {
+                self.peak_by = None;
+            }
+        } else {
+            self.note_peak_by(before, device, r.ptr, false);
+        }
+        if !self.restoring {
+            *slot(&mut self.last_alloc, r.thread) = r.ptr;
+            // A `Caller` follows only the program's own allocations (the shim names no
+            // caller of the framework's tensors, whose owner is the framework), so a
+            // tensor leaves none awaited: a thread whose last allocation was a tensor
+            // holds nothing a checkpoint must carry (threads come and go by thousands).
+            let names_caller = r.kind != TensorAlloc
+                && !matches!(
+                    r.api,
+                    crate::trace::format::Api::Torch | crate::trace::format::Api::Pluggable
+                );
+            *slot(&mut self.awaiting_caller, r.thread) = names_caller.then_some((false, r.ptr));
+        }
+        Change::Alloc { ptr: r.ptr, device }
+    }
+
+    /// A free that succeeded (device, stream-ordered, a tensor).
+    #[inline]
+    fn freed(&mut self, r: &Record) -> Change {
+        use RecordKind::*;
+        take_last(&mut self.last_alloc, r.thread);
+        // Copied into place: the value a removal hands back comes through memory
+        // written piecewise, and reading it whole stalled the replay at every free.
+        if self.live.remove_into(&r.ptr, &mut self.freed) {
+            let (device, size) = (self.freed.device, self.freed.size);
+            self.sub_bytes(device, size);
+            if r.kind == TensorFree {
+                self.tensors.freed(device, size);
+            }
+            Change::Free { ptr: r.ptr }
+        } else if self.tensors.recorded() && self.segments.contains_key(&r.ptr) {
+            // The framework giving a segment back: its release follows.
+            Change::Other
+        } else {
+            self.unmatched_frees += 1;
+            Change::Other
+        }
+    }
+
+    /// Who called the shim for the thread's latest allocation.
+    #[inline]
+    fn caller(&mut self, r: &Record) -> Change {
+        let owner = self
+            .awaiting_caller
+            .get_mut(r.thread as usize)
+            .and_then(Option::take);
+        let l = match owner {
+            Some((false, p)) => self.live.get_mut(&p),
+            Some((true, h)) => self.physical.get_mut(&h),
+            None => None,
+        };
+        if let Some(l) = l {
+            l.caller = [r.ptr, r.size];
+        }
+        Change::Other
+    }
+
+    /// The stack of the thread's latest allocation.
+    #[inline]
+    fn stack_ref(&mut self, r: &Record) -> Change {
+        let mut change = Change::Other;
+        let counted = self
+            .counted_raw
+            .get_mut(r.thread as usize)
+            .and_then(Option::take);
+        if let Some(p) = take_last(&mut self.last_alloc, r.thread)
+            && let Some(l) = self.live.get_mut(&p)
+        {
+            l.stack = r.ptr;
+            if l.kind == RecordKind::Alloc as u8 && self.tensors.recorded() {
+                change = Change::StackOfRaw;
+            } else if l.kind == RecordKind::Alloc as u8 && !self.restoring {
+                // Counted as its call site's own: a segment the framework may yet
+                // claim, the tensor's stack (the same) following.
+                *slot(&mut self.counted_raw, r.thread) = Some(CountedRaw::Made(p));
+            } else if l.kind == RecordKind::TensorAlloc as u8
+                && counted == Some(CountedRaw::Claimed(r.ptr))
+            {
+                change = Change::StackOfRaw;
+            }
+        }
+        change
     }
 
     /// VMM physical memory created and released (an expandable segment's claimed as reserved).
@@ -272,45 +350,8 @@ impl Replay {
     pub(super) fn apply_context(&mut self, r: &Record) -> Option<Change> {
         use RecordKind::*;
         Some(match r.kind {
-            Caller => {
-                let owner = self
-                    .awaiting_caller
-                    .get_mut(r.thread as usize)
-                    .and_then(Option::take);
-                let l = match owner {
-                    Some((false, p)) => self.live.get_mut(&p),
-                    Some((true, h)) => self.physical.get_mut(&h),
-                    None => None,
-                };
-                if let Some(l) = l {
-                    l.caller = [r.ptr, r.size];
-                }
-                Change::Other
-            }
-            StackRef => {
-                let mut change = Change::Other;
-                let counted = self
-                    .counted_raw
-                    .get_mut(r.thread as usize)
-                    .and_then(Option::take);
-                if let Some(p) = take_last(&mut self.last_alloc, r.thread)
-                    && let Some(l) = self.live.get_mut(&p)
-                {
-                    l.stack = r.ptr;
-                    if l.kind == RecordKind::Alloc as u8 && self.tensors.recorded() {
-                        change = Change::StackOfRaw;
-                    } else if l.kind == RecordKind::Alloc as u8 && !self.restoring {
-                        // Counted as its call site's own: a segment the framework may yet
-                        // claim, the tensor's stack (the same) following.
-                        *slot(&mut self.counted_raw, r.thread) = Some(CountedRaw::Made(p));
-                    } else if l.kind == RecordKind::TensorAlloc as u8
-                        && counted == Some(CountedRaw::Claimed(r.ptr))
-                    {
-                        change = Change::StackOfRaw;
-                    }
-                }
-                change
-            }
+            Caller => self.caller(r),
+            StackRef => self.stack_ref(r),
             _ if self.ranges.apply(r, self.index) => Change::Other,
             _ => return None,
         })

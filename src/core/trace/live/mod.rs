@@ -7,6 +7,7 @@
 //! records put back: `trace::checkpoint::restore`), `walk.rs` a trace replayed from its start.
 
 mod apply;
+mod index;
 mod set;
 mod snapshot;
 mod walk;

@@ -4,18 +4,18 @@
 //! The replay's hot path is four records per allocation (made, its caller, its stack, freed),
 //! and three of them ask for the allocation just made or the one being freed. Kept in a map of
 //! whole entries, each of those was a probe of a table of 64-byte buckets; here the index's
-//! buckets are 16 bytes, the allocation most recently made is found without hashing (its
-//! caller and its stack follow it), and a free reads its slot once. The slots freed are reused
-//! first, so a loop's allocations stay in the same few cache lines.
+//! places are 16 bytes ([`AddressIndex`]), the allocation most recently made is found without
+//! hashing (its caller and its stack follow it), and a free reads its slot once. The slots
+//! freed are reused first, so a loop's allocations stay in the same few cache lines.
 
 use super::Live;
-use crate::fasthash::FastMap;
+use super::index::AddressIndex;
 
 /// Live allocations by address: [`LiveSet::get`] and [`LiveSet::iter`] as a map's.
 #[derive(Clone, Default)]
 pub struct LiveSet {
     /// Address to slot.
-    index: FastMap<u64, u32>,
+    index: AddressIndex,
     /// The allocations, by slot; `None`: a slot free for reuse.
     slots: Vec<Option<(u64, Live)>>,
     /// The slots free, the latest freed last.
@@ -32,7 +32,7 @@ impl LiveSet {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.index.len() == 0
     }
 
     /// The slot of `ptr`, the latest put in found without hashing.
@@ -43,14 +43,16 @@ impl LiveSet {
         if p == ptr && matches!(self.slots.get(s), Some(Some((q, _))) if *q == ptr) {
             return Some(s);
         }
-        self.index.get(&ptr).map(|&s| s as usize)
+        self.index.get(ptr).map(|s| s as usize)
     }
 
+    #[inline]
     pub fn get(&self, ptr: &u64) -> Option<&Live> {
         let s = self.slot_of(*ptr)?;
         self.slots.get(s)?.as_ref().map(|(_, l)| l)
     }
 
+    #[inline]
     pub fn get_mut(&mut self, ptr: &u64) -> Option<&mut Live> {
         let s = self.slot_of(*ptr)?;
         self.slots.get_mut(s)?.as_mut().map(|(_, l)| l)
@@ -76,42 +78,27 @@ impl LiveSet {
 
     /// Puts `live` at `ptr`; what was there before, if anything (freed by a route the trace
     /// did not see).
+    #[inline]
     pub fn insert(&mut self, ptr: u64, live: Live) -> Option<Live> {
-        use std::collections::hash_map::Entry;
-        match self.index.entry(ptr) {
-            Entry::Occupied(o) => {
-                let s = *o.get();
-                self.last = (ptr, s);
-                let old = self.slots.get_mut(s as usize)?.replace((ptr, live));
-                old.map(|(_, l)| l)
-            }
-            Entry::Vacant(v) => {
-                let s = match self.free.pop() {
-                    Some(s) => s,
-                    None => {
-                        // More live at once than a u32 counts cannot come from a trace the
-                        // reader bounds, but a slot is never shared: past it, none is kept.
-                        let Ok(s) = u32::try_from(self.slots.len()) else {
-                            return None;
-                        };
-                        self.slots.push(None);
-                        s
-                    }
-                };
-                v.insert(s);
-                self.last = (ptr, s);
-                if let Some(slot) = self.slots.get_mut(s as usize) {
-                    *slot = Some((ptr, live));
-                }
-                None
-            }
-        }
+        let (slots, free) = (&mut self.slots, &mut self.free);
+        let (s, was) = self.index.entry(ptr, || {
+            free.pop().or_else(|| {
+                // More live at once than a u32 counts cannot come from a trace the reader
+                // bounds, but a slot is never shared: past it, none is kept.
+                let s = u32::try_from(slots.len()).ok()?;
+                slots.push(None);
+                Some(s)
+            })
+        })?;
+        self.last = (ptr, s);
+        let old = self.slots.get_mut(s as usize)?.replace((ptr, live));
+        if was { old.map(|(_, l)| l) } else { None }
     }
 
     /// Takes out the allocation at `ptr`, copied into `out`; whether there was one.
     #[inline]
     pub fn remove_into(&mut self, ptr: &u64, out: &mut Live) -> bool {
-        let Some(s) = self.index.remove(ptr) else {
+        let Some(s) = self.index.remove(*ptr) else {
             return false;
         };
         match self.slots.get_mut(s as usize).and_then(Option::take) {
