@@ -10,7 +10,7 @@
 # the multiple of the read. GPUSHIM_BEFORE=PATH: another build of the command timed on the
 # same traces, alternated with this one (a row "before" under each workload's).
 # GPUSHIM_KEEP=DIR: each workload's trace also kept there, compressed (NAME.trace.xz), to be
-# read again on a machine without a GPU.
+# read again on a machine without a GPU. READREAL_MODELS="gpt2": these workloads only.
 # Usage: bash scripts/gpu.sh readreal[:STEPS]  (default 400)
 set -euo pipefail
 steps=${1:-400}
@@ -42,7 +42,7 @@ row() { # NAME BIN: a row of the reports' times by BIN on the workload's trace $
 printf "%-12s %9s %8s %6s" workload records MB cat
 for r in summary peak leaks oom page; do printf " %13s" "$r"; done
 printf " %13s\n" "leaks -n"
-for w in gpt2 resnet50 transformer; do
+for w in ${READREAL_MODELS:-gpt2 resnet50 transformer}; do
   t=$work/$w.trace
   "$GPUSHIM_BIN" run --conf "trace_max:16GiB" --trace "$t" -- \
     python3 scripts/gpu/workloads.py "$w" default "$steps" >"$work/$w.out" 2>&1 \
