@@ -221,15 +221,7 @@ impl Decoder {
             // Small batches first (a pass that stops early, or a second reader of the first
             // part, decodes little past what it needs), doubling to BATCH.
             self.batch = self.batch.clamp(BATCH_FIRST, BATCH / 2) * 2;
-            // Once batches are full, at least three times the window (up to a few batches):
-            // the window's records are copied behind each batch, and a dense trace's window
-            // (20 ms of a tight loop's records) is most of a batch.
-            let window = self.window.len();
-            let want = if self.batch < BATCH {
-                self.batch.max(window)
-            } else {
-                self.batch.max((window * 3).min(SPARE_MAX / 2))
-            };
+            let want = self.batch.max(self.window.len());
             let mut out = std::mem::take(&mut self.window);
             out.reserve(want);
             let mut order = TimeOrder::new(out.len() + want);
