@@ -222,7 +222,13 @@ impl std::fmt::Display for ReplayError {
                  run with tensors on (the default) to replay it",
                 why.as_ref().map(|w| format!(" ({w})")).unwrap_or_default()
             ),
-            ReplayError::Setting { text, reason } => write!(f, "--torch {text:?}: {reason}"),
+            // The reason quotes the text's words (a run's setting is the trace's text): what a
+            // terminal would obey is escaped, as the text itself is by `{:?}`.
+            ReplayError::Setting { text, reason } => write!(
+                f,
+                "--torch {text:?}: {}",
+                crate::fixedfmt::Escaped(reason.as_bytes())
+            ),
             ReplayError::Filtered => write!(
                 f,
                 "the replay of PyTorch's allocator needs every tensor in order (what a setting \
@@ -364,5 +370,30 @@ impl Fidelity {
     pub fn exact(&self) -> bool {
         self.first_difference.is_none()
             && self.recorded_peak_reserved_bytes == self.replayed_peak_reserved_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A setting refused for a key it does not know says why with the key quoted, and the key
+    /// is the setting's text, which a run (and so a trace) chooses: nothing in the line is a
+    /// control character a terminal would obey.
+    #[test]
+    fn a_refused_settings_reason_escapes_what_a_terminal_would_obey() {
+        let text = "key\x1b[2J:1";
+        let e = model::TorchConf::parse(text).expect_err("an unknown key is refused");
+        let line = ReplayError::Setting {
+            text: text.into(),
+            reason: e.to_string(),
+        }
+        .to_string();
+        assert!(
+            e.to_string().contains('\x1b'),
+            "the reason quotes the key: {e:?}"
+        );
+        assert!(!line.chars().any(char::is_control), "{line:?}");
+        assert!(line.contains("'key\\x1b'"), "{line:?}");
     }
 }
