@@ -3,10 +3,9 @@
 //! tombstones).
 //!
 //! Every allocation and free of a trace asks it, and a training step frees nearly all it
-//! made. In the standard library's map that churn left deleted markers that a periodic
-//! rehash in place swept away, and the entry API's general path cost about a hundred
-//! instructions an insertion (callgrind, the bench's loop trace); here an insertion or a
-//! removal is one hash and a probe or two of 16-byte pairs.
+//! made. The standard library's map cost about a hundred instructions an insertion there
+//! (callgrind, the bench's loop trace); here an insertion or a removal is one hash and a
+//! probe or two of 16-byte pairs.
 //!
 //! The hash is [`crate::fasthash`]'s, from the process's random seed, so no trace chooses
 //! where its addresses land: keys that differ only above the bits the table indexes by still

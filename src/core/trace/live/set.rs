@@ -84,8 +84,9 @@ impl LiveSet {
         let (s, was) = self.index.entry(ptr, || {
             free.pop().or_else(|| {
                 // More live at once than a u32 counts cannot come from a trace the reader
-                // bounds, but a slot is never shared: past it, none is kept.
-                let s = u32::try_from(slots.len()).ok()?;
+                // bounds, but a slot is never shared: past it (u32::MAX is the index's mark
+                // for an empty place), none is kept and no slot is made.
+                let s = u32::try_from(slots.len()).ok().filter(|&s| s != u32::MAX)?;
                 slots.push(None);
                 Some(s)
             })
