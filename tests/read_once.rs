@@ -80,6 +80,40 @@ fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
 }
 
 #[test]
+fn what_fits_is_read_with_the_reports_beside_it() {
+    // `fit`, and what fits beside `summary` and the page: PyTorch's requests and the summary
+    // (the headroom beside PyTorch's) from the one read the reports make.
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let page = tempdir("read-once-fit").file("page.html");
+    let page = page.to_str().unwrap();
+    for args in [
+        &["fit", "--at", "8"][..],
+        &["summary", "--at", "8"],
+        &["report", "--at", "8", "-o", page],
+    ] {
+        let ((opened, passes), _) = reads(args, &data.join("gpt2.trace"));
+        assert_eq!(opened, 1, "{args:?} opened the trace {opened} times");
+        assert!(passes <= 2, "{args:?} read the trace {passes} times");
+    }
+    let fitted = std::fs::read_to_string(page).unwrap();
+    assert!(fitted.contains("\"largest_batch\""), "no fit on the page");
+    // `oom` of PyTorch's failure: its reports, then the replay's requests once, for both the
+    // advice and the largest batch that fits.
+    let ((opened, _), printed) = reads(&["oom", "--at", "8"], &data.join("oom.trace"));
+    assert!(
+        printed.contains("export PYTORCH_CUDA_ALLOC_CONF="),
+        "{printed}"
+    );
+    assert!(printed.contains("the largest batch that fits"), "{printed}");
+    assert_eq!(opened, 2, "{printed}");
+    // A ring: `fit` reads the checkpoint with the most of the ring after it, once.
+    let ring = ring_trace("read-once-fit-ring", false);
+    let ((opened, passes), printed) = reads(&["fit", "--at", "2"], &ring);
+    assert_eq!((opened, passes), (1, 1), "{printed}");
+    assert!(printed.contains("batch"), "{printed}");
+}
+
+#[test]
 fn the_first_pass_says_where_its_time_went() {
     // `GPUSHIM_READS=1`: the first pass's time, the decoding threads' CPU time and the
     // trackers' threads' (summed, and the busiest). One thread cannot run longer than the pass;

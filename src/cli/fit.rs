@@ -48,8 +48,9 @@ fn of_run(
     example: &str,
     read: fn(&[String]) -> Option<(u64, String)>,
 ) -> Result<u64, String> {
-    let reader = gpushim::trace::reader::TraceReader::open(trace).map_err(|e| e.to_string())?;
-    let cmdline = reader.info().cmdline.clone();
+    // The header alone: the trace is opened for reading once, by the fit.
+    let header = gpushim::trace::reader::TraceReader::header(trace).map_err(|e| e.to_string())?;
+    let cmdline = header.cmdline;
     let shown = gpushim::files::shown(trace);
     match read(&cmdline) {
         Some((n, said)) => {
@@ -62,7 +63,7 @@ fn of_run(
             Ok(n)
         }
         // The reason that decides comes first: with no tensor to replay, no batch helps.
-        None if !holds_tensors(reader) => Err(format!(
+        None if !holds_tensors(trace) => Err(format!(
             "fit: {shown} holds no tensors of PyTorch's caching allocator, so nothing to scale \
              by the batch: record a PyTorch run with tensors on (the default) and fit that"
         )),
@@ -74,12 +75,15 @@ fn of_run(
     }
 }
 
-/// Whether the trace holds a tensor of PyTorch's allocator (read until the first one).
-fn holds_tensors(reader: gpushim::trace::reader::TraceReader) -> bool {
+/// Whether the trace holds a tensor of PyTorch's allocator (read until the first one; a trace
+/// that cannot be read is left to the fit to say why).
+fn holds_tensors(trace: &std::path::Path) -> bool {
     use gpushim::trace::format::RecordKind;
-    reader
-        .into_iter()
-        .any(|r| r.kind == RecordKind::TensorAlloc)
+    gpushim::trace::reader::TraceReader::open(trace).map_or(true, |reader| {
+        reader
+            .into_iter()
+            .any(|r| r.kind == RecordKind::TensorAlloc)
+    })
 }
 
 /// `gpushim fit` from its options: the batches, the device, and a second run at another batch

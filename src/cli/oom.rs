@@ -50,15 +50,18 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
                 "no replay of PyTorch's allocator from a saved analysis: run oom on {name}'s trace"
             );
         } else if torch_failed {
-            match gpushim::report::torch_replay::oom_advice(t, opts) {
-                Ok(Some(a)) => print!("{}", gpushim::report::torch_replay::render_advice(&a)),
-                // Failures of PyTorch's with no tensor of PyTorch's failed: its raw
-                // cudaMalloc attempts only, which the tensor's failure record follows.
-                Ok(None) => {}
-                Err(e @ gpushim::report::torch_replay::ReplayError::NoTensors { .. })
-                | Err(e @ gpushim::report::torch_replay::ReplayError::FailureSummarized { .. }) => {
-                    println!("no replay of PyTorch's allocator: {e}")
-                }
+            // The replay's requests and the headroom beside them, read once for the advice
+            // and the batch that fits.
+            let run = gpushim::report::fit::read_run(t, opts);
+            match &run {
+                Ok(r) => match gpushim::report::torch_replay::oom_advice_of(r.input()) {
+                    Ok(Some(a)) => print!("{}", gpushim::report::torch_replay::render_advice(&a)),
+                    // Failures of PyTorch's with no tensor of PyTorch's failed: its raw
+                    // cudaMalloc attempts only, which the tensor's failure record follows.
+                    Ok(None) => {}
+                    Err(e) => no_replay(t, &e),
+                },
+                Err(gpushim::report::fit::FitError::Replay(e)) => no_replay(t, e),
                 Err(e) => eprintln!(
                     "gpushim: {}: no replay of PyTorch's allocator: {e}",
                     gpushim::files::shown(t)
@@ -76,7 +79,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
                         gpushim::fixedfmt::Escaped(words.as_bytes())
                     );
                 }
-                print!("{}", batch_that_fits(t, at, opts));
+                print!("{}", batch_that_fits(&run, at, opts));
             }
         }
     }
@@ -90,10 +93,34 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
     ExitCode::SUCCESS
 }
 
+/// Why there is no replay of PyTorch's allocator for the failure: on stdout where the trace
+/// says why (no tensors, the failure summarized), else on stderr.
+fn no_replay(t: &std::path::Path, e: &gpushim::report::torch_replay::ReplayError) {
+    use gpushim::report::torch_replay::ReplayError as E;
+    let summarized = e.failure_summarized();
+    match summarized.as_ref().unwrap_or(e) {
+        e @ (E::NoTensors { .. } | E::FailureSummarized { .. }) => {
+            println!("no replay of PyTorch's allocator: {e}")
+        }
+        e => eprintln!(
+            "gpushim: {}: no replay of PyTorch's allocator: {e}",
+            gpushim::files::shown(t)
+        ),
+    }
+}
+
 /// The largest batch that would have fit the run's device, under its setting and the other.
-fn batch_that_fits(t: &std::path::Path, at: u64, opts: &ReadOptions) -> String {
+fn batch_that_fits(
+    run: &Result<gpushim::report::fit::FitRun, gpushim::report::fit::FitError>,
+    at: u64,
+    opts: &ReadOptions,
+) -> String {
     let ask = gpushim::report::fit::Ask::largest(at, at.saturating_mul(8).max(8));
-    match gpushim::report::fit::fit(t, &ask, opts) {
+    match run
+        .as_ref()
+        .map_err(ToString::to_string)
+        .and_then(|r| gpushim::report::fit::fit_run(r, &ask, opts).map_err(|e| e.to_string()))
+    {
         Err(e) => format!("no batch that fits: {e}\n"),
         Ok(f) => format!(
             "at batch {at}, the largest batch that fits {}: {} (gpushim fit says how: \

@@ -13,22 +13,27 @@ pub fn cmd_summary(
     opts: &ReadOptions,
 ) -> ExitCode {
     use gpushim::report::analysis::{Wants, analyze_job};
-    let job = match analyze_job(traces, opts, &Wants::summary()) {
+    // With the run's batch: how many batches of headroom, as `fit` finds it (from a trace,
+    // not a saved analysis), its requests from the summary's read; a job's traces' each read
+    // after, one at a time, so that one trace's requests are held at a time.
+    let wants = Wants {
+        requests: at.is_some() && traces.len() == 1,
+        ..Wants::summary()
+    };
+    let mut job = match analyze_job(traces, opts, &wants) {
         Ok(j) => j,
         Err(e) => return fail(e),
     };
-    // With the run's batch: how many batches of headroom, as `fit` finds it (from a trace,
-    // not a saved analysis).
     let fits: Vec<Option<gpushim::report::fit::Fit>> = job
-        .iter()
+        .iter_mut()
         .map(|(_, a)| {
             let at = at?;
-            let t = &a.info.path;
-            if gpushim::report::saved::is_saved(t) {
+            if gpushim::report::saved::is_saved(&a.info.path) {
                 return None;
             }
+            let run = gpushim::report::fit::run_of(a, opts).ok()?;
             let ask = gpushim::report::fit::Ask::largest(at, 4096);
-            gpushim::report::fit::fit(t, &ask, opts).ok()
+            gpushim::report::fit::fit_run(&run, &ask, opts).ok()
         })
         .collect();
     let all: Vec<summary::Summary> = job.into_iter().filter_map(|(_, a)| a.summary).collect();

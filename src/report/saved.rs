@@ -189,6 +189,7 @@ fn analysis_of(t: SavedTrace, path: &Path) -> Analysis {
         leaks: Some(leaks),
         lanes: Some(t.lanes),
         cut: t.cut,
+        requests: None,
     }
 }
 

@@ -36,16 +36,25 @@ pub fn page_html(
         many => format!("{} traces, one core each", many.len()),
     });
     let mut traces = Vec::new();
-    for (name, a) in analyze_job(paths, opts, &Wants::page())? {
+    // With a batch: what fits, its requests from the same read as the page's reports; a
+    // job's traces' each read after, one at a time, so that one trace's requests are held
+    // at a time.
+    let wants = Wants {
+        requests: at.is_some() && paths.len() == 1,
+        ..Wants::page()
+    };
+    for (name, mut a) in analyze_job(paths, opts, &wants)? {
         let path = a.info.path.clone();
         let saved = crate::report::saved::is_saved(&path);
+        let requests = a.requests.take();
         let (mut t, summary) = trace_data(&name, saved, a)?;
         if let Some(at) = at {
             step(&format!("{name}: what fits"));
             t["fit"] = if saved {
                 json!({"error": "what fits needs the trace itself, not a saved analysis"})
             } else {
-                fit_curve(&path, at, opts, &summary)
+                let run = crate::report::fit::run_from(requests, &path, Some(&summary), opts);
+                fit_curve(run, at, opts)
             };
         }
         traces.push(t);
@@ -86,16 +95,15 @@ fn assemble(title: &str, data: &Value) -> String {
 }
 
 /// Peak reserved memory against the batch, under the run's setting and the other, up to past
-/// the largest batch that fits; or why there is none. The run is read once for both asks, and
-/// its headroom taken from the page's summary of it.
+/// the largest batch that fits; or why there is none. The run is read once for both asks, with
+/// the page's reports, and its headroom taken from the page's summary of it.
 fn fit_curve(
-    path: &Path,
+    run: Result<crate::report::fit::FitRun, crate::report::fit::FitError>,
     at: u64,
     opts: &ReadOptions,
-    summary: &crate::report::summary::Summary,
 ) -> Value {
-    use crate::report::fit::{Ask, fit_run, read_run};
-    let run = match read_run(path, opts, Some(summary)) {
+    use crate::report::fit::{Ask, fit_run};
+    let run = match run {
         Ok(r) => r,
         Err(e) => return json!({"error": e.to_string()}),
     };

@@ -37,6 +37,8 @@ pub(super) struct RunPass {
     pub(super) early_bands: Option<EarlyBands>,
     /// The moments a group on a thread of its own took (its `early` finished there).
     pub(super) taken: Vec<crate::report::moments::Moment>,
+    /// The requests of PyTorch's allocator, for a replay.
+    pub(super) requests: Option<crate::report::torch_replay::Requests>,
 }
 
 impl RunPass {
@@ -72,6 +74,9 @@ impl RunPass {
                 .filter(|_| !early_off)
                 .map(|_| EarlyBands::default()),
             taken: Vec::new(),
+            requests: wants
+                .requests
+                .then(|| crate::report::torch_replay::Requests::new(reader)),
         }
     }
 
@@ -91,6 +96,9 @@ impl RunPass {
         } else {
             None
         };
+        if let Some(q) = &mut self.requests {
+            q.see(reader, r, decided);
+        }
         let said = &mut self.said;
         if let Some(p) = &mut self.summary {
             p.see(reader, rp, r, said);
@@ -128,7 +136,7 @@ impl RunPass {
 /// moments taken in the first pass).
 fn reads(wants: &Wants, early: bool) -> (bool, bool) {
     let iterations = wants.oom || wants.leaks.is_some() || wants.timeline.is_some();
-    let kinds = wants.summary || iterations || early;
+    let kinds = wants.summary || iterations || early || wants.requests;
     (kinds || wants.peak, kinds)
 }
 
@@ -247,6 +255,7 @@ fn first_pass_on(
         if t.columns.is_some() {
             (run.columns, run.early_bands) = (t.columns, t.early_bands);
         }
+        run.requests = run.requests.or(t.requests);
         run.taken.append(&mut t.taken);
     }
     Ok(run)
@@ -264,6 +273,7 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
         oom: false,
         leaks: None,
         timeline: None,
+        requests: false,
         ..wants.clone()
     };
     let mut moments: Vec<Wants> = Vec::new();
@@ -324,8 +334,10 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
         }
     }
     moments.append(&mut iterations);
-    if moments.is_empty() {
-        moments.push(wants.clone());
+    match moments.first_mut() {
+        // The requests with the first group, whose kinds serve every report after the pass.
+        Some(first) => first.requests = wants.requests,
+        None => moments.push(wants.clone()),
     }
     moments
 }

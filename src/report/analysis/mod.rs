@@ -35,6 +35,7 @@ use super::peak::Peak;
 use super::summary::Summary;
 use super::timeline::Lane;
 use super::timeline::bands::BandsPass;
+use super::torch_replay::{Input, ReplayError};
 use crate::trace::reader::{ReadError, ReadOptions, TraceInfo, TraceReader};
 use std::path::Path;
 
@@ -51,6 +52,9 @@ pub struct Wants {
     pub timeline: Option<Vec<String>>,
     /// `leaks` only when the first pass found a failed allocation (what grew until it).
     pub leaks_only_with_failures: bool,
+    /// The requests of PyTorch's allocator, for a replay (`fit`, the page's curve of what
+    /// fits): gathered in the first pass where it reads what a replay reads, else read apart.
+    pub requests: bool,
 }
 
 impl Wants {
@@ -91,6 +95,16 @@ impl Wants {
             leaks: Some(None),
             timeline: Some(Vec::new()),
             leaks_only_with_failures: false,
+            requests: false,
+        }
+    }
+
+    /// What `fit` reads: the requests, and the summary for the headroom beside PyTorch's.
+    pub fn fit() -> Wants {
+        Wants {
+            summary: true,
+            requests: true,
+            ..Wants::default()
         }
     }
 }
@@ -106,6 +120,8 @@ pub struct Analysis {
     pub leaks: Option<Leaks>,
     pub lanes: Option<Vec<Lane>>,
     pub cut: Option<String>,
+    /// The replay's input, when asked for ([`Wants::requests`]).
+    pub requests: Option<Result<Input, ReplayError>>,
 }
 
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
@@ -121,8 +137,30 @@ fn analyze_on(
     wants: &Wants,
     cores: usize,
 ) -> Result<Analysis, ReadError> {
-    let mut reader = TraceReader::open_with(path, opts)?;
+    let reader = TraceReader::open_with(path, opts)?;
+    // The requests in this read where it reads every record a replay would, else apart.
+    let gathered = wants.requests && opts.filter.is_empty() && reader.reads_as_replay();
+    let pass_wants = Wants {
+        requests: gathered,
+        ..wants.clone()
+    };
+    let mut a = analyze_read(reader, &pass_wants, opts, cores)?;
+    if wants.requests && a.requests.is_none() {
+        a.requests = Some(crate::report::torch_replay::read(path, opts));
+    }
+    Ok(a)
+}
+
+/// [`analyze_on`] of the trace `reader` opened: the passes, and what they found.
+fn analyze_read(
+    mut reader: TraceReader,
+    wants: &Wants,
+    opts: &ReadOptions,
+    cores: usize,
+) -> Result<Analysis, ReadError> {
     let mut run = first_pass::first_pass(&mut reader, wants, cores)?;
+    let requests = run.requests.take();
+    let no_filter = crate::trace::filter::Filter::default();
     let mut batch = Vec::new();
     let (rp, kinds, early) = (
         std::mem::take(&mut run.rp),
@@ -141,6 +179,7 @@ fn analyze_on(
         peaks: None,
         leaks: None,
         lanes: None,
+        requests: None,
     };
     if wants.leaks_only_with_failures && a.ooms.as_ref().is_some_and(Vec::is_empty) {
         run.leaks = None;
@@ -174,6 +213,7 @@ fn analyze_on(
     if moments.is_empty() && leaks.is_none() && bands.is_none() {
         a.summary = summary.map(|s| s.finish(&reader, &taken));
         a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &taken));
+        a.requests = requests.map(|q| q.finish(reader, &kinds, &no_filter));
         return Ok(a);
     }
     // The second pass.
@@ -214,6 +254,7 @@ fn analyze_on(
         let drawn = drawn(&a, keep);
         a.lanes = Some(b.finish(found, &reader, &first_rp, &first_kinds, &drawn));
     }
+    a.requests = requests.map(|q| q.finish(reader, &first_kinds, &no_filter));
     Ok(a)
 }
 

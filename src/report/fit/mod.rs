@@ -281,25 +281,53 @@ pub struct FitRun {
     headroom: u64,
 }
 
-/// Reads the run at `path` for [`fit_run`]; `summary`, when the caller has the trace's
-/// already, gives the headroom without reading the trace again.
-pub fn read_run(
-    path: &Path,
-    opts: &ReadOptions,
-    summary: Option<&super::summary::Summary>,
-) -> Result<FitRun, FitError> {
-    let input = torch_replay::read(path, opts)?;
-    let headroom = match summary {
-        Some(s) => headroom_of(s),
-        None => headroom(path, opts),
+impl FitRun {
+    /// PyTorch's requests, as the run made them.
+    pub fn input(&self) -> &torch_replay::Input {
+        &self.input
+    }
+}
+
+/// Reads the run at `path` for [`fit_run`]: one analysis, its requests and its summary (for
+/// the headroom) from one read, of a ring's checkpoint with the most records after it.
+pub fn read_run(path: &Path, opts: &ReadOptions) -> Result<FitRun, FitError> {
+    torch_replay::devices_only(opts)?; // before the trace is read
+    let whole = ReadOptions {
+        longest_ring: true,
+        ..opts.clone()
     };
+    let mut a = super::analysis::analyze(path, &whole, &super::analysis::Wants::fit())
+        .map_err(ReplayError::Read)?;
+    run_of(&mut a, opts)
+}
+
+/// The run for [`fit_run`] from an analysis: its requests where it asked for them
+/// ([`super::analysis::Wants::requests`], taken), else read from its trace now; the headroom
+/// from its summary, when it has one.
+pub fn run_of(a: &mut super::analysis::Analysis, opts: &ReadOptions) -> Result<FitRun, FitError> {
+    run_from(a.requests.take(), &a.info.path, a.summary.as_ref(), opts)
+}
+
+/// [`run_of`] from an analysis's parts: the requests it gathered (`None`: read from `path`
+/// now) and its summary.
+pub fn run_from(
+    requests: Option<Result<torch_replay::Input, ReplayError>>,
+    path: &Path,
+    summary: Option<&super::summary::Summary>,
+    opts: &ReadOptions,
+) -> Result<FitRun, FitError> {
+    let input = match requests {
+        Some(r) => r?,
+        None => torch_replay::read(path, opts)?,
+    };
+    let headroom = summary.map_or(0, headroom_of);
     Ok(FitRun { input, headroom })
 }
 
 /// The fit of the trace at `path`.
 pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
     batches_asked(ask)?; // before the trace is read
-    fit_run(&read_run(path, opts, None)?, ask, opts)
+    fit_run(&read_run(path, opts)?, ask, opts)
 }
 
 /// Every batch asked is at least 1.
@@ -408,12 +436,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
 }
 
 /// What the CUDA context, module code and the libraries held beside PyTorch's allocator at
-/// NVML's peak in the run (0 without NVML's figure).
-fn headroom(path: &Path, opts: &ReadOptions) -> u64 {
-    super::summary::summarize(path, opts).map_or(0, |s| headroom_of(&s))
-}
-
-/// [`headroom`] from the trace's summary.
+/// NVML's peak in the run (0 without NVML's figure), from the trace's summary.
 fn headroom_of(s: &super::summary::Summary) -> u64 {
     s.device_memory
         .iter()

@@ -140,18 +140,36 @@ pub struct RingStart {
 /// no tensors: see [`ReplayError::NoTensors`] from [`read`] for why). A failure older than
 /// the records the ring still holds is [`ReplayError::FailureSummarized`].
 pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, ReplayError> {
-    let input = match read(path, opts) {
-        Err(ReplayError::Summarized {
-            records,
-            trace_max_needed,
-        }) => {
-            return Err(ReplayError::FailureSummarized {
+    match read(path, opts) {
+        Ok(input) => oom_advice_of(&input),
+        Err(e) => Err(e.for_failure()),
+    }
+}
+
+impl ReplayError {
+    /// The error as the advice for a failure says it: a ring whose checkpoint summarized every
+    /// tensor summarized the failure too.
+    pub fn for_failure(self) -> ReplayError {
+        self.failure_summarized().unwrap_or(self)
+    }
+
+    /// [`ReplayError::for_failure`] where it differs.
+    pub fn failure_summarized(&self) -> Option<ReplayError> {
+        match *self {
+            ReplayError::Summarized {
                 records,
                 trace_max_needed,
-            });
+            } => Some(ReplayError::FailureSummarized {
+                records,
+                trace_max_needed,
+            }),
+            _ => None,
         }
-        other => other?,
-    };
+    }
+}
+
+/// [`oom_advice`] of the requests already read.
+pub fn oom_advice_of(input: &Input) -> Result<Option<OomAdvice>, ReplayError> {
     let info = input.reader.info();
     let Some(first) = input.events.iter().find(|e| e.ev == Ev::Oom) else {
         if input.from_checkpoint {
@@ -162,7 +180,7 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         }
         return Ok(None);
     };
-    let recorded = recorded_conf(&input)?;
+    let recorded = recorded_conf(input)?;
     let bounds = Bounds {
         limit: None,
         fraction: None,
@@ -170,7 +188,7 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
         afresh: false,
         ..Bounds::default()
     };
-    let (own, fidelity) = replay(&input, &recorded, &bounds, true);
+    let (own, fidelity) = replay(input, &recorded, &bounds, true);
     let limit = {
         let d = input.devices.get(&first.device);
         d.and_then(|d| d.allowed_at_oom)
@@ -196,7 +214,7 @@ pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, 
             not_exact: own.start_not_exact.clone(),
         }
     });
-    let all = recommend(&input, &recorded, &bounds);
+    let all = recommend(input, &recorded, &bounds);
     let tried = all.len();
     let serving = all
         .into_iter()

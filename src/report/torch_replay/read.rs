@@ -41,8 +41,6 @@ struct Gather {
     /// Per device: the bytes the run's segments held, and the most they held.
     reserved: HashMap<u8, u64>,
     most_reserved: HashMap<u8, u64>,
-    /// The tensors' kinds, decided as the records come.
-    kinds: Kinds,
     /// Live requests not yet given a kind: their event, by address.
     undecided: FastMap<u64, usize>,
     /// The autograd graph's walks (a ring's checkpoint keeps the latest).
@@ -213,15 +211,7 @@ impl Gather {
 /// Reads the trace's tensors. Errors: the trace cannot be read, or has no tensors of
 /// PyTorch's allocator (with why, when the trace says).
 pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
-    // An allocator's state depends on every tensor before: the replay reads them all, and of
-    // the filters keeps only the devices asked for.
-    let only = crate::trace::filter::Filter {
-        devices: opts.filter.devices.clone(),
-        ..Default::default()
-    };
-    if opts.filter != only {
-        return Err(ReplayError::Filtered);
-    }
+    let only = devices_only(opts)?;
     // Of a ring's checkpoints, the one with the most records after it: the replay needs the
     // tensors one by one, and starts from the cache the checkpoint kept.
     let whole = ReadOptions {
@@ -230,16 +220,50 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
         ..opts.clone()
     };
     let mut reader = TraceReader::open_with(path, &whole)?;
-    let conf_env = setting_of(&reader.info().env);
-    let mut g = Gather {
-        collects: conf_env
-            .as_ref()
-            .and_then(|(_, t)| TorchConf::parse(t).ok())
-            .is_some_and(|c| c.gc_threshold > 0.0),
-        ..Gather::default()
-    };
+    let mut kinds = Kinds::default();
+    let mut g = Requests::new(&reader);
     while let Some(r) = reader.next() {
-        let decided = g.kinds.observe(&reader, &r);
+        let decided = kinds.observe(&reader, &r);
+        g.see(&reader, &r, decided);
+    }
+    g.finish(reader, &kinds, &only)
+}
+
+/// The filter a replay reads with: of the filters it keeps only the devices asked for (an
+/// allocator's state depends on every tensor before, so the replay reads them all).
+pub fn devices_only(opts: &ReadOptions) -> Result<crate::trace::filter::Filter, ReplayError> {
+    let only = crate::trace::filter::Filter {
+        devices: opts.filter.devices.clone(),
+        ..Default::default()
+    };
+    if opts.filter != only {
+        return Err(ReplayError::Filtered);
+    }
+    Ok(only)
+}
+
+/// The replay's requests gathered as a tracker of a pass that reads every record (the
+/// analysis's first pass, [`crate::report::analysis`]), beside the reports': the trace read
+/// once for both. The pass's reader must read what a replay's would
+/// ([`TraceReader::reads_as_replay`]), with no filter, and observe each record with the
+/// tensors' kinds before [`Requests::see`].
+pub struct Requests(Box<Gather>);
+
+impl Requests {
+    pub fn new(reader: &TraceReader) -> Requests {
+        let conf_env = setting_of(&reader.info().env);
+        Requests(Box::new(Gather {
+            collects: conf_env
+                .as_ref()
+                .and_then(|(_, t)| TorchConf::parse(t).ok())
+                .is_some_and(|c| c.gc_threshold > 0.0),
+            ..Gather::default()
+        }))
+    }
+
+    /// One record, after the kinds observed it (`decided`: what they decided of it).
+    pub fn see(&mut self, reader: &TraceReader, r: &Record, decided: Option<(u64, Kind)>) {
+        let g = &mut *self.0;
         if r.kind == RecordKind::Restore {
             g.from_checkpoint = true;
         }
@@ -247,13 +271,13 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
             r.kind,
             RecordKind::GraphNode | RecordKind::GraphEdge | RecordKind::Graph
         ) {
-            g.graph.see(&r, |id| reader.string(id).map(str::to_string));
-            continue;
+            g.graph.see(r, |id| reader.string(id).map(str::to_string));
+            return;
         }
         if g.restoring || r.kind == RecordKind::Restore {
-            g.restore(&r);
+            g.restore(r);
         } else {
-            g.take(&r);
+            g.take(r);
             if r.kind == RecordKind::TensorAlloc && r.status == 0 && r.ptr != 0 {
                 g.undecided.insert(r.ptr, g.events.len() - 1);
             }
@@ -264,69 +288,81 @@ pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
             g.events[i].kind = k;
         }
     }
-    // Each device's total as CUDA counts it, from the header where no `cudaMemGetInfo` said
-    // it: NVML's total is larger by what the driver keeps, which no process can have.
-    for (d, m) in reader.info().devices.iter().enumerate() {
-        if let (Some(m), Ok(d)) = (m, u8::try_from(d))
-            && m.memory > 0
-        {
-            g.devices
-                .entry(d)
-                .or_default()
-                .total
-                .get_or_insert(m.memory);
+
+    /// The replay's input, from the reader that read every record and the kinds it ended
+    /// with; of the devices, those `only` keeps (all where it names none).
+    pub fn finish(
+        self,
+        reader: TraceReader,
+        kinds: &Kinds,
+        only: &crate::trace::filter::Filter,
+    ) -> Result<Input, ReplayError> {
+        let mut g = *self.0;
+        let conf_env = setting_of(&reader.info().env);
+        // Each device's total as CUDA counts it, from the header where no `cudaMemGetInfo` said
+        // it: NVML's total is larger by what the driver keeps, which no process can have.
+        for (d, m) in reader.info().devices.iter().enumerate() {
+            if let (Some(m), Ok(d)) = (m, u8::try_from(d))
+                && m.memory > 0
+            {
+                g.devices
+                    .entry(d)
+                    .or_default()
+                    .total
+                    .get_or_insert(m.memory);
+            }
         }
+        // Live at the end: the kind their phase gives what outlives it.
+        for (&ptr, &i) in &g.undecided {
+            g.events[i].kind = kinds.lasting(&reader, ptr, 0);
+        }
+        if g.tensors == 0 && g.summarized_tensors {
+            let records = reader.info().claimed;
+            return Err(ReplayError::Summarized {
+                records,
+                trace_max_needed: super::trace_max_for(records),
+            });
+        }
+        if g.tensors == 0 {
+            return Err(ReplayError::NoTensors {
+                why: g
+                    .tensors_off
+                    .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
+            });
+        }
+        if !only.devices.is_empty() {
+            g.seed.devices.retain(|d, _| only.devices.contains(d));
+            g.events
+                .retain(|e| e.ev == Ev::Reservation || only.devices.contains(&e.device));
+            g.devices.retain(|d, _| only.devices.contains(d));
+        }
+        for e in g.events.iter().filter(|e| e.ev == Ev::Alloc) {
+            g.devices.entry(e.device).or_default();
+        }
+        let recorded = match conf_env {
+            Some((name, text)) => RecordedSetting { text, source: name },
+            None if g.pages_seen => RecordedSetting {
+                text: "expandable_segments:True".into(),
+                source: "inferred".into(),
+            },
+            None => RecordedSetting {
+                text: String::new(),
+                source: "unset".into(),
+            },
+        };
+        Ok(Input {
+            reader,
+            events: g.events,
+            devices: g.devices,
+            recorded,
+            tensors: g.tensors,
+            from_checkpoint: g.from_checkpoint,
+            steps_begun: kinds.steps_begun(),
+            seed: g.seed,
+            graph: g.graph,
+            period: std::sync::OnceLock::new(),
+        })
     }
-    // Live at the end: the kind their phase gives what outlives it.
-    for (&ptr, &i) in &g.undecided {
-        g.events[i].kind = g.kinds.lasting(&reader, ptr, 0);
-    }
-    if g.tensors == 0 && g.summarized_tensors {
-        let records = reader.info().claimed;
-        return Err(ReplayError::Summarized {
-            records,
-            trace_max_needed: super::trace_max_for(records),
-        });
-    }
-    if g.tensors == 0 {
-        return Err(ReplayError::NoTensors {
-            why: g
-                .tensors_off
-                .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
-        });
-    }
-    if !only.devices.is_empty() {
-        g.seed.devices.retain(|d, _| only.devices.contains(d));
-        g.events
-            .retain(|e| e.ev == Ev::Reservation || only.devices.contains(&e.device));
-        g.devices.retain(|d, _| only.devices.contains(d));
-    }
-    for e in g.events.iter().filter(|e| e.ev == Ev::Alloc) {
-        g.devices.entry(e.device).or_default();
-    }
-    let recorded = match conf_env {
-        Some((name, text)) => RecordedSetting { text, source: name },
-        None if g.pages_seen => RecordedSetting {
-            text: "expandable_segments:True".into(),
-            source: "inferred".into(),
-        },
-        None => RecordedSetting {
-            text: String::new(),
-            source: "unset".into(),
-        },
-    };
-    Ok(Input {
-        reader,
-        events: g.events,
-        devices: g.devices,
-        recorded,
-        tensors: g.tensors,
-        from_checkpoint: g.from_checkpoint,
-        steps_begun: g.kinds.steps_begun(),
-        seed: g.seed,
-        graph: g.graph,
-        period: std::sync::OnceLock::new(),
-    })
 }
 
 fn event(ev: Ev, r: &Record) -> Event {

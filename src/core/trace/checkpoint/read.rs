@@ -28,29 +28,8 @@ pub(crate) fn read_checkpoint(
     if layout_lie(h).is_some() {
         return None;
     }
-    let mut found: Vec<(format::ring::Descriptor, usize)> = (0..2)
-        .map(|k| {
-            let at = header::CHECKPOINTS + k * format::ring::DESCRIPTOR_BYTES;
-            (
-                format::ring::Descriptor::decode(&h[at..at + format::ring::DESCRIPTOR_BYTES]),
-                k,
-            )
-        })
-        .filter(|(d, _)| d.seq > 0)
-        .collect();
-    found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
+    let found = in_order(h, oldest_in_ring, longest);
     let in_ring = |d: &format::ring::Descriptor| d.covered >= oldest_in_ring;
-    if longest {
-        // Those whose every later record the ring holds, the least covered first; then the
-        // rest, newest first.
-        found.sort_by_key(|(d, _)| {
-            if in_ring(d) {
-                (0, d.covered)
-            } else {
-                (1, u64::MAX - d.seq)
-            }
-        });
-    }
     let read = |i: usize| {
         let (d, k) = found.get(i)?;
         read_slot(file, h, file_len, d, *k).map(|b| (*d, b))
@@ -72,6 +51,47 @@ pub(crate) fn read_checkpoint(
         }
         _ => Some(first),
     }
+}
+
+/// The checkpoints the header describes (with their slots), in the order [`read_checkpoint`]
+/// tries them: the newest first, or with `longest` those whose every later record the ring
+/// holds, the least covered first, then the rest, newest first.
+fn in_order(
+    h: &[u8],
+    oldest_in_ring: u64,
+    longest: bool,
+) -> Vec<(format::ring::Descriptor, usize)> {
+    let mut found: Vec<(format::ring::Descriptor, usize)> = (0..2)
+        .filter_map(|k| {
+            let at = header::CHECKPOINTS + k * format::ring::DESCRIPTOR_BYTES;
+            let d =
+                format::ring::Descriptor::decode(h.get(at..at + format::ring::DESCRIPTOR_BYTES)?);
+            Some((d, k))
+        })
+        .filter(|(d, _)| d.seq > 0)
+        .collect();
+    found.sort_by_key(|(d, _)| std::cmp::Reverse(d.seq));
+    if longest {
+        found.sort_by_key(|(d, _)| {
+            if d.covered >= oldest_in_ring {
+                (0, d.covered)
+            } else {
+                (1, u64::MAX - d.seq)
+            }
+        });
+    }
+    found
+}
+
+/// The checkpoint (its `seq`) a read for a replay ([`read_checkpoint`] with `longest`) tries
+/// first: a read that chose the same one reads the records that read would.
+pub(crate) fn longest_first(h: &[u8], oldest_in_ring: u64) -> Option<u64> {
+    if layout_lie(h).is_some() {
+        return None;
+    }
+    in_order(h, oldest_in_ring, true)
+        .first()
+        .map(|(d, _)| d.seq)
 }
 
 /// Where slot `k` lies in the file and its bytes, as descriptor `d` says, if that fits the

@@ -3,6 +3,45 @@
 use super::*;
 
 /// The header's fields, checked: the magic, the version and the layout this reader knows.
+impl TraceReader {
+    /// The header of the trace at `path` (its run's command line, devices, ...), read alone:
+    /// no checkpoint, no record, not counted as the trace opened for reading.
+    pub fn header(path: impl AsRef<Path>) -> Result<TraceInfo, ReadError> {
+        open_header(path.as_ref()).map(|(_, _, _, info)| info)
+    }
+
+    /// Whether this reader reads the records a reader opened with
+    /// [`ReadOptions::longest_ring`] would (a replay of PyTorch's allocator may then take its
+    /// requests from this read).
+    pub fn reads_as_replay(&self) -> bool {
+        self.as_replay_reads
+    }
+}
+
+/// Opens the trace at `path` and reads its header: the file (at its first record), what it
+/// is, the header's bytes, and what they say.
+pub(super) fn open_header(
+    path: &Path,
+) -> Result<(std::fs::File, std::fs::Metadata, Vec<u8>, TraceInfo), ReadError> {
+    use std::io::Read;
+    let path = path.to_path_buf();
+    let io_err = |e| ReadError::Io(path.clone(), e);
+    let (mut file, meta) = super::opening::open_trace_file(&path).map_err(io_err)?;
+    let file_len = meta.len();
+    if file_len < HEADER_SIZE as u64 {
+        return Err(ReadError::TooShort {
+            path,
+            len: file_len,
+        });
+    }
+    let mut h = vec![0u8; HEADER_SIZE];
+    file.read_exact(&mut h).map_err(io_err)?;
+    let mut info = read_header(&h, path, file_len)?;
+    info.ring = le_u64(&h, header::RING) != 0;
+    info.checkpoints_failed = le_u64(&h, header::CHECKPOINTS_FAILED);
+    Ok((file, meta, h, info))
+}
+
 pub(super) fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<TraceInfo, ReadError> {
     if h[..8] != format::MAGIC {
         return Err(ReadError::BadMagic { path });

@@ -27,7 +27,7 @@ use counts::{DECODED, DECODING_NS, HELD, OPENED, PAIRED, PASSES, READERS};
 pub use counts::{decoding_cpu_s, paired, reads, records_read, thread_cpu_ns};
 pub use fork::Held;
 pub use head::{DeviceMake, printable, visible};
-use head::{info_capacity, le_u64, read_header};
+use head::{info_capacity, le_u64};
 pub use stats::{Damage, DecodeStats};
 
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, header};
@@ -214,6 +214,9 @@ pub struct TraceReader {
     /// reader's never is).
     pass_decoded: u64,
     whole_counted: bool,
+    /// Whether this reader reads the records a replay of PyTorch's allocator reads (the same
+    /// checkpoint of a ring as [`ReadOptions::longest_ring`] chooses, or no lapped ring).
+    as_replay_reads: bool,
     /// Reads another reader's batches ([`TraceReader::pairs`]): nothing decoded of its own,
     /// nothing counted.
     second: bool,
@@ -273,27 +276,15 @@ impl TraceReader {
 
     /// Opens a trace to read as `opts` says.
     pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
-        let path = path.as_ref().to_path_buf();
-        let io_err = |e| ReadError::Io(path.clone(), e);
-        let (mut file, meta) = opening::open_trace_file(&path).map_err(io_err)?;
+        let (mut file, meta, h, mut info) = head::open_header(path.as_ref())?;
         let file_len = meta.len();
-        if file_len < HEADER_SIZE as u64 {
-            return Err(ReadError::TooShort {
-                path,
-                len: file_len,
-            });
-        }
-        let mut h = vec![0u8; HEADER_SIZE];
-        file.read_exact(&mut h).map_err(io_err)?;
-        let info = read_header(&h, path, file_len)?;
-        let mut info = info;
-        info.ring = le_u64(&h, header::RING) != 0;
-        info.checkpoints_failed = le_u64(&h, header::CHECKPOINTS_FAILED);
         let in_file = (file_len - HEADER_SIZE as u64) / RECORD_SIZE as u64;
         let wrapped = info.ring && info.claimed > info.capacity;
         let (mut start, end, mut truncated);
         let mut checkpoint = Vec::new();
         let mut unsummarized = le_u64(&h, header::SUMMARY_LOST);
+        // A trace whose ring never lapped is read the same whichever checkpoint is asked for.
+        let mut as_replay_reads = true;
         start = 0;
         truncated = 0;
         if wrapped {
@@ -301,9 +292,10 @@ impl TraceReader {
             let oldest = info.claimed - info.capacity;
             start = oldest;
             info.checkpoint_refused = crate::trace::checkpoint::read::layout_lie(&h);
-            if let Some((d, bodies)) =
-                read_checkpoint(&file, &h, file_len, oldest, opts.longest_ring)
-            {
+            let first = crate::trace::checkpoint::read::longest_first(&h, oldest);
+            let read = read_checkpoint(&file, &h, file_len, oldest, opts.longest_ring);
+            as_replay_reads = opts.longest_ring || read.as_ref().map(|(d, _)| d.seq) == first;
+            if let Some((d, bodies)) = read {
                 checkpoint = bodies;
                 info.summarized = checkpoint_summarized(&checkpoint);
                 if d.covered > oldest {
@@ -347,7 +339,9 @@ impl TraceReader {
         let extent = (start, end, ring);
         let template = fork::Template::of(&file, &meta, &checkpoint, first_offset, &stats, extent);
         let decoder = template.decoder(file);
-        Ok(TraceReader::at_start(info, decoder, template, stats, (start, end), opts).counted())
+        let mut reader = TraceReader::at_start(info, decoder, template, stats, (start, end), opts);
+        reader.as_replay_reads = as_replay_reads;
+        Ok(reader.counted())
     }
 
     /// A reader before its first record (`next`, `end`: the records it reads), nothing defined
@@ -400,6 +394,7 @@ impl TraceReader {
             pass_decoded: 0,
             whole_counted: false,
             second: false,
+            as_replay_reads: true,
         }
     }
 
