@@ -177,7 +177,7 @@ fn read_everything(path: &Path) {
     let _ = gpushim::report::oom(path, o);
     let mut sink = Vec::new();
     let _ = gpushim::export::rmm_csv(path, &mut sink, o);
-    let _ = gpushim::export::memory_viz(path, &mut sink, 4, o);
+    let _ = gpushim::export::memory_viz(path, &mut sink, (4, 100_000), o);
     let _ = gpushim::export::perfetto(&[path.to_path_buf()], &mut sink, o);
     let _ = gpushim::export::plot_svg(&[path.to_path_buf()], o);
     let _ = gpushim::export::live_by_site(path, o);

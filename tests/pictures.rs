@@ -86,6 +86,55 @@ print(live)
     }
 }
 
+#[test]
+fn memory_viz_keeps_the_newest_events_it_is_asked_to_and_says_so() {
+    // As PyTorch's `_record_memory_history(max_entries=N)`: each device's newest N events, the
+    // segments at the end whole; the events kept are the full history's last N, frames and all.
+    let l = leaky();
+    let export = |most: &str, name: &str| {
+        let out = l.trace.with_extension(name);
+        let o = gpushim(&[
+            &"export",
+            &"--format",
+            &"memory-viz",
+            &"--max-entries",
+            &most,
+            &"-o",
+            &out,
+            &l.trace,
+        ]);
+        assert_ok(&o);
+        (out, stderr(&o))
+    };
+    let (all, said_all) = export("100000", "all.pickle");
+    assert!(!said_all.contains("left out"), "{said_all}");
+    let (few, said) = export("5", "few.pickle");
+    assert!(said.contains("newest 5 allocation events"), "{said}");
+    let check = r#"
+import pickle, sys
+a = pickle.load(open(sys.argv[1], "rb"))
+f = pickle.load(open(sys.argv[2], "rb"))
+assert a["segments"] == f["segments"]
+left = 0
+for full, kept in zip(a["device_traces"], f["device_traces"]):
+    assert len(kept) == min(5, len(full)), (len(kept), len(full))
+    assert kept == full[len(full) - len(kept):]
+    left += len(full) - len(kept)
+assert any(t["frames"] for d in a["device_traces"] for t in d)
+print(left)
+"#;
+    let py = Command::new("python3")
+        .args(["-c", check])
+        .arg(&all)
+        .arg(&few)
+        .output()
+        .unwrap();
+    assert_ok(&py);
+    let left = stdout(&py).trim().to_string();
+    assert!(left.parse::<u64>().unwrap() > 0);
+    assert!(said.contains(&format!("; {left} older ones")), "{said}");
+}
+
 /// The memory_viz page that loaded PyTorch's viewer from a CDN (unpinned: whoever controls
 /// that address runs script in the page; offline it never opens) is no longer written: asked
 /// for, the command says why and what to use instead, and writes nothing.

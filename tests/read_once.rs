@@ -60,6 +60,11 @@ fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
     let svg = tempdir("read-once").file("mem.svg");
     let page = page.to_str().unwrap();
     let svg = svg.to_str().unwrap();
+    let (json, pickle, csv) = (
+        format!("{svg}.json"),
+        format!("{svg}.pickle"),
+        format!("{svg}.csv"),
+    );
     for args in [
         &["summary"][..],
         &["summary", "--json"],
@@ -68,12 +73,20 @@ fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
         &["oom"],
         &["report", "-o", page],
         &["plot", "--by", "kind", "-o", svg],
+        &["export", "--format", "perfetto", "-o", &json],
+        &["export", "--format", "memory-viz", "-o", &pickle],
+        &["export", "--format", "rmm", "-o", &csv],
+        // Two traces, each read once: its peaks and what it held at its end together.
+        &["diff", trace.to_str().unwrap()],
+        // A refresh of `top` (each reads the trace again): its summary and who holds what.
+        &["top", "--count", "1"],
     ] {
         let ((opened, passes), _) = reads(args, &trace);
-        assert_eq!(opened, 1, "{args:?} opened the trace {opened} times");
+        let traces = if args[0] == "diff" { 2 } else { 1 };
+        assert_eq!(opened, traces, "{args:?} opened the trace {opened} times");
         assert!(passes <= 2, "{args:?} read the trace {passes} times");
         // The summary's and the peak's moments are taken as the first pass finds them.
-        if matches!(args[0], "summary" | "peak") {
+        if matches!(args[0], "summary" | "peak" | "top") {
             assert_eq!(passes, 1, "{args:?} read the trace {passes} times");
         }
     }

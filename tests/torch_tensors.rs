@@ -721,7 +721,7 @@ fn what_is_live_never_exceeds_what_is_reserved() {
 fn pytorchs_viewer_gets_its_segments_and_tensors_and_no_block_that_was_a_segment() {
     let (t, _) = leaky_run("viz-segments", &standin(), vec![]);
     let mut pickle = Vec::new();
-    gpushim::export::memory_viz(&t, &mut pickle, 4, &Default::default()).unwrap();
+    gpushim::export::memory_viz(&t, &mut pickle, (4, 100_000), &Default::default()).unwrap();
     let v: serde_pickle::Value =
         serde_pickle::from_slice(&pickle, serde_pickle::DeOptions::new()).unwrap();
     // Count each action of the device's trace.

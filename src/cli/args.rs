@@ -423,6 +423,12 @@ Examples:\n  gpushim plot run.trace                  # run.timeline.svg beside i
         /// Pickle protocol for memory-viz (2, 3 or 4).
         #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(2..=4))]
         protocol: u8,
+        /// memory-viz: the newest alloc/free events kept per device, as PyTorch's
+        /// `_record_memory_history(max_entries=...)` keeps them (the segments and blocks live
+        /// at the end are whole whatever it is). The viewer slows past some hundred thousand;
+        /// each event kept costs memory here too.
+        #[arg(long, default_value_t = 100_000)]
+        max_entries: usize,
         #[command(flatten)]
         reading: Reading,
     },

@@ -7,18 +7,18 @@ use std::path::Path;
 use std::process::ExitCode;
 
 pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
-    let (la, sa) = match gpushim::export::live_by_site(a, opts) {
-        Ok(v) => v,
-        Err(e) => return fail(e),
+    // Each trace read once: its peaks, and what was live at its end by call site.
+    let wants = gpushim::report::analysis::Wants {
+        live_at_end: true,
+        ..gpushim::report::analysis::Wants::peak()
     };
-    let (lb, sb) = match gpushim::export::live_by_site(b, opts) {
-        Ok(v) => v,
-        Err(e) => return fail(e),
+    let read = |t: &Path| {
+        let a = gpushim::report::analysis::analyze(t, opts, &wants)?;
+        let (live, holders) = a.live_at_end.unwrap_or_default();
+        let by = gpushim::export::by_label(&holders);
+        Ok::<_, gpushim::trace::reader::ReadError>((live, by, a.peaks.unwrap_or_default()))
     };
-    let (peaks_a, peaks_b) = match (
-        gpushim::report::peak(a, opts),
-        gpushim::report::peak(b, opts),
-    ) {
+    let ((la, sa, peaks_a), (lb, sb, peaks_b)) = match (read(a), read(b)) {
         (Ok(x), Ok(y)) => (x, y),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };

@@ -10,7 +10,7 @@ pub fn cmd_export(
     traces: &[PathBuf],
     format: &str,
     output: &Path,
-    protocol: u8,
+    (protocol, max_entries): (u8, usize),
     opts: &ReadOptions,
 ) -> ExitCode {
     if format == "memory-viz-html" {
@@ -39,7 +39,8 @@ pub fn cmd_export(
         let r = match format {
             "perfetto" => gpushim::export::perfetto(traces, w, opts).map_err(|e| e.to_string()),
             "rmm" => gpushim::export::rmm_csv(trace, w, opts).map_err(|e| e.to_string()),
-            _ => gpushim::export::memory_viz(trace, w, protocol, opts).map_err(|e| e.to_string()),
+            _ => gpushim::export::memory_viz(trace, w, (protocol, max_entries), opts)
+                .map_err(|e| e.to_string()),
         };
         r.map_err(|e| {
             failed = Some(e);
@@ -51,20 +52,26 @@ pub fn cmd_export(
         (r, None) => r.map_err(|e| e.to_string()),
     };
     match r {
-        Ok(n) => {
+        Ok(written) => {
             eprintln!(
-                "gpushim: wrote {} ({n} {})",
+                "gpushim: wrote {} ({} {})",
                 shown(output),
+                written.items,
                 match format {
                     "perfetto" => "events",
                     "rmm" => "rows",
                     _ => "segments",
                 }
             );
-            for t in traces {
-                let summarized = gpushim::trace::reader::TraceReader::open_with(t, opts)
-                    .map_or(0, |r| r.info().summarized);
-                if summarized > 0 {
+            if written.dropped > 0 {
+                eprintln!(
+                    "gpushim: the history holds the newest {max_entries} allocation events of \
+                     each device; {} older ones are left out (--max-entries keeps more)",
+                    written.dropped
+                );
+            }
+            for (t, summarized) in &written.summarized {
+                if *summarized > 0 {
                     eprintln!(
                         "gpushim: {} is a trace of any length: its {summarized} oldest records are \
                          summarized in a checkpoint, so the export holds the allocations still \

@@ -226,8 +226,15 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             format,
             output,
             protocol,
+            max_entries,
             ..
-        } => export::cmd_export(&traces, &format, &output, protocol, &in_full(opts)),
+        } => export::cmd_export(
+            &traces,
+            &format,
+            &output,
+            (protocol, max_entries),
+            &in_full(opts),
+        ),
         Cmd::Diff { a, b, json, .. } => diff::cmd_diff(&a, &b, json, opts),
         Cmd::Top {
             trace,

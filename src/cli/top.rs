@@ -45,9 +45,10 @@ pub fn cmd_top(
         // a header finished during a failed read is read again rather than reported.
         let young = shown == 0 && started.elapsed() < std::time::Duration::from_secs(10);
         let pending = young && header_pending(trace);
+        // One pass a refresh: the summary, and who holds what is live at the trace's end.
         let wants = gpushim::report::analysis::Wants {
             summary: true,
-            leaks: Some(None),
+            live_at_end: true,
             ..Default::default()
         };
         let a = match gpushim::report::analysis::analyze(trace, opts, &wants) {
@@ -59,7 +60,7 @@ pub fn cmd_top(
             Err(e) => return fail(e),
         };
         let running = a.info.still_running();
-        let (Some(s), Some(l)) = (a.summary, a.leaks) else {
+        let (Some(s), Some((_, holders))) = (a.summary, a.live_at_end) else {
             return ExitCode::FAILURE;
         };
         if tty {
@@ -86,7 +87,7 @@ pub fn cmd_top(
             );
         }
         println!("  live now, by call site:");
-        print_holders(&l.live_at_exit, top, "    ");
+        print_holders(&holders, top, "    ");
         shown += 1;
         if !running || count.is_some_and(|c| shown >= c) {
             return ExitCode::SUCCESS;

@@ -5,11 +5,11 @@ use crate::report::{Change, Live, Replay, replay_each};
 use crate::trace::format::{Record, RecordKind};
 use crate::trace::reader::{ReadOptions, TraceReader};
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::Write;
 use std::path::Path;
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 struct Frame {
     filename: String,
     line: u64,
@@ -48,7 +48,24 @@ struct VizTrace {
     size: u64,
     stream: u64,
     time_us: u64,
-    frames: Vec<Frame>,
+    /// Shared by the events of one stack (named once; an event holds a pointer).
+    #[serde(serialize_with = "shared_frames")]
+    frames: Option<std::rc::Rc<Vec<Frame>>>,
+    /// The stack whose frames these are, named when the history is written (only the events
+    /// kept are named).
+    #[serde(skip)]
+    stack: u64,
+}
+
+/// An event's frames as the viewer reads them: a list, empty where none.
+fn shared_frames<S: serde::Serializer>(
+    f: &Option<std::rc::Rc<Vec<Frame>>>,
+    s: S,
+) -> Result<S::Ok, S::Error> {
+    match f {
+        Some(f) => f.as_slice().serialize(s),
+        None => s.collect_seq(std::iter::empty::<&Frame>()),
+    }
 }
 
 #[derive(Serialize)]
@@ -93,18 +110,13 @@ fn viz(action: &'static str, addr: u64, size: u64, stream: u64, time_us: u64) ->
         size,
         stream,
         time_us,
-        frames: Vec::new(),
+        frames: None,
+        stack: 0,
     }
 }
 
 /// What record `r` (with its replay change `c`) adds to the viewer's events per device.
-fn viz_event(
-    reader: &TraceReader,
-    rp: &Replay,
-    r: &Record,
-    c: Change,
-    traces: &mut BTreeMap<u8, Vec<VizTrace>>,
-) {
+fn viz_event(rp: &Replay, r: &Record, c: Change, traces: &mut History) {
     let us = r.time_ns / 1000;
     let (device, t) = match c {
         Change::Alloc { ptr, device } => {
@@ -114,7 +126,7 @@ fn viz_event(
         // record follows the call). One segment, no block that came and went.
         Change::Free { ptr } if r.kind == RecordKind::SegmentReserve => {
             let live = rp.freed;
-            let list = traces.entry(live.device).or_default();
+            let list = traces.by_device.entry(live.device).or_default();
             if let Some(i) = list
                 .iter()
                 .rposition(|t| t.action == "alloc" && t.addr == ptr)
@@ -126,7 +138,7 @@ fn viz_event(
         Change::Free { ptr } => (
             rp.freed.device,
             VizTrace {
-                frames: frames(reader, rp.freed.stack),
+                stack: rp.freed.stack,
                 ..viz(
                     "free_completed",
                     ptr,
@@ -153,44 +165,92 @@ fn viz_event(
             ),
             RecordKind::StackRef => {
                 // The stack of the allocation just traced.
-                if let Some(list) = traces.values_mut().find(|l| {
-                    l.last().is_some_and(|t| {
+                if let Some(list) = traces.by_device.values_mut().find(|l| {
+                    l.back().is_some_and(|t| {
                         t.action == "alloc"
                             && rp.live.get(&t.addr).is_some_and(|l| l.stack == r.ptr)
                     })
-                }) && let Some(t) = list.last_mut()
+                }) && let Some(t) = list.back_mut()
                 {
-                    t.frames = frames(reader, r.ptr);
+                    t.stack = r.ptr;
                 }
                 return;
             }
             _ => return,
         },
     };
-    traces.entry(device).or_default().push(t);
+    traces.push(device, t);
+}
+
+/// The alloc/free history of each device, the newest `most` events of each kept (as PyTorch
+/// keeps it under `_record_memory_history(max_entries=...)`): memory bounded by `most`, not by
+/// the trace's length.
+struct History {
+    by_device: BTreeMap<u8, VecDeque<VizTrace>>,
+    most: usize,
+    /// Events left out, the oldest first.
+    dropped: u64,
+}
+
+impl History {
+    fn push(&mut self, device: u8, t: VizTrace) {
+        if self.most == 0 {
+            self.dropped += 1;
+            return;
+        }
+        let list = self.by_device.entry(device).or_default();
+        if list.len() >= self.most {
+            list.pop_front();
+            self.dropped += 1;
+        }
+        list.push_back(t);
+    }
 }
 
 /// PyTorch's memory snapshot (what `torch.cuda.memory._snapshot()` pickles), for
 /// https://pytorch.org/memory_viz: the segments and blocks live at the end of the trace, and
 /// every allocation, free and segment change as `device_traces`. With the shim's pool the
 /// segments are its segments; without, each allocation is its own segment.
+/// `max_entries`: the newest alloc/free events kept per device (the segments and blocks at the
+/// end are whole whatever it is).
 pub fn memory_viz(
     path: &Path,
     out: &mut dyn Write,
-    protocol: u8,
+    (protocol, max_entries): (u8, usize),
     opts: &ReadOptions,
-) -> Result<u64, ExportError> {
+) -> Result<super::Written, ExportError> {
     // Refused before the trace is read, which can take minutes.
     let pickle_opts = match protocol {
         2 => serde_pickle::SerOptions::new().proto_v2(),
         3 | 4 => serde_pickle::SerOptions::new(),
         _ => return Err(ExportError::Protocol(protocol)),
     };
-    let mut traces: BTreeMap<u8, Vec<VizTrace>> = BTreeMap::new();
-    let (reader, rp) = replay_each(path, opts, |reader, rp, r, c| {
-        viz_event(reader, rp, r, c, &mut traces)
-    })?;
+    let mut traces = History {
+        by_device: BTreeMap::new(),
+        most: max_entries,
+        dropped: 0,
+    };
+    let (reader, rp) = replay_each(path, opts, |_, rp, r, c| viz_event(rp, r, c, &mut traces))?;
     let segments = segments_of(&reader, &rp);
+    let dropped = traces.dropped;
+    // The kept events' stacks named, each stack once.
+    let mut named: std::collections::HashMap<u64, std::rc::Rc<Vec<Frame>>> = Default::default();
+    let mut traces: BTreeMap<u8, Vec<VizTrace>> = traces
+        .by_device
+        .into_iter()
+        .map(|(d, l)| {
+            let mut l = Vec::from(l);
+            for t in l.iter_mut().filter(|t| t.stack != 0) {
+                t.frames = Some(
+                    named
+                        .entry(t.stack)
+                        .or_insert_with(|| std::rc::Rc::new(frames(&reader, t.stack)))
+                        .clone(),
+                );
+            }
+            (d, l)
+        })
+        .collect();
     let max_device = traces
         .keys()
         .copied()
@@ -205,17 +265,55 @@ pub fn memory_viz(
         device_traces,
     };
     let n = snap.segments.len() as u64;
-    let mut bytes =
-        serde_pickle::to_vec(&snap, pickle_opts).map_err(|e| ExportError::Pickle(e.to_string()))?;
-    if protocol == 4 {
-        // Protocol 4 adds opcodes and optional framing; a stream of protocol-3 opcodes under a
-        // protocol-4 header is a valid protocol-4 pickle.
-        if bytes.starts_with(&[0x80, 3]) {
-            bytes[1] = 4;
+    // Written as it is made (a pickle of many events is large). Protocol 4 adds opcodes and
+    // optional framing; a stream of protocol-3 opcodes under a protocol-4 header is a valid
+    // protocol-4 pickle.
+    let mut w = Protocol4 {
+        out,
+        at: 0,
+        first: 0,
+        four: protocol == 4,
+    };
+    serde_pickle::to_writer(&mut w, &snap, pickle_opts).map_err(|e| match e {
+        serde_pickle::Error::Io(e) => ExportError::Write(e),
+        e => ExportError::Pickle(e.to_string()),
+    })?;
+    Ok(super::Written {
+        items: n,
+        summarized: vec![(path.to_path_buf(), reader.info().summarized)],
+        dropped,
+    })
+}
+
+/// A writer that makes a protocol-3 pickle's header (`0x80 3`) a protocol-4 one as it passes.
+struct Protocol4<'a> {
+    out: &'a mut dyn Write,
+    /// Bytes written so far (counted up to the header's two), and the first.
+    at: usize,
+    first: u8,
+    four: bool,
+}
+
+impl Write for Protocol4<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.four && self.at < 2 && !buf.is_empty() {
+            // One byte at a time through the header: the second is the protocol's.
+            let b = match (self.at, self.first, buf[0]) {
+                (1, 0x80, 3) => 4,
+                (_, _, b) => b,
+            };
+            self.first = if self.at == 0 { b } else { self.first };
+            self.out.write_all(&[b])?;
+            self.at += 1;
+            return Ok(1);
         }
+        self.at = self.at.saturating_add(buf.len());
+        self.out.write(buf)
     }
-    out.write_all(&bytes)?;
-    Ok(n)
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {

@@ -11,6 +11,7 @@ mod perfetto;
 mod plot;
 mod png;
 mod rmm;
+mod series;
 mod sites;
 mod stacked;
 mod ticks;
@@ -22,10 +23,10 @@ pub use perfetto::perfetto;
 pub use plot::plot_svg;
 pub use png::svg_to_png;
 pub use rmm::rmm_csv;
-pub use sites::live_by_site;
+pub use sites::{by_label, live_by_site};
 pub use stacked::{StackBy, kind_color, stacked_svg};
 
-use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::reader::{ReadError, TraceReader};
 
 /// Why an export or a picture could not be made.
 #[derive(Debug)]
@@ -82,18 +83,26 @@ impl From<std::io::Error> for ExportError {
     }
 }
 
-/// Live and reserved memory per device over time, with the NVTX ranges of the most frequent
-/// name shaded, as an SVG line chart with labelled axes.
+/// What an export wrote: its items (events, rows or segments), and of each trace it read, the
+/// oldest records its ring's checkpoint summarized (0: every record in full).
+#[derive(Debug)]
+pub struct Written {
+    pub items: u64,
+    pub summarized: Vec<(std::path::PathBuf, u64)>,
+    /// Events of the memory-viz history left out, the oldest (past `--max-entries`).
+    pub dropped: u64,
+}
+
 /// Where each trace starts on a shared clock: its offset from the earliest start (wall clock at
 /// `CLOCK_REALTIME`), and the name of its series ("device 0", or "rank 1 device 0" with
 /// several traces).
+/// Each trace's header alone is read for it (the traces are then read once each).
 fn aligned(
     paths: &[std::path::PathBuf],
-    opts: &ReadOptions,
 ) -> Result<Vec<(u64, String, crate::trace::reader::TraceInfo)>, ReadError> {
     let infos = paths
         .iter()
-        .map(|p| Ok(TraceReader::open_with(p, opts)?.info().clone()))
+        .map(TraceReader::header)
         .collect::<Result<Vec<_>, ReadError>>()?;
     let t0 = infos.iter().map(|i| i.start_realtime_ns).min().unwrap_or(0);
     Ok(infos
@@ -174,10 +183,10 @@ mod tests {
     fn export_errors_are_typed_and_a_bad_protocol_is_refused_before_reading() {
         let absent = std::path::Path::new("/nonexistent/gpushim/absent.trace");
         let mut sink = Vec::new();
-        let e = super::memory_viz(absent, &mut sink, 5, &Default::default()).unwrap_err();
+        let e = super::memory_viz(absent, &mut sink, (5, 10), &Default::default()).unwrap_err();
         assert!(matches!(e, super::ExportError::Protocol(5)), "{e:?}");
         assert!(e.to_string().contains("(2, 3 or 4)"), "{e}");
-        let e = super::memory_viz(absent, &mut sink, 4, &Default::default()).unwrap_err();
+        let e = super::memory_viz(absent, &mut sink, (4, 10), &Default::default()).unwrap_err();
         assert!(matches!(e, super::ExportError::Read(_)), "{e:?}");
         assert!(std::error::Error::source(&e).is_some());
         let e = super::svg_to_png("this is not an SVG").unwrap_err();

@@ -16,8 +16,9 @@ pub fn perfetto(
     paths: &[std::path::PathBuf],
     out: &mut dyn Write,
     opts: &ReadOptions,
-) -> Result<u64, ReadError> {
-    let traces = aligned(paths, opts)?;
+) -> Result<super::Written, ReadError> {
+    let traces = aligned(paths)?;
+    let mut summarized = Vec::new();
     let mut events = 0u64;
     let mut first = true;
     let mut emit = |out: &mut dyn Write, v: serde_json::Value| {
@@ -47,7 +48,7 @@ pub fn perfetto(
         let mut last: HashMap<u8, (u64, u64)> = HashMap::new();
         // Start/end ranges open: the name by range id (the end record carries only the id).
         let mut started: HashMap<u64, String> = HashMap::new();
-        replay_each(path, opts, |reader, rp, r, c| {
+        let (reader, _) = replay_each(path, opts, |reader, rp, r, c| {
             let ts = (r.time_ns + offset) as f64 / 1000.0;
             match r.kind {
                 RecordKind::RangePush => emit(
@@ -118,7 +119,12 @@ pub fn perfetto(
                 }
             }
         })?;
+        summarized.push((path.clone(), reader.info().summarized));
     }
     let _ = writeln!(out, "\n]}}");
-    Ok(events)
+    Ok(super::Written {
+        items: events,
+        summarized,
+        dropped: 0,
+    })
 }

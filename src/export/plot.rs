@@ -10,8 +10,7 @@ use crate::trace::reader::{ReadError, ReadOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-/// (time, live, reserved) at one change.
-type Point = (u64, u64, u64);
+use super::series::{Point, Series};
 
 /// Live and reserved memory over time, per device of each trace; several traces (the ranks
 /// of a job) share one time axis, aligned by their wall-clock start.
@@ -47,11 +46,13 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
     let mut open: HashMap<u16, Vec<(u64, u64)>> = HashMap::new();
     // Start/end ranges open: (string id, start) by range id.
     let mut started: HashMap<u64, (u64, u64)> = HashMap::new();
-    let traces = aligned(paths, opts)?;
+    let traces = aligned(paths)?;
     let mut end = 1u64;
     let mut first_reader = None;
     for (n, (path, (offset, _, _))) in paths.iter().zip(&traces).enumerate() {
         let offset = *offset;
+        // This trace's devices' changes, bounded (see `series`).
+        let mut series: BTreeMap<u8, Series> = BTreeMap::new();
         let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
             let t = r.time_ns + offset;
             // A checkpoint restores state: of the time before the ring it keeps NVML's samples
@@ -93,11 +94,14 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
                 Change::Free { .. } => rp.freed.device,
                 Change::Other | Change::StackOfRaw => return,
             };
-            points
-                .entry((n, d))
+            series
+                .entry(d)
                 .or_default()
                 .push((t, rp.live_on(d), rp.reserved_on(d)));
         })?;
+        for (d, s) in series {
+            points.insert((n, d), s.finish());
+        }
         // The coarse series the checkpoint kept comes before the ring's detail.
         let mut coarse: BTreeMap<u8, Vec<Point>> = BTreeMap::new();
         for &(t, d, live, reserved) in &rp.series {

@@ -7,10 +7,14 @@ use std::path::Path;
 
 /// RMM's replay log: `Thread,Time,Action,Pointer,Size,Stream`, one row per allocation and free
 /// (time in seconds since the trace started).
-pub fn rmm_csv(path: &Path, out: &mut dyn Write, opts: &ReadOptions) -> Result<u64, ReadError> {
+pub fn rmm_csv(
+    path: &Path,
+    out: &mut dyn Write,
+    opts: &ReadOptions,
+) -> Result<super::Written, ReadError> {
     let _ = writeln!(out, "Thread,Time,Action,Pointer,Size,Stream");
     let mut rows = 0;
-    replay_each(path, opts, |_, rp, r, c| {
+    let (reader, _) = replay_each(path, opts, |_, rp, r, c| {
         let (action, ptr, size) = match c {
             Change::Alloc { ptr, .. } => ("allocate", ptr, r.size),
             Change::Free { ptr } => ("free", ptr, rp.freed.size),
@@ -25,5 +29,9 @@ pub fn rmm_csv(path: &Path, out: &mut dyn Write, opts: &ReadOptions) -> Result<u
             r.stream
         );
     })?;
-    Ok(rows)
+    Ok(super::Written {
+        items: rows,
+        summarized: vec![(path.to_path_buf(), reader.info().summarized)],
+        dropped: 0,
+    })
 }

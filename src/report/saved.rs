@@ -190,6 +190,7 @@ fn analysis_of(t: SavedTrace, path: &Path) -> Analysis {
         lanes: Some(t.lanes),
         cut: t.cut,
         requests: None,
+        live_at_end: None,
     }
 }
 

@@ -223,3 +223,13 @@ pub fn holders_text_all(holders: &[Holder], n: usize, indent: &str) -> String {
     }
     o
 }
+
+/// The bytes live at the end of a replay that read the whole trace, and who holds them by
+/// call site, named from `reader` (`diff` compares them, `top` shows them).
+pub fn live_holders(reader: &TraceReader, rp: &crate::report::Replay) -> (u64, Vec<Holder>) {
+    let key = crate::report::site_key;
+    (
+        rp.total_live(),
+        holders(rp.all_live(), None, key, |k| site_label(reader, k)),
+    )
+}

@@ -137,7 +137,7 @@ impl RunPass {
 fn reads(wants: &Wants, early: bool) -> (bool, bool) {
     let iterations = wants.oom || wants.leaks.is_some() || wants.timeline.is_some();
     let kinds = wants.summary || iterations || early || wants.requests;
-    (kinds || wants.peak, kinds)
+    (kinds || wants.peak || wants.live_at_end, kinds)
 }
 
 /// Every record of `reader` to `run`'s trackers.

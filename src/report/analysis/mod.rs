@@ -55,6 +55,8 @@ pub struct Wants {
     /// The requests of PyTorch's allocator, for a replay (`fit`, the page's curve of what
     /// fits): gathered in the first pass where it reads what a replay reads, else read apart.
     pub requests: bool,
+    /// The bytes live at the trace's end, and who holds them by call site (`diff`, `top`).
+    pub live_at_end: bool,
 }
 
 impl Wants {
@@ -96,6 +98,7 @@ impl Wants {
             timeline: Some(Vec::new()),
             leaks_only_with_failures: false,
             requests: false,
+            live_at_end: false,
         }
     }
 
@@ -122,6 +125,9 @@ pub struct Analysis {
     pub cut: Option<String>,
     /// The replay's input, when asked for ([`Wants::requests`]).
     pub requests: Option<Result<Input, ReplayError>>,
+    /// The bytes live at the trace's end, and who holds them by call site, when asked for
+    /// ([`Wants::live_at_end`]).
+    pub live_at_end: Option<(u64, Vec<super::sites::Holder>)>,
 }
 
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
@@ -180,6 +186,9 @@ fn analyze_read(
         leaks: None,
         lanes: None,
         requests: None,
+        live_at_end: wants
+            .live_at_end
+            .then(|| super::sites::live_holders(&reader, &rp)),
     };
     if wants.leaks_only_with_failures && a.ooms.as_ref().is_some_and(Vec::is_empty) {
         run.leaks = None;

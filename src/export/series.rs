@@ -1,0 +1,121 @@
+//! A device's memory over time for `plot --by total`, kept in bounded memory however long the
+//! trace: the picture draws at most two points a pixel column (the first and the highest,
+//! [`super::plot`]'s `thin`), so the changes are kept in buckets of time, at most [`KEPT`] of
+//! them, each as its first change with the most live and reserved memory within it; when there
+//! would be more, the buckets double in width and neighbours merge. With the picture's 900
+//! columns a bucket is then under a quarter of a column, and the last change is kept as it was.
+
+/// (time, live, reserved) at one change.
+pub(super) type Point = (u64, u64, u64);
+
+/// Buckets kept at most: past this many, their width doubles until half as many are left.
+const KEPT: usize = 8192;
+
+/// The changes of one device of one trace, in time order, bucketed.
+#[derive(Default)]
+pub(super) struct Series {
+    /// Per bucket: its first change's time, with the most live and reserved memory in it.
+    kept: Vec<Point>,
+    /// A bucket is `1 << shift` nanoseconds wide.
+    shift: u32,
+    /// The last change.
+    last: Option<Point>,
+}
+
+impl Series {
+    /// A change at `p.0` (no earlier than the changes before it).
+    pub(super) fn push(&mut self, p: Point) {
+        let shift = self.shift;
+        match self.kept.last_mut() {
+            Some(k) if k.0 >> shift == p.0 >> shift => {
+                k.1 = k.1.max(p.1);
+                k.2 = k.2.max(p.2);
+            }
+            _ => {
+                self.kept.push(p);
+                if self.kept.len() > KEPT {
+                    self.coarsen();
+                }
+            }
+        }
+        self.last = Some(p);
+    }
+
+    /// Doubles the buckets' width until at most half of [`KEPT`] are left (each doubling at
+    /// least halves the span's buckets, so a few do), merging neighbours.
+    fn coarsen(&mut self) {
+        while self.kept.len() > KEPT / 2 && self.shift < 63 {
+            self.shift += 1;
+            let shift = self.shift;
+            let mut merged: Vec<Point> = Vec::with_capacity(self.kept.len() / 2 + 1);
+            for p in self.kept.drain(..) {
+                match merged.last_mut() {
+                    Some(k) if k.0 >> shift == p.0 >> shift => {
+                        k.1 = k.1.max(p.1);
+                        k.2 = k.2.max(p.2);
+                    }
+                    _ => merged.push(p),
+                }
+            }
+            self.kept = merged;
+        }
+    }
+
+    /// The points to draw: each bucket's, then the last change where it is not already one.
+    pub(super) fn finish(self) -> Vec<Point> {
+        let mut pts = self.kept;
+        if let Some(l) = self.last
+            && pts.last() != Some(&l)
+        {
+            pts.push(l);
+        }
+        pts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// However many changes, at most `KEPT` + 1 points are kept; the highest live and
+        /// reserved memory, the first change and the last survive; and every point kept is one
+        /// of the changes' times.
+        #[test]
+        fn keeps_the_peaks_the_ends_and_bounded_memory(
+            steps in prop::collection::vec((0u64..1 << 40, 0u64..1 << 34, 0u64..1 << 34), 1..24_000),
+        ) {
+            let mut t = 0u64;
+            let mut s = Series::default();
+            let mut all = Vec::new();
+            for (dt, live, reserved) in steps {
+                t += dt % (1 << 20);
+                s.push((t, live, reserved));
+                all.push((t, live, reserved));
+            }
+            let kept = s.finish();
+            prop_assert!(kept.len() <= KEPT + 1);
+            let most = |f: fn(&Point) -> u64, v: &[Point]| v.iter().map(f).max();
+            prop_assert_eq!(most(|p| p.1, &kept), most(|p| p.1, &all));
+            prop_assert_eq!(most(|p| p.2, &kept), most(|p| p.2, &all));
+            prop_assert_eq!(kept.first().map(|p| p.0), all.first().map(|p| p.0));
+            prop_assert_eq!(kept.last(), all.last());
+            let times: std::collections::BTreeSet<u64> = all.iter().map(|p| p.0).collect();
+            prop_assert!(kept.iter().all(|p| times.contains(&p.0)));
+            prop_assert!(kept.windows(2).all(|w| w[0].0 <= w[1].0));
+        }
+    }
+
+    #[test]
+    fn a_short_series_is_kept_whole() {
+        let mut s = Series::default();
+        let all: Vec<Point> = (0..1000u64).map(|i| (i * 7, i % 13, i % 17)).collect();
+        for &p in &all {
+            s.push(p);
+        }
+        assert_eq!(s.finish(), all);
+    }
+}
