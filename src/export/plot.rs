@@ -10,7 +10,7 @@ use crate::trace::reader::{ReadError, ReadOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use super::series::{Point, Series};
+use super::series::{Point, Series, Spans};
 
 /// Live and reserved memory over time, per device of each trace; several traces (the ranks
 /// of a job) share one time axis, aligned by their wall-clock start.
@@ -27,8 +27,8 @@ struct Data {
     points: BTreeMap<(usize, u8), Vec<Point>>,
     /// NVML's samples (time, bytes) by (trace, device).
     nvml: BTreeMap<(usize, u8), Vec<(u64, u64)>>,
-    /// NVTX ranges of the first trace: spans by the string id of their name.
-    ranges: HashMap<u64, Vec<(u64, u64)>>,
+    /// NVTX ranges of the first trace: spans by the string id of their name (bounded).
+    ranges: HashMap<u64, Spans>,
     /// Each trace's offset on the common clock, label and header.
     traces: Vec<(u64, String, crate::trace::reader::TraceInfo)>,
     /// When the program's memory starts (the axis's zero) on the common clock, and the last
@@ -42,7 +42,7 @@ struct Data {
 fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Data>, ReadError> {
     let mut points: BTreeMap<(usize, u8), Vec<Point>> = BTreeMap::new();
     let mut nvml: BTreeMap<(usize, u8), Vec<(u64, u64)>> = BTreeMap::new();
-    let mut ranges: HashMap<u64, Vec<(u64, u64)>> = HashMap::new();
+    let mut ranges: HashMap<u64, Spans> = HashMap::new();
     let mut open: HashMap<u16, Vec<(u64, u64)>> = HashMap::new();
     // Start/end ranges open: (string id, start) by range id.
     let mut started: HashMap<u64, (u64, u64)> = HashMap::new();
@@ -203,7 +203,7 @@ impl Data {
             p.0 = p.0.saturating_sub(start);
         }
         for spans in self.ranges.values_mut() {
-            for (a, b) in spans.iter_mut() {
+            for (a, b) in spans.kept.iter_mut() {
                 *a = a.saturating_sub(start);
                 *b = b.saturating_sub(start);
             }
@@ -350,8 +350,14 @@ fn title(s: &mut String, d: &Data, sc: &Scale) {
 /// The NVTX range that repeats most, shaded; without NVTX ranges, each iteration of a
 /// detected period marked on the time axis (of the first trace, `first`).
 fn marks(s: &mut String, d: &Data, sc: &Scale, first: &std::path::Path, opts: &ReadOptions) {
-    if let Some((id, spans)) = d.ranges.iter().max_by_key(|(_, v)| v.len()) {
-        for (i, (a, b)) in spans.iter().enumerate() {
+    // The most frequent name (of two as frequent, the smaller string id: the same choice at
+    // every reading, where the map's order is not).
+    let most = d
+        .ranges
+        .iter()
+        .max_by_key(|(id, v)| (v.count, std::cmp::Reverse(**id)));
+    if let Some((id, spans)) = most {
+        for (i, (a, b)) in spans.kept.iter().enumerate() {
             if i % 2 == 0 {
                 let _ = writeln!(
                     s,
@@ -362,8 +368,12 @@ fn marks(s: &mut String, d: &Data, sc: &Scale, first: &std::path::Path, opts: &R
                 );
             }
         }
+        let thinned = match spans.stride {
+            0 | 1 => String::new(),
+            k => format!(" (one in {k} of its {} drawn)", spans.count),
+        };
         let note = format!(
-            "shaded: every other NVTX range '{}'{}",
+            "shaded: every other NVTX range '{}'{thinned}{}",
             d.reader.string(*id).unwrap_or("?"),
             if d.traces.len() > 1 {
                 format!(" of {}", d.traces[0].1.trim_end())

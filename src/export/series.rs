@@ -1,5 +1,5 @@
-//! A device's memory over time for `plot --by total`, kept in bounded memory however long the
-//! trace: the picture draws at most two points a pixel column (the first and the highest,
+//! A device's memory over time for `plot --by total`, and the spans of its NVTX ranges, kept in
+//! bounded memory however long the trace: the picture draws at most two points a pixel column (the first and the highest,
 //! [`super::plot`]'s `thin`), so the changes are kept in buckets of time, at most [`KEPT`] of
 //! them, each as its first change with the most live and reserved memory within it; when there
 //! would be more, the buckets double in width and neighbours merge. With the picture's 900
@@ -73,6 +73,34 @@ impl Series {
     }
 }
 
+/// Spans kept of one NVTX range's name at most: past this many, every other is dropped and
+/// then one in twice as many kept (the picture shades every other one a pixel or more wide).
+const SPANS: usize = 8192;
+
+/// The spans (start, end) of one NVTX range's name, in the order they end, bounded.
+#[derive(Default)]
+pub(super) struct Spans {
+    /// One in every `stride` of them, the first kept.
+    pub(super) kept: Vec<(u64, u64)>,
+    /// How many there were.
+    pub(super) count: u64,
+    pub(super) stride: u64,
+}
+
+impl Spans {
+    pub(super) fn push(&mut self, span: (u64, u64)) {
+        let stride = self.stride.max(1);
+        if self.count % stride == 0 {
+            self.kept.push(span);
+            if self.kept.len() > SPANS {
+                self.kept = self.kept.iter().step_by(2).copied().collect();
+                self.stride = stride.saturating_mul(2);
+            }
+        }
+        self.count += 1;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,6 +135,29 @@ mod tests {
             prop_assert!(kept.iter().all(|p| times.contains(&p.0)));
             prop_assert!(kept.windows(2).all(|w| w[0].0 <= w[1].0));
         }
+    }
+
+    #[test]
+    fn spans_are_thinned_evenly_past_their_bound() {
+        let mut s = Spans::default();
+        for i in 0..(SPANS as u64 * 5) {
+            s.push((i * 10, i * 10 + 5));
+        }
+        assert_eq!(s.count, SPANS as u64 * 5);
+        assert!(s.kept.len() <= SPANS);
+        // One in every `stride`, from the first.
+        assert!(
+            s.kept
+                .iter()
+                .enumerate()
+                .all(|(k, &(a, _))| a == k as u64 * s.stride * 10)
+        );
+        assert_eq!(s.stride, 8);
+        let mut few = Spans::default();
+        for i in 0..100u64 {
+            few.push((i, i + 1));
+        }
+        assert_eq!((few.kept.len(), few.stride.max(1)), (100, 1));
     }
 
     #[test]
