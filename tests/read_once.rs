@@ -585,9 +585,10 @@ fn the_page_read_by_several_threads_is_the_page_read_by_one() {
     // batches (GPUSHIM_READ_SPLIT=N: at most N groups wherever there is a second core; 0: one
     // group): up to one a report, the page's five (the summary, the peaks, the failures, the
     // iterations, the picture), `oom`'s two (its failures, and what grew until them). The
-    // page, the saved analysis and `oom` must be the same to the byte, the file decoded no
-    // more often, on a real run's trace, a ring's (a checkpoint restored first) and a leaking
-    // loop's whole trace, also filtered (each reader filters as the first).
+    // page (with what fits too), the saved analysis and `oom` must be the same to the byte,
+    // the file decoded no more often, on a real run's trace, a ring's (a checkpoint restored
+    // first) and a leaking loop's whole trace, also filtered (each reader filters as the
+    // first).
     let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
     let ring = ring_trace("read-split", true);
     let long = tempdir("read-split").file("long.trace");
@@ -599,6 +600,8 @@ fn the_page_read_by_several_threads_is_the_page_read_by_one() {
             // Filtered by time, not by thread: the thread numbered 0 is whichever wrote the
             // first record, at times the shim's own sampler rather than the program's.
             ["report", "-o", "html", "--from=1ms"],
+            // What fits, its requests gathered by the first group beside its reports.
+            ["report", "-o", "html", "--at=2"],
             ["analyze", "-o", "analysis", "--quiet"],
             ["oom", "--json", "", "--quiet"],
         ] {
