@@ -74,6 +74,14 @@ for n in 1 2; do
     || echo "the page or the analysis read by $n group(s) of trackers differs from the default's"
 done
 one "summary*" summary "$dir/host.analysis"
+# The pictures and the export that holds the run's history, and a refresh of `top`: bounded
+# memory however long the trace.
+one top top "$t" --count 1
+one plot plot "$t" -o "$dir/kinds.svg"
+one plot-total plot --by total "$t" -o "$dir/total.svg"
+one memory-viz export --format memory-viz "$t" -o "$dir/snapshot.pickle"
+rm -f "$dir/snapshot.pickle"
 echo "(report-N, analyze-N: their trackers in N groups, GPUSHIM_READ_SPLIT=0 or 2; by default one a report, up to five, where $(nproc) cores allow: one for the decoder, one a group)"
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"
+echo "(top: one refresh; plot: by kind; plot-total: --by total; memory-viz: its newest 100,000 events a device)"
 echo "(decode, busiest: CPU seconds of the decoding threads, every pass, and of the first pass's busiest thread of trackers, the last run's)"
