@@ -60,6 +60,7 @@ fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
     let svg = tempdir("read-once").file("mem.svg");
     let page = page.to_str().unwrap();
     let svg = svg.to_str().unwrap();
+    let total = format!("{svg}.total.svg");
     let (json, pickle, csv) = (
         format!("{svg}.json"),
         format!("{svg}.pickle"),
@@ -73,6 +74,8 @@ fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
         &["oom"],
         &["report", "-o", page],
         &["plot", "--by", "kind", "-o", svg],
+        // The totals over time, with the iterations' ticks from the same read.
+        &["plot", "--by", "total", "-o", &total],
         &["export", "--format", "perfetto", "-o", &json],
         &["export", "--format", "memory-viz", "-o", &pickle],
         &["export", "--format", "rmm", "-o", &csv],

@@ -3,14 +3,14 @@
 
 use super::ticks::{nice_step, tick_label};
 use super::{aligned, xml};
+use crate::report::Change;
 use crate::report::units::human_bytes;
-use crate::report::{Change, replay_each};
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadError, ReadOptions};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 
-use super::series::{Point, Series, Spans};
+use super::series::{Point, Series, Spans, thin};
 
 /// Live and reserved memory over time, per device of each trace; several traces (the ranks
 /// of a job) share one time axis, aligned by their wall-clock start.
@@ -36,6 +36,8 @@ struct Data {
     start: u64,
     end: u64,
     reader: crate::trace::reader::TraceReader,
+    /// The first trace's iterations (`leaks`), read with it.
+    leaks: Option<crate::report::Leaks>,
 }
 
 /// Reads every trace's series, NVML samples and (of the first) NVTX ranges.
@@ -53,7 +55,16 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
         let offset = *offset;
         // This trace's devices' changes, bounded (see `series`).
         let mut series: BTreeMap<u8, Series> = BTreeMap::new();
-        let (reader, rp) = replay_each(path, opts, |_, rp, r, c| {
+        // The first trace's iterations too (`leaks`), from the same read, for the ticks of a
+        // run without NVTX ranges.
+        let wants = crate::report::analysis::Wants {
+            leaks: (n == 0).then_some(None),
+            ..Default::default()
+        };
+        let mut each = |_: &crate::trace::reader::TraceReader,
+                        rp: &crate::report::Replay,
+                        r: &crate::trace::format::Record,
+                        c: Change| {
             let t = r.time_ns + offset;
             // A checkpoint restores state: of the time before the ring it keeps NVML's samples
             // and a coarse series of live and reserved memory (below), not every change.
@@ -98,7 +109,8 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
                 .entry(d)
                 .or_default()
                 .push((t, rp.live_on(d), rp.reserved_on(d)));
-        })?;
+        };
+        let (a, reader, rp) = crate::report::analysis::analyze_each(path, opts, &wants, &mut each)?;
         for (d, s) in series {
             points.insert((n, d), s.finish());
         }
@@ -127,10 +139,10 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
         clamp_to_end(&mut nvml, n, trace_end);
         hold_to_end(&mut points, &mut nvml, n, trace_end);
         if n == 0 {
-            first_reader = Some(reader);
+            first_reader = Some((reader, a.leaks));
         }
     }
-    let Some(reader) = first_reader else {
+    let Some((reader, leaks)) = first_reader else {
         return Ok(None);
     };
     let mut d = Data {
@@ -141,6 +153,7 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
         start: 0,
         end,
         reader,
+        leaks,
     };
     d.start_at_first_allocation();
     Ok(Some(d))
@@ -310,7 +323,7 @@ pub fn plot_svg(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Stri
     );
     let _ = writeln!(s, r#"<rect width="{W}" height="{height}" fill="white"/>"#);
     title(&mut s, &d, &sc);
-    marks(&mut s, &d, &sc, &paths[0], opts);
+    marks(&mut s, &d, &sc);
     axes(&mut s, &d, &sc);
     series(&mut s, &d, &sc);
     s.push_str("</svg>\n");
@@ -348,8 +361,8 @@ fn title(s: &mut String, d: &Data, sc: &Scale) {
 }
 
 /// The NVTX range that repeats most, shaded; without NVTX ranges, each iteration of a
-/// detected period marked on the time axis (of the first trace, `first`).
-fn marks(s: &mut String, d: &Data, sc: &Scale, first: &std::path::Path, opts: &ReadOptions) {
+/// detected period marked on the time axis (of the first trace, from its read).
+fn marks(s: &mut String, d: &Data, sc: &Scale) {
     // The most frequent name (of two as frequent, the smaller string id: the same choice at
     // every reading, where the map's order is not).
     let most = d
@@ -384,10 +397,12 @@ fn marks(s: &mut String, d: &Data, sc: &Scale, first: &std::path::Path, opts: &R
         caption(s, W - R, T - 4.0, "end", W - R - L, &note);
         return;
     }
-    let Ok(l) = crate::report::leaks(first, None, opts) else {
-        return;
-    };
-    let Some(it) = l.iterations.filter(|i| i.boundary_times_ns.len() >= 2) else {
+    let Some(it) = d
+        .leaks
+        .as_ref()
+        .and_then(|l| l.iterations.as_ref())
+        .filter(|i| i.boundary_times_ns.len() >= 2)
+    else {
         return;
     };
     for &t in &it.boundary_times_ns {
@@ -565,25 +580,4 @@ fn steps(points: impl Iterator<Item = (f64, f64)>) -> String {
         prev = Some(py);
     }
     path
-}
-
-/// At most two points per pixel column: the first and the highest, so peaks survive.
-fn thin(pts: &[(u64, u64, u64)], columns: usize, end: u64) -> Vec<(u64, u64, u64)> {
-    if pts.len() <= columns * 2 {
-        return pts.to_vec();
-    }
-    let mut out: Vec<(u64, u64, u64)> = Vec::new();
-    let mut col = usize::MAX;
-    for &p in pts {
-        let c = (p.0 as f64 / end as f64 * columns as f64) as usize;
-        if c != col {
-            out.push(p);
-            col = c;
-        } else if let Some(last) = out.last_mut()
-            && (p.1 > last.1 || p.2 > last.2)
-        {
-            *last = (last.0, last.1.max(p.1), last.2.max(p.2));
-        }
-    }
-    out
 }

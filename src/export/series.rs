@@ -1,9 +1,10 @@
 //! A device's memory over time for `plot --by total`, and the spans of its NVTX ranges, kept in
-//! bounded memory however long the trace: the picture draws at most two points a pixel column (the first and the highest,
-//! [`super::plot`]'s `thin`), so the changes are kept in buckets of time, at most [`KEPT`] of
-//! them, each as its first change with the most live and reserved memory within it; when there
-//! would be more, the buckets double in width and neighbours merge. With the picture's 900
-//! columns a bucket is then under a quarter of a column, and the last change is kept as it was.
+//! bounded memory however long the trace: the picture draws at most two points a pixel column
+//! (the first and the highest, [`thin`]), so the changes are kept in buckets of time, at most
+//! [`KEPT`] of them, each as its first change with the most live and reserved memory within
+//! it; when there would be more, the buckets double in width and neighbours merge. With the
+//! picture's 900 columns a bucket is then under a quarter of a column, and the last change is
+//! kept as it was.
 
 /// (time, live, reserved) at one change.
 pub(super) type Point = (u64, u64, u64);
@@ -99,6 +100,27 @@ impl Spans {
         }
         self.count += 1;
     }
+}
+
+/// At most two points per pixel column: the first and the highest, so peaks survive.
+pub(super) fn thin(pts: &[(u64, u64, u64)], columns: usize, end: u64) -> Vec<(u64, u64, u64)> {
+    if pts.len() <= columns * 2 {
+        return pts.to_vec();
+    }
+    let mut out: Vec<(u64, u64, u64)> = Vec::new();
+    let mut col = usize::MAX;
+    for &p in pts {
+        let c = (p.0 as f64 / end as f64 * columns as f64) as usize;
+        if c != col {
+            out.push(p);
+            col = c;
+        } else if let Some(last) = out.last_mut()
+            && (p.1 > last.1 || p.2 > last.2)
+        {
+            *last = (last.0, last.1.max(p.1), last.2.max(p.2));
+        }
+    }
+    out
 }
 
 #[cfg(test)]

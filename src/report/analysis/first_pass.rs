@@ -81,9 +81,13 @@ impl RunPass {
     }
 
     /// One record of the first pass: applied to the replay (when a tracker reads it) and
-    /// observed by the kinds (when asked), then handed to each tracker.
+    /// observed by the kinds (when asked), then handed to each tracker; what it changed.
     #[inline]
-    fn see(&mut self, reader: &TraceReader, r: &crate::trace::format::Record) {
+    fn see(
+        &mut self,
+        reader: &TraceReader,
+        r: &crate::trace::format::Record,
+    ) -> crate::trace::live::Change {
         let (rp, kinds, early) = (&mut self.rp, &mut self.kinds, &mut self.early);
         let c = if self.with_replay {
             rp.apply(r)
@@ -129,8 +133,18 @@ impl RunPass {
             Some(e) => e.see(reader, rp, kinds, r, decided, run_before, said),
             None => said.clear(),
         }
+        c
     }
 }
+
+/// A caller's own look at every record of the first pass, after the replay applied it (what
+/// `plot --by total` draws): on the first group's thread, whose replay is kept.
+pub type Each<'a> = &'a mut dyn FnMut(
+    &TraceReader,
+    &Replay,
+    &crate::trace::format::Record,
+    crate::trace::live::Change,
+);
 
 /// Whether the trackers `wants` asks for read the replay, and the kinds (`early`: with the
 /// moments taken in the first pass).
@@ -140,14 +154,18 @@ fn reads(wants: &Wants, early: bool) -> (bool, bool) {
     (kinds || wants.peak || wants.live_at_end, kinds)
 }
 
-/// Every record of `reader` to `run`'s trackers.
-fn read_all(reader: &mut TraceReader, run: &mut RunPass) {
+/// Every record of `reader` to `run`'s trackers, and to `each` after them.
+fn read_all(reader: &mut TraceReader, run: &mut RunPass, mut each: Option<Each<'_>>) {
     let cpu = crate::trace::reader::thread_cpu_ns();
+    run.with_replay |= each.is_some();
     // Read where the decoder left each batch: the groups of a page share one.
     let mut held = crate::trace::reader::Held::default();
     while reader.next_held(&mut held) {
         for r in held.records() {
-            run.see(reader, r);
+            let c = run.see(reader, r);
+            if let Some(f) = each.as_mut() {
+                f(reader, &run.rp, r, c);
+            }
         }
     }
     let cpu = crate::trace::reader::thread_cpu_ns().saturating_sub(cpu);
@@ -186,9 +204,10 @@ pub(super) fn first_pass(
     reader: &mut TraceReader,
     wants: &Wants,
     cores: usize,
+    each: Option<Each<'_>>,
 ) -> Result<RunPass, ReadError> {
     let started = std::time::Instant::now();
-    let run = first_pass_on(reader, wants, cores);
+    let run = first_pass_on(reader, wants, cores, each);
     let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
     FIRST_PASS_NS.fetch_add(took, std::sync::atomic::Ordering::Relaxed);
     run
@@ -199,6 +218,7 @@ fn first_pass_on(
     reader: &mut TraceReader,
     wants: &Wants,
     cores: usize,
+    each: Option<Each<'_>>,
 ) -> Result<RunPass, ReadError> {
     let most = match std::env::var("GPUSHIM_READ_SPLIT")
         .ok()
@@ -212,7 +232,7 @@ fn first_pass_on(
     let mut others = reader.pairs(groups.len().saturating_sub(1));
     let Some(first) = groups.first().filter(|_| !others.is_empty()) else {
         let mut run = RunPass::new(reader, wants);
-        read_all(reader, &mut run);
+        read_all(reader, &mut run, each);
         return Ok(run);
     };
     let (mut run, theirs) = std::thread::scope(|s| {
@@ -222,7 +242,7 @@ fn first_pass_on(
             .map(|(mut other, group)| {
                 s.spawn(move || {
                     let mut run = RunPass::new(&other, group);
-                    read_all(&mut other, &mut run);
+                    read_all(&mut other, &mut run, None);
                     if let Some(e) = run.early.take() {
                         run.taken = e.finish(&other, &run.kinds);
                     }
@@ -237,7 +257,7 @@ fn first_pass_on(
         // The first group's replay and kinds serve every report after the pass.
         let (replay, kinds) = reads(wants, run.early.is_some());
         (run.with_replay, run.with_kinds) = (run.with_replay || replay, run.with_kinds || kinds);
-        read_all(reader, &mut run);
+        read_all(reader, &mut run, each);
         let theirs: Vec<_> = threads.into_iter().map(|t| t.join()).collect();
         (run, theirs)
     });

@@ -24,7 +24,7 @@
 
 mod first_pass;
 
-pub use first_pass::first_pass_times;
+pub use first_pass::{Each, first_pass_times};
 
 use super::kinds::Kinds;
 use super::leaks::Leaks;
@@ -150,11 +150,41 @@ fn analyze_on(
         requests: gathered,
         ..wants.clone()
     };
-    let mut a = analyze_read(reader, &pass_wants, opts, cores)?;
-    if wants.requests && a.requests.is_none() {
-        a.requests = Some(crate::report::torch_replay::read(path, opts));
-    }
+    let (mut a, end) = analyze_read(reader, &pass_wants, opts, cores, None)?;
+    let no_filter = crate::trace::filter::Filter::default();
+    a.requests = match end.requests {
+        Some(q) => Some(q.finish(end.reader, &end.kinds, &no_filter)),
+        None if wants.requests => Some(crate::report::torch_replay::read(path, opts)),
+        None => None,
+    };
     Ok(a)
+}
+
+/// [`analyze`], handing `each` every record of the first pass after the replay applied it (on
+/// the first group of trackers' thread); and the reader and the replay as the passes left
+/// them (every record read, every definition known). PyTorch's requests are not gathered.
+pub fn analyze_each(
+    path: &Path,
+    opts: &ReadOptions,
+    wants: &Wants,
+    each: first_pass::Each<'_>,
+) -> Result<(Analysis, TraceReader, Replay), ReadError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let reader = TraceReader::open_with(path, opts)?;
+    let wants = Wants {
+        requests: false,
+        ..wants.clone()
+    };
+    let (a, end) = analyze_read(reader, &wants, opts, cores, Some(each))?;
+    Ok((a, end.reader, end.replay))
+}
+
+/// What [`analyze_read`] leaves: its reader, and the first pass's replay, kinds and requests.
+struct Ended {
+    reader: TraceReader,
+    replay: Replay,
+    kinds: Kinds,
+    requests: Option<crate::report::torch_replay::Requests>,
 }
 
 /// [`analyze_on`] of the trace `reader` opened: the passes, and what they found.
@@ -163,10 +193,10 @@ fn analyze_read(
     wants: &Wants,
     opts: &ReadOptions,
     cores: usize,
-) -> Result<Analysis, ReadError> {
-    let mut run = first_pass::first_pass(&mut reader, wants, cores)?;
+    each: Option<first_pass::Each<'_>>,
+) -> Result<(Analysis, Ended), ReadError> {
+    let mut run = first_pass::first_pass(&mut reader, wants, cores, each)?;
     let requests = run.requests.take();
-    let no_filter = crate::trace::filter::Filter::default();
     let mut batch = Vec::new();
     let (rp, kinds, early) = (
         std::mem::take(&mut run.rp),
@@ -222,8 +252,13 @@ fn analyze_read(
     if moments.is_empty() && leaks.is_none() && bands.is_none() {
         a.summary = summary.map(|s| s.finish(&reader, &taken));
         a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &taken));
-        a.requests = requests.map(|q| q.finish(reader, &kinds, &no_filter));
-        return Ok(a);
+        let end = Ended {
+            reader,
+            replay: rp,
+            kinds,
+            requests,
+        };
+        return Ok((a, end));
     }
     // The second pass.
     reader.rewind()?;
@@ -263,8 +298,13 @@ fn analyze_read(
         let drawn = drawn(&a, keep);
         a.lanes = Some(b.finish(found, &reader, &first_rp, &first_kinds, &drawn));
     }
-    a.requests = requests.map(|q| q.finish(reader, &first_kinds, &no_filter));
-    Ok(a)
+    let end = Ended {
+        reader,
+        replay: first_rp,
+        kinds: first_kinds,
+        requests,
+    };
+    Ok((a, end))
 }
 
 /// The lines the picture draws on their own however little they hold: those asked (`keep`)
