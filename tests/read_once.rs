@@ -83,13 +83,15 @@ fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
         &["diff", trace.to_str().unwrap()],
         // A refresh of `top` (each reads the trace again): its summary and who holds what.
         &["top", "--count", "1"],
+        // The run's own row and each policy's replay, fed the same read.
+        &["simulate", "--conf", "pool:caching", "--conf", "pool:off"],
     ] {
         let ((opened, passes), _) = reads(args, &trace);
         let traces = if args[0] == "diff" { 2 } else { 1 };
         assert_eq!(opened, traces, "{args:?} opened the trace {opened} times");
         assert!(passes <= 2, "{args:?} read the trace {passes} times");
         // The summary's and the peak's moments are taken as the first pass finds them.
-        if matches!(args[0], "summary" | "peak" | "top") {
+        if matches!(args[0], "summary" | "peak" | "top" | "simulate") {
             assert_eq!(passes, 1, "{args:?} read the trace {passes} times");
         }
     }

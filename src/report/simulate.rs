@@ -86,26 +86,49 @@ pub fn simulate(
                 })
         })
         .collect::<Result<_, _>>()?;
-    let mut out = vec![recorded(trace, opts)?];
-    for (text, policy) in parsed {
-        let pass_through = config::parse_strict(&text).is_ok_and(|c| c.pool == config::Pool::Off);
-        let o = if pass_through {
-            // pool:off: every allocation is a device allocation of its own.
-            let live = live_only(trace, opts)?;
-            Outcome {
-                policy: policy_name(&text),
-                peak_reserved_bytes: live.peak,
-                peak_live_bytes: live.peak,
-                fragmentation_at_peak: 0.0,
-                device_allocations: live.calls,
-                failed_allocations: live.failed,
+    // One read of the trace, every row's tally or replay fed each record.
+    let mut rows: Vec<Row> = parsed
+        .into_iter()
+        .map(|(text, policy)| {
+            let pass_through =
+                config::parse_strict(&text).is_ok_and(|c| c.pool == config::Pool::Off);
+            if pass_through {
+                // pool:off: every allocation is a device allocation of its own.
+                Row::LiveOnly(text, LiveOnly::default())
+            } else {
+                Row::Replay(text, Box::new(Replaying::new(policy)))
             }
-        } else {
-            replay(trace, &text, policy, opts)?
-        };
-        out.push(o);
+        })
+        .collect();
+    let mut recorded = Recorded::default();
+    for r in TraceReader::open_with(trace, opts)? {
+        recorded.see(&r);
+        for row in &mut rows {
+            match row {
+                Row::LiveOnly(_, l) => l.see(&r),
+                Row::Replay(_, p) => p.see(&r),
+            }
+        }
     }
+    let mut out = vec![recorded.finish()];
+    out.extend(rows.into_iter().map(|row| match row {
+        Row::LiveOnly(text, live) => Outcome {
+            policy: policy_name(&text),
+            peak_reserved_bytes: live.peak,
+            peak_live_bytes: live.peak,
+            fragmentation_at_peak: 0.0,
+            device_allocations: live.calls,
+            failed_allocations: live.failed,
+        },
+        Row::Replay(text, p) => p.finish(&text),
+    }));
     Ok(out)
+}
+
+/// A row of the table other than the run's own: what it tallies or replays.
+enum Row {
+    LiveOnly(String, LiveOnly),
+    Replay(String, Box<Replaying>),
 }
 
 /// How a policy is named in the table: its text, or for the empty one what it is.
@@ -118,38 +141,32 @@ fn policy_name(text: &str) -> String {
 }
 
 /// The program's allocations alone: peak live bytes, successful and failed calls.
+#[derive(Default)]
 struct LiveOnly {
     peak: u64,
     calls: u64,
     failed: u64,
+    live: u64,
+    sizes: HashMap<u64, u64>,
 }
 
-fn live_only(trace: &Path, opts: &ReadOptions) -> Result<LiveOnly, ReadError> {
-    let (mut live, mut o) = (
-        0u64,
-        LiveOnly {
-            peak: 0,
-            calls: 0,
-            failed: 0,
-        },
-    );
-    let mut sizes: HashMap<u64, u64> = HashMap::new();
-    for r in TraceReader::open_with(trace, opts)? {
+impl LiveOnly {
+    fn see(&mut self, r: &Record) {
         match r.kind {
-            RecordKind::Alloc | RecordKind::AllocAsync if r.status != 0 => o.failed += 1,
+            RecordKind::Alloc | RecordKind::AllocAsync if r.status != 0 => self.failed += 1,
             RecordKind::Alloc | RecordKind::AllocAsync if r.ptr != 0 => {
-                o.calls += 1;
-                sizes.insert(r.ptr, r.size);
-                live = live.saturating_add(r.size);
-                o.peak = o.peak.max(live);
+                self.calls += 1;
+                self.sizes.insert(r.ptr, r.size);
+                self.live = self.live.saturating_add(r.size);
+                self.peak = self.peak.max(self.live);
             }
             RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
-                live = live.saturating_sub(sizes.remove(&r.ptr).unwrap_or(0));
+                let size = self.sizes.remove(&r.ptr).unwrap_or(0);
+                self.live = self.live.saturating_sub(size);
             }
             _ => {}
         }
     }
-    Ok(o)
 }
 
 /// What the traced run had. A run with the shim's pool has segment records: its device
@@ -158,62 +175,77 @@ fn live_only(trace: &Path, opts: &ReadOptions) -> Result<LiveOnly, ReadError> {
 /// and their stream-ordered forms, on every device together), the same input the replays
 /// below feed the engine, so the rows compare like with like; the device's live memory, with
 /// managed and VMM memory, is [`crate::report::live::Replay`]'s, which the other reports use.
-fn recorded(trace: &Path, opts: &ReadOptions) -> Result<Outcome, ReadError> {
-    let reader = TraceReader::open_with(trace, opts)?;
-    let (mut live, mut peak, mut calls, mut failed) = (0u64, 0u64, 0u64, 0u64);
-    let (mut reserved, mut peak_reserved, mut live_at_peak, mut segments) =
-        (0u64, 0u64, 0u64, 0u64);
-    let mut sizes: HashMap<u64, u64> = HashMap::new();
-    for r in reader {
+#[derive(Default)]
+struct Recorded {
+    live: u64,
+    peak: u64,
+    calls: u64,
+    failed: u64,
+    reserved: u64,
+    peak_reserved: u64,
+    live_at_peak: u64,
+    segments: u64,
+    sizes: HashMap<u64, u64>,
+}
+
+impl Recorded {
+    fn see(&mut self, r: &Record) {
         match r.kind {
             RecordKind::SegmentReserve => {
-                segments += 1;
-                reserved = reserved.saturating_add(r.size);
-                if reserved > peak_reserved {
-                    peak_reserved = reserved;
-                    live_at_peak = live;
+                self.segments += 1;
+                self.reserved = self.reserved.saturating_add(r.size);
+                if self.reserved > self.peak_reserved {
+                    self.peak_reserved = self.reserved;
+                    self.live_at_peak = self.live;
                 }
             }
-            RecordKind::SegmentRelease => reserved = reserved.saturating_sub(r.size),
+            RecordKind::SegmentRelease => self.reserved = self.reserved.saturating_sub(r.size),
             RecordKind::Alloc | RecordKind::AllocAsync if r.ptr != 0 || r.status != 0 => {
                 if r.status != 0 {
-                    failed += 1;
-                    continue;
+                    self.failed += 1;
+                    return;
                 }
-                calls += 1;
-                sizes.insert(r.ptr, r.size);
-                live = live.saturating_add(r.size);
-                peak = peak.max(live);
-                if reserved == peak_reserved {
+                self.calls += 1;
+                self.sizes.insert(r.ptr, r.size);
+                self.live = self.live.saturating_add(r.size);
+                self.peak = self.peak.max(self.live);
+                if self.reserved == self.peak_reserved {
                     // Still at the peak: the allocation a segment was reserved for comes
                     // just after it.
-                    live_at_peak = live_at_peak.max(live);
+                    self.live_at_peak = self.live_at_peak.max(self.live);
                 }
             }
             RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
-                live = live.saturating_sub(sizes.remove(&r.ptr).unwrap_or(0));
+                let size = self.sizes.remove(&r.ptr).unwrap_or(0);
+                self.live = self.live.saturating_sub(size);
             }
             _ => {}
         }
     }
-    if segments > 0 {
-        return Ok(Outcome {
+
+    fn finish(self) -> Outcome {
+        if self.segments > 0 {
+            return Outcome {
+                policy: "recorded".into(),
+                peak_reserved_bytes: self.peak_reserved,
+                peak_live_bytes: self.peak,
+                fragmentation_at_peak: super::units::fragmentation(
+                    self.live_at_peak,
+                    self.peak_reserved,
+                ),
+                device_allocations: self.segments,
+                failed_allocations: self.failed,
+            };
+        }
+        Outcome {
             policy: "recorded".into(),
-            peak_reserved_bytes: peak_reserved,
-            peak_live_bytes: peak,
-            fragmentation_at_peak: super::units::fragmentation(live_at_peak, peak_reserved),
-            device_allocations: segments,
-            failed_allocations: failed,
-        });
+            peak_reserved_bytes: self.peak,
+            peak_live_bytes: self.peak,
+            fragmentation_at_peak: 0.0,
+            device_allocations: self.calls,
+            failed_allocations: self.failed,
+        }
     }
-    Ok(Outcome {
-        policy: "recorded".into(),
-        peak_reserved_bytes: peak,
-        peak_live_bytes: peak,
-        fragmentation_at_peak: 0.0,
-        device_allocations: calls,
-        failed_allocations: failed,
-    })
 }
 
 /// A trace's allocations and frees fed one record at a time through the shim's own front (the
@@ -306,38 +338,51 @@ impl Replayer {
     }
 }
 
-fn replay(
-    trace: &Path,
-    text: &str,
-    policy: Policy,
-    opts: &ReadOptions,
-) -> Result<Outcome, ReadError> {
-    let reader = TraceReader::open_with(trace, opts)?;
-    let mut replayer = Replayer::new(policy);
-    let (mut peak_reserved, mut live_at_peak) = (0u64, 0u64);
-    let mut peak_requested = 0u64;
-    for r in reader {
-        replayer.apply(&r);
-        // Live as the program counts it: requested bytes, as in the recorded row.
-        let pool = &replayer.pool;
-        let s = pool.engine.stats();
-        let live = pool.requested_live();
-        peak_requested = peak_requested.max(live);
-        if s.reserved_bytes > peak_reserved {
-            peak_reserved = s.reserved_bytes;
-            live_at_peak = live;
-        } else if s.reserved_bytes == peak_reserved {
-            live_at_peak = live_at_peak.max(live);
+/// A policy's replay, record by record: the pool's peaks as the program's requests come.
+struct Replaying {
+    replayer: Replayer,
+    peak_reserved: u64,
+    live_at_peak: u64,
+    peak_requested: u64,
+}
+
+impl Replaying {
+    fn new(policy: Policy) -> Replaying {
+        Replaying {
+            replayer: Replayer::new(policy),
+            peak_reserved: 0,
+            live_at_peak: 0,
+            peak_requested: 0,
         }
     }
-    let (pool, failed) = (&replayer.pool, replayer.failed);
-    let s = pool.engine.stats();
-    Ok(Outcome {
-        policy: policy_name(text),
-        peak_reserved_bytes: peak_reserved,
-        peak_live_bytes: peak_requested,
-        fragmentation_at_peak: super::units::fragmentation(live_at_peak, peak_reserved),
-        device_allocations: s.segment_reserves,
-        failed_allocations: failed,
-    })
+
+    fn see(&mut self, r: &Record) {
+        self.replayer.apply(r);
+        // Live as the program counts it: requested bytes, as in the recorded row.
+        let pool = &self.replayer.pool;
+        let s = pool.engine.stats();
+        let live = pool.requested_live();
+        self.peak_requested = self.peak_requested.max(live);
+        if s.reserved_bytes > self.peak_reserved {
+            self.peak_reserved = s.reserved_bytes;
+            self.live_at_peak = live;
+        } else if s.reserved_bytes == self.peak_reserved {
+            self.live_at_peak = self.live_at_peak.max(live);
+        }
+    }
+
+    fn finish(self, text: &str) -> Outcome {
+        let s = self.replayer.pool.engine.stats();
+        Outcome {
+            policy: policy_name(text),
+            peak_reserved_bytes: self.peak_reserved,
+            peak_live_bytes: self.peak_requested,
+            fragmentation_at_peak: super::units::fragmentation(
+                self.live_at_peak,
+                self.peak_reserved,
+            ),
+            device_allocations: s.segment_reserves,
+            failed_allocations: self.replayer.failed,
+        }
+    }
 }
