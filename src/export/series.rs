@@ -60,6 +60,18 @@ impl Series {
             }
             self.kept = merged;
         }
+        if self.kept.len() > KEPT / 2 {
+            // Times out of order (a damaged or made-up trace): neighbours merged in pairs,
+            // whatever their times, so the memory stays bounded.
+            self.kept = self
+                .kept
+                .chunks(2)
+                .map(|c| {
+                    c.iter()
+                        .fold(c[0], |k, p| (k.0, k.1.max(p.1), k.2.max(p.2)))
+                })
+                .collect();
+        }
     }
 
     /// The points to draw: each bucket's, then the last change where it is not already one.
@@ -156,6 +168,26 @@ mod tests {
             let times: std::collections::BTreeSet<u64> = all.iter().map(|p| p.0).collect();
             prop_assert!(kept.iter().all(|p| times.contains(&p.0)));
             prop_assert!(kept.windows(2).all(|w| w[0].0 <= w[1].0));
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(16))]
+
+        /// Times in no order (a trace's times are its writer's): still bounded, still the
+        /// highest kept.
+        #[test]
+        fn times_out_of_order_stay_bounded(
+            steps in prop::collection::vec((any::<u64>(), 0u64..1 << 34), 9000..20_000),
+        ) {
+            let mut s = Series::default();
+            for &(t, live) in &steps {
+                s.push((t, live, live));
+            }
+            let kept = s.finish();
+            prop_assert!(kept.len() <= KEPT + 1);
+            let most = steps.iter().map(|p| p.1).max();
+            prop_assert_eq!(kept.iter().map(|p| p.1).max(), most);
         }
     }
 
