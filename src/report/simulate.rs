@@ -177,15 +177,12 @@ impl LiveOnly {
 /// managed and VMM memory, is [`crate::report::live::Replay`]'s, which the other reports use.
 #[derive(Default)]
 struct Recorded {
-    live: u64,
-    peak: u64,
-    calls: u64,
-    failed: u64,
+    /// The program's requests, as `pool:off` counts them.
+    program: LiveOnly,
     reserved: u64,
     peak_reserved: u64,
     live_at_peak: u64,
     segments: u64,
-    sizes: HashMap<u64, u64>,
 }
 
 impl Recorded {
@@ -196,54 +193,46 @@ impl Recorded {
                 self.reserved = self.reserved.saturating_add(r.size);
                 if self.reserved > self.peak_reserved {
                     self.peak_reserved = self.reserved;
-                    self.live_at_peak = self.live;
+                    self.live_at_peak = self.program.live;
                 }
             }
             RecordKind::SegmentRelease => self.reserved = self.reserved.saturating_sub(r.size),
-            RecordKind::Alloc | RecordKind::AllocAsync if r.ptr != 0 || r.status != 0 => {
-                if r.status != 0 {
-                    self.failed += 1;
-                    return;
-                }
-                self.calls += 1;
-                self.sizes.insert(r.ptr, r.size);
-                self.live = self.live.saturating_add(r.size);
-                self.peak = self.peak.max(self.live);
-                if self.reserved == self.peak_reserved {
+            _ => {
+                self.program.see(r);
+                let served = matches!(r.kind, RecordKind::Alloc | RecordKind::AllocAsync)
+                    && r.status == 0
+                    && r.ptr != 0;
+                if served && self.reserved == self.peak_reserved {
                     // Still at the peak: the allocation a segment was reserved for comes
                     // just after it.
-                    self.live_at_peak = self.live_at_peak.max(self.live);
+                    self.live_at_peak = self.live_at_peak.max(self.program.live);
                 }
             }
-            RecordKind::Free | RecordKind::FreeAsync if r.status == 0 => {
-                let size = self.sizes.remove(&r.ptr).unwrap_or(0);
-                self.live = self.live.saturating_sub(size);
-            }
-            _ => {}
         }
     }
 
     fn finish(self) -> Outcome {
+        let p = &self.program;
         if self.segments > 0 {
             return Outcome {
                 policy: "recorded".into(),
                 peak_reserved_bytes: self.peak_reserved,
-                peak_live_bytes: self.peak,
+                peak_live_bytes: p.peak,
                 fragmentation_at_peak: super::units::fragmentation(
                     self.live_at_peak,
                     self.peak_reserved,
                 ),
                 device_allocations: self.segments,
-                failed_allocations: self.failed,
+                failed_allocations: p.failed,
             };
         }
         Outcome {
             policy: "recorded".into(),
-            peak_reserved_bytes: self.peak,
-            peak_live_bytes: self.peak,
+            peak_reserved_bytes: p.peak,
+            peak_live_bytes: p.peak,
             fragmentation_at_peak: 0.0,
-            device_allocations: self.calls,
-            failed_allocations: self.failed,
+            device_allocations: p.calls,
+            failed_allocations: p.failed,
         }
     }
 }
