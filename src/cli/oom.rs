@@ -11,6 +11,9 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
         oom: true,
         leaks: Some(None),
         leaks_only_with_failures: true,
+        // A failure of PyTorch's: the replay's run from the same descriptor, rewound (the
+        // advice is not part of --json).
+        replay_if_torch_failed: !json,
         ..Default::default()
     };
     let job = match gpushim::report::analysis::analyze_job(traces, opts, &wants) {
@@ -19,7 +22,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
     };
     // --json: one document, every trace's failures in it.
     let mut json_all = Vec::new();
-    for (name, a) in job {
+    for (name, mut a) in job {
         let t = a.info.path.as_path();
         let (ooms, cut) = (a.ooms.unwrap_or_default(), a.cut);
         let cut = cut.map(|c| {
@@ -51,8 +54,11 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
             );
         } else if torch_failed {
             // The replay's requests and the headroom beside them, read once for the advice
-            // and the batch that fits.
-            let run = gpushim::report::fit::read_run(t, opts);
+            // and the batch that fits (by the analysis, where it could).
+            let run = a
+                .replay_run
+                .take()
+                .unwrap_or_else(|| gpushim::report::fit::read_run(t, opts));
             match &run {
                 Ok(r) => match gpushim::report::torch_replay::oom_advice_of(r.input()) {
                     Ok(Some(a)) => print!("{}", gpushim::report::torch_replay::render_advice(&a)),

@@ -191,6 +191,7 @@ fn analysis_of(t: SavedTrace, path: &Path) -> Analysis {
         cut: t.cut,
         requests: None,
         live_at_end: None,
+        replay_run: None,
     }
 }
 

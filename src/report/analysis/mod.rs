@@ -57,6 +57,10 @@ pub struct Wants {
     pub requests: bool,
     /// The bytes live at the trace's end, and who holds them by call site (`diff`, `top`).
     pub live_at_end: bool,
+    /// Where the first pass finds a failed allocation of PyTorch's: the run for a replay of
+    /// its allocator ([`Analysis::replay_run`], `oom`'s advice and the batch that fits), read
+    /// by the same descriptor rewound where it reads what a replay reads.
+    pub replay_if_torch_failed: bool,
 }
 
 impl Wants {
@@ -99,6 +103,7 @@ impl Wants {
             leaks_only_with_failures: false,
             requests: false,
             live_at_end: false,
+            replay_if_torch_failed: false,
         }
     }
 
@@ -128,6 +133,9 @@ pub struct Analysis {
     /// The bytes live at the trace's end, and who holds them by call site, when asked for
     /// ([`Wants::live_at_end`]).
     pub live_at_end: Option<(u64, Vec<super::sites::Holder>)>,
+    /// The run for a replay of PyTorch's allocator, when asked for
+    /// ([`Wants::replay_if_torch_failed`]) and the trace has such a failure.
+    pub replay_run: Option<Result<super::fit::FitRun, super::fit::FitError>>,
 }
 
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
@@ -152,12 +160,46 @@ fn analyze_on(
     };
     let (mut a, end) = analyze_read(reader, &pass_wants, opts, cores, None)?;
     let no_filter = crate::trace::filter::Filter::default();
+    let torch_failed = a
+        .ooms
+        .as_ref()
+        .is_some_and(|o| o.iter().any(|f| f.api == "torch_allocator"));
+    if wants.replay_if_torch_failed && torch_failed {
+        a.replay_run = Some(replay_run(path, opts, end.reader, cores)?);
+        return Ok(a);
+    }
     a.requests = match end.requests {
         Some(q) => Some(q.finish(end.reader, &end.kinds, &no_filter)),
         None if wants.requests => Some(crate::report::torch_replay::read(path, opts)),
         None => None,
     };
     Ok(a)
+}
+
+/// The run for a replay of PyTorch's allocator (its requests, and the summary that gives the
+/// headroom), read by `reader` rewound where it reads what a replay reads, else opened apart
+/// as `fit` opens it.
+fn replay_run(
+    path: &Path,
+    opts: &ReadOptions,
+    mut reader: TraceReader,
+    cores: usize,
+) -> Result<Result<super::fit::FitRun, super::fit::FitError>, ReadError> {
+    if !(opts.filter.is_empty() && reader.reads_as_replay()) {
+        return Ok(super::fit::read_run(path, opts));
+    }
+    reader.rewind()?;
+    let (a, end) = analyze_read(reader, &Wants::fit(), opts, cores, None)?;
+    let no_filter = crate::trace::filter::Filter::default();
+    let requests = end
+        .requests
+        .map(|q| q.finish(end.reader, &end.kinds, &no_filter));
+    Ok(super::fit::run_from(
+        requests,
+        path,
+        a.summary.as_ref(),
+        opts,
+    ))
 }
 
 /// [`analyze`], handing `each` every record of the first pass after the replay applied it (on
@@ -216,6 +258,7 @@ fn analyze_read(
         leaks: None,
         lanes: None,
         requests: None,
+        replay_run: None,
         live_at_end: wants
             .live_at_end
             .then(|| super::sites::live_holders(&reader, &rp)),
