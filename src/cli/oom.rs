@@ -12,8 +12,9 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
         leaks: Some(None),
         leaks_only_with_failures: true,
         // A failure of PyTorch's: the replay's run from the same descriptor, rewound (the
-        // advice is not part of --json).
-        replay_if_torch_failed: !json,
+        // advice is not part of --json); a job's traces' each read after, one at a time, so
+        // that one trace's requests are held at a time.
+        replay_if_torch_failed: !json && traces.len() == 1,
         ..Default::default()
     };
     let job = match gpushim::report::analysis::analyze_job(traces, opts, &wants) {
