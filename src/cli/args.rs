@@ -442,7 +442,9 @@ Examples:\n  gpushim plot run.trace                  # run.timeline.svg beside i
         /// The trace of the running process.
         trace: PathBuf,
 
-        /// Time between refreshes: 2s, 500ms.
+        /// Time between refreshes: 2s, 500ms. Each refresh reads the whole trace again, so the
+        /// wait after one is at least as long as its read took: watching a large trace keeps
+        /// the cores it reads with busy half the time at most.
         #[arg(long, default_value = "2s")]
         interval: String,
         /// Stop after this many refreshes (default: when the process exits).

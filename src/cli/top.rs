@@ -40,6 +40,7 @@ pub fn cmd_top(
     let mut shown = 0u64;
     let started = std::time::Instant::now();
     loop {
+        let began = std::time::Instant::now();
         // A process that just started may not have written the header yet (the file is
         // created empty, then sized and filled in, its magic last): asked before the read, so
         // a header finished during a failed read is read again rather than reported.
@@ -92,6 +93,25 @@ pub fn cmd_top(
         if !running || count.is_some_and(|c| shown >= c) {
             return ExitCode::SUCCESS;
         }
-        std::thread::sleep(every);
+        std::thread::sleep(wait_after(every, began.elapsed()));
+    }
+}
+
+/// The wait after a refresh whose read took `took`: the interval asked, and never less than
+/// the read (each refresh reads the whole trace, and the program watched shares the host).
+fn wait_after(every: std::time::Duration, took: std::time::Duration) -> std::time::Duration {
+    every.max(took)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wait_after;
+    use std::time::Duration;
+
+    #[test]
+    fn a_refresh_waits_the_interval_and_never_less_than_its_read_took() {
+        let ms = Duration::from_millis;
+        assert_eq!(wait_after(ms(2000), ms(300)), ms(2000));
+        assert_eq!(wait_after(ms(500), ms(1800)), ms(1800));
     }
 }
