@@ -180,7 +180,12 @@ fn read_everything(path: &Path) {
     let _ = gpushim::export::memory_viz(path, &mut sink, (4, 100_000), o);
     let _ = gpushim::export::perfetto(&[path.to_path_buf()], &mut sink, o);
     let _ = gpushim::export::plot_svg(&[path.to_path_buf()], o);
-    let _ = gpushim::export::live_by_site(path, o);
+    // What `diff` and `top` read: the peaks and who holds what is live at the end.
+    let at_end = gpushim::report::analysis::Wants {
+        live_at_end: true,
+        ..gpushim::report::analysis::Wants::peak()
+    };
+    let _ = gpushim::report::analysis::analyze(path, o, &at_end);
     let _ = gpushim::report::simulate::simulate(path, &["pool:caching".to_string()], o);
 }
 

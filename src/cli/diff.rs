@@ -15,7 +15,7 @@ pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode 
     let read = |t: &Path| {
         let a = gpushim::report::analysis::analyze(t, opts, &wants)?;
         let (live, holders) = a.live_at_end.unwrap_or_default();
-        let by = gpushim::export::by_label(&holders);
+        let by = gpushim::report::sites::by_label(&holders);
         Ok::<_, gpushim::trace::reader::ReadError>((live, by, a.peaks.unwrap_or_default()))
     };
     let ((la, sa, peaks_a), (lb, sb, peaks_b)) = match (read(a), read(b)) {

@@ -1,8 +1,7 @@
 //! Traces in the viewers people already use, one file per format: Perfetto / Chrome JSON
 //! ([`perfetto`]), PyTorch's memory_viz pickle and page ([`memory_viz`]), RMM's replay CSV
 //! ([`rmm`]); the pictures: a timeline of live and reserved memory ([`plot`]) and a flame graph
-//! of live bytes by stack ([`flamegraph`]), as SVG or PNG ([`png`]); and live bytes by site
-//! ([`sites`]).
+//! of live bytes by stack ([`flamegraph`]), as SVG or PNG ([`png`]).
 
 mod flamegraph;
 mod memory_viz;
@@ -12,7 +11,6 @@ mod plot;
 mod png;
 mod rmm;
 mod series;
-mod sites;
 mod stacked;
 mod ticks;
 
@@ -23,7 +21,6 @@ pub use perfetto::perfetto;
 pub use plot::plot_svg;
 pub use png::svg_to_png;
 pub use rmm::rmm_csv;
-pub use sites::{by_label, live_by_site};
 pub use stacked::{StackBy, kind_color, stacked_svg};
 
 use crate::trace::reader::{ReadError, TraceReader};

@@ -224,6 +224,16 @@ pub fn holders_text_all(holders: &[Holder], n: usize, indent: &str) -> String {
     o
 }
 
+/// Bytes by call site's label (sites whose labels are the same summed): what `diff` compares.
+pub fn by_label(holders: &[Holder]) -> HashMap<String, u64> {
+    let mut by: HashMap<String, u64> = HashMap::new();
+    for h in holders {
+        let b = by.entry(h.label.clone()).or_default();
+        *b = b.saturating_add(h.bytes);
+    }
+    by
+}
+
 /// The bytes live at the end of a replay that read the whole trace, and who holds them by
 /// call site, named from `reader` (`diff` compares them, `top` shows them).
 pub fn live_holders(reader: &TraceReader, rp: &crate::report::Replay) -> (u64, Vec<Holder>) {

@@ -159,7 +159,6 @@ fn analyze_on(
         ..wants.clone()
     };
     let (mut a, end) = analyze_read(reader, &pass_wants, opts, cores, None)?;
-    let no_filter = crate::trace::filter::Filter::default();
     let torch_failed = a
         .ooms
         .as_ref()
@@ -168,8 +167,8 @@ fn analyze_on(
         a.replay_run = Some(replay_run(path, opts, end.reader, cores)?);
         return Ok(a);
     }
-    a.requests = match end.requests {
-        Some(q) => Some(q.finish(end.reader, &end.kinds, &no_filter)),
+    a.requests = match end.requests() {
+        Some(r) => Some(r),
         None if wants.requests => Some(crate::report::torch_replay::read(path, opts)),
         None => None,
     };
@@ -190,10 +189,7 @@ fn replay_run(
     }
     reader.rewind()?;
     let (a, end) = analyze_read(reader, &Wants::fit(), opts, cores, None)?;
-    let no_filter = crate::trace::filter::Filter::default();
-    let requests = end
-        .requests
-        .map(|q| q.finish(end.reader, &end.kinds, &no_filter));
+    let requests = end.requests();
     Ok(super::fit::run_from(
         requests,
         path,
@@ -227,6 +223,16 @@ struct Ended {
     replay: Replay,
     kinds: Kinds,
     requests: Option<crate::report::torch_replay::Requests>,
+}
+
+impl Ended {
+    /// The replay's input from the requests the first pass gathered, if it gathered them (the
+    /// reader, which read every record, goes with it).
+    fn requests(self) -> Option<Result<Input, ReplayError>> {
+        let every_device = crate::trace::filter::Filter::default();
+        let q = self.requests?;
+        Some(q.finish(self.reader, &self.kinds, &every_device))
+    }
 }
 
 /// [`analyze_on`] of the trace `reader` opened: the passes, and what they found.
