@@ -663,3 +663,114 @@ fn the_page_read_by_several_threads_is_the_page_read_by_one() {
         }
     }
 }
+
+#[test]
+fn the_short_roads_read_what_the_long_roads_read() {
+    // The trackers take a short road for the records of nearly every step (a call that
+    // succeeded, its caller, its stack); every report must say the same as when every record
+    // takes the long road (GPUSHIM_READ_SHORT=0): on real runs' traces, a lapped ring, and a
+    // trace written by hand that mixes such records with those the short roads must leave to
+    // the long (failed calls, the shim's own, a caller or a stack from a call's API, a null
+    // address, an unknown free, a pool's note waiting for its stack, on several threads).
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let ring = ring_trace("read-short", true);
+    let mixed = tempdir("read-short").file("mixed.trace");
+    write_mixed(&mixed);
+    let page = tempdir("read-short").file("page.html");
+    let traces = [
+        data.join("gpt2.trace"),
+        data.join("oom.trace"),
+        data.join("streams.trace"),
+        ring.to_path_buf(),
+        mixed.to_path_buf(),
+    ];
+    for trace in &traces {
+        let run = |args: &[&str], short: bool| {
+            let mut c = Command::new(gpushim_bin());
+            c.args(args).arg(trace).arg("--no-symbols");
+            if !short {
+                c.env("GPUSHIM_READ_SHORT", "0");
+            }
+            let out = c.output().unwrap();
+            assert_ok(&out);
+            if args[0] == "report" {
+                std::fs::read(&page).unwrap()
+            } else {
+                out.stdout
+            }
+        };
+        let page_args = ["report", "-o", page.to_str().unwrap()];
+        for args in [
+            &["summary", "--json"][..],
+            &["peak", "--json"],
+            &["leaks", "--json"],
+            &["oom", "--json"],
+            &page_args,
+        ] {
+            let (short, long) = (run(args, true), run(args, false));
+            assert!(
+                short == long,
+                "{args:?} of {}: the short roads read otherwise:\n{}\n{}",
+                trace.display(),
+                String::from_utf8_lossy(&short),
+                String::from_utf8_lossy(&long)
+            );
+        }
+    }
+}
+
+/// A trace of 400 steps whose calls that succeeded come among every record the short roads
+/// must not take, chosen by a fixed sequence.
+fn write_mixed(path: &Path) {
+    use gpushim::trace::format::Api;
+    let mut t = HandTrace::create(path);
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for step in 0..400u64 {
+        let base = 1 << 40;
+        for i in 0..6u64 {
+            let thread = (i % 3) as u16;
+            let ptr = base + (i << 20);
+            t.call(RecordKind::Alloc, (i % 2) as u8, thread, ptr, (i + 1) << 20);
+            t.rec_on(thread, RecordKind::Caller, Api::Shim, 0x1000 + i, 0x2000);
+            t.rec_on(thread, RecordKind::StackRef, Api::Shim, 7 + i % 2, 3);
+            let odd = next() % 12;
+            match odd {
+                0 => t.rec_on(thread, RecordKind::Caller, Api::CudaMalloc, 5, 6),
+                1 => t.rec_on(thread, RecordKind::StackRef, Api::CudaMalloc, 9, 1),
+                2 => t.rec_on(
+                    thread,
+                    RecordKind::Alloc,
+                    Api::Shim,
+                    base + (99 << 20),
+                    4096,
+                ),
+                3 => t.call(RecordKind::Alloc, 0, thread, 0, 4096),
+                4 => t.call(RecordKind::Free, 0, thread, 0xdead_0000, 0),
+                5 => {
+                    t.rec_on(thread, RecordKind::PoolStreams, Api::CudaMallocAsync, 3, 2);
+                    t.rec_on(thread, RecordKind::StackRef, Api::Shim, 8, 3);
+                }
+                6 => t.failed_on(thread, RecordKind::Alloc, Api::CudaMalloc, 2, 1 << 50),
+                _ => {}
+            }
+        }
+        if step % 50 == 0 {
+            t.call(RecordKind::Alloc, 0, 0, base + ((100 + step) << 20), 4096);
+        }
+        for i in (0..6u64).rev() {
+            t.call(
+                RecordKind::Free,
+                (i % 2) as u8,
+                (i % 3) as u16,
+                base + (i << 20),
+                0,
+            );
+        }
+    }
+}

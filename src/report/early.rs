@@ -149,6 +149,8 @@ pub struct EarlyMoments {
     /// The first record at which the last allocation with Python frames is taken here (see
     /// [`SHUTDOWN_TAIL_MIN`]).
     shutdown_from: u64,
+    /// The short road taken ([`crate::report::analysis::short_roads`]).
+    short: bool,
 }
 
 impl EarlyMoments {
@@ -167,6 +169,7 @@ impl EarlyMoments {
             due: u64::MAX,
             windowing: false,
             shutdown_from: records.saturating_sub(tail),
+            short: crate::report::analysis::short_roads(),
         }
     }
 
@@ -185,6 +188,7 @@ impl EarlyMoments {
     /// (`decided`, with `run_before` their run before it) and every tracker read it, saying
     /// `said` of their moments (emptied here).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub fn see(
         &mut self,
         reader: &TraceReader,
@@ -196,6 +200,32 @@ impl EarlyMoments {
         said: &mut Vec<Said>,
     ) {
         self.read = rp.index;
+        // Most records: nothing said, no candidate waiting, no moment due or being taken.
+        if self.short
+            && said.is_empty()
+            && self.base.is_none()
+            && !self.stepping
+            && self.read != self.due
+        {
+            return;
+        }
+        self.see_any(reader, rp, kinds, r, decided, run_before, said);
+    }
+
+    /// [`EarlyMoments::see`], at a record where a tracker said something of its moments, a
+    /// candidate waits, or a moment is due or being taken.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn see_any(
+        &mut self,
+        reader: &TraceReader,
+        rp: &Replay,
+        kinds: &Kinds,
+        r: &Record,
+        decided: Option<(u64, Kind)>,
+        run_before: u64,
+        said: &mut Vec<Said>,
+    ) {
         if self.base.is_some() {
             self.log.push_back((*r, decided));
         }

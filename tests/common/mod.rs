@@ -414,6 +414,21 @@ impl HandTrace {
             .append(&record_at(kind, api, 0, thread, self.t, ptr, size));
     }
 
+    /// A call of `thread` on device 0 that failed with CUDA result `status`.
+    pub fn failed_on(
+        &mut self,
+        thread: u16,
+        kind: RecordKind,
+        api: gpushim::trace::format::Api,
+        status: u8,
+        size: u64,
+    ) {
+        self.t += 1000;
+        let mut r = record_at(kind, api, 0, thread, self.t, 0, size);
+        r.status = status;
+        self.recorder.append(&r);
+    }
+
     /// A `cudaMalloc` (`kind` an allocation) or `cudaFree` on `device` from `thread`.
     pub fn call(&mut self, kind: RecordKind, device: u8, thread: u16, ptr: u64, size: u64) {
         use gpushim::trace::format::Api;

@@ -26,6 +26,12 @@ impl Decided {
         }
     }
 
+    /// No kind decided at the record being read: [`Decided::note`] of `None` changes nothing.
+    #[inline]
+    pub fn idle(&self) -> bool {
+        self.now.is_none()
+    }
+
     /// The kind decided for the tensor at `ptr`, taken out: at its free, or at a new
     /// allocation there (a tensor whose free the trace did not show leaves no kind behind).
     #[inline]

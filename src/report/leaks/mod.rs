@@ -274,8 +274,15 @@ impl LeaksFinder {
             (&chosen, restored_mark),
             (Some((_, None, Some(key))), Some(BoundaryMark::Site(m))) if *key == m
         );
+        let mark = match &chosen {
+            Some((_, Some(id), _)) => Some(BoundaryMark::Nvtx(*id)),
+            Some((_, None, Some(key))) => Some(BoundaryMark::Site(*key)),
+            _ => None,
+        };
         LeaksSampler {
             chosen,
+            mark,
+            short: crate::report::analysis::short_roads(),
             boundary_not_found,
             restored_matches,
             samples: Thinned::new(MAX_BOUNDARIES),

@@ -10,6 +10,10 @@ use super::*;
 /// the whole run.
 pub struct LeaksSampler {
     pub(super) chosen: Option<Chosen>,
+    /// What marks the boundaries, as chosen.
+    pub(super) mark: Option<BoundaryMark>,
+    /// The short road taken ([`crate::report::analysis::short_roads`]).
+    pub(super) short: bool,
     pub(super) boundary_not_found: Option<Vec<String>>,
     pub(super) restored_matches: bool,
     pub(super) samples: Thinned<Boundary>,
@@ -32,7 +36,30 @@ impl LeaksSampler {
 
     /// One record, after `rp` applied it (making change `c`) and the kinds observed it
     /// (deciding `decided`).
+    #[inline]
     pub fn see(
+        &mut self,
+        rp: &Replay,
+        r: &Record,
+        c: Change,
+        decided: Option<(u64, crate::report::kinds::Kind)>,
+    ) {
+        // Most records that neither make nor free (a call's caller, its stack) change nothing
+        // here: no kind decided now or at the record before, and no boundary.
+        if self.short
+            && c == Change::Other
+            && decided.is_none()
+            && self.decided.idle()
+            && !self.mark.is_some_and(|m| m.is_boundary(r, c))
+        {
+            return;
+        }
+        self.see_any(rp, r, c, decided);
+    }
+
+    /// [`LeaksSampler::see`], any record.
+    #[inline(never)]
+    fn see_any(
         &mut self,
         rp: &Replay,
         r: &Record,
@@ -67,12 +94,7 @@ impl LeaksSampler {
             crate::trace::live::Change::Alloc { .. } => self.together.allocated(r.thread),
             _ => {}
         }
-        let is_boundary = match &self.chosen {
-            Some((_, Some(id), _)) => BoundaryMark::Nvtx(*id).is_boundary(r, c),
-            Some((_, None, Some(key))) => BoundaryMark::Site(*key).is_boundary(r, c),
-            _ => false,
-        };
-        if is_boundary {
+        if self.mark.is_some_and(|m| m.is_boundary(r, c)) {
             self.seen += 1;
             self.together.boundary(r.time_ns);
             if self.samples.wants() {
@@ -214,6 +236,8 @@ mod tests {
     fn sampler() -> LeaksSampler {
         LeaksSampler {
             chosen: None,
+            mark: None,
+            short: true,
             boundary_not_found: None,
             restored_matches: false,
             samples: Thinned::new(MAX_BOUNDARIES),

@@ -230,6 +230,8 @@ pub struct SummaryPass {
     /// the record that reached it.
     tensor_peaks: Vec<Option<(u64, u64)>>,
     read: u64,
+    /// The short road taken ([`crate::report::analysis::short_roads`]).
+    short: bool,
 }
 
 /// The summary once the first pass is read, but for what it says of two moments of each
@@ -315,13 +317,57 @@ impl Default for SummaryPass {
             t: Tally::new(),
             tensor_peaks: Vec::new(),
             read: 0,
+            short: crate::report::analysis::short_roads(),
         }
     }
 }
 
 impl SummaryPass {
     /// One record of the first pass, after `rp` (the analysis's replay) applied it.
+    #[inline]
     pub fn see(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
+        if !(self.short && self.plain(reader, rp, r)) {
+            self.see_any(reader, rp, r, said);
+        }
+    }
+
+    /// The records of nearly every step, taken on a short road: a call of the program's that
+    /// succeeded (made or freed), its caller, and its stack where no stack has Python frames.
+    /// What [`SummaryPass::see_any`] does with them, without its questions for the rest
+    /// (checkpoints, pools, NVML, PyTorch's segments and tensors, the last Python frames, the
+    /// stack a pool's note waits for): `false` for any other record, nothing done.
+    #[inline]
+    fn plain(&mut self, reader: &TraceReader, rp: &Replay, r: &Record) -> bool {
+        use RecordKind::*;
+        let t = &mut self.t;
+        if rp.restoring || r.status != 0 || t.site_of.is_some() {
+            return false;
+        }
+        let allocated = match (r.kind, r.api) {
+            (Caller, Api::Shim) => None,
+            (StackRef, Api::Shim) if !reader.has_python_frames() => Some(false),
+            (Alloc, api) if api != Api::Shim => Some(r.ptr != 0),
+            (Free, api) if api != Api::Shim => Some(false),
+            _ => return false,
+        };
+        self.read += 1;
+        t.nth += 1;
+        if let Some(allocated) = allocated {
+            let i = usize::from(r.thread);
+            if t.allocated_last.len() <= i {
+                t.allocated_last.resize(i + 1, false);
+            }
+            t.allocated_last[i] = allocated;
+            if r.api != Api::Shim {
+                t.call(rp, r, r.api == Api::Torch);
+            }
+        }
+        true
+    }
+
+    /// [`SummaryPass::see`], any record.
+    #[inline(never)]
+    fn see_any(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
         let t = &mut self.t;
         self.read += 1;
         t.take(reader, rp, r);

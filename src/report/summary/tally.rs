@@ -243,6 +243,7 @@ impl Tally {
     }
 
     /// A call of the program's (or a tensor of the framework's).
+    #[inline]
     pub(super) fn call(&mut self, rp: &Replay, r: &Record, torch: bool) {
         self.events += 1;
         // The framework's reserved memory moves only at its segments' records, which are also

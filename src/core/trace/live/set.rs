@@ -102,9 +102,13 @@ impl LiveSet {
         let Some(s) = self.index.remove(*ptr) else {
             return false;
         };
-        match self.slots.get_mut(s as usize).and_then(Option::take) {
+        let Some(slot) = self.slots.get_mut(s as usize) else {
+            return false;
+        };
+        match slot {
             Some((_, l)) => {
-                *out = l;
+                *out = *l;
+                *slot = None;
                 self.free.push(s);
                 self.taken = s;
                 true
