@@ -22,6 +22,10 @@ fn main() -> std::process::ExitCode {
                 "gpushim: {reading} moment(s) taken as the trace was read, {at_end} at its end"
             );
         }
+        let (copies, copied) = gpushim::report::early::replay_copies();
+        if copies > 0 {
+            eprintln!("gpushim: the moments copied the replay {copies} time(s), {copied} entries");
+        }
         let sampled = gpushim::report::early::leaks_sampled_reading();
         if sampled > 0 {
             eprintln!("gpushim: {sampled} time(s) the leaks were sampled as the trace was read");

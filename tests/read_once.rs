@@ -774,3 +774,34 @@ fn write_mixed(path: &Path) {
         }
     }
 }
+
+#[test]
+fn the_moments_copy_the_replay_within_their_budget_whatever_the_threads() {
+    // The kinds program starts a thread a step, and each of its allocations with Python frames
+    // is the summary's candidate for the last one before the shutdown: the replay's tables by
+    // thread grow with the run, and a copy of the replay for a moment costs them too. The
+    // copies must stay within the moments' budget (4 Mi entries, and 4 a record read) counted
+    // with what they cost; made as if only the live set cost, they cost the threads squared
+    // (this run: 47 million entries in 9,280 copies, where 131 thousand in 38).
+    let path = tempdir("copies").file("threads.trace");
+    assert_ok(&kinds_program_with(&path, 6000, false, &[], Vec::new()));
+    let (line, out) = said(&["summary"], &path, &[], "the moments copied the replay ");
+    let n: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    let [copies, copied] = n[..] else {
+        panic!("two figures in: {line}");
+    };
+    let records: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("trace: "))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("no count of records in: {out}"));
+    assert!(copies > 0, "{line}");
+    assert!(
+        copied <= (1 << 22) + 4 * records,
+        "the moments' copies cost {copied} entries for {records} records: {line}"
+    );
+}

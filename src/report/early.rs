@@ -37,6 +37,18 @@ static TAKEN_AT_END: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 /// `GPUSHIM_READS=1`, so that the tests see the sampling used whatever the batches decoded.
 static LEAKS_SAMPLED_READING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// The copies of the replay the moments made, and what they cost in live entries (the tables
+/// by thread included, [`Replay::copy_cost`]): said with `GPUSHIM_READS=1`, so that the tests
+/// see the copies bounded by their budget.
+static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static COPIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The moments' copies of the replay so far: (how many, what they cost in live entries).
+pub fn replay_copies() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (COPIES.load(Relaxed), COPIED.load(Relaxed))
+}
+
 /// How many times the leaks' sampling begun in the first pass was used.
 pub fn leaks_sampled_reading() -> u64 {
     LEAKS_SAMPLED_READING.load(std::sync::atomic::Ordering::Relaxed)
@@ -377,7 +389,8 @@ impl EarlyMoments {
     fn here(&mut self, slot: Slot, rp: &Replay) {
         let at = rp.index;
         self.remove(slot);
-        let live = rp.live.len() as u64 + rp.physical.len() as u64;
+        // What a copy costs, in live entries (the tables by thread included).
+        let live = rp.copy_cost();
         // The kept replay behind by at least half as many records as it holds entries, and no
         // other candidate waiting on it: a copy of the replay here costs less than rolling it
         // forward (an entry copied costs a fraction of a record applied), and the log starts
@@ -393,6 +406,8 @@ impl EarlyMoments {
         if (self.base.is_none() || renew) && self.afford(live) {
             let mut b = rp.for_devices(|_| true);
             b.host = rp.host.clone();
+            COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            COPIED.fetch_add(live, std::sync::atomic::Ordering::Relaxed);
             self.base = Some(b);
             self.log.clear();
         }

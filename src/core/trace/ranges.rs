@@ -22,6 +22,11 @@ pub struct Ranges {
 }
 
 impl Ranges {
+    /// The threads it has a place for.
+    pub fn threads(&self) -> usize {
+        self.per_thread.len()
+    }
+
     /// Applies an NVTX record (`index`: its place among the records); `false` for any other.
     pub fn apply(&mut self, r: &Record, index: u64) -> bool {
         match r.kind {

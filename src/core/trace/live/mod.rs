@@ -320,6 +320,18 @@ impl Replay {
         self.for_devices(|d| d == device)
     }
 
+    /// What [`Replay::for_devices`] of every device costs, in live entries: the entries, the
+    /// pool's and the framework's segments, and the tables by thread (an entry a thread the
+    /// trace named, a few of them to an entry's bytes). A program that starts a thread a step
+    /// names thousands, and there a copy costs its threads more than its live set.
+    pub fn copy_cost(&self) -> u64 {
+        let threads = self.awaiting_caller.len()
+            + self.last_alloc.len()
+            + self.counted_raw.len()
+            + self.ranges.threads();
+        (self.live.len() + self.physical.len() + self.segments.len() + threads / 4) as u64
+    }
+
     /// [`Replay::for_device`] of the devices `keep` keeps (every device's, to replay on from).
     pub fn for_devices(&self, keep: impl Fn(u8) -> bool) -> Replay {
         // Every entry kept (one device, or all asked for: nearly always): copied whole, a
