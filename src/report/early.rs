@@ -165,6 +165,17 @@ pub struct EarlyMoments {
     short: bool,
 }
 
+/// One record as the first pass hands it to the moments: after the replay applied it (`rp`)
+/// and the kinds observed it (`decided`; `run_before` their run before it).
+struct Seen<'a> {
+    reader: &'a TraceReader,
+    rp: &'a Replay,
+    kinds: &'a Kinds,
+    r: &'a Record,
+    decided: Option<(u64, Kind)>,
+    run_before: u64,
+}
+
 impl EarlyMoments {
     /// The first pass's candidates for the records `reader` is to read.
     pub fn new(reader: &TraceReader) -> EarlyMoments {
@@ -221,23 +232,29 @@ impl EarlyMoments {
         {
             return;
         }
-        self.see_any(reader, rp, kinds, r, decided, run_before, said);
+        let seen = Seen {
+            reader,
+            rp,
+            kinds,
+            r,
+            decided,
+            run_before,
+        };
+        self.see_any(seen, said);
     }
 
     /// [`EarlyMoments::see`], at a record where a tracker said something of its moments, a
     /// candidate waits, or a moment is due or being taken.
-    #[allow(clippy::too_many_arguments)]
     #[inline(never)]
-    fn see_any(
-        &mut self,
-        reader: &TraceReader,
-        rp: &Replay,
-        kinds: &Kinds,
-        r: &Record,
-        decided: Option<(u64, Kind)>,
-        run_before: u64,
-        said: &mut Vec<Said>,
-    ) {
+    fn see_any(&mut self, seen: Seen<'_>, said: &mut Vec<Said>) {
+        let Seen {
+            reader,
+            rp,
+            kinds,
+            r,
+            decided,
+            run_before,
+        } = seen;
         if self.base.is_some() {
             self.log.push_back((*r, decided));
         }
