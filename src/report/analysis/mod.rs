@@ -138,7 +138,6 @@ pub struct Analysis {
     pub replay_run: Option<Result<super::fit::FitRun, super::fit::FitError>>,
 }
 
-/// Opens the trace at `path` once and reads it in the passes `wants` needs.
 /// Whether the trackers take their short roads for the records of nearly every step (a call
 /// that succeeded, its caller, its stack): what they do with such a record, without asking
 /// what they ask of the rest. `GPUSHIM_READ_SHORT=0`: every record by the long road (the tests
@@ -148,6 +147,7 @@ pub(crate) fn short_roads() -> bool {
     *SHORT.get_or_init(|| std::env::var_os("GPUSHIM_READ_SHORT").is_none_or(|v| v != "0"))
 }
 
+/// Opens the trace at `path` once and reads it in the passes `wants` needs.
 pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     analyze_on(path, opts, wants, cores)
