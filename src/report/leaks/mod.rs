@@ -88,7 +88,8 @@ const MAX_BOUNDARIES: usize = 1000;
 /// that repeats, `boundary` if given, else a detected period), the call sites whose live bytes
 /// grow steadily from one iteration to the next.
 /// The boundary chosen: (description, NVTX string id, or the site key of a detected period).
-type Chosen = (String, Option<u64>, Option<u64>);
+/// What marks the iterations, and how the report names it.
+type Chosen = (String, BoundaryMark);
 
 /// The iterations' boundary: the NVTX range named `boundary`, else what the checkpoint of a
 /// ring trace marked them with, else what `finder` saw repeat most.
@@ -100,18 +101,13 @@ fn choose(
 ) -> Option<Chosen> {
     let from_mark = |m: BoundaryMark| -> Chosen {
         match m {
-            BoundaryMark::Nvtx(id) => (
-                format!("NVTX '{}'", reader.string(id).unwrap_or("?")),
-                Some(id),
-                None,
-            ),
+            BoundaryMark::Nvtx(id) => (format!("NVTX '{}'", reader.string(id).unwrap_or("?")), m),
             BoundaryMark::Site(key) => (
                 format!(
                     "detected period: each allocation from {} (no NVTX ranges in the trace)",
                     site_label(reader, key)
                 ),
-                None,
-                Some(key),
+                m,
             ),
         }
     };
@@ -121,7 +117,7 @@ fn choose(
             .names
             .keys()
             .find(|&&id| reader.string(id) == Some(name))
-            .map(|&id| (format!("NVTX '{name}'"), Some(id), None)),
+            .map(|&id| (format!("NVTX '{name}'"), BoundaryMark::Nvtx(id))),
         None => finder.choose().map(from_mark),
     }
 }
@@ -267,21 +263,9 @@ impl LeaksFinder {
         });
         // The boundaries the checkpoint of a ring trace kept come first, when it marked them as
         // this report does; the ring's boundaries are numbered on from its count.
-        let restored_matches = matches!(
-            (&chosen, restored_mark),
-            (Some((_, Some(id), None)), Some(BoundaryMark::Nvtx(m))) if *id == m
-        ) || matches!(
-            (&chosen, restored_mark),
-            (Some((_, None, Some(key))), Some(BoundaryMark::Site(m))) if *key == m
-        );
-        let mark = match &chosen {
-            Some((_, Some(id), _)) => Some(BoundaryMark::Nvtx(*id)),
-            Some((_, None, Some(key))) => Some(BoundaryMark::Site(*key)),
-            _ => None,
-        };
+        let restored_matches = chosen.as_ref().is_some_and(|c| Some(c.1) == restored_mark);
         LeaksSampler {
             chosen,
-            mark,
             short: crate::report::analysis::short_roads(),
             boundary_not_found,
             restored_matches,

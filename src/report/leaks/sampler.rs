@@ -10,8 +10,6 @@ use super::*;
 /// the whole run.
 pub struct LeaksSampler {
     pub(super) chosen: Option<Chosen>,
-    /// What marks the boundaries, as chosen.
-    pub(super) mark: Option<BoundaryMark>,
     /// The short road taken ([`crate::report::analysis::short_roads`]).
     pub(super) short: bool,
     pub(super) boundary_not_found: Option<Vec<String>>,
@@ -50,11 +48,19 @@ impl LeaksSampler {
             && c == Change::Other
             && decided.is_none()
             && self.decided.idle()
-            && !self.mark.is_some_and(|m| m.is_boundary(r, c))
+            && !self.is_boundary(r, c)
         {
             return;
         }
         self.see_any(rp, r, c, decided);
+    }
+
+    /// Whether record `r` (whose replay made change `c`) is a boundary of the mark chosen.
+    #[inline]
+    fn is_boundary(&self, r: &Record, c: Change) -> bool {
+        self.chosen
+            .as_ref()
+            .is_some_and(|(_, m)| m.is_boundary(r, c))
     }
 
     /// [`LeaksSampler::see`], any record.
@@ -94,7 +100,7 @@ impl LeaksSampler {
             crate::trace::live::Change::Alloc { .. } => self.together.allocated(r.thread),
             _ => {}
         }
-        if self.mark.is_some_and(|m| m.is_boundary(r, c)) {
+        if self.is_boundary(r, c) {
             self.seen += 1;
             self.together.boundary(r.time_ns);
             if self.samples.wants() {
@@ -145,7 +151,7 @@ impl LeaksSampler {
         let times: Vec<u64> = kept.iter().map(|b| b.time_ns).collect();
         let series: Vec<crate::fasthash::FastMap<u64, u64>> =
             kept.into_iter().map(|b| b.by_site).collect();
-        let mut iterations = self.chosen.map(|(boundary, _, _)| Iterations {
+        let mut iterations = self.chosen.map(|(boundary, _)| Iterations {
             boundary,
             count: seen,
             live_at_boundaries: totals,
@@ -236,7 +242,6 @@ mod tests {
     fn sampler() -> LeaksSampler {
         LeaksSampler {
             chosen: None,
-            mark: None,
             short: true,
             boundary_not_found: None,
             restored_matches: false,
