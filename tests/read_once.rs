@@ -805,3 +805,71 @@ fn the_moments_copy_the_replay_within_their_budget_whatever_the_threads() {
         "the moments' copies cost {copied} entries for {records} records: {line}"
     );
 }
+
+#[test]
+fn a_replay_read_apart_from_the_reports_reads_the_file_they_read() {
+    // A filter, or a lapped ring read from its newer checkpoint, reads what a replay of
+    // PyTorch's allocator cannot take its requests from (it reads every device's tensors, from
+    // the older checkpoint): the replay reads the trace again, by the descriptor the reports
+    // opened it with, not by its name. So `oom`, `summary --at` and `fit` of one device open
+    // the trace for the filter's check (which reads until the first allocation it keeps) and
+    // for their analysis, and no more (the replay had opened it a third time, and `oom` a
+    // fourth).
+    let ring = tempdir("read-once-apart").file("ring.trace");
+    // The program runs out of memory, its leak grown past the device.
+    let out = kinds_program_with(
+        &ring,
+        6000,
+        true,
+        &["--batch-size", "2"],
+        vec![("GPUSHIM_CONF", "trace_max:4MiB".into())],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("out of memory"), "{err}");
+    let ((opened, _), printed) = reads(&["oom", "--device", "0"], &ring);
+    assert_eq!(opened, 2, "{printed}");
+    assert!(
+        printed.contains("PyTorch's allocator replayed up to the failed request"),
+        "no replay's advice: {printed}"
+    );
+    for args in [
+        &["summary", "--at", "2", "--device", "0"][..],
+        &["fit", "--at", "2", "--device", "0"],
+    ] {
+        let ((opened, passes), printed) = reads(args, &ring);
+        assert_eq!(
+            opened, 2,
+            "{args:?} opened the trace {opened} times: {printed}"
+        );
+        assert!(passes <= 3, "{args:?} read the trace {passes} times");
+        assert!(printed.contains("batch"), "{args:?}: {printed}");
+    }
+}
+
+#[test]
+fn a_trace_read_again_is_the_file_first_opened_whatever_its_name_names_since() {
+    // Another trace renamed over the first's name while it is read: a read of it again (as a
+    // replay reads apart from the reports) reads the file first opened, not the one its name
+    // now names.
+    use gpushim::trace::reader::{ReadOptions, TraceReader};
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch");
+    let path = tempdir("read-again").file("run.trace");
+    let other = path.with_file_name("other.trace");
+    std::fs::copy(data.join("gpt2.trace"), &path).unwrap();
+    std::fs::copy(data.join("oom.trace"), &other).unwrap();
+    let count = |r: TraceReader| r.count() as u64;
+    let first = TraceReader::open(&*path).unwrap();
+    let gpt2 = (first.info().claimed, first.info().pid);
+    std::fs::rename(&other, &*path).unwrap();
+    let renamed = TraceReader::header(&*path).unwrap();
+    assert_ne!((renamed.claimed, renamed.pid), gpt2, "two traces alike");
+    let again = first.reopen_with(&ReadOptions::default()).unwrap();
+    assert_eq!((again.info().claimed, again.info().pid), gpt2);
+    let read_again = count(again);
+    assert_eq!(
+        read_again,
+        count(first),
+        "read again: not the records first read"
+    );
+    assert_ne!(read_again, count(TraceReader::open(&*path).unwrap()));
+}

@@ -161,7 +161,29 @@ fn analyze_on(
     cores: usize,
 ) -> Result<Analysis, ReadError> {
     let reader = TraceReader::open_with(path, opts)?;
-    // The requests in this read where it reads every record a replay would, else apart.
+    analyze_opened(reader, opts, wants, cores)
+}
+
+/// [`analyze`] of a trace already open: `reader`, before its first record, reading as `opts`
+/// says.
+pub fn analyze_reader(
+    reader: TraceReader,
+    opts: &ReadOptions,
+    wants: &Wants,
+) -> Result<Analysis, ReadError> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    analyze_opened(reader, opts, wants, cores)
+}
+
+/// [`analyze_on`] of the trace `reader` opened.
+fn analyze_opened(
+    reader: TraceReader,
+    opts: &ReadOptions,
+    wants: &Wants,
+    cores: usize,
+) -> Result<Analysis, ReadError> {
+    // The requests in this read where it reads every record a replay would, else in a read
+    // of their own by the same descriptor.
     let gathered = wants.requests && opts.filter.is_empty() && reader.reads_as_replay();
     let pass_wants = Wants {
         requests: gathered,
@@ -173,35 +195,35 @@ fn analyze_on(
         .as_ref()
         .is_some_and(|o| o.iter().any(|f| f.api == "torch_allocator"));
     if wants.replay_if_torch_failed && torch_failed {
-        a.replay_run = Some(replay_run(path, opts, end.reader, cores)?);
+        a.replay_run = Some(replay_run(opts, end.reader, cores)?);
         return Ok(a);
     }
-    a.requests = match end.requests() {
-        Some(r) => Some(r),
-        None if wants.requests => Some(crate::report::torch_replay::read(path, opts)),
+    a.requests = match end.requests {
+        Some(_) => end.requests(),
+        None if wants.requests => Some(crate::report::torch_replay::read_again(&end.reader, opts)),
         None => None,
     };
     Ok(a)
 }
 
 /// The run for a replay of PyTorch's allocator (its requests, and the summary that gives the
-/// headroom), read by `reader` rewound where it reads what a replay reads, else opened apart
-/// as `fit` opens it.
+/// headroom), read by `reader` rewound where it reads what a replay reads, else as `fit` reads
+/// it, by the same descriptor.
 fn replay_run(
-    path: &Path,
     opts: &ReadOptions,
     mut reader: TraceReader,
     cores: usize,
 ) -> Result<Result<super::fit::FitRun, super::fit::FitError>, ReadError> {
     if !(opts.filter.is_empty() && reader.reads_as_replay()) {
-        return Ok(super::fit::read_run(path, opts));
+        return Ok(super::fit::read_run_again(&reader, opts));
     }
     reader.rewind()?;
+    let path = reader.info().path.clone();
     let (a, end) = analyze_read(reader, &Wants::fit(), opts, cores, None)?;
     let requests = end.requests();
     Ok(super::fit::run_from(
         requests,
-        path,
+        &path,
         a.summary.as_ref(),
         opts,
     ))

@@ -292,13 +292,33 @@ impl FitRun {
 /// the headroom) from one read, of a ring's checkpoint with the most records after it.
 pub fn read_run(path: &Path, opts: &ReadOptions) -> Result<FitRun, FitError> {
     torch_replay::devices_only(opts)?; // before the trace is read
-    let whole = ReadOptions {
-        longest_ring: true,
-        ..opts.clone()
-    };
+    let whole = run_options(opts);
     let mut a = super::analysis::analyze(path, &whole, &super::analysis::Wants::fit())
         .map_err(ReplayError::Read)?;
     run_of(&mut a, opts)
+}
+
+/// [`read_run`] of the trace `of` reads, by the descriptor it was opened with (one file, one
+/// opening, whatever the reports beside it read with).
+pub fn read_run_again(
+    of: &crate::trace::reader::TraceReader,
+    opts: &ReadOptions,
+) -> Result<FitRun, FitError> {
+    torch_replay::devices_only(opts)?;
+    let whole = run_options(opts);
+    let reader = of.reopen_with(&whole).map_err(ReplayError::Read)?;
+    let mut a = super::analysis::analyze_reader(reader, &whole, &super::analysis::Wants::fit())
+        .map_err(ReplayError::Read)?;
+    run_of(&mut a, opts)
+}
+
+/// What [`read_run`] reads with: of a ring's checkpoints, the one with the most records after
+/// it.
+fn run_options(opts: &ReadOptions) -> ReadOptions {
+    ReadOptions {
+        longest_ring: true,
+        ..opts.clone()
+    }
 }
 
 /// The run for [`fit_run`] from an analysis: its requests where it asked for them

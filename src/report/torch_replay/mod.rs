@@ -32,7 +32,7 @@ pub use checkpoint::{Blocks, Checkpointing};
 pub use advice::{
     OomAdvice, candidates, oom_advice, oom_advice_of, recommend, recorded_conf, render_advice,
 };
-pub use read::{Requests, devices_only, read};
+pub use read::{Requests, devices_only, read, read_again};
 pub use replayer::{Repeating, Resized, WhatIf, replay, replay_resized, replays_counted};
 
 use crate::trace::reader::{ReadError, TraceReader};

@@ -212,21 +212,41 @@ impl Gather {
 /// PyTorch's allocator (with why, when the trace says).
 pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
     let only = devices_only(opts)?;
-    // Of a ring's checkpoints, the one with the most records after it: the replay needs the
-    // tensors one by one, and starts from the cache the checkpoint kept.
-    let whole = ReadOptions {
+    let reader = TraceReader::open_with(path, &as_replay(opts))?;
+    read_by(reader, &only)
+}
+
+/// [`read`] of the trace `of` reads, by the descriptor it was opened with (one file, one
+/// opening, whatever the reports beside it read with).
+pub fn read_again(of: &TraceReader, opts: &ReadOptions) -> Result<Input, ReplayError> {
+    let only = devices_only(opts)?;
+    let reader = of.reopen_with(&as_replay(opts))?;
+    read_by(reader, &only)
+}
+
+/// What a replay reads with: every record (`only`, the devices asked, is applied to the
+/// requests), of a ring's checkpoints the one with the most records after it (the replay
+/// needs the tensors one by one, and starts from the cache the checkpoint kept).
+fn as_replay(opts: &ReadOptions) -> ReadOptions {
+    ReadOptions {
         filter: Default::default(),
         longest_ring: true,
         ..opts.clone()
-    };
-    let mut reader = TraceReader::open_with(path, &whole)?;
+    }
+}
+
+/// The requests `reader` reads, of the devices `only` keeps.
+fn read_by(
+    mut reader: TraceReader,
+    only: &crate::trace::filter::Filter,
+) -> Result<Input, ReplayError> {
     let mut kinds = Kinds::default();
     let mut g = Requests::new(&reader);
     while let Some(r) = reader.next() {
         let decided = kinds.observe(&reader, &r);
         g.see(&reader, &r, decided);
     }
-    g.finish(reader, &kinds, &only)
+    g.finish(reader, &kinds, only)
 }
 
 /// The filter a replay reads with: of the filters it keeps only the devices asked for (an

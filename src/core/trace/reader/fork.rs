@@ -261,17 +261,10 @@ impl TraceReader {
     /// the records this one reads, at the same indices, while this one reads on. Counted as a
     /// pass, not an opening.
     pub fn fork(&self) -> Result<TraceReader, ReadError> {
-        use std::os::unix::fs::MetadataExt;
         let t = &self.template;
         let path = self.info.path.clone();
         let io_err = |e| ReadError::Io(path.clone(), e);
-        let file = File::open(format!("/proc/self/fd/{}", t.fd)).map_err(io_err)?;
-        let meta = file.metadata().map_err(io_err)?;
-        if (meta.dev(), meta.ino()) != t.id {
-            return Err(io_err(io::Error::other(
-                "the trace's descriptor names another file",
-            )));
-        }
+        let (file, _) = self.same_file()?;
         let mut d = t.decoder(file);
         d.rewind().map_err(io_err)?;
         let opts = self.second_options();
@@ -285,6 +278,34 @@ impl TraceReader {
             &opts,
         );
         reader.whole_counted = true;
+        PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(reader)
+    }
+
+    /// The file this reader was opened with, opened anew through its descriptor (an offset of
+    /// its own, at its start) and checked to be the same file (device and inode).
+    fn same_file(&self) -> Result<(File, std::fs::Metadata), ReadError> {
+        use std::os::unix::fs::MetadataExt;
+        let t = &self.template;
+        let io_err = |e| ReadError::Io(self.info.path.clone(), e);
+        let file = File::open(format!("/proc/self/fd/{}", t.fd)).map_err(io_err)?;
+        let meta = file.metadata().map_err(io_err)?;
+        if (meta.dev(), meta.ino()) != t.id {
+            return Err(io_err(io::Error::other(
+                "the trace's descriptor names another file",
+            )));
+        }
+        Ok((file, meta))
+    }
+
+    /// A reader of this trace as `opts` says (another checkpoint of a ring, another filter),
+    /// from its first record: the same file, through the descriptor this one was opened with
+    /// (whatever has been renamed or linked since), its header read again. Counted as a pass,
+    /// not an opening: a command that needs two reads of a trace (a replay of PyTorch's
+    /// allocator reads a lapped ring from its older checkpoint, unfiltered) reads one file.
+    pub fn reopen_with(&self, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
+        let (file, meta) = self.same_file()?;
+        let reader = TraceReader::of_header(head::header_of(file, meta, &self.info.path)?, opts)?;
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(reader)
     }

@@ -18,15 +18,27 @@ impl TraceReader {
     }
 }
 
+/// A file, its metadata, its header's bytes and what they say.
+pub(super) type Headed = (std::fs::File, std::fs::Metadata, Vec<u8>, TraceInfo);
+
 /// Opens the trace at `path` and reads its header: the file (at its first record), what it
 /// is, the header's bytes, and what they say.
-pub(super) fn open_header(
+pub(super) fn open_header(path: &Path) -> Result<Headed, ReadError> {
+    let io_err = |e| ReadError::Io(path.to_path_buf(), e);
+    let (file, meta) = super::opening::open_trace_file(path).map_err(io_err)?;
+    header_of(file, meta, path)
+}
+
+/// The header of `file` (opened at its start, `meta` its metadata), read and checked, as the
+/// trace `path` names; the file left at its first record.
+pub(super) fn header_of(
+    mut file: std::fs::File,
+    meta: std::fs::Metadata,
     path: &Path,
-) -> Result<(std::fs::File, std::fs::Metadata, Vec<u8>, TraceInfo), ReadError> {
+) -> Result<Headed, ReadError> {
     use std::io::Read;
     let path = path.to_path_buf();
     let io_err = |e| ReadError::Io(path.clone(), e);
-    let (mut file, meta) = super::opening::open_trace_file(&path).map_err(io_err)?;
     let file_len = meta.len();
     if file_len < HEADER_SIZE as u64 {
         return Err(ReadError::TooShort {

@@ -276,7 +276,13 @@ impl TraceReader {
 
     /// Opens a trace to read as `opts` says.
     pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
-        let (mut file, meta, h, mut info) = head::open_header(path.as_ref())?;
+        let headed = head::open_header(path.as_ref())?;
+        Ok(TraceReader::of_header(headed, opts)?.counted())
+    }
+
+    /// A reader of the file whose header `headed` read, as `opts` says (not counted).
+    fn of_header(headed: head::Headed, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
+        let (mut file, meta, h, mut info) = headed;
         let file_len = meta.len();
         let in_file = (file_len - HEADER_SIZE as u64) / RECORD_SIZE as u64;
         let wrapped = info.ring && info.claimed > info.capacity;
@@ -341,7 +347,7 @@ impl TraceReader {
         let decoder = template.decoder(file);
         let mut reader = TraceReader::at_start(info, decoder, template, stats, (start, end), opts);
         reader.as_replay_reads = as_replay_reads;
-        Ok(reader.counted())
+        Ok(reader)
     }
 
     /// A reader before its first record (`next`, `end`: the records it reads), nothing defined
