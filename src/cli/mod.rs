@@ -34,6 +34,9 @@ pub fn main() -> ExitCode {
     // SAFETY: setting a signal's disposition to the default has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    // Each trace named is the file it named when first opened, for every part of the command
+    // that reads it.
+    gpushim::trace::reader::pin_opened_traces();
     let opts = match cli.command.reading().map(|r| r.options()) {
         Some(Err(e)) => return fail(e),
         Some(Ok(o)) => o,

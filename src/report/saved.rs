@@ -107,17 +107,10 @@ pub fn is_saved(path: &Path) -> bool {
     text.starts_with(&format!("{{\"format\":\"{FORMAT}\""))
 }
 
+/// `path` opened as a trace is (without blocking, a regular file), the same file the command's
+/// other reads of the name read.
 fn open(path: &Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
-    let meta = f.metadata()?;
-    if !meta.is_file() {
-        return Err(std::io::Error::other("not a regular file"));
-    }
-    Ok((f, meta))
+    crate::trace::reader::open_named(path)
 }
 
 /// The analyses a saved file holds, each named `HOST:NAME` (the host that saved it).

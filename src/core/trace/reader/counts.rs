@@ -1,9 +1,10 @@
 //! What this process read: traces opened, passes begun, records decoded (`GPUSHIM_READS=1`
 //! has the command say them; the tests and the benchmark count them).
 
-/// Traces opened, and passes begun over them (an opening's first included), by this process:
-/// a command reads its trace in a known number of passes (`GPUSHIM_READS=1` has the command
-/// say them; the tests count them).
+/// Files opened by their names where a trace goes (a trace, its header alone, a saved
+/// analysis: a command opens each name once, see [`super::opening::pin_opened_traces`]), and
+/// passes begun over traces, by this process: a command reads its trace in a known number of
+/// passes (`GPUSHIM_READS=1` has the command say them; the tests count them).
 pub(super) static OPENED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub(super) static PASSES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Records a whole pass over each trace opened decodes (counted when its first pass ends), and
@@ -23,7 +24,7 @@ pub fn paired() -> (u64, u64) {
     (PAIRED.load(Relaxed), READERS.load(Relaxed))
 }
 
-/// (traces opened, passes read) by this process so far.
+/// (files opened by their names, passes read) by this process so far.
 pub fn reads() -> (u64, u64) {
     use std::sync::atomic::Ordering::Relaxed;
     (OPENED.load(Relaxed), PASSES.load(Relaxed))

@@ -7,7 +7,7 @@ impl TraceReader {
     /// The header of the trace at `path` (its run's command line, devices, ...), read alone:
     /// no checkpoint, no record, not counted as the trace opened for reading.
     pub fn header(path: impl AsRef<Path>) -> Result<TraceInfo, ReadError> {
-        open_header(path.as_ref()).map(|(_, _, _, info)| info)
+        open_header(path.as_ref()).map(|((_, _, _, info), _)| info)
     }
 
     /// Whether this reader reads the records a reader opened with
@@ -23,10 +23,12 @@ pub(super) type Headed = (std::fs::File, std::fs::Metadata, Vec<u8>, TraceInfo);
 
 /// Opens the trace at `path` and reads its header: the file (at its first record), what it
 /// is, the header's bytes, and what they say.
-pub(super) fn open_header(path: &Path) -> Result<Headed, ReadError> {
+/// Whether it was opened by its name (not pinned before: see
+/// [`super::opening::open_trace_file`]).
+pub(super) fn open_header(path: &Path) -> Result<(Headed, bool), ReadError> {
     let io_err = |e| ReadError::Io(path.to_path_buf(), e);
-    let (file, meta) = super::opening::open_trace_file(path).map_err(io_err)?;
-    header_of(file, meta, path)
+    let (file, meta, by_name) = super::opening::open_trace_file(path).map_err(io_err)?;
+    Ok((header_of(file, meta, path)?, by_name))
 }
 
 /// The header of `file` (opened at its start, `meta` its metadata), read and checked, as the

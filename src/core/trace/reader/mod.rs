@@ -23,11 +23,12 @@ mod stats;
 use crate::trace::checkpoint::read::{
     checkpoint_summarized, checkpoint_summed, read_checkpoint, restoring_prefix,
 };
-use counts::{DECODED, DECODING_NS, HELD, OPENED, PAIRED, PASSES, READERS};
+use counts::{DECODED, DECODING_NS, HELD, PAIRED, PASSES, READERS};
 pub use counts::{decoding_cpu_s, paired, reads, records_read, thread_cpu_ns};
 pub use fork::Held;
 pub use head::{DeviceMake, printable, visible};
 use head::{info_capacity, le_u64};
+pub use opening::{open_named, pin_opened_traces};
 pub use stats::{Damage, DecodeStats};
 
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, header};
@@ -276,7 +277,7 @@ impl TraceReader {
 
     /// Opens a trace to read as `opts` says.
     pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
-        let headed = head::open_header(path.as_ref())?;
+        let (headed, _) = head::open_header(path.as_ref())?;
         Ok(TraceReader::of_header(headed, opts)?.counted())
     }
 
@@ -404,10 +405,10 @@ impl TraceReader {
         }
     }
 
+    /// A pass begun (the file's opening is counted where it is opened by its name: see
+    /// [`opening::open_trace_file`]).
     fn counted(self) -> TraceReader {
-        use std::sync::atomic::Ordering::Relaxed;
-        OPENED.fetch_add(1, Relaxed);
-        PASSES.fetch_add(1, Relaxed);
+        PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self
     }
 

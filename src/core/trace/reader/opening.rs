@@ -5,21 +5,91 @@ use std::fs::File;
 use std::path::Path;
 
 /// Opens `path` to be read as a trace: without blocking (a FIFO named as a trace would stall
-/// the command until a writer came), and only as a regular file.
-pub(super) fn open_trace_file(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+/// the command until a writer came), and only as a regular file. Where this process pins the
+/// traces it opens ([`pin_opened_traces`]), a name opened before is the file it named then:
+/// opened again through the descriptor kept (an offset of its own), not by its name. The
+/// flag: the file was opened by its name (not pinned before).
+pub(super) fn open_trace_file(path: &Path) -> std::io::Result<(File, std::fs::Metadata, bool)> {
     use std::os::unix::fs::OpenOptionsExt;
+    if let Some((file, meta)) = pinned(path) {
+        return Ok((file, meta, false));
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
     let meta = file.metadata()?;
+    super::counts::OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     if meta.is_dir() {
         return Err(std::io::Error::other(folder_of_traces(path)));
     }
     if !meta.is_file() {
         return Err(std::io::Error::other("not a regular file (a trace is one)"));
     }
-    Ok((file, meta))
+    pin(path, &file, &meta);
+    Ok((file, meta, true))
+}
+
+/// [`open_trace_file`] for what else a command reads where a trace goes (a saved analysis):
+/// the file its name named when first opened, where this process pins the files it opens.
+pub fn open_named(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
+    open_trace_file(path).map(|(file, meta, _)| (file, meta))
+}
+
+/// A trace's name as this process first opened it, the descriptor it opened (a copy, kept
+/// open), and the file it was (device, inode).
+struct Pinned {
+    path: std::path::PathBuf,
+    file: File,
+    id: (u64, u64),
+}
+
+/// The traces this process pinned (`None`: it pins none, as a library reading what it is told
+/// to). A command pins them: its parts read the file the first named, whatever is renamed
+/// over the name meanwhile (a filter's check, the analysis, a replay's requests of a job's
+/// trace). At most [`PINNED_MAX`]: a job's further traces are opened by name each time.
+static PINNED: std::sync::Mutex<Option<Vec<Pinned>>> = std::sync::Mutex::new(None);
+const PINNED_MAX: usize = 64;
+
+/// From now on, each trace this process opens is pinned (see [`open_trace_file`]).
+pub fn pin_opened_traces() {
+    if let Ok(mut p) = PINNED.lock() {
+        p.get_or_insert_with(Vec::new);
+    }
+}
+
+/// `path`'s file, pinned before: opened again through the kept descriptor and checked to be
+/// the same file; `None` where not pinned (or not the same file, or not to be reopened).
+fn pinned(path: &Path) -> Option<(File, std::fs::Metadata)> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::MetadataExt;
+    let fd = {
+        let p = PINNED.lock().ok()?;
+        let kept = p.as_ref()?.iter().find(|k| k.path == path)?;
+        (kept.file.as_raw_fd(), kept.id)
+    };
+    let file = File::open(format!("/proc/self/fd/{}", fd.0)).ok()?;
+    let meta = file.metadata().ok()?;
+    ((meta.dev(), meta.ino()) == fd.1 && meta.is_file()).then_some((file, meta))
+}
+
+/// Keeps a copy of `file`'s descriptor for `path`, where this process pins its traces and has
+/// room.
+fn pin(path: &Path, file: &File, meta: &std::fs::Metadata) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(mut p) = PINNED.lock() else {
+        return;
+    };
+    let Some(kept) = p.as_mut().filter(|k| k.len() < PINNED_MAX) else {
+        return;
+    };
+    if let Ok(copy) = file.try_clone() {
+        kept.push(Pinned {
+            path: path.to_path_buf(),
+            file: copy,
+            id: (meta.dev(), meta.ino()),
+        });
+    }
 }
 
 /// What a folder given as a trace is told: the traces in it (names ending `.trace`, at most a
