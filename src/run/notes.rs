@@ -72,5 +72,11 @@ fn believed(note: &Path) -> Option<PathBuf> {
     }
     let mut magic = [0u8; 8];
     f.read_exact(&mut magic).ok()?;
-    (magic == crate::trace::format::MAGIC).then_some(path)
+    if magic != crate::trace::format::MAGIC {
+        return None;
+    }
+    // What `run` reads of the trace after (its summary) is this file, whatever is renamed
+    // over its name meanwhile.
+    crate::trace::reader::pin(&path, &f, &meta);
+    Some(path)
 }

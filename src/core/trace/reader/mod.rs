@@ -28,7 +28,7 @@ pub use counts::{decoding_cpu_s, paired, reads, records_read, thread_cpu_ns};
 pub use fork::Held;
 pub use head::{DeviceMake, printable, visible};
 use head::{info_capacity, le_u64};
-pub use opening::{open_named, pin_opened_traces};
+pub use opening::{open_named, pin, pin_opened_traces};
 pub use stats::{Damage, DecodeStats};
 
 use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, header};

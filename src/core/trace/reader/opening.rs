@@ -73,14 +73,20 @@ fn pinned(path: &Path) -> Option<(File, std::fs::Metadata)> {
     ((meta.dev(), meta.ino()) == fd.1 && meta.is_file()).then_some((file, meta))
 }
 
-/// Keeps a copy of `file`'s descriptor for `path`, where this process pins its traces and has
-/// room.
-fn pin(path: &Path, file: &File, meta: &std::fs::Metadata) {
+/// Keeps a copy of `file`'s descriptor (`meta` its metadata) for `path`, where this process
+/// pins its traces and has room: a caller that opened and checked a trace its own way (`run`,
+/// which believes only the file its program's process described) has the command read that
+/// file under the name from then on.
+pub fn pin(path: &Path, file: &File, meta: &std::fs::Metadata) {
     use std::os::unix::fs::MetadataExt;
     let Ok(mut p) = PINNED.lock() else {
         return;
     };
-    let Some(kept) = p.as_mut().filter(|k| k.len() < PINNED_MAX) else {
+    // A name pinned before stays the file it was (the first the command opened).
+    let Some(kept) = p
+        .as_mut()
+        .filter(|k| k.len() < PINNED_MAX && !k.iter().any(|k| k.path == path))
+    else {
         return;
     };
     if let Ok(copy) = file.try_clone() {
