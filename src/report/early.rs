@@ -78,6 +78,16 @@ const BUDGET_START: u64 = 1 << 22;
 /// Python code ended long before its process) is taken in a second pass, the same moment.
 const SHUTDOWN_TAIL_MIN: u64 = 1 << 16;
 
+/// The first record (the replay's index) of the trace `reader` reads at which the last
+/// allocation with Python frames is proposed (see [`SHUTDOWN_TAIL_MIN`]): the summary says
+/// none before it, which the moments would let go.
+pub fn shutdown_from(reader: &TraceReader) -> u64 {
+    let (first, end) = reader.progress();
+    let records = end.saturating_sub(first);
+    let tail = (records / 16).max(SHUTDOWN_TAIL_MIN);
+    records.saturating_sub(tail)
+}
+
 /// Which moment a candidate is, and of which device.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Slot {
@@ -179,9 +189,6 @@ struct Seen<'a> {
 impl EarlyMoments {
     /// The first pass's candidates for the records `reader` is to read.
     pub fn new(reader: &TraceReader) -> EarlyMoments {
-        let (first, end) = reader.progress();
-        let records = end.saturating_sub(first);
-        let tail = (records / 16).max(SHUTDOWN_TAIL_MIN);
         EarlyMoments {
             slots: Vec::new(),
             base: None,
@@ -191,7 +198,7 @@ impl EarlyMoments {
             stepping: false,
             due: u64::MAX,
             windowing: false,
-            shutdown_from: records.saturating_sub(tail),
+            shutdown_from: shutdown_from(reader),
             short: crate::report::analysis::short_roads(),
         }
     }

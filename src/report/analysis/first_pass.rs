@@ -52,7 +52,7 @@ impl RunPass {
             (!early_off && (wants.summary || wants.peak)).then(|| EarlyMoments::new(reader));
         let (with_replay, with_kinds) = reads(wants, early.is_some());
         RunPass {
-            summary: wants.summary.then(SummaryPass::default),
+            summary: wants.summary.then(|| SummaryPass::reading(reader)),
             peak: wants.peak.then(PeakFinder::default),
             oom: wants.oom.then(OomPass::default),
             leaks: wants.leaks.is_some().then(LeaksFinder::default),

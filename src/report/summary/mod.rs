@@ -232,6 +232,9 @@ pub struct SummaryPass {
     read: u64,
     /// The short road taken ([`crate::report::analysis::short_roads`]).
     short: bool,
+    /// The first record at which the last allocation with Python frames is proposed to the
+    /// moments ([`crate::report::early::shutdown_from`]; 0: at every one).
+    shutdown_from: u64,
 }
 
 /// The summary once the first pass is read, but for what it says of two moments of each
@@ -318,6 +321,20 @@ impl Default for SummaryPass {
             tensor_peaks: Vec::new(),
             read: 0,
             short: crate::report::analysis::short_roads(),
+            shutdown_from: 0,
+        }
+    }
+}
+
+impl SummaryPass {
+    /// The summary's pass over the trace `reader` reads: the last allocation with Python
+    /// frames proposed to the moments only where they would take it (a real model's stack
+    /// names Python frames at nearly every allocation, and naming each device at each one was
+    /// a twentieth of its `summary`).
+    pub fn reading(reader: &TraceReader) -> SummaryPass {
+        SummaryPass {
+            shutdown_from: crate::report::early::shutdown_from(reader),
+            ..SummaryPass::default()
         }
     }
 }
@@ -378,7 +395,10 @@ impl SummaryPass {
         {
             said.push(Said::Here(Slot::Nvml(r.device)));
         }
-        if reader.info().clean_exit && t.last_python.is_some_and(|(at, _)| at == t.nth) {
+        if reader.info().clean_exit
+            && rp.index >= self.shutdown_from
+            && t.last_python.is_some_and(|(at, _)| at == t.nth)
+        {
             // The devices the summary will name the framework's: those it has, and those its
             // tensors are on.
             let more = rp.tensors.bytes.keys();

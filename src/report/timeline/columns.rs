@@ -170,11 +170,17 @@ impl ColumnsPass {
     /// One record, after `rp` applied it (making change `c`).
     pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
         if let Some(d) = changed(rp, r, c) {
-            self.found
-                .lanes
-                .entry(d)
-                .or_default()
-                .change(rp, d, r.time_ns);
+            // Looked up before an entry is made: a device's lane is there at every change but
+            // its first, and an entry cost twice a lookup.
+            match self.found.lanes.get_mut(&d) {
+                Some(lane) => lane.change(rp, d, r.time_ns),
+                None => self
+                    .found
+                    .lanes
+                    .entry(d)
+                    .or_default()
+                    .change(rp, d, r.time_ns),
+            }
         } else if r.kind == RecordKind::DeviceMemory {
             self.found
                 .lanes
