@@ -4,6 +4,76 @@ use super::*;
 
 /// The header's fields, checked: the magic, the version and the layout this reader knows.
 impl TraceReader {
+    /// A reader of the file whose header `headed` read, as `opts` says (not counted).
+    pub(super) fn of_header(headed: Headed, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
+        let (mut file, meta, h, mut info) = headed;
+        let file_len = meta.len();
+        let in_file = (file_len - HEADER_SIZE as u64) / RECORD_SIZE as u64;
+        let wrapped = info.ring && info.claimed > info.capacity;
+        let (mut start, end, mut truncated);
+        let mut checkpoint = Vec::new();
+        let mut unsummarized = le_u64(&h, header::SUMMARY_LOST);
+        // A trace whose ring never lapped is read the same whichever checkpoint is asked for.
+        let mut as_replay_reads = true;
+        start = 0;
+        truncated = 0;
+        if wrapped {
+            end = info.claimed;
+            let oldest = info.claimed - info.capacity;
+            start = oldest;
+            info.checkpoint_refused = crate::trace::checkpoint::read::layout_lie(&h);
+            let first = crate::trace::checkpoint::read::longest_first(&h, oldest);
+            let read = read_checkpoint(&file, &h, file_len, oldest, opts.longest_ring);
+            as_replay_reads = opts.longest_ring || read.as_ref().map(|(d, _)| d.seq) == first;
+            if let Some((d, bodies)) = read {
+                checkpoint = bodies;
+                info.summarized = checkpoint_summarized(&checkpoint);
+                if d.covered > oldest {
+                    start = d.covered.min(end);
+                } else {
+                    unsummarized = unsummarized.saturating_add(oldest - d.covered);
+                }
+            } else {
+                unsummarized = unsummarized.saturating_add(oldest);
+            }
+            let slot = start % info.capacity.max(1);
+            io::Seek::seek(
+                &mut file,
+                io::SeekFrom::Start(
+                    (HEADER_SIZE as u64).saturating_add(slot.saturating_mul(RECORD_SIZE as u64)),
+                ),
+            )
+            .map_err(|e| ReadError::Io(info.path.clone(), e))?;
+        } else {
+            let written = info.claimed.min(info.capacity);
+            end = written.min(in_file);
+            truncated = written - end;
+            io::Seek::seek(&mut file, io::SeekFrom::Start(HEADER_SIZE as u64))
+                .map_err(|e| ReadError::Io(info.path.clone(), e))?;
+        }
+        let first_offset = io::Seek::stream_position(&mut file)
+            .map_err(|e| ReadError::Io(info.path.clone(), e))?;
+        let checkpoint = std::sync::Arc::new(checkpoint);
+        let (summed, summed_bytes) = checkpoint_summed(&checkpoint);
+        let stats = DecodeStats {
+            lost: info.lost,
+            truncated,
+            unsummarized,
+            summed,
+            summed_bytes,
+            definitions_dropped: le_u64(&h, header::DEFINITIONS_DROPPED),
+            summarized_late: le_u64(&h, header::SUMMARY_LATE),
+            ..DecodeStats::default()
+        };
+        let ring = if wrapped { info_capacity(&h) } else { 0 };
+        let extent = (start, end, ring);
+        let template = fork::Template::of(&file, &meta, &checkpoint, first_offset, &stats, extent);
+        let decoder = template.decoder(file);
+        let mut reader = TraceReader::at_start(info, decoder, template, stats, (start, end), opts);
+        reader.as_replay_reads = as_replay_reads;
+        Ok(reader)
+    }
+
     /// The header of the trace at `path` (its run's command line, devices, ...), read alone:
     /// no checkpoint, no record, not counted as the trace opened for reading.
     pub fn header(path: impl AsRef<Path>) -> Result<TraceInfo, ReadError> {

@@ -27,7 +27,6 @@ use counts::{DECODED, DECODING_NS, HELD, PAIRED, PASSES, READERS};
 pub use counts::{decoding_cpu_s, paired, reads, records_read, thread_cpu_ns};
 pub use fork::Held;
 pub use head::{DeviceMake, printable, visible};
-use head::{info_capacity, le_u64};
 pub use opening::{open_named, pin, pin_opened_traces};
 pub use stats::{Damage, DecodeStats};
 
@@ -279,76 +278,6 @@ impl TraceReader {
     pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
         let (headed, _) = head::open_header(path.as_ref())?;
         Ok(TraceReader::of_header(headed, opts)?.counted())
-    }
-
-    /// A reader of the file whose header `headed` read, as `opts` says (not counted).
-    fn of_header(headed: head::Headed, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
-        let (mut file, meta, h, mut info) = headed;
-        let file_len = meta.len();
-        let in_file = (file_len - HEADER_SIZE as u64) / RECORD_SIZE as u64;
-        let wrapped = info.ring && info.claimed > info.capacity;
-        let (mut start, end, mut truncated);
-        let mut checkpoint = Vec::new();
-        let mut unsummarized = le_u64(&h, header::SUMMARY_LOST);
-        // A trace whose ring never lapped is read the same whichever checkpoint is asked for.
-        let mut as_replay_reads = true;
-        start = 0;
-        truncated = 0;
-        if wrapped {
-            end = info.claimed;
-            let oldest = info.claimed - info.capacity;
-            start = oldest;
-            info.checkpoint_refused = crate::trace::checkpoint::read::layout_lie(&h);
-            let first = crate::trace::checkpoint::read::longest_first(&h, oldest);
-            let read = read_checkpoint(&file, &h, file_len, oldest, opts.longest_ring);
-            as_replay_reads = opts.longest_ring || read.as_ref().map(|(d, _)| d.seq) == first;
-            if let Some((d, bodies)) = read {
-                checkpoint = bodies;
-                info.summarized = checkpoint_summarized(&checkpoint);
-                if d.covered > oldest {
-                    start = d.covered.min(end);
-                } else {
-                    unsummarized = unsummarized.saturating_add(oldest - d.covered);
-                }
-            } else {
-                unsummarized = unsummarized.saturating_add(oldest);
-            }
-            let slot = start % info.capacity.max(1);
-            io::Seek::seek(
-                &mut file,
-                io::SeekFrom::Start(
-                    (HEADER_SIZE as u64).saturating_add(slot.saturating_mul(RECORD_SIZE as u64)),
-                ),
-            )
-            .map_err(|e| ReadError::Io(info.path.clone(), e))?;
-        } else {
-            let written = info.claimed.min(info.capacity);
-            end = written.min(in_file);
-            truncated = written - end;
-            io::Seek::seek(&mut file, io::SeekFrom::Start(HEADER_SIZE as u64))
-                .map_err(|e| ReadError::Io(info.path.clone(), e))?;
-        }
-        let first_offset = io::Seek::stream_position(&mut file)
-            .map_err(|e| ReadError::Io(info.path.clone(), e))?;
-        let checkpoint = std::sync::Arc::new(checkpoint);
-        let (summed, summed_bytes) = checkpoint_summed(&checkpoint);
-        let stats = DecodeStats {
-            lost: info.lost,
-            truncated,
-            unsummarized,
-            summed,
-            summed_bytes,
-            definitions_dropped: le_u64(&h, header::DEFINITIONS_DROPPED),
-            summarized_late: le_u64(&h, header::SUMMARY_LATE),
-            ..DecodeStats::default()
-        };
-        let ring = if wrapped { info_capacity(&h) } else { 0 };
-        let extent = (start, end, ring);
-        let template = fork::Template::of(&file, &meta, &checkpoint, first_offset, &stats, extent);
-        let decoder = template.decoder(file);
-        let mut reader = TraceReader::at_start(info, decoder, template, stats, (start, end), opts);
-        reader.as_replay_reads = as_replay_reads;
-        Ok(reader)
     }
 
     /// A reader before its first record (`next`, `end`: the records it reads), nothing defined
