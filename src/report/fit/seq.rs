@@ -189,7 +189,8 @@ pub(super) fn axis(
                             workspaces_done_without: o.done_without,
                         }
                     };
-                    let (largest_batch, _) = largest(&at_batch, max_batch);
+                    let threads = super::largest::threads_per_setting();
+                    let (largest_batch, _) = largest(&at_batch, max_batch, threads);
                     SeqSetting {
                         setting: conf.to_string(),
                         row: at_batch(batch),

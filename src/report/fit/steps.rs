@@ -155,13 +155,16 @@ pub(super) fn setting_fit(
             workspaces_done_without: o.done_without,
         }
     };
-    let rows: Vec<Row> = ask.batches.iter().map(|&b| at_batch(b, bounds)).collect();
+    // The rows, and the search's steps, replayed side by side where there are cores.
+    let threads = super::largest::threads_per_setting();
+    let rows: Vec<Row> =
+        super::largest::in_parallel(&ask.batches, threads, &|b| at_batch(b, bounds));
     // The search asks only whether a batch fits: a replay stops at its first failure.
     let search = Bounds {
         stop_at_failure: true,
         ..*bounds
     };
-    let (largest, peak) = largest(&|b| at_batch(b, &search), ask.max_batch);
+    let (largest, peak) = largest(&|b| at_batch(b, &search), ask.max_batch, threads);
     SettingFit {
         setting: conf.to_string(),
         recorded: is_recorded,
