@@ -285,17 +285,8 @@ impl TraceReader {
     /// The file this reader was opened with, opened anew through its descriptor (an offset of
     /// its own, at its start) and checked to be the same file (device and inode).
     fn same_file(&self) -> Result<(File, std::fs::Metadata), ReadError> {
-        use std::os::unix::fs::MetadataExt;
         let t = &self.template;
-        let io_err = |e| ReadError::Io(self.info.path.clone(), e);
-        let file = File::open(format!("/proc/self/fd/{}", t.fd)).map_err(io_err)?;
-        let meta = file.metadata().map_err(io_err)?;
-        if (meta.dev(), meta.ino()) != t.id {
-            return Err(io_err(io::Error::other(
-                "the trace's descriptor names another file",
-            )));
-        }
-        Ok((file, meta))
+        super::opening::reopen(t.fd, t.id).map_err(|e| ReadError::Io(self.info.path.clone(), e))
     }
 
     /// A reader of this trace as `opts` says (another checkpoint of a ring, another filter),

@@ -62,15 +62,29 @@ pub fn pin_opened_traces() {
 /// the same file; `None` where not pinned (or not the same file, or not to be reopened).
 fn pinned(path: &Path) -> Option<(File, std::fs::Metadata)> {
     use std::os::fd::AsRawFd;
-    use std::os::unix::fs::MetadataExt;
-    let fd = {
+    let (fd, id) = {
         let p = PINNED.lock().ok()?;
         let kept = p.as_ref()?.iter().find(|k| k.path == path)?;
         (kept.file.as_raw_fd(), kept.id)
     };
-    let file = File::open(format!("/proc/self/fd/{}", fd.0)).ok()?;
-    let meta = file.metadata().ok()?;
-    ((meta.dev(), meta.ino()) == fd.1 && meta.is_file()).then_some((file, meta))
+    reopen(fd, id).ok().filter(|(_, meta)| meta.is_file())
+}
+
+/// The file open at descriptor `fd` of this process, opened anew (an offset of its own, at its
+/// start) through `/proc/self/fd`, and checked to be file `id` (device, inode).
+pub(super) fn reopen(
+    fd: std::os::fd::RawFd,
+    id: (u64, u64),
+) -> std::io::Result<(File, std::fs::Metadata)> {
+    use std::os::unix::fs::MetadataExt;
+    let file = File::open(format!("/proc/self/fd/{fd}"))?;
+    let meta = file.metadata()?;
+    if (meta.dev(), meta.ino()) != id {
+        return Err(std::io::Error::other(
+            "the trace's descriptor names another file",
+        ));
+    }
+    Ok((file, meta))
 }
 
 /// Keeps a copy of `file`'s descriptor (`meta` its metadata) for `path`, where this process
