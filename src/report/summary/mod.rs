@@ -337,9 +337,7 @@ impl SummaryPass {
             ..SummaryPass::default()
         }
     }
-}
 
-impl SummaryPass {
     /// One record of the first pass, after `rp` (the analysis's replay) applied it.
     #[inline]
     pub fn see(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
