@@ -98,7 +98,7 @@ pub fn save(traces: &[(String, Analysis)]) -> Result<String, String> {
 /// Whether the file at `path` is a saved analysis (by its first bytes), not a trace.
 pub fn is_saved(path: &Path) -> bool {
     let mut head = [0u8; 64];
-    let Ok((mut f, _)) = open(path) else {
+    let Ok((mut f, _)) = crate::trace::reader::open_named(path) else {
         return false;
     };
     let n = std::io::Read::read(&mut f, &mut head).unwrap_or(0);
@@ -107,16 +107,11 @@ pub fn is_saved(path: &Path) -> bool {
     text.starts_with(&format!("{{\"format\":\"{FORMAT}\""))
 }
 
-/// `path` opened as a trace is (without blocking, a regular file), the same file the command's
-/// other reads of the name read.
-fn open(path: &Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
-    crate::trace::reader::open_named(path)
-}
-
 /// The analyses a saved file holds, each named `HOST:NAME` (the host that saved it).
 pub fn load(path: &Path) -> Result<Vec<(String, Analysis)>, ReadError> {
     let err = |m: String| ReadError::Io(path.to_path_buf(), std::io::Error::other(m));
-    let (f, meta) = open(path).map_err(|e| ReadError::Io(path.to_path_buf(), e))?;
+    let (f, meta) =
+        crate::trace::reader::open_named(path).map_err(|e| ReadError::Io(path.to_path_buf(), e))?;
     if meta.len() > MAX_BYTES {
         return Err(err(format!(
             "a saved analysis of {} bytes: more than the {MAX_BYTES} one can be (it is not one, \

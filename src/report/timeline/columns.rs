@@ -171,7 +171,7 @@ impl ColumnsPass {
     pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
         if let Some(d) = changed(rp, r, c) {
             // Looked up before an entry is made: a device's lane is there at every change but
-            // its first, and an entry cost twice a lookup.
+            // its first, and the entry's call cost more than the lookup (callgrind).
             match self.found.lanes.get_mut(&d) {
                 Some(lane) => lane.change(rp, d, r.time_ns),
                 None => self

@@ -75,9 +75,9 @@ impl TraceReader {
     }
 
     /// The header of the trace at `path` (its run's command line, devices, ...), read alone:
-    /// no checkpoint, no record, not counted as the trace opened for reading.
+    /// no checkpoint, no record, no pass.
     pub fn header(path: impl AsRef<Path>) -> Result<TraceInfo, ReadError> {
-        open_header(path.as_ref()).map(|((_, _, _, info), _)| info)
+        open_header(path.as_ref()).map(|(_, _, _, info)| info)
     }
 
     /// Whether this reader reads the records a reader opened with
@@ -91,14 +91,12 @@ impl TraceReader {
 /// A file, its metadata, its header's bytes and what they say.
 pub(super) type Headed = (std::fs::File, std::fs::Metadata, Vec<u8>, TraceInfo);
 
-/// Opens the trace at `path` and reads its header: the file (at its first record), what it
-/// is, the header's bytes, and what they say.
-/// Whether it was opened by its name (not pinned before: see
-/// [`super::opening::open_trace_file`]).
-pub(super) fn open_header(path: &Path) -> Result<(Headed, bool), ReadError> {
+/// Opens the trace at `path` ([`super::opening::open_named`]) and reads its header: the file
+/// (at its first record), what it is, the header's bytes, and what they say.
+pub(super) fn open_header(path: &Path) -> Result<Headed, ReadError> {
     let io_err = |e| ReadError::Io(path.to_path_buf(), e);
-    let (file, meta, by_name) = super::opening::open_trace_file(path).map_err(io_err)?;
-    Ok((header_of(file, meta, path)?, by_name))
+    let (file, meta) = super::opening::open_named(path).map_err(io_err)?;
+    header_of(file, meta, path)
 }
 
 /// The header of `file` (opened at its start, `meta` its metadata), read and checked, as the

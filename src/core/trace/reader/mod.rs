@@ -276,7 +276,7 @@ impl TraceReader {
 
     /// Opens a trace to read as `opts` says.
     pub fn open_with(path: impl AsRef<Path>, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
-        let (headed, _) = head::open_header(path.as_ref())?;
+        let headed = head::open_header(path.as_ref())?;
         Ok(TraceReader::of_header(headed, opts)?.counted())
     }
 
@@ -335,7 +335,7 @@ impl TraceReader {
     }
 
     /// A pass begun (the file's opening is counted where it is opened by its name: see
-    /// [`opening::open_trace_file`]).
+    /// [`opening::open_named`]).
     fn counted(self) -> TraceReader {
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self

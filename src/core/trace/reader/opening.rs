@@ -4,15 +4,15 @@
 use std::fs::File;
 use std::path::Path;
 
-/// Opens `path` to be read as a trace: without blocking (a FIFO named as a trace would stall
-/// the command until a writer came), and only as a regular file. Where this process pins the
-/// traces it opens ([`pin_opened_traces`]), a name opened before is the file it named then:
-/// opened again through the descriptor kept (an offset of its own), not by its name. The
-/// flag: the file was opened by its name (not pinned before).
-pub(super) fn open_trace_file(path: &Path) -> std::io::Result<(File, std::fs::Metadata, bool)> {
+/// Opens `path` to be read as a trace (or a saved analysis, which goes where a trace goes):
+/// without blocking (a FIFO named as a trace would stall the command until a writer came), and
+/// only as a regular file. Where this process pins the traces it opens
+/// ([`pin_opened_traces`]), a name opened before is the file it named then: opened again
+/// through the descriptor kept (an offset of its own), not by its name, and not counted again.
+pub fn open_named(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
     use std::os::unix::fs::OpenOptionsExt;
-    if let Some((file, meta)) = pinned(path) {
-        return Ok((file, meta, false));
+    if let Some(pinned) = pinned(path) {
+        return Ok(pinned);
     }
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -27,13 +27,7 @@ pub(super) fn open_trace_file(path: &Path) -> std::io::Result<(File, std::fs::Me
         return Err(std::io::Error::other("not a regular file (a trace is one)"));
     }
     pin(path, &file, &meta);
-    Ok((file, meta, true))
-}
-
-/// [`open_trace_file`] for what else a command reads where a trace goes (a saved analysis):
-/// the file its name named when first opened, where this process pins the files it opens.
-pub fn open_named(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
-    open_trace_file(path).map(|(file, meta, _)| (file, meta))
+    Ok((file, meta))
 }
 
 /// A trace's name as this process first opened it, the descriptor it opened (a copy, kept
@@ -51,7 +45,7 @@ struct Pinned {
 static PINNED: std::sync::Mutex<Option<Vec<Pinned>>> = std::sync::Mutex::new(None);
 const PINNED_MAX: usize = 64;
 
-/// From now on, each trace this process opens is pinned (see [`open_trace_file`]).
+/// From now on, each trace this process opens is pinned (see [`open_named`]).
 pub fn pin_opened_traces() {
     if let Ok(mut p) = PINNED.lock() {
         p.get_or_insert_with(Vec::new);
