@@ -567,3 +567,37 @@ fn modules_that_would_read_as_gigabytes_are_never_read_whole() {
         }
     }
 }
+
+#[test]
+fn a_trace_cut_short_while_it_is_read_stops_where_it_ends_and_says_so() {
+    // More records than three mapped windows hold, the cut in the fourth: far past what the
+    // decoder reads ahead of the first batch.
+    const N: u64 = 600_000;
+    let dir = tempdir("cut-while-read");
+    let path = dir.join("cut.trace");
+    let mut t = HandTrace::create(&path);
+    for i in 0..N {
+        t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x1000 * (i + 1), 4096);
+    }
+    drop(t);
+    // Cut in the middle of a record and of a page: past it, the file's pages are gone.
+    let kept = 400_000u64;
+    let cut_at = gpushim::trace::format::HEADER_SIZE as u64 + 32 * kept + 16;
+    let mut r = gpushim::trace::reader::TraceReader::open(&path).unwrap();
+    let mut batch = Vec::new();
+    assert!(r.next_batch(&mut batch));
+    let mut read = batch.len() as u64;
+    assert!(read < kept, "the first batch is small: {read}");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(cut_at)
+        .unwrap();
+    while r.next_batch(&mut batch) {
+        read += batch.len() as u64;
+    }
+    assert_eq!(read, kept, "every whole record before the cut, none after");
+    let damage = r.stats().damage.as_ref().expect("the cut is said");
+    assert!(damage.reason.contains("shrank"), "{}", damage.reason);
+}

@@ -195,32 +195,38 @@ fn the_peaks_of_many_devices_are_taken_in_one_pass() {
 }
 
 #[test]
-fn decoding_on_a_thread_of_its_own_reads_what_decoding_in_turn_reads() {
+fn decoding_on_a_thread_of_its_own_or_from_the_file_mapped_reads_what_decoding_in_turn_reads() {
     // Where there is a second core the records are decoded on a thread of their own, a few
-    // batches ahead of the reports; every report must read the same as when they are decoded
-    // in turn (GPUSHIM_READ_INLINE=1), on a real run's trace and on a ring's.
+    // batches ahead of the reports, and the file is mapped a window at a time rather than read
+    // into a buffer; every report must read the same as when they are decoded in turn
+    // (GPUSHIM_READ_INLINE=1) and read into a buffer (GPUSHIM_READ_MAP=0), on a real run's
+    // trace and on a ring's (whose records wrap around the end of the file).
     let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
     let ring = ring_trace("read-inline", false);
     let lapped = gpushim::trace::reader::TraceReader::open(&*ring).unwrap();
     assert!(lapped.info().summarized > 0, "the ring never lapped");
     for trace in [gpt2.as_path(), &*ring] {
         for report in ["summary", "peak", "leaks", "oom"] {
-            let run = |inline: bool| {
+            let run = |env: &[(&str, &str)]| {
                 let mut c = Command::new(gpushim_bin());
                 c.args([report, "--json", "--no-symbols"]).arg(trace);
-                if inline {
-                    c.env("GPUSHIM_READ_INLINE", "1");
-                }
+                c.envs(env.iter().copied());
                 let out = c.output().unwrap();
                 assert_ok(&out);
                 out.stdout
             };
-            assert_eq!(
-                run(false),
-                run(true),
-                "{report} of {}: the threaded decoder read otherwise",
-                trace.display()
-            );
+            let default = run(&[]);
+            for other in [
+                [("GPUSHIM_READ_INLINE", "1"), ("GPUSHIM_READ_MAP", "1")],
+                [("GPUSHIM_READ_INLINE", "0"), ("GPUSHIM_READ_MAP", "0")],
+            ] {
+                assert_eq!(
+                    default,
+                    run(&other),
+                    "{report} of {} with {other:?}: read otherwise",
+                    trace.display()
+                );
+            }
         }
     }
 }

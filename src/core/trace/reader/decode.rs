@@ -79,8 +79,11 @@ pub(super) struct Decoder {
     /// Where the first pass began and what it knew before its first record.
     pub first_offset: u64,
     pub first_stats: DecodeStats,
-    /// Record bodies read from the file in one read, the next to decode, and how many.
+    /// Record bodies read from the file in one read (where no window of it is mapped), the
+    /// next to decode, and how many.
     pub chunk: Vec<u8>,
+    /// The window of the file mapped in place of the chunk (see [`super::mapped`]).
+    pub mapped: Option<super::mapped::Window>,
     pub chunk_at: usize,
     pub chunk_len: usize,
     /// Definitions read since the last batch.
@@ -148,6 +151,7 @@ impl Decoder {
         self.latest_ns = 0;
         self.drained = false;
         (self.chunk_at, self.chunk_len) = (0, 0);
+        self.mapped = None;
         self.defs.clear();
         self.finished = false;
         self.batch = 0;
@@ -277,37 +281,59 @@ impl Decoder {
             return None;
         }
         let at = self.chunk_at * RECORD_SIZE;
-        buf.copy_from_slice(&self.chunk[at..at + RECORD_SIZE]);
+        buf.copy_from_slice(&self.bodies()[at..at + RECORD_SIZE]);
         self.chunk_at += 1;
         let index = self.next;
         self.next += 1;
         Some((index, false))
     }
 
-    /// Reads the next records of the file into the chunk, as many as it holds and no further
-    /// than the ring's end (where the next lap begins at the first slot): `false` at the end,
-    /// or where the file cannot be read (said as damage).
+    /// The record bodies of the chunk: the mapped window's, or those read into the buffer.
+    #[inline]
+    fn bodies(&self) -> &[u8] {
+        match &self.mapped {
+            Some(w) => w.bytes(),
+            None => &self.chunk,
+        }
+    }
+
+    /// The next records of the file, no further than the ring's end (where the next lap
+    /// begins at the first slot): a window of the file mapped (see [`super::mapped`]), or as
+    /// many as the chunk holds read into it. `false` at the end, or where the file cannot be
+    /// read (said as damage).
     fn refill(&mut self) -> bool {
         if self.next >= self.end {
             return false;
         }
         let index = self.next;
-        let mut n = (self.end - index).min(CHUNK_RECORDS as u64);
-        if self.ring > 0 {
-            if index % self.ring == 0 && index != self.start {
-                let home = io::SeekFrom::Start(HEADER_SIZE as u64);
-                if let Err(e) = io::Seek::seek(&mut self.input, home) {
-                    self.stop(format!("seek failed: {e}"));
-                    return false;
-                }
-            }
+        let mut n = self.end - index;
+        let slot = if self.ring > 0 {
             n = n.min(self.ring - index % self.ring);
+            index % self.ring
+        } else {
+            index
+        };
+        let offset = (HEADER_SIZE as u64).saturating_add(slot.saturating_mul(RECORD_SIZE as u64));
+        self.mapped = None;
+        // Mapped, no further than the whole records the file holds now (a file cut since it
+        // was opened is read to where it ends; one cut while mapped, see `next_in_file`).
+        let now = self.input.metadata().map_or(0, |m| m.len());
+        let whole = now.saturating_sub(offset) / RECORD_SIZE as u64;
+        let in_window = n.min(whole).min(super::mapped::WINDOW_RECORDS as u64) as usize;
+        if let Some(w) = super::mapped::Window::map(&self.input, offset, in_window * RECORD_SIZE) {
+            self.mapped = Some(w);
+            (self.chunk_at, self.chunk_len) = (0, in_window);
+            return true;
         }
-        let want = n as usize * RECORD_SIZE;
+        let want = n.min(CHUNK_RECORDS as u64) as usize * RECORD_SIZE;
         self.chunk.resize(CHUNK_RECORDS * RECORD_SIZE, 0);
         let mut got = 0;
         while got < want {
-            match self.input.read(&mut self.chunk[got..want]) {
+            use std::os::unix::fs::FileExt;
+            match self
+                .input
+                .read_at(&mut self.chunk[got..want], offset + got as u64)
+            {
                 Ok(0) => break,
                 Ok(k) => got += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
@@ -320,9 +346,8 @@ impl Decoder {
         }
         (self.chunk_at, self.chunk_len) = (0, got / RECORD_SIZE);
         if self.chunk_len == 0 {
-            // The file is shorter than when it was opened.
             self.next += 1;
-            self.stop("read failed: the file ends early (it shrank while being read)".into());
+            self.stop(SHRANK.into());
             return false;
         }
         true
@@ -338,14 +363,17 @@ impl Decoder {
         }
         let end = self.chunk_len.min(self.chunk_at.saturating_add(most));
         let start = self.chunk_at;
+        let bodies = match &self.mapped {
+            Some(w) => w.bytes(),
+            None => &self.chunk,
+        };
         let mut latest = self.latest_ns;
         let mut joinable = false;
         let mut next = self.next;
         let mut at = start;
         while at < end {
             let o = at * RECORD_SIZE;
-            let Some(body) = self
-                .chunk
+            let Some(body) = bodies
                 .get(o..o + RECORD_SIZE)
                 .and_then(|b| <&[u8; RECORD_SIZE]>::try_from(b).ok())
             else {
@@ -388,6 +416,12 @@ impl Decoder {
             let commit = Record::commit_of(&buf);
             if commit == 0 {
                 if buf.iter().all(|&b| b == 0) {
+                    if !in_checkpoint && self.mapped.as_ref().is_some_and(|w| w.cut()) {
+                        // Past the end of a file that shrank while mapped: zeros the guard
+                        // put there, not slots left unused.
+                        self.stop(SHRANK.into());
+                        return None;
+                    }
                     self.stats.unused += 1;
                 } else {
                     self.stats.torn += 1;
@@ -503,6 +537,10 @@ impl Decoder {
         (self.chunk_at, self.chunk_len) = (0, 0);
     }
 }
+
+/// Why a read stopped where the file ended before the extent its header and length gave when
+/// opened.
+const SHRANK: &str = "read failed: the file ends early (it shrank while being read)";
 
 /// Records read from the file per refill of the window, at least (a batch of them, 1.3 MB,
 /// stays in the cache between its decoding and its reading).

@@ -62,6 +62,7 @@ impl Template {
             chunk: Vec::new(),
             chunk_at: 0,
             chunk_len: 0,
+            mapped: None,
             defs: Vec::new(),
             finished: false,
             batch: 0,

@@ -15,6 +15,7 @@ mod counts;
 mod decode;
 mod fork;
 pub(crate) mod head;
+mod mapped;
 mod opening;
 mod order;
 mod source;
@@ -34,7 +35,7 @@ use crate::trace::format::{self, HEADER_SIZE, RECORD_SIZE, Record, RecordKind, h
 use std::collections::HashMap;
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 
 /// What the header says about the traced process.
