@@ -891,3 +891,112 @@ fn a_trace_read_again_is_the_file_first_opened_whatever_its_name_names_since() {
     );
     assert_ne!(read_again, count(TraceReader::open(&*path).unwrap()));
 }
+
+#[test]
+fn a_trace_read_as_it_is_written_reads_what_a_whole_read_of_it_reads() {
+    // `top` reads on from where its last refresh stopped. A program's writers claim blocks of
+    // slots and fill them as their records come, and leave a block's rest unused when they go
+    // idle (zeros, as a slot not yet written reads): a slot not written at a look is waited
+    // for, unless it was claimed a settling time before an earlier look (then it is unused). Once the program has ended, the last look reads to the end. The records, in
+    // their order, are those a whole read of the finished trace reads.
+    use gpushim::trace::format::Api;
+    use gpushim::trace::reader::{Look, ReadOptions, SETTLED_AFTER, TraceReader};
+    let dir = tempdir("follow");
+    let path = dir.join("live.trace");
+    // Written by this process under another host's name: the reader takes it for running.
+    let mut t = HandTrace::create(&path);
+    let mut follower = TraceReader::open_following(&path, &ReadOptions::default()).unwrap();
+    let key = |r: &gpushim::trace::format::Record| (r.kind as u8, r.ptr, r.time_ns, r.thread);
+    let mut followed = Vec::new();
+    let read_on = |f: &mut TraceReader, into: &mut Vec<_>| {
+        assert_eq!(f.look().unwrap(), Look::Read);
+        let mut batch = Vec::new();
+        while f.next_batch(&mut batch) {
+            into.extend(batch.iter().map(key));
+        }
+    };
+    let mut read_while_running = Vec::new();
+    for phase in 0..6u64 {
+        for i in 0..3000u64 {
+            let ptr = 0x1000_0000 * (phase + 1) + 0x1000 * i;
+            let thread = (i % 3) as u16;
+            t.rec_on(thread, RecordKind::Alloc, Api::CudaMalloc, ptr, 4096);
+            if i % 500 == 499 {
+                // The threads idle past a block's age: the rest of their blocks stay unused.
+                t.wait(5_000_000);
+            }
+            if i % 2 == 1 {
+                t.rec_on(thread, RecordKind::Free, Api::CudaFree, ptr - 0x1000, 0);
+            }
+            if i == 1700 {
+                // A look while the threads' blocks are part written: the rest of each is
+                // written after it, into slots claimed before it.
+                read_on(&mut follower, &mut followed);
+            }
+        }
+        // Past the reorder window, so that the phase's records can be handed on.
+        t.wait(30_000_000);
+        t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x9000_0000 + phase, 64);
+        read_on(&mut follower, &mut followed);
+        std::thread::sleep(SETTLED_AFTER);
+        read_on(&mut follower, &mut followed);
+        assert!(follower.writing());
+        read_while_running.push(followed.len());
+    }
+    // Each phase's records were read as it ended, not all at the end.
+    assert!(
+        read_while_running.windows(2).all(|w| w[1] > w[0] + 4000),
+        "{read_while_running:?}"
+    );
+    t.recorder.mark_clean_exit();
+    read_on(&mut follower, &mut followed);
+    assert!(!follower.writing());
+    let whole: Vec<_> = TraceReader::open(&path).unwrap().map(|r| key(&r)).collect();
+    assert!(whole.len() > 6 * 4500, "{}", whole.len());
+    assert_eq!(followed.len(), whole.len());
+    assert_eq!(followed, whole);
+    assert!(follower.stats().unused > 0, "no block was left unused");
+}
+
+#[test]
+fn a_ring_that_laps_past_what_a_follower_has_not_read_is_said_to_have() {
+    // Between two refreshes of `top` a small ring can be written over more than once: the
+    // records not yet read are gone, and the look says so (`top` then reads the ring anew),
+    // rather than reading the slots' newer records as the older ones.
+    use gpushim::trace::reader::{Look, ReadOptions, TraceReader};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dir = tempdir("follow-ring");
+    let path = dir.join("ring.trace");
+    let r = ring_recorder(&path, 2 << 20);
+    let stop = AtomicBool::new(false);
+    let at = std::sync::atomic::AtomicU64::new(0);
+    // Records until the ring has claimed `n` slots in all (the summarizer keeps up with it).
+    let write_to = |n: u64| {
+        while TraceReader::header(&path).unwrap().claimed < n {
+            for _ in 0..1000 {
+                let t = at.fetch_add(1000, Ordering::Relaxed) + 1000;
+                let rec = record_at(
+                    RecordKind::Alloc,
+                    gpushim::trace::format::Api::CudaMalloc,
+                    0,
+                    0,
+                    t,
+                    0x1000 + t,
+                    64,
+                );
+                r.append(&rec);
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| r.run_summarizer(&stop));
+        write_to(1000);
+        let mut follower = TraceReader::open_following(&path, &ReadOptions::default()).unwrap();
+        assert_eq!(follower.look().unwrap(), Look::Read);
+        let capacity = follower.info().capacity;
+        assert!(capacity > 1000);
+        write_to(2 * capacity + 5000);
+        assert_eq!(follower.look().unwrap(), Look::Lapped);
+        stop.store(true, Ordering::Relaxed);
+    });
+}

@@ -294,6 +294,65 @@ fn top_watches_a_running_process_until_it_exits() {
     assert!(s.contains("live now, by call site:"));
 }
 
+#[test]
+fn top_reads_a_running_trace_once_and_ends_where_a_whole_read_ends() {
+    // Each refresh reads only what was written since the last: one pass in all, however many
+    // refreshes; the last refresh, once the program has exited, shows what a whole read of the
+    // finished trace shows. Read again whole at each refresh (GPUSHIM_TOP_WHOLE=1, as before),
+    // one pass a refresh.
+    for whole in [false, true] {
+        let dir = tempdir(if whole { "top-whole" } else { "top-on" });
+        let t = dir.join("slow.trace");
+        let mut child = command(
+            &sim().bin("leaky"),
+            Run {
+                preload: true,
+                trace: Some(&t),
+                env: vec![
+                    ("GPUSHIM_SIM_LATENCY_US", "15000".into()),
+                    ("NVTX_INJECTION64_PATH", shim().display().to_string()),
+                ],
+                args: vec!["12".into()],
+            },
+        )
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+        let start = std::time::Instant::now();
+        while !t.exists() && start.elapsed().as_secs() < 20 {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(t.exists(), "the client wrote no trace");
+        let mut top = Command::new(gpushim_bin());
+        top.args(["top", "--interval", "100ms"]).arg(&t);
+        top.env("GPUSHIM_READS", "1");
+        if whole {
+            top.env("GPUSHIM_TOP_WHOLE", "1");
+        }
+        let out = top.output().unwrap();
+        assert_ok(&out);
+        assert!(child.wait().unwrap().success());
+        let s = stdout(&out);
+        let refreshes: Vec<&str> = s.split("\n\n").collect();
+        assert!(refreshes.len() >= 3, "{s}");
+        assert!(refreshes[0].contains("running"), "{s}");
+        let last = refreshes.last().unwrap();
+        assert!(last.contains("exited"), "{s}");
+        let passes = if whole { refreshes.len() } else { 1 };
+        let said = format!("read {passes} pass(es)");
+        assert!(stderr(&out).contains(&said), "{said}: {}", stderr(&out));
+        // The finished trace read whole.
+        let after = Command::new(gpushim_bin())
+            .args(["top", "--count", "1"])
+            .arg(&t)
+            .env("GPUSHIM_TOP_WHOLE", "1")
+            .output()
+            .unwrap();
+        assert_ok(&after);
+        assert_eq!(last.trim_end(), stdout(&after).trim_end());
+    }
+}
+
 /// NVTX start/end ranges (`nvtxRangeStartA`/`nvtxRangeEnd`, which belong to no thread) mark
 /// iterations for `leaks` and narrow reports with `--range`, as push/pop ranges do: five
 /// "step" ranges, each leaking 1 MiB made on another thread than the one that started it, and

@@ -16,6 +16,7 @@
 # the same run.
 # Usage: scripts/bench.sh readonce[:CAP,STEPS]  (default 2GiB and 200000 steps, about 1.5 GB of records in a
 # 2 GiB file: a few minutes to make, then the reports; 2 GB of disk in $TMPDIR).
+# GPUSHIM_BEFORE=PATH: each report also alternated with another build (see the end).
 # Without cargo (a machine with more cores): GPUSHIM_PREBUILT=DIR holding gpushim,
 # libgpushim.so and read_only, built elsewhere (target/release/, target/release/examples/).
 set -euo pipefail
@@ -85,3 +86,23 @@ echo "(report-N, analyze-N: their trackers in N groups, GPUSHIM_READ_SPLIT=0 or 
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"
 echo "(top: one refresh; plot: by kind; plot-total: --by total; memory-viz: its newest 100,000 events a device)"
 echo "(decode, busiest: CPU seconds of the decoding threads, every pass, and of the first pass's busiest thread of trackers, the last run's)"
+# GPUSHIM_BEFORE=PATH: another build of the command (or a script running one) read the same
+# trace, each report alternated with this build's, A B A B, five times each; the medians.
+if [ -n "${GPUSHIM_BEFORE:-}" ]; then
+  echo
+  echo "this build beside $GPUSHIM_BEFORE on the same trace, alternated five times (median seconds):"
+  printf "%-10s %10s %10s\n" report this before
+  median() { sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+  for r in summary peak leaks oom report; do
+    : > "$dir/ab.this"; : > "$dir/ab.before"
+    for _ in 1 2 3 4 5; do
+      for side in this before; do
+        bin=$gpushim; [ "$side" = before ] && bin=$GPUSHIM_BEFORE
+        if [ "$r" = report ]; then args=(report "$t" -o "$dir/ab.html"); else args=("$r" "$t"); fi
+        /usr/bin/time -f "%e" -o "$dir/ab.time" "$bin" "${args[@]}" >/dev/null 2>&1 || true
+        tail -1 "$dir/ab.time" >> "$dir/ab.$side"
+      done
+    done
+    printf "%-10s %10s %10s\n" "$r" "$(median < "$dir/ab.this")" "$(median < "$dir/ab.before")"
+  done
+fi

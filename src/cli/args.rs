@@ -436,15 +436,17 @@ Examples:\n  gpushim plot run.trace                  # run.timeline.svg beside i
     /// call sites holding the most, refreshed until the process exits.
     #[command(
         after_help = "Example:\n  gpushim run --trace job.trace -- python train.py &\n  gpushim top job.trace\n\n\
-        Each refresh reads the trace again; the trace is written as the program runs."
+        The first refresh reads the trace so far; each next one reads on from where the last\n\
+        stopped (with a filter such as --device, the whole trace again each time). What the\n\
+        program wrote in the last 20 ms shows at the next refresh."
     )]
     Top {
         /// The trace of the running process.
         trace: PathBuf,
 
-        /// Time between refreshes: 2s, 500ms. Each refresh reads the whole trace again, so the
-        /// wait after one is at least as long as its read took: watching a large trace keeps
-        /// the cores it reads with busy half the time at most.
+        /// Time between refreshes: 2s, 500ms. The wait after a refresh is at least as long as
+        /// its read took (the first reads the whole trace so far), so watching keeps the cores
+        /// it reads with busy half the time at most.
         #[arg(long, default_value = "2s")]
         interval: String,
         /// Stop after this many refreshes (default: when the process exits).

@@ -2,6 +2,7 @@
 
 use super::output::{fail, print_holders};
 use gpushim::report::units::{self, human_bytes};
+use gpushim::report::watch::{Glance, Watch};
 use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;
@@ -39,6 +40,11 @@ pub fn cmd_top(
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut shown = 0u64;
     let started = std::time::Instant::now();
+    // Each refresh reads only what was written since the last (a whole read each time where
+    // a filter is given, or GPUSHIM_TOP_WHOLE=1: the tests compare the two).
+    let whole =
+        !opts.filter.is_empty() || std::env::var_os("GPUSHIM_TOP_WHOLE").is_some_and(|v| v == "1");
+    let mut watch: Option<Watch> = None;
     loop {
         let began = std::time::Instant::now();
         // A process that just started may not have written the header yet (the file is
@@ -46,59 +52,88 @@ pub fn cmd_top(
         // a header finished during a failed read is read again rather than reported.
         let young = shown == 0 && started.elapsed() < std::time::Duration::from_secs(10);
         let pending = young && header_pending(trace);
-        // One pass a refresh: the summary, and who holds what is live at the trace's end.
-        let wants = gpushim::report::analysis::Wants {
-            summary: true,
-            live_at_end: true,
-            ..Default::default()
+        let glance = if whole {
+            glance_whole(trace, opts)
+        } else {
+            match &mut watch {
+                Some(w) => w.look(),
+                None => Watch::open(trace, opts).and_then(|w| watch.insert(w).look()),
+            }
+            .map_err(|e| e.to_string())
         };
-        let a = match gpushim::report::analysis::analyze(trace, opts, &wants) {
-            Ok(a) => a,
+        let g = match glance {
+            Ok(g) => g,
             Err(_) if young && (pending || header_pending(trace)) => {
+                watch = None;
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 continue;
             }
             Err(e) => return fail(e),
-        };
-        let running = a.info.still_running();
-        let (Some(s), Some((_, holders))) = (a.summary, a.live_at_end) else {
-            return ExitCode::FAILURE;
         };
         if tty {
             print!("\x1b[H\x1b[2J");
         } else if shown > 0 {
             println!();
         }
-        println!(
-            "{} (pid {}): {} after {}, {} events",
-            s.program,
-            s.pid,
-            if running { "running" } else { "exited" },
-            units::human_duration(s.duration_ns),
-            s.events
-        );
-        for d in &s.devices {
-            println!(
-                "  device {}: live {} in {} allocations, peak {} at {}",
-                d.device.map_or("?".to_string(), |d| d.to_string()),
-                human_bytes(d.live_bytes_at_end),
-                d.live_allocations_at_end,
-                human_bytes(d.peak_live_bytes),
-                units::human_duration(d.peak_time_ns)
-            );
-        }
-        println!("  live now, by call site:");
-        print_holders(&holders, top, "    ");
+        show(&g, top);
         shown += 1;
-        if !running || count.is_some_and(|c| shown >= c) {
+        if !g.running || count.is_some_and(|c| shown >= c) {
             return ExitCode::SUCCESS;
         }
         std::thread::sleep(wait_after(every, began.elapsed()));
     }
 }
 
+/// What a refresh shows, from the whole trace read again: the summary, and who holds what is
+/// live at the trace's end, in one pass.
+fn glance_whole(trace: &Path, opts: &ReadOptions) -> Result<Glance, String> {
+    let wants = gpushim::report::analysis::Wants {
+        summary: true,
+        live_at_end: true,
+        ..Default::default()
+    };
+    let a = gpushim::report::analysis::analyze(trace, opts, &wants).map_err(|e| e.to_string())?;
+    let running = a.info.still_running();
+    let (Some(s), Some((live, holders))) = (a.summary, a.live_at_end) else {
+        return Err("the trace's summary was not made".into());
+    };
+    Ok(Glance {
+        program: s.program,
+        pid: s.pid,
+        running,
+        duration_ns: s.duration_ns,
+        events: s.events,
+        devices: s.devices,
+        holders: (live, holders),
+    })
+}
+
+/// One refresh's lines.
+fn show(g: &Glance, top: usize) {
+    println!(
+        "{} (pid {}): {} after {}, {} events",
+        g.program,
+        g.pid,
+        if g.running { "running" } else { "exited" },
+        units::human_duration(g.duration_ns),
+        g.events
+    );
+    for d in &g.devices {
+        println!(
+            "  device {}: live {} in {} allocations, peak {} at {}",
+            d.device.map_or("?".to_string(), |d| d.to_string()),
+            human_bytes(d.live_bytes_at_end),
+            d.live_allocations_at_end,
+            human_bytes(d.peak_live_bytes),
+            units::human_duration(d.peak_time_ns)
+        );
+    }
+    println!("  live now, by call site:");
+    print_holders(&g.holders.1, top, "    ");
+}
+
 /// The wait after a refresh whose read took `took`: the interval asked, and never less than
-/// the read (each refresh reads the whole trace, and the program watched shares the host).
+/// the read (the program watched shares the host).
 fn wait_after(every: std::time::Duration, took: std::time::Duration) -> std::time::Duration {
     every.max(took)
 }

@@ -26,6 +26,7 @@ pub mod symbolize;
 pub mod timeline;
 pub mod torch_replay;
 pub mod units;
+pub mod watch;
 
 pub use holds::filter_keeps_any;
 pub use leaks::{Growth, Iterations, JobGrowth, JobLeaks, Leaks, combine_leaks, leaks};

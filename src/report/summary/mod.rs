@@ -338,6 +338,17 @@ impl SummaryPass {
         }
     }
 
+    /// What the records read so far say, the pass going on (a live view: `top`): the time
+    /// since the trace began, the events (those a ring's checkpoint counted too) and each
+    /// device's figures, as [`SummaryPass::finish`] would give them at this record.
+    pub fn so_far(&self, rp: &Replay) -> (u64, u64, Vec<DeviceSummary>) {
+        let t = &self.t;
+        let restored = rp.api_totals.values().map(|&(calls, _, _)| calls);
+        let events = restored.fold(t.events, u64::saturating_add);
+        let duration_ns = if events > 0 { t.last.max(t.first) } else { 0 };
+        (duration_ns, events, t.devices(rp))
+    }
+
     /// One record of the first pass, after `rp` (the analysis's replay) applied it.
     #[inline]
     pub fn see(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {

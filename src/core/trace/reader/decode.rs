@@ -76,6 +76,12 @@ pub(super) struct Decoder {
     pub latest_ns: u64,
     /// Whether the file has been read to its end.
     pub drained: bool,
+    /// Reading a trace its program still writes (see [`super::follow`]): the slots below this
+    /// index are final, and one at or past it not yet written is waited for, not skipped.
+    pub follow: Option<u64>,
+    /// Following: the records read so far were handed on as far as the reorder window lets
+    /// them go, and more are to come at the next look.
+    pub paused: bool,
     /// Where the first pass began and what it knew before its first record.
     pub first_offset: u64,
     pub first_stats: DecodeStats,
@@ -150,6 +156,7 @@ impl Decoder {
         self.window.clear();
         self.latest_ns = 0;
         self.drained = false;
+        self.paused = false;
         (self.chunk_at, self.chunk_len) = (0, 0);
         self.mapped = None;
         self.defs.clear();
@@ -219,7 +226,7 @@ impl Decoder {
             }
         }
         loop {
-            if self.drained && self.window.is_empty() {
+            if (self.drained && self.window.is_empty()) || self.paused {
                 return Vec::new();
             }
             // Small batches first (a pass that stops early, or a second reader of the first
@@ -243,6 +250,11 @@ impl Decoder {
                         order.push(&mut out, r);
                         got += 1;
                     }
+                    // Following, the end for now: the window keeps what is not yet old enough.
+                    None if self.follow.is_some() => {
+                        self.paused = true;
+                        break;
+                    }
                     None => {
                         self.drained = true;
                         break;
@@ -263,7 +275,7 @@ impl Decoder {
             window.extend_from_slice(&out[old..]);
             self.window = window;
             out.truncate(old);
-            if old > 0 {
+            if old > 0 || self.paused {
                 return out;
             }
             self.spares.give(out);
@@ -414,6 +426,15 @@ impl Decoder {
         let mut buf = [0u8; RECORD_SIZE];
         while let Some((index, in_checkpoint)) = self.next_body(&mut buf) {
             let commit = Record::commit_of(&buf);
+            let written = commit != 0 && (commit == format::commit_tag(index) || self.ring == 0);
+            if !written && !in_checkpoint && self.follow.is_some_and(|settled| index >= settled) {
+                // Claimed but not yet written by a program still writing: read again from
+                // here at the next look (the chunk too: a buffer's copy would be stale).
+                self.next = index;
+                (self.chunk_at, self.chunk_len) = (0, 0);
+                self.mapped = None;
+                return None;
+            }
             if commit == 0 {
                 if buf.iter().all(|&b| b == 0) {
                     if !in_checkpoint && self.mapped.as_ref().is_some_and(|w| w.cut()) {

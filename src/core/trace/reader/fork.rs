@@ -57,6 +57,8 @@ impl Template {
             window: Vec::new(),
             latest_ns: 0,
             drained: false,
+            follow: None,
+            paused: false,
             first_offset: self.first_offset,
             first_stats: self.stats.clone(),
             chunk: Vec::new(),
@@ -115,8 +117,10 @@ impl TraceReader {
         use std::sync::atomic::Ordering::Relaxed;
         let Some(b) = self.source.next_shared() else {
             if !self.whole_counted {
-                self.whole_counted = true;
-                HELD.fetch_add(self.pass_decoded, Relaxed);
+                // A followed reader's pass ends at each look: each record counted once.
+                self.whole_counted = self.following.is_none();
+                HELD.fetch_add(self.pass_decoded.saturating_sub(self.held), Relaxed);
+                self.held = self.held.max(self.pass_decoded);
             }
             return None;
         };

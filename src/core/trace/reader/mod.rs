@@ -13,6 +13,7 @@
 
 mod counts;
 mod decode;
+mod follow;
 mod fork;
 pub(crate) mod head;
 mod mapped;
@@ -26,6 +27,7 @@ use crate::trace::checkpoint::read::{
 };
 use counts::{DECODED, DECODING_NS, HELD, PAIRED, PASSES, READERS};
 pub use counts::{decoding_cpu_s, paired, reads, records_read, thread_cpu_ns};
+pub use follow::{Look, SETTLED_AFTER};
 pub use fork::Held;
 pub use head::{DeviceMake, printable, visible};
 pub use opening::{open_named, pin, pin_opened_traces};
@@ -215,6 +217,11 @@ pub struct TraceReader {
     /// reader's never is).
     pass_decoded: u64,
     whole_counted: bool,
+    /// Of this pass's records, those counted as a whole pass's (a followed reader counts each
+    /// look's as it ends).
+    held: u64,
+    /// Read while its program writes it ([`TraceReader::open_following`]).
+    following: Option<follow::Following>,
     /// Whether this reader reads the records a replay of PyTorch's allocator reads (the same
     /// checkpoint of a ring as [`ReadOptions::longest_ring`] chooses, or no lapped ring).
     as_replay_reads: bool,
@@ -330,6 +337,8 @@ impl TraceReader {
             template,
             pass_decoded: 0,
             whole_counted: false,
+            held: 0,
+            following: None,
             second: false,
             as_replay_reads: true,
         }
