@@ -198,8 +198,9 @@ pub fn first_pass_times() -> (f64, f64, f64) {
 /// a report run beside three others took up to half as long again as alone): the page of the
 /// bench's 1.88 GB trace took 2.33 s in five groups, 2.86 s in two, 3.83 s in one
 /// (`docs/gpu-checks.md`). On two cores the threads take turns, and a second replay costs
-/// about what the split saves, so one group is read, but for the page's trackers (see
-/// [`heavy_apart`]). `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
+/// about what the split saves, so one group is read (with the file mapped, two groups of the
+/// page took 1.18 to 1.87 s where one took 1.35 to 1.55, the same median, for a third more
+/// CPU). `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
 /// cores (`0`: one; the tests compare them).
 pub(super) fn first_pass(
     reader: &mut TraceReader,
@@ -227,7 +228,6 @@ fn first_pass_on(
     {
         Some(Ok(n)) => n.max(1),
         _ if cores >= 3 => cores - 1,
-        _ if cores == 2 && heavy_apart(wants) => 2,
         _ => 1,
     };
     let groups = groups_of(wants, most);
@@ -281,17 +281,6 @@ fn first_pass_on(
         run.taken.append(&mut t.taken);
     }
     Ok(run)
-}
-
-/// Whether, on two cores, the trackers `wants` asks for are worth two groups beside the
-/// decoder: a second group reads a replay and kinds of its own (on the bench's loop trace some
-/// 0.2 s of CPU in 1.9), which pays only where each group has work well beyond them: the
-/// picture and the iterations' trackers against the moments' (the page, `analyze`). Measured
-/// on 2 cores, the bench's 1.88 GB trace, the file mapped: the page 1.30 s in two groups where
-/// 1.57 s in one, `analyze` 1.24 s where 1.38 s; but `oom` with what grew until its failure
-/// (its failures against the iterations) 1.05 s where 0.76 s.
-fn heavy_apart(wants: &Wants) -> bool {
-    wants.timeline.is_some() && (wants.summary || wants.peak)
 }
 
 /// What each group of trackers of the first pass reads (see [`first_pass`]), `most` groups at
