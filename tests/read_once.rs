@@ -82,7 +82,7 @@ fn every_report_opens_its_trace_once_and_reads_it_at_most_twice() {
         // Two traces (the same name twice: one file, opened once), each read once: its
         // peaks and what it held at its end together.
         &["diff", trace.to_str().unwrap()],
-        // A refresh of `top` (each reads the trace again): its summary and who holds what.
+        // A refresh of `top`: its summary and who holds what (each next reads on from it).
         &["top", "--count", "1"],
         // The run's own row and each policy's replay, fed the same read.
         &["simulate", "--conf", "pool:caching", "--conf", "pool:off"],
@@ -999,4 +999,39 @@ fn a_ring_that_laps_past_what_a_follower_has_not_read_is_said_to_have() {
         assert_eq!(follower.look().unwrap(), Look::Lapped);
         stop.store(true, Ordering::Relaxed);
     });
+}
+
+#[test]
+fn a_job_of_more_traces_than_sixty_four_opens_each_once() {
+    // A command keeps the descriptor each trace name first opened, so that its later reads of
+    // the name (here a filter's check, then the analysis) read that file: up to a quarter of
+    // the descriptors the process may have open (64 names before, whatever the limit), so a
+    // job of 80 ranks' traces opens 80 files, not 96.
+    use gpushim::trace::format::Api;
+    let dir = tempdir("job-of-80");
+    let paths: Vec<_> = (0..80u64)
+        .map(|rank| {
+            let p = dir.join(&format!("rank{rank}.trace"));
+            let mut t = HandTrace::create(&p);
+            t.rec(
+                RecordKind::Alloc,
+                Api::CudaMalloc,
+                0x1000 * (rank + 1),
+                4096,
+            );
+            p
+        })
+        .collect();
+    // Under the usual limit of 1,024 descriptors, whatever this machine's.
+    let out = Command::new("prlimit")
+        .arg("--nofile=1024")
+        .arg(gpushim_bin())
+        .args(["summary", "--device", "0"])
+        .args(&paths)
+        .env("GPUSHIM_READS", "1")
+        .output()
+        .unwrap();
+    assert_ok(&out);
+    let said = stderr(&out);
+    assert!(said.contains("opened 80 trace file(s)"), "{said}");
 }

@@ -41,12 +41,29 @@ struct Pinned {
 /// The traces this process pinned (`None`: it pins none, as a library reading what it is told
 /// to). A command pins them: its parts read the file the first named, whatever is renamed
 /// over the name meanwhile (a filter's check, the analysis, a replay's requests of a job's
-/// trace). At most [`PINNED_MAX`]: a job's further traces are opened by name each time.
+/// trace). At most [`PINNED_MOST`]: a job's further traces are opened by name each time.
 static PINNED: std::sync::Mutex<Option<Vec<Pinned>>> = std::sync::Mutex::new(None);
-const PINNED_MAX: usize = 64;
+
+/// Traces pinned at most: a quarter of the descriptors the process may have open (each pinned
+/// trace keeps one; the rest are for the traces being read, a core each, and what is written),
+/// at least 64; 256 under the usual limit of 1,024. The limit is not raised: `run`'s program
+/// inherits it.
+static PINNED_MOST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(64);
 
 /// From now on, each trace this process opens is pinned (see [`open_named`]).
 pub fn pin_opened_traces() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid, writable rlimit; RLIMIT_NOFILE is a constant of the platform.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
+        let most = usize::try_from(limit.rlim_cur / 4).unwrap_or(usize::MAX);
+        PINNED_MOST.store(
+            most.clamp(64, 1 << 14),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    }
     if let Ok(mut p) = PINNED.lock() {
         p.get_or_insert_with(Vec::new);
     }
@@ -91,10 +108,10 @@ pub fn pin(path: &Path, file: &File, meta: &std::fs::Metadata) {
         return;
     };
     // A name pinned before stays the file it was (the first the command opened).
-    let Some(kept) = p
-        .as_mut()
-        .filter(|k| k.len() < PINNED_MAX && !k.iter().any(|k| k.path == path))
-    else {
+    let Some(kept) = p.as_mut().filter(|k| {
+        let most = PINNED_MOST.load(std::sync::atomic::Ordering::Relaxed);
+        k.len() < most && !k.iter().any(|k| k.path == path)
+    }) else {
         return;
     };
     if let Ok(copy) = file.try_clone() {
