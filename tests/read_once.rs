@@ -1011,7 +1011,7 @@ fn a_job_of_more_traces_than_sixty_four_opens_each_once() {
     let dir = tempdir("job-of-80");
     let paths: Vec<_> = (0..80u64)
         .map(|rank| {
-            let p = dir.join(&format!("rank{rank}.trace"));
+            let p = dir.join(format!("rank{rank}.trace"));
             let mut t = HandTrace::create(&p);
             t.rec(
                 RecordKind::Alloc,
