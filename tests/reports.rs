@@ -257,16 +257,14 @@ fn every_report_takes_the_filters_and_bad_ones_are_named() {
     }
 }
 
-#[test]
-fn top_watches_a_running_process_until_it_exits() {
-    let dir = tempdir("top");
-    let t = dir.join("slow.trace");
-    // Every allocation and free takes 15 ms on the simulator: the run lasts about a second.
-    let mut child = command(
+/// The leaky client on the simulator, slowed so that `top` sees it run (every allocation and
+/// free takes 15 ms: about a second), tracing to `t`; once its trace is there.
+fn slow_leaky(t: &std::path::Path) -> std::process::Child {
+    let child = command(
         &sim().bin("leaky"),
         Run {
             preload: true,
-            trace: Some(&t),
+            trace: Some(t),
             env: vec![
                 ("GPUSHIM_SIM_LATENCY_US", "15000".into()),
                 ("NVTX_INJECTION64_PATH", shim().display().to_string()),
@@ -282,6 +280,14 @@ fn top_watches_a_running_process_until_it_exits() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     assert!(t.exists(), "the client wrote no trace");
+    child
+}
+
+#[test]
+fn top_watches_a_running_process_until_it_exits() {
+    let dir = tempdir("top");
+    let t = dir.join("slow.trace");
+    let mut child = slow_leaky(&t);
     let out = gpushim(&[&"top", &"--interval", &"100ms", &t]);
     assert_ok(&out);
     assert!(child.wait().unwrap().success());
@@ -303,26 +309,7 @@ fn top_reads_a_running_trace_once_and_ends_where_a_whole_read_ends() {
     for whole in [false, true] {
         let dir = tempdir(if whole { "top-whole" } else { "top-on" });
         let t = dir.join("slow.trace");
-        let mut child = command(
-            &sim().bin("leaky"),
-            Run {
-                preload: true,
-                trace: Some(&t),
-                env: vec![
-                    ("GPUSHIM_SIM_LATENCY_US", "15000".into()),
-                    ("NVTX_INJECTION64_PATH", shim().display().to_string()),
-                ],
-                args: vec!["12".into()],
-            },
-        )
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-        let start = std::time::Instant::now();
-        while !t.exists() && start.elapsed().as_secs() < 20 {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        assert!(t.exists(), "the client wrote no trace");
+        let mut child = slow_leaky(&t);
         let mut top = Command::new(gpushim_bin());
         top.args(["top", "--interval", "100ms"]).arg(&t);
         top.env("GPUSHIM_READS", "1");
