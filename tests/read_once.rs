@@ -1035,3 +1035,30 @@ fn a_job_of_more_traces_than_sixty_four_opens_each_once() {
     let said = stderr(&out);
     assert!(said.contains("opened 80 trace file(s)"), "{said}");
 }
+
+#[test]
+fn a_look_in_the_middle_of_a_followed_read_loses_no_record() {
+    // The first read of a followed trace decodes on a thread of its own, batches ahead of the
+    // reader: a look before those are read goes on with them, not without.
+    use gpushim::trace::format::Api;
+    use gpushim::trace::reader::{Look, ReadOptions, TraceReader};
+    let dir = tempdir("follow-mid");
+    let path = dir.join("live.trace");
+    let mut t = HandTrace::create(&path);
+    for i in 0..200_000u64 {
+        t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x1000 * (i + 1), 4096);
+    }
+    t.wait(50_000_000);
+    t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x9000_0000, 64);
+    let mut f = TraceReader::open_following(&path, &ReadOptions::default()).unwrap();
+    let mut batch = Vec::new();
+    assert!(f.next_batch(&mut batch));
+    let mut read = batch.len();
+    assert!(read < 200_000, "the first batch is small: {read}");
+    assert_eq!(f.look().unwrap(), Look::Read);
+    while f.next_batch(&mut batch) {
+        read += batch.len();
+    }
+    // All but the last record, which the reorder window keeps while the program writes.
+    assert_eq!(read, 200_000);
+}

@@ -29,6 +29,9 @@ pub(super) struct Following {
     settled: u64,
     /// Whether the program was still writing at the latest look.
     running: bool,
+    /// The records the latest look let be read were all read (the first read's decoder, on a
+    /// thread of its own, is taken back only then: batches on their way would be lost).
+    pub(super) read_out: bool,
 }
 
 /// What a look at a followed trace found.
@@ -64,6 +67,7 @@ impl TraceReader {
             at: std::time::Instant::now(),
             settled: 0,
             running: true,
+            read_out: false,
         });
         // The slots claimed at the opening are final once a writer's block has aged past.
         std::thread::sleep(SETTLED_AFTER);
@@ -78,8 +82,12 @@ impl TraceReader {
         if self.following.is_none() {
             return Ok(Look::Read);
         }
-        // The decoder back from its thread, if the last read had one (it ended with the read).
+        // The decoder back from its thread, if the last read had one (it ended with the read);
+        // a read not finished goes on as it was.
         if let source::Source::Threaded { .. } = self.source {
+            if !self.following.as_ref().is_some_and(|f| f.read_out) {
+                return Ok(Look::Read);
+            }
             self.source = match self.source.stop() {
                 Some(d) => source::Source::Inline(d),
                 None => return Ok(Look::Lapped),
@@ -90,6 +98,7 @@ impl TraceReader {
         else {
             return Ok(Look::Read);
         };
+        f.read_out = false;
         let io_err = |e| ReadError::Io(path.clone(), e);
         let mut h = vec![0u8; HEADER_SIZE];
         std::os::unix::fs::FileExt::read_exact_at(&d.input, &mut h, 0).map_err(io_err)?;

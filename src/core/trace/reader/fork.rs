@@ -116,6 +116,9 @@ impl TraceReader {
     fn take_shared(&mut self) -> Option<source::Shared> {
         use std::sync::atomic::Ordering::Relaxed;
         let Some(b) = self.source.next_shared() else {
+            if let Some(f) = &mut self.following {
+                f.read_out = true;
+            }
             if !self.whole_counted {
                 // A followed reader's pass ends at each look: each record counted once.
                 self.whole_counted = self.following.is_none();
