@@ -302,16 +302,21 @@ fn top_watches_a_running_process_until_it_exits() {
 
 #[test]
 fn top_reads_a_running_trace_once_and_ends_where_a_whole_read_ends() {
-    // Each refresh reads only what was written since the last: one pass in all, however many
-    // refreshes; the last refresh, once the program has exited, shows what a whole read of the
-    // finished trace shows. Read again whole at each refresh (GPUSHIM_TOP_WHOLE=1, as before),
-    // one pass a refresh.
-    for whole in [false, true] {
-        let dir = tempdir(if whole { "top-whole" } else { "top-on" });
+    // Each refresh reads only what was written since the last, with a filter too: one pass in
+    // all, however many refreshes; the last refresh, once the
+    // program has exited, shows what a whole read of the finished trace shows. Read again
+    // whole at each refresh (GPUSHIM_TOP_WHOLE=1, as before), one pass a refresh.
+    for (whole, filter) in [(false, None), (true, None), (false, Some("--device=0"))] {
+        let dir = tempdir(match (whole, filter) {
+            (true, _) => "top-whole",
+            (false, None) => "top-on",
+            (false, Some(_)) => "top-on-filtered",
+        });
         let t = dir.join("slow.trace");
         let mut child = slow_leaky(&t);
         let mut top = Command::new(gpushim_bin());
         top.args(["top", "--interval", "100ms"]).arg(&t);
+        top.args(filter);
         top.env("GPUSHIM_READS", "1");
         if whole {
             top.env("GPUSHIM_TOP_WHOLE", "1");
@@ -332,6 +337,7 @@ fn top_reads_a_running_trace_once_and_ends_where_a_whole_read_ends() {
         let after = Command::new(gpushim_bin())
             .args(["top", "--count", "1"])
             .arg(&t)
+            .args(filter)
             .env("GPUSHIM_TOP_WHOLE", "1")
             .output()
             .unwrap();

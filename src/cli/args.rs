@@ -437,8 +437,8 @@ Examples:\n  gpushim plot run.trace                  # run.timeline.svg beside i
     #[command(
         after_help = "Example:\n  gpushim run --trace job.trace -- python train.py &\n  gpushim top job.trace\n\n\
         The first refresh reads the trace so far; each next one reads on from where the last\n\
-        stopped (with a filter such as --device, the whole trace again each time). What the\n\
-        program wrote in the last 20 ms shows at the next refresh."
+        stopped, filters such as --device included. What the program wrote in the last 20 ms\n\
+        shows at the next refresh."
     )]
     Top {
         /// The trace of the running process.

@@ -40,10 +40,10 @@ pub fn cmd_top(
     let tty = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut shown = 0u64;
     let started = std::time::Instant::now();
-    // Each refresh reads only what was written since the last (a whole read each time where
-    // a filter is given, or GPUSHIM_TOP_WHOLE=1: the tests compare the two).
-    let whole =
-        !opts.filter.is_empty() || std::env::var_os("GPUSHIM_TOP_WHOLE").is_some_and(|v| v == "1");
+    // Each refresh reads only what was written since the last (a filter's state too: the
+    // reader keeps it); GPUSHIM_TOP_WHOLE=1 reads the whole trace at each (the tests compare
+    // the two).
+    let whole = std::env::var_os("GPUSHIM_TOP_WHOLE").is_some_and(|v| v == "1");
     let mut watch: Option<Watch> = None;
     loop {
         let began = std::time::Instant::now();
