@@ -103,7 +103,7 @@ impl TraceReader {
         let mut h = vec![0u8; HEADER_SIZE];
         std::os::unix::fs::FileExt::read_exact_at(&d.input, &mut h, 0).map_err(io_err)?;
         let file_len = d.input.metadata().map_err(io_err)?.len();
-        let mut info = head::read_header(&h, path.clone(), file_len)?;
+        let mut info = head::info_of(&h, path.clone(), file_len)?;
         if (info.pid, info.start_realtime_ns) != (self.info.pid, self.info.start_realtime_ns) {
             // Another run's header in the file: nothing read so far is its.
             return Ok(Look::Lapped);
@@ -113,16 +113,14 @@ impl TraceReader {
             f.settled = f.claimed;
             (f.claimed, f.at) = (info.claimed.max(f.claimed), now);
         }
-        let ring = head::le_u64(&h, header::RING) != 0;
-        let capacity = info.capacity.max(1);
+        let (ring, capacity) = (info.ring, head::info_capacity(&h));
         let end = if ring {
             if info.claimed > capacity && info.claimed - capacity > d.next {
                 return Ok(Look::Lapped);
             }
             info.claimed
         } else {
-            let in_file = file_len.saturating_sub(HEADER_SIZE as u64) / RECORD_SIZE as u64;
-            info.claimed.min(capacity).min(in_file)
+            info.claimed.min(capacity).min(head::slots_in(file_len))
         };
         let running = info.still_running();
         f.running = running;
@@ -132,9 +130,8 @@ impl TraceReader {
         d.follow = running.then_some(f.settled);
         (d.finished, d.paused) = (false, false);
         self.end = d.end;
-        info.ring = ring;
-        (info.summarized, info.checkpoints_failed) =
-            (self.info.summarized, self.info.checkpoints_failed);
+        // What the opening learnt from the checkpoint it read.
+        info.summarized = self.info.summarized;
         info.checkpoint_refused = self.info.checkpoint_refused.take();
         self.info = info;
         Ok(Look::Read)

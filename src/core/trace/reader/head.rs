@@ -8,7 +8,7 @@ impl TraceReader {
     pub(super) fn of_header(headed: Headed, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
         let (mut file, meta, h, mut info) = headed;
         let file_len = meta.len();
-        let in_file = (file_len - HEADER_SIZE as u64) / RECORD_SIZE as u64;
+        let in_file = slots_in(file_len);
         let wrapped = info.ring && info.claimed > info.capacity;
         let (mut start, end, mut truncated);
         let mut checkpoint = Vec::new();
@@ -118,10 +118,23 @@ pub(super) fn header_of(
     }
     let mut h = vec![0u8; HEADER_SIZE];
     file.read_exact(&mut h).map_err(io_err)?;
-    let mut info = read_header(&h, path, file_len)?;
-    info.ring = le_u64(&h, header::RING) != 0;
-    info.checkpoints_failed = le_u64(&h, header::CHECKPOINTS_FAILED);
+    let info = info_of(&h, path, file_len)?;
     Ok((file, meta, h, info))
+}
+
+/// What header `h` of a file of `file_len` bytes says, checked, the ring's fields too (what a
+/// reader of the file learns from its header before any record: at its opening, and at each
+/// look of a followed read).
+pub(super) fn info_of(h: &[u8], path: PathBuf, file_len: u64) -> Result<TraceInfo, ReadError> {
+    let mut info = read_header(h, path, file_len)?;
+    info.ring = le_u64(h, header::RING) != 0;
+    info.checkpoints_failed = le_u64(h, header::CHECKPOINTS_FAILED);
+    Ok(info)
+}
+
+/// The record slots a file of `file_len` bytes holds whole.
+pub(super) fn slots_in(file_len: u64) -> u64 {
+    file_len.saturating_sub(HEADER_SIZE as u64) / RECORD_SIZE as u64
 }
 
 pub(super) fn read_header(h: &[u8], path: PathBuf, file_len: u64) -> Result<TraceInfo, ReadError> {
