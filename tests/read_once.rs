@@ -1004,9 +1004,10 @@ fn a_ring_that_laps_past_what_a_follower_has_not_read_is_said_to_have() {
 #[test]
 fn a_job_of_more_traces_than_sixty_four_opens_each_once() {
     // A command keeps the descriptor each trace name first opened, so that its later reads of
-    // the name (here a filter's check, then the analysis) read that file: up to a quarter of
+    // the name (here `export`'s check of its filter, then its export) read that file: up to
+    // a quarter of
     // the descriptors the process may have open (64 names before, whatever the limit), so a
-    // job of 80 ranks' traces opens 80 files, not 96.
+    // job of 80 ranks' traces opens 80 files, not 128.
     use gpushim::trace::format::Api;
     let dir = tempdir("job-of-80");
     let paths: Vec<_> = (0..80u64)
@@ -1026,7 +1027,8 @@ fn a_job_of_more_traces_than_sixty_four_opens_each_once() {
     let out = Command::new("prlimit")
         .arg("--nofile=1024")
         .arg(gpushim_bin())
-        .args(["summary", "--device", "0"])
+        .args(["export", "--format", "perfetto", "--device", "0", "-o"])
+        .arg(dir.join("job.json"))
         .args(&paths)
         .env("GPUSHIM_READS", "1")
         .output()
@@ -1061,4 +1063,75 @@ fn a_look_in_the_middle_of_a_followed_read_loses_no_record() {
     }
     // All but the last record, which the reorder window keeps while the program writes.
     assert_eq!(read, 200_000);
+}
+
+#[test]
+fn a_filtered_report_reads_its_trace_once_and_refuses_a_filter_that_keeps_nothing() {
+    // 100,000 allocations and frees on device 0, then one allocation on device 1 at the end:
+    // a filter for device 1 keeps its first allocation only at the trace's end, so checking
+    // the filter by a read of its own before the analysis read the trace twice.
+    let dir = tempdir("filtered-once");
+    let path = dir.join("late.trace");
+    let mut t = HandTrace::create(&path);
+    for i in 0..50_000u64 {
+        t.call(RecordKind::Alloc, 0, 0, 0x1000 * (i + 1), 4096);
+        t.call(RecordKind::Free, 0, 0, 0x1000 * (i + 1), 0);
+    }
+    t.call(RecordKind::Alloc, 1, 0, 0x9000_0000, 8 << 20);
+    drop(t);
+    let page = tempdir("filtered-once-page").file("page.html");
+    let svg = tempdir("filtered-once-svg").file("mem.svg");
+    let (page, svg) = (page.to_str().unwrap(), svg.to_str().unwrap());
+    let other = path.to_str().unwrap();
+    // Each command without the filter, then with it: the filter adds no read.
+    for args in [
+        &["summary"][..],
+        &["peak"],
+        &["leaks"],
+        &["oom"],
+        &["report", "-o", page],
+        &["plot", "-o", svg],
+        &["diff", other],
+    ] {
+        let ((opened, whole), _) = reads(args, &path);
+        let filtered = [&args[..1], &["--device", "1"], &args[1..]].concat();
+        let ((opened_filtered, passes), printed) = reads(&filtered, &path);
+        assert_eq!((opened, opened_filtered), (1, 1), "{args:?}");
+        assert!(
+            passes <= whole,
+            "{args:?}: {passes} passes with the filter, {whole} without"
+        );
+        if matches!(args[0], "summary" | "peak") {
+            assert_eq!(passes, 1, "{args:?}");
+        }
+        if args[0] == "summary" {
+            assert!(printed.contains("8.00 MiB"), "{printed}");
+        }
+    }
+    // Device 7 has nothing: each command refuses with what the trace holds, as the check
+    // before did.
+    for args in [
+        &["summary", "--device", "7"][..],
+        &["peak", "--device", "7"],
+        &["leaks", "--device", "7"],
+        &["oom", "--device", "7"],
+        &["report", "--device", "7", "-o", page],
+        &["plot", "--device", "7", "-o", svg],
+        &["diff", "--device", "7", other],
+        &["events", "--device", "7"],
+    ] {
+        let o = Command::new(gpushim_bin())
+            .args(args)
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stdout(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("the filters keep no allocation")
+                && err.contains("device 0, 1")
+                && err.lines().count() == 1,
+            "{args:?}: {err}"
+        );
+    }
 }

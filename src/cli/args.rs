@@ -514,7 +514,6 @@ pub enum PlotBy {
 }
 
 impl Cmd {
-    /// The reading options of a report command.
     /// The finished traces the command reads (not `top`'s, which may still be written).
     pub fn trace_paths(&self) -> Vec<PathBuf> {
         match self {
@@ -535,6 +534,24 @@ impl Cmd {
         }
     }
 
+    /// Whether the command reads every trace it names by the analysis, which refuses a filter
+    /// that keeps no allocation once its pass has read the trace; the others' filters are
+    /// checked by a read of their own first.
+    pub fn checks_filter_as_it_reads(&self) -> bool {
+        matches!(
+            self,
+            Cmd::Summary { .. }
+                | Cmd::Leaks { .. }
+                | Cmd::Peak { .. }
+                | Cmd::Oom { .. }
+                | Cmd::Plot { .. }
+                | Cmd::Report { .. }
+                | Cmd::Analyze { .. }
+                | Cmd::Diff { .. }
+        )
+    }
+
+    /// The reading options of a report command.
     pub fn reading(&self) -> Option<&Reading> {
         match self {
             Cmd::Summary { reading, .. }

@@ -70,6 +70,10 @@ pub struct Filtering {
     started: HashMap<u64, bool>,
     started_named: u64,
     dropped_last: HashMap<u16, bool>,
+    /// Whether an allocation that succeeded was kept (device memory, a VMM handle or a
+    /// tensor; pinned host memory not): a filter that keeps none is refused, with what the
+    /// trace holds, rather than read as a run that allocated nothing.
+    kept_any: bool,
 }
 
 impl Filtering {
@@ -81,7 +85,13 @@ impl Filtering {
             started: HashMap::new(),
             started_named: 0,
             dropped_last: HashMap::new(),
+            kept_any: false,
         }
+    }
+
+    /// Whether an allocation that succeeded was kept so far (see [`Filtering::keep`]).
+    pub fn kept_any(&self) -> bool {
+        self.kept_any
     }
 
     fn in_range(&self, thread: u16, strings: &HashMap<u64, String>) -> bool {
@@ -107,6 +117,7 @@ impl Filtering {
                     .allocation_matches(r, self.in_range(r.thread, strings));
                 if keep && r.status == 0 && r.kind != TensorOom {
                     self.kept.insert((held(r.kind), r.ptr), ());
+                    self.kept_any |= r.kind != HostAlloc;
                 }
                 self.dropped_last.insert(r.thread, !keep);
                 keep

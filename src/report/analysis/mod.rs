@@ -275,6 +275,9 @@ fn analyze_read(
     each: Option<first_pass::Each<'_>>,
 ) -> Result<(Analysis, Ended), ReadError> {
     let mut run = first_pass::first_pass(&mut reader, wants, cores, each)?;
+    // A filter that kept nothing would read as a run that allocated nothing: refused here,
+    // where the pass has read every record through it, not by a read of its own before.
+    crate::report::holds::refused_filter(&reader, opts)?;
     let requests = run.requests.take();
     let mut batch = Vec::new();
     let (rp, kinds, early) = (

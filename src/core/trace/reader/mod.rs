@@ -396,6 +396,12 @@ impl TraceReader {
         &self.info
     }
 
+    /// Whether the filter kept an allocation that succeeded in the records read since the
+    /// reader was opened or rewound; `None` without a filter.
+    pub fn filter_kept_any(&self) -> Option<bool> {
+        self.filtering.as_ref().map(|f| f.kept_any())
+    }
+
     /// Counts so far; final once the iterator returned `None`.
     pub fn stats(&self) -> &DecodeStats {
         &self.stats
