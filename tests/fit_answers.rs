@@ -339,3 +339,37 @@ fn fit_passes_over_repeating_steps_and_answers_as_replaying_every_event() {
     assert_eq!(fast, every);
     assert!(passed > applied, "applied {applied}, passed over {passed}");
 }
+
+/// The what-ifs edit the run's events (a checkpointed block's forward made again, autocast's
+/// copies): their edits are made once and held for their replays, which pass over the edited
+/// events' repeats as `fit` passes over the run's, answering as replaying every event does, to
+/// the byte. Each program of the stand-in (its blocks, its residual layers) runs 30 steps.
+#[test]
+fn what_ifs_pass_over_repeating_steps_and_answer_as_replaying_every_event() {
+    let dir = tempdir("fit-what-if-repeats");
+    let run = |script: &str, name: &str| {
+        let t = dir.join(name);
+        let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+        let args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "30".into()];
+        assert_ok(&python_client(&t, script, args, Vec::new()));
+        t
+    };
+    let blocks = run("kinds/blocks.py", "blocks.trace");
+    let layers = run("kinds/autocast.py", "layers.trace");
+    for (trace, what_if) in [
+        (&blocks, &["--checkpoint", "Block"][..]),
+        (&blocks, &["--checkpoint", "auto"]),
+        (&layers, &["--autocast", "bf16"]),
+    ] {
+        let args = [&["--at", "1", "--batch", "1,2,4,64"][..], what_if].concat();
+        let (passing, applied, passed) = fit_counted(trace, &args, &[]);
+        let (every, all, none) = fit_counted(trace, &args, &[("GPUSHIM_REPLAY_EVERY", "1")]);
+        assert_eq!(passing, every, "{what_if:?}");
+        assert_eq!(none, 0);
+        assert!(
+            passed > applied,
+            "{what_if:?}: applied {applied}, passed over {passed}"
+        );
+        assert_eq!(applied + passed, all, "{what_if:?}");
+    }
+}

@@ -113,7 +113,8 @@ pub(super) fn setting_fit(
     let scale = |n: usize| req.scale.get(n).copied().unwrap_or(Scale::Fixed);
     let optional_at = |n: usize| optional.get(n).copied().unwrap_or(false);
     // Each size below reads of a request only its scale and whether it is optional (and,
-    // under autocast, whose replays pass over nothing, whether it is made in 16 bits).
+    // under autocast, whether it is made in 16 bits: a what-if's replays check each repeat's
+    // sizes, not this).
     let repeating = input.repeating(|n| (scale(n), optional_at(n)));
     let setting = super::setting_name(&conf.to_string());
     let at_batch = |batch: u64, bounds: &Bounds| -> Row {

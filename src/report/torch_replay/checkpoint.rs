@@ -55,6 +55,8 @@ pub struct Checkpointing {
     recompute: Vec<Vec<usize>>,
     /// Each event: the block whose recomputed copy it frees instead (a saved tensor's free).
     remap: Vec<Option<u32>>,
+    /// The run's events so edited, made at the first replay and held for the rest.
+    pub(super) edited: std::sync::OnceLock<Option<std::sync::Arc<super::replayer::Edited>>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -325,6 +327,7 @@ impl Input {
             inserts: vec![Vec::new(); n + 1],
             recompute: vec![Vec::new(); blocks.len()],
             remap: vec![None; n],
+            edited: Default::default(),
         };
         for (k, (b, begin)) in blocks.iter().zip(begins).enumerate() {
             let Some(begin) = begin else {
@@ -370,7 +373,9 @@ impl Input {
                 let saved = Some(a) != output && first_free(a).is_some_and(|f| f > begin);
                 if saved {
                     let pos = b.allocs.binary_search(&a).unwrap_or(0);
-                    let at = b.allocs.get(pos + lag).map_or(b.end, |&x| x + 1).min(b.end);
+                    let at = (b.allocs.get(pos.saturating_add(lag)))
+                        .map_or(b.end, |&x| x + 1)
+                        .min(b.end);
                     ck.inserts[at].push(Insert::Free(a));
                     for &f in frees.get(&a).into_iter().flatten() {
                         ck.remap[f] = Some(k32);

@@ -12,7 +12,7 @@ mod resized;
 mod seed;
 
 pub use repeat::Repeating;
-pub(super) use repeat::{Period, Stretch, stretch_of};
+pub(super) use repeat::{Edited, Period, Stretch, stretch_of};
 pub use resized::{Resized, WhatIf};
 
 fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
@@ -356,7 +356,7 @@ pub fn replay(
     match input.stretch().filter(|_| !compare && !every_event()) {
         Some(st) => {
             let rs = input.resized(|_, size, _| size);
-            let (applied, passed) = r.replay_repeating(&rs, st, true);
+            let (applied, passed) = r.replay_repeating((&rs, input.stream()), st, true);
             counted(applied, passed);
         }
         None => {
@@ -455,6 +455,14 @@ impl Input {
             .as_ref()
     }
 
+    /// The run's events, for a replay that passes over their repeats.
+    pub(in crate::report::torch_replay::replayer) fn stream(&self) -> repeat::Stream<'_> {
+        repeat::Stream {
+            events: &self.events,
+            sources: None,
+        }
+    }
+
     pub(super) fn period(&self) -> Option<Period> {
         self.stretch().map(|s| s.period)
     }
@@ -500,9 +508,15 @@ pub fn replay_resized(
 ) -> Outcome {
     let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
     let what_if = events.what_if.checkpointing.is_some() || events.what_if.autocast.is_some();
-    match input.stretch().filter(|_| !what_if && !every_event()) {
-        Some(st) => {
-            let (applied, passed) = r.replay_repeating(events, st, false);
+    // A what-if's edits, held once for all its replays where they repeat; else the run's.
+    let repeating = match what_if {
+        _ if every_event() => None,
+        true => edited_of(input, &events.what_if).map(|e| (e.stream(), e.stretch())),
+        false => input.stretch().map(|st| (input.stream(), st)),
+    };
+    match repeating {
+        Some((stream, st)) => {
+            let (applied, passed) = r.replay_repeating((events, stream), st, false);
             counted(applied, passed);
         }
         None => {
@@ -515,6 +529,19 @@ pub fn replay_resized(
         }
     }
     r.outcome(conf)
+}
+
+/// The what-if's edits of `input`'s events (the one what-if asked: a checkpoint's or
+/// autocast's, never both), made at its first replay and held for the rest; `None` where they
+/// do not repeat.
+fn edited_of<'a>(input: &Input, what_if: &WhatIf<'a>) -> Option<&'a Edited> {
+    let held = match (what_if.checkpointing, what_if.autocast) {
+        (Some(c), None) => &c.edited,
+        (None, Some(a)) => &a.edited,
+        _ => return None,
+    };
+    held.get_or_init(|| Edited::of(input, what_if).map(std::sync::Arc::new))
+        .as_deref()
 }
 
 /// The most a run held: `held` at first, then its segment events.

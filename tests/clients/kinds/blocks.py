@@ -38,7 +38,9 @@ op before (let go once that op's node has made its own).
 usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS
                  [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads]
                  [--batch-size N]
-BLOCKS_COUNT=N: N blocks (default 4)."""
+BLOCKS_COUNT=N: N blocks (default 4). BLOCKS_TEMPS=0: the ops make no temporary, so nothing
+the block makes is freed inside it (checkpointed, each op's input is freed once its output is
+made)."""
 import ctypes
 import os
 import sys
@@ -61,6 +63,7 @@ from torch.optim.adam import Adam  # noqa: E402
 KiB = 1 << 10
 MiB = 1 << 20
 BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
+TEMPS = os.environ.get("BLOCKS_TEMPS", "1") != "0"
 steps = int(sys.argv[3])
 ckpt = "ckpt" in sys.argv[4:]
 handed = "grads" in sys.argv[4:]
@@ -114,6 +117,12 @@ class Block(Module):
             outs.append(op_output(512 * KiB, cast=True))  # the weight's copy
         if full:
             outs.append(op_output(size * batch))
+            return
+        if not TEMPS:
+            used = outs[-1][1] if not keep and outs else None
+            outs.append(op_output(size * batch))
+            if used is not None:
+                _standin.free(used)  # the previous op's output: used, not kept
             return
         t = _standin.empty(128 * KiB * batch)
         if not keep and outs:

@@ -66,6 +66,9 @@ pub struct Autocast {
     /// Before each event (and at the end): what to insert.
     inserts: Vec<Vec<Insert>>,
     copies: Vec<Added>,
+    /// The run's events so edited, made at the first replay and held for the rest.
+    pub(in crate::report::torch_replay) edited:
+        std::sync::OnceLock<Option<std::sync::Arc<super::replayer::Edited>>>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -254,6 +257,7 @@ impl<'a> Model<'a> {
                 skip: vec![false; events],
                 inserts: vec![Vec::new(); events + 1],
                 copies: Vec::new(),
+                edited: Default::default(),
             },
         }
     }

@@ -11,12 +11,16 @@
 //! [`Stretch`]), and those the stretch made that are live when repeats are passed over are
 //! renamed as the ones of the step the replay lands in.
 //!
+//! A what-if (`--checkpoint`, `--autocast`) edits the events; its edits are made once, before
+//! any resizing, and held for its replays ([`Edited`]), which pass over their repeats alike.
+//!
 //! Nothing here is taken on trust: the stretch found in the run's events ([`period_of`]) only
 //! says where to look; a skip needs the state found equal ([`Replayer::goes_on_as`], every
 //! field that decides what comes next) and the events ahead checked, as resized for this
 //! replay, against those of the repeat just replayed ([`Replayer::repeats`]).
 
-use super::{Replayer, Resized};
+use super::resized::Source;
+use super::{Replayer, Resized, WhatIf};
 use crate::report::torch_replay::model::{Model, Stats};
 use crate::report::torch_replay::{Ev, Event, Input};
 use std::collections::BTreeMap;
@@ -133,6 +137,91 @@ pub(in crate::report::torch_replay) fn stretch_of(events: &[Event]) -> Option<St
 #[derive(Clone, Copy, Debug)]
 pub struct Repeating {
     end: usize,
+}
+
+/// The events a replay that passes over repeats reads: the run's (each request sized by its
+/// place among the requests), or a what-if's edits of them held for its replays (each request
+/// sized as its [`Source`] says: see [`Edited`]).
+#[derive(Clone, Copy)]
+pub(super) struct Stream<'a> {
+    pub(super) events: &'a [Event],
+    pub(super) sources: Option<&'a [Source]>,
+}
+
+impl Stream<'_> {
+    /// Event `i`, request `request` of the stream, sized as `rs` sizes it.
+    fn size(&self, rs: &Resized<'_>, i: usize, request: usize, e: &Event) -> (u64, bool) {
+        match self.sources {
+            None => (rs.size)(request, e.size, e.stack),
+            Some(s) => rs.size_of(e, s.get(i).copied().unwrap_or(Source::Other)),
+        }
+    }
+}
+
+/// The run's events as a what-if (a checkpoint's recomputation, autocast's copies) edits them,
+/// before any resizing, and where they repeat: made once for all the what-if's replays, so that
+/// each passes over repeats as the run's replays do. A checkpoint's copies are named by their
+/// block, which differs from step to step; a replay that passes over repeats names each tensor
+/// by the event that made it (see [`MADE`]), so they repeat as their originals do.
+pub(in crate::report::torch_replay) struct Edited {
+    events: Vec<Event>,
+    sources: Vec<Source>,
+    stretch: Stretch,
+}
+
+impl std::fmt::Debug for Edited {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Edited({} events, {:?})",
+            self.events.len(),
+            self.stretch.period
+        )
+    }
+}
+
+/// Events a what-if's edits are held for at most (some 60 bytes each, beside the run's own):
+/// past it the what-if's replays read every event, made as they go.
+const EDITED_MOST: usize = 1 << 23;
+
+impl Edited {
+    /// The what-if's edits of `input`'s events, held where they repeat; `None` where they do
+    /// not, or are too many to hold.
+    pub(in crate::report::torch_replay) fn of(
+        input: &Input,
+        what_if: &WhatIf<'_>,
+    ) -> Option<Edited> {
+        let (mut events, mut sources) = (Vec::new(), Vec::new());
+        let mut whole = true;
+        super::resized::edits(input, what_if, &mut |e, source| {
+            whole = events.len() < EDITED_MOST;
+            if whole {
+                events.push(*e);
+                sources.push(source);
+            }
+            whole
+        });
+        if !whole {
+            return None;
+        }
+        let stretch = stretch_of(&events)?;
+        Some(Edited {
+            events,
+            sources,
+            stretch,
+        })
+    }
+
+    pub(super) fn stream(&self) -> Stream<'_> {
+        Stream {
+            events: &self.events,
+            sources: Some(&self.sources),
+        }
+    }
+
+    pub(super) fn stretch(&self) -> &Stretch {
+        &self.stretch
+    }
 }
 
 impl Input {
@@ -315,18 +404,18 @@ impl Replayer<'_> {
     /// before it, each request sized the same as the one `requests` before it.
     fn repeats(
         &self,
-        rs: &Resized<'_>,
+        (rs, stream): (&Resized<'_>, Stream<'_>),
         made: &[u32],
         (at, request): (usize, usize),
         (len, requests): (usize, usize),
         most: usize,
     ) -> usize {
-        if let Some(r) = rs.repeating {
+        if let Some(r) = rs.repeating.filter(|_| stream.sources.is_none()) {
             // The caller's size function reads nothing of a request but its class, its size
             // and its stack, and those repeat up to `r.end`.
             return most.min(r.end.saturating_sub(at) / len);
         }
-        let events = &rs.input.events;
+        let events = stream.events;
         let mut n = request;
         for i in at..at.saturating_add(most.saturating_mul(len)) {
             let (Some(e), Some(before)) = (events.get(i), events.get(i.wrapping_sub(len))) else {
@@ -339,7 +428,7 @@ impl Replayer<'_> {
                 let Some(m) = n.checked_sub(requests) else {
                     return (i - at) / len;
                 };
-                if (rs.size)(n, e.size, e.stack) != (rs.size)(m, before.size, before.stack) {
+                if stream.size(rs, i, n, e) != stream.size(rs, i - len, m, before) {
                     return (i - at) / len;
                 }
                 n += 1;
@@ -368,7 +457,8 @@ impl Replayer<'_> {
         }
     }
 
-    /// Every event of `rs` (no what-if: the run's events, resized; with `run_failures`, the
+    /// Every event of `stream` as `rs` sizes it (the run's events, or a what-if's edits of
+    /// them held for its replays; with `run_failures`, the
     /// run's failed requests too, asking whether the setting serves them) applied in order,
     /// but for the repeats of `p` that go as one just replayed went: at each of its boundaries
     /// the replay is compared with a mark taken at the first, second, fourth, eighth ...
@@ -377,11 +467,11 @@ impl Replayer<'_> {
     /// passed so.
     pub(super) fn replay_repeating(
         &mut self,
-        rs: &Resized<'_>,
+        (rs, stream): (&Resized<'_>, Stream<'_>),
         st: &Stretch,
         run_failures: bool,
     ) -> (usize, usize) {
-        let (events, p, made) = (&rs.input.events, st.period, &st.made);
+        let (events, p, made) = (stream.events, st.period, &st.made);
         let (mut i, mut request) = (0usize, 0usize);
         let (mut mark, mut next_mark, mut passed) = (None::<Mark>, 0usize, 0usize);
         // A comparison costs up to the state's size; the events replayed pay for them, so
@@ -399,7 +489,8 @@ impl Replayer<'_> {
                 if let Some(m) = compared {
                     let (len, requests) = (i - m.at, request - m.request);
                     let most = (p.end - i) / len;
-                    let times = self.repeats(rs, made, (i, request), (len, requests), most);
+                    let times =
+                        self.repeats((rs, stream), made, (i, request), (len, requests), most);
                     if times > 0 {
                         self.counted_again(m, times as u64);
                         self.rename_made(p.start, times * len);
@@ -429,7 +520,7 @@ impl Replayer<'_> {
                 Ev::Oom if run_failures => self.apply(&named),
                 Ev::Oom | Ev::Skip => true,
                 Ev::Alloc => {
-                    (named.size, named.optional) = (rs.size)(request, e.size, e.stack);
+                    (named.size, named.optional) = stream.size(rs, i - 1, request, e);
                     request += 1;
                     self.apply(&named)
                 }
@@ -548,7 +639,7 @@ mod tests {
         // One step, though the run's addresses repeat only every second one.
         assert_eq!(st.period.len, 4);
         let mut passing = Replayer::new(&input, &conf, &bounds, false, rs.as_run);
-        let (applied, passed) = passing.replay_repeating(&rs, st, false);
+        let (applied, passed) = passing.replay_repeating((&rs, input.stream()), st, false);
         assert!(passed > applied, "applied {applied}, passed over {passed}");
         let (a, b) = (every.outcome(&conf), passing.outcome(&conf));
         assert_eq!(format!("{:?}", a.devices), format!("{:?}", b.devices));

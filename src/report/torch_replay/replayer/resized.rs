@@ -34,73 +34,128 @@ impl Resized<'_> {
 
     /// Each event in order to `sink`, until it says stop (false).
     pub(super) fn each(&self, sink: &mut dyn FnMut(&Event) -> bool) {
-        let (events, what_if) = (&self.input.events, &self.what_if);
-        let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
-        // Each event's place among the requests, for a checkpoint's recomputed requests
-        // (sized as their originals); without one the count as the events go is enough.
-        let index: Vec<usize> = match checkpointing {
-            Some(_) => events
-                .iter()
-                .scan(0usize, |n, e| {
-                    let at = *n;
-                    *n += usize::from(e.ev == Ev::Alloc);
-                    Some(at)
-                })
-                .collect(),
-            None => Vec::new(),
-        };
-        let sized_as = |i: usize, n: usize| -> Event {
-            let mut e = events[i];
-            (e.size, e.optional) = (self.size)(n, e.size, e.stack);
-            e
-        };
-        let sized = |i: usize| sized_as(i, index.get(i).copied().unwrap_or(0));
-        let copy_size = |bytes: u64, like: Option<usize>| (what_if.copy_size)(bytes, like);
-        // What goes before an event (a checkpoint's recomputation, autocast's copies), then
-        // the event: a few at a time.
-        let mut out: Vec<Event> = Vec::new();
-        let mut n = 0usize;
-        let mut flush = |out: &mut Vec<Event>| out.drain(..).all(|e| sink(&e));
-        for (i, e) in events.iter().enumerate() {
-            if let Some(c) = checkpointing {
-                c.insert_before(events, i, e.time_ns, sized, &mut out);
+        let copy_size = |bytes: u64, like: Option<usize>| (self.what_if.copy_size)(bytes, like);
+        edits(self.input, &self.what_if, &mut |e, source| {
+            let mut e = *e;
+            match source {
+                Source::Request(n) => (e.size, e.optional) = (self.size)(n, e.size, e.stack),
+                Source::Copy(like) => e.size = copy_size(e.size, like),
+                Source::Other => {}
             }
-            let skipped = match autocast {
-                Some(a) => {
-                    a.insert_before(events, i, e.time_ns, &copy_size, &mut out);
-                    a.skips(i)
-                }
-                None => false,
+            sink(&e)
+        });
+    }
+
+    /// The size of request `e` of an edited stream, made as `source` says (see [`Edited`]).
+    pub(super) fn size_of(&self, e: &Event, source: Source) -> (u64, bool) {
+        match source {
+            Source::Request(n) => (self.size)(n, e.size, e.stack),
+            Source::Copy(like) => ((self.what_if.copy_size)(e.size, like), false),
+            Source::Other => (e.size, e.optional),
+        }
+    }
+}
+
+/// Where a request of the edited events takes its size from, at whatever batch a replay asks:
+/// the run's request `n` (its own, or the original a checkpoint's recomputation makes again),
+/// or an autocast copy of the bytes the event holds, scaling as request `like` does.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(in crate::report::torch_replay) enum Source {
+    Request(usize),
+    Copy(Option<usize>),
+    Other,
+}
+
+/// The run's events as a what-if edits them (see [`Resized::each`]), before any resizing:
+/// each event with where its size comes from, to `sink` until it says stop.
+pub(super) fn edits(
+    input: &Input,
+    what_if: &WhatIf<'_>,
+    sink: &mut dyn FnMut(&Event, Source) -> bool,
+) {
+    let events = &input.events;
+    let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
+    // Each event's place among the requests, for a checkpoint's recomputed requests (sized
+    // as their originals); without one the count as the events go is enough.
+    let index: Vec<usize> = match checkpointing {
+        Some(_) => events
+            .iter()
+            .scan(0usize, |n, e| {
+                let at = *n;
+                *n += usize::from(e.ev == Ev::Alloc);
+                Some(at)
+            })
+            .collect(),
+        None => Vec::new(),
+    };
+    // What goes before an event (a checkpoint's recomputation, autocast's copies), then the
+    // event: a few at a time. An inserted request's size is told by its place here: the
+    // checkpoint's say the original they make again (`sized`), autocast's the request they
+    // copy (`copy`, which records the bytes as the event's size).
+    let mut out: Vec<(Event, Source)> = Vec::new();
+    let mut made: Vec<Event> = Vec::new();
+    let mut n = 0usize;
+    let mut flush = |out: &mut Vec<(Event, Source)>| out.drain(..).all(|(e, s)| sink(&e, s));
+    // The originals of a checkpoint's recomputed requests and the requests autocast's copies
+    // scale as, in the order their inserts ask for their sizes.
+    let asked: std::cell::RefCell<Vec<Option<usize>>> = Default::default();
+    let insert = |i: usize, at: u64, out: &mut Vec<(Event, Source)>, made: &mut Vec<Event>| {
+        if let Some(c) = checkpointing {
+            made.clear();
+            asked.borrow_mut().clear();
+            let original = |j: usize| -> Event {
+                asked.borrow_mut().push(index.get(j).copied());
+                events[j]
             };
-            let this = n;
-            n += usize::from(e.ev == Ev::Alloc);
-            if !skipped {
-                match e.ev {
-                    Ev::Oom | Ev::Skip => {}
-                    Ev::Alloc => out.push(sized_as(i, this)),
-                    _ => {
-                        let mut e = *e;
-                        if let Some(c) = checkpointing {
-                            c.remap(i, &mut e);
-                        }
-                        out.push(e);
+            c.insert_before(events, i, at, original, made);
+            let mut asked = asked.borrow_mut();
+            let mut originals = asked.drain(..);
+            out.extend(made.iter().map(|e| match e.ev {
+                Ev::Alloc => (*e, Source::Request(originals.next().flatten().unwrap_or(0))),
+                _ => (*e, Source::Other),
+            }));
+        }
+        if let Some(a) = autocast {
+            made.clear();
+            asked.borrow_mut().clear();
+            let copy = |bytes: u64, like: Option<usize>| -> u64 {
+                asked.borrow_mut().push(like);
+                bytes
+            };
+            a.insert_before(events, i, at, &copy, made);
+            let mut asked = asked.borrow_mut();
+            let mut likes = asked.drain(..);
+            out.extend(made.iter().map(|e| match e.ev {
+                Ev::Alloc => (*e, Source::Copy(likes.next().flatten())),
+                _ => (*e, Source::Other),
+            }));
+        }
+    };
+    for (i, e) in events.iter().enumerate() {
+        insert(i, e.time_ns, &mut out, &mut made);
+        let skipped = autocast.is_some_and(|a| a.skips(i));
+        let this = n;
+        n += usize::from(e.ev == Ev::Alloc);
+        if !skipped {
+            match e.ev {
+                Ev::Oom | Ev::Skip => {}
+                Ev::Alloc => out.push((*e, Source::Request(this))),
+                _ => {
+                    let mut e = *e;
+                    if let Some(c) = checkpointing {
+                        c.remap(i, &mut e);
                     }
+                    out.push((e, Source::Other));
                 }
             }
-            if !flush(&mut out) {
-                return;
-            }
         }
-        if let Some(last) = events.last() {
-            let end = events.len();
-            if let Some(c) = checkpointing {
-                c.insert_before(events, end, last.time_ns, sized, &mut out);
-            }
-            if let Some(a) = autocast {
-                a.insert_before(events, end, last.time_ns, &copy_size, &mut out);
-            }
-            flush(&mut out);
+        if !flush(&mut out) {
+            return;
         }
+    }
+    if let Some(last) = events.last() {
+        insert(events.len(), last.time_ns, &mut out, &mut made);
+        flush(&mut out);
     }
 }
 
