@@ -25,8 +25,8 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
   FIT_VARY=1     gpt2, bert and llama: each step's sequence a length of its own, drawn between
                  half the sequence and the whole (seeded): shapes that change every step
   FIT_CKPT=1     activation checkpointing of the repeated blocks: gpt2, bert and llama through
-                 transformers' gradient_checkpointing_enable(), vit each encoder block through
-                 torch.utils.checkpoint (use_reentrant=False)
+                 transformers' gradient_checkpointing_enable(), vit each encoder block and
+                 resnet50 each Bottleneck through torch.utils.checkpoint (use_reentrant=False)
 """
 import json
 import os
@@ -91,7 +91,7 @@ def build(name):
     if os.environ.get("FIT_CKPT") == "1":
         if hasattr(model, "gradient_checkpointing_enable"):
             model.gradient_checkpointing_enable()
-        elif name == "vit":
+        elif name in ("vit", "resnet50"):
             import torch.utils.checkpoint as ckpt
 
             class Checkpointed(torch.nn.Module):
@@ -101,9 +101,13 @@ def build(name):
 
                 def forward(self, x):
                     return ckpt.checkpoint(self.block, x, use_reentrant=False)
-            layers = model.encoder.layers
-            for i, name_ in enumerate(list(layers._modules)):
-                layers._modules[name_] = Checkpointed(layers._modules[name_])
+            if name == "vit":
+                stages = [model.encoder.layers]
+            else:
+                stages = [model.layer1, model.layer2, model.layer3, model.layer4]
+            for layers in stages:
+                for name_ in list(layers._modules):
+                    layers._modules[name_] = Checkpointed(layers._modules[name_])
         else:
             sys.exit(f"FIT_CKPT: no checkpointing for {name}")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)

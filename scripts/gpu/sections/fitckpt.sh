@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # activation checkpointing as a what-if: peaks at 4x and 8x the batch and the largest batch under a limit, predicted from one run without it, against real runs with it.
-# On the GPU machine: each model (scripts/gpu/fit_truth.py: GPT-2 and ViT-B/16; AdamW, 3 steps)
+# On the GPU machine: each model (scripts/gpu/fit_truth.py: GPT-2, ViT-B/16 and ResNet-50; AdamW,
+# 3 steps)
 # traced at a small batch under `gpushim run` WITHOUT checkpointing; `gpushim fit --checkpoint
 # auto` on that trace predicts the peak reserved memory at 4x and 8x the batch with the blocks
 # checkpointed (the class found from the frames), under the defaults and under expandable
 # segments, and the largest batch that runs with PyTorch's allocator held to 20 GiB. Real runs
 # with checkpointing (FIT_CKPT=1: transformers' gradient_checkpointing_enable() for GPT-2,
-# torch.utils.checkpoint per encoder block for the ViT), a fresh process each, give
+# torch.utils.checkpoint per encoder block for the ViT and per Bottleneck for ResNet-50, whose
+# blocks free nothing they make inside them), a fresh process each, give
 # max_memory_reserved() at 4x and 8x and, under the limit and the run's setting, whether the
 # predicted largest batch runs and the next does not (stepping until the truth is found, three
 # steps at most). One table (scripts/gpu/fit_table.py). The traces and the truth are left in
 # $OUT/fitckpt when OUT is set.
-#   bash scripts/gpu.sh fitckpt[:MODEL,...]   MODEL is gpt2 or vit
+#   bash scripts/gpu.sh fitckpt[:MODEL,...]   MODEL is gpt2, vit or resnet50
 set -euo pipefail
-models=${*:-gpt2 vit}
-declare -A base=([gpt2]=2 [vit]=8)
+models=${*:-gpt2 vit resnet50}
+declare -A base=([gpt2]=2 [vit]=8 [resnet50]=8)
 source scripts/gpu/fit_runs.sh
 fit_setup fitckpt
 for m in $models; do
