@@ -279,7 +279,6 @@ fn analyze_read(
     // where the pass has read every record through it, not by a read of its own before.
     crate::report::holds::refused_filter(&reader, opts)?;
     let requests = run.requests.take();
-    let mut batch = Vec::new();
     let (rp, kinds, early) = (
         std::mem::take(&mut run.rp),
         std::mem::take(&mut run.kinds),
@@ -343,29 +342,9 @@ fn analyze_read(
         };
         return Ok((a, end));
     }
-    // The second pass.
     reader.rewind()?;
     let (first_rp, first_kinds) = (rp, kinds);
-    let mut rp = Replay::default();
-    let mut kinds = Kinds::default();
-    let only_moments = leaks.is_none() && bands.is_none();
-    'pass: while reader.next_batch(&mut batch) {
-        for r in &batch {
-            let c = rp.apply(r);
-            let run_before = kinds.run();
-            let decided = kinds.observe(&reader, r);
-            moments.see(&reader, &rp, &kinds, r, decided, run_before);
-            if let Some(p) = &mut leaks {
-                p.see(&rp, r, c, decided);
-            }
-            if let Some(p) = &mut bands {
-                p.see(&rp, r, c, decided);
-            }
-            if only_moments && moments.done() {
-                break 'pass;
-            }
-        }
-    }
+    let (rp, kinds) = second_pass(&mut reader, &mut moments, &mut leaks, &mut bands);
     let mut moments = moments.finish(&reader, &kinds);
     moments.append(&mut taken);
     a.summary = summary.map(|s| s.finish(&reader, &moments));
@@ -388,6 +367,37 @@ fn analyze_read(
         requests,
     };
     Ok((a, end))
+}
+
+/// The second pass, over `reader` rewound: the moments the first pass did not take, and the
+/// leaks' samples and the picture's bands where it could not take them (a pass of moments
+/// alone stops once the last is settled); its replay and kinds where it stopped.
+fn second_pass(
+    reader: &mut TraceReader,
+    moments: &mut Moments,
+    leaks: &mut Option<super::leaks::LeaksSampler>,
+    bands: &mut Option<BandsPass>,
+) -> (Replay, Kinds) {
+    let (mut rp, mut kinds, mut batch) = (Replay::default(), Kinds::default(), Vec::new());
+    let only_moments = leaks.is_none() && bands.is_none();
+    'pass: while reader.next_batch(&mut batch) {
+        for r in &batch {
+            let c = rp.apply(r);
+            let run_before = kinds.run();
+            let decided = kinds.observe(reader, r);
+            moments.see(reader, &rp, &kinds, r, decided, run_before);
+            if let Some(p) = leaks {
+                p.see(&rp, r, c, decided);
+            }
+            if let Some(p) = bands {
+                p.see(&rp, r, c, decided);
+            }
+            if only_moments && moments.done() {
+                break 'pass;
+            }
+        }
+    }
+    (rp, kinds)
 }
 
 /// The lines the picture draws on their own however little they hold: those asked (`keep`)

@@ -7,12 +7,14 @@ use crate::report::units::human_bytes;
 use crate::trace::reader::TraceReader;
 use std::collections::BTreeMap;
 
+mod edited;
 mod repeat;
 mod resized;
 mod seed;
 
+pub(super) use edited::Edited;
 pub use repeat::Repeating;
-pub(super) use repeat::{Edited, Period, Stretch, stretch_of};
+pub(super) use repeat::{Period, Stretch, stretch_of};
 pub use resized::{Resized, WhatIf};
 
 fn limits_for(input: &Input, device: u8, b: &Bounds) -> DeviceLimits {
@@ -456,8 +458,8 @@ impl Input {
     }
 
     /// The run's events, for a replay that passes over their repeats.
-    pub(in crate::report::torch_replay::replayer) fn stream(&self) -> repeat::Stream<'_> {
-        repeat::Stream {
+    pub(in crate::report::torch_replay::replayer) fn stream(&self) -> edited::Stream<'_> {
+        edited::Stream {
             events: &self.events,
             sources: None,
         }
