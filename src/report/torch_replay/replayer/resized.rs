@@ -46,7 +46,8 @@ impl Resized<'_> {
         });
     }
 
-    /// The size of request `e` of an edited stream, made as `source` says (see [`Edited`]).
+    /// The size of request `e` of a what-if's edited events, made as `source` says (see
+    /// `edited.rs`).
     pub(super) fn size_of(&self, e: &Event, source: Source) -> (u64, bool) {
         match source {
             Source::Request(n) => (self.size)(n, e.size, e.stack),
@@ -89,9 +90,9 @@ pub(super) fn edits(
         None => Vec::new(),
     };
     // What goes before an event (a checkpoint's recomputation, autocast's copies), then the
-    // event: a few at a time. An inserted request's size is told by its place here: the
-    // checkpoint's say the original they make again (`sized`), autocast's the request they
-    // copy (`copy`, which records the bytes as the event's size).
+    // event: a few at a time. An inserted request says where its size comes from: the
+    // checkpoint's the original they make again (`original`), autocast's the request they
+    // scale as (`copy`, which keeps the bytes as the event's size).
     let mut out: Vec<(Event, Source)> = Vec::new();
     let mut made: Vec<Event> = Vec::new();
     let mut n = 0usize;
