@@ -1067,7 +1067,7 @@ fn a_look_in_the_middle_of_a_followed_read_loses_no_record() {
 
 #[test]
 fn a_filtered_report_reads_its_trace_once_and_refuses_a_filter_that_keeps_nothing() {
-    // 100,000 allocations and frees on device 0, then one allocation on device 1 at the end:
+    // 50,000 allocations and their frees on device 0, then one allocation on device 1 at the end:
     // a filter for device 1 keeps its first allocation only at the trace's end, so checking
     // the filter by a read of its own before the analysis read the trace twice.
     let dir = tempdir("filtered-once");
