@@ -601,3 +601,45 @@ fn a_trace_cut_short_while_it_is_read_stops_where_it_ends_and_says_so() {
     let damage = r.stats().damage.as_ref().expect("the cut is said");
     assert!(damage.reason.contains("shrank"), "{}", damage.reason);
 }
+
+#[test]
+fn an_autograd_graph_numbered_across_every_sequence_number_is_refused_not_divided_by() {
+    // The 32-bit run of the stand-in's residual layers, whose walks of the autograd graph each
+    // get a first node numbered 0 and a last numbered 2^64 - 1: a step's span of sequence
+    // numbers would be 2^64, which wrapped to 0 and was divided by (`fit --autocast` killed by
+    // the panic).
+    use gpushim::trace::format::{HEADER_SIZE, RECORD_SIZE, record};
+    let dir = tempdir("hostile-graph-span");
+    let trace = crate::fit_autocast::layers(&dir, 1, false);
+    let mut bytes = std::fs::read(&trace).unwrap();
+    let seq =
+        |b: &[u8], o: usize| u64::from_le_bytes(b[o + record::PTR..][..8].try_into().unwrap());
+    let (mut walk, mut walks) = (Vec::new(), 0);
+    for o in (HEADER_SIZE..bytes.len()).step_by(RECORD_SIZE) {
+        match bytes.get(o + record::KIND).copied() {
+            Some(k) if k == RecordKind::GraphNode as u8 => walk.push(o),
+            Some(k) if k == RecordKind::Graph as u8 && !walk.is_empty() => {
+                let lo = *walk.iter().min_by_key(|&&o| seq(&bytes, o)).unwrap();
+                let hi = *walk.iter().max_by_key(|&&o| seq(&bytes, o)).unwrap();
+                bytes[lo + record::PTR..][..8].copy_from_slice(&0u64.to_le_bytes());
+                bytes[hi + record::PTR..][..8].copy_from_slice(&u64::MAX.to_le_bytes());
+                (walk, walks) = (Vec::new(), walks + 1);
+            }
+            _ => {}
+        }
+    }
+    assert!(walks > 0, "the run walked no graph");
+    let hostile = dir.join("span.trace");
+    std::fs::write(&hostile, &bytes).unwrap();
+    let out = Command::new(gpushim_bin())
+        .args(["fit", "--at", "1", "--autocast", "bf16"])
+        .arg(&hostile)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("numbered from 0 to the largest sequence number") && err.lines().count() == 1,
+        "{err}"
+    );
+}

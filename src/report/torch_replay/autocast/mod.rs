@@ -109,6 +109,12 @@ struct Req {
     free_requested: Option<usize>,
 }
 
+/// Why a walk cannot be matched to the run's steps when its nodes are numbered across every
+/// sequence number there is.
+const SPAN_TOO_WIDE: &str = "the autograd graph's nodes are numbered from 0 to the largest \
+    sequence number there is, which no step of a run makes: the trace's graph records are \
+    damaged";
+
 /// Where each step's backward ran: its first and last request (event indices).
 type Spans = BTreeMap<i64, (usize, usize)>;
 
@@ -117,7 +123,9 @@ impl Input {
     pub fn autocast(&self, dtype: &str) -> Result<Autocast, String> {
         let walk = self.template()?;
         let (lo, hi) = walk.span();
-        let period = hi - lo + 1;
+        // Sequence numbers are the trace's: a walk numbered from 0 to the last u64 is refused
+        // (its period would not fit), never divided by.
+        let period = (hi - lo).checked_add(1).ok_or(SPAN_TOO_WIDE)?;
         let reqs = self.requests_placed(lo, period);
         let mut spans = Spans::new();
         for r in reqs.iter().filter(|r| r.backward) {
@@ -165,7 +173,8 @@ impl Input {
             );
         }
         let (lo, hi) = walk.span();
-        let period = i128::from(hi - lo + 1);
+        // At least 1, in an integer as wide as it can be.
+        let period = i128::from(hi - lo) + 1;
         for w in &walks {
             let shift = i128::from(w.span().0) - i128::from(lo);
             let same = w.nodes.len() == walk.nodes.len()
