@@ -300,6 +300,38 @@ fn top_watches_a_running_process_until_it_exits() {
     assert!(s.contains("live now, by call site:"));
 }
 
+/// `top` with a filter that keeps nothing (yet: its program may allocate later) shows nothing
+/// live, reading on or reading the whole trace (`GPUSHIM_TOP_WHOLE=1`), where the other
+/// reports refuse such a filter.
+#[test]
+fn top_with_a_filter_that_keeps_nothing_shows_nothing_live_either_way() {
+    let trace =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    let top = |whole: bool| {
+        let mut c = Command::new(gpushim_bin());
+        c.args(["top", "--count", "1", "--device", "7"]).arg(&trace);
+        if whole {
+            c.env("GPUSHIM_TOP_WHOLE", "1");
+        }
+        c.output().unwrap()
+    };
+    let (on, whole) = (top(false), top(true));
+    assert_ok(&on);
+    assert_ok(&whole);
+    assert_eq!(stdout(&on), stdout(&whole));
+    assert!(
+        stdout(&on).contains("live now, by call site:"),
+        "{}",
+        stdout(&on)
+    );
+    let summary = Command::new(gpushim_bin())
+        .args(["summary", "--device", "7"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert_eq!(summary.status.code(), Some(2));
+}
+
 #[test]
 fn top_reads_a_running_trace_once_and_ends_where_a_whole_read_ends() {
     // Each refresh reads only what was written since the last, with a filter too: one pass in

@@ -90,6 +90,8 @@ fn glance_whole(trace: &Path, opts: &ReadOptions) -> Result<Glance, String> {
     let wants = gpushim::report::analysis::Wants {
         summary: true,
         live_at_end: true,
+        // As reading on shows it: a filter that has kept nothing yet shows nothing live.
+        nothing_kept_is_an_answer: true,
         ..Default::default()
     };
     let a = gpushim::report::analysis::analyze(trace, opts, &wants).map_err(|e| e.to_string())?;

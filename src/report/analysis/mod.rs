@@ -61,6 +61,9 @@ pub struct Wants {
     /// its allocator ([`Analysis::replay_run`], `oom`'s advice and the batch that fits), read
     /// by the same descriptor rewound where it reads what a replay reads.
     pub replay_if_torch_failed: bool,
+    /// A filter that kept nothing is what the trace shows so far, not refused (`top`, whose
+    /// program may allocate later): the others refuse it, naming what the trace holds.
+    pub nothing_kept_is_an_answer: bool,
 }
 
 impl Wants {
@@ -104,6 +107,7 @@ impl Wants {
             requests: false,
             live_at_end: false,
             replay_if_torch_failed: false,
+            nothing_kept_is_an_answer: false,
         }
     }
 
@@ -277,7 +281,9 @@ fn analyze_read(
     let mut run = first_pass::first_pass(&mut reader, wants, cores, each)?;
     // A filter that kept nothing would read as a run that allocated nothing: refused here,
     // where the pass has read every record through it, not by a read of its own before.
-    crate::report::holds::refused_filter(&reader, opts)?;
+    if !wants.nothing_kept_is_an_answer {
+        crate::report::holds::refused_filter(&reader, opts)?;
+    }
     let requests = run.requests.take();
     let (rp, kinds, early) = (
         std::mem::take(&mut run.rp),
