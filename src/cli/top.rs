@@ -96,7 +96,7 @@ fn glance_whole(trace: &Path, opts: &ReadOptions) -> Result<Glance, String> {
     };
     let a = gpushim::report::analysis::analyze(trace, opts, &wants).map_err(|e| e.to_string())?;
     let running = a.info.still_running();
-    let (Some(s), Some((live, holders))) = (a.summary, a.live_at_end) else {
+    let (Some(s), Some((_, holders))) = (a.summary, a.live_at_end) else {
         return Err("the trace's summary was not made".into());
     };
     Ok(Glance {
@@ -106,7 +106,7 @@ fn glance_whole(trace: &Path, opts: &ReadOptions) -> Result<Glance, String> {
         duration_ns: s.duration_ns,
         events: s.events,
         devices: s.devices,
-        holders: (live, holders),
+        holders,
     })
 }
 
@@ -131,7 +131,7 @@ fn show(g: &Glance, top: usize) {
         );
     }
     println!("  live now, by call site:");
-    print_holders(&g.holders.1, top, "    ");
+    print_holders(&g.holders, top, "    ");
 }
 
 /// The wait after a refresh whose read took `took`: the interval asked, and never less than

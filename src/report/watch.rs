@@ -27,8 +27,8 @@ pub struct Glance {
     pub duration_ns: u64,
     pub events: u64,
     pub devices: Vec<DeviceSummary>,
-    /// The bytes live now, and who holds them by call site.
-    pub holders: (u64, Vec<Holder>),
+    /// Who holds what is live now, by call site.
+    pub holders: Vec<Holder>,
 }
 
 impl Watch {
@@ -63,7 +63,7 @@ impl Watch {
             duration_ns,
             events,
             devices,
-            holders: crate::report::sites::live_holders(&self.reader, &self.rp),
+            holders: crate::report::sites::live_holders(&self.reader, &self.rp).1,
         })
     }
 
