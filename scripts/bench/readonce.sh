@@ -82,9 +82,10 @@ one plot plot "$t" -o "$dir/kinds.svg"
 one plot-total plot --by total "$t" -o "$dir/total.svg"
 one memory-viz export --format memory-viz "$t" -o "$dir/snapshot.pickle"
 rm -f "$dir/snapshot.pickle"
+one events events "$t"
 echo "(report-N, analyze-N: their trackers in N groups, GPUSHIM_READ_SPLIT=0 or 2; by default one a report, up to five, where $(nproc) cores allow: one for the decoder, one a group)"
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"
-echo "(top: one refresh; plot: by kind; plot-total: --by total; memory-viz: its newest 100,000 events a device)"
+echo "(top: one refresh; plot: by kind; plot-total: --by total; memory-viz: its newest 100,000 events a device; events: every record as CSV, to /dev/null)"
 echo "(decode, busiest: CPU seconds of the decoding threads, every pass, and of the first pass's busiest thread of trackers, the last run's)"
 # GPUSHIM_BEFORE=PATH: another build of the command (or a script running one) read the same
 # trace, each report alternated with this build's, A B A B, five times each; the medians.

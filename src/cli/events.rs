@@ -20,41 +20,50 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
             "time_ns,thread,kind,api,device,status,ptr,size,stream,text"
         );
     }
+    let mut stacks = StackTexts::default();
     while let Some(r) = reader.next() {
         if r.kind.is_definition() {
             continue;
         }
-        let text = match r.kind {
+        let text: &str = match r.kind {
             RecordKind::RangePush | RecordKind::Mark | RecordKind::RangeStart => {
-                reader.string(r.ptr).unwrap_or("").to_string()
+                reader.string(r.ptr).unwrap_or("")
             }
-            RecordKind::StackRef => reader
-                .stack(r.ptr)
-                .unwrap_or(&[])
-                .iter()
-                .map(|&ip| gpushim::report::symbolize::describe(&reader, ip))
-                .collect::<Vec<_>>()
-                .join(" < "),
-            RecordKind::GraphNode => reader.string(r.size).unwrap_or("").to_string(),
-            RecordKind::GraphEdge | RecordKind::Graph => graph_text(&r),
-            _ => String::new(),
+            RecordKind::StackRef => stacks.text(&reader, r.ptr),
+            RecordKind::GraphNode => reader.string(r.size).unwrap_or(""),
+            RecordKind::GraphEdge | RecordKind::Graph => {
+                stacks.scratch = graph_text(&r);
+                &stacks.scratch
+            }
+            _ => "",
         };
-        let device = if r.device == gpushim::trace::format::DEVICE_UNKNOWN {
-            String::new()
-        } else {
-            r.device.to_string()
-        };
-        let line = if json {
-            serde_json::json!({
-                "time_ns": r.time_ns, "thread": r.thread, "kind": r.kind.name(),
-                "api": r.api.name(), "device": (r.device != gpushim::trace::format::DEVICE_UNKNOWN).then_some(r.device),
-                "status": r.status, "ptr": format!("{:#x}", r.ptr), "size": r.size, "stream": r.stream,
-                "text": text,
+        let known = r.device != gpushim::trace::format::DEVICE_UNKNOWN;
+        // Written field by field, not through a value built for each line: the lines are
+        // the file's records, tens of millions of them.
+        let written = if json {
+            let device: &dyn std::fmt::Display = if known { &r.device } else { &"null" };
+            write!(
+                out,
+                "{{\"api\":\"{}\",\"device\":{device},\"kind\":\"{}\",\"ptr\":\"{:#x}\",\"size\":{},\
+                 \"status\":{},\"stream\":{},\"text\":",
+                r.api.name(),
+                r.kind.name(),
+                r.ptr,
+                r.size,
+                r.status,
+                r.stream,
+            )
+            .and_then(|()| {
+                serde_json::to_writer(&mut out, text).map_err(std::io::Error::other)
             })
-            .to_string()
+            .and_then(|()| {
+                writeln!(out, ",\"thread\":{},\"time_ns\":{}}}", r.thread, r.time_ns)
+            })
         } else {
-            format!(
-                "{},{},{},{},{device},{},{:#x},{},{},{}",
+            let device: &dyn std::fmt::Display = if known { &r.device } else { &"" };
+            write!(
+                out,
+                "{},{},{},{},{device},{},{:#x},{},{},",
                 r.time_ns,
                 r.thread,
                 r.kind.name(),
@@ -63,10 +72,11 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
                 r.ptr,
                 r.size,
                 r.stream,
-                csv_field(&text)
             )
+            .and_then(|()| write_csv_field(&mut out, text))
+            .and_then(|()| out.write_all(b"\n"))
         };
-        if writeln!(out, "{line}").is_err() {
+        if written.is_err() {
             return ExitCode::SUCCESS; // a closed pipe (| head) is not an error
         }
     }
@@ -103,18 +113,54 @@ fn graph_text(r: &gpushim::trace::format::Record) -> String {
     }
 }
 
+/// Each stack's words, made once for the stack's id (a line of every allocation made them
+/// anew, most of the command's time), checked against the stack's frames (a trace may define
+/// an id twice), and let go past 64 MiB of them.
+#[derive(Default)]
+struct StackTexts {
+    made: std::collections::HashMap<u64, (Vec<u64>, String)>,
+    bytes: usize,
+    scratch: String,
+}
+
+impl StackTexts {
+    const MOST_BYTES: usize = 64 << 20;
+
+    fn text(&mut self, reader: &gpushim::trace::reader::TraceReader, id: u64) -> &str {
+        let frames = reader.stack(id).unwrap_or(&[]);
+        let fresh = self
+            .made
+            .get(&id)
+            .is_none_or(|(f, _)| f.as_slice() != frames);
+        if fresh {
+            let words = frames
+                .iter()
+                .map(|&ip| gpushim::report::symbolize::describe(reader, ip))
+                .collect::<Vec<_>>()
+                .join(" < ");
+            if self.bytes > Self::MOST_BYTES {
+                self.made.clear();
+                self.bytes = 0;
+            }
+            self.bytes += words.len() + 8 * frames.len();
+            self.made.insert(id, (frames.to_vec(), words));
+        }
+        self.made.get(&id).map_or("", |(_, w)| w.as_str())
+    }
+}
+
 /// A CSV field, quoted when it holds a comma, a quote or a line break; a text that a
 /// spreadsheet would take for a formula (starting `=`, `+`, `-`, `@`) gets a leading `'`, so
 /// an NVTX name from someone else's trace is shown, never run.
-fn csv_field(s: &str) -> String {
-    let s = if s.starts_with(['=', '+', '-', '@']) {
-        format!("'{s}")
+fn write_csv_field(out: &mut impl std::io::Write, s: &str) -> std::io::Result<()> {
+    let formula = if s.starts_with(['=', '+', '-', '@']) {
+        "'"
     } else {
-        s.to_string()
+        ""
     };
     if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
+        write!(out, "\"{formula}{}\"", s.replace('"', "\"\""))
     } else {
-        s
+        write!(out, "{formula}{s}")
     }
 }

@@ -19,14 +19,7 @@ pub fn perfetto(
 ) -> Result<super::Written, ReadError> {
     let traces = aligned(paths)?;
     let mut summarized = Vec::new();
-    let mut events = 0u64;
-    let mut first = true;
-    let mut emit = |out: &mut dyn Write, v: serde_json::Value| {
-        let sep = if first { "" } else { ",\n" };
-        first = false;
-        let _ = write!(out, "{sep}{v}");
-        events += 1;
-    };
+    let mut ev = Emitted::default();
     let _ = writeln!(out, "{{\"displayTimeUnit\":\"ms\",\"traceEvents\":[");
     for (n, (path, (offset, who, info))) in paths.iter().zip(&traces).enumerate() {
         // Process ids of different hosts may repeat: number the processes when there are many.
@@ -36,11 +29,11 @@ pub fn perfetto(
             n as u64 + 1
         };
         let name = format!("{who}{} (pid {} on {})", info.program, info.pid, info.host);
-        emit(
+        ev.value(
             out,
             serde_json::json!({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": name.trim()}}),
         );
-        emit(
+        ev.value(
             out,
             serde_json::json!({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": n}}),
         );
@@ -51,18 +44,18 @@ pub fn perfetto(
         let (reader, _) = replay_each(path, opts, |reader, rp, r, c| {
             let ts = (r.time_ns + offset) as f64 / 1000.0;
             match r.kind {
-                RecordKind::RangePush => emit(
+                RecordKind::RangePush => ev.value(
                     out,
                     serde_json::json!({"ph": "B", "name": reader.string(r.ptr).unwrap_or("range"),
                         "cat": "nvtx", "pid": pid, "tid": r.thread, "ts": ts}),
                 ),
-                RecordKind::RangePop => emit(
+                RecordKind::RangePop => ev.value(
                     out,
                     serde_json::json!({"ph": "E", "pid": pid, "tid": r.thread, "ts": ts}),
                 ),
                 RecordKind::RangeStart => {
                     let name = reader.string(r.ptr).unwrap_or("range").to_string();
-                    emit(
+                    ev.value(
                         out,
                         serde_json::json!({"ph": "b", "name": name, "cat": "nvtx",
                             "id2": {"local": r.size}, "pid": pid, "tid": r.thread, "ts": ts}),
@@ -71,14 +64,14 @@ pub fn perfetto(
                 }
                 RecordKind::RangeEnd => {
                     if let Some(name) = started.remove(&r.size) {
-                        emit(
+                        ev.value(
                             out,
                             serde_json::json!({"ph": "e", "name": name, "cat": "nvtx",
                                 "id2": {"local": r.size}, "pid": pid, "tid": r.thread, "ts": ts}),
                         );
                     }
                 }
-                RecordKind::Mark => emit(
+                RecordKind::Mark => ev.value(
                     out,
                     serde_json::json!({"ph": "i", "s": "t", "name": reader.string(r.ptr).unwrap_or("mark"),
                         "cat": "nvtx", "pid": pid, "tid": r.thread, "ts": ts}),
@@ -111,11 +104,7 @@ pub fn perfetto(
                 let now = (rp.live_on(d), rp.reserved_on(d));
                 if last.get(&d) != Some(&now) {
                     last.insert(d, now);
-                    emit(
-                        out,
-                        serde_json::json!({"ph": "C", "name": format!("device {d} memory"), "pid": pid,
-                            "ts": ts, "args": {"live_bytes": now.0, "reserved_bytes": now.1}}),
-                    );
+                    ev.counter(out, (d, pid, ts), now);
                 }
             }
         })?;
@@ -123,8 +112,40 @@ pub fn perfetto(
     }
     let _ = writeln!(out, "\n]}}");
     Ok(super::Written {
-        items: events,
+        items: ev.count,
         summarized,
         dropped: 0,
     })
+}
+
+/// The events written so far, each after a separator but the first.
+#[derive(Default)]
+struct Emitted {
+    count: u64,
+}
+
+impl Emitted {
+    fn separator(&mut self) -> &'static str {
+        self.count += 1;
+        if self.count == 1 { "" } else { ",\n" }
+    }
+
+    fn value(&mut self, out: &mut dyn Write, v: serde_json::Value) {
+        let sep = self.separator();
+        let _ = write!(out, "{sep}{v}");
+    }
+
+    /// A device's counter point, written as the value of [`Emitted::value`] would be (its
+    /// keys in order) but without making one: there is one at most allocations and frees.
+    fn counter(&mut self, out: &mut dyn Write, (device, pid, ts): (u8, u64, f64), now: (u64, u64)) {
+        let sep = self.separator();
+        let _ = write!(
+            out,
+            "{sep}{{\"args\":{{\"live_bytes\":{},\"reserved_bytes\":{}}},\
+             \"name\":\"device {device} memory\",\"ph\":\"C\",\"pid\":{pid},\"ts\":",
+            now.0, now.1
+        );
+        let _ = serde_json::to_writer(&mut *out, &ts);
+        let _ = out.write_all(b"}");
+    }
 }
