@@ -22,6 +22,10 @@ fn main() -> std::process::ExitCode {
                 "gpushim: {reading} moment(s) taken as the trace was read, {at_end} at its end"
             );
         }
+        let visited = gpushim::report::early::moments_visited();
+        if visited > 0 {
+            eprintln!("gpushim: the moments being taken looked at {visited} record(s)");
+        }
         let (copies, copied) = gpushim::report::early::replay_copies();
         if copies > 0 {
             eprintln!("gpushim: the moments copied the replay {copies} time(s), {copied} entries");

@@ -1135,3 +1135,38 @@ fn a_filtered_report_reads_its_trace_once_and_refuses_a_filter_that_keeps_nothin
         );
     }
 }
+
+#[test]
+fn a_moment_settling_its_kinds_looks_only_at_the_records_that_can_settle_them() {
+    // The kinds program keeps a cuBLAS workspace from its first step to its end: a workspace is
+    // known only by never being freed, so every moment holding it settles its kinds at the end
+    // of the trace. Until then its kinds move only as a run of the forward, the backward or
+    // the optimizer begins, or as a tensor it waits on is freed: it looked at every tensor
+    // freed, some two fifths of the records, where it now looks at about one in ten.
+    let trace = tempdir("read-moment-awaits").file("kinds.trace");
+    assert_ok(&kinds_program(&trace, 3000, false, vec![]));
+    let (records, _) = decode(&trace);
+    for report in ["summary", "peak"] {
+        let (line, _) = said(&[report], &trace, &[], "the moments being taken looked at ");
+        let looked: u64 = line
+            .split(' ')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in: {line}"));
+        let what = format!("{report}: {looked} of {} records looked at", records.len());
+        assert!(
+            looked > 0,
+            "{what}: no moment settled as the trace was read"
+        );
+        assert!(looked * 5 < records.len() as u64, "{what}");
+        // Still the answer a second pass gives.
+        let (early, _) = report_early(report, &trace, true);
+        let (late, _) = report_early(report, &trace, false);
+        assert_same(&early, &late, &what);
+        let v: serde_json::Value = serde_json::from_slice(&early).unwrap();
+        assert!(
+            v.to_string().contains("workspace"),
+            "{what}: no workspace held, so nothing waits to the end: {v}"
+        );
+    }
+}

@@ -152,6 +152,11 @@ impl Taking {
         self.settling.is_none()
     }
 
+    /// The addresses whose free may settle a kind still open (none while in its window).
+    pub(super) fn awaiting(&self) -> impl Iterator<Item = u64> + '_ {
+        self.settling.iter().flat_map(|s| s.open.keys().copied())
+    }
+
     /// Whether every tensor's kind is known.
     pub(super) fn settled(&self) -> bool {
         self.settling.as_ref().is_some_and(|s| s.open.is_empty())
