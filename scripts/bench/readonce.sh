@@ -14,22 +14,38 @@
 # where the machine has three cores or more (one core for the decoder, one a group): each is
 # also timed with two groups (GPUSHIM_READ_SPLIT=2) and with one (GPUSHIM_READ_SPLIT=0), in
 # the same run.
-# Usage: scripts/bench.sh readonce[:CAP,STEPS]  (default 2GiB and 200000 steps, about 1.5 GB of records in a
+# Usage: scripts/bench.sh readonce[:CAP,STEPS,PROGRAM]  (default 2GiB and 200000 steps, about 1.5 GB of records in a
 # 2 GiB file: a few minutes to make, then the reports; 2 GB of disk in $TMPDIR).
+# PROGRAM `model` writes the trace with the kinds program on the PyTorch stand-in instead
+# (tests/clients/kinds/train.py: the framework's tensors, forward, backward and optimizer
+# phases, Python frames on every tensor, a cuBLAS workspace kept to the end: a model's records,
+# which cost the reports more each than the loop's); STEPS then defaults to 1000000 (1.88 GB).
 # GPUSHIM_BEFORE=PATH: each report also alternated with another build (see the end).
 # Without cargo (a machine with more cores): GPUSHIM_PREBUILT=DIR holding gpushim,
 # libgpushim.so and read_only, built elsewhere (target/release/, target/release/examples/).
 set -euo pipefail
 cap=${1:-2GiB}
-steps=${2:-200000}
+program=${3:-loop}
+case $program in
+  loop) steps=${2:-200000} ;;
+  model) steps=${2:-1000000} ;;
+  *) echo "readonce: PROGRAM is loop or model, not '$program'" >&2; exit 2 ;;
+esac
 source scripts/sim-env.sh
 bench_binaries
 t=$dir/long.trace
-/usr/bin/time -f "%e" -o "$dir/run.time" env LD_LIBRARY_PATH="$sim" LD_PRELOAD="$shim" \
-  GPUSHIM_CONF="trace_max:$cap" GPUSHIM_TRACE="$t" "$sim/long_run" "$steps" 1000 >"$dir/run.out" 2>&1
+if [ "$program" = model ]; then
+  /usr/bin/time -f "%e" -o "$dir/run.time" env LD_LIBRARY_PATH="$sim" LD_PRELOAD="$shim" \
+    GPUSHIM_CONF="trace_max:$cap" GPUSHIM_TRACE="$t" PYTHONDONTWRITEBYTECODE=1 \
+    python3 tests/clients/kinds/train.py "$sim/torch/lib/libtorch_cpu.so" \
+    "$sim/torch/lib/libc10_cuda.so" "$steps" >"$dir/run.out" 2>&1
+else
+  /usr/bin/time -f "%e" -o "$dir/run.time" env LD_LIBRARY_PATH="$sim" LD_PRELOAD="$shim" \
+    GPUSHIM_CONF="trace_max:$cap" GPUSHIM_TRACE="$t" "$sim/long_run" "$steps" 1000 >"$dir/run.out" 2>&1
+fi
 summarized=$("$gpushim" summary --json "$t" | python3 -c 'import json,sys; print(json.load(sys.stdin)["health"]["summarized"])')
 records=$("$gpushim" summary --json "$t" | python3 -c 'import json,sys; print(json.load(sys.stdin)["health"]["committed"])')
-echo "machine: $(nproc) cores, $(date -u +%F); trace_max $cap, $steps steps in $(cat "$dir/run.time") s"
+echo "machine: $(nproc) cores, $(date -u +%F); the $program program, trace_max $cap, $steps steps in $(cat "$dir/run.time") s"
 echo "trace: $(stat -c %s "$t") bytes, $records records, $summarized summarized (0: the ring never lapped)"
 cat "$t" >/dev/null # into the page cache
 read_s=999999

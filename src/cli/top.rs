@@ -107,6 +107,7 @@ fn glance_whole(trace: &Path, opts: &ReadOptions) -> Result<Glance, String> {
         events: s.events,
         devices: s.devices,
         holders,
+        kept_nothing: a.kept_nothing,
     })
 }
 
@@ -128,6 +129,13 @@ fn show(g: &Glance, top: usize) {
             d.live_allocations_at_end,
             human_bytes(d.peak_live_bytes),
             units::human_duration(d.peak_time_ns)
+        );
+    }
+    if g.kept_nothing {
+        // Not refused as the reports refuse it: the program may yet allocate what it keeps.
+        println!(
+            "  the filters (--device, --thread, --stream, --from, --to, --range) keep no allocation {}",
+            if g.running { "yet" } else { "of the run" }
         );
     }
     println!("  live now, by call site:");

@@ -180,6 +180,7 @@ fn analysis_of(t: SavedTrace, path: &Path) -> Analysis {
         requests: None,
         live_at_end: None,
         replay_run: None,
+        kept_nothing: false,
     }
 }
 

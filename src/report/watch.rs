@@ -29,6 +29,8 @@ pub struct Glance {
     pub devices: Vec<DeviceSummary>,
     /// Who holds what is live now, by call site.
     pub holders: Vec<Holder>,
+    /// A filter was given and has kept no allocation so far (the program may make one later).
+    pub kept_nothing: bool,
 }
 
 impl Watch {
@@ -64,6 +66,7 @@ impl Watch {
             events,
             devices,
             holders: crate::report::sites::live_holders(&self.reader, &self.rp).1,
+            kept_nothing: self.reader.filter_kept_any() == Some(false),
         })
     }
 

@@ -140,6 +140,9 @@ pub struct Analysis {
     /// The run for a replay of PyTorch's allocator, when asked for
     /// ([`Wants::replay_if_torch_failed`]) and the trace has such a failure.
     pub replay_run: Option<Result<super::fit::FitRun, super::fit::FitError>>,
+    /// A filter was given and kept no allocation (an answer only where
+    /// [`Wants::nothing_kept_is_an_answer`]; else refused).
+    pub kept_nothing: bool,
 }
 
 /// Whether the trackers take their short roads for the records of nearly every step (a call
@@ -307,6 +310,7 @@ fn analyze_read(
         live_at_end: wants
             .live_at_end
             .then(|| super::sites::live_holders(&reader, &rp)),
+        kept_nothing: reader.filter_kept_any() == Some(false),
     };
     if wants.leaks_only_with_failures && a.ooms.as_ref().is_some_and(Vec::is_empty) {
         run.leaks = None;
