@@ -198,9 +198,12 @@ pub fn first_pass_times() -> (f64, f64, f64) {
 /// a report run beside three others took up to half as long again as alone): the page of the
 /// bench's 1.88 GB trace took 2.33 s in five groups, 2.86 s in two, 3.83 s in one
 /// (`docs/gpu-checks.md`). On two cores the threads take turns, and a second replay costs
-/// about what the split saves, so one group is read (with the file mapped, two groups of the
-/// page took 1.18 to 1.87 s where one took 1.35 to 1.55, the same median, for a third more
-/// CPU). `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
+/// about what the split saves, except for the page and `analyze`, whose five reports are read
+/// in two groups there: since the decoder and the trackers' short roads grew lighter, two
+/// groups of the page took 1.13 s of the bench's loop trace where one took 1.35 (medians of
+/// five, alternated), 2.57 where 2.82 of the kinds program's, and `analyze` 1.17 where 1.39
+/// and 2.26 where 2.86; `oom`'s two reports took longer in two (0.80 s in one, 1.17 in two),
+/// and `plot`'s two as long. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
 /// cores (`0`: one; the tests compare them).
 pub(super) fn first_pass(
     reader: &mut TraceReader,
@@ -222,15 +225,10 @@ fn first_pass_on(
     cores: usize,
     each: Option<Each<'_>>,
 ) -> Result<RunPass, ReadError> {
-    let most = match std::env::var("GPUSHIM_READ_SPLIT")
+    let split = std::env::var("GPUSHIM_READ_SPLIT")
         .ok()
-        .map(|v| v.parse::<usize>())
-    {
-        Some(Ok(n)) => n.max(1),
-        _ if cores >= 3 => cores - 1,
-        _ => 1,
-    };
-    let groups = groups_of(wants, most);
+        .and_then(|v| v.parse::<usize>().ok());
+    let groups = groups_of(wants, most_groups(cores, wants, split));
     let mut others = reader.pairs(groups.len().saturating_sub(1));
     let Some(first) = groups.first().filter(|_| !others.is_empty()) else {
         let mut run = RunPass::new(reader, wants);
@@ -281,6 +279,33 @@ fn first_pass_on(
         run.taken.append(&mut t.taken);
     }
     Ok(run)
+}
+
+/// How many groups of trackers the first pass may have on `cores` cores (`split`:
+/// `GPUSHIM_READ_SPLIT`): one a core beside the decoder's from three cores; on two, two for
+/// the page's and `analyze`'s five reports (see [`first_pass`]), one for fewer.
+fn most_groups(cores: usize, wants: &Wants, split: Option<usize>) -> usize {
+    match split {
+        Some(n) => n.max(1),
+        None if cores >= 3 => cores - 1,
+        None if cores == 2 && reports_of(wants) >= 4 => 2,
+        None => 1,
+    }
+}
+
+/// How many of the first pass's reports `wants` asks for (the summary, the peaks, the
+/// failures, the iterations, the picture).
+fn reports_of(wants: &Wants) -> usize {
+    [
+        wants.summary,
+        wants.peak,
+        wants.oom,
+        wants.leaks.is_some(),
+        wants.timeline.is_some(),
+    ]
+    .into_iter()
+    .filter(|&w| w)
+    .count()
 }
 
 /// What each group of trackers of the first pass reads (see [`first_pass`]), `most` groups at
@@ -362,4 +387,40 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
         None => moments.push(wants.clone()),
     }
     moments
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_cores_read_the_pages_five_reports_in_two_groups_and_fewer_in_one() {
+        let page = Wants {
+            summary: true,
+            peak: true,
+            oom: true,
+            leaks: Some(None),
+            timeline: Some(Vec::new()),
+            ..Wants::default()
+        };
+        let oom = Wants {
+            oom: true,
+            leaks: Some(None),
+            ..Wants::default()
+        };
+        let summary = Wants {
+            summary: true,
+            ..Wants::default()
+        };
+        assert_eq!(most_groups(2, &page, None), 2);
+        assert_eq!(groups_of(&page, 2).len(), 2);
+        assert_eq!(most_groups(2, &oom, None), 1);
+        assert_eq!(most_groups(2, &summary, None), 1);
+        assert_eq!(most_groups(1, &page, None), 1);
+        assert_eq!(most_groups(16, &page, None), 15);
+        assert_eq!(groups_of(&page, 15).len(), 5);
+        // GPUSHIM_READ_SPLIT decides wherever there is a second core (0: one group).
+        assert_eq!(most_groups(2, &page, Some(0)), 1);
+        assert_eq!(most_groups(16, &oom, Some(3)), 3);
+    }
 }
