@@ -11,7 +11,8 @@
 # (docs/limits.md says how far it is): every report within 3x the read, memory growing with the
 # live set and the stacks, never with the file.
 # The page and `analyze` read by up to five groups of trackers, each on a thread of its own,
-# where the machine has three cores or more (one core for the decoder, one a group): each is
+# where the machine has three cores or more (one core for the decoder, one a group), two on
+# two cores: each is
 # also timed with two groups (GPUSHIM_READ_SPLIT=2) and with one (GPUSHIM_READ_SPLIT=0), in
 # the same run.
 # Usage: scripts/bench.sh readonce[:CAP,STEPS,PROGRAM]  (default 2GiB and 200000 steps, about 1.5 GB of records in a
@@ -99,7 +100,7 @@ one plot-total plot --by total "$t" -o "$dir/total.svg"
 one memory-viz export --format memory-viz "$t" -o "$dir/snapshot.pickle"
 rm -f "$dir/snapshot.pickle"
 one events events "$t"
-echo "(report-N, analyze-N: their trackers in N groups, GPUSHIM_READ_SPLIT=0 or 2; by default one a report, up to five, where $(nproc) cores allow: one for the decoder, one a group)"
+echo "(report-N, analyze-N: their trackers in N groups, GPUSHIM_READ_SPLIT=0 or 2; by default one a report, up to five, where $(nproc) cores allow: one for the decoder, one a group; two on two cores)"
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"
 echo "(top: one refresh; plot: by kind; plot-total: --by total; memory-viz: its newest 100,000 events a device; events: every record as CSV, to /dev/null)"
 echo "(decode, busiest: CPU seconds of the decoding threads, every pass, and of the first pass's busiest thread of trackers, the last run's)"
