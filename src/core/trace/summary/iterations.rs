@@ -6,7 +6,6 @@ use super::Thinned;
 use crate::fasthash::FastMap;
 use crate::trace::format::{Record, RecordKind};
 use crate::trace::live::{Boundary, BoundaryMark, Change, Replay, size_key};
-use std::collections::HashMap;
 
 /// Where one call site occurred in the sequence of allocations: how often, first and last,
 /// and its first [`KEPT_POSITIONS`] positions (for the regularity of its gaps).
@@ -48,18 +47,18 @@ impl Occurrences {
 /// the lines after the cut have one occurrence fewer than those before it, which moves their
 /// scores by one and made the fewest alone pick the first line after the cut, so the choice
 /// moved with where the trace ended. Ties resolve the same way every time.
-pub fn detect_period<S: std::hash::BuildHasher>(
-    sites: &HashMap<u64, Occurrences, S>,
-    total: u64,
-) -> Option<u64> {
+pub fn detect_period<'a, I>(sites: I, total: u64) -> Option<u64>
+where
+    I: IntoIterator<Item = (&'a u64, &'a Occurrences)> + Copy,
+{
     let mut counts: Vec<u64> = sites
-        .values()
-        .map(|o| o.count)
+        .into_iter()
+        .map(|(_, o)| o.count)
         .filter(|&n| n >= 3)
         .collect();
     counts.sort_unstable();
     let mut scored: Vec<(usize, u64, u64, u64)> = sites
-        .iter()
+        .into_iter()
         .filter(|(_, o)| o.count >= 3 && o.positions.len() >= 3)
         .filter(|(_, o)| {
             let span = o.last.saturating_sub(o.first);
@@ -99,6 +98,56 @@ pub(super) fn about_as_often(sorted: &[u64], count: u64) -> usize {
         .saturating_sub(sorted.partition_point(|&n| n < lo))
 }
 
+/// Call sites' occurrences by key, the last key's found without hashing: a step's
+/// allocations come from a site a line at a time, and a loop that allocates from one line
+/// (the bench's) asked the map at every allocation, twice (by stack and by size), an eighth of
+/// `oom`'s time.
+#[derive(Default)]
+struct Sites {
+    place: FastMap<u64, usize>,
+    all: Vec<(u64, Occurrences)>,
+    /// The last key added to, and its place in `all`.
+    last: Option<(u64, usize)>,
+}
+
+impl Sites {
+    #[inline]
+    fn add(&mut self, key: u64, at: u64) {
+        let i = match self.last {
+            Some((k, i)) if k == key => i,
+            _ => {
+                let all = &mut self.all;
+                let i = *self.place.entry(key).or_insert_with(|| {
+                    all.push((key, Occurrences::default()));
+                    all.len() - 1
+                });
+                self.last = Some((key, i));
+                i
+            }
+        };
+        if let Some((_, o)) = self.all.get_mut(i) {
+            o.add(at);
+        }
+    }
+
+    fn get(&self, key: u64) -> Option<&Occurrences> {
+        let &i = self.place.get(&key)?;
+        self.all.get(i).map(|(_, o)| o)
+    }
+}
+
+impl<'a> IntoIterator for &'a Sites {
+    type Item = (&'a u64, &'a Occurrences);
+    type IntoIter = std::iter::Map<
+        std::slice::Iter<'a, (u64, Occurrences)>,
+        fn(&'a (u64, Occurrences)) -> (&'a u64, &'a Occurrences),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.all.iter().map(|(k, o)| (k, o))
+    }
+}
+
 /// What marks the iterations, learnt from the records: NVTX names and how often each came,
 /// and where each call site allocated (by stack where stacks were recorded, else by API and
 /// size). Positions in the sequence of allocations, not times: an iteration's allocations come
@@ -107,8 +156,8 @@ pub(super) fn about_as_often(sorted: &[u64], count: u64) -> usize {
 pub struct MarkFinder {
     /// By string id: how often, and whether a range (not a mark).
     pub names: FastMap<u64, (u64, bool)>,
-    by_stack: FastMap<u64, Occurrences>,
-    by_size: FastMap<u64, Occurrences>,
+    by_stack: Sites,
+    by_size: Sites,
     /// By thread: the position of its allocation whose stack may come next (0: none). Indexed,
     /// not hashed: every record of a thread reads it.
     pending: Vec<u64>,
@@ -132,7 +181,7 @@ impl MarkFinder {
                 if let Some(t) = self.take_pending(r.thread)
                     && c != Change::StackOfRaw
                 {
-                    self.by_stack.entry(r.ptr).or_default().add(t);
+                    self.by_stack.add(r.ptr, t);
                 }
             }
             _ => {
@@ -147,9 +196,7 @@ impl MarkFinder {
                     }
                     self.pending[i] = self.allocations;
                     self.by_size
-                        .entry(size_key(r.api as u8, r.size))
-                        .or_default()
-                        .add(self.allocations);
+                        .add(size_key(r.api as u8, r.size), self.allocations);
                 }
             }
         }
@@ -167,8 +214,8 @@ impl MarkFinder {
             BoundaryMark::Nvtx(id) => self.names.get(&id).map_or(0, |n| n.0),
             BoundaryMark::Site(key) => self
                 .by_stack
-                .get(&key)
-                .or_else(|| self.by_size.get(&key))
+                .get(key)
+                .or_else(|| self.by_size.get(key))
                 .map_or(0, |o| o.count),
         }
     }
@@ -233,4 +280,45 @@ impl Boundaries {
             });
         }
     }
+}
+
+#[cfg(test)]
+mod sites_tests {
+    use super::*;
+
+    #[test]
+    fn sites_count_each_key_as_a_map_would_whichever_key_came_last() {
+        // Runs of one key (found without hashing) and keys interleaved (hashed each time).
+        let keys = [7u64, 7, 7, 9, 7, 9, 9, 3, 7, 3, 3, 3, 9];
+        let mut sites = Sites::default();
+        let mut map: HashMapOf = HashMapOf::default();
+        for (at, &k) in keys.iter().enumerate() {
+            sites.add(k, at as u64 + 1);
+            map.entry(k).or_default().add(at as u64 + 1);
+        }
+        for k in [3u64, 7, 9] {
+            let (a, b) = (sites.get(k).unwrap(), &map[&k]);
+            assert_eq!(
+                (a.count, a.first, a.last, &a.positions),
+                (b.count, b.first, b.last, &b.positions),
+                "key {k}"
+            );
+        }
+        assert!(sites.get(4).is_none());
+        assert_eq!((&sites).into_iter().count(), 3);
+        // The period found is the same from either.
+        let mut sites = Sites::default();
+        let mut map: HashMapOf = HashMapOf::default();
+        for step in 0..50u64 {
+            for (j, k) in [11u64, 12, 12, 13].into_iter().enumerate() {
+                let at = step * 4 + j as u64 + 1;
+                sites.add(k, at);
+                map.entry(k).or_default().add(at);
+            }
+        }
+        assert_eq!(detect_period(&sites, 200), detect_period(&map, 200));
+        assert!(detect_period(&sites, 200).is_some());
+    }
+
+    type HashMapOf = std::collections::HashMap<u64, Occurrences>;
 }
