@@ -3,6 +3,7 @@
 //! every report decodes with ([`reader`]), which keeps what a report's [`filter`] asks for.
 
 pub mod backward;
+pub mod by_device;
 pub mod checkpoint;
 pub mod facts;
 pub mod filter;

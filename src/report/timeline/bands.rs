@@ -104,7 +104,7 @@ impl<'a> BandsPass<'a> {
         let adds = found
             .lanes
             .iter()
-            .map(|(&d, f)| {
+            .map(|(d, f)| {
                 let adds = Adds {
                     found: f,
                     best: f.cols.iter().map(|c| c.best).collect(),

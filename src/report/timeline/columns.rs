@@ -5,6 +5,7 @@
 
 use super::MAX_COLUMNS;
 use crate::report::live::{Change, Replay};
+use crate::trace::by_device::ByDevice;
 use crate::trace::format::{DEVICE_UNKNOWN, Record, RecordKind};
 use std::collections::BTreeMap;
 
@@ -43,8 +44,10 @@ pub struct LaneFound {
 impl LaneFound {
     /// The column that shows change `c` (1 for the first).
     pub fn column_of(&self, c: u64) -> usize {
-        let w = self.width.max(1);
-        (c.saturating_sub(1) / w) as usize
+        // The width is a power of two (1, doubled at each merge): a shift, where a division
+        // at every change was a tenth of the picture's first pass.
+        let shift = self.width.max(1).trailing_zeros();
+        (c.saturating_sub(1) >> shift) as usize
     }
 
     fn change(&mut self, rp: &Replay, device: u8, time_ns: u64) {
@@ -132,7 +135,7 @@ impl LaneFound {
 /// (time, device, live, reserved).
 #[derive(Debug, Default)]
 pub struct Found {
-    pub lanes: BTreeMap<u8, LaneFound>,
+    pub lanes: ByDevice<LaneFound>,
     pub series: Vec<(u64, u8, u64, u64)>,
     /// Per device: the most live memory before the ring's detail, as its checkpoint kept it
     /// (bytes, time).
@@ -163,37 +166,23 @@ pub struct ColumnsPass {
 
 impl ColumnsPass {
     /// Each device's columns so far.
-    pub fn lanes(&self) -> &BTreeMap<u8, LaneFound> {
+    pub fn lanes(&self) -> &ByDevice<LaneFound> {
         &self.found.lanes
     }
 
     /// One record, after `rp` applied it (making change `c`).
     pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
         if let Some(d) = changed(rp, r, c) {
-            // Looked up before an entry is made: a device's lane is there at every change but
-            // its first, and the entry's call cost more than the lookup (callgrind).
-            match self.found.lanes.get_mut(&d) {
-                Some(lane) => lane.change(rp, d, r.time_ns),
-                None => self
-                    .found
-                    .lanes
-                    .entry(d)
-                    .or_default()
-                    .change(rp, d, r.time_ns),
-            }
+            self.found.lanes.or_default(d).change(rp, d, r.time_ns);
         } else if r.kind == RecordKind::DeviceMemory {
-            self.found
-                .lanes
-                .entry(r.device)
-                .or_default()
-                .sample(r.ptr, r.size);
+            self.found.lanes.or_default(r.device).sample(r.ptr, r.size);
         } else if !rp.restoring && crate::trace::summary::is_failure(r) {
             let d = if r.device == DEVICE_UNKNOWN {
                 0
             } else {
                 r.device
             };
-            self.found.lanes.entry(d).or_default().failure(r);
+            self.found.lanes.or_default(d).failure(r);
         }
     }
 
@@ -209,7 +198,7 @@ impl ColumnsPass {
         }
         found.tensors_recorded = rp.tensors.recorded();
         for (d, (_, total)) in &rp.facts.mem_info {
-            if let Some(l) = found.lanes.get_mut(d)
+            if let Some(l) = found.lanes.get_mut(*d)
                 && l.device_total == 0
             {
                 l.device_total = *total;

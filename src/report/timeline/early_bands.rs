@@ -17,6 +17,7 @@ use super::columns::{Found, LaneFound, changed};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Kinds};
 use crate::report::live::{Change, Replay, site_key};
+use crate::trace::by_device::ByDevice;
 use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
 use std::collections::BTreeMap;
@@ -84,7 +85,7 @@ impl LaneBands {
 /// The first pass's bands: per device, and each live allocation's first change and kind.
 #[derive(Default)]
 pub struct EarlyBands {
-    lanes: BTreeMap<u8, LaneBands>,
+    lanes: ByDevice<LaneBands>,
     lives: Lives,
     /// Too many kinds and lines: the second pass takes the bands.
     pub given_up: bool,
@@ -95,7 +96,7 @@ impl EarlyBands {
     /// `decided`) and the columns (`lanes`) took it.
     pub fn see(
         &mut self,
-        lanes: &BTreeMap<u8, LaneFound>,
+        lanes: &ByDevice<LaneFound>,
         rp: &Replay,
         r: &Record,
         c: Change,
@@ -107,15 +108,15 @@ impl EarlyBands {
         self.lives.decided(decided);
         let counted = changed(rp, r, c);
         if let Some(d) = counted
-            && let Some(f) = lanes.get(&d)
+            && let Some(f) = lanes.get(d)
         {
-            let b = self.lanes.entry(d).or_default();
+            let b = self.lanes.or_default(d);
             b.changes += 1;
             follow(b, f);
         }
         match c {
             Change::Alloc { ptr, device } => {
-                let now = self.lanes.get(&device).map_or(0, |b| b.changes);
+                let now = self.lanes.get(device).map_or(0, |b| b.changes);
                 self.lives
                     .made(ptr, rp.live.last_put(), now, counted.is_some());
             }
@@ -123,8 +124,8 @@ impl EarlyBands {
                 let live = &rp.freed;
                 if let (Some((from, kind)), Some(b), Some(f)) = (
                     self.lives.freed(ptr, rp.live.last_taken()),
-                    self.lanes.get_mut(&live.device),
-                    lanes.get(&live.device),
+                    self.lanes.get_mut(live.device),
+                    lanes.get(live.device),
                 ) {
                     let key = (slot_of(live, kind) as u8, site_key(live));
                     let to = b.changes;
@@ -166,7 +167,7 @@ impl EarlyBands {
         kinds: &Kinds,
         keep: &[&str],
     ) -> Vec<Lane> {
-        for (d, b) in &mut self.lanes {
+        for (d, b) in self.lanes.iter_mut() {
             if let Some(f) = found.lanes.get(d) {
                 b.close(f.cols.len().saturating_sub(1));
             }
@@ -176,8 +177,7 @@ impl EarlyBands {
             let Some(from) = self.lives.first_change(place) else {
                 continue;
             };
-            if let (Some(b), Some(f)) = (self.lanes.get_mut(&l.device), found.lanes.get(&l.device))
-            {
+            if let (Some(b), Some(f)) = (self.lanes.get_mut(l.device), found.lanes.get(l.device)) {
                 let kind = kinds.lasting(reader, *ptr, l.stack);
                 let a = f.cols.partition_point(|c| c.best < from);
                 b.add(
@@ -189,7 +189,7 @@ impl EarlyBands {
             }
         }
         let mut adds = BTreeMap::new();
-        for (d, f) in &found.lanes {
+        for (d, f) in found.lanes.iter() {
             let b = self.lanes.remove(d).unwrap_or_default();
             let n = f.cols.len();
             let diffs = b
@@ -212,7 +212,7 @@ impl EarlyBands {
                 diffs,
                 changes: b.changes,
             };
-            adds.insert(*d, a);
+            adds.insert(d, a);
         }
         lanes_of(found, adds, reader, keep)
     }
