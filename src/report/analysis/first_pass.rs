@@ -200,10 +200,10 @@ pub fn first_pass_times() -> (f64, f64, f64) {
 /// (`docs/gpu-checks.md`). On two cores the threads take turns, and a second replay costs
 /// about what the split saves, except for the page and `analyze`, whose five reports are read
 /// in two groups there: since the decoder and the trackers' short roads grew lighter, two
-/// groups of the page took 1.13 s of the bench's loop trace where one took 1.35 (medians of
-/// five, alternated), 2.57 where 2.82 of the kinds program's, and `analyze` 1.17 where 1.39
-/// and 2.26 where 2.86; `oom`'s two reports took longer in two (0.80 s in one, 1.17 in two),
-/// and `plot`'s two as long. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
+/// groups of the page took 2.18 s of the kinds program's 1.88 GB trace where one took 2.65
+/// (medians of four, alternated), `analyze` 2.19 where 2.70, and about as long of the bench's
+/// loop trace; `oom`'s two reports took longer in two (0.80 s in one, 1.17 in two), and
+/// `plot`'s two as long. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
 /// cores (`0`: one; the tests compare them).
 pub(super) fn first_pass(
     reader: &mut TraceReader,
