@@ -60,7 +60,7 @@ pub fn peak_read(
 #[derive(Default)]
 pub struct PeakFinder {
     /// (live bytes, record index, time of the record that made the peak)
-    best: BTreeMap<u8, Best>,
+    best: crate::trace::by_device::ByDevice<Best>,
     /// Per device: the best before a peak the program's own allocation set (a `cudaMalloc` or
     /// VMM handle the framework's segment record may yet claim as its segment: never live).
     /// (the best before, the allocation's address or handle, whether a handle)
@@ -86,7 +86,7 @@ impl PeakFinder {
         match c {
             Change::Alloc { device, .. } | Change::Physical { device } if !framework_segment => {
                 let live = rp.live_on(device);
-                let e = self.best.entry(device).or_insert((0, 0, 0));
+                let e = self.best.get_or_insert_with(device, || (0, 0, 0));
                 if live > e.0 {
                     let mut was = *e;
                     *e = (live, rp.index, r.time_ns);
@@ -162,16 +162,16 @@ impl PeakFinder {
             }
         }
         for (device, snap) in highest {
-            if self.best.get(&device).is_some_and(|b| b.0 > snap.live) {
+            if self.best.get(device).is_some_and(|b| b.0 > snap.live) {
                 continue;
             }
-            self.best.remove(&device);
+            self.best.remove(device);
             kept.push(from_snapshot(reader, snap));
         }
         let wanted = self
             .best
             .iter()
-            .map(|(&d, &(_, at, t))| (d, at, t))
+            .map(|(d, &(_, at, t))| (d, at, t))
             .collect();
         PeaksFound { kept, wanted }
     }

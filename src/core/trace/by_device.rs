@@ -37,6 +37,15 @@ impl<V> ByDevice<V> {
         self.places[i].get_or_insert_with(make)
     }
 
+    /// `device`'s value set; what it was.
+    pub fn insert(&mut self, device: u8, value: V) -> Option<V> {
+        let i = usize::from(device);
+        if self.places.len() <= i {
+            self.places.resize_with(i + 1, || None);
+        }
+        self.places[i].replace(value)
+    }
+
     /// `device`'s value taken out.
     pub fn remove(&mut self, device: u8) -> Option<V> {
         self.places.get_mut(usize::from(device))?.take()
@@ -107,6 +116,9 @@ mod tests {
         assert_eq!(m.remove(255), Some(10));
         assert_eq!(m.remove(255), None);
         assert_eq!(m.get_mut(3).map(|v| *v), Some(62));
+        assert_eq!(m.insert(3, 5), Some(62));
+        assert_eq!(m.insert(9, 1), None);
+        assert_eq!(m.remove(9), Some(1));
         assert!(!m.is_empty());
         m.remove(3);
         assert!(m.is_empty());
