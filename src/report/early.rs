@@ -184,6 +184,9 @@ pub struct EarlyMoments {
     /// of the trace, so a free of any other tensor looks at no slot (a real model's moments
     /// looked at every free, two fifths of its records, a sixth of `summary`'s time).
     awaited: Vec<u64>,
+    /// Records at which the slots were looked at (added to `VISITED` once, at the end: a
+    /// count shared by the groups' threads at every look would bounce between their cores).
+    visited: u64,
     /// The first record at which the last allocation with Python frames is taken here (see
     /// [`SHUTDOWN_TAIL_MIN`]).
     shutdown_from: u64,
@@ -215,6 +218,7 @@ impl EarlyMoments {
             due: u64::MAX,
             windowing: false,
             awaited: Vec::new(),
+            visited: 0,
             shutdown_from: shutdown_from(reader),
             short: crate::report::analysis::short_roads(),
         }
@@ -369,7 +373,7 @@ impl EarlyMoments {
         decided: Option<(u64, Kind)>,
         run_before: u64,
     ) -> bool {
-        VISITED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.visited += 1;
         let mut changed = false;
         // A moment that begins to settle its kinds waits on more addresses; a new run lets
         // some go.
@@ -506,6 +510,7 @@ impl EarlyMoments {
     /// The moments taken (those whose window the trace cut short taken from what was read),
     /// each once: the slots' candidates, but those missed.
     pub fn finish(mut self, reader: &TraceReader, kinds: &Kinds) -> Vec<Moment> {
+        VISITED.fetch_add(self.visited, std::sync::atomic::Ordering::Relaxed);
         let mut out: Vec<Moment> = Vec::new();
         let mut waiting = std::mem::take(&mut self.slots);
         waiting.sort_by_key(|(_, c)| c.at);
