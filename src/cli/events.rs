@@ -25,6 +25,7 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
         if r.kind.is_definition() {
             continue;
         }
+        let graph: String;
         let text: &str = match r.kind {
             RecordKind::RangePush | RecordKind::Mark | RecordKind::RangeStart => {
                 reader.string(r.ptr).unwrap_or("")
@@ -32,8 +33,8 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
             RecordKind::StackRef => stacks.text(&reader, r.ptr),
             RecordKind::GraphNode => reader.string(r.size).unwrap_or(""),
             RecordKind::GraphEdge | RecordKind::Graph => {
-                stacks.scratch = graph_text(&r);
-                &stacks.scratch
+                graph = graph_text(&r);
+                &graph
             }
             _ => "",
         };
@@ -120,7 +121,6 @@ fn graph_text(r: &gpushim::trace::format::Record) -> String {
 struct StackTexts {
     made: std::collections::HashMap<u64, (Vec<u64>, String)>,
     bytes: usize,
-    scratch: String,
 }
 
 impl StackTexts {

@@ -71,14 +71,6 @@ impl<V> ByDevice<V> {
             }
         }
     }
-
-    pub fn len(&self) -> usize {
-        self.places.iter().filter(|p| p.is_some()).count()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.places.iter().all(Option::is_none)
-    }
 }
 
 impl<V: Default> ByDevice<V> {
@@ -107,7 +99,7 @@ mod tests {
         let seen: Vec<(u8, u64)> = m.iter().map(|(d, &v)| (d, v)).collect();
         let want: Vec<(u8, u64)> = o.iter().map(|(&d, &v)| (d, v)).collect();
         assert_eq!(seen, want);
-        assert_eq!(m.len(), 4);
+        assert_eq!(m.iter().count(), 4);
         for (_, v) in m.iter_mut() {
             *v += 1;
         }
@@ -119,8 +111,7 @@ mod tests {
         assert_eq!(m.insert(3, 5), Some(62));
         assert_eq!(m.insert(9, 1), None);
         assert_eq!(m.remove(9), Some(1));
-        assert!(!m.is_empty());
         m.remove(3);
-        assert!(m.is_empty());
+        assert!(m.iter().next().is_none());
     }
 }

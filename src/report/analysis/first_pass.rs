@@ -288,24 +288,10 @@ fn most_groups(cores: usize, wants: &Wants, split: Option<usize>) -> usize {
     match split {
         Some(n) => n.max(1),
         None if cores >= 3 => cores - 1,
-        None if cores == 2 && reports_of(wants) >= 4 => 2,
+        // One group a report asked for, as many as there are.
+        None if cores == 2 && groups_of(wants, usize::MAX).len() >= 4 => 2,
         None => 1,
     }
-}
-
-/// How many of the first pass's reports `wants` asks for (the summary, the peaks, the
-/// failures, the iterations, the picture).
-fn reports_of(wants: &Wants) -> usize {
-    [
-        wants.summary,
-        wants.peak,
-        wants.oom,
-        wants.leaks.is_some(),
-        wants.timeline.is_some(),
-    ]
-    .into_iter()
-    .filter(|&w| w)
-    .count()
 }
 
 /// What each group of trackers of the first pass reads (see [`first_pass`]), `most` groups at

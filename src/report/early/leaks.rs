@@ -1,0 +1,93 @@
+//! The leaks' sampling begun in the first pass (see [`EarlyLeaks`]), so that `leaks` and
+//! `oom` need no second pass over the whole trace for it.
+
+use crate::report::kinds::{Kind, Kinds};
+use crate::report::live::Replay;
+use crate::trace::format::Record;
+use crate::trace::reader::TraceReader;
+
+/// Leaks whose sampling begun in the first pass was used (no second pass for them): said with
+/// `GPUSHIM_READS=1`, so that the tests see the sampling used whatever the batches decoded.
+static LEAKS_SAMPLED_READING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times the leaks' sampling begun in the first pass was used.
+pub fn leaks_sampled_reading() -> u64 {
+    LEAKS_SAMPLED_READING.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The leaks' second pass begun in the first: at record [`EarlyLeaks::at`] (a sixteenth of the
+/// trace, at least 16,384 records), the boundary the finder would choose if the trace ended
+/// there, the records up to it read again by a second reader of the file
+/// ([`TraceReader::fork`]) into that choice's sampler, which then reads on with the first
+/// pass. Used only where the finder's choice at the end is the same (for a steady loop it is);
+/// otherwise the leaks are sampled in a second pass, as without it. The sampler's state at the
+/// record is the second pass's there: the same records, the same replay and kinds.
+pub struct EarlyLeaks {
+    pub at: u64,
+    boundary: Option<String>,
+    sampler: Option<crate::report::leaks::LeaksSampler>,
+}
+
+impl EarlyLeaks {
+    pub fn new(reader: &TraceReader, boundary: Option<String>) -> EarlyLeaks {
+        let (first, end) = reader.progress();
+        let at = (end.saturating_sub(first) / 16).max(1 << 14);
+        EarlyLeaks {
+            at,
+            boundary,
+            sampler: None,
+        }
+    }
+
+    /// At record `at` of the first pass (`rp` after it): the sampler begun and brought here.
+    pub fn begin(
+        &mut self,
+        reader: &TraceReader,
+        finder: &crate::report::leaks::LeaksFinder,
+        rp: &Replay,
+    ) {
+        let mut sampler = finder.sampler(reader, rp, self.boundary.as_deref());
+        let Ok(mut again) = reader.fork() else {
+            return;
+        };
+        let (mut rp2, mut kinds2, mut batch) = (Replay::default(), Kinds::default(), Vec::new());
+        'read: while again.next_batch(&mut batch) {
+            for r in &batch {
+                let c = rp2.apply(r);
+                let decided = kinds2.observe(&again, r);
+                sampler.see(&rp2, r, c, decided);
+                if rp2.index == self.at {
+                    break 'read;
+                }
+            }
+        }
+        if rp2.index == self.at {
+            self.sampler = Some(sampler);
+        }
+    }
+
+    /// One record of the first pass after `at`.
+    pub fn see(
+        &mut self,
+        rp: &Replay,
+        r: &Record,
+        c: crate::trace::live::Change,
+        decided: Option<(u64, Kind)>,
+    ) {
+        if let Some(s) = &mut self.sampler {
+            s.see(rp, r, c, decided);
+        }
+    }
+
+    /// The sampler, if it samples what the finder chose at the end (`chosen`).
+    pub fn finish(
+        self,
+        chosen: &crate::report::leaks::LeaksSampler,
+    ) -> Option<crate::report::leaks::LeaksSampler> {
+        let used = self.sampler.filter(|s| s.same_choice(chosen));
+        if used.is_some() {
+            LEAKS_SAMPLED_READING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        used
+    }
+}
