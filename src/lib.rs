@@ -10,7 +10,7 @@
 //! - [`files`]: what the command writes and trusts in folders others may share;
 //! - [`run`]: how `gpushim run` starts a program under the shim.
 
-pub use gpushim_core::{config, fasthash, fixedfmt, trace};
+pub use gpushim_core::{config, fasthash, fixedfmt, prefetch, trace};
 
 /// The core's caching allocator (PyTorch's, modelled, is in `report::torch_replay::model`).
 pub mod engine {

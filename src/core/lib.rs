@@ -2,7 +2,8 @@
 //! one) both compile. Nothing here calls CUDA; the shim is the only code that does.
 //!
 //! The layers, lowest first (a module uses only those above it):
-//! - [`fasthash`], [`fixedfmt`]: a hash for addresses, formatting without allocating.
+//! - [`fasthash`], [`fixedfmt`], [`prefetch`]: a hash for addresses, formatting without
+//!   allocating, memory asked for ahead of the hot loops.
 //! - [`config`]: `GPUSHIM_CONF`, parsed.
 //! - [`trace`]: the file format, the writer the shim records with, the reader.
 //! - [`engine`]: the caching allocator, over any backend (real CUDA in the shim, memory in the
@@ -12,4 +13,5 @@ pub mod config;
 pub mod engine;
 pub mod fasthash;
 pub mod fixedfmt;
+pub mod prefetch;
 pub mod trace;

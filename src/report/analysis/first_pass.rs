@@ -161,7 +161,9 @@ fn read_all(reader: &mut TraceReader, run: &mut RunPass, mut each: Option<Each<'
     // Read where the decoder left each batch: the groups of a page share one.
     let mut held = crate::trace::reader::Held::default();
     while reader.next_held(&mut held) {
-        for r in held.records() {
+        let records = held.records();
+        for (i, r) in records.iter().enumerate() {
+            crate::prefetch::ahead(records, i);
             let c = run.see(reader, r);
             if let Some(f) = each.as_mut() {
                 f(reader, &run.rp, r, c);

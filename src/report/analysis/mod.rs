@@ -391,7 +391,8 @@ fn second_pass(
     let (mut rp, mut kinds, mut batch) = (Replay::default(), Kinds::default(), Vec::new());
     let only_moments = leaks.is_none() && bands.is_none();
     'pass: while reader.next_batch(&mut batch) {
-        for r in &batch {
+        for (i, r) in batch.iter().enumerate() {
+            crate::prefetch::ahead(&batch, i);
             let c = rp.apply(r);
             let run_before = kinds.run();
             let decided = kinds.observe(reader, r);

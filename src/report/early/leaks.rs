@@ -52,7 +52,8 @@ impl EarlyLeaks {
         };
         let (mut rp2, mut kinds2, mut batch) = (Replay::default(), Kinds::default(), Vec::new());
         'read: while again.next_batch(&mut batch) {
-            for r in &batch {
+            for (i, r) in batch.iter().enumerate() {
+                crate::prefetch::ahead(&batch, i);
                 let c = rp2.apply(r);
                 let decided = kinds2.observe(&again, r);
                 sampler.see(&rp2, r, c, decided);

@@ -385,6 +385,7 @@ impl Decoder {
         let mut at = start;
         while at < end {
             let o = at * RECORD_SIZE;
+            crate::prefetch::ahead(bodies, o);
             let Some(body) = bodies
                 .get(o..o + RECORD_SIZE)
                 .and_then(|b| <&[u8; RECORD_SIZE]>::try_from(b).ok())

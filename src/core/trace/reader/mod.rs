@@ -521,6 +521,7 @@ impl Iterator for TraceReader {
     /// resolved as they are read, before any record that refers to them is returned.
     fn next(&mut self) -> Option<Record> {
         loop {
+            crate::prefetch::ahead(self.batch.as_slices().0, 0);
             let Some(r) = self.batch.pop_front() else {
                 self.batch = self.take_batch()?.into();
                 continue;
