@@ -100,9 +100,12 @@ one plot-total plot --by total "$t" -o "$dir/total.svg"
 one memory-viz export --format memory-viz "$t" -o "$dir/snapshot.pickle"
 rm -f "$dir/snapshot.pickle"
 one events events "$t"
+# What fits (the model program's trace: PyTorch's requests, held for the replays of its
+# allocator): its memory grows with the requests the trace holds (docs/limits.md).
+if [ "$program" = model ]; then one fit fit "$t" --at 8; fi
 echo "(report-N, analyze-N: their trackers in N groups, GPUSHIM_READ_SPLIT=0 or 2; by default one a report, up to five, where $(nproc) cores allow: one for the decoder, one a group; two on two cores)"
 echo "(summary*: the job's summary from the saved analysis, $(stat -c %s "$dir/host.analysis") bytes)"
-echo "(top: one refresh; plot: by kind; plot-total: --by total; memory-viz: its newest 100,000 events a device; events: every record as CSV, to /dev/null)"
+echo "(top: one refresh; plot: by kind; plot-total: --by total; memory-viz: its newest 100,000 events a device; events: every record as CSV, to /dev/null; fit: at 2x, 4x and 8x the batch and the largest that fits, the model program's trace only)"
 echo "(decode, busiest: CPU seconds of the decoding threads, every pass, and of the first pass's busiest thread of trackers, the last run's)"
 # GPUSHIM_BEFORE=PATH: another build of the command (or a script running one) read the same
 # trace, each report alternated with this build's, A B A B, five times each; the medians.

@@ -24,7 +24,7 @@ pub use render::render;
 pub use seq::{SeqAsk, SeqAxis};
 
 use largest::largest;
-use requests::{classify, optional_requests, request_labels};
+use requests::{Labels, classify, optional_requests};
 use steps::{limit_of, measure_by_second_run, setting_fit, tally};
 
 use super::kinds::{Kind, Phase, phase_of_stack};
@@ -363,7 +363,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     batches_asked(ask)?;
     let input = &run.input;
     let kinds = input.request_kinds();
-    let labels = request_labels(input);
+    let labels = Labels::of(input);
     let mut req = classify(input, kinds, &labels);
     let measured_requests = match &ask.second {
         Some((path, other)) => measure_by_second_run(input, &mut req, ask.at, path, *other, opts)?,

@@ -11,20 +11,26 @@ use crate::report::torch_replay::Input;
 /// convolution's workspace (a scratch buffer of a line of convolutions, freed before anything
 /// else is asked): PyTorch catches the failure and tries cuDNN's next algorithm, down to those
 /// needing none (`aten/src/ATen/native/cudnn/Conv_v8.cpp`, `try_configs`).
-pub(super) fn optional_requests(input: &Input, labels: &[String]) -> Vec<bool> {
+pub(super) fn optional_requests(input: &Input, labels: &Labels) -> Vec<bool> {
+    // Whether each line's innermost frame is a convolution's, once a line.
+    let conv: Vec<bool> = labels
+        .texts()
+        .iter()
+        .map(|label| {
+            let innermost = label.split(" < ").next().unwrap_or_default();
+            innermost.to_ascii_lowercase().contains("conv")
+        })
+        .collect();
     input
         .scratch()
         .into_iter()
-        .zip(labels)
-        .map(|(scratch, label)| {
-            let innermost = label.split(" < ").next().unwrap_or_default();
-            scratch && innermost.to_ascii_lowercase().contains("conv")
-        })
+        .zip(labels.ids())
+        .map(|(scratch, &id)| scratch && conv.get(id as usize).copied().unwrap_or(false))
         .collect()
 }
 
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
-pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Requests {
+pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requests {
     let reader = input.reader();
     let mut cache: FastMap<u64, Phase> = FastMap::default();
     let phases: Vec<Phase> = input
@@ -35,12 +41,24 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
                 .or_insert_with(|| phase_of_stack(reader, stack))
         })
         .collect();
-    // The autograd node of each backward request ("" for the others).
-    let nodes: Vec<&str> = input
+    // The autograd node of each backward request ("" for the others): its place in `names`,
+    // each node's name kept once (a request's own took 16 bytes of tens of millions).
+    let mut names: Vec<&str> = Vec::new();
+    let mut of_stack: FastMap<u64, u32> = FastMap::default();
+    let nodes: Vec<u32> = input
         .requests()
-        .map(|(_, stack)| backward_node_of(reader, stack).unwrap_or_default())
+        .map(|(_, stack)| {
+            *of_stack.entry(stack).or_insert_with(|| {
+                names.push(backward_node_of(reader, stack).unwrap_or_default());
+                u32::try_from(names.len() - 1).unwrap_or(u32::MAX)
+            })
+        })
         .collect();
-    let weights = WeightSized::new(input, &kinds, &phases, &nodes);
+    let node = |i: usize| -> &str {
+        let id = nodes.get(i).copied().unwrap_or(u32::MAX);
+        names.get(id as usize).copied().unwrap_or_default()
+    };
+    let weights = WeightSized::new(input, &kinds, &phases, node);
     let sequences: Vec<u64> = input.request_sequences().collect();
     let ends = gradient_ends(input, &kinds, &sequences);
     let scale = input
@@ -52,8 +70,8 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
             Kind::Activation | Kind::Input => Scale::Batch,
             Kind::Temporary => {
                 let phase = phases[i];
-                let weight = weights.temporary(size, stack, phase, nodes[i], sequences[i])
-                    && !weights.activation_gradient(size, phase, nodes[i], ends[i]);
+                let weight = weights.temporary(size, stack, phase, node(i), sequences[i])
+                    && !weights.activation_gradient(size, phase, node(i), ends[i]);
                 if phase == Phase::Optimizer || weight {
                     Scale::Fixed
                 } else {
@@ -70,6 +88,9 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &[String]) -> Re
     mark_reductions(input, &mut req, labels);
     req
 }
+
+/// The autograd node of a cast (`.to(dtype)`), by the start of its name.
+const CAST: &str = "ToCopyBackward";
 
 /// The nodes whose backward makes a weight's gradient (or casts one), of all autograd's: a
 /// temporary of a weight's size from any other node (a split's, a view's, a dropout's, an
@@ -117,16 +138,22 @@ struct WeightSized {
     by_line: FastMap<(u64, u64), u64>,
     steps: u64,
     /// The autograd node of each sequence number whose backward made a tensor (the op that
-    /// made a forward tensor of that number), and whether a tensor it made became a
-    /// parameter's gradient (a weight's cast hands its gradient to the weight; an activation's
-    /// cast hands it on).
-    nodes: FastMap<u64, (String, bool)>,
+    /// made a forward tensor of that number) is a cast's (`ToCopyBackward`), and whether a
+    /// tensor it made became a parameter's gradient (a weight's cast hands its gradient to the
+    /// weight; an activation's cast hands it on). A run numbers its nodes anew every step, so
+    /// this grows with the run: two flags a number, not the node's name.
+    nodes: FastMap<u64, (bool, bool)>,
     /// Whether the run makes its parameters' gradients anew each step ([`gradients_anew`]).
     gradients_made: bool,
 }
 
 impl WeightSized {
-    fn new(input: &Input, kinds: &[Kind], phases: &[Phase], nodes: &[&str]) -> WeightSized {
+    fn new<'a>(
+        input: &Input,
+        kinds: &[Kind],
+        phases: &[Phase],
+        node: impl Fn(usize) -> &'a str,
+    ) -> WeightSized {
         let mut full: FastMap<u64, u64> = FastMap::default();
         let mut grads: FastMap<u64, u64> = FastMap::default();
         let mut by_line: FastMap<(u64, u64), u64> = FastMap::default();
@@ -142,12 +169,13 @@ impl WeightSized {
         if full.is_empty() {
             full = grads;
         }
-        let mut by_sequence: FastMap<u64, (String, bool)> = FastMap::default();
-        for ((sequence, &node), k) in input.request_sequences().zip(nodes).zip(kinds) {
+        let mut by_sequence: FastMap<u64, (bool, bool)> = FastMap::default();
+        for (i, (sequence, k)) in input.request_sequences().zip(kinds).enumerate() {
+            let node = node(i);
             if sequence != 0 && !node.is_empty() {
                 let e = by_sequence
                     .entry(sequence)
-                    .or_insert_with(|| (node.to_string(), false));
+                    .or_insert_with(|| (node.starts_with(CAST), false));
                 e.1 |= *k == Kind::Gradient;
             }
         }
@@ -178,10 +206,7 @@ impl WeightSized {
     /// (`ToCopyBackward0`, where its op's backward made a tensor: an activation that is half a
     /// weight's size by chance is not), few a step.
     fn copy(&self, size: u64, stack: u64, phase: Phase, sequence: u64) -> bool {
-        let cast = self
-            .nodes
-            .get(&sequence)
-            .is_none_or(|(n, _)| n.starts_with("ToCopyBackward"));
+        let cast = self.nodes.get(&sequence).is_none_or(|&(cast, _)| cast);
         // Where the run's gradients are made anew each step (`zero_grad()` sets them to None),
         // a weight's cast hands the weight its gradient: a cast whose backward made no
         // parameter's gradient is an activation's (at 2 x 512 tokens a Llama's hidden states
@@ -205,7 +230,7 @@ impl WeightSized {
     /// hidden size) is handed on instead.
     fn activation_gradient(&self, size: u64, phase: Phase, node: &str, end: GradientEnd) -> bool {
         let weight_node =
-            !node.is_empty() && !node.starts_with("ToCopyBackward") && makes_weight_gradients(node);
+            !node.is_empty() && !node.starts_with(CAST) && makes_weight_gradients(node);
         if !(self.gradients_made && phase == Phase::Backward && weight_node) {
             return false;
         }
@@ -224,7 +249,7 @@ impl WeightSized {
         }
         // A cast's backward whose gradients went to no weight casts an activation's gradient
         // (where the run makes its gradients anew, as `copy` says).
-        if node.starts_with("ToCopyBackward") && self.activation_cast(sequence) {
+        if node.starts_with(CAST) && self.activation_cast(sequence) {
             return false;
         }
         // In the forward, only a cast's copy, or what an op whose backward made a weight's
@@ -235,7 +260,7 @@ impl WeightSized {
         let weighty = self
             .nodes
             .get(&sequence)
-            .is_some_and(|(n, w)| n.starts_with("ToCopyBackward") || *w);
+            .is_some_and(|&(cast, w)| cast || w);
         if phase == Phase::Forward && !weighty {
             return false;
         }
@@ -264,7 +289,6 @@ fn gradient_ends(input: &Input, kinds: &[Kind], sequences: &[u64]) -> Vec<Gradie
     let sizes: Vec<u64> = input.requests().map(|(size, _)| size).collect();
     input
         .last_before_free()
-        .into_iter()
         .enumerate()
         .map(|(i, last)| match last {
             Some(j) if j >= i => {
@@ -318,7 +342,7 @@ fn steps_of(phases: &[Phase]) -> u64 {
 /// batch followed at once, from the same line, by its semaphore: see [`reduce`]) to be resized
 /// as PyTorch sizes them, and their semaphores as fixed, where the trace says what the device
 /// is made of (a trace from before it was kept: in proportion, as any other).
-pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &[String]) {
+pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &Labels) {
     let Some(make) = input
         .reader()
         .info()
@@ -336,7 +360,7 @@ pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &[Strin
     let scratch = input.scratch();
     for (i, pair) in sizes.windows(2).enumerate() {
         let [size, next] = [pair[0], pair[1]];
-        if labels[i] != labels[i + 1]
+        if labels.id(i) != labels.id(i + 1)
             || req.scale[i] != Scale::Batch
             || !brief[i]
             || !scratch[i + 1]
@@ -351,17 +375,59 @@ pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &[Strin
 }
 
 /// Each request's line (its frames), in order: what pairs a request with its counterpart in
-/// another run of the program.
-pub(super) fn request_labels(inp: &Input) -> Vec<String> {
-    let mut cache: FastMap<u64, String> = FastMap::default();
-    inp.requests()
-        .map(|(_, stack)| {
-            cache
-                .entry(stack)
-                .or_insert_with(|| crate::report::sites::site_label(inp.reader(), stack))
-                .clone()
-        })
-        .collect()
+/// another run of the program. Each distinct line's text is kept once and each request holds
+/// its number: a long run's trace asks for tens of millions of tensors from a few hundred
+/// lines, and a text a request took 1.3 GB of a 1.88 GB trace's `fit`.
+pub(super) struct Labels {
+    /// Each request's line, a place in `texts`.
+    of: Vec<u32>,
+    texts: Vec<String>,
+}
+
+impl Labels {
+    pub(super) fn of(inp: &Input) -> Labels {
+        let mut by_stack: FastMap<u64, u32> = FastMap::default();
+        let mut by_text: FastMap<String, u32> = FastMap::default();
+        let mut texts: Vec<String> = Vec::new();
+        let of = inp
+            .requests()
+            .map(|(_, stack)| {
+                *by_stack.entry(stack).or_insert_with(|| {
+                    let text = crate::report::sites::site_label(inp.reader(), stack);
+                    *by_text.entry(text).or_insert_with_key(|text| {
+                        texts.push(text.clone());
+                        // A request is an event of a `Vec` that `u32` indexes (see
+                        // `made_of`), so its lines number fewer.
+                        u32::try_from(texts.len() - 1).unwrap_or(u32::MAX)
+                    })
+                })
+            })
+            .collect();
+        Labels { of, texts }
+    }
+
+    /// The number of the `i`-th request's line: two requests share one where their lines'
+    /// texts are the same.
+    pub(super) fn id(&self, i: usize) -> Option<u32> {
+        self.of.get(i).copied()
+    }
+
+    /// Each request's line's text, in order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &str> + '_ {
+        self.of
+            .iter()
+            .map(|&i| self.texts.get(i as usize).map_or("", String::as_str))
+    }
+
+    /// Each distinct line's text, by number.
+    pub(super) fn texts(&self) -> &[String] {
+        &self.texts
+    }
+
+    /// Each request's line's number, in order.
+    pub(super) fn ids(&self) -> &[u32] {
+        &self.of
+    }
 }
 
 /// What a second run of the program at another batch says of each request of this one: the
@@ -369,21 +435,23 @@ pub(super) fn request_labels(inp: &Input) -> Vec<String> {
 /// order; only sizes differ), and scales on the line through the two sizes. A request with no
 /// counterpart (a line the second run made fewer times) gets `None`.
 pub(super) fn measured(input: &Input, at: u64, second: &Input, other: u64) -> Vec<Option<Scale>> {
-    let labels = request_labels;
-    let mut theirs: std::collections::HashMap<String, Vec<u64>> = Default::default();
-    for ((size, _), label) in second.requests().zip(labels(second)) {
+    let (mine, labels) = (Labels::of(input), Labels::of(second));
+    let mut theirs: std::collections::HashMap<&str, Vec<u64>> = Default::default();
+    for ((size, _), label) in second.requests().zip(labels.iter()) {
         theirs.entry(label).or_default().push(size);
     }
-    let mut taken: std::collections::HashMap<String, usize> = Default::default();
+    // How many of each line's requests came so far, by its number.
+    let mut taken = vec![0usize; mine.texts().len()];
     input
         .requests()
-        .zip(labels(input))
-        .map(|((here, _), label)| {
-            let n = taken.entry(label.clone()).or_default();
+        .zip(mine.ids())
+        .map(|((here, _), &id)| {
+            let label = mine.texts().get(id as usize)?;
+            let n = taken.get_mut(id as usize)?;
             let i = *n;
             *n += 1;
             theirs
-                .get(&label)
+                .get(label.as_str())
                 .and_then(|v| v.get(i))
                 .map(|&there| Scale::Measured {
                     here,

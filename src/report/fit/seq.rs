@@ -8,7 +8,7 @@
 //! grows). Each request is resized to the length asked, then to the batch by its kind, and
 //! the run replayed as for the batch alone.
 
-use super::{Row, Scale, largest, on_line, request_labels, resize};
+use super::{Labels, Row, Scale, largest, on_line, resize};
 use crate::report::torch_replay::{self, Bounds, Input, model::TorchConf};
 use serde::Serialize;
 
@@ -229,19 +229,19 @@ const LOOK_AHEAD: usize = 8;
 /// kind decides (`scale`).
 fn paired(input: &Input, second: &Input, at: u64, other: u64, scale: &[Scale]) -> Vec<SeqScale> {
     use std::collections::HashMap;
-    let mine = request_labels(input);
-    let mut theirs: HashMap<String, Vec<u64>> = HashMap::new();
-    for ((size, _), label) in second.requests().zip(request_labels(second)) {
+    let (mine, labels) = (Labels::of(input), Labels::of(second));
+    let mut theirs: HashMap<&str, Vec<u64>> = HashMap::new();
+    for ((size, _), label) in second.requests().zip(labels.iter()) {
         theirs.entry(label).or_default().push(size);
     }
     let mut count: HashMap<&str, usize> = HashMap::new();
-    for label in &mine {
-        *count.entry(label.as_str()).or_default() += 1;
+    for label in mine.iter() {
+        *count.entry(label).or_default() += 1;
     }
     let mut next: HashMap<&str, usize> = HashMap::new();
     input
         .requests()
-        .zip(&mine)
+        .zip(mine.iter())
         .enumerate()
         .map(|(n, ((here, _), label))| {
             let by_kind = SeqScale::ByKind {
@@ -250,12 +250,12 @@ fn paired(input: &Input, second: &Input, at: u64, other: u64, scale: &[Scale]) -
             let Some(sizes) = theirs.get(label) else {
                 return by_kind;
             };
-            let j = next.entry(label.as_str()).or_default();
+            let j = next.entry(label).or_default();
             let ahead = sizes.get(*j..).unwrap_or(&[]);
             let clean = ahead.iter().take(LOOK_AHEAD).position(|&there| {
                 !matches!(classify(here, there, at, other), SeqScale::Line { .. })
             });
-            let same_count = count.get(label.as_str()) == Some(&sizes.len());
+            let same_count = count.get(label) == Some(&sizes.len());
             match (clean, ahead.first()) {
                 (Some(i), _) => {
                     *j += i + 1;

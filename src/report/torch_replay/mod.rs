@@ -121,6 +121,8 @@ pub struct Input {
     pub graph: crate::trace::graph::Walks,
     /// Where the events repeat, found when a replay first asks.
     period: std::sync::OnceLock<Option<replayer::Stretch>>,
+    /// Each request's last request before its free (see [`Input::last_before_free`]).
+    last_before_free: std::sync::OnceLock<Vec<u32>>,
 }
 
 /// A `trace_max` that holds every record of a run of `records`: 32 bytes each, and room for

@@ -381,6 +381,7 @@ impl Requests {
             seed: g.seed,
             graph: g.graph,
             period: std::sync::OnceLock::new(),
+            last_before_free: std::sync::OnceLock::new(),
         })
     }
 }

@@ -376,6 +376,9 @@ pub fn replay(
     (r.outcome(conf), fidelity)
 }
 
+/// A request [`Input::last_before_free`] found never freed.
+const NEVER_FREED: u32 = u32::MAX;
+
 impl Input {
     /// Each tensor request in order: whether it was freed before the program asked for
     /// anything else (a scratch buffer of the operation that made it).
@@ -387,32 +390,39 @@ impl Input {
     /// requests were made after it.
     pub fn freed_within(&self, later: usize) -> Vec<bool> {
         self.last_before_free()
-            .into_iter()
             .enumerate()
             .map(|(n, last)| last.is_some_and(|j| j.saturating_sub(n) <= later))
             .collect()
     }
 
     /// For each tensor request, the last request made before it was freed (itself, where
-    /// none came between; `None` where it was never freed).
-    pub fn last_before_free(&self) -> Vec<Option<usize>> {
-        let mut out = Vec::new();
-        let mut live: crate::fasthash::FastMap<(u8, u64), usize> = Default::default();
-        for e in &self.events {
-            match e.ev {
-                Ev::Alloc => {
-                    live.insert((e.device, e.ptr), out.len());
-                    out.push(None);
-                }
-                Ev::FreeRequested | Ev::Free => {
-                    if let Some(n) = live.remove(&(e.device, e.ptr)) {
-                        out[n] = Some(out.len() - 1);
+    /// none came between; `None` where it was never freed). Found once and kept: `fit` asks
+    /// four times, and each look is a pass over every event with a map of the live ones.
+    pub fn last_before_free(&self) -> impl ExactSizeIterator<Item = Option<usize>> + '_ {
+        self.last_before_free
+            .get_or_init(|| {
+                let mut out = Vec::new();
+                let mut live: crate::fasthash::FastMap<(u8, u64), usize> = Default::default();
+                for e in &self.events {
+                    match e.ev {
+                        Ev::Alloc => {
+                            live.insert((e.device, e.ptr), out.len());
+                            out.push(NEVER_FREED);
+                        }
+                        Ev::FreeRequested | Ev::Free => {
+                            if let Some(n) = live.remove(&(e.device, e.ptr)) {
+                                // Past `u32`'s requests (more than memory holds): as if
+                                // never freed.
+                                out[n] = u32::try_from(out.len() - 1).unwrap_or(NEVER_FREED);
+                            }
+                        }
+                        _ => {}
                     }
                 }
-                _ => {}
-            }
-        }
-        out
+                out
+            })
+            .iter()
+            .map(|&j| (j != NEVER_FREED).then_some(j as usize))
     }
 
     /// Each tensor request's kind, in the order of [`Input::requests`]: from the same read.
