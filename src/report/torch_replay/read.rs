@@ -26,18 +26,20 @@ struct Gather {
     summarized_tensors: bool,
     pages_seen: bool,
     /// Per thread: its latest tensor or segment event, which a `TensorPool` record places.
-    pool_for: HashMap<u16, usize>,
+    /// By thread and by device, the places are a vector's (see [`at`]), not a map's: every
+    /// tensor event asked them, and their hashes were a third of a long trace's read.
+    pool_for: Vec<Option<usize>>,
     /// The run's events in private pools.
     private_events: u64,
     tensors_off: Option<u64>,
     /// The run's setting collects garbage: a release just before a new segment served it.
     collects: bool,
     /// Per thread: the event whose stack comes next.
-    stack_for: HashMap<u16, usize>,
+    stack_for: Vec<Option<usize>>,
     /// Per device: a failed device allocation since its last tensor event.
-    failed: HashMap<u8, bool>,
+    failed: Vec<bool>,
     /// Per device: the open release burst's tentative `EmptyCache` (its index).
-    burst: HashMap<u8, Option<usize>>,
+    burst: Vec<Option<usize>>,
     /// Per device: the bytes the run's segments held, and the most they held.
     reserved: HashMap<u8, u64>,
     most_reserved: HashMap<u8, u64>,
@@ -45,6 +47,15 @@ struct Gather {
     undecided: FastMap<u64, usize>,
     /// The autograd graph's walks (a ring's checkpoint keeps the latest).
     graph: crate::trace::graph::Walks,
+}
+
+/// The place `i` of a table by thread or by device, made (empty) where the table is shorter: a
+/// thread's number is 16 bits and a device's 8, so a table is at most 65,536 places long.
+fn at<T: Default>(table: &mut Vec<T>, i: usize) -> &mut T {
+    if table.len() <= i {
+        table.resize_with(i + 1, T::default);
+    }
+    &mut table[i]
 }
 
 impl Gather {
@@ -107,13 +118,13 @@ impl Gather {
         }
         match r.kind {
             RecordKind::StackRef => {
-                if let Some(i) = self.stack_for.remove(&r.thread) {
+                if let Some(i) = at(&mut self.stack_for, r.thread.into()).take() {
                     self.events[i].stack = r.ptr;
                     self.events[i].sequence = crate::trace::backward::sequence_of(r);
                 }
             }
             RecordKind::TensorPool => {
-                if let Some(i) = self.pool_for.remove(&r.thread) {
+                if let Some(i) = at(&mut self.pool_for, r.thread.into()).take() {
                     self.events[i].private = true;
                     self.private_events += 1;
                     // A private pool's segment given back (its pool freed): not empty_cache.
@@ -132,7 +143,7 @@ impl Gather {
                 self.events.push(event(Ev::Reservation, r));
             }
             RecordKind::Alloc | RecordKind::PhysCreate if r.failed() => {
-                self.failed.insert(r.device, true);
+                *at(&mut self.failed, r.device.into()) = true;
             }
             RecordKind::MemInfo if r.status == 0 && r.size > 0 => {
                 let d = self.devices.entry(r.device).or_default();
@@ -148,9 +159,8 @@ impl Gather {
 
     fn tensor(&mut self, ev: Ev, r: &Record) {
         // A failed `cudaMalloc` since the last tensor event: the device refused, not a fraction.
-        let no_call = !self.failed.get(&r.device).copied().unwrap_or(false);
-        self.failed.insert(r.device, false);
-        self.burst.insert(r.device, None);
+        let no_call = !std::mem::take(at(&mut self.failed, r.device.into()));
+        *at(&mut self.burst, r.device.into()) = None;
         if ev == Ev::Alloc {
             self.tensors += 1;
         }
@@ -164,8 +174,8 @@ impl Gather {
             d.capacity_at_oom.get_or_insert(held.saturating_add(r.ptr));
         }
         if matches!(ev, Ev::Alloc | Ev::Oom) {
-            self.stack_for.insert(r.thread, self.events.len());
-            self.pool_for.insert(r.thread, self.events.len());
+            *at(&mut self.stack_for, r.thread.into()) = Some(self.events.len());
+            *at(&mut self.pool_for, r.thread.into()) = Some(self.events.len());
         }
         self.events.push(event(ev, r));
     }
@@ -180,11 +190,11 @@ impl Gather {
         // Segments taken right after segments given back: the release served an allocation
         // (the collector's, or a retry after a failure), not empty_cache.
         if self.collects
-            && let Some(Some(i)) = self.burst.get(&r.device)
+            && let Some(&Some(i)) = self.burst.get(usize::from(r.device))
         {
-            self.events[*i].ev = Ev::Skip;
+            self.events[i].ev = Ev::Skip;
         }
-        self.pool_for.insert(r.thread, self.events.len());
+        *at(&mut self.pool_for, r.thread.into()) = Some(self.events.len());
         self.events.push(event(Ev::Reserve { pages }, r));
     }
 
@@ -193,9 +203,13 @@ impl Gather {
     fn release(&mut self, r: &Record) {
         let held = self.reserved.entry(r.device).or_default();
         *held = held.saturating_sub(r.size);
-        let open = self.burst.entry(r.device).or_default();
+        let by_failure = self
+            .failed
+            .get(usize::from(r.device))
+            .copied()
+            .unwrap_or(false);
+        let open = at(&mut self.burst, r.device.into());
         if open.is_none() {
-            let by_failure = self.failed.get(&r.device).copied().unwrap_or(false);
             let mut e = event(Ev::EmptyCache, r);
             if by_failure {
                 e.ev = Ev::Skip;
@@ -203,7 +217,7 @@ impl Gather {
             *open = Some(self.events.len());
             self.events.push(e);
         }
-        self.pool_for.insert(r.thread, self.events.len());
+        *at(&mut self.pool_for, r.thread.into()) = Some(self.events.len());
         self.events.push(event(Ev::Release, r));
     }
 }
