@@ -196,6 +196,9 @@ pub(super) fn tally(input: &torch_replay::Input, req: &Requests) -> Tally {
     let (mut batch_bytes, mut fixed_bytes, mut unknown_bytes) = (0u64, 0u64, 0u64);
     let mut unknown: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
     let mut parameter_sized: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    // A line's phase is read from its frames once (a long run asks from a line millions of
+    // times).
+    let mut phases: crate::fasthash::FastMap<u64, Phase> = Default::default();
     for (((size, stack), s), k) in input.requests().zip(&req.scale).zip(&req.kinds) {
         let tally = |m: &mut BTreeMap<u64, (u64, u64)>| {
             let e = m.entry(stack).or_default();
@@ -212,7 +215,9 @@ pub(super) fn tally(input: &torch_replay::Input, req: &Requests) -> Tally {
             Scale::Fixed => {
                 fixed_bytes = fixed_bytes.saturating_add(size);
                 if matches!(k, Kind::Temporary | Kind::Activation) {
-                    let phase = phase_of_stack(input.reader(), stack);
+                    let phase = *phases
+                        .entry(stack)
+                        .or_insert_with(|| phase_of_stack(input.reader(), stack));
                     if phase != Phase::Optimizer {
                         tally(&mut parameter_sized);
                     }
