@@ -150,8 +150,12 @@ pub type Each<'a> = &'a mut dyn FnMut(
 /// moments taken in the first pass).
 fn reads(wants: &Wants, early: bool) -> (bool, bool) {
     let iterations = wants.oom || wants.leaks.is_some() || wants.timeline.is_some();
-    let kinds = wants.summary || iterations || early || wants.requests;
-    (kinds || wants.peak || wants.live_at_end, kinds)
+    let reports = wants.summary || iterations || early;
+    // PyTorch's requests read the kinds, not the replay.
+    (
+        reports || wants.peak || wants.live_at_end,
+        reports || wants.requests,
+    )
 }
 
 /// Every record of `reader` to `run`'s trackers, and to `each` after them.
@@ -205,7 +209,10 @@ pub fn first_pass_times() -> (f64, f64, f64) {
 /// groups of the page took 2.18 s of the kinds program's 1.88 GB trace where one took 2.65
 /// (medians of four, alternated), `analyze` 2.19 where 2.70, and about as long of the bench's
 /// loop trace; `oom`'s two reports took longer in two (0.80 s in one, 1.17 in two), and
-/// `plot`'s two as long. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
+/// `plot`'s two as long. PyTorch's requests are a group of their own where every report has
+/// one and a core is left, on two cores beside `fit`'s summary: they read the kinds but no
+/// replay, and `fit`'s first pass of the kinds program's 1.88 GB trace took 1.47 s where it
+/// took 1.90 in one group. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
 /// cores (`0`: one; the tests compare them).
 pub(super) fn first_pass(
     reader: &mut TraceReader,
@@ -290,8 +297,10 @@ fn most_groups(cores: usize, wants: &Wants, split: Option<usize>) -> usize {
     match split {
         Some(n) => n.max(1),
         None if cores >= 3 => cores - 1,
-        // One group a report asked for, as many as there are.
+        // One group a report asked for, as many as there are; PyTorch's requests beside
+        // another report in a group of their own (see [`groups_of`]).
         None if cores == 2 && groups_of(wants, usize::MAX).len() >= 4 => 2,
+        None if cores == 2 && wants.requests && groups_of(wants, usize::MAX).len() >= 2 => 2,
         None => 1,
     }
 }
@@ -351,6 +360,13 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
         timeline: a.timeline.or(b.timeline),
         ..a
     };
+    // PyTorch's requests (`fit`'s, what fits beside `summary --at` and the page) in a group of
+    // their own where every report has one and there is room for one more: they read the
+    // kinds and gather every tensor event, but no replay. Else with the first group, whose
+    // kinds serve every report after the pass (a group's kinds end as every other's: the
+    // same records, the same decisions).
+    let reports = moments.len() + iterations.len();
+    let own = wants.requests && reports >= 1 && most > reports;
     let most = most.max(1);
     while moments.len() + iterations.len() > most {
         let side = if moments.len() > 1 {
@@ -370,7 +386,10 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
     }
     moments.append(&mut iterations);
     match moments.first_mut() {
-        // The requests with the first group, whose kinds serve every report after the pass.
+        Some(_) if own => moments.push(Wants {
+            requests: true,
+            ..none
+        }),
         Some(first) => first.requests = wants.requests,
         None => moments.push(wants.clone()),
     }
@@ -410,5 +429,39 @@ mod tests {
         // GPUSHIM_READ_SPLIT decides wherever there is a second core (0: one group).
         assert_eq!(most_groups(2, &page, Some(0)), 1);
         assert_eq!(most_groups(16, &oom, Some(3)), 3);
+    }
+
+    #[test]
+    fn pytorchs_requests_are_a_group_of_their_own_where_every_report_has_one() {
+        let fit = Wants::fit();
+        // `fit` on two cores: the summary's group, and the requests' alone, which reads the
+        // kinds but no replay.
+        assert_eq!(most_groups(2, &fit, None), 2);
+        let groups = groups_of(&fit, 2);
+        assert_eq!(groups.len(), 2);
+        assert!(groups[0].summary && !groups[0].requests);
+        assert!(groups[1].requests && !groups[1].summary);
+        assert_eq!(reads(&groups[1], false), (false, true));
+        // One group: all in it.
+        let one = groups_of(&fit, 1);
+        assert!(one.len() == 1 && one[0].summary && one[0].requests);
+        // The page with what fits: on two cores its five reports keep their two groups, the
+        // requests with the first; on sixteen, six groups.
+        let page = Wants {
+            summary: true,
+            peak: true,
+            oom: true,
+            leaks: Some(None),
+            timeline: Some(Vec::new()),
+            requests: true,
+            ..Wants::default()
+        };
+        assert_eq!(most_groups(2, &page, None), 2);
+        let two = groups_of(&page, 2);
+        assert!(two.len() == 2 && two[0].requests && !two[1].requests);
+        let sixteen = groups_of(&page, most_groups(16, &page, None));
+        assert_eq!(sixteen.len(), 6);
+        assert_eq!(sixteen.iter().filter(|g| g.requests).count(), 1);
+        assert!(sixteen.last().is_some_and(|g| g.requests && !g.summary));
     }
 }
