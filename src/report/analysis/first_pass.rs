@@ -400,16 +400,21 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn two_cores_read_the_pages_five_reports_in_two_groups_and_fewer_in_one() {
-        let page = Wants {
+    /// What the page reads: its five reports.
+    fn page() -> Wants {
+        Wants {
             summary: true,
             peak: true,
             oom: true,
             leaks: Some(None),
             timeline: Some(Vec::new()),
             ..Wants::default()
-        };
+        }
+    }
+
+    #[test]
+    fn two_cores_read_the_pages_five_reports_in_two_groups_and_fewer_in_one() {
+        let page = page();
         let oom = Wants {
             oom: true,
             leaks: Some(None),
@@ -448,13 +453,8 @@ mod tests {
         // The page with what fits: on two cores its five reports keep their two groups, the
         // requests with the first; on sixteen, six groups.
         let page = Wants {
-            summary: true,
-            peak: true,
-            oom: true,
-            leaks: Some(None),
-            timeline: Some(Vec::new()),
             requests: true,
-            ..Wants::default()
+            ..page()
         };
         assert_eq!(most_groups(2, &page, None), 2);
         let two = groups_of(&page, 2);
