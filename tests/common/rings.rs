@@ -175,6 +175,24 @@ pub fn checkpoints(path: &Path) -> [gpushim::trace::format::ring::Descriptor; 2]
     })
 }
 
+/// How many of the ring trace's records `from..to` (ring indices) were written: a writer that
+/// held a block of slots past its time (a busy machine preempts it) leaves the block's tail
+/// unused, and the reader skips those slots.
+pub fn written_between(path: &Path, from: u64, to: u64) -> u64 {
+    use gpushim::trace::format::{HEADER_SIZE, RECORD_SIZE, Record, commit_tag};
+    use std::os::unix::fs::FileExt;
+    let ring = ring_capacity(path);
+    let f = std::fs::File::open(path).unwrap();
+    let mut body = [0u8; RECORD_SIZE];
+    (from..to)
+        .filter(|&i| {
+            let at = HEADER_SIZE as u64 + (i % ring) * RECORD_SIZE as u64;
+            f.read_exact_at(&mut body, at).unwrap();
+            Record::commit_of(&body) == commit_tag(i)
+        })
+        .count() as u64
+}
+
 /// The sequence number of the newest checkpoint the ring trace at `path` holds (0: none yet).
 fn newest_checkpoint(path: &Path) -> u64 {
     checkpoints(path)
