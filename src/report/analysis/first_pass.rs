@@ -400,30 +400,15 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
 mod tests {
     use super::*;
 
-    /// What the page reads: its five reports.
-    fn page() -> Wants {
-        Wants {
-            summary: true,
-            peak: true,
-            oom: true,
-            leaks: Some(None),
-            timeline: Some(Vec::new()),
-            ..Wants::default()
-        }
-    }
-
     #[test]
     fn two_cores_read_the_pages_five_reports_in_two_groups_and_fewer_in_one() {
-        let page = page();
+        let page = Wants::page();
         let oom = Wants {
             oom: true,
             leaks: Some(None),
             ..Wants::default()
         };
-        let summary = Wants {
-            summary: true,
-            ..Wants::default()
-        };
+        let summary = Wants::summary();
         assert_eq!(most_groups(2, &page, None), 2);
         assert_eq!(groups_of(&page, 2).len(), 2);
         assert_eq!(most_groups(2, &oom, None), 1);
@@ -454,7 +439,7 @@ mod tests {
         // requests with the first; on sixteen, six groups.
         let page = Wants {
             requests: true,
-            ..page()
+            ..Wants::page()
         };
         assert_eq!(most_groups(2, &page, None), 2);
         let two = groups_of(&page, 2);

@@ -6,6 +6,7 @@ use crate::report::kinds::{Kind, Kinds};
 use crate::report::torch_replay::model::TorchConf;
 use crate::trace::format::restore;
 use crate::trace::format::{Api, Record, RecordKind};
+use crate::trace::live::slot;
 use crate::trace::reader::{ReadOptions, TraceReader};
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -26,7 +27,7 @@ struct Gather {
     summarized_tensors: bool,
     pages_seen: bool,
     /// Per thread: its latest tensor or segment event, which a `TensorPool` record places.
-    /// By thread and by device, the places are a vector's (see [`at`]), not a map's: every
+    /// By thread and by device, the places are a vector's (see [`slot`]), not a map's: every
     /// tensor event asked them, and their hashes were a third of a long trace's read.
     pool_for: Vec<Option<usize>>,
     /// The run's events in private pools.
@@ -47,15 +48,6 @@ struct Gather {
     undecided: FastMap<u64, usize>,
     /// The autograd graph's walks (a ring's checkpoint keeps the latest).
     graph: crate::trace::graph::Walks,
-}
-
-/// The place `i` of a table by thread or by device, made (empty) where the table is shorter: a
-/// thread's number is 16 bits and a device's 8, so a table is at most 65,536 places long.
-fn at<T: Default>(table: &mut Vec<T>, i: usize) -> &mut T {
-    if table.len() <= i {
-        table.resize_with(i + 1, T::default);
-    }
-    &mut table[i]
 }
 
 impl Gather {
@@ -118,13 +110,13 @@ impl Gather {
         }
         match r.kind {
             RecordKind::StackRef => {
-                if let Some(i) = at(&mut self.stack_for, r.thread.into()).take() {
+                if let Some(i) = slot(&mut self.stack_for, r.thread).take() {
                     self.events[i].stack = r.ptr;
                     self.events[i].sequence = crate::trace::backward::sequence_of(r);
                 }
             }
             RecordKind::TensorPool => {
-                if let Some(i) = at(&mut self.pool_for, r.thread.into()).take() {
+                if let Some(i) = slot(&mut self.pool_for, r.thread).take() {
                     self.events[i].private = true;
                     self.private_events += 1;
                     // A private pool's segment given back (its pool freed): not empty_cache.
@@ -143,7 +135,7 @@ impl Gather {
                 self.events.push(event(Ev::Reservation, r));
             }
             RecordKind::Alloc | RecordKind::PhysCreate if r.failed() => {
-                *at(&mut self.failed, r.device.into()) = true;
+                *slot(&mut self.failed, r.device.into()) = true;
             }
             RecordKind::MemInfo if r.status == 0 && r.size > 0 => {
                 let d = self.devices.entry(r.device).or_default();
@@ -159,8 +151,8 @@ impl Gather {
 
     fn tensor(&mut self, ev: Ev, r: &Record) {
         // A failed `cudaMalloc` since the last tensor event: the device refused, not a fraction.
-        let no_call = !std::mem::take(at(&mut self.failed, r.device.into()));
-        *at(&mut self.burst, r.device.into()) = None;
+        let no_call = !std::mem::take(slot(&mut self.failed, r.device.into()));
+        *slot(&mut self.burst, r.device.into()) = None;
         if ev == Ev::Alloc {
             self.tensors += 1;
         }
@@ -174,8 +166,8 @@ impl Gather {
             d.capacity_at_oom.get_or_insert(held.saturating_add(r.ptr));
         }
         if matches!(ev, Ev::Alloc | Ev::Oom) {
-            *at(&mut self.stack_for, r.thread.into()) = Some(self.events.len());
-            *at(&mut self.pool_for, r.thread.into()) = Some(self.events.len());
+            *slot(&mut self.stack_for, r.thread) = Some(self.events.len());
+            *slot(&mut self.pool_for, r.thread) = Some(self.events.len());
         }
         self.events.push(event(ev, r));
     }
@@ -194,7 +186,7 @@ impl Gather {
         {
             self.events[i].ev = Ev::Skip;
         }
-        *at(&mut self.pool_for, r.thread.into()) = Some(self.events.len());
+        *slot(&mut self.pool_for, r.thread) = Some(self.events.len());
         self.events.push(event(Ev::Reserve { pages }, r));
     }
 
@@ -208,7 +200,7 @@ impl Gather {
             .get(usize::from(r.device))
             .copied()
             .unwrap_or(false);
-        let open = at(&mut self.burst, r.device.into());
+        let open = slot(&mut self.burst, r.device.into());
         if open.is_none() {
             let mut e = event(Ev::EmptyCache, r);
             if by_failure {
@@ -217,7 +209,7 @@ impl Gather {
             *open = Some(self.events.len());
             self.events.push(e);
         }
-        *at(&mut self.pool_for, r.thread.into()) = Some(self.events.len());
+        *slot(&mut self.pool_for, r.thread) = Some(self.events.len());
         self.events.push(event(Ev::Release, r));
     }
 }

@@ -516,8 +516,9 @@ pub(in crate::trace) fn device_or_0(device: u8) -> u8 {
     if device == DEVICE_UNKNOWN { 0 } else { device }
 }
 
-/// The entry of `thread` in a per-thread table, made on first use.
-pub(in crate::trace) fn slot<T: Default>(table: &mut Vec<T>, thread: u16) -> &mut T {
+/// The entry of `thread` in a per-thread table (or of a device, whose 8-bit number fits), made
+/// on first use: a table is at most 65,536 entries long.
+pub fn slot<T: Default>(table: &mut Vec<T>, thread: u16) -> &mut T {
     let i = thread as usize;
     if table.len() <= i {
         table.resize_with(i + 1, T::default);
