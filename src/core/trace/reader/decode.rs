@@ -246,8 +246,7 @@ impl Decoder {
                 match self.next_in_file() {
                     Some(r) => {
                         self.joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
-                        self.latest_ns = self.latest_ns.max(r.time_ns);
-                        order.push(&mut out, r);
+                        order.add(&mut out, r, &mut self.latest_ns);
                         got += 1;
                     }
                     // Following, the end for now: the window keeps what is not yet old enough.
@@ -402,13 +401,7 @@ impl Decoder {
                 break;
             }
             joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
-            let t = r.time_ns;
-            out.push(r);
-            if t >= latest {
-                latest = t;
-            } else {
-                order.place_last(out);
-            }
+            order.add(out, r, &mut latest);
             at += 1;
             next += 1;
         }
