@@ -730,6 +730,11 @@ fn the_short_roads_read_what_the_long_roads_read() {
 fn write_mixed(path: &Path) {
     use gpushim::trace::format::Api;
     let mut t = HandTrace::create(path);
+    // A Python line's stack, as PyTorch's tensors have.
+    let line = t.recorder.intern_string(b"train.py\0step");
+    let (py, _) = t
+        .recorder
+        .intern_stack(&[gpushim::trace::format::py_frame(line, 7)]);
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     let mut next = move || {
         x ^= x << 13;
@@ -763,7 +768,33 @@ fn write_mixed(path: &Path) {
                     t.rec_on(thread, RecordKind::StackRef, Api::Shim, 8, 3);
                 }
                 6 => t.failed_on(thread, RecordKind::Alloc, Api::CudaMalloc, 2, 1 << 50),
-                _ => {}
+                // PyTorch's tensors: made with a Python line's stack and freed; refused; at a
+                // null address; freed unknown; from a pluggable allocator; a Python stack
+                // after no allocation.
+                7 => {
+                    let p = base + (200 << 20) + (i << 12);
+                    t.rec_on(thread, RecordKind::TensorAlloc, Api::Torch, p, 512 << i);
+                    t.rec_on(thread, RecordKind::StackRef, Api::Shim, py, 1);
+                    if step % 3 != 0 {
+                        t.rec_on(thread, RecordKind::TensorFree, Api::Torch, p, 0);
+                    }
+                }
+                8 => {
+                    t.failed_on(thread, RecordKind::TensorAlloc, Api::Torch, 2, 1 << 40);
+                    t.rec_on(thread, RecordKind::StackRef, Api::Shim, py, 1);
+                }
+                9 => {
+                    t.rec_on(thread, RecordKind::TensorAlloc, Api::Torch, 0, 4096);
+                    t.rec_on(thread, RecordKind::StackRef, Api::Shim, py, 1);
+                }
+                10 => {
+                    t.rec_on(thread, RecordKind::TensorFree, Api::Torch, 0xbeef_0000, 0);
+                    let p = base + (300 << 20) + (i << 12);
+                    t.rec_on(thread, RecordKind::TensorAlloc, Api::Pluggable, p, 8192);
+                    t.rec_on(thread, RecordKind::StackRef, Api::Shim, py, 1);
+                    t.rec_on(thread, RecordKind::TensorFree, Api::Pluggable, p, 0);
+                }
+                _ => t.rec_on(thread, RecordKind::StackRef, Api::Shim, py, 1),
             }
         }
         if step % 50 == 0 {

@@ -352,18 +352,25 @@ impl SummaryPass {
     /// One record of the first pass, after `rp` (the analysis's replay) applied it.
     #[inline]
     pub fn see(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
-        if !(self.short && self.plain(reader, rp, r)) {
+        if !(self.short && self.plain(reader, rp, r, said)) {
             self.see_any(reader, rp, r, said);
         }
     }
 
     /// The records of nearly every step, taken on a short road: a call of the program's that
-    /// succeeded (made or freed), its caller, and its stack where no stack has Python frames.
+    /// succeeded (made or freed), its caller, and its stack; a tensor of PyTorch's made or
+    /// freed, and its stack (a real model's trace is these three records, each a third).
     /// What [`SummaryPass::see_any`] does with them, without its questions for the rest
-    /// (checkpoints, pools, NVML, PyTorch's segments and tensors, the last Python frames, the
-    /// stack a pool's note waits for): `false` for any other record, nothing done.
+    /// (checkpoints, pools, NVML, PyTorch's segments, the stack a pool's note waits for):
+    /// `false` for any other record, nothing done.
     #[inline]
-    fn plain(&mut self, reader: &TraceReader, rp: &Replay, r: &Record) -> bool {
+    fn plain(
+        &mut self,
+        reader: &TraceReader,
+        rp: &Replay,
+        r: &Record,
+        said: &mut Vec<Said>,
+    ) -> bool {
         use RecordKind::*;
         let t = &mut self.t;
         if rp.restoring || r.status != 0 || t.site_of.is_some() {
@@ -372,8 +379,23 @@ impl SummaryPass {
         let allocated = match (r.kind, r.api) {
             (Caller, Api::Shim) => None,
             (StackRef, Api::Shim) if !reader.has_python_frames() => Some(false),
+            (StackRef, Api::Shim) => {
+                self.read += 1;
+                t.nth += 1;
+                t.python_frames(reader, r);
+                self.before_shutdown(reader, rp, said);
+                return true;
+            }
+            (TensorAlloc, Api::Torch) => {
+                self.read += 1;
+                t.nth += 1;
+                t.python_frames(reader, r);
+                t.call(rp, r, true);
+                self.tensor_peak(rp, r, said);
+                return true;
+            }
             (Alloc, api) if api != Api::Shim => Some(r.ptr != 0),
-            (Free, api) if api != Api::Shim => Some(false),
+            (Free | TensorFree, api) if api != Api::Shim => Some(false),
             _ => return false,
         };
         self.read += 1;
@@ -404,34 +426,47 @@ impl SummaryPass {
         {
             said.push(Said::Here(Slot::Nvml(r.device)));
         }
+        self.before_shutdown(reader, rp, said);
+        if r.kind == RecordKind::TensorAlloc && !rp.restoring {
+            self.tensor_peak(rp, r, said);
+        }
+    }
+
+    /// The program's last allocation with Python frames so far was this record's: where the
+    /// run ended cleanly and its shutdown is near, a moment of every device the summary will
+    /// name the framework's (those it has, and those its tensors are on).
+    #[inline]
+    fn before_shutdown(&self, reader: &TraceReader, rp: &Replay, said: &mut Vec<Said>) {
+        let t = &self.t;
         if reader.info().clean_exit
             && rp.index >= self.shutdown_from
             && t.last_python.is_some_and(|(at, _)| at == t.nth)
         {
-            // The devices the summary will name the framework's: those it has, and those its
-            // tensors are on.
             let more = rp.tensors.bytes.keys();
             let more = more.filter(|d| !t.framework.contains_key(d));
             for &d in t.framework.keys().chain(more) {
                 said.push(Said::Here(Slot::BeforeShutdown(d)));
             }
         }
-        if r.kind == RecordKind::TensorAlloc && !rp.restoring {
-            let d = if r.device == crate::trace::format::DEVICE_UNKNOWN {
-                0
-            } else {
-                r.device
-            };
-            let live = rp.tensors.live_on(d);
-            let i = usize::from(d);
-            if self.tensor_peaks.len() <= i {
-                self.tensor_peaks.resize(i + 1, None);
-            }
-            let e = self.tensor_peaks[i].get_or_insert_default();
-            if live > e.0 {
-                *e = (live, self.read);
-                said.push(Said::Here(Slot::TensorPeak(d)));
-            }
+    }
+
+    /// A tensor made (`r`, applied): its device's tensors at a new peak?
+    #[inline]
+    fn tensor_peak(&mut self, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
+        let d = if r.device == crate::trace::format::DEVICE_UNKNOWN {
+            0
+        } else {
+            r.device
+        };
+        let live = rp.tensors.live_on(d);
+        let i = usize::from(d);
+        if self.tensor_peaks.len() <= i {
+            self.tensor_peaks.resize(i + 1, None);
+        }
+        let e = self.tensor_peaks[i].get_or_insert_default();
+        if live > e.0 {
+            *e = (live, self.read);
+            said.push(Said::Here(Slot::TensorPeak(d)));
         }
     }
 
