@@ -344,14 +344,41 @@ fn leaks_sampled_from_the_first_pass_are_those_a_second_pass_samples() {
             let (late, _, late_times) = report_early_read(&[report, "--json"], trace, false);
             assert_same(&early, &late, &format!("{report} of {}", trace.display()));
             if report == "leaks" {
+                // The sampling begun in the first pass was used (as the command says), and
+                // fewer records were decoded than a second pass decodes. Not a fraction of
+                // them: the second reader of the first part reads at least 16,384 records and
+                // whole batches, and on a loaded machine the writers leave more of the ring's
+                // slots unused (a block older than 1 ms is given up), so the ring holds fewer
+                // records and that part is a larger share of them (1.85 times in all where
+                // 1.1 on an idle machine).
+                let (early_used, said) = sampled_as_read(report, trace, true);
+                let (late_used, _) = sampled_as_read(report, trace, false);
                 assert!(
-                    times < 1.5 && late_times - times > 0.5,
-                    "{}: read {times} times its records (a second pass {late_times})",
+                    early_used && !late_used && times < late_times,
+                    "{}: read {times} times its records (a second pass {late_times}): {said}",
                     trace.display()
                 );
             }
         }
     }
+}
+
+/// Whether `gpushim REPORT --json TRACE` (`early`: the sampling begun in the first pass
+/// allowed) says it used the leaks' sampling begun as the trace was read; what it said.
+fn sampled_as_read(report: &str, trace: &Path, early: bool) -> (bool, String) {
+    let mut c = Command::new(gpushim_bin());
+    c.args([report, "--json", "--no-symbols"]).arg(trace);
+    c.env("GPUSHIM_READS", "1");
+    if !early {
+        c.env("GPUSHIM_READ_EARLY", "0");
+    }
+    let out = c.output().unwrap();
+    assert_ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    (
+        err.contains("1 time(s) the leaks were sampled as the trace was read"),
+        err,
+    )
 }
 
 #[test]
@@ -371,22 +398,8 @@ fn leaks_begun_mid_step_choose_what_the_end_chooses() {
     // records decoded: at this trace's size the second reader of its first part (16,384
     // records, half of it) decodes whole batches past it, as many as a second pass decodes
     // when the run's times spread its records out (a loaded machine).
-    let used = |early: bool| {
-        let mut c = Command::new(gpushim_bin());
-        c.args(["leaks", "--json", "--no-symbols"]).arg(&t);
-        c.env("GPUSHIM_READS", "1");
-        if !early {
-            c.env("GPUSHIM_READ_EARLY", "0");
-        }
-        let out = c.output().unwrap();
-        assert_ok(&out);
-        let err = String::from_utf8_lossy(&out.stderr).to_string();
-        (
-            err.contains("1 time(s) the leaks were sampled as the trace was read"),
-            err,
-        )
-    };
-    let ((early_used, said), (late_used, _)) = (used(true), used(false));
+    let (early_used, said) = sampled_as_read("leaks", &t, true);
+    let (late_used, _) = sampled_as_read("leaks", &t, false);
     assert!(
         early_used && !late_used,
         "the sampling begun in the first pass was not used (read {times} times its records, \

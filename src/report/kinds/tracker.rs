@@ -127,6 +127,17 @@ impl Kinds {
                 }
                 None
             }
+            // A tensor made, its stack, a tensor freed: each record of a real model's trace is
+            // one of these, each on a road of its own ([`Kinds::observe_any`] takes them the
+            // same way).
+            RecordKind::TensorAlloc if r.status == 0 && r.ptr != 0 && self.restoring.is_none() => {
+                self.made(reader, r);
+                None
+            }
+            RecordKind::StackRef => self.stack_of(reader, r),
+            RecordKind::TensorFreeRequested | RecordKind::TensorFree if r.ptr != 0 => {
+                self.freed(r.ptr)
+            }
             _ => self.observe_any(reader, r),
         }
     }
@@ -152,72 +163,12 @@ impl Kinds {
                 None
             }
             RecordKind::TensorAlloc if r.status == 0 && r.ptr != 0 => {
-                let i = r.thread as usize;
-                if self.awaiting.len() <= i {
-                    self.awaiting.resize(i + 1, 0);
-                }
-                self.awaiting[i] = r.ptr;
-                let workspace_size = self.workspace_size(reader, r.size);
-                let device = if r.device == format::DEVICE_UNKNOWN {
-                    0
-                } else {
-                    r.device
-                };
-                self.born.insert(
-                    r.ptr,
-                    Born {
-                        phase: Phase::Unknown,
-                        run: self.run,
-                        candidate: false,
-                        workspace_size,
-                        thread: r.thread,
-                        stream: r.stream,
-                        size: r.size,
-                        device,
-                    },
-                );
+                self.made(reader, r);
                 None
             }
-            RecordKind::StackRef => {
-                let ptr = self
-                    .awaiting
-                    .get_mut(r.thread as usize)
-                    .map(std::mem::take)
-                    .filter(|&p| p != 0)?;
-                let (phase, module_call) = *self
-                    .by_stack
-                    .entry(r.ptr)
-                    .or_insert_with(|| phase_and_module_call(reader, r.ptr));
-                let phase = self.in_step(phase);
-                if phase != Phase::Unknown && self.current != Some(phase) {
-                    self.begin_run(phase, r.time_ns);
-                }
-                // Before the program has shown it trains: the forward's if a backward comes.
-                if phase == Phase::Program
-                    && self.forward_in_step
-                    && !self.trains
-                    && self.tentative.len() < TENTATIVE_MAX
-                {
-                    self.tentative.push((ptr, self.run));
-                }
-                if let Some(b) = self.born.get_mut(&ptr) {
-                    (b.phase, b.run) = (phase, self.run);
-                    let lt = self
-                        .workspaces
-                        .as_ref()
-                        .map_or(0, |w| w.len().saturating_sub(1));
-                    let fits = |i: u8| workspace_fits(lt, phase, module_call, i);
-                    if let Some(i) = b.workspace_size.filter(|&i| fits(i)) {
-                        let seen = self.sizes_seen.entry((b.thread, b.stream)).or_default();
-                        b.candidate = *seen & (1 << i) == 0;
-                        *seen |= 1 << i;
-                    }
-                }
-                None
-            }
+            RecordKind::StackRef => self.stack_of(reader, r),
             RecordKind::TensorFreeRequested | RecordKind::TensorFree if r.ptr != 0 => {
-                let b = self.born.remove(&r.ptr)?;
-                Some((r.ptr, self.decide(b.phase, b.run, true)))
+                self.freed(r.ptr)
             }
             // Any other record of the thread ends the window in which a `StackRef` belongs to
             // its tensor (as the replay reads it).
@@ -229,6 +180,82 @@ impl Kinds {
             }
             _ => None,
         }
+    }
+
+    /// A tensor made (not a checkpoint's): its thread's next stack is its, and it is live.
+    #[inline(never)]
+    fn made(&mut self, reader: &TraceReader, r: &Record) {
+        let i = r.thread as usize;
+        if self.awaiting.len() <= i {
+            self.awaiting.resize(i + 1, 0);
+        }
+        self.awaiting[i] = r.ptr;
+        let workspace_size = self.workspace_size(reader, r.size);
+        let device = if r.device == format::DEVICE_UNKNOWN {
+            0
+        } else {
+            r.device
+        };
+        self.born.insert(
+            r.ptr,
+            Born {
+                phase: Phase::Unknown,
+                run: self.run,
+                candidate: false,
+                workspace_size,
+                thread: r.thread,
+                stream: r.stream,
+                size: r.size,
+                device,
+            },
+        );
+    }
+
+    /// A stack: the phase of the tensor its thread made just before, if any.
+    #[inline(never)]
+    fn stack_of(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
+        let ptr = self
+            .awaiting
+            .get_mut(r.thread as usize)
+            .map(std::mem::take)
+            .filter(|&p| p != 0)?;
+        let (phase, module_call) = *self
+            .by_stack
+            .entry(r.ptr)
+            .or_insert_with(|| phase_and_module_call(reader, r.ptr));
+        let phase = self.in_step(phase);
+        if phase != Phase::Unknown && self.current != Some(phase) {
+            self.begin_run(phase, r.time_ns);
+        }
+        // Before the program has shown it trains: the forward's if a backward comes.
+        if phase == Phase::Program
+            && self.forward_in_step
+            && !self.trains
+            && self.tentative.len() < TENTATIVE_MAX
+        {
+            self.tentative.push((ptr, self.run));
+        }
+        if let Some(b) = self.born.get_mut(&ptr) {
+            (b.phase, b.run) = (phase, self.run);
+            let lt = self
+                .workspaces
+                .as_ref()
+                .map_or(0, |w| w.len().saturating_sub(1));
+            let fits = |i: u8| workspace_fits(lt, phase, module_call, i);
+            if let Some(i) = b.workspace_size.filter(|&i| fits(i)) {
+                let seen = self.sizes_seen.entry((b.thread, b.stream)).or_default();
+                b.candidate = *seen & (1 << i) == 0;
+                *seen |= 1 << i;
+            }
+        }
+        None
+    }
+
+    /// A tensor freed (or its free asked for): its kind, once decided.
+    #[inline(never)]
+    fn freed(&mut self, ptr: u64) -> Option<(u64, Kind)> {
+        let b = self.born.remove(&ptr)?;
+        Some((ptr, self.decide(b.phase, b.run, true)))
     }
 
     /// A tensor a ring's checkpoint restores: made before any run the records show, by the

@@ -442,9 +442,9 @@ impl SummaryPass {
             && rp.index >= self.shutdown_from
             && t.last_python.is_some_and(|(at, _)| at == t.nth)
         {
-            let more = rp.tensors.bytes.keys();
+            let more = rp.tensors.by_device().map(|(d, _)| d);
             let more = more.filter(|d| !t.framework.contains_key(d));
-            for &d in t.framework.keys().chain(more) {
+            for d in t.framework.keys().copied().chain(more) {
                 said.push(Said::Here(Slot::BeforeShutdown(d)));
             }
         }

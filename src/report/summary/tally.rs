@@ -307,7 +307,7 @@ impl Tally {
             self.framework.clear();
             return;
         }
-        for (&d, &(now, peak)) in &rp.tensors.bytes {
+        for (d, (now, peak)) in rp.tensors.by_device() {
             let f = self.framework.entry(d).or_insert_with(|| FrameworkMemory {
                 device: d,
                 ..FrameworkMemory::default()

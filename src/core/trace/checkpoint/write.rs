@@ -148,7 +148,7 @@ impl Summarizer {
     /// pools, the series, unknown frees, `cudaMemGetInfo`, calls per API.
     pub(super) fn write_figures(&self, w: &mut Writer) {
         let rp = &self.replay;
-        for (&d, &(now, peak)) in &rp.tensors.bytes {
+        for (d, (now, peak)) in rp.tensors.by_device() {
             w.restore(restore::TENSOR_BYTES, d, now, peak, 0);
         }
         for (d, peak, t) in rp.peaks() {

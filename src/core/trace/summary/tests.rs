@@ -183,7 +183,7 @@ fn state(rp: &Replay) -> State {
     State {
         live,
         peaks: rp.peaks().collect(),
-        tensors: rp.tensors.bytes.iter().map(|(&d, &v)| (d, v)).collect(),
+        tensors: rp.tensors.by_device().collect(),
         host_peak: rp.host_peak,
     }
 }
