@@ -494,3 +494,25 @@ fn a_trace_max_below_the_files_smallest_size_is_refused_with_the_smallest() {
     let ok = gpushim_text(&["config", "trace_max:4MiB"]);
     assert_ok(&ok);
 }
+
+#[test]
+fn events_that_cannot_be_written_fail_and_say_so() {
+    // A full disk (here /dev/full) is not a closed pipe: the command says what failed and
+    // exits non-zero, where it ended with success and a cut file.
+    let trace = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    for json in [false, true] {
+        let mut c = Command::new(gpushim_bin());
+        c.arg("events").arg(&trace);
+        if json {
+            c.arg("--json");
+        }
+        let full = std::fs::File::options()
+            .write(true)
+            .open("/dev/full")
+            .unwrap();
+        let out = c.stdout(full).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("writing the records failed"), "{err}");
+    }
+}

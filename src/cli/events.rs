@@ -44,13 +44,12 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
         } else {
             line.record_csv(&r, text);
         }
-        let written = line.write_full(&mut out);
-        if written.is_err() {
-            return ExitCode::SUCCESS; // a closed pipe (| head) is not an error
+        if let Err(e) = line.write_full(&mut out) {
+            return write_failed(&e);
         }
     }
-    if line.write(&mut out).and_then(|()| out.flush()).is_err() {
-        return ExitCode::SUCCESS;
+    if let Err(e) = line.write(&mut out).and_then(|()| out.flush()) {
+        return write_failed(&e);
     }
     if let Some(d) = &reader.stats().damage {
         eprintln!(
@@ -64,6 +63,16 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
         return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// Where the lines could not be written: a closed pipe (`| head`) is not an error; anything
+/// else (a full disk) is said, and the command fails.
+fn write_failed(e: &std::io::Error) -> ExitCode {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return ExitCode::SUCCESS;
+    }
+    eprintln!("gpushim: events: writing the records failed: {e}");
+    ExitCode::from(1)
 }
 
 /// What a record of the autograd graph says, in words: where an input came from, or how a
