@@ -14,9 +14,9 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
     };
     // The lines are made in a buffer of their own and written a buffer at a time.
     let mut out = std::io::stdout().lock();
-    let mut line = Line::default();
+    let mut lines = Lines::default();
     if !json {
-        line.text("time_ns,thread,kind,api,device,status,ptr,size,stream,text\n");
+        lines.text("time_ns,thread,kind,api,device,status,ptr,size,stream,text\n");
     }
     let mut stacks = StackTexts::default();
     while let Some(r) = reader.next() {
@@ -40,15 +40,15 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
         // of the command's time went there), then written whole: the lines are the file's
         // records, tens of millions of them.
         if json {
-            line.record_json(&r, text);
+            lines.record_json(&r, text);
         } else {
-            line.record_csv(&r, text);
+            lines.record_csv(&r, text);
         }
-        if let Err(e) = line.write_full(&mut out) {
+        if let Err(e) = lines.write_full(&mut out) {
             return write_failed(&e);
         }
     }
-    if let Err(e) = line.write(&mut out).and_then(|()| out.flush()) {
+    if let Err(e) = lines.write(&mut out).and_then(|()| out.flush()) {
         return write_failed(&e);
     }
     if let Some(d) = &reader.stats().damage {
@@ -130,11 +130,11 @@ impl StackTexts {
 
 /// Records' lines as text, written out a buffer at a time.
 #[derive(Default)]
-struct Line {
+struct Lines {
     bytes: Vec<u8>,
 }
 
-impl Line {
+impl Lines {
     /// Bytes held before they are written.
     const FULL: usize = 64 << 10;
 
@@ -242,11 +242,11 @@ impl Line {
         };
         if s.contains([',', '"', '\n', '\r']) {
             self.text("\"").text(formula);
-            for part in s.split('"').enumerate() {
-                if part.0 > 0 {
+            for (i, part) in s.split('"').enumerate() {
+                if i > 0 {
                     self.text("\"\"");
                 }
-                self.text(part.1);
+                self.text(part);
             }
             self.text("\"");
         } else {
@@ -286,8 +286,8 @@ mod tests {
             text in "[a-z=+@,\"\\n -]{0,12}",
         ) {
             let r = record(ptr, size, time_ns, device);
-            let mut line = Line::default();
-            line.record_csv(&r, &text);
+            let mut lines = Lines::default();
+            lines.record_csv(&r, &text);
             let device_text = if device == gpushim::trace::format::DEVICE_UNKNOWN {
                 String::new()
             } else {
@@ -302,9 +302,9 @@ mod tests {
             let want = format!(
                 "{time_ns},7,alloc,cudaMalloc,{device_text},2,{ptr:#x},{size},3,{field}\n"
             );
-            prop_assert_eq!(String::from_utf8(line.bytes.clone()).unwrap(), want);
-            line.bytes.clear();
-            line.record_json(&r, &text);
+            prop_assert_eq!(String::from_utf8(lines.bytes.clone()).unwrap(), want);
+            lines.bytes.clear();
+            lines.record_json(&r, &text);
             let device_json = if device == gpushim::trace::format::DEVICE_UNKNOWN {
                 "null".to_string()
             } else {
@@ -315,7 +315,7 @@ mod tests {
                  \"size\":{size},\"status\":2,\"stream\":3,\"text\":{},\"thread\":7,\"time_ns\":{time_ns}}}\n",
                 serde_json::to_string(&text).unwrap()
             );
-            prop_assert_eq!(String::from_utf8(line.bytes).unwrap(), want);
+            prop_assert_eq!(String::from_utf8(lines.bytes).unwrap(), want);
         }
     }
 }

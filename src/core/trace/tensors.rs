@@ -12,8 +12,6 @@ pub struct Tensors {
     /// is two records in three of these), and a map's search was a tenth of the replay's
     /// work a tensor.
     bytes: Vec<Option<(u64, u64)>>,
-    /// A device has an entry.
-    any: bool,
 }
 
 impl Tensors {
@@ -24,7 +22,6 @@ impl Tensors {
         if self.bytes.len() <= i {
             self.bytes.resize(i + 1, None);
         }
-        self.any = true;
         self.bytes[i].get_or_insert_default()
     }
 
@@ -58,7 +55,8 @@ impl Tensors {
     /// kept some): then the replay's live allocations are tensors (and what other libraries
     /// allocate), and the framework's segments are reserved memory.
     pub fn recorded(&self) -> bool {
-        self.any
+        // Entries are made, never taken out: one there means one was made.
+        !self.bytes.is_empty()
     }
 
     /// Bytes of live tensors on `device`.
