@@ -16,6 +16,7 @@ mod largest;
 mod reduce;
 mod render;
 mod requests;
+mod scales;
 mod seq;
 mod steps;
 
@@ -25,6 +26,7 @@ pub use seq::{SeqAsk, SeqAxis};
 
 use largest::largest;
 use requests::{Labels, classify, optional_requests};
+use scales::Scales;
 use steps::{limit_of, measure_by_second_run, setting_fit, tally};
 
 use super::kinds::{Kind, Phase, phase_of_stack};
@@ -58,7 +60,7 @@ enum Scale {
 
 /// What the run says of each request: its kind, and how it scales.
 struct Requests {
-    scale: Vec<Scale>,
+    scale: Scales,
     kinds: Vec<Kind>,
 }
 
@@ -219,12 +221,12 @@ impl From<ReplayError> for FitError {
 
 /// The scales with reductions' buffers in proportion to the batch again: the sequence axis
 /// resizes a request's size first, which a count of blocks does not follow.
-fn proportional(scale: &[Scale]) -> Vec<Scale> {
+fn proportional(scale: &Scales) -> Scales {
     scale
         .iter()
         .map(|s| match s {
             Scale::Reduction(_) => Scale::Batch,
-            s => *s,
+            s => s,
         })
         .collect()
 }

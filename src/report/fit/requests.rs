@@ -361,15 +361,15 @@ pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &Labels
     for (i, pair) in sizes.windows(2).enumerate() {
         let [size, next] = [pair[0], pair[1]];
         if labels.id(i) != labels.id(i + 1)
-            || req.scale[i] != Scale::Batch
+            || req.scale.get(i) != Some(Scale::Batch)
             || !brief[i]
             || !scratch[i + 1]
         {
             continue;
         }
         if let Some(r) = reduce::Reduction::recognize(size, next, make) {
-            req.scale[i] = Scale::Reduction(r);
-            req.scale[i + 1] = Scale::Semaphore;
+            req.scale.set(i, Scale::Reduction(r));
+            req.scale.set(i + 1, Scale::Semaphore);
         }
     }
 }

@@ -125,7 +125,7 @@ fn resize_seq(s: SeqScale, size: u64, at: u64, other: u64, len: u64) -> u64 {
 pub(super) fn axis(
     input: &Input,
     ask: &SeqAsk,
-    scale: &[Scale],
+    scale: &super::Scales,
     batch: u64,
     max_batch: u64,
     confs: &[&TorchConf],
@@ -159,7 +159,7 @@ pub(super) fn axis(
         tally.1 = tally.1.saturating_add(size);
     }
     // Each size below reads of a request only how it follows the length and the batch.
-    let repeating = input.repeating(|n| (seq.get(n).copied(), scale.get(n).copied()));
+    let repeating = input.repeating(|n| (seq.get(n).copied(), scale.get(n)));
     let lengths = ask
         .lengths
         .iter()
@@ -172,12 +172,7 @@ pub(super) fn axis(
                             .resized(|n, size, _| {
                                 let s = seq.get(n).copied().unwrap_or(SeqScale::Same);
                                 let sized = resize_seq(s, size, ask.at, ask.other, len);
-                                resize(
-                                    scale.get(n).copied().unwrap_or(Scale::Fixed),
-                                    sized,
-                                    batch,
-                                    b,
-                                )
+                                resize(scale.get(n).unwrap_or(Scale::Fixed), sized, batch, b)
                             })
                             .knowing(repeating);
                         let o = torch_replay::replay_resized(input, &events, conf, bounds);
@@ -227,7 +222,13 @@ const LOOK_AHEAD: usize = 8;
 /// request's, or its length's multiple or square multiple. Failing that, the next one when the
 /// line has as many requests in both runs (a part fixed, a part growing); else the request's
 /// kind decides (`scale`).
-fn paired(input: &Input, second: &Input, at: u64, other: u64, scale: &[Scale]) -> Vec<SeqScale> {
+fn paired(
+    input: &Input,
+    second: &Input,
+    at: u64,
+    other: u64,
+    scale: &super::Scales,
+) -> Vec<SeqScale> {
     use std::collections::HashMap;
     let (mine, labels) = (Labels::of(input), Labels::of(second));
     let mut theirs: HashMap<&str, Vec<u64>> = HashMap::new();
@@ -245,7 +246,7 @@ fn paired(input: &Input, second: &Input, at: u64, other: u64, scale: &[Scale]) -
         .enumerate()
         .map(|(n, ((here, _), label))| {
             let by_kind = SeqScale::ByKind {
-                grows: scale.get(n) == Some(&Scale::Batch),
+                grows: scale.get(n) == Some(Scale::Batch),
             };
             let Some(sizes) = theirs.get(label) else {
                 return by_kind;

@@ -34,18 +34,20 @@ pub(super) fn measure_by_second_run(
         *own.entry(stack)
             .or_insert_with(|| phase_of_stack(input.reader(), stack) == Phase::Program)
     };
-    for (((s, k), m), (_, stack)) in req
-        .scale
-        .iter_mut()
-        .zip(&req.kinds)
-        .zip(measured(input, at, &second, other))
+    let measured = measured(input, at, &second, other);
+    for (n, ((k, m), (_, stack))) in req
+        .kinds
+        .iter()
+        .zip(measured)
         .zip(input.requests())
+        .enumerate()
     {
+        let s = req.scale.get(n);
         let undecided = matches!(k, Kind::Unknown | Kind::Input)
             || (*k == Kind::Activation && own_line(stack))
-            || (*k == Kind::Temporary && *s == Scale::Fixed);
-        if let Some(m) = m.filter(|_| undecided) {
-            *s = m;
+            || (*k == Kind::Temporary && s == Some(Scale::Fixed));
+        if let Some(m) = m.filter(|_| undecided && s.is_some()) {
+            req.scale.set(n, m);
             measured_requests += 1;
         }
     }
@@ -110,7 +112,7 @@ pub(super) fn setting_fit(
     bounds: &Bounds,
     what_if: &WhatIfs<'_>,
 ) -> SettingFit {
-    let scale = |n: usize| req.scale.get(n).copied().unwrap_or(Scale::Fixed);
+    let scale = |n: usize| req.scale.get(n).unwrap_or(Scale::Fixed);
     let optional_at = |n: usize| optional.get(n).copied().unwrap_or(false);
     // Each size below reads of a request only its scale and whether it is optional (and,
     // under autocast, whether it is made in 16 bits: a what-if's replays check each repeat's
@@ -199,7 +201,7 @@ pub(super) fn tally(input: &torch_replay::Input, req: &Requests) -> Tally {
     // A line's phase is read from its frames once (a long run asks from a line millions of
     // times).
     let mut phases: crate::fasthash::FastMap<u64, Phase> = Default::default();
-    for (((size, stack), s), k) in input.requests().zip(&req.scale).zip(&req.kinds) {
+    for (((size, stack), s), k) in input.requests().zip(req.scale.iter()).zip(&req.kinds) {
         let tally = |m: &mut BTreeMap<u64, (u64, u64)>| {
             let e = m.entry(stack).or_default();
             e.0 = e.0.saturating_add(size);

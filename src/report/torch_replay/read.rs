@@ -376,6 +376,9 @@ impl Requests {
                 source: "unset".into(),
             },
         };
+        // The vector grew by doubling: what it reserved past its events is given back (a
+        // long run's are a gigabyte, and a limit on the address space counts the reserve).
+        g.events.shrink_to_fit();
         Ok(Input {
             reader,
             events: g.events,
