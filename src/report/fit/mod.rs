@@ -364,9 +364,22 @@ fn batches_asked(ask: &Ask) -> Result<(), FitError> {
 pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
     batches_asked(ask)?;
     let input = &run.input;
-    let kinds = input.request_kinds();
-    let labels = Labels::of(input);
-    let mut req = classify(input, kinds, &labels);
+    // What the replays and the classing ask of the events as a whole, found on a thread of
+    // its own while the requests are classed where there are two cores.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let class = || {
+        let labels = Labels::of(input);
+        let req = classify(input, input.request_kinds(), &labels);
+        (labels, req)
+    };
+    let (labels, mut req) = if cores >= 2 {
+        std::thread::scope(|s| {
+            s.spawn(|| input.prepare());
+            class()
+        })
+    } else {
+        class()
+    };
     let measured_requests = match &ask.second {
         Some((path, other)) => measure_by_second_run(input, &mut req, ask.at, path, *other, opts)?,
         None => 0,

@@ -32,35 +32,31 @@ pub(super) fn optional_requests(input: &Input, labels: &Labels) -> Vec<bool> {
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
 pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requests {
     let reader = input.reader();
-    let mut cache: FastMap<u64, Phase> = FastMap::default();
-    let phases: Vec<Phase> = input
-        .requests()
-        .map(|(_, stack)| {
-            *cache
-                .entry(stack)
-                .or_insert_with(|| phase_of_stack(reader, stack))
-        })
-        .collect();
-    // The autograd node of each backward request ("" for the others): its place in `names`,
-    // each node's name kept once (a request's own took 16 bytes of tens of millions).
+    // Each request's phase and the autograd node of a backward one ("" for the others: its
+    // place in `names`, each node's name kept once; a request's own took 16 bytes of tens of
+    // millions), each stack's found once; its size and sequence number beside them. One pass
+    // over the events for all four: each is a walk of a long run's gigabyte of them.
     let mut names: Vec<&str> = Vec::new();
-    let mut of_stack: FastMap<u64, u32> = FastMap::default();
-    let nodes: Vec<u32> = input
-        .requests()
-        .map(|(_, stack)| {
+    let mut of_stack: FastMap<u64, (Phase, u32)> = FastMap::default();
+    let (mut sizes, mut sequences) = (Vec::new(), Vec::new());
+    let (phases, nodes): (Vec<Phase>, Vec<u32>) = input
+        .request_fields()
+        .map(|(size, stack, sequence)| {
+            sizes.push(size);
+            sequences.push(sequence);
             *of_stack.entry(stack).or_insert_with(|| {
                 names.push(backward_node_of(reader, stack).unwrap_or_default());
-                u32::try_from(names.len() - 1).unwrap_or(u32::MAX)
+                let id = u32::try_from(names.len() - 1).unwrap_or(u32::MAX);
+                (phase_of_stack(reader, stack), id)
             })
         })
-        .collect();
+        .unzip();
     let node = |i: usize| -> &str {
         let id = nodes.get(i).copied().unwrap_or(u32::MAX);
         names.get(id as usize).copied().unwrap_or_default()
     };
-    let weights = WeightSized::new(input, &kinds, &phases, node);
-    let sequences: Vec<u64> = input.request_sequences().collect();
-    let ends = gradient_ends(input, &kinds, &sequences);
+    let weights = WeightSized::new(input, (&kinds, &sequences), &phases, node);
+    let ends = gradient_ends(input, &kinds, &sequences, &sizes);
     let scale = input
         .requests()
         .zip(&kinds)
@@ -85,7 +81,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requ
         })
         .collect();
     let mut req = Requests { scale, kinds };
-    mark_reductions(input, &mut req, labels);
+    mark_reductions(input, &mut req, labels, &sizes);
     req
 }
 
@@ -148,9 +144,11 @@ struct WeightSized {
 }
 
 impl WeightSized {
+    /// From the run's requests: their kinds and sequence numbers (each request's, in order),
+    /// their phases, and each one's autograd node (by its place).
     fn new<'a>(
         input: &Input,
-        kinds: &[Kind],
+        (kinds, sequences): (&[Kind], &[u64]),
         phases: &[Phase],
         node: impl Fn(usize) -> &'a str,
     ) -> WeightSized {
@@ -170,7 +168,7 @@ impl WeightSized {
             full = grads;
         }
         let mut by_sequence: FastMap<u64, (bool, bool)> = FastMap::default();
-        for (i, (sequence, k)) in input.request_sequences().zip(kinds).enumerate() {
+        for (i, (&sequence, k)) in sequences.iter().zip(kinds).enumerate() {
             let node = node(i);
             if sequence != 0 && !node.is_empty() {
                 let e = by_sequence
@@ -285,8 +283,13 @@ pub(super) struct GradientEnd {
     at_home: bool,
 }
 
-fn gradient_ends(input: &Input, kinds: &[Kind], sequences: &[u64]) -> Vec<GradientEnd> {
-    let sizes: Vec<u64> = input.requests().map(|(size, _)| size).collect();
+/// `kinds`, `sequences` and `sizes`: each request's, in order.
+fn gradient_ends(
+    input: &Input,
+    kinds: &[Kind],
+    sequences: &[u64],
+    sizes: &[u64],
+) -> Vec<GradientEnd> {
     input
         .last_before_free()
         .enumerate()
@@ -342,7 +345,7 @@ fn steps_of(phases: &[Phase]) -> u64 {
 /// batch followed at once, from the same line, by its semaphore: see [`reduce`]) to be resized
 /// as PyTorch sizes them, and their semaphores as fixed, where the trace says what the device
 /// is made of (a trace from before it was kept: in proportion, as any other).
-pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &Labels) {
+pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &Labels, sizes: &[u64]) {
     let Some(make) = input
         .reader()
         .info()
@@ -354,7 +357,6 @@ pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &Labels
     else {
         return;
     };
-    let sizes: Vec<u64> = input.requests().map(|(size, _)| size).collect();
     // Both freed once the kernel is launched: before the program asks for anything else.
     let brief = input.freed_within(1);
     let scratch = input.scratch();

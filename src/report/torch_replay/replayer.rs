@@ -434,13 +434,13 @@ impl Input {
             .collect()
     }
 
-    /// Each tensor request's autograd sequence number, in order (0: none recorded): a
-    /// forward tensor's and its op's node's backward tensors' are the same.
-    pub fn request_sequences(&self) -> impl Iterator<Item = u64> + '_ {
+    /// Each tensor request in order: its size, stack and autograd sequence number (0: none
+    /// recorded; a forward tensor's and its op's node's backward tensors' are the same).
+    pub fn request_fields(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
         self.events
             .iter()
             .filter(|e| e.ev == Ev::Alloc)
-            .map(|e| e.sequence)
+            .map(|e| (e.size, e.stack, e.sequence))
     }
 
     /// Each tensor request in order: its size and stack.
@@ -458,6 +458,14 @@ impl Input {
             .values()
             .find_map(|f| f.total.or(f.nvml_total))
             .unwrap_or(TOTAL_UNKNOWN)
+    }
+
+    /// Finds now, once, what the replays and the classing of the requests ask of the events
+    /// as a whole: each request's last request before its free, and the stretch that repeats
+    /// (`fit` has a thread of its own find them while it classes the requests).
+    pub fn prepare(&self) {
+        let _ = self.last_before_free();
+        let _ = self.stretch();
     }
 
     /// The longest stretch of the run's events that repeats (see [`stretch_of`]), found once.
