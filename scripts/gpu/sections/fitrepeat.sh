@@ -10,6 +10,8 @@
 # the ring's records and backward passes, the events the replays applied and passed over, each
 # way's times, and whether the four answers were the same to the byte (they must be).
 # FITREPEAT_MODELS="gpt2 bert": those alone (also llama, convnext, and llama-vary).
+# GPUSHIM_BEFORE=PATH: another build's `fit` too, run twice by default after the others, its
+# times in a column and its answers compared with this build's (they must be the same).
 #   bash scripts/gpu.sh fitrepeat[:STEPS,RING]
 set -euo pipefail
 steps=${1:-800}
@@ -19,7 +21,8 @@ work=${OUT:+$OUT/fitrepeat}
 work=${work:-$(mktemp -d)}
 mkdir -p "$work"
 limit=$((20 << 30))
-printf "%-10s %9s %6s %11s %11s %-23s %-23s %s\n" model "ring MiB" passes applied "passed over" "seconds, default" "seconds, every event" "answers"
+before=${GPUSHIM_BEFORE:-}
+printf "%-10s %9s %6s %11s %11s %-23s %-23s %-15s %s\n" model "ring MiB" passes applied "passed over" "seconds, default" "seconds, every event" "seconds, before" "answers"
 bad=0
 for m in ${FITREPEAT_MODELS:-gpt2 resnet50 vit bert gpt2-vary}; do
   b=${base[$m]}
@@ -43,6 +46,16 @@ for m in ${FITREPEAT_MODELS:-gpt2 resnet50 vit bert gpt2-vary}; do
       if [ "$mode" = default ]; then fast="$fast $s"; else every="$every $s"; fi
     done
   done
+  was="-"
+  if [ -n "$before" ]; then
+    was=""
+    for round in 1 2; do
+      s0=$(date +%s.%N)
+      "$before" "${args[@]}" >"$work/$m.before.$round.json" 2>"$work/$m.before.$round.err" \
+        || { echo "$m: fit failed (before)"; tail -3 "$work/$m.before.$round.err"; bad=$((bad + 1)); }
+      was="$was $(awk -v a="$s0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')"
+    done
+  fi
   counts=$(sed -n "s/^gpushim: .* replay(s) of PyTorch's allocator applied \([0-9]*\) events, passed over \([0-9]*\) as repeats$/\1 \2/p" "$work/$m.default.1.err")
   same=same
   for f in "$work/$m".*.json; do cmp -s "$f" "$work/$m.default.1.json" || same=DIFFERENT; done
@@ -50,8 +63,8 @@ for m in ${FITREPEAT_MODELS:-gpt2 resnet50 vit bert gpt2-vary}; do
   size=$(( $(stat -c %s "$t") >> 20 ))
   passes=$(python3 -c 'import json,sys; print((json.load(open(sys.argv[1])).get("ring") or {}).get("backwards","-"))' "$work/$m.default.1.json" 2>/dev/null || echo -)
   read -r applied passed <<<"${counts:-- -}"
-  printf "%-10s %9s %6s %11s %11s %-23s %-23s %s\n" "$m" "$size" "$passes" "$applied" "$passed" "${fast# }" "${every# }" "$same"
+  printf "%-10s %9s %6s %11s %11s %-23s %-23s %-15s %s\n" "$m" "$size" "$passes" "$applied" "$passed" "${fast# }" "${every# }" "${was# }" "$same"
 done
-echo "(ring MiB: the trace's size; passes: backward passes its replay holds; applied, passed over: events of all the replays of one fit; seconds: two runs each way, alternated)"
+echo "(ring MiB: the trace's size; passes: backward passes its replay holds; applied, passed over: events of all the replays of one fit; seconds: two runs each way, alternated; before: GPUSHIM_BEFORE's build, its answers compared too)"
 [ "$bad" = 0 ] && echo "every answer the same to the byte either way" || echo "$bad off"
 exit $((bad > 0))
