@@ -8,6 +8,7 @@
 //! - [`report`]: summary, peak, leaks, OOM, what-if replays;
 //! - [`export`]: other viewers' formats and pictures;
 //! - [`files`]: what the command writes and trusts in folders others may share;
+//! - [`memory`]: the command's allocator, which says what it could not have rather than abort;
 //! - [`run`]: how `gpushim run` starts a program under the shim.
 
 pub use gpushim_core::{config, fasthash, fixedfmt, prefetch, trace};
@@ -19,5 +20,6 @@ pub mod engine {
 
 pub mod export;
 pub mod files;
+pub mod memory;
 pub mod report;
 pub mod run;

@@ -3,6 +3,11 @@
 
 mod cli;
 
+/// A request the system cannot serve ends the command with one line, not a backtrace and an
+/// abort (see `gpushim::memory`).
+#[global_allocator]
+static ALLOC: gpushim::memory::Alloc = gpushim::memory::Alloc;
+
 fn main() -> std::process::ExitCode {
     let code = cli::main();
     if std::env::var_os("GPUSHIM_READS").is_some_and(|v| v == "1") {

@@ -643,3 +643,88 @@ fn an_autograd_graph_numbered_across_every_sequence_number_is_refused_not_divide
         "{err}"
     );
 }
+
+/// The command's allocator (`gpushim::memory`) asked for more than any machine has: inside
+/// `fallible` the failure is handed back; outside it the process ends with status 2 and one
+/// line naming the bytes, no backtrace and no abort. Run in a child process (this test again,
+/// with GPUSHIM_TEST_ALLOCATOR_CHILD set), which the allocator ends.
+#[test]
+fn a_request_the_allocator_cannot_serve_ends_the_command_with_one_line() {
+    use std::alloc::{GlobalAlloc, Layout};
+    let huge = Layout::from_size_align(1 << 62, 8).unwrap();
+    if std::env::var_os("GPUSHIM_TEST_ALLOCATOR_CHILD").is_some() {
+        // SAFETY: a layout of nonzero size; a pointer returned is never used.
+        let back = gpushim::memory::fallible(|| unsafe { gpushim::memory::Alloc.alloc(huge) });
+        println!("handed back: {}", back.is_null());
+        // SAFETY: as above; the allocator ends the process rather than return.
+        let p = unsafe { gpushim::memory::Alloc.alloc(huge) };
+        println!("returned: {}", p.is_null());
+        return;
+    }
+    let me = "hostile_traces::a_request_the_allocator_cannot_serve_ends_the_command_with_one_line";
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", me, "--nocapture", "--test-threads=1"])
+        .env("GPUSHIM_TEST_ALLOCATOR_CHILD", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(2), "{stdout}\n{stderr}");
+    assert!(stdout.contains("handed back: true"), "{stdout}");
+    assert!(!stdout.contains("returned:"), "{stdout}");
+    let line = format!(
+        "gpushim: out of memory: {} bytes more could not be had",
+        1u64 << 62
+    );
+    assert!(stderr.contains(&line), "{stderr}");
+    assert_eq!(stderr.matches("gpushim:").count(), 1, "{stderr}");
+    assert!(
+        !stderr.contains("backtrace") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+}
+
+/// `fit` holds every tensor event of the run it replays: past the memory it may have (here
+/// GPUSHIM_REPLAY_MEMORY's, as a limit on the address space would be), it stops gathering and
+/// says how many it held, with status 2, not aborted by the allocator.
+#[test]
+fn fit_past_the_memory_it_may_have_says_so() {
+    let dir = tempdir("replay-memory");
+    let path = dir.join("tensors.trace");
+    let mut t = HandTrace::create(&path);
+    for i in 0..3000u64 {
+        let p = 0x7f00_0000_0000 + (i % 7) * 0x10_0000;
+        t.rec(RecordKind::TensorAlloc, Api::Torch, p, 4096);
+        t.rec(RecordKind::TensorFree, Api::Torch, p, 4096);
+    }
+    drop(t);
+    let fit = |memory: Option<&str>| {
+        let mut c = Command::new(gpushim_bin());
+        c.args(["fit", "--at", "1", "--no-symbols"]).arg(&path);
+        if let Some(m) = memory {
+            c.env("GPUSHIM_REPLAY_MEMORY", m);
+        }
+        c.output().unwrap()
+    };
+    // 1024 events take 48 KiB; the next room, 96 KiB, is past 64 KiB.
+    let out = fit(Some("64KiB"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(
+            "the run's tensor events do not fit in the memory GPUSHIM_REPLAY_MEMORY allows: \
+             1024 of them were held (48.00 KiB)"
+        ),
+        "{stderr}"
+    );
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // With room for them all, the same trace is replayed.
+    let out = fit(Some("1MiB"));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("do not fit"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

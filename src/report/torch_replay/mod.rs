@@ -214,6 +214,13 @@ pub enum ReplayError {
         text: String,
         reason: String,
     },
+    /// Room for more of the run's tensor events could not be had: `events` were held
+    /// (`bytes`), under `most` where `GPUSHIM_REPLAY_MEMORY` set it.
+    Memory {
+        events: u64,
+        bytes: u64,
+        most: Option<u64>,
+    },
 }
 
 impl std::fmt::Display for ReplayError {
@@ -248,6 +255,29 @@ impl std::fmt::Display for ReplayError {
                  not the requests before it); record with GPUSHIM_CONF=trace_max:{}MiB or more \
                  to replay it",
                 trace_max_needed.div_ceil(1 << 20)
+            ),
+            ReplayError::Memory {
+                events,
+                bytes,
+                most,
+            } => write!(
+                f,
+                "the run's tensor events do not fit in {}: {events} of them were held ({}) \
+                 when room for as many again could not be had; run it where it may have more \
+                 memory{}",
+                match most {
+                    Some(_) => "the memory GPUSHIM_REPLAY_MEMORY allows",
+                    None => "the memory this process may have",
+                },
+                crate::report::units::human_bytes(*bytes),
+                match most {
+                    Some(m) => format!(
+                        " (GPUSHIM_REPLAY_MEMORY={} now; each event takes {} bytes)",
+                        crate::report::units::human_bytes(*m),
+                        std::mem::size_of::<Event>()
+                    ),
+                    None => " (a higher `ulimit -v`, or fewer other programs beside it)".into(),
+                },
             ),
             ReplayError::Summarized {
                 records,

@@ -48,9 +48,43 @@ struct Gather {
     undecided: FastMap<u64, usize>,
     /// The autograd graph's walks (a ring's checkpoint keeps the latest).
     graph: crate::trace::graph::Walks,
+    /// The most bytes the events may take (`GPUSHIM_REPLAY_MEMORY`; none: what the process
+    /// can have).
+    most_bytes: Option<u64>,
+    /// Room for more events could not be had: how many were held then (no more are taken).
+    short: Option<usize>,
 }
 
 impl Gather {
+    /// One more event, where there is room: the vector grows as a vector does, but a growth
+    /// that the process cannot have (a limit on its address space, the machine's memory) or
+    /// that passes `most_bytes` stops the gathering, and the replay says so rather than the
+    /// process being aborted by the allocator. The events are the one thing a replay holds
+    /// that grows with the trace (48 bytes each, tens of millions in a long run's).
+    fn push(&mut self, e: Event) {
+        if self.short.is_some() {
+            return;
+        }
+        let held = self.events.len();
+        if held == self.events.capacity() {
+            let more = held.max(1024);
+            let bytes = (held.saturating_add(more) as u64)
+                .saturating_mul(std::mem::size_of::<Event>() as u64);
+            let within = self.most_bytes.is_none_or(|most| bytes <= most);
+            let events = &mut self.events;
+            if !within || crate::memory::fallible(|| events.try_reserve_exact(more)).is_err() {
+                self.short = Some(held);
+                return;
+            }
+        }
+        self.events.push(e);
+    }
+
+    /// The `i`-th event, where it was gathered.
+    fn at(&mut self, i: usize) -> Option<&mut Event> {
+        self.events.get_mut(i)
+    }
+
     /// A record of a checkpoint's state: PyTorch's segments and the tensors live in them are
     /// the seed; the rest is the reports' (the records after `END`, not yet summarized when
     /// the checkpoint was written, are the run's own and taken as they come).
@@ -110,30 +144,33 @@ impl Gather {
         }
         match r.kind {
             RecordKind::StackRef => {
-                if let Some(i) = slot(&mut self.stack_for, r.thread).take() {
-                    self.events[i].stack = r.ptr;
-                    self.events[i].sequence = crate::trace::backward::sequence_of(r);
+                if let Some(i) = slot(&mut self.stack_for, r.thread).take()
+                    && let Some(e) = self.at(i)
+                {
+                    e.stack = r.ptr;
+                    e.sequence = crate::trace::backward::sequence_of(r);
                 }
             }
             RecordKind::TensorPool => {
-                if let Some(i) = slot(&mut self.pool_for, r.thread).take() {
-                    self.events[i].private = true;
+                if let Some(i) = slot(&mut self.pool_for, r.thread).take()
+                    && let Some(e) = self.at(i)
+                {
+                    e.private = true;
+                    let release = e.ev == Ev::Release;
                     self.private_events += 1;
                     // A private pool's segment given back (its pool freed): not empty_cache.
-                    if self.events[i].ev == Ev::Release
-                        && let Some(prev) = i.checked_sub(1)
-                        && self.events[prev].ev == Ev::EmptyCache
+                    if release
+                        && let Some(prev) = i.checked_sub(1).and_then(|p| self.at(p))
+                        && prev.ev == Ev::EmptyCache
                     {
-                        self.events[prev].ev = Ev::Skip;
+                        prev.ev = Ev::Skip;
                     }
                 }
             }
             RecordKind::Tensors if r.size == 0 => self.tensors_off = Some(r.ptr),
             RecordKind::SegmentReserve if r.api == Api::Torch => self.reserve(r),
             RecordKind::SegmentRelease if r.api == Api::Torch => self.release(r),
-            RecordKind::AddressReserve if r.status == 0 => {
-                self.events.push(event(Ev::Reservation, r));
-            }
+            RecordKind::AddressReserve if r.status == 0 => self.push(event(Ev::Reservation, r)),
             RecordKind::Alloc | RecordKind::PhysCreate if r.failed() => {
                 *slot(&mut self.failed, r.device.into()) = true;
             }
@@ -169,7 +206,7 @@ impl Gather {
             *slot(&mut self.stack_for, r.thread) = Some(self.events.len());
             *slot(&mut self.pool_for, r.thread) = Some(self.events.len());
         }
-        self.events.push(event(ev, r));
+        self.push(event(ev, r));
     }
 
     fn reserve(&mut self, r: &Record) {
@@ -183,11 +220,12 @@ impl Gather {
         // (the collector's, or a retry after a failure), not empty_cache.
         if self.collects
             && let Some(&Some(i)) = self.burst.get(usize::from(r.device))
+            && let Some(e) = self.at(i)
         {
-            self.events[i].ev = Ev::Skip;
+            e.ev = Ev::Skip;
         }
         *slot(&mut self.pool_for, r.thread) = Some(self.events.len());
-        self.events.push(event(Ev::Reserve { pages }, r));
+        self.push(event(Ev::Reserve { pages }, r));
     }
 
     /// Segments given back with no failed allocation since the last tensor: `empty_cache()`
@@ -207,10 +245,10 @@ impl Gather {
                 e.ev = Ev::Skip;
             }
             *open = Some(self.events.len());
-            self.events.push(e);
+            self.push(e);
         }
         *slot(&mut self.pool_for, r.thread) = Some(self.events.len());
-        self.events.push(event(Ev::Release, r));
+        self.push(event(Ev::Release, r));
     }
 }
 
@@ -283,6 +321,9 @@ impl Requests {
                 .as_ref()
                 .and_then(|(_, t)| TorchConf::parse(t).ok())
                 .is_some_and(|c| c.gc_threshold > 0.0),
+            most_bytes: std::env::var("GPUSHIM_REPLAY_MEMORY")
+                .ok()
+                .and_then(|v| crate::config::parse_size(&v)),
             ..Gather::default()
         }))
     }
@@ -304,14 +345,20 @@ impl Requests {
             g.restore(r);
         } else {
             g.take(r);
-            if r.kind == RecordKind::TensorAlloc && r.status == 0 && r.ptr != 0 {
-                g.undecided.insert(r.ptr, g.events.len() - 1);
+            if r.kind == RecordKind::TensorAlloc
+                && r.status == 0
+                && r.ptr != 0
+                && g.short.is_none()
+                && let Some(i) = g.events.len().checked_sub(1)
+            {
+                g.undecided.insert(r.ptr, i);
             }
         }
         if let Some((ptr, k)) = decided
             && let Some(i) = g.undecided.remove(&ptr)
+            && let Some(e) = g.at(i)
         {
-            g.events[i].kind = k;
+            e.kind = k;
         }
     }
 
@@ -324,6 +371,13 @@ impl Requests {
         only: &crate::trace::filter::Filter,
     ) -> Result<Input, ReplayError> {
         let mut g = *self.0;
+        if let Some(events) = g.short {
+            return Err(ReplayError::Memory {
+                events: events as u64,
+                bytes: (events as u64).saturating_mul(std::mem::size_of::<Event>() as u64),
+                most: g.most_bytes,
+            });
+        }
         let conf_env = setting_of(&reader.info().env);
         // Each device's total as CUDA counts it, from the header where no `cudaMemGetInfo` said
         // it: NVML's total is larger by what the driver keeps, which no process can have.
@@ -340,7 +394,9 @@ impl Requests {
         }
         // Live at the end: the kind their phase gives what outlives it.
         for (&ptr, &i) in &g.undecided {
-            g.events[i].kind = kinds.lasting(&reader, ptr, 0);
+            if let Some(e) = g.events.get_mut(i) {
+                e.kind = kinds.lasting(&reader, ptr, 0);
+            }
         }
         if g.tensors == 0 && g.summarized_tensors {
             let records = reader.info().claimed;
