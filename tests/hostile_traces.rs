@@ -720,6 +720,14 @@ fn fit_past_the_memory_it_may_have_says_so() {
         "{stderr}"
     );
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    // A setting that is not a size is named, not taken as none.
+    let out = fit(Some("lots\x1b[2J"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("GPUSHIM_REPLAY_MEMORY=lots\\x1b[2J: not a size"),
+        "{stderr}"
+    );
     // With room for them all, the same trace is replayed.
     let out = fit(Some("1MiB"));
     assert!(

@@ -221,6 +221,10 @@ pub enum ReplayError {
         bytes: u64,
         most: Option<u64>,
     },
+    /// `GPUSHIM_REPLAY_MEMORY` is not a size.
+    MemorySetting {
+        text: String,
+    },
 }
 
 impl std::fmt::Display for ReplayError {
@@ -255,6 +259,14 @@ impl std::fmt::Display for ReplayError {
                  not the requests before it); record with GPUSHIM_CONF=trace_max:{}MiB or more \
                  to replay it",
                 trace_max_needed.div_ceil(1 << 20)
+            ),
+            // The text is the user's environment's: escaped, as any text for a terminal.
+            ReplayError::MemorySetting { text } => write!(
+                f,
+                "GPUSHIM_REPLAY_MEMORY={}: not a size; give one as trace_max takes it (512MiB, \
+                 4GiB), or unset it to gather as many of the run's tensor events as the process \
+                 may have",
+                crate::fixedfmt::Escaped(text.as_bytes())
             ),
             ReplayError::Memory {
                 events,

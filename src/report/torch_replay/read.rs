@@ -51,6 +51,8 @@ struct Gather {
     /// The most bytes the events may take (`GPUSHIM_REPLAY_MEMORY`; none: what the process
     /// can have).
     most_bytes: Option<u64>,
+    /// `GPUSHIM_REPLAY_MEMORY`'s text, where it is not a size.
+    not_a_size: Option<String>,
     /// Room for more events could not be had: how many were held then (no more are taken).
     short: Option<usize>,
 }
@@ -316,14 +318,20 @@ pub struct Requests(Box<Gather>);
 impl Requests {
     pub fn new(reader: &TraceReader) -> Requests {
         let conf_env = setting_of(&reader.info().env);
+        let most = std::env::var_os("GPUSHIM_REPLAY_MEMORY");
+        let most_bytes = most
+            .as_ref()
+            .and_then(|v| v.to_str())
+            .and_then(crate::config::parse_size);
         Requests(Box::new(Gather {
+            most_bytes,
+            not_a_size: most
+                .filter(|_| most_bytes.is_none())
+                .map(|v| v.to_string_lossy().into_owned()),
             collects: conf_env
                 .as_ref()
                 .and_then(|(_, t)| TorchConf::parse(t).ok())
                 .is_some_and(|c| c.gc_threshold > 0.0),
-            most_bytes: std::env::var("GPUSHIM_REPLAY_MEMORY")
-                .ok()
-                .and_then(|v| crate::config::parse_size(&v)),
             ..Gather::default()
         }))
     }
@@ -371,6 +379,9 @@ impl Requests {
         only: &crate::trace::filter::Filter,
     ) -> Result<Input, ReplayError> {
         let mut g = *self.0;
+        if let Some(text) = g.not_a_size.take() {
+            return Err(ReplayError::MemorySetting { text });
+        }
         if let Some(events) = g.short {
             return Err(ReplayError::Memory {
                 events: events as u64,
