@@ -160,6 +160,60 @@ fn base_trace() -> Vec<u8> {
     std::fs::read(write_trace("base", &recs)).unwrap()
 }
 
+/// A trace of PyTorch's caching allocator: segments, tensors made and freed on two streams and
+/// two threads, one kept, a failed request after a failed `cudaMalloc`, an `empty_cache()`,
+/// a setting in the environment. What the replays of PyTorch's allocator and the kinds read.
+fn torch_trace() -> Vec<u8> {
+    let mut recs = Vec::new();
+    for i in 0..48u64 {
+        let seg = 0x7e00_0000_0000 + i * (32 << 20);
+        recs.push((RecordKind::SegmentReserve, Api::Torch, seg, 20 << 20));
+        for j in 0..4u64 {
+            recs.push((
+                RecordKind::TensorAlloc,
+                Api::Torch,
+                seg + j * (4 << 20),
+                3 << 20,
+            ));
+        }
+        for j in 1..4u64 {
+            recs.push((
+                RecordKind::TensorFree,
+                Api::Torch,
+                seg + j * (4 << 20),
+                3 << 20,
+            ));
+        }
+        if i % 5 == 4 {
+            recs.push((RecordKind::Alloc, Api::CudaMalloc, 0, 1 << 40));
+            recs.push((RecordKind::TensorOom, Api::Torch, 1 << 30, 1 << 40));
+            recs.push((RecordKind::SegmentRelease, Api::Torch, seg, 20 << 20));
+        }
+    }
+    std::fs::read(write_trace("torch", &recs)).unwrap()
+}
+
+/// The replays of PyTorch's allocator, in-process: `fit` (rows, the largest batch, both
+/// settings), `simulate --torch` with `--recommend`, and `oom`'s advice (in `read_everything`).
+fn replay_everything(path: &Path, o: &gpushim::trace::reader::ReadOptions) {
+    let mut ask = gpushim::report::fit::Ask::largest(2, 64);
+    ask.batches = vec![1, 4, 16];
+    let _ = gpushim::report::fit::fit(path, &ask, o);
+    let confs =
+        [
+            gpushim::report::torch_replay::model::TorchConf::parse("expandable_segments:True")
+                .unwrap(),
+        ];
+    let _ = gpushim::report::torch_replay::simulate(
+        path,
+        &confs,
+        true,
+        &Default::default(),
+        o,
+        &|_| {},
+    );
+}
+
 /// Every report, in-process (frames left unnamed: the mutated modules are not real files).
 fn read_everything(path: &Path) {
     let o = &gpushim::trace::reader::ReadOptions {
@@ -187,6 +241,7 @@ fn read_everything(path: &Path) {
     };
     let _ = gpushim::report::analysis::analyze(path, o, &at_end);
     let _ = gpushim::report::simulate::simulate(path, &["pool:caching".to_string()], o);
+    replay_everything(path, o);
 }
 
 fn cases() -> u32 {
@@ -203,9 +258,11 @@ proptest! {
     fn mutated_real_traces_never_panic_any_report(
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>(), any::<bool>()), 1..48),
         cut in prop::option::of(any::<prop::sample::Index>()),
+        torch in any::<bool>(),
     ) {
         static BASE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
-        let base = BASE.get_or_init(base_trace);
+        static TORCH: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+        let base = if torch { TORCH.get_or_init(torch_trace) } else { BASE.get_or_init(base_trace) };
         let mut bytes = base.clone();
         // Records live after the 4 KiB header; most edits land there, some in the header.
         for (at, value, flip) in edits {
@@ -735,4 +792,37 @@ fn fit_past_the_memory_it_may_have_says_so() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// The PyTorch trace the property test mutates reaches the replays whole (else its mutations
+/// would test only the errors before them): `fit` answers with rows and `simulate --torch`
+/// with both settings.
+#[test]
+fn the_torch_base_trace_is_replayed_whole() {
+    let dir = tempdir("torch-base");
+    let path = dir.join("t.trace");
+    std::fs::write(&path, torch_trace()).unwrap();
+    let o = gpushim::trace::reader::ReadOptions {
+        symbols: false,
+        ..Default::default()
+    };
+    let mut ask = gpushim::report::fit::Ask::largest(2, 64);
+    ask.batches = vec![1, 4, 16];
+    let fit = gpushim::report::fit::fit(&path, &ask, &o).unwrap();
+    assert_eq!(fit.settings.len(), 2);
+    assert_eq!(fit.settings[0].rows.len(), 3);
+    let confs =
+        [
+            gpushim::report::torch_replay::model::TorchConf::parse("expandable_segments:True")
+                .unwrap(),
+        ];
+    let sim = gpushim::report::torch_replay::simulate(
+        &path,
+        &confs,
+        false,
+        &Default::default(),
+        &o,
+        &|_| {},
+    );
+    assert!(sim.is_ok(), "{:?}", sim.err().map(|e| e.to_string()));
 }
