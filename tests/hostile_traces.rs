@@ -160,29 +160,18 @@ fn base_trace() -> Vec<u8> {
     std::fs::read(write_trace("base", &recs)).unwrap()
 }
 
-/// A trace of PyTorch's caching allocator: segments, tensors made and freed on two streams and
-/// two threads, one kept, a failed request after a failed `cudaMalloc`, an `empty_cache()`,
-/// a setting in the environment. What the replays of PyTorch's allocator and the kinds read.
+/// A trace of PyTorch's caching allocator: per segment four tensors made and three freed (the
+/// first kept); every fifth segment, a failed `cudaMalloc`, a failed tensor and the segment
+/// given back. What the replays of PyTorch's allocator and the kinds read.
 fn torch_trace() -> Vec<u8> {
     let mut recs = Vec::new();
     for i in 0..48u64 {
         let seg = 0x7e00_0000_0000 + i * (32 << 20);
         recs.push((RecordKind::SegmentReserve, Api::Torch, seg, 20 << 20));
-        for j in 0..4u64 {
-            recs.push((
-                RecordKind::TensorAlloc,
-                Api::Torch,
-                seg + j * (4 << 20),
-                3 << 20,
-            ));
-        }
-        for j in 1..4u64 {
-            recs.push((
-                RecordKind::TensorFree,
-                Api::Torch,
-                seg + j * (4 << 20),
-                3 << 20,
-            ));
+        for (kind, first) in [(RecordKind::TensorAlloc, 0), (RecordKind::TensorFree, 1)] {
+            for j in first..4u64 {
+                recs.push((kind, Api::Torch, seg + j * (4 << 20), 3 << 20));
+            }
         }
         if i % 5 == 4 {
             recs.push((RecordKind::Alloc, Api::CudaMalloc, 0, 1 << 40));
@@ -193,18 +182,22 @@ fn torch_trace() -> Vec<u8> {
     std::fs::read(write_trace("torch", &recs)).unwrap()
 }
 
-/// The replays of PyTorch's allocator, in-process: `fit` (rows, the largest batch, both
-/// settings), `simulate --torch` with `--recommend`, and `oom`'s advice (in `read_everything`).
-fn replay_everything(path: &Path, o: &gpushim::trace::reader::ReadOptions) {
+/// The replays of PyTorch's allocator, in-process: `fit` (three rows, the largest batch, both
+/// settings) and `simulate --torch` with `--recommend` (`oom`'s advice is `read_everything`'s);
+/// what each answered.
+fn replay_everything(
+    path: &Path,
+    o: &gpushim::trace::reader::ReadOptions,
+) -> (
+    Result<gpushim::report::fit::Fit, gpushim::report::fit::FitError>,
+    Result<(), String>,
+) {
     let mut ask = gpushim::report::fit::Ask::largest(2, 64);
     ask.batches = vec![1, 4, 16];
-    let _ = gpushim::report::fit::fit(path, &ask, o);
-    let confs =
-        [
-            gpushim::report::torch_replay::model::TorchConf::parse("expandable_segments:True")
-                .unwrap(),
-        ];
-    let _ = gpushim::report::torch_replay::simulate(
+    let fit = gpushim::report::fit::fit(path, &ask, o);
+    let expandable = "expandable_segments:True";
+    let confs = [gpushim::report::torch_replay::model::TorchConf::parse(expandable).unwrap()];
+    let simulated = gpushim::report::torch_replay::simulate(
         path,
         &confs,
         true,
@@ -212,6 +205,7 @@ fn replay_everything(path: &Path, o: &gpushim::trace::reader::ReadOptions) {
         o,
         &|_| {},
     );
+    (fit, simulated.map(|_| ()).map_err(|e| e.to_string()))
 }
 
 /// Every report, in-process (frames left unnamed: the mutated modules are not real files).
@@ -241,7 +235,7 @@ fn read_everything(path: &Path) {
     };
     let _ = gpushim::report::analysis::analyze(path, o, &at_end);
     let _ = gpushim::report::simulate::simulate(path, &["pool:caching".to_string()], o);
-    replay_everything(path, o);
+    let _ = replay_everything(path, o);
 }
 
 fn cases() -> u32 {
@@ -795,8 +789,8 @@ fn fit_past_the_memory_it_may_have_says_so() {
 }
 
 /// The PyTorch trace the property test mutates reaches the replays whole (else its mutations
-/// would test only the errors before them): `fit` answers with rows and `simulate --torch`
-/// with both settings.
+/// would test only the errors before them): `fit` answers with rows under both settings,
+/// and `simulate --torch` with `--recommend`.
 #[test]
 fn the_torch_base_trace_is_replayed_whole() {
     let dir = tempdir("torch-base");
@@ -806,23 +800,9 @@ fn the_torch_base_trace_is_replayed_whole() {
         symbols: false,
         ..Default::default()
     };
-    let mut ask = gpushim::report::fit::Ask::largest(2, 64);
-    ask.batches = vec![1, 4, 16];
-    let fit = gpushim::report::fit::fit(&path, &ask, &o).unwrap();
+    let (fit, simulated) = replay_everything(&path, &o);
+    let fit = fit.unwrap();
     assert_eq!(fit.settings.len(), 2);
     assert_eq!(fit.settings[0].rows.len(), 3);
-    let confs =
-        [
-            gpushim::report::torch_replay::model::TorchConf::parse("expandable_segments:True")
-                .unwrap(),
-        ];
-    let sim = gpushim::report::torch_replay::simulate(
-        &path,
-        &confs,
-        false,
-        &Default::default(),
-        &o,
-        &|_| {},
-    );
-    assert!(sim.is_ok(), "{:?}", sim.err().map(|e| e.to_string()));
+    simulated.unwrap();
 }

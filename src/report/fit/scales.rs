@@ -15,7 +15,7 @@ const SEMAPHORE: u32 = 3;
 const RARE: u32 = 4;
 
 /// Each request's [`Scale`], by its place among the requests.
-#[derive(Clone, Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Scales {
     packed: Vec<u32>,
     /// The scales with figures, each one request's.
