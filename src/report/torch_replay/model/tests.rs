@@ -224,6 +224,42 @@ fn expandable_segments_grow_by_pages_and_give_free_pages_back() {
     m.check().unwrap();
 }
 
+/// A request larger than a new expandable reservation (the device's memory and an eighth)
+/// fails, and leaves no reservation behind (where memory is unlimited, it is served): one made for each such request, holding nothing,
+/// made every later search walk them all (a fuzzed trace's `fit` ran for minutes where it took
+/// a quarter of a second).
+#[test]
+fn a_request_past_any_expandable_reservation_fails_and_leaves_none() {
+    let mut m = Model::new(
+        TorchConf::parse("expandable_segments:True").unwrap(),
+        limits(80 * GIB),
+    );
+    let a = m.malloc(30 * MIB, 0).unwrap();
+    let before = m.segment_count();
+    for _ in 0..1000 {
+        let e = m.malloc(100 * GIB, 0).unwrap_err();
+        assert_eq!(e.requested, 100 * GIB);
+    }
+    assert_eq!(m.stats().failures, 1000);
+    assert_eq!(
+        m.segment_count(),
+        before,
+        "no reservation was left by a failed request"
+    );
+    // What fits still goes where it went: right after the first tensor, in its range.
+    let b = m.malloc(15 * MIB, 0).unwrap();
+    assert_eq!(b, a + 30 * MIB);
+    m.check().unwrap();
+    // A replay going on as if the memory were there serves it, in a reservation of its own
+    // size, and counts it.
+    let reserved = m.stats().reserved;
+    let c = m.unlimited(|m| m.malloc(100 * GIB, 0)).unwrap();
+    assert_eq!(m.block_size(c), Some(100 * GIB));
+    assert_eq!(m.stats().reserved, reserved + 100 * GIB);
+    assert_eq!(m.segment_count(), before + 1);
+    m.check().unwrap();
+}
+
 #[test]
 fn recorded_addresses_are_taken_when_offered() {
     let mut m = model("");

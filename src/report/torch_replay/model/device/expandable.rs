@@ -41,8 +41,9 @@ impl Model {
     }
 
     /// The lowest address of an expandable segment of this stream and pool with room for
-    /// `size` (a free block and the unmapped range after it count together), or a new segment.
-    pub(super) fn find_expandable(&mut self, size: u64, stream: u64, small: bool) -> u64 {
+    /// `size` (a free block and the unmapped range after it count together), or a new segment;
+    /// `None` where a new one could not hold `size` either.
+    pub(super) fn find_expandable(&mut self, size: u64, stream: u64, small: bool) -> Option<u64> {
         let p = pool(small);
         let candidates: Vec<u64> = self.unmapped[p]
             .range((stream, 0)..)
@@ -57,16 +58,26 @@ impl Model {
                 start = pp;
             }
             if self.room_from(start, size) {
-                return start;
+                return Some(start);
             }
         }
         let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
         let total = self.limits.total_memory;
-        let reach = total
+        let mut reach = total
             .saturating_add(total / 8)
             .div_ceil(page)
             .saturating_mul(page);
+        if self.limits.capacity == u64::MAX {
+            // A replay going on as if the memory were there: a reservation that holds it.
+            reach = reach.max(size.div_ceil(page).saturating_mul(page));
+        }
         let (base, reach) = self.place(reach, page);
+        if reach < size {
+            // More than the device and an eighth (or the run's own reservation): PyTorch's
+            // mapping of it fails. A segment made for it would hold nothing, ever, and each
+            // such request would add one that every later search walks: none is made.
+            return None;
+        }
         self.segments.insert(base, Segment { size: reach, page });
         self.blocks.insert(
             base,
@@ -81,7 +92,7 @@ impl Model {
             },
         );
         self.unmapped[p].insert((stream, base));
-        base
+        Some(base)
     }
 
     pub(super) fn allocate_expandable(
@@ -90,7 +101,7 @@ impl Model {
         stream: u64,
         small: bool,
     ) -> Option<u64> {
-        let mut cand = self.find_expandable(size, stream, small);
+        let mut cand = self.find_expandable(size, stream, small)?;
         let b = self.blocks[&cand];
         if b.state == State::Unmapped {
             cand = self.map_block(cand, b.size.min(size))?;

@@ -379,6 +379,12 @@ impl Model {
             .map(|b| b.size)
     }
 
+    /// How many segments (plain, or expandable reservations) the model holds.
+    #[cfg(test)]
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
     /// The model's own consistency: blocks tile each segment, the sets hold exactly the free
     /// and unmapped blocks, no two free (or unmapped) neighbours stayed apart, and the counts
     /// match. For tests.
