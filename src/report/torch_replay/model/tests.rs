@@ -225,9 +225,9 @@ fn expandable_segments_grow_by_pages_and_give_free_pages_back() {
 }
 
 /// A request larger than a new expandable reservation (the device's memory and an eighth)
-/// fails, and leaves no reservation behind (where memory is unlimited, it is served): one made for each such request, holding nothing,
-/// made every later search walk them all (a fuzzed trace's `fit` ran for minutes where it took
-/// a quarter of a second).
+/// fails and leaves no reservation behind: one made for each such request, holding nothing,
+/// made every later search walk them all (a fuzzed trace's `fit` ran for minutes where it
+/// takes a quarter of a second). Where memory is unlimited, it is served.
 #[test]
 fn a_request_past_any_expandable_reservation_fails_and_leaves_none() {
     let mut m = Model::new(
