@@ -217,3 +217,56 @@ fn a_ring_keeps_a_recent_graph() {
     assert!(nodes > 3, "{g:#?}");
     assert_eq!(start.map(|r| r.2), Some(nodes - 1), "{g:#?}");
 }
+
+/// Python that installs a seccomp filter (no new privileges first, so no capability is needed)
+/// whose action for `process_vm_readv` (310 on x86-64) is `action`, every other call allowed:
+/// `SECCOMP_RET_KILL_PROCESS` is what systemd's `SystemCallFilter` does by default.
+fn seccomp_filter(action: u32) -> String {
+    format!(
+        "class F(ctypes.Structure):\n\
+         \x20   _fields_ = [('code', ctypes.c_ushort), ('jt', ctypes.c_ubyte), ('jf', ctypes.c_ubyte), ('k', ctypes.c_uint)]\n\
+         class P(ctypes.Structure):\n\
+         \x20   _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.POINTER(F))]\n\
+         code = (F * 4)(F(0x20, 0, 0, 0), F(0x15, 0, 1, 310), F(0x06, 0, 0, {action}), F(0x06, 0, 0, 0x7fff0000))\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         assert libc.prctl(38, 1, 0, 0, 0) == 0, ctypes.get_errno()\n\
+         assert libc.prctl(22, 2, ctypes.byref(P(4, code)), 0, 0) == 0, ctypes.get_errno()\n"
+    )
+}
+
+/// The forward and backward of `a_backward_pass_writes_its_graph_once`, then a file that says
+/// the program reached its end.
+const TWO_OPS: &str = "c = autograd.standin_forward_cast(1 << 20)\n\
+     m = autograd.standin_forward_mm(1 << 20)\n\
+     autograd.standin_link_leaf(0)\n\
+     autograd.standin_link(1, 0)\n\
+     autograd.standin_link_none(1)\n\
+     autograd.standin_backward_node(1, 1 << 20)\n\
+     autograd.standin_backward_node(0, 1 << 20)\n\
+     open(sys.argv[0] + '.ran', 'w').write('to its end')\n";
+
+/// Under a seccomp filter that kills the process on `process_vm_readv` (as systemd's
+/// `SystemCallFilter` does), and under one that refuses it with EPERM, the program runs to its
+/// end and its graph is still read whole: a process with a filter is read through a pipe, with
+/// calls no filter of a Python program forbids.
+#[test]
+fn a_seccomp_filter_neither_kills_the_program_nor_hides_its_graph() {
+    const KILL_PROCESS: u32 = 0x8000_0000;
+    const ERRNO_EPERM: u32 = 0x0005_0001;
+    for (name, action) in [("kill", KILL_PROCESS), ("eperm", ERRNO_EPERM)] {
+        let body = format!("{}{TWO_OPS}", seccomp_filter(action));
+        let (dir, script) = program(&format!("graph-seccomp-{name}"), &body);
+        let t = traced(&dir, &script, &[], vec![]);
+        assert!(dir.join("train.py.ran").exists(), "{name}: did not run on");
+        let g = graph_records(&t);
+        let walks: Vec<_> = g.iter().filter(|r| r.0 == "graph").collect();
+        assert_eq!(walks.len(), 1, "{name}: {g:#?}");
+        // Whole, two nodes and three edges, as without the filter.
+        assert_eq!(
+            (walks[0].1, walks[0].2, walks[0].3),
+            (0, 2, 3),
+            "{name}: {g:#?}"
+        );
+        assert_eq!(g[0].4, "MmBackward0", "{name}: {g:#?}");
+    }
+}

@@ -186,7 +186,7 @@ fn the_runs_notes_folder_is_the_users_alone() {
 
 /// A trace folder named through a link another user planted, or through the user's own link
 /// into a folder another user owns, is refused by `run` before the program starts; the shim
-/// preloaded without `run` records nothing through the planted link and says why. The real
+/// preloaded without `run` records nothing through either link and says why. The real
 /// folder named as it is, and the user's own link into a folder of theirs, work.
 #[test]
 fn a_trace_folder_through_a_link_into_another_users_folder_is_refused_before_the_start() {
@@ -252,6 +252,17 @@ fn a_trace_folder_through_a_link_into_another_users_folder_is_refused_before_the
     assert_ok(&out);
     assert!(
         stderr(&out).contains("a link another user (uid 4242) owns"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(std::fs::read_dir(&theirs).unwrap().count(), 0);
+    // Plain LD_PRELOAD through the user's own link into the other user's folder: refused by
+    // the shim as by `run`, with the folder's owner named.
+    let out = client_as(Some(reader), &home, &own_link.join("x.trace"));
+    assert_ok(&out);
+    assert!(
+        stderr(&out)
+            .contains("lands in or below a folder that another user controls (owner uid 4242"),
         "{}",
         stderr(&out)
     );

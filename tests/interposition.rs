@@ -337,6 +337,34 @@ fn a_bad_configuration_prints_one_line_naming_the_key_and_the_program_goes_on() 
     assert_eq!(api_names(&records), ["cudaMalloc", "cudaFree"]);
 }
 
+/// A key that carries a terminal escape and a bidi override: the shim's one line quotes it
+/// escaped, so what anyone set in the environment never drives the user's terminal.
+#[test]
+fn a_bad_configuration_is_quoted_escaped() {
+    let dir = tempdir("badconf-escape");
+    let t = trace_in(&dir);
+    let out = run(
+        &sim().bin("runtime_route"),
+        Run {
+            preload: true,
+            trace: Some(&t),
+            env: vec![(
+                "GPUSHIM_CONF",
+                "pool:off,\u{1b}]0;owned\u{7}\u{202e}:1".into(),
+            )],
+            ..Run::default()
+        },
+    );
+    assert_ok(&out);
+    let err = stderr(&out);
+    assert!(err.contains("GPUSHIM_CONF"), "{err}");
+    assert!(
+        !err.contains('\u{1b}') && !err.contains('\u{7}') && !err.contains('\u{202e}'),
+        "{err:?}"
+    );
+    assert!(err.contains("\\x1b]0;owned\\x07\\u{202e}"), "{err:?}");
+}
+
 #[test]
 fn a_bad_trace_pattern_says_why_and_falls_back_to_the_default_name() {
     let dir = tempdir("badpattern");

@@ -169,3 +169,58 @@ fn strings_in_a_saved_analysis_reach_the_terminal_escaped() {
     assert!(!shown.contains('\u{1b}') && !shown.contains('\u{7}') && !shown.contains('\u{202e}'));
     assert!(shown.contains("\\u{1b}]0;owned"), "{shown}");
 }
+
+/// A saved analysis whose library owner is named in 65,536 characters: `summary` pads its
+/// columns to at most `COLUMN_MAX` (a padding over 65,535 aborts Rust's formatting), alone
+/// and joined with another analysis, and the name is still shown whole.
+#[test]
+fn a_name_longer_than_any_column_is_shown_not_padded_to() {
+    let (_kept, paths) = ranks();
+    let saved = analyse_each(&paths[..2]);
+    let text = std::fs::read_to_string(&saved[0]).unwrap();
+    let long = "x".repeat(65_536);
+    let forged = text.replace("\"owner\":\"cuBLAS\"", &format!("\"owner\":\"{long}\""));
+    assert_ne!(forged, text, "the saved analysis names no cuBLAS owner");
+    std::fs::write(&saved[0], forged).unwrap();
+    for joined in [&saved[..1], &saved[..2]] {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"summary"];
+        args.extend(joined.iter().map(|p| p as &dyn AsRef<std::ffi::OsStr>));
+        let out = gpushim(&args);
+        assert_ok(&out);
+        let shown = stdout(&out);
+        // The table's row: the name, then its figures after the two spaces that end a column.
+        let row = shown.lines().find(|l| l.trim_start().starts_with(&long));
+        let figures = row.map(|l| l.trim_start()[long.len()..].trim_start());
+        assert!(
+            figures.is_some_and(|f| f.contains("KiB") || f.contains("MiB") || f.contains(" B")),
+            "{}",
+            &shown[..shown.len().min(4000)]
+        );
+    }
+}
+
+/// Two saved analyses each claiming 2^64 - 1 events: the job's count saturates at the most
+/// there can be, never wraps to a small number (or aborts).
+#[test]
+fn counts_joined_from_saved_analyses_saturate() {
+    let (_kept, paths) = ranks();
+    let saved = analyse_each(&paths[..2]);
+    for s in &saved {
+        let text = std::fs::read_to_string(s).unwrap();
+        let events = text.split("\"events\":").nth(1).unwrap();
+        let n: String = events.chars().take_while(char::is_ascii_digit).collect();
+        let forged = text.replacen(
+            &format!("\"events\":{n}"),
+            &format!("\"events\":{}", u64::MAX),
+            1,
+        );
+        std::fs::write(s, forged).unwrap();
+    }
+    let out = gpushim(&[&"summary", &saved[0], &saved[1]]);
+    assert_ok(&out);
+    let shown = stdout(&out);
+    assert!(
+        shown.contains(&format!("combined, 2 traces: {} events", u64::MAX)),
+        "{shown}"
+    );
+}

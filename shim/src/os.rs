@@ -36,9 +36,18 @@ pub fn env_flag(name: &CStr) -> bool {
 
 /// One line on stderr, prefixed `gpushim: `, written in one call, without allocating.
 pub fn say(args: core::fmt::Arguments<'_>) {
-    let mut b = FixedBuf::<1024>::new();
+    let mut raw = FixedBuf::<1024>::new();
+    let _ = raw.write_fmt(args);
+    let mut b = FixedBuf::<4096>::new();
     let _ = b.write_str("gpushim: ");
-    let _ = b.write_fmt(args);
+    // What a message quotes (a setting's value, a path) is the user's or anyone's: control
+    // characters and hidden ones reach the terminal escaped, the message's own line breaks kept.
+    for (i, line) in raw.as_bytes().split(|&c| c == b'\n').enumerate() {
+        if i > 0 {
+            b.push_bytes(b"\n");
+        }
+        let _ = write!(b, "{}", gpushim_core::fixedfmt::Escaped(line));
+    }
     b.push_bytes(b"\n");
     b.write_stderr();
 }

@@ -66,7 +66,7 @@ pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode 
             .to_string()
     };
     let (na, nb) = (name(a), name(b));
-    let w = na.len().max(nb.len()).max(14);
+    let w = gpushim::report::units::column(na.len().max(nb.len()).max(14));
     println!(
         "A = {}\nB = {}",
         gpushim::files::shown(a),

@@ -142,12 +142,14 @@ pub fn render(o: &mut String, all: &[DeviceMemory]) {
                 }
             }
         }
-        let width = owners
-            .iter()
-            .map(|o| o.len())
-            .chain([NOT_ALLOCATED.len()])
-            .max()
-            .unwrap_or(0);
+        let width = crate::report::units::column(
+            owners
+                .iter()
+                .map(|o| o.len())
+                .chain([NOT_ALLOCATED.len()])
+                .max()
+                .unwrap_or(0),
+        );
         // NVML's peak, not the allocations': NVML samples the process's memory now and then,
         // and its highest sample can come at another moment than the most live allocations.
         let peak_head = format!("at NVML's peak ({})", human_duration(m.at_peak.time_ns));

@@ -46,9 +46,9 @@ pub fn combine(all: &[Summary]) -> Combined {
         ranks_by_headroom: by_headroom(all),
     };
     for s in all {
-        c.events += s.events;
-        c.lost += s.health.lost;
-        c.torn += s.health.torn;
+        c.events = c.events.saturating_add(s.events);
+        c.lost = c.lost.saturating_add(s.health.lost);
+        c.torn = c.torn.saturating_add(s.health.torn);
         c.unclean_exits = c
             .unclean_exits
             .saturating_add(usize::from(!s.health.clean_exit));
@@ -60,7 +60,7 @@ pub fn combine(all: &[Summary]) -> Combined {
                 .unwrap_or(0),
         );
         for d in &s.devices {
-            c.failed_for_memory += d.ooms;
+            c.failed_for_memory = c.failed_for_memory.saturating_add(d.ooms);
             if c.largest_peak
                 .as_ref()
                 .is_none_or(|l| d.peak_live_bytes > l.peak_live_bytes)

@@ -1,5 +1,15 @@
 //! Sizes and durations as the reports write them (one home for every report and picture).
 
+/// The widest a text column is padded to: a name from a trace or a saved analysis can be of
+/// any length, and a padding width over 65,535 aborts Rust's formatting; a longer name runs
+/// past its column.
+pub const COLUMN_MAX: usize = 80;
+
+/// `width` as a column's padding, at most [`COLUMN_MAX`].
+pub fn column(width: usize) -> usize {
+    width.min(COLUMN_MAX)
+}
+
 /// `1.50 GiB`, `512 B`.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -10,16 +10,22 @@
 //! first three backward passes of a trace and, in a ring, again each time half the ring has
 //! been written since the last walk, so that a ring keeps a recent one.
 //!
-//! Every read of PyTorch's memory goes through `process_vm_readv` on the process itself: a
-//! pointer that does not lead where the layout says reads as an error, never a fault. A node
-//! that does not read as PyTorch's `Node` (a version whose layout differs) ends the walk and
-//! every later one; a process that may not read itself that way (a seccomp profile) makes
-//! none. Either is said in the trace. The walk allocates nothing: its tables are static, one
-//! walk at a time (a thread that finds one under way goes on without).
+//! Every read of PyTorch's memory goes through the kernel, so that a pointer that does not lead
+//! where the layout says reads as an error (EFAULT), never a fault. Which call depends on the
+//! process: with no seccomp filter (`Seccomp: 0` in `/proc/self/status`, read at each walk),
+//! `process_vm_readv` on the process itself, one call for many words; under a filter, whose
+//! action for a call it cannot know in advance and which may kill the process on one it
+//! forbids (systemd's `SystemCallFilter` does by default), only `write` of the words into a
+//! pipe of its own and `read` of them back, calls no program that runs Python can forbid. A
+//! node that does not read as PyTorch's `Node` (a version whose layout differs) ends the walk
+//! and every later one; a process where neither way reads (no pipe can be made, or the first
+//! read of a live node is refused) makes none. Either is said in the trace. The walk
+//! allocates nothing: its tables are static, one walk at a time (a thread that finds one under
+//! way goes on without).
 
 use crate::trace::{self, Event};
 use core::cell::{Cell, UnsafeCell};
-use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use gpushim_core::trace::format::graph;
 
 /// Where a `Node`'s fields lie (`torch/csrc/autograd/function.h`, every 2.x release on x86-64
@@ -142,9 +148,142 @@ fn due() -> bool {
             && trace::RECORDER.claimed() >= DUE_AT.load(Ordering::Relaxed))
 }
 
+/// How this walk reads the process's memory (chosen at its start, [`choose_reader`]).
+#[derive(Clone, Copy, PartialEq)]
+enum Reader {
+    /// `process_vm_readv` on the process itself: no seccomp filter is installed.
+    Vm,
+    /// `write` into the pipe (read end, write end) and `read` back: a filter is, or the
+    /// process's status could not be read.
+    Pipe(i32, i32),
+}
+
+/// The walk's reader, set by [`walk`] (the thread that holds `BUSY` alone touches it).
+static READER_VM: AtomicBool = AtomicBool::new(true);
+static PIPE_READ: AtomicI32 = AtomicI32::new(-1);
+static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
+/// The process that made the pipe: a forked child makes its own (the parent's is shared).
+static PIPE_PID: AtomicI32 = AtomicI32::new(0);
+
+/// Whether a seccomp filter may stand between this process and `process_vm_readv`: anything
+/// but `Seccomp:\t0` in `/proc/self/status` (a status that cannot be read counts as a filter).
+fn filtered() -> bool {
+    // SAFETY: a NUL-terminated literal path; the descriptor is closed below.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/status".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return true;
+    }
+    let mut buf = [0u8; 4096];
+    let mut len = 0usize;
+    while let Some(rest) = buf.get_mut(len..)
+        && !rest.is_empty()
+    {
+        // SAFETY: reads at most `rest.len()` bytes into our own buffer.
+        let n = unsafe { libc::read(fd, rest.as_mut_ptr().cast(), rest.len()) };
+        if n <= 0 {
+            break;
+        }
+        len += n as usize;
+    }
+    // SAFETY: `fd` is ours, opened above.
+    unsafe { libc::close(fd) };
+    seccomp_mode(buf.get(..len).unwrap_or(&[])) != Some(b'0')
+}
+
+/// The first character of the `Seccomp:` field of a `/proc/PID/status` text, if it has one.
+fn seccomp_mode(status: &[u8]) -> Option<u8> {
+    const KEY: &[u8] = b"\nSeccomp:";
+    let at = status.windows(KEY.len()).position(|w| w == KEY)? + KEY.len();
+    status
+        .get(at..)?
+        .iter()
+        .copied()
+        .find(|b| !b.is_ascii_whitespace())
+}
+
+/// This process's pipe for reads under a filter, made once per process: `None` where none can
+/// be made.
+fn pipe() -> Option<(i32, i32)> {
+    // SAFETY: getpid cannot fail.
+    let pid = unsafe { libc::getpid() };
+    let (r, w) = (
+        PIPE_READ.load(Ordering::Relaxed),
+        PIPE_WRITE.load(Ordering::Relaxed),
+    );
+    if PIPE_PID.load(Ordering::Relaxed) == pid && r >= 0 {
+        return Some((r, w));
+    }
+    if r >= 0 {
+        // A forked child's copy of its parent's pipe: the child's own to close.
+        // SAFETY: both descriptors are this process's copies of the parent's pipe.
+        unsafe {
+            libc::close(r);
+            libc::close(w);
+        }
+    }
+    let mut fds = [-1i32; 2];
+    // SAFETY: `fds` holds the two descriptors pipe2 writes.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        PIPE_READ.store(-1, Ordering::Relaxed);
+        return None;
+    }
+    PIPE_READ.store(fds[0], Ordering::Relaxed);
+    PIPE_WRITE.store(fds[1], Ordering::Relaxed);
+    PIPE_PID.store(pid, Ordering::Relaxed);
+    Some((fds[0], fds[1]))
+}
+
+/// The reader for the walk about to begin: `None` where the process has a filter and no pipe.
+fn choose_reader() -> Option<Reader> {
+    let reader = if filtered() {
+        let (r, w) = pipe()?;
+        Reader::Pipe(r, w)
+    } else {
+        Reader::Vm
+    };
+    READER_VM.store(reader == Reader::Vm, Ordering::Relaxed);
+    Some(reader)
+}
+
+/// The reader [`choose_reader`] chose for the walk under way.
+fn reader() -> Reader {
+    if READER_VM.load(Ordering::Relaxed) {
+        Reader::Vm
+    } else {
+        Reader::Pipe(
+            PIPE_READ.load(Ordering::Relaxed),
+            PIPE_WRITE.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Copies `len` bytes at `addr` into `out` through the pipe: the kernel copies them from
+/// `addr` into the pipe, or answers EFAULT where it cannot read them (a short count where
+/// only the first part reads). Whatever went in is read back, so the pipe is empty again.
+/// `len` is at most a page, so one write of it is whole or refused (PIPE_BUF).
+fn through_pipe(r: i32, w: i32, addr: usize, out: *mut u8, len: usize) -> bool {
+    // SAFETY: the kernel reads `len` bytes at `addr` for us and answers EFAULT rather than
+    // faulting where it cannot; the pipe is ours and empty.
+    let put = unsafe { libc::write(w, addr as *const libc::c_void, len) };
+    if put <= 0 {
+        return false;
+    }
+    // SAFETY: `out` has room for `len` bytes (the callers' buffers) and `put <= len`.
+    let got = unsafe { libc::read(r, out.cast(), put as usize) };
+    put as usize == len && got == put
+}
+
 /// Reads `out.len()` words at `addr` of this process; false where any of them cannot be read.
 fn read(addr: usize, out: &mut [u64]) -> bool {
     let bytes = core::mem::size_of_val(out);
+    if let Reader::Pipe(r, w) = reader() {
+        return through_pipe(r, w, addr, out.as_mut_ptr().cast(), bytes);
+    }
     let local = libc::iovec {
         iov_base: out.as_mut_ptr().cast(),
         iov_len: bytes,
@@ -163,6 +302,17 @@ fn read(addr: usize, out: &mut [u64]) -> bool {
 /// were read, from the first (a read stops at the first address it cannot read).
 fn read_each(addrs: &[usize], out: &mut [u64; EDGES_AT_ONCE]) -> usize {
     let n = addrs.len().min(EDGES_AT_ONCE);
+    if let Reader::Pipe(r, w) = reader() {
+        let mut got = 0;
+        for (a, o) in addrs.iter().zip(out.iter_mut()).take(n) {
+            let word: *mut u64 = o;
+            if !through_pipe(r, w, *a, word.cast(), 8) {
+                break;
+            }
+            got += 1;
+        }
+        return got;
+    }
     let local = libc::iovec {
         iov_base: out.as_mut_ptr().cast(),
         iov_len: n * 8,
@@ -266,7 +416,7 @@ fn walk(start: usize) {
     t.seen.fill(0);
     t.seen_count = 0;
     let mut head = [0u64; HEAD_WORDS];
-    if !read(start, &mut head) {
+    if choose_reader().is_none() || !read(start, &mut head) {
         // The running node is live: a read refused is the process's, not the address's.
         OFF.store(true, Ordering::Relaxed);
         trace::record(Event::graph_walked(0, 0, graph::UNREADABLE));

@@ -345,7 +345,7 @@ impl SummaryPass {
         let t = &self.t;
         let restored = rp.api_totals.values().map(|&(calls, _, _)| calls);
         let events = restored.fold(t.events, u64::saturating_add);
-        let duration_ns = if events > 0 { t.last.max(t.first) } else { 0 };
+        let duration_ns = if events > 0 { t.span_ns(rp) } else { 0 };
         (duration_ns, events, t.devices(rp))
     }
 
@@ -516,7 +516,7 @@ impl SummaryPass {
             host: info.host.clone(),
             rank: (info.rank >= 0).then_some(info.rank),
             // Since the trace started (times are relative to its start).
-            duration_ns: if t.events > 0 { t.last.max(t.first) } else { 0 },
+            duration_ns: if t.events > 0 { t.span_ns(rp) } else { 0 },
             events: t.events,
             apis: std::mem::take(&mut t.apis).into_iter().flatten().collect(),
             devices,

@@ -79,7 +79,7 @@ impl Summary {
                 human_bytes(d.live_at_reserved_peak_bytes),
                 d.fragmentation_at_peak * 100.0,
                 d.ooms,
-                width = name.len()
+                width = crate::report::units::column(name.len())
             );
         }
         for f in &self.framework {

@@ -242,6 +242,17 @@ impl Tally {
         }
     }
 
+    /// The time from the trace's start to its last call: the last record's where no call was
+    /// read past a ring's checkpoint (whose calls are counted, not timed), never `first`'s
+    /// starting value.
+    pub(super) fn span_ns(&self, rp: &Replay) -> u64 {
+        if self.first <= self.last {
+            self.last
+        } else {
+            rp.time_ns
+        }
+    }
+
     /// A call of the program's (or a tensor of the framework's).
     #[inline]
     pub(super) fn call(&mut self, rp: &Replay, r: &Record, torch: bool) {
@@ -379,4 +390,27 @@ fn activity_of(all: &mut BTreeMap<u8, PoolActivity>, device: u8) -> &mut PoolAct
         device,
         ..PoolActivity::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A ring whose checkpoint counted calls but whose records past it hold none: the run's
+    /// span is its last record's time, never the unsigned maximum `first` starts at.
+    #[test]
+    fn a_ring_with_no_call_after_its_checkpoint_spans_to_its_last_record() {
+        let mut rp = Replay::default();
+        rp.time_ns = 7_000_000_000;
+        rp.api_totals
+            .insert(Api::CudaMalloc as u8, (45_003, 1 << 30, 0));
+        let mut t = Tally::new();
+        t.add_checkpoint_counts(&rp);
+        assert_eq!(t.events, 45_003);
+        assert_eq!(t.span_ns(&rp), 7_000_000_000);
+        t.first = 5;
+        t.last = 9;
+        rp.time_ns = 10;
+        assert_eq!(t.span_ns(&rp), 9);
+    }
 }

@@ -36,7 +36,7 @@ pub fn render_report(r: &TorchReport, bounds: &Bounds) -> String {
         .map(|o| setting_name(&o.setting).len() + 14)
         .max()
         .unwrap_or(0)
-        .max(44);
+        .clamp(44, crate::report::units::COLUMN_MAX);
     let mut s = header(r, bounds);
     s.push_str(&table_head("setting (PYTORCH_CUDA_ALLOC_CONF)", w));
     for (i, o) in r.outcomes.iter().enumerate() {

@@ -226,7 +226,9 @@ pub mod graph {
             WHOLE => "whole",
             CUT => "cut at its most nodes",
             LAYOUT => "a node did not read as PyTorch's Node",
-            UNREADABLE => "the process may not read its own memory (process_vm_readv)",
+            UNREADABLE => {
+                "the process may not read its own memory (no pipe could be made, or reads were refused)"
+            }
             _ => "unknown",
         }
     }

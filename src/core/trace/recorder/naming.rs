@@ -35,6 +35,14 @@ pub enum OpenError {
     /// The way to the trace's folder goes through a link that another user (this uid) owns:
     /// that user, not the one who named the path, decides where the trace lands.
     ForeignLink(u32),
+    /// The way to the trace's folder goes through a link (the user's own) and lands in a
+    /// folder that another user owns (`owner`), or that others can write without the sticky
+    /// bit (`mode`), or below one: that user could replace the trace or what it is written
+    /// into.
+    LinkIntoOthers {
+        owner: u32,
+        mode: u32,
+    },
 }
 
 impl core::fmt::Display for OpenError {
@@ -48,6 +56,12 @@ impl core::fmt::Display for OpenError {
                 f,
                 "its folder is reached through a link another user (uid {uid}) owns, which \
                  decides where the trace lands: name a folder of your own in GPUSHIM_TRACE"
+            ),
+            OpenError::LinkIntoOthers { owner, mode } => write!(
+                f,
+                "its folder is reached through a link and lands in or below a folder that \
+                 another user controls (owner uid {owner}, mode {mode:04o}), who could replace \
+                 the trace: name a folder of your own in GPUSHIM_TRACE"
             ),
         }
     }
@@ -238,6 +252,75 @@ pub fn unguessable_word() -> u32 {
 /// (`/home` on another disk) are followed as named; one planted by another user in a shared
 /// folder is not. Allocates nothing.
 pub fn foreign_link(path: &[u8]) -> Option<u32> {
+    leading_parts(path, |st, me| {
+        (st.st_mode & libc::S_IFMT == libc::S_IFLNK && st.st_uid != me && st.st_uid != 0)
+            .then_some(st.st_uid)
+    })
+}
+
+/// Where `path`'s folder is reached through any link (the user's own included), the owner and
+/// mode of the first folder that another user controls from where it lands up to `/`: one
+/// owned by neither this user nor root, or one that group or others can write without the
+/// sticky bit (as `files::others_control` rules for `gpushim run`). A folder named as it is,
+/// with no link on the way, is the user's choice and is not looked at. Each folder is looked
+/// at by descriptor (`..` from the one below), so no link is followed twice; allocates nothing.
+pub fn link_into_others(path: &[u8]) -> Option<(u32, u32)> {
+    let end = path.iter().rposition(|&b| b == b'/')?;
+    if end >= PATH_CAP {
+        return None;
+    }
+    leading_parts(path, |st, _| {
+        (st.st_mode & libc::S_IFMT == libc::S_IFLNK).then_some(0)
+    })?;
+    let mut folder = [0u8; PATH_CAP];
+    folder.get_mut(..end)?.copy_from_slice(path.get(..end)?);
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: `folder` is NUL-terminated at `end` (PATH_CAP > end, checked by the slice).
+    let mut fd = unsafe { libc::open(folder.as_ptr().cast(), flags) };
+    // SAFETY: getuid has no preconditions.
+    let me = unsafe { libc::getuid() };
+    let mut found = None;
+    // A path has fewer than PATH_CAP folders above it.
+    for _ in 0..PATH_CAP {
+        if fd < 0 {
+            break;
+        }
+        // SAFETY: an all-zero stat is a valid value; fstat fills it for our open `fd`.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            break;
+        }
+        let open = st.st_mode & 0o022 != 0 && st.st_mode & 0o1000 == 0;
+        if (st.st_uid != me && st.st_uid != 0) || open {
+            found = Some((st.st_uid, st.st_mode & 0o7777));
+            break;
+        }
+        // SAFETY: `fd` is an open folder; ".." is NUL-terminated.
+        let up = unsafe { libc::openat(fd, c"..".as_ptr(), flags) };
+        // SAFETY: as above, for `up` when it opened.
+        let mut above: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: `up` is checked before use; `above` is a valid out-pointer.
+        let top = up < 0
+            || unsafe { libc::fstat(up, &mut above) } != 0
+            || (above.st_dev == st.st_dev && above.st_ino == st.st_ino);
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+        fd = up;
+        if top {
+            break;
+        }
+    }
+    if fd >= 0 {
+        // SAFETY: `fd` is ours.
+        unsafe { libc::close(fd) };
+    }
+    found
+}
+
+/// The first `Some` that `check` gives for a leading part of `path`'s folder (`/tmp/tr`,
+/// then `/tmp/tr/x`, ...), each looked at with `lstat` (not followed), with this user's uid.
+fn leading_parts(path: &[u8], check: impl Fn(&libc::stat, u32) -> Option<u32>) -> Option<u32> {
     let end = path.iter().rposition(|&b| b == b'/')?;
     // SAFETY: getuid has no preconditions.
     let me = unsafe { libc::getuid() };
@@ -261,8 +344,8 @@ pub fn foreign_link(path: &[u8]) -> Option<u32> {
         if rc != 0 {
             return None;
         }
-        if st.st_mode & libc::S_IFMT == libc::S_IFLNK && st.st_uid != me && st.st_uid != 0 {
-            return Some(st.st_uid);
+        if let Some(v) = check(&st, me) {
+            return Some(v);
         }
     }
     None

@@ -24,6 +24,9 @@ impl Recorder {
         if let Some(uid) = naming::foreign_link(o.path) {
             return Err(OpenError::ForeignLink(uid));
         }
+        if let Some((owner, mode)) = naming::link_into_others(o.path) {
+            return Err(OpenError::LinkIntoOthers { owner, mode });
+        }
         // SAFETY: we hold the OPENING state, so no other thread reads or writes `path` now.
         let path = unsafe { &mut *self.path.get() };
         path[..o.path.len()].copy_from_slice(o.path);
