@@ -335,3 +335,53 @@ fn plot_and_flamegraph_draw_the_kinds_the_peak_the_iterations_and_the_failures()
     assert_eq!(failures.as_array().unwrap().len(), 1, "{failures}");
     assert_eq!(failures[0]["requested_bytes"], 600 * MIB);
 }
+
+/// `before_ring` set to 10^12 in `text` (a saved analysis or a page's data), in every lane.
+fn claim_before_ring(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\"before_ring\":") {
+        let (head, tail) = rest.split_at(at + "\"before_ring\":".len());
+        out.push_str(head);
+        out.push_str("1000000000000");
+        rest = tail.trim_start_matches(|c: char| c.is_ascii_digit());
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A page whose data claims 10^12 columns before the ring's detail (and a reserved figure past
+/// any number): from a saved analysis claiming it, the lanes are made whole when read (the page
+/// carries only its columns), and a page forged to claim it draws every band, by kind and by
+/// line, with no error and no wait, in a real browser.
+#[test]
+fn a_page_claiming_columns_it_does_not_have_still_draws() {
+    let kinds = kinds_trace("page-forged", 6);
+    let dir = tempdir("page-forged-out");
+    let saved = dir.join("kinds.analysis");
+    assert_ok(&gpushim(&[&"analyze", &kinds.to_path_buf(), &"-o", &saved]));
+    let text = std::fs::read_to_string(&saved).unwrap();
+    let forged = claim_before_ring(&text);
+    assert_ne!(forged, text);
+    std::fs::write(&saved, forged).unwrap();
+    let from_saved = dir.join("saved.html");
+    let d = data(&report(&[&saved], &from_saved));
+    let lane = &d["traces"][0]["lanes"][0];
+    let n = lane["columns"]["live"].as_array().unwrap().len() as u64;
+    assert!(
+        n > 0 && lane["before_ring"].as_u64().unwrap() <= n,
+        "{lane}"
+    );
+
+    // The page itself forged: its data edited where the script reads it.
+    let page = std::fs::read_to_string(&from_saved).unwrap();
+    let forged_page =
+        claim_before_ring(&page).replacen("\"reserved\":[", "\"reserved\":[1e309,", 1);
+    assert!(forged_page.contains("1000000000000") && forged_page.contains("1e309"));
+    let by_hand = dir.join("forged.html");
+    std::fs::write(&by_hand, forged_page).unwrap();
+    let Some(out) = in_browser(&[Path::new("--forged"), &from_saved, &by_hand]) else {
+        return;
+    };
+    assert!(out.contains("browser check passed"), "{out}");
+}

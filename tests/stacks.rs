@@ -134,6 +134,43 @@ fn stacks_can_be_sampled_and_a_c_program_gets_its_allocations_stacks_by_default(
     assert!(records.iter().any(|r| r.kind == RecordKind::Caller));
 }
 
+/// `events` writes a stack's words once, at its id's first `stack_ref`, and only the id after:
+/// the output grows with the distinct stacks, not with every allocation's stack (one long stack
+/// named by every allocation of a forged trace made hundreds of times the trace's bytes).
+#[test]
+fn the_events_command_writes_each_stack_once() {
+    let t = run_loop("stacks:on");
+    for json in [false, true] {
+        let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"events", &t];
+        if json {
+            args.push(&"--json");
+        }
+        let out = gpushim(&args);
+        assert_ok(&out);
+        let text = stdout(&out);
+        let rows: Vec<&str> = text.lines().filter(|l| l.contains("stack_ref")).collect();
+        let with_words: Vec<&str> = rows.iter().copied().filter(|l| l.contains(" < ")).collect();
+        let ids: std::collections::BTreeSet<String> = rows
+            .iter()
+            .map(|l| {
+                if json {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    v["ptr"].to_string()
+                } else {
+                    l.split(',').nth(6).unwrap().to_string()
+                }
+            })
+            .collect();
+        assert!(
+            rows.len() > 2 * ids.len(),
+            "{json}: {} rows, {} ids",
+            rows.len(),
+            ids.len()
+        );
+        assert_eq!(with_words.len(), ids.len(), "{json}: {text}");
+    }
+}
+
 #[test]
 fn the_events_command_prints_the_frames_of_a_stack() {
     let t = run_loop("stacks:on");

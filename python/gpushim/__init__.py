@@ -98,15 +98,19 @@ def records(trace):
     )
     held = collections.deque()
     waiting = {}  # thread -> its latest allocation still without a stack
+    # The command writes a stack's words at its id's first stack_ref only (ptr is the id).
+    stacks = {}
     try:
         for line in proc.stdout:
             if not line.strip():
                 continue
             r = json.loads(line)
             if r["kind"] == "stack_ref":
+                if r.get("text"):
+                    stacks[r["ptr"]] = r["text"].split(" < ")
                 owner = waiting.pop(r["thread"], None)
-                if owner is not None and r.get("text"):
-                    owner["frames"] = r["text"].split(" < ")
+                if owner is not None and r["ptr"] in stacks:
+                    owner["frames"] = stacks[r["ptr"]]
             elif r["kind"] in _ALLOCATING:
                 waiting[r["thread"]] = r
             else:

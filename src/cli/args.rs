@@ -138,9 +138,12 @@ pub enum Cmd {
         ptr (of a stack_ref: the stack's id; a backward tensor's stack joined to its forward \
         line has one from 2^62 up), size (of a stack_ref: the stack's frames in the low 8 bits, \
         PyTorch's autograd sequence number above them), stream (interned index; 0 = the null \
-        stream), text (an NVTX range's or mark's name; a stack's frames, innermost first). In a trace that reached trace_max, the records \
+        stream), text (an NVTX range's or mark's name; a stack's frames, innermost first, written at \
+        the first stack_ref of its id only: later ones carry the id in ptr, so the output grows \
+        with the distinct stacks, not with every allocation's). In a trace that reached trace_max, the records \
         of kind restore and holding come from its checkpoint: what the run did before the ring.\n\n\
-        Examples:\n  gpushim events run.trace > run.csv\n  gpushim events run.trace --json | grep '\"kind\":\"oom\"'"
+        Examples:\n  gpushim events run.trace > run.csv\n  gpushim events run.trace --json | grep -E '\"kind\":\"(tensor_oom|limit_hit)\"'   \
+        # PyTorch's out-of-memory, the pool's limit"
     )]
     Events {
         /// The trace to print.

@@ -28,7 +28,7 @@ pub fn cmd_events(trace: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
             RecordKind::RangePush | RecordKind::Mark | RecordKind::RangeStart => {
                 reader.string(r.ptr).unwrap_or("")
             }
-            RecordKind::StackRef => stacks.text(&reader, r.ptr),
+            RecordKind::StackRef => stacks.text(&reader, r.ptr).unwrap_or(""),
             RecordKind::GraphNode => reader.string(r.size).unwrap_or(""),
             RecordKind::GraphEdge | RecordKind::Graph => {
                 graph = graph_text(&r);
@@ -93,9 +93,11 @@ fn graph_text(r: &gpushim::trace::format::Record) -> String {
     }
 }
 
-/// Each stack's words, made once for the stack's id (a line of every allocation made them
-/// anew, most of the command's time), checked against the stack's frames (a trace may define
-/// an id twice), and let go past 64 MiB of them.
+/// Each stack's words, written once: the first `stack_ref` of a stack id carries them, and a
+/// later one only the id (in `ptr`), so the output grows with the trace's distinct stacks, not
+/// with its allocations times their stacks' length (one long stack named by every allocation
+/// made hundreds of times the trace's size). An id the trace defines anew, with other frames,
+/// is written again; past 64 MiB of words kept, they are let go and written again when met.
 #[derive(Default)]
 struct StackTexts {
     made: std::collections::HashMap<u64, (Vec<u64>, String)>,
@@ -105,26 +107,29 @@ struct StackTexts {
 impl StackTexts {
     const MOST_BYTES: usize = 64 << 20;
 
-    fn text(&mut self, reader: &gpushim::trace::reader::TraceReader, id: u64) -> &str {
+    /// The words of stack `id` where this is their first time out (or the first since its
+    /// frames changed), `None` where they were written already.
+    fn text(&mut self, reader: &gpushim::trace::reader::TraceReader, id: u64) -> Option<&str> {
         let frames = reader.stack(id).unwrap_or(&[]);
         let fresh = self
             .made
             .get(&id)
             .is_none_or(|(f, _)| f.as_slice() != frames);
-        if fresh {
-            let words = frames
-                .iter()
-                .map(|&ip| gpushim::report::symbolize::describe(reader, ip))
-                .collect::<Vec<_>>()
-                .join(" < ");
-            if self.bytes > Self::MOST_BYTES {
-                self.made.clear();
-                self.bytes = 0;
-            }
-            self.bytes += words.len() + 8 * frames.len();
-            self.made.insert(id, (frames.to_vec(), words));
+        if !fresh {
+            return None;
         }
-        self.made.get(&id).map_or("", |(_, w)| w.as_str())
+        let words = frames
+            .iter()
+            .map(|&ip| gpushim::report::symbolize::describe(reader, ip))
+            .collect::<Vec<_>>()
+            .join(" < ");
+        if self.bytes > Self::MOST_BYTES {
+            self.made.clear();
+            self.bytes = 0;
+        }
+        self.bytes += words.len() + 8 * frames.len();
+        self.made.insert(id, (frames.to_vec(), words));
+        self.made.get(&id).map(|(_, w)| w.as_str())
     }
 }
 

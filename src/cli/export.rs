@@ -70,6 +70,15 @@ pub fn cmd_export(
                     written.dropped
                 );
             }
+            if written.dropped_for_bytes > 0 {
+                eprintln!(
+                    "gpushim: the history's newest events fill {} MiB with their stacks' frames \
+                     already; {} older ones are left out (the pickle's size is bounded by it, \
+                     not by the trace)",
+                    gpushim::export::MOST_HISTORY_BYTES >> 20,
+                    written.dropped_for_bytes
+                );
+            }
             for (t, summarized) in &written.summarized {
                 if *summarized > 0 {
                     eprintln!(

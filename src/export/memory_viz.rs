@@ -207,6 +207,49 @@ impl History {
     }
 }
 
+/// The most bytes the history's events may take in the pickle, about (their frames written out
+/// for each event, as the viewer reads them; a stack of 64 long frames is tens of KB an
+/// event): the newest events up to it are kept, and the older ones left out are counted.
+pub const MOST_HISTORY_BYTES: u64 = 512 << 20;
+
+/// About the bytes one event takes in the pickle: its fields, and each frame's dict.
+fn pickled_bytes(frames: &[Frame]) -> u64 {
+    let each = |f: &Frame| 48 + f.filename.len() as u64 + f.name.len() as u64;
+    frames.iter().map(each).fold(96, u64::saturating_add)
+}
+
+/// Leaves out the oldest events of each device past `most` bytes in all, the newest kept
+/// first (across devices, newest by time): how many were left out.
+fn within_bytes(traces: &mut BTreeMap<u8, Vec<VizTrace>>, most: u64) -> u64 {
+    let mut order: Vec<(u64, u8, usize)> = traces
+        .iter()
+        .flat_map(|(&d, l)| l.iter().enumerate().map(move |(i, t)| (t.time_us, d, i)))
+        .collect();
+    order.sort_unstable_by(|a, b| b.cmp(a));
+    let mut total = 0u64;
+    let mut keep_from: BTreeMap<u8, usize> = BTreeMap::new();
+    for (_, d, i) in order {
+        let Some(t) = traces.get(&d).and_then(|l| l.get(i)) else {
+            continue;
+        };
+        let bytes = t.frames.as_deref().map_or(96, |f| pickled_bytes(f));
+        total = total.saturating_add(bytes);
+        if total > most {
+            let from = keep_from.entry(d).or_insert(0);
+            *from = (*from).max(i + 1);
+        }
+    }
+    let mut dropped = 0u64;
+    for (d, from) in keep_from {
+        if let Some(l) = traces.get_mut(&d) {
+            let from = from.min(l.len());
+            dropped += from as u64;
+            l.drain(..from);
+        }
+    }
+    dropped
+}
+
 /// PyTorch's memory snapshot (what `torch.cuda.memory._snapshot()` pickles), for
 /// https://pytorch.org/memory_viz: the segments and blocks live at the end of the trace, and
 /// every allocation, free and segment change as `device_traces`. With the shim's pool the
@@ -251,6 +294,7 @@ pub fn memory_viz(
             (d, l)
         })
         .collect();
+    let dropped_for_bytes = within_bytes(&mut traces, MOST_HISTORY_BYTES);
     let max_device = traces
         .keys()
         .copied()
@@ -282,6 +326,7 @@ pub fn memory_viz(
         items: n,
         summarized: vec![(path.to_path_buf(), reader.info().summarized)],
         dropped,
+        dropped_for_bytes,
     })
 }
 
@@ -391,4 +436,46 @@ fn segments_of(reader: &TraceReader, rp: &Replay) -> Vec<VizSegment> {
         });
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Events of two devices, each with a stack of 40 frames of 256-byte names: past the
+    /// budget the oldest of each go, the newest stay whole, and every one left out is counted.
+    #[test]
+    fn the_history_is_cut_at_its_bytes_oldest_first() {
+        let long = "f".repeat(256);
+        let frames = std::rc::Rc::new(
+            (0..40)
+                .map(|i| Frame {
+                    filename: long.clone(),
+                    line: i,
+                    name: long.clone(),
+                })
+                .collect::<Vec<_>>(),
+        );
+        let each = pickled_bytes(&frames);
+        let mut traces: BTreeMap<u8, Vec<VizTrace>> = BTreeMap::new();
+        for d in 0..2u8 {
+            let l = (0..100u64)
+                .map(|i| {
+                    let mut t = viz("alloc", i, 1, 0, 2 * i + u64::from(d));
+                    t.frames = Some(frames.clone());
+                    t
+                })
+                .collect();
+            traces.insert(d, l);
+        }
+        let dropped = within_bytes(&mut traces, 50 * each);
+        assert_eq!(dropped, 150);
+        let kept: Vec<u64> = traces.values().flatten().map(|t| t.time_us).collect();
+        assert_eq!(kept.len(), 50);
+        // The newest 50 by time: 150..=199 of the interleaved times.
+        assert!(kept.iter().all(|&t| t >= 150), "{kept:?}");
+        let mut small: BTreeMap<u8, Vec<VizTrace>> = BTreeMap::new();
+        small.insert(0, vec![viz("alloc", 1, 1, 0, 1)]);
+        assert_eq!(within_bytes(&mut small, 50 * each), 0);
+    }
 }

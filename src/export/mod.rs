@@ -5,6 +5,7 @@
 
 mod flamegraph;
 mod memory_viz;
+pub use memory_viz::MOST_HISTORY_BYTES;
 mod page;
 mod perfetto;
 mod plot;
@@ -88,6 +89,9 @@ pub struct Written {
     pub summarized: Vec<(std::path::PathBuf, u64)>,
     /// Events of the memory-viz history left out, the oldest (past `--max-entries`).
     pub dropped: u64,
+    /// Events of the memory-viz history left out, the oldest, because the newer ones' stacks
+    /// fill [`memory_viz::MOST_HISTORY_BYTES`] already.
+    pub dropped_for_bytes: u64,
 }
 
 /// Where each trace starts on a shared clock: its offset from the earliest start (wall clock at

@@ -115,6 +115,7 @@ pub fn perfetto(
         items: ev.count,
         summarized,
         dropped: 0,
+        dropped_for_bytes: 0,
     })
 }
 

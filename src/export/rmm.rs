@@ -33,5 +33,6 @@ pub fn rmm_csv(
         items: rows,
         summarized: vec![(path.to_path_buf(), reader.info().summarized)],
         dropped: 0,
+        dropped_for_bytes: 0,
     })
 }

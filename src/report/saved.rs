@@ -24,6 +24,10 @@ pub const VERSION: u32 = 1;
 /// The largest saved analysis read (one trace's takes well under a megabyte: its reports are
 /// bounded by the lines and columns they keep, not by the trace's length).
 pub const MAX_BYTES: u64 = 256 << 20;
+/// The most values (counted by the commas that part them) a saved analysis may hold: the
+/// file is read into a JSON tree of about 50 bytes a value before anything in it is checked,
+/// so this bounds that tree near 200 MiB. One trace's analysis holds tens of thousands.
+pub const MAX_VALUES: usize = 4 << 20;
 
 #[derive(Serialize, Deserialize)]
 struct SavedFile {
@@ -122,6 +126,13 @@ pub fn load(path: &Path) -> Result<Vec<(String, Analysis)>, ReadError> {
     let mut bytes = Vec::new();
     std::io::Read::read_to_end(&mut std::io::Read::take(f, MAX_BYTES), &mut bytes)
         .map_err(|e| ReadError::Io(path.to_path_buf(), e))?;
+    let values = bytes.iter().filter(|&&b| b == b',').count();
+    if values > MAX_VALUES {
+        return Err(err(format!(
+            "a saved analysis of {values} values: more than the {MAX_VALUES} one can hold (it \
+             is not one, or it was damaged)"
+        )));
+    }
     let mut v: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| err(format!("not a saved analysis: {e}")))?;
     printable_strings(&mut v);
@@ -149,6 +160,8 @@ fn analysis_of(t: SavedTrace, path: &Path) -> Analysis {
     if let Some(i) = leaks.iterations.as_mut() {
         i.boundary_times_ns = t.boundary_times_ns;
     }
+    let mut lanes = t.lanes;
+    lanes.iter_mut().for_each(Lane::made_whole);
     Analysis {
         info: TraceInfo {
             path: path.to_path_buf(),
@@ -175,7 +188,7 @@ fn analysis_of(t: SavedTrace, path: &Path) -> Analysis {
         peaks: Some(t.peaks),
         ooms: Some(t.ooms),
         leaks: Some(leaks),
-        lanes: Some(t.lanes),
+        lanes: Some(lanes),
         cut: t.cut,
         requests: None,
         live_at_end: None,

@@ -3,13 +3,16 @@ user sees (run by tests/page.rs).
 
 usage: check_page.py KINDS_PAGE RING_PAGE SCREENSHOT [RANKS_PAGE]
        check_page.py --real SHOT_DIR PAGE...
+       check_page.py --forged PAGE...
 
 KINDS_PAGE is the page of tests/clients/kinds/train.py (known kinds, one growing line);
 RING_PAGE the page of a ring trace of 10^8 records; RANKS_PAGE, a page of two traces, whose
 picker must show each. With --real, the pages of real runs
 (scripts/gpu.sh page): each opens with no console error and no request, draws parameters and
 activations, draws every line its growing table names as a band of its own, names a band on
-hover; a screenshot of each goes to SHOT_DIR. Exits non-zero naming the first check that fails;
+hover; a screenshot of each goes to SHOT_DIR. With --forged, pages whose data claims what no
+run gives (columns before the ring past the last column, sizes past any number): each draws its
+bands by kind and by line within 5 s, with no console error. Exits non-zero naming the first check that fails;
 prints "browser check passed" at the end."""
 import os
 import sys
@@ -105,6 +108,28 @@ def real(shots, pages):
     print("browser check passed")
 
 
+def forged(pages):
+    with sync_playwright() as p:
+        browser = launch(p)
+        for path in pages:
+            problems = []
+            started = time.monotonic()
+            page, _ = open_page(browser, path, problems)
+            kinds = page.evaluate("gpushimPage.bands()")
+            page.click("#view button[data-value=line]")
+            lines = page.evaluate("gpushimPage.bands()")
+            took = time.monotonic() - started
+            if not kinds or not lines:
+                fail("%s: no bands drawn (%r, %r)" % (path, kinds, lines))
+            if took >= 5.0:
+                fail("%s: took %.2f s to draw" % (path, took))
+            if problems:
+                fail("%s: %s" % (path, "; ".join(problems)))
+            print("%s: %d bands by kind, %d by line, in %.2f s" % (path, len(kinds), len(lines), took))
+        browser.close()
+    print("browser check passed")
+
+
 def activation_line():
     """The line of the stand-in's Linear.forward that keeps the activation (tests/clients)."""
     here = os.path.dirname(os.path.abspath(__file__))
@@ -119,6 +144,8 @@ def activation_line():
 def main():
     if sys.argv[1] == "--real":
         return real(sys.argv[2], sys.argv[3:])
+    if sys.argv[1] == "--forged":
+        return forged(sys.argv[2:])
     kinds_page, ring_page, shot = sys.argv[1:4]
     with sync_playwright() as p:
         browser = launch(p)

@@ -13,6 +13,33 @@
   D.kinds.forEach(function (k) { KIND_NAME[k.id] = k.name; });
   const W = 1100, H = 430, L = 74, R = 16, T = 26, B = 52;
 
+  // Every number the script loops or indexes on, bounded by what it draws: arrays as long as
+  // the columns, sizes finite and not negative, the columns before the ring within them (the
+  // data may come from anyone's saved analysis).
+  function finite(a, n) {
+    const out = new Array(n).fill(0);
+    if (Array.isArray(a)) for (let i = 0; i < Math.min(n, a.length); i++) {
+      const v = Number(a[i]);
+      out[i] = isFinite(v) && v > 0 ? v : 0;
+    }
+    return out;
+  }
+  function wholeLane(lane) {
+    const c = lane.columns;
+    const n = Array.isArray(c.change) ? c.change.length : 0;
+    ['change', 'time_ns', 'live', 'reserved', 'nvml'].forEach(function (k) { c[k] = finite(c[k], n); });
+    c.kinds = D.kinds.map(function (k, i) { return finite((c.kinds || [])[i], n); });
+    lane.lines = (lane.lines || []).map(function (l) { l.bytes = finite(l.bytes, n); return l; });
+    lane.other_lines = finite(lane.other_lines, n);
+    const b = Math.floor(Number(lane.before_ring));
+    lane.before_ring = isFinite(b) ? Math.max(0, Math.min(n, b)) : 0;
+    const inside = function (m) { return m && isFinite(m.column) && m.column >= 0 && m.column < n; };
+    if (!inside(lane.peak)) lane.peak = null;
+    lane.failures = (lane.failures || []).filter(inside);
+    lane.steps = (lane.steps || []).filter(inside);
+  }
+  D.traces.forEach(function (t) { t.lanes.forEach(wholeLane); });
+
   // Every device of every trace, one lane each.
   const lanes = [];
   D.traces.forEach(function (t, ti) {

@@ -100,6 +100,41 @@ impl Columns {
     }
 }
 
+impl Lane {
+    /// The lane as its columns say, whatever a saved file claims: every array as long as the
+    /// columns (cut, or filled with zeros), one array per kind, and every column a mark, step
+    /// or failure names, and the columns before the ring, within them. A saved analysis may
+    /// come from anyone; the page's script and the pictures loop and index on these.
+    pub fn made_whole(&mut self) {
+        let n = self.columns.len();
+        let c = &mut self.columns;
+        for a in [&mut c.time_ns, &mut c.live, &mut c.reserved, &mut c.nvml] {
+            a.resize(n, 0);
+        }
+        c.kinds.resize(Kind::ALL.len(), Vec::new());
+        for k in &mut c.kinds {
+            k.resize(n, 0);
+        }
+        for l in &mut self.lines {
+            l.bytes.resize(n, 0);
+        }
+        self.other_lines.resize(n, 0);
+        self.before_ring = self.before_ring.min(n);
+        let last = n.saturating_sub(1);
+        if let Some(p) = self.peak.as_mut() {
+            p.column = p.column.min(last);
+        }
+        self.steps.retain(|s| s.column < n);
+        for f in &mut self.failures {
+            f.column = f.column.min(last);
+        }
+        if n == 0 {
+            self.peak = None;
+            self.failures.clear();
+        }
+    }
+}
+
 /// One line (a call site) over the columns.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Line {
