@@ -224,3 +224,28 @@ fn counts_joined_from_saved_analyses_saturate() {
         "{shown}"
     );
 }
+
+/// A saved analysis padded with millions of zeros in `boundary_times_ns` (10 MB): refused by
+/// the count of its values before it is parsed into a tree of hundreds of MB, naming the
+/// bound.
+#[test]
+fn a_saved_analysis_of_millions_of_values_is_refused_before_it_is_parsed() {
+    let (_kept, paths) = ranks();
+    let saved = analyse_each(&paths[..1]);
+    let text = std::fs::read_to_string(&saved[0]).unwrap();
+    let zeros = "0,".repeat(5 << 20);
+    let forged = text.replacen(
+        "\"boundary_times_ns\":[",
+        &format!("\"boundary_times_ns\":[{zeros}"),
+        1,
+    );
+    assert_ne!(forged, text, "no boundary_times_ns to pad");
+    std::fs::write(&saved[0], forged).unwrap();
+    let out = gpushim(&[&"summary", &saved[0]]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("more than the 4194304 one can hold"),
+        "{}",
+        stderr(&out)
+    );
+}

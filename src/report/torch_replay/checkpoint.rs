@@ -103,6 +103,60 @@ fn forward_frames(reader: &TraceReader, stack: u64) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// One class's blocks as [`Input::blocks_of`] finds them, kept for every class in one walk:
+/// what ranks the classes (the blocks' bytes, the most blocks in a step, the depth).
+struct ClassBlocks {
+    /// The outermost place of the class in the stacks, counted from the root.
+    depth: usize,
+    /// The request (numbered among the forward's and backward's) that was the class's last,
+    /// and the one that began its last block (0: none yet).
+    last: u64,
+    block_start: u64,
+    first: Option<u64>,
+    prev: (u64, u32),
+    in_step: usize,
+    per_step: usize,
+    bytes: u64,
+}
+
+impl Default for ClassBlocks {
+    fn default() -> ClassBlocks {
+        ClassBlocks {
+            depth: usize::MAX,
+            last: 0,
+            block_start: 0,
+            first: None,
+            prev: (0, 0),
+            in_step: 0,
+            per_step: 0,
+            bytes: 0,
+        }
+    }
+}
+
+impl ClassBlocks {
+    /// Request `k` of the forward, made under the class's `forward` at `line`, by `stack`:
+    /// a block goes on while the class's requests follow one another without one of another
+    /// place between, its line does not go back and its first stack does not come again;
+    /// the step's count starts again after a backward (request `last_backward`).
+    fn see(&mut self, k: u64, last_backward: u64, stack: u64, line: u32, size: u64) {
+        let open = self.last != 0 && self.last + 1 == k;
+        let again = self.first == Some(stack) && self.prev.0 != stack;
+        if !open || line < self.prev.1 || again {
+            if self.block_start == 0 || last_backward > self.block_start {
+                self.in_step = 0;
+            }
+            self.in_step += 1;
+            self.per_step = self.per_step.max(self.in_step);
+            self.first.get_or_insert(stack);
+            self.block_start = k;
+        }
+        self.bytes = self.bytes.saturating_add(size);
+        self.prev = (stack, line);
+        self.last = k;
+    }
+}
+
 /// What the requests say of their stacks, asked once per stack.
 struct Stacks<'a> {
     reader: &'a TraceReader,
@@ -149,37 +203,55 @@ impl Input {
 
     /// The outermost module class whose `forward` runs more than once in a step.
     fn repeated_class(&self, stacks: &mut Stacks<'_>) -> Result<String, String> {
-        // Each class's outermost place in the stacks (counted from the root).
-        let mut depth: FastMap<String, usize> = FastMap::default();
+        // Each class's outermost place in the stacks (counted from the root), its blocks'
+        // bytes and the most blocks in a step: every class at once, in one walk of the events
+        // (a walk per class was the classes times the events: minutes on a forged trace of
+        // thousands of classes).
+        let mut classes: FastMap<String, ClassBlocks> = FastMap::default();
+        let (mut k, mut last_backward) = (0u64, 0u64);
+        let mut present: Vec<(usize, u32)> = Vec::new();
         for e in self
             .events
             .iter()
             .filter(|e| e.ev == Ev::Alloc && !e.private)
         {
-            let (_, frames) = stacks.of(e.stack);
-            let n = frames.len();
-            for (i, (class, _)) in frames.iter().enumerate() {
-                if CONTAINERS.contains(&class.as_str()) {
-                    continue;
+            k += 1;
+            let (phase, frames) = stacks.of(e.stack);
+            if *phase != Phase::Forward {
+                if *phase == Phase::Backward || *phase == Phase::Optimizer {
+                    last_backward = k;
                 }
-                let d = depth.entry(class.clone()).or_insert(usize::MAX);
-                *d = (*d).min(n - 1 - i);
+                continue;
+            }
+            // Each class once, at its innermost frame (as `blocks_of` finds it).
+            present.clear();
+            for (i, (class, line)) in frames.iter().enumerate() {
+                if !frames[..i].iter().any(|(c, _)| c == class) {
+                    present.push((i, *line));
+                }
+            }
+            let n = frames.len();
+            for &(i, line) in &present {
+                let class = &frames[i].0;
+                let c = match classes.get_mut(class) {
+                    Some(c) => c,
+                    None => classes.entry(class.clone()).or_default(),
+                };
+                c.depth = c
+                    .depth
+                    .min(n - 1 - frames.iter().rposition(|f| f.0 == *class).unwrap_or(i));
+                c.see(k, last_backward, e.stack, line, e.size);
             }
         }
         // The class whose blocks hold the most of the forward's requests: an outer block
         // holds its inner modules' requests, so this is the outermost that repeats; ties go
         // to the outer.
         let mut best: Option<(u64, usize, String)> = None;
-        for (class, d) in depth {
-            let (blocks, per_step) = self.blocks_of(&class, stacks);
-            if per_step < 2 {
+        for (class, c) in classes {
+            if CONTAINERS.contains(&class.as_str()) || c.per_step < 2 {
                 continue;
             }
-            let bytes = blocks
-                .iter()
-                .flat_map(|b| &b.allocs)
-                .fold(0u64, |sum, &a| sum.saturating_add(self.events[a].size));
-            let key = (bytes, d, class);
+            let key = (c.bytes, c.depth, class);
             if best.as_ref().is_none_or(|b| key > *b) {
                 best = Some(key);
             }

@@ -45,8 +45,11 @@ impl Model<'_> {
         }
     }
 
-    /// The copies each op makes of its inputs, and how long each lives.
-    pub(super) fn copies(&mut self) {
+    /// The copies each op makes of its inputs, and how long each lives; `Err` where the graph
+    /// would have them outnumber the run's events [`super::COPIES_PER_EVENT`] times over (a
+    /// node of thousands of inputs in each of thousands of steps: the replays would hold their
+    /// product, quadratic in the trace).
+    pub(super) fn copies(&mut self) -> Result<(), String> {
         let mut param_sizes: BTreeMap<(i64, u64), Vec<u64>> = BTreeMap::new();
         let mut backward_end: BTreeMap<(i64, u64), usize> = BTreeMap::new();
         for r in self.reqs.iter().filter(|r| r.backward) {
@@ -97,6 +100,7 @@ impl Model<'_> {
                             at,
                         });
                         c.gone = c.gone.max(gone);
+                        self.within_bound(params.len())?;
                     }
                     Some((s, false)) => {
                         let Some(&src) = self.outputs.get(&(k, s)) else {
@@ -107,6 +111,7 @@ impl Model<'_> {
                         let gone = if keep { kept_until } else { at.event + 1 };
                         self.copy(at, bytes, Some(src), at.event, gone);
                         self.count(k, false, bytes);
+                        self.within_bound(params.len())?;
                         if to_sixteen {
                             self.copied.entry((k, node)).or_default().push(run);
                         }
@@ -119,6 +124,26 @@ impl Model<'_> {
             self.copy(c.at, c.bytes, None, c.made, c.gone.max(c.made + 1));
             self.count(k, true, c.bytes);
         }
+        Ok(())
+    }
+
+    /// `Err` once the copies made and `more` to come outnumber the run's events
+    /// [`super::COPIES_PER_EVENT`] times over (and 4,096).
+    fn within_bound(&self, more: usize) -> Result<(), String> {
+        let events = self.input.events.len();
+        let most = events
+            .saturating_mul(super::COPIES_PER_EVENT)
+            .saturating_add(4096);
+        if self.ac.copies.len().saturating_add(more) > most {
+            return Err(format!(
+                "the autograd graph would have autocast make more than {most} copies of \
+                 inputs ({} per event of the run's {events}): no run's ops take so many \
+                 inputs each step, so the trace's graph records look damaged; the what-if is \
+                 not made",
+                super::COPIES_PER_EVENT
+            ));
+        }
+        Ok(())
     }
 
     /// A copy of `bytes` (following request `like`'s scale) made before event `made` and let

@@ -115,6 +115,10 @@ const SPAN_TOO_WIDE: &str = "the autograd graph's nodes are numbered from 0 to t
     sequence number there is, which no step of a run makes: the trace's graph records are \
     damaged";
 
+/// The most copies the what-if makes per event of the run: an op copies each of its inputs
+/// it casts, a few per op, where each op asks for its output and its backward's gradients.
+const COPIES_PER_EVENT: usize = 4;
+
 /// Where each step's backward ran: its first and last request (event indices).
 type Spans = BTreeMap<i64, (usize, usize)>;
 
@@ -137,7 +141,7 @@ impl Input {
         }
         let mut m = Model::new(self, walk, &reqs, &spans);
         m.outputs();
-        m.copies();
+        m.copies()?;
         m.free_earlier();
         m.backward();
         m.ac.summary.dtype = dtype.to_string();

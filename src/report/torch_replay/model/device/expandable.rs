@@ -45,28 +45,35 @@ impl Model {
     /// `None` where a new one could not hold `size` either.
     pub(super) fn find_expandable(&mut self, size: u64, stream: u64, small: bool) -> Option<u64> {
         let p = pool(small);
-        let candidates: Vec<u64> = self.unmapped[p]
-            .range((stream, 0)..)
-            .take_while(|(s, _)| *s == stream)
-            .map(|&(_, a)| a)
-            .collect();
-        for c in candidates {
-            let mut start = c;
-            if let Some((pp, prev)) = self.prev_of(c)
-                && prev.state == State::Free
-            {
-                start = pp;
-            }
-            if self.room_from(start, size) {
-                return Some(start);
-            }
-        }
         let page = if small { SMALL_BUFFER } else { LARGE_BUFFER };
         let total = self.limits.total_memory;
-        let mut reach = total
+        let device_reach = total
             .saturating_add(total / 8)
             .div_ceil(page)
             .saturating_mul(page);
+        // A request larger than a reservation can be is served only by a replay going on as
+        // if the memory were there, in a reservation of its own: no hole of a device-sized one
+        // holds it, and the holes such reservations leave are not PyTorch's (walking them all
+        // at every such request was the requests squared).
+        if size <= device_reach {
+            let candidates: Vec<u64> = self.unmapped[p]
+                .range((stream, 0)..)
+                .take_while(|(s, _)| *s == stream)
+                .map(|&(_, a)| a)
+                .collect();
+            for c in candidates {
+                let mut start = c;
+                if let Some((pp, prev)) = self.prev_of(c)
+                    && prev.state == State::Free
+                {
+                    start = pp;
+                }
+                if self.room_from(start, size) {
+                    return Some(start);
+                }
+            }
+        }
+        let mut reach = device_reach;
         if self.limits.capacity == u64::MAX {
             // A replay going on as if the memory were there: a reservation that holds it.
             reach = reach.max(size.div_ceil(page).saturating_mul(page));
