@@ -123,11 +123,14 @@ fn what_fits_is_read_with_the_reports_beside_it() {
         "{printed}"
     );
     assert!(printed.contains("the largest batch that fits"), "{printed}");
-    assert_eq!((opened, passes), (1, 3), "{printed}");
-    // A ring: `fit` reads the checkpoint with the most of the ring after it, once.
+    // (A fourth: the replay's run says whether it leaks, `leaks`'s sampler reading beside it.)
+    assert_eq!((opened, passes), (1, 4), "{printed}");
+    // A ring: `fit` reads the checkpoint with the most of the ring after it, once (and
+    // `leaks`'s sampler beside it, for whether the run grows).
     let ring = ring_trace("read-once-fit-ring", false);
     let ((opened, passes), printed) = reads(&["fit", "--at", "2"], &ring);
-    assert_eq!((opened, passes), (1, 1), "{printed}");
+    assert_eq!(opened, 1, "{printed}");
+    assert!(passes <= 2, "{passes} passes: {printed}");
     assert!(printed.contains("batch"), "{printed}");
 }
 
@@ -891,7 +894,8 @@ fn a_replay_read_apart_from_the_reports_reads_the_file_they_read() {
             opened, 1,
             "{args:?} opened the trace {opened} times: {printed}"
         );
-        assert!(passes <= 3, "{args:?} read the trace {passes} times");
+        // With `fit`'s leak check, `leaks`'s sampler reading beside the first pass.
+        assert!(passes <= 4, "{args:?} read the trace {passes} times");
         assert!(printed.contains("batch"), "{args:?}: {printed}");
     }
     // A job's traces, what fits beside each: each trace's requests read after its analysis

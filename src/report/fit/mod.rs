@@ -145,6 +145,48 @@ pub struct Fit {
     /// From a ring: how much of the run its records hold (every replay above is of those).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ring: Option<crate::report::kinds::StepsBegun>,
+    /// The trace was cut or damaged: what it is missing (every replay is of what it holds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub incomplete: Option<String>,
+    /// The run leaks: what grew every iteration, and what that does to the answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leaking: Option<Leaking>,
+}
+
+/// A run whose memory grows every iteration: the replays hold what it had grown to by the
+/// trace's end, so their peaks are the leak's as much as the batch's.
+#[derive(Clone, Debug, Serialize)]
+pub struct Leaking {
+    /// The growing lines' growth per iteration, summed, and the iterations the run had.
+    pub bytes_per_iteration: u64,
+    pub iterations: u64,
+    /// What the growing lines held at the last boundary, summed.
+    pub grown_bytes: u64,
+    /// The line that grows most, and its kind's name.
+    pub line: String,
+    pub kind: Option<String>,
+    /// Of the room the run's own batch leaves under the limit (the recorded setting), the
+    /// iterations until the growth alone fills it (`None`: the run's batch does not fit).
+    pub iterations_until_full: Option<u64>,
+}
+
+impl Leaking {
+    /// The growth `leaks` found, if any line grows.
+    fn of(l: &super::leaks::Leaks) -> Option<Leaking> {
+        let it = l.iterations.as_ref()?;
+        let top = it.growing.iter().max_by_key(|g| g.bytes_per_iteration)?;
+        let sum = |f: fn(&super::leaks::Growth) -> u64| {
+            it.growing.iter().map(f).fold(0u64, u64::saturating_add)
+        };
+        Some(Leaking {
+            bytes_per_iteration: sum(|g| g.bytes_per_iteration),
+            iterations: it.count,
+            grown_bytes: sum(|g| g.live_at_last_boundary),
+            line: top.call_site.clone(),
+            kind: top.kind.map(|k| k.name().to_string()),
+            iterations_until_full: None,
+        })
+    }
 }
 
 impl Fit {
@@ -281,6 +323,10 @@ fn on_line(here: u64, there: u64, at: u64, other: u64, x: u64) -> Option<u64> {
 pub struct FitRun {
     input: torch_replay::Input,
     headroom: u64,
+    /// What the trace is missing, when it was cut or damaged (the analysis's words).
+    cut: Option<String>,
+    /// What grew every iteration of the run, from the same pass (`leaks`'s finding).
+    growth: Option<Leaking>,
 }
 
 impl FitRun {
@@ -327,7 +373,10 @@ fn run_options(opts: &ReadOptions) -> ReadOptions {
 /// ([`super::analysis::Wants::requests`], taken), else read from its trace now; the headroom
 /// from its summary, when it has one.
 pub fn run_of(a: &mut super::analysis::Analysis, opts: &ReadOptions) -> Result<FitRun, FitError> {
-    run_from(a.requests.take(), &a.info.path, a.summary.as_ref(), opts)
+    let mut run = run_from(a.requests.take(), &a.info.path, a.summary.as_ref(), opts)?;
+    run.cut = a.cut.clone();
+    run.growth = a.leaks.as_ref().and_then(Leaking::of);
+    Ok(run)
 }
 
 /// [`run_of`] from an analysis's parts: the requests it gathered (`None`: read from `path`
@@ -343,7 +392,12 @@ pub fn run_from(
         None => torch_replay::read(path, opts)?,
     };
     let headroom = summary.map_or(0, headroom_of);
-    Ok(FitRun { input, headroom })
+    Ok(FitRun {
+        input,
+        headroom,
+        cut: None,
+        growth: None,
+    })
 }
 
 /// The fit of the trace at `path`.
@@ -446,6 +500,16 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         )?),
     };
     let t = tally(input, &req);
+    let leaking = run.growth.clone().map(|mut g| {
+        let at_run = settings
+            .iter()
+            .find(|s| s.recorded)
+            .and_then(|s| s.rows.iter().find(|r| r.batch == ask.at));
+        g.iterations_until_full = at_run.filter(|r| r.failures == 0).map(|r| {
+            limit_bytes.saturating_sub(r.peak_reserved_bytes) / g.bytes_per_iteration.max(1)
+        });
+        g
+    });
     Ok(Fit {
         at: ask.at,
         limit_bytes,
@@ -467,6 +531,8 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         checkpoint: checkpointing.map(|c| c.blocks),
         autocast: autocast.map(|a| a.summary),
         ring: input.from_checkpoint.then_some(input.steps_begun),
+        incomplete: run.cut.clone(),
+        leaking,
     })
 }
 

@@ -19,6 +19,19 @@ pub fn render(f: &Fit) -> String {
             human_bytes(f.fixed_bytes)
         );
     }
+    // What the run was is said before anything that rests on it.
+    if let Some(cut) = &f.incomplete {
+        let _ = writeln!(
+            o,
+            "the trace is incomplete: {cut}; every replay below is of the requests it holds, \
+             so a tensor whose free is missing counts as held to the end and a request that is \
+             missing is not made: the peaks can be off either way and the largest batch with \
+             them"
+        );
+    }
+    if let Some(l) = &f.leaking {
+        leaking_lines(&mut o, f, l);
+    }
     let _ = writeln!(
         o,
         "from a run at batch {}: {} of its requests grow with the batch, {} do not{}",
@@ -306,6 +319,36 @@ fn ring_line(o: &mut String, r: &crate::report::kinds::StepsBegun) {
             o,
             "  the trace is a ring: replayed from its checkpoint on, {r} (the run's first \
              steps are not in it)"
+        );
+    }
+}
+
+/// The run leaks: said first, with what it does to the answers below.
+fn leaking_lines(o: &mut String, f: &Fit, l: &super::Leaking) {
+    use std::fmt::Write as _;
+    let kind = l
+        .kind
+        .as_deref()
+        .map(|k| format!(" ({k})"))
+        .unwrap_or_default();
+    let _ = writeln!(
+        o,
+        "the run leaks: its memory grows {} per iteration over {} iterations, most at \
+         {}{kind} (`gpushim leaks` names every line); the replays below hold what it had grown \
+         to, {} by the last iteration, so their peaks and the largest batch are of this run's \
+         length and not of a steady step",
+        human_bytes(l.bytes_per_iteration),
+        l.iterations,
+        l.line,
+        human_bytes(l.grown_bytes),
+    );
+    if let Some(n) = l.iterations_until_full {
+        let _ = writeln!(
+            o,
+            "  at batch {}, the growth alone fills the room left under {} in about {n} more \
+             iterations: mend the leak before choosing a batch",
+            f.at,
+            human_bytes(f.limit_bytes)
         );
     }
 }

@@ -294,6 +294,13 @@ fn steady_growth(s: &[u64], ordinals: &[u64]) -> Option<u64> {
         .map(|(w, o)| (w[1] as i128 - w[0] as i128) / i128::from(o[1].saturating_sub(o[0]).max(1)))
         .collect();
     let rising = diffs.iter().filter(|&&d| d >= 0).count();
+    // Memory made once in the first iterations (optimizer state, gradients, a workspace) is
+    // one rise, not growth: a line grows where it rises in two intervals or more and still
+    // rises in the run's second half.
+    let rises = diffs.iter().filter(|&&d| d > 0).count();
+    if rises < 2 || s[s.len() - 1] <= s[s.len() / 2] {
+        return None;
+    }
     diffs.sort_unstable();
     let median = diffs[diffs.len() / 2];
     let span = i128::from(ordinals[ordinals.len() - 1].saturating_sub(ordinals[0]));

@@ -7,6 +7,9 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+/// Fewer iteration boundaries than this, and `leaks` says its answer may not hold.
+const FEW_ITERATIONS: u64 = 5;
+
 /// Lines kept alive with a growing line that the text shows (the JSON has them all).
 const KEPT_WITH_SHOWN: usize = 4;
 
@@ -180,6 +183,15 @@ pub fn render_leaks(
                     let _ = writeln!(
                         o,
                         "  no call site grows steadily from one iteration to the next"
+                    );
+                }
+                if it.count < FEW_ITERATIONS {
+                    let _ = writeln!(
+                        o,
+                        "  only {} boundaries: memory made once in the first iterations is told \
+                         from growth where a line rises in two of them or more; a leak smaller \
+                         or slower than that shows only over more iterations (run {} or more)",
+                        it.count, FEW_ITERATIONS
                     );
                 }
                 for g in &it.growing {
