@@ -407,3 +407,64 @@ fn memory_made_once_in_a_short_run_is_not_growth() {
         }
     }
 }
+
+/// A two-rank job on the stand-ins, one process a rank as torchrun starts them, in the frames
+/// and order of requests of FSDP1 (each rank's shard of the flat parameter, its gradient's
+/// shard made by the post-backward hook outside the engine's frames) and of DDP with its
+/// gradients as views of its buckets (made at build, made again before the second forward):
+/// every rank's parameters, gradients and optimizer state to the byte, none read as input or
+/// activations.
+#[test]
+fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempdir("kinds-job");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    for (mode, expect) in [
+        ("fsdp1", [4 * MIB, 4 * MIB, 8 * MIB]),
+        ("ddp", [8 * MIB, 8 * MIB, 16 * MIB]),
+    ] {
+        let mut traces = Vec::new();
+        for rank in 0..2 {
+            let t = dir.join(format!("{mode}.{rank}.trace"));
+            let out = python_client(
+                &t,
+                "kinds/job.py",
+                vec![
+                    lib("libtorch_cpu.so"),
+                    lib("libc10_cuda.so"),
+                    "3".into(),
+                    mode.into(),
+                ],
+                vec![("RANK", rank.to_string()), ("WORLD_SIZE", "2".into())],
+            );
+            assert_ok(&out);
+            traces.push(t);
+        }
+        let refs: Vec<&Path> = traces.iter().map(|t| t.as_path()).collect();
+        let s = report_json(&["summary"], &refs);
+        for (rank, t) in s["traces"].as_array().unwrap().iter().enumerate() {
+            let f = &t["framework"][0];
+            let kinds: std::collections::BTreeMap<String, u64> = f["kinds_at_exit"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| {
+                    (
+                        k["kind"].as_str().unwrap().to_string(),
+                        k["bytes"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            let got = [
+                kinds.get("parameter").copied().unwrap_or(0),
+                kinds.get("gradient").copied().unwrap_or(0),
+                kinds.get("optimizer_state").copied().unwrap_or(0),
+            ];
+            assert_eq!(got, expect, "{mode} rank {rank}: {kinds:?}");
+            assert!(
+                !kinds.contains_key("input") && !kinds.contains_key("activation"),
+                "{mode} rank {rank}: {kinds:?}"
+            );
+        }
+    }
+}

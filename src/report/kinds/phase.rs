@@ -99,6 +99,9 @@ fn phase_of_frame(file: &str, function: &str) -> Option<Phase> {
     {
         return Some(Phase::Backward);
     }
+    if let Some(p) = data_parallel_phase(&file, function) {
+        return Some(p);
+    }
     if file.ends_with("/torch/amp/grad_scaler.py") {
         // `scaler.scale(loss)` belongs with the loss it scales; unscaling and stepping with
         // the optimizer.
@@ -125,6 +128,39 @@ fn phase_of_frame(file: &str, function: &str) -> Option<Phase> {
         )
     {
         return Some(Phase::Build);
+    }
+    None
+}
+
+/// The phase a frame of a data-parallel or sharded framework says, where its hooks run outside
+/// the frames that say one otherwise:
+/// - FSDP2 (`fully_shard`): the reduce-scatter of a step's gradients (`foreach_reduce`, the
+///   post-backward of each group and the root's final callback, which the autograd engine runs
+///   after the backward with no frame of its own) is the backward's; its output lives on as
+///   the sharded gradients.
+/// - FSDP1 (`FullyShardedDataParallel`): the post-backward hook that reduce-scatters a flat
+///   parameter's gradient (run from a hook on its `AccumulateGrad`, no frame of the engine's),
+///   and the final callback, are the backward's.
+/// - DDP (`DistributedDataParallel`): its gradient buckets, made when it is built and made
+///   again before the second step's forward (`_pre_forward` rebuilds them), are gradients:
+///   with `gradient_as_bucket_view` the parameters' gradients are views of them.
+fn data_parallel_phase(file: &str, function: &str) -> Option<Phase> {
+    if file.contains("/torch/distributed/fsdp/_fully_shard/") {
+        let reduce = matches!(
+            function,
+            "foreach_reduce" | "post_backward" | "_root_post_backward_final_callback"
+        ) || file.ends_with("/_fsdp_collectives.py") && function.contains("reduce");
+        return reduce.then_some(Phase::Backward);
+    }
+    if file.ends_with("/torch/distributed/fsdp/_runtime_utils.py") {
+        let reduce = function.contains("post_backward")
+            || matches!(function, "_reduce_grad" | "_get_reduce_scatter_tensors");
+        return reduce.then_some(Phase::Backward);
+    }
+    if file.ends_with("/torch/nn/parallel/distributed.py")
+        && matches!(function, "_ddp_init_helper" | "_pre_forward")
+    {
+        return Some(Phase::Backward);
     }
     None
 }
@@ -243,6 +279,36 @@ mod tests {
                 Some(Phase::Build),
             ),
             ("/x/torch/nn/functional.py", "linear", None),
+            (
+                "/x/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py",
+                "foreach_reduce",
+                Some(Phase::Backward),
+            ),
+            (
+                "/x/torch/distributed/fsdp/_fully_shard/_fsdp_state.py",
+                "FSDPState._root_post_backward_final_callback",
+                Some(Phase::Backward),
+            ),
+            (
+                "/x/torch/distributed/fsdp/_fully_shard/_fsdp_param.py",
+                "FSDPParam.alloc_all_gather_outputs",
+                None,
+            ),
+            (
+                "/x/torch/distributed/fsdp/_runtime_utils.py",
+                "_post_backward_hook",
+                Some(Phase::Backward),
+            ),
+            (
+                "/x/torch/nn/parallel/distributed.py",
+                "DistributedDataParallel._pre_forward",
+                Some(Phase::Backward),
+            ),
+            (
+                "/x/torch/nn/parallel/distributed.py",
+                "DistributedDataParallel.forward",
+                None,
+            ),
             ("train.py", "step", None),
         ];
         for (file, function, phase) in cases {

@@ -1,0 +1,104 @@
+"""Memory by kind on every rank of a data-parallel or sharded job, the truth computed inside the
+program, for scripts/gpu.sh dist. A 6-layer GPT-2 built from its config (no download), AdamW,
+batch 4 x 512 tokens per rank, fp32, STEPS steps; launched by torchrun, NCCL, one GPU a rank.
+Each rank prints one 'TRUTH {json}' line after its last optimizer step, in the bytes each tensor
+asked PyTorch's allocator for (its blocks' requested sizes, from torch.cuda.memory_snapshot()):
+  parameter        this rank's parameters and buffers (FSDP: its shards; a flat parameter once)
+  gradient         the blocks of this rank's gradients (DDP with gradient_as_bucket_view: the
+                   buckets they are views of)
+  optimizer_state  the optimizer's state tensors (FSDP: its shards)
+  allocated        memory_allocated() then; peak: max_memory_allocated()
+
+usage: torchrun --nproc-per-node N dist_kinds.py MODE STEPS
+  MODE  ddp, ddp-view (gradient_as_bucket_view=True), fsdp2 (fully_shard per block and the
+        root), fsdp2-keep (reshard_after_forward=False), fsdp1 (FullyShardedDataParallel per
+        block, use_orig_params=False), fsdp1-orig (use_orig_params=True)
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+mode, steps = sys.argv[1], int(sys.argv[2])
+rank, local, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+torch.cuda.set_device(local)
+dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+torch.manual_seed(0)
+
+from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block  # noqa: E402
+
+model = GPT2LMHeadModel(GPT2Config(n_layer=6)).cuda()
+if mode in ("ddp", "ddp-view"):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    wrapped = DDP(model, device_ids=[local], gradient_as_bucket_view=mode == "ddp-view")
+elif mode in ("fsdp2", "fsdp2-keep"):
+    from torch.distributed.fsdp import fully_shard
+    reshard = mode == "fsdp2"
+    for block in model.transformer.h:
+        fully_shard(block, reshard_after_forward=reshard)
+    fully_shard(model, reshard_after_forward=reshard)
+    wrapped = model
+elif mode in ("fsdp1", "fsdp1-orig"):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+    from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({GPT2Block}),
+                   device_id=local, use_orig_params=mode == "fsdp1-orig")
+else:
+    sys.exit(f"unknown mode {mode}")
+opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-4)
+gen = torch.Generator(device="cpu").manual_seed(100 + rank)
+for step in range(steps):
+    torch.cuda.nvtx.range_push("step")
+    opt.zero_grad(set_to_none=True)
+    x = torch.randint(0, 50257, (4, 512), generator=gen).cuda()
+    loss = wrapped(input_ids=x, labels=x).loss
+    loss.backward()
+    del loss
+    opt.step()
+    torch.cuda.nvtx.range_pop()
+torch.cuda.synchronize()
+
+blocks = {}
+for seg in torch.cuda.memory_snapshot():
+    for b in seg["blocks"]:
+        if b["state"] == "active_allocated":
+            blocks[b["address"]] = b.get("requested_size", b["size"])
+
+
+def local_of(t):
+    if t is None:
+        return None
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def block_bytes(tensors):
+    seen, total = set(), 0
+    for t in map(local_of, tensors):
+        if t is None or not t.is_cuda or t.numel() == 0:
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen or ptr not in blocks:
+            continue
+        seen.add(ptr)
+        total += blocks[ptr]
+    return total
+
+
+params = list(wrapped.parameters()) + list(wrapped.buffers())
+state = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
+truth = {
+    "mode": mode,
+    "rank": rank,
+    "world": world,
+    "parameter": block_bytes(params),
+    "gradient": block_bytes([p.grad for p in wrapped.parameters()]),
+    "optimizer_state": block_bytes(state),
+    "allocated": torch.cuda.memory_allocated(),
+    "peak": torch.cuda.max_memory_allocated(),
+}
+print("TRUTH " + json.dumps(truth), flush=True)
+dist.barrier()
+dist.destroy_process_group()

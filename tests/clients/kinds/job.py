@@ -1,0 +1,84 @@
+"""One rank of a data-parallel job on the stand-ins for PyTorch (tests/kinds.rs): the kinds
+program's two layers of 4 MiB parameters, trained as FSDP1 shards them or as DDP keeps its
+buckets, one process per rank (RANK and WORLD_SIZE from the environment, as torchrun sets
+them). No communication happens; the frames and the order of requests are the frameworks'.
+  fsdp1  each rank keeps its shard of the flat parameter (8 MiB / WORLD_SIZE), the
+         optimizer's state of the shard (twice it), and, from the post-backward hook (no frame
+         of the engine's), its shard of the gradient; the unsharded gradient is let go
+  ddp    the whole parameters, DDP's buckets (8 MiB: the gradients, as views) made at build and
+         again before the second forward; the optimizer's state (16 MiB)
+usage: job.py LIBTORCH_CPU LIBC10_CUDA STEPS MODE"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from torch import _standin  # noqa: E402
+
+_standin.load(sys.argv[1], sys.argv[2])
+
+from torch.distributed.fsdp._runtime_utils import _post_backward_hook  # noqa: E402
+from torch.nn.modules.linear import Linear  # noqa: E402
+from torch.nn.modules.module import Module  # noqa: E402
+from torch.nn.parallel.distributed import DistributedDataParallel  # noqa: E402
+from torch.optim.adam import Adam  # noqa: E402
+
+MiB = 1 << 20
+steps, mode = int(sys.argv[3]), sys.argv[4]
+world = int(os.environ["WORLD_SIZE"])
+
+
+class Sharded(Linear):
+    """A layer whose weight is a view of the flat parameter's gathered copy: none of its own."""
+
+    def __init__(self):
+        self.weight = None
+        self.grad = None
+
+
+class Net(Module):
+    def __init__(self, nbytes):
+        self.layers = [Linear(nbytes), Linear(nbytes)] if nbytes else [Sharded(), Sharded()]
+
+    def forward(self, x, saved):
+        for layer in self.layers:
+            x = layer(x, saved)
+        return x
+
+
+class Handle:
+    """A flat parameter: its shard (this rank's) and its gradient's shard."""
+
+    def __init__(self, unsharded_bytes):
+        self.unsharded_bytes = unsharded_bytes
+        self.weight = _standin.empty(unsharded_bytes // world)
+        self.grad = None
+
+
+if mode == "fsdp1":
+    # Built sharded: each rank holds its part of the flat parameter.
+    handle = Handle(8 * MiB)
+    model = Net(0)
+    opt = Adam([handle], 2 * (8 * MiB // world))
+    wrapped = model
+elif mode == "ddp":
+    model = Net(4 * MiB)
+    wrapped = DistributedDataParallel(model, 8 * MiB)
+    opt = Adam(model.layers, 8 * MiB)
+else:
+    sys.exit("mode: fsdp1 or ddp")
+
+for step in range(steps):
+    x = _standin.empty(1 * MiB)
+    saved = []
+    wrapped(x, saved)
+    for a in saved:
+        _standin.free(a)
+    if mode == "fsdp1":
+        # The engine's gradient of the whole flat parameter, then the hook, outside the
+        # engine's frames.
+        unsharded = _standin.empty(8 * MiB)
+        _post_backward_hook(handle, unsharded, world)
+    opt.step()
+    _standin.free(x)
+print("trained", steps)

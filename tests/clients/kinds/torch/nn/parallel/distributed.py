@@ -1,0 +1,29 @@
+"""As DDP (torch/nn/parallel/distributed.py) with gradient_as_bucket_view: the gradient buckets
+are made when it is built (`_ddp_init_helper`) and made again before the second step's forward
+(`_pre_forward` rebuilds them, the first let go); the parameters' gradients are views of them,
+so the backward keeps no gradient of its own."""
+from torch import _standin
+
+
+class DistributedDataParallel:
+    def __init__(self, module, bucket_bytes):
+        self.module = module
+        self.bucket_bytes = bucket_bytes
+        self.steps = 0
+        self.buckets = self._ddp_init_helper()
+
+    def _ddp_init_helper(self):
+        return _standin.empty(self.bucket_bytes)
+
+    def _pre_forward(self):
+        if self.steps == 1:
+            _standin.free(self.buckets)
+            self.buckets = _standin.empty(self.bucket_bytes)
+        self.steps += 1
+
+    def forward(self, x, saved):
+        self._pre_forward()
+        return self.module(x, saved)
+
+    def __call__(self, x, saved):
+        return self.forward(x, saved)
