@@ -100,5 +100,9 @@ truth = {
     "peak": torch.cuda.max_memory_allocated(),
 }
 print("TRUTH " + json.dumps(truth), flush=True)
+# Each rank's own file too: torchrun interleaves the ranks' output.
+if os.environ.get("DIST_TRUTH_DIR"):
+    with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{mode}.{rank}.json"), "w") as f:
+        json.dump(truth, f)
 dist.barrier()
 dist.destroy_process_group()

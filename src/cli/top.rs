@@ -45,6 +45,7 @@ pub fn cmd_top(
     // the two).
     let whole = std::env::var_os("GPUSHIM_TOP_WHOLE").is_some_and(|v| v == "1");
     let mut watch: Option<Watch> = None;
+    let mut said_waiting = false;
     loop {
         let began = std::time::Instant::now();
         // A process that just started may not have written the header yet (the file is
@@ -64,6 +65,15 @@ pub fn cmd_top(
         let g = match glance {
             Ok(g) => g,
             Err(_) if young && (pending || header_pending(trace)) => {
+                if !said_waiting {
+                    // Never silent: a name that is wrong is said at once, not after the wait.
+                    eprintln!(
+                        "gpushim: top: no trace at {} yet (missing, empty or its header not yet \
+                         written): waiting up to 10 s for the program to write it",
+                        gpushim::files::shown(trace)
+                    );
+                    said_waiting = true;
+                }
                 watch = None;
                 std::thread::sleep(std::time::Duration::from_millis(50));
                 continue;

@@ -17,12 +17,15 @@ reports=${OUT:-$work}/dist-reports.txt
 : >"$reports"
 for m in $modes; do
   mkdir -p "$work/$m"
-  if "$GPUSHIM_BIN" run --trace "$work/$m/r.%r.trace" -- \
+  if DIST_TRUTH_DIR="$work" "$GPUSHIM_BIN" run --trace "$work/$m/r.%r.trace" -- \
       torchrun --standalone --nproc-per-node "$n" scripts/gpu/dist_kinds.py "$m" 4 \
       >"$work/$m.out" 2>"$work/$m.err"; then :; else
     echo "$m: run failed"; tail -8 "$work/$m.err"
   fi
-  grep '^TRUTH' "$work/$m.out" | sed 's/^TRUTH //' >"$work/$m.truth" || true
+  : >"$work/$m.truth"
+  for f in "$work/$m".[0-9]*.json; do
+    [ -f "$f" ] && { cat "$f"; echo; } >>"$work/$m.truth"
+  done
   for r in $(seq 0 $((n - 1))); do
     t="$work/$m/r.$r.trace"
     [ -f "$t" ] && "$GPUSHIM_BIN" summary --json "$t" >"$work/$m.$r.summary" 2>/dev/null || true
@@ -43,6 +46,8 @@ print(f"{'mode':11} {'rank':>4} {'kind':16} {'truth MiB':>10} {'gpushim MiB':>12
 for m in modes:
     truths = {}
     for line in open(f"{work}/{m}.truth"):
+        if not line.strip():
+            continue
         t = json.loads(line)
         truths[t["rank"]] = t
     for r in sorted(truths):

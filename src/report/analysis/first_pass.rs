@@ -366,8 +366,17 @@ fn groups_of(wants: &Wants, most: usize) -> Vec<Wants> {
     // kinds serve every report after the pass (a group's kinds end as every other's: the
     // same records, the same decisions).
     let reports = moments.len() + iterations.len();
-    let own = wants.requests && reports >= 1 && most > reports;
-    let most = most.max(1);
+    // `fit`'s (the summary, its leak check and the requests): the leak check shares the
+    // summary's group, so that the requests, the most work, keep a core of their own.
+    let fits = wants.requests
+        && wants.summary
+        && wants.leaks.is_some()
+        && !wants.peak
+        && !wants.oom
+        && wants.timeline.is_none()
+        && most >= 2;
+    let own = wants.requests && reports >= 1 && (most > reports || fits);
+    let most = if fits { most - 1 } else { most.max(1) };
     while moments.len() + iterations.len() > most {
         let side = if moments.len() > 1 {
             &mut moments
@@ -424,12 +433,12 @@ mod tests {
     #[test]
     fn pytorchs_requests_are_a_group_of_their_own_where_every_report_has_one() {
         let fit = Wants::fit();
-        // `fit` on two cores: the summary's group, and the requests' alone, which reads the
-        // kinds but no replay.
+        // `fit` on two cores: the summary's group (with its leak check), and the requests'
+        // alone, which reads the kinds but no replay.
         assert_eq!(most_groups(2, &fit, None), 2);
         let groups = groups_of(&fit, 2);
         assert_eq!(groups.len(), 2);
-        assert!(groups[0].summary && !groups[0].requests);
+        assert!(groups[0].summary && groups[0].leaks.is_some() && !groups[0].requests);
         assert!(groups[1].requests && !groups[1].summary);
         assert_eq!(reads(&groups[1], false), (false, true));
         // One group: all in it.

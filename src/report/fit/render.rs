@@ -92,13 +92,18 @@ pub fn render(f: &Fit) -> String {
         } else {
             (b, a)
         };
+        // The defaults are PYTORCH_CUDA_ALLOC_CONF unset, not set to nothing.
+        let how = if more.setting.is_empty() {
+            "PYTORCH_CUDA_ALLOC_CONF unset".to_string()
+        } else {
+            format!("PYTORCH_CUDA_ALLOC_CONF={}", more.setting)
+        };
         let _ = writeln!(
             o,
-            "\n{} fits {} more than {} (PYTORCH_CUDA_ALLOC_CONF={})",
+            "\n{} fits {} more than {} ({how})",
             setting_name(&more.setting),
             more.largest_batch - less.largest_batch,
             setting_name(&less.setting),
-            more.setting
         );
     }
     if let Some(a) = &f.seq {
