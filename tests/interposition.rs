@@ -312,19 +312,29 @@ fn programs_that_use_no_cuda_run_unchanged_and_leave_no_trace() {
     );
 }
 
-#[test]
-fn a_bad_configuration_prints_one_line_naming_the_key_and_the_program_goes_on() {
-    let dir = tempdir("badconf");
+/// The runtime-route client under the shim with `GPUSHIM_CONF` set to `conf`, tracing into a
+/// folder of its own: what it did, and its trace (the folder kept with it).
+fn runtime_route_with_conf(
+    name: &str,
+    conf: &str,
+) -> (std::process::Output, TestDir, std::path::PathBuf) {
+    let dir = tempdir(name);
     let t = trace_in(&dir);
     let out = run(
         &sim().bin("runtime_route"),
         Run {
             preload: true,
             trace: Some(&t),
-            env: vec![("GPUSHIM_CONF", "pool:off,limt:4GiB".into())],
+            env: vec![("GPUSHIM_CONF", conf.into())],
             ..Run::default()
         },
     );
+    (out, dir, t)
+}
+
+#[test]
+fn a_bad_configuration_prints_one_line_naming_the_key_and_the_program_goes_on() {
+    let (out, _dir, t) = runtime_route_with_conf("badconf", "pool:off,limt:4GiB");
     assert_ok(&out);
     let err = stderr(&out);
     let lines: Vec<&str> = err.lines().filter(|l| l.contains("GPUSHIM_CONF")).collect();
@@ -341,20 +351,8 @@ fn a_bad_configuration_prints_one_line_naming_the_key_and_the_program_goes_on() 
 /// escaped, so what anyone set in the environment never drives the user's terminal.
 #[test]
 fn a_bad_configuration_is_quoted_escaped() {
-    let dir = tempdir("badconf-escape");
-    let t = trace_in(&dir);
-    let out = run(
-        &sim().bin("runtime_route"),
-        Run {
-            preload: true,
-            trace: Some(&t),
-            env: vec![(
-                "GPUSHIM_CONF",
-                "pool:off,\u{1b}]0;owned\u{7}\u{202e}:1".into(),
-            )],
-            ..Run::default()
-        },
-    );
+    let conf = "pool:off,\u{1b}]0;owned\u{7}\u{202e}:1";
+    let (out, _dir, _t) = runtime_route_with_conf("badconf-escape", conf);
     assert_ok(&out);
     let err = stderr(&out);
     assert!(err.contains("GPUSHIM_CONF"), "{err}");

@@ -249,3 +249,108 @@ fn a_saved_analysis_of_millions_of_values_is_refused_before_it_is_parsed() {
         stderr(&out)
     );
 }
+
+/// Every value of a saved analysis, by its JSON pointer.
+fn pointers(v: &serde_json::Value, at: String, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::Object(m) => {
+            for (k, x) in m {
+                let key = k.replace('~', "~0").replace('/', "~1");
+                pointers(x, format!("{at}/{key}"), out);
+            }
+        }
+        serde_json::Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                pointers(x, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
+    out.push(at);
+}
+
+/// What a forged value becomes: the extremes a number can claim, a string no column holds, an
+/// array of a million copies of its first value, a value of another type.
+fn forged_value(old: &serde_json::Value, how: u8) -> serde_json::Value {
+    use serde_json::json;
+    match how % 8 {
+        0 => json!(u64::MAX),
+        1 => json!(0),
+        2 => json!(1e300),
+        3 => json!(-1),
+        4 => json!("x".repeat(70_000)),
+        5 => match old {
+            serde_json::Value::Array(a) if !a.is_empty() => {
+                serde_json::Value::Array(vec![a[0].clone(); 100_000])
+            }
+            _ => json!([]),
+        },
+        6 => json!(null),
+        _ => json!({"format": "gpushim-analysis"}),
+    }
+}
+
+fn saved_cases() -> u32 {
+    std::env::var("GPUSHIM_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse::<u32>().ok())
+        .map_or(24, |n| (n / 8).max(1))
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: saved_cases(),
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+
+    /// Saved analyses mutated by their structure (a value set to an extreme, a string past any
+    /// column, an array made a hundred thousand long, a value of another type), read by every
+    /// report that joins them: each answers or refuses (status 0 to 2), never a
+    /// panic, an abort or a signal, within its time.
+    #[test]
+    fn mutated_saved_analyses_never_crash_a_report(
+        edits in proptest::collection::vec((proptest::prelude::any::<proptest::sample::Index>(), proptest::prelude::any::<u8>()), 1..6),
+    ) {
+        static BASE: std::sync::OnceLock<(Vec<TestFile>, String)> = std::sync::OnceLock::new();
+        let (_, text) = BASE.get_or_init(|| {
+            let (kept, paths) = ranks();
+            let saved = analyse_each(&paths[..1]);
+            let text = std::fs::read_to_string(&saved[0]).unwrap();
+            (kept, text)
+        });
+        let mut v: serde_json::Value = serde_json::from_str(text).unwrap();
+        let mut all = Vec::new();
+        pointers(&v, String::new(), &mut all);
+        for (at, how) in edits {
+            let p = &all[at.index(all.len())];
+            if let Some(slot) = v.pointer_mut(p) {
+                *slot = forged_value(slot, how);
+            }
+        }
+        let dir = tempdir("saved-fuzz");
+        let f = dir.join("m.analysis");
+        std::fs::write(&f, serde_json::to_vec(&v).unwrap()).unwrap();
+        let page = dir.join("m.html");
+        for args in [
+            vec!["summary"],
+            vec!["leaks"],
+            vec!["peak"],
+            vec!["oom"],
+            vec!["report", "-o", page.to_str().unwrap()],
+        ] {
+            let mut c = std::process::Command::new(gpushim_bin());
+            c.args(&args).arg(&*f);
+            let out = crate::hostile_folders::finish_within(
+                c,
+                std::time::Duration::from_secs(60),
+                "a report of a mutated saved analysis",
+            );
+            let code = out.status.code();
+            proptest::prop_assert!(
+                matches!(code, Some(0..=2)),
+                "{args:?}: {:?}\n{}", out.status, stderr(&out)
+            );
+        }
+    }
+}

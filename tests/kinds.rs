@@ -468,3 +468,70 @@ fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
         }
     }
 }
+
+/// The job at a glance: the stand-in's DDP job with a leak on rank 1 alone. `summary` of both
+/// ranks lists every rank's figures side by side and names the skew (rank 1 peaks above rank
+/// 0); `leaks` names the growing line with the one trace it grows in.
+#[test]
+fn a_jobs_ranks_side_by_side_and_a_leak_on_one_rank_named() {
+    let dir = tempdir("kinds-job-glance");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let mut traces = Vec::new();
+    for rank in 0..2 {
+        let t = dir.join(format!("r.{rank}.trace"));
+        let out = python_client(
+            &t,
+            "kinds/job.py",
+            vec![
+                lib("libtorch_cpu.so"),
+                lib("libc10_cuda.so"),
+                "8".into(),
+                "ddp".into(),
+            ],
+            vec![
+                ("RANK", rank.to_string()),
+                ("WORLD_SIZE", "2".into()),
+                ("JOB_LEAK_RANK", "1".into()),
+            ],
+        );
+        assert_ok(&out);
+        traces.push(t);
+    }
+    let (a, b) = (traces[0].to_str().unwrap(), traces[1].to_str().unwrap());
+    let out = gpushim_text(&["summary", a, b]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    assert!(text.contains("every rank's PyTorch memory"), "{text}");
+    let table = text
+        .split("every rank's PyTorch memory")
+        .nth(1)
+        .unwrap_or_default();
+    let row = |r: &str| {
+        table
+            .lines()
+            .find(|l| l.trim_start().starts_with(r))
+            .map(str::to_string)
+    };
+    for r in ["rank 0 ", "rank 1 "] {
+        let line = row(r).unwrap_or_default();
+        assert!(
+            line.contains("8.00 MiB") && line.contains("16.00 MiB"),
+            "{r}: {text}"
+        );
+    }
+    assert!(text.contains("skew: rank 1 peaks"), "{text}");
+    let out = gpushim_text(&["leaks", a, b]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let job = text
+        .split("all 2 traces together")
+        .nth(1)
+        .unwrap_or_default();
+    let grows = job
+        .lines()
+        .find(|l| l.contains("grows 3.00 MiB per iteration"));
+    assert!(
+        grows.is_some_and(|l| l.contains("in 1 of 2 traces (only ") && l.contains("r.1.trace")),
+        "{text}"
+    );
+}

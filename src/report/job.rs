@@ -22,6 +22,97 @@ pub struct Combined {
     pub unclean_exits: usize,
     /// Each trace's NVML peak per device, the rank closest to its device's limit first.
     pub ranks_by_headroom: Vec<RankMemory>,
+    /// Every rank's framework figures side by side, in rank order (PyTorch's allocator: its
+    /// tensors' and its cache's peaks, the tensors by kind at exit, the activations at their
+    /// most).
+    pub side_by_side: Vec<RankRow>,
+}
+
+/// One rank's (trace's) PyTorch figures on one device.
+#[derive(Clone, Debug, Serialize)]
+pub struct RankRow {
+    pub trace: String,
+    pub rank: Option<i32>,
+    pub device: u8,
+    pub allocated_peak_bytes: u64,
+    pub reserved_peak_bytes: u64,
+    pub parameters_bytes: u64,
+    pub gradients_bytes: u64,
+    pub optimizer_state_bytes: u64,
+    pub activations_peak_bytes: u64,
+}
+
+/// Every trace's PyTorch figures per device, in rank order (then the trace's name).
+fn side_by_side(all: &[Summary]) -> Vec<RankRow> {
+    use super::kinds::Kind;
+    let mut v: Vec<RankRow> = all
+        .iter()
+        .flat_map(|s| {
+            s.framework.iter().map(|f| RankRow {
+                trace: s.path.clone(),
+                rank: s.rank,
+                device: f.device,
+                allocated_peak_bytes: f.allocated_peak_bytes,
+                reserved_peak_bytes: f.reserved_peak_bytes,
+                parameters_bytes: f.kinds_at_exit.bytes(Kind::Parameter),
+                gradients_bytes: f.kinds_at_exit.bytes(Kind::Gradient),
+                optimizer_state_bytes: f.kinds_at_exit.bytes(Kind::OptimizerState),
+                activations_peak_bytes: f.activations_peak_bytes,
+            })
+        })
+        .collect();
+    v.sort_by(|a, b| (a.rank, &a.trace, a.device).cmp(&(b.rank, &b.trace, b.device)));
+    v
+}
+
+/// The ranks' PyTorch figures side by side, and the skew of their peaks: the rank that peaks
+/// highest against the one that peaks lowest.
+fn render_side_by_side(o: &mut String, rows: &[RankRow]) {
+    if rows.len() < 2 {
+        return;
+    }
+    let who = |r: &RankRow| rank_label(r.rank, &r.trace);
+    let _ = writeln!(
+        o,
+        "  every rank's PyTorch memory (peaks; kinds at exit; activations at their most):"
+    );
+    let _ = writeln!(
+        o,
+        "    {:<10} {:>3} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+        "", "dev", "allocated", "reserved", "parameters", "gradients", "optimizer", "activations"
+    );
+    for r in rows {
+        let _ = writeln!(
+            o,
+            "    {:<10} {:>3} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}",
+            who(r),
+            r.device,
+            human_bytes(r.allocated_peak_bytes),
+            human_bytes(r.reserved_peak_bytes),
+            human_bytes(r.parameters_bytes),
+            human_bytes(r.gradients_bytes),
+            human_bytes(r.optimizer_state_bytes),
+            human_bytes(r.activations_peak_bytes),
+        );
+    }
+    let high = rows.iter().max_by_key(|r| r.allocated_peak_bytes);
+    let low = rows.iter().min_by_key(|r| r.allocated_peak_bytes);
+    if let (Some(h), Some(l)) = (high, low)
+        && h.allocated_peak_bytes > l.allocated_peak_bytes
+    {
+        let skew = (h.allocated_peak_bytes - l.allocated_peak_bytes) as f64
+            / l.allocated_peak_bytes.max(1) as f64
+            * 100.0;
+        let _ = writeln!(
+            o,
+            "  skew: {} peaks {} above {} ({skew:.1}% more)",
+            who(h),
+            human_bytes(h.allocated_peak_bytes - l.allocated_peak_bytes),
+            who(l)
+        );
+    } else {
+        let _ = writeln!(o, "  skew: every rank peaks at the same allocated bytes");
+    }
 }
 
 /// Where the largest per-device peak of a set of traces was.
@@ -44,6 +135,7 @@ pub fn combine(all: &[Summary]) -> Combined {
         torn: 0,
         unclean_exits: 0,
         ranks_by_headroom: by_headroom(all),
+        side_by_side: side_by_side(all),
     };
     for s in all {
         c.events = c.events.saturating_add(s.events);
@@ -109,6 +201,7 @@ impl Combined {
             self.failed_for_memory, self.lost, self.torn, self.unclean_exits
         );
         render_ranks(&mut o, &self.ranks_by_headroom);
+        render_side_by_side(&mut o, &self.side_by_side);
         o
     }
 }
@@ -149,15 +242,20 @@ pub fn by_headroom(all: &[Summary]) -> Vec<RankMemory> {
     v
 }
 
+/// A rank as the job's reports name it: `rank N`, else its trace.
+fn rank_label(rank: Option<i32>, trace: &str) -> String {
+    match rank {
+        Some(k) => format!("rank {k}"),
+        None => trace.to_string(),
+    }
+}
+
 /// The job's ranks by headroom, the closest to its limit named.
 pub fn render_ranks(o: &mut String, ranks: &[RankMemory]) {
     let Some(first) = ranks.first() else {
         return;
     };
-    let who = |r: &RankMemory| match r.rank {
-        Some(k) => format!("rank {k}"),
-        None => r.trace.clone(),
-    };
+    let who = |r: &RankMemory| rank_label(r.rank, &r.trace);
     let _ = writeln!(
         o,
         "  closest to its device's limit: {} on device {}, NVML peak {} of {} ({} headroom)",

@@ -133,8 +133,8 @@ pub fn load(path: &Path) -> Result<Vec<(String, Analysis)>, ReadError> {
              is not one, or it was damaged)"
         )));
     }
-    let mut v: serde_json::Value =
-        serde_json::from_slice(&bytes).map_err(|e| err(format!("not a saved analysis: {e}")))?;
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes)
+        .map_err(|e| err(format!("not a saved analysis: {}", said(&e))))?;
     printable_strings(&mut v);
     let format = v["format"].as_str().unwrap_or("");
     let version = v["version"].as_u64().unwrap_or(0);
@@ -144,13 +144,32 @@ pub fn load(path: &Path) -> Result<Vec<(String, Analysis)>, ReadError> {
              {VERSION} (save it again with this gpushim's `analyze`)"
         )));
     }
-    let file: SavedFile = serde_json::from_value(v)
-        .map_err(|e| err(format!("a saved analysis this gpushim cannot read: {e}")))?;
+    let file: SavedFile = serde_json::from_value(v).map_err(|e| {
+        err(format!(
+            "a saved analysis this gpushim cannot read: {}",
+            said(&e)
+        ))
+    })?;
     Ok(file
         .traces
         .into_iter()
         .map(|t| (format!("{}:{}", t.host, t.name), analysis_of(t, path)))
         .collect())
+}
+
+/// The parser's words for what it refused, at most 200 characters: they quote the value, which
+/// a forged file can make as long as the file.
+fn said(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    match text.char_indices().nth(200) {
+        Some((at, _)) => format!(
+            "{}... (at line {}, column {})",
+            &text[..at],
+            e.line(),
+            e.column()
+        ),
+        None => text,
+    }
 }
 
 fn analysis_of(t: SavedTrace, path: &Path) -> Analysis {

@@ -21,6 +21,9 @@ pub struct JobGrowth {
     pub traces: usize,
     /// Its growth per iteration, added up over those traces.
     pub bytes_per_iteration: u64,
+    /// The traces it grows in, as they are named (a rank's, where it grows on some ranks
+    /// only: a leak of one rank's own code or data).
+    pub in_traces: Vec<String>,
 }
 
 /// The leaks of a job's traces together.
@@ -35,22 +38,25 @@ pub struct JobLeaks {
 }
 
 pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
-    let mut growing: BTreeMap<&str, (usize, u64)> = BTreeMap::new();
-    for g in all
+    let mut growing: BTreeMap<&str, (usize, u64, Vec<String>)> = BTreeMap::new();
+    for (name, it) in all
         .iter()
-        .filter_map(|(_, l)| l.iterations.as_ref())
-        .flat_map(|it| &it.growing)
+        .filter_map(|(n, l)| l.iterations.as_ref().map(|it| (n, it)))
     {
-        let e = growing.entry(g.call_site.as_str()).or_default();
-        e.0 += 1;
-        e.1 = e.1.saturating_add(g.bytes_per_iteration);
+        for g in &it.growing {
+            let e = growing.entry(g.call_site.as_str()).or_default();
+            e.0 += 1;
+            e.1 = e.1.saturating_add(g.bytes_per_iteration);
+            e.2.push(name.clone());
+        }
     }
     let mut growing: Vec<JobGrowth> = growing
         .into_iter()
-        .map(|(call_site, (traces, bytes))| JobGrowth {
+        .map(|(call_site, (traces, bytes, in_traces))| JobGrowth {
             call_site: call_site.to_string(),
             traces,
             bytes_per_iteration: bytes,
+            in_traces,
         })
         .collect();
     growing.sort_by_key(|g| std::cmp::Reverse(g.bytes_per_iteration));
@@ -220,9 +226,15 @@ fn render_job(o: &mut String, combined: &JobLeaks, top: usize) {
         let _ = writeln!(o, "no call site grows steadily in any trace");
     }
     for g in &c.growing {
+        // Where it grows on some ranks only, which: a leak of those ranks' own work.
+        let which = if g.traces < c.traces {
+            format!(" (only {})", g.in_traces.join(", "))
+        } else {
+            String::new()
+        };
         let _ = writeln!(
             o,
-            "  grows {} per iteration in {} of {} traces  {}",
+            "  grows {} per iteration in {} of {} traces{which}  {}",
             human_bytes(g.bytes_per_iteration),
             g.traces,
             c.traces,

@@ -7,6 +7,7 @@ them). No communication happens; the frames and the order of requests are the fr
          of the engine's), its shard of the gradient; the unsharded gradient is let go
   ddp    the whole parameters, DDP's buckets (8 MiB: the gradients, as views) made at build and
          again before the second forward; the optimizer's state (16 MiB)
+JOB_LEAK_RANK=N: that rank alone keeps each step's last activation (3 MiB a step).
 usage: job.py LIBTORCH_CPU LIBC10_CUDA STEPS MODE"""
 import os
 import sys
@@ -26,6 +27,8 @@ from torch.optim.adam import Adam  # noqa: E402
 MiB = 1 << 20
 steps, mode = int(sys.argv[3]), sys.argv[4]
 world = int(os.environ["WORLD_SIZE"])
+leaks = os.environ.get("JOB_LEAK_RANK") == os.environ["RANK"]
+kept = []
 
 
 class Sharded(Linear):
@@ -72,6 +75,8 @@ for step in range(steps):
     x = _standin.empty(1 * MiB)
     saved = []
     wrapped(x, saved)
+    if leaks:
+        kept.append(saved.pop())
     for a in saved:
         _standin.free(a)
     if mode == "fsdp1":
