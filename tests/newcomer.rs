@@ -114,3 +114,57 @@ fn oom_and_peak_say_when_the_trace_was_cut_short() {
         );
     }
 }
+
+/// What a newcomer trips on, each said in one line naming the fix: `fit` and `diff` given a
+/// saved analysis say it is one and that they need the trace (not "not a gpushim trace");
+/// `--at 0` is refused alike by every command that takes it; `top` on a trace that is not
+/// there yet says at once that it waits for it; `fit` names the defaults as the variable unset.
+#[test]
+fn what_a_newcomer_trips_on_is_said_with_its_fix() {
+    let dir = tempdir("newcomer-trips");
+    let trace =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
+    let saved = dir.join("g.analysis");
+    assert_ok(&gpushim(&[&"analyze", &trace, &"-o", &saved]));
+    for args in [
+        vec!["fit", saved.to_str().unwrap(), "--at", "2"],
+        vec!["diff", saved.to_str().unwrap(), trace.to_str().unwrap()],
+    ] {
+        let out = gpushim_text(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = stderr(&out);
+        assert!(
+            err.contains("is a saved analysis") && err.contains("give the trace"),
+            "{args:?}: {err}"
+        );
+    }
+    for cmd in ["fit", "summary", "oom", "report"] {
+        let out = gpushim_text(&[cmd, trace.to_str().unwrap(), "--at", "0"]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        assert!(
+            stderr(&out).contains("0 is not in 1.."),
+            "{cmd}: {}",
+            stderr(&out)
+        );
+    }
+    let missing = dir.join("not-yet.trace");
+    let mut c = Command::new(gpushim_bin());
+    c.args(["top", missing.to_str().unwrap()]);
+    let out = crate::hostile_folders::finish_within(
+        c,
+        std::time::Duration::from_secs(30),
+        "top on a trace not there",
+    );
+    assert!(
+        stderr(&out).contains("no trace at") && stderr(&out).contains("waiting up to 10 s"),
+        "{}",
+        stderr(&out)
+    );
+    let fit = stdout(&gpushim_text(&[
+        "fit",
+        trace.to_str().unwrap(),
+        "--at",
+        "8",
+    ]));
+    assert!(!fit.contains("PYTORCH_CUDA_ALLOC_CONF=)"), "{fit}");
+}

@@ -85,7 +85,7 @@ pub enum Cmd {
         /// The batch the run used: also says the headroom in batches, the largest batch that
         /// fits the device under the run's setting and with expandable segments (as `gpushim
         /// fit` finds it).
-        #[arg(long, value_name = "BATCH")]
+        #[arg(long, value_name = "BATCH", value_parser = clap::value_parser!(u64).range(1..))]
         at: Option<u64>,
 
         /// Print JSON instead of text.
@@ -224,7 +224,7 @@ pub enum Cmd {
         /// The batch the run used: says the largest batch that would have fit, under the
         /// run's setting and with expandable segments (as `gpushim fit` does). Default: read
         /// from the run's command line (--batch-size 8, ...), when it says one.
-        #[arg(long, value_name = "BATCH")]
+        #[arg(long, value_name = "BATCH", value_parser = clap::value_parser!(u64).range(1..))]
         at: Option<u64>,
 
         /// Print JSON instead of text.
@@ -242,7 +242,7 @@ pub enum Cmd {
         /// The batch the run used. Default: read from the run's command line
         /// (--batch-size 8, --batch_size=8, -b 8, --per_device_train_batch_size 8,
         /// batch_size=8, ...).
-        #[arg(long, value_name = "BATCH")]
+        #[arg(long, value_name = "BATCH", value_parser = clap::value_parser!(u64).range(1..))]
         at: Option<u64>,
         /// The batches to show: a list (8,16,32) or a range with a step (8:64:8; 8:64 doubles).
         /// Default: the run's batch, 2x, 4x and 8x.
@@ -338,7 +338,7 @@ device, and it opens with no network."
         traces: Vec<PathBuf>,
         /// The batch the run used: the page draws the peak memory against the batch, the
         /// device's limit and the largest batch that fits (as `gpushim fit` finds them).
-        #[arg(long, value_name = "BATCH")]
+        #[arg(long, value_name = "BATCH", value_parser = clap::value_parser!(u64).range(1..))]
         at: Option<u64>,
 
         /// Output file, .html [default: beside the first trace, its name ending .html instead

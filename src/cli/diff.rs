@@ -7,6 +7,16 @@ use std::path::Path;
 use std::process::ExitCode;
 
 pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
+    if let Some(saved) = [a, b]
+        .into_iter()
+        .find(|p| gpushim::report::saved::is_saved(p))
+    {
+        return super::output::fail(format!(
+            "{} is a saved analysis (gpushim analyze -o): diff compares two runs line by line \
+             from their traces: give the traces",
+            gpushim::files::shown(saved)
+        ));
+    }
     // Each trace read once: its peaks, and what was live at its end by call site.
     let wants = gpushim::report::analysis::Wants {
         live_at_end: true,

@@ -109,6 +109,16 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
     else {
         return super::output::fail("not fit's options");
     };
+    if let Some(saved) = std::iter::once(&trace)
+        .chain(with.as_ref())
+        .find(|p| gpushim::report::saved::is_saved(p))
+    {
+        return super::output::fail(format!(
+            "{} is a saved analysis (gpushim analyze -o): fit replays the run's requests, which \
+             only its trace holds: give the trace",
+            gpushim::files::shown(saved)
+        ));
+    }
     let at = match at.map_or_else(|| batch_of_run(&trace), Ok) {
         Ok(at) => at,
         Err(e) => return fail(e),

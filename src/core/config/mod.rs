@@ -191,6 +191,12 @@ fn release(c: &mut Conf, v: &str) -> Option<()> {
 /// reading is silently taken.
 fn limit(c: &mut Conf, v: &str) -> Option<()> {
     let off = v == "off" || v == "none";
+    // A bare number is bytes, and a limit under a MiB is never meant (`limit:24` means 24
+    // GiB): the unit is asked for, as `--device-memory` asks.
+    let bare = !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit());
+    if bare && v.trim().parse::<u64>().is_ok_and(|n| n < 1 << 20) {
+        return None;
+    }
     c.limit = parse_size_or_off(v, 0).filter(|&n| n > 0 || off)?;
     Some(())
 }
@@ -282,7 +288,7 @@ pub const KEYS: &[KeyDoc] = &[
     KeyDoc {
         key: "limit",
         apply: limit,
-        accepted: "a size above 0 (24GiB) or off",
+        accepted: "a size with its unit (24GiB; a bare number of a MiB or more is bytes) or off",
         default: "off",
         meaning: "cap this process's device memory; allocations past it fail with out-of-memory",
     },

@@ -104,6 +104,9 @@ fn a_bad_value_names_the_key_the_value_and_what_is_accepted() {
 #[test]
 fn limit_zero_is_refused_and_trim_takes_durations() {
     assert!(parse_strict("limit:0").is_err());
+    // A bare number under a MiB is a unit forgotten (24 meant as GiB), refused; over, bytes.
+    assert!(parse_strict("limit:24").is_err());
+    assert_eq!(parse_strict("limit:2097152").unwrap().limit, 2 << 20);
     assert!(parse_strict("limit:0GiB").is_err());
     assert_eq!(parse_strict("limit:off").unwrap().limit, 0);
     let trim = |t: &str| parse_strict(t).unwrap().trim;
