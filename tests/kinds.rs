@@ -441,6 +441,13 @@ fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
             traces.push(t);
         }
         let refs: Vec<&Path> = traces.iter().map(|t| t.as_path()).collect();
+        // The framework is named from the frames.
+        let text = stdout(&gpushim_text(&["summary", traces[0].to_str().unwrap()]));
+        let named = if mode == "ddp" { "DDP" } else { "FSDP1" };
+        assert!(
+            text.contains(&format!("data parallel, from the frames: {named}")),
+            "{mode}: {text}"
+        );
         let s = report_json(&["summary"], &refs);
         for (rank, t) in s["traces"].as_array().unwrap().iter().enumerate() {
             let f = &t["framework"][0];

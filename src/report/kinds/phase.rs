@@ -165,6 +165,44 @@ fn data_parallel_phase(file: &str, function: &str) -> Option<Phase> {
     None
 }
 
+/// The data-parallel or sharded frameworks whose code the trace's Python frames show, named
+/// as a user knows them, in a fixed order; DeepSpeed's is named with what is not handled.
+pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
+    const KNOWN: [(&str, &str); 4] = [
+        (
+            "/torch/nn/parallel/distributed.py\0",
+            "DDP (DistributedDataParallel)",
+        ),
+        (
+            "/torch/distributed/fsdp/_fully_shard/",
+            "FSDP2 (fully_shard)",
+        ),
+        (
+            "/torch/distributed/fsdp/_runtime_utils.py\0",
+            "FSDP1 (FullyShardedDataParallel)",
+        ),
+        (
+            "/deepspeed/",
+            "DeepSpeed (its own memory is not named: its tensors take the kinds their frames say)",
+        ),
+    ];
+    let mut seen = [false; KNOWN.len()];
+    for text in reader.strings() {
+        let text = text.replace('\\', "/");
+        for (i, (part, _)) in KNOWN.iter().enumerate() {
+            if !seen[i] && text.contains(part) {
+                seen[i] = true;
+            }
+        }
+    }
+    KNOWN
+        .iter()
+        .zip(seen)
+        .filter(|(_, s)| *s)
+        .map(|((_, name), _)| *name)
+        .collect()
+}
+
 /// The phase a stack says: its innermost Python frame that says one, else the program's own
 /// (any Python frame), else unknown.
 pub fn phase_of_stack(reader: &TraceReader, stack: u64) -> Phase {

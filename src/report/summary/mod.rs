@@ -162,6 +162,9 @@ pub struct TraceHealth {
 pub struct Summary {
     pub path: String,
     pub program: String,
+    /// The data-parallel or sharded frameworks the trace's frames show (DDP, FSDP2, ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parallel: Vec<String>,
     pub pid: u32,
     pub host: String,
     pub rank: Option<i32>,
@@ -512,6 +515,10 @@ impl SummaryPass {
         let summary = Summary {
             path: crate::files::shown(&info.path).to_string(),
             program: info.program.clone(),
+            parallel: super::kinds::parallel_frameworks(reader)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
             pid: info.pid,
             host: info.host.clone(),
             rank: (info.rank >= 0).then_some(info.rank),

@@ -32,6 +32,13 @@ impl Summary {
             self.events,
             human_duration(self.duration_ns)
         );
+        if !self.parallel.is_empty() {
+            let _ = writeln!(
+                o,
+                "data parallel, from the frames: {}",
+                self.parallel.join(", ")
+            );
+        }
         let _ = writeln!(o);
         let _ = writeln!(
             o,

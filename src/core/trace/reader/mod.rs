@@ -412,6 +412,11 @@ impl TraceReader {
         self.strings.get(&id).map(String::as_str)
     }
 
+    /// Every string the records defined so far (Python frames are `file\0function`).
+    pub fn strings(&self) -> impl Iterator<Item = &str> + '_ {
+        self.strings.values().map(String::as_str)
+    }
+
     /// The return addresses of a stack id from a `Stack` record seen so far, innermost first.
     pub fn stack(&self, id: u64) -> Option<&[u64]> {
         self.stacks.get(&id).map(Vec::as_slice)
