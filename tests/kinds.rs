@@ -418,28 +418,11 @@ fn memory_made_once_in_a_short_run_is_not_growth() {
 fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
     const MIB: u64 = 1 << 20;
     let dir = tempdir("kinds-job");
-    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
     for (mode, expect) in [
         ("fsdp1", [4 * MIB, 4 * MIB, 8 * MIB]),
         ("ddp", [8 * MIB, 8 * MIB, 16 * MIB]),
     ] {
-        let mut traces = Vec::new();
-        for rank in 0..2 {
-            let t = dir.join(format!("{mode}.{rank}.trace"));
-            let out = python_client(
-                &t,
-                "kinds/job.py",
-                vec![
-                    lib("libtorch_cpu.so"),
-                    lib("libc10_cuda.so"),
-                    "3".into(),
-                    mode.into(),
-                ],
-                vec![("RANK", rank.to_string()), ("WORLD_SIZE", "2".into())],
-            );
-            assert_ok(&out);
-            traces.push(t);
-        }
+        let traces = job_ranks(&dir, &format!("{mode}."), mode, 3, None);
         let refs: Vec<&Path> = traces.iter().map(|t| t.as_path()).collect();
         // The framework is named from the frames.
         let text = stdout(&gpushim_text(&["summary", traces[0].to_str().unwrap()]));
@@ -482,28 +465,7 @@ fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
 #[test]
 fn a_jobs_ranks_side_by_side_and_a_leak_on_one_rank_named() {
     let dir = tempdir("kinds-job-glance");
-    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
-    let mut traces = Vec::new();
-    for rank in 0..2 {
-        let t = dir.join(format!("r.{rank}.trace"));
-        let out = python_client(
-            &t,
-            "kinds/job.py",
-            vec![
-                lib("libtorch_cpu.so"),
-                lib("libc10_cuda.so"),
-                "8".into(),
-                "ddp".into(),
-            ],
-            vec![
-                ("RANK", rank.to_string()),
-                ("WORLD_SIZE", "2".into()),
-                ("JOB_LEAK_RANK", "1".into()),
-            ],
-        );
-        assert_ok(&out);
-        traces.push(t);
-    }
+    let traces = job_ranks(&dir, "r.", "ddp", 8, Some(1));
     let (a, b) = (traces[0].to_str().unwrap(), traces[1].to_str().unwrap());
     let out = gpushim_text(&["summary", a, b]);
     assert_ok(&out);
@@ -541,4 +503,34 @@ fn a_jobs_ranks_side_by_side_and_a_leak_on_one_rank_named() {
         grows.is_some_and(|l| l.contains("in 1 of 2 traces (only ") && l.contains("r.1.trace")),
         "{text}"
     );
+}
+
+/// The stand-in job (`tests/clients/kinds/job.py`) in `mode`, `steps` steps, as two ranks
+/// started as torchrun starts them (`RANK`, `WORLD_SIZE`), `leak_rank` keeping each step's
+/// last activation: their traces, `dir/{prefix}{rank}.trace`.
+fn job_ranks(
+    dir: &Path,
+    prefix: &str,
+    mode: &str,
+    steps: u32,
+    leak_rank: Option<u32>,
+) -> Vec<std::path::PathBuf> {
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    (0..2)
+        .map(|rank| {
+            let t = dir.join(format!("{prefix}{rank}.trace"));
+            let mut env = vec![("RANK", rank.to_string()), ("WORLD_SIZE", "2".into())];
+            if let Some(r) = leak_rank {
+                env.push(("JOB_LEAK_RANK", r.to_string()));
+            }
+            let args = vec![
+                lib("libtorch_cpu.so"),
+                lib("libc10_cuda.so"),
+                steps.to_string(),
+                mode.to_string(),
+            ];
+            assert_ok(&python_client(&t, "kinds/job.py", args, env));
+            t
+        })
+        .collect()
 }
