@@ -32,6 +32,14 @@ import os
 import sys
 import time
 
+if len(sys.argv) < 4:
+    sys.exit(
+        "usage: train.py LIBTORCH_CPU LIBC10_CUDA STEPS [leak] [--batch-size N]\n"
+        "the two libraries are the stand-ins scripts/build-sim.sh DIR builds into DIR/torch/lib:\n"
+        "  scripts/build-sim.sh /tmp/sim\n"
+        "  LD_LIBRARY_PATH=/tmp/sim gpushim run -- python3 tests/clients/kinds/train.py \\\n"
+        "      /tmp/sim/torch/lib/libtorch_cpu.so /tmp/sim/torch/lib/libc10_cuda.so 20"
+    )
 if "--batch-size" in sys.argv[:-1]:
     os.environ["KINDS_BATCH"] = sys.argv[sys.argv.index("--batch-size") + 1]
 if "--seq-len" in sys.argv[:-1]:
