@@ -16,6 +16,7 @@ mod fit;
 mod fit_answers;
 mod fit_autocast;
 mod fit_checkpoint;
+mod fit_not_clean;
 mod hostile_folders;
 mod hostile_traces;
 mod hostile_writes;

@@ -2,10 +2,8 @@
 //! of batches, a device by its name.
 
 pub fn size_arg(s: &str) -> Result<u64, String> {
-    // A bare number is bytes to the parser, and a device or limit under 1 MiB is never meant
-    // (`--device-memory 24` means 24 GB): the unit is asked for. A larger bare number is bytes.
-    let bare = !s.trim().is_empty() && s.trim().bytes().all(|b| b.is_ascii_digit());
-    if bare && s.trim().parse::<u64>().is_ok_and(|n| n < 1 << 20) {
+    // `--device-memory 24` means 24 GB, not bytes: the unit is asked for.
+    if gpushim::config::unit_forgotten(s) {
         return Err(format!(
             "'{s}' has no unit: write one, as in {s}GiB, {s}GB or {s}MiB (a bare number would be \
              bytes)"

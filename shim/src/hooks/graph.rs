@@ -56,6 +56,8 @@ const SEEN: usize = 2 * NODES;
 const CLASSES: usize = 256;
 
 struct Tables {
+    /// How the walk under way reads ([`choose_reader`]).
+    reader: Reader,
     seen: [usize; SEEN],
     seen_count: usize,
     stack: [usize; NODES],
@@ -67,6 +69,7 @@ struct Shared(UnsafeCell<Tables>);
 unsafe impl Sync for Shared {}
 
 static TABLES: Shared = Shared(UnsafeCell::new(Tables {
+    reader: Reader::Vm,
     seen: [0; SEEN],
     seen_count: 0,
     stack: [0; NODES],
@@ -149,7 +152,7 @@ fn due() -> bool {
 }
 
 /// How this walk reads the process's memory (chosen at its start, [`choose_reader`]).
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy)]
 enum Reader {
     /// `process_vm_readv` on the process itself: no seccomp filter is installed.
     Vm,
@@ -158,8 +161,7 @@ enum Reader {
     Pipe(i32, i32),
 }
 
-/// The walk's reader, set by [`walk`] (the thread that holds `BUSY` alone touches it).
-static READER_VM: AtomicBool = AtomicBool::new(true);
+/// This process's pipe for reads under a filter (-1: none made yet).
 static PIPE_READ: AtomicI32 = AtomicI32::new(-1);
 static PIPE_WRITE: AtomicI32 = AtomicI32::new(-1);
 /// The process that made the pipe: a forked child makes its own (the parent's is shared).
@@ -240,25 +242,11 @@ fn pipe() -> Option<(i32, i32)> {
 
 /// The reader for the walk about to begin: `None` where the process has a filter and no pipe.
 fn choose_reader() -> Option<Reader> {
-    let reader = if filtered() {
+    if filtered() {
         let (r, w) = pipe()?;
-        Reader::Pipe(r, w)
+        Some(Reader::Pipe(r, w))
     } else {
-        Reader::Vm
-    };
-    READER_VM.store(reader == Reader::Vm, Ordering::Relaxed);
-    Some(reader)
-}
-
-/// The reader [`choose_reader`] chose for the walk under way.
-fn reader() -> Reader {
-    if READER_VM.load(Ordering::Relaxed) {
-        Reader::Vm
-    } else {
-        Reader::Pipe(
-            PIPE_READ.load(Ordering::Relaxed),
-            PIPE_WRITE.load(Ordering::Relaxed),
-        )
+        Some(Reader::Vm)
     }
 }
 
@@ -279,9 +267,9 @@ fn through_pipe(r: i32, w: i32, addr: usize, out: *mut u8, len: usize) -> bool {
 }
 
 /// Reads `out.len()` words at `addr` of this process; false where any of them cannot be read.
-fn read(addr: usize, out: &mut [u64]) -> bool {
+fn read(reader: Reader, addr: usize, out: &mut [u64]) -> bool {
     let bytes = core::mem::size_of_val(out);
-    if let Reader::Pipe(r, w) = reader() {
+    if let Reader::Pipe(r, w) = reader {
         return through_pipe(r, w, addr, out.as_mut_ptr().cast(), bytes);
     }
     let local = libc::iovec {
@@ -300,9 +288,9 @@ fn read(addr: usize, out: &mut [u64]) -> bool {
 
 /// The word at each of `addrs` (at most [`EDGES_AT_ONCE`]) into `out`, in one call: how many
 /// were read, from the first (a read stops at the first address it cannot read).
-fn read_each(addrs: &[usize], out: &mut [u64; EDGES_AT_ONCE]) -> usize {
+fn read_each(reader: Reader, addrs: &[usize], out: &mut [u64; EDGES_AT_ONCE]) -> usize {
     let n = addrs.len().min(EDGES_AT_ONCE);
-    if let Reader::Pipe(r, w) = reader() {
+    if let Reader::Pipe(r, w) = reader {
         let mut got = 0;
         for (a, o) in addrs.iter().zip(out.iter_mut()).take(n) {
             let word: *mut u64 = o;
@@ -348,8 +336,12 @@ fn class_id(tables: &mut Tables, vptr: usize) -> Option<u64> {
     }
     let mut typeinfo = [0u64; 1];
     let mut name_at = [0u64; 1];
-    if !read(vptr.checked_sub(8)?, &mut typeinfo)
-        || !read((typeinfo[0] as usize).checked_add(8)?, &mut name_at)
+    if !read(tables.reader, vptr.checked_sub(8)?, &mut typeinfo)
+        || !read(
+            tables.reader,
+            (typeinfo[0] as usize).checked_add(8)?,
+            &mut name_at,
+        )
     {
         return None;
     }
@@ -363,7 +355,7 @@ fn class_id(tables: &mut Tables, vptr: usize) -> Option<u64> {
         let Some(w) = words.get_mut(got..got + 1) else {
             break;
         };
-        if !read(at, w) {
+        if !read(tables.reader, at, w) {
             break;
         }
         got += 1;
@@ -416,8 +408,13 @@ fn walk(start: usize) {
     t.seen.fill(0);
     t.seen_count = 0;
     let mut head = [0u64; HEAD_WORDS];
-    if choose_reader().is_none() || !read(start, &mut head) {
-        // The running node is live: a read refused is the process's, not the address's.
+    let reader = choose_reader();
+    if let Some(r) = reader {
+        t.reader = r;
+    }
+    if !reader.is_some_and(|r| read(r, start, &mut head)) {
+        // No way to read (a filter, and no pipe), or the running node, which is live, refused:
+        // the process's doing, not the address's.
         OFF.store(true, Ordering::Relaxed);
         trace::record(Event::graph_walked(0, 0, graph::UNREADABLE));
         return;
@@ -455,7 +452,7 @@ fn one_node(
     top: &mut usize,
     edges: &mut u64,
 ) -> Result<bool, ()> {
-    if !read(node, head) || !plausible(head) {
+    if !read(t.reader, node, head) || !plausible(head) {
         return Err(());
     }
     let sequence = head[SEQUENCE];
@@ -480,7 +477,7 @@ fn one_node(
         let mut words = [0u64; EDGES_AT_ONCE * EDGE_WORDS];
         let at = begin + index * bytes;
         let chunk = words.get_mut(..n * EDGE_WORDS).ok_or(())?;
-        if !read(at as usize, chunk) {
+        if !read(t.reader, at as usize, chunk) {
             return Err(());
         }
         // Each input's node and the sequence number read from it, in one call.
@@ -494,7 +491,7 @@ fn one_node(
             }
         }
         let mut numbers = [0u64; EDGES_AT_ONCE];
-        if read_each(&targets[..asked], &mut numbers) != asked {
+        if read_each(t.reader, &targets[..asked], &mut numbers) != asked {
             return Err(());
         }
         let mut k = 0;

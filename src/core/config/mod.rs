@@ -191,10 +191,7 @@ fn release(c: &mut Conf, v: &str) -> Option<()> {
 /// reading is silently taken.
 fn limit(c: &mut Conf, v: &str) -> Option<()> {
     let off = v == "off" || v == "none";
-    // A bare number is bytes, and a limit under a MiB is never meant (`limit:24` means 24
-    // GiB): the unit is asked for, as `--device-memory` asks.
-    let bare = !v.trim().is_empty() && v.trim().bytes().all(|b| b.is_ascii_digit());
-    if bare && v.trim().parse::<u64>().is_ok_and(|n| n < 1 << 20) {
+    if unit_forgotten(v) {
         return None;
     }
     c.limit = parse_size_or_off(v, 0).filter(|&n| n > 0 || off)?;
@@ -410,6 +407,16 @@ pub fn edit_distance(a: &str, b: &str) -> Option<usize> {
         }
     }
     Some(row[b.len()])
+}
+
+/// Whether `s` is a bare number under a MiB: a size of memory to hold or to limit to that
+/// small is never meant (`24` meant as 24 GiB, read as 24 bytes), so the unit is asked for; a
+/// larger bare number is bytes.
+pub fn unit_forgotten(s: &str) -> bool {
+    let s = s.trim();
+    !s.is_empty()
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && s.parse::<u64>().is_ok_and(|n| n < 1 << 20)
 }
 
 /// Parses a size with an optional unit: `512`, `64KiB`, `512MiB`, `2GiB`, `1TiB`, `24GB`.

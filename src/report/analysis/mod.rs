@@ -52,7 +52,6 @@ pub struct Wants {
     pub timeline: Option<Vec<String>>,
     /// `leaks` only when the first pass found a failed allocation (what grew until it).
     pub leaks_only_with_failures: bool,
-
     /// The requests of PyTorch's allocator, for a replay (`fit`, the page's curve of what
     /// fits): gathered in the first pass where it reads what a replay reads, else read apart.
     pub requests: bool,
@@ -112,9 +111,8 @@ impl Wants {
         }
     }
 
-    /// What `fit` reads: the requests, and the summary for the headroom beside PyTorch's.
-    /// `fit`: the requests, the summary (for the headroom) and `leaks` (whether the run
-    /// grows every iteration, which the answers then say first).
+    /// What `fit` reads: the requests, the summary for the headroom beside PyTorch's, and
+    /// `leaks` (whether the run grows every iteration, which the answers then say first).
     pub fn fit() -> Wants {
         Wants {
             summary: true,
@@ -330,7 +328,6 @@ fn analyze_read(
         a.leaks = Some(sampled.finish(&reader, &rp, &kinds));
         leaks = None;
     }
-
     let found = run.columns.map(|p| p.finish(&rp));
     // The picture's bands, from the first pass where it took them, else in the second.
     let mut early_bands = run.early_bands.take().filter(|b| !b.given_up);

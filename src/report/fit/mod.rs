@@ -13,6 +13,7 @@
 
 mod batch;
 mod largest;
+mod leaking;
 mod reduce;
 mod render;
 mod requests;
@@ -21,6 +22,7 @@ mod seq;
 mod steps;
 
 pub use batch::{batch_from_cmdline, seq_from_cmdline};
+pub use leaking::Leaking;
 pub use render::render;
 pub use seq::{SeqAsk, SeqAxis};
 
@@ -151,42 +153,6 @@ pub struct Fit {
     /// The run leaks: what grew every iteration, and what that does to the answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leaking: Option<Leaking>,
-}
-
-/// A run whose memory grows every iteration: the replays hold what it had grown to by the
-/// trace's end, so their peaks are the leak's as much as the batch's.
-#[derive(Clone, Debug, Serialize)]
-pub struct Leaking {
-    /// The growing lines' growth per iteration, summed, and the iterations the run had.
-    pub bytes_per_iteration: u64,
-    pub iterations: u64,
-    /// What the growing lines held at the last boundary, summed.
-    pub grown_bytes: u64,
-    /// The line that grows most, and its kind's name.
-    pub line: String,
-    pub kind: Option<String>,
-    /// Of the room the run's own batch leaves under the limit (the recorded setting), the
-    /// iterations until the growth alone fills it (`None`: the run's batch does not fit).
-    pub iterations_until_full: Option<u64>,
-}
-
-impl Leaking {
-    /// The growth `leaks` found, if any line grows.
-    fn of(l: &super::leaks::Leaks) -> Option<Leaking> {
-        let it = l.iterations.as_ref()?;
-        let top = it.growing.iter().max_by_key(|g| g.bytes_per_iteration)?;
-        let sum = |f: fn(&super::leaks::Growth) -> u64| {
-            it.growing.iter().map(f).fold(0u64, u64::saturating_add)
-        };
-        Some(Leaking {
-            bytes_per_iteration: sum(|g| g.bytes_per_iteration),
-            iterations: it.count,
-            grown_bytes: sum(|g| g.live_at_last_boundary),
-            line: top.call_site.clone(),
-            kind: top.kind.map(|k| k.name().to_string()),
-            iterations_until_full: None,
-        })
-    }
 }
 
 impl Fit {
@@ -500,16 +466,10 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         )?),
     };
     let t = tally(input, &req);
-    let leaking = run.growth.clone().map(|mut g| {
-        let at_run = settings
-            .iter()
-            .find(|s| s.recorded)
-            .and_then(|s| s.rows.iter().find(|r| r.batch == ask.at));
-        g.iterations_until_full = at_run.filter(|r| r.failures == 0).map(|r| {
-            limit_bytes.saturating_sub(r.peak_reserved_bytes) / g.bytes_per_iteration.max(1)
-        });
-        g
-    });
+    let leaking = run
+        .growth
+        .clone()
+        .map(|g| g.at_run(&settings, ask.at, limit_bytes));
     Ok(Fit {
         at: ask.at,
         limit_bytes,

@@ -38,23 +38,22 @@ pub struct JobLeaks {
 }
 
 pub fn combine_leaks(all: &[(String, Leaks)]) -> JobLeaks {
-    let mut growing: BTreeMap<&str, (usize, u64, Vec<String>)> = BTreeMap::new();
+    let mut growing: BTreeMap<&str, (u64, Vec<String>)> = BTreeMap::new();
     for (name, it) in all
         .iter()
         .filter_map(|(n, l)| l.iterations.as_ref().map(|it| (n, it)))
     {
         for g in &it.growing {
             let e = growing.entry(g.call_site.as_str()).or_default();
-            e.0 += 1;
-            e.1 = e.1.saturating_add(g.bytes_per_iteration);
-            e.2.push(name.clone());
+            e.0 = e.0.saturating_add(g.bytes_per_iteration);
+            e.1.push(name.clone());
         }
     }
     let mut growing: Vec<JobGrowth> = growing
         .into_iter()
-        .map(|(call_site, (traces, bytes, in_traces))| JobGrowth {
+        .map(|(call_site, (bytes, in_traces))| JobGrowth {
             call_site: call_site.to_string(),
-            traces,
+            traces: in_traces.len(),
             bytes_per_iteration: bytes,
             in_traces,
         })
