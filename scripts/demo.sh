@@ -43,12 +43,12 @@ echo
 "$bin" summary "$work"/train_loop.*.trace
 echo
 "$bin" leaks "$work"/train_loop.*.trace
-# A PyTorch-style training loop with two leaks, on the stand-in for PyTorch's caching allocator
-# (tests/standin: PyTorch's interface, the simulator's memory): the default run, nothing set.
+# A PyTorch-style training loop with two leaks, on the stand-ins for PyTorch's caching allocator
+# and modules (tests/standin, tests/clients/kinds/torch: PyTorch's interface, the simulator's memory): the default run, nothing set.
 if [ -z "$cudart" ] && [ -f "$work/torch/lib/libc10_cuda.so" ]; then
   echo
-  echo "== a PyTorch-style loop with two leaks (tests/clients/torch_leaks.py), default run"
-  "$bin" run --lib "$lib" --trace "$work/torch_leaks.%p.trace" -- \
-    python3 tests/clients/torch_leaks.py "$work/torch/lib/libc10_cuda.so"
-  "$bin" leaks "$work"/torch_leaks.*.trace
+  echo "== a PyTorch-style loop with two leaks (tests/clients/kinds/leaks.py), default run"
+  "$bin" run --lib "$lib" --trace "$work/leaks.%p.trace" -- \
+    python3 tests/clients/kinds/leaks.py "$work/torch/lib/libtorch_cpu.so" "$work/torch/lib/libc10_cuda.so"
+  "$bin" leaks "$work"/leaks.*.trace
 fi

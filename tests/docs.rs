@@ -579,17 +579,19 @@ fn every_output_block_in_the_readme_is_what_the_command_prints() {
     let shown: Vec<&str> = blocks.iter().map(|(w, _)| w.as_str()).collect();
     assert_eq!(
         shown,
-        ["leaks torch_leaks", "summary kinds", "recommend resnet50"],
+        ["leaks leaks", "summary kinds", "recommend resnet50"],
         "each block needs a producer here"
     );
     let dir = tempdir("readme-outputs");
     for (what, block) in &blocks {
         let printed = match what.as_str() {
-            "leaks torch_leaks" => {
-                let t = dir.join("torch_leaks.trace");
-                let lib = sim().dir.join("torch/lib/libc10_cuda.so");
-                let args = vec![lib.display().to_string()];
-                assert_ok(&python_client(&t, "torch_leaks.py", args, vec![]));
+            "leaks leaks" => {
+                let t = dir.join("leaks.trace");
+                let lib = sim().dir.join("torch/lib");
+                let args = ["libtorch_cpu.so", "libc10_cuda.so"]
+                    .map(|l| lib.join(l).display().to_string())
+                    .to_vec();
+                assert_ok(&python_client(&t, "kinds/leaks.py", args, vec![]));
                 gpushim_text(&["leaks", t.to_str().unwrap()])
             }
             "summary kinds" => {
