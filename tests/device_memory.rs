@@ -373,3 +373,58 @@ fn a_runtime_api_program_gets_nvmls_figure_too() {
         "{v}"
     );
 }
+
+/// NVML's figure at exit is its last sample: where the allocations moved by a MiB or more
+/// after it (a run that ended before the sampler looked again), that sample is of an earlier
+/// moment, so no NVML figure is given at exit and no rest is taken from it; where nothing
+/// moved after it, the column stands.
+#[test]
+fn an_nvml_sample_older_than_the_last_allocations_gives_no_figure_at_exit() {
+    use gpushim::trace::format::{Api, RecordKind};
+    let dir = tempdir("nvml-stale");
+    let trace = |name: &str, after: bool| {
+        let path = dir.join(name);
+        let mut t = HandTrace::create(&path);
+        t.rec(RecordKind::DeviceMemory, Api::Shim, 512 << 20, 80 << 30);
+        t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x1000_0000, 64 << 20);
+        t.rec(RecordKind::DeviceMemory, Api::Shim, 576 << 20, 80 << 30);
+        if after {
+            // 224 MiB more, and the run ends before NVML is sampled again.
+            t.rec(RecordKind::Alloc, Api::CudaMalloc, 0x2000_0000, 224 << 20);
+        }
+        drop(t);
+        path
+    };
+    let stale = trace("stale.trace", true);
+    let text = stdout(&gpushim(&[&"summary", &stale]));
+    let row = |name: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(name))
+            .unwrap_or_else(|| panic!("no row {name}: {text}"))
+            .split_whitespace()
+            .last()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(row("= NVML"), "-", "{text}");
+    assert_eq!(row("no allocating call"), "-", "{text}");
+    assert!(
+        text.contains("NVML's last sample, 576.00 MiB at")
+            && text.contains("no NVML figure at exit"),
+        "{text}"
+    );
+    let v = report_json(&["summary"], &[&stale]);
+    assert_eq!(
+        v["device_memory"][0]["at_exit"]["sampled_before"], true,
+        "{v}"
+    );
+    // Sampled after the last allocation: the exit column gives NVML's figure and the rest.
+    let fresh = trace("fresh.trace", false);
+    let text = stdout(&gpushim(&[&"summary", &fresh]));
+    assert!(!text.contains("no NVML figure at exit"), "{text}");
+    let exit = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("= NVML"))
+        .unwrap();
+    assert!(exit.trim_end().ends_with("576.00 MiB"), "{text}");
+}

@@ -385,3 +385,43 @@ fn a_page_claiming_columns_it_does_not_have_still_draws() {
     };
     assert!(out.contains("browser check passed"), "{out}");
 }
+
+/// A job on two hosts, each host's two ranks saved in one analysis: the page of the two saved
+/// files is titled by what it holds, the job's four ranks, not by the two files given.
+#[test]
+fn a_jobs_page_from_saved_analyses_is_titled_by_its_ranks() {
+    let dir = tempdir("page-job-title");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let trace = |rank: u32| {
+        let t = dir.join(format!("r{rank}.trace"));
+        let env = vec![("RANK", rank.to_string()), ("WORLD_SIZE", "4".into())];
+        let args = vec![
+            lib("libtorch_cpu.so"),
+            lib("libc10_cuda.so"),
+            "3".into(),
+            "ddp".into(),
+        ];
+        assert_ok(&python_client(&t, "kinds/job.py", args, env));
+        t
+    };
+    let traces: Vec<PathBuf> = (0..4).map(trace).collect();
+    let saved: Vec<PathBuf> = (0..2)
+        .map(|host| {
+            let out = dir.join(format!("host{host}.analysis"));
+            let pair = &traces[2 * host..2 * host + 2];
+            assert_ok(&gpushim(&[&"analyze", &"-o", &out, &pair[0], &pair[1]]));
+            out
+        })
+        .collect();
+    let page = report(&[&saved[0], &saved[1]], &dir.join("job.html"));
+    let d = data(&page);
+    let labels: Vec<&str> = d["traces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["label"].as_str().unwrap())
+        .collect();
+    assert_eq!(labels, ["rank 0", "rank 1", "rank 2", "rank 3"]);
+    assert_eq!(d["title"], "gpushim: a job of 4 ranks");
+    assert!(page.contains("<title>gpushim: a job of 4 ranks</title>"));
+}

@@ -5,9 +5,9 @@
 //! made them). The model of PyTorch's allocator, replayed with the setting each run used, must
 //! take the very segments the run took, in order, and put every tensor where PyTorch put it.
 
-use crate::common::gpushim_text;
 use crate::common::json::without_keys;
 use crate::common::rings::{checkpoints, header_word, recorded, through_ring, through_ring_from};
+use crate::common::{gpushim_text, stdout};
 use gpushim::report::torch_replay::model::TorchConf;
 use gpushim::report::torch_replay::{self, Bounds};
 use gpushim::trace::reader::ReadOptions;
@@ -515,4 +515,55 @@ fn a_replay_asked_only_whether_it_fits_stops_at_its_first_failure_and_answers_th
         }
     }
     assert!(stopped_early > 0, "no size made more than one request fail");
+}
+
+/// One figure per meaning on a PyTorch run without the shim's pool: the device's line counts
+/// tensors and every other allocation and gives no reserved memory or fragmentation of its
+/// own (there is no pool of the shim's to have them); PyTorch's line gives its allocated and
+/// reserved; `peak` says whose its reserved is; `simulate`'s row for the run takes each of
+/// PyTorch's segments as a device allocation (never a negative fragmentation) and names
+/// PyTorch's reserved as `summary` does.
+#[test]
+fn summary_peak_and_simulate_give_one_reserved_figure_per_meaning() {
+    for name in ["gpt2.trace", "resnet50.trace"] {
+        let t = data(name);
+        let path = t.to_str().unwrap();
+        let text = stdout(&gpushim_text(&["summary", path]));
+        assert!(!text.contains("fragmentation"), "{name}: {text}");
+        assert!(
+            text.contains("(PyTorch's tensors and every other allocation"),
+            "{name}: {text}"
+        );
+        let s = gpushim_text(&["summary", "--json", path]);
+        let s: serde_json::Value = serde_json::from_slice(&s.stdout).unwrap();
+        let reserved = s["framework"][0]["reserved_peak_bytes"].as_u64().unwrap();
+        let shown = gpushim::report::units::human_bytes(reserved);
+        assert!(
+            text.contains(&format!("reserved (its cache) {shown} at peak")),
+            "{name}: {text}"
+        );
+        let peak = stdout(&gpushim_text(&["peak", path]));
+        assert!(
+            peak.contains(": PyTorch's cache and every other allocation)"),
+            "{name}: {peak}"
+        );
+        let sim = gpushim_text(&["simulate", "--json", path]);
+        let sim: serde_json::Value = serde_json::from_slice(&sim.stdout).unwrap();
+        let run = &sim[0];
+        assert_eq!(run["policy"], "recorded");
+        assert_eq!(
+            run["framework_reserved_peak_bytes"].as_u64(),
+            Some(reserved)
+        );
+        assert_eq!(run["peak_reserved_bytes"], run["peak_live_bytes"], "{name}");
+        assert!(
+            run["fragmentation_at_peak"].as_f64().unwrap() >= 0.0,
+            "{name}"
+        );
+        let sim = stdout(&gpushim_text(&["simulate", path]));
+        assert!(
+            sim.contains(&format!("its cache reserved {shown} at its peak")),
+            "{name}: {sim}"
+        );
+    }
 }

@@ -459,6 +459,16 @@ fn an_out_of_memory_beside_a_private_pool_counts_what_the_pool_held() {
     let text = oom_text(&t);
     assert!(!text.contains("private pools"), "{text}");
     assert!(text.contains("does not fail there"), "{text}");
+    // A replay that serves what the run failed shows no setting as the fix, and never the
+    // run's own (the defaults here) as the one to export.
+    assert!(
+        text.contains("so no setting is shown to avoid it"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("export PYTORCH_CUDA_ALLOC_CONF=\"\""),
+        "{text}"
+    );
     // Exactly why: the replay gave the cache back at the failure, which the stand-in did not.
     assert!(
         text.contains(

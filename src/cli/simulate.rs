@@ -52,6 +52,20 @@ pub fn cmd_simulate(
             o.failed_allocations
         );
     }
+    if let Some(first) = out.first()
+        && let Some(reserved) = first.framework_reserved_peak_bytes
+    {
+        let t = gpushim::files::shown(trace);
+        println!(
+            "PyTorch's allocator made this run's device allocations (its cache reserved {} at \
+             its peak): these rows replay its segments with the libraries' own allocations \
+             ({} at their peak, the \"peak live\" here, where `summary` counts tensors) \
+             through the shim's pool. PyTorch's own allocator under other settings: gpushim \
+             simulate --recommend {t}",
+            human_bytes(reserved),
+            human_bytes(first.peak_live_bytes)
+        );
+    }
     ExitCode::SUCCESS
 }
 

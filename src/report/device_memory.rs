@@ -40,6 +40,11 @@ pub struct Reckoning {
     pub not_allocated_bytes: u64,
     /// Each owner's bytes, largest first.
     pub parts: Vec<OwnerBytes>,
+    /// At exit: NVML's last sample came before allocations and frees that moved what they
+    /// held by a MiB or more (the run ended before the sampler looked again), so its figure
+    /// is of an earlier moment than the parts, and no rest can be taken from it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub sampled_before: bool,
 }
 
 /// Where each device's NVML figure peaked: the record's position in the trace and its time.
@@ -55,16 +60,19 @@ pub fn reckon(
     live: &Replay,
     held_at_exit: &[OwnerBytes],
     peaks: &BTreeMap<u8, NvmlPeak>,
-    last_sample_ns: &BTreeMap<u8, u64>,
+    last_sample: &BTreeMap<u8, (u64, u64)>,
 ) -> Vec<DeviceMemory> {
+    const MIB: u64 = 1 << 20;
     let mut out = Vec::new();
     for (&device, f) in &live.facts.nvml {
-        let at_exit = split(
-            device,
-            f.bytes,
-            last_sample_ns.get(&device).copied().unwrap_or(0),
-            held_at_exit,
-        );
+        let (time_ns, held_then) = last_sample.get(&device).copied().unwrap_or((0, 0));
+        let mut at_exit = split(device, f.bytes, time_ns, held_at_exit);
+        // The sampler records a figure that moved by a MiB: what the allocations held moving
+        // by as much after its last record means it never sampled again.
+        if live.reserved_on(device).abs_diff(held_then) >= MIB {
+            at_exit.sampled_before = true;
+            at_exit.not_allocated_bytes = 0;
+        }
         out.push(DeviceMemory {
             device,
             device_total_bytes: f.total,
@@ -116,6 +124,7 @@ fn split(device: u8, nvml: u64, time_ns: u64, held: &[OwnerBytes]) -> Reckoning 
         held_bytes,
         not_allocated_bytes: nvml.saturating_sub(held_bytes),
         parts,
+        sampled_before: false,
     }
 }
 
@@ -171,13 +180,30 @@ pub fn render(o: &mut String, all: &[DeviceMemory]) {
             };
             row(o, owner, of(&m.at_peak), of(&m.at_exit));
         }
-        row(
-            o,
-            NOT_ALLOCATED,
-            m.at_peak.not_allocated_bytes,
-            m.at_exit.not_allocated_bytes,
-        );
-        row(o, "= NVML", m.at_peak.nvml_bytes, m.at_exit.nvml_bytes);
+        if m.at_exit.sampled_before {
+            // What the allocations held at exit is known; NVML's figure then is not.
+            let cell = |o: &mut String, name: &str, a: u64| {
+                let _ = writeln!(o, "  {name:width$}  {:>24}  {:>12}", human_bytes(a), "-");
+            };
+            cell(o, NOT_ALLOCATED, m.at_peak.not_allocated_bytes);
+            cell(o, "= NVML", m.at_peak.nvml_bytes);
+            let _ = writeln!(
+                o,
+                "  (NVML's last sample, {} at {}, came before allocations and frees that moved \
+                 what they held by a MiB or more: the run ended before the sampler looked again, \
+                 so there is no NVML figure at exit)",
+                human_bytes(m.at_exit.nvml_bytes),
+                human_duration(m.at_exit.time_ns)
+            );
+        } else {
+            row(
+                o,
+                NOT_ALLOCATED,
+                m.at_peak.not_allocated_bytes,
+                m.at_exit.not_allocated_bytes,
+            );
+            row(o, "= NVML", m.at_peak.nvml_bytes, m.at_exit.nvml_bytes);
+        }
         let _ = writeln!(
             o,
             "  (\"{}\" is NVML's figure less what the allocations held at that moment: it moves \

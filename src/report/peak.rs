@@ -366,9 +366,16 @@ pub fn render_peaks(
             );
         }
         for p in peaks {
+            // With PyTorch, reserved counts its cache and every other allocation beside it,
+            // where `summary`'s PyTorch line counts its cache alone.
+            let whose = if p.by_kind.is_empty() {
+                ""
+            } else {
+                ": PyTorch's cache and every other allocation"
+            };
             let _ = writeln!(
                 o,
-                "device {}: peak live {} at {} (reserved {})",
+                "device {}: peak live {} at {} (reserved then {}{whose})",
                 p.device,
                 human_bytes(p.live_bytes),
                 units::human_duration(p.time_ns),

@@ -33,6 +33,11 @@ pub struct Outcome {
     /// Device allocation calls (cudaMalloc-like) the policy makes.
     pub device_allocations: u64,
     pub failed_allocations: u64,
+    /// On the run's own row, where PyTorch's allocator made the device allocations: its
+    /// reserved memory (its cache) at its peak. Its segments are then the program's requests
+    /// here, replayed through the shim's pool; `simulate --torch` replays PyTorch's allocator.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub framework_reserved_peak_bytes: Option<u64>,
 }
 
 /// Why a simulation could not run.
@@ -119,6 +124,7 @@ pub fn simulate(
             fragmentation_at_peak: 0.0,
             device_allocations: live.calls,
             failed_allocations: live.failed,
+            framework_reserved_peak_bytes: None,
         },
         Row::Replay(text, p) => p.finish(&text),
     }));
@@ -183,11 +189,25 @@ struct Recorded {
     peak_reserved: u64,
     live_at_peak: u64,
     segments: u64,
+    /// PyTorch's segments (its cache): reserved now and at its peak.
+    framework_reserved: u64,
+    framework_peak: Option<u64>,
 }
 
 impl Recorded {
     fn see(&mut self, r: &Record) {
+        let framework = r.api == crate::trace::format::Api::Torch;
         match r.kind {
+            // PyTorch's segment records say which of its cudaMalloc calls made its cache: the
+            // calls themselves are this run's device allocations, the shim's pool took none.
+            RecordKind::SegmentReserve if framework => {
+                self.framework_reserved = self.framework_reserved.saturating_add(r.size);
+                let peak = self.framework_peak.get_or_insert(0);
+                *peak = (*peak).max(self.framework_reserved);
+            }
+            RecordKind::SegmentRelease if framework => {
+                self.framework_reserved = self.framework_reserved.saturating_sub(r.size)
+            }
             RecordKind::SegmentReserve => {
                 self.segments += 1;
                 self.reserved = self.reserved.saturating_add(r.size);
@@ -224,6 +244,7 @@ impl Recorded {
                 ),
                 device_allocations: self.segments,
                 failed_allocations: p.failed,
+                framework_reserved_peak_bytes: self.framework_peak,
             };
         }
         Outcome {
@@ -233,6 +254,7 @@ impl Recorded {
             fragmentation_at_peak: 0.0,
             device_allocations: p.calls,
             failed_allocations: p.failed,
+            framework_reserved_peak_bytes: self.framework_peak,
         }
     }
 }
@@ -372,6 +394,7 @@ impl Replaying {
             ),
             device_allocations: s.segment_reserves,
             failed_allocations: self.replayer.failed,
+            framework_reserved_peak_bytes: None,
         }
     }
 }

@@ -59,9 +59,15 @@ pub fn page_html(
         }
         traces.push(t);
     }
-    let title = match paths {
-        [one] => format!("gpushim: {}", crate::files::shown(one)),
-        many => format!("gpushim: {} traces", many.len()),
+    // Named by what the page holds: a saved analysis of a job brings every rank it joined.
+    let ranks = traces
+        .iter()
+        .filter(|t| t["label"].as_str().is_some_and(|l| l.starts_with("rank ")))
+        .count();
+    let title = match (paths, traces.len()) {
+        ([one], 1) => format!("gpushim: {}", crate::files::shown(one)),
+        (_, n) if ranks == n => format!("gpushim: a job of {n} ranks"),
+        (_, n) => format!("gpushim: {n} traces"),
     };
     let kinds: Vec<Value> = crate::report::kinds::Kind::ALL
         .iter()

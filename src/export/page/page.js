@@ -433,8 +433,10 @@
       [m.at_peak, m.at_exit].forEach(function (r) { r.parts.forEach(function (q) { if (owners.indexOf(q.owner) < 0) owners.push(q.owner); }); });
       const get = function (r, o) { const q = r.parts.find(function (x) { return x.owner === o; }); return q ? bytes(q.bytes) : ''; };
       const rows = owners.map(function (o) { return [o, get(m.at_peak, o), get(m.at_exit, o)]; });
-      rows.push(['no allocating call (CUDA context, module code, local memory)', bytes(m.at_peak.not_allocated_bytes), bytes(m.at_exit.not_allocated_bytes)]);
-      rows.push(['NVML', bytes(m.at_peak.nvml_bytes), bytes(m.at_exit.nvml_bytes)]);
+      // No NVML figure at exit where its last sample came before the last allocations.
+      const exit = (v) => m.at_exit.sampled_before ? '-' : bytes(v);
+      rows.push(['no allocating call (CUDA context, module code, local memory)', bytes(m.at_peak.not_allocated_bytes), exit(m.at_exit.not_allocated_bytes)]);
+      rows.push(['NVML', bytes(m.at_peak.nvml_bytes), exit(m.at_exit.nvml_bytes)]);
       nv.appendChild(el('div', { class: 'sub' }, (m.device_wide ? 'the whole device' : 'this process') + ', of ' + bytes(m.device_total_bytes)));
       nv.appendChild(table(['held by', 'at NVML\u2019s peak (' + dur(m.at_peak.time_ns) + ')', 'at exit'], rows, ['site', 'n', 'n']));
     } else {

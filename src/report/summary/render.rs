@@ -61,7 +61,10 @@ impl Summary {
         }
     }
 
-    /// Each device's peaks and fragmentation, and PyTorch's own figures.
+    /// Each device's peaks and fragmentation, and PyTorch's own figures. One figure per
+    /// meaning: the device's live memory counts every allocating call (PyTorch's tensors, not
+    /// its segments, beside what libraries took); reserved and fragmentation are the shim's
+    /// pool's, shown only where it served; PyTorch's allocated and reserved are its own.
     fn render_devices(&self, o: &mut String) {
         let _ = writeln!(o);
         for d in &self.devices {
@@ -69,18 +72,30 @@ impl Summary {
                 .device
                 .map(|d| format!("device {d}"))
                 .unwrap_or_else(|| "device ?".into());
-            let _ = writeln!(
+            let pooled = self.pool.iter().any(|p| Some(p.device) == d.device);
+            let torch = self.framework.iter().any(|f| Some(f.device) == d.device);
+            let what = if torch && !pooled {
+                " (PyTorch's tensors and every other allocation: its unused cache not counted)"
+            } else {
+                ""
+            };
+            let _ = write!(
                 o,
-                "{name}: peak live {} at {}, live at end {} in {} allocations",
+                "{name}: peak live {} at {}{what}, live at end {} in {} allocations",
                 human_bytes(d.peak_live_bytes),
                 human_duration(d.peak_time_ns),
                 human_bytes(d.live_bytes_at_end),
                 d.live_allocations_at_end
             );
+            if !pooled {
+                let _ = writeln!(o, "; {} failed for lack of memory", d.ooms);
+                continue;
+            }
+            let _ = writeln!(o);
             let _ = writeln!(
                 o,
-                "{:width$}  peak reserved {}, when {} was live: {:.1}% of it held nothing \
-                 (fragmentation); {} failed for lack of memory",
+                "{:width$}  the pool's peak reserved {}, when {} was live: {:.1}% of it held \
+                 nothing (fragmentation); {} failed for lack of memory",
                 "",
                 human_bytes(d.peak_reserved_bytes),
                 human_bytes(d.live_at_reserved_peak_bytes),
@@ -92,9 +107,9 @@ impl Summary {
         for f in &self.framework {
             let _ = writeln!(
                 o,
-                "PyTorch on device {}: tensors {} at peak, {} at exit ({} tensors); its cache \
-                 {} at peak, {} at exit, of which {} held no tensor; {} segments taken, {} given \
-                 back, {} out of memory",
+                "PyTorch on device {}: allocated (its tensors) {} at peak, {} at exit ({} \
+                 tensors); reserved (its cache) {} at peak, {} at exit, of which {} held no \
+                 tensor at exit; {} segments taken, {} given back, {} out of memory",
                 f.device,
                 human_bytes(f.allocated_peak_bytes),
                 human_bytes(f.allocated_at_end_bytes),

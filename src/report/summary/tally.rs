@@ -30,9 +30,10 @@ pub(super) struct Tally {
     /// Per thread: whether its latest record (definitions aside) was a successful allocation,
     /// so a stack after it counts as that allocation's.
     pub(super) allocated_last: Vec<bool>,
-    /// Per device: where NVML's figure peaked (the record's position), and its last sample.
+    /// Per device: where NVML's figure peaked (the record's position), and its last sample
+    /// (its time, and what the allocations held then).
     pub(super) nvml_peaks: BTreeMap<u8, crate::report::device_memory::NvmlPeak>,
-    pub(super) nvml_last: BTreeMap<u8, u64>,
+    pub(super) nvml_last: BTreeMap<u8, (u64, u64)>,
     /// Per device: NVML's highest figure before the record being taken (the replay's facts
     /// as they were after the last record that could move them).
     pub(super) nvml_before: BTreeMap<u8, u64>,
@@ -151,7 +152,8 @@ impl Tally {
                 },
             );
         }
-        self.nvml_last.insert(r.device, r.time_ns);
+        self.nvml_last
+            .insert(r.device, (r.time_ns, rp.reserved_on(r.device)));
     }
 
     /// The framework's segments and the shim's pool: segments, splits, waits, checkpoints.

@@ -297,6 +297,15 @@ fn ring_began_late(s: &mut String, r: &RingStart) {
     };
 }
 
+/// A setting as the value of an `export` line.
+fn quoted(setting: &str) -> String {
+    if setting.is_empty() {
+        "\"\"".to_string()
+    } else {
+        setting.to_string()
+    }
+}
+
 /// The advice in words, for `gpushim oom`.
 pub fn render_advice(a: &OomAdvice) -> String {
     use std::fmt::Write as _;
@@ -359,13 +368,41 @@ pub fn render_advice(a: &OomAdvice) -> String {
     } else {
         let _ = writeln!(
             s,
-            "  the replay of the run's own setting ({}) does not fail there: {}; what follows \
-             is a rough guide",
+            "  the replay of the run's own setting ({}) does not fail there: {}",
             name(&a.run_setting),
             a.run_setting_serves_it
                 .as_deref()
                 .unwrap_or("the replay did not reach the failure")
         );
+        // A replay that serves what the run failed cannot say which setting avoids the
+        // failure: at most which reserve less than the run's own there, and never the run's
+        // own as the fix.
+        let own = a.serving.iter().find(|o| o.setting == a.run_setting);
+        let less = a.serving.iter().find(|o| {
+            o.setting != a.run_setting
+                && own.is_none_or(|own| o.peak_reserved_bytes < own.peak_reserved_bytes)
+        });
+        match (less, own) {
+            (Some(best), Some(own)) => {
+                let _ = writeln!(
+                    s,
+                    "  so no setting is shown to avoid it; as a rough guide, the one reserving \
+                     least in the replay ({} at its peak, {} less than the run's own):\n  \
+                     export PYTORCH_CUDA_ALLOC_CONF={}",
+                    human_bytes(best.peak_reserved_bytes),
+                    human_bytes(own.peak_reserved_bytes - best.peak_reserved_bytes),
+                    quoted(&best.setting)
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    s,
+                    "  so no setting is shown to avoid it, and none reserves less than the run's \
+                     own in the replay: nothing to recommend"
+                );
+            }
+        }
+        return s;
     }
     match a.serving.first() {
         Some(best) => {
@@ -377,11 +414,7 @@ pub fn render_advice(a: &OomAdvice) -> String {
                 a.serving.len(),
                 shown.join("; "),
                 human_bytes(best.peak_reserved_bytes),
-                if best.setting.is_empty() {
-                    "\"\"".to_string()
-                } else {
-                    best.setting.clone()
-                }
+                quoted(&best.setting)
             );
         }
         None => {
