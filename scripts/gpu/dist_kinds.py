@@ -1,6 +1,7 @@
 """Memory by kind on every rank of a data-parallel or sharded job, the truth computed inside the
-program, for scripts/gpu.sh dist. A 6-layer GPT-2 built from its config (no download), AdamW,
-batch 4 x 512 tokens per rank, fp32, STEPS steps; launched by torchrun, NCCL, one GPU a rank.
+program, for scripts/gpu.sh dist and distfit. A 6-layer GPT-2 (or BERT, or ViT: DIST_MODEL)
+built from its config (no download), AdamW, batch 4 x 512 tokens (or 4 images) per rank, fp32,
+STEPS steps; launched by torchrun, NCCL, one GPU a rank.
 Each rank prints one 'TRUTH {json}' line after its last optimizer step, in the bytes each tensor
 asked PyTorch's allocator for (its blocks' requested sizes, from torch.cuda.memory_snapshot()):
   parameter        this rank's parameters and buffers (FSDP: its shards; a flat parameter once)
@@ -9,7 +10,10 @@ asked PyTorch's allocator for (its blocks' requested sizes, from torch.cuda.memo
   optimizer_state  the optimizer's state tensors (FSDP: its shards)
   allocated        memory_allocated() then; peak: max_memory_allocated()
 
-usage: torchrun --nproc-per-node N dist_kinds.py MODE STEPS
+  reserved_peak    max_memory_reserved() (scripts/gpu.sh distfit compares fit's answer with it)
+
+usage: torchrun --nproc-per-node N dist_kinds.py MODE STEPS [BATCH]
+  BATCH  sequences of 512 tokens per rank (default 4)
   MODE  ddp, ddp-view (gradient_as_bucket_view=True), fsdp2 (fully_shard per block and the
         root), fsdp2-keep (reshard_after_forward=False), fsdp1 (FullyShardedDataParallel per
         block, use_orig_params=False), fsdp1-orig (use_orig_params=True)
@@ -22,29 +26,49 @@ import torch
 import torch.distributed as dist
 
 mode, steps = sys.argv[1], int(sys.argv[2])
+batch = int(sys.argv[3]) if len(sys.argv) > 3 else 4
 rank, local, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
 torch.cuda.set_device(local)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 torch.manual_seed(0)
 
-from transformers import GPT2Config, GPT2LMHeadModel  # noqa: E402
-from transformers.models.gpt2.modeling_gpt2 import GPT2Block  # noqa: E402
+# DIST_MODEL: gpt2 (a decoder, the default), bert (an encoder, masked LM) or vit (a vision
+# transformer, 224 x 224 images), each of 6 blocks, built from its config.
+kind = os.environ.get("DIST_MODEL", "gpt2")
+if kind == "gpt2":
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block as Block
 
-model = GPT2LMHeadModel(GPT2Config(n_layer=6)).cuda()
+    model = GPT2LMHeadModel(GPT2Config(n_layer=6)).cuda()
+    blocks = model.transformer.h
+elif kind == "bert":
+    from transformers import BertConfig, BertForMaskedLM
+    from transformers.models.bert.modeling_bert import BertLayer as Block
+
+    model = BertForMaskedLM(BertConfig(num_hidden_layers=6)).cuda()
+    blocks = model.bert.encoder.layer
+elif kind == "vit":
+    from transformers import ViTConfig, ViTForImageClassification
+    from transformers.models.vit.modeling_vit import ViTLayer as Block
+
+    model = ViTForImageClassification(ViTConfig(num_hidden_layers=6, num_labels=1000)).cuda()
+    blocks = model.vit.encoder.layer
+else:
+    sys.exit(f"unknown DIST_MODEL {kind}")
 if mode in ("ddp", "ddp-view"):
     from torch.nn.parallel import DistributedDataParallel as DDP
     wrapped = DDP(model, device_ids=[local], gradient_as_bucket_view=mode == "ddp-view")
 elif mode in ("fsdp2", "fsdp2-keep"):
     from torch.distributed.fsdp import fully_shard
     reshard = mode == "fsdp2"
-    for block in model.transformer.h:
+    for block in blocks:
         fully_shard(block, reshard_after_forward=reshard)
     fully_shard(model, reshard_after_forward=reshard)
     wrapped = model
 elif mode in ("fsdp1", "fsdp1-orig"):
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({GPT2Block}),
+    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}),
                    device_id=local, use_orig_params=mode == "fsdp1-orig")
 else:
     sys.exit(f"unknown mode {mode}")
@@ -53,8 +77,14 @@ gen = torch.Generator(device="cpu").manual_seed(100 + rank)
 for step in range(steps):
     torch.cuda.nvtx.range_push("step")
     opt.zero_grad(set_to_none=True)
-    x = torch.randint(0, 50257, (4, 512), generator=gen).cuda()
-    loss = wrapped(input_ids=x, labels=x).loss
+    if kind == "vit":
+        x = torch.randn(batch, 3, 224, 224, generator=gen).cuda()
+        y = torch.randint(0, 1000, (batch,), generator=gen).cuda()
+        loss = wrapped(pixel_values=x, labels=y).loss
+    else:
+        vocab = model.config.vocab_size
+        x = torch.randint(0, vocab, (batch, 512), generator=gen).cuda()
+        loss = wrapped(input_ids=x, labels=x).loss
     loss.backward()
     del loss
     opt.step()
@@ -98,11 +128,14 @@ truth = {
     "optimizer_state": block_bytes(state),
     "allocated": torch.cuda.memory_allocated(),
     "peak": torch.cuda.max_memory_allocated(),
+    "reserved_peak": torch.cuda.max_memory_reserved(),
+    "batch": batch,
 }
 print("TRUTH " + json.dumps(truth), flush=True)
 # Each rank's own file too: torchrun interleaves the ranks' output.
 if os.environ.get("DIST_TRUTH_DIR"):
-    with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{mode}.{rank}.json"), "w") as f:
+    name = os.environ.get("DIST_TRUTH_NAME", mode)
+    with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{name}.{rank}.json"), "w") as f:
         json.dump(truth, f)
 dist.barrier()
 dist.destroy_process_group()

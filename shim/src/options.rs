@@ -74,6 +74,9 @@ pub enum Foreign {
     /// the reports tell them from the tensors (`docs/kinds.md`).
     CublasWorkspaceConfig,
     CublasLtWorkspaceSize,
+    /// `WORLD_SIZE` (torchrun): the job's ranks, kept in the trace's header for
+    /// `fit --world-size`.
+    WorldSize,
 }
 
 impl Foreign {
@@ -87,6 +90,7 @@ impl Foreign {
             Foreign::PytorchCudaAllocConf => c"PYTORCH_CUDA_ALLOC_CONF",
             Foreign::CublasWorkspaceConfig => c"CUBLAS_WORKSPACE_CONFIG",
             Foreign::CublasLtWorkspaceSize => c"CUBLASLT_WORKSPACE_SIZE",
+            Foreign::WorldSize => c"WORLD_SIZE",
         }
     }
 

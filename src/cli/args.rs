@@ -272,6 +272,14 @@ pub enum Cmd {
         /// autograd graph the shim records (docs/fit.md says where it can be wrong).
         #[arg(long, value_name = "bf16|fp16", value_parser = ["bf16", "fp16"], conflicts_with_all = ["with", "seq", "checkpoint"])]
         autocast: Option<String>,
+        /// One rank of this data-parallel job at another world size (DDP, FSDP2 or FSDP1, from
+        /// the frames): FSDP's shards of parameters, gradients and optimizer state resized to
+        /// 1/N of the model, the rest kept; the batch per rank as the rows say.
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with_all = ["with", "seq"])]
+        world_size: Option<u64>,
+        /// The run's own world size, where its trace does not say it (no WORLD_SIZE set).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "world_size")]
+        run_world_size: Option<u64>,
         /// A second run of the same program at another batch: each request then scales as
         /// the two runs show it (a line whose size does not follow the batch, or follows it
         /// only in part, comes out right), not as its kind says.

@@ -103,6 +103,8 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         seq,
         checkpoint,
         autocast,
+        world_size,
+        run_world_size,
         json,
         ..
     } = command
@@ -143,6 +145,8 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         seq: None,
         checkpoint: checkpoint.map(|c| (c != "auto").then_some(c)),
         autocast,
+        world_size,
+        run_world_size,
     };
     let by_seq = with_seq.is_some() || seq_at.is_some() || seq.is_some();
     let ask = match with {

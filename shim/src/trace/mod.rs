@@ -422,8 +422,8 @@ fn rank() -> i32 {
     -1
 }
 
-/// PyTorch's allocator settings as `NAME=value\0` entries in `buf`; the bytes written. An entry
-/// that does not fit is left out whole.
+/// PyTorch's allocator settings and the job's world size as `NAME=value\0` entries in `buf`; the
+/// bytes written. An entry that does not fit is left out whole.
 fn settings_kept(buf: &mut [u8]) -> usize {
     use crate::options::Foreign;
     let mut n = 0;
@@ -432,6 +432,7 @@ fn settings_kept(buf: &mut [u8]) -> usize {
         Foreign::PytorchCudaAllocConf,
         Foreign::CublasWorkspaceConfig,
         Foreign::CublasLtWorkspaceSize,
+        Foreign::WorldSize,
     ] {
         let Some(v) = f.value() else {
             continue;

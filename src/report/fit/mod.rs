@@ -20,11 +20,13 @@ mod requests;
 mod scales;
 mod seq;
 mod steps;
+mod world;
 
 pub use batch::{batch_from_cmdline, seq_from_cmdline};
 pub use leaking::Leaking;
 pub use render::render;
 pub use seq::{SeqAsk, SeqAxis};
+pub use world::WorldSize;
 
 use largest::largest;
 use requests::{Labels, classify, optional_requests};
@@ -153,6 +155,9 @@ pub struct Fit {
     /// The run leaks: what grew every iteration, and what that does to the answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub leaking: Option<Leaking>,
+    /// Another world size, when asked: every row is one rank's at it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<WorldSize>,
 }
 
 impl Fit {
@@ -197,6 +202,10 @@ pub struct Ask {
     pub checkpoint: Option<Option<String>>,
     /// What-if: the forward under autocast to this 16-bit type (`bf16`, `fp16`).
     pub autocast: Option<String>,
+    /// One rank of the job at this world size (the batch per rank as the rows say), and the
+    /// run's own when its trace does not say it.
+    pub world_size: Option<u64>,
+    pub run_world_size: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -208,6 +217,8 @@ pub enum FitError {
     Checkpoint(String),
     /// The autocast what-if cannot be made of this run.
     Autocast(String),
+    /// Another world size cannot be answered from this run.
+    World(String),
 }
 
 impl std::fmt::Display for FitError {
@@ -217,6 +228,7 @@ impl std::fmt::Display for FitError {
             FitError::Batch(s) => f.write_str(s),
             FitError::Checkpoint(s) => write!(f, "--checkpoint: {s}"),
             FitError::Autocast(s) => write!(f, "--autocast: {s}"),
+            FitError::World(s) => write!(f, "--world-size: {s}"),
         }
     }
 }
@@ -422,10 +434,18 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         Some(dtype) => Some(input.autocast(dtype).map_err(FitError::Autocast)?),
         None => None,
     };
+    let world = match ask.world_size {
+        Some(m) => {
+            let n = world::run_world(&input.reader().info().env, ask.run_world_size)?;
+            Some(world::of(input, &req, n, m)?)
+        }
+        None => None,
+    };
     let done = std::sync::atomic::AtomicU64::new(0);
     let what_if = steps::WhatIfs {
         checkpointing: checkpointing.as_ref(),
         autocast: autocast.as_ref(),
+        world: world.as_ref(),
         working: opts.working,
         done: &done,
     };
@@ -493,6 +513,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         ring: input.from_checkpoint.then_some(input.steps_begun),
         incomplete: run.cut.clone(),
         leaking,
+        world_size: world.map(|w| w.said),
     })
 }
 
@@ -540,6 +561,8 @@ impl Ask {
             seq: None,
             checkpoint: None,
             autocast: None,
+            world_size: None,
+            run_world_size: None,
         }
     }
 }

@@ -73,6 +73,9 @@ pub fn render(f: &Fit) -> String {
     if let Some(a) = &f.autocast {
         autocast_line(&mut o, f.at, a);
     }
+    if let Some(w) = &f.world_size {
+        world_line(&mut o, w);
+    }
     let _ = writeln!(
         o,
         "limit: {} ({})",
@@ -257,6 +260,42 @@ fn seq_axis(o: &mut String, a: &SeqAxis, batch: u64) {
             );
         }
     }
+}
+
+/// What `--world-size` changed, in one line.
+fn world_line(o: &mut String, w: &super::WorldSize) {
+    use std::fmt::Write as _;
+    if w.sharded_requests == 0 {
+        let _ = writeln!(
+            o,
+            "one rank of the job at world size {} from the run's {} under {}: nothing this rank \
+             holds is a shard of the model (every rank keeps the whole model, its gradients, \
+             buckets and optimizer state), so the rows are the run's rank's at any world size; \
+             the batch is per rank",
+            w.asked, w.run, w.framework
+        );
+        return;
+    }
+    let _ = writeln!(
+        o,
+        "one rank of the job at world size {} from the run's {} under {}: {} requests of its shards \
+         (parameters, gradients, optimizer state and the optimizer's temporaries: {} at {} \
+         ranks) resized to {}; the gathered parameters, the activations (the batch is per rank) \
+         and the rest kept as the run had them",
+        w.asked,
+        w.run,
+        w.framework,
+        w.sharded_requests,
+        human_bytes(w.sharded_bytes),
+        w.run,
+        human_bytes(
+            u64::try_from(
+                (u128::from(w.sharded_bytes) * u128::from(w.run))
+                    .div_ceil(u128::from(w.asked.max(1)))
+            )
+            .unwrap_or(u64::MAX)
+        )
+    );
 }
 
 /// What a `--checkpoint` what-if checkpointed, in one line.

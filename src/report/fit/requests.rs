@@ -56,6 +56,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requ
         names.get(id as usize).copied().unwrap_or_default()
     };
     let weights = WeightSized::new(input, (&kinds, &sequences), &phases, node);
+    let unsharded = Unsharded::of(input, &kinds);
     let ends = gradient_ends(input, &kinds, &sequences, &sizes);
     let scale = input
         .requests()
@@ -68,7 +69,8 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requ
                 let phase = phases[i];
                 let weight = weights.temporary(size, stack, phase, node(i), sequences[i])
                     && !weights.activation_gradient(size, phase, node(i), ends[i]);
-                if phase == Phase::Optimizer || weight {
+                let whole = phase == Phase::Backward && unsharded.gradient(size, node(i));
+                if phase == Phase::Optimizer || weight || whole {
                     Scale::Fixed
                 } else {
                     Scale::Batch
@@ -81,8 +83,99 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requ
         })
         .collect();
     let mut req = Requests { scale, kinds };
+    framework_buffers_fixed(input, &mut req);
     mark_reductions(input, &mut req, labels, &sizes);
     req
+}
+
+/// Under FSDP, the sizes of the whole (unsharded) parameters, of which the run's parameters
+/// are shards: a backward's temporary of such a size from a node that makes weights' gradients
+/// is a weight's whole gradient before FSDP reduce-scatters it, and does not follow the batch.
+/// Known exactly where FSDP gathers a whole parameter by its own code (FSDP1's flat parameter),
+/// and from a shard and the run's `WORLD_SIZE` otherwise (FSDP2 pads a parameter's first
+/// dimension to a multiple of the world, so its whole lies within a row below the shard times
+/// the world: within a thousandth, for the large ones that matter).
+struct Unsharded {
+    exact: std::collections::BTreeSet<u64>,
+    /// Shards times the world, sorted.
+    padded: Vec<u64>,
+}
+
+impl Unsharded {
+    fn of(input: &Input, kinds: &[Kind]) -> Unsharded {
+        let mut u = Unsharded {
+            exact: Default::default(),
+            padded: Vec::new(),
+        };
+        let reader = input.reader();
+        let fsdp = crate::report::kinds::parallel_frameworks(reader)
+            .iter()
+            .any(|f| f.starts_with("FSDP"));
+        if !fsdp {
+            return u;
+        }
+        let world = reader
+            .info()
+            .env
+            .iter()
+            .find_map(|kv| kv.strip_prefix("WORLD_SIZE="))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .filter(|&n| n >= 1);
+        let mut framework: FastMap<u64, bool> = FastMap::default();
+        for ((size, stack), k) in input.requests().zip(kinds) {
+            let own = *framework
+                .entry(stack)
+                .or_insert_with(|| crate::report::kinds::innermost_in_framework(reader, stack));
+            match k {
+                Kind::Parameter => {
+                    if let Some(n) = world {
+                        u.padded.push(size.saturating_mul(n));
+                    }
+                }
+                Kind::Activation | Kind::Temporary if own => {
+                    u.exact.insert(size);
+                }
+                _ => {}
+            }
+        }
+        u.padded.sort_unstable();
+        u.padded.dedup();
+        u
+    }
+
+    /// Whether a backward temporary of `size` from `node` is a whole weight's gradient.
+    fn gradient(&self, size: u64, node: &str) -> bool {
+        if size == 0 || !(node.is_empty() || makes_weight_gradients(node)) {
+            return false;
+        }
+        if self.exact.contains(&size) {
+            return true;
+        }
+        // The smallest shard-times-world at or above `size`, within a thousandth of it.
+        let i = self.padded.partition_point(|&p| p < size);
+        self.padded.get(i).is_some_and(|&p| p - size <= p / 1000)
+    }
+}
+
+/// A data-parallel framework's own buffers do not follow the batch: FSDP's gathered parameters
+/// (a unit's whole, made before its forward and backward) and its reduce-scatter's input (the
+/// unsharded gradients, the unit's size), DDP's buckets. They are made by the framework's code
+/// itself (its innermost Python frame); a module's forward under FSDP1, whose frames hold
+/// FSDP's too, is innermost in the model's code. Kept at their size.
+fn framework_buffers_fixed(input: &Input, req: &mut Requests) {
+    let reader = input.reader();
+    let mut of_stack: FastMap<u64, bool> = FastMap::default();
+    for (n, ((_, stack), k)) in input.requests().zip(&req.kinds).enumerate() {
+        if !matches!(k, Kind::Activation | Kind::Temporary | Kind::Input) {
+            continue;
+        }
+        let own = *of_stack
+            .entry(stack)
+            .or_insert_with(|| crate::report::kinds::innermost_in_framework(reader, stack));
+        if own {
+            req.scale.set(n, Scale::Fixed);
+        }
+    }
 }
 
 /// The autograd node of a cast (`.to(dtype)`), by the start of its name.

@@ -97,6 +97,8 @@ pub(super) fn limit_of(ask: &Ask, total: u64, headroom: u64) -> (Bounds, u64, St
 pub(super) struct WhatIfs<'a> {
     pub(super) checkpointing: Option<&'a torch_replay::Checkpointing>,
     pub(super) autocast: Option<&'a torch_replay::Autocast>,
+    /// Another world size: the shards resized to it.
+    pub(super) world: Option<&'a super::world::World>,
     /// Said before each replay: its setting and batch, and how many replays are done.
     pub(super) working: Option<fn(&str)>,
     pub(super) done: &'a std::sync::atomic::AtomicU64,
@@ -117,7 +119,8 @@ pub(super) fn setting_fit(
     // Each size below reads of a request only its scale and whether it is optional (and,
     // under autocast, whether it is made in 16 bits: a what-if's replays check each repeat's
     // sizes, not this).
-    let repeating = input.repeating(|n| (scale(n), optional_at(n)));
+    let shard = |n: usize| what_if.world.is_some_and(|w| w.sharded(n));
+    let repeating = input.repeating(|n| (scale(n), optional_at(n), shard(n)));
     let setting = super::setting_name(&conf.to_string());
     let at_batch = |batch: u64, bounds: &Bounds| -> Row {
         if let Some(say) = what_if.working {
@@ -132,6 +135,10 @@ pub(super) fn setting_fit(
             let half = what_if.autocast.is_some_and(|a| a.half(n));
             let base = if half { size / 2 } else { size };
             let sized = resize(scale(n), base, ask.at, batch);
+            let sized = match what_if.world {
+                Some(w) if w.sharded(n) => w.resize(sized),
+                _ => sized,
+            };
             (sized, optional_at(n))
         };
         // An autocast copy scales as the request it copies does, where that follows the batch.

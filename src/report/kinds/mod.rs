@@ -14,7 +14,10 @@ mod phase;
 mod tracker;
 
 pub use decided::Decided;
-pub use phase::{Phase, backward_node_of, parallel_frameworks, phase_of_stack, workspace_sizes};
+pub use phase::{
+    Phase, backward_node_of, innermost_in_framework, parallel_frameworks, phase_of_stack,
+    workspace_sizes,
+};
 pub use tracker::{Kinds, Settling, StepsBegun, replay_with_kinds};
 
 use serde::Serialize;

@@ -203,6 +203,30 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
         .collect()
 }
 
+/// Where a data-parallel framework's own code lies: FSDP (either API) and DDP.
+const FRAMEWORK_CODE: [&str; 2] = [
+    "/torch/distributed/fsdp/",
+    "/torch/nn/parallel/distributed.py",
+];
+
+/// Whether the innermost Python frame of `stack` is a data-parallel framework's own code (its
+/// buffers: gathered parameters, reduce-scatter's input, buckets), not a model's forward that
+/// runs inside it.
+pub fn innermost_in_framework(reader: &TraceReader, stack: u64) -> bool {
+    let Some(frames) = reader.stack(stack) else {
+        return false;
+    };
+    frames
+        .iter()
+        .find_map(|&f| format::as_py_frame(f))
+        .and_then(|(id, _)| reader.string(id))
+        .and_then(|s| s.split_once('\0'))
+        .is_some_and(|(file, _)| {
+            let file = file.replace('\\', "/");
+            FRAMEWORK_CODE.iter().any(|part| file.contains(part))
+        })
+}
+
 /// The phase a stack says: its innermost Python frame that says one, else the program's own
 /// (any Python frame), else unknown.
 pub fn phase_of_stack(reader: &TraceReader, stack: u64) -> Phase {

@@ -2,11 +2,14 @@
 program's two layers of 4 MiB parameters, trained as FSDP1 shards them or as DDP keeps its
 buckets, one process per rank (RANK and WORLD_SIZE from the environment, as torchrun sets
 them). No communication happens; the frames and the order of requests are the frameworks'.
-  fsdp1  each rank keeps its shard of the flat parameter (8 MiB / WORLD_SIZE), the
-         optimizer's state of the shard (twice it), and, from the post-backward hook (no frame
-         of the engine's), its shard of the gradient; the unsharded gradient is let go
+  fsdp1  each rank keeps its shard of the flat parameter (8 MiB / WORLD_SIZE, cut by FSDP's
+         own code), the optimizer's state of the shard (twice it), and, from the post-backward
+         hook (no frame of the engine's), its shard of the gradient; the unsharded gradient is
+         let go; the optimizer's temporaries are the shard's size; the whole flat parameter
+         gathered for each forward (8 MiB), let go after it
   ddp    the whole parameters, DDP's buckets (8 MiB: the gradients, as views) made at build and
          again before the second forward; the optimizer's state (16 MiB)
+KINDS_BATCH=N: a batch N times as large (the input and the forward's tensors).
 JOB_LEAK_RANK=N: that rank alone keeps each step's last activation (3 MiB a step).
 usage: job.py LIBTORCH_CPU LIBC10_CUDA STEPS MODE"""
 import os
@@ -18,7 +21,11 @@ from torch import _standin  # noqa: E402
 
 _standin.load(sys.argv[1], sys.argv[2])
 
+from torch.distributed.fsdp._flat_param import FlatParamHandle  # noqa: E402
 from torch.distributed.fsdp._runtime_utils import _post_backward_hook  # noqa: E402
+from torch.distributed.fsdp.fully_sharded_data_parallel import (  # noqa: E402
+    FullyShardedDataParallel,
+)
 from torch.nn.modules.linear import Linear  # noqa: E402
 from torch.nn.modules.module import Module  # noqa: E402
 from torch.nn.parallel.distributed import DistributedDataParallel  # noqa: E402
@@ -26,7 +33,8 @@ from torch.optim.adam import Adam  # noqa: E402
 
 MiB = 1 << 20
 steps, mode = int(sys.argv[3]), sys.argv[4]
-world = int(os.environ["WORLD_SIZE"])
+# JOB_WORLD: the world without WORLD_SIZE set (a trace that does not say it; tests/fit_world.rs).
+world = int(os.environ.get("WORLD_SIZE") or os.environ["JOB_WORLD"])
 leaks = os.environ.get("JOB_LEAK_RANK") == os.environ["RANK"]
 kept = []
 
@@ -49,21 +57,12 @@ class Net(Module):
         return x
 
 
-class Handle:
-    """A flat parameter: its shard (this rank's) and its gradient's shard."""
-
-    def __init__(self, unsharded_bytes):
-        self.unsharded_bytes = unsharded_bytes
-        self.weight = _standin.empty(unsharded_bytes // world)
-        self.grad = None
-
-
 if mode == "fsdp1":
     # Built sharded: each rank holds its part of the flat parameter.
-    handle = Handle(8 * MiB)
+    handle = FlatParamHandle(8 * MiB, world)
     model = Net(0)
-    opt = Adam([handle], 2 * (8 * MiB // world))
-    wrapped = model
+    opt = Adam([handle], 2 * (8 * MiB // world), 8 * MiB // world)
+    wrapped = FullyShardedDataParallel(model, handle)
 elif mode == "ddp":
     model = Net(4 * MiB)
     wrapped = DistributedDataParallel(model, 8 * MiB)
@@ -72,7 +71,7 @@ else:
     sys.exit("mode: fsdp1 or ddp")
 
 for step in range(steps):
-    x = _standin.empty(1 * MiB)
+    x = _standin.empty(1 * MiB * _standin.BATCH)
     saved = []
     wrapped(x, saved)
     if leaks:
@@ -80,9 +79,9 @@ for step in range(steps):
     for a in saved:
         _standin.free(a)
     if mode == "fsdp1":
-        # The engine's gradient of the whole flat parameter, then the hook, outside the
-        # engine's frames.
-        unsharded = _standin.empty(8 * MiB)
+        # The engine's gradient of the whole flat parameter (made on its thread), then the
+        # hook, outside the engine's frames.
+        unsharded = _standin.backward_tensor(8 * MiB)
         _post_backward_hook(handle, unsharded, world)
     opt.step()
     _standin.free(x)

@@ -6,7 +6,7 @@ from torch import _standin
 
 
 def _get_reduce_scatter_tensors(unsharded_bytes, world):
-    return _standin.empty(unsharded_bytes // world)
+    return _standin._lib.standin_malloc(unsharded_bytes // world)
 
 
 def _reduce_grad(handle, unsharded, world):
@@ -16,6 +16,14 @@ def _reduce_grad(handle, unsharded, world):
         handle.grad = shard
     else:
         _standin.free(shard)
+
+
+def _pre_forward_unshard(handle):
+    handle.unshard()
+
+
+def _post_forward_reshard(handle):
+    handle.reshard()
 
 
 def _post_backward_hook(handle, unsharded, world):

@@ -1,0 +1,29 @@
+"""As FSDP1's flat parameter (torch/distributed/fsdp/_flat_param.py): the handle of a wrapped
+module's parameters flattened into one, of which each rank keeps its shard (the unsharded
+bytes over the world: the stand-in's sizes divide evenly, as FSDP pads them to). Before the
+module's forward the shards are gathered into the whole flat parameter, let go after it. Its
+tensors are asked of the allocator as PyTorch's C++ asks: no Python frame of the stand-in's
+below this file's."""
+from torch import _standin
+
+
+class FlatParamHandle:
+    def __init__(self, unsharded_bytes, world):
+        self.unsharded_bytes = unsharded_bytes
+        self.weight = None
+        self.grad = None
+        self.unsharded = None
+        self.shard(world)
+
+    def shard(self, world):
+        self.weight = _standin._lib.standin_malloc(self.unsharded_bytes // world)
+
+    def unshard(self):
+        self.unsharded = self._alloc_padded_unsharded_flat_param()
+
+    def _alloc_padded_unsharded_flat_param(self):
+        return _standin._lib.standin_malloc(self.unsharded_bytes)
+
+    def reshard(self):
+        _standin.free(self.unsharded)
+        self.unsharded = None

@@ -1,0 +1,188 @@
+//! `fit --world-size`: one rank of a data-parallel job at another world size, from a run at
+//! one. The stand-in job (`tests/clients/kinds/job.py`) run at two world sizes: the answer at
+//! four ranks from the run at two is the run at four's own answer, to the byte, under FSDP1
+//! (whose shards are resized) and DDP (which holds the whole model on every rank); a trace that
+//! does not say its world size, or a run with no data-parallel framework, is refused with the
+//! reason.
+
+use crate::common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Rank 0 of the stand-in job in `mode` at `world` ranks, 4 steps; `keep_world_size` false:
+/// run with no WORLD_SIZE in its environment (the stand-in is told the world otherwise).
+fn rank0(dir: &Path, mode: &str, world: u32, keep_world_size: bool) -> PathBuf {
+    rank0_at(dir, mode, world, keep_world_size, 1)
+}
+
+/// [`rank0`] at a batch `batch` times the stand-in's.
+fn rank0_at(dir: &Path, mode: &str, world: u32, keep_world_size: bool, batch: u32) -> PathBuf {
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let t = dir.join(format!("{mode}.w{world}.{keep_world_size}.b{batch}.trace"));
+    let mut env = vec![
+        ("RANK", "0".to_string()),
+        ("KINDS_BATCH", batch.to_string()),
+    ];
+    if keep_world_size {
+        env.push(("WORLD_SIZE", world.to_string()));
+    } else {
+        env.push(("JOB_WORLD", world.to_string()));
+    }
+    let args = vec![
+        lib("libtorch_cpu.so"),
+        lib("libc10_cuda.so"),
+        "4".into(),
+        mode.into(),
+    ];
+    assert_ok(&python_client(&t, "kinds/job.py", args, env));
+    t
+}
+
+/// `fit --json` of `trace` (a run at batch 1) with `extra` arguments; the answer.
+fn fit(trace: &Path, extra: &[&str]) -> Value {
+    fit_at(trace, "1", extra)
+}
+
+/// [`fit`] of a run at batch `at`.
+fn fit_at(trace: &Path, at: &str, extra: &[&str]) -> Value {
+    let ask = [
+        "--at", at, "--batch", "1,2,4,8", "--limit", "96MiB", "--json",
+    ];
+    let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"fit", &trace];
+    for a in ask.iter().chain(extra) {
+        args.push(a);
+    }
+    let o = gpushim(&args);
+    assert_ok(&o);
+    serde_json::from_slice(&o.stdout).expect("fit's JSON")
+}
+
+/// A row: batch, peak reserved, peak allocated.
+type Row = (u64, u64, u64);
+
+/// Each setting's rows and largest batch.
+fn answers(f: &Value) -> Vec<(Vec<Row>, u64)> {
+    f["settings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            let rows = s["rows"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["batch"].as_u64().unwrap(),
+                        r["peak_reserved_bytes"].as_u64().unwrap(),
+                        r["peak_allocated_bytes"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            (rows, s["largest_batch"].as_u64().unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn four_ranks_from_a_run_at_two_are_the_run_at_four_to_the_byte() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempdir("fit-world");
+    for (mode, sharded) in [("fsdp1", true), ("ddp", false)] {
+        let at_two = rank0(&dir, mode, 2, true);
+        let at_four = rank0(&dir, mode, 4, true);
+        let predicted = fit(&at_two, &["--world-size", "4"]);
+        let real = fit(&at_four, &[]);
+        assert_eq!(answers(&predicted), answers(&real), "{mode}");
+        let at_two_itself = fit(&at_two, &[]);
+        let w = &predicted["world_size"];
+        assert_eq!((w["run"].as_u64(), w["asked"].as_u64()), (Some(2), Some(4)));
+        if sharded {
+            // At two ranks: the shard (4 MiB), its gradient (4 MiB), Adam's state (8 MiB), the
+            // step's temporaries (4 MiB in each of 4 steps) and the reduce-scatter's output of
+            // the 3 later steps (4 MiB each, added into the gradient): half of each at four.
+            assert_eq!(
+                w["sharded_bytes"].as_u64(),
+                Some(16 * MIB + 4 * 4 * MIB + 3 * 4 * MIB),
+                "{w}"
+            );
+            assert_ne!(answers(&at_two_itself), answers(&real), "{mode}");
+            assert!(w["framework"].as_str().unwrap().starts_with("FSDP1"), "{w}");
+        } else {
+            // DDP keeps the whole model on every rank: the same answer at any world size.
+            assert_eq!(w["sharded_requests"].as_u64(), Some(0), "{w}");
+            assert_eq!(answers(&at_two_itself), answers(&real), "{mode}");
+        }
+        // The text says what was resized, or that nothing is.
+        let text = stdout(&gpushim(&[
+            &"fit",
+            &at_two,
+            &"--at",
+            &"1",
+            &"--limit",
+            &"96MiB",
+            &"--world-size",
+            &"4",
+        ]));
+        let said = if sharded {
+            "one rank of the job at world size 4 from the run's 2 under FSDP1"
+        } else {
+            "nothing this rank holds is a shard of the model"
+        };
+        assert!(text.contains(said), "{mode}: {text}");
+    }
+}
+
+/// What cannot be answered is refused with its reason: a trace without WORLD_SIZE (unless the
+/// run's is given), and a run of no data-parallel framework.
+#[test]
+fn a_world_size_the_run_does_not_say_is_asked_for_not_guessed() {
+    let dir = tempdir("fit-world-unsaid");
+    let unsaid = rank0(&dir, "fsdp1", 2, false);
+    let o = gpushim(&[&"fit", &unsaid, &"--at", &"1", &"--world-size", &"4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("does not say its world size")
+            && stderr(&o).contains("--run-world-size"),
+        "{}",
+        stderr(&o)
+    );
+    let given = fit(&unsaid, &["--world-size", "4", "--run-world-size", "2"]);
+    assert_eq!(given["world_size"]["run"].as_u64(), Some(2));
+    // A training loop of one process with no framework of a job.
+    let single = dir.join("train.trace");
+    assert_ok(&kinds_program(
+        &single,
+        3,
+        false,
+        vec![("WORLD_SIZE", "1".into())],
+    ));
+    let o = gpushim(&[&"fit", &single, &"--at", &"1", &"--world-size", &"4"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("the frames show no framework"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// FSDP's gathered parameters (the whole flat parameter, made by FSDP's own code around each
+/// forward) and the engine's whole gradient of it (before the hook reduce-scatters it) do not
+/// follow the batch, where the forward's tensors made inside the wrapper do: the answer at
+/// batch 2 from the run at 1 is the run at 2's own, at every batch asked.
+#[test]
+fn a_frameworks_gathered_parameters_do_not_follow_the_batch() {
+    let dir = tempdir("fit-world-batch");
+    let at_one = rank0_at(&dir, "fsdp1", 2, true, 1);
+    let at_two = rank0_at(&dir, "fsdp1", 2, true, 2);
+    let rows = |f: &Value| -> Vec<Row> {
+        answers(f)
+            .into_iter()
+            .flat_map(|(rows, _)| rows)
+            .filter(|r| r.0 == 2 || r.0 == 4 || r.0 == 8)
+            .collect()
+    };
+    let from_one = fit_at(&at_one, "1", &["--world-size", "4"]);
+    let from_two = fit_at(&at_two, "2", &["--world-size", "4"]);
+    assert_eq!(rows(&from_one), rows(&from_two));
+}
