@@ -193,6 +193,11 @@ fn the_commands_and_scripts_the_docs_show_run() {
                         crate::fit_autocast::layers(&own, 1, false);
                     }
                     args.push(layers.into_os_string());
+                } else if words.iter().any(|w| w == "--world-size") {
+                    // Another world size needs a job's rank: the stand-in job's, FSDP1 at 2.
+                    let own = dir.join("world");
+                    std::fs::create_dir_all(&own).unwrap();
+                    args.push(crate::fit_world::rank0(&own, "fsdp1", 2, true).into_os_string());
                 } else if words[0] == "fit" || words.iter().any(|w| w == "--torch") {
                     args.push(repo().join("tests/data/torch/gpt2.trace").into_os_string());
                 } else {

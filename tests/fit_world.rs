@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 /// Rank 0 of the stand-in job in `mode` at `world` ranks, 4 steps; `keep_world_size` false:
 /// run with no WORLD_SIZE in its environment (the stand-in is told the world otherwise).
-fn rank0(dir: &Path, mode: &str, world: u32, keep_world_size: bool) -> PathBuf {
+pub fn rank0(dir: &Path, mode: &str, world: u32, keep_world_size: bool) -> PathBuf {
     rank0_at(dir, mode, world, keep_world_size, 1)
 }
 

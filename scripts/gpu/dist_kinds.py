@@ -27,9 +27,18 @@ import torch.distributed as dist
 
 mode, steps = sys.argv[1], int(sys.argv[2])
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 4
-rank, local, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+# DIST_FAKE set: one process plays rank RANK of WORLD_SIZE on one GPU through PyTorch's fake
+# process group (no communication; every buffer of the collectives is still made).
+fake = os.environ.get("DIST_FAKE") is not None
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+local = 0 if fake else int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local)
-dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+if fake:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+else:
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 torch.manual_seed(0)
 
 # DIST_MODEL: gpt2 (a decoder, the default), bert (an encoder, masked LM) or vit (a vision
@@ -40,24 +49,30 @@ if kind == "gpt2":
     from transformers.models.gpt2.modeling_gpt2 import GPT2Block as Block
 
     model = GPT2LMHeadModel(GPT2Config(n_layer=6)).cuda()
-    blocks = model.transformer.h
 elif kind == "bert":
     from transformers import BertConfig, BertForMaskedLM
     from transformers.models.bert.modeling_bert import BertLayer as Block
 
     model = BertForMaskedLM(BertConfig(num_hidden_layers=6)).cuda()
-    blocks = model.bert.encoder.layer
 elif kind == "vit":
     from transformers import ViTConfig, ViTForImageClassification
     from transformers.models.vit.modeling_vit import ViTLayer as Block
 
     model = ViTForImageClassification(ViTConfig(num_hidden_layers=6, num_labels=1000)).cuda()
-    blocks = model.vit.encoder.layer
 else:
     sys.exit(f"unknown DIST_MODEL {kind}")
+blocks = [m for m in model.modules() if isinstance(m, Block)]
 if mode in ("ddp", "ddp-view"):
     from torch.nn.parallel import DistributedDataParallel as DDP
     wrapped = DDP(model, device_ids=[local], gradient_as_bucket_view=mode == "ddp-view")
+    if fake:
+        # The fake group's all-reduce gives no result to DDP's default hook: the bucket as is.
+        def as_is(state, bucket):
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+
+        wrapped.register_comm_hook(None, as_is)
 elif mode in ("fsdp2", "fsdp2-keep"):
     from torch.distributed.fsdp import fully_shard
     reshard = mode == "fsdp2"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # what fits for a job at another world size: each rank's peak reserved at 4 ranks predicted from a run at 2 (fit --world-size 4), against real runs at 4.
-# On a machine of four GPUs: scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its
+# On a machine of four GPUs (else rank 0 alone on one, through PyTorch's fake process group):
+# scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its
 # config, AdamW, batch B per rank) under `gpushim run -- torchrun --nproc-per-node 2`, nothing
 # set, then the same job at 4 ranks without the shim; for each MODEL and MODE (ddp, fsdp2,
 # fsdp1), `gpushim fit r.0.trace --at B --batch B --world-size 4` against every rank's
@@ -12,26 +13,38 @@ models=${*:-gpt2 bert vit}
 modes=${DISTFIT_MODES:-ddp fsdp2 fsdp1}
 batch=${DISTFIT_BATCH:-4}
 n=$(nvidia-smi -L | wc -l)
-[ "$n" -ge 4 ] || { echo "distfit: needs four GPUs (this machine has $n)"; exit 0; }
+# With fewer than four GPUs, rank 0 alone on one GPU through PyTorch's fake process group (no
+# communication, every collective's buffer made): the same requests, without NCCL's own.
+fake=""
+[ "$n" -ge 4 ] || fake=1
 work=$(mktemp -d)
 export DIST_TRUTH_DIR="$work"
-printf '%-6s %-6s %5s %6s %18s %18s %8s %18s\n' model mode batch rank "real@4 MiB" "fit@4 from 2 MiB" err "run@2 MiB"
+[ -z "$fake" ] || echo "distfit: $n GPU(s): rank 0 alone through PyTorch's fake process group"
+printf '%-6s %-6s %5s %6s %18s %18s %8s %18s %24s\n' model mode batch rank "real@4 MiB" "fit@4 from 2 MiB" err "run@2 MiB" "its own replay@2 MiB"
 for model in $models; do
   for m in $modes; do
     d="$work/$model.$m"
     mkdir -p "$d"
     export DIST_MODEL=$model
-    if ! DIST_TRUTH_NAME="$model.$m.w2" CUDA_VISIBLE_DEVICES=0,1 "$GPUSHIM_BIN" run --trace "$d/r.%r.trace" -- \
-        torchrun --standalone --nproc-per-node 2 scripts/gpu/dist_kinds.py "$m" 4 "$batch" \
-        >"$d/w2.out" 2>"$d/w2.err"; then
+    if [ -n "$fake" ]; then
+      at2=(env DIST_FAKE=1 RANK=0 WORLD_SIZE=2 python3)
+      at4=(env DIST_FAKE=1 RANK=0 WORLD_SIZE=4 python3)
+    else
+      at2=(env CUDA_VISIBLE_DEVICES=0,1 torchrun --standalone --nproc-per-node 2)
+      at4=(torchrun --standalone --nproc-per-node 4)
+    fi
+    if ! DIST_TRUTH_NAME="$model.$m.w2" "$GPUSHIM_BIN" run --trace "$d/r.%r.trace" -- \
+        "${at2[@]}" scripts/gpu/dist_kinds.py "$m" 4 "$batch" >"$d/w2.out" 2>"$d/w2.err"; then
       echo "$model $m: the run at 2 failed"; tail -5 "$d/w2.err"; continue
     fi
-    if ! DIST_TRUTH_NAME="$model.$m.w4" torchrun --standalone --nproc-per-node 4 \
-        scripts/gpu/dist_kinds.py "$m" 4 "$batch" >"$d/w4.out" 2>"$d/w4.err"; then
+    if ! DIST_TRUTH_NAME="$model.$m.w4" "${at4[@]}" scripts/gpu/dist_kinds.py "$m" 4 "$batch" \
+        >"$d/w4.out" 2>"$d/w4.err"; then
       echo "$model $m: the run at 4 failed"; tail -5 "$d/w4.err"; continue
     fi
     "$GPUSHIM_BIN" fit "$d/r.0.trace" --at "$batch" --batch "$batch" --world-size 4 --json \
       >"$d/fit.json" 2>"$d/fit.err" || { echo "$model $m: fit failed"; tail -3 "$d/fit.err"; continue; }
+    # The run's own replay, at its own world: what the model of the allocator misses anyway.
+    "$GPUSHIM_BIN" fit "$d/r.0.trace" --at "$batch" --batch "$batch" --json >"$d/own.json" 2>/dev/null || true
     python3 - "$work" "$model" "$m" "$d/fit.json" "$batch" <<'PY'
 import json, sys
 work, model, mode, fit, batch = sys.argv[1:6]
@@ -40,13 +53,20 @@ f = json.load(open(fit))
 recorded = next(s for s in f["settings"] if s["recorded"])
 pred = next(r for r in recorded["rows"] if r["batch"] == int(batch))["peak_reserved_bytes"]
 at2 = json.load(open(f"{work}/{model}.{mode}.w2.0.json"))["reserved_peak"]
+try:
+    o = json.load(open(fit.replace("fit.json", "own.json")))
+    o = next(s for s in o["settings"] if s["recorded"])
+    own = next(r for r in o["rows"] if r["batch"] == int(batch))["peak_reserved_bytes"]
+    own = f"{own / MiB:.2f} ({(own - at2) / at2 * 100:+.2f}%)"
+except (OSError, ValueError, StopIteration, KeyError):
+    own = "-"
 for r in range(4):
     try:
         real = json.load(open(f"{work}/{model}.{mode}.w4.{r}.json"))["reserved_peak"]
     except OSError:
         continue
     err = (pred - real) / real * 100
-    print(f"{model:6} {mode:6} {batch:>5} {r:>6} {real / MiB:18.2f} {pred / MiB:18.2f} {err:+7.2f}% {at2 / MiB:18.2f}")
+    print(f"{model:6} {mode:6} {batch:>5} {r:>6} {real / MiB:18.2f} {pred / MiB:18.2f} {err:+7.2f}% {at2 / MiB:18.2f} {own:>24}")
 PY
   done
 done
