@@ -60,9 +60,15 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
                 .replay_run
                 .take()
                 .unwrap_or_else(|| gpushim::report::fit::read_run(t, opts));
+            // What PyTorch's allocator could hold at the failure (its tensors and cache, and
+            // what CUDA then said was free): the room a batch had, as the advice replays it.
+            let mut room = None;
             match &run {
                 Ok(r) => match gpushim::report::torch_replay::oom_advice_of(r.input()) {
-                    Ok(Some(a)) => print!("{}", gpushim::report::torch_replay::render_advice(&a)),
+                    Ok(Some(a)) => {
+                        room = a.fraction_bytes.or(a.capacity_bytes);
+                        print!("{}", gpushim::report::torch_replay::render_advice(&a))
+                    }
                     // Failures of PyTorch's with no tensor of PyTorch's failed: its raw
                     // cudaMalloc attempts only, which the tensor's failure record follows.
                     Ok(None) => {}
@@ -86,7 +92,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
                         gpushim::fixedfmt::Escaped(words.as_bytes())
                     );
                 }
-                print!("{}", batch_that_fits(&run, at, opts));
+                print!("{}", batch_that_fits(&run, at, room, opts));
             }
         }
     }
@@ -116,25 +122,53 @@ fn no_replay(t: &std::path::Path, e: &gpushim::report::torch_replay::ReplayError
     }
 }
 
-/// The largest batch that would have fit the run's device, under its setting and the other.
+/// The largest batch that would have fit the run's device, under its setting and the other:
+/// in the room PyTorch's allocator had at the failure where the advice found it, else the
+/// device less what the CUDA context and libraries took.
 fn batch_that_fits(
     run: &Result<gpushim::report::fit::FitRun, gpushim::report::fit::FitError>,
     at: u64,
+    room: Option<u64>,
     opts: &ReadOptions,
 ) -> String {
-    let ask = gpushim::report::fit::Ask::largest(at, at.saturating_mul(8).max(8));
+    let ask = gpushim::report::fit::Ask {
+        limit: room,
+        ..gpushim::report::fit::Ask::largest(at, at.saturating_mul(8).max(8))
+    };
     match run
         .as_ref()
         .map_err(ToString::to_string)
         .and_then(|r| gpushim::report::fit::fit_run(r, &ask, opts).map_err(|e| e.to_string()))
     {
         Err(e) => format!("no batch that fits: {e}\n"),
-        Ok(f) => format!(
-            "at batch {at}, the largest batch that fits {}: {} (gpushim fit says how: \
-             docs/fit.md)\n",
-            gpushim::report::units::human_bytes(f.limit_bytes),
-            f.largest_by_setting()
-        ),
+        // A run that leaks ran out because it grew: the steady step's answer first.
+        Ok(f) => match f
+            .leaking
+            .as_ref()
+            .and_then(|l| Some((l, l.steady.as_ref()?)))
+        {
+            Some((l, steady)) => format!(
+                "the run grew {} per iteration (gpushim leaks names the lines): at batch {at}, \
+                 the largest batch that fits {} without the growth (a steady step), under the \
+                 run's setting: {}{}; as the run was, grown by its last iteration: {} \
+                 (gpushim fit says how: docs/fit.md)\n",
+                gpushim::report::units::human_bytes(l.bytes_per_iteration),
+                gpushim::report::units::human_bytes(f.limit_bytes),
+                steady.largest_batch,
+                if steady.largest_is_the_cap {
+                    " or more"
+                } else {
+                    ""
+                },
+                f.largest_by_setting()
+            ),
+            None => format!(
+                "at batch {at}, the largest batch that fits {}: {} (gpushim fit says how: \
+                 docs/fit.md)\n",
+                gpushim::report::units::human_bytes(f.limit_bytes),
+                f.largest_by_setting()
+            ),
+        },
     }
 }
 /// When lines grow every iteration: what they held of what was live at each failure, with

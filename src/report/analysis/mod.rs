@@ -230,12 +230,10 @@ fn replay_run(
     let path = reader.info().path.clone();
     let (a, end) = analyze_read(reader, &Wants::fit(), opts, cores, None)?;
     let requests = end.requests();
-    Ok(super::fit::run_from(
-        requests,
-        &path,
-        a.summary.as_ref(),
-        opts,
-    ))
+    Ok(
+        super::fit::run_from(requests, &path, a.summary.as_ref(), opts)
+            .map(|r| r.with_growth_of(a.leaks.as_ref())),
+    )
 }
 
 /// [`analyze`], handing `each` every record of the first pass after the replay applied it (on

@@ -3,6 +3,7 @@
 
 use super::SettingFit;
 use crate::report::leaks::{Growth, Leaks};
+use crate::report::torch_replay::Input;
 use serde::Serialize;
 
 /// A run whose memory grows every iteration: the replays hold what it had grown to by the
@@ -20,6 +21,13 @@ pub struct Leaking {
     /// Of the room the run's own batch leaves under the limit (the recorded setting), the
     /// iterations until the growth alone fills it (`None`: the run's batch does not fit).
     pub iterations_until_full: Option<u64>,
+    /// The run's setting replayed without the growth: what earlier iterations kept on the
+    /// growing lines let go, the last iteration's kept (the steady step).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub steady: Option<SettingFit>,
+    /// Each growing line and its growth per iteration.
+    #[serde(skip)]
+    pub(super) lines: Vec<(String, u64)>,
 }
 
 impl Leaking {
@@ -35,6 +43,12 @@ impl Leaking {
             line: top.call_site.clone(),
             kind: top.kind.map(|k| k.name().to_string()),
             iterations_until_full: None,
+            steady: None,
+            lines: it
+                .growing
+                .iter()
+                .map(|g| (g.call_site.clone(), g.bytes_per_iteration))
+                .collect(),
         })
     }
 
@@ -50,4 +64,39 @@ impl Leaking {
             .map(|r| limit.saturating_sub(r.peak_reserved_bytes) / self.bytes_per_iteration.max(1));
         self
     }
+}
+
+/// The requests that make the growth, to be replayed as not made (none of their bytes): on
+/// each growing line, the tensors never freed, but for the last iteration's (the latest ones,
+/// up to the line's growth per iteration, at least one), which a steady step keeps as long
+/// as the step does.
+pub(super) fn grown_requests(input: &Input, lines: &[(String, u64)]) -> Vec<bool> {
+    let reader = input.reader();
+    let mut of_stack: crate::fasthash::FastMap<u64, Option<u64>> = Default::default();
+    let mut line_of = |stack: u64| {
+        *of_stack.entry(stack).or_insert_with(|| {
+            let label = crate::report::sites::site_label(reader, stack);
+            lines.iter().find(|(l, _)| *l == label).map(|&(_, per)| per)
+        })
+    };
+    let never: Vec<bool> = input.last_before_free().map(|l| l.is_none()).collect();
+    let requests: Vec<(u64, u64)> = input.requests().collect();
+    let mut grown = vec![false; requests.len()];
+    // From the end: each line's latest tensors kept up to its growth per iteration.
+    let mut kept: crate::fasthash::FastMap<u64, u64> = Default::default();
+    for (n, &(size, stack)) in requests.iter().enumerate().rev() {
+        if !never.get(n).copied().unwrap_or(false) {
+            continue;
+        }
+        let Some(per) = line_of(stack) else {
+            continue;
+        };
+        let k = kept.entry(stack).or_default();
+        if *k == 0 || k.saturating_add(size) <= per {
+            *k = k.saturating_add(size).max(1);
+        } else if let Some(g) = grown.get_mut(n) {
+            *g = true;
+        }
+    }
+    grown
 }

@@ -312,6 +312,12 @@ impl FitRun {
     pub fn input(&self) -> &torch_replay::Input {
         &self.input
     }
+
+    /// With what grew every iteration, as `leaks` found it in the same read.
+    pub fn with_growth_of(mut self, leaks: Option<&super::leaks::Leaks>) -> FitRun {
+        self.growth = leaks.and_then(Leaking::of);
+        self
+    }
 }
 
 /// Reads the run at `path` for [`fit_run`]: one analysis, its requests and its summary (for
@@ -351,9 +357,9 @@ fn run_options(opts: &ReadOptions) -> ReadOptions {
 /// ([`super::analysis::Wants::requests`], taken), else read from its trace now; the headroom
 /// from its summary, when it has one.
 pub fn run_of(a: &mut super::analysis::Analysis, opts: &ReadOptions) -> Result<FitRun, FitError> {
-    let mut run = run_from(a.requests.take(), &a.info.path, a.summary.as_ref(), opts)?;
+    let mut run = run_from(a.requests.take(), &a.info.path, a.summary.as_ref(), opts)?
+        .with_growth_of(a.leaks.as_ref());
     run.cut = a.cut.clone();
-    run.growth = a.leaks.as_ref().and_then(Leaking::of);
     Ok(run)
 }
 
@@ -446,6 +452,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         checkpointing: checkpointing.as_ref(),
         autocast: autocast.as_ref(),
         world: world.as_ref(),
+        without: None,
         working: opts.working,
         done: &done,
     };
@@ -486,10 +493,29 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         )?),
     };
     let t = tally(input, &req);
-    let leaking = run
-        .growth
-        .clone()
-        .map(|g| g.at_run(&settings, ask.at, limit_bytes));
+    // A leaking run: its setting replayed again without the growth, the steady step.
+    let leaking = run.growth.clone().map(|g| {
+        let grown = leaking::grown_requests(input, &g.lines);
+        let steady = grown.iter().any(|&d| d).then(|| {
+            let without = steps::WhatIfs {
+                without: Some(&grown),
+                ..what_if
+            };
+            setting_fit(
+                input,
+                &req,
+                &optional,
+                ask,
+                (&recorded, true),
+                &bounds,
+                &without,
+            )
+        });
+        Leaking {
+            steady,
+            ..g.at_run(&settings, ask.at, limit_bytes)
+        }
+    });
     Ok(Fit {
         at: ask.at,
         limit_bytes,

@@ -386,6 +386,27 @@ fn leaking_lines(o: &mut String, f: &Fit, l: &super::Leaking) {
         l.line,
         human_bytes(l.grown_bytes),
     );
+    if let Some(s) = &l.steady {
+        let at = s.rows.iter().find(|r| r.batch == f.at);
+        let largest = if s.largest_batch == 0 {
+            "none".to_string()
+        } else {
+            format!(
+                "{}{}",
+                s.largest_batch,
+                if s.largest_is_the_cap { " or more" } else { "" }
+            )
+        };
+        let _ = writeln!(
+            o,
+            "  without the growth (what earlier iterations kept on the growing lines let go, the \
+             last one's kept: a steady step), under {}: peak reserved {} at batch {}, the \
+             largest batch that fits {largest}",
+            setting_name(&s.setting),
+            at.map_or_else(|| "-".to_string(), |r| human_bytes(r.peak_reserved_bytes)),
+            f.at,
+        );
+    }
     if let Some(n) = l.iterations_until_full {
         let _ = writeln!(
             o,

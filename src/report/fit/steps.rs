@@ -99,6 +99,9 @@ pub(super) struct WhatIfs<'a> {
     pub(super) autocast: Option<&'a torch_replay::Autocast>,
     /// Another world size: the shards resized to it.
     pub(super) world: Option<&'a super::world::World>,
+    /// Requests replayed as not made (none of their bytes): a leak's growth, for the steady
+    /// step.
+    pub(super) without: Option<&'a [bool]>,
     /// Said before each replay: its setting and batch, and how many replays are done.
     pub(super) working: Option<fn(&str)>,
     pub(super) done: &'a std::sync::atomic::AtomicU64,
@@ -120,7 +123,12 @@ pub(super) fn setting_fit(
     // under autocast, whether it is made in 16 bits: a what-if's replays check each repeat's
     // sizes, not this).
     let shard = |n: usize| what_if.world.is_some_and(|w| w.sharded(n));
-    let repeating = input.repeating(|n| (scale(n), optional_at(n), shard(n)));
+    let without = |n: usize| {
+        what_if
+            .without
+            .is_some_and(|w| w.get(n).copied().unwrap_or(false))
+    };
+    let repeating = input.repeating(|n| (scale(n), optional_at(n), shard(n), without(n)));
     let setting = super::setting_name(&conf.to_string());
     let at_batch = |batch: u64, bounds: &Bounds| -> Row {
         if let Some(say) = what_if.working {
@@ -139,7 +147,7 @@ pub(super) fn setting_fit(
                 Some(w) if w.sharded(n) => w.resize(sized),
                 _ => sized,
             };
-            (sized, optional_at(n))
+            (if without(n) { 0 } else { sized }, optional_at(n))
         };
         // An autocast copy scales as the request it copies does, where that follows the batch.
         let copy_size = |bytes: u64, like: Option<usize>| match like.map(scale) {

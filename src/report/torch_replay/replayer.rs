@@ -215,6 +215,11 @@ impl<'a> Replayer<'a> {
         let Some(m) = self.models.get_mut(&e.device) else {
             return;
         };
+        // No bytes, no block: PyTorch hands out a null pointer for an empty tensor (a what-if
+        // that takes a request away sizes it 0); its free finds nothing placed.
+        if e.size == 0 {
+            return;
+        }
         let stream = u64::from(e.stream);
         let got = match m.malloc(e.size, stream) {
             Ok(p) => p,
