@@ -84,3 +84,39 @@ fn what_the_what_if_cannot_start_from_is_said() {
     let said = stderr(&out);
     assert!(said.contains("holds no autograd graph"), "{said}");
 }
+
+/// The 16-bit program from a run at batch 2, where its activations are half a weight's size:
+/// the graph names the ops that made them (an add, a product), none a cast, so they follow the
+/// batch, and the answer at 8 is the run at 8's own under both settings; `--with` that run
+/// agrees with it.
+#[test]
+fn activations_of_half_a_weights_size_follow_the_batch_when_no_cast_made_them() {
+    let dir = tempdir("fit-autocast-b2");
+    let at_two = layers(&dir, 2, true);
+    let at_eight = layers(&dir, 8, true);
+    let truth = own_rows(&at_eight, 8);
+    let (two, eight) = (at_two.to_str().unwrap(), at_eight.to_str().unwrap());
+    let from_two = rows(&json(&["fit", two, "--at", "2", "--batch", "8", "--json"]));
+    assert_eq!(from_two, truth, "from batch 2");
+    let with = rows(&json(&[
+        "fit",
+        two,
+        "--at",
+        "2",
+        "--batch",
+        "8",
+        "--with",
+        eight,
+        "--with-at",
+        "8",
+        "--json",
+    ]));
+    assert_eq!(with, truth, "--with the run at 8");
+    // The weight's copy is still kept at its size (the cast node made it).
+    let text = stdout(&crate::common::gpushim_text(&[
+        "fit", two, "--at", "2", "--batch", "8",
+    ]));
+    let kept = text.split("kept at their size").nth(1).unwrap_or_default();
+    assert!(kept.contains("autocast.py:91 in Layer.forward"), "{text}");
+    assert!(!kept.contains("autocast.py:98 in Layer.forward"), "{text}");
+}

@@ -234,6 +234,10 @@ struct WeightSized {
     nodes: FastMap<u64, (bool, bool)>,
     /// Whether the run makes its parameters' gradients anew each step ([`gradients_anew`]).
     gradients_made: bool,
+    /// Lines whose forward ops the autograd graph names, and none of them a cast: their
+    /// outputs are no weight's copy whatever their size (an add's output of half a weight's
+    /// size at a small batch; an add's backward makes no tensor to say what it is).
+    not_casts: std::collections::HashSet<u64, crate::fasthash::SeededState>,
 }
 
 impl WeightSized {
@@ -276,6 +280,7 @@ impl WeightSized {
             steps: steps_of(phases),
             gradients_made: gradients_anew(kinds, phases),
             nodes: by_sequence,
+            not_casts: lines_of_no_cast(input, sequences, phases),
         }
     }
 
@@ -297,7 +302,8 @@ impl WeightSized {
     /// (`ToCopyBackward0`, where its op's backward made a tensor: an activation that is half a
     /// weight's size by chance is not), few a step.
     fn copy(&self, size: u64, stack: u64, phase: Phase, sequence: u64) -> bool {
-        let cast = self.nodes.get(&sequence).is_none_or(|&(cast, _)| cast);
+        let cast = !self.not_casts.contains(&stack)
+            && self.nodes.get(&sequence).is_none_or(|&(cast, _)| cast);
         // Where the run's gradients are made anew each step (`zero_grad()` sets them to None),
         // a weight's cast hands the weight its gradient: a cast whose backward made no
         // parameter's gradient is an activation's (at 2 x 512 tokens a Llama's hidden states
@@ -362,6 +368,42 @@ impl WeightSized {
         };
         self.few(size, stack, full.saturating_add(self.half_of(size)))
     }
+}
+
+/// The forward's lines whose ops the walked autograd graphs name (by the request's sequence
+/// number: its op's node's, plus one), none of them a cast.
+fn lines_of_no_cast(
+    input: &Input,
+    sequences: &[u64],
+    phases: &[Phase],
+) -> std::collections::HashSet<u64, crate::fasthash::SeededState> {
+    let mut class: FastMap<u64, bool> = FastMap::default();
+    for w in &input.graph.walks {
+        for (&seq, n) in &w.nodes {
+            if !n.class.is_empty() {
+                class.insert(seq, n.class.starts_with(CAST));
+            }
+        }
+    }
+    let mut casts: FastMap<u64, bool> = FastMap::default();
+    if class.is_empty() {
+        return Default::default();
+    }
+    for (((_, stack), &seq), &phase) in input.requests().zip(sequences).zip(phases) {
+        if phase != Phase::Forward || seq == 0 {
+            continue;
+        }
+        // A forward tensor's number is the one after its op's node (as the autocast what-if
+        // reads it).
+        if let Some(&cast) = class.get(&(seq - 1)) {
+            *casts.entry(stack).or_default() |= cast;
+        }
+    }
+    casts
+        .into_iter()
+        .filter(|&(_, cast)| !cast)
+        .map(|(stack, _)| stack)
+        .collect()
 }
 
 /// How a request ended, as a weight's gradient ends: let go right after a parameter's

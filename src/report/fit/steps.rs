@@ -43,8 +43,10 @@ pub(super) fn measure_by_second_run(
         .enumerate()
     {
         let s = req.scale.get(n);
+        // And an activation kept at its size as a weight's copy: where the two runs' sizes
+        // differ, it follows the batch after all, and the run given decides.
         let undecided = matches!(k, Kind::Unknown | Kind::Input)
-            || (*k == Kind::Activation && own_line(stack))
+            || (*k == Kind::Activation && (own_line(stack) || s == Some(Scale::Fixed)))
             || (*k == Kind::Temporary && s == Some(Scale::Fixed));
         if let Some(m) = m.filter(|_| undecided && s.is_some()) {
             req.scale.set(n, m);
