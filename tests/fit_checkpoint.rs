@@ -362,3 +362,27 @@ fn from_one_to_two_and_four(mode: &str) {
         }
     }
 }
+
+/// A checkpointing what-if that edits nothing (the kinds program's layers, whose backward the
+/// trace does not tie to them) says so plainly, and its rows are the run's own.
+#[test]
+fn a_checkpoint_what_if_that_changes_nothing_says_so() {
+    let dir = tempdir("fit-ckpt-nothing");
+    let t = dir.join("kinds.trace");
+    assert_ok(&kinds_program(&t, 5, false, vec![]));
+    let p = t.to_str().unwrap();
+    let ask = ["fit", p, "--at", "1", "--batch", "1,4"];
+    let text = stdout(&crate::common::gpushim_text(
+        &[&ask[..], &["--checkpoint", "auto"]].concat(),
+    ));
+    assert!(
+        text.contains("--checkpoint changes nothing in this run: no backward of its")
+            && text.contains("the baseline"),
+        "{text}"
+    );
+    let with = rows(&json(
+        &[&ask[..], &["--checkpoint", "auto", "--json"]].concat(),
+    ));
+    let without = rows(&json(&[&ask[..], &["--json"]].concat()));
+    assert_eq!(with, without);
+}

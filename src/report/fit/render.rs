@@ -301,6 +301,28 @@ fn world_line(o: &mut String, w: &super::WorldSize) {
 /// What a `--checkpoint` what-if checkpointed, in one line.
 fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_replay::Blocks) {
     use std::fmt::Write as _;
+    if c.checkpointed == 0 || c.saved_bytes == 0 {
+        // A what-if that edits nothing: said plainly, the rows below being the run's own.
+        let _ = writeln!(
+            o,
+            "--checkpoint changes nothing in this run: {}; every row below is the run's own, \
+             as without it (the baseline)",
+            if c.checkpointed == 0 {
+                format!(
+                    "no backward of its {} blocks of {} was found in the trace (a block's \
+                     backward is told by the autograd nodes its forward made)",
+                    c.blocks,
+                    crate::fixedfmt::Escaped(c.class.as_bytes())
+                )
+            } else {
+                format!(
+                    "the blocks of {} kept nothing for their backward at batch {at}",
+                    crate::fixedfmt::Escaped(c.class.as_bytes())
+                )
+            }
+        );
+        return;
+    }
     // The class is an identifier (checkpoint.rs finds no other name); escaped all the same.
     let _ = writeln!(
         o,
