@@ -413,7 +413,7 @@ fn memory_made_once_in_a_short_run_is_not_growth() {
 /// shard made by the post-backward hook outside the engine's frames) and of DDP with its
 /// gradients as views of its buckets (made at build, made again before the second forward):
 /// every rank's parameters, gradients and optimizer state to the byte, none read as input or
-/// activations.
+/// activations; FSDP's gathered flat parameter a communication buffer at the peak.
 #[test]
 fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
     const MIB: u64 = 1 << 20;
@@ -455,6 +455,27 @@ fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
                 !kinds.contains_key("input") && !kinds.contains_key("activation"),
                 "{mode} rank {rank}: {kinds:?}"
             );
+            // FSDP's gathered flat parameter (made by its own code before each forward, let
+            // go after it) is a communication buffer at the peak, never an activation or a
+            // temporary, and gone at exit.
+            let at_peak: std::collections::BTreeMap<String, u64> = f["kinds_at_peak"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|k| {
+                    (
+                        k["kind"].as_str().unwrap().to_string(),
+                        k["bytes"].as_u64().unwrap(),
+                    )
+                })
+                .collect();
+            let gathered = if mode == "fsdp1" { Some(8 * MIB) } else { None };
+            assert_eq!(
+                at_peak.get("communication").copied(),
+                gathered,
+                "{mode}: {at_peak:?}"
+            );
+            assert!(!kinds.contains_key("communication"), "{mode}: {kinds:?}");
         }
     }
 }

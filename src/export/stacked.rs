@@ -40,6 +40,7 @@ pub fn kind_color(k: Kind) -> &'static str {
         Kind::Temporary => "#a0cbe8",
         Kind::Input => "#9c755f",
         Kind::Workspace => "#76b7b2",
+        Kind::Communication => "#edc948",
         Kind::Unknown => "#bab0ac",
     }
 }

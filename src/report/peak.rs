@@ -256,8 +256,7 @@ fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak
         .iter()
         .map(|h| {
             let frames = frames_of(reader, h.stack);
-            let phase = super::kinds::phase_of_stack(reader, h.stack);
-            let kind = (phase != super::kinds::Phase::Unknown).then(|| phase.lasting());
+            let kind = super::kinds::lasting_kind_of_stack(reader, h.stack);
             (frames, h.bytes, kind)
         })
         .collect();
@@ -290,9 +289,8 @@ fn kinds_of_holdings(
 ) -> Vec<KindHolders> {
     let mut by: BTreeMap<Kind, Vec<&crate::trace::live::Holding>> = BTreeMap::new();
     for h in holdings {
-        let phase = super::kinds::phase_of_stack(reader, h.stack);
-        if phase != super::kinds::Phase::Unknown {
-            by.entry(phase.lasting()).or_default().push(h);
+        if let Some(kind) = super::kinds::lasting_kind_of_stack(reader, h.stack) {
+            by.entry(kind).or_default().push(h);
         }
     }
     by.into_iter()

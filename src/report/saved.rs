@@ -20,7 +20,7 @@ use std::path::Path;
 
 /// What the file says it is.
 pub const FORMAT: &str = "gpushim-analysis";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// The largest saved analysis read (one trace's takes well under a megabyte: its reports are
 /// bounded by the lines and columns they keep, not by the trace's length).
 pub const MAX_BYTES: u64 = 256 << 20;

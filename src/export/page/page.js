@@ -7,7 +7,7 @@
   const KIND_COLOR = {
     parameter: '#4e79a7', gradient: '#f28e2b', optimizer_state: '#b07aa1',
     activation: '#59a14f', temporary: '#a0cbe8', input: '#9c755f',
-    workspace: '#76b7b2', unknown: '#bab0ac',
+    workspace: '#76b7b2', communication: '#edc948', unknown: '#bab0ac',
   };
   const KIND_NAME = {};
   D.kinds.forEach(function (k) { KIND_NAME[k.id] = k.name; });

@@ -77,13 +77,14 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requ
                 }
             }
             Kind::Unknown => Scale::Unknown,
-            Kind::Parameter | Kind::Gradient | Kind::OptimizerState | Kind::Workspace => {
-                Scale::Fixed
-            }
+            Kind::Parameter
+            | Kind::Gradient
+            | Kind::OptimizerState
+            | Kind::Workspace
+            | Kind::Communication => Scale::Fixed,
         })
         .collect();
     let mut req = Requests { scale, kinds };
-    framework_buffers_fixed(input, &mut req);
     mark_reductions(input, &mut req, labels, &sizes);
     req
 }
@@ -121,18 +122,15 @@ impl Unsharded {
             .find_map(|kv| kv.strip_prefix("WORLD_SIZE="))
             .and_then(|v| v.trim().parse::<u64>().ok())
             .filter(|&n| n >= 1);
-        let mut framework: FastMap<u64, bool> = FastMap::default();
-        for ((size, stack), k) in input.requests().zip(kinds) {
-            let own = *framework
-                .entry(stack)
-                .or_insert_with(|| crate::report::kinds::innermost_in_framework(reader, stack));
+        for ((size, _), k) in input.requests().zip(kinds) {
             match k {
                 Kind::Parameter => {
                     if let Some(n) = world {
                         u.padded.push(size.saturating_mul(n));
                     }
                 }
-                Kind::Activation | Kind::Temporary if own => {
+                // Gathered whole by FSDP's own code (FSDP1: the flat parameter).
+                Kind::Communication => {
                     u.exact.insert(size);
                 }
                 _ => {}
@@ -154,27 +152,6 @@ impl Unsharded {
         // The smallest shard-times-world at or above `size`, within a thousandth of it.
         let i = self.padded.partition_point(|&p| p < size);
         self.padded.get(i).is_some_and(|&p| p - size <= p / 1000)
-    }
-}
-
-/// A data-parallel framework's own buffers do not follow the batch: FSDP's gathered parameters
-/// (a unit's whole, made before its forward and backward) and its reduce-scatter's input (the
-/// unsharded gradients, the unit's size), DDP's buckets. They are made by the framework's code
-/// itself (its innermost Python frame); a module's forward under FSDP1, whose frames hold
-/// FSDP's too, is innermost in the model's code. Kept at their size.
-fn framework_buffers_fixed(input: &Input, req: &mut Requests) {
-    let reader = input.reader();
-    let mut of_stack: FastMap<u64, bool> = FastMap::default();
-    for (n, ((_, stack), k)) in input.requests().zip(&req.kinds).enumerate() {
-        if !matches!(k, Kind::Activation | Kind::Temporary | Kind::Input) {
-            continue;
-        }
-        let own = *of_stack
-            .entry(stack)
-            .or_insert_with(|| crate::report::kinds::innermost_in_framework(reader, stack));
-        if own {
-            req.scale.set(n, Scale::Fixed);
-        }
     }
 }
 

@@ -149,7 +149,7 @@ pub(super) fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<
             let shard = match kind {
                 Kind::Parameter => fsdp,
                 Kind::Gradient | Kind::OptimizerState => true,
-                Kind::Temporary => {
+                Kind::Temporary | Kind::Communication => {
                     phase == Phase::Optimizer || (fsdp && shard_sizes.contains(&size))
                 }
                 _ => false,

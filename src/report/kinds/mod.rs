@@ -22,6 +22,17 @@ pub use tracker::{Kinds, Settling, StepsBegun, replay_with_kinds};
 
 use serde::Serialize;
 
+/// The kind a line's tensors have when they outlive their phase's run, from its frames alone
+/// (a ring's checkpoint keeps lines, not tensors): `None` where the frames say no phase.
+pub fn lasting_kind_of_stack(
+    reader: &crate::trace::reader::TraceReader,
+    stack: u64,
+) -> Option<Kind> {
+    let phase = phase_of_stack(reader, stack);
+    (phase != Phase::Unknown)
+        .then(|| tracker::own(innermost_in_framework(reader, stack), phase.lasting()))
+}
+
 /// What a tensor is for.
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
@@ -37,12 +48,17 @@ pub enum Kind {
     /// The workspaces PyTorch allocates for cuBLAS and cuBLASLt through its own allocator, one
     /// per handle and stream, kept for the whole run.
     Workspace,
+    /// A data-parallel framework's own buffers, made by its own code (the innermost Python
+    /// frame): FSDP's gathered parameters (a unit's whole, for its forward or backward) and its
+    /// reduce-scatter's input. Its reduce-scatter's output is the rank's gradient, a
+    /// gradient.
+    Communication,
     Unknown,
 }
 
 impl Kind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Parameter,
         Kind::Gradient,
         Kind::OptimizerState,
@@ -50,6 +66,7 @@ impl Kind {
         Kind::Temporary,
         Kind::Input,
         Kind::Workspace,
+        Kind::Communication,
         Kind::Unknown,
     ];
 
@@ -63,6 +80,7 @@ impl Kind {
             Kind::Temporary => "temporaries",
             Kind::Input => "input",
             Kind::Workspace => "cuBLAS workspaces",
+            Kind::Communication => "communication buffers",
             Kind::Unknown => "unknown",
         }
     }

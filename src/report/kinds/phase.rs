@@ -203,10 +203,14 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
         .collect()
 }
 
-/// Where a data-parallel framework's own code lies: FSDP (either API) and DDP.
-const FRAMEWORK_CODE: [&str; 2] = [
-    "/torch/distributed/fsdp/",
-    "/torch/nn/parallel/distributed.py",
+/// Where a data-parallel framework's own code lies: FSDP (either API), DDP, and the storage
+/// helper FSDP1 makes its gathered flat parameter with (`_alloc_storage`, in the package's
+/// shared utilities, where other functions move a program's inputs): a path part, and the
+/// function where only one of the file's is the framework's.
+const FRAMEWORK_CODE: [(&str, Option<&str>); 3] = [
+    ("/torch/distributed/fsdp/", None),
+    ("/torch/nn/parallel/distributed.py", None),
+    ("/torch/distributed/utils.py", Some("_alloc_storage")),
 ];
 
 /// Whether the innermost Python frame of `stack` is a data-parallel framework's own code (its
@@ -216,14 +220,19 @@ pub fn innermost_in_framework(reader: &TraceReader, stack: u64) -> bool {
     let Some(frames) = reader.stack(stack) else {
         return false;
     };
+    // The innermost frame past torch's storage plumbing (`TypedStorage._resize_`, where
+    // FSDP1's helper has its storage grown): its caller says whose the memory is.
     frames
         .iter()
-        .find_map(|&f| format::as_py_frame(f))
-        .and_then(|(id, _)| reader.string(id))
-        .and_then(|s| s.split_once('\0'))
-        .is_some_and(|(file, _)| {
-            let file = file.replace('\\', "/");
-            FRAMEWORK_CODE.iter().any(|part| file.contains(part))
+        .filter_map(|&f| format::as_py_frame(f))
+        .filter_map(|(id, _)| reader.string(id))
+        .filter_map(|s| s.split_once('\0'))
+        .map(|(file, function)| (file.replace('\\', "/"), function))
+        .find(|(file, _)| !file.ends_with("/torch/storage.py"))
+        .is_some_and(|(file, function)| {
+            FRAMEWORK_CODE.iter().any(|(part, only)| {
+                file.contains(part) && only.is_none_or(|f| function.ends_with(f))
+            })
         })
 }
 

@@ -4,7 +4,7 @@
 
 use super::Kind;
 use super::phase::{
-    Phase, maybe_workspace, phase_and_module_call, phase_of_stack, workspace_fits, workspace_sizes,
+    Phase, maybe_workspace, phase_and_module_call, workspace_fits, workspace_sizes,
 };
 use crate::fasthash::FastMap;
 use crate::trace::format::{self, Record, RecordKind};
@@ -14,7 +14,9 @@ use crate::trace::reader::TraceReader;
 /// tensor, the phase and run that made it.
 #[derive(Default)]
 pub struct Kinds {
-    by_stack: FastMap<u64, (Phase, bool)>,
+    /// Per stack: its phase, whether it is a module's call, and whether its innermost Python
+    /// frame is a data-parallel framework's own code.
+    by_stack: FastMap<u64, (Phase, bool, bool)>,
     current: Option<Phase>,
     run: u64,
     /// Per thread: the tensor whose stack the thread's next `StackRef` names.
@@ -93,6 +95,27 @@ impl std::fmt::Display for StepsBegun {
 /// The most tensors kept waiting for the first backward to say whether they were the forward's.
 const TENTATIVE_MAX: usize = 1 << 16;
 
+/// A stack's phase, whether it is a module's call, and whether a data-parallel framework's
+/// own code made the tensor (its innermost Python frame).
+fn of_stack(reader: &TraceReader, stack: u64) -> (Phase, bool, bool) {
+    let (phase, module_call) = phase_and_module_call(reader, stack);
+    (
+        phase,
+        module_call,
+        super::phase::innermost_in_framework(reader, stack),
+    )
+}
+
+/// A tensor's kind, where a data-parallel framework's own code made it: its buffer (gathered
+/// parameters, reduce-scatter's input) rather than an activation, a temporary or input, which
+/// its phase alone would say. Its gradients, parameters and optimizer state stay theirs.
+pub(super) fn own(framework: bool, kind: Kind) -> Kind {
+    match kind {
+        Kind::Activation | Kind::Temporary | Kind::Input if framework => Kind::Communication,
+        k => k,
+    }
+}
+
 /// The run of a tensor a ring's checkpoint restored: none the records show, long ended.
 const RESTORED: u64 = u64::MAX;
 
@@ -107,6 +130,8 @@ struct Born {
     candidate: bool,
     /// Which workspace size it has, if any (an index into `workspaces`).
     workspace_size: Option<u8>,
+    /// Made by a data-parallel framework's own code: its buffer, whatever its phase says.
+    framework: bool,
     thread: u16,
     stream: u16,
     size: u64,
@@ -203,6 +228,7 @@ impl Kinds {
                 run: self.run,
                 candidate: false,
                 workspace_size,
+                framework: false,
                 thread: r.thread,
                 stream: r.stream,
                 size: r.size,
@@ -219,10 +245,10 @@ impl Kinds {
             .get_mut(r.thread as usize)
             .map(std::mem::take)
             .filter(|&p| p != 0)?;
-        let (phase, module_call) = *self
+        let (phase, module_call, framework) = *self
             .by_stack
             .entry(r.ptr)
-            .or_insert_with(|| phase_and_module_call(reader, r.ptr));
+            .or_insert_with(|| of_stack(reader, r.ptr));
         let phase = self.in_step(phase);
         if phase != Phase::Unknown && self.current != Some(phase) {
             self.begin_run(phase, r.time_ns);
@@ -236,7 +262,7 @@ impl Kinds {
             self.tentative.push((ptr, self.run));
         }
         if let Some(b) = self.born.get_mut(&ptr) {
-            (b.phase, b.run) = (phase, self.run);
+            (b.phase, b.run, b.framework) = (phase, self.run, framework);
             let lt = self
                 .workspaces
                 .as_ref()
@@ -255,17 +281,17 @@ impl Kinds {
     #[inline(never)]
     fn freed(&mut self, ptr: u64) -> Option<(u64, Kind)> {
         let b = self.born.remove(&ptr)?;
-        Some((ptr, self.decide(b.phase, b.run, true)))
+        Some((ptr, own(b.framework, self.decide(b.phase, b.run, true))))
     }
 
     /// A tensor a ring's checkpoint restores: made before any run the records show, by the
     /// phase its line says.
     fn restored(&mut self, reader: &TraceReader, r: &Record) {
         let stack = self.restoring.unwrap_or(0);
-        let (phase, module_call) = *self
+        let (phase, module_call, framework) = *self
             .by_stack
             .entry(stack)
-            .or_insert_with(|| phase_and_module_call(reader, stack));
+            .or_insert_with(|| of_stack(reader, stack));
         let workspace_size = self.workspace_size(reader, r.size);
         // Whether it was the first of its size there is lost with the older records.
         let candidate = workspace_size.is_some_and(|i| self.workspace_fits(phase, module_call, i));
@@ -279,6 +305,7 @@ impl Kinds {
                 run: RESTORED,
                 candidate,
                 workspace_size,
+                framework,
                 thread: r.thread,
                 stream: r.stream,
                 size: r.size,
@@ -435,7 +462,7 @@ impl Kinds {
         if (b.phase.by_lifetime() && b.run == self.run) || maybe_workspace(b.phase, b.candidate) {
             None
         } else {
-            Some(b.phase.lasting())
+            Some(own(b.framework, b.phase.lasting()))
         }
     }
 
@@ -444,8 +471,11 @@ impl Kinds {
     pub fn lasting(&self, reader: &TraceReader, ptr: u64, stack: u64) -> Kind {
         match self.born.get(&ptr) {
             Some(b) if maybe_workspace(b.phase, b.candidate) => Kind::Workspace,
-            Some(b) => b.phase.lasting(),
-            None if stack != 0 => phase_of_stack(reader, stack).lasting(),
+            Some(b) => own(b.framework, b.phase.lasting()),
+            None if stack != 0 => {
+                let (phase, _, framework) = of_stack(reader, stack);
+                own(framework, phase.lasting())
+            }
             None => Kind::Unknown,
         }
     }

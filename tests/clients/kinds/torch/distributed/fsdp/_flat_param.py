@@ -1,10 +1,11 @@
 """As FSDP1's flat parameter (torch/distributed/fsdp/_flat_param.py): the handle of a wrapped
 module's parameters flattened into one, of which each rank keeps its shard (the unsharded
 bytes over the world: the stand-in's sizes divide evenly, as FSDP pads them to). Before the
-module's forward the shards are gathered into the whole flat parameter, let go after it. Its
-tensors are asked of the allocator as PyTorch's C++ asks: no Python frame of the stand-in's
-below this file's."""
+module's forward the shards are gathered into the whole flat parameter (through the storage
+helper and torch/storage.py, as FSDP1 does), let go after it. Its tensors are asked of the
+allocator as PyTorch's C++ asks: no Python frame of the stand-in's below those files'."""
 from torch import _standin
+from torch.distributed.utils import _alloc_storage
 
 
 class FlatParamHandle:
@@ -22,7 +23,8 @@ class FlatParamHandle:
         self.unsharded = self._alloc_padded_unsharded_flat_param()
 
     def _alloc_padded_unsharded_flat_param(self):
-        return _standin._lib.standin_malloc(self.unsharded_bytes)
+        # As FSDP1: a storage grown by the package's helper (torch/distributed/utils.py).
+        return _alloc_storage(self.unsharded_bytes)
 
     def reshard(self):
         _standin.free(self.unsharded)
