@@ -386,3 +386,34 @@ fn a_checkpoint_what_if_that_changes_nothing_says_so() {
     let without = rows(&json(&[&ask[..], &["--json"]].concat()));
     assert_eq!(with, without);
 }
+
+/// A block class defined inside a function (its frames say `build.<locals>.Block.forward`, as
+/// a program that builds its model in a function has it) is found by its own name, from the
+/// frames and when named: the same answers as the class defined at the top of its module.
+#[test]
+fn a_block_class_defined_inside_a_function_is_found() {
+    let dir = tempdir("fit-ckpt-local");
+    let top = blocks(&dir, 1, false);
+    let local = dir.join("local.trace");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let args = vec![
+        lib("libtorch_cpu.so"),
+        lib("libc10_cuda.so"),
+        "2".into(),
+        "--batch-size".into(),
+        "1".into(),
+    ];
+    let env = vec![("BLOCKS_LOCAL", "1".to_string())];
+    assert_ok(&python_client(&local, "kinds/blocks.py", args, env));
+    let ask = |t: &Path, class: &str| {
+        let t = t.to_str().unwrap();
+        json(&["fit", t, "--at", "1", "--batch", "1,4", "--checkpoint", class, "--json"])
+    };
+    let want = ask(&top, "auto");
+    assert_eq!(want["checkpoint"]["class"], "Block", "{}", want["checkpoint"]);
+    for class in ["auto", "Block"] {
+        let got = ask(&local, class);
+        assert_eq!(got["checkpoint"]["class"], "Block", "{class}: {}", got["checkpoint"]);
+        assert_eq!(rows(&got), rows(&want), "{class}");
+    }
+}

@@ -11,7 +11,9 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
          LIMIT_BYTES (set_per_process_memory_fraction), found by bisection in this process,
          each try after empty_cache(); prints 'LARGEST {json}'
   MODEL  gpt2 (GPT2LMHeadModel(GPT2Config()), sequence 512), resnet50 (torchvision, 224 x 224),
-         vit (torchvision vit_b_16, 224 x 224), bert (BertForMaskedLM(BertConfig()), sequence 256)
+         vit (torchvision vit_b_16, 224 x 224), vitmha (a ViT written by hand: six blocks of
+         nn.MultiheadAttention and an MLP, 384 wide; FIT_CKPT=1 checkpoints each block in
+         its forward, use_reentrant=False), bert (BertForMaskedLM(BertConfig()), sequence 256)
          llama (LlamaForCausalLM, 8 layers of 1024, no biases, sequence 512), convnext
          (torchvision convnext_tiny, 224 x 224)
   FIT_SEQ=N      the sequence length of gpt2, bert and llama instead
@@ -86,9 +88,54 @@ def build(name):
             x = torch.randn(b, 3, 224, 224, device=dev)
             y = torch.randint(0, 1000, (b,), device=dev)
             return torch.nn.functional.cross_entropy(model(x), y)
+    elif name == "vitmha":
+        # A vision transformer written by hand: 16 x 16 patches of 224 x 224 images, six blocks
+        # of nn.MultiheadAttention and an MLP (384 wide, 6 heads), a class token and a head.
+        class Block(torch.nn.Module):
+            def __init__(self, d=384, heads=6):
+                super().__init__()
+                self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+                self.attn = torch.nn.MultiheadAttention(d, heads, batch_first=True)
+                self.mlp = torch.nn.Sequential(
+                    torch.nn.Linear(d, 4 * d), torch.nn.GELU(), torch.nn.Linear(4 * d, d))
+
+            def forward(self, x):
+                h = self.ln1(x)
+                x = x + self.attn(h, h, h, need_weights=False)[0]
+                return x + self.mlp(self.ln2(x))
+
+        class ViT(torch.nn.Module):
+            def __init__(self, d=384):
+                super().__init__()
+                self.patch = torch.nn.Conv2d(3, d, 16, 16)
+                self.cls = torch.nn.Parameter(torch.zeros(1, 1, d))
+                self.pos = torch.nn.Parameter(torch.zeros(1, 197, d))
+                self.blocks = torch.nn.ModuleList(Block(d) for _ in range(6))
+                self.ln = torch.nn.LayerNorm(d)
+                self.head = torch.nn.Linear(d, 1000)
+
+            def forward(self, x):
+                x = self.patch(x).flatten(2).transpose(1, 2)
+                x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos
+                for block in self.blocks:
+                    if os.environ.get("FIT_CKPT") == "1":
+                        import torch.utils.checkpoint as ckpt
+                        x = ckpt.checkpoint(block, x, use_reentrant=False)
+                    else:
+                        x = block(x)
+                return self.head(self.ln(x[:, 0]))
+
+        model = ViT().to(dev)
+
+        def step_of(b):
+            x = torch.randn(b, 3, 224, 224, device=dev)
+            y = torch.randint(0, 1000, (b,), device=dev)
+            return torch.nn.functional.cross_entropy(model(x), y)
     else:
         sys.exit(f"unknown model {name}")
-    if os.environ.get("FIT_CKPT") == "1":
+    if os.environ.get("FIT_CKPT") == "1" and name == "vitmha":
+        pass  # its forward checkpoints each block itself, as the program was written
+    elif os.environ.get("FIT_CKPT") == "1":
         if hasattr(model, "gradient_checkpointing_enable"):
             model.gradient_checkpointing_enable()
         elif name in ("vit", "resnet50"):

@@ -13,10 +13,10 @@
 # predicted largest batch runs and the next does not (stepping until the truth is found, three
 # steps at most). One table (scripts/gpu/fit_table.py). The traces and the truth are left in
 # $OUT/fitckpt when OUT is set.
-#   bash scripts/gpu.sh fitckpt[:MODEL,...]   MODEL is gpt2, vit or resnet50
+#   bash scripts/gpu.sh fitckpt[:MODEL,...]   MODEL is gpt2, vit, resnet50 or vitmha
 set -euo pipefail
 models=${*:-gpt2 vit resnet50}
-declare -A base=([gpt2]=2 [vit]=8 [resnet50]=8)
+declare -A base=([gpt2]=2 [vit]=8 [resnet50]=8 [vitmha]=64)
 source scripts/gpu/fit_runs.sh
 fit_setup fitckpt
 for m in $models; do

@@ -94,8 +94,10 @@ fn forward_frames(reader: &TraceReader, stack: u64) -> Vec<(String, u32)> {
         .filter_map(|(id, line)| {
             let text = reader.string(id)?;
             let function = text.split_once('\0').map_or(text, |(_, f)| f);
-            let class = function.strip_suffix(".forward")?;
-            // A class's name: an identifier (a nested function's `<locals>` is none).
+            // The class's own name, the last part of its qualified name: a class defined
+            // inside a function (`build.<locals>.Block`) is `Block`, as its program names it.
+            let qualified = function.strip_suffix(".forward")?;
+            let class = qualified.rsplit('.').next().unwrap_or(qualified);
             let identifier =
                 !class.is_empty() && class.chars().all(|c| c.is_alphanumeric() || c == '_');
             identifier.then(|| (class.to_string(), line))

@@ -40,7 +40,8 @@ usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS
                  [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4). BLOCKS_TEMPS=0: the ops make no temporary, so nothing
 the block makes is freed inside it (checkpointed, each op's input is freed once its output is
-made)."""
+made). BLOCKS_LOCAL set: the block's forward named as a class defined inside a function's is
+(`build.<locals>.Block.forward`)."""
 import ctypes
 import os
 import sys
@@ -141,6 +142,15 @@ class Block(Module):
         else:
             saved.append(outs[-1])  # the block's output, the next one's input
         return outs[-1][1]
+
+
+if os.environ.get("BLOCKS_LOCAL"):
+    # As a class defined inside a function: its forward's qualified name is
+    # `build.<locals>.Block.forward` (the frames' function name, from Python 3.11).
+    import types
+
+    code = Block.forward.__code__.replace(co_qualname="build.<locals>.Block.forward")
+    Block.forward = types.FunctionType(code, Block.forward.__globals__, "forward")
 
 
 class Net(Module):
