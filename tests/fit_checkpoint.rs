@@ -407,13 +407,31 @@ fn a_block_class_defined_inside_a_function_is_found() {
     assert_ok(&python_client(&local, "kinds/blocks.py", args, env));
     let ask = |t: &Path, class: &str| {
         let t = t.to_str().unwrap();
-        json(&["fit", t, "--at", "1", "--batch", "1,4", "--checkpoint", class, "--json"])
+        json(&[
+            "fit",
+            t,
+            "--at",
+            "1",
+            "--batch",
+            "1,4",
+            "--checkpoint",
+            class,
+            "--json",
+        ])
     };
     let want = ask(&top, "auto");
-    assert_eq!(want["checkpoint"]["class"], "Block", "{}", want["checkpoint"]);
+    assert_eq!(
+        want["checkpoint"]["class"], "Block",
+        "{}",
+        want["checkpoint"]
+    );
     for class in ["auto", "Block"] {
         let got = ask(&local, class);
-        assert_eq!(got["checkpoint"]["class"], "Block", "{class}: {}", got["checkpoint"]);
+        assert_eq!(
+            got["checkpoint"]["class"], "Block",
+            "{class}: {}",
+            got["checkpoint"]
+        );
         assert_eq!(rows(&got), rows(&want), "{class}");
     }
 }

@@ -480,9 +480,9 @@ fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
     }
 }
 
-/// The job at a glance: the stand-in's DDP job with a leak on rank 1 alone. `summary` of both
-/// ranks lists every rank's figures side by side and names the skew (rank 1 peaks above rank
-/// 0); `leaks` names the growing line with the one trace it grows in.
+/// The job at a glance: the stand-in's DDP job with a leak on rank 1 alone. `summary` and
+/// `peak` of both ranks list every rank's figures side by side and name the skew (rank 1
+/// peaks above rank 0); `leaks` names the growing line with the one trace it grows in.
 #[test]
 fn a_jobs_ranks_side_by_side_and_a_leak_on_one_rank_named() {
     let dir = tempdir("kinds-job-glance");
@@ -510,6 +510,41 @@ fn a_jobs_ranks_side_by_side_and_a_leak_on_one_rank_named() {
         );
     }
     assert!(text.contains("skew: rank 1 peaks"), "{text}");
+    // `peak` of the job: the traces side by side first, with their kinds and the skew; rank 1
+    // holds 24 MiB of kept activations at its peak (8 steps of 3 MiB), rank 0 none.
+    let out = gpushim_text(&["peak", a, b]);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let table: Vec<&str> = text
+        .split("the peaks side by side (2 traces):")
+        .nth(1)
+        .unwrap_or_default()
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    let peak_row = |t: &str| {
+        table
+            .iter()
+            .find(|l| l.contains(&format!("/{t} ")))
+            .copied()
+    };
+    let (r0, r1) = (peak_row("r.0.trace"), peak_row("r.1.trace"));
+    assert!(
+        r0.is_some_and(|l| !l.contains("activations"))
+            && r1.is_some_and(|l| l.contains("activations 24.00 MiB")),
+        "{text}"
+    );
+    assert!(
+        table
+            .iter()
+            .any(|l| l.contains("  skew: ") && l.contains("r.1.trace peaks 21.00 MiB above")),
+        "{text}"
+    );
+    assert!(
+        text.find("the peaks side by side") < text.find("device 0: peak live"),
+        "{text}"
+    );
     let out = gpushim_text(&["leaks", a, b]);
     assert_ok(&out);
     let text = stdout(&out);

@@ -347,8 +347,11 @@ pub fn render_peaks(
     filtered: bool,
 ) -> String {
     let mut o = String::new();
+    if all.len() > 1 {
+        side_by_side(&mut o, all);
+    }
     for (i, (t, peaks)) in all.iter().enumerate() {
-        if i > 0 {
+        if i > 0 || all.len() > 1 {
             let _ = writeln!(o);
         }
         let _ = writeln!(o, "{t}");
@@ -426,4 +429,57 @@ pub fn render_peaks(
         o.push_str(&holders_text_all(&c.by_range, top, "    "));
     }
     o
+}
+
+/// A job's traces side by side, before each one's details: each device's peak, what was
+/// reserved then, and its tensors by kind; then how far apart the largest and smallest are.
+fn side_by_side(o: &mut String, all: &[(String, Vec<Peak>)]) {
+    let rows: Vec<(&str, &Peak)> = all
+        .iter()
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.as_str(), p)))
+        .collect();
+    let width = units::column(rows.iter().map(|(t, _)| t.len()).max().unwrap_or(5));
+    let _ = writeln!(
+        o,
+        "the peaks side by side ({} traces):\n  {:width$}  {:>6}  {:>12}  {:>14}  tensors by kind",
+        all.len(),
+        "trace",
+        "device",
+        "peak live",
+        "reserved then"
+    );
+    for (t, p) in &rows {
+        let kinds: Vec<String> = p
+            .by_kind
+            .iter()
+            .map(|k| format!("{} {}", k.kind.name(), human_bytes(k.bytes)))
+            .collect();
+        let _ = writeln!(
+            o,
+            "  {t:width$}  {:>6}  {:>12}  {:>14}  {}",
+            p.device,
+            human_bytes(p.live_bytes),
+            human_bytes(p.reserved_bytes),
+            if kinds.is_empty() {
+                "-".to_string()
+            } else {
+                kinds.join(", ")
+            }
+        );
+    }
+    let most = rows.iter().max_by_key(|(_, p)| p.live_bytes);
+    let least = rows.iter().min_by_key(|(_, p)| p.live_bytes);
+    if let (Some((tm, m)), Some((tl, l))) = (most, least)
+        && m.live_bytes > l.live_bytes
+    {
+        let _ = writeln!(
+            o,
+            "  skew: {} peaks {} above {} ({} against {})",
+            tm,
+            human_bytes(m.live_bytes - l.live_bytes),
+            tl,
+            human_bytes(m.live_bytes),
+            human_bytes(l.live_bytes)
+        );
+    }
 }
