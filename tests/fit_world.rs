@@ -186,3 +186,65 @@ fn a_frameworks_gathered_parameters_do_not_follow_the_batch() {
     let from_two = fit_at(&at_two, "2", &["--world-size", "4"]);
     assert_eq!(rows(&from_one), rows(&from_two));
 }
+
+/// The traces of a job's ranks: each rank's answer, and the rank that fails first named. The
+/// stand-in's DDP job whose rank 1 alone keeps an activation a step: rank 1 fits the smaller
+/// batch, and the job fails with it.
+#[test]
+fn the_rank_that_fails_first_is_named() {
+    let dir = tempdir("fit-ranks");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let traces: Vec<PathBuf> = (0..2)
+        .map(|rank| {
+            let t = dir.join(format!("r.{rank}.trace"));
+            let env = vec![
+                ("RANK", rank.to_string()),
+                ("WORLD_SIZE", "2".to_string()),
+                ("JOB_LEAK_RANK", "1".to_string()),
+            ];
+            let args = vec![
+                lib("libtorch_cpu.so"),
+                lib("libc10_cuda.so"),
+                "6".into(),
+                "ddp".into(),
+            ];
+            assert_ok(&python_client(&t, "kinds/job.py", args, env));
+            t
+        })
+        .collect();
+    let ask = ["--at", "1", "--batch", "1,2", "--limit", "96MiB"];
+    let mut args: Vec<&dyn AsRef<std::ffi::OsStr>> = vec![&"fit", &traces[0], &traces[1]];
+    for a in &ask {
+        args.push(a);
+    }
+    let out = gpushim(&args);
+    assert_ok(&out);
+    let text = stdout(&out);
+    let first = text
+        .lines()
+        .find(|l| l.starts_with("the rank that fails first: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(first.contains("r.1.trace"), "{text}");
+    args.push(&"--json");
+    let out = gpushim(&args);
+    assert_ok(&out);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let largest = |i: usize| v["ranks"][i]["fit"]["settings"][0]["largest_batch"].as_u64();
+    assert!(largest(1) < largest(0), "{v}");
+    assert_eq!(
+        v["fails_first"]["largest_batch"].as_u64(),
+        largest(1),
+        "{v}"
+    );
+    // A what-if takes one trace.
+    let out = gpushim(&[
+        &"fit",
+        &traces[0],
+        &traces[1],
+        &"--at",
+        &"1",
+        &"--checkpoint",
+        &"auto",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+}

@@ -237,8 +237,10 @@ pub enum Cmd {
     /// device, from one run at a small batch, without running it again.
     #[command(after_help = FIT_HELP)]
     Fit {
-        /// The trace of a PyTorch training run (the default run records what it needs).
-        trace: PathBuf,
+        /// The trace of a PyTorch training run (the default run records what it needs); the
+        /// traces of a job's ranks give each rank's answer and the rank that fails first.
+        #[arg(required = true, num_args = 1..)]
+        traces: Vec<PathBuf>,
         /// The batch the run used. Default: read from the run's command line
         /// (--batch-size 8, --batch_size=8, -b 8, --per_device_train_batch_size 8,
         /// batch_size=8, ...).
@@ -537,9 +539,10 @@ impl Cmd {
             | Cmd::Analyze { traces, .. }
             | Cmd::Simulate { traces, .. }
             | Cmd::Export { traces, .. } => traces.clone(),
-            Cmd::Events { trace, .. } | Cmd::Flamegraph { trace, .. } | Cmd::Fit { trace, .. } => {
+            Cmd::Events { trace, .. } | Cmd::Flamegraph { trace, .. } => {
                 vec![trace.clone()]
             }
+            Cmd::Fit { traces, .. } => traces.clone(),
             Cmd::Diff { a, b, .. } => vec![a.clone(), b.clone()],
             Cmd::Top { .. } | Cmd::Run { .. } | Cmd::Config { .. } | Cmd::Lib { .. } => Vec::new(),
         }

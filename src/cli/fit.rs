@@ -90,7 +90,7 @@ fn holds_tensors(trace: &std::path::Path) -> bool {
 /// or sequence length, as asked.
 pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
     let super::args::Cmd::Fit {
-        trace,
+        traces,
         at,
         batch,
         device_memory,
@@ -111,7 +111,18 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
     else {
         return super::output::fail("not fit's options");
     };
-    if let Some(saved) = std::iter::once(&trace)
+    let Some(trace) = traces.first().cloned() else {
+        return super::output::fail("fit: give a trace");
+    };
+    let several = traces.len() > 1;
+    if several && (with.is_some() || seq.is_some() || checkpoint.is_some() || autocast.is_some()) {
+        return super::output::fail(
+            "fit: several traces answer each rank of a job as it ran (and --world-size); \
+             --with, --seq, --checkpoint and --autocast take one trace",
+        );
+    }
+    if let Some(saved) = traces
+        .iter()
         .chain(with.as_ref())
         .find(|p| gpushim::report::saved::is_saved(p))
     {
@@ -184,5 +195,80 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
             Err(e) => return fail(e),
         },
     };
+    if several {
+        return cmd_fit_ranks(&traces, &ask, json, opts);
+    }
     cmd_fit(&trace, &ask, json, opts)
+}
+
+/// `fit` of each rank's trace of a job: each one's answer under the run's setting, then the
+/// rank that fails first (the smallest largest batch), since the job fails with it.
+fn cmd_fit_ranks(
+    traces: &[std::path::PathBuf],
+    ask: &Ask,
+    json: bool,
+    opts: &ReadOptions,
+) -> ExitCode {
+    use gpushim::report::units::human_bytes;
+    let mut fits = Vec::new();
+    for t in traces {
+        match fit(t, ask, opts) {
+            Ok(f) => fits.push((gpushim::files::shown(t).to_string(), f)),
+            Err(e) => return fail(format!("{}: {e}", gpushim::files::shown(t))),
+        }
+    }
+    // Each rank's largest batch under the run's own setting (its first: the recorded one).
+    let largest = |f: &gpushim::report::fit::Fit| {
+        f.settings
+            .iter()
+            .find(|s| s.recorded)
+            .map(|s| (s.largest_batch, s.largest_is_the_cap))
+    };
+    let first = fits
+        .iter()
+        .filter_map(|(t, f)| largest(f).map(|l| (t, f, l)))
+        .min_by_key(|&(_, _, (b, _))| b);
+    if json {
+        let ranks: Vec<serde_json::Value> = fits
+            .iter()
+            .map(|(t, f)| serde_json::json!({"trace": t, "fit": f}))
+            .collect();
+        print_json(&serde_json::json!({
+            "ranks": ranks,
+            "fails_first": first.map(|(t, _, (b, _))| serde_json::json!({"trace": t, "largest_batch": b})),
+        }));
+        return ExitCode::SUCCESS;
+    }
+    for (t, f) in &fits {
+        println!("== {t}");
+        print!("{}", gpushim::report::fit::render(f));
+        println!();
+    }
+    println!(
+        "the job's ranks at batch {} (the batch per rank), under each run's setting:",
+        ask.at
+    );
+    for (t, f) in &fits {
+        let at = f
+            .settings
+            .iter()
+            .find(|s| s.recorded)
+            .and_then(|s| s.rows.iter().find(|r| r.batch == ask.at));
+        match largest(f) {
+            Some((b, cap)) => println!(
+                "  {t}: peak reserved {} at {}, the largest batch that fits {b}{}",
+                at.map_or_else(|| "-".into(), |r| human_bytes(r.peak_reserved_bytes)),
+                ask.at,
+                if cap { " or more" } else { "" }
+            ),
+            None => println!("  {t}: no answer"),
+        }
+    }
+    if let Some((t, _, (b, _))) = first {
+        println!(
+            "the rank that fails first: {t}, past batch {b} per rank: the job fits no larger \
+             batch than that rank does"
+        );
+    }
+    ExitCode::SUCCESS
 }
