@@ -243,18 +243,29 @@ fn a_batch_at_a_time_reads_what_a_record_at_a_time_reads() {
     let gpt2 = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
     for trace in [gpt2.as_path(), &*ring] {
         let mut all = 0;
-        // The filter's time from the trace: the middle of its records' times (a fixed time
-        // can fall before a ring's oldest record on a slow machine, and keep them all).
-        let mut times: Vec<u64> = gpushim::trace::reader::TraceReader::open(trace)
-            .unwrap()
-            .filter(|r| r.kind != gpushim::trace::format::RecordKind::Restore)
-            .map(|r| r.time_ns)
-            .collect();
+        // The filter's time from the allocations the trace holds (not a checkpoint's restored
+        // state, which is no call): just past the earliest of them, so that the filter leaves
+        // those out whatever the machine's load made of the records' times (a fixed time, or
+        // the middle of every record's time, kept them all on a loaded machine).
+        use gpushim::trace::format::{RecordKind as K, restore};
+        let mut restoring = false;
+        let mut times: Vec<u64> = Vec::new();
+        for r in gpushim::trace::reader::TraceReader::open(trace).unwrap() {
+            match r.kind {
+                K::Restore => restoring = r.status != restore::END,
+                K::Alloc | K::AllocAsync | K::TensorAlloc if !restoring && r.status == 0 => {
+                    times.push(r.time_ns)
+                }
+                _ => {}
+            }
+        }
         times.sort_unstable();
-        // Past the first time whatever the records' times are (a burst of records at one
-        // time, as a loaded machine makes, put the middle on the first and kept them all).
-        let first_later = times.iter().copied().find(|&t| t > times[0]);
-        let middle = times[times.len() / 2].max(first_later.unwrap_or(times[0]));
+        let earliest = times.first().copied().expect("the trace holds allocations");
+        let middle = times
+            .iter()
+            .copied()
+            .find(|&t| t > earliest)
+            .expect("allocations at two times or more");
         for from_ns in [None, Some(middle)] {
             let mut opts = gpushim::trace::reader::ReadOptions::default();
             opts.filter.from_ns = from_ns;
