@@ -3,6 +3,7 @@
 //! page says what `gpushim config` says, and the shim reads its switches from one table.
 
 use crate::common::*;
+use std::path::Path;
 use std::process::Command;
 
 #[test]
@@ -176,33 +177,7 @@ fn the_commands_and_scripts_the_docs_show_run() {
                 args.push(saved.into_os_string());
                 has_trace = true;
             } else if w.contains(".trace") && !is_run {
-                // What replays PyTorch's allocator needs its tensors: a recorded GPT-2 run; a
-                // what-if of checkpointing, blocks in its frames: the blocks program's run.
-                if words.iter().any(|w| w == "--checkpoint") {
-                    let blocks = dir.join("b1.trace");
-                    if !blocks.exists() {
-                        crate::fit_checkpoint::blocks(&dir, 1, false);
-                    }
-                    args.push(blocks.into_os_string());
-                } else if words.iter().any(|w| w == "--autocast") {
-                    // The what-if of autocast needs the graph: the residual layers' fp32 run.
-                    let own = dir.join("autocast");
-                    let layers = own.join("b1.trace");
-                    if !layers.exists() {
-                        std::fs::create_dir_all(&own).unwrap();
-                        crate::fit_autocast::layers(&own, 1, false);
-                    }
-                    args.push(layers.into_os_string());
-                } else if words.iter().any(|w| w == "--world-size") {
-                    // Another world size needs a job's rank: the stand-in job's, FSDP1 at 2.
-                    let own = dir.join("world");
-                    std::fs::create_dir_all(&own).unwrap();
-                    args.push(crate::fit_world::rank0(&own, "fsdp1", 2, true).into_os_string());
-                } else if words[0] == "fit" || words.iter().any(|w| w == "--torch") {
-                    args.push(repo().join("tests/data/torch/gpt2.trace").into_os_string());
-                } else {
-                    args.push(trace.as_os_str().to_owned());
-                }
+                args.push(example_trace(&words, &dir, &trace).into_os_string());
                 has_trace = true;
             } else if args.last().is_some_and(|a| a == "--checkpoint") && w != "auto" {
                 // The class the docs name is the blocks program's.
@@ -282,6 +257,38 @@ fn the_commands_and_scripts_the_docs_show_run() {
         assert!(path.is_file(), "{s} named in the docs is not there");
         let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
         assert!(out.status.success(), "{s}: {}", stderr(&out));
+    }
+}
+
+/// The trace a shown command's `*.trace` word stands for: what each command needs to run
+/// (`trace`, the bundled example's, where any will do; `dir` keeps the ones made here).
+fn example_trace(words: &[String], dir: &Path, trace: &Path) -> std::path::PathBuf {
+    if words.iter().any(|w| w == "--checkpoint") {
+        // A what-if of checkpointing, blocks in its frames: the blocks program's run.
+        let blocks = dir.join("b1.trace");
+        if !blocks.exists() {
+            crate::fit_checkpoint::blocks(dir, 1, false);
+        }
+        blocks
+    } else if words.iter().any(|w| w == "--autocast") {
+        // The what-if of autocast needs the graph: the residual layers' fp32 run.
+        let own = dir.join("autocast");
+        let layers = own.join("b1.trace");
+        if !layers.exists() {
+            std::fs::create_dir_all(&own).unwrap();
+            crate::fit_autocast::layers(&own, 1, false);
+        }
+        layers
+    } else if words.iter().any(|w| w == "--world-size") {
+        // Another world size needs a job's rank: the stand-in job's, FSDP1 at 2.
+        let own = dir.join("world");
+        std::fs::create_dir_all(&own).unwrap();
+        crate::fit_world::rank0(&own, "fsdp1", 2, true)
+    } else if words[0] == "fit" || words.iter().any(|w| w == "--torch") {
+        // What replays PyTorch's allocator needs its tensors: a recorded GPT-2 run.
+        repo().join("tests/data/torch/gpt2.trace")
+    } else {
+        trace.to_path_buf()
     }
 }
 

@@ -434,17 +434,8 @@ fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
         let s = report_json(&["summary"], &refs);
         for (rank, t) in s["traces"].as_array().unwrap().iter().enumerate() {
             let f = &t["framework"][0];
-            let kinds: std::collections::BTreeMap<String, u64> = f["kinds_at_exit"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|k| {
-                    (
-                        k["kind"].as_str().unwrap().to_string(),
-                        k["bytes"].as_u64().unwrap(),
-                    )
-                })
-                .collect();
+            let kinds: std::collections::BTreeMap<String, u64> =
+                pairs(&f["kinds_at_exit"]).into_iter().collect();
             let got = [
                 kinds.get("parameter").copied().unwrap_or(0),
                 kinds.get("gradient").copied().unwrap_or(0),
@@ -458,17 +449,8 @@ fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
             // FSDP's gathered flat parameter (made by its own code before each forward, let
             // go after it) is a communication buffer at the peak, never an activation or a
             // temporary, and gone at exit.
-            let at_peak: std::collections::BTreeMap<String, u64> = f["kinds_at_peak"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|k| {
-                    (
-                        k["kind"].as_str().unwrap().to_string(),
-                        k["bytes"].as_u64().unwrap(),
-                    )
-                })
-                .collect();
+            let at_peak: std::collections::BTreeMap<String, u64> =
+                pairs(&f["kinds_at_peak"]).into_iter().collect();
             let gathered = if mode == "fsdp1" { Some(8 * MIB) } else { None };
             assert_eq!(
                 at_peak.get("communication").copied(),

@@ -52,9 +52,26 @@ impl Leaking {
         })
     }
 
+    /// With what it does to the answers: the iterations until full ([`Leaking::at_run`]) and
+    /// the steady step, the run's setting replayed by `steady_of` with the growth's requests
+    /// ([`grown_requests`]) made as nothing.
+    pub(super) fn answered(
+        self,
+        input: &Input,
+        (settings, at, limit): (&[SettingFit], u64, u64),
+        steady_of: impl Fn(&[bool]) -> SettingFit,
+    ) -> Leaking {
+        let grown = grown_requests(input, &self.lines);
+        let steady = grown.iter().any(|&d| d).then(|| steady_of(&grown));
+        Leaking {
+            steady,
+            ..self.at_run(settings, at, limit)
+        }
+    }
+
     /// With the iterations until the growth alone fills the room the run's own batch leaves
     /// under `limit` under the run's setting (none where that batch does not fit).
-    pub(super) fn at_run(mut self, settings: &[SettingFit], at: u64, limit: u64) -> Leaking {
+    fn at_run(mut self, settings: &[SettingFit], at: u64, limit: u64) -> Leaking {
         let row = settings
             .iter()
             .find(|s| s.recorded)
@@ -70,7 +87,7 @@ impl Leaking {
 /// each growing line, the tensors never freed, but for the last iteration's (the latest ones,
 /// up to the line's growth per iteration, at least one), which a steady step keeps as long
 /// as the step does.
-pub(super) fn grown_requests(input: &Input, lines: &[(String, u64)]) -> Vec<bool> {
+fn grown_requests(input: &Input, lines: &[(String, u64)]) -> Vec<bool> {
     let reader = input.reader();
     let mut of_stack: crate::fasthash::FastMap<u64, Option<u64>> = Default::default();
     let mut line_of = |stack: u64| {

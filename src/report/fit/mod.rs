@@ -440,13 +440,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         Some(dtype) => Some(input.autocast(dtype).map_err(FitError::Autocast)?),
         None => None,
     };
-    let world = match ask.world_size {
-        Some(m) => {
-            let n = world::run_world(&input.reader().info().env, ask.run_world_size)?;
-            Some(world::of(input, &req, n, m)?)
-        }
-        None => None,
-    };
+    let world = world::asked(input, &req, ask)?;
     let done = std::sync::atomic::AtomicU64::new(0);
     let what_if = steps::WhatIfs {
         checkpointing: checkpointing.as_ref(),
@@ -456,17 +450,10 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         working: opts.working,
         done: &done,
     };
-    let one = |conf, recorded| {
-        setting_fit(
-            input,
-            &req,
-            &optional,
-            ask,
-            (conf, recorded),
-            &bounds,
-            &what_if,
-        )
+    let with = |conf, recorded, w: &steps::WhatIfs<'_>| {
+        setting_fit(input, &req, &optional, ask, (conf, recorded), &bounds, w)
     };
+    let one = |conf, recorded| with(conf, recorded, &what_if);
     // The two settings' replays are each their own: on two threads where there are two cores.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let settings = if cores >= 2 {
@@ -495,26 +482,13 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     let t = tally(input, &req);
     // A leaking run: its setting replayed again without the growth, the steady step.
     let leaking = run.growth.clone().map(|g| {
-        let grown = leaking::grown_requests(input, &g.lines);
-        let steady = grown.iter().any(|&d| d).then(|| {
+        g.answered(input, (&settings, ask.at, limit_bytes), |grown| {
             let without = steps::WhatIfs {
-                without: Some(&grown),
+                without: Some(grown),
                 ..what_if
             };
-            setting_fit(
-                input,
-                &req,
-                &optional,
-                ask,
-                (&recorded, true),
-                &bounds,
-                &without,
-            )
-        });
-        Leaking {
-            steady,
-            ..g.at_run(&settings, ask.at, limit_bytes)
-        }
+            with(&recorded, true, &without)
+        })
     });
     Ok(Fit {
         at: ask.at,

@@ -56,7 +56,7 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requ
         names.get(id as usize).copied().unwrap_or_default()
     };
     let weights = WeightSized::new(input, (&kinds, &sequences), &phases, node);
-    let unsharded = Unsharded::of(input, &kinds);
+    let unsharded = super::world::Unsharded::of(input, &kinds);
     let ends = gradient_ends(input, &kinds, &sequences, &sizes);
     let scale = input
         .requests()
@@ -89,72 +89,6 @@ pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requ
     req
 }
 
-/// Under FSDP, the sizes of the whole (unsharded) parameters, of which the run's parameters
-/// are shards: a backward's temporary of such a size from a node that makes weights' gradients
-/// is a weight's whole gradient before FSDP reduce-scatters it, and does not follow the batch.
-/// Known exactly where FSDP gathers a whole parameter by its own code (FSDP1's flat parameter),
-/// and from a shard and the run's `WORLD_SIZE` otherwise (FSDP2 pads a parameter's first
-/// dimension to a multiple of the world, so its whole lies within a row below the shard times
-/// the world: within a thousandth, for the large ones that matter).
-struct Unsharded {
-    exact: std::collections::BTreeSet<u64>,
-    /// Shards times the world, sorted.
-    padded: Vec<u64>,
-}
-
-impl Unsharded {
-    fn of(input: &Input, kinds: &[Kind]) -> Unsharded {
-        let mut u = Unsharded {
-            exact: Default::default(),
-            padded: Vec::new(),
-        };
-        let reader = input.reader();
-        let fsdp = crate::report::kinds::parallel_frameworks(reader)
-            .iter()
-            .any(|f| f.starts_with("FSDP"));
-        if !fsdp {
-            return u;
-        }
-        let world = reader
-            .info()
-            .env
-            .iter()
-            .find_map(|kv| kv.strip_prefix("WORLD_SIZE="))
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .filter(|&n| n >= 1);
-        for ((size, _), k) in input.requests().zip(kinds) {
-            match k {
-                Kind::Parameter => {
-                    if let Some(n) = world {
-                        u.padded.push(size.saturating_mul(n));
-                    }
-                }
-                // Gathered whole by FSDP's own code (FSDP1: the flat parameter).
-                Kind::Communication => {
-                    u.exact.insert(size);
-                }
-                _ => {}
-            }
-        }
-        u.padded.sort_unstable();
-        u.padded.dedup();
-        u
-    }
-
-    /// Whether a backward temporary of `size` from `node` is a whole weight's gradient.
-    fn gradient(&self, size: u64, node: &str) -> bool {
-        if size == 0 || !(node.is_empty() || makes_weight_gradients(node)) {
-            return false;
-        }
-        if self.exact.contains(&size) {
-            return true;
-        }
-        // The smallest shard-times-world at or above `size`, within a thousandth of it.
-        let i = self.padded.partition_point(|&p| p < size);
-        self.padded.get(i).is_some_and(|&p| p - size <= p / 1000)
-    }
-}
-
 /// The autograd node of a cast (`.to(dtype)`), by the start of its name.
 const CAST: &str = "ToCopyBackward";
 
@@ -182,7 +116,7 @@ const WEIGHT_GRADIENT_NODES: [&str; 16] = [
 ];
 
 /// Whether `node` (a backward request's node, `MmBackward0`) makes weights' gradients.
-fn makes_weight_gradients(node: &str) -> bool {
+pub(super) fn makes_weight_gradients(node: &str) -> bool {
     node == "AccumulateGrad"
         || WEIGHT_GRADIENT_NODES.iter().any(|n| {
             node.strip_prefix(n)

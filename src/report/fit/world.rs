@@ -12,8 +12,11 @@
 //! the optimizer's temporaries (they are made like the shards they update). A shard's size is the run's times `N/M`, rounded up:
 //! FSDP pads a parameter (FSDP2: its first dimension; FSDP1: the flat parameter) to a multiple
 //! of the world, so the figure is within a row of the padded one.
+//!
+//! What FSDP's shards say of the batch axis is here too ([`Unsharded`]): the whole
+//! parameters' sizes, whose gradients before reduce-scatter do not follow the batch.
 
-use super::{FitError, Requests};
+use super::{Ask, FitError, Requests};
 use crate::report::kinds::{Kind, Phase, phase_of_stack};
 use crate::report::torch_replay::Input;
 use crate::trace::format;
@@ -57,16 +60,36 @@ impl World {
     }
 }
 
+/// Which requests are shards, where another world size is asked (`None`: none is).
+pub(super) fn asked(input: &Input, req: &Requests, ask: &Ask) -> Result<Option<World>, FitError> {
+    let Some(m) = ask.world_size else {
+        return Ok(None);
+    };
+    let n = run_world(&input.reader().info().env, ask.run_world_size)?;
+    of(input, req, n, m).map(Some)
+}
+
+/// The run's `WORLD_SIZE` as the trace's header kept it, as written.
+fn world_size_kept(env: &[String]) -> Option<&str> {
+    env.iter()
+        .find_map(|kv| kv.strip_prefix("WORLD_SIZE="))
+        .map(str::trim)
+}
+
+/// The run's world size as the trace's header kept it, where it is one.
+fn kept_world(env: &[String]) -> Option<u64> {
+    world_size_kept(env)
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&n| n >= 1)
+}
+
 /// The run's world size: given, else its `WORLD_SIZE` as the trace's header kept it; never
 /// guessed.
-pub(super) fn run_world(env: &[String], given: Option<u64>) -> Result<u64, FitError> {
+fn run_world(env: &[String], given: Option<u64>) -> Result<u64, FitError> {
     if let Some(n) = given {
         return Ok(n);
     }
-    let kept = env
-        .iter()
-        .find_map(|kv| kv.strip_prefix("WORLD_SIZE="))
-        .map(str::trim);
+    let kept = world_size_kept(env);
     match kept.map(str::parse::<u64>) {
         Some(Ok(n)) if n >= 1 => Ok(n),
         Some(_) => Err(FitError::World(format!(
@@ -87,7 +110,7 @@ pub(super) fn run_world(env: &[String], given: Option<u64>) -> Result<u64, FitEr
 }
 
 /// The shards among the run's requests, for a world of `asked` from one of `run`.
-pub(super) fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitError> {
+fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitError> {
     if asked == 0 || run == 0 {
         return Err(FitError::World("a world size is at least 1".into()));
     }
@@ -175,4 +198,64 @@ fn runs_code(reader: &TraceReader, stack: u64, part: &str) -> bool {
             .and_then(|s| s.split_once('\0'))
             .is_some_and(|(file, _)| file.replace('\\', "/").contains(part))
     })
+}
+
+/// Under FSDP, the sizes of the whole (unsharded) parameters, of which the run's parameters
+/// are shards: a backward's temporary of such a size from a node that makes weights' gradients
+/// is a weight's whole gradient before FSDP reduce-scatters it, and does not follow the batch.
+/// Known exactly where FSDP gathers a whole parameter by its own code (FSDP1's flat parameter),
+/// and from a shard and the run's `WORLD_SIZE` otherwise (FSDP2 pads a parameter's first
+/// dimension to a multiple of the world, so its whole lies within a row below the shard times
+/// the world: within a thousandth, for the large ones that matter).
+pub(super) struct Unsharded {
+    exact: std::collections::BTreeSet<u64>,
+    /// Shards times the world, sorted.
+    padded: Vec<u64>,
+}
+
+impl Unsharded {
+    pub(super) fn of(input: &Input, kinds: &[Kind]) -> Unsharded {
+        let mut u = Unsharded {
+            exact: Default::default(),
+            padded: Vec::new(),
+        };
+        let reader = input.reader();
+        let fsdp = crate::report::kinds::parallel_frameworks(reader)
+            .iter()
+            .any(|f| f.starts_with("FSDP"));
+        if !fsdp {
+            return u;
+        }
+        let world = kept_world(&reader.info().env);
+        for ((size, _), k) in input.requests().zip(kinds) {
+            match k {
+                Kind::Parameter => {
+                    if let Some(n) = world {
+                        u.padded.push(size.saturating_mul(n));
+                    }
+                }
+                // Gathered whole by FSDP's own code (FSDP1: the flat parameter).
+                Kind::Communication => {
+                    u.exact.insert(size);
+                }
+                _ => {}
+            }
+        }
+        u.padded.sort_unstable();
+        u.padded.dedup();
+        u
+    }
+
+    /// Whether a backward temporary of `size` from `node` is a whole weight's gradient.
+    pub(super) fn gradient(&self, size: u64, node: &str) -> bool {
+        if size == 0 || !(node.is_empty() || super::requests::makes_weight_gradients(node)) {
+            return false;
+        }
+        if self.exact.contains(&size) {
+            return true;
+        }
+        // The smallest shard-times-world at or above `size`, within a thousandth of it.
+        let i = self.padded.partition_point(|&p| p < size);
+        self.padded.get(i).is_some_and(|&p| p - size <= p / 1000)
+    }
 }

@@ -30,7 +30,7 @@ pub fn lasting_kind_of_stack(
 ) -> Option<Kind> {
     let phase = phase_of_stack(reader, stack);
     (phase != Phase::Unknown)
-        .then(|| tracker::own(innermost_in_framework(reader, stack), phase.lasting()))
+        .then(|| phase::own(innermost_in_framework(reader, stack), phase.lasting()))
 }
 
 /// What a tensor is for.

@@ -236,6 +236,23 @@ pub fn innermost_in_framework(reader: &TraceReader, stack: u64) -> bool {
         })
 }
 
+/// A stack's phase, whether it is a module's call, and whether a data-parallel framework's
+/// own code made the tensor (its innermost Python frame).
+pub(super) fn of_stack(reader: &TraceReader, stack: u64) -> (Phase, bool, bool) {
+    let (phase, module_call) = phase_and_module_call(reader, stack);
+    (phase, module_call, innermost_in_framework(reader, stack))
+}
+
+/// A tensor's kind, where a data-parallel framework's own code made it: its buffer (gathered
+/// parameters, reduce-scatter's input) rather than an activation, a temporary or input, which
+/// its phase alone would say. Its gradients, parameters and optimizer state stay theirs.
+pub(super) fn own(framework: bool, kind: Kind) -> Kind {
+    match kind {
+        Kind::Activation | Kind::Temporary | Kind::Input if framework => Kind::Communication,
+        k => k,
+    }
+}
+
 /// The phase a stack says: its innermost Python frame that says one, else the program's own
 /// (any Python frame), else unknown.
 pub fn phase_of_stack(reader: &TraceReader, stack: u64) -> Phase {

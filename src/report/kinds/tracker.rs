@@ -3,9 +3,7 @@
 //! is known to be a temporary or to have outlived its run.
 
 use super::Kind;
-use super::phase::{
-    Phase, maybe_workspace, phase_and_module_call, workspace_fits, workspace_sizes,
-};
+use super::phase::{Phase, maybe_workspace, of_stack, own, workspace_fits, workspace_sizes};
 use crate::fasthash::FastMap;
 use crate::trace::format::{self, Record, RecordKind};
 use crate::trace::reader::TraceReader;
@@ -94,27 +92,6 @@ impl std::fmt::Display for StepsBegun {
 
 /// The most tensors kept waiting for the first backward to say whether they were the forward's.
 const TENTATIVE_MAX: usize = 1 << 16;
-
-/// A stack's phase, whether it is a module's call, and whether a data-parallel framework's
-/// own code made the tensor (its innermost Python frame).
-fn of_stack(reader: &TraceReader, stack: u64) -> (Phase, bool, bool) {
-    let (phase, module_call) = phase_and_module_call(reader, stack);
-    (
-        phase,
-        module_call,
-        super::phase::innermost_in_framework(reader, stack),
-    )
-}
-
-/// A tensor's kind, where a data-parallel framework's own code made it: its buffer (gathered
-/// parameters, reduce-scatter's input) rather than an activation, a temporary or input, which
-/// its phase alone would say. Its gradients, parameters and optimizer state stay theirs.
-pub(super) fn own(framework: bool, kind: Kind) -> Kind {
-    match kind {
-        Kind::Activation | Kind::Temporary | Kind::Input if framework => Kind::Communication,
-        k => k,
-    }
-}
 
 /// The run of a tensor a ring's checkpoint restored: none the records show, long ended.
 const RESTORED: u64 = u64::MAX;
