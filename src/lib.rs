@@ -5,10 +5,11 @@
 //! - the core ([`gpushim_core`], `src/core/`, which the shim compiles too): [`fasthash`],
 //!   [`fixedfmt`], [`config`], [`trace`] (the file format, the writer, the reader) and
 //!   [`engine`] (the caching allocator), re-exported here under their own names;
-//! - [`report`]: summary, peak, leaks, OOM, what-if replays;
+//! - [`files`]: what the command writes and trusts in folders others may share; [`memory`]:
+//!   the command's allocator, which says what it could not have rather than abort;
+//! - [`report`]: summary, peak, leaks, OOM, what-if replays (the analysis on top, the only
+//!   code that opens a trace; the reports below it);
 //! - [`export`]: other viewers' formats and pictures;
-//! - [`files`]: what the command writes and trusts in folders others may share;
-//! - [`memory`]: the command's allocator, which says what it could not have rather than abort;
 //! - [`run`]: how `gpushim run` starts a program under the shim.
 
 pub use gpushim_core::{config, fasthash, fixedfmt, prefetch, trace};

@@ -35,7 +35,7 @@ fn main() -> std::process::ExitCode {
         if copies > 0 {
             eprintln!("gpushim: the moments copied the replay {copies} time(s), {copied} entries");
         }
-        let sampled = gpushim::report::early::leaks_sampled_reading();
+        let sampled = gpushim::report::analysis::leaks_sampled_reading();
         if sampled > 0 {
             eprintln!("gpushim: {sampled} time(s) the leaks were sampled as the trace was read");
         }

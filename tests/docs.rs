@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::Command;
 
 #[test]
-fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
-    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
-    // The leaks example: the demo's own lines (the time and pid parts aside).
+fn the_docs_show_what_a_c_loop_prints_and_the_layout_maps_every_folder() {
+    // The leaks example of a program of one's own (docs/internals.md, "Tests"): the C loop's
+    // own lines (the time and pid parts aside).
     let v = report_json(&["leaks"], &[&train_loop_trace("readme")]);
     let g = &v["iterations"]["growing"][0];
     let line = format!(
@@ -17,7 +17,11 @@ fn the_readme_shows_what_the_demo_prints_and_maps_every_folder() {
         gpushim::report::units::human_bytes(g["live_at_first_boundary"].as_u64().unwrap()),
         gpushim::report::units::human_bytes(g["live_at_last_boundary"].as_u64().unwrap())
     );
-    assert!(readme.contains(&line), "the README should show `{line}`");
+    let internals = std::fs::read_to_string(repo().join("docs/internals.md")).unwrap();
+    assert!(
+        internals.contains(&line),
+        "docs/internals.md should show `{line}`"
+    );
     // The layout names every top-level folder and file the repository holds, and every script.
     let files = Command::new("git")
         .args(["ls-files", "--cached", "--others", "--exclude-standard"])
@@ -327,20 +331,6 @@ fn the_configuration_page_says_what_gpushim_config_says() {
     }
 }
 
-/// Every Rust file under `dir`.
-fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(rust_files(&p));
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// Every environment variable the shim reads is named in its tables (`shim/src/options.rs`):
 /// its own switches, and the variables other programs set. No other file names a `GPUSHIM_`
 /// variable, or any variable (a name in capitals, written as a C string).
@@ -453,105 +443,6 @@ fn the_settings_reach_the_pool_the_trace_and_the_pytorch_hook_each_through_one_p
     );
 }
 
-/// The layers docs/design.md draws are the code's: a module uses only modules of its own layer
-/// or below (references in comments aside), and the page names the layers in this order.
-#[test]
-fn each_module_uses_only_the_layers_below_it_as_the_design_draws_them() {
-    let design = std::fs::read_to_string(repo().join("docs/design.md")).unwrap();
-    let crates: [(&str, &str, &[&[&str]]); 3] = [
-        (
-            "src/core",
-            "- core (",
-            &[
-                &["fasthash", "fixedfmt"],
-                &["trace"],
-                &["config"],
-                &["engine"],
-            ],
-        ),
-        (
-            "src",
-            "- command (",
-            &[&["report"], &["export"], &["run"], &["cli"]],
-        ),
-        (
-            "shim/src",
-            "- shim:",
-            &[
-                &["cuda"],
-                &["os", "options"],
-                &["state", "guard"],
-                &["lifecycle"],
-                &["costs"],
-                &["trace"],
-                &["pool"],
-                &["hooks"],
-                &["route"],
-            ],
-        ),
-    ];
-    for (root, heading, layers) in crates {
-        let level = |m: &str| layers.iter().position(|l| l.contains(&m));
-        // The page draws them in this order.
-        let drawing = design.split(heading).nth(1).unwrap_or("");
-        let drawing = drawing.split("\n- ").next().unwrap_or("");
-        let mut last = 0;
-        for l in layers.iter() {
-            let at = drawing
-                .find(&format!("`{}", l[0]))
-                .unwrap_or_else(|| panic!("docs/design.md's {heading} line lacks `{}`", l[0]));
-            assert!(at >= last, "docs/design.md draws `{}` out of order", l[0]);
-            last = at;
-        }
-        for layer in layers.iter() {
-            for m in layer.iter() {
-                let dir = repo().join(root).join(m);
-                let files: Vec<std::path::PathBuf> = if dir.is_dir() {
-                    let mut v = Vec::new();
-                    let mut stack = vec![dir];
-                    while let Some(d) = stack.pop() {
-                        for e in std::fs::read_dir(d).unwrap() {
-                            let p = e.unwrap().path();
-                            if p.is_dir() {
-                                stack.push(p);
-                            } else if p.extension().is_some_and(|x| x == "rs") {
-                                v.push(p);
-                            }
-                        }
-                    }
-                    v
-                } else {
-                    vec![repo().join(root).join(format!("{m}.rs"))]
-                };
-                for f in files {
-                    // The table of CUDA functions names each hook body as tokens that only the
-                    // route layer, above, expands into code.
-                    if f.ends_with("cuda/functions.rs") {
-                        continue;
-                    }
-                    let text = std::fs::read_to_string(&f).unwrap();
-                    for line in text.lines() {
-                        let code = line.split("//").next().unwrap_or("");
-                        for (i, _) in code.match_indices("crate::") {
-                            let used: String = code[i + 7..]
-                                .chars()
-                                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
-                                .collect();
-                            if let (Some(u), Some(own)) = (level(&used), level(m)) {
-                                assert!(
-                                    u <= own,
-                                    "{} ({m}) uses {used}, a layer above it: {line}",
-                                    f.display()
-                                );
-                            }
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// The Quick start says what it needs (a GPU and PyTorch) before its first command, and points
 /// to the way without them.
 #[test]
@@ -633,5 +524,86 @@ fn every_output_block_in_the_readme_is_what_the_command_prints() {
                 ),
             }
         }
+    }
+}
+
+/// Every file of the repository a document names exists: a path from one of its folders
+/// (`src/...`, `docs/...`) as written, a Rust file named by its last parts (`analysis/saved.rs`)
+/// as the end of one. A path with a placeholder in capitals (`scripts/bench/NAME.sh`) is a
+/// pattern, not a file.
+#[test]
+fn every_file_a_document_names_exists() {
+    let root = repo();
+    let mut ours: Vec<String> = Vec::new();
+    let mut stack = vec![root.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if p.is_dir() && !matches!(name, "target" | ".git" | "node_modules") {
+                stack.push(p);
+            } else if p.is_file() {
+                ours.push(
+                    p.strip_prefix(&root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+    }
+    let folders = [
+        "src/", "shim/", "tests/", "scripts/", "docs/", "python/", ".ci/",
+    ];
+    let mut docs = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("docs")).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "md") {
+            docs.push(p);
+        }
+    }
+    let mut missing = Vec::new();
+    for doc in &docs {
+        let text = std::fs::read_to_string(doc).unwrap();
+        let words = text
+            .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-')));
+        for word in words {
+            let word = word.trim_end_matches(['.', '/']);
+            let ours_folder = folders.iter().any(|f| word.starts_with(f));
+            let rust = word.ends_with(".rs");
+            if !(ours_folder || rust) || word.contains("//") {
+                continue;
+            }
+            let placeholder = word
+                .split(['/', '.'])
+                .any(|part| part.len() > 1 && part.chars().all(|c| c.is_ascii_uppercase()));
+            let found = root.join(word).exists()
+                || (rust && ours.iter().any(|f| f.ends_with(&format!("/{word}"))));
+            if !found && !placeholder {
+                missing.push(format!("{}: {word}", doc.display()));
+            }
+        }
+    }
+    missing.sort();
+    missing.dedup();
+    assert!(
+        missing.is_empty(),
+        "documents name files that are not there:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// The README is a short user's guide (what, install, use, limits): under 250 lines, its
+/// figures and their history in `docs/`.
+#[test]
+fn the_readme_is_a_short_guide() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let lines = readme.lines().count();
+    assert!(
+        lines < 250,
+        "README.md has {lines} lines: move details into docs/"
+    );
+    for part in ["## Install", "## Quick start", "## Limits"] {
+        assert!(readme.contains(part), "the README lacks {part}");
     }
 }

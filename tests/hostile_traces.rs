@@ -194,17 +194,12 @@ fn replay_everything(
 ) {
     let mut ask = gpushim::report::fit::Ask::largest(2, 64);
     ask.batches = vec![1, 4, 16];
-    let fit = gpushim::report::fit::fit(path, &ask, o);
+    let fit = gpushim::report::analysis::fit(path, &ask, o);
     let expandable = "expandable_segments:True";
     let confs = [gpushim::report::torch_replay::model::TorchConf::parse(expandable).unwrap()];
-    let simulated = gpushim::report::torch_replay::simulate(
-        path,
-        &confs,
-        true,
-        &Default::default(),
-        o,
-        &|_| {},
-    );
+    let simulated = gpushim::report::analysis::read_requests(path, o).and_then(|input| {
+        gpushim::report::torch_replay::simulate(&input, &confs, true, &Default::default(), &|_| {})
+    });
     (fit, simulated.map(|_| ()).map_err(|e| e.to_string()))
 }
 
@@ -214,7 +209,7 @@ fn read_everything(path: &Path) {
         symbols: false,
         ..Default::default()
     };
-    let _ = gpushim::report::summary::summarize(path, o);
+    let _ = gpushim::report::summarize(path, o);
     let _ = gpushim::report::leaks(path, None, o);
     let _ = gpushim::report::leaks(path, Some("step"), o);
     if let Ok(peaks) = gpushim::report::peak(path, o) {
@@ -234,7 +229,7 @@ fn read_everything(path: &Path) {
         ..gpushim::report::analysis::Wants::peak()
     };
     let _ = gpushim::report::analysis::analyze(path, o, &at_end);
-    let _ = gpushim::report::simulate::simulate(path, &["pool:caching".to_string()], o);
+    let _ = gpushim::report::analysis::simulate_pool(path, &["pool:caching".to_string()], o);
     let _ = replay_everything(path, o);
 }
 

@@ -24,6 +24,7 @@ mod hostile_writes;
 mod interposition;
 mod job_on_hosts;
 mod kinds;
+mod layers;
 mod long_runs;
 mod newcomer;
 mod nvtx;

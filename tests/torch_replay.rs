@@ -8,6 +8,7 @@
 use crate::common::json::without_keys;
 use crate::common::rings::{checkpoints, header_word, recorded, through_ring, through_ring_from};
 use crate::common::{gpushim_text, stdout};
+use gpushim::report::analysis::read_requests;
 use gpushim::report::torch_replay::model::TorchConf;
 use gpushim::report::torch_replay::{self, Bounds};
 use gpushim::trace::reader::ReadOptions;
@@ -35,7 +36,7 @@ const TRACES: [&str; 8] = [
 #[test]
 fn the_recorded_setting_replays_to_the_runs_own_segments_and_addresses() {
     for name in TRACES {
-        let input = torch_replay::read(&data(name), &ReadOptions::default()).unwrap();
+        let input = read_requests(&data(name), &ReadOptions::default()).unwrap();
         assert!(input.tensors > 2000, "{name}: {} tensors", input.tensors);
         let expandable = name.contains("expandable");
         assert_eq!(
@@ -72,7 +73,7 @@ fn another_setting_does_not_pass_for_the_runs_own() {
         ("resnet50-expandable.trace", ""),
         ("transformer.trace", "roundup_power2_divisions:4"),
     ] {
-        let input = torch_replay::read(&data(name), &ReadOptions::default()).unwrap();
+        let input = read_requests(&data(name), &ReadOptions::default()).unwrap();
         let conf = TorchConf::parse(wrong).unwrap();
         let (_, fidelity) = torch_replay::replay(&input, &conf, &Bounds::default(), true);
         assert!(
@@ -87,9 +88,9 @@ fn another_setting_does_not_pass_for_the_runs_own() {
 /// expandable segments reserved what the replay of its default run under that setting says.
 #[test]
 fn a_what_if_agrees_with_the_run_that_used_that_setting() {
-    let default_run = torch_replay::read(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
+    let default_run = read_requests(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
     let expandable_run =
-        torch_replay::read(&data("resnet50-expandable.trace"), &ReadOptions::default()).unwrap();
+        read_requests(&data("resnet50-expandable.trace"), &ReadOptions::default()).unwrap();
     let conf = TorchConf::parse("expandable_segments:True").unwrap();
     let (what_if, _) = torch_replay::replay(&default_run, &conf, &Bounds::default(), false);
     let (_, real) = torch_replay::replay(&expandable_run, &conf, &Bounds::default(), true);
@@ -101,7 +102,7 @@ fn a_what_if_agrees_with_the_run_that_used_that_setting() {
 
 #[test]
 fn a_limit_below_the_peak_names_the_first_request_that_fails() {
-    let input = torch_replay::read(&data("gpt2.trace"), &ReadOptions::default()).unwrap();
+    let input = read_requests(&data("gpt2.trace"), &ReadOptions::default()).unwrap();
     let conf = TorchConf::default();
     let (full, _) = torch_replay::replay(&input, &conf, &Bounds::default(), false);
     let bounds = Bounds {
@@ -119,7 +120,7 @@ fn a_limit_below_the_peak_names_the_first_request_that_fails() {
 
 #[test]
 fn recommend_picks_the_lowest_peak_and_the_command_prints_the_line_to_set() {
-    let input = torch_replay::read(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
+    let input = read_requests(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
     let recorded = torch_replay::recorded_conf(&input).unwrap();
     let all = torch_replay::recommend(&input, &recorded, &Bounds::default());
     assert_eq!(all.len(), torch_replay::candidates(&recorded, false).len());
@@ -198,7 +199,7 @@ fn the_command_refuses_a_setting_pytorch_would_refuse_and_a_trace_without_tensor
 #[test]
 fn oom_says_which_settings_would_have_served_the_failed_tensor() {
     let path = data("oom.trace");
-    let advice = torch_replay::oom_advice(&path, &ReadOptions::default())
+    let advice = gpushim::report::analysis::oom_advice(&path, &ReadOptions::default())
         .unwrap()
         .expect("the trace ends in a failed tensor");
     assert_eq!(advice.requested_bytes, 600 << 20);
@@ -227,7 +228,7 @@ fn oom_says_which_settings_would_have_served_the_failed_tensor() {
     );
     // A run that did not fail gets no advice.
     assert!(
-        torch_replay::oom_advice(&data("gpt2.trace"), &ReadOptions::default())
+        gpushim::report::analysis::oom_advice(&data("gpt2.trace"), &ReadOptions::default())
             .unwrap()
             .is_none()
     );
@@ -308,7 +309,7 @@ fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
             })
             .expect("the run takes segments");
         through_ring_from(name, |_, _| 4, Some(last), &path);
-        let input = torch_replay::read(&path, &ReadOptions::default()).unwrap();
+        let input = read_requests(&path, &ReadOptions::default()).unwrap();
         assert!(input.from_checkpoint, "{name}: the ring must have wrapped");
         let (segments, reserved) = input.seed.reserved();
         assert!(
@@ -342,7 +343,7 @@ fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
 #[test]
 fn oom_on_a_ring_replays_from_its_checkpoint_or_says_what_would() {
     let dir = crate::common::tempdir("torch-ring-oom");
-    let whole = torch_replay::oom_advice(&data("oom.trace"), &ReadOptions::default())
+    let whole = gpushim::report::analysis::oom_advice(&data("oom.trace"), &ReadOptions::default())
         .unwrap()
         .unwrap();
     let late = dir.join("late.trace");
@@ -355,7 +356,7 @@ fn oom_on_a_ring_replays_from_its_checkpoint_or_says_what_would() {
         }
     };
     through_ring("oom.trace", split, &late);
-    let a = torch_replay::oom_advice(&late, &ReadOptions::default())
+    let a = gpushim::report::analysis::oom_advice(&late, &ReadOptions::default())
         .unwrap()
         .expect("the failure is in the ring");
     let start = a.ring_began_late.as_ref().expect("the ring began late");
@@ -385,7 +386,7 @@ fn oom_on_a_ring_replays_from_its_checkpoint_or_says_what_would() {
     // The same failure, then long enough for both checkpoints to cover it.
     let old = dir.join("old.trace");
     through_ring("oom.trace", |_, last| if last { 80_000 } else { 0 }, &old);
-    let e = torch_replay::oom_advice(&old, &ReadOptions::default()).unwrap_err();
+    let e = gpushim::report::analysis::oom_advice(&old, &ReadOptions::default()).unwrap_err();
     assert!(
         matches!(e, torch_replay::ReplayError::FailureSummarized { .. }),
         "{e}"
@@ -429,7 +430,7 @@ fn an_out_of_memory_shortly_before_the_exit_reads_from_the_rings_detail() {
     // kinds apart are stacks the ring recording leaves out: the rest must be the whole
     // trace's, the kinds' bytes included.
     let ooms = |p: &std::path::Path| {
-        let o = gpushim::report::oom::oom(p, &ReadOptions::default()).unwrap();
+        let o = gpushim::report::oom(p, &ReadOptions::default()).unwrap();
         let lines = ["time_ns", "request_site", "holders", "kind"];
         without_keys(serde_json::to_value(o).unwrap(), &|k| lines.contains(&k))
     };
@@ -458,9 +459,9 @@ fn another_setting_from_a_ring_starts_from_the_live_tensors_in_a_cache_of_its_ow
         let path = dir.join(name);
         let n = recorded(name).len();
         through_ring_from(name, |_, _| 4, Some(n / 2), &path);
-        let ring = torch_replay::read(&path, &ReadOptions::default()).unwrap();
+        let ring = read_requests(&path, &ReadOptions::default()).unwrap();
         assert!(ring.from_checkpoint, "{name}: the ring must have wrapped");
-        let whole = torch_replay::read(&data(name), &ReadOptions::default()).unwrap();
+        let whole = read_requests(&data(name), &ReadOptions::default()).unwrap();
         let other = TorchConf::parse("expandable_segments:True").unwrap();
         let peak = |input: &torch_replay::Input, afresh: bool| {
             let bounds = Bounds {
@@ -484,7 +485,7 @@ fn another_setting_from_a_ring_starts_from_the_live_tensors_in_a_cache_of_its_ow
 /// nothing fails gives the same peak; where many fail it counted one, so it stopped there.
 #[test]
 fn a_replay_asked_only_whether_it_fits_stops_at_its_first_failure_and_answers_the_same() {
-    let input = torch_replay::read(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
+    let input = read_requests(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
     let conf = TorchConf::parse("").unwrap();
     let limit = torch_replay::replay(&input, &conf, &Bounds::default(), false)
         .0

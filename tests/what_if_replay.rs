@@ -32,9 +32,12 @@ fn replaying_a_pooled_run_under_its_own_policy_reproduces_what_the_pool_did() {
         "pool:expandable",
     ] {
         let pooled = trace_of_train_loop_with(policy);
-        let out =
-            gpushim::report::simulate::simulate(&pooled, &[policy.into()], &Default::default())
-                .unwrap();
+        let out = gpushim::report::analysis::simulate_pool(
+            &pooled,
+            &[policy.into()],
+            &Default::default(),
+        )
+        .unwrap();
         let (actual, replayed) = (&out[0], &out[1]);
         assert_eq!(
             (replayed.peak_reserved_bytes, replayed.device_allocations),
@@ -53,11 +56,11 @@ fn replaying_a_pass_through_run_predicts_the_pool_for_a_gpu_that_keeps_up() {
         "pool:expandable",
     ] {
         let predicted =
-            &gpushim::report::simulate::simulate(&off, &[policy.into()], &Default::default())
+            &gpushim::report::analysis::simulate_pool(&off, &[policy.into()], &Default::default())
                 .unwrap()[1];
         let pooled = trace_of_train_loop_with(policy);
-        let actual =
-            &gpushim::report::simulate::simulate(&pooled, &[], &Default::default()).unwrap()[0];
+        let actual = &gpushim::report::analysis::simulate_pool(&pooled, &[], &Default::default())
+            .unwrap()[0];
         // A block freed with `cudaFree` waits apart from free space until its fence passes:
         // the run's lagging GPU made the pool hold more than a GPU that keeps up would, and
         // never less.
@@ -72,7 +75,7 @@ fn replaying_a_pass_through_run_predicts_the_pool_for_a_gpu_that_keeps_up() {
 #[test]
 fn caching_needs_fewer_device_allocations_and_reserves_at_least_what_is_live() {
     let t = trace_of_train_loop();
-    let out = gpushim::report::simulate::simulate(
+    let out = gpushim::report::analysis::simulate_pool(
         &t,
         &["pool:caching".into(), "pool:caching,max_split:4MiB".into()],
         &Default::default(),
@@ -123,7 +126,8 @@ fn a_bad_policy_is_refused_with_the_key_named() {
 
 #[test]
 fn errors_are_typed_and_a_bad_policy_is_found_before_the_trace_is_read() {
-    use gpushim::report::simulate::{SimulateError, simulate};
+    use gpushim::report::analysis::simulate_pool as simulate;
+    use gpushim::report::simulate::SimulateError;
     let missing = tempdir("simulate-err").file("absent.trace");
     // A bad policy and an unreadable trace: the policy is named, the trace never opened.
     let e = simulate(

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 pub fn cmd_diff(a: &Path, b: &Path, json: bool, opts: &ReadOptions) -> ExitCode {
     if let Some(saved) = [a, b]
         .into_iter()
-        .find(|p| gpushim::report::saved::is_saved(p))
+        .find(|p| gpushim::report::analysis::saved::is_saved(p))
     {
         return super::output::fail(format!(
             "{} is a saved analysis (gpushim analyze -o): diff compares two runs line by line \

@@ -1,7 +1,8 @@
 //! `gpushim fit`: the peak memory at other batch sizes and the largest batch that fits.
 
 use super::output::{fail, print_json};
-use gpushim::report::fit::{Ask, fit};
+use gpushim::report::analysis::fit;
+use gpushim::report::fit::Ask;
 use gpushim::trace::reader::ReadOptions;
 use std::process::ExitCode;
 
@@ -124,7 +125,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
     if let Some(saved) = traces
         .iter()
         .chain(with.as_ref())
-        .find(|p| gpushim::report::saved::is_saved(p))
+        .find(|p| gpushim::report::analysis::saved::is_saved(p))
     {
         return super::output::fail(format!(
             "{} is a saved analysis (gpushim analyze -o): fit replays the run's requests, which \

@@ -42,6 +42,10 @@ pub fn main() -> ExitCode {
         Some(Ok(o)) => o,
         None => ReadOptions::default(),
     };
+    let opts = ReadOptions {
+        mode: reading::mode_from_env(),
+        ..opts
+    };
     for t in cli.command.trace_paths() {
         if let Some(help) = missing_trace(&t) {
             return fail(help);
@@ -51,7 +55,7 @@ pub fn main() -> ExitCode {
         // A filter that keeps nothing would read like "no leak": it is an error that says
         // what the trace holds instead (the analysis says so as it reads).
         for t in cli.command.trace_paths() {
-            if gpushim::report::saved::is_saved(&t) {
+            if gpushim::report::analysis::saved::is_saved(&t) {
                 continue;
             }
             if let Err(e) = gpushim::report::filter_keeps_any(&t, &opts) {

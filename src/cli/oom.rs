@@ -49,7 +49,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
         // A tensor PyTorch's allocator could not serve: would another setting have served it?
         // (A replay of the run's requests: from its trace, not from a saved analysis.)
         let torch_failed = ooms.iter().any(|o| o.api == "torch_allocator");
-        if torch_failed && gpushim::report::saved::is_saved(t) {
+        if torch_failed && gpushim::report::analysis::saved::is_saved(t) {
             println!(
                 "no replay of PyTorch's allocator from a saved analysis: run oom on {name}'s trace"
             );
@@ -59,7 +59,7 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
             let run = a
                 .replay_run
                 .take()
-                .unwrap_or_else(|| gpushim::report::fit::read_run(t, opts));
+                .unwrap_or_else(|| gpushim::report::analysis::read_run(t, opts));
             // What PyTorch's allocator could hold at the failure (its tensors and cache, and
             // what CUDA then said was free): the room a batch had, as the advice replays it.
             let mut room = None;

@@ -85,7 +85,10 @@ pub fn cmd_analyze(
     opts: &ReadOptions,
 ) -> ExitCode {
     use gpushim::report::analysis::{Wants, analyze_job};
-    if let Some(t) = traces.iter().find(|t| gpushim::report::saved::is_saved(t)) {
+    if let Some(t) = traces
+        .iter()
+        .find(|t| gpushim::report::analysis::saved::is_saved(t))
+    {
         return fail(format!(
             "{}: a saved analysis already; analyze reads traces",
             gpushim::files::shown(t)
@@ -95,7 +98,7 @@ pub fn cmd_analyze(
         Ok(a) => a,
         Err(e) => return fail(e),
     };
-    match gpushim::report::saved::save(&all) {
+    match gpushim::report::analysis::saved::save(&all) {
         Ok(json) => super::output::write_file(output, json.as_bytes()),
         Err(e) => fail(e),
     }

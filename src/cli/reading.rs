@@ -1,6 +1,6 @@
 //! The options every report takes: how traces are read (frames, filters, progress).
 
-use gpushim::trace::reader::ReadOptions;
+use gpushim::trace::reader::{ReadMode, ReadOptions};
 
 /// Options every report takes. The filters keep the allocations that match (all of the given
 /// conditions) and the frees of those allocations; everything else is left out of the report.
@@ -79,6 +79,36 @@ impl Reading {
             native_frames: self.native_frames,
             program_frames: self.program_frames,
             longest_ring: false,
+            mode: ReadMode::default(),
         })
+    }
+}
+
+/// How the command reads, from its `GPUSHIM_READ_*` settings: each a way that saves time,
+/// taken unless turned off, so that the tests and benchmarks can compare the ways (every way
+/// gives the same answers). Read here, once, and passed down with the options.
+///
+/// - `GPUSHIM_READ_MAP=0`: the file read into a buffer, no window of it mapped.
+/// - `GPUSHIM_READ_INLINE=1`: decoding in turn, on no thread of its own.
+/// - `GPUSHIM_READ_EARLY=0`: every moment, the leaks' samples and the picture's bands in a
+///   second pass, none taken in the first.
+/// - `GPUSHIM_READ_SPLIT=N`: the first pass's trackers in at most N groups (0: one).
+/// - `GPUSHIM_READ_SHORT=0`: every record by the trackers' long road.
+/// - `GPUSHIM_REPLAY_EVERY=1`: replays of PyTorch's allocator pass over no repeat of the loop.
+/// - `GPUSHIM_REPLAY_MEMORY=SIZE`: the most the requests gathered for a replay may take (a
+///   limit of the user's, not a way of reading; carried with the others).
+pub fn mode_from_env() -> ReadMode {
+    let is = |name: &str, value: &str| std::env::var_os(name).is_some_and(|v| v == value);
+    ReadMode {
+        map: !is("GPUSHIM_READ_MAP", "0"),
+        decode_apart: !is("GPUSHIM_READ_INLINE", "1"),
+        early: !is("GPUSHIM_READ_EARLY", "0"),
+        groups: std::env::var("GPUSHIM_READ_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok()),
+        short_roads: !is("GPUSHIM_READ_SHORT", "0"),
+        replay_every_event: is("GPUSHIM_REPLAY_EVERY", "1"),
+        replay_memory: std::env::var_os("GPUSHIM_REPLAY_MEMORY")
+            .map(|v| v.to_string_lossy().into_owned()),
     }
 }

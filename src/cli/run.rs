@@ -2,7 +2,6 @@
 
 use super::output::fail;
 use gpushim::config;
-use gpushim::report::summary;
 use gpushim::report::units::human_bytes;
 use gpushim::run::TorchRoute;
 use gpushim::trace::reader::ReadOptions;
@@ -66,7 +65,7 @@ fn check_command(cmd: &[OsString]) -> Result<(), String> {
 
 /// What the run left in trace `t`, in three lines, and the report to read next.
 fn say_trace(t: &std::path::Path) {
-    match summary::summarize(t, &ReadOptions::default()) {
+    match gpushim::report::summarize(t, &ReadOptions::default()) {
         Ok(s) => {
             let allocs: u64 = s.apis.iter().filter(|a| a.bytes > 0).map(|a| a.calls).sum();
             let failed: u64 = s.apis.iter().map(|a| a.failed).sum();

@@ -26,7 +26,7 @@ pub fn cmd_simulate(
     if conf.is_empty() {
         conf.push(String::new());
     }
-    let out = match gpushim::report::simulate::simulate(trace, &conf, opts) {
+    let out = match gpushim::report::analysis::simulate_pool(trace, &conf, opts) {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
@@ -92,9 +92,9 @@ pub fn cmd_simulate_torch(
     }
     let mut reports = Vec::new();
     for t in traces {
-        match torch_replay::simulate(t, &asked, recommend, bounds, opts, &|line| {
-            eprintln!("{line}")
-        }) {
+        let input = gpushim::report::analysis::read_requests(t, opts);
+        let say = |line| eprintln!("{line}");
+        match input.and_then(|i| torch_replay::simulate(&i, &asked, recommend, bounds, &say)) {
             Ok(r) => {
                 if !json {
                     print!("{}", torch_replay::render_report(&r, bounds));

@@ -28,10 +28,10 @@ pub fn cmd_summary(
         .iter_mut()
         .map(|(_, a)| {
             let at = at?;
-            if gpushim::report::saved::is_saved(&a.info.path) {
+            if gpushim::report::analysis::saved::is_saved(&a.info.path) {
                 return None;
             }
-            let run = gpushim::report::fit::run_of(a, opts).ok()?;
+            let run = gpushim::report::analysis::run_of(a, opts).ok()?;
             let ask = gpushim::report::fit::Ask::largest(at, 4096);
             gpushim::report::fit::fit_run(&run, &ask, opts).ok()
         })

@@ -1,8 +1,8 @@
 //! `gpushim top`: a live view of a running program's trace, refreshed.
 
 use super::output::{fail, print_holders};
+use gpushim::report::analysis::top::{Glance, Watch};
 use gpushim::report::units::{self, human_bytes};
-use gpushim::report::watch::{Glance, Watch};
 use gpushim::trace::reader::ReadOptions;
 use std::path::Path;
 use std::process::ExitCode;

@@ -10,10 +10,9 @@ use crate::trace::format::Api;
 use crate::trace::format::DEVICE_UNKNOWN;
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
-use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::reader::TraceReader;
 use serde::Serialize;
 use std::fmt::Write as _;
-use std::path::Path;
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Oom {
@@ -166,18 +165,6 @@ fn failed_request(reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) 
         holders: h,
         steps: Vec::new(),
     }
-}
-
-/// Every failed allocation, with what held memory at that moment.
-pub fn oom(path: &Path, opts: &ReadOptions) -> Result<Vec<Oom>, ReadError> {
-    oom_read(path, opts).map(|(o, _)| o)
-}
-
-/// [`oom`], and what the trace is missing when it was cut or damaged (a failure may have been
-/// among what is missing).
-pub fn oom_read(path: &Path, opts: &ReadOptions) -> Result<(Vec<Oom>, Option<String>), ReadError> {
-    let a = super::analysis::analyze(path, opts, &super::analysis::Wants::oom())?;
-    Ok((a.ooms.unwrap_or_default(), a.cut))
 }
 
 /// The failed allocations of a trace, record by record (a part of the analysis's first pass).

@@ -9,11 +9,10 @@ use super::sites::{Holder, holders, merge_holders, range_label, site_label};
 use super::units::{self, human_bytes};
 use crate::trace::format::Api;
 use crate::trace::format::Record;
-use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::reader::{ReadOptions, TraceReader};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Peak {
@@ -39,21 +38,6 @@ pub struct Peak {
 
 /// A device's most live bytes so far: (bytes, record index, time).
 type Best = (u64, u64, u64);
-
-/// The moment of peak live memory on each device, and what was live then.
-pub fn peak(path: &Path, opts: &ReadOptions) -> Result<Vec<Peak>, ReadError> {
-    peak_read(path, opts).map(|(p, _)| p)
-}
-
-/// [`peak`], and what the trace is missing when it was cut or damaged (the peak may have been
-/// among what is missing).
-pub fn peak_read(
-    path: &Path,
-    opts: &ReadOptions,
-) -> Result<(Vec<Peak>, Option<String>), ReadError> {
-    let a = super::analysis::analyze(path, opts, &super::analysis::Wants::peak())?;
-    Ok((a.peaks.unwrap_or_default(), a.cut))
-}
 
 /// When each device peaked, record by record (the analysis's first pass): the first record
 /// reaching its maximum.

@@ -13,11 +13,10 @@ use crate::config;
 use crate::engine::front::Front;
 use crate::engine::{FreeKind, MemoryBackend, Policy, SYNC_KEY};
 use crate::trace::format::{Record, RecordKind};
-use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::reader::{ReadError, TraceReader};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::fmt;
-use std::path::Path;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Outcome {
@@ -73,14 +72,10 @@ impl From<ReadError> for SimulateError {
     }
 }
 
-/// Replays `trace` under each policy text (GPUSHIM_CONF syntax). Every policy is checked
-/// before the trace is read.
-pub fn simulate(
-    trace: &Path,
-    policies: &[String],
-    opts: &ReadOptions,
-) -> Result<Vec<Outcome>, SimulateError> {
-    let parsed: Vec<(String, Policy)> = policies
+/// Each policy text (GPUSHIM_CONF syntax) parsed, for [`simulate`]: checked before the trace
+/// is read.
+pub fn policies(policies: &[String]) -> Result<Vec<(String, Policy)>, SimulateError> {
+    policies
         .iter()
         .map(|p| {
             config::parse_strict(p)
@@ -90,7 +85,12 @@ pub fn simulate(
                     reason: e.to_string(),
                 })
         })
-        .collect::<Result<_, _>>()?;
+        .collect()
+}
+
+/// The records `reader` reads replayed under each of the `parsed` policies ([`policies`]):
+/// the run's own row first, then one a policy.
+pub fn simulate(reader: TraceReader, parsed: Vec<(String, Policy)>) -> Vec<Outcome> {
     // One read of the trace, every row's tally or replay fed each record.
     let mut rows: Vec<Row> = parsed
         .into_iter()
@@ -106,7 +106,7 @@ pub fn simulate(
         })
         .collect();
     let mut recorded = Recorded::default();
-    for r in TraceReader::open_with(trace, opts)? {
+    for r in reader {
         recorded.see(&r);
         for row in &mut rows {
             match row {
@@ -128,7 +128,7 @@ pub fn simulate(
         },
         Row::Replay(text, p) => p.finish(&text),
     }));
-    Ok(out)
+    out
 }
 
 /// A row of the table other than the run's own: what it tallies or replays.

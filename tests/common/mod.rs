@@ -721,3 +721,17 @@ pub fn skipped(test: &str, why: &str) {
         let _ = writeln!(f, "{test}: {why}");
     }
 }
+
+/// Every Rust file under `dir`.
+pub fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}

@@ -45,7 +45,7 @@ pub fn page_html(
     };
     for (name, mut a) in analyze_job(paths, opts, &wants)? {
         let path = a.info.path.clone();
-        let saved = crate::report::saved::is_saved(&path);
+        let saved = crate::report::analysis::saved::is_saved(&path);
         let requests = a.requests.take();
         let (mut t, summary) = trace_data(&name, saved, a)?;
         if let Some(at) = at {
@@ -53,7 +53,9 @@ pub fn page_html(
             t["fit"] = if saved {
                 json!({"error": "what fits needs the trace itself, not a saved analysis"})
             } else {
-                let run = crate::report::fit::run_from(requests, &path, Some(&summary), opts);
+                let run = crate::report::analysis::requests_or_read(requests, &path, opts)
+                    .map(|input| crate::report::fit::run_from(input, Some(&summary), None))
+                    .map_err(crate::report::fit::FitError::from);
                 fit_curve(run, at, opts)
             };
         }

@@ -4,7 +4,8 @@
 //! decoder shares; and where its time went (`GPUSHIM_READS=1`).
 
 use super::Wants;
-use crate::report::early::{EarlyLeaks, EarlyMoments};
+use super::early_leaks::EarlyLeaks;
+use crate::report::early::EarlyMoments;
 use crate::report::kinds::Kinds;
 use crate::report::leaks::LeaksFinder;
 use crate::report::live::Replay;
@@ -46,8 +47,8 @@ impl RunPass {
     fn new(reader: &TraceReader, wants: &Wants) -> RunPass {
         // The moments of the summary and the peaks are taken in this pass where they can be
         // (`early`): with the shared replay and the kinds, read whatever else is asked.
-        // GPUSHIM_READ_EARLY=0: every moment in the second pass (the tests compare the two).
-        let early_off = std::env::var_os("GPUSHIM_READ_EARLY").is_some_and(|v| v == "0");
+        // Else every moment in the second pass (the tests compare the two).
+        let early_off = !reader.mode().early;
         let early =
             (!early_off && (wants.summary || wants.peak)).then(|| EarlyMoments::new(reader));
         let (with_replay, with_kinds) = reads(wants, early.is_some());
@@ -212,8 +213,8 @@ pub fn first_pass_times() -> (f64, f64, f64) {
 /// `plot`'s two as long. PyTorch's requests are a group of their own where every report has
 /// one and a core is left, on two cores beside `fit`'s summary: they read the kinds but no
 /// replay, and `fit`'s first pass of the kinds program's 1.88 GB trace took 1.47 s where it
-/// took 1.90 in one group. `GPUSHIM_READ_SPLIT=N`: at most N groups whatever the
-/// cores (`0`: one; the tests compare them).
+/// took 1.90 in one group. `ReadMode::groups`: at most N groups whatever the cores (`0`: one;
+/// the tests compare them).
 pub(super) fn first_pass(
     reader: &mut TraceReader,
     wants: &Wants,
@@ -234,9 +235,7 @@ fn first_pass_on(
     cores: usize,
     each: Option<Each<'_>>,
 ) -> Result<RunPass, ReadError> {
-    let split = std::env::var("GPUSHIM_READ_SPLIT")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok());
+    let split = reader.mode().groups;
     let groups = groups_of(wants, most_groups(cores, wants, split));
     let mut others = reader.pairs(groups.len().saturating_sub(1));
     let Some(first) = groups.first().filter(|_| !others.is_empty()) else {
@@ -291,7 +290,7 @@ fn first_pass_on(
 }
 
 /// How many groups of trackers the first pass may have on `cores` cores (`split`:
-/// `GPUSHIM_READ_SPLIT`): one a core beside the decoder's from three cores; on two, two for
+/// `ReadMode::groups`): one a core beside the decoder's from three cores; on two, two for
 /// the page's and `analyze`'s five reports (see [`first_pass`]), one for fewer.
 fn most_groups(cores: usize, wants: &Wants, split: Option<usize>) -> usize {
     match split {
@@ -425,7 +424,7 @@ mod tests {
         assert_eq!(most_groups(1, &page, None), 1);
         assert_eq!(most_groups(16, &page, None), 15);
         assert_eq!(groups_of(&page, 15).len(), 5);
-        // GPUSHIM_READ_SPLIT decides wherever there is a second core (0: one group).
+        // `ReadMode::groups` decides wherever there is a second core (0: one group).
         assert_eq!(most_groups(2, &page, Some(0)), 1);
         assert_eq!(most_groups(16, &oom, Some(3)), 3);
     }

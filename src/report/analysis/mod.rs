@@ -22,9 +22,20 @@
 //! trace was opened), so the requests, the moments and the kinds cannot disagree. Memory grows
 //! with the live set and the distinct lines, never with the file's length.
 
+mod early_leaks;
 mod first_pass;
+mod kept;
+mod reads;
+pub mod saved;
+pub mod top;
 
+pub use early_leaks::leaks_sampled_reading;
 pub use first_pass::{Each, first_pass_times};
+pub use kept::filter_keeps_any;
+pub use reads::{
+    fit, leaks, oom, oom_advice, oom_read, peak, peak_read, read_requests, read_requests_again,
+    read_run, read_run_again, requests_or_read, run_of, simulate_pool, summarize,
+};
 
 use super::kinds::Kinds;
 use super::leaks::Leaks;
@@ -147,15 +158,6 @@ pub struct Analysis {
     pub kept_nothing: bool,
 }
 
-/// Whether the trackers take their short roads for the records of nearly every step (a call
-/// that succeeded, its caller, its stack): what they do with such a record, without asking
-/// what they ask of the rest. `GPUSHIM_READ_SHORT=0`: every record by the long road (the tests
-/// compare the two).
-pub(crate) fn short_roads() -> bool {
-    static SHORT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *SHORT.get_or_init(|| std::env::var_os("GPUSHIM_READ_SHORT").is_none_or(|v| v != "0"))
-}
-
 /// Opens the trace at `path` once and reads it in the passes `wants` needs.
 pub fn analyze(path: &Path, opts: &ReadOptions, wants: &Wants) -> Result<Analysis, ReadError> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -209,7 +211,7 @@ fn analyze_opened(
     }
     a.requests = match end.requests {
         Some(_) => end.requests(),
-        None if wants.requests => Some(crate::report::torch_replay::read_again(&end.reader, opts)),
+        None if wants.requests => Some(read_requests_again(&end.reader, opts)),
         None => None,
     };
     Ok(a)
@@ -224,16 +226,15 @@ fn replay_run(
     cores: usize,
 ) -> Result<Result<super::fit::FitRun, super::fit::FitError>, ReadError> {
     if !(opts.filter.is_empty() && reader.reads_as_replay()) {
-        return Ok(super::fit::read_run_again(&reader, opts));
+        return Ok(read_run_again(&reader, opts));
     }
     reader.rewind()?;
     let path = reader.info().path.clone();
     let (a, end) = analyze_read(reader, &Wants::fit(), opts, cores, None)?;
-    let requests = end.requests();
-    Ok(
-        super::fit::run_from(requests, &path, a.summary.as_ref(), opts)
-            .map(|r| r.with_growth_of(a.leaks.as_ref())),
-    )
+    let run = requests_or_read(end.requests(), &path, opts).map(|input| {
+        super::fit::run_from(input, a.summary.as_ref(), None).with_growth_of(a.leaks.as_ref())
+    });
+    Ok(run.map_err(super::fit::FitError::from))
 }
 
 /// [`analyze`], handing `each` every record of the first pass after the replay applied it (on
@@ -285,7 +286,7 @@ fn analyze_read(
     // A filter that kept nothing would read as a run that allocated nothing: refused here,
     // where the pass has read every record through it, not by a read of its own before.
     if !wants.nothing_kept_is_an_answer {
-        crate::report::holds::refused_filter(&reader, opts)?;
+        kept::refused_filter(&reader, opts)?;
     }
     let requests = run.requests.take();
     let (rp, kinds, early) = (
@@ -460,7 +461,7 @@ pub fn analyze_job(
     opts: &ReadOptions,
     wants: &Wants,
 ) -> Result<Vec<(String, Analysis)>, ReadError> {
-    let saved: Vec<bool> = paths.iter().map(|p| super::saved::is_saved(p)).collect();
+    let saved: Vec<bool> = paths.iter().map(|p| saved::is_saved(p)).collect();
     let traces: Vec<&std::path::PathBuf> = paths
         .iter()
         .zip(&saved)
@@ -492,7 +493,7 @@ pub fn analyze_job(
         if wants.leaks.as_ref().is_some_and(Option::is_some) {
             return Err(refuse("--boundary needs the traces themselves"));
         }
-        out.extend(super::saved::load(path)?);
+        out.extend(saved::load(path)?);
     }
     Ok(out)
 }

@@ -26,9 +26,6 @@ use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
 use std::collections::VecDeque;
 
-mod leaks;
-pub use leaks::{EarlyLeaks, leaks_sampled_reading};
-
 /// Moments this process took in a first pass as its window ended, and at the pass's end (a
 /// candidate whose window the trace cut short, or one the pass did not take when it could):
 /// `GPUSHIM_READS=1` has the command say both, so that the tests see *when* a moment was
@@ -184,7 +181,7 @@ pub struct EarlyMoments {
     /// The first record at which the last allocation with Python frames is taken here (see
     /// [`SHUTDOWN_TAIL_MIN`]).
     shutdown_from: u64,
-    /// The short road taken ([`crate::report::analysis::short_roads`]).
+    /// The short road taken (`ReadMode::short_roads`).
     short: bool,
 }
 
@@ -214,7 +211,7 @@ impl EarlyMoments {
             awaited: Vec::new(),
             visited: 0,
             shutdown_from: shutdown_from(reader),
-            short: crate::report::analysis::short_roads(),
+            short: reader.mode().short_roads,
         }
     }
 

@@ -38,7 +38,6 @@ use super::torch_replay::{self, Bounds, ReplayError};
 use crate::trace::reader::ReadOptions;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::path::Path;
 
 /// How each request of the run scales with the batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -305,6 +304,10 @@ pub struct FitRun {
     cut: Option<String>,
     /// What grew every iteration of the run, from the same pass (`leaks`'s finding).
     growth: Option<Leaking>,
+    /// The second runs an ask names, read by the analysis ([`FitRun::with_second_runs`]):
+    /// at another batch (`Ask::second`) and at another sequence length (`Ask::seq`).
+    second_batch: Option<torch_replay::Input>,
+    second_seq: Option<torch_replay::Input>,
 }
 
 impl FitRun {
@@ -318,80 +321,52 @@ impl FitRun {
         self.growth = leaks.and_then(Leaking::of);
         self
     }
-}
 
-/// Reads the run at `path` for [`fit_run`]: one analysis, its requests and its summary (for
-/// the headroom) from one read, of a ring's checkpoint with the most records after it.
-pub fn read_run(path: &Path, opts: &ReadOptions) -> Result<FitRun, FitError> {
-    torch_replay::devices_only(opts)?; // before the trace is read
-    let whole = run_options(opts);
-    let mut a = super::analysis::analyze(path, &whole, &super::analysis::Wants::fit())
-        .map_err(ReplayError::Read)?;
-    run_of(&mut a, opts)
-}
-
-/// [`read_run`] of the trace `of` reads, by the descriptor it was opened with (one file, one
-/// opening, whatever the reports beside it read with).
-pub fn read_run_again(
-    of: &crate::trace::reader::TraceReader,
-    opts: &ReadOptions,
-) -> Result<FitRun, FitError> {
-    torch_replay::devices_only(opts)?;
-    let whole = run_options(opts);
-    let reader = of.reopen_with(&whole).map_err(ReplayError::Read)?;
-    let mut a = super::analysis::analyze_reader(reader, &whole, &super::analysis::Wants::fit())
-        .map_err(ReplayError::Read)?;
-    run_of(&mut a, opts)
-}
-
-/// What [`read_run`] reads with: of a ring's checkpoints, the one with the most records after
-/// it.
-fn run_options(opts: &ReadOptions) -> ReadOptions {
-    ReadOptions {
-        longest_ring: true,
-        ..opts.clone()
+    /// With the second runs the asks name, as read: the run at another batch
+    /// (`Ask::second`) and the run at another sequence length (`Ask::seq`).
+    pub fn with_second_runs(
+        mut self,
+        batch: Option<torch_replay::Input>,
+        seq: Option<torch_replay::Input>,
+    ) -> FitRun {
+        (self.second_batch, self.second_seq) = (batch, seq);
+        self
     }
 }
 
-/// The run for [`fit_run`] from an analysis: its requests where it asked for them
-/// ([`super::analysis::Wants::requests`], taken), else read from its trace now; the headroom
-/// from its summary, when it has one.
-pub fn run_of(a: &mut super::analysis::Analysis, opts: &ReadOptions) -> Result<FitRun, FitError> {
-    let mut run = run_from(a.requests.take(), &a.info.path, a.summary.as_ref(), opts)?
-        .with_growth_of(a.leaks.as_ref());
-    run.cut = a.cut.clone();
-    Ok(run)
-}
-
-/// [`run_of`] from an analysis's parts: the requests it gathered (`None`: read from `path`
-/// now) and its summary.
+/// The run for [`fit_run`] from an analysis's parts: PyTorch's requests, the summary (for the
+/// headroom, when there is one) and what the trace is missing when it was cut or damaged.
 pub fn run_from(
-    requests: Option<Result<torch_replay::Input, ReplayError>>,
-    path: &Path,
+    input: torch_replay::Input,
     summary: Option<&super::summary::Summary>,
-    opts: &ReadOptions,
-) -> Result<FitRun, FitError> {
-    let input = match requests {
-        Some(r) => r?,
-        None => torch_replay::read(path, opts)?,
-    };
-    let headroom = summary.map_or(0, headroom_of);
-    Ok(FitRun {
+    cut: Option<String>,
+) -> FitRun {
+    FitRun {
         input,
-        headroom,
-        cut: None,
+        headroom: summary.map_or(0, headroom_of),
+        cut,
         growth: None,
-    })
+        second_batch: None,
+        second_seq: None,
+    }
 }
 
-/// The fit of the trace at `path`.
-pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
-    batches_asked(ask)?; // before the trace is read
-    fit_run(&read_run(path, opts)?, ask, opts)
+/// A second run an ask names, as the analysis read it ([`FitRun::with_second_runs`]).
+fn second_run(run: Option<&torch_replay::Input>) -> Result<&torch_replay::Input, FitError> {
+    run.ok_or_else(|| FitError::Batch("the second run named was not read".into()))
+}
+
+/// The second runs an ask names can decide for it: at another batch than the run's, at
+/// another sequence length with every length asked at least 1.
+pub fn second_runs_asked(ask: &Ask) -> Result<(), FitError> {
+    if let Some((_, other)) = ask.second {
+        steps::second_batch_asked(ask.at, other)?;
+    }
+    ask.seq.as_ref().map_or(Ok(()), seq::lengths_asked)
 }
 
 /// Every batch asked is at least 1.
-fn batches_asked(ask: &Ask) -> Result<(), FitError> {
+pub fn batches_asked(ask: &Ask) -> Result<(), FitError> {
     if ask.at == 0 || ask.batches.contains(&0) {
         return Err(FitError::Batch("a batch is at least 1".into()));
     }
@@ -419,7 +394,10 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         class()
     };
     let measured_requests = match &ask.second {
-        Some((path, other)) => measure_by_second_run(input, &mut req, ask.at, path, *other, opts)?,
+        Some((_, other)) => {
+            let second = second_run(run.second_batch.as_ref())?;
+            measure_by_second_run(input, &mut req, ask.at, second, *other)?
+        }
         None => 0,
     };
     let recorded = torch_replay::recorded_conf(input)?;
@@ -469,14 +447,13 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     let seq = match &ask.seq {
         None => None,
         Some(s) => Some(seq::axis(
-            input,
+            (input, second_run(run.second_seq.as_ref())?),
             s,
             &proportional(&req.scale),
             ask.at,
             ask.max_batch,
             &[&recorded, &expandable],
             &bounds,
-            opts,
         )?),
     };
     let t = tally(input, &req);

@@ -118,20 +118,9 @@ fn resize_seq(s: SeqScale, size: u64, at: u64, other: u64, len: u64) -> u64 {
     }
 }
 
-/// The run's requests at each length asked, under each of `confs`, at the run's batch `batch`
-/// and searched for the largest batch up to `max_batch`; `scale` says how each follows the
-/// batch.
-#[allow(clippy::too_many_arguments)]
-pub(super) fn axis(
-    input: &Input,
-    ask: &SeqAsk,
-    scale: &super::Scales,
-    batch: u64,
-    max_batch: u64,
-    confs: &[&TorchConf],
-    bounds: &Bounds,
-    opts: &crate::trace::reader::ReadOptions,
-) -> Result<SeqAxis, super::FitError> {
+/// The lengths asked can be answered: the second run at another length, every length at
+/// least 1.
+pub(super) fn lengths_asked(ask: &SeqAsk) -> Result<(), super::FitError> {
     if ask.other == ask.at {
         return Err(super::FitError::Batch(format!(
             "the second run's sequence length ({}) is the run's own: give a run at another length",
@@ -143,8 +132,24 @@ pub(super) fn axis(
             "a sequence length is at least 1".into(),
         ));
     }
-    let second = torch_replay::read(&ask.trace, opts)?;
-    let seq = paired(input, &second, ask.at, ask.other, scale);
+    Ok(())
+}
+
+/// The run's requests (`input`, with `second` the run at another length) at each length
+/// asked, under each of `confs`, at the run's batch `batch` and searched for the largest batch
+/// up to `max_batch`; `scale` says how each follows the batch.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn axis(
+    (input, second): (&Input, &Input),
+    ask: &SeqAsk,
+    scale: &super::Scales,
+    batch: u64,
+    max_batch: u64,
+    confs: &[&TorchConf],
+    bounds: &Bounds,
+) -> Result<SeqAxis, super::FitError> {
+    lengths_asked(ask)?;
+    let seq = paired(input, second, ask.at, ask.other, scale);
     let (mut same, mut linear, mut square, mut line, mut by_kind) =
         ((0, 0), (0, 0), (0, 0), (0, 0), (0, 0));
     for ((size, _), s) in input.requests().zip(&seq) {

@@ -5,23 +5,27 @@ use super::largest::largest;
 use super::requests::measured;
 use super::*;
 
-/// A second run at batch `other` decides the scale of the requests the kinds cannot (see
-/// below); how many it measured.
-pub(super) fn measure_by_second_run(
-    input: &torch_replay::Input,
-    req: &mut Requests,
-    at: u64,
-    second_path: &Path,
-    other: u64,
-    opts: &ReadOptions,
-) -> Result<u64, FitError> {
-    let mut measured_requests = 0u64;
+/// A second run at batch `other` can decide for the run at `at`: it is at another batch.
+pub(super) fn second_batch_asked(at: u64, other: u64) -> Result<(), FitError> {
     if other == at {
         return Err(FitError::Batch(format!(
             "the second run's batch ({other}) is the run's own: give a run at another batch"
         )));
     }
-    let second = torch_replay::read(second_path, opts)?;
+    Ok(())
+}
+
+/// A second run at batch `other` (`second`) decides the scale of the requests the kinds
+/// cannot (see below); how many it measured.
+pub(super) fn measure_by_second_run(
+    input: &torch_replay::Input,
+    req: &mut Requests,
+    at: u64,
+    second: &torch_replay::Input,
+    other: u64,
+) -> Result<u64, FitError> {
+    let mut measured_requests = 0u64;
+    second_batch_asked(at, other)?;
     // The second run decides where the kinds cannot: a tensor of unknown kind, one of the
     // program's own lines (any buffer it makes), and a temporary kept for its parameter's
     // size. Elsewhere the kinds' rule holds better than a line through two sizes: cuDNN
@@ -34,7 +38,7 @@ pub(super) fn measure_by_second_run(
         *own.entry(stack)
             .or_insert_with(|| phase_of_stack(input.reader(), stack) == Phase::Program)
     };
-    let measured = measured(input, at, &second, other);
+    let measured = measured(input, at, second, other);
     for (n, ((k, m), (_, stack))) in req
         .kinds
         .iter()

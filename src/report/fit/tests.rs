@@ -129,7 +129,7 @@ fn fit_says_which_replay_it_is_on() {
     };
     let mut ask = Ask::largest(10, 64);
     ask.batches = vec![10, 20, 40];
-    let f = fit(&trace, &ask, &opts).unwrap();
+    let f = crate::report::analysis::fit(&trace, &ask, &opts).unwrap();
     let said = SAID.lock().unwrap().clone();
     for setting in ["the defaults", "expandable_segments:True"] {
         for batch in [10, 20, 40] {

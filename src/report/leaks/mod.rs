@@ -5,11 +5,10 @@ use super::sites::{Holder, holders, site_label};
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
 use crate::trace::live::{Boundary, BoundaryMark};
-use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
+use crate::trace::reader::TraceReader;
 use crate::trace::summary::{MarkFinder, Thinned};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 use together::FreedTogether;
 
 mod render;
@@ -206,13 +205,6 @@ fn growing_sites(
     growing
 }
 
-pub fn leaks(path: &Path, boundary: Option<&str>, opts: &ReadOptions) -> Result<Leaks, ReadError> {
-    let wants = super::analysis::Wants::leaks(boundary);
-    let a = super::analysis::analyze(path, opts, &wants)?;
-    a.leaks
-        .ok_or_else(|| ReadError::Io(path.to_path_buf(), std::io::Error::other("no leaks")))
-}
-
 /// The analysis's first pass for `leaks`: candidate boundaries (NVTX names) and allocation
 /// sites for period detection.
 #[derive(Default)]
@@ -266,7 +258,7 @@ impl LeaksFinder {
         let restored_matches = chosen.as_ref().is_some_and(|c| Some(c.1) == restored_mark);
         LeaksSampler {
             chosen,
-            short: crate::report::analysis::short_roads(),
+            short: reader.mode().short_roads,
             boundary_not_found,
             restored_matches,
             samples: Thinned::new(MAX_BOUNDARIES),

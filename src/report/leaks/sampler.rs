@@ -10,7 +10,7 @@ use super::*;
 /// the whole run.
 pub struct LeaksSampler {
     pub(super) chosen: Option<Chosen>,
-    /// The short road taken ([`crate::report::analysis::short_roads`]).
+    /// The short road taken (`ReadMode::short_roads`).
     pub(super) short: bool,
     pub(super) boundary_not_found: Option<Vec<String>>,
     pub(super) restored_matches: bool,

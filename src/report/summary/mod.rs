@@ -6,12 +6,11 @@ use super::kinds::Kind;
 use super::live::Replay;
 use super::units::{human_bytes, human_duration};
 use crate::trace::format::{Api, Record, RecordKind};
-use crate::trace::reader::{DecodeStats, ReadError, ReadOptions, TraceInfo, TraceReader};
+use crate::trace::reader::{DecodeStats, TraceInfo, TraceReader};
 use crate::trace::summary::is_allocating;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::path::Path;
 
 mod render;
 mod tally;
@@ -220,12 +219,6 @@ fn health(info: &TraceInfo, stats: &DecodeStats, unmatched_since: u64) -> TraceH
     }
 }
 
-pub fn summarize(path: &Path, opts: &ReadOptions) -> Result<Summary, ReadError> {
-    let a = super::analysis::analyze(path, opts, &super::analysis::Wants::summary())?;
-    a.summary
-        .ok_or_else(|| ReadError::Io(path.to_path_buf(), std::io::Error::other("no summary")))
-}
-
 /// The summary, record by record (a part of the analysis's first pass).
 pub struct SummaryPass {
     t: Tally,
@@ -233,7 +226,7 @@ pub struct SummaryPass {
     /// the record that reached it.
     tensor_peaks: Vec<Option<(u64, u64)>>,
     read: u64,
-    /// The short road taken ([`crate::report::analysis::short_roads`]).
+    /// The short road taken (`ReadMode::short_roads`).
     short: bool,
     /// The first record at which the last allocation with Python frames is proposed to the
     /// moments ([`crate::report::early::shutdown_from`]; 0: at every one).
@@ -323,7 +316,7 @@ impl Default for SummaryPass {
             t: Tally::new(),
             tensor_peaks: Vec::new(),
             read: 0,
-            short: crate::report::analysis::short_roads(),
+            short: true,
             shutdown_from: 0,
         }
     }
@@ -337,6 +330,7 @@ impl SummaryPass {
     pub fn reading(reader: &TraceReader) -> SummaryPass {
         SummaryPass {
             shutdown_from: crate::report::early::shutdown_from(reader),
+            short: reader.mode().short_roads,
             ..SummaryPass::default()
         }
     }

@@ -1,11 +1,9 @@
 //! The settings tried (`--recommend`) and the advice after an out-of-memory.
 
-use super::{Bounds, Ev, Input, Outcome, ReplayError, read, replay};
+use super::{Bounds, Ev, Input, Outcome, ReplayError, replay};
 use crate::report::torch_replay::model::TorchConf;
 use crate::report::units::human_bytes;
-use crate::trace::reader::ReadOptions;
 use serde::Serialize;
-use std::path::Path;
 
 /// The settings `--recommend` tries: expandable segments on and off, a grid of
 /// `max_split_size_mb` and `roundup_power2_divisions`, and with a memory fraction the
@@ -134,16 +132,6 @@ pub struct RingStart {
     /// Why that is not the run's cache to the byte (absent: it is).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_exact: Option<String>,
-}
-
-/// The advice for the trace's first failed tensor: `None` when the trace has none (or holds
-/// no tensors: see [`ReplayError::NoTensors`] from [`read`] for why). A failure older than
-/// the records the ring still holds is [`ReplayError::FailureSummarized`].
-pub fn oom_advice(path: &Path, opts: &ReadOptions) -> Result<Option<OomAdvice>, ReplayError> {
-    match read(path, opts) {
-        Ok(input) => oom_advice_of(&input),
-        Err(e) => Err(e.for_failure()),
-    }
 }
 
 impl ReplayError {

@@ -29,10 +29,8 @@ mod replayer;
 pub use autocast::{Autocast, AutocastSummary};
 pub use checkpoint::{Blocks, Checkpointing};
 
-pub use advice::{
-    OomAdvice, candidates, oom_advice, oom_advice_of, recommend, recorded_conf, render_advice,
-};
-pub use read::{Requests, devices_only, read, read_again};
+pub use advice::{OomAdvice, candidates, oom_advice_of, recommend, recorded_conf, render_advice};
+pub use read::{Requests, as_replay, devices_only, read_by};
 pub use replayer::{Repeating, Resized, WhatIf, replay, replay_resized, replays_counted};
 
 use crate::trace::reader::{ReadError, TraceReader};

@@ -9,7 +9,6 @@ use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::live::slot;
 use crate::trace::reader::{ReadOptions, TraceReader};
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
 
 /// What reading the trace gathers, record by record.
 #[derive(Default)]
@@ -254,26 +253,10 @@ impl Gather {
     }
 }
 
-/// Reads the trace's tensors. Errors: the trace cannot be read, or has no tensors of
-/// PyTorch's allocator (with why, when the trace says).
-pub fn read(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
-    let only = devices_only(opts)?;
-    let reader = TraceReader::open_with(path, &as_replay(opts))?;
-    read_by(reader, &only)
-}
-
-/// [`read`] of the trace `of` reads, by the descriptor it was opened with (one file, one
-/// opening, whatever the reports beside it read with).
-pub fn read_again(of: &TraceReader, opts: &ReadOptions) -> Result<Input, ReplayError> {
-    let only = devices_only(opts)?;
-    let reader = of.reopen_with(&as_replay(opts))?;
-    read_by(reader, &only)
-}
-
 /// What a replay reads with: every record (`only`, the devices asked, is applied to the
 /// requests), of a ring's checkpoints the one with the most records after it (the replay
 /// needs the tensors one by one, and starts from the cache the checkpoint kept).
-fn as_replay(opts: &ReadOptions) -> ReadOptions {
+pub fn as_replay(opts: &ReadOptions) -> ReadOptions {
     ReadOptions {
         filter: Default::default(),
         longest_ring: true,
@@ -281,8 +264,10 @@ fn as_replay(opts: &ReadOptions) -> ReadOptions {
     }
 }
 
-/// The requests `reader` reads, of the devices `only` keeps.
-fn read_by(
+/// The requests `reader` reads (opened [`as_replay`] reads), of the devices `only` keeps.
+/// Errors: the trace cannot be read, or has no tensors of PyTorch's allocator (with why, when
+/// the trace says).
+pub fn read_by(
     mut reader: TraceReader,
     only: &crate::trace::filter::Filter,
 ) -> Result<Input, ReplayError> {
@@ -318,16 +303,11 @@ pub struct Requests(Box<Gather>);
 impl Requests {
     pub fn new(reader: &TraceReader) -> Requests {
         let conf_env = setting_of(&reader.info().env);
-        let most = std::env::var_os("GPUSHIM_REPLAY_MEMORY");
-        let most_bytes = most
-            .as_ref()
-            .and_then(|v| v.to_str())
-            .and_then(crate::config::parse_size);
+        let most = reader.mode().replay_memory.clone();
+        let most_bytes = most.as_deref().and_then(crate::config::parse_size);
         Requests(Box::new(Gather {
             most_bytes,
-            not_a_size: most
-                .filter(|_| most_bytes.is_none())
-                .map(|v| v.to_string_lossy().into_owned()),
+            not_a_size: most.filter(|_| most_bytes.is_none()),
             collects: conf_env
                 .as_ref()
                 .and_then(|(_, t)| TorchConf::parse(t).ok())

@@ -360,7 +360,7 @@ pub fn replay(
 ) -> (Outcome, Vec<Fidelity>) {
     let mut r = Replayer::new(input, conf, bounds, compare, true);
     // Without the segment log to compare, repeats are passed over as `fit`'s are.
-    match input.stretch().filter(|_| !compare && !every_event()) {
+    match input.stretch().filter(|_| !compare && !every_event(input)) {
         Some(st) => {
             let rs = input.resized(|_, size, _| size);
             let (applied, passed) = r.replay_repeating((&rs, input.stream()), st, true);
@@ -517,14 +517,15 @@ fn counted(applied: usize, passed: usize) {
     REPLAYS[2].fetch_add(passed as u64, Relaxed);
 }
 
-/// Every event replayed, none passed over (`GPUSHIM_REPLAY_EVERY=1`; the tests compare).
-fn every_event() -> bool {
-    std::env::var_os("GPUSHIM_REPLAY_EVERY").is_some_and(|v| v == "1")
+/// Every event replayed, none passed over (`ReadMode::replay_every_event`; the tests
+/// compare).
+fn every_event(input: &Input) -> bool {
+    input.reader().mode().replay_every_event
 }
 
 /// Replays resized requests under `conf` (see [`Resized`]). Without a what-if, the repeats of
 /// a training loop that go as one just replayed went are passed over (see `repeat.rs`;
-/// `GPUSHIM_REPLAY_EVERY=1`: every event replayed, which the tests compare).
+/// `ReadMode::replay_every_event`: every event replayed, which the tests compare).
 pub fn replay_resized(
     input: &Input,
     events: &Resized<'_>,
@@ -535,7 +536,7 @@ pub fn replay_resized(
     let what_if = events.what_if.checkpointing.is_some() || events.what_if.autocast.is_some();
     // A what-if's edits, held once for all its replays where they repeat; else the run's.
     let repeating = match what_if {
-        _ if every_event() => None,
+        _ if every_event(input) => None,
         true => edited_of(input, &events.what_if).map(|e| (e.stream(), e.stretch())),
         false => input.stretch().map(|st| (input.stream(), st)),
     };

@@ -3,7 +3,6 @@
 
 use super::model::TorchConf;
 use super::{Bounds, Fidelity, Outcome, RecordedSetting, ReplayError};
-use crate::trace::reader::ReadOptions;
 use serde::Serialize;
 
 /// What `simulate --torch --json` prints for one trace.
@@ -20,23 +19,22 @@ pub struct TorchReport {
     pub recommended: Vec<Outcome>,
 }
 
-/// The trace's tensors replayed under its own setting, then each of `asked`, and with
+/// A run's tensors (`input`) replayed under its own setting, then each of `asked`, and with
 /// `recommend` the best settings found; `say` hears what takes a while and what the reader
 /// should know.
 pub fn simulate(
-    trace: &std::path::Path,
+    input: &super::Input,
     asked: &[TorchConf],
     recommend: bool,
     bounds: &Bounds,
-    opts: &ReadOptions,
     say: &dyn Fn(String),
 ) -> Result<TorchReport, ReplayError> {
-    let input = super::read(trace, opts)?;
-    let recorded = super::recorded_conf(&input)?;
-    let (first, fidelity) = super::replay(&input, &recorded, bounds, true);
+    let trace = &input.reader().info().path;
+    let recorded = super::recorded_conf(input)?;
+    let (first, fidelity) = super::replay(input, &recorded, bounds, true);
     let mut outcomes = vec![first];
     for c in asked {
-        outcomes.push(super::replay(&input, c, bounds, false).0);
+        outcomes.push(super::replay(input, c, bounds, false).0);
     }
     let mut recommended = Vec::new();
     if recommend {
@@ -45,7 +43,7 @@ pub fn simulate(
             super::candidates(&recorded, bounds.fraction.is_some()).len(),
             input.tensors
         ));
-        recommended = super::recommend(&input, &recorded, bounds);
+        recommended = super::recommend(input, &recorded, bounds);
         // Settings that come out the same are one row: the shortest text stands for them.
         let mut seen = std::collections::HashSet::new();
         recommended.retain(|o| {

@@ -54,6 +54,8 @@ impl Batch {
 pub(super) struct Decoder {
     /// Read in chunks of its own (a buffered reader's copy would be a second one).
     pub input: File,
+    /// How it reads: windows mapped or not, on a thread of its own or not.
+    pub mode: super::ReadMode,
     pub next: u64,
     pub end: u64,
     /// The first ring index read (records before it are in the checkpoint, or lost).
@@ -331,7 +333,9 @@ impl Decoder {
         let now = self.input.metadata().map_or(0, |m| m.len());
         let whole = now.saturating_sub(offset) / RECORD_SIZE as u64;
         let in_window = n.min(whole).min(super::mapped::WINDOW_RECORDS as u64) as usize;
-        if let Some(w) = super::mapped::Window::map(&self.input, offset, in_window * RECORD_SIZE) {
+        let mapped = self.mode.map;
+        let window = || super::mapped::Window::map(&self.input, offset, in_window * RECORD_SIZE);
+        if let Some(w) = mapped.then(window).flatten() {
             self.mapped = Some(w);
             (self.chunk_at, self.chunk_len) = (0, in_window);
             return true;

@@ -15,6 +15,8 @@ pub(super) struct Template {
     stats: DecodeStats,
     /// The first record index, the end of the extent, a ring's slots (0: none).
     extent: (u64, u64, u64),
+    /// How its decoders read (mapped or not, on a thread of their own or not).
+    mode: ReadMode,
 }
 
 impl Template {
@@ -35,7 +37,13 @@ impl Template {
             first_offset,
             stats: stats.clone(),
             extent,
+            mode: ReadMode::default(),
         }
+    }
+
+    /// The same, its decoders reading as `mode` says.
+    pub(super) fn mode(self, mode: ReadMode) -> Template {
+        Template { mode, ..self }
     }
 
     /// A decoder of `file` at its first record (the file positioned there, or rewound).
@@ -44,6 +52,7 @@ impl Template {
         let (start, end, ring) = self.extent;
         decode::Decoder {
             input: file,
+            mode: self.mode.clone(),
             next: start,
             end,
             start,
@@ -206,6 +215,7 @@ impl TraceReader {
         ReadOptions {
             filter: self.filter.clone(),
             symbols: self.symbols,
+            mode: self.mode.clone(),
             progress: None,
             native_frames: self.native_frames,
             program_frames: self.program_frames,
@@ -217,7 +227,7 @@ impl TraceReader {
     /// this reader's decoder hands each batch it decodes to all of them, shared (read where it
     /// lies with [`TraceReader::next_held`]), so the file is read and decoded once for all.
     /// Only before the first record is read (empty after, or where the decoder cannot have a
-    /// thread of its own: one core, `GPUSHIM_READ_INLINE=1`). They
+    /// thread of its own: one core, or `ReadMode::decode_apart` off). They
     /// read in step, a few batches apart at most: each must be read on (or dropped), and the
     /// others read to their end or dropped before this one is rewound.
     pub fn pairs(&mut self, n: usize) -> Vec<TraceReader> {

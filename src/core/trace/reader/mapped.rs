@@ -18,7 +18,7 @@
 //!
 //! A window is 4 MiB at most (mapped file pages count in the process's resident memory while
 //! mapped, and the reader's memory is not to grow with the file). Where a window cannot be
-//! mapped (a file system without `mmap`, no free guard slot, `GPUSHIM_READ_MAP=0`) the decoder
+//! mapped (a file system without `mmap`, no free guard slot, `ReadMode::map` off) the decoder
 //! reads into its buffer as before.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -145,10 +145,11 @@ unsafe impl Sync for Window {}
 
 impl Window {
     /// `len` bytes of `file` from `offset`, mapped; `None` where they cannot be (the caller
-    /// reads them instead). `GPUSHIM_READ_MAP=0` maps nothing (the tests compare the two).
+    /// reads them instead). A decoder asked to read without mapping (`ReadMode::map`) never
+    /// calls it.
     pub(super) fn map(file: &std::fs::File, offset: u64, len: usize) -> Option<Window> {
         use std::os::fd::AsRawFd;
-        if len == 0 || !enabled() || !installed() {
+        if len == 0 || !installed() {
             return None;
         }
         let page = PAGE.load(Ordering::Acquire) as u64;
@@ -219,12 +220,6 @@ fn claim() -> Option<usize> {
                 .compare_exchange(0, usize::MAX, Ordering::AcqRel, Ordering::Relaxed)
                 .is_ok()
     })
-}
-
-/// Whether windows are mapped: not under `GPUSHIM_READ_MAP=0`.
-fn enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| std::env::var_os("GPUSHIM_READ_MAP").is_none_or(|v| v != "0"))
 }
 
 #[cfg(test)]

@@ -203,6 +203,8 @@ pub struct TraceReader {
     filtering: Option<crate::trace::filter::Filtering>,
     /// Whether frames are named from the binaries.
     symbols: bool,
+    /// How the command reads (passed on to the passes' trackers and second readers).
+    mode: ReadMode,
     native_frames: bool,
     program_frames: bool,
     /// Whether a stack with Python frames has been read.
@@ -259,6 +261,53 @@ pub struct ReadOptions {
     /// covers the whole run), but for a failure only it holds, which is read in detail from
     /// the older (see `checkpoint::read::read_checkpoint`).
     pub longest_ring: bool,
+    /// How the file is read and the passes' work shared: each way gives the same records and
+    /// the same answers (the tests compare them).
+    pub mode: ReadMode,
+}
+
+/// How a command reads, a value passed down with its options (the command takes it from its
+/// `GPUSHIM_READ_*` settings; nothing below reads the environment). Every combination reads
+/// the same records into the same answers; the tests and benchmarks compare them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadMode {
+    /// Windows of the file mapped, where it can be (else read into a buffer).
+    pub map: bool,
+    /// Decoding on a thread of its own where there is a second core (else in turn).
+    pub decode_apart: bool,
+    /// The moments, the leaks' samples and the picture's bands taken in the first pass where
+    /// they can be (else in a second pass).
+    pub early: bool,
+    /// At most this many groups of trackers in the first pass, whatever the cores (0: one);
+    /// `None`: as the cores allow.
+    pub groups: Option<usize>,
+    /// The trackers' short roads for the records of nearly every step (a call that succeeded,
+    /// its caller, its stack): what they do with such a record without asking what they ask
+    /// of the rest (else every record by the long road).
+    pub short_roads: bool,
+    /// Replays of PyTorch's allocator apply every event, none passed over as a repeat of the
+    /// loop (else the repeats of a training loop that go as one just replayed went are passed
+    /// over, the same answer sooner).
+    pub replay_every_event: bool,
+    /// The most memory the requests gathered for a replay may take, as the command was given
+    /// it (`GPUSHIM_REPLAY_MEMORY`, a size; a text that is not one is said back); `None`: as
+    /// much as the machine's memory allows.
+    pub replay_memory: Option<String>,
+}
+
+impl Default for ReadMode {
+    /// Every way that saves time, taken.
+    fn default() -> ReadMode {
+        ReadMode {
+            map: true,
+            decode_apart: true,
+            early: true,
+            groups: None,
+            short_roads: true,
+            replay_every_event: false,
+            replay_memory: None,
+        }
+    }
 }
 
 impl Default for ReadOptions {
@@ -272,6 +321,7 @@ impl Default for ReadOptions {
             native_frames: false,
             program_frames: false,
             longest_ring: false,
+            mode: ReadMode::default(),
         }
     }
 }
@@ -328,6 +378,7 @@ impl TraceReader {
             filtering: (!opts.filter.is_empty())
                 .then(|| crate::trace::filter::Filtering::new(opts.filter.clone())),
             symbols: opts.symbols,
+            mode: opts.mode.clone(),
             progress: opts.progress,
             native_frames: opts.native_frames,
             program_frames: opts.program_frames,
@@ -390,6 +441,11 @@ impl TraceReader {
     /// [`ReadOptions::native_frames`]).
     pub fn native_frames(&self) -> bool {
         self.native_frames
+    }
+
+    /// How the command reads ([`ReadOptions::mode`]).
+    pub fn mode(&self) -> &ReadMode {
+        &self.mode
     }
 
     pub fn info(&self) -> &TraceInfo {

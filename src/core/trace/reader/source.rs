@@ -47,7 +47,7 @@ impl Source {
     /// Sources of the same batches from one decoder on a thread of its own: the first (which
     /// gets the decoder back when stopped) and each of the `others` read every batch, shared
     /// (see [`own`]). `Err`: the decoder back, where a thread cannot be had or decoding is
-    /// asked to stay in turn (one core, `GPUSHIM_READ_INLINE=1`).
+    /// asked to stay in turn (one core, or `ReadMode::decode_apart` off).
     ///
     /// The thread waits for every reader (a few batches ahead of the slowest): each of the
     /// others is read to its end or dropped before the first is stopped, or the stop waits
@@ -57,9 +57,8 @@ impl Source {
         others: usize,
     ) -> Result<(Source, Vec<Source>), Box<Decoder>> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        // GPUSHIM_READ_INLINE=1: decode in turn whatever the cores (the tests compare the two).
-        let inline = std::env::var_os("GPUSHIM_READ_INLINE").is_some_and(|v| v == "1");
-        if cores < 2 || inline {
+        // Asked to decode in turn whatever the cores (the tests compare the two).
+        if cores < 2 || !d.mode.decode_apart {
             return Err(d);
         }
         let (tx, rx) = std::sync::mpsc::sync_channel::<Shared>(AHEAD);

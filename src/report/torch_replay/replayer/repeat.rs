@@ -523,11 +523,15 @@ mod tests {
     /// after finds it. The replay so, and the replay of every event, end the same.
     #[test]
     fn a_tensor_kept_into_the_next_step_is_found_after_a_pass_over_repeats() {
+        use crate::report::torch_replay::Bounds;
         use crate::report::torch_replay::model::TorchConf;
-        use crate::report::torch_replay::{Bounds, read};
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
-        let mut input = read(&path, &crate::trace::reader::ReadOptions::default()).unwrap();
+        let mut input = crate::report::analysis::read_requests(
+            &path,
+            &crate::trace::reader::ReadOptions::default(),
+        )
+        .unwrap();
         let device = *input.devices.keys().next().unwrap();
         let on = |mut e: Event| {
             e.device = device;

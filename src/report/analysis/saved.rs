@@ -8,12 +8,12 @@
 //! blocking; every string in it is made printable before any report sees it, as a trace's
 //! strings are; a file of another format or version is refused with what it is.
 
-use super::analysis::Analysis;
-use super::leaks::Leaks;
-use super::oom::Oom;
-use super::peak::Peak;
-use super::summary::Summary;
-use super::timeline::Lane;
+use super::Analysis;
+use crate::report::leaks::Leaks;
+use crate::report::oom::Oom;
+use crate::report::peak::Peak;
+use crate::report::summary::Summary;
+use crate::report::timeline::Lane;
 use crate::trace::reader::{ReadError, TraceInfo};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -256,11 +256,13 @@ fn needs_escape(c: char) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::printable_strings;
+
     #[test]
     fn control_and_hidden_characters_are_escaped_and_backslashes_kept() {
         let mut v =
             serde_json::json!({"a": ["x\u{1b}[31m", {"b": "\u{202e}cod\\x5c", "\u{7}k": 1}]});
-        super::printable_strings(&mut v);
+        printable_strings(&mut v);
         assert_eq!(v["a"][0], "x\\u{1b}[31m");
         assert_eq!(v["a"][1]["b"], "\\u{202e}cod\\x5c");
         assert_eq!(v["a"][1]["\\u{7}k"], 1);

@@ -1,7 +1,7 @@
 //! What a trace holds, for an error that says so: a filter that keeps no allocation is refused
 //! with the devices, the time span and the NVTX ranges the trace does have.
 
-use super::units::human_duration;
+use crate::report::units::human_duration;
 use crate::trace::format::RecordKind;
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use std::collections::BTreeSet;
