@@ -16,6 +16,7 @@ pub mod live;
 pub mod moments;
 pub mod oom;
 pub mod owners;
+pub mod pass;
 pub mod peak;
 
 pub mod simulate;

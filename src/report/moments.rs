@@ -9,6 +9,7 @@
 
 use super::kinds::{Kind, Kinds, Settling};
 use super::live::Replay;
+use super::pass::{Said, Seen, Tracker};
 use crate::fasthash::FastMap;
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::reader::TraceReader;
@@ -63,7 +64,7 @@ impl Moments {
 
     /// One record of the pass, after `rp` applied it and `kinds` observed it (`decided` is
     /// what the kinds said of it; `run_before` their run before it).
-    pub fn see(
+    fn see_parts(
         &mut self,
         reader: &TraceReader,
         rp: &Replay,
@@ -195,4 +196,11 @@ pub fn of(moments: &[Moment], index: u64, device: u8) -> Option<&Moment> {
     moments
         .iter()
         .find(|m| m.index == index && m.device == device)
+}
+
+impl Tracker for Moments {
+    #[inline]
+    fn see(&mut self, s: &Seen<'_>, _said: &mut Vec<Said>) {
+        self.see_parts(s.reader, s.rp, s.kinds, s.record, s.decided, s.run_before);
+    }
 }

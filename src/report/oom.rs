@@ -2,6 +2,7 @@
 
 use super::kinds::{ByKind, Kinds};
 use super::live::Replay;
+use super::pass::{Said, Seen, Tracker};
 use super::sites::holders_text;
 use super::sites::{Holder, holders, site_label};
 use super::units::{self, human_bytes};
@@ -180,7 +181,7 @@ pub struct OomPass {
 
 impl OomPass {
     /// One record, after `rp` applied it and `kinds` observed it.
-    pub fn see(&mut self, reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) {
+    fn see_parts(&mut self, reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) {
         match r.kind {
             RecordKind::Restore => {}
             // A failure the checkpoint of a ring trace kept, with what was live then.
@@ -402,6 +403,13 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
         out.push_str(&holders_text(&o.holders, 5, "    "));
     }
     out
+}
+
+impl Tracker for OomPass {
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
+        self.see_parts(seen.reader, seen.rp, seen.kinds, seen.record);
+    }
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! `peak`: the moment of most live memory on each device, and who held it then.
 
-use super::early::{Said, Slot};
 use super::kinds::{Kind, KindHolders};
 use super::live::{Change, Live, Replay};
 use super::moments::Moment;
+use super::pass::{Said, Seen, Slot, Tracker};
 use super::sites::holders_text_all;
 use super::sites::{Holder, holders, merge_holders, range_label, site_label};
 use super::units::{self, human_bytes};
@@ -61,7 +61,7 @@ pub struct PeaksFound {
 
 impl PeakFinder {
     /// One record, after `rp` applied it (the change it made is `c`).
-    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change, said: &mut Vec<Said>) {
+    fn see_parts(&mut self, rp: &Replay, r: &Record, c: Change, said: &mut Vec<Said>) {
         use crate::trace::format::{Api, RecordKind};
         if rp.restoring || r.kind == RecordKind::Restore {
             return;
@@ -465,5 +465,12 @@ fn side_by_side(o: &mut String, all: &[(String, Vec<Peak>)]) {
             human_bytes(m.live_bytes),
             human_bytes(l.live_bytes)
         );
+    }
+}
+
+impl Tracker for PeakFinder {
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
+        self.see_parts(seen.rp, seen.record, seen.change, said);
     }
 }

@@ -1,9 +1,9 @@
 //! The leaks' sampling begun in the first pass (see [`EarlyLeaks`]), so that `leaks` and
 //! `oom` need no second pass over the whole trace for it.
 
-use crate::report::kinds::{Kind, Kinds};
+use crate::report::kinds::Kinds;
 use crate::report::live::Replay;
-use crate::trace::format::Record;
+use crate::report::pass::{Said, Seen, Tracker};
 use crate::trace::reader::TraceReader;
 
 /// Leaks whose sampling begun in the first pass was used (no second pass for them): said with
@@ -54,9 +54,19 @@ impl EarlyLeaks {
         'read: while again.next_batch(&mut batch) {
             for (i, r) in batch.iter().enumerate() {
                 crate::prefetch::ahead(&batch, i);
-                let c = rp2.apply(r);
+                let change = rp2.apply(r);
+                let run_before = kinds2.run();
                 let decided = kinds2.observe(&again, r);
-                sampler.see(&rp2, r, c, decided);
+                let seen = Seen {
+                    reader: &again,
+                    rp: &rp2,
+                    kinds: &kinds2,
+                    record: r,
+                    change,
+                    decided,
+                    run_before,
+                };
+                sampler.see(&seen, &mut Vec::new());
                 if rp2.index == self.at {
                     break 'read;
                 }
@@ -64,19 +74,6 @@ impl EarlyLeaks {
         }
         if rp2.index == self.at {
             self.sampler = Some(sampler);
-        }
-    }
-
-    /// One record of the first pass after `at`.
-    pub fn see(
-        &mut self,
-        rp: &Replay,
-        r: &Record,
-        c: crate::trace::live::Change,
-        decided: Option<(u64, Kind)>,
-    ) {
-        if let Some(s) = &mut self.sampler {
-            s.see(rp, r, c, decided);
         }
     }
 
@@ -90,5 +87,15 @@ impl EarlyLeaks {
             LEAKS_SAMPLED_READING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         used
+    }
+}
+
+impl Tracker for EarlyLeaks {
+    /// One record of the first pass after `at`, to the sampler begun there.
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
+        if let Some(s) = &mut self.sampler {
+            s.see(seen, said);
+        }
     }
 }

@@ -10,10 +10,10 @@ use crate::report::kinds::Kinds;
 use crate::report::leaks::LeaksFinder;
 use crate::report::live::Replay;
 use crate::report::oom::OomPass;
+use crate::report::pass::{Said, Seen, Tracker};
 use crate::report::peak::PeakFinder;
 use crate::report::summary::SummaryPass;
-use crate::report::timeline::columns::ColumnsPass;
-use crate::report::timeline::early_bands::EarlyBands;
+use crate::report::timeline::PicturePass;
 use crate::trace::reader::{ReadError, TraceReader};
 
 /// The first pass's trackers, each only when asked for.
@@ -22,7 +22,8 @@ pub(super) struct RunPass {
     pub(super) peak: Option<PeakFinder>,
     pub(super) oom: Option<OomPass>,
     pub(super) leaks: Option<LeaksFinder>,
-    pub(super) columns: Option<ColumnsPass>,
+    /// The picture's columns, and its bands where they are taken in this pass.
+    pub(super) picture: Option<PicturePass>,
     /// The replay and the kinds, each kept only when a tracker reads it.
     pub(super) rp: Replay,
     pub(super) kinds: Kinds,
@@ -31,11 +32,9 @@ pub(super) struct RunPass {
     /// The moments taken as the trackers find them, and what the trackers said of them at
     /// the record being read.
     pub(super) early: Option<EarlyMoments>,
-    said: Vec<crate::report::early::Said>,
+    said: Vec<Said>,
     /// The leaks' sampler begun in this pass.
     pub(super) early_leaks: Option<EarlyLeaks>,
-    /// The picture's bands taken in this pass.
-    pub(super) early_bands: Option<EarlyBands>,
     /// The moments a group on a thread of its own took (its `early` finished there).
     pub(super) taken: Vec<crate::report::moments::Moment>,
     /// The requests of PyTorch's allocator, for a replay.
@@ -57,7 +56,10 @@ impl RunPass {
             peak: wants.peak.then(PeakFinder::default),
             oom: wants.oom.then(OomPass::default),
             leaks: wants.leaks.is_some().then(LeaksFinder::default),
-            columns: wants.timeline.is_some().then(ColumnsPass::default),
+            picture: wants
+                .timeline
+                .is_some()
+                .then(|| PicturePass::new(!early_off)),
             rp: Replay::default(),
             kinds: Kinds::default(),
             with_replay,
@@ -69,11 +71,6 @@ impl RunPass {
                 .as_ref()
                 .filter(|_| !early_off)
                 .map(|b| EarlyLeaks::new(reader, b.clone())),
-            early_bands: wants
-                .timeline
-                .as_ref()
-                .filter(|_| !early_off)
-                .map(|_| EarlyBands::default()),
             taken: Vec::new(),
             requests: wants
                 .requests
@@ -101,37 +98,43 @@ impl RunPass {
         } else {
             None
         };
-        if let Some(q) = &mut self.requests {
-            q.see(reader, r, decided);
-        }
+        let seen = Seen {
+            reader,
+            rp,
+            kinds,
+            record: r,
+            change: c,
+            decided,
+            run_before,
+        };
         let said = &mut self.said;
+        if let Some(q) = &mut self.requests {
+            q.see(&seen, said);
+        }
         if let Some(p) = &mut self.summary {
-            p.see(reader, rp, r, said);
+            p.see(&seen, said);
         }
         if let Some(p) = &mut self.peak {
-            p.see(rp, r, c, said);
+            p.see(&seen, said);
         }
         if let Some(p) = &mut self.oom {
-            p.see(reader, rp, kinds, r);
+            p.see(&seen, said);
         }
         if let Some(p) = &mut self.leaks {
-            p.see(rp, r, c);
+            p.see(&seen, said);
             if let Some(e) = &mut self.early_leaks {
                 if rp.index > e.at {
-                    e.see(rp, r, c, decided);
+                    e.see(&seen, said);
                 } else if rp.index == e.at {
                     e.begin(reader, p, rp);
                 }
             }
         }
-        if let Some(p) = &mut self.columns {
-            p.see(rp, r, c);
-            if let Some(b) = &mut self.early_bands {
-                b.see(p.lanes(), rp, r, c, decided);
-            }
+        if let Some(p) = &mut self.picture {
+            p.see(&seen, said);
         }
         match early {
-            Some(e) => e.see(reader, rp, kinds, r, decided, run_before, said),
+            Some(e) => e.see(&seen, said),
             None => said.clear(),
         }
         c
@@ -280,8 +283,8 @@ fn first_pass_on(
         if t.leaks.is_some() {
             (run.leaks, run.early_leaks) = (t.leaks, t.early_leaks);
         }
-        if t.columns.is_some() {
-            (run.columns, run.early_bands) = (t.columns, t.early_bands);
+        if t.picture.is_some() {
+            run.picture = t.picture;
         }
         run.requests = run.requests.or(t.requests);
         run.taken.append(&mut t.taken);

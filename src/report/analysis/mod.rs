@@ -42,6 +42,7 @@ use super::leaks::Leaks;
 use super::live::Replay;
 use super::moments::Moments;
 use super::oom::{Oom, OomPass};
+use super::pass::{Seen, Tracker};
 use super::peak::Peak;
 use super::summary::Summary;
 use super::timeline::Lane;
@@ -327,9 +328,10 @@ fn analyze_read(
         a.leaks = Some(sampled.finish(&reader, &rp, &kinds));
         leaks = None;
     }
-    let found = run.columns.map(|p| p.finish(&rp));
+    let (columns, early_bands) = run.picture.take().map(|p| (p.columns, p.bands)).unzip();
+    let found = columns.map(|p| p.finish(&rp));
     // The picture's bands, from the first pass where it took them, else in the second.
-    let mut early_bands = run.early_bands.take().filter(|b| !b.given_up);
+    let mut early_bands = early_bands.flatten().filter(|b| !b.given_up);
     let mut bands = match early_bands {
         Some(_) => None,
         None => found.as_ref().map(BandsPass::new),
@@ -394,15 +396,26 @@ fn second_pass(
     'pass: while reader.next_batch(&mut batch) {
         for (i, r) in batch.iter().enumerate() {
             crate::prefetch::ahead(&batch, i);
-            let c = rp.apply(r);
+            let change = rp.apply(r);
             let run_before = kinds.run();
             let decided = kinds.observe(reader, r);
-            moments.see(reader, &rp, &kinds, r, decided, run_before);
+            let seen = Seen {
+                reader,
+                rp: &rp,
+                kinds: &kinds,
+                record: r,
+                change,
+                decided,
+                run_before,
+            };
+            // Nothing is said of moments in this pass: they were found in the first.
+            let said = &mut Vec::new();
+            moments.see(&seen, said);
             if let Some(p) = leaks {
-                p.see(&rp, r, c, decided);
+                p.see(&seen, said);
             }
             if let Some(p) = bands {
-                p.see(&rp, r, c, decided);
+                p.see(&seen, said);
             }
             if only_moments && moments.done() {
                 break 'pass;

@@ -16,7 +16,7 @@ pub struct Watch {
     reader: TraceReader,
     rp: Replay,
     summary: SummaryPass,
-    said: Vec<crate::report::early::Said>,
+    said: Vec<crate::report::pass::Said>,
 }
 
 /// What a look found: the program, whether it still runs, and what `top` shows of it.
@@ -79,7 +79,8 @@ impl Watch {
         while self.reader.next_batch(&mut batch) {
             for r in &batch {
                 self.rp.apply(r);
-                self.summary.see(&self.reader, &self.rp, r, &mut self.said);
+                self.summary
+                    .see_parts(&self.reader, &self.rp, r, &mut self.said);
                 self.said.clear();
             }
         }

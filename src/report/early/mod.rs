@@ -22,6 +22,7 @@
 use super::kinds::{Kind, Kinds};
 use super::live::Replay;
 use super::moments::{Moment, STACK_WINDOW, Taking};
+use super::pass::{Said, Seen, Slot, Tracker};
 use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
 use std::collections::VecDeque;
@@ -89,44 +90,6 @@ pub fn shutdown_from(reader: &TraceReader) -> u64 {
     records.saturating_sub(tail)
 }
 
-/// Which moment a candidate is, and of which device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Slot {
-    /// The device's peak of live memory (`peak`).
-    Peak(u8),
-    /// The device's peak before an allocation the framework's segment may yet claim.
-    BeforeRaw(u8),
-    /// The most bytes of the framework's tensors (`summary`).
-    TensorPeak(u8),
-    /// NVML's highest figure (`summary`).
-    Nvml(u8),
-    /// The program's last allocation with Python frames (`summary`).
-    BeforeShutdown(u8),
-}
-
-impl Slot {
-    fn device(self) -> u8 {
-        match self {
-            Slot::Peak(d)
-            | Slot::BeforeRaw(d)
-            | Slot::TensorPeak(d)
-            | Slot::Nvml(d)
-            | Slot::BeforeShutdown(d) => d,
-        }
-    }
-}
-
-/// What a tracker says of its moment as it reads, after the record that moved it.
-#[derive(Clone, Copy, Debug)]
-pub enum Said {
-    /// The record just read is the slot's moment now.
-    Here(Slot),
-    /// Slot `from`'s candidate becomes slot `to`'s (`from` is left empty).
-    Move { from: Slot, to: Slot },
-    /// The slot has no candidate.
-    Forget(Slot),
-}
-
 /// One slot's candidate.
 struct Candidate {
     /// The record proposed.
@@ -185,17 +148,6 @@ pub struct EarlyMoments {
     short: bool,
 }
 
-/// One record as the first pass hands it to the moments: after the replay applied it (`rp`)
-/// and the kinds observed it (`decided`; `run_before` their run before it).
-struct Seen<'a> {
-    reader: &'a TraceReader,
-    rp: &'a Replay,
-    kinds: &'a Kinds,
-    r: &'a Record,
-    decided: Option<(u64, Kind)>,
-    run_before: u64,
-}
-
 impl EarlyMoments {
     /// The first pass's candidates for the records `reader` is to read.
     pub fn new(reader: &TraceReader) -> EarlyMoments {
@@ -226,56 +178,12 @@ impl EarlyMoments {
         true
     }
 
-    /// One record of the first pass, after the replay applied it, the kinds observed it
-    /// (`decided`, with `run_before` their run before it) and every tracker read it, saying
-    /// `said` of their moments (emptied here).
-    #[allow(clippy::too_many_arguments)]
-    #[inline]
-    pub fn see(
-        &mut self,
-        reader: &TraceReader,
-        rp: &Replay,
-        kinds: &Kinds,
-        r: &Record,
-        decided: Option<(u64, Kind)>,
-        run_before: u64,
-        said: &mut Vec<Said>,
-    ) {
-        self.read = rp.index;
-        // Most records: nothing said, no candidate waiting, no moment due, and none being taken
-        // that this record can move (past its window, a moment's kinds move only at a new run
-        // or a free of a tensor it waits on).
-        if self.short
-            && said.is_empty()
-            && self.base.is_none()
-            && self.read != self.due
-            && (!self.stepping || !self.moves_a_moment(kinds, decided, run_before))
-        {
-            return;
-        }
-        let seen = Seen {
-            reader,
-            rp,
-            kinds,
-            r,
-            decided,
-            run_before,
-        };
-        self.see_any(seen, said);
-    }
-
     /// [`EarlyMoments::see`], at a record where a tracker said something of its moments, a
     /// candidate waits, or a moment is due or being taken.
     #[inline(never)]
-    fn see_any(&mut self, seen: Seen<'_>, said: &mut Vec<Said>) {
-        let Seen {
-            reader,
-            rp,
-            kinds,
-            r,
-            decided,
-            run_before,
-        } = seen;
+    fn see_any(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
+        let (reader, rp, kinds, r) = (seen.reader, seen.rp, seen.kinds, seen.record);
+        let (decided, run_before) = (seen.decided, seen.run_before);
         if self.base.is_some() {
             self.log.push_back((*r, decided));
         }
@@ -521,5 +429,28 @@ impl EarlyMoments {
             }
         }
         out
+    }
+}
+
+impl Tracker for EarlyMoments {
+    /// One record of the first pass, after the replay applied it, the kinds observed it
+    /// (`decided`, with `run_before` their run before it) and every tracker read it, saying
+    /// `said` of their moments (emptied here).
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
+        let (kinds, decided, run_before) = (seen.kinds, seen.decided, seen.run_before);
+        self.read = seen.rp.index;
+        // Most records: nothing said, no candidate waiting, no moment due, and none being taken
+        // that this record can move (past its window, a moment's kinds move only at a new run
+        // or a free of a tensor it waits on).
+        if self.short
+            && said.is_empty()
+            && self.base.is_none()
+            && self.read != self.due
+            && (!self.stepping || !self.moves_a_moment(kinds, decided, run_before))
+        {
+            return;
+        }
+        self.see_any(seen, said);
     }
 }

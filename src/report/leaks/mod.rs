@@ -1,6 +1,7 @@
 //! `leaks`: what is still held at the end, and what grows every iteration, by call site.
 
 use super::live::{Change, Replay, site_key};
+use super::pass::{Said, Seen, Tracker};
 use super::sites::{Holder, holders, site_label};
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
@@ -213,7 +214,8 @@ pub struct LeaksFinder {
 }
 
 impl LeaksFinder {
-    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
+    /// One record, after `rp` applied it (making change `c`).
+    fn see_parts(&mut self, rp: &Replay, r: &Record, c: Change) {
         // A checkpoint's records restore state; the boundaries it kept come with it.
         if !(rp.restoring || r.kind == RecordKind::Restore) {
             self.finder.learn(r, c);
@@ -299,6 +301,13 @@ fn steady_growth(s: &[u64], ordinals: &[u64]) -> Option<u64> {
     let overall = s[s.len() - 1] as i128 - s[0] as i128;
     (median > 0 && rising * 4 >= diffs.len() * 3 && overall > 0 && overall * 2 >= median * span)
         .then_some(median as u64)
+}
+
+impl Tracker for LeaksFinder {
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
+        self.see_parts(seen.rp, seen.record, seen.change);
+    }
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! report made of them.
 
 use super::*;
+use crate::report::pass::{Said, Seen, Tracker};
 
 /// The analysis's second pass for `leaks`: live bytes per call site at each boundary, from the
 /// live set (the stacks of earlier allocations are all in by then); past MAX_BOUNDARIES, every
@@ -35,7 +36,7 @@ impl LeaksSampler {
     /// One record, after `rp` applied it (making change `c`) and the kinds observed it
     /// (deciding `decided`).
     #[inline]
-    pub fn see(
+    fn see_parts(
         &mut self,
         rp: &Replay,
         r: &Record,
@@ -233,6 +234,13 @@ fn name_kinds(
     }
 }
 
+impl Tracker for LeaksSampler {
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
+        self.see_parts(seen.rp, seen.record, seen.change, seen.decided);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -271,7 +279,7 @@ mod tests {
         let (mut rp, mut s) = (Replay::default(), sampler());
         for (r, decided) in records {
             let c = rp.apply(r);
-            s.see(&rp, r, c, *decided);
+            s.see_parts(&rp, r, c, *decided);
         }
         s
     }

@@ -1,9 +1,9 @@
 //! `gpushim summary`: calls, bytes and failures per API, peak live memory per device, and the
 //! health of the trace itself (torn, lost, truncated, damaged).
 
-use super::early::{Said, Slot};
 use super::kinds::Kind;
 use super::live::Replay;
+use super::pass::{Said, Seen, Slot, Tracker};
 use super::units::{human_bytes, human_duration};
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::reader::{DecodeStats, TraceInfo, TraceReader};
@@ -348,7 +348,13 @@ impl SummaryPass {
 
     /// One record of the first pass, after `rp` (the analysis's replay) applied it.
     #[inline]
-    pub fn see(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
+    pub fn see_parts(
+        &mut self,
+        reader: &TraceReader,
+        rp: &Replay,
+        r: &Record,
+        said: &mut Vec<Said>,
+    ) {
         if !(self.short && self.plain(reader, rp, r, said)) {
             self.see_any(reader, rp, r, said);
         }
@@ -547,5 +553,12 @@ impl SummaryPass {
             nvml_peaks,
             before_shutdown,
         }
+    }
+}
+
+impl Tracker for SummaryPass {
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
+        self.see_parts(seen.reader, seen.rp, seen.record, said);
     }
 }

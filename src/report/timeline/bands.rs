@@ -8,6 +8,7 @@ use super::{Columns, Failure, Lane, Line, MAX_COLUMNS, Mark, NOT_A_TENSOR, TOP_L
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Decided, Kind, Kinds};
 use crate::report::live::{Change, Live, Replay, site_key};
+use crate::report::pass::{Said, Seen, Tracker};
 use crate::trace::format::Api;
 use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
@@ -123,7 +124,7 @@ impl<'a> BandsPass<'a> {
 
     /// One record, after `rp` applied it (making change `c`) and the kinds observed it
     /// (deciding `decided`).
-    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change, decided: Option<(u64, Kind)>) {
+    fn see_parts(&mut self, rp: &Replay, r: &Record, c: Change, decided: Option<(u64, Kind)>) {
         self.lives.decided(decided);
         let counted = changed(rp, r, c);
         if let Some(d) = counted
@@ -360,5 +361,12 @@ fn line(reader: &TraceReader, slot: usize, site: u64, bytes: Vec<u64>) -> Line {
         kind: Kind::ALL.get(slot).copied(),
         frames,
         bytes,
+    }
+}
+
+impl Tracker for BandsPass<'_> {
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
+        self.see_parts(seen.rp, seen.record, seen.change, seen.decided);
     }
 }

@@ -171,7 +171,7 @@ impl ColumnsPass {
     }
 
     /// One record, after `rp` applied it (making change `c`).
-    pub fn see(&mut self, rp: &Replay, r: &Record, c: Change) {
+    pub(super) fn see_parts(&mut self, rp: &Replay, r: &Record, c: Change) {
         if let Some(d) = changed(rp, r, c) {
             self.found.lanes.or_default(d).change(rp, d, r.time_ns);
         } else if r.kind == RecordKind::DeviceMemory {

@@ -94,7 +94,7 @@ pub struct EarlyBands {
 impl EarlyBands {
     /// One record, after `rp` applied it (making change `c`), the kinds observed it (deciding
     /// `decided`) and the columns (`lanes`) took it.
-    pub fn see(
+    pub(super) fn see_parts(
         &mut self,
         lanes: &ByDevice<LaneFound>,
         rp: &Replay,

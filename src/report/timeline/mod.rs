@@ -14,6 +14,32 @@ pub(crate) mod bands;
 pub(crate) mod columns;
 pub(crate) mod early_bands;
 
+/// The first pass's tracker of the picture: each device's columns, and their bands where they
+/// are taken in the same pass (`early`; else the second pass takes them, [`bands::BandsPass`]).
+pub struct PicturePass {
+    pub columns: columns::ColumnsPass,
+    pub bands: Option<early_bands::EarlyBands>,
+}
+
+impl PicturePass {
+    pub fn new(early: bool) -> PicturePass {
+        PicturePass {
+            columns: columns::ColumnsPass::default(),
+            bands: early.then(early_bands::EarlyBands::default),
+        }
+    }
+}
+
+impl super::pass::Tracker for PicturePass {
+    #[inline]
+    fn see(&mut self, s: &super::pass::Seen<'_>, _said: &mut Vec<super::pass::Said>) {
+        self.columns.see_parts(s.rp, s.record, s.change);
+        if let Some(b) = &mut self.bands {
+            b.see_parts(self.columns.lanes(), s.rp, s.record, s.change, s.decided);
+        }
+    }
+}
+
 use super::kinds::Kind;
 use serde::Serialize;
 

@@ -3,6 +3,7 @@
 use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError, Seed, SeedTensor};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Kinds};
+use crate::report::pass::{Said, Seen, Tracker};
 use crate::report::torch_replay::model::TorchConf;
 use crate::trace::format::restore;
 use crate::trace::format::{Api, Record, RecordKind};
@@ -275,7 +276,7 @@ pub fn read_by(
     let mut g = Requests::new(&reader);
     while let Some(r) = reader.next() {
         let decided = kinds.observe(&reader, &r);
-        g.see(&reader, &r, decided);
+        g.see_parts(&reader, &r, decided);
     }
     g.finish(reader, &kinds, only)
 }
@@ -317,7 +318,7 @@ impl Requests {
     }
 
     /// One record, after the kinds observed it (`decided`: what they decided of it).
-    pub fn see(&mut self, reader: &TraceReader, r: &Record, decided: Option<(u64, Kind)>) {
+    fn see_parts(&mut self, reader: &TraceReader, r: &Record, decided: Option<(u64, Kind)>) {
         let g = &mut *self.0;
         if r.kind == RecordKind::Restore {
             g.from_checkpoint = true;
@@ -467,4 +468,11 @@ fn setting_of(env: &[String]) -> Option<(String, String)> {
                 .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
                 .map(|v| (name.to_string(), v.to_string()))
         })
+}
+
+impl Tracker for Requests {
+    #[inline]
+    fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
+        self.see_parts(seen.reader, seen.record, seen.decided);
+    }
 }
