@@ -14,7 +14,7 @@
 use gpushim::config::{self, Conf};
 use gpushim::engine::front::Front;
 use gpushim::engine::{FreeKind, MemoryBackend, Policy, SYNC_KEY};
-use gpushim::report::simulate::Replayer;
+use gpushim::report::pool_replay::PoolReplayer;
 use gpushim::trace::format::Record;
 use gpushim::trace::reader::TraceReader;
 use std::time::Instant;
@@ -109,10 +109,10 @@ fn run(conf: &Conf, steps: u64, thrash: &mut [u8]) -> Outcome {
 
 /// Replays `records` under `conf`, timing each request: mean ns per request, peak reserved.
 fn replay(records: &[Record], conf: &Conf, thrash: &mut [u8]) -> (f64, u64, u64) {
-    let mut r = Replayer::new(Policy::from(conf));
+    let mut r = PoolReplayer::new(Policy::from(conf));
     let (mut spent, mut requests) = (0u128, 0u64);
     for rec in records {
-        if !Replayer::is_request(rec) {
+        if !PoolReplayer::is_request(rec) {
             r.apply(rec);
             continue;
         }

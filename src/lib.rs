@@ -14,7 +14,7 @@
 
 pub use gpushim_core::{config, fasthash, fixedfmt, prefetch, trace};
 
-/// The core's caching allocator (PyTorch's, modelled, is in `report::torch_replay::model`).
+/// The core's caching allocator (PyTorch's, modelled, is in `report::torch_allocator::model`).
 pub mod engine {
     pub use gpushim_core::engine::*;
 }

@@ -39,7 +39,7 @@ fn main() -> std::process::ExitCode {
         if sampled > 0 {
             eprintln!("gpushim: {sampled} time(s) the leaks were sampled as the trace was read");
         }
-        let (replays, events, passed) = gpushim::report::torch_replay::replays_counted();
+        let (replays, events, passed) = gpushim::report::torch_allocator::replays_counted();
         if replays > 0 {
             eprintln!(
                 "gpushim: {replays} replay(s) of PyTorch's allocator applied {events} events, \

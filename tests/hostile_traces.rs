@@ -196,9 +196,15 @@ fn replay_everything(
     ask.batches = vec![1, 4, 16];
     let fit = gpushim::report::analysis::fit(path, &ask, o);
     let expandable = "expandable_segments:True";
-    let confs = [gpushim::report::torch_replay::model::TorchConf::parse(expandable).unwrap()];
+    let confs = [gpushim::report::torch_allocator::model::TorchConf::parse(expandable).unwrap()];
     let simulated = gpushim::report::analysis::read_requests(path, o).and_then(|input| {
-        gpushim::report::torch_replay::simulate(&input, &confs, true, &Default::default(), &|_| {})
+        gpushim::report::torch_allocator::simulate(
+            &input,
+            &confs,
+            true,
+            &Default::default(),
+            &|_| {},
+        )
     });
     (fit, simulated.map(|_| ()).map_err(|e| e.to_string()))
 }

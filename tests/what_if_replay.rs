@@ -127,7 +127,7 @@ fn a_bad_policy_is_refused_with_the_key_named() {
 #[test]
 fn errors_are_typed_and_a_bad_policy_is_found_before_the_trace_is_read() {
     use gpushim::report::analysis::simulate_pool as simulate;
-    use gpushim::report::simulate::SimulateError;
+    use gpushim::report::pool_replay::SimulateError;
     let missing = tempdir("simulate-err").file("absent.trace");
     // A bad policy and an unreadable trace: the policy is named, the trace never opened.
     let e = simulate(

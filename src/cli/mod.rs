@@ -188,7 +188,7 @@ fn dispatch(command: Cmd, opts: &ReadOptions) -> ExitCode {
             if torch.is_empty() && !recommend {
                 simulate::cmd_simulate(&traces, conf, json, opts)
             } else {
-                let bounds = gpushim::report::torch_replay::Bounds {
+                let bounds = gpushim::report::torch_allocator::Bounds {
                     limit,
                     fraction,
                     stop_at_oom: false,

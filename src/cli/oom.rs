@@ -64,10 +64,10 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
             // what CUDA then said was free): the room a batch had, as the advice replays it.
             let mut room = None;
             match &run {
-                Ok(r) => match gpushim::report::torch_replay::oom_advice_of(r.input()) {
+                Ok(r) => match gpushim::report::torch_allocator::oom_advice_of(r.input()) {
                     Ok(Some(a)) => {
                         room = a.fraction_bytes.or(a.capacity_bytes);
-                        print!("{}", gpushim::report::torch_replay::render_advice(&a))
+                        print!("{}", gpushim::report::torch_allocator::render_advice(&a))
                     }
                     // Failures of PyTorch's with no tensor of PyTorch's failed: its raw
                     // cudaMalloc attempts only, which the tensor's failure record follows.
@@ -108,8 +108,8 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
 
 /// Why there is no replay of PyTorch's allocator for the failure: on stdout where the trace
 /// says why (no tensors, the failure summarized), else on stderr.
-fn no_replay(t: &std::path::Path, e: &gpushim::report::torch_replay::ReplayError) {
-    use gpushim::report::torch_replay::ReplayError as E;
+fn no_replay(t: &std::path::Path, e: &gpushim::report::torch_allocator::ReplayError) {
+    use gpushim::report::torch_allocator::ReplayError as E;
     let summarized = e.failure_summarized();
     match summarized.as_ref().unwrap_or(e) {
         e @ (E::NoTensors { .. } | E::FailureSummarized { .. }) => {

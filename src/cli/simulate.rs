@@ -3,8 +3,8 @@
 //! other policies (`--conf`).
 
 use super::output::{fail, print_json};
-use gpushim::report::torch_replay::model::TorchConf;
-use gpushim::report::torch_replay::{self, Bounds, ReplayError};
+use gpushim::report::torch_allocator::model::TorchConf;
+use gpushim::report::torch_allocator::{self, Bounds, ReplayError};
 use gpushim::report::units::human_bytes;
 use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
@@ -94,10 +94,10 @@ pub fn cmd_simulate_torch(
     for t in traces {
         let input = gpushim::report::analysis::read_requests(t, opts);
         let say = |line| eprintln!("{line}");
-        match input.and_then(|i| torch_replay::simulate(&i, &asked, recommend, bounds, &say)) {
+        match input.and_then(|i| torch_allocator::simulate(&i, &asked, recommend, bounds, &say)) {
             Ok(r) => {
                 if !json {
-                    print!("{}", torch_replay::render_report(&r, bounds));
+                    print!("{}", torch_allocator::render_report(&r, bounds));
                 }
                 reports.push(r);
             }

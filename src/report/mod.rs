@@ -1,9 +1,13 @@
-//! The reports, all over one replay of what is live ([`live::Replay`]): [`summary`], [`peak`],
-//! [`leaks`] (with growth per iteration), [`oom`] post-mortems, what-if replays under other pool
-//! settings ([`simulate`]); call sites and ranges named ([`sites`]) with frames from the binaries
-//! ([`symbolize`]). Decoding streams: memory grows with the live allocations and the distinct
-//! call sites, never with the length of the trace. Reports that need a moment found by a first
-//! pass (the peak) read the trace twice.
+//! The reports, in one direction. [`analysis`], on top, opens a trace and reads it in the
+//! passes a command needs, the only code that opens or rereads one; every tracker of its passes
+//! has one shape ([`pass`]). Below it the reports take what it found: [`summary`], [`peak`],
+//! [`leaks`] (with growth per iteration), [`oom`] post-mortems, [`fit`], memory over the run
+//! ([`timeline`]), several traces together ([`job`]), what-if replays through the shim's pool
+//! ([`pool_replay`]) and through PyTorch's allocator modelled ([`torch_allocator`]). Below them
+//! what they share: the replay of what is live ([`live`]), the tensors' kinds ([`kinds`]),
+//! moments taken during a pass ([`moments`], [`early`]), call sites and ranges named
+//! ([`sites`]) with frames from the binaries ([`symbolize`]). Memory grows with the live
+//! allocations and the distinct call sites, never with the length of the trace.
 
 pub mod analysis;
 pub mod device_memory;
@@ -19,12 +23,12 @@ pub mod owners;
 pub mod pass;
 pub mod peak;
 
-pub mod simulate;
+pub mod pool_replay;
 pub mod sites;
 pub mod summary;
 pub mod symbolize;
 pub mod timeline;
-pub mod torch_replay;
+pub mod torch_allocator;
 pub mod units;
 
 pub use analysis::filter_keeps_any;

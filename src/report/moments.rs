@@ -199,7 +199,7 @@ pub fn of(moments: &[Moment], index: u64, device: u8) -> Option<&Moment> {
 }
 
 impl Tracker for Moments {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, s: &Seen<'_>, _said: &mut Vec<Said>) {
         self.see_parts(s.reader, s.rp, s.kinds, s.record, s.decided, s.run_before);
     }

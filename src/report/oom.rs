@@ -406,7 +406,7 @@ pub fn render_ooms(trace: &str, ooms: &[Oom]) -> String {
 }
 
 impl Tracker for OomPass {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
         self.see_parts(seen.reader, seen.rp, seen.kinds, seen.record);
     }

@@ -9,7 +9,10 @@ use crate::report::live::{Change, Replay};
 use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
 
-/// One record of a pass, as every tracker sees it.
+/// One record of a pass, as every tracker sees it. Every record builds one, so a tracker hands
+/// a function kept apart (a slow road, not inlined) the parts it needs, never the `Seen`
+/// itself: one whose address escapes is written to memory at every record (10% of `peak`'s
+/// time on a loop's trace), where one that does not stays in registers.
 pub struct Seen<'a> {
     /// The pass's reader (definitions so far, stacks, the trace's header).
     pub reader: &'a TraceReader,

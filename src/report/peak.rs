@@ -469,7 +469,7 @@ fn side_by_side(o: &mut String, all: &[(String, Vec<Peak>)]) {
 }
 
 impl Tracker for PeakFinder {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
         self.see_parts(seen.rp, seen.record, seen.change, said);
     }

@@ -92,7 +92,7 @@ impl EarlyLeaks {
 
 impl Tracker for EarlyLeaks {
     /// One record of the first pass after `at`, to the sampler begun there.
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
         if let Some(s) = &mut self.sampler {
             s.see(seen, said);

@@ -38,7 +38,7 @@ pub(super) struct RunPass {
     /// The moments a group on a thread of its own took (its `early` finished there).
     pub(super) taken: Vec<crate::report::moments::Moment>,
     /// The requests of PyTorch's allocator, for a replay.
-    pub(super) requests: Option<crate::report::torch_replay::Requests>,
+    pub(super) requests: Option<crate::report::torch_allocator::Requests>,
 }
 
 impl RunPass {
@@ -74,7 +74,7 @@ impl RunPass {
             taken: Vec::new(),
             requests: wants
                 .requests
-                .then(|| crate::report::torch_replay::Requests::new(reader)),
+                .then(|| crate::report::torch_allocator::Requests::new(reader)),
         }
     }
 
@@ -204,20 +204,13 @@ pub fn first_pass_times() -> (f64, f64, f64) {
 /// failures, the iterations, the picture), the lighter reports together first (see
 /// [`groups_of`]). Their replays and kinds end the same (the same records applied the same
 /// way), so the first group's serve all after the pass; a group's moments are taken on its own
-/// thread. On a 16-core host the cores add up in part (`scripts/bench.sh scaling`: a copy of
-/// a report run beside three others took up to half as long again as alone): the page of the
-/// bench's 1.88 GB trace took 2.33 s in five groups, 2.86 s in two, 3.83 s in one
-/// (`docs/gpu-checks.md`). On two cores the threads take turns, and a second replay costs
-/// about what the split saves, except for the page and `analyze`, whose five reports are read
-/// in two groups there: since the decoder and the trackers' short roads grew lighter, two
-/// groups of the page took 2.18 s of the kinds program's 1.88 GB trace where one took 2.65
-/// (medians of four, alternated), `analyze` 2.19 where 2.70, and about as long of the bench's
-/// loop trace; `oom`'s two reports took longer in two (0.80 s in one, 1.17 in two), and
-/// `plot`'s two as long. PyTorch's requests are a group of their own where every report has
-/// one and a core is left, on two cores beside `fit`'s summary: they read the kinds but no
-/// replay, and `fit`'s first pass of the kinds program's 1.88 GB trace took 1.47 s where it
-/// took 1.90 in one group. `ReadMode::groups`: at most N groups whatever the cores (`0`: one;
-/// the tests compare them).
+/// thread. Groups pay where a second replay costs less than the reports it takes off the
+/// first thread: with three cores or more, one a core beside the decoder's; on two, where the
+/// threads take turns, only the page's and `analyze`'s five reports (in two groups) and
+/// PyTorch's requests beside `fit`'s summary (they read the kinds but no replay). The figures
+/// that chose this are in `docs/changelog.md` and `docs/gpu-checks.md` (`scripts/bench.sh
+/// readonce` and `scaling` measure it). `ReadMode::groups`: at most N groups whatever the
+/// cores (`0`: one; the tests compare them).
 pub(super) fn first_pass(
     reader: &mut TraceReader,
     wants: &Wants,

@@ -47,7 +47,7 @@ use super::peak::Peak;
 use super::summary::Summary;
 use super::timeline::Lane;
 use super::timeline::bands::BandsPass;
-use super::torch_replay::{Input, ReplayError};
+use super::torch_allocator::{Input, ReplayError};
 use crate::trace::reader::{ReadError, ReadOptions, TraceInfo, TraceReader};
 use std::path::Path;
 
@@ -262,7 +262,7 @@ struct Ended {
     reader: TraceReader,
     replay: Replay,
     kinds: Kinds,
-    requests: Option<crate::report::torch_replay::Requests>,
+    requests: Option<crate::report::torch_allocator::Requests>,
 }
 
 impl Ended {

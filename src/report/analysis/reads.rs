@@ -8,7 +8,7 @@ use crate::report::leaks::Leaks;
 use crate::report::oom::Oom;
 use crate::report::peak::Peak;
 use crate::report::summary::Summary;
-use crate::report::torch_replay::{self, Input, ReplayError};
+use crate::report::torch_allocator::{self, Input, ReplayError};
 use crate::trace::reader::{ReadError, ReadOptions, TraceReader};
 use std::path::Path;
 
@@ -70,7 +70,7 @@ pub fn fit(path: &Path, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> 
 /// its summary (for the headroom) from one read, of a ring's checkpoint with the most records
 /// after it.
 pub fn read_run(path: &Path, opts: &ReadOptions) -> Result<FitRun, FitError> {
-    torch_replay::devices_only(opts)?; // before the trace is read
+    torch_allocator::devices_only(opts)?; // before the trace is read
     let whole = run_options(opts);
     let mut a = analyze(path, &whole, &Wants::fit()).map_err(ReplayError::Read)?;
     run_of(&mut a, opts)
@@ -79,7 +79,7 @@ pub fn read_run(path: &Path, opts: &ReadOptions) -> Result<FitRun, FitError> {
 /// [`read_run`] of the trace `of` reads, by the descriptor it was opened with (one file, one
 /// opening, whatever the reports beside it read with).
 pub fn read_run_again(of: &TraceReader, opts: &ReadOptions) -> Result<FitRun, FitError> {
-    torch_replay::devices_only(opts)?;
+    torch_allocator::devices_only(opts)?;
     let whole = run_options(opts);
     let reader = of.reopen_with(&whole).map_err(ReplayError::Read)?;
     let mut a = analyze_reader(reader, &whole, &Wants::fit()).map_err(ReplayError::Read)?;
@@ -107,17 +107,17 @@ pub fn run_of(a: &mut Analysis, opts: &ReadOptions) -> Result<FitRun, FitError> 
 /// The requests of PyTorch's allocator in the trace at `path`, for a replay. Errors: the trace
 /// cannot be read, or has no tensors of PyTorch's allocator (with why, when the trace says).
 pub fn read_requests(path: &Path, opts: &ReadOptions) -> Result<Input, ReplayError> {
-    let only = torch_replay::devices_only(opts)?;
-    let reader = TraceReader::open_with(path, &torch_replay::as_replay(opts))?;
-    torch_replay::read_by(reader, &only)
+    let only = torch_allocator::devices_only(opts)?;
+    let reader = TraceReader::open_with(path, &torch_allocator::as_replay(opts))?;
+    torch_allocator::read_by(reader, &only)
 }
 
 /// [`read_requests`] of the trace `of` reads, by the descriptor it was opened with (one file,
 /// one opening, whatever the reports beside it read with).
 pub fn read_requests_again(of: &TraceReader, opts: &ReadOptions) -> Result<Input, ReplayError> {
-    let only = torch_replay::devices_only(opts)?;
-    let reader = of.reopen_with(&torch_replay::as_replay(opts))?;
-    torch_replay::read_by(reader, &only)
+    let only = torch_allocator::devices_only(opts)?;
+    let reader = of.reopen_with(&torch_allocator::as_replay(opts))?;
+    torch_allocator::read_by(reader, &only)
 }
 
 /// The advice for the first failed tensor of the trace at `path`: `None` when the trace has
@@ -126,9 +126,9 @@ pub fn read_requests_again(of: &TraceReader, opts: &ReadOptions) -> Result<Input
 pub fn oom_advice(
     path: &Path,
     opts: &ReadOptions,
-) -> Result<Option<torch_replay::OomAdvice>, ReplayError> {
+) -> Result<Option<torch_allocator::OomAdvice>, ReplayError> {
     match read_requests(path, opts) {
-        Ok(input) => torch_replay::oom_advice_of(&input),
+        Ok(input) => torch_allocator::oom_advice_of(&input),
         Err(e) => Err(e.for_failure()),
     }
 }
@@ -140,8 +140,9 @@ pub fn simulate_pool(
     path: &Path,
     policies: &[String],
     opts: &ReadOptions,
-) -> Result<Vec<crate::report::simulate::Outcome>, crate::report::simulate::SimulateError> {
-    use crate::report::simulate::{policies as parsed, simulate};
+) -> Result<Vec<crate::report::pool_replay::PoolOutcome>, crate::report::pool_replay::SimulateError>
+{
+    use crate::report::pool_replay::{policies as parsed, simulate};
     let parsed = parsed(policies)?;
     Ok(simulate(TraceReader::open_with(path, opts)?, parsed))
 }

@@ -124,8 +124,8 @@ pub struct EarlyMoments {
     spent: u64,
     /// Whether a moment being taken still reads on (its window or its kinds), and the record
     /// at which the earliest candidate waiting has stood for its window (`u64::MAX`: none):
-    /// a record that is neither looks at no slot (a process on 8 devices has dozens, and every
-    /// record used to visit them all).
+    /// a record that is neither looks at no slot (a process on 8 devices has dozens, and a
+    /// record visiting them all would cost each record that much).
     stepping: bool,
     due: u64,
     /// Whether a moment being taken still reads its stack window: one only settling its kinds
@@ -181,9 +181,12 @@ impl EarlyMoments {
     /// [`EarlyMoments::see`], at a record where a tracker said something of its moments, a
     /// candidate waits, or a moment is due or being taken.
     #[inline(never)]
-    fn see_any(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
-        let (reader, rp, kinds, r) = (seen.reader, seen.rp, seen.kinds, seen.record);
-        let (decided, run_before) = (seen.decided, seen.run_before);
+    fn see_any(
+        &mut self,
+        (reader, rp, kinds, r): (&TraceReader, &Replay, &Kinds, &Record),
+        (decided, run_before): (Option<(u64, Kind)>, u64),
+        said: &mut Vec<Said>,
+    ) {
         if self.base.is_some() {
             self.log.push_back((*r, decided));
         }
@@ -436,7 +439,7 @@ impl Tracker for EarlyMoments {
     /// One record of the first pass, after the replay applied it, the kinds observed it
     /// (`decided`, with `run_before` their run before it) and every tracker read it, saying
     /// `said` of their moments (emptied here).
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
         let (kinds, decided, run_before) = (seen.kinds, seen.decided, seen.run_before);
         self.read = seen.rp.index;
@@ -451,6 +454,8 @@ impl Tracker for EarlyMoments {
         {
             return;
         }
-        self.see_any(seen, said);
+        // The slow road takes the parts, not the pass's `Seen` (see `Seen`).
+        let parts = (seen.reader, seen.rp, seen.kinds, seen.record);
+        self.see_any(parts, (decided, run_before), said);
     }
 }

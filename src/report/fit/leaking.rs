@@ -3,7 +3,7 @@
 
 use super::SettingFit;
 use crate::report::leaks::{Growth, Leaks};
-use crate::report::torch_replay::Input;
+use crate::report::torch_allocator::Input;
 use serde::Serialize;
 
 /// A run whose memory grows every iteration: the replays hold what it had grown to by the

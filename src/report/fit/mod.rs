@@ -1,6 +1,6 @@
 //! `gpushim fit`: what fits, from one run. The tensors that depend on the batch are resized to
 //! another batch and the run's requests replayed through the model of PyTorch's allocator
-//! (`torch_replay`), under the run's setting and under expandable segments: peak allocated and
+//! (`torch_allocator`), under the run's setting and under expandable segments: peak allocated and
 //! reserved at each batch asked, and the largest batch whose replay never fails under the
 //! device's memory less what the CUDA context and the libraries took in the run.
 //!
@@ -34,7 +34,7 @@ use scales::Scales;
 use steps::{limit_of, measure_by_second_run, setting_fit, tally};
 
 use super::kinds::{Kind, Phase, phase_of_stack};
-use super::torch_replay::{self, Bounds, ReplayError};
+use super::torch_allocator::{self, Bounds, ReplayError};
 use crate::trace::reader::ReadOptions;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -141,10 +141,10 @@ pub struct Fit {
     pub seq: Option<SeqAxis>,
     /// The what-if of activation checkpointing, when asked: every row is under it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub checkpoint: Option<torch_replay::Blocks>,
+    pub checkpoint: Option<torch_allocator::Blocks>,
     /// The what-if of autocast, when asked: every row is under it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub autocast: Option<torch_replay::AutocastSummary>,
+    pub autocast: Option<torch_allocator::AutocastSummary>,
     /// From a ring: how much of the run its records hold (every replay above is of those).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ring: Option<crate::report::kinds::StepsBegun>,
@@ -298,7 +298,7 @@ fn on_line(here: u64, there: u64, at: u64, other: u64, x: u64) -> Option<u64> {
 /// CUDA context and libraries held beside PyTorch's allocator. Several asks (the page's two,
 /// for one) are answered from one reading.
 pub struct FitRun {
-    input: torch_replay::Input,
+    input: torch_allocator::Input,
     headroom: u64,
     /// What the trace is missing, when it was cut or damaged (the analysis's words).
     cut: Option<String>,
@@ -306,13 +306,13 @@ pub struct FitRun {
     growth: Option<Leaking>,
     /// The second runs an ask names, read by the analysis ([`FitRun::with_second_runs`]):
     /// at another batch (`Ask::second`) and at another sequence length (`Ask::seq`).
-    second_batch: Option<torch_replay::Input>,
-    second_seq: Option<torch_replay::Input>,
+    second_batch: Option<torch_allocator::Input>,
+    second_seq: Option<torch_allocator::Input>,
 }
 
 impl FitRun {
     /// PyTorch's requests, as the run made them.
-    pub fn input(&self) -> &torch_replay::Input {
+    pub fn input(&self) -> &torch_allocator::Input {
         &self.input
     }
 
@@ -326,8 +326,8 @@ impl FitRun {
     /// (`Ask::second`) and the run at another sequence length (`Ask::seq`).
     pub fn with_second_runs(
         mut self,
-        batch: Option<torch_replay::Input>,
-        seq: Option<torch_replay::Input>,
+        batch: Option<torch_allocator::Input>,
+        seq: Option<torch_allocator::Input>,
     ) -> FitRun {
         (self.second_batch, self.second_seq) = (batch, seq);
         self
@@ -337,7 +337,7 @@ impl FitRun {
 /// The run for [`fit_run`] from an analysis's parts: PyTorch's requests, the summary (for the
 /// headroom, when there is one) and what the trace is missing when it was cut or damaged.
 pub fn run_from(
-    input: torch_replay::Input,
+    input: torch_allocator::Input,
     summary: Option<&super::summary::Summary>,
     cut: Option<String>,
 ) -> FitRun {
@@ -352,7 +352,7 @@ pub fn run_from(
 }
 
 /// A second run an ask names, as the analysis read it ([`FitRun::with_second_runs`]).
-fn second_run(run: Option<&torch_replay::Input>) -> Result<&torch_replay::Input, FitError> {
+fn second_run(run: Option<&torch_allocator::Input>) -> Result<&torch_allocator::Input, FitError> {
     run.ok_or_else(|| FitError::Batch("the second run named was not read".into()))
 }
 
@@ -400,7 +400,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         }
         None => 0,
     };
-    let recorded = torch_replay::recorded_conf(input)?;
+    let recorded = torch_allocator::recorded_conf(input)?;
     let mut expandable = recorded.clone();
     expandable.expandable_segments = !recorded.expandable_segments;
     let headroom = run.headroom;

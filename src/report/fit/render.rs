@@ -299,7 +299,7 @@ fn world_line(o: &mut String, w: &super::WorldSize) {
 }
 
 /// What a `--checkpoint` what-if checkpointed, in one line.
-fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_replay::Blocks) {
+fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_allocator::Blocks) {
     use std::fmt::Write as _;
     if c.checkpointed == 0 || c.saved_bytes == 0 {
         // A what-if that edits nothing: said plainly, the rows below being the run's own.
@@ -351,7 +351,7 @@ fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_replay::Blo
 }
 
 /// What an `--autocast` what-if changed, in one line.
-fn autocast_line(o: &mut String, at: u64, a: &crate::report::torch_replay::AutocastSummary) {
+fn autocast_line(o: &mut String, at: u64, a: &crate::report::torch_allocator::AutocastSummary) {
     use std::fmt::Write as _;
     let _ = writeln!(
         o,

@@ -5,7 +5,7 @@
 use super::{Requests, Scale, reduce};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Phase, backward_node_of, phase_of_stack};
-use crate::report::torch_replay::Input;
+use crate::report::torch_allocator::Input;
 
 /// Each request: whether the program can do without it when memory is short. A
 /// convolution's workspace (a scratch buffer of a line of convolutions, freed before anything

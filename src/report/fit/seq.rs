@@ -9,7 +9,7 @@
 //! the run replayed as for the batch alone.
 
 use super::{Labels, Row, Scale, largest, on_line, resize};
-use crate::report::torch_replay::{self, Bounds, Input, model::TorchConf};
+use crate::report::torch_allocator::{self, Bounds, Input, model::TorchConf};
 use serde::Serialize;
 
 /// A second run of the program at another sequence length.
@@ -180,7 +180,7 @@ pub(super) fn axis(
                                 resize(scale.get(n).unwrap_or(Scale::Fixed), sized, batch, b)
                             })
                             .knowing(repeating);
-                        let o = torch_replay::replay_resized(input, &events, conf, bounds);
+                        let o = torch_allocator::replay_resized(input, &events, conf, bounds);
                         Row {
                             batch: b,
                             peak_reserved_bytes: o.peak_reserved_bytes,

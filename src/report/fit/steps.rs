@@ -18,10 +18,10 @@ pub(super) fn second_batch_asked(at: u64, other: u64) -> Result<(), FitError> {
 /// A second run at batch `other` (`second`) decides the scale of the requests the kinds
 /// cannot (see below); how many it measured.
 pub(super) fn measure_by_second_run(
-    input: &torch_replay::Input,
+    input: &torch_allocator::Input,
     req: &mut Requests,
     at: u64,
-    second: &torch_replay::Input,
+    second: &torch_allocator::Input,
     other: u64,
 ) -> Result<u64, FitError> {
     let mut measured_requests = 0u64;
@@ -101,8 +101,8 @@ pub(super) fn limit_of(ask: &Ask, total: u64, headroom: u64) -> (Bounds, u64, St
 
 /// The what-ifs a fit is asked for, and where to say how its replays go.
 pub(super) struct WhatIfs<'a> {
-    pub(super) checkpointing: Option<&'a torch_replay::Checkpointing>,
-    pub(super) autocast: Option<&'a torch_replay::Autocast>,
+    pub(super) checkpointing: Option<&'a torch_allocator::Checkpointing>,
+    pub(super) autocast: Option<&'a torch_allocator::Autocast>,
     /// Another world size: the shards resized to it.
     pub(super) world: Option<&'a super::world::World>,
     /// Requests replayed as not made (none of their bytes): a leak's growth, for the steady
@@ -115,11 +115,11 @@ pub(super) struct WhatIfs<'a> {
 
 /// One setting's rows and largest batch.
 pub(super) fn setting_fit(
-    input: &torch_replay::Input,
+    input: &torch_allocator::Input,
     req: &Requests,
     optional: &[bool],
     ask: &Ask,
-    (conf, is_recorded): (&torch_replay::model::TorchConf, bool),
+    (conf, is_recorded): (&torch_allocator::model::TorchConf, bool),
     bounds: &Bounds,
     what_if: &WhatIfs<'_>,
 ) -> SettingFit {
@@ -162,7 +162,7 @@ pub(super) fn setting_fit(
         };
         let events = input
             .resized_optional(
-                &torch_replay::WhatIf {
+                &torch_allocator::WhatIf {
                     checkpointing: what_if.checkpointing,
                     autocast: what_if.autocast,
                     copy_size: &copy_size,
@@ -170,7 +170,7 @@ pub(super) fn setting_fit(
                 size,
             )
             .knowing(repeating);
-        let o = torch_replay::replay_resized(input, &events, conf, bounds);
+        let o = torch_allocator::replay_resized(input, &events, conf, bounds);
         Row {
             batch,
             peak_reserved_bytes: o.peak_reserved_bytes,
@@ -210,7 +210,7 @@ pub(super) struct Tally {
     pub(super) reductions: u64,
 }
 
-pub(super) fn tally(input: &torch_replay::Input, req: &Requests) -> Tally {
+pub(super) fn tally(input: &torch_allocator::Input, req: &Requests) -> Tally {
     let reductions = req
         .scale
         .iter()

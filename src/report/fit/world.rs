@@ -18,7 +18,7 @@
 
 use super::{Ask, FitError, Requests};
 use crate::report::kinds::{Kind, Phase, phase_of_stack};
-use crate::report::torch_replay::Input;
+use crate::report::torch_allocator::Input;
 use crate::trace::format;
 use crate::trace::reader::TraceReader;
 use serde::Serialize;

@@ -304,7 +304,7 @@ fn steady_growth(s: &[u64], ordinals: &[u64]) -> Option<u64> {
 }
 
 impl Tracker for LeaksFinder {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
         self.see_parts(seen.rp, seen.record, seen.change);
     }

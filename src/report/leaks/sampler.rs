@@ -235,7 +235,7 @@ fn name_kinds(
 }
 
 impl Tracker for LeaksSampler {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
         self.see_parts(seen.rp, seen.record, seen.change, seen.decided);
     }

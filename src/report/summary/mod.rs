@@ -557,7 +557,7 @@ impl SummaryPass {
 }
 
 impl Tracker for SummaryPass {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
         self.see_parts(seen.reader, seen.rp, seen.record, said);
     }

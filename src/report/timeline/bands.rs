@@ -4,7 +4,7 @@
 //! where it ends (a difference array per kind and line), summed once at the end.
 
 use super::columns::{Found, LaneFound, changed};
-use super::{Columns, Failure, Lane, Line, MAX_COLUMNS, Mark, NOT_A_TENSOR, TOP_LINES};
+use super::{Columns, FailureMark, Lane, Line, MAX_COLUMNS, Mark, NOT_A_TENSOR, TOP_LINES};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Decided, Kind, Kinds};
 use crate::report::live::{Change, Live, Replay, site_key};
@@ -317,7 +317,7 @@ fn lane(
     let failures = f
         .failures
         .iter()
-        .map(|&(changes, size, api, time_ns)| Failure {
+        .map(|&(changes, size, api, time_ns)| FailureMark {
             column: pre + f.column_of(changes.max(1)).min(n.saturating_sub(1)),
             requested_bytes: size,
             api: api.to_string(),
@@ -365,7 +365,7 @@ fn line(reader: &TraceReader, slot: usize, site: u64, bytes: Vec<u64>) -> Line {
 }
 
 impl Tracker for BandsPass<'_> {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
         self.see_parts(seen.rp, seen.record, seen.change, seen.decided);
     }

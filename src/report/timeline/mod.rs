@@ -31,7 +31,7 @@ impl PicturePass {
 }
 
 impl super::pass::Tracker for PicturePass {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, s: &super::pass::Seen<'_>, _said: &mut Vec<super::pass::Said>) {
         self.columns.see_parts(s.rp, s.record, s.change);
         if let Some(b) = &mut self.bands {
@@ -72,7 +72,7 @@ pub struct Lane {
     pub other_lines: Vec<u64>,
     /// The column of the most live memory, and that figure.
     pub peak: Option<Mark>,
-    pub failures: Vec<Failure>,
+    pub failures: Vec<FailureMark>,
     /// Iteration boundaries: the column each falls in and its number (from 1; where a long run's
     /// boundaries were thinned, the number is the one its place in the run gives).
     pub steps: Vec<Step>,
@@ -189,7 +189,7 @@ pub struct Step {
 
 /// A failed allocation.
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct Failure {
+pub struct FailureMark {
     pub column: usize,
     pub requested_bytes: u64,
     pub api: String,

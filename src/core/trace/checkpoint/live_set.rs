@@ -2,9 +2,9 @@
 //! would not fit its slot, the newest ones one by one and the older ones summed by call site.
 //!
 //! A ring's checkpoint slot is an eighth of `trace_max`. A program that keeps more allocations
-//! live than a slot holds (a 4 MiB trace holds about 16,000) used to get no checkpoint at all
-//! from then on: the reports fell back to the last one that fitted and counted every record
-//! since as lost. Summed by site, what the older allocations hold still reaches every report,
+//! live than a slot holds (a 4 MiB trace holds about 16,000) would get no checkpoint at all
+//! from then on, the reports falling back to the last one that fitted and counting every
+//! record since as lost. Summed by site, what the older allocations hold still reaches every report,
 //! under the line that made them; only their addresses are gone, so a later free of one is not
 //! matched (the replay counts it, and the reports say their live figures are then an upper
 //! bound). The newest are the ones a program frees soonest, so they stay itemized.

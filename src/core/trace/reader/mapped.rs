@@ -1,10 +1,9 @@
 //! The file's records read where the page cache holds them: a window of the file mapped
 //! read-only at a time, in place of a copy of it into a buffer of our own.
 //!
-//! Why: copying a trace in the page cache into a buffer (what `read` does) was a third of the
-//! decoder's CPU on the bench's 1.88 GB trace (0.27-0.31 s of system time in a 0.6 s read);
-//! mapped, the same pages cost the faults that map them (a C program touching every cache
-//! line of the file: 0.09 s mapped where `read` into 128 KiB took 0.20 s, 1 MiB 0.35 s).
+//! Why: copying a trace in the page cache into a buffer (what `read` does) costs a third of the
+//! decoder's CPU; mapped, the same pages cost only the faults that map them (the figures:
+//! `docs/changelog.md`).
 //!
 //! What can go wrong: a mapped page past the end of the file raises SIGBUS when touched. The
 //! file may shrink while it is read: a running program's trace is cut to its length when the

@@ -17,10 +17,10 @@
 mod advice;
 pub mod model;
 mod render;
-mod simulate;
+mod settings;
 
 pub use render::render_report;
-pub use simulate::{TorchReport, simulate};
+pub use settings::{TorchReport, simulate};
 mod autocast;
 mod checkpoint;
 mod read;

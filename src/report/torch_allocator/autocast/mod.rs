@@ -67,7 +67,7 @@ pub struct Autocast {
     inserts: Vec<Vec<Insert>>,
     copies: Vec<Added>,
     /// The run's events so edited, made at the first replay and held for the rest.
-    pub(in crate::report::torch_replay) edited:
+    pub(in crate::report::torch_allocator) edited:
         std::sync::OnceLock<Option<std::sync::Arc<super::replayer::Edited>>>,
 }
 

@@ -4,7 +4,7 @@
 
 use super::resized::Source;
 use super::{Resized, Stretch, WhatIf, stretch_of};
-use crate::report::torch_replay::{Event, Input};
+use crate::report::torch_allocator::{Event, Input};
 
 /// The events a replay that passes over repeats reads: the run's (each request sized by its
 /// place among the requests), or a what-if's edits of them held for its replays (each request
@@ -36,7 +36,7 @@ impl Stream<'_> {
 /// each passes over repeats as the run's replays do. A checkpoint's copies are named by their
 /// block, which differs from step to step; a replay that passes over repeats names each tensor
 /// by the event that made it (see `repeat.rs`), so they repeat as their originals do.
-pub(in crate::report::torch_replay) struct Edited {
+pub(in crate::report::torch_allocator) struct Edited {
     events: Vec<Event>,
     sources: Vec<Source>,
     stretch: Stretch,
@@ -60,7 +60,7 @@ const EDITED_MOST: usize = 1 << 23;
 impl Edited {
     /// The what-if's edits of `input`'s events, held where they repeat; `None` where they do
     /// not, or are too many to hold.
-    pub(in crate::report::torch_replay) fn of(
+    pub(in crate::report::torch_allocator) fn of(
         input: &Input,
         what_if: &WhatIf<'_>,
     ) -> Option<Edited> {

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 #[derive(Clone, Debug, Serialize)]
-pub struct Outcome {
+pub struct PoolOutcome {
     /// "recorded" for the run itself, else the policy as given.
     pub policy: String,
     pub peak_reserved_bytes: u64,
@@ -90,18 +90,18 @@ pub fn policies(policies: &[String]) -> Result<Vec<(String, Policy)>, SimulateEr
 
 /// The records `reader` reads replayed under each of the `parsed` policies ([`policies`]):
 /// the run's own row first, then one a policy.
-pub fn simulate(reader: TraceReader, parsed: Vec<(String, Policy)>) -> Vec<Outcome> {
+pub fn simulate(reader: TraceReader, parsed: Vec<(String, Policy)>) -> Vec<PoolOutcome> {
     // One read of the trace, every row's tally or replay fed each record.
-    let mut rows: Vec<Row> = parsed
+    let mut rows: Vec<PolicyRow> = parsed
         .into_iter()
         .map(|(text, policy)| {
             let pass_through =
                 config::parse_strict(&text).is_ok_and(|c| c.pool == config::Pool::Off);
             if pass_through {
                 // pool:off: every allocation is a device allocation of its own.
-                Row::LiveOnly(text, LiveOnly::default())
+                PolicyRow::LiveOnly(text, LiveOnly::default())
             } else {
-                Row::Replay(text, Box::new(Replaying::new(policy)))
+                PolicyRow::Replay(text, Box::new(Replaying::new(policy)))
             }
         })
         .collect();
@@ -110,14 +110,14 @@ pub fn simulate(reader: TraceReader, parsed: Vec<(String, Policy)>) -> Vec<Outco
         recorded.see(&r);
         for row in &mut rows {
             match row {
-                Row::LiveOnly(_, l) => l.see(&r),
-                Row::Replay(_, p) => p.see(&r),
+                PolicyRow::LiveOnly(_, l) => l.see(&r),
+                PolicyRow::Replay(_, p) => p.see(&r),
             }
         }
     }
     let mut out = vec![recorded.finish()];
     out.extend(rows.into_iter().map(|row| match row {
-        Row::LiveOnly(text, live) => Outcome {
+        PolicyRow::LiveOnly(text, live) => PoolOutcome {
             policy: policy_name(&text),
             peak_reserved_bytes: live.peak,
             peak_live_bytes: live.peak,
@@ -126,13 +126,13 @@ pub fn simulate(reader: TraceReader, parsed: Vec<(String, Policy)>) -> Vec<Outco
             failed_allocations: live.failed,
             framework_reserved_peak_bytes: None,
         },
-        Row::Replay(text, p) => p.finish(&text),
+        PolicyRow::Replay(text, p) => p.finish(&text),
     }));
     out
 }
 
 /// A row of the table other than the run's own: what it tallies or replays.
-enum Row {
+enum PolicyRow {
     LiveOnly(String, LiveOnly),
     Replay(String, Box<Replaying>),
 }
@@ -231,10 +231,10 @@ impl Recorded {
         }
     }
 
-    fn finish(self) -> Outcome {
+    fn finish(self) -> PoolOutcome {
         let p = &self.program;
         if self.segments > 0 {
-            return Outcome {
+            return PoolOutcome {
                 policy: "recorded".into(),
                 peak_reserved_bytes: self.peak_reserved,
                 peak_live_bytes: p.peak,
@@ -247,7 +247,7 @@ impl Recorded {
                 framework_reserved_peak_bytes: self.framework_peak,
             };
         }
-        Outcome {
+        PoolOutcome {
             policy: "recorded".into(),
             peak_reserved_bytes: p.peak,
             peak_live_bytes: p.peak,
@@ -262,7 +262,7 @@ impl Recorded {
 /// A trace's allocations and frees fed one record at a time through the shim's own front (the
 /// engine plus its list of small stream-ordered blocks), so a replay makes the decisions the
 /// shim would, against the fence timeline the trace recorded (see the module's note).
-pub struct Replayer {
+pub struct PoolReplayer {
     pub pool: Front<MemoryBackend>,
     /// Recorded pointer -> replayed pointer.
     map: HashMap<u64, u64>,
@@ -271,12 +271,12 @@ pub struct Replayer {
     pub failed: u64,
 }
 
-impl Replayer {
-    pub fn new(policy: Policy) -> Replayer {
+impl PoolReplayer {
+    pub fn new(policy: Policy) -> PoolReplayer {
         let mut pool = Front::new(MemoryBackend::new(u64::MAX / 4), policy);
         // Until the trace shows the pool's timeline, fences pass as they are made.
         pool.engine.backend_mut().instant = true;
-        Replayer {
+        PoolReplayer {
             pool,
             map: HashMap::new(),
             cover: Default::default(),
@@ -351,7 +351,7 @@ impl Replayer {
 
 /// A policy's replay, record by record: the pool's peaks as the program's requests come.
 struct Replaying {
-    replayer: Replayer,
+    replayer: PoolReplayer,
     peak_reserved: u64,
     live_at_peak: u64,
     peak_requested: u64,
@@ -360,7 +360,7 @@ struct Replaying {
 impl Replaying {
     fn new(policy: Policy) -> Replaying {
         Replaying {
-            replayer: Replayer::new(policy),
+            replayer: PoolReplayer::new(policy),
             peak_reserved: 0,
             live_at_peak: 0,
             peak_requested: 0,
@@ -382,9 +382,9 @@ impl Replaying {
         }
     }
 
-    fn finish(self, text: &str) -> Outcome {
+    fn finish(self, text: &str) -> PoolOutcome {
         let s = self.replayer.pool.engine.stats();
-        Outcome {
+        PoolOutcome {
             policy: policy_name(text),
             peak_reserved_bytes: self.peak_reserved,
             peak_live_bytes: self.peak_requested,

@@ -4,7 +4,7 @@ use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError, Seed, S
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Kinds};
 use crate::report::pass::{Said, Seen, Tracker};
-use crate::report::torch_replay::model::TorchConf;
+use crate::report::torch_allocator::model::TorchConf;
 use crate::trace::format::restore;
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::live::slot;
@@ -471,7 +471,7 @@ fn setting_of(env: &[String]) -> Option<(String, String)> {
 }
 
 impl Tracker for Requests {
-    #[inline]
+    #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
         self.see_parts(seen.reader, seen.record, seen.decided);
     }

@@ -268,13 +268,13 @@ impl Autocast {
     }
 
     /// Whether event `i` (a free moved earlier) is left out at its place.
-    pub(in crate::report::torch_replay) fn skips(&self, i: usize) -> bool {
+    pub(in crate::report::torch_allocator) fn skips(&self, i: usize) -> bool {
         self.skip.get(i).copied().unwrap_or(false)
     }
 
     /// What goes before event `i` of `events` (or at the end for `events.len()`): copies made
     /// (sized by `sized(bytes, like)`) and let go, tensors let go earlier; appended to `out`.
-    pub(in crate::report::torch_replay) fn insert_before(
+    pub(in crate::report::torch_allocator) fn insert_before(
         &self,
         events: &[Event],
         i: usize,

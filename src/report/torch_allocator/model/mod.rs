@@ -6,7 +6,7 @@ pub mod conf;
 pub mod device;
 
 pub use conf::TorchConf;
-pub use device::{DeviceLimits, Hint, Model, Oom, SegmentEvent, Stats};
+pub use device::{DeviceLimits, Hint, Model, Refused, SegmentEvent, Stats};
 
 #[cfg(test)]
 mod tests;

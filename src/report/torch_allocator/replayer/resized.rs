@@ -2,7 +2,7 @@
 //! them, handed to a replay as it goes.
 
 use super::Repeating;
-use crate::report::torch_replay::{Ev, Event, Input};
+use crate::report::torch_allocator::{Ev, Event, Input};
 
 /// The run's tensor requests as another run would make them: each request's size as `size`
 /// gives it (from its place among the requests, its recorded size and its stack), the rest of
@@ -61,7 +61,7 @@ impl Resized<'_> {
 /// the run's request `n` (its own, or the original a checkpoint's recomputation makes again),
 /// or an autocast copy of the bytes the event holds, scaling as request `like` does.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub(in crate::report::torch_replay) enum Source {
+pub(in crate::report::torch_allocator) enum Source {
     Request(usize),
     Copy(Option<usize>),
     Other,
@@ -198,8 +198,8 @@ impl Input {
 /// The what-ifs a replay is asked to make of the run (none by default).
 #[derive(Clone, Copy)]
 pub struct WhatIf<'a> {
-    pub checkpointing: Option<&'a crate::report::torch_replay::Checkpointing>,
-    pub autocast: Option<&'a crate::report::torch_replay::Autocast>,
+    pub checkpointing: Option<&'a crate::report::torch_allocator::Checkpointing>,
+    pub autocast: Option<&'a crate::report::torch_allocator::Autocast>,
     /// The bytes at the replay's batch of an autocast copy of `bytes` at the run's, which
     /// scales as the request it copies (`Some(n)`) or not at all.
     pub copy_size: &'a dyn Fn(u64, Option<usize>) -> u64,

@@ -21,17 +21,17 @@
 
 use super::edited::Stream;
 use super::{Replayer, Resized};
-use crate::report::torch_replay::model::{Model, Stats};
-use crate::report::torch_replay::{Ev, Event, Input};
+use crate::report::torch_allocator::model::{Model, Stats};
+use crate::report::torch_allocator::{Ev, Event, Input};
 use std::collections::BTreeMap;
 
 /// A stretch of the run's events where each is the same as the one `len` before it:
 /// `events[i]` and `events[i - len]` for every `i` in `start + len..end` (see [`same_event`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(in crate::report::torch_replay) struct Period {
-    pub(in crate::report::torch_replay) start: usize,
-    pub(in crate::report::torch_replay) len: usize,
-    pub(in crate::report::torch_replay) end: usize,
+pub(in crate::report::torch_allocator) struct Period {
+    pub(in crate::report::torch_allocator) start: usize,
+    pub(in crate::report::torch_allocator) len: usize,
+    pub(in crate::report::torch_allocator) end: usize,
 }
 
 /// The run's repeating stretch, and for each event that frees a tensor the events made, the
@@ -41,8 +41,8 @@ pub(in crate::report::torch_replay) struct Period {
 /// for the same (ResNet-50's: about 100 of a step's 836 tensors, all of them the same again
 /// only every 28 steps), and none of that reaches the replay, which places each tensor
 /// itself.
-pub(in crate::report::torch_replay) struct Stretch {
-    pub(in crate::report::torch_replay) period: Period,
+pub(in crate::report::torch_allocator) struct Stretch {
+    pub(in crate::report::torch_allocator) period: Period,
     made: Vec<u32>,
 }
 
@@ -111,7 +111,7 @@ fn same_event(events: &[Event], made: &[u32], i: usize, j: usize) -> bool {
 /// The run's repeating stretch ([`period_of`]), begun late enough that no free after its
 /// first repeat frees a tensor made before it: such a tensor keeps its name across a pass over
 /// repeats, where the tensors the stretch makes are renamed as the repeats they stand for.
-pub(in crate::report::torch_replay) fn stretch_of(events: &[Event]) -> Option<Stretch> {
+pub(in crate::report::torch_allocator) fn stretch_of(events: &[Event]) -> Option<Stretch> {
     let made = made_of(events)?;
     let p = period_of(events, &made)?;
     // The least request freed from each event of the stretch on.
@@ -523,8 +523,8 @@ mod tests {
     /// after finds it. The replay so, and the replay of every event, end the same.
     #[test]
     fn a_tensor_kept_into_the_next_step_is_found_after_a_pass_over_repeats() {
-        use crate::report::torch_replay::Bounds;
-        use crate::report::torch_replay::model::TorchConf;
+        use crate::report::torch_allocator::Bounds;
+        use crate::report::torch_allocator::model::TorchConf;
         let path =
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/torch/gpt2.trace");
         let mut input = crate::report::analysis::read_requests(

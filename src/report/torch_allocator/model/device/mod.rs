@@ -141,7 +141,7 @@ pub struct Stats {
 
 /// A request the device could not serve: PyTorch raises `OutOfMemoryError` here.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Oom {
+pub struct Refused {
     pub requested: u64,
     pub rounded: u64,
     pub reserved: u64,
@@ -285,7 +285,7 @@ impl Model {
     }
 
     /// A tensor of `requested` bytes on `stream`: its address, or the failure PyTorch raises.
-    pub fn malloc(&mut self, requested: u64, stream: u64) -> Result<u64, Oom> {
+    pub fn malloc(&mut self, requested: u64, stream: u64) -> Result<u64, Refused> {
         let size = round_size(&self.conf, requested);
         let small = size <= SMALL_SIZE;
         let alloc_size = allocation_size(size);
@@ -306,7 +306,7 @@ impl Model {
         }
         let Some(ptr) = found else {
             self.stats.failures += 1;
-            return Err(Oom {
+            return Err(Refused {
                 requested,
                 rounded: size,
                 reserved: self.stats.reserved,

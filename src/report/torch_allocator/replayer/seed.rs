@@ -3,7 +3,7 @@
 //! (another run: another setting or batch).
 
 use super::Replayer;
-use crate::report::torch_replay::SeedTensor;
+use crate::report::torch_allocator::SeedTensor;
 
 impl Replayer<'_> {
     /// Starts each device's model as another run (another setting, another batch) would stand

@@ -1,7 +1,7 @@
 //! `simulate --torch`'s text: the run's replay against the run, a row per setting, the first
 //! request that fails, the recommendation and the line to set.
 
-use super::simulate::TorchReport;
+use super::settings::TorchReport;
 use super::{Bounds, Fidelity, Outcome};
 use crate::report::units::{human_bytes, human_duration};
 

@@ -63,7 +63,7 @@ pub struct Checkpointing {
 enum Insert {
     /// Free the tensor of this request (an event index): a saved tensor at its block's end.
     Free(usize),
-    /// Block `k`'s forward once more: its requests and their frees inside the block.
+    /// Checkpointed `k`'s forward once more: its requests and their frees inside the block.
     Recompute(u32),
     /// Free block `k`'s copy of this request.
     FreeCopy(usize, u32),
@@ -71,7 +71,7 @@ enum Insert {
 
 /// One block's run of the forward.
 #[derive(Clone, Debug, Default)]
-struct Block {
+struct Checkpointed {
     /// Its requests (event indices), in order.
     allocs: Vec<usize>,
     /// Where its forward ends: the next request's event index.
@@ -95,7 +95,7 @@ fn forward_frames(reader: &TraceReader, stack: u64) -> Vec<(String, u32)> {
             let text = reader.string(id)?;
             let function = text.split_once('\0').map_or(text, |(_, f)| f);
             // The class's own name, the last part of its qualified name: a class defined
-            // inside a function (`build.<locals>.Block`) is `Block`, as its program names it.
+            // inside a function (`build.<locals>.Checkpointed`) is `Checkpointed`, as its program names it.
             let qualified = function.strip_suffix(".forward")?;
             let class = qualified.rsplit('.').next().unwrap_or(qualified);
             let identifier =
@@ -266,8 +266,8 @@ impl Input {
     }
 
     /// The blocks of `class` in the forward, in order, and the most in one step.
-    fn blocks_of(&self, class: &str, stacks: &mut Stacks<'_>) -> (Vec<Block>, usize) {
-        let mut blocks: Vec<Block> = Vec::new();
+    fn blocks_of(&self, class: &str, stacks: &mut Stacks<'_>) -> (Vec<Checkpointed>, usize) {
+        let mut blocks: Vec<Checkpointed> = Vec::new();
         let (mut open, mut first, mut prev) = (false, None::<u64>, (0u64, 0u32));
         let (mut in_step, mut per_step, mut backward_since) = (0usize, 0usize, true);
         for (i, e) in self.events.iter().enumerate() {
@@ -293,7 +293,7 @@ impl Input {
                 }
                 in_step += 1;
                 per_step = per_step.max(in_step);
-                blocks.push(Block::default());
+                blocks.push(Checkpointed::default());
                 first.get_or_insert(e.stack);
                 open = true;
             }
@@ -348,7 +348,11 @@ impl Input {
 
     /// Where each block's backward begins: the first backward request (an event index) of one
     /// of its ops, by autograd sequence number; `None` where none is found.
-    fn backward_begins(&self, blocks: &[Block], stacks: &mut Stacks<'_>) -> Vec<Option<usize>> {
+    fn backward_begins(
+        &self,
+        blocks: &[Checkpointed],
+        stacks: &mut Stacks<'_>,
+    ) -> Vec<Option<usize>> {
         let mut begins: Vec<Option<usize>> = vec![None; blocks.len()];
         // The blocks' ranges of numbers, in order (numbers grow through a forward).
         let ranged: Vec<(u64, u64, usize)> = blocks
@@ -382,7 +386,7 @@ impl Input {
         &self,
         class: String,
         found: bool,
-        blocks: Vec<Block>,
+        blocks: Vec<Checkpointed>,
         per_step: usize,
         stacks: &mut Stacks<'_>,
     ) -> Checkpointing {

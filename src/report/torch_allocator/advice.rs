@@ -1,7 +1,7 @@
 //! The settings tried (`--recommend`) and the advice after an out-of-memory.
 
 use super::{Bounds, Ev, Input, Outcome, ReplayError, replay};
-use crate::report::torch_replay::model::TorchConf;
+use crate::report::torch_allocator::model::TorchConf;
 use crate::report::units::human_bytes;
 use serde::Serialize;
 
@@ -20,7 +20,7 @@ pub fn candidates(recorded: &TorchConf, fraction: bool) -> Vec<TorchConf> {
                     c.expandable_segments = expandable;
                     c.max_split_size = split.map_or(u64::MAX, |s: u64| s * MIB);
                     c.roundup_divisions =
-                        [div; crate::report::torch_replay::model::conf::INTERVALS];
+                        [div; crate::report::torch_allocator::model::conf::INTERVALS];
                     c.gc_threshold = gc;
                     out.push(c);
                 }

@@ -9,8 +9,8 @@ use crate::common::json::without_keys;
 use crate::common::rings::{checkpoints, header_word, recorded, through_ring, through_ring_from};
 use crate::common::{gpushim_text, stdout};
 use gpushim::report::analysis::read_requests;
-use gpushim::report::torch_replay::model::TorchConf;
-use gpushim::report::torch_replay::{self, Bounds};
+use gpushim::report::torch_allocator::model::TorchConf;
+use gpushim::report::torch_allocator::{self, Bounds};
 use gpushim::trace::reader::ReadOptions;
 use std::path::PathBuf;
 
@@ -48,8 +48,8 @@ fn the_recorded_setting_replays_to_the_runs_own_segments_and_addresses() {
             },
             "{name}: the trace keeps the run's setting"
         );
-        let conf = torch_replay::recorded_conf(&input).unwrap();
-        let (out, fidelity) = torch_replay::replay(&input, &conf, &Bounds::default(), true);
+        let conf = torch_allocator::recorded_conf(&input).unwrap();
+        let (out, fidelity) = torch_allocator::replay(&input, &conf, &Bounds::default(), true);
         assert_eq!(fidelity.len(), 1, "{name}: one device");
         let f = &fidelity[0];
         assert!(f.recorded_segment_events > 10, "{name}: {f:?}");
@@ -75,7 +75,7 @@ fn another_setting_does_not_pass_for_the_runs_own() {
     ] {
         let input = read_requests(&data(name), &ReadOptions::default()).unwrap();
         let conf = TorchConf::parse(wrong).unwrap();
-        let (_, fidelity) = torch_replay::replay(&input, &conf, &Bounds::default(), true);
+        let (_, fidelity) = torch_allocator::replay(&input, &conf, &Bounds::default(), true);
         assert!(
             !fidelity[0].exact(),
             "{name} replayed with {wrong:?}: {:?}",
@@ -92,8 +92,8 @@ fn a_what_if_agrees_with_the_run_that_used_that_setting() {
     let expandable_run =
         read_requests(&data("resnet50-expandable.trace"), &ReadOptions::default()).unwrap();
     let conf = TorchConf::parse("expandable_segments:True").unwrap();
-    let (what_if, _) = torch_replay::replay(&default_run, &conf, &Bounds::default(), false);
-    let (_, real) = torch_replay::replay(&expandable_run, &conf, &Bounds::default(), true);
+    let (what_if, _) = torch_allocator::replay(&default_run, &conf, &Bounds::default(), false);
+    let (_, real) = torch_allocator::replay(&expandable_run, &conf, &Bounds::default(), true);
     assert_eq!(
         what_if.peak_reserved_bytes,
         real[0].recorded_peak_reserved_bytes
@@ -104,12 +104,12 @@ fn a_what_if_agrees_with_the_run_that_used_that_setting() {
 fn a_limit_below_the_peak_names_the_first_request_that_fails() {
     let input = read_requests(&data("gpt2.trace"), &ReadOptions::default()).unwrap();
     let conf = TorchConf::default();
-    let (full, _) = torch_replay::replay(&input, &conf, &Bounds::default(), false);
+    let (full, _) = torch_allocator::replay(&input, &conf, &Bounds::default(), false);
     let bounds = Bounds {
         limit: Some(full.peak_reserved_bytes / 2),
         ..Bounds::default()
     };
-    let (out, _) = torch_replay::replay(&input, &conf, &bounds, false);
+    let (out, _) = torch_allocator::replay(&input, &conf, &bounds, false);
     let f = out.first_failure.expect("half the peak cannot be enough");
     assert!(f.requested_bytes > 0);
     assert!(f.reserved_bytes <= full.peak_reserved_bytes / 2);
@@ -121,15 +121,18 @@ fn a_limit_below_the_peak_names_the_first_request_that_fails() {
 #[test]
 fn recommend_picks_the_lowest_peak_and_the_command_prints_the_line_to_set() {
     let input = read_requests(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
-    let recorded = torch_replay::recorded_conf(&input).unwrap();
-    let all = torch_replay::recommend(&input, &recorded, &Bounds::default());
-    assert_eq!(all.len(), torch_replay::candidates(&recorded, false).len());
+    let recorded = torch_allocator::recorded_conf(&input).unwrap();
+    let all = torch_allocator::recommend(&input, &recorded, &Bounds::default());
+    assert_eq!(
+        all.len(),
+        torch_allocator::candidates(&recorded, false).len()
+    );
     let best = &all[0];
     assert!(
         all.iter()
             .all(|o| o.peak_reserved_bytes >= best.peak_reserved_bytes)
     );
-    let (run, _) = torch_replay::replay(&input, &recorded, &Bounds::default(), false);
+    let (run, _) = torch_allocator::replay(&input, &recorded, &Bounds::default(), false);
     assert!(best.peak_reserved_bytes < run.peak_reserved_bytes);
     let out = gpushim_text(&[
         "simulate",
@@ -318,8 +321,8 @@ fn a_ring_that_began_late_replays_from_the_cache_its_checkpoint_kept() {
             input.seed
         );
         assert_eq!(input.seed.inexact, None, "{name}");
-        let conf = torch_replay::recorded_conf(&input).unwrap();
-        let (out, fidelity) = torch_replay::replay(&input, &conf, &Bounds::default(), true);
+        let conf = torch_allocator::recorded_conf(&input).unwrap();
+        let (out, fidelity) = torch_allocator::replay(&input, &conf, &Bounds::default(), true);
         assert_eq!(fidelity.len(), 1, "{name}: one device");
         let f = &fidelity[0];
         assert_eq!(out.start_not_exact, None, "{name}");
@@ -363,7 +366,7 @@ fn oom_on_a_ring_replays_from_its_checkpoint_or_says_what_would() {
     assert!(start.segments > 0 && start.tensors > 0, "{start:?}");
     assert_eq!(start.not_exact, None);
     assert!(a.run_setting_fails_too, "{a:?}");
-    let settings = |a: &torch_replay::OomAdvice| -> Vec<String> {
+    let settings = |a: &torch_allocator::OomAdvice| -> Vec<String> {
         a.serving.iter().map(|o| o.setting.clone()).collect()
     };
     // Other settings start from the run's cache too: what serves from it serves in the whole
@@ -388,7 +391,7 @@ fn oom_on_a_ring_replays_from_its_checkpoint_or_says_what_would() {
     through_ring("oom.trace", |_, last| if last { 80_000 } else { 0 }, &old);
     let e = gpushim::report::analysis::oom_advice(&old, &ReadOptions::default()).unwrap_err();
     assert!(
-        matches!(e, torch_replay::ReplayError::FailureSummarized { .. }),
+        matches!(e, torch_allocator::ReplayError::FailureSummarized { .. }),
         "{e}"
     );
     let text =
@@ -463,12 +466,12 @@ fn another_setting_from_a_ring_starts_from_the_live_tensors_in_a_cache_of_its_ow
         assert!(ring.from_checkpoint, "{name}: the ring must have wrapped");
         let whole = read_requests(&data(name), &ReadOptions::default()).unwrap();
         let other = TorchConf::parse("expandable_segments:True").unwrap();
-        let peak = |input: &torch_replay::Input, afresh: bool| {
+        let peak = |input: &torch_allocator::Input, afresh: bool| {
             let bounds = Bounds {
                 afresh,
                 ..Bounds::default()
             };
-            torch_replay::replay(input, &other, &bounds, false)
+            torch_allocator::replay(input, &other, &bounds, false)
                 .0
                 .devices[0]
                 .peak_reserved_bytes
@@ -487,12 +490,12 @@ fn another_setting_from_a_ring_starts_from_the_live_tensors_in_a_cache_of_its_ow
 fn a_replay_asked_only_whether_it_fits_stops_at_its_first_failure_and_answers_the_same() {
     let input = read_requests(&data("resnet50.trace"), &ReadOptions::default()).unwrap();
     let conf = TorchConf::parse("").unwrap();
-    let limit = torch_replay::replay(&input, &conf, &Bounds::default(), false)
+    let limit = torch_allocator::replay(&input, &conf, &Bounds::default(), false)
         .0
         .peak_reserved_bytes;
     let mut stopped_early = 0;
     for times in [1u64, 2, 3, 4, 8] {
-        let resized = input.resized_optional(&torch_replay::WhatIf::default(), |_, size, _| {
+        let resized = input.resized_optional(&torch_allocator::WhatIf::default(), |_, size, _| {
             (size.saturating_mul(times), false)
         });
         let run = |stop_at_failure: bool| {
@@ -501,7 +504,7 @@ fn a_replay_asked_only_whether_it_fits_stops_at_its_first_failure_and_answers_th
                 stop_at_failure,
                 ..Bounds::default()
             };
-            torch_replay::replay_resized(&input, &resized, &conf, &bounds)
+            torch_allocator::replay_resized(&input, &resized, &conf, &bounds)
         };
         let (whole, asked) = (run(false), run(true));
         assert_eq!(whole.failures == 0, asked.failures == 0, "x{times}");

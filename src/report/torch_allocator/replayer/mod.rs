@@ -2,7 +2,7 @@
 
 use super::{Bounds, DeviceOutcome, Ev, Event, Failure, Fidelity, Input, Outcome, TOTAL_UNKNOWN};
 use crate::report::sites::site_label;
-use crate::report::torch_replay::model::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
+use crate::report::torch_allocator::model::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
 use crate::report::units::human_bytes;
 use crate::trace::reader::TraceReader;
 use std::collections::BTreeMap;
@@ -481,7 +481,7 @@ impl Input {
     }
 
     /// The run's events, for a replay that passes over their repeats.
-    pub(in crate::report::torch_replay::replayer) fn stream(&self) -> edited::Stream<'_> {
+    pub(in crate::report::torch_allocator::replayer) fn stream(&self) -> edited::Stream<'_> {
         edited::Stream {
             events: &self.events,
             sources: None,
