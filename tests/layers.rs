@@ -1,6 +1,7 @@
 //! The code's layers hold: each module uses only the layers below it as docs/design.md draws
-//! them, and inside the report wing one direction, the analysis on top (it alone opens and
-//! rereads a trace) and the reports below it with no circle between them.
+//! them, and inside the report wing one direction: the analysis on top (it alone opens and
+//! rereads a trace), the reports below it with no circle between them, and their text a layer
+//! of its own that no report uses.
 
 use crate::common::*;
 use std::collections::{BTreeMap, BTreeSet};
@@ -179,8 +180,9 @@ fn rooms_used(code: &str, own: &str, depth: usize, rooms: &BTreeSet<String>) -> 
 }
 
 /// The report wing reads one way: the analysis opens, rewinds, forks and reopens traces and
-/// runs the reports' trackers, and no report uses it back; the reports use one another
-/// without a circle (what one room uses never comes back to it).
+/// runs the reports' trackers, and no report uses it back; the text renderers (`render/`)
+/// read the reports and nothing in the wing uses them; the reports use one another without a
+/// circle (what one room uses never comes back to it).
 #[test]
 fn the_report_wing_has_one_direction_and_only_the_analysis_opens_a_trace() {
     let report = repo().join("src/report");
@@ -211,6 +213,13 @@ fn the_report_wing_has_one_direction_and_only_the_analysis_opens_a_trace() {
         // Folders between the file's module and the wing's root.
         let depth = rel.components().count() - usize::from(f.ends_with("mod.rs"));
         let used = rooms_used(&code, &room, depth, &rooms);
+        if room != "render" {
+            assert!(
+                !used.contains("render"),
+                "{} uses the text renderers, a layer of their own above the reports",
+                rel.display()
+            );
+        }
         if room != "analysis" {
             assert!(
                 !used.contains("analysis"),
@@ -246,8 +255,10 @@ fn the_report_wing_has_one_direction_and_only_the_analysis_opens_a_trace() {
             }
         }
     }
-    // The analysis uses the reports (it runs their trackers), so the test sees the arrows.
+    // The analysis uses the reports (it runs their trackers), and the renderers read them,
+    // so the test sees the arrows.
     assert!(uses["analysis"].contains("summary") && uses["peak"].contains("live"));
+    assert!(uses["render"].contains("summary") && uses["render"].contains("fit"));
 }
 
 /// Nothing below the command reads the environment for how to read: the ways of reading

@@ -13,7 +13,7 @@ pub fn cmd_fit(trace: &std::path::Path, ask: &Ask, json: bool, opts: &ReadOption
             ExitCode::SUCCESS
         }
         Ok(f) => {
-            print!("{}", gpushim::report::fit::render(&f));
+            print!("{}", gpushim::report::render::fit::render(&f));
             ExitCode::SUCCESS
         }
         Err(e) => fail(e),
@@ -242,7 +242,7 @@ fn cmd_fit_ranks(
     }
     for (t, f) in &fits {
         println!("== {t}");
-        print!("{}", gpushim::report::fit::render(f));
+        print!("{}", gpushim::report::render::fit::render(f));
         println!();
     }
     println!(

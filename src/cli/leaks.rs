@@ -28,7 +28,7 @@ pub fn cmd_leaks(
     }
     print!(
         "{}",
-        gpushim::report::leaks::render_leaks(&all, &combined, boundary, top)
+        gpushim::report::render::leaks::render_leaks(&all, &combined, boundary, top)
     );
     ExitCode::SUCCESS
 }

@@ -39,7 +39,10 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
             json_all.push((name, ooms));
             continue;
         }
-        print!("{}", gpushim::report::oom::render_ooms(&name, &ooms));
+        print!(
+            "{}",
+            gpushim::report::render::oom::render_ooms(&name, &ooms)
+        );
         if let Some(c) = &cut {
             println!("{c}");
         }
@@ -67,7 +70,10 @@ pub fn cmd_oom(traces: &[PathBuf], json: bool, at: Option<u64>, opts: &ReadOptio
                 Ok(r) => match gpushim::report::torch_allocator::oom_advice_of(r.input()) {
                     Ok(Some(a)) => {
                         room = a.fraction_bytes.or(a.capacity_bytes);
-                        print!("{}", gpushim::report::torch_allocator::render_advice(&a))
+                        print!(
+                            "{}",
+                            gpushim::report::render::torch_allocator::render_advice(&a)
+                        )
                     }
                     // Failures of PyTorch's with no tensor of PyTorch's failed: its raw
                     // cudaMalloc attempts only, which the tensor's failure record follows.

@@ -19,7 +19,7 @@ pub fn print_json<T: serde::Serialize>(v: &T) {
 pub fn print_holders(holders: &[gpushim::report::Holder], n: usize, indent: &str) {
     print!(
         "{}",
-        gpushim::report::sites::holders_text(holders, n, indent)
+        gpushim::report::render::holders::holders_text(holders, n, indent)
     );
 }
 

@@ -37,7 +37,7 @@ pub fn cmd_peak(traces: &[PathBuf], top: usize, json: bool, opts: &ReadOptions) 
     let filtered = !opts.filter.is_empty();
     print!(
         "{}",
-        gpushim::report::peak::render_peaks(&all, &combined, top, filtered)
+        gpushim::report::render::peak::render_peaks(&all, &combined, top, filtered)
     );
     ExitCode::SUCCESS
 }

@@ -97,7 +97,10 @@ pub fn cmd_simulate_torch(
         match input.and_then(|i| torch_allocator::simulate(&i, &asked, recommend, bounds, &say)) {
             Ok(r) => {
                 if !json {
-                    print!("{}", torch_allocator::render_report(&r, bounds));
+                    print!(
+                        "{}",
+                        gpushim::report::render::torch_allocator::render_report(&r, bounds)
+                    );
                 }
                 reports.push(r);
             }

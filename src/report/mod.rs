@@ -3,7 +3,8 @@
 //! has one shape ([`pass`]). Below it the reports take what it found: [`summary`], [`peak`],
 //! [`leaks`] (with growth per iteration), [`oom`] post-mortems, [`fit`], memory over the run
 //! ([`timeline`]), several traces together ([`job`]), what-if replays through the shim's pool
-//! ([`pool_replay`]) and through PyTorch's allocator modelled ([`torch_allocator`]). Below them
+//! ([`pool_replay`]) and through PyTorch's allocator modelled ([`torch_allocator`]), written
+//! as text by a layer of its own ([`render`]) that no report uses. Below them
 //! what they share: the replay of what is live ([`live`]), the tensors' kinds ([`kinds`]),
 //! moments taken during a pass ([`moments`], [`early`]), call sites and ranges named
 //! ([`sites`]) with frames from the binaries ([`symbolize`]). Memory grows with the live
@@ -24,6 +25,7 @@ pub mod pass;
 pub mod peak;
 
 pub mod pool_replay;
+pub mod render;
 pub mod sites;
 pub mod summary;
 pub mod symbolize;

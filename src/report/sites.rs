@@ -5,7 +5,6 @@ use super::live::Live;
 use crate::trace::reader::TraceReader;
 use serde::Serialize;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 /// A call site as people read it: the first frames of its stack, innermost first.
 pub fn site_label(reader: &TraceReader, stack: u64) -> String {
@@ -189,39 +188,6 @@ fn is_program_frame(f: &crate::report::symbolize::FrameInfo) -> bool {
         && f.file
             .as_deref()
             .is_some_and(crate::report::symbolize::is_program_file)
-}
-
-/// The first `n` holders as text, one line each: bytes, allocations, call site or range.
-pub fn holders_text(holders: &[Holder], n: usize, indent: &str) -> String {
-    let mut o = String::new();
-    for h in holders.iter().take(n) {
-        let _ = writeln!(
-            o,
-            "{indent}{:>12} in {:>6}  {}",
-            super::units::human_bytes(h.bytes),
-            h.allocations,
-            h.label
-        );
-    }
-    o
-}
-
-/// As [`holders_text`], and one more line when rows were left out: how many and what they hold,
-/// and `--top` with the count that shows them all.
-pub fn holders_text_all(holders: &[Holder], n: usize, indent: &str) -> String {
-    let mut o = holders_text(holders, n, indent);
-    if holders.len() > n {
-        let rest = &holders[n..];
-        let bytes = rest.iter().map(|h| h.bytes).fold(0, u64::saturating_add);
-        let _ = writeln!(
-            o,
-            "{indent}... and {} more holding {} (--top {} shows every row)",
-            rest.len(),
-            super::units::human_bytes(bytes),
-            holders.len()
-        );
-    }
-    o
 }
 
 /// Bytes by call site's label (sites whose labels are the same summed): what `diff` compares.

@@ -15,7 +15,6 @@ mod batch;
 mod largest;
 mod leaking;
 mod reduce;
-mod render;
 mod requests;
 mod scales;
 mod seq;
@@ -24,7 +23,6 @@ mod world;
 
 pub use batch::{batch_from_cmdline, seq_from_cmdline};
 pub use leaking::Leaking;
-pub use render::render;
 pub use seq::{SeqAsk, SeqAxis};
 pub use world::WorldSize;
 

@@ -12,11 +12,11 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use together::FreedTogether;
 
-mod render;
+mod job;
 mod sampler;
 mod together;
 
-pub use render::{JobGrowth, JobLeaks, combine_leaks, render_leaks};
+pub use job::{JobGrowth, JobLeaks, combine_leaks};
 pub use sampler::LeaksSampler;
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]

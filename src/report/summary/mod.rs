@@ -4,15 +4,12 @@
 use super::kinds::Kind;
 use super::live::Replay;
 use super::pass::{Said, Seen, Slot, Tracker};
-use super::units::{human_bytes, human_duration};
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::reader::{DecodeStats, TraceInfo, TraceReader};
 use crate::trace::summary::is_allocating;
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
-mod render;
 mod tally;
 
 use tally::Tally;

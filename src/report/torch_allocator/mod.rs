@@ -16,10 +16,8 @@
 
 mod advice;
 pub mod model;
-mod render;
 mod settings;
 
-pub use render::render_report;
 pub use settings::{TorchReport, simulate};
 mod autocast;
 mod checkpoint;
@@ -29,7 +27,7 @@ mod replayer;
 pub use autocast::{Autocast, AutocastSummary};
 pub use checkpoint::{Blocks, Checkpointing};
 
-pub use advice::{OomAdvice, candidates, oom_advice_of, recommend, recorded_conf, render_advice};
+pub use advice::{OomAdvice, RingStart, candidates, oom_advice_of, recommend, recorded_conf};
 pub use read::{Requests, as_replay, devices_only, read_by};
 pub use replayer::{Repeating, Resized, WhatIf, replay, replay_resized, replays_counted};
 

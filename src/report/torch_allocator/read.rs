@@ -42,12 +42,25 @@ struct Gather {
     /// Per device: the open release burst's tentative `EmptyCache` (its index).
     burst: Vec<Option<usize>>,
     /// Per device: the bytes the run's segments held, and the most they held.
-    reserved: HashMap<u8, u64>,
-    most_reserved: HashMap<u8, u64>,
+    segments: Reserved,
     /// Live requests not yet given a kind: their event, by address.
     undecided: FastMap<u64, usize>,
     /// The autograd graph's walks (a ring's checkpoint keeps the latest).
     graph: crate::trace::graph::Walks,
+    /// The memory the events may take, and whether they ran short of it.
+    budget: Budget,
+}
+
+/// Per device: the bytes the run's segments held, and the most they held.
+#[derive(Default)]
+struct Reserved {
+    now: HashMap<u8, u64>,
+    most: HashMap<u8, u64>,
+}
+
+/// The memory the gathered events may take.
+#[derive(Default)]
+struct Budget {
     /// The most bytes the events may take (`GPUSHIM_REPLAY_MEMORY`; none: what the process
     /// can have).
     most_bytes: Option<u64>,
@@ -64,7 +77,7 @@ impl Gather {
     /// process being aborted by the allocator. The events are the one thing a replay holds
     /// that grows with the trace (48 bytes each, tens of millions in a long run's).
     fn push(&mut self, e: Event) {
-        if self.short.is_some() {
+        if self.budget.short.is_some() {
             return;
         }
         let held = self.events.len();
@@ -72,10 +85,10 @@ impl Gather {
             let more = held.max(1024);
             let bytes = (held.saturating_add(more) as u64)
                 .saturating_mul(std::mem::size_of::<Event>() as u64);
-            let within = self.most_bytes.is_none_or(|most| bytes <= most);
+            let within = self.budget.most_bytes.is_none_or(|most| bytes <= most);
             let events = &mut self.events;
             if !within || crate::memory::fallible(|| events.try_reserve_exact(more)).is_err() {
-                self.short = Some(held);
+                self.budget.short = Some(held);
                 return;
             }
         }
@@ -106,9 +119,9 @@ impl Gather {
                 restore::SEGMENT if r.api == Api::Torch => {
                     let d = self.seed.devices.entry(r.device).or_default();
                     d.segments.push((r.ptr, r.size));
-                    let held = self.reserved.entry(r.device).or_default();
+                    let held = self.segments.now.entry(r.device).or_default();
                     *held = held.saturating_add(r.size);
-                    let most = self.most_reserved.entry(r.device).or_default();
+                    let most = self.segments.most.entry(r.device).or_default();
                     *most = (*most).max(*held);
                 }
                 restore::TENSOR_BYTES if r.size > 0 => self.summarized_tensors = true,
@@ -196,8 +209,8 @@ impl Gather {
             self.tensors += 1;
         }
         if ev == Ev::Oom {
-            let held = self.reserved.get(&r.device).copied().unwrap_or(0);
-            let most = self.most_reserved.get(&r.device).copied().unwrap_or(0);
+            let held = self.segments.now.get(&r.device).copied().unwrap_or(0);
+            let most = self.segments.most.get(&r.device).copied().unwrap_or(0);
             let d = self.devices.entry(r.device).or_default();
             if d.capacity_at_oom.is_none() && d.allowed_at_oom.is_none() && no_call {
                 d.allowed_at_oom = Some(most);
@@ -214,9 +227,9 @@ impl Gather {
     fn reserve(&mut self, r: &Record) {
         let pages = r.mapped_pages();
         self.pages_seen |= pages;
-        let held = self.reserved.entry(r.device).or_default();
+        let held = self.segments.now.entry(r.device).or_default();
         *held += r.size;
-        let most = self.most_reserved.entry(r.device).or_default();
+        let most = self.segments.most.entry(r.device).or_default();
         *most = (*most).max(*held);
         // Segments taken right after segments given back: the release served an allocation
         // (the collector's, or a retry after a failure), not empty_cache.
@@ -233,7 +246,7 @@ impl Gather {
     /// Segments given back with no failed allocation since the last tensor: `empty_cache()`
     /// (one event for the burst), replayed as one.
     fn release(&mut self, r: &Record) {
-        let held = self.reserved.entry(r.device).or_default();
+        let held = self.segments.now.entry(r.device).or_default();
         *held = held.saturating_sub(r.size);
         let by_failure = self
             .failed
@@ -307,8 +320,11 @@ impl Requests {
         let most = reader.mode().replay_memory.clone();
         let most_bytes = most.as_deref().and_then(crate::config::parse_size);
         Requests(Box::new(Gather {
-            most_bytes,
-            not_a_size: most.filter(|_| most_bytes.is_none()),
+            budget: Budget {
+                most_bytes,
+                not_a_size: most.filter(|_| most_bytes.is_none()),
+                short: None,
+            },
             collects: conf_env
                 .as_ref()
                 .and_then(|(_, t)| TorchConf::parse(t).ok())
@@ -337,7 +353,7 @@ impl Requests {
             if r.kind == RecordKind::TensorAlloc
                 && r.status == 0
                 && r.ptr != 0
-                && g.short.is_none()
+                && g.budget.short.is_none()
                 && let Some(i) = g.events.len().checked_sub(1)
             {
                 g.undecided.insert(r.ptr, i);
@@ -360,14 +376,14 @@ impl Requests {
         only: &crate::trace::filter::Filter,
     ) -> Result<Input, ReplayError> {
         let mut g = *self.0;
-        if let Some(text) = g.not_a_size.take() {
+        if let Some(text) = g.budget.not_a_size.take() {
             return Err(ReplayError::MemorySetting { text });
         }
-        if let Some(events) = g.short {
+        if let Some(events) = g.budget.short {
             return Err(ReplayError::Memory {
                 events: events as u64,
                 bytes: (events as u64).saturating_mul(std::mem::size_of::<Event>() as u64),
-                most: g.most_bytes,
+                most: g.budget.most_bytes,
             });
         }
         let conf_env = setting_of(&reader.info().env);

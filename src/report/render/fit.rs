@@ -1,6 +1,6 @@
 //! `fit`'s text: a table per setting, the largest batch, the lines kept at their size.
 
-use super::{Fit, LineBytes, SeqAxis, setting_name};
+use crate::report::fit::{Fit, LineBytes, SeqAxis, setting_name};
 use crate::report::units::human_bytes;
 
 /// The fit as text: a table per setting, the largest batch, what was not scaled.
@@ -144,7 +144,7 @@ fn lines(o: &mut String, title: &str, lines: &[LineBytes]) {
 }
 
 /// One setting's table of batches and its largest batch (or why there is none).
-fn setting_table(o: &mut String, f: &Fit, s: &super::SettingFit) {
+fn setting_table(o: &mut String, f: &Fit, s: &crate::report::fit::SettingFit) {
     use std::fmt::Write as _;
     let _ = writeln!(
         o,
@@ -263,7 +263,7 @@ fn seq_axis(o: &mut String, a: &SeqAxis, batch: u64) {
 }
 
 /// What `--world-size` changed, in one line.
-fn world_line(o: &mut String, w: &super::WorldSize) {
+fn world_line(o: &mut String, w: &crate::report::fit::WorldSize) {
     use std::fmt::Write as _;
     if w.sharded_requests == 0 {
         let _ = writeln!(
@@ -390,7 +390,7 @@ fn ring_line(o: &mut String, r: &crate::report::kinds::StepsBegun) {
 }
 
 /// The run leaks: said first, with what it does to the answers below.
-fn leaking_lines(o: &mut String, f: &Fit, l: &super::Leaking) {
+fn leaking_lines(o: &mut String, f: &Fit, l: &crate::report::fit::Leaking) {
     use std::fmt::Write as _;
     let kind = l
         .kind

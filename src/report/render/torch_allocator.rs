@@ -1,8 +1,7 @@
 //! `simulate --torch`'s text: the run's replay against the run, a row per setting, the first
 //! request that fails, the recommendation and the line to set.
 
-use super::settings::TorchReport;
-use super::{Bounds, Fidelity, Outcome};
+use crate::report::torch_allocator::{Bounds, Fidelity, OomAdvice, Outcome, TorchReport};
 use crate::report::units::{human_bytes, human_duration};
 
 /// A setting's name in the table, escaped for a terminal (the run's is the trace's text).
@@ -212,5 +211,167 @@ fn shell_word(text: &str) -> String {
         format!("'{text}'")
     } else {
         text.into()
+    }
+}
+
+/// The advice in words, for `gpushim oom`.
+pub fn render_advice(a: &OomAdvice) -> String {
+    use std::fmt::Write as _;
+    let name = |t: &str| {
+        if t.is_empty() {
+            "the defaults".to_string()
+        } else {
+            t.to_string()
+        }
+    };
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "PyTorch's allocator replayed up to the failed request of {} under {} settings{}:",
+        human_bytes(a.requested_bytes),
+        a.tried,
+        match (a.fraction_bytes, a.capacity_bytes) {
+            (Some(f), _) => format!(
+                ", PyTorch's allocator held to {} by its memory fraction \
+                 (set_per_process_memory_fraction: it refused the request without asking CUDA, \
+                 having reserved at most that much before)",
+                human_bytes(f)
+            ),
+            (None, Some(c)) => format!(
+                ", PyTorch's allocator held to {}: what it held at the failure (its tensors \
+                 and cache) plus what CUDA then said was free; the rest of the device was not \
+                 PyTorch's to take",
+                human_bytes(c)
+            ),
+            (None, None) => String::new(),
+        }
+    );
+    if let Some(r) = &a.ring_began_late {
+        ring_began_late(&mut s, r);
+    }
+    if a.private_pool_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "  PyTorch's private pools (CUDA graphs' pools, torch.cuda.MemPool) held {} then, \
+             which its default pools could not use: the replay keeps them as the run had them \
+             and counts them against the limit",
+            human_bytes(a.private_pool_bytes)
+        );
+    }
+    if a.in_private_pool {
+        let _ = writeln!(
+            s,
+            "  the failed request was in one of PyTorch's private pools (a CUDA graph's or a \
+             torch.cuda.MemPool), which the replay keeps as the run had them rather than model: \
+             no setting is judged on it"
+        );
+        return s;
+    }
+    if a.run_setting_fails_too {
+        let _ = writeln!(
+            s,
+            "  the run's own setting ({}) fails there too, as in the run",
+            name(&a.run_setting)
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  the replay of the run's own setting ({}) does not fail there: {}",
+            name(&a.run_setting),
+            a.run_setting_serves_it
+                .as_deref()
+                .unwrap_or("the replay did not reach the failure")
+        );
+        // A replay that serves what the run failed cannot say which setting avoids the
+        // failure: at most which reserve less than the run's own there, and never the run's
+        // own as the fix.
+        let own = a.serving.iter().find(|o| o.setting == a.run_setting);
+        let less = a.serving.iter().find(|o| {
+            o.setting != a.run_setting
+                && own.is_none_or(|own| o.peak_reserved_bytes < own.peak_reserved_bytes)
+        });
+        match (less, own) {
+            (Some(best), Some(own)) => {
+                let _ = writeln!(
+                    s,
+                    "  so no setting is shown to avoid it; as a rough guide, the one reserving \
+                     least in the replay ({} at its peak, {} less than the run's own):\n  \
+                     export PYTORCH_CUDA_ALLOC_CONF={}",
+                    human_bytes(best.peak_reserved_bytes),
+                    human_bytes(own.peak_reserved_bytes - best.peak_reserved_bytes),
+                    quoted(&best.setting)
+                );
+            }
+            _ => {
+                let _ = writeln!(
+                    s,
+                    "  so no setting is shown to avoid it, and none reserves less than the run's \
+                     own in the replay: nothing to recommend"
+                );
+            }
+        }
+        return s;
+    }
+    match a.serving.first() {
+        Some(best) => {
+            let shown: Vec<String> = a.serving.iter().take(3).map(|o| name(&o.setting)).collect();
+            let _ = writeln!(
+                s,
+                "  {} of them serve it, among them {}; the one reserving least ({} at its peak):\n  \
+                 export PYTORCH_CUDA_ALLOC_CONF={}",
+                a.serving.len(),
+                shown.join("; "),
+                human_bytes(best.peak_reserved_bytes),
+                quoted(&best.setting)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "  none of them serves it: the program needs more memory there than the device \
+                 had, whatever PyTorch's allocator does"
+            );
+        }
+    }
+    s
+}
+
+/// Where the replay starts when the trace's ring began after the run's first tensors.
+fn ring_began_late(s: &mut String, r: &crate::report::torch_allocator::RingStart) {
+    use std::fmt::Write as _;
+    let cache = format!(
+        "{} segments of {} with {} tensors live",
+        r.segments,
+        human_bytes(r.reserved_bytes),
+        r.tensors
+    );
+    let _ = match &r.not_exact {
+        None => writeln!(
+            s,
+            "  the trace's ring began after the run's first tensors ({} records made): the \
+             replay starts from PyTorch's cache as the ring's checkpoint kept it ({cache}), \
+             the run's own to the byte; other settings start from that cache too, so a \
+             setting named below serves from it, and one that would have kept another cache \
+             before the ring began (expandable segments) may serve unnamed",
+            r.records
+        ),
+        Some(why) => writeln!(
+            s,
+            "  the trace's ring began after the run's first tensors ({} records made): the \
+             replay starts from what the ring's checkpoint kept ({cache}), which is not \
+             PyTorch's cache to the byte: {why}; to replay exactly, record with \
+             GPUSHIM_CONF=trace_max:{}MiB or more",
+            r.records,
+            r.trace_max_needed.div_ceil(1 << 20)
+        ),
+    };
+}
+
+/// A setting as the value of an `export` line.
+fn quoted(setting: &str) -> String {
+    if setting.is_empty() {
+        "\"\"".to_string()
+    } else {
+        setting.to_string()
     }
 }

@@ -1,6 +1,8 @@
 //! `summary` as text: a section per part of the summary.
 
-use super::*;
+use crate::report::summary::*;
+use crate::report::units::{human_bytes, human_duration};
+use std::fmt::Write as _;
 
 impl Summary {
     pub fn render(&self) -> String {
@@ -8,7 +10,7 @@ impl Summary {
         self.render_calls(&mut o);
         self.render_devices(&mut o);
         self.render_held(&mut o);
-        crate::report::device_memory::render(&mut o, &self.device_memory);
+        super::device_memory::render(&mut o, &self.device_memory);
         if let Some(why) = &self.tensors_off {
             let _ = writeln!(o, "tensors: not recorded: {why}");
         }
