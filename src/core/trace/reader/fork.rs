@@ -128,18 +128,23 @@ impl TraceReader {
             if let Some(f) = &mut self.following {
                 f.read_out = true;
             }
-            if !self.whole_counted {
+            if !self.pass_count.whole_counted {
                 // A followed reader's pass ends at each look: each record counted once.
-                self.whole_counted = self.following.is_none();
-                HELD.fetch_add(self.pass_decoded.saturating_sub(self.held), Relaxed);
-                self.held = self.held.max(self.pass_decoded);
+                self.pass_count.whole_counted = self.following.is_none();
+                HELD.fetch_add(
+                    self.pass_count
+                        .pass_decoded
+                        .saturating_sub(self.pass_count.held),
+                    Relaxed,
+                );
+                self.pass_count.held = self.pass_count.held.max(self.pass_count.pass_decoded);
             }
             return None;
         };
         let n = b.records.len() as u64;
         if !self.second {
             DECODED.fetch_add(n, Relaxed);
-            self.pass_decoded = self.pass_decoded.saturating_add(n);
+            self.pass_count.pass_decoded = self.pass_count.pass_decoded.saturating_add(n);
         }
         (self.restoring, self.stats, self.next) = (b.restoring, b.stats.clone(), b.next);
         Some(b)
@@ -191,7 +196,7 @@ impl TraceReader {
             if let Some(f) = &mut self.filtering
                 && !self.restoring
             {
-                let strings = &self.strings;
+                let strings = &self.defs.strings;
                 out.retain(|r| f.keep(r, strings));
             }
         }
@@ -214,11 +219,11 @@ impl TraceReader {
     fn second_options(&self) -> ReadOptions {
         ReadOptions {
             filter: self.filter.clone(),
-            symbols: self.symbols,
+            symbols: self.naming.symbols,
             mode: self.mode.clone(),
             progress: None,
-            native_frames: self.native_frames,
-            program_frames: self.program_frames,
+            native_frames: self.naming.native_frames,
+            program_frames: self.naming.program_frames,
             ..ReadOptions::default()
         }
     }
@@ -261,7 +266,7 @@ impl TraceReader {
                     (self.next, self.end),
                     &opts,
                 );
-                (reader.whole_counted, reader.second) = (true, true);
+                (reader.pass_count.whole_counted, reader.second) = (true, true);
                 reader
             })
             .collect();
@@ -295,7 +300,7 @@ impl TraceReader {
             extent,
             &opts,
         );
-        reader.whole_counted = true;
+        reader.pass_count.whole_counted = true;
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(reader)
     }

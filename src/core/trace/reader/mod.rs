@@ -190,6 +190,36 @@ pub struct TraceReader {
     next: u64,
     end: u64,
     stats: DecodeStats,
+    /// What the records defined so far: strings, stacks, modules.
+    defs: Definitions,
+    /// The report's filter, if it keeps less than everything.
+    filtering: Option<crate::trace::filter::Filtering>,
+    /// How frames are named.
+    naming: Naming,
+    /// How the command reads (passed on to the passes' trackers and second readers).
+    mode: ReadMode,
+
+    progress: Option<fn(u64, u64)>,
+    /// Records returned since the progress hook was last called.
+    since_progress: u32,
+    filter: crate::trace::filter::Filter,
+    /// What a second reader of the same file starts from ([`TraceReader::fork`]).
+    template: fork::Template,
+    /// What this pass decoded, as the process counts it.
+    pass_count: Counted,
+    /// Read while its program writes it ([`TraceReader::open_following`]).
+    following: Option<follow::Following>,
+    /// Whether this reader reads the records a replay of PyTorch's allocator reads (the same
+    /// checkpoint of a ring as [`ReadOptions::longest_ring`] chooses, or no lapped ring).
+    as_replay_reads: bool,
+    /// Reads another reader's batches ([`TraceReader::pairs`]): nothing decoded of its own,
+    /// nothing counted.
+    second: bool,
+}
+
+/// What a reader's records defined so far, by id: strings, stacks, loaded modules.
+#[derive(Default)]
+struct Definitions {
     /// Strings defined so far (NVTX messages, module paths), by id.
     strings: HashMap<u64, String>,
     /// Call stacks defined so far, by id: return addresses, innermost first.
@@ -199,22 +229,21 @@ pub struct TraceReader {
     modules: std::collections::BTreeMap<u64, u64>,
     /// The string id of each module's build-id (hex), by load base, when the shim found one.
     build_ids: HashMap<u64, u64>,
-    /// The report's filter, if it keeps less than everything.
-    filtering: Option<crate::trace::filter::Filtering>,
-    /// Whether frames are named from the binaries.
-    symbols: bool,
-    /// How the command reads (passed on to the passes' trackers and second readers).
-    mode: ReadMode,
-    native_frames: bool,
-    program_frames: bool,
     /// Whether a stack with Python frames has been read.
     python_frames: bool,
-    progress: Option<fn(u64, u64)>,
-    /// Records returned since the progress hook was last called.
-    since_progress: u32,
-    filter: crate::trace::filter::Filter,
-    /// What a second reader of the same file starts from ([`TraceReader::fork`]).
-    template: fork::Template,
+}
+
+/// How a reader names frames (the command's options).
+struct Naming {
+    /// Whether frames are named from the binaries.
+    symbols: bool,
+    native_frames: bool,
+    program_frames: bool,
+}
+
+/// What a pass decoded, as the process counts it.
+#[derive(Default)]
+struct Counted {
     /// Records this pass decoded so far, and whether a whole pass was counted (a second
     /// reader's never is).
     pass_decoded: u64,
@@ -222,14 +251,6 @@ pub struct TraceReader {
     /// Of this pass's records, those counted as a whole pass's (a followed reader counts each
     /// look's as it ends).
     held: u64,
-    /// Read while its program writes it ([`TraceReader::open_following`]).
-    following: Option<follow::Following>,
-    /// Whether this reader reads the records a replay of PyTorch's allocator reads (the same
-    /// checkpoint of a ring as [`ReadOptions::longest_ring`] chooses, or no lapped ring).
-    as_replay_reads: bool,
-    /// Reads another reader's batches ([`TraceReader::pairs`]): nothing decoded of its own,
-    /// nothing counted.
-    second: bool,
 }
 
 /// Records read from the file at a time (256 KiB: the chunk stays in the cache).
@@ -371,24 +392,20 @@ impl TraceReader {
             next,
             end,
             stats,
-            strings: HashMap::new(),
-            stacks: Default::default(),
-            modules: std::collections::BTreeMap::new(),
-            build_ids: HashMap::new(),
+            defs: Definitions::default(),
             filtering: (!opts.filter.is_empty())
                 .then(|| crate::trace::filter::Filtering::new(opts.filter.clone())),
-            symbols: opts.symbols,
+            naming: Naming {
+                symbols: opts.symbols,
+                native_frames: opts.native_frames,
+                program_frames: opts.program_frames,
+            },
             mode: opts.mode.clone(),
             progress: opts.progress,
-            native_frames: opts.native_frames,
-            program_frames: opts.program_frames,
-            python_frames: false,
             since_progress: 0,
             filter: opts.filter.clone(),
             template,
-            pass_decoded: 0,
-            whole_counted: false,
-            held: 0,
+            pass_count: Counted::default(),
             following: None,
             second: false,
             as_replay_reads: true,
@@ -419,28 +436,24 @@ impl TraceReader {
         self.source = source::Source::Pending(d);
         self.batch.clear();
         self.restoring = false;
-        self.strings.clear();
-        self.stacks.clear();
-        self.modules.clear();
-        self.build_ids.clear();
+        self.defs = Definitions::default();
         self.filtering = (!self.filter.is_empty())
             .then(|| crate::trace::filter::Filtering::new(self.filter.clone()));
-        self.python_frames = false;
         self.since_progress = 0;
-        self.pass_decoded = 0;
+        self.pass_count.pass_decoded = 0;
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 
     /// Whether frames are to be named from the binaries (see [`ReadOptions::symbols`]).
     pub fn symbols(&self) -> bool {
-        self.symbols
+        self.naming.symbols
     }
 
     /// Whether stacks with Python frames show their native frames too (see
     /// [`ReadOptions::native_frames`]).
     pub fn native_frames(&self) -> bool {
-        self.native_frames
+        self.naming.native_frames
     }
 
     /// How the command reads ([`ReadOptions::mode`]).
@@ -465,41 +478,41 @@ impl TraceReader {
 
     /// The text of a string id from a `String` record seen so far (NVTX messages).
     pub fn string(&self, id: u64) -> Option<&str> {
-        self.strings.get(&id).map(String::as_str)
+        self.defs.strings.get(&id).map(String::as_str)
     }
 
     /// Every string the records defined so far (Python frames are `file\0function`).
     pub fn strings(&self) -> impl Iterator<Item = &str> + '_ {
-        self.strings.values().map(String::as_str)
+        self.defs.strings.values().map(String::as_str)
     }
 
     /// The return addresses of a stack id from a `Stack` record seen so far, innermost first.
     pub fn stack(&self, id: u64) -> Option<&[u64]> {
-        self.stacks.get(&id).map(Vec::as_slice)
+        self.defs.stacks.get(&id).map(Vec::as_slice)
     }
 
     /// Whether the trace holds any call stack so far (stacks were recorded).
     pub fn has_stacks(&self) -> bool {
-        !self.stacks.is_empty()
+        !self.defs.stacks.is_empty()
     }
 
     /// Whether any stack read so far holds Python frames.
     pub fn has_python_frames(&self) -> bool {
-        self.python_frames
+        self.defs.python_frames
     }
 
     /// The module an address lies in (the one with the nearest load base below it): its load
     /// base and path.
     pub fn module_of(&self, ip: u64) -> Option<(u64, &str)> {
-        let (base, name) = self.modules.range(..=ip).next_back()?;
-        Some((*base, self.strings.get(name)?.as_str()))
+        let (base, name) = self.defs.modules.range(..=ip).next_back()?;
+        Some((*base, self.defs.strings.get(name)?.as_str()))
     }
 
     /// The GNU build-id (lowercase hex) recorded for the module loaded at `base`; `None` when
     /// the trace holds none (a module without one, or a trace from before they were recorded)
     /// or what it holds is not hex.
     pub fn build_id_of(&self, base: u64) -> Option<&str> {
-        let id = self.strings.get(self.build_ids.get(&base)?)?;
+        let id = self.defs.strings.get(self.defs.build_ids.get(&base)?)?;
         (!id.is_empty()
             && id.len() <= 2 * format::BUILD_ID_MAX
             && id.bytes().all(|b| b.is_ascii_hexdigit()))
@@ -526,7 +539,7 @@ impl TraceReader {
     /// Whether call sites show only the program's own Python frames (see
     /// [`ReadOptions::program_frames`]).
     pub fn program_frames(&self) -> bool {
-        self.program_frames
+        self.naming.program_frames
     }
 
     /// Records examined so far and in all, for progress display.
@@ -539,28 +552,28 @@ impl TraceReader {
         for d in defs {
             match d {
                 decode::Def::String(id, text) => {
-                    self.strings.insert(id, text);
+                    self.defs.strings.insert(id, text);
                 }
                 decode::Def::Stack(id, frames) => {
                     if frames
                         .first()
                         .is_some_and(|&f| format::as_py_frame(f).is_some())
                     {
-                        self.python_frames = true;
+                        self.defs.python_frames = true;
                     }
-                    self.stacks.insert(id, frames);
+                    self.defs.stacks.insert(id, frames);
                 }
                 decode::Def::Module(base, path) => {
-                    self.modules.insert(base, path);
-                    self.build_ids.remove(&base);
+                    self.defs.modules.insert(base, path);
+                    self.defs.build_ids.remove(&base);
                 }
                 decode::Def::BuildId(base, id) => {
-                    self.build_ids.insert(base, id);
+                    self.defs.build_ids.insert(base, id);
                 }
                 decode::Def::Join(id, backward, forward) => {
                     let frames =
-                        crate::trace::backward::joined_frames(&self.stacks, backward, forward);
-                    self.stacks.insert(id, frames);
+                        crate::trace::backward::joined_frames(&self.defs.stacks, backward, forward);
+                    self.defs.stacks.insert(id, frames);
                 }
             }
         }
@@ -599,7 +612,7 @@ impl Iterator for TraceReader {
             let keep = match &mut self.filtering {
                 None => true,
                 Some(_) if self.restoring => true,
-                Some(f) => f.keep(&r, &self.strings),
+                Some(f) => f.keep(&r, &self.defs.strings),
             };
             if keep {
                 return Some(r);
