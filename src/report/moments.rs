@@ -4,10 +4,10 @@
 //! A moment is the state after its record, plus the call stacks of the records just after it
 //! (a stack is written just after its allocation; other threads may come between), as
 //! [`crate::report::live::replay_until`] makes it; the kinds of its tensors are settled by
-//! reading on, as [`Kinds::settle`] does, from the same records the pass reads for everything
+//! reading on, as [`KindTracker::settle`] does, from the same records the pass reads for everything
 //! else. Many moments cost one pass; each keeps its own device's live set only.
 
-use super::kinds::{Kind, Kinds, Settling};
+use super::kinds::{Kind, KindTracker, Settling};
 use super::live::Replay;
 use super::pass::{Said, Seen, Tracker};
 use crate::fasthash::FastMap;
@@ -68,7 +68,7 @@ impl Moments {
         &mut self,
         reader: &TraceReader,
         rp: &Replay,
-        kinds: &Kinds,
+        kinds: &KindTracker,
         r: &Record,
         decided: Option<(u64, Kind)>,
         run_before: u64,
@@ -94,7 +94,7 @@ impl Moments {
 
     /// The moments taken, once the pass has read what it reads: those still settling take what
     /// the records so far say. Moments past the records read are not taken.
-    pub fn finish(mut self, reader: &TraceReader, kinds: &Kinds) -> Vec<Moment> {
+    pub fn finish(mut self, reader: &TraceReader, kinds: &KindTracker) -> Vec<Moment> {
         for t in std::mem::take(&mut self.taking) {
             self.taken.push(t.finish(reader, kinds));
         }
@@ -123,7 +123,7 @@ impl Taking {
     pub(super) fn step(
         &mut self,
         reader: &TraceReader,
-        kinds: &Kinds,
+        kinds: &KindTracker,
         r: &Record,
         decided: Option<(u64, Kind)>,
         run_before: u64,
@@ -165,7 +165,7 @@ impl Taking {
 
     /// The moment, once the pass has read what it reads: still in its window, its kinds are
     /// settled from what the records so far say.
-    pub(super) fn finish(mut self, reader: &TraceReader, kinds: &Kinds) -> Moment {
+    pub(super) fn finish(mut self, reader: &TraceReader, kinds: &KindTracker) -> Moment {
         if self.settling.is_none() {
             self.settling = Some(start(reader, kinds, &self.moment, &self.freed));
         }
@@ -174,7 +174,12 @@ impl Taking {
 }
 
 /// The tensors of a moment, once its stack window is read: those known, and those to settle.
-fn start(reader: &TraceReader, kinds: &Kinds, m: &Moment, freed: &FastMap<u64, Kind>) -> Settling {
+fn start(
+    reader: &TraceReader,
+    kinds: &KindTracker,
+    m: &Moment,
+    freed: &FastMap<u64, Kind>,
+) -> Settling {
     let tensors = m
         .replay
         .live
@@ -184,7 +189,7 @@ fn start(reader: &TraceReader, kinds: &Kinds, m: &Moment, freed: &FastMap<u64, K
     kinds.settling(reader, tensors, freed)
 }
 
-fn finish(reader: &TraceReader, kinds: &Kinds, mut t: Taking) -> Moment {
+fn finish(reader: &TraceReader, kinds: &KindTracker, mut t: Taking) -> Moment {
     if let Some(s) = t.settling.take() {
         t.moment.kinds = kinds.settled(reader, s);
     }

@@ -1,6 +1,6 @@
 //! `oom`: each failed allocation, with what the device held at that moment.
 
-use super::kinds::{ByKind, Kinds};
+use super::kinds::{ByKind, KindTracker};
 use super::live::Replay;
 use super::pass::{Said, Seen, Tracker};
 use super::sites::{Holder, holders, site_label};
@@ -118,7 +118,7 @@ fn step_of(rp: &Replay, r: &Record, device: u8) -> Step {
 }
 
 /// A failed request of record `r`, with what device `r.device` held at that moment.
-fn failed_request(reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) -> Oom {
+fn failed_request(reader: &TraceReader, rp: &Replay, kinds: &KindTracker, r: &Record) -> Oom {
     let device = if r.device == DEVICE_UNKNOWN {
         0
     } else {
@@ -178,7 +178,7 @@ pub struct OomPass {
 
 impl OomPass {
     /// One record, after `rp` applied it and `kinds` observed it.
-    fn see_parts(&mut self, reader: &TraceReader, rp: &Replay, kinds: &Kinds, r: &Record) {
+    fn see_parts(&mut self, reader: &TraceReader, rp: &Replay, kinds: &KindTracker, r: &Record) {
         match r.kind {
             RecordKind::Restore => {}
             // A failure the checkpoint of a ring trace kept, with what was live then.

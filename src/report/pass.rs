@@ -4,7 +4,7 @@
 //! through one method, [`Tracker::see`]. The passes (`analysis`) hand every record to each
 //! tracker they run this way; what a tracker makes of its records at the end is its own.
 
-use crate::report::kinds::{Kind, Kinds};
+use crate::report::kinds::{Kind, KindTracker};
 use crate::report::live::{Change, Replay};
 use crate::trace::format::Record;
 use crate::trace::reader::TraceReader;
@@ -19,7 +19,7 @@ pub struct Seen<'a> {
     /// The replay of live memory, after it applied the record.
     pub rp: &'a Replay,
     /// The tensors' kinds, after they observed the record.
-    pub kinds: &'a Kinds,
+    pub kinds: &'a KindTracker,
     pub record: &'a Record,
     /// What the record changed in the replay.
     pub change: Change,

@@ -1,7 +1,7 @@
 //! The leaks' sampling begun in the first pass (see [`EarlyLeaks`]), so that `leaks` and
 //! `oom` need no second pass over the whole trace for it.
 
-use crate::report::kinds::Kinds;
+use crate::report::kinds::KindTracker;
 use crate::report::live::Replay;
 use crate::report::pass::{Said, Seen, Tracker};
 use crate::trace::reader::TraceReader;
@@ -50,7 +50,8 @@ impl EarlyLeaks {
         let Ok(mut again) = reader.fork() else {
             return;
         };
-        let (mut rp2, mut kinds2, mut batch) = (Replay::default(), Kinds::default(), Vec::new());
+        let (mut rp2, mut kinds2, mut batch) =
+            (Replay::default(), KindTracker::default(), Vec::new());
         'read: while again.next_batch(&mut batch) {
             for (i, r) in batch.iter().enumerate() {
                 crate::prefetch::ahead(&batch, i);

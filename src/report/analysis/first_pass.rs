@@ -6,7 +6,7 @@
 use super::Wants;
 use super::early_leaks::EarlyLeaks;
 use crate::report::early::EarlyMoments;
-use crate::report::kinds::Kinds;
+use crate::report::kinds::KindTracker;
 use crate::report::leaks::LeaksFinder;
 use crate::report::live::Replay;
 use crate::report::oom::OomPass;
@@ -26,7 +26,7 @@ pub(super) struct RunPass {
     pub(super) picture: Option<PicturePass>,
     /// The replay and the kinds, each kept only when a tracker reads it.
     pub(super) rp: Replay,
-    pub(super) kinds: Kinds,
+    pub(super) kinds: KindTracker,
     with_replay: bool,
     with_kinds: bool,
     /// The moments taken as the trackers find them, and what the trackers said of them at
@@ -61,7 +61,7 @@ impl RunPass {
                 .is_some()
                 .then(|| PicturePass::new(!early_off)),
             rp: Replay::default(),
-            kinds: Kinds::default(),
+            kinds: KindTracker::default(),
             with_replay,
             with_kinds,
             early,

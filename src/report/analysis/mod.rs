@@ -37,7 +37,7 @@ pub use reads::{
     read_run, read_run_again, requests_or_read, run_of, simulate_pool, summarize,
 };
 
-use super::kinds::Kinds;
+use super::kinds::KindTracker;
 use super::leaks::Leaks;
 use super::live::Replay;
 use super::moments::Moments;
@@ -261,7 +261,7 @@ pub fn analyze_each(
 struct Ended {
     reader: TraceReader,
     replay: Replay,
-    kinds: Kinds,
+    kinds: KindTracker,
     requests: Option<crate::report::torch_allocator::Requests>,
 }
 
@@ -390,8 +390,8 @@ fn second_pass(
     moments: &mut Moments,
     leaks: &mut Option<super::leaks::LeaksSampler>,
     bands: &mut Option<BandsPass>,
-) -> (Replay, Kinds) {
-    let (mut rp, mut kinds, mut batch) = (Replay::default(), Kinds::default(), Vec::new());
+) -> (Replay, KindTracker) {
+    let (mut rp, mut kinds, mut batch) = (Replay::default(), KindTracker::default(), Vec::new());
     let only_moments = leaks.is_none() && bands.is_none();
     'pass: while reader.next_batch(&mut batch) {
         for (i, r) in batch.iter().enumerate() {

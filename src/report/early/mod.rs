@@ -19,7 +19,7 @@
 //! here only where its record and device are those wanted, and takes any other in a second
 //! pass. A candidate taken here is therefore a saving, never a different answer.
 
-use super::kinds::{Kind, Kinds};
+use super::kinds::{Kind, KindTracker};
 use super::live::Replay;
 use super::moments::{Moment, STACK_WINDOW, Taking};
 use super::pass::{Said, Seen, Slot, Tracker};
@@ -183,7 +183,7 @@ impl EarlyMoments {
     #[inline(never)]
     fn see_any(
         &mut self,
-        (reader, rp, kinds, r): (&TraceReader, &Replay, &Kinds, &Record),
+        (reader, rp, kinds, r): (&TraceReader, &Replay, &KindTracker, &Record),
         (decided, run_before): (Option<(u64, Kind)>, u64),
         said: &mut Vec<Said>,
     ) {
@@ -246,7 +246,12 @@ impl EarlyMoments {
     /// window reads every record; past it, its kinds settle only as a run begins or a tensor it
     /// waits on is freed.
     #[inline]
-    fn moves_a_moment(&self, kinds: &Kinds, decided: Option<(u64, Kind)>, run_before: u64) -> bool {
+    fn moves_a_moment(
+        &self,
+        kinds: &KindTracker,
+        decided: Option<(u64, Kind)>,
+        run_before: u64,
+    ) -> bool {
         self.windowing
             || kinds.run() != run_before
             || decided.is_some_and(|(ptr, _)| self.awaited.binary_search(&ptr).is_ok())
@@ -270,7 +275,7 @@ impl EarlyMoments {
     fn visit(
         &mut self,
         reader: &TraceReader,
-        kinds: &Kinds,
+        kinds: &KindTracker,
         r: &Record,
         decided: Option<(u64, Kind)>,
         run_before: u64,
@@ -343,7 +348,7 @@ impl EarlyMoments {
         slot: Slot,
         c: &mut Candidate,
         reader: &TraceReader,
-        kinds: &Kinds,
+        kinds: &KindTracker,
         run: u64,
     ) {
         let live = self.base.as_ref().map_or(0, |b| b.live.len()) as u64;
@@ -411,7 +416,7 @@ impl EarlyMoments {
 
     /// The moments taken (those whose window the trace cut short taken from what was read),
     /// each once: the slots' candidates, but those missed.
-    pub fn finish(mut self, reader: &TraceReader, kinds: &Kinds) -> Vec<Moment> {
+    pub fn finish(mut self, reader: &TraceReader, kinds: &KindTracker) -> Vec<Moment> {
         VISITED.fetch_add(self.visited, std::sync::atomic::Ordering::Relaxed);
         let mut out: Vec<Moment> = Vec::new();
         let mut waiting = std::mem::take(&mut self.slots);

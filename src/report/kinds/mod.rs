@@ -18,7 +18,7 @@ pub use phase::{
     Phase, backward_node_of, innermost_in_framework, parallel_frameworks, phase_of_stack,
     workspace_sizes,
 };
-pub use tracker::{Kinds, Settling, StepsBegun, replay_with_kinds};
+pub use tracker::{KindTracker, Settling, StepsBegun, replay_with_kinds};
 
 use serde::Serialize;
 

@@ -11,7 +11,7 @@ use crate::trace::reader::TraceReader;
 /// The kinds of a trace's tensors, record by record: the phase runs so far and, for each live
 /// tensor, the phase and run that made it.
 #[derive(Default)]
-pub struct Kinds {
+pub struct KindTracker {
     /// Per stack: its phase, whether it is a module's call, and whether its innermost Python
     /// frame is a data-parallel framework's own code.
     by_stack: FastMap<u64, (Phase, bool, bool)>,
@@ -48,7 +48,7 @@ pub struct Kinds {
     tentative: Vec<(u64, u64)>,
     /// The tensors a ring's checkpoint restored whose lifetime decides their kind (when made,
     /// address, phase), until the records' first run begins: those its run may have made (see
-    /// [`Kinds::join_the_run_in_progress`]).
+    /// [`KindTracker::join_the_run_in_progress`]).
     restored_recent: Vec<(u64, u64, Phase)>,
     /// How many runs of the forward, the backward and the optimizer began in the records (a
     /// checkpoint's restored tensors begin none): how much of the run a ring's records hold.
@@ -115,7 +115,7 @@ struct Born {
     device: u8,
 }
 
-impl Kinds {
+impl KindTracker {
     /// Takes in one record of the trace, in order. A definition (a caller among them) changes
     /// nothing, and a call of the program's own ends its thread's window for a stack: each
     /// record of a step asks, so those are answered here, without a call.
@@ -130,7 +130,7 @@ impl Kinds {
                 None
             }
             // A tensor made, its stack, a tensor freed: each record of a real model's trace is
-            // one of these, each on a road of its own ([`Kinds::observe_any`] takes them the
+            // one of these, each on a road of its own ([`KindTracker::observe_any`] takes them the
             // same way).
             RecordKind::TensorAlloc if r.status == 0 && r.ptr != 0 && self.restoring.is_none() => {
                 self.made(reader, r);
@@ -144,7 +144,7 @@ impl Kinds {
         }
     }
 
-    /// [`Kinds::observe`], any record.
+    /// [`KindTracker::observe`], any record.
     #[inline(never)]
     fn observe_any(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
         use crate::trace::format::restore;
@@ -486,7 +486,7 @@ impl Kinds {
         self.settled(reader, s)
     }
 
-    /// The first step of [`Kinds::settle`], once the window after the moment is read: `freed`
+    /// The first step of [`KindTracker::settle`], once the window after the moment is read: `freed`
     /// holds the first kind decided at each address in the window (the address may be handed
     /// out again and freed again within it; the first free is the live tensor's).
     pub fn settling(
@@ -516,7 +516,7 @@ impl Kinds {
         s
     }
 
-    /// One record read on after the window: `decided` is what [`Kinds::observe`] said of it,
+    /// One record read on after the window: `decided` is what [`KindTracker::observe`] said of it,
     /// `run_before` the run before it.
     pub fn settle_on(&self, s: &mut Settling, decided: Option<(u64, Kind)>, run_before: u64) {
         if let Some((ptr, k)) = decided
@@ -570,7 +570,7 @@ pub fn replay_with_kinds(
     reader: &mut TraceReader,
     at: u64,
 ) -> (crate::report::live::Replay, FastMap<u64, Kind>) {
-    let mut kinds = Kinds::default();
+    let mut kinds = KindTracker::default();
     let mut window = Vec::new();
     let rp = crate::trace::live::replay_until_seeing(reader, at, |reader, r, past| {
         if past {

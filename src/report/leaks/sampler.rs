@@ -126,7 +126,7 @@ impl LeaksSampler {
         self,
         reader: &TraceReader,
         rp: &Replay,
-        kinds: &crate::report::kinds::Kinds,
+        kinds: &crate::report::kinds::KindTracker,
     ) -> Leaks {
         let mut seen = self.seen;
         let kept: Vec<Boundary> = if self.restored_matches && !rp.boundaries.is_empty() {

@@ -476,7 +476,7 @@ impl SummaryPass {
         self,
         reader: &TraceReader,
         rp: &Replay,
-        kinds: &super::kinds::Kinds,
+        kinds: &super::kinds::KindTracker,
     ) -> SummaryFound {
         let SummaryPass {
             mut t,

@@ -6,7 +6,7 @@
 use super::columns::{Found, LaneFound, changed};
 use super::{Columns, FailureMark, Lane, Line, MAX_COLUMNS, Mark, NOT_A_TENSOR, TOP_LINES};
 use crate::fasthash::FastMap;
-use crate::report::kinds::{Decided, Kind, Kinds};
+use crate::report::kinds::{Decided, Kind, KindTracker};
 use crate::report::live::{Change, Live, Replay, site_key};
 use crate::report::pass::{Said, Seen, Tracker};
 use crate::trace::format::Api;
@@ -159,7 +159,7 @@ impl<'a> BandsPass<'a> {
         mut self,
         reader: &TraceReader,
         rp: &Replay,
-        kinds: &Kinds,
+        kinds: &KindTracker,
         keep: &[&str],
     ) -> Vec<Lane> {
         // What is live at the end stays to the last column.

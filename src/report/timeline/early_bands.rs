@@ -15,7 +15,7 @@ use super::Lane;
 use super::bands::{Adds, Lives, MAX_KEYS, lanes_of, slot_of};
 use super::columns::{Found, LaneFound, changed};
 use crate::fasthash::FastMap;
-use crate::report::kinds::{Kind, Kinds};
+use crate::report::kinds::{Kind, KindTracker};
 use crate::report::live::{Change, Replay, site_key};
 use crate::trace::by_device::ByDevice;
 use crate::trace::format::Record;
@@ -164,7 +164,7 @@ impl EarlyBands {
         found: &Found,
         reader: &TraceReader,
         rp: &Replay,
-        kinds: &Kinds,
+        kinds: &KindTracker,
         keep: &[&str],
     ) -> Vec<Lane> {
         for (d, b) in self.lanes.iter_mut() {

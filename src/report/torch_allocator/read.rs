@@ -2,7 +2,7 @@
 
 use super::{DeviceFacts, Ev, Event, Input, RecordedSetting, ReplayError, Seed, SeedTensor};
 use crate::fasthash::FastMap;
-use crate::report::kinds::{Kind, Kinds};
+use crate::report::kinds::{Kind, KindTracker};
 use crate::report::pass::{Said, Seen, Tracker};
 use crate::report::torch_allocator::model::TorchConf;
 use crate::trace::format::restore;
@@ -285,7 +285,7 @@ pub fn read_by(
     mut reader: TraceReader,
     only: &crate::trace::filter::Filter,
 ) -> Result<Input, ReplayError> {
-    let mut kinds = Kinds::default();
+    let mut kinds = KindTracker::default();
     let mut g = Requests::new(&reader);
     while let Some(r) = reader.next() {
         let decided = kinds.observe(&reader, &r);
@@ -372,7 +372,7 @@ impl Requests {
     pub fn finish(
         self,
         reader: TraceReader,
-        kinds: &Kinds,
+        kinds: &KindTracker,
         only: &crate::trace::filter::Filter,
     ) -> Result<Input, ReplayError> {
         let mut g = *self.0;
