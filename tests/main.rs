@@ -10,6 +10,7 @@ mod capture;
 mod command;
 mod crash_and_fork;
 mod device_memory;
+mod doc_files;
 mod docs;
 mod engine_model;
 mod fit;
