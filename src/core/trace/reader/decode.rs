@@ -64,18 +64,12 @@ pub(super) struct Decoder {
     pub ring: u64,
     /// The checkpoint read first, its bodies; the next to read; and how many of them restore
     /// state (up to its `END`), which bypass the reorder window.
-    pub checkpoint: std::sync::Arc<Vec<[u8; RECORD_SIZE]>>,
-    pub checkpoint_at: usize,
-    pub checkpoint_prefix: usize,
-    pub first_prefix: usize,
+    pub ckpt: CheckpointRead,
     pub stats: DecodeStats,
     /// A definition whose data records are still being read: kind, id, byte length, bytes.
     pub pending: Option<(RecordKind, u64, usize, Vec<u8>)>,
-    /// The reorder window (see [`REORDER_WINDOW_NS`]): the records read but not handed on,
-    /// sorted by time.
-    pub window: Vec<Record>,
-    /// The latest record time read from the file so far.
-    pub latest_ns: u64,
+    /// The reorder window (see [`REORDER_WINDOW_NS`]).
+    pub order: Reorder,
     /// Whether the file has been read to its end.
     pub drained: bool,
     /// Reading a trace its program still writes (see [`super::follow`]): the slots below this
@@ -85,15 +79,9 @@ pub(super) struct Decoder {
     /// them go, and more are to come at the next look.
     pub paused: bool,
     /// Where the first pass began and what it knew before its first record.
-    pub first_offset: u64,
-    pub first_stats: DecodeStats,
-    /// Record bodies read from the file in one read (where no window of it is mapped), the
-    /// next to decode, and how many.
-    pub chunk: Vec<u8>,
-    /// The window of the file mapped in place of the chunk (see [`super::mapped`]).
-    pub mapped: Option<super::mapped::Window>,
-    pub chunk_at: usize,
-    pub chunk_len: usize,
+    pub first: FirstRead,
+    /// Record bodies read from the file or mapped, the next to decode, and how many.
+    pub chunk: Chunk,
     /// Definitions read since the last batch.
     pub defs: Vec<Def>,
     /// The last batch was handed on.
@@ -102,12 +90,8 @@ pub(super) struct Decoder {
     pub batch: usize,
     /// Batches the reader is done with, to be filled again.
     pub spares: std::sync::Arc<Spares>,
-    /// The backward tensors' stacks joined to their forwards', here rather than where the
-    /// reports read (a real model's trace: some 50 instructions a record off their threads).
-    pub joins: crate::trace::backward::BackwardJoins,
-    /// A record that may be joined was read in this pass: until one is, no batch is looked
-    /// through for them (a C program's trace has none).
-    pub joinable: bool,
+    /// The backward tensors' stacks joined to their forwards' (see [`Joining`]).
+    pub joining: Joining,
 }
 
 /// Batches handed back by the reader once read, filled again by the decoder: a fresh batch
@@ -146,26 +130,72 @@ impl Spares {
     }
 }
 
+/// The checkpoint a decoder reads first: its record bodies, the next to read, and how many of
+/// them restore state (up to its `END`), which bypass the reorder window.
+pub(super) struct CheckpointRead {
+    pub bodies: std::sync::Arc<Vec<[u8; RECORD_SIZE]>>,
+    pub at: usize,
+    pub prefix: usize,
+    /// The restoring prefix when the first pass began (a rewind starts there again).
+    pub first_prefix: usize,
+}
+
+/// Record bodies read from the file in one read (where no window of it is mapped), or the
+/// window mapped in its place (see [`super::mapped`]); the next to decode, and how many.
+#[derive(Default)]
+pub(super) struct Chunk {
+    pub bytes: Vec<u8>,
+    pub mapped: Option<super::mapped::Window>,
+    pub at: usize,
+    pub len: usize,
+}
+
+/// Where the first pass began in the file and what it knew before its first record.
+pub(super) struct FirstRead {
+    pub offset: u64,
+    pub stats: DecodeStats,
+}
+
+/// The reorder window: the records read but not handed on, sorted by time, and the latest
+/// record time read from the file so far.
+#[derive(Default)]
+pub(super) struct Reorder {
+    pub records: Vec<Record>,
+    pub latest_ns: u64,
+}
+
+/// The backward tensors' stacks joined to their forwards', here rather than where the reports
+/// read.
+#[derive(Default)]
+pub(super) struct Joining {
+    /// The backward tensors' stacks joined to their forwards', here rather than where the
+    /// reports read (a real model's trace: some 50 instructions a record off their threads).
+    pub joins: crate::trace::backward::BackwardJoins,
+    /// A record that may be joined was read in this pass: until one is, no batch is looked
+    /// through for them (a C program's trace has none).
+    pub joinable: bool,
+}
+
 impl Decoder {
     /// Back to the first record, through the same descriptor.
     pub fn rewind(&mut self) -> io::Result<()> {
-        io::Seek::seek(&mut self.input, io::SeekFrom::Start(self.first_offset))?;
+        io::Seek::seek(&mut self.input, io::SeekFrom::Start(self.first.offset))?;
         self.next = self.start;
-        self.checkpoint_at = 0;
-        self.checkpoint_prefix = self.first_prefix;
-        self.stats = self.first_stats.clone();
+        self.ckpt.at = 0;
+        self.ckpt.prefix = self.ckpt.first_prefix;
+        self.stats = self.first.stats.clone();
         self.pending = None;
-        self.window.clear();
-        self.latest_ns = 0;
+        self.order.records.clear();
+        self.order.latest_ns = 0;
         self.drained = false;
         self.paused = false;
-        (self.chunk_at, self.chunk_len) = (0, 0);
-        self.mapped = None;
+        (self.chunk.at, self.chunk.len) = (0, 0);
+        self.chunk.mapped = None;
         self.defs.clear();
         self.finished = false;
         self.batch = 0;
-        self.joins = Default::default();
-        self.joinable = false;
+        self.joining.joins = Default::default();
+        self.joining.joinable = false;
         Ok(())
     }
 
@@ -178,8 +208,8 @@ impl Decoder {
         self.finished = last;
         Batch {
             defs: std::mem::take(&mut self.defs),
-            restoring: self.checkpoint_at <= self.checkpoint_prefix
-                && self.checkpoint_prefix > 0
+            restoring: self.ckpt.at <= self.ckpt.prefix
+                && self.ckpt.prefix > 0
                 && self.next == self.start,
             stats: self.stats.clone(),
             next: self.next,
@@ -196,17 +226,17 @@ impl Decoder {
         use crate::trace::backward::BackwardJoins;
         for d in &self.defs {
             match d {
-                Def::String(id, text) => self.joins.define_string(*id, text),
-                Def::Stack(id, frames) => self.joins.define_stack(*id, frames),
+                Def::String(id, text) => self.joining.joins.define_string(*id, text),
+                Def::Stack(id, frames) => self.joining.joins.define_stack(*id, frames),
                 _ => {}
             }
         }
-        if !self.joinable {
+        if !self.joining.joinable {
             return;
         }
         for r in records.iter_mut() {
             if BackwardJoins::may_join(r)
-                && let Some(j) = self.joins.apply(r)
+                && let Some(j) = self.joining.joins.apply(r)
             {
                 self.defs.push(Def::Join(j.id, j.backward, j.forward));
             }
@@ -221,21 +251,21 @@ impl Decoder {
     /// straight behind the window's, and only the window's are copied, once a refill.
     fn next_records(&mut self) -> Vec<Record> {
         // A checkpoint's records up to its END restore state: in their own order, first.
-        while self.checkpoint_at < self.checkpoint_prefix {
+        while self.ckpt.at < self.ckpt.prefix {
             if let Some(r) = self.next_in_file() {
-                self.joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
+                self.joining.joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
                 return vec![r];
             }
         }
         loop {
-            if (self.drained && self.window.is_empty()) || self.paused {
+            if (self.drained && self.order.records.is_empty()) || self.paused {
                 return Vec::new();
             }
             // Small batches first (a pass that stops early, or a second reader of the first
             // part, decodes little past what it needs), doubling to BATCH.
             self.batch = self.batch.clamp(BATCH_FIRST, BATCH / 2) * 2;
-            let want = self.batch.max(self.window.len());
-            let mut out = std::mem::take(&mut self.window);
+            let want = self.batch.max(self.order.records.len());
+            let mut out = std::mem::take(&mut self.order.records);
             out.reserve(want);
             let mut order = TimeOrder::new(out.len() + want);
             let mut got = 0;
@@ -247,8 +277,9 @@ impl Decoder {
                 }
                 match self.next_in_file() {
                     Some(r) => {
-                        self.joinable |= crate::trace::backward::BackwardJoins::may_join(&r);
-                        order.add(&mut out, r, &mut self.latest_ns);
+                        self.joining.joinable |=
+                            crate::trace::backward::BackwardJoins::may_join(&r);
+                        order.add(&mut out, r, &mut self.order.latest_ns);
                         got += 1;
                     }
                     // Following, the end for now: the window keeps what is not yet old enough.
@@ -266,7 +297,7 @@ impl Decoder {
             let old = if self.drained {
                 out.len()
             } else {
-                let cut = self.latest_ns.saturating_sub(REORDER_WINDOW_NS);
+                let cut = self.order.latest_ns.saturating_sub(REORDER_WINDOW_NS);
                 let by_time = out.partition_point(|r| r.time_ns < cut);
                 by_time.max(out.len().saturating_sub(REORDER_MAX))
             };
@@ -274,7 +305,7 @@ impl Decoder {
             let tail = out.len() - old;
             let mut window = self.spares.take(tail + tail.max(BATCH));
             window.extend_from_slice(&out[old..]);
-            self.window = window;
+            self.order.records = window;
             out.truncate(old);
             if old > 0 || self.paused {
                 return out;
@@ -285,17 +316,17 @@ impl Decoder {
 
     /// The next record body: the checkpoint's first, then the file's (or the ring's).
     pub(super) fn next_body(&mut self, buf: &mut [u8; RECORD_SIZE]) -> Option<(u64, bool)> {
-        if self.checkpoint_at < self.checkpoint.len() {
-            *buf = self.checkpoint[self.checkpoint_at];
-            self.checkpoint_at += 1;
-            return Some(((self.checkpoint_at - 1) as u64, true));
+        if self.ckpt.at < self.ckpt.bodies.len() {
+            *buf = self.ckpt.bodies[self.ckpt.at];
+            self.ckpt.at += 1;
+            return Some(((self.ckpt.at - 1) as u64, true));
         }
-        if self.chunk_at == self.chunk_len && !self.refill() {
+        if self.chunk.at == self.chunk.len && !self.refill() {
             return None;
         }
-        let at = self.chunk_at * RECORD_SIZE;
+        let at = self.chunk.at * RECORD_SIZE;
         buf.copy_from_slice(&self.bodies()[at..at + RECORD_SIZE]);
-        self.chunk_at += 1;
+        self.chunk.at += 1;
         let index = self.next;
         self.next += 1;
         Some((index, false))
@@ -304,9 +335,9 @@ impl Decoder {
     /// The record bodies of the chunk: the mapped window's, or those read into the buffer.
     #[inline]
     fn bodies(&self) -> &[u8] {
-        match &self.mapped {
+        match &self.chunk.mapped {
             Some(w) => w.bytes(),
-            None => &self.chunk,
+            None => &self.chunk.bytes,
         }
     }
 
@@ -327,7 +358,7 @@ impl Decoder {
             index
         };
         let offset = (HEADER_SIZE as u64).saturating_add(slot.saturating_mul(RECORD_SIZE as u64));
-        self.mapped = None;
+        self.chunk.mapped = None;
         // Mapped, no further than the whole records the file holds now (a file cut since it
         // was opened is read to where it ends; one cut while mapped, see `next_in_file`).
         let now = self.input.metadata().map_or(0, |m| m.len());
@@ -336,18 +367,18 @@ impl Decoder {
         let mapped = self.mode.map;
         let window = || super::mapped::Window::map(&self.input, offset, in_window * RECORD_SIZE);
         if let Some(w) = mapped.then(window).flatten() {
-            self.mapped = Some(w);
-            (self.chunk_at, self.chunk_len) = (0, in_window);
+            self.chunk.mapped = Some(w);
+            (self.chunk.at, self.chunk.len) = (0, in_window);
             return true;
         }
         let want = n.min(CHUNK_RECORDS as u64) as usize * RECORD_SIZE;
-        self.chunk.resize(CHUNK_RECORDS * RECORD_SIZE, 0);
+        self.chunk.bytes.resize(CHUNK_RECORDS * RECORD_SIZE, 0);
         let mut got = 0;
         while got < want {
             use std::os::unix::fs::FileExt;
             match self
                 .input
-                .read_at(&mut self.chunk[got..want], offset + got as u64)
+                .read_at(&mut self.chunk.bytes[got..want], offset + got as u64)
             {
                 Ok(0) => break,
                 Ok(k) => got += k,
@@ -359,8 +390,8 @@ impl Decoder {
                 }
             }
         }
-        (self.chunk_at, self.chunk_len) = (0, got / RECORD_SIZE);
-        if self.chunk_len == 0 {
+        (self.chunk.at, self.chunk.len) = (0, got / RECORD_SIZE);
+        if self.chunk.len == 0 {
             self.next += 1;
             self.stop(SHRANK.into());
             return false;
@@ -373,16 +404,16 @@ impl Decoder {
     /// order ([`TimeOrder`]), stopping at the first that is not; how many. The rest go through
     /// [`Decoder::next_in_file`].
     fn plain_run(&mut self, out: &mut Vec<Record>, most: usize, order: &mut TimeOrder) -> usize {
-        if self.checkpoint_at < self.checkpoint.len() || self.pending.is_some() {
+        if self.ckpt.at < self.ckpt.bodies.len() || self.pending.is_some() {
             return 0;
         }
-        let end = self.chunk_len.min(self.chunk_at.saturating_add(most));
-        let start = self.chunk_at;
-        let bodies = match &self.mapped {
+        let end = self.chunk.len.min(self.chunk.at.saturating_add(most));
+        let start = self.chunk.at;
+        let bodies = match &self.chunk.mapped {
             Some(w) => w.bytes(),
-            None => &self.chunk,
+            None => &self.chunk.bytes,
         };
-        let mut latest = self.latest_ns;
+        let mut latest = self.order.latest_ns;
         let mut joinable = false;
         let mut next = self.next;
         let mut at = start;
@@ -410,10 +441,10 @@ impl Decoder {
             next += 1;
         }
         let n = at - start;
-        self.chunk_at = at;
+        self.chunk.at = at;
         self.next = next;
-        self.latest_ns = latest;
-        self.joinable |= joinable;
+        self.order.latest_ns = latest;
+        self.joining.joinable |= joinable;
         self.stats.committed += n as u64;
         n
     }
@@ -429,13 +460,13 @@ impl Decoder {
                 // Claimed but not yet written by a program still writing: read again from
                 // here at the next look (the chunk too: a buffer's copy would be stale).
                 self.next = index;
-                (self.chunk_at, self.chunk_len) = (0, 0);
-                self.mapped = None;
+                (self.chunk.at, self.chunk.len) = (0, 0);
+                self.chunk.mapped = None;
                 return None;
             }
             if commit == 0 {
                 if buf.iter().all(|&b| b == 0) {
-                    if !in_checkpoint && self.mapped.as_ref().is_some_and(|w| w.cut()) {
+                    if !in_checkpoint && self.chunk.mapped.as_ref().is_some_and(|w| w.cut()) {
                         // Past the end of a file that shrank while mapped: zeros the guard
                         // put there, not slots left unused.
                         self.stop(SHRANK.into());
@@ -455,8 +486,8 @@ impl Decoder {
             if commit != format::commit_tag(index) {
                 if in_checkpoint {
                     // The checkpoint's checksum matched: it cannot be damaged; skip it whole.
-                    self.checkpoint_at = self.checkpoint.len();
-                    self.checkpoint_prefix = 0;
+                    self.ckpt.at = self.ckpt.bodies.len();
+                    self.ckpt.prefix = 0;
                     continue;
                 }
                 self.stop(format!(
@@ -553,7 +584,7 @@ impl Decoder {
             skipped: self.end - self.next,
         });
         self.next = self.end;
-        (self.chunk_at, self.chunk_len) = (0, 0);
+        (self.chunk.at, self.chunk.len) = (0, 0);
     }
 }
 

@@ -343,7 +343,7 @@ impl TraceReader {
             .ok_or_else(|| ReadError::Io(path.clone(), gone()))?;
         d.rewind().map_err(|e| ReadError::Io(path, e))?;
         self.next = d.start;
-        self.stats = d.first_stats.clone();
+        self.stats = d.first.stats.clone();
         self.source = source::Source::Pending(d);
         self.batch.clear();
         self.restoring = false;
