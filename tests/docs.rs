@@ -74,46 +74,7 @@ fn the_docs_show_what_a_c_loop_prints_and_the_layout_maps_every_folder() {
 /// script they name is there and parses.
 #[test]
 fn the_commands_and_scripts_the_docs_show_run() {
-    let mut texts = vec![std::fs::read_to_string(repo().join("README.md")).unwrap()];
-    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
-        let path = e.unwrap().path();
-        if path.extension().is_some_and(|x| x == "md") {
-            texts.push(std::fs::read_to_string(path).unwrap());
-        }
-    }
-    let mut commands = std::collections::BTreeSet::new();
-    let mut shown = std::collections::BTreeSet::new();
-    let mut scripts = std::collections::BTreeSet::new();
-    // A command is `gpushim WORD` at the start of a code line (after an optional `$ `) or
-    // right after a backtick.
-    let first_word = |rest: &str| -> Option<String> {
-        let w: String = rest
-            .chars()
-            .take_while(|c| c.is_ascii_lowercase())
-            .collect();
-        (!w.is_empty()).then_some(w)
-    };
-    for t in &texts {
-        for line in t.lines() {
-            let code = line.trim_start().trim_start_matches("$ ");
-            if let Some(rest) = code.strip_prefix("gpushim ") {
-                commands.extend(first_word(rest));
-                shown.insert(rest.split('#').next().unwrap_or("").trim().to_string());
-            }
-            for (i, _) in line.match_indices("`gpushim ") {
-                let rest = &line[i + "`gpushim ".len()..];
-                commands.extend(first_word(rest));
-                shown.insert(rest.split('`').next().unwrap_or("").trim().to_string());
-            }
-        }
-        for w in t.split(|c: char| c.is_whitespace() || "`|(),;:".contains(c)) {
-            if let Some(i) = w.find("scripts/")
-                && w.ends_with(".sh")
-            {
-                scripts.insert(w[i..].to_string());
-            }
-        }
-    }
+    let (commands, shown, scripts) = named_in_docs();
     assert!(
         commands.contains("leaks") && commands.contains("summary"),
         "{commands:?}"
@@ -154,46 +115,8 @@ fn the_commands_and_scripts_the_docs_show_run() {
         if own.is_empty() || own.iter().any(|w| placeholder(w)) {
             continue;
         }
-        let mut args: Vec<std::ffi::OsString> = Vec::new();
         let is_run = words[0] == "run";
-        let mut has_trace = false;
-        for w in &words {
-            if w == "--" && is_run {
-                break;
-            }
-            // A trace named in the text (a file, or a pattern of several) is the example's;
-            // a trace `run` is to write is left as it is.
-            if w.starts_with("tests/data/") {
-                // The repository's own recorded traces (PyTorch runs) are used as they are.
-                args.push(repo().join(w).into_os_string());
-                has_trace = true;
-            } else if w.contains(".analysis") {
-                // A saved analysis: the one `analyze` writes here, or one of the trace.
-                let saved = dir.join("shown.analysis");
-                if words[0] != "analyze" && !saved.exists() {
-                    let out = Command::new(gpushim_bin())
-                        .args(["analyze".as_ref(), trace.as_os_str(), "-o".as_ref()])
-                        .arg(&saved)
-                        .output()
-                        .unwrap();
-                    assert_ok(&out);
-                }
-                args.push(saved.into_os_string());
-                has_trace = true;
-            } else if w.contains(".trace") && !is_run {
-                args.push(example_trace(&words, &dir, &trace).into_os_string());
-                has_trace = true;
-            } else if args.last().is_some_and(|a| a == "--checkpoint") && w != "auto" {
-                // The class the docs name is the blocks program's.
-                args.push("Block".into());
-            } else {
-                args.push(w.into());
-            }
-        }
-        let reads_a_trace = !matches!(words[0].as_str(), "run" | "config" | "lib");
-        if reads_a_trace && !has_trace {
-            args.push(trace.as_os_str().to_owned());
-        }
+        let mut args = args_as_shown(&words, &dir, &trace);
         let mut c = Command::new(gpushim_bin());
         if is_run {
             args.insert(1, "--lib".into());
@@ -223,7 +146,118 @@ fn the_commands_and_scripts_the_docs_show_run() {
     assert!(!scripts.is_empty());
     // Every file of the repository a script reads by name is there (a renamed test file once
     // broke a GPU check that only the GPU machine runs).
-    let mut named = std::collections::BTreeSet::new();
+    let named = files_scripts_name();
+    assert!(named.len() > 10, "{named:?}");
+    for n in &named {
+        assert!(
+            repo().join(n).is_file(),
+            "a script names {n}, which is not there"
+        );
+    }
+    for s in &scripts {
+        let path = repo().join(s);
+        assert!(path.is_file(), "{s} named in the docs is not there");
+        let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
+        assert!(out.status.success(), "{s}: {}", stderr(&out));
+    }
+}
+
+type Names = std::collections::BTreeSet<String>;
+
+/// What the README and the docs name: the `gpushim` commands (their first words), each command
+/// shown with its arguments, and the scripts.
+fn named_in_docs() -> (Names, Names, Names) {
+    let mut texts = vec![std::fs::read_to_string(repo().join("README.md")).unwrap()];
+    for e in std::fs::read_dir(repo().join("docs")).unwrap() {
+        let path = e.unwrap().path();
+        if path.extension().is_some_and(|x| x == "md") {
+            texts.push(std::fs::read_to_string(path).unwrap());
+        }
+    }
+    let (mut commands, mut shown, mut scripts) = (Names::new(), Names::new(), Names::new());
+    // A command is `gpushim WORD` at the start of a code line (after an optional `$ `) or
+    // right after a backtick.
+    let first_word = |rest: &str| -> Option<String> {
+        let w: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase())
+            .collect();
+        (!w.is_empty()).then_some(w)
+    };
+    for t in &texts {
+        for line in t.lines() {
+            let code = line.trim_start().trim_start_matches("$ ");
+            if let Some(rest) = code.strip_prefix("gpushim ") {
+                commands.extend(first_word(rest));
+                shown.insert(rest.split('#').next().unwrap_or("").trim().to_string());
+            }
+            for (i, _) in line.match_indices("`gpushim ") {
+                let rest = &line[i + "`gpushim ".len()..];
+                commands.extend(first_word(rest));
+                shown.insert(rest.split('`').next().unwrap_or("").trim().to_string());
+            }
+        }
+        for w in t.split(|c: char| c.is_whitespace() || "`|(),;:".contains(c)) {
+            if let Some(i) = w.find("scripts/")
+                && w.ends_with(".sh")
+            {
+                scripts.insert(w[i..].to_string());
+            }
+        }
+    }
+    (commands, shown, scripts)
+}
+
+/// The arguments of a command the docs show (`words`, the command first), as it is run here:
+/// a trace it names is the example's (`trace`, or one made for the command in `dir`), a saved
+/// analysis the one `analyze` writes of it, the repository's recorded traces as they are.
+fn args_as_shown(words: &[String], dir: &Path, trace: &Path) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = Vec::new();
+    let is_run = words[0] == "run";
+    let mut has_trace = false;
+    for w in words {
+        if w == "--" && is_run {
+            break;
+        }
+        // A trace named in the text (a file, or a pattern of several) is the example's;
+        // a trace `run` is to write is left as it is.
+        if w.starts_with("tests/data/") {
+            // The repository's own recorded traces (PyTorch runs) are used as they are.
+            args.push(repo().join(w).into_os_string());
+            has_trace = true;
+        } else if w.contains(".analysis") {
+            // A saved analysis: the one `analyze` writes here, or one of the trace.
+            let saved = dir.join("shown.analysis");
+            if words[0] != "analyze" && !saved.exists() {
+                let out = Command::new(gpushim_bin())
+                    .args(["analyze".as_ref(), trace.as_os_str(), "-o".as_ref()])
+                    .arg(&saved)
+                    .output()
+                    .unwrap();
+                assert_ok(&out);
+            }
+            args.push(saved.into_os_string());
+            has_trace = true;
+        } else if w.contains(".trace") && !is_run {
+            args.push(example_trace(words, dir, trace).into_os_string());
+            has_trace = true;
+        } else if args.last().is_some_and(|a| a == "--checkpoint") && w != "auto" {
+            // The class the docs name is the blocks program's.
+            args.push("Block".into());
+        } else {
+            args.push(w.into());
+        }
+    }
+    let reads_a_trace = !matches!(words[0].as_str(), "run" | "config" | "lib");
+    if reads_a_trace && !has_trace {
+        args.push(trace.as_os_str().to_owned());
+    }
+    args
+}
+
+/// Every file under `tests/` the scripts read by name.
+fn files_scripts_name() -> Names {
+    let mut named = Names::new();
     let mut stack = vec![repo().join("scripts")];
     while let Some(dir) = stack.pop() {
         for e in std::fs::read_dir(&dir).unwrap() {
@@ -249,19 +283,7 @@ fn the_commands_and_scripts_the_docs_show_run() {
             }
         }
     }
-    assert!(named.len() > 10, "{named:?}");
-    for n in &named {
-        assert!(
-            repo().join(n).is_file(),
-            "a script names {n}, which is not there"
-        );
-    }
-    for s in &scripts {
-        let path = repo().join(s);
-        assert!(path.is_file(), "{s} named in the docs is not there");
-        let out = Command::new("bash").arg("-n").arg(&path).output().unwrap();
-        assert!(out.status.success(), "{s}: {}", stderr(&out));
-    }
+    named
 }
 
 /// The trace a shown command's `*.trace` word stands for: what each command needs to run
