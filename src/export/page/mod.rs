@@ -53,9 +53,8 @@ pub fn page_html(
             t["fit"] = if saved {
                 json!({"error": "what fits needs the trace itself, not a saved analysis"})
             } else {
-                let run = crate::report::analysis::requests_or_read(requests, &path, opts)
-                    .map(|input| crate::report::fit::run_from(input, Some(&summary), None))
-                    .map_err(crate::report::fit::FitError::from);
+                use crate::report::analysis::run_from_requests;
+                let run = run_from_requests(requests, &path, Some(&summary), None, opts);
                 fit_curve(run, at, opts)
             };
         }

@@ -52,6 +52,8 @@ impl EarlyLeaks {
         };
         let (mut rp2, mut kinds2, mut batch) =
             (Replay::default(), KindTracker::default(), Vec::new());
+        // A sampler says nothing of moments.
+        let mut said = Vec::new();
         'read: while again.next_batch(&mut batch) {
             for (i, r) in batch.iter().enumerate() {
                 crate::prefetch::ahead(&batch, i);
@@ -67,7 +69,7 @@ impl EarlyLeaks {
                     decided,
                     run_before,
                 };
-                sampler.see(&seen, &mut Vec::new());
+                sampler.see(&seen, &mut said);
                 if rp2.index == self.at {
                     break 'read;
                 }

@@ -34,7 +34,7 @@ pub use first_pass::{Each, first_pass_times};
 pub use kept::filter_keeps_any;
 pub use reads::{
     fit, leaks, oom, oom_advice, oom_read, peak, peak_read, read_requests, read_requests_again,
-    read_run, read_run_again, requests_or_read, run_of, simulate_pool, summarize,
+    read_run, read_run_again, run_from_requests, run_of, simulate_pool, summarize,
 };
 
 use super::kinds::KindTracker;
@@ -232,10 +232,8 @@ fn replay_run(
     reader.rewind()?;
     let path = reader.info().path.clone();
     let (a, end) = analyze_read(reader, &Wants::fit(), opts, cores, None)?;
-    let run = requests_or_read(end.requests(), &path, opts).map(|input| {
-        super::fit::run_from(input, a.summary.as_ref(), None).with_growth_of(a.leaks.as_ref())
-    });
-    Ok(run.map_err(super::fit::FitError::from))
+    let run = run_from_requests(end.requests(), &path, a.summary.as_ref(), None, opts);
+    Ok(run.map(|r| r.with_growth_of(a.leaks.as_ref())))
 }
 
 /// [`analyze`], handing `each` every record of the first pass after the replay applied it (on
@@ -392,6 +390,8 @@ fn second_pass(
     bands: &mut Option<BandsPass>,
 ) -> (Replay, KindTracker) {
     let (mut rp, mut kinds, mut batch) = (Replay::default(), KindTracker::default(), Vec::new());
+    // Nothing is said of moments in this pass: they were found in the first.
+    let said = &mut Vec::new();
     let only_moments = leaks.is_none() && bands.is_none();
     'pass: while reader.next_batch(&mut batch) {
         for (i, r) in batch.iter().enumerate() {
@@ -408,8 +408,6 @@ fn second_pass(
                 decided,
                 run_before,
             };
-            // Nothing is said of moments in this pass: they were found in the first.
-            let said = &mut Vec::new();
             moments.see(&seen, said);
             if let Some(p) = leaks {
                 p.see(&seen, said);

@@ -99,8 +99,14 @@ fn run_options(opts: &ReadOptions) -> ReadOptions {
 /// ([`Wants::requests`], taken), else read from its trace now; the headroom from its summary,
 /// when it has one; what grew every iteration, from its leaks.
 pub fn run_of(a: &mut Analysis, opts: &ReadOptions) -> Result<FitRun, FitError> {
-    let input = requests_or_read(a.requests.take(), &a.info.path, opts)?;
-    let run = crate::report::fit::run_from(input, a.summary.as_ref(), a.cut.clone());
+    let requests = a.requests.take();
+    let run = run_from_requests(
+        requests,
+        &a.info.path,
+        a.summary.as_ref(),
+        a.cut.clone(),
+        opts,
+    )?;
     Ok(run.with_growth_of(a.leaks.as_ref()))
 }
 
@@ -147,14 +153,18 @@ pub fn simulate_pool(
     Ok(simulate(TraceReader::open_with(path, opts)?, parsed))
 }
 
-/// The requests an analysis gathered, else those of the trace at `path`, read now.
-pub fn requests_or_read(
+/// The run for a fit from the requests an analysis gathered (else those of the trace at
+/// `path`, read now), its summary (the headroom) and what its trace is missing (`cut`).
+pub fn run_from_requests(
     requests: Option<Result<Input, ReplayError>>,
     path: &Path,
+    summary: Option<&Summary>,
+    cut: Option<String>,
     opts: &ReadOptions,
-) -> Result<Input, ReplayError> {
-    match requests {
-        Some(r) => r,
-        None => read_requests(path, opts),
-    }
+) -> Result<FitRun, FitError> {
+    let input = match requests {
+        Some(r) => r?,
+        None => read_requests(path, opts)?,
+    };
+    Ok(crate::report::fit::run_from(input, summary, cut))
 }

@@ -27,6 +27,7 @@ impl Template {
         first_offset: u64,
         stats: &DecodeStats,
         extent: (u64, u64, u64),
+        mode: &ReadMode,
     ) -> Template {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::MetadataExt;
@@ -37,13 +38,8 @@ impl Template {
             first_offset,
             stats: stats.clone(),
             extent,
-            mode: ReadMode::default(),
+            mode: mode.clone(),
         }
-    }
-
-    /// The same, its decoders reading as `mode` says.
-    pub(super) fn mode(self, mode: ReadMode) -> Template {
-        Template { mode, ..self }
     }
 
     /// A decoder of `file` at its first record (the file positioned there, or rewound).

@@ -67,8 +67,15 @@ impl TraceReader {
         };
         let ring = if wrapped { info_capacity(&h) } else { 0 };
         let extent = (start, end, ring);
-        let template = fork::Template::of(&file, &meta, &checkpoint, first_offset, &stats, extent)
-            .mode(opts.mode.clone());
+        let template = fork::Template::of(
+            &file,
+            &meta,
+            &checkpoint,
+            first_offset,
+            &stats,
+            extent,
+            &opts.mode,
+        );
         let decoder = template.decoder(file);
         let mut reader = TraceReader::at_start(info, decoder, template, stats, (start, end), opts);
         reader.as_replay_reads = as_replay_reads;

@@ -21,6 +21,7 @@ mod opening;
 mod options;
 mod order;
 mod source;
+mod spares;
 mod stats;
 
 use crate::trace::checkpoint::read::{
