@@ -39,7 +39,7 @@ fn rank0_at(dir: &Path, mode: &str, world: u32, keep_world_size: bool, batch: u3
 }
 
 /// `fit --json` of `trace` (a run at batch 1) with `extra` arguments; the answer.
-fn fit(trace: &Path, extra: &[&str]) -> Value {
+pub fn fit(trace: &Path, extra: &[&str]) -> Value {
     fit_at(trace, "1", extra)
 }
 
@@ -58,10 +58,10 @@ fn fit_at(trace: &Path, at: &str, extra: &[&str]) -> Value {
 }
 
 /// A row: batch, peak reserved, peak allocated.
-type Row = (u64, u64, u64);
+pub type Row = (u64, u64, u64);
 
 /// Each setting's rows and largest batch.
-fn answers(f: &Value) -> Vec<(Vec<Row>, u64)> {
+pub fn answers(f: &Value) -> Vec<(Vec<Row>, u64)> {
     f["settings"]
         .as_array()
         .unwrap()

@@ -25,6 +25,7 @@ mod hostile_writes;
 mod interposition;
 mod job_on_hosts;
 mod kinds;
+mod kinds_zero;
 mod layers;
 mod long_runs;
 mod newcomer;

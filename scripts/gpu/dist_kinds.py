@@ -41,26 +41,12 @@ else:
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 torch.manual_seed(0)
 
-# DIST_MODEL: gpt2 (a decoder, the default), bert (an encoder, masked LM) or vit (a vision
-# transformer, 224 x 224 images), each of 6 blocks, built from its config.
-kind = os.environ.get("DIST_MODEL", "gpt2")
-if kind == "gpt2":
-    from transformers import GPT2Config, GPT2LMHeadModel
-    from transformers.models.gpt2.modeling_gpt2 import GPT2Block as Block
+# DIST_MODEL: gpt2 (a decoder, the default), bert (an encoder) or vit (scripts/gpu/dist_models.py).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dist_models  # noqa: E402
 
-    model = GPT2LMHeadModel(GPT2Config(n_layer=6)).cuda()
-elif kind == "bert":
-    from transformers import BertConfig, BertForMaskedLM
-    from transformers.models.bert.modeling_bert import BertLayer as Block
-
-    model = BertForMaskedLM(BertConfig(num_hidden_layers=6)).cuda()
-elif kind == "vit":
-    from transformers import ViTConfig, ViTForImageClassification
-    from transformers.models.vit.modeling_vit import ViTLayer as Block
-
-    model = ViTForImageClassification(ViTConfig(num_hidden_layers=6, num_labels=1000)).cuda()
-else:
-    sys.exit(f"unknown DIST_MODEL {kind}")
+model, Block = dist_models.build()
+model = model.cuda()
 blocks = [m for m in model.modules() if isinstance(m, Block)]
 if mode in ("ddp", "ddp-view"):
     from torch.nn.parallel import DistributedDataParallel as DDP
@@ -92,14 +78,7 @@ gen = torch.Generator(device="cpu").manual_seed(100 + rank)
 for step in range(steps):
     torch.cuda.nvtx.range_push("step")
     opt.zero_grad(set_to_none=True)
-    if kind == "vit":
-        x = torch.randn(batch, 3, 224, 224, generator=gen).cuda()
-        y = torch.randint(0, 1000, (batch,), generator=gen).cuda()
-        loss = wrapped(pixel_values=x, labels=y).loss
-    else:
-        vocab = model.config.vocab_size
-        x = torch.randint(0, vocab, (batch, 512), generator=gen).cuda()
-        loss = wrapped(input_ids=x, labels=x).loss
+    loss = wrapped(**dist_models.batch(model, batch, gen)).loss
     loss.backward()
     del loss
     opt.step()

@@ -4,7 +4,8 @@
 # scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its
 # config, AdamW, batch B per rank) under `gpushim run -- torchrun --nproc-per-node 2`, nothing
 # set, then the same job at 4 ranks without the shim; for each MODEL and MODE (ddp, fsdp2,
-# fsdp1), `gpushim fit r.0.trace --at B --batch B --world-size 4` against every rank's
+# fsdp1; DISTFIT_MODES may add zero1, zero2, zero3: DeepSpeed's engine through
+# scripts/gpu/ds_kinds.py, bf16, from .gpu/dssite), `gpushim fit r.0.trace --at B --batch B --world-size 4` against every rank's
 # max_memory_reserved() at 4 ranks, under PyTorch's defaults (the answers and truths kept in
 # $OUT/distfit-answers.tar.gz where OUT is set). One table.
 #   bash scripts/gpu.sh distfit[:MODEL,...]      (gpt2 bert vit)
@@ -19,6 +20,7 @@ fake=""
 [ "$n" -ge 4 ] || fake=1
 work=$(mktemp -d)
 export DIST_TRUTH_DIR="$work"
+[ ! -d .gpu/dssite ] || export PYTHONPATH="$PWD/.gpu/dssite${PYTHONPATH:+:$PYTHONPATH}" DS_BUILD_OPS=0
 [ -z "$fake" ] || echo "distfit: $n GPU(s): rank 0 alone through PyTorch's fake process group"
 printf '%-6s %-6s %5s %6s %18s %18s %8s %18s %24s\n' model mode batch rank "real@4 MiB" "fit@4 from 2 MiB" err "run@2 MiB" "its own replay@2 MiB"
 for model in $models; do
@@ -33,11 +35,14 @@ for model in $models; do
       at2=(env CUDA_VISIBLE_DEVICES=0,1 torchrun --standalone --nproc-per-node 2)
       at4=(torchrun --standalone --nproc-per-node 4)
     fi
+    # DeepSpeed's ZeRO (zero1, zero2, zero3) through its engine, from .gpu/dssite.
+    prog=scripts/gpu/dist_kinds.py
+    case $m in zero*) prog=scripts/gpu/ds_kinds.py ;; esac
     if ! DIST_TRUTH_NAME="$model.$m.w2" "$GPUSHIM_BIN" run --trace "$d/r.%r.trace" -- \
-        "${at2[@]}" scripts/gpu/dist_kinds.py "$m" 4 "$batch" >"$d/w2.out" 2>"$d/w2.err"; then
+        "${at2[@]}" "$prog" "$m" 4 "$batch" >"$d/w2.out" 2>"$d/w2.err"; then
       echo "$model $m: the run at 2 failed"; tail -5 "$d/w2.err"; continue
     fi
-    if ! DIST_TRUTH_NAME="$model.$m.w4" "${at4[@]}" scripts/gpu/dist_kinds.py "$m" 4 "$batch" \
+    if ! DIST_TRUTH_NAME="$model.$m.w4" "${at4[@]}" "$prog" "$m" 4 "$batch" \
         >"$d/w4.out" 2>"$d/w4.err"; then
       echo "$model $m: the run at 4 failed"; tail -5 "$d/w4.err"; continue
     fi

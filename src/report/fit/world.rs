@@ -13,20 +13,33 @@
 //! FSDP pads a parameter (FSDP2: its first dimension; FSDP1: the flat parameter) to a multiple
 //! of the world, so the figure is within a row of the padded one.
 //!
+//! Under DeepSpeed's ZeRO: the parameters its runtime cut (ZeRO-3's partitions; ZeRO-1 and 2
+//! keep the whole 16-bit parameters on every rank), the gradients its runtime keeps (ZeRO-2's
+//! partition of them, the fp32 gradient a step makes, ZeRO-3's flat buffer; autograd's whole
+//! gradients are reduced into them), every optimizer state (the fp32 master partition among
+//! them) and the optimizer's temporaries. Its gradient buckets and gathered parameters stay.
+//!
 //! What FSDP's shards say of the batch axis is here too ([`Unsharded`]): the whole
 //! parameters' sizes, whose gradients before reduce-scatter do not follow the batch.
 
 use super::{Ask, FitError, Requests};
-use crate::report::kinds::{Kind, Phase, phase_of_stack};
+use crate::report::kinds::{DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Kind, Phase, phase_of_stack};
 use crate::report::torch_allocator::Input;
 use crate::trace::format;
 use crate::trace::reader::TraceReader;
 use serde::Serialize;
 
 /// The frameworks whose states are sharded, as `parallel_frameworks` names them.
-const SHARDING: [&str; 2] = ["FSDP2 (fully_shard)", "FSDP1 (FullyShardedDataParallel)"];
+const SHARDING: [&str; 4] = [
+    "FSDP2 (fully_shard)",
+    "FSDP1 (FullyShardedDataParallel)",
+    DEEPSPEED_ZERO_1_2,
+    DEEPSPEED_ZERO_3,
+];
 /// Where FSDP's code lies (either API).
 const FSDP_CODE: &str = "/torch/distributed/fsdp/";
+/// Where DeepSpeed's runtime lies (its ZeRO optimizers, partitions, and `defragment`).
+const DEEPSPEED_CODE: &str = "/deepspeed/runtime/";
 
 /// The world sizes, the framework, and the shards found: said before the rows.
 #[derive(Clone, Debug, Serialize)]
@@ -127,13 +140,19 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             frameworks.join(", ")
         };
         return Err(FitError::World(format!(
-            "the frames show no framework whose memory per rank this can scale (DDP, FSDP2 or \
-             FSDP1; seen: {seen}): another world size is not answered (tensor and pipeline \
-             parallel layouts, DeepSpeed's ZeRO and a framework not named are not modelled)"
+            "the frames show no framework whose memory per rank this can scale (DDP, FSDP2, \
+             FSDP1 or DeepSpeed's ZeRO; seen: {seen}): another world size is not answered \
+             (tensor and pipeline parallel layouts and a framework not named are not modelled)"
         )));
     };
     let sharding = SHARDING.contains(&framework);
-    let mut fsdp_stack: crate::fasthash::FastMap<u64, (bool, Phase)> = Default::default();
+    // FSDP's gradients that outlive their backward are all its shards; DeepSpeed's are those its
+    // own code keeps (autograd's whole gradients are reduced into them); ZeRO-1 and 2 keep the
+    // whole 16-bit parameters on every rank.
+    let deepspeed = framework.starts_with("DeepSpeed");
+    let code = if deepspeed { DEEPSPEED_CODE } else { FSDP_CODE };
+    let whole_parameters = framework == DEEPSPEED_ZERO_1_2;
+    let mut by_stack: crate::fasthash::FastMap<u64, (bool, Phase)> = Default::default();
     let mut said = WorldSize {
         run,
         asked,
@@ -142,15 +161,16 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         sharded_bytes: 0,
     };
     let mut of = |stack: u64| {
-        *fsdp_stack.entry(stack).or_insert_with(|| {
+        *by_stack.entry(stack).or_insert_with(|| {
             (
-                runs_code(reader, stack, FSDP_CODE),
+                runs_code(reader, stack, code),
                 phase_of_stack(reader, stack),
             )
         })
     };
     // The sizes of the gradients' shards FSDP keeps: in later steps its reduce-scatter makes
     // one of each again, added into the kept one and let go (a temporary of a shard's size).
+    // DeepSpeed reduces into the partition it keeps, making none.
     let shard_sizes: std::collections::BTreeSet<u64> = if sharding {
         input
             .requests()
@@ -168,12 +188,14 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             if !sharding {
                 return false;
             }
-            let (fsdp, phase) = of(stack);
+            let (own_code, phase) = of(stack);
             let shard = match kind {
-                Kind::Parameter => fsdp,
-                Kind::Gradient | Kind::OptimizerState => true,
+                Kind::Parameter => own_code && !whole_parameters,
+                Kind::Gradient => own_code || !deepspeed,
+                Kind::OptimizerState => true,
                 Kind::Temporary | Kind::Communication => {
-                    phase == Phase::Optimizer || (fsdp && shard_sizes.contains(&size))
+                    phase == Phase::Optimizer
+                        || (own_code && !deepspeed && shard_sizes.contains(&size))
                 }
                 _ => false,
             };

@@ -79,3 +79,38 @@ mod tests {
         assert_eq!(d.take(0x10), None);
     }
 }
+
+/// How many forwards, backward passes and optimizer steps began.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct StepsBegun {
+    pub forwards: u64,
+    pub backwards: u64,
+    pub optimizer_steps: u64,
+}
+
+impl StepsBegun {
+    /// The passes a what-if replays: the backward passes of a run that trains, else its
+    /// forwards.
+    pub fn passes(&self) -> u64 {
+        if self.backwards > 0 {
+            self.backwards
+        } else {
+            self.forwards
+        }
+    }
+
+    /// Too few passes for a replay of them to stand for the run (`fit` and `simulate` warn).
+    pub fn few(&self) -> bool {
+        self.passes() < 3
+    }
+}
+
+impl std::fmt::Display for StepsBegun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} forward(s), {} backward pass(es) and {} optimizer step(s)",
+            self.forwards, self.backwards, self.optimizer_steps
+        )
+    }
+}

@@ -10,13 +10,15 @@
 //! kinds and their sums.
 
 mod decided;
+mod maker;
 mod phase;
 mod tracker;
 
 pub use decided::Decided;
+pub use maker::innermost_in_framework;
 pub use phase::{
-    Phase, backward_node_of, innermost_in_framework, parallel_frameworks, phase_of_stack,
-    workspace_sizes,
+    DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Phase, backward_node_of, parallel_frameworks,
+    phase_of_stack, workspace_sizes,
 };
 pub use tracker::{KindTracker, Settling, StepsBegun, replay_with_kinds};
 
@@ -29,8 +31,7 @@ pub fn lasting_kind_of_stack(
     stack: u64,
 ) -> Option<Kind> {
     let phase = phase_of_stack(reader, stack);
-    (phase != Phase::Unknown)
-        .then(|| phase::own(innermost_in_framework(reader, stack), phase.lasting()))
+    (phase != Phase::Unknown).then(|| maker::own(maker::maker_of(reader, stack), phase.lasting()))
 }
 
 /// What a tensor is for.

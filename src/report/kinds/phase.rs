@@ -2,6 +2,7 @@
 //! optimizer step, the program's own lines), and which sizes and phases make cuBLAS's workspaces.
 
 use super::Kind;
+use super::maker::{Maker, maker_of};
 use crate::trace::format;
 use crate::trace::reader::TraceReader;
 
@@ -166,9 +167,10 @@ fn data_parallel_phase(file: &str, function: &str) -> Option<Phase> {
 }
 
 /// The data-parallel or sharded frameworks whose code the trace's Python frames show, named
-/// as a user knows them, in a fixed order; DeepSpeed's is named with what is not handled.
+/// as a user knows them, in a fixed order. DeepSpeed is named by its ZeRO optimizer (stages 1
+/// and 2 share one, `stage_1_and_2.py`); DeepSpeed without one is named with what that means.
 pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
-    const KNOWN: [(&str, &str); 4] = [
+    const KNOWN: [(&str, &str); 6] = [
         (
             "/torch/nn/parallel/distributed.py\0",
             "DDP (DistributedDataParallel)",
@@ -182,8 +184,13 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
             "FSDP1 (FullyShardedDataParallel)",
         ),
         (
+            "/deepspeed/runtime/zero/stage_1_and_2.py\0",
+            DEEPSPEED_ZERO_1_2,
+        ),
+        ("/deepspeed/runtime/zero/stage3.py\0", DEEPSPEED_ZERO_3),
+        (
             "/deepspeed/",
-            "DeepSpeed (its own memory is not named: its tensors take the kinds their frames say)",
+            "DeepSpeed without ZeRO (its tensors take the kinds their frames say)",
         ),
     ];
     let mut seen = [false; KNOWN.len()];
@@ -195,6 +202,10 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
             }
         }
     }
+    // DeepSpeed's ZeRO named: not DeepSpeed without it too.
+    if seen[3] || seen[4] {
+        seen[5] = false;
+    }
     KNOWN
         .iter()
         .zip(seen)
@@ -203,54 +214,16 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
         .collect()
 }
 
-/// Where a data-parallel framework's own code lies: FSDP (either API), DDP, and the storage
-/// helper FSDP1 makes its gathered flat parameter with (`_alloc_storage`, in the package's
-/// shared utilities, where other functions move a program's inputs): a path part, and the
-/// function where only one of the file's is the framework's.
-const FRAMEWORK_CODE: [(&str, Option<&str>); 3] = [
-    ("/torch/distributed/fsdp/", None),
-    ("/torch/nn/parallel/distributed.py", None),
-    ("/torch/distributed/utils.py", Some("_alloc_storage")),
-];
+/// DeepSpeed's ZeRO-1 and ZeRO-2, as [`parallel_frameworks`] names them.
+pub const DEEPSPEED_ZERO_1_2: &str = "DeepSpeed ZeRO-1 or ZeRO-2 (DeepSpeedZeroOptimizer)";
+/// DeepSpeed's ZeRO-3, as [`parallel_frameworks`] names it.
+pub const DEEPSPEED_ZERO_3: &str = "DeepSpeed ZeRO-3 (DeepSpeedZeroOptimizer_Stage3)";
 
-/// Whether the innermost Python frame of `stack` is a data-parallel framework's own code (its
-/// buffers: gathered parameters, reduce-scatter's input, buckets), not a model's forward that
-/// runs inside it.
-pub fn innermost_in_framework(reader: &TraceReader, stack: u64) -> bool {
-    let Some(frames) = reader.stack(stack) else {
-        return false;
-    };
-    // The innermost frame past torch's storage plumbing (`TypedStorage._resize_`, where
-    // FSDP1's helper has its storage grown): its caller says whose the memory is.
-    frames
-        .iter()
-        .filter_map(|&f| format::as_py_frame(f))
-        .filter_map(|(id, _)| reader.string(id))
-        .filter_map(|s| s.split_once('\0'))
-        .map(|(file, function)| (file.replace('\\', "/"), function))
-        .find(|(file, _)| !file.ends_with("/torch/storage.py"))
-        .is_some_and(|(file, function)| {
-            FRAMEWORK_CODE.iter().any(|(part, only)| {
-                file.contains(part) && only.is_none_or(|f| function.ends_with(f))
-            })
-        })
-}
-
-/// A stack's phase, whether it is a module's call, and whether a data-parallel framework's
-/// own code made the tensor (its innermost Python frame).
-pub(super) fn of_stack(reader: &TraceReader, stack: u64) -> (Phase, bool, bool) {
+/// A stack's phase, whether it is a module's call, and who made its tensors (its innermost
+/// Python frame).
+pub(super) fn of_stack(reader: &TraceReader, stack: u64) -> (Phase, bool, Maker) {
     let (phase, module_call) = phase_and_module_call(reader, stack);
-    (phase, module_call, innermost_in_framework(reader, stack))
-}
-
-/// A tensor's kind, where a data-parallel framework's own code made it: its buffer (gathered
-/// parameters, reduce-scatter's input) rather than an activation, a temporary or input, which
-/// its phase alone would say. Its gradients, parameters and optimizer state stay theirs.
-pub(super) fn own(framework: bool, kind: Kind) -> Kind {
-    match kind {
-        Kind::Activation | Kind::Temporary | Kind::Input if framework => Kind::Communication,
-        k => k,
-    }
+    (phase, module_call, maker_of(reader, stack))
 }
 
 /// The phase a stack says: its innermost Python frame that says one, else the program's own

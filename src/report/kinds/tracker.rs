@@ -3,7 +3,9 @@
 //! is known to be a temporary or to have outlived its run.
 
 use super::Kind;
-use super::phase::{Phase, maybe_workspace, of_stack, own, workspace_fits, workspace_sizes};
+pub use super::decided::StepsBegun;
+use super::maker::{BUCKET, Maker, SetupOrder, own};
+use super::phase::{Phase, maybe_workspace, of_stack, workspace_fits, workspace_sizes};
 use crate::fasthash::FastMap;
 use crate::trace::format::{self, Record, RecordKind};
 use crate::trace::reader::TraceReader;
@@ -12,9 +14,10 @@ use crate::trace::reader::TraceReader;
 /// tensor, the phase and run that made it.
 #[derive(Default)]
 pub struct KindTracker {
-    /// Per stack: its phase, whether it is a module's call, and whether its innermost Python
-    /// frame is a data-parallel framework's own code.
-    by_stack: FastMap<u64, (Phase, bool, bool)>,
+    /// Per stack: its phase, whether it is a module's call, and who made its tensors.
+    by_stack: FastMap<u64, (Phase, bool, Maker)>,
+    /// ZeRO-3's optimizer set-up: which of its lines made the gradients' buffer.
+    setup: SetupOrder,
     current: Option<Phase>,
     run: u64,
     /// Per thread: the tensor whose stack the thread's next `StackRef` names.
@@ -55,41 +58,6 @@ pub struct KindTracker {
     begun: StepsBegun,
 }
 
-/// How many forwards, backward passes and optimizer steps began.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct StepsBegun {
-    pub forwards: u64,
-    pub backwards: u64,
-    pub optimizer_steps: u64,
-}
-
-impl StepsBegun {
-    /// The passes a what-if replays: the backward passes of a run that trains, else its
-    /// forwards.
-    pub fn passes(&self) -> u64 {
-        if self.backwards > 0 {
-            self.backwards
-        } else {
-            self.forwards
-        }
-    }
-
-    /// Too few passes for a replay of them to stand for the run (`fit` and `simulate` warn).
-    pub fn few(&self) -> bool {
-        self.passes() < 3
-    }
-}
-
-impl std::fmt::Display for StepsBegun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{} forward(s), {} backward pass(es) and {} optimizer step(s)",
-            self.forwards, self.backwards, self.optimizer_steps
-        )
-    }
-}
-
 /// The most tensors kept waiting for the first backward to say whether they were the forward's.
 const TENTATIVE_MAX: usize = 1 << 16;
 
@@ -107,8 +75,9 @@ struct Born {
     candidate: bool,
     /// Which workspace size it has, if any (an index into `workspaces`).
     workspace_size: Option<u8>,
-    /// Made by a data-parallel framework's own code: its buffer, whatever its phase says.
-    framework: bool,
+    /// Who made it: a data-parallel framework's own code makes its buffers, whatever their
+    /// phase says.
+    maker: Maker,
     thread: u16,
     stream: u16,
     size: u64,
@@ -205,7 +174,7 @@ impl KindTracker {
                 run: self.run,
                 candidate: false,
                 workspace_size,
-                framework: false,
+                maker: Maker::Program,
                 thread: r.thread,
                 stream: r.stream,
                 size: r.size,
@@ -222,10 +191,17 @@ impl KindTracker {
             .get_mut(r.thread as usize)
             .map(std::mem::take)
             .filter(|&p| p != 0)?;
-        let (phase, module_call, framework) = *self
+        let (phase, module_call, mut maker) = *self
             .by_stack
             .entry(r.ptr)
             .or_insert_with(|| of_stack(reader, r.ptr));
+        if let Maker::InOrder(line) = maker {
+            let before;
+            (maker, before) = self.setup.place(ptr, line);
+            if let Some(b) = before.and_then(|p| self.born.get_mut(&p)) {
+                b.maker = BUCKET;
+            }
+        }
         let phase = self.in_step(phase);
         if phase != Phase::Unknown && self.current != Some(phase) {
             self.begin_run(phase, r.time_ns);
@@ -239,7 +215,7 @@ impl KindTracker {
             self.tentative.push((ptr, self.run));
         }
         if let Some(b) = self.born.get_mut(&ptr) {
-            (b.phase, b.run, b.framework) = (phase, self.run, framework);
+            (b.phase, b.run, b.maker) = (phase, self.run, maker);
             let lt = self
                 .workspaces
                 .as_ref()
@@ -258,14 +234,14 @@ impl KindTracker {
     #[inline(never)]
     fn freed(&mut self, ptr: u64) -> Option<(u64, Kind)> {
         let b = self.born.remove(&ptr)?;
-        Some((ptr, own(b.framework, self.decide(b.phase, b.run, true))))
+        Some((ptr, own(b.maker, self.decide(b.phase, b.run, true))))
     }
 
     /// A tensor a ring's checkpoint restores: made before any run the records show, by the
     /// phase its line says.
     fn restored(&mut self, reader: &TraceReader, r: &Record) {
         let stack = self.restoring.unwrap_or(0);
-        let (phase, module_call, framework) = *self
+        let (phase, module_call, maker) = *self
             .by_stack
             .entry(stack)
             .or_insert_with(|| of_stack(reader, stack));
@@ -282,7 +258,7 @@ impl KindTracker {
                 run: RESTORED,
                 candidate,
                 workspace_size,
-                framework,
+                maker,
                 thread: r.thread,
                 stream: r.stream,
                 size: r.size,
@@ -364,7 +340,12 @@ impl KindTracker {
             }
             let mut now: std::collections::BTreeMap<u8, u64> = Default::default();
             for b in self.born.values() {
-                if b.phase == Phase::Forward && !maybe_workspace(b.phase, b.candidate) {
+                // A framework's buffers made in a forward (gathered parameters) are not the
+                // forward's activations.
+                if b.phase == Phase::Forward
+                    && own(b.maker, Kind::Activation) == Kind::Activation
+                    && !maybe_workspace(b.phase, b.candidate)
+                {
                     let e = now.entry(b.device).or_default();
                     *e = e.saturating_add(b.size);
                 }
@@ -439,7 +420,7 @@ impl KindTracker {
         if (b.phase.by_lifetime() && b.run == self.run) || maybe_workspace(b.phase, b.candidate) {
             None
         } else {
-            Some(own(b.framework, b.phase.lasting()))
+            Some(own(b.maker, b.phase.lasting()))
         }
     }
 
@@ -448,10 +429,10 @@ impl KindTracker {
     pub fn lasting(&self, reader: &TraceReader, ptr: u64, stack: u64) -> Kind {
         match self.born.get(&ptr) {
             Some(b) if maybe_workspace(b.phase, b.candidate) => Kind::Workspace,
-            Some(b) => own(b.framework, b.phase.lasting()),
+            Some(b) => own(b.maker, b.phase.lasting()),
             None if stack != 0 => {
-                let (phase, _, framework) = of_stack(reader, stack);
-                own(framework, phase.lasting())
+                let (phase, _, maker) = of_stack(reader, stack);
+                own(maker, phase.lasting())
             }
             None => Kind::Unknown,
         }

@@ -1,0 +1,134 @@
+"""Memory by kind on a rank of a DeepSpeed ZeRO job, the truth computed inside the program, for
+scripts/gpu.sh dskinds and distfit. A 6-layer GPT-2 (or BERT, or ViT: DIST_MODEL,
+scripts/gpu/dist_models.py) built from its config (no download), PyTorch's AdamW as
+DeepSpeed's client optimizer (no DeepSpeed op is built), batch 4 x 512 tokens per rank, bf16
+(DS_DTYPE=fp32: fp32), STEPS steps through DeepSpeed's engine, DeepSpeed's defaults otherwise.
+Each rank prints one 'TRUTH {json}' line after its last step, in the bytes each tensor asked
+PyTorch's allocator for (its blocks' requested sizes, from torch.cuda.memory_snapshot()):
+  parameter        the model's parameters and buffers as DeepSpeed keeps them on this rank (ZeRO-1
+                   and 2: the flat 16-bit buffer the parameters are views of; ZeRO-3: this rank's
+                   partitions, ds_tensor)
+  gradient         this rank's gradients still held (ZeRO-2's partition of them, the fp32
+                   partition's .grad, any parameter's .grad)
+  optimizer_state  the fp32 master partition DeepSpeed keeps for the optimizer, and the
+                   optimizer's own state (exp_avg, exp_avg_sq, step)
+  communication    the gradient buckets (the ipg buffers; ZeRO-3 keeps them for the run)
+  allocated        memory_allocated() then; peak: max_memory_allocated()
+
+usage: python3 ds_kinds.py MODE STEPS [BATCH]   (RANK, WORLD_SIZE as torchrun sets them)
+  MODE  zero1, zero2, zero3
+DIST_FAKE set: one process plays rank RANK of WORLD_SIZE on one GPU through PyTorch's fake
+process group (no communication; every buffer of the collectives is still made).
+"""
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+mode, steps = sys.argv[1], int(sys.argv[2])
+batch = int(sys.argv[3]) if len(sys.argv) > 3 else 4
+stage = {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode)
+if stage is None:
+    sys.exit(f"unknown mode {mode}: zero1, zero2 or zero3")
+fake = os.environ.get("DIST_FAKE") is not None
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+local = 0 if fake else int(os.environ.get("LOCAL_RANK", "0"))
+os.environ.setdefault("LOCAL_RANK", str(local))  # DeepSpeed asks for it
+torch.cuda.set_device(local)
+if fake:
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", rank=rank, world_size=world, store=FakeStore())
+else:
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29511")
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+torch.manual_seed(0)
+
+import deepspeed  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dist_models  # noqa: E402
+
+bf16 = os.environ.get("DS_DTYPE", "bf16") == "bf16"
+model, _ = dist_models.build()
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+config = {
+    "train_micro_batch_size_per_gpu": batch,
+    "gradient_accumulation_steps": 1,
+    "zero_optimization": {"stage": stage},
+    "bf16": {"enabled": bf16},
+    "zero_allow_untested_optimizer": True,
+    "steps_per_print": 1 << 30,
+}
+engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config,
+                                       dist_init_required=False)
+gen = torch.Generator(device="cpu").manual_seed(100 + rank)
+for step in range(steps):
+    torch.cuda.nvtx.range_push("step")
+    loss = engine(**dist_models.batch(model, batch, gen)).loss
+    engine.backward(loss)
+    del loss
+    engine.step()
+    torch.cuda.nvtx.range_pop()
+torch.cuda.synchronize()
+
+blocks = {}
+for seg in torch.cuda.memory_snapshot():
+    for b in seg["blocks"]:
+        if b["state"] == "active_allocated":
+            blocks[b["address"]] = b.get("requested_size", b["size"])
+
+
+def block_bytes(tensors):
+    seen, total = set(), 0
+    for t in tensors:
+        if t is None or not torch.is_tensor(t) or not t.is_cuda or t.numel() == 0:
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen or ptr not in blocks:
+            continue
+        seen.add(ptr)
+        total += blocks[ptr]
+    return total
+
+
+zopt = engine.optimizer
+inner = zopt.optimizer
+state = [v for s in inner.state.values() for v in s.values() if torch.is_tensor(v)]
+grads = [p.grad for p in model.parameters()]
+comm = []
+if stage == 3:
+    params = [p.ds_tensor for p in model.parameters()] + list(model.buffers())
+    master = list(zopt.fp32_partitioned_groups_flat)
+    grads.append(getattr(zopt, "grad_partitions_flat_buffer", None))
+else:
+    params = list(model.parameters()) + list(model.buffers())
+    master = list(zopt.single_partition_of_fp32_groups)
+    grads.append(getattr(zopt, "grads_in_partition", None))
+for bucket in getattr(zopt, "ipg_buckets", {}).values():
+    buf = bucket.buffer
+    comm.extend(buf if isinstance(buf, (list, tuple)) else [buf])
+grads.extend(t.grad for t in master)
+truth = {
+    "mode": mode,
+    "rank": rank,
+    "world": world,
+    "parameter": block_bytes(params),
+    "gradient": block_bytes(grads),
+    "optimizer_state": block_bytes(master + state),
+    "communication": block_bytes(comm),
+    "allocated": torch.cuda.memory_allocated(),
+    "peak": torch.cuda.max_memory_allocated(),
+    "reserved_peak": torch.cuda.max_memory_reserved(),
+    "batch": batch,
+}
+print("TRUTH " + json.dumps(truth), flush=True)
+if os.environ.get("DIST_TRUTH_DIR"):
+    name = os.environ.get("DIST_TRUTH_NAME", mode)
+    with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{name}.{rank}.json"), "w") as f:
+        json.dump(truth, f)
+dist.barrier()
+dist.destroy_process_group()

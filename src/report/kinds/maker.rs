@@ -1,0 +1,199 @@
+//! Whose code made a tensor, from its innermost Python frame: the program's (its phase and
+//! lifetime decide its kind), a data-parallel framework's (its buffers: gathered parameters,
+//! reduce-scatter's input, buckets), or a line of DeepSpeed's ZeRO whose tensor is one kind
+//! whatever its phase (the fp32 master copy it keeps for the optimizer, its flat 16-bit
+//! parameters, its gradients' partition).
+
+use super::Kind;
+use crate::trace::format;
+use crate::trace::reader::TraceReader;
+
+/// Who made a tensor, as far as its kind goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Maker {
+    /// The program, or a library it calls: its phase and lifetime decide.
+    #[default]
+    Program,
+    /// A data-parallel framework's own code: its buffer, where its phase would say an
+    /// activation, a temporary or input.
+    Framework,
+    /// A framework's line whose tensor is this kind whatever its phase.
+    Kept(Kind),
+    /// ZeRO-3's optimizer set-up (`_setup_for_real_optimizer`, at this line): it makes its
+    /// gradient buckets first and the flat buffer of this rank's gradients last; which is
+    /// which is decided by the lines in order ([`SetupOrder`]).
+    InOrder(u32),
+}
+
+/// Where a data-parallel framework's own code lies: FSDP (either API), DDP, the storage
+/// helper FSDP1 makes its gathered flat parameter with (`_alloc_storage`, in the package's
+/// shared utilities, where other functions move a program's inputs), and DeepSpeed's ZeRO (its
+/// optimizers, its partitioned parameters and their gathering, its collectives; not its
+/// `linear.py`, the model's own matrix products under ZeRO-3): a path part, and the function
+/// where only one of the file's is the framework's.
+const FRAMEWORK_CODE: [(&str, Option<&str>); 9] = [
+    ("/torch/distributed/fsdp/", None),
+    ("/torch/nn/parallel/distributed.py", None),
+    ("/torch/distributed/utils.py", Some("_alloc_storage")),
+    ("/deepspeed/runtime/zero/stage_1_and_2.py", None),
+    ("/deepspeed/runtime/zero/stage3.py", None),
+    ("/deepspeed/runtime/zero/partition_parameters.py", None),
+    (
+        "/deepspeed/runtime/zero/partitioned_param_coordinator.py",
+        None,
+    ),
+    ("/deepspeed/runtime/zero/parameter_offload.py", None),
+    ("/deepspeed/runtime/comm/", None),
+];
+
+/// Frames that only pass a tensor on: torch's storage plumbing (`TypedStorage._resize_`,
+/// where FSDP1's helper has its storage grown) and DeepSpeed's NVTX wrapper (every function it
+/// instruments runs inside `instrument_w_nvtx.<locals>.wrapped_fn`). Their caller says whose the
+/// memory is.
+const PLUMBING: [&str; 2] = ["/torch/storage.py", "/deepspeed/utils/nvtx.py"];
+
+/// The lines of DeepSpeed whose tensor is one kind whatever its phase (file, function, kind),
+/// as DeepSpeed's own accounting counts them (its model states: parameters, gradients, and the
+/// optimizer's states with the fp32 master weights among them):
+/// - ZeRO-1 and 2 (`stage_1_and_2.py`): the flat buffer of the 16-bit parameters
+///   (`flatten_dense_tensors_aligned`, whole on every rank); the fp32 copy of this rank's
+///   partition made in the optimizer's `__init__` (its master weights, the optimizer's); the
+///   partition's gradients (ZeRO-2's `grads_in_partition`, the fp32 gradient a step makes);
+/// - ZeRO-3 (`stage3.py`): the fp32 partitions (`_create_fp32_partitions`, master weights);
+///   the 16-bit partitions packed into one buffer (`defragment`, in DeepSpeed's utilities).
+const DEEPSPEED_KEPT: [(&str, &str, Kind); 6] = [
+    (
+        "/zero/stage_1_and_2.py",
+        "flatten_dense_tensors_aligned",
+        Kind::Parameter,
+    ),
+    ("/zero/stage_1_and_2.py", "__init__", Kind::OptimizerState),
+    (
+        "/zero/stage_1_and_2.py",
+        "copy_grads_in_partition",
+        Kind::Gradient,
+    ),
+    (
+        "/zero/stage_1_and_2.py",
+        "get_flat_partition",
+        Kind::Gradient,
+    ),
+    (
+        "/zero/stage3.py",
+        "_create_fp32_partitions",
+        Kind::OptimizerState,
+    ),
+    ("/deepspeed/runtime/utils.py", "defragment", Kind::Parameter),
+];
+
+/// Who made the tensors of `stack`, from its innermost Python frame past the plumbing.
+pub fn maker_of(reader: &TraceReader, stack: u64) -> Maker {
+    let Some(frames) = reader.stack(stack) else {
+        return Maker::Program;
+    };
+    let innermost = frames
+        .iter()
+        .filter_map(|&f| format::as_py_frame(f))
+        .filter_map(|(id, line)| Some((reader.string(id)?, line)))
+        .filter_map(|(s, line)| s.split_once('\0').map(|(f, n)| (f, n, line)))
+        .map(|(file, function, line)| (file.replace('\\', "/"), function, line))
+        .find(|(file, _, _)| !PLUMBING.iter().any(|p| file.ends_with(p)));
+    let Some((file, function, line)) = innermost else {
+        return Maker::Program;
+    };
+    // Python 3.11 on names a frame by its qualified name (`DeepSpeedZeroOptimizer.__init__`).
+    let name = function.rsplit('.').next().unwrap_or(function);
+    if let Some(&(_, _, kind)) = DEEPSPEED_KEPT
+        .iter()
+        .find(|(part, f, _)| file.ends_with(part) && name == *f)
+    {
+        return Maker::Kept(kind);
+    }
+    if file.ends_with("/deepspeed/runtime/zero/stage3.py") && name == "_setup_for_real_optimizer" {
+        return Maker::InOrder(line);
+    }
+    let framework = FRAMEWORK_CODE
+        .iter()
+        .any(|(part, only)| file.contains(part) && only.is_none_or(|f| function.ends_with(f)));
+    if framework {
+        Maker::Framework
+    } else {
+        Maker::Program
+    }
+}
+
+/// Whether the innermost Python frame of `stack` is a data-parallel framework's own code (its
+/// buffers, or a line of it whose tensors are one kind), not a model's forward that runs
+/// inside it.
+pub fn innermost_in_framework(reader: &TraceReader, stack: u64) -> bool {
+    maker_of(reader, stack) != Maker::Program
+}
+
+/// A tensor's kind, given who made it: a framework's buffer rather than an activation, a
+/// temporary or input, which its phase alone would say (its gradients, parameters and
+/// optimizer state stay theirs); a kept line's kind whatever the phase. A ZeRO-3 set-up line
+/// not put in order (a ring's checkpoint keeps lines, not their order) is taken for a bucket.
+pub fn own(maker: Maker, kind: Kind) -> Kind {
+    match (maker, kind) {
+        (Maker::Kept(k), _) => k,
+        (Maker::InOrder(_), _) => Kind::Communication,
+        (Maker::Framework, Kind::Activation | Kind::Temporary | Kind::Input) => Kind::Communication,
+        (_, k) => k,
+    }
+}
+
+/// A gradient bucket of ZeRO-3's set-up: made in the optimizer's `__init__`, which says
+/// parameters, it is the framework's buffer all the same.
+pub const BUCKET: Maker = Maker::Kept(Kind::Communication);
+
+/// The lines of ZeRO-3's optimizer set-up seen so far: the last of them made the flat buffer
+/// of this rank's gradients (`grad_partitions_flat_buffer`), those before it its gradient
+/// buckets (the `ipg` buffers), as the function is written in every DeepSpeed release that has
+/// both. Lines of one function are in source order, so the greatest line seen is the last.
+#[derive(Default)]
+pub struct SetupOrder {
+    /// The greatest line seen, and the tensor it made.
+    last: Option<(u32, u64)>,
+}
+
+impl SetupOrder {
+    /// A tensor (`ptr`) made at `line` of the set-up: who made it, and the tensor made by the
+    /// line before, if this one is later (a bucket now, no longer the gradients').
+    pub fn place(&mut self, ptr: u64, line: u32) -> (Maker, Option<u64>) {
+        match self.last {
+            Some((l, _)) if l >= line => (BUCKET, None),
+            before => {
+                self.last = Some((line, ptr));
+                (Maker::Kept(Kind::Gradient), before.map(|(_, p)| p))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_line_of_the_set_up_takes_the_gradients_from_an_earlier_one() {
+        let mut order = SetupOrder::default();
+        assert_eq!(order.place(10, 782), (Maker::Kept(Kind::Gradient), None));
+        assert_eq!(
+            order.place(20, 791),
+            (Maker::Kept(Kind::Gradient), Some(10))
+        );
+        assert_eq!(order.place(30, 782), (BUCKET, None));
+    }
+
+    #[test]
+    fn a_kept_line_is_its_kind_and_a_framework_s_buffer_is_communication() {
+        assert_eq!(
+            own(Maker::Kept(Kind::OptimizerState), Kind::Parameter),
+            Kind::OptimizerState
+        );
+        assert_eq!(own(Maker::Framework, Kind::Input), Kind::Communication);
+        assert_eq!(own(Maker::Framework, Kind::Gradient), Kind::Gradient);
+        assert_eq!(own(Maker::Program, Kind::Input), Kind::Input);
+        assert_eq!(own(Maker::InOrder(3), Kind::Parameter), Kind::Communication);
+    }
+}

@@ -1,0 +1,37 @@
+"""As ZeRO-3's optimizer (deepspeed/runtime/zero/stage3.py), for partitions of 16-bit
+parameters (`partitions`, `partition_bytes` in all on this rank):
+- at build, the partitions packed into one buffer (`defragment`); the fp32 master copy of it
+  (`_create_fp32_partitions`); then, in `_setup_for_real_optimizer`, the gradient bucket
+  (`bucket_bytes`, the `ipg` buffer) and, last, the flat buffer of this rank's gradients,
+  both kept for the run;
+- each parameter's gradient, once made in the backward, reduced into the bucket and its
+  partition written into the gradients' buffer, then let go;
+- in each step, the client optimizer's step on the master copy (its state twice the copy)."""
+from deepspeed.runtime.utils import defragment
+from torch import _standin
+from torch.optim.adam import Adam
+
+
+class DeepSpeedZeroOptimizer_Stage3:
+    def __init__(self, partitions, partition_bytes, bucket_bytes):
+        self.partition_bytes = partition_bytes
+        self._create_fp16_partitions_with_defragmentation(partitions)
+        self._setup_for_real_optimizer(bucket_bytes)
+
+    def _create_fp16_partitions_with_defragmentation(self, partitions):
+        self.flat = defragment(partitions, self.partition_bytes)
+
+    def _create_fp32_partitions(self):
+        self.master = _standin._lib.standin_malloc(2 * self.partition_bytes)
+
+    def _setup_for_real_optimizer(self, bucket_bytes):
+        self._create_fp32_partitions()
+        self.optimizer = Adam([self.master], 2 * 2 * self.partition_bytes, 2 * self.partition_bytes)
+        self.bucket = _standin._lib.standin_malloc(bucket_bytes)
+        self.grad_partitions_flat_buffer = _standin._lib.standin_malloc(self.partition_bytes)
+
+    def reduce_partition_and_remove_grads(self, grad):
+        _standin.free(grad)
+
+    def step(self):
+        self.optimizer.step()

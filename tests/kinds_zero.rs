@@ -1,0 +1,146 @@
+//! Memory by kind on every rank of a DeepSpeed ZeRO job, on the stand-ins
+//! (`tests/clients/kinds/ds_job.py` over `tests/clients/kinds/deepspeed`: DeepSpeed's files,
+//! functions and order of requests, tensors from the stand-in allocator). Each rank's
+//! parameters, gradients and optimizer state to the byte, as DeepSpeed counts them (the fp32
+//! master weights among the optimizer's states), and DeepSpeed's own buffers (its gradient
+//! bucket, the parameters ZeRO-3 gathers for a layer) communication buffers.
+
+use crate::common::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const MIB: u64 = 1 << 20;
+
+/// The stand-in job in `mode`, `steps` steps, as `world` ranks started as torchrun starts
+/// them: their traces, `dir/{mode}.{rank}.trace`.
+fn zero_job(dir: &Path, mode: &str, world: u32, steps: u32) -> Vec<PathBuf> {
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    (0..world)
+        .map(|rank| {
+            let t = dir.join(format!("{mode}.{world}.{rank}.trace"));
+            let env = vec![
+                ("RANK", rank.to_string()),
+                ("WORLD_SIZE", world.to_string()),
+            ];
+            let args = vec![
+                lib("libtorch_cpu.so"),
+                lib("libc10_cuda.so"),
+                steps.to_string(),
+                mode.to_string(),
+            ];
+            assert_ok(&python_client(&t, "kinds/ds_job.py", args, env));
+            t
+        })
+        .collect()
+}
+
+/// `[{"kind": k, "bytes": b}]` as a map.
+fn kinds(v: &serde_json::Value) -> BTreeMap<String, u64> {
+    v.as_array()
+        .unwrap_or_else(|| panic!("not a list: {v}"))
+        .iter()
+        .map(|k| {
+            (
+                k["kind"].as_str().unwrap().into(),
+                k["bytes"].as_u64().unwrap(),
+            )
+        })
+        .filter(|(_, b)| *b > 0)
+        .collect()
+}
+
+fn expect(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    list.iter().map(|&(k, b)| (k.to_string(), b)).collect()
+}
+
+/// ZeRO-2 and ZeRO-3 at two and four ranks: every rank's kinds at exit to the byte (the
+/// master weights optimizer state, not parameters as their `__init__` frame says; ZeRO-3's
+/// gradient bucket and gradients' buffer, made by one function, told apart by their lines'
+/// order), the ZeRO stage named from the frames, and at the peak the bucket and the gathered
+/// weight communication buffers, not input or activations.
+#[test]
+fn every_rank_of_a_zero_job_has_its_kinds() {
+    let dir = tempdir("kinds-zero");
+    for world in [2u64, 4] {
+        let part = 8 * MIB / world;
+        let optimizer = 2 * part + 4 * part;
+        for (mode, named, at_exit, bucket_at_peak) in [
+            (
+                "zero2",
+                "DeepSpeed ZeRO-1 or ZeRO-2",
+                expect(&[
+                    ("parameter", 8 * MIB),
+                    ("optimizer_state", optimizer),
+                    ("workspace", MIB),
+                ]),
+                6 * MIB,
+            ),
+            (
+                "zero3",
+                "DeepSpeed ZeRO-3",
+                expect(&[
+                    ("parameter", part),
+                    ("gradient", part),
+                    ("optimizer_state", optimizer),
+                    ("workspace", MIB),
+                    ("communication", 6 * MIB),
+                ]),
+                6 * MIB + 4 * MIB,
+            ),
+        ] {
+            let traces = zero_job(&dir, mode, world as u32, 3);
+            let text = stdout(&gpushim_text(&["summary", traces[0].to_str().unwrap()]));
+            assert!(
+                text.contains(&format!("data parallel, from the frames: {named}")),
+                "{mode}: {text}"
+            );
+            let refs: Vec<&Path> = traces.iter().map(|t| t.as_path()).collect();
+            let s = report_json(&["summary"], &refs);
+            for (rank, t) in s["traces"].as_array().unwrap().iter().enumerate() {
+                let f = &t["framework"][0];
+                let exit = kinds(&f["kinds_at_exit"]);
+                assert_eq!(exit, at_exit, "{mode} at {world}, rank {rank} at exit");
+                let peak = kinds(&f["kinds_at_peak"]);
+                // The batch alone is input (1 MiB); nothing is unknown.
+                assert_eq!(peak.get("input"), Some(&MIB), "{mode} at {world}: {peak:?}");
+                assert!(!peak.contains_key("unknown"), "{mode} at {world}: {peak:?}");
+                assert_eq!(
+                    peak.get("communication").copied(),
+                    Some(bucket_at_peak),
+                    "{mode} at {world}, rank {rank} at the peak: {peak:?}"
+                );
+            }
+        }
+    }
+}
+
+/// `fit --world-size 4` from rank 0 of the ZeRO job at two ranks is the run at four's own
+/// answer, to the byte: what ZeRO shards (ZeRO-3's partitions, the gradients DeepSpeed keeps,
+/// the master weights, the optimizer's state and temporaries) resized, what it keeps whole
+/// (ZeRO-1 and 2's 16-bit parameters, the bucket, the gathered weights) kept.
+#[test]
+fn four_ranks_of_a_zero_job_from_a_run_at_two_are_the_run_at_four_to_the_byte() {
+    let dir = tempdir("kinds-zero-world");
+    for (mode, named) in [
+        ("zero2", "DeepSpeed ZeRO-1 or ZeRO-2"),
+        ("zero3", "DeepSpeed ZeRO-3"),
+    ] {
+        let at_two = zero_job(&dir, mode, 2, 4).remove(0);
+        let at_four = zero_job(&dir, mode, 4, 4).remove(0);
+        let predicted = crate::fit_world::fit(&at_two, &["--world-size", "4"]);
+        let real = crate::fit_world::fit(&at_four, &[]);
+        let at_two_itself = crate::fit_world::fit(&at_two, &[]);
+        assert_eq!(
+            crate::fit_world::answers(&predicted),
+            crate::fit_world::answers(&real),
+            "{mode}"
+        );
+        assert_ne!(
+            crate::fit_world::answers(&at_two_itself),
+            crate::fit_world::answers(&real),
+            "{mode}"
+        );
+        let w = &predicted["world_size"];
+        assert!(w["framework"].as_str().unwrap().starts_with(named), "{w}");
+    }
+}
