@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 const MIB: u64 = 1 << 20;
+const KIB: u64 = 1 << 10;
 
 /// The stand-in job in `mode`, `steps` steps, as `world` ranks started as torchrun starts
 /// them: their traces, `dir/{mode}.{rank}.trace`.
@@ -57,7 +58,8 @@ fn expect(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
 /// master weights optimizer state, not parameters as their `__init__` frame says; ZeRO-3's
 /// gradient bucket and gradients' buffer, made by one function, told apart by their lines'
 /// order), the ZeRO stage named from the frames, and at the peak the bucket and the gathered
-/// weight communication buffers, not input or activations.
+/// weight communication buffers, not input or activations; the small parameters ZeRO-3 gathers
+/// again after each step communication buffers, not optimizer state as the step's frames say.
 #[test]
 fn every_rank_of_a_zero_job_has_its_kinds() {
     let dir = tempdir("kinds-zero");
@@ -83,9 +85,9 @@ fn every_rank_of_a_zero_job_has_its_kinds() {
                     ("gradient", part),
                     ("optimizer_state", optimizer),
                     ("workspace", MIB),
-                    ("communication", 6 * MIB),
+                    ("communication", 6 * MIB + 64 * KIB),
                 ]),
-                6 * MIB + 4 * MIB,
+                6 * MIB + 4 * MIB + 64 * KIB,
             ),
         ] {
             let traces = zero_job(&dir, mode, world as u32, 3);
@@ -121,9 +123,22 @@ fn every_rank_of_a_zero_job_has_its_kinds() {
 #[test]
 fn four_ranks_of_a_zero_job_from_a_run_at_two_are_the_run_at_four_to_the_byte() {
     let dir = tempdir("kinds-zero-world");
-    for (mode, named) in [
-        ("zero2", "DeepSpeed ZeRO-1 or ZeRO-2"),
-        ("zero3", "DeepSpeed ZeRO-3"),
+    // What is resized at two ranks (a partition of 4 MiB, 4 steps): the master weights (8 MiB),
+    // Adam's state (16 MiB), its temporaries and the step's gradients' norm (8 and 1 MiB a
+    // step); ZeRO-2: the partition's gradients and the fp32 gradient (4 and 8 MiB a step);
+    // ZeRO-3: the partitions as cut (2 x 2 MiB), packed (4 MiB), and the gradients' buffer
+    // (4 MiB).
+    for (mode, named, sharded) in [
+        (
+            "zero2",
+            "DeepSpeed ZeRO-1 or ZeRO-2",
+            8 + 16 + 4 * (8 + 1) + 4 * (4 + 8),
+        ),
+        (
+            "zero3",
+            "DeepSpeed ZeRO-3",
+            8 + 16 + 4 * (8 + 1) + 4 + 4 + 4,
+        ),
     ] {
         let at_two = zero_job(&dir, mode, 2, 4).remove(0);
         let at_four = zero_job(&dir, mode, 4, 4).remove(0);
@@ -142,5 +157,10 @@ fn four_ranks_of_a_zero_job_from_a_run_at_two_are_the_run_at_four_to_the_byte() 
         );
         let w = &predicted["world_size"];
         assert!(w["framework"].as_str().unwrap().starts_with(named), "{w}");
+        assert_eq!(
+            w["sharded_bytes"].as_u64(),
+            Some(sharded * MIB),
+            "{mode}: {w}"
+        );
     }
 }

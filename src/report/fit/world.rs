@@ -193,9 +193,11 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
                 Kind::Parameter => own_code && !whole_parameters,
                 Kind::Gradient => own_code || !deepspeed,
                 Kind::OptimizerState => true,
+                // A framework's buffer in a step is whole (ZeRO-3's persistent parameters,
+                // gathered again after it); the step's temporaries are the partition's.
+                Kind::Temporary if phase == Phase::Optimizer => true,
                 Kind::Temporary | Kind::Communication => {
-                    phase == Phase::Optimizer
-                        || (own_code && !deepspeed && shard_sizes.contains(&size))
+                    own_code && !deepspeed && shard_sizes.contains(&size)
                 }
                 _ => false,
             };

@@ -19,6 +19,9 @@ pub enum Maker {
     Framework,
     /// A framework's line whose tensor is this kind whatever its phase.
     Kept(Kind),
+    /// A ZeRO optimizer's own code (`stage_1_and_2.py`, `stage3.py`): its buffers, but in its
+    /// step (the phase decides) the step's temporaries, worked on the rank's partition.
+    ZeroOptimizer,
     /// ZeRO-3's optimizer set-up (`_setup_for_real_optimizer`, at this line): it makes its
     /// gradient buckets first and the flat buffer of this rank's gradients last; which is
     /// which is decided by the lines in order ([`SetupOrder`]).
@@ -112,6 +115,11 @@ pub fn maker_of(reader: &TraceReader, stack: u64) -> Maker {
     if file.ends_with("/deepspeed/runtime/zero/stage3.py") && name == "_setup_for_real_optimizer" {
         return Maker::InOrder(line);
     }
+    if file.ends_with("/deepspeed/runtime/zero/stage_1_and_2.py")
+        || file.ends_with("/deepspeed/runtime/zero/stage3.py")
+    {
+        return Maker::ZeroOptimizer;
+    }
     let framework = FRAMEWORK_CODE
         .iter()
         .any(|(part, only)| file.contains(part) && only.is_none_or(|f| function.ends_with(f)));
@@ -130,14 +138,19 @@ pub fn innermost_in_framework(reader: &TraceReader, stack: u64) -> bool {
 }
 
 /// A tensor's kind, given who made it: a framework's buffer rather than an activation, a
-/// temporary or input, which its phase alone would say (its gradients, parameters and
-/// optimizer state stay theirs); a kept line's kind whatever the phase. A ZeRO-3 set-up line
+/// temporary, input or optimizer state, which its phase alone would say (its gradients and
+/// parameters stay theirs); a kept line's kind whatever the phase. A ZeRO-3 set-up line
 /// not put in order (a ring's checkpoint keeps lines, not their order) is taken for a bucket.
 pub fn own(maker: Maker, kind: Kind) -> Kind {
     match (maker, kind) {
         (Maker::Kept(k), _) => k,
         (Maker::InOrder(_), _) => Kind::Communication,
-        (Maker::Framework, Kind::Activation | Kind::Temporary | Kind::Input) => Kind::Communication,
+        // A framework's code makes no optimizer state of its own: what it makes in a step is
+        // its buffer too (ZeRO-3 gathers its persistent parameters again after the step).
+        (
+            Maker::Framework | Maker::ZeroOptimizer,
+            Kind::Activation | Kind::Temporary | Kind::Input | Kind::OptimizerState,
+        ) => Kind::Communication,
         (_, k) => k,
     }
 }
@@ -193,6 +206,10 @@ mod tests {
         );
         assert_eq!(own(Maker::Framework, Kind::Input), Kind::Communication);
         assert_eq!(own(Maker::Framework, Kind::Gradient), Kind::Gradient);
+        assert_eq!(
+            own(Maker::Framework, Kind::OptimizerState),
+            Kind::Communication
+        );
         assert_eq!(own(Maker::Program, Kind::Input), Kind::Input);
         assert_eq!(own(Maker::InOrder(3), Kind::Parameter), Kind::Communication);
     }

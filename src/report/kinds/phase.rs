@@ -163,6 +163,14 @@ fn data_parallel_phase(file: &str, function: &str) -> Option<Phase> {
     {
         return Some(Phase::Backward);
     }
+    // DeepSpeed's ZeRO optimizers' `step`: the work on this rank's partition around the client
+    // optimizer's (the gradients' norm, the fp32 gradient, the overflow checks) is the step's.
+    if (file.ends_with("/deepspeed/runtime/zero/stage_1_and_2.py")
+        || file.ends_with("/deepspeed/runtime/zero/stage3.py"))
+        && function == "step"
+    {
+        return Some(Phase::Optimizer);
+    }
     None
 }
 
@@ -223,7 +231,15 @@ pub const DEEPSPEED_ZERO_3: &str = "DeepSpeed ZeRO-3 (DeepSpeedZeroOptimizer_Sta
 /// Python frame).
 pub(super) fn of_stack(reader: &TraceReader, stack: u64) -> (Phase, bool, Maker) {
     let (phase, module_call) = phase_and_module_call(reader, stack);
-    (phase, module_call, maker_of(reader, stack))
+    let maker = match maker_of(reader, stack) {
+        // A ZeRO optimizer's code run by its step works on the rank's partition: its
+        // temporaries are the step's, not buffers (the parameters it gathers again after the
+        // step, in `partition_parameters.py`, are).
+        Maker::ZeroOptimizer if phase == Phase::Optimizer => Maker::Program,
+        Maker::ZeroOptimizer => Maker::Framework,
+        m => m,
+    };
+    (phase, module_call, maker)
 }
 
 /// The phase a stack says: its innermost Python frame that says one, else the program's own
@@ -371,6 +387,11 @@ mod tests {
                 None,
             ),
             ("train.py", "step", None),
+            (
+                "/x/deepspeed/runtime/zero/stage_1_and_2.py",
+                "DeepSpeedZeroOptimizer.step",
+                Some(Phase::Optimizer),
+            ),
         ];
         for (file, function, phase) in cases {
             assert_eq!(phase_of_frame(file, function), phase, "{file} {function}");

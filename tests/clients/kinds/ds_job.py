@@ -55,7 +55,7 @@ if mode == "zero2":
     zopt = DeepSpeedZeroOptimizer([a.weight for a in layers], 8 * MiB, world, 2, BUCKET)
     run = layers
 elif mode == "zero3":
-    parts = [zp._partition_param(a.weight, 4 * MiB, world) for a in layers]
+    parts = zp.Init([a.weight for a in layers], 4 * MiB, world).partitions
     for a in layers:
         a.weight = None
     zopt = DeepSpeedZeroOptimizer_Stage3(parts, 8 * MiB // world, BUCKET)

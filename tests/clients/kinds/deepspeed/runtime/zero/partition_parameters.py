@@ -5,6 +5,14 @@ from deepspeed.utils.nvtx import instrument_w_nvtx
 from torch import _standin
 
 
+class Init:
+    """As ZeRO-3's `Init`, which the engine runs over a model built without it: each of its
+    parameters cut into this rank's partition."""
+
+    def __init__(self, params, nbytes, world):
+        self.partitions = [_partition_param(p, nbytes, world) for p in params]
+
+
 def _partition_param(param, nbytes, world):
     part = _standin._lib.standin_malloc(nbytes // world)
     _standin.free(param)

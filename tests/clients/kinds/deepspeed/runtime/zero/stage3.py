@@ -6,10 +6,16 @@ parameters (`partitions`, `partition_bytes` in all on this rank):
   both kept for the run;
 - each parameter's gradient, once made in the backward, reduced into the bucket and its
   partition written into the gradients' buffer, then let go;
-- in each step, the client optimizer's step on the master copy (its state twice the copy)."""
+- in each step, the gradients' norm (a quarter of the partition, let go), the client
+  optimizer's step on the master copy (its state twice the copy), then the small parameters
+  it keeps whole gathered again (`_post_step`, 64 KiB), the copy before let go."""
 from deepspeed.runtime.utils import defragment
+from deepspeed.runtime.zero import partition_parameters as zp
 from torch import _standin
 from torch.optim.adam import Adam
+
+# The bytes of the small parameters ZeRO-3 keeps gathered (below its persistence threshold).
+PERSISTENT = 64 << 10
 
 
 class DeepSpeedZeroOptimizer_Stage3:
@@ -34,4 +40,15 @@ class DeepSpeedZeroOptimizer_Stage3:
         _standin.free(grad)
 
     def step(self):
+        # The partition's work around the client optimizer's: its gradients' norm.
+        norm = _standin._lib.standin_malloc(self.partition_bytes // 4)
+        _standin.free(norm)
         self.optimizer.step()
+        self._post_step()
+
+    def _post_step(self):
+        # The small parameters ZeRO-3 keeps whole, gathered again (the old copy let go).
+        old = getattr(self, "persistent", None)
+        self.persistent = zp.fetch(PERSISTENT)
+        if old is not None:
+            zp.release(old)

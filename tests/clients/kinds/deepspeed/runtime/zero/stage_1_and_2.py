@@ -5,8 +5,9 @@
 - in each backward, the gradient bucket (`bucket_bytes`, the `ipg` buffer), and, for ZeRO-2,
   the partition's gradients (`grads_in_partition`) that each parameter's gradient is copied
   into before it is let go;
-- in each step, the fp32 gradient of the partition, the client optimizer's step on the master
-  copy (its state twice the copy), then the step's buffers let go."""
+- in each step, the gradients' norm (a quarter of the partition, let go), the fp32 gradient
+  of the partition, the client optimizer's step on the master copy (its state twice the copy),
+  then the step's buffers let go."""
 from torch import _standin
 from torch._utils import _flatten_dense_tensors
 from torch.optim.adam import Adam
@@ -46,6 +47,9 @@ class DeepSpeedZeroOptimizer:
         return _standin._lib.standin_malloc(2 * self.partition_bytes)
 
     def step(self):
+        # The partition's work around the client optimizer's: its gradients' norm.
+        norm = _standin._lib.standin_malloc(self.partition_bytes // 4)
+        _standin.free(norm)
         fp32_grad = self.get_flat_partition()
         self.optimizer.step()
         _standin.free(fp32_grad)
