@@ -147,6 +147,12 @@ fn a_world_size_the_run_does_not_say_is_asked_for_not_guessed() {
         "{}",
         stderr(&o)
     );
+    // `summary` names the framework and says the world is not said.
+    let text = stdout(&gpushim(&[&"summary", &unsaid]));
+    assert!(
+        text.contains("FSDP1 (FullyShardedDataParallel); the world size not said"),
+        "{text}"
+    );
     let given = fit(&unsaid, &["--world-size", "4", "--run-world-size", "2"]);
     assert_eq!(given["world_size"]["run"].as_u64(), Some(2));
     // A training loop of one process with no framework of a job.

@@ -57,7 +57,7 @@ fn expect(list: &[(&str, u64)]) -> BTreeMap<String, u64> {
 /// ZeRO-2 and ZeRO-3 at two and four ranks: every rank's kinds at exit to the byte (the
 /// master weights optimizer state, not parameters as their `__init__` frame says; ZeRO-3's
 /// gradient bucket and gradients' buffer, made by one function, told apart by their lines'
-/// order), the ZeRO stage named from the frames, and at the peak the bucket and the gathered
+/// order), the ZeRO stage named from the frames with the rank and world size, and at the peak the bucket and the gathered
 /// weight communication buffers, not input or activations; the small parameters ZeRO-3 gathers
 /// again after each step communication buffers, not optimizer state as the step's frames say.
 #[test]
@@ -94,6 +94,11 @@ fn every_rank_of_a_zero_job_has_its_kinds() {
             let text = stdout(&gpushim_text(&["summary", traces[0].to_str().unwrap()]));
             assert!(
                 text.contains(&format!("data parallel, from the frames: {named}")),
+                "{mode}: {text}"
+            );
+            // The world, as the run's environment said it.
+            assert!(
+                text.contains(&format!("; rank 0 of {world} (its WORLD_SIZE)")),
                 "{mode}: {text}"
             );
             let refs: Vec<&Path> = traces.iter().map(|t| t.as_path()).collect();

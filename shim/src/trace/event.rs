@@ -413,7 +413,8 @@ impl Event {
         )
     }
 
-    /// An NVTX range pushed on the calling thread: its message's string id, the depth after.
+    /// An NVTX range pushed on the calling thread: its message's string id, its zero-based
+    /// level (0: the outermost, as `nvtxRangePushA` returns it).
     pub const fn range_push(message: u64, depth: u64) -> Event {
         Event::of(
             RecordKind::RangePush,
@@ -425,7 +426,8 @@ impl Event {
         )
     }
 
-    /// The calling thread's innermost NVTX range popped: the depth after.
+    /// The calling thread's innermost NVTX range popped: its zero-based level, the depth
+    /// after.
     pub const fn range_pop(depth: u64) -> Event {
         Event::of(RecordKind::RangePop, Api::Nvtx, 0, 0, depth, DEVICE_UNKNOWN)
     }

@@ -89,12 +89,7 @@ fn world_size_kept(env: &[String]) -> Option<&str> {
         .map(str::trim)
 }
 
-/// The run's world size as the trace's header kept it, where it is one.
-fn kept_world(env: &[String]) -> Option<u64> {
-    world_size_kept(env)
-        .and_then(|v| v.parse::<u64>().ok())
-        .filter(|&n| n >= 1)
-}
+use crate::report::kinds::kept_world_size as kept_world;
 
 /// The run's world size: given, else its `WORLD_SIZE` as the trace's header kept it; never
 /// guessed.

@@ -222,6 +222,14 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
         .collect()
 }
 
+/// The run's world size as the trace's header kept it (its `WORLD_SIZE`), where it is one.
+pub fn kept_world_size(env: &[String]) -> Option<u64> {
+    env.iter()
+        .find_map(|kv| kv.strip_prefix("WORLD_SIZE="))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&n| n >= 1)
+}
+
 /// DeepSpeed's ZeRO-1 and ZeRO-2, as [`parallel_frameworks`] names them.
 pub const DEEPSPEED_ZERO_1_2: &str = "DeepSpeed ZeRO-1 or ZeRO-2 (DeepSpeedZeroOptimizer)";
 /// DeepSpeed's ZeRO-3, as [`parallel_frameworks`] names it.

@@ -35,9 +35,15 @@ impl Summary {
             human_duration(self.duration_ns)
         );
         if !self.parallel.is_empty() {
+            // The world as the run's environment said it: the frames do not say it.
+            let world = match (self.rank, self.world_size) {
+                (Some(r), Some(n)) => format!("; rank {r} of {n} (its WORLD_SIZE)"),
+                (None, Some(n)) => format!("; {n} ranks (its WORLD_SIZE)"),
+                _ => "; the world size not said (no WORLD_SIZE in its environment)".into(),
+            };
             let _ = writeln!(
                 o,
-                "data parallel, from the frames: {}",
+                "data parallel, from the frames: {}{world}",
                 self.parallel.join(", ")
             );
         }

@@ -161,6 +161,9 @@ pub struct Summary {
     /// The data-parallel or sharded frameworks the trace's frames show (DDP, FSDP2, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parallel: Vec<String>,
+    /// The job's world size, as the run's `WORLD_SIZE` said it (kept in the trace's header).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub world_size: Option<u64>,
     pub pid: u32,
     pub host: String,
     pub rank: Option<i32>,
@@ -516,6 +519,7 @@ impl SummaryPass {
                 .into_iter()
                 .map(str::to_string)
                 .collect(),
+            world_size: super::kinds::kept_world_size(&info.env),
             pid: info.pid,
             host: info.host.clone(),
             rank: (info.rank >= 0).then_some(info.rank),

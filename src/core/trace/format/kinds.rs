@@ -54,9 +54,10 @@ byte_enum! {
         ThreadStart = 16 => "thread_start",
         /// A stream's first use: `ptr` is the stream handle, `size` its interned index.
         StreamName = 17 => "stream_name",
-        /// NVTX `nvtxRangePush*`: `ptr` is the message's string id, `size` the new depth.
+        /// NVTX `nvtxRangePush*`: `ptr` is the message's string id, `size` its zero-based
+        /// level on its thread (0: the outermost).
         RangePush = 18 => "range_push",
-        /// NVTX `nvtxRangePop`: `size` is the depth of the range that ended.
+        /// NVTX `nvtxRangePop`: `size` is the zero-based level of the range that ended.
         RangePop = 19 => "range_pop",
         /// NVTX `nvtxMark*`: `ptr` is the message's string id.
         Mark = 20 => "mark",

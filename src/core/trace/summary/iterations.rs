@@ -156,6 +156,11 @@ impl<'a> IntoIterator for &'a Sites {
 pub struct MarkFinder {
     /// By string id: how often, and whether a range (not a mark).
     pub names: FastMap<u64, (u64, bool)>,
+    /// By string id: the allocations made while a range of that name was its thread's
+    /// outermost pushed range.
+    covered: FastMap<u64, u64>,
+    /// By thread: the string id of its outermost pushed range now open (0: none).
+    outermost: Vec<u64>,
     by_stack: Sites,
     by_size: Sites,
     /// By thread: the position of its allocation whose stack may come next (0: none). Indexed,
@@ -174,6 +179,15 @@ impl MarkFinder {
                     .entry(r.ptr)
                     .or_insert((0, r.kind != RecordKind::Mark));
                 e.0 += 1;
+                // A push's `size` is its level on its thread: 0 is the outermost.
+                if r.kind == RecordKind::RangePush && r.size == 0 {
+                    *self.outermost_of(r.thread) = r.ptr;
+                }
+            }
+            RecordKind::RangePop => {
+                if r.size == 0 {
+                    *self.outermost_of(r.thread) = 0;
+                }
             }
             RecordKind::StackRef => {
                 // A segment the framework takes for a tensor has the tensor's stack: it is not
@@ -190,6 +204,11 @@ impl MarkFinder {
                 }
                 if let Change::Alloc { .. } = c {
                     self.allocations += 1;
+                    if let Some(&range) = self.outermost.get(usize::from(r.thread))
+                        && range != 0
+                    {
+                        *self.covered.entry(range).or_default() += 1;
+                    }
                     let i = usize::from(r.thread);
                     if self.pending.len() <= i {
                         self.pending.resize(i + 1, 0);
@@ -200,6 +219,15 @@ impl MarkFinder {
                 }
             }
         }
+    }
+
+    /// `thread`'s outermost pushed range now open.
+    fn outermost_of(&mut self, thread: u16) -> &mut u64 {
+        let i = usize::from(thread);
+        if self.outermost.len() <= i {
+            self.outermost.resize(i + 1, 0);
+        }
+        &mut self.outermost[i]
     }
 
     /// The position of `thread`'s allocation awaiting its stack, no longer awaiting.
@@ -220,13 +248,19 @@ impl MarkFinder {
         }
     }
 
-    /// The NVTX range (pushed, else a mark) seen most often, 3 times or more; else the call
-    /// site of the detected period, by stack where stacks were recorded, else by API and size.
+    /// The NVTX range (pushed, else a mark) that came 3 times or more under which the program
+    /// allocated most (as its thread's outermost range: a step's, not the many a library
+    /// pushes inside it or in its hooks, as DeepSpeed does for each function it instruments),
+    /// then the one seen most often; else the call site of the detected period, by stack where
+    /// stacks were recorded, else by API and size.
     pub fn choose(&self) -> Option<BoundaryMark> {
         self.names
             .iter()
             .filter(|(_, (n, _))| *n >= 3)
-            .max_by_key(|(id, (n, push))| (*push, *n, std::cmp::Reverse(**id)))
+            .max_by_key(|(id, (n, push))| {
+                let covered = self.covered.get(id).copied().unwrap_or(0);
+                (*push, covered, *n, std::cmp::Reverse(**id))
+            })
             .map(|(&id, _)| BoundaryMark::Nvtx(id))
             .or_else(|| {
                 detect_period(&self.by_stack, self.allocations)
@@ -321,4 +355,68 @@ mod sites_tests {
     }
 
     type HashMapOf = std::collections::HashMap<u64, Occurrences>;
+}
+
+#[cfg(test)]
+mod choose_tests {
+    use super::*;
+    use crate::trace::format::{Api, Record};
+
+    fn rec(kind: RecordKind, thread: u16, ptr: u64, size: u64) -> Record {
+        Record {
+            kind,
+            api: Api::Nvtx,
+            device: 0,
+            status: 0,
+            thread,
+            time_ns: 0,
+            ptr,
+            size,
+            stream: 0,
+        }
+    }
+
+    /// A step's range on the main thread, a library's ranges inside it (ten a step) and in
+    /// hooks on another thread (outermost there, five a step, an allocation under each): the
+    /// step marks the iterations, as the range under which the program allocated most, where
+    /// the most frequent range was taken before (the library's inner one).
+    #[test]
+    fn the_range_the_program_allocates_most_under_marks_the_iterations() {
+        const STEP: u64 = 1;
+        const INNER: u64 = 2;
+        const HOOK: u64 = 3;
+        let mut f = MarkFinder::default();
+        let alloc = |f: &mut MarkFinder, thread: u16| {
+            f.learn(
+                &rec(RecordKind::Alloc, thread, 0x1000, 64),
+                Change::Alloc {
+                    ptr: 0x1000,
+                    device: 0,
+                },
+            );
+        };
+        for _ in 0..4 {
+            f.learn(&rec(RecordKind::RangePush, 0, STEP, 0), Change::Other);
+            for _ in 0..10 {
+                f.learn(&rec(RecordKind::RangePush, 0, INNER, 1), Change::Other);
+                alloc(&mut f, 0);
+                f.learn(&rec(RecordKind::RangePop, 0, 0, 1), Change::Other);
+            }
+            alloc(&mut f, 0);
+            for _ in 0..5 {
+                f.learn(&rec(RecordKind::RangePush, 1, HOOK, 0), Change::Other);
+                alloc(&mut f, 1);
+                f.learn(&rec(RecordKind::RangePop, 1, 0, 0), Change::Other);
+            }
+            f.learn(&rec(RecordKind::RangePop, 0, 0, 0), Change::Other);
+        }
+        assert_eq!(f.choose(), Some(BoundaryMark::Nvtx(STEP)));
+        // Where nothing is allocated under any range, the most frequent.
+        let mut f = MarkFinder::default();
+        for id in [STEP, HOOK, HOOK, STEP, HOOK, STEP, HOOK] {
+            f.learn(&rec(RecordKind::RangePush, 0, id, 0), Change::Other);
+            f.learn(&rec(RecordKind::RangePop, 0, 0, 0), Change::Other);
+        }
+        assert_eq!(f.choose(), Some(BoundaryMark::Nvtx(HOOK)));
+    }
 }
