@@ -18,7 +18,6 @@ usage: torchrun --nproc-per-node N dist_kinds.py MODE STEPS [BATCH]
         root), fsdp2-keep (reshard_after_forward=False), fsdp1 (FullyShardedDataParallel per
         block, use_orig_params=False), fsdp1-orig (use_orig_params=True)
 """
-import json
 import os
 import sys
 
@@ -85,32 +84,7 @@ for step in range(steps):
     torch.cuda.nvtx.range_pop()
 torch.cuda.synchronize()
 
-blocks = {}
-for seg in torch.cuda.memory_snapshot():
-    for b in seg["blocks"]:
-        if b["state"] == "active_allocated":
-            blocks[b["address"]] = b.get("requested_size", b["size"])
-
-
-def local_of(t):
-    if t is None:
-        return None
-    return t.to_local() if hasattr(t, "to_local") else t
-
-
-def block_bytes(tensors):
-    seen, total = set(), 0
-    for t in map(local_of, tensors):
-        if t is None or not t.is_cuda or t.numel() == 0:
-            continue
-        ptr = t.untyped_storage().data_ptr()
-        if ptr in seen or ptr not in blocks:
-            continue
-        seen.add(ptr)
-        total += blocks[ptr]
-    return total
-
-
+block_bytes = dist_models.block_bytes
 params = list(wrapped.parameters()) + list(wrapped.buffers())
 state = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
 truth = {
@@ -120,16 +94,8 @@ truth = {
     "parameter": block_bytes(params),
     "gradient": block_bytes([p.grad for p in wrapped.parameters()]),
     "optimizer_state": block_bytes(state),
-    "allocated": torch.cuda.memory_allocated(),
-    "peak": torch.cuda.max_memory_allocated(),
-    "reserved_peak": torch.cuda.max_memory_reserved(),
     "batch": batch,
 }
-print("TRUTH " + json.dumps(truth), flush=True)
-# Each rank's own file too: torchrun interleaves the ranks' output.
-if os.environ.get("DIST_TRUTH_DIR"):
-    name = os.environ.get("DIST_TRUTH_NAME", mode)
-    with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{name}.{rank}.json"), "w") as f:
-        json.dump(truth, f)
+dist_models.say_truth(truth, mode, rank)
 dist.barrier()
 dist.destroy_process_group()

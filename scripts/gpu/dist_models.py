@@ -1,6 +1,8 @@
 """The models the data-parallel checks train (scripts/gpu/dist_kinds.py, ds_kinds.py), each of
 6 blocks, built from its config (no download): DIST_MODEL gpt2 (a decoder, the default), bert
-(an encoder, masked LM) or vit (a vision transformer, 224 x 224 images, 1000 classes)."""
+(an encoder, masked LM) or vit (a vision transformer, 224 x 224 images, 1000 classes); and
+their truth's measure, the bytes tensors asked of PyTorch's allocator."""
+import json
 import os
 import sys
 
@@ -37,3 +39,41 @@ def batch(model, n, gen):
     x = torch.randn(n, 3, 224, 224, generator=gen).cuda()
     y = torch.randint(0, 1000, (n,), generator=gen).cuda()
     return {"pixel_values": x, "labels": y}
+
+
+def block_bytes(tensors):
+    """The bytes the live blocks of `tensors` asked PyTorch's allocator for (their requested
+    sizes, from torch.cuda.memory_snapshot()), each block once; a DTensor by its local part."""
+    blocks = {}
+    for seg in torch.cuda.memory_snapshot():
+        for b in seg["blocks"]:
+            if b["state"] == "active_allocated":
+                blocks[b["address"]] = b.get("requested_size", b["size"])
+    seen, total = set(), 0
+    for t in tensors:
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        if t is None or not torch.is_tensor(t) or not t.is_cuda or t.numel() == 0:
+            continue
+        ptr = t.untyped_storage().data_ptr()
+        if ptr in seen or ptr not in blocks:
+            continue
+        seen.add(ptr)
+        total += blocks[ptr]
+    return total
+
+
+def say_truth(truth, mode, rank):
+    """A rank's truth: one 'TRUTH {json}' line, with the allocator's figures added (allocated
+    now, its peaks), and, where DIST_TRUTH_DIR is set, the rank's own file there (torchrun
+    interleaves the ranks' output): DIST_TRUTH_NAME (else the mode).RANK.json."""
+    truth.update({
+        "allocated": torch.cuda.memory_allocated(),
+        "peak": torch.cuda.max_memory_allocated(),
+        "reserved_peak": torch.cuda.max_memory_reserved(),
+    })
+    print("TRUTH " + json.dumps(truth), flush=True)
+    if os.environ.get("DIST_TRUTH_DIR"):
+        name = os.environ.get("DIST_TRUTH_NAME", mode)
+        with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{name}.{rank}.json"), "w") as f:
+            json.dump(truth, f)

@@ -20,7 +20,6 @@ usage: python3 ds_kinds.py MODE STEPS [BATCH]   (RANK, WORLD_SIZE as torchrun se
 DIST_FAKE set: one process plays rank RANK of WORLD_SIZE on one GPU through PyTorch's fake
 process group (no communication; every buffer of the collectives is still made).
 """
-import json
 import os
 import sys
 
@@ -75,26 +74,7 @@ for step in range(steps):
     torch.cuda.nvtx.range_pop()
 torch.cuda.synchronize()
 
-blocks = {}
-for seg in torch.cuda.memory_snapshot():
-    for b in seg["blocks"]:
-        if b["state"] == "active_allocated":
-            blocks[b["address"]] = b.get("requested_size", b["size"])
-
-
-def block_bytes(tensors):
-    seen, total = set(), 0
-    for t in tensors:
-        if t is None or not torch.is_tensor(t) or not t.is_cuda or t.numel() == 0:
-            continue
-        ptr = t.untyped_storage().data_ptr()
-        if ptr in seen or ptr not in blocks:
-            continue
-        seen.add(ptr)
-        total += blocks[ptr]
-    return total
-
-
+block_bytes = dist_models.block_bytes
 zopt = engine.optimizer
 inner = zopt.optimizer
 state = [v for s in inner.state.values() for v in s.values() if torch.is_tensor(v)]
@@ -120,15 +100,8 @@ truth = {
     "gradient": block_bytes(grads),
     "optimizer_state": block_bytes(master + state),
     "communication": block_bytes(comm),
-    "allocated": torch.cuda.memory_allocated(),
-    "peak": torch.cuda.max_memory_allocated(),
-    "reserved_peak": torch.cuda.max_memory_reserved(),
     "batch": batch,
 }
-print("TRUTH " + json.dumps(truth), flush=True)
-if os.environ.get("DIST_TRUTH_DIR"):
-    name = os.environ.get("DIST_TRUTH_NAME", mode)
-    with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{name}.{rank}.json"), "w") as f:
-        json.dump(truth, f)
+dist_models.say_truth(truth, mode, rank)
 dist.barrier()
 dist.destroy_process_group()
