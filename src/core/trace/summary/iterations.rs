@@ -159,8 +159,10 @@ pub struct MarkFinder {
     /// By string id: the allocations made while a range of that name was its thread's
     /// outermost pushed range.
     covered: FastMap<u64, u64>,
-    /// By thread: the string id of its outermost pushed range now open (0: none).
-    outermost: Vec<u64>,
+    /// By thread: the string id of its outermost pushed range now open (0: none), and the
+    /// allocations made under it not yet added to `covered` (added when it ends: no hashing
+    /// per allocation).
+    outermost: Vec<(u64, u64)>,
     by_stack: Sites,
     by_size: Sites,
     /// By thread: the position of its allocation whose stack may come next (0: none). Indexed,
@@ -181,12 +183,13 @@ impl MarkFinder {
                 e.0 += 1;
                 // A push's `size` is its level on its thread: 0 is the outermost.
                 if r.kind == RecordKind::RangePush && r.size == 0 {
-                    *self.outermost_of(r.thread) = r.ptr;
+                    self.end_outermost(r.thread);
+                    self.outermost[usize::from(r.thread)].0 = r.ptr;
                 }
             }
             RecordKind::RangePop => {
                 if r.size == 0 {
-                    *self.outermost_of(r.thread) = 0;
+                    self.end_outermost(r.thread);
                 }
             }
             RecordKind::StackRef => {
@@ -204,10 +207,8 @@ impl MarkFinder {
                 }
                 if let Change::Alloc { .. } = c {
                     self.allocations += 1;
-                    if let Some(&range) = self.outermost.get(usize::from(r.thread))
-                        && range != 0
-                    {
-                        *self.covered.entry(range).or_default() += 1;
+                    if let Some(o) = self.outermost.get_mut(usize::from(r.thread)) {
+                        o.1 += 1;
                     }
                     let i = usize::from(r.thread);
                     if self.pending.len() <= i {
@@ -221,13 +222,29 @@ impl MarkFinder {
         }
     }
 
-    /// `thread`'s outermost pushed range now open.
-    fn outermost_of(&mut self, thread: u16) -> &mut u64 {
+    /// `thread`'s outermost pushed range ends (or a new one begins): the allocations made
+    /// under it counted, and none open.
+    fn end_outermost(&mut self, thread: u16) {
         let i = usize::from(thread);
         if self.outermost.len() <= i {
-            self.outermost.resize(i + 1, 0);
+            self.outermost.resize(i + 1, (0, 0));
         }
-        &mut self.outermost[i]
+        let (range, n) = std::mem::take(&mut self.outermost[i]);
+        if range != 0 && n > 0 {
+            *self.covered.entry(range).or_default() += n;
+        }
+    }
+
+    /// The allocations made under `range` as its thread's outermost range, those of a range
+    /// still open included.
+    fn covered(&self, range: u64) -> u64 {
+        let open: u64 = self
+            .outermost
+            .iter()
+            .filter(|&&(r, _)| r == range)
+            .map(|&(_, n)| n)
+            .sum();
+        self.covered.get(&range).copied().unwrap_or(0) + open
     }
 
     /// The position of `thread`'s allocation awaiting its stack, no longer awaiting.
@@ -258,7 +275,7 @@ impl MarkFinder {
             .iter()
             .filter(|(_, (n, _))| *n >= 3)
             .max_by_key(|(id, (n, push))| {
-                let covered = self.covered.get(id).copied().unwrap_or(0);
+                let covered = self.covered(**id);
                 (*push, covered, *n, std::cmp::Reverse(**id))
             })
             .map(|(&id, _)| BoundaryMark::Nvtx(id))
