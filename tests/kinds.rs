@@ -48,7 +48,7 @@ fn json(args: &[&str], t: &Path) -> serde_json::Value {
 }
 
 /// `[{"kind": k, "bytes": b, ...}]` as (kind, bytes) pairs.
-fn pairs(v: &serde_json::Value) -> Vec<(String, u64)> {
+pub fn pairs(v: &serde_json::Value) -> Vec<(String, u64)> {
     v.as_array()
         .unwrap_or_else(|| panic!("not a list: {v}"))
         .iter()
@@ -553,21 +553,43 @@ fn job_ranks(
     steps: u32,
     leak_rank: Option<u32>,
 ) -> Vec<std::path::PathBuf> {
+    let leak = leak_rank.map(|r| ("JOB_LEAK_RANK", r.to_string()));
+    ranks(
+        dir,
+        prefix,
+        "kinds/job.py",
+        2,
+        steps,
+        mode,
+        leak.into_iter().collect(),
+    )
+}
+
+/// A stand-in job's `script` in `mode`, `steps` steps, as `world` ranks started as torchrun
+/// starts them (`RANK`, `WORLD_SIZE`), `env` set too: their traces, `dir/{prefix}{rank}.trace`.
+pub fn ranks(
+    dir: &Path,
+    prefix: &str,
+    script: &str,
+    world: u32,
+    steps: u32,
+    mode: &str,
+    env: Vec<(&'static str, String)>,
+) -> Vec<std::path::PathBuf> {
     let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
-    (0..2)
+    (0..world)
         .map(|rank| {
             let t = dir.join(format!("{prefix}{rank}.trace"));
-            let mut env = vec![("RANK", rank.to_string()), ("WORLD_SIZE", "2".into())];
-            if let Some(r) = leak_rank {
-                env.push(("JOB_LEAK_RANK", r.to_string()));
-            }
+            let mut env = env.clone();
+            env.push(("RANK", rank.to_string()));
+            env.push(("WORLD_SIZE", world.to_string()));
             let args = vec![
                 lib("libtorch_cpu.so"),
                 lib("libc10_cuda.so"),
                 steps.to_string(),
                 mode.to_string(),
             ];
-            assert_ok(&python_client(&t, "kinds/job.py", args, env));
+            assert_ok(&python_client(&t, script, args, env));
             t
         })
         .collect()

@@ -12,40 +12,16 @@ use std::path::{Path, PathBuf};
 const MIB: u64 = 1 << 20;
 const KIB: u64 = 1 << 10;
 
-/// The stand-in job in `mode`, `steps` steps, as `world` ranks started as torchrun starts
-/// them: their traces, `dir/{mode}.{rank}.trace`.
+/// The stand-in ZeRO job in `mode`, `steps` steps, as `world` ranks: their traces.
 fn zero_job(dir: &Path, mode: &str, world: u32, steps: u32) -> Vec<PathBuf> {
-    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
-    (0..world)
-        .map(|rank| {
-            let t = dir.join(format!("{mode}.{world}.{rank}.trace"));
-            let env = vec![
-                ("RANK", rank.to_string()),
-                ("WORLD_SIZE", world.to_string()),
-            ];
-            let args = vec![
-                lib("libtorch_cpu.so"),
-                lib("libc10_cuda.so"),
-                steps.to_string(),
-                mode.to_string(),
-            ];
-            assert_ok(&python_client(&t, "kinds/ds_job.py", args, env));
-            t
-        })
-        .collect()
+    let prefix = format!("{mode}.{world}.");
+    crate::kinds::ranks(dir, &prefix, "kinds/ds_job.py", world, steps, mode, vec![])
 }
 
-/// `[{"kind": k, "bytes": b}]` as a map.
+/// `[{"kind": k, "bytes": b}]` as a map, the kinds of some bytes.
 fn kinds(v: &serde_json::Value) -> BTreeMap<String, u64> {
-    v.as_array()
-        .unwrap_or_else(|| panic!("not a list: {v}"))
-        .iter()
-        .map(|k| {
-            (
-                k["kind"].as_str().unwrap().into(),
-                k["bytes"].as_u64().unwrap(),
-            )
-        })
+    crate::kinds::pairs(v)
+        .into_iter()
         .filter(|(_, b)| *b > 0)
         .collect()
 }
