@@ -23,6 +23,7 @@ mod hostile_folders;
 mod hostile_traces;
 mod hostile_writes;
 mod interposition;
+mod job_frames;
 mod job_on_hosts;
 mod kinds;
 mod kinds_zero;

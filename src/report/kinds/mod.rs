@@ -17,8 +17,8 @@ mod tracker;
 pub use decided::Decided;
 pub use maker::innermost_in_framework;
 pub use phase::{
-    DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Phase, backward_node_of, kept_world_size,
-    parallel_frameworks, phase_of_stack, workspace_sizes,
+    DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Phase, backward_node_of, fsdp2_resharding,
+    kept_world_size, parallel_frameworks, phase_of_stack, workspace_sizes,
 };
 pub use tracker::{KindTracker, Settling, StepsBegun, replay_with_kinds};
 

@@ -222,6 +222,28 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
         .collect()
 }
 
+/// How FSDP2 (`fully_shard`) shards, where the frames show it: its parameters gathered again
+/// before each backward (the all-gathers of `FSDPState._pre_backward`: resharded after the
+/// forward), or, where a backward ran (its reduce-scatter, `foreach_reduce`) with none of
+/// those, kept from the forward to the backward (`reshard_after_forward=False`).
+pub fn fsdp2_resharding(reader: &TraceReader) -> Option<&'static str> {
+    const STATE: &str = "/torch/distributed/fsdp/_fully_shard/_fsdp_state.py\0";
+    const COLLECTIVES: &str = "/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py\0";
+    let (mut gathered_again, mut reduced) = (false, false);
+    for text in reader.strings() {
+        let text = text.replace('\\', "/");
+        gathered_again |= text.contains(STATE) && text.ends_with("_pre_backward");
+        reduced |= text.contains(COLLECTIVES) && text.ends_with("foreach_reduce");
+    }
+    if gathered_again {
+        Some("its parameters gathered again for each backward (resharded after the forward)")
+    } else if reduced {
+        Some("its parameters kept from the forward to the backward (reshard_after_forward=False)")
+    } else {
+        None
+    }
+}
+
 /// The run's world size as the trace's header kept it (its `WORLD_SIZE`), where it is one.
 pub fn kept_world_size(env: &[String]) -> Option<u64> {
     env.iter()

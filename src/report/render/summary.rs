@@ -41,9 +41,13 @@ impl Summary {
                 (None, Some(n)) => format!("; {n} ranks (its WORLD_SIZE)"),
                 _ => "; the world size not said (no WORLD_SIZE in its environment)".into(),
             };
+            let sharding = self
+                .sharding
+                .as_ref()
+                .map_or(String::new(), |s| format!(", {s}"));
             let _ = writeln!(
                 o,
-                "data parallel, from the frames: {}{world}",
+                "data parallel, from the frames: {}{sharding}{world}",
                 self.parallel.join(", ")
             );
         }

@@ -161,6 +161,10 @@ pub struct Summary {
     /// The data-parallel or sharded frameworks the trace's frames show (DDP, FSDP2, ...).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub parallel: Vec<String>,
+    /// How the framework shards, where the frames show it (FSDP2's resharding after the
+    /// forward).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sharding: Option<String>,
     /// The job's world size, as the run's `WORLD_SIZE` said it (kept in the trace's header).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub world_size: Option<u64>,
@@ -520,6 +524,7 @@ impl SummaryPass {
                 .map(str::to_string)
                 .collect(),
             world_size: super::kinds::kept_world_size(&info.env),
+            sharding: super::kinds::fsdp2_resharding(reader).map(str::to_string),
             pid: info.pid,
             host: info.host.clone(),
             rank: (info.rank >= 0).then_some(info.rank),
