@@ -15,7 +15,7 @@ pub enum Maker {
     #[default]
     Program,
     /// A data-parallel framework's own code: its buffer, where its phase would say an
-    /// activation, a temporary or input.
+    /// activation, a temporary, input or optimizer state.
     Framework,
     /// A framework's line whose tensor is this kind whatever its phase.
     Kept(Kind),
@@ -31,15 +31,13 @@ pub enum Maker {
 /// Where a data-parallel framework's own code lies: FSDP (either API), DDP, the storage
 /// helper FSDP1 makes its gathered flat parameter with (`_alloc_storage`, in the package's
 /// shared utilities, where other functions move a program's inputs), and DeepSpeed's ZeRO (its
-/// optimizers, its partitioned parameters and their gathering, its collectives; not its
-/// `linear.py`, the model's own matrix products under ZeRO-3): a path part, and the function
-/// where only one of the file's is the framework's.
-const FRAMEWORK_CODE: [(&str, Option<&str>); 9] = [
+/// partitioned parameters and their gathering, its collectives; its optimizers' files are
+/// [`Maker::ZeroOptimizer`]; not its `linear.py`, the model's own matrix products under
+/// ZeRO-3): a path part, and the function where only one of the file's is the framework's.
+const FRAMEWORK_CODE: [(&str, Option<&str>); 7] = [
     ("/torch/distributed/fsdp/", None),
     ("/torch/nn/parallel/distributed.py", None),
     ("/torch/distributed/utils.py", Some("_alloc_storage")),
-    ("/deepspeed/runtime/zero/stage_1_and_2.py", None),
-    ("/deepspeed/runtime/zero/stage3.py", None),
     ("/deepspeed/runtime/zero/partition_parameters.py", None),
     (
         "/deepspeed/runtime/zero/partitioned_param_coordinator.py",
