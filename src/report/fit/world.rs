@@ -23,7 +23,10 @@
 //! parameters' sizes, whose gradients before reduce-scatter do not follow the batch.
 
 use super::{Ask, FitError, Requests};
-use crate::report::kinds::{DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Kind, Phase, phase_of_stack};
+use crate::report::kinds::kept_world_size as kept_world;
+use crate::report::kinds::{
+    DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Kind, Phase, phase_of_stack, world_size_text,
+};
 use crate::report::torch_allocator::Input;
 use crate::trace::format;
 use crate::trace::reader::TraceReader;
@@ -82,22 +85,13 @@ pub(super) fn asked(input: &Input, req: &Requests, ask: &Ask) -> Result<Option<W
     of(input, req, n, m).map(Some)
 }
 
-/// The run's `WORLD_SIZE` as the trace's header kept it, as written.
-fn world_size_kept(env: &[String]) -> Option<&str> {
-    env.iter()
-        .find_map(|kv| kv.strip_prefix("WORLD_SIZE="))
-        .map(str::trim)
-}
-
-use crate::report::kinds::kept_world_size as kept_world;
-
 /// The run's world size: given, else its `WORLD_SIZE` as the trace's header kept it; never
 /// guessed.
 fn run_world(env: &[String], given: Option<u64>) -> Result<u64, FitError> {
     if let Some(n) = given {
         return Ok(n);
     }
-    let kept = world_size_kept(env);
+    let kept = world_size_text(env);
     match kept.map(str::parse::<u64>) {
         Some(Ok(n)) if n >= 1 => Ok(n),
         Some(_) => Err(FitError::World(format!(

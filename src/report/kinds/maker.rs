@@ -128,13 +128,6 @@ pub fn maker_of(reader: &TraceReader, stack: u64) -> Maker {
     }
 }
 
-/// Whether the innermost Python frame of `stack` is a data-parallel framework's own code (its
-/// buffers, or a line of it whose tensors are one kind), not a model's forward that runs
-/// inside it.
-pub fn innermost_in_framework(reader: &TraceReader, stack: u64) -> bool {
-    maker_of(reader, stack) != Maker::Program
-}
-
 /// A tensor's kind, given who made it: a framework's buffer rather than an activation, a
 /// temporary, input or optimizer state, which its phase alone would say (its gradients and
 /// parameters stay theirs); a kept line's kind whatever the phase. A ZeRO-3 set-up line

@@ -15,10 +15,9 @@ mod phase;
 mod tracker;
 
 pub use decided::Decided;
-pub use maker::innermost_in_framework;
 pub use phase::{
     DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Phase, backward_node_of, fsdp2_resharding,
-    kept_world_size, parallel_frameworks, phase_of_stack, workspace_sizes,
+    kept_world_size, parallel_frameworks, phase_of_stack, workspace_sizes, world_size_text,
 };
 pub use tracker::{KindTracker, Settling, StepsBegun, replay_with_kinds};
 

@@ -246,10 +246,16 @@ pub fn fsdp2_resharding(reader: &TraceReader) -> Option<&'static str> {
 
 /// The run's world size as the trace's header kept it (its `WORLD_SIZE`), where it is one.
 pub fn kept_world_size(env: &[String]) -> Option<u64> {
+    world_size_text(env)
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&n| n >= 1)
+}
+
+/// The run's `WORLD_SIZE` as the trace's header kept it, as text (trimmed).
+pub fn world_size_text(env: &[String]) -> Option<&str> {
     env.iter()
         .find_map(|kv| kv.strip_prefix("WORLD_SIZE="))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&n| n >= 1)
+        .map(str::trim)
 }
 
 /// DeepSpeed's ZeRO-1 and ZeRO-2, as [`parallel_frameworks`] names them.
