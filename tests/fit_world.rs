@@ -150,7 +150,10 @@ fn a_world_size_the_run_does_not_say_is_asked_for_not_guessed() {
     // `summary` names the framework and says the world is not said.
     let text = stdout(&gpushim(&[&"summary", &unsaid]));
     assert!(
-        text.contains("FSDP1 (FullyShardedDataParallel); the world size not said"),
+        text.contains(
+            "FSDP1 (FullyShardedDataParallel), its parameters gathered again for each backward \
+             (FULL_SHARD or HYBRID_SHARD); the world size not said"
+        ),
         "{text}"
     );
     let given = fit(&unsaid, &["--world-size", "4", "--run-world-size", "2"]);

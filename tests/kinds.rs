@@ -410,25 +410,51 @@ fn memory_made_once_in_a_short_run_is_not_growth() {
 
 /// A two-rank job on the stand-ins, one process a rank as torchrun starts them, in the frames
 /// and order of requests of FSDP1 (each rank's shard of the flat parameter, its gradient's
-/// shard made by the post-backward hook outside the engine's frames) and of DDP with its
-/// gradients as views of its buckets (made at build, made again before the second forward):
+/// shard made by the post-backward hook outside the engine's frames; the flat parameter
+/// gathered again before the backward, or kept from the forward) and of DDP (its buckets made
+/// at build, made again before the second forward; the gradients views of them, or apart):
 /// every rank's parameters, gradients and optimizer state to the byte, none read as input or
-/// activations; FSDP's gathered flat parameter a communication buffer at the peak.
+/// activations; FSDP's gathered flat parameter a communication buffer at the peak, and DDP's
+/// buckets where the gradients stand apart from them; the resharding said from the frames.
 #[test]
 fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
     const MIB: u64 = 1 << 20;
     let dir = tempdir("kinds-job");
-    for (mode, expect) in [
-        ("fsdp1", [4 * MIB, 4 * MIB, 8 * MIB]),
-        ("ddp", [8 * MIB, 8 * MIB, 16 * MIB]),
+    // mode, the framework and resharding `summary` says, parameters, gradients, optimizer
+    // state at exit, communication buffers at exit and at the peak.
+    for (mode, says, expect, buffers) in [
+        (
+            "fsdp1",
+            "FSDP1 (FullyShardedDataParallel), its parameters gathered again for each backward",
+            [4 * MIB, 4 * MIB, 8 * MIB],
+            [None, Some(12 * MIB)],
+        ),
+        (
+            "fsdp1-grad-op",
+            "FSDP1 (FullyShardedDataParallel), its parameters kept from the forward to the \
+             backward (SHARD_GRAD_OP",
+            [4 * MIB, 4 * MIB, 8 * MIB],
+            [None, Some(12 * MIB)],
+        ),
+        (
+            "ddp",
+            "DDP (DistributedDataParallel);",
+            [8 * MIB, 8 * MIB, 16 * MIB],
+            [None, None],
+        ),
+        (
+            "ddp-apart",
+            "DDP (DistributedDataParallel);",
+            [8 * MIB, 8 * MIB, 16 * MIB],
+            [Some(8 * MIB), Some(8 * MIB)],
+        ),
     ] {
         let traces = job_ranks(&dir, &format!("{mode}."), mode, 3, None);
         let refs: Vec<&Path> = traces.iter().map(|t| t.as_path()).collect();
-        // The framework is named from the frames.
+        // The framework and its resharding are named from the frames.
         let text = stdout(&gpushim_text(&["summary", traces[0].to_str().unwrap()]));
-        let named = if mode == "ddp" { "DDP" } else { "FSDP1" };
         assert!(
-            text.contains(&format!("data parallel, from the frames: {named}")),
+            text.contains(&format!("data parallel, from the frames: {says}")),
             "{mode}: {text}"
         );
         let s = report_json(&["summary"], &refs);
@@ -446,18 +472,18 @@ fn every_rank_of_a_sharded_or_data_parallel_job_has_its_kinds() {
                 !kinds.contains_key("input") && !kinds.contains_key("activation"),
                 "{mode} rank {rank}: {kinds:?}"
             );
-            // FSDP's gathered flat parameter (made by its own code before each forward, let
-            // go after it) is a communication buffer at the peak, never an activation or a
-            // temporary, and gone at exit.
+            // FSDP's gathered flat parameter (made by its own code, let go after the forward
+            // or the backward) and its reduce-scatter's output in a later step (let go once
+            // the gradient's shard is kept) are communication buffers at the peak in the
+            // backward (8 and 4 MiB), never activations or temporaries, and gone at exit;
+            // DDP's buckets beside the gradients are its buffers, at the peak and at exit.
             let at_peak: std::collections::BTreeMap<String, u64> =
                 pairs(&f["kinds_at_peak"]).into_iter().collect();
-            let gathered = if mode == "fsdp1" { Some(8 * MIB) } else { None };
-            assert_eq!(
+            let got = [
+                kinds.get("communication").copied(),
                 at_peak.get("communication").copied(),
-                gathered,
-                "{mode}: {at_peak:?}"
-            );
-            assert!(!kinds.contains_key("communication"), "{mode}: {kinds:?}");
+            ];
+            assert_eq!(got, buffers, "{mode}: {kinds:?} {at_peak:?}");
         }
     }
 }

@@ -43,6 +43,7 @@ mod reports;
 mod simulator_fidelity;
 mod stacks;
 mod torch_allocator;
+mod torch_frees;
 mod torch_pluggable;
 mod torch_tensors;
 mod vmm_accounting;

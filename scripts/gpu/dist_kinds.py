@@ -11,18 +11,25 @@ asked PyTorch's allocator for (its blocks' requested sizes, from torch.cuda.memo
   allocated        memory_allocated() then; peak: max_memory_allocated()
 
   reserved_peak    max_memory_reserved() (scripts/gpu.sh distfit compares fit's answer with it)
+  at_peak          with DIST_PEAK set: the same kinds at the moment of the most bytes allocated
+                   (the last step then runs at half the batch again, so that it holds the peak)
 
 usage: torchrun --nproc-per-node N dist_kinds.py MODE STEPS [BATCH]
   BATCH  sequences of 512 tokens per rank (default 4)
   MODE  ddp, ddp-view (gradient_as_bucket_view=True), fsdp2 (fully_shard per block and the
         root), fsdp2-keep (reshard_after_forward=False), fsdp1 (FullyShardedDataParallel per
-        block, use_orig_params=False), fsdp1-orig (use_orig_params=True)
+        block, use_orig_params=False), fsdp1-orig (use_orig_params=True), fsdp1-grad-op
+        (sharding_strategy=SHARD_GRAD_OP: parameters kept gathered from forward to backward)
 """
 import os
 import sys
 
 import torch
 import torch.distributed as dist
+
+# DIST_MODEL: gpt2 (a decoder, the default), bert (an encoder) or vit (scripts/gpu/dist_models.py).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dist_models  # noqa: E402
 
 mode, steps = sys.argv[1], int(sys.argv[2])
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 4
@@ -32,6 +39,7 @@ fake = os.environ.get("DIST_FAKE") is not None
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 local = 0 if fake else int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local)
+peak = dist_models.peak_wanted()
 if fake:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -39,10 +47,6 @@ if fake:
 else:
     dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 torch.manual_seed(0)
-
-# DIST_MODEL: gpt2 (a decoder, the default), bert (an encoder) or vit (scripts/gpu/dist_models.py).
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dist_models  # noqa: E402
 
 model, Block = dist_models.build()
 model = model.cuda()
@@ -65,10 +69,11 @@ elif mode in ("fsdp2", "fsdp2-keep"):
         fully_shard(block, reshard_after_forward=reshard)
     fully_shard(model, reshard_after_forward=reshard)
     wrapped = model
-elif mode in ("fsdp1", "fsdp1-orig"):
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+elif mode in ("fsdp1", "fsdp1-orig", "fsdp1-grad-op"):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
-    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}),
+    strategy = ShardingStrategy.SHARD_GRAD_OP if mode == "fsdp1-grad-op" else ShardingStrategy.FULL_SHARD
+    wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=strategy,
                    device_id=local, use_orig_params=mode == "fsdp1-orig")
 else:
     sys.exit(f"unknown mode {mode}")
@@ -77,7 +82,8 @@ gen = torch.Generator(device="cpu").manual_seed(100 + rank)
 for step in range(steps):
     torch.cuda.nvtx.range_push("step")
     opt.zero_grad(set_to_none=True)
-    loss = wrapped(**dist_models.batch(model, batch, gen)).loss
+    n = batch + max(1, batch // 2) if peak and step == steps - 1 else batch
+    loss = wrapped(**dist_models.batch(model, n, gen)).loss
     loss.backward()
     del loss
     opt.step()
@@ -96,6 +102,11 @@ truth = {
     "optimizer_state": block_bytes(state),
     "batch": batch,
 }
+if peak:
+    torch.cuda.nvtx.mark("truth")
+    truth["at_peak"], truth["live_now"] = dist_models.at_peak({
+        "parameter": params, "gradient": [p.grad for p in wrapped.parameters()],
+        "optimizer_state": state})
 dist_models.say_truth(truth, mode, rank)
 dist.barrier()
 dist.destroy_process_group()

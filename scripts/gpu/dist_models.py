@@ -1,7 +1,9 @@
 """The models the data-parallel checks train (scripts/gpu/dist_kinds.py, ds_kinds.py), each of
 6 blocks, built from its config (no download): DIST_MODEL gpt2 (a decoder, the default), bert
 (an encoder, masked LM) or vit (a vision transformer, 224 x 224 images, 1000 classes); and
-their truth's measure, the bytes tensors asked of PyTorch's allocator."""
+their truth's measure, the bytes tensors asked of PyTorch's allocator; with DIST_PEAK set, the
+same truth at the moment of the most bytes allocated, from PyTorch's own record of every
+allocation and free (torch.cuda.memory._record_memory_history)."""
 import json
 import os
 import sys
@@ -72,8 +74,66 @@ def say_truth(truth, mode, rank):
         "peak": torch.cuda.max_memory_allocated(),
         "reserved_peak": torch.cuda.max_memory_reserved(),
     })
+    live = truth.pop("live_now", None)
     print("TRUTH " + json.dumps(truth), flush=True)
     if os.environ.get("DIST_TRUTH_DIR"):
         name = os.environ.get("DIST_TRUTH_NAME", mode)
         with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{name}.{rank}.json"), "w") as f:
             json.dump(truth, f)
+        if live is not None:
+            with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{name}.{rank}.live"), "w") as f:
+                f.writelines(f"{a:#x} {n}\n" for a, n in live)
+def peak_wanted():
+    """DIST_PEAK set: start PyTorch's own record of every allocation and free (call before the
+    first allocation) and say so; the program then runs its last step at a larger batch, so that
+    the run's peak falls in it, where the tensors live then are still known at the end."""
+    if not os.environ.get("DIST_PEAK"):
+        return False
+    torch.cuda.memory._record_memory_history(enabled="all", context="alloc", stacks="python",
+                                             max_entries=1 << 24)
+    return True
+
+
+def _blocks(tensors):
+    """The block addresses of `tensors` (a DTensor by its local part)."""
+    out = set()
+    for t in tensors:
+        if hasattr(t, "to_local"):
+            t = t.to_local()
+        if t is None or not torch.is_tensor(t) or not t.is_cuda or t.numel() == 0:
+            continue
+        out.add(t.untyped_storage().data_ptr())
+    return out
+
+
+def at_peak(groups):
+    """At the moment the most bytes were allocated (requested bytes, as PyTorch's record has
+    them: an allocation counts until its free is asked for), the bytes of each group {kind:
+    tensors live now} whose allocation live then is the one still live now; 'allocated' all of
+    them then. Also writes the record's allocations live now (address, bytes) beside the truth
+    file where DIST_TRUTH_DIR is set, for a check of what a trace's tensors miss."""
+    dev = torch.cuda.current_device()
+    events = torch.cuda.memory._snapshot()["device_traces"][dev]
+    cur = best = 0
+    at = -1
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            cur += e["size"]
+        elif e["action"] == "free_requested":
+            cur -= e["size"]
+        if cur > best:
+            best, at = cur, i
+    live, then = {}, None
+    for i, e in enumerate(events):
+        if e["action"] == "alloc":
+            live[e["addr"]] = (i, e["size"])
+        elif e["action"] == "free_requested":
+            live.pop(e["addr"], None)
+        if i == at:
+            then = dict(live)
+    then = then or {}
+    # PyTorch's own count of the same, as a check that the record holds the whole run.
+    out = {"allocated": best, "requested_peak": torch.cuda.memory_stats()["requested_bytes.all.peak"]}
+    for kind, tensors in groups.items():
+        out[kind] = sum(then[a][1] for a in _blocks(tensors) if a in then and live.get(a) == then[a])
+    return out, sorted((a, n) for a, (_, n) in live.items())

@@ -16,7 +16,11 @@ PyTorch's allocator for (its blocks' requested sizes, from torch.cuda.memory_sna
   allocated        memory_allocated() then; peak: max_memory_allocated()
 
 usage: python3 ds_kinds.py MODE STEPS [BATCH]   (RANK, WORLD_SIZE as torchrun sets them)
-  MODE  zero1, zero2, zero3
+  MODE  zero1, zero2, zero3; zero0 (no ZeRO: bf16 through DeepSpeed's FP16_Optimizer, which
+        keeps fp32 master weights of the whole model); zero1-acc32 (ZeRO-1 in bf16 with fp32
+        gradient accumulation: DeepSpeed's BF16_Optimizer)
+With DIST_PEAK set, 'at_peak' too: the same kinds at the moment of the most bytes allocated (the
+last step then runs at half the batch again, so that it holds the peak; scripts/gpu/dist_models.py).
 DIST_FAKE set: one process plays rank RANK of WORLD_SIZE on one GPU through PyTorch's fake
 process group (no communication; every buffer of the collectives is still made).
 """
@@ -28,14 +32,18 @@ import torch.distributed as dist
 
 mode, steps = sys.argv[1], int(sys.argv[2])
 batch = int(sys.argv[3]) if len(sys.argv) > 3 else 4
-stage = {"zero1": 1, "zero2": 2, "zero3": 3}.get(mode)
+stage = {"zero0": 0, "zero1": 1, "zero1-acc32": 1, "zero2": 2, "zero3": 3}.get(mode)
 if stage is None:
-    sys.exit(f"unknown mode {mode}: zero1, zero2 or zero3")
+    sys.exit(f"unknown mode {mode}: zero0, zero1, zero1-acc32, zero2 or zero3")
 fake = os.environ.get("DIST_FAKE") is not None
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 local = 0 if fake else int(os.environ.get("LOCAL_RANK", "0"))
 os.environ.setdefault("LOCAL_RANK", str(local))  # DeepSpeed asks for it
 torch.cuda.set_device(local)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import dist_models  # noqa: E402
+
+peak = dist_models.peak_wanted()
 if fake:
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
@@ -48,9 +56,6 @@ torch.manual_seed(0)
 
 import deepspeed  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import dist_models  # noqa: E402
-
 bf16 = os.environ.get("DS_DTYPE", "bf16") == "bf16"
 model, _ = dist_models.build()
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
@@ -62,12 +67,15 @@ config = {
     "zero_allow_untested_optimizer": True,
     "steps_per_print": 1 << 30,
 }
+if mode == "zero1-acc32":
+    config["data_types"] = {"grad_accum_dtype": "fp32"}
 engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config,
                                        dist_init_required=False)
 gen = torch.Generator(device="cpu").manual_seed(100 + rank)
 for step in range(steps):
     torch.cuda.nvtx.range_push("step")
-    loss = engine(**dist_models.batch(model, batch, gen)).loss
+    n = batch + max(1, batch // 2) if peak and step == steps - 1 else batch
+    loss = engine(**dist_models.batch(model, n, gen)).loss
     engine.backward(loss)
     del loss
     engine.step()
@@ -76,7 +84,7 @@ torch.cuda.synchronize()
 
 block_bytes = dist_models.block_bytes
 zopt = engine.optimizer
-inner = zopt.optimizer
+inner = zopt.optimizer if hasattr(zopt, "optimizer") else zopt
 state = [v for s in inner.state.values() for v in s.values() if torch.is_tensor(v)]
 grads = [p.grad for p in model.parameters()]
 comm = []
@@ -84,10 +92,22 @@ if stage == 3:
     params = [p.ds_tensor for p in model.parameters()] + list(model.buffers())
     master = list(zopt.fp32_partitioned_groups_flat)
     grads.append(getattr(zopt, "grad_partitions_flat_buffer", None))
-else:
+elif hasattr(zopt, "single_partition_of_fp32_groups"):
     params = list(model.parameters()) + list(model.buffers())
     master = list(zopt.single_partition_of_fp32_groups)
     grads.append(getattr(zopt, "grads_in_partition", None))
+elif hasattr(zopt, "fp32_groups_flat_partition"):
+    # BF16_Optimizer: the fp32 partition, and the fp32 buffer gradients accumulate in.
+    params = list(model.parameters()) + list(model.buffers())
+    master = list(zopt.fp32_groups_flat_partition)
+    grads.extend(zopt.fp32_groups_gradients_flat)
+else:
+    # FP16_Optimizer (no ZeRO, 16-bit): fp32 master weights of the whole model; or, in fp32,
+    # the client optimizer alone.
+    params = list(model.parameters()) + list(model.buffers())
+    # (FP16_UnfusedOptimizer keeps one fp32 copy per parameter: fp32_groups.)
+    master = list(getattr(zopt, "fp32_groups_flat", None)
+                  or [p for g in getattr(zopt, "fp32_groups", []) for p in g])
 for bucket in getattr(zopt, "ipg_buckets", {}).values():
     buf = bucket.buffer
     comm.extend(buf if isinstance(buf, (list, tuple)) else [buf])
@@ -102,6 +122,11 @@ truth = {
     "communication": block_bytes(comm),
     "batch": batch,
 }
+if peak:
+    torch.cuda.nvtx.mark("truth")
+    truth["at_peak"], truth["live_now"] = dist_models.at_peak({
+        "parameter": params, "gradient": grads, "optimizer_state": master + state,
+        "communication": comm})
 dist_models.say_truth(truth, mode, rank)
 dist.barrier()
 dist.destroy_process_group()

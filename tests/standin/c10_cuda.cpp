@@ -156,6 +156,31 @@ class NativeCachingAllocator : public CUDAAllocator {
         }
   }
 
+  // A free of a block another stream still uses (as after `record_stream`): requested now (the
+  // allocated bytes drop), completed by a later `process_events` once the stream's work is
+  // done, the block reusable only then.
+  std::vector<void *> deferred;
+  void free_deferred(void *ptr) {
+    for (auto &s : segments)
+      for (auto &b : s.blocks)
+        if (b.ptr == ptr && !b.free) {
+          record(TraceEntry::FREE_REQUESTED, (size_t)b.ptr, b.asked);
+          deferred.push_back(ptr);
+          return;
+        }
+  }
+
+  void process_events() {
+    for (void *ptr : deferred)
+      for (auto &s : segments)
+        for (auto &b : s.blocks)
+          if (b.ptr == ptr && !b.free) {
+            b.free = true;
+            record(TraceEntry::FREE_COMPLETED, (size_t)b.ptr, b.asked);
+          }
+    deferred.clear();
+  }
+
   void empty_cache() {
     for (size_t i = 0; i < segments.size();) {
       bool idle = true;
@@ -198,5 +223,7 @@ using c10::cuda::CUDACachingAllocator::native;
 
 extern "C" __attribute__((visibility("default"))) void *standin_malloc(size_t size) { return native.malloc(size); }
 extern "C" __attribute__((visibility("default"))) void standin_free(void *p) { native.free(p); }
+extern "C" __attribute__((visibility("default"))) void standin_free_deferred(void *p) { native.free_deferred(p); }
+extern "C" __attribute__((visibility("default"))) void standin_process_events() { native.process_events(); }
 extern "C" __attribute__((visibility("default"))) void standin_empty_cache() { native.empty_cache(); }
 extern "C" __attribute__((visibility("default"))) void standin_use_pool(unsigned long long id) { native.pool = id; }

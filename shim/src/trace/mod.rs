@@ -13,7 +13,7 @@ use crate::os::say;
 use crate::state;
 use core::cell::{Cell, UnsafeCell};
 use core::ffi::{c_int, c_void};
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use gpushim_core::fixedfmt::Escaped;
 use gpushim_core::trace::format::DEVICE_UNKNOWN;
 use gpushim_core::trace::recorder::{self, OpenOptions, PATH_CAP, Recorder};
@@ -477,9 +477,24 @@ fn read_cmdline(buf: &mut [u8]) -> usize {
 }
 
 /// At exit: marks the trace complete and says where it is and what was lost.
+/// What a hook records at exit before the trace is marked clean (PyTorch's last free
+/// requests not yet recorded): set by [`before_exit`]; 0 for nothing.
+static BEFORE_EXIT: AtomicUsize = AtomicUsize::new(0);
+
+/// `f` records what it holds at exit, before the trace is marked clean (one such function).
+pub fn before_exit(f: fn()) {
+    BEFORE_EXIT.store(f as usize, Ordering::Release);
+}
+
 pub fn at_exit() {
     if !RECORDER.is_ready() {
         return;
+    }
+    let before = BEFORE_EXIT.load(Ordering::Acquire);
+    if before != 0 {
+        // SAFETY: only `fn()` values are stored in `BEFORE_EXIT` (see `before_exit`).
+        let f: fn() = unsafe { core::mem::transmute::<usize, fn()>(before) };
+        f();
     }
     stop_summarizer();
     RECORDER.mark_clean_exit();

@@ -16,7 +16,7 @@ mod tracker;
 
 pub use decided::Decided;
 pub use phase::{
-    DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Phase, backward_node_of, fsdp2_resharding,
+    DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Phase, backward_node_of, fsdp_resharding,
     kept_world_size, parallel_frameworks, phase_of_stack, workspace_sizes, world_size_text,
 };
 pub use tracker::{KindTracker, Settling, StepsBegun, replay_with_kinds};

@@ -163,22 +163,31 @@ fn data_parallel_phase(file: &str, function: &str) -> Option<Phase> {
     {
         return Some(Phase::Backward);
     }
-    // DeepSpeed's ZeRO optimizers' `step`: the work on this rank's partition around the client
+    // DeepSpeed's optimizers' `step`: the work on this rank's partition around the client
     // optimizer's (the gradients' norm, the fp32 gradient, the overflow checks) is the step's.
-    if (file.ends_with("/deepspeed/runtime/zero/stage_1_and_2.py")
-        || file.ends_with("/deepspeed/runtime/zero/stage3.py"))
-        && function == "step"
-    {
+    if DEEPSPEED_OPTIMIZERS.iter().any(|f| file.ends_with(f)) && function == "step" {
         return Some(Phase::Optimizer);
     }
     None
 }
 
+/// DeepSpeed's optimizers that wrap the program's (its client optimizer): ZeRO's, and those it
+/// uses without ZeRO in 16 bits (`FP16_Optimizer`, fused and not) or for ZeRO-1 in bf16 with
+/// fp32 gradient accumulation (`BF16_Optimizer`).
+const DEEPSPEED_OPTIMIZERS: [&str; 5] = [
+    "/deepspeed/runtime/zero/stage_1_and_2.py",
+    "/deepspeed/runtime/zero/stage3.py",
+    "/deepspeed/runtime/fp16/fused_optimizer.py",
+    "/deepspeed/runtime/fp16/unfused_optimizer.py",
+    "/deepspeed/runtime/bf16_optimizer.py",
+];
+
 /// The data-parallel or sharded frameworks whose code the trace's Python frames show, named
 /// as a user knows them, in a fixed order. DeepSpeed is named by its ZeRO optimizer (stages 1
 /// and 2 share one, `stage_1_and_2.py`); DeepSpeed without one is named with what that means.
 pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
-    const KNOWN: [(&str, &str); 6] = [
+    const FP16: &str = "DeepSpeed without ZeRO in 16 bits (FP16_Optimizer: fp32 master weights of the whole model)";
+    const KNOWN: [(&str, &str); 9] = [
         (
             "/torch/nn/parallel/distributed.py\0",
             "DDP (DistributedDataParallel)",
@@ -197,6 +206,12 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
         ),
         ("/deepspeed/runtime/zero/stage3.py\0", DEEPSPEED_ZERO_3),
         (
+            "/deepspeed/runtime/bf16_optimizer.py\0",
+            "DeepSpeed BF16_Optimizer (ZeRO-1 in bf16 with fp32 gradient accumulation)",
+        ),
+        ("/deepspeed/runtime/fp16/fused_optimizer.py\0", FP16),
+        ("/deepspeed/runtime/fp16/unfused_optimizer.py\0", FP16),
+        (
             "/deepspeed/",
             "DeepSpeed without ZeRO (its tensors take the kinds their frames say)",
         ),
@@ -210,38 +225,93 @@ pub fn parallel_frameworks(reader: &TraceReader) -> Vec<&'static str> {
             }
         }
     }
-    // DeepSpeed's ZeRO named: not DeepSpeed without it too.
-    if seen[3] || seen[4] {
-        seen[5] = false;
+    // DeepSpeed's optimizer named: not DeepSpeed without one too.
+    if seen[3..8].iter().any(|&s| s) {
+        seen[8] = false;
     }
-    KNOWN
+    let mut names: Vec<&str> = KNOWN
         .iter()
         .zip(seen)
         .filter(|(_, s)| *s)
         .map(|((_, name), _)| *name)
-        .collect()
+        .collect();
+    names.dedup();
+    names
 }
 
-/// How FSDP2 (`fully_shard`) shards, where the frames show it: its parameters gathered again
-/// before each backward (the all-gathers of `FSDPState._pre_backward`: resharded after the
-/// forward), or, where a backward ran (its reduce-scatter, `foreach_reduce`) with none of
-/// those, kept from the forward to the backward (`reshard_after_forward=False`).
-pub fn fsdp2_resharding(reader: &TraceReader) -> Option<&'static str> {
-    const STATE: &str = "/torch/distributed/fsdp/_fully_shard/_fsdp_state.py\0";
-    const COLLECTIVES: &str = "/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py\0";
-    let (mut gathered_again, mut reduced) = (false, false);
+/// How FSDP shards, where the frames show it, for each of its APIs in the trace:
+/// - FSDP2 (`fully_shard`): its parameters gathered again before each backward (the
+///   all-gathers of `FSDPState._pre_backward`: resharded after the forward), or, where a
+///   backward ran (its reduce-scatter, `foreach_reduce`) with none of those, kept from the
+///   forward to the backward (`reshard_after_forward=False`);
+/// - FSDP1 (`FullyShardedDataParallel`): the same, from the flat parameters gathered in its
+///   `_pre_backward_hook` (`FULL_SHARD`, `HYBRID_SHARD`) or, where its post-backward hook
+///   reduced gradients with none of those, not (`SHARD_GRAD_OP`, `_HYBRID_SHARD_ZERO2`).
+pub fn fsdp_resharding(reader: &TraceReader) -> Option<String> {
+    // (file, function) of the gathering before a backward, and of the reduction after it.
+    const FSDP2: [(&str, &str); 2] = [
+        (
+            "/torch/distributed/fsdp/_fully_shard/_fsdp_state.py\0",
+            "_pre_backward",
+        ),
+        (
+            "/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py\0",
+            "foreach_reduce",
+        ),
+    ];
+    const FSDP1: [(&str, &str); 2] = [
+        (
+            "/torch/distributed/fsdp/_runtime_utils.py\0",
+            "_pre_backward_hook",
+        ),
+        (
+            "/torch/distributed/fsdp/_runtime_utils.py\0",
+            "_post_backward_hook",
+        ),
+    ];
+    let mut seen = [[false; 2]; 2];
     for text in reader.strings() {
         let text = text.replace('\\', "/");
-        gathered_again |= text.contains(STATE) && text.ends_with("_pre_backward");
-        reduced |= text.contains(COLLECTIVES) && text.ends_with("foreach_reduce");
+        for (api, frames) in [FSDP2, FSDP1].iter().enumerate() {
+            for (k, (file, function)) in frames.iter().enumerate() {
+                seen[api][k] |= text.contains(file) && text.ends_with(function);
+            }
+        }
     }
-    if gathered_again {
-        Some("its parameters gathered again for each backward (resharded after the forward)")
-    } else if reduced {
-        Some("its parameters kept from the forward to the backward (reshard_after_forward=False)")
-    } else {
-        None
-    }
+    let says = |api: usize, again: &str, kept: &str| match seen[api] {
+        [true, _] => Some(format!(
+            "its parameters gathered again for each backward ({again})"
+        )),
+        [false, true] => Some(format!(
+            "its parameters kept from the forward to the backward ({kept})"
+        )),
+        _ => None,
+    };
+    let both = seen.iter().filter(|s| s.iter().any(|&x| x)).count() > 1;
+    let named =
+        |api: &str, s: Option<String>| s.map(|s| if both { format!("{api} {s}") } else { s });
+    let out: Vec<String> = [
+        named(
+            "FSDP2:",
+            says(
+                0,
+                "resharded after the forward",
+                "reshard_after_forward=False",
+            ),
+        ),
+        named(
+            "FSDP1:",
+            says(
+                1,
+                "FULL_SHARD or HYBRID_SHARD",
+                "SHARD_GRAD_OP or _HYBRID_SHARD_ZERO2",
+            ),
+        ),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    (!out.is_empty()).then(|| out.join("; "))
 }
 
 /// The run's world size as the trace's header kept it (its `WORLD_SIZE`), where it is one.

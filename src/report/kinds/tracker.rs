@@ -4,7 +4,7 @@
 
 use super::Kind;
 pub use super::decided::StepsBegun;
-use super::maker::{BUCKET, Maker, SetupOrder, own};
+use super::maker::{DDP_APART, Maker, SetupOrder, own};
 use super::phase::{Phase, maybe_workspace, of_stack, workspace_fits, workspace_sizes};
 use crate::fasthash::FastMap;
 use crate::trace::format::{self, Record, RecordKind};
@@ -56,6 +56,10 @@ pub struct KindTracker {
     /// How many runs of the forward, the backward and the optimizer began in the records (a
     /// checkpoint's restored tensors begin none): how much of the run a ring's records hold.
     begun: StepsBegun,
+    /// DDP's buckets: whether any was made, and whether a backward has shown the parameters'
+    /// gradients apart from them (made by autograd and outliving the backward), which makes
+    /// them DDP's own buffers ([`KindTracker::ddp_gradients_apart`]).
+    ddp: (bool, bool),
 }
 
 /// The most tensors kept waiting for the first backward to say whether they were the forward's.
@@ -195,12 +199,17 @@ impl KindTracker {
             .by_stack
             .entry(r.ptr)
             .or_insert_with(|| of_stack(reader, r.ptr));
-        if let Maker::InOrder(line) = maker {
-            let before;
-            (maker, before) = self.setup.place(ptr, line);
-            if let Some(b) = before.and_then(|p| self.born.get_mut(&p)) {
-                b.maker = BUCKET;
+        match maker {
+            Maker::InOrder { line, earlier } => {
+                let before;
+                (maker, before) = self.setup.place(ptr, line, earlier);
+                if let Some(b) = before.and_then(|p| self.born.get_mut(&p)) {
+                    b.maker = Maker::Kept(earlier);
+                }
             }
+            Maker::DdpBucket if self.ddp.1 => maker = DDP_APART,
+            Maker::DdpBucket => self.ddp.0 = true,
+            _ => {}
         }
         let phase = self.in_step(phase);
         if phase != Phase::Unknown && self.current != Some(phase) {
@@ -329,6 +338,9 @@ impl KindTracker {
     /// lines' tensors still live belong to the forward: what it leaves for the backward. As a
     /// backward begins, the forward's tensors still live are the activations at their fullest.
     fn begin_run(&mut self, phase: Phase, time_ns: u64) {
+        if self.ddp == (true, false) && self.current == Some(Phase::Backward) {
+            self.ddp_gradients_apart();
+        }
         if phase == Phase::Backward {
             if self.current == Some(Phase::Program) && self.previous == Some(Phase::Forward) {
                 let run = self.run;
@@ -369,6 +381,35 @@ impl KindTracker {
         self.run += 1;
         if first {
             self.join_the_run_in_progress(phase);
+        }
+    }
+
+    /// A backward run ends while DDP's buckets live: where autograd's own gradients outlive it
+    /// (at least half the buckets' bytes, not counting cuBLAS's workspaces), the parameters'
+    /// gradients are apart from the buckets (no `gradient_as_bucket_view`; with it autograd's
+    /// gradient is copied into the bucket and freed within the backward), and every bucket,
+    /// live or to come, is DDP's own buffer.
+    fn ddp_gradients_apart(&mut self) {
+        let (mut buckets, mut gradients) = (0u64, 0u64);
+        for b in self.born.values() {
+            if b.maker == Maker::DdpBucket {
+                buckets = buckets.saturating_add(b.size);
+            } else if b.maker == Maker::Program
+                && b.phase == Phase::Backward
+                && b.run == self.run
+                && !maybe_workspace(b.phase, b.candidate)
+            {
+                gradients = gradients.saturating_add(b.size);
+            }
+        }
+        if buckets == 0 || gradients < buckets / 2 {
+            return;
+        }
+        self.ddp.1 = true;
+        for b in self.born.values_mut() {
+            if b.maker == Maker::DdpBucket {
+                b.maker = DDP_APART;
+            }
         }
     }
 

@@ -524,7 +524,7 @@ impl SummaryPass {
                 .map(str::to_string)
                 .collect(),
             world_size: super::kinds::kept_world_size(&info.env),
-            sharding: super::kinds::fsdp2_resharding(reader).map(str::to_string),
+            sharding: super::kinds::fsdp_resharding(reader),
             pid: info.pid,
             host: info.host.clone(),
             rank: (info.rank >= 0).then_some(info.rank),

@@ -6,9 +6,15 @@ them). No communication happens; the frames and the order of requests are the fr
          own code), the optimizer's state of the shard (twice it), and, from the post-backward
          hook (no frame of the engine's), its shard of the gradient; the unsharded gradient is
          let go; the optimizer's temporaries are the shard's size; the whole flat parameter
-         gathered for each forward (8 MiB), let go after it
+         gathered for each forward (8 MiB), let go after it, and gathered again before the
+         backward (FULL_SHARD), let go by the post-backward hook
+  fsdp1-grad-op  as fsdp1, the gathered flat parameter kept from the forward to the
+         post-backward hook (SHARD_GRAD_OP)
   ddp    the whole parameters, DDP's buckets (8 MiB: the gradients, as views) made at build and
          again before the second forward; the optimizer's state (16 MiB)
+  ddp-apart  as ddp without gradient_as_bucket_view: each backward's gradients (two of 4 MiB,
+         made by the engine) beside the buckets, let go as the next step begins
+         (zero_grad(set_to_none=True)); the buckets DDP's own buffers
 KINDS_BATCH=N: a batch N times as large (the input and the forward's tensors).
 JOB_LEAK_RANK=N: that rank alone keeps each step's last activation (3 MiB a step).
 usage: job.py LIBTORCH_CPU LIBC10_CUDA STEPS MODE"""
@@ -22,7 +28,10 @@ from torch import _standin  # noqa: E402
 _standin.load(sys.argv[1], sys.argv[2])
 
 from torch.distributed.fsdp._flat_param import FlatParamHandle  # noqa: E402
-from torch.distributed.fsdp._runtime_utils import _post_backward_hook  # noqa: E402
+from torch.distributed.fsdp._runtime_utils import (  # noqa: E402
+    _post_backward_hook,
+    _pre_backward_hook,
+)
 from torch.distributed.fsdp.fully_sharded_data_parallel import (  # noqa: E402
     FullyShardedDataParallel,
 )
@@ -57,20 +66,25 @@ class Net(Module):
         return x
 
 
-if mode == "fsdp1":
+fsdp = mode in ("fsdp1", "fsdp1-grad-op")
+grads = []
+if fsdp:
     # Built sharded: each rank holds its part of the flat parameter.
     handle = FlatParamHandle(8 * MiB, world)
     model = Net(0)
     opt = Adam([handle], 2 * (8 * MiB // world), 8 * MiB // world)
-    wrapped = FullyShardedDataParallel(model, handle)
-elif mode == "ddp":
+    wrapped = FullyShardedDataParallel(model, handle, mode == "fsdp1")
+elif mode in ("ddp", "ddp-apart"):
     model = Net(4 * MiB)
     wrapped = DistributedDataParallel(model, 8 * MiB)
     opt = Adam(model.layers, 8 * MiB)
 else:
-    sys.exit("mode: fsdp1 or ddp")
+    sys.exit("mode: fsdp1, fsdp1-grad-op, ddp or ddp-apart")
 
 for step in range(steps):
+    # zero_grad(set_to_none=True): the last step's gradients (DDP without the view) let go.
+    for g in grads:
+        _standin.free(g)
     x = _standin.empty(1 * MiB * _standin.BATCH)
     saved = []
     wrapped(x, saved)
@@ -78,11 +92,15 @@ for step in range(steps):
         kept.append(saved.pop())
     for a in saved:
         _standin.free(a)
-    if mode == "fsdp1":
-        # The engine's gradient of the whole flat parameter (made on its thread), then the
-        # hook, outside the engine's frames.
+    if fsdp:
+        # Before the backward the flat parameter gathered again (FULL_SHARD); the engine's
+        # gradient of the whole of it (made on its thread), then the hook, outside the
+        # engine's frames.
+        _pre_backward_hook(handle)
         unsharded = _standin.backward_tensor(8 * MiB)
         _post_backward_hook(handle, unsharded, world)
+    if mode == "ddp-apart":
+        grads = [_standin.backward_tensor(4 * MiB), _standin.backward_tensor(4 * MiB)]
     opt.step()
     _standin.free(x)
 print("trained", steps)

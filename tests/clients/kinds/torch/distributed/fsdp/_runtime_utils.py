@@ -1,7 +1,9 @@
 """As FSDP1's post-backward (torch/distributed/fsdp/_runtime_utils.py): run from a hook on a
 flat parameter's AccumulateGrad, so no frame of the autograd engine's is on the stack. It
 reduce-scatters the unsharded gradient into this rank's shard, which lives on as the flat
-parameter's gradient; the unsharded gradient is let go."""
+parameter's gradient; the unsharded gradient is let go. Before the backward, FULL_SHARD gathers
+the flat parameter again (`_pre_backward_hook`), let go by the post-backward; SHARD_GRAD_OP
+kept it from the forward, and lets it go there."""
 from torch import _standin
 
 
@@ -26,5 +28,11 @@ def _post_forward_reshard(handle):
     handle.reshard()
 
 
+def _pre_backward_hook(handle):
+    if handle.unsharded is None:
+        handle.unshard()
+
+
 def _post_backward_hook(handle, unsharded, world):
     _reduce_grad(handle, unsharded, world)
+    handle.reshard()

@@ -1,7 +1,9 @@
-"""As DDP (torch/nn/parallel/distributed.py) with gradient_as_bucket_view: the gradient buckets
-are made when it is built (`_ddp_init_helper`) and made again before the second step's forward
-(`_pre_forward` rebuilds them, the first let go); the parameters' gradients are views of them,
-so the backward keeps no gradient of its own."""
+"""As DDP (torch/nn/parallel/distributed.py): the gradient buckets are made when it is built
+(`_ddp_init_helper`) and made again before the second step's forward (`_pre_forward` rebuilds
+them, the first let go). With gradient_as_bucket_view the parameters' gradients are views of
+them, so the backward keeps no gradient of its own; without it (the default) the backward's
+gradients stand beside the buckets, which are DDP's own buffers (the program's job.py makes
+those gradients)."""
 from torch import _standin
 
 
