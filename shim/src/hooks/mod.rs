@@ -3,8 +3,8 @@
 //! has), [`host`] (pinned host memory), for the pool [`streams`] (streams, contexts,
 //! captures, resets), [`pointers`] (pointer queries) and [`ipc`], [`pluggable`] (PyTorch's
 //! pluggable allocator), [`serve`] (a request the pool answers), [`torch`] (PyTorch's
-//! allocator trace) and [`nvtx`]; and what every hook shares: find the real function, enter
-//! the re-entrancy guard, call, record.
+//! allocator trace, its late frees held in [`requested`]) and [`nvtx`]; and what every hook
+//! shares: find the real function, enter the re-entrancy guard, call, record.
 
 pub mod driver;
 pub mod graph;
@@ -14,6 +14,7 @@ pub mod memory;
 pub mod nvtx;
 pub mod pluggable;
 pub mod pointers;
+pub mod requested;
 pub mod runtime;
 pub mod serve;
 pub mod streams;

@@ -168,7 +168,7 @@ pub fn maker_of(reader: &TraceReader, stack: u64) -> Maker {
 /// A frame's function as its source names it: Python 3.11 on names a frame by its qualified
 /// name (`DeepSpeedZeroOptimizer.__init__`), and a comprehension's (before 3.12, which runs
 /// them in their function's frame) by its function's with `.<locals>.<listcomp>` after it.
-fn plain_name(function: &str) -> &str {
+pub(super) fn plain_name(function: &str) -> &str {
     const COMPREHENSIONS: [&str; 4] = [
         ".<locals>.<listcomp>",
         ".<locals>.<genexpr>",

@@ -19,7 +19,7 @@ pub use phase::{
     DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Phase, backward_node_of, fsdp_resharding,
     kept_world_size, parallel_frameworks, phase_of_stack, workspace_sizes, world_size_text,
 };
-pub use tracker::{KindTracker, Settling, StepsBegun, replay_with_kinds};
+pub use tracker::{KindTracker, Settling, StepsBegun};
 
 use serde::Serialize;
 
@@ -31,6 +31,34 @@ pub fn lasting_kind_of_stack(
 ) -> Option<Kind> {
     let phase = phase_of_stack(reader, stack);
     (phase != Phase::Unknown).then(|| maker::own(maker::maker_of(reader, stack), phase.lasting()))
+}
+
+/// The replay of the first `at` records of `reader` (as [`crate::report::live::replay_until`] makes
+/// it) and the kind of each live tensor then, by address.
+pub fn replay_with_kinds(
+    reader: &mut crate::trace::reader::TraceReader,
+    at: u64,
+) -> (
+    crate::report::live::Replay,
+    crate::fasthash::FastMap<u64, Kind>,
+) {
+    let mut kinds = KindTracker::default();
+    let mut window = Vec::new();
+    let rp = crate::trace::live::replay_until_seeing(reader, at, |reader, r, past| {
+        if past {
+            window.push(*r);
+        } else {
+            kinds.observe(reader, r);
+        }
+    });
+    let tensors: Vec<(u64, u64)> = rp
+        .live
+        .iter()
+        .filter(|(_, l)| l.api == crate::trace::format::Api::Torch as u8)
+        .map(|(&p, l)| (p, l.stack))
+        .collect();
+    let by_ptr = kinds.settle(reader, tensors, &window);
+    (rp, by_ptr)
 }
 
 /// What a tensor is for.

@@ -84,7 +84,7 @@ fn phase_of_frame(file: &str, function: &str) -> Option<Phase> {
     let file = file.replace('\\', "/");
     let qualified = function;
     // Python 3.11 on names a frame by its qualified name (`Linear.__init__`).
-    let function = function.rsplit('.').next().unwrap_or(function);
+    let function = super::maker::plain_name(function);
     let under = |dir: &str| file.contains(dir);
     if file == crate::report::symbolize::BACKWARD
         || file.ends_with("/torch/autograd/__init__.py")
@@ -143,8 +143,9 @@ fn phase_of_frame(file: &str, function: &str) -> Option<Phase> {
 ///   parameter's gradient (run from a hook on its `AccumulateGrad`, no frame of the engine's),
 ///   and the final callback, are the backward's.
 /// - DDP (`DistributedDataParallel`): its gradient buckets, made when it is built and made
-///   again before the second step's forward (`_pre_forward` rebuilds them), are gradients:
-///   with `gradient_as_bucket_view` the parameters' gradients are views of them.
+///   again before the second step's forward (`_pre_forward` rebuilds them), are the
+///   backward's: gradients where the parameters' gradients are views of them, else its
+///   buffers ([`super::maker::Maker::DdpBucket`] says which).
 fn data_parallel_phase(file: &str, function: &str) -> Option<Phase> {
     if file.contains("/torch/distributed/fsdp/_fully_shard/") {
         let reduce = matches!(

@@ -585,28 +585,3 @@ pub struct Settling {
     pub known: FastMap<u64, Kind>,
     pub open: FastMap<u64, ()>,
 }
-
-/// The replay of the first `at` records of `reader` (as [`crate::report::live::replay_until`] makes
-/// it) and the kind of each live tensor then, by address.
-pub fn replay_with_kinds(
-    reader: &mut TraceReader,
-    at: u64,
-) -> (crate::report::live::Replay, FastMap<u64, Kind>) {
-    let mut kinds = KindTracker::default();
-    let mut window = Vec::new();
-    let rp = crate::trace::live::replay_until_seeing(reader, at, |reader, r, past| {
-        if past {
-            window.push(*r);
-        } else {
-            kinds.observe(reader, r);
-        }
-    });
-    let tensors: Vec<(u64, u64)> = rp
-        .live
-        .iter()
-        .filter(|(_, l)| l.api == format::Api::Torch as u8)
-        .map(|(&p, l)| (p, l.stack))
-        .collect();
-    let by_ptr = kinds.settle(reader, tensors, &window);
-    (rp, by_ptr)
-}
