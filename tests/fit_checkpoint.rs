@@ -15,18 +15,25 @@ pub(crate) fn blocks(dir: &Path, batch: u64, ckpt: bool) -> PathBuf {
 /// The blocks program at `batch` in `mode` ("", "ckpt", "amp", "amp-grads", "amp-full",
 /// "amp-temps", "amp-summed" or "grads"): its trace.
 fn blocks_in(dir: &Path, batch: u64, mode: &str) -> PathBuf {
+    blocks_with(dir, batch, mode, &[])
+}
+
+/// The blocks program at `batch` in `mode`, with `env` set (BLOCKS_REDUCE,
+/// BLOCKS_TRANSFORMERS, ...): its trace.
+fn blocks_with(dir: &Path, batch: u64, mode: &str, env: &[(&'static str, &str)]) -> PathBuf {
     let t = if mode.is_empty() {
         dir.join(format!("b{batch}.trace"))
     } else {
         dir.join(format!("b{batch}-{mode}.trace"))
     };
+    let env: Vec<(&str, String)> = env.iter().map(|(k, v)| (*k, v.to_string())).collect();
     let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
     let mut args = vec![lib("libtorch_cpu.so"), lib("libc10_cuda.so"), "2".into()];
     if !mode.is_empty() {
         args.push(mode.into());
     }
     args.extend(["--batch-size".into(), batch.to_string()]);
-    assert_ok(&python_client(&t, "kinds/blocks.py", args, Vec::new()));
+    assert_ok(&python_client(&t, "kinds/blocks.py", args, env));
     t
 }
 
@@ -130,6 +137,69 @@ fn a_plain_run_predicts_the_checkpointed_programs_peaks() {
         ),
         "{said}"
     );
+}
+
+/// The same program's checkpointing predicted from its plain run at batch 1, as each way runs
+/// it: where each op's backward ends with the engine's reduction of a gradient to its input's
+/// shape (a bias's), a non-reentrant checkpoint lets each recomputed copy go as its node
+/// returns, before the reduction's staging buffer, where the plain run's saved output lived
+/// through it; a block of transformers' own is checkpointed reentrant (its forward made again
+/// whole), as transformers does by default; where each op's node saves its input (the op
+/// before's output), the block's backward begins at its last op's node, whose number the next
+/// block's first request (made before that block's first node) carries too. To the byte at 1,
+/// 2 and 4 against the checkpointed program each time, and said.
+#[test]
+fn a_checkpoint_is_predicted_as_pytorch_or_transformers_runs_it() {
+    let ways: [(&[(&'static str, &str)], bool); 4] = [
+        (&[("BLOCKS_REDUCE", "1")], false),
+        (&[("BLOCKS_INPUTS", "1")], false),
+        (&[("BLOCKS_TRANSFORMERS", "1")], true),
+        (
+            &[("BLOCKS_REDUCE", "1"), ("BLOCKS_TRANSFORMERS", "1")],
+            true,
+        ),
+    ];
+    for (env, reentrant) in ways {
+        let dir = tempdir("fit-ckpt-ways");
+        let plain = blocks_with(&dir, 1, "", env);
+        let p = plain.to_str().unwrap();
+        let v = json(&[
+            "fit",
+            p,
+            "--at",
+            "1",
+            "--batch",
+            "1,2,4",
+            "--checkpoint",
+            "auto",
+            "--json",
+        ]);
+        assert_eq!(
+            v["checkpoint"]["reentrant"], reentrant,
+            "{env:?}: {}",
+            v["checkpoint"]
+        );
+        let predicted = rows(&v);
+        for batch in [1u64, 2, 4] {
+            let truth = own_rows(&blocks_with(&dir, batch, "ckpt", env), batch);
+            let (p, t) = (row(&predicted, "", batch), row(&truth, "", batch));
+            assert_eq!(p, t, "{env:?} at batch {batch}");
+        }
+        let said = stdout(&gpushim_text(&[
+            "fit",
+            p,
+            "--at",
+            "1",
+            "--checkpoint",
+            "auto",
+        ]));
+        let way = if reentrant {
+            "as torch.utils.checkpoint(use_reentrant=True) does"
+        } else {
+            "as torch.utils.checkpoint(use_reentrant=False) does"
+        };
+        assert!(said.contains(way), "{env:?}: {said}");
+    }
 }
 
 /// Blocks whose ops make no temporary: nothing a block makes is freed inside it, so a saved

@@ -16,16 +16,11 @@
 //! their real size at 8x the batch, which landed in other cached blocks: +3.6% peak reserved
 //! under the defaults on an H100. Resized as PyTorch sizes them, +1.1% (docs/gpu-checks.md).
 
+use crate::report::torch_allocator::staging_shape;
 use crate::trace::reader::DeviceMake;
 
 /// Threads of the reduction's block in the configuration recognized here (32 x 4).
 const BLOCK_THREADS: u64 = 128;
-/// Bytes of the staging buffer per block of each output, per semaphore byte: 4-byte partial
-/// sums x 128 outputs a block x 128 (32 threads x 4 outputs) over a 4-byte semaphore.
-const UNIT_PER_SEMAPHORE_BYTE: u64 = 16_384;
-/// The most blocks across the outputs the semaphore counts (CUDA's grid limit in y, which
-/// PyTorch caps blocks per output at; a larger semaphore is not one of these).
-const MAX_SEMAPHORE_BYTES: u64 = 4 * 65_535;
 
 /// One global reduction's staging buffer as the run had it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,14 +38,7 @@ impl Reduction {
     /// bytes: a global reduction's staging buffer and its semaphore, when their sizes fit the
     /// configuration recognized here, on a device of `make`.
     pub(super) fn recognize(size: u64, next: u64, make: DeviceMake) -> Option<Reduction> {
-        if next == 0 || next % 4 != 0 || next > MAX_SEMAPHORE_BYTES {
-            return None;
-        }
-        let unit = next.checked_mul(UNIT_PER_SEMAPHORE_BYTE)?;
-        if size == 0 || size % unit != 0 {
-            return None;
-        }
-        let blocks = size / unit;
+        let (unit, blocks) = staging_shape(size, next)?;
         let across = next / 4;
         let per_multiprocessor = u64::from(make.threads_per_multiprocessor) / BLOCK_THREADS;
         let target = u64::from(make.multiprocessors).checked_mul(per_multiprocessor)?;

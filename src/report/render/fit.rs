@@ -328,7 +328,7 @@ fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_allocator::
         o,
         "with activation checkpointing of {} ({} blocks a step, {}): what the blocks kept \
          for the backward ({} at batch {}) goes once used in the forward, and is made \
-         again one block at a time in the backward{}",
+         again one block at a time in the backward, {}{}",
         crate::fixedfmt::Escaped(c.class.as_bytes()),
         c.per_step,
         if c.found {
@@ -338,6 +338,13 @@ fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_allocator::
         },
         human_bytes(c.saved_bytes),
         at,
+        if c.reentrant {
+            "its forward whole, as torch.utils.checkpoint(use_reentrant=True) does (the \
+             default of transformers' gradient_checkpointing_enable(), whose block this is)"
+        } else {
+            "up to its last saved tensor, each let go once its backward used it, as \
+             torch.utils.checkpoint(use_reentrant=False) does"
+        },
         if c.checkpointed < c.blocks {
             format!(
                 " ({} of {} blocks whose backward was not found run as they did)",

@@ -25,7 +25,7 @@ mod read;
 mod replayer;
 
 pub use autocast::{Autocast, AutocastSummary};
-pub use checkpoint::{Blocks, Checkpointing};
+pub use checkpoint::{Blocks, Checkpointing, staging_shape};
 
 pub use advice::{OomAdvice, RingStart, candidates, oom_advice_of, recommend, recorded_conf};
 pub use read::{Requests, as_replay, devices_only, read_by};

@@ -8,11 +8,24 @@ block's output, the next block's input); a loss; the backward, block by block in
 op: the node's gradient on the engine thread, then the op's saved output freed, the previous
 gradient freed; an optimizer step (its state made at the first).
 
-Checkpointed (`ckpt`): the forward keeps nothing for the backward, each op's input freed once
-the next op has made its temporary (as it is under no_grad, when nothing else holds it); the
-block's output is kept. The backward of each block first runs the block's forward again (the
-same requests, with their frees inside the block), frees the copy of the block's output, then
-runs the backward as above on what it made.
+Checkpointed (`ckpt`, as `torch.utils.checkpoint(use_reentrant=False)`): the forward keeps
+nothing for the backward, each op's input freed once the next op has made its temporary (as it
+is under no_grad, when nothing else holds it); the block's output is kept. The backward of each
+block first runs the block's forward again up to its last saved tensor (the second op's output:
+PyTorch's early stop), then runs the backward as above on what it made, each copy let go as
+soon as its node returns (before the engine's reduction, below). BLOCKS_TRANSFORMERS set: the
+block's forward is named as a file of transformers', and `ckpt` is reentrant, as transformers'
+`gradient_checkpointing_enable()` checkpoints by default: the block's forward again whole, the
+copy of its output freed at once, each copy let go as the run's own was.
+
+BLOCKS_REDUCE set: the backward of each block's first two ops (those with a bias) ends with the
+engine's reduction of a gradient to its input's shape (a bias's: its result, here a weight's
+size, then a staging buffer of 4.5 MiB a sample and its semaphore, both freed at once, then the
+result), after which the node's saved output is let go.
+
+BLOCKS_INPUTS set (not with BLOCKS_REDUCE): each op's node saves its input, the previous op's
+output, as PyTorch's matmul does, and lets go of it in the backward (the block's last op its
+own output too); checkpointed, an op's input is freed once the op has made its output.
 
 Under autocast (`amp`, not with `ckpt`): each op first makes its weight's 16-bit copy (half
 the weight, by a cast's node, ToCopyBackward0), kept for the backward with the op's output;
@@ -66,7 +79,10 @@ MiB = 1 << 20
 BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 TEMPS = os.environ.get("BLOCKS_TEMPS", "1") != "0"
 steps = int(sys.argv[3])
+reentrant = bool(os.environ.get("BLOCKS_TRANSFORMERS"))
 ckpt = "ckpt" in sys.argv[4:]
+REDUCE = bool(os.environ.get("BLOCKS_REDUCE"))
+INPUTS = bool(os.environ.get("BLOCKS_INPUTS"))
 handed = "grads" in sys.argv[4:]
 summed = "amp-summed" in sys.argv[4:]
 temps = "amp-temps" in sys.argv[4:]
@@ -126,17 +142,23 @@ class Block(Module):
                 _standin.free(used)  # the previous op's output: used, not kept
             return
         t = _standin.empty(128 * KiB * batch)
-        if not keep and outs:
-            _standin.free(outs[-1][1])  # the previous op's output: used, not kept
+        used = outs[-1][1] if not keep and outs else None
+        if used is not None and not INPUTS:
+            _standin.free(used)  # the previous op's output: used, not kept
         outs.append(op_output(size * batch))
+        if used is not None and INPUTS:
+            _standin.free(used)  # used by this op until its output was made
         _standin.free(t)
 
-    def forward(self, x, saved, keep):
-        # Three ops, each from a line of its own (as a block's forward reads: no loop).
+    def forward(self, x, saved, keep, ops=3):
+        # Three ops, each from a line of its own (as a block's forward reads: no loop); the
+        # first `ops` of them (a non-reentrant checkpoint's early stop).
         outs = []
         self.op(768 * KiB, outs, keep)
-        self.op(512 * KiB, outs, keep)
-        self.op(256 * KiB, outs, keep)
+        if ops > 1:
+            self.op(512 * KiB, outs, keep)
+        if ops > 2:
+            self.op(256 * KiB, outs, keep)
         if keep:
             saved.extend(outs)
         else:
@@ -144,13 +166,21 @@ class Block(Module):
         return outs[-1][1]
 
 
+if reentrant:
+    # A block of transformers' own, as its file names it.
+    code = Block.forward.__code__.replace(
+        co_filename="/site-packages/transformers/models/blocks/modeling_blocks.py")
+    Block.forward = type(Block.forward)(
+        code, Block.forward.__globals__, "forward", Block.forward.__defaults__)
+
 if os.environ.get("BLOCKS_LOCAL"):
     # As a class defined inside a function: its forward's qualified name is
     # `build.<locals>.Block.forward` (the frames' function name, from Python 3.11).
     import types
 
     code = Block.forward.__code__.replace(co_qualname="build.<locals>.Block.forward")
-    Block.forward = types.FunctionType(code, Block.forward.__globals__, "forward")
+    Block.forward = types.FunctionType(
+        code, Block.forward.__globals__, "forward", Block.forward.__defaults__)
 
 
 class Net(Module):
@@ -174,14 +204,15 @@ class Net(Module):
 passed = None  # `grads`: the input's gradient handed to the op before
 
 
-def backward_ops(ops, grad_bytes, first=False):
+def backward_ops(ops, grad_bytes, first=False, copies=()):
     """The backward of a block's ops, in reverse: each node's gradient, then its saved output
     freed, then the previous gradient. `first`: the model's first block, whose first op's
-    input (the batch) takes no gradient."""
+    input (the batch) takes no gradient. `copies`: saved outputs a non-reentrant checkpoint
+    made again, let go as soon as their node returns."""
     global passed
     prev = None
     first_op = min(node for node, _ in ops) if first else None
-    for node, out in reversed(ops):
+    for pos, (node, out) in reversed(list(enumerate(ops))):
         if amp and node in casts:
             # The weight's gradient cast back to its size: summed into .grad at once, or the
             # weight's .grad until the optimizer's step.
@@ -224,7 +255,25 @@ def backward_ops(ops, grad_bytes, first=False):
             for cast, size in ((node - 1, 512 * KiB), (node - 2, 512 * KiB * batch)):
                 sixteen[cast] = autograd.standin_backward_node(node, size)
                 assert sixteen[cast], "out of memory"
-        _standin.free(out)
+        if REDUCE and pos < 2:
+            if out in copies:
+                _standin.free(out)  # the node returned: the copy goes
+            result = autograd.standin_backward_node(node, 1 * MiB)
+            staging = autograd.standin_backward_node(node, 4608 * KiB * batch)
+            semaphore = autograd.standin_backward_node(node, 288 * batch)
+            assert result and staging and semaphore, "out of memory"
+            _standin.free(semaphore)
+            _standin.free(staging)
+            _standin.free(result)
+        if INPUTS:
+            # The node let go of what it saved: its input, the previous op's output (the
+            # block's last op, the block's output too).
+            if pos > 0:
+                _standin.free(ops[pos - 1][1])
+            if pos == len(ops) - 1:
+                _standin.free(out)
+        elif not (REDUCE and pos < 2 and out in copies):
+            _standin.free(out)
         if prev is not None:
             _standin.free(prev)
         prev = g
@@ -240,7 +289,7 @@ for step in range(steps):
     out = model(x, per_block, not ckpt)
     loss = _standin.empty(64 * KiB * batch)
     for i in reversed(range(BLOCKS)):
-        if ckpt:
+        if ckpt and reentrant:
             kept_output = per_block[i][0]
             again = []
             model.blocks[i](x, again, True)
@@ -249,6 +298,14 @@ for step in range(steps):
             _standin.free(copy)
             again.append(kept_output)
             backward_ops(again, 256 * KiB * batch)
+        elif ckpt:
+            # Made again up to the last saved tensor (the second op's output), the third op's
+            # node using the block's output the run kept.
+            again = []
+            model.blocks[i](x, again, True, 2)
+            copies = {out for _, out in again}
+            node = per_block[i][0][0]
+            backward_ops(again + [(node, per_block[i][0][1])], 256 * KiB * batch, copies=copies)
         else:
             backward_ops(per_block[i], 256 * KiB * batch, i == 0)
     opt.step()

@@ -146,7 +146,9 @@ pub(super) fn edits(
                     if let Some(c) = checkpointing {
                         c.remap(i, &mut e);
                     }
-                    out.push((e, Source::Other));
+                    if e.ev != Ev::Skip {
+                        out.push((e, Source::Other));
+                    }
                 }
             }
         }
