@@ -68,7 +68,7 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
             let t = r.time_ns + offset;
             // A checkpoint restores state: of the time before the ring it keeps NVML's samples
             // and a coarse series of live and reserved memory (below), not every change.
-            if rp.restoring || r.kind == RecordKind::Restore {
+            if rp.restored.active || r.kind == RecordKind::Restore {
                 if r.kind == RecordKind::DeviceMemory {
                     nvml.entry((n, r.device)).or_default().push((t, r.ptr));
                 }
@@ -116,7 +116,7 @@ fn gather(paths: &[std::path::PathBuf], opts: &ReadOptions) -> Result<Option<Dat
         }
         // The coarse series the checkpoint kept comes before the ring's detail.
         let mut coarse: BTreeMap<u8, Vec<Point>> = BTreeMap::new();
-        for &(t, d, live, reserved) in &rp.series {
+        for &(t, d, live, reserved) in &rp.restored.series {
             coarse
                 .entry(d)
                 .or_default()

@@ -182,9 +182,9 @@ impl OomPass {
         match r.kind {
             RecordKind::Restore => {}
             // A failure the checkpoint of a ring trace kept, with what was live then.
-            _ if rp.restoring => {
+            _ if rp.restored.active => {
                 if crate::trace::summary::is_failure(r)
-                    && let Some(s) = rp.snapshots.last().filter(|s| s.failure)
+                    && let Some(s) = rp.restored.snapshots.last().filter(|s| s.failure)
                 {
                     let mut holders = super::sites::snapshot_holders(
                         &s.holdings,

@@ -60,7 +60,7 @@ impl PeakFinder {
     /// One record, after `rp` applied it (the change it made is `c`).
     fn see_parts(&mut self, rp: &Replay, r: &Record, c: Change, said: &mut Vec<Said>) {
         use crate::trace::format::{Api, RecordKind};
-        if rp.restoring || r.kind == RecordKind::Restore {
+        if rp.restored.active || r.kind == RecordKind::Restore {
             return;
         }
         let framework_segment = r.kind == RecordKind::SegmentReserve && r.api == Api::Torch;
@@ -133,7 +133,7 @@ impl PeakFinder {
         // The checkpoint may keep several moments of one device (one per summarizing pass): its
         // peak is the highest of them.
         let mut highest: BTreeMap<u8, &crate::trace::live::Snapshot> = BTreeMap::new();
-        for snap in whole.snapshots.iter().filter(|s| !s.failure) {
+        for snap in whole.restored.snapshots.iter().filter(|s| !s.failure) {
             if !opts.filter.devices.is_empty() && !opts.filter.devices.contains(&snap.device) {
                 continue;
             }

@@ -391,7 +391,7 @@ impl EarlyMoments {
             && (self.log.len() as u64).saturating_mul(2) >= live;
         if (self.base.is_none() || renew) && self.afford(live) {
             let mut b = rp.for_devices(|_| true);
-            b.host = rp.host.clone();
+            b.pinned.by_address = rp.pinned.by_address.clone();
             COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             COPIED.fetch_add(live, std::sync::atomic::Ordering::Relaxed);
             self.base = Some(b);

@@ -217,7 +217,7 @@ impl LeaksFinder {
     /// One record, after `rp` applied it (making change `c`).
     fn see_parts(&mut self, rp: &Replay, r: &Record, c: Change) {
         // A checkpoint's records restore state; the boundaries it kept come with it.
-        if !(rp.restoring || r.kind == RecordKind::Restore) {
+        if !(rp.restored.active || r.kind == RecordKind::Restore) {
             self.finder.learn(r, c);
         }
     }
@@ -243,7 +243,7 @@ impl LeaksFinder {
         let finder = &self.finder;
         // A trace of any length: what marked the iterations before the ring, as the summarizer
         // chose it from the run's first allocations.
-        let restored_mark = whole.boundary_mark;
+        let restored_mark = whole.restored.boundary_mark;
         let chosen = choose(reader, finder, restored_mark, boundary);
         let boundary_not_found = boundary.filter(|_| chosen.is_none()).map(|_| {
             let mut seen: Vec<String> = finder

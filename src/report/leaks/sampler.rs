@@ -93,7 +93,7 @@ impl LeaksSampler {
             }
             _ => {}
         }
-        if rp.restoring || r.kind == RecordKind::Restore {
+        if rp.restored.active || r.kind == RecordKind::Restore {
             return;
         }
         match &c {
@@ -106,7 +106,7 @@ impl LeaksSampler {
             self.together.boundary(r.time_ns);
             if self.samples.wants() {
                 let base = if self.restored_matches {
-                    rp.boundary_count
+                    rp.restored.boundary_count
                 } else {
                     0
                 };
@@ -129,10 +129,11 @@ impl LeaksSampler {
         kinds: &crate::report::kinds::KindTracker,
     ) -> Leaks {
         let mut seen = self.seen;
-        let kept: Vec<Boundary> = if self.restored_matches && !rp.boundaries.is_empty() {
+        let kept: Vec<Boundary> = if self.restored_matches && !rp.restored.boundaries.is_empty() {
             // The checkpoint's boundaries, then the ring's, thinned together.
             let mut all: Thinned<Boundary> = Thinned::new(MAX_BOUNDARIES);
             for b in rp
+                .restored
                 .boundaries
                 .iter()
                 .cloned()
@@ -142,7 +143,7 @@ impl LeaksSampler {
                     all.push(b);
                 }
             }
-            seen = seen.saturating_add(rp.boundary_count);
+            seen = seen.saturating_add(rp.restored.boundary_count);
             all.into_items()
         } else {
             self.samples.into_items()
@@ -187,7 +188,7 @@ impl LeaksSampler {
             trace_cut: reader.stats().cut(),
             live_figures: reader
                 .stats()
-                .live_figures(rp.unmatched_frees - rp.unmatched_restored)
+                .live_figures(rp.unmatched_frees - rp.restored.unmatched_frees)
                 .map(str::to_string),
         }
     }

@@ -344,7 +344,7 @@ impl SummaryPass {
     /// device's figures, as [`SummaryPass::finish`] would give them at this record.
     pub fn so_far(&self, rp: &Replay) -> (u64, u64, Vec<DeviceSummary>) {
         let t = &self.t;
-        let restored = rp.api_totals.values().map(|&(calls, _, _)| calls);
+        let restored = rp.restored.api_totals.values().map(|&(calls, _, _)| calls);
         let events = restored.fold(t.events, u64::saturating_add);
         let duration_ns = if events > 0 { t.span_ns(rp) } else { 0 };
         (duration_ns, events, t.devices(rp))
@@ -380,7 +380,7 @@ impl SummaryPass {
     ) -> bool {
         use RecordKind::*;
         let t = &mut self.t;
-        if rp.restoring || r.status != 0 || t.site_of.is_some() {
+        if rp.restored.active || r.status != 0 || t.site_of.is_some() {
             return false;
         }
         let allocated = match (r.kind, r.api) {
@@ -434,7 +434,7 @@ impl SummaryPass {
             said.push(Said::Here(Slot::Nvml(r.device)));
         }
         self.before_shutdown(reader, rp, said);
-        if r.kind == RecordKind::TensorAlloc && !rp.restoring {
+        if r.kind == RecordKind::TensorAlloc && !rp.restored.active {
             self.tensor_peak(rp, r, said);
         }
     }
@@ -533,7 +533,7 @@ impl SummaryPass {
             events: t.events,
             apis: std::mem::take(&mut t.apis).into_iter().flatten().collect(),
             devices,
-            pinned_host_peak_bytes: rp.host_peak,
+            pinned_host_peak_bytes: rp.pinned.peak,
             unmatched_frees: rp.unmatched_frees,
             python_frames: (t.with_python > 0).then_some(PythonFrames {
                 allocations_with: t.with_python,
@@ -548,7 +548,11 @@ impl SummaryPass {
                 .tensors
                 .off
                 .map(|c| crate::trace::format::tensors_off::reason(c).to_string()),
-            health: health(info, &stats, rp.unmatched_frees - rp.unmatched_restored),
+            health: health(
+                info,
+                &stats,
+                rp.unmatched_frees - rp.restored.unmatched_frees,
+            ),
         };
         // Python's shutdown frees what the program's last lines held: after a clean exit, the
         // kinds as its code ended are those at its last allocation with Python frames.

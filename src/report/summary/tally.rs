@@ -90,7 +90,7 @@ impl Tally {
         self.nth += 1;
         // A checkpoint's records restore what the run did before the ring: state, not calls.
         // (Only a `Restore` record begins or ends restoring.)
-        if r.kind == RecordKind::Restore || rp.restoring {
+        if r.kind == RecordKind::Restore || rp.restored.active {
             if r.kind == RecordKind::Restore {
                 self.nvml_before
                     .extend(rp.facts.nvml.iter().map(|(&d, f)| (d, f.peak)));
@@ -296,7 +296,7 @@ impl Tally {
 
     /// What a ring trace's checkpoint counted of the records before the ring.
     pub(super) fn add_checkpoint_counts(&mut self, rp: &Replay) {
-        for (&api, &(calls, bytes, failed)) in &rp.api_totals {
+        for (&api, &(calls, bytes, failed)) in &rp.restored.api_totals {
             let Some(a) = crate::trace::format::Api::from_u8(api) else {
                 continue;
             };
@@ -309,7 +309,7 @@ impl Tally {
             s.bytes = s.bytes.saturating_add(bytes);
             self.events = self.events.saturating_add(calls);
         }
-        for s in rp.snapshots.iter().filter(|s| s.failure) {
+        for s in rp.restored.snapshots.iter().filter(|s| s.failure) {
             *self.ooms.entry(s.device).or_default() += 1;
         }
     }
@@ -404,7 +404,8 @@ mod tests {
     fn a_ring_with_no_call_after_its_checkpoint_spans_to_its_last_record() {
         let mut rp = Replay::default();
         rp.time_ns = 7_000_000_000;
-        rp.api_totals
+        rp.restored
+            .api_totals
             .insert(Api::CudaMalloc as u8, (45_003, 1 << 30, 0));
         let mut t = Tally::new();
         t.add_checkpoint_counts(&rp);

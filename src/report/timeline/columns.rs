@@ -147,7 +147,7 @@ pub struct Found {
 /// allocation made or freed (not a checkpoint's restoring, and not the raw `cudaMalloc` of a
 /// segment PyTorch's record claims a moment later).
 pub(super) fn changed(rp: &Replay, r: &Record, c: Change) -> Option<u8> {
-    if rp.restoring || r.kind == RecordKind::Restore {
+    if rp.restored.active || r.kind == RecordKind::Restore {
         return None;
     }
     let raw = rp.tensors.recorded() && matches!(r.kind, RecordKind::Alloc | RecordKind::PhysCreate);
@@ -176,7 +176,7 @@ impl ColumnsPass {
             self.found.lanes.or_default(d).change(rp, d, r.time_ns);
         } else if r.kind == RecordKind::DeviceMemory {
             self.found.lanes.or_default(r.device).sample(r.ptr, r.size);
-        } else if !rp.restoring && crate::trace::summary::is_failure(r) {
+        } else if !rp.restored.active && crate::trace::summary::is_failure(r) {
             let d = if r.device == DEVICE_UNKNOWN {
                 0
             } else {
@@ -189,8 +189,8 @@ impl ColumnsPass {
     /// What the pass found; `rp` is its replay at the end.
     pub fn finish(self, rp: &Replay) -> Found {
         let mut found = self.found;
-        found.series = rp.series.clone();
-        for snap in rp.snapshots.iter().filter(|s| !s.failure) {
+        found.series = rp.restored.series.clone();
+        for snap in rp.restored.snapshots.iter().filter(|s| !s.failure) {
             let e = found.peak_before.entry(snap.device).or_default();
             if snap.live > e.0 {
                 *e = (snap.live, snap.time_ns);

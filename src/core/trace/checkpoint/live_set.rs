@@ -90,7 +90,7 @@ pub(super) fn write(
             stream: l.stream,
         });
     }
-    let mut host: Vec<(u64, u64)> = rp.host.iter().map(|(&p, &s)| (p, s)).collect();
+    let mut host: Vec<(u64, u64)> = rp.pinned.by_address.iter().map(|(&p, &s)| (p, s)).collect();
     host.sort_unstable();
     for (p, s) in host {
         w.push(crate::trace::format::Record {

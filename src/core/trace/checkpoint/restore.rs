@@ -17,12 +17,12 @@ impl Replay {
     pub(in crate::trace) fn restore(&mut self, r: &Record) {
         let device = device_or_0(r.device);
         match r.status {
-            restore::BEGIN => self.restoring = true,
+            restore::BEGIN => self.restored.active = true,
             restore::END => {
-                self.restoring = false;
-                self.restoring_site = (0, 0, [0; 2]);
+                self.restored.active = false;
+                self.restored.site = (0, 0, [0; 2]);
             }
-            restore::SITE => self.restoring_site = (r.ptr, r.size, [0; 2]),
+            restore::SITE => self.restored.site = (r.ptr, r.size, [0; 2]),
             restore::FRAMEWORK_PHYSICAL => {
                 self.framework_physical.insert(r.ptr, (r.size, device));
             }
@@ -52,7 +52,7 @@ impl Replay {
                     d.peak_time_ns = r.time_ns;
                 }
             }
-            restore::HOST_PEAK => self.host_peak = self.host_peak.max(r.ptr),
+            restore::HOST_PEAK => self.pinned.peak = self.pinned.peak.max(r.ptr),
             restore::NVML => {
                 self.facts.nvml.insert(
                     r.device,
@@ -66,7 +66,7 @@ impl Replay {
             }
             restore::UNMATCHED => {
                 self.unmatched_frees = self.unmatched_frees.saturating_add(r.ptr);
-                self.unmatched_restored = self.unmatched_restored.saturating_add(r.ptr);
+                self.restored.unmatched_frees = self.restored.unmatched_frees.saturating_add(r.ptr);
             }
             restore::MEM_INFO => {
                 self.facts.mem_info.insert(device, (r.ptr, r.size));
@@ -74,12 +74,12 @@ impl Replay {
             restore::STARTED => self.ranges.start(r.size, r.ptr, self.index),
             restore::RANGE_OPEN => self.ranges.push(r.thread, r.ptr),
             restore::API => {
-                let t = self.api_totals.entry(r.api as u8).or_default();
+                let t = self.restored.api_totals.entry(r.api as u8).or_default();
                 t.0 = t.0.saturating_add(r.ptr);
                 t.1 = t.1.saturating_add(r.time_ns);
                 t.2 = t.2.saturating_add(r.size);
             }
-            restore::SNAPSHOT => self.snapshots.push(Snapshot {
+            restore::SNAPSHOT => self.restored.snapshots.push(Snapshot {
                 device,
                 failure: r.thread != 0,
                 time_ns: r.time_ns,
@@ -88,35 +88,41 @@ impl Replay {
                 ..Snapshot::default()
             }),
             restore::SNAPSHOT_MORE => {
-                if let Some(s) = self.snapshots.last_mut() {
+                if let Some(s) = self.restored.snapshots.last_mut() {
                     s.largest_free_block = r.ptr;
                     s.device_free = r.size.checked_sub(1);
                 }
             }
             // A checkpoint keeps at most MAX_BOUNDARIES: more is a hostile file, ignored.
-            restore::BOUNDARY if self.boundaries.len() >= MAX_RESTORED_BOUNDARIES => {}
+            restore::BOUNDARY if self.restored.boundaries.len() >= MAX_RESTORED_BOUNDARIES => {}
             restore::BOUNDARY => {
                 let by_site = self
+                    .restored
                     .boundaries
                     .last()
                     .map(|b| b.by_site.clone())
                     .unwrap_or_default();
-                self.boundaries.push(Boundary {
+                self.restored.boundaries.push(Boundary {
                     ordinal: r.ptr,
                     time_ns: r.time_ns,
                     total: r.size,
                     by_site,
                 });
             }
-            restore::SERIES => self.series.push((r.time_ns, device, r.ptr, r.size)),
-            restore::LAST_ALLOC => *slot(&mut self.last_alloc, r.thread) = r.ptr,
+            restore::SERIES => self
+                .restored
+                .series
+                .push((r.time_ns, device, r.ptr, r.size)),
+            restore::LAST_ALLOC => *slot(&mut self.threads.last_alloc, r.thread) = r.ptr,
             restore::AWAITING_CALLER => {
-                *slot(&mut self.awaiting_caller, r.thread) = Some((r.size != 0, r.ptr));
+                *slot(&mut self.threads.awaiting_caller, r.thread) = Some((r.size != 0, r.ptr));
             }
-            restore::PENDING_PHYSICAL => slot(&mut self.pending_physical, r.thread).push(r.ptr),
+            restore::PENDING_PHYSICAL => {
+                slot(&mut self.threads.pending_physical, r.thread).push(r.ptr)
+            }
             restore::BOUNDARY_MARK => {
-                self.boundary_count = r.size;
-                self.boundary_mark = Some(if r.thread == 0 {
+                self.restored.boundary_count = r.size;
+                self.restored.boundary_mark = Some(if r.thread == 0 {
                     BoundaryMark::Nvtx(r.ptr)
                 } else {
                     BoundaryMark::Site(r.ptr)
@@ -130,14 +136,14 @@ impl Replay {
     pub(in crate::trace) fn restore_holding(&mut self, r: &Record) {
         let count = restore::count_of(r);
         if r.device == DEVICE_UNKNOWN {
-            if let Some(b) = self.boundaries.last_mut() {
+            if let Some(b) = self.restored.boundaries.last_mut() {
                 if r.time_ns == 0 {
                     b.by_site.remove(&r.ptr);
                 } else if b.by_site.len() < MAX_RESTORED_SITES || b.by_site.contains_key(&r.ptr) {
                     b.by_site.insert(r.ptr, r.time_ns);
                 }
             }
-        } else if let Some(s) = self.snapshots.last_mut() {
+        } else if let Some(s) = self.restored.snapshots.last_mut() {
             s.holdings.push(Holding {
                 stack: r.ptr,
                 range: r.size,

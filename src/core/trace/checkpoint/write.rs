@@ -154,7 +154,7 @@ impl Summarizer {
         for (d, peak, t) in rp.peaks() {
             w.restore(restore::DEVICE_PEAK, d, peak, 0, t);
         }
-        w.restore(restore::HOST_PEAK, 0, rp.host_peak, 0, 0);
+        w.restore(restore::HOST_PEAK, 0, rp.pinned.peak, 0, 0);
         for r in self.nvml.items() {
             w.record(r);
         }

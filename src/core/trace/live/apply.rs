@@ -10,7 +10,7 @@ impl Replay {
     #[inline]
     pub fn apply(&mut self, r: &Record) -> Change {
         use RecordKind::*;
-        if !self.restoring && r.status == 0 && r.ptr != 0 {
+        if !self.restored.active && r.status == 0 && r.ptr != 0 {
             let f = match r.kind {
                 Alloc | TensorAlloc => Self::allocated,
                 Free | TensorFree => Self::freed,
@@ -38,14 +38,14 @@ impl Replay {
         if !matches!(r.kind, Holding | StringData | StackData) {
             self.time_ns = self.time_ns.max(r.time_ns);
         }
-        if self.restoring {
+        if self.restored.active {
             match r.kind {
                 Holding => {
                     self.restore_holding(r);
                     return Change::Other;
                 }
                 Caller => {
-                    self.restoring_site.2 = [r.ptr, r.size];
+                    self.restored.site.2 = [r.ptr, r.size];
                     return Change::Other;
                 }
                 _ => {}
@@ -61,7 +61,7 @@ impl Replay {
             // Any other record of the thread ends the window in which a StackRef belongs to
             // its allocation.
             if !r.kind.is_definition() {
-                take_last(&mut self.last_alloc, r.thread);
+                take_last(&mut self.threads.last_alloc, r.thread);
             }
             Change::Other
         })
@@ -77,18 +77,18 @@ impl Replay {
             }
             Free | FreeAsync | TensorFree if r.status == 0 && r.ptr != 0 => self.freed(r),
             HostAlloc if r.status == 0 && r.ptr != 0 => {
-                take_last(&mut self.last_alloc, r.thread);
-                if let Some(old) = self.host.insert(r.ptr, r.size) {
-                    self.host_live = self.host_live.saturating_sub(old);
+                take_last(&mut self.threads.last_alloc, r.thread);
+                if let Some(old) = self.pinned.by_address.insert(r.ptr, r.size) {
+                    self.pinned.live = self.pinned.live.saturating_sub(old);
                 }
-                self.host_live = self.host_live.saturating_add(r.size);
-                self.host_peak = self.host_peak.max(self.host_live);
+                self.pinned.live = self.pinned.live.saturating_add(r.size);
+                self.pinned.peak = self.pinned.peak.max(self.pinned.live);
                 Change::Other
             }
             HostFree if r.status == 0 && r.ptr != 0 => {
-                take_last(&mut self.last_alloc, r.thread);
-                match self.host.remove(&r.ptr) {
-                    Some(size) => self.host_live = self.host_live.saturating_sub(size),
+                take_last(&mut self.threads.last_alloc, r.thread);
+                match self.pinned.by_address.remove(&r.ptr) {
+                    Some(size) => self.pinned.live = self.pinned.live.saturating_sub(size),
                     None => self.unmatched_frees += 1,
                 }
                 Change::Other
@@ -118,8 +118,8 @@ impl Replay {
         } else {
             self.note_peak_by(before, device, r.ptr, false);
         }
-        if !self.restoring {
-            *slot(&mut self.last_alloc, r.thread) = r.ptr;
+        if !self.restored.active {
+            *slot(&mut self.threads.last_alloc, r.thread) = r.ptr;
             // A `Caller` follows only the program's own allocations (the shim names no
             // caller of the framework's tensors, whose owner is the framework), so a
             // tensor leaves none awaited: a thread whose last allocation was a tensor
@@ -129,7 +129,8 @@ impl Replay {
                     r.api,
                     crate::trace::format::Api::Torch | crate::trace::format::Api::Pluggable
                 );
-            *slot(&mut self.awaiting_caller, r.thread) = names_caller.then_some((false, r.ptr));
+            *slot(&mut self.threads.awaiting_caller, r.thread) =
+                names_caller.then_some((false, r.ptr));
         }
         Change::Alloc { ptr: r.ptr, device }
     }
@@ -138,7 +139,7 @@ impl Replay {
     #[inline]
     fn freed(&mut self, r: &Record) -> Change {
         use RecordKind::*;
-        take_last(&mut self.last_alloc, r.thread);
+        take_last(&mut self.threads.last_alloc, r.thread);
         // Copied into place: the value a removal hands back comes through memory
         // written piecewise, and reading it whole stalled the replay at every free.
         if self.live.remove_into(&r.ptr, &mut self.freed) {
@@ -161,6 +162,7 @@ impl Replay {
     #[inline]
     fn caller(&mut self, r: &Record) -> Change {
         let owner = self
+            .threads
             .awaiting_caller
             .get_mut(r.thread as usize)
             .and_then(Option::take);
@@ -180,19 +182,20 @@ impl Replay {
     fn stack_ref(&mut self, r: &Record) -> Change {
         let mut change = Change::Other;
         let counted = self
+            .threads
             .counted_raw
             .get_mut(r.thread as usize)
             .and_then(Option::take);
-        if let Some(p) = take_last(&mut self.last_alloc, r.thread)
+        if let Some(p) = take_last(&mut self.threads.last_alloc, r.thread)
             && let Some(l) = self.live.get_mut(&p)
         {
             l.stack = r.ptr;
             if l.kind == RecordKind::Alloc as u8 && self.tensors.recorded() {
                 change = Change::StackOfRaw;
-            } else if l.kind == RecordKind::Alloc as u8 && !self.restoring {
+            } else if l.kind == RecordKind::Alloc as u8 && !self.restored.active {
                 // Counted as its call site's own: a segment the framework may yet
                 // claim, the tensor's stack (the same) following.
-                *slot(&mut self.counted_raw, r.thread) = Some(CountedRaw::Made(p));
+                *slot(&mut self.threads.counted_raw, r.thread) = Some(CountedRaw::Made(p));
             } else if l.kind == RecordKind::TensorAlloc as u8
                 && counted == Some(CountedRaw::Claimed(r.ptr))
             {
@@ -219,9 +222,9 @@ impl Replay {
                 let before = self.add_bytes(device, r.size, r.time_ns);
                 self.note_peak_by(before, device, r.ptr, true);
                 self.add_physical(device, r.size, true);
-                if !self.restoring {
-                    slot(&mut self.pending_physical, r.thread).push(r.ptr);
-                    *slot(&mut self.awaiting_caller, r.thread) = Some((true, r.ptr));
+                if !self.restored.active {
+                    slot(&mut self.threads.pending_physical, r.thread).push(r.ptr);
+                    *slot(&mut self.threads.awaiting_caller, r.thread) = Some((true, r.ptr));
                 }
                 Change::Physical { device }
             }
@@ -255,7 +258,7 @@ impl Replay {
                 let device = device_or_0(r.device);
                 let change = match self.live.remove(&r.ptr) {
                     Some(l) => {
-                        if let Some(c) = self.counted_raw.get_mut(r.thread as usize)
+                        if let Some(c) = self.threads.counted_raw.get_mut(r.thread as usize)
                             && *c == Some(CountedRaw::Made(r.ptr))
                         {
                             *c = Some(CountedRaw::Claimed(l.stack));
@@ -267,6 +270,7 @@ impl Replay {
                     }
                     None => {
                         let pending = self
+                            .threads
                             .pending_physical
                             .get_mut(r.thread as usize)
                             .map(core::mem::take)

@@ -17,9 +17,9 @@ impl Replay {
     /// trace named, a few of them to an entry's bytes). A program that starts a thread a step
     /// names thousands, and there a copy costs its threads more than its live set.
     pub fn copy_cost(&self) -> u64 {
-        let threads = self.awaiting_caller.len()
-            + self.last_alloc.len()
-            + self.counted_raw.len()
+        let threads = self.threads.awaiting_caller.len()
+            + self.threads.last_alloc.len()
+            + self.threads.counted_raw.len()
             + self.ranges.threads();
         (self.live.len() + self.physical.len() + self.segments.len() + threads / 4) as u64
     }
@@ -44,22 +44,25 @@ impl Replay {
             physical,
             devices: self.devices.clone(),
             physical_bytes: self.physical_bytes.clone(),
-            host: FastMap::default(),
+            pinned: Pinned {
+                by_address: FastMap::default(),
+                ..self.pinned
+            },
             segments: self.segments.clone(),
             reserved: self.reserved.clone(),
             tensors: self.tensors.clone(),
             pooled: self.pooled.clone(),
-            pending_physical: self.pending_physical.clone(),
+            threads: self.threads.clone(),
             framework_physical: self.framework_physical.clone(),
             facts: self.facts.clone(),
-            awaiting_caller: self.awaiting_caller.clone(),
-            last_alloc: self.last_alloc.clone(),
-            counted_raw: self.counted_raw.clone(),
             ranges: self.ranges.clone(),
-            snapshots: Vec::new(),
-            boundaries: Vec::new(),
-            series: Vec::new(),
-            api_totals: BTreeMap::new(),
+            restored: Restored {
+                snapshots: Vec::new(),
+                boundaries: Vec::new(),
+                series: Vec::new(),
+                api_totals: BTreeMap::new(),
+                ..self.restored
+            },
             ..*self
         }
     }

@@ -92,15 +92,11 @@ pub struct Replay {
     pub(in crate::trace) devices: Vec<DeviceLive>,
     /// VMM physical bytes live per device (device memory the pool does not serve).
     pub physical_bytes: BTreeMap<u8, u64>,
-    /// Pinned host allocations by address (`cudaMallocHost`, `cudaHostAlloc`): size.
-    pub host: crate::fasthash::FastMap<u64, u64>,
-    pub host_live: u64,
-    pub host_peak: u64,
+    /// Pinned host memory (`cudaMallocHost`, `cudaHostAlloc`).
+    pub pinned: Pinned,
     /// Frees of addresses (or releases of handles) this trace never saw allocated: made before
     /// tracing began, or by a route the trace missed.
     pub unmatched_frees: u64,
-    /// Of them, those a checkpoint counted (the rest came after it).
-    pub unmatched_restored: u64,
     /// The pool's segments and the framework's, by base.
     pub segments: BTreeMap<u64, Segment>,
     pub reserved: BTreeMap<u8, u64>,
@@ -109,9 +105,8 @@ pub struct Replay {
     /// The devices whose allocation calls the shim's pool serves (it reserved a segment there):
     /// their live memory lies inside its segments.
     pooled: BTreeSet<u8>,
-    /// Per thread: VMM physical allocations made since its last framework record, which a
-    /// framework segment mapped next claims as reserved memory.
-    pub(in crate::trace) pending_physical: Vec<Vec<u64>>,
+    /// Per thread: what a record to come on it may still refer to.
+    pub(in crate::trace) threads: Threads,
     /// Physical allocations that back the framework's expandable segments: reserved, not live.
     pub(in crate::trace) framework_physical: FastMap<u64, (u64, u8)>,
     /// What the device said of itself: NVML's figure, CUDA's pools, `cudaMemGetInfo`.
@@ -119,16 +114,6 @@ pub struct Replay {
     /// The program's allocation that set the latest peak (a raw `cudaMalloc` or VMM handle the
     /// framework's segment record may yet claim).
     peak_by: Option<PeakBy>,
-    /// Per thread: its latest device allocation (whether a VMM handle, and its key) until the
-    /// `Caller` record that names who made it.
-    pub(in crate::trace) awaiting_caller: Vec<Option<(bool, u64)>>,
-    /// Per thread: the address of its latest allocation while a stack reference may still
-    /// follow it (0: none).
-    pub(in crate::trace) last_alloc: Vec<u64>,
-    /// Per thread: a device allocation made through CUDA whose stack counted as its call
-    /// site's own (made before the framework's tensors were known), then, once the framework's
-    /// segment claims it, its stack (see [`Change::StackOfRaw`]).
-    pub(in crate::trace) counted_raw: Vec<Option<CountedRaw>>,
     /// The NVTX ranges open, which name the allocations made in them.
     pub(in crate::trace) ranges: Ranges,
     /// The allocation the latest [`Change::Free`] took out of `live`.
@@ -136,10 +121,46 @@ pub struct Replay {
     /// Records applied.
     pub index: u64,
     pub time_ns: u64,
+    /// What a ring's checkpoint carried, and whether its records are being read.
+    pub restored: Restored,
+}
+
+/// Pinned host allocations by address (`cudaMallocHost`, `cudaHostAlloc`): their sizes, the
+/// bytes live and the most live at once.
+#[derive(Clone, Default)]
+pub struct Pinned {
+    pub by_address: crate::fasthash::FastMap<u64, u64>,
+    pub live: u64,
+    pub peak: u64,
+}
+
+/// Per thread (by the trace's thread index), what a record still to come on that thread may
+/// refer to.
+#[derive(Clone, Default)]
+pub(in crate::trace) struct Threads {
+    /// VMM physical allocations made since its last framework record, which a framework
+    /// segment mapped next claims as reserved memory.
+    pub(in crate::trace) pending_physical: Vec<Vec<u64>>,
+    /// Its latest device allocation (whether a VMM handle, and its key) until the `Caller`
+    /// record that names who made it.
+    pub(in crate::trace) awaiting_caller: Vec<Option<(bool, u64)>>,
+    /// The address of its latest allocation while a stack reference may still follow it (0:
+    /// none).
+    pub(in crate::trace) last_alloc: Vec<u64>,
+    /// A device allocation made through CUDA whose stack counted as its call site's own (made
+    /// before the framework's tensors were known), then, once the framework's segment claims
+    /// it, its stack (see [`Change::StackOfRaw`]).
+    pub(in crate::trace) counted_raw: Vec<Option<CountedRaw>>,
+}
+
+/// What a ring's checkpoint carried (the summary of the records before the ring), and whether
+/// the records being applied restore it.
+#[derive(Clone, Default)]
+pub struct Restored {
     /// Between a checkpoint's `BEGIN` and `END`: the records restore state, they are not calls.
-    pub restoring: bool,
+    pub active: bool,
     /// The call site the restored allocations take (stack, range, caller).
-    pub(in crate::trace) restoring_site: (u64, u64, [u64; 2]),
+    pub(in crate::trace) site: (u64, u64, [u64; 2]),
     /// Summaries the checkpoint carried: per API (calls, bytes, failures).
     pub api_totals: BTreeMap<u8, (u64, u64, u64)>,
     /// What was live at each moment the checkpoint kept (each device's peak, each failure).
@@ -152,6 +173,8 @@ pub struct Replay {
     /// Live and reserved memory over the time before the ring, coarse: (time, device, live,
     /// reserved).
     pub series: Vec<(u64, u8, u64, u64)>,
+    /// Frees of addresses never seen allocated that the checkpoint counted.
+    pub unmatched_frees: u64,
 }
 
 /// A segment of the shim's pool or of the framework's allocator (PyTorch's cache).
@@ -268,8 +291,8 @@ pub enum Change {
 impl Replay {
     /// What an allocation record makes live (an unknown device counts as device 0).
     fn live_of(&self, r: &Record) -> Live {
-        if self.restoring {
-            let (stack, range, caller) = self.restoring_site;
+        if self.restored.active {
+            let (stack, range, caller) = self.restored.site;
             return Live {
                 size: r.size,
                 device: device_or_0(r.device),
@@ -303,7 +326,11 @@ impl Replay {
 
     /// The allocation of `thread` a `StackRef` to come would name (0: none).
     pub fn last_alloc_of(&self, thread: u16) -> u64 {
-        self.last_alloc.get(thread as usize).copied().unwrap_or(0)
+        self.threads
+            .last_alloc
+            .get(thread as usize)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// The live allocations sorted by address (for walking the blocks of a segment in order).
@@ -352,7 +379,7 @@ impl Replay {
             {
                 before = p.before;
             }
-            self.peak_by = (!self.restoring).then_some(PeakBy {
+            self.peak_by = (!self.restored.active).then_some(PeakBy {
                 device,
                 key,
                 physical,
@@ -425,16 +452,22 @@ impl Replay {
     /// allocations a framework segment would claim.
     pub fn thread_pending(&self) -> Vec<ThreadPending> {
         let n = self
+            .threads
             .last_alloc
             .len()
-            .max(self.awaiting_caller.len())
-            .max(self.pending_physical.len());
+            .max(self.threads.awaiting_caller.len())
+            .max(self.threads.pending_physical.len());
         (0..n)
             .map(|t| ThreadPending {
                 thread: t as u16,
-                last_alloc: self.last_alloc.get(t).copied().unwrap_or(0),
-                awaiting_caller: self.awaiting_caller.get(t).copied().flatten(),
-                pending_physical: self.pending_physical.get(t).cloned().unwrap_or_default(),
+                last_alloc: self.threads.last_alloc.get(t).copied().unwrap_or(0),
+                awaiting_caller: self.threads.awaiting_caller.get(t).copied().flatten(),
+                pending_physical: self
+                    .threads
+                    .pending_physical
+                    .get(t)
+                    .cloned()
+                    .unwrap_or_default(),
             })
             .filter(|p| {
                 p.last_alloc != 0 || p.awaiting_caller.is_some() || !p.pending_physical.is_empty()

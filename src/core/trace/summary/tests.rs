@@ -184,7 +184,7 @@ fn state(rp: &Replay) -> State {
         live,
         peaks: rp.peaks().collect(),
         tensors: rp.tensors.by_device().collect(),
-        host_peak: rp.host_peak,
+        host_peak: rp.pinned.peak,
     }
 }
 
@@ -212,14 +212,14 @@ proptest! {
         for b in &bodies {
             restored.apply(&Record::decode(b).expect("a checkpoint's records decode"));
         }
-        prop_assert!(!restored.restoring, "the checkpoint ends its restoring");
+        prop_assert!(!restored.restored.active, "the checkpoint ends its restoring");
         for r in &all[k..] {
             restored.apply(r);
         }
         prop_assert_eq!(state(&restored), state(&whole));
         // Calls of each API: the checkpoint's count and the records after it.
         let calls = |rs: &[Record]| rs.iter().filter(|r| is_call(r)).count() as u64;
-        let restored_calls: u64 = restored.api_totals.values().map(|t| t.0).sum();
+        let restored_calls: u64 = restored.restored.api_totals.values().map(|t| t.0).sum();
         let tail = bodies
             .iter()
             .filter_map(Record::decode)
@@ -261,6 +261,7 @@ fn the_peak_snapshot_holds_what_was_live_at_the_peak() {
     ];
     let rp = restored_after(records(&ops).iter().map(body));
     let peak = rp
+        .restored
         .snapshots
         .iter()
         .find(|s| !s.failure)
@@ -408,7 +409,7 @@ proptest! {
                 Snapshot::of(rp.all_live().filter(|l| l.device == d), d, 0).holdings;
             want.sort_unstable();
             let snap = restored
-                .snapshots
+                .restored.snapshots
                 .iter()
                 .find(|s| !s.failure && s.device == d)
                 .expect("a snapshot of each device's peak");
@@ -468,7 +469,12 @@ fn a_checkpoints_peak_is_the_programs_whatever_segments_pytorch_took() {
         }
         let restored = restored_after(bodies);
         let (_, want, _) = straight.peaks().next().unwrap();
-        let snap = restored.snapshots.iter().find(|s| !s.failure).unwrap();
+        let snap = restored
+            .restored
+            .snapshots
+            .iter()
+            .find(|s| !s.failure)
+            .unwrap();
         assert_eq!(snap.live, want, "{name}: the checkpoint's peak");
         let held: u64 = snap.holdings.iter().map(|h| h.bytes).sum();
         assert_eq!(held, want, "{name}: what held the peak");
