@@ -110,8 +110,8 @@ fn glance_whole(trace: &Path, opts: &ReadOptions) -> Result<Glance, String> {
         return Err("the trace's summary was not made".into());
     };
     Ok(Glance {
-        program: s.program,
-        pid: s.pid,
+        program: s.run.program,
+        pid: s.run.pid,
         running,
         duration_ns: s.duration_ns,
         events: s.events,

@@ -47,8 +47,8 @@ fn side_by_side(all: &[Summary]) -> Vec<RankRow> {
         .iter()
         .flat_map(|s| {
             s.framework.iter().map(|f| RankRow {
-                trace: s.path.clone(),
-                rank: s.rank,
+                trace: s.run.path.clone(),
+                rank: s.run.rank,
                 device: f.device,
                 allocated_peak_bytes: f.allocated_peak_bytes,
                 reserved_peak_bytes: f.reserved_peak_bytes,
@@ -106,8 +106,8 @@ pub fn combine(all: &[Summary]) -> Combined {
                 .is_none_or(|l| d.peak_live_bytes > l.peak_live_bytes)
             {
                 c.largest_peak = Some(LargestPeak {
-                    trace: s.path.clone(),
-                    rank: s.rank,
+                    trace: s.run.path.clone(),
+                    rank: s.run.rank,
                     device: d.device,
                     peak_live_bytes: d.peak_live_bytes,
                 });
@@ -136,8 +136,8 @@ pub fn by_headroom(all: &[Summary]) -> Vec<RankMemory> {
         .iter()
         .flat_map(|s| {
             s.device_memory.iter().map(|m| RankMemory {
-                trace: s.path.clone(),
-                rank: s.rank,
+                trace: s.run.path.clone(),
+                rank: s.run.rank,
                 device: m.device,
                 nvml_peak_bytes: m.at_peak.nvml_bytes,
                 device_total_bytes: m.device_total_bytes,

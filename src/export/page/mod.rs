@@ -166,7 +166,7 @@ fn trace_data(
         let why = std::io::Error::other("the analysis is not whole");
         return Err(ReadError::Io(info.path, why));
     };
-    let label = match s.rank {
+    let label = match s.run.rank {
         Some(r) => format!("rank {r}"),
         None if saved => name.to_string(),
         None => info
@@ -208,9 +208,9 @@ fn trace_data(
     let data = json!({
         "label": label,
         "path": name,
-        "program": s.program,
-        "pid": s.pid,
-        "host": s.host,
+        "program": s.run.program,
+        "pid": s.run.pid,
+        "host": s.run.host,
         "duration_ns": s.duration_ns,
         "events": s.events,
         "lanes": lanes,

@@ -174,7 +174,7 @@ fn said(e: &serde_json::Error) -> String {
 
 fn analysis_of(t: SavedTrace, path: &Path) -> Analysis {
     let mut summary = t.summary;
-    summary.path = format!("{}:{}", t.host, t.name);
+    summary.run.path = format!("{}:{}", t.host, t.name);
     let mut leaks = t.leaks;
     if let Some(i) = leaks.iterations.as_mut() {
         i.boundary_times_ns = t.boundary_times_ns;

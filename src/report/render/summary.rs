@@ -22,11 +22,15 @@ impl Summary {
 
     /// The trace's process, its events, and the calls per API.
     fn render_calls(&self, o: &mut String) {
-        let rank = self.rank.map(|r| format!(", rank {r}")).unwrap_or_default();
+        let rank = self
+            .run
+            .rank
+            .map(|r| format!(", rank {r}"))
+            .unwrap_or_default();
         let _ = writeln!(
             o,
             "{}: {} (pid {} on {}{rank})",
-            self.path, self.program, self.pid, self.host
+            self.run.path, self.run.program, self.run.pid, self.run.host
         );
         let _ = writeln!(
             o,
@@ -34,21 +38,22 @@ impl Summary {
             self.events,
             human_duration(self.duration_ns)
         );
-        if !self.parallel.is_empty() {
+        if !self.run.parallel.is_empty() {
             // The world as the run's environment said it: the frames do not say it.
-            let world = match (self.rank, self.world_size) {
+            let world = match (self.run.rank, self.run.world_size) {
                 (Some(r), Some(n)) => format!("; rank {r} of {n} (its WORLD_SIZE)"),
                 (None, Some(n)) => format!("; {n} ranks (its WORLD_SIZE)"),
                 _ => "; the world size not said (no WORLD_SIZE in its environment)".into(),
             };
             let sharding = self
+                .run
                 .sharding
                 .as_ref()
                 .map_or(String::new(), |s| format!(", {s}"));
             let _ = writeln!(
                 o,
                 "data parallel, from the frames: {}{sharding}{world}",
-                self.parallel.join(", ")
+                self.run.parallel.join(", ")
             );
         }
         let _ = writeln!(o);

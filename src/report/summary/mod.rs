@@ -154,8 +154,10 @@ pub struct TraceHealth {
     pub running: bool,
 }
 
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct Summary {
+/// Which run a summary is of: the trace, the program, its process and host, and its place in a
+/// job (the frameworks the frames show, the sharding, the world size and the rank).
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct RunIdentity {
     pub path: String,
     pub program: String,
     /// The data-parallel or sharded frameworks the trace's frames show (DDP, FSDP2, ...).
@@ -171,6 +173,13 @@ pub struct Summary {
     pub pid: u32,
     pub host: String,
     pub rank: Option<i32>,
+}
+
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct Summary {
+    /// Which run: the trace, the program, its process and its place in a job.
+    #[serde(flatten)]
+    pub run: RunIdentity,
     pub duration_ns: u64,
     pub events: u64,
     pub apis: Vec<ApiStats>,
@@ -517,17 +526,19 @@ impl SummaryPass {
         let stats: DecodeStats = reader.stats().clone();
         let devices = t.devices(rp);
         let summary = Summary {
-            path: crate::files::shown(&info.path).to_string(),
-            program: info.program.clone(),
-            parallel: super::kinds::parallel_frameworks(reader)
-                .into_iter()
-                .map(str::to_string)
-                .collect(),
-            world_size: super::kinds::kept_world_size(&info.env),
-            sharding: super::kinds::fsdp_resharding(reader),
-            pid: info.pid,
-            host: info.host.clone(),
-            rank: (info.rank >= 0).then_some(info.rank),
+            run: RunIdentity {
+                path: crate::files::shown(&info.path).to_string(),
+                program: info.program.clone(),
+                parallel: super::kinds::parallel_frameworks(reader)
+                    .into_iter()
+                    .map(str::to_string)
+                    .collect(),
+                world_size: super::kinds::kept_world_size(&info.env),
+                sharding: super::kinds::fsdp_resharding(reader),
+                pid: info.pid,
+                host: info.host.clone(),
+                rank: (info.rank >= 0).then_some(info.rank),
+            },
             // Since the trace started (times are relative to its start).
             duration_ns: if t.events > 0 { t.span_ns(rp) } else { 0 },
             events: t.events,
