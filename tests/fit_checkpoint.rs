@@ -68,6 +68,22 @@ pub(crate) fn own_rows(trace: &Path, batch: u64) -> Vec<(String, u64, u64, u64)>
     rows(&json(&["fit", t, "--at", &b, "--batch", &b, "--json"]))
 }
 
+/// `fit --json` of the run at batch 1 at batches 1, 2 and 4, its blocks of `class`
+/// checkpointed.
+fn checkpointed_at_1_2_4(trace: &str, class: &str) -> serde_json::Value {
+    json(&[
+        "fit",
+        trace,
+        "--at",
+        "1",
+        "--batch",
+        "1,2,4",
+        "--checkpoint",
+        class,
+        "--json",
+    ])
+}
+
 /// From the plain run at batch 1, with its blocks named or found: the peak reserved and
 /// allocated of the checkpointed program at 1, 2 and 4, to the byte under the run's setting
 /// (the replay of the setting a run used is that run's own), and its peak allocated under
@@ -77,19 +93,7 @@ fn a_plain_run_predicts_the_checkpointed_programs_peaks() {
     let dir = tempdir("fit-ckpt");
     let plain = blocks(&dir, 1, false);
     let p = plain.to_str().unwrap();
-    let checkpointed = |class: &str| {
-        json(&[
-            "fit",
-            p,
-            "--at",
-            "1",
-            "--batch",
-            "1,2,4",
-            "--checkpoint",
-            class,
-            "--json",
-        ])
-    };
+    let checkpointed = |class: &str| checkpointed_at_1_2_4(p, class);
     let predicted = checkpointed("Block");
     let ck = &predicted["checkpoint"];
     assert_eq!(ck["class"], "Block", "{ck}");
@@ -163,17 +167,7 @@ fn a_checkpoint_is_predicted_as_pytorch_or_transformers_runs_it() {
         let dir = tempdir("fit-ckpt-ways");
         let plain = blocks_with(&dir, 1, "", env);
         let p = plain.to_str().unwrap();
-        let v = json(&[
-            "fit",
-            p,
-            "--at",
-            "1",
-            "--batch",
-            "1,2,4",
-            "--checkpoint",
-            "auto",
-            "--json",
-        ]);
+        let v = checkpointed_at_1_2_4(p, "auto");
         assert_eq!(
             v["checkpoint"]["reentrant"], reentrant,
             "{env:?}: {}",
