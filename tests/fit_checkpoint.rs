@@ -196,6 +196,79 @@ fn a_checkpoint_is_predicted_as_pytorch_or_transformers_runs_it() {
     }
 }
 
+/// `--checkpoint-way` overrides the frames: the same plain run (a block class not of
+/// transformers', so non-reentrant by default) asked `reentrant` predicts the program
+/// checkpointed reentrant to the byte, and `non-reentrant` the one checkpointed so; the two
+/// differ where the engine reduces a gradient (BLOCKS_REDUCE), and the text says the way asked.
+#[test]
+fn the_checkpoint_way_asked_is_the_way_predicted() {
+    let dir = tempdir("fit-ckpt-way");
+    let env = [("BLOCKS_REDUCE", "1")];
+    let plain = blocks_with(&dir, 1, "", &env);
+    let p = plain.to_str().unwrap();
+    let reentrant_dir = tempdir("fit-ckpt-way-reentrant");
+    let ask = |way: &str| {
+        json(&[
+            "fit",
+            p,
+            "--at",
+            "1",
+            "--batch",
+            "1,2,4",
+            "--checkpoint",
+            "auto",
+            "--checkpoint-way",
+            way,
+            "--json",
+        ])
+    };
+    let (re, non) = (ask("reentrant"), ask("non-reentrant"));
+    assert_eq!(re["checkpoint"]["reentrant"], true, "{}", re["checkpoint"]);
+    assert_eq!(re["checkpoint"]["way_asked"], true);
+    assert_eq!(non["checkpoint"]["reentrant"], false);
+    let (re, non) = (rows(&re), rows(&non));
+    assert_ne!(re, non, "the two ways differ on this program");
+    let with_transformers = [("BLOCKS_REDUCE", "1"), ("BLOCKS_TRANSFORMERS", "1")];
+    for batch in [1u64, 2, 4] {
+        let truth = own_rows(&blocks_with(&dir, batch, "ckpt", &env), batch);
+        assert_eq!(
+            row(&non, "", batch),
+            row(&truth, "", batch),
+            "non-reentrant at {batch}"
+        );
+        let truth = own_rows(
+            &blocks_with(&reentrant_dir, batch, "ckpt", &with_transformers),
+            batch,
+        );
+        assert_eq!(
+            row(&re, "", batch),
+            row(&truth, "", batch),
+            "reentrant at {batch}"
+        );
+    }
+    let said = stdout(&gpushim_text(&[
+        "fit",
+        p,
+        "--at",
+        "1",
+        "--checkpoint",
+        "auto",
+        "--checkpoint-way",
+        "reentrant",
+    ]));
+    assert!(
+        said.contains("its forward whole, as torch.utils.checkpoint(use_reentrant=True) does\n")
+            || said.contains(
+                "its forward whole, as torch.utils.checkpoint(use_reentrant=True) does ("
+            ),
+        "{said}"
+    );
+    assert!(!said.contains("whose block this is"), "{said}");
+    // Without --checkpoint it is refused.
+    let o = gpushim_text(&["fit", p, "--at", "1", "--checkpoint-way", "reentrant"]);
+    assert!(!o.status.success());
+}
+
 /// Blocks whose ops make no temporary: nothing a block makes is freed inside it, so a saved
 /// tensor lives to its block's end. Each is freed there once (its backward's free then frees
 /// the recomputed copy): the what-if holds less than the plain run at every batch, no less

@@ -268,6 +268,13 @@ pub enum Cmd {
         /// name it), or `auto` for the outermost class whose forward runs more than once a step.
         #[arg(long, value_name = "CLASS|auto", conflicts_with_all = ["with", "seq"])]
         checkpoint: Option<String>,
+        /// How --checkpoint makes a block again: `reentrant` (torch.utils.checkpoint with
+        /// use_reentrant=True: the block's forward whole, its backward a graph of its own) or
+        /// `non-reentrant` (use_reentrant=False: up to its last saved tensor, each copy let go
+        /// once used). Without it: reentrant for a block class of transformers' own (its
+        /// gradient_checkpointing_enable()'s default), else non-reentrant.
+        #[arg(long, value_name = "reentrant|non-reentrant", value_parser = ["reentrant", "non-reentrant"], requires = "checkpoint")]
+        checkpoint_way: Option<String>,
         /// What-if: the forward under torch.autocast to 16 bits (bf16 or fp16: the same
         /// sizes), from this run in 32 bits: which ops then run in 16 bits, the copies autocast
         /// makes of their inputs and of the parameters, and the 16-bit gradients, from the

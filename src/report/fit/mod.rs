@@ -197,6 +197,9 @@ pub struct Ask {
     /// What-if: the repeated blocks checkpointed, of the class named (`Some(None)`: found from
     /// the frames).
     pub checkpoint: Option<Option<String>>,
+    /// How the checkpoint what-if makes a block again: reentrant (`Some(true)`) or not
+    /// (`Some(false)`), else as the frames suggest (see `torch_allocator::Blocks::reentrant`).
+    pub checkpoint_reentrant: Option<bool>,
     /// What-if: the forward under autocast to this 16-bit type (`bf16`, `fp16`).
     pub autocast: Option<String>,
     /// One rank of the job at this world size (the batch per rank as the rows say), and the
@@ -407,7 +410,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     let checkpointing = match &ask.checkpoint {
         Some(class) => Some(
             input
-                .checkpointing(class.as_deref())
+                .checkpointing(class.as_deref(), ask.checkpoint_reentrant)
                 .map_err(FitError::Checkpoint)?,
         ),
         None => None,
@@ -535,6 +538,7 @@ impl Ask {
             second: None,
             seq: None,
             checkpoint: None,
+            checkpoint_reentrant: None,
             autocast: None,
             world_size: None,
             run_world_size: None,

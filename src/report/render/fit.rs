@@ -338,7 +338,9 @@ fn checkpoint_line(o: &mut String, at: u64, c: &crate::report::torch_allocator::
         },
         human_bytes(c.saved_bytes),
         at,
-        if c.reentrant {
+        if c.reentrant && c.way_asked {
+            "its forward whole, as torch.utils.checkpoint(use_reentrant=True) does"
+        } else if c.reentrant {
             "its forward whole, as torch.utils.checkpoint(use_reentrant=True) does (the \
              default of transformers' gradient_checkpointing_enable(), whose block this is)"
         } else {

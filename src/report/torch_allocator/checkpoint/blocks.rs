@@ -110,8 +110,13 @@ impl Stacks<'_> {
 
 impl Input {
     /// The run's blocks of `class` (found from the frames when `None`) and what checkpointing
-    /// them changes; `Err` says why no block can be found.
-    pub fn checkpointing(&self, class: Option<&str>) -> Result<Checkpointing, String> {
+    /// them changes, reentrant or not as `reentrant` asks (else as the frames suggest); `Err`
+    /// says why no block can be found.
+    pub fn checkpointing(
+        &self,
+        class: Option<&str>,
+        reentrant: Option<bool>,
+    ) -> Result<Checkpointing, String> {
         let mut stacks = Stacks {
             reader: &self.reader,
             seen: FastMap::default(),
@@ -128,7 +133,7 @@ impl Input {
                 crate::fixedfmt::Escaped(class.as_bytes())
             ));
         }
-        Ok(self.plan(class, found, blocks, per_step, &mut stacks))
+        Ok(self.plan((class, found), blocks, per_step, reentrant, &mut stacks))
     }
 
     /// The outermost module class whose `forward` runs more than once in a step.

@@ -57,6 +57,8 @@ pub struct Blocks {
     /// Made again as a reentrant checkpoint does (see the module's comment), else as
     /// `use_reentrant=False` does.
     pub reentrant: bool,
+    /// The way asked (`--checkpoint-way`), not taken from the frames.
+    pub way_asked: bool,
 }
 
 /// What checkpointing the blocks of a class changes in a run's events.
@@ -114,10 +116,10 @@ impl Input {
     /// block's forward is made again.
     fn plan(
         &self,
-        class: String,
-        found: bool,
+        (class, found): (String, bool),
         blocks: Vec<Checkpointed>,
         per_step: usize,
+        asked: Option<bool>,
         stacks: &mut Stacks<'_>,
     ) -> Checkpointing {
         let n = self.events.len();
@@ -128,7 +130,7 @@ impl Input {
             .flat_map(|(&a, fs)| fs.iter().map(move |&f| (f, a)))
             .collect();
         let begins = self.backward_begins(&blocks, stacks);
-        let reentrant = self.reentrant(&class, &blocks);
+        let reentrant = asked.unwrap_or_else(|| self.reentrant(&class, &blocks));
         let mut ck = Checkpointing {
             blocks: Blocks {
                 class,
@@ -138,6 +140,7 @@ impl Input {
                 checkpointed: 0,
                 saved_bytes: 0,
                 reentrant,
+                way_asked: asked.is_some(),
             },
             inserts: vec![Vec::new(); n + 1],
             recompute: vec![Vec::new(); blocks.len()],
