@@ -84,6 +84,18 @@ fn checkpointed_at_1_2_4(trace: &str, class: &str) -> serde_json::Value {
     ])
 }
 
+/// What `fit --checkpoint auto` of the run at batch 1 prints, with `more` arguments.
+fn checkpoint_text(trace: &str, more: &[&str]) -> String {
+    let args = [
+        &["fit", trace, "--at", "1", "--checkpoint", "auto"][..],
+        more,
+    ]
+    .concat();
+    let o = gpushim_text(&args);
+    assert_ok(&o);
+    stdout(&o)
+}
+
 /// From the plain run at batch 1, with its blocks named or found: the peak reserved and
 /// allocated of the checkpointed program at 1, 2 and 4, to the byte under the run's setting
 /// (the replay of the setting a run used is that run's own), and its peak allocated under
@@ -179,14 +191,7 @@ fn a_checkpoint_is_predicted_as_pytorch_or_transformers_runs_it() {
             let (p, t) = (row(&predicted, "", batch), row(&truth, "", batch));
             assert_eq!(p, t, "{env:?} at batch {batch}");
         }
-        let said = stdout(&gpushim_text(&[
-            "fit",
-            p,
-            "--at",
-            "1",
-            "--checkpoint",
-            "auto",
-        ]));
+        let said = checkpoint_text(p, &[]);
         let way = if reentrant {
             "as torch.utils.checkpoint(use_reentrant=True) does"
         } else {
@@ -246,16 +251,7 @@ fn the_checkpoint_way_asked_is_the_way_predicted() {
             "reentrant at {batch}"
         );
     }
-    let said = stdout(&gpushim_text(&[
-        "fit",
-        p,
-        "--at",
-        "1",
-        "--checkpoint",
-        "auto",
-        "--checkpoint-way",
-        "reentrant",
-    ]));
+    let said = checkpoint_text(p, &["--checkpoint-way", "reentrant"]);
     assert!(
         said.contains("its forward whole, as torch.utils.checkpoint(use_reentrant=True) does\n")
             || said.contains(
