@@ -15,7 +15,7 @@ const KIB: u64 = 1 << 10;
 /// The stand-in ZeRO job in `mode`, `steps` steps, as `world` ranks: their traces.
 fn zero_job(dir: &Path, mode: &str, world: u32, steps: u32) -> Vec<PathBuf> {
     let prefix = format!("{mode}.{world}.");
-    crate::kinds::ranks(dir, &prefix, "kinds/ds_job.py", world, steps, mode, vec![])
+    crate::kinds_jobs::ranks(dir, &prefix, "kinds/ds_job.py", world, steps, mode, vec![])
 }
 
 /// `[{"kind": k, "bytes": b}]` as a map, the kinds of some bytes.

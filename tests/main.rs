@@ -26,6 +26,7 @@ mod interposition;
 mod job_frames;
 mod job_on_hosts;
 mod kinds;
+mod kinds_jobs;
 mod kinds_zero;
 mod layers;
 mod long_runs;

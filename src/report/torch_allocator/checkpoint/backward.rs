@@ -29,6 +29,9 @@ pub fn staging_shape(size: u64, next: u64) -> Option<(u64, u64)> {
     Some((unit, size / unit))
 }
 
+/// Events before a saved tensor's free in which its node's return is looked for.
+const NODE_RETURN_WALK: usize = 64;
+
 impl Input {
     /// Where the backward node that let go of a saved tensor at event `f` returned, in the
     /// run (an event index): autograd lets go of what a node saved only after the engine has
@@ -38,9 +41,17 @@ impl Input {
     /// it returned. A copy made again goes as the node's function returns: before both.
     pub(super) fn node_returned(&self, f: usize, made: &FastMap<usize, usize>) -> usize {
         let ev = &self.events;
-        // The request before event `i`, past frees and segments' events.
-        let before = |i: usize| ev[..i].iter().rposition(|e| e.ev == Ev::Alloc);
         let mut at = f.min(ev.len());
+        // A node's return lies among the few events before the free: looked for there alone,
+        // so that a forged trace's long runs of frees cost each saved tensor no more.
+        let lo = at.saturating_sub(NODE_RETURN_WALK);
+        // The request before event `i`, past frees and segments' events.
+        let before = |i: usize| {
+            ev[lo..i.max(lo)]
+                .iter()
+                .rposition(|e| e.ev == Ev::Alloc)
+                .map(|j| lo + j)
+        };
         loop {
             let reduced = (|| {
                 let semaphore = before(at)?;
@@ -69,7 +80,7 @@ impl Input {
         // The gradients handed to the node, let go as it returned: frees just before, of
         // requests another node made.
         let node = before(at).map_or(0, |i| ev[i].sequence);
-        while let Some(i) = at.checked_sub(1) {
+        while let Some(i) = at.checked_sub(1).filter(|&i| i >= lo) {
             let handed = ev[i].ev == Ev::Free
                 && made
                     .get(&i)
@@ -164,6 +175,7 @@ impl Input {
                 .iter()
                 .rev()
                 .take_while(|r| e.sequence <= r.1)
+                .take(2)
                 .find(|r| i >= blocks[r.2].end && begins[r.2].is_none());
             if let Some(&(_, _, k)) = owner {
                 begins[k] = Some(i);
