@@ -305,6 +305,16 @@ fn example_trace(words: &[String], dir: &Path, trace: &Path) -> std::path::PathB
             crate::fit_autocast::layers(&own, 1, false);
         }
         layers
+    } else if words.iter().any(|w| w == "--shard") {
+        // A sharding what-if needs a run that keeps the whole model, blocks in its frames: the
+        // blocks program's DDP rank.
+        let own = dir.join("shard");
+        let ddp = own.join("b1-ddp.trace");
+        if !ddp.exists() {
+            std::fs::create_dir_all(&own).unwrap();
+            crate::fit_checkpoint::blocks_with(&own, 1, "ddp", &[("WORLD_SIZE", "2")]);
+        }
+        ddp
     } else if words.iter().any(|w| w == "--world-size") {
         // Another world size needs a job's rank: the stand-in job's, FSDP1 at 2.
         let own = dir.join("world");

@@ -20,7 +20,12 @@ fn blocks_in(dir: &Path, batch: u64, mode: &str) -> PathBuf {
 
 /// The blocks program at `batch` in `mode`, with `env` set (BLOCKS_REDUCE,
 /// BLOCKS_TRANSFORMERS, ...): its trace.
-fn blocks_with(dir: &Path, batch: u64, mode: &str, env: &[(&'static str, &str)]) -> PathBuf {
+pub(crate) fn blocks_with(
+    dir: &Path,
+    batch: u64,
+    mode: &str,
+    env: &[(&'static str, &str)],
+) -> PathBuf {
     let t = if mode.is_empty() {
         dir.join(format!("b{batch}.trace"))
     } else {
@@ -54,7 +59,11 @@ pub(crate) fn rows(v: &serde_json::Value) -> Vec<(String, u64, u64, u64)> {
 }
 
 /// The row at `batch` under `setting` ("" for the run's).
-fn row(rows: &[(String, u64, u64, u64)], setting: &str, batch: u64) -> (String, u64, u64, u64) {
+pub(crate) fn row(
+    rows: &[(String, u64, u64, u64)],
+    setting: &str,
+    batch: u64,
+) -> (String, u64, u64, u64) {
     rows.iter()
         .find(|x| x.0 == setting && x.1 == batch)
         .cloned()

@@ -286,6 +286,13 @@ pub enum Cmd {
         /// 1/N of the model, the rest kept; the batch per rank as the rows say.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with_all = ["with", "seq"])]
         world_size: Option<u64>,
+        /// What-if: the run's model sharded over the ranks as FSDP2 shards it (fully_shard on
+        /// each repeated block and on the model), from a run that keeps it whole (DDP, or one
+        /// process with --world-size): `full` lets each block's gathered parameters go after
+        /// its forward (reshard_after_forward=True), `grad-op` keeps them to its backward
+        /// (False). Over the run's world size, or --world-size N; one rank's rows, its batch.
+        #[arg(long, value_name = "full|grad-op", conflicts_with_all = ["with", "seq", "checkpoint", "autocast"])]
+        shard: Option<ShardWay>,
         /// The run's own world size, where its trace does not say it (no WORLD_SIZE set).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "world_size")]
         run_world_size: Option<u64>,
@@ -523,6 +530,13 @@ Examples:\n  gpushim plot run.trace                  # run.timeline.svg beside i
 pub enum FlameColor {
     Kind,
     Name,
+}
+
+/// How `fit --shard` shards: FSDP2's `reshard_after_forward` True or False.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShardWay {
+    Full,
+    GradOp,
 }
 
 /// What `plot` stacks.

@@ -107,6 +107,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         autocast,
         world_size,
         run_world_size,
+        shard,
         json,
         ..
     } = command
@@ -161,6 +162,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         autocast,
         world_size,
         run_world_size,
+        shard: shard.map(|s| s == super::args::ShardWay::Full),
     };
     let by_seq = with_seq.is_some() || seq_at.is_some() || seq.is_some();
     let ask = match with {

@@ -69,7 +69,13 @@ struct CUDAAllocator {
 namespace Native {
 // `asked`: the bytes the caller asked for, which PyTorch's trace gives (docs/cuda-facts.md).
 struct Block { char *ptr; size_t size; bool free; size_t asked; };
-struct Segment { char *base; size_t size; std::vector<Block> blocks; unsigned long long pool; };
+struct Segment {
+  char *base;
+  size_t size;
+  std::vector<Block> blocks;
+  unsigned long long pool;
+  unsigned long long stream;
+};
 
 class NativeCachingAllocator : public CUDAAllocator {
  public:
@@ -77,18 +83,21 @@ class NativeCachingAllocator : public CUDAAllocator {
   std::vector<Segment> segments;
   bool shifted = false;
   unsigned long long pool = 0;
+  // The stream the next requests are made on (0: the default stream), as PyTorch keeps a
+  // stream's blocks to it: a segment serves the stream it was made for.
+  unsigned long long stream = 0;
 
   void attachAllocatorTraceTracker(AllocatorTraceTracker tracker) override {
     trackers.push_back(tracker); // a copy, as PyTorch makes one per device
   }
 
-  void record(TraceEntry::Action a, size_t addr, size_t size) {
+  void record(TraceEntry::Action a, size_t addr, size_t size, unsigned long long on = 0) {
     TraceEntry e{};
     e.action_ = a;
     e.device_ = 0;
     e.addr_ = shifted ? size : addr;
     e.size_ = shifted ? addr : size;
-    e.stream_ = nullptr;
+    e.stream_ = reinterpret_cast<void *>(static_cast<uintptr_t>(on));
     e.mempool_ = {0, pool};
     for (const auto &t : trackers) t(e);
   }
@@ -99,7 +108,7 @@ class NativeCachingAllocator : public CUDAAllocator {
     Segment *best_seg = nullptr;
     size_t best_i = 0;
     for (auto &s : segments)
-      for (size_t i = 0; i < s.blocks.size() && s.pool == pool; i++) {
+      for (size_t i = 0; i < s.blocks.size() && s.pool == pool && s.stream == stream; i++) {
         Block &b = s.blocks[i];
         if (!b.free || b.size < size) continue;
         if (!best_seg || b.size < best_seg->blocks[best_i].size) {
@@ -115,7 +124,7 @@ class NativeCachingAllocator : public CUDAAllocator {
       s.blocks[i].size = size;
       s.blocks[i].free = false;
       s.blocks[i].asked = asked;
-      record(TraceEntry::ALLOC, (size_t)s.blocks[i].ptr, asked);
+      record(TraceEntry::ALLOC, (size_t)s.blocks[i].ptr, asked, stream);
       return s.blocks[i].ptr;
     }
     size_t seg = size < (1u << 20) ? (2u << 20) : (size + (2u << 20) - 1) & ~size_t((2u << 20) - 1);
@@ -138,8 +147,8 @@ class NativeCachingAllocator : public CUDAAllocator {
       record(TraceEntry::OOM, f, size);
       return nullptr;
     }
-    record(TraceEntry::SEGMENT_ALLOC, (size_t)p, seg);
-    Segment s{(char *)p, seg, {}, pool};
+    record(TraceEntry::SEGMENT_ALLOC, (size_t)p, seg, stream);
+    Segment s{(char *)p, seg, {}, pool, stream};
     s.blocks.push_back(Block{(char *)p, seg, true, 0});
     segments.push_back(s);
     return malloc(asked);
@@ -149,9 +158,9 @@ class NativeCachingAllocator : public CUDAAllocator {
     for (auto &s : segments)
       for (auto &b : s.blocks)
         if (b.ptr == ptr && !b.free) {
-          record(TraceEntry::FREE_REQUESTED, (size_t)b.ptr, b.asked);
+          record(TraceEntry::FREE_REQUESTED, (size_t)b.ptr, b.asked, s.stream);
           b.free = true;
-          record(TraceEntry::FREE_COMPLETED, (size_t)b.ptr, b.asked);
+          record(TraceEntry::FREE_COMPLETED, (size_t)b.ptr, b.asked, s.stream);
           return;
         }
   }
@@ -227,3 +236,4 @@ extern "C" __attribute__((visibility("default"))) void standin_free_deferred(voi
 extern "C" __attribute__((visibility("default"))) void standin_process_events() { native.process_events(); }
 extern "C" __attribute__((visibility("default"))) void standin_empty_cache() { native.empty_cache(); }
 extern "C" __attribute__((visibility("default"))) void standin_use_pool(unsigned long long id) { native.pool = id; }
+extern "C" __attribute__((visibility("default"))) void standin_use_stream(unsigned long long id) { native.stream = id; }

@@ -155,6 +155,9 @@ pub struct Fit {
     /// Another world size, when asked: every row is one rank's at it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub world_size: Option<WorldSize>,
+    /// The what-if of sharding the model, when asked: every row is one rank's under it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<torch_allocator::Sharded>,
 }
 
 impl Fit {
@@ -206,6 +209,9 @@ pub struct Ask {
     /// run's own when its trace does not say it.
     pub world_size: Option<u64>,
     pub run_world_size: Option<u64>,
+    /// What-if: the model sharded as FSDP2 shards it, resharded after the forward
+    /// (`Some(true)`) or not, over `world_size` or the run's.
+    pub shard: Option<bool>,
 }
 
 #[derive(Debug)]
@@ -219,6 +225,8 @@ pub enum FitError {
     Autocast(String),
     /// Another world size cannot be answered from this run.
     World(String),
+    /// The sharding what-if cannot be made of this run.
+    Shard(String),
 }
 
 impl std::fmt::Display for FitError {
@@ -229,6 +237,7 @@ impl std::fmt::Display for FitError {
             FitError::Checkpoint(s) => write!(f, "--checkpoint: {s}"),
             FitError::Autocast(s) => write!(f, "--autocast: {s}"),
             FitError::World(s) => write!(f, "--world-size: {s}"),
+            FitError::Shard(s) => write!(f, "--shard: {s}"),
         }
     }
 }
@@ -419,12 +428,16 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         Some(dtype) => Some(input.autocast(dtype).map_err(FitError::Autocast)?),
         None => None,
     };
-    let world = world::asked(input, &req, ask)?;
+    let (world, sharding) = match ask.shard {
+        Some(reshard) => (None, Some(world::sharding(input, ask, reshard)?)),
+        None => (world::asked(input, &req, ask)?, None),
+    };
     let done = std::sync::atomic::AtomicU64::new(0);
     let what_if = steps::WhatIfs {
         checkpointing: checkpointing.as_ref(),
         autocast: autocast.as_ref(),
         world: world.as_ref(),
+        sharding: sharding.as_ref(),
         without: None,
         working: opts.working,
         done: &done,
@@ -492,6 +505,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         incomplete: run.cut.clone(),
         leaking,
         world_size: world.map(|w| w.said),
+        shard: sharding.map(|s| s.said),
     })
 }
 
@@ -542,6 +556,7 @@ impl Ask {
             autocast: None,
             world_size: None,
             run_world_size: None,
+            shard: None,
         }
     }
 }

@@ -105,6 +105,8 @@ pub(super) struct WhatIfs<'a> {
     pub(super) autocast: Option<&'a torch_allocator::Autocast>,
     /// Another world size: the shards resized to it.
     pub(super) world: Option<&'a super::world::World>,
+    /// The model sharded as FSDP2 shards it.
+    pub(super) sharding: Option<&'a torch_allocator::Sharding>,
     /// Requests replayed as not made (none of their bytes): a leak's growth, for the steady
     /// step.
     pub(super) without: Option<&'a [bool]>,
@@ -165,6 +167,7 @@ pub(super) fn setting_fit(
                 &torch_allocator::WhatIf {
                     checkpointing: what_if.checkpointing,
                     autocast: what_if.autocast,
+                    sharding: what_if.sharding,
                     copy_size: &copy_size,
                 },
                 size,

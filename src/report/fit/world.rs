@@ -85,6 +85,32 @@ pub(super) fn asked(input: &Input, req: &Requests, ask: &Ask) -> Result<Option<W
     of(input, req, n, m).map(Some)
 }
 
+/// The sharding what-if of a run that keeps the whole model on each rank (DDP, or one process):
+/// over the world size asked, else the run's.
+pub(super) fn sharding(
+    input: &Input,
+    ask: &Ask,
+    reshard: bool,
+) -> Result<crate::report::torch_allocator::Sharding, FitError> {
+    let frameworks = crate::report::kinds::parallel_frameworks(input.reader());
+    if let Some(f) = frameworks.iter().find(|f| SHARDING.contains(f)) {
+        return Err(FitError::Shard(format!(
+            "the run is already sharded ({f}): --world-size answers it at another world size"
+        )));
+    }
+    let world = match ask.world_size {
+        Some(m) => m,
+        None => run_world(&input.reader().info().env, ask.run_world_size).map_err(|_| {
+            FitError::Shard(
+                "the trace does not say its world size (no WORLD_SIZE in the run's \
+                 environment): give the ranks to shard over with --world-size N"
+                    .into(),
+            )
+        })?,
+    };
+    input.sharding(world, reshard).map_err(FitError::Shard)
+}
+
 /// The run's world size: given, else its `WORLD_SIZE` as the trace's header kept it; never
 /// guessed.
 fn run_world(env: &[String], given: Option<u64>) -> Result<u64, FitError> {

@@ -73,6 +73,9 @@ pub fn render(f: &Fit) -> String {
     if let Some(a) = &f.autocast {
         autocast_line(&mut o, f.at, a);
     }
+    if let Some(s) = &f.shard {
+        shard_line(&mut o, s);
+    }
     if let Some(w) = &f.world_size {
         world_line(&mut o, w);
     }
@@ -259,6 +262,58 @@ fn seq_axis(o: &mut String, a: &SeqAxis, batch: u64) {
                 }
             );
         }
+    }
+}
+
+/// What `--shard` changed, in one line.
+fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sharded) {
+    use std::fmt::Write as _;
+    let kept = match s.way {
+        "full" => "let go after each forward and gathered again for its backward",
+        _ => "kept from its forward to its backward",
+    };
+    // The class is an identifier (the frames' `CLASS.forward`); escaped all the same.
+    let _ = writeln!(
+        o,
+        "one rank with the model sharded over {} ranks as FSDP2 shards it (--shard {}: \
+         fully_shard on each {} block, {} a step, and on the model): {} requests of parameters, \
+         optimizer state and the optimizer's temporaries ({} over the run) cut to 1/{}; DDP's \
+         buckets not made ({} over the run); a block's parameters ({}) and the rest ({}) \
+         gathered whole for their forward, {}, each with an all-gather output beside it; {} \
+         gradients let go at their block's reduce-scatter, which keeps 1/{} of them; the \
+         activations (the batch is per rank) as the run had them",
+        s.world,
+        s.way,
+        crate::fixedfmt::Escaped(s.class.as_bytes()),
+        s.per_step,
+        s.sharded_requests,
+        human_bytes(s.sharded_bytes),
+        s.world,
+        human_bytes(s.dropped_bytes),
+        human_bytes(s.unit_bytes),
+        human_bytes(s.root_bytes),
+        kept,
+        s.gradients,
+        s.world,
+    );
+    if s.gradients == 0 {
+        let _ = writeln!(
+            o,
+            "  the run made no gradient of its own (DDP's gradient_as_bucket_view=True, or \
+             gradients summed into from an earlier step): the rank's shards of them are not in \
+             the rows below, which are low by the model's gradients over {}",
+            s.world
+        );
+    }
+    if s.with_backward < s.blocks {
+        let _ = writeln!(
+            o,
+            "  {} of the run's {} blocks have no backward the frames show (no autograd \
+             sequence numbers): they are not gathered, so their rows are low by their \
+             gathered parameters",
+            s.blocks - s.with_backward,
+            s.blocks
+        );
     }
 }
 

@@ -23,9 +23,11 @@ mod autocast;
 mod checkpoint;
 mod read;
 mod replayer;
+mod sharding;
 
 pub use autocast::{Autocast, AutocastSummary};
 pub use checkpoint::{Blocks, Checkpointing, staging_shape};
+pub use sharding::{Sharded, Sharding};
 
 pub use advice::{OomAdvice, RingStart, candidates, oom_advice_of, recommend, recorded_conf};
 pub use read::{Requests, as_replay, devices_only, read_by};

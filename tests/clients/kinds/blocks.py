@@ -48,8 +48,18 @@ go at once.
 `.grad` until the optimizer's step) and its input's, a weight's size a sample, handed on to the
 op before (let go once that op's node has made its own).
 
+`ddp` is `grads` under DDP: its gradient buckets (the model's size) made when it is built and
+again before the second step (torch/nn/parallel/distributed.py's stand-in). `fsdp2` is `grads`
+with each block given to FSDP2's `fully_shard` (torch/distributed/fsdp/_fully_shard/'s
+stand-in): each weight a shard (1/WORLD_SIZE, default 2) and the optimizer's state and
+temporaries too; each block's weight gathered before its forward and let go after it, gathered
+again before its backward, its gradients reduce-scattered after it (the shard kept as its
+gradient until the optimizer's step); `fsdp2-keep` keeps the gathered weight from the forward to
+the backward (reshard_after_forward=False). What `gpushim fit --shard full|grad-op` predicts
+from the `ddp` run.
+
 usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS
-                 [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads]
+                 [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads|ddp|fsdp2|fsdp2-keep]
                  [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4). BLOCKS_TEMPS=0: the ops make no temporary, so nothing
 the block makes is freed inside it (checkpointed, each op's input is freed once its output is
@@ -83,7 +93,11 @@ reentrant = bool(os.environ.get("BLOCKS_TRANSFORMERS"))
 ckpt = "ckpt" in sys.argv[4:]
 REDUCE = bool(os.environ.get("BLOCKS_REDUCE"))
 INPUTS = bool(os.environ.get("BLOCKS_INPUTS"))
-handed = "grads" in sys.argv[4:]
+ddp = "ddp" in sys.argv[4:]
+reshard = "fsdp2" in sys.argv[4:]
+fsdp2 = reshard or "fsdp2-keep" in sys.argv[4:]
+world = int(os.environ.get("WORLD_SIZE", "2"))
+handed = "grads" in sys.argv[4:] or ddp or fsdp2
 summed = "amp-summed" in sys.argv[4:]
 temps = "amp-temps" in sys.argv[4:]
 full = "amp-full" in sys.argv[4:] or temps
@@ -124,7 +138,7 @@ def op_output(n, cast=False, cast_input=False):
 
 class Block(Module):
     def __init__(self):
-        self.weight = _standin.empty(1 * MiB)
+        self.weight = _standin.empty(1 * MiB // world if fsdp2 else 1 * MiB)
         self.grad = None
 
     def op(self, size, outs, keep):
@@ -188,9 +202,13 @@ class Net(Module):
         self.blocks = [Block() for _ in range(BLOCKS)]
 
     def forward(self, x, per_block, keep):
-        for b in self.blocks:
+        for k, b in enumerate(self.blocks):
             saved = []
+            if fsdp2:
+                groups[k].unshard()
             x = b(x, saved, keep)
+            if reshard:
+                groups[k].reshard()
             per_block.append(saved)
         if temps:
             # The forward's last op's temporaries, half a weight's size a sample, six at once
@@ -281,14 +299,40 @@ def backward_ops(ops, grad_bytes, first=False, copies=()):
 
 
 model = Net()
-opt = Adam(model.blocks, 2 * MiB)
+if ddp:
+    from torch.nn.parallel.distributed import DistributedDataParallel  # noqa: E402
+
+    wrapped = DistributedDataParallel(model, BLOCKS * MiB)
+if fsdp2:
+    from torch.distributed.fsdp._fully_shard import _fsdp_param_group  # noqa: E402
+
+    groups = [_fsdp_param_group.FSDPParamGroup(1 * MiB, world) for _ in model.blocks]
+    opt = Adam(model.blocks, 2 * MiB // world, 1 * MiB // world)
+else:
+    opt = Adam(model.blocks, 2 * MiB)
+shards = []  # fsdp2: each block's shard of its gradients, until the optimizer's step
 for step in range(steps):
     step_now = step
     x = _standin.empty(1 * MiB * batch)
+    if ddp:
+        wrapped._pre_forward()
     per_block = []
     out = model(x, per_block, not ckpt)
     loss = _standin.empty(64 * KiB * batch)
+    if fsdp2:
+        _fsdp_param_group.forward_end()
     for i in reversed(range(BLOCKS)):
+        if fsdp2:
+            if reshard:
+                groups[i].unshard(True, groups[i - 1] if i > 0 else None)
+            made = len(kept_grads)
+            backward_ops(per_block[i], 256 * KiB * batch, i == 0)
+            weight_grads = kept_grads[made:]
+            del kept_grads[made:]
+            shard = groups[i].post_backward(weight_grads, 1 * MiB * len(weight_grads))
+            if shard is not None:
+                shards.append(shard)
+            continue
         if ckpt and reentrant:
             kept_output = per_block[i][0]
             again = []
@@ -308,10 +352,13 @@ for step in range(steps):
             backward_ops(again + [(node, per_block[i][0][1])], 256 * KiB * batch, copies=copies)
         else:
             backward_ops(per_block[i], 256 * KiB * batch, i == 0)
+    if fsdp2:
+        _fsdp_param_group.step_end()
     opt.step()
-    for g in kept_grads:
+    for g in kept_grads + shards:
         _standin.free(g)
     kept_grads.clear()
+    shards.clear()
     _standin.free(loss)
     _standin.free(x)
 print("trained", steps)

@@ -147,7 +147,7 @@ impl Input {
 
     /// Where each block's backward begins: the first backward request (an event index) of one
     /// of its ops, by autograd sequence number; `None` where none is found.
-    pub(super) fn backward_begins(
+    pub(in crate::report::torch_allocator) fn backward_begins(
         &self,
         blocks: &[Checkpointed],
         stacks: &mut Stacks<'_>,

@@ -88,13 +88,23 @@ impl ClassBlocks {
 }
 
 /// What the requests say of their stacks, asked once per stack.
-pub(super) struct Stacks<'a> {
+pub(in crate::report::torch_allocator) struct Stacks<'a> {
     reader: &'a TraceReader,
     seen: FastMap<u64, (Phase, Vec<(String, u32)>)>,
 }
 
-impl Stacks<'_> {
-    pub(super) fn of(&mut self, stack: u64) -> &(Phase, Vec<(String, u32)>) {
+impl<'a> Stacks<'a> {
+    pub(in crate::report::torch_allocator) fn new(reader: &'a TraceReader) -> Stacks<'a> {
+        Stacks {
+            reader,
+            seen: FastMap::default(),
+        }
+    }
+
+    pub(in crate::report::torch_allocator) fn of(
+        &mut self,
+        stack: u64,
+    ) -> &(Phase, Vec<(String, u32)>) {
         let reader = self.reader;
         self.seen.entry(stack).or_insert_with(|| {
             let phase = phase_of_stack(reader, stack);
@@ -117,10 +127,7 @@ impl Input {
         class: Option<&str>,
         reentrant: Option<bool>,
     ) -> Result<Checkpointing, String> {
-        let mut stacks = Stacks {
-            reader: &self.reader,
-            seen: FastMap::default(),
-        };
+        let mut stacks = Stacks::new(&self.reader);
         let (class, found) = match class {
             Some(c) => (c.to_string(), false),
             None => (self.repeated_class(&mut stacks)?, true),
@@ -137,7 +144,10 @@ impl Input {
     }
 
     /// The outermost module class whose `forward` runs more than once in a step.
-    fn repeated_class(&self, stacks: &mut Stacks<'_>) -> Result<String, String> {
+    pub(in crate::report::torch_allocator) fn repeated_class(
+        &self,
+        stacks: &mut Stacks<'_>,
+    ) -> Result<String, String> {
         // Each class's outermost place in the stacks (counted from the root), its blocks'
         // bytes and the most blocks in a step: every class at once, in one walk of the events
         // (a walk per class was the classes times the events: minutes on a forged trace of
@@ -199,7 +209,11 @@ impl Input {
     }
 
     /// The blocks of `class` in the forward, in order, and the most in one step.
-    fn blocks_of(&self, class: &str, stacks: &mut Stacks<'_>) -> (Vec<Checkpointed>, usize) {
+    pub(in crate::report::torch_allocator) fn blocks_of(
+        &self,
+        class: &str,
+        stacks: &mut Stacks<'_>,
+    ) -> (Vec<Checkpointed>, usize) {
         let mut blocks: Vec<Checkpointed> = Vec::new();
         let (mut open, mut first, mut prev) = (false, None::<u64>, (0u64, 0u32));
         let (mut in_step, mut per_step, mut backward_since) = (0usize, 0usize, true);

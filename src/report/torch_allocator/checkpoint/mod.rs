@@ -34,10 +34,10 @@ mod backward;
 mod blocks;
 
 pub use backward::staging_shape;
+pub(super) use blocks::Stacks;
 
 use super::{Ev, Event, Input};
 use crate::fasthash::FastMap;
-use blocks::Stacks;
 
 /// The blocks a `--checkpoint` what-if checkpointed.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -97,13 +97,13 @@ enum Insert {
 
 /// One block's run of the forward.
 #[derive(Clone, Debug, Default)]
-struct Checkpointed {
+pub(super) struct Checkpointed {
     /// Its requests (event indices), in order.
-    allocs: Vec<usize>,
+    pub(super) allocs: Vec<usize>,
     /// Where its forward ends: the next request's event index.
-    end: usize,
+    pub(super) end: usize,
     /// Its ops' autograd sequence numbers, lowest and highest (0, 0: none).
-    seq: (u64, u64),
+    pub(super) seq: (u64, u64),
 }
 
 /// The address of block `k`'s recomputed copy of a tensor at `ptr`: no address CUDA gives.

@@ -533,7 +533,7 @@ pub fn replay_resized(
     bounds: &Bounds,
 ) -> Outcome {
     let mut r = Replayer::new(input, conf, bounds, false, events.as_run);
-    let what_if = events.what_if.checkpointing.is_some() || events.what_if.autocast.is_some();
+    let what_if = !events.what_if.none();
     // A what-if's edits, held once for all its replays where they repeat; else the run's.
     let repeating = match what_if {
         _ if every_event(input) => None,
@@ -561,9 +561,10 @@ pub fn replay_resized(
 /// autocast's, never both), made at its first replay and held for the rest; `None` where they
 /// do not repeat.
 fn edited_of<'a>(input: &Input, what_if: &WhatIf<'a>) -> Option<&'a Edited> {
-    let held = match (what_if.checkpointing, what_if.autocast) {
-        (Some(c), None) => &c.edited,
-        (None, Some(a)) => &a.edited,
+    let held = match (what_if.checkpointing, what_if.autocast, what_if.sharding) {
+        (Some(c), None, None) => &c.edited,
+        (None, Some(a), None) => &a.edited,
+        (None, None, Some(s)) => &s.edited,
         _ => return None,
     };
     held.get_or_init(|| Edited::of(input, what_if).map(std::sync::Arc::new))

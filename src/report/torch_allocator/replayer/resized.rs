@@ -76,6 +76,7 @@ pub(super) fn edits(
 ) {
     let events = &input.events;
     let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
+    let sharding = what_if.sharding;
     // Each event's place among the requests, for a checkpoint's recomputed requests (sized
     // as their originals); without one the count as the events go is enough.
     let index: Vec<usize> = match checkpointing {
@@ -131,18 +132,28 @@ pub(super) fn edits(
                 _ => (*e, Source::Other),
             }));
         }
+        if let Some(s) = sharding {
+            made.clear();
+            s.insert_before(events, i, at, made);
+            out.extend(made.iter().map(|e| (*e, Source::Other)));
+        }
     };
     for (i, e) in events.iter().enumerate() {
         insert(i, e.time_ns, &mut out, &mut made);
         let skipped = autocast.is_some_and(|a| a.skips(i));
         let this = n;
         n += usize::from(e.ev == Ev::Alloc);
-        if !skipped {
+        // Sharded: the event cut to its shard, its free moved, or not made.
+        let edited = match sharding {
+            Some(s) => s.edit(i, e),
+            None => Some(*e),
+        };
+        if let (false, Some(e)) = (skipped, edited) {
             match e.ev {
                 Ev::Oom | Ev::Skip => {}
-                Ev::Alloc => out.push((*e, Source::Request(this))),
+                Ev::Alloc => out.push((e, Source::Request(this))),
                 _ => {
-                    let mut e = *e;
+                    let mut e = e;
                     if let Some(c) = checkpointing {
                         c.remap(i, &mut e);
                     }
@@ -179,7 +190,7 @@ impl Input {
         what_if: &WhatIf<'a>,
         size: impl Fn(usize, u64, u64) -> (u64, bool) + 'a,
     ) -> Resized<'a> {
-        let no_what_if = what_if.checkpointing.is_none() && what_if.autocast.is_none();
+        let no_what_if = what_if.none();
         let as_run = no_what_if
             && self
                 .events
@@ -202,9 +213,18 @@ impl Input {
 pub struct WhatIf<'a> {
     pub checkpointing: Option<&'a crate::report::torch_allocator::Checkpointing>,
     pub autocast: Option<&'a crate::report::torch_allocator::Autocast>,
+    /// The model sharded over the ranks, as FSDP2 shards it.
+    pub sharding: Option<&'a crate::report::torch_allocator::Sharding>,
     /// The bytes at the replay's batch of an autocast copy of `bytes` at the run's, which
     /// scales as the request it copies (`Some(n)`) or not at all.
     pub copy_size: &'a dyn Fn(u64, Option<usize>) -> u64,
+}
+
+impl WhatIf<'_> {
+    /// No what-if asked: the run's own events.
+    pub fn none(&self) -> bool {
+        self.checkpointing.is_none() && self.autocast.is_none() && self.sharding.is_none()
+    }
 }
 
 impl Default for WhatIf<'_> {
@@ -212,6 +232,7 @@ impl Default for WhatIf<'_> {
         WhatIf {
             checkpointing: None,
             autocast: None,
+            sharding: None,
             copy_size: &|bytes, _| bytes,
         }
     }

@@ -30,6 +30,7 @@ def load(autograd_path, c10_path):
     _lib.standin_malloc.restype = ctypes.c_void_p
     _lib.standin_malloc.argtypes = (ctypes.c_size_t,)
     _lib.standin_free.argtypes = (ctypes.c_void_p,)
+    _lib.standin_use_stream.argtypes = (ctypes.c_ulonglong,)
     _autograd.standin_backward_one.restype = ctypes.c_void_p
     _autograd.standin_backward_one.argtypes = (ctypes.c_size_t,)
 

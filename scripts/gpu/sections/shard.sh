@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# sharding as a what-if: each rank's peaks under FSDP2 at 2 and 4 ranks, predicted from one DDP run at 2 (fit --shard full|grad-op), against real FSDP2 runs.
+# scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its config, AdamW, 4 steps) as
+# DDP at 2 ranks and batch 4 per rank under `gpushim run`, PyTorch's defaults; then `gpushim fit
+# r.0.trace --at 4 --batch 4,16 --shard full|grad-op --world-size W` for W of 2 and 4, against
+# real runs without the shim of fsdp2 (fully_shard per block and the root) and fsdp2-keep
+# (reshard_after_forward=False) at W ranks and batches 4 and 16, under the defaults and under
+# expandable segments (max_memory_reserved() and max_memory_allocated() of rank 0). With fewer
+# GPUs than ranks, rank 0 alone on one GPU through PyTorch's fake process group (every buffer
+# of the collectives made, no NCCL), the real runs eight at a time. One table; the answers and
+# truths kept in $OUT/shard-answers.tar.gz where OUT is set.
+#   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit)
+set -euo pipefail
+models=${*:-gpt2 bert vit}
+n=$(nvidia-smi -L | wc -l)
+work=$(mktemp -d)
+export DIST_TRUTH_DIR="$work"
+launch() { # WORLD: how a job of WORLD ranks is started here
+  if [ "$n" -ge "$1" ]; then
+    echo "torchrun --standalone --nproc-per-node $1"
+  else
+    echo "env DIST_FAKE=1 RANK=0 WORLD_SIZE=$1 python3"
+  fi
+}
+[ "$n" -ge 4 ] || echo "shard: $n GPU(s): rank 0 alone through PyTorch's fake process group where the job has more ranks"
+# The DDP runs, traced.
+for model in $models; do
+  if ! DIST_MODEL=$model DIST_TRUTH_NAME="$model.ddp" "$GPUSHIM_BIN" run --trace "$work/$model.r%r.trace" -- \
+      $(launch 2) scripts/gpu/dist_kinds.py ddp 4 4 >"$work/$model.ddp.out" 2>"$work/$model.ddp.err"; then
+    echo "$model: the DDP run failed"; tail -5 "$work/$model.ddp.err"
+  fi
+done
+# The real FSDP2 runs, eight at a time.
+jobs=()
+for model in $models; do
+  for mode in fsdp2 fsdp2-keep; do
+    for w in 2 4; do
+      for b in 4 16; do
+        for conf in defaults expandable; do
+          jobs+=("$model $mode $w $b $conf")
+        done
+      done
+    done
+  done
+done
+one() {
+  set -- $1
+  local setting=""
+  [ "$5" = defaults ] || setting="expandable_segments:True"
+  PYTORCH_CUDA_ALLOC_CONF=$setting DIST_MODEL=$1 DIST_TRUTH_NAME="$1.$2.w$3.b$4.$5" \
+    $(launch "$3") scripts/gpu/dist_kinds.py "$2" 4 "$4" >"$work/$1.$2.w$3.b$4.$5.out" 2>&1 \
+    || echo "$*: the real run failed: $(tail -1 "$work/$1.$2.w$3.b$4.$5.out")"
+}
+export -f one launch
+export n work
+printf '%s\n' "${jobs[@]}" | xargs -P "$([ "$n" -ge 4 ] && echo 1 || echo 8)" -I{} bash -c 'one "{}"'
+# The answers.
+for model in $models; do
+  [ -f "$work/$model.r0.trace" ] || continue
+  for way in full grad-op; do
+    for w in 2 4; do
+      "$GPUSHIM_BIN" fit "$work/$model.r0.trace" --at 4 --batch 4,16 --shard "$way" --world-size "$w" \
+        --json --quiet >"$work/$model.$way.w$w.fit.json" 2>"$work/$model.$way.w$w.fit.err" \
+        || { echo "$model $way $w: fit failed: $(tail -2 "$work/$model.$way.w$w.fit.err")"; }
+    done
+  done
+done
+python3 - "$work" $models <<'PY'
+import json, os, sys
+work, models = sys.argv[1], sys.argv[2:]
+MiB = 1 << 20
+print(f"{'model':6} {'way':8} {'ranks':>5} {'batch':>5} {'setting':11} {'real reserved':>14} {'fit':>10} {'err':>8} {'real allocated':>15} {'fit':>10} {'err':>8}")
+errs = []
+for model in models:
+    for way, mode in (("full", "fsdp2"), ("grad-op", "fsdp2-keep")):
+        for w in (2, 4):
+            try:
+                f = json.load(open(f"{work}/{model}.{way}.w{w}.fit.json"))
+            except (OSError, ValueError):
+                continue
+            for s in f["settings"]:
+                conf = "defaults" if "expandable_segments:True" not in s["setting"] else "expandable"
+                for r in s["rows"]:
+                    b = r["batch"]
+                    try:
+                        t = json.load(open(f"{work}/{model}.{mode}.w{w}.b{b}.{conf}.0.json"))
+                    except OSError:
+                        continue
+                    res = (r["peak_reserved_bytes"] - t["reserved_peak"]) / t["reserved_peak"] * 100
+                    alc = (r["peak_allocated_bytes"] - t["peak"]) / t["peak"] * 100
+                    errs.append(abs(res))
+                    print(f"{model:6} {way:8} {w:>5} {b:>5} {conf:11} {t['reserved_peak'] / MiB:14.2f} {r['peak_reserved_bytes'] / MiB:10.2f} {res:+7.2f}% {t['peak'] / MiB:15.2f} {r['peak_allocated_bytes'] / MiB:10.2f} {alc:+7.2f}%")
+if errs:
+    print(f"peak reserved: {len(errs)} rows, the largest error {max(errs):.2f}%, {sum(e <= 5 for e in errs)} within 5%")
+PY
+if [ -n "${OUT:-}" ]; then
+  (cd "$work" && tar -czf "$OUT/shard-answers.tar.gz" $(find . -name '*.json') $(find . -name '*.trace') 2>/dev/null) || true
+fi

@@ -1,0 +1,201 @@
+//! What a sharding what-if reads of the run before it edits: the bytes of one block's
+//! parameters (a unit FSDP gathers whole) from the order the parameters were made in, each
+//! step's forward and backward, and where each block's backward ends.
+
+use super::super::checkpoint::{Checkpointed, Stacks};
+use crate::fasthash::FastMap;
+use crate::report::kinds::{Kind, Phase};
+use crate::report::torch_allocator::{Ev, Input};
+use std::collections::BTreeMap;
+
+/// Parameters whose sizes are searched for a block's at most: past it the search (quadratic in
+/// them) is not made, and the what-if says why.
+pub(super) const PARAMETERS_MOST: usize = 1 << 14;
+
+/// The bytes of one block's parameters and of the rest (the root's), from the parameters'
+/// sizes in the order they were made: a model of `per_step` blocks of one class makes
+/// `per_step` runs of the same sizes one after another (a module's parameters are made, and
+/// moved to the device, in the order its modules were registered). The run's period is the
+/// shortest whose copies number at least `per_step` and fewer than twice it (a shorter period
+/// of a block whose sizes repeat inside it makes twice as many). `None` where no such run is.
+pub(super) fn unit_bytes(sizes: &[u64], per_step: usize) -> Option<(u64, u64)> {
+    let n = sizes.len();
+    if per_step < 2 || n < per_step || n > PARAMETERS_MOST {
+        return None;
+    }
+    let total = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
+    for period in 1..=n / per_step {
+        // The longest run of places whose size is the one a period later.
+        let (mut run, mut best, mut best_end) = (0usize, 0usize, 0usize);
+        for j in 0..n - period {
+            if sizes[j] == sizes[j + period] {
+                run += 1;
+                if run > best {
+                    (best, best_end) = (run, j + 1);
+                }
+            } else {
+                run = 0;
+            }
+        }
+        let copies = best / period + 1;
+        if copies >= per_step && copies < 2 * per_step {
+            let start = best_end - best;
+            let unit = sizes[start..start + period]
+                .iter()
+                .fold(0u64, |a, &s| a.saturating_add(s));
+            let blocks = unit.saturating_mul(per_step as u64);
+            return Some((unit, total.saturating_sub(blocks)));
+        }
+    }
+    None
+}
+
+/// One step of the run: where its forward begins (its first request of the forward), where its
+/// backward begins, and where the backward is over (the optimizer's first request, or the next
+/// forward's; the events' end where neither comes).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Step {
+    pub(super) forward: usize,
+    pub(super) backward: Option<usize>,
+    pub(super) end: usize,
+}
+
+impl Input {
+    /// The model's parameters' sizes in the order they were made: those still held when the
+    /// first step's forward begins (`first_forward`), not what a framework made of them and
+    /// let go before (DDP's broadcast of them at its start).
+    pub(super) fn parameter_sizes(
+        &self,
+        first_forward: usize,
+        frees: &FastMap<usize, Vec<usize>>,
+    ) -> Vec<u64> {
+        self.events[..first_forward.min(self.events.len())]
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.ev == Ev::Alloc && !e.private && e.kind == Kind::Parameter)
+            .filter(|(i, _)| {
+                frees
+                    .get(i)
+                    .and_then(|f| f.first())
+                    .is_none_or(|&f| f >= first_forward)
+            })
+            .map(|(_, e)| e.size)
+            .collect()
+    }
+
+    /// The run's steps, from the phases of its requests.
+    pub(super) fn steps(&self, stacks: &mut Stacks<'_>) -> Vec<Step> {
+        let mut steps: Vec<Step> = Vec::new();
+        #[derive(PartialEq)]
+        enum In {
+            Nothing,
+            Forward,
+            Backward,
+        }
+        let mut now = In::Nothing;
+        for (i, e) in self.events.iter().enumerate() {
+            if e.ev != Ev::Alloc || e.private {
+                continue;
+            }
+            let phase = stacks.of(e.stack).0;
+            match (&now, phase) {
+                (In::Nothing | In::Backward, Phase::Forward) => {
+                    if now == In::Backward
+                        && let Some(s) = steps.last_mut()
+                    {
+                        s.end = i;
+                    }
+                    steps.push(Step {
+                        forward: i,
+                        backward: None,
+                        end: self.events.len(),
+                    });
+                    now = In::Forward;
+                }
+                (In::Forward, Phase::Backward) => {
+                    if let Some(s) = steps.last_mut() {
+                        s.backward = Some(i);
+                    }
+                    now = In::Backward;
+                }
+                (In::Backward, Phase::Optimizer) => {
+                    if let Some(s) = steps.last_mut() {
+                        s.end = i;
+                    }
+                    now = In::Nothing;
+                }
+                _ => {}
+            }
+        }
+        steps
+    }
+
+    /// Where each block's backward ends (an event index): where another block's backward
+    /// begins, or at the first request after its beginning made by an op of an earlier place in
+    /// the forward (a lower autograd sequence number than any of the block's), or of the
+    /// optimizer or a forward; the events' end where none comes. One walk, the open blocks kept
+    /// by their lowest number.
+    pub(super) fn backward_ends(
+        &self,
+        blocks: &[Checkpointed],
+        begins: &[Option<usize>],
+        stacks: &mut Stacks<'_>,
+    ) -> Vec<usize> {
+        let n = self.events.len();
+        let mut ends = vec![n; blocks.len()];
+        let mut starting: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for (k, b) in begins.iter().enumerate() {
+            if let Some(b) = b {
+                starting.entry(*b).or_default().push(k);
+            }
+        }
+        let mut open: BTreeMap<u64, Vec<usize>> = BTreeMap::new();
+        for (i, e) in self.events.iter().enumerate() {
+            if e.ev != Ev::Alloc || e.private {
+                continue;
+            }
+            let closed = match stacks.of(e.stack).0 {
+                Phase::Forward | Phase::Optimizer => std::mem::take(&mut open),
+                Phase::Backward if e.sequence != 0 => open.split_off(&(e.sequence + 1)),
+                _ => BTreeMap::new(),
+            };
+            for k in closed.into_values().flatten() {
+                ends[k] = i;
+            }
+            // Another block's backward begins: the open ones are over (a block's first
+            // request can carry the number of the block before's last op, so its number
+            // alone does not close it).
+            if let Some(begin) = starting.get(&i) {
+                for k in std::mem::take(&mut open).into_values().flatten() {
+                    ends[k] = i;
+                }
+                for &k in begin {
+                    open.entry(blocks[k].seq.0).or_default().push(k);
+                }
+            }
+        }
+        ends
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unit_bytes;
+
+    #[test]
+    fn a_block_is_the_period_its_blocks_repeat_with() {
+        // A root of 10 and 3, four blocks of (4, 1, 6, 1), a root's 2 after.
+        let mut sizes = vec![10, 3];
+        for _ in 0..4 {
+            sizes.extend([4, 1, 6, 1]);
+        }
+        sizes.push(2);
+        assert_eq!(unit_bytes(&sizes, 4), Some((12, 15)));
+        // Blocks whose sizes repeat inside them: (4, 1, 4, 1) is one block, not two.
+        let sizes: Vec<u64> = std::iter::repeat_n([4, 1, 4, 1], 3).flatten().collect();
+        assert_eq!(unit_bytes(&sizes, 3), Some((10, 0)));
+        // No run of as many blocks.
+        assert_eq!(unit_bytes(&[1, 2, 3, 4], 2), None);
+        assert_eq!(unit_bytes(&[1, 1], 1), None);
+    }
+}

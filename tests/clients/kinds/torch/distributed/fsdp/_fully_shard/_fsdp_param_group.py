@@ -1,0 +1,84 @@
+"""As FSDP2's parameter group (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py): one
+per module `fully_shard` was given, holding that module's parameters as this rank's shards
+(the whole over the world), in the order FSDP2's hooks make and let go of its buffers (as
+traces of FSDP2 on an H200 show them):
+  unshard    before the module's forward: an all-gather output of the whole on the all-gather
+             stream, then the gathered parameters on the default stream; in the forward the
+             output is held until the next module's parameters are gathered (the module
+             before's is let go then), in the backward it goes at once and the next module's
+             all-gather is issued (its output held until that module gathers)
+  reshard    the gathered parameters let go (after the forward when resharding, and after the
+             backward)
+  post_backward  the gathered parameters let go, the reduce-scatter before's input let go,
+             this one's made (the gradients' bytes), the module's unsharded gradients let go,
+             the rank's shard of them made on the reduce-scatter stream: its gradient
+forward_end and step_end let go of the last all-gather output (and reduce-scatter input) held.
+No communication happens."""
+from torch import _standin
+
+ALL_GATHER_STREAM = 0x5A01
+REDUCE_SCATTER_STREAM = 0x5A02
+# What FSDP2 holds of its last all-gather (the output) and reduce-scatter (the input).
+_held = {"all_gather": None, "scatter": None}
+
+
+def _on(stream, n):
+    _standin._lib.standin_use_stream(stream)
+    try:
+        return _standin.empty(n)
+    finally:
+        _standin._lib.standin_use_stream(0)
+
+
+class FSDPParamGroup:
+    def __init__(self, unsharded_bytes, world):
+        self.unsharded_bytes = unsharded_bytes
+        self.world = world
+        self.gathered = None
+
+    def unshard(self, backward=False, next_group=None):
+        output = _held["all_gather"] if backward else None
+        if output is None:
+            output = _on(ALL_GATHER_STREAM, self.unsharded_bytes)
+        elif backward:
+            _held["all_gather"] = None
+        self.gathered = _standin.empty(self.unsharded_bytes)
+        if not backward:
+            if _held["all_gather"] is not None:
+                _standin.free(_held["all_gather"])
+            _held["all_gather"] = output
+            return
+        _standin.free(output)
+        if next_group is not None:
+            _held["all_gather"] = _on(ALL_GATHER_STREAM, next_group.unsharded_bytes)
+
+    def reshard(self):
+        _standin.free(self.gathered)
+        self.gathered = None
+
+    def post_backward(self, grads, grad_bytes):
+        """The module's backward is over: its unsharded gradients (`grads`, of `grad_bytes`)
+        reduce-scattered. Returns the rank's shard of them, its gradient from now on (None
+        where the backward made none)."""
+        self.reshard()
+        if _held["scatter"] is not None:
+            _standin.free(_held["scatter"])
+        _held["scatter"] = _standin.empty(grad_bytes if grads else self.unsharded_bytes)
+        for g in grads:
+            _standin.free(g)
+        if not grads:
+            return None
+        return _on(REDUCE_SCATTER_STREAM, -(-grad_bytes // self.world))
+
+
+def forward_end():
+    if _held["all_gather"] is not None:
+        _standin.free(_held["all_gather"])
+        _held["all_gather"] = None
+
+
+def step_end():
+    forward_end()
+    if _held["scatter"] is not None:
+        _standin.free(_held["scatter"])
+        _held["scatter"] = None

@@ -1,0 +1,112 @@
+//! `fit --shard`: a run that keeps the whole model on each rank answers for the same program
+//! with its model sharded as FSDP2 shards it. The program of repeated blocks on the PyTorch
+//! stand-in (`tests/clients/kinds/blocks.py`) runs as rank 0 of a job under DDP, and under
+//! FSDP2 resharding after the forward or not (its stand-in makes FSDP2's buffers in the order
+//! FSDP2's hooks make them, on their own streams); what `fit --shard` predicts from the DDP run
+//! at batch 1 is what the FSDP2 program did at batches 1, 2 and 4, at the job's world size and
+//! at another.
+
+use crate::common::*;
+use crate::fit::json;
+use crate::fit_checkpoint::{blocks_with, own_rows, row, rows};
+
+const EXPANDABLE: &str = "expandable_segments:True";
+
+/// From the DDP run at 2 ranks, batch 1: `--shard full` is the FSDP2 program and `--shard
+/// grad-op` the one that keeps its gathered weights to the backward, to the byte under both
+/// of PyTorch's settings at 1, 2 and 4, at 2 ranks and (`--world-size 4`) at 4; and said.
+#[test]
+fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
+    let dir = tempdir("fit-shard");
+    let ddp = blocks_with(&dir, 1, "ddp", &[("WORLD_SIZE", "2"), ("RANK", "0")]);
+    let d = ddp.to_str().unwrap();
+    for (way, mode) in [("full", "fsdp2"), ("grad-op", "fsdp2-keep")] {
+        for world in ["2", "4"] {
+            let v = json(&[
+                "fit",
+                d,
+                "--at",
+                "1",
+                "--batch",
+                "1,2,4",
+                "--shard",
+                way,
+                "--world-size",
+                world,
+                "--json",
+            ]);
+            let s = &v["shard"];
+            assert_eq!(s["way"], way, "{s}");
+            assert_eq!(s["world"].as_u64(), world.parse().ok(), "{s}");
+            assert_eq!(s["class"], "Block", "{s}");
+            assert_eq!(s["unit_bytes"].as_u64(), Some(1 << 20), "{s}");
+            assert_eq!(s["root_bytes"].as_u64(), Some(0), "{s}");
+            assert_eq!(s["per_step"].as_u64(), Some(4), "{s}");
+            // Two steps of four blocks of three ops, each op's weight gradient.
+            assert_eq!(s["gradients"].as_u64(), Some(24), "{s}");
+            assert_eq!(
+                s["dropped_bytes"].as_u64(),
+                Some(8 << 20),
+                "DDP's buckets: {s}"
+            );
+            let predicted = rows(&v);
+            let sharded_dir = tempdir("fit-shard-real");
+            let env = [("WORLD_SIZE", world), ("RANK", "0")];
+            for batch in [1u64, 2, 4] {
+                let truth = own_rows(&blocks_with(&sharded_dir, batch, mode, &env), batch);
+                for setting in ["", EXPANDABLE] {
+                    assert_eq!(
+                        row(&predicted, setting, batch),
+                        row(&truth, setting, batch),
+                        "--shard {way} at {world} ranks, batch {batch}, setting '{setting}'"
+                    );
+                }
+            }
+        }
+    }
+    let said = stdout(&gpushim_text(&["fit", d, "--at", "1", "--shard", "full"]));
+    assert!(
+        said.contains(
+            "one rank with the model sharded over 2 ranks as FSDP2 shards it (--shard full"
+        ),
+        "{said}"
+    );
+    assert!(
+        said.contains("let go after each forward and gathered again"),
+        "{said}"
+    );
+}
+
+/// Sharding what is sharded already, or over a world the trace does not say, is refused with
+/// the way out named.
+#[test]
+fn a_shard_that_cannot_be_told_is_refused() {
+    let dir = tempdir("fit-shard-refused");
+    let fsdp = blocks_with(&dir, 1, "fsdp2", &[("WORLD_SIZE", "2"), ("RANK", "0")]);
+    let o = gpushim_text(&[
+        "fit",
+        fsdp.to_str().unwrap(),
+        "--at",
+        "1",
+        "--shard",
+        "full",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("--shard: the run is already sharded"), "{err}");
+    let alone = blocks_with(&dir, 1, "ddp", &[]);
+    let o = gpushim_text(&[
+        "fit",
+        alone.to_str().unwrap(),
+        "--at",
+        "1",
+        "--shard",
+        "full",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("give the ranks to shard over with --world-size N"),
+        "{err}"
+    );
+}
