@@ -272,16 +272,20 @@ fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sharded) {
         "full" => "let go after each forward and gathered again for its backward",
         _ => "kept from its forward to its backward",
     };
+    let buckets = match s.dropped_bytes {
+        0 => String::new(),
+        b => format!("DDP's buckets not made ({} over the run); ", human_bytes(b)),
+    };
     // The class is an identifier (the frames' `CLASS.forward`); escaped all the same.
     let _ = writeln!(
         o,
         "one rank with the model sharded over {} ranks as FSDP2 shards it (--shard {}: \
          fully_shard on each {} block, {} a step, and on the model): {} requests of parameters, \
-         optimizer state and the optimizer's temporaries ({} over the run) cut to 1/{}; DDP's \
-         buckets not made ({} over the run); a block's parameters ({}) and the rest ({}) \
-         gathered whole for their forward, {}, each with an all-gather output beside it; {} \
-         gradients let go at their block's reduce-scatter, which keeps 1/{} of them; the \
-         activations (the batch is per rank) as the run had them",
+         optimizer state and the optimizer's temporaries ({} over the run) cut to 1/{}; {}a \
+         block's parameters ({}) and the rest ({}) gathered whole for their forward, {}, each \
+         with an all-gather output beside it; {} gradients let go at their block's \
+         reduce-scatter, which keeps 1/{} of them; the activations (the batch is per rank) as \
+         the run had them",
         s.world,
         s.way,
         crate::fixedfmt::Escaped(s.class.as_bytes()),
@@ -289,7 +293,7 @@ fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sharded) {
         s.sharded_requests,
         human_bytes(s.sharded_bytes),
         s.world,
-        human_bytes(s.dropped_bytes),
+        buckets,
         human_bytes(s.unit_bytes),
         human_bytes(s.root_bytes),
         kept,

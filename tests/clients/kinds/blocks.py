@@ -138,7 +138,8 @@ def op_output(n, cast=False, cast_input=False):
 
 class Block(Module):
     def __init__(self):
-        self.weight = _standin.empty(1 * MiB // world if fsdp2 else 1 * MiB)
+        self.weight_bytes = 1 * MiB
+        self.weight = _standin.empty(self.weight_bytes)
         self.grad = None
 
     def op(self, size, outs, keep):
@@ -306,7 +307,7 @@ if ddp:
 if fsdp2:
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group  # noqa: E402
 
-    groups = [_fsdp_param_group.FSDPParamGroup(1 * MiB, world) for _ in model.blocks]
+    groups = [_fsdp_param_group.fully_shard(b, world) for b in model.blocks]
     opt = Adam(model.blocks, 2 * MiB // world, 1 * MiB // world)
 else:
     opt = Adam(model.blocks, 2 * MiB)

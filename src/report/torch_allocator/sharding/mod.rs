@@ -4,12 +4,14 @@
 //! parameters outside the blocks). What that changes in one rank's requests, in the order
 //! FSDP2's hooks make them (read from traces of FSDP2 on an H200, `docs/fit.md`):
 //!
-//! - **Shards.** Every parameter, optimizer state and optimizer temporary is `1/N` of its size
-//!   (rounded up; FSDP pads a parameter's first dimension to a multiple of `N`). DDP's gradient
-//!   buckets are not made.
-//! - **Gathering.** Before a unit's forward its parameters are gathered whole (one request of
-//!   the unit's bytes) out of an all-gather output of as many bytes, made on a stream of its
-//!   own. In the forward that output is held until the next unit's parameters are gathered
+//! - **Shards.** Where `fully_shard` is applied (after the model's parameters are made) each
+//!   block's parameters are cut, then the root's: a unit's shards made (`1/N` of each, rounded
+//!   up; FSDP pads a parameter's first dimension to a multiple of `N`), then its whole
+//!   parameters let go. Every optimizer state and optimizer temporary is a shard too. DDP's
+//!   gradient buckets are not made.
+//! - **Gathering.** Before a unit's forward its parameters are gathered whole (a request of
+//!   each parameter's size) out of an all-gather output of the unit's bytes, made on a stream
+//!   of its own. In the forward that output is held until the next unit's parameters are gathered
 //!   (FSDP2 keeps the last all-gather's result), the last one's until the forward ends; in the
 //!   backward it goes once copied out, and the next unit's all-gather is issued at once
 //!   (FSDP2's backward prefetch), its output held until that unit gathers. `full`
@@ -95,9 +97,35 @@ pub struct Sharding {
 
 /// The addresses the what-if's tensors take: no address CUDA gives.
 const GATHERED: u64 = 1 << 62;
+
+/// The address of unit `u`'s gathered parameter `p`.
+fn gathered(u: u64, p: usize) -> u64 {
+    GATHERED | (u & 0xff_ffff_ffff) << 16 | (p as u64 & 0xffff)
+}
+
+/// Each unit's parameters' sizes, as FSDP2 gathers them (one request each): a block's, and the
+/// root's for units from `roots` up.
+struct Params {
+    block: Vec<u64>,
+    root: Vec<u64>,
+    roots: u64,
+    /// The model's parameters' requests, in the order fully_shard cuts them.
+    cut: Vec<usize>,
+}
+
+impl Params {
+    fn of(&self, u: u64) -> &[u64] {
+        if u >= self.roots {
+            &self.root
+        } else {
+            &self.block
+        }
+    }
+}
 const ALL_GATHER: u64 = 1 << 62 | 1 << 56;
 const SCATTER_INPUT: u64 = 1 << 62 | 2 << 56;
 const SHARD: u64 = 1 << 62 | 3 << 56;
+const PARAMETER: u64 = 1 << 62 | 4 << 56;
 
 /// What happens at a place, in the order FSDP2's hooks do it (`rank` orders places at one
 /// event).
@@ -107,6 +135,8 @@ enum Hook {
     Reshard(u64),
     /// A unit's backward over: its reduce-scatter (unit, its size, its gradients' list).
     PostBackward(u64, u64, usize),
+    /// Where fully_shard is applied: the model's parameters cut to their shards.
+    Cut,
     /// A step's forward over: the last all-gather's output let go.
     ForwardEnd,
     /// A step's backward over: what FSDP2 held of its last all-gather and reduce-scatter.
@@ -119,7 +149,7 @@ enum Hook {
 impl Hook {
     fn rank(&self) -> u8 {
         match self {
-            Hook::Reshard(_) | Hook::ForwardEnd => 0,
+            Hook::Cut | Hook::Reshard(_) | Hook::ForwardEnd => 0,
             Hook::PostBackward(..) => 1,
             Hook::StepEnd => 2,
             Hook::Gather(..) => 3,
@@ -145,8 +175,9 @@ impl Input {
         let steps = self.steps(&mut stacks);
         let frees = self.frees();
         let first_forward = steps.first().map_or(0, |s| s.forward);
-        let sizes = self.parameter_sizes(first_forward, &frees);
-        let Some((unit, root)) = units::unit_bytes(&sizes, per_step) else {
+        let initial = self.parameters(first_forward, &frees);
+        let sizes: Vec<u64> = initial.iter().map(|&i| self.events[i].size).collect();
+        let Some(found) = units::unit_sizes(&sizes, per_step) else {
             return Err(format!(
                 "the run's {} parameters do not repeat {per_step} times as its blocks of {} do \
                  (parameters made in one piece, or more than {} of them): a block's parameters \
@@ -156,6 +187,7 @@ impl Input {
                 units::PARAMETERS_MOST
             ));
         };
+        let (unit, root) = (units::total(&found.block), units::total(&found.root));
         let begins = self.backward_begins(&blocks, &mut stacks);
         let ends = self.backward_ends(&blocks, &begins, &mut stacks);
         let n = self.events.len();
@@ -188,6 +220,9 @@ impl Input {
                     said.dropped_requests += 1;
                     said.dropped_bytes = said.dropped_bytes.saturating_add(e.size);
                 }
+                // The model's parameters are cut where FSDP2 is applied (below); one made later
+                // is made a shard.
+                Kind::Parameter if i < first_forward => {}
                 Kind::Parameter | Kind::OptimizerState => act[i] = Act::Shard,
                 Kind::Temporary if stacks.of(e.stack).0 == Phase::Optimizer => act[i] = Act::Shard,
                 _ => {}
@@ -268,7 +303,35 @@ impl Input {
             inserts: Vec::new(),
             edited: Default::default(),
         };
-        sharding.place(self, &hooks, &grads, &frees);
+        // Where fully_shard is applied (after the model's parameters are made): each block's
+        // parameters cut, then the root's, each shard made and the whole let go.
+        let mut cut: Vec<usize> = found.blocks.clone().map(|j| initial[j]).collect();
+        cut.extend(
+            (0..initial.len())
+                .filter(|j| !found.blocks.contains(j))
+                .map(|j| initial[j]),
+        );
+        if let Some(&last) = initial.iter().max() {
+            hooks.push((last + 1, Hook::Cut));
+            hooks.sort_by_key(|(i, h)| {
+                let root = matches!(h, Hook::PostBackward(u, ..) if *u >= roots);
+                (*i, h.rank(), root)
+            });
+        }
+        for &i in &cut {
+            sharding.said.sharded_requests += 1;
+            sharding.said.sharded_bytes = sharding
+                .said
+                .sharded_bytes
+                .saturating_add(self.events[i].size);
+        }
+        let params = Params {
+            block: found.block,
+            root: found.root,
+            roots,
+            cut,
+        };
+        sharding.place(self, &hooks, (&grads, &params), &frees);
         Ok(sharding)
     }
 }
@@ -279,7 +342,7 @@ impl Sharding {
         &mut self,
         input: &Input,
         hooks: &[(usize, Hook)],
-        grads: &[Vec<usize>],
+        (grads, params): (&[Vec<usize>], &Params),
         frees: &FastMap<usize, Vec<usize>>,
     ) {
         let events = &input.events;
@@ -306,7 +369,33 @@ impl Sharding {
                 ))
             };
             match hook {
-                Hook::Reshard(u) => put(true, GATHERED | u, 0, stream),
+                Hook::Cut => {
+                    // A unit at a time (each block's, then the root's): its shards made, then
+                    // its whole parameters let go.
+                    let per_unit = params.block.len().max(1);
+                    let blocks = params.cut.len() - params.root.len();
+                    let mut units: Vec<&[usize]> = params.cut[..blocks].chunks(per_unit).collect();
+                    units.push(&params.cut[blocks..]);
+                    for unit in units {
+                        for &a in unit {
+                            let e = &events[a];
+                            let ptr = PARAMETER | (a as u64 & 0xff_ffff_ffff_ffff);
+                            put(false, ptr, e.size.div_ceil(world), e.stream);
+                            // The whole parameter's own free lets go of its shard.
+                            for &f in frees.get(&a).into_iter().flatten() {
+                                self.frees_shard.insert(f, ptr);
+                            }
+                        }
+                        for &a in unit {
+                            put(true, events[a].ptr, 0, events[a].stream);
+                        }
+                    }
+                }
+                Hook::Reshard(u) => {
+                    for p in 0..params.of(u).len() {
+                        put(true, gathered(u, p), 0, stream);
+                    }
+                }
                 Hook::Gather(u, size, pass) => {
                     let backward = pass % 2 == 1;
                     // Its all-gather's output: issued before (prefetched in the backward), or
@@ -320,7 +409,9 @@ impl Sharding {
                             ALL_GATHER | serial
                         }
                     };
-                    put(false, GATHERED | u, size, stream);
+                    for (p, &bytes) in params.of(u).iter().enumerate() {
+                        put(false, gathered(u, p), bytes, stream);
+                    }
                     if !backward {
                         // The forward: the unit before's output goes, this one's is held.
                         if let Some(ptr) = all_gather.replace(output) {
@@ -354,7 +445,9 @@ impl Sharding {
                     }
                 }
                 Hook::PostBackward(u, size, w) => {
-                    put(true, GATHERED | u, 0, stream);
+                    for p in 0..params.of(u).len() {
+                        put(true, gathered(u, p), 0, stream);
+                    }
                     // The gradients whose free comes after: let go here, their frees moved.
                     let moved: Vec<usize> = grads[w]
                         .iter()
@@ -421,11 +514,12 @@ impl Sharding {
                 e.size = 0;
             } else {
                 e.ev = Ev::Alloc;
-                // The rank's shard of the gradients is a gradient; the rest FSDP's own buffers.
-                e.kind = if p.ptr >> 56 == SHARD >> 56 {
-                    Kind::Gradient
-                } else {
-                    Kind::Communication
+                // The rank's shard of the gradients is a gradient, a parameter's shard a
+                // parameter; the rest FSDP's own buffers.
+                e.kind = match p.ptr >> 56 {
+                    t if t == SHARD >> 56 => Kind::Gradient,
+                    t if t == PARAMETER >> 56 => Kind::Parameter,
+                    _ => Kind::Communication,
                 };
             }
             out.push(e);

@@ -12,18 +12,17 @@ use std::collections::BTreeMap;
 /// them) is not made, and the what-if says why.
 pub(super) const PARAMETERS_MOST: usize = 1 << 14;
 
-/// The bytes of one block's parameters and of the rest (the root's), from the parameters'
-/// sizes in the order they were made: a model of `per_step` blocks of one class makes
-/// `per_step` runs of the same sizes one after another (a module's parameters are made, and
-/// moved to the device, in the order its modules were registered). The run's period is the
-/// shortest whose copies number at least `per_step` and fewer than twice it (a shorter period
-/// of a block whose sizes repeat inside it makes twice as many). `None` where no such run is.
-pub(super) fn unit_bytes(sizes: &[u64], per_step: usize) -> Option<(u64, u64)> {
+/// One block's parameters' sizes and the rest's (the root's), from the parameters' sizes in
+/// the order they were made: a model of `per_step` blocks of one class makes `per_step` runs
+/// of the same sizes one after another (a module's parameters are made, and moved to the
+/// device, in the order its modules were registered). The run's period is the shortest whose
+/// copies number at least `per_step` and fewer than twice it (a shorter period of a block whose
+/// sizes repeat inside it makes twice as many). `None` where no such run is.
+pub(super) fn unit_sizes(sizes: &[u64], per_step: usize) -> Option<Units> {
     let n = sizes.len();
     if per_step < 2 || n < per_step || n > PARAMETERS_MOST {
         return None;
     }
-    let total = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
     for period in 1..=n / per_step {
         // The longest run of places whose size is the one a period later.
         let (mut run, mut best, mut best_end) = (0usize, 0usize, 0usize);
@@ -40,14 +39,31 @@ pub(super) fn unit_bytes(sizes: &[u64], per_step: usize) -> Option<(u64, u64)> {
         let copies = best / period + 1;
         if copies >= per_step && copies < 2 * per_step {
             let start = best_end - best;
-            let unit = sizes[start..start + period]
-                .iter()
-                .fold(0u64, |a, &s| a.saturating_add(s));
-            let blocks = unit.saturating_mul(per_step as u64);
-            return Some((unit, total.saturating_sub(blocks)));
+            let blocks = start..start + period * per_step;
+            let root = (0..n)
+                .filter(|i| !blocks.contains(i))
+                .map(|i| sizes[i])
+                .collect();
+            return Some(Units {
+                block: sizes[start..start + period].to_vec(),
+                root,
+                blocks,
+            });
         }
     }
     None
+}
+
+/// One block's parameters' sizes, the root's, and the places of the blocks' among all.
+pub(super) struct Units {
+    pub(super) block: Vec<u64>,
+    pub(super) root: Vec<u64>,
+    pub(super) blocks: std::ops::Range<usize>,
+}
+
+/// The bytes of `sizes`.
+pub(super) fn total(sizes: &[u64]) -> u64 {
+    sizes.iter().fold(0u64, |a, &s| a.saturating_add(s))
 }
 
 /// One step of the run: where its forward begins (its first request of the forward), where its
@@ -61,14 +77,14 @@ pub(super) struct Step {
 }
 
 impl Input {
-    /// The model's parameters' sizes in the order they were made: those still held when the
-    /// first step's forward begins (`first_forward`), not what a framework made of them and
-    /// let go before (DDP's broadcast of them at its start).
-    pub(super) fn parameter_sizes(
+    /// The model's parameters in the order they were made (their requests' event indices):
+    /// those still held when the first step's forward begins (`first_forward`), not what a
+    /// framework made of them and let go before (DDP's broadcast of them at its start).
+    pub(super) fn parameters(
         &self,
         first_forward: usize,
         frees: &FastMap<usize, Vec<usize>>,
-    ) -> Vec<u64> {
+    ) -> Vec<usize> {
         self.events[..first_forward.min(self.events.len())]
             .iter()
             .enumerate()
@@ -79,7 +95,7 @@ impl Input {
                     .and_then(|f| f.first())
                     .is_none_or(|&f| f >= first_forward)
             })
-            .map(|(_, e)| e.size)
+            .map(|(i, _)| i)
             .collect()
     }
 
@@ -180,7 +196,12 @@ impl Input {
 
 #[cfg(test)]
 mod tests {
-    use super::unit_bytes;
+    use super::{total, unit_sizes};
+
+    /// A block's bytes and the rest's.
+    fn unit_bytes(sizes: &[u64], per_step: usize) -> Option<(u64, u64)> {
+        unit_sizes(sizes, per_step).map(|u| (total(&u.block), total(&u.root)))
+    }
 
     #[test]
     fn a_block_is_the_period_its_blocks_repeat_with() {

@@ -13,7 +13,9 @@ traces of FSDP2 on an H200 show them):
              this one's made (the gradients' bytes), the module's unsharded gradients let go,
              the rank's shard of them made on the reduce-scatter stream: its gradient
 forward_end and step_end let go of the last all-gather output (and reduce-scatter input) held.
-No communication happens."""
+fully_shard cuts a module's weight as FSDP2 does where it is applied: the shard made, then the
+whole let go. Its tensors are asked of the allocator from this file, as PyTorch's C++ asks for
+FSDP2's: no Python frame of the stand-in's below it. No communication happens."""
 from torch import _standin
 
 ALL_GATHER_STREAM = 0x5A01
@@ -22,12 +24,26 @@ REDUCE_SCATTER_STREAM = 0x5A02
 _held = {"all_gather": None, "scatter": None}
 
 
+def _empty(n):
+    p = _standin._lib.standin_malloc(n)
+    assert p, "out of memory"
+    return p
+
+
 def _on(stream, n):
     _standin._lib.standin_use_stream(stream)
     try:
-        return _standin.empty(n)
+        return _empty(n)
     finally:
         _standin._lib.standin_use_stream(0)
+
+
+def fully_shard(module, world):
+    """The module's weight cut to this rank's shard: the shard made, the whole let go."""
+    whole = module.weight
+    module.weight = _empty(module.weight_bytes // world)
+    _standin.free(whole)
+    return FSDPParamGroup(module.weight_bytes, world)
 
 
 class FSDPParamGroup:
@@ -42,7 +58,7 @@ class FSDPParamGroup:
             output = _on(ALL_GATHER_STREAM, self.unsharded_bytes)
         elif backward:
             _held["all_gather"] = None
-        self.gathered = _standin.empty(self.unsharded_bytes)
+        self.gathered = _empty(self.unsharded_bytes)
         if not backward:
             if _held["all_gather"] is not None:
                 _standin.free(_held["all_gather"])
@@ -63,7 +79,7 @@ class FSDPParamGroup:
         self.reshard()
         if _held["scatter"] is not None:
             _standin.free(_held["scatter"])
-        _held["scatter"] = _standin.empty(grad_bytes if grads else self.unsharded_bytes)
+        _held["scatter"] = _empty(grad_bytes if grads else self.unsharded_bytes)
         for g in grads:
             _standin.free(g)
         if not grads:
