@@ -262,20 +262,26 @@ impl Input {
             }
             windows.push((begin, ends[k], k as u64));
         }
-        // Each gradient of the backward to the innermost unit whose backward holds it.
+        // Each gradient of the backward to the innermost unit whose backward holds it: the
+        // block whose backward last began before it, if not yet over, else its step's root.
+        // Blocks' backwards do not overlap, and each lies in its step's: two searches.
         let mut grads: Vec<Vec<usize>> = vec![Vec::new(); windows.len()];
-        let mut by_begin: Vec<usize> = (0..windows.len()).collect();
-        by_begin.sort_by_key(|&w| (windows[w].0, std::cmp::Reverse(windows[w].1)));
+        let (mut blocks_by_begin, mut roots_by_begin): (Vec<usize>, Vec<usize>) =
+            (0..windows.len()).partition(|&w| windows[w].2 < roots);
+        blocks_by_begin.sort_by_key(|&w| windows[w].0);
+        roots_by_begin.sort_by_key(|&w| windows[w].0);
+        let last_begun = |by: &[usize], i: usize| {
+            let at = by.partition_point(|&w| windows[w].0 <= i);
+            at.checked_sub(1)
+                .map(|a| by[a])
+                .filter(|&w| i < windows[w].1)
+        };
         for (i, e) in self.events.iter().enumerate() {
             if e.ev != Ev::Alloc || e.private || e.kind != Kind::Gradient {
                 continue;
             }
-            let at = by_begin.partition_point(|&w| windows[w].0 <= i);
-            let owner = by_begin[..at]
-                .iter()
-                .rev()
-                .find(|&&w| i < windows[w].1)
-                .copied();
+            let owner =
+                last_begun(&blocks_by_begin, i).or_else(|| last_begun(&roots_by_begin, i));
             if let Some(w) = owner {
                 grads[w].push(i);
             }
