@@ -280,8 +280,7 @@ impl Input {
             if e.ev != Ev::Alloc || e.private || e.kind != Kind::Gradient {
                 continue;
             }
-            let owner =
-                last_begun(&blocks_by_begin, i).or_else(|| last_begun(&roots_by_begin, i));
+            let owner = last_begun(&blocks_by_begin, i).or_else(|| last_begun(&roots_by_begin, i));
             if let Some(w) = owner {
                 grads[w].push(i);
             }
