@@ -82,29 +82,23 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
 #[test]
 fn a_shard_that_cannot_be_told_is_refused() {
     let dir = tempdir("fit-shard-refused");
+    let refused = |trace: &std::path::Path| {
+        let o = gpushim_text(&[
+            "fit",
+            trace.to_str().unwrap(),
+            "--at",
+            "1",
+            "--shard",
+            "full",
+        ]);
+        assert!(!o.status.success());
+        String::from_utf8_lossy(&o.stderr).to_string()
+    };
     let fsdp = blocks_with(&dir, 1, "fsdp2", &[("WORLD_SIZE", "2"), ("RANK", "0")]);
-    let o = gpushim_text(&[
-        "fit",
-        fsdp.to_str().unwrap(),
-        "--at",
-        "1",
-        "--shard",
-        "full",
-    ]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused(&fsdp);
     assert!(err.contains("--shard: the run is already sharded"), "{err}");
     let alone = blocks_with(&dir, 1, "ddp", &[]);
-    let o = gpushim_text(&[
-        "fit",
-        alone.to_str().unwrap(),
-        "--at",
-        "1",
-        "--shard",
-        "full",
-    ]);
-    assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = refused(&alone);
     assert!(
         err.contains("give the ranks to shard over with --world-size N"),
         "{err}"
