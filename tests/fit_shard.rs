@@ -104,3 +104,44 @@ fn a_shard_that_cannot_be_told_is_refused() {
         "{err}"
     );
 }
+
+/// The FSDP2 program at 2 ranks answers for itself at 4 (`--world-size 4`): its shards (the
+/// weights fully_shard cut, the gradients' shards, the optimizer's state and temporaries)
+/// resized, the gathered weights and FSDP2's buffers kept, to the byte under both settings at
+/// the run's batch. (Another batch is not asked: the stand-in's input gradients, 1 MiB a
+/// sample, are a whole weight's size or twice it, which `fit` keeps at their size under FSDP,
+/// as `docs/fit.md` says of a temporary of a whole parameter's size.)
+#[test]
+fn an_fsdp2_run_at_two_ranks_answers_at_four() {
+    let (two_dir, four_dir) = (tempdir("fit-fsdp2-at-2"), tempdir("fit-fsdp2-at-4"));
+    let at = |world: &str, batch: u64| {
+        let dir = if world == "2" { &two_dir } else { &four_dir };
+        blocks_with(dir, batch, "fsdp2", &[("WORLD_SIZE", world), ("RANK", "0")])
+    };
+    let two = at("2", 2);
+    let v = json(&[
+        "fit",
+        two.to_str().unwrap(),
+        "--at",
+        "2",
+        "--batch",
+        "2",
+        "--world-size",
+        "4",
+        "--json",
+    ]);
+    let w = &v["world_size"];
+    assert_eq!(w["framework"], "FSDP2 (fully_shard)", "{w}");
+    // Four weights' shards, eight of the gradients', four of the optimizer's state and eight
+    // of its temporaries.
+    assert_eq!(w["sharded_requests"].as_u64(), Some(24), "{w}");
+    let predicted = rows(&v);
+    let truth = own_rows(&at("4", 2), 2);
+    for setting in ["", EXPANDABLE] {
+        assert_eq!(
+            row(&predicted, setting, 2),
+            row(&truth, setting, 2),
+            "at 4 ranks from 2, setting '{setting}': {w}"
+        );
+    }
+}

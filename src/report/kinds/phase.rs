@@ -138,7 +138,8 @@ fn phase_of_frame(file: &str, function: &str) -> Option<Phase> {
 /// - FSDP2 (`fully_shard`): the reduce-scatter of a step's gradients (`foreach_reduce`, the
 ///   post-backward of each group and the root's final callback, which the autograd engine runs
 ///   after the backward with no frame of its own) is the backward's; its output lives on as
-///   the sharded gradients.
+///   the sharded gradients. A group's pre-backward (its parameters gathered again, the next
+///   group's all-gather issued), run from a hook with no frame of the engine's, is too.
 /// - FSDP1 (`FullyShardedDataParallel`): the post-backward hook that reduce-scatters a flat
 ///   parameter's gradient (run from a hook on its `AccumulateGrad`, no frame of the engine's),
 ///   and the final callback, are the backward's.
@@ -150,7 +151,10 @@ fn data_parallel_phase(file: &str, function: &str) -> Option<Phase> {
     if file.contains("/torch/distributed/fsdp/_fully_shard/") {
         let reduce = matches!(
             function,
-            "foreach_reduce" | "post_backward" | "_root_post_backward_final_callback"
+            "foreach_reduce"
+                | "pre_backward"
+                | "post_backward"
+                | "_root_post_backward_final_callback"
         ) || file.ends_with("/_fsdp_collectives.py") && function.contains("reduce");
         return reduce.then_some(Phase::Backward);
     }

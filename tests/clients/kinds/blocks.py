@@ -325,7 +325,7 @@ for step in range(steps):
     for i in reversed(range(BLOCKS)):
         if fsdp2:
             if reshard:
-                groups[i].unshard(True, groups[i - 1] if i > 0 else None)
+                groups[i].pre_backward(groups[i - 1] if i > 0 else None)
             made = len(kept_grads)
             backward_ops(per_block[i], 256 * KiB * batch, i == 0)
             weight_grads = kept_grads[made:]

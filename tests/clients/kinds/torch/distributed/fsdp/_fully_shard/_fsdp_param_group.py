@@ -39,18 +39,20 @@ def _on(stream, n):
 
 
 def fully_shard(module, world):
-    """The module's weight cut to this rank's shard: the shard made, the whole let go."""
-    whole = module.weight
-    module.weight = _empty(module.weight_bytes // world)
-    _standin.free(whole)
-    return FSDPParamGroup(module.weight_bytes, world)
+    """The module given to FSDP2: its parameter group, which cuts its weight."""
+    return FSDPParamGroup(module, world)
 
 
 class FSDPParamGroup:
-    def __init__(self, unsharded_bytes, world):
-        self.unsharded_bytes = unsharded_bytes
+    def __init__(self, module, world):
+        # The module's weight cut to this rank's shard (as FSDPParam's __init__ does): the
+        # shard made, the whole let go.
+        self.unsharded_bytes = module.weight_bytes
         self.world = world
         self.gathered = None
+        whole = module.weight
+        module.weight = _empty(module.weight_bytes // world)
+        _standin.free(whole)
 
     def unshard(self, backward=False, next_group=None):
         output = _held["all_gather"] if backward else None
@@ -67,6 +69,10 @@ class FSDPParamGroup:
         _standin.free(output)
         if next_group is not None:
             _held["all_gather"] = _on(ALL_GATHER_STREAM, next_group.unsharded_bytes)
+
+    def pre_backward(self, next_group=None):
+        """Before the module's backward (a hook, no frame of the engine's): gathered again."""
+        self.unshard(True, next_group)
 
     def reshard(self):
         _standin.free(self.gathered)
