@@ -7,7 +7,7 @@
 # (reshard_after_forward=False) at W ranks and batches 4 and 16, under the defaults and under
 # expandable segments (max_memory_reserved() and max_memory_allocated() of rank 0). With fewer
 # GPUs than ranks, rank 0 alone on one GPU through PyTorch's fake process group (every buffer
-# of the collectives made, no NCCL), the real runs eight at a time. One table; the answers and
+# of the collectives made, no NCCL), those runs eight at a time. One table; the answers and
 # truths kept in $OUT/shard-answers.tar.gz where OUT is set.
 #   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit)
 set -euo pipefail
@@ -53,7 +53,9 @@ one() {
 }
 export -f one launch
 export n work
-printf '%s\n' "${jobs[@]}" | xargs -P "$([ "$n" -ge 4 ] && echo 1 || echo 8)" -I{} bash -c 'one "{}"'
+# Jobs on real GPUs one at a time; those through the fake group (one process) eight at a time.
+printf '%s\n' "${jobs[@]}" | awk -v n="$n" '$3 <= n' | xargs -r -P 1 -I{} bash -c 'one "{}"'
+printf '%s\n' "${jobs[@]}" | awk -v n="$n" '$3 > n' | xargs -r -P 8 -I{} bash -c 'one "{}"'
 # The answers.
 for model in $models; do
   [ -f "$work/$model.r0.trace" ] || continue
