@@ -30,7 +30,7 @@ for model in $models; do
     echo "$model: the DDP run failed"; tail -5 "$work/$model.ddp.err"
   fi
 done
-# The real FSDP2 runs, eight at a time.
+# The real FSDP2 runs, without the shim.
 jobs=()
 for model in $models; do
   for mode in fsdp2 fsdp2-keep; do
