@@ -9,6 +9,8 @@
 # GPUs than ranks, rank 0 alone on one GPU through PyTorch's fake process group (every buffer
 # of the collectives made, no NCCL), those runs eight at a time. One table; the answers and
 # truths kept in $OUT/shard-answers.tar.gz where OUT is set.
+# On two GPUs or more each 2-rank job runs on them (NCCL), one at a time (some 30 s each): one
+# model a call keeps the section inside ten minutes.
 #   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit)
 set -euo pipefail
 models=${*:-gpt2 bert vit}
