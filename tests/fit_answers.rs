@@ -32,6 +32,24 @@ fn a_ring_trace_is_answered_by_fit_oom_and_the_page_from_one_read() {
         vec![],
     ));
     let r = ring.to_str().unwrap();
+    // The sharding what-if needs the order the model's parameters were made in, which a ring
+    // that began after the build has not kept: said, not guessed.
+    let o = gpushim_text(&[
+        "fit",
+        r,
+        "--at",
+        "2",
+        "--shard",
+        "full",
+        "--world-size",
+        "2",
+    ]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("the trace is a ring whose records begin after the model was built"),
+        "{err}"
+    );
     let info = json(&["summary", r, "--json"]);
     assert!(
         info["health"]["summarized"].as_u64().unwrap() > 0,

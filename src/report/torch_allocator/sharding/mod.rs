@@ -178,6 +178,14 @@ impl Input {
         let initial = self.parameters(first_forward, &frees);
         let sizes: Vec<u64> = initial.iter().map(|&i| self.events[i].size).collect();
         let Some(found) = units::unit_sizes(&sizes, per_step) else {
+            if self.from_checkpoint && sizes.is_empty() {
+                return Err(
+                    "the trace is a ring whose records begin after the model was \
+                     built: the order its parameters were made in, which says a block's, is \
+                     not in them (a run with a larger trace_max, or a shorter run, keeps it)"
+                        .into(),
+                );
+            }
             return Err(format!(
                 "the run's {} parameters do not repeat {per_step} times as its blocks of {} do \
                  (parameters made in one piece, or more than {} of them): a block's parameters \
