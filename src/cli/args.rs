@@ -3,6 +3,7 @@
 use super::help::{ANALYZE_HELP, FIT_HELP, SIMULATE_HELP};
 pub use super::reading::Reading;
 use super::values::{Batches, batches_arg, device_arg, export_formats, fraction_arg, size_arg};
+pub use super::values::{FlameColor, PlotBy, ShardWay};
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -523,28 +524,6 @@ Examples:\n  gpushim plot run.trace                  # run.timeline.svg beside i
         /// Configuration to check instead of $GPUSHIM_CONF.
         conf: Option<String>,
     },
-}
-
-/// How `flamegraph` colours its frames.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum FlameColor {
-    Kind,
-    Name,
-}
-
-/// How `fit --shard` shards: FSDP2's `reshard_after_forward` True or False.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum ShardWay {
-    Full,
-    GradOp,
-}
-
-/// What `plot` stacks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PlotBy {
-    Kind,
-    Line,
-    Total,
 }
 
 impl Cmd {

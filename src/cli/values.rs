@@ -116,3 +116,25 @@ pub fn export_formats() -> clap::builder::PossibleValuesParser {
         PossibleValue::new("rmm"),
     ])
 }
+
+/// How `flamegraph` colours its frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum FlameColor {
+    Kind,
+    Name,
+}
+
+/// How `fit --shard` shards: FSDP2's `reshard_after_forward` True or False.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ShardWay {
+    Full,
+    GradOp,
+}
+
+/// What `plot` stacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PlotBy {
+    Kind,
+    Line,
+    Total,
+}
