@@ -26,9 +26,10 @@
 //! A block's backward ends at the first request of an op made earlier in the forward (a lower
 //! autograd sequence number), or of the optimizer; the root's where the step's backward ends.
 
+mod place;
 mod units;
 
-use super::checkpoint::Stacks;
+use super::checkpoint::{Checkpointed, Stacks};
 use super::{Ev, Event, Input};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Phase};
@@ -95,8 +96,12 @@ pub struct Sharding {
     pub(super) edited: std::sync::OnceLock<Option<std::sync::Arc<super::replayer::Edited>>>,
 }
 
-/// The addresses the what-if's tensors take: no address CUDA gives.
+/// The addresses the what-if's tensors take: no address CUDA gives, a tag in bits 56 to 62.
 const GATHERED: u64 = 1 << 62;
+const ALL_GATHER: u64 = 1 << 62 | 1 << 56;
+const SCATTER_INPUT: u64 = 1 << 62 | 2 << 56;
+const SHARD: u64 = 1 << 62 | 3 << 56;
+const PARAMETER: u64 = 1 << 62 | 4 << 56;
 
 /// The address of unit `u`'s gathered parameter `p`.
 fn gathered(u: u64, p: usize) -> u64 {
@@ -104,7 +109,8 @@ fn gathered(u: u64, p: usize) -> u64 {
 }
 
 /// Each unit's parameters' sizes, as FSDP2 gathers them (one request each): a block's, and the
-/// root's for units from `roots` up.
+/// root's for units from `roots` up (a block's unit is its index among the blocks, a root's
+/// `roots` plus its step's).
 struct Params {
     block: Vec<u64>,
     root: Vec<u64>,
@@ -122,10 +128,6 @@ impl Params {
         }
     }
 }
-const ALL_GATHER: u64 = 1 << 62 | 1 << 56;
-const SCATTER_INPUT: u64 = 1 << 62 | 2 << 56;
-const SHARD: u64 = 1 << 62 | 3 << 56;
-const PARAMETER: u64 = 1 << 62 | 4 << 56;
 
 /// What happens at a place, in the order FSDP2's hooks do it (`rank` orders places at one
 /// event).
@@ -133,29 +135,35 @@ const PARAMETER: u64 = 1 << 62 | 4 << 56;
 enum Hook {
     /// The unit's gathered parameters let go after its forward (`full`).
     Reshard(u64),
-    /// A unit's backward over: its reduce-scatter (unit, its size, its gradients' list).
-    PostBackward(u64, u64, usize),
+    /// A unit's backward over: its reduce-scatter (unit, its backward's place among the
+    /// backwards, whose gradients it reduces).
+    PostBackward(u64, usize),
     /// Where fully_shard is applied: the model's parameters cut to their shards.
     Cut,
     /// A step's forward over: the last all-gather's output let go.
     ForwardEnd,
     /// A step's backward over: what FSDP2 held of its last all-gather and reduce-scatter.
     StepEnd,
-    /// A unit's parameters gathered (unit, its size, the pass it is in: the step's forward
-    /// or backward, as `2 x step + 1` for a backward).
-    Gather(u64, u64, usize),
+    /// A unit's parameters gathered (unit, the pass it is in: the step's forward or backward,
+    /// as `2 x step + 1` for a backward).
+    Gather(u64, usize),
 }
 
 impl Hook {
-    fn rank(&self) -> u8 {
+    /// Its order among the hooks at one event; a block's reduce-scatter before its root's (the
+    /// root's backward holds the blocks').
+    fn rank(&self, roots: u64) -> (u8, bool) {
         match self {
-            Hook::Cut | Hook::Reshard(_) | Hook::ForwardEnd => 0,
-            Hook::PostBackward(..) => 1,
-            Hook::StepEnd => 2,
-            Hook::Gather(..) => 3,
+            Hook::Cut | Hook::Reshard(_) | Hook::ForwardEnd => (0, false),
+            Hook::PostBackward(u, _) => (1, *u >= roots),
+            Hook::StepEnd => (2, false),
+            Hook::Gather(..) => (3, false),
         }
     }
 }
+
+/// Each unit's backward: (where it begins, where it ends, the unit).
+type Window = (usize, usize, u64);
 
 impl Input {
     /// What sharding the run's model over `world` ranks changes (`reshard`: after the forward,
@@ -195,26 +203,70 @@ impl Input {
                 units::PARAMETERS_MOST
             ));
         };
-        let (unit, root) = (units::total(&found.block), units::total(&found.root));
         let begins = self.backward_begins(&blocks, &mut stacks);
         let ends = self.backward_ends(&blocks, &begins, &mut stacks);
-        let n = self.events.len();
-        let mut said = Sharded {
-            way: if reshard { "full" } else { "grad-op" },
-            world,
-            class,
-            per_step,
-            blocks: blocks.len(),
-            with_backward: begins.iter().flatten().count(),
-            unit_bytes: unit,
-            root_bytes: root,
-            sharded_requests: 0,
-            sharded_bytes: 0,
-            dropped_requests: 0,
-            dropped_bytes: 0,
-            gradients: 0,
+        // Where fully_shard is applied (after the model's parameters are made): each block's
+        // parameters cut, then the root's.
+        let mut cut: Vec<usize> = found.blocks.clone().map(|j| initial[j]).collect();
+        cut.extend(
+            (0..initial.len())
+                .filter(|j| !found.blocks.contains(j))
+                .map(|j| initial[j]),
+        );
+        let params = Params {
+            roots: blocks.len() as u64,
+            cut,
+            block: found.block,
+            root: found.root,
         };
-        let mut act = vec![Act::Keep; n];
+        let mut sharding = Sharding {
+            said: Sharded {
+                way: if reshard { "full" } else { "grad-op" },
+                world,
+                class,
+                per_step,
+                blocks: blocks.len(),
+                with_backward: begins.iter().flatten().count(),
+                unit_bytes: units::total(&params.block),
+                root_bytes: units::total(&params.root),
+                sharded_requests: 0,
+                sharded_bytes: 0,
+                dropped_requests: 0,
+                dropped_bytes: 0,
+                gradients: 0,
+            },
+            act: Vec::new(),
+            frees_shard: FastMap::default(),
+            inserts: Vec::new(),
+            edited: Default::default(),
+        };
+        sharding.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
+        for &i in &params.cut {
+            let said = &mut sharding.said;
+            said.sharded_requests += 1;
+            said.sharded_bytes = said.sharded_bytes.saturating_add(self.events[i].size);
+        }
+        let (mut hooks, windows) = hooks_of(&steps, (&blocks, &begins, &ends), &params, reshard);
+        if let Some(&last) = initial.iter().max() {
+            hooks.push((last + 1, Hook::Cut));
+        }
+        hooks.sort_by_key(|(i, h)| (*i, h.rank(params.roots)));
+        let grads = self.gradients_of(&windows, params.roots);
+        sharding.place(self, &hooks, (&grads, &params), &frees);
+        Ok(sharding)
+    }
+
+    /// What each event of the run becomes: DDP's buckets (and their frees) not made; the
+    /// optimizer's state and temporaries, and a parameter made after the first forward, cut to
+    /// shards; counted in `said`.
+    fn acts(
+        &self,
+        first_forward: usize,
+        frees: &FastMap<usize, Vec<usize>>,
+        stacks: &mut Stacks<'_>,
+        said: &mut Sharded,
+    ) -> Vec<Act> {
+        let mut act = vec![Act::Keep; self.events.len()];
         for (i, e) in self.events.iter().enumerate() {
             if e.ev != Ev::Alloc || e.private {
                 continue;
@@ -228,8 +280,8 @@ impl Input {
                     said.dropped_requests += 1;
                     said.dropped_bytes = said.dropped_bytes.saturating_add(e.size);
                 }
-                // The model's parameters are cut where FSDP2 is applied (below); one made later
-                // is made a shard.
+                // The model's parameters are cut where FSDP2 is applied; one made later is
+                // made a shard.
                 Kind::Parameter if i < first_forward => {}
                 Kind::Parameter | Kind::OptimizerState => act[i] = Act::Shard,
                 Kind::Temporary if stacks.of(e.stack).0 == Phase::Optimizer => act[i] = Act::Shard,
@@ -240,39 +292,14 @@ impl Input {
                 said.sharded_bytes = said.sharded_bytes.saturating_add(e.size);
             }
         }
-        // Each unit's backward: (begin, end, unit); blocks first, then each step's root.
-        let mut windows: Vec<(usize, usize, u64)> = Vec::new();
-        let mut hooks: Vec<(usize, Hook)> = Vec::new();
-        let roots = blocks.len() as u64;
-        for (s, step) in steps.iter().enumerate() {
-            let Some(backward) = step.backward.filter(|_| root > 0) else {
-                continue;
-            };
-            let u = roots + s as u64;
-            hooks.push((step.forward, Hook::Gather(u, root, 2 * s)));
-            if reshard {
-                hooks.push((backward, Hook::Reshard(u)));
-                hooks.push((backward, Hook::Gather(u, root, 2 * s + 1)));
-            }
-            windows.push((backward, step.end, u));
-        }
-        for (k, b) in blocks.iter().enumerate() {
-            let (Some(begin), Some(&first)) = (begins[k], b.allocs.first()) else {
-                continue;
-            };
-            let s = steps
-                .partition_point(|s| s.forward <= first)
-                .saturating_sub(1);
-            hooks.push((first, Hook::Gather(k as u64, unit, 2 * s)));
-            if reshard {
-                hooks.push((b.end, Hook::Reshard(k as u64)));
-                hooks.push((begin, Hook::Gather(k as u64, unit, 2 * s + 1)));
-            }
-            windows.push((begin, ends[k], k as u64));
-        }
-        // Each gradient of the backward to the innermost unit whose backward holds it: the
-        // block whose backward last began before it, if not yet over, else its step's root.
-        // Blocks' backwards do not overlap, and each lies in its step's: two searches.
+        act
+    }
+
+    /// Each gradient of the backward to the innermost unit whose backward holds it (by its
+    /// window's place in `windows`): the block whose backward last began before it, if not yet
+    /// over, else its step's root. Blocks' backwards do not overlap, and each lies in its
+    /// step's: two searches.
+    fn gradients_of(&self, windows: &[Window], roots: u64) -> Vec<Vec<usize>> {
         let mut grads: Vec<Vec<usize>> = vec![Vec::new(); windows.len()];
         let (mut blocks_by_begin, mut roots_by_begin): (Vec<usize>, Vec<usize>) =
             (0..windows.len()).partition(|&w| windows[w].2 < roots);
@@ -293,219 +320,59 @@ impl Input {
                 grads[w].push(i);
             }
         }
-        for (w, &(_, end, u)) in windows.iter().enumerate() {
-            let size = if u >= roots { root } else { unit };
-            hooks.push((end, Hook::PostBackward(u, size, w)));
-        }
-        for step in steps.iter().filter(|s| s.backward.is_some()) {
-            hooks.push((step.end, Hook::StepEnd));
-            if let Some(b) = step.backward {
-                hooks.push((b, Hook::ForwardEnd));
-            }
-        }
-        // At one event: a block's reduce-scatter before its root's (the root's backward holds
-        // the blocks').
-        hooks.sort_by_key(|(i, h)| {
-            let root = matches!(h, Hook::PostBackward(u, ..) if *u >= roots);
-            (*i, h.rank(), root)
-        });
-        let mut sharding = Sharding {
-            said,
-            act,
-            frees_shard: FastMap::default(),
-            inserts: Vec::new(),
-            edited: Default::default(),
-        };
-        // Where fully_shard is applied (after the model's parameters are made): each block's
-        // parameters cut, then the root's, each shard made and the whole let go.
-        let mut cut: Vec<usize> = found.blocks.clone().map(|j| initial[j]).collect();
-        cut.extend(
-            (0..initial.len())
-                .filter(|j| !found.blocks.contains(j))
-                .map(|j| initial[j]),
-        );
-        if let Some(&last) = initial.iter().max() {
-            hooks.push((last + 1, Hook::Cut));
-            hooks.sort_by_key(|(i, h)| {
-                let root = matches!(h, Hook::PostBackward(u, ..) if *u >= roots);
-                (*i, h.rank(), root)
-            });
-        }
-        for &i in &cut {
-            sharding.said.sharded_requests += 1;
-            sharding.said.sharded_bytes = sharding
-                .said
-                .sharded_bytes
-                .saturating_add(self.events[i].size);
-        }
-        let params = Params {
-            block: found.block,
-            root: found.root,
-            roots,
-            cut,
-        };
-        sharding.place(self, &hooks, (&grads, &params), &frees);
-        Ok(sharding)
+        grads
     }
 }
 
-impl Sharding {
-    /// The what-if's requests and frees for `hooks` (in order), each unit's gradients `grads`.
-    fn place(
-        &mut self,
-        input: &Input,
-        hooks: &[(usize, Hook)],
-        (grads, params): (&[Vec<usize>], &Params),
-        frees: &FastMap<usize, Vec<usize>>,
-    ) {
-        let events = &input.events;
-        let top = events.iter().map(|e| e.stream).max().unwrap_or(0);
-        let (gather_stream, scatter_stream) = (top.saturating_add(1), top.saturating_add(2));
-        let world = self.said.world;
-        // The all-gather output and the reduce-scatter input FSDP2 holds (their addresses).
-        let (mut all_gather, mut scatter): (Option<u64>, Option<u64>) = (None, None);
-        let mut serial = 0u64;
-        let like_at = |i: usize| i.min(events.len().saturating_sub(1));
-        for (h, &(i, hook)) in hooks.iter().enumerate() {
-            let like = like_at(i);
-            let stream = events.get(like).map_or(0, |e| e.stream);
-            let mut put = |free: bool, ptr: u64, size: u64, stream: u16| {
-                self.inserts.push((
-                    i,
-                    Put {
-                        free,
-                        ptr,
-                        size,
-                        stream,
-                        like,
-                    },
-                ))
-            };
-            match hook {
-                Hook::Cut => {
-                    // A unit at a time (each block's, then the root's): its shards made, then
-                    // its whole parameters let go.
-                    let per_unit = params.block.len().max(1);
-                    let blocks = params.cut.len() - params.root.len();
-                    let mut units: Vec<&[usize]> = params.cut[..blocks].chunks(per_unit).collect();
-                    units.push(&params.cut[blocks..]);
-                    for unit in units {
-                        for &a in unit {
-                            let e = &events[a];
-                            let ptr = PARAMETER | (a as u64 & 0xff_ffff_ffff_ffff);
-                            put(false, ptr, e.size.div_ceil(world), e.stream);
-                            // The whole parameter's own free lets go of its shard.
-                            for &f in frees.get(&a).into_iter().flatten() {
-                                self.frees_shard.insert(f, ptr);
-                            }
-                        }
-                        for &a in unit {
-                            put(true, events[a].ptr, 0, events[a].stream);
-                        }
-                    }
-                }
-                Hook::Reshard(u) => {
-                    for p in 0..params.of(u).len() {
-                        put(true, gathered(u, p), 0, stream);
-                    }
-                }
-                Hook::Gather(u, size, pass) => {
-                    let backward = pass % 2 == 1;
-                    // Its all-gather's output: issued before (prefetched in the backward), or
-                    // now.
-                    let output = match all_gather.take() {
-                        Some(ptr) if backward => ptr,
-                        held => {
-                            serial += 1;
-                            put(false, ALL_GATHER | serial, size, gather_stream);
-                            all_gather = held;
-                            ALL_GATHER | serial
-                        }
-                    };
-                    for (p, &bytes) in params.of(u).iter().enumerate() {
-                        put(false, gathered(u, p), bytes, stream);
-                    }
-                    if !backward {
-                        // The forward: the unit before's output goes, this one's is held.
-                        if let Some(ptr) = all_gather.replace(output) {
-                            put(true, ptr, 0, gather_stream);
-                        }
-                        continue;
-                    }
-                    put(true, output, 0, gather_stream);
-                    // The next unit's all-gather issued, where it is in the same backward.
-                    let next = hooks[h + 1..].iter().find_map(|(_, h)| match h {
-                        Hook::Gather(_, size, p) => Some((*size, *p)),
-                        _ => None,
-                    });
-                    if let Some((size, _)) = next.filter(|n| n.1 == pass) {
-                        serial += 1;
-                        put(false, ALL_GATHER | serial, size, gather_stream);
-                        all_gather = Some(ALL_GATHER | serial);
-                    }
-                }
-                Hook::ForwardEnd => {
-                    if let Some(ptr) = all_gather.take() {
-                        put(true, ptr, 0, gather_stream);
-                    }
-                }
-                Hook::StepEnd => {
-                    if let Some(ptr) = all_gather.take() {
-                        put(true, ptr, 0, gather_stream);
-                    }
-                    if let Some(ptr) = scatter.take() {
-                        put(true, ptr, 0, stream);
-                    }
-                }
-                Hook::PostBackward(u, size, w) => {
-                    for p in 0..params.of(u).len() {
-                        put(true, gathered(u, p), 0, stream);
-                    }
-                    // The gradients whose free comes after: let go here, their frees moved.
-                    let moved: Vec<usize> = grads[w]
-                        .iter()
-                        .copied()
-                        .filter(|g| frees.get(g).and_then(|f| f.first()).is_none_or(|&f| f >= i))
-                        .collect();
-                    let bytes = moved
-                        .iter()
-                        .fold(0u64, |a, &g| a.saturating_add(events[g].size));
-                    if let Some(ptr) = scatter.take() {
-                        put(true, ptr, 0, stream);
-                    }
-                    serial += 1;
-                    let input_bytes = if moved.is_empty() { size } else { bytes };
-                    put(false, SCATTER_INPUT | serial, input_bytes, stream);
-                    scatter = Some(SCATTER_INPUT | serial);
-                    for &g in &moved {
-                        put(true, events[g].ptr, 0, events[g].stream);
-                    }
-                    if moved.is_empty() {
-                        continue;
-                    }
-                    let shard = bytes.div_ceil(world);
-                    put(false, SHARD | u, shard, scatter_stream);
-                    self.said.gradients += moved.len() as u64;
-                    // The shard goes where the run let go of the first of them; the others'
-                    // frees are gone (they went here).
-                    let first = moved
-                        .iter()
-                        .copied()
-                        .min_by_key(|g| frees.get(g).and_then(|f| f.first()).copied());
-                    for &g in &moved {
-                        for &f in frees.get(&g).into_iter().flatten() {
-                            if Some(g) == first {
-                                self.frees_shard.insert(f, SHARD | u);
-                            } else {
-                                self.act[f] = Act::Skip;
-                            }
-                        }
-                    }
-                }
-            }
+/// The hooks of FSDP2 on each step's root and each block whose backward was found, and each
+/// unit's backward (its window), unsorted.
+fn hooks_of(
+    steps: &[units::Step],
+    (blocks, begins, ends): (&[Checkpointed], &[Option<usize>], &[usize]),
+    params: &Params,
+    reshard: bool,
+) -> (Vec<(usize, Hook)>, Vec<Window>) {
+    let (mut hooks, mut windows) = (Vec::new(), Vec::new());
+    let root = !params.root.is_empty();
+    for (s, step) in steps.iter().enumerate() {
+        let Some(backward) = step.backward.filter(|_| root) else {
+            continue;
+        };
+        let u = params.roots + s as u64;
+        hooks.push((step.forward, Hook::Gather(u, 2 * s)));
+        if reshard {
+            hooks.push((backward, Hook::Reshard(u)));
+            hooks.push((backward, Hook::Gather(u, 2 * s + 1)));
+        }
+        windows.push((backward, step.end, u));
+    }
+    for (k, b) in blocks.iter().enumerate() {
+        let (Some(begin), Some(&first)) = (begins[k], b.allocs.first()) else {
+            continue;
+        };
+        let s = steps
+            .partition_point(|s| s.forward <= first)
+            .saturating_sub(1);
+        hooks.push((first, Hook::Gather(k as u64, 2 * s)));
+        if reshard {
+            hooks.push((b.end, Hook::Reshard(k as u64)));
+            hooks.push((begin, Hook::Gather(k as u64, 2 * s + 1)));
+        }
+        windows.push((begin, ends[k], k as u64));
+    }
+    for (w, &(_, end, u)) in windows.iter().enumerate() {
+        hooks.push((end, Hook::PostBackward(u, w)));
+    }
+    for step in steps {
+        if let Some(backward) = step.backward {
+            hooks.push((step.end, Hook::StepEnd));
+            hooks.push((backward, Hook::ForwardEnd));
         }
     }
+    (hooks, windows)
+}
 
+impl Sharding {
     /// A shard's bytes of a whole request's `size` (rounded up).
     fn shard_size(&self, size: u64) -> u64 {
         size.div_ceil(self.said.world.max(1))
