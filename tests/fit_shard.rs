@@ -100,7 +100,15 @@ fn a_shard_that_cannot_be_told_is_refused() {
     let alone = blocks_with(&dir, 1, "ddp", &[]);
     let err = refused(&alone);
     assert!(
-        err.contains("give the ranks to shard over with --world-size N"),
+        err.contains("the trace does not say its world size")
+            && err.contains("give the ranks to shard over with --world-size N"),
+        "{err}"
+    );
+    let zero_dir = tempdir("fit-shard-zero");
+    let zero = blocks_with(&zero_dir, 1, "ddp", &[("WORLD_SIZE", "0")]);
+    let err = refused(&zero);
+    assert!(
+        err.contains("the run's WORLD_SIZE (\"0\") is not a world size: give the ranks"),
         "{err}"
     );
 }

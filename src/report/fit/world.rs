@@ -100,13 +100,26 @@ pub(super) fn sharding(
     }
     let world = match ask.world_size {
         Some(m) => m,
-        None => run_world(&input.reader().info().env, ask.run_world_size).map_err(|_| {
-            FitError::Shard(
-                "the trace does not say its world size (no WORLD_SIZE in the run's \
-                 environment): give the ranks to shard over with --world-size N"
-                    .into(),
-            )
-        })?,
+        None => {
+            let env = &input.reader().info().env;
+            match run_world(env, None) {
+                Ok(n) => n,
+                Err(_) => {
+                    let why = match world_size_text(env) {
+                        Some(t) => format!(
+                            "the run's WORLD_SIZE ({:?}) is not a world size",
+                            t.chars().take(40).collect::<String>()
+                        ),
+                        None => "the trace does not say its world size (no WORLD_SIZE in the \
+                                 run's environment)"
+                            .into(),
+                    };
+                    return Err(FitError::Shard(format!(
+                        "{why}: give the ranks to shard over with --world-size N"
+                    )));
+                }
+            }
+        }
     };
     input.sharding(world, reshard).map_err(FitError::Shard)
 }
