@@ -17,12 +17,26 @@ pub fn rank0(dir: &Path, mode: &str, world: u32, keep_world_size: bool) -> PathB
 
 /// [`rank0`] at a batch `batch` times the stand-in's.
 fn rank0_at(dir: &Path, mode: &str, world: u32, keep_world_size: bool, batch: u32) -> PathBuf {
+    rank0_with(dir, mode, (world, keep_world_size, batch), &[])
+}
+
+/// [`rank0_at`] with more of the stand-in's settings (`env`).
+fn rank0_with(
+    dir: &Path,
+    mode: &str,
+    (world, keep_world_size, batch): (u32, bool, u32),
+    more: &[(&'static str, &str)],
+) -> PathBuf {
     let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
-    let t = dir.join(format!("{mode}.w{world}.{keep_world_size}.b{batch}.trace"));
+    let named: String = more.iter().map(|(k, v)| format!(".{k}{v}")).collect();
+    let t = dir.join(format!(
+        "{mode}.w{world}.{keep_world_size}.b{batch}{named}.trace"
+    ));
     let mut env = vec![
         ("RANK", "0".to_string()),
         ("KINDS_BATCH", batch.to_string()),
     ];
+    env.extend(more.iter().map(|&(k, v)| (k, v.to_string())));
     if keep_world_size {
         env.push(("WORLD_SIZE", world.to_string()));
     } else {
@@ -131,6 +145,20 @@ fn four_ranks_from_a_run_at_two_are_the_run_at_four_to_the_byte() {
         };
         assert!(text.contains(said), "{mode}: {text}");
     }
+}
+
+/// Under FSDP1 the whole forward runs inside FSDP's own code: a temporary the model makes there
+/// of a shard's size by chance (4 MiB: the flat parameter's 8 MiB over two ranks) is not a shard,
+/// nor is the whole flat parameter FSDP makes at wrapping to cut the shard from. Four ranks from
+/// two, to the byte, with such a temporary in each forward.
+#[test]
+fn what_fsdp1_makes_of_a_shards_size_by_chance_is_not_resized() {
+    let dir = tempdir("fit-world-chance");
+    let temp = [("JOB_FORWARD_TEMP_MIB", "4")];
+    let at_two = rank0_with(&dir, "fsdp1", (2, true, 1), &temp);
+    let at_four = rank0_with(&dir, "fsdp1", (4, true, 1), &temp);
+    let predicted = fit(&at_two, &["--world-size", "4"]);
+    assert_eq!(answers(&predicted), answers(&fit(&at_four, &[])));
 }
 
 /// What cannot be answered is refused with its reason: a trace without WORLD_SIZE (unless the

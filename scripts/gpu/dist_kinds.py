@@ -14,6 +14,10 @@ asked PyTorch's allocator for (its blocks' requested sizes, from torch.cuda.memo
   at_peak          with DIST_PEAK set: the same kinds at the moment of the most bytes allocated
                    (the last step then runs at half the batch again, so that it holds the peak)
 
+With DIST_LIMIT=BYTES, PyTorch's allocator is held to that many bytes
+(set_per_process_memory_fraction) and a step out of memory ends the run with 'oom': true in its
+truth (scripts/gpu.sh distfit's largest batch under a limit).
+
 usage: torchrun --nproc-per-node N dist_kinds.py MODE STEPS [BATCH]
   BATCH  sequences of 512 tokens per rank (default 4)
   MODE  ddp, ddp-view (gradient_as_bucket_view=True), fsdp2 (fully_shard per block and the
@@ -39,6 +43,9 @@ fake = os.environ.get("DIST_FAKE") is not None
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 local = 0 if fake else int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local)
+limit = int(os.environ.get("DIST_LIMIT") or 0)
+if limit:
+    torch.cuda.set_per_process_memory_fraction(limit / torch.cuda.get_device_properties(local).total_memory)
 peak = dist_models.peak_wanted()
 if fake:
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -79,16 +86,29 @@ else:
     sys.exit(f"unknown mode {mode}")
 opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-4)
 gen = torch.Generator(device="cpu").manual_seed(100 + rank)
-for step in range(steps):
-    torch.cuda.nvtx.range_push("step")
-    opt.zero_grad(set_to_none=True)
-    n = batch + max(1, batch // 2) if peak and step == steps - 1 else batch
-    loss = wrapped(**dist_models.batch(model, n, gen)).loss
-    loss.backward()
-    del loss
-    opt.step()
-    torch.cuda.nvtx.range_pop()
-torch.cuda.synchronize()
+
+
+def train():
+    for step in range(steps):
+        torch.cuda.nvtx.range_push("step")
+        opt.zero_grad(set_to_none=True)
+        n = batch + max(1, batch // 2) if peak and step == steps - 1 else batch
+        loss = wrapped(**dist_models.batch(model, n, gen)).loss
+        loss.backward()
+        del loss
+        opt.step()
+        torch.cuda.nvtx.range_pop()
+    torch.cuda.synchronize()
+
+
+try:
+    train()
+except torch.OutOfMemoryError:
+    if not limit:
+        raise
+    dist_models.say_truth({"mode": mode, "rank": rank, "world": world, "batch": batch, "limit": limit,
+                           "oom": True}, mode, rank)
+    os._exit(0)
 
 block_bytes = dist_models.block_bytes
 params = list(wrapped.parameters()) + list(wrapped.buffers())
@@ -101,6 +121,8 @@ truth = {
     "gradient": block_bytes([p.grad for p in wrapped.parameters()]),
     "optimizer_state": block_bytes(state),
     "batch": batch,
+    "limit": limit,
+    "oom": False,
 }
 if peak:
     torch.cuda.nvtx.mark("truth")

@@ -1,80 +1,169 @@
 #!/usr/bin/env bash
-# what fits for a job at another world size: each rank's peak reserved at 4 ranks predicted from a run at 2 (fit --world-size 4), against real runs at 4.
-# On a machine of four GPUs (else rank 0 alone on one, through PyTorch's fake process group):
-# scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its
-# config, AdamW, batch B per rank) under `gpushim run -- torchrun --nproc-per-node 2`, nothing
-# set, then the same job at 4 ranks without the shim; for each MODEL and MODE (ddp, fsdp2,
-# fsdp1; DISTFIT_MODES may add zero1, zero2, zero3: DeepSpeed's engine through
-# scripts/gpu/ds_kinds.py, bf16, from .gpu/dssite), `gpushim fit r.0.trace --at B --batch B --world-size 4` against every rank's
-# max_memory_reserved() at 4 ranks, under PyTorch's defaults (the answers and truths kept in
-# $OUT/distfit-answers.tar.gz where OUT is set). One table.
+# what fits for a job at another world size: rank 0's peak reserved at 4 ranks and batches 4 and 16, and its largest batch under a limit, predicted from a run at 2 (fit --world-size 4), against real runs at 4, under both settings.
+# scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its config, AdamW, 4 steps) at
+# 2 ranks and batch 4 a rank under `gpushim run`, nothing set, for each MODEL and MODE (ddp,
+# fsdp2, fsdp1; DISTFIT_MODES may add zero1, zero2, zero3: DeepSpeed's engine through
+# scripts/gpu/ds_kinds.py, bf16, from .gpu/dssite, without the limit's search). Then `gpushim
+# fit r.0.trace --at 4 --batch 4,16 --world-size 4` under both of PyTorch's settings against
+# real runs at 4 ranks without the shim (max_memory_reserved() at batches 4 and 16), and fit's
+# largest batch under L (`--limit`; DISTFIT_LIMIT, 6 GiB) against real runs held to L
+# (set_per_process_memory_fraction) a batch apart from it, until one runs and the next does
+# not. With fewer than four GPUs, rank 0 alone on one through PyTorch's fake process group
+# (every collective's buffer made, no NCCL), DISTFIT_PAR (12) processes at a time. The traces
+# at 2 (and at 4, batch 16, defaults; every run at 4 with DISTFIT_TRACE set), answers and
+# truths are kept in $OUT/distfit-answers.tar.gz where OUT is set. One table.
 #   bash scripts/gpu.sh distfit[:MODEL,...]      (gpt2 bert vit)
 set -euo pipefail
 models=${*:-gpt2 bert vit}
 modes=${DISTFIT_MODES:-ddp fsdp2 fsdp1}
-batch=${DISTFIT_BATCH:-4}
+limit=${DISTFIT_LIMIT:-$((6 << 30))}
 n=$(nvidia-smi -L | wc -l)
-# With fewer than four GPUs, rank 0 alone on one GPU through PyTorch's fake process group (no
-# communication, every collective's buffer made): the same requests, without NCCL's own.
-fake=""
-[ "$n" -ge 4 ] || fake=1
 work=$(mktemp -d)
 export DIST_TRUTH_DIR="$work"
 [ ! -d .gpu/dssite ] || export PYTHONPATH="$PWD/.gpu/dssite${PYTHONPATH:+:$PYTHONPATH}" DS_BUILD_OPS=0
-[ -z "$fake" ] || echo "distfit: $n GPU(s): rank 0 alone through PyTorch's fake process group"
-printf '%-6s %-6s %5s %6s %18s %18s %8s %18s %24s\n' model mode batch rank "real@4 MiB" "fit@4 from 2 MiB" err "run@2 MiB" "its own replay@2 MiB"
+launch() { # WORLD: how a job of WORLD ranks is started here
+  if [ "$n" -ge "$1" ]; then
+    echo "torchrun --standalone --nproc-per-node $1"
+  else
+    echo "env DIST_FAKE=1 RANK=0 WORLD_SIZE=$1 python3"
+  fi
+}
+prog() { case $1 in zero*) echo scripts/gpu/ds_kinds.py ;; *) echo scripts/gpu/dist_kinds.py ;; esac; }
+# real MODEL MODE WORLD BATCH SETTING [LIMIT]: one run without the shim; its truth in
+# $work/MODEL.MODE.wWORLD.bBATCH.SETTING[.lLIMIT].0.json
+real() {
+  local conf="" name="$1.$2.w$3.b$4.$5${6:+.l$6}"
+  [ "$5" = defaults ] || conf="expandable_segments:True"
+  local traced=()
+  # Batch 16 under the defaults traced too (every run but the limit's with DISTFIT_TRACE set):
+  # what differs at 4, to read beside the run at 2.
+  if [ -z "${6:-}" ] && { [ -n "${DISTFIT_TRACE:-}" ] || [ "$4.$5" = 16.defaults ]; }; then
+    traced=("$GPUSHIM_BIN" run --trace "$work/$name.r%r.trace" --)
+  fi
+  PYTORCH_CUDA_ALLOC_CONF=$conf DIST_LIMIT=${6:-} DIST_MODEL=$1 DIST_TRUTH_NAME="$name" \
+    "${traced[@]}" $(launch "$3") $(prog "$2") "$2" 4 "$4" >"$work/$name.out" 2>&1 \
+    || echo "$*: the real run failed: $(tail -1 "$work/$name.out")"
+}
+# fits MODEL MODE SETTING LIMIT BATCH: whether the run at BATCH under LIMIT ran (1) or not (0).
+fits() {
+  real "$1" "$2" 4 "$5" "$3" "$4" >&2
+  python3 -c "import json,sys; print(0 if json.load(open(sys.argv[1])).get('oom') else 1)" \
+    "$work/$1.$2.w4.b$5.$3.l$4.0.json" 2>/dev/null || echo 0
+}
+# largest MODEL MODE SETTING LIMIT PREDICTED: the real largest batch near PREDICTED, stepping a
+# batch at a time (four steps at most, then doubling the step); prints it.
+largest() {
+  local b=$5 step=1 k
+  [ "$b" -ge 1 ] || b=1
+  if [ "$(fits "$1" "$2" "$3" "$4" "$b")" = 1 ]; then
+    for k in 1 2 3 4 5 6 7 8; do
+      [ "$(fits "$1" "$2" "$3" "$4" $((b + step)))" = 1 ] || { echo "$b"; return; }
+      b=$((b + step)); [ "$k" -lt 4 ] || step=$((step * 2))
+    done
+    echo ">=$b"
+  else
+    for k in 1 2 3 4 5 6 7 8; do
+      [ $((b - step)) -ge 1 ] || { echo 0; return; }
+      b=$((b - step))
+      [ "$(fits "$1" "$2" "$3" "$4" "$b")" = 0 ] || { echo "$b"; return; }
+      [ "$k" -lt 4 ] || step=$((step * 2))
+    done
+    echo "<$b"
+  fi
+}
+export -f real fits largest launch prog
+export n work DISTFIT_TRACE
+[ "$n" -ge 4 ] || echo "distfit: $n GPU(s): rank 0 alone through PyTorch's fake process group"
+# The runs at 2, traced, and the real ones at 4.
+jobs=()
 for model in $models; do
   for m in $modes; do
-    d="$work/$model.$m"
-    mkdir -p "$d"
-    export DIST_MODEL=$model
-    if [ -n "$fake" ]; then
-      at2=(env DIST_FAKE=1 RANK=0 WORLD_SIZE=2 python3)
-      at4=(env DIST_FAKE=1 RANK=0 WORLD_SIZE=4 python3)
-    else
-      at2=(env CUDA_VISIBLE_DEVICES=0,1 torchrun --standalone --nproc-per-node 2)
-      at4=(torchrun --standalone --nproc-per-node 4)
-    fi
-    # DeepSpeed's ZeRO (zero1, zero2, zero3) through its engine, from .gpu/dssite.
-    prog=scripts/gpu/dist_kinds.py
-    case $m in zero*) prog=scripts/gpu/ds_kinds.py ;; esac
-    if ! DIST_TRUTH_NAME="$model.$m.w2" "$GPUSHIM_BIN" run --trace "$d/r.%r.trace" -- \
-        "${at2[@]}" "$prog" "$m" 4 "$batch" >"$d/w2.out" 2>"$d/w2.err"; then
-      echo "$model $m: the run at 2 failed"; tail -5 "$d/w2.err"; continue
-    fi
-    if ! DIST_TRUTH_NAME="$model.$m.w4" "${at4[@]}" "$prog" "$m" 4 "$batch" \
-        >"$d/w4.out" 2>"$d/w4.err"; then
-      echo "$model $m: the run at 4 failed"; tail -5 "$d/w4.err"; continue
-    fi
-    "$GPUSHIM_BIN" fit "$d/r.0.trace" --at "$batch" --batch "$batch" --world-size 4 --json \
-      >"$d/fit.json" 2>"$d/fit.err" || { echo "$model $m: fit failed"; tail -3 "$d/fit.err"; continue; }
-    # The run's own replay, at its own world: what the model of the allocator misses anyway.
-    "$GPUSHIM_BIN" fit "$d/r.0.trace" --at "$batch" --batch "$batch" --json >"$d/own.json" 2>/dev/null || true
-    python3 - "$work" "$model" "$m" "$d/fit.json" "$batch" <<'PY'
-import json, sys
-work, model, mode, fit, batch = sys.argv[1:6]
-MiB = 1 << 20
-f = json.load(open(fit))
-recorded = next(s for s in f["settings"] if s["recorded"])
-pred = next(r for r in recorded["rows"] if r["batch"] == int(batch))["peak_reserved_bytes"]
-at2 = json.load(open(f"{work}/{model}.{mode}.w2.0.json"))["reserved_peak"]
-try:
-    o = json.load(open(fit.replace("fit.json", "own.json")))
-    o = next(s for s in o["settings"] if s["recorded"])
-    own = next(r for r in o["rows"] if r["batch"] == int(batch))["peak_reserved_bytes"]
-    own = f"{own / MiB:.2f} ({(own - at2) / at2 * 100:+.2f}%)"
-except (OSError, ValueError, StopIteration, KeyError):
-    own = "-"
-for r in range(4):
-    try:
-        real = json.load(open(f"{work}/{model}.{mode}.w4.{r}.json"))["reserved_peak"]
-    except OSError:
-        continue
-    err = (pred - real) / real * 100
-    print(f"{model:6} {mode:6} {batch:>5} {r:>6} {real / MiB:18.2f} {pred / MiB:18.2f} {err:+7.2f}% {at2 / MiB:18.2f} {own:>24}")
-PY
+    jobs+=("trace $model $m")
+    for b in 4 16; do for s in defaults expandable; do jobs+=("real $model $m 4 $b $s"); done; done
   done
 done
+one() {
+  set -- $1
+  if [ "$1" = trace ]; then
+    DIST_MODEL=$2 DIST_TRUTH_NAME="$2.$3.w2" "$GPUSHIM_BIN" run --trace "$work/$2.$3.r%r.trace" -- \
+      $(launch 2) $(prog "$3") "$3" 4 4 >"$work/$2.$3.w2.out" 2>&1 \
+      || echo "$2 $3: the run at 2 failed: $(tail -1 "$work/$2.$3.w2.out")"
+  else
+    shift; real "$@"
+  fi
+}
+export -f one
+# DISTFIT_PAR: how many at once on one GPU (a rank's timing moves what FSDP's streams hold).
+par=${DISTFIT_PAR:-12}
+[ "$n" -lt 2 ] || par=1
+printf '%s\n' "${jobs[@]}" | xargs -r -P "$par" -I{} bash -c 'one "{}"'
+# fit's answers, then the real largest batches near them.
+searches=()
+for model in $models; do
+  for m in $modes; do
+    t="$work/$model.$m.r0.trace"
+    [ -f "$t" ] || continue
+    # The peaks on the whole device (the rows), then the largest batch under the limit.
+    "$GPUSHIM_BIN" fit "$t" --at 4 --batch 4,16 --world-size 4 --max-batch 16 --json --quiet \
+      >"$work/$model.$m.fit.json" 2>"$work/$model.$m.fit.err" \
+      || { echo "$model $m: fit failed: $(tail -2 "$work/$model.$m.fit.err")"; continue; }
+    "$GPUSHIM_BIN" fit "$t" --at 4 --batch 4 --world-size 4 --limit "$limit" --json --quiet \
+      >"$work/$model.$m.limit.json" 2>"$work/$model.$m.fit.err" \
+      || { echo "$model $m: fit failed: $(tail -2 "$work/$model.$m.fit.err")"; continue; }
+    # ds_kinds.py holds no limit: ZeRO's rows without a largest batch.
+    case $m in zero*) continue ;; esac
+    for s in defaults expandable; do
+      p=$(python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+want = sys.argv[2] == 'defaults'
+print(next(s['largest_batch'] for s in d['settings'] if ('expandable_segments:True' not in s['setting']) == want))" \
+        "$work/$model.$m.limit.json" "$s")
+      searches+=("$model $m $s $p")
+    done
+  done
+done
+search() { set -- $1; echo "$1 $2 $3 $4 $(largest "$1" "$2" "$3" "$limit" "$4" 2>/dev/null)"; }
+export -f search
+export limit
+# Each search's runs are held to the limit: all of them at once on one GPU.
+[ "$n" -ge 2 ] || par=${#searches[@]}
+printf '%s\n' "${searches[@]}" | xargs -r -P "$par" -I{} bash -c 'search "{}"' >"$work/largest.txt"
+python3 - "$work" "$limit" $models <<'PY'
+import json, sys
+work, limit, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+MiB = 1 << 20
+largest = {}
+for line in open(f"{work}/largest.txt"):
+    model, mode, setting, pred, real = line.split()
+    largest[(model, mode, setting)] = (pred, real)
+print(f"{'model':6} {'mode':6} {'setting':11} {'batch':>5} {'real@4 MiB':>11} {'fit@4 from 2':>13} {'err':>8}   "
+      f"largest under {limit / (1 << 30):g} GiB: fit, real")
+worst = []
+for model in models:
+    for mode in ("ddp", "fsdp2", "fsdp1", "zero1", "zero2", "zero3"):
+        try:
+            f = json.load(open(f"{work}/{model}.{mode}.fit.json"))
+        except OSError:
+            continue
+        for setting in ("defaults", "expandable"):
+            s = next(s for s in f["settings"] if ("expandable_segments:True" not in s["setting"]) == (setting == "defaults"))
+            for b in (4, 16):
+                try:
+                    real = json.load(open(f"{work}/{model}.{mode}.w4.b{b}.{setting}.0.json"))["reserved_peak"]
+                except (OSError, KeyError):
+                    continue
+                pred = next(r for r in s["rows"] if r["batch"] == b)["peak_reserved_bytes"]
+                err = (pred - real) / real * 100
+                worst.append(abs(err))
+                lg = ""
+                if b == 16:
+                    p, r = largest.get((model, mode, setting), ("-", "-"))
+                    lg = f"{p}, {r}"
+                print(f"{model:6} {mode:6} {setting:11} {b:>5} {real / MiB:11.2f} {pred / MiB:13.2f} {err:+7.2f}%   {lg}")
+if worst:
+    print(f"rows {len(worst)}, within 3%: {sum(e <= 3 for e in worst)}, largest error {max(worst):.2f}%")
+PY
 if [ -n "${OUT:-}" ]; then
-  (cd "$work" && tar -czf "$OUT/distfit-answers.tar.gz" $(find . -name '*.json') 2>/dev/null) || true
+  (cd "$work" && tar -czf "$OUT/distfit-answers.tar.gz" $(find . -name '*.json' -o -name '*.trace' -o -name 'largest.txt') 2>/dev/null) || true
 fi

@@ -25,7 +25,8 @@
 use super::{Ask, FitError, Requests};
 use crate::report::kinds::kept_world_size as kept_world;
 use crate::report::kinds::{
-    DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Kind, Phase, phase_of_stack, world_size_text,
+    DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Kind, Phase, backward_node_of, phase_of_stack,
+    world_size_text,
 };
 use crate::report::torch_allocator::Input;
 use crate::trace::format;
@@ -180,7 +181,9 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
     let deepspeed = framework.starts_with("DeepSpeed");
     let code = if deepspeed { DEEPSPEED_CODE } else { FSDP_CODE };
     let whole_parameters = framework == DEEPSPEED_ZERO_1_2;
-    let mut by_stack: crate::fasthash::FastMap<u64, (bool, Phase)> = Default::default();
+    // Per stack: whether it runs the framework's code, its phase, and whether an autograd node
+    // of the backward made it (FSDP's own requests in its hooks are made by none).
+    let mut by_stack: crate::fasthash::FastMap<u64, (bool, Phase, bool)> = Default::default();
     let mut said = WorldSize {
         run,
         asked,
@@ -193,17 +196,38 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             (
                 runs_code(reader, stack, code),
                 phase_of_stack(reader, stack),
+                backward_node_of(reader, stack).is_some(),
             )
         })
     };
     // The sizes of the gradients' shards FSDP keeps: in later steps its reduce-scatter makes
-    // one of each again, added into the kept one and let go (a temporary of a shard's size).
-    // DeepSpeed reduces into the partition it keeps, making none.
+    // one of each again in its backward hook, added into the kept one and let go (a temporary
+    // of a shard's size, made by no autograd node, not in a forward). DeepSpeed reduces into the partition it
+    // keeps, making none. (FSDP1 runs the whole forward and backward inside its own code: an
+    // activation's gradient or a temporary of a shard's size by chance is made by a node.)
     let shard_sizes: std::collections::BTreeSet<u64> = if sharding {
         input
             .requests()
             .zip(&req.kinds)
-            .filter(|((_, stack), k)| **k == Kind::Gradient && of(*stack).0)
+            .filter(|((_, stack), k)| {
+                let (own, _, by_node) = of(*stack);
+                **k == Kind::Gradient && own && !by_node
+            })
+            .map(|((size, _), _)| size)
+            .collect()
+    } else {
+        Default::default()
+    };
+    // FSDP1's flat parameters whole, as its own code gathers them: at wrapping it makes each
+    // whole first (its module's parameters joined) and cuts the shard from it, and a whole is
+    // whole at any world. (Not a later step's reduce-scatter output, of a shard's size.)
+    let gathered: std::collections::BTreeSet<u64> = if sharding && !deepspeed {
+        input
+            .requests()
+            .zip(&req.kinds)
+            .filter(|((size, stack), k)| {
+                **k == Kind::Communication && of(*stack).0 && !shard_sizes.contains(size)
+            })
             .map(|((size, _), _)| size)
             .collect()
     } else {
@@ -216,16 +240,23 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             if !sharding {
                 return false;
             }
-            let (own_code, phase) = of(stack);
+            let (own_code, phase, by_node) = of(stack);
             let shard = match kind {
-                Kind::Parameter => own_code && !whole_parameters,
-                Kind::Gradient => own_code || !deepspeed,
+                Kind::Parameter => own_code && !whole_parameters && !gathered.contains(&size),
+                // FSDP's gradients are the reduce-scatter's outputs its hooks make; one an
+                // autograd node made is whole.
+                Kind::Gradient if deepspeed => own_code,
+                Kind::Gradient => !by_node,
                 Kind::OptimizerState => true,
                 // A framework's buffer in a step is whole (ZeRO-3's persistent parameters,
                 // gathered again after it); the step's temporaries are the partition's.
                 Kind::Temporary if phase == Phase::Optimizer => true,
                 Kind::Temporary | Kind::Communication => {
-                    own_code && !deepspeed && shard_sizes.contains(&size)
+                    own_code
+                        && !deepspeed
+                        && !by_node
+                        && phase != Phase::Forward
+                        && shard_sizes.contains(&size)
                 }
                 _ => false,
             };
@@ -255,20 +286,28 @@ fn runs_code(reader: &TraceReader, stack: u64, part: &str) -> bool {
 /// Under FSDP, the sizes of the whole (unsharded) parameters, of which the run's parameters
 /// are shards: a backward's temporary of such a size from a node that makes weights' gradients
 /// is a weight's whole gradient before FSDP reduce-scatters it, and does not follow the batch.
-/// Known exactly where FSDP gathers a whole parameter by its own code (FSDP1's flat parameter),
-/// and from a shard and the run's `WORLD_SIZE` otherwise (FSDP2 pads a parameter's first
-/// dimension to a multiple of the world, so its whole lies within a row below the shard times
-/// the world: within a thousandth, for the large ones that matter).
+/// Known exactly where the trace holds a whole one: a parameter made before FSDP wrapped it
+/// (outside FSDP's code), or gathered whole by FSDP's own code (FSDP1's flat parameter, whose
+/// gradient the backward of the split into its views joins: `SplitWithSizesBackward`); and from
+/// a shard and the run's `WORLD_SIZE` otherwise (FSDP2 pads a parameter's first dimension to a
+/// multiple of the world, so its whole lies within a row below the shard times the world:
+/// within a thousandth, for the large ones that matter).
 pub(super) struct Unsharded {
     exact: std::collections::BTreeSet<u64>,
+    /// FSDP1's flat parameters, gathered whole by its own code.
+    flat: std::collections::BTreeSet<u64>,
     /// Shards times the world, sorted.
     padded: Vec<u64>,
 }
+
+/// The node that joins the gradients of a flat parameter's views into the flat gradient.
+const FLAT_GRADIENT_NODE: &str = "SplitWithSizesBackward";
 
 impl Unsharded {
     pub(super) fn of(input: &Input, kinds: &[Kind]) -> Unsharded {
         let mut u = Unsharded {
             exact: Default::default(),
+            flat: Default::default(),
             padded: Vec::new(),
         };
         let reader = input.reader();
@@ -279,16 +318,24 @@ impl Unsharded {
             return u;
         }
         let world = kept_world(&reader.info().env);
-        for ((size, _), k) in input.requests().zip(kinds) {
+        let mut own: crate::fasthash::FastMap<u64, bool> = Default::default();
+        for ((size, stack), k) in input.requests().zip(kinds) {
             match k {
                 Kind::Parameter => {
-                    if let Some(n) = world {
+                    if !*own
+                        .entry(stack)
+                        .or_insert_with(|| runs_code(reader, stack, FSDP_CODE))
+                    {
+                        // Made before FSDP wrapped the model: whole.
+                        u.exact.insert(size);
+                    } else if let Some(n) = world {
                         u.padded.push(size.saturating_mul(n));
                     }
                 }
                 // Gathered whole by FSDP's own code (FSDP1: the flat parameter).
                 Kind::Communication => {
                     u.exact.insert(size);
+                    u.flat.insert(size);
                 }
                 _ => {}
             }
@@ -300,7 +347,13 @@ impl Unsharded {
 
     /// Whether a backward temporary of `size` from `node` is a whole weight's gradient.
     pub(super) fn gradient(&self, size: u64, node: &str) -> bool {
-        if size == 0 || !(node.is_empty() || super::requests::makes_weight_gradients(node)) {
+        if size == 0 {
+            return false;
+        }
+        if node.starts_with(FLAT_GRADIENT_NODE) {
+            return self.flat.contains(&size);
+        }
+        if !(node.is_empty() || super::requests::makes_weight_gradients(node)) {
             return false;
         }
         if self.exact.contains(&size) {

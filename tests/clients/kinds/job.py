@@ -16,6 +16,8 @@ them). No communication happens; the frames and the order of requests are the fr
          made by the engine) beside the buckets, let go as the next step begins
          (zero_grad(set_to_none=True)); the buckets DDP's own buffers
 KINDS_BATCH=N: a batch N times as large (the input and the forward's tensors).
+JOB_FORWARD_TEMP_MIB=N: the wrapped model's forward (inside FSDP1's) also makes a temporary of N
+MiB, let go at once: at N = 4 a shard's size at two ranks by chance.
 JOB_LEAK_RANK=N: that rank alone keeps each step's last activation (3 MiB a step).
 usage: job.py LIBTORCH_CPU LIBC10_CUDA STEPS MODE"""
 import os
@@ -61,6 +63,8 @@ class Net(Module):
         self.layers = [Linear(nbytes), Linear(nbytes)] if nbytes else [Sharded(), Sharded()]
 
     def forward(self, x, saved):
+        if os.environ.get("JOB_FORWARD_TEMP_MIB"):
+            _standin.free(_standin.empty(int(os.environ["JOB_FORWARD_TEMP_MIB"]) * MiB))
         for layer in self.layers:
             x = layer(x, saved)
         return x
