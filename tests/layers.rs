@@ -123,6 +123,27 @@ fn code_of(path: &Path) -> String {
         .join("\n")
 }
 
+/// The fields of a struct in `code` that own a trace reader (a pass's record may borrow one).
+fn owned_reader_fields(code: &str) -> Vec<String> {
+    let mut inside = false;
+    let mut found = Vec::new();
+    for line in code.lines() {
+        let t = line.trim();
+        if t.contains("struct ") && t.ends_with('{') {
+            inside = true;
+        } else if line.starts_with('}') {
+            inside = false;
+        } else if inside
+            && let Some((name, ty)) = t.split_once(':')
+            && ty.trim().trim_end_matches(',').ends_with("TraceReader")
+            && !ty.contains('&')
+        {
+            found.push(name.trim_start_matches("pub ").to_string());
+        }
+    }
+    found
+}
+
 /// The report wing's room a file of it is in: the first folder or file under `src/report`
 /// (`peak` for `peak.rs`, `fit` for `fit/steps.rs`); `None` for `src/report/mod.rs`.
 fn room_of(report: &Path, file: &Path) -> Option<String> {
@@ -230,6 +251,13 @@ fn the_report_wing_has_one_direction_and_only_the_analysis_opens_a_trace() {
                 assert!(
                     !code.contains(call),
                     "{} opens or rereads a trace ({call}): only the analysis does",
+                    rel.display()
+                );
+            }
+            for field in owned_reader_fields(&code) {
+                panic!(
+                    "{}: {field} holds a reader: what the analysis hands on is plain data (a \
+                     trace's tables, `TraceTables`), the file read and let go",
                     rel.display()
                 );
             }

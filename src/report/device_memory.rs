@@ -6,7 +6,7 @@
 
 use super::live::Replay;
 use super::owners::{OwnerBytes, held_by_owner_kinds};
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -94,7 +94,7 @@ pub fn reckon(
 pub fn at_peaks(
     all: &mut [DeviceMemory],
     peaks: &[(u8, NvmlPeak)],
-    reader: &TraceReader,
+    reader: &TraceTables,
     moments: &[crate::report::moments::Moment],
 ) {
     for m in all.iter_mut() {

@@ -12,7 +12,7 @@ use super::live::Replay;
 use super::pass::{Said, Seen, Tracker};
 use crate::fasthash::FastMap;
 use crate::trace::format::{Api, Record, RecordKind};
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use std::collections::BTreeMap;
 
 /// Records read after a moment for the call stacks of its last allocations.
@@ -66,7 +66,7 @@ impl Moments {
     /// what the kinds said of it; `run_before` their run before it).
     fn see_parts(
         &mut self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         rp: &Replay,
         kinds: &KindTracker,
         r: &Record,
@@ -94,7 +94,7 @@ impl Moments {
 
     /// The moments taken, once the pass has read what it reads: those still settling take what
     /// the records so far say. Moments past the records read are not taken.
-    pub fn finish(mut self, reader: &TraceReader, kinds: &KindTracker) -> Vec<Moment> {
+    pub fn finish(mut self, reader: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
         for t in std::mem::take(&mut self.taking) {
             self.taken.push(t.finish(reader, kinds));
         }
@@ -122,7 +122,7 @@ impl Taking {
     /// kind decided at each address kept; then, its kinds settled on.
     pub(super) fn step(
         &mut self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         kinds: &KindTracker,
         r: &Record,
         decided: Option<(u64, Kind)>,
@@ -165,7 +165,7 @@ impl Taking {
 
     /// The moment, once the pass has read what it reads: still in its window, its kinds are
     /// settled from what the records so far say.
-    pub(super) fn finish(mut self, reader: &TraceReader, kinds: &KindTracker) -> Moment {
+    pub(super) fn finish(mut self, reader: &TraceTables, kinds: &KindTracker) -> Moment {
         if self.settling.is_none() {
             self.settling = Some(start(reader, kinds, &self.moment, &self.freed));
         }
@@ -175,7 +175,7 @@ impl Taking {
 
 /// The tensors of a moment, once its stack window is read: those known, and those to settle.
 fn start(
-    reader: &TraceReader,
+    reader: &TraceTables,
     kinds: &KindTracker,
     m: &Moment,
     freed: &FastMap<u64, Kind>,
@@ -189,7 +189,7 @@ fn start(
     kinds.settling(reader, tensors, freed)
 }
 
-fn finish(reader: &TraceReader, kinds: &KindTracker, mut t: Taking) -> Moment {
+fn finish(reader: &TraceTables, kinds: &KindTracker, mut t: Taking) -> Moment {
     if let Some(s) = t.settling.take() {
         t.moment.kinds = kinds.settled(reader, s);
     }

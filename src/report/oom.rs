@@ -9,7 +9,7 @@ use crate::trace::format::Api;
 use crate::trace::format::DEVICE_UNKNOWN;
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -118,7 +118,7 @@ fn step_of(rp: &Replay, r: &Record, device: u8) -> Step {
 }
 
 /// A failed request of record `r`, with what device `r.device` held at that moment.
-fn failed_request(reader: &TraceReader, rp: &Replay, kinds: &KindTracker, r: &Record) -> Oom {
+fn failed_request(reader: &TraceTables, rp: &Replay, kinds: &KindTracker, r: &Record) -> Oom {
     let device = if r.device == DEVICE_UNKNOWN {
         0
     } else {
@@ -178,7 +178,7 @@ pub struct OomPass {
 
 impl OomPass {
     /// One record, after `rp` applied it and `kinds` observed it.
-    fn see_parts(&mut self, reader: &TraceReader, rp: &Replay, kinds: &KindTracker, r: &Record) {
+    fn see_parts(&mut self, reader: &TraceTables, rp: &Replay, kinds: &KindTracker, r: &Record) {
         match r.kind {
             RecordKind::Restore => {}
             // A failure the checkpoint of a ring trace kept, with what was live then.

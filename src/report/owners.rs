@@ -5,7 +5,7 @@
 use super::kinds::Kind;
 use super::live::{Live, Replay};
 use crate::trace::format::{Api, RecordKind};
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -31,7 +31,7 @@ const KNOWN: &[(&str, &str)] = &[
 ];
 
 /// The owner of a live allocation.
-pub fn owner_of(reader: &TraceReader, l: &Live) -> String {
+pub fn owner_of(reader: &TraceTables, l: &Live) -> String {
     if l.api == Api::Torch as u8 {
         return "PyTorch tensors".to_string();
     }
@@ -108,7 +108,7 @@ pub const CREATED_POOLS_UNUSED: &str = "the program's CUDA pools, unused";
 
 /// What each owner holds per device now: the live allocations by owner, and the framework's
 /// cache beyond its tensors (`PyTorch's cache, unused`), largest first on each device.
-pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
+pub fn held_by_owner(reader: &TraceTables, rp: &Replay) -> Vec<OwnerBytes> {
     held_by_owner_kinds(reader, rp, &|_, _| None)
 }
 
@@ -116,7 +116,7 @@ pub fn held_by_owner(reader: &TraceReader, rp: &Replay) -> Vec<OwnerBytes> {
 /// address): `PyTorch tensors: activations`, ..., listed first on each device in the kinds'
 /// order.
 pub fn held_by_owner_kinds(
-    reader: &TraceReader,
+    reader: &TraceTables,
     rp: &Replay,
     kind: &dyn Fn(u64, &Live) -> Option<Kind>,
 ) -> Vec<OwnerBytes> {

@@ -7,7 +7,7 @@ use super::pass::{Said, Seen, Slot, Tracker};
 use super::sites::{Holder, holders, merge_holders, range_label, site_label};
 use crate::trace::format::Api;
 use crate::trace::format::Record;
-use crate::trace::reader::{ReadOptions, TraceReader};
+use crate::trace::reader::{ReadOptions, TraceTables};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -124,7 +124,7 @@ impl PeakFinder {
     /// first pass's replay, `reader` its reader (the checkpoint's stacks are named from it).
     pub fn finish(
         mut self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         whole: &Replay,
         opts: &ReadOptions,
     ) -> PeaksFound {
@@ -159,7 +159,7 @@ impl PeakFinder {
 }
 
 /// Every device's peak: those the checkpoint kept, and the others from their moments.
-pub fn peaks(reader: &TraceReader, found: PeaksFound, moments: &[Moment]) -> Vec<Peak> {
+pub fn peaks(reader: &TraceTables, found: PeaksFound, moments: &[Moment]) -> Vec<Peak> {
     let mut out = found.kept;
     for (device, at, peak_time) in found.wanted {
         if let Some(m) = super::moments::of(moments, at, device) {
@@ -172,7 +172,7 @@ pub fn peaks(reader: &TraceReader, found: PeaksFound, moments: &[Moment]) -> Vec
 
 /// A device's peak from its moment (`peak_time`: the time of the allocation that made it, not
 /// of the stack records read after it).
-fn at_moment(reader: &TraceReader, m: &Moment, peak_time: u64) -> Peak {
+fn at_moment(reader: &TraceTables, m: &Moment, peak_time: u64) -> Peak {
     let (rp, kinds, device) = (&m.replay, &m.kinds, m.device);
     let in_order = rp.live_in_order();
     let tensors: Vec<(Kind, &Live)> = rp
@@ -218,7 +218,7 @@ fn at_moment(reader: &TraceReader, m: &Moment, peak_time: u64) -> Peak {
 }
 
 /// The frames of stack `stack` as the flame graph names them, innermost first.
-fn frames_of(reader: &TraceReader, stack: u64) -> Vec<String> {
+fn frames_of(reader: &TraceTables, stack: u64) -> Vec<String> {
     reader
         .stack(stack)
         .map(|f| {
@@ -231,7 +231,7 @@ fn frames_of(reader: &TraceReader, stack: u64) -> Vec<String> {
 }
 
 /// A peak the checkpoint of a ring trace kept: what each call site and range held then.
-fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak {
+fn from_snapshot(reader: &TraceTables, s: &crate::trace::live::Snapshot) -> Peak {
     let stacks = s
         .holdings
         .iter()
@@ -265,7 +265,7 @@ fn from_snapshot(reader: &TraceReader, s: &crate::trace::live::Snapshot) -> Peak
 /// What a checkpoint's holdings were, by kind, from their lines alone: the holdings with Python
 /// frames (the framework's tensors), each by its phase's lasting kind.
 fn kinds_of_holdings(
-    reader: &TraceReader,
+    reader: &TraceTables,
     holdings: &[crate::trace::live::Holding],
 ) -> Vec<KindHolders> {
     let mut by: BTreeMap<Kind, Vec<&crate::trace::live::Holding>> = BTreeMap::new();

@@ -2,12 +2,12 @@
 //! across traces.
 
 use super::live::Live;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use serde::Serialize;
 use std::collections::HashMap;
 
 /// A call site as people read it: the first frames of its stack, innermost first.
-pub fn site_label(reader: &TraceReader, stack: u64) -> String {
+pub fn site_label(reader: &TraceTables, stack: u64) -> String {
     if let Some((api, size)) = crate::trace::live::size_key_parts(stack) {
         let api = crate::trace::format::Api::from_u8(api).map_or("?", |a| a.name());
         let why = if reader.has_python_frames() {
@@ -60,7 +60,7 @@ pub fn site_label(reader: &TraceReader, stack: u64) -> String {
     }
 }
 
-pub fn range_label(reader: &TraceReader, range: u64) -> String {
+pub fn range_label(reader: &TraceTables, range: u64) -> String {
     if range == 0 {
         "(no NVTX range)".into()
     } else {
@@ -155,7 +155,7 @@ pub fn merge_holders<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<H
 
 /// The frames a report shows of a stack: its Python frames (innermost first) and, when the
 /// reader asks for them or there are no Python frames, its native frames.
-pub fn shown_frames(reader: &TraceReader, frames: &[u64]) -> Vec<u64> {
+pub fn shown_frames(reader: &TraceTables, frames: &[u64]) -> Vec<u64> {
     let python = frames
         .iter()
         .take_while(|&&f| crate::trace::format::as_py_frame(f).is_some())
@@ -202,7 +202,7 @@ pub fn by_label(holders: &[Holder]) -> HashMap<String, u64> {
 
 /// The bytes live at the end of a replay that read the whole trace, and who holds them by
 /// call site, named from `reader` (`diff` compares them, `top` shows them).
-pub fn live_holders(reader: &TraceReader, rp: &crate::report::Replay) -> (u64, Vec<Holder>) {
+pub fn live_holders(reader: &TraceTables, rp: &crate::report::Replay) -> (u64, Vec<Holder>) {
     let key = crate::report::site_key;
     (
         rp.total_live(),

@@ -6,7 +6,7 @@
 //! with another one, or with none, is not read (a rebuilt library would give wrong names), and
 //! that is said once per module.
 
-use crate::trace::reader::{TraceReader, printable};
+use crate::trace::reader::{TraceTables, printable};
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
@@ -171,7 +171,7 @@ thread_local! {
 }
 
 /// The frame at return address `ip`.
-pub fn frame(reader: &TraceReader, ip: u64) -> FrameInfo {
+pub fn frame(reader: &TraceTables, ip: u64) -> FrameInfo {
     if let Some((id, line)) = crate::trace::format::as_py_frame(ip) {
         let text = reader.string(id).unwrap_or("");
         let (file, function) = text.split_once('\0').unwrap_or((text, ""));
@@ -277,7 +277,7 @@ fn load(path: &str, ran: Option<&str>) -> Option<(addr2line::Loader, Symbols)> {
 }
 
 /// `frame(reader, ip).label()`.
-pub fn describe(reader: &TraceReader, ip: u64) -> String {
+pub fn describe(reader: &TraceTables, ip: u64) -> String {
     frame(reader, ip).label()
 }
 

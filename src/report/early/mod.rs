@@ -24,7 +24,7 @@ use super::live::Replay;
 use super::moments::{Moment, STACK_WINDOW, Taking};
 use super::pass::{Said, Seen, Slot, Tracker};
 use crate::trace::format::Record;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::{TraceReader, TraceTables};
 use std::collections::VecDeque;
 
 /// Moments this process took in a first pass as its window ended, and at the pass's end (a
@@ -274,7 +274,7 @@ impl EarlyMoments {
     /// settled).
     fn visit(
         &mut self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         kinds: &KindTracker,
         r: &Record,
         decided: Option<(u64, Kind)>,
@@ -347,7 +347,7 @@ impl EarlyMoments {
         &mut self,
         slot: Slot,
         c: &mut Candidate,
-        reader: &TraceReader,
+        reader: &TraceTables,
         kinds: &KindTracker,
         run: u64,
     ) {
@@ -416,7 +416,7 @@ impl EarlyMoments {
 
     /// The moments taken (those whose window the trace cut short taken from what was read),
     /// each once: the slots' candidates, but those missed.
-    pub fn finish(mut self, reader: &TraceReader, kinds: &KindTracker) -> Vec<Moment> {
+    pub fn finish(mut self, reader: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
         VISITED.fetch_add(self.visited, std::sync::atomic::Ordering::Relaxed);
         let mut out: Vec<Moment> = Vec::new();
         let mut waiting = std::mem::take(&mut self.slots);

@@ -88,7 +88,7 @@ impl Leaking {
 /// up to the line's growth per iteration, at least one), which a steady step keeps as long
 /// as the step does.
 fn grown_requests(input: &Input, lines: &[(String, u64)]) -> Vec<bool> {
-    let reader = input.reader();
+    let reader = input.tables();
     let mut of_stack: crate::fasthash::FastMap<u64, Option<u64>> = Default::default();
     let mut line_of = |stack: u64| {
         *of_stack.entry(stack).or_insert_with(|| {

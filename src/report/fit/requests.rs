@@ -31,7 +31,7 @@ pub(super) fn optional_requests(input: &Input, labels: &Labels) -> Vec<bool> {
 
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
 pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requests {
-    let reader = input.reader();
+    let reader = input.tables();
     // Each request's phase and the autograd node of a backward one ("" for the others: its
     // place in `names`, each node's name kept once; a request's own took 16 bytes of tens of
     // millions), each stack's found once; its size and sequence number beside them. One pass
@@ -393,7 +393,7 @@ fn steps_of(phases: &[Phase]) -> u64 {
 /// is made of (a trace from before it was kept: in proportion, as any other).
 pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &Labels, sizes: &[u64]) {
     let Some(make) = input
-        .reader()
+        .tables()
         .info()
         .devices
         .iter()
@@ -441,7 +441,7 @@ impl Labels {
             .requests()
             .map(|(_, stack)| {
                 *by_stack.entry(stack).or_insert_with(|| {
-                    let text = crate::report::sites::site_label(inp.reader(), stack);
+                    let text = crate::report::sites::site_label(inp.tables(), stack);
                     *by_text.entry(text).or_insert_with_key(|text| {
                         texts.push(text.clone());
                         // A request is an event of a `Vec` that `u32` indexes (see

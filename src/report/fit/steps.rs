@@ -36,7 +36,7 @@ pub(super) fn measure_by_second_run(
     let mut own: crate::fasthash::FastMap<u64, bool> = Default::default();
     let mut own_line = |stack: u64| {
         *own.entry(stack)
-            .or_insert_with(|| phase_of_stack(input.reader(), stack) == Phase::Program)
+            .or_insert_with(|| phase_of_stack(input.tables(), stack) == Phase::Program)
     };
     let measured = measured(input, at, second, other);
     for (n, ((k, m), (_, stack))) in req
@@ -243,7 +243,7 @@ pub(super) fn tally(input: &torch_allocator::Input, req: &Requests) -> Tally {
                 if matches!(k, Kind::Temporary | Kind::Activation) {
                     let phase = *phases
                         .entry(stack)
-                        .or_insert_with(|| phase_of_stack(input.reader(), stack));
+                        .or_insert_with(|| phase_of_stack(input.tables(), stack));
                     if phase != Phase::Optimizer {
                         tally(&mut parameter_sized);
                     }
@@ -259,7 +259,7 @@ pub(super) fn tally(input: &torch_allocator::Input, req: &Requests) -> Tally {
         let mut v: Vec<LineBytes> = m
             .into_iter()
             .map(|(stack, (bytes, tensors))| LineBytes {
-                line: crate::report::sites::site_label(input.reader(), stack),
+                line: crate::report::sites::site_label(input.tables(), stack),
                 bytes,
                 tensors,
             })

@@ -30,7 +30,7 @@ use crate::report::kinds::{
 };
 use crate::report::torch_allocator::Input;
 use crate::trace::format;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use serde::Serialize;
 
 /// The frameworks whose states are sharded, as `parallel_frameworks` names them.
@@ -82,7 +82,7 @@ pub(super) fn asked(input: &Input, req: &Requests, ask: &Ask) -> Result<Option<W
     let Some(m) = ask.world_size else {
         return Ok(None);
     };
-    let n = run_world(&input.reader().info().env, ask.run_world_size)?;
+    let n = run_world(&input.tables().info().env, ask.run_world_size)?;
     of(input, req, n, m).map(Some)
 }
 
@@ -93,7 +93,7 @@ pub(super) fn sharding(
     ask: &Ask,
     reshard: bool,
 ) -> Result<crate::report::torch_allocator::Sharding, FitError> {
-    let frameworks = crate::report::kinds::parallel_frameworks(input.reader());
+    let frameworks = crate::report::kinds::parallel_frameworks(input.tables());
     if let Some(f) = frameworks.iter().find(|f| SHARDING.contains(f)) {
         return Err(FitError::Shard(format!(
             "the run is already sharded ({f}): --world-size answers it at another world size"
@@ -102,7 +102,7 @@ pub(super) fn sharding(
     let world = match ask.world_size {
         Some(m) => m,
         None => {
-            let env = &input.reader().info().env;
+            let env = &input.tables().info().env;
             match run_world(env, None) {
                 Ok(n) => n,
                 Err(_) => {
@@ -156,7 +156,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
     if asked == 0 || run == 0 {
         return Err(FitError::World("a world size is at least 1".into()));
     }
-    let reader = input.reader();
+    let reader = input.tables();
     let frameworks = crate::report::kinds::parallel_frameworks(reader);
     let framework = frameworks
         .iter()
@@ -271,7 +271,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
 }
 
 /// Whether any Python frame of `stack` runs code under `part` of its file's path.
-fn runs_code(reader: &TraceReader, stack: u64, part: &str) -> bool {
+fn runs_code(reader: &TraceTables, stack: u64, part: &str) -> bool {
     let Some(frames) = reader.stack(stack) else {
         return false;
     };
@@ -310,7 +310,7 @@ impl Unsharded {
             flat: Default::default(),
             padded: Vec::new(),
         };
-        let reader = input.reader();
+        let reader = input.tables();
         let fsdp = crate::report::kinds::parallel_frameworks(reader)
             .iter()
             .any(|f| f.starts_with("FSDP"));

@@ -6,7 +6,7 @@
 
 use super::Kind;
 use crate::trace::format;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 
 /// Who made a tensor, as far as its kind goes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -119,7 +119,7 @@ const SET_UPS: [(&str, Kind); 2] = [
 ];
 
 /// Who made the tensors of `stack`, from its innermost Python frame past the plumbing.
-pub fn maker_of(reader: &TraceReader, stack: u64) -> Maker {
+pub fn maker_of(reader: &TraceTables, stack: u64) -> Maker {
     let Some(frames) = reader.stack(stack) else {
         return Maker::Program;
     };

@@ -26,7 +26,7 @@ use serde::Serialize;
 /// The kind a line's tensors have when they outlive their phase's run, from its frames alone
 /// (a ring's checkpoint keeps lines, not tensors): `None` where the frames say no phase.
 pub fn lasting_kind_of_stack(
-    reader: &crate::trace::reader::TraceReader,
+    reader: &crate::trace::reader::TraceTables,
     stack: u64,
 ) -> Option<Kind> {
     let phase = phase_of_stack(reader, stack);

@@ -8,7 +8,7 @@ use super::maker::{DDP_APART, Maker, SetupOrder, own};
 use super::phase::{Phase, maybe_workspace, of_stack, workspace_fits, workspace_sizes};
 use crate::fasthash::FastMap;
 use crate::trace::format::{self, Record, RecordKind};
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::{TraceReader, TraceTables};
 
 /// The kinds of a trace's tensors, record by record: the phase runs so far and, for each live
 /// tensor, the phase and run that made it.
@@ -93,7 +93,7 @@ impl KindTracker {
     /// nothing, and a call of the program's own ends its thread's window for a stack: each
     /// record of a step asks, so those are answered here, without a call.
     #[inline]
-    pub fn observe(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
+    pub fn observe(&mut self, reader: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
         match r.kind {
             k if k.is_definition() => None,
             RecordKind::Alloc | RecordKind::Free => {
@@ -119,7 +119,7 @@ impl KindTracker {
 
     /// [`KindTracker::observe`], any record.
     #[inline(never)]
-    fn observe_any(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
+    fn observe_any(&mut self, reader: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
         use crate::trace::format::restore;
         match r.kind {
             // A ring's checkpoint restores the tensors live when the ring began, each after its
@@ -159,7 +159,7 @@ impl KindTracker {
 
     /// A tensor made (not a checkpoint's): its thread's next stack is its, and it is live.
     #[inline(never)]
-    fn made(&mut self, reader: &TraceReader, r: &Record) {
+    fn made(&mut self, reader: &TraceTables, r: &Record) {
         let i = r.thread as usize;
         if self.awaiting.len() <= i {
             self.awaiting.resize(i + 1, 0);
@@ -189,7 +189,7 @@ impl KindTracker {
 
     /// A stack: the phase of the tensor its thread made just before, if any.
     #[inline(never)]
-    fn stack_of(&mut self, reader: &TraceReader, r: &Record) -> Option<(u64, Kind)> {
+    fn stack_of(&mut self, reader: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
         let ptr = self
             .awaiting
             .get_mut(r.thread as usize)
@@ -248,7 +248,7 @@ impl KindTracker {
 
     /// A tensor a ring's checkpoint restores: made before any run the records show, by the
     /// phase its line says.
-    fn restored(&mut self, reader: &TraceReader, r: &Record) {
+    fn restored(&mut self, reader: &TraceTables, r: &Record) {
         let stack = self.restoring.unwrap_or(0);
         let (phase, module_call, maker) = *self
             .by_stack
@@ -315,7 +315,7 @@ impl KindTracker {
     }
 
     /// Which of the run's workspace sizes `size` is, if any.
-    fn workspace_size(&mut self, reader: &TraceReader, size: u64) -> Option<u8> {
+    fn workspace_size(&mut self, reader: &TraceTables, size: u64) -> Option<u8> {
         self.workspaces
             .get_or_insert_with(|| workspace_sizes(&reader.info().env))
             .iter()
@@ -467,7 +467,7 @@ impl KindTracker {
 
     /// The kind of live tensor `ptr` if it is never freed (at the end of a trace), or of a
     /// tensor the records never showed being made (restored from a checkpoint: by its stack).
-    pub fn lasting(&self, reader: &TraceReader, ptr: u64, stack: u64) -> Kind {
+    pub fn lasting(&self, reader: &TraceTables, ptr: u64, stack: u64) -> Kind {
         match self.born.get(&ptr) {
             Some(b) if maybe_workspace(b.phase, b.candidate) => Kind::Workspace,
             Some(b) => own(b.maker, b.phase.lasting()),
@@ -513,7 +513,7 @@ impl KindTracker {
     /// out again and freed again within it; the first free is the live tensor's).
     pub fn settling(
         &self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         ptrs: impl IntoIterator<Item = (u64, u64)>,
         freed: &FastMap<u64, Kind>,
     ) -> Settling {
@@ -559,7 +559,7 @@ impl KindTracker {
     }
 
     /// The kinds once read on as far as needed (or to the end of the trace).
-    pub fn settled(&self, reader: &TraceReader, s: Settling) -> FastMap<u64, Kind> {
+    pub fn settled(&self, reader: &TraceTables, s: Settling) -> FastMap<u64, Kind> {
         let mut out = s.known;
         for (ptr, _) in s.open {
             out.insert(ptr, self.lasting(reader, ptr, 0));

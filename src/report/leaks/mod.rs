@@ -6,7 +6,7 @@ use super::sites::{Holder, holders, site_label};
 use crate::trace::format::Record;
 use crate::trace::format::RecordKind;
 use crate::trace::live::{Boundary, BoundaryMark};
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::{TraceReader, TraceTables};
 use crate::trace::summary::{MarkFinder, Thinned};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
@@ -94,7 +94,7 @@ type Chosen = (String, BoundaryMark);
 /// The iterations' boundary: the NVTX range named `boundary`, else what the checkpoint of a
 /// ring trace marked them with, else what `finder` saw repeat most.
 fn choose(
-    reader: &TraceReader,
+    reader: &TraceTables,
     finder: &MarkFinder,
     restored_mark: Option<BoundaryMark>,
     boundary: Option<&str>,
@@ -125,7 +125,7 @@ fn choose(
 /// The call sites whose live bytes grow steadily over the boundaries (`series`, one map of
 /// live bytes by site each, at iteration `ordinals`), the fastest first.
 fn growing_sites(
-    reader: &TraceReader,
+    reader: &TraceTables,
     series: &[crate::fasthash::FastMap<u64, u64>],
     ordinals: &[u64],
     together: &FreedTogether,
@@ -226,7 +226,7 @@ impl LeaksFinder {
     /// samples at each: `whole` and `reader` are the first pass's.
     pub fn finish(
         self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         whole: &Replay,
         boundary: Option<&str>,
     ) -> LeaksSampler {
@@ -236,7 +236,7 @@ impl LeaksFinder {
     /// The sampler [`LeaksFinder::finish`] would give if the trace ended here.
     pub fn sampler(
         &self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         whole: &Replay,
         boundary: Option<&str>,
     ) -> LeaksSampler {

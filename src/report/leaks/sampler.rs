@@ -199,7 +199,7 @@ impl LeaksSampler {
 /// forward and its backward keeps the forward's graph, an activation, where its phase alone
 /// would say less. What grows is kept: a temporary of the same line does not name it.
 fn name_kinds(
-    reader: &TraceReader,
+    reader: &TraceTables,
     growing: &mut [Growth],
     mut site_kinds: crate::fasthash::FastMap<u64, BTreeMap<crate::report::kinds::Kind, u64>>,
     tensors: &[(crate::report::kinds::Kind, &crate::trace::live::Live)],

@@ -5,7 +5,7 @@ use super::kinds::Kind;
 use super::live::Replay;
 use super::pass::{Said, Seen, Slot, Tracker};
 use crate::trace::format::{Api, Record, RecordKind};
-use crate::trace::reader::{DecodeStats, TraceInfo, TraceReader};
+use crate::trace::reader::{DecodeStats, TraceInfo, TraceReader, TraceTables};
 use crate::trace::summary::is_allocating;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -274,7 +274,7 @@ impl SummaryFound {
 
     /// The summary, with the kinds at each device's tensor peak and the owners at NVML's, from
     /// the moments the second pass took.
-    pub fn finish(mut self, reader: &TraceReader, moments: &[super::moments::Moment]) -> Summary {
+    pub fn finish(mut self, reader: &TraceTables, moments: &[super::moments::Moment]) -> Summary {
         for (d, at) in self.tensor_peaks {
             let (Some(m), Some(f)) = (
                 super::moments::of(moments, at, d),
@@ -363,7 +363,7 @@ impl SummaryPass {
     #[inline]
     pub fn see_parts(
         &mut self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         rp: &Replay,
         r: &Record,
         said: &mut Vec<Said>,
@@ -382,7 +382,7 @@ impl SummaryPass {
     #[inline]
     fn plain(
         &mut self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         rp: &Replay,
         r: &Record,
         said: &mut Vec<Said>,
@@ -431,7 +431,7 @@ impl SummaryPass {
 
     /// [`SummaryPass::see`], any record.
     #[inline(never)]
-    fn see_any(&mut self, reader: &TraceReader, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
+    fn see_any(&mut self, reader: &TraceTables, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
         let t = &mut self.t;
         self.read += 1;
         t.take(reader, rp, r);
@@ -452,7 +452,7 @@ impl SummaryPass {
     /// run ended cleanly and its shutdown is near, a moment of every device the summary will
     /// name the framework's (those it has, and those its tensors are on).
     #[inline]
-    fn before_shutdown(&self, reader: &TraceReader, rp: &Replay, said: &mut Vec<Said>) {
+    fn before_shutdown(&self, reader: &TraceTables, rp: &Replay, said: &mut Vec<Said>) {
         let t = &self.t;
         if reader.info().clean_exit
             && rp.index >= self.shutdown_from

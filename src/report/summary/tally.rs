@@ -86,7 +86,7 @@ impl Tally {
     }
 
     /// One record, after `rp` applied it.
-    pub(super) fn take(&mut self, reader: &TraceReader, rp: &Replay, r: &Record) {
+    pub(super) fn take(&mut self, reader: &TraceTables, rp: &Replay, r: &Record) {
         self.nth += 1;
         // A checkpoint's records restore what the run did before the ring: state, not calls.
         // (Only a `Restore` record begins or ends restoring.)
@@ -222,7 +222,7 @@ impl Tally {
     }
 
     /// A stack with Python frames right after a successful allocation of its thread counts.
-    pub(super) fn python_frames(&mut self, reader: &TraceReader, r: &Record) {
+    pub(super) fn python_frames(&mut self, reader: &TraceTables, r: &Record) {
         // No stack read so far with Python frames (a C program's trace): none to look up.
         if r.kind == RecordKind::StackRef
             && reader.has_python_frames()

@@ -11,7 +11,7 @@ use crate::report::live::{Change, Live, Replay, site_key};
 use crate::report::pass::{Said, Seen, Tracker};
 use crate::trace::format::Api;
 use crate::trace::format::Record;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use std::collections::BTreeMap;
 
 /// Distinct (kind, line) pairs followed per lane; past it, a kind's new lines are summed as
@@ -157,7 +157,7 @@ impl<'a> BandsPass<'a> {
     /// them); the lines of `keep` are drawn on their own however little they hold.
     pub fn finish(
         mut self,
-        reader: &TraceReader,
+        reader: &TraceTables,
         rp: &Replay,
         kinds: &KindTracker,
         keep: &[&str],
@@ -180,7 +180,7 @@ impl<'a> BandsPass<'a> {
 pub(super) fn lanes_of(
     found: &Found,
     adds: BTreeMap<u8, Adds>,
-    reader: &TraceReader,
+    reader: &TraceTables,
     keep: &[&str],
 ) -> Vec<Lane> {
     let mut lanes = Vec::new();
@@ -242,7 +242,7 @@ fn thin(points: &[(u64, u64, u64)]) -> Vec<(u64, u64, u64)> {
 
 /// One lane from its additions, with `before` (a checkpoint's series) in front.
 fn lane(
-    reader: &TraceReader,
+    reader: &TraceTables,
     device: u8,
     a: Adds,
     before: &[(u64, u64, u64)],
@@ -342,7 +342,7 @@ fn lane(
 }
 
 /// A line's series, named.
-fn line(reader: &TraceReader, slot: usize, site: u64, bytes: Vec<u64>) -> Line {
+fn line(reader: &TraceTables, slot: usize, site: u64, bytes: Vec<u64>) -> Line {
     use crate::report::sites::{shown_frames, site_label};
     let (label, frames) = if site == 0 {
         ("(other lines)".to_string(), Vec::new())

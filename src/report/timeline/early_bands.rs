@@ -19,7 +19,7 @@ use crate::report::kinds::{Kind, KindTracker};
 use crate::report::live::{Change, Replay, site_key};
 use crate::trace::by_device::ByDevice;
 use crate::trace::format::Record;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use std::collections::BTreeMap;
 
 type Key = (u8, u64);
@@ -162,7 +162,7 @@ impl EarlyBands {
     pub fn finish(
         mut self,
         found: &Found,
-        reader: &TraceReader,
+        reader: &TraceTables,
         rp: &Replay,
         kinds: &KindTracker,
         keep: &[&str],

@@ -158,7 +158,7 @@ impl ReplayError {
 
 /// [`oom_advice`] of the requests already read.
 pub fn oom_advice_of(input: &Input) -> Result<Option<OomAdvice>, ReplayError> {
-    let info = input.reader.info();
+    let info = input.tables.info();
     let Some(first) = input.events.iter().find(|e| e.ev == Ev::Oom) else {
         if input.from_checkpoint {
             return Err(ReplayError::FailureSummarized {

@@ -33,7 +33,7 @@ pub use advice::{OomAdvice, RingStart, candidates, oom_advice_of, recommend, rec
 pub use read::{Requests, as_replay, devices_only, read_by};
 pub use replayer::{Repeating, Resized, WhatIf, replay, replay_resized, replays_counted};
 
-use crate::trace::reader::{ReadError, TraceReader};
+use crate::trace::reader::{ReadError, TraceTables};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -102,7 +102,8 @@ pub(super) struct DeviceFacts {
 
 /// The tensors of one trace, in order, and what the replay needs to know about the run.
 pub struct Input {
-    reader: TraceReader,
+    /// The run's header and what its records defined: no reader, no file.
+    tables: TraceTables,
     events: Vec<Event>,
     devices: BTreeMap<u8, DeviceFacts>,
     /// The run's setting: its text and where it came from.

@@ -8,7 +8,7 @@ use crate::report::torch_allocator::model::TorchConf;
 use crate::trace::format::restore;
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::live::slot;
-use crate::trace::reader::{ReadOptions, TraceReader};
+use crate::trace::reader::{ReadOptions, TraceReader, TraceTables};
 use std::collections::{BTreeMap, HashMap};
 
 /// What reading the trace gathers, record by record.
@@ -315,7 +315,7 @@ pub fn devices_only(opts: &ReadOptions) -> Result<crate::trace::filter::Filter, 
 pub struct Requests(Box<Gather>);
 
 impl Requests {
-    pub fn new(reader: &TraceReader) -> Requests {
+    pub fn new(reader: &TraceTables) -> Requests {
         let conf_env = setting_of(&reader.info().env);
         let most = reader.mode().replay_memory.clone();
         let most_bytes = most.as_deref().and_then(crate::config::parse_size);
@@ -334,7 +334,7 @@ impl Requests {
     }
 
     /// One record, after the kinds observed it (`decided`: what they decided of it).
-    fn see_parts(&mut self, reader: &TraceReader, r: &Record, decided: Option<(u64, Kind)>) {
+    fn see_parts(&mut self, reader: &TraceTables, r: &Record, decided: Option<(u64, Kind)>) {
         let g = &mut *self.0;
         if r.kind == RecordKind::Restore {
             g.from_checkpoint = true;
@@ -444,7 +444,7 @@ impl Requests {
         // long run's are a gigabyte, and a limit on the address space counts the reserve).
         g.events.shrink_to_fit();
         Ok(Input {
-            reader,
+            tables: reader.into_tables(),
             events: g.events,
             devices: g.devices,
             recorded,

@@ -29,7 +29,7 @@ pub fn simulate(
     bounds: &Bounds,
     say: &dyn Fn(String),
 ) -> Result<TorchReport, ReplayError> {
-    let trace = &input.reader().info().path;
+    let trace = &input.tables().info().path;
     let recorded = super::recorded_conf(input)?;
     let (first, fidelity) = super::replay(input, &recorded, bounds, true);
     let mut outcomes = vec![first];

@@ -49,7 +49,7 @@ impl TraceReader {
     pub fn writing(&self) -> bool {
         match &self.following {
             Some(f) => f.running,
-            None => self.info.still_running(),
+            None => self.tables.info.still_running(),
         }
     }
 
@@ -78,7 +78,7 @@ impl TraceReader {
     /// Looks at the trace again: the records its program has written since are read next.
     /// A reader not opened to follow has nothing more to look at.
     pub fn look(&mut self) -> Result<Look, ReadError> {
-        let path = self.info.path.clone();
+        let path = self.tables.info.path.clone();
         if self.following.is_none() {
             return Ok(Look::Read);
         }
@@ -104,7 +104,9 @@ impl TraceReader {
         std::os::unix::fs::FileExt::read_exact_at(&d.input, &mut h, 0).map_err(io_err)?;
         let file_len = d.input.metadata().map_err(io_err)?.len();
         let mut info = head::info_of(&h, path.clone(), file_len)?;
-        if (info.pid, info.start_realtime_ns) != (self.info.pid, self.info.start_realtime_ns) {
+        if (info.pid, info.start_realtime_ns)
+            != (self.tables.info.pid, self.tables.info.start_realtime_ns)
+        {
             // Another run's header in the file: nothing read so far is its.
             return Ok(Look::Lapped);
         }
@@ -131,9 +133,9 @@ impl TraceReader {
         (d.finished, d.paused) = (false, false);
         self.end = d.end;
         // What the opening learnt from the checkpoint it read.
-        info.summarized = self.info.summarized;
-        info.checkpoint_refused = self.info.checkpoint_refused.take();
-        self.info = info;
+        info.summarized = self.tables.info.summarized;
+        info.checkpoint_refused = self.tables.info.checkpoint_refused.take();
+        self.tables.info = info;
         Ok(Look::Read)
     }
 }

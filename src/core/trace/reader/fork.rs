@@ -141,7 +141,7 @@ impl TraceReader {
             DECODED.fetch_add(n, Relaxed);
             self.pass_count.pass_decoded = self.pass_count.pass_decoded.saturating_add(n);
         }
-        (self.restoring, self.stats, self.next) = (b.restoring, b.stats.clone(), b.next);
+        (self.restoring, self.tables.stats, self.next) = (b.restoring, b.stats.clone(), b.next);
         Some(b)
     }
 
@@ -191,7 +191,7 @@ impl TraceReader {
             if let Some(f) = &mut self.filtering
                 && !self.restoring
             {
-                let strings = &self.defs.strings;
+                let strings = &self.tables.defs.strings;
                 out.retain(|r| f.keep(r, strings));
             }
         }
@@ -214,11 +214,11 @@ impl TraceReader {
     fn second_options(&self) -> ReadOptions {
         ReadOptions {
             filter: self.filter.clone(),
-            symbols: self.naming.symbols,
+            symbols: self.tables.naming.symbols,
             mode: self.mode.clone(),
             progress: None,
-            native_frames: self.naming.native_frames,
-            program_frames: self.naming.program_frames,
+            native_frames: self.tables.naming.native_frames,
+            program_frames: self.tables.naming.program_frames,
             ..ReadOptions::default()
         }
     }
@@ -254,10 +254,10 @@ impl TraceReader {
             .into_iter()
             .map(|theirs| {
                 let mut reader = TraceReader::with_source(
-                    self.info.clone(),
+                    self.tables.info.clone(),
                     (theirs, self.spares.clone()),
                     self.template.clone(),
-                    self.stats.clone(),
+                    self.tables.stats.clone(),
                     (self.next, self.end),
                     &opts,
                 );
@@ -280,7 +280,7 @@ impl TraceReader {
     /// pass, not an opening.
     pub fn fork(&self) -> Result<TraceReader, ReadError> {
         let t = &self.template;
-        let path = self.info.path.clone();
+        let path = self.tables.info.path.clone();
         let io_err = |e| ReadError::Io(path.clone(), e);
         let (file, _) = self.same_file()?;
         let mut d = t.decoder(file);
@@ -288,7 +288,7 @@ impl TraceReader {
         let opts = self.second_options();
         let extent = (t.extent.0, self.end);
         let mut reader = TraceReader::at_start(
-            self.info.clone(),
+            self.tables.info.clone(),
             d,
             t.clone(),
             t.stats.clone(),
@@ -304,7 +304,8 @@ impl TraceReader {
     /// its own, at its start) and checked to be the same file (device and inode).
     fn same_file(&self) -> Result<(File, std::fs::Metadata), ReadError> {
         let t = &self.template;
-        super::opening::reopen(t.fd, t.id).map_err(|e| ReadError::Io(self.info.path.clone(), e))
+        super::opening::reopen(t.fd, t.id)
+            .map_err(|e| ReadError::Io(self.tables.info.path.clone(), e))
     }
 
     /// A reader of this trace as `opts` says (another checkpoint of a ring, another filter),
@@ -314,7 +315,8 @@ impl TraceReader {
     /// allocator reads a lapped ring from its older checkpoint, unfiltered) reads one file.
     pub fn reopen_with(&self, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
         let (file, meta) = self.same_file()?;
-        let reader = TraceReader::of_header(head::header_of(file, meta, &self.info.path)?, opts)?;
+        let reader =
+            TraceReader::of_header(head::header_of(file, meta, &self.tables.info.path)?, opts)?;
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(reader)
     }

@@ -182,7 +182,9 @@ impl fmt::Display for ReadError {
 impl std::error::Error for ReadError {}
 
 pub struct TraceReader {
-    info: TraceInfo,
+    /// What the header said and the records defined so far, and how frames are named: what a
+    /// reader reads as ([`std::ops::Deref`]) and leaves behind ([`TraceReader::into_tables`]).
+    tables: TraceTables,
     /// The records, in batches, from the decoder (on its own thread where there is a core).
     source: source::Source,
     /// The batch being returned, and what came with it.
@@ -192,16 +194,8 @@ pub struct TraceReader {
     restoring: bool,
     next: u64,
     end: u64,
-    stats: DecodeStats,
-    /// What the records defined so far: strings, stacks, modules.
-    defs: Definitions,
     /// The report's filter, if it keeps less than everything.
     filtering: Option<crate::trace::filter::Filtering>,
-    /// How frames are named.
-    naming: Naming,
-    /// How the command reads (passed on to the passes' trackers and second readers).
-    mode: ReadMode,
-
     progress: Option<fn(u64, u64)>,
     /// Records returned since the progress hook was last called.
     since_progress: u32,
@@ -220,8 +214,31 @@ pub struct TraceReader {
     second: bool,
 }
 
+/// A trace's tables: what its header said and its records defined (strings, stacks, loaded
+/// modules), how the command names frames and reads. Plain data, no file behind it: the
+/// analysis keeps it past the reader that read it, for the reports to name what they hold.
+pub struct TraceTables {
+    info: TraceInfo,
+    /// What decoding counted so far (final once the reader returned its last record).
+    stats: DecodeStats,
+    /// What the records defined so far: strings, stacks, modules.
+    defs: Definitions,
+    /// How frames are named.
+    naming: Naming,
+    /// How the command reads (passed on to the passes' trackers and second readers).
+    mode: ReadMode,
+}
+
+impl std::ops::Deref for TraceReader {
+    type Target = TraceTables;
+
+    fn deref(&self) -> &TraceTables {
+        &self.tables
+    }
+}
+
 /// What a reader's records defined so far, by id: strings, stacks, loaded modules.
-#[derive(Default)]
+#[derive(Clone, Default)]
 struct Definitions {
     /// Strings defined so far (NVTX messages, module paths), by id.
     strings: HashMap<u64, String>,
@@ -260,6 +277,12 @@ struct Counted {
 const CHUNK_RECORDS: usize = 1 << 13;
 
 impl TraceReader {
+    /// What this reader read, kept once it is done: the header, the records' definitions and
+    /// how frames are named, without the file.
+    pub fn into_tables(self) -> TraceTables {
+        self.tables
+    }
+
     /// Opens a trace to read every record, with frames named.
     pub fn open(path: impl AsRef<Path>) -> Result<TraceReader, ReadError> {
         TraceReader::open_with(path, &ReadOptions::default())
@@ -296,23 +319,25 @@ impl TraceReader {
         opts: &ReadOptions,
     ) -> TraceReader {
         TraceReader {
-            info,
+            tables: TraceTables {
+                info,
+                stats,
+                defs: Definitions::default(),
+                naming: Naming {
+                    symbols: opts.symbols,
+                    native_frames: opts.native_frames,
+                    program_frames: opts.program_frames,
+                },
+                mode: opts.mode.clone(),
+            },
             spares,
             source,
             batch: std::collections::VecDeque::new(),
             restoring: false,
             next,
             end,
-            stats,
-            defs: Definitions::default(),
             filtering: (!opts.filter.is_empty())
                 .then(|| crate::trace::filter::Filtering::new(opts.filter.clone())),
-            naming: Naming {
-                symbols: opts.symbols,
-                native_frames: opts.native_frames,
-                program_frames: opts.program_frames,
-            },
-            mode: opts.mode.clone(),
             progress: opts.progress,
             since_progress: 0,
             filter: opts.filter.clone(),
@@ -337,24 +362,124 @@ impl TraceReader {
     /// the same indices. What the first pass learnt is forgotten.
     pub fn rewind(&mut self) -> Result<(), ReadError> {
         let gone = || io::Error::other("the decoding thread ended early");
-        let path = self.info.path.clone();
+        let path = self.tables.info.path.clone();
         let mut d = self
             .source
             .stop()
             .ok_or_else(|| ReadError::Io(path.clone(), gone()))?;
         d.rewind().map_err(|e| ReadError::Io(path, e))?;
         self.next = d.start;
-        self.stats = d.first.stats.clone();
+        self.tables.stats = d.first.stats.clone();
         self.source = source::Source::Pending(d);
         self.batch.clear();
         self.restoring = false;
-        self.defs = Definitions::default();
+        self.tables.defs = Definitions::default();
         self.filtering = (!self.filter.is_empty())
             .then(|| crate::trace::filter::Filtering::new(self.filter.clone()));
         self.since_progress = 0;
         self.pass_count.pass_decoded = 0;
         PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Whether the filter kept an allocation that succeeded in the records read since the
+    /// reader was opened or rewound; `None` without a filter.
+    pub fn filter_kept_any(&self) -> Option<bool> {
+        self.filtering.as_ref().map(|f| f.kept_any())
+    }
+
+    /// Whether the records returned so far came from a checkpoint (a ring trace's summary of
+    /// its oldest records) and the next one may too.
+    pub fn in_checkpoint(&self) -> bool {
+        self.restoring
+    }
+
+    /// Records examined so far and in all, for progress display.
+    pub fn progress(&self) -> (u64, u64) {
+        (self.next, self.end)
+    }
+
+    /// The definitions of a batch, before its records.
+    fn apply(&mut self, defs: Vec<decode::Def>) {
+        for d in defs {
+            match d {
+                decode::Def::String(id, text) => {
+                    self.tables.defs.strings.insert(id, text);
+                }
+                decode::Def::Stack(id, frames) => {
+                    if frames
+                        .first()
+                        .is_some_and(|&f| format::as_py_frame(f).is_some())
+                    {
+                        self.tables.defs.python_frames = true;
+                    }
+                    self.tables.defs.stacks.insert(id, frames);
+                }
+                decode::Def::Module(base, path) => {
+                    self.tables.defs.modules.insert(base, path);
+                    self.tables.defs.build_ids.remove(&base);
+                }
+                decode::Def::BuildId(base, id) => {
+                    self.tables.defs.build_ids.insert(base, id);
+                }
+                decode::Def::Join(id, backward, forward) => {
+                    let frames = crate::trace::backward::joined_frames(
+                        &self.tables.defs.stacks,
+                        backward,
+                        forward,
+                    );
+                    self.tables.defs.stacks.insert(id, frames);
+                }
+            }
+        }
+    }
+}
+
+/// Records wait this long (in trace time) in the reorder window before they are returned.
+/// Writers keep a block of slots for at most `MAX_BLOCK_AGE_NS` (1 ms), so file order and time
+/// order differ by little more; the rest is room for a writer preempted between its clock read
+/// and its claim.
+pub const REORDER_WINDOW_NS: u64 = 20_000_000;
+/// The reorder window never holds more records than this, whatever their times.
+pub const REORDER_MAX: usize = 1 << 20;
+
+impl Iterator for TraceReader {
+    type Item = Record;
+
+    /// The next record in time order (ties in file order) that the filter keeps. Strings are
+    /// resolved as they are read, before any record that refers to them is returned.
+    fn next(&mut self) -> Option<Record> {
+        loop {
+            crate::prefetch::ahead(self.batch.as_slices().0, 0);
+            let Some(r) = self.batch.pop_front() else {
+                self.batch = self.take_batch()?.into();
+                continue;
+            };
+            self.since_progress += 1;
+            if self.since_progress == 1 << 20 {
+                self.since_progress = 0;
+                if let Some(hook) = self.progress {
+                    hook(self.next, self.end);
+                }
+            }
+            // A checkpoint's state is the whole run's before the ring: filters apply to the
+            // records after it.
+            let keep = match &mut self.filtering {
+                None => true,
+                Some(_) if self.restoring => true,
+                Some(f) => f.keep(&r, &self.tables.defs.strings),
+            };
+            if keep {
+                return Some(r);
+            }
+        }
+    }
+}
+
+impl TraceTables {
+    /// Counts so far; final once the iterator returned `None`.
+    pub fn stats(&self) -> &DecodeStats {
+        &self.stats
     }
 
     /// Whether frames are to be named from the binaries (see [`ReadOptions::symbols`]).
@@ -375,17 +500,6 @@ impl TraceReader {
 
     pub fn info(&self) -> &TraceInfo {
         &self.info
-    }
-
-    /// Whether the filter kept an allocation that succeeded in the records read since the
-    /// reader was opened or rewound; `None` without a filter.
-    pub fn filter_kept_any(&self) -> Option<bool> {
-        self.filtering.as_ref().map(|f| f.kept_any())
-    }
-
-    /// Counts so far; final once the iterator returned `None`.
-    pub fn stats(&self) -> &DecodeStats {
-        &self.stats
     }
 
     /// The text of a string id from a `String` record seen so far (NVTX messages).
@@ -442,93 +556,9 @@ impl TraceReader {
         }
     }
 
-    /// Whether the records returned so far came from a checkpoint (a ring trace's summary of
-    /// its oldest records) and the next one may too.
-    pub fn in_checkpoint(&self) -> bool {
-        self.restoring
-    }
-
     /// Whether call sites show only the program's own Python frames (see
     /// [`ReadOptions::program_frames`]).
     pub fn program_frames(&self) -> bool {
         self.naming.program_frames
-    }
-
-    /// Records examined so far and in all, for progress display.
-    pub fn progress(&self) -> (u64, u64) {
-        (self.next, self.end)
-    }
-
-    /// The definitions of a batch, before its records.
-    fn apply(&mut self, defs: Vec<decode::Def>) {
-        for d in defs {
-            match d {
-                decode::Def::String(id, text) => {
-                    self.defs.strings.insert(id, text);
-                }
-                decode::Def::Stack(id, frames) => {
-                    if frames
-                        .first()
-                        .is_some_and(|&f| format::as_py_frame(f).is_some())
-                    {
-                        self.defs.python_frames = true;
-                    }
-                    self.defs.stacks.insert(id, frames);
-                }
-                decode::Def::Module(base, path) => {
-                    self.defs.modules.insert(base, path);
-                    self.defs.build_ids.remove(&base);
-                }
-                decode::Def::BuildId(base, id) => {
-                    self.defs.build_ids.insert(base, id);
-                }
-                decode::Def::Join(id, backward, forward) => {
-                    let frames =
-                        crate::trace::backward::joined_frames(&self.defs.stacks, backward, forward);
-                    self.defs.stacks.insert(id, frames);
-                }
-            }
-        }
-    }
-}
-
-/// Records wait this long (in trace time) in the reorder window before they are returned.
-/// Writers keep a block of slots for at most `MAX_BLOCK_AGE_NS` (1 ms), so file order and time
-/// order differ by little more; the rest is room for a writer preempted between its clock read
-/// and its claim.
-pub const REORDER_WINDOW_NS: u64 = 20_000_000;
-/// The reorder window never holds more records than this, whatever their times.
-pub const REORDER_MAX: usize = 1 << 20;
-
-impl Iterator for TraceReader {
-    type Item = Record;
-
-    /// The next record in time order (ties in file order) that the filter keeps. Strings are
-    /// resolved as they are read, before any record that refers to them is returned.
-    fn next(&mut self) -> Option<Record> {
-        loop {
-            crate::prefetch::ahead(self.batch.as_slices().0, 0);
-            let Some(r) = self.batch.pop_front() else {
-                self.batch = self.take_batch()?.into();
-                continue;
-            };
-            self.since_progress += 1;
-            if self.since_progress == 1 << 20 {
-                self.since_progress = 0;
-                if let Some(hook) = self.progress {
-                    hook(self.next, self.end);
-                }
-            }
-            // A checkpoint's state is the whole run's before the ring: filters apply to the
-            // records after it.
-            let keep = match &mut self.filtering {
-                None => true,
-                Some(_) if self.restoring => true,
-                Some(f) => f.keep(&r, &self.defs.strings),
-            };
-            if keep {
-                return Some(r);
-            }
-        }
     }
 }

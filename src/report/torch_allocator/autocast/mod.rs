@@ -209,7 +209,7 @@ impl Input {
             }
             let b = *backward
                 .entry(e.stack)
-                .or_insert_with(|| backward_node_of(&self.reader, e.stack).is_some());
+                .or_insert_with(|| backward_node_of(&self.tables, e.stack).is_some());
             let place = e.sequence.checked_sub(1).map(|s| {
                 let d = i128::from(s) - i128::from(lo);
                 let p = i128::from(period);
@@ -410,7 +410,7 @@ fn cross_entropies(input: &Input, walk: &Walk, reqs: &[Req]) -> BTreeSet<u64> {
 
 /// Whether a Python frame of `stack` lies in a file whose path holds `part`.
 fn frames_mention(input: &Input, stack: u64, part: &str) -> bool {
-    let reader = &input.reader;
+    let reader = &input.tables;
     reader.stack(stack).is_some_and(|frames| {
         frames.iter().any(|&f| {
             crate::trace::format::as_py_frame(f)

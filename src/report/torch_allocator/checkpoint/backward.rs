@@ -100,14 +100,14 @@ impl Input {
         let Some(&a) = blocks.first().and_then(|b| b.allocs.first()) else {
             return false;
         };
-        let Some(frames) = self.reader.stack(self.events[a].stack) else {
+        let Some(frames) = self.tables.stack(self.events[a].stack) else {
             return false;
         };
         frames
             .iter()
             .filter_map(|&f| format::as_py_frame(f))
             .any(|(id, _)| {
-                let Some(text) = self.reader.string(id) else {
+                let Some(text) = self.tables.string(id) else {
                     return false;
                 };
                 let (file, function) = text.split_once('\0').unwrap_or(("", text));

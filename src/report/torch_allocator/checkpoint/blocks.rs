@@ -6,13 +6,13 @@ use crate::fasthash::FastMap;
 use crate::report::kinds::{Phase, phase_of_stack};
 use crate::report::torch_allocator::{Ev, Input};
 use crate::trace::format;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 
 /// Container classes, whose `forward` only calls others: not a block.
 const CONTAINERS: [&str; 4] = ["Sequential", "ModuleList", "ModuleDict", "Module"];
 
 /// The classes whose `forward` frames a stack holds, outermost last: (class, its line).
-fn forward_frames(reader: &TraceReader, stack: u64) -> Vec<(String, u32)> {
+fn forward_frames(reader: &TraceTables, stack: u64) -> Vec<(String, u32)> {
     let Some(frames) = reader.stack(stack) else {
         return Vec::new();
     };
@@ -89,12 +89,12 @@ impl ClassBlocks {
 
 /// What the requests say of their stacks, asked once per stack.
 pub(in crate::report::torch_allocator) struct Stacks<'a> {
-    reader: &'a TraceReader,
+    reader: &'a TraceTables,
     seen: FastMap<u64, (Phase, Vec<(String, u32)>)>,
 }
 
 impl<'a> Stacks<'a> {
-    pub(in crate::report::torch_allocator) fn new(reader: &'a TraceReader) -> Stacks<'a> {
+    pub(in crate::report::torch_allocator) fn new(reader: &'a TraceTables) -> Stacks<'a> {
         Stacks {
             reader,
             seen: FastMap::default(),
@@ -127,7 +127,7 @@ impl Input {
         class: Option<&str>,
         reentrant: Option<bool>,
     ) -> Result<Checkpointing, String> {
-        let mut stacks = Stacks::new(&self.reader);
+        let mut stacks = Stacks::new(&self.tables);
         let (class, found) = match class {
             Some(c) => (c.to_string(), false),
             None => (self.repeated_class(&mut stacks)?, true),

@@ -4,7 +4,7 @@ use super::{Bounds, DeviceOutcome, Ev, Event, Failure, Fidelity, Input, Outcome,
 use crate::report::sites::site_label;
 use crate::report::torch_allocator::model::{DeviceLimits, Hint, Model, SegmentEvent, TorchConf};
 use crate::report::units::human_bytes;
-use crate::trace::reader::TraceReader;
+use crate::trace::reader::TraceTables;
 use std::collections::BTreeMap;
 
 mod edited;
@@ -51,7 +51,7 @@ fn failure(input: &Input, e: &Event, reserved: u64) -> Failure {
         requested_bytes: e.size,
         reserved_bytes: reserved,
         time_ns: e.time_ns,
-        site: (e.stack != 0).then(|| site_label(&input.reader, e.stack)),
+        site: (e.stack != 0).then(|| site_label(&input.tables, e.stack)),
     }
 }
 
@@ -492,8 +492,10 @@ impl Input {
         self.stretch().map(|s| s.period)
     }
 
-    pub fn reader(&self) -> &TraceReader {
-        &self.reader
+    /// The run's header and what its records defined (strings, stacks): plain data, the file
+    /// read once and let go.
+    pub fn tables(&self) -> &TraceTables {
+        &self.tables
     }
 }
 
@@ -520,7 +522,7 @@ fn counted(applied: usize, passed: usize) {
 /// Every event replayed, none passed over (`ReadMode::replay_every_event`; the tests
 /// compare).
 fn every_event(input: &Input) -> bool {
-    input.reader().mode().replay_every_event
+    input.tables().mode().replay_every_event
 }
 
 /// Replays resized requests under `conf` (see [`Resized`]). Without a what-if, the repeats of

@@ -172,7 +172,7 @@ impl Input {
         if world < 2 {
             return Err("sharding over fewer than two ranks changes nothing".into());
         }
-        let mut stacks = Stacks::new(&self.reader);
+        let mut stacks = Stacks::new(&self.tables);
         let class = self.repeated_class(&mut stacks).map_err(|_| {
             "no module's forward runs more than once in a step among the run's frames (a run \
              without Python frames, or a model of no repeated blocks): the blocks fully_shard \
