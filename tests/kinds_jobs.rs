@@ -219,3 +219,66 @@ pub fn ranks(
         })
         .collect()
 }
+
+/// A rank of FSDP2 (`fully_shard` per block, the stand-in of its parameter group in
+/// `tests/clients/kinds/blocks.py`): four blocks of a 1 MiB weight, each cut to its shard, Adam's
+/// state 2 MiB a block over the world, each block's gradients reduce-scattered to its shard and
+/// let go at the optimizer's step. At each world size the rank's parameters, gradients (before
+/// the last step lets them go) and optimizer state to the byte, nothing left as input,
+/// activations or gradients at exit; at the peak the gathered weights are the framework's own
+/// buffers, never activations, and the parameters still the shards.
+#[test]
+fn an_fsdp2_rank_has_its_kinds_at_every_world_size() {
+    const MIB: u64 = 1 << 20;
+    for world in [2u64, 4] {
+        let w = world.to_string();
+        let dir = tempdir(&format!("kinds-fsdp2-w{world}"));
+        let t = crate::fit_checkpoint::blocks_with(
+            &dir,
+            1,
+            "fsdp2",
+            &[("WORLD_SIZE", w.as_str()), ("RANK", "0")],
+        );
+        let s = report_json(&["summary"], &[t.as_path()]);
+        let f = &s["framework"][0];
+        let at_exit: std::collections::BTreeMap<String, u64> =
+            pairs(&f["kinds_at_exit"]).into_iter().collect();
+        let shards = 4 * MIB / world;
+        assert_eq!(
+            at_exit.get("parameter"),
+            Some(&shards),
+            "{world}: {at_exit:?}"
+        );
+        assert_eq!(
+            at_exit.get("optimizer_state"),
+            Some(&(4 * 2 * MIB / world)),
+            "{world}: {at_exit:?}"
+        );
+        for gone in ["gradient", "input", "activation"] {
+            assert!(!at_exit.contains_key(gone), "{world}: {at_exit:?}");
+        }
+        // Before the last step's optimizer lets them go: each block's gradients (three ops'
+        // weights' of 1 MiB) reduce-scattered to the rank's shard, kept as its gradient.
+        let at_step_end: std::collections::BTreeMap<String, u64> =
+            pairs(&f["kinds_before_shutdown"]["kinds"])
+                .into_iter()
+                .collect();
+        assert_eq!(
+            at_step_end.get("gradient"),
+            Some(&(4 * 3 * MIB / world)),
+            "{world}: {at_step_end:?}"
+        );
+        assert_eq!(at_step_end.get("parameter"), Some(&shards));
+        let at_peak: std::collections::BTreeMap<String, u64> =
+            pairs(&f["kinds_at_peak"]).into_iter().collect();
+        assert_eq!(
+            at_peak.get("parameter"),
+            Some(&shards),
+            "{world}: {at_peak:?}"
+        );
+        assert!(
+            at_peak.get("communication").is_some_and(|&b| b >= MIB),
+            "{world}: the gathered weight a buffer of FSDP's at the peak: {at_peak:?}"
+        );
+    }
+}

@@ -254,13 +254,13 @@ fn the_report_wing_has_one_direction_and_only_the_analysis_opens_a_trace() {
                     rel.display()
                 );
             }
-            for field in owned_reader_fields(&code) {
-                panic!(
-                    "{}: {field} holds a reader: what the analysis hands on is plain data (a \
-                     trace's tables, `TraceTables`), the file read and let go",
-                    rel.display()
-                );
-            }
+            let owning = owned_reader_fields(&code);
+            assert!(
+                owning.is_empty(),
+                "{}: {owning:?} hold a reader: what the analysis hands on is plain data (a \
+                 trace's tables, `TraceTables`), the file read and let go",
+                rel.display()
+            );
         }
         uses.entry(room).or_default().extend(used);
     }

@@ -23,6 +23,9 @@ With DIST_PEAK set, 'at_peak' too: the same kinds at the moment of the most byte
 last step then runs at half the batch again, so that it holds the peak; scripts/gpu/dist_models.py).
 DIST_FAKE set: one process plays rank RANK of WORLD_SIZE on one GPU through PyTorch's fake
 process group (no communication; every buffer of the collectives is still made).
+With DIST_LIMIT=BYTES, PyTorch's allocator is held to that many bytes
+(set_per_process_memory_fraction) and a step out of memory ends the run with 'oom': true in its
+truth (scripts/gpu.sh distfit's largest batch under a limit).
 """
 import os
 import sys
@@ -40,6 +43,9 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 local = 0 if fake else int(os.environ.get("LOCAL_RANK", "0"))
 os.environ.setdefault("LOCAL_RANK", str(local))  # DeepSpeed asks for it
 torch.cuda.set_device(local)
+limit = int(os.environ.get("DIST_LIMIT") or 0)
+if limit:
+    torch.cuda.set_per_process_memory_fraction(limit / torch.cuda.get_device_properties(local).total_memory)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dist_models  # noqa: E402
 
@@ -72,14 +78,27 @@ if mode == "zero1-acc32":
 engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=config,
                                        dist_init_required=False)
 gen = torch.Generator(device="cpu").manual_seed(100 + rank)
-for step in range(steps):
-    torch.cuda.nvtx.range_push("step")
-    n = batch + max(1, batch // 2) if peak and step == steps - 1 else batch
-    loss = engine(**dist_models.batch(model, n, gen)).loss
-    engine.backward(loss)
-    del loss
-    engine.step()
-    torch.cuda.nvtx.range_pop()
+
+
+def train():
+    for step in range(steps):
+        torch.cuda.nvtx.range_push("step")
+        n = batch + max(1, batch // 2) if peak and step == steps - 1 else batch
+        loss = engine(**dist_models.batch(model, n, gen)).loss
+        engine.backward(loss)
+        del loss
+        engine.step()
+        torch.cuda.nvtx.range_pop()
+
+
+try:
+    train()
+except torch.OutOfMemoryError:
+    if not limit:
+        raise
+    dist_models.say_truth({"mode": mode, "rank": rank, "world": world, "batch": batch, "limit": limit,
+                           "oom": True}, mode, rank)
+    os._exit(0)
 torch.cuda.synchronize()
 
 block_bytes = dist_models.block_bytes
@@ -121,6 +140,8 @@ truth = {
     "optimizer_state": block_bytes(master + state),
     "communication": block_bytes(comm),
     "batch": batch,
+    "limit": limit,
+    "oom": False,
 }
 if peak:
     torch.cuda.nvtx.mark("truth")

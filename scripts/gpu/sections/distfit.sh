@@ -3,7 +3,7 @@
 # scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its config, AdamW, 4 steps) at
 # 2 ranks and batch 4 a rank under `gpushim run`, nothing set, for each MODEL and MODE (ddp,
 # fsdp2, fsdp1; DISTFIT_MODES may add zero1, zero2, zero3: DeepSpeed's engine through
-# scripts/gpu/ds_kinds.py, bf16, from .gpu/dssite, without the limit's search). Then `gpushim
+# scripts/gpu/ds_kinds.py, bf16, from .gpu/dssite). Then `gpushim
 # fit r.0.trace --at 4 --batch 4,16 --world-size 4` under both of PyTorch's settings against
 # real runs at 4 ranks without the shim (max_memory_reserved() at batches 4 and 16), and fit's
 # largest batch under L (`--limit`; DISTFIT_LIMIT, 6 GiB) against real runs held to L
@@ -110,8 +110,6 @@ for model in $models; do
     "$GPUSHIM_BIN" fit "$t" --at 4 --batch 4 --world-size 4 --limit "$limit" --json --quiet \
       >"$work/$model.$m.limit.json" 2>"$work/$model.$m.fit.err" \
       || { echo "$model $m: fit failed: $(tail -2 "$work/$model.$m.fit.err")"; continue; }
-    # ds_kinds.py holds no limit: ZeRO's rows without a largest batch.
-    case $m in zero*) continue ;; esac
     for s in defaults expandable; do
       p=$(python3 -c "
 import json, sys
