@@ -43,9 +43,7 @@ fake = os.environ.get("DIST_FAKE") is not None
 rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 local = 0 if fake else int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local)
-limit = int(os.environ.get("DIST_LIMIT") or 0)
-if limit:
-    torch.cuda.set_per_process_memory_fraction(limit / torch.cuda.get_device_properties(local).total_memory)
+limit = dist_models.limit_from_env(local)
 peak = dist_models.peak_wanted()
 if fake:
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -101,14 +99,8 @@ def train():
     torch.cuda.synchronize()
 
 
-try:
-    train()
-except torch.OutOfMemoryError:
-    if not limit:
-        raise
-    dist_models.say_truth({"mode": mode, "rank": rank, "world": world, "batch": batch, "limit": limit,
-                           "oom": True}, mode, rank)
-    os._exit(0)
+dist_models.train_within(train, limit, {"mode": mode, "rank": rank, "world": world, "batch": batch},
+                         mode, rank)
 
 block_bytes = dist_models.block_bytes
 params = list(wrapped.parameters()) + list(wrapped.buffers())

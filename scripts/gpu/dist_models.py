@@ -83,6 +83,28 @@ def say_truth(truth, mode, rank):
         if live is not None:
             with open(os.path.join(os.environ["DIST_TRUTH_DIR"], f"{name}.{rank}.live"), "w") as f:
                 f.writelines(f"{a:#x} {n}\n" for a, n in live)
+def limit_from_env(device):
+    """DIST_LIMIT=BYTES: PyTorch's allocator held to that many bytes on `device`
+    (set_per_process_memory_fraction); returns the limit, 0 without one."""
+    limit = int(os.environ.get("DIST_LIMIT") or 0)
+    if limit:
+        total = torch.cuda.get_device_properties(device).total_memory
+        torch.cuda.set_per_process_memory_fraction(limit / total)
+    return limit
+
+
+def train_within(train, limit, truth, mode, rank):
+    """Runs `train`; under a limit, a step out of memory ends the program, its truth `truth`
+    with 'oom': true (scripts/gpu.sh distfit's largest batch under a limit)."""
+    try:
+        train()
+    except torch.OutOfMemoryError:
+        if not limit:
+            raise
+        say_truth({**truth, "limit": limit, "oom": True}, mode, rank)
+        os._exit(0)
+
+
 def peak_wanted():
     """DIST_PEAK set: start PyTorch's own record of every allocation and free (call before the
     first allocation) and say so; the program then runs its last step at a larger batch, so that

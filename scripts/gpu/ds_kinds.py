@@ -43,11 +43,10 @@ rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 local = 0 if fake else int(os.environ.get("LOCAL_RANK", "0"))
 os.environ.setdefault("LOCAL_RANK", str(local))  # DeepSpeed asks for it
 torch.cuda.set_device(local)
-limit = int(os.environ.get("DIST_LIMIT") or 0)
-if limit:
-    torch.cuda.set_per_process_memory_fraction(limit / torch.cuda.get_device_properties(local).total_memory)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dist_models  # noqa: E402
+
+limit = dist_models.limit_from_env(local)
 
 peak = dist_models.peak_wanted()
 if fake:
@@ -91,14 +90,8 @@ def train():
         torch.cuda.nvtx.range_pop()
 
 
-try:
-    train()
-except torch.OutOfMemoryError:
-    if not limit:
-        raise
-    dist_models.say_truth({"mode": mode, "rank": rank, "world": world, "batch": batch, "limit": limit,
-                           "oom": True}, mode, rank)
-    os._exit(0)
+dist_models.train_within(train, limit, {"mode": mode, "rank": rank, "world": world, "batch": batch},
+                         mode, rank)
 torch.cuda.synchronize()
 
 block_bytes = dist_models.block_bytes
