@@ -204,7 +204,8 @@ fn a_world_size_the_run_does_not_say_is_asked_for_not_guessed() {
 }
 
 /// FSDP's gathered parameters (the whole flat parameter, made by FSDP's own code around each
-/// forward) and the engine's whole gradient of it (before the hook reduce-scatters it) do not
+/// forward) and the engine's whole gradient of it (the split's backward joining its views'
+/// gradients, `SplitWithSizesBackward0`, before the hook reduce-scatters it) do not
 /// follow the batch, where the forward's tensors made inside the wrapper do: the answer at
 /// batch 2 from the run at 1 is the run at 2's own, at every batch asked.
 #[test]

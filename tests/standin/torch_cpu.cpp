@@ -14,7 +14,8 @@
 // Python line records the number after it), and keeps the node (standin_forward_cast(size)
 // the same with a ToCopyBackward0, a cast); standin_backward_kept(size)
 // then runs every kept node on an engine thread, each allocating `size` bytes;
-// standin_backward_one(size) one node, one tensor (below); standin_backward_node(i, size) the
+// standin_backward_one(size) one node, one tensor (below; standin_backward_split(size) the same
+// as a split's SplitWithSizesBackward0); standin_backward_node(i, size) the
 // i-th kept node alone (nodes are kept in the order made), as the engine runs a graph's nodes
 // one by one in reverse.
 #include <cstddef>
@@ -67,6 +68,7 @@ struct AddBackward0 : Node {};
 struct ToCopyBackward0 : Node {};
 struct NativeLayerNormBackward0 : Node {};
 struct NllLossBackward0 : Node {};
+struct SplitWithSizesBackward0 : Node {};
 } // namespace generated
 
 static thread_local std::shared_ptr<Node> current_evaluating_node;
@@ -175,6 +177,20 @@ extern "C" __attribute__((visibility("default"))) void *standin_backward_one(siz
   void *out = nullptr;
   std::thread engine([&] {
     current_evaluating_node = std::make_shared<generated::MmBackward0>();
+    out = current_evaluating_node->apply(size);
+    current_evaluating_node.reset();
+  });
+  engine.join();
+  return out;
+}
+
+// standin_backward_split(size): one SplitWithSizesBackward0 on an engine thread allocates one
+// tensor of `size` bytes and returns it: the gradients of a split's views joined into the
+// gradient of what was split (FSDP1's flat parameter's, from its parameters' views).
+extern "C" __attribute__((visibility("default"))) void *standin_backward_split(size_t size) {
+  void *out = nullptr;
+  std::thread engine([&] {
+    current_evaluating_node = std::make_shared<generated::SplitWithSizesBackward0>();
     out = current_evaluating_node->apply(size);
     current_evaluating_node.reset();
   });

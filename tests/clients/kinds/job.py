@@ -98,10 +98,10 @@ for step in range(steps):
         _standin.free(a)
     if fsdp:
         # Before the backward the flat parameter gathered again (FULL_SHARD); the engine's
-        # gradient of the whole of it (made on its thread), then the hook, outside the
-        # engine's frames.
+        # gradient of the whole of it (made on its thread, by the backward of the split into
+        # the parameters' views), then the hook, outside the engine's frames.
         _pre_backward_hook(handle)
-        unsharded = _standin.backward_tensor(8 * MiB)
+        unsharded = _standin.backward_split(8 * MiB)
         _post_backward_hook(handle, unsharded, world)
     if mode == "ddp-apart":
         grads = [_standin.backward_tensor(4 * MiB), _standin.backward_tensor(4 * MiB)]

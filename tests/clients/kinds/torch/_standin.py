@@ -33,6 +33,8 @@ def load(autograd_path, c10_path):
     _lib.standin_use_stream.argtypes = (ctypes.c_ulonglong,)
     _autograd.standin_backward_one.restype = ctypes.c_void_p
     _autograd.standin_backward_one.argtypes = (ctypes.c_size_t,)
+    _autograd.standin_backward_split.restype = ctypes.c_void_p
+    _autograd.standin_backward_split.argtypes = (ctypes.c_size_t,)
 
 
 def empty(n):
@@ -52,6 +54,13 @@ def free(p):
 
 def backward_tensor(n):
     p = _autograd.standin_backward_one(n)
+    assert p, "out of memory"
+    return p
+
+
+def backward_split(n):
+    """The gradient of a split tensor, its views' gradients joined (SplitWithSizesBackward0)."""
+    p = _autograd.standin_backward_split(n)
     assert p, "out of memory"
     return p
 
