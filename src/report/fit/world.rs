@@ -6,12 +6,17 @@
 //!
 //! Which requests are shards, from the kinds and the frames, under FSDP (either API):
 //! parameters made by FSDP's own code (the shards it cuts; a parameter built before wrapping
-//! is whole), every gradient that outlives its backward (FSDP's reduce-scatter output: the
-//! unsharded gradient is let go) and, in FSDP's code, a temporary of such a gradient's size
-//! (a later step's reduce-scatter output, added into the kept one), every optimizer state and
-//! the optimizer's temporaries (they are made like the shards they update). A shard's size is the run's times `N/M`, rounded up:
-//! FSDP pads a parameter (FSDP2: its first dimension; FSDP1: the flat parameter) to a multiple
-//! of the world, so the figure is within a row of the padded one.
+//! is whole, and so is FSDP1's whole flat parameter it makes to cut the shards from), every
+//! gradient that outlives its backward made by no autograd node (FSDP's reduce-scatter output:
+//! the unsharded gradient is let go) and, from FSDP's code outside a forward and by no autograd
+//! node, a temporary of such a gradient's size (a later step's reduce-scatter output, added
+//! into the kept one), every optimizer state and the optimizer's temporaries (they are made
+//! like the shards they update). FSDP1 runs the whole forward and backward inside its own
+//! code, so its frames alone do not make a request a shard. A shard's size is the run's times
+//! `N/M`, rounded up: FSDP pads a parameter (FSDP2: its first dimension; FSDP1: the flat
+//! parameter) to a multiple of the world, so the figure is within a row of the padded one (a
+//! first dimension below the world is the exception: FSDP2 keeps a row of it on every rank,
+//! which sizes do not show; docs/fit.md).
 //!
 //! Under DeepSpeed's ZeRO: the parameters its runtime cut (ZeRO-3's partitions; ZeRO-1 and 2
 //! keep the whole 16-bit parameters on every rank), the gradients its runtime keeps (ZeRO-2's
@@ -202,9 +207,10 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
     };
     // The sizes of the gradients' shards FSDP keeps: in later steps its reduce-scatter makes
     // one of each again in its backward hook, added into the kept one and let go (a temporary
-    // of a shard's size, made by no autograd node, not in a forward). DeepSpeed reduces into the partition it
-    // keeps, making none. (FSDP1 runs the whole forward and backward inside its own code: an
-    // activation's gradient or a temporary of a shard's size by chance is made by a node.)
+    // of a shard's size, made by no autograd node, not in a forward). DeepSpeed reduces into
+    // the partition it keeps, making none. (FSDP1 runs the whole forward and backward inside
+    // its own code: an activation's gradient or a temporary of a shard's size by chance is
+    // made by a node.)
     let shard_sizes: std::collections::BTreeSet<u64> = if sharding {
         input
             .requests()
