@@ -94,7 +94,7 @@ pub fn reckon(
 pub fn at_peaks(
     all: &mut [DeviceMemory],
     peaks: &[(u8, NvmlPeak)],
-    reader: &TraceTables,
+    tables: &TraceTables,
     moments: &[crate::report::moments::Moment],
 ) {
     for m in all.iter_mut() {
@@ -104,7 +104,7 @@ pub fn at_peaks(
         let Some(at) = crate::report::moments::of(moments, p.record, m.device) else {
             continue;
         };
-        let held = held_by_owner_kinds(reader, &at.replay, &|ptr, _| at.kinds.get(&ptr).copied());
+        let held = held_by_owner_kinds(tables, &at.replay, &|ptr, _| at.kinds.get(&ptr).copied());
         m.at_peak = split(m.device, m.at_peak.nvml_bytes, p.time_ns, &held);
     }
 }

@@ -66,7 +66,7 @@ impl Moments {
     /// what the kinds said of it; `run_before` their run before it).
     fn see_parts(
         &mut self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         rp: &Replay,
         kinds: &KindTracker,
         r: &Record,
@@ -74,13 +74,13 @@ impl Moments {
         run_before: u64,
     ) {
         for t in &mut self.taking {
-            t.step(reader, kinds, r, decided, run_before);
+            t.step(tables, kinds, r, decided, run_before);
         }
         let mut i = 0;
         while i < self.taking.len() {
             if self.taking[i].settled() {
                 let t = self.taking.swap_remove(i);
-                self.taken.push(finish(reader, kinds, t));
+                self.taken.push(finish(tables, kinds, t));
             } else {
                 i += 1;
             }
@@ -94,9 +94,9 @@ impl Moments {
 
     /// The moments taken, once the pass has read what it reads: those still settling take what
     /// the records so far say. Moments past the records read are not taken.
-    pub fn finish(mut self, reader: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
+    pub fn finish(mut self, tables: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
         for t in std::mem::take(&mut self.taking) {
-            self.taken.push(t.finish(reader, kinds));
+            self.taken.push(t.finish(tables, kinds));
         }
         self.taken
     }
@@ -122,7 +122,7 @@ impl Taking {
     /// kind decided at each address kept; then, its kinds settled on.
     pub(super) fn step(
         &mut self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         kinds: &KindTracker,
         r: &Record,
         decided: Option<(u64, Kind)>,
@@ -140,7 +140,7 @@ impl Taking {
                 }
                 self.window_left -= 1;
                 if self.window_left == 0 {
-                    self.settling = Some(start(reader, kinds, &self.moment, &self.freed));
+                    self.settling = Some(start(tables, kinds, &self.moment, &self.freed));
                     self.freed = FastMap::default();
                 }
             }
@@ -165,17 +165,17 @@ impl Taking {
 
     /// The moment, once the pass has read what it reads: still in its window, its kinds are
     /// settled from what the records so far say.
-    pub(super) fn finish(mut self, reader: &TraceTables, kinds: &KindTracker) -> Moment {
+    pub(super) fn finish(mut self, tables: &TraceTables, kinds: &KindTracker) -> Moment {
         if self.settling.is_none() {
-            self.settling = Some(start(reader, kinds, &self.moment, &self.freed));
+            self.settling = Some(start(tables, kinds, &self.moment, &self.freed));
         }
-        finish(reader, kinds, self)
+        finish(tables, kinds, self)
     }
 }
 
 /// The tensors of a moment, once its stack window is read: those known, and those to settle.
 fn start(
-    reader: &TraceTables,
+    tables: &TraceTables,
     kinds: &KindTracker,
     m: &Moment,
     freed: &FastMap<u64, Kind>,
@@ -186,12 +186,12 @@ fn start(
         .iter()
         .filter(|(_, l)| l.api == Api::Torch as u8)
         .map(|(&p, l)| (p, l.stack));
-    kinds.settling(reader, tensors, freed)
+    kinds.settling(tables, tensors, freed)
 }
 
-fn finish(reader: &TraceTables, kinds: &KindTracker, mut t: Taking) -> Moment {
+fn finish(tables: &TraceTables, kinds: &KindTracker, mut t: Taking) -> Moment {
     if let Some(s) = t.settling.take() {
-        t.moment.kinds = kinds.settled(reader, s);
+        t.moment.kinds = kinds.settled(tables, s);
     }
     t.moment
 }

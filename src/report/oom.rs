@@ -118,7 +118,7 @@ fn step_of(rp: &Replay, r: &Record, device: u8) -> Step {
 }
 
 /// A failed request of record `r`, with what device `r.device` held at that moment.
-fn failed_request(reader: &TraceTables, rp: &Replay, kinds: &KindTracker, r: &Record) -> Oom {
+fn failed_request(tables: &TraceTables, rp: &Replay, kinds: &KindTracker, r: &Record) -> Oom {
     let device = if r.device == DEVICE_UNKNOWN {
         0
     } else {
@@ -130,7 +130,7 @@ fn failed_request(reader: &TraceTables, rp: &Replay, kinds: &KindTracker, r: &Re
         rp.all_live(),
         Some(device),
         |l| l.stack,
-        |k| site_label(reader, k),
+        |k| site_label(tables, k),
     );
     h.truncate(10);
     let by_kind = ByKind::of(
@@ -140,7 +140,7 @@ fn failed_request(reader: &TraceTables, rp: &Replay, kinds: &KindTracker, r: &Re
             .map(|(&p, l)| {
                 let k = kinds
                     .so_far(p)
-                    .unwrap_or_else(|| kinds.lasting(reader, p, l.stack));
+                    .unwrap_or_else(|| kinds.lasting(tables, p, l.stack));
                 (k, l.size)
             }),
     );
@@ -178,7 +178,7 @@ pub struct OomPass {
 
 impl OomPass {
     /// One record, after `rp` applied it and `kinds` observed it.
-    fn see_parts(&mut self, reader: &TraceTables, rp: &Replay, kinds: &KindTracker, r: &Record) {
+    fn see_parts(&mut self, tables: &TraceTables, rp: &Replay, kinds: &KindTracker, r: &Record) {
         match r.kind {
             RecordKind::Restore => {}
             // A failure the checkpoint of a ring trace kept, with what was live then.
@@ -189,7 +189,7 @@ impl OomPass {
                     let mut holders = super::sites::snapshot_holders(
                         &s.holdings,
                         |h| h.stack,
-                        |k| site_label(reader, k),
+                        |k| site_label(tables, k),
                     );
                     holders.truncate(10);
                     self.out.push(Oom {
@@ -217,7 +217,7 @@ impl OomPass {
                 } else if r.kind == RecordKind::StackRef
                     && let Some(i) = remove_if_any(&mut self.site_for, &r.thread)
                 {
-                    self.out[i].request_site = Some(site_label(reader, r.ptr));
+                    self.out[i].request_site = Some(site_label(tables, r.ptr));
                 }
             }
             RecordKind::LimitHit => {
@@ -225,14 +225,14 @@ impl OomPass {
             }
             RecordKind::StackRef => {
                 if let Some(i) = remove_if_any(&mut self.site_for, &r.thread) {
-                    self.out[i].request_site = Some(site_label(reader, r.ptr));
+                    self.out[i].request_site = Some(site_label(tables, r.ptr));
                 }
             }
             // The framework could not get memory for a tensor: the failed segment request just
             // before on the thread (if the trace has it) becomes this request, with its line.
             RecordKind::TensorOom => {
                 let i = remove_if_any(&mut self.failed_on, &r.thread).unwrap_or_else(|| {
-                    self.out.push(failed_request(reader, rp, kinds, r));
+                    self.out.push(failed_request(tables, rp, kinds, r));
                     self.out.len() - 1
                 });
                 let o = &mut self.out[i];
@@ -274,7 +274,7 @@ impl OomPass {
                     self.site_for.insert(r.thread, i);
                     return;
                 }
-                let mut o = failed_request(reader, rp, kinds, r);
+                let mut o = failed_request(tables, rp, kinds, r);
                 o.limit_hit = remove_if_any(&mut self.limit_pending, &r.thread).unwrap_or(false);
                 self.out.push(o);
                 self.site_for.insert(r.thread, self.out.len() - 1);

@@ -31,7 +31,7 @@ const KNOWN: &[(&str, &str)] = &[
 ];
 
 /// The owner of a live allocation.
-pub fn owner_of(reader: &TraceTables, l: &Live) -> String {
+pub fn owner_of(tables: &TraceTables, l: &Live) -> String {
     if l.api == Api::Torch as u8 {
         return "PyTorch tensors".to_string();
     }
@@ -39,13 +39,13 @@ pub fn owner_of(reader: &TraceTables, l: &Live) -> String {
     if first == 0 {
         return "not recorded".to_string();
     }
-    let path = |ip: u64| reader.module_of(ip).map(|(_, p)| p.to_string());
+    let path = |ip: u64| tables.module_of(ip).map(|(_, p)| p.to_string());
     let mut lib = path(first);
     // The CUDA runtime calling the driver for someone: that someone.
     if next != 0 && lib.as_deref().is_some_and(is_cuda) {
         lib = path(next).or(lib);
     }
-    name(lib.as_deref().unwrap_or(""), &reader.info().program)
+    name(lib.as_deref().unwrap_or(""), &tables.info().program)
 }
 
 fn is_cuda(path: &str) -> bool {
@@ -108,15 +108,15 @@ pub const CREATED_POOLS_UNUSED: &str = "the program's CUDA pools, unused";
 
 /// What each owner holds per device now: the live allocations by owner, and the framework's
 /// cache beyond its tensors (`PyTorch's cache, unused`), largest first on each device.
-pub fn held_by_owner(reader: &TraceTables, rp: &Replay) -> Vec<OwnerBytes> {
-    held_by_owner_kinds(reader, rp, &|_, _| None)
+pub fn held_by_owner(tables: &TraceTables, rp: &Replay) -> Vec<OwnerBytes> {
+    held_by_owner_kinds(tables, rp, &|_, _| None)
 }
 
 /// [`held_by_owner`], PyTorch's tensors split by kind where `kind` knows a tensor's (by its
 /// address): `PyTorch tensors: activations`, ..., listed first on each device in the kinds'
 /// order.
 pub fn held_by_owner_kinds(
-    reader: &TraceTables,
+    tables: &TraceTables,
     rp: &Replay,
     kind: &dyn Fn(u64, &Live) -> Option<Kind>,
 ) -> Vec<OwnerBytes> {
@@ -129,7 +129,7 @@ pub fn held_by_owner_kinds(
     for (p, l) in all {
         let owner = match kind(p, l) {
             Some(k) if l.api == Api::Torch as u8 => tensors_of_kind(k),
-            _ => owner_of(reader, l),
+            _ => owner_of(tables, l),
         };
         let e = by.entry((l.device, owner)).or_default();
         e.0 = e.0.saturating_add(l.size);

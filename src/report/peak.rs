@@ -124,7 +124,7 @@ impl PeakFinder {
     /// first pass's replay, `reader` its reader (the checkpoint's stacks are named from it).
     pub fn finish(
         mut self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         whole: &Replay,
         opts: &ReadOptions,
     ) -> PeaksFound {
@@ -147,7 +147,7 @@ impl PeakFinder {
                 continue;
             }
             self.best.remove(device);
-            kept.push(from_snapshot(reader, snap));
+            kept.push(from_snapshot(tables, snap));
         }
         let wanted = self
             .best
@@ -159,11 +159,11 @@ impl PeakFinder {
 }
 
 /// Every device's peak: those the checkpoint kept, and the others from their moments.
-pub fn peaks(reader: &TraceTables, found: PeaksFound, moments: &[Moment]) -> Vec<Peak> {
+pub fn peaks(tables: &TraceTables, found: PeaksFound, moments: &[Moment]) -> Vec<Peak> {
     let mut out = found.kept;
     for (device, at, peak_time) in found.wanted {
         if let Some(m) = super::moments::of(moments, at, device) {
-            out.push(at_moment(reader, m, peak_time));
+            out.push(at_moment(tables, m, peak_time));
         }
     }
     out.sort_by_key(|p| p.device);
@@ -172,7 +172,7 @@ pub fn peaks(reader: &TraceTables, found: PeaksFound, moments: &[Moment]) -> Vec
 
 /// A device's peak from its moment (`peak_time`: the time of the allocation that made it, not
 /// of the stack records read after it).
-fn at_moment(reader: &TraceTables, m: &Moment, peak_time: u64) -> Peak {
+fn at_moment(tables: &TraceTables, m: &Moment, peak_time: u64) -> Peak {
     let (rp, kinds, device) = (&m.replay, &m.kinds, m.device);
     let in_order = rp.live_in_order();
     let tensors: Vec<(Kind, &Live)> = rp
@@ -181,14 +181,14 @@ fn at_moment(reader: &TraceTables, m: &Moment, peak_time: u64) -> Peak {
         .filter(|(_, l)| l.device == device && l.api == Api::Torch as u8)
         .map(|(p, l)| (kinds.get(p).copied().unwrap_or(Kind::Unknown), l))
         .collect();
-    let by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(reader, k));
+    let by_kind = super::kinds::by_kind_and_site(&tensors, |k| site_label(tables, k));
     let stacks = in_order
         .iter()
         .map(|&(p, l)| (p, l))
         .chain(rp.physical.values().map(|l| (0, l)))
         .filter(|(_, l)| l.device == device)
         .map(|(p, l)| {
-            let frames = frames_of(reader, l.stack);
+            let frames = frames_of(tables, l.stack);
             let kind = (l.api == Api::Torch as u8)
                 .then(|| kinds.get(&p).copied().unwrap_or(Kind::Unknown));
             (frames, l.size, kind)
@@ -205,39 +205,39 @@ fn at_moment(reader: &TraceTables, m: &Moment, peak_time: u64) -> Peak {
             rp.all_live(),
             Some(device),
             |l| l.stack,
-            |k| site_label(reader, k),
+            |k| site_label(tables, k),
         ),
         by_range: holders(
             rp.all_live(),
             Some(device),
             |l| l.range,
-            |k| range_label(reader, k),
+            |k| range_label(tables, k),
         ),
         stacks,
     }
 }
 
 /// The frames of stack `stack` as the flame graph names them, innermost first.
-fn frames_of(reader: &TraceTables, stack: u64) -> Vec<String> {
-    reader
+fn frames_of(tables: &TraceTables, stack: u64) -> Vec<String> {
+    tables
         .stack(stack)
         .map(|f| {
-            crate::report::sites::shown_frames(reader, f)
+            crate::report::sites::shown_frames(tables, f)
                 .iter()
-                .map(|&ip| crate::report::symbolize::describe(reader, ip))
+                .map(|&ip| crate::report::symbolize::describe(tables, ip))
                 .collect()
         })
         .unwrap_or_else(|| vec!["(no stack)".to_string()])
 }
 
 /// A peak the checkpoint of a ring trace kept: what each call site and range held then.
-fn from_snapshot(reader: &TraceTables, s: &crate::trace::live::Snapshot) -> Peak {
+fn from_snapshot(tables: &TraceTables, s: &crate::trace::live::Snapshot) -> Peak {
     let stacks = s
         .holdings
         .iter()
         .map(|h| {
-            let frames = frames_of(reader, h.stack);
-            let kind = super::kinds::lasting_kind_of_stack(reader, h.stack);
+            let frames = frames_of(tables, h.stack);
+            let kind = super::kinds::lasting_kind_of_stack(tables, h.stack);
             (frames, h.bytes, kind)
         })
         .collect();
@@ -246,17 +246,17 @@ fn from_snapshot(reader: &TraceTables, s: &crate::trace::live::Snapshot) -> Peak
         live_bytes: s.live,
         reserved_bytes: s.reserved,
         time_ns: s.time_ns,
-        by_kind: kinds_of_holdings(reader, &s.holdings),
+        by_kind: kinds_of_holdings(tables, &s.holdings),
         kinds_from_lines: true,
         by_call_site: super::sites::snapshot_holders(
             &s.holdings,
             |h| h.stack,
-            |k| site_label(reader, k),
+            |k| site_label(tables, k),
         ),
         by_range: super::sites::snapshot_holders(
             &s.holdings,
             |h| h.range,
-            |k| range_label(reader, k),
+            |k| range_label(tables, k),
         ),
         stacks,
     }
@@ -265,12 +265,12 @@ fn from_snapshot(reader: &TraceTables, s: &crate::trace::live::Snapshot) -> Peak
 /// What a checkpoint's holdings were, by kind, from their lines alone: the holdings with Python
 /// frames (the framework's tensors), each by its phase's lasting kind.
 fn kinds_of_holdings(
-    reader: &TraceTables,
+    tables: &TraceTables,
     holdings: &[crate::trace::live::Holding],
 ) -> Vec<KindHolders> {
     let mut by: BTreeMap<Kind, Vec<&crate::trace::live::Holding>> = BTreeMap::new();
     for h in holdings {
-        if let Some(kind) = super::kinds::lasting_kind_of_stack(reader, h.stack) {
+        if let Some(kind) = super::kinds::lasting_kind_of_stack(tables, h.stack) {
             by.entry(kind).or_default().push(h);
         }
     }
@@ -282,7 +282,7 @@ fn kinds_of_holdings(
             by_call_site: super::sites::snapshot_holders(
                 &hs.into_iter().copied().collect::<Vec<_>>(),
                 |h| h.stack,
-                |k| site_label(reader, k),
+                |k| site_label(tables, k),
             ),
         })
         .collect()

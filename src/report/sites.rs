@@ -7,30 +7,30 @@ use serde::Serialize;
 use std::collections::HashMap;
 
 /// A call site as people read it: the first frames of its stack, innermost first.
-pub fn site_label(reader: &TraceTables, stack: u64) -> String {
+pub fn site_label(tables: &TraceTables, stack: u64) -> String {
     if let Some((api, size)) = crate::trace::live::size_key_parts(stack) {
         let api = crate::trace::format::Api::from_u8(api).map_or("?", |a| a.name());
-        let why = if reader.has_python_frames() {
+        let why = if tables.has_python_frames() {
             "no Python frames: made where they cannot be read (a thread not running Python, \
              interpreter start or exit)"
-        } else if reader.has_stacks() {
+        } else if tables.has_stacks() {
             "no stack recorded for these allocations"
         } else {
             "no stack: record with GPUSHIM_CONF=stacks:on"
         };
         return format!("{api} of {size} B ({why})");
     }
-    match reader.stack(stack) {
+    match tables.stack(stack) {
         Some(frames) if stack != 0 && !frames.is_empty() => {
-            let shown = shown_frames(reader, frames);
+            let shown = shown_frames(tables, frames);
             let mut parts: Vec<String> = shown
                 .iter()
                 .take(4)
-                .map(|&ip| crate::report::symbolize::describe(reader, ip))
+                .map(|&ip| crate::report::symbolize::describe(tables, ip))
                 .collect();
             // Allocations made inside libraries (torch.nn, transformers) name the program's own
             // line that led there, however deep.
-            let python = |ip: &u64| crate::report::symbolize::frame(reader, *ip);
+            let python = |ip: &u64| crate::report::symbolize::frame(tables, *ip);
             if shown
                 .iter()
                 .take(4)
@@ -47,24 +47,24 @@ pub fn site_label(reader: &TraceTables, stack: u64) -> String {
         None if stack != 0 => "(its stack was recorded, but its definition was lost with \
              records the trace could not keep)"
             .into(),
-        _ if reader.has_python_frames() => "(no Python frames: made where they cannot be read: \
+        _ if tables.has_python_frames() => "(no Python frames: made where they cannot be read: \
              a thread not running Python, interpreter start or exit)"
             .into(),
         // Stacks were on (sampled, or this one not written yet): nothing to suggest.
-        _ if reader.has_stacks() => "(no stack recorded for these allocations)".into(),
+        _ if tables.has_stacks() => "(no stack recorded for these allocations)".into(),
         // A file cut short: the stack records may be in the part that is gone.
-        _ if reader.stats().truncated > 0 => "(no stack in what the trace holds: the file was \
+        _ if tables.stats().truncated > 0 => "(no stack in what the trace holds: the file was \
              cut short, and its stacks may have been in the part that is gone)"
             .into(),
         _ => "(no stack: record with GPUSHIM_CONF=stacks:on)".into(),
     }
 }
 
-pub fn range_label(reader: &TraceTables, range: u64) -> String {
+pub fn range_label(tables: &TraceTables, range: u64) -> String {
     if range == 0 {
         "(no NVTX range)".into()
     } else {
-        reader
+        tables
             .string(range)
             .unwrap_or("(unnamed range)")
             .to_string()
@@ -155,24 +155,24 @@ pub fn merge_holders<'a>(holders: impl IntoIterator<Item = &'a Holder>) -> Vec<H
 
 /// The frames a report shows of a stack: its Python frames (innermost first) and, when the
 /// reader asks for them or there are no Python frames, its native frames.
-pub fn shown_frames(reader: &TraceTables, frames: &[u64]) -> Vec<u64> {
+pub fn shown_frames(tables: &TraceTables, frames: &[u64]) -> Vec<u64> {
     let python = frames
         .iter()
         .take_while(|&&f| crate::trace::format::as_py_frame(f).is_some())
         .count();
-    let mut shown = if python == 0 || reader.native_frames() {
+    let mut shown = if python == 0 || tables.native_frames() {
         frames.to_vec()
     } else {
         frames[..python].to_vec()
     };
-    if reader.program_frames() && python > 0 {
-        let program = |ip: &u64| is_program_frame(&crate::report::symbolize::frame(reader, *ip));
+    if tables.program_frames() && python > 0 {
+        let program = |ip: &u64| is_program_frame(&crate::report::symbolize::frame(tables, *ip));
         // The backward function that made a tensor stays: it tells the gradient from the
         // forward line's own activation.
         let own = |ip: &u64| {
             crate::trace::format::as_py_frame(*ip).is_none()
                 || program(ip)
-                || crate::report::symbolize::frame(reader, *ip).file.as_deref()
+                || crate::report::symbolize::frame(tables, *ip).file.as_deref()
                     == Some(crate::report::symbolize::BACKWARD)
         };
         if frames[..python].iter().any(program) {
@@ -202,10 +202,10 @@ pub fn by_label(holders: &[Holder]) -> HashMap<String, u64> {
 
 /// The bytes live at the end of a replay that read the whole trace, and who holds them by
 /// call site, named from `reader` (`diff` compares them, `top` shows them).
-pub fn live_holders(reader: &TraceTables, rp: &crate::report::Replay) -> (u64, Vec<Holder>) {
+pub fn live_holders(tables: &TraceTables, rp: &crate::report::Replay) -> (u64, Vec<Holder>) {
     let key = crate::report::site_key;
     (
         rp.total_live(),
-        holders(rp.all_live(), None, key, |k| site_label(reader, k)),
+        holders(rp.all_live(), None, key, |k| site_label(tables, k)),
     )
 }

@@ -171,9 +171,9 @@ thread_local! {
 }
 
 /// The frame at return address `ip`.
-pub fn frame(reader: &TraceTables, ip: u64) -> FrameInfo {
+pub fn frame(tables: &TraceTables, ip: u64) -> FrameInfo {
     if let Some((id, line)) = crate::trace::format::as_py_frame(ip) {
-        let text = reader.string(id).unwrap_or("");
+        let text = tables.string(id).unwrap_or("");
         let (file, function) = text.split_once('\0').unwrap_or((text, ""));
         let or_unknown = |s: &str| {
             if s.is_empty() {
@@ -190,7 +190,7 @@ pub fn frame(reader: &TraceTables, ip: u64) -> FrameInfo {
             ..FrameInfo::default()
         };
     }
-    let Some((base, path)) = reader.module_of(ip) else {
+    let Some((base, path)) = tables.module_of(ip) else {
         return FrameInfo {
             offset: ip,
             ..FrameInfo::default()
@@ -202,9 +202,9 @@ pub fn frame(reader: &TraceTables, ip: u64) -> FrameInfo {
         offset,
         ..FrameInfo::default()
     };
-    if reader.symbols() && !path.is_empty() && !path.starts_with('[') {
+    if tables.symbols() && !path.is_empty() && !path.starts_with('[') {
         // A return address: the call is the instruction before it.
-        let ran = reader.build_id_of(base);
+        let ran = tables.build_id_of(base);
         let (function, file, line) = lookup(path, ran, offset.saturating_sub(1));
         (info.function, info.file, info.line) = (function, file, line);
     }
@@ -277,8 +277,8 @@ fn load(path: &str, ran: Option<&str>) -> Option<(addr2line::Loader, Symbols)> {
 }
 
 /// `frame(reader, ip).label()`.
-pub fn describe(reader: &TraceTables, ip: u64) -> String {
-    frame(reader, ip).label()
+pub fn describe(tables: &TraceTables, ip: u64) -> String {
+    frame(tables, ip).label()
 }
 
 fn lookup(path: &str, ran: Option<&str>, probe: u64) -> Named {

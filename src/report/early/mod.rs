@@ -274,7 +274,7 @@ impl EarlyMoments {
     /// settled).
     fn visit(
         &mut self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         kinds: &KindTracker,
         r: &Record,
         decided: Option<(u64, Kind)>,
@@ -290,13 +290,13 @@ impl EarlyMoments {
             if let Some(t) = &mut c.taking {
                 if !t.settled() {
                     let window = t.in_window();
-                    t.step(reader, kinds, r, decided, run_before);
+                    t.step(tables, kinds, r, decided, run_before);
                     awaits_other |= window != t.in_window();
                     changed |= t.settled() || window != t.in_window();
                 }
             } else if !c.missed && self.read == c.at + u64::from(STACK_WINDOW) {
                 let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
-                self.take(slot, &mut c, reader, kinds, run_before);
+                self.take(slot, &mut c, tables, kinds, run_before);
                 if c.taking.is_some() {
                     TAKEN_READING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     awaits_other = true;
@@ -347,7 +347,7 @@ impl EarlyMoments {
         &mut self,
         slot: Slot,
         c: &mut Candidate,
-        reader: &TraceTables,
+        tables: &TraceTables,
         kinds: &KindTracker,
         run: u64,
     ) {
@@ -366,7 +366,7 @@ impl EarlyMoments {
         }
         let mut t = Taking::new(base, slot.device());
         for (r, decided) in &self.log {
-            t.step(reader, kinds, r, *decided, run);
+            t.step(tables, kinds, r, *decided, run);
         }
         c.taking = Some(Box::new(t));
     }
@@ -416,14 +416,14 @@ impl EarlyMoments {
 
     /// The moments taken (those whose window the trace cut short taken from what was read),
     /// each once: the slots' candidates, but those missed.
-    pub fn finish(mut self, reader: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
+    pub fn finish(mut self, tables: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
         VISITED.fetch_add(self.visited, std::sync::atomic::Ordering::Relaxed);
         let mut out: Vec<Moment> = Vec::new();
         let mut waiting = std::mem::take(&mut self.slots);
         waiting.sort_by_key(|(_, c)| c.at);
         for (slot, mut c) in waiting {
             if c.taking.is_none() && !c.missed {
-                self.take(slot, &mut c, reader, kinds, kinds.run());
+                self.take(slot, &mut c, tables, kinds, kinds.run());
                 if c.taking.is_some() {
                     TAKEN_AT_END.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }
@@ -431,7 +431,7 @@ impl EarlyMoments {
             let Some(t) = c.taking.map(|t| *t) else {
                 continue;
             };
-            let m = t.finish(reader, kinds);
+            let m = t.finish(tables, kinds);
             if super::moments::of(&out, m.index, m.device).is_none() {
                 out.push(m);
             }

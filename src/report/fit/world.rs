@@ -277,13 +277,13 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
 }
 
 /// Whether any Python frame of `stack` runs code under `part` of its file's path.
-fn runs_code(reader: &TraceTables, stack: u64, part: &str) -> bool {
-    let Some(frames) = reader.stack(stack) else {
+fn runs_code(tables: &TraceTables, stack: u64, part: &str) -> bool {
+    let Some(frames) = tables.stack(stack) else {
         return false;
     };
     frames.iter().any(|&f| {
         format::as_py_frame(f)
-            .and_then(|(id, _)| reader.string(id))
+            .and_then(|(id, _)| tables.string(id))
             .and_then(|s| s.split_once('\0'))
             .is_some_and(|(file, _)| file.replace('\\', "/").contains(part))
     })

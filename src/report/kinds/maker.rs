@@ -119,14 +119,14 @@ const SET_UPS: [(&str, Kind); 2] = [
 ];
 
 /// Who made the tensors of `stack`, from its innermost Python frame past the plumbing.
-pub fn maker_of(reader: &TraceTables, stack: u64) -> Maker {
-    let Some(frames) = reader.stack(stack) else {
+pub fn maker_of(tables: &TraceTables, stack: u64) -> Maker {
+    let Some(frames) = tables.stack(stack) else {
         return Maker::Program;
     };
     let innermost = frames
         .iter()
         .filter_map(|&f| format::as_py_frame(f))
-        .filter_map(|(id, line)| Some((reader.string(id)?, line)))
+        .filter_map(|(id, line)| Some((tables.string(id)?, line)))
         .filter_map(|(s, line)| s.split_once('\0').map(|(f, n)| (f, n, line)))
         .map(|(file, function, line)| (file.replace('\\', "/"), function, line))
         .find(|(file, _, _)| !PLUMBING.iter().any(|p| file.ends_with(p)));

@@ -26,11 +26,11 @@ use serde::Serialize;
 /// The kind a line's tensors have when they outlive their phase's run, from its frames alone
 /// (a ring's checkpoint keeps lines, not tensors): `None` where the frames say no phase.
 pub fn lasting_kind_of_stack(
-    reader: &crate::trace::reader::TraceTables,
+    tables: &crate::trace::reader::TraceTables,
     stack: u64,
 ) -> Option<Kind> {
-    let phase = phase_of_stack(reader, stack);
-    (phase != Phase::Unknown).then(|| maker::own(maker::maker_of(reader, stack), phase.lasting()))
+    let phase = phase_of_stack(tables, stack);
+    (phase != Phase::Unknown).then(|| maker::own(maker::maker_of(tables, stack), phase.lasting()))
 }
 
 /// The replay of the first `at` records of `reader` (as [`crate::report::live::replay_until`] makes

@@ -190,7 +190,7 @@ const DEEPSPEED_OPTIMIZERS: [&str; 5] = [
 /// The data-parallel or sharded frameworks whose code the trace's Python frames show, named
 /// as a user knows them, in a fixed order. DeepSpeed is named by its ZeRO optimizer (stages 1
 /// and 2 share one, `stage_1_and_2.py`); DeepSpeed without one is named with what that means.
-pub fn parallel_frameworks(reader: &TraceTables) -> Vec<&'static str> {
+pub fn parallel_frameworks(tables: &TraceTables) -> Vec<&'static str> {
     const FP16: &str = "DeepSpeed without ZeRO in 16 bits (FP16_Optimizer: fp32 master weights of the whole model)";
     const KNOWN: [(&str, &str); 9] = [
         (
@@ -222,7 +222,7 @@ pub fn parallel_frameworks(reader: &TraceTables) -> Vec<&'static str> {
         ),
     ];
     let mut seen = [false; KNOWN.len()];
-    for text in reader.strings() {
+    for text in tables.strings() {
         let text = text.replace('\\', "/");
         for (i, (part, _)) in KNOWN.iter().enumerate() {
             if !seen[i] && text.contains(part) {
@@ -252,7 +252,7 @@ pub fn parallel_frameworks(reader: &TraceTables) -> Vec<&'static str> {
 /// - FSDP1 (`FullyShardedDataParallel`): the same, from the flat parameters gathered in its
 ///   `_pre_backward_hook` (`FULL_SHARD`, `HYBRID_SHARD`) or, where its post-backward hook
 ///   reduced gradients with none of those, not (`SHARD_GRAD_OP`, `_HYBRID_SHARD_ZERO2`).
-pub fn fsdp_resharding(reader: &TraceTables) -> Option<String> {
+pub fn fsdp_resharding(tables: &TraceTables) -> Option<String> {
     // (file, function) of the gathering before a backward, and of the reduction after it.
     const FSDP2: [(&str, &str); 2] = [
         (
@@ -275,7 +275,7 @@ pub fn fsdp_resharding(reader: &TraceTables) -> Option<String> {
         ),
     ];
     let mut seen = [[false; 2]; 2];
-    for text in reader.strings() {
+    for text in tables.strings() {
         let text = text.replace('\\', "/");
         for (api, frames) in [FSDP2, FSDP1].iter().enumerate() {
             for (k, (file, function)) in frames.iter().enumerate() {
@@ -340,9 +340,9 @@ pub const DEEPSPEED_ZERO_3: &str = "DeepSpeed ZeRO-3 (DeepSpeedZeroOptimizer_Sta
 
 /// A stack's phase, whether it is a module's call, and who made its tensors (its innermost
 /// Python frame).
-pub(super) fn of_stack(reader: &TraceTables, stack: u64) -> (Phase, bool, Maker) {
-    let (phase, module_call) = phase_and_module_call(reader, stack);
-    let maker = match maker_of(reader, stack) {
+pub(super) fn of_stack(tables: &TraceTables, stack: u64) -> (Phase, bool, Maker) {
+    let (phase, module_call) = phase_and_module_call(tables, stack);
+    let maker = match maker_of(tables, stack) {
         // A ZeRO optimizer's code run by its step works on the rank's partition: its
         // temporaries are the step's, not buffers (the parameters it gathers again after the
         // step, in `partition_parameters.py`, are).
@@ -355,30 +355,30 @@ pub(super) fn of_stack(reader: &TraceTables, stack: u64) -> (Phase, bool, Maker)
 
 /// The phase a stack says: its innermost Python frame that says one, else the program's own
 /// (any Python frame), else unknown.
-pub fn phase_of_stack(reader: &TraceTables, stack: u64) -> Phase {
-    phase_and_module_call(reader, stack).0
+pub fn phase_of_stack(tables: &TraceTables, stack: u64) -> Phase {
+    phase_and_module_call(tables, stack).0
 }
 
 /// The autograd node that made a backward tensor, as its stack's engine frame names it
 /// (`MmBackward0`); `None` for a tensor the engine did not make.
-pub fn backward_node_of(reader: &TraceTables, stack: u64) -> Option<&str> {
-    let &first = reader.stack(stack)?.first()?;
+pub fn backward_node_of(tables: &TraceTables, stack: u64) -> Option<&str> {
+    let &first = tables.stack(stack)?.first()?;
     let (id, _) = format::as_py_frame(first)?;
-    let (file, function) = reader.string(id)?.split_once('\0')?;
+    let (file, function) = tables.string(id)?.split_once('\0')?;
     (file == crate::report::symbolize::BACKWARD).then_some(function)
 }
 
 /// [`phase_of_stack`], and whether a module's call is among the frames (in a backward: a
 /// forward recomputed there, as activation checkpointing does).
-pub(super) fn phase_and_module_call(reader: &TraceTables, stack: u64) -> (Phase, bool) {
-    let Some(frames) = reader.stack(stack) else {
+pub(super) fn phase_and_module_call(tables: &TraceTables, stack: u64) -> (Phase, bool) {
+    let Some(frames) = tables.stack(stack) else {
         return (Phase::Unknown, false);
     };
     let python: Vec<(&str, &str)> = frames
         .iter()
         .filter_map(|&f| format::as_py_frame(f))
         .map(|(id, _)| {
-            let text = reader.string(id).unwrap_or("");
+            let text = tables.string(id).unwrap_or("");
             text.split_once('\0').unwrap_or((text, ""))
         })
         .collect();

@@ -93,7 +93,7 @@ impl KindTracker {
     /// nothing, and a call of the program's own ends its thread's window for a stack: each
     /// record of a step asks, so those are answered here, without a call.
     #[inline]
-    pub fn observe(&mut self, reader: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
+    pub fn observe(&mut self, tables: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
         match r.kind {
             k if k.is_definition() => None,
             RecordKind::Alloc | RecordKind::Free => {
@@ -106,20 +106,20 @@ impl KindTracker {
             // one of these, each on a road of its own ([`KindTracker::observe_any`] takes them the
             // same way).
             RecordKind::TensorAlloc if r.status == 0 && r.ptr != 0 && self.restoring.is_none() => {
-                self.made(reader, r);
+                self.made(tables, r);
                 None
             }
-            RecordKind::StackRef => self.stack_of(reader, r),
+            RecordKind::StackRef => self.stack_of(tables, r),
             RecordKind::TensorFreeRequested | RecordKind::TensorFree if r.ptr != 0 => {
                 self.freed(r.ptr)
             }
-            _ => self.observe_any(reader, r),
+            _ => self.observe_any(tables, r),
         }
     }
 
     /// [`KindTracker::observe`], any record.
     #[inline(never)]
-    fn observe_any(&mut self, reader: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
+    fn observe_any(&mut self, tables: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
         use crate::trace::format::restore;
         match r.kind {
             // A ring's checkpoint restores the tensors live when the ring began, each after its
@@ -134,14 +134,14 @@ impl KindTracker {
                 None
             }
             RecordKind::TensorAlloc if r.ptr != 0 && self.restoring.is_some() => {
-                self.restored(reader, r);
+                self.restored(tables, r);
                 None
             }
             RecordKind::TensorAlloc if r.status == 0 && r.ptr != 0 => {
-                self.made(reader, r);
+                self.made(tables, r);
                 None
             }
-            RecordKind::StackRef => self.stack_of(reader, r),
+            RecordKind::StackRef => self.stack_of(tables, r),
             RecordKind::TensorFreeRequested | RecordKind::TensorFree if r.ptr != 0 => {
                 self.freed(r.ptr)
             }
@@ -159,13 +159,13 @@ impl KindTracker {
 
     /// A tensor made (not a checkpoint's): its thread's next stack is its, and it is live.
     #[inline(never)]
-    fn made(&mut self, reader: &TraceTables, r: &Record) {
+    fn made(&mut self, tables: &TraceTables, r: &Record) {
         let i = r.thread as usize;
         if self.awaiting.len() <= i {
             self.awaiting.resize(i + 1, 0);
         }
         self.awaiting[i] = r.ptr;
-        let workspace_size = self.workspace_size(reader, r.size);
+        let workspace_size = self.workspace_size(tables, r.size);
         let device = if r.device == format::DEVICE_UNKNOWN {
             0
         } else {
@@ -189,7 +189,7 @@ impl KindTracker {
 
     /// A stack: the phase of the tensor its thread made just before, if any.
     #[inline(never)]
-    fn stack_of(&mut self, reader: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
+    fn stack_of(&mut self, tables: &TraceTables, r: &Record) -> Option<(u64, Kind)> {
         let ptr = self
             .awaiting
             .get_mut(r.thread as usize)
@@ -198,7 +198,7 @@ impl KindTracker {
         let (phase, module_call, mut maker) = *self
             .by_stack
             .entry(r.ptr)
-            .or_insert_with(|| of_stack(reader, r.ptr));
+            .or_insert_with(|| of_stack(tables, r.ptr));
         match maker {
             Maker::InOrder { line, earlier } => {
                 let before;
@@ -248,13 +248,13 @@ impl KindTracker {
 
     /// A tensor a ring's checkpoint restores: made before any run the records show, by the
     /// phase its line says.
-    fn restored(&mut self, reader: &TraceTables, r: &Record) {
+    fn restored(&mut self, tables: &TraceTables, r: &Record) {
         let stack = self.restoring.unwrap_or(0);
         let (phase, module_call, maker) = *self
             .by_stack
             .entry(stack)
-            .or_insert_with(|| of_stack(reader, stack));
-        let workspace_size = self.workspace_size(reader, r.size);
+            .or_insert_with(|| of_stack(tables, stack));
+        let workspace_size = self.workspace_size(tables, r.size);
         // Whether it was the first of its size there is lost with the older records.
         let candidate = workspace_size.is_some_and(|i| self.workspace_fits(phase, module_call, i));
         if phase.by_lifetime() && self.current.is_none() {
@@ -315,9 +315,9 @@ impl KindTracker {
     }
 
     /// Which of the run's workspace sizes `size` is, if any.
-    fn workspace_size(&mut self, reader: &TraceTables, size: u64) -> Option<u8> {
+    fn workspace_size(&mut self, tables: &TraceTables, size: u64) -> Option<u8> {
         self.workspaces
-            .get_or_insert_with(|| workspace_sizes(&reader.info().env))
+            .get_or_insert_with(|| workspace_sizes(&tables.info().env))
             .iter()
             .position(|&s| s == size)
             .filter(|&i| i < 32)
@@ -467,12 +467,12 @@ impl KindTracker {
 
     /// The kind of live tensor `ptr` if it is never freed (at the end of a trace), or of a
     /// tensor the records never showed being made (restored from a checkpoint: by its stack).
-    pub fn lasting(&self, reader: &TraceTables, ptr: u64, stack: u64) -> Kind {
+    pub fn lasting(&self, tables: &TraceTables, ptr: u64, stack: u64) -> Kind {
         match self.born.get(&ptr) {
             Some(b) if maybe_workspace(b.phase, b.candidate) => Kind::Workspace,
             Some(b) => own(b.maker, b.phase.lasting()),
             None if stack != 0 => {
-                let (phase, _, maker) = of_stack(reader, stack);
+                let (phase, _, maker) = of_stack(tables, stack);
                 own(maker, phase.lasting())
             }
             None => Kind::Unknown,
@@ -513,7 +513,7 @@ impl KindTracker {
     /// out again and freed again within it; the first free is the live tensor's).
     pub fn settling(
         &self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         ptrs: impl IntoIterator<Item = (u64, u64)>,
         freed: &FastMap<u64, Kind>,
     ) -> Settling {
@@ -531,7 +531,7 @@ impl KindTracker {
                     s.open.insert(ptr, ());
                 }
                 None => {
-                    s.known.insert(ptr, self.lasting(reader, ptr, stack));
+                    s.known.insert(ptr, self.lasting(tables, ptr, stack));
                 }
             }
         }
@@ -559,10 +559,10 @@ impl KindTracker {
     }
 
     /// The kinds once read on as far as needed (or to the end of the trace).
-    pub fn settled(&self, reader: &TraceTables, s: Settling) -> FastMap<u64, Kind> {
+    pub fn settled(&self, tables: &TraceTables, s: Settling) -> FastMap<u64, Kind> {
         let mut out = s.known;
         for (ptr, _) in s.open {
-            out.insert(ptr, self.lasting(reader, ptr, 0));
+            out.insert(ptr, self.lasting(tables, ptr, 0));
         }
         out
     }

@@ -94,18 +94,18 @@ type Chosen = (String, BoundaryMark);
 /// The iterations' boundary: the NVTX range named `boundary`, else what the checkpoint of a
 /// ring trace marked them with, else what `finder` saw repeat most.
 fn choose(
-    reader: &TraceTables,
+    tables: &TraceTables,
     finder: &MarkFinder,
     restored_mark: Option<BoundaryMark>,
     boundary: Option<&str>,
 ) -> Option<Chosen> {
     let from_mark = |m: BoundaryMark| -> Chosen {
         match m {
-            BoundaryMark::Nvtx(id) => (format!("NVTX '{}'", reader.string(id).unwrap_or("?")), m),
+            BoundaryMark::Nvtx(id) => (format!("NVTX '{}'", tables.string(id).unwrap_or("?")), m),
             BoundaryMark::Site(key) => (
                 format!(
                     "detected period: each allocation from {} (no NVTX ranges in the trace)",
-                    site_label(reader, key)
+                    site_label(tables, key)
                 ),
                 m,
             ),
@@ -116,7 +116,7 @@ fn choose(
         Some(name) => finder
             .names
             .keys()
-            .find(|&&id| reader.string(id) == Some(name))
+            .find(|&&id| tables.string(id) == Some(name))
             .map(|&id| (format!("NVTX '{name}'"), BoundaryMark::Nvtx(id))),
         None => finder.choose().map(from_mark),
     }
@@ -125,7 +125,7 @@ fn choose(
 /// The call sites whose live bytes grow steadily over the boundaries (`series`, one map of
 /// live bytes by site each, at iteration `ordinals`), the fastest first.
 fn growing_sites(
-    reader: &TraceTables,
+    tables: &TraceTables,
     series: &[crate::fasthash::FastMap<u64, u64>],
     ordinals: &[u64],
     together: &FreedTogether,
@@ -145,7 +145,7 @@ fn growing_sites(
         if line_of.contains_key(&k) {
             continue;
         }
-        let label = site_label(reader, k);
+        let label = site_label(tables, k);
         let i = *index.entry(label.clone()).or_insert_with(|| {
             lines.push((label, Vec::new()));
             lines.len() - 1
@@ -170,7 +170,7 @@ fn growing_sites(
                 .iter()
                 .find(|&&k| crate::trace::live::size_key_parts(k).is_none())
                 .filter(|_| tensors)
-                .map(|&k| super::kinds::phase_of_stack(reader, k))
+                .map(|&k| super::kinds::phase_of_stack(tables, k))
                 .map(super::kinds::Phase::lasting)
                 .filter(|&k| k != super::kinds::Kind::Unknown);
             growing.push(Growth {
@@ -226,17 +226,17 @@ impl LeaksFinder {
     /// samples at each: `whole` and `reader` are the first pass's.
     pub fn finish(
         self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         whole: &Replay,
         boundary: Option<&str>,
     ) -> LeaksSampler {
-        self.sampler(reader, whole, boundary)
+        self.sampler(tables, whole, boundary)
     }
 
     /// The sampler [`LeaksFinder::finish`] would give if the trace ended here.
     pub fn sampler(
         &self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         whole: &Replay,
         boundary: Option<&str>,
     ) -> LeaksSampler {
@@ -244,12 +244,12 @@ impl LeaksFinder {
         // A trace of any length: what marked the iterations before the ring, as the summarizer
         // chose it from the run's first allocations.
         let restored_mark = whole.restored.boundary_mark;
-        let chosen = choose(reader, finder, restored_mark, boundary);
+        let chosen = choose(tables, finder, restored_mark, boundary);
         let boundary_not_found = boundary.filter(|_| chosen.is_none()).map(|_| {
             let mut seen: Vec<String> = finder
                 .names
                 .keys()
-                .filter_map(|&id| reader.string(id).map(str::to_string))
+                .filter_map(|&id| tables.string(id).map(str::to_string))
                 .collect();
             seen.sort();
             seen.dedup();
@@ -260,7 +260,7 @@ impl LeaksFinder {
         let restored_matches = chosen.as_ref().is_some_and(|c| Some(c.1) == restored_mark);
         LeaksSampler {
             chosen,
-            short: reader.mode().short_roads,
+            short: tables.mode().short_roads,
             boundary_not_found,
             restored_matches,
             samples: Thinned::new(MAX_BOUNDARIES),

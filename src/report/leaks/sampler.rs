@@ -199,7 +199,7 @@ impl LeaksSampler {
 /// forward and its backward keeps the forward's graph, an activation, where its phase alone
 /// would say less. What grows is kept: a temporary of the same line does not name it.
 fn name_kinds(
-    reader: &TraceTables,
+    tables: &TraceTables,
     growing: &mut [Growth],
     mut site_kinds: crate::fasthash::FastMap<u64, BTreeMap<crate::report::kinds::Kind, u64>>,
     tensors: &[(crate::report::kinds::Kind, &crate::trace::live::Live)],
@@ -217,7 +217,7 @@ fn name_kinds(
     }
     let mut by_line: HashMap<String, BTreeMap<crate::report::kinds::Kind, u64>> = HashMap::new();
     for (site, kinds) in site_kinds {
-        let line = by_line.entry(site_label(reader, site)).or_default();
+        let line = by_line.entry(site_label(tables, site)).or_default();
         for (k, b) in kinds {
             let e = line.entry(k).or_default();
             *e = e.saturating_add(b);

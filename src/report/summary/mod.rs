@@ -274,7 +274,7 @@ impl SummaryFound {
 
     /// The summary, with the kinds at each device's tensor peak and the owners at NVML's, from
     /// the moments the second pass took.
-    pub fn finish(mut self, reader: &TraceTables, moments: &[super::moments::Moment]) -> Summary {
+    pub fn finish(mut self, tables: &TraceTables, moments: &[super::moments::Moment]) -> Summary {
         for (d, at) in self.tensor_peaks {
             let (Some(m), Some(f)) = (
                 super::moments::of(moments, at, d),
@@ -316,7 +316,7 @@ impl SummaryFound {
         super::device_memory::at_peaks(
             &mut self.summary.device_memory,
             &self.nvml_peaks,
-            reader,
+            tables,
             moments,
         );
         self.summary
@@ -363,13 +363,13 @@ impl SummaryPass {
     #[inline]
     pub fn see_parts(
         &mut self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         rp: &Replay,
         r: &Record,
         said: &mut Vec<Said>,
     ) {
-        if !(self.short && self.plain(reader, rp, r, said)) {
-            self.see_any(reader, rp, r, said);
+        if !(self.short && self.plain(tables, rp, r, said)) {
+            self.see_any(tables, rp, r, said);
         }
     }
 
@@ -382,7 +382,7 @@ impl SummaryPass {
     #[inline]
     fn plain(
         &mut self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         rp: &Replay,
         r: &Record,
         said: &mut Vec<Said>,
@@ -394,18 +394,18 @@ impl SummaryPass {
         }
         let allocated = match (r.kind, r.api) {
             (Caller, Api::Shim) => None,
-            (StackRef, Api::Shim) if !reader.has_python_frames() => Some(false),
+            (StackRef, Api::Shim) if !tables.has_python_frames() => Some(false),
             (StackRef, Api::Shim) => {
                 self.read += 1;
                 t.nth += 1;
-                t.python_frames(reader, r);
-                self.before_shutdown(reader, rp, said);
+                t.python_frames(tables, r);
+                self.before_shutdown(tables, rp, said);
                 return true;
             }
             (TensorAlloc, Api::Torch) => {
                 self.read += 1;
                 t.nth += 1;
-                t.python_frames(reader, r);
+                t.python_frames(tables, r);
                 t.call(rp, r, true);
                 self.tensor_peak(rp, r, said);
                 return true;
@@ -431,10 +431,10 @@ impl SummaryPass {
 
     /// [`SummaryPass::see`], any record.
     #[inline(never)]
-    fn see_any(&mut self, reader: &TraceTables, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
+    fn see_any(&mut self, tables: &TraceTables, rp: &Replay, r: &Record, said: &mut Vec<Said>) {
         let t = &mut self.t;
         self.read += 1;
-        t.take(reader, rp, r);
+        t.take(tables, rp, r);
         if r.kind == RecordKind::DeviceMemory
             && t.nvml_peaks
                 .get(&r.device)
@@ -442,7 +442,7 @@ impl SummaryPass {
         {
             said.push(Said::Here(Slot::Nvml(r.device)));
         }
-        self.before_shutdown(reader, rp, said);
+        self.before_shutdown(tables, rp, said);
         if r.kind == RecordKind::TensorAlloc && !rp.restored.active {
             self.tensor_peak(rp, r, said);
         }
@@ -452,9 +452,9 @@ impl SummaryPass {
     /// run ended cleanly and its shutdown is near, a moment of every device the summary will
     /// name the framework's (those it has, and those its tensors are on).
     #[inline]
-    fn before_shutdown(&self, reader: &TraceTables, rp: &Replay, said: &mut Vec<Said>) {
+    fn before_shutdown(&self, tables: &TraceTables, rp: &Replay, said: &mut Vec<Said>) {
         let t = &self.t;
-        if reader.info().clean_exit
+        if tables.info().clean_exit
             && rp.index >= self.shutdown_from
             && t.last_python.is_some_and(|(at, _)| at == t.nth)
         {

@@ -86,7 +86,7 @@ impl Tally {
     }
 
     /// One record, after `rp` applied it.
-    pub(super) fn take(&mut self, reader: &TraceTables, rp: &Replay, r: &Record) {
+    pub(super) fn take(&mut self, tables: &TraceTables, rp: &Replay, r: &Record) {
         self.nth += 1;
         // A checkpoint's records restore what the run did before the ring: state, not calls.
         // (Only a `Restore` record begins or ends restoring.)
@@ -106,7 +106,7 @@ impl Tally {
             self.site_of = None;
             if r.kind == RecordKind::StackRef {
                 if let Some(s) = &mut self.streams_left {
-                    s.site = Some(crate::report::sites::site_label(reader, r.ptr));
+                    s.site = Some(crate::report::sites::site_label(tables, r.ptr));
                 }
                 return;
             }
@@ -131,7 +131,7 @@ impl Tally {
         {
             *self.ooms.entry(r.device).or_default() += 1;
         }
-        self.python_frames(reader, r);
+        self.python_frames(tables, r);
         // The calls of the program, counted as the summarizer of a ring trace counts them.
         if !crate::trace::summary::is_call(r) {
             return;
@@ -222,12 +222,12 @@ impl Tally {
     }
 
     /// A stack with Python frames right after a successful allocation of its thread counts.
-    pub(super) fn python_frames(&mut self, reader: &TraceTables, r: &Record) {
+    pub(super) fn python_frames(&mut self, tables: &TraceTables, r: &Record) {
         // No stack read so far with Python frames (a C program's trace): none to look up.
         if r.kind == RecordKind::StackRef
-            && reader.has_python_frames()
+            && tables.has_python_frames()
             && self.allocated_last.get(r.thread as usize) == Some(&true)
-            && reader
+            && tables
                 .stack(r.ptr)
                 .and_then(|f| f.first())
                 .is_some_and(|&f| crate::trace::format::as_py_frame(f).is_some())

@@ -157,7 +157,7 @@ impl<'a> BandsPass<'a> {
     /// them); the lines of `keep` are drawn on their own however little they hold.
     pub fn finish(
         mut self,
-        reader: &TraceTables,
+        tables: &TraceTables,
         rp: &Replay,
         kinds: &KindTracker,
         keep: &[&str],
@@ -168,11 +168,11 @@ impl<'a> BandsPass<'a> {
                 continue;
             };
             if let Some(a) = self.adds.get_mut(&l.device) {
-                let kind = kinds.lasting(reader, *ptr, l.stack);
+                let kind = kinds.lasting(tables, *ptr, l.stack);
                 a.add(slot_of(l, kind), site_key(l), l.size, from, u64::MAX);
             }
         }
-        lanes_of(self.found, self.adds, reader, keep)
+        lanes_of(self.found, self.adds, tables, keep)
     }
 }
 
@@ -180,7 +180,7 @@ impl<'a> BandsPass<'a> {
 pub(super) fn lanes_of(
     found: &Found,
     adds: BTreeMap<u8, Adds>,
-    reader: &TraceTables,
+    tables: &TraceTables,
     keep: &[&str],
 ) -> Vec<Lane> {
     let mut lanes = Vec::new();
@@ -191,7 +191,7 @@ pub(super) fn lanes_of(
             .filter(|s| s.1 == d)
             .map(|&(t, _, live, reserved)| (t, live, reserved))
             .collect();
-        let mut l = lane(reader, d, a, &thin(&before), found.tensors_recorded, keep);
+        let mut l = lane(tables, d, a, &thin(&before), found.tensors_recorded, keep);
         if let Some(&(bytes, time_ns)) = found.peak_before.get(&d) {
             peak_before_ring(&mut l, bytes, time_ns);
         }
@@ -242,7 +242,7 @@ fn thin(points: &[(u64, u64, u64)]) -> Vec<(u64, u64, u64)> {
 
 /// One lane from its additions, with `before` (a checkpoint's series) in front.
 fn lane(
-    reader: &TraceTables,
+    tables: &TraceTables,
     device: u8,
     a: Adds,
     before: &[(u64, u64, u64)],
@@ -295,11 +295,11 @@ fn lane(
     let mut lines: Vec<Line> = Vec::new();
     for (k, ((slot, site), bytes)) in series.into_iter().enumerate() {
         if k < TOP_LINES {
-            lines.push(line(reader, slot as usize, site, bytes));
+            lines.push(line(tables, slot as usize, site, bytes));
         } else if !keep.is_empty() && site != 0 {
-            let label = crate::report::sites::site_label(reader, site);
+            let label = crate::report::sites::site_label(tables, site);
             if keep.contains(&label.as_str()) {
-                lines.push(line(reader, slot as usize, site, bytes));
+                lines.push(line(tables, slot as usize, site, bytes));
             }
         }
     }
@@ -342,19 +342,19 @@ fn lane(
 }
 
 /// A line's series, named.
-fn line(reader: &TraceTables, slot: usize, site: u64, bytes: Vec<u64>) -> Line {
+fn line(tables: &TraceTables, slot: usize, site: u64, bytes: Vec<u64>) -> Line {
     use crate::report::sites::{shown_frames, site_label};
     let (label, frames) = if site == 0 {
         ("(other lines)".to_string(), Vec::new())
     } else {
-        let frames = match reader.stack(site) {
-            Some(f) => shown_frames(reader, f)
+        let frames = match tables.stack(site) {
+            Some(f) => shown_frames(tables, f)
                 .iter()
-                .map(|&ip| crate::report::symbolize::describe(reader, ip))
+                .map(|&ip| crate::report::symbolize::describe(tables, ip))
                 .collect(),
             None => Vec::new(),
         };
-        (site_label(reader, site), frames)
+        (site_label(tables, site), frames)
     };
     Line {
         label,

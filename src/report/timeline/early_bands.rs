@@ -162,7 +162,7 @@ impl EarlyBands {
     pub fn finish(
         mut self,
         found: &Found,
-        reader: &TraceTables,
+        tables: &TraceTables,
         rp: &Replay,
         kinds: &KindTracker,
         keep: &[&str],
@@ -178,7 +178,7 @@ impl EarlyBands {
                 continue;
             };
             if let (Some(b), Some(f)) = (self.lanes.get_mut(l.device), found.lanes.get(l.device)) {
-                let kind = kinds.lasting(reader, *ptr, l.stack);
+                let kind = kinds.lasting(tables, *ptr, l.stack);
                 let a = f.cols.partition_point(|c| c.best < from);
                 b.add(
                     (slot_of(l, kind) as u8, site_key(l)),
@@ -214,7 +214,7 @@ impl EarlyBands {
             };
             adds.insert(d, a);
         }
-        lanes_of(found, adds, reader, keep)
+        lanes_of(found, adds, tables, keep)
     }
 }
 

@@ -315,9 +315,9 @@ pub fn devices_only(opts: &ReadOptions) -> Result<crate::trace::filter::Filter, 
 pub struct Requests(Box<Gather>);
 
 impl Requests {
-    pub fn new(reader: &TraceTables) -> Requests {
-        let conf_env = setting_of(&reader.info().env);
-        let most = reader.mode().replay_memory.clone();
+    pub fn new(tables: &TraceTables) -> Requests {
+        let conf_env = setting_of(&tables.info().env);
+        let most = tables.mode().replay_memory.clone();
         let most_bytes = most.as_deref().and_then(crate::config::parse_size);
         Requests(Box::new(Gather {
             budget: Budget {
@@ -334,7 +334,7 @@ impl Requests {
     }
 
     /// One record, after the kinds observed it (`decided`: what they decided of it).
-    fn see_parts(&mut self, reader: &TraceTables, r: &Record, decided: Option<(u64, Kind)>) {
+    fn see_parts(&mut self, tables: &TraceTables, r: &Record, decided: Option<(u64, Kind)>) {
         let g = &mut *self.0;
         if r.kind == RecordKind::Restore {
             g.from_checkpoint = true;
@@ -343,7 +343,7 @@ impl Requests {
             r.kind,
             RecordKind::GraphNode | RecordKind::GraphEdge | RecordKind::Graph
         ) {
-            g.graph.see(r, |id| reader.string(id).map(str::to_string));
+            g.graph.see(r, |id| tables.string(id).map(str::to_string));
             return;
         }
         if g.restoring || r.kind == RecordKind::Restore {

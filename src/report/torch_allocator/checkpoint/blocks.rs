@@ -12,15 +12,15 @@ use crate::trace::reader::TraceTables;
 const CONTAINERS: [&str; 4] = ["Sequential", "ModuleList", "ModuleDict", "Module"];
 
 /// The classes whose `forward` frames a stack holds, outermost last: (class, its line).
-fn forward_frames(reader: &TraceTables, stack: u64) -> Vec<(String, u32)> {
-    let Some(frames) = reader.stack(stack) else {
+fn forward_frames(tables: &TraceTables, stack: u64) -> Vec<(String, u32)> {
+    let Some(frames) = tables.stack(stack) else {
         return Vec::new();
     };
     frames
         .iter()
         .filter_map(|&f| format::as_py_frame(f))
         .filter_map(|(id, line)| {
-            let text = reader.string(id)?;
+            let text = tables.string(id)?;
             let function = text.split_once('\0').map_or(text, |(_, f)| f);
             // The class's own name, the last part of its qualified name: a class defined
             // inside a function (`build.<locals>.Checkpointed`) is `Checkpointed`, as its program names it.
@@ -89,14 +89,14 @@ impl ClassBlocks {
 
 /// What the requests say of their stacks, asked once per stack.
 pub(in crate::report::torch_allocator) struct Stacks<'a> {
-    reader: &'a TraceTables,
+    tables: &'a TraceTables,
     seen: FastMap<u64, (Phase, Vec<(String, u32)>)>,
 }
 
 impl<'a> Stacks<'a> {
-    pub(in crate::report::torch_allocator) fn new(reader: &'a TraceTables) -> Stacks<'a> {
+    pub(in crate::report::torch_allocator) fn new(tables: &'a TraceTables) -> Stacks<'a> {
         Stacks {
-            reader,
+            tables,
             seen: FastMap::default(),
         }
     }
@@ -105,11 +105,11 @@ impl<'a> Stacks<'a> {
         &mut self,
         stack: u64,
     ) -> &(Phase, Vec<(String, u32)>) {
-        let reader = self.reader;
+        let tables = self.tables;
         self.seen.entry(stack).or_insert_with(|| {
-            let phase = phase_of_stack(reader, stack);
+            let phase = phase_of_stack(tables, stack);
             let frames = if phase == Phase::Forward {
-                forward_frames(reader, stack)
+                forward_frames(tables, stack)
             } else {
                 Vec::new()
             };
