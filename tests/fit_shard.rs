@@ -153,3 +153,47 @@ fn an_fsdp2_run_at_two_ranks_answers_at_four() {
         );
     }
 }
+
+/// FSDP2 keeps a parameter of first dimension 1 whole on every rank (it pads the dimension to
+/// the world): the stand-in's 3 MiB row, in a module of its own, is a 3 MiB shard at any world,
+/// gathered to the world times it. From the run at two ranks, four ranks to the byte: the row's
+/// shard, its gathered copy and its reduce-scatter's buffers as the run at four makes them,
+/// not halved (`src/report/fit/padded.rs`).
+#[test]
+fn a_row_fsdp2_keeps_on_every_rank_is_not_halved_at_four() {
+    let (two_dir, four_dir) = (tempdir("fit-row-at-2"), tempdir("fit-row-at-4"));
+    let row_bytes = (3u64 << 20).to_string();
+    let at = |world: &str| {
+        let dir = if world == "2" { &two_dir } else { &four_dir };
+        blocks_with(
+            dir,
+            1,
+            "fsdp2",
+            &[
+                ("WORLD_SIZE", world),
+                ("RANK", "0"),
+                ("BLOCKS_ROW", row_bytes.as_str()),
+            ],
+        )
+    };
+    let two = at("2");
+    let v = json(&[
+        "fit",
+        two.to_str().unwrap(),
+        "--at",
+        "1",
+        "--batch",
+        "1",
+        "--world-size",
+        "4",
+        "--json",
+    ]);
+    let truth = own_rows(&at("4"), 1);
+    for setting in ["", EXPANDABLE] {
+        assert_eq!(
+            row(&rows(&v), setting, 1),
+            row(&truth, setting, 1),
+            "at 4 ranks from 2, setting '{setting}'"
+        );
+    }
+}

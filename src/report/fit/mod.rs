@@ -14,6 +14,7 @@
 mod batch;
 mod largest;
 mod leaking;
+mod padded;
 mod reduce;
 mod requests;
 mod scales;

@@ -40,11 +40,13 @@ use serde::Serialize;
 
 /// The frameworks whose states are sharded, as `parallel_frameworks` names them.
 const SHARDING: [&str; 4] = [
-    "FSDP2 (fully_shard)",
+    FSDP2,
     "FSDP1 (FullyShardedDataParallel)",
     DEEPSPEED_ZERO_1_2,
     DEEPSPEED_ZERO_3,
 ];
+/// FSDP2, as `parallel_frameworks` names it.
+const FSDP2: &str = "FSDP2 (fully_shard)";
 /// Where FSDP's code lies (either API).
 const FSDP_CODE: &str = "/torch/distributed/fsdp/";
 /// Where DeepSpeed's runtime lies (its ZeRO optimizers, partitions, and `defragment`).
@@ -67,6 +69,9 @@ pub struct WorldSize {
 pub(super) struct World {
     pub(super) said: WorldSize,
     sharded: Vec<bool>,
+    /// Shards' sizes that are not `run/asked` of themselves at the world asked, with their
+    /// size there (FSDP2's rows kept on every rank: `padded.rs`).
+    sizes: std::collections::BTreeMap<u64, u64>,
 }
 
 impl World {
@@ -77,6 +82,9 @@ impl World {
 
     /// A shard of `size` bytes at the run's world size, at the one asked (rounded up).
     pub(super) fn resize(&self, size: u64) -> u64 {
+        if let Some(&at) = self.sizes.get(&size) {
+            return at;
+        }
         let v = u128::from(size) * u128::from(self.said.run);
         u64::try_from(v.div_ceil(u128::from(self.said.asked.max(1)))).unwrap_or(u64::MAX)
     }
@@ -239,6 +247,11 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
     } else {
         Default::default()
     };
+    let sizes = if framework == FSDP2 {
+        rows_kept(input, req, &gathered, &mut of, (run, asked))
+    } else {
+        Default::default()
+    };
     let sharded: Vec<bool> = input
         .requests()
         .zip(&req.kinds)
@@ -247,6 +260,8 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
                 return false;
             }
             let (own_code, phase, by_node) = of(stack);
+            // FSDP2's own buffers that hold a row kept on every rank follow it.
+            let holds_row = own_code && !by_node && sizes.contains_key(&size);
             let shard = match kind {
                 Kind::Parameter => own_code && !whole_parameters && !gathered.contains(&size),
                 // FSDP's gradients are the reduce-scatter's outputs its hooks make; one an
@@ -258,11 +273,12 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
                 // gathered again after it); the step's temporaries are the partition's.
                 Kind::Temporary if phase == Phase::Optimizer => true,
                 Kind::Temporary | Kind::Communication => {
-                    own_code
-                        && !deepspeed
-                        && !by_node
-                        && phase != Phase::Forward
-                        && shard_sizes.contains(&size)
+                    holds_row
+                        || own_code
+                            && !deepspeed
+                            && !by_node
+                            && phase != Phase::Forward
+                            && shard_sizes.contains(&size)
                 }
                 _ => false,
             };
@@ -273,7 +289,39 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             shard
         })
         .collect();
-    Ok(World { said, sharded })
+    Ok(World {
+        said,
+        sharded,
+        sizes,
+    })
+}
+
+/// FSDP2's rows kept on every rank, from the run's shards in the order it cut them, the whole
+/// parameters made before it, and its own requests' sizes (see `padded.rs`).
+fn rows_kept(
+    input: &Input,
+    req: &Requests,
+    gathered: &std::collections::BTreeSet<u64>,
+    of: &mut dyn FnMut(u64) -> (bool, Phase, bool),
+    (run, asked): (u64, u64),
+) -> std::collections::BTreeMap<u64, u64> {
+    let mut cut = super::padded::Cut {
+        shards: Vec::new(),
+        wholes: Vec::new(),
+        own_sizes: Default::default(),
+    };
+    for ((size, stack), kind) in input.requests().zip(&req.kinds) {
+        let (own, _, by_node) = of(stack);
+        match kind {
+            Kind::Parameter if own && !gathered.contains(&size) => cut.shards.push(size),
+            Kind::Parameter if !own => cut.wholes.push(size),
+            Kind::Communication | Kind::Gradient | Kind::Temporary if own && !by_node => {
+                cut.own_sizes.insert(size);
+            }
+            _ => {}
+        }
+    }
+    super::padded::kept_rows(&cut, run, asked)
 }
 
 /// Whether any Python frame of `stack` runs code under `part` of its file's path.

@@ -56,7 +56,10 @@ temporaries too; each block's weight gathered before its forward and let go afte
 again before its backward, its gradients reduce-scattered after it (the shard kept as its
 gradient until the optimizer's step); `fsdp2-keep` keeps the gathered weight from the forward to
 the backward (reshard_after_forward=False). What `gpushim fit --shard full|grad-op` predicts
-from the `ddp` run.
+from the `ddp` run. BLOCKS_ROW=BYTES (FSDP2 only): a module of its own before the blocks holds
+a parameter of first dimension 1 (a position embedding's shape) of that many bytes, given to
+`fully_shard` after the blocks: FSDP2 keeps its one row whole on every rank; its op's output
+is made after it is gathered, its gradient before its reduce-scatter.
 
 usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS
                  [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads|ddp|fsdp2|fsdp2-keep]
@@ -87,6 +90,7 @@ from torch.optim.adam import Adam  # noqa: E402
 KiB = 1 << 10
 MiB = 1 << 20
 BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
+ROW = int(os.environ.get("BLOCKS_ROW", "0"))
 TEMPS = os.environ.get("BLOCKS_TEMPS", "1") != "0"
 steps = int(sys.argv[3])
 reentrant = bool(os.environ.get("BLOCKS_TRANSFORMERS"))
@@ -198,6 +202,14 @@ if os.environ.get("BLOCKS_LOCAL"):
         code, Block.forward.__globals__, "forward", Block.forward.__defaults__)
 
 
+class Row(Module):
+    """A module whose one parameter has a first dimension of 1 (BLOCKS_ROW)."""
+
+    def __init__(self):
+        self.row_bytes = ROW
+        self.row = _standin.empty(ROW)
+
+
 class Net(Module):
     def __init__(self):
         self.blocks = [Block() for _ in range(BLOCKS)]
@@ -299,6 +311,7 @@ def backward_ops(ops, grad_bytes, first=False, copies=()):
     _standin.free(prev)
 
 
+row_module = Row() if fsdp2 and ROW else None
 model = Net()
 if ddp:
     from torch.nn.parallel.distributed import DistributedDataParallel  # noqa: E402
@@ -308,6 +321,7 @@ if fsdp2:
     from torch.distributed.fsdp._fully_shard import _fsdp_param_group  # noqa: E402
 
     groups = [_fsdp_param_group.fully_shard(b, world) for b in model.blocks]
+    row_group = _fsdp_param_group.fully_shard(row_module, world) if row_module else None
     opt = Adam(model.blocks, 2 * MiB // world, 1 * MiB // world)
 else:
     opt = Adam(model.blocks, 2 * MiB)
@@ -318,6 +332,12 @@ for step in range(steps):
     if ddp:
         wrapped._pre_forward()
     per_block = []
+    if row_module:
+        # The row gathered, the input added to it (an op of its own), before the blocks.
+        row_group.unshard()
+        row_node, row_out = op_output(1 * MiB * batch)
+        if reshard:
+            row_group.reshard()
     out = model(x, per_block, not ckpt)
     loss = _standin.empty(64 * KiB * batch)
     if fsdp2:
@@ -353,6 +373,13 @@ for step in range(steps):
             backward_ops(again + [(node, per_block[i][0][1])], 256 * KiB * batch, copies=copies)
         else:
             backward_ops(per_block[i], 256 * KiB * batch, i == 0)
+    if row_module:
+        if reshard:
+            row_group.pre_backward()
+        g = autograd.standin_backward_node(row_node, ROW)
+        assert g, "out of memory"
+        shards.append(row_group.post_backward([g], world * ROW))
+        _standin.free(row_out)
     if fsdp2:
         _fsdp_param_group.step_end()
     opt.step()

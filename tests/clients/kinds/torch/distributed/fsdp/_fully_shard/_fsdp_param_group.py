@@ -14,7 +14,8 @@ traces of FSDP2 on an H200 show them):
              the rank's shard of them made on the reduce-scatter stream: its gradient
 forward_end and step_end let go of the last all-gather output (and reduce-scatter input) held.
 fully_shard cuts a module's weight as FSDP2 does where it is applied: the shard made, then the
-whole let go. Its tensors are asked of the allocator from this file, as PyTorch's C++ asks for
+whole let go (a `row`, of first dimension 1, kept whole on every rank, as FSDP2 pads a first
+dimension to the world). Its tensors are asked of the allocator from this file, as PyTorch's C++ asks for
 FSDP2's: no Python frame of the stand-in's below it. No communication happens."""
 from torch import _standin
 
@@ -45,14 +46,25 @@ def fully_shard(module, world):
 
 class FSDPParamGroup:
     def __init__(self, module, world):
-        # The module's weight cut to this rank's shard (as FSDPParam's __init__ does): the
-        # shard made, the whole let go.
-        self.unsharded_bytes = module.weight_bytes
+        # The module's parameters cut to this rank's shards (as FSDPParam's __init__ does),
+        # one after another: each shard made, its whole let go. A parameter of first
+        # dimension 1 (the module's `row`, where it has one) keeps that row on every rank:
+        # its shard is its whole, whatever the world.
         self.world = world
-        self.gathered = None
-        whole = module.weight
-        module.weight = _empty(module.weight_bytes // world)
-        _standin.free(whole)
+        self.gathered = []
+        params = []
+        if getattr(module, "weight", None) is not None:
+            params.append(("weight", module.weight_bytes // world))
+        if getattr(module, "row", None) is not None:
+            params.append(("row", module.row_bytes))
+        self.shards = []
+        for name, shard in params:
+            whole = getattr(module, name)
+            setattr(module, name, _empty(shard))
+            _standin.free(whole)
+            self.shards.append(shard)
+        # The all-gather's output: the world times the shards.
+        self.unsharded_bytes = world * sum(self.shards)
 
     def unshard(self, backward=False, next_group=None):
         output = _held["all_gather"] if backward else None
@@ -60,7 +72,8 @@ class FSDPParamGroup:
             output = _on(ALL_GATHER_STREAM, self.unsharded_bytes)
         elif backward:
             _held["all_gather"] = None
-        self.gathered = _empty(self.unsharded_bytes)
+        # Each parameter gathered (the world times its shard).
+        self.gathered = [_empty(self.world * shard) for shard in self.shards]
         if not backward:
             if _held["all_gather"] is not None:
                 _standin.free(_held["all_gather"])
@@ -75,8 +88,9 @@ class FSDPParamGroup:
         self.unshard(True, next_group)
 
     def reshard(self):
-        _standin.free(self.gathered)
-        self.gathered = None
+        for g in self.gathered:
+            _standin.free(g)
+        self.gathered = []
 
     def post_backward(self, grads, grad_bytes):
         """The module's backward is over: its unsharded gradients (`grads`, of `grad_bytes`)
