@@ -173,10 +173,11 @@ extern "C" __attribute__((visibility("default"))) void *standin_backward(size_t 
 
 // standin_backward_one(size): one MmBackward0 on an engine thread allocates one tensor of
 // `size` bytes and returns it (a gradient, or a temporary the caller frees).
-extern "C" __attribute__((visibility("default"))) void *standin_backward_one(size_t size) {
+// One node of type `N` on an engine thread allocates one tensor of `size` bytes.
+template <typename N> static void *backward_by(size_t size) {
   void *out = nullptr;
   std::thread engine([&] {
-    current_evaluating_node = std::make_shared<generated::MmBackward0>();
+    current_evaluating_node = std::make_shared<N>();
     out = current_evaluating_node->apply(size);
     current_evaluating_node.reset();
   });
@@ -184,18 +185,15 @@ extern "C" __attribute__((visibility("default"))) void *standin_backward_one(siz
   return out;
 }
 
+extern "C" __attribute__((visibility("default"))) void *standin_backward_one(size_t size) {
+  return backward_by<generated::MmBackward0>(size);
+}
+
 // standin_backward_split(size): one SplitWithSizesBackward0 on an engine thread allocates one
 // tensor of `size` bytes and returns it: the gradients of a split's views joined into the
 // gradient of what was split (FSDP1's flat parameter's, from its parameters' views).
 extern "C" __attribute__((visibility("default"))) void *standin_backward_split(size_t size) {
-  void *out = nullptr;
-  std::thread engine([&] {
-    current_evaluating_node = std::make_shared<generated::SplitWithSizesBackward0>();
-    out = current_evaluating_node->apply(size);
-    current_evaluating_node.reset();
-  });
-  engine.join();
-  return out;
+  return backward_by<generated::SplitWithSizesBackward0>(size);
 }
 
 // standin_backward_node(i, size): the i-th node made by standin_forward_mm, run on an engine
