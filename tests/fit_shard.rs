@@ -121,37 +121,11 @@ fn a_shard_that_cannot_be_told_is_refused() {
 /// as `docs/fit.md` says of a temporary of a whole parameter's size.)
 #[test]
 fn an_fsdp2_run_at_two_ranks_answers_at_four() {
-    let (two_dir, four_dir) = (tempdir("fit-fsdp2-at-2"), tempdir("fit-fsdp2-at-4"));
-    let at = |world: &str, batch: u64| {
-        let dir = if world == "2" { &two_dir } else { &four_dir };
-        blocks_with(dir, batch, "fsdp2", &[("WORLD_SIZE", world), ("RANK", "0")])
-    };
-    let two = at("2", 2);
-    let v = json(&[
-        "fit",
-        two.to_str().unwrap(),
-        "--at",
-        "2",
-        "--batch",
-        "2",
-        "--world-size",
-        "4",
-        "--json",
-    ]);
-    let w = &v["world_size"];
+    let w = four_from_two("fit-fsdp2", 2, &[]);
     assert_eq!(w["framework"], "FSDP2 (fully_shard)", "{w}");
     // Four weights' shards, eight of the gradients', four of the optimizer's state and eight
     // of its temporaries.
     assert_eq!(w["sharded_requests"].as_u64(), Some(24), "{w}");
-    let predicted = rows(&v);
-    let truth = own_rows(&at("4", 2), 2);
-    for setting in ["", EXPANDABLE] {
-        assert_eq!(
-            row(&predicted, setting, 2),
-            row(&truth, setting, 2),
-            "at 4 ranks from 2, setting '{setting}': {w}"
-        );
-    }
 }
 
 /// FSDP2 keeps a parameter of first dimension 1 whole on every rank (it pads the dimension to
@@ -161,39 +135,45 @@ fn an_fsdp2_run_at_two_ranks_answers_at_four() {
 /// not halved (`src/report/fit/padded.rs`).
 #[test]
 fn a_row_fsdp2_keeps_on_every_rank_is_not_halved_at_four() {
-    let (two_dir, four_dir) = (tempdir("fit-row-at-2"), tempdir("fit-row-at-4"));
     let row_bytes = (3u64 << 20).to_string();
+    four_from_two("fit-row", 1, &[("BLOCKS_ROW", row_bytes.as_str())]);
+}
+
+/// The FSDP2 program (`more` of its settings) at batch `batch` as rank 0 of 2 and of 4: `fit
+/// --world-size 4` of the run at 2 is the run at 4's own answer to the byte under both
+/// settings at that batch. Returns what `fit` said of the world sizes.
+fn four_from_two(name: &str, batch: u64, more: &[(&'static str, &str)]) -> serde_json::Value {
+    let b = batch.to_string();
+    // Each world's trace in a folder of its own, kept to the end (a folder goes when dropped).
+    let (two_dir, four_dir) = (
+        tempdir(&format!("{name}-at-2")),
+        tempdir(&format!("{name}-at-4")),
+    );
     let at = |world: &str| {
         let dir = if world == "2" { &two_dir } else { &four_dir };
-        blocks_with(
-            dir,
-            1,
-            "fsdp2",
-            &[
-                ("WORLD_SIZE", world),
-                ("RANK", "0"),
-                ("BLOCKS_ROW", row_bytes.as_str()),
-            ],
-        )
+        let mut env = vec![("WORLD_SIZE", world), ("RANK", "0")];
+        env.extend_from_slice(more);
+        blocks_with(dir, batch, "fsdp2", &env)
     };
-    let two = at("2");
     let v = json(&[
         "fit",
-        two.to_str().unwrap(),
+        at("2").to_str().unwrap(),
         "--at",
-        "1",
+        &b,
         "--batch",
-        "1",
+        &b,
         "--world-size",
         "4",
         "--json",
     ]);
-    let truth = own_rows(&at("4"), 1);
+    let w = v["world_size"].clone();
+    let truth = own_rows(&at("4"), batch);
     for setting in ["", EXPANDABLE] {
         assert_eq!(
-            row(&rows(&v), setting, 1),
-            row(&truth, setting, 1),
-            "at 4 ranks from 2, setting '{setting}'"
+            row(&rows(&v), setting, batch),
+            row(&truth, setting, batch),
+            "at 4 ranks from 2, setting '{setting}': {w}"
         );
     }
+    w
 }

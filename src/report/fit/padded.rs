@@ -12,7 +12,6 @@
 //! of consecutive shards (FSDP2 cuts a unit's parameters one after another) that FSDP's own
 //! requests show.
 
-use crate::fasthash::FastMap;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The run's shards as FSDP2 cut them, in order, and the whole parameters made before it
@@ -32,18 +31,13 @@ pub(super) fn kept_rows(cut: &Cut, run: u64, asked: u64) -> BTreeMap<u64, u64> {
     if run < 2 || asked == 0 {
         return sizes;
     }
-    let mut wholes: FastMap<u64, u32> = FastMap::default();
-    for &w in &cut.wholes {
-        *wholes.entry(w).or_default() += 1;
-    }
+    let wholes: BTreeSet<u64> = cut.wholes.iter().copied().collect();
     let kept: BTreeSet<u64> = cut
         .shards
         .iter()
         .copied()
         .filter(|&s| {
-            s > 0
-                && wholes.contains_key(&s)
-                && s.checked_mul(run).is_some_and(|d| !wholes.contains_key(&d))
+            s > 0 && wholes.contains(&s) && s.checked_mul(run).is_some_and(|d| !wholes.contains(&d))
         })
         .collect();
     if kept.is_empty() {
