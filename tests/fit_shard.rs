@@ -139,40 +139,65 @@ fn a_row_fsdp2_keeps_on_every_rank_is_not_halved_at_four() {
     four_from_two("fit-row", 1, &[("BLOCKS_ROW", row_bytes.as_str())]);
 }
 
-/// The FSDP2 program (`more` of its settings) at batch `batch` as rank 0 of 2 and of 4: `fit
-/// --world-size 4` of the run at 2 is the run at 4's own answer to the byte under both
-/// settings at that batch. Returns what `fit` said of the world sizes.
+/// FSDP2 shards at a world of one too (its all-gather and reduce-scatter copy), so a run on one
+/// GPU answers for two: its shards halved, but not what is a shard's size only because the
+/// world is one (the all-gather's output and the gathered weights, the reduce-scatter's input:
+/// told from the shards by their stream and their code, not their size). To the byte.
+#[test]
+fn an_fsdp2_run_on_one_gpu_answers_at_two_ranks() {
+    let w = worlds_apart("fit-fsdp2-one", 1, &[], ("1", "2"));
+    assert_eq!(
+        (w["run"].as_u64(), w["asked"].as_u64()),
+        (Some(1), Some(2)),
+        "{w}"
+    );
+    assert_eq!(w["sharded_requests"].as_u64(), Some(24), "{w}");
+}
+
+/// [`worlds_apart`] from 2 ranks to 4.
 fn four_from_two(name: &str, batch: u64, more: &[(&'static str, &str)]) -> serde_json::Value {
+    worlds_apart(name, batch, more, ("2", "4"))
+}
+
+/// The FSDP2 program (`more` of its settings) at batch `batch` as rank 0 of `from` and of `to`
+/// ranks: `fit --world-size TO` of the run at `from` is the run at `to`'s own answer to the
+/// byte under both settings at that batch. Returns what `fit` said of the world sizes.
+fn worlds_apart(
+    name: &str,
+    batch: u64,
+    more: &[(&'static str, &str)],
+    (from, to): (&str, &str),
+) -> serde_json::Value {
     let b = batch.to_string();
     // Each world's trace in a folder of its own, kept to the end (a folder goes when dropped).
-    let (two_dir, four_dir) = (
-        tempdir(&format!("{name}-at-2")),
-        tempdir(&format!("{name}-at-4")),
+    let (from_dir, to_dir) = (
+        tempdir(&format!("{name}-at-{from}")),
+        tempdir(&format!("{name}-at-{to}")),
     );
     let at = |world: &str| {
-        let dir = if world == "2" { &two_dir } else { &four_dir };
+        let dir = if world == from { &from_dir } else { &to_dir };
         let mut env = vec![("WORLD_SIZE", world), ("RANK", "0")];
         env.extend_from_slice(more);
         blocks_with(dir, batch, "fsdp2", &env)
     };
     let v = json(&[
         "fit",
-        at("2").to_str().unwrap(),
+        at(from).to_str().unwrap(),
         "--at",
         &b,
         "--batch",
         &b,
         "--world-size",
-        "4",
+        to,
         "--json",
     ]);
     let w = v["world_size"].clone();
-    let truth = own_rows(&at("4"), batch);
+    let truth = own_rows(&at(to), batch);
     for setting in ["", EXPANDABLE] {
         assert_eq!(
             row(&rows(&v), setting, batch),
             row(&truth, setting, batch),
-            "at 4 ranks from 2, setting '{setting}': {w}"
+            "at {to} ranks from {from}, setting '{setting}': {w}"
         );
     }
     w

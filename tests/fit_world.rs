@@ -286,3 +286,24 @@ fn the_rank_that_fails_first_is_named() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
+
+/// A job at one rank: DDP's answer at two is its own (it keeps the whole model at any world);
+/// FSDP1 is refused with the reason, as PyTorch runs it as NO_SHARD at a world of one (nothing
+/// in the run is a shard to scale).
+#[test]
+fn a_run_at_one_rank_answers_for_ddp_and_says_why_not_for_fsdp1() {
+    let dir = tempdir("fit-world-one");
+    let at_one = rank0(&dir, "ddp", 1, true);
+    let at_two = rank0(&dir, "ddp", 2, true);
+    let predicted = fit(&at_one, &["--world-size", "2"]);
+    assert_eq!(answers(&predicted), answers(&fit(&at_two, &[])));
+    let fsdp1 = rank0(&dir, "fsdp1", 1, true);
+    let o = gpushim(&[&"fit", &fsdp1, &"--at", &"1", &"--world-size", &"2"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("FSDP1 at a world size of 1 runs as NO_SHARD")
+            && stderr(&o).contains("trace the job at 2 ranks or more"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# what fits for a job at another world size: rank 0's peak reserved at 4 ranks and batches 4 and 16, and its largest batch under a limit, predicted from a run at 2 (fit --world-size 4), against real runs at 4, under both settings.
+# what fits for a job at another world size: rank 0's peak reserved at 4 ranks (DISTFIT_TO) and batches 4 and 16, and its largest batch under a limit, predicted from a run at 2 (DISTFIT_FROM; fit --world-size 4), against real runs at 4, under both settings.
 # scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its config, AdamW, 4 steps) at
 # 2 ranks and batch 4 a rank under `gpushim run`, nothing set, for each MODEL and MODE (ddp,
 # fsdp2, fsdp1; DISTFIT_MODES may add zero1, zero2, zero3: DeepSpeed's engine through
@@ -11,12 +11,17 @@
 # not. With fewer than four GPUs, rank 0 alone on one through PyTorch's fake process group
 # (every collective's buffer made, no NCCL), DISTFIT_PAR (12) processes at a time. The traces
 # at 2 (and at 4, batch 16, defaults; every run at 4 with DISTFIT_TRACE set), answers and
-# truths are kept in $OUT/distfit-answers.tar.gz where OUT is set. One table.
+# truths are kept in $OUT/distfit-answers.tar.gz where OUT is set. DISTFIT_FROM and DISTFIT_TO
+# (2 and 4) change the world sizes (from 1: FSDP2 and DDP, whose runs at one rank say
+# something of more; FSDP1 runs as NO_SHARD there), DISTFIT_LIMIT=none leaves out the largest
+# batches. One table.
 #   bash scripts/gpu.sh distfit[:MODEL,...]      (gpt2 bert vit)
 set -euo pipefail
 models=${*:-gpt2 bert vit}
 modes=${DISTFIT_MODES:-ddp fsdp2 fsdp1}
 limit=${DISTFIT_LIMIT:-$((6 << 30))}
+from=${DISTFIT_FROM:-2}
+to=${DISTFIT_TO:-4}
 n=$(nvidia-smi -L | wc -l)
 work=$(mktemp -d)
 export DIST_TRUTH_DIR="$work"
@@ -46,9 +51,9 @@ real() {
 }
 # fits MODEL MODE SETTING LIMIT BATCH: whether the run at BATCH under LIMIT ran (1) or not (0).
 fits() {
-  real "$1" "$2" 4 "$5" "$3" "$4" >&2
+  real "$1" "$2" "$to" "$5" "$3" "$4" >&2
   python3 -c "import json,sys; print(0 if json.load(open(sys.argv[1])).get('oom') else 1)" \
-    "$work/$1.$2.w4.b$5.$3.l$4.0.json" 2>/dev/null || echo 0
+    "$work/$1.$2.w$to.b$5.$3.l$4.0.json" 2>/dev/null || echo 0
 }
 # largest MODEL MODE SETTING LIMIT PREDICTED: the real largest batch near PREDICTED, stepping a
 # batch at a time (four steps at most, then doubling the step); prints it.
@@ -72,22 +77,22 @@ largest() {
   fi
 }
 export -f real fits largest launch prog
-export n work DISTFIT_TRACE
-[ "$n" -ge 4 ] || echo "distfit: $n GPU(s): rank 0 alone through PyTorch's fake process group"
+export n work DISTFIT_TRACE from to
+[ "$n" -ge "$to" ] || echo "distfit: $n GPU(s): rank 0 alone through PyTorch's fake process group"
 # The runs at 2, traced, and the real ones at 4.
 jobs=()
 for model in $models; do
   for m in $modes; do
     jobs+=("trace $model $m")
-    for b in 4 16; do for s in defaults expandable; do jobs+=("real $model $m 4 $b $s"); done; done
+    for b in 4 16; do for s in defaults expandable; do jobs+=("real $model $m $to $b $s"); done; done
   done
 done
 one() {
   set -- $1
   if [ "$1" = trace ]; then
-    DIST_MODEL=$2 DIST_TRUTH_NAME="$2.$3.w2" "$GPUSHIM_BIN" run --trace "$work/$2.$3.r%r.trace" -- \
-      $(launch 2) $(prog "$3") "$3" 4 4 >"$work/$2.$3.w2.out" 2>&1 \
-      || echo "$2 $3: the run at 2 failed: $(tail -1 "$work/$2.$3.w2.out")"
+    DIST_MODEL=$2 DIST_TRUTH_NAME="$2.$3.w$from" "$GPUSHIM_BIN" run --trace "$work/$2.$3.r%r.trace" -- \
+      $(launch "$from") $(prog "$3") "$3" 4 4 >"$work/$2.$3.w$from.out" 2>&1 \
+      || echo "$2 $3: the run at $from failed: $(tail -1 "$work/$2.$3.w$from.out")"
   else
     shift; real "$@"
   fi
@@ -104,10 +109,11 @@ for model in $models; do
     t="$work/$model.$m.r0.trace"
     [ -f "$t" ] || continue
     # The peaks on the whole device (the rows), then the largest batch under the limit.
-    "$GPUSHIM_BIN" fit "$t" --at 4 --batch 4,16 --world-size 4 --max-batch 16 --json --quiet \
+    "$GPUSHIM_BIN" fit "$t" --at 4 --batch 4,16 --world-size "$to" --max-batch 16 --json --quiet \
       >"$work/$model.$m.fit.json" 2>"$work/$model.$m.fit.err" \
       || { echo "$model $m: fit failed: $(tail -2 "$work/$model.$m.fit.err")"; continue; }
-    "$GPUSHIM_BIN" fit "$t" --at 4 --batch 4 --world-size 4 --limit "$limit" --json --quiet \
+    [ "$limit" != none ] || continue
+    "$GPUSHIM_BIN" fit "$t" --at 4 --batch 4 --world-size "$to" --limit "$limit" --json --quiet \
       >"$work/$model.$m.limit.json" 2>"$work/$model.$m.fit.err" \
       || { echo "$model $m: fit failed: $(tail -2 "$work/$model.$m.fit.err")"; continue; }
     for s in defaults expandable; do
@@ -127,16 +133,17 @@ export limit
 # Each search's runs are held to the limit: all of them at once on one GPU.
 [ "$n" -ge 2 ] || par=${#searches[@]}
 printf '%s\n' "${searches[@]}" | xargs -r -P "$par" -I{} bash -c 'search "{}"' >"$work/largest.txt"
-python3 - "$work" "$limit" $models <<'PY'
+python3 - "$work" "$limit" "$from" "$to" $models <<'PY'
 import json, sys
-work, limit, models = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+work, limit, frm, to, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+limit = int(limit) if limit != "none" else 0
 MiB = 1 << 20
 largest = {}
 for line in open(f"{work}/largest.txt"):
     model, mode, setting, pred, real = line.split()
     largest[(model, mode, setting)] = (pred, real)
-print(f"{'model':6} {'mode':6} {'setting':11} {'batch':>5} {'real@4 MiB':>11} {'fit@4 from 2':>13} {'err':>8}   "
-      f"largest under {limit / (1 << 30):g} GiB: fit, real")
+print(f"{'model':6} {'mode':6} {'setting':11} {'batch':>5} {f'real@{to} MiB':>11} {f'fit@{to} from {frm}':>13} {'err':>8}   "
+      + (f"largest under {limit / (1 << 30):g} GiB: fit, real" if limit else ""))
 worst = []
 for model in models:
     for mode in ("ddp", "fsdp2", "fsdp1", "zero1", "zero2", "zero3"):
@@ -148,7 +155,7 @@ for model in models:
             s = next(s for s in f["settings"] if ("expandable_segments:True" not in s["setting"]) == (setting == "defaults"))
             for b in (4, 16):
                 try:
-                    real = json.load(open(f"{work}/{model}.{mode}.w4.b{b}.{setting}.0.json"))["reserved_peak"]
+                    real = json.load(open(f"{work}/{model}.{mode}.w{to}.b{b}.{setting}.0.json"))["reserved_peak"]
                 except (OSError, KeyError):
                     continue
                 pred = next(r for r in s["rows"] if r["batch"] == b)["peak_reserved_bytes"]

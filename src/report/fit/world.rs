@@ -34,19 +34,18 @@ use crate::report::kinds::{
     world_size_text,
 };
 use crate::report::torch_allocator::Input;
+use crate::report::torch_allocator::Role;
 use crate::trace::format;
 use crate::trace::reader::TraceTables;
 use serde::Serialize;
+use std::collections::BTreeSet;
 
 /// The frameworks whose states are sharded, as `parallel_frameworks` names them.
-const SHARDING: [&str; 4] = [
-    FSDP2,
-    "FSDP1 (FullyShardedDataParallel)",
-    DEEPSPEED_ZERO_1_2,
-    DEEPSPEED_ZERO_3,
-];
+const SHARDING: [&str; 4] = [FSDP2, FSDP1, DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3];
 /// FSDP2, as `parallel_frameworks` names it.
 const FSDP2: &str = "FSDP2 (fully_shard)";
+/// FSDP1, as `parallel_frameworks` names it.
+const FSDP1: &str = "FSDP1 (FullyShardedDataParallel)";
 /// Where FSDP's code lies (either API).
 const FSDP_CODE: &str = "/torch/distributed/fsdp/";
 /// Where DeepSpeed's runtime lies (its ZeRO optimizers, partitions, and `defragment`).
@@ -63,6 +62,10 @@ pub struct WorldSize {
     /// The requests taken as shards, and their bytes in the run.
     pub sharded_requests: u64,
     pub sharded_bytes: u64,
+    /// From a run at one rank under FSDP2, which all-gathers nothing there: the all-gather
+    /// outputs added as FSDP2 makes them at more ranks (one a unit's gathering).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all_gathers_added: Option<u64>,
 }
 
 /// Which of the run's requests are shards, and the world sizes to resize them between.
@@ -72,6 +75,9 @@ pub(super) struct World {
     /// Shards' sizes that are not `run/asked` of themselves at the world asked, with their
     /// size there (FSDP2's rows kept on every rank: `padded.rs`).
     sizes: std::collections::BTreeMap<u64, u64>,
+    /// The all-gather outputs a run at one rank did not make (see
+    /// [`WorldSize::all_gathers_added`]), added to its events.
+    pub(super) gathers: Option<crate::report::torch_allocator::Sharding>,
 }
 
 impl World {
@@ -188,6 +194,15 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         )));
     };
     let sharding = SHARDING.contains(&framework);
+    if framework == FSDP1 && run == 1 {
+        // `FullyShardedDataParallel` switches to NO_SHARD at a world of one.
+        return Err(FitError::World(
+            "FSDP1 at a world size of 1 runs as NO_SHARD (PyTorch switches to it there): the run \
+             holds the whole model and shows no sharding to scale; trace the job at 2 ranks or \
+             more (FSDP2's fully_shard shards at 1)"
+                .into(),
+        ));
+    }
     // FSDP's gradients that outlive their backward are all its shards; DeepSpeed's are those its
     // own code keeps (autograd's whole gradients are reduced into them); ZeRO-1 and 2 keep the
     // whole 16-bit parameters on every rank.
@@ -203,6 +218,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         framework: framework.to_string(),
         sharded_requests: 0,
         sharded_bytes: 0,
+        all_gathers_added: None,
     };
     let mut of = |stack: u64| {
         *by_stack.entry(stack).or_insert_with(|| {
@@ -219,23 +235,29 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
     // the partition it keeps, making none. (FSDP1 runs the whole forward and backward inside
     // its own code: an activation's gradient or a temporary of a shard's size by chance is
     // made by a node.)
-    let shard_sizes: std::collections::BTreeSet<u64> = if sharding {
+    // And the streams its reduce-scatter made them on: a later step's output is made there
+    // too, where the reduce-scatter's input (the unit's whole gradients) and the all-gather's
+    // output are not. At a world of one those are of a shard's size, so the size alone would
+    // take them for shards.
+    let streams: Vec<u16> = input.request_streams().collect();
+    let (shard_sizes, shard_streams): (BTreeSet<u64>, BTreeSet<u16>) = if sharding {
         input
             .requests()
             .zip(&req.kinds)
-            .filter(|((_, stack), k)| {
+            .zip(&streams)
+            .filter(|(((_, stack), k), _)| {
                 let (own, _, by_node) = of(*stack);
                 **k == Kind::Gradient && own && !by_node
             })
-            .map(|((size, _), _)| size)
-            .collect()
+            .map(|(((size, _), _), &stream)| (size, stream))
+            .unzip()
     } else {
         Default::default()
     };
     // FSDP1's flat parameters whole, as its own code gathers them: at wrapping it makes each
     // whole first (its module's parameters joined) and cuts the shard from it, and a whole is
     // whole at any world. (Not a later step's reduce-scatter output, of a shard's size.)
-    let gathered: std::collections::BTreeSet<u64> = if sharding && !deepspeed {
+    let gathered: BTreeSet<u64> = if sharding && !deepspeed {
         input
             .requests()
             .zip(&req.kinds)
@@ -255,7 +277,8 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
     let sharded: Vec<bool> = input
         .requests()
         .zip(&req.kinds)
-        .map(|((size, stack), kind)| {
+        .zip(&streams)
+        .map(|(((size, stack), kind), stream)| {
             if !sharding {
                 return false;
             }
@@ -263,7 +286,13 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             // FSDP2's own buffers that hold a row kept on every rank follow it.
             let holds_row = own_code && !by_node && sizes.contains_key(&size);
             let shard = match kind {
-                Kind::Parameter => own_code && !whole_parameters && !gathered.contains(&size),
+                // Not FSDP1's whole flat parameter (at a world of one FSDP2's gathered copy
+                // is a shard's size: it makes no whole parameter of its own).
+                Kind::Parameter => {
+                    own_code
+                        && !whole_parameters
+                        && !(framework == FSDP1 && gathered.contains(&size))
+                }
                 // FSDP's gradients are the reduce-scatter's outputs its hooks make; one an
                 // autograd node made is whole.
                 Kind::Gradient if deepspeed => own_code,
@@ -279,6 +308,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
                             && !by_node
                             && phase != Phase::Forward
                             && shard_sizes.contains(&size)
+                            && shard_streams.contains(stream)
                 }
                 _ => false,
             };
@@ -289,10 +319,19 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             shard
         })
         .collect();
+    // FSDP2 at one rank gathers each unit's parameters straight from its shards; at more, out
+    // of an all-gather output the run never made.
+    let gathers = if framework == FSDP2 && run == 1 && asked > 1 {
+        input.all_gather_outputs(asked, &|stack| gather_role(reader, stack))
+    } else {
+        None
+    };
+    said.all_gathers_added = gathers.as_ref().map(|g| g.said.blocks as u64);
     Ok(World {
         said,
         sharded,
         sizes,
+        gathers,
     })
 }
 
@@ -326,6 +365,12 @@ fn rows_kept(
 
 /// Whether any Python frame of `stack` runs code under `part` of its file's path.
 fn runs_code(tables: &TraceTables, stack: u64, part: &str) -> bool {
+    runs(tables, stack, part, None)
+}
+
+/// Whether any Python frame of `stack` runs code under `part` of its file's path, in a
+/// function of that name (a method's too: `Class.name`) where one is given.
+fn runs(tables: &TraceTables, stack: u64, part: &str, function: Option<&str>) -> bool {
     let Some(frames) = tables.stack(stack) else {
         return false;
     };
@@ -333,8 +378,34 @@ fn runs_code(tables: &TraceTables, stack: u64, part: &str) -> bool {
         format::as_py_frame(f)
             .and_then(|(id, _)| tables.string(id))
             .and_then(|s| s.split_once('\0'))
-            .is_some_and(|(file, _)| file.replace('\\', "/").contains(part))
+            .is_some_and(|(file, named)| {
+                file.replace('\\', "/").contains(part)
+                    && function.is_none_or(|want| {
+                        named
+                            .strip_suffix(want)
+                            .is_some_and(|before| before.is_empty() || before.ends_with('.'))
+                    })
+            })
     })
+}
+
+/// What a request is to FSDP2's all-gathers at more ranks than a run's one: a unit's
+/// parameters gathered before its forward or its backward (FSDP2's `wait_for_unshard`, under
+/// its `pre_backward` or a backward prefetch for the latter), a request of the backward or
+/// the optimizer, or neither.
+fn gather_role(tables: &TraceTables, stack: u64) -> Role {
+    let fsdp = |function| runs(tables, stack, FSDP_CODE, Some(function));
+    if fsdp("wait_for_unshard") {
+        return if fsdp("pre_backward") || fsdp("_prefetch_unshard") {
+            Role::GatheredBackward
+        } else {
+            Role::GatheredForward
+        };
+    }
+    match phase_of_stack(tables, stack) {
+        Phase::Backward | Phase::Optimizer => Role::AfterForward,
+        _ => Role::Other,
+    }
 }
 
 /// Under FSDP, the sizes of the whole (unsharded) parameters, of which the run's parameters

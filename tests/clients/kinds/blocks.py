@@ -218,7 +218,7 @@ class Net(Module):
         for k, b in enumerate(self.blocks):
             saved = []
             if fsdp2:
-                groups[k].unshard()
+                groups[k].pre_forward()
             x = b(x, saved, keep)
             if reshard:
                 groups[k].reshard()
@@ -334,7 +334,7 @@ for step in range(steps):
     per_block = []
     if row_module:
         # The row gathered, the input added to it (an op of its own), before the blocks.
-        row_group.unshard()
+        row_group.pre_forward()
         row_node, row_out = op_output(1 * MiB * batch)
         if reshard:
             row_group.reshard()
@@ -345,7 +345,7 @@ for step in range(steps):
     for i in reversed(range(BLOCKS)):
         if fsdp2:
             if reshard:
-                groups[i].pre_backward(groups[i - 1] if i > 0 else None)
+                groups[i].pre_backward(groups[i - 1] if i > 0 else row_group)
             made = len(kept_grads)
             backward_ops(per_block[i], 256 * KiB * batch, i == 0)
             weight_grads = kept_grads[made:]

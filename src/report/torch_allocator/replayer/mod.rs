@@ -448,6 +448,14 @@ impl Input {
             .map(|e| (e.size, e.stack, e.sequence))
     }
 
+    /// Each tensor request in order: the stream it was asked on (the trace's number of it).
+    pub fn request_streams(&self) -> impl Iterator<Item = u16> + '_ {
+        self.events
+            .iter()
+            .filter(|e| e.ev == Ev::Alloc)
+            .map(|e| e.stream)
+    }
+
     /// Each tensor request in order: its size and stack.
     pub fn requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.events

@@ -2,8 +2,9 @@
 per module `fully_shard` was given, holding that module's parameters as this rank's shards
 (the whole over the world), in the order FSDP2's hooks make and let go of its buffers (as
 traces of FSDP2 on an H200 show them):
-  unshard    before the module's forward: an all-gather output of the whole on the all-gather
-             stream, then the gathered parameters on the default stream; in the forward the
+  unshard    before the module's forward (pre_forward): an all-gather output of the whole on the
+             all-gather stream, then the gathered parameters on the default stream
+             (wait_for_unshard); at a world of one no all-gather output; in the forward the
              output is held until the next module's parameters are gathered (the module
              before's is let go then), in the backward it goes at once and the next module's
              all-gather is issued (its output held until that module gathers)
@@ -66,14 +67,22 @@ class FSDPParamGroup:
         # The all-gather's output: the world times the shards.
         self.unsharded_bytes = world * sum(self.shards)
 
+    def pre_forward(self):
+        """Before the module's forward (a hook): its parameters gathered."""
+        self.unshard()
+
     def unshard(self, backward=False, next_group=None):
+        if self.world == 1:
+            # At a world of one FSDP2 all-gathers nothing: no all-gather output, the gathered
+            # parameters made and copied from the shards.
+            self.wait_for_unshard()
+            return
         output = _held["all_gather"] if backward else None
         if output is None:
             output = _on(ALL_GATHER_STREAM, self.unsharded_bytes)
         elif backward:
             _held["all_gather"] = None
-        # Each parameter gathered (the world times its shard).
-        self.gathered = [_empty(self.world * shard) for shard in self.shards]
+        self.wait_for_unshard()
         if not backward:
             if _held["all_gather"] is not None:
                 _standin.free(_held["all_gather"])
@@ -82,6 +91,10 @@ class FSDPParamGroup:
         _standin.free(output)
         if next_group is not None:
             _held["all_gather"] = _on(ALL_GATHER_STREAM, next_group.unsharded_bytes)
+
+    def wait_for_unshard(self):
+        """Each parameter gathered (the world times its shard), copied out of the all-gather."""
+        self.gathered = [_empty(self.world * shard) for shard in self.shards]
 
     def pre_backward(self, next_group=None):
         """Before the module's backward (a hook, no frame of the engine's): gathered again."""

@@ -1,0 +1,165 @@
+//! FSDP2's all-gather outputs at more ranks, from a run at one. At a world of one FSDP2
+//! all-gathers nothing: before a unit's forward or backward it makes the unit's parameters
+//! whole straight from the shards (`wait_for_unshard`), with no all-gather output. At two
+//! ranks or more each such gathering first makes an all-gather output of the unit's whole
+//! bytes on a stream of its own, and lets it go as FSDP2's hooks do (read from traces of
+//! FSDP2 on two H200s, `docs/fit.md`):
+//!
+//! - **In the forward** the output is made before the unit's parameters are gathered, and
+//!   the unit before's output is let go after them (FSDP2 keeps its last all-gather's
+//!   result); the forward's last is let go where the forward ends (before the first request
+//!   of the backward, or of the optimizer).
+//! - **In the backward** the output goes once the parameters are gathered, and the next unit's
+//!   all-gather is issued at once (FSDP2's backward prefetch), its output held until that unit
+//!   gathers; the first unit's is made where it gathers.
+//!
+//! The what-if adds only these requests: every request of the run keeps its place.
+
+use super::{ALL_GATHER, Put, Sharded, Sharding};
+use crate::report::torch_allocator::{Ev, Input};
+
+/// What a request of the run is to the all-gathers: one of a unit's parameters gathered
+/// (before its forward or its backward), a request of the backward or the optimizer (the
+/// forward is over), or neither.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    GatheredForward,
+    GatheredBackward,
+    AfterForward,
+    Other,
+}
+
+/// A unit's parameters gathered at once: its first and last requests (events' indices), its
+/// bytes, and whether before its backward.
+struct Unit {
+    first: usize,
+    last: usize,
+    bytes: u64,
+    backward: bool,
+}
+
+impl Input {
+    /// The all-gather outputs a run of FSDP2 at one rank did not make, as it makes them at
+    /// `world` ranks (`role` says what each request's stack is); `None` where the run
+    /// gathered nothing.
+    pub fn all_gather_outputs(&self, world: u64, role: &dyn Fn(u64) -> Role) -> Option<Sharding> {
+        let (units, roles) = self.units_gathered(role);
+        if units.is_empty() || world < 2 {
+            return None;
+        }
+        let top = self.events.iter().map(|e| e.stream).max().unwrap_or(0);
+        let stream = top.saturating_add(1);
+        let mut inserts: Vec<(usize, Put)> = Vec::new();
+        let put = |inserts: &mut Vec<(usize, Put)>, at: usize, free: bool, ptr: u64, size| {
+            let like = units.iter().find(|u| u.first >= at).map_or(at, |u| u.first);
+            inserts.push((
+                at,
+                Put {
+                    free,
+                    ptr,
+                    size,
+                    stream,
+                    like: like.min(self.events.len().saturating_sub(1)),
+                },
+            ));
+        };
+        let (mut held, mut prefetched): (Option<u64>, Option<u64>) = (None, None);
+        let mut bytes = 0u64;
+        for (k, u) in units.iter().enumerate() {
+            let ptr = ALL_GATHER | (k as u64 + 1);
+            let next = units.get(k + 1);
+            if u.backward {
+                let ptr = match prefetched.take() {
+                    Some(p) => p,
+                    None => {
+                        if let Some(h) = held.take() {
+                            put(&mut inserts, u.first, true, h, 0);
+                        }
+                        put(&mut inserts, u.first, false, ptr, u.bytes);
+                        ptr
+                    }
+                };
+                put(&mut inserts, u.last + 1, true, ptr, 0);
+                if let Some(n) = next.filter(|n| n.backward) {
+                    let p = ALL_GATHER | (k as u64 + 2);
+                    put(&mut inserts, u.last + 1, false, p, n.bytes);
+                    prefetched = Some(p);
+                }
+            } else {
+                put(&mut inserts, u.first, false, ptr, u.bytes);
+                if let Some(h) = held.replace(ptr) {
+                    put(&mut inserts, u.last + 1, true, h, 0);
+                }
+                // The forward's end: the first request of the backward or the optimizer
+                // before the next unit gathers.
+                let until = next.map_or(self.events.len(), |n| n.first);
+                if let Some(end) = (u.last + 1..until).find(|&i| roles[i] == Role::AfterForward)
+                    && let Some(h) = held.take()
+                {
+                    put(&mut inserts, end, true, h, 0);
+                }
+            }
+            bytes = bytes.saturating_add(u.bytes);
+        }
+        inserts.sort_by_key(|(i, _)| *i);
+        Some(Sharding {
+            said: Sharded {
+                way: "all-gather outputs",
+                world,
+                class: String::new(),
+                per_step: 0,
+                blocks: units.len(),
+                with_backward: units.iter().filter(|u| u.backward).count(),
+                unit_bytes: bytes,
+                root_bytes: 0,
+                sharded_requests: 0,
+                sharded_bytes: 0,
+                dropped_requests: 0,
+                dropped_bytes: 0,
+                gradients: 0,
+            },
+            act: Vec::new(),
+            frees_shard: Default::default(),
+            inserts,
+            edited: Default::default(),
+        })
+    }
+
+    /// The units' gatherings of the run in order (a run of consecutive requests of gathered
+    /// parameters, no other request between), and each event's role (a free's: `Other`).
+    fn units_gathered(&self, role: &dyn Fn(u64) -> Role) -> (Vec<Unit>, Vec<Role>) {
+        let mut roles = vec![Role::Other; self.events.len()];
+        let mut by_stack: crate::fasthash::FastMap<u64, Role> = Default::default();
+        let mut units: Vec<Unit> = Vec::new();
+        let mut open = false;
+        for (i, e) in self.events.iter().enumerate() {
+            if e.ev != Ev::Alloc || e.private {
+                continue;
+            }
+            let r = *by_stack.entry(e.stack).or_insert_with(|| role(e.stack));
+            roles[i] = r;
+            let backward = match r {
+                Role::GatheredForward => false,
+                Role::GatheredBackward => true,
+                _ => {
+                    open = false;
+                    continue;
+                }
+            };
+            match units.last_mut() {
+                Some(u) if open && u.backward == backward => {
+                    u.last = i;
+                    u.bytes = u.bytes.saturating_add(e.size);
+                }
+                _ => units.push(Unit {
+                    first: i,
+                    last: i,
+                    bytes: e.size,
+                    backward,
+                }),
+            }
+            open = true;
+        }
+        (units, roles)
+    }
+}
