@@ -152,6 +152,8 @@ fn an_fsdp2_run_on_one_gpu_answers_at_two_ranks() {
         "{w}"
     );
     assert_eq!(w["sharded_requests"].as_u64(), Some(24), "{w}");
+    // Two steps of four blocks, each gathered before its forward and its backward.
+    assert_eq!(w["all_gathers_added"].as_u64(), Some(16), "{w}");
 }
 
 /// [`worlds_apart`] from 2 ranks to 4.

@@ -355,6 +355,14 @@ fn world_line(o: &mut String, w: &crate::report::fit::WorldSize) {
             .unwrap_or(u64::MAX)
         )
     );
+    if let Some(n) = w.all_gathers_added {
+        let _ = writeln!(
+            o,
+            "  {n} all-gather outputs added, one a unit's gathering: FSDP2 makes each unit's \
+             parameters whole straight from its shards at one rank, and out of an all-gather \
+             output of the unit's bytes at more"
+        );
+    }
 }
 
 /// What a `--checkpoint` what-if checkpointed, in one line.
