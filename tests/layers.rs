@@ -319,3 +319,61 @@ fn how_a_command_reads_is_passed_down_not_read_from_the_process() {
         );
     }
 }
+
+/// Nothing the command reads with is process-wide: what a command's reading cost is a value
+/// (`ReadCounts`) it passes down with how it reads, and no counter or switch of the reader,
+/// the analysis or the reports is a `static`. The statics left are the process's own, each
+/// named here with why.
+#[test]
+fn what_a_command_reads_with_is_a_value_not_a_static() {
+    let allowed = [
+        // The traces the command pinned: its files, as its descriptors are.
+        ("src/core/trace/reader/opening.rs", "PINNED"),
+        // A mapped window's SIGBUS guards, and the handler chained before: a signal's
+        // disposition is the process's.
+        ("src/core/trace/reader/mapped.rs", "GUARDS_TABLE"),
+        ("src/core/trace/reader/mapped.rs", "PREVIOUS"),
+        ("src/core/trace/reader/mapped.rs", "INSTALL"),
+        // The page size, read once.
+        ("src/core/trace/reader/mapped.rs", "PAGE"),
+        // The recorder (in the shim's process): its thread's block, its files' serial.
+        ("src/core/trace/recorder/mod.rs", "BLOCK"),
+        ("src/core/trace/recorder/mod.rs", "OPEN_SERIAL"),
+        // The hash seed, chosen once.
+        ("src/core/fasthash.rs", "SEED"),
+        // What a module file says, memoised per thread (the same for every reader), and the
+        // one line said of unreadable modules.
+        ("src/report/symbolize.rs", "CACHE"),
+        ("src/report/symbolize.rs", "UNREADABLE_SAID"),
+        // The terminal's progress bars: one terminal.
+        ("src/cli/progress.rs", "PROGRESS_BAR"),
+        ("src/cli/progress.rs", "WORKING"),
+    ];
+    for dir in ["src/report", "src/core", "src/export", "src/cli"] {
+        for f in rust_files(&repo().join(dir)) {
+            let code = code_of(&f);
+            let shown = f.strip_prefix(repo()).unwrap().display().to_string();
+            for line in code.lines() {
+                let t = line.trim_start();
+                let Some(rest) = t
+                    .strip_prefix("static ")
+                    .or_else(|| t.strip_prefix("pub static "))
+                    .or_else(|| t.strip_prefix("pub(super) static "))
+                    .or_else(|| t.strip_prefix("pub(crate) static "))
+                else {
+                    continue;
+                };
+                let name = rest.split(':').next().unwrap_or("").trim();
+                // A test's own statics (numbering its files) are not the command's.
+                if name == "N" || shown.ends_with("tests.rs") {
+                    continue;
+                }
+                assert!(
+                    allowed.contains(&(shown.as_str(), name)),
+                    "{shown}: `static {name}` is process-wide: count in the command's \
+                     ReadCounts (ReadMode::counts) or pass it down"
+                );
+            }
+        }
+    }
+}

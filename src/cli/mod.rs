@@ -23,12 +23,23 @@ mod values;
 
 use args::{Cli, Cmd};
 use clap::Parser;
-use gpushim::trace::reader::ReadOptions;
+use gpushim::trace::reader::{Counts, ReadOptions};
 use output::fail;
 use std::process::ExitCode;
 
-/// Parses the command line, reads the reading options once, and runs the command.
+/// Parses the command line, reads the reading options once, and runs the command; with
+/// `GPUSHIM_READS=1`, says what its reading cost.
 pub fn main() -> ExitCode {
+    let counts = Counts::default();
+    let code = run(&counts);
+    if std::env::var_os("GPUSHIM_READS").is_some_and(|v| v == "1") {
+        reading::say_reads(&counts);
+    }
+    code
+}
+
+/// [`main`], its reading counted in `counts`.
+fn run(counts: &Counts) -> ExitCode {
     // A closed pipe (`gpushim config | head -1`) ends the command quietly, as for any Unix
     // tool, instead of a panic on the next print.
     // SAFETY: setting a signal's disposition to the default has no preconditions.
@@ -43,7 +54,7 @@ pub fn main() -> ExitCode {
         None => ReadOptions::default(),
     };
     let opts = ReadOptions {
-        mode: reading::mode_from_env(),
+        mode: reading::mode_from_env(counts.clone()),
         ..opts
     };
     for t in cli.command.trace_paths() {

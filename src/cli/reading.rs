@@ -1,6 +1,6 @@
 //! The options every report takes: how traces are read (frames, filters, progress).
 
-use gpushim::trace::reader::{ReadMode, ReadOptions};
+use gpushim::trace::reader::{Counts, ReadCounts, ReadMode, ReadOptions};
 
 /// Options every report takes. The filters keep the allocations that match (all of the given
 /// conditions) and the frees of those allocations; everything else is left out of the report.
@@ -97,7 +97,7 @@ impl Reading {
 /// - `GPUSHIM_REPLAY_EVERY=1`: replays of PyTorch's allocator pass over no repeat of the loop.
 /// - `GPUSHIM_REPLAY_MEMORY=SIZE`: the most the requests gathered for a replay may take (a
 ///   limit of the user's, not a way of reading; carried with the others).
-pub fn mode_from_env() -> ReadMode {
+pub fn mode_from_env(counts: Counts) -> ReadMode {
     let is = |name: &str, value: &str| std::env::var_os(name).is_some_and(|v| v == value);
     ReadMode {
         map: !is("GPUSHIM_READ_MAP", "0"),
@@ -110,5 +110,71 @@ pub fn mode_from_env() -> ReadMode {
         replay_every_event: is("GPUSHIM_REPLAY_EVERY", "1"),
         replay_memory: std::env::var_os("GPUSHIM_REPLAY_MEMORY")
             .map(|v| v.to_string_lossy().into_owned()),
+        counts,
+    }
+}
+
+/// What the command's reading cost (`GPUSHIM_READS=1`), said on standard error: how many
+/// times it opened a trace and read one through (the tests and the benchmark count them: a
+/// report reads its trace in a known number of passes), when its moments were taken, its
+/// replays, and where a first pass's time went.
+pub fn say_reads(c: &ReadCounts) {
+    let get = ReadCounts::get;
+    let opened = gpushim::trace::reader::opened_by_name();
+    let (held, decoded) = (get(&c.held), get(&c.decoded));
+    // Against a whole pass's records, where a pass was read to its end.
+    let times = match held {
+        0 => String::new(),
+        _ => format!(": {:.2} times their records", decoded as f64 / held as f64),
+    };
+    eprintln!(
+        "gpushim: opened {opened} trace file(s), read {} pass(es){times}",
+        get(&c.passes)
+    );
+    let (reading, at_end) = (get(&c.moments_reading), get(&c.moments_at_end));
+    if reading + at_end > 0 {
+        eprintln!("gpushim: {reading} moment(s) taken as the trace was read, {at_end} at its end");
+    }
+    let visited = get(&c.moments_visited);
+    if visited > 0 {
+        eprintln!("gpushim: the moments being taken looked at {visited} record(s)");
+    }
+    let (copies, copied) = (get(&c.replay_copies), get(&c.replay_copied));
+    if copies > 0 {
+        eprintln!("gpushim: the moments copied the replay {copies} time(s), {copied} entries");
+    }
+    let sampled = get(&c.leaks_sampled_reading);
+    if sampled > 0 {
+        eprintln!("gpushim: {sampled} time(s) the leaks were sampled as the trace was read");
+    }
+    let replays = get(&c.replays);
+    if replays > 0 {
+        eprintln!(
+            "gpushim: {replays} replay(s) of PyTorch's allocator applied {} events, passed over \
+             {} as repeats",
+            get(&c.replay_events),
+            get(&c.replay_passed)
+        );
+    }
+    let paired = get(&c.paired);
+    if paired > 0 {
+        eprintln!(
+            "gpushim: {paired} pass(es) read by {} threads at once",
+            get(&c.readers)
+        );
+    }
+    // Where a first pass's time went: a thread whose CPU time is near the pass's is what the
+    // pass waited for. The decoding threads are every pass's (a second pass, a second reader
+    // of the first part), the trackers' the first pass's.
+    let s = |t: &std::sync::atomic::AtomicU64| get(t) as f64 / 1e9;
+    let wall = s(&c.first_pass_ns);
+    if wall > 0.0 {
+        eprintln!(
+            "gpushim: first pass {wall:.2} s; CPU: decoding {:.2} s (every pass), trackers \
+             {:.2} s (the busiest thread {:.2} s)",
+            s(&c.decoding_ns),
+            s(&c.tracking_ns),
+            s(&c.tracking_most_ns)
+        );
     }
 }

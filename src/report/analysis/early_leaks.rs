@@ -4,16 +4,7 @@
 use crate::report::kinds::KindTracker;
 use crate::report::live::Replay;
 use crate::report::pass::{Said, Seen, Tracker};
-use crate::trace::reader::TraceReader;
-
-/// Leaks whose sampling begun in the first pass was used (no second pass for them): said with
-/// `GPUSHIM_READS=1`, so that the tests see the sampling used whatever the batches decoded.
-static LEAKS_SAMPLED_READING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many times the leaks' sampling begun in the first pass was used.
-pub fn leaks_sampled_reading() -> u64 {
-    LEAKS_SAMPLED_READING.load(std::sync::atomic::Ordering::Relaxed)
-}
+use crate::trace::reader::{Counts, ReadCounts, TraceReader};
 
 /// The leaks' second pass begun in the first: at record [`EarlyLeaks::at`] (a sixteenth of the
 /// trace, at least 16,384 records), the boundary the finder would choose if the trace ended
@@ -24,6 +15,7 @@ pub fn leaks_sampled_reading() -> u64 {
 /// record is the second pass's there: the same records, the same replay and kinds.
 pub struct EarlyLeaks {
     pub at: u64,
+    counts: Counts,
     boundary: Option<String>,
     sampler: Option<crate::report::leaks::LeaksSampler>,
 }
@@ -34,6 +26,7 @@ impl EarlyLeaks {
         let at = (end.saturating_sub(first) / 16).max(1 << 14);
         EarlyLeaks {
             at,
+            counts: reader.mode().counts.clone(),
             boundary,
             sampler: None,
         }
@@ -87,7 +80,9 @@ impl EarlyLeaks {
     ) -> Option<crate::report::leaks::LeaksSampler> {
         let used = self.sampler.filter(|s| s.same_choice(chosen));
         if used.is_some() {
-            LEAKS_SAMPLED_READING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            // Said with `GPUSHIM_READS=1`: the tests see the sampling used whatever the
+            // batches decoded.
+            ReadCounts::add(&self.counts.leaks_sampled_reading, 1);
         }
         used
     }

@@ -14,6 +14,7 @@ use crate::report::pass::{Said, Seen, Tracker};
 use crate::report::peak::PeakFinder;
 use crate::report::summary::SummaryPass;
 use crate::report::timeline::PicturePass;
+use crate::trace::reader::ReadCounts;
 use crate::trace::reader::{ReadError, TraceReader};
 
 /// The first pass's trackers, each only when asked for.
@@ -179,22 +180,9 @@ fn read_all(reader: &mut TraceReader, run: &mut RunPass, mut each: Option<Each<'
         }
     }
     let cpu = crate::trace::reader::thread_cpu_ns().saturating_sub(cpu);
-    use std::sync::atomic::Ordering::Relaxed;
-    TRACKING_NS.fetch_add(cpu, Relaxed);
-    TRACKING_MOST_NS.fetch_max(cpu, Relaxed);
-}
-
-/// CPU time of the threads that ran first passes' trackers (summed, and the most one took),
-/// and the first passes' time: `GPUSHIM_READS=1` says how a pass's work was shared.
-static TRACKING_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static TRACKING_MOST_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static FIRST_PASS_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Seconds: (the first passes took, CPU of their trackers' threads, the most one thread took).
-pub fn first_pass_times() -> (f64, f64, f64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let s = |a: &std::sync::atomic::AtomicU64| a.load(Relaxed) as f64 / 1e9;
-    (s(&FIRST_PASS_NS), s(&TRACKING_NS), s(&TRACKING_MOST_NS))
+    let counts = &reader.mode().counts;
+    ReadCounts::add(&counts.tracking_ns, cpu);
+    ReadCounts::most(&counts.tracking_most_ns, cpu);
 }
 
 /// The first pass. Where `wants` asks for several reports (the page, `analyze`, `oom` with
@@ -220,7 +208,7 @@ pub(super) fn first_pass(
     let started = std::time::Instant::now();
     let run = first_pass_on(reader, wants, cores, each);
     let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-    FIRST_PASS_NS.fetch_add(took, std::sync::atomic::Ordering::Relaxed);
+    ReadCounts::add(&reader.mode().counts.first_pass_ns, took);
     run
 }
 

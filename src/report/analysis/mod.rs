@@ -29,8 +29,7 @@ mod reads;
 pub mod saved;
 pub mod top;
 
-pub use early_leaks::leaks_sampled_reading;
-pub use first_pass::{Each, first_pass_times};
+pub use first_pass::Each;
 pub use kept::filter_keeps_any;
 pub use reads::{
     fit, leaks, oom, oom_advice, oom_read, peak, peak_read, read_requests, read_requests_again,

@@ -24,43 +24,8 @@ use super::live::Replay;
 use super::moments::{Moment, STACK_WINDOW, Taking};
 use super::pass::{Said, Seen, Slot, Tracker};
 use crate::trace::format::Record;
-use crate::trace::reader::{TraceReader, TraceTables};
+use crate::trace::reader::{Counts, ReadCounts, TraceReader, TraceTables};
 use std::collections::VecDeque;
-
-/// Moments this process took in a first pass as its window ended, and at the pass's end (a
-/// candidate whose window the trace cut short, or one the pass did not take when it could):
-/// `GPUSHIM_READS=1` has the command say both, so that the tests see *when* a moment was
-/// taken, not only that it was right.
-static TAKEN_READING: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static TAKEN_AT_END: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Records at which moments being taken looked at their slots (the first pass's, every
-/// group's): said with `GPUSHIM_READS=1`, so that the tests see a moment settling its kinds look
-/// only at the records that can settle them, not at every free to the end of the trace.
-static VISITED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// How many records the moments being taken looked at (see `VISITED`).
-pub fn moments_visited() -> u64 {
-    VISITED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// The copies of the replay the moments made, and what they cost in live entries (the tables
-/// by thread included, [`Replay::copy_cost`]): said with `GPUSHIM_READS=1`, so that the tests
-/// see the copies bounded by their budget.
-static COPIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-static COPIED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// The moments' copies of the replay so far: (how many, what they cost in live entries).
-pub fn replay_copies() -> (u64, u64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    (COPIES.load(Relaxed), COPIED.load(Relaxed))
-}
-
-/// Moments taken in first passes so far: (as the trace was read, at a pass's end).
-pub fn moments_taken() -> (u64, u64) {
-    use std::sync::atomic::Ordering::Relaxed;
-    (TAKEN_READING.load(Relaxed), TAKEN_AT_END.load(Relaxed))
-}
 
 /// Records the log holds before the kept replay is rolled forward to the earliest candidate
 /// still in its window.
@@ -138,14 +103,19 @@ pub struct EarlyMoments {
     /// of the trace, so a free of any other tensor looks at no slot (a real model's moments
     /// looked at every free, two fifths of its records, a sixth of `summary`'s time).
     awaited: Vec<u64>,
-    /// Records at which the slots were looked at (added to `VISITED` once, at the end: a
-    /// count shared by the groups' threads at every look would bounce between their cores).
+    /// Records at which the slots were looked at (added to the command's counts once, at the
+    /// end: a count shared by the groups' threads at every look would bounce between their
+    /// cores).
     visited: u64,
     /// The first record at which the last allocation with Python frames is taken here (see
     /// [`SHUTDOWN_TAIL_MIN`]).
     shutdown_from: u64,
     /// The short road taken (`ReadMode::short_roads`).
     short: bool,
+    /// What the command's reading cost: the moments taken and when, the replay's copies
+    /// (`GPUSHIM_READS=1` says them, so that the tests see *when* a moment was taken, not
+    /// only that it was right, and the copies bounded by their budget).
+    counts: Counts,
 }
 
 impl EarlyMoments {
@@ -164,6 +134,7 @@ impl EarlyMoments {
             visited: 0,
             shutdown_from: shutdown_from(reader),
             short: reader.mode().short_roads,
+            counts: reader.mode().counts.clone(),
         }
     }
 
@@ -298,7 +269,7 @@ impl EarlyMoments {
                 let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
                 self.take(slot, &mut c, tables, kinds, run_before);
                 if c.taking.is_some() {
-                    TAKEN_READING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    ReadCounts::add(&self.counts.moments_reading, 1);
                     awaits_other = true;
                 }
                 self.slots[i].1 = c;
@@ -392,8 +363,8 @@ impl EarlyMoments {
         if (self.base.is_none() || renew) && self.afford(live) {
             let mut b = rp.for_devices(|_| true);
             b.pinned.by_address = rp.pinned.by_address.clone();
-            COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            COPIED.fetch_add(live, std::sync::atomic::Ordering::Relaxed);
+            ReadCounts::add(&self.counts.replay_copies, 1);
+            ReadCounts::add(&self.counts.replay_copied, live);
             self.base = Some(b);
             self.log.clear();
         }
@@ -417,7 +388,7 @@ impl EarlyMoments {
     /// The moments taken (those whose window the trace cut short taken from what was read),
     /// each once: the slots' candidates, but those missed.
     pub fn finish(mut self, tables: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
-        VISITED.fetch_add(self.visited, std::sync::atomic::Ordering::Relaxed);
+        ReadCounts::add(&self.counts.moments_visited, self.visited);
         let mut out: Vec<Moment> = Vec::new();
         let mut waiting = std::mem::take(&mut self.slots);
         waiting.sort_by_key(|(_, c)| c.at);
@@ -425,7 +396,7 @@ impl EarlyMoments {
             if c.taking.is_none() && !c.missed {
                 self.take(slot, &mut c, tables, kinds, kinds.run());
                 if c.taking.is_some() {
-                    TAKEN_AT_END.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    ReadCounts::add(&self.counts.moments_at_end, 1);
                 }
             }
             let Some(t) = c.taking.map(|t| *t) else {

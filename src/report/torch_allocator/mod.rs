@@ -31,7 +31,7 @@ pub use sharding::{Role, Sharded, Sharding};
 
 pub use advice::{OomAdvice, RingStart, candidates, oom_advice_of, recommend, recorded_conf};
 pub use read::{Requests, as_replay, devices_only, read_by};
-pub use replayer::{Repeating, Resized, WhatIf, replay, replay_resized, replays_counted};
+pub use replayer::{Repeating, Resized, WhatIf, replay, replay_resized};
 
 use crate::trace::reader::{ReadError, TraceTables};
 use serde::Serialize;

@@ -118,7 +118,6 @@ impl TraceReader {
     /// [`TraceReader::take_batch`] as the source hands the batch on, shared with any other
     /// reader of it: counted, and its fields but its definitions taken (applied by the caller).
     fn take_shared(&mut self) -> Option<source::Shared> {
-        use std::sync::atomic::Ordering::Relaxed;
         let Some(b) = self.source.next_shared() else {
             if let Some(f) = &mut self.following {
                 f.read_out = true;
@@ -126,11 +125,11 @@ impl TraceReader {
             if !self.pass_count.whole_counted {
                 // A followed reader's pass ends at each look: each record counted once.
                 self.pass_count.whole_counted = self.following.is_none();
-                HELD.fetch_add(
+                ReadCounts::add(
+                    &self.tables.mode.counts.held,
                     self.pass_count
                         .pass_decoded
                         .saturating_sub(self.pass_count.held),
-                    Relaxed,
                 );
                 self.pass_count.held = self.pass_count.held.max(self.pass_count.pass_decoded);
             }
@@ -138,7 +137,7 @@ impl TraceReader {
         };
         let n = b.records.len() as u64;
         if !self.second {
-            DECODED.fetch_add(n, Relaxed);
+            ReadCounts::add(&self.tables.mode.counts.decoded, n);
             self.pass_count.pass_decoded = self.pass_count.pass_decoded.saturating_add(n);
         }
         (self.restoring, self.tables.stats, self.next) = (b.restoring, b.stats.clone(), b.next);
@@ -266,9 +265,9 @@ impl TraceReader {
             })
             .collect();
         if !readers.is_empty() {
-            use std::sync::atomic::Ordering::Relaxed;
-            PAIRED.fetch_add(1, Relaxed);
-            READERS.fetch_max(readers.len() as u64 + 1, Relaxed);
+            let counts = &self.tables.mode.counts;
+            ReadCounts::add(&counts.paired, 1);
+            ReadCounts::most(&counts.readers, readers.len() as u64 + 1);
         }
         readers
     }
@@ -296,7 +295,7 @@ impl TraceReader {
             &opts,
         );
         reader.pass_count.whole_counted = true;
-        PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ReadCounts::add(&self.tables.mode.counts.passes, 1);
         Ok(reader)
     }
 
@@ -315,9 +314,18 @@ impl TraceReader {
     /// allocator reads a lapped ring from its older checkpoint, unfiltered) reads one file.
     pub fn reopen_with(&self, opts: &ReadOptions) -> Result<TraceReader, ReadError> {
         let (file, meta) = self.same_file()?;
+        // Counted with this reader's command, whatever the options say of it.
+        let counts = self.tables.mode.counts.clone();
+        let opts = ReadOptions {
+            mode: ReadMode {
+                counts: counts.clone(),
+                ..opts.mode.clone()
+            },
+            ..opts.clone()
+        };
         let reader =
-            TraceReader::of_header(head::header_of(file, meta, &self.tables.info.path)?, opts)?;
-        PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            TraceReader::of_header(head::header_of(file, meta, &self.tables.info.path)?, &opts)?;
+        ReadCounts::add(&counts.passes, 1);
         Ok(reader)
     }
 }

@@ -9,7 +9,7 @@
 //! read and checked, `decode.rs` bodies read and decoded (a ring's checkpoint, read first,
 //! is read back in `trace::checkpoint::read`), `source.rs` the decoder on a thread of its own
 //! (each batch shared with any second reader), `fork.rs` a batch at a time and second
-//! readers, `stats.rs` what decoding counted, `counts.rs` what the process read.
+//! readers, `stats.rs` what decoding counted, `counts.rs` what a command's reading cost.
 
 mod counts;
 mod decode;
@@ -27,12 +27,11 @@ mod stats;
 use crate::trace::checkpoint::read::{
     checkpoint_summarized, checkpoint_summed, read_checkpoint, restoring_prefix,
 };
-use counts::{DECODED, DECODING_NS, HELD, PAIRED, PASSES, READERS};
-pub use counts::{decoding_cpu_s, paired, reads, records_read, thread_cpu_ns};
+pub use counts::{Counts, ReadCounts, thread_cpu_ns};
 pub use follow::{Look, SETTLED_AFTER};
 pub use fork::Held;
 pub use head::{DeviceMake, printable, visible};
-pub use opening::{open_named, pin, pin_opened_traces};
+pub use opening::{open_named, opened_by_name, pin, pin_opened_traces};
 pub use options::{ReadMode, ReadOptions};
 pub use stats::{Damage, DecodeStats};
 
@@ -352,7 +351,7 @@ impl TraceReader {
     /// A pass begun (the file's opening is counted where it is opened by its name: see
     /// [`opening::open_named`]).
     fn counted(self) -> TraceReader {
-        PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ReadCounts::add(&self.tables.mode.counts.passes, 1);
         self
     }
 
@@ -378,7 +377,7 @@ impl TraceReader {
             .then(|| crate::trace::filter::Filtering::new(self.filter.clone()));
         self.since_progress = 0;
         self.pass_count.pass_decoded = 0;
-        PASSES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ReadCounts::add(&self.tables.mode.counts.passes, 1);
         Ok(())
     }
 

@@ -19,7 +19,11 @@ pub fn open_named(path: &Path) -> std::io::Result<(File, std::fs::Metadata)> {
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)?;
     let meta = file.metadata()?;
-    super::counts::OPENED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if let Ok(mut p) = PINNED.lock()
+        && let Some(pins) = p.as_mut()
+    {
+        pins.opened += 1;
+    }
     if meta.is_dir() {
         return Err(std::io::Error::other(folder_of_traces(path)));
     }
@@ -41,14 +45,23 @@ struct Pinned {
 /// The traces this process pinned (`None`: it pins none, as a library reading what it is told
 /// to). A command pins them: its parts read the file the first named, whatever is renamed
 /// over the name meanwhile (a filter's check, the analysis, a replay's requests of a job's
-/// trace). At most [`PINNED_MOST`]: a job's further traces are opened by name each time.
-static PINNED: std::sync::Mutex<Option<Vec<Pinned>>> = std::sync::Mutex::new(None);
+/// trace). Process-wide as the descriptors it keeps are: the command's files, whichever of
+/// its parts opens them.
+static PINNED: std::sync::Mutex<Option<Pins>> = std::sync::Mutex::new(None);
 
-/// Traces pinned at most: a quarter of the descriptors the process may have open (each pinned
-/// trace keeps one; the rest are for the traces being read, a core each, and what is written),
-/// at least 64; 256 under the usual limit of 1,024. The limit is not raised: `run`'s program
-/// inherits it.
-static PINNED_MOST: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(64);
+/// The traces pinned, how many may be, and how many files were opened by their names.
+struct Pins {
+    kept: Vec<Pinned>,
+    /// A quarter of the descriptors the process may have open (each pinned trace keeps one;
+    /// the rest are for the traces being read, a core each, and what is written), at least 64;
+    /// 256 under the usual limit of 1,024. The limit is not raised: `run`'s program inherits
+    /// it. A job's further traces are opened by name each time.
+    most: usize,
+    /// Files opened by their names where a trace goes (a trace, its header alone, a saved
+    /// analysis): a command opens each name once (`GPUSHIM_READS=1` says it; the tests count
+    /// them).
+    opened: u64,
+}
 
 /// From now on, each trace this process opens is pinned (see [`open_named`]).
 pub fn pin_opened_traces() {
@@ -57,16 +70,29 @@ pub fn pin_opened_traces() {
         rlim_max: 0,
     };
     // SAFETY: `limit` is a valid, writable rlimit; RLIMIT_NOFILE is a constant of the platform.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } == 0 {
-        let most = usize::try_from(limit.rlim_cur / 4).unwrap_or(usize::MAX);
-        PINNED_MOST.store(
-            most.clamp(64, 1 << 14),
-            std::sync::atomic::Ordering::Relaxed,
-        );
-    }
+    let most = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+        0 => usize::try_from(limit.rlim_cur / 4)
+            .unwrap_or(usize::MAX)
+            .clamp(64, 1 << 14),
+        _ => 64,
+    };
     if let Ok(mut p) = PINNED.lock() {
-        p.get_or_insert_with(Vec::new);
+        p.get_or_insert(Pins {
+            kept: Vec::new(),
+            most,
+            opened: 0,
+        });
     }
+}
+
+/// Files this process opened by their names where a trace goes, since it began pinning them
+/// (0 where it pins none).
+pub fn opened_by_name() -> u64 {
+    PINNED
+        .lock()
+        .ok()
+        .and_then(|p| p.as_ref().map(|p| p.opened))
+        .unwrap_or(0)
 }
 
 /// `path`'s file, pinned before: opened again through the kept descriptor and checked to be
@@ -75,7 +101,7 @@ fn pinned(path: &Path) -> Option<(File, std::fs::Metadata)> {
     use std::os::fd::AsRawFd;
     let (fd, id) = {
         let p = PINNED.lock().ok()?;
-        let kept = p.as_ref()?.iter().find(|k| k.path == path)?;
+        let kept = p.as_ref()?.kept.iter().find(|k| k.path == path)?;
         (kept.file.as_raw_fd(), kept.id)
     };
     reopen(fd, id).ok().filter(|(_, meta)| meta.is_file())
@@ -108,10 +134,11 @@ pub fn pin(path: &Path, file: &File, meta: &std::fs::Metadata) {
         return;
     };
     // A name pinned before stays the file it was (the first the command opened).
-    let Some(kept) = p.as_mut().filter(|k| {
-        let most = PINNED_MOST.load(std::sync::atomic::Ordering::Relaxed);
-        k.len() < most && !k.iter().any(|k| k.path == path)
-    }) else {
+    let Some(kept) = p
+        .as_mut()
+        .filter(|p| p.kept.len() < p.most && !p.kept.iter().any(|k| k.path == path))
+        .map(|p| &mut p.kept)
+    else {
         return;
     };
     if let Ok(copy) = file.try_clone() {

@@ -60,6 +60,9 @@ pub struct ReadMode {
     /// it (`GPUSHIM_REPLAY_MEMORY`, a size; a text that is not one is said back); `None`: as
     /// much as the machine's memory allows.
     pub replay_memory: Option<String>,
+    /// What reading has cost so far, shared by every reader and pass made with this mode (not
+    /// a way of reading: any two compare equal).
+    pub counts: super::Counts,
 }
 
 impl Default for ReadMode {
@@ -73,6 +76,7 @@ impl Default for ReadMode {
             short_roads: true,
             replay_every_event: false,
             replay_memory: None,
+            counts: super::Counts::default(),
         }
     }
 }

@@ -97,7 +97,7 @@ impl Source {
                     }
                 }
                 let cpu = super::thread_cpu_ns();
-                super::DECODING_NS.fetch_add(cpu, std::sync::atomic::Ordering::Relaxed);
+                super::ReadCounts::add(&d.mode.counts.decoding_ns, cpu);
                 Some(d)
             });
         match spawned {

@@ -364,7 +364,7 @@ pub fn replay(
         Some(st) => {
             let rs = input.resized(|_, size, _| size);
             let (applied, passed) = r.replay_repeating((&rs, input.stream()), st, true);
-            counted(applied, passed);
+            counted(input, applied, passed);
         }
         None => {
             let mut applied = 0;
@@ -374,7 +374,7 @@ pub fn replay(
                     break;
                 }
             }
-            counted(applied, 0);
+            counted(input, applied, 0);
         }
     }
     let fidelity = if compare { r.fidelity() } else { Vec::new() };
@@ -507,24 +507,15 @@ impl Input {
     }
 }
 
-/// In this process: the replays, the events they applied, and those passed over because they
-/// repeated (see `repeat.rs`); `GPUSHIM_READS=1` says them, and the tests see that a replay
-/// did pass some.
-static REPLAYS: [std::sync::atomic::AtomicU64; 3] =
-    [const { std::sync::atomic::AtomicU64::new(0) }; 3];
-
-/// (replays, the events they applied, the events passed over as repeats).
-pub fn replays_counted() -> (u64, u64, u64) {
-    let n = |i: usize| REPLAYS[i].load(std::sync::atomic::Ordering::Relaxed);
-    (n(0), n(1), n(2))
-}
-
-/// One replay more, that applied and passed over so many events.
-fn counted(applied: usize, passed: usize) {
-    use std::sync::atomic::Ordering::Relaxed;
-    REPLAYS[0].fetch_add(1, Relaxed);
-    REPLAYS[1].fetch_add(applied as u64, Relaxed);
-    REPLAYS[2].fetch_add(passed as u64, Relaxed);
+/// One replay more of `input`, that applied and passed over so many events:
+/// `GPUSHIM_READS=1` says them, and the tests see that a replay did pass some (see
+/// `repeat.rs`).
+fn counted(input: &Input, applied: usize, passed: usize) {
+    use crate::trace::reader::ReadCounts;
+    let counts = &input.tables().mode().counts;
+    ReadCounts::add(&counts.replays, 1);
+    ReadCounts::add(&counts.replay_events, applied as u64);
+    ReadCounts::add(&counts.replay_passed, passed as u64);
 }
 
 /// Every event replayed, none passed over (`ReadMode::replay_every_event`; the tests
@@ -553,7 +544,7 @@ pub fn replay_resized(
     match repeating {
         Some((stream, st)) => {
             let (applied, passed) = r.replay_repeating((events, stream), st, false);
-            counted(applied, passed);
+            counted(input, applied, passed);
         }
         None => {
             let mut applied = 0;
@@ -561,7 +552,7 @@ pub fn replay_resized(
                 applied += 1;
                 r.apply(e)
             });
-            counted(applied, 0);
+            counted(input, applied, 0);
         }
     }
     r.outcome(conf)
