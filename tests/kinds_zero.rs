@@ -169,3 +169,20 @@ fn four_ranks_of_a_zero_job_from_a_run_at_two_are_the_run_at_four_to_the_byte() 
         );
     }
 }
+
+/// ZeRO at one rank gathers nothing (each partition is a whole parameter): `fit --world-size`
+/// of such a run says so and asks for a run at two ranks, rather than answer without the
+/// buffers DeepSpeed gathers into at more.
+#[test]
+fn a_zero_run_at_one_rank_is_not_scaled_and_says_why() {
+    let dir = tempdir("kinds-zero-one");
+    let at_one = zero_job(&dir, "zero3", 1, 2).remove(0);
+    let o = gpushim(&[&"fit", &at_one, &"--at", &"1", &"--world-size", &"2"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("DeepSpeed's ZeRO at a world size of 1 gathers nothing")
+            && err.contains("trace the job at 2 ranks or more"),
+        "{err}"
+    );
+}

@@ -203,6 +203,15 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
                 .into(),
         ));
     }
+    if framework.starts_with("DeepSpeed") && run == 1 {
+        // Its partitions are the whole parameters there, and it gathers nothing.
+        return Err(FitError::World(
+            "DeepSpeed's ZeRO at a world size of 1 gathers nothing (each partition is the \
+             whole parameter): the buffers it gathers and reduces into at more ranks are not in \
+             the run (ZeRO-3 on two GPUs: 2% to 7% low); trace the job at 2 ranks or more"
+                .into(),
+        ));
+    }
     // FSDP's gradients that outlive their backward are all its shards; DeepSpeed's are those its
     // own code keeps (autograd's whole gradients are reduced into them); ZeRO-1 and 2 keep the
     // whole 16-bit parameters on every rank.
