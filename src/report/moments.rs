@@ -1,5 +1,6 @@
 //! Moments: what one device held at chosen records (its peak, its tensors' peak, NVML's peak),
-//! with the kind of each tensor then, taken during a pass that reads on without stopping.
+//! with the kind of each tensor then, taken during a pass that reads on without stopping (by
+//! [`super::early::EarlyMoments`], in either pass).
 //!
 //! A moment is the state after its record, plus the call stacks of the records just after it
 //! (a stack is written just after its allocation; other threads may come between), as
@@ -9,11 +10,9 @@
 
 use super::kinds::{Kind, KindTracker, Settling};
 use super::live::Replay;
-use super::pass::{Said, Seen, Tracker};
 use crate::fasthash::FastMap;
 use crate::trace::format::{Api, Record, RecordKind};
 use crate::trace::reader::TraceTables;
-use std::collections::BTreeMap;
 
 /// Records read after a moment for the call stacks of its last allocations.
 pub(super) const STACK_WINDOW: u32 = 64;
@@ -33,73 +32,6 @@ pub(super) struct Taking {
     /// The first kind decided at each address in the window.
     freed: FastMap<u64, Kind>,
     settling: Option<Settling>,
-}
-
-/// The moments a pass is to take, and those taken.
-#[derive(Default)]
-pub struct Moments {
-    wanted: BTreeMap<u64, Vec<u8>>,
-    taking: Vec<Taking>,
-    taken: Vec<Moment>,
-}
-
-impl Moments {
-    /// Take device `device` after record `index` (counted from 1, as [`Replay::index`]).
-    pub fn want(&mut self, index: u64, device: u8) {
-        let at = self.wanted.entry(index).or_default();
-        if !at.contains(&device) {
-            at.push(device);
-        }
-    }
-
-    /// Whether any moment is wanted.
-    pub fn is_empty(&self) -> bool {
-        self.wanted.is_empty() && self.taking.is_empty() && self.taken.is_empty()
-    }
-
-    /// Whether every wanted moment is taken and settled: a pass only for them may stop.
-    pub fn done(&self) -> bool {
-        self.wanted.is_empty() && self.taking.is_empty()
-    }
-
-    /// One record of the pass, after `rp` applied it and `kinds` observed it (`decided` is
-    /// what the kinds said of it; `run_before` their run before it).
-    fn see_parts(
-        &mut self,
-        tables: &TraceTables,
-        rp: &Replay,
-        kinds: &KindTracker,
-        r: &Record,
-        decided: Option<(u64, Kind)>,
-        run_before: u64,
-    ) {
-        for t in &mut self.taking {
-            t.step(tables, kinds, r, decided, run_before);
-        }
-        let mut i = 0;
-        while i < self.taking.len() {
-            if self.taking[i].settled() {
-                let t = self.taking.swap_remove(i);
-                self.taken.push(finish(tables, kinds, t));
-            } else {
-                i += 1;
-            }
-        }
-        if let Some(devices) = self.wanted.remove(&rp.index) {
-            for device in devices {
-                self.taking.push(Taking::new(rp, device));
-            }
-        }
-    }
-
-    /// The moments taken, once the pass has read what it reads: those still settling take what
-    /// the records so far say. Moments past the records read are not taken.
-    pub fn finish(mut self, tables: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
-        for t in std::mem::take(&mut self.taking) {
-            self.taken.push(t.finish(tables, kinds));
-        }
-        self.taken
-    }
 }
 
 impl Taking {
@@ -201,11 +133,4 @@ pub fn of(moments: &[Moment], index: u64, device: u8) -> Option<&Moment> {
     moments
         .iter()
         .find(|m| m.index == index && m.device == device)
-}
-
-impl Tracker for Moments {
-    #[inline(always)]
-    fn see(&mut self, s: &Seen<'_>, _said: &mut Vec<Said>) {
-        self.see_parts(s.reader, s.rp, s.kinds, s.record, s.decided, s.run_before);
-    }
 }

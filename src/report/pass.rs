@@ -49,6 +49,8 @@ pub enum Slot {
     Nvml(u8),
     /// The program's last allocation with Python frames (`summary`).
     BeforeShutdown(u8),
+    /// A moment wanted at a record known before the pass (a second pass's: the `n`-th wanted).
+    Wanted(u8, u32),
 }
 
 impl Slot {
@@ -58,7 +60,8 @@ impl Slot {
             | Slot::BeforeRaw(d)
             | Slot::TensorPeak(d)
             | Slot::Nvml(d)
-            | Slot::BeforeShutdown(d) => d,
+            | Slot::BeforeShutdown(d)
+            | Slot::Wanted(d, _) => d,
         }
     }
 }

@@ -36,10 +36,10 @@ pub use reads::{
     read_run, read_run_again, run_from_requests, run_of, simulate_pool, summarize,
 };
 
+use super::early::EarlyMoments;
 use super::kinds::KindTracker;
 use super::leaks::Leaks;
 use super::live::Replay;
-use super::moments::Moments;
 use super::oom::{Oom, OomPass};
 use super::pass::{Seen, Tracker};
 use super::peak::Peak;
@@ -340,8 +340,8 @@ fn analyze_read(
         a.lanes = Some(b.finish(found, &reader, &rp, &kinds, &drawn(&a, keep)));
     }
     // The moments wanted: those the first pass took, the others taken in the second.
-    let (mut moments, mut taken) = wanted(taken, summary.as_ref(), peaks.as_ref());
-    if moments.is_empty() && leaks.is_none() && bands.is_none() {
+    let (want, mut taken) = wanted(taken, summary.as_ref(), peaks.as_ref());
+    if want.is_empty() && leaks.is_none() && bands.is_none() {
         a.summary = summary.map(|s| s.finish(&reader, &taken));
         a.peaks = peaks.map(|p| super::peak::peaks(&reader, p, &taken));
         let end = Ended {
@@ -354,6 +354,7 @@ fn analyze_read(
     }
     reader.rewind()?;
     let (first_rp, first_kinds) = (rp, kinds);
+    let mut moments = EarlyMoments::wanting(&reader, &want);
     let (rp, kinds) = second_pass(&mut reader, &mut moments, &mut leaks, &mut bands);
     let mut moments = moments.finish(&reader, &kinds);
     moments.append(&mut taken);
@@ -384,7 +385,7 @@ fn analyze_read(
 /// alone stops once the last is settled); its replay and kinds where it stopped.
 fn second_pass(
     reader: &mut TraceReader,
-    moments: &mut Moments,
+    moments: &mut EarlyMoments,
     leaks: &mut Option<super::leaks::LeaksSampler>,
     bands: &mut Option<BandsPass>,
 ) -> (Replay, KindTracker) {
@@ -432,13 +433,13 @@ fn drawn<'a>(a: &'a Analysis, keep: &'a [String]) -> Vec<&'a str> {
 }
 
 /// The moments the summary and the peaks want: those among `taken` (the first pass's), and the
-/// others to take in the second pass.
+/// others to take in the second pass (their records and devices).
 fn wanted(
     taken: Vec<super::moments::Moment>,
     summary: Option<&super::summary::SummaryFound>,
     peaks: Option<&super::peak::PeaksFound>,
-) -> (Moments, Vec<super::moments::Moment>) {
-    let mut moments = Moments::default();
+) -> (Vec<(u64, u8)>, Vec<super::moments::Moment>) {
+    let mut moments = Vec::new();
     let wanted = summary.into_iter().flat_map(|s| s.moments()).chain(
         peaks
             .into_iter()
@@ -452,7 +453,7 @@ fn wanted(
             .position(|m| m.index == at && m.device == device)
         {
             Some(i) => used[i] = true,
-            None => moments.want(at, device),
+            None => moments.push((at, device)),
         }
     }
     let taken = taken

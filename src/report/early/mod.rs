@@ -17,7 +17,9 @@
 //!
 //! The trackers still say at the end which moments they want; the analysis uses a moment taken
 //! here only where its record and device are those wanted, and takes any other in a second
-//! pass. A candidate taken here is therefore a saving, never a different answer.
+//! pass, by this same taker told their records beforehand ([`EarlyMoments::wanting`]: each a
+//! candidate at its record, none refused by the budget). A candidate taken here is therefore a
+//! saving, never a different answer.
 
 use super::kinds::{Kind, KindTracker};
 use super::live::Replay;
@@ -116,6 +118,12 @@ pub struct EarlyMoments {
     /// (`GPUSHIM_READS=1` says them, so that the tests see *when* a moment was taken, not
     /// only that it was right, and the copies bounded by their budget).
     counts: Counts,
+    /// Moments wanted at records known before the pass (a second pass's), latest first, and
+    /// the record of the next (`u64::MAX`: none). Such a pass takes every one, whatever the
+    /// budget, and its moments are not counted as the first pass's.
+    wanted: Vec<(u64, u8)>,
+    next_wanted: u64,
+    first_pass: bool,
 }
 
 impl EarlyMoments {
@@ -135,11 +143,51 @@ impl EarlyMoments {
             shutdown_from: shutdown_from(reader),
             short: reader.mode().short_roads,
             counts: reader.mode().counts.clone(),
+            wanted: Vec::new(),
+            next_wanted: u64::MAX,
+            first_pass: true,
         }
+    }
+
+    /// A pass's moments at records known before it (`wanted`: the record, counted from 1 as
+    /// [`Replay::index`], and the device), each taken as a first pass takes a candidate at its
+    /// record, none missed.
+    pub fn wanting(reader: &TraceReader, wanted: &[(u64, u8)]) -> EarlyMoments {
+        let mut m = EarlyMoments::new(reader);
+        m.wanted = wanted.to_vec();
+        m.wanted.sort_unstable_by(|a, b| b.cmp(a));
+        m.wanted.dedup();
+        m.next_wanted = m.wanted.last().map_or(u64::MAX, |w| w.0);
+        m.first_pass = false;
+        m
+    }
+
+    /// Whether every moment wanted is taken and settled: a pass only for them may stop.
+    pub fn done(&self) -> bool {
+        self.next_wanted == u64::MAX
+            && self
+                .slots
+                .iter()
+                .all(|(_, c)| c.missed || c.taking.as_ref().is_some_and(|t| t.settled()))
+    }
+
+    /// The moments wanted at the record just read, said as a tracker says its candidate.
+    fn propose_wanted(&mut self, said: &mut Vec<Said>) {
+        while let Some(&(at, device)) = self.wanted.last()
+            && at == self.read
+        {
+            self.wanted.pop();
+            let n = u32::try_from(self.wanted.len()).unwrap_or(u32::MAX);
+            said.push(Said::Here(Slot::Wanted(device, n)));
+        }
+        self.next_wanted = self.wanted.last().map_or(u64::MAX, |w| w.0);
     }
 
     /// Whether the budget allows `work` more.
     fn afford(&mut self, work: u64) -> bool {
+        if !self.first_pass {
+            return true;
+        }
         let allowed = BUDGET_START.saturating_add(self.read.saturating_mul(BUDGET_PER_RECORD));
         let after = self.spent.saturating_add(work);
         if after > allowed {
@@ -269,7 +317,9 @@ impl EarlyMoments {
                 let (slot, mut c) = (*slot, std::mem::replace(c, Candidate::missed(0)));
                 self.take(slot, &mut c, tables, kinds, run_before);
                 if c.taking.is_some() {
-                    ReadCounts::add(&self.counts.moments_reading, 1);
+                    if self.first_pass {
+                        ReadCounts::add(&self.counts.moments_reading, 1);
+                    }
                     awaits_other = true;
                 }
                 self.slots[i].1 = c;
@@ -363,8 +413,10 @@ impl EarlyMoments {
         if (self.base.is_none() || renew) && self.afford(live) {
             let mut b = rp.for_devices(|_| true);
             b.pinned.by_address = rp.pinned.by_address.clone();
-            ReadCounts::add(&self.counts.replay_copies, 1);
-            ReadCounts::add(&self.counts.replay_copied, live);
+            if self.first_pass {
+                ReadCounts::add(&self.counts.replay_copies, 1);
+                ReadCounts::add(&self.counts.replay_copied, live);
+            }
             self.base = Some(b);
             self.log.clear();
         }
@@ -388,14 +440,16 @@ impl EarlyMoments {
     /// The moments taken (those whose window the trace cut short taken from what was read),
     /// each once: the slots' candidates, but those missed.
     pub fn finish(mut self, tables: &TraceTables, kinds: &KindTracker) -> Vec<Moment> {
-        ReadCounts::add(&self.counts.moments_visited, self.visited);
+        if self.first_pass {
+            ReadCounts::add(&self.counts.moments_visited, self.visited);
+        }
         let mut out: Vec<Moment> = Vec::new();
         let mut waiting = std::mem::take(&mut self.slots);
         waiting.sort_by_key(|(_, c)| c.at);
         for (slot, mut c) in waiting {
             if c.taking.is_none() && !c.missed {
                 self.take(slot, &mut c, tables, kinds, kinds.run());
-                if c.taking.is_some() {
+                if c.taking.is_some() && self.first_pass {
                     ReadCounts::add(&self.counts.moments_at_end, 1);
                 }
             }
@@ -419,6 +473,9 @@ impl Tracker for EarlyMoments {
     fn see(&mut self, seen: &Seen<'_>, said: &mut Vec<Said>) {
         let (kinds, decided, run_before) = (seen.kinds, seen.decided, seen.run_before);
         self.read = seen.rp.index;
+        if self.read == self.next_wanted {
+            self.propose_wanted(said);
+        }
         // Most records: nothing said, no candidate waiting, no moment due, and none being taken
         // that this record can move (past its window, a moment's kinds move only at a new run
         // or a free of a tensor it waits on).
