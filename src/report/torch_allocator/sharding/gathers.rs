@@ -15,7 +15,7 @@
 //!
 //! The what-if adds only these requests: every request of the run keeps its place.
 
-use super::{ALL_GATHER, Put, Sharded, Sharding};
+use super::{ALL_GATHER, Put, Sharding};
 use crate::report::torch_allocator::{Ev, Input};
 
 /// What a request of the run is to the all-gathers: one of a unit's parameters gathered
@@ -102,27 +102,16 @@ impl Input {
             bytes = bytes.saturating_add(u.bytes);
         }
         inserts.sort_by_key(|(i, _)| *i);
-        Some(Sharding {
-            said: Sharded {
-                way: "all-gather outputs",
-                world,
-                class: String::new(),
-                per_step: 0,
-                blocks: units.len(),
-                with_backward: units.iter().filter(|u| u.backward).count(),
-                unit_bytes: bytes,
-                root_bytes: 0,
-                sharded_requests: 0,
-                sharded_bytes: 0,
-                dropped_requests: 0,
-                dropped_bytes: 0,
-                gradients: 0,
-            },
-            act: Vec::new(),
-            frees_shard: Default::default(),
-            inserts,
-            edited: Default::default(),
-        })
+        let gathered_backward = units.iter().filter(|u| u.backward).count();
+        let mut s = Sharding::of(
+            "all-gather outputs",
+            world,
+            (String::new(), 0),
+            (units.len(), gathered_backward),
+            (bytes, 0),
+        );
+        s.inserts = inserts;
+        Some(s)
     }
 
     /// The units' gatherings of the run in order (a run of consecutive requests of gathered

@@ -222,27 +222,13 @@ impl Input {
             block: found.block,
             root: found.root,
         };
-        let mut sharding = Sharding {
-            said: Sharded {
-                way: if reshard { "full" } else { "grad-op" },
-                world,
-                class,
-                per_step,
-                blocks: blocks.len(),
-                with_backward: begins.iter().flatten().count(),
-                unit_bytes: units::total(&params.block),
-                root_bytes: units::total(&params.root),
-                sharded_requests: 0,
-                sharded_bytes: 0,
-                dropped_requests: 0,
-                dropped_bytes: 0,
-                gradients: 0,
-            },
-            act: Vec::new(),
-            frees_shard: FastMap::default(),
-            inserts: Vec::new(),
-            edited: Default::default(),
-        };
+        let mut sharding = Sharding::of(
+            if reshard { "full" } else { "grad-op" },
+            world,
+            (class, per_step),
+            (blocks.len(), begins.iter().flatten().count()),
+            (units::total(&params.block), units::total(&params.root)),
+        );
         sharding.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
         for &i in &params.cut {
             let said = &mut sharding.said;
@@ -376,6 +362,39 @@ fn hooks_of(
 }
 
 impl Sharding {
+    /// A what-if that edits nothing yet: `way` over `world` ranks, of the block class and the
+    /// blocks a step, the blocks and those whose backward was found, a block's and the root's
+    /// bytes.
+    fn of(
+        way: &'static str,
+        world: u64,
+        (class, per_step): (String, usize),
+        (blocks, with_backward): (usize, usize),
+        (unit_bytes, root_bytes): (u64, u64),
+    ) -> Sharding {
+        Sharding {
+            said: Sharded {
+                way,
+                world,
+                class,
+                per_step,
+                blocks,
+                with_backward,
+                unit_bytes,
+                root_bytes,
+                sharded_requests: 0,
+                sharded_bytes: 0,
+                dropped_requests: 0,
+                dropped_bytes: 0,
+                gradients: 0,
+            },
+            act: Vec::new(),
+            frees_shard: FastMap::default(),
+            inserts: Vec::new(),
+            edited: Default::default(),
+        }
+    }
+
     /// A shard's bytes of a whole request's `size` (rounded up).
     fn shard_size(&self, size: u64) -> u64 {
         size.div_ceil(self.said.world.max(1))
