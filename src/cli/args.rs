@@ -282,9 +282,11 @@ pub enum Cmd {
         /// autograd graph the shim records (docs/fit.md says where it can be wrong).
         #[arg(long, value_name = "bf16|fp16", value_parser = ["bf16", "fp16"], conflicts_with_all = ["with", "seq", "checkpoint"])]
         autocast: Option<String>,
-        /// One rank of this data-parallel job at another world size (DDP, FSDP2 or FSDP1, from
-        /// the frames): FSDP's shards of parameters, gradients and optimizer state resized to
-        /// 1/N of the model, the rest kept; the batch per rank as the rows say.
+        /// One rank of this data-parallel job at another world size (DDP, FSDP2, FSDP1 or
+        /// DeepSpeed's ZeRO, from the frames): the shards of parameters, gradients and
+        /// optimizer state resized to 1/N of the model, the rest kept; the batch per rank as
+        /// the rows say. From a run on one GPU: DDP, and FSDP2 with the all-gather buffers it
+        /// makes only at more ranks added; FSDP1 and ZeRO need a run of 2 ranks or more.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with_all = ["with", "seq"])]
         world_size: Option<u64>,
         /// What-if: the run's model sharded over the ranks as FSDP2 shards it (fully_shard on
