@@ -50,8 +50,9 @@ impl Input {
         let top = self.events.iter().map(|e| e.stream).max().unwrap_or(0);
         let stream = top.saturating_add(1);
         let mut inserts: Vec<(usize, Put)> = Vec::new();
-        let put = |inserts: &mut Vec<(usize, Put)>, at: usize, free: bool, ptr: u64, size| {
-            let like = units.iter().find(|u| u.first >= at).map_or(at, |u| u.first);
+        // Each request or free goes before event `at`, on the device (and with the stack) of
+        // the unit's first gathered parameter, `like`.
+        let put = |inserts: &mut Vec<(usize, Put)>, (at, like): (usize, usize), free, ptr, size| {
             inserts.push((
                 at,
                 Put {
@@ -59,7 +60,7 @@ impl Input {
                     ptr,
                     size,
                     stream,
-                    like: like.min(self.events.len().saturating_sub(1)),
+                    like,
                 },
             ));
         };
@@ -73,30 +74,30 @@ impl Input {
                     Some(p) => p,
                     None => {
                         if let Some(h) = held.take() {
-                            put(&mut inserts, u.first, true, h, 0);
+                            put(&mut inserts, (u.first, u.first), true, h, 0);
                         }
-                        put(&mut inserts, u.first, false, ptr, u.bytes);
+                        put(&mut inserts, (u.first, u.first), false, ptr, u.bytes);
                         ptr
                     }
                 };
-                put(&mut inserts, u.last + 1, true, ptr, 0);
+                put(&mut inserts, (u.last + 1, u.first), true, ptr, 0);
                 if let Some(n) = next.filter(|n| n.backward) {
                     let p = ALL_GATHER | (k as u64 + 2);
-                    put(&mut inserts, u.last + 1, false, p, n.bytes);
+                    put(&mut inserts, (u.last + 1, n.first), false, p, n.bytes);
                     prefetched = Some(p);
                 }
             } else {
-                put(&mut inserts, u.first, false, ptr, u.bytes);
+                put(&mut inserts, (u.first, u.first), false, ptr, u.bytes);
                 if let Some(h) = held.replace(ptr) {
-                    put(&mut inserts, u.last + 1, true, h, 0);
+                    put(&mut inserts, (u.last + 1, u.first), true, h, 0);
                 }
                 // The forward's end: the first request of the backward or the optimizer
-                // before the next unit gathers.
+                // before the next unit gathers (each event looked at once over the units).
                 let until = next.map_or(self.events.len(), |n| n.first);
                 if let Some(end) = (u.last + 1..until).find(|&i| roles[i] == Role::AfterForward)
                     && let Some(h) = held.take()
                 {
-                    put(&mut inserts, end, true, h, 0);
+                    put(&mut inserts, (end, u.first), true, h, 0);
                 }
             }
             bytes = bytes.saturating_add(u.bytes);
