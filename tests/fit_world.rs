@@ -287,7 +287,9 @@ fn the_rank_that_fails_first_is_named() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
-/// A job at one rank: DDP's answer at two is its own (it keeps the whole model at any world);
+/// A job at one rank: DDP's answer at two is the run at two's to the byte (it keeps the whole
+/// model at any world; the buckets it made as it wrapped the model, which the stand-in lets
+/// go a step late at one rank as DDP does, let go before the rebuilt ones are made, as at two);
 /// FSDP1 is refused with the reason, as PyTorch runs it as NO_SHARD at a world of one (nothing
 /// in the run is a shard to scale).
 #[test]
@@ -297,6 +299,12 @@ fn a_run_at_one_rank_answers_for_ddp_and_says_why_not_for_fsdp1() {
     let at_two = rank0(&dir, "ddp", 2, true);
     let predicted = fit(&at_one, &["--world-size", "2"]);
     assert_eq!(answers(&predicted), answers(&fit(&at_two, &[])));
+    assert_eq!(
+        predicted["world_size"]["buckets_let_go_first"].as_u64(),
+        Some(1),
+        "{}",
+        predicted["world_size"]
+    );
     let fsdp1 = rank0(&dir, "fsdp1", 1, true);
     let o = gpushim(&[&"fit", &fsdp1, &"--at", &"1", &"--world-size", &"2"]);
     assert!(!o.status.success());

@@ -34,7 +34,7 @@ use crate::report::kinds::{
     world_size_text,
 };
 use crate::report::torch_allocator::Input;
-use crate::report::torch_allocator::Role;
+use crate::report::torch_allocator::{Bucket, Role};
 use crate::trace::format;
 use crate::trace::reader::TraceTables;
 use serde::Serialize;
@@ -46,6 +46,8 @@ const SHARDING: [&str; 4] = [FSDP2, FSDP1, DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3]
 const FSDP2: &str = "FSDP2 (fully_shard)";
 /// FSDP1, as `parallel_frameworks` names it.
 const FSDP1: &str = "FSDP1 (FullyShardedDataParallel)";
+/// Where DDP's code lies.
+const DDP_CODE: &str = "/torch/nn/parallel/";
 /// Where FSDP's code lies (either API).
 const FSDP_CODE: &str = "/torch/distributed/fsdp/";
 /// Where DeepSpeed's runtime lies (its ZeRO optimizers, partitions, and `defragment`).
@@ -66,6 +68,10 @@ pub struct WorldSize {
     /// outputs added as FSDP2 makes them at more ranks (one a unit's gathering).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub all_gathers_added: Option<u64>,
+    /// From a run at one rank under DDP, which lets the buckets it made as it wrapped the model
+    /// go a step late there: those let go before the rebuilt ones are made, as at more ranks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub buckets_let_go_first: Option<u64>,
 }
 
 /// Which of the run's requests are shards, and the world sizes to resize them between.
@@ -75,9 +81,10 @@ pub(super) struct World {
     /// Shards' sizes that are not `run/asked` of themselves at the world asked, with their
     /// size there (FSDP2's rows kept on every rank: `padded.rs`).
     sizes: std::collections::BTreeMap<u64, u64>,
-    /// The all-gather outputs a run at one rank did not make (see
-    /// [`WorldSize::all_gathers_added`]), added to its events.
-    pub(super) gathers: Option<crate::report::torch_allocator::Sharding>,
+    /// What a run at one rank does not show of more, edited into its events: FSDP2's
+    /// all-gather outputs ([`WorldSize::all_gathers_added`]), DDP's first buckets let go
+    /// first ([`WorldSize::buckets_let_go_first`]).
+    pub(super) edits: Option<crate::report::torch_allocator::Sharding>,
 }
 
 impl World {
@@ -228,6 +235,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         sharded_requests: 0,
         sharded_bytes: 0,
         all_gathers_added: None,
+        buckets_let_go_first: None,
     };
     let mut of = |stack: u64| {
         *by_stack.entry(stack).or_insert_with(|| {
@@ -330,17 +338,26 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         .collect();
     // FSDP2 at one rank gathers each unit's parameters straight from its shards; at more, out
     // of an all-gather output the run never made.
-    let gathers = if framework == FSDP2 && run == 1 && asked > 1 {
+    let edits = if framework == FSDP2 && run == 1 && asked > 1 {
         input.all_gather_outputs(asked, &|stack| gather_role(reader, stack))
     } else {
         None
     };
-    said.all_gathers_added = gathers.as_ref().map(|g| g.said.blocks as u64);
+    said.all_gathers_added = edits.as_ref().map(|g| g.said.blocks as u64);
+    // DDP at one rank lets its first buckets go a step late; at more, before the rebuilt.
+    let edits = match edits {
+        None if framework.starts_with("DDP") && run == 1 && asked > 1 => {
+            let moved = input.buckets_let_go_first(&|stack| bucket_role(reader, stack));
+            said.buckets_let_go_first = moved.as_ref().map(|m| m.said.blocks as u64);
+            moved
+        }
+        g => g,
+    };
     Ok(World {
         said,
         sharded,
         sizes,
-        gathers,
+        edits,
     })
 }
 
@@ -396,6 +413,19 @@ fn runs(tables: &TraceTables, stack: u64, part: &str, function: Option<&str>) ->
                     })
             })
     })
+}
+
+/// What a request is to DDP's buckets: made as DDP wraps the model, made again as it rebuilds
+/// them before the second step's forward, or neither.
+fn bucket_role(tables: &TraceTables, stack: u64) -> Bucket {
+    let ddp = |function| runs(tables, stack, DDP_CODE, Some(function));
+    if ddp("_ddp_init_helper") {
+        Bucket::Made
+    } else if ddp("_pre_forward") {
+        Bucket::Rebuilt
+    } else {
+        Bucket::Other
+    }
 }
 
 /// What a request is to FSDP2's all-gathers at more ranks than a run's one: a unit's

@@ -333,6 +333,13 @@ fn world_line(o: &mut String, w: &crate::report::fit::WorldSize) {
              the batch is per rank",
             w.asked, w.run, w.framework
         );
+        if let Some(n) = w.buckets_let_go_first {
+            let _ = writeln!(
+                o,
+                "  {n} of DDP's first buckets let go before the rebuilt ones are made, as at \
+                 more ranks (at one rank DDP lets them go a step later)"
+            );
+        }
         return;
     }
     let _ = writeln!(

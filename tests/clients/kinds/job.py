@@ -80,7 +80,7 @@ if fsdp:
     wrapped = FullyShardedDataParallel(model, handle, mode == "fsdp1")
 elif mode in ("ddp", "ddp-apart"):
     model = Net(4 * MiB)
-    wrapped = DistributedDataParallel(model, 8 * MiB)
+    wrapped = DistributedDataParallel(model, 8 * MiB, world)
     opt = Adam(model.layers, 8 * MiB)
 else:
     sys.exit("mode: fsdp1, fsdp1-grad-op, ddp or ddp-apart")
@@ -105,6 +105,8 @@ for step in range(steps):
         _post_backward_hook(handle, unsharded, world)
     if mode == "ddp-apart":
         grads = [_standin.backward_tensor(4 * MiB), _standin.backward_tensor(4 * MiB)]
+    if not fsdp:
+        wrapped._backward_done()
     opt.step()
     _standin.free(x)
 print("trained", steps)

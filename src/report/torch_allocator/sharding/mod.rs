@@ -26,10 +26,12 @@
 //! A block's backward ends at the first request of an op made earlier in the forward (a lower
 //! autograd sequence number), or of the optimizer; the root's where the step's backward ends.
 
+mod buckets;
 mod gathers;
 mod place;
 mod units;
 
+pub use buckets::Bucket;
 pub use gathers::Role;
 
 use super::checkpoint::{Checkpointed, Stacks};

@@ -3,15 +3,19 @@
 them, the first let go). With gradient_as_bucket_view the parameters' gradients are views of
 them, so the backward keeps no gradient of its own; without it (the default) the backward's
 gradients stand beside the buckets, which are DDP's own buffers (the program's job.py makes
-those gradients)."""
+those gradients). At a world of one the first buckets are let go only after the second step's
+backward, the rebuilt ones made beside them (as traces of DDP on an H200 show it: at two ranks
+the first go just before the rebuilt are made)."""
 from torch import _standin
 
 
 class DistributedDataParallel:
-    def __init__(self, module, bucket_bytes):
+    def __init__(self, module, bucket_bytes, world=2):
         self.module = module
         self.bucket_bytes = bucket_bytes
+        self.world = world
         self.steps = 0
+        self.stale = None
         self.buckets = self._ddp_init_helper()
 
     def _ddp_init_helper(self):
@@ -19,9 +23,18 @@ class DistributedDataParallel:
 
     def _pre_forward(self):
         if self.steps == 1:
-            _standin.free(self.buckets)
+            if self.world == 1:
+                self.stale = self.buckets
+            else:
+                _standin.free(self.buckets)
             self.buckets = _standin._lib.standin_malloc(self.bucket_bytes)
         self.steps += 1
+
+    def _backward_done(self):
+        """The step's backward is over: at a world of one, the first buckets let go now."""
+        if self.stale is not None:
+            _standin.free(self.stale)
+            self.stale = None
 
     def forward(self, x, saved):
         self._pre_forward()
