@@ -438,10 +438,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         checkpointing: checkpointing.as_ref(),
         autocast: autocast.as_ref(),
         world: world.as_ref(),
-        // A run at one rank answered at more: what it does not show of more ranks, edited in.
-        sharding: sharding
-            .as_ref()
-            .or(world.as_ref().and_then(|w| w.edits.as_ref())),
+        sharding: sharding.as_ref(),
         without: None,
         working: opts.working,
         done: &done,

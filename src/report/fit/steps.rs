@@ -167,7 +167,11 @@ pub(super) fn setting_fit(
                 &torch_allocator::WhatIf {
                     checkpointing: what_if.checkpointing,
                     autocast: what_if.autocast,
-                    sharding: what_if.sharding,
+                    // A run at one rank answered at more: what it does not show of more
+                    // ranks, edited in (the world's edits; never with --shard).
+                    sharding: what_if
+                        .sharding
+                        .or(what_if.world.and_then(|w| w.edits.as_ref())),
                     copy_size: &copy_size,
                 },
                 size,

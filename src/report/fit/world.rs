@@ -183,42 +183,8 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         return Err(FitError::World("a world size is at least 1".into()));
     }
     let reader = input.tables();
-    let frameworks = crate::report::kinds::parallel_frameworks(reader);
-    let framework = frameworks
-        .iter()
-        .find(|f| SHARDING.contains(f) || f.starts_with("DDP"))
-        .copied();
-    let Some(framework) = framework else {
-        let seen = if frameworks.is_empty() {
-            "none".to_string()
-        } else {
-            frameworks.join(", ")
-        };
-        return Err(FitError::World(format!(
-            "the frames show no framework whose memory per rank this can scale (DDP, FSDP2, \
-             FSDP1 or DeepSpeed's ZeRO; seen: {seen}): another world size is not answered \
-             (tensor and pipeline parallel layouts and a framework not named are not modelled)"
-        )));
-    };
+    let framework = framework_of(reader, run)?;
     let sharding = SHARDING.contains(&framework);
-    if framework == FSDP1 && run == 1 {
-        // `FullyShardedDataParallel` switches to NO_SHARD at a world of one.
-        return Err(FitError::World(
-            "FSDP1 at a world size of 1 runs as NO_SHARD (PyTorch switches to it there): the run \
-             holds the whole model and shows no sharding to scale; trace the job at 2 ranks or \
-             more (FSDP2's fully_shard shards at 1)"
-                .into(),
-        ));
-    }
-    if framework.starts_with("DeepSpeed") && run == 1 {
-        // Its partitions are the whole parameters there, and it gathers nothing.
-        return Err(FitError::World(
-            "DeepSpeed's ZeRO at a world size of 1 gathers nothing (each partition is the \
-             whole parameter): the buffers it gathers and reduces into at more ranks are not in \
-             the run (ZeRO-3 on two GPUs: 2% to 7% low); trace the job at 2 ranks or more"
-                .into(),
-        ));
-    }
     // FSDP's gradients that outlive their backward are all its shards; DeepSpeed's are those its
     // own code keeps (autograd's whole gradients are reduced into them); ZeRO-1 and 2 keep the
     // whole 16-bit parameters on every rank.
@@ -246,43 +212,9 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             )
         })
     };
-    // The sizes of the gradients' shards FSDP keeps: in later steps its reduce-scatter makes
-    // one of each again in its backward hook, added into the kept one and let go (a temporary
-    // of a shard's size, made by no autograd node, not in a forward). DeepSpeed reduces into
-    // the partition it keeps, making none. (FSDP1 runs the whole forward and backward inside
-    // its own code: an activation's gradient or a temporary of a shard's size by chance is
-    // made by a node.)
-    // And the streams its reduce-scatter made them on: a later step's output is made there
-    // too, where the reduce-scatter's input (the unit's whole gradients) and the all-gather's
-    // output are not. At a world of one those are of a shard's size, so the size alone would
-    // take them for shards.
     let streams: Vec<u16> = input.request_streams().collect();
-    let (shard_sizes, shard_streams): (BTreeSet<u64>, BTreeSet<u16>) = if sharding {
-        input
-            .requests()
-            .zip(&req.kinds)
-            .zip(&streams)
-            .filter(|(((_, stack), k), _)| {
-                let (own, _, by_node) = of(*stack);
-                **k == Kind::Gradient && own && !by_node
-            })
-            .map(|(((size, _), _), &stream)| (size, stream))
-            .unzip()
-    } else {
-        Default::default()
-    };
-    // FSDP1's flat parameters whole, as its own code gathers them: at wrapping it makes each
-    // whole first (its module's parameters joined) and cuts the shard from it, and a whole is
-    // whole at any world. (Not a later step's reduce-scatter output, of a shard's size.)
-    let gathered: BTreeSet<u64> = if sharding && !deepspeed {
-        input
-            .requests()
-            .zip(&req.kinds)
-            .filter(|((size, stack), k)| {
-                **k == Kind::Communication && of(*stack).0 && !shard_sizes.contains(size)
-            })
-            .map(|((size, _), _)| size)
-            .collect()
+    let (shard_sizes, shard_streams, gathered) = if sharding {
+        own_sizes(input, req, &streams, &mut of, deepspeed)
     } else {
         Default::default()
     };
@@ -336,29 +268,128 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             shard
         })
         .collect();
-    // FSDP2 at one rank gathers each unit's parameters straight from its shards; at more, out
-    // of an all-gather output the run never made.
-    let edits = if framework == FSDP2 && run == 1 && asked > 1 {
-        input.all_gather_outputs(asked, &|stack| gather_role(reader, stack))
-    } else {
-        None
-    };
-    said.all_gathers_added = edits.as_ref().map(|g| g.said.blocks as u64);
-    // DDP at one rank lets its first buckets go a step late; at more, before the rebuilt.
-    let edits = match edits {
-        None if framework.starts_with("DDP") && run == 1 && asked > 1 => {
-            let moved = input.buckets_let_go_first(&|stack| bucket_role(reader, stack));
-            said.buckets_let_go_first = moved.as_ref().map(|m| m.said.blocks as u64);
-            moved
-        }
-        g => g,
-    };
+    let edits = one_rank_edits(input, framework, &mut said);
     Ok(World {
         said,
         sharded,
         sizes,
         edits,
     })
+}
+
+/// From a sharding framework's own requests: the sizes of the gradients' shards it keeps and
+/// the streams it made them on, and FSDP1's whole flat parameters (`of` says of a stack whether
+/// it runs the framework's code, its phase, and whether an autograd node made it).
+fn own_sizes(
+    input: &Input,
+    req: &Requests,
+    streams: &[u16],
+    of: &mut dyn FnMut(u64) -> (bool, Phase, bool),
+    deepspeed: bool,
+) -> (BTreeSet<u64>, BTreeSet<u16>, BTreeSet<u64>) {
+    // The sizes of the gradients' shards FSDP keeps: in later steps its reduce-scatter makes
+    // one of each again in its backward hook, added into the kept one and let go (a temporary
+    // of a shard's size, made by no autograd node, not in a forward). DeepSpeed reduces into
+    // the partition it keeps, making none. (FSDP1 runs the whole forward and backward inside
+    // its own code: an activation's gradient or a temporary of a shard's size by chance is
+    // made by a node.)
+    // And the streams its reduce-scatter made them on: a later step's output is made there
+    // too, where the reduce-scatter's input (the unit's whole gradients) and the all-gather's
+    // output are not. At a world of one those are of a shard's size, so the size alone would
+    // take them for shards.
+    let (shard_sizes, shard_streams): (BTreeSet<u64>, BTreeSet<u16>) = input
+        .requests()
+        .zip(&req.kinds)
+        .zip(streams)
+        .filter(|(((_, stack), k), _)| {
+            let (own, _, by_node) = of(*stack);
+            **k == Kind::Gradient && own && !by_node
+        })
+        .map(|(((size, _), _), &stream)| (size, stream))
+        .unzip();
+    // FSDP1's flat parameters whole, as its own code gathers them: at wrapping it makes each
+    // whole first (its module's parameters joined) and cuts the shard from it, and a whole is
+    // whole at any world. (Not a later step's reduce-scatter output, of a shard's size.)
+    let gathered: BTreeSet<u64> = if deepspeed {
+        Default::default()
+    } else {
+        input
+            .requests()
+            .zip(&req.kinds)
+            .filter(|((size, stack), k)| {
+                **k == Kind::Communication && of(*stack).0 && !shard_sizes.contains(size)
+            })
+            .map(|((size, _), _)| size)
+            .collect()
+    };
+    (shard_sizes, shard_streams, gathered)
+}
+
+/// The data-parallel framework the frames show, where its memory per rank can be scaled from
+/// a run at `run` ranks; else why not.
+fn framework_of(reader: &TraceTables, run: u64) -> Result<&'static str, FitError> {
+    let frameworks = crate::report::kinds::parallel_frameworks(reader);
+    let framework = frameworks
+        .iter()
+        .find(|f| SHARDING.contains(f) || f.starts_with("DDP"))
+        .copied();
+    let Some(framework) = framework else {
+        let seen = if frameworks.is_empty() {
+            "none".to_string()
+        } else {
+            frameworks.join(", ")
+        };
+        return Err(FitError::World(format!(
+            "the frames show no framework whose memory per rank this can scale (DDP, FSDP2, \
+             FSDP1 or DeepSpeed's ZeRO; seen: {seen}): another world size is not answered \
+             (tensor and pipeline parallel layouts and a framework not named are not modelled)"
+        )));
+    };
+    if framework == FSDP1 && run == 1 {
+        // `FullyShardedDataParallel` switches to NO_SHARD at a world of one.
+        return Err(FitError::World(
+            "FSDP1 at a world size of 1 runs as NO_SHARD (PyTorch switches to it there): the run \
+             holds the whole model and shows no sharding to scale; trace the job at 2 ranks or \
+             more (FSDP2's fully_shard shards at 1)"
+                .into(),
+        ));
+    }
+    if framework.starts_with("DeepSpeed") && run == 1 {
+        // Its partitions are the whole parameters there, and it gathers nothing.
+        return Err(FitError::World(
+            "DeepSpeed's ZeRO at a world size of 1 gathers nothing (each partition is the \
+             whole parameter): the buffers it gathers and reduces into at more ranks are not in \
+             the run (ZeRO-3 on two GPUs: 2% to 7% low); trace the job at 2 ranks or more"
+                .into(),
+        ));
+    }
+    Ok(framework)
+}
+
+/// What a run at one rank does not show of more, edited into its events and counted in
+/// `said`: FSDP2 gathers each unit's parameters straight from its shards there (at more, out
+/// of an all-gather output the run never made); DDP lets its first buckets go a step late
+/// there (at more, before the rebuilt ones are made).
+fn one_rank_edits(
+    input: &Input,
+    framework: &str,
+    said: &mut WorldSize,
+) -> Option<crate::report::torch_allocator::Sharding> {
+    if said.run != 1 || said.asked < 2 {
+        return None;
+    }
+    let reader = input.tables();
+    if framework == FSDP2 {
+        let added = input.all_gather_outputs(said.asked, &|stack| gather_role(reader, stack));
+        said.all_gathers_added = added.as_ref().map(|g| g.said.blocks as u64);
+        added
+    } else if framework.starts_with("DDP") {
+        let moved = input.buckets_let_go_first(&|stack| bucket_role(reader, stack));
+        said.buckets_let_go_first = moved.as_ref().map(|m| m.said.blocks as u64);
+        moved
+    } else {
+        None
+    }
 }
 
 /// FSDP2's rows kept on every rank, from the run's shards in the order it cut them, the whole

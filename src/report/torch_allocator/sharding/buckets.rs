@@ -27,36 +27,35 @@ impl Input {
     pub fn buckets_let_go_first(&self, bucket: &dyn Fn(u64) -> Bucket) -> Option<Sharding> {
         let mut by_stack: crate::fasthash::FastMap<u64, Bucket> = Default::default();
         let mut role = |stack: u64| *by_stack.entry(stack).or_insert_with(|| bucket(stack));
-        // The first buckets (live, by address: their index), then the first rebuilt one.
+        // The first buckets still live (by address: their index) at the first rebuilt one; those
+        // let go before it stay where they are. A bucket is DDP's buffer, or the gradients'
+        // storage (`gradient_as_bucket_view`); DDP's forward makes other requests too (the
+        // inputs it moves).
         let mut first: crate::fasthash::FastMap<(u8, u64), usize> = Default::default();
         let mut rebuilt = None;
         for (i, e) in self.events.iter().enumerate() {
-            // A bucket is DDP's buffer, or the gradients' storage (`gradient_as_bucket_view`);
-            // DDP's forward makes other requests too (the inputs it moves).
-            if e.ev != Ev::Alloc
-                || e.private
-                || !matches!(e.kind, Kind::Communication | Kind::Gradient)
-            {
-                continue;
-            }
-            match role(e.stack) {
-                Bucket::Made => {
-                    first.insert((e.device, e.ptr), i);
+            match e.ev {
+                Ev::Free | Ev::FreeRequested => {
+                    first.remove(&(e.device, e.ptr));
                 }
-                Bucket::Rebuilt => {
-                    rebuilt = Some(i);
-                    break;
+                Ev::Alloc
+                    if !e.private && matches!(e.kind, Kind::Communication | Kind::Gradient) =>
+                {
+                    match role(e.stack) {
+                        Bucket::Made => {
+                            first.insert((e.device, e.ptr), i);
+                        }
+                        Bucket::Rebuilt => {
+                            rebuilt = Some(i);
+                            break;
+                        }
+                        Bucket::Other => {}
+                    }
                 }
-                Bucket::Other => {}
+                _ => {}
             }
         }
         let rebuilt = rebuilt?;
-        // The first buckets' frees until the rebuild: those gone before it stay where they are.
-        for e in &self.events[..rebuilt] {
-            if matches!(e.ev, Ev::Free | Ev::FreeRequested) {
-                first.remove(&(e.device, e.ptr));
-            }
-        }
         if first.is_empty() {
             return None;
         }
@@ -89,12 +88,11 @@ impl Input {
                 (rebuilt, put)
             })
             .collect();
-        let moved = inserts.len();
         let mut s = Sharding::of(
             "DDP's first buckets let go first",
             1,
             (String::new(), 0),
-            (moved, 0),
+            (inserts.len(), 0),
             (0, 0),
         );
         s.act = act;
