@@ -287,23 +287,50 @@ fn the_rank_that_fails_first_is_named() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
-/// A job at one rank: DDP's answer at two is the run at two's to the byte (it keeps the whole
-/// model at any world; the buckets it made as it wrapped the model, which the stand-in lets
-/// go a step late at one rank as DDP does, let go before the rebuilt ones are made, as at two);
-/// FSDP1 is refused with the reason, as PyTorch runs it as NO_SHARD at a world of one (nothing
+/// A job at one rank: DDP's answer at two is the run at two's to the byte for a rank that
+/// holds the buckets DDP made as it wrapped the model until the rebuilt ones are made, as the
+/// run at one does (it keeps the whole model at any world); a rank that lets them go first
+/// peaks lower by at most their bytes, which fit says; FSDP1 is refused with the reason, as PyTorch runs it as NO_SHARD at a world of one (nothing
 /// in the run is a shard to scale).
 #[test]
 fn a_run_at_one_rank_answers_for_ddp_and_says_why_not_for_fsdp1() {
     let dir = tempdir("fit-world-one");
     let at_one = rank0(&dir, "ddp", 1, true);
-    let at_two = rank0(&dir, "ddp", 2, true);
     let predicted = fit(&at_one, &["--world-size", "2"]);
-    assert_eq!(answers(&predicted), answers(&fit(&at_two, &[])));
-    assert_eq!(
-        predicted["world_size"]["buckets_let_go_first"].as_u64(),
-        Some(1),
-        "{}",
-        predicted["world_size"]
+    // A rank whose collectives complete late holds DDP's first buckets to the rebuild, as the
+    // run at one rank does: the most a rank reaches, to the byte.
+    let late = rank0_with(&dir, "ddp", (2, true, 1), &[("DDP_BUCKETS_LATE", "1")]);
+    assert_eq!(answers(&predicted), answers(&fit(&late, &[])));
+    // One that lets them go first peaks lower, by at most their bytes, which fit says.
+    let first = fit(&rank0(&dir, "ddp", 2, true), &[]);
+    let held = predicted["world_size"]["first_buckets_bytes"].as_u64();
+    assert_eq!(held, Some(8 << 20), "{}", predicted["world_size"]);
+    let peaks = |f: &serde_json::Value| -> Vec<u64> {
+        f["settings"][0]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["peak_allocated_bytes"].as_u64().unwrap())
+            .collect()
+    };
+    let (most, lower) = (peaks(&predicted), peaks(&first));
+    assert!(
+        most.iter()
+            .zip(&lower)
+            .all(|(m, l)| m > l && m - l <= 8 << 20),
+        "{most:?} {lower:?}"
+    );
+    let text = stdout(&gpushim(&[
+        &"fit",
+        &at_one,
+        &"--at",
+        &"1",
+        &"--world-size",
+        &"2",
+    ]));
+    assert!(
+        text.contains("DDP's first buckets (8.00 MiB) held until the rebuilt ones are made"),
+        "{text}"
     );
     let fsdp1 = rank0(&dir, "fsdp1", 1, true);
     let o = gpushim(&[&"fit", &fsdp1, &"--at", &"1", &"--world-size", &"2"]);

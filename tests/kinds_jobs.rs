@@ -171,6 +171,61 @@ fn a_jobs_ranks_side_by_side_and_a_leak_on_one_rank_named() {
 /// The stand-in job (`tests/clients/kinds/job.py`) in `mode`, `steps` steps, as two ranks
 /// started as torchrun starts them (`RANK`, `WORLD_SIZE`), `leak_rank` keeping each step's
 /// last activation: their traces, `dir/{prefix}{rank}.trace`.
+/// FSDP1's pre-backward hook (it gathers a unit's flat parameter again, from a hook with no
+/// frame of the engine's) is the backward's: a weight's gradient the engine makes before it and
+/// holds until the flat parameter's split joins it (a ResNet's classifier, in the unit whose
+/// backward ends at its first convolution) is a temporary of that backward at the peak, not a
+/// gradient kept; the gradients at the peak are the flat parameter's shard alone.
+#[test]
+fn a_weight_gradient_held_across_fsdp1s_pre_backward_hook_is_a_temporary() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempdir("kinds-held");
+    let held = vec![("JOB_HELD_GRAD_MIB", "6".to_string())];
+    let traces = ranks(&dir, "held.", "kinds/job.py", 2, 3, "fsdp1", held);
+    let refs: Vec<&Path> = traces.iter().map(|t| t.as_path()).collect();
+    let s = report_json(&["summary"], &refs);
+    let f = &s["traces"][0]["framework"][0];
+    let at_peak: std::collections::BTreeMap<String, u64> =
+        pairs(&f["kinds_at_peak"]).into_iter().collect();
+    assert_eq!(at_peak.get("gradient"), Some(&(4 * MIB)), "{at_peak:?}");
+    assert!(
+        at_peak.get("temporary").is_some_and(|&t| t >= 6 * MIB),
+        "{at_peak:?}"
+    );
+}
+
+/// A tensor the program let go of whose memory another stream still uses when the program
+/// ends (its free asked for, not completed: PyTorch no longer counts it allocated) is in no
+/// kind at exit: the rank's gradients at exit are its flat parameter's shard alone, and the
+/// memory is said held by tensors let go of, in use on other streams.
+#[test]
+fn a_tensor_let_go_of_but_in_use_on_another_stream_at_exit_is_in_no_kind() {
+    const MIB: u64 = 1 << 20;
+    let dir = tempdir("kinds-deferred");
+    let env = vec![
+        ("JOB_HELD_GRAD_MIB", "6".to_string()),
+        ("JOB_HELD_DEFERRED", "1".to_string()),
+    ];
+    let traces = ranks(&dir, "deferred.", "kinds/job.py", 2, 3, "fsdp1", env);
+    let refs: Vec<&Path> = traces.iter().map(|t| t.as_path()).collect();
+    let s = report_json(&["summary"], &refs);
+    let t = &s["traces"][0];
+    let at_exit: std::collections::BTreeMap<String, u64> =
+        pairs(&t["framework"][0]["kinds_at_exit"])
+            .into_iter()
+            .collect();
+    assert_eq!(at_exit.get("gradient"), Some(&(4 * MIB)), "{at_exit:?}");
+    assert_eq!(at_exit.get("temporary"), None, "{at_exit:?}");
+    let held = t["held_at_exit"].as_array().unwrap();
+    assert!(
+        held.iter().any(
+            |h| h["owner"] == "PyTorch tensors let go of, in use on other streams"
+                && h["bytes"].as_u64() == Some(6 * MIB)
+        ),
+        "{held:?}"
+    );
+}
+
 fn job_ranks(
     dir: &Path,
     prefix: &str,

@@ -1,5 +1,5 @@
 """Memory by kind on every rank of a data-parallel or sharded job, the truth computed inside the
-program, for scripts/gpu.sh dist and distfit. A 6-layer GPT-2 (or BERT, or ViT: DIST_MODEL)
+program, for scripts/gpu.sh dist and distfit. A 6-layer GPT-2 (or another model: DIST_MODEL)
 built from its config (no download), AdamW, batch 4 x 512 tokens (or 4 images) per rank, fp32,
 STEPS steps; launched by torchrun, NCCL, one GPU a rank.
 Each rank prints one 'TRUTH {json}' line after its last optimizer step, in the bytes each tensor
@@ -31,7 +31,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-# DIST_MODEL: gpt2 (a decoder, the default), bert (an encoder) or vit (scripts/gpu/dist_models.py).
+# DIST_MODEL: gpt2 (a decoder, the default), bert (an encoder), vit, llama or resnet50
+# (scripts/gpu/dist_models.py).
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import dist_models  # noqa: E402
 

@@ -1,6 +1,8 @@
 """The models the data-parallel checks train (scripts/gpu/dist_kinds.py, ds_kinds.py), each of
 6 blocks, built from its config (no download): DIST_MODEL gpt2 (a decoder, the default), bert
-(an encoder, masked LM) or vit (a vision transformer, 224 x 224 images, 1000 classes); and
+(an encoder, masked LM), vit (a vision transformer, 224 x 224 images, 1000 classes), llama
+(a decoder of RMSNorm, rotary positions, a gated MLP and untied embeddings) or resnet50
+(torchvision's, convolutions and batch norms, 16 Bottleneck blocks: the one not of 6); and
 their truth's measure, the bytes tensors asked of PyTorch's allocator; with DIST_PEAK set, the
 same truth at the moment of the most bytes allocated, from PyTorch's own record of every
 allocation and free (torch.cuda.memory._record_memory_history)."""
@@ -29,6 +31,51 @@ def build(kind=None):
         from transformers.models.vit.modeling_vit import ViTLayer as Block
 
         return ViTForImageClassification(ViTConfig(num_hidden_layers=6, num_labels=1000)), Block
+    if kind == "llama":
+        from transformers import LlamaConfig, LlamaForCausalLM
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer as Block
+
+        config = LlamaConfig(
+            hidden_size=768,
+            intermediate_size=2048,
+            num_hidden_layers=6,
+            num_attention_heads=12,
+            num_key_value_heads=4,
+            vocab_size=32000,
+            max_position_embeddings=1024,
+        )
+        return LlamaForCausalLM(config), Block
+    if kind == "resnet50":
+        import types
+
+        import torchvision
+        from torchvision.models.resnet import Bottleneck as Block
+
+        import dataclasses
+
+        from transformers.modeling_outputs import ModelOutput
+
+        @dataclasses.dataclass
+        class Output(ModelOutput):
+            """A forward's output as transformers' models give it (FSDP hooks the tensors it
+            finds in a forward's output through PyTorch's pytree, which knows this type)."""
+
+            loss: torch.Tensor = None
+
+        class Classifier(torch.nn.Module):
+            """torchvision's ResNet-50 called as the transformers models are: keyword
+            arguments in, an object with the loss out."""
+
+            def __init__(self):
+                super().__init__()
+                self.net = torchvision.models.resnet50()
+                self.config = types.SimpleNamespace(image_size=224)
+
+            def forward(self, pixel_values, labels):
+                logits = self.net(pixel_values)
+                return Output(loss=torch.nn.functional.cross_entropy(logits, labels))
+
+        return Classifier(), Block
     sys.exit(f"unknown DIST_MODEL {kind}")
 
 

@@ -57,6 +57,9 @@ impl Hasher for FastHasher {
 /// A map whose keys a trace chooses: hashed from this process's random seed.
 pub type FastMap<K, V> = HashMap<K, V, SeededState>;
 
+/// A set whose members a trace chooses, hashed as [`FastMap`]'s keys.
+pub type FastSet<K> = std::collections::HashSet<K, SeededState>;
+
 /// `key`'s entry taken out of `map`, an empty map not hashed into: the reports keep maps of
 /// what is under way on a thread (a failure, a chain of frees, a kind decided) that are
 /// nearly always empty, and every record asks them.

@@ -31,6 +31,10 @@ const KNOWN: &[(&str, &str)] = &[
 ];
 
 /// The owner of a live allocation.
+/// Tensors the program let go of whose memory other streams still use until their events
+/// complete (PyTorch counts them allocated no longer, and frees them at a later request).
+pub const IN_USE_ELSEWHERE: &str = "PyTorch tensors let go of, in use on other streams";
+
 pub fn owner_of(tables: &TraceTables, l: &Live) -> String {
     if l.api == Api::Torch as u8 {
         return "PyTorch tensors".to_string();

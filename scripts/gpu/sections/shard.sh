@@ -11,7 +11,7 @@
 # truths kept in $OUT/shard-answers.tar.gz where OUT is set.
 # On two GPUs or more each 2-rank job runs on them (NCCL), one at a time (some 30 s each): one
 # model a call keeps the section inside ten minutes.
-#   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit)
+#   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit; also llama)
 set -euo pipefail
 models=${*:-gpt2 bert vit}
 n=$(nvidia-smi -L | wc -l)

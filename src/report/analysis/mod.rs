@@ -16,7 +16,7 @@
 //! and the peaks' moments are taken as their trackers find them, within a budget; the leaks'
 //! sampling begins at a sixteenth of the trace, the records before it read again by a second
 //! reader of the file; the picture's bands are added as the columns are found
-//! ([`super::timeline::early_bands`]). What it could not do, the second pass does, as before.
+//! ([`super::timeline::bands`]). What it could not do, the second pass does, as before.
 //!
 //! The passes see the same records at the same indices (the extent the header gave when the
 //! trace was opened), so the requests, the moments and the kinds cannot disagree. Memory grows
@@ -45,7 +45,7 @@ use super::pass::{Seen, Tracker};
 use super::peak::Peak;
 use super::summary::Summary;
 use super::timeline::Lane;
-use super::timeline::bands::BandsPass;
+use super::timeline::bands::Bands;
 use super::torch_allocator::{Input, ReplayError};
 use crate::trace::reader::{ReadError, ReadOptions, TraceInfo, TraceReader};
 use std::path::Path;
@@ -331,7 +331,7 @@ fn analyze_read(
     let mut early_bands = early_bands.flatten().filter(|b| !b.given_up);
     let mut bands = match early_bands {
         Some(_) => None,
-        None => found.as_ref().map(BandsPass::new),
+        None => found.as_ref().map(Bands::over),
     };
     if leaks.is_none()
         && let (Some(b), Some(found), Some(keep)) = (early_bands.take(), &found, &wants.timeline)
@@ -363,8 +363,8 @@ fn analyze_read(
     if let Some(p) = leaks {
         a.leaks = Some(p.finish(&reader, &rp, &kinds));
     }
-    if let (Some(b), Some(keep)) = (bands, &wants.timeline) {
-        a.lanes = Some(b.finish(&reader, &rp, &kinds, &drawn(&a, keep)));
+    if let (Some(b), Some(found), Some(keep)) = (bands, &found, &wants.timeline) {
+        a.lanes = Some(b.finish(found, &reader, &rp, &kinds, &drawn(&a, keep)));
     }
     // Bands of the first pass whose leaks came from this one (read to its end).
     if let (Some(b), Some(found), Some(keep)) = (early_bands, &found, &wants.timeline) {
@@ -387,7 +387,7 @@ fn second_pass(
     reader: &mut TraceReader,
     moments: &mut EarlyMoments,
     leaks: &mut Option<super::leaks::LeaksSampler>,
-    bands: &mut Option<BandsPass>,
+    bands: &mut Option<Bands>,
 ) -> (Replay, KindTracker) {
     let (mut rp, mut kinds, mut batch) = (Replay::default(), KindTracker::default(), Vec::new());
     // Nothing is said of moments in this pass: they were found in the first.

@@ -169,8 +169,9 @@ pub(super) fn setting_fit(
                     autocast: what_if.autocast,
                     // A run at one rank answered at more: what it does not show of more
                     // ranks, edited in (the world's edits; never with --shard).
-                    sharding: what_if
+                    edits: what_if
                         .sharding
+                        .map(|s| &s.edits)
                         .or(what_if.world.and_then(|w| w.edits.as_ref())),
                     copy_size: &copy_size,
                 },

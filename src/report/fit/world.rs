@@ -68,10 +68,12 @@ pub struct WorldSize {
     /// outputs added as FSDP2 makes them at more ranks (one a unit's gathering).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub all_gathers_added: Option<u64>,
-    /// From a run at one rank under DDP, which lets the buckets it made as it wrapped the model
-    /// go a step late there: those let go before the rebuilt ones are made, as at more ranks.
+    /// From a run at one rank under DDP: the bytes of the buckets it made as it wrapped the
+    /// model still live when the rebuilt ones are made. At more ranks they are let go before
+    /// or after, as NCCL's stream completes; the rows hold them, as the run did (the most a
+    /// rank reaches), and a rank that lets them go first peaks up to these bytes lower.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub buckets_let_go_first: Option<u64>,
+    pub first_buckets_bytes: Option<u64>,
 }
 
 /// Which of the run's requests are shards, and the world sizes to resize them between.
@@ -82,9 +84,8 @@ pub(super) struct World {
     /// size there (FSDP2's rows kept on every rank: `padded.rs`).
     sizes: std::collections::BTreeMap<u64, u64>,
     /// What a run at one rank does not show of more, edited into its events: FSDP2's
-    /// all-gather outputs ([`WorldSize::all_gathers_added`]), DDP's first buckets let go
-    /// first ([`WorldSize::buckets_let_go_first`]).
-    pub(super) edits: Option<crate::report::torch_allocator::Sharding>,
+    /// all-gather outputs ([`WorldSize::all_gathers_added`]).
+    pub(super) edits: Option<crate::report::torch_allocator::Edits>,
 }
 
 impl World {
@@ -201,7 +202,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         sharded_requests: 0,
         sharded_bytes: 0,
         all_gathers_added: None,
-        buckets_let_go_first: None,
+        first_buckets_bytes: None,
     };
     let mut of = |stack: u64| {
         *by_stack.entry(stack).or_insert_with(|| {
@@ -368,25 +369,26 @@ fn framework_of(reader: &TraceTables, run: u64) -> Result<&'static str, FitError
 
 /// What a run at one rank does not show of more, edited into its events and counted in
 /// `said`: FSDP2 gathers each unit's parameters straight from its shards there (at more, out
-/// of an all-gather output the run never made); DDP lets its first buckets go a step late
-/// there (at more, before the rebuilt ones are made).
+/// of an all-gather output the run never made). DDP's first buckets, held to the rebuild there
+/// and at more ranks let go before or after it as NCCL's stream completes, are left as the run
+/// held them and their bytes said.
 fn one_rank_edits(
     input: &Input,
     framework: &str,
     said: &mut WorldSize,
-) -> Option<crate::report::torch_allocator::Sharding> {
+) -> Option<crate::report::torch_allocator::Edits> {
     if said.run != 1 || said.asked < 2 {
         return None;
     }
     let reader = input.tables();
     if framework == FSDP2 {
-        let added = input.all_gather_outputs(said.asked, &|stack| gather_role(reader, stack));
-        said.all_gathers_added = added.as_ref().map(|g| g.said.blocks as u64);
-        added
+        let (added, edits) =
+            input.all_gather_outputs(said.asked, &|stack| gather_role(reader, stack))?;
+        said.all_gathers_added = Some(added);
+        Some(edits)
     } else if framework.starts_with("DDP") {
-        let moved = input.buckets_let_go_first(&|stack| bucket_role(reader, stack));
-        said.buckets_let_go_first = moved.as_ref().map(|m| m.said.blocks as u64);
-        moved
+        said.first_buckets_bytes = input.first_buckets_held(&|stack| bucket_role(reader, stack));
+        None
     } else {
         None
     }

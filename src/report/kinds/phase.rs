@@ -142,7 +142,12 @@ fn phase_of_frame(file: &str, function: &str) -> Option<Phase> {
 ///   group's all-gather issued), run from a hook with no frame of the engine's, is too.
 /// - FSDP1 (`FullyShardedDataParallel`): the post-backward hook that reduce-scatters a flat
 ///   parameter's gradient (run from a hook on its `AccumulateGrad`, no frame of the engine's),
-///   and the final callback, are the backward's.
+///   and the final callback, are the backward's; so is the pre-backward hook that gathers a
+///   unit's flat parameter again (and prefetches the next), run from a hook on the forward's
+///   outputs with no frame of the engine's. Read as the program's, it ended the backward's
+///   run part way, and a weight's gradient the engine held for the flat parameter's split
+///   across it (a ResNet's classifier, whose unit's backward ends at the first convolution)
+///   read as a gradient kept.
 /// - DDP (`DistributedDataParallel`): its gradient buckets, made when it is built and made
 ///   again before the second step's forward (`_pre_forward` rebuilds them), are the
 ///   backward's: gradients where the parameters' gradients are views of them, else its
@@ -159,9 +164,10 @@ fn data_parallel_phase(file: &str, function: &str) -> Option<Phase> {
         return reduce.then_some(Phase::Backward);
     }
     if file.ends_with("/torch/distributed/fsdp/_runtime_utils.py") {
-        let reduce = function.contains("post_backward")
+        let backward = function.contains("post_backward")
+            || function.contains("pre_backward")
             || matches!(function, "_reduce_grad" | "_get_reduce_scatter_tensors");
-        return reduce.then_some(Phase::Backward);
+        return backward.then_some(Phase::Backward);
     }
     if file.ends_with("/torch/nn/parallel/distributed.py")
         && matches!(function, "_ddp_init_helper" | "_pre_forward")

@@ -24,6 +24,9 @@ pub struct KindTracker {
     awaiting: Vec<u64>,
     /// Live tensors, by address.
     born: FastMap<u64, Born>,
+    /// Tensors the program let go of whose memory stays in use on other streams until their
+    /// `TensorFree` (`TensorFreeRequested`): no longer PyTorch's allocated bytes, nor a kind.
+    in_use_elsewhere: crate::fasthash::FastSet<u64>,
     /// The phase of the run before the current one.
     previous: Option<Phase>,
     /// Per device: the most bytes of activations live at once, reached as a backward began
@@ -111,7 +114,7 @@ impl KindTracker {
             }
             RecordKind::StackRef => self.stack_of(tables, r),
             RecordKind::TensorFreeRequested | RecordKind::TensorFree if r.ptr != 0 => {
-                self.freed(r.ptr)
+                self.let_go(r)
             }
             _ => self.observe_any(tables, r),
         }
@@ -143,7 +146,7 @@ impl KindTracker {
             }
             RecordKind::StackRef => self.stack_of(tables, r),
             RecordKind::TensorFreeRequested | RecordKind::TensorFree if r.ptr != 0 => {
-                self.freed(r.ptr)
+                self.let_go(r)
             }
             // Any other record of the thread ends the window in which a `StackRef` belongs to
             // its tensor (as the replay reads it).
@@ -165,6 +168,9 @@ impl KindTracker {
             self.awaiting.resize(i + 1, 0);
         }
         self.awaiting[i] = r.ptr;
+        if !self.in_use_elsewhere.is_empty() {
+            self.in_use_elsewhere.remove(&r.ptr);
+        }
         let workspace_size = self.workspace_size(tables, r.size);
         let device = if r.device == format::DEVICE_UNKNOWN {
             0
@@ -237,6 +243,27 @@ impl KindTracker {
             }
         }
         None
+    }
+
+    /// A tensor let go of: its free asked for (its memory in use on other streams until its
+    /// free) or done; its kind, decided at the first of the two.
+    #[inline]
+    fn let_go(&mut self, r: &Record) -> Option<(u64, Kind)> {
+        let decided = self.freed(r.ptr);
+        if r.kind == RecordKind::TensorFreeRequested {
+            if decided.is_some() {
+                self.in_use_elsewhere.insert(r.ptr);
+            }
+        } else if !self.in_use_elsewhere.is_empty() {
+            self.in_use_elsewhere.remove(&r.ptr);
+        }
+        decided
+    }
+
+    /// Whether live tensor `ptr` was let go of by the program, its memory still in use on other
+    /// streams (PyTorch no longer counts it allocated).
+    pub fn in_use_elsewhere(&self, ptr: u64) -> bool {
+        self.in_use_elsewhere.contains(&ptr)
     }
 
     /// A tensor freed (or its free asked for): its kind, once decided.

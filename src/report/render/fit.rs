@@ -333,11 +333,15 @@ fn world_line(o: &mut String, w: &crate::report::fit::WorldSize) {
              the batch is per rank",
             w.asked, w.run, w.framework
         );
-        if let Some(n) = w.buckets_let_go_first {
+        if let Some(b) = w.first_buckets_bytes {
             let _ = writeln!(
                 o,
-                "  {n} of DDP's first buckets let go before the rebuilt ones are made, as at \
-                 more ranks (at one rank DDP lets them go a step later)"
+                "  DDP's first buckets ({}) held until the rebuilt ones are made, as in the run: \
+                 the most a rank reaches. At more ranks they are let go before the rebuild or \
+                 after, as NCCL's collectives complete (real jobs do either, rank by rank), so \
+                 a rank's peak can be up to {} lower",
+                human_bytes(b),
+                human_bytes(b)
             );
         }
         return;

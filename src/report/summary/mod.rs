@@ -256,6 +256,8 @@ pub struct SummaryFound {
     nvml_peaks: Vec<(u8, super::device_memory::NvmlPeak)>,
     /// After a clean exit with Python frames: (record, time) of the last allocation with them.
     before_shutdown: Option<(u64, u64)>,
+    /// Tensors let go of at exit whose memory other streams still used: in no kind.
+    in_use_elsewhere: crate::fasthash::FastSet<u64>,
 }
 
 impl SummaryFound {
@@ -295,11 +297,14 @@ impl SummaryFound {
                 let Some(m) = super::moments::of(moments, at, f.device) else {
                     continue;
                 };
+                // As at exit, without the tensors let go of then whose memory other streams
+                // still used.
                 let kinds = super::kinds::ByKind::of(
                     m.replay
                         .live
                         .iter()
                         .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
+                        .filter(|(p, _)| !self.in_use_elsewhere.contains(*p))
                         .map(|(p, l)| (m.kinds.get(p).copied().unwrap_or(Kind::Unknown), l.size)),
                 );
                 // Only where the shutdown freed what outlives a step: the last step's own
@@ -505,10 +510,13 @@ impl SummaryPass {
         let mut peaks_wanted = Vec::new();
         for f in t.framework.values_mut() {
             f.activations_peak_bytes = kinds.activation_peaks().get(&f.device).map_or(0, |p| p.0);
+            // The tensors the program holds: not those it let go of whose memory other
+            // streams still use (their frees wait on events at exit).
             f.kinds_at_exit = super::kinds::ByKind::of(
                 rp.live
                     .iter()
                     .filter(|(_, l)| l.device == f.device && l.api == Api::Torch as u8)
+                    .filter(|(p, _)| !kinds.in_use_elsewhere(**p))
                     .filter_map(|(&p, l)| Some((lasting(p, l)?, l.size))),
             );
             // The peak as the ring's records show it (not one a checkpoint kept from before).
@@ -518,7 +526,20 @@ impl SummaryPass {
                 peaks_wanted.push((f.device, at));
             }
         }
-        let held_at_exit = super::owners::held_by_owner_kinds(reader, rp, &lasting);
+        // Tensors let go of whose memory other streams still use are held, by no kind.
+        let held_kind = |p: u64, l: &super::live::Live| {
+            if kinds.in_use_elsewhere(p) {
+                None
+            } else {
+                lasting(p, l)
+            }
+        };
+        let mut held_at_exit = super::owners::held_by_owner_kinds(reader, rp, &held_kind);
+        for h in &mut held_at_exit {
+            if h.owner == "PyTorch tensors" {
+                h.owner = super::owners::IN_USE_ELSEWHERE.to_string();
+            }
+        }
         let device_memory =
             super::device_memory::reckon(rp, &held_at_exit, &t.nvml_peaks, &t.nvml_last);
         let nvml_peaks = t.nvml_peaks.iter().map(|(&d, &p)| (d, p)).collect();
@@ -568,11 +589,18 @@ impl SummaryPass {
         // Python's shutdown frees what the program's last lines held: after a clean exit, the
         // kinds as its code ended are those at its last allocation with Python frames.
         let before_shutdown = t.last_python.filter(|_| info.clean_exit);
+        let in_use_elsewhere = rp
+            .live
+            .iter()
+            .map(|(&p, _)| p)
+            .filter(|&p| kinds.in_use_elsewhere(p))
+            .collect();
         SummaryFound {
             summary,
             tensor_peaks: peaks_wanted,
             nvml_peaks,
             before_shutdown,
+            in_use_elsewhere,
         }
     }
 }

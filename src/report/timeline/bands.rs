@@ -1,53 +1,103 @@
-//! The second pass: every allocation's life, `[made, freed)` in changes, added to the columns
-//! whose moment falls inside it, under its kind and line. A column's moments rise with the
-//! columns, so a life covers a run of them: one addition where it begins and one subtraction
-//! where it ends (a difference array per kind and line), summed once at the end.
+//! The picture's bands: every allocation's life, `[made, freed)` in changes, added to the
+//! columns whose moment falls inside it, under its kind and line. A column's moments rise with
+//! the columns, so a life covers a run of them: one addition where it begins and one
+//! subtraction where it ends (a difference array per kind and line), summed once at the end
+//! ([`super::lanes`]).
+//!
+//! One tracker, [`Bands`], in either pass. In the second, the columns are known
+//! ([`Bands::over`]): each life is added as it ends. In the first ([`Bands::following`]) they
+//! are being found as the records come: a column before the last is closed, its moment final
+//! but for the merging of columns two by two, which keeps one of each pair's moments, so a
+//! pair's additions keep the kept one's. The last column is open, its moment still rising: the
+//! lives that ended after its moment and began before it are gathered apart, and let go when
+//! the moment moves (they ended before the new one); when a column begins, the open one's
+//! gathering joins its additions. So each column ends with exactly the lives whose span holds
+//! its final moment, as the second pass adds them. Past [`MAX_KEYS`] kinds and lines on a lane
+//! the second pass lumps new lines in the order of its own additions; there the first pass
+//! gives up, and the second pass takes the bands.
 
 use super::columns::{Found, LaneFound, changed};
-use super::{Columns, FailureMark, Lane, Line, MAX_COLUMNS, Mark, NOT_A_TENSOR, TOP_LINES};
+use super::lanes::{Adds, lanes_of};
+use super::{Lane, NOT_A_TENSOR};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Decided, Kind, KindTracker};
 use crate::report::live::{Change, Live, Replay, site_key};
 use crate::report::pass::{Said, Seen, Tracker};
-use crate::trace::format::Api;
-use crate::trace::format::Record;
+use crate::trace::by_device::ByDevice;
+use crate::trace::format::{Api, Record};
 use crate::trace::reader::TraceTables;
 use std::collections::BTreeMap;
 
 /// Distinct (kind, line) pairs followed per lane; past it, a kind's new lines are summed as
 /// one (a hostile or enormous trace costs no more than this).
 pub(super) const MAX_KEYS: usize = 8192;
-/// Points of a checkpoint's coarse series shown per lane at most (evenly thinned past it).
-const MAX_BEFORE: usize = 300;
 
-/// One lane's additions: by (slot, site), a difference array over its columns.
-pub(super) struct Adds<'a> {
-    pub(super) found: &'a LaneFound,
-    /// Each column's moment, rising.
-    pub(super) best: Vec<u64>,
-    pub(super) diffs: FastMap<(u8, u64), Vec<i64>>,
+/// A line: its slot (the kind, or not a tensor) and its call site.
+type Key = (u8, u64);
+
+/// One lane's additions so far.
+#[derive(Default)]
+struct LaneBands {
+    /// By (slot, site): a difference array over the columns (grown as they come).
+    diffs: FastMap<Key, Vec<i64>>,
+    /// The open column's moment when `open` began to be gathered, and what it gathered (the
+    /// first pass only).
+    open_best: u64,
+    open: FastMap<Key, u64>,
     /// Changes so far.
-    pub(super) changes: u64,
+    changes: u64,
 }
 
-impl Adds<'_> {
-    /// Adds `bytes` of `(slot, site)` to every column whose moment is in `[from, to)`.
-    fn add(&mut self, slot: usize, site: u64, bytes: u64, from: u64, to: u64) {
-        let a = self.best.partition_point(|&m| m < from);
-        let b = self.best.partition_point(|&m| m < to);
+impl LaneBands {
+    /// `bytes` of `key` added to columns `a..b`; past [`MAX_KEYS`] lines a new one lumped with
+    /// its kind's others where `lump`.
+    fn add(&mut self, key: Key, bytes: u64, a: usize, b: usize, lump: bool) {
         if a >= b {
             return;
         }
-        let n = self.best.len() + 1;
-        let key = if self.diffs.len() >= MAX_KEYS && !self.diffs.contains_key(&(slot as u8, site)) {
-            (slot as u8, 0)
+        let key = if lump && self.diffs.len() >= MAX_KEYS && !self.diffs.contains_key(&key) {
+            (key.0, 0)
         } else {
-            (slot as u8, site)
+            key
         };
-        let d = self.diffs.entry(key).or_insert_with(|| vec![0; n]);
+        let d = self.diffs.entry(key).or_default();
+        if d.len() < b + 1 {
+            d.resize(b + 1, 0);
+        }
         let bytes = i64::try_from(bytes).unwrap_or(i64::MAX);
         d[a] = d[a].saturating_add(bytes);
         d[b] = d[b].saturating_sub(bytes);
+    }
+
+    /// The open column's gathering joined to column `i`'s additions.
+    fn close(&mut self, i: usize) {
+        for (key, bytes) in std::mem::take(&mut self.open) {
+            self.add(key, bytes, i, i + 1, false);
+        }
+    }
+
+    /// The columns merged two by two, `second[j]` saying which of pair `j` was kept.
+    fn merge(&mut self, second: &[bool]) {
+        for d in self.diffs.values_mut() {
+            let mut run = 0i64;
+            let values: Vec<i64> = d
+                .iter()
+                .map(|&x| {
+                    run = run.saturating_add(x);
+                    run
+                })
+                .collect();
+            let at = |i: usize| values.get(i).copied().unwrap_or(0);
+            let mut prev = 0i64;
+            let mut merged: Vec<i64> = Vec::with_capacity(second.len() + 1);
+            for (j, &s) in second.iter().enumerate() {
+                let v = at(2 * j + usize::from(s));
+                merged.push(v.saturating_sub(prev));
+                prev = v;
+            }
+            merged.push(0i64.saturating_sub(prev));
+            *d = merged;
+        }
     }
 }
 
@@ -93,132 +143,159 @@ impl Lives {
     }
 }
 
-/// The second pass: the lanes, each column split by kind and line, record by record.
-pub struct BandsPass<'a> {
-    found: &'a Found,
-    adds: BTreeMap<u8, Adds<'a>>,
+/// The bands, per device, and each live allocation's first change and kind.
+#[derive(Default)]
+pub struct Bands<'a> {
+    /// The columns where they are known (the second pass); none while they are being found.
+    over: Option<&'a Found>,
+    lanes: ByDevice<LaneBands>,
     lives: Lives,
+    /// Too many kinds and lines for the first pass: the second takes the bands.
+    pub given_up: bool,
 }
 
-impl<'a> BandsPass<'a> {
-    pub fn new(found: &'a Found) -> BandsPass<'a> {
-        let adds = found
-            .lanes
-            .iter()
-            .map(|(d, f)| {
-                let adds = Adds {
-                    found: f,
-                    best: f.cols.iter().map(|c| c.best).collect(),
-                    diffs: FastMap::default(),
-                    changes: 0,
-                };
-                (d, adds)
-            })
-            .collect();
-        BandsPass {
-            found,
-            adds,
+impl Bands<'static> {
+    /// The first pass's, beside the columns being found.
+    pub fn following() -> Bands<'static> {
+        Bands::default()
+    }
+}
+
+impl<'a> Bands<'a> {
+    /// The second pass's, over the columns the first found.
+    pub fn over(found: &'a Found) -> Bands<'a> {
+        let mut lanes = ByDevice::default();
+        for (d, _) in found.lanes.iter() {
+            lanes.or_default(d);
+        }
+        Bands {
+            over: Some(found),
+            lanes,
             lives: Lives::default(),
+            given_up: false,
         }
     }
 
-    /// One record, after `rp` applied it (making change `c`) and the kinds observed it
-    /// (deciding `decided`).
-    fn see_parts(&mut self, rp: &Replay, r: &Record, c: Change, decided: Option<(u64, Kind)>) {
+    /// One record, after `rp` applied it (making change `c`), the kinds observed it (deciding
+    /// `decided`) and the columns (`cols`, as far as they are found) took it.
+    pub(super) fn see_parts(
+        &mut self,
+        cols: &ByDevice<LaneFound>,
+        rp: &Replay,
+        r: &Record,
+        c: Change,
+        decided: Option<(u64, Kind)>,
+    ) {
+        if self.given_up {
+            return;
+        }
+        let following = self.over.is_none();
         self.lives.decided(decided);
         let counted = changed(rp, r, c);
         if let Some(d) = counted
-            && let Some(a) = self.adds.get_mut(&d)
+            && let Some(f) = cols.get(d)
         {
-            a.changes += 1;
+            let b = self.lanes.or_default(d);
+            b.changes += 1;
+            if following {
+                follow(b, f);
+            }
         }
         match c {
             Change::Alloc { ptr, device } => {
-                let now = self.adds.get(&device).map_or(0, |a| a.changes);
+                let now = self.lanes.get(device).map_or(0, |b| b.changes);
                 self.lives
                     .made(ptr, rp.live.last_put(), now, counted.is_some());
             }
             Change::Free { ptr } => {
                 let live = &rp.freed;
-                if let (Some((from, kind)), Some(a)) = (
+                if let (Some((from, kind)), Some(b), Some(f)) = (
                     self.lives.freed(ptr, rp.live.last_taken()),
-                    self.adds.get_mut(&live.device),
+                    self.lanes.get_mut(live.device),
+                    cols.get(live.device),
                 ) {
-                    let to = a.changes;
-                    let slot = slot_of(live, kind);
-                    a.add(slot, site_key(live), live.size, from, to);
+                    let key = (slot_of(live, kind) as u8, site_key(live));
+                    let to = b.changes;
+                    // The closed columns whose moments the life spans (every column in the
+                    // second pass), and the open one's.
+                    let open = usize::from(following);
+                    let closed = &f.cols[..f.cols.len().saturating_sub(open)];
+                    // Most lives begin after the last closed column's moment: none of those.
+                    if closed.last().is_some_and(|c| c.best >= from) {
+                        let a = closed.partition_point(|c| c.best < from);
+                        let e = closed.partition_point(|c| c.best < to);
+                        b.add(key, live.size, a, e, !following);
+                    }
+                    if following && from <= b.open_best && b.open_best < to {
+                        let o = b.open.entry(key).or_default();
+                        *o = o.saturating_add(live.size);
+                    }
+                    if following && b.diffs.len() + b.open.len() >= MAX_KEYS {
+                        self.give_up();
+                    }
                 }
             }
             _ => {}
         }
     }
 
-    /// The lanes, once the pass read the whole trace (`rp`, `kinds` and `reader` as it left
-    /// them); the lines of `keep` are drawn on their own however little they hold.
+    fn give_up(&mut self) {
+        *self = Bands {
+            given_up: true,
+            ..Bands::default()
+        };
+    }
+
+    /// The lanes, once a pass read the whole trace (`found` the columns, `rp` and `kinds` as
+    /// the pass left them); the lines of `keep` drawn on their own however little they hold.
     pub fn finish(
         mut self,
+        found: &Found,
         tables: &TraceTables,
         rp: &Replay,
         kinds: &KindTracker,
         keep: &[&str],
     ) -> Vec<Lane> {
+        let lump = self.over.is_some();
+        for (d, b) in self.lanes.iter_mut() {
+            if let Some(f) = found.lanes.get(d) {
+                b.close(f.cols.len().saturating_sub(1));
+            }
+        }
         // What is live at the end stays to the last column.
         for (place, ptr, l) in rp.live.iter_placed() {
             let Some(from) = self.lives.first_change(place) else {
                 continue;
             };
-            if let Some(a) = self.adds.get_mut(&l.device) {
+            if let (Some(b), Some(f)) = (self.lanes.get_mut(l.device), found.lanes.get(l.device)) {
                 let kind = kinds.lasting(tables, *ptr, l.stack);
-                a.add(slot_of(l, kind), site_key(l), l.size, from, u64::MAX);
+                let a = f.cols.partition_point(|c| c.best < from);
+                let key = (slot_of(l, kind) as u8, site_key(l));
+                b.add(key, l.size, a, f.cols.len(), lump);
             }
         }
-        lanes_of(self.found, self.adds, tables, keep)
-    }
-}
-
-/// The lanes from each device's additions, with the checkpoint's series before them.
-pub(super) fn lanes_of(
-    found: &Found,
-    adds: BTreeMap<u8, Adds>,
-    tables: &TraceTables,
-    keep: &[&str],
-) -> Vec<Lane> {
-    let mut lanes = Vec::new();
-    for (d, a) in adds {
-        let before: Vec<(u64, u64, u64)> = found
-            .series
-            .iter()
-            .filter(|s| s.1 == d)
-            .map(|&(t, _, live, reserved)| (t, live, reserved))
-            .collect();
-        let mut l = lane(tables, d, a, &thin(&before), found.tensors_recorded, keep);
-        if let Some(&(bytes, time_ns)) = found.peak_before.get(&d) {
-            peak_before_ring(&mut l, bytes, time_ns);
+        let mut adds = BTreeMap::new();
+        for (d, f) in found.lanes.iter() {
+            let b = self.lanes.remove(d).unwrap_or_default();
+            let n = f.cols.len();
+            let diffs = b
+                .diffs
+                .into_iter()
+                .filter_map(|(key, mut diff)| {
+                    diff.resize(n + 1, 0);
+                    // A line whose additions all went to columns a merge let go: none.
+                    let mut run = 0i64;
+                    let held = diff[..n].iter().any(|&x| {
+                        run = run.saturating_add(x);
+                        run != 0
+                    });
+                    held.then_some((key, diff))
+                })
+                .collect();
+            adds.insert(d, Adds { found: f, diffs });
         }
-        lanes.push(l);
+        lanes_of(found, adds, tables, keep)
     }
-    lanes
-}
-
-/// A peak before the ring's detail, higher than any the detail shows: marked in the column of
-/// the checkpoint's series where its time falls, which the coarse series may have drawn lower.
-fn peak_before_ring(lane: &mut Lane, bytes: u64, time_ns: u64) {
-    let pre = lane.before_ring;
-    if pre == 0 || lane.peak.is_some_and(|p| p.bytes >= bytes) {
-        return;
-    }
-    let c = &mut lane.columns;
-    let i = c.time_ns[..pre]
-        .partition_point(|&t| t <= time_ns)
-        .saturating_sub(1);
-    c.live[i] = c.live[i].max(bytes);
-    c.reserved[i] = c.reserved[i].max(bytes);
-    lane.other_lines[i] = lane.other_lines[i].max(bytes);
-    lane.peak = Some(Mark {
-        column: i,
-        bytes,
-        time_ns,
-    });
 }
 
 /// The slot of an allocation in the difference arrays: its kind, or not a tensor.
@@ -230,143 +307,42 @@ pub(super) fn slot_of(l: &Live, kind: Kind) -> usize {
     }
 }
 
-/// `points`, evenly thinned to at most [`MAX_BEFORE`].
-fn thin(points: &[(u64, u64, u64)]) -> Vec<(u64, u64, u64)> {
-    if points.len() <= MAX_BEFORE {
-        return points.to_vec();
-    }
-    (0..MAX_BEFORE)
-        .map(|i| points[i * points.len() / MAX_BEFORE])
-        .collect()
-}
-
-/// One lane from its additions, with `before` (a checkpoint's series) in front.
-fn lane(
-    tables: &TraceTables,
-    device: u8,
-    a: Adds,
-    before: &[(u64, u64, u64)],
-    tensors_recorded: bool,
-    keep: &[&str],
-) -> Lane {
-    let f = a.found;
-    let n = f.cols.len();
-    let pre = before.len();
-    let mut columns = Columns {
-        kinds: vec![vec![0; pre + n]; Kind::ALL.len()],
-        ..Columns::default()
-    };
-    for &(t, live, reserved) in before {
-        columns.change.push(0);
-        columns.time_ns.push(t);
-        columns.live.push(live);
-        columns.reserved.push(reserved.max(live));
-        columns.nvml.push(0);
-    }
-    for c in &f.cols {
-        columns.change.push(c.best);
-        columns.time_ns.push(c.time_ns);
-        columns.live.push(c.live);
-        columns.reserved.push(c.reserved.max(c.live));
-        columns.nvml.push(c.nvml);
-    }
-    // Sum each difference array into its series, kinds by slot, lines by (slot, site).
-    let mut series: Vec<((u8, u64), Vec<u64>)> = Vec::with_capacity(a.diffs.len());
-    for (key, diff) in a.diffs {
-        let mut run = 0i64;
-        let mut s = vec![0u64; pre + n];
-        for i in 0..n {
-            run = run.saturating_add(diff[i]);
-            let v = u64::try_from(run).unwrap_or(0);
-            s[pre + i] = v;
-            if let Some(k) = columns.kinds.get_mut(key.0 as usize) {
-                k[pre + i] = k[pre + i].saturating_add(v);
-            }
+/// A lane's additions after a change the columns took: the open column's gathering joined to
+/// it where a column began (before the columns were merged, if they were), and let go where
+/// the open column's moment moved.
+fn follow(b: &mut LaneBands, f: &LaneFound) {
+    if f.began {
+        let n = f.cols.len();
+        if !f.merged.is_empty() {
+            // Before the merge the open column was the last of twice as many.
+            b.close((2 * f.merged.len()).saturating_sub(1));
+            b.merge(&f.merged);
+        } else if n >= 2 {
+            b.close(n - 2);
         }
-        series.push((key, s));
+        b.open.clear();
     }
-    series.sort_by(|x, y| {
-        let mx = x.1.iter().max();
-        let my = y.1.iter().max();
-        my.cmp(&mx).then(x.0.cmp(&y.0))
-    });
-    // The lines that held most, and every line named in `keep` (the growing ones: a leak of a
-    // few bytes a step is drawn even where it never holds much).
-    let mut lines: Vec<Line> = Vec::new();
-    for (k, ((slot, site), bytes)) in series.into_iter().enumerate() {
-        if k < TOP_LINES {
-            lines.push(line(tables, slot as usize, site, bytes));
-        } else if !keep.is_empty() && site != 0 {
-            let label = crate::report::sites::site_label(tables, site);
-            if keep.contains(&label.as_str()) {
-                lines.push(line(tables, slot as usize, site, bytes));
-            }
-        }
-    }
-    let other_lines = (0..pre + n)
-        .map(|i| {
-            let top = lines.iter().fold(0u64, |s, l| s.saturating_add(l.bytes[i]));
-            columns.live[i].saturating_sub(top)
-        })
-        .collect();
-    let peak = f.peak.map(|(bytes, change, time_ns)| Mark {
-        column: pre + f.column_of(change),
-        bytes,
-        time_ns,
-    });
-    let failures = f
-        .failures
-        .iter()
-        .map(|&(changes, size, api, time_ns)| FailureMark {
-            column: pre + f.column_of(changes.max(1)).min(n.saturating_sub(1)),
-            requested_bytes: size,
-            api: api.to_string(),
-            time_ns,
-        })
-        .collect();
-    debug_assert!(n <= MAX_COLUMNS);
-    Lane {
-        trace: String::new(),
-        device,
-        device_total_bytes: f.device_total,
-        tensors_recorded,
-        before_ring: pre,
-        columns,
-        lines,
-        other_lines,
-        peak,
-        failures,
-        steps: Vec::new(),
-        step_name: None,
+    if let Some(last) = f.cols.last()
+        && last.best != b.open_best
+    {
+        b.open.clear();
+        b.open_best = last.best;
     }
 }
 
-/// A line's series, named.
-fn line(tables: &TraceTables, slot: usize, site: u64, bytes: Vec<u64>) -> Line {
-    use crate::report::sites::{shown_frames, site_label};
-    let (label, frames) = if site == 0 {
-        ("(other lines)".to_string(), Vec::new())
-    } else {
-        let frames = match tables.stack(site) {
-            Some(f) => shown_frames(tables, f)
-                .iter()
-                .map(|&ip| crate::report::symbolize::describe(tables, ip))
-                .collect(),
-            None => Vec::new(),
-        };
-        (site_label(tables, site), frames)
-    };
-    Line {
-        label,
-        kind: Kind::ALL.get(slot).copied(),
-        frames,
-        bytes,
-    }
-}
-
-impl Tracker for BandsPass<'_> {
+impl Tracker for Bands<'_> {
+    /// One record of the second pass (the first pass's are seen with the columns, by
+    /// [`super::PicturePass`]).
     #[inline(always)]
     fn see(&mut self, seen: &Seen<'_>, _said: &mut Vec<Said>) {
-        self.see_parts(seen.rp, seen.record, seen.change, seen.decided);
+        if let Some(found) = self.over {
+            self.see_parts(
+                &found.lanes,
+                seen.rp,
+                seen.record,
+                seen.change,
+                seen.decided,
+            );
+        }
     }
 }

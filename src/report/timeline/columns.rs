@@ -36,7 +36,7 @@ pub struct LaneFound {
     pub device_total: u64,
     /// At the last change: whether it began a column, and, where the columns were merged two
     /// by two first, which of each pair was kept (`true`: the second). Read by the first
-    /// pass's bands ([`super::early_bands`]).
+    /// pass's bands ([`super::bands`]).
     pub began: bool,
     pub merged: Vec<bool>,
 }

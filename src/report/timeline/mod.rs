@@ -6,26 +6,26 @@
 //! The x axis counts *changes* (an allocation made or freed), not seconds: the minutes of
 //! start-up before the first allocation and the pauses between steps take no width, and a step
 //! takes the width of the memory it moves. [`columns`] finds each column's moment and
-//! [`early_bands`] splits it in the same pass where it can ([`bands`] in a second pass where
-//! not), memory growing with the live allocations and the lines, never with the length of the
+//! [`bands`] splits it, in the same pass where it can (else in a second pass), and [`lanes`]
+//! draws each device's lane from them, memory growing with the live allocations and the lines, never with the length of the
 //! trace: a ring of any size gives a page of the same size.
 
 pub(crate) mod bands;
 pub(crate) mod columns;
-pub(crate) mod early_bands;
+pub(crate) mod lanes;
 
 /// The first pass's tracker of the picture: each device's columns, and their bands where they
-/// are taken in the same pass (`early`; else the second pass takes them, [`bands::BandsPass`]).
+/// are taken in the same pass (`early`; else the second pass takes them, [`bands::Bands::over`]).
 pub struct PicturePass {
     pub columns: columns::ColumnsPass,
-    pub bands: Option<early_bands::EarlyBands>,
+    pub bands: Option<bands::Bands<'static>>,
 }
 
 impl PicturePass {
     pub fn new(early: bool) -> PicturePass {
         PicturePass {
             columns: columns::ColumnsPass::default(),
-            bands: early.then(early_bands::EarlyBands::default),
+            bands: early.then(bands::Bands::following),
         }
     }
 }

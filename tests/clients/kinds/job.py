@@ -19,6 +19,12 @@ KINDS_BATCH=N: a batch N times as large (the input and the forward's tensors).
 JOB_FORWARD_TEMP_MIB=N: the wrapped model's forward (inside FSDP1's) also makes a temporary of N
 MiB, let go at once: at N = 4 a shard's size at two ranks by chance.
 JOB_LEAK_RANK=N: that rank alone keeps each step's last activation (3 MiB a step).
+JOB_HELD_GRAD_MIB=N (fsdp1): the engine makes a weight's gradient of N MiB before FSDP1's
+pre-backward hook gathers the flat parameter, and lets it go once the split's backward has
+joined it into the flat parameter's gradient (as a ResNet's classifier's, held across its unit's
+whole backward): a temporary of the backward, never a gradient kept. JOB_HELD_DEFERRED: in
+the last step it is let go of while another stream still uses it (its free asked for, never
+completed before the program ends).
 usage: job.py LIBTORCH_CPU LIBC10_CUDA STEPS MODE"""
 import os
 import sys
@@ -100,8 +106,14 @@ for step in range(steps):
         # Before the backward the flat parameter gathered again (FULL_SHARD); the engine's
         # gradient of the whole of it (made on its thread, by the backward of the split into
         # the parameters' views), then the hook, outside the engine's frames.
+        held_mib = int(os.environ.get("JOB_HELD_GRAD_MIB", "0"))
+        held = _standin.backward_tensor(held_mib * MiB) if held_mib else None
         _pre_backward_hook(handle)
         unsharded = _standin.backward_split(8 * MiB)
+        if held and os.environ.get("JOB_HELD_DEFERRED") and step == steps - 1:
+            _standin.free_deferred(held)
+        elif held:
+            _standin.free(held)
         _post_backward_hook(handle, unsharded, world)
     if mode == "ddp-apart":
         grads = [_standin.backward_tensor(4 * MiB), _standin.backward_tensor(4 * MiB)]

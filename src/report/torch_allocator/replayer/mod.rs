@@ -562,7 +562,7 @@ pub fn replay_resized(
 /// autocast's, never both), made at its first replay and held for the rest; `None` where they
 /// do not repeat.
 fn edited_of<'a>(input: &Input, what_if: &WhatIf<'a>) -> Option<&'a Edited> {
-    let held = match (what_if.checkpointing, what_if.autocast, what_if.sharding) {
+    let held = match (what_if.checkpointing, what_if.autocast, what_if.edits) {
         (Some(c), None, None) => &c.edited,
         (None, Some(a), None) => &a.edited,
         (None, None, Some(s)) => &s.edited,

@@ -76,7 +76,7 @@ pub(super) fn edits(
 ) {
     let events = &input.events;
     let (checkpointing, autocast) = (what_if.checkpointing, what_if.autocast);
-    let sharding = what_if.sharding;
+    let edits = what_if.edits;
     // Each event's place among the requests, for a checkpoint's recomputed requests (sized
     // as their originals); without one the count as the events go is enough.
     let index: Vec<usize> = match checkpointing {
@@ -132,7 +132,7 @@ pub(super) fn edits(
                 _ => (*e, Source::Other),
             }));
         }
-        if let Some(s) = sharding {
+        if let Some(s) = edits {
             made.clear();
             s.insert_before(events, i, at, made);
             out.extend(made.iter().map(|e| (*e, Source::Other)));
@@ -144,7 +144,7 @@ pub(super) fn edits(
         let this = n;
         n += usize::from(e.ev == Ev::Alloc);
         // Sharded: the event cut to its shard, its free moved, or not made.
-        let edited = match sharding {
+        let edited = match edits {
             Some(s) => s.edit(i, e),
             None => Some(*e),
         };
@@ -213,8 +213,9 @@ impl Input {
 pub struct WhatIf<'a> {
     pub checkpointing: Option<&'a crate::report::torch_allocator::Checkpointing>,
     pub autocast: Option<&'a crate::report::torch_allocator::Autocast>,
-    /// The model sharded over the ranks, as FSDP2 shards it.
-    pub sharding: Option<&'a crate::report::torch_allocator::Sharding>,
+    /// The run's events edited: the model sharded over the ranks as FSDP2 shards it, or what a
+    /// run at one rank does not show of more.
+    pub edits: Option<&'a crate::report::torch_allocator::Edits>,
     /// The bytes at the replay's batch of an autocast copy of `bytes` at the run's, which
     /// scales as the request it copies (`Some(n)`) or not at all.
     pub copy_size: &'a dyn Fn(u64, Option<usize>) -> u64,
@@ -223,7 +224,7 @@ pub struct WhatIf<'a> {
 impl WhatIf<'_> {
     /// No what-if asked: the run's own events.
     pub fn none(&self) -> bool {
-        self.checkpointing.is_none() && self.autocast.is_none() && self.sharding.is_none()
+        self.checkpointing.is_none() && self.autocast.is_none() && self.edits.is_none()
     }
 }
 
@@ -232,7 +233,7 @@ impl Default for WhatIf<'_> {
         WhatIf {
             checkpointing: None,
             autocast: None,
-            sharding: None,
+            edits: None,
             copy_size: &|bytes, _| bytes,
         }
     }

@@ -15,7 +15,7 @@
 //!
 //! The what-if adds only these requests: every request of the run keeps its place.
 
-use super::{ALL_GATHER, Put, Sharding};
+use super::{ALL_GATHER, Edits};
 use crate::report::torch_allocator::{Ev, Input};
 
 /// What a request of the run is to the all-gathers: one of a unit's parameters gathered
@@ -40,32 +40,26 @@ struct Unit {
 
 impl Input {
     /// The all-gather outputs a run of FSDP2 at one rank did not make, as it makes them at
-    /// `world` ranks (`role` says what each request's stack is); `None` where the run
-    /// gathered nothing.
-    pub fn all_gather_outputs(&self, world: u64, role: &dyn Fn(u64) -> Role) -> Option<Sharding> {
+    /// `world` ranks (`role` says what each request's stack is), with the gatherings they are
+    /// added to; `None` where the run gathered nothing.
+    pub fn all_gather_outputs(
+        &self,
+        world: u64,
+        role: &dyn Fn(u64) -> Role,
+    ) -> Option<(u64, Edits)> {
         let (units, roles) = self.units_gathered(role);
         if units.is_empty() || world < 2 {
             return None;
         }
         let top = self.events.iter().map(|e| e.stream).max().unwrap_or(0);
         let stream = top.saturating_add(1);
-        let mut inserts: Vec<(usize, Put)> = Vec::new();
-        // Each request or free goes before event `at`, on the device (and with the stack) of
-        // the unit's first gathered parameter, `like`.
-        let put = |inserts: &mut Vec<(usize, Put)>, (at, like): (usize, usize), free, ptr, size| {
-            inserts.push((
-                at,
-                Put {
-                    free,
-                    ptr,
-                    size,
-                    stream,
-                    like,
-                },
-            ));
+        let mut edits = Edits::over(1);
+        let mut put = |(at, like): (usize, usize), free, ptr, size| {
+            // Each request or free goes before event `at`, on the device (and with the stack)
+            // of the unit's first gathered parameter, `like`.
+            edits.put((at, like), free, ptr, size, stream);
         };
         let (mut held, mut prefetched): (Option<u64>, Option<u64>) = (None, None);
-        let mut bytes = 0u64;
         for (k, u) in units.iter().enumerate() {
             let ptr = ALL_GATHER | (k as u64 + 1);
             let next = units.get(k + 1);
@@ -74,22 +68,22 @@ impl Input {
                     Some(p) => p,
                     None => {
                         if let Some(h) = held.take() {
-                            put(&mut inserts, (u.first, u.first), true, h, 0);
+                            put((u.first, u.first), true, h, 0);
                         }
-                        put(&mut inserts, (u.first, u.first), false, ptr, u.bytes);
+                        put((u.first, u.first), false, ptr, u.bytes);
                         ptr
                     }
                 };
-                put(&mut inserts, (u.last + 1, u.first), true, ptr, 0);
+                put((u.last + 1, u.first), true, ptr, 0);
                 if let Some(n) = next.filter(|n| n.backward) {
                     let p = ALL_GATHER | (k as u64 + 2);
-                    put(&mut inserts, (u.last + 1, n.first), false, p, n.bytes);
+                    put((u.last + 1, n.first), false, p, n.bytes);
                     prefetched = Some(p);
                 }
             } else {
-                put(&mut inserts, (u.first, u.first), false, ptr, u.bytes);
+                put((u.first, u.first), false, ptr, u.bytes);
                 if let Some(h) = held.replace(ptr) {
-                    put(&mut inserts, (u.last + 1, u.first), true, h, 0);
+                    put((u.last + 1, u.first), true, h, 0);
                 }
                 // The forward's end: the first request of the backward or the optimizer
                 // before the next unit gathers (each event looked at once over the units).
@@ -97,22 +91,12 @@ impl Input {
                 if let Some(end) = (u.last + 1..until).find(|&i| roles[i] == Role::AfterForward)
                     && let Some(h) = held.take()
                 {
-                    put(&mut inserts, (end, u.first), true, h, 0);
+                    put((end, u.first), true, h, 0);
                 }
             }
-            bytes = bytes.saturating_add(u.bytes);
         }
-        inserts.sort_by_key(|(i, _)| *i);
-        let gathered_backward = units.iter().filter(|u| u.backward).count();
-        let mut s = Sharding::of(
-            "all-gather outputs",
-            world,
-            (String::new(), 0),
-            (units.len(), gathered_backward),
-            (bytes, 0),
-        );
-        s.inserts = inserts;
-        Some(s)
+        edits.inserts.sort_by_key(|(i, _)| *i);
+        Some((units.len() as u64, edits))
     }
 
     /// The units' gatherings of the run in order (a run of consecutive requests of gathered

@@ -88,10 +88,12 @@ struct Put {
     like: usize,
 }
 
-/// What sharding changes in a run's events.
-#[derive(Debug)]
-pub struct Sharding {
-    pub said: Sharded,
+/// What a what-if does to a run's events before they are replayed: requests cut to a shard or
+/// not made, frees moved to a shard, requests and frees put in.
+#[derive(Debug, Default)]
+pub struct Edits {
+    /// The ranks a request cut to its shard is cut over.
+    world: u64,
     act: Vec<Act>,
     /// Frees that let go of a unit's shard of the gradients instead: its address.
     frees_shard: FastMap<usize, u64>,
@@ -99,6 +101,13 @@ pub struct Sharding {
     inserts: Vec<(usize, Put)>,
     /// The run's events so edited, made at the first replay and held for the rest.
     pub(super) edited: std::sync::OnceLock<Option<std::sync::Arc<super::replayer::Edited>>>,
+}
+
+/// A `--shard` what-if: what it sharded, and its edits of the run's events.
+#[derive(Debug)]
+pub struct Sharding {
+    pub said: Sharded,
+    pub edits: Edits,
 }
 
 /// The addresses the what-if's tensors take: no address CUDA gives, a tag in bits 56 to 62.
@@ -231,7 +240,7 @@ impl Input {
             (blocks.len(), begins.iter().flatten().count()),
             (units::total(&params.block), units::total(&params.root)),
         );
-        sharding.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
+        sharding.edits.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
         for &i in &params.cut {
             let said = &mut sharding.said;
             said.sharded_requests += 1;
@@ -390,16 +399,36 @@ impl Sharding {
                 dropped_bytes: 0,
                 gradients: 0,
             },
-            act: Vec::new(),
-            frees_shard: FastMap::default(),
-            inserts: Vec::new(),
-            edited: Default::default(),
+            edits: Edits::over(world),
         }
+    }
+}
+
+impl Edits {
+    /// Edits of requests cut over `world` ranks (1: none cut).
+    fn over(world: u64) -> Edits {
+        Edits {
+            world,
+            ..Edits::default()
+        }
+    }
+
+    /// A request of `ptr` (`size` bytes) or its free, put before event `at` on `stream`, with
+    /// the device and stack of event `like`.
+    fn put(&mut self, (at, like): (usize, usize), free: bool, ptr: u64, size: u64, stream: u16) {
+        let put = Put {
+            free,
+            ptr,
+            size,
+            stream,
+            like,
+        };
+        self.inserts.push((at, put));
     }
 
     /// A shard's bytes of a whole request's `size` (rounded up).
     fn shard_size(&self, size: u64) -> u64 {
-        size.div_ceil(self.said.world.max(1))
+        size.div_ceil(self.world.max(1))
     }
 
     /// What goes before event `i` of `events` (at `at`; `events.len()` for the end), appended

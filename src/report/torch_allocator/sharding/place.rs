@@ -1,9 +1,7 @@
 //! Where a sharding what-if's requests and frees go: each of FSDP2's hooks, in order, made into
 //! the requests and frees FSDP2 makes there (see the module's comment).
 
-use super::{
-    ALL_GATHER, Act, Hook, PARAMETER, Params, Put, SCATTER_INPUT, SHARD, Sharding, gathered,
-};
+use super::{ALL_GATHER, Act, Hook, PARAMETER, Params, SCATTER_INPUT, SHARD, Sharding, gathered};
 use crate::fasthash::FastMap;
 use crate::report::torch_allocator::{Event, Input};
 
@@ -27,16 +25,7 @@ struct Placing<'a> {
 impl Placing<'_> {
     fn put(&mut self, free: bool, ptr: u64, size: u64, stream: u16) {
         let (i, like, _) = self.at;
-        self.out.inserts.push((
-            i,
-            Put {
-                free,
-                ptr,
-                size,
-                stream,
-                like,
-            },
-        ));
+        self.out.edits.put((i, like), free, ptr, size, stream);
     }
 
     /// A new buffer's address with `tag`.
@@ -60,7 +49,7 @@ impl Placing<'_> {
                 let ptr = PARAMETER | (a as u64 & 0xff_ffff_ffff_ffff);
                 self.put(false, ptr, e.size.div_ceil(world), e.stream);
                 for &f in self.frees.get(&a).into_iter().flatten() {
-                    self.out.frees_shard.insert(f, ptr);
+                    self.out.edits.frees_shard.insert(f, ptr);
                 }
             }
             for &a in unit {
@@ -164,9 +153,9 @@ impl Placing<'_> {
         for &g in &moved {
             for &f in frees.get(&g).into_iter().flatten() {
                 if Some(g) == first {
-                    self.out.frees_shard.insert(f, SHARD | u);
+                    self.out.edits.frees_shard.insert(f, SHARD | u);
                 } else {
-                    self.out.act[f] = Act::Skip;
+                    self.out.edits.act[f] = Act::Skip;
                 }
             }
         }

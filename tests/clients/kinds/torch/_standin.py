@@ -30,6 +30,7 @@ def load(autograd_path, c10_path):
     _lib.standin_malloc.restype = ctypes.c_void_p
     _lib.standin_malloc.argtypes = (ctypes.c_size_t,)
     _lib.standin_free.argtypes = (ctypes.c_void_p,)
+    _lib.standin_free_deferred.argtypes = (ctypes.c_void_p,)
     _lib.standin_use_stream.argtypes = (ctypes.c_ulonglong,)
     _autograd.standin_backward_one.restype = ctypes.c_void_p
     _autograd.standin_backward_one.argtypes = (ctypes.c_size_t,)
@@ -50,6 +51,12 @@ def try_empty(n):
 
 def free(p):
     _lib.standin_free(p)
+
+
+def free_deferred(p):
+    """Let go of a tensor whose block another stream still uses (as after `record_stream`):
+    the free is asked for now and completes at the allocator's next `process_events`."""
+    _lib.standin_free_deferred(p)
 
 
 def backward_tensor(n):

@@ -4,8 +4,11 @@ them, the first let go). With gradient_as_bucket_view the parameters' gradients 
 them, so the backward keeps no gradient of its own; without it (the default) the backward's
 gradients stand beside the buckets, which are DDP's own buffers (the program's job.py makes
 those gradients). At a world of one the first buckets are let go only after the second step's
-backward, the rebuilt ones made beside them (as traces of DDP on an H200 show it: at two ranks
-the first go just before the rebuilt are made)."""
+backward, the rebuilt ones made beside them. At two ranks or more real DDP lets them go before
+the rebuilt ones are made or as late as at one, as its collectives on NCCL's stream complete
+(traces of DDP on H200s show both); here before, or late with DDP_BUCKETS_LATE set."""
+import os
+
 from torch import _standin
 
 
@@ -23,7 +26,7 @@ class DistributedDataParallel:
 
     def _pre_forward(self):
         if self.steps == 1:
-            if self.world == 1:
+            if self.world == 1 or os.environ.get("DDP_BUCKETS_LATE"):
                 self.stale = self.buckets
             else:
                 _standin.free(self.buckets)
