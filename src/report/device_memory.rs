@@ -104,7 +104,13 @@ pub fn at_peaks(
         let Some(at) = crate::report::moments::of(moments, p.record, m.device) else {
             continue;
         };
-        let held = held_by_owner_kinds(tables, &at.replay, &|ptr, _| at.kinds.get(&ptr).copied());
+        // A moment does not keep which tensors were let go of then (docs/limits.md).
+        let held = held_by_owner_kinds(
+            tables,
+            &at.replay,
+            &|ptr, _| at.kinds.get(&ptr).copied(),
+            &|_| false,
+        );
         m.at_peak = split(m.device, m.at_peak.nvml_bytes, p.time_ns, &held);
     }
 }

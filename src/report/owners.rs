@@ -113,16 +113,18 @@ pub const CREATED_POOLS_UNUSED: &str = "the program's CUDA pools, unused";
 /// What each owner holds per device now: the live allocations by owner, and the framework's
 /// cache beyond its tensors (`PyTorch's cache, unused`), largest first on each device.
 pub fn held_by_owner(tables: &TraceTables, rp: &Replay) -> Vec<OwnerBytes> {
-    held_by_owner_kinds(tables, rp, &|_, _| None)
+    held_by_owner_kinds(tables, rp, &|_, _| None, &|_| false)
 }
 
 /// [`held_by_owner`], PyTorch's tensors split by kind where `kind` knows a tensor's (by its
 /// address): `PyTorch tensors: activations`, ..., listed first on each device in the kinds'
-/// order.
+/// order; those `let_go` says the program let go of while other streams use them, apart
+/// ([`IN_USE_ELSEWHERE`]).
 pub fn held_by_owner_kinds(
     tables: &TraceTables,
     rp: &Replay,
     kind: &dyn Fn(u64, &Live) -> Option<Kind>,
+    let_go: &dyn Fn(u64) -> bool,
 ) -> Vec<OwnerBytes> {
     let mut by: BTreeMap<(u8, String), (u64, u64)> = BTreeMap::new();
     let all = rp
@@ -131,8 +133,10 @@ pub fn held_by_owner_kinds(
         .map(|(&p, l)| (p, l))
         .chain(rp.physical.values().map(|l| (0, l)));
     for (p, l) in all {
+        let torch = l.api == Api::Torch as u8;
         let owner = match kind(p, l) {
-            Some(k) if l.api == Api::Torch as u8 => tensors_of_kind(k),
+            _ if torch && let_go(p) => IN_USE_ELSEWHERE.to_string(),
+            Some(k) if torch => tensors_of_kind(k),
             _ => owner_of(tables, l),
         };
         let e = by.entry((l.device, owner)).or_default();

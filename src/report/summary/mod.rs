@@ -527,19 +527,8 @@ impl SummaryPass {
             }
         }
         // Tensors let go of whose memory other streams still use are held, by no kind.
-        let held_kind = |p: u64, l: &super::live::Live| {
-            if kinds.in_use_elsewhere(p) {
-                None
-            } else {
-                lasting(p, l)
-            }
-        };
-        let mut held_at_exit = super::owners::held_by_owner_kinds(reader, rp, &held_kind);
-        for h in &mut held_at_exit {
-            if h.owner == "PyTorch tensors" {
-                h.owner = super::owners::IN_USE_ELSEWHERE.to_string();
-            }
-        }
+        let let_go = |p: u64| kinds.in_use_elsewhere(p);
+        let held_at_exit = super::owners::held_by_owner_kinds(reader, rp, &lasting, &let_go);
         let device_memory =
             super::device_memory::reckon(rp, &held_at_exit, &t.nvml_peaks, &t.nvml_last);
         let nvml_peaks = t.nvml_peaks.iter().map(|(&d, &p)| (d, p)).collect();
