@@ -28,7 +28,7 @@ pub use seq::{SeqAsk, SeqAxis};
 pub use world::WorldSize;
 
 use largest::largest;
-use requests::{Labels, classify, optional_requests};
+use requests::{Labels, classed, optional_requests};
 use scales::Scales;
 use steps::{limit_of, measure_by_second_run, setting_fit, tally};
 
@@ -384,26 +384,17 @@ pub fn batches_asked(ask: &Ask) -> Result<(), FitError> {
     Ok(())
 }
 
+/// Whether the machine has two cores or more (the work of `fit` is split over two threads
+/// there).
+pub(super) fn two_cores() -> bool {
+    std::thread::available_parallelism().is_ok_and(|n| n.get() >= 2)
+}
+
 /// The fit of a run read once ([`read_run`]).
 pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitError> {
     batches_asked(ask)?;
     let input = &run.input;
-    // What the replays and the classing ask of the events as a whole, found on a thread of
-    // its own while the requests are classed where there are two cores.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let class = || {
-        let labels = Labels::of(input);
-        let req = classify(input, input.request_kinds(), &labels);
-        (labels, req)
-    };
-    let (labels, mut req) = if cores >= 2 {
-        std::thread::scope(|s| {
-            s.spawn(|| input.prepare());
-            class()
-        })
-    } else {
-        class()
-    };
+    let (labels, mut req) = classed(input);
     let measured_requests = match &ask.second {
         Some((_, other)) => {
             let second = second_run(run.second_batch.as_ref())?;
@@ -448,8 +439,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     };
     let one = |conf, recorded| with(conf, recorded, &what_if);
     // The two settings' replays are each their own: on two threads where there are two cores.
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let settings = if cores >= 2 {
+    let settings = if two_cores() {
         std::thread::scope(|s| {
             let other = s.spawn(|| one(&expandable, false));
             let first = one(&recorded, true);

@@ -29,6 +29,25 @@ pub(super) fn optional_requests(input: &Input, labels: &Labels) -> Vec<bool> {
         .collect()
 }
 
+/// The run's requests classed by how they follow the batch, with the labels that class them.
+/// What the replays and the classing ask of the events as a whole is found on a thread of its
+/// own meanwhile where there are two cores.
+pub(super) fn classed(input: &Input) -> (Labels, Requests) {
+    let class = || {
+        let labels = Labels::of(input);
+        let req = classify(input, input.request_kinds(), &labels);
+        (labels, req)
+    };
+    if super::two_cores() {
+        std::thread::scope(|s| {
+            s.spawn(|| input.prepare());
+            class()
+        })
+    } else {
+        class()
+    }
+}
+
 /// How each request scales, from its kind and its phase; `input` gives the sizes and stacks.
 pub(super) fn classify(input: &Input, kinds: Vec<Kind>, labels: &Labels) -> Requests {
     let reader = input.tables();

@@ -12,6 +12,7 @@
 mod decided;
 mod maker;
 mod phase;
+mod settle;
 mod tracker;
 
 pub use decided::Decided;
@@ -19,7 +20,8 @@ pub use phase::{
     DEEPSPEED_ZERO_1_2, DEEPSPEED_ZERO_3, Phase, backward_node_of, fsdp_resharding,
     kept_world_size, parallel_frameworks, phase_of_stack, workspace_sizes, world_size_text,
 };
-pub use tracker::{KindTracker, Settling, StepsBegun};
+pub use settle::Settling;
+pub use tracker::{KindTracker, StepsBegun};
 
 use serde::Serialize;
 

@@ -88,6 +88,26 @@ pub fn render(f: &Fit) -> String {
     for s in &f.settings {
         setting_table(&mut o, f, s);
     }
+    settings_compared(&mut o, f);
+    if let Some(a) = &f.seq {
+        seq_axis(&mut o, a, f.at);
+    }
+    lines(
+        &mut o,
+        "kept at their size, their kind unknown (no Python frames)",
+        &f.unknown_lines,
+    );
+    lines(
+        &mut o,
+        "kept at their size, a weight's gradient or 16-bit copy (a parameter's size or half)",
+        &f.parameter_sized_lines,
+    );
+    o
+}
+
+/// Which of the two settings fits the larger batch, by how much, and how to set it.
+fn settings_compared(o: &mut String, f: &Fit) {
+    use std::fmt::Write as _;
     if let [a, b] = f.settings.as_slice()
         && a.largest_batch != b.largest_batch
         && !f.nothing_scales()
@@ -112,20 +132,6 @@ pub fn render(f: &Fit) -> String {
             setting_name(&less.setting),
         );
     }
-    if let Some(a) = &f.seq {
-        seq_axis(&mut o, a, f.at);
-    }
-    lines(
-        &mut o,
-        "kept at their size, their kind unknown (no Python frames)",
-        &f.unknown_lines,
-    );
-    lines(
-        &mut o,
-        "kept at their size, a weight's gradient or 16-bit copy (a parameter's size or half)",
-        &f.parameter_sized_lines,
-    );
-    o
 }
 
 /// The lines kept at their size, under `title`, if any.
