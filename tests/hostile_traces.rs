@@ -196,12 +196,18 @@ fn replay_everything(
     ask.batches = vec![1, 4, 16];
     let fit = gpushim::report::analysis::fit(path, &ask, o);
     // The sharding what-if reads the blocks, parameters and backward of whatever it is given.
-    let sharded = gpushim::report::fit::Ask {
-        shard: Some(true),
-        world_size: Some(2),
-        ..ask
-    };
-    let _ = gpushim::report::analysis::fit(path, &sharded, o);
+    use gpushim::report::torch_allocator::ShardWay;
+    for way in [
+        ShardWay::Fsdp2 { reshard: true },
+        ShardWay::Zero { stage: 2 },
+    ] {
+        let sharded = gpushim::report::fit::Ask {
+            shard: Some(way),
+            world_size: Some(2),
+            ..ask.clone()
+        };
+        let _ = gpushim::report::analysis::fit(path, &sharded, o);
+    }
     let expandable = "expandable_segments:True";
     let confs = [gpushim::report::torch_allocator::model::TorchConf::parse(expandable).unwrap()];
     let simulated = gpushim::report::analysis::read_requests(path, o).and_then(|input| {

@@ -5,7 +5,9 @@
 (torchvision's, convolutions and batch norms, 16 Bottleneck blocks: the one not of 6); and
 their truth's measure, the bytes tensors asked of PyTorch's allocator; with DIST_PEAK set, the
 same truth at the moment of the most bytes allocated, from PyTorch's own record of every
-allocation and free (torch.cuda.memory._record_memory_history)."""
+allocation and free (torch.cuda.memory._record_memory_history). DIST_LAYERS=N: the transformers'
+blocks N rather than 6 (gpt2 at 80: some 600 million parameters, more than one of DeepSpeed's
+default gradient buckets holds)."""
 import json
 import os
 import sys
@@ -16,21 +18,22 @@ import torch
 def build(kind=None):
     """The model (on the CPU) and the class of its blocks."""
     kind = kind or os.environ.get("DIST_MODEL", "gpt2")
+    layers = int(os.environ.get("DIST_LAYERS", "6"))
     if kind == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         from transformers.models.gpt2.modeling_gpt2 import GPT2Block as Block
 
-        return GPT2LMHeadModel(GPT2Config(n_layer=6)), Block
+        return GPT2LMHeadModel(GPT2Config(n_layer=layers)), Block
     if kind == "bert":
         from transformers import BertConfig, BertForMaskedLM
         from transformers.models.bert.modeling_bert import BertLayer as Block
 
-        return BertForMaskedLM(BertConfig(num_hidden_layers=6)), Block
+        return BertForMaskedLM(BertConfig(num_hidden_layers=layers)), Block
     if kind == "vit":
         from transformers import ViTConfig, ViTForImageClassification
         from transformers.models.vit.modeling_vit import ViTLayer as Block
 
-        return ViTForImageClassification(ViTConfig(num_hidden_layers=6, num_labels=1000)), Block
+        return ViTForImageClassification(ViTConfig(num_hidden_layers=layers, num_labels=1000)), Block
     if kind == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
         from transformers.models.llama.modeling_llama import LlamaDecoderLayer as Block
@@ -38,7 +41,7 @@ def build(kind=None):
         config = LlamaConfig(
             hidden_size=768,
             intermediate_size=2048,
-            num_hidden_layers=6,
+            num_hidden_layers=layers,
             num_attention_heads=12,
             num_key_value_heads=4,
             vocab_size=32000,

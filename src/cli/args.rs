@@ -289,12 +289,14 @@ pub enum Cmd {
         /// makes only at more ranks added; FSDP1 and ZeRO need a run of 2 ranks or more.
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), conflicts_with_all = ["with", "seq"])]
         world_size: Option<u64>,
-        /// What-if: the run's model sharded over the ranks as FSDP2 shards it (fully_shard on
-        /// each repeated block and on the model), from a run that keeps it whole (DDP, or one
-        /// process with --world-size): `full` lets each block's gathered parameters go after
-        /// its forward (reshard_after_forward=True), `grad-op` keeps them to its backward
-        /// (False). Over the run's world size, or --world-size N; one rank's rows, its batch.
-        #[arg(long, value_name = "full|grad-op", conflicts_with_all = ["with", "seq", "checkpoint", "autocast"])]
+        /// What-if: the run's model sharded over the ranks, from a run that keeps it whole
+        /// (DDP, or one process with --world-size): `full` and `grad-op` as FSDP2 shards it
+        /// (fully_shard on each repeated block and on the model), each block's gathered
+        /// parameters let go after its forward (reshard_after_forward=True) or kept to its
+        /// backward (False); `zero1` and `zero2` as DeepSpeed's ZeRO-1 and ZeRO-2 hold it
+        /// (fp32, DeepSpeed's defaults; `zero3` is refused, with what to do). Over the run's
+        /// world size, or --world-size N; one rank's rows (the run's rank), its batch.
+        #[arg(long, value_name = "full|grad-op|zero1|zero2", conflicts_with_all = ["with", "seq", "checkpoint", "autocast"])]
         shard: Option<ShardWay>,
         /// The run's own world size, where its trace does not say it (no WORLD_SIZE set).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "world_size")]

@@ -162,7 +162,17 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         autocast,
         world_size,
         run_world_size,
-        shard: shard.map(|s| s == super::args::ShardWay::Full),
+        shard: shard.map(|s| {
+            use super::args::ShardWay;
+            use gpushim::report::torch_allocator::ShardWay as Way;
+            match s {
+                ShardWay::Full => Way::Fsdp2 { reshard: true },
+                ShardWay::GradOp => Way::Fsdp2 { reshard: false },
+                ShardWay::Zero1 => Way::Zero { stage: 1 },
+                ShardWay::Zero2 => Way::Zero { stage: 2 },
+                ShardWay::Zero3 => Way::Zero { stage: 3 },
+            }
+        }),
     };
     let by_seq = with_seq.is_some() || seq_at.is_some() || seq.is_some();
     let ask = match with {

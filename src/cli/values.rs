@@ -124,11 +124,15 @@ pub enum FlameColor {
     Name,
 }
 
-/// How `fit --shard` shards: FSDP2's `reshard_after_forward` True or False.
+/// How `fit --shard` shards: FSDP2's `reshard_after_forward` True or False, or DeepSpeed's
+/// ZeRO-1 or ZeRO-2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ShardWay {
     Full,
     GradOp,
+    Zero1,
+    Zero2,
+    Zero3,
 }
 
 /// What `plot` stacks.

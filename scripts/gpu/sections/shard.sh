@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sharding as a what-if: each rank's peaks under FSDP2 at 2 and 4 ranks, predicted from one DDP run at 2 (fit --shard full|grad-op), against real FSDP2 runs.
+# sharding as a what-if: each rank's peaks under FSDP2 (or DeepSpeed's ZeRO-2) at 2 and 4 ranks, predicted from one DDP run at 2 (fit --shard full|grad-op|zero2), against real runs.
 # scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its config, AdamW, 4 steps) as
 # DDP at 2 ranks and batch 4 per rank under `gpushim run`, PyTorch's defaults; then `gpushim fit
 # r.0.trace --at 4 --batch 4,16 --shard full|grad-op --world-size W` for W of 2 and 4, against
@@ -9,11 +9,17 @@
 # GPUs than ranks, rank 0 alone on one GPU through PyTorch's fake process group (every buffer
 # of the collectives made, no NCCL), those runs eight at a time. One table; the answers and
 # truths kept in $OUT/shard-answers.tar.gz where OUT is set.
+# SHARD_BATCHES (default "4 16"): the batches a rank compared. SHARD_WAYS (default "full
+# grad-op"): zero2 too is `fit --shard zero2` against DeepSpeed's
+# ZeRO-2 in fp32 (scripts/gpu/ds_kinds.py zero2, DeepSpeed's defaults, from .gpu/dssite).
 # On two GPUs or more each 2-rank job runs on them (NCCL), one at a time (some 30 s each): one
 # model a call keeps the section inside ten minutes.
 #   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit; also llama)
 set -euo pipefail
 models=${*:-gpt2 bert vit}
+ways=${SHARD_WAYS:-full grad-op}
+batches=${SHARD_BATCHES:-4 16}
+export PYTHONPATH="$PWD/.gpu/dssite${PYTHONPATH:+:$PYTHONPATH}" DS_BUILD_OPS=0 DS_DTYPE=fp32
 n=$(nvidia-smi -L | wc -l)
 work=$(mktemp -d)
 export DIST_TRUTH_DIR="$work"
@@ -33,11 +39,13 @@ for model in $models; do
   fi
 done
 # The real FSDP2 runs, without the shim.
+mode_of() { case $1 in full) echo fsdp2 ;; grad-op) echo fsdp2-keep ;; *) echo "$1" ;; esac; }
 jobs=()
 for model in $models; do
-  for mode in fsdp2 fsdp2-keep; do
+  for way in $ways; do
+    mode=$(mode_of "$way")
     for w in 2 4; do
-      for b in 4 16; do
+      for b in $batches; do
         for conf in defaults expandable; do
           jobs+=("$model $mode $w $b $conf")
         done
@@ -49,8 +57,10 @@ one() {
   set -- $1
   local setting=""
   [ "$5" = defaults ] || setting="expandable_segments:True"
+  local script=scripts/gpu/dist_kinds.py
+  case $2 in zero*) script=scripts/gpu/ds_kinds.py ;; esac
   PYTORCH_CUDA_ALLOC_CONF=$setting DIST_MODEL=$1 DIST_TRUTH_NAME="$1.$2.w$3.b$4.$5" \
-    $(launch "$3") scripts/gpu/dist_kinds.py "$2" 4 "$4" >"$work/$1.$2.w$3.b$4.$5.out" 2>&1 \
+    $(launch "$3") $script "$2" 4 "$4" >"$work/$1.$2.w$3.b$4.$5.out" 2>&1 \
     || echo "$*: the real run failed: $(tail -1 "$work/$1.$2.w$3.b$4.$5.out")"
 }
 export -f one launch
@@ -61,22 +71,24 @@ printf '%s\n' "${jobs[@]}" | awk -v n="$n" '$3 > n' | xargs -r -P 8 -I{} bash -c
 # The answers.
 for model in $models; do
   [ -f "$work/$model.r0.trace" ] || continue
-  for way in full grad-op; do
+  for way in $ways; do
     for w in 2 4; do
-      "$GPUSHIM_BIN" fit "$work/$model.r0.trace" --at 4 --batch 4,16 --shard "$way" --world-size "$w" \
+      "$GPUSHIM_BIN" fit "$work/$model.r0.trace" --at 4 --batch "$(echo $batches | tr ' ' ,)" --shard "$way" --world-size "$w" \
         --json --quiet >"$work/$model.$way.w$w.fit.json" 2>"$work/$model.$way.w$w.fit.err" \
         || { echo "$model $way $w: fit failed: $(tail -2 "$work/$model.$way.w$w.fit.err")"; }
     done
   done
 done
-python3 - "$work" $models <<'PY'
+SHARD_WAYS="$ways" python3 - "$work" $models <<'PY'
 import json, os, sys
 work, models = sys.argv[1], sys.argv[2:]
+modes = {"full": "fsdp2", "grad-op": "fsdp2-keep"}
 MiB = 1 << 20
 print(f"{'model':6} {'way':8} {'ranks':>5} {'batch':>5} {'setting':11} {'real reserved':>14} {'fit':>10} {'err':>8} {'real allocated':>15} {'fit':>10} {'err':>8}")
 errs = []
 for model in models:
-    for way, mode in (("full", "fsdp2"), ("grad-op", "fsdp2-keep")):
+    for way in os.environ["SHARD_WAYS"].split():
+        mode = modes.get(way, way)
         for w in (2, 4):
             try:
                 f = json.load(open(f"{work}/{model}.{way}.w{w}.fit.json"))

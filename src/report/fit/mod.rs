@@ -210,9 +210,9 @@ pub struct Ask {
     /// run's own when its trace does not say it.
     pub world_size: Option<u64>,
     pub run_world_size: Option<u64>,
-    /// What-if: the model sharded as FSDP2 shards it, resharded after the forward
-    /// (`Some(true)`) or not, over `world_size` or the run's.
-    pub shard: Option<bool>,
+    /// What-if: the model sharded as FSDP2 shards it (resharded after the forward or not), or
+    /// as DeepSpeed's ZeRO-1 or ZeRO-2 holds it, over `world_size` or the run's.
+    pub shard: Option<torch_allocator::ShardWay>,
 }
 
 #[derive(Debug)]
@@ -421,7 +421,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         None => None,
     };
     let (world, sharding) = match ask.shard {
-        Some(reshard) => (None, Some(world::sharding(input, ask, reshard)?)),
+        Some(way) => (None, Some(world::sharding(input, ask, way)?)),
         None => (world::asked(input, &req, ask)?, None),
     };
     let done = std::sync::atomic::AtomicU64::new(0);

@@ -118,7 +118,7 @@ pub(super) fn asked(input: &Input, req: &Requests, ask: &Ask) -> Result<Option<W
 pub(super) fn sharding(
     input: &Input,
     ask: &Ask,
-    reshard: bool,
+    way: crate::report::torch_allocator::ShardWay,
 ) -> Result<crate::report::torch_allocator::Sharding, FitError> {
     let frameworks = crate::report::kinds::parallel_frameworks(input.tables());
     if let Some(f) = frameworks.iter().find(|f| SHARDING.contains(f)) {
@@ -149,7 +149,24 @@ pub(super) fn sharding(
             }
         }
     };
-    input.sharding(world, reshard).map_err(FitError::Shard)
+    use crate::report::torch_allocator::ShardWay;
+    match way {
+        ShardWay::Fsdp2 { reshard } => input.sharding(world, reshard),
+        ShardWay::Zero { stage } => input.zero_sharding(world, run_rank(input), stage),
+    }
+    .map_err(FitError::Shard)
+}
+
+/// The run's rank, as its `RANK` says (0 where it says none).
+fn run_rank(input: &Input) -> u64 {
+    input
+        .tables()
+        .info()
+        .env
+        .iter()
+        .find_map(|kv| kv.strip_prefix("RANK="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// The run's world size: given, else its `WORLD_SIZE` as the trace's header kept it; never

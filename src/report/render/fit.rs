@@ -274,6 +274,9 @@ fn seq_axis(o: &mut String, a: &SeqAxis, batch: u64) {
 /// What `--shard` changed, in one line.
 fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sharded) {
     use std::fmt::Write as _;
+    if let Some(z) = &s.zero {
+        return zero_line(o, s, z);
+    }
     let kept = match s.way {
         "full" => "let go after each forward and gathered again for its backward",
         _ => "kept from its forward to its backward",
@@ -323,6 +326,48 @@ fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sharded) {
              gathered parameters",
             s.blocks - s.with_backward,
             s.blocks
+        );
+    }
+}
+
+/// What `--shard zero1|zero2` changed, in one line.
+fn zero_line(
+    o: &mut String,
+    s: &crate::report::torch_allocator::Sharded,
+    z: &crate::report::torch_allocator::ZeroSaid,
+) {
+    use std::fmt::Write as _;
+    let buckets = match s.dropped_bytes {
+        0 => String::new(),
+        b => format!("DDP's buckets not made ({} over the run); ", human_bytes(b)),
+    };
+    let _ = writeln!(
+        o,
+        "rank {} of {} as DeepSpeed's ZeRO-{} holds it (--shard {}; fp32, DeepSpeed's \
+         defaults: reduce_bucket_size 5e8 elements, contiguous gradients, no overlap_comm): \
+         the parameters flattened into one buffer of {}, whole on every rank; the fp32 master \
+         copy of the rank's partition ({}) and each of the optimizer's {} lines of state one \
+         tensor of it; {}each of {} gradients let go into a gradient bucket of {} as its hook \
+         runs, the partition's gradients ({}) kept from the backward's end to the step; the \
+         activations (the batch is per rank) as the run had them",
+        z.rank,
+        z.world,
+        z.stage,
+        s.way,
+        human_bytes(z.flat_bytes),
+        human_bytes(z.partition_bytes),
+        z.states,
+        buckets,
+        z.gradients,
+        human_bytes(z.bucket_bytes),
+        human_bytes(z.partition_gradient_bytes),
+    );
+    if z.gradients == 0 {
+        let _ = writeln!(
+            o,
+            "  the run made no gradient of its own (DDP's gradient_as_bucket_view=True, or \
+             gradients summed into from an earlier step): the gradient bucket and the \
+             partition's gradients are not in the rows below"
         );
     }
 }

@@ -30,6 +30,7 @@ mod buckets;
 mod gathers;
 mod place;
 mod units;
+mod zero;
 
 pub use buckets::Bucket;
 pub use gathers::Role;
@@ -63,8 +64,40 @@ pub struct Sharded {
     /// DDP's buckets, not made.
     pub dropped_requests: u64,
     pub dropped_bytes: u64,
-    /// The gradients let go at their unit's reduce-scatter.
+    /// The gradients let go at their unit's reduce-scatter (ZeRO: into its bucket).
     pub gradients: u64,
+    /// DeepSpeed's ZeRO-1 or ZeRO-2 (`--shard zero1|zero2`), not FSDP2: what it made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub zero: Option<ZeroSaid>,
+}
+
+/// What a `--shard zero1|zero2` what-if made of the run (`zero.rs`).
+#[derive(Clone, Debug, Serialize)]
+pub struct ZeroSaid {
+    pub stage: u8,
+    /// The rank whose partition it is, of `world`.
+    pub rank: u64,
+    pub world: u64,
+    /// The flat buffer of the parameters (whole), the rank's partition of it (the fp32 master
+    /// copy's bytes, and each optimizer state's), and the partition's gradients (every
+    /// parameter reaching into the partition, whole).
+    pub flat_bytes: u64,
+    pub partition_bytes: u64,
+    pub partition_gradient_bytes: u64,
+    /// The gradient bucket made in each backward.
+    pub bucket_bytes: u64,
+    /// The gradients let go into the bucket as made, and the optimizer's lines of state made
+    /// one tensor of the partition.
+    pub gradients: u64,
+    pub states: u64,
+}
+
+/// How `--shard` shards: FSDP2 (resharding after the forward or not), or DeepSpeed's ZeRO-1 or
+/// ZeRO-2.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Way {
+    Fsdp2 { reshard: bool },
+    Zero { stage: u8 },
 }
 
 /// What an event becomes.
@@ -398,9 +431,17 @@ impl Sharding {
                 dropped_requests: 0,
                 dropped_bytes: 0,
                 gradients: 0,
+                zero: None,
             },
             edits: Edits::over(world),
         }
+    }
+
+    /// A ZeRO what-if over `world` ranks that edits nothing yet (no blocks: ZeRO gathers
+    /// nothing at stages 1 and 2).
+    fn of_zero(world: u64, stage: u8) -> Sharding {
+        let way = if stage == 1 { "zero1" } else { "zero2" };
+        Sharding::of(way, world, (String::new(), 0), (0, 0), (0, 0))
     }
 }
 
@@ -452,6 +493,8 @@ impl Edits {
                 e.kind = match p.ptr >> 56 {
                     t if t == SHARD >> 56 => Kind::Gradient,
                     t if t == PARAMETER >> 56 => Kind::Parameter,
+                    t if t == (1 << 62 | 5 << 56) >> 56 => Kind::OptimizerState,
+                    t if t == (1 << 62 | 6 << 56) >> 56 => Kind::Temporary,
                     _ => Kind::Communication,
                 };
             }
