@@ -111,6 +111,102 @@ fn a_shard_that_cannot_be_told_is_refused() {
         err.contains("the run's WORLD_SIZE (\"0\") is not a world size: give the ranks"),
         "{err}"
     );
+    // ZeRO-3 is not a what-if: the way to its answer is said.
+    let ddp_dir = tempdir("fit-shard-zero3");
+    let ddp = blocks_with(&ddp_dir, 1, "ddp", &[("WORLD_SIZE", "2"), ("RANK", "0")]);
+    let o = gpushim_text(&[
+        "fit",
+        ddp.to_str().unwrap(),
+        "--at",
+        "1",
+        "--shard",
+        "zero3",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("--shard: ZeRO-3 is not modelled as a what-if")
+            && err.contains("trace the job under ZeRO-3 once")
+            && err.contains("--world-size"),
+        "{err}"
+    );
+}
+
+/// From the DDP run at 2 ranks, batch 1: `--shard zero2` is the program with its weights held
+/// as DeepSpeed's ZeRO-2 holds them (its stand-in makes ZeRO-2's requests in the order
+/// DeepSpeed's code makes them, as traces on an H200 show: `blocks.py`), to the byte under both
+/// of PyTorch's settings at 1, 2 and 4, at 2 ranks and (`--world-size 4`) at 4, with a gradient
+/// bucket of 4 MiB that its twelve 1 MiB gradients a step fill three times over; and said.
+#[test]
+fn a_ddp_run_predicts_its_model_held_as_zero2_holds_it() {
+    let dir = tempdir("fit-zero2");
+    let ddp = blocks_with(&dir, 1, "ddp", &[("WORLD_SIZE", "2"), ("RANK", "0")]);
+    let d = ddp.to_str().unwrap();
+    const MIB: u64 = 1 << 20;
+    for (world, w) in [("2", 2u64), ("4", 4)] {
+        let v = json(&[
+            "fit",
+            d,
+            "--at",
+            "1",
+            "--batch",
+            "1,2,4",
+            "--shard",
+            "zero2",
+            "--world-size",
+            world,
+            "--zero-bucket",
+            "1048576",
+            "--json",
+        ]);
+        let s = &v["shard"];
+        let z = &s["zero"];
+        assert_eq!(s["way"], "zero2", "{s}");
+        assert_eq!(z["flat_bytes"].as_u64(), Some(4 * MIB), "{z}");
+        assert_eq!(z["partition_bytes"].as_u64(), Some(4 * MIB / w), "{z}");
+        // Rank 0's partition holds the first 4/W MiB: two whole weights at 2, one at 4.
+        assert_eq!(
+            z["partition_gradient_bytes"].as_u64(),
+            Some(4 * MIB / w),
+            "{z}"
+        );
+        assert_eq!(z["bucket_bytes"].as_u64(), Some(4 * MIB), "{z}");
+        // Two steps of four blocks of three ops, each op's weight gradient; Adam's one line of
+        // state.
+        assert_eq!(z["gradients"].as_u64(), Some(24), "{z}");
+        assert_eq!(z["states"].as_u64(), Some(1), "{z}");
+        assert_eq!(
+            s["dropped_bytes"].as_u64(),
+            Some(8 * MIB),
+            "DDP's buckets: {s}"
+        );
+        let predicted = rows(&v);
+        let real_dir = tempdir("fit-zero2-real");
+        let env = [
+            ("WORLD_SIZE", world),
+            ("RANK", "0"),
+            ("ZERO_BUCKET", "4194304"),
+        ];
+        for batch in [1u64, 2, 4] {
+            let truth = own_rows(&blocks_with(&real_dir, batch, "zero2", &env), batch);
+            for setting in ["", EXPANDABLE] {
+                assert_eq!(
+                    row(&predicted, setting, batch),
+                    row(&truth, setting, batch),
+                    "--shard zero2 at {world} ranks, batch {batch}, setting '{setting}'"
+                );
+            }
+        }
+    }
+    let said = stdout(&gpushim_text(&["fit", d, "--at", "1", "--shard", "zero2"]));
+    assert!(
+        said.contains("rank 0 of 2 as DeepSpeed's ZeRO-2 holds it (--shard zero2; fp32; reduce_bucket_size 500000000 elements"),
+        "{said}"
+    );
+    assert!(
+        said.contains("each of 24 gradients let go into a gradient bucket of 1.86 GiB"),
+        "{said}"
+    );
 }
 
 /// The FSDP2 program at 2 ranks answers for itself at 4 (`--world-size 4`): its shards (the

@@ -298,6 +298,10 @@ pub enum Cmd {
         /// world size, or --world-size N; one rank's rows (the run's rank), its batch.
         #[arg(long, value_name = "full|grad-op|zero1|zero2", conflicts_with_all = ["with", "seq", "checkpoint", "autocast"])]
         shard: Option<ShardWay>,
+        /// With --shard zero1|zero2: the job's DeepSpeed `reduce_bucket_size` (elements of 4
+        /// bytes), where its config sets one (DeepSpeed's default: 500000000).
+        #[arg(long, value_name = "ELEMENTS", requires = "shard", value_parser = clap::value_parser!(u64).range(1..))]
+        zero_bucket: Option<u64>,
         /// The run's own world size, where its trace does not say it (no WORLD_SIZE set).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "world_size")]
         run_world_size: Option<u64>,

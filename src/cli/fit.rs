@@ -108,6 +108,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         world_size,
         run_world_size,
         shard,
+        zero_bucket,
         json,
         ..
     } = command
@@ -168,9 +169,15 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
             match s {
                 ShardWay::Full => Way::Fsdp2 { reshard: true },
                 ShardWay::GradOp => Way::Fsdp2 { reshard: false },
-                ShardWay::Zero1 => Way::Zero { stage: 1 },
-                ShardWay::Zero2 => Way::Zero { stage: 2 },
-                ShardWay::Zero3 => Way::Zero { stage: 3 },
+                ShardWay::Zero1 | ShardWay::Zero2 | ShardWay::Zero3 => Way::Zero {
+                    stage: match s {
+                        ShardWay::Zero1 => 1,
+                        ShardWay::Zero2 => 2,
+                        _ => 3,
+                    },
+                    bucket: zero_bucket
+                        .unwrap_or(gpushim::report::torch_allocator::BUCKET_ELEMENTS),
+                },
             }
         }),
     };

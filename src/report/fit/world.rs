@@ -152,7 +152,9 @@ pub(super) fn sharding(
     use crate::report::torch_allocator::ShardWay;
     match way {
         ShardWay::Fsdp2 { reshard } => input.sharding(world, reshard),
-        ShardWay::Zero { stage } => input.zero_sharding(world, run_rank(input), stage),
+        ShardWay::Zero { stage, bucket } => {
+            input.zero_sharding(world, run_rank(input), (stage, bucket))
+        }
     }
     .map_err(FitError::Shard)
 }

@@ -343,8 +343,8 @@ fn zero_line(
     };
     let _ = writeln!(
         o,
-        "rank {} of {} as DeepSpeed's ZeRO-{} holds it (--shard {}; fp32, DeepSpeed's \
-         defaults: reduce_bucket_size 5e8 elements, contiguous gradients, no overlap_comm): \
+        "rank {} of {} as DeepSpeed's ZeRO-{} holds it (--shard {}; fp32; reduce_bucket_size \
+         {} elements; contiguous gradients and no overlap_comm, DeepSpeed's defaults): \
          the parameters flattened into one buffer of {}, whole on every rank; the fp32 master \
          copy of the rank's partition ({}) and each of the optimizer's {} lines of state one \
          tensor of it; {}each of {} gradients let go into a gradient bucket of {} as its hook \
@@ -354,6 +354,7 @@ fn zero_line(
         z.world,
         z.stage,
         s.way,
+        z.bucket_elements,
         human_bytes(z.flat_bytes),
         human_bytes(z.partition_bytes),
         z.states,

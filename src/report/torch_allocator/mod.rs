@@ -27,7 +27,9 @@ mod sharding;
 
 pub use autocast::{Autocast, AutocastSummary};
 pub use checkpoint::{Blocks, Checkpointing, staging_shape};
-pub use sharding::{Bucket, Edits, Role, Sharded, Sharding, Way as ShardWay, ZeroSaid};
+pub use sharding::{
+    BUCKET_ELEMENTS, Bucket, Edits, Role, Sharded, Sharding, Way as ShardWay, ZeroSaid,
+};
 
 pub use advice::{OomAdvice, RingStart, candidates, oom_advice_of, recommend, recorded_conf};
 pub use read::{Requests, as_replay, devices_only, read_by};

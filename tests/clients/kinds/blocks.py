@@ -61,8 +61,22 @@ a parameter of first dimension 1 (a position embedding's shape) of that many byt
 `fully_shard` after the blocks: FSDP2 keeps its one row whole on every rank; its op's output
 is made after it is gathered, its gradient before its reduce-scatter.
 
+`zero2` is `grads` with the weights held as DeepSpeed's ZeRO-2 holds them on rank 0 of
+WORLD_SIZE (runtime/zero/stage_1_and_2.py, fp32, in the order its code makes its requests, as
+traces of it on an H200 show): the weights flattened into one buffer and let go, the fp32
+master copy of the rank's partition and a zeroed gradient of it let go at once; in each
+backward, the gradient bucket (ZERO_BUCKET bytes, default 4 MiB) made at the first gradient's
+hook, each gradient let go at its hook (once its node is done), the bucket's gradients
+flattened and the partition's gradients made (every weight reaching into the partition,
+whole) where the bucket would overflow and at the backward's end, the bucket let go; in each
+step, the norm (twice each of the partition's weights' bytes there, one at a time), the
+partition's fp32 gradient made and the partition's gradients let go, the client optimizer's
+step on the master copy (one state and one temporary of the partition's size per line), the
+fp32 gradient let go. What `gpushim fit --shard zero2 --zero-bucket` predicts from the `ddp`
+run.
+
 usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS
-                 [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads|ddp|fsdp2|fsdp2-keep]
+                 [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads|ddp|fsdp2|fsdp2-keep|zero2]
                  [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4). BLOCKS_TEMPS=0: the ops make no temporary, so nothing
 the block makes is freed inside it (checkpointed, each op's input is freed once its output is
@@ -101,7 +115,8 @@ ddp = "ddp" in sys.argv[4:]
 reshard = "fsdp2" in sys.argv[4:]
 fsdp2 = reshard or "fsdp2-keep" in sys.argv[4:]
 world = int(os.environ.get("WORLD_SIZE", "2"))
-handed = "grads" in sys.argv[4:] or ddp or fsdp2
+zero = "zero2" in sys.argv[4:]
+handed = "grads" in sys.argv[4:] or ddp or fsdp2 or zero
 summed = "amp-summed" in sys.argv[4:]
 temps = "amp-temps" in sys.argv[4:]
 full = "amp-full" in sys.argv[4:] or temps
@@ -233,6 +248,72 @@ class Net(Module):
 
 
 passed = None  # `grads`: the input's gradient handed to the op before
+hooked = []  # `zero2`: the weights' gradients whose node has not yet returned
+
+
+class Zero:
+    """DeepSpeed's ZeRO-2 on rank 0 of `world`, as the module's comment says."""
+
+    def __init__(self, blocks, world, bucket_bytes):
+        sizes = [b.weight_bytes for b in blocks]
+        align = 8 * world  # 2 x world fp32 elements
+        flat_bytes = -(-sum(sizes) // align) * align
+        self.flat = _standin.empty(flat_bytes)
+        for b in blocks:
+            _standin.free(b.weight)
+        self.part = flat_bytes // world
+        self.master = _standin.empty(self.part)
+        _standin.free(_standin.empty(self.part))  # the zeroed gradient of the partition
+        self.norms, self.whole, offset = [], 0, 0
+        for size in sizes:
+            if offset < self.part:
+                self.norms.append(min(offset + size, self.part) - offset)
+                self.whole += size
+            offset += size
+        self.bucket_bytes, self.bucket, self.held = bucket_bytes, None, 0
+        self.grads_in_partition = None
+        # The client optimizer on the one master tensor: each line's state and temporary of
+        # the partition's size (the blocks' Adam makes 2 MiB of state and a 1 MiB temporary
+        # for each of its weights).
+        self.opt = Adam([self.master], 2 * len(blocks) * MiB // world, len(blocks) * MiB // world)
+
+    def hook(self, grad, size):
+        if self.bucket is None:
+            self.bucket = _standin.empty(self.bucket_bytes)
+        if self.held and self.held + size > self.bucket_bytes:
+            self.reduce()
+        self.held += size
+        _standin.free(grad)
+
+    def reduce(self):
+        if self.held:
+            _standin.free(_standin.empty(self.held))  # the bucket's gradients flattened
+        if self.grads_in_partition is None:
+            self.grads_in_partition = _standin.empty(self.whole)
+        self.held = 0
+
+    def backward_end(self):
+        if self.bucket is not None:
+            self.reduce()
+            _standin.free(self.bucket)
+            self.bucket = None
+
+    def step(self):
+        for n in self.norms:
+            _standin.free(_standin.empty(2 * n))  # fp64, one weight at a time
+        fp32 = _standin.empty(self.part)
+        if self.grads_in_partition is not None:
+            _standin.free(self.grads_in_partition)
+            self.grads_in_partition = None
+        self.opt.step()
+        _standin.free(fp32)
+
+
+def run_hooks():
+    """`zero2`: the hooks of the gradients whose node returned."""
+    for g in hooked:
+        zopt.hook(g, 1 * MiB)
+    hooked.clear()
 
 
 def backward_ops(ops, grad_bytes, first=False, copies=()):
@@ -244,6 +325,8 @@ def backward_ops(ops, grad_bytes, first=False, copies=()):
     prev = None
     first_op = min(node for node, _ in ops) if first else None
     for pos, (node, out) in reversed(list(enumerate(ops))):
+        if zero:
+            run_hooks()  # the node before returned: its gradients' hooks run
         if amp and node in casts:
             # The weight's gradient cast back to its size: summed into .grad at once, or the
             # weight's .grad until the optimizer's step.
@@ -276,7 +359,7 @@ def backward_ops(ops, grad_bytes, first=False, copies=()):
         if handed:
             w = autograd.standin_backward_node(node, 1 * MiB)
             assert w, "out of memory"
-            kept_grads.append(w)
+            (hooked if zero else kept_grads).append(w)
             if node != first_op:
                 passed = autograd.standin_backward_node(node, 1 * MiB * batch)
                 assert passed, "out of memory"
@@ -323,6 +406,9 @@ if fsdp2:
     groups = [_fsdp_param_group.fully_shard(b, world) for b in model.blocks]
     row_group = _fsdp_param_group.fully_shard(row_module, world) if row_module else None
     opt = Adam(model.blocks, 2 * MiB // world, 1 * MiB // world)
+elif zero:
+    zopt = Zero(model.blocks, world, int(os.environ.get("ZERO_BUCKET", str(4 * MiB))))
+    opt = zopt
 else:
     opt = Adam(model.blocks, 2 * MiB)
 shards = []  # fsdp2: each block's shard of its gradients, until the optimizer's step
@@ -382,6 +468,9 @@ for step in range(steps):
         _standin.free(row_out)
     if fsdp2:
         _fsdp_param_group.step_end()
+    if zero:
+        run_hooks()
+        zopt.backward_end()
     opt.step()
     for g in kept_grads + shards:
         _standin.free(g)

@@ -34,6 +34,7 @@ mod zero;
 
 pub use buckets::Bucket;
 pub use gathers::Role;
+pub use zero::BUCKET_ELEMENTS;
 
 use super::checkpoint::{Checkpointed, Stacks};
 use super::{Ev, Event, Input};
@@ -84,7 +85,8 @@ pub struct ZeroSaid {
     pub flat_bytes: u64,
     pub partition_bytes: u64,
     pub partition_gradient_bytes: u64,
-    /// The gradient bucket made in each backward.
+    /// The gradient bucket made in each backward: `reduce_bucket_size` (elements) and bytes.
+    pub bucket_elements: u64,
     pub bucket_bytes: u64,
     /// The gradients let go into the bucket as made, and the optimizer's lines of state made
     /// one tensor of the partition.
@@ -96,8 +98,14 @@ pub struct ZeroSaid {
 /// ZeRO-2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Way {
-    Fsdp2 { reshard: bool },
-    Zero { stage: u8 },
+    Fsdp2 {
+        reshard: bool,
+    },
+    /// ZeRO's stage, and its `reduce_bucket_size` (elements).
+    Zero {
+        stage: u8,
+        bucket: u64,
+    },
 }
 
 /// What an event becomes.

@@ -196,9 +196,14 @@ impl Zero<'_> {
 }
 
 impl Input {
-    /// What DeepSpeed's ZeRO-1 or ZeRO-2 (`stage`) over `world` ranks changes for rank `rank`;
-    /// `Err` says why it cannot be told.
-    pub fn zero_sharding(&self, world: u64, rank: u64, stage: u8) -> Result<Sharding, String> {
+    /// What DeepSpeed's ZeRO-1 or ZeRO-2 (`stage`, its gradient bucket `bucket` elements) over
+    /// `world` ranks changes for rank `rank`; `Err` says why it cannot be told.
+    pub fn zero_sharding(
+        &self,
+        world: u64,
+        rank: u64,
+        (stage, bucket): (u8, u64),
+    ) -> Result<Sharding, String> {
         if world < 2 {
             return Err("sharding over fewer than two ranks changes nothing".into());
         }
@@ -250,7 +255,8 @@ impl Input {
             flat_bytes: flat,
             partition_bytes: part,
             partition_gradient_bytes: whole,
-            bucket_bytes: BUCKET_ELEMENTS * ELEMENT,
+            bucket_elements: bucket,
+            bucket_bytes: bucket.saturating_mul(ELEMENT),
             gradients: 0,
             states: 0,
         };
@@ -286,13 +292,7 @@ impl Input {
             z.backward(&grads);
             let next = steps.get(s + 1).map_or(self.events.len(), |n| n.forward);
             if step.end < next && self.phase_of(step.end, &mut stacks) == Phase::Optimizer {
-                let end = (step.end..next)
-                    .find(|&i| {
-                        self.events[i].ev == Ev::Alloc
-                            && !self.events[i].private
-                            && self.phase_of(i, &mut stacks) != Phase::Optimizer
-                    })
-                    .unwrap_or(next);
+                let end = self.optimizer_end(step.end, next, &frees, &mut stacks);
                 z.step(step.end, end);
             }
         }
@@ -362,6 +362,32 @@ impl Input {
             next = Some(i);
         }
         hook
+    }
+
+    /// Where the optimizer's step that begins at request `begin` is over: after its last
+    /// request and the last free of one, before the first request of another phase (or
+    /// `next`, the next step's forward).
+    fn optimizer_end(
+        &self,
+        begin: usize,
+        next: usize,
+        frees: &FastMap<usize, Vec<usize>>,
+        stacks: &mut Stacks<'_>,
+    ) -> usize {
+        let mut end = begin + 1;
+        for i in begin..next {
+            let e = &self.events[i];
+            if e.ev != Ev::Alloc || e.private {
+                continue;
+            }
+            if self.phase_of(i, stacks) != Phase::Optimizer {
+                break;
+            }
+            end = end.max(i + 1);
+            let freed = frees.get(&i).into_iter().flatten().filter(|&&f| f < next);
+            end = freed.fold(end, |a, &f| a.max(f + 1));
+        }
+        end.min(next)
     }
 
     /// Request `i`'s phase, by its stack.
