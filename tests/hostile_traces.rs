@@ -199,7 +199,10 @@ fn replay_everything(
     use gpushim::report::torch_allocator::ShardWay;
     for way in [
         ShardWay::Fsdp2 { reshard: true },
-        ShardWay::Zero { stage: 2, bucket: 1 << 20 },
+        ShardWay::Zero {
+            stage: 2,
+            bucket: 1 << 20,
+        },
     ] {
         let sharded = gpushim::report::fit::Ask {
             shard: Some(way),

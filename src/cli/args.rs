@@ -2,8 +2,8 @@
 
 use super::help::{ANALYZE_HELP, FIT_HELP, SIMULATE_HELP};
 pub use super::reading::Reading;
+pub use super::values::{Autocast, FlameColor, PlotBy, ShardWay};
 use super::values::{Batches, batches_arg, device_arg, export_formats, fraction_arg, size_arg};
-pub use super::values::{FlameColor, PlotBy, ShardWay};
 use clap::{Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -280,8 +280,8 @@ pub enum Cmd {
         /// sizes), from this run in 32 bits: which ops then run in 16 bits, the copies autocast
         /// makes of their inputs and of the parameters, and the 16-bit gradients, from the
         /// autograd graph the shim records (docs/fit.md says where it can be wrong).
-        #[arg(long, value_name = "bf16|fp16", value_parser = ["bf16", "fp16"], conflicts_with_all = ["with", "seq", "checkpoint"])]
-        autocast: Option<String>,
+        #[arg(long, value_name = "bf16|fp16", conflicts_with_all = ["with", "seq", "checkpoint"])]
+        autocast: Option<Autocast>,
         /// One rank of this data-parallel job at another world size (DDP, FSDP2, FSDP1 or
         /// DeepSpeed's ZeRO, from the frames): the shards of parameters, gradients and
         /// optimizer state resized to 1/N of the model, the rest kept; the batch per rank as
@@ -300,8 +300,8 @@ pub enum Cmd {
         shard: Option<ShardWay>,
         /// With --shard zero1|zero2: the job's DeepSpeed `reduce_bucket_size` (elements of 4
         /// bytes), where its config sets one (DeepSpeed's default: 500000000).
-        #[arg(long, value_name = "ELEMENTS", requires = "shard", value_parser = clap::value_parser!(u64).range(1..))]
-        zero_bucket: Option<u64>,
+        #[arg(long, value_name = "ELEMENTS", requires = "shard", value_parser = clap::value_parser!(u32).range(1..))]
+        zero_bucket: Option<u32>,
         /// The run's own world size, where its trace does not say it (no WORLD_SIZE set).
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..), requires = "world_size")]
         run_world_size: Option<u64>,

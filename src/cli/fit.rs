@@ -160,7 +160,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
         seq: None,
         checkpoint: checkpoint.map(|c| (c != "auto").then_some(c)),
         checkpoint_reentrant: checkpoint_way.map(|w| w == "reentrant"),
-        autocast,
+        autocast: autocast.map(|a| a.name().to_string()),
         world_size,
         run_world_size,
         shard: shard.map(|s| {
@@ -176,7 +176,7 @@ pub fn cmd_fit_of(command: super::args::Cmd, opts: &ReadOptions) -> ExitCode {
                         _ => 3,
                     },
                     bucket: zero_bucket
-                        .unwrap_or(gpushim::report::torch_allocator::BUCKET_ELEMENTS),
+                        .map_or(gpushim::report::torch_allocator::BUCKET_ELEMENTS, u64::from),
                 },
             }
         }),

@@ -135,6 +135,23 @@ pub enum ShardWay {
     Zero3,
 }
 
+/// The 16-bit type of `fit --autocast`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Autocast {
+    Bf16,
+    Fp16,
+}
+
+impl Autocast {
+    /// As the flag takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Autocast::Bf16 => "bf16",
+            Autocast::Fp16 => "fp16",
+        }
+    }
+}
+
 /// What `plot` stacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum PlotBy {
