@@ -49,19 +49,14 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
                 Some(8 << 20),
                 "DDP's buckets: {s}"
             );
-            let predicted = rows(&v);
-            let sharded_dir = tempdir("fit-shard-real");
             let env = [("WORLD_SIZE", world), ("RANK", "0")];
-            for batch in [1u64, 2, 4] {
-                let truth = own_rows(&blocks_with(&sharded_dir, batch, mode, &env), batch);
-                for setting in ["", EXPANDABLE] {
-                    assert_eq!(
-                        row(&predicted, setting, batch),
-                        row(&truth, setting, batch),
-                        "--shard {way} at {world} ranks, batch {batch}, setting '{setting}'"
-                    );
-                }
-            }
+            agrees_with_program(
+                &v,
+                "fit-shard-real",
+                mode,
+                &env,
+                &format!("{way} at {world}"),
+            );
         }
     }
     let said = stdout(&gpushim_text(&["fit", d, "--at", "1", "--shard", "full"]));
@@ -75,6 +70,29 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
         said.contains("let go after each forward and gathered again"),
         "{said}"
     );
+}
+
+/// `fit`'s rows in `v` (batches 1, 2 and 4) are, under both settings, what the blocks program
+/// in `mode` did at each batch (run in a new folder named after `dir`, with `env`).
+fn agrees_with_program(
+    v: &serde_json::Value,
+    dir: &str,
+    mode: &str,
+    env: &[(&'static str, &str)],
+    what: &str,
+) {
+    let predicted = rows(v);
+    let real_dir = tempdir(dir);
+    for batch in [1u64, 2, 4] {
+        let truth = own_rows(&blocks_with(&real_dir, batch, mode, env), batch);
+        for setting in ["", EXPANDABLE] {
+            assert_eq!(
+                row(&predicted, setting, batch),
+                row(&truth, setting, batch),
+                "--shard {what} ranks, batch {batch}, setting '{setting}'"
+            );
+        }
+    }
 }
 
 /// Sharding what is sharded already, or over a world the trace does not say, is refused with
@@ -180,23 +198,18 @@ fn a_ddp_run_predicts_its_model_held_as_zero2_holds_it() {
             Some(8 * MIB),
             "DDP's buckets: {s}"
         );
-        let predicted = rows(&v);
-        let real_dir = tempdir("fit-zero2-real");
         let env = [
             ("WORLD_SIZE", world),
             ("RANK", "0"),
             ("ZERO_BUCKET", "4194304"),
         ];
-        for batch in [1u64, 2, 4] {
-            let truth = own_rows(&blocks_with(&real_dir, batch, "zero2", &env), batch);
-            for setting in ["", EXPANDABLE] {
-                assert_eq!(
-                    row(&predicted, setting, batch),
-                    row(&truth, setting, batch),
-                    "--shard zero2 at {world} ranks, batch {batch}, setting '{setting}'"
-                );
-            }
-        }
+        agrees_with_program(
+            &v,
+            "fit-zero2-real",
+            "zero2",
+            &env,
+            &format!("zero2 at {world}"),
+        );
     }
     let said = stdout(&gpushim_text(&["fit", d, "--at", "1", "--shard", "zero2"]));
     assert!(

@@ -3,7 +3,8 @@
 //! defaults (`contiguous_gradients`, no `overlap_comm`, `reduce_bucket_size` 5e8 elements),
 //! fp32. What that changes in one rank's requests, in the order DeepSpeed's
 //! `DeepSpeedZeroOptimizer` (`runtime/zero/stage_1_and_2.py`, 0.19) makes them, read from
-//! traces of ZeRO-1 and ZeRO-2 on an H200 (the two make the same requests):
+//! traces of ZeRO-1 and ZeRO-2 on an H200 (the two make nearly the same requests; ZeRO-1 held
+//! a few MiB more at some peaks):
 //!
 //! - **At its start** (where the model's parameters are all made): one flat buffer of them
 //!   all, whole on every rank (aligned to `2 N` elements), then each parameter let go (they
