@@ -288,7 +288,7 @@ impl Input {
                     let e = &self.events[i];
                     e.ev == Ev::Alloc && !e.private && e.kind == Kind::Gradient
                 })
-                .map(|g| (g, hooks[g]))
+                .map(|g| (g, hooks.get(&g).copied().unwrap_or(self.events.len())))
                 .collect();
             z.backward(&grads);
             let next = steps.get(s + 1).map_or(self.events.len(), |n| n.forward);
@@ -341,28 +341,32 @@ impl Input {
     /// Where the hook of each gradient runs (by its request's index; the events' length where
     /// none comes): once the node that made it is done (its inputs let go), before the next
     /// request of another node (another autograd sequence number, or stack where there is
-    /// none). One walk back over the events.
-    fn hooks(&self) -> Vec<usize> {
+    /// none). One walk back over the events, holding the answer for gradients alone.
+    fn hooks(&self) -> FastMap<usize, usize> {
         let n = self.events.len();
         let key = |e: &super::super::Event| match e.sequence {
             0 => (false, e.stack),
             s => (true, s),
         };
-        let mut hook = vec![n; n];
-        let mut next: Option<usize> = None;
+        let mut hooks = FastMap::default();
+        // The next request after the one at hand, and where the hook of a tensor it made runs.
+        let mut next: Option<(usize, usize)> = None;
         for i in (0..n).rev() {
             let e = &self.events[i];
             if e.ev != Ev::Alloc || e.private {
                 continue;
             }
-            hook[i] = match next {
-                Some(j) if key(&self.events[j]) != key(e) => j,
-                Some(j) => hook[j],
+            let hook = match next {
+                Some((j, _)) if key(&self.events[j]) != key(e) => j,
+                Some((_, h)) => h,
                 None => n,
             };
-            next = Some(i);
+            if e.kind == Kind::Gradient {
+                hooks.insert(i, hook);
+            }
+            next = Some((i, hook));
         }
-        hook
+        hooks
     }
 
     /// Where the optimizer's step that begins at request `begin` is over: after its last
