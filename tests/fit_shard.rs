@@ -22,19 +22,7 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
     let d = ddp.to_str().unwrap();
     for (way, mode) in [("full", "fsdp2"), ("grad-op", "fsdp2-keep")] {
         for world in ["2", "4"] {
-            let v = json(&[
-                "fit",
-                d,
-                "--at",
-                "1",
-                "--batch",
-                "1,2,4",
-                "--shard",
-                way,
-                "--world-size",
-                world,
-                "--json",
-            ]);
+            let v = sharded_at_1_2_4(d, way, world, &[]);
             let s = &v["shard"];
             assert_eq!(s["way"], way, "{s}");
             assert_eq!(s["world"].as_u64(), world.parse().ok(), "{s}");
@@ -70,6 +58,20 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
         said.contains("let go after each forward and gathered again"),
         "{said}"
     );
+}
+
+/// `fit --json` of the run at batch 1 at batches 1, 2 and 4, sharded `way` over `world` ranks,
+/// with `more` arguments.
+fn sharded_at_1_2_4(trace: &str, way: &str, world: &str, more: &[&str]) -> serde_json::Value {
+    let args = [
+        &[
+            "fit", trace, "--at", "1", "--batch", "1,2,4", "--shard", way,
+        ][..],
+        &["--world-size", world, "--json"],
+        more,
+    ]
+    .concat();
+    json(&args)
 }
 
 /// `fit`'s rows in `v` (batches 1, 2 and 4) are, under both settings, what the blocks program
@@ -162,21 +164,7 @@ fn a_ddp_run_predicts_its_model_held_as_zero2_holds_it() {
     let d = ddp.to_str().unwrap();
     const MIB: u64 = 1 << 20;
     for (world, w) in [("2", 2u64), ("4", 4)] {
-        let v = json(&[
-            "fit",
-            d,
-            "--at",
-            "1",
-            "--batch",
-            "1,2,4",
-            "--shard",
-            "zero2",
-            "--world-size",
-            world,
-            "--zero-bucket",
-            "1048576",
-            "--json",
-        ]);
+        let v = sharded_at_1_2_4(d, "zero2", world, &["--zero-bucket", "1048576"]);
         let s = &v["shard"];
         let z = &s["zero"];
         assert_eq!(s["way"], "zero2", "{s}");
@@ -211,6 +199,21 @@ fn a_ddp_run_predicts_its_model_held_as_zero2_holds_it() {
             &format!("zero2 at {world}"),
         );
     }
+    // The partition is the run's rank's: rank 1's trace answers for rank 1.
+    let rank1_dir = tempdir("fit-zero2-rank1");
+    let r1 = blocks_with(&rank1_dir, 1, "ddp", &[("WORLD_SIZE", "2"), ("RANK", "1")]);
+    let v = sharded_at_1_2_4(
+        r1.to_str().unwrap(),
+        "zero2",
+        "4",
+        &["--zero-bucket", "1048576"],
+    );
+    assert_eq!(
+        v["shard"]["zero"]["rank"].as_u64(),
+        Some(1),
+        "{}",
+        v["shard"]
+    );
     let said = stdout(&gpushim_text(&["fit", d, "--at", "1", "--shard", "zero2"]));
     assert!(
         said.contains("rank 0 of 2 as DeepSpeed's ZeRO-2 holds it (--shard zero2; fp32; reduce_bucket_size 500000000 elements"),

@@ -159,16 +159,9 @@ pub(super) fn sharding(
     .map_err(FitError::Shard)
 }
 
-/// The run's rank, as its `RANK` says (0 where it says none).
+/// The run's rank, as its trace's header keeps it (0 where it says none).
 fn run_rank(input: &Input) -> u64 {
-    input
-        .tables()
-        .info()
-        .env
-        .iter()
-        .find_map(|kv| kv.strip_prefix("RANK="))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    u64::try_from(input.tables().info().rank).unwrap_or(0)
 }
 
 /// The run's world size: given, else its `WORLD_SIZE` as the trace's header kept it; never

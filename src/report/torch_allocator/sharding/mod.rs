@@ -157,6 +157,10 @@ const ALL_GATHER: u64 = 1 << 62 | 1 << 56;
 const SCATTER_INPUT: u64 = 1 << 62 | 2 << 56;
 const SHARD: u64 = 1 << 62 | 3 << 56;
 const PARAMETER: u64 = 1 << 62 | 4 << 56;
+/// ZeRO's (`zero.rs`): an optimizer state, a temporary, its gradient bucket.
+const STATE: u64 = 1 << 62 | 5 << 56;
+const TEMPORARY: u64 = 1 << 62 | 6 << 56;
+const BUCKET: u64 = 1 << 62 | 7 << 56;
 
 /// The address of unit `u`'s gathered parameter `p`.
 fn gathered(u: u64, p: usize) -> u64 {
@@ -308,19 +312,12 @@ impl Input {
         said: &mut Sharded,
     ) -> Vec<Act> {
         let mut act = vec![Act::Keep; self.events.len()];
+        self.drop_buckets(frees, &mut act, said);
         for (i, e) in self.events.iter().enumerate() {
             if e.ev != Ev::Alloc || e.private {
                 continue;
             }
             match e.kind {
-                Kind::Communication => {
-                    act[i] = Act::Skip;
-                    for &f in frees.get(&i).into_iter().flatten() {
-                        act[f] = Act::Skip;
-                    }
-                    said.dropped_requests += 1;
-                    said.dropped_bytes = said.dropped_bytes.saturating_add(e.size);
-                }
                 // The model's parameters are cut where FSDP2 is applied; one made later is
                 // made a shard.
                 Kind::Parameter if i < first_forward => {}
@@ -334,6 +331,26 @@ impl Input {
             }
         }
         act
+    }
+
+    /// DDP's buckets (and their frees) not made, counted in `said`.
+    fn drop_buckets(
+        &self,
+        frees: &FastMap<usize, Vec<usize>>,
+        act: &mut [Act],
+        said: &mut Sharded,
+    ) {
+        for (i, e) in self.events.iter().enumerate() {
+            if e.ev != Ev::Alloc || e.private || e.kind != Kind::Communication {
+                continue;
+            }
+            act[i] = Act::Skip;
+            for &f in frees.get(&i).into_iter().flatten() {
+                act[f] = Act::Skip;
+            }
+            said.dropped_requests += 1;
+            said.dropped_bytes = said.dropped_bytes.saturating_add(e.size);
+        }
     }
 
     /// Each gradient of the backward to the innermost unit whose backward holds it (by its
@@ -501,8 +518,8 @@ impl Edits {
                 e.kind = match p.ptr >> 56 {
                     t if t == SHARD >> 56 => Kind::Gradient,
                     t if t == PARAMETER >> 56 => Kind::Parameter,
-                    t if t == (1 << 62 | 5 << 56) >> 56 => Kind::OptimizerState,
-                    t if t == (1 << 62 | 6 << 56) >> 56 => Kind::Temporary,
+                    t if t == STATE >> 56 => Kind::OptimizerState,
+                    t if t == TEMPORARY >> 56 => Kind::Temporary,
                     _ => Kind::Communication,
                 };
             }

@@ -10,9 +10,10 @@
 //!   all, whole on every rank (aligned to `2 N` elements), then each parameter let go (they
 //!   are views of it from then on); the fp32 master copy of the rank's partition (`1/N` of
 //!   the flat buffer), kept; a zeroed gradient of the partition's size, let go at once.
-//! - **Each backward**: at the first gradient, the gradient bucket (`reduce_bucket_size`
-//!   elements); every gradient copied into it and let go at once (its hook runs as autograd
-//!   makes it); where the bucket would overflow, and after the last gradient, the bucket's
+//! - **Each backward**: at the first gradient's hook, the gradient bucket
+//!   (`reduce_bucket_size` elements); every gradient copied into it and let go as its hook
+//!   runs (once the node that made it has returned and let go of its inputs); where the
+//!   bucket would overflow, and after the frees that follow the last gradient, the bucket's
 //!   gradients flattened (a temporary of their bytes) and the rank's part copied into the
 //!   partition's gradients (made at the first such copy: every parameter that reaches into
 //!   the partition, whole); the bucket let go at the backward's end.
@@ -21,21 +22,20 @@
 //!   partition's gradients let go; the client optimizer's step on the one master tensor, so
 //!   each state and each temporary of a line of the optimizer is one tensor of `1/N` of what
 //!   the run's optimizer made at that line over all the parameters; the fp32 gradient let go
-//!   at the step's end.
+//!   after the optimizer's last free.
 //!
-//! DDP's buckets are not made. The partition is the run's rank's (its `RANK`, else 0).
+//! DDP's buckets, and its broadcast of the parameters at its start, are not made. The
+//! partition is the run's rank's (its header's, else 0).
 
-use super::{Act, Edits, PARAMETER, SHARD, Sharding, ZeroSaid};
+use super::{Act, BUCKET, Edits, PARAMETER, SHARD, STATE, Sharding, TEMPORARY, ZeroSaid};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Phase};
 use crate::report::torch_allocator::checkpoint::Stacks;
 use crate::report::torch_allocator::{Ev, Input};
 
-/// The addresses of ZeRO's own tensors: tags as the FSDP2 what-if's (`super`).
+/// The flat buffer's and the partition's gradients' addresses (the rest take a tag of
+/// `super`'s and a serial number).
 const FLAT: u64 = PARAMETER | 0xff_ffff_ffff_ffff;
-const STATE: u64 = 1 << 62 | 5 << 56;
-const TEMPORARY: u64 = 1 << 62 | 6 << 56;
-const BUCKET: u64 = 1 << 62 | 7 << 56;
 const PARTITION_GRADS: u64 = SHARD | 0xff_ffff_ffff_ffff;
 
 /// DeepSpeed's default `reduce_bucket_size` (elements), fp32's 4 bytes each.
@@ -99,9 +99,7 @@ impl Zero<'_> {
         let at = (last + 1, last);
         self.put(at, false, FLAT, self.said.flat_bytes);
         for (k, &a) in initial.iter().enumerate() {
-            let e = self.input.events[a];
-            self.edits
-                .put((last + 1, a), true, e.ptr, 0, self.input.events[a].stream);
+            self.put((last + 1, a), true, self.input.events[a].ptr, 0);
             self.frees_to(a, (k == 0).then_some(FLAT));
         }
         let master = self.next(STATE);
@@ -155,9 +153,9 @@ impl Zero<'_> {
         }
     }
 
-    /// The optimizer's step beginning at event `begin` and its first event of another phase
-    /// at `end`: the norm, the partition's fp32 gradient made, the partition's gradients let
-    /// go; the fp32 gradient let go at `end`.
+    /// The optimizer's step beginning at event `begin`, over before event `end`: the norm, the
+    /// partition's fp32 gradient made, the partition's gradients let go; the fp32 gradient let
+    /// go at `end`.
     fn step(&mut self, begin: usize, end: usize) {
         let at = (begin, begin);
         for k in 0..self.norms.len() {
@@ -275,7 +273,7 @@ impl Input {
         };
         z.edits.act = vec![Act::Keep; self.events.len()];
         let mut sharding = Sharding::of_zero(world, stage);
-        self.drop_buckets(&frees, &mut z.edits, &mut sharding.said);
+        self.drop_buckets(&frees, &mut z.edits.act, &mut sharding.said);
         z.start(&initial);
         self.drop_broadcast(&initial, first_forward, &frees, &mut z.edits);
         let hooks = self.hooks();
@@ -398,26 +396,6 @@ impl Input {
     /// Request `i`'s phase, by its stack.
     fn phase_of(&self, i: usize, stacks: &mut Stacks<'_>) -> Phase {
         stacks.of(self.events[i].stack).0
-    }
-
-    /// DDP's buckets (and their frees) not made, counted in `said`.
-    fn drop_buckets(
-        &self,
-        frees: &FastMap<usize, Vec<usize>>,
-        edits: &mut Edits,
-        said: &mut super::Sharded,
-    ) {
-        for (i, e) in self.events.iter().enumerate() {
-            if e.ev != Ev::Alloc || e.private || e.kind != Kind::Communication {
-                continue;
-            }
-            edits.act[i] = Act::Skip;
-            for &f in frees.get(&i).into_iter().flatten() {
-                edits.act[f] = Act::Skip;
-            }
-            said.dropped_requests += 1;
-            said.dropped_bytes = said.dropped_bytes.saturating_add(e.size);
-        }
     }
 
     /// The optimizer's requests by line: its state made after the first forward (by stack),
