@@ -203,6 +203,10 @@ fn replay_everything(
             stage: 2,
             bucket: 1 << 20,
         },
+        ShardWay::Zero {
+            stage: 3,
+            bucket: 1 << 20,
+        },
     ] {
         let sharded = gpushim::report::fit::Ask {
             shard: Some(way),

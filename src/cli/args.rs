@@ -293,12 +293,13 @@ pub enum Cmd {
         /// (DDP, or one process with --world-size): `full` and `grad-op` as FSDP2 shards it
         /// (fully_shard on each repeated block and on the model), each block's gathered
         /// parameters let go after its forward (reshard_after_forward=True) or kept to its
-        /// backward (False); `zero1` and `zero2` as DeepSpeed's ZeRO-1 and ZeRO-2 hold it
-        /// (fp32, DeepSpeed's defaults; `zero3` is refused, with what to do). Over the run's
-        /// world size, or --world-size N; one rank's rows (the run's rank), its batch.
-        #[arg(long, value_name = "full|grad-op|zero1|zero2", conflicts_with_all = ["with", "seq", "checkpoint", "autocast"])]
+        /// backward (False); `zero1`, `zero2` and `zero3` as DeepSpeed's ZeRO-1, ZeRO-2 and
+        /// ZeRO-3 hold it (fp32, DeepSpeed's defaults; ZeRO-3 for a model of under 1e9
+        /// elements). Over the run's world size, or --world-size N; one rank's rows (the run's
+        /// rank), its batch.
+        #[arg(long, value_name = "full|grad-op|zero1|zero2|zero3", conflicts_with_all = ["with", "seq", "checkpoint", "autocast"])]
         shard: Option<ShardWay>,
-        /// With --shard zero1|zero2: the job's DeepSpeed `reduce_bucket_size` (elements of 4
+        /// With --shard zero1|zero2|zero3: the job's DeepSpeed `reduce_bucket_size` (elements of 4
         /// bytes), where its config sets one (DeepSpeed's default: 500000000).
         #[arg(long, value_name = "ELEMENTS", requires = "shard", value_parser = clap::value_parser!(u32).range(1..))]
         zero_bucket: Option<u32>,

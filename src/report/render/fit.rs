@@ -330,7 +330,7 @@ fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sharded) {
     }
 }
 
-/// What `--shard zero1|zero2` changed, in one line.
+/// What `--shard zero1|zero2|zero3` changed, in one line.
 fn zero_line(
     o: &mut String,
     s: &crate::report::torch_allocator::Sharded,
@@ -341,6 +341,31 @@ fn zero_line(
         0 => String::new(),
         b => format!("DDP's buckets not made ({} over the run); ", human_bytes(b)),
     };
+    if z.stage == 3 {
+        let _ = writeln!(
+            o,
+            "rank {} of {} as DeepSpeed's ZeRO-3 holds it (--shard zero3; fp32; \
+             reduce_bucket_size {} elements; DeepSpeed's defaults, under which a model of fewer \
+             than 1e9 elements is gathered whole at each forward's start): each parameter's \
+             partition in one buffer of {}, the fp32 master copy of it and each of the \
+             optimizer's {} lines of state one tensor of its size; {}the parameters gathered \
+             whole ({}) on a stream of their own at each forward's start, each let go with its \
+             gradient as the gradient's hook runs ({} gradients into a bucket of {}, kept for \
+             the run); the partition's gradients ({}) kept; the activations (the batch is per \
+             rank) as the run had them",
+            z.rank,
+            z.world,
+            z.bucket_elements,
+            human_bytes(z.partition_bytes),
+            z.states,
+            buckets,
+            human_bytes(z.flat_bytes),
+            z.gradients,
+            human_bytes(z.bucket_bytes),
+            human_bytes(z.partition_gradient_bytes),
+        );
+        return;
+    }
     let _ = writeln!(
         o,
         "rank {} of {} as DeepSpeed's ZeRO-{} holds it (--shard {}; fp32; reduce_bucket_size \

@@ -75,8 +75,20 @@ step on the master copy (one state and one temporary of the partition's size per
 fp32 gradient let go. What `gpushim fit --shard zero2 --zero-bucket` predicts from the `ddp`
 run.
 
+`zero3` is `grads` as DeepSpeed's ZeRO-3 holds the weights on rank 0 of WORLD_SIZE
+(runtime/zero/stage3.py, fp32, its defaults): the weights let go, each one's partition (its
+elements over the world, rounded up) in one flat buffer, the fp32 master copy of it and a
+zeroed copy let go at once, the gradient bucket (ZERO_BUCKET bytes) and the partition's
+gradients kept for the run, each weight gathered whole and let go, one at a time; each forward,
+after the batch, a flat buffer of every weight gathered on a stream of its own and each weight
+copied whole out of it (the flat buffer let go at the forward's end); each gradient let go
+into the bucket at its hook with the gathered weight of its size (the latest), the bucket's
+gradients copied once (DeepSpeed's post-scaling, on its reduce stream) where it would overflow
+and at the backward's end, the weights left let go then; each step, ZeRO-2's norm, fp32
+gradient and client optimizer. What `gpushim fit --shard zero3 --zero-bucket` predicts.
+
 usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS
-                 [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads|ddp|fsdp2|fsdp2-keep|zero2]
+                 [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads|ddp|fsdp2|fsdp2-keep|zero2|zero3]
                  [--batch-size N]
 BLOCKS_COUNT=N: N blocks (default 4). BLOCKS_TEMPS=0: the ops make no temporary, so nothing
 the block makes is freed inside it (checkpointed, each op's input is freed once its output is
@@ -115,7 +127,8 @@ ddp = "ddp" in sys.argv[4:]
 reshard = "fsdp2" in sys.argv[4:]
 fsdp2 = reshard or "fsdp2-keep" in sys.argv[4:]
 world = int(os.environ.get("WORLD_SIZE", "2"))
-zero = "zero2" in sys.argv[4:]
+zero3 = "zero3" in sys.argv[4:]
+zero = "zero2" in sys.argv[4:] or zero3
 handed = "grads" in sys.argv[4:] or ddp or fsdp2 or zero
 summed = "amp-summed" in sys.argv[4:]
 temps = "amp-temps" in sys.argv[4:]
@@ -309,6 +322,74 @@ class Zero:
         _standin.free(fp32)
 
 
+GATHER_STREAM = 0x5A03
+REDUCE_STREAM = 0x5A04
+
+
+def on(stream, n):
+    """A tensor of `n` bytes on `stream`."""
+    _standin._lib.standin_use_stream(stream)
+    try:
+        return _standin.empty(n)
+    finally:
+        _standin._lib.standin_use_stream(0)
+
+
+class Zero3:
+    """DeepSpeed's ZeRO-3 on rank 0 of `world`, as the module's comment says."""
+
+    def __init__(self, blocks, world, bucket_bytes):
+        self.sizes = [b.weight_bytes for b in blocks]
+        for b in blocks:
+            _standin.free(b.weight)
+        self.norms = [-(-(size // 4) // world) * 4 for size in self.sizes]
+        self.part = sum(self.norms)
+        self.flat = _standin.empty(self.part)
+        self.master = _standin.empty(self.part)
+        _standin.free(_standin.empty(self.part))
+        self.bucket = _standin.empty(bucket_bytes)
+        self.grads = _standin.empty(self.part)
+        for size in self.sizes:
+            _standin.free(_standin.empty(size))  # gathered whole, one at a time
+        self.world, self.bucket_bytes, self.held = world, bucket_bytes, 0
+        self.copies, self.gathered = [], None
+        self.opt = Adam([self.master], 2 * len(blocks) * MiB // world, len(blocks) * MiB // world)
+
+    def gather(self):
+        self.gathered = on(GATHER_STREAM, sum(n * self.world for n in self.norms))
+        self.copies = [(size, on(GATHER_STREAM, size)) for size in self.sizes]
+
+    def forward_end(self):
+        _standin.free(self.gathered)
+
+    def post_scale(self):
+        if self.held:
+            _standin.free(on(REDUCE_STREAM, self.held))
+        self.held = 0
+
+    def hook(self, grad, size):
+        if self.held and self.held + size > self.bucket_bytes:
+            self.post_scale()
+        self.held += size
+        _standin.free(grad)
+        same = [k for k, (s, _) in enumerate(self.copies) if s == size]
+        if same:
+            _standin.free(self.copies.pop(same[-1])[1])
+
+    def backward_end(self):
+        self.post_scale()
+        for _, copy in self.copies:
+            _standin.free(copy)
+        self.copies = []
+
+    def step(self):
+        for n in self.norms:
+            _standin.free(_standin.empty(2 * n))  # fp64, one weight at a time
+        fp32 = _standin.empty(self.part)
+        self.opt.step()
+        _standin.free(fp32)
+
+
 def run_hooks():
     """`zero2`: the hooks of the gradients whose node returned."""
     for g in hooked:
@@ -407,7 +488,8 @@ if fsdp2:
     row_group = _fsdp_param_group.fully_shard(row_module, world) if row_module else None
     opt = Adam(model.blocks, 2 * MiB // world, 1 * MiB // world)
 elif zero:
-    zopt = Zero(model.blocks, world, int(os.environ.get("ZERO_BUCKET", str(4 * MiB))))
+    bucket = int(os.environ.get("ZERO_BUCKET", str(4 * MiB)))
+    zopt = (Zero3 if zero3 else Zero)(model.blocks, world, bucket)
     opt = zopt
 else:
     opt = Adam(model.blocks, 2 * MiB)
@@ -415,6 +497,8 @@ shards = []  # fsdp2: each block's shard of its gradients, until the optimizer's
 for step in range(steps):
     step_now = step
     x = _standin.empty(1 * MiB * batch)
+    if zero3:
+        zopt.gather()
     if ddp:
         wrapped._pre_forward()
     per_block = []
@@ -426,6 +510,8 @@ for step in range(steps):
             row_group.reshard()
     out = model(x, per_block, not ckpt)
     loss = _standin.empty(64 * KiB * batch)
+    if zero3:
+        zopt.forward_end()
     if fsdp2:
         _fsdp_param_group.forward_end()
     for i in reversed(range(BLOCKS)):

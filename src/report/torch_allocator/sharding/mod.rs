@@ -465,7 +465,11 @@ impl Sharding {
     /// A ZeRO what-if over `world` ranks that edits nothing yet (no blocks: ZeRO gathers
     /// nothing at stages 1 and 2).
     fn of_zero(world: u64, stage: u8) -> Sharding {
-        let way = if stage == 1 { "zero1" } else { "zero2" };
+        let way = match stage {
+            1 => "zero1",
+            2 => "zero2",
+            _ => "zero3",
+        };
         Sharding::of(way, world, (String::new(), 0), (0, 0), (0, 0))
     }
 }

@@ -33,6 +33,8 @@ use crate::report::kinds::{Kind, Phase};
 use crate::report::torch_allocator::checkpoint::Stacks;
 use crate::report::torch_allocator::{Ev, Input};
 
+mod stage3;
+
 /// The flat buffer's and the partition's gradients' addresses (the rest take a tag of
 /// `super`'s and a serial number).
 const FLAT: u64 = PARAMETER | 0xff_ffff_ffff_ffff;
@@ -41,6 +43,9 @@ const PARTITION_GRADS: u64 = SHARD | 0xff_ffff_ffff_ffff;
 /// DeepSpeed's default `reduce_bucket_size` (elements), fp32's 4 bytes each.
 pub const BUCKET_ELEMENTS: u64 = 500_000_000;
 const ELEMENT: u64 = 4;
+/// The most gathers of a parameter (parameters times steps) a ZeRO-3 what-if makes (each
+/// is an edit held for the replay).
+const GATHERS_MOST: usize = 1 << 22;
 /// The most parameters whose norms a step's edits take one at a time (each step's requests
 /// would otherwise grow with the steps times the parameters).
 const NORMS_MOST: usize = 1024;
@@ -206,15 +211,6 @@ impl Input {
         if world < 2 {
             return Err("sharding over fewer than two ranks changes nothing".into());
         }
-        if stage == 3 {
-            return Err(
-                "ZeRO-3 is not modelled as a what-if (it gathers each module's \
-                        parameters as its prefetching and persistence thresholds decide): \
-                        trace the job under ZeRO-3 once, at any world size of 2 or more, and \
-                        ask that run with --world-size"
-                    .into(),
-            );
-        }
         let mut stacks = Stacks::new(&self.tables);
         let steps = self.steps(&mut stacks);
         let frees = self.frees();
@@ -233,20 +229,40 @@ impl Input {
         }
         let sizes: Vec<u64> = initial.iter().map(|&i| self.events[i].size).collect();
         let total = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
-        let align = ELEMENT.saturating_mul(2).saturating_mul(world);
-        let flat = total.div_ceil(align).saturating_mul(align);
-        let part = flat / world;
         let rank = rank.min(world - 1);
-        let (lo, hi) = (part.saturating_mul(rank), part.saturating_mul(rank + 1));
-        let (mut in_partition, mut whole, mut offset) = (Vec::new(), 0u64, 0u64);
-        for &s in &sizes {
-            let (a, b) = (offset, offset.saturating_add(s));
-            if b > lo && a < hi {
-                in_partition.push(b.min(hi) - a.max(lo));
-                whole = whole.saturating_add(s);
+        let (flat, part, in_partition, whole) = match stage {
+            3 => {
+                let gathers = sizes.len().saturating_mul(steps.len());
+                if total / ELEMENT > stage3::LIVE_MOST || gathers > GATHERS_MOST {
+                    return Err(format!(
+                        "ZeRO-3 is modelled for a model of at most {} elements gathered at most                          {GATHERS_MOST} times over the run (this one: {} elements, {}                          parameters over {} steps): past DeepSpeed's live-parameter limit it                          gathers each module's parameters again in the backward, which is not                          modelled; trace the job under ZeRO-3 once (a shorter run for the                          count) and ask that run with --world-size",
+                        stage3::LIVE_MOST,
+                        total / ELEMENT,
+                        sizes.len(),
+                        steps.len()
+                    ));
+                }
+                let parts: Vec<u64> = sizes.iter().map(|&s| stage3::part_of(s, world)).collect();
+                let part = parts.iter().fold(0u64, |a, &p| a.saturating_add(p));
+                (part.saturating_mul(world), part, parts, part)
             }
-            offset = b;
-        }
+            _ => {
+                let align = ELEMENT.saturating_mul(2).saturating_mul(world);
+                let flat = total.div_ceil(align).saturating_mul(align);
+                let part = flat / world;
+                let (lo, hi) = (part.saturating_mul(rank), part.saturating_mul(rank + 1));
+                let (mut in_partition, mut whole, mut offset) = (Vec::new(), 0u64, 0u64);
+                for &s in &sizes {
+                    let (a, b) = (offset, offset.saturating_add(s));
+                    if b > lo && a < hi {
+                        in_partition.push(b.min(hi) - a.max(lo));
+                        whole = whole.saturating_add(s);
+                    }
+                    offset = b;
+                }
+                (flat, part, in_partition, whole)
+            }
+        };
         let said = ZeroSaid {
             stage,
             rank,
@@ -274,11 +290,23 @@ impl Input {
         z.edits.act = vec![Act::Keep; self.events.len()];
         let mut sharding = Sharding::of_zero(world, stage);
         self.drop_buckets(&frees, &mut z.edits.act, &mut sharding.said);
-        z.start(&initial);
+        match stage {
+            3 => z.start3(&initial),
+            _ => z.start(&initial),
+        }
         self.drop_broadcast(&initial, first_forward, &frees, &mut z.edits);
         let hooks = self.hooks();
+        let gather_stream = self.events.iter().map(|e| e.stream).max().unwrap_or(0);
+        let gather_stream = gather_stream.saturating_add(1);
+        let streams = (gather_stream, gather_stream.saturating_add(1));
         for (s, step) in steps.iter().enumerate() {
+            let forward_end = step.backward.unwrap_or(step.end);
+            let copies =
+                (stage == 3).then(|| z.gather(step.forward, forward_end, &initial, gather_stream));
             let Some(backward) = step.backward else {
+                if let Some(copies) = copies {
+                    z.backward3(&[], copies, step.end, streams);
+                }
                 continue;
             };
             let grads: Vec<(usize, usize)> = (backward..step.end)
@@ -288,7 +316,13 @@ impl Input {
                 })
                 .map(|g| (g, hooks.get(&g).copied().unwrap_or(self.events.len())))
                 .collect();
-            z.backward(&grads);
+            match copies {
+                Some(copies) => {
+                    let end = grads.last().map_or(step.end, |&(_, hook)| hook);
+                    z.backward3(&grads, copies, end, streams);
+                }
+                None => z.backward(&grads),
+            }
             let next = steps.get(s + 1).map_or(self.events.len(), |n| n.forward);
             if step.end < next && self.phase_of(step.end, &mut stacks) == Phase::Optimizer {
                 let end = self.optimizer_end(step.end, next, &frees, &mut stacks);
