@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# sharding as a what-if: each rank's peaks under FSDP2 (or DeepSpeed's ZeRO-2) at 2 and 4 ranks, predicted from one DDP run at 2 (fit --shard full|grad-op|zero2), against real runs.
+# sharding as a what-if: each rank's peaks under FSDP2 (or DeepSpeed's ZeRO) at 2 and 4 ranks, predicted from one DDP run at 2 (fit --shard full|grad-op|zero1|zero2|zero3), against real runs.
 # scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its config, AdamW, 4 steps) as
 # DDP at 2 ranks and batch 4 per rank under `gpushim run`, PyTorch's defaults; then `gpushim fit
 # r.0.trace --at 4 --batch 4,16 --shard full|grad-op --world-size W` for W of 2 and 4, against
@@ -10,8 +10,8 @@
 # of the collectives made, no NCCL), those runs eight at a time. One table; the answers and
 # truths kept in $OUT/shard-answers.tar.gz where OUT is set.
 # SHARD_BATCHES (default "4 16"): the batches a rank compared. SHARD_WAYS (default "full
-# grad-op"): zero2 too is `fit --shard zero2` against DeepSpeed's
-# ZeRO-2 in fp32 (scripts/gpu/ds_kinds.py zero2, DeepSpeed's defaults, from .gpu/dssite).
+# grad-op"): zero1, zero2 and zero3 too are `fit --shard zeroN` against DeepSpeed's
+# ZeRO-N in fp32 (scripts/gpu/ds_kinds.py zeroN, DeepSpeed's defaults, from .gpu/dssite).
 # On two GPUs or more each 2-rank job runs on them (NCCL), one at a time (some 30 s each): one
 # model a call keeps the section inside ten minutes.
 #   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit; also llama)
