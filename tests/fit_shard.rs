@@ -131,6 +131,28 @@ fn a_shard_that_cannot_be_told_is_refused() {
         err.contains("the run's WORLD_SIZE (\"0\") is not a world size: give the ranks"),
         "{err}"
     );
+    // ZeRO-3 past DeepSpeed's live-parameter limit (1e9 elements: four weights of 1.1 GB)
+    // gathers each module again in the backward, which is not modelled: said, with the way.
+    let big_dir = tempdir("fit-shard-zero3-big");
+    let weight = (1_100_000_000u64).to_string();
+    let env = [("WORLD_SIZE", "2"), ("BLOCKS_WEIGHT", weight.as_str())];
+    let big = blocks_with(&big_dir, 1, "ddp", &env);
+    let o = gpushim_text(&[
+        "fit",
+        big.to_str().unwrap(),
+        "--at",
+        "1",
+        "--shard",
+        "zero3",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("ZeRO-3 is modelled for a model of at most 1000000000 elements")
+            && err.contains("this one: 1100000000 elements, 4 parameters over 2 steps")
+            && err.contains("ask that run with --world-size"),
+        "{err}"
+    );
 }
 
 /// From the DDP run at 2 ranks, batch 1: `--shard zero2` is the program with its weights held

@@ -90,7 +90,8 @@ gradient and client optimizer. What `gpushim fit --shard zero3 --zero-bucket` pr
 usage: blocks.py LIBTORCH_CPU LIBC10_CUDA STEPS
                  [ckpt|amp|amp-grads|amp-full|amp-temps|amp-summed|grads|ddp|fsdp2|fsdp2-keep|zero2|zero3]
                  [--batch-size N]
-BLOCKS_COUNT=N: N blocks (default 4). BLOCKS_TEMPS=0: the ops make no temporary, so nothing
+BLOCKS_COUNT=N: N blocks (default 4). BLOCKS_WEIGHT=BYTES: each block's weight (default 1 MiB;
+its gradients and optimizer state keep their sizes). BLOCKS_TEMPS=0: the ops make no temporary, so nothing
 the block makes is freed inside it (checkpointed, each op's input is freed once its output is
 made). BLOCKS_LOCAL set: the block's forward named as a class defined inside a function's is
 (`build.<locals>.Block.forward`)."""
@@ -117,6 +118,7 @@ KiB = 1 << 10
 MiB = 1 << 20
 BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 ROW = int(os.environ.get("BLOCKS_ROW", "0"))
+WEIGHT = int(os.environ.get("BLOCKS_WEIGHT", str(1 * MiB)))
 TEMPS = os.environ.get("BLOCKS_TEMPS", "1") != "0"
 steps = int(sys.argv[3])
 reentrant = bool(os.environ.get("BLOCKS_TRANSFORMERS"))
@@ -170,7 +172,7 @@ def op_output(n, cast=False, cast_input=False):
 
 class Block(Module):
     def __init__(self):
-        self.weight_bytes = 1 * MiB
+        self.weight_bytes = WEIGHT
         self.weight = _standin.empty(self.weight_bytes)
         self.grad = None
 

@@ -235,7 +235,12 @@ impl Input {
                 let gathers = sizes.len().saturating_mul(steps.len());
                 if total / ELEMENT > stage3::LIVE_MOST || gathers > GATHERS_MOST {
                     return Err(format!(
-                        "ZeRO-3 is modelled for a model of at most {} elements gathered at most                          {GATHERS_MOST} times over the run (this one: {} elements, {}                          parameters over {} steps): past DeepSpeed's live-parameter limit it                          gathers each module's parameters again in the backward, which is not                          modelled; trace the job under ZeRO-3 once (a shorter run for the                          count) and ask that run with --world-size",
+                        "ZeRO-3 is modelled for a model of at most {} elements gathered at \
+                         most {GATHERS_MOST} times over the run (this one: {} elements, {} \
+                         parameters over {} steps): past DeepSpeed's live-parameter limit it \
+                         gathers each module's parameters again in the backward, which is not \
+                         modelled; trace the job under ZeRO-3 once (a shorter run for the \
+                         count) and ask that run with --world-size",
                         stage3::LIVE_MOST,
                         total / ELEMENT,
                         sizes.len(),
