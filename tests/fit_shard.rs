@@ -167,12 +167,9 @@ fn a_ddp_run_predicts_its_model_held_as_zero2_holds_it() {
     let d = ddp.to_str().unwrap();
     const MIB: u64 = 1 << 20;
     for (world, w) in [("2", 2u64), ("4", 4)] {
-        let v = sharded_at_1_2_4(d, "zero2", world, &["--zero-bucket", "1048576"]);
-        let s = &v["shard"];
-        let z = &s["zero"];
-        assert_eq!(s["way"], "zero2", "{s}");
+        let v = zero_agrees_with_program(d, "zero2", world, w);
+        let (s, z) = (&v["shard"], &v["shard"]["zero"]);
         assert_eq!(z["flat_bytes"].as_u64(), Some(4 * MIB), "{z}");
-        assert_eq!(z["partition_bytes"].as_u64(), Some(4 * MIB / w), "{z}");
         // Rank 0's partition holds the first 4/W MiB: two whole weights at 2, one at 4.
         assert_eq!(
             z["partition_gradient_bytes"].as_u64(),
@@ -180,26 +177,12 @@ fn a_ddp_run_predicts_its_model_held_as_zero2_holds_it() {
             "{z}"
         );
         assert_eq!(z["bucket_bytes"].as_u64(), Some(4 * MIB), "{z}");
-        // Two steps of four blocks of three ops, each op's weight gradient; Adam's one line of
-        // state.
-        assert_eq!(z["gradients"].as_u64(), Some(24), "{z}");
+        // Adam's one line of state.
         assert_eq!(z["states"].as_u64(), Some(1), "{z}");
         assert_eq!(
             s["dropped_bytes"].as_u64(),
             Some(8 * MIB),
             "DDP's buckets: {s}"
-        );
-        let env = [
-            ("WORLD_SIZE", world),
-            ("RANK", "0"),
-            ("ZERO_BUCKET", "4194304"),
-        ];
-        agrees_with_program(
-            &v,
-            "fit-zero2-real",
-            "zero2",
-            &env,
-            &format!("zero2 at {world}"),
         );
     }
     // The partition is the run's rank's: rank 1's trace answers for rank 1.
@@ -228,6 +211,26 @@ fn a_ddp_run_predicts_its_model_held_as_zero2_holds_it() {
     );
 }
 
+/// `fit --shard WAY` (`zero2` or `zero3`) of the DDP run `d` over `world` (`w`) ranks with a
+/// bucket of 1,048,576 elements is the blocks program under that stand-in at 1, 2 and 4 to the
+/// byte; the partition the rank's 4/W MiB; two steps of four blocks of three ops, each op's
+/// weight gradient let go into the bucket. What `fit` answered.
+fn zero_agrees_with_program(d: &str, way: &str, world: &str, w: u64) -> serde_json::Value {
+    let v = sharded_at_1_2_4(d, way, world, &["--zero-bucket", "1048576"]);
+    let (s, z) = (&v["shard"], &v["shard"]["zero"]);
+    assert_eq!(s["way"], way, "{s}");
+    assert_eq!(z["partition_bytes"].as_u64(), Some((4 << 20) / w), "{z}");
+    assert_eq!(z["gradients"].as_u64(), Some(24), "{z}");
+    let env = [
+        ("WORLD_SIZE", world),
+        ("RANK", "0"),
+        ("ZERO_BUCKET", "4194304"),
+    ];
+    let what = format!("{way} at {world}");
+    agrees_with_program(&v, &format!("fit-{way}-real"), way, &env, &what);
+    v
+}
+
 /// From the DDP run at 2 ranks, batch 1: `--shard zero3` is the program with its weights held
 /// as DeepSpeed's ZeRO-3 holds them (`blocks.py zero3`: the partitions, the bucket kept for the
 /// run, every weight gathered on a stream of its own at each forward's start and let go at its
@@ -239,31 +242,18 @@ fn a_ddp_run_predicts_its_model_held_as_zero3_holds_it() {
     let dir = tempdir("fit-zero3");
     let ddp = blocks_with(&dir, 1, "ddp", &[("WORLD_SIZE", "2"), ("RANK", "0")]);
     let d = ddp.to_str().unwrap();
-    const MIB: u64 = 1 << 20;
     for (world, w) in [("2", 2u64), ("4", 4)] {
-        let v = sharded_at_1_2_4(d, "zero3", world, &["--zero-bucket", "1048576"]);
-        let s = &v["shard"];
-        let z = &s["zero"];
-        assert_eq!(s["way"], "zero3", "{s}");
-        assert_eq!(z["stage"].as_u64(), Some(3), "{z}");
-        assert_eq!(z["partition_bytes"].as_u64(), Some(4 * MIB / w), "{z}");
-        assert_eq!(z["gradients"].as_u64(), Some(24), "{z}");
-        let env = [
-            ("WORLD_SIZE", world),
-            ("RANK", "0"),
-            ("ZERO_BUCKET", "4194304"),
-        ];
-        agrees_with_program(
-            &v,
-            "fit-zero3-real",
-            "zero3",
-            &env,
-            &format!("zero3 at {world}"),
-        );
+        let v = zero_agrees_with_program(d, "zero3", world, w);
+        assert_eq!(v["shard"]["zero"]["stage"].as_u64(), Some(3), "{v}");
     }
     let said = stdout(&gpushim_text(&["fit", d, "--at", "1", "--shard", "zero3"]));
     assert!(
         said.contains("rank 0 of 2 as DeepSpeed's ZeRO-3 holds it (--shard zero3; fp32"),
+        "{said}"
+    );
+    assert!(
+        said.contains("the parameters gathered whole (4.00 MiB) on a stream of their own")
+            && said.contains("(24 gradients into a bucket of 1.86 GiB, kept for the run)"),
         "{said}"
     );
 }
