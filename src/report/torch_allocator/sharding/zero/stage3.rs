@@ -12,10 +12,13 @@
 //!   prefetches every parameter at the forward's start (the live-parameter limit and the
 //!   reuse distance, 1e9 elements each, are above the whole model): flat buffers of about
 //!   `stage3_prefetch_bucket_size` (5e7) elements gathered on a stream of their own, each
-//!   parameter made whole out of them, the flat buffers let go.
+//!   parameter made whole out of its own, each flat buffer but the last let go once its
+//!   parameters are out, the last at the forward's end.
 //! - **Each backward**: each gradient copied into the bucket and let go as its hook runs, and
 //!   the gathered parameter of its size let go there too (the module's backward is over);
-//!   those no gradient matched let go at the backward's end.
+//!   where the bucket would overflow, and after the last gradient, DeepSpeed's post-scaling
+//!   copy of the bucket's gradients (`mul` by 1) on its reduce stream; the parameters no
+//!   gradient matched let go at the backward's end.
 //! - **Each step**: as ZeRO-2's, the partition's gradients kept.
 //!
 //! A model of more than 1e9 elements is refused: DeepSpeed then lets each module's parameters
