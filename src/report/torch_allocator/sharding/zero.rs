@@ -25,7 +25,8 @@
 //!   after the optimizer's last free.
 //!
 //! DDP's buckets, and its broadcast of the parameters at its start, are not made. The
-//! partition is the run's rank's (its header's, else 0).
+//! partition is the run's rank's (its header's, else 0). ZeRO-3 (`--shard zero3`) goes the same
+//! walk with its own start, gathers and backward (`zero/stage3.rs`).
 
 use super::{Act, BUCKET, Edits, PARAMETER, SHARD, STATE, Sharding, TEMPORARY, ZeroSaid};
 use crate::fasthash::FastMap;
@@ -228,46 +229,9 @@ impl Input {
             });
         }
         let sizes: Vec<u64> = initial.iter().map(|&i| self.events[i].size).collect();
-        let total = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
         let rank = rank.min(world - 1);
-        let (flat, part, in_partition, whole) = match stage {
-            3 => {
-                let gathers = sizes.len().saturating_mul(steps.len());
-                if total / ELEMENT > stage3::LIVE_MOST || gathers > GATHERS_MOST {
-                    return Err(format!(
-                        "ZeRO-3 is modelled for a model of at most {} elements gathered at \
-                         most {GATHERS_MOST} times over the run (this one: {} elements, {} \
-                         parameters over {} steps): past DeepSpeed's live-parameter limit it \
-                         gathers each module's parameters again in the backward, which is not \
-                         modelled; trace the job under ZeRO-3 once (a shorter run for the \
-                         count) and ask that run with --world-size",
-                        stage3::LIVE_MOST,
-                        total / ELEMENT,
-                        sizes.len(),
-                        steps.len()
-                    ));
-                }
-                let parts: Vec<u64> = sizes.iter().map(|&s| stage3::part_of(s, world)).collect();
-                let part = parts.iter().fold(0u64, |a, &p| a.saturating_add(p));
-                (part.saturating_mul(world), part, parts, part)
-            }
-            _ => {
-                let align = ELEMENT.saturating_mul(2).saturating_mul(world);
-                let flat = total.div_ceil(align).saturating_mul(align);
-                let part = flat / world;
-                let (lo, hi) = (part.saturating_mul(rank), part.saturating_mul(rank + 1));
-                let (mut in_partition, mut whole, mut offset) = (Vec::new(), 0u64, 0u64);
-                for &s in &sizes {
-                    let (a, b) = (offset, offset.saturating_add(s));
-                    if b > lo && a < hi {
-                        in_partition.push(b.min(hi) - a.max(lo));
-                        whole = whole.saturating_add(s);
-                    }
-                    offset = b;
-                }
-                (flat, part, in_partition, whole)
-            }
-        };
+        let (flat, part, in_partition, whole) =
+            partition(&sizes, steps.len(), stage, (world, rank))?;
         let said = ZeroSaid {
             stage,
             rank,
@@ -463,4 +427,54 @@ impl Input {
         }
         (states, temporaries)
     }
+}
+
+/// ZeRO-`stage`'s flat buffer over `world` ranks, rank `rank`'s partition of it, the bytes of
+/// each parameter in the partition (its norms) and of those reaching into it, whole, from the
+/// parameters' `sizes`; `Err` for a ZeRO-3 model past what is modelled (over `steps` steps).
+fn partition(
+    sizes: &[u64],
+    steps: usize,
+    stage: u8,
+    (world, rank): (u64, u64),
+) -> Result<(u64, u64, Vec<u64>, u64), String> {
+    let total = sizes.iter().fold(0u64, |a, &s| a.saturating_add(s));
+    Ok(match stage {
+        3 => {
+            let gathers = sizes.len().saturating_mul(steps);
+            if total / ELEMENT > stage3::LIVE_MOST || gathers > GATHERS_MOST {
+                return Err(format!(
+                    "ZeRO-3 is modelled for a model of at most {} elements gathered at \
+                     most {GATHERS_MOST} times over the run (this one: {} elements, {} \
+                     parameters over {} steps): past DeepSpeed's live-parameter limit it \
+                     gathers each module's parameters again in the backward, which is not \
+                     modelled; trace the job under ZeRO-3 once (a shorter run for the \
+                     count) and ask that run with --world-size",
+                    stage3::LIVE_MOST,
+                    total / ELEMENT,
+                    sizes.len(),
+                    steps
+                ));
+            }
+            let parts: Vec<u64> = sizes.iter().map(|&s| stage3::part_of(s, world)).collect();
+            let part = parts.iter().fold(0u64, |a, &p| a.saturating_add(p));
+            (part.saturating_mul(world), part, parts, part)
+        }
+        _ => {
+            let align = ELEMENT.saturating_mul(2).saturating_mul(world);
+            let flat = total.div_ceil(align).saturating_mul(align);
+            let part = flat / world;
+            let (lo, hi) = (part.saturating_mul(rank), part.saturating_mul(rank + 1));
+            let (mut in_partition, mut whole, mut offset) = (Vec::new(), 0u64, 0u64);
+            for &s in sizes {
+                let (a, b) = (offset, offset.saturating_add(s));
+                if b > lo && a < hi {
+                    in_partition.push(b.min(hi) - a.max(lo));
+                    whole = whole.saturating_add(s);
+                }
+                offset = b;
+            }
+            (flat, part, in_partition, whole)
+        }
+    })
 }
