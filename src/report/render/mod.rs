@@ -4,6 +4,7 @@
 
 pub mod device_memory;
 pub mod fit;
+mod fit_jobs;
 pub mod holders;
 pub mod job;
 pub mod leaks;
