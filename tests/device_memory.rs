@@ -85,7 +85,9 @@ fn stream_ordered_memory_is_named_by_the_library_that_asked_for_it() {
 /// The device's own figure (NVML's, the simulator's here: the process's allocations plus its
 /// 512 MiB context) kept in the trace and split by owner at its peak (64 MiB more of the
 /// program's, held for a while) and at exit, the rest named as made by no allocating call; the
-/// parts add up to NVML's figure.
+/// parts add up to NVML's figure. The 64 MiB allocation returns 300 ms after the simulator
+/// counted it (`GPUSHIM_SIM_RETURN_MS`), so the sampler runs while NVML already has it and
+/// its record is not yet written: the sample must wait for the record, whatever the load.
 #[test]
 fn nvmls_figure_is_split_by_owner_at_its_peak_and_at_exit() {
     let t = tempdir("nvml").file("n.trace");
@@ -95,7 +97,7 @@ fn nvmls_figure_is_split_by_owner_at_its_peak_and_at_exit() {
             preload: true,
             trace: Some(&t),
             args: vec!["450".into()],
-            ..Run::default()
+            env: vec![("GPUSHIM_SIM_RETURN_MS", "300".into())],
         },
     );
     assert_ok(&out);

@@ -82,6 +82,10 @@ static int created_slot(CUmemoryPool pool) {
 }
 static uint64_t limit_bytes;
 static unsigned latency_us;
+/* GPUSHIM_SIM_RETURN_MS: a device allocation of 32 MiB or more returns this long after its
+ * memory is counted (NVML already sees it), as a real cuMemAlloc can return late to a thread
+ * the scheduler set aside: the caller records it only after that. */
+static unsigned return_ms;
 static int ndevices = 1;
 static __thread int current_device = 0;
 static int configured;
@@ -113,6 +117,8 @@ static void configure_locked(void) {
     limit_bytes = m ? strtoull(m, NULL, 0) : (16ull << 30);
     const char *l = getenv("GPUSHIM_SIM_LATENCY_US");
     latency_us = l ? (unsigned)strtoul(l, NULL, 0) : 0;
+    const char *r = getenv("GPUSHIM_SIM_RETURN_MS");
+    return_ms = r ? (unsigned)strtoul(r, NULL, 0) : 0;
     const char *d = getenv("GPUSHIM_SIM_DEVICES");
     ndevices = d ? atoi(d) : 1;
     if (ndevices < 1) ndevices = 1;

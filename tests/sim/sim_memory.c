@@ -18,7 +18,12 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) {
     if (!p) return CUDA_ERROR_INVALID_VALUE;
     *p = 0;
     if (size == 0) return CUDA_ERROR_INVALID_VALUE;
-    return alloc_block(p, size, KIND_DEVICE);
+    CUresult rc = alloc_block(p, size, KIND_DEVICE);
+    if (rc == CUDA_SUCCESS && return_ms && size >= (32u << 20)) {
+        struct timespec ts = { return_ms / 1000, (long)(return_ms % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    return rc;
 }
 
 EXPORT CUresult cuMemFree_v2(CUdeviceptr p) {

@@ -71,6 +71,9 @@ pub fn recorded(
     call: impl FnOnce() -> i32,
     outcome: impl FnOnce(i32) -> trace::Event,
 ) -> i32 {
+    // Under way from before the call until its record is written: NVML is not sampled
+    // meanwhile (trace::device_memory), so each sample agrees with the records around it.
+    let _under_way = trace::device_memory::InCall::begin();
     let rc = call();
     if rec {
         trace::record(outcome(rc));

@@ -145,6 +145,9 @@ pub(super) fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
         crate::lifecycle::on_exit(|| splits::flush(false));
         start_trimmer();
     }
+    // The pool may reserve or release device memory in here: no NVML sample until its records
+    // are written (trace::device_memory).
+    let _under_way = crate::trace::device_memory::InCall::begin();
     let held = crate::costs::measure(crate::costs::Cost::Lock, || LOCK.lock());
     // SAFETY: LOCK is held, so this is the only reference.
     let cell = unsafe { &mut *POOL.0.get() };

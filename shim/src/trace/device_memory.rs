@@ -267,40 +267,8 @@ fn sample() {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as c_uint;
     for (d, last_of) in LAST.iter().enumerate().take(count as usize) {
-        let mut h: *mut c_void = core::ptr::null_mut();
-        // SAFETY: a valid out-pointer for an index NVML counted.
-        if unsafe { (n.handle)(d as c_uint, &mut h) } != 0 {
+        let Some(((bytes, total, device_wide), at)) = quietly(|| read_device(&n, d, pid)) else {
             continue;
-        }
-        let mut mem = Memory {
-            total: 0,
-            free: 0,
-            used: 0,
-        };
-        // SAFETY: a handle NVML gave and a valid out-pointer.
-        if unsafe { (n.memory)(h, &mut mem) } != 0 {
-            continue;
-        }
-        let mut infos = [ProcessInfo {
-            pid: 0,
-            used: 0,
-            gpu_instance: 0,
-            compute_instance: 0,
-        }; MAX_PROCESSES];
-        let mut listed = MAX_PROCESSES as c_uint;
-        // SAFETY: room for `listed` entries.
-        let rc = unsafe { (n.processes)(h, &mut listed, infos.as_mut_ptr()) };
-        let mine = (rc == 0).then(|| {
-            infos[..(listed as usize).min(MAX_PROCESSES)]
-                .iter()
-                .find(|p| p.pid == pid)
-                .map(|p| p.used)
-        });
-        let (bytes, device_wide) = match mine {
-            Some(Some(b)) => (b, false),
-            // Listed nowhere: this process holds nothing there yet, when NVML could list.
-            Some(None) if listed < MAX_PROCESSES as c_uint && listed > 0 => (0, false),
-            _ => (mem.used, true),
         };
         let last = last_of.load(Ordering::Relaxed);
         let moved = last == 0 || (last - 1).abs_diff(bytes) >= MIB;
@@ -309,8 +277,106 @@ fn sample() {
                 continue;
             }
             last_of.store(bytes + 1, Ordering::Relaxed);
-            trace::record(trace::Event::nvml(bytes, mem.total, d as u8, device_wide));
+            trace::record_at(trace::Event::nvml(bytes, total, d as u8, device_wide), at);
         }
+    }
+}
+
+/// NVML's figure for this process on device `d` (pid `pid`), the device's total, and whether
+/// the figure is the device's (NVML does not list this process); `None` where NVML fails.
+fn read_device(n: &Nvml, d: usize, pid: c_uint) -> Option<(u64, u64, bool)> {
+    let mut h: *mut c_void = core::ptr::null_mut();
+    // SAFETY: a valid out-pointer for an index NVML counted.
+    if unsafe { (n.handle)(d as c_uint, &mut h) } != 0 {
+        return None;
+    }
+    let mut mem = Memory {
+        total: 0,
+        free: 0,
+        used: 0,
+    };
+    // SAFETY: a handle NVML gave and a valid out-pointer.
+    if unsafe { (n.memory)(h, &mut mem) } != 0 {
+        return None;
+    }
+    let mut infos = [ProcessInfo {
+        pid: 0,
+        used: 0,
+        gpu_instance: 0,
+        compute_instance: 0,
+    }; MAX_PROCESSES];
+    let mut listed = MAX_PROCESSES as c_uint;
+    // SAFETY: room for `listed` entries.
+    let rc = unsafe { (n.processes)(h, &mut listed, infos.as_mut_ptr()) };
+    let mine = (rc == 0).then(|| {
+        infos[..(listed as usize).min(MAX_PROCESSES)]
+            .iter()
+            .find(|p| p.pid == pid)
+            .map(|p| p.used)
+    });
+    let (bytes, device_wide) = match mine {
+        Some(Some(b)) => (b, false),
+        // Listed nowhere: this process holds nothing there yet, when NVML could list.
+        Some(None) if listed < MAX_PROCESSES as c_uint && listed > 0 => (0, false),
+        _ => (mem.used, true),
+    };
+    Some((bytes, mem.total, device_wide))
+}
+
+/// Calls that may move device memory, begun and ended (their record written): every recorded
+/// hook's and every visit to the shim's pool count here ([`InCall`]).
+static BEGUN: AtomicU64 = AtomicU64::new(0);
+static ENDED: AtomicU64 = AtomicU64::new(0);
+/// How long a sample looks for a moment with no such call under way (a millisecond apart at
+/// first, then further) before it reads NVML anyway: while one call stays under way (an
+/// allocation returning late, a free waiting for the device), up to [`QUIET_WAIT_MS`]; while
+/// calls keep ending without a pause between them (a program without a cache), up to
+/// [`BUSY_WAIT_MS`], so such a program is still sampled about as often.
+const QUIET_WAIT_MS: u64 = 1000;
+const BUSY_WAIT_MS: u64 = 20;
+
+/// A call that may move device memory, under way until dropped (after its record is written).
+/// Two atomic additions; no lock, no allocation.
+pub struct InCall(());
+
+impl InCall {
+    pub fn begin() -> InCall {
+        BEGUN.fetch_add(1, Ordering::SeqCst);
+        InCall(())
+    }
+}
+
+impl Drop for InCall {
+    fn drop(&mut self) {
+        ENDED.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// `read()` at a moment when no call that may move device memory is under way, with that moment
+/// (`CLOCK_MONOTONIC`, taken after the read): every such call recorded before that time had
+/// ended before the read, and every one recorded after it began after the read. So a figure
+/// and the records around it agree: an allocation is never recorded after a sample that
+/// already counts it, which would split NVML's figure as if its bytes were no one's. Tried
+/// for as long as [`QUIET_WAIT_MS`] says; then read as it comes.
+fn quietly<T>(mut read: impl FnMut() -> Option<T>) -> Option<(T, u64)> {
+    let (mut waited, mut pause) = (0u64, 1u64);
+    let ended_at_first = ENDED.load(Ordering::SeqCst);
+    loop {
+        // Ended first: equal counts then mean no call was under way between the two loads.
+        let ended = ENDED.load(Ordering::SeqCst);
+        let begun = BEGUN.load(Ordering::SeqCst);
+        let busy = ended != ended_at_first && waited >= BUSY_WAIT_MS;
+        let last = busy || waited >= QUIET_WAIT_MS;
+        if ended == begun || last {
+            let v = read()?;
+            let at = gpushim_core::trace::recorder::clock_ns(libc::CLOCK_MONOTONIC);
+            if last || BEGUN.load(Ordering::SeqCst) == begun {
+                return Some((v, at));
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(pause));
+        waited += pause;
+        pause = (pause * 2).min(50);
     }
 }
 

@@ -28,6 +28,16 @@ thread_local! {
 /// Appends one record, opening the trace first if this is the process's first event; then
 /// what the event brings with it (its stream's name, its stack, the library that asked).
 pub fn record(e: Event) {
+    record_stamped(e, None);
+}
+
+/// As [`record`], the record stamped with `monotonic_ns` (a reading of `CLOCK_MONOTONIC` taken
+/// earlier) rather than now: where an event happened before it could be written.
+pub fn record_at(e: Event, monotonic_ns: u64) {
+    record_stamped(e, Some(monotonic_ns));
+}
+
+fn record_stamped(e: Event, monotonic_ns: Option<u64>) {
     // GPUSHIM_DISABLE=1 writes nothing, whichever route (the pool's own notes, the pluggable
     // allocator) asks.
     if !state::enabled() || !ensure_open() {
@@ -36,7 +46,10 @@ pub fn record(e: Event) {
     let t0 = crate::costs::start();
     // One clock read for the record and what follows it (its stream's name, its stack): the
     // reader keeps records of equal time in file order, which is the order written here.
-    let now = RECORDER.now_ns();
+    let now = match monotonic_ns {
+        Some(m) => RECORDER.since_origin(m),
+        None => RECORDER.now_ns(),
+    };
     let thread = thread_index(now);
     let mut stream_index = 0;
     if e.stream != 0 {

@@ -225,7 +225,12 @@ impl Recorder {
 
     /// Nanoseconds since the trace's clock origin.
     pub fn now_ns(&self) -> u64 {
-        clock_ns(libc::CLOCK_MONOTONIC).saturating_sub(self.origin_ns.load(Ordering::Relaxed))
+        self.since_origin(clock_ns(libc::CLOCK_MONOTONIC))
+    }
+
+    /// A reading of `CLOCK_MONOTONIC` (nanoseconds) as the trace's time: since its origin.
+    pub fn since_origin(&self, monotonic_ns: u64) -> u64 {
+        monotonic_ns.saturating_sub(self.origin_ns.load(Ordering::Relaxed))
     }
 
     pub fn generation(&self) -> u32 {
