@@ -532,6 +532,50 @@ fn a_checkpoint_what_if_that_changes_nothing_says_so() {
 /// A block class defined inside a function (its frames say `build.<locals>.Block.forward`, as
 /// a program that builds its model in a function has it) is found by its own name, from the
 /// frames and when named: the same answers as the class defined at the top of its module.
+/// A stack of blocks (an encoder's, a decoder's: `T5Stack` running six `T5Block`s) is not a
+/// block: its forward runs twice a step and holds every block's requests, but each of its
+/// calls runs two or more blocks that hold layers of their own. `auto` takes the blocks, as
+/// naming their class does.
+#[test]
+fn a_stack_of_blocks_is_not_taken_for_a_block() {
+    let dir = tempdir("fit-ckpt-stacks");
+    let stacked = dir.join("stacked.trace");
+    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
+    let args = vec![
+        lib("libtorch_cpu.so"),
+        lib("libc10_cuda.so"),
+        "2".into(),
+        "--batch-size".into(),
+        "1".into(),
+    ];
+    let env = vec![("BLOCKS_STACKS", "1".to_string())];
+    assert_ok(&python_client(&stacked, "kinds/blocks.py", args, env));
+    let ask = |class: &str| {
+        let t = stacked.to_str().unwrap();
+        json(&[
+            "fit",
+            t,
+            "--at",
+            "1",
+            "--batch",
+            "1,4",
+            "--checkpoint",
+            class,
+            "--json",
+        ])
+    };
+    let (got, named) = (ask("auto"), ask("Block"));
+    assert_eq!(got["checkpoint"]["class"], "Block", "{}", got["checkpoint"]);
+    assert_eq!(got["checkpoint"]["per_step"], 4, "{}", got["checkpoint"]);
+    assert_eq!(got["checkpoint"]["found"], true);
+    assert_eq!(
+        named["checkpoint"]["checkpointed"], 8,
+        "{}",
+        named["checkpoint"]
+    );
+    assert_eq!(rows(&got), rows(&named));
+}
+
 #[test]
 fn a_block_class_defined_inside_a_function_is_found() {
     let dir = tempdir("fit-ckpt-local");

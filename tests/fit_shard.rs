@@ -131,6 +131,20 @@ fn a_shard_that_cannot_be_told_is_refused() {
         err.contains("the run's WORLD_SIZE (\"0\") is not a world size: give the ranks"),
         "{err}"
     );
+    // Blocks of one class made differently (an encoder's and a decoder's) whose gradients are
+    // not of their parameters' sizes (the stand-in's block has one weight and three ops, each
+    // with a gradient of its own): which parameters are a block's cannot be told.
+    let two_dir = tempdir("fit-shard-two-stacks");
+    let env = [("WORLD_SIZE", "2"), ("BLOCKS_STACKS", "2")];
+    let err = refused(&blocks_with(&two_dir, 1, "ddp", &env));
+    assert!(
+        err.contains(
+            "the run's 4 parameters do not make 4 runs of the same sizes, one for each of its \
+             blocks of Block, nor are each block's the sizes of its gradients in the first \
+             backward"
+        ) && err.contains("a block's parameters cannot be told"),
+        "{err}"
+    );
     // ZeRO-3 past DeepSpeed's live-parameter limit (1e9 elements: four weights of 1.1 GB)
     // gathers each module again in the backward, which is not modelled: said, with the way.
     let big_dir = tempdir("fit-shard-zero3-big");

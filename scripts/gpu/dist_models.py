@@ -1,8 +1,10 @@
 """The models the data-parallel checks train (scripts/gpu/dist_kinds.py, ds_kinds.py), each of
 6 blocks, built from its config (no download): DIST_MODEL gpt2 (a decoder, the default), bert
 (an encoder, masked LM), vit (a vision transformer, 224 x 224 images, 1000 classes), llama
-(a decoder of RMSNorm, rotary positions, a gated MLP and untied embeddings) or resnet50
-(torchvision's, convolutions and batch norms, 16 Bottleneck blocks: the one not of 6); and
+(a decoder of RMSNorm, rotary positions, a gated MLP and untied embeddings), t5 (an
+encoder-decoder: 6 blocks each side, the decoder's larger), mixtral (a mixture of 8 experts,
+2 a token: the experts' activations change size every step) or resnet50 (torchvision's,
+convolutions and batch norms, 16 Bottleneck blocks: the one not of 6); and
 their truth's measure, the bytes tensors asked of PyTorch's allocator; with DIST_PEAK set, the
 same truth at the moment of the most bytes allocated, from PyTorch's own record of every
 allocation and free (torch.cuda.memory._record_memory_history). DIST_LAYERS=N: the transformers'
@@ -48,6 +50,34 @@ def build(kind=None):
             max_position_embeddings=1024,
         )
         return LlamaForCausalLM(config), Block
+    if kind == "t5":
+        # An encoder-decoder: blocks of one class in two sizes (the decoder's attend to the
+        # encoder too), 6 of each.
+        from transformers import T5Config, T5ForConditionalGeneration
+        from transformers.models.t5.modeling_t5 import T5Block as Block
+
+        config = T5Config(d_model=512, d_ff=2048, num_layers=layers, num_decoder_layers=layers,
+                          num_heads=8, vocab_size=32128, decoder_start_token_id=0,
+                          pad_token_id=0)
+        return T5ForConditionalGeneration(config), Block
+    if kind == "mixtral":
+        # A mixture of experts: each step routes a different number of tokens to each expert,
+        # so the experts' activations change size from step to step.
+        from transformers import MixtralConfig, MixtralForCausalLM
+        from transformers.models.mixtral.modeling_mixtral import MixtralDecoderLayer as Block
+
+        config = MixtralConfig(
+            hidden_size=512,
+            intermediate_size=1024,
+            num_hidden_layers=layers,
+            num_attention_heads=8,
+            num_key_value_heads=4,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            vocab_size=32000,
+            max_position_embeddings=1024,
+        )
+        return MixtralForCausalLM(config), Block
     if kind == "resnet50":
         import types
 

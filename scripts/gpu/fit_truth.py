@@ -15,7 +15,8 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
          nn.MultiheadAttention and an MLP, 384 wide; FIT_CKPT=1 checkpoints each block in
          its forward, use_reentrant=False), bert (BertForMaskedLM(BertConfig()), sequence 256)
          llama (LlamaForCausalLM, 8 layers of 1024, no biases, sequence 512), convnext
-         (torchvision convnext_tiny, 224 x 224)
+         (torchvision convnext_tiny, 224 x 224), t5 (T5ForConditionalGeneration of t5-small's
+         shape, sequence 512)
   FIT_SEQ=N      the sequence length of gpt2, bert and llama instead
   FIT_AMP=bf16   each step's forward under torch.autocast(bfloat16)
   FIT_ATTN=NAME  their attention implementation (transformers' attn_implementation: eager
@@ -77,6 +78,18 @@ def build(name):
 
         def step_of(b):
             x = torch.randint(0, 32000, (b, length(seq)), device=dev)
+            return model(input_ids=x, labels=x).loss
+    elif name == "t5":
+        # An encoder-decoder (T5 of t5-small's shape): six blocks each side, the decoder's
+        # larger, inside two T5Stacks.
+        from transformers import T5Config, T5ForConditionalGeneration
+        model = T5ForConditionalGeneration(T5Config(
+            d_model=512, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8,
+            vocab_size=32128, decoder_start_token_id=0, pad_token_id=0, **attn)).to(dev)
+        seq = int(os.environ.get("FIT_SEQ", "512"))
+
+        def step_of(b):
+            x = torch.randint(0, 32128, (b, length(seq)), device=dev)
             return model(input_ids=x, labels=x).loss
     elif name in ("resnet50", "vit", "convnext"):
         import torchvision

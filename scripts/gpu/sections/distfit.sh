@@ -15,7 +15,7 @@
 # (2 and 4) change the world sizes (from 1: FSDP2 and DDP, whose runs at one rank say
 # something of more; FSDP1 runs as NO_SHARD there), DISTFIT_LIMIT=none leaves out the largest
 # batches. One table.
-#   bash scripts/gpu.sh distfit[:MODEL,...]      (gpt2 bert vit; also llama, resnet50)
+#   bash scripts/gpu.sh distfit[:MODEL,...]      (gpt2 bert vit; also llama, resnet50, t5, mixtral)
 set -euo pipefail
 models=${*:-gpt2 bert vit}
 modes=${DISTFIT_MODES:-ddp fsdp2 fsdp1}

@@ -13,10 +13,11 @@
 # predicted largest batch runs and the next does not (stepping until the truth is found, three
 # steps at most). One table (scripts/gpu/fit_table.py). The traces and the truth are left in
 # $OUT/fitckpt when OUT is set.
-#   bash scripts/gpu.sh fitckpt[:MODEL,...]   MODEL is gpt2, vit, resnet50 or vitmha
+#   bash scripts/gpu.sh fitckpt[:MODEL,...]   MODEL is gpt2, vit, resnet50, vitmha or t5 (an
+#   encoder-decoder: transformers' gradient_checkpointing_enable() per T5Block)
 set -euo pipefail
 models=${*:-gpt2 vit resnet50}
-declare -A base=([gpt2]=2 [vit]=8 [resnet50]=8 [vitmha]=64)
+declare -A base=([gpt2]=2 [vit]=8 [resnet50]=8 [vitmha]=64 [t5]=4)
 source scripts/gpu/fit_runs.sh
 fit_setup fitckpt
 for m in $models; do

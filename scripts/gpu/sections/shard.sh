@@ -14,7 +14,7 @@
 # ZeRO-N in fp32 (scripts/gpu/ds_kinds.py zeroN, DeepSpeed's defaults, from .gpu/dssite).
 # On two GPUs or more each 2-rank job runs on them (NCCL), one at a time (some 30 s each): one
 # model a call keeps the section inside ten minutes.
-#   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit; also llama)
+#   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit; also llama, t5, mixtral)
 set -euo pipefail
 models=${*:-gpt2 bert vit}
 ways=${SHARD_WAYS:-full grad-op}

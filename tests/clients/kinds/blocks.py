@@ -94,7 +94,11 @@ BLOCKS_COUNT=N: N blocks (default 4). BLOCKS_WEIGHT=BYTES: each block's weight (
 its gradients and optimizer state keep their sizes). BLOCKS_TEMPS=0: the ops make no temporary, so nothing
 the block makes is freed inside it (checkpointed, each op's input is freed once its output is
 made). BLOCKS_LOCAL set: the block's forward named as a class defined inside a function's is
-(`build.<locals>.Block.forward`)."""
+(`build.<locals>.Block.forward`). BLOCKS_STACKS set: the same requests made in two stacks of
+blocks (as an encoder-decoder runs its two: `Stack.forward` makes an embedding's temporary, calls
+half the blocks, then makes a norm's), a block's first two ops made inside a layer of its
+own (`Layer.forward` calling `Proj.forward`), its last in its own forward; BLOCKS_STACKS=2:
+the second stack's blocks' weights half as large again (a decoder's blocks)."""
 import ctypes
 import os
 import sys
@@ -171,8 +175,8 @@ def op_output(n, cast=False, cast_input=False):
 
 
 class Block(Module):
-    def __init__(self):
-        self.weight_bytes = WEIGHT
+    def __init__(self, weight=WEIGHT):
+        self.weight_bytes = weight
         self.weight = _standin.empty(self.weight_bytes)
         self.grad = None
 
@@ -203,9 +207,10 @@ class Block(Module):
         # Three ops, each from a line of its own (as a block's forward reads: no loop); the
         # first `ops` of them (a non-reentrant checkpoint's early stop).
         outs = []
-        self.op(768 * KiB, outs, keep)
+        op = LAYER if STACKS else Block.op
+        op(self, 768 * KiB, outs, keep)
         if ops > 1:
-            self.op(512 * KiB, outs, keep)
+            op(self, 512 * KiB, outs, keep)
         if ops > 2:
             self.op(256 * KiB, outs, keep)
         if keep:
@@ -232,6 +237,56 @@ if os.environ.get("BLOCKS_LOCAL"):
         code, Block.forward.__globals__, "forward", Block.forward.__defaults__)
 
 
+STACKS = bool(os.environ.get("BLOCKS_STACKS"))
+
+
+class Proj(Module):
+    """A layer's innermost module (as a linear map is)."""
+
+    def forward(self, block, size, outs, keep):
+        block.op(size, outs, keep)
+
+
+class Layer(Module):
+    """A layer of a block (as an attention or an MLP is): it calls a module of its own."""
+
+    def __init__(self):
+        self.proj = Proj()
+
+    def forward(self, block, size, outs, keep):
+        self.proj(block, size, outs, keep)
+
+
+LAYER = Layer()
+
+
+class Stack(Module):
+    """Blocks run one after another (as an encoder's or a decoder's are)."""
+
+    def __init__(self, first, blocks):
+        self.first, self.blocks = first, blocks
+
+    def forward(self, x, per_block, keep):
+        embedded = _standin.empty(64 * KiB * batch)  # the stack's embedding, made and used
+        _standin.free(embedded)
+        for k, b in enumerate(self.blocks):
+            x = run_block(self.first + k, b, x, per_block, keep)
+        norm = _standin.empty(64 * KiB * batch)  # the stack's last norm, made and used
+        _standin.free(norm)
+        return x
+
+
+def run_block(k, b, x, per_block, keep):
+    saved = []
+    if fsdp2:
+        groups[k].pre_forward()
+    x = b(x, saved, keep)
+    if reshard:
+        groups[k].reshard()
+    per_block.append(saved)
+    return x
+
+
 class Row(Module):
     """A module whose one parameter has a first dimension of 1 (BLOCKS_ROW)."""
 
@@ -242,17 +297,19 @@ class Row(Module):
 
 class Net(Module):
     def __init__(self):
-        self.blocks = [Block() for _ in range(BLOCKS)]
+        # BLOCKS_STACKS=2: the second stack's blocks weigh half as much again (a decoder's
+        # blocks, which attend to the encoder too).
+        second = WEIGHT * 3 // 2 if os.environ.get("BLOCKS_STACKS") == "2" else WEIGHT
+        self.blocks = [Block(WEIGHT if k < BLOCKS // 2 else second) for k in range(BLOCKS)]
 
     def forward(self, x, per_block, keep):
-        for k, b in enumerate(self.blocks):
-            saved = []
-            if fsdp2:
-                groups[k].pre_forward()
-            x = b(x, saved, keep)
-            if reshard:
-                groups[k].reshard()
-            per_block.append(saved)
+        if STACKS:
+            half = len(self.blocks) // 2
+            for first, blocks in ((0, self.blocks[:half]), (half, self.blocks[half:])):
+                x = Stack(first, blocks)(x, per_block, keep)
+        else:
+            for k, b in enumerate(self.blocks):
+                x = run_block(k, b, x, per_block, keep)
         if temps:
             # The forward's last op's temporaries, half a weight's size a sample, six at once
             # (the most the forward holds).

@@ -2,7 +2,7 @@
 //! the forward, where it ends, and its ops' autograd sequence numbers.
 
 use super::{Checkpointed, Checkpointing};
-use crate::fasthash::FastMap;
+use crate::fasthash::{FastMap, FastSet};
 use crate::report::kinds::{Phase, phase_of_stack};
 use crate::report::torch_allocator::{Ev, Input};
 use crate::trace::format;
@@ -47,6 +47,9 @@ struct ClassBlocks {
     in_step: usize,
     per_step: usize,
     bytes: u64,
+    /// The most module frames seen inside the class's own: 1 where it calls only modules
+    /// that call none (a layer of linear maps), 2 or more where it holds such a layer.
+    below: usize,
 }
 
 impl Default for ClassBlocks {
@@ -60,6 +63,7 @@ impl Default for ClassBlocks {
             in_step: 0,
             per_step: 0,
             bytes: 0,
+            below: 0,
         }
     }
 }
@@ -155,6 +159,9 @@ impl Input {
         let mut classes: FastMap<String, ClassBlocks> = FastMap::default();
         let (mut k, mut last_backward) = (0u64, 0u64);
         let mut present: Vec<(usize, u32)> = Vec::new();
+        // Which class's forward was seen inside which (outer, inner), each stack once.
+        let mut nested: FastSet<(String, String)> = FastSet::default();
+        let mut stacks_seen: FastSet<u64> = FastSet::default();
         for e in self
             .events
             .iter()
@@ -176,6 +183,13 @@ impl Input {
                 }
             }
             let n = frames.len();
+            if stacks_seen.insert(e.stack) {
+                for (x, &(outer, _)) in present.iter().enumerate() {
+                    for &(inner, _) in &present[..x] {
+                        nested.insert((frames[outer].0.clone(), frames[inner].0.clone()));
+                    }
+                }
+            }
             for &(i, line) in &present {
                 let class = &frames[i].0;
                 let c = match classes.get_mut(class) {
@@ -185,18 +199,37 @@ impl Input {
                 c.depth = c
                     .depth
                     .min(n - 1 - frames.iter().rposition(|f| f.0 == *class).unwrap_or(i));
+                c.below = c.below.max(i);
                 c.see(k, last_backward, e.stack, line, e.size);
             }
         }
+        // A stack of blocks is not a block: a class each of whose calls runs two or more
+        // blocks of another class inside it (T5's encoder and decoder, `T5Stack`, each of six
+        // `T5Block`s), a block being a class that holds a layer of its own (not a layer of
+        // linear maps, as a mixture of experts calls several of inside each of its blocks).
+        let stacks_of_blocks: FastSet<&str> = nested
+            .iter()
+            .filter(|(outer, inner)| {
+                let (Some(a), Some(b)) = (classes.get(outer), classes.get(inner)) else {
+                    return false;
+                };
+                b.below >= 2 && b.per_step >= a.per_step.saturating_mul(2)
+            })
+            .map(|(outer, _)| outer.as_str())
+            .collect();
         // The class whose blocks hold the most of the forward's requests: an outer block
         // holds its inner modules' requests, so this is the outermost that repeats; ties go
-        // to the outer.
+        // to the inner (a model whose forward is its blocks' loop and nothing else splits into
+        // as many blocks as they, with their bytes).
         let mut best: Option<(u64, usize, String)> = None;
-        for (class, c) in classes {
-            if CONTAINERS.contains(&class.as_str()) || c.per_step < 2 {
+        for (class, c) in &classes {
+            if CONTAINERS.contains(&class.as_str())
+                || c.per_step < 2
+                || stacks_of_blocks.contains(class.as_str())
+            {
                 continue;
             }
-            let key = (c.bytes, c.depth, class);
+            let key = (c.bytes, c.depth, class.clone());
             if best.as_ref().is_none_or(|b| key > *b) {
                 best = Some(key);
             }

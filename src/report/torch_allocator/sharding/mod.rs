@@ -171,7 +171,9 @@ fn gathered(u: u64, p: usize) -> u64 {
 /// root's for units from `roots` up (a block's unit is its index among the blocks, a root's
 /// `roots` plus its step's).
 struct Params {
-    block: Vec<u64>,
+    /// Each block's, by its place in a step (all alike but in a model whose blocks are made
+    /// differently).
+    block: Vec<Vec<u64>>,
     root: Vec<u64>,
     roots: u64,
     /// The model's parameters' requests, in the order fully_shard cuts them.
@@ -183,7 +185,9 @@ impl Params {
         if u >= self.roots {
             &self.root
         } else {
-            &self.block
+            self.block
+                .get(u as usize % self.block.len().max(1))
+                .map_or(&[], Vec::as_slice)
         }
     }
 }
@@ -244,34 +248,13 @@ impl Input {
         let first_forward = steps.first().map_or(0, |s| s.forward);
         let initial = self.parameters(first_forward, &frees);
         let sizes: Vec<u64> = initial.iter().map(|&i| self.events[i].size).collect();
-        let Some(found) = units::unit_sizes(&sizes, per_step) else {
-            if self.from_checkpoint && sizes.is_empty() {
-                return Err(
-                    "the trace is a ring whose records begin after the model was \
-                     built: the order its parameters were made in, which says a block's, is \
-                     not in them (a run with a larger trace_max, or a shorter run, keeps it)"
-                        .into(),
-                );
-            }
-            return Err(format!(
-                "the run's {} parameters do not repeat {per_step} times as its blocks of {} do \
-                 (parameters made in one piece, or more than {} of them): a block's parameters \
-                 cannot be told",
-                sizes.len(),
-                crate::fixedfmt::Escaped(class.as_bytes()),
-                units::PARAMETERS_MOST
-            ));
-        };
         let begins = self.backward_begins(&blocks, &mut stacks);
         let ends = self.backward_ends(&blocks, &begins, &mut stacks);
+        let found = self.block_units(&sizes, (&class, per_step), (&blocks, &begins, &ends))?;
         // Where fully_shard is applied (after the model's parameters are made): each block's
         // parameters cut, then the root's.
-        let mut cut: Vec<usize> = found.blocks.clone().map(|j| initial[j]).collect();
-        cut.extend(
-            (0..initial.len())
-                .filter(|j| !found.blocks.contains(j))
-                .map(|j| initial[j]),
-        );
+        let mut cut: Vec<usize> = found.places.iter().map(|&j| initial[j]).collect();
+        cut.extend(found.root_places(initial.len()).iter().map(|&j| initial[j]));
         let params = Params {
             roots: blocks.len() as u64,
             cut,
@@ -283,7 +266,15 @@ impl Input {
             world,
             (class, per_step),
             (blocks.len(), begins.iter().flatten().count()),
-            (units::total(&params.block), units::total(&params.root)),
+            (
+                params
+                    .block
+                    .iter()
+                    .map(|b| units::total(b))
+                    .max()
+                    .unwrap_or(0),
+                units::total(&params.root),
+            ),
         );
         sharding.edits.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
         for &i in &params.cut {

@@ -38,9 +38,14 @@ impl Placing<'_> {
     /// shards made, then its whole parameters let go; the whole's own free lets go of its shard.
     fn cut(&mut self) {
         let (params, events) = (self.params, self.events);
-        let per_unit = params.block.len().max(1);
         let blocks = params.cut.len() - params.root.len();
-        let mut units: Vec<&[usize]> = params.cut[..blocks].chunks(per_unit).collect();
+        let mut units: Vec<&[usize]> = Vec::new();
+        let mut rest = &params.cut[..blocks];
+        for b in &params.block {
+            let (unit, after) = rest.split_at(b.len().min(rest.len()));
+            units.push(unit);
+            rest = after;
+        }
         units.push(&params.cut[blocks..]);
         let world = self.out.said.world;
         for unit in units {

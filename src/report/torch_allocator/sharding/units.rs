@@ -39,26 +39,94 @@ pub(super) fn unit_sizes(sizes: &[u64], per_step: usize) -> Option<Units> {
         let copies = best / period + 1;
         if copies >= per_step && copies < 2 * per_step {
             let start = best_end - best;
-            let blocks = start..start + period * per_step;
-            let root = (0..n)
-                .filter(|i| !blocks.contains(i))
-                .map(|i| sizes[i])
-                .collect();
-            return Some(Units {
-                block: sizes[start..start + period].to_vec(),
-                root,
-                blocks,
-            });
+            return Some(Units::of(
+                sizes,
+                vec![sizes[start..start + period].to_vec(); per_step],
+                (start..start + period * per_step).collect(),
+            ));
         }
     }
     None
 }
 
-/// One block's parameters' sizes, the root's, and the places of the blocks' among all.
+/// How many comparisons [`unit_sizes_by_gradients`] makes at most: past it, the what-if says
+/// the blocks cannot be told (a forged trace cannot make it quadratic).
+const COMPARISONS_MOST: u64 = 1 << 24;
+
+/// The blocks' parameters' sizes where the blocks are not all made alike (an encoder's and a
+/// decoder's, a first block with a part of its own): each block's gradients in the first
+/// step's backward (`gradients[k]`, the sizes the backward of the step's block `k` made) are
+/// its parameters', and a block's parameters were made one after another, the blocks in their
+/// order: block by block, the first places after the block before's whose sizes are the
+/// block's gradients' in some order (where the root's parameters between two blocks are of
+/// the sizes of one's, which of them is the block's cannot be told, and the unit's sizes are
+/// the same either way). `None` where a block's are not found.
+pub(super) fn unit_sizes_by_gradients(sizes: &[u64], gradients: &[Vec<u64>]) -> Option<Units> {
+    let n = sizes.len();
+    if gradients.len() < 2 || gradients.iter().any(Vec::is_empty) || n > PARAMETERS_MOST {
+        return None;
+    }
+    let mut comparisons = 0u64;
+    let (mut at, mut places, mut block) = (0usize, Vec::new(), Vec::new());
+    let mut part = Vec::new();
+    for g in gradients {
+        let mut want = g.clone();
+        want.sort_unstable();
+        let mut found = None;
+        for s in at..=n.checked_sub(want.len())? {
+            comparisons = comparisons.saturating_add(want.len() as u64);
+            if comparisons > COMPARISONS_MOST {
+                return None;
+            }
+            part.clear();
+            part.extend_from_slice(&sizes[s..s + want.len()]);
+            part.sort_unstable();
+            if part == want {
+                found = Some(s);
+                break;
+            }
+        }
+        let start = found?;
+        places.extend(start..start + want.len());
+        block.push(sizes[start..start + want.len()].to_vec());
+        at = start + want.len();
+    }
+    Some(Units::of(sizes, block, places))
+}
+
+/// Each block's parameters' sizes (by the block's place in a step), the root's, and the
+/// places of the blocks' parameters among all, block by block.
 pub(super) struct Units {
-    pub(super) block: Vec<u64>,
+    pub(super) block: Vec<Vec<u64>>,
     pub(super) root: Vec<u64>,
-    pub(super) blocks: std::ops::Range<usize>,
+    pub(super) places: Vec<usize>,
+}
+
+impl Units {
+    fn of(sizes: &[u64], block: Vec<Vec<u64>>, places: Vec<usize>) -> Units {
+        let mut theirs = vec![false; sizes.len()];
+        for &p in &places {
+            theirs[p] = true;
+        }
+        let root = (0..sizes.len())
+            .filter(|&i| !theirs[i])
+            .map(|i| sizes[i])
+            .collect();
+        Units {
+            block,
+            root,
+            places,
+        }
+    }
+
+    /// The root's places among all.
+    pub(super) fn root_places(&self, n: usize) -> Vec<usize> {
+        let mut theirs = vec![false; n];
+        for &p in &self.places {
+            theirs[p] = true;
+        }
+        (0..n).filter(|&i| !theirs[i]).collect()
+    }
 }
 
 /// The bytes of `sizes`.
@@ -77,6 +145,53 @@ pub(super) struct Step {
 }
 
 impl Input {
+    /// The blocks' parameters among the model's (`sizes`, in the order they were made) for
+    /// `per_step` blocks of `class` a step: the blocks all alike ([`unit_sizes`]), else each
+    /// found from its gradients in the first step ([`unit_sizes_by_gradients`]; every step then
+    /// has its `per_step` blocks); `Err` says why they cannot be told.
+    pub(super) fn block_units(
+        &self,
+        sizes: &[u64],
+        (class, per_step): (&str, usize),
+        (blocks, begins, ends): (&[Checkpointed], &[Option<usize>], &[usize]),
+    ) -> Result<Units, String> {
+        if let Some(u) = unit_sizes(sizes, per_step) {
+            return Ok(u);
+        }
+        if self.from_checkpoint && sizes.is_empty() {
+            return Err(
+                "the trace is a ring whose records begin after the model was built: \
+                        the order its parameters were made in, which says a block's, is not \
+                        in them (a run with a larger trace_max, or a shorter run, keeps it)"
+                    .into(),
+            );
+        }
+        let windows: Option<Vec<(usize, usize, u64)>> = (0..per_step.min(blocks.len()))
+            .map(|k| Some((begins[k]?, ends[k], k as u64)))
+            .collect();
+        let by_gradients = windows
+            .filter(|w| w.len() == per_step && blocks.len() % per_step == 0)
+            .and_then(|w| {
+                let gradients: Vec<Vec<u64>> = self
+                    .gradients_of(&w, per_step as u64)
+                    .iter()
+                    .map(|g| g.iter().map(|&i| self.events[i].size).collect())
+                    .collect();
+                unit_sizes_by_gradients(sizes, &gradients)
+            });
+        by_gradients.ok_or_else(|| {
+            format!(
+                "the run's {} parameters do not make {per_step} runs of the same sizes, one for \
+                 each of its blocks of {}, nor are each block's the sizes of its gradients in \
+                 the first backward (parameters made in one piece, a block's backward not \
+                 found, or more than {PARAMETERS_MOST} parameters): a block's parameters \
+                 cannot be told",
+                sizes.len(),
+                crate::fixedfmt::Escaped(class.as_bytes()),
+            )
+        })
+    }
+
     /// The model's parameters in the order they were made (their requests' event indices):
     /// those still held when the first step's forward begins (`first_forward`), not what a
     /// framework made of them and let go before (DDP's broadcast of them at its start).
@@ -200,7 +315,28 @@ mod tests {
 
     /// A block's bytes and the rest's.
     fn unit_bytes(sizes: &[u64], per_step: usize) -> Option<(u64, u64)> {
-        unit_sizes(sizes, per_step).map(|u| (total(&u.block), total(&u.root)))
+        unit_sizes(sizes, per_step).map(|u| (total(&u.block[0]), total(&u.root)))
+    }
+
+    #[test]
+    fn blocks_made_differently_are_found_from_their_gradients() {
+        // A root's 10, two encoder blocks (the first with a part of its own, 7), a norm of 3,
+        // two decoder blocks (the first with its 7), a root's 2: no period says them.
+        let sizes = [10, 4, 7, 6, 4, 6, 3, 4, 7, 6, 5, 4, 6, 5, 2];
+        assert!(unit_sizes(&sizes, 4).is_none());
+        // Each block's gradients, in the order its backward made them.
+        let grads = vec![vec![6, 7, 4], vec![6, 4], vec![5, 6, 7, 4], vec![5, 6, 4]];
+        let u = super::unit_sizes_by_gradients(&sizes, &grads).unwrap();
+        assert_eq!(u.places, vec![1, 2, 3, 4, 5, 7, 8, 9, 10, 11, 12, 13]);
+        assert_eq!(u.block[0], vec![4, 7, 6]);
+        assert_eq!(u.block[1], vec![4, 6]);
+        assert_eq!(u.block[2], vec![4, 7, 6, 5]);
+        // The norm between the two sides is the root's.
+        assert_eq!(u.root, vec![10, 3, 2]);
+        assert_eq!(u.root_places(sizes.len()), vec![0, 6, 14]);
+        // A block whose gradients no part of the parameters matches: not told.
+        let wrong = vec![vec![6, 7, 4], vec![6, 4], vec![9, 9], vec![5, 6, 4]];
+        assert!(super::unit_sizes_by_gradients(&sizes, &wrong).is_none());
     }
 
     #[test]
