@@ -16,7 +16,8 @@ usage: fit_truth.py run MODEL BATCH STEPS [LIMIT_BYTES]
          its forward, use_reentrant=False), bert (BertForMaskedLM(BertConfig()), sequence 256)
          llama (LlamaForCausalLM, 8 layers of 1024, no biases, sequence 512), convnext
          (torchvision convnext_tiny, 224 x 224), t5 (T5ForConditionalGeneration of t5-small's
-         shape, sequence 512)
+         shape, sequence 512), mixtral (MixtralForCausalLM, 8 experts, 2 a token, 6 blocks of
+         512, sequence 512)
   FIT_SEQ=N      the sequence length of gpt2, bert and llama instead
   FIT_AMP=bf16   each step's forward under torch.autocast(bfloat16)
   FIT_ATTN=NAME  their attention implementation (transformers' attn_implementation: eager
@@ -90,6 +91,19 @@ def build(name):
 
         def step_of(b):
             x = torch.randint(0, 32128, (b, length(seq)), device=dev)
+            return model(input_ids=x, labels=x).loss
+    elif name == "mixtral":
+        # A mixture of experts (8, 2 a token, 6 blocks of 512): each step routes a different
+        # number of tokens to each expert, so the experts' activations change size every step.
+        from transformers import MixtralConfig, MixtralForCausalLM
+        model = MixtralForCausalLM(MixtralConfig(
+            hidden_size=512, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=8,
+            num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
+            max_position_embeddings=1024, **attn)).to(dev)
+        seq = int(os.environ.get("FIT_SEQ", "512"))
+
+        def step_of(b):
+            x = torch.randint(0, 32000, (b, length(seq)), device=dev)
             return model(input_ids=x, labels=x).loss
     elif name in ("resnet50", "vit", "convnext"):
         import torchvision

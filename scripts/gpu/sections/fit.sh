@@ -10,10 +10,10 @@
 # found, three steps at most). One table (scripts/gpu/fit_table.py): each peak's error (within
 # 3% asked) and the largest batches (within one asked). The traces and the truth are left in
 # $OUT/fit when OUT is set.
-#   bash scripts/gpu.sh fit[:MODEL,...]   MODEL is gpt2, resnet50, vit, bert, llama or convnext (FIT_AMP=bf16: under autocast)
+#   bash scripts/gpu.sh fit[:MODEL,...]   MODEL is gpt2, resnet50, vit, bert, llama, convnext, t5 or mixtral (FIT_AMP=bf16: under autocast)
 set -euo pipefail
 models=${*:-gpt2 resnet50 vit bert}
-declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8 [llama]=2 [convnext]=16)
+declare -A base=([gpt2]=2 [resnet50]=16 [vit]=8 [bert]=8 [llama]=2 [convnext]=16 [t5]=4 [mixtral]=4)
 source scripts/gpu/fit_runs.sh
 fit_setup fit
 for m in $models; do
