@@ -539,32 +539,8 @@ fn a_checkpoint_what_if_that_changes_nothing_says_so() {
 #[test]
 fn a_stack_of_blocks_is_not_taken_for_a_block() {
     let dir = tempdir("fit-ckpt-stacks");
-    let stacked = dir.join("stacked.trace");
-    let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
-    let args = vec![
-        lib("libtorch_cpu.so"),
-        lib("libc10_cuda.so"),
-        "2".into(),
-        "--batch-size".into(),
-        "1".into(),
-    ];
-    let env = vec![("BLOCKS_STACKS", "1".to_string())];
-    assert_ok(&python_client(&stacked, "kinds/blocks.py", args, env));
-    let ask = |class: &str| {
-        let t = stacked.to_str().unwrap();
-        json(&[
-            "fit",
-            t,
-            "--at",
-            "1",
-            "--batch",
-            "1,4",
-            "--checkpoint",
-            class,
-            "--json",
-        ])
-    };
-    let (got, named) = (ask("auto"), ask("Block"));
+    let stacked = plain_blocks_with(&dir, "stacked", "BLOCKS_STACKS");
+    let (got, named) = (checkpointed(&stacked, "auto"), checkpointed(&stacked, "Block"));
     assert_eq!(got["checkpoint"]["class"], "Block", "{}", got["checkpoint"]);
     assert_eq!(got["checkpoint"]["per_step"], 4, "{}", got["checkpoint"]);
     assert_eq!(got["checkpoint"]["found"], true);
@@ -576,11 +552,10 @@ fn a_stack_of_blocks_is_not_taken_for_a_block() {
     assert_eq!(rows(&got), rows(&named));
 }
 
-#[test]
-fn a_block_class_defined_inside_a_function_is_found() {
-    let dir = tempdir("fit-ckpt-local");
-    let top = blocks(&dir, 1, false);
-    let local = dir.join("local.trace");
+/// The plain blocks program (2 steps at batch 1) with `var` set, traced to `NAME.trace` in
+/// `dir`.
+fn plain_blocks_with(dir: &Path, name: &str, var: &'static str) -> std::path::PathBuf {
+    let trace = dir.join(format!("{name}.trace"));
     let lib = |n: &str| sim().dir.join("torch/lib").join(n).display().to_string();
     let args = vec![
         lib("libtorch_cpu.so"),
@@ -589,22 +564,33 @@ fn a_block_class_defined_inside_a_function_is_found() {
         "--batch-size".into(),
         "1".into(),
     ];
-    let env = vec![("BLOCKS_LOCAL", "1".to_string())];
-    assert_ok(&python_client(&local, "kinds/blocks.py", args, env));
-    let ask = |t: &Path, class: &str| {
-        let t = t.to_str().unwrap();
-        json(&[
-            "fit",
-            t,
-            "--at",
-            "1",
-            "--batch",
-            "1,4",
-            "--checkpoint",
-            class,
-            "--json",
-        ])
-    };
+    let env = vec![(var, "1".to_string())];
+    assert_ok(&python_client(&trace, "kinds/blocks.py", args, env));
+    trace
+}
+
+/// `fit --json` of `trace` at batches 1 and 4 with the blocks of `class` checkpointed.
+fn checkpointed(trace: &Path, class: &str) -> serde_json::Value {
+    let t = trace.to_str().unwrap();
+    json(&[
+        "fit",
+        t,
+        "--at",
+        "1",
+        "--batch",
+        "1,4",
+        "--checkpoint",
+        class,
+        "--json",
+    ])
+}
+
+#[test]
+fn a_block_class_defined_inside_a_function_is_found() {
+    let dir = tempdir("fit-ckpt-local");
+    let top = blocks(&dir, 1, false);
+    let local = plain_blocks_with(&dir, "local", "BLOCKS_LOCAL");
+    let ask = checkpointed;
     let want = ask(&top, "auto");
     assert_eq!(
         want["checkpoint"]["class"], "Block",

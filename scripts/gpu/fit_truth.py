@@ -52,34 +52,33 @@ def length(seq):
     return seq
 
 
+def tokens(model, vocab, seq="512"):
+    """A language model's step: a batch of token sequences of `vocab` (FIT_SEQ long, else
+    `seq`), each its own labels."""
+    seq = int(os.environ.get("FIT_SEQ", seq))
+
+    def step_of(b):
+        x = torch.randint(0, vocab, (b, length(seq)), device=dev)
+        return model(input_ids=x, labels=x).loss
+    return step_of
+
+
 def build(name):
     attn = {"attn_implementation": os.environ["FIT_ATTN"]} if os.environ.get("FIT_ATTN") else {}
     if name == "gpt2":
         from transformers import GPT2Config, GPT2LMHeadModel
         model = GPT2LMHeadModel(GPT2Config(**attn)).to(dev)
-        seq = int(os.environ.get("FIT_SEQ", "512"))
-
-        def step_of(b):
-            x = torch.randint(0, 50257, (b, length(seq)), device=dev)
-            return model(input_ids=x, labels=x).loss
+        step_of = tokens(model, 50257)
     elif name == "bert":
         from transformers import BertConfig, BertForMaskedLM
         model = BertForMaskedLM(BertConfig(**attn)).to(dev)
-        seq = int(os.environ.get("FIT_SEQ", "256"))
-
-        def step_of(b):
-            x = torch.randint(0, 30522, (b, length(seq)), device=dev)
-            return model(input_ids=x, labels=x).loss
+        step_of = tokens(model, 30522, "256")
     elif name == "llama":
         from transformers import LlamaConfig, LlamaForCausalLM
         model = LlamaForCausalLM(LlamaConfig(
             hidden_size=1024, intermediate_size=2816, num_hidden_layers=8, num_attention_heads=16,
             num_key_value_heads=16, vocab_size=32000, **attn)).to(dev)
-        seq = int(os.environ.get("FIT_SEQ", "512"))
-
-        def step_of(b):
-            x = torch.randint(0, 32000, (b, length(seq)), device=dev)
-            return model(input_ids=x, labels=x).loss
+        step_of = tokens(model, 32000)
     elif name == "t5":
         # An encoder-decoder (T5 of t5-small's shape): six blocks each side, the decoder's
         # larger, inside two T5Stacks.
@@ -87,11 +86,7 @@ def build(name):
         model = T5ForConditionalGeneration(T5Config(
             d_model=512, d_ff=2048, num_layers=6, num_decoder_layers=6, num_heads=8,
             vocab_size=32128, decoder_start_token_id=0, pad_token_id=0, **attn)).to(dev)
-        seq = int(os.environ.get("FIT_SEQ", "512"))
-
-        def step_of(b):
-            x = torch.randint(0, 32128, (b, length(seq)), device=dev)
-            return model(input_ids=x, labels=x).loss
+        step_of = tokens(model, 32128)
     elif name == "mixtral":
         # A mixture of experts (8, 2 a token, 6 blocks of 512): each step routes a different
         # number of tokens to each expert, so the experts' activations change size every step.
@@ -100,11 +95,7 @@ def build(name):
             hidden_size=512, intermediate_size=1024, num_hidden_layers=6, num_attention_heads=8,
             num_key_value_heads=4, num_local_experts=8, num_experts_per_tok=2, vocab_size=32000,
             max_position_embeddings=1024, **attn)).to(dev)
-        seq = int(os.environ.get("FIT_SEQ", "512"))
-
-        def step_of(b):
-            x = torch.randint(0, 32000, (b, length(seq)), device=dev)
-            return model(input_ids=x, labels=x).loss
+        step_of = tokens(model, 32000)
     elif name in ("resnet50", "vit", "convnext"):
         import torchvision
         make = {"resnet50": torchvision.models.resnet50, "vit": torchvision.models.vit_b_16,
