@@ -540,7 +540,10 @@ fn a_checkpoint_what_if_that_changes_nothing_says_so() {
 fn a_stack_of_blocks_is_not_taken_for_a_block() {
     let dir = tempdir("fit-ckpt-stacks");
     let stacked = plain_blocks_with(&dir, "stacked", "BLOCKS_STACKS");
-    let (got, named) = (checkpointed(&stacked, "auto"), checkpointed(&stacked, "Block"));
+    let (got, named) = (
+        checkpointed(&stacked, "auto"),
+        checkpointed(&stacked, "Block"),
+    );
     assert_eq!(got["checkpoint"]["class"], "Block", "{}", got["checkpoint"]);
     assert_eq!(got["checkpoint"]["per_step"], 4, "{}", got["checkpoint"]);
     assert_eq!(got["checkpoint"]["found"], true);

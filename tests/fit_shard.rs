@@ -60,6 +60,28 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
     );
 }
 
+/// Blocks of two makes whose parameters are all of one size (`BLOCKS_STACKS=3`: two blocks of
+/// three 1 MiB weights, then two of four, as an encoder's and a decoder's): the sizes' order
+/// repeats with a period that is no block's, so each block's parameters are found from its
+/// gradients in the first backward. From the DDP run, `--shard full` and `grad-op` are the
+/// FSDP2 programs to the byte at 1, 2 and 4 (fails with the period taken for the blocks).
+#[test]
+fn blocks_of_two_makes_are_sharded_as_fsdp2_shards_them() {
+    let dir = tempdir("fit-shard-makes");
+    let env = [("WORLD_SIZE", "2"), ("RANK", "0"), ("BLOCKS_STACKS", "3")];
+    let ddp = blocks_with(&dir, 1, "ddp", &env);
+    for (way, mode) in [("full", "fsdp2"), ("grad-op", "fsdp2-keep")] {
+        let v = sharded_at_1_2_4(ddp.to_str().unwrap(), way, "2", &[]);
+        let s = &v["shard"];
+        assert_eq!(s["class"], "Block", "{s}");
+        assert_eq!(s["per_step"].as_u64(), Some(4), "{s}");
+        // The larger make's weights, and no root.
+        assert_eq!(s["unit_bytes"].as_u64(), Some(4 << 20), "{s}");
+        assert_eq!(s["root_bytes"].as_u64(), Some(0), "{s}");
+        agrees_with_program(&v, "fit-shard-makes-real", mode, &env, way);
+    }
+}
+
 /// `fit --json` of the run at batch 1 at batches 1, 2 and 4, sharded `way` over `world` ranks,
 /// with `more` arguments.
 fn sharded_at_1_2_4(trace: &str, way: &str, world: &str, more: &[&str]) -> serde_json::Value {

@@ -98,7 +98,9 @@ made). BLOCKS_LOCAL set: the block's forward named as a class defined inside a f
 blocks (as an encoder-decoder runs its two: `Stack.forward` makes an embedding's temporary, calls
 half the blocks, then makes a norm's), a block's first two ops made inside a layer of its
 own (`Layer.forward` calling `Proj.forward`), its last in its own forward; BLOCKS_STACKS=2:
-the second stack's blocks' weights half as large again (a decoder's blocks)."""
+the second stack's blocks' weights half as large again (a decoder's blocks); BLOCKS_STACKS=3:
+a weight of 1 MiB per op (the size of its weight gradient), and the second stack's blocks an
+op more, with its weight (two makes of block whose parameters are all of one size)."""
 import ctypes
 import os
 import sys
@@ -124,6 +126,7 @@ BLOCKS = int(os.environ.get("BLOCKS_COUNT", "4"))
 ROW = int(os.environ.get("BLOCKS_ROW", "0"))
 WEIGHT = int(os.environ.get("BLOCKS_WEIGHT", str(1 * MiB)))
 TEMPS = os.environ.get("BLOCKS_TEMPS", "1") != "0"
+TWO_MAKES = os.environ.get("BLOCKS_STACKS") == "3"
 steps = int(sys.argv[3])
 reentrant = bool(os.environ.get("BLOCKS_TRANSFORMERS"))
 ckpt = "ckpt" in sys.argv[4:]
@@ -175,9 +178,15 @@ def op_output(n, cast=False, cast_input=False):
 
 
 class Block(Module):
-    def __init__(self, weight=WEIGHT):
+    def __init__(self, weight=WEIGHT, ops=3):
         self.weight_bytes = weight
-        self.weight = _standin.empty(self.weight_bytes)
+        self.ops = ops
+        if TWO_MAKES:
+            # A weight per op, each the size of the op's weight gradient (1 MiB).
+            self.weight_bytes = 1 * MiB
+            self.weights = [_standin.empty(self.weight_bytes) for _ in range(ops)]
+        else:
+            self.weight = _standin.empty(self.weight_bytes)
         self.grad = None
 
     def op(self, size, outs, keep):
@@ -203,9 +212,11 @@ class Block(Module):
             _standin.free(used)  # used by this op until its output was made
         _standin.free(t)
 
-    def forward(self, x, saved, keep, ops=3):
-        # Three ops, each from a line of its own (as a block's forward reads: no loop); the
-        # first `ops` of them (a non-reentrant checkpoint's early stop).
+    def forward(self, x, saved, keep, ops=None):
+        # Three ops (four in a block of the second make), each from a line of its own (as a
+        # block's forward reads: no loop); the first `ops` of them (a non-reentrant
+        # checkpoint's early stop).
+        ops = self.ops if ops is None else ops
         outs = []
         op = LAYER if STACKS else Block.op
         op(self, 768 * KiB, outs, keep)
@@ -213,6 +224,8 @@ class Block(Module):
             op(self, 512 * KiB, outs, keep)
         if ops > 2:
             self.op(256 * KiB, outs, keep)
+        if ops > 3:
+            self.op(128 * KiB, outs, keep)
         if keep:
             saved.extend(outs)
         else:
@@ -298,9 +311,12 @@ class Row(Module):
 class Net(Module):
     def __init__(self):
         # BLOCKS_STACKS=2: the second stack's blocks weigh half as much again (a decoder's
-        # blocks, which attend to the encoder too).
+        # blocks, which attend to the encoder too); =3: they have an op more, with its weight.
         second = WEIGHT * 3 // 2 if os.environ.get("BLOCKS_STACKS") == "2" else WEIGHT
-        self.blocks = [Block(WEIGHT if k < BLOCKS // 2 else second) for k in range(BLOCKS)]
+        ops = 4 if TWO_MAKES else 3
+        self.blocks = [
+            Block(WEIGHT, 3) if k < BLOCKS // 2 else Block(second, ops) for k in range(BLOCKS)
+        ]
 
     def forward(self, x, per_block, keep):
         if STACKS:

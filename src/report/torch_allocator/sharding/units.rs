@@ -146,18 +146,18 @@ pub(super) struct Step {
 
 impl Input {
     /// The blocks' parameters among the model's (`sizes`, in the order they were made) for
-    /// `per_step` blocks of `class` a step: the blocks all alike ([`unit_sizes`]), else each
-    /// found from its gradients in the first step ([`unit_sizes_by_gradients`]; every step then
-    /// has its `per_step` blocks); `Err` says why they cannot be told.
+    /// `per_step` blocks of `class` a step: the blocks all alike ([`unit_sizes`]) where each
+    /// block's gradients in the first step agree with that, or do not describe the parameters
+    /// at all (a program whose gradients are not its parameters' sizes); else each found from
+    /// its gradients ([`unit_sizes_by_gradients`]; every step then has its `per_step`
+    /// blocks): a period of equal sizes can be found in blocks of two makes whose parameters
+    /// are all of one size. `Err` says why they cannot be told.
     pub(super) fn block_units(
         &self,
         sizes: &[u64],
         (class, per_step): (&str, usize),
         (blocks, begins, ends): (&[Checkpointed], &[Option<usize>], &[usize]),
     ) -> Result<Units, String> {
-        if let Some(u) = unit_sizes(sizes, per_step) {
-            return Ok(u);
-        }
         if self.from_checkpoint && sizes.is_empty() {
             return Err(
                 "the trace is a ring whose records begin after the model was built: \
@@ -166,20 +166,30 @@ impl Input {
                     .into(),
             );
         }
+        let alike = unit_sizes(sizes, per_step);
         let windows: Option<Vec<(usize, usize, u64)>> = (0..per_step.min(blocks.len()))
             .map(|k| Some((begins[k]?, ends[k], k as u64)))
             .collect();
-        let by_gradients = windows
+        let gradients: Option<Vec<Vec<u64>>> = windows
             .filter(|w| w.len() == per_step && blocks.len() % per_step == 0)
-            .and_then(|w| {
-                let gradients: Vec<Vec<u64>> = self
-                    .gradients_of(&w, per_step as u64)
+            .map(|w| {
+                self.gradients_of(&w, per_step as u64)
                     .iter()
                     .map(|g| g.iter().map(|&i| self.events[i].size).collect())
-                    .collect();
-                unit_sizes_by_gradients(sizes, &gradients)
+                    .collect()
             });
-        by_gradients.ok_or_else(|| {
+        let sorted = |v: &[u64]| {
+            let mut v = v.to_vec();
+            v.sort_unstable();
+            v
+        };
+        let agrees =
+            |u: &Units, g: &[Vec<u64>]| u.block.iter().zip(g).all(|(b, g)| sorted(b) == sorted(g));
+        let by_gradients = gradients
+            .as_deref()
+            .filter(|g| alike.as_ref().is_none_or(|u| !agrees(u, g)))
+            .and_then(|g| unit_sizes_by_gradients(sizes, g));
+        by_gradients.or(alike).ok_or_else(|| {
             format!(
                 "the run's {} parameters do not make {per_step} runs of the same sizes, one for \
                  each of its blocks of {}, nor are each block's the sizes of its gradients in \

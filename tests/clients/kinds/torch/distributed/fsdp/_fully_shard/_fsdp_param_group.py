@@ -64,6 +64,15 @@ class FSDPParamGroup:
             setattr(module, name, _empty(shard))
             _standin.free(whole)
             self.shards.append(shard)
+        # A module of several weights (`weights`, each `weight_bytes`): every shard made, then
+        # the wholes let go (as FSDP2 cuts a module's parameters).
+        wholes = list(getattr(module, "weights", None) or [])
+        for i in range(len(wholes)):
+            shard = module.weight_bytes // world
+            module.weights[i] = _empty(shard)
+            self.shards.append(shard)
+        for whole in wholes:
+            _standin.free(whole)
         # The all-gather's output: the world times the shards.
         self.unsharded_bytes = world * sum(self.shards)
 
