@@ -254,7 +254,7 @@ impl Input {
         // Where fully_shard is applied (after the model's parameters are made): each block's
         // parameters cut, then the root's.
         let mut cut: Vec<usize> = found.places.iter().map(|&j| initial[j]).collect();
-        cut.extend(found.root_places(initial.len()).iter().map(|&j| initial[j]));
+        cut.extend(found.root_places.iter().map(|&j| initial[j]));
         let params = Params {
             roots: blocks.len() as u64,
             cut,

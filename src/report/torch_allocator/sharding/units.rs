@@ -95,11 +95,12 @@ pub(super) fn unit_sizes_by_gradients(sizes: &[u64], gradients: &[Vec<u64>]) -> 
 }
 
 /// Each block's parameters' sizes (by the block's place in a step), the root's, and the
-/// places of the blocks' parameters among all, block by block.
+/// places among all of the blocks' parameters (block by block) and of the root's.
 pub(super) struct Units {
     pub(super) block: Vec<Vec<u64>>,
     pub(super) root: Vec<u64>,
     pub(super) places: Vec<usize>,
+    pub(super) root_places: Vec<usize>,
 }
 
 impl Units {
@@ -108,24 +109,13 @@ impl Units {
         for &p in &places {
             theirs[p] = true;
         }
-        let root = (0..sizes.len())
-            .filter(|&i| !theirs[i])
-            .map(|i| sizes[i])
-            .collect();
+        let root_places: Vec<usize> = (0..sizes.len()).filter(|&i| !theirs[i]).collect();
         Units {
             block,
-            root,
+            root: root_places.iter().map(|&i| sizes[i]).collect(),
             places,
+            root_places,
         }
-    }
-
-    /// The root's places among all.
-    pub(super) fn root_places(&self, n: usize) -> Vec<usize> {
-        let mut theirs = vec![false; n];
-        for &p in &self.places {
-            theirs[p] = true;
-        }
-        (0..n).filter(|&i| !theirs[i]).collect()
     }
 }
 
@@ -343,7 +333,7 @@ mod tests {
         assert_eq!(u.block[2], vec![4, 7, 6, 5]);
         // The norm between the two sides is the root's.
         assert_eq!(u.root, vec![10, 3, 2]);
-        assert_eq!(u.root_places(sizes.len()), vec![0, 6, 14]);
+        assert_eq!(u.root_places, vec![0, 6, 14]);
         // A block whose gradients no part of the parameters matches: not told.
         let wrong = vec![vec![6, 7, 4], vec![6, 4], vec![9, 9], vec![5, 6, 4]];
         assert!(super::unit_sizes_by_gradients(&sizes, &wrong).is_none());
