@@ -67,9 +67,32 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
 /// FSDP2 programs to the byte at 1, 2 and 4 (fails with the period taken for the blocks).
 #[test]
 fn blocks_of_two_makes_are_sharded_as_fsdp2_shards_them() {
-    let dir = tempdir("fit-shard-makes");
     let env = [("WORLD_SIZE", "2"), ("RANK", "0"), ("BLOCKS_STACKS", "3")];
-    let ddp = blocks_with(&dir, 1, "ddp", &env);
+    two_makes_sharded_as_fsdp2_shards_them("fit-shard-makes", &env);
+}
+
+/// The same blocks with each weight followed by two buffers that take no gradient (as a batch
+/// norm's running statistics are made with its parameters, and FSDP2 leaves them whole): no
+/// run of places is a block's gradients, so each block's are found passing over the buffers,
+/// which are in no unit. The FSDP2 programs to the byte (refused without the buffers passed
+/// over; fails with them sharded as the root's).
+#[test]
+fn blocks_made_among_buffers_are_sharded_as_fsdp2_shards_them() {
+    let env = [
+        ("WORLD_SIZE", "2"),
+        ("RANK", "0"),
+        ("BLOCKS_STACKS", "3"),
+        ("BLOCKS_BUFFERS", "1"),
+    ];
+    two_makes_sharded_as_fsdp2_shards_them("fit-shard-buffers", &env);
+}
+
+/// The blocks program of two makes (`env`), run under DDP, sharded both ways: the class and
+/// its blocks said, the larger make's four weights a unit and no root's, and every row the
+/// FSDP2 program's.
+fn two_makes_sharded_as_fsdp2_shards_them(dir: &str, env: &[(&'static str, &str)]) {
+    let d = tempdir(dir);
+    let ddp = blocks_with(&d, 1, "ddp", env);
     for (way, mode) in [("full", "fsdp2"), ("grad-op", "fsdp2-keep")] {
         let v = sharded_at_1_2_4(ddp.to_str().unwrap(), way, "2", &[]);
         let s = &v["shard"];
@@ -78,7 +101,7 @@ fn blocks_of_two_makes_are_sharded_as_fsdp2_shards_them() {
         // The larger make's weights, and no root.
         assert_eq!(s["unit_bytes"].as_u64(), Some(4 << 20), "{s}");
         assert_eq!(s["root_bytes"].as_u64(), Some(0), "{s}");
-        agrees_with_program(&v, "fit-shard-makes-real", mode, &env, way);
+        agrees_with_program(&v, &format!("{dir}-real"), mode, env, way);
     }
 }
 

@@ -100,7 +100,8 @@ half the blocks, then makes a norm's), a block's first two ops made inside a lay
 own (`Layer.forward` calling `Proj.forward`), its last in its own forward; BLOCKS_STACKS=2:
 the second stack's blocks' weights half as large again (a decoder's blocks); BLOCKS_STACKS=3:
 a weight of 1 MiB per op (the size of its weight gradient), and the second stack's blocks an
-op more, with its weight (two makes of block whose parameters are all of one size)."""
+op more, with its weight (two makes of block whose parameters are all of one size); with
+BLOCKS_BUFFERS set, each weight followed by two buffers that take no gradient (a norm's)."""
 import ctypes
 import os
 import sys
@@ -127,6 +128,7 @@ ROW = int(os.environ.get("BLOCKS_ROW", "0"))
 WEIGHT = int(os.environ.get("BLOCKS_WEIGHT", str(1 * MiB)))
 TEMPS = os.environ.get("BLOCKS_TEMPS", "1") != "0"
 TWO_MAKES = os.environ.get("BLOCKS_STACKS") == "3"
+BUFFERS = bool(os.environ.get("BLOCKS_BUFFERS"))
 steps = int(sys.argv[3])
 reentrant = bool(os.environ.get("BLOCKS_TRANSFORMERS"))
 ckpt = "ckpt" in sys.argv[4:]
@@ -182,9 +184,15 @@ class Block(Module):
         self.weight_bytes = weight
         self.ops = ops
         if TWO_MAKES:
-            # A weight per op, each the size of the op's weight gradient (1 MiB).
+            # A weight per op, each the size of the op's weight gradient (1 MiB); BLOCKS_BUFFERS
+            # set: each followed by buffers that take no gradient (a norm's running statistic,
+            # of the op's place times 64 KiB, and its count of batches).
             self.weight_bytes = 1 * MiB
-            self.weights = [_standin.empty(self.weight_bytes) for _ in range(ops)]
+            self.weights, self.buffers = [], []
+            for k in range(ops):
+                self.weights.append(_standin.empty(self.weight_bytes))
+                if BUFFERS:
+                    self.buffers += [_standin.empty((k + 1) * 64 * KiB), _standin.empty(512)]
         else:
             self.weight = _standin.empty(self.weight_bytes)
         self.grad = None

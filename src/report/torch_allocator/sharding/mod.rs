@@ -27,6 +27,7 @@
 //! autograd sequence number), or of the optimizer; the root's where the step's backward ends.
 
 mod buckets;
+mod buffers;
 mod gathers;
 mod place;
 mod units;
@@ -250,7 +251,9 @@ impl Input {
         let sizes: Vec<u64> = initial.iter().map(|&i| self.events[i].size).collect();
         let begins = self.backward_begins(&blocks, &mut stacks);
         let ends = self.backward_ends(&blocks, &begins, &mut stacks);
-        let found = self.block_units(&sizes, (&class, per_step), (&blocks, &begins, &ends))?;
+        let first = steps.first().and_then(|s| Some((s.backward?, s.end)));
+        let found =
+            self.block_units(&sizes, (&class, per_step), (&blocks, &begins, &ends), first)?;
         // Where fully_shard is applied (after the model's parameters are made): each block's
         // parameters cut, then the root's.
         let mut cut: Vec<usize> = found.places.iter().map(|&j| initial[j]).collect();

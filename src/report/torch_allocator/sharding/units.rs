@@ -3,6 +3,7 @@
 //! step's forward and backward, and where each block's backward ends.
 
 use super::super::checkpoint::{Checkpointed, Stacks};
+use super::buffers::unit_sizes_among_buffers;
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Phase};
 use crate::report::torch_allocator::{Ev, Input};
@@ -104,12 +105,24 @@ pub(super) struct Units {
 }
 
 impl Units {
+    /// The blocks' `places`, every other place the root's.
     fn of(sizes: &[u64], block: Vec<Vec<u64>>, places: Vec<usize>) -> Units {
         let mut theirs = vec![false; sizes.len()];
         for &p in &places {
             theirs[p] = true;
         }
         let root_places: Vec<usize> = (0..sizes.len()).filter(|&i| !theirs[i]).collect();
+        Units::with_root(sizes, block, places, root_places)
+    }
+
+    /// The blocks' `places` and the root's `root_places` (a place in neither is in no unit: a
+    /// buffer).
+    pub(super) fn with_root(
+        sizes: &[u64],
+        block: Vec<Vec<u64>>,
+        places: Vec<usize>,
+        root_places: Vec<usize>,
+    ) -> Units {
         Units {
             block,
             root: root_places.iter().map(|&i| sizes[i]).collect(),
@@ -141,12 +154,16 @@ impl Input {
     /// at all (a program whose gradients are not its parameters' sizes); else each found from
     /// its gradients ([`unit_sizes_by_gradients`]; every step then has its `per_step`
     /// blocks): a period of equal sizes can be found in blocks of two makes whose parameters
-    /// are all of one size. `Err` says why they cannot be told.
+    /// are all of one size. Where neither tells them, each block's found from its gradients
+    /// among buffers that take none ([`unit_sizes_among_buffers`]: a batch norm's), the
+    /// root's parameters from the first backward's gradients outside the blocks' (`first`,
+    /// that backward's beginning and end). `Err` says why they cannot be told.
     pub(super) fn block_units(
         &self,
         sizes: &[u64],
         (class, per_step): (&str, usize),
         (blocks, begins, ends): (&[Checkpointed], &[Option<usize>], &[usize]),
+        first: Option<(usize, usize)>,
     ) -> Result<Units, String> {
         if self.from_checkpoint && sizes.is_empty() {
             return Err(
@@ -160,14 +177,13 @@ impl Input {
         let windows: Option<Vec<(usize, usize, u64)>> = (0..per_step.min(blocks.len()))
             .map(|k| Some((begins[k]?, ends[k], k as u64)))
             .collect();
-        let gradients: Option<Vec<Vec<u64>>> = windows
-            .filter(|w| w.len() == per_step && blocks.len() % per_step == 0)
-            .map(|w| {
-                self.gradients_of(&w, per_step as u64)
-                    .iter()
-                    .map(|g| g.iter().map(|&i| self.events[i].size).collect())
-                    .collect()
-            });
+        let windows = windows.filter(|w| w.len() == per_step && blocks.len() % per_step == 0);
+        let gradients: Option<Vec<Vec<u64>>> = windows.as_ref().map(|w| {
+            self.gradients_of(w, per_step as u64)
+                .iter()
+                .map(|g| g.iter().map(|&i| self.events[i].size).collect())
+                .collect()
+        });
         let sorted = |v: &[u64]| {
             let mut v = v.to_vec();
             v.sort_unstable();
@@ -179,17 +195,48 @@ impl Input {
             .as_deref()
             .filter(|g| alike.as_ref().is_none_or(|u| !agrees(u, g)))
             .and_then(|g| unit_sizes_by_gradients(sizes, g));
-        by_gradients.or(alike).ok_or_else(|| {
+        let among_buffers = || {
+            let (w, g) = (windows.as_ref()?, gradients.as_deref()?);
+            let root = self.root_gradients(first?, w);
+            unit_sizes_among_buffers(sizes, g, &root)
+        };
+        by_gradients.or(alike).or_else(among_buffers).ok_or_else(|| {
             format!(
                 "the run's {} parameters do not make {per_step} runs of the same sizes, one for \
                  each of its blocks of {}, nor are each block's the sizes of its gradients in \
-                 the first backward (parameters made in one piece, a block's backward not \
-                 found, or more than {PARAMETERS_MOST} parameters): a block's parameters \
-                 cannot be told",
+                 the first backward, alone or among buffers (parameters made in one piece, a \
+                 block's backward not found, or more than {PARAMETERS_MOST} parameters): a \
+                 block's parameters cannot be told",
                 sizes.len(),
                 crate::fixedfmt::Escaped(class.as_bytes()),
             )
         })
+    }
+
+    /// The sizes of the gradients made in the backward `(begin, end)` outside every block's
+    /// `windows`: the root's parameters'.
+    fn root_gradients(
+        &self,
+        (begin, end): (usize, usize),
+        windows: &[(usize, usize, u64)],
+    ) -> Vec<u64> {
+        let mut by_begin: Vec<(usize, usize)> = windows.iter().map(|&(b, e, _)| (b, e)).collect();
+        by_begin.sort_unstable();
+        // Whether `i` is in a block's window: the last one begun by it, or one before that
+        // reaching further (two searches where they do not overlap, as they do not).
+        let in_block = |i: usize| {
+            let at = by_begin.partition_point(|&(b, _)| b <= i);
+            by_begin[..at].iter().rev().take(2).any(|&(_, e)| i < e)
+        };
+        let end = end.min(self.events.len());
+        (begin.min(end)..end)
+            .filter(|&i| {
+                let e = &self.events[i];
+                e.ev == Ev::Alloc && !e.private && e.kind == Kind::Gradient
+            })
+            .filter(|&i| !in_block(i))
+            .map(|i| self.events[i].size)
+            .collect()
     }
 
     /// The model's parameters in the order they were made (their requests' event indices):
