@@ -68,7 +68,7 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
 #[test]
 fn blocks_of_two_makes_are_sharded_as_fsdp2_shards_them() {
     let env = [("WORLD_SIZE", "2"), ("RANK", "0"), ("BLOCKS_STACKS", "3")];
-    two_makes_sharded_as_fsdp2_shards_them("fit-shard-makes", &env);
+    two_makes_sharded_as_fsdp2_shards_them("fit-shard-makes", &env, None);
 }
 
 /// The same blocks with each weight followed by two buffers that take no gradient (as a batch
@@ -84,13 +84,21 @@ fn blocks_made_among_buffers_are_sharded_as_fsdp2_shards_them() {
         ("BLOCKS_STACKS", "3"),
         ("BLOCKS_BUFFERS", "1"),
     ];
-    two_makes_sharded_as_fsdp2_shards_them("fit-shard-buffers", &env);
+    // Two buffers an op: 2 x (3 + 4) x 2 of them, a statistic of the op's place times 64 KiB
+    // and a count of 512 bytes each.
+    let bytes =
+        2 * (((64 + 128 + 192) << 10) + 3 * 512) + 2 * (((64 + 128 + 192 + 256) << 10) + 4 * 512);
+    two_makes_sharded_as_fsdp2_shards_them("fit-shard-buffers", &env, Some((28, bytes)));
 }
 
 /// The blocks program of two makes (`env`), run under DDP, sharded both ways: the class and
-/// its blocks said, the larger make's four weights a unit and no root's, and every row the
-/// FSDP2 program's.
-fn two_makes_sharded_as_fsdp2_shards_them(dir: &str, env: &[(&'static str, &str)]) {
+/// its blocks said, the larger make's four weights a unit and no root's, the `buffers` left
+/// whole said (how many, their bytes), and every row the FSDP2 program's.
+fn two_makes_sharded_as_fsdp2_shards_them(
+    dir: &str,
+    env: &[(&'static str, &str)],
+    buffers: Option<(u64, u64)>,
+) {
     let d = tempdir(dir);
     let ddp = blocks_with(&d, 1, "ddp", env);
     for (way, mode) in [("full", "fsdp2"), ("grad-op", "fsdp2-keep")] {
@@ -101,8 +109,29 @@ fn two_makes_sharded_as_fsdp2_shards_them(dir: &str, env: &[(&'static str, &str)
         // The larger make's weights, and no root.
         assert_eq!(s["unit_bytes"].as_u64(), Some(4 << 20), "{s}");
         assert_eq!(s["root_bytes"].as_u64(), Some(0), "{s}");
+        assert_eq!(s["buffers"].as_u64(), buffers.map(|b| b.0), "{s}");
+        assert_eq!(s["buffer_bytes"].as_u64(), buffers.map(|b| b.1), "{s}");
         agrees_with_program(&v, &format!("{dir}-real"), mode, env, way);
     }
+    let said = stdout(&gpushim_text(&[
+        "fit",
+        ddp.to_str().unwrap(),
+        "--at",
+        "1",
+        "--shard",
+        "full",
+    ]));
+    let line = buffers.map(|(n, _)| format!("  {n} buffers made among the parameters ("));
+    assert_eq!(
+        line.as_ref().is_some_and(|l| said.contains(l.as_str())),
+        buffers.is_some(),
+        "{said}"
+    );
+    assert!(
+        buffers.is_some()
+            == said.contains("left whole on every rank, as FSDP2 leaves a module's buffers"),
+        "{said}"
+    );
 }
 
 /// `fit --json` of the run at batch 1 at batches 1, 2 and 4, sharded `way` over `world` ranks,

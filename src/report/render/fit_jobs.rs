@@ -41,6 +41,15 @@ pub(super) fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sha
         s.gradients,
         s.world,
     );
+    if s.buffers > 0 {
+        let _ = writeln!(
+            o,
+            "  {} buffers made among the parameters ({}) take no gradient (a batch norm's \
+             running statistics): left whole on every rank, as FSDP2 leaves a module's buffers",
+            s.buffers,
+            human_bytes(s.buffer_bytes),
+        );
+    }
     if s.gradients == 0 {
         let _ = writeln!(
             o,

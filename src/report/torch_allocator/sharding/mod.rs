@@ -68,6 +68,13 @@ pub struct Sharded {
     pub dropped_bytes: u64,
     /// The gradients let go at their unit's reduce-scatter (ZeRO: into its bucket).
     pub gradients: u64,
+    /// Buffers made among the parameters (taking no gradient: a batch norm's running
+    /// statistics), left whole as FSDP2 leaves them, and their bytes; 0 where the blocks were
+    /// told without passing over any.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub buffers: u64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub buffer_bytes: u64,
     /// DeepSpeed's ZeRO-1 or ZeRO-2 (`--shard zero1|zero2`), not FSDP2: what it made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zero: Option<ZeroSaid>,
@@ -279,6 +286,16 @@ impl Input {
                 units::total(&params.root),
             ),
         );
+        let buffers = initial.len().saturating_sub(params.cut.len());
+        sharding.said.buffers = buffers as u64;
+        if buffers > 0 {
+            let mut theirs: Vec<usize> = params.cut.clone();
+            theirs.sort_unstable();
+            sharding.said.buffer_bytes = initial
+                .iter()
+                .filter(|i| theirs.binary_search(i).is_err())
+                .fold(0u64, |a, &i| a.saturating_add(self.events[i].size));
+        }
         sharding.edits.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
         for &i in &params.cut {
             let said = &mut sharding.said;
@@ -450,6 +467,8 @@ impl Sharding {
                 dropped_requests: 0,
                 dropped_bytes: 0,
                 gradients: 0,
+                buffers: 0,
+                buffer_bytes: 0,
                 zero: None,
             },
             edits: Edits::over(world),
@@ -539,4 +558,9 @@ impl Edits {
         }
         Some(e)
     }
+}
+
+/// Whether `n` is 0 (a count `--json` leaves out).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
