@@ -87,17 +87,27 @@ fn stream_ordered_memory_is_named_by_the_library_that_asked_for_it() {
 /// program's, held for a while) and at exit, the rest named as made by no allocating call; the
 /// parts add up to NVML's figure. The 64 MiB allocation returns 300 ms after the simulator
 /// counted it (`GPUSHIM_SIM_RETURN_MS`), so the sampler runs while NVML already has it and
-/// its record is not yet written: the sample must wait for the record, whatever the load.
+/// its record is not yet written: the sample must wait for the record, whatever the load. And
+/// with 32 MiB taken (also late) and freed just before (`OWNER_FIRST`): a sample that began to
+/// wait during that call sees calls end, then the 64 MiB one under way at look after look, and
+/// must wait for it still, not take the calls for a stream that never pauses.
 #[test]
 fn nvmls_figure_is_split_by_owner_at_its_peak_and_at_exit() {
+    split_by_owner(&[]);
+    split_by_owner(&[("OWNER_FIRST", "1")]);
+}
+
+fn split_by_owner(more: &[(&'static str, &str)]) {
     let t = tempdir("nvml").file("n.trace");
+    let mut env = vec![("GPUSHIM_SIM_RETURN_MS", "300".to_string())];
+    env.extend(more.iter().map(|(k, v)| (*k, v.to_string())));
     let out = run(
         &sim().dir.join("owners/owners"),
         Run {
             preload: true,
             trace: Some(&t),
             args: vec!["450".into()],
-            env: vec![("GPUSHIM_SIM_RETURN_MS", "300".into())],
+            env,
         },
     );
     assert_ok(&out);

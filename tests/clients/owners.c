@@ -20,7 +20,8 @@ static void wait_ms(long ms) {
  * end state). OWNER_GRAPH=1: the program also captures a graph whose memory node keeps 2 MiB.
  * OWNER_POOLS=1: it creates two pools of its own on device 0, keeps 2 MiB from one, and creates
  * and destroys a third. OWNER_NODE=1: it builds a graph node by node whose memory node keeps
- * 2 MiB (and a graph whose memory node is freed by a free node). */
+ * 2 MiB (and a graph whose memory node is freed by a free node). OWNER_FIRST=1: 32 MiB taken
+ * and freed just before the 64. */
 int main(int argc, char **argv) {
     void *mine = NULL, *gone = NULL;
     int r = cudaMalloc(&mine, 2 << 20);
@@ -70,8 +71,14 @@ int main(int argc, char **argv) {
     printf("owners: %d\n", r);
     if (argc > 1 && r == 0) {
         long ms = atol(argv[1]);
-        void *burst = NULL;
-        r = cudaMalloc(&burst, 64 << 20);
+        void *burst = NULL, *first = NULL;
+        /* OWNER_FIRST=1: 32 MiB taken and freed just before (a call under way when a sample
+         * begins to wait, ended just before the burst begins). */
+        if (getenv("OWNER_FIRST")) {
+            r = cudaMalloc(&first, 32 << 20);
+            r = r ? r : cudaFree(first);
+        }
+        r = r ? r : cudaMalloc(&burst, 64 << 20);
         wait_ms(ms);
         r = r ? r : cudaFree(burst);
         wait_ms(ms);

@@ -327,13 +327,16 @@ fn read_device(n: &Nvml, d: usize, pid: c_uint) -> Option<(u64, u64, bool)> {
 /// hook's and every visit to the shim's pool count here ([`InCall`]).
 static BEGUN: AtomicU64 = AtomicU64::new(0);
 static ENDED: AtomicU64 = AtomicU64::new(0);
-/// How long a sample looks for a moment with no such call under way (a millisecond apart at
-/// first, then further) before it reads NVML anyway: while one call stays under way (an
-/// allocation returning late, a free waiting for the device), up to [`QUIET_WAIT_MS`]; while
-/// calls keep ending without a pause between them (a program without a cache), up to
-/// [`BUSY_WAIT_MS`], so such a program is still sampled about as often.
+/// How long a sample looks for a moment with no such call under way before it reads NVML
+/// anyway (a call that has not returned for a second, or a program that never pauses between
+/// calls for as long), and how far apart it looks at most (a millisecond apart at first): a
+/// program of back-to-back calls still pauses between them, and a look every few milliseconds
+/// finds such a moment. A read during a call would be wrong either way: NVML may count an
+/// allocation whose record is not yet written (found under load, where a sampler that read
+/// after 20 ms among calls that kept ending split NVML's peak as if the allocation under way
+/// were no one's).
 const QUIET_WAIT_MS: u64 = 1000;
-const BUSY_WAIT_MS: u64 = 20;
+const LOOK_MS: u64 = 5;
 
 /// A call that may move device memory, under way until dropped (after its record is written).
 /// Two atomic additions; no lock, no allocation.
@@ -360,13 +363,11 @@ impl Drop for InCall {
 /// for as long as [`QUIET_WAIT_MS`] says; then read as it comes.
 fn quietly<T>(mut read: impl FnMut() -> Option<T>) -> Option<(T, u64)> {
     let (mut waited, mut pause) = (0u64, 1u64);
-    let ended_at_first = ENDED.load(Ordering::SeqCst);
     loop {
         // Ended first: equal counts then mean no call was under way between the two loads.
         let ended = ENDED.load(Ordering::SeqCst);
         let begun = BEGUN.load(Ordering::SeqCst);
-        let busy = ended != ended_at_first && waited >= BUSY_WAIT_MS;
-        let last = busy || waited >= QUIET_WAIT_MS;
+        let last = waited >= QUIET_WAIT_MS;
         if ended == begun || last {
             let v = read()?;
             let at = gpushim_core::trace::recorder::clock_ns(libc::CLOCK_MONOTONIC);
@@ -376,7 +377,7 @@ fn quietly<T>(mut read: impl FnMut() -> Option<T>) -> Option<(T, u64)> {
         }
         std::thread::sleep(std::time::Duration::from_millis(pause));
         waited += pause;
-        pause = (pause * 2).min(50);
+        pause = (pause * 2).min(LOOK_MS);
     }
 }
 
