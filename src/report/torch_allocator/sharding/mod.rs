@@ -286,16 +286,13 @@ impl Input {
                 units::total(&params.root),
             ),
         );
-        let buffers = initial.len().saturating_sub(params.cut.len());
-        sharding.said.buffers = buffers as u64;
-        if buffers > 0 {
-            let mut theirs: Vec<usize> = params.cut.clone();
-            theirs.sort_unstable();
-            sharding.said.buffer_bytes = initial
-                .iter()
-                .filter(|i| theirs.binary_search(i).is_err())
-                .fold(0u64, |a, &i| a.saturating_add(self.events[i].size));
-        }
+        // The places in no unit: the buffers passed over.
+        let cut_bytes = params
+            .cut
+            .iter()
+            .fold(0u64, |a, &i| a.saturating_add(self.events[i].size));
+        sharding.said.buffers = initial.len().saturating_sub(params.cut.len()) as u64;
+        sharding.said.buffer_bytes = units::total(&sizes).saturating_sub(cut_bytes);
         sharding.edits.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
         for &i in &params.cut {
             let said = &mut sharding.said;
