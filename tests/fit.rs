@@ -28,7 +28,7 @@ pub(crate) fn json(args: &[&str]) -> Value {
 
 /// The replay of a recorded run's own requests under `setting` (and a limit): peak reserved,
 /// peak allocated, failures.
-fn replayed(trace: &Path, setting: &str, limit: Option<&str>) -> (u64, u64, u64) {
+pub(crate) fn replayed(trace: &Path, setting: &str, limit: Option<&str>) -> (u64, u64, u64) {
     let t = trace.to_str().unwrap();
     let mut args = vec!["simulate", t, "--torch", setting, "--json"];
     if let Some(l) = limit {

@@ -18,6 +18,7 @@ mod fit_answers;
 mod fit_autocast;
 mod fit_checkpoint;
 mod fit_not_clean;
+mod fit_reduce;
 mod fit_shard;
 mod fit_world;
 mod hostile_folders;

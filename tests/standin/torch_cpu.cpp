@@ -69,6 +69,7 @@ struct ToCopyBackward0 : Node {};
 struct NativeLayerNormBackward0 : Node {};
 struct NllLossBackward0 : Node {};
 struct SplitWithSizesBackward0 : Node {};
+struct AddmmBackward0 : Node {};
 } // namespace generated
 
 static thread_local std::shared_ptr<Node> current_evaluating_node;
@@ -85,7 +86,8 @@ static std::vector<std::shared_ptr<Node>> kept;
 
 // standin_forward_op(kind, size): an op of a forward making a node of class `kind` (0
 // MmBackward0, 1 ToCopyBackward0, 2 AddBackward0, 3 NativeLayerNormBackward0, 4
-// NllLossBackward0), then its output of `size` bytes (none for 0), as standin_forward_mm.
+// NllLossBackward0, 5 AddmmBackward0), then its output of `size` bytes (none for 0), as
+// standin_forward_mm.
 extern "C" __attribute__((visibility("default"))) void *standin_forward_op(int kind, size_t size) {
   std::shared_ptr<Node> node;
   switch (kind) {
@@ -93,6 +95,7 @@ extern "C" __attribute__((visibility("default"))) void *standin_forward_op(int k
   case 1: node = std::make_shared<generated::ToCopyBackward0>(); break;
   case 2: node = std::make_shared<generated::AddBackward0>(); break;
   case 3: node = std::make_shared<generated::NativeLayerNormBackward0>(); break;
+  case 5: node = std::make_shared<generated::AddmmBackward0>(); break;
   default: node = std::make_shared<generated::NllLossBackward0>(); break;
   }
   kept.push_back(node);

@@ -13,6 +13,7 @@
 
 mod batch;
 mod largest;
+mod latent;
 mod leaking;
 mod padded;
 mod reduce;
@@ -50,6 +51,9 @@ enum Scale {
     Reduction(reduce::Reduction),
     /// A global reduction's semaphore: as many as the blocks across its outputs.
     Semaphore,
+    /// A staging buffer or semaphore the run never asked (no bytes in it): a sum within
+    /// thread blocks at the run's rows that goes through global memory at more.
+    Latent(reduce::Latent),
     /// As a second run at another batch showed it: `here` bytes at the run's batch `at`,
     /// `there` at the second run's `other`; other batches on the line through both.
     Measured {
@@ -132,6 +136,10 @@ pub struct Fit {
     /// Staging buffers of PyTorch's global reductions resized as PyTorch sizes them (with
     /// the batch until the device is full), not in proportion.
     pub reductions: u64,
+    /// Sums of a bias's gradient the run made within thread blocks, which PyTorch makes
+    /// through a staging buffer from a larger batch on: added where a replay's batch asks.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub latent_reductions: Option<LatentReductions>,
     /// A second run of the program at another batch, when given: the requests it scaled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub second: Option<SecondRun>,
@@ -168,6 +176,23 @@ impl Fit {
     pub fn nothing_scales(&self) -> bool {
         self.batch_bytes == 0
     }
+}
+
+/// The reductions a run summed within thread blocks, and the least batch from which one of
+/// them asks a staging buffer.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatentReductions {
+    pub count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_batch: Option<u64>,
+}
+
+/// What [`LatentReductions`] says of the run's (none: `None`).
+fn latent_of(latent: &[(usize, reduce::Latent)], at: u64) -> Option<LatentReductions> {
+    (!latent.is_empty()).then(|| LatentReductions {
+        count: latent.len() as u64,
+        from_batch: latent.iter().filter_map(|(_, l)| l.first_batch(at)).min(),
+    })
 }
 
 /// A second run at another batch, and how many of the run's requests it scaled.
@@ -256,6 +281,7 @@ fn proportional(scale: &Scales) -> Scales {
         .iter()
         .map(|s| match s {
             Scale::Reduction(_) => Scale::Batch,
+            Scale::Latent(_) => Scale::Fixed,
             s => s,
         })
         .collect()
@@ -270,6 +296,7 @@ fn resize(s: Scale, size: u64, at: u64, batch: u64) -> u64 {
         }
         Scale::Fixed | Scale::Unknown | Scale::Semaphore => size,
         Scale::Reduction(r) => r.at(at, batch),
+        Scale::Latent(l) => l.at(at, batch),
         Scale::Measured {
             here,
             there,
@@ -319,6 +346,9 @@ pub struct FitRun {
     /// at another batch (`Ask::second`) and at another sequence length (`Ask::seq`).
     second_batch: Option<torch_allocator::Input>,
     second_seq: Option<torch_allocator::Input>,
+    /// The reductions the run summed within thread blocks: each placeholder's place among the
+    /// requests (its staging buffer's; its semaphore the next), and how it grows.
+    latent: Vec<(usize, reduce::Latent)>,
 }
 
 impl FitRun {
@@ -348,12 +378,14 @@ impl FitRun {
 /// The run for [`fit_run`] from an analysis's parts: PyTorch's requests, the summary (for the
 /// headroom, when there is one) and what the trace is missing when it was cut or damaged.
 pub fn run_from(
-    input: torch_allocator::Input,
+    mut input: torch_allocator::Input,
     summary: Option<&super::summary::Summary>,
     cut: Option<String>,
 ) -> FitRun {
+    let latent = latent::placed(&mut input);
     FitRun {
         input,
+        latent,
         headroom: summary.map_or(0, headroom_of),
         cut,
         growth: None,
@@ -395,6 +427,10 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     batches_asked(ask)?;
     let input = &run.input;
     let (labels, mut req) = classed(input);
+    for &(p, l) in &run.latent {
+        req.scale.set(p, Scale::Latent(l));
+        req.scale.set(p + 1, Scale::Latent(l.semaphore()));
+    }
     let measured_requests = match &ask.second {
         Some((_, other)) => {
             let second = second_run(run.second_batch.as_ref())?;
@@ -484,6 +520,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         unknown_lines: t.unknown_lines,
         parameter_sized_lines: t.parameter_sized_lines,
         reductions: t.reductions,
+        latent_reductions: latent_of(&run.latent, ask.at),
         second: ask.second.as_ref().map(|(p, b)| SecondRun {
             trace: crate::files::shown(p).to_string(),
             at: *b,

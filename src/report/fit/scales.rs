@@ -92,7 +92,7 @@ fn plain(s: Scale) -> Option<u32> {
         Scale::Fixed => Some(FIXED),
         Scale::Unknown => Some(UNKNOWN),
         Scale::Semaphore => Some(SEMAPHORE),
-        Scale::Reduction(_) | Scale::Measured { .. } => None,
+        Scale::Reduction(_) | Scale::Latent(_) | Scale::Measured { .. } => None,
     }
 }
 

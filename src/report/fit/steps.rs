@@ -242,7 +242,7 @@ pub(super) fn tally(input: &torch_allocator::Input, req: &Requests) -> Tally {
                 fixed_bytes = fixed_bytes.saturating_add(size);
             }
             Scale::Measured { .. } => batch_bytes = batch_bytes.saturating_add(size),
-            Scale::Semaphore => fixed_bytes = fixed_bytes.saturating_add(size),
+            Scale::Semaphore | Scale::Latent(_) => fixed_bytes = fixed_bytes.saturating_add(size),
             Scale::Fixed => {
                 fixed_bytes = fixed_bytes.saturating_add(size);
                 if matches!(k, Kind::Temporary | Kind::Activation) {

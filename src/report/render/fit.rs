@@ -58,6 +58,18 @@ pub fn render(f: &Fit) -> String {
             f.reductions
         );
     }
+    if let Some(l) = &f.latent_reductions {
+        let from = match l.from_batch {
+            Some(b) => format!("from batch {b} on"),
+            None => "at no batch below 2^32".to_string(),
+        };
+        let _ = writeln!(
+            o,
+            "  {} sums of a bias's gradient made within thread blocks at batch {} ask PyTorch's \
+             reduction a staging buffer and a semaphore {from}: added as PyTorch sizes them",
+            l.count, f.at
+        );
+    }
     // The trace's name is as `files::shown` wrote it: escaped already.
     if let Some(r) = &f.second {
         let _ = writeln!(

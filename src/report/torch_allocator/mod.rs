@@ -420,6 +420,60 @@ impl Fidelity {
     }
 }
 
+/// The high bits of a placeholder's address (see [`Input::with_placeholders_after`]): apart
+/// from the run's addresses, a checkpoint's copies' (bit 63) and the sharding's (bit 62).
+const PLACEHOLDER: u64 = 1 << 61;
+
+impl Input {
+    /// After each of `requests` (places among the requests, ascending), two requests of no
+    /// bytes and their frees, in the order PyTorch's reduction kernel asks a staging buffer
+    /// and its semaphore after the output it sums into, and lets both go once it is launched:
+    /// the request's line, sequence number and stream. At the run's sizes they change nothing
+    /// (a request of no bytes takes no block, and its free finds none); `fit` sizes them at
+    /// other batches. Made before anything is found of the events (each look kept is dropped).
+    /// The places of the placeholders' staging buffers among the requests, each semaphore
+    /// the next.
+    pub fn with_placeholders_after(&mut self, requests: &[usize]) -> Vec<usize> {
+        if requests.is_empty() {
+            return Vec::new();
+        }
+        let mut placed = Vec::with_capacity(requests.len());
+        let mut wanted = requests.iter().copied().peekable();
+        let mut events = Vec::with_capacity(self.events.len() + 4 * requests.len());
+        let (mut n, mut made) = (0usize, 0usize);
+        for e in self.events.drain(..) {
+            events.push(e);
+            if e.ev != Ev::Alloc {
+                continue;
+            }
+            let this = n;
+            n += 1;
+            while wanted.next_if(|&w| w < this).is_some() {}
+            if wanted.next_if_eq(&this).is_none() {
+                continue;
+            }
+            placed.push(this + 1 + 2 * made);
+            let mut one = |ev: Ev, k: u64| {
+                let mut p = e;
+                (p.ev, p.ptr, p.size) = (ev, PLACEHOLDER | k, 0);
+                (p.optional, p.private) = (false, false);
+                p.kind = crate::report::kinds::Kind::Temporary;
+                events.push(p);
+            };
+            let (staging, semaphore) = (2 * made as u64, 2 * made as u64 + 1);
+            one(Ev::Alloc, staging);
+            one(Ev::Alloc, semaphore);
+            one(Ev::Free, semaphore);
+            one(Ev::Free, staging);
+            made += 1;
+        }
+        self.events = events;
+        self.period = std::sync::OnceLock::new();
+        self.last_before_free = std::sync::OnceLock::new();
+        placed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

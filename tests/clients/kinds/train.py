@@ -17,8 +17,10 @@ buffer that grows with the batch only in part), freed at the step's end. KINDS_S
 KINDS_ATTENTION set: per layer also attention's scores, kept for the backward, N squared times
 16 KiB. KINDS_REDUCE=N: in each backward, while the activations are live, a global reduction
 over N rows a sample (its staging buffer sized as PyTorch sizes it: with the rows until the
-device is full). KINDS_CONV=N: after each forward, a convolution's workspace of N bytes a
-sample, done without when the allocator refuses it (as cuDNN's next algorithm needs none);
+device is full). KINDS_BIAS set: each layer
+has a bias too, and its backward sums the bias's gradient over the rows, through a staging
+buffer only from batch 6 on (torch/_standin.py). KINDS_CONV=N: after each forward, a
+convolution's workspace of N bytes a sample, done without when the allocator refuses it (as cuDNN's next algorithm needs none);
 the program says how many times. KINDS_OWN set: after the forward, the program's own line makes
 a 2 MiB tensor from its output (as `h = gelu(lin(x))`), kept in a list with its graph (a
 metric's leak), then the last layer runs once more before the backward. KINDS_SHUTDOWN set: as

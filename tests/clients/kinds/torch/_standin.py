@@ -16,6 +16,11 @@ ATTENTION = os.environ.get("KINDS_ATTENTION") is not None
 # sizes its grid by (the simulator's: GPUSHIM_SIM_MULTIPROCESSORS, else an H100's 132).
 REDUCE_ROWS = int(os.environ.get("KINDS_REDUCE", "0"))
 MULTIPROCESSORS = int(os.environ.get("GPUSHIM_SIM_MULTIPROCESSORS", "132"))
+# KINDS_BIAS set: each linear layer has a bias of 4,096 fp32 values, its output made by an
+# AddmmBackward0 node, whose backward makes the weight's gradient, then the bias's, summed over
+# the output's rows (192 a sample): within thread blocks below 1,021 rows, through a staging
+# buffer from there on.
+BIAS = os.environ.get("KINDS_BIAS") is not None
 # KINDS_CONV's workspace asked from this file instead of the convolution's line.
 CONV_ELSEWHERE = os.environ.get("KINDS_CONV_ELSEWHERE") is not None
 
@@ -36,6 +41,29 @@ def load(autograd_path, c10_path):
     _autograd.standin_backward_one.argtypes = (ctypes.c_size_t,)
     _autograd.standin_backward_split.restype = ctypes.c_void_p
     _autograd.standin_backward_split.argtypes = (ctypes.c_size_t,)
+    _autograd.standin_forward_op.restype = ctypes.c_void_p
+    _autograd.standin_forward_op.argtypes = (ctypes.c_int, ctypes.c_size_t)
+    _autograd.standin_backward_node.restype = ctypes.c_void_p
+    _autograd.standin_backward_node.argtypes = (ctypes.c_size_t, ctypes.c_size_t)
+
+
+_nodes = [0]  # the forward's nodes made so far: the next one's index
+
+
+def forward_addmm(n):
+    """A linear map's output of `n` bytes, made by an AddmmBackward0 node: (its node's index,
+    the tensor)."""
+    p = _autograd.standin_forward_op(5, n)
+    assert p, "out of memory"
+    _nodes[0] += 1
+    return _nodes[0] - 1, p
+
+
+def backward_node(node, n):
+    """A tensor of `n` bytes made by the forward's node `node` on the engine thread."""
+    p = _autograd.standin_backward_node(node, n)
+    assert p, "out of memory"
+    return p
 
 
 def empty(n):

@@ -11,10 +11,29 @@ def backward(saved, params, grad_bytes, keep=None):
     if _standin.REDUCE_ROWS:
         # A bias's gradient (768 outputs) summed over the batch's rows, the activations live.
         _standin.reduce_sum(_standin.REDUCE_ROWS * _standin.BATCH, 768)
+    if _standin.BIAS:
+        # Each layer's node, last layer first, makes its weight's gradient, then its bias's,
+        # summed over the rows (through a staging buffer and semaphore once they are many,
+        # both let go at once), the activations live.
+        for p in reversed(params):
+            w = _standin.backward_node(p.node, grad_bytes)
+            g = _standin.backward_node(p.node, 16 * KiB)
+            rows = 192 * _standin.BATCH * _standin.SEQ
+            size, semaphore = _standin.reduction_sizes(rows, 4096)
+            if size:
+                staging = _standin.backward_node(p.node, size)
+                sem = _standin.backward_node(p.node, semaphore)
+                _standin.free(sem)
+                _standin.free(staging)
+            for made, kept in ((w, "grad"), (g, "bias_grad")):
+                if getattr(p, kept) is None:
+                    setattr(p, kept, made)
+                else:
+                    _standin.free(made)
     for a in saved:
         if keep is None or a not in keep:
             _standin.free(a)
-    for p in params:
+    for p in [] if _standin.BIAS else params:
         g = _standin.backward_tensor(grad_bytes)
         if p.grad is None:
             p.grad = g
