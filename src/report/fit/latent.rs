@@ -8,7 +8,8 @@
 //! low on an H200 (docs/gpu-checks.md).
 //!
 //! Each such sum is found from what the run recorded: a request of a parameter's size (fp32:
-//! the bias's own) made by one of those nodes after one of the weight's size, a whole number of
+//! the bias's own; or half of one, autocast's 16-bit gradient of the bias's cast) made by one
+//! of those nodes after one of the weight's size, a whole number of
 //! times it (the weight's gradient: a convolution without a bias makes only that one), and the
 //! forward output of the same op (the same autograd sequence number), whose size over the
 //! bias's is the rows. Where PyTorch's
@@ -69,7 +70,7 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
     let mut outputs: FastMap<u64, u64> = FastMap::default();
     let mut last = Phase::Unknown;
     // The backward node making requests now (its sequence number) and its requests of a
-    // parameter's size so far.
+    // parameter's size (or half of one) so far.
     let mut node_now: (u64, Vec<u64>) = (0, Vec::new());
     let mut found = Vec::new();
     for (n, ((size, stack, sequence), k)) in input.request_fields().zip(&kinds).enumerate() {
@@ -78,9 +79,13 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
             let sums = BIAS_NODES.iter().any(|b| node.starts_with(b));
             (phase_of_stack(reader, stack), sums)
         });
+        let after_backward = last == Phase::Backward;
+        if phase != Phase::Unknown {
+            last = phase;
+        }
         match phase {
             Phase::Forward => {
-                if last == Phase::Backward {
+                if after_backward {
                     outputs.clear();
                 }
                 // The op's output, kept for the backward or not (a linear map's is not).
@@ -88,7 +93,17 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
                     outputs.entry(sequence).or_insert(size);
                 }
             }
-            Phase::Backward if sums && sequence != 0 && parameters.contains_key(&size) => {
+            Phase::Backward if sums && sequence != 0 => {
+                // A gradient of an fp32 parameter's size (4 bytes an element), or of half of
+                // one (autocast's 16-bit gradient of a parameter's cast: 2 bytes).
+                let half = size
+                    .checked_mul(2)
+                    .is_some_and(|d| parameters.contains_key(&d));
+                let element = match (parameters.contains_key(&size), half) {
+                    (true, _) => 4,
+                    (false, true) => 2,
+                    (false, false) => continue,
+                };
                 // The node's parameter-sized requests so far: a bias's gradient follows its
                 // weight's, a whole number of times its size (a convolution without a bias
                 // makes only the weight's).
@@ -102,16 +117,13 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
                     .filter(|&&out| bias && size > 0 && out % size == 0)
                     .map(|&out| out / size);
                 let latent = rows
-                    .filter(|&r| r >= 2 && size % 4 == 0)
-                    .and_then(|r| Latent::new(r, size / 4, make));
+                    .filter(|&r| r >= 2 && size % element == 0)
+                    .and_then(|r| Latent::new(r, size / element, make));
                 if let Some(l) = latent {
                     found.push((n, l));
                 }
             }
             _ => {}
-        }
-        if phase != Phase::Unknown {
-            last = phase;
         }
     }
     found

@@ -19,7 +19,8 @@ KINDS_ATTENTION set: per layer also attention's scores, kept for the backward, N
 over N rows a sample (its staging buffer sized as PyTorch sizes it: with the rows until the
 device is full). KINDS_BIAS set: each layer
 has a bias too, and its backward sums the bias's gradient over the rows, through a staging
-buffer only from batch 6 on (torch/_standin.py). KINDS_CONV=N: after each forward, a
+buffer only from batch 6 on (torch/_standin.py); KINDS_BIAS=16: the node's gradients in 16
+bits, as under autocast, from batch 3 on. KINDS_CONV=N: after each forward, a
 convolution's workspace of N bytes a sample, done without when the allocator refuses it (as cuDNN's next algorithm needs none);
 the program says how many times. KINDS_OWN set: after the forward, the program's own line makes
 a 2 MiB tensor from its output (as `h = gelu(lin(x))`), kept in a list with its graph (a

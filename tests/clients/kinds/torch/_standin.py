@@ -20,7 +20,10 @@ MULTIPROCESSORS = int(os.environ.get("GPUSHIM_SIM_MULTIPROCESSORS", "132"))
 # AddmmBackward0 node, whose backward makes the weight's gradient, then the bias's, summed over
 # the output's rows (192 a sample): within thread blocks below 1,021 rows, through a staging
 # buffer from there on.
+# KINDS_BIAS=16: the node's gradients in 16 bits, as under autocast (half the weight's and the
+# bias's sizes; the output's bytes then hold 384 rows a sample).
 BIAS = os.environ.get("KINDS_BIAS") is not None
+BIAS16 = os.environ.get("KINDS_BIAS") == "16"
 # KINDS_CONV's workspace asked from this file instead of the convolution's line.
 CONV_ELSEWHERE = os.environ.get("KINDS_CONV_ELSEWHERE") is not None
 

@@ -16,9 +16,10 @@ def backward(saved, params, grad_bytes, keep=None):
         # summed over the rows (through a staging buffer and semaphore once they are many,
         # both let go at once), the activations live.
         for p in reversed(params):
-            w = _standin.backward_node(p.node, grad_bytes)
-            g = _standin.backward_node(p.node, 16 * KiB)
-            rows = 192 * _standin.BATCH * _standin.SEQ
+            half = 2 if _standin.BIAS16 else 1
+            w = _standin.backward_node(p.node, grad_bytes // half)
+            g = _standin.backward_node(p.node, 16 * KiB // half)
+            rows = 192 * half * _standin.BATCH * _standin.SEQ
             size, semaphore = _standin.reduction_sizes(rows, 4096)
             if size:
                 staging = _standin.backward_node(p.node, size)
