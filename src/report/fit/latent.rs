@@ -43,15 +43,7 @@ pub(super) fn placed(input: &mut Input) -> Vec<(usize, Latent)> {
 /// Each request that is a bias's gradient summed within thread blocks (its place among the
 /// requests), with the sum it is.
 fn find(input: &Input) -> Vec<(usize, Latent)> {
-    let Some(make) = input
-        .tables()
-        .info()
-        .devices
-        .iter()
-        .flatten()
-        .next()
-        .copied()
-    else {
+    let Some(make) = super::reduce::device_make(input) else {
         return Vec::new();
     };
     let kinds = input.request_kinds();

@@ -22,6 +22,19 @@ use crate::trace::reader::DeviceMake;
 /// Threads of the reduction's block in the configuration recognized here (32 x 4).
 const BLOCK_THREADS: u64 = 128;
 
+/// What the run's first device is made of, where the trace says (a trace from an older shim
+/// does not).
+pub(super) fn device_make(input: &crate::report::torch_allocator::Input) -> Option<DeviceMake> {
+    input
+        .tables()
+        .info()
+        .devices
+        .iter()
+        .flatten()
+        .next()
+        .copied()
+}
+
 /// The blocks of 128 threads the device runs at once: its multiprocessors times the blocks
 /// one of them holds (PyTorch's `target_grid_size`); `None` where the trace does not say.
 fn target_of(make: DeviceMake) -> Option<u64> {

@@ -411,15 +411,7 @@ fn steps_of(phases: &[Phase]) -> u64 {
 /// as PyTorch sizes them, and their semaphores as fixed, where the trace says what the device
 /// is made of (a trace from before it was kept: in proportion, as any other).
 pub(super) fn mark_reductions(input: &Input, req: &mut Requests, labels: &Labels, sizes: &[u64]) {
-    let Some(make) = input
-        .tables()
-        .info()
-        .devices
-        .iter()
-        .flatten()
-        .next()
-        .copied()
-    else {
+    let Some(make) = reduce::device_make(input) else {
         return;
     };
     // Both freed once the kernel is launched: before the program asks for anything else.
