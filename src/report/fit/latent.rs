@@ -47,6 +47,9 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
         return Vec::new();
     };
     let kinds = input.request_kinds();
+    // Scratch buffers (freed before anything else is asked: a convolution's workspace of the
+    // same op) are no op's output.
+    let scratch = input.scratch();
     // fp32 parameters' sizes: a bias's gradient of its own size is fp32 too.
     let mut parameters: FastMap<u64, ()> = FastMap::default();
     for ((size, _), k) in input.requests().zip(&kinds) {
@@ -81,7 +84,8 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
                     outputs.clear();
                 }
                 // The op's output, kept for the backward or not (a linear map's is not).
-                if matches!(k, Kind::Activation | Kind::Temporary) && sequence != 0 {
+                let output = !scratch.get(n).copied().unwrap_or(true);
+                if output && matches!(k, Kind::Activation | Kind::Temporary) && sequence != 0 {
                     outputs.entry(sequence).or_insert(size);
                 }
             }
