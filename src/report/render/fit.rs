@@ -63,10 +63,16 @@ pub fn render(f: &Fit) -> String {
             Some(b) => format!("from batch {b} on"),
             None => "at no batch below 2^32".to_string(),
         };
+        let (sums, ask) = if l.count == 1 {
+            ("sum", "asks")
+        } else {
+            ("sums", "ask")
+        };
         let _ = writeln!(
             o,
-            "  {} sums of a bias's gradient made within thread blocks at batch {} ask PyTorch's \
-             reduction a staging buffer and a semaphore {from}: added as PyTorch sizes them",
+            "  {} {sums} of a bias's gradient made within thread blocks at batch {} {ask} \
+             PyTorch's reduction a staging buffer and a semaphore {from}: added as PyTorch \
+             sizes them",
             l.count, f.at
         );
     }
