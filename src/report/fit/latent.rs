@@ -106,11 +106,12 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
                 if node_now.0 != sequence {
                     node_now = (sequence, Vec::new());
                 }
-                let bias = node_now.1.iter().any(|&w| w > size && w % size == 0);
+                // (No request of 0 bytes divides another: a forged trace may hold one.)
+                let bias = size > 0 && node_now.1.iter().any(|&w| w > size && w % size == 0);
                 node_now.1.push(size);
                 let rows = outputs
                     .get(&sequence)
-                    .filter(|&&out| bias && size > 0 && out % size == 0)
+                    .filter(|&&out| bias && out % size == 0)
                     .map(|&out| out / size);
                 let latent = rows
                     .filter(|&r| r >= 2 && size % element == 0)
