@@ -18,9 +18,11 @@
 //! PyTorch would size them.
 
 use super::reduce::Latent;
+use super::{Requests, Scale};
 use crate::fasthash::FastMap;
 use crate::report::kinds::{Kind, Phase, backward_node_of, phase_of_stack};
 use crate::report::torch_allocator::Input;
+use serde::Serialize;
 
 /// The nodes whose backward sums a bias's gradient over the rows with PyTorch's reduction
 /// kernel: a linear map's (`addmm`) and a convolution's.
@@ -40,6 +42,31 @@ pub(super) fn placed(input: &mut Input) -> Vec<(usize, Latent)> {
         .collect()
 }
 
+/// The placeholders' scales in `req`: each staging buffer's and semaphore's growth.
+pub(super) fn mark(latent: &[(usize, Latent)], req: &mut Requests) {
+    for &(p, l) in latent {
+        req.scale.set(p, Scale::Latent(l));
+        req.scale.set(p + 1, Scale::Latent(l.semaphore()));
+    }
+}
+
+/// The reductions a run summed within thread blocks, and the least batch from which one of
+/// them asks a staging buffer.
+#[derive(Clone, Debug, Serialize)]
+pub struct LatentReductions {
+    pub count: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_batch: Option<u64>,
+}
+
+/// What [`LatentReductions`] says of the run's, for a run at batch `at` (none: `None`).
+pub(super) fn said(latent: &[(usize, Latent)], at: u64) -> Option<LatentReductions> {
+    (!latent.is_empty()).then(|| LatentReductions {
+        count: latent.len() as u64,
+        from_batch: latent.iter().filter_map(|(_, l)| l.first_batch(at)).min(),
+    })
+}
+
 /// Each request that is a bias's gradient summed within thread blocks (its place among the
 /// requests), with the sum it is.
 fn find(input: &Input) -> Vec<(usize, Latent)> {
@@ -51,12 +78,12 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
     // same op) are no op's output.
     let scratch = input.scratch();
     // fp32 parameters' sizes: a bias's gradient of its own size is fp32 too.
-    let mut parameters: FastMap<u64, ()> = FastMap::default();
-    for ((size, _), k) in input.requests().zip(&kinds) {
-        if *k == Kind::Parameter {
-            parameters.insert(size, ());
-        }
-    }
+    let parameters: std::collections::HashSet<u64, crate::fasthash::SeededState> = input
+        .requests()
+        .zip(&kinds)
+        .filter(|(_, k)| **k == Kind::Parameter)
+        .map(|((size, _), _)| size)
+        .collect();
     let reader = input.tables();
     // Each line's phase and whether its node sums a bias, found once a line.
     let mut of_stack: FastMap<u64, (Phase, bool)> = FastMap::default();
@@ -92,10 +119,8 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
             Phase::Backward if sums && sequence != 0 => {
                 // A gradient of an fp32 parameter's size (4 bytes an element), or of half of
                 // one (autocast's 16-bit gradient of a parameter's cast: 2 bytes).
-                let half = size
-                    .checked_mul(2)
-                    .is_some_and(|d| parameters.contains_key(&d));
-                let element = match (parameters.contains_key(&size), half) {
+                let half = size.checked_mul(2).is_some_and(|d| parameters.contains(&d));
+                let element = match (parameters.contains(&size), half) {
                     (true, _) => 4,
                     (false, true) => 2,
                     (false, false) => continue,

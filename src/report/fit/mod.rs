@@ -24,6 +24,7 @@ mod steps;
 mod world;
 
 pub use batch::{batch_from_cmdline, seq_from_cmdline};
+pub use latent::LatentReductions;
 pub use leaking::Leaking;
 pub use seq::{SeqAsk, SeqAxis};
 pub use world::WorldSize;
@@ -176,23 +177,6 @@ impl Fit {
     pub fn nothing_scales(&self) -> bool {
         self.batch_bytes == 0
     }
-}
-
-/// The reductions a run summed within thread blocks, and the least batch from which one of
-/// them asks a staging buffer.
-#[derive(Clone, Debug, Serialize)]
-pub struct LatentReductions {
-    pub count: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub from_batch: Option<u64>,
-}
-
-/// What [`LatentReductions`] says of the run's (none: `None`).
-fn latent_of(latent: &[(usize, reduce::Latent)], at: u64) -> Option<LatentReductions> {
-    (!latent.is_empty()).then(|| LatentReductions {
-        count: latent.len() as u64,
-        from_batch: latent.iter().filter_map(|(_, l)| l.first_batch(at)).min(),
-    })
 }
 
 /// A second run at another batch, and how many of the run's requests it scaled.
@@ -427,10 +411,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
     batches_asked(ask)?;
     let input = &run.input;
     let (labels, mut req) = classed(input);
-    for &(p, l) in &run.latent {
-        req.scale.set(p, Scale::Latent(l));
-        req.scale.set(p + 1, Scale::Latent(l.semaphore()));
-    }
+    latent::mark(&run.latent, &mut req);
     let measured_requests = match &ask.second {
         Some((_, other)) => {
             let second = second_run(run.second_batch.as_ref())?;
@@ -520,7 +501,7 @@ pub fn fit_run(run: &FitRun, ask: &Ask, opts: &ReadOptions) -> Result<Fit, FitEr
         unknown_lines: t.unknown_lines,
         parameter_sized_lines: t.parameter_sized_lines,
         reductions: t.reductions,
-        latent_reductions: latent_of(&run.latent, ask.at),
+        latent_reductions: latent::said(&run.latent, ask.at),
         second: ask.second.as_ref().map(|(p, b)| SecondRun {
             trace: crate::files::shown(p).to_string(),
             at: *b,

@@ -113,16 +113,11 @@ impl Latent {
         }
     }
 
-    /// Its rows at `batch` for a run at `at` (they follow the batch).
-    fn rows_at(&self, at: u64, batch: u64) -> u64 {
-        let v = u128::from(self.rows) * u128::from(batch);
-        u64::try_from(v.div_ceil(u128::from(at.max(1)))).unwrap_or(u64::MAX)
-    }
-
     /// Its bytes at `batch` for a run at `at`: none until the rows call for a staging buffer.
     pub(super) fn at(&self, at: u64, batch: u64) -> u64 {
-        let (staging, semaphore) =
-            staging_sizes(self.rows_at(at, batch), self.outputs, self.target);
+        // The rows follow the batch, as a tensor of the batch's does.
+        let rows = super::resize(super::Scale::Batch, self.rows, at, batch);
+        let (staging, semaphore) = staging_sizes(rows, self.outputs, self.target);
         if self.semaphore { semaphore } else { staging }
     }
 
