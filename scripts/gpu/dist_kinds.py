@@ -23,7 +23,9 @@ usage: torchrun --nproc-per-node N dist_kinds.py MODE STEPS [BATCH]
   MODE  ddp, ddp-view (gradient_as_bucket_view=True), fsdp2 (fully_shard per block and the
         root), fsdp2-keep (reshard_after_forward=False), fsdp1 (FullyShardedDataParallel per
         block, use_orig_params=False), fsdp1-orig (use_orig_params=True), fsdp1-grad-op
-        (sharding_strategy=SHARD_GRAD_OP: parameters kept gathered from forward to backward)
+        (sharding_strategy=SHARD_GRAD_OP: parameters kept gathered from forward to backward);
+        fsdp2-mp and fsdp1-mp: fsdp2 and fsdp1 with mixed precision as jobs set it (parameters
+        gathered and computed in bf16, gradients reduced in fp32, the shards fp32)
 """
 import os
 import sys
@@ -68,19 +70,23 @@ if mode in ("ddp", "ddp-view"):
             return fut
 
         wrapped.register_comm_hook(None, as_is)
-elif mode in ("fsdp2", "fsdp2-keep"):
-    from torch.distributed.fsdp import fully_shard
-    reshard = mode == "fsdp2"
+elif mode in ("fsdp2", "fsdp2-keep", "fsdp2-mp"):
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    reshard = mode != "fsdp2-keep"
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if mode == "fsdp2-mp" else MixedPrecisionPolicy()
     for block in blocks:
-        fully_shard(block, reshard_after_forward=reshard)
-    fully_shard(model, reshard_after_forward=reshard)
+        fully_shard(block, reshard_after_forward=reshard, mp_policy=mp)
+    fully_shard(model, reshard_after_forward=reshard, mp_policy=mp)
     wrapped = model
-elif mode in ("fsdp1", "fsdp1-orig", "fsdp1-grad-op"):
-    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, ShardingStrategy
+elif mode in ("fsdp1", "fsdp1-orig", "fsdp1-grad-op", "fsdp1-mp"):
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP, MixedPrecision, ShardingStrategy
     from torch.distributed.fsdp.wrap import ModuleWrapPolicy
     strategy = ShardingStrategy.SHARD_GRAD_OP if mode == "fsdp1-grad-op" else ShardingStrategy.FULL_SHARD
+    mp = MixedPrecision(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+        if mode == "fsdp1-mp" else None
     wrapped = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({Block}), sharding_strategy=strategy,
-                   device_id=local, use_orig_params=mode == "fsdp1-orig")
+                   device_id=local, use_orig_params=mode == "fsdp1-orig", mixed_precision=mp)
 else:
     sys.exit(f"unknown mode {mode}")
 opt = torch.optim.AdamW(wrapped.parameters(), lr=1e-4)

@@ -2,7 +2,7 @@
 # what fits for a job at another world size: rank 0's peak reserved at 4 ranks (DISTFIT_TO) and batches 4 and 16, and its largest batch under a limit, predicted from a run at 2 (DISTFIT_FROM; fit --world-size 4), against real runs at 4, under both settings.
 # scripts/gpu/dist_kinds.py (a 6-block GPT-2, BERT or ViT from its config, AdamW, 4 steps) at
 # 2 ranks and batch 4 a rank under `gpushim run`, nothing set, for each MODEL and MODE (ddp,
-# fsdp2, fsdp1; DISTFIT_MODES may add zero1, zero2, zero3: DeepSpeed's engine through
+# fsdp2, fsdp1; DISTFIT_MODES may add fsdp2-mp and fsdp1-mp, FSDP in bf16 with fp32 reduction, and zero1, zero2, zero3: DeepSpeed's engine through
 # scripts/gpu/ds_kinds.py, bf16, from .gpu/dssite). Then `gpushim
 # fit r.0.trace --at 4 --batch 4,16 --world-size 4` under both of PyTorch's settings against
 # real runs at 4 ranks without the shim (max_memory_reserved() at batches 4 and 16), and fit's
@@ -142,11 +142,11 @@ largest = {}
 for line in open(f"{work}/largest.txt"):
     model, mode, setting, pred, real = line.split()
     largest[(model, mode, setting)] = (pred, real)
-print(f"{'model':6} {'mode':6} {'setting':11} {'batch':>5} {f'real@{to} MiB':>11} {f'fit@{to} from {frm}':>13} {'err':>8}   "
+print(f"{'model':6} {'mode':8} {'setting':11} {'batch':>5} {f'real@{to} MiB':>11} {f'fit@{to} from {frm}':>13} {'err':>8}   "
       + (f"largest under {limit / (1 << 30):g} GiB: fit, real" if limit else ""))
 worst = []
 for model in models:
-    for mode in ("ddp", "fsdp2", "fsdp1", "zero1", "zero2", "zero3"):
+    for mode in ("ddp", "fsdp2", "fsdp1", "fsdp2-mp", "fsdp1-mp", "zero1", "zero2", "zero3"):
         try:
             f = json.load(open(f"{work}/{model}.{mode}.fit.json"))
         except OSError:
@@ -165,7 +165,7 @@ for model in models:
                 if b == 16:
                     p, r = largest.get((model, mode, setting), ("-", "-"))
                     lg = f"{p}, {r}"
-                print(f"{model:6} {mode:6} {setting:11} {b:>5} {real / MiB:11.2f} {pred / MiB:13.2f} {err:+7.2f}%   {lg}")
+                print(f"{model:6} {mode:8} {setting:11} {b:>5} {real / MiB:11.2f} {pred / MiB:13.2f} {err:+7.2f}%   {lg}")
 if worst:
     print(f"rows {len(worst)}, within 3%: {sum(e <= 3 for e in worst)}, largest error {max(worst):.2f}%")
 PY

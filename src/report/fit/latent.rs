@@ -77,13 +77,9 @@ fn find(input: &Input) -> Vec<(usize, Latent)> {
     // Scratch buffers (freed before anything else is asked: a convolution's workspace of the
     // same op) are no op's output.
     let scratch = input.scratch();
-    // fp32 parameters' sizes: a bias's gradient of its own size is fp32 too.
-    let parameters: std::collections::HashSet<u64, crate::fasthash::SeededState> = input
-        .requests()
-        .zip(&kinds)
-        .filter(|(_, k)| **k == Kind::Parameter)
-        .map(|((size, _), _)| size)
-        .collect();
+    // Whole fp32 parameters' sizes (not a framework's shards or 16-bit copies): a bias's
+    // gradient of its own size is fp32 too.
+    let parameters = super::world::whole_parameter_sizes(input, &kinds);
     let reader = input.tables();
     // Each line's phase and whether its node sums a bias, found once a line.
     let mut of_stack: FastMap<u64, (Phase, bool)> = FastMap::default();

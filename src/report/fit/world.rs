@@ -50,6 +50,18 @@ const FSDP1: &str = "FSDP1 (FullyShardedDataParallel)";
 const DDP_CODE: &str = "/torch/nn/parallel/";
 /// Where FSDP's code lies (either API).
 const FSDP_CODE: &str = "/torch/distributed/fsdp/";
+/// FSDP's functions that cast a unit's shards to its mixed precision's parameter dtype before
+/// gathering them (a request of half a shard's bytes, a shard's all the same): FSDP2's
+/// all-gather inputs, FSDP1's low-precision shard (`_mp_shard`).
+const LOW_PRECISION_SHARDS: [&str; 2] =
+    ["_get_param_all_gather_inputs", "_use_low_precision_shard"];
+
+/// Whether `stack` casts a unit's shards to gather them ([`LOW_PRECISION_SHARDS`]).
+fn casts_shards(tables: &TraceTables, stack: u64) -> bool {
+    LOW_PRECISION_SHARDS
+        .iter()
+        .any(|f| runs(tables, stack, FSDP_CODE, Some(f)))
+}
 /// Where DeepSpeed's runtime lies (its ZeRO optimizers, partitions, and `defragment`).
 const DEEPSPEED_CODE: &str = "/deepspeed/runtime/";
 
@@ -225,6 +237,12 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
             )
         })
     };
+    let mut inputs: crate::fasthash::FastMap<u64, bool> = Default::default();
+    let mut gather_input = |stack: u64| {
+        *inputs
+            .entry(stack)
+            .or_insert_with(|| casts_shards(reader, stack))
+    };
     let streams: Vec<u16> = input.request_streams().collect();
     let (shard_sizes, shard_streams, gathered) = if sharding {
         own_sizes(input, req, &streams, &mut of, deepspeed)
@@ -263,6 +281,8 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
                 // A framework's buffer in a step is whole (ZeRO-3's persistent parameters,
                 // gathered again after it); the step's temporaries are the partition's.
                 Kind::Temporary if phase == Phase::Optimizer => true,
+                // FSDP's shards cast to its mixed precision's dtype to be gathered: shards.
+                Kind::Communication if !deepspeed && gather_input(stack) => true,
                 Kind::Temporary | Kind::Communication => {
                     holds_row
                         || own_code
@@ -434,6 +454,30 @@ fn rows_kept(
     super::padded::kept_rows(&cut, run, asked)
 }
 
+/// The sizes of the run's whole parameters: its parameter requests but those a sharding
+/// framework's own code made (FSDP's shards, DeepSpeed's partitions and the 16-bit copies its
+/// engine casts the model to). At two ranks an fp32 shard is the size of its parameter's
+/// 16-bit gradient under FSDP's mixed precision, which a set of every parameter's size took
+/// for an fp32 gradient.
+pub(super) fn whole_parameter_sizes(
+    input: &Input,
+    kinds: &[Kind],
+) -> std::collections::HashSet<u64, crate::fasthash::SeededState> {
+    let reader = input.tables();
+    let mut own: crate::fasthash::FastMap<u64, bool> = Default::default();
+    input
+        .requests()
+        .zip(kinds)
+        .filter(|(_, k)| **k == Kind::Parameter)
+        .filter(|&((_, stack), _)| {
+            !*own.entry(stack).or_insert_with(|| {
+                runs_code(reader, stack, FSDP_CODE) || runs_code(reader, stack, DEEPSPEED_CODE)
+            })
+        })
+        .map(|((size, _), _)| size)
+        .collect()
+}
+
 /// Whether any Python frame of `stack` runs code under `part` of its file's path.
 fn runs_code(tables: &TraceTables, stack: u64, part: &str) -> bool {
     runs(tables, stack, part, None)
@@ -507,6 +551,11 @@ pub(super) struct Unsharded {
     flat: std::collections::BTreeSet<u64>,
     /// Shards times the world, sorted.
     padded: Vec<u64>,
+    /// FSDP under mixed precision: it casts the shards to the parameters' 16-bit dtype to
+    /// gather them, and the backward's unsharded gradients are half the whole parameters'
+    /// sizes (a request of a whole fp32 parameter's size there is an activation's gradient:
+    /// GPT-2's at 4 x 512 tokens in bf16 is its position table's size).
+    halved: bool,
 }
 
 /// The node that joins the gradients of a flat parameter's views into the flat gradient.
@@ -518,6 +567,7 @@ impl Unsharded {
             exact: Default::default(),
             flat: Default::default(),
             padded: Vec::new(),
+            halved: false,
         };
         let reader = input.tables();
         let fsdp = crate::report::kinds::parallel_frameworks(reader)
@@ -537,14 +587,22 @@ impl Unsharded {
                     {
                         // Made before FSDP wrapped the model: whole.
                         u.exact.insert(size);
-                    } else if let Some(n) = world {
+                    } else if let Some(n) = world.filter(|_| !u.exact.contains(&size)) {
+                        // (A shard the size of a whole parameter is one of first dimension 1,
+                        // whole on every rank: the world times it is no gradient's size, but
+                        // at ViT's 4 x 197 tokens in bf16 at two ranks, an activation's.)
                         u.padded.push(size.saturating_mul(n));
                     }
                 }
-                // Gathered whole by FSDP's own code (FSDP1: the flat parameter).
+                // Gathered whole by FSDP's own code (FSDP1: the flat parameter); but the
+                // shards' 16-bit casts of mixed precision.
                 Kind::Communication => {
-                    u.exact.insert(size);
-                    u.flat.insert(size);
+                    if casts_shards(reader, stack) {
+                        u.halved = true;
+                    } else {
+                        u.exact.insert(size);
+                        u.flat.insert(size);
+                    }
                 }
                 _ => {}
             }
@@ -562,6 +620,14 @@ impl Unsharded {
         if node.starts_with(FLAT_GRADIENT_NODE) {
             return self.flat.contains(&size);
         }
+        // Under FSDP's mixed precision a whole gradient is half its fp32 parameter.
+        let Some(size) = (if self.halved {
+            size.checked_mul(2)
+        } else {
+            Some(size)
+        }) else {
+            return false;
+        };
         if !(node.is_empty() || super::requests::makes_weight_gradients(node)) {
             return false;
         }

@@ -155,6 +155,11 @@ pub fn maker_of(tables: &TraceTables, stack: u64) -> Maker {
     {
         return Maker::ZeroOptimizer;
     }
+    // FSDP2's cast of a module's inputs (and outputs) to its mixed precision's dtypes: the
+    // batch's tensors, as FSDP1's cast (in torch's shared utilities) is.
+    if file.contains("/torch/distributed/fsdp/") && name == "_cast_fp_tensor" {
+        return Maker::Program;
+    }
     let framework = FRAMEWORK_CODE
         .iter()
         .any(|(part, only)| file.contains(part) && only.is_none_or(|f| function.ends_with(f)));
