@@ -372,6 +372,64 @@ fn a_row_fsdp2_keeps_on_every_rank_is_not_halved_at_four() {
     four_from_two("fit-row", 1, &[("BLOCKS_ROW", row_bytes.as_str())]);
 }
 
+/// Under FSDP2's mixed precision (`MixedPrecisionPolicy(param_dtype=torch.bfloat16)`) each
+/// all-gather's inputs are the unit's shards cast to 16 bits (half a shard's bytes, on the
+/// all-gather stream): shards all the same. From the run at two ranks, four to the byte (weights
+/// of 8 MiB: casts of 2 MiB, which move the peak reserved where they are not resized).
+#[test]
+fn fsdp2s_16_bit_casts_of_its_shards_are_resized_with_the_world() {
+    let weight = (8u64 << 20).to_string();
+    let w = four_from_two(
+        "fit-mp-world",
+        1,
+        &[("BLOCKS_MP", "1"), ("BLOCKS_WEIGHT", weight.as_str())],
+    );
+    // The plain program's 24 shards and the casts: each step gathers its 4 blocks in the
+    // forward and again in the backward, 2 steps.
+    assert_eq!(w["sharded_requests"].as_u64(), Some(24 + 2 * 8), "{w}");
+}
+
+/// Under FSDP2's mixed precision its root casts the input to 16 bits in FSDP2's own code: a
+/// tensor of the batch (kept to the step's end here), not one of FSDP2's buffers. From runs at
+/// batch 1 with and without the casts (weights of 3 MiB), what the casts add to the peak allocated at batch 2 is
+/// what they add to the runs at 2. (The stand-in's FSDP2 program is not asked for its own rows
+/// at another batch: its inputs' gradients are a whole weight's size, as
+/// [`an_fsdp2_run_at_two_ranks_answers_at_four`] says.)
+#[test]
+fn fsdp2s_cast_of_the_input_follows_the_batch() {
+    let dir = tempdir("fit-mp-batch");
+    let peak = |mp: &str, batch: u64, fit_from_one: bool| {
+        let env = [
+            ("BLOCKS_MP", mp),
+            ("BLOCKS_WEIGHT", "3145728"),
+            ("WORLD_SIZE", "2"),
+            ("RANK", "0"),
+        ];
+        let sub = dir.join(format!("mp{mp}"));
+        std::fs::create_dir_all(&sub).unwrap();
+        let rows = if fit_from_one {
+            let t = blocks_with(&sub, 1, "fsdp2", &env);
+            rows(&json(&[
+                "fit",
+                t.to_str().unwrap(),
+                "--at",
+                "1",
+                "--batch",
+                &batch.to_string(),
+                "--json",
+            ]))
+        } else {
+            own_rows(&blocks_with(&sub, batch, "fsdp2", &env), batch)
+        };
+        row(&rows, "", batch).3
+    };
+    let predicted = peak("1", 2, true) - peak("", 2, true);
+    let real = peak("1", 2, false) - peak("", 2, false);
+    // Half the input's 2 MiB at batch 2, live at the peak.
+    assert_eq!(real, 1 << 20);
+    assert_eq!(predicted, real);
+}
+
 /// FSDP2 shards at a world of one too (its all-gather and reduce-scatter copy), so a run on one
 /// GPU answers for two: its shards halved, but not what is a shard's size only because the
 /// world is one (the all-gather's output and the gathered weights, the reduce-scatter's input:

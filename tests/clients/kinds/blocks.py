@@ -59,7 +59,10 @@ the backward (reshard_after_forward=False). What `gpushim fit --shard full|grad-
 from the `ddp` run. BLOCKS_ROW=BYTES (FSDP2 only): a module of its own before the blocks holds
 a parameter of first dimension 1 (a position embedding's shape) of that many bytes, given to
 `fully_shard` after the blocks: FSDP2 keeps its one row whole on every rank; its op's output
-is made after it is gathered, its gradient before its reduce-scatter.
+is made after it is gathered, its gradient before its reduce-scatter. BLOCKS_MP=1 (FSDP2 only):
+mixed precision's casts, the root's input cast to 16 bits (half its bytes, kept to the step's
+end) and each all-gather's inputs (the shards cast, half their bytes); the weights kept as they
+are.
 
 `zero2` is `grads` with the weights held as DeepSpeed's ZeRO-2 holds them on rank 0 of
 WORLD_SIZE (runtime/zero/stage_1_and_2.py, fp32, in the order its code makes its requests, as
@@ -564,8 +567,9 @@ if ddp:
     from torch.nn.parallel.distributed import DistributedDataParallel  # noqa: E402
 
     wrapped = DistributedDataParallel(model, BLOCKS * MiB)
+MP = bool(os.environ.get("BLOCKS_MP"))
 if fsdp2:
-    from torch.distributed.fsdp._fully_shard import _fsdp_param_group  # noqa: E402
+    from torch.distributed.fsdp._fully_shard import _fsdp_common, _fsdp_param_group  # noqa: E402
 
     groups = [_fsdp_param_group.fully_shard(b, world) for b in model.blocks]
     row_group = _fsdp_param_group.fully_shard(row_module, world) if row_module else None
@@ -580,6 +584,8 @@ shards = []  # fsdp2: each block's shard of its gradients, until the optimizer's
 for step in range(steps):
     step_now = step
     x = _standin.empty(1 * MiB * batch)
+    # FSDP2 under mixed precision (BLOCKS_MP): the root casts its input to 16 bits.
+    cast_x = _fsdp_common._cast_fp_tensor(1 * MiB * batch) if fsdp2 and MP else None
     if zero3:
         zopt.gather()
     if ddp:
@@ -646,5 +652,7 @@ for step in range(steps):
     kept_grads.clear()
     shards.clear()
     _standin.free(loss)
+    if cast_x is not None:
+        _standin.free(cast_x)
     _standin.free(x)
 print("trained", steps)

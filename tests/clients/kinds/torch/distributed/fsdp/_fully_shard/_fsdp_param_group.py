@@ -17,11 +17,18 @@ forward_end and step_end let go of the last all-gather output (and reduce-scatte
 fully_shard cuts a module's weight as FSDP2 does where it is applied: the shard made, then the
 whole let go (a `row`, of first dimension 1, kept whole on every rank, as FSDP2 pads a first
 dimension to the world). Its tensors are asked of the allocator from this file, as PyTorch's C++ asks for
-FSDP2's: no Python frame of the stand-in's below it. No communication happens."""
+FSDP2's: no Python frame of the stand-in's below it. No communication happens. With BLOCKS_MP set
+(mixed precision), each all-gather's inputs are the shards' 16-bit casts (_fsdp_collectives.py),
+asked before its output; the weights themselves are kept as they are."""
+import os
+
 from torch import _standin
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import _get_param_all_gather_inputs
 
 ALL_GATHER_STREAM = 0x5A01
 REDUCE_SCATTER_STREAM = 0x5A02
+# BLOCKS_MP: mixed precision's casts (the all-gather inputs; the root's input, in blocks.py).
+MP = bool(os.environ.get("BLOCKS_MP"))
 # What FSDP2 holds of its last all-gather (the output) and reduce-scatter (the input).
 _held = {"all_gather": None, "scatter": None}
 
@@ -88,7 +95,7 @@ class FSDPParamGroup:
             return
         output = _held["all_gather"] if backward else None
         if output is None:
-            output = _on(ALL_GATHER_STREAM, self.unsharded_bytes)
+            output = self.all_gather()
         elif backward:
             _held["all_gather"] = None
         self.wait_for_unshard()
@@ -99,7 +106,16 @@ class FSDPParamGroup:
             return
         _standin.free(output)
         if next_group is not None:
-            _held["all_gather"] = _on(ALL_GATHER_STREAM, next_group.unsharded_bytes)
+            _held["all_gather"] = next_group.all_gather()
+
+    def all_gather(self):
+        """The all-gather's output on its stream; under mixed precision (BLOCKS_MP) the shards
+        cast to 16 bits first, let go once the output is made."""
+        cast = _get_param_all_gather_inputs(self.shards, ALL_GATHER_STREAM) if MP else None
+        output = _on(ALL_GATHER_STREAM, self.unsharded_bytes)
+        if cast is not None:
+            _standin.free(cast)
+        return output
 
     def wait_for_unshard(self):
         """Each parameter gathered (the world times its shard), copied out of the all-gather."""
