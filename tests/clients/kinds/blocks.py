@@ -61,7 +61,8 @@ a parameter of first dimension 1 (a position embedding's shape) of that many byt
 `fully_shard` after the blocks: FSDP2 keeps its one row whole on every rank; its op's output
 is made after it is gathered, its gradient before its reduce-scatter. BLOCKS_MP=1 (FSDP2 only):
 mixed precision's casts, the root's input cast to 16 bits (half its bytes, kept to the step's
-end) and each all-gather's inputs (the shards cast, half their bytes); the weights kept as they
+end) and each all-gather's inputs (the shards cast, half their bytes), and each weight's
+gradient 16-bit (half its size; reduce-scattered in fp32); the gathered weights kept as they
 are.
 
 `zero2` is `grads` with the weights held as DeepSpeed's ZeRO-2 holds them on rank 0 of
@@ -524,7 +525,8 @@ def backward_ops(ops, grad_bytes, first=False, copies=()):
             _standin.free(passed)
             passed = None
         if handed:
-            w = autograd.standin_backward_node(node, 1 * MiB)
+            # Under FSDP2's mixed precision (BLOCKS_MP) the weight's gradient is 16-bit: half.
+            w = autograd.standin_backward_node(node, 1 * MiB // (2 if fsdp2 and MP else 1))
             assert w, "out of memory"
             (hooked if zero else kept_grads).append(w)
             if node != first_op:
