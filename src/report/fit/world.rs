@@ -62,6 +62,7 @@ fn casts_shards(tables: &TraceTables, stack: u64) -> bool {
         .iter()
         .any(|f| runs(tables, stack, FSDP_CODE, Some(f)))
 }
+
 /// Where DeepSpeed's runtime lies (its ZeRO optimizers, partitions, and `defragment`).
 const DEEPSPEED_CODE: &str = "/deepspeed/runtime/";
 
@@ -578,6 +579,7 @@ impl Unsharded {
         }
         let world = kept_world(&reader.info().env);
         let mut own: crate::fasthash::FastMap<u64, bool> = Default::default();
+        let mut casts: crate::fasthash::FastMap<u64, bool> = Default::default();
         for ((size, stack), k) in input.requests().zip(kinds) {
             match k {
                 Kind::Parameter => {
@@ -597,7 +599,10 @@ impl Unsharded {
                 // Gathered whole by FSDP's own code (FSDP1: the flat parameter); but the
                 // shards' 16-bit casts of mixed precision.
                 Kind::Communication => {
-                    if casts_shards(reader, stack) {
+                    if *casts
+                        .entry(stack)
+                        .or_insert_with(|| casts_shards(reader, stack))
+                    {
                         u.halved = true;
                     } else {
                         u.exact.insert(size);
