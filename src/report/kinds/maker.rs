@@ -145,6 +145,13 @@ pub fn maker_of(tables: &TraceTables, stack: u64) -> Maker {
     {
         return Maker::InOrder { line, earlier };
     }
+    // DDP's broadcast of the module's states as it wraps the model (FSDP1's too, with
+    // `sync_module_states`): `_broadcast_coalesced` joins them into buckets of its own, as
+    // large as the model up to its bucket size, let go at once. A communication buffer, not
+    // parameters.
+    if file.ends_with("/torch/distributed/utils.py") && name == "_sync_params_and_buffers" {
+        return Maker::Kept(Kind::Communication);
+    }
     if file.ends_with("/torch/nn/parallel/distributed.py")
         && matches!(name, "_ddp_init_helper" | "_pre_forward")
     {

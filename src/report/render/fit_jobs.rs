@@ -15,7 +15,11 @@ pub(super) fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sha
     };
     let buckets = match s.dropped_bytes {
         0 => String::new(),
-        b => format!("DDP's buckets not made ({} over the run); ", human_bytes(b)),
+        b => format!(
+            "DDP's own buffers not made (its buckets, its broadcast of the model's states: {} \
+             over the run); ",
+            human_bytes(b)
+        ),
     };
     // The class is an identifier (the frames' `CLASS.forward`); escaped all the same.
     let _ = writeln!(
@@ -80,7 +84,11 @@ fn zero_line(
     use std::fmt::Write as _;
     let buckets = match s.dropped_bytes {
         0 => String::new(),
-        b => format!("DDP's buckets not made ({} over the run); ", human_bytes(b)),
+        b => format!(
+            "DDP's own buffers not made (its buckets, its broadcast of the model's states: {} \
+             over the run); ",
+            human_bytes(b)
+        ),
     };
     if z.stage == 3 {
         let _ = writeln!(

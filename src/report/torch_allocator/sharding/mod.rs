@@ -63,7 +63,8 @@ pub struct Sharded {
     /// in the run.
     pub sharded_requests: u64,
     pub sharded_bytes: u64,
-    /// DDP's buckets, not made.
+    /// DDP's own buffers (its gradient buckets, its broadcast of the model's states as it
+    /// wraps it), not made.
     pub dropped_requests: u64,
     pub dropped_bytes: u64,
     /// The gradients let go at their unit's reduce-scatter (ZeRO: into its bucket).
@@ -294,6 +295,7 @@ impl Input {
         sharding.said.buffers = initial.len().saturating_sub(params.cut.len()) as u64;
         sharding.said.buffer_bytes = units::total(&sizes).saturating_sub(cut_bytes);
         sharding.edits.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
+        self.drop_broadcast(&initial, first_forward, &frees, &mut sharding.edits.act);
         for &i in &params.cut {
             let said = &mut sharding.said;
             said.sharded_requests += 1;
@@ -358,6 +360,32 @@ impl Input {
             }
             said.dropped_requests += 1;
             said.dropped_bytes = said.dropped_bytes.saturating_add(e.size);
+        }
+    }
+
+    /// What DDP makes of the parameters at its start (its broadcast of them, made after they
+    /// are and let go before the first forward), where its frames did not tell it for DDP's
+    /// own buffer: not made.
+    fn drop_broadcast(
+        &self,
+        initial: &[usize],
+        first_forward: usize,
+        frees: &FastMap<usize, Vec<usize>>,
+        act: &mut [Act],
+    ) {
+        let after = initial.iter().max().map_or(0, |&i| i + 1);
+        for i in after..first_forward.min(self.events.len()) {
+            let e = &self.events[i];
+            let gone = frees.get(&i).and_then(|f| f.first()).copied();
+            if e.ev != Ev::Alloc || e.private || e.kind != Kind::Parameter {
+                continue;
+            }
+            if gone.is_some_and(|f| f < first_forward) {
+                act[i] = Act::Skip;
+                for &f in frees.get(&i).into_iter().flatten() {
+                    act[f] = Act::Skip;
+                }
+            }
         }
     }
 

@@ -263,7 +263,7 @@ impl Input {
             3 => z.start3(&initial),
             _ => z.start(&initial),
         }
-        self.drop_broadcast(&initial, first_forward, &frees, &mut z.edits);
+        self.drop_broadcast(&initial, first_forward, &frees, &mut z.edits.act);
         let hooks = self.hooks();
         let gather_stream = self.events.iter().map(|e| e.stream).max().unwrap_or(0);
         let gather_stream = gather_stream.saturating_add(1);
@@ -312,31 +312,6 @@ impl Input {
         sharding.said.gradients = z.said.gradients;
         sharding.said.zero = Some(z.said);
         Ok(sharding)
-    }
-
-    /// What DDP makes of the parameters at its start (its broadcast of them, made after they
-    /// are and let go before the first forward): not made.
-    fn drop_broadcast(
-        &self,
-        initial: &[usize],
-        first_forward: usize,
-        frees: &FastMap<usize, Vec<usize>>,
-        edits: &mut Edits,
-    ) {
-        let after = initial.iter().max().map_or(0, |&i| i + 1);
-        for i in after..first_forward.min(self.events.len()) {
-            let e = &self.events[i];
-            let gone = frees.get(&i).and_then(|f| f.first()).copied();
-            if e.ev != Ev::Alloc || e.private || e.kind != Kind::Parameter {
-                continue;
-            }
-            if gone.is_some_and(|f| f < first_forward) {
-                edits.act[i] = Act::Skip;
-                for &f in frees.get(&i).into_iter().flatten() {
-                    edits.act[f] = Act::Skip;
-                }
-            }
-        }
     }
 
     /// Where the hook of each gradient runs (by its request's index; the events' length where

@@ -6,7 +6,11 @@ gradients stand beside the buckets, which are DDP's own buffers (the program's j
 those gradients). At a world of one the first buckets are let go only after the second step's
 backward, the rebuilt ones made beside them. At two ranks or more real DDP lets them go before
 the rebuilt ones are made or as late as at one, as its collectives on NCCL's stream complete
-(traces of DDP on H200s show both); here before, or late with DDP_BUCKETS_LATE set."""
+(traces of DDP on H200s show both); here before, or late with DDP_BUCKETS_LATE set. With
+DDP_SYNC_STATES=BYTES it first broadcasts the module's states as real DDP does: one buffer of
+BYTES (real DDP's holds the parameters and buffers, to 250 MiB), made and let go in
+torch/distributed/utils.py (DDP_SYNC_ELSEWHERE: by a function of a name the frames do not
+know)."""
 import os
 
 from torch import _standin
@@ -19,6 +23,13 @@ class DistributedDataParallel:
         self.world = world
         self.steps = 0
         self.stale = None
+        if os.environ.get("DDP_SYNC_STATES"):
+            from torch.distributed import utils
+
+            sync = utils._sync_module_states
+            if os.environ.get("DDP_SYNC_ELSEWHERE"):
+                sync = utils._broadcast_states_elsewhere
+            sync(int(os.environ["DDP_SYNC_STATES"]))
         self.buckets = self._ddp_init_helper()
 
     def _ddp_init_helper(self):
