@@ -55,8 +55,13 @@ pub(super) const FSDP_CODE: &str = "/torch/distributed/fsdp/";
 /// FSDP's functions that cast a unit's shards to its mixed precision's parameter dtype before
 /// gathering them (a request of half a shard's bytes, a shard's all the same): FSDP2's
 /// all-gather inputs, FSDP1's low-precision shard (`_mp_shard`).
-const LOW_PRECISION_SHARDS: [&str; 2] =
-    ["_get_param_all_gather_inputs", "_use_low_precision_shard"];
+const LOW_PRECISION_SHARDS: [&str; 3] = [
+    "_get_param_all_gather_inputs",
+    "_use_low_precision_shard",
+    // At one rank FSDP2 casts each parameter's shard on its own as it makes the parameter
+    // whole (`wait_for_unshard`), gathering nothing.
+    "all_gather_inputs",
+];
 
 /// Whether `stack` casts a unit's shards to gather them ([`LOW_PRECISION_SHARDS`]).
 pub(super) fn casts_shards(tables: &TraceTables, stack: u64) -> bool {
@@ -503,6 +508,11 @@ fn bucket_role(tables: &TraceTables, stack: u64) -> Bucket {
 fn gather_role(tables: &TraceTables, stack: u64) -> Role {
     let fsdp = |function| runs(tables, stack, FSDP_CODE, Some(function));
     if fsdp("wait_for_unshard") {
+        // A shard cast to the mixed precision's dtype: what an all-gather's input holds, not a
+        // parameter gathered.
+        if fsdp("all_gather_inputs") {
+            return Role::GatherInput;
+        }
         return if fsdp("pre_backward") || fsdp("_prefetch_unshard") {
             Role::GatheredBackward
         } else {

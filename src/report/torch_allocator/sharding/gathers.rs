@@ -25,6 +25,9 @@ use crate::report::torch_allocator::{Ev, Input};
 pub enum Role {
     GatheredForward,
     GatheredBackward,
+    /// A shard cast to be gathered (under mixed precision), among its unit's gathered
+    /// parameters: of the gathering, not of its output's bytes.
+    GatherInput,
     AfterForward,
     Other,
 }
@@ -115,6 +118,7 @@ impl Input {
             let backward = match r {
                 Role::GatheredForward => false,
                 Role::GatheredBackward => true,
+                Role::GatherInput if open => continue,
                 _ => {
                     open = false;
                     continue;
