@@ -8,7 +8,8 @@
 //!   block's parameters are cut, then the root's: a unit's shards made (`1/N` of each, rounded
 //!   up; FSDP pads a parameter's first dimension to a multiple of `N`), then its whole
 //!   parameters let go. Every optimizer state and optimizer temporary is a shard too. DDP's
-//!   gradient buckets are not made.
+//!   gradient buckets are not made, nor the buffer it broadcasts the model's states through
+//!   as it wraps the model (FSDP2 makes neither).
 //! - **Gathering.** Before a unit's forward its parameters are gathered whole (a request of
 //!   each parameter's size) out of an all-gather output of the unit's bytes, made on a stream
 //!   of its own. In the forward that output is held until the next unit's parameters are gathered
