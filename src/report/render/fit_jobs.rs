@@ -13,14 +13,7 @@ pub(super) fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sha
         "full" => "let go after each forward and gathered again for its backward",
         _ => "kept from its forward to its backward",
     };
-    let buckets = match s.dropped_bytes {
-        0 => String::new(),
-        b => format!(
-            "DDP's own buffers not made (its buckets, its broadcast of the model's states: {} \
-             over the run); ",
-            human_bytes(b)
-        ),
-    };
+    let buckets = dropped(s.dropped_bytes);
     // The class is an identifier (the frames' `CLASS.forward`); escaped all the same.
     let _ = writeln!(
         o,
@@ -82,14 +75,7 @@ fn zero_line(
     z: &crate::report::torch_allocator::ZeroSaid,
 ) {
     use std::fmt::Write as _;
-    let buckets = match s.dropped_bytes {
-        0 => String::new(),
-        b => format!(
-            "DDP's own buffers not made (its buckets, its broadcast of the model's states: {} \
-             over the run); ",
-            human_bytes(b)
-        ),
-    };
+    let buckets = dropped(s.dropped_bytes);
     if z.stage == 3 {
         let _ = writeln!(
             o,
@@ -199,5 +185,17 @@ pub(super) fn world_line(o: &mut String, w: &crate::report::fit::WorldSize) {
              parameters whole straight from its shards at one rank, and out of an all-gather \
              output of the unit's bytes at more"
         );
+    }
+}
+
+/// What `--shard` said it did not make of DDP's own buffers (`bytes` of them), or nothing.
+fn dropped(bytes: u64) -> String {
+    match bytes {
+        0 => String::new(),
+        b => format!(
+            "DDP's own buffers not made (its buckets, its broadcast of the model's states: {} \
+             over the run); ",
+            human_bytes(b)
+        ),
     }
 }
