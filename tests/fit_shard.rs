@@ -426,6 +426,48 @@ fn fsdp2s_16_bit_casts_of_its_shards_are_resized_with_the_world() {
     assert_eq!(w["sharded_requests"].as_u64(), Some(24 + 2 * 8), "{w}");
 }
 
+/// At a world of one, under mixed precision, FSDP2 casts each parameter's shard to 16 bits in
+/// `FSDPParam.all_gather_inputs` under `wait_for_unshard`, just before the parameter's whole
+/// storage: a request of the unit's gathering that is a shard (halved at two ranks), not a
+/// gathered parameter (not in the all-gather output's bytes). From the run at one rank (weights
+/// of 8 MiB: casts of 4 MiB), two: the peak reserved to the byte under both settings, the peak
+/// allocated within a cast at two ranks (2 MiB; one rank keeps its cast while the parameter is
+/// made from it, two let theirs go once the all-gather's output is made). Fails with the casts
+/// read as gathered parameters (outputs of 12 MiB) or kept whole.
+#[test]
+fn fsdp2s_casts_at_one_rank_are_shards_of_the_gathering_at_two() {
+    let weight = (8u64 << 20).to_string();
+    let (at_one, at_two) = (tempdir("fit-mp-one-at-1"), tempdir("fit-mp-one-at-2"));
+    let at = |dir: &std::path::Path, world| {
+        let env = [
+            ("BLOCKS_MP", "1"),
+            ("BLOCKS_WEIGHT", weight.as_str()),
+            ("WORLD_SIZE", world),
+            ("RANK", "0"),
+        ];
+        blocks_with(dir, 1, "fsdp2", &env)
+    };
+    let from = at(&at_one, "1");
+    let args = ["--at", "1", "--batch", "1", "--world-size", "2", "--json"];
+    let v = json(&[&["fit", from.to_str().unwrap()][..], &args[..]].concat());
+    let w = &v["world_size"];
+    // The plain program's 24 shards and 16 casts: two steps gather four blocks before their
+    // forward and again before their backward.
+    assert_eq!(w["sharded_requests"].as_u64(), Some(24 + 16), "{w}");
+    assert_eq!(w["all_gathers_added"].as_u64(), Some(16), "{w}");
+    let truth = own_rows(&at(&at_two, "2"), 1);
+    for setting in ["", EXPANDABLE] {
+        let (p, t) = (row(&rows(&v), setting, 1), row(&truth, setting, 1));
+        assert_eq!(p.2, t.2, "peak reserved, setting '{setting}': {w}");
+        assert!(
+            p.3.abs_diff(t.3) <= 2 << 20,
+            "peak allocated {} against {}, setting '{setting}': {w}",
+            p.3,
+            t.3
+        );
+    }
+}
+
 /// Under FSDP2's mixed precision a weight's gradient is 16-bit, half the weight: an input's
 /// gradient of a whole fp32 weight's size (the stand-in's, 1 MiB a sample) is an activation's,
 /// and follows the batch; and the root's cast of its input to 16 bits, made in FSDP2's own

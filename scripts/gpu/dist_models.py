@@ -174,15 +174,18 @@ def limit_from_env(device):
 
 
 def train_within(train, limit, truth, mode, rank):
-    """Runs `train`; under a limit, a step out of memory ends the program, its truth `truth`
-    with 'oom': true (scripts/gpu.sh distfit's largest batch under a limit)."""
+    """Runs `train`; under a limit, a step out of memory ends the program (a failure among ranks
+    of NCCL), its truth `truth` with 'oom': true (scripts/gpu.sh distfit's largest batch under a
+    limit)."""
     try:
         train()
     except torch.OutOfMemoryError:
         if not limit:
             raise
         say_truth({**truth, "limit": limit, "oom": True}, mode, rank)
-        os._exit(0)
+        # Among ranks of NCCL the others wait in a collective for this one for ever: a failure
+        # makes torchrun stop them (the fake group's one process has none to stop).
+        os._exit(0 if os.environ.get("DIST_FAKE") else 3)
 
 
 def peak_wanted():

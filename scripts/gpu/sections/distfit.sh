@@ -45,8 +45,11 @@ real() {
   if [ -z "${6:-}" ] && { [ -n "${DISTFIT_TRACE:-}" ] || [ "$4.$5" = 16.defaults ]; }; then
     traced=("$GPUSHIM_BIN" run --trace "$work/$name.r%r.trace" --)
   fi
+  # A run held to a limit fails where it runs out of memory (its truth says so); each run is
+  # stopped after DISTFIT_RUN_S seconds (300), so that no rank waiting on another holds the rest.
   PYTORCH_CUDA_ALLOC_CONF=$conf DIST_LIMIT=${6:-} DIST_MODEL=$1 DIST_TRUTH_NAME="$name" \
-    "${traced[@]}" $(launch "$3") $(prog "$2") "$2" 4 "$4" >"$work/$name.out" 2>&1 \
+    timeout -k 10 "${DISTFIT_RUN_S:-300}" "${traced[@]}" $(launch "$3") $(prog "$2") "$2" 4 "$4" \
+    >"$work/$name.out" 2>&1 || [ -n "${6:-}" ] \
     || echo "$*: the real run failed: $(tail -1 "$work/$name.out")"
 }
 # fits MODEL MODE SETTING LIMIT BATCH: whether the run at BATCH under LIMIT ran (1) or not (0).
@@ -90,7 +93,8 @@ done
 one() {
   set -- $1
   if [ "$1" = trace ]; then
-    DIST_MODEL=$2 DIST_TRUTH_NAME="$2.$3.w$from" "$GPUSHIM_BIN" run --trace "$work/$2.$3.r%r.trace" -- \
+    DIST_MODEL=$2 DIST_TRUTH_NAME="$2.$3.w$from" timeout -k 10 "${DISTFIT_RUN_S:-300}" \
+      "$GPUSHIM_BIN" run --trace "$work/$2.$3.r%r.trace" -- \
       $(launch "$from") $(prog "$3") "$3" 4 4 >"$work/$2.$3.w$from.out" 2>&1 \
       || echo "$2 $3: the run at $from failed: $(tail -1 "$work/$2.$3.w$from.out")"
   else
@@ -98,9 +102,11 @@ one() {
   fi
 }
 export -f one
-# DISTFIT_PAR: how many at once on one GPU (a rank's timing moves what FSDP's streams hold).
+# DISTFIT_PAR: how many jobs at once (a rank's timing moves what FSDP's streams hold): 12 on
+# one GPU, one where there are GPUs for a job unless DISTFIT_PAR says more (each process's own
+# peak is what is measured, so jobs sharing GPUs leave it be; NCCL's own memory is not in it).
 par=${DISTFIT_PAR:-12}
-[ "$n" -lt 2 ] || par=1
+[ "$n" -lt 2 ] || par=${DISTFIT_PAR:-1}
 printf '%s\n' "${jobs[@]}" | xargs -r -P "$par" -I{} bash -c 'one "{}"'
 # fit's answers, then the real largest batches near them.
 searches=()

@@ -13,7 +13,8 @@
 # grad-op"): zero1, zero2 and zero3 too are `fit --shard zeroN` against DeepSpeed's
 # ZeRO-N in fp32 (scripts/gpu/ds_kinds.py zeroN, DeepSpeed's defaults, from .gpu/dssite).
 # On two GPUs or more each 2-rank job runs on them (NCCL), one at a time (some 30 s each): one
-# model a call keeps the section inside ten minutes.
+# model a call keeps the section inside ten minutes; SHARD_PAR jobs at once where it is more
+# (each process's own peak is what is measured, so jobs sharing GPUs leave it be).
 #   bash scripts/gpu.sh shard[:MODEL,...]      (gpt2 bert vit; also llama, t5, mixtral)
 set -euo pipefail
 models=${*:-gpt2 bert vit}
@@ -66,7 +67,7 @@ one() {
 export -f one launch
 export n work
 # Jobs on real GPUs one at a time; those through the fake group (one process) eight at a time.
-printf '%s\n' "${jobs[@]}" | awk -v n="$n" '$3 <= n' | xargs -r -P 1 -I{} bash -c 'one "{}"'
+printf '%s\n' "${jobs[@]}" | awk -v n="$n" '$3 <= n' | xargs -r -P "${SHARD_PAR:-1}" -I{} bash -c 'one "{}"'
 printf '%s\n' "${jobs[@]}" | awk -v n="$n" '$3 > n' | xargs -r -P 8 -I{} bash -c 'one "{}"'
 # The answers.
 for model in $models; do

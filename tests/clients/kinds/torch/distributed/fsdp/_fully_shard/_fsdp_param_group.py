@@ -19,11 +19,13 @@ whole let go (a `row`, of first dimension 1, kept whole on every rank, as FSDP2 
 dimension to the world). Its tensors are asked of the allocator from this file, as PyTorch's C++ asks for
 FSDP2's: no Python frame of the stand-in's below it. No communication happens. With BLOCKS_MP set
 (mixed precision), each all-gather's inputs are the shards' 16-bit casts (_fsdp_collectives.py),
-asked before its output; the weights themselves are kept as they are."""
+asked before its output, and at a world of one each shard's cast (_fsdp_param.py) just before its
+gathered parameter, let go once that is made; the weights themselves are kept as they are."""
 import os
 
 from torch import _standin
 from torch.distributed.fsdp._fully_shard._fsdp_collectives import _get_param_all_gather_inputs
+from torch.distributed.fsdp._fully_shard._fsdp_param import all_gather_inputs
 
 ALL_GATHER_STREAM = 0x5A01
 REDUCE_SCATTER_STREAM = 0x5A02
@@ -118,8 +120,14 @@ class FSDPParamGroup:
         return output
 
     def wait_for_unshard(self):
-        """Each parameter gathered (the world times its shard), copied out of the all-gather."""
-        self.gathered = [_empty(self.world * shard) for shard in self.shards]
+        """Each parameter gathered (the world times its shard), copied out of the all-gather; at
+        a world of one under mixed precision, from its shard's cast."""
+        self.gathered = []
+        for shard in self.shards:
+            cast = all_gather_inputs(shard) if MP and self.world == 1 else None
+            self.gathered.append(_empty(self.world * shard))
+            if cast is not None:
+                _standin.free(cast)
 
     def pre_backward(self, next_group=None):
         """Before the module's backward (a hook, no frame of the engine's): gathered again."""
