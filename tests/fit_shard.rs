@@ -54,8 +54,40 @@ fn a_ddp_run_predicts_its_model_sharded_as_fsdp2_shards_it() {
         ),
         "{said}"
     );
+    // No parameter of the program is used through a broadcast.
+    assert!(!said.contains("broadcast's backward"), "{said}");
     assert!(
         said.contains("let go after each forward and gathered again"),
+        "{said}"
+    );
+}
+
+/// A parameter added to the input, broadcast over the batch (`BLOCKS_ROW` under DDP: 3 MiB,
+/// an AddBackward0 node whose backward makes its gradient), may be of first dimension 1, which
+/// FSDP2 keeps whole on every rank: a DDP run cannot tell its shape, so `--shard` says so,
+/// with the parameter's bytes and the node (fails without `sharding/broadcast.rs`).
+#[test]
+fn a_parameter_used_through_a_broadcast_is_said_to_be_maybe_kept_whole() {
+    let dir = tempdir("fit-shard-broadcast");
+    let row = (3u64 << 20).to_string();
+    let env = [
+        ("WORLD_SIZE", "2"),
+        ("RANK", "0"),
+        ("BLOCKS_ROW", row.as_str()),
+    ];
+    let ddp = blocks_with(&dir, 1, "ddp", &env);
+    let d = ddp.to_str().unwrap();
+    let v = json(&["fit", d, "--at", "1", "--shard", "full", "--json"]);
+    let b = &v["shard"]["broadcast"];
+    assert_eq!(b["parameters"].as_u64(), Some(1), "{b}");
+    assert_eq!(b["bytes"].as_u64(), Some(3 << 20), "{b}");
+    assert_eq!(b["nodes"], serde_json::json!(["AddBackward0"]), "{b}");
+    let said = stdout(&gpushim_text(&["fit", d, "--at", "1", "--shard", "full"]));
+    assert!(
+        said.contains(
+            "1 parameter gets its gradient (3.00 MiB) from a broadcast's backward \
+             (AddBackward0): where one's first dimension is below 2"
+        ),
         "{said}"
     );
 }

@@ -47,6 +47,31 @@ pub(super) fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sha
             human_bytes(s.buffer_bytes),
         );
     }
+    let b = &s.broadcast;
+    if b.parameters > 0 {
+        let nodes: Vec<String> = b
+            .nodes
+            .iter()
+            .map(|n| crate::fixedfmt::Escaped(n.as_bytes()).to_string())
+            .collect();
+        let _ = writeln!(
+            o,
+            "  {} ({}) from a broadcast's backward ({}): where \
+             one's first dimension is below {} (a class token or position table of shape \
+             (1, ...)), FSDP2 keeps it whole on every rank and gathers {} times it; the rows cut \
+             it to 1/{} as any other (a trace holds sizes, not shapes), and can be low by that \
+             and by where FSDP2's buffers then fall",
+            match b.parameters {
+                1 => "1 parameter gets its gradient".to_string(),
+                n => format!("{n} parameters get their gradients"),
+            },
+            human_bytes(b.bytes),
+            nodes.join(", "),
+            s.world,
+            s.world,
+            s.world,
+        );
+    }
     if s.gradients == 0 {
         let _ = writeln!(
             o,

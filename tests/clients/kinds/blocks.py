@@ -56,10 +56,12 @@ temporaries too; each block's weight gathered before its forward and let go afte
 again before its backward, its gradients reduce-scattered after it (the shard kept as its
 gradient until the optimizer's step); `fsdp2-keep` keeps the gathered weight from the forward to
 the backward (reshard_after_forward=False). What `gpushim fit --shard full|grad-op` predicts
-from the `ddp` run. BLOCKS_ROW=BYTES (FSDP2 only): a module of its own before the blocks holds
+from the `ddp` run. BLOCKS_ROW=BYTES: a module of its own before the blocks holds
 a parameter of first dimension 1 (a position embedding's shape) of that many bytes, given to
 `fully_shard` after the blocks: FSDP2 keeps its one row whole on every rank; its op's output
-is made after it is gathered, its gradient before its reduce-scatter. BLOCKS_MP=1 (FSDP2 only):
+is made after it is gathered, its gradient before its reduce-scatter. Under `ddp` the row is
+added to the input, broadcast over the batch (an AddBackward0 node, whose backward makes the
+row's gradient, kept to the optimizer's step). BLOCKS_MP=1 (FSDP2 only):
 mixed precision's casts, the root's input cast to 16 bits (half its bytes, kept to the step's
 end) and each all-gather's inputs (the shards cast, half their bytes), and each weight's
 gradient 16-bit (half its size; reduce-scattered in fp32); the gathered weights kept as they
@@ -155,6 +157,8 @@ assert not (ckpt and amp), "ckpt or amp, not both"
 autograd = ctypes.CDLL(sys.argv[1])
 autograd.standin_forward_mm.restype = ctypes.c_void_p
 autograd.standin_forward_mm.argtypes = (ctypes.c_size_t,)
+autograd.standin_forward_op.restype = ctypes.c_void_p
+autograd.standin_forward_op.argtypes = (ctypes.c_int, ctypes.c_size_t)
 autograd.standin_forward_cast.restype = ctypes.c_void_p
 autograd.standin_forward_cast.argtypes = (ctypes.c_size_t,)
 autograd.standin_backward_node.restype = ctypes.c_void_p
@@ -179,6 +183,16 @@ def op_output(n, cast=False, cast_input=False):
         casts.add(nodes)
     if cast_input:
         input_casts.add(nodes)
+    nodes += 1
+    return nodes - 1, p
+
+
+def add_output(n):
+    """An add's output of `n` bytes, made by a new AddBackward0 node: (its node's index, the
+    tensor)."""
+    global nodes
+    p = autograd.standin_forward_op(2, n)
+    assert p, "out of memory"
     nodes += 1
     return nodes - 1, p
 
@@ -563,7 +577,7 @@ def backward_ops(ops, grad_bytes, first=False, copies=()):
     _standin.free(prev)
 
 
-row_module = Row() if fsdp2 and ROW else None
+row_module = Row() if (fsdp2 or ddp) and ROW else None
 model = Net()
 if ddp:
     from torch.nn.parallel.distributed import DistributedDataParallel  # noqa: E402
@@ -593,7 +607,11 @@ for step in range(steps):
     if ddp:
         wrapped._pre_forward()
     per_block = []
-    if row_module:
+    if row_module and ddp:
+        # The row added to the input, broadcast over the batch (an AddBackward0), before the
+        # blocks.
+        row_node, row_out = add_output(1 * MiB * batch)
+    elif row_module:
         # The row gathered, the input added to it (an op of its own), before the blocks.
         row_group.pre_forward()
         row_node, row_out = op_output(1 * MiB * batch)
@@ -636,7 +654,13 @@ for step in range(steps):
             backward_ops(again + [(node, per_block[i][0][1])], 256 * KiB * batch, copies=copies)
         else:
             backward_ops(per_block[i], 256 * KiB * batch, i == 0)
-    if row_module:
+    if row_module and ddp:
+        # The broadcast's backward sums the row's gradient over the batch: kept to the step.
+        g = autograd.standin_backward_node(row_node, ROW)
+        assert g, "out of memory"
+        kept_grads.append(g)
+        _standin.free(row_out)
+    elif row_module:
         if reshard:
             row_group.pre_backward()
         g = autograd.standin_backward_node(row_node, ROW)

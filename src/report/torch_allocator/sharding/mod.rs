@@ -27,6 +27,7 @@
 //! A block's backward ends at the first request of an op made earlier in the forward (a lower
 //! autograd sequence number), or of the optimizer; the root's where the step's backward ends.
 
+mod broadcast;
 mod buckets;
 mod buffers;
 mod gathers;
@@ -34,6 +35,7 @@ mod place;
 mod units;
 mod zero;
 
+pub use broadcast::Broadcast;
 pub use buckets::Bucket;
 pub use gathers::Role;
 pub use zero::BUCKET_ELEMENTS;
@@ -77,6 +79,10 @@ pub struct Sharded {
     pub buffers: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub buffer_bytes: u64,
+    /// Parameters whose gradients a broadcast's backward made, of a first dimension that may
+    /// be below the world (`broadcast.rs`).
+    #[serde(skip_serializing_if = "Broadcast::is_none")]
+    pub broadcast: Broadcast,
     /// DeepSpeed's ZeRO-1 or ZeRO-2 (`--shard zero1|zero2`), not FSDP2: what it made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub zero: Option<ZeroSaid>,
@@ -295,6 +301,7 @@ impl Input {
             .fold(0u64, |a, &i| a.saturating_add(self.events[i].size));
         sharding.said.buffers = initial.len().saturating_sub(params.cut.len()) as u64;
         sharding.said.buffer_bytes = units::total(&sizes).saturating_sub(cut_bytes);
+        sharding.said.broadcast = self.broadcast_parameters(&sizes, first);
         sharding.edits.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
         self.drop_broadcast(&initial, first_forward, &frees, &mut sharding.edits.act);
         for &i in &params.cut {
@@ -495,6 +502,7 @@ impl Sharding {
                 gradients: 0,
                 buffers: 0,
                 buffer_bytes: 0,
+                broadcast: Broadcast::default(),
                 zero: None,
             },
             edits: Edits::over(world),
