@@ -5,7 +5,8 @@
 # fsdp2, fsdp1; DISTFIT_MODES may add fsdp2-mp and fsdp1-mp, FSDP in bf16 with fp32 reduction, and zero1, zero2, zero3: DeepSpeed's engine through
 # scripts/gpu/ds_kinds.py, bf16, from .gpu/dssite). Then `gpushim
 # fit r.0.trace --at 4 --batch 4,16 --world-size 4` under both of PyTorch's settings against
-# real runs at 4 ranks without the shim (max_memory_reserved() at batches 4 and 16), and fit's
+# real runs at 4 ranks without the shim (max_memory_reserved() at batches 4 and 16; "ranks"
+# the spread of the real job's ranks' peaks, where they ran as a job), and fit's
 # largest batch under L (`--limit`; DISTFIT_LIMIT, 6 GiB) against real runs held to L
 # (set_per_process_memory_fraction) a batch apart from it, until one runs and the next does
 # not. With fewer than four GPUs, rank 0 alone on one through PyTorch's fake process group
@@ -148,7 +149,7 @@ largest = {}
 for line in open(f"{work}/largest.txt"):
     model, mode, setting, pred, real = line.split()
     largest[(model, mode, setting)] = (pred, real)
-print(f"{'model':6} {'mode':8} {'setting':11} {'batch':>5} {f'real@{to} MiB':>11} {f'fit@{to} from {frm}':>13} {'err':>8}   "
+print(f"{'model':6} {'mode':8} {'setting':11} {'batch':>5} {f'real@{to} MiB':>11} {f'fit@{to} from {frm}':>13} {'err':>8} {'ranks':>13}   "
       + (f"largest under {limit / (1 << 30):g} GiB: fit, real" if limit else ""))
 worst = []
 for model in models:
@@ -171,7 +172,15 @@ for model in models:
                 if b == 16:
                     p, r = largest.get((model, mode, setting), ("-", "-"))
                     lg = f"{p}, {r}"
-                print(f"{model:6} {mode:8} {setting:11} {b:>5} {real / MiB:11.2f} {pred / MiB:13.2f} {err:+7.2f}%   {lg}")
+                # The spread of the real job's ranks' peaks (those that said theirs).
+                ranks = []
+                for r in range(int(to)):
+                    try:
+                        ranks.append(json.load(open(f"{work}/{model}.{mode}.w{to}.b{b}.{setting}.{r}.json"))["reserved_peak"] // MiB)
+                    except (OSError, KeyError):
+                        pass
+                spread = f"{min(ranks)}-{max(ranks)}" if ranks else "-"
+                print(f"{model:6} {mode:8} {setting:11} {b:>5} {real / MiB:11.2f} {pred / MiB:13.2f} {err:+7.2f}% {spread:>13}   {lg}")
 if worst:
     print(f"rows {len(worst)}, within 3%: {sum(e <= 3 for e in worst)}, largest error {max(worst):.2f}%")
 PY
