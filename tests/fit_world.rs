@@ -287,6 +287,63 @@ fn the_rank_that_fails_first_is_named() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
+/// A rank of a DDP job at two ranks answers at four as its rank held DDP's first buckets: one
+/// that held them to the rebuild (`DDP_BUCKETS_LATE`) says another rank may peak up to their
+/// bytes lower, one that let them go first says another may peak up to their bytes higher; and
+/// the two runs' peaks are that far apart at most (fails with the buckets read only from a run
+/// at one rank).
+#[test]
+fn a_ddp_rank_says_how_far_another_may_be_from_its_first_buckets() {
+    let dir = tempdir("fit-world-buckets");
+    let late = fit(
+        &rank0_with(&dir, "ddp", (2, true, 1), &[("DDP_BUCKETS_LATE", "1")]),
+        &["--world-size", "4"],
+    );
+    let first = fit(&rank0(&dir, "ddp", 2, true), &["--world-size", "4"]);
+    let (w_late, w_first) = (&late["world_size"], &first["world_size"]);
+    assert_eq!(
+        w_late["first_buckets_bytes"].as_u64(),
+        Some(8 << 20),
+        "{w_late}"
+    );
+    assert_eq!(w_late.get("first_buckets_let_go_bytes"), None, "{w_late}");
+    assert_eq!(w_first.get("first_buckets_bytes"), None, "{w_first}");
+    assert_eq!(
+        w_first["first_buckets_let_go_bytes"].as_u64(),
+        Some(8 << 20),
+        "{w_first}"
+    );
+    let peaks = |f: &serde_json::Value| -> Vec<u64> {
+        f["settings"][0]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["peak_allocated_bytes"].as_u64().unwrap())
+            .collect()
+    };
+    let (held, let_go) = (peaks(&late), peaks(&first));
+    assert!(
+        held.iter()
+            .zip(&let_go)
+            .all(|(h, l)| h > l && h - l <= 8 << 20),
+        "{held:?} {let_go:?}"
+    );
+    let first_trace = rank0(&dir, "ddp", 2, true);
+    let text = stdout(&gpushim(&[
+        &"fit",
+        &first_trace,
+        &"--at",
+        &"1",
+        &"--world-size",
+        &"4",
+    ]));
+    assert!(
+        text.contains("DDP's first buckets (8.00 MiB) let go before the rebuilt ones were made")
+            && text.contains("a rank that holds them peaks up to 8.00 MiB higher"),
+        "{text}"
+    );
+}
+
 /// A job at one rank: DDP's answer at two is the run at two's to the byte for a rank that
 /// holds the buckets DDP made as it wrapped the model until the rebuilt ones are made, as the
 /// run at one does (it keeps the whole model at any world); a rank that lets them go first

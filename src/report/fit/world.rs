@@ -88,12 +88,17 @@ pub struct WorldSize {
     /// outputs added as FSDP2 makes them at more ranks (one a unit's gathering).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub all_gathers_added: Option<u64>,
-    /// From a run at one rank under DDP: the bytes of the buckets it made as it wrapped the
-    /// model still live when the rebuilt ones are made. At more ranks they are let go before
-    /// or after, as NCCL's stream completes; the rows hold them, as the run did (the most a
-    /// rank reaches), and a rank that lets them go first peaks up to these bytes lower.
+    /// Under DDP: the bytes of the buckets the run's rank made as it wrapped the model still
+    /// live when the rebuilt ones are made. Ranks of a job let them go before or after, as
+    /// NCCL's stream completes (a run at one rank holds them); the rows hold them as the run
+    /// did, and a rank that lets them go first peaks up to these bytes lower.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_buckets_bytes: Option<u64>,
+    /// Under DDP: the bytes of those first buckets the run's rank had let go before the
+    /// rebuilt ones were made; a rank that holds them beside the rebuilt ones peaks up to
+    /// these bytes higher than the rows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_buckets_let_go_bytes: Option<u64>,
 }
 
 /// Which of the run's requests are shards, and the world sizes to resize them between.
@@ -235,6 +240,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         sharded_bytes: 0,
         all_gathers_added: None,
         first_buckets_bytes: None,
+        first_buckets_let_go_bytes: None,
     };
     let mut of = |stack: u64| {
         *by_stack.entry(stack).or_insert_with(|| {
@@ -310,6 +316,14 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         })
         .collect();
     let edits = one_rank_edits(input, framework, &mut said);
+    if framework.starts_with("DDP") {
+        let reader = input.tables();
+        if let Some(b) = input.first_buckets(&|stack| bucket_role(reader, stack)) {
+            said.first_buckets_bytes = (b.held > 0).then_some(b.held);
+            let let_go = b.made.saturating_sub(b.held);
+            said.first_buckets_let_go_bytes = (let_go > 0).then_some(let_go);
+        }
+    }
     Ok(World {
         said,
         sharded,
@@ -409,9 +423,8 @@ fn framework_of(reader: &TraceTables, run: u64) -> Result<&'static str, FitError
 
 /// What a run at one rank does not show of more, edited into its events and counted in
 /// `said`: FSDP2 gathers each unit's parameters straight from its shards there (at more, out
-/// of an all-gather output the run never made). DDP's first buckets, held to the rebuild there
-/// and at more ranks let go before or after it as NCCL's stream completes, are left as the run
-/// held them and their bytes said.
+/// of an all-gather output the run never made). (DDP's first buckets, which ranks let go
+/// before or after the rebuild, are left as the run held them, and said.)
 fn one_rank_edits(
     input: &Input,
     framework: &str,
@@ -426,9 +439,6 @@ fn one_rank_edits(
             input.all_gather_outputs(said.asked, &|stack| gather_role(reader, stack))?;
         said.all_gathers_added = Some(added);
         Some(edits)
-    } else if framework.starts_with("DDP") {
-        said.first_buckets_bytes = input.first_buckets_held(&|stack| bucket_role(reader, stack));
-        None
     } else {
         None
     }

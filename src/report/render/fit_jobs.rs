@@ -171,12 +171,30 @@ pub(super) fn world_line(o: &mut String, w: &crate::report::fit::WorldSize) {
             w.asked, w.run, w.framework
         );
         if let Some(b) = w.first_buckets_bytes {
+            // A run at one rank holds them (no collective to wait for): the most a rank
+            // reaches of them.
+            let most = if w.run == 1 {
+                ": the most a rank reaches"
+            } else {
+                ""
+            };
             let _ = writeln!(
                 o,
-                "  DDP's first buckets ({}) held until the rebuilt ones are made, as in the run: \
-                 the most a rank reaches. At more ranks they are let go before the rebuild or \
-                 after, as NCCL's collectives complete (real jobs do either, rank by rank), so \
-                 a rank's peak can be up to {} lower",
+                "  DDP's first buckets ({}) held until the rebuilt ones are made, as in the \
+                 run{most}. Ranks let them go before the rebuild or after, as NCCL's \
+                 collectives complete (real jobs do either, rank by rank), so a rank's peak can \
+                 be up to {} lower",
+                human_bytes(b),
+                human_bytes(b)
+            );
+        }
+        if let Some(b) = w.first_buckets_let_go_bytes {
+            let _ = writeln!(
+                o,
+                "  DDP's first buckets ({}) let go before the rebuilt ones were made, as in the \
+                 run. Ranks let them go before the rebuild or after, as NCCL's collectives \
+                 complete (real jobs do either, rank by rank), so a rank that holds them peaks \
+                 up to {} higher",
                 human_bytes(b),
                 human_bytes(b)
             );

@@ -7,7 +7,9 @@
 //! next and from rank to rank of one job (GPT-2's 312 MiB bucket, a Llama's 332 MiB: peak
 //! allocated the run at one rank's to within 0.05% where they are let go late, the first buckets'
 //! bytes lower where they go first). So a run at one rank answers for the most a rank reaches,
-//! and says the bytes a rank whose collectives complete first peaks lower by at most.
+//! and says the bytes a rank whose collectives complete first peaks lower by at most. A run at
+//! two ranks or more did either as its rank did: its answer says which, and the bytes another
+//! rank may peak lower (it held them) or higher (it let them go) by.
 
 use super::super::{Ev, Input};
 use crate::report::kinds::Kind;
@@ -21,16 +23,26 @@ pub enum Bucket {
     Other,
 }
 
+/// DDP's first buckets (made as it wraps the model): their bytes, and those still live when
+/// the first rebuilt bucket is made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FirstBuckets {
+    pub made: u64,
+    pub held: u64,
+}
+
 impl Input {
-    /// The bytes of the first buckets still live when the first rebuilt one is made (`bucket`
-    /// says what each request's stack is); `None` where none are, or none is rebuilt.
-    pub fn first_buckets_held(&self, bucket: &dyn Fn(u64) -> Bucket) -> Option<u64> {
+    /// The bytes of the first buckets made, and of those still live when the first rebuilt
+    /// one is made (`bucket` says what each request's stack is); `None` where none is rebuilt
+    /// or none was made.
+    pub fn first_buckets(&self, bucket: &dyn Fn(u64) -> Bucket) -> Option<FirstBuckets> {
         let mut by_stack: crate::fasthash::FastMap<u64, Bucket> = Default::default();
         let mut role = |stack: u64| *by_stack.entry(stack).or_insert_with(|| bucket(stack));
         // The first buckets live (by address: their bytes). A bucket is DDP's buffer, or the
         // gradients' storage (`gradient_as_bucket_view`); DDP's forward makes other requests
         // too (the inputs it moves).
         let mut first: crate::fasthash::FastMap<(u8, u64), u64> = Default::default();
+        let mut made = 0u64;
         for e in &self.events {
             match e.ev {
                 Ev::Free | Ev::FreeRequested => {
@@ -42,10 +54,11 @@ impl Input {
                     match role(e.stack) {
                         Bucket::Made => {
                             first.insert((e.device, e.ptr), e.size);
+                            made = made.saturating_add(e.size);
                         }
                         Bucket::Rebuilt => {
                             let held = first.values().fold(0u64, |a, &b| a.saturating_add(b));
-                            return (held > 0).then_some(held);
+                            return (made > 0).then_some(FirstBuckets { made, held });
                         }
                         Bucket::Other => {}
                     }
