@@ -461,11 +461,12 @@ fn fsdp2s_16_bit_casts_of_its_shards_are_resized_with_the_world() {
 /// At a world of one, under mixed precision, FSDP2 casts each parameter's shard to 16 bits in
 /// `FSDPParam.all_gather_inputs` under `wait_for_unshard`, just before the parameter's whole
 /// storage: a request of the unit's gathering that is a shard (halved at two ranks), not a
-/// gathered parameter (not in the all-gather output's bytes). From the run at one rank (weights
-/// of 8 MiB: casts of 4 MiB), two: the peak reserved to the byte under both settings, the peak
-/// allocated within a cast at two ranks (2 MiB; one rank keeps its cast while the parameter is
-/// made from it, two let theirs go once the all-gather's output is made). Fails with the casts
-/// read as gathered parameters (outputs of 12 MiB) or kept whole.
+/// gathered parameter (not in the all-gather output's bytes); and where two ranks make their
+/// casts, before the unit's all-gather output on its stream, let go once it is made (one rank
+/// keeps its cast while the parameter is made from it). From the run at one rank (weights of 8
+/// MiB: casts of 4 MiB), two to the byte under both settings. Fails with the casts read as
+/// gathered parameters (outputs of 12 MiB), kept whole, or left where one rank made them (peak
+/// allocated 2 MiB high).
 #[test]
 fn fsdp2s_casts_at_one_rank_are_shards_of_the_gathering_at_two() {
     let weight = (8u64 << 20).to_string();
@@ -489,13 +490,10 @@ fn fsdp2s_casts_at_one_rank_are_shards_of_the_gathering_at_two() {
     assert_eq!(w["all_gathers_added"].as_u64(), Some(16), "{w}");
     let truth = own_rows(&at(&at_two, "2"), 1);
     for setting in ["", EXPANDABLE] {
-        let (p, t) = (row(&rows(&v), setting, 1), row(&truth, setting, 1));
-        assert_eq!(p.2, t.2, "peak reserved, setting '{setting}': {w}");
-        assert!(
-            p.3.abs_diff(t.3) <= 2 << 20,
-            "peak allocated {} against {}, setting '{setting}': {w}",
-            p.3,
-            t.3
+        assert_eq!(
+            row(&rows(&v), setting, 1),
+            row(&truth, setting, 1),
+            "setting '{setting}': {w}"
         );
     }
 }

@@ -13,10 +13,21 @@
 //!   all-gather is issued at once (FSDP2's backward prefetch), its output held until that unit
 //!   gathers; the first unit's is made where it gathers.
 //!
-//! The what-if adds only these requests: every request of the run keeps its place.
+//! Under mixed precision one rank casts each parameter's shard to 16 bits as it makes that
+//! parameter whole (`FSDPParam.all_gather_inputs` under `wait_for_unshard`, on the default
+//! stream), where more ranks cast all of a unit's shards before its all-gather, on the
+//! all-gather's stream, and let the casts go once its output is made (`foreach_all_gather`).
+//! The casts are moved there: made just before the output, a shard of the world asked each,
+//! and let go after it.
+//!
+//! The what-if adds only these requests and moves only those casts: every other request of
+//! the run keeps its place.
 
-use super::{ALL_GATHER, Edits};
+use super::{ALL_GATHER, Act, Edits};
 use crate::report::torch_allocator::{Ev, Input};
+
+/// The addresses of the casts moved to their unit's all-gather (tag 8 of `mod.rs`'s).
+const CAST: u64 = 1 << 62 | 8 << 56;
 
 /// What a request of the run is to the all-gathers: one of a unit's parameters gathered
 /// (before its forward or its backward), a request of the backward or the optimizer (the
@@ -33,12 +44,14 @@ pub enum Role {
 }
 
 /// A unit's parameters gathered at once: its first and last requests (events' indices), its
-/// bytes, and whether before its backward.
+/// bytes, whether before its backward, and its shards' casts (events' indices: those just
+/// before its first request and among its requests).
 struct Unit {
     first: usize,
     last: usize,
     bytes: u64,
     backward: bool,
+    casts: Vec<usize>,
 }
 
 impl Input {
@@ -57,11 +70,40 @@ impl Input {
         let top = self.events.iter().map(|e| e.stream).max().unwrap_or(0);
         let stream = top.saturating_add(1);
         let mut edits = Edits::over(1);
+        // The casts moved: their own requests and frees not made where the run made them.
+        if units.iter().any(|u| !u.casts.is_empty()) {
+            edits.act = vec![Act::Keep; self.events.len()];
+            let frees = self.frees();
+            for &c in units.iter().flat_map(|u| &u.casts) {
+                edits.act[c] = Act::Skip;
+                for &f in frees.get(&c).into_iter().flatten() {
+                    edits.act[f] = Act::Skip;
+                }
+            }
+        }
+        let events = &self.events;
         let mut put = |(at, like): (usize, usize), free, ptr, size| {
             // Each request or free goes before event `at`, on the device (and with the stack)
             // of the unit's first gathered parameter, `like`.
             edits.put((at, like), free, ptr, size, stream);
         };
+        // A unit's all-gather issued before event `at`: its casts (a shard of the world each),
+        // its output, then the casts let go.
+        let all_gather =
+            |put: &mut dyn FnMut((usize, usize), bool, u64, u64), at: usize, u: &Unit, ptr: u64| {
+                for &c in &u.casts {
+                    put(
+                        (at, c),
+                        false,
+                        CAST | c as u64,
+                        events[c].size.div_ceil(world),
+                    );
+                }
+                put((at, u.first), false, ptr, u.bytes);
+                for &c in &u.casts {
+                    put((at, c), true, CAST | c as u64, 0);
+                }
+            };
         let (mut held, mut prefetched): (Option<u64>, Option<u64>) = (None, None);
         for (k, u) in units.iter().enumerate() {
             let ptr = ALL_GATHER | (k as u64 + 1);
@@ -73,18 +115,18 @@ impl Input {
                         if let Some(h) = held.take() {
                             put((u.first, u.first), true, h, 0);
                         }
-                        put((u.first, u.first), false, ptr, u.bytes);
+                        all_gather(&mut put, u.first, u, ptr);
                         ptr
                     }
                 };
                 put((u.last + 1, u.first), true, ptr, 0);
                 if let Some(n) = next.filter(|n| n.backward) {
                     let p = ALL_GATHER | (k as u64 + 2);
-                    put((u.last + 1, n.first), false, p, n.bytes);
+                    all_gather(&mut put, u.last + 1, n, p);
                     prefetched = Some(p);
                 }
             } else {
-                put((u.first, u.first), false, ptr, u.bytes);
+                all_gather(&mut put, u.first, u, ptr);
                 if let Some(h) = held.replace(ptr) {
                     put((u.last + 1, u.first), true, h, 0);
                 }
@@ -109,6 +151,8 @@ impl Input {
         let mut by_stack: crate::fasthash::FastMap<u64, Role> = Default::default();
         let mut units: Vec<Unit> = Vec::new();
         let mut open = false;
+        // Casts met before a unit's first request, for that unit.
+        let mut pending: Vec<usize> = Vec::new();
         for (i, e) in self.events.iter().enumerate() {
             if e.ev != Ev::Alloc || e.private {
                 continue;
@@ -118,9 +162,16 @@ impl Input {
             let backward = match r {
                 Role::GatheredForward => false,
                 Role::GatheredBackward => true,
-                Role::GatherInput if open => continue,
+                Role::GatherInput => {
+                    match units.last_mut() {
+                        Some(u) if open => u.casts.push(i),
+                        _ => pending.push(i),
+                    }
+                    continue;
+                }
                 _ => {
                     open = false;
+                    pending.clear();
                     continue;
                 }
             };
@@ -134,6 +185,7 @@ impl Input {
                     last: i,
                     bytes: e.size,
                     backward,
+                    casts: std::mem::take(&mut pending),
                 }),
             }
             open = true;
