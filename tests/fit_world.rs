@@ -344,6 +344,38 @@ fn a_ddp_rank_says_how_far_another_may_be_from_its_first_buckets() {
     );
 }
 
+/// A free that waits on another stream's work (asked for, completed later: as FSDP1 lets its
+/// gathered flat parameters go) makes a job's ranks peak apart with the GPU's timing: `fit
+/// --world-size` counts such frees and says so, and says nothing of the kind of a run without
+/// them (fails without the count).
+#[test]
+fn frees_that_wait_on_other_streams_are_said_to_move_a_ranks_peak() {
+    let dir = tempdir("fit-world-deferred");
+    let more = [("JOB_HELD_GRAD_MIB", "6"), ("JOB_HELD_DEFERRED", "1")];
+    let deferred = rank0_with(&dir, "fsdp1", (2, true, 1), &more);
+    let w = &fit(&deferred, &["--world-size", "4"])["world_size"];
+    assert_eq!(w["deferred_frees"].as_u64(), Some(1), "{w}");
+    let text = |t: &Path| {
+        stdout(&gpushim(&[
+            &"fit",
+            &t,
+            &"--at",
+            &"1",
+            &"--world-size",
+            &"4",
+        ]))
+    };
+    let said = text(&deferred);
+    assert!(
+        said.contains("1 of the run's frees waited on work of other streams"),
+        "{said}"
+    );
+    let plain = rank0(&dir, "fsdp1", 2, true);
+    let w = &fit(&plain, &["--world-size", "4"])["world_size"];
+    assert_eq!(w.get("deferred_frees"), None, "{w}");
+    assert!(!text(&plain).contains("waited on work"));
+}
+
 /// A job at one rank: DDP's answer at two is the run at two's to the byte for a rank that
 /// holds the buckets DDP made as it wrapped the model until the rebuilt ones are made, as the
 /// run at one does (it keeps the whole model at any world); a rank that lets them go first

@@ -99,6 +99,17 @@ pub struct WorldSize {
     /// these bytes higher than the rows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_buckets_let_go_bytes: Option<u64>,
+    /// The run's frees that waited on work of other streams (asked for, completed later: as
+    /// after `record_stream`, how FSDP1 lets its gathered flat parameters go). How many are
+    /// still pending at a later request follows the GPU's timing: the ranks of a job, and runs
+    /// of one program, peak apart for it.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub deferred_frees: u64,
+}
+
+/// Whether `n` is 0 (a count `--json` leaves out).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Which of the run's requests are shards, and the world sizes to resize them between.
@@ -241,6 +252,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         all_gathers_added: None,
         first_buckets_bytes: None,
         first_buckets_let_go_bytes: None,
+        deferred_frees: 0,
     };
     let mut of = |stack: u64| {
         *by_stack.entry(stack).or_insert_with(|| {
@@ -316,6 +328,7 @@ fn of(input: &Input, req: &Requests, run: u64, asked: u64) -> Result<World, FitE
         })
         .collect();
     let edits = one_rank_edits(input, framework, &mut said);
+    said.deferred_frees = input.deferred_frees();
     if framework.starts_with("DDP") {
         let reader = input.tables();
         if let Some(b) = input.first_buckets(&|stack| bucket_role(reader, stack)) {

@@ -456,6 +456,13 @@ impl Input {
             .map(|e| e.stream)
     }
 
+    /// The frees that waited on work of other streams: asked for, completed later (as after
+    /// `record_stream`).
+    pub fn deferred_frees(&self) -> u64 {
+        let n = self.events.iter().filter(|e| e.ev == Ev::FreeRequested);
+        n.count() as u64
+    }
+
     /// Each tensor request in order: its size and stack.
     pub fn requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.events
