@@ -56,17 +56,18 @@ pub(super) fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sha
             .collect();
         let _ = writeln!(
             o,
-            "  {} ({}) from a broadcast's backward ({}): where \
-             one's first dimension is below {} (a class token or position table of shape \
-             (1, ...)), FSDP2 keeps it whole on every rank and gathers {} times it; the rows cut \
-             it to 1/{} as any other (a trace holds sizes, not shapes), and can be low by that \
-             and by where FSDP2's buffers then fall",
+            "  {} ({}) from a broadcast's backward ({}): kept whole \
+             on every rank and gathered {} times, as FSDP2 keeps a parameter of first \
+             dimension 1 (a class token, a position table; a trace holds sizes, not shapes): \
+             where one's first dimension is {} or more (a bias added by hand), FSDP2 cuts it \
+             to 1/{} and the rows are high by up to its bytes times {}",
             match b.parameters {
                 1 => "1 parameter gets its gradient".to_string(),
                 n => format!("{n} parameters get their gradients"),
             },
             human_bytes(b.bytes),
             nodes.join(", "),
+            s.world,
             s.world,
             s.world,
             s.world,

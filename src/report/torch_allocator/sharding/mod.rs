@@ -192,8 +192,11 @@ struct Params {
     block: Vec<Vec<u64>>,
     root: Vec<u64>,
     roots: u64,
-    /// The model's parameters' requests, in the order fully_shard cuts them.
+    /// The model's parameters' requests, in the order fully_shard cuts them; those kept whole
+    /// on every rank, and the gradients of them (`broadcast.rs`).
     cut: Vec<usize>,
+    whole: std::collections::BTreeSet<usize>,
+    whole_grads: std::collections::BTreeSet<usize>,
 }
 
 impl Params {
@@ -273,11 +276,13 @@ impl Input {
         // parameters cut, then the root's.
         let mut cut: Vec<usize> = found.places.iter().map(|&j| initial[j]).collect();
         cut.extend(found.root_places.iter().map(|&j| initial[j]));
-        let params = Params {
+        let mut params = Params {
             roots: blocks.len() as u64,
             cut,
             block: found.block,
             root: found.root,
+            whole: Default::default(),
+            whole_grads: Default::default(),
         };
         let mut sharding = Sharding::of(
             if reshard { "full" } else { "grad-op" },
@@ -301,7 +306,6 @@ impl Input {
             .fold(0u64, |a, &i| a.saturating_add(self.events[i].size));
         sharding.said.buffers = initial.len().saturating_sub(params.cut.len()) as u64;
         sharding.said.buffer_bytes = units::total(&sizes).saturating_sub(cut_bytes);
-        sharding.said.broadcast = self.broadcast_parameters(&sizes, first);
         sharding.edits.act = self.acts(first_forward, &frees, &mut stacks, &mut sharding.said);
         self.drop_broadcast(&initial, first_forward, &frees, &mut sharding.edits.act);
         for &i in &params.cut {
@@ -315,6 +319,8 @@ impl Input {
         }
         hooks.sort_by_key(|(i, h)| (*i, h.rank(params.roots)));
         let grads = self.gradients_of(&windows, params.roots);
+        let whole = self.keep_broadcast_whole(&mut params, (&grads, &windows), world);
+        sharding.said.broadcast = whole;
         sharding.place(self, &hooks, (&grads, &params), &frees);
         Ok(sharding)
     }

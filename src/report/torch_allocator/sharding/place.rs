@@ -52,7 +52,12 @@ impl Placing<'_> {
             for &a in unit {
                 let e = &events[a];
                 let ptr = PARAMETER | (a as u64 & 0xff_ffff_ffff_ffff);
-                self.put(false, ptr, e.size.div_ceil(world), e.stream);
+                // A parameter kept whole on every rank (`broadcast.rs`): its shard its whole.
+                let shard = match params.whole.contains(&a) {
+                    true => e.size,
+                    false => e.size.div_ceil(world),
+                };
+                self.put(false, ptr, shard, e.stream);
                 for &f in self.frees.get(&a).into_iter().flatten() {
                     self.out.edits.frees_shard.insert(f, ptr);
                 }
@@ -132,9 +137,16 @@ impl Placing<'_> {
             .copied()
             .filter(|g| first_free(g).is_none_or(|f| f >= i))
             .collect();
-        let bytes = moved
-            .iter()
-            .fold(0u64, |a, &g| a.saturating_add(events[g].size));
+        // The gradient of a parameter kept whole is the world times it in the reduce-scatter.
+        let world = self.out.said.world;
+        let bytes = moved.iter().fold(0u64, |a, &g| {
+            let n = if self.params.whole_grads.contains(&g) {
+                world
+            } else {
+                1
+            };
+            a.saturating_add(events[g].size.saturating_mul(n))
+        });
         if let Some(ptr) = self.scatter.take() {
             self.put(true, ptr, 0, stream);
         }
@@ -151,7 +163,6 @@ impl Placing<'_> {
         if moved.is_empty() {
             return;
         }
-        let world = self.out.said.world;
         self.put(false, SHARD | u, bytes.div_ceil(world), self.streams.1);
         self.out.said.gradients += moved.len() as u64;
         let first = moved.iter().copied().min_by_key(first_free);
