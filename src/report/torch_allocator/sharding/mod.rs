@@ -40,6 +40,8 @@ pub use buckets::Bucket;
 pub use gathers::Role;
 pub use zero::BUCKET_ELEMENTS;
 
+use units::Params;
+
 use super::checkpoint::{Checkpointed, Stacks};
 use super::{Ev, Event, Input};
 use crate::fasthash::FastMap;
@@ -181,34 +183,6 @@ const BUCKET: u64 = 1 << 62 | 7 << 56;
 /// The address of unit `u`'s gathered parameter `p`.
 fn gathered(u: u64, p: usize) -> u64 {
     GATHERED | (u & 0xff_ffff_ffff) << 16 | (p as u64 & 0xffff)
-}
-
-/// Each unit's parameters' sizes, as FSDP2 gathers them (one request each): a block's, and the
-/// root's for units from `roots` up (a block's unit is its index among the blocks, a root's
-/// `roots` plus its step's).
-struct Params {
-    /// Each block's, by its place in a step (all alike but in a model whose blocks are made
-    /// differently).
-    block: Vec<Vec<u64>>,
-    root: Vec<u64>,
-    roots: u64,
-    /// The model's parameters' requests, in the order fully_shard cuts them; those kept whole
-    /// on every rank, and the gradients of them (`broadcast.rs`).
-    cut: Vec<usize>,
-    whole: std::collections::BTreeSet<usize>,
-    whole_grads: std::collections::BTreeSet<usize>,
-}
-
-impl Params {
-    fn of(&self, u: u64) -> &[u64] {
-        if u >= self.roots {
-            &self.root
-        } else {
-            self.block
-                .get(u as usize % self.block.len().max(1))
-                .map_or(&[], Vec::as_slice)
-        }
-    }
 }
 
 /// What happens at a place, in the order FSDP2's hooks do it (`rank` orders places at one

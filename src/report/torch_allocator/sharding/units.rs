@@ -9,6 +9,34 @@ use crate::report::kinds::{Kind, Phase};
 use crate::report::torch_allocator::{Ev, Input};
 use std::collections::BTreeMap;
 
+/// Each unit's parameters' sizes, as FSDP2 gathers them (one request each): a block's, and the
+/// root's for units from `roots` up (a block's unit is its index among the blocks, a root's
+/// `roots` plus its step's).
+pub(super) struct Params {
+    /// Each block's, by its place in a step (all alike but in a model whose blocks are made
+    /// differently).
+    pub(super) block: Vec<Vec<u64>>,
+    pub(super) root: Vec<u64>,
+    pub(super) roots: u64,
+    /// The model's parameters' requests, in the order fully_shard cuts them; those kept whole
+    /// on every rank, and the gradients of them (`broadcast.rs`).
+    pub(super) cut: Vec<usize>,
+    pub(super) whole: std::collections::BTreeSet<usize>,
+    pub(super) whole_grads: std::collections::BTreeSet<usize>,
+}
+
+impl Params {
+    pub(super) fn of(&self, u: u64) -> &[u64] {
+        if u >= self.roots {
+            &self.root
+        } else {
+            self.block
+                .get(u as usize % self.block.len().max(1))
+                .map_or(&[], Vec::as_slice)
+        }
+    }
+}
+
 /// Parameters whose sizes are searched for a block's at most: past it the search (quadratic in
 /// them) is not made, and the what-if says why.
 pub(super) const PARAMETERS_MOST: usize = 1 << 14;
