@@ -287,6 +287,24 @@ fn the_rank_that_fails_first_is_named() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
+/// Each row of `high`'s run's setting peaks above `low`'s in allocated bytes, by at most
+/// `bytes`.
+fn apart_by_at_most(high: &Value, low: &Value, bytes: u64) {
+    let peaks = |f: &Value| -> Vec<u64> {
+        f["settings"][0]["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["peak_allocated_bytes"].as_u64().unwrap())
+            .collect()
+    };
+    let (h, l) = (peaks(high), peaks(low));
+    assert!(
+        h.iter().zip(&l).all(|(h, l)| h > l && h - l <= bytes),
+        "{h:?} {l:?}"
+    );
+}
+
 /// A rank of a DDP job at two ranks answers at four as its rank held DDP's first buckets: one
 /// that held them to the rebuild (`DDP_BUCKETS_LATE`) says another rank may peak up to their
 /// bytes lower, one that let them go first says another may peak up to their bytes higher; and
@@ -313,21 +331,7 @@ fn a_ddp_rank_says_how_far_another_may_be_from_its_first_buckets() {
         Some(8 << 20),
         "{w_first}"
     );
-    let peaks = |f: &serde_json::Value| -> Vec<u64> {
-        f["settings"][0]["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["peak_allocated_bytes"].as_u64().unwrap())
-            .collect()
-    };
-    let (held, let_go) = (peaks(&late), peaks(&first));
-    assert!(
-        held.iter()
-            .zip(&let_go)
-            .all(|(h, l)| h > l && h - l <= 8 << 20),
-        "{held:?} {let_go:?}"
-    );
+    apart_by_at_most(&late, &first, 8 << 20);
     let first_trace = rank0(&dir, "ddp", 2, true);
     let text = stdout(&gpushim(&[
         &"fit",
@@ -394,21 +398,7 @@ fn a_run_at_one_rank_answers_for_ddp_and_says_why_not_for_fsdp1() {
     let first = fit(&rank0(&dir, "ddp", 2, true), &[]);
     let held = predicted["world_size"]["first_buckets_bytes"].as_u64();
     assert_eq!(held, Some(8 << 20), "{}", predicted["world_size"]);
-    let peaks = |f: &serde_json::Value| -> Vec<u64> {
-        f["settings"][0]["rows"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["peak_allocated_bytes"].as_u64().unwrap())
-            .collect()
-    };
-    let (most, lower) = (peaks(&predicted), peaks(&first));
-    assert!(
-        most.iter()
-            .zip(&lower)
-            .all(|(m, l)| m > l && m - l <= 8 << 20),
-        "{most:?} {lower:?}"
-    );
+    apart_by_at_most(&predicted, &first, 8 << 20);
     let text = stdout(&gpushim(&[
         &"fit",
         &at_one,
