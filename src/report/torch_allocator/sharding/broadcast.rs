@@ -76,16 +76,18 @@ impl Input {
         }
         // Each of the first backward's such gradients keeps one root parameter of its size
         // whole (parameters of one size are alike to the replay).
+        // The root's parameters are the last of those cut, in the order of its sizes.
         let blocks = params.cut.len().saturating_sub(params.root.len());
         for g in first.map(|(_, made)| made).unwrap_or_default() {
             let size = self.events[g].size;
-            let found = (0..params.root.len()).find(|&j| {
-                params.root[j] == size && !params.whole.contains(&params.cut[blocks + j])
+            let found = (0..params.root.len()).find_map(|j| {
+                let at = *params.cut.get(blocks + j)?;
+                (params.root[j] == size && !params.whole.contains(&at)).then_some((j, at))
             });
-            let Some(j) = found else {
+            let Some((j, at)) = found else {
                 continue;
             };
-            params.whole.insert(params.cut[blocks + j]);
+            params.whole.insert(at);
             params.root[j] = size.saturating_mul(world);
             out.parameters += 1;
             out.bytes = out.bytes.saturating_add(size);
