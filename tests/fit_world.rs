@@ -305,11 +305,10 @@ fn apart_by_at_most(high: &Value, low: &Value, bytes: u64) {
     );
 }
 
-/// A rank of a DDP job at two ranks answers at four as its rank held DDP's first buckets: one
-/// that held them to the rebuild (`DDP_BUCKETS_LATE`) says another rank may peak up to their
-/// bytes lower, one that let them go first says another may peak up to their bytes higher; and
-/// the two runs' peaks are that far apart at most (fails with the buckets read only from a run
-/// at one rank).
+/// A rank of a DDP job at two ranks answers at four as its rank held DDP's first buckets, and
+/// says which: one that held them to the rebuild (`DDP_BUCKETS_LATE`), one that let them go
+/// first, each that another rank may peak up to their bytes lower or higher; and the two runs'
+/// peaks are that far apart at most (fails with the buckets read only from a run at one rank).
 #[test]
 fn a_ddp_rank_says_how_far_another_may_be_from_its_first_buckets() {
     let dir = tempdir("fit-world-buckets");
@@ -342,8 +341,10 @@ fn a_ddp_rank_says_how_far_another_may_be_from_its_first_buckets() {
         &"4",
     ]));
     assert!(
-        text.contains("DDP's first buckets (8.00 MiB) let go before the rebuilt ones were made")
-            && text.contains("a rank that holds them peaks up to 8.00 MiB higher"),
+        text.contains(
+            "DDP's first buckets (8.00 MiB): the run's rank let them go before the rebuilt \
+             ones were made"
+        ) && text.contains("another rank's peak can be up to 8.00 MiB lower or higher"),
         "{text}"
     );
 }

@@ -89,14 +89,14 @@ pub struct WorldSize {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub all_gathers_added: Option<u64>,
     /// Under DDP: the bytes of the buckets the run's rank made as it wrapped the model still
-    /// live when the rebuilt ones are made. Ranks of a job let them go before or after, as
-    /// NCCL's stream completes (a run at one rank holds them); the rows hold them as the run
-    /// did, and a rank that lets them go first peaks up to these bytes lower.
+    /// live when the rebuilt ones are made. Ranks of a job let them go before or after, some
+    /// on into the next step, as NCCL's stream completes (a run at one rank holds them the
+    /// longest); the rows hold them as the run did, and another rank peaks up to these bytes
+    /// lower (or, from a run of two ranks or more, higher).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_buckets_bytes: Option<u64>,
     /// Under DDP: the bytes of those first buckets the run's rank had let go before the
-    /// rebuilt ones were made; a rank that holds them beside the rebuilt ones peaks up to
-    /// these bytes higher than the rows.
+    /// rebuilt ones were made; another rank peaks up to their bytes higher or lower.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_buckets_let_go_bytes: Option<u64>,
     /// The run's frees that waited on work of other streams (asked for, completed later: as

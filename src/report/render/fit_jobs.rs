@@ -171,35 +171,7 @@ pub(super) fn world_line(o: &mut String, w: &crate::report::fit::WorldSize) {
              the batch is per rank",
             w.asked, w.run, w.framework
         );
-        if let Some(b) = w.first_buckets_bytes {
-            // A run at one rank holds them (no collective to wait for): the most a rank
-            // reaches of them.
-            let most = if w.run == 1 {
-                ": the most a rank reaches"
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                o,
-                "  DDP's first buckets ({}) held until the rebuilt ones are made, as in the \
-                 run{most}. Ranks let them go before the rebuild or after, as NCCL's \
-                 collectives complete (real jobs do either, rank by rank), so a rank's peak can \
-                 be up to {} lower",
-                human_bytes(b),
-                human_bytes(b)
-            );
-        }
-        if let Some(b) = w.first_buckets_let_go_bytes {
-            let _ = writeln!(
-                o,
-                "  DDP's first buckets ({}) let go before the rebuilt ones were made, as in the \
-                 run. Ranks let them go before the rebuild or after, as NCCL's collectives \
-                 complete (real jobs do either, rank by rank), so a rank that holds them peaks \
-                 up to {} higher",
-                human_bytes(b),
-                human_bytes(b)
-            );
-        }
+        buckets_line(o, w);
         deferred_line(o, w.deferred_frees);
         return;
     }
@@ -232,6 +204,51 @@ pub(super) fn world_line(o: &mut String, w: &crate::report::fit::WorldSize) {
         );
     }
     deferred_line(o, w.deferred_frees);
+}
+
+/// What DDP's first buckets make of a rank's answer, or nothing. A run at one rank holds them
+/// beside the rebuilt ones into the next step (no collective to wait for): the most a rank
+/// reaches. Ranks of a job let them go before the rebuild or after, some on into the next
+/// step, as NCCL's collectives complete: traces of four H200s show each, rank by rank.
+fn buckets_line(o: &mut String, w: &crate::report::fit::WorldSize) {
+    use std::fmt::Write as _;
+    let (held, let_go) = (
+        w.first_buckets_bytes.unwrap_or(0),
+        w.first_buckets_let_go_bytes.unwrap_or(0),
+    );
+    let made = held.saturating_add(let_go);
+    if made == 0 {
+        return;
+    }
+    if w.run == 1 {
+        let _ = writeln!(
+            o,
+            "  DDP's first buckets ({}) held until the rebuilt ones are made, as in the run: \
+             the most a rank reaches. Ranks let them go before the rebuild or after, as NCCL's \
+             collectives complete (real jobs do either, rank by rank), so a rank's peak can be \
+             up to {} lower",
+            human_bytes(made),
+            human_bytes(made)
+        );
+        return;
+    }
+    let did = match (held, let_go) {
+        (_, 0) => "held them until the rebuilt ones were made".to_string(),
+        (0, _) => "let them go before the rebuilt ones were made".to_string(),
+        (h, _) => format!(
+            "held {} of them until the rebuilt ones were made",
+            human_bytes(h)
+        ),
+    };
+    let _ = writeln!(
+        o,
+        "  DDP's first buckets ({}): the run's rank {did}. Ranks let them go before the rebuild \
+         or after, some on into the next step, as NCCL's collectives complete (real jobs do \
+         each, rank by rank), so another rank's peak can be up to {} lower or higher than \
+         these rows",
+        human_bytes(made),
+        human_bytes(made)
+    );
 }
 
 /// What the run's frees that waited on other streams make of the answer, or nothing.
