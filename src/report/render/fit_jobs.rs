@@ -54,23 +54,18 @@ pub(super) fn shard_line(o: &mut String, s: &crate::report::torch_allocator::Sha
             .iter()
             .map(|n| crate::fixedfmt::Escaped(n.as_bytes()).to_string())
             .collect();
+        let which = match b.parameters {
+            1 => "1 parameter gets its gradient".to_string(),
+            n => format!("{n} parameters get their gradients"),
+        };
+        let (bytes, nodes, w) = (human_bytes(b.bytes), nodes.join(", "), s.world);
         let _ = writeln!(
             o,
-            "  {} ({}) from a broadcast's backward ({}): kept whole \
-             on every rank and gathered {} times, as FSDP2 keeps a parameter of first \
-             dimension 1 (a class token, a position table; a trace holds sizes, not shapes): \
-             where one's first dimension is {} or more (a bias added by hand), FSDP2 cuts it \
-             to 1/{} and the rows are high by up to its bytes times {}",
-            match b.parameters {
-                1 => "1 parameter gets its gradient".to_string(),
-                n => format!("{n} parameters get their gradients"),
-            },
-            human_bytes(b.bytes),
-            nodes.join(", "),
-            s.world,
-            s.world,
-            s.world,
-            s.world,
+            "  {which} ({bytes}) from a broadcast's backward ({nodes}): kept whole on every rank \
+             and gathered {w} times, as FSDP2 keeps a parameter of first dimension 1 (a class \
+             token, a position table; a trace holds sizes, not shapes): where one's first \
+             dimension is {w} or more (a bias added by hand), FSDP2 cuts it to 1/{w} and the \
+             rows are high by up to its bytes times {w}"
         );
     }
     if s.gradients == 0 {

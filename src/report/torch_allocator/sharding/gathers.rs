@@ -23,11 +23,8 @@
 //! The what-if adds only these requests and moves only those casts: every other request of
 //! the run keeps its place.
 
-use super::{ALL_GATHER, Act, Edits};
+use super::{ALL_GATHER, Act, CAST, Edits};
 use crate::report::torch_allocator::{Ev, Input};
-
-/// The addresses of the casts moved to their unit's all-gather (tag 8 of `mod.rs`'s).
-const CAST: u64 = 1 << 62 | 8 << 56;
 
 /// What a request of the run is to the all-gathers: one of a unit's parameters gathered
 /// (before its forward or its backward), a request of the backward or the optimizer (the
@@ -95,13 +92,13 @@ impl Input {
                     put(
                         (at, c),
                         false,
-                        CAST | c as u64,
+                        CAST | (c as u64 & 0xff_ffff_ffff_ffff),
                         events[c].size.div_ceil(world),
                     );
                 }
                 put((at, u.first), false, ptr, u.bytes);
                 for &c in &u.casts {
-                    put((at, c), true, CAST | c as u64, 0);
+                    put((at, c), true, CAST | (c as u64 & 0xff_ffff_ffff_ffff), 0);
                 }
             };
         let (mut held, mut prefetched): (Option<u64>, Option<u64>) = (None, None);

@@ -81,8 +81,8 @@ pub struct Sharded {
     pub buffers: u64,
     #[serde(skip_serializing_if = "is_zero")]
     pub buffer_bytes: u64,
-    /// Parameters whose gradients a broadcast's backward made, of a first dimension that may
-    /// be below the world (`broadcast.rs`).
+    /// The root's parameters whose gradients a broadcast's backward made, kept whole on every
+    /// rank as FSDP2 keeps one of first dimension 1 (`broadcast.rs`).
     #[serde(skip_serializing_if = "Broadcast::is_none")]
     pub broadcast: Broadcast,
     /// DeepSpeed's ZeRO-1 or ZeRO-2 (`--shard zero1|zero2`), not FSDP2: what it made.
@@ -179,6 +179,8 @@ const PARAMETER: u64 = 1 << 62 | 4 << 56;
 const STATE: u64 = 1 << 62 | 5 << 56;
 const TEMPORARY: u64 = 1 << 62 | 6 << 56;
 const BUCKET: u64 = 1 << 62 | 7 << 56;
+/// A 16-bit cast of a shard moved to its unit's all-gather (`gathers.rs`).
+const CAST: u64 = 1 << 62 | 8 << 56;
 
 /// The address of unit `u`'s gathered parameter `p`.
 fn gathered(u: u64, p: usize) -> u64 {
